@@ -1,0 +1,12 @@
+// Subcommand registration: each area adds its subcommands to the one `anelab` program.
+// Handlers throw anelab::Error on failure; main() prints one line and exits non-zero.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace anelab::cli {
+void add_mil_commands(CLI::App& app);       // framework/cli/mil_cmd.cpp:      anelab mil check|print|run
+void add_bench_commands(CLI::App& app);     // framework/cli/bench_cmd.cpp:    anelab bench emulator
+void add_demo_command(CLI::App& app);       // framework/cli/demo_cmd.cpp:     anelab demo (README main job)
+void add_model_commands(CLI::App& app);     // framework/cli/models_cmd.cpp:   anelab convert|info
+void add_tokenize_command(CLI::App& app);   // framework/cli/tokenize_cmd.cpp: anelab tokenize
+}  // namespace anelab::cli

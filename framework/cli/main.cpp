@@ -1,0 +1,28 @@
+// anelab: one program, subcommands per area. Thin by design: parse, dispatch, report errors.
+#include <cstdio>
+
+#include "framework/cli/commands.h"
+#include "framework/core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"anelab: train and run transformer language models on Apple's Neural Engine (or its emulator)"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "anelab 0.1.0");
+  anelab::cli::add_demo_command(app);
+  anelab::cli::add_mil_commands(app);
+  anelab::cli::add_bench_commands(app);
+  anelab::cli::add_model_commands(app);
+  anelab::cli::add_tokenize_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const anelab::Error& e) {
+    std::fprintf(stderr, "anelab: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "anelab: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

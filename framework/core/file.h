@@ -1,0 +1,45 @@
+// File helpers shared by every reader and writer: whole-file reads with context-rich errors,
+// atomic writes (temp file + fsync + rename, so nothing on disk is lost on failure), read-only mmap.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace anelab {
+
+// Reads a whole file; throws anelab::Error("[file] cannot open PATH: reason").
+std::vector<uint8_t> read_file_bytes(const std::string& path);
+std::string read_file_text(const std::string& path);
+
+// Writes data to path atomically: PATH.tmp.<pid> is written, fsync'ed and renamed over PATH.
+// Creates no directories. Throws anelab::Error on failure (the old file stays intact).
+void write_file_atomic(const std::string& path, const void* data, size_t size);
+inline void write_file_atomic(const std::string& path, std::string_view text) {
+  write_file_atomic(path, text.data(), text.size());
+}
+
+// A read-only memory map of a whole file (empty files map to size 0).
+class MappedFile {
+ public:
+  MappedFile() = default;
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(MappedFile&& o) noexcept;
+  MappedFile& operator=(MappedFile&& o) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  void release();
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  std::string path_;
+};
+
+}  // namespace anelab

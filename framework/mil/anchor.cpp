@@ -1,0 +1,2 @@
+// placeholder
+namespace anelab::mil { int mil_library_anchor = 0; }

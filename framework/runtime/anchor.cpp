@@ -1,0 +1,1 @@
+namespace anelab::rt { int runtime_library_anchor = 0; }

@@ -1,0 +1,39 @@
+// Locating the shared reference data (../shared/data next to the checkout, or $ANELAB_DATA).
+// Tests that need it call ANELAB_REQUIRE_DATA("llama2c/stories260K.bin") which skips with a message
+// naming the missing file instead of failing.
+#pragma once
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace anelab::test {
+
+inline std::string data_dir() {
+  if (const char* env = std::getenv("ANELAB_DATA")) return env;
+  return ANELAB_DATA_DIR;
+}
+
+inline std::string data_path(const std::string& rel) { return data_dir() + "/" + rel; }
+
+inline std::string source_path(const std::string& rel) { return std::string(ANELAB_SOURCE_DIR) + "/" + rel; }
+
+// A fresh, empty temporary directory for one test.
+inline std::filesystem::path temp_dir(const std::string& tag) {
+  auto p = std::filesystem::temp_directory_path() /
+           ("anelab_test_" + tag + "_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
+            std::to_string(reinterpret_cast<uintptr_t>(&tag)));
+  std::filesystem::remove_all(p);
+  std::filesystem::create_directories(p);
+  return p;
+}
+
+}  // namespace anelab::test
+
+#define ANELAB_REQUIRE_DATA(rel)                                                            \
+  do {                                                                                     \
+    if (!std::filesystem::exists(::anelab::test::data_path(rel)))                          \
+      GTEST_SKIP() << "reference data missing: " << ::anelab::test::data_path(rel)         \
+                   << " (set ANELAB_DATA or place ../shared/data next to the checkout)";   \
+  } while (0)
