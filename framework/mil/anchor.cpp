@@ -1,2 +1,0 @@
-// placeholder
-namespace anelab::mil { int mil_library_anchor = 0; }

@@ -1,1 +1,0 @@
-namespace anelab::rt { int runtime_library_anchor = 0; }

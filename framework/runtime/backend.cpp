@@ -1,0 +1,55 @@
+#include "framework/runtime/backend.h"
+
+namespace anelab::rt {
+
+int Kernel::function_index(const std::string& name) const {
+  std::string known;
+  for (size_t i = 0; i < program_.functions.size(); ++i) {
+    if (program_.functions[i].name == name) return static_cast<int>(i);
+    known += (known.empty() ? "" : ", ") + program_.functions[i].name;
+  }
+  fail("kernel", "no function '", name, "' in the compiled program (functions: ", known, ")");
+}
+
+std::vector<Surface> Kernel::make_inputs(int index, const DeviceProfile& p) const {
+  const mil::Function& fn = function(index);
+  size_t largest = 0;
+  for (const auto& [n, t] : fn.inputs) largest = std::max(largest, surface_alloc_bytes(t, p));
+  for (const auto& o : fn.outputs) largest = std::max(largest, surface_alloc_bytes(*fn.type_of(o), p));
+  const bool multi = fn.inputs.size() + fn.outputs.size() > 2;
+  std::vector<Surface> v;
+  v.reserve(fn.inputs.size());
+  for (const auto& [n, t] : fn.inputs) v.emplace_back(t, multi ? largest : surface_alloc_bytes(t, p));
+  return v;
+}
+
+std::vector<Surface> Kernel::make_outputs(int index, const DeviceProfile& p) const {
+  const mil::Function& fn = function(index);
+  size_t largest = 0;
+  for (const auto& [n, t] : fn.inputs) largest = std::max(largest, surface_alloc_bytes(t, p));
+  for (const auto& o : fn.outputs) largest = std::max(largest, surface_alloc_bytes(*fn.type_of(o), p));
+  const bool multi = fn.inputs.size() + fn.outputs.size() > 2;
+  std::vector<Surface> v;
+  v.reserve(fn.outputs.size());
+  for (const auto& o : fn.outputs) {
+    const mil::TensorType& t = *fn.type_of(o);
+    v.emplace_back(t, multi ? largest : surface_alloc_bytes(t, p));
+  }
+  return v;
+}
+
+Backend::Backend(const BackendOptions& opts) : profile_(&device_profile(opts.device)) {
+  compile_budget_ = opts.compile_budget >= 0 ? opts.compile_budget : profile_->compile_budget;
+}
+
+Status Backend::take_compile() {
+  if (compiles_used_ >= compile_budget_)
+    return Status(Code::kBudgetExhausted,
+                  cat("[compile] ", name(), ": per-process compile budget exhausted (", compiles_used_, " of ",
+                      compile_budget_, " used; the ANE compiler fails after ~119 compiles per process) — "
+                      "checkpoint and restart the process"));
+  ++compiles_used_;
+  return Status::ok();
+}
+
+}  // namespace anelab::rt

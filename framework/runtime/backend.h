@@ -1,0 +1,88 @@
+// Backend: a small interface in the style of executorch's backend interface. A backend compiles a MIL
+// program plus its weights dictionary into a Kernel and evaluates a Kernel's function on surfaces.
+// Backends are chosen by name at run time through the registry (create_backend("emulator")).
+//
+//   weights: exactly what the private API receives (digest §1.3): keys are BLOBFILE paths such as
+//   "@model_path/weights/wq.bin", values are the blob files' bytes (framework/mil/blob.h format).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "framework/core/error.h"
+#include "framework/mil/ir.h"
+#include "framework/runtime/device_profile.h"
+#include "framework/runtime/surface.h"
+
+namespace anelab::rt {
+
+using Blob = std::shared_ptr<const std::vector<uint8_t>>;
+using Weights = std::map<std::string, Blob>;  // "@model_path/weights/x.bin" -> blob file bytes
+
+// A compiled program. Backends subclass it; callers only use the signature accessors.
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  const mil::Program& program() const { return program_; }
+  int function_index(const std::string& name) const;  // throws naming the functions
+  const mil::Function& function(int index) const { return program_.functions.at(static_cast<size_t>(index)); }
+  // Surfaces of the right type and device-legal allocation for function `index`'s inputs / outputs.
+  std::vector<Surface> make_inputs(int index, const DeviceProfile& p) const;
+  std::vector<Surface> make_outputs(int index, const DeviceProfile& p) const;
+
+ protected:
+  explicit Kernel(mil::Program program) : program_(std::move(program)) {}
+  mil::Program program_;
+};
+
+struct BackendOptions {
+  std::string device = kDefaultDevice;  // device profile name
+  int compile_budget = -1;              // -1: the profile's budget (tests override with small numbers)
+  int threads = 0;                      // 0: all hardware threads
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  const DeviceProfile& profile() const { return *profile_; }
+
+  // Compiles all functions of `program`. Fails with kBudgetExhausted once the per-process compile
+  // budget is spent (like the real compiler), kLimitExceeded / kInvalidArgument on profile violations.
+  virtual Result<std::unique_ptr<Kernel>> compile(const mil::Program& program, const Weights& weights) = 0;
+  // Runs function `fn` of `kernel`; surfaces in the function's parameter / return order.
+  virtual Status evaluate(Kernel& kernel, int fn, std::span<Surface* const> inputs,
+                          std::span<Surface* const> outputs) = 0;
+
+  int compiles_used() const { return compiles_used_; }
+  int compile_budget() const { return compile_budget_; }
+  int compiles_left() const { return compile_budget_ - compiles_used_; }
+
+ protected:
+  Backend(const BackendOptions& opts);
+  // Call at the start of compile(): counts one compile or returns kBudgetExhausted.
+  Status take_compile();
+  const DeviceProfile* profile_;
+  int compile_budget_ = 0;
+  int compiles_used_ = 0;
+};
+
+// ---- registry ---------------------------------------------------------------------------------
+struct BackendInfo {
+  std::string name;
+  std::string description;
+  std::function<bool(std::string* why_not)> available;
+  std::function<std::unique_ptr<Backend>(const BackendOptions&)> create;
+};
+
+// Known backends: "emulator" (always), "ane" (Apple hosts only; elsewhere unavailable with a reason).
+const std::vector<BackendInfo>& backends();
+// Creates a backend by name; throws anelab::Error naming the known backends, or the reason a known
+// backend is unavailable on this host ("[backend] ane: no Apple Neural Engine on this host (...)").
+std::unique_ptr<Backend> create_backend(const std::string& name, const BackendOptions& opts = {});
+
+}  // namespace anelab::rt

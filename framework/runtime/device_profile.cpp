@@ -1,0 +1,199 @@
+#include "framework/runtime/device_profile.h"
+
+#include <algorithm>
+
+#include "framework/runtime/surface.h"
+
+namespace anelab::rt {
+
+namespace {
+
+std::vector<DeviceProfile> make_profiles() {
+  std::vector<DeviceProfile> v;
+  DeviceProfile m1;
+  m1.name = "m1";
+  m1.description = "Apple M1 family (H13): program(1.0)/ios16 verbose MIL, fp16 I/O, no cast";
+  m1.dialect = mil::Dialect::kIos16;
+  m1.accepts_ios18 = false;
+  m1.supports_cast = false;
+  m1.multi_io_slot_order = true;  // MDX issue #47, reported on M1
+  m1.peak_fp16_tflops = 5.4;
+  DeviceProfile m2 = m1;
+  m2.name = "m2";
+  m2.description = "Apple M2 family (H14): program(1.0)/ios16 verbose MIL, fp16 I/O, no cast";
+  m2.multi_io_slot_order = false;
+  m2.peak_fp16_tflops = 8.0;
+  DeviceProfile m3 = m2;
+  m3.name = "m3";
+  m3.description = "Apple M3 family (H15): program(1.0)/ios16 verbose MIL";
+  m3.supports_cast = true;
+  m3.peak_fp16_tflops = 10.0;
+  DeviceProfile m4;
+  m4.name = "m4";
+  m4.description = "Apple M4 family (H16G): program(1.3)/ios18 shorthand MIL";
+  m4.dialect = mil::Dialect::kIos18;
+  m4.peak_fp16_tflops = 18.6;
+  DeviceProfile m5 = m4;
+  m5.name = "m5";
+  m5.description = "Apple M5 family: program(1.3)/ios18 shorthand MIL";
+  m5.peak_fp16_tflops = 12.4;
+  v = {m1, m2, m3, m4, m5};
+  return v;
+}
+
+const std::vector<DeviceProfile>& profiles() {
+  static const std::vector<DeviceProfile> p = make_profiles();
+  return p;
+}
+
+Status limit(std::string msg) { return Status(Code::kLimitExceeded, "[device] " + msg); }
+
+// Every dimension of every tensor type in the function must be within max_dim.
+Status check_dims(const mil::Function& fn, const DeviceProfile& p) {
+  auto bad = [&](const std::string& what, const mil::TensorType& t) -> Status {
+    for (auto d : t.shape)
+      if (d > p.max_dim)
+        return limit(cat(p.name, ": function '", fn.name, "': ", what, " has type ", t.str(), " with a dimension of ", d,
+                         " > the ANE's maximum ", p.max_dim, " (split the tensor, e.g. chunk the LM head)"));
+    return Status::ok();
+  };
+  for (const auto& [n, t] : fn.inputs)
+    if (Status s = bad("input '" + n + "'", t); !s) return s;
+  for (const auto& op : fn.ops)
+    if (Status s = bad(op.op + " '" + op.name + "' result", op.type); !s) return s;
+  return Status::ok();
+}
+
+Status check_io(const mil::Function& fn, const DeviceProfile& p) {
+  std::vector<std::pair<std::string, const mil::TensorType*>> io;
+  for (const auto& [n, t] : fn.inputs) io.emplace_back("input '" + n + "'", &t);
+  for (const auto& o : fn.outputs) {
+    const mil::TensorType* t = fn.type_of(o);
+    if (!t) return Status(Code::kInvalidArgument, cat("[device] function '", fn.name, "' returns unknown value '", o, "'"));
+    io.emplace_back("output '" + o + "'", t);
+  }
+  for (const auto& [what, t] : io) {
+    if (t->dtype != mil::DType::kFp16 && t->dtype != mil::DType::kFp32)
+      return Status(Code::kInvalidArgument, cat("[device] ", p.name, ": function '", fn.name, "': ", what, " is ",
+                                                t->str(), "; ANE I/O tensors must be fp16 or fp32"));
+    if (t->is_scalar())
+      return Status(Code::kInvalidArgument,
+                    cat("[device] ", p.name, ": function '", fn.name, "': ", what, " is a scalar; I/O must be tensors"));
+    int64_t s = t->shape.back();
+    int64_t need = t->dtype == mil::DType::kFp16 ? p.min_spatial_fp16 : p.min_spatial_fp32;
+    if (s < need)
+      return limit(cat(p.name, ": function '", fn.name, "': ", what, " ", t->str(), " has spatial extent ", s, " < ", need,
+                       " (minimum for ", mil::dtype_name(t->dtype),
+                       " I/O; the ANE silently returns zeros below it — pad the sequence)"));
+    if (!p.supports_cast && t->dtype == mil::DType::kFp32)
+      return Status(Code::kInvalidArgument, cat("[device] ", p.name, ": function '", fn.name, "': ", what,
+                                                " is fp32, but this chip has no cast: use fp16 I/O and convert on the CPU"));
+  }
+  if (p.multi_io_slot_order) {
+    auto bytes = [](const mil::TensorType* t) { return t->numel() * static_cast<int64_t>(mil::dtype_bytes(t->dtype)); };
+    for (size_t i = 1; i < fn.inputs.size(); ++i)
+      if (bytes(&fn.inputs[i].second) <= bytes(&fn.inputs[i - 1].second))
+        return limit(cat(p.name, ": function '", fn.name, "': input '", fn.inputs[i].first,
+                         "' is not larger than the input before it; this chip needs strictly ascending input sizes"));
+    for (size_t i = 1; i < fn.outputs.size(); ++i)
+      if (bytes(fn.type_of(fn.outputs[i])) >= bytes(fn.type_of(fn.outputs[i - 1])))
+        return limit(cat(p.name, ": function '", fn.name, "': output '", fn.outputs[i],
+                         "' is not smaller than the output before it; this chip needs strictly descending output sizes"));
+  }
+  return Status::ok();
+}
+
+Status check_ops(const mil::Function& fn, const DeviceProfile& p) {
+  for (const auto& op : fn.ops) {
+    std::string where = cat(p.name, ": function '", fn.name, "': ", op.op, " '", op.name, "'",
+                            op.line ? cat(" (line ", op.line, ")") : std::string());
+    if (op.op == "cast" && !p.supports_cast)
+      return Status(Code::kInvalidArgument,
+                    cat("[device] ", where, ": cast is not supported on ", p.name, "; use fp16 I/O without cast"));
+    if (op.op == "scaled_dot_product_attention" && p.sdpa_mask_ignored && op.arg("attn_mask"))
+      return Status(Code::kInvalidArgument,
+                    cat("[device] ", where, ": the ANE ignores scaled_dot_product_attention's attn_mask (digest §2.6.4); "
+                        "build masked attention from matmul + scale + additive mask + softmax + matmul"));
+    if (op.op == "conv") {
+      const mil::Arg* w = op.arg("weight");
+      const mil::TensorType* wt = w && !w->names.empty() ? fn.type_of(w->names[0]) : nullptr;
+      const mil::Arg* x = op.arg("x");
+      const mil::TensorType* xt = x && !x->names.empty() ? fn.type_of(x->names[0]) : nullptr;
+      if (xt && xt->rank() >= 2 && xt->shape[1] > p.max_conv_cin)
+        return limit(cat(where, ": conv input has ", xt->shape[1], " channels > ", p.max_conv_cin,
+                         " (the ANE rejects such convs, e.g. 32000; use matmul with a [1, D, V] const instead)"));
+      (void)wt;
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+const DeviceProfile& device_profile(const std::string& name) {
+  for (const auto& p : profiles())
+    if (p.name == name) return p;
+  std::string known;
+  for (const auto& p : profiles()) known += (known.empty() ? "" : ", ") + p.name;
+  fail("device", "unknown device profile '", name, "' (known: ", known, ")");
+}
+
+std::vector<std::string> device_profile_names() {
+  std::vector<std::string> v;
+  for (const auto& p : profiles()) v.push_back(p.name);
+  return v;
+}
+
+Status check_program(const mil::Program& program, const DeviceProfile& p) {
+  if (program.functions.empty()) return Status(Code::kInvalidArgument, "[device] program has no functions");
+  if (program.dialect == mil::Dialect::kIos18 && !p.accepts_ios18)
+    return Status(Code::kInvalidArgument,
+                  cat("[device] ", p.name, ": program(1.3)/ios18 shorthand MIL is not accepted on this chip "
+                                           "(digest §2.1); print it with the ios16 dialect"));
+  for (const auto& fn : program.functions) {
+    if (Status s = check_dims(fn, p); !s) return s;
+    if (Status s = check_io(fn, p); !s) return s;
+    if (Status s = check_ops(fn, p); !s) return s;
+  }
+  return Status::ok();
+}
+
+size_t surface_alloc_bytes(const mil::TensorType& t, const DeviceProfile& p) {
+  size_t b = static_cast<size_t>(t.numel()) * mil::dtype_bytes(t.dtype);
+  b = std::max(b, p.min_surface_bytes);
+  return (b + 16383) / 16384 * 16384;
+}
+
+Status check_surfaces(const mil::Function& fn, std::span<Surface* const> inputs, std::span<Surface* const> outputs,
+                      const DeviceProfile& p) {
+  if (inputs.size() != fn.inputs.size() || outputs.size() != fn.outputs.size())
+    return Status(Code::kInvalidArgument, cat("[evaluate] function '", fn.name, "' takes ", fn.inputs.size(),
+                                              " input and ", fn.outputs.size(), " output surfaces, got ",
+                                              inputs.size(), " and ", outputs.size()));
+  size_t largest = 0;
+  auto io_bytes = [](const mil::TensorType& t) { return static_cast<size_t>(t.numel()) * mil::dtype_bytes(t.dtype); };
+  for (const auto& [n, t] : fn.inputs) largest = std::max(largest, io_bytes(t));
+  for (const auto& o : fn.outputs) largest = std::max(largest, io_bytes(*fn.type_of(o)));
+  const bool multi = fn.inputs.size() + fn.outputs.size() > 2;
+  auto check_one = [&](Surface* s, const std::string& what, const mil::TensorType& t) -> Status {
+    if (!s) return Status(Code::kInvalidArgument, cat("[evaluate] function '", fn.name, "': ", what, " surface is null"));
+    if (s->type() != t)
+      return Status(Code::kInvalidArgument, cat("[evaluate] function '", fn.name, "': ", what, " surface is ",
+                                                s->type().str(), ", the function declares ", t.str()));
+    if (s->alloc_bytes() < p.min_surface_bytes)
+      return limit(cat(p.name, ": function '", fn.name, "': ", what, " surface allocation ", s->alloc_bytes(),
+                       " bytes < the ANE minimum ", p.min_surface_bytes, " (allocate with surface_alloc_bytes)"));
+    if (multi && s->alloc_bytes() < largest)
+      return limit(cat(p.name, ": function '", fn.name, "': ", what, " surface allocation ", s->alloc_bytes(),
+                       " bytes < the largest I/O tensor (", largest,
+                       " bytes); with several inputs/outputs every surface must be at least that large"));
+    return Status::ok();
+  };
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (Status s = check_one(inputs[i], "input '" + fn.inputs[i].first + "'", fn.inputs[i].second); !s) return s;
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (Status s = check_one(outputs[i], "output '" + fn.outputs[i] + "'", *fn.type_of(fn.outputs[i])); !s) return s;
+  return Status::ok();
+}
+
+}  // namespace anelab::rt
