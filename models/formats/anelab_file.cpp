@@ -1,0 +1,401 @@
+#include "models/formats/anelab_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "framework/core/error.h"
+#include "framework/core/file.h"
+#include "models/formats/byte_reader.h"
+
+namespace anelab::models {
+namespace {
+using json = nlohmann::json;
+constexpr uint64_t kMaxHeader = 64ull << 20;
+
+// ---- config <-> JSON ----
+
+json config_to_json(const ModelConfig& c) {
+  return json{{"arch", c.arch},           {"dim", c.dim},
+              {"hidden_dim", c.hidden_dim}, {"n_layers", c.n_layers},
+              {"n_heads", c.n_heads},       {"n_kv_heads", c.n_kv_heads},
+              {"head_dim", c.head_dim},     {"vocab_size", c.vocab_size},
+              {"max_seq_len", c.max_seq_len}, {"norm_eps", c.norm_eps},
+              {"rope_theta", c.rope_theta}, {"rope_style", rope_style_name(c.rope_style)},
+              {"norm", norm_type_name(c.norm)}, {"activation", activation_name(c.activation)},
+              {"tied_embeddings", c.tied_embeddings}, {"qkv_bias", c.qkv_bias},
+              {"attn_out_bias", c.attn_out_bias}, {"mlp_bias", c.mlp_bias},
+              {"learned_pos", c.learned_pos}};
+}
+
+const json& field(const json& j, const char* key, const std::string& where, const char* ctx) {
+  if (!j.is_object() || !j.contains(key))
+    fail("model", where, ": header field ", ctx, key, " is missing; the file was not written by anelab or is corrupt");
+  return j.at(key);
+}
+int64_t jint(const json& j, const char* key, const std::string& where, const char* ctx = "") {
+  const json& v = field(j, key, where, ctx);
+  if (!v.is_number_integer()) fail("model", where, ": header field ", ctx, key, " must be an integer, got ", v.dump());
+  return v.get<int64_t>();
+}
+double jnum(const json& j, const char* key, const std::string& where, const char* ctx = "") {
+  const json& v = field(j, key, where, ctx);
+  if (!v.is_number()) fail("model", where, ": header field ", ctx, key, " must be a number, got ", v.dump());
+  return v.get<double>();
+}
+bool jbool(const json& j, const char* key, const std::string& where, const char* ctx = "") {
+  const json& v = field(j, key, where, ctx);
+  if (!v.is_boolean()) fail("model", where, ": header field ", ctx, key, " must be true/false, got ", v.dump());
+  return v.get<bool>();
+}
+std::string jstr(const json& j, const char* key, const std::string& where, const char* ctx = "") {
+  const json& v = field(j, key, where, ctx);
+  if (!v.is_string()) fail("model", where, ": header field ", ctx, key, " must be a string, got ", v.dump());
+  return v.get<std::string>();
+}
+
+ModelConfig config_from_json(const json& j, const std::string& w) {
+  const char* c = "config.";
+  ModelConfig m;
+  m.arch = jstr(j, "arch", w, c);
+  m.dim = jint(j, "dim", w, c);
+  m.hidden_dim = jint(j, "hidden_dim", w, c);
+  m.n_layers = jint(j, "n_layers", w, c);
+  m.n_heads = jint(j, "n_heads", w, c);
+  m.n_kv_heads = jint(j, "n_kv_heads", w, c);
+  m.head_dim = jint(j, "head_dim", w, c);
+  m.vocab_size = jint(j, "vocab_size", w, c);
+  m.max_seq_len = jint(j, "max_seq_len", w, c);
+  m.norm_eps = static_cast<float>(jnum(j, "norm_eps", w, c));
+  m.rope_theta = static_cast<float>(jnum(j, "rope_theta", w, c));
+  const std::string rs = jstr(j, "rope_style", w, c);
+  if (rs == "none") m.rope_style = RopeStyle::kNone;
+  else if (rs == "adjacent_pairs") m.rope_style = RopeStyle::kAdjacentPairs;
+  else if (rs == "rotate_half") m.rope_style = RopeStyle::kRotateHalf;
+  else fail("model", w, ": config.rope_style '", rs, "' is not none|adjacent_pairs|rotate_half");
+  const std::string nt = jstr(j, "norm", w, c);
+  if (nt != "rms" && nt != "layer") fail("model", w, ": config.norm '", nt, "' is not rms|layer");
+  m.norm = nt == "rms" ? NormType::kRms : NormType::kLayer;
+  const std::string act = jstr(j, "activation", w, c);
+  if (act != "silu" && act != "gelu_tanh") fail("model", w, ": config.activation '", act, "' is not silu|gelu_tanh");
+  m.activation = act == "silu" ? Activation::kSilu : Activation::kGeluTanh;
+  m.tied_embeddings = jbool(j, "tied_embeddings", w, c);
+  m.qkv_bias = jbool(j, "qkv_bias", w, c);
+  m.attn_out_bias = jbool(j, "attn_out_bias", w, c);
+  m.mlp_bias = jbool(j, "mlp_bias", w, c);
+  m.learned_pos = jbool(j, "learned_pos", w, c);
+  validate_config(m, w);
+  return m;
+}
+
+// ---- vocab blob ----
+
+void put_u32(std::vector<uint8_t>& o, uint32_t v) { o.insert(o.end(), reinterpret_cast<uint8_t*>(&v), reinterpret_cast<uint8_t*>(&v) + 4); }
+void put_str(std::vector<uint8_t>& o, const std::string& s) {
+  put_u32(o, static_cast<uint32_t>(s.size()));
+  o.insert(o.end(), s.begin(), s.end());
+}
+}  // namespace
+
+std::vector<uint8_t> serialize_vocab(const tok::VocabData& v) {
+  std::vector<uint8_t> o;
+  const char magic[] = "ANETOK01";
+  o.insert(o.end(), magic, magic + 8);
+  put_u32(o, v.kind == tok::TokenizerKind::kSentencePiece ? 0 : 1);
+  put_str(o, v.pre);
+  put_str(o, v.pre_regex);
+  o.push_back(static_cast<uint8_t>((v.nfc_normalize ? 1 : 0) | (v.add_bos ? 2 : 0) | (v.add_space_prefix ? 4 : 0)));
+  for (int32_t id : {v.bos_id, v.eos_id, v.unk_id, v.pad_id}) put_u32(o, static_cast<uint32_t>(id));
+  put_u32(o, static_cast<uint32_t>(v.tokens.size()));
+  for (const auto& t : v.tokens) put_str(o, t);
+  put_u32(o, static_cast<uint32_t>(v.scores.size()));
+  for (float s : v.scores) put_u32(o, std::bit_cast<uint32_t>(s));
+  put_u32(o, static_cast<uint32_t>(v.types.size()));
+  for (auto t : v.types) put_u32(o, static_cast<uint32_t>(t));
+  put_u32(o, static_cast<uint32_t>(v.merges.size()));
+  for (const auto& m : v.merges) put_str(o, m);
+  return o;
+}
+
+tok::VocabData deserialize_vocab(const uint8_t* data, size_t size, const std::string& where) {
+  ByteReader r(data, size, where + " tokenizer section");
+  const uint8_t* magic = r.take(8, "tokenizer magic");
+  if (std::memcmp(magic, "ANETOK01", 8) != 0)
+    fail("model", where, ": embedded tokenizer has a bad magic (expected ANETOK01); re-convert the model");
+  tok::VocabData v;
+  const uint32_t kind = r.get<uint32_t>("tokenizer kind");
+  if (kind > 1) fail("model", where, ": tokenizer kind ", kind, " is not 0 (sentencepiece) or 1 (byte_bpe)");
+  v.kind = kind == 0 ? tok::TokenizerKind::kSentencePiece : tok::TokenizerKind::kByteBpe;
+  v.pre = r.str<uint32_t>("tokenizer pre");
+  v.pre_regex = r.str<uint32_t>("tokenizer pre_regex");
+  const uint8_t flags = r.get<uint8_t>("tokenizer flags");
+  v.nfc_normalize = flags & 1;
+  v.add_bos = flags & 2;
+  v.add_space_prefix = flags & 4;
+  v.bos_id = r.get<int32_t>("bos_id");
+  v.eos_id = r.get<int32_t>("eos_id");
+  v.unk_id = r.get<int32_t>("unk_id");
+  v.pad_id = r.get<int32_t>("pad_id");
+  // Each count is bounded by the bytes left (every element takes at least 4 bytes).
+  auto count = [&](const char* what) {
+    const uint32_t n = r.get<uint32_t>(what);
+    if (n > r.remaining() / 4) fail("model", where, ": tokenizer ", what, " ", n, " exceeds the section size");
+    return n;
+  };
+  const uint32_t nt = count("token count");
+  v.tokens.reserve(nt);
+  for (uint32_t i = 0; i < nt; ++i) v.tokens.push_back(r.str<uint32_t>("token text", 1 << 16));
+  const uint32_t ns = count("score count");
+  for (uint32_t i = 0; i < ns; ++i) v.scores.push_back(r.get<float>("score"));
+  const uint32_t ny = count("token type count");
+  for (uint32_t i = 0; i < ny; ++i) v.types.push_back(static_cast<tok::TokenType>(r.get<int32_t>("token type")));
+  const uint32_t nm = count("merge count");
+  v.merges.reserve(nm);
+  for (uint32_t i = 0; i < nm; ++i) v.merges.push_back(r.str<uint32_t>("merge", 1 << 16));
+  if ((ns && ns != nt) || (ny && ny != nt))
+    fail("model", where, ": tokenizer has ", nt, " tokens but ", ns, " scores and ", ny, " types");
+  return v;
+}
+
+bool looks_like_anelab(const uint8_t* data, size_t size) { return size >= 8 && std::memcmp(data, kAnelabMagic, 8) == 0; }
+
+Model parse_anelab(const uint8_t* data, size_t size, std::shared_ptr<const void> owner, const std::string& w) {
+  ByteReader r(data, size, w);
+  if (!looks_like_anelab(data, size))
+    fail("model", w, ": not an anelab model file (magic ANELABMF missing); use `anelab info` to identify it");
+  r.take(8, "magic");
+  const uint32_t version = r.get<uint32_t>("format version");
+  if (version != kAnelabVersion)
+    fail("model", w, ": anelab format version ", version, " is not supported (this build reads version ",
+         kAnelabVersion, "); re-convert the model with this anelab");
+  r.get<uint32_t>("reserved");
+  const uint64_t hlen = r.get<uint64_t>("header_len");
+  if (hlen > kMaxHeader || hlen > r.remaining())
+    fail("model", w, ": header_len ", hlen, " exceeds the file (", r.remaining(), " bytes left) or 64 MiB limit");
+  const char* hp = reinterpret_cast<const char*>(r.take(hlen, "JSON header"));
+  json h;
+  try {
+    h = json::parse(hp, hp + hlen);
+  } catch (const json::exception& e) {
+    fail("model", w, ": JSON header does not parse (", e.what(), "); the file is corrupt");
+  }
+  if (jstr(h, "format", w) != "anelab-model") fail("model", w, ": header field format is not \"anelab-model\"");
+  if (jint(h, "version", w) != kAnelabVersion) fail("model", w, ": header field version does not match the binary version");
+  const int64_t data_off = round_up(24 + static_cast<int64_t>(hlen), kAnelabAlign);
+  const int64_t data_size = jint(h, "data_size", w);
+  if (data_size < 0 || data_off > static_cast<int64_t>(size) || data_size != static_cast<int64_t>(size) - data_off)
+    fail("model", w, ": file is ", size, " bytes but the header promises ", data_off, " + data_size ", data_size,
+         "; the file is truncated or has trailing bytes — re-convert it");
+  Model m;
+  m.source_format = "anelab";
+  m.source_path = w;
+  m.config = config_from_json(field(h, "config", w, ""), w);
+  auto blob = [&](const json& e, const char* ctx) {
+    const int64_t off = jint(e, "offset", w, ctx), nb = jint(e, "nbytes", w, ctx);
+    if (off < 0 || nb < 0 || off % kAnelabAlign || off > data_size || nb > data_size - off)
+      fail("model", w, ": ", ctx, "offset ", off, " / nbytes ", nb, " lies outside the data section (", data_size,
+           " bytes) or is not 64-byte aligned");
+    return std::pair<int64_t, int64_t>(off, nb);
+  };
+  if (h.contains("tokenizer")) {
+    const json& t = h["tokenizer"];
+    m.tokenizer_path = jstr(t, "path", w, "tokenizer.");
+    if (t.contains("embedded")) {
+      auto [off, nb] = blob(t["embedded"], "tokenizer.embedded.");
+      m.vocab = deserialize_vocab(data + data_off + off, static_cast<size_t>(nb), w);
+    }
+  }
+  const json& ts = field(h, "tensors", w, "");
+  if (!ts.is_array()) fail("model", w, ": header field tensors must be an array");
+  for (const json& e : ts) {
+    const std::string name = jstr(e, "name", w, "tensors[].");
+    const std::string ctx = "tensor " + name + ": ";
+    const DType dt = parse_dtype(jstr(e, "dtype", w, ctx.c_str()));
+    const json& sh = field(e, "shape", w, ctx.c_str());
+    if (!sh.is_array() || sh.empty() || sh.size() > 4) fail("model", w, ": ", ctx, "shape must be a list of 1-4 dims");
+    std::vector<int64_t> shape;
+    for (const json& d : sh) {
+      if (!d.is_number_integer()) fail("model", w, ": ", ctx, "shape entries must be integers");
+      shape.push_back(d.get<int64_t>());
+    }
+    auto [off, nb] = blob(e, ctx.c_str());
+    try {
+      m.add_view(name, dt, shape, data + data_off + off, nb, owner);
+    } catch (const Error& err) {
+      fail("model", w, ": ", err.what());
+    }
+  }
+  m.check_complete(w);
+  return m;
+}
+
+Model read_anelab_file(const std::string& path) {
+  auto mf = std::make_shared<MappedFile>(path);
+  return parse_anelab(mf->data(), mf->size(), mf, path);
+}
+
+int fuzz_read_anelab(const uint8_t* data, size_t size) {
+  try {
+    parse_anelab(data, size, nullptr, "<fuzz>");
+  } catch (const Error&) {
+  }
+  return 0;
+}
+
+// ---- writer ----
+
+namespace {
+struct OutFile {
+  std::string tmp, path;
+  FILE* f = nullptr;
+  int64_t pos = 0;
+  ~OutFile() {
+    if (f) {
+      std::fclose(f);
+      std::remove(tmp.c_str());
+    }
+  }
+  void write(const void* p, size_t n) {
+    if (n && std::fwrite(p, 1, n, f) != n) fail("model", "cannot write ", tmp, ": ", std::strerror(errno));
+    pos += static_cast<int64_t>(n);
+  }
+  void pad_to(int64_t target) {
+    static const uint8_t zeros[kAnelabAlign] = {};
+    while (pos < target) write(zeros, static_cast<size_t>(std::min<int64_t>(target - pos, kAnelabAlign)));
+  }
+  void commit() {
+    if (std::fflush(f) != 0 || ::fsync(fileno(f)) != 0)
+      fail("model", "cannot flush ", tmp, ": ", std::strerror(errno), " (disk full?)");
+    std::fclose(f);
+    f = nullptr;
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+      const int e = errno;
+      std::remove(tmp.c_str());
+      fail("model", "cannot rename ", tmp, " to ", path, ": ", std::strerror(e));
+    }
+  }
+};
+
+void write_tensor_data(OutFile& out, const TensorWriteSpec& t, int64_t n, int64_t& done, int64_t total,
+                       const ProgressFn& progress) {
+  const int64_t nbytes = dtype_nbytes(t.dtype, n);
+  if (t.raw) {
+    constexpr int64_t kStep = 16 << 20;
+    for (int64_t off = 0; off < nbytes; off += kStep) {
+      const int64_t k = std::min(kStep, nbytes - off);
+      out.write(t.raw + off, static_cast<size_t>(k));
+      done += k;
+      if (progress) progress(done, total);
+    }
+    return;
+  }
+  if (!t.fill) fail("model", "tensor ", t.name, " has neither raw bytes nor a fill function");
+  constexpr int64_t kChunk = 1 << 20;  // elements; a multiple of the q8_0 block
+  std::vector<float> buf(static_cast<size_t>(std::min(kChunk, n)));
+  std::vector<uint8_t> conv(static_cast<size_t>(dtype_nbytes(t.dtype, static_cast<int64_t>(buf.size()))));
+  for (int64_t b = 0; b < n; b += kChunk) {
+    const int64_t k = std::min(kChunk, n - b);
+    t.fill(b, k, buf.data());
+    f32_to_dtype(buf.data(), t.dtype, conv.data(), k);
+    const int64_t kb = dtype_nbytes(t.dtype, k);
+    out.write(conv.data(), static_cast<size_t>(kb));
+    done += kb;
+    if (progress) progress(done, total);
+  }
+}
+}  // namespace
+
+int64_t write_anelab_file(const std::string& path, const AnelabWriteInfo& info,
+                          const std::vector<TensorWriteSpec>& tensors, const ProgressFn& progress) {
+  validate_config(info.config, path);
+  json h{{"format", "anelab-model"}, {"version", kAnelabVersion}, {"config", config_to_json(info.config)},
+         {"source", info.source}};
+  int64_t off = 0;
+  std::vector<uint8_t> vblob;
+  h["tokenizer"] = json{{"path", info.tokenizer_path}};
+  if (info.vocab) {
+    vblob = serialize_vocab(*info.vocab);
+    h["tokenizer"]["embedded"] = json{{"offset", 0}, {"nbytes", vblob.size()}};
+    off = round_up(static_cast<int64_t>(vblob.size()), kAnelabAlign);
+  }
+  json tj = json::array();
+  std::vector<int64_t> offsets, numels;
+  for (const auto& t : tensors) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    const int64_t nb = dtype_nbytes(t.dtype, n);
+    if (nb < 0) fail("model", "tensor ", t.name, " with ", n, " elements cannot be stored as ", dtype_name(t.dtype));
+    tj.push_back(json{{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"offset", off},
+                      {"nbytes", nb}});
+    offsets.push_back(off);
+    numels.push_back(n);
+    off = round_up(off + nb, kAnelabAlign);
+  }
+  h["tensors"] = std::move(tj);
+  h["data_size"] = off;
+  std::string header;
+  try {
+    header = h.dump();
+  } catch (const json::exception& e) {
+    fail("model", "cannot encode the header of ", path, ": ", e.what(), " (non-UTF-8 text in a name or path?)");
+  }
+  const uint64_t hlen = header.size();
+  const int64_t data_off = round_up(24 + static_cast<int64_t>(hlen), kAnelabAlign);
+
+  OutFile out;
+  out.path = path;
+  out.tmp = path + ".tmp." + std::to_string(::getpid());
+  out.f = std::fopen(out.tmp.c_str(), "wb");
+  if (!out.f) fail("model", "cannot create ", out.tmp, ": ", std::strerror(errno));
+  std::vector<char> iobuf(4 << 20);
+  std::setvbuf(out.f, iobuf.data(), _IOFBF, iobuf.size());
+  out.write(kAnelabMagic, 8);
+  const uint32_t ver = kAnelabVersion, reserved = 0;
+  out.write(&ver, 4);
+  out.write(&reserved, 4);
+  out.write(&hlen, 8);
+  out.write(header.data(), header.size());
+  out.pad_to(data_off);
+  out.write(vblob.data(), vblob.size());
+  int64_t done = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    out.pad_to(data_off + offsets[i]);
+    write_tensor_data(out, tensors[i], numels[i], done, off, progress);
+  }
+  out.pad_to(data_off + off);
+  const int64_t total = out.pos;
+  out.commit();
+  return total;
+}
+
+DType stored_dtype(DType src, const std::vector<int64_t>& shape, std::optional<DType> target) {
+  if (!target) return src;
+  if (shape.size() < 2) return DType::kF32;
+  if (*target == DType::kQ8_0 && shape.back() % kQ8Block) return DType::kF16;
+  return *target;
+}
+
+int64_t save_model(const Model& m, const std::string& path, std::optional<DType> target, const ProgressFn& progress) {
+  m.check_complete(m.source_path.empty() ? path : m.source_path);
+  std::vector<TensorWriteSpec> specs;
+  for (const auto& s : canonical_tensors(m.config)) {
+    const Tensor& t = m.tensor(s.name);
+    TensorWriteSpec w{t.name, stored_dtype(t.dtype, t.shape, target), t.shape, nullptr, {}};
+    if (w.dtype == t.dtype) {
+      w.raw = t.data;
+    } else {
+      w.fill = [&t](int64_t b, int64_t n, float* out) { t.to_f32(b, n, out); };
+    }
+    specs.push_back(std::move(w));
+  }
+  AnelabWriteInfo info{m.config, m.vocab ? &*m.vocab : nullptr, m.tokenizer_path,
+                       m.source_format + ":" + m.source_path};
+  return write_anelab_file(path, info, specs, progress);
+}
+}  // namespace anelab::models

@@ -1,0 +1,93 @@
+// The anelab model file (.anelab), format version 1. All integers little-endian.
+//
+//   offset 0   char[8]  magic "ANELABMF"
+//   offset 8   u32      format version (currently 1; readers reject other versions)
+//   offset 12  u32      reserved (0)
+//   offset 16  u64      header_len: length of the JSON header that follows (at most 64 MiB)
+//   offset 24  JSON header, UTF-8, header_len bytes
+//   zero padding up to data_offset = round_up(24 + header_len, 64)
+//   data section: data_size bytes; every blob starts at data_offset + offset, offset % 64 == 0,
+//   so tensor data is 64-byte aligned when the file is memory-mapped. The file ends there exactly.
+//
+// JSON header:
+//   {"format": "anelab-model", "version": 1,
+//    "config": {"arch": "llama"|"gpt2"|"qwen2", "dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads",
+//               "head_dim", "vocab_size", "max_seq_len" (integers), "norm_eps", "rope_theta" (numbers),
+//               "rope_style": "none"|"adjacent_pairs"|"rotate_half", "norm": "rms"|"layer",
+//               "activation": "silu"|"gelu_tanh", "tied_embeddings", "qkv_bias", "attn_out_bias",
+//               "mlp_bias", "learned_pos" (booleans)},
+//    "tokenizer": {"path": "where it came from (may be empty)",
+//                  "embedded": {"offset": O, "nbytes": N}}       ("embedded" optional),
+//    "tensors": [{"name": canonical name (models/formats/model.h), "dtype": "fp32"|"fp16"|"bf16"|"q8_0",
+//                 "shape": [out, in] or [n], "offset": O, "nbytes": N}, ...],   canonical order
+//    "data_size": bytes of the data section,
+//    "source": free-form provenance string}
+//
+// Embedded tokenizer blob (serialised tok::VocabData):
+//   char[8] "ANETOK01"; u32 kind (0 sentencepiece, 1 byte_bpe); str pre; str pre_regex;
+//   u8 flags (1 nfc_normalize, 2 add_bos, 4 add_space_prefix); i32 bos, eos, unk, pad;
+//   u32 n, n x str tokens; u32 n, n x f32 scores; u32 n, n x i32 types; u32 n, n x str merges.
+//   str = u32 length + bytes (no terminator).
+//
+// Loading validates every field (names it in the error) and checks the tensors against
+// canonical_tensors(config). Writing streams tensor by tensor into PATH.tmp.<pid>, fsyncs, renames.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/formats/model.h"
+
+namespace anelab::models {
+
+constexpr char kAnelabMagic[9] = "ANELABMF";
+constexpr uint32_t kAnelabVersion = 1;
+constexpr int64_t kAnelabAlign = 64;
+
+// Reads (memory-maps) an anelab model file. Throws anelab::Error naming the field on any problem.
+Model read_anelab_file(const std::string& path);
+// Parses an anelab file image held in memory (owner keeps the bytes alive; tensors point into them).
+Model parse_anelab(const uint8_t* data, size_t size, std::shared_ptr<const void> owner, const std::string& where);
+bool looks_like_anelab(const uint8_t* data, size_t size);
+
+// Progress callback: (bytes written so far, total bytes).
+using ProgressFn = std::function<void(int64_t, int64_t)>;
+
+// Streaming writer input: the tensor list plus a way to produce each tensor's contents.
+struct TensorWriteSpec {
+  std::string name;
+  DType dtype;                 // dtype stored in the file
+  std::vector<int64_t> shape;
+  // Either raw bytes already in `dtype` (copied as-is) ...
+  const uint8_t* raw = nullptr;
+  // ... or a generator of fp32 values for elements [begin, begin + count) (converted to dtype).
+  std::function<void(int64_t begin, int64_t count, float* out)> fill;
+};
+
+struct AnelabWriteInfo {
+  ModelConfig config;
+  const tok::VocabData* vocab = nullptr;  // embedded when non-null
+  std::string tokenizer_path;
+  std::string source;
+};
+
+// Writes the file atomically; returns the file size.
+int64_t write_anelab_file(const std::string& path, const AnelabWriteInfo& info,
+                          const std::vector<TensorWriteSpec>& tensors, const ProgressFn& progress = {});
+
+// Saves a Model. target dtype (when given) applies to 2-D tensors; 1-D tensors (norms, biases) stay
+// fp32; q8_0 needs rows whose length is a multiple of 32 (other matrices fall back to fp16).
+int64_t save_model(const Model& m, const std::string& path, std::optional<DType> target = {},
+                   const ProgressFn& progress = {});
+// The dtype a tensor of this shape gets in save_model (src = the tensor's current dtype).
+DType stored_dtype(DType src, const std::vector<int64_t>& shape, std::optional<DType> target);
+
+std::vector<uint8_t> serialize_vocab(const tok::VocabData& v);
+tok::VocabData deserialize_vocab(const uint8_t* data, size_t size, const std::string& where);
+
+// libFuzzer-style entry point: parses arbitrary bytes as an anelab file; never crashes, returns 0.
+int fuzz_read_anelab(const uint8_t* data, size_t size);
+
+}  // namespace anelab::models

@@ -1,0 +1,335 @@
+#include "models/formats/model.h"
+
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "framework/core/error.h"
+#include "framework/core/fp16.h"
+
+namespace anelab::models {
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::kF32: return "fp32";
+    case DType::kF16: return "fp16";
+    case DType::kBF16: return "bf16";
+    case DType::kQ8_0: return "q8_0";
+  }
+  return "?";
+}
+
+DType parse_dtype(std::string_view s) {
+  if (s == "fp32" || s == "f32" || s == "float32" || s == "F32") return DType::kF32;
+  if (s == "fp16" || s == "f16" || s == "float16" || s == "F16") return DType::kF16;
+  if (s == "bf16" || s == "bfloat16" || s == "BF16") return DType::kBF16;
+  if (s == "q8_0" || s == "Q8_0") return DType::kQ8_0;
+  fail("model", "unknown dtype '", s, "': use one of fp32, fp16, bf16, q8_0");
+}
+
+int64_t dtype_nbytes(DType t, int64_t n) {
+  if (n < 0) return -1;
+  switch (t) {
+    case DType::kF32: return n * 4;
+    case DType::kF16:
+    case DType::kBF16: return n * 2;
+    case DType::kQ8_0: return n % kQ8Block ? -1 : n / kQ8Block * kQ8BlockBytes;
+  }
+  return -1;
+}
+
+const char* rope_style_name(RopeStyle r) {
+  switch (r) {
+    case RopeStyle::kNone: return "none";
+    case RopeStyle::kAdjacentPairs: return "adjacent_pairs";
+    case RopeStyle::kRotateHalf: return "rotate_half";
+  }
+  return "?";
+}
+const char* norm_type_name(NormType n) { return n == NormType::kRms ? "rms" : "layer"; }
+const char* activation_name(Activation a) { return a == Activation::kSilu ? "silu" : "gelu_tanh"; }
+
+namespace {
+void check_range(const std::string& where, const char* field, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi)
+    fail("model", where, ": config field ", field, " = ", v, " is outside [", lo, ", ", hi,
+         "]; the file is corrupt or not a supported model");
+}
+}  // namespace
+
+void validate_config(const ModelConfig& c, const std::string& where) {
+  if (c.arch != "llama" && c.arch != "gpt2" && c.arch != "qwen2")
+    fail("model", where, ": architecture '", c.arch, "' is not supported (use llama, gpt2 or qwen2)");
+  check_range(where, "dim", c.dim, 1, 1 << 16);
+  check_range(where, "hidden_dim", c.hidden_dim, 1, 1 << 18);
+  check_range(where, "n_layers", c.n_layers, 1, 1024);
+  check_range(where, "n_heads", c.n_heads, 1, 1024);
+  check_range(where, "n_kv_heads", c.n_kv_heads, 1, c.n_heads);
+  check_range(where, "head_dim", c.head_dim, 1, 4096);
+  check_range(where, "vocab_size", c.vocab_size, 1, 1 << 22);
+  check_range(where, "max_seq_len", c.max_seq_len, 1, 1 << 22);
+  if (c.n_heads % c.n_kv_heads)
+    fail("model", where, ": n_heads ", c.n_heads, " is not a multiple of n_kv_heads ", c.n_kv_heads);
+  if (c.rope_style != RopeStyle::kNone && c.head_dim % 2)
+    fail("model", where, ": head_dim ", c.head_dim, " must be even for RoPE");
+  if (!(c.norm_eps > 0.0f && c.norm_eps < 1.0f))
+    fail("model", where, ": norm_eps ", c.norm_eps, " must be in (0, 1)");
+  if (c.rope_style != RopeStyle::kNone && !(c.rope_theta > 1.0f && std::isfinite(c.rope_theta)))
+    fail("model", where, ": rope_theta ", c.rope_theta, " must be a finite value > 1");
+  if (c.learned_pos != (c.rope_style == RopeStyle::kNone))
+    fail("model", where, ": learned positions and rope_style '", rope_style_name(c.rope_style),
+         "' contradict each other (exactly one positional scheme is needed)");
+}
+
+std::string describe_config(const ModelConfig& c) {
+  std::ostringstream os;
+  os << "  arch            " << c.arch << "\n  dim             " << c.dim << "\n  hidden_dim      " << c.hidden_dim
+     << "\n  n_layers        " << c.n_layers << "\n  n_heads         " << c.n_heads << "\n  n_kv_heads      "
+     << c.n_kv_heads << "\n  head_dim        " << c.head_dim << "\n  vocab_size      " << c.vocab_size
+     << "\n  max_seq_len     " << c.max_seq_len << "\n  norm            " << norm_type_name(c.norm) << " (eps "
+     << c.norm_eps << ")\n  activation      " << activation_name(c.activation) << "\n  positions       "
+     << (c.learned_pos ? "learned" : std::string("rope ") + rope_style_name(c.rope_style)) << " (theta "
+     << c.rope_theta << ")\n  tied_embeddings " << (c.tied_embeddings ? "yes" : "no") << "\n  biases          qkv "
+     << (c.qkv_bias ? "yes" : "no") << ", attn_out " << (c.attn_out_bias ? "yes" : "no") << ", mlp "
+     << (c.mlp_bias ? "yes" : "no") << "\n";
+  return os.str();
+}
+
+int64_t TensorSpec::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::vector<TensorSpec> canonical_tensors(const ModelConfig& c) {
+  std::vector<TensorSpec> v;
+  const int64_t d = c.dim, h = c.hidden_dim;
+  const bool ln = c.norm == NormType::kLayer;
+  v.push_back({"tok_embeddings", {c.vocab_size, d}});
+  if (c.learned_pos) v.push_back({"pos_embeddings", {c.max_seq_len, d}});
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    v.push_back({p + "attn_norm", {d}});
+    if (ln) v.push_back({p + "attn_norm_bias", {d}});
+    v.push_back({p + "wq", {c.q_dim(), d}});
+    v.push_back({p + "wk", {c.kv_dim(), d}});
+    v.push_back({p + "wv", {c.kv_dim(), d}});
+    v.push_back({p + "wo", {d, c.q_dim()}});
+    if (c.qkv_bias) {
+      v.push_back({p + "bq", {c.q_dim()}});
+      v.push_back({p + "bk", {c.kv_dim()}});
+      v.push_back({p + "bv", {c.kv_dim()}});
+    }
+    if (c.attn_out_bias) v.push_back({p + "bo", {d}});
+    v.push_back({p + "ffn_norm", {d}});
+    if (ln) v.push_back({p + "ffn_norm_bias", {d}});
+    if (c.activation == Activation::kSilu) {
+      v.push_back({p + "w1", {h, d}});
+      v.push_back({p + "w2", {d, h}});
+      v.push_back({p + "w3", {h, d}});
+    } else {
+      v.push_back({p + "fc", {h, d}});
+      if (c.mlp_bias) v.push_back({p + "fc_bias", {h}});
+      v.push_back({p + "proj", {d, h}});
+      if (c.mlp_bias) v.push_back({p + "proj_bias", {d}});
+    }
+  }
+  v.push_back({"norm", {d}});
+  if (ln) v.push_back({"norm_bias", {d}});
+  if (!c.tied_embeddings) v.push_back({"output", {c.vocab_size, d}});
+  return v;
+}
+
+int64_t parameter_count(const ModelConfig& c) {
+  int64_t n = 0;
+  for (const auto& s : canonical_tensors(c)) n += s.numel();
+  return n;
+}
+
+// ---- Tensor ----
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+const float* Tensor::f32() const {
+  if (dtype != DType::kF32)
+    fail("model", "tensor ", name, " is ", dtype_name(dtype), ", not fp32: use to_f32() for a converted copy");
+  return reinterpret_cast<const float*>(data);
+}
+
+std::vector<float> Tensor::to_f32() const {
+  std::vector<float> out(static_cast<size_t>(numel()));
+  to_f32(0, numel(), out.data());
+  return out;
+}
+
+void Tensor::to_f32(int64_t begin, int64_t count, float* out) const {
+  if (begin < 0 || count < 0 || begin + count > numel())
+    fail("model", "tensor ", name, ": element range [", begin, ", ", begin + count, ") outside ", numel(), " elements");
+  switch (dtype) {
+    case DType::kF32: std::memcpy(out, data + begin * 4, static_cast<size_t>(count) * 4); return;
+    case DType::kF16:
+      half_to_float(reinterpret_cast<const half_bits*>(data) + begin, out, static_cast<size_t>(count));
+      return;
+    case DType::kBF16: bf16_to_f32(reinterpret_cast<const uint16_t*>(data) + begin, out, count); return;
+    case DType::kQ8_0:
+      if (begin % kQ8Block || count % kQ8Block)
+        fail("model", "tensor ", name, ": q8_0 ranges must start and end on 32-element blocks");
+      q8_0_dequantize(data + begin / kQ8Block * kQ8BlockBytes, out, count);
+      return;
+  }
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+std::string Tensor::shape_str() const { return shape_string(shape); }
+
+// ---- Model ----
+
+const Tensor* Model::find(std::string_view name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+const Tensor& Model::tensor(std::string_view name) const {
+  if (const Tensor* t = find(name)) return *t;
+  std::string some;
+  for (size_t i = 0; i < tensors_.size() && i < 6; ++i) some += (i ? ", " : "") + tensors_[i].name;
+  fail("model", "no tensor '", name, "' in ", source_path.empty() ? "model" : source_path, " (", tensors_.size(),
+       " tensors, e.g. ", some, "); see models/formats/model.h for the canonical names");
+}
+
+const Tensor& Model::output_weight() const {
+  return config.tied_embeddings ? tensor("tok_embeddings") : tensor("output");
+}
+
+void Model::add_view(std::string name, DType dtype, std::vector<int64_t> shape, const uint8_t* data, int64_t nbytes,
+                     std::shared_ptr<const void> owner) {
+  Tensor t;
+  t.name = std::move(name);
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  int64_t n = 1;
+  for (int64_t d : t.shape) {
+    if (d <= 0 || d > (int64_t{1} << 40) || n > (int64_t{1} << 40) / d)
+      fail("model", "tensor ", t.name, ": invalid shape ", t.shape_str());
+    n *= d;
+  }
+  if (dtype_nbytes(dtype, n) != nbytes)
+    fail("model", "tensor ", t.name, ": ", nbytes, " bytes do not match shape ", t.shape_str(), " of ",
+         dtype_name(dtype));
+  if (index_.count(t.name)) fail("model", "duplicate tensor ", t.name);
+  t.data = data;
+  t.nbytes = nbytes;
+  t.owner = std::move(owner);
+  index_.emplace(t.name, tensors_.size());
+  tensors_.push_back(std::move(t));
+}
+
+void Model::add_owned(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes) {
+  auto buf = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
+  const uint8_t* p = buf->data();
+  const auto n = static_cast<int64_t>(buf->size());
+  add_view(std::move(name), dtype, std::move(shape), p, n, std::move(buf));
+}
+
+void Model::check_complete(const std::string& where) const {
+  validate_config(config, where);
+  const auto specs = canonical_tensors(config);
+  for (const auto& s : specs) {
+    const Tensor* t = find(s.name);
+    if (!t)
+      fail("model", where, ": tensor ", s.name, " is missing (the ", config.arch,
+           " config needs it); the file is incomplete or its config does not match its tensors");
+    if (t->shape != s.shape)
+      fail("model", where, ": tensor ", s.name, " has shape ", t->shape_str(), " but the config implies ",
+           shape_string(s.shape));
+  }
+  if (specs.size() != tensors_.size()) {
+    for (const auto& t : tensors_) {
+      bool known = false;
+      for (const auto& s : specs) known = known || s.name == t.name;
+      if (!known) fail("model", where, ": unexpected tensor ", t.name, " for this config");
+    }
+  }
+}
+
+int64_t Model::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& t : tensors_) n += t.numel();
+  return n;
+}
+
+int64_t Model::total_bytes() const {
+  int64_t n = 0;
+  for (const auto& t : tensors_) n += t.nbytes;
+  return n;
+}
+
+// ---- conversions ----
+
+void bf16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u = static_cast<uint32_t>(src[i]) << 16;
+    std::memcpy(&dst[i], &u, 4);
+  }
+}
+
+void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &src[i], 4);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x7fffffu)) {
+      dst[i] = static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
+    } else {
+      u += 0x7fffu + ((u >> 16) & 1u);
+      dst[i] = static_cast<uint16_t>(u >> 16);
+    }
+  }
+}
+
+void q8_0_dequantize(const uint8_t* src, float* dst, int64_t n) {
+  for (int64_t b = 0; b < n / kQ8Block; ++b) {
+    const uint8_t* blk = src + b * kQ8BlockBytes;
+    uint16_t hb;
+    std::memcpy(&hb, blk, 2);
+    const float d = half_to_float(hb);
+    const auto* q = reinterpret_cast<const int8_t*>(blk + 2);
+    for (int j = 0; j < kQ8Block; ++j) dst[b * kQ8Block + j] = d * static_cast<float>(q[j]);
+  }
+}
+
+void q8_0_quantize(const float* src, uint8_t* dst, int64_t n) {
+  for (int64_t b = 0; b < n / kQ8Block; ++b) {
+    const float* x = src + b * kQ8Block;
+    float amax = 0.0f;
+    for (int j = 0; j < kQ8Block; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f;
+    const float id = d > 0.0f ? 1.0f / d : 0.0f;
+    uint8_t* blk = dst + b * kQ8BlockBytes;
+    const uint16_t hb = float_to_half(d);
+    std::memcpy(blk, &hb, 2);
+    auto* q = reinterpret_cast<int8_t*>(blk + 2);
+    for (int j = 0; j < kQ8Block; ++j) q[j] = static_cast<int8_t>(std::lround(x[j] * id));
+  }
+}
+
+void f32_to_dtype(const float* src, DType t, uint8_t* dst, int64_t n) {
+  switch (t) {
+    case DType::kF32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
+    case DType::kF16: float_to_half(src, reinterpret_cast<half_bits*>(dst), static_cast<size_t>(n)); return;
+    case DType::kBF16: f32_to_bf16(src, reinterpret_cast<uint16_t*>(dst), n); return;
+    case DType::kQ8_0:
+      if (n % kQ8Block) fail("model", "q8_0 needs a multiple of 32 elements, got ", n);
+      q8_0_quantize(src, dst, n);
+      return;
+  }
+}
+
+}  // namespace anelab::models

@@ -1,0 +1,154 @@
+// The in-memory model every anelab component reads: ModelConfig (hyperparameters), Tensor (a named,
+// typed, shaped view of weight bytes — usually memory-mapped) and Model (config + tensors + optional
+// tokenizer). Training and inference read models ONLY through this API; every converter (llama2.c,
+// safetensors, GGUF, anelab files, random presets) produces the same Model.
+//
+// Canonical tensor naming (all weights [out, in] row-major, like torch nn.Linear.weight):
+//   tok_embeddings              [vocab, dim]
+//   pos_embeddings              [max_seq_len, dim]            learned positions (gpt2 only)
+//   layers.{i}.attn_norm        [dim]        (+ layers.{i}.attn_norm_bias [dim] for LayerNorm)
+//   layers.{i}.wq               [n_heads*head_dim, dim]
+//   layers.{i}.wk, .wv          [n_kv_heads*head_dim, dim]
+//   layers.{i}.wo               [dim, n_heads*head_dim]
+//   layers.{i}.bq / bk / bv     [rows of wq / wk / wv]        when qkv_bias (qwen2, gpt2)
+//   layers.{i}.bo               [dim]                          when attn_out_bias (gpt2)
+//   layers.{i}.ffn_norm         [dim]        (+ layers.{i}.ffn_norm_bias [dim] for LayerNorm)
+//   SwiGLU (silu):  layers.{i}.w1 [hidden, dim] gate, .w2 [dim, hidden] down, .w3 [hidden, dim] up
+//   GELU MLP (gelu_tanh): layers.{i}.fc [hidden, dim] + fc_bias [hidden], .proj [dim, hidden] + proj_bias [dim]
+//   norm                        [dim]        (+ norm_bias [dim] for LayerNorm)
+//   output                      [vocab, dim]                  absent when tied_embeddings
+// canonical_tensors(config) lists exactly these, in this order; every reader checks a model against it.
+//
+// RoPE: kAdjacentPairs rotates (x[2j], x[2j+1]) (llama2.c, GGUF llama); kRotateHalf rotates
+// (x[j], x[j+head_dim/2]) (HF llama/qwen2, GGUF qwen2). q/k weights are stored as the source has them.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "models/tokenizer/vocab.h"
+
+namespace anelab::models {
+
+enum class DType : uint8_t {
+  kF32 = 0,
+  kF16 = 1,
+  kBF16 = 2,
+  kQ8_0 = 3,  // ggml Q8_0: blocks of 32 values along the last (row) axis = fp16 scale d + 32 int8 q; x = d*q
+};
+const char* dtype_name(DType t);                 // "fp32", "fp16", "bf16", "q8_0"
+DType parse_dtype(std::string_view s);           // accepts the names above (+ f32/f16/float32...), throws otherwise
+constexpr int64_t kQ8Block = 32;
+constexpr int64_t kQ8BlockBytes = 34;
+// Bytes needed for n elements (Q8_0: n must be a multiple of 32); returns -1 when n is invalid.
+int64_t dtype_nbytes(DType t, int64_t n);
+
+enum class RopeStyle : uint8_t { kNone = 0, kAdjacentPairs = 1, kRotateHalf = 2 };  // kNone: learned positions
+enum class NormType : uint8_t { kRms = 0, kLayer = 1 };
+enum class Activation : uint8_t { kSilu = 0, kGeluTanh = 1 };  // silu => SwiGLU w1/w2/w3, gelu_tanh => fc/proj
+const char* rope_style_name(RopeStyle r);   // "none", "adjacent_pairs", "rotate_half"
+const char* norm_type_name(NormType n);     // "rms", "layer"
+const char* activation_name(Activation a);  // "silu", "gelu_tanh"
+
+struct ModelConfig {
+  std::string arch = "llama";  // "llama" | "gpt2" | "qwen2"
+  int64_t dim = 0;             // model width (embedding size)
+  int64_t hidden_dim = 0;      // feed-forward width
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;      // == n_heads without GQA
+  int64_t head_dim = 0;        // usually dim / n_heads (qwen3: 128 with dim 1024, 16 heads)
+  int64_t vocab_size = 0;
+  int64_t max_seq_len = 0;     // context length (gpt2: rows of pos_embeddings)
+  float norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  RopeStyle rope_style = RopeStyle::kAdjacentPairs;
+  bool tied_embeddings = true;  // output = tok_embeddings (no `output` tensor)
+  bool qkv_bias = false;        // bq/bk/bv present
+  bool attn_out_bias = false;   // bo present (gpt2)
+  bool mlp_bias = false;        // fc_bias/proj_bias present (gpt2)
+  NormType norm = NormType::kRms;
+  Activation activation = Activation::kSilu;
+  bool learned_pos = false;     // pos_embeddings present (gpt2)
+
+  int64_t q_dim() const { return n_heads * head_dim; }
+  int64_t kv_dim() const { return n_kv_heads * head_dim; }
+  bool operator==(const ModelConfig&) const = default;
+};
+
+// Throws anelab::Error naming the field, its value and the accepted range when a config is unusable
+// (non-positive or absurd sizes, n_heads % n_kv_heads != 0, inconsistent flags, ...).
+void validate_config(const ModelConfig& c, const std::string& where);
+std::string describe_config(const ModelConfig& c);  // one line per field, for `anelab info`
+
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;  // [out, in] for matrices
+  int64_t numel() const;
+};
+std::vector<TensorSpec> canonical_tensors(const ModelConfig& c);
+int64_t parameter_count(const ModelConfig& c);
+std::string shape_string(const std::vector<int64_t>& shape);  // "[64, 172]"
+
+struct Tensor {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;  // nbytes bytes, owned by `owner` (a mapping or a heap buffer)
+  int64_t nbytes = 0;
+  std::shared_ptr<const void> owner;
+
+  int64_t numel() const;
+  int64_t rows() const { return shape.empty() ? 1 : shape[0]; }
+  int64_t cols() const { return shape.size() < 2 ? numel() : numel() / shape[0]; }
+  const float* f32() const;  // direct pointer; throws unless dtype is fp32
+  std::vector<float> to_f32() const;  // dequantised copy (fp16/bf16/q8_0 -> fp32)
+  // Dequantises elements [begin, begin+count) into out (q8_0: begin and count multiples of 32).
+  void to_f32(int64_t begin, int64_t count, float* out) const;
+  std::string shape_str() const;  // "[64, 172]"
+};
+
+class Model {
+ public:
+  ModelConfig config;
+  std::optional<tok::VocabData> vocab;  // embedded tokenizer, when the source had one
+  std::string tokenizer_path;           // where the tokenizer came from / lives (may be empty)
+  std::string source_format;            // "anelab", "llama2c", "safetensors", "gguf", "random"
+  std::string source_path;
+
+  const Tensor& tensor(std::string_view name) const;  // throws "[model] no tensor NAME (has: ...)"
+  const Tensor* find(std::string_view name) const;    // nullptr when absent
+  bool has(std::string_view name) const { return find(name) != nullptr; }
+  const std::vector<Tensor>& tensors() const { return tensors_; }
+  // The output projection: `output`, or `tok_embeddings` when tied.
+  const Tensor& output_weight() const;
+
+  // Adds a view over bytes kept alive by owner (shape/dtype/nbytes consistency is checked).
+  void add_view(std::string name, DType dtype, std::vector<int64_t> shape, const uint8_t* data,
+                int64_t nbytes, std::shared_ptr<const void> owner);
+  // Adds a tensor that owns its bytes.
+  void add_owned(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes);
+  // Checks that the tensor set is exactly canonical_tensors(config) with matching shapes;
+  // the error names the first missing / unexpected / mis-shaped tensor and `where`.
+  void check_complete(const std::string& where) const;
+  int64_t parameter_count() const;
+  int64_t total_bytes() const;
+
+ private:
+  std::vector<Tensor> tensors_;
+  std::map<std::string, size_t, std::less<>> index_;
+};
+
+// Format conversion helpers (n elements).
+void bf16_to_f32(const uint16_t* src, float* dst, int64_t n);
+void f32_to_bf16(const float* src, uint16_t* dst, int64_t n);  // round to nearest even, NaN kept
+void q8_0_dequantize(const uint8_t* src, float* dst, int64_t n);  // n multiple of 32
+void q8_0_quantize(const float* src, uint8_t* dst, int64_t n);    // n multiple of 32
+// Converts n fp32 values into dst in dtype t (dst must hold dtype_nbytes(t, n) bytes).
+void f32_to_dtype(const float* src, DType t, uint8_t* dst, int64_t n);
+
+}  // namespace anelab::models
