@@ -1,0 +1,123 @@
+// The ANE weight-blob format: byte-exact layout (digest §3.1/3.2), multi-chunk files, int8 payloads,
+// and rejection of corrupt files.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "framework/core/error.h"
+#include "framework/mil/blob.h"
+
+namespace anelab::mil {
+namespace {
+
+uint32_t u32(const std::vector<uint8_t>& b, size_t off) {
+  uint32_t v;
+  std::memcpy(&v, b.data() + off, 4);
+  return v;
+}
+
+TEST(Blob, SingleFp16ChunkLayoutIsByteExact) {
+  BlobWriter w;
+  std::vector<float> vals = {1.0f, -2.0f, 0.5f, 65504.0f};
+  uint64_t off = w.add_fp16(vals);
+  const auto& b = w.bytes();
+  EXPECT_EQ(off, 64u);
+  ASSERT_EQ(b.size(), 128u + 8u);  // 64 file header + 64 chunk header + 4 fp16
+  EXPECT_EQ(b[0], 0x01);
+  EXPECT_EQ(b[4], 0x02);
+  for (size_t i : {1, 2, 3, 5, 6, 63}) EXPECT_EQ(b[i], 0) << i;
+  EXPECT_EQ(b[64], 0xEF);
+  EXPECT_EQ(b[65], 0xBE);
+  EXPECT_EQ(b[66], 0xAD);
+  EXPECT_EQ(b[67], 0xDE);
+  EXPECT_EQ(b[68], 0x01);
+  EXPECT_EQ(u32(b, 72), 8u);    // data_size
+  EXPECT_EQ(u32(b, 80), 128u);  // absolute data_offset
+  for (size_t i = 84; i < 128; ++i) EXPECT_EQ(b[i], 0) << i;
+  // fp16 bit patterns: 1.0 = 0x3C00, -2.0 = 0xC000, 0.5 = 0x3800, 65504 = 0x7BFF
+  const uint16_t expect[] = {0x3C00, 0xC000, 0x3800, 0x7BFF};
+  for (int i = 0; i < 4; ++i) {
+    uint16_t h;
+    std::memcpy(&h, b.data() + 128 + 2 * i, 2);
+    EXPECT_EQ(h, expect[i]);
+  }
+}
+
+TEST(Blob, SeveralChunksOffsetsAndReadBack) {
+  BlobWriter w;
+  std::vector<float> q(6), k(6);
+  for (int i = 0; i < 6; ++i) q[i] = static_cast<float>(i), k[i] = -static_cast<float>(i);
+  std::vector<int8_t> qi = {-128, -1, 0, 1, 127};
+  uint64_t o1 = w.add_fp16(q), o2 = w.add_fp16(k), o3 = w.add_int8(qi);
+  EXPECT_EQ(o1, 64u);
+  EXPECT_EQ(o2, 64u + 64 + 12);       // chunk i starts at 64 + sum(64 + payload_j)
+  EXPECT_EQ(o3, o2 + 64 + 12);
+  auto bytes = w.take();
+  EXPECT_EQ(u32(bytes, o2 + 16), o2 + 64);
+  BlobReader r(bytes, "w.bin");
+  auto chunks = r.chunks();
+  ASSERT_EQ(chunks.size(), 3u);
+  EXPECT_EQ(chunks[2].data_size, 5u);
+  EXPECT_EQ(r.read_f32(o2, tensor_type(DType::kFp16, {2, 3})), k);
+  auto iv = r.read_f32(o3, tensor_type(DType::kInt8, {5}));
+  EXPECT_EQ(iv, (std::vector<float>{-128, -1, 0, 1, 127}));
+}
+
+TEST(Blob, TransposedWeights) {
+  BlobWriter w;
+  std::vector<float> m = {1, 2, 3, 4, 5, 6};  // [2, 3]
+  uint64_t off = w.add_fp16_transposed(m, 2, 3);
+  BlobReader r(w.bytes(), "t.bin");
+  EXPECT_EQ(r.read_f32(off, tensor_type(DType::kFp16, {3, 2})), (std::vector<float>{1, 4, 2, 5, 3, 6}));
+}
+
+TEST(Blob, CorruptFilesAreRejected) {
+  BlobWriter w;
+  std::vector<float> v(16, 1.0f);
+  uint64_t off = w.add_fp16(v);
+  auto good = w.take();
+  TensorType t = tensor_type(DType::kFp16, {16});
+  // Offset pointing at the payload instead of the chunk header (a bug seen in the probes).
+  {
+    BlobReader r(good, "g.bin");
+    EXPECT_THROW(r.payload(off + 64, t), Error);
+    EXPECT_THROW(r.payload(off, tensor_type(DType::kFp16, {8})), Error);  // data_size mismatch
+    EXPECT_THROW(r.payload(0, t), Error);                                 // file header
+    EXPECT_THROW(r.payload(1 << 20, t), Error);                           // past EOF
+  }
+  for (size_t len = 0; len < good.size(); ++len) {
+    std::vector<uint8_t> cut(good.begin(), good.begin() + static_cast<long>(len));
+    EXPECT_THROW(
+        {
+          BlobReader r(cut, "cut.bin");
+          r.payload(off, t);
+        },
+        Error)
+        << len;
+  }
+  auto bad = good;
+  bad[64] = 0;  // magic
+  EXPECT_THROW(BlobReader(bad, "b.bin").payload(off, t), Error);
+  bad = good;
+  bad[72 + 2] = 0x08;  // the probes' hard-coded data_size (524288)
+  EXPECT_THROW(BlobReader(bad, "b.bin").payload(off, t), Error);
+  bad = good;
+  bad[80] = 10;  // data_offset inside the header
+  EXPECT_THROW(BlobReader(bad, "b.bin").payload(off, t), Error);
+  // Random garbage never crashes.
+  std::mt19937 rng(7);
+  for (int i = 0; i < 2000; ++i) {
+    auto g = good;
+    g[rng() % g.size()] = static_cast<uint8_t>(rng());
+    try {
+      BlobReader r(g, "fuzz.bin");
+      r.chunks();
+      r.payload(off, t);
+    } catch (const Error&) {
+    }
+  }
+}
+
+}  // namespace
+}  // namespace anelab::mil
