@@ -13,6 +13,11 @@ int main(int argc, char** argv) {
   anelab::cli::add_bench_commands(app);
   anelab::cli::add_model_commands(app);
   anelab::cli::add_tokenize_command(app);
+  anelab::cli::add_train_command(app);
+  anelab::cli::add_infer_command(app);
+  anelab::cli::add_serve_command(app);
+  anelab::cli::add_dashboard_command(app);
+  anelab::cli::add_probe_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

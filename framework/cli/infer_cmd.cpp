@@ -1,0 +1,5 @@
+#include "framework/cli/commands.h"
+
+namespace anelab::cli {
+void add_infer_command(CLI::App& app) {}  // placeholder until this area lands
+}  // namespace anelab::cli
