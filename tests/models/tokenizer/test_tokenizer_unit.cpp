@@ -1,0 +1,415 @@
+// Unit tests: UTF-8/Unicode tables and NFC (checked against Python's unicodedata), pre-tokenizer regex
+// semantics, special tokens, streaming decode, error handling for bad input and corrupt files, fuzzing,
+// the Qwen2.5 chat template and the token-file layouts of `anelab tokenize`.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "framework/core/error.h"
+#include "models/tokenizer/chat_template.h"
+#include "models/tokenizer/pretokenize.h"
+#include "models/tokenizer/token_file.h"
+#include "models/tokenizer/tokenizer.h"
+#include "models/tokenizer/unicode.h"
+#include "tests/models/tokenizer/tok_test_util.h"
+
+namespace anelab::tok {
+namespace {
+
+const Tokenizer& cached(const std::string& rel) {
+  static std::map<std::string, std::unique_ptr<Tokenizer>> cache;
+  auto& t = cache[rel];
+  if (!t) t = load_tokenizer(anelab::test::data_path(rel));
+  return *t;
+}
+
+const char* kAllTokenizers[] = {"llama2c/tokenizer.bin", "llama2c/tok512.bin", "gpt2", "qwen/tokenizer.json"};
+
+std::string run_python(const std::string& script, const std::string& input) {
+  const auto dir = anelab::test::temp_dir("py");
+  const std::string in = (dir / "in.bin").string(), py = (dir / "s.py").string(), out = (dir / "out.bin").string();
+  write_file_atomic(in, input);
+  write_file_atomic(py, script);
+  const std::string cmd = "/usr/bin/python3 " + py + " " + in + " " + out;
+  if (std::system(cmd.c_str()) != 0) return "<python failed>";
+  return read_file_text(out);
+}
+
+// ---- Unicode ---------------------------------------------------------------------------------------
+
+TEST(Unicode, Utf8DecoderRejectsMalformedSequences) {
+  char32_t cp;
+  EXPECT_EQ(utf8_decode("\xC3\xA9", 0, &cp), 2);
+  EXPECT_EQ(cp, 0xE9u);
+  EXPECT_EQ(utf8_decode("\xF0\x9F\xA6\x99", 0, &cp), 4);
+  EXPECT_EQ(cp, 0x1F999u);
+  for (std::string bad : {"\xC0\x80", "\xE0\x80\x80", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xC3", "\x80", "\xFF",
+                          "\xE2\x82", "\xF8\x88\x80\x80\x80"})
+    EXPECT_EQ(utf8_decode(bad, 0, &cp), 0) << "accepted a malformed sequence of " << bad.size() << " bytes";
+  EXPECT_EQ(utf8_find_invalid("ab\xC3\xA9z\xFFq"), 5u);
+  EXPECT_EQ(utf8_replace_invalid("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+}
+
+TEST(Unicode, ClassesMatchPythonUnicodedata) {
+  // Every 7th code point plus a few edges, classified by Python; compared with the generated tables.
+  std::string cps;
+  for (uint32_t c = 0; c < 0x110000; c += (c < 0x3000 ? 1 : 7)) {
+    if (c >= 0xD800 && c <= 0xDFFF) continue;
+    cps += std::to_string(c) + "\n";
+  }
+  const std::string py =
+      "import sys, unicodedata as u\n"
+      "ws={0x9,0xa,0xb,0xc,0xd,0x20,0x85,0xa0,0x1680,0x2028,0x2029,0x202f,0x205f,0x3000}|set(range(0x2000,0x200b))\n"
+      "out=[]\n"
+      "for l in open(sys.argv[1]).read().split():\n"
+      "  c=int(l); k=u.category(chr(c))[0]\n"
+      "  out.append(str((1 if k=='L' else 2 if k=='N' else 0)|(4 if c in ws else 0)))\n"
+      "open(sys.argv[2],'w').write(' '.join(out))\n";
+  const std::string got_py = run_python(py, cps);
+  ASSERT_NE(got_py, "<python failed>");
+  std::istringstream a(cps), b(got_py);
+  uint32_t c;
+  int want, n = 0, bad = 0;
+  while (a >> c && b >> want) {
+    const int got = char_class(c) & (kClsLetter | kClsNumber | kClsSpace);
+    if (got != want && bad++ < 5) ADD_FAILURE() << "U+" << std::hex << c << ": got " << got << " want " << want;
+    ++n;
+  }
+  EXPECT_GT(n, 150000);
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(Unicode, NfcMatchesPython) {
+  // Random sequences over characters that exercise decomposition, reordering, composition, exclusions,
+  // singletons and Hangul; normalized here and by Python, compared line by line.
+  const char32_t pool[] = {'a', 'e', 'o', 'A', ' ', 0x300, 0x301, 0x302, 0x308, 0x323, 0x327, 0x328, 0x31B, 0x345,
+                           0x3B1, 0x399, 0x1F00, 0xE9, 0x1EC7, 0x212B, 0x2126, 0x340, 0x344, 0x958, 0x915, 0x93C,
+                           0x1100, 0x1161, 0x11A8, 0xAC00, 0xAC01, 0x1B05, 0x1B35, 0x5D1, 0x5BC, 0xFB2C, 0x0F73,
+                           0x1D15E, 0x1D165, 0x4E2D, 0x0CC6, 0x0CC2, 0x0CD5, 0x3099, 0x304B, 0x30A6};
+  std::mt19937 rng(7);
+  std::string input;
+  std::vector<std::string> lines;
+  for (int i = 0; i < 3000; ++i) {
+    std::string s;
+    const int len = 1 + rng() % 8;
+    for (int k = 0; k < len; ++k) utf8_append(s, pool[rng() % std::size(pool)]);
+    lines.push_back(s);
+    input += s + "\n";
+  }
+  const std::string py =
+      "import sys, unicodedata as u\n"
+      "t=open(sys.argv[1],encoding='utf-8').read()\n"
+      "open(sys.argv[2],'w',encoding='utf-8').write(''.join(u.normalize('NFC',l)+'\\n' for l in t.split('\\n')[:-1]))\n";
+  const std::string want = run_python(py, input);
+  ASSERT_NE(want, "<python failed>");
+  std::istringstream w(want);
+  std::string line;
+  int bad = 0;
+  for (const auto& s : lines) {
+    std::getline(w, line);
+    if (nfc(s) != line && bad++ < 5) ADD_FAILURE() << "NFC differs for input of " << s.size() << " bytes";
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(nfc("plain ascii"), "plain ascii");
+}
+
+// ---- Pre-tokenizers (expected splits derived by hand from the regex semantics) -------------------------
+
+std::vector<std::string> split(std::string_view s, PreTokenizer p) {
+  std::vector<std::pair<uint32_t, uint32_t>> r;
+  pretokenize(s, p, r);
+  std::vector<std::string> out;
+  for (auto [a, b] : r) out.emplace_back(s.substr(a, b - a));
+  return out;
+}
+
+TEST(PreTokenizer, Gpt2RegexSemantics) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(split("Hello world", PreTokenizer::kGpt2), (V{"Hello", " world"}));
+  EXPECT_EQ(split("a  b", PreTokenizer::kGpt2), (V{"a", " ", " b"}));
+  EXPECT_EQ(split("a   ", PreTokenizer::kGpt2), (V{"a", "   "}));
+  EXPECT_EQ(split("it's 42!!", PreTokenizer::kGpt2), (V{"it", "'s", " 42", "!!"}));
+  EXPECT_EQ(split("x\n\n y", PreTokenizer::kGpt2), (V{"x", "\n\n", " y"}));
+  EXPECT_EQ(split("I'VE", PreTokenizer::kGpt2), (V{"I", "'", "VE"}));
+}
+
+TEST(PreTokenizer, Qwen2RegexSemantics) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(split("I'VE 123", PreTokenizer::kQwen2), (V{"I", "'VE", " ", "1", "2", "3"}));
+  EXPECT_EQ(split("\"Hi\" ok", PreTokenizer::kQwen2), (V{"\"Hi", "\"", " ok"}));
+  EXPECT_EQ(split("a.\n\nb", PreTokenizer::kQwen2), (V{"a", ".\n\n", "b"}));
+  EXPECT_EQ(split("a \n  b", PreTokenizer::kQwen2), (V{"a", " \n", " ", " b"}));
+  EXPECT_EQ(split("\tword", PreTokenizer::kQwen2), (V{"\tword"}));
+}
+
+TEST(PreTokenizer, SelectionByRegexAndName) {
+  EXPECT_EQ(select_pretokenizer("", pretokenizer_regex(PreTokenizer::kQwen2)), PreTokenizer::kQwen2);
+  EXPECT_EQ(select_pretokenizer("gpt2", ""), PreTokenizer::kGpt2);
+  EXPECT_THROW(select_pretokenizer("", "\\w+"), Error);
+  EXPECT_THROW(select_pretokenizer("llama-bpe", ""), Error);
+}
+
+// ---- Behaviour ---------------------------------------------------------------------------------------
+
+TEST(Tokenizer, EmptyInputAndBosEos) {
+  for (const char* t : kAllTokenizers) {
+    ANELAB_REQUIRE_DATA(t);
+    const Tokenizer& tok = cached(t);
+    EXPECT_TRUE(tok.encode("").empty()) << t;
+    EXPECT_EQ(tok.decode(std::vector<int32_t>{}), "") << t;
+  }
+  ANELAB_REQUIRE_DATA("llama2c/tokenizer.bin");
+  const Tokenizer& l = cached("llama2c/tokenizer.bin");
+  EncodeOptions o;
+  o.add_bos = o.add_eos = true;
+  const auto ids = l.encode("Hi", o);
+  ASSERT_GE(ids.size(), 3u);
+  EXPECT_EQ(ids.front(), 1);
+  EXPECT_EQ(ids.back(), 2);
+  EXPECT_EQ(l.decode(ids), "Hi");
+}
+
+TEST(Tokenizer, SpecialTokensOnlyWhenAllowed) {
+  ANELAB_REQUIRE_DATA("qwen/tokenizer.json");
+  ANELAB_REQUIRE_DATA("gpt2");
+  ANELAB_REQUIRE_DATA("llama2c/tokenizer.bin");
+  const Tokenizer& q = cached("qwen/tokenizer.json");
+  const int32_t im_start = q.token_to_id("<|im_start|>");
+  ASSERT_GT(im_start, 0);
+  EncodeOptions allow;
+  allow.allow_special = true;
+  const std::string text = "<|im_start|>user\nhi<|im_end|>";
+  const auto plain = q.encode(text);
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), im_start), 0);
+  EXPECT_EQ(q.decode(plain), text);
+  const auto special = q.encode(text, allow);
+  ASSERT_FALSE(special.empty());
+  EXPECT_EQ(special.front(), im_start);
+  EXPECT_EQ(special.back(), q.token_to_id("<|im_end|>"));
+  EXPECT_EQ(q.decode(special, /*keep_special=*/true), text);
+  EXPECT_EQ(q.decode(special), "user\nhi");
+  // Non-special added tokens are matched like Hugging Face does.
+  EXPECT_EQ(q.encode("<tool_call>"), std::vector<int32_t>{q.token_to_id("<tool_call>")});
+
+  const Tokenizer& g = cached("gpt2");
+  EXPECT_NE(g.encode("<|endoftext|>"), std::vector<int32_t>{50256});
+  EXPECT_EQ(g.encode("<|endoftext|>", allow), std::vector<int32_t>{50256});
+
+  const Tokenizer& l = cached("llama2c/tokenizer.bin");
+  const auto s = l.encode("<s>Hi</s>", allow);
+  EXPECT_EQ(s.front(), 1);
+  EXPECT_EQ(s.back(), 2);
+  EXPECT_EQ(l.decode(s, true), "<s>Hi</s>");
+  const auto p = l.encode("<s>");
+  EXPECT_EQ(std::count(p.begin(), p.end(), 1), 0);
+}
+
+TEST(Tokenizer, StreamingDecodeMatchesRunC) {
+  ANELAB_REQUIRE_DATA("llama2c/tokenizer.bin");
+  const Tokenizer& l = cached("llama2c/tokenizer.bin");
+  const std::string text = "Once upon a time, 🦙 said\nhi.";
+  EncodeOptions o;
+  o.add_bos = true;
+  const auto ids = l.encode(text, o);
+  std::string streamed;
+  for (size_t i = 1; i < ids.size(); ++i) streamed += l.decode_token(ids[i - 1], ids[i]);
+  EXPECT_EQ(streamed, text);
+  EXPECT_EQ(l.decode_token(-1, ids[1]), " Once");  // no BOS before it: the space stays (run.c)
+}
+
+TEST(Tokenizer, InvalidUtf8IsAnErrorOrReplaced) {
+  for (const char* t : kAllTokenizers) {
+    ANELAB_REQUIRE_DATA(t);
+    const Tokenizer& tok = cached(t);
+    try {
+      tok.encode("abc\xFF" "def");
+      ADD_FAILURE() << t << ": no error for invalid UTF-8";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("byte offset 3"), std::string::npos) << e.what();
+    }
+    EncodeOptions rep;
+    rep.invalid_utf8 = InvalidUtf8::kReplace;
+    EXPECT_EQ(tok.decode(tok.encode("abc\xFF" "def", rep)), "abc\xEF\xBF\xBD" "def") << t;
+  }
+}
+
+TEST(Tokenizer, UnknownIdsInDecodeThrow) {
+  for (const char* t : kAllTokenizers) {
+    ANELAB_REQUIRE_DATA(t);
+    const Tokenizer& tok = cached(t);
+    EXPECT_THROW(tok.decode(std::vector<int32_t>{tok.vocab_size()}), Error) << t;
+    EXPECT_THROW(tok.decode(std::vector<int32_t>{-1}), Error) << t;
+    EXPECT_THROW(tok.decode_token(-1, tok.vocab_size() + 5), Error) << t;
+    EXPECT_THROW(tok.token_text(-3), Error) << t;
+  }
+}
+
+TEST(Tokenizer, FuzzRandomBytesAndIds) {
+  std::mt19937 rng(1234);
+  for (const char* t : kAllTokenizers) {
+    ANELAB_REQUIRE_DATA(t);
+    const Tokenizer& tok = cached(t);
+    for (int it = 0; it < 300; ++it) {
+      std::string s(rng() % 64, '\0');
+      for (char& c : s) c = static_cast<char>(rng() % 4 == 0 ? rng() % 256 : " aé\n'1!\x80\xE2"[rng() % 10]);
+      try {
+        tok.encode(s);
+      } catch (const Error&) {
+      }
+      EncodeOptions rep;
+      rep.invalid_utf8 = InvalidUtf8::kReplace;
+      rep.allow_special = it % 2;
+      const std::string fixed = utf8_replace_invalid(s);
+      const auto ids = tok.encode(s, rep);
+      const std::string want = tok.vocab().nfc_normalize ? nfc(fixed) : fixed;
+      EXPECT_EQ(tok.decode(ids, true), want) << t << " iteration " << it;
+      std::vector<int32_t> rid(rng() % 16);
+      for (auto& x : rid) x = static_cast<int32_t>(rng() % (tok.vocab_size() + 10)) - 5;
+      try {
+        tok.decode(rid);
+      } catch (const Error&) {
+      }
+    }
+  }
+}
+
+// ---- Corrupt inputs ------------------------------------------------------------------------------------
+
+TEST(Loaders, TruncatedAndCorruptTokenizerBin) {
+  ANELAB_REQUIRE_DATA("llama2c/tok512.bin");
+  const auto bytes = read_file_bytes(anelab::test::data_path("llama2c/tok512.bin"));
+  EXPECT_EQ(parse_vocab_llama2c(bytes.data(), bytes.size(), "tok512").tokens.size(), 512u);
+  int errors = 0;
+  for (size_t cut : {size_t{0}, size_t{3}, size_t{4}, size_t{9}, size_t{13}, bytes.size() / 2, bytes.size() - 1}) {
+    try {
+      parse_vocab_llama2c(bytes.data(), cut, "cut");
+    } catch (const Error& e) {
+      ++errors;
+      if (cut > 4) EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(errors, 7);
+  auto bad = bytes;
+  bad[8] = 0x7F;  // token 0 length -> huge
+  EXPECT_THROW(parse_vocab_llama2c(bad.data(), bad.size(), "bad"), Error);
+  std::mt19937 rng(5);
+  for (int i = 0; i < 200; ++i) {  // random corruption: an Error or a usable vocab, never a crash
+    auto c = bytes;
+    for (int k = 0; k < 4; ++k) c[rng() % c.size()] = static_cast<uint8_t>(rng());
+    try {
+      auto tok = make_tokenizer(parse_vocab_llama2c(c.data(), c.size(), "fuzz"));
+      tok->decode(tok->encode("Hello world"));
+    } catch (const Error&) {
+    }
+  }
+  EXPECT_THROW(load_tokenizer("/nonexistent/tokenizer.bin"), Error);
+}
+
+TEST(Loaders, MalformedJsonVocabs) {
+  for (std::string j : {"", "{", "[]", "{\"model\": 3}", "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}",
+                        R"({"model": {"vocab": {"a": 0}, "merges": []}})",  // no pre-tokenizer
+                        R"({"model": {"vocab": {"a": "x"}, "merges": []}})",
+                        R"({"model": {"vocab": {"a": 0, "b": 0}, "merges": []}})",
+                        R"({"model": {"vocab": {"a": 0}, "merges": [3]}, "pre_tokenizer": {"type": "ByteLevel"}})",
+                        R"({"model": {"vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "ByteLevel"}})"}) {
+    EXPECT_THROW(make_tokenizer(parse_vocab_hf_json(j, "t.json")), Error) << j;
+  }
+  EXPECT_THROW(parse_vocab_gpt2("{\"a\": 5}", "#version: 0.2\na b\n", "g"), Error);
+  EXPECT_THROW(parse_vocab_gpt2("not json", "", "g"), Error);
+  EXPECT_THROW(parse_vocab_gpt2("{\"a\": 0}", "#version: 0.2\n", "g"), Error);
+  ANELAB_REQUIRE_DATA("gpt2/encoder.json");
+  const std::string enc = read_file_text(anelab::test::data_path("gpt2/encoder.json"));
+  EXPECT_THROW(make_tokenizer(parse_vocab_gpt2(enc, "#version: 0.2\nzzzqqq xx\n", "g")), Error);  // unknown merge
+  EXPECT_THROW(parse_vocab_gpt2(enc.substr(0, enc.size() / 2), "a b\n", "g"), Error);               // truncated JSON
+}
+
+// ---- Chat template -------------------------------------------------------------------------------------
+
+TEST(ChatTemplate, Qwen25MatchesJinjaByHand) {
+  // Expected strings derived by reading qwen2.5_chat_template.jinja (no tools branch).
+  EXPECT_EQ(apply_qwen25_chat_template({{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"},
+                                        {"user", "2+2?"}}, true),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(apply_qwen25_chat_template({{"user", "Hi"}}, false),
+            "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n");
+  EXPECT_EQ(apply_qwen25_chat_template({{"user", "q"}, {"tool", "r1"}, {"tool", "r2"}, {"system", "s2"}}, false),
+            "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+            "<|im_start|>user\nq<|im_end|>\n<|im_start|>user\n<tool_response>\nr1\n</tool_response>\n"
+            "<tool_response>\nr2\n</tool_response><|im_end|>\n<|im_start|>system\ns2<|im_end|>\n");
+  EXPECT_THROW(apply_qwen25_chat_template({{"robot", "x"}}, false), Error);
+  ANELAB_REQUIRE_DATA("qwen/qwen2.5_chat_template.jinja");
+  const std::string jinja = read_file_text(anelab::test::data_path("qwen/qwen2.5_chat_template.jinja"));
+  EXPECT_NE(jinja.find(kQwen25DefaultSystem), std::string::npos);  // the default system text is the file's
+  ANELAB_REQUIRE_DATA("qwen/tokenizer.json");
+  const Tokenizer& q = cached("qwen/tokenizer.json");
+  EncodeOptions allow;
+  allow.allow_special = true;
+  const auto ids = q.encode(apply_qwen25_chat_template({{"user", "Hi"}}, true), allow);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), q.token_to_id("<|im_start|>")), 3);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), q.token_to_id("<|im_end|>")), 2);
+}
+
+// ---- Token files (anelab tokenize) ---------------------------------------------------------------------
+
+TEST(TokenFile, ParagraphSplitting) {
+  using V = std::vector<std::string_view>;
+  EXPECT_EQ(split_paragraphs("a\n\nb\n\n"), (V{"a", "b"}));
+  EXPECT_EQ(split_paragraphs("a \nx\n\n\nb"), (V{"a \nx", "\nb"}));
+  EXPECT_EQ(split_paragraphs("a\n\n\n\nb\n"), (V{"a", "", "b\n"}));
+  EXPECT_TRUE(split_paragraphs("").empty());
+}
+
+TEST(TokenFile, WriteReadAndSidecar) {
+  ANELAB_REQUIRE_DATA("llama2c/tok512.bin");
+  ANELAB_REQUIRE_DATA("qwen/tokenizer.json");
+  const auto dir = anelab::test::temp_dir("tokfile");
+  const std::string text = "One day.\n\nTwo days, 🦙.\n\n";
+  for (const char* t : {"llama2c/tok512.bin", "qwen/tokenizer.json"}) {
+    const Tokenizer& tok = cached(t);
+    const std::string out = (dir / "out.bin").string();
+    const auto info = write_token_file(tok, text, out, t);
+    const auto ids = read_token_file(out);
+    ASSERT_EQ(static_cast<int64_t>(ids.size()), info.n_tokens);
+    EXPECT_EQ(info.n_documents, 2);
+    const int32_t sep = document_separator(tok);
+    ASSERT_GE(sep, 0);
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), sep), 2);
+    EXPECT_EQ(ids.front(), sep);
+    std::vector<int32_t> want;
+    for (auto p : {"One day.", "Two days, 🦙."}) {
+      auto e = tok.encode(p);
+      want.push_back(sep);
+      want.insert(want.end(), e.begin(), e.end());
+    }
+    EXPECT_EQ(ids, want);
+    const auto meta = nlohmann::json::parse(read_file_text(out + ".json"));
+    EXPECT_EQ(meta["format"], "anelab-tokens");
+    EXPECT_EQ(meta["dtype"], tok.vocab_size() > 65536 ? "uint32" : "uint16");
+    EXPECT_EQ(std::filesystem::file_size(out), ids.size() * (tok.vocab_size() > 65536 ? 4 : 2));
+  }
+  // Corrupt sidecar / size mismatch are errors.
+  const std::string out = (dir / "out.bin").string();
+  write_file_atomic(out + ".json", std::string("{\"format\":\"x\"}"));
+  EXPECT_THROW(read_token_file(out), Error);
+}
+
+TEST(TokenFile, IdLinesRoundTripAndErrors) {
+  ANELAB_REQUIRE_DATA("gpt2");
+  const Tokenizer& g = cached("gpt2");
+  const std::string text = "Hello there.\n\n\n\nSecond  para \nline.\n\n";
+  const std::string lines = encode_id_lines(g, text);
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 3);
+  EXPECT_EQ(decode_id_lines(g, lines), text);
+  EXPECT_THROW(decode_id_lines(g, "1 2 x\n"), Error);
+  EXPECT_THROW(decode_id_lines(g, "99999999\n"), Error);
+}
+
+}  // namespace
+}  // namespace anelab::tok
