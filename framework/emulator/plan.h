@@ -1,0 +1,128 @@
+// The emulator's execution plan (internal to framework/emulator).
+//
+// compile() lowers every MIL function to a FunctionPlan:
+//   - every value (function input, const, op output) is an fp32 array holding values that are exactly
+//     representable in the value's declared dtype (fp16 values are fp16-rounded, int8 values integral);
+//   - consts (inline, BLOBFILE, constexpr_affine_dequantize) are decoded once into `consts`;
+//   - op outputs and per-op scratch live in one arena allocated at compile time; slots are reused by
+//     liveness (a slot is freed after the last op that reads it);
+//   - each op becomes a Step: a kernel function pointer plus resolved input/output/scratch pointers and
+//     op parameters. evaluate() walks the steps; nothing is allocated while it runs.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/mil/types.h"
+
+namespace anelab::emu {
+
+// 64-byte aligned float storage (owning).
+struct AlignedFloats {
+  AlignedFloats() = default;
+  explicit AlignedFloats(size_t n);
+  float* data() const { return p_.get(); }
+  size_t size() const { return n_; }
+
+ private:
+  struct Free {
+    void operator()(float* p) const;
+  };
+  std::unique_ptr<float, Free> p_;
+  size_t n_ = 0;
+};
+
+// One batched row-major GEMM: for each batch b, C_b[m, n] = op(A_b)[m, k] * op(B_b)[k, n].
+// op(A) = A^T when ta (A stored [k, m]). The (batch x m-tile x n-tile) tasks are spread over threads;
+// tile sizes and Eigen blocking depend only on the shape, so results do not depend on thread count.
+struct GemmPlan {
+  int64_t m = 0, n = 0, k = 0;
+  bool ta = false, tb = false;
+  int64_t lda = 0, ldb = 0, ldc = 0;               // leading dimensions as stored
+  std::vector<int64_t> a_off, b_off, c_off;        // per-batch element offsets
+  int64_t tile_m = 256, tile_n = 512;              // task tile
+  int64_t kc = 0, mc = 0, nc = 0;                  // Eigen blocking for one tile
+  size_t ws_a = 0, ws_b = 0;                       // per-thread workspace floats it needs
+  bool round_fp16 = true;                          // round C to fp16 after each tile
+};
+void plan_gemm(GemmPlan& g);  // fills tile/blocking/workspace fields from m, n, k
+
+struct ExecCtx {
+  int threads = 1;
+  std::vector<float*> ws_a, ws_b;  // per-thread GEMM packing workspaces
+};
+
+struct Step;
+using KernelFn = void (*)(const Step&, const ExecCtx&);
+
+// A reference to a value's storage before the arena exists: arena slot, or const pool entry.
+struct Ref {
+  enum Kind { kNone, kArena, kConst } kind = kNone;
+  int index = -1;
+};
+
+struct Step {
+  KernelFn run = nullptr;
+  std::string op, name;                      // for error messages
+  std::vector<Ref> in_refs;
+  Ref out_ref, scratch_ref;
+  size_t scratch_n = 0;                      // scratch floats
+  // Resolved after arena allocation:
+  std::vector<const float*> in;
+  float* out = nullptr;
+  float* scratch = nullptr;
+  // Shapes / params:
+  std::vector<mil::Shape> in_shapes;
+  mil::Shape out_shape;
+  mil::DType out_dtype = mil::DType::kFp16;
+  int64_t out_n = 0;
+  std::vector<int64_t> iv;                   // op-specific integers
+  std::vector<float> fv;                     // op-specific floats
+  std::vector<GemmPlan> gemms;               // conv / matmul / sdpa
+};
+
+struct ValueInfo {
+  mil::TensorType type;
+  Ref ref;
+};
+
+struct FunctionPlan {
+  std::string name;
+  std::vector<ValueInfo> inputs;             // function parameters, in order
+  std::vector<ValueInfo> outputs;            // returned values, in order
+  std::vector<Step> steps;
+  std::vector<size_t> vbuf_offset;           // Ref::kArena index -> float offset in the arena
+  AlignedFloats arena;
+  std::vector<std::vector<float>> consts;    // decoded constants (fp32 holding dtype-exact values)
+  const float* ptr(const Ref& r) const;
+  float* mut_ptr(const Ref& r);
+};
+
+// ---- kernels (kernels.cpp, linear.cpp) -----------------------------------------------------------
+void run_gemm(const GemmPlan& g, const float* a, const float* b, float* c, const ExecCtx& ctx);
+void exp_inplace_fp32(float* x, int64_t n);  // vectorised exp, ~1 ulp-level accurate fp32
+void round_to_dtype(float* x, int64_t n, mil::DType t, int threads);
+
+void k_copy(const Step&, const ExecCtx&);          // reshape / identity / fp16->fp32 cast
+void k_strided(const Step&, const ExecCtx&);       // transpose / slice (iv: rank, shape, in strides, base)
+void k_concat(const Step&, const ExecCtx&);
+void k_binary(const Step&, const ExecCtx&);        // iv[0] = BinOp; iv: rank, out shape, strides a, strides b
+void k_unary(const Step&, const ExecCtx&);         // iv[0] = UnOp
+void k_cast(const Step&, const ExecCtx&);
+void k_softmax(const Step&, const ExecCtx&);       // iv: outer, axis, inner
+void k_reduce(const Step&, const ExecCtx&);        // iv: kind, outer, r, inner
+void k_quantize(const Step&, const ExecCtx&);
+void k_dequantize(const Step&, const ExecCtx&);
+void k_conv(const Step&, const ExecCtx&);
+void k_matmul(const Step&, const ExecCtx&);
+void k_sdpa(const Step&, const ExecCtx&);
+
+enum BinOp : int64_t { kAdd, kSub, kMul, kDiv, kPow, kMax, kMin };
+enum UnOp : int64_t { kSigmoid, kTanh, kExp, kRelu, kSqrt, kRsqrt };
+enum ReduceKind : int64_t { kSum, kRMax, kMean };
+
+// Shared kernel helpers.
+void softmax_rows(float* x, int64_t rows, int64_t len, int threads);  // in place, fp32, then fp16-rounded
+}  // namespace anelab::emu
