@@ -1,0 +1,112 @@
+// GGUF (llama.cpp) files, version 2 and 3: reader, writer, and mapping to the canonical Model/VocabData.
+//
+// Layout (little-endian): char[4] "GGUF"; u32 version; u64 tensor_count; u64 kv_count;
+//   kv_count x (str key, u32 value_type, value); tensor_count x (str name, u32 n_dims, u64 ne[n_dims],
+//   u32 ggml_type, u64 offset); padding to general.alignment (default 32); tensor data, each tensor at
+//   data_start + offset (offset % alignment == 0). str = u64 length + bytes.
+//   value types: 0 u8, 1 i8, 2 u16, 3 i16, 4 u32, 5 i32, 6 f32, 7 bool, 8 str, 9 array (u32 elem type,
+//   u64 count, elems), 10 u64, 11 i64, 12 f64.
+//   ne[0] is the fastest-varying (row) dimension, so canonical shape = reversed ne.
+//   Tensor types read: F32 (0), F16 (1), Q8_0 (8), BF16 (30).
+//
+// Architectures: llama, qwen2, gpt2 (general.architecture). Tensor names map as
+//   token_embd -> tok_embeddings, position_embd -> pos_embeddings, output_norm -> norm(_bias),
+//   output -> output (absent = tied), blk.N.attn_norm -> layers.N.attn_norm(_bias),
+//   blk.N.attn_q/k/v -> wq/wk/wv (+ .bias -> bq/bk/bv), blk.N.attn_qkv (gpt2, fused) -> split into wq/wk/wv,
+//   blk.N.attn_output -> wo (+ bo), blk.N.ffn_norm -> ffn_norm(_bias),
+//   blk.N.ffn_gate/down/up -> w1/w2/w3 (llama, qwen2); gpt2: ffn_up -> fc(_bias), ffn_down -> proj(_bias).
+// RoPE: llama.cpp's converter permutes llama q/k so that LLM_ARCH_LLAMA uses the "normal" (adjacent
+// pairs) rope; qwen2 uses NEOX (rotate half) on unpermuted weights. The config records this.
+// Tokenizer: tokenizer.ggml.{model ("llama" -> SentencePiece, "gpt2" -> byte BPE), pre, tokens, scores,
+//   token_type, merges, bos_token_id, eos_token_id, unknown_token_id, padding_token_id, add_bos_token,
+//   add_space_prefix}.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/formats/model.h"
+
+namespace anelab::models {
+
+enum class GgufType : uint32_t {
+  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7, kString = 8,
+  kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+};
+constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ8_0 = 8, kGgmlBF16 = 30;
+
+struct GgufValue {
+  GgufType type = GgufType::kU32;
+  GgufType elem_type = GgufType::kU32;  // arrays only
+  double num = 0;                       // every numeric / bool scalar
+  uint64_t u = 0;                       // exact unsigned value of unsigned scalars
+  std::string str;
+  std::vector<double> nums;             // numeric / bool arrays
+  std::vector<std::string> strs;        // string arrays
+  bool is_int() const;
+};
+
+struct GgufTensorInfo {
+  std::string name;
+  uint32_t ggml_type = 0;
+  std::vector<int64_t> ne;   // GGUF order (ne[0] = row length)
+  uint64_t offset = 0;       // relative to data start
+  const uint8_t* data = nullptr;
+  int64_t nbytes = 0;
+};
+
+struct GgufFile {
+  uint32_t version = 3;
+  std::map<std::string, GgufValue> kv;
+  std::vector<GgufTensorInfo> tensors;
+  uint64_t alignment = 32;
+  std::shared_ptr<const void> owner;
+  // Typed metadata access; the error names the key and the expected type.
+  const GgufValue* find(const std::string& key) const;
+  int64_t get_int(const std::string& key, const std::string& where) const;
+  int64_t get_int(const std::string& key, int64_t def) const;
+  double get_num(const std::string& key, double def) const;
+  std::string get_str(const std::string& key, const std::string& where) const;
+};
+
+GgufFile parse_gguf(const uint8_t* data, size_t size, std::shared_ptr<const void> owner, const std::string& where);
+GgufFile read_gguf_file(const std::string& path);
+bool looks_like_gguf(const uint8_t* data, size_t size);
+
+// Model from a GGUF with tensors (the vocab is attached when the metadata has one).
+Model gguf_to_model(const GgufFile& g, const std::string& where);
+Model read_gguf(const std::string& path);
+// The tokenizer in GGUF metadata; throws when absent or malformed.
+tok::VocabData gguf_vocab(const GgufFile& g, const std::string& where);
+bool gguf_has_vocab(const GgufFile& g);
+
+// Minimal GGUF writer (v3) for tests and export.
+class GgufWriter {
+ public:
+  void add_u32(const std::string& key, uint32_t v);
+  void add_i32(const std::string& key, int32_t v);
+  void add_f32(const std::string& key, float v);
+  void add_bool(const std::string& key, bool v);
+  void add_str(const std::string& key, const std::string& v);
+  void add_str_array(const std::string& key, const std::vector<std::string>& v);
+  void add_f32_array(const std::string& key, const std::vector<float>& v);
+  void add_i32_array(const std::string& key, const std::vector<int32_t>& v);
+  // ne in GGUF order (row length first); bytes already in ggml_type layout.
+  void add_tensor(const std::string& name, uint32_t ggml_type, std::vector<int64_t> ne, std::vector<uint8_t> bytes);
+  std::vector<uint8_t> build(uint32_t alignment = 32) const;
+
+ private:
+  std::vector<uint8_t> kv_;
+  uint64_t n_kv_ = 0;
+  struct T { std::string name; uint32_t type; std::vector<int64_t> ne; std::vector<uint8_t> bytes; };
+  std::vector<T> tensors_;
+};
+
+// Writes a canonical Model as GGUF (arch gpt2 / qwen2 / llama with adjacent-pairs rope), vocab included.
+std::vector<uint8_t> model_to_gguf(const Model& m);
+
+int fuzz_read_gguf(const uint8_t* data, size_t size);
+
+}  // namespace anelab::models

@@ -1,0 +1,252 @@
+// GGUF <-> canonical Model and VocabData (names and rules in gguf.h).
+#include <cstring>
+#include <regex>
+
+#include "framework/core/error.h"
+#include "models/formats/gguf.h"
+
+namespace anelab::models {
+namespace {
+
+DType dtype_of(uint32_t ggml, const std::string& name, const std::string& w) {
+  switch (ggml) {
+    case kGgmlF32: return DType::kF32;
+    case kGgmlF16: return DType::kF16;
+    case kGgmlBF16: return DType::kBF16;
+    case kGgmlQ8_0: return DType::kQ8_0;
+    default: fail("model", w, ": tensor ", name, " has unsupported ggml type ", ggml);
+  }
+}
+uint32_t ggml_of(DType t) {
+  switch (t) {
+    case DType::kF32: return kGgmlF32;
+    case DType::kF16: return kGgmlF16;
+    case DType::kBF16: return kGgmlBF16;
+    case DType::kQ8_0: return kGgmlQ8_0;
+  }
+  return kGgmlF32;
+}
+
+ModelConfig gguf_config(const GgufFile& g, const std::string& w) {
+  ModelConfig c;
+  c.arch = g.get_str("general.architecture", w);
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "gpt2")
+    fail("model", w, ": GGUF architecture ", c.arch, " is not supported (llama, qwen2, gpt2)");
+  const std::string a = c.arch + ".";
+  c.dim = g.get_int(a + "embedding_length", w);
+  c.n_layers = g.get_int(a + "block_count", w);
+  c.hidden_dim = g.get_int(a + "feed_forward_length", w);
+  c.n_heads = g.get_int(a + "attention.head_count", w);
+  c.n_kv_heads = g.get_int(a + "attention.head_count_kv", c.n_heads);
+  if (c.n_heads <= 0) fail("model", w, ": ", a, "attention.head_count must be positive");
+  c.head_dim = g.get_int(a + "attention.key_length", c.dim / c.n_heads);
+  c.max_seq_len = g.get_int(a + "context_length", w);
+  c.rope_theta = static_cast<float>(g.get_num(a + "rope.freq_base", 10000.0));
+  if (c.arch == "gpt2") {
+    c.norm = NormType::kLayer;
+    c.norm_eps = static_cast<float>(g.get_num(a + "attention.layer_norm_epsilon", 1e-5));
+    c.activation = Activation::kGeluTanh;
+    c.rope_style = RopeStyle::kNone;
+    c.learned_pos = true;
+    c.qkv_bias = c.attn_out_bias = c.mlp_bias = true;
+  } else {
+    c.norm_eps = static_cast<float>(g.get_num(a + "attention.layer_norm_rms_epsilon", 1e-5));
+    c.rope_style = c.arch == "llama" ? RopeStyle::kAdjacentPairs : RopeStyle::kRotateHalf;
+  }
+  return c;
+}
+
+// GGUF tensor name -> canonical name ("" = ignore). gpt2's fused attn_qkv is handled by the caller.
+std::string canonical_name(const std::string& n, const std::string& arch, const std::string& w) {
+  static const std::map<std::string, std::string> top = {
+      {"token_embd.weight", "tok_embeddings"}, {"position_embd.weight", "pos_embeddings"},
+      {"output_norm.weight", "norm"},          {"output_norm.bias", "norm_bias"},
+      {"output.weight", "output"},             {"rope_freqs.weight", ""}};
+  if (auto it = top.find(n); it != top.end()) return it->second;
+  static const std::regex re(R"(blk\.(\d+)\.([a-z_]+)\.(weight|bias))");
+  std::smatch m;
+  if (!std::regex_match(n, m, re)) fail("model", w, ": unexpected GGUF tensor ", n);
+  const std::string p = "layers." + m[1].str() + ".", what = m[2].str();
+  const bool bias = m[3].str() == "bias";
+  static const std::map<std::string, std::pair<std::string, std::string>> blk = {
+      {"attn_norm", {"attn_norm", "attn_norm_bias"}}, {"ffn_norm", {"ffn_norm", "ffn_norm_bias"}},
+      {"attn_q", {"wq", "bq"}}, {"attn_k", {"wk", "bk"}}, {"attn_v", {"wv", "bv"}}, {"attn_output", {"wo", "bo"}},
+      {"ffn_gate", {"w1", ""}}};
+  if (auto it = blk.find(what); it != blk.end() && !(bias && it->second.second.empty()))
+    return p + (bias ? it->second.second : it->second.first);
+  if (what == "ffn_down" || what == "ffn_up") {
+    if (arch == "gpt2") return p + (what == "ffn_up" ? "fc" : "proj") + (bias ? "_bias" : "");
+    if (!bias) return p + (what == "ffn_down" ? "w2" : "w3");
+  }
+  fail("model", w, ": unexpected GGUF tensor ", n, " for architecture ", arch);
+}
+}  // namespace
+
+bool gguf_has_vocab(const GgufFile& g) { return g.find("tokenizer.ggml.tokens") != nullptr; }
+
+tok::VocabData gguf_vocab(const GgufFile& g, const std::string& w) {
+  tok::VocabData v;
+  const std::string model = g.get_str("tokenizer.ggml.model", w);
+  if (model == "llama") v.kind = tok::TokenizerKind::kSentencePiece;
+  else if (model == "gpt2") v.kind = tok::TokenizerKind::kByteBpe;
+  else fail("model", w, ": tokenizer.ggml.model '", model, "' is not supported (llama = SentencePiece, gpt2 = BPE)");
+  const GgufValue* toks = g.find("tokenizer.ggml.tokens");
+  if (!toks || toks->type != GgufType::kArray || toks->elem_type != GgufType::kString || toks->strs.empty())
+    fail("model", w, ": tokenizer.ggml.tokens is missing or not a string array");
+  v.tokens = toks->strs;
+  const size_t n = v.tokens.size();
+  if (const GgufValue* s = g.find("tokenizer.ggml.scores")) {
+    if (s->type != GgufType::kArray || s->nums.size() != n)
+      fail("model", w, ": tokenizer.ggml.scores must be a numeric array of ", n, " entries");
+    v.scores.assign(s->nums.begin(), s->nums.end());
+  }
+  if (const GgufValue* t = g.find("tokenizer.ggml.token_type")) {
+    if (t->type != GgufType::kArray || t->nums.size() != n)
+      fail("model", w, ": tokenizer.ggml.token_type must be an integer array of ", n, " entries");
+    for (double x : t->nums) {
+      if (x < 1 || x > 6) fail("model", w, ": tokenizer.ggml.token_type value ", x, " is not 1-6");
+      v.types.push_back(static_cast<tok::TokenType>(static_cast<int32_t>(x)));
+    }
+  }
+  if (const GgufValue* m = g.find("tokenizer.ggml.merges")) {
+    if (m->type != GgufType::kArray || (m->elem_type != GgufType::kString && !m->strs.empty()))
+      fail("model", w, ": tokenizer.ggml.merges must be a string array");
+    v.merges = m->strs;
+  }
+  if (v.kind == tok::TokenizerKind::kByteBpe && v.merges.empty())
+    fail("model", w, ": a gpt2 (byte BPE) tokenizer needs tokenizer.ggml.merges");
+  if (const GgufValue* p = g.find("tokenizer.ggml.pre"); p && p->type == GgufType::kString) v.pre = p->str;
+  auto id = [&](const char* key) -> int32_t {
+    const int64_t x = g.get_int(key, int64_t{-1});
+    if (x < -1 || x >= static_cast<int64_t>(n)) fail("model", w, ": ", key, " = ", x, " is outside the vocabulary of ", n);
+    return static_cast<int32_t>(x);
+  };
+  v.bos_id = id("tokenizer.ggml.bos_token_id");
+  v.eos_id = id("tokenizer.ggml.eos_token_id");
+  v.unk_id = id("tokenizer.ggml.unknown_token_id");
+  v.pad_id = id("tokenizer.ggml.padding_token_id");
+  const bool spm = v.kind == tok::TokenizerKind::kSentencePiece;
+  auto flag = [&](const char* key, bool def) {
+    const GgufValue* f = g.find(key);
+    if (!f) return def;
+    if (f->type != GgufType::kBool) fail("model", w, ": ", key, " must be a bool");
+    return f->num != 0;
+  };
+  v.add_bos = flag("tokenizer.ggml.add_bos_token", spm);
+  v.add_space_prefix = flag("tokenizer.ggml.add_space_prefix", spm);
+  return v;
+}
+
+Model gguf_to_model(const GgufFile& g, const std::string& w) {
+  if (g.tensors.empty())
+    fail("model", w, ": this GGUF has no tensors (a vocab-only file?); it holds a tokenizer, not a model");
+  Model m;
+  m.config = gguf_config(g, w);
+  const int64_t d = m.config.dim;
+  bool has_output = false, has_bias = false;
+  for (const auto& t : g.tensors) {
+    const DType dt = dtype_of(t.ggml_type, t.name, w);
+    std::vector<int64_t> shape(t.ne.rbegin(), t.ne.rend());
+    static const std::regex qkv(R"(blk\.(\d+)\.attn_qkv\.(weight|bias))");
+    std::smatch mt;
+    if (std::regex_match(t.name, mt, qkv)) {  // fused [3*d, d] (gpt2): q, k, v row blocks
+      const bool wgt = mt[2].str() == "weight";
+      if (shape[0] != 3 * d || (wgt && (shape.size() != 2 || shape[1] != d)) || (!wgt && shape.size() != 1))
+        fail("model", w, ": tensor ", t.name, " has shape ", shape_string(shape), ", expected [", 3 * d, wgt ? ", " : "",
+             wgt ? std::to_string(d) : "", "]");
+      const std::string p = "layers." + mt[1].str() + ".";
+      const char* names[3] = {wgt ? "wq" : "bq", wgt ? "wk" : "bk", wgt ? "wv" : "bv"};
+      shape[0] = d;
+      for (int k = 0; k < 3; ++k)
+        m.add_view(p + names[k], dt, shape, t.data + k * (t.nbytes / 3), t.nbytes / 3, g.owner);
+      continue;
+    }
+    const std::string name = canonical_name(t.name, m.config.arch, w);
+    if (name.empty()) continue;
+    has_output = has_output || name == "output";
+    has_bias = has_bias || name.ends_with(".bq");
+    m.add_view(name, dt, shape, t.data, t.nbytes, g.owner);
+  }
+  m.config.tied_embeddings = !has_output;
+  if (m.config.arch != "gpt2") m.config.qkv_bias = has_bias;
+  if (m.config.arch == "llama") m.config.attn_out_bias = m.has("layers.0.bo");
+  const Tensor* emb = m.find("tok_embeddings");
+  if (!emb) fail("model", w, ": GGUF has no token_embd.weight");
+  m.config.vocab_size = emb->shape[0];
+  if (gguf_has_vocab(g)) m.vocab = gguf_vocab(g, w);
+  m.source_format = "gguf";
+  m.source_path = w;
+  m.check_complete(w);
+  return m;
+}
+
+Model read_gguf(const std::string& path) { return gguf_to_model(read_gguf_file(path), path); }
+
+std::vector<uint8_t> model_to_gguf(const Model& m) {
+  const ModelConfig& c = m.config;
+  if (c.arch == "llama" && c.rope_style != RopeStyle::kAdjacentPairs)
+    fail("model", "GGUF llama expects adjacent-pairs RoPE (permuted q/k); this model uses ",
+         rope_style_name(c.rope_style), " and permuting is not implemented");
+  GgufWriter w;
+  const std::string a = c.arch + ".";
+  w.add_str("general.architecture", c.arch);
+  w.add_u32(a + "context_length", static_cast<uint32_t>(c.max_seq_len));
+  w.add_u32(a + "embedding_length", static_cast<uint32_t>(c.dim));
+  w.add_u32(a + "block_count", static_cast<uint32_t>(c.n_layers));
+  w.add_u32(a + "feed_forward_length", static_cast<uint32_t>(c.hidden_dim));
+  w.add_u32(a + "attention.head_count", static_cast<uint32_t>(c.n_heads));
+  w.add_u32(a + "attention.head_count_kv", static_cast<uint32_t>(c.n_kv_heads));
+  w.add_u32(a + "attention.key_length", static_cast<uint32_t>(c.head_dim));
+  w.add_f32(a + (c.norm == NormType::kLayer ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon"),
+            c.norm_eps);
+  if (c.rope_style != RopeStyle::kNone) w.add_f32(a + "rope.freq_base", c.rope_theta);
+  if (m.vocab) {
+    const tok::VocabData& v = *m.vocab;
+    w.add_str("tokenizer.ggml.model", v.kind == tok::TokenizerKind::kSentencePiece ? "llama" : "gpt2");
+    if (!v.pre.empty()) w.add_str("tokenizer.ggml.pre", v.pre);
+    w.add_str_array("tokenizer.ggml.tokens", v.tokens);
+    if (!v.scores.empty()) w.add_f32_array("tokenizer.ggml.scores", v.scores);
+    if (!v.types.empty()) {
+      std::vector<int32_t> t;
+      for (auto x : v.types) t.push_back(static_cast<int32_t>(x));
+      w.add_i32_array("tokenizer.ggml.token_type", t);
+    }
+    if (!v.merges.empty()) w.add_str_array("tokenizer.ggml.merges", v.merges);
+    if (v.bos_id >= 0) w.add_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(v.bos_id));
+    if (v.eos_id >= 0) w.add_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(v.eos_id));
+    w.add_bool("tokenizer.ggml.add_bos_token", v.add_bos);
+  }
+  static const std::map<std::string, std::string> rev = {
+      {"wq", "attn_q.weight"}, {"wk", "attn_k.weight"}, {"wv", "attn_v.weight"}, {"wo", "attn_output.weight"},
+      {"bq", "attn_q.bias"}, {"bk", "attn_k.bias"}, {"bv", "attn_v.bias"}, {"bo", "attn_output.bias"},
+      {"attn_norm", "attn_norm.weight"}, {"attn_norm_bias", "attn_norm.bias"}, {"ffn_norm", "ffn_norm.weight"},
+      {"ffn_norm_bias", "ffn_norm.bias"}, {"w1", "ffn_gate.weight"}, {"w2", "ffn_down.weight"},
+      {"w3", "ffn_up.weight"}, {"fc", "ffn_up.weight"}, {"fc_bias", "ffn_up.bias"}, {"proj", "ffn_down.weight"},
+      {"proj_bias", "ffn_down.bias"}, {"tok_embeddings", "token_embd.weight"},
+      {"pos_embeddings", "position_embd.weight"}, {"norm", "output_norm.weight"}, {"norm_bias", "output_norm.bias"},
+      {"output", "output.weight"}};
+  for (const Tensor& t : m.tensors()) {
+    std::string name = t.name;
+    if (name.starts_with("layers.")) {
+      const size_t dot = name.find('.', 7);
+      name = "blk." + name.substr(7, dot - 7) + "." + rev.at(name.substr(dot + 1));
+    } else {
+      name = rev.at(name);
+    }
+    w.add_tensor(name, ggml_of(t.dtype), std::vector<int64_t>(t.shape.rbegin(), t.shape.rend()),
+                 std::vector<uint8_t>(t.data, t.data + t.nbytes));
+  }
+  return w.build();
+}
+
+int fuzz_read_gguf(const uint8_t* data, size_t size) {
+  try {
+    const GgufFile g = parse_gguf(data, size, nullptr, "<fuzz>");
+    if (gguf_has_vocab(g)) gguf_vocab(g, "<fuzz>");
+    if (!g.tensors.empty()) gguf_to_model(g, "<fuzz>");
+  } catch (const Error&) {
+  }
+  return 0;
+}
+
+}  // namespace anelab::models

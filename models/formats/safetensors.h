@@ -1,0 +1,57 @@
+// Hugging Face safetensors checkpoints (+ config.json) read into the canonical Model.
+//
+// safetensors file: u64 N (little-endian), N bytes of JSON {"NAME": {"dtype": "F32"|"F16"|"BF16"|...,
+//   "shape": [...], "data_offsets": [begin, end]}, "__metadata__": {...}}, then the data buffer; offsets are
+//   relative to the byte after the header. Sharded checkpoints have model.safetensors.index.json with
+//   {"weight_map": {"NAME": "model-0000k-of-0000n.safetensors"}}.
+//
+// Supported architectures (config.json model_type / architectures):
+//   gpt2  (GPT2LMHeadModel): Conv1D weights are stored [in, out] and are transposed to [out, in];
+//         attn.c_attn [dim, 3*dim] is split into wq/wk/wv (+ bq/bk/bv); learned wpe; LayerNorm
+//         (layer_norm_epsilon); gelu_new MLP c_fc/c_proj -> fc/proj (+ biases); tied head unless lm_head.
+//   qwen2 (Qwen2ForCausalLM): q/k/v biases, no o bias, GQA, rope_theta, rms_norm_eps, tie_word_embeddings.
+//   llama (LlamaForCausalLM): like qwen2 without biases (attention_bias adds q/k/v/o biases).
+//   Llama/Qwen q/k weights are kept unpermuted and the config records rope_style rotate_half.
+// dtypes F32/F16/BF16 are kept as stored (tensors are views of the mapping, except transposed ones).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/formats/model.h"
+
+namespace anelab::models {
+
+struct StTensor {
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;
+  int64_t nbytes = 0;
+  std::shared_ptr<const void> owner;
+};
+using StTensorMap = std::map<std::string, StTensor>;
+
+// Parses one safetensors image (validated: header length, JSON, dtypes, shapes, offsets in bounds).
+StTensorMap parse_safetensors(const uint8_t* data, size_t size, std::shared_ptr<const void> owner,
+                              const std::string& where);
+// Reads a .safetensors file, a model.safetensors.index.json, or a directory holding either; the
+// config.json next to them selects the architecture.
+Model read_hf_safetensors(const std::string& path);
+// Maps HF tensors + parsed config.json (as text) to a Model; `where` names the source in errors.
+Model hf_to_model(const std::string& config_json, const StTensorMap& tensors, const std::string& where);
+bool looks_like_safetensors(const uint8_t* data, size_t size);
+
+// Builds a safetensors image (for tests and tools): tensors written in the given order.
+struct StWrite {
+  std::string name;
+  std::string dtype;  // "F32", "F16", "BF16" (any string is written as-is)
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+};
+std::vector<uint8_t> build_safetensors(const std::vector<StWrite>& tensors);
+
+int fuzz_read_safetensors(const uint8_t* data, size_t size);
+
+}  // namespace anelab::models

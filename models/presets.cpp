@@ -1,0 +1,165 @@
+#include "models/presets.h"
+
+#include <cmath>
+#include <map>
+
+#include "framework/core/error.h"
+
+namespace anelab::models {
+namespace {
+
+ModelConfig llama2c(int64_t dim, int64_t hidden, int64_t layers, int64_t heads, int64_t kv, int64_t vocab,
+                    int64_t seq) {
+  ModelConfig c;
+  c.arch = "llama";
+  c.dim = dim;
+  c.hidden_dim = hidden;
+  c.n_layers = layers;
+  c.n_heads = heads;
+  c.n_kv_heads = kv;
+  c.head_dim = dim / heads;
+  c.vocab_size = vocab;
+  c.max_seq_len = seq;
+  c.norm_eps = 1e-5f;
+  c.rope_theta = 10000.0f;
+  c.rope_style = RopeStyle::kAdjacentPairs;
+  return c;
+}
+
+ModelConfig gpt2_124m() {
+  ModelConfig c;
+  c.arch = "gpt2";
+  c.dim = 768;
+  c.hidden_dim = 3072;
+  c.n_layers = 12;
+  c.n_heads = c.n_kv_heads = 12;
+  c.head_dim = 64;
+  c.vocab_size = 50257;
+  c.max_seq_len = 1024;
+  c.norm_eps = 1e-5f;
+  c.norm = NormType::kLayer;
+  c.activation = Activation::kGeluTanh;
+  c.rope_style = RopeStyle::kNone;
+  c.learned_pos = true;
+  c.qkv_bias = c.attn_out_bias = c.mlp_bias = true;
+  return c;
+}
+
+ModelConfig qwen(int64_t dim, int64_t hidden, int64_t layers, int64_t heads, int64_t kv, int64_t head_dim,
+                 int64_t ctx, bool bias) {
+  ModelConfig c;
+  c.arch = "qwen2";
+  c.dim = dim;
+  c.hidden_dim = hidden;
+  c.n_layers = layers;
+  c.n_heads = heads;
+  c.n_kv_heads = kv;
+  c.head_dim = head_dim;
+  c.vocab_size = 151936;
+  c.max_seq_len = ctx;
+  c.norm_eps = 1e-6f;
+  c.rope_theta = 1e6f;
+  c.rope_style = RopeStyle::kRotateHalf;
+  c.qkv_bias = bias;
+  return c;
+}
+
+const std::map<std::string, ModelConfig>& registry() {
+  static const std::map<std::string, ModelConfig> r = {
+      {"stories260k", llama2c(64, 172, 5, 8, 4, 512, 512)},
+      {"stories15m", llama2c(288, 768, 6, 6, 6, 32000, 256)},
+      {"stories42m", llama2c(512, 1376, 8, 8, 8, 32000, 1024)},
+      {"stories110m", llama2c(768, 2048, 12, 12, 12, 32000, 1024)},
+      {"gpt2-124m", gpt2_124m()},
+      {"qwen2.5-0.5b", qwen(896, 4864, 24, 14, 2, 64, 32768, true)},
+      {"qwen3-0.6b-shape", qwen(1024, 3072, 28, 16, 8, 128, 40960, false)},
+  };
+  return r;
+}
+
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+enum class Init { kNormal, kOnes, kZeros };
+Init init_of(const std::string& name) {
+  if (name.ends_with("_bias") || name.ends_with(".bq") || name.ends_with(".bk") || name.ends_with(".bv") ||
+      name.ends_with(".bo"))
+    return Init::kZeros;
+  if (name.ends_with("norm")) return Init::kOnes;
+  return Init::kNormal;
+}
+}  // namespace
+
+const ModelConfig& preset(const std::string& name) {
+  auto it = registry().find(name);
+  if (it == registry().end()) {
+    std::string known;
+    for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
+    fail("model", "unknown preset '", name, "' (known: ", known, ")");
+  }
+  return it->second;
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> v;
+  for (const auto& [k, c] : registry()) v.push_back(k);
+  return v;
+}
+
+void random_init(const TensorSpec& spec, uint64_t seed, size_t tensor_index, int64_t begin, int64_t count,
+                 float* out) {
+  const Init init = init_of(spec.name);
+  if (init != Init::kNormal) {
+    std::fill(out, out + count, init == Init::kOnes ? 1.0f : 0.0f);
+    return;
+  }
+  const uint64_t key = splitmix64(seed ^ splitmix64(0x51ed270b0a5ull + tensor_index));
+  const int64_t p0 = begin / 2, p1 = (begin + count + 1) / 2;
+  const float two_pi = 6.28318530717958647692f, sigma = 0.02f;
+#pragma omp parallel for schedule(static)
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint64_t r = splitmix64(key + static_cast<uint64_t>(p));
+    const float u1 = (static_cast<float>(r >> 40) + 1.0f) * (1.0f / 16777216.0f);  // (0, 1]
+    const float u2 = static_cast<float>((r >> 16) & 0xffffff) * (1.0f / 16777216.0f);
+    const float rad = sigma * std::sqrt(-2.0f * std::log(u1));
+    const float z0 = rad * std::cos(two_pi * u2), z1 = rad * std::sin(two_pi * u2);
+    const int64_t e = 2 * p;
+    if (e >= begin && e < begin + count) out[e - begin] = z0;
+    if (e + 1 >= begin && e + 1 < begin + count) out[e + 1 - begin] = z1;
+  }
+}
+
+int64_t write_random_model(const ModelConfig& c, const std::string& path, uint64_t seed, std::optional<DType> dtype,
+                           const ProgressFn& progress) {
+  validate_config(c, "random model");
+  const auto specs = canonical_tensors(c);
+  std::vector<TensorWriteSpec> ws;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    TensorWriteSpec w{specs[i].name, stored_dtype(DType::kF32, specs[i].shape, dtype), specs[i].shape, nullptr, {}};
+    w.fill = [spec = specs[i], seed, i](int64_t b, int64_t n, float* out) { random_init(spec, seed, i, b, n, out); };
+    ws.push_back(std::move(w));
+  }
+  AnelabWriteInfo info{c, nullptr, "", "random seed " + std::to_string(seed)};
+  return write_anelab_file(path, info, ws, progress);
+}
+
+Model random_model(const ModelConfig& c, uint64_t seed) {
+  validate_config(c, "random model");
+  Model m;
+  m.config = c;
+  m.source_format = "random";
+  const auto specs = canonical_tensors(c);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const int64_t n = specs[i].numel();
+    std::vector<uint8_t> bytes(static_cast<size_t>(n) * 4);
+    random_init(specs[i], seed, i, 0, n, reinterpret_cast<float*>(bytes.data()));
+    m.add_owned(specs[i].name, DType::kF32, specs[i].shape, std::move(bytes));
+  }
+  return m;
+}
+
+}  // namespace anelab::models
