@@ -1,0 +1,221 @@
+// Transformer building blocks as MIL compositions (see blocks.h).
+#include "framework/kernels/blocks.h"
+
+#include <cmath>
+#include <memory>
+
+#include "framework/core/error.h"
+#include "framework/mil/blob.h"
+
+namespace anelab::kern {
+
+using mil::DType;
+using mil::Shape;
+
+mil::TensorType act_type(int64_t channels, int64_t seq, DType dt) { return mil::tensor_type(dt, {1, channels, 1, seq}); }
+
+// ---- BlobSet --------------------------------------------------------------------------------------
+
+Value BlobSet::tensor(FunctionBuilder& b, const std::string& stem, const mil::TensorType& t, std::span<const float> values) {
+  ANELAB_CHECK(static_cast<int64_t>(values.size()) == t.numel(), "kernels", "blob '", stem, "': ", values.size(),
+               " values for ", t.str());
+  const std::string path = "@model_path/weights/" + stem + ".bin";
+  auto key = std::make_pair(static_cast<const FunctionBuilder*>(&b), stem);
+  if (auto it = made_.find(key); it != made_.end()) {
+    ANELAB_CHECK(it->second.type == t, "kernels", "blob '", stem, "' added twice with types ", it->second.type.str(),
+                 " and ", t.str());
+    return it->second;
+  }
+  mil::BlobWriter w;
+  const uint64_t off = w.add_fp16(values);
+  auto bytes = std::make_shared<const std::vector<uint8_t>>(w.take());
+  if (auto it = weights_.find(path); it != weights_.end())
+    ANELAB_CHECK(*it->second == *bytes, "kernels", "blob '", stem, "' added twice with different contents");
+  else
+    weights_[path] = bytes;
+  Value v = b.named(stem).const_blob(t, path, off);
+  made_[key] = v;
+  return v;
+}
+
+Value BlobSet::matrix(FunctionBuilder& b, const std::string& stem, std::span<const float> w, int64_t out, int64_t in,
+                      bool transposed) {
+  ANELAB_CHECK(static_cast<int64_t>(w.size()) == out * in, "kernels", "matrix '", stem, "': ", w.size(), " values for [", out,
+               ", ", in, "]");
+  if (!transposed) return tensor(b, stem, mil::tensor_type(DType::kFp16, {out, in, 1, 1}), w);
+  std::vector<float> t(w.size());
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t i = 0; i < in; ++i) t[static_cast<size_t>(i * out + o)] = w[static_cast<size_t>(o * in + i)];
+  return tensor(b, stem, mil::tensor_type(DType::kFp16, {in, out, 1, 1}), t);
+}
+
+Value BlobSet::vector(FunctionBuilder& b, const std::string& stem, std::span<const float> v) {
+  return tensor(b, stem, mil::tensor_type(DType::kFp16, {1, static_cast<int64_t>(v.size()), 1, 1}), v);
+}
+
+// ---- tables ---------------------------------------------------------------------------------------
+
+std::vector<float> causal_mask(int64_t seq) {
+  std::vector<float> m(static_cast<size_t>(seq * seq), 0.0f);
+  for (int64_t i = 0; i < seq; ++i)
+    for (int64_t j = i + 1; j < seq; ++j) m[static_cast<size_t>(i * seq + j)] = -65504.0f;
+  return m;
+}
+
+const char* rope_style_name(RopeStyle s) { return s == RopeStyle::kAdjacentPairs ? "adjacent-pairs" : "rotate-half"; }
+
+RopeTables rope_tables(int64_t seq, int64_t hd, double theta, RopeStyle style, int64_t pos0) {
+  ANELAB_CHECK(hd > 0 && hd % 2 == 0, "kernels", "rope: head_dim ", hd, " must be even");
+  RopeTables t;
+  t.cos.resize(static_cast<size_t>(seq * hd));
+  t.sin.resize(t.cos.size());
+  for (int64_t p = 0; p < seq; ++p)
+    for (int64_t i = 0; i < hd / 2; ++i) {
+      const double ang = static_cast<double>(p + pos0) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+      const float c = static_cast<float>(std::cos(ang)), s = static_cast<float>(std::sin(ang));
+      const int64_t a = style == RopeStyle::kAdjacentPairs ? 2 * i : i;
+      const int64_t bb = style == RopeStyle::kAdjacentPairs ? 2 * i + 1 : i + hd / 2;
+      t.cos[static_cast<size_t>(p * hd + a)] = t.cos[static_cast<size_t>(p * hd + bb)] = c;
+      t.sin[static_cast<size_t>(p * hd + a)] = t.sin[static_cast<size_t>(p * hd + bb)] = s;
+    }
+  return t;
+}
+
+// ---- norms ----------------------------------------------------------------------------------------
+
+Value rms_rrms(FunctionBuilder& b, const Value& x, double eps) {
+  ANELAB_CHECK(x.rank() == 4, "kernels", "rms_norm: x ", mil::shape_str(x.shape()), " is not [1, D, 1, S]");
+  const double inv_d = 1.0 / static_cast<double>(x.dim(1));
+  Value ss = b.reduce_sum(b.mul(x, x), {1}, true);
+  return b.pow(b.add(b.mul(ss, inv_d), eps), -0.5);
+}
+
+Value rms_norm(FunctionBuilder& b, const Value& x, const Value& w, double eps) {
+  return b.mul(b.mul(x, rms_rrms(b, x, eps)), w);
+}
+
+Value layer_norm(FunctionBuilder& b, const Value& x, const Value& gamma, const std::optional<Value>& beta, double eps) {
+  const double inv_d = 1.0 / static_cast<double>(x.dim(1));
+  Value mean = b.mul(b.reduce_sum(x, {1}, true), inv_d);
+  Value xc = b.sub(x, mean);
+  Value var = b.mul(b.reduce_sum(b.mul(xc, xc), {1}, true), inv_d);
+  Value y = b.mul(b.mul(xc, b.pow(b.add(var, eps), -0.5)), gamma);
+  return beta ? b.add(y, *beta) : y;
+}
+
+// ---- linear ---------------------------------------------------------------------------------------
+
+Value linear(FunctionBuilder& b, const Value& x, const Value& w, const std::optional<Value>& bias) {
+  Value y = b.conv(x, w);
+  return bias ? b.add(y, *bias) : y;
+}
+
+Value linear_runtime_t(FunctionBuilder& b, const Value& x, const Value& a) {
+  const int64_t ic = x.dim(1), s = x.dim(3), oc = a.dim(3);
+  ANELAB_CHECK(a.dim(1) == ic, "kernels", "linear_runtime_t: matrix ", mil::shape_str(a.shape()), " has ", a.dim(1),
+               " rows, x ", mil::shape_str(x.shape()), " has ", ic, " channels");
+  Value y = b.matmul(b.reshape(a, {1, 1, ic, oc}), b.reshape(x, {1, 1, ic, s}), true, false);
+  return b.reshape(y, {1, oc, 1, s});
+}
+
+Value linear_runtime(FunctionBuilder& b, const Value& x, const Value& m) {
+  const int64_t ic = x.dim(1), s = x.dim(3), oc = m.dim(1);
+  ANELAB_CHECK(m.dim(3) == ic, "kernels", "linear_runtime: matrix ", mil::shape_str(m.shape()), " has ", m.dim(3),
+               " columns, x ", mil::shape_str(x.shape()), " has ", ic, " channels");
+  Value y = b.matmul(b.reshape(m, {1, 1, oc, ic}), b.reshape(x, {1, 1, ic, s}), false, false);
+  return b.reshape(y, {1, oc, 1, s});
+}
+
+// ---- activations ----------------------------------------------------------------------------------
+
+Value silu(FunctionBuilder& b, const Value& x) { return b.mul(x, b.sigmoid(x)); }
+
+Value gelu_tanh(FunctionBuilder& b, const Value& x) {
+  const double k = std::sqrt(2.0 / M_PI);
+  Value inner = b.mul(x, b.add(b.mul(b.mul(x, x), 0.044715), 1.0));
+  Value t = b.tanh(b.mul(inner, k));
+  return b.mul(b.mul(x, 0.5), b.add(t, 1.0));
+}
+
+// ---- heads ----------------------------------------------------------------------------------------
+
+Value split_heads(FunctionBuilder& b, const Value& x, int64_t heads) {
+  const int64_t c = x.dim(1), s = x.dim(3);
+  ANELAB_CHECK(x.rank() == 4 && x.dim(2) == 1 && heads > 0 && c % heads == 0, "kernels", "split_heads: x ",
+               mil::shape_str(x.shape()), " cannot be split into ", heads, " heads");
+  return b.transpose(b.reshape(x, {1, heads, c / heads, s}), {0, 1, 3, 2});
+}
+
+Value merge_heads(FunctionBuilder& b, const Value& x) {
+  const int64_t h = x.dim(1), s = x.dim(2), hd = x.dim(3);
+  return b.reshape(b.transpose(x, {0, 1, 3, 2}), {1, h * hd, 1, s});
+}
+
+// ---- RoPE -----------------------------------------------------------------------------------------
+
+Value rope(FunctionBuilder& b, const Value& x, const Value& cos, const Value& sin, RopeStyle style) {
+  const int64_t h = x.dim(1), s = x.dim(2), hd = x.dim(3);
+  ANELAB_CHECK(hd % 2 == 0, "kernels", "rope: head_dim ", hd, " is odd");
+  Value rot;
+  if (style == RopeStyle::kAdjacentPairs) {
+    Value p = b.reshape(x, {1, h, s * hd / 2, 2});
+    Value even = b.slice_by_size(p, {0, 0, 0, 0}, {1, h, s * hd / 2, 1});
+    Value odd = b.slice_by_size(p, {0, 0, 0, 1}, {1, h, s * hd / 2, 1});
+    rot = b.reshape(b.concat({b.mul(odd, -1.0), even}, 3), {1, h, s, hd});
+  } else {
+    Value x1 = b.slice_by_size(x, {0, 0, 0, 0}, {1, h, s, hd / 2});
+    Value x2 = b.slice_by_size(x, {0, 0, 0, hd / 2}, {1, h, s, hd / 2});
+    rot = b.concat({b.mul(x2, -1.0), x1}, 3);
+  }
+  return b.add(b.mul(x, cos), b.mul(rot, sin));
+}
+
+// ---- GQA ------------------------------------------------------------------------------------------
+
+namespace {
+constexpr int64_t kMaxDim = 65536;
+}
+
+Value gqa_expand(FunctionBuilder& b, const Value& kv, int64_t n_rep) {
+  if (n_rep == 1) return kv;
+  const int64_t kvh = kv.dim(1), s = kv.dim(2), hd = kv.dim(3);
+  std::vector<Value> copies;
+  Value rep;
+  if (s * hd <= kMaxDim) {  // [1, KVH, 1, S*HD] x n_rep on axis 2 -> [1, KVH, n_rep, S*HD]
+    Value flat = b.reshape(kv, {1, kvh, 1, s * hd});
+    copies.assign(static_cast<size_t>(n_rep), flat);
+    rep = b.concat(copies, 2);
+  } else {  // keep every dim small: [KVH, 1, S, HD] x n_rep on axis 1
+    Value bat = b.reshape(kv, {kvh, 1, s, hd});
+    copies.assign(static_cast<size_t>(n_rep), bat);
+    rep = b.concat(copies, 1);
+  }
+  return b.reshape(rep, {1, kvh * n_rep, s, hd});
+}
+
+Value gqa_reduce(FunctionBuilder& b, const Value& g, int64_t n_rep) {
+  if (n_rep == 1) return g;
+  const int64_t h = g.dim(1), s = g.dim(2), hd = g.dim(3);
+  ANELAB_CHECK(h % n_rep == 0, "kernels", "gqa_reduce: ", h, " heads not divisible by n_rep ", n_rep);
+  Value r;
+  if (s * hd <= kMaxDim)
+    r = b.reduce_sum(b.reshape(g, {1, h / n_rep, n_rep, s * hd}), {2}, true);
+  else
+    r = b.reduce_sum(b.reshape(g, {h / n_rep, n_rep, s, hd}), {1}, true);
+  return b.reshape(r, {1, h / n_rep, s, hd});
+}
+
+// ---- attention ------------------------------------------------------------------------------------
+
+Value attention_probs(FunctionBuilder& b, const Value& q, const Value& k, const Value& mask, double scale) {
+  ANELAB_CHECK(q.shape() == k.shape(), "kernels", "attention: q ", mil::shape_str(q.shape()), " and k ",
+               mil::shape_str(k.shape()), " differ (expand GQA kv heads first)");
+  Value sc = b.mul(b.matmul(q, k, false, true), scale);
+  return b.softmax(b.add(sc, mask), -1);
+}
+
+Value causal_attention(FunctionBuilder& b, const Value& q, const Value& k, const Value& v, const Value& mask, double scale) {
+  return b.matmul(attention_probs(b, q, k, mask, scale), v);
+}
+
+}  // namespace anelab::kern

@@ -1,0 +1,120 @@
+// Building blocks of Llama/GPT-style transformer kernels, as compositions of a few MIL ops on the
+// typed builder (framework/mil/builder.h). Shared by the training kernels (framework/kernels/train.h)
+// and the inference prefill kernels. Every block takes and returns builder Values; shapes are checked
+// by the builder, so a wrong shape throws here, naming the op.
+//
+// Layouts (ane_digest §4.1): activations are channel-first [1, C, 1, S]; attention works on heads
+// [1, H, S, HD] (split_heads / merge_heads convert). Weights are PyTorch nn.Linear order [out, in].
+//
+//   mil::ProgramBuilder pb;
+//   auto& b = pb.function("main");
+//   kern::BlobSet blobs;
+//   auto x  = b.input("x", kern::act_type(768, 256));
+//   auto xn = kern::rms_norm(b, x, blobs.vector(b, "rms_att", rms_w), 1e-5);
+//   auto q  = kern::linear(b, xn, blobs.matrix(b, "wq", wq, 768, 768));
+//   ...
+//   rt::Weights weights = blobs.weights();
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "framework/mil/builder.h"
+#include "framework/runtime/backend.h"
+
+namespace anelab::kern {
+
+using mil::FunctionBuilder;
+using mil::Value;
+
+// [1, C, 1, S] fp16 (the ANE activation type).
+mil::TensorType act_type(int64_t channels, int64_t seq, mil::DType dt = mil::DType::kFp16);
+
+// ---- weights dictionary -------------------------------------------------------------------------
+// Collects BLOBFILE consts into the weights dictionary a backend compiles with (digest §1.3): one blob
+// file "@model_path/weights/<stem>.bin" with one fp16 chunk per weight. Adding the same stem twice
+// returns the existing const when the function is the same builder (mask / rope tables reuse).
+class BlobSet {
+ public:
+  // Any tensor type; values row-major, numel(type) floats.
+  Value tensor(FunctionBuilder& b, const std::string& stem, const mil::TensorType& t, std::span<const float> values);
+  // Conv weight [out, in, 1, 1] from a row-major [out, in] matrix; transposed=true bakes W^T
+  // (conv weight [in, out, 1, 1]) for backward products y = W^T x.
+  Value matrix(FunctionBuilder& b, const std::string& stem, std::span<const float> w, int64_t out, int64_t in,
+               bool transposed = false);
+  // Per-channel vector as [1, C, 1, 1] (norm weights, biases).
+  Value vector(FunctionBuilder& b, const std::string& stem, std::span<const float> v);
+
+  const rt::Weights& weights() const { return weights_; }
+  size_t size() const { return weights_.size(); }
+
+ private:
+  rt::Weights weights_;
+  std::map<std::pair<const FunctionBuilder*, std::string>, Value> made_;
+};
+
+// ---- host-side tables ---------------------------------------------------------------------------
+// Additive causal mask [S, S]: 0 on and below the diagonal, -65504 above (digest §2.6.4).
+std::vector<float> causal_mask(int64_t seq);
+
+enum class RopeStyle {
+  kAdjacentPairs,  // llama2.c / GPT-J / Meta: rotates (x[2i], x[2i+1]) by pos * theta^(-2i/HD)
+  kRotateHalf,     // Hugging Face: rotates (x[i], x[i + HD/2]) by pos * theta^(-2i/HD)
+};
+const char* rope_style_name(RopeStyle s);
+
+// cos / sin tables [S, HD] (row-major, position-major) for positions pos0 .. pos0+S-1, laid out for
+// `style`: adjacent pairs duplicate angle i at columns 2i and 2i+1; rotate-half at i and i + HD/2.
+struct RopeTables {
+  std::vector<float> cos, sin;  // [S, HD] each
+};
+RopeTables rope_tables(int64_t seq, int64_t head_dim, double theta, RopeStyle style, int64_t pos0 = 0);
+
+// ---- blocks -------------------------------------------------------------------------------------
+// RMSNorm over channels as the ANE code does (digest §5.3): x*x, reduce_sum(axis 1), *1/D, +eps,
+// pow(-0.5), x*r, *w.  x [1, D, 1, S], w [1, D, 1, 1] (const or slice). Returns [1, D, 1, S].
+Value rms_norm(FunctionBuilder& b, const Value& x, const Value& w, double eps);
+// 1 / sqrt(mean(x^2) + eps) per position: [1, 1, 1, S] (shared by rms_norm and its backward).
+Value rms_rrms(FunctionBuilder& b, const Value& x, double eps);
+// LayerNorm over channels (GPT-2), composed of reduce_sum / sub / mul / pow (no layer_norm op):
+// (x - mean) * (var + eps)^-0.5 * gamma + beta. gamma/beta [1, D, 1, 1]; beta optional.
+Value layer_norm(FunctionBuilder& b, const Value& x, const Value& gamma, const std::optional<Value>& beta, double eps);
+
+// y = W x (+ bias) as a 1x1 conv: x [1, IC, 1, S], w [OC, IC, 1, 1], bias [1, OC, 1, 1].
+Value linear(FunctionBuilder& b, const Value& x, const Value& w, const std::optional<Value>& bias = {});
+// y = A^T x with a runtime matrix A [1, IC, 1, OC] (a slot of the input surface; dynamic weights,
+// digest §5.4): reshape A to [1, 1, IC, OC], matmul(A, x, transpose_x) -> [1, OC, 1, S].
+Value linear_runtime_t(FunctionBuilder& b, const Value& x, const Value& a);
+// y = M x with a runtime matrix M [1, OC, 1, IC] (slot rows = output channels).
+Value linear_runtime(FunctionBuilder& b, const Value& x, const Value& m);
+
+Value silu(FunctionBuilder& b, const Value& x);       // x * sigmoid(x)
+Value gelu_tanh(FunctionBuilder& b, const Value& x);  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+
+// [1, H*HD, 1, S] <-> [1, H, S, HD]  (reshape [1,H,HD,S] + transpose [0,1,3,2]).
+Value split_heads(FunctionBuilder& b, const Value& x, int64_t heads);
+Value merge_heads(FunctionBuilder& b, const Value& x);
+
+// RoPE on heads x [1, H, S, HD] with tables cos/sin [1, 1, S, HD] (consts or input slots laid out by
+// rope_tables for the same style): x*cos + rot(x)*sin, rot = (-x_odd, x_even) per adjacent pair or
+// (-x2, x1) for rotate-half. The backward (inverse rotation) is rope() with -sin, because both tables
+// repeat each angle for the two elements it rotates (so rot(s*g) = s*rot(g) and rot^T = -rot).
+Value rope(FunctionBuilder& b, const Value& x, const Value& cos, const Value& sin, RopeStyle style);
+
+// GQA: kv [1, KVH, S, HD] -> [1, KVH*n_rep, S, HD], repeating each kv head n_rep times contiguously,
+// so query head h reads kv head h / n_rep (llama2.c, HF repeat_kv). NOT a whole-tensor concat
+// (that gives h mod KVH; digest §5.5).
+Value gqa_expand(FunctionBuilder& b, const Value& kv, int64_t n_rep);
+// Adjoint of gqa_expand: g [1, KVH*n_rep, S, HD] -> [1, KVH, S, HD], summing each group of n_rep heads.
+Value gqa_reduce(FunctionBuilder& b, const Value& g, int64_t n_rep);
+
+// Attention probabilities softmax(q k^T * scale + mask) on heads: q [1,H,S,HD], k [1,H,S,HD] (already
+// GQA-expanded), mask [1,1,S,S] additive. Returns [1, H, S, S].
+Value attention_probs(FunctionBuilder& b, const Value& q, const Value& k, const Value& mask, double scale);
+// Causal attention: probs(q,k) @ v -> [1, H, S, HD]. Never SDPA's attn_mask (ignored on the ANE).
+Value causal_attention(FunctionBuilder& b, const Value& q, const Value& k, const Value& v, const Value& mask, double scale);
+
+}  // namespace anelab::kern
