@@ -66,6 +66,10 @@ std::string const_base(const ConstValue& v) {
 FunctionBuilder::FunctionBuilder(std::string name) : table_(&fn_) { fn_.name = std::move(name); }
 
 FunctionBuilder& FunctionBuilder::named(std::string hint) {
+  std::optional<std::string> pending = std::move(hint_);
+  hint_.reset();
+  ANELAB_CHECK(!pending, "mil", "named(\"", hint, "\") while the hint \"", *pending, "\" is still pending: C++ evaluates b.named(..) before the "
+               "call's arguments, so build argument values into variables first (function '", fn_.name, "')");
   hint_ = std::move(hint);
   return *this;
 }

@@ -64,7 +64,11 @@ class FunctionBuilder {
  public:
   explicit FunctionBuilder(std::string name = "main");
 
-  // Name hint for the next op added (value and op name); sanitised and made unique.
+  // Name hint for the next op added (value and op name); sanitised and made unique. C++ evaluates
+  // `b.named("h")` before the call's arguments, so arguments of a named call must already be values:
+  //   auto sq = b.named("sq").mul(x, x); auto ss = b.named("ss").reduce_sum(sq, {1});   // right
+  //   b.named("ss").reduce_sum(b.mul(x, x), {1});   // wrong: the inner mul takes the name "ss"
+  // Two pending hints (named(a) ... named(b) before any op) throw.
   FunctionBuilder& named(std::string hint);
 
   Value input(const std::string& name, TensorType type);

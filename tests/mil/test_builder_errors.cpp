@@ -121,6 +121,7 @@ TEST_F(Fixture, ConstAndGeneric) {
   expect_error([&] { b.op("sigmoid", {{"x", x}, {"mode", x}}); }, {"sigmoid", "unknown argument 'mode'"});
   expect_error([&] { b.op("constexpr_affine_dequantize", {{"axis", x}}); }, {"'axis' must be a bracket attribute"});
   expect_error([&] { b.const_tensor(f16({2, 2}), {1, 2, 3}); }, {"const_tensor", "3 elements"});
+  expect_error([&] { b.named("ss").reduce_sum(b.named("sq").mul(x, x), {1}); }, {"named(\"sq\") while the hint \"ss\" is still pending"});
   FunctionBuilder other;
   auto z = other.input("z", f16({1, 1, 1, 1}));
   expect_error([&] { b.sigmoid(z); }, {"value 'z' is not defined in function 'main'"});
