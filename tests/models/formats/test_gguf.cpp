@@ -1,1 +1,190 @@
+// GGUF: the two real vocab-only files (cross-checked against encoder.json / vocab.bpe and llama2.c's
+// tokenizer.bin), and small models written with GgufWriter (f32, f16, q8_0, fused gpt2 qkv) read back.
 #include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "framework/core/error.h"
+#include "framework/core/file.h"
+#include "models/formats/anelab_file.h"
+#include "models/formats/gguf.h"
+#include "models/formats/llama2c.h"
+#include "models/formats/load_any.h"
+#include "models/presets.h"
+#include "tests/common/test_data.h"
+
+namespace anelab::models {
+namespace {
+
+TEST(Gguf, Gpt2VocabOnly) {
+  ANELAB_REQUIRE_DATA("tokenizer-vectors/ggml-vocab-gpt-2.gguf");
+  ANELAB_REQUIRE_DATA("gpt2/encoder.json");
+  const GgufFile g = read_gguf_file(test::data_path("tokenizer-vectors/ggml-vocab-gpt-2.gguf"));
+  EXPECT_EQ(g.version, 3u);
+  EXPECT_TRUE(g.tensors.empty());
+  const tok::VocabData v = gguf_vocab(g, "gpt2");
+  EXPECT_EQ(v.kind, tok::TokenizerKind::kByteBpe);
+  ASSERT_EQ(v.tokens.size(), 50257u);
+  EXPECT_EQ(v.merges.size(), 50000u);
+  EXPECT_EQ(v.pre, "gpt-2");
+  EXPECT_EQ(v.eos_id, 50256);
+  EXPECT_EQ(v.tokens[50256], "<|endoftext|>");
+  // Every token id matches encoder.json.
+  const auto enc = nlohmann::json::parse(read_file_text(test::data_path("gpt2/encoder.json")));
+  ASSERT_EQ(enc.size(), 50257u);
+  int mismatches = 0;
+  for (auto& [tokstr, id] : enc.items()) mismatches += v.tokens.at(id.get<size_t>()) != tokstr;
+  EXPECT_EQ(mismatches, 0);
+  // Merges in rank order match vocab.bpe (first line is a #version comment).
+  std::ifstream bpe(test::data_path("gpt2/vocab.bpe"));
+  std::string line;
+  std::getline(bpe, line);
+  size_t i = 0;
+  mismatches = 0;
+  while (std::getline(bpe, line))
+    if (!line.empty()) mismatches += i < v.merges.size() && v.merges[i++] != line;
+  EXPECT_EQ(i, 50000u);
+  EXPECT_EQ(mismatches, 0);
+  // Vocab-only: gguf_to_model refuses with a message saying so.
+  try {
+    gguf_to_model(g, "gpt2");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("vocab-only"), std::string::npos);
+  }
+}
+
+TEST(Gguf, LlamaSpmVocabOnlyMatchesTokenizerBin) {
+  ANELAB_REQUIRE_DATA("tokenizer-vectors/ggml-vocab-llama-spm.gguf");
+  ANELAB_REQUIRE_DATA("llama2c/tokenizer.bin");
+  const GgufFile g = read_gguf_file(test::data_path("tokenizer-vectors/ggml-vocab-llama-spm.gguf"));
+  const tok::VocabData v = gguf_vocab(g, "spm");
+  EXPECT_EQ(v.kind, tok::TokenizerKind::kSentencePiece);
+  ASSERT_EQ(v.tokens.size(), 32000u);
+  ASSERT_EQ(v.scores.size(), 32000u);
+  ASSERT_EQ(v.types.size(), 32000u);
+  EXPECT_EQ(v.bos_id, 1);
+  EXPECT_EQ(v.eos_id, 2);
+  EXPECT_TRUE(v.add_bos);
+  EXPECT_EQ(v.tokens[1], "<s>");
+  EXPECT_EQ(v.tokens[3], "<0x00>");
+  EXPECT_EQ(v.types[3], tok::TokenType::kByte);
+  EXPECT_EQ(v.types[1], tok::TokenType::kControl);
+  // llama2.c tokenizer.bin: i32 max_len, then per token f32 score, i32 len, bytes ("▁" shown as ' ').
+  const auto tb = read_file_bytes(test::data_path("llama2c/tokenizer.bin"));
+  size_t off = 4;
+  int score_mismatch = 0, text_mismatch = 0;
+  for (int i = 0; i < 32000; ++i) {
+    float s;
+    int32_t len;
+    std::memcpy(&s, &tb[off], 4);
+    std::memcpy(&len, &tb[off + 4], 4);
+    std::string t(reinterpret_cast<const char*>(&tb[off + 8]), static_cast<size_t>(len));
+    off += 8 + static_cast<size_t>(len);
+    score_mismatch += s != v.scores[i];
+    std::string g_text = v.tokens[i];
+    for (size_t p; (p = g_text.find("\xe2\x96\x81")) != std::string::npos;) g_text.replace(p, 3, " ");
+    if (i >= 3) text_mismatch += g_text != t;
+  }
+  EXPECT_EQ(off, tb.size());
+  EXPECT_EQ(score_mismatch, 0);
+  EXPECT_EQ(text_mismatch, 0);
+}
+
+void expect_same_tensors(const Model& a, const Model& b) {
+  ASSERT_EQ(a.tensors().size(), b.tensors().size());
+  for (const Tensor& t : a.tensors()) {
+    const Tensor& u = b.tensor(t.name);
+    EXPECT_EQ(u.shape, t.shape) << t.name;
+    EXPECT_EQ(u.dtype, t.dtype) << t.name;
+    ASSERT_EQ(u.nbytes, t.nbytes) << t.name;
+    EXPECT_EQ(std::memcmp(u.data, t.data, t.nbytes), 0) << t.name;
+  }
+}
+
+Model from_image(const std::vector<uint8_t>& img) {
+  auto owner = std::make_shared<std::vector<uint8_t>>(img);
+  return gguf_to_model(parse_gguf(owner->data(), owner->size(), owner, "mem"), "mem");
+}
+
+TEST(Gguf, WriterRoundTripLlamaWithVocab) {
+  ANELAB_REQUIRE_DATA("llama2c/stories260K.bin");
+  ANELAB_REQUIRE_DATA("tokenizer-vectors/ggml-vocab-llama-spm.gguf");
+  Model m = read_llama2c(test::data_path("llama2c/stories260K.bin"));
+  m.vocab = gguf_vocab(read_gguf_file(test::data_path("tokenizer-vectors/ggml-vocab-llama-spm.gguf")), "spm");
+  const Model b = from_image(model_to_gguf(m));
+  EXPECT_EQ(b.config, m.config);
+  EXPECT_EQ(b.config.rope_style, RopeStyle::kAdjacentPairs);
+  expect_same_tensors(m, b);
+  ASSERT_TRUE(b.vocab);
+  EXPECT_EQ(b.vocab->tokens, m.vocab->tokens);
+  EXPECT_EQ(b.vocab->scores, m.vocab->scores);
+}
+
+TEST(Gguf, WriterRoundTripQ8_0AndF16) {
+  const Model src = random_model(preset("stories260k"), 11);
+  const auto dir = test::temp_dir("gq");
+  for (DType dt : {DType::kQ8_0, DType::kF16}) {
+    const std::string p = (dir / "m.anelab").string();
+    save_model(src, p, dt);
+    const Model q = read_anelab_file(p);
+    const std::string gp = (dir / "m.gguf").string();
+    const auto img = model_to_gguf(q);
+    write_file_atomic(gp, img.data(), img.size());
+    const Model b = load_any_model(gp);
+    expect_same_tensors(q, b);
+  }
+}
+
+TEST(Gguf, Gpt2FusedQkvAndQwen2) {
+  const Model g2 = load_any_model(test::source_path("tests/fixtures/hf/gpt2"));
+  // Hand-build a llama.cpp-style gpt2 GGUF with fused attn_qkv.
+  GgufWriter w;
+  const ModelConfig& c = g2.config;
+  w.add_str("general.architecture", "gpt2");
+  w.add_u32("gpt2.context_length", uint32_t(c.max_seq_len));
+  w.add_u32("gpt2.embedding_length", uint32_t(c.dim));
+  w.add_u32("gpt2.block_count", uint32_t(c.n_layers));
+  w.add_u32("gpt2.feed_forward_length", uint32_t(c.hidden_dim));
+  w.add_u32("gpt2.attention.head_count", uint32_t(c.n_heads));
+  w.add_f32("gpt2.attention.layer_norm_epsilon", c.norm_eps);
+  auto bytes = [&](const std::string& n) {
+    const Tensor& t = g2.tensor(n);
+    return std::vector<uint8_t>(t.data, t.data + t.nbytes);
+  };
+  auto ne = [&](const std::string& n) {
+    const auto& s = g2.tensor(n).shape;
+    return std::vector<int64_t>(s.rbegin(), s.rend());
+  };
+  w.add_tensor("token_embd.weight", kGgmlF32, ne("tok_embeddings"), bytes("tok_embeddings"));
+  w.add_tensor("position_embd.weight", kGgmlF32, ne("pos_embeddings"), bytes("pos_embeddings"));
+  w.add_tensor("output_norm.weight", kGgmlF32, ne("norm"), bytes("norm"));
+  w.add_tensor("output_norm.bias", kGgmlF32, ne("norm_bias"), bytes("norm_bias"));
+  for (int i = 0; i < c.n_layers; ++i) {
+    const std::string p = "layers." + std::to_string(i) + ".", b = "blk." + std::to_string(i) + ".";
+    std::vector<uint8_t> qkv, bqkv;
+    for (const char* n : {"wq", "wk", "wv"}) { auto x = bytes(p + n); qkv.insert(qkv.end(), x.begin(), x.end()); }
+    for (const char* n : {"bq", "bk", "bv"}) { auto x = bytes(p + n); bqkv.insert(bqkv.end(), x.begin(), x.end()); }
+    w.add_tensor(b + "attn_qkv.weight", kGgmlF32, {c.dim, 3 * c.dim}, qkv);
+    w.add_tensor(b + "attn_qkv.bias", kGgmlF32, {3 * c.dim}, bqkv);
+    for (auto [cn, gn] : std::vector<std::pair<std::string, std::string>>{
+             {"attn_norm", "attn_norm.weight"}, {"attn_norm_bias", "attn_norm.bias"}, {"wo", "attn_output.weight"},
+             {"bo", "attn_output.bias"}, {"ffn_norm", "ffn_norm.weight"}, {"ffn_norm_bias", "ffn_norm.bias"},
+             {"fc", "ffn_up.weight"}, {"fc_bias", "ffn_up.bias"}, {"proj", "ffn_down.weight"},
+             {"proj_bias", "ffn_down.bias"}})
+      w.add_tensor(b + gn, kGgmlF32, ne(p + cn), bytes(p + cn));
+  }
+  const Model b = from_image(w.build(64));
+  EXPECT_EQ(b.config, c);
+  expect_same_tensors(g2, b);
+  // qwen2 through model_to_gguf keeps rotate_half and the q/k/v biases.
+  const Model q = load_any_model(test::source_path("tests/fixtures/hf/qwen2"));
+  const Model qb = from_image(model_to_gguf(q));
+  EXPECT_EQ(qb.config, q.config);
+  expect_same_tensors(q, qb);
+}
+
+}  // namespace
+}  // namespace anelab::models
