@@ -1,0 +1,149 @@
+// Host-side staging and evaluation of the training kernels (see runner.h).
+#include "framework/kernels/runner.h"
+
+#include "framework/core/error.h"
+
+namespace anelab::kern {
+
+namespace {
+size_t idx(KernelKind k) { return static_cast<size_t>(k); }
+}  // namespace
+
+// ---- KernelCache ----------------------------------------------------------------------------------
+
+KernelCache::KernelCache(rt::Backend& backend, const TrainShape& shape, Strategy strategy)
+    : backend_(backend), shape_(shape), strategy_(strategy) {
+  shape_.validate();
+}
+
+std::unique_ptr<rt::Kernel> KernelCache::compile(const KernelSpec& spec) {
+  auto r = backend_.compile(spec.program, spec.weights);
+  if (!r.is_ok()) {
+    const auto& st = r.status();
+    fail("kernels", "compile ", spec.name, " (", strategy_name(strategy_), ", ", shape_.str(), ") on ", backend_.name(), ": ",
+         st.code() == Code::kBudgetExhausted ? "compile budget exhausted (checkpoint and restart the process): " : "",
+         st.message());
+  }
+  ++compiles_;
+  return std::move(r.value());
+}
+
+KernelCache::Entry& KernelCache::shared(KernelKind k) {
+  ANELAB_CHECK(!kernel_per_layer(k, strategy_), "kernels", kernel_name(k), " is compiled per layer under the ",
+               strategy_name(strategy_), " strategy");
+  auto& e = entries_[idx(k)];
+  if (!e) {
+    auto ne = std::make_unique<Entry>();
+    ne->spec = build_kernel(k, shape_, strategy_, nullptr);
+    ne->kernel = compile(ne->spec);
+    e = std::move(ne);
+  }
+  return *e;
+}
+
+// ---- LayerRunner ----------------------------------------------------------------------------------
+
+struct LayerRunner::Slot {
+  const KernelSpec* spec = nullptr;   // layouts (shared entry's or own)
+  rt::Kernel* kernel = nullptr;
+  KernelSpec own_spec;                // static weight-bearing kernels
+  std::unique_ptr<rt::Kernel> own_kernel;
+  std::vector<rt::Surface> in, out;
+};
+
+LayerRunner::LayerRunner(KernelCache& cache) : cache_(&cache) {}
+LayerRunner::LayerRunner(LayerRunner&&) noexcept = default;
+LayerRunner::~LayerRunner() = default;
+
+LayerRunner::Slot& LayerRunner::slot(KernelKind k) {
+  auto& s = slots_[idx(k)];
+  if (!s) s = std::make_unique<Slot>();
+  if (!s->kernel) {
+    ANELAB_CHECK(!kernel_per_layer(k, cache_->strategy()) && (!kernel_has_weights(k) || has_weights_), "kernels",
+                 kernel_name(k), ": call set_weights() before running a weight-bearing kernel");
+    KernelCache::Entry& e = cache_->shared(k);
+    s->spec = &e.spec;
+    s->kernel = e.kernel.get();
+  }
+  if (s->in.empty()) {
+    s->in = s->kernel->make_inputs(0, cache_->backend().profile());
+    s->out = s->kernel->make_outputs(0, cache_->backend().profile());
+    for (auto& f : s->in) f.fill_zero();
+  }
+  return *s;
+}
+
+const KernelSpec& LayerRunner::spec(KernelKind k) { return *slot(k).spec; }
+
+void LayerRunner::set_weights(const LayerWeights& w) {
+  const TrainShape& sh = cache_->shape();
+  w.validate(sh);
+  has_weights_ = true;
+  std::vector<float> buf;
+  for (KernelKind k : kAllKernelKinds) {
+    if (!kernel_has_weights(k)) continue;
+    if (kernel_per_layer(k, cache_->strategy())) {  // static: rebuild with the new blobs, recompile
+      auto& s = slots_[idx(k)];
+      if (!s) s = std::make_unique<Slot>();
+      s->own_spec = build_kernel(k, sh, Strategy::kStatic, &w);
+      s->own_kernel = cache_->compile(s->own_spec);
+      s->spec = &s->own_spec;
+      s->kernel = s->own_kernel.get();
+      continue;
+    }
+    Slot& s = slot(k);  // dynamic: restage the weight bands of this layer's input surface
+    for (const WeightSlot& ws : s.spec->weight_slots) {
+      weight_slot_values(ws, w, sh, buf);
+      rt::stage_in(s.in[0], s.spec->in, ws.slot, buf.data());
+    }
+  }
+}
+
+void LayerRunner::run(KernelKind k, std::initializer_list<In> ins, std::initializer_list<Out> outs) {
+  Slot& s = slot(k);
+  for (const auto& [name, src] : ins) rt::stage_in(s.in[0], s.spec->in, name, src);
+  rt::Surface* ip = &s.in[0];
+  rt::Surface* op = &s.out[0];
+  Status st = cache_->backend().evaluate(*s.kernel, 0, std::span<rt::Surface* const>(&ip, 1), std::span<rt::Surface* const>(&op, 1));
+  if (!st.is_ok()) fail("kernels", "evaluate ", kernel_name(k), ": ", st.message());
+  for (const auto& [name, dst] : outs) {
+    const mil::IOSlot& os = s.spec->out.slot(name);
+    dst->resize(static_cast<size_t>(os.channels * os.spatial));
+    rt::stage_out(s.out[0], s.spec->out, name, dst->data());
+  }
+}
+
+void LayerRunner::attn_forward(const float* x, AttnTaps& o) {
+  run(KernelKind::kAttnFwd, {{"x", x}},
+      {{"o", &o.o}, {"attn", &o.attn}, {"q_rope", &o.q_rope}, {"k_rope", &o.k_rope}, {"v", &o.v}, {"xnorm", &o.xnorm}});
+}
+
+void LayerRunner::ffn_forward(const float* x2, FfnTaps& o) {
+  run(KernelKind::kFfnFwd, {{"x", x2}}, {{"y", &o.y}, {"h1", &o.h1}, {"h3", &o.h3}, {"gate", &o.gate}, {"xnorm", &o.xnorm}});
+}
+
+void LayerRunner::ffn_backward(const float* dy, const FfnTaps& f, FfnGrads& o) {
+  run(KernelKind::kFfnBwd, {{"dy", dy}, {"h1", f.h1.data()}, {"h3", f.h3.data()}}, {{"dx", &o.dx}, {"dh1", &o.dh1}, {"dh3", &o.dh3}});
+}
+
+void LayerRunner::wo_backward(const float* dx2, std::vector<float>& da) { run(KernelKind::kWoBwd, {{"dy", dx2}}, {{"da", &da}}); }
+
+void LayerRunner::sdpa_backward(const AttnTaps& f, const float* da, SdpaGrads& o) {
+  std::vector<float> probs, dp;  // [H*S, S]
+  run(KernelKind::kSdpaBwd1, {{"q_rope", f.q_rope.data()}, {"k_rope", f.k_rope.data()}, {"v", f.v.data()}, {"da", da}},
+      {{"dv", &o.dv}, {"probs", &probs}, {"dp", &dp}});
+  run(KernelKind::kSdpaBwd2, {{"probs", probs.data()}, {"dp", dp.data()}, {"q_rope", f.q_rope.data()}, {"k_rope", f.k_rope.data()}},
+      {{"dq", &o.dq}, {"dk", &o.dk}});
+}
+
+void LayerRunner::qkv_backward(const SdpaGrads& g, std::vector<float>& dxn) {
+  run(KernelKind::kQkvBwd, {{"dq", g.dq.data()}, {"dk", g.dk.data()}, {"dv", g.dv.data()}}, {{"dx", &dxn}});
+}
+
+void LayerRunner::rms_backward(KernelKind which, const float* dy, const float* x, std::vector<float>& dx) {
+  ANELAB_CHECK(which == KernelKind::kRmsAttBwd || which == KernelKind::kRmsFfnBwd, "kernels",
+               "rms_backward: kind must be rms_att_bwd or rms_ffn_bwd, got ", kernel_name(which));
+  run(which, {{"dy", dy}, {"x", x}}, {{"dx", &dx}});
+}
+
+}  // namespace anelab::kern

@@ -1,0 +1,114 @@
+// Host-side execution of the training kernels (train.h) on a backend: stages activations and weights
+// through each kernel's IO layouts, evaluates, and returns the taps as fp32 [C, S] row-major arrays
+// (channel-first, element (c, t) at c*S + t, like every CPU buffer of the trainer).
+//
+//   auto be = rt::create_backend("emulator");
+//   kern::KernelCache cache(*be, shape, kern::Strategy::kDynamic);   // shared by all layers
+//   std::vector<kern::LayerRunner> layers;  for (...) layers.emplace_back(cache);
+//   layers[l].set_weights(w_l);          // static: recompiles the layer's 7 weight-bearing kernels
+//                                        // dynamic: restages weights into the layer's input surfaces
+//   layers[l].attn_forward(x, attn);     // x [D, S]
+//   ... residual x2 = x + attn.o (CPU) ...
+//   layers[l].ffn_forward(x2, ffn);
+//   backward (dy = dL/d layer output):
+//   layers[l].ffn_backward(dy, ffn, fg);             // fg.dx = dL/d xnorm2
+//   layers[l].rms_backward(KernelKind::kRmsFfnBwd, fg.dx.data(), x2, dx2);  dx2 += dy (CPU)
+//   layers[l].wo_backward(dx2, da);
+//   layers[l].sdpa_backward(attn, da.data(), sg);     // sg.dq / dk pre-RoPE, dk / dv GQA-reduced
+//   layers[l].qkv_backward(sg, dxn);
+//   layers[l].rms_backward(KernelKind::kRmsAttBwd, dxn.data(), x, dx);   dx += dx2 (CPU)
+//   dW on the CPU: dWo = dx2·attnᵀ, dW2 = dy·gateᵀ, dW1 = dh1·xnorm2ᵀ, dW3 = dh3·xnorm2ᵀ,
+//   dWq = dq·xnormᵀ, dWk = dk·xnormᵀ, dWv = dv·xnormᵀ, d rms weights from x, r and the upstream grads.
+#pragma once
+#include <array>
+#include <memory>
+#include <vector>
+
+#include "framework/kernels/train.h"
+#include "framework/runtime/backend.h"
+#include "framework/runtime/surface.h"
+
+namespace anelab::kern {
+
+struct AttnTaps {              // attn_fwd outputs, fp32 [C, S]
+  std::vector<float> o;        // [D]  Wo · attn
+  std::vector<float> attn;     // [QD] attention output before Wo
+  std::vector<float> q_rope;   // [QD]
+  std::vector<float> k_rope;   // [KVD]
+  std::vector<float> v;        // [KVD]
+  std::vector<float> xnorm;    // [D]
+};
+struct FfnTaps {               // ffn_fwd outputs
+  std::vector<float> y;        // [D]  W2 · gate
+  std::vector<float> h1, h3;   // [H]
+  std::vector<float> gate;     // [H]  silu(h1) * h3
+  std::vector<float> xnorm;    // [D]
+};
+struct FfnGrads {
+  std::vector<float> dx;        // [D] dL/d xnorm2
+  std::vector<float> dh1, dh3;  // [H]
+};
+struct SdpaGrads {
+  std::vector<float> dq;        // [QD]  dL/d(Wq·xnorm), pre-RoPE
+  std::vector<float> dk, dv;    // [KVD] pre-RoPE, reduced over the GQA groups
+};
+
+// Compiled kernels shared by every layer of one model: the weight-free sdpa_bwd1/2 (both strategies) and,
+// under kDynamic, every kernel. Compiles lazily, once per kind.
+class KernelCache {
+ public:
+  KernelCache(rt::Backend& backend, const TrainShape& shape, Strategy strategy);
+  struct Entry {
+    KernelSpec spec;
+    std::unique_ptr<rt::Kernel> kernel;
+  };
+  Entry& shared(KernelKind k);  // throws for a per-layer (static weight-bearing) kind
+  rt::Backend& backend() { return backend_; }
+  const TrainShape& shape() const { return shape_; }
+  Strategy strategy() const { return strategy_; }
+  int compiles() const { return compiles_; }  // compiles by this cache and its runners
+  // Compiles through the backend, counting; throws "[kernels] compile <name>: ..." on failure
+  // (a kBudgetExhausted status is reported as such: the caller should checkpoint and restart).
+  std::unique_ptr<rt::Kernel> compile(const KernelSpec& spec);
+
+ private:
+  rt::Backend& backend_;
+  TrainShape shape_;
+  Strategy strategy_;
+  int compiles_ = 0;
+  std::array<std::unique_ptr<Entry>, kAllKernelKinds.size()> entries_;
+};
+
+class LayerRunner {
+ public:
+  explicit LayerRunner(KernelCache& cache);
+  LayerRunner(LayerRunner&&) noexcept;
+  ~LayerRunner();
+
+  void set_weights(const LayerWeights& w);
+
+  void attn_forward(const float* x, AttnTaps& out);                        // x [D, S]
+  void ffn_forward(const float* x2, FfnTaps& out);                         // x2 [D, S]
+  void ffn_backward(const float* dy, const FfnTaps& fwd, FfnGrads& out);   // dy [D, S]
+  void wo_backward(const float* dx2, std::vector<float>& da);              // da [QD, S]
+  void sdpa_backward(const AttnTaps& fwd, const float* da, SdpaGrads& out);
+  void qkv_backward(const SdpaGrads& g, std::vector<float>& dxn);          // dxn [D, S]
+  // which = kRmsAttBwd | kRmsFfnBwd; dy = dL/d xnorm, x = the norm's input; dx [D, S]
+  void rms_backward(KernelKind which, const float* dy, const float* x, std::vector<float>& dx);
+
+  // Raw access for callers that chain kernels themselves: stage the named input slots, evaluate,
+  // read back the named output slots.
+  using In = std::pair<const char*, const float*>;
+  using Out = std::pair<const char*, std::vector<float>*>;
+  void run(KernelKind k, std::initializer_list<In> ins, std::initializer_list<Out> outs);
+  const KernelSpec& spec(KernelKind k);
+
+ private:
+  struct Slot;
+  Slot& slot(KernelKind k);
+  KernelCache* cache_;
+  std::array<std::unique_ptr<Slot>, kAllKernelKinds.size()> slots_;
+  bool has_weights_ = false;
+};
+
+}  // namespace anelab::kern

@@ -1,0 +1,412 @@
+// Training kernel generators (see train.h for the kernel table and the two weight strategies).
+#include "framework/kernels/train.h"
+
+#include <cmath>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "framework/core/error.h"
+
+namespace anelab::kern {
+
+using mil::DType;
+using mil::IOLayout;
+
+// ---- shapes -------------------------------------------------------------------------------------
+
+double TrainShape::attn_scale() const { return 1.0 / std::sqrt(static_cast<double>(head_dim)); }
+
+void TrainShape::validate() const {
+  ANELAB_CHECK(dim > 0 && hidden > 0 && n_heads > 0 && n_kv_heads > 0 && head_dim > 0 && seq > 0, "kernels",
+               "train shape ", str(), ": every size must be positive");
+  ANELAB_CHECK(n_heads % n_kv_heads == 0, "kernels", "train shape ", str(), ": n_heads ", n_heads,
+               " is not a multiple of n_kv_heads ", n_kv_heads);
+  ANELAB_CHECK(head_dim % 2 == 0, "kernels", "train shape ", str(), ": head_dim ", head_dim, " must be even for RoPE");
+  ANELAB_CHECK(seq >= 32, "kernels", "train shape ", str(), ": seq ", seq,
+               " < 32 (fp16 I/O needs S >= 32, digest §4.3); pad the sequence");
+}
+
+std::string TrainShape::str() const {
+  std::ostringstream o;
+  o << "D=" << dim << " H=" << hidden << " heads=" << n_heads << "/" << n_kv_heads << " hd=" << head_dim << " S=" << seq;
+  return o.str();
+}
+
+const char* strategy_name(Strategy s) { return s == Strategy::kStatic ? "static" : "dynamic"; }
+
+const char* kernel_name(KernelKind k) {
+  switch (k) {
+    case KernelKind::kAttnFwd: return "attn_fwd";
+    case KernelKind::kFfnFwd: return "ffn_fwd";
+    case KernelKind::kFfnBwd: return "ffn_bwd";
+    case KernelKind::kWoBwd: return "wo_bwd";
+    case KernelKind::kSdpaBwd1: return "sdpa_bwd1";
+    case KernelKind::kSdpaBwd2: return "sdpa_bwd2";
+    case KernelKind::kQkvBwd: return "qkv_bwd";
+    case KernelKind::kRmsAttBwd: return "rms_att_bwd";
+    case KernelKind::kRmsFfnBwd: return "rms_ffn_bwd";
+  }
+  return "?";
+}
+
+bool kernel_has_weights(KernelKind k) { return k != KernelKind::kSdpaBwd1 && k != KernelKind::kSdpaBwd2; }
+
+namespace {
+
+// [out, in] of each named weight (vectors: [D, 1]).
+std::pair<int64_t, int64_t> weight_dims(const std::string& n, const TrainShape& s) {
+  if (n == "wq") return {s.q_dim(), s.dim};
+  if (n == "wk" || n == "wv") return {s.kv_dim(), s.dim};
+  if (n == "wo") return {s.dim, s.q_dim()};
+  if (n == "w1" || n == "w3") return {s.hidden, s.dim};
+  if (n == "w2") return {s.dim, s.hidden};
+  if (n == "rms_att" || n == "rms_ffn") return {s.dim, 1};
+  fail("kernels", "unknown layer weight '", n, "' (known: wq wk wv wo w1 w2 w3 rms_att rms_ffn)");
+}
+
+}  // namespace
+
+std::span<const float> LayerWeights::get(const std::string& n) const {
+  if (n == "wq") return wq;
+  if (n == "wk") return wk;
+  if (n == "wv") return wv;
+  if (n == "wo") return wo;
+  if (n == "w1") return w1;
+  if (n == "w2") return w2;
+  if (n == "w3") return w3;
+  if (n == "rms_att") return rms_att;
+  if (n == "rms_ffn") return rms_ffn;
+  fail("kernels", "unknown layer weight '", n, "'");
+}
+
+void LayerWeights::validate(const TrainShape& s) const {
+  for (const char* n : {"wq", "wk", "wv", "wo", "w1", "w2", "w3", "rms_att", "rms_ffn"}) {
+    auto [o, i] = weight_dims(n, s);
+    ANELAB_CHECK(static_cast<int64_t>(get(n).size()) == o * i, "kernels", "layer weight ", n, " has ", get(n).size(),
+                 " values, shape ", s.str(), " needs [", o, ", ", i, "] = ", o * i);
+  }
+}
+
+void weight_slot_values(const WeightSlot& ws, const LayerWeights& w, const TrainShape& s, std::vector<float>& out) {
+  std::span<const float> src = w.get(ws.weight);
+  auto [o, i] = weight_dims(ws.weight, s);
+  ANELAB_CHECK(static_cast<int64_t>(src.size()) == o * i, "kernels", "weight ", ws.weight, ": ", src.size(), " values, need ", o * i);
+  out.resize(src.size());
+  if (!ws.transposed) {
+    std::copy(src.begin(), src.end(), out.begin());
+    return;
+  }
+  for (int64_t r = 0; r < o; ++r)
+    for (int64_t c = 0; c < i; ++c) out[static_cast<size_t>(c * o + r)] = src[static_cast<size_t>(r * i + c)];
+}
+
+namespace {
+
+// ---- the generator --------------------------------------------------------------------------------
+// Phase 1 declares input activations and weights (act / mat / vec); begin() fixes the input layout and
+// creates the input; phase 2 builds the body (in / apply / vec_value / tables); finish() packs outputs.
+class KernelGen {
+ public:
+  KernelGen(KernelKind kind, const TrainShape& s, Strategy st, const LayerWeights* w)
+      : kind_(kind), s_(s), dyn_(st == Strategy::kDynamic && kernel_has_weights(kind)), w_(w), b_(pb_.function("main")) {
+    s.validate();
+    if (st == Strategy::kStatic && kernel_has_weights(kind)) {
+      ANELAB_CHECK(w != nullptr, "kernels", kernel_name(kind), ": static strategy needs the layer weights");
+      w->validate(s);
+    }
+  }
+  mil::FunctionBuilder& b() { return b_; }
+  const TrainShape& s() const { return s_; }
+
+  void act(const std::string& slot, int64_t channels) { acts_.push_back({slot, channels}); }
+  // Declares the product y = W x (or y = Wᵀ x when tprod) for layer weight `weight`.
+  void mat(const std::string& weight, bool tprod) { mats_[weight] = {tprod, false}; order_.push_back(weight); }
+  void vec(const std::string& weight) { vecs_.push_back(weight); }
+
+  void begin();
+  Value in(const std::string& slot) { return b_.slice_slot(x_, in_, slot); }
+  Value apply(const std::string& weight, const Value& x);
+  Value vec_value(const std::string& weight);
+  Value mask();
+  Value rope_table(const char* which);  // "cos" | "sin" | "nsin"
+  KernelSpec finish(const std::vector<std::pair<std::string, Value>>& outputs);
+
+ private:
+  struct Mat {
+    bool tprod = false;     // y = Wᵀ x
+    bool holds_mt = false;  // dynamic: slot holds Mᵀ ([IC, OC]) rather than M ([OC, IC]), M = W or Wᵀ
+  };
+  KernelKind kind_;
+  TrainShape s_;
+  bool dyn_;
+  const LayerWeights* w_;
+  mil::ProgramBuilder pb_;
+  mil::FunctionBuilder& b_;
+  BlobSet blobs_;
+  std::vector<std::pair<std::string, int64_t>> acts_;
+  std::map<std::string, Mat> mats_;
+  std::vector<std::string> order_, vecs_;
+  std::vector<WeightSlot> slots_;
+  IOLayout in_;
+  Value x_;
+  std::optional<Value> mask_;
+  std::map<std::string, Value> tables_;
+};
+
+void KernelGen::begin() {
+  in_ = IOLayout(std::string(kernel_name(kind_)) + "_in");
+  int64_t c_act = 0;
+  for (const auto& [slot, ch] : acts_) c_act = std::max(c_act, ch);
+  for (const auto& [slot, ch] : acts_) {
+    if (dyn_) in_.add_spatial(slot, ch, s_.seq);
+    else in_.add_channels(slot, ch, s_.seq);
+  }
+  if (dyn_) {
+    for (const auto& name : order_) {
+      Mat& m = mats_[name];
+      auto [o, i] = weight_dims(name, s_);
+      const int64_t ic = m.tprod ? o : i, oc = m.tprod ? i : o;  // M = W or Wᵀ is [OC, IC]
+      if (ic == c_act) m.holds_mt = true;
+      else if (oc == c_act) m.holds_mt = false;
+      else if (ic <= c_act) m.holds_mt = true;
+      else if (oc <= c_act) m.holds_mt = false;
+      else m.holds_mt = ic <= oc;
+      const int64_t rows = m.holds_mt ? ic : oc, cols = m.holds_mt ? oc : ic;
+      in_.add_spatial(name, rows, cols);
+      // slot content: Mᵀ = (tprod ? W : Wᵀ), M = (tprod ? Wᵀ : W)
+      slots_.push_back({name, name, m.holds_mt ? !m.tprod : m.tprod});
+    }
+    for (const auto& name : vecs_) {
+      in_.add_spatial(name, s_.dim, 1);
+      slots_.push_back({name, name, false});
+    }
+  }
+  x_ = b_.input("x", in_.type());
+}
+
+Value KernelGen::apply(const std::string& weight, const Value& x) {
+  auto it = mats_.find(weight);
+  ANELAB_CHECK(it != mats_.end(), "kernels", kernel_name(kind_), ": weight '", weight, "' was not declared");
+  const Mat& m = it->second;
+  auto [o, i] = weight_dims(weight, s_);
+  if (dyn_) {
+    Value band = in(weight);
+    return m.holds_mt ? linear_runtime_t(b_, x, band) : linear_runtime(b_, x, band);
+  }
+  return linear(b_, x, blobs_.matrix(b_, m.tprod ? weight + "_t" : weight, w_->get(weight), o, i, m.tprod));
+}
+
+Value KernelGen::vec_value(const std::string& weight) {
+  if (dyn_) return b_.reshape(in(weight), {1, s_.dim, 1, 1});
+  return blobs_.vector(b_, weight, w_->get(weight));
+}
+
+Value KernelGen::mask() {
+  if (!mask_) mask_ = blobs_.tensor(b_, "mask", mil::tensor_type(DType::kFp16, {1, 1, s_.seq, s_.seq}), causal_mask(s_.seq));
+  return *mask_;
+}
+
+Value KernelGen::rope_table(const char* which) {
+  auto it = tables_.find(which);
+  if (it != tables_.end()) return it->second;
+  RopeTables t = rope_tables(s_.seq, s_.head_dim, s_.rope_theta, s_.rope);
+  std::vector<float>& v = std::string(which) == "cos" ? t.cos : t.sin;
+  if (std::string(which) == "nsin")
+    for (float& f : v) f = -f;
+  Value r = blobs_.tensor(b_, std::string("rope_") + which, mil::tensor_type(DType::kFp16, {1, 1, s_.seq, s_.head_dim}), v);
+  tables_[which] = r;
+  return r;
+}
+
+KernelSpec KernelGen::finish(const std::vector<std::pair<std::string, Value>>& outputs) {
+  KernelSpec k;
+  k.name = kernel_name(kind_);
+  k.out = IOLayout(k.name + "_out");
+  std::vector<Value> vals;
+  for (const auto& [slot, v] : outputs) {
+    ANELAB_CHECK(v.rank() == 4 && v.dim(0) == 1 && v.dim(2) == 1 && v.dim(3) == s_.seq, "kernels", k.name, ": output '", slot,
+                 "' is ", mil::shape_str(v.shape()), ", not [1, C, 1, ", s_.seq, "]");
+    k.out.add_channels(slot, v.dim(1), s_.seq);
+    vals.push_back(v);
+  }
+  b_.output(b_.named("out").concat_slots(k.out, vals));
+  k.program = pb_.build(mil::Dialect::kIos18);
+  k.weights = blobs_.weights();
+  k.in = in_;
+  k.weight_slots = slots_;
+  return k;
+}
+
+// ---- kernel bodies --------------------------------------------------------------------------------
+
+KernelSpec gen_attn_fwd(KernelGen& g) {
+  const TrainShape& s = g.s();
+  auto& b = g.b();
+  g.act("x", s.dim);
+  g.vec("rms_att");
+  for (const char* w : {"wq", "wk", "wv", "wo"}) g.mat(w, false);
+  g.begin();
+  Value xn = rms_norm(b, g.in("x"), g.vec_value("rms_att"), s.norm_eps);
+  Value q = split_heads(b, g.apply("wq", xn), s.n_heads);
+  Value k = split_heads(b, g.apply("wk", xn), s.n_kv_heads);
+  Value v = split_heads(b, g.apply("wv", xn), s.n_kv_heads);
+  Value qr = rope(b, q, g.rope_table("cos"), g.rope_table("sin"), s.rope);
+  Value kr = rope(b, k, g.rope_table("cos"), g.rope_table("sin"), s.rope);
+  Value a = causal_attention(b, qr, gqa_expand(b, kr, s.n_rep()), gqa_expand(b, v, s.n_rep()), g.mask(), s.attn_scale());
+  Value attn = merge_heads(b, a);
+  Value o = g.apply("wo", attn);
+  return g.finish({{"o", o}, {"attn", attn}, {"q_rope", merge_heads(b, qr)}, {"k_rope", merge_heads(b, kr)},
+                   {"v", merge_heads(b, v)}, {"xnorm", xn}});
+}
+
+KernelSpec gen_ffn_fwd(KernelGen& g) {
+  const TrainShape& s = g.s();
+  auto& b = g.b();
+  g.act("x", s.dim);
+  g.vec("rms_ffn");
+  for (const char* w : {"w1", "w3", "w2"}) g.mat(w, false);
+  g.begin();
+  Value xn = rms_norm(b, g.in("x"), g.vec_value("rms_ffn"), s.norm_eps);
+  Value h1 = g.apply("w1", xn), h3 = g.apply("w3", xn);
+  Value gate = b.mul(silu(b, h1), h3);
+  Value y = g.apply("w2", gate);
+  return g.finish({{"y", y}, {"h1", h1}, {"h3", h3}, {"gate", gate}, {"xnorm", xn}});
+}
+
+KernelSpec gen_ffn_bwd(KernelGen& g) {
+  const TrainShape& s = g.s();
+  auto& b = g.b();
+  g.act("dy", s.dim);
+  g.act("h1", s.hidden);
+  g.act("h3", s.hidden);
+  for (const char* w : {"w2", "w1", "w3"}) g.mat(w, true);
+  g.begin();
+  Value h1 = g.in("h1"), h3 = g.in("h3");
+  Value dg = g.apply("w2", g.in("dy"));  // d gate = W2ᵀ dy
+  Value sig = b.sigmoid(h1);
+  Value dh3 = b.mul(dg, b.mul(h1, sig));  // gate = silu(h1) * h3
+  // d silu(h1)/d h1 = sig * (1 + h1 * (1 - sig))
+  Value dsilu = b.mul(sig, b.add(b.mul(h1, b.sub(1.0, sig)), 1.0));
+  Value dh1 = b.mul(b.mul(dg, h3), dsilu);
+  Value dx = b.add(g.apply("w1", dh1), g.apply("w3", dh3));
+  return g.finish({{"dx", dx}, {"dh1", dh1}, {"dh3", dh3}});
+}
+
+KernelSpec gen_wo_bwd(KernelGen& g) {
+  g.act("dy", g.s().dim);
+  g.mat("wo", true);
+  g.begin();
+  return g.finish({{"da", g.apply("wo", g.in("dy"))}});
+}
+
+KernelSpec gen_sdpa_bwd1(KernelGen& g) {
+  const TrainShape& s = g.s();
+  auto& b = g.b();
+  g.act("q_rope", s.q_dim());
+  g.act("k_rope", s.kv_dim());
+  g.act("v", s.kv_dim());
+  g.act("da", s.q_dim());
+  g.begin();
+  const int64_t H = s.n_heads, S = s.seq;
+  Value q = split_heads(b, g.in("q_rope"), H);
+  Value k = gqa_expand(b, split_heads(b, g.in("k_rope"), s.n_kv_heads), s.n_rep());
+  Value v = gqa_expand(b, split_heads(b, g.in("v"), s.n_kv_heads), s.n_rep());
+  Value da = split_heads(b, g.in("da"), H);
+  Value p = attention_probs(b, q, k, g.mask(), s.attn_scale());  // [1, H, S, S]
+  Value dv = gqa_reduce(b, b.matmul(p, da, true, false), s.n_rep());
+  Value dp = b.matmul(da, v, false, true);
+  return g.finish({{"dv", merge_heads(b, dv)}, {"probs", b.reshape(p, {1, H * S, 1, S})}, {"dp", b.reshape(dp, {1, H * S, 1, S})}});
+}
+
+KernelSpec gen_sdpa_bwd2(KernelGen& g) {
+  const TrainShape& s = g.s();
+  auto& b = g.b();
+  const int64_t H = s.n_heads, S = s.seq;
+  g.act("probs", H * S);
+  g.act("dp", H * S);
+  g.act("q_rope", s.q_dim());
+  g.act("k_rope", s.kv_dim());
+  g.begin();
+  Value p = b.reshape(g.in("probs"), {1, H, S, S});
+  Value dp = b.reshape(g.in("dp"), {1, H, S, S});
+  Value q = split_heads(b, g.in("q_rope"), H);
+  Value k = gqa_expand(b, split_heads(b, g.in("k_rope"), s.n_kv_heads), s.n_rep());
+  Value rs = b.reduce_sum(b.mul(p, dp), {3}, true);
+  Value ds = b.mul(b.mul(p, b.sub(dp, rs)), s.attn_scale());
+  Value dq = b.matmul(ds, k);
+  Value dk = gqa_reduce(b, b.matmul(ds, q, true, false), s.n_rep());
+  Value c = g.rope_table("cos"), ns = g.rope_table("nsin");
+  dq = rope(b, dq, c, ns, s.rope);  // inverse rotation: gradient w.r.t. pre-RoPE q / k
+  dk = rope(b, dk, c, ns, s.rope);
+  return g.finish({{"dq", merge_heads(b, dq)}, {"dk", merge_heads(b, dk)}});
+}
+
+KernelSpec gen_qkv_bwd(KernelGen& g) {
+  const TrainShape& s = g.s();
+  auto& b = g.b();
+  g.act("dq", s.q_dim());
+  g.act("dk", s.kv_dim());
+  g.act("dv", s.kv_dim());
+  for (const char* w : {"wq", "wk", "wv"}) g.mat(w, true);
+  g.begin();
+  Value dx = b.add(b.add(g.apply("wq", g.in("dq")), g.apply("wk", g.in("dk"))), g.apply("wv", g.in("dv")));
+  return g.finish({{"dx", dx}});
+}
+
+// RMSNorm backward: y = x r w, r = (mean(x²) + eps)^-½  =>  dx = r (g − x r² mean(g x)), g = dy w.
+KernelSpec gen_rms_bwd(KernelGen& g, const char* weight) {
+  const TrainShape& s = g.s();
+  auto& b = g.b();
+  g.act("dy", s.dim);
+  g.act("x", s.dim);
+  g.vec(weight);
+  g.begin();
+  Value x = g.in("x");
+  Value r = rms_rrms(b, x, s.norm_eps);
+  Value gw = b.mul(g.in("dy"), g.vec_value(weight));
+  Value m = b.mul(b.reduce_sum(b.mul(gw, x), {1}, true), 1.0 / static_cast<double>(s.dim));
+  Value dx = b.mul(r, b.sub(gw, b.mul(x, b.mul(m, b.mul(r, r)))));
+  return g.finish({{"dx", dx}});
+}
+
+}  // namespace
+
+KernelSpec build_kernel(KernelKind kind, const TrainShape& shape, Strategy strategy, const LayerWeights* w) {
+  KernelGen g(kind, shape, strategy, w);
+  switch (kind) {
+    case KernelKind::kAttnFwd: return gen_attn_fwd(g);
+    case KernelKind::kFfnFwd: return gen_ffn_fwd(g);
+    case KernelKind::kFfnBwd: return gen_ffn_bwd(g);
+    case KernelKind::kWoBwd: return gen_wo_bwd(g);
+    case KernelKind::kSdpaBwd1: return gen_sdpa_bwd1(g);
+    case KernelKind::kSdpaBwd2: return gen_sdpa_bwd2(g);
+    case KernelKind::kQkvBwd: return gen_qkv_bwd(g);
+    case KernelKind::kRmsAttBwd: return gen_rms_bwd(g, "rms_att");
+    case KernelKind::kRmsFfnBwd: return gen_rms_bwd(g, "rms_ffn");
+  }
+  fail("kernels", "unknown kernel kind");
+}
+
+KernelSpec& LayerKernels::get(KernelKind k) {
+  switch (k) {
+    case KernelKind::kAttnFwd: return attn_fwd;
+    case KernelKind::kFfnFwd: return ffn_fwd;
+    case KernelKind::kFfnBwd: return ffn_bwd;
+    case KernelKind::kWoBwd: return wo_bwd;
+    case KernelKind::kSdpaBwd1: return sdpa_bwd1;
+    case KernelKind::kSdpaBwd2: return sdpa_bwd2;
+    case KernelKind::kQkvBwd: return qkv_bwd;
+    case KernelKind::kRmsAttBwd: return rms_att_bwd;
+    case KernelKind::kRmsFfnBwd: return rms_ffn_bwd;
+  }
+  fail("kernels", "unknown kernel kind");
+}
+
+LayerKernels build_layer_kernels(const TrainShape& shape, Strategy strategy, const LayerWeights* w) {
+  LayerKernels lk;
+  for (KernelKind k : kAllKernelKinds) lk.get(k) = build_kernel(k, shape, strategy, w);
+  return lk;
+}
+
+}  // namespace anelab::kern

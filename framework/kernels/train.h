@@ -1,0 +1,126 @@
+// Per-layer MIL kernel generators for Llama-style transformer training (issue 4 "Kernels").
+//
+// One layer  x -> x2 = x + Wo·attn(rope(Wq·n1), rope(Wk·n1), Wv·n1) -> y = x2 + W2·(silu(W1·n2) * W3·n2)
+// with n1 = rmsnorm(x; rms_att), n2 = rmsnorm(x2; rms_ffn), RoPE (theta, style from TrainShape),
+// GQA (query head h reads kv head h / n_rep), causal attention with an additive mask.
+//
+// Kernels (every kernel: ONE fp16 input surface, ONE fp16 output surface, both [1, C, 1, S]-shaped and
+// described by IOLayouts `in` / `out`; outputs are channel-packed "taps"):
+//
+//   kind        input slots                         output slots (channel order)             weights
+//   attn_fwd    x[D]                                o[D] attn[QD] q_rope[QD] k_rope[KVD]     rms_att wq wk wv wo
+//                                                   v[KVD] xnorm[D]
+//   ffn_fwd     x[D] (= x2)                         y[D] h1[H] h3[H] gate[H] xnorm[D]        rms_ffn w1 w3 w2
+//   ffn_bwd     dy[D] h1[H] h3[H]                   dx[D] dh1[H] dh3[H]                      w2ᵀ w1ᵀ w3ᵀ
+//   wo_bwd      dy[D]                               da[QD]                                   woᵀ
+//   sdpa_bwd1   q_rope[QD] k_rope[KVD] v[KVD] da[QD] dv[KVD] probs[H·S] dp[H·S]              (mask)
+//   sdpa_bwd2   probs[H·S] dp[H·S] q_rope[QD]        dq[QD] dk[KVD]                          (mask, rope)
+//               k_rope[KVD]
+//   qkv_bwd     dq[QD] dk[KVD] dv[KVD]              dx[D]                                    wqᵀ wkᵀ wvᵀ
+//   rms_bwd     dy[D] x[D]                          dx[D]                                    rms (att or ffn)
+//
+// dx of ffn_bwd / qkv_bwd is the gradient w.r.t. the normalised input (xnorm); rms_bwd turns it into
+// the gradient w.r.t. the layer input (dw of the norm, all dW, the residual adds stay on the CPU).
+// sdpa_bwd1 recomputes the probabilities; dv is already reduced over the n_rep query heads of each kv
+// head. sdpa_bwd2 computes dS = P·(dP − rowsum(P·dP))·scale, dQ = dS·K, dK = dSᵀ·Q, reduces dK over
+// the GQA groups and applies the inverse RoPE in-kernel (rope with −sin), so dq / dk are gradients
+// w.r.t. the pre-RoPE projections q = Wq·xnorm, k = Wk·xnorm (dWq = dq·xnormᵀ).
+//
+// Weight strategies:
+//   kStatic   weights baked as BLOBFILE consts (fp16); weight-bearing kernels are rebuilt and recompiled
+//             after every update; sdpa_bwd1/2 are weight-free and compiled once per shape.
+//   kDynamic  weights travel in the input surface by spatial packing (digest §5.4): every input slot is
+//             a column band [0, rows) x [off, off+width) of the one input surface; activations are
+//             bands of width S, a matrix is a band holding W or Wᵀ (see WeightSlot), a norm weight a
+//             band of width 1. The kernel multiplies with matmul (linear_runtime*). All kernels compile
+//             once per shape (shared by every layer); after an update the weights are restaged.
+//   Weight-free kernels (sdpa_bwd1/2) are identical in both strategies (channel-packed input).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "framework/kernels/blocks.h"
+#include "framework/mil/io_layout.h"
+#include "framework/runtime/backend.h"
+
+namespace anelab::kern {
+
+struct TrainShape {
+  int64_t dim = 0;         // D: model width
+  int64_t hidden = 0;      // H: FFN width
+  int64_t n_heads = 0;     // query heads
+  int64_t n_kv_heads = 0;  // key/value heads (GQA when < n_heads)
+  int64_t head_dim = 0;    // HD (Qwen3: not dim / n_heads)
+  int64_t seq = 0;         // S (>= 32 for fp16 I/O)
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+  RopeStyle rope = RopeStyle::kAdjacentPairs;
+
+  int64_t q_dim() const { return n_heads * head_dim; }      // QD
+  int64_t kv_dim() const { return n_kv_heads * head_dim; }  // KVD
+  int64_t n_rep() const { return n_heads / n_kv_heads; }
+  double attn_scale() const;   // 1 / sqrt(HD)
+  void validate() const;       // throws "[kernels] ..." naming the bad field
+  std::string str() const;     // "D=64 H=172 heads=8/4 hd=8 S=32"
+};
+
+enum class Strategy { kStatic, kDynamic };
+const char* strategy_name(Strategy s);
+
+enum class KernelKind { kAttnFwd, kFfnFwd, kFfnBwd, kWoBwd, kSdpaBwd1, kSdpaBwd2, kQkvBwd, kRmsAttBwd, kRmsFfnBwd };
+constexpr std::array<KernelKind, 9> kAllKernelKinds = {KernelKind::kAttnFwd,  KernelKind::kFfnFwd,   KernelKind::kFfnBwd,
+                                                      KernelKind::kWoBwd,    KernelKind::kSdpaBwd1, KernelKind::kSdpaBwd2,
+                                                      KernelKind::kQkvBwd,   KernelKind::kRmsAttBwd, KernelKind::kRmsFfnBwd};
+const char* kernel_name(KernelKind k);  // "attn_fwd", ...
+// Does the kernel read layer weights (other than the shape-only mask / RoPE tables)?
+bool kernel_has_weights(KernelKind k);
+// Must the kernel be recompiled for each layer / after each update? (static + has weights)
+inline bool kernel_per_layer(KernelKind k, Strategy s) { return s == Strategy::kStatic && kernel_has_weights(k); }
+
+// Layer weights, fp32, PyTorch nn.Linear order [out, in] row-major.
+struct LayerWeights {
+  std::span<const float> wq;       // [QD, D]
+  std::span<const float> wk, wv;   // [KVD, D]
+  std::span<const float> wo;       // [D, QD]
+  std::span<const float> w1, w3;   // [H, D]
+  std::span<const float> w2;       // [D, H]
+  std::span<const float> rms_att;  // [D]
+  std::span<const float> rms_ffn;  // [D]
+  std::span<const float> get(const std::string& name) const;  // "wq" ... "rms_ffn"; throws for others
+  void validate(const TrainShape& s) const;                   // sizes
+};
+
+// A weight staged into a dynamic kernel's input surface: slot `slot` of `in` holds weight `weight`
+// as a [rows, cols] band: W itself ([out, in]) or, when transposed, Wᵀ ([in, out]); vectors [D, 1].
+struct WeightSlot {
+  std::string slot;
+  std::string weight;
+  bool transposed = false;
+};
+
+// One generated kernel: program + weights dictionary + the IO layouts used by both MIL and host.
+struct KernelSpec {
+  std::string name;                       // "attn_fwd"
+  mil::Program program;
+  rt::Weights weights;                    // BLOBFILE contents (static weights, mask, RoPE tables)
+  mil::IOLayout in, out;                  // the one input / output surface
+  std::vector<WeightSlot> weight_slots;   // dynamic: weights the host stages into `in`
+};
+
+// Builds one kernel. `w` is required for weight-bearing kernels under kStatic, ignored otherwise.
+KernelSpec build_kernel(KernelKind kind, const TrainShape& shape, Strategy strategy, const LayerWeights* w = nullptr);
+
+struct LayerKernels {
+  KernelSpec attn_fwd, ffn_fwd, ffn_bwd, wo_bwd, sdpa_bwd1, sdpa_bwd2, qkv_bwd, rms_att_bwd, rms_ffn_bwd;
+  KernelSpec& get(KernelKind k);
+};
+LayerKernels build_layer_kernels(const TrainShape& shape, Strategy strategy, const LayerWeights* w = nullptr);
+
+// Host helper: the contents of a dynamic weight slot, [rows, cols] fp32 row-major (W, Wᵀ or the vector),
+// ready for rt::stage_in(surface, spec.in, ws.slot, out.data()). LayerRunner does this for you.
+void weight_slot_values(const WeightSlot& ws, const LayerWeights& w, const TrainShape& s, std::vector<float>& out);
+
+}  // namespace anelab::kern
