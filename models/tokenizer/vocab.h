@@ -31,9 +31,12 @@ struct VocabData {
   std::string pre = "";
   std::string pre_regex = "";
   bool nfc_normalize = false;            // Qwen: NFC before pre-tokenization
-  std::vector<std::string> tokens;       // id -> token text as stored by the source (GPT-2 byte-encoded for byte BPE)
+  // id -> token text as stored by the source (GPT-2 byte-encoded for byte BPE; added/control tokens as their
+  // literal text). SentencePiece pieces may use U+2581 or ' ' for spaces (both accepted).
+  std::vector<std::string> tokens;
   std::vector<float> scores;             // SentencePiece scores (empty for byte BPE)
-  std::vector<TokenType> types;          // empty = all normal
+  std::vector<TokenType> types;          // empty = all normal (SentencePiece: bos/eos/pad control, unk unknown,
+                                         // "<0xNN>" byte tokens detected by their text)
   std::vector<std::string> merges;       // byte BPE merges "a b" in rank order (empty for SentencePiece)
   int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1;
   bool add_bos = false;                  // whether encode(text, default options) prepends BOS

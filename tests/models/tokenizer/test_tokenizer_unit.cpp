@@ -278,6 +278,34 @@ TEST(Tokenizer, FuzzRandomBytesAndIds) {
   }
 }
 
+// The GGUF reader fills VocabData the llama.cpp way (SentencePiece pieces with U+2581, pre-tokenizer by
+// name): make_tokenizer must give the same ids as the file loaders.
+TEST(Tokenizer, GgufStyleVocabDataGivesSameIds) {
+  ANELAB_REQUIRE_DATA("llama2c/tokenizer.bin");
+  ANELAB_REQUIRE_DATA("qwen/tokenizer.json");
+  ANELAB_REQUIRE_DATA("tokenizer-vectors/ggml-vocab-llama-spm.gguf.inp");
+  const auto inputs = test::read_vector_inputs(anelab::test::data_path("tokenizer-vectors/ggml-vocab-llama-spm.gguf.inp"));
+  VocabData spm = load_vocab_llama2c(anelab::test::data_path("llama2c/tokenizer.bin"));
+  for (auto& t : spm.tokens) {
+    std::string r;
+    for (char c : t) r += c == ' ' ? std::string("\xE2\x96\x81") : std::string(1, c);
+    t = r;
+  }
+  VocabData qwen = load_vocab_hf_json(anelab::test::data_path("qwen/tokenizer.json"));
+  qwen.pre_regex.clear();
+  qwen.pre = "qwen2";
+  const auto spm_tok = make_tokenizer(spm);
+  const auto qwen_tok = make_tokenizer(qwen);
+  for (const auto& in : inputs) {
+    EXPECT_EQ(spm_tok->encode(in), cached("llama2c/tokenizer.bin").encode(in)) << in;
+    EXPECT_EQ(qwen_tok->encode(in), cached("qwen/tokenizer.json").encode(in)) << in;
+  }
+  spm.scores.pop_back();
+  EXPECT_THROW(make_tokenizer(spm), Error);
+  qwen.pre = "bogus";
+  EXPECT_THROW(make_tokenizer(qwen), Error);
+}
+
 // ---- Corrupt inputs ------------------------------------------------------------------------------------
 
 TEST(Loaders, TruncatedAndCorruptTokenizerBin) {
