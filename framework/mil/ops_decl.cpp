@@ -106,6 +106,7 @@ TensorType infer_reshape(const OpContext& c) {
     if (s[i] == -1 && minus < 0) minus = static_cast<int>(i);
     else if (s[i] <= 0) c.fail("shape ", shape_str(s), " has invalid dimension ", s[i], " (only one -1 allowed)");
     else known *= s[i];
+    if (known > (int64_t{1} << 40)) c.fail("shape ", shape_str(s), " is too large for ", c.desc("x"));
   }
   if (minus >= 0) {
     if (known == 0 || x.numel() % known != 0) c.fail("cannot infer -1 in shape ", shape_str(s), " for ", c.desc("x"));
