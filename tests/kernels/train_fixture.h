@@ -67,4 +67,23 @@ inline F32 f16(const F64& v) {
   return r;
 }
 
+// The whole layer through LayerRunner with the trainer's CPU glue (residual adds, dW on the CPU).
+struct ChainResult {
+  F32 out, dx, dwq, dwk, dwv, dwo, dw1, dw2, dw3;
+  F32 attn, dx2, dq, dk, dv;  // intermediates (pre-RoPE dq / dk)
+};
+
+inline F32 cpu_outer(const F32& g, int64_t O, const F32& x, int64_t I, int64_t S) {
+  F32 d(static_cast<size_t>(O * I));
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t i = 0; i < I; ++i) {
+      double acc = 0;
+      for (int64_t t = 0; t < S; ++t) acc += double(g[o * S + t]) * x[i * S + t];
+      d[o * I + i] = static_cast<float>(acc);
+    }
+  return d;
+}
+
+ChainResult run_chain(kern::LayerRunner& r, const LayerData& L);
+
 }  // namespace anelab::test
