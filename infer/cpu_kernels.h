@@ -1,0 +1,54 @@
+// CPU compute kernels of the inference engine (AVX-512; fp32 accumulation everywhere).
+//
+// Matrices are row-major [rows, cols] like torch nn.Linear.weight (y = W x), stored fp32 or fp16.
+// fp16 weights are widened with vcvtph2ps (AVX-512F) and multiplied with fp32 FMA: decode is
+// memory-bound (one pass over the weights per token), so the widening is free, and fp32 accumulation
+// keeps GEMV results within fp32 rounding of the fp16 weights (AVX512-FP16 FMA would accumulate in
+// fp16 and lose ~3 digits over a 4864-long dot product for no bandwidth gain).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "framework/core/fp16.h"
+#include "infer/thread_pool.h"
+
+namespace anelab::infer {
+
+enum class WType : uint8_t { kF32 = 0, kF16 = 1 };
+
+struct Mat {
+  WType type = WType::kF32;
+  int64_t rows = 0, cols = 0;
+  const void* data = nullptr;  // [rows, cols] fp32 or fp16 bits
+  const float* f32() const { return static_cast<const float*>(data); }
+  const half_bits* f16() const { return static_cast<const half_bits*>(data); }
+};
+
+// One output segment of a fused GEMV: y[0..W.rows) = W x (+ bias when non-null).
+struct GemvOut {
+  const Mat* w;
+  const float* bias;  // [w->rows] or nullptr
+  float* y;           // [w->rows]
+};
+
+// Several GEMVs sharing the input x [cols] (e.g. q/k/v, gate/up), rows split over the pool's workers.
+void gemv(ThreadPool& pool, const std::vector<GemvOut>& outs, const float* x);
+inline void gemv(ThreadPool& pool, const Mat& w, const float* bias, const float* x, float* y) {
+  gemv(pool, {GemvOut{&w, bias, y}}, x);
+}
+
+// Batched: Y[t, :] = W X[t, :] (+ bias) for t < n_tok. X [n_tok, W.cols], Y [n_tok, W.rows], row-major.
+void gemm(ThreadPool& pool, const Mat& w, const float* bias, const float* x, int64_t n_tok, float* y);
+
+// ---- elementwise / row ops (single row, n elements) ----
+void rms_norm(const float* x, const float* w, float eps, int64_t n, float* out);
+void layer_norm(const float* x, const float* w, const float* b, float eps, int64_t n, float* out);
+float dot(const float* a, const float* b, int64_t n);
+void axpy(float a, const float* x, float* y, int64_t n);  // y += a x
+float gelu_tanh(float x);
+float silu(float x);
+
+// Row of an embedding-like matrix as fp32.
+void mat_row(const Mat& m, int64_t row, float* out);
+
+}  // namespace anelab::infer

@@ -1,0 +1,321 @@
+#include "infer/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "framework/core/error.h"
+#include "infer/prefill_mil.h"
+
+namespace anelab::infer {
+
+using models::DType;
+
+WType parse_wtype(const std::string& s) {
+  if (s == "fp16" || s == "f16" || s == "float16") return WType::kF16;
+  if (s == "fp32" || s == "f32" || s == "float32") return WType::kF32;
+  fail("infer", "unknown --dtype '", s, "' (use fp16 or fp32; bf16/q8_0 model files are converted to one of them)");
+}
+
+Engine::Engine(models::Model model, const EngineOptions& opt)
+    : model_(std::move(model)), opt_(opt), pool_(std::max(1, opt.threads)) {
+  const auto& c = model_.config;
+  models::validate_config(c, "infer");
+  ctx_ = opt.context > 0 ? std::min(opt.context, c.max_seq_len) : c.max_seq_len;
+  chunk_ = std::max<int64_t>(1, std::min(opt.prefill_chunk, ctx_));
+  load_weights();
+  const size_t kv = static_cast<size_t>(c.n_layers * ctx_ * c.kv_dim());
+  kcache_.reset(new float[kv]);  // default-initialised: pages become resident only when written
+  vcache_.reset(new float[kv]);
+  const auto n = static_cast<size_t>(chunk_);
+  x_.resize(n * c.dim);
+  xb_.resize(n * std::max(c.dim, c.q_dim()));
+  q_.resize(n * c.q_dim());
+  k_.resize(n * c.kv_dim());
+  v_.resize(n * c.kv_dim());
+  att_.resize(n * c.q_dim());
+  h1_.resize(n * c.hidden_dim);
+  h3_.resize(n * c.hidden_dim);
+  scores_.resize(static_cast<size_t>(pool_.size() * ctx_));
+  rope_cos_.resize(n * (c.head_dim / 2));
+  rope_sin_.resize(n * (c.head_dim / 2));
+  logits_.resize(static_cast<size_t>(c.vocab_size));
+  if (opt_.backend != "cpu") mil_ = std::make_unique<MilPrefill>(*this, opt_.backend, opt_.device, opt_.quiet);
+}
+
+Engine::~Engine() = default;
+
+Mat Engine::matrix(const std::string& name) {
+  const models::Tensor& t = model_.tensor(name);
+  Mat m;
+  m.type = opt_.dtype;
+  m.rows = t.rows();
+  m.cols = t.cols();
+  weight_bytes_ += m.rows * m.cols * (opt_.dtype == WType::kF16 ? 2 : 4);
+  if ((t.dtype == DType::kF16 && opt_.dtype == WType::kF16) || (t.dtype == DType::kF32 && opt_.dtype == WType::kF32)) {
+    m.data = t.data;
+    return m;
+  }
+  // Convert row blocks (bounded temporary) into an owned buffer of the compute dtype.
+  const int64_t n = m.rows * m.cols;
+  std::shared_ptr<void> buf(opt_.dtype == WType::kF16 ? static_cast<void*>(new half_bits[static_cast<size_t>(n)])
+                                                      : static_cast<void*>(new float[static_cast<size_t>(n)]),
+                            [t16 = opt_.dtype == WType::kF16](void* p) {
+                              if (t16) delete[] static_cast<half_bits*>(p); else delete[] static_cast<float*>(p);
+                            });
+  const int64_t rows_per = std::max<int64_t>(1, (1 << 20) / std::max<int64_t>(1, m.cols));
+  std::vector<float> tmp(static_cast<size_t>(rows_per * m.cols));
+  for (int64_t r = 0; r < m.rows; r += rows_per) {
+    const int64_t cnt = std::min(rows_per, m.rows - r) * m.cols;
+    t.to_f32(r * m.cols, cnt, tmp.data());
+    if (opt_.dtype == WType::kF16)
+      float_to_half(tmp.data(), static_cast<half_bits*>(buf.get()) + r * m.cols, static_cast<size_t>(cnt));
+    else
+      std::memcpy(static_cast<float*>(buf.get()) + r * m.cols, tmp.data(), static_cast<size_t>(cnt) * 4);
+  }
+  m.data = buf.get();
+  owned_.push_back(std::move(buf));
+  return m;
+}
+
+std::vector<float> Engine::vec(const std::string& name, bool optional) {
+  const models::Tensor* t = model_.find(name);
+  if (!t) {
+    ANELAB_CHECK(optional, "infer", model_.source_path, ": model has no tensor ", name);
+    return {};
+  }
+  return t->to_f32();
+}
+
+void Engine::load_weights() {
+  const auto& c = model_.config;
+  tok_emb_ = matrix("tok_embeddings");
+  weight_bytes_ -= tok_emb_.rows * tok_emb_.cols * (opt_.dtype == WType::kF16 ? 2 : 4);  // one row per token
+  if (c.learned_pos) pos_emb_ = matrix("pos_embeddings");
+  out_ = c.tied_embeddings ? tok_emb_ : matrix("output");
+  if (c.tied_embeddings) weight_bytes_ += out_.rows * out_.cols * (opt_.dtype == WType::kF16 ? 2 : 4);
+  norm_ = vec("norm", false);
+  norm_b_ = vec("norm_bias", true);
+  layers_.resize(static_cast<size_t>(c.n_layers));
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    LayerWeights& L = layers_[static_cast<size_t>(l)];
+    L.wq = matrix(p + "wq");
+    L.wk = matrix(p + "wk");
+    L.wv = matrix(p + "wv");
+    L.wo = matrix(p + "wo");
+    if (c.activation == models::Activation::kSilu) {
+      L.w1 = matrix(p + "w1");
+      L.w2 = matrix(p + "w2");
+      L.w3 = matrix(p + "w3");
+    } else {
+      L.w1 = matrix(p + "fc");
+      L.w2 = matrix(p + "proj");
+      L.b1 = vec(p + "fc_bias", true);
+      L.b2 = vec(p + "proj_bias", true);
+    }
+    L.attn_norm = vec(p + "attn_norm", false);
+    L.attn_norm_b = vec(p + "attn_norm_bias", true);
+    L.ffn_norm = vec(p + "ffn_norm", false);
+    L.ffn_norm_b = vec(p + "ffn_norm_bias", true);
+    L.bq = vec(p + "bq", true);
+    L.bk = vec(p + "bk", true);
+    L.bv = vec(p + "bv", true);
+    L.bo = vec(p + "bo", true);
+  }
+}
+
+namespace {
+const float* opt_ptr(const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
+}  // namespace
+
+void Engine::embed(std::span<const int32_t> tokens, int64_t pos, float* x) {
+  const auto& c = model_.config;
+  std::vector<float> row;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const int32_t t = tokens[i];
+    ANELAB_CHECK(t >= 0 && t < c.vocab_size, "infer", "token id ", t, " out of range [0, ", c.vocab_size, ")");
+    float* xi = x + static_cast<int64_t>(i) * c.dim;
+    mat_row(tok_emb_, t, xi);
+    if (c.learned_pos) {
+      row.resize(static_cast<size_t>(c.dim));
+      mat_row(pos_emb_, pos + static_cast<int64_t>(i), row.data());
+      for (int64_t d = 0; d < c.dim; ++d) xi[d] += row[static_cast<size_t>(d)];
+    }
+  }
+}
+
+void Engine::norm_rows(const float* x, const std::vector<float>& w, const std::vector<float>& b, int64_t n, float* out) {
+  const auto& c = model_.config;
+  for (int64_t i = 0; i < n; ++i) {
+    if (c.norm == models::NormType::kRms)
+      rms_norm(x + i * c.dim, w.data(), c.norm_eps, c.dim, out + i * c.dim);
+    else
+      layer_norm(x + i * c.dim, w.data(), opt_ptr(b), c.norm_eps, c.dim, out + i * c.dim);
+  }
+}
+
+// Rotates q or k rows [n, heads*head_dim] for positions pos..pos+n-1 (tables filled by forward_cpu).
+void Engine::rope_rows(float* x, int64_t n, int64_t heads, int64_t pos) {
+  const auto& c = model_.config;
+  const int64_t hd = c.head_dim, half = hd / 2;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* cs = rope_cos_.data() + i * half;
+    const float* sn = rope_sin_.data() + i * half;
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = x + (i * heads + h) * hd;
+      if (c.rope_style == models::RopeStyle::kAdjacentPairs) {
+        for (int64_t j = 0; j < half; ++j) {
+          const float v0 = v[2 * j], v1 = v[2 * j + 1];
+          v[2 * j] = v0 * cs[j] - v1 * sn[j];
+          v[2 * j + 1] = v0 * sn[j] + v1 * cs[j];
+        }
+      } else {
+        for (int64_t j = 0; j < half; ++j) {
+          const float v0 = v[j], v1 = v[j + half];
+          v[j] = v0 * cs[j] - v1 * sn[j];
+          v[j + half] = v1 * cs[j] + v0 * sn[j];
+        }
+      }
+    }
+  }
+}
+
+// Causal attention of the n new tokens (positions pos..pos+n-1) over the cache; att_ [n, q_dim].
+void Engine::attention(int64_t l, int64_t pos, int64_t n) {
+  const auto& c = model_.config;
+  const int64_t hd = c.head_dim, kvd = c.kv_dim(), group = c.n_heads / c.n_kv_heads;
+  const float scale = std::sqrt(static_cast<float>(hd));
+  const int64_t items = n * c.n_heads;
+  // Tiny attention (short contexts, small heads) stays on the caller: a wake-up costs more.
+  const int workers = items * (pos + n) * hd < (1 << 15) ? 1 : pool_.size();
+  auto body = [&](int w) {
+    float* sc = scores_.data() + static_cast<int64_t>(w) * ctx_;
+    for (int64_t it = items * w / workers; it < items * (w + 1) / workers; ++it) {
+      const int64_t i = it / c.n_heads, h = it % c.n_heads, p = pos + i;
+      const float* q = q_.data() + i * c.q_dim() + h * hd;
+      const float* kc = k_cache(l, 0) + (h / group) * hd;
+      const float* vc = v_cache(l, 0) + (h / group) * hd;
+      float mx = -INFINITY;
+      for (int64_t t = 0; t <= p; ++t) {
+        sc[t] = dot(q, kc + t * kvd, hd) / scale;
+        mx = std::max(mx, sc[t]);
+      }
+      float sum = 0.0f;
+      for (int64_t t = 0; t <= p; ++t) {
+        sc[t] = std::exp(sc[t] - mx);
+        sum += sc[t];
+      }
+      float* o = att_.data() + i * c.q_dim() + h * hd;
+      std::fill(o, o + hd, 0.0f);
+      for (int64_t t = 0; t <= p; ++t) axpy(sc[t] / sum, vc + t * kvd, o, hd);
+    }
+  };
+  if (workers == 1)
+    body(0);
+  else
+    pool_.run(body);
+}
+
+void Engine::forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits) {
+  const auto& c = model_.config;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t D = c.dim, hd = c.head_dim, H = c.hidden_dim;
+  float* x = x_.data();
+  embed(tokens, pos, x);
+  if (c.rope_style != models::RopeStyle::kNone) {
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < hd / 2; ++j) {
+        // run.c / HF: freq = 1 / theta^(2j / head_dim) in fp32, angle = pos * freq.
+        const float freq = 1.0f / std::pow(c.rope_theta, static_cast<float>(2 * j) / static_cast<float>(hd));
+        const float val = static_cast<float>(pos + i) * freq;
+        rope_cos_[static_cast<size_t>(i * (hd / 2) + j)] = std::cos(val);
+        rope_sin_[static_cast<size_t>(i * (hd / 2) + j)] = std::sin(val);
+      }
+  }
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = layers_[static_cast<size_t>(l)];
+    norm_rows(x, L.attn_norm, L.attn_norm_b, n, xb_.data());
+    if (n == 1) {
+      gemv(pool_, {{&L.wq, opt_ptr(L.bq), q_.data()}, {&L.wk, opt_ptr(L.bk), k_.data()}, {&L.wv, opt_ptr(L.bv), v_.data()}},
+           xb_.data());
+    } else {
+      gemm(pool_, L.wq, opt_ptr(L.bq), xb_.data(), n, q_.data());
+      gemm(pool_, L.wk, opt_ptr(L.bk), xb_.data(), n, k_.data());
+      gemm(pool_, L.wv, opt_ptr(L.bv), xb_.data(), n, v_.data());
+    }
+    if (c.rope_style != models::RopeStyle::kNone) {
+      rope_rows(q_.data(), n, c.n_heads, pos);
+      rope_rows(k_.data(), n, c.n_kv_heads, pos);
+    }
+    std::memcpy(k_cache(l, pos), k_.data(), static_cast<size_t>(n * c.kv_dim()) * 4);
+    std::memcpy(v_cache(l, pos), v_.data(), static_cast<size_t>(n * c.kv_dim()) * 4);
+    attention(l, pos, n);
+    gemm(pool_, L.wo, opt_ptr(L.bo), att_.data(), n, xb_.data());
+    for (int64_t i = 0; i < n * D; ++i) x[i] += xb_[static_cast<size_t>(i)];
+
+    norm_rows(x, L.ffn_norm, L.ffn_norm_b, n, xb_.data());
+    if (c.activation == models::Activation::kSilu) {
+      if (n == 1)
+        gemv(pool_, {{&L.w1, nullptr, h1_.data()}, {&L.w3, nullptr, h3_.data()}}, xb_.data());
+      else {
+        gemm(pool_, L.w1, nullptr, xb_.data(), n, h1_.data());
+        gemm(pool_, L.w3, nullptr, xb_.data(), n, h3_.data());
+      }
+      for (int64_t i = 0; i < n * H; ++i) {
+        float v = h1_[static_cast<size_t>(i)];
+        v *= 1.0f / (1.0f + std::exp(-v));
+        h1_[static_cast<size_t>(i)] = v * h3_[static_cast<size_t>(i)];
+      }
+    } else {
+      gemm(pool_, L.w1, opt_ptr(L.b1), xb_.data(), n, h1_.data());
+      for (int64_t i = 0; i < n * H; ++i) h1_[static_cast<size_t>(i)] = gelu_tanh(h1_[static_cast<size_t>(i)]);
+    }
+    gemm(pool_, L.w2, opt_ptr(L.b2), h1_.data(), n, xb_.data());
+    for (int64_t i = 0; i < n * D; ++i) x[i] += xb_[static_cast<size_t>(i)];
+  }
+  head(x, n, all_logits != nullptr, all_logits);
+}
+
+void Engine::head(const float* x, int64_t n, bool all, std::vector<float>* all_logits) {
+  const auto& c = model_.config;
+  const int64_t first = all ? 0 : n - 1;
+  const int64_t m = n - first;
+  norm_rows(x + first * c.dim, norm_, norm_b_, m, xb_.data());
+  if (all) {
+    const size_t old = all_logits->size();
+    all_logits->resize(old + static_cast<size_t>(m * c.vocab_size));
+    gemm(pool_, out_, nullptr, xb_.data(), m, all_logits->data() + old);
+    std::memcpy(logits_.data(), all_logits->data() + old + (m - 1) * c.vocab_size, static_cast<size_t>(c.vocab_size) * 4);
+  } else {
+    gemv(pool_, out_, nullptr, xb_.data(), logits_.data());
+  }
+}
+
+const float* Engine::prefill(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  ANELAB_CHECK(n > 0, "infer", "prefill needs at least one token");
+  ANELAB_CHECK(pos >= 0 && pos + n <= ctx_, "infer", "prefill of ", n, " tokens at position ", pos,
+               " exceeds the context of ", ctx_, " positions");
+  if (all_logits) all_logits->clear();
+  const auto t0 = std::chrono::steady_clock::now();
+  stats_ = PrefillStats{"cpu", 0, 0, 0};
+  if (mil_ && mil_->run(tokens, pos, all_logits, stats_)) return logits_.data();
+  for (int64_t b = 0; b < n; b += chunk_) {
+    const int64_t m = std::min(chunk_, n - b);
+    forward_cpu(tokens.subspan(static_cast<size_t>(b), static_cast<size_t>(m)), pos + b, all_logits);
+  }
+  stats_.run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return logits_.data();
+}
+
+const float* Engine::decode(int32_t token, int64_t pos) {
+  ANELAB_CHECK(pos >= 0 && pos < ctx_, "infer", "position ", pos, " outside the context of ", ctx_, " positions");
+  const int32_t t[1] = {token};
+  forward_cpu(t, pos, nullptr);
+  return logits_.data();
+}
+
+}  // namespace anelab::infer

@@ -1,0 +1,112 @@
+// The inference engine: one transformer forward for llama (llama2.c / HF llama), gpt2 and qwen2 models
+// read through models::Model, with a KV cache.
+//
+//   - decode(token, pos): one token on the CPU (fused GEMVs over a persistent 2-thread pool), logits out;
+//   - prefill(tokens, pos): many tokens at once. With backend "cpu" a batched CPU GEMM path (the
+//     reference); with "emulator" / "ane" the layers run as MIL kernels (infer/prefill_mil.h), compiled
+//     per sequence-length bucket, and the KV cache is filled from the kernels' k/v taps. The MIL path
+//     serves prefills that start at position 0 and fit a bucket; everything else (chat turns that
+//     continue a conversation, compile budget spent) falls back to the CPU path with a note on stderr.
+//
+// Weights: 2-D matrices are used in the compute dtype (fp16 default, or fp32) straight from the model
+// file's mapping when it already holds that dtype, otherwise converted once at load. Norm weights and
+// biases are fp32 copies. Nothing is allocated per token: scratch buffers are sized at construction.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "infer/cpu_kernels.h"
+#include "infer/thread_pool.h"
+#include "models/formats/model.h"
+
+namespace anelab::infer {
+
+struct EngineOptions {
+  std::string backend = "cpu";   // prefill backend: "cpu" | "emulator" | "ane"
+  std::string device = "m4";     // device profile for emulator / ane
+  WType dtype = WType::kF16;     // compute dtype of the weight matrices
+  int threads = 2;
+  int64_t context = 0;           // KV-cache positions; 0 = the model's max_seq_len
+  int64_t prefill_chunk = 256;   // CPU prefill processes at most this many tokens per pass
+  bool quiet = false;            // no notes on stderr
+};
+
+struct LayerWeights {
+  Mat wq, wk, wv, wo;            // [q_dim, dim], [kv_dim, dim] x2, [dim, q_dim]
+  Mat w1, w2, w3;                // silu: gate [hidden, dim], down [dim, hidden], up [hidden, dim]; gelu: fc=w1, proj=w2
+  std::vector<float> attn_norm, attn_norm_b, ffn_norm, ffn_norm_b;  // [dim]
+  std::vector<float> bq, bk, bv, bo, b1, b2;                        // biases (empty when absent)
+};
+
+struct PrefillStats {
+  std::string path;   // "cpu" or "emulator"/"ane" (+ bucket)
+  int64_t bucket = 0;
+  double compile_ms = 0, run_ms = 0;
+};
+
+class MilPrefill;
+
+class Engine {
+ public:
+  Engine(models::Model model, const EngineOptions& opt);
+  ~Engine();
+
+  const models::ModelConfig& config() const { return model_.config; }
+  const models::Model& model() const { return model_; }
+  const EngineOptions& options() const { return opt_; }
+  int64_t context() const { return ctx_; }
+  ThreadPool& pool() { return pool_; }
+
+  // Runs tokens at positions [pos, pos + n), filling the KV cache. Returns the logits of the last token
+  // ([vocab], valid until the next call). all_logits (optional) receives [n, vocab].
+  const float* prefill(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits = nullptr);
+  // One token at position pos (the cache must hold positions < pos).
+  const float* decode(int32_t token, int64_t pos);
+  const PrefillStats& last_prefill() const { return stats_; }
+  // Bytes of weight matrices the engine reads per token (for bandwidth figures).
+  int64_t weight_bytes() const { return weight_bytes_; }
+
+  // Internal pieces used by the MIL prefill path.
+  const LayerWeights& layer(int64_t l) const { return layers_[static_cast<size_t>(l)]; }
+  float* k_cache(int64_t l, int64_t pos) { return kcache_.get() + (l * ctx_ + pos) * config().kv_dim(); }
+  float* v_cache(int64_t l, int64_t pos) { return vcache_.get() + (l * ctx_ + pos) * config().kv_dim(); }
+  // Final norm + LM head for rows [0, n) of x [n, dim] (only the rows asked for); logits [n, vocab].
+  void head(const float* x, int64_t n, bool all, std::vector<float>* all_logits);
+  void embed(std::span<const int32_t> tokens, int64_t pos, float* x);  // x [n, dim]
+
+ private:
+  void load_weights();
+  Mat matrix(const std::string& name);
+  std::vector<float> vec(const std::string& name, bool optional);
+  void forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits);
+  void attention(int64_t l, int64_t pos, int64_t n);
+  void rope_rows(float* x, int64_t n, int64_t heads, int64_t pos);
+  void norm_rows(const float* x, const std::vector<float>& w, const std::vector<float>& b, int64_t n, float* out);
+
+  models::Model model_;
+  EngineOptions opt_;
+  ThreadPool pool_;
+  int64_t ctx_ = 0;
+  int64_t chunk_ = 0;
+  int64_t weight_bytes_ = 0;
+  std::vector<std::shared_ptr<void>> owned_;  // converted matrices
+  std::vector<LayerWeights> layers_;
+  Mat tok_emb_, pos_emb_, out_;               // [vocab, dim], [max_seq, dim], [vocab, dim]
+  std::vector<float> norm_, norm_b_;          // [dim]
+  std::unique_ptr<float[]> kcache_, vcache_;  // [L, ctx, kv_dim] fp32 (pages touched only when used)
+  // Scratch, [chunk, *] row-major (token-major).
+  std::vector<float> x_, xb_, q_, k_, v_, att_, h1_, h3_;
+  std::vector<float> scores_;                 // [threads, ctx]
+  std::vector<float> rope_cos_, rope_sin_;    // [chunk, head_dim/2]
+  std::vector<float> logits_;                 // [vocab]
+  PrefillStats stats_;
+  std::unique_ptr<MilPrefill> mil_;
+};
+
+// Parses "fp16"/"f16" or "fp32"/"f32" (other model dtypes are converted at load to one of these).
+WType parse_wtype(const std::string& s);
+
+}  // namespace anelab::infer

@@ -1,0 +1,195 @@
+#include "infer/generate.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <optional>
+
+#include "framework/core/error.h"
+
+namespace anelab::infer {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+bool is_llama2c(const Engine& e) { return e.model().source_format == "llama2c"; }
+
+// run.c safe_printf: a piece that is one byte must be printable or whitespace.
+bool safe_piece(const std::string& p) {
+  if (p.empty()) return false;
+  if (p.size() == 1) {
+    const auto b = static_cast<unsigned char>(p[0]);
+    return std::isprint(b) || std::isspace(b);
+  }
+  return true;
+}
+
+// Streams text to the sink, holding back a tail that could still become a stop string.
+class StopFilter {
+ public:
+  StopFilter(const std::vector<std::string>& stops, const TextSink& sink, std::string& out)
+      : stops_(stops), sink_(sink), out_(out) {}
+  // Returns true when a stop string completed (the text before it has been emitted).
+  bool push(const std::string& piece) {
+    pending_ += piece;
+    for (const auto& s : stops_) {
+      if (s.empty()) continue;
+      const size_t at = pending_.find(s);
+      if (at != std::string::npos) {
+        emit(pending_.substr(0, at));
+        pending_.clear();
+        return true;
+      }
+    }
+    size_t hold = 0;  // longest suffix of pending_ that is a proper prefix of a stop string
+    for (const auto& s : stops_)
+      for (size_t k = std::min(s.size() - (s.empty() ? 0 : 1), pending_.size()); k > hold; --k)
+        if (pending_.compare(pending_.size() - k, k, s, 0, k) == 0) {
+          hold = k;
+          break;
+        }
+    emit(pending_.substr(0, pending_.size() - hold));
+    pending_.erase(0, pending_.size() - hold);
+    return false;
+  }
+  void flush() {
+    emit(pending_);
+    pending_.clear();
+  }
+
+ private:
+  void emit(const std::string& s) {
+    if (s.empty()) return;
+    out_ += s;
+    if (sink_) sink_(s);
+  }
+  const std::vector<std::string>& stops_;
+  const TextSink& sink_;
+  std::string& out_;
+  std::string pending_;
+};
+
+}  // namespace
+
+GenerateResult generate(Engine& e, const tok::Tokenizer& tk, std::string_view prompt, const GenerateOptions& o,
+                        const TextSink& sink) {
+  tok::EncodeOptions eo;
+  eo.add_bos = tk.vocab().kind == tok::TokenizerKind::kSentencePiece || tk.vocab().add_bos;
+  std::vector<int32_t> ids = tk.encode(prompt, eo);
+  if (ids.empty()) {  // byte-level BPE with no BOS: start from EOS (GPT-2's <|endoftext|> convention)
+    ANELAB_CHECK(tk.eos_id() >= 0 || tk.bos_id() >= 0, "infer", "empty prompt and the vocabulary has no BOS/EOS to start from");
+    ids.push_back(tk.bos_id() >= 0 ? tk.bos_id() : tk.eos_id());
+  }
+  return generate_tokens(e, tk, ids, 0, o, sink);
+}
+
+GenerateResult generate_tokens(Engine& e, const tok::Tokenizer& tk, const std::vector<int32_t>& prompt, int64_t cached,
+                               const GenerateOptions& o, const TextSink& sink) {
+  GenerateResult r;
+  r.prompt_tokens = prompt;
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  ANELAB_CHECK(n >= 1, "infer", "prompt has no tokens");
+  ANELAB_CHECK(n <= e.context(), "infer", "prompt of ", n, " tokens does not fit the context of ", e.context(),
+               " positions (use a shorter prompt or a larger --ctx)");
+  int64_t steps = (o.steps <= 0 || o.steps > e.context()) ? e.context() : o.steps;
+  if (o.max_new_tokens >= 0) steps = std::min(e.context(), n + o.max_new_tokens - 1);
+  const int32_t vocab = static_cast<int32_t>(e.config().vocab_size);
+
+  // sampler
+  bool runc = o.sampler == SamplerKind::kRunc;
+  if (o.sampler == SamplerKind::kAuto)
+    runc = is_llama2c(e) && o.sampling.top_k == 0 && o.sampling.min_p == 0.0f && o.sampling.repeat_penalty == 1.0f;
+  std::optional<RuncSampler> rs;
+  std::optional<Sampler> gs;
+  if (runc)
+    rs.emplace(vocab, o.sampling.temperature, o.sampling.top_p, o.sampling.seed);
+  else
+    gs.emplace(vocab, o.sampling);
+  const bool spm = tk.vocab().kind == tok::TokenizerKind::kSentencePiece;
+
+  StopFilter out(o.stop_strings, sink, r.text);
+  if (o.echo_prompt)
+    for (int64_t i = 1; i < n; ++i) {
+      const std::string p = tk.decode_token(prompt[static_cast<size_t>(i - 1)], prompt[static_cast<size_t>(i)]);
+      if (safe_piece(p)) out.push(p);
+    }
+  out.flush();
+
+  const auto t0 = Clock::now();
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  const float* lp = e.prefill(std::span<const int32_t>(prompt).subspan(static_cast<size_t>(cached)), cached);
+  r.prefill = e.last_prefill();
+  r.prefill_ms = ms_since(t0);
+  std::vector<int32_t> history = prompt;
+  int32_t token = prompt.back();
+  r.stop_reason = "length";
+  const auto t1 = Clock::now();
+  for (int64_t pos = n; pos <= steps; ++pos) {  // logits of position pos-1 -> token at pos
+    if (pos > n) lp = e.decode(token, pos - 1);
+    std::copy(lp, lp + vocab, logits.begin());
+    const int32_t next = runc ? rs->sample(logits) : gs->sample(logits, history);
+    if (pos == n) r.ttft_ms = ms_since(t0);
+    if (spm && next == tk.bos_id()) { r.stop_reason = "eos"; break; }
+    if (!spm && next == tk.eos_id()) { r.stop_reason = "eos"; break; }
+    if (std::find(o.stop_tokens.begin(), o.stop_tokens.end(), next) != o.stop_tokens.end()) { r.stop_reason = "stop_token"; break; }
+    r.new_tokens.push_back(next);
+    history.push_back(next);
+    const std::string p = tk.decode_token(token, next);
+    token = next;
+    if (safe_piece(p) && out.push(p)) { r.stop_reason = "stop_string"; break; }
+    if (pos == e.context() && o.max_new_tokens >= 0 && pos < n + o.max_new_tokens - 1) r.stop_reason = "context";
+  }
+  r.decode_ms = ms_since(t1);
+  out.flush();
+  if (o.final_newline) {
+    r.text += "\n";
+    if (sink) sink("\n");
+  }
+  return r;
+}
+
+// ---- chat -------------------------------------------------------------------------------------------
+
+Chat::Chat(Engine& e, const tok::Tokenizer& tk, std::string system) : e_(e), tk_(tk) {
+  if (!system.empty()) messages_.push_back({"system", std::move(system)});
+}
+
+std::vector<int32_t> Chat::render(bool add_generation_prompt) const {
+  tok::EncodeOptions eo;
+  eo.allow_special = true;
+  return tk_.encode(tok::apply_qwen25_chat_template(messages_, add_generation_prompt), eo);
+}
+
+std::string Chat::turn(const std::string& user, GenerateOptions o, const TextSink& sink, GenerateResult* info) {
+  messages_.push_back({"user", user});
+  std::vector<int32_t> ids = render(true);
+  const int64_t reserve = std::max<int64_t>(16, o.max_new_tokens > 0 ? o.max_new_tokens : 256);
+  // Drop the oldest non-system turns until the prompt plus the reply fit.
+  while (static_cast<int64_t>(ids.size()) + reserve > e_.context() && messages_.size() > 2) {
+    messages_.erase(messages_.begin() + (messages_.front().role == "system" ? 1 : 0));
+    ids = render(true);
+    cached_.clear();
+  }
+  int64_t common = 0;
+  while (common < static_cast<int64_t>(std::min(ids.size(), cached_.size())) - 0 &&
+         ids[static_cast<size_t>(common)] == cached_[static_cast<size_t>(common)])
+    ++common;
+  common = std::min<int64_t>(common, static_cast<int64_t>(ids.size()) - 1);  // prefill at least one token
+  o.echo_prompt = false;
+  o.final_newline = false;
+  const int32_t im_end = tk_.token_to_id("<|im_end|>");
+  if (im_end >= 0) o.stop_tokens.push_back(im_end);
+  if (o.max_new_tokens < 0) o.max_new_tokens = reserve;
+  GenerateResult r = generate_tokens(e_, tk_, ids, common, o, sink);
+  // Cache now holds ids plus all generated tokens except the last one.
+  cached_ = ids;
+  if (!r.new_tokens.empty()) cached_.insert(cached_.end(), r.new_tokens.begin(), r.new_tokens.end() - 1);
+  std::string reply = tk_.decode(r.new_tokens);
+  messages_.push_back({"assistant", reply});
+  if (info) *info = std::move(r);
+  return reply;
+}
+
+}  // namespace anelab::infer

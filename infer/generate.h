@@ -1,0 +1,72 @@
+// The generation loop shared by `anelab infer generate|chat|bench`.
+//
+// Output follows llama2.c run.c: the prompt's pieces after the first token are printed as they are
+// "forced", then each sampled token's piece (decode_token(prev, id), run.c's safe_printf filter drops
+// lone non-printable bytes), then "\n" at the end. Steps count positions like run.c's -n: a run of
+// `steps` positions prints steps-1 tokens in all (prompt included), so the continuation has
+// steps - n_prompt tokens; max_new_tokens >= 0 sets the continuation length directly.
+// Stops: the BOS id for SentencePiece vocabularies (run.c), the EOS id for byte-level BPE ones, any
+// extra stop token, or a stop string (text up to the stop string is printed, the rest dropped).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "infer/engine.h"
+#include "infer/sampler.h"
+#include "models/tokenizer/chat_template.h"
+#include "models/tokenizer/tokenizer.h"
+
+namespace anelab::infer {
+
+enum class SamplerKind { kAuto, kRunc, kGeneral };  // auto: run.c's for llama2.c files when no top-k/min-p/penalty
+
+struct GenerateOptions {
+  int64_t steps = 256;            // run.c -n (0 or > context: the context)
+  int64_t max_new_tokens = -1;    // >= 0 overrides steps
+  SamplerKind sampler = SamplerKind::kAuto;
+  SamplerOptions sampling;
+  std::vector<int32_t> stop_tokens;
+  std::vector<std::string> stop_strings;
+  bool echo_prompt = true;        // print the prompt's pieces (run.c does)
+  bool final_newline = true;      // run.c prints "\n" at the end
+};
+
+struct GenerateResult {
+  std::vector<int32_t> prompt_tokens, new_tokens;
+  std::string text;               // everything that was emitted (prompt echo + continuation)
+  std::string stop_reason;        // "length", "eos", "stop_token", "stop_string", "context"
+  double prefill_ms = 0, decode_ms = 0, ttft_ms = 0;
+  PrefillStats prefill;
+};
+
+using TextSink = std::function<void(std::string_view)>;
+
+// Text prompt: encoded with BOS when the tokenizer is SentencePiece (run.c encode(.., bos=1, ..)) or
+// its vocab asks for it.
+GenerateResult generate(Engine& e, const tok::Tokenizer& tk, std::string_view prompt, const GenerateOptions& o,
+                        const TextSink& sink);
+// Token prompt continuing a KV cache that already holds `cached` (a prefix of `prompt`): only the
+// new suffix is prefilled. Used by chat.
+GenerateResult generate_tokens(Engine& e, const tok::Tokenizer& tk, const std::vector<int32_t>& prompt, int64_t cached,
+                               const GenerateOptions& o, const TextSink& sink);
+
+// Chat: keeps the conversation and the KV cache; each turn re-renders the Qwen2.5 template, reuses
+// the cached prefix and drops the oldest turns when the context would overflow.
+class Chat {
+ public:
+  Chat(Engine& e, const tok::Tokenizer& tk, std::string system);
+  // Adds a user message, generates the assistant reply (streamed to sink), returns it.
+  std::string turn(const std::string& user, GenerateOptions o, const TextSink& sink, GenerateResult* info = nullptr);
+
+ private:
+  std::vector<int32_t> render(bool add_generation_prompt) const;
+  Engine& e_;
+  const tok::Tokenizer& tk_;
+  std::vector<tok::ChatMessage> messages_;
+  std::vector<int32_t> cached_;  // tokens whose k/v are in the cache
+};
+
+}  // namespace anelab::infer
