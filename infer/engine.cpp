@@ -47,6 +47,10 @@ Engine::Engine(models::Model model, const EngineOptions& opt)
 
 Engine::~Engine() = default;
 
+mil::Dialect Engine::backend_dialect() const {
+  return mil_ ? mil_->backend().profile().dialect : mil::Dialect::kIos18;
+}
+
 Mat Engine::matrix(const std::string& name) {
   const models::Tensor& t = model_.tensor(name);
   Mat m;

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/mil/ir.h"
 #include "infer/cpu_kernels.h"
 #include "infer/thread_pool.h"
 #include "models/formats/model.h"
@@ -32,6 +33,7 @@ struct EngineOptions {
   int64_t context = 0;           // KV-cache positions; 0 = the model's max_seq_len
   int64_t prefill_chunk = 256;   // CPU prefill processes at most this many tokens per pass
   bool quiet = false;            // no notes on stderr
+  int compile_budget = -1;       // backend compile budget override (-1: the device profile's)
 };
 
 struct LayerWeights {
@@ -76,6 +78,7 @@ class Engine {
   // Final norm + LM head for rows [0, n) of x [n, dim] (only the rows asked for); logits [n, vocab].
   void head(const float* x, int64_t n, bool all, std::vector<float>* all_logits);
   void embed(std::span<const int32_t> tokens, int64_t pos, float* x);  // x [n, dim]
+  mil::Dialect backend_dialect() const;  // MIL dialect of the prefill backend's device profile
 
  private:
   void load_weights();

@@ -1,0 +1,109 @@
+// MIL prefill (emulator backend) against the CPU reference path: logits of every position, the KV
+// cache it leaves behind (checked through the next decode step), every bucket boundary, and run.c.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "infer/engine.h"
+#include "infer/prefill_mil.h"
+#include "models/formats/load_any.h"
+#include "tests/common/test_data.h"
+
+namespace anelab::infer {
+namespace {
+
+Engine make(const std::string& backend, WType dt = WType::kF32, int budget = -1) {
+  EngineOptions o;
+  o.compile_budget = budget;
+  o.backend = backend;
+  o.dtype = dt;
+  o.quiet = true;
+  return Engine(models::load_any_model(test::data_path("llama2c/stories260K.bin")), o);
+}
+
+// Relative max error: max |a-b| / max |b|.
+double rel_err(const float* a, const float* b, size_t n) {
+  double e = 0, m = 0;
+  for (size_t i = 0; i < n; ++i) {
+    e = std::max(e, std::abs(static_cast<double>(a[i]) - b[i]));
+    m = std::max(m, std::abs(static_cast<double>(b[i])));
+  }
+  return e / std::max(m, 1e-30);
+}
+
+TEST(InferPrefill, Buckets) {
+  EXPECT_EQ(prefill_bucket(1, 512), 32);
+  EXPECT_EQ(prefill_bucket(32, 512), 32);
+  EXPECT_EQ(prefill_bucket(33, 512), 64);
+  EXPECT_EQ(prefill_bucket(65, 512), 128);
+  EXPECT_EQ(prefill_bucket(300, 300), 300);
+  EXPECT_EQ(prefill_bucket(257, 300), 300);
+}
+
+TEST(InferPrefill, EmulatorMatchesCpuAtBucketBoundaries) {
+  ANELAB_REQUIRE_DATA("llama2c/stories260K.bin");
+  Engine cpu = make("cpu"), emu = make("emulator");
+  const int64_t V = cpu.config().vocab_size;
+  for (int64_t n : {1, 31, 32, 33, 63, 64, 65, 127, 128, 129}) {
+    std::vector<int32_t> toks(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) toks[static_cast<size_t>(i)] = static_cast<int32_t>((i * 37 + 11) % V);
+    toks[0] = 1;
+    std::vector<float> a, b;
+    cpu.prefill(toks, 0, &a);
+    emu.prefill(toks, 0, &b);
+    ASSERT_EQ(emu.last_prefill().bucket, prefill_bucket(n, 512)) << n;
+    ASSERT_EQ(a.size(), b.size());
+    for (int64_t t = 0; t < n; ++t)
+      EXPECT_LT(rel_err(b.data() + t * V, a.data() + t * V, static_cast<size_t>(V)), 2e-2) << "n=" << n << " pos " << t;
+    // The KV cache the kernels filled must serve the next decode step like the CPU one.
+    const float* la = cpu.decode(5, n);
+    std::vector<float> la_copy(la, la + V);
+    const float* lb = emu.decode(5, n);
+    EXPECT_LT(rel_err(lb, la_copy.data(), static_cast<size_t>(V)), 2e-2) << "decode after prefill n=" << n;
+  }
+}
+
+TEST(InferPrefill, EmulatorLogitsMatchRunc) {
+  ANELAB_REQUIRE_DATA("reference/runc_260K_greedy64_logits.json");
+  std::ifstream f(test::data_path("reference/runc_260K_greedy64_logits.json"));
+  const auto j = nlohmann::json::parse(f);
+  Engine emu = make("emulator", WType::kF16);
+  const auto prompt = j["prompt_ids"].get<std::vector<int32_t>>();
+  std::vector<float> all;
+  emu.prefill(prompt, 0, &all);
+  for (const auto& st : j["steps"]) {
+    const int64_t pos = st["pos"].get<int64_t>();
+    if (pos >= static_cast<int64_t>(prompt.size())) break;
+    const auto ref = st["logits"].get<std::vector<float>>();
+    // fp16 activations + fp16 weights through 5 layers: ~1e-2 relative to the largest logit.
+    EXPECT_LT(rel_err(all.data() + pos * 512, ref.data(), ref.size()), 2e-2) << "pos " << pos;
+  }
+}
+
+TEST(InferPrefill, CompileBudgetFallsBackToCpu) {
+  ANELAB_REQUIRE_DATA("llama2c/stories260K.bin");
+  Engine emu = make("emulator");
+  std::vector<int32_t> toks{1, 403, 407, 261, 378};
+  emu.prefill(toks, 0);
+  EXPECT_EQ(emu.last_prefill().path, "emulator");
+  // A prefill that does not start at position 0 always uses the CPU path.
+  emu.prefill(std::vector<int32_t>{5, 6}, 5);
+  EXPECT_EQ(emu.last_prefill().path, "cpu");
+  // 5 layers need 5 compiles per bucket: with a budget of 7 the second bucket cannot be compiled.
+  Engine small = make("emulator", WType::kF32, 7);
+  small.prefill(toks, 0);
+  EXPECT_EQ(small.last_prefill().path, "emulator");
+  std::vector<int32_t> longer(40, 5);
+  std::vector<float> a, b;
+  small.prefill(longer, 0, &a);
+  EXPECT_EQ(small.last_prefill().path, "cpu");
+  Engine cpu = make("cpu");
+  cpu.prefill(longer, 0, &b);
+  EXPECT_EQ(a, b);
+}
+
+}  // namespace
+}  // namespace anelab::infer
