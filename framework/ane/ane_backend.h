@@ -1,4 +1,5 @@
-// The native ANE backend (macOS, AppleNeuralEngine.framework through a private-API shim).
+// The native ANE backend (macOS, AppleNeuralEngine.framework through a private-API shim; see
+// native_backend.h and docs/native_backend.md).
 // On other hosts it is registered but unavailable, and says why.
 #pragma once
 #include <memory>

@@ -1,0 +1,424 @@
+#include "framework/ane/fake_shim.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "framework/ane/native_rules.h"
+#include "framework/core/file.h"
+#include "framework/core/sha256.h"
+#include "framework/emulator/emulator.h"
+#include "framework/mil/parser.h"
+
+namespace anelab::ane {
+
+namespace fs = std::filesystem;
+
+struct FakeShim::Model {
+  std::string mil_text;
+  rt::Weights weights;  // the dictionary as received (copies)
+  std::string hex_id;
+  bool compiled = false, loaded = false;
+  mil::Program program;                 // parsed at compile
+  std::unique_ptr<rt::Kernel> kernel;   // emulator kernel
+};
+struct FakeShim::Surface {
+  std::vector<uint8_t> bytes;  // [alloc] the IOSurface memory
+  int locks = 0;
+  bool read_only = false;
+};
+struct FakeShim::Request {
+  RequestSpec spec;
+};
+
+namespace {
+
+const char* selector_of(const std::string& call) {
+  static const std::map<std::string, const char*> m = {
+      {"ane_sub_type", sel::kSubType},        {"create_model", sel::kDescriptor},
+      {"hex_string_identifier", sel::kHexId}, {"compile", sel::kCompile},
+      {"load", sel::kLoad},                   {"evaluate", sel::kEvaluate},
+      {"unload", sel::kUnload},               {"create_surface", sel::kSurfaceCreate},
+      {"lock_surface", sel::kSurfaceLock},    {"unlock_surface", sel::kSurfaceUnlock},
+      {"create_request", sel::kRequest}};
+  auto it = m.find(call);
+  return it == m.end() ? "?" : it->second;
+}
+
+std::string default_failure_text(const std::string& call) {
+  if (call == "compile") return "_ANECompiler : ANECCompile() FAILED";
+  if (call == "load") return "ANEProgramLoad() Failed: Program load failure (0x1d)";
+  if (call == "evaluate") return "ANEProgramProcessRequestDirect() Failed with status=0x1d : statusType=0x9: Program Inference error";
+  if (call == "create_surface") return "IOSurfaceCreate returned NULL";
+  return "injected failure of " + call;
+}
+
+ShimCall make_call(std::string name) {
+  ShimCall c;
+  c.call = std::move(name);
+  return c;
+}
+
+std::string hex_id_of(std::string_view mil, std::span<const WeightEntry> weights) {
+  Sha256 w;
+  for (const WeightEntry& e : weights) {
+    const uint64_t n = e.data.size();
+    w.update(e.path).update("\0", 1).update(&e.offset, sizeof e.offset).update(&n, sizeof n);
+    w.update(e.data.data(), e.data.size());
+  }
+  return sha256_hex(mil) + "_" + w.hex() + "_" + sha256_hex("");  // options nil (digest §1.4)
+}
+
+}  // namespace
+
+FakeShim::FakeShim(FakeShimOptions o) : opts_(std::move(o)) {
+  if (opts_.temp_dir.empty()) {
+    std::string tmpl = (fs::temp_directory_path() / "anelab-fakeshim-XXXXXX").string();
+    ANELAB_CHECK(mkdtemp(tmpl.data()), "ane", "fake shim: cannot create a temp dir ", tmpl);
+    temp_dir_ = tmpl;
+    own_temp_dir_ = true;
+  } else {
+    temp_dir_ = opts_.temp_dir;
+  }
+  rt::BackendOptions eo;
+  eo.device = opts_.device;
+  eo.compile_budget = 1 << 30;  // the fake's limit is compile_limit
+  eo.threads = opts_.threads;
+  emulator_ = emu::make_emulator_backend(eo);
+}
+
+FakeShim::~FakeShim() {
+  for (auto& [id, m] : models_) m->kernel.reset();
+  if (own_temp_dir_) {
+    std::error_code ec;
+    fs::remove_all(temp_dir_, ec);
+  }
+}
+
+// ---- recording and failure injection ------------------------------------------------------------
+ShimCall& FakeShim::record(std::string call) { return record(make_call(std::move(call))); }
+
+ShimCall& FakeShim::record(ShimCall c) {
+  calls_.push_back(std::move(c));
+  return calls_.back();
+}
+
+void FakeShim::fail(const std::string& call, FakeFailure f) { failures_[call] = std::move(f); }
+
+Status FakeShim::failed(ShimCall& c, Status s) {
+  c.ok = false;
+  c.error = s.message();
+  return s;
+}
+
+Status FakeShim::injected(ShimCall& c) {
+  auto it = failures_.find(c.call);
+  if (it == failures_.end()) return Status::ok();
+  FakeFailure& f = it->second;
+  if (f.skip > 0) {
+    --f.skip;
+    return Status::ok();
+  }
+  if (f.times == 0) return Status::ok();
+  if (f.times > 0) --f.times;
+  std::string text = f.description.empty() ? default_failure_text(c.call) : f.description;
+  return failed(c, shim_error(selector_of(c.call), text, f.domain, f.code));
+}
+
+std::vector<const ShimCall*> FakeShim::calls_named(const std::string& name) const {
+  std::vector<const ShimCall*> v;
+  for (const auto& c : calls_)
+    if (c.call == name) v.push_back(&c);
+  return v;
+}
+
+std::vector<std::string> FakeShim::call_names() const {
+  std::vector<std::string> v;
+  for (const auto& c : calls_) v.push_back(c.call);
+  return v;
+}
+
+size_t FakeShim::live_models() const { return models_.size(); }
+size_t FakeShim::live_surfaces() const { return surfaces_.size(); }
+size_t FakeShim::live_requests() const { return requests_.size(); }
+size_t FakeShim::loaded_models() const {
+  return static_cast<size_t>(std::count_if(models_.begin(), models_.end(), [](auto& kv) { return kv.second->loaded; }));
+}
+
+FakeShim::Model* FakeShim::model(ModelHandle m) {
+  auto it = models_.find(m.id);
+  return it == models_.end() ? nullptr : it->second.get();
+}
+
+// ---- models ---------------------------------------------------------------------------------------
+Result<std::string> FakeShim::ane_sub_type() {
+  ShimCall& c = record("ane_sub_type");
+  if (Status s = injected(c); !s) return s;
+  return opts_.sub_type;
+}
+
+Result<ModelHandle> FakeShim::create_model(std::string_view mil_text, std::span<const WeightEntry> weights) {
+  ShimCall rec = make_call("create_model");
+  rec.mil_text = std::string(mil_text);
+  for (const WeightEntry& e : weights) {
+    rec.weight_keys.push_back(e.path);
+    rec.weight_offsets.push_back(e.offset);
+    rec.weight_sizes.push_back(e.data.size());
+  }
+  ShimCall& c = record(std::move(rec));
+  if (Status s = injected(c); !s) return s;
+  if (mil_text.empty())
+    return failed(c, shim_error(sel::kDescriptor, "returned nil (empty MIL text)", "fake", 0));
+  auto m = std::make_unique<Model>();
+  for (const WeightEntry& e : weights) {
+    if (e.path.rfind("@model_path/", 0) != 0 || e.offset != 0 || e.data.empty())
+      return failed(c, shim_error(sel::kDescriptor,
+                                  cat("returned nil (fake: weights entry '", e.path, "' needs an \"@model_path/\" key, "
+                                      "offset 0 and non-empty data)"), "fake", 0));
+    m->weights[e.path] = std::make_shared<std::vector<uint8_t>>(e.data.begin(), e.data.end());
+  }
+  m->mil_text = std::string(mil_text);
+  m->hex_id = hex_id_of(mil_text, weights);
+  const uint64_t id = next_id_++;
+  models_[id] = std::move(m);
+  c.model = id;
+  return ModelHandle{id};
+}
+
+Result<std::string> FakeShim::hex_string_identifier(ModelHandle h) {
+  ShimCall& c = record("hex_string_identifier");
+  c.model = h.id;
+  if (Status s = injected(c); !s) return s;
+  Model* m = model(h);
+  if (!m) return failed(c, shim_error(sel::kHexId, "unknown model handle", "fake", 0));
+  return m->hex_id;
+}
+
+Status FakeShim::check_model_dir(const Model& m, ShimCall& c) {
+  const fs::path dir = fs::path(temp_dir_) / m.hex_id;
+  std::error_code ec;
+  if (fs::is_directory(dir, ec))
+    for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec))
+      if (it->is_regular_file()) c.model_dir_files.push_back(fs::relative(it->path(), dir).string());
+  std::sort(c.model_dir_files.begin(), c.model_dir_files.end());
+  auto missing = [&](const std::string& what) {
+    return shim_error(sel::kCompile, cat("_ANECompiler : ANECCompile() FAILED (fake: ", what, ")"),
+                      "com.apple.appleneuralengine.compiler", 1);
+  };
+  auto same = [&](const fs::path& p, const uint8_t* data, size_t n) {
+    if (!fs::is_regular_file(p, ec)) return false;
+    std::vector<uint8_t> b = read_file_bytes(p.string());
+    return b.size() == n && (n == 0 || std::memcmp(b.data(), data, n) == 0);
+  };
+  if (!same(dir / "model.mil", reinterpret_cast<const uint8_t*>(m.mil_text.data()), m.mil_text.size()))
+    return missing(cat((dir / "model.mil").string(), " is missing or differs from the MIL text"));
+  for (const auto& [key, blob] : m.weights) {
+    const fs::path p = dir / key.substr(std::string("@model_path/").size());
+    if (!same(p, blob->data(), blob->size()))
+      return missing(cat("weight file ", p.string(), " is missing or differs from the dictionary's data"));
+  }
+  return Status::ok();
+}
+
+Status FakeShim::compile(ModelHandle h, uint32_t qos) {
+  ShimCall& c = record("compile");
+  c.model = h.id;
+  c.qos = qos;
+  if (Status s = injected(c); !s) return s;
+  Model* m = model(h);
+  if (!m) return failed(c, shim_error(sel::kCompile, "unknown model handle", "fake", 0));
+  if (++compiles_ > opts_.compile_limit)  // the leak every repo hits (digest §1.11)
+    return failed(c, shim_error(sel::kCompile, "_ANECompiler : ANECCompile() FAILED",
+                                "com.apple.appleneuralengine.compiler", 1));
+  if (Status s = check_model_dir(*m, c); !s) return failed(c, s);
+  try {
+    m->program = mil::parse(m->mil_text, "model.mil");
+  } catch (const Error& e) {
+    return failed(c, shim_error(sel::kCompile, cat("InvalidMILProgram (fake: ", e.what(), ")"),
+                                "com.apple.appleneuralengine.compiler", 1));
+  }
+  Result<std::unique_ptr<rt::Kernel>> k = emulator_->compile(m->program, m->weights);
+  if (!k)
+    return failed(c, shim_error(sel::kCompile, cat("_ANECompiler : ANECCompile() FAILED (fake: ", k.status().message(), ")"),
+                                "com.apple.appleneuralengine.compiler", 1));
+  m->kernel = std::move(*k);
+  m->compiled = true;
+  return Status::ok();
+}
+
+Status FakeShim::load(ModelHandle h, uint32_t qos) {
+  ShimCall& c = record("load");
+  c.model = h.id;
+  c.qos = qos;
+  if (Status s = injected(c); !s) return s;
+  Model* m = model(h);
+  if (!m || !m->compiled || m->loaded)
+    return failed(c, shim_error(sel::kLoad, !m ? "unknown model handle" : !m->compiled ? "model is not compiled"
+                                                                                       : "model is already loaded",
+                                "fake", 0));
+  m->loaded = true;
+  return Status::ok();
+}
+
+Status FakeShim::unload(ModelHandle h, uint32_t qos) {
+  ShimCall& c = record("unload");
+  c.model = h.id;
+  c.qos = qos;
+  if (Status s = injected(c); !s) return s;
+  Model* m = model(h);
+  if (!m || !m->loaded) return failed(c, shim_error(sel::kUnload, "model is not loaded", "fake", 0));
+  m->loaded = false;
+  return Status::ok();
+}
+
+void FakeShim::release_model(ModelHandle h) {
+  ShimCall& c = record("release_model");
+  c.model = h.id;
+  models_.erase(h.id);
+}
+
+// ---- surfaces and requests ------------------------------------------------------------------------
+Result<SurfaceHandle> FakeShim::create_surface(size_t bytes) {
+  ShimCall& c = record("create_surface");
+  c.bytes = bytes;
+  if (Status s = injected(c); !s) return s;
+  if (bytes == 0) return failed(c, shim_error(sel::kSurfaceCreate, "returned NULL for 0 bytes", "fake", 0));
+  auto s = std::make_unique<Surface>();
+  s->bytes.assign(bytes, 0);
+  const uint64_t id = next_id_++;
+  surfaces_[id] = std::move(s);
+  c.surface = id;
+  return SurfaceHandle{id};
+}
+
+Result<SurfaceMapping> FakeShim::lock_surface(SurfaceHandle h, bool read_only) {
+  ShimCall& c = record("lock_surface");
+  c.surface = h.id;
+  c.read_only = read_only;
+  if (Status s = injected(c); !s) return s;
+  auto it = surfaces_.find(h.id);
+  if (it == surfaces_.end() || it->second->locks > 0)
+    return failed(c, shim_error(sel::kSurfaceLock, it == surfaces_.end() ? "unknown surface" : "surface already locked",
+                                "kern_return_t", 0xe00002c2));
+  it->second->locks = 1;
+  it->second->read_only = read_only;
+  return SurfaceMapping{it->second->bytes.data(), it->second->bytes.size()};
+}
+
+Status FakeShim::unlock_surface(SurfaceHandle h, bool read_only) {
+  ShimCall& c = record("unlock_surface");
+  c.surface = h.id;
+  c.read_only = read_only;
+  if (Status s = injected(c); !s) return s;
+  auto it = surfaces_.find(h.id);
+  if (it == surfaces_.end() || it->second->locks == 0 || it->second->read_only != read_only)
+    return failed(c, shim_error(sel::kSurfaceUnlock, "surface not locked in this mode", "kern_return_t", 0xe00002c2));
+  it->second->locks = 0;
+  return Status::ok();
+}
+
+void FakeShim::release_surface(SurfaceHandle h) {
+  ShimCall& c = record("release_surface");
+  c.surface = h.id;
+  surfaces_.erase(h.id);
+}
+
+Result<RequestHandle> FakeShim::create_request(const RequestSpec& spec) {
+  ShimCall rec = make_call("create_request");
+  rec.input_indices = spec.input_indices;
+  rec.output_indices = spec.output_indices;
+  rec.procedure = spec.procedure_index;
+  for (auto s : spec.inputs) rec.inputs.push_back(s.id);
+  for (auto s : spec.outputs) rec.outputs.push_back(s.id);
+  ShimCall& c = record(std::move(rec));
+  if (Status s = injected(c); !s) return s;
+  bool known = spec.inputs.size() == spec.input_indices.size() && spec.outputs.size() == spec.output_indices.size();
+  for (auto s : spec.inputs) known = known && surfaces_.count(s.id);
+  for (auto s : spec.outputs) known = known && surfaces_.count(s.id);
+  if (!known)
+    return failed(c, shim_error(sel::kRequest, "returned nil (unknown surface or index count mismatch)", "fake", 0));
+  const uint64_t id = next_id_++;
+  requests_[id] = std::make_unique<Request>(Request{spec});
+  c.request = id;
+  return RequestHandle{id};
+}
+
+void FakeShim::release_request(RequestHandle h) {
+  ShimCall& c = record("release_request");
+  c.request = h.id;
+  requests_.erase(h.id);
+}
+
+// ---- evaluate -------------------------------------------------------------------------------------
+Status FakeShim::check_request(const Model& m, const Request& r) {
+  const RequestSpec& s = r.spec;
+  const auto nfn = static_cast<int64_t>(m.program.functions.size());
+  auto err = [&](const std::string& d, long code) { return shim_error(sel::kEvaluate, d, "com.apple.appleneuralengine", code); };
+  if (s.procedure_index < 0 || s.procedure_index >= nfn)
+    return err(cat("Program Inference error (fake: procedureIndex ", s.procedure_index, ", the program has ", nfn,
+                   " procedures)"), 2);
+  const RequestIndices want = request_indices(m.program, static_cast<int>(s.procedure_index));
+  if (s.input_indices != want.inputs || s.output_indices != want.outputs)
+    return err(cat("Program Inference error 0x2 (fake: procedure ", s.procedure_index,
+                   " needs its own input/output symbol indices, digest §1.9)"), 2);
+  const mil::Function& f = m.program.functions[static_cast<size_t>(s.procedure_index)];
+  size_t largest = 0;
+  std::vector<size_t> need;
+  for (const auto& [n, t] : f.inputs) need.push_back(static_cast<size_t>(t.numel()) * mil::dtype_bytes(t.dtype));
+  for (const auto& o : f.outputs) need.push_back(static_cast<size_t>(f.type_of(o)->numel()) * mil::dtype_bytes(f.type_of(o)->dtype));
+  for (size_t b : need) largest = std::max(largest, b);
+  std::vector<SurfaceHandle> all = s.inputs;
+  all.insert(all.end(), s.outputs.begin(), s.outputs.end());
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Surface& sf = *surfaces_.at(all[i].id);
+    if (sf.locks) return err(cat("surface ", all[i].id, " is still locked"), 1);
+    const size_t sz = sf.bytes.size();
+    if (sz < need[i] || sz < opts_.min_surface_bytes || (all.size() > 2 && sz < largest))
+      return err(cat("fake: surface ", all[i].id, " has ", sz, " bytes; the tensor needs ", need[i], ", the ANE needs >= ",
+                     opts_.min_surface_bytes, all.size() > 2 ? cat(" and >= the largest I/O tensor (", largest, ")") : "",
+                     " — the real ANE returns zeros here"), 1);
+  }
+  return Status::ok();
+}
+
+Status FakeShim::run(Model& m, const Request& r) {
+  const int fn = static_cast<int>(r.spec.procedure_index);
+  const mil::Function& f = m.program.functions[static_cast<size_t>(fn)];
+  std::vector<rt::Surface> ins, outs;
+  std::vector<rt::Surface*> in_ptrs, out_ptrs;
+  for (size_t i = 0; i < f.inputs.size(); ++i) {
+    const Surface& src = *surfaces_.at(r.spec.inputs[i].id);
+    ins.emplace_back(f.inputs[i].second, src.bytes.size());
+    std::memcpy(ins.back().data(), src.bytes.data(), ins.back().bytes());
+  }
+  for (size_t j = 0; j < f.outputs.size(); ++j)
+    outs.emplace_back(*f.type_of(f.outputs[j]), surfaces_.at(r.spec.outputs[j].id)->bytes.size());
+  for (auto& s : ins) in_ptrs.push_back(&s);
+  for (auto& s : outs) out_ptrs.push_back(&s);
+  if (Status s = emulator_->evaluate(*m.kernel, fn, in_ptrs, out_ptrs); !s)
+    return shim_error(sel::kEvaluate, cat("Program Inference error (fake: ", s.message(), ")"),
+                      "com.apple.appleneuralengine", 1);
+  for (size_t j = 0; j < outs.size(); ++j)
+    std::memcpy(surfaces_.at(r.spec.outputs[j].id)->bytes.data(), outs[j].data(), outs[j].bytes());
+  return Status::ok();
+}
+
+Status FakeShim::evaluate(ModelHandle h, RequestHandle rh, uint32_t qos) {
+  ShimCall& c = record("evaluate");
+  c.model = h.id;
+  c.request = rh.id;
+  c.qos = qos;
+  if (Status s = injected(c); !s) return s;
+  Model* m = model(h);
+  auto rit = requests_.find(rh.id);
+  if (!m || !m->loaded || rit == requests_.end())
+    return failed(c, shim_error(sel::kEvaluate, !m || rit == requests_.end() ? "unknown model or request" : "model is not loaded",
+                                "com.apple.appleneuralengine", 1));
+  if (Status s = check_request(*m, *rit->second); !s) return failed(c, s);
+  if (Status s = run(*m, *rit->second); !s) return failed(c, s);
+  return Status::ok();
+}
+
+}  // namespace anelab::ane

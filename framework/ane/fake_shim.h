@@ -1,0 +1,134 @@
+// FakeShim: a Shim for hosts without an ANE. It records every call with its arguments, checks what
+// the real private API needs (digest §1), and runs the kernels on the emulator from exactly what it
+// was handed: it parses the MIL text with mil::parse, resolves the weights dictionary it received and
+// evaluates with the bytes of the surfaces it received.
+//
+// Checks (each a failing Status with an NSError-like text, as the real API would report, or where
+// the real ANE fails silently, a message saying what the real one would do):
+//   create_model  MIL text non-empty UTF-8; weights keys start with "@model_path/", offset 0, data set
+//   compile       <temporary_directory()>/<hexId>/model.mil exists and equals the MIL text byte for
+//                 byte; every weight file exists and equals its dictionary bytes; the MIL parses and
+//                 the emulator accepts it; after `compile_limit` compiles in this fake "process"
+//                 every compile fails with "_ANECompiler : ANECCompile() FAILED" (digest §1.11)
+//   load          compiled, not loaded;    unload: loaded
+//   create_surface  bytes > 0; lock/unlock: balanced, same mode
+//   evaluate      loaded; request's procedure exists; indices are the program-wide symbol indices of
+//                 that procedure (else the real "0x2" failure, digest §1.9); surface count matches; no
+//                 surface locked; every surface >= 49152 bytes and, with > 2 I/O tensors, >= the
+//                 largest I/O tensor (digest §4.3: the real ANE returns zeros); I/O sizes fit.
+// Failure injection: fail("load", {...}) makes the next `times` calls of that name (after `skip`
+// successful ones) fail with the given NSError-like text. Calls that can fail: ane_sub_type,
+// create_model, hex_string_identifier, compile, load, evaluate, unload, create_surface, lock_surface,
+// unlock_surface, create_request.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/ane/shim.h"
+#include "framework/runtime/backend.h"
+
+namespace anelab::ane {
+
+// One recorded call. Fields not used by a call keep their defaults.
+struct ShimCall {
+  std::string call;                      // "create_model", "compile", "lock_surface", ...
+  uint64_t model = 0, surface = 0, request = 0;  // handle ids involved (the one returned, for create_*)
+  uint32_t qos = 0;
+  size_t bytes = 0;                      // create_surface
+  bool read_only = false;                // lock/unlock_surface
+  std::vector<uint64_t> inputs, outputs;          // create_request: surface ids
+  std::vector<int64_t> input_indices, output_indices;
+  int64_t procedure = -1;
+  std::string mil_text;                  // create_model
+  std::vector<std::string> weight_keys;  // create_model, dictionary order
+  std::vector<uint64_t> weight_offsets;
+  std::vector<size_t> weight_sizes;
+  std::vector<std::string> model_dir_files;  // compile: files under <tmp>/<hexId>/ (sorted, relative)
+  bool ok = true;
+  std::string error;                     // the failure text when !ok
+};
+
+struct FakeShimOptions {
+  std::string device = "m4";    // emulator profile the kernels run with
+  int compile_limit = 119;      // compiles that succeed in this fake "process"
+  std::string sub_type = "H16G";
+  std::string temp_dir;         // "" = a fresh directory under the system temp dir (removed by ~FakeShim)
+  size_t min_surface_bytes = 49152;
+  int threads = 1;              // emulator threads
+};
+
+struct FakeFailure {
+  int skip = 0;             // let this many calls of that name succeed first
+  int times = 1;            // then fail this many (-1: forever)
+  std::string description;  // "" = a default text for the call
+  std::string domain = "com.apple.appleneuralengine";
+  long code = 1;
+};
+
+class FakeShim : public Shim {
+ public:
+  explicit FakeShim(FakeShimOptions o = {});
+  ~FakeShim() override;
+
+  // ---- test API -------------------------------------------------------------------------------
+  const std::vector<ShimCall>& calls() const { return calls_; }
+  std::vector<const ShimCall*> calls_named(const std::string& name) const;
+  std::vector<std::string> call_names() const;  // the sequence of call names
+  void clear_calls() { calls_.clear(); }
+  void fail(const std::string& call, FakeFailure f = {});
+  int compiles() const { return compiles_; }
+  // Live objects (leak checks): models, surfaces, requests not yet released; loaded models.
+  size_t live_models() const;
+  size_t live_surfaces() const;
+  size_t live_requests() const;
+  size_t loaded_models() const;
+  const FakeShimOptions& options() const { return opts_; }
+
+  // ---- Shim -----------------------------------------------------------------------------------
+  std::string describe() const override { return "fake shim (emulator " + opts_.device + ")"; }
+  Result<std::string> ane_sub_type() override;
+  std::string temporary_directory() override { return temp_dir_; }
+  Result<ModelHandle> create_model(std::string_view mil_text, std::span<const WeightEntry> weights) override;
+  Result<std::string> hex_string_identifier(ModelHandle m) override;
+  Status compile(ModelHandle m, uint32_t qos) override;
+  Status load(ModelHandle m, uint32_t qos) override;
+  Status evaluate(ModelHandle m, RequestHandle r, uint32_t qos) override;
+  Status unload(ModelHandle m, uint32_t qos) override;
+  void release_model(ModelHandle m) override;
+  Result<SurfaceHandle> create_surface(size_t bytes) override;
+  Result<SurfaceMapping> lock_surface(SurfaceHandle s, bool read_only) override;
+  Status unlock_surface(SurfaceHandle s, bool read_only) override;
+  void release_surface(SurfaceHandle s) override;
+  Result<RequestHandle> create_request(const RequestSpec& spec) override;
+  void release_request(RequestHandle r) override;
+
+ private:
+  struct Model;
+  struct Surface;
+  struct Request;
+  ShimCall& record(ShimCall c);
+  ShimCall& record(std::string call);
+  // Returns a failing Status (recorded on `c`) if an injected failure fires for c.call.
+  Status injected(ShimCall& c);
+  Status failed(ShimCall& c, Status s);
+  Model* model(ModelHandle m);
+  Status check_model_dir(const Model& m, ShimCall& c);
+  Status check_request(const Model& m, const Request& r);
+  Status run(Model& m, const Request& r);
+
+  FakeShimOptions opts_;
+  std::string temp_dir_;
+  bool own_temp_dir_ = false;
+  std::unique_ptr<rt::Backend> emulator_;
+  std::vector<ShimCall> calls_;
+  std::map<std::string, FakeFailure> failures_;
+  std::map<uint64_t, std::unique_ptr<Model>> models_;
+  std::map<uint64_t, std::unique_ptr<Surface>> surfaces_;
+  std::map<uint64_t, std::unique_ptr<Request>> requests_;
+  uint64_t next_id_ = 1;
+  int compiles_ = 0;
+};
+
+}  // namespace anelab::ane

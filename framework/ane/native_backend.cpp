@@ -1,0 +1,233 @@
+#include "framework/ane/native_backend.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "framework/mil/printer.h"
+#include "framework/runtime/weights.h"
+
+namespace anelab::ane {
+
+// ---- a compiled + loaded model, shared by the Kernels (and the cache) that use it ---------------
+class LoadedModel {
+ public:
+  LoadedModel(std::shared_ptr<Shim> shim, ModelHandle m, uint32_t qos) : shim(std::move(shim)), model(m), qos(qos) {}
+  LoadedModel(const LoadedModel&) = delete;
+  LoadedModel& operator=(const LoadedModel&) = delete;
+  ~LoadedModel() {
+    if (loaded) {
+      Status s = shim->unload(model, qos);
+      if (!s) std::fprintf(stderr, "[ane] warning: unload of %s failed: %s\n", hex_id.c_str(), s.message().c_str());
+    }
+    if (model) shim->release_model(model);
+    if (!dir.empty()) remove_model_dir(dir);  // after unload (digest §1.2 step 9)
+  }
+
+  std::shared_ptr<Shim> shim;
+  ModelHandle model;
+  uint32_t qos = 21;
+  std::string hex_id;
+  std::string dir;  // <tmp>/<hexId>, "" until written
+  bool loaded = false;
+};
+
+namespace {
+
+class NativeKernel : public rt::Kernel {
+ public:
+  NativeKernel(mil::Program p, std::shared_ptr<LoadedModel> m)
+      : Kernel(std::move(p)), model(std::move(m)), io(program_.functions.size()) {}
+  ~NativeKernel() override {
+    for (FnIO& f : io) release(f);
+  }
+  struct FnIO {
+    std::vector<SurfaceHandle> ins, outs;  // shim surfaces, function parameter / return order
+    RequestHandle request;                 // built once, reused for every evaluate (digest §1.2 step 8)
+  };
+  void release(FnIO& f) {
+    Shim& s = *model->shim;
+    if (f.request) s.release_request(f.request);
+    for (SurfaceHandle h : f.ins) s.release_surface(h);
+    for (SurfaceHandle h : f.outs) s.release_surface(h);
+    f = FnIO{};
+  }
+
+  std::shared_ptr<LoadedModel> model;
+  std::vector<FnIO> io;  // [functions]
+};
+
+Status wrap(Code code, const std::string& what, const Status& shim_error) {
+  return Status(code, cat("[ane] ", what, ": ", shim_error.message()));
+}
+
+}  // namespace
+
+// ---- backend ------------------------------------------------------------------------------------
+NativeBackend::NativeBackend(std::unique_ptr<Shim> shim, const rt::BackendOptions& opts, NativeOptions native)
+    : Backend(opts), shim_(std::move(shim)), native_(std::move(native)) {
+  ANELAB_CHECK(shim_, "ane", "NativeBackend needs a shim");
+}
+
+NativeBackend::~NativeBackend() { clear_cache(); }
+
+void NativeBackend::clear_cache() {
+  cache_.clear();
+  lru_.clear();
+}
+
+std::string NativeBackend::mil_text(const mil::Program& program) const {
+  return mil::print(program, profile().dialect);
+}
+
+void NativeBackend::remember(const std::string& key, std::shared_ptr<LoadedModel> m) {
+  if (native_.cache_capacity == 0) return;
+  lru_.emplace_front(key, std::move(m));
+  cache_[key] = lru_.begin();
+  while (lru_.size() > native_.cache_capacity) {
+    cache_.erase(lru_.back().first);
+    lru_.pop_back();  // the model unloads once no Kernel holds it
+  }
+}
+
+Result<std::unique_ptr<rt::Kernel>> NativeBackend::compile(const mil::Program& program, const rt::Weights& weights) {
+  mil::Program p = program;
+  p.dialect = profile().dialect;  // M1-M3: program(1.0)/ios16 verbose text (digest §2.1)
+  if (Status s = rt::check_program(p, profile()); !s) return s;
+  if (Status s = rt::check_weights(p, weights); !s) return s;
+  const std::string text = mil_text(p);
+  const std::string key = program_key(text, weights);
+
+  if (auto it = cache_.find(key); it != cache_.end()) {  // hit: no budget, no compiler call
+    ++cache_hits_;
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return std::unique_ptr<rt::Kernel>(std::make_unique<NativeKernel>(std::move(p), it->second->second));
+  }
+  ++cache_misses_;
+  if (Status s = take_compile(); !s) return s;
+  Result<std::shared_ptr<LoadedModel>> m = compile_and_load(p, text, weights);
+  if (!m) return m.status();
+  remember(key, *m);
+  return std::unique_ptr<rt::Kernel>(std::make_unique<NativeKernel>(std::move(p), *m));
+}
+
+Result<std::shared_ptr<LoadedModel>> NativeBackend::compile_and_load(const mil::Program& p, const std::string& text,
+                                                                     const rt::Weights& weights) {
+  const std::string what = cat("program '", p.functions.front().name, "'",
+                               p.functions.size() > 1 ? cat(" (+", p.functions.size() - 1, " procedures)") : "");
+  const std::vector<WeightEntry> entries = weight_entries(weights);
+  Result<ModelHandle> h = shim_->create_model(text, entries);
+  if (!h) return wrap(Code::kInternal, "creating the in-memory model for " + what, h.status());
+  auto m = std::make_shared<LoadedModel>(shim_, *h, native_.qos);  // cleans up on every error path below
+
+  Result<std::string> hex = shim_->hex_string_identifier(m->model);
+  if (!hex) return wrap(Code::kInternal, "hexStringIdentifier of " + what, hex.status());
+  if (hex->empty() || hex->find('/') != std::string::npos || *hex == "." || *hex == "..")
+    return Status(Code::kInternal, cat("[ane] ", what, ": unusable hexStringIdentifier '", *hex, "'"));
+  m->hex_id = *hex;
+  const std::string root = native_.temp_root.empty() ? shim_->temporary_directory() : native_.temp_root;
+  m->dir = (std::filesystem::path(root) / m->hex_id).string();
+  if (Status s = write_model_dir(m->dir, text, weights); !s) return s;
+
+  if (Status s = shim_->compile(m->model, native_.qos); !s)
+    return map_compile_failure(s, compiles_used(), compile_budget(), native_.budget_near_fraction, what);
+  if (Status s = load_with_retry(*m); !s) return wrap(Code::kInternal, "loading " + what, s);
+  m->loaded = true;
+  return m;
+}
+
+Status NativeBackend::load_with_retry(LoadedModel& m) {
+  Status first = shim_->load(m.model, native_.qos);
+  if (first) return first;
+  // "for ANE slot reclamation" (digest §1.2 step 6): one retry after a short sleep.
+  std::this_thread::sleep_for(std::chrono::milliseconds(native_.load_retry_delay_ms));
+  Status second = shim_->load(m.model, native_.qos);
+  if (second) return second;
+  return Status(Code::kInternal, cat(second.message(), " (failed twice; retried after ", native_.load_retry_delay_ms,
+                                     " ms; first failure: ", first.message(), ")"));
+}
+
+namespace {
+
+Status copy_in(Shim& shim, SurfaceHandle h, const rt::Surface& src, const std::string& what) {
+  Result<SurfaceMapping> map = shim.lock_surface(h, false);
+  if (!map) return wrap(Code::kIoError, "locking " + what, map.status());
+  Status st;
+  if (!map->base || map->size < src.bytes())
+    st = Status(Code::kIoError, cat("[ane] ", what, ": locked surface has ", map->size, " bytes, need ", src.bytes()));
+  else
+    std::memcpy(map->base, src.data(), src.bytes());
+  Status u = shim.unlock_surface(h, false);
+  if (!st) return st;
+  return u ? u : wrap(Code::kIoError, "unlocking " + what, u);
+}
+
+Status copy_out(Shim& shim, SurfaceHandle h, rt::Surface& dst, const std::string& what) {
+  Result<SurfaceMapping> map = shim.lock_surface(h, true);
+  if (!map) return wrap(Code::kIoError, "locking " + what, map.status());
+  Status st;
+  if (!map->base || map->size < dst.bytes())
+    st = Status(Code::kIoError, cat("[ane] ", what, ": locked surface has ", map->size, " bytes, need ", dst.bytes()));
+  else
+    std::memcpy(dst.data(), map->base, dst.bytes());
+  Status u = shim.unlock_surface(h, true);
+  if (!st) return st;
+  return u ? u : wrap(Code::kIoError, "unlocking " + what, u);
+}
+
+// First evaluate of a function: its surfaces and its request.
+Status prepare_io(NativeKernel& k, int fn, const rt::DeviceProfile& profile) {
+  NativeKernel::FnIO& io = k.io[static_cast<size_t>(fn)];
+  if (io.request) return Status::ok();
+  Shim& shim = *k.model->shim;
+  const mil::Function& f = k.function(fn);
+  const SurfaceSizes sizes = surface_sizes(f, profile);
+  auto make = [&](size_t bytes, std::vector<SurfaceHandle>& into, const std::string& what) -> Status {
+    Result<SurfaceHandle> s = shim.create_surface(bytes);
+    if (!s) return wrap(Code::kIoError, cat("creating the ", bytes, "-byte IOSurface for ", what), s.status());
+    into.push_back(*s);
+    return Status::ok();
+  };
+  Status st;
+  for (size_t i = 0; st && i < sizes.inputs.size(); ++i)
+    st = make(sizes.inputs[i], io.ins, cat("input '", f.inputs[i].first, "' of '", f.name, "'"));
+  for (size_t j = 0; st && j < sizes.outputs.size(); ++j)
+    st = make(sizes.outputs[j], io.outs, cat("output '", f.outputs[j], "' of '", f.name, "'"));
+  if (st) {
+    const RequestIndices idx = request_indices(k.program(), fn);
+    RequestSpec spec{io.ins, idx.inputs, io.outs, idx.outputs, idx.procedure};
+    Result<RequestHandle> r = shim.create_request(spec);
+    if (r) io.request = *r;
+    else st = wrap(Code::kInternal, cat("building the _ANERequest for '", f.name, "'"), r.status());
+  }
+  if (!st) k.release(io);
+  return st;
+}
+
+}  // namespace
+
+Status NativeBackend::evaluate(rt::Kernel& kernel, int fn, std::span<rt::Surface* const> inputs,
+                               std::span<rt::Surface* const> outputs) {
+  auto* k = dynamic_cast<NativeKernel*>(&kernel);
+  if (!k) return Status(Code::kInvalidArgument, "[ane] evaluate: kernel was not compiled by the ane backend");
+  if (fn < 0 || fn >= static_cast<int>(k->io.size()))
+    return Status(Code::kInvalidArgument, cat("[ane] evaluate: function index ", fn, " out of range (program has ",
+                                              k->io.size(), " functions)"));
+  const mil::Function& f = k->function(fn);
+  if (Status s = rt::check_surfaces(f, inputs, outputs, profile()); !s) return s;
+  if (Status s = prepare_io(*k, fn, profile()); !s) return s;
+  NativeKernel::FnIO& io = k->io[static_cast<size_t>(fn)];
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (Status s = copy_in(*shim_, io.ins[i], *inputs[i], cat("input '", f.inputs[i].first, "' of '", f.name, "'")); !s)
+      return s;
+  if (Status s = shim_->evaluate(k->model->model, io.request, native_.qos); !s)
+    return wrap(Code::kInternal, cat("evaluate of '", f.name, "' (procedure ", fn, ", model ", k->model->hex_id, ")"), s);
+  for (size_t j = 0; j < outputs.size(); ++j)
+    if (Status s = copy_out(*shim_, io.outs[j], *outputs[j], cat("output '", f.outputs[j], "' of '", f.name, "'")); !s)
+      return s;
+  return Status::ok();
+}
+
+}  // namespace anelab::ane

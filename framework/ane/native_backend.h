@@ -1,0 +1,75 @@
+// NativeBackend: the portable half of the "ane" backend. Everything between rt::Backend and the
+// private API lives here, in plain C++ tested on Linux through FakeShim; the Shim (shim.h) only
+// forwards single calls. See docs/native_backend.md.
+//
+// compile(program, weights):
+//   1. copy the program into the profile's dialect (ios18 on m4/m5, ios16 on m1-m3) and run
+//      rt::check_program (cast / fp32 I/O are rejected on m1/m2 with a clear message: no retry) and
+//      rt::check_weights (every BLOBFILE const resolves, blob headers valid);
+//   2. text = mil::print(program, profile dialect); key = program_key(text, weights);
+//      a cache hit returns a new Kernel sharing the loaded model (no budget, no shim call);
+//   3. take_compile() (kBudgetExhausted when the budget is spent);
+//   4. shim: create_model(text, weights dictionary) -> hex_string_identifier -> write
+//      <tmp>/<hexId>/model.mil + weights/... -> compile(qos) -> load(qos) (one retry after 100 ms);
+//      a failed compile maps through map_compile_failure (kBudgetExhausted near the budget).
+// evaluate(kernel, fn, inputs, outputs):
+//   rt::check_surfaces, then (first time per function) create the shim surfaces (surface_sizes) and
+//   the request (request_indices); stage input bytes (lock/memcpy/unlock), evaluate(qos), copy the
+//   output bytes back (read-only lock).
+// Destruction: a Kernel releases its request and surfaces; the last Kernel (or cache entry) of a
+// model unloads it, releases it and removes its temp directory.
+#pragma once
+#include <list>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "framework/ane/native_rules.h"
+#include "framework/ane/shim.h"
+#include "framework/runtime/backend.h"
+
+namespace anelab::ane {
+
+struct NativeOptions {
+  uint32_t qos = 21;                    // every repo uses 21 (digest §1.7)
+  int load_retry_delay_ms = 100;        // one load retry after this delay (digest §1.2 step 6)
+  size_t cache_capacity = 64;           // compiled programs kept loaded for cache hits (LRU)
+  double budget_near_fraction = 0.9;    // see map_compile_failure
+  std::string temp_root;                // "" = shim.temporary_directory()
+};
+
+class LoadedModel;
+
+class NativeBackend : public rt::Backend {
+ public:
+  NativeBackend(std::unique_ptr<Shim> shim, const rt::BackendOptions& opts, NativeOptions native = {});
+  ~NativeBackend() override;
+  std::string name() const override { return "ane"; }
+
+  Result<std::unique_ptr<rt::Kernel>> compile(const mil::Program& program, const rt::Weights& weights) override;
+  Status evaluate(rt::Kernel& kernel, int fn, std::span<rt::Surface* const> inputs,
+                  std::span<rt::Surface* const> outputs) override;
+
+  Shim& shim() { return *shim_; }
+  const NativeOptions& native_options() const { return native_; }
+  // The exact MIL text compile() hands to the shim for `program` on this backend's profile.
+  std::string mil_text(const mil::Program& program) const;
+  int cache_hits() const { return cache_hits_; }
+  int cache_misses() const { return cache_misses_; }
+  size_t cached_programs() const { return lru_.size(); }
+  void clear_cache();  // drops the cache's references (models unload once no Kernel uses them)
+
+ private:
+  Result<std::shared_ptr<LoadedModel>> compile_and_load(const mil::Program& p, const std::string& text,
+                                                        const rt::Weights& weights);
+  Status load_with_retry(LoadedModel& m);
+  void remember(const std::string& key, std::shared_ptr<LoadedModel> m);
+
+  std::shared_ptr<Shim> shim_;
+  NativeOptions native_;
+  std::list<std::pair<std::string, std::shared_ptr<LoadedModel>>> lru_;  // most recent first
+  std::unordered_map<std::string, decltype(lru_)::iterator> cache_;
+  int cache_hits_ = 0, cache_misses_ = 0;
+};
+
+}  // namespace anelab::ane

@@ -1,0 +1,66 @@
+// The portable rules the native backend applies around the private API (digest §1, §3, §4), as pure
+// functions so each one is tested on Linux on its own and by the contract tests through FakeShim.
+//
+//   model directory (digest §1.2 step 4, §1.3, §1.4), created before compile, removed at unload:
+//     <NSTemporaryDirectory()>/<hexStringIdentifier>/model.mil          the MIL text, byte for byte
+//     <NSTemporaryDirectory()>/<hexStringIdentifier>/weights/<file>.bin  one file per dictionary key
+//                                                                       "@model_path/weights/<file>.bin"
+//   request indices (digest §1.6, §1.9): function p's inputs / outputs get the program-wide symbol
+//     indices Σ_{q<p} n_inputs(q) + i and Σ_{q<p} n_outputs(q) + j, and procedureIndex = p. For the
+//     usual one-input / one-output procedures that is exactly inputIndices = @[@(p)],
+//     outputIndices = @[@(p)], procedureIndex = @(p); for a single function @0..@n-1.
+//   surface sizes (digest §1.5, §4.3): rt::surface_alloc_bytes per tensor (>= 49152, 16 KiB pages);
+//     with more than two I/O tensors every surface gets the largest of those sizes.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "framework/ane/shim.h"
+#include "framework/core/error.h"
+#include "framework/mil/ir.h"
+#include "framework/runtime/backend.h"
+
+namespace anelab::ane {
+
+// Weights dictionary entries in key order, offset 0, data = the blob file bytes (digest §1.3).
+std::vector<WeightEntry> weight_entries(const rt::Weights& weights);
+
+// "@model_path/weights/layer_00/wq.bin" -> "weights/layer_00/wq.bin". Rejects (kInvalidArgument)
+// keys without the "@model_path/" prefix, absolute paths, empty components, "." / ".." and NULs.
+Result<std::string> model_relative_path(const std::string& key);
+
+// Writes model.mil and every weight file into `dir` (created, with intermediate directories).
+// kInvalidArgument for a bad key, kIoError naming the file for a write failure.
+Status write_model_dir(const std::string& dir, std::string_view mil_text, const rt::Weights& weights);
+// Removes `dir` recursively; ignores a missing directory.
+void remove_model_dir(const std::string& dir);
+
+// Content key of a compiled program: SHA256(mil)_SHA256(weights) where the weights hash covers every
+// key and its bytes in key order (the compiled-program cache key; same shape as digest §1.4's hexId).
+std::string program_key(std::string_view mil_text, const rt::Weights& weights);
+
+struct RequestIndices {
+  std::vector<int64_t> inputs, outputs;  // program-wide symbol indices of function p's I/O
+  int64_t procedure = 0;
+};
+RequestIndices request_indices(const mil::Program& program, int fn);
+
+// Allocation sizes of the shim surfaces for function `fn`'s inputs / outputs (the same rule as
+// rt::Kernel::make_inputs / make_outputs).
+struct SurfaceSizes {
+  std::vector<size_t> inputs, outputs;
+};
+SurfaceSizes surface_sizes(const mil::Function& fn, const rt::DeviceProfile& profile);
+
+// Maps a failed compileWithQoS: to a Status (docs/native_backend.md "Compile budget"):
+//   used >= ceil(near_fraction * budget)  -> kBudgetExhausted: the ~119-compile limit is approximate
+//                                           and shows up as a generic "ANECCompile() FAILED", so a
+//                                           failure this close to the budget asks for the restart;
+//   otherwise                             -> kInvalidArgument (the compiler rejected the program).
+// Both carry the shim's NSError text. `used` counts this compile.
+Status map_compile_failure(const Status& shim_error, int used, int budget, double near_fraction,
+                           const std::string& what);
+
+}  // namespace anelab::ane
