@@ -2,7 +2,6 @@
 // evaluate = surface check + staging + plan walk. See framework/emulator/README.md.
 #include "framework/emulator/emulator.h"
 
-#include <omp.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -45,8 +44,14 @@ class EmuKernel : public rt::Kernel {
 class EmulatorBackend : public rt::Backend {
  public:
   explicit EmulatorBackend(const rt::BackendOptions& o) : Backend(o) {
-    threads_ = o.threads > 0 ? o.threads : omp_get_max_threads();
-    if (threads_ < 1) threads_ = 1;
+    // Default: the process-wide pool (all hardware threads); an explicit count gets its own pool.
+    if (o.threads <= 0) {
+      pool_ = &ThreadPool::global();
+    } else if (o.threads > 1) {
+      own_pool_ = std::make_unique<ThreadPool>(o.threads);
+      pool_ = own_pool_.get();
+    }
+    threads_ = pool_ ? pool_->size() : 1;
   }
   std::string name() const override { return "emulator"; }
 
@@ -64,6 +69,7 @@ class EmulatorBackend : public rt::Backend {
       wa = (wa + 15) / 16 * 16;
       wb = (wb + 15) / 16 * 16;
       k->ctx.threads = threads_;
+      k->ctx.pool = pool_;
       k->workspace = AlignedFloats(static_cast<size_t>(threads_) * (wa + wb) + 16);
       for (int t = 0; t < threads_; ++t) {
         k->ctx.ws_a.push_back(k->workspace.data() + static_cast<size_t>(t) * (wa + wb));
@@ -108,6 +114,8 @@ class EmulatorBackend : public rt::Backend {
     }
   }
   int threads_ = 1;
+  ThreadPool* pool_ = nullptr;             // nullptr: single-threaded
+  std::unique_ptr<ThreadPool> own_pool_;
 };
 
 }  // namespace

@@ -112,16 +112,14 @@ void exp_inplace_fp32(float* x, int64_t n) {
 #endif
 }
 
-void round_to_dtype(float* x, int64_t n, mil::DType t, int threads) {
+void round_to_dtype(float* x, int64_t n, mil::DType t, const ExecCtx& ctx) {
   if (t == mil::DType::kFp32) return;
   const int64_t chunk = 1 << 14, nc = (n + chunk - 1) / chunk;
-#pragma omp parallel for num_threads(threads) schedule(static) if (n > kParMin && threads > 1)
-  for (int64_t c = 0; c < nc; ++c) round_range(x + c * chunk, std::min(chunk, n - c * chunk), t);
+  par_for(ctx, nc, n > kParMin, [&](int64_t c) { round_range(x + c * chunk, std::min(chunk, n - c * chunk), t); });
 }
 
-void softmax_rows(float* x, int64_t rows, int64_t len, int threads) {
-#pragma omp parallel for num_threads(threads) schedule(static) if (rows * len > kParMin && threads > 1)
-  for (int64_t r = 0; r < rows; ++r) {
+void softmax_rows(float* x, int64_t rows, int64_t len, const ExecCtx& ctx) {
+  par_for(ctx, rows, rows * len > kParMin, [&](int64_t r) {
     float* row = x + r * len;
     float mx = -INFINITY;
     for (int64_t j = 0; j < len; ++j) mx = std::max(mx, row[j]);
@@ -132,13 +130,13 @@ void softmax_rows(float* x, int64_t rows, int64_t len, int threads) {
     const float inv = 1.0f / sum;
     for (int64_t j = 0; j < len; ++j) row[j] *= inv;
     round_fp16_inplace(row, static_cast<size_t>(len));
-  }
+  });
 }
 
 // ---- layout ---------------------------------------------------------------------------------------
 void k_copy(const Step& s, const ExecCtx& ctx) {
   std::memcpy(s.out, s.in[0], static_cast<size_t>(s.out_n) * sizeof(float));
-  if (s.iv.empty() || s.iv[0] != 0) round_to_dtype(s.out, s.out_n, s.out_dtype, ctx.threads);
+  if (s.iv.empty() || s.iv[0] != 0) round_to_dtype(s.out, s.out_n, s.out_dtype, ctx);
 }
 
 // iv: rank, shape[rank], in_strides[rank], base. Output contiguous in `shape` order.
@@ -150,8 +148,7 @@ void k_strided(const Step& s, const ExecCtx& ctx) {
   const int64_t inner = shape[rank - 1], ist = st[rank - 1];
   const int64_t rows = s.out_n / std::max<int64_t>(1, inner);
   const float* in = s.in[0] + base;
-#pragma omp parallel for num_threads(ctx.threads) schedule(static) if (s.out_n > kParMin && ctx.threads > 1)
-  for (int64_t r = 0; r < rows; ++r) {
+  par_for(ctx, rows, s.out_n > kParMin, [&](int64_t r) {
     int64_t off = 0, rem = r;
     for (int64_t d = rank - 2; d >= 0; --d) {
       off += (rem % shape[d]) * st[d];
@@ -162,7 +159,7 @@ void k_strided(const Step& s, const ExecCtx& ctx) {
     if (ist == 1) std::memcpy(o, ip, static_cast<size_t>(inner) * sizeof(float));
     else
       for (int64_t i = 0; i < inner; ++i) o[i] = ip[i * ist];
-  }
+  });
 }
 
 // iv: n_inputs, outer, chunk_0..chunk_{n-1} (elements each input contributes per outer index).
@@ -170,15 +167,14 @@ void k_concat(const Step& s, const ExecCtx& ctx) {
   const int64_t n = s.iv[0], outer = s.iv[1];
   int64_t row = 0;
   for (int64_t i = 0; i < n; ++i) row += s.iv[2 + i];
-#pragma omp parallel for num_threads(ctx.threads) schedule(static) if (s.out_n > kParMin && ctx.threads > 1)
-  for (int64_t o = 0; o < outer; ++o) {
+  par_for(ctx, outer, s.out_n > kParMin, [&](int64_t o) {
     float* dst = s.out + o * row;
     for (int64_t i = 0; i < n; ++i) {
       const int64_t c = s.iv[2 + i];
       std::memcpy(dst, s.in[static_cast<size_t>(i)] + o * c, static_cast<size_t>(c) * sizeof(float));
       dst += c;
     }
-  }
+  });
 }
 
 // ---- elementwise ----------------------------------------------------------------------------------
@@ -190,8 +186,7 @@ void k_binary(const Step& s, const ExecCtx& ctx) {
   const int64_t* sb = sa + rank;
   const int64_t inner = shape[rank - 1];
   const int64_t rows = s.out_n / std::max<int64_t>(1, inner);
-#pragma omp parallel for num_threads(ctx.threads) schedule(static) if (s.out_n > kParMin && ctx.threads > 1)
-  for (int64_t r = 0; r < rows; ++r) {
+  par_for(ctx, rows, s.out_n > kParMin, [&](int64_t r) {
     int64_t oa = 0, ob = 0, rem = r;
     for (int64_t d = rank - 2; d >= 0; --d) {
       const int64_t i = rem % shape[d];
@@ -202,17 +197,16 @@ void k_binary(const Step& s, const ExecCtx& ctx) {
     float* o = s.out + r * inner;
     bin_row_dispatch(op, s.in[0] + oa, sa[rank - 1], s.in[1] + ob, sb[rank - 1], o, inner);
     round_range(o, inner, s.out_dtype);
-  }
+  });
 }
 
 void k_unary(const Step& s, const ExecCtx& ctx) {
   const int64_t op = s.iv[0], n = s.out_n, chunk = 4096, nc = (n + chunk - 1) / chunk;
-#pragma omp parallel for num_threads(ctx.threads) schedule(static) if (n > kParMin / 4 && ctx.threads > 1)
-  for (int64_t c = 0; c < nc; ++c) {
+  par_for(ctx, nc, n > kParMin / 4, [&](int64_t c) {
     const int64_t b = c * chunk, e = std::min(n, b + chunk);
     for (int64_t i = b; i < e; ++i) s.out[i] = apply_un(op, s.in[0][i]);
     round_range(s.out + b, e - b, s.out_dtype);
-  }
+  });
 }
 
 // cast to fp16/fp32 rounds to nearest even; to integer types truncates toward zero and saturates.
@@ -220,7 +214,7 @@ void k_unary(const Step& s, const ExecCtx& ctx) {
 void k_cast(const Step& s, const ExecCtx& ctx) {
   if (mil::is_float(s.out_dtype)) {
     std::memcpy(s.out, s.in[0], static_cast<size_t>(s.out_n) * sizeof(float));
-    round_to_dtype(s.out, s.out_n, s.out_dtype, ctx.threads);
+    round_to_dtype(s.out, s.out_n, s.out_dtype, ctx);
     return;
   }
   const float lo = static_cast<float>(s.iv[0]), hi = static_cast<float>(s.iv[1]);
@@ -235,11 +229,10 @@ void k_cast(const Step& s, const ExecCtx& ctx) {
 void k_softmax(const Step& s, const ExecCtx& ctx) {
   const int64_t outer = s.iv[0], len = s.iv[1], inner = s.iv[2];
   std::memcpy(s.out, s.in[0], static_cast<size_t>(s.out_n) * sizeof(float));
-  if (inner == 1) return softmax_rows(s.out, outer, len, ctx.threads);
+  if (inner == 1) return softmax_rows(s.out, outer, len, ctx);
   constexpr int64_t kCols = 256;
   const int64_t nchunk = (inner + kCols - 1) / kCols, tasks = outer * nchunk;
-#pragma omp parallel for num_threads(ctx.threads) schedule(static) if (s.out_n > kParMin && ctx.threads > 1)
-  for (int64_t t = 0; t < tasks; ++t) {
+  par_for(ctx, tasks, s.out_n > kParMin, [&](int64_t t) {
     const int64_t o = t / nchunk, j0 = (t % nchunk) * kCols, w = std::min(kCols, inner - j0);
     float mx[kCols], sum[kCols];
     float* base = s.out + o * len * inner + j0;
@@ -259,7 +252,7 @@ void k_softmax(const Step& s, const ExecCtx& ctx) {
       for (int64_t j = 0; j < w; ++j) row[j] *= sum[j];
       round_fp16_inplace(row, static_cast<size_t>(w));
     }
-  }
+  });
 }
 
 // iv: kind, outer, r (reduced extent), inner. Output [outer, inner]; fp32 accumulation over r in order.
@@ -267,18 +260,16 @@ void k_reduce(const Step& s, const ExecCtx& ctx) {
   const int64_t kind = s.iv[0], outer = s.iv[1], R = s.iv[2], inner = s.iv[3];
   const float* x = s.in[0];
   if (inner == 1) {
-#pragma omp parallel for num_threads(ctx.threads) schedule(static) if (outer * R > kParMin && ctx.threads > 1)
-    for (int64_t o = 0; o < outer; ++o) {
+    par_for(ctx, outer, outer * R > kParMin, [&](int64_t o) {
       const float* p = x + o * R;
       float acc = kind == kRMax ? -INFINITY : 0.0f;
       for (int64_t r = 0; r < R; ++r) acc = kind == kRMax ? std::max(acc, p[r]) : acc + p[r];
       s.out[o] = kind == kMean ? acc / static_cast<float>(R) : acc;
-    }
+    });
   } else {
     constexpr int64_t kCols = 512;
     const int64_t nchunk = (inner + kCols - 1) / kCols, tasks = outer * nchunk;
-#pragma omp parallel for num_threads(ctx.threads) schedule(static) if (outer * R * inner > kParMin && ctx.threads > 1)
-    for (int64_t t = 0; t < tasks; ++t) {
+    par_for(ctx, tasks, outer * R * inner > kParMin, [&](int64_t t) {
       const int64_t o = t / nchunk, j0 = (t % nchunk) * kCols, w = std::min(kCols, inner - j0);
       float* dst = s.out + o * inner + j0;
       const float* p = x + o * R * inner + j0;
@@ -292,9 +283,9 @@ void k_reduce(const Step& s, const ExecCtx& ctx) {
       }
       if (kind == kMean)
         for (int64_t j = 0; j < w; ++j) dst[j] /= static_cast<float>(R);
-    }
+    });
   }
-  round_to_dtype(s.out, s.out_n, s.out_dtype, ctx.threads);
+  round_to_dtype(s.out, s.out_n, s.out_dtype, ctx);
 }
 
 // ---- quantization ---------------------------------------------------------------------------------
@@ -325,7 +316,7 @@ void k_dequantize(const Step& s, const ExecCtx& ctx) {
       float* y = s.out + (o * len + a) * inner;
       for (int64_t j = 0; j < inner; ++j) y[j] = (q[j] - zp) * sc;
     }
-  round_to_dtype(s.out, s.out_n, s.out_dtype, ctx.threads);
+  round_to_dtype(s.out, s.out_n, s.out_dtype, ctx);
 }
 
 }  // namespace anelab::emu

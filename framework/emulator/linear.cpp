@@ -3,7 +3,6 @@
 // per task, packing buffers from per-thread workspaces allocated at compile time), with our own task
 // split over (batch x m-tile x n-tile). Tile sizes and blocking depend only on the GEMM shape, so the
 // fp32 accumulation order — and therefore every result bit — is independent of the thread count.
-#include <omp.h>
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -72,9 +71,9 @@ void plan_gemm(GemmPlan& g) {
 void run_gemm(const GemmPlan& g, const float* a, const float* b, float* c, const ExecCtx& ctx) {
   const int64_t batch = static_cast<int64_t>(g.a_off.size());
   const int64_t tm = ceil_div(g.m, g.tile_m), tn = ceil_div(g.n, g.tile_n), tasks = batch * tm * tn;
-#pragma omp parallel for num_threads(ctx.threads) schedule(static) if (tasks > 1 && ctx.threads > 1)
-  for (int64_t t = 0; t < tasks; ++t) {
-    const int tid = omp_get_thread_num();
+  // Static contiguous partition of the tiles over the workers; each tile is computed by one worker with
+  // its own packing workspace, so results do not depend on the thread count.
+  par_workers(ctx, tasks, [&](int tid, int64_t t) {
     const int64_t bi = t / (tm * tn), r = t % (tm * tn);
     const int64_t i0 = (r / tn) * g.tile_m, j0 = (r % tn) * g.tile_n;
     const int64_t mm = std::min(g.tile_m, g.m - i0), nn = std::min(g.tile_n, g.n - j0);
@@ -85,7 +84,7 @@ void run_gemm(const GemmPlan& g, const float* a, const float* b, float* c, const
     gemm_tile(g, at, bt, ct, mm, nn, bl);
     if (g.round_fp16)
       for (int64_t i = 0; i < mm; ++i) round_fp16_inplace(ct + i * g.ldc, static_cast<size_t>(nn));
-  }
+  });
 }
 
 // ---- conv -----------------------------------------------------------------------------------------
@@ -102,8 +101,7 @@ void k_conv(const Step& s, const ExecCtx& ctx) {
     // cols[(n*Cin + c)*kh*kw + ki*kw + kj][oh*Wo + ow] = x[n, c, oh*sh - pt + ki*dh, ow*sw - pl + kj*dw]
     const int64_t rows = N * Cin * kh * kw;
     float* col = s.scratch;
-#pragma omp parallel for num_threads(ctx.threads) schedule(static) if (rows * Ho * Wo > 32768)
-    for (int64_t row = 0; row < rows; ++row) {
+    par_for(ctx, rows, rows * Ho * Wo > 32768, [&](int64_t row) {
       const int64_t kj = row % kw, ki = (row / kw) % kh, nc = row / (kw * kh);
       const float* xp = x + nc * H * W;
       float* dst = col + row * Ho * Wo;
@@ -119,20 +117,19 @@ void k_conv(const Step& s, const ExecCtx& ctx) {
           d[ow] = (iw >= 0 && iw < W) ? xp[ih * W + iw] : 0.0f;
         }
       }
-    }
+    });
     cols = col;
   }
   run_gemm(s.gemms[0], s.in[1], cols, s.out, ctx);
   if (has_bias) {
     const float* bias = s.in[2];
     const int64_t hw = Ho * Wo;
-#pragma omp parallel for num_threads(ctx.threads) schedule(static) if (N * Cout * hw > 32768)
-    for (int64_t nc = 0; nc < N * Cout; ++nc) {
+    par_for(ctx, N * Cout, N * Cout * hw > 32768, [&](int64_t nc) {
       float* o = s.out + nc * hw;
       const float b = bias[nc % Cout];
       for (int64_t i = 0; i < hw; ++i) o[i] += b;
       if (s.out_dtype == mil::DType::kFp16) round_fp16_inplace(o, static_cast<size_t>(hw));
-    }
+    });
   }
 }
 
@@ -146,13 +143,12 @@ void k_sdpa(const Step& s, const ExecCtx& ctx) {
   const float scale = s.fv[0];
   run_gemm(s.gemms[0], s.in[0], s.in[1], s.scratch, ctx);
   const int64_t n = batch * L * S;
-#pragma omp parallel for num_threads(ctx.threads) schedule(static) if (n > 65536)
-  for (int64_t r = 0; r < batch * L; ++r) {
+  par_for(ctx, batch * L, n > 65536, [&](int64_t r) {
     float* row = s.scratch + r * S;
     for (int64_t j = 0; j < S; ++j) row[j] *= scale;
     round_fp16_inplace(row, static_cast<size_t>(S));
-  }
-  softmax_rows(s.scratch, batch * L, S, ctx.threads);
+  });
+  softmax_rows(s.scratch, batch * L, S, ctx);
   run_gemm(s.gemms[1], s.scratch, s.in[2], s.out, ctx);
 }
 

@@ -9,6 +9,7 @@
 //   - each op becomes a Step: a kernel function pointer plus resolved input/output/scratch pointers and
 //     op parameters. evaluate() walks the steps; nothing is allocated while it runs.
 #pragma once
+#include "framework/core/thread_pool.h"
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -50,9 +51,35 @@ struct GemmPlan {
 void plan_gemm(GemmPlan& g);  // fills tile/blocking/workspace fields from m, n, k
 
 struct ExecCtx {
-  int threads = 1;
-  std::vector<float*> ws_a, ws_b;  // per-thread GEMM packing workspaces
+  int threads = 1;                 // workers (pool size, or 1 without a pool)
+  ThreadPool* pool = nullptr;      // nullptr: run on the caller only
+  std::vector<float*> ws_a, ws_b;  // per-worker GEMM packing workspaces
 };
+
+// body(i) for i in [0, n), spread over the pool in contiguous ranges when `worth_it` (enough work).
+template <typename F>
+inline void par_for(const ExecCtx& ctx, int64_t n, bool worth_it, F&& body) {
+  if (!worth_it || ctx.pool == nullptr || ctx.threads <= 1 || n <= 1) {
+    for (int64_t i = 0; i < n; ++i) body(i);
+    return;
+  }
+  ctx.pool->parallel_for(n, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) body(i);
+  });
+}
+
+// body(worker, i) for i in [0, n): worker w takes the w-th contiguous block (static schedule).
+template <typename F>
+inline void par_workers(const ExecCtx& ctx, int64_t n, F&& body) {
+  if (ctx.pool == nullptr || ctx.threads <= 1 || n <= 1) {
+    for (int64_t i = 0; i < n; ++i) body(0, i);
+    return;
+  }
+  const int64_t W = ctx.threads;
+  ctx.pool->run([&](int w) {
+    for (int64_t i = n * w / W; i < n * (w + 1) / W; ++i) body(w, i);
+  });
+}
 
 struct Step;
 using KernelFn = void (*)(const Step&, const ExecCtx&);
@@ -103,7 +130,7 @@ struct FunctionPlan {
 // ---- kernels (kernels.cpp, linear.cpp) -----------------------------------------------------------
 void run_gemm(const GemmPlan& g, const float* a, const float* b, float* c, const ExecCtx& ctx);
 void exp_inplace_fp32(float* x, int64_t n);  // vectorised exp, ~1 ulp-level accurate fp32
-void round_to_dtype(float* x, int64_t n, mil::DType t, int threads);
+void round_to_dtype(float* x, int64_t n, mil::DType t, const ExecCtx& ctx);
 
 void k_copy(const Step&, const ExecCtx&);          // reshape / identity / fp16->fp32 cast
 void k_strided(const Step&, const ExecCtx&);       // transpose / slice (iv: rank, shape, in strides, base)
@@ -124,5 +151,5 @@ enum UnOp : int64_t { kSigmoid, kTanh, kExp, kRelu, kSqrt, kRsqrt };
 enum ReduceKind : int64_t { kSum, kRMax, kMean };
 
 // Shared kernel helpers.
-void softmax_rows(float* x, int64_t rows, int64_t len, int threads);  // in place, fp32, then fp16-rounded
+void softmax_rows(float* x, int64_t rows, int64_t len, const ExecCtx& ctx);  // in place, fp32, then fp16-rounded
 }  // namespace anelab::emu

@@ -175,24 +175,26 @@ Status check_surfaces(const mil::Function& fn, std::span<Surface* const> inputs,
   for (const auto& [n, t] : fn.inputs) largest = std::max(largest, io_bytes(t));
   for (const auto& o : fn.outputs) largest = std::max(largest, io_bytes(*fn.type_of(o)));
   const bool multi = fn.inputs.size() + fn.outputs.size() > 2;
-  auto check_one = [&](Surface* s, const std::string& what, const mil::TensorType& t) -> Status {
-    if (!s) return Status(Code::kInvalidArgument, cat("[evaluate] function '", fn.name, "': ", what, " surface is null"));
+  // Labels are built only on error: evaluate() must not allocate on the success path.
+  auto check_one = [&](Surface* s, bool is_input, const std::string& name, const mil::TensorType& t) -> Status {
+    auto what = [&] { return cat(is_input ? "input '" : "output '", name, "'"); };
+    if (!s) return Status(Code::kInvalidArgument, cat("[evaluate] function '", fn.name, "': ", what(), " surface is null"));
     if (s->type() != t)
-      return Status(Code::kInvalidArgument, cat("[evaluate] function '", fn.name, "': ", what, " surface is ",
+      return Status(Code::kInvalidArgument, cat("[evaluate] function '", fn.name, "': ", what(), " surface is ",
                                                 s->type().str(), ", the function declares ", t.str()));
     if (s->alloc_bytes() < p.min_surface_bytes)
-      return limit(cat(p.name, ": function '", fn.name, "': ", what, " surface allocation ", s->alloc_bytes(),
+      return limit(cat(p.name, ": function '", fn.name, "': ", what(), " surface allocation ", s->alloc_bytes(),
                        " bytes < the ANE minimum ", p.min_surface_bytes, " (allocate with surface_alloc_bytes)"));
     if (multi && s->alloc_bytes() < largest)
-      return limit(cat(p.name, ": function '", fn.name, "': ", what, " surface allocation ", s->alloc_bytes(),
+      return limit(cat(p.name, ": function '", fn.name, "': ", what(), " surface allocation ", s->alloc_bytes(),
                        " bytes < the largest I/O tensor (", largest,
                        " bytes); with several inputs/outputs every surface must be at least that large"));
     return Status::ok();
   };
   for (size_t i = 0; i < inputs.size(); ++i)
-    if (Status s = check_one(inputs[i], "input '" + fn.inputs[i].first + "'", fn.inputs[i].second); !s) return s;
+    if (Status s = check_one(inputs[i], true, fn.inputs[i].first, fn.inputs[i].second); !s) return s;
   for (size_t i = 0; i < outputs.size(); ++i)
-    if (Status s = check_one(outputs[i], "output '" + fn.outputs[i] + "'", *fn.type_of(fn.outputs[i])); !s) return s;
+    if (Status s = check_one(outputs[i], false, fn.outputs[i], *fn.type_of(fn.outputs[i])); !s) return s;
   return Status::ok();
 }
 
