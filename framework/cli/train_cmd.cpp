@@ -1,5 +1,87 @@
+// anelab train: the trainer CLI (train/trainer.h). Options are declared once in train/config.cpp's
+// table; --config loads an experiment TOML, explicit flags override it. `anelab train --bench` (and
+// `anelab bench train` when the bench command exists) times a Stories110M step (B=1, T=256) against a
+// PyTorch fp32 step measured in the same run (scripts/bench_train_torch.py).
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
 #include "framework/cli/commands.h"
+#include "framework/core/error.h"
+#include "framework/core/file.h"
+#include "train/bench.h"
+#include "train/config.h"
+#include "train/trainer.h"
 
 namespace anelab::cli {
-void add_train_command(CLI::App& app) {}  // placeholder until this area lands
+namespace {
+
+struct TrainArgs {
+  std::vector<train::FlagSlot> slots;
+  bool bench = false;
+  int bench_steps = 3;
+};
+
+train::TrainConfig resolve(const TrainArgs& a) {
+  train::TrainConfig c;
+  for (const auto& s : a.slots)
+    if (s.key == "config" && s.opt->count() > 0) train::apply_toml_file(c, s.value);
+  train::apply_flags(c, a.slots);
+  train::resolve_names(c);
+  if (c.resume) {  // the saved config is the base; explicit flags still override
+    const std::string path = (std::filesystem::path(c.run_dir) / "config.json").string();
+    if (!std::filesystem::exists(path))
+      fail("train", "--resume: ", path, " not found (nothing to resume in run dir ", c.run_dir, ")");
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(read_file_text(path));
+    } catch (const nlohmann::json::exception& e) {
+      fail("train", path, ": not valid JSON: ", e.what());
+    }
+    train::TrainConfig r;
+    train::apply_json(r, j);
+    train::apply_flags(r, a.slots);
+    r.resume = true;
+    r.run_dir = c.run_dir;
+    train::resolve_names(r);
+    c = r;
+  }
+  train::validate(c);
+  return c;
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto args = std::make_shared<TrainArgs>();
+  CLI::App* cmd = app.add_subcommand("train", "train a Llama-family model (CPU reference or ANE kernel strategies)");
+  train::register_options(*cmd, &args->slots);
+  cmd->add_flag("--bench", args->bench,
+                "benchmark: Stories110M step (B=1, T=256) vs a PyTorch fp32 step measured now, then exit");
+  cmd->add_option("--bench-steps", args->bench_steps, "timed steps per side for --bench [default: 3]");
+  cmd->callback([args] {
+    if (args->bench) {
+      train::BenchOptions o;
+      o.steps = args->bench_steps;
+      train::TrainConfig c;
+      train::apply_flags(c, args->slots);
+      o.strategy = c.strategy;
+      std::printf("%s", train::bench_train(o).c_str());
+      return;
+    }
+    train::run_training(resolve(*args));
+  });
+  // `anelab bench train` when the bench command is registered (it is added before train in main.cpp).
+  for (CLI::App* sub : app.get_subcommands([](CLI::App* s) { return s->get_name() == "bench"; })) {
+    CLI::App* b = sub->add_subcommand("train", "Stories110M training step (B=1, T=256) vs PyTorch fp32");
+    auto steps = std::make_shared<int>(3);
+    b->add_option("--steps", *steps, "timed steps per side [default: 3]");
+    b->callback([steps] {
+      train::BenchOptions o;
+      o.steps = *steps;
+      std::printf("%s", train::bench_train(o).c_str());
+    });
+  }
+}
+
 }  // namespace anelab::cli

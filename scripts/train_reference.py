@@ -1,0 +1,144 @@
+#!/usr/bin/python3
+"""Independent PyTorch reference for the anelab trainer (tests/train).
+
+Reads DIR/config.json, DIR/weights/<name>.npy (canonical tensor names, [out, in]) and DIR/batches.npy
+([n_micro, B, T+1] token ids stored as float32), implements the Llama model itself (RMSNorm, RoPE in
+adjacent-pair (llama2.c, complex multiply) or rotate-half form, GQA via repeat_interleave, SwiGLU,
+tied/untied classifier) and writes:
+  mode "grads": DIR/out/loss.npy [1] and DIR/out/grad.<name>.npy for the first micro-batch;
+  mode "train": DIR/out/losses.npy [steps], DIR/out/grad_norms.npy [steps] and DIR/out/final.<name>.npy
+                after `steps` AdamW steps (torch.optim.AdamW, no decay on 1-D tensors, warmup + cosine
+                schedule, clip_grad_norm_, gradient accumulation over `accum` micro-batches).
+Usage: train_reference.py DIR grads|train
+"""
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+
+torch.set_num_threads(2)
+
+
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rope(x, pos_cos, pos_sin, style):
+    # x [B, T, H, hd]; pos_cos/sin [T, hd/2]
+    if style == "adjacent_pairs":
+        xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+        f = torch.complex(pos_cos, pos_sin)[None, :, None, :]
+        return torch.view_as_real(xc * f).flatten(3)
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    c, s = pos_cos[None, :, None, :], pos_sin[None, :, None, :]
+    return torch.cat([x1 * c - x2 * s, x1 * s + x2 * c], dim=-1)
+
+
+class Llama(torch.nn.Module):
+    def __init__(self, cfg, weights):
+        super().__init__()
+        self.cfg = cfg
+        self.p = torch.nn.ParameterDict()
+        for name, arr in weights.items():
+            self.p[name.replace(".", "__")] = torch.nn.Parameter(torch.tensor(arr, dtype=torch.float32))
+
+    def w(self, name):
+        return self.p[name.replace(".", "__")]
+
+    def forward(self, tokens, targets):
+        c = self.cfg
+        B, T = tokens.shape
+        D, H, KV, hd = c["dim"], c["n_heads"], c["n_kv_heads"], c["head_dim"]
+        i = torch.arange(0, hd // 2, dtype=torch.float64)
+        freqs = float(c["rope_theta"]) ** (-2.0 * i / hd)
+        ang = torch.arange(T, dtype=torch.float64)[:, None] * freqs[None, :]
+        cos, sin = torch.cos(ang).float(), torch.sin(ang).float()
+        mask = torch.full((T, T), float("-inf")).triu(1)
+        emb = self.w("tok_embeddings")
+        x = emb[tokens]
+        eps = c["norm_eps"]
+        for l in range(c["n_layers"]):
+            pre = "layers.%d." % l
+            xn = rms_norm(x, self.w(pre + "attn_norm"), eps)
+            q = (xn @ self.w(pre + "wq").T).view(B, T, H, hd)
+            k = (xn @ self.w(pre + "wk").T).view(B, T, KV, hd)
+            v = (xn @ self.w(pre + "wv").T).view(B, T, KV, hd)
+            q, k = rope(q, cos, sin, c["rope_style"]), rope(k, cos, sin, c["rope_style"])
+            k = k.repeat_interleave(H // KV, dim=2)
+            v = v.repeat_interleave(H // KV, dim=2)
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+            att = torch.softmax(q @ k.transpose(2, 3) / math.sqrt(hd) + mask, dim=-1) @ v
+            x = x + att.transpose(1, 2).reshape(B, T, H * hd) @ self.w(pre + "wo").T
+            xn = rms_norm(x, self.w(pre + "ffn_norm"), eps)
+            g = torch.nn.functional.silu(xn @ self.w(pre + "w1").T) * (xn @ self.w(pre + "w3").T)
+            x = x + g @ self.w(pre + "w2").T
+        x = rms_norm(x, self.w("norm"), eps)
+        out = emb if c["tied_embeddings"] else self.w("output")
+        logits = x @ out.T
+        return torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def lr_at(o, step):
+    if o["warmup_steps"] > 0 and step < o["warmup_steps"]:
+        return o["lr"] * (step + 1) / o["warmup_steps"]
+    if o["schedule"] == "constant":
+        return o["lr"]
+    lo = o["min_lr_frac"] * o["lr"]
+    span = max(1, o["steps"] - o["warmup_steps"])
+    prog = min(1.0, (step - o["warmup_steps"]) / span)
+    return lo + 0.5 * (o["lr"] - lo) * (1 + math.cos(math.pi * prog))
+
+
+def main():
+    d, mode = sys.argv[1], sys.argv[2]
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    names = cfg["tensors"]
+    weights = {n: np.load(os.path.join(d, "weights", n + ".npy")) for n in names}
+    batches = torch.tensor(np.load(os.path.join(d, "batches.npy"))).long()
+    model = Llama(cfg, weights)
+    out = os.path.join(d, "out")
+    os.makedirs(out, exist_ok=True)
+    if mode == "grads":
+        b = batches[0]
+        loss = model(b[:, :-1], b[:, 1:])
+        loss.backward()
+        np.save(os.path.join(out, "loss.npy"), np.array([loss.item()], dtype=np.float64))
+        for n in names:
+            np.save(os.path.join(out, "grad." + n + ".npy"), model.w(n).grad.numpy().astype(np.float32))
+        return
+    o = cfg["optim"]
+    decay = [model.w(n) for n in names if weights[n].ndim >= 2]
+    nodecay = [model.w(n) for n in names if weights[n].ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": o["weight_decay"]},
+                             {"params": nodecay, "weight_decay": 0.0}],
+                            lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"], foreach=False)
+    losses, norms = [], []
+    params = [model.w(n) for n in names]
+    for step in range(o["steps"]):
+        opt.zero_grad(set_to_none=False)
+        total = 0.0
+        for a in range(o["accum"]):
+            b = batches[step * o["accum"] + a]
+            loss = model(b[:, :-1], b[:, 1:])
+            (loss / o["accum"]).backward()
+            total += loss.item()
+        norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in params)).item()
+        if o["grad_clip"] > 0:
+            torch.nn.utils.clip_grad_norm_(params, o["grad_clip"])
+        for g in opt.param_groups:
+            g["lr"] = lr_at(o, step)
+        opt.step()
+        losses.append(total / o["accum"])
+        norms.append(norm)
+    np.save(os.path.join(out, "losses.npy"), np.array(losses, dtype=np.float64))
+    np.save(os.path.join(out, "grad_norms.npy"), np.array(norms, dtype=np.float64))
+    for n in names:
+        np.save(os.path.join(out, "final." + n + ".npy"), model.w(n).detach().numpy().astype(np.float32))
+
+
+if __name__ == "__main__":
+    main()

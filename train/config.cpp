@@ -1,0 +1,262 @@
+#include "train/config.h"
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+#include <variant>
+
+#include <toml++/toml.h>
+
+#include "framework/core/error.h"
+
+namespace anelab::train {
+namespace {
+
+using Field = std::variant<std::string TrainConfig::*, int64_t TrainConfig::*, double TrainConfig::*,
+                           bool TrainConfig::*>;
+struct OptionDef {
+  const char* key;   // toml key; the flag is "--" + key with '_' -> '-'
+  Field field;
+  const char* help;
+  bool cli_only = false;  // not read from / written to config files
+};
+
+const std::vector<OptionDef>& table() {
+  using C = TrainConfig;
+  static const std::vector<OptionDef> t = {
+      {"config", &C::config, "experiment TOML file (flags override its values)", true},
+      {"init", &C::init, "model file to start from (llama2.c .bin, .anelab, ...)"},
+      {"preset", &C::preset, "model preset for a seeded random init (stories260k, stories15m, stories110m, qwen3-0.6b-shape, ...)"},
+      {"data", &C::data, "token file: flat uint16 (llama2.c) or anelab tokens (with .json sidecar)"},
+      {"tokenizer", &C::tokenizer, "tokenizer for samples (default: none -> samples show ids)"},
+      {"run", &C::run, "run name (default: config file stem, else preset / init file stem)"},
+      {"run_dir", &C::run_dir, "run directory for checkpoints, config and events.jsonl (default checkpoints/<run>)"},
+      {"resume", &C::resume, "continue from <run-dir>/last.ckpt (bit-exact)", true},
+      {"steps", &C::steps, "total optimizer steps"},
+      {"batch_size", &C::batch_size, "sequences per micro-batch"},
+      {"seq_len", &C::seq_len, "tokens per sequence"},
+      {"accum_steps", &C::accum_steps, "micro-batches accumulated per optimizer step"},
+      {"stop_after", &C::stop_after, "stop after N steps in this process, with a checkpoint (0 = run to --steps)", true},
+      {"lr", &C::lr, "maximum learning rate"},
+      {"min_lr_frac", &C::min_lr_frac, "cosine floor as a fraction of --lr"},
+      {"schedule", &C::schedule, "learning-rate schedule: constant | cosine"},
+      {"warmup_steps", &C::warmup_steps, "linear warmup steps"},
+      {"weight_decay", &C::weight_decay, "AdamW decoupled weight decay (not applied to norm weights)"},
+      {"beta1", &C::beta1, "AdamW beta1"},
+      {"beta2", &C::beta2, "AdamW beta2"},
+      {"eps", &C::eps, "AdamW epsilon"},
+      {"grad_clip", &C::grad_clip, "global gradient-norm clip (0 = off)"},
+      {"loss_scale", &C::loss_scale, "loss scaling: static:N | dynamic[:INIT[:INTERVAL]] | none"},
+      {"strategy", &C::strategy, "execution: cpu (fp32 reference) | static (baked weights) | dynamic (weights in inputs)"},
+      {"compile_budget", &C::compile_budget, "compiles per process before checkpoint + exec-restart (-1: backend's; cpu: >0 simulates one)"},
+      {"batching", &C::batching, "data order: random | sequential"},
+      {"seed", &C::seed, "seed for random init and data order"},
+      {"backend", &C::backend, "backend name for kernel strategies (emulator | ane)"},
+      {"device", &C::device, "device profile for kernel strategies (default: the backend's)"},
+      {"val_frac", &C::val_frac, "fraction of the data (tail) held out for validation"},
+      {"eval_every", &C::eval_every, "validate every N steps (0 = only at the end)"},
+      {"eval_batches", &C::eval_batches, "validation batches per evaluation"},
+      {"sample_every", &C::sample_every, "generate a sample every N steps (0 = never)"},
+      {"sample_tokens", &C::sample_tokens, "tokens per sample"},
+      {"checkpoint_every", &C::checkpoint_every, "write last.ckpt every N steps (0 = at the end / stops only)"},
+      {"quiet", &C::quiet, "no console progress lines", true},
+  };
+  return t;
+}
+
+std::string flag_name(const char* key) {
+  std::string f = std::string("--") + key;
+  for (char& ch : f)
+    if (ch == '_') ch = '-';
+  return f;
+}
+
+std::string default_text(const Field& f) {
+  static const TrainConfig d;
+  return std::visit(
+      [](auto p) -> std::string {
+        std::ostringstream os;
+        os << d.*p;
+        return os.str();
+      },
+      f);
+}
+
+void set_from_text(TrainConfig& c, const OptionDef& o, const std::string& v, const std::string& where) {
+  auto bad = [&](const char* why) { fail("train", where, " '", v, "': ", why); };
+  std::visit(
+      [&](auto p) {
+        using T = std::remove_reference_t<decltype(c.*p)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          c.*p = v;
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (v == "true" || v == "1") c.*p = true;
+          else if (v == "false" || v == "0") c.*p = false;
+          else bad("expected true or false");
+        } else {
+          size_t used = 0;
+          try {
+            if constexpr (std::is_same_v<T, int64_t>) c.*p = std::stoll(v, &used);
+            else c.*p = std::stod(v, &used);
+          } catch (const std::exception&) {
+            used = 0;
+          }
+          if (used == 0 || used != v.size()) bad(std::is_same_v<T, int64_t> ? "expected an integer" : "expected a number");
+        }
+      },
+      o.field);
+}
+
+}  // namespace
+
+void register_options(CLI::App& cmd, std::vector<FlagSlot>* slots) {
+  slots->clear();
+  slots->resize(table().size());
+  for (size_t i = 0; i < table().size(); ++i) {
+    const OptionDef& o = table()[i];
+    FlagSlot& s = (*slots)[i];
+    s.key = o.key;
+    s.flag = std::holds_alternative<bool TrainConfig::*>(o.field);
+    if (s.flag) {
+      s.opt = cmd.add_flag(flag_name(o.key), o.help);
+    } else {
+      const std::string d = default_text(o.field);
+      s.opt = cmd.add_option(flag_name(o.key), s.value, std::string(o.help) + (d.empty() ? "" : " [default: " + d + "]"));
+    }
+  }
+}
+
+bool flag_given(const std::vector<FlagSlot>& slots, const std::string& key) {
+  for (const auto& s : slots)
+    if (s.key == key) return s.opt && s.opt->count() > 0;
+  return false;
+}
+
+void apply_flags(TrainConfig& c, const std::vector<FlagSlot>& slots) {
+  for (size_t i = 0; i < slots.size() && i < table().size(); ++i) {
+    const FlagSlot& s = slots[i];
+    if (!s.opt || s.opt->count() == 0) continue;
+    set_from_text(c, table()[i], s.flag ? "true" : s.value, flag_name(s.key.c_str()));
+  }
+}
+
+void apply_toml_file(TrainConfig& c, const std::string& path) {
+  toml::table tbl;
+  try {
+    tbl = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << e.description() << " at line " << e.source().begin.line;
+    fail("train", "config ", path, ": ", os.str());
+  }
+  for (const auto& [k, node] : tbl) {
+    const std::string key(k.str());
+    const OptionDef* def = nullptr;
+    for (const auto& o : table())
+      if (key == o.key && !o.cli_only) def = &o;
+    if (!def) fail("train", "config ", path, ": unknown key '", key, "' (keys are the flag names with '_', e.g. batch_size)");
+    std::string text;
+    if (auto s = node.value<std::string>(); s && node.is_string()) text = *s;
+    else if (node.is_integer()) text = std::to_string(*node.value<int64_t>());
+    else if (node.is_floating_point()) {
+      std::ostringstream os;
+      os.precision(17);
+      os << *node.value<double>();
+      text = os.str();
+    } else if (node.is_boolean()) text = *node.value<bool>() ? "true" : "false";
+    else fail("train", "config ", path, ": key '", key, "' must be a string, number or boolean");
+    if (std::holds_alternative<std::string TrainConfig::*>(def->field) && !node.is_string())
+      fail("train", "config ", path, ": key '", key, "' must be a string");
+    set_from_text(c, *def, text, "config " + path + ": " + key);
+  }
+  c.config = path;
+}
+
+nlohmann::json to_json(const TrainConfig& c) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& o : table()) {
+    if (o.cli_only && std::string(o.key) != "config") continue;
+    std::visit([&](auto p) { j[o.key] = c.*p; }, o.field);
+  }
+  return j;
+}
+
+void apply_json(TrainConfig& c, const nlohmann::json& j) {
+  for (const auto& o : table()) {
+    if (!j.contains(o.key) || o.cli_only) continue;
+    std::visit([&](auto p) {
+      using T = std::remove_reference_t<decltype(c.*p)>;
+      try {
+        c.*p = j.at(o.key).get<T>();
+      } catch (const std::exception&) {
+        fail("train", "saved config: key '", o.key, "' has the wrong type");
+      }
+    }, o.field);
+  }
+}
+
+std::string to_toml(const TrainConfig& c) {
+  std::ostringstream os;
+  os << "# resolved configuration written by `anelab train` (load with --config)\n";
+  os.precision(17);
+  for (const auto& o : table()) {
+    if (o.cli_only) continue;
+    std::visit([&](auto p) {
+      using T = std::remove_reference_t<decltype(c.*p)>;
+      os << o.key << " = ";
+      if constexpr (std::is_same_v<T, std::string>) os << toml::value<std::string>(c.*p);
+      else if constexpr (std::is_same_v<T, bool>) os << (c.*p ? "true" : "false");
+      else if constexpr (std::is_same_v<T, double>) os << toml::value<double>(c.*p);
+      else os << c.*p;
+      os << "\n";
+    }, o.field);
+  }
+  return os.str();
+}
+
+void validate(const TrainConfig& c) {
+  auto need = [](bool ok, const char* flag, auto value, const char* why) {
+    if (!ok) fail("train", flag, " ", value, ": ", why);
+  };
+  need(c.init.empty() != c.preset.empty() || c.resume, "--init/--preset", c.init + c.preset,
+       "give exactly one of --init FILE or --preset NAME");
+  need(!c.data.empty(), "--data", "''", "a token file is required");
+  need(c.steps > 0, "--steps", c.steps, "must be > 0");
+  need(c.batch_size > 0 && c.batch_size <= 4096, "--batch-size", c.batch_size, "must be in [1, 4096]");
+  need(c.seq_len > 0 && c.seq_len <= 65536, "--seq-len", c.seq_len, "must be in [1, 65536]");
+  need(c.accum_steps > 0, "--accum-steps", c.accum_steps, "must be > 0");
+  need(c.stop_after >= 0, "--stop-after", c.stop_after, "must be >= 0");
+  need(c.lr > 0 && std::isfinite(c.lr), "--lr", c.lr, "must be a positive number");
+  need(c.min_lr_frac >= 0 && c.min_lr_frac <= 1, "--min-lr-frac", c.min_lr_frac, "must be in [0, 1]");
+  need(c.schedule == "constant" || c.schedule == "cosine", "--schedule", c.schedule, "must be constant or cosine");
+  need(c.warmup_steps >= 0, "--warmup-steps", c.warmup_steps, "must be >= 0");
+  need(c.weight_decay >= 0, "--weight-decay", c.weight_decay, "must be >= 0");
+  need(c.beta1 >= 0 && c.beta1 < 1, "--beta1", c.beta1, "must be in [0, 1)");
+  need(c.beta2 >= 0 && c.beta2 < 1, "--beta2", c.beta2, "must be in [0, 1)");
+  need(c.eps > 0, "--eps", c.eps, "must be > 0");
+  need(c.grad_clip >= 0, "--grad-clip", c.grad_clip, "must be >= 0 (0 = off)");
+  need(c.strategy == "cpu" || c.strategy == "static" || c.strategy == "dynamic", "--strategy", c.strategy,
+       "must be static, dynamic or cpu");
+  need(c.compile_budget >= -1, "--compile-budget", c.compile_budget, "must be -1 or >= 0");
+  need(c.batching == "random" || c.batching == "sequential", "--batching", c.batching, "must be random or sequential");
+  need(c.val_frac >= 0 && c.val_frac <= 0.5, "--val-frac", c.val_frac, "must be in [0, 0.5]");
+  need(c.eval_every >= 0, "--eval-every", c.eval_every, "must be >= 0");
+  need(c.eval_batches >= 0, "--eval-batches", c.eval_batches, "must be >= 0");
+  need(c.sample_every >= 0, "--sample-every", c.sample_every, "must be >= 0");
+  need(c.sample_tokens > 0, "--sample-tokens", c.sample_tokens, "must be > 0");
+  need(c.checkpoint_every >= 0, "--checkpoint-every", c.checkpoint_every, "must be >= 0");
+}
+
+void resolve_names(TrainConfig& c) {
+  namespace fs = std::filesystem;
+  if (c.run.empty()) {
+    if (!c.config.empty()) c.run = fs::path(c.config).stem().string();
+    else if (!c.preset.empty()) c.run = c.preset;
+    else if (!c.init.empty()) c.run = fs::path(c.init).stem().string();
+    else c.run = "run";
+  }
+  if (c.run_dir.empty()) c.run_dir = (fs::path("checkpoints") / c.run).string();
+}
+
+}  // namespace anelab::train

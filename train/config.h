@@ -1,0 +1,85 @@
+// The trainer's resolved configuration: ONE option table (kOptions in config.cpp) declares every option
+// once — CLI flag, TOML key (the flag name with '-' -> '_'), help text with the default, type — and drives
+// CLI registration, `--config FILE.toml` loading, flag overrides, and the saved config.toml/config.json.
+// Precedence: defaults < --config file < (on --resume: the run dir's saved config.json) < explicit flags.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace CLI {
+class App;
+class Option;
+}
+
+namespace anelab::train {
+
+struct TrainConfig {
+  // model + data
+  std::string config;                // --config file it came from (informational)
+  std::string init;                  // model file (llama2.c / anelab / ...) to start from
+  std::string preset;                // or a preset name for a seeded random init
+  std::string data;                  // token file
+  std::string tokenizer;             // for samples (default: the model's embedded/side tokenizer)
+  std::string run;                   // run name (default: config stem, else preset/init stem)
+  std::string run_dir;               // default checkpoints/<run>
+  bool resume = false;
+  // loop
+  int64_t steps = 100;
+  int64_t batch_size = 4;
+  int64_t seq_len = 256;
+  int64_t accum_steps = 1;
+  int64_t stop_after = 0;            // stop (with a checkpoint) after this many steps in this process
+  // optimizer
+  double lr = 3e-4;
+  double min_lr_frac = 0.1;
+  std::string schedule = "cosine";   // constant | cosine
+  int64_t warmup_steps = 0;
+  double weight_decay = 0.1;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double grad_clip = 1.0;
+  std::string loss_scale = "static:256";
+  // execution
+  std::string strategy = "cpu";      // static | dynamic | cpu
+  int64_t compile_budget = -1;       // -1: the backend's; cpu strategy: >0 simulates a budget
+  std::string batching = "random";   // random | sequential
+  int64_t seed = 42;
+  std::string backend = "emulator";
+  std::string device;                // device profile ("" = backend default)
+  // evaluation / output
+  double val_frac = 0.05;
+  int64_t eval_every = 0;            // 0 = only at the end
+  int64_t eval_batches = 8;
+  int64_t sample_every = 0;
+  int64_t sample_tokens = 64;
+  int64_t checkpoint_every = 0;      // 0 = only at the end (and at stops/restarts)
+  bool quiet = false;
+};
+
+// CLI slots filled by CLI11; only options that were given on the command line override.
+struct FlagSlot {
+  std::string key;    // table key, e.g. "batch_size"
+  std::string value;  // raw text (bool flags: "true")
+  bool flag = false;  // bool flag
+  CLI::Option* opt = nullptr;
+};
+// Adds every option of the table to `cmd` (text-typed; values are parsed and validated by apply_flags).
+// `slots` must outlive parsing; it is resized here (do not resize it afterwards).
+void register_options(CLI::App& cmd, std::vector<FlagSlot>* slots);
+// Applies the slots whose option was given; throws "[train] --flag VALUE: why" on unparsable values.
+void apply_flags(TrainConfig& c, const std::vector<FlagSlot>& slots);
+bool flag_given(const std::vector<FlagSlot>& slots, const std::string& key);
+// Loads a TOML file over c (unknown keys and wrongly typed values are errors naming the key).
+void apply_toml_file(TrainConfig& c, const std::string& path);
+// Loads a saved config.json over c.
+void apply_json(TrainConfig& c, const nlohmann::json& j);
+nlohmann::json to_json(const TrainConfig& c);
+std::string to_toml(const TrainConfig& c);
+// Checks ranges and enumerations; throws "[train] --flag VALUE: why" on the first bad value.
+void validate(const TrainConfig& c);
+// Resolves run name / run dir defaults.
+void resolve_names(TrainConfig& c);
+
+}  // namespace anelab::train

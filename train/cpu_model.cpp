@@ -1,0 +1,372 @@
+#include "train/cpu_model.h"
+
+#include <Eigen/Dense>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "framework/core/error.h"
+#include "train/parallel.h"
+
+namespace anelab::train {
+namespace {
+
+using MatR = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MapR = Eigen::Map<MatR>;
+using CMapR = Eigen::Map<const MatR>;
+using SMapR = Eigen::Map<MatR, 0, Eigen::OuterStride<>>;         // strided view (one head of [N, H*hd])
+using CSMapR = Eigen::Map<const MatR, 0, Eigen::OuterStride<>>;
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// y[N, out] = x[N, in] · W[out, in]ᵀ
+void matmul_wt(const float* x, const float* W, float* y, int64_t N, int64_t in, int64_t out) {
+  MapR(y, N, out).noalias() = CMapR(x, N, in) * CMapR(W, out, in).transpose();
+}
+// dx[N, in] (+)= dy[N, out] · W[out, in]
+void matmul_dx(const float* dy, const float* W, float* dx, int64_t N, int64_t in, int64_t out, bool add) {
+  if (add)
+    MapR(dx, N, in).noalias() += CMapR(dy, N, out) * CMapR(W, out, in);
+  else
+    MapR(dx, N, in).noalias() = CMapR(dy, N, out) * CMapR(W, out, in);
+}
+// dW[out, in] += dy[N, out]ᵀ · x[N, in]
+void matmul_dw(const float* dy, const float* x, float* dW, int64_t N, int64_t in, int64_t out) {
+  MapR(dW, out, in).noalias() += CMapR(dy, N, out).transpose() * CMapR(x, N, in);
+}
+
+// y = x * rrms * w per row; rrms[n] = 1/sqrt(mean(x^2) + eps)
+void rmsnorm(const float* x, const float* w, float* y, float* rrms, int64_t N, int64_t D, float eps) {
+#pragma omp parallel for schedule(static) if (kParallel(N * D))
+  for (int64_t n = 0; n < N; ++n) {
+    const float* xr = x + n * D;
+    double ss = 0;
+    for (int64_t i = 0; i < D; ++i) ss += double(xr[i]) * xr[i];
+    const float r = static_cast<float>(1.0 / std::sqrt(ss / double(D) + double(eps)));
+    rrms[n] = r;
+    float* yr = y + n * D;
+    for (int64_t i = 0; i < D; ++i) yr[i] = xr[i] * r * w[i];
+  }
+}
+
+// dx (+)= rmsnorm backward of dy; dw += Σ_rows dy ⊙ x ⊙ rrms.
+void rmsnorm_backward(const float* x, const float* w, const float* rrms, const float* dy, float* dx, float* dw,
+                      int64_t N, int64_t D, bool add) {
+#pragma omp parallel for schedule(static) if (kParallel(N * D))
+  for (int64_t n = 0; n < N; ++n) {
+    const float* xr = x + n * D;
+    const float* dr = dy + n * D;
+    double dot = 0;
+    for (int64_t i = 0; i < D; ++i) dot += double(dr[i]) * w[i] * xr[i];
+    const float r = rrms[n];
+    const float c = static_cast<float>(dot / double(D)) * r * r * r;
+    float* o = dx + n * D;
+    for (int64_t i = 0; i < D; ++i) {
+      const float v = r * w[i] * dr[i] - xr[i] * c;
+      o[i] = add ? o[i] + v : v;
+    }
+  }
+#pragma omp parallel for schedule(static) if (kParallel(N * D))
+  for (int64_t i = 0; i < D; ++i) {
+    double s = 0;
+    for (int64_t n = 0; n < N; ++n) s += double(dy[n * D + i]) * x[n * D + i] * rrms[n];
+    dw[i] += static_cast<float>(s);
+  }
+}
+
+inline float sigmoidf(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+void add_into(float* y, const float* a, const float* b, int64_t n) {
+#pragma omp parallel for schedule(static) if (kParallel(n))
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+}  // namespace
+
+CpuModel::CpuModel(const ParamLayout& layout) : layout_(layout), c_(layout.config()) {
+  acts_.resize(static_cast<size_t>(c_.n_layers));
+}
+
+double CpuModel::step_flops(const models::ModelConfig& c, int64_t B, int64_t T) {
+  const double N = double(B) * double(T), D = double(c.dim), F = double(c.hidden_dim);
+  const double lin = 2.0 * N * (D * c.q_dim() * 2 + D * c.kv_dim() * 2 + 3 * D * F);
+  const double attn = 2.0 * 2.0 * double(B) * double(c.n_heads) * double(T) * double(T) * double(c.head_dim);
+  const double cls = 2.0 * N * D * double(c.vocab_size);
+  return 3.0 * (double(c.n_layers) * (lin + attn) + cls);
+}
+
+void CpuModel::prepare(int64_t B, int64_t T) {
+  if (B == B_ && T == T_) return;
+  B_ = B;
+  T_ = T;
+  const size_t N = size_t(B * T), D = size_t(c_.dim), F = size_t(c_.hidden_dim);
+  const size_t QD = size_t(c_.q_dim()), KD = size_t(c_.kv_dim());
+  for (auto& a : acts_) {
+    a.x.resize(N * D), a.rrms1.resize(N), a.xn.resize(N * D), a.q.resize(N * QD), a.k.resize(N * KD);
+    a.v.resize(N * KD), a.p.resize(size_t(B * c_.n_heads) * size_t(T * T)), a.att.resize(N * QD);
+    a.x2.resize(N * D), a.rrms2.resize(N), a.xn2.resize(N * D), a.h1.resize(N * F), a.h3.resize(N * F);
+    a.g.resize(N * F);
+  }
+  xL_.resize(N * D), rrmsf_.resize(N), xf_.resize(N * D), logits_.resize(N * size_t(c_.vocab_size));
+  inputs_.resize(N);
+  const int64_t half = c_.head_dim / 2;
+  cos_.resize(size_t(T * half)), sin_.resize(size_t(T * half));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < half; ++i) {
+      const double freq = std::pow(double(c_.rope_theta), -2.0 * double(i) / double(c_.head_dim));
+      const double ang = double(t) * freq;
+      cos_[size_t(t * half + i)] = static_cast<float>(std::cos(ang));
+      sin_[size_t(t * half + i)] = static_cast<float>(std::sin(ang));
+    }
+}
+
+// Rotates every head of x [rows, heads*hd] by +angle (sign = 1) or -angle (sign = -1, the backward).
+void CpuModel::rope(float* x, int64_t rows, int64_t heads, int64_t T, float sign) const {
+  const int64_t hd = c_.head_dim, half = hd / 2;
+  const bool adjacent = c_.rope_style == models::RopeStyle::kAdjacentPairs;
+#pragma omp parallel for schedule(static) if (kParallel(rows * heads * c_.head_dim))
+  for (int64_t n = 0; n < rows; ++n) {
+    const float* cs = cos_.data() + (n % T) * half;
+    const float* sn = sin_.data() + (n % T) * half;
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = x + n * heads * hd + h * hd;
+      for (int64_t i = 0; i < half; ++i) {
+        float* a = adjacent ? v + 2 * i : v + i;
+        float* b = adjacent ? v + 2 * i + 1 : v + i + half;
+        const float c = cs[i], s = sign * sn[i];
+        const float a0 = *a, b0 = *b;
+        *a = a0 * c - b0 * s;
+        *b = a0 * s + b0 * c;
+      }
+    }
+  }
+}
+
+void CpuModel::attention_forward(LayerActs& a, int64_t B, int64_t T) {
+  const int64_t H = c_.n_heads, G = c_.n_heads / c_.n_kv_heads, hd = c_.head_dim;
+  const int64_t QD = c_.q_dim(), KD = c_.kv_dim();
+  const float scale = 1.0f / std::sqrt(float(hd));
+#pragma omp parallel for schedule(static) if (kParallel(B * H * T * T * hd))
+  for (int64_t bh = 0; bh < B * H; ++bh) {
+    const int64_t b = bh / H, h = bh % H, kvh = h / G;
+    CSMapR q(a.q.data() + b * T * QD + h * hd, T, hd, Eigen::OuterStride<>(QD));
+    CSMapR k(a.k.data() + b * T * KD + kvh * hd, T, hd, Eigen::OuterStride<>(KD));
+    CSMapR v(a.v.data() + b * T * KD + kvh * hd, T, hd, Eigen::OuterStride<>(KD));
+    MapR p(a.p.data() + bh * T * T, T, T);
+    p.noalias() = q * k.transpose();
+    for (int64_t i = 0; i < T; ++i) {
+      float* row = p.data() + i * T;
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, row[j] * scale);
+      double sum = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        row[j] = std::exp(row[j] * scale - mx);
+        sum += row[j];
+      }
+      const float inv = static_cast<float>(1.0 / sum);
+      for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+      for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
+    }
+    SMapR(a.att.data() + b * T * QD + h * hd, T, hd, Eigen::OuterStride<>(QD)).noalias() = p * v;
+  }
+}
+
+void CpuModel::attention_backward(LayerActs& a, int64_t B, int64_t T, const float* datt, float* dq, float* dk,
+                                  float* dv) {
+  const int64_t H = c_.n_heads, KVH = c_.n_kv_heads, G = H / KVH, hd = c_.head_dim;
+  const int64_t QD = c_.q_dim(), KD = c_.kv_dim();
+  const float scale = 1.0f / std::sqrt(float(hd));
+  // One task per (b, kv head): the G query heads sharing it accumulate dK/dV in a fixed order.
+#pragma omp parallel for schedule(static) if (kParallel(B * H * T * T * hd))
+  for (int64_t bk = 0; bk < B * KVH; ++bk) {
+    const int64_t b = bk / KVH, kvh = bk % KVH;
+    CSMapR k(a.k.data() + b * T * KD + kvh * hd, T, hd, Eigen::OuterStride<>(KD));
+    CSMapR v(a.v.data() + b * T * KD + kvh * hd, T, hd, Eigen::OuterStride<>(KD));
+    SMapR dkm(dk + b * T * KD + kvh * hd, T, hd, Eigen::OuterStride<>(KD));
+    SMapR dvm(dv + b * T * KD + kvh * hd, T, hd, Eigen::OuterStride<>(KD));
+    dkm.setZero();
+    dvm.setZero();
+    MatR dp(T, T);
+    for (int64_t r = 0; r < G; ++r) {
+      const int64_t h = kvh * G + r;
+      CSMapR q(a.q.data() + b * T * QD + h * hd, T, hd, Eigen::OuterStride<>(QD));
+      CSMapR da(datt + b * T * QD + h * hd, T, hd, Eigen::OuterStride<>(QD));
+      CMapR p(a.p.data() + (b * H + h) * T * T, T, T);
+      dvm.noalias() += p.transpose() * da;
+      dp.noalias() = da * v.transpose();
+      for (int64_t i = 0; i < T; ++i) {
+        const float* pr = p.data() + i * T;
+        float* dr = dp.data() + i * T;
+        double dot = 0;
+        for (int64_t j = 0; j <= i; ++j) dot += double(pr[j]) * dr[j];
+        const float d = static_cast<float>(dot);
+        for (int64_t j = 0; j <= i; ++j) dr[j] = pr[j] * (dr[j] - d) * scale;
+        for (int64_t j = i + 1; j < T; ++j) dr[j] = 0.0f;
+      }
+      SMapR(dq + b * T * QD + h * hd, T, hd, Eigen::OuterStride<>(QD)).noalias() = dp * k;
+      dkm.noalias() += dp.transpose() * q;
+    }
+  }
+}
+
+void CpuModel::layer_forward(const float* w, int64_t l, int64_t B, int64_t T) {
+  LayerActs& a = acts_[size_t(l)];
+  const LayerPtrs p = layout_.layer(const_cast<float*>(w), l);
+  const int64_t N = B * T, D = c_.dim, F = c_.hidden_dim, QD = c_.q_dim(), KD = c_.kv_dim();
+  rmsnorm(a.x.data(), p.attn_norm, a.xn.data(), a.rrms1.data(), N, D, c_.norm_eps);
+  matmul_wt(a.xn.data(), p.wq, a.q.data(), N, D, QD);
+  matmul_wt(a.xn.data(), p.wk, a.k.data(), N, D, KD);
+  matmul_wt(a.xn.data(), p.wv, a.v.data(), N, D, KD);
+  rope(a.q.data(), N, c_.n_heads, T, 1.0f);
+  rope(a.k.data(), N, c_.n_kv_heads, T, 1.0f);
+  attention_forward(a, B, T);
+  matmul_wt(a.att.data(), p.wo, a.x2.data(), N, QD, D);
+  add_into(a.x2.data(), a.x2.data(), a.x.data(), N * D);
+  rmsnorm(a.x2.data(), p.ffn_norm, a.xn2.data(), a.rrms2.data(), N, D, c_.norm_eps);
+  matmul_wt(a.xn2.data(), p.w1, a.h1.data(), N, D, F);
+  matmul_wt(a.xn2.data(), p.w3, a.h3.data(), N, D, F);
+#pragma omp parallel for schedule(static) if (kParallel(N * F))
+  for (int64_t i = 0; i < N * F; ++i) a.g[size_t(i)] = a.h1[size_t(i)] * sigmoidf(a.h1[size_t(i)]) * a.h3[size_t(i)];
+  float* out = l + 1 < c_.n_layers ? acts_[size_t(l + 1)].x.data() : xL_.data();
+  matmul_wt(a.g.data(), p.w2, out, N, F, D);
+  add_into(out, out, a.x2.data(), N * D);
+}
+
+void CpuModel::forward(const float* w, const int32_t* tokens, int64_t B, int64_t T, int64_t row_stride) {
+  prepare(B, T);
+  const int64_t D = c_.dim, V = c_.vocab_size;
+  const float* emb = layout_.embedding(const_cast<float*>(w));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t id = tokens[b * row_stride + t];
+      if (id < 0 || id >= V) fail("train", "token id ", id, " out of range for vocab_size ", V);
+      inputs_[size_t(b * T + t)] = id;
+      std::memcpy(acts_[0].x.data() + (b * T + t) * D, emb + int64_t(id) * D, size_t(D) * 4);
+    }
+  for (int64_t l = 0; l < c_.n_layers; ++l) layer_forward(w, l, B, T);
+  rmsnorm(xL_.data(), layout_.final_norm(const_cast<float*>(w)), xf_.data(), rrmsf_.data(), B * T, D, c_.norm_eps);
+  matmul_wt(xf_.data(), layout_.output(const_cast<float*>(w)), logits_.data(), B * T, D, V);
+}
+
+double CpuModel::cross_entropy(const int32_t* tokens, int64_t B, int64_t T, float grad_scale, bool want_grad) {
+  const int64_t N = B * T, V = c_.vocab_size;
+  std::vector<double> row_loss(static_cast<size_t>(N));
+  const float gs = grad_scale / float(N);
+#pragma omp parallel for schedule(static) if (kParallel(N * V))
+  for (int64_t n = 0; n < N; ++n) {
+    const int32_t tgt = tokens[(n / T) * (T + 1) + (n % T) + 1];
+    float* row = logits_.data() + n * V;
+    float mx = row[0];
+    for (int64_t j = 1; j < V; ++j) mx = std::max(mx, row[j]);
+    double sum = 0;
+    for (int64_t j = 0; j < V; ++j) sum += std::exp(double(row[j] - mx));
+    const double tl = (tgt >= 0 && tgt < V) ? double(row[tgt]) : 0.0;
+    row_loss[size_t(n)] = std::log(sum) + mx - tl;
+    if (want_grad) {
+      const float inv = static_cast<float>(1.0 / sum);
+      for (int64_t j = 0; j < V; ++j) row[j] = std::exp(row[j] - mx) * inv * gs;
+      if (tgt >= 0 && tgt < V) row[tgt] -= gs;
+    }
+  }
+  for (int64_t n = 0; n < N; ++n) {
+    const int32_t tgt = tokens[(n / T) * (T + 1) + (n % T) + 1];
+    if (tgt < 0 || tgt >= V) fail("train", "target token id ", tgt, " out of range for vocab_size ", V);
+  }
+  double total = 0;
+  for (double v : row_loss) total += v;
+  return total / double(N);
+}
+
+double CpuModel::loss(const float* w, const Batch& b) {
+  forward(w, b.tokens.data(), b.B, b.T, b.T + 1);
+  return cross_entropy(b.tokens.data(), b.B, b.T, 0.0f, false);
+}
+
+void CpuModel::last_logits(const float* w, const int32_t* tokens, int64_t n, std::vector<float>* out) {
+  forward(w, tokens, 1, n, n);
+  const int64_t V = c_.vocab_size;
+  out->assign(logits_.begin() + (n - 1) * V, logits_.begin() + n * V);
+}
+
+void CpuModel::layer_backward(const float* w, float* gr, int64_t l, int64_t B, int64_t T, float* dx, CpuTimes* t) {
+  // dx: [N, D] gradient w.r.t. this layer's output on entry, w.r.t. its input on exit.
+  LayerActs& a = acts_[size_t(l)];
+  const LayerPtrs p = layout_.layer(const_cast<float*>(w), l);
+  const LayerPtrs g = layout_.layer(gr, l);
+  const int64_t N = B * T, D = c_.dim, F = c_.hidden_dim, QD = c_.q_dim(), KD = c_.kv_dim();
+  std::vector<float> dg(size_t(N * F)), dh3(size_t(N * F)), dxn(size_t(N * D)), dx2(dx, dx + N * D);
+  double t0 = now_ms();
+  matmul_dw(dx, a.g.data(), g.w2, N, F, D);
+  double tdw = now_ms() - t0;
+  matmul_dx(dx, p.w2, dg.data(), N, F, D, false);
+#pragma omp parallel for schedule(static) if (kParallel(N * F))
+  for (int64_t i = 0; i < N * F; ++i) {
+    const float h1 = a.h1[size_t(i)], s = sigmoidf(h1), d = dg[size_t(i)];
+    dh3[size_t(i)] = d * h1 * s;
+    dg[size_t(i)] = d * a.h3[size_t(i)] * s * (1.0f + h1 * (1.0f - s));  // dh1
+  }
+  t0 = now_ms();
+  matmul_dw(dg.data(), a.xn2.data(), g.w1, N, D, F);
+  matmul_dw(dh3.data(), a.xn2.data(), g.w3, N, D, F);
+  tdw += now_ms() - t0;
+  matmul_dx(dg.data(), p.w1, dxn.data(), N, D, F, false);
+  matmul_dx(dh3.data(), p.w3, dxn.data(), N, D, F, true);
+  rmsnorm_backward(a.x2.data(), p.ffn_norm, a.rrms2.data(), dxn.data(), dx2.data(), g.ffn_norm, N, D, true);
+  // attention block: dx2 is d(loss)/d(x2)
+  std::vector<float> datt(size_t(N * QD)), dq(size_t(N * QD)), dk(size_t(N * KD)), dv(size_t(N * KD));
+  t0 = now_ms();
+  matmul_dw(dx2.data(), a.att.data(), g.wo, N, QD, D);
+  tdw += now_ms() - t0;
+  matmul_dx(dx2.data(), p.wo, datt.data(), N, QD, D, false);
+  attention_backward(a, B, T, datt.data(), dq.data(), dk.data(), dv.data());
+  rope(dq.data(), N, c_.n_heads, T, -1.0f);
+  rope(dk.data(), N, c_.n_kv_heads, T, -1.0f);
+  t0 = now_ms();
+  matmul_dw(dq.data(), a.xn.data(), g.wq, N, D, QD);
+  matmul_dw(dk.data(), a.xn.data(), g.wk, N, D, KD);
+  matmul_dw(dv.data(), a.xn.data(), g.wv, N, D, KD);
+  tdw += now_ms() - t0;
+  matmul_dx(dq.data(), p.wq, dxn.data(), N, D, QD, false);
+  matmul_dx(dk.data(), p.wk, dxn.data(), N, D, KD, true);
+  matmul_dx(dv.data(), p.wv, dxn.data(), N, D, KD, true);
+  std::memcpy(dx, dx2.data(), size_t(N * D) * 4);
+  rmsnorm_backward(a.x.data(), p.attn_norm, a.rrms1.data(), dxn.data(), dx, g.attn_norm, N, D, true);
+  if (t) t->dw += tdw;
+}
+
+double CpuModel::forward_backward(const float* w, const Batch& b, float grad_scale, float* gr, CpuTimes* t) {
+  if (b.B <= 0 || b.T <= 0 || int64_t(b.tokens.size()) != b.B * (b.T + 1))
+    fail("train", "batch of ", b.tokens.size(), " tokens does not hold B=", b.B, " x (T+1)=", b.T + 1);
+  double t0 = now_ms();
+  forward(w, b.tokens.data(), b.B, b.T, b.T + 1);
+  double t1 = now_ms();
+  const double loss = cross_entropy(b.tokens.data(), b.B, b.T, grad_scale, true);
+  const int64_t N = b.B * b.T, D = c_.dim, V = c_.vocab_size;
+  std::vector<float> dx(size_t(N * D));
+  matmul_dx(logits_.data(), layout_.output(const_cast<float*>(w)), dx.data(), N, D, V, false);
+  double t2 = now_ms();
+  matmul_dw(logits_.data(), xf_.data(), layout_.output(gr), N, D, V);
+  double t3 = now_ms();
+  std::vector<float> dxl(size_t(N * D));
+  rmsnorm_backward(xL_.data(), layout_.final_norm(const_cast<float*>(w)), rrmsf_.data(), dx.data(), dxl.data(),
+                   layout_.final_norm(gr), N, D, false);
+  for (int64_t l = c_.n_layers - 1; l >= 0; --l) layer_backward(w, gr, l, b.B, b.T, dxl.data(), t);
+  float* demb = layout_.embedding(gr);
+  for (int64_t n = 0; n < N; ++n) {
+    float* row = demb + int64_t(inputs_[size_t(n)]) * D;
+    const float* src = dxl.data() + n * D;
+    for (int64_t i = 0; i < D; ++i) row[i] += src[i];
+  }
+  if (t) {
+    t->fwd += t1 - t0;
+    t->cls += t3 - t1;
+    t->dw += t3 - t2;
+    t->bwd += now_ms() - t3;
+  }
+  return loss;
+}
+
+}  // namespace anelab::train

@@ -1,0 +1,71 @@
+// The pure-CPU fp32 reference of a Llama-family model (llama2.c semantics): forward, cross-entropy loss and
+// backward of the whole model. It is the `--strategy cpu` engine, the CPU part of the ANE strategies
+// (embedding, final RMSNorm, classifier + loss, RMSNorm backward, dW) and the reference kernels are
+// compared against.
+//
+// Layout: row-major activations, one row per token, rows = batch * seq ([N, C] with N = B*T), i.e. the
+// transpose of the ANE's channel-first [C, S]. Matrices use Eigen (multi-threaded through OpenMP);
+// elementwise work is split by rows. Every reduction has a fixed order, so results are bitwise
+// reproducible for a given thread count (resume and exec-restart equality rely on this).
+//
+// Math (per layer, eps = config.norm_eps, hd = head_dim, G = n_heads / n_kv_heads):
+//   xn = rmsnorm(x) * attn_norm;  q = xn Wqᵀ, k = xn Wkᵀ, v = xn Wvᵀ;  RoPE(q, k) at position t = row % T
+//   head h attends with kv head h / G (llama2.c, HF);  a = softmax(q kᵀ / √hd + causal) v;  x2 = x + a Woᵀ
+//   xn2 = rmsnorm(x2) * ffn_norm;  x' = x2 + (silu(xn2 W1ᵀ) ⊙ xn2 W3ᵀ) W2ᵀ
+//   logits = rmsnorm(x_L) * norm · Woutᵀ;  loss = mean over tokens of −log softmax(logits)[target]
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "train/params.h"
+
+namespace anelab::train {
+
+// B sequences of T+1 tokens: inputs tokens[b*(T+1) + t], targets tokens[b*(T+1) + t + 1], t < T.
+struct Batch {
+  int64_t B = 0, T = 0;
+  std::vector<int32_t> tokens;  // [B, T+1]
+};
+
+struct CpuTimes {  // milliseconds, accumulated by forward_backward
+  double fwd = 0, cls = 0, bwd = 0, dw = 0;
+};
+
+class CpuModel {
+ public:
+  explicit CpuModel(const ParamLayout& layout);
+
+  // Mean cross-entropy over the B*T targets. Adds d(loss)/dw * grad_scale into grads (same layout as w).
+  double forward_backward(const float* w, const Batch& b, float grad_scale, float* grads, CpuTimes* t = nullptr);
+  // Mean cross-entropy only.
+  double loss(const float* w, const Batch& b);
+  // Logits of the last position of one sequence of n tokens: out [V].
+  void last_logits(const float* w, const int32_t* tokens, int64_t n, std::vector<float>* out);
+
+  // Model FLOPs of one forward+backward on B*T tokens (matmuls + attention, 3x forward), for reports.
+  static double step_flops(const models::ModelConfig& c, int64_t B, int64_t T);
+
+ private:
+  struct LayerActs {
+    std::vector<float> x, rrms1, xn, q, k, v, p, att, x2, rrms2, xn2, h1, h3, g;
+  };
+  void forward(const float* w, const int32_t* tokens, int64_t B, int64_t T, int64_t row_stride);
+  void layer_forward(const float* w, int64_t l, int64_t B, int64_t T);
+  void layer_backward(const float* w, float* g, int64_t l, int64_t B, int64_t T, float* dx, CpuTimes* t);
+  void attention_forward(LayerActs& a, int64_t B, int64_t T);
+  void attention_backward(LayerActs& a, int64_t B, int64_t T, const float* datt, float* dq, float* dk, float* dv);
+  double cross_entropy(const int32_t* tokens, int64_t B, int64_t T, float grad_scale, bool want_grad);
+  void rope(float* x, int64_t rows, int64_t heads, int64_t T, float sign) const;
+  void prepare(int64_t B, int64_t T);
+
+  ParamLayout layout_;
+  models::ModelConfig c_;
+  int64_t B_ = 0, T_ = 0;
+  std::vector<LayerActs> acts_;
+  std::vector<float> xL_, rrmsf_, xf_;   // [N, D], [N], [N, D]
+  std::vector<float> logits_;            // [N, V] (overwritten by dlogits in backward)
+  std::vector<float> cos_, sin_;         // [T, hd/2]
+  std::vector<int32_t> inputs_;          // [N]
+};
+
+}  // namespace anelab::train

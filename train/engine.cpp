@@ -1,0 +1,56 @@
+#include "train/engine.h"
+
+#include "framework/core/error.h"
+
+namespace anelab::train {
+namespace {
+
+class CpuEngine final : public StepEngine {
+ public:
+  CpuEngine(const ParamLayout& layout, int budget) : model_(layout), budget_(budget) {}
+  std::string name() const override { return "cpu"; }
+  int compiles_needed() const override { return budget_ > 0 && dirty_ ? 1 : 0; }
+  int compiles_left() const override { return budget_ > 0 ? budget_ - used_ : -1; }
+  int budget() const override { return budget_ > 0 ? budget_ : -1; }
+  int compiles_total() const override { return used_; }
+  std::pair<int, double> take_compile_batch() override {
+    auto r = std::pair<int, double>{pending_, 0.0};
+    pending_ = 0;
+    return r;
+  }
+  double forward_backward(const float* w, const Batch& b, float s, float* g, StepTimes* t) override {
+    if (budget_ > 0 && dirty_) {  // simulated recompile of the "static" kernels after an update
+      if (used_ >= budget_) fail("train", "simulated compile budget ", budget_, " exhausted (restart logic failed)");
+      ++used_;
+      ++pending_;
+      dirty_ = false;
+    }
+    CpuTimes ct;
+    const double loss = model_.forward_backward(w, b, s, g, &ct);
+    if (t) {
+      t->cpu_dw += ct.dw;
+      t->fwd += ct.fwd;
+      t->bwd += ct.bwd;
+      t->cls += ct.cls;
+    }
+    return loss;
+  }
+  void weights_updated() override { dirty_ = true; }
+
+ private:
+  CpuModel model_;
+  int budget_;
+  int used_ = 0, pending_ = 0;
+  bool dirty_ = true;
+};
+
+}  // namespace
+
+std::unique_ptr<StepEngine> make_engine(const TrainConfig& c, const ParamLayout& layout) {
+  if (c.strategy == "cpu") return std::make_unique<CpuEngine>(layout, int(c.compile_budget));
+  fail("train", "--strategy ", c.strategy,
+       ": the ANE kernel strategies are not integrated yet (framework/kernels training kernels pending); "
+       "use --strategy cpu");
+}
+
+}  // namespace anelab::train

@@ -1,0 +1,41 @@
+// StepEngine: who computes forward + backward of a micro-batch. The trainer owns weights, gradients and
+// the optimizer; an engine only turns (weights, batch) into loss + accumulated gradients, and reports
+// its compile needs so the trainer can checkpoint + exec-restart before a per-process budget runs out.
+//   cpu      CpuEngine: the fp32 reference (train/cpu_model.h). With --compile-budget N > 0 it simulates
+//            the static strategy's budget: every weight update "needs" kernels_per_update compiles.
+//   static   kernels with baked weights, recompiled after every update (framework/kernels)  [pending]
+//   dynamic  kernels compiled once, weights staged into the input surfaces                 [pending]
+#pragma once
+#include <memory>
+#include <string>
+
+#include "train/config.h"
+#include "train/cpu_model.h"
+
+namespace anelab::train {
+
+struct StepTimes {  // ms of one optimizer step, split as docs/events.md's step event
+  double kernel = 0, cpu_dw = 0, staging = 0, fwd = 0, bwd = 0, cls = 0;
+};
+
+class StepEngine {
+ public:
+  virtual ~StepEngine() = default;
+  virtual std::string name() const = 0;
+  // Compiles the next forward_backward will perform (0 when kernels are current).
+  virtual int compiles_needed() const = 0;
+  // Compiles left in this process (-1: unlimited), and the per-process budget (-1: none).
+  virtual int compiles_left() const = 0;
+  virtual int budget() const = 0;
+  virtual int compiles_total() const = 0;
+  // Compiles performed since the last call, with their wall ms (for the compile event).
+  virtual std::pair<int, double> take_compile_batch() = 0;
+  // Mean loss of the batch; grads += d(loss)/dw * grad_scale.
+  virtual double forward_backward(const float* w, const Batch& b, float grad_scale, float* grads, StepTimes* t) = 0;
+  // Called after every optimizer update.
+  virtual void weights_updated() = 0;
+};
+
+std::unique_ptr<StepEngine> make_engine(const TrainConfig& c, const ParamLayout& layout);
+
+}  // namespace anelab::train

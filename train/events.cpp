@@ -1,0 +1,111 @@
+#include "train/events.h"
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "framework/core/error.h"
+
+namespace anelab::train {
+
+EventLog::EventLog(const std::string& path) : path_(path) {
+  if (path.empty()) return;
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail("train", "cannot open events file ", path, ": ", std::strerror(errno));
+}
+
+EventLog::~EventLog() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+nlohmann::json EventLog::emit(const std::string& event, int64_t step, nlohmann::json fields) {
+  nlohmann::json ev = {{"event", event}, {"t", unix_time()}, {"step", step}};
+  for (auto& [k, v] : fields.items()) ev[k] = v;
+  if (fd_ >= 0) {
+    const std::string line = ev.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    size_t off = 0;
+    while (off < line.size()) {
+      const ssize_t w = ::write(fd_, line.data() + off, line.size() - off);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) fail("train", "cannot append to ", path_, ": ", std::strerror(errno));
+      off += size_t(w);
+    }
+  }
+  return ev;
+}
+
+namespace {
+double num(const nlohmann::json& j, const char* k, double d = 0) {
+  return j.contains(k) && j[k].is_number() ? j[k].get<double>() : d;
+}
+std::string fmt(const char* f, auto... a) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, f, a...);
+  return buf;
+}
+}  // namespace
+
+std::string console_line(const nlohmann::json& ev, int64_t total) {
+  const std::string e = ev.value("event", "");
+  const int64_t step = ev.value("step", int64_t(0));
+  if (e == "step")
+    return fmt("step %5lld/%lld  loss %.4f  lr %.2e  gnorm %.3f  scale %g%s  %7.1f ms  %6.0f tok/s", (long long)step,
+               (long long)total, num(ev, "loss"), num(ev, "lr"), num(ev, "grad_norm"), num(ev, "loss_scale"),
+               ev.value("skipped", false) ? " SKIPPED" : "", num(ev, "ms"), num(ev, "tokens_per_s"));
+  if (e == "eval") return fmt("eval  %5lld  val_loss %.4f  (%lld tokens)", (long long)step, num(ev, "val_loss"),
+                              (long long)num(ev, "val_tokens"));
+  if (e == "sample") return fmt("sample %lld: ", (long long)step) + ev.value("text", "");
+  if (e == "checkpoint") return fmt("checkpoint %s -> %s", ev.value("kind", "").c_str(), ev.value("path", "").c_str());
+  if (e == "restart") return fmt("restart: compile budget nearly spent (%lld of %lld used) -> exec --resume",
+                                 (long long)num(ev, "compiles_total"), (long long)num(ev, "budget"));
+  if (e == "compile") return fmt("compiled %lld kernels in %.1f ms (%lld of %lld this process)", (long long)num(ev, "kernels"),
+                                 num(ev, "ms"), (long long)num(ev, "compiles_total"), (long long)num(ev, "budget"));
+  if (e == "run_start")
+    return fmt("run %s: %s %s, %lld params, strategy %s%s", ev.value("run", "").c_str(),
+               ev["model"].value("arch", "").c_str(), ev["model"].value("preset", "").c_str(),
+               (long long)ev["model"].value("params", int64_t(0)), ev.value("strategy", "").c_str(),
+               ev.value("resumed", false) ? fmt(" (resumed at step %lld)", (long long)step).c_str() : "");
+  return "";
+}
+
+std::string efficiency_report(const nlohmann::json& r) {
+  const double wall = num(r, "wall_s"), comp = num(r, "compile_s"), ms = num(r, "train_ms_per_step");
+  const double steps = num(r, "steps"), train_s = ms * steps / 1000.0;
+  const double pct = wall > 0 ? 100.0 / wall : 0;
+  std::string s = "=== Efficiency Report ===\n";
+  s += fmt("Total steps:   %lld\n", (long long)steps);
+  s += fmt("Wall time:     %.1f s\n", wall);
+  s += fmt("Compile time:  %.1f s (%.1f%%)\n", comp, comp * pct);
+  s += fmt("Train time:    %.1f s (%.1f%%)\n", train_s, train_s * pct);
+  s += fmt("Avg train:     %.1f ms/step\n", ms);
+  s += fmt("Achieved:      %.2f GFLOP/s (model FLOPs, fwd+bwd)\n", num(r, "gflops"));
+  s += fmt("Final loss:    %.4f", num(r, "final_loss"));
+  if (r.contains("best_val_loss") && r["best_val_loss"].is_number())
+    s += fmt("   best val loss: %.4f", r["best_val_loss"].get<double>());
+  return s + "\n";
+}
+
+double rss_mb() {
+  std::ifstream f("/proc/self/statm");
+  long pages = 0, resident = 0;
+  f >> pages >> resident;
+  return double(resident) * double(::sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
+}
+
+double cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+double unix_time() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace anelab::train

@@ -1,0 +1,41 @@
+// The run's structured event stream (docs/events.md, schema 1): EventLog appends one JSON object per
+// line to <run-dir>/events.jsonl (one write(2) per line, O_APPEND, so a crash leaves at most a partial
+// last line). The console progress line and the end-of-run Efficiency Report are formatters over the
+// same events; nothing else prints training progress.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace anelab::train {
+
+constexpr int kEventsSchema = 1;
+
+class EventLog {
+ public:
+  EventLog() = default;
+  explicit EventLog(const std::string& path);  // "" = no file (events only go to the console formatter)
+  ~EventLog();
+  EventLog(const EventLog&) = delete;
+  EventLog& operator=(const EventLog&) = delete;
+  // Adds "event", "t" (unix seconds), "step", writes the line, and returns the full event.
+  nlohmann::json emit(const std::string& event, int64_t step, nlohmann::json fields);
+  const std::string& path() const { return path_; }
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
+
+// One console line for an event ("" when the event has no console form). total = the run's --steps.
+std::string console_line(const nlohmann::json& ev, int64_t total_steps);
+// The Efficiency Report, formatted from a run_end event (plus this process's step count and token rate).
+std::string efficiency_report(const nlohmann::json& run_end);
+
+// Process resource use: resident set (MiB) and CPU seconds (user + system) so far.
+double rss_mb();
+double cpu_seconds();
+double unix_time();
+
+}  // namespace anelab::train

@@ -1,0 +1,83 @@
+#include "train/params.h"
+
+#include <cstring>
+
+#include "framework/core/error.h"
+#include "models/presets.h"
+
+namespace anelab::train {
+
+void check_trainable(const models::ModelConfig& c) {
+  models::validate_config(c, "train");
+  auto no = [&](bool bad, const char* what) {
+    if (bad) fail("train", "model '", c.arch, "': ", what, " is not supported for training (Llama-family only)");
+  };
+  no(c.norm != models::NormType::kRms, "LayerNorm");
+  no(c.activation != models::Activation::kSilu, "a GELU MLP");
+  no(c.learned_pos || c.rope_style == models::RopeStyle::kNone, "learned positions");
+  no(c.qkv_bias || c.attn_out_bias || c.mlp_bias, "bias tensors");
+  no(c.head_dim % 2 != 0, "an odd head_dim (RoPE rotates pairs)");
+}
+
+ParamLayout::ParamLayout(const models::ModelConfig& c) : config_(c) {
+  check_trainable(c);
+  for (const auto& s : models::canonical_tensors(c)) {
+    ParamInfo p{s.name, s.shape, total_, s.numel(), s.shape.size() >= 2};
+    total_ += p.numel;
+    params_.push_back(std::move(p));
+  }
+  static const char* kFields[9] = {"attn_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w1", "w2", "w3"};
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    for (const char* f : kFields) layer_offsets_.push_back(find("layers." + std::to_string(l) + "." + f).offset);
+  emb_ = find("tok_embeddings").offset;
+  norm_ = find("norm").offset;
+  out_ = c.tied_embeddings ? emb_ : find("output").offset;
+}
+
+const ParamInfo& ParamLayout::find(const std::string& name) const {
+  for (const auto& p : params_)
+    if (p.name == name) return p;
+  fail("train", "no parameter '", name, "' in the ", config_.arch, " layout (", params_.size(), " tensors)");
+}
+
+LayerPtrs ParamLayout::layer(float* b, int64_t l) const {
+  const int64_t* o = &layer_offsets_.at(static_cast<size_t>(l * 9));
+  return {b + o[0], b + o[1], b + o[2], b + o[3], b + o[4], b + o[5], b + o[6], b + o[7], b + o[8]};
+}
+
+std::vector<float> init_random(const ParamLayout& layout, uint64_t seed) {
+  std::vector<float> w(static_cast<size_t>(layout.total()));
+  const auto specs = models::canonical_tensors(layout.config());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const auto& p = layout.params()[i];
+    models::random_init(specs[i], seed, i, 0, p.numel, w.data() + p.offset);
+  }
+  return w;
+}
+
+std::vector<float> init_from_model(const ParamLayout& layout, const models::Model& m) {
+  if (!(m.config == layout.config())) fail("train", "init model ", m.source_path, " has a different config");
+  std::vector<float> w(static_cast<size_t>(layout.total()));
+  for (const auto& p : layout.params()) {
+    const models::Tensor& t = m.tensor(p.name);
+    if (t.shape != p.shape)
+      fail("train", "init model ", m.source_path, ": tensor ", p.name, " has shape ", t.shape_str(), ", expected ",
+           models::shape_string(p.shape));
+    t.to_f32(0, p.numel, w.data() + p.offset);
+  }
+  return w;
+}
+
+models::Model to_model(const ParamLayout& layout, const std::vector<float>& w) {
+  models::Model m;
+  m.config = layout.config();
+  m.source_format = "anelab";
+  for (const auto& p : layout.params()) {
+    std::vector<uint8_t> bytes(static_cast<size_t>(p.numel) * 4);
+    std::memcpy(bytes.data(), w.data() + p.offset, bytes.size());
+    m.add_owned(p.name, models::DType::kF32, p.shape, std::move(bytes));
+  }
+  return m;
+}
+
+}  // namespace anelab::train

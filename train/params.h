@@ -1,0 +1,66 @@
+// Trainable parameters: every canonical tensor of a Llama-family ModelConfig (models/formats/model.h) as
+// fp32 master weights in ONE flat buffer, in canonical order. Gradients and AdamW moments use the same
+// layout (same offsets), so optimizer, clipping and checkpoints work on flat spans.
+//
+// Supported for training: RMSNorm + SwiGLU, no biases, no learned positions, RoPE adjacent_pairs
+// (llama2.c) or rotate_half; tied or untied classifier; GQA (n_heads % n_kv_heads == 0).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/formats/model.h"
+
+namespace anelab::train {
+
+struct ParamInfo {
+  std::string name;             // canonical name, e.g. "layers.3.wq"
+  std::vector<int64_t> shape;   // [out, in] or [n]
+  int64_t offset = 0;           // element offset into the flat buffer
+  int64_t numel = 0;
+  bool decay = true;            // weight decay applies (false for norm weights)
+};
+
+// Pointers into a flat buffer for one transformer layer (weights or gradients).
+struct LayerPtrs {
+  float* attn_norm;  // [D]
+  float* wq;         // [Hq*hd, D]
+  float* wk;         // [Hkv*hd, D]
+  float* wv;         // [Hkv*hd, D]
+  float* wo;         // [D, Hq*hd]
+  float* ffn_norm;   // [D]
+  float* w1;         // [F, D]
+  float* w2;         // [D, F]
+  float* w3;         // [F, D]
+};
+
+class ParamLayout {
+ public:
+  ParamLayout() = default;
+  explicit ParamLayout(const models::ModelConfig& c);  // throws when the config is not trainable
+  const models::ModelConfig& config() const { return config_; }
+  const std::vector<ParamInfo>& params() const { return params_; }
+  int64_t total() const { return total_; }
+  const ParamInfo& find(const std::string& name) const;  // throws naming the known tensors
+  LayerPtrs layer(float* base, int64_t l) const;
+  float* embedding(float* base) const { return base + emb_; }   // [V, D]
+  float* final_norm(float* base) const { return base + norm_; }  // [D]
+  float* output(float* base) const { return base + out_; }       // [V, D] (== embedding when tied)
+
+ private:
+  models::ModelConfig config_;
+  std::vector<ParamInfo> params_;
+  int64_t total_ = 0, emb_ = 0, norm_ = 0, out_ = 0;
+  std::vector<int64_t> layer_offsets_;  // [L * 9] offsets in LayerPtrs field order
+};
+
+// Throws "[train] ... not supported for training" naming the field when c cannot be trained here.
+void check_trainable(const models::ModelConfig& c);
+
+// Initialisation into a flat buffer of layout.total() floats.
+std::vector<float> init_random(const ParamLayout& layout, uint64_t seed);       // models::random_init
+std::vector<float> init_from_model(const ParamLayout& layout, const models::Model& m);  // dequantised copy
+// A Model (owned fp32 tensors) holding the given weights, e.g. to save with models::save_model.
+models::Model to_model(const ParamLayout& layout, const std::vector<float>& w);
+
+}  // namespace anelab::train

@@ -1,0 +1,326 @@
+#include "train/trainer.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "framework/core/error.h"
+#include "framework/core/file.h"
+#include "models/formats/load_any.h"
+#include "models/presets.h"
+#include "models/tokenizer/tokenizer.h"
+#include "train/checkpoint.h"
+#include "train/data.h"
+#include "train/engine.h"
+#include "train/events.h"
+#include "train/optim.h"
+
+namespace anelab::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Everything one training process holds. Member functions are the loop's named steps.
+struct Run {
+  TrainConfig cfg;
+  RunHooks hooks;
+  ParamLayout layout;
+  std::vector<float> w, g;                  // [P] master weights, gradients
+  std::unique_ptr<AdamW> opt;
+  LossScaler scaler;
+  ScheduleConfig sched;
+  std::unique_ptr<TokenData> data;
+  std::unique_ptr<Batcher> batcher;
+  std::unique_ptr<StepEngine> engine;
+  std::unique_ptr<CpuModel> eval_model;
+  std::unique_ptr<tok::Tokenizer> tokenizer;
+  std::unique_ptr<EventLog> events;
+  std::string model_label;
+  int64_t step = 0, restarts = 0, tokens = 0, steps_here = 0, prior_compiles = 0;
+  std::optional<double> best_val, last_val;
+  double prior_wall = 0, prior_compile = 0, prior_train = 0;
+  double t_start = now_s(), compile_s = 0, train_s = 0, last_loss = 0;
+
+  std::string ckpt_path(const char* kind) const { return (fs::path(cfg.run_dir) / (std::string(kind) + ".ckpt")).string(); }
+  void emit(const std::string& ev, nlohmann::json f) {
+    const auto e = events->emit(ev, step, std::move(f));
+    if (hooks.console && !cfg.quiet) {
+      const bool tty = ::isatty(1);
+      if (ev == "step" && !tty && step % 10 != 0 && step != 1 && step != cfg.steps) return;
+      const std::string line = console_line(e, cfg.steps);
+      if (!line.empty()) std::printf("%s\n", line.c_str()), std::fflush(stdout);
+    }
+  }
+
+  void load_model(bool resume, CheckpointState* ck);
+  void setup();
+  void emit_start(bool resumed);
+  void train_step();
+  void maybe_restart();
+  double evaluate();
+  void sample();
+  void checkpoint(bool best);
+  CheckpointState make_state() const;
+  [[noreturn]] void exec_restart();
+  TrainOutcome finish(bool finished);
+};
+
+void Run::load_model(bool resume, CheckpointState* ck) {
+  std::optional<models::Model> m;
+  if (resume) {
+    *ck = read_checkpoint(ckpt_path("last"));
+    layout = ParamLayout(ck->model);
+    w = std::move(ck->weights);
+  } else if (!cfg.preset.empty()) {
+    models::ModelConfig mc = models::preset(cfg.preset);
+    layout = ParamLayout(mc);
+    w = init_random(layout, uint64_t(cfg.seed));
+  } else {
+    m = models::load_any_model(cfg.init);
+    layout = ParamLayout(m->config);
+    w = init_from_model(layout, *m);
+  }
+  model_label = !cfg.preset.empty() ? cfg.preset : fs::path(cfg.init).filename().string();
+  if (!cfg.tokenizer.empty()) tokenizer = tok::load_tokenizer(cfg.tokenizer);
+  else if (m && m->vocab) tokenizer = tok::make_tokenizer(*m->vocab);
+  if (cfg.seq_len > layout.config().max_seq_len)
+    fail("train", "--seq-len ", cfg.seq_len, " exceeds the model's context length ", layout.config().max_seq_len);
+}
+
+void Run::setup() {
+  fs::create_directories(cfg.run_dir);
+  if (!cfg.resume && fs::exists(ckpt_path("last")))
+    fail("train", "run dir ", cfg.run_dir, " already holds last.ckpt: pass --resume to continue it, or choose another --run-dir");
+  events = std::make_unique<EventLog>((fs::path(cfg.run_dir) / "events.jsonl").string());
+  CheckpointState ck;
+  load_model(cfg.resume, &ck);
+  g.assign(w.size(), 0.0f);
+  opt = std::make_unique<AdamW>(layout, AdamWConfig{cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay});
+  scaler = LossScaler::parse(cfg.loss_scale);
+  sched = ScheduleConfig{cfg.lr, cfg.min_lr_frac, cfg.warmup_steps, cfg.steps, cfg.schedule == "cosine"};
+  data = std::make_unique<TokenData>(cfg.data, cfg.val_frac, cfg.seq_len);
+  if (data->max_id() >= layout.config().vocab_size)
+    fail("train", "data file ", cfg.data, " holds token id ", data->max_id(), " >= the model's vocab_size ",
+         layout.config().vocab_size, " (tokenized with a different tokenizer?)");
+  batcher = std::make_unique<Batcher>(*data, cfg.batch_size, cfg.seq_len, cfg.batching == "random", uint64_t(cfg.seed));
+  if (cfg.resume) {
+    if (ck.batching != cfg.batching) fail("train", "--batching ", cfg.batching, " differs from the checkpoint's ", ck.batching);
+    opt->m() = std::move(ck.m);
+    opt->v() = std::move(ck.v);
+    opt->set_t(ck.adam_t);
+    scaler.dynamic = ck.ls_dynamic, scaler.scale = ck.ls_scale, scaler.interval = int64_t(ck.ls_interval);
+    scaler.good_steps = ck.ls_good_steps;
+    batcher->set_state(ck.data_state);
+    step = ck.step, best_val = ck.best_val_loss, restarts = ck.restarts, tokens = ck.tokens;
+    prior_wall = ck.wall_s, prior_compile = ck.compile_s, prior_train = ck.train_s, prior_compiles = ck.compiles;
+  }
+  engine = make_engine(cfg, layout);
+  const nlohmann::json cj = to_json(cfg);
+  write_file_atomic((fs::path(cfg.run_dir) / "config.json").string(), cj.dump(2) + "\n");
+  write_file_atomic((fs::path(cfg.run_dir) / "config.toml").string(), to_toml(cfg));
+}
+
+void Run::emit_start(bool resumed) {
+  const auto& c = layout.config();
+  emit("run_start", {{"schema", kEventsSchema}, {"run", cfg.run}, {"pid", ::getpid()}, {"resumed", resumed},
+                     {"restart", restarts}, {"config", to_json(cfg)},
+                     {"model", {{"arch", c.arch}, {"preset", model_label}, {"dim", c.dim}, {"hidden_dim", c.hidden_dim},
+                                {"n_layers", c.n_layers}, {"n_heads", c.n_heads}, {"n_kv_heads", c.n_kv_heads},
+                                {"vocab_size", c.vocab_size}, {"seq_len", cfg.seq_len}, {"params", layout.total()}}},
+                     {"backend", cfg.strategy == "cpu" ? "cpu" : cfg.backend}, {"device", cfg.device},
+                     {"strategy", cfg.strategy}, {"data", {{"path", cfg.data}, {"format", data->format()},
+                     {"tokens", data->n_tokens()}, {"train_tokens", data->n_train()}, {"val_tokens", data->n_val()}}}});
+}
+
+void Run::train_step() {
+  const double t0 = now_s(), cpu0 = cpu_seconds();
+  StepTimes st;
+  std::fill(g.begin(), g.end(), 0.0f);
+  const double scale = scaler.scale;
+  double loss_sum = 0;
+  for (int64_t a = 0; a < cfg.accum_steps; ++a) {
+    const Batch b = batcher->next();
+    loss_sum += engine->forward_backward(w.data(), b, float(scale), g.data(), &st);
+  }
+  if (auto [n, ms] = engine->take_compile_batch(); n > 0) {
+    compile_s += ms / 1000.0;
+    emit("compile", {{"kernels", n}, {"ms", ms}, {"compiles_total", engine->compiles_total()}, {"budget", engine->budget()}});
+  }
+  const double t_opt = now_s();
+  const int64_t P = int64_t(g.size());
+  scale_inplace(g.data(), P, float(1.0 / (double(cfg.accum_steps) * scale)));
+  bool finite = true;
+  const double norm = global_norm(g.data(), P, &finite);
+  const bool skipped = scaler.after_backward(finite);
+  const double lr = learning_rate(sched, step);
+  if (!skipped) {
+    if (const float f = clip_factor(norm, cfg.grad_clip); f < 1.0f) scale_inplace(g.data(), P, f);
+    opt->update(w.data(), g.data(), lr);
+    engine->weights_updated();
+  }
+  ++step, ++steps_here;
+  last_loss = loss_sum / double(cfg.accum_steps);
+  const int64_t ntok = cfg.batch_size * cfg.seq_len * cfg.accum_steps;
+  tokens += ntok;
+  const double t1 = now_s(), ms = (t1 - t0) * 1000.0;
+  train_s += t1 - t0;
+  const double ms_opt = (t1 - t_opt) * 1000.0;
+  emit("step", {{"loss", last_loss}, {"lr", lr}, {"grad_norm", norm}, {"loss_scale", scale}, {"skipped", skipped},
+                {"tokens", ntok}, {"tokens_per_s", double(ntok) / (t1 - t0)}, {"ms", ms}, {"ms_kernel", st.kernel},
+                {"ms_cpu_dw", st.cpu_dw}, {"ms_staging", st.staging},
+                {"ms_other", std::max(0.0, ms - st.kernel - st.cpu_dw - st.staging)}, {"ms_fwd", st.fwd},
+                {"ms_bwd", st.bwd}, {"ms_cls", st.cls}, {"ms_optim", ms_opt}, {"compiles_total", engine->compiles_total()},
+                {"restarts", restarts}, {"rss_mb", rss_mb()}, {"cpu_pct", 100.0 * (cpu_seconds() - cpu0) / (t1 - t0)}});
+}
+
+double Run::evaluate() {
+  if (!eval_model) eval_model = std::make_unique<CpuModel>(layout);
+  double sum = 0;
+  int64_t n = 0;
+  Batch b;
+  for (int64_t i = 0; i < cfg.eval_batches && batcher->val_batch(i, &b); ++i, ++n) sum += eval_model->loss(w.data(), b);
+  if (n == 0) return std::nan("");
+  const double v = sum / double(n);
+  last_val = v;
+  emit("eval", {{"val_loss", v}, {"val_tokens", n * cfg.batch_size * cfg.seq_len}});
+  if (!best_val || v < *best_val) {
+    best_val = v;
+    checkpoint(true);
+  }
+  return v;
+}
+
+void Run::sample() {
+  if (!eval_model) eval_model = std::make_unique<CpuModel>(layout);
+  Rng rng{uint64_t(cfg.seed) * 7919u + uint64_t(step)};
+  const float temperature = 0.8f;
+  std::vector<int32_t> ids = {tokenizer && tokenizer->bos_id() >= 0 ? tokenizer->bos_id() : 1};
+  std::vector<float> logits;
+  std::string text;
+  const int64_t n = std::min(cfg.sample_tokens, cfg.seq_len - 1);
+  for (int64_t i = 0; i < n; ++i) {
+    eval_model->last_logits(w.data(), ids.data(), int64_t(ids.size()), &logits);
+    const float mx = *std::max_element(logits.begin(), logits.end());
+    double sum = 0;
+    for (float& l : logits) sum += (l = std::exp((l - mx) / temperature));
+    double u = double(rng.next() >> 11) / 9007199254740992.0 * sum, acc = 0;
+    int32_t next = int32_t(logits.size()) - 1;
+    for (size_t j = 0; j < logits.size(); ++j)
+      if ((acc += logits[j]) >= u) { next = int32_t(j); break; }
+    text += tokenizer ? tokenizer->decode_token(ids.back(), next) : (i ? " " : "") + std::to_string(next);
+    ids.push_back(next);
+  }
+  emit("sample", {{"text", text}, {"prompt", ""}, {"temperature", temperature}, {"top_p", 1.0}, {"tokens", n}});
+}
+
+CheckpointState Run::make_state() const {
+  CheckpointState s;
+  s.model = layout.config();
+  s.step = step, s.adam_t = opt->t();
+  s.ls_dynamic = scaler.dynamic, s.ls_scale = scaler.scale, s.ls_interval = double(scaler.interval);
+  s.ls_good_steps = scaler.good_steps;
+  s.batching = cfg.batching, s.data_state = batcher->state();
+  s.best_val_loss = best_val, s.restarts = restarts, s.tokens = tokens;
+  s.wall_s = prior_wall + (now_s() - t_start), s.compile_s = prior_compile + compile_s, s.train_s = prior_train + train_s;
+  s.compiles = prior_compiles + engine->compiles_total();
+  s.config = to_json(cfg);
+  s.weights = w, s.m = opt->m(), s.v = opt->v();
+  return s;
+}
+
+void Run::checkpoint(bool best) {
+  const std::string path = ckpt_path(best ? "best" : "last");
+  write_checkpoint(path, make_state());
+  nlohmann::json f = {{"path", path}, {"kind", best ? "best" : "last"}};
+  if (best && best_val) f["val_loss"] = *best_val;
+  emit("checkpoint", f);
+}
+
+void Run::exec_restart() {
+  const std::string cmd = read_file_text("/proc/self/cmdline");
+  std::vector<std::string> args;
+  for (size_t p = 0; p < cmd.size();) {
+    const size_t e = cmd.find('\0', p);
+    args.push_back(cmd.substr(p, e == std::string::npos ? std::string::npos : e - p));
+    p = e == std::string::npos ? cmd.size() : e + 1;
+  }
+  if (std::find(args.begin(), args.end(), "--resume") == args.end()) args.push_back("--resume");
+  char exe[PATH_MAX];
+  if (!::realpath("/proc/self/exe", exe)) fail("train", "exec-restart: cannot resolve /proc/self/exe");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  events.reset();
+  ::execv(exe, argv.data());
+  fail("train", "exec-restart: execv(", exe, ") failed; resume by hand with --resume");
+}
+
+void Run::maybe_restart() {
+  const int need = engine->compiles_needed(), left = engine->compiles_left();
+  if (left < 0 || need <= left) return;
+  if (engine->compiles_total() == 0)
+    fail("train", "--compile-budget ", engine->budget(), " is too small: one step needs ", need, " compiles");
+  if (!hooks.allow_exec_restart) fail("train", "compile budget spent and exec-restart is disabled");
+  emit("restart", {{"reason", "compile_budget"}, {"compiles_total", engine->compiles_total()}, {"budget", engine->budget()}});
+  ++restarts;
+  checkpoint(false);
+  exec_restart();
+}
+
+TrainOutcome Run::finish(bool finished) {
+  TrainOutcome o{step, last_loss, best_val, last_val, finished, steps_here ? train_s * 1000.0 / double(steps_here) : 0};
+  if (!finished) {
+    checkpoint(false);
+    return o;
+  }
+  if (cfg.eval_batches > 0 && data->n_val() > 0) evaluate();
+  checkpoint(false);
+  const double flops = CpuModel::step_flops(layout.config(), cfg.batch_size, cfg.seq_len) * double(cfg.accum_steps);
+  const nlohmann::json end = {{"steps", step}, {"wall_s", prior_wall + (now_s() - t_start)},
+                              {"compile_s", prior_compile + compile_s}, {"train_ms_per_step", o.train_ms_per_step},
+                              {"gflops", train_s > 0 ? flops * double(steps_here) / train_s / 1e9 : 0.0},
+                              {"final_loss", last_loss},
+                              {"best_val_loss", best_val ? nlohmann::json(*best_val) : nlohmann::json(nullptr)},
+                              {"steps_this_process", steps_here}, {"restarts", restarts}};
+  emit("run_end", end);
+  if (hooks.console && !cfg.quiet) std::printf("%s", efficiency_report(end).c_str());
+  return o;
+}
+
+}  // namespace
+
+TrainOutcome run_training(const TrainConfig& c, const RunHooks& hooks) {
+  Run r;
+  r.cfg = c;
+  r.hooks = hooks;
+  r.setup();
+  try {
+    r.emit_start(c.resume);
+    while (r.step < c.steps) {
+      if (c.stop_after > 0 && r.steps_here >= c.stop_after) return r.finish(false);
+      r.maybe_restart();
+      r.train_step();
+      if (c.eval_every > 0 && r.step % c.eval_every == 0 && r.step < c.steps) r.evaluate();
+      if (c.sample_every > 0 && r.step % c.sample_every == 0) r.sample();
+      if (c.checkpoint_every > 0 && r.step % c.checkpoint_every == 0 && r.step < c.steps) r.checkpoint(false);
+    }
+    return r.finish(true);
+  } catch (const std::exception& e) {
+    if (r.events) r.events->emit("error", r.step, {{"message", e.what()}});
+    throw;
+  }
+}
+
+}  // namespace anelab::train

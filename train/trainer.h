@@ -1,0 +1,34 @@
+// The training loop (issue 4). run_training() reads like the loop it is:
+//   setup (model, data, optimizer, engine, events) -> per step: batches, forward/backward, unscale,
+//   check, clip, AdamW, log -> periodic eval / sample / checkpoint -> final eval, checkpoint, report.
+// Resume (--resume) restores everything that influences the next step (weights, moments, step, adam_t,
+// loss-scale state, data generator state), so N steps == N/2 + resume + N/2 bitwise.
+// Exec-restart: before a step whose compiles would exceed the engine's per-process budget, the trainer
+// writes last.ckpt, emits `restart`, and execv()s /proc/self/exe with the original argv + --resume.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "train/config.h"
+
+namespace anelab::train {
+
+struct TrainOutcome {
+  int64_t steps = 0;                 // optimizer steps done in total
+  double final_loss = 0;             // last step's train loss
+  std::optional<double> best_val_loss;
+  std::optional<double> last_val_loss;
+  bool finished = false;             // reached --steps (false: stopped by --stop-after)
+  double train_ms_per_step = 0;      // this process
+};
+
+struct RunHooks {
+  bool allow_exec_restart = true;    // false (tests in-process): fail instead of exec
+  bool console = true;               // print progress lines + report to stdout
+};
+
+// c must be resolved (resolve_names) and validated. Throws anelab::Error on failure (after an `error` event).
+TrainOutcome run_training(const TrainConfig& c, const RunHooks& hooks = {});
+
+}  // namespace anelab::train
