@@ -69,6 +69,7 @@ std::map<std::string, std::string> parse_inputs(const std::vector<std::string>& 
 }
 
 void run_run(const MilOptions& o) {
+  auto files = parse_inputs(o.inputs);
   mil::Program p = load_program(o.program);
   ANELAB_CHECK(!o.model_dir.empty() || rt::blob_paths(p).empty(), "mil", o.program,
                " references BLOBFILE weights: pass --model-dir DIR (DIR/weights/... = @model_path/weights/...)");
@@ -83,7 +84,6 @@ void run_run(const MilOptions& o) {
   int fi = o.function.empty() ? 0 : (*kernel)->function_index(o.function);
   const mil::Function& fn = (*kernel)->function(fi);
 
-  auto files = parse_inputs(o.inputs);
   auto ins = (*kernel)->make_inputs(fi, backend->profile());
   auto outs = (*kernel)->make_outputs(fi, backend->profile());
   for (size_t i = 0; i < fn.inputs.size(); ++i) {

@@ -34,7 +34,11 @@ Weights load_weights(const mil::Program& program, const std::string& model_dir) 
     ANELAB_CHECK(rel.find("..") == std::string::npos && !rel.empty() && rel[0] != '/', "weights", "BLOBFILE path '", path,
                  "' escapes the model directory");
     std::string file = model_dir + "/" + rel;
-    w[path] = std::make_shared<const std::vector<uint8_t>>(read_file_bytes(file));
+    try {
+      w[path] = std::make_shared<const std::vector<uint8_t>>(read_file_bytes(file));
+    } catch (const Error& e) {
+      fail("weights", "BLOBFILE '", path, "' of the program: ", e.what());
+    }
   }
   return w;
 }
