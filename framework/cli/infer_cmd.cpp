@@ -1,5 +1,230 @@
+// anelab infer generate|chat|bench: text generation with the inference engine (infer/engine.h).
+//   generate: stdout = the decoded prompt followed by the continuation, streamed, exactly as llama2.c
+//             run.c prints it; timing on stderr.
+//   chat:     interactive Qwen2.5-template chat on stdin/stdout, history kept within the context.
+//   bench:    prefill / decode tok/s, cold start to first token, peak RSS (random prompt tokens).
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <random>
+
 #include "framework/cli/commands.h"
+#include "framework/core/error.h"
+#include "framework/core/file.h"
+#include "infer/engine.h"
+#include "infer/generate.h"
+#include "models/formats/load_any.h"
 
 namespace anelab::cli {
-void add_infer_command(CLI::App& app) {}  // placeholder until this area lands
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+struct InferArgs {
+  std::string model, tokenizer, backend = "emulator", device = "m4", dtype = "auto", sampler = "auto";
+  int threads = 2;
+  int64_t ctx = 0;
+  std::string prompt, prompt_file, system;
+  bool prompt_set = false;
+  int64_t max_tokens = -1, steps = 256;
+  float temperature = 1.0f, top_p = 0.9f, min_p = 0.0f, repeat_penalty = 1.0f;
+  int32_t top_k = 0;
+  uint64_t seed = 0;
+  std::vector<std::string> stop;
+  int64_t bench_prompt = 512, bench_gen = 128;
+};
+
+void add_common(CLI::App* sub, InferArgs& a) {
+  sub->add_option("--model", a.model, "Model file: llama2.c .bin, safetensors file/dir, GGUF or .anelab")->required();
+  sub->add_option("--tokenizer", a.tokenizer, "Tokenizer (when the model file has none): tokenizer.bin, tokenizer.json, dir");
+  sub->add_option("--backend", a.backend, "Prefill backend: emulator, cpu or ane")->capture_default_str();
+  sub->add_option("--device", a.device, "Device profile for emulator/ane (m1..m5)")->capture_default_str();
+  sub->add_option("--dtype", a.dtype, "Compute dtype of the weight matrices: fp16, fp32, or auto (fp32 for llama2.c files, whose run.c reference is fp32; fp16 otherwise)")->capture_default_str();
+  sub->add_option("--threads", a.threads, "CPU threads (persistent pool)")->capture_default_str();
+  sub->add_option("--ctx", a.ctx, "Context positions (0 = the model's max_seq_len)")->capture_default_str();
+}
+
+void add_sampling(CLI::App* sub, InferArgs& a) {
+  sub->add_option("--max-tokens", a.max_tokens, "New tokens to generate (-1: run.c steps semantics, see --steps)")->capture_default_str();
+  sub->add_option("--steps", a.steps, "run.c -n: total positions including the prompt (0 = context)")->capture_default_str();
+  sub->add_option("--temperature,-t", a.temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
+  sub->add_option("--top-p,-p", a.top_p, "Top-p (nucleus) threshold (1 = off)")->capture_default_str();
+  sub->add_option("--top-k", a.top_k, "Top-k (0 = off)")->capture_default_str();
+  sub->add_option("--min-p", a.min_p, "Min-p relative to the top token (0 = off)")->capture_default_str();
+  sub->add_option("--repeat-penalty", a.repeat_penalty, "Repetition penalty over the last 64 tokens (1 = off)")->capture_default_str();
+  sub->add_option("--seed,-s", a.seed, "Random seed (0 = time-based, like run.c)")->capture_default_str();
+  sub->add_option("--sampler", a.sampler, "auto | runc (llama2.c xorshift + top-p, bit-exact) | general")->capture_default_str();
+  sub->add_option("--stop", a.stop, "Stop string (repeatable)");
+}
+
+struct Loaded {
+  std::unique_ptr<infer::Engine> engine;
+  std::unique_ptr<tok::Tokenizer> tok;
+};
+
+Loaded load(const InferArgs& a, bool need_tokenizer) {
+  Loaded l;
+  models::Model m = models::load_any_model(a.model);
+  if (need_tokenizer) {
+    if (!a.tokenizer.empty())
+      l.tok = tok::load_tokenizer(a.tokenizer);
+    else if (m.vocab)
+      l.tok = tok::make_tokenizer(*m.vocab);
+    else if (!m.tokenizer_path.empty())
+      l.tok = tok::load_tokenizer(m.tokenizer_path);
+    else
+      fail("infer", a.model, " has no tokenizer: pass --tokenizer PATH");
+  }
+  infer::EngineOptions eo;
+  eo.backend = a.backend;
+  eo.device = a.device;
+  eo.dtype = a.dtype == "auto" ? (m.source_format == "llama2c" ? infer::WType::kF32 : infer::WType::kF16)
+                              : infer::parse_wtype(a.dtype);
+  eo.threads = a.threads;
+  eo.context = a.ctx;
+  l.engine = std::make_unique<infer::Engine>(std::move(m), eo);
+  return l;
+}
+
+infer::GenerateOptions gen_options(const InferArgs& a) {
+  infer::GenerateOptions o;
+  o.steps = a.steps;
+  o.max_new_tokens = a.max_tokens;
+  o.sampling.temperature = a.temperature < 0 ? 0.0f : a.temperature;
+  o.sampling.top_p = (a.top_p < 0 || a.top_p > 1) ? 0.9f : a.top_p;  // run.c's clamp
+  o.sampling.top_k = a.top_k;
+  o.sampling.min_p = a.min_p;
+  o.sampling.repeat_penalty = a.repeat_penalty;
+  o.sampling.seed = a.seed ? a.seed : static_cast<uint64_t>(std::time(nullptr));
+  o.stop_strings = a.stop;
+  if (a.sampler == "runc") o.sampler = infer::SamplerKind::kRunc;
+  else if (a.sampler == "general") o.sampler = infer::SamplerKind::kGeneral;
+  else ANELAB_CHECK(a.sampler == "auto", "infer", "unknown --sampler '", a.sampler, "' (auto, runc, general)");
+  return o;
+}
+
+void print_stats(const infer::GenerateResult& r) {
+  const double n_dec = static_cast<double>(r.new_tokens.size());
+  std::fprintf(stderr, "prefill: %zu tokens in %.1f ms (%s%s) = %.1f tok/s; decode: %.0f tokens in %.1f ms = %.2f tok/s; "
+               "first token after %.1f ms\n",
+               r.prompt_tokens.size(), r.prefill_ms, r.prefill.path.c_str(),
+               r.prefill.bucket ? cat(", bucket ", r.prefill.bucket).c_str() : "",
+               r.prompt_tokens.size() / std::max(1e-9, r.prefill_ms / 1e3), n_dec, r.decode_ms,
+               n_dec > 1 ? (n_dec - 1) / std::max(1e-9, r.decode_ms / 1e3) : 0.0, r.ttft_ms);
+}
+
+void run_generate(const InferArgs& a) {
+  std::string prompt = a.prompt;
+  if (!a.prompt_file.empty()) prompt = read_file_text(a.prompt_file);
+  else if (!a.prompt_set) prompt.assign(std::istreambuf_iterator<char>(std::cin), {});
+  Loaded l = load(a, true);
+  const auto r = infer::generate(*l.engine, *l.tok, prompt, gen_options(a), [](std::string_view s) {
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fflush(stdout);
+  });
+  print_stats(r);
+}
+
+void run_chat(const InferArgs& a) {
+  Loaded l = load(a, true);
+  infer::Chat chat(*l.engine, *l.tok, a.system.empty() ? tok::kQwen25DefaultSystem : a.system);
+  std::fprintf(stderr, "chat: %s, context %lld; empty line or EOF ends\n", l.engine->config().arch.c_str(),
+               static_cast<long long>(l.engine->context()));
+  std::string line;
+  for (;;) {
+    std::fprintf(stdout, "> ");
+    std::fflush(stdout);
+    if (!std::getline(std::cin, line) || line.empty()) break;
+    infer::GenerateResult info;
+    chat.turn(line, gen_options(a), [](std::string_view s) {
+      std::fwrite(s.data(), 1, s.size(), stdout);
+      std::fflush(stdout);
+    }, &info);
+    std::fputs("\n", stdout);
+    print_stats(info);
+  }
+}
+
+long peak_rss_kb() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss;
+}
+
+void run_bench(const InferArgs& a) {
+  const auto t0 = Clock::now();
+  Loaded l = load(a, false);
+  infer::Engine& e = *l.engine;
+  const double load_ms = ms_since(t0);
+  const int64_t V = e.config().vocab_size;
+  std::mt19937 rng(1234);
+  std::vector<int32_t> one{static_cast<int32_t>(rng() % V)};
+  // cold start: load + (compile) + prefill of a 1-token prompt -> first token's logits
+  e.prefill(one, 0);
+  const double ttft = ms_since(t0);
+  const double compile_first = e.last_prefill().compile_ms;
+  std::vector<int32_t> prompt(static_cast<size_t>(std::min(a.bench_prompt, e.context() - a.bench_gen - 1)));
+  for (auto& t : prompt) t = static_cast<int32_t>(rng() % V);
+  e.prefill(prompt, 0);  // warm-up (compiles the bucket on a MIL backend)
+  const double compile_ms = e.last_prefill().compile_ms;
+  auto t1 = Clock::now();
+  e.prefill(prompt, 0);
+  const double pp_ms = ms_since(t1);
+  const auto path = e.last_prefill().path;
+  int64_t pos = static_cast<int64_t>(prompt.size());
+  int32_t tok = one[0];
+  e.decode(tok, pos++);  // warm-up
+  t1 = Clock::now();
+  for (int64_t i = 0; i < a.bench_gen; ++i) {
+    const float* lg = e.decode(tok, pos++);
+    tok = infer::argmax(std::span<const float>(lg, static_cast<size_t>(V)));
+  }
+  const double tg_ms = ms_since(t1);
+  const double wbytes = static_cast<double>(e.weight_bytes());
+  std::printf("model %s (%s, %lld layers, dim %lld, vocab %lld), dtype %s, %d threads, prefill backend %s\n",
+              a.model.c_str(), e.config().arch.c_str(), static_cast<long long>(e.config().n_layers),
+              static_cast<long long>(e.config().dim), static_cast<long long>(V), a.dtype.c_str(), a.threads, path.c_str());
+  std::printf("load %.0f ms; cold start to first token %.0f ms (compile %.0f ms)\n", load_ms, ttft, compile_first);
+  std::printf("prefill pp%zu: %.1f tok/s (%.1f ms; bucket compile %.0f ms)\n", prompt.size(),
+              prompt.size() / (pp_ms / 1e3), pp_ms, compile_ms);
+  std::printf("decode tg%lld: %.2f tok/s (%.2f ms/token, %.1f GB/s of weights)\n", static_cast<long long>(a.bench_gen),
+              a.bench_gen / (tg_ms / 1e3), tg_ms / a.bench_gen, wbytes * a.bench_gen / (tg_ms / 1e3) / 1e9);
+  std::printf("peak RSS %.1f MiB; weight matrices %.1f MiB (ratio %.2f)\n", peak_rss_kb() / 1024.0,
+              wbytes / (1 << 20), peak_rss_kb() * 1024.0 / std::max(1.0, static_cast<double>(e.model().total_bytes())));
+}
+
+}  // namespace
+
+void add_infer_command(CLI::App& app) {
+  auto a = std::make_shared<InferArgs>();
+  CLI::App* inf = app.add_subcommand("infer", "Run a model: generate, chat, bench");
+  inf->require_subcommand(1);
+
+  CLI::App* gen = inf->add_subcommand("generate", "Generate text; stdout = prompt + continuation (run.c format)");
+  add_common(gen, *a);
+  add_sampling(gen, *a);
+  gen->add_option("--prompt,-i", a->prompt, "Prompt text (else --prompt-file, else stdin)")
+      ->each([a](const std::string&) { a->prompt_set = true; });
+  gen->add_option("--prompt-file", a->prompt_file, "Read the prompt from a file");
+  gen->callback([a] { run_generate(*a); });
+
+  CLI::App* chat = inf->add_subcommand("chat", "Interactive chat (Qwen2.5 chat template), history kept within the context");
+  add_common(chat, *a);
+  add_sampling(chat, *a);
+  chat->add_option("--system", a->system, "System prompt (default: Qwen2.5's)");
+  chat->callback([a] { run_chat(*a); });
+
+  CLI::App* bench = inf->add_subcommand("bench", "Prefill/decode tok/s, cold start to first token, peak RSS");
+  add_common(bench, *a);
+  bench->add_option("--prompt-len", a->bench_prompt, "Prompt tokens (pp)")->capture_default_str();
+  bench->add_option("--gen-len", a->bench_gen, "Generated tokens (tg)")->capture_default_str();
+  bench->callback([a] { run_bench(*a); });
+}
+
 }  // namespace anelab::cli
