@@ -131,9 +131,17 @@ Result<std::shared_ptr<LoadedModel>> NativeBackend::compile_and_load(const mil::
   m->dir = (std::filesystem::path(root) / m->hex_id).string();
   if (Status s = write_model_dir(m->dir, text, weights); !s) return s;
 
-  if (Status s = shim_->compile(m->model, native_.qos); !s)
-    return map_compile_failure(s, compiles_used(), compile_budget(), native_.budget_near_fraction, what);
-  if (Status s = load_with_retry(*m); !s) return wrap(Code::kInternal, "loading " + what, s);
+  using Clock = std::chrono::steady_clock;
+  auto ms_since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
+  auto t0 = Clock::now();
+  Status compiled = shim_->compile(m->model, native_.qos);
+  compile_ms_ += ms_since(t0);
+  if (!compiled)
+    return map_compile_failure(compiled, compiles_used(), compile_budget(), native_.budget_near_fraction, what);
+  t0 = Clock::now();
+  Status loaded = load_with_retry(*m);
+  load_ms_ += ms_since(t0);
+  if (!loaded) return wrap(Code::kInternal, "loading " + what, loaded);
   m->loaded = true;
   return m;
 }

@@ -58,6 +58,9 @@ class NativeBackend : public rt::Backend {
   int cache_misses() const { return cache_misses_; }
   size_t cached_programs() const { return lru_.size(); }
   void clear_cache();  // drops the cache's references (models unload once no Kernel uses them)
+  // Wall time spent in the shim's compile and load calls (incl. the retry) since construction.
+  double compile_ms_total() const { return compile_ms_; }
+  double load_ms_total() const { return load_ms_; }
 
  private:
   Result<std::shared_ptr<LoadedModel>> compile_and_load(const mil::Program& p, const std::string& text,
@@ -70,6 +73,7 @@ class NativeBackend : public rt::Backend {
   std::list<std::pair<std::string, std::shared_ptr<LoadedModel>>> lru_;  // most recent first
   std::unordered_map<std::string, decltype(lru_)::iterator> cache_;
   int cache_hits_ = 0, cache_misses_ = 0;
+  double compile_ms_ = 0, load_ms_ = 0;
 };
 
 }  // namespace anelab::ane
