@@ -7,7 +7,7 @@
 // every Objective-C exception turned into a Status naming the selector (shim_error). The framework is
 // dlopen()ed; classes are resolved with NSClassFromString; the private selectors are declared in
 // protocols below with their exact argument and return types, so each call is type-checked at
-// compile time instead of casting objc_msgSend.
+// compile time (instead of casting the raw message-send function to each signature).
 #import <Foundation/Foundation.h>
 #include <IOSurface/IOSurface.h>
 #include <dlfcn.h>
