@@ -87,7 +87,7 @@ void set_from_text(TrainConfig& c, const OptionDef& o, const std::string& v, con
   auto bad = [&](const char* why) { fail("train", where, " '", v, "': ", why); };
   std::visit(
       [&](auto p) {
-        using T = std::remove_reference_t<decltype(c.*p)>;
+        using T = std::remove_cvref_t<decltype(c.*p)>;
         if constexpr (std::is_same_v<T, std::string>) {
           c.*p = v;
         } else if constexpr (std::is_same_v<T, bool>) {
@@ -106,6 +106,19 @@ void set_from_text(TrainConfig& c, const OptionDef& o, const std::string& v, con
         }
       },
       o.field);
+}
+
+std::string toml_quote(const std::string& v) {
+  std::string o = "\"";
+  for (unsigned char ch : v) {
+    if (ch == '"' || ch == '\\') o += '\\', o += char(ch);
+    else if (ch < 0x20 || ch == 0x7f) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", ch);
+      o += b;
+    } else o += char(ch);
+  }
+  return o + "\"";
 }
 
 }  // namespace
@@ -186,7 +199,7 @@ void apply_json(TrainConfig& c, const nlohmann::json& j) {
   for (const auto& o : table()) {
     if (!j.contains(o.key) || o.cli_only) continue;
     std::visit([&](auto p) {
-      using T = std::remove_reference_t<decltype(c.*p)>;
+      using T = std::remove_cvref_t<decltype(c.*p)>;
       try {
         c.*p = j.at(o.key).get<T>();
       } catch (const std::exception&) {
@@ -203,11 +216,10 @@ std::string to_toml(const TrainConfig& c) {
   for (const auto& o : table()) {
     if (o.cli_only) continue;
     std::visit([&](auto p) {
-      using T = std::remove_reference_t<decltype(c.*p)>;
+      using T = std::remove_cvref_t<decltype(c.*p)>;
       os << o.key << " = ";
-      if constexpr (std::is_same_v<T, std::string>) os << toml::value<std::string>(c.*p);
+      if constexpr (std::is_same_v<T, std::string>) os << toml_quote(c.*p);
       else if constexpr (std::is_same_v<T, bool>) os << (c.*p ? "true" : "false");
-      else if constexpr (std::is_same_v<T, double>) os << toml::value<double>(c.*p);
       else os << c.*p;
       os << "\n";
     }, o.field);

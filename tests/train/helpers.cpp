@@ -1,0 +1,87 @@
+#include "tests/train/helpers.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "framework/core/file.h"
+#include "framework/core/npy.h"
+#include "train/checkpoint.h"
+#include "train/data.h"
+
+namespace anelab::test {
+namespace fs = std::filesystem;
+
+std::string write_tokens(const std::string& dir, int64_t n, int64_t vocab, uint64_t seed) {
+  train::Rng rng{seed};
+  std::vector<uint16_t> t(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)  // a mix of a repeating pattern and noise, so the loss can drop
+    t[size_t(i)] = uint16_t(i % 7 == 0 ? rng.next() % uint64_t(vocab) : (i * 13 + i / 7) % vocab);
+  const std::string p = dir + "/tokens.bin";
+  write_file_atomic(p, t.data(), t.size() * 2);
+  return p;
+}
+
+std::vector<int32_t> read_tokens_u16(const std::string& path) {
+  const auto b = read_file_bytes(path);
+  std::vector<int32_t> t(b.size() / 2);
+  for (size_t i = 0; i < t.size(); ++i) t[i] = int32_t(b[2 * i] | (b[2 * i + 1] << 8));
+  return t;
+}
+
+std::vector<nlohmann::json> read_events(const std::string& dir, const std::string& type) {
+  std::ifstream f(dir + "/events.jsonl");
+  std::vector<nlohmann::json> out;
+  std::string line;
+  while (std::getline(f, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j.at("event") == type) out.push_back(j);
+  }
+  return out;
+}
+
+bool run_torch_reference(const std::string& dir, const train::ParamLayout& layout, const std::vector<float>& w,
+                         const std::vector<train::Batch>& batches, const nlohmann::json& optim,
+                         const std::string& mode, std::string* log) {
+  fs::create_directories(dir + "/weights");
+  nlohmann::json cfg = train::config_to_json(layout.config());
+  cfg["optim"] = optim;
+  cfg["tensors"] = nlohmann::json::array();
+  for (const auto& p : layout.params()) {
+    cfg["tensors"].push_back(p.name);
+    write_npy(dir + "/weights/" + p.name + ".npy", p.shape, w.data() + p.offset);
+  }
+  write_file_atomic(dir + "/config.json", cfg.dump(1));
+  const auto& b0 = batches.at(0);
+  std::vector<float> toks;
+  for (const auto& b : batches) toks.insert(toks.end(), b.tokens.begin(), b.tokens.end());
+  write_npy(dir + "/batches.npy", {int64_t(batches.size()), b0.B, b0.T + 1}, toks.data());
+  const std::string cmd = "/usr/bin/python3 " + std::string(ANELAB_SOURCE_DIR) + "/scripts/train_reference.py " +
+                          dir + " " + mode + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, p)) log->append(buf, n);
+  return ::pclose(p) == 0;
+}
+
+double rel_err(const float* a, const float* b, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+models::ModelConfig gqa_test_config() {
+  models::ModelConfig c;
+  c.arch = "qwen2";
+  c.dim = 48, c.hidden_dim = 80, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 16;
+  c.vocab_size = 97, c.max_seq_len = 64, c.norm_eps = 1e-6f, c.rope_theta = 1e6f;
+  c.rope_style = models::RopeStyle::kRotateHalf;
+  c.tied_embeddings = false;
+  return c;
+}
+
+}  // namespace anelab::test

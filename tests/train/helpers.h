@@ -1,0 +1,30 @@
+// Shared helpers of the train tests: token files, events.jsonl readers, the PyTorch reference runner.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "models/formats/model.h"
+#include "train/cpu_model.h"
+#include "train/params.h"
+
+namespace anelab::test {
+
+// A llama2.c-style flat uint16 token file of n pseudo-random ids in [0, vocab) with some structure.
+std::string write_tokens(const std::string& dir, int64_t n, int64_t vocab, uint64_t seed);
+std::vector<int32_t> read_tokens_u16(const std::string& path);
+// Every event of the given type from DIR/events.jsonl, in order.
+std::vector<nlohmann::json> read_events(const std::string& dir, const std::string& type);
+// Writes config.json (model + optim), weights/<name>.npy and batches.npy ([n, B, T+1]) for
+// scripts/train_reference.py, then runs it in `mode`; returns false (with a message) when python fails.
+bool run_torch_reference(const std::string& dir, const train::ParamLayout& layout, const std::vector<float>& w,
+                         const std::vector<train::Batch>& batches, const nlohmann::json& optim,
+                         const std::string& mode, std::string* log);
+// ||a - b|| / ||b||
+double rel_err(const float* a, const float* b, int64_t n);
+// A small GQA config: rotate-half RoPE (theta 1e6), head_dim != dim / n_heads, untied classifier.
+models::ModelConfig gqa_test_config();
+
+}  // namespace anelab::test

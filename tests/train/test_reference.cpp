@@ -1,0 +1,98 @@
+// The trainer against an independent PyTorch implementation (scripts/train_reference.py):
+// whole-model gradients after one step, and a 20-step AdamW loss trajectory.
+//
+// Tolerances (fp32 everywhere, both sides): gradients are sums over B*T = 64 positions through up to 5
+// layers of softmax/RMSNorm/matmul chains; reassociation differences between Eigen and PyTorch are
+// O(sqrt(K) * 2^-24) per dot product, amplified by the depth, so a per-tensor relative L2 error < 1e-4
+// (~800 ulps) is tight for fp32 and far below any formula error (a wrong term gives >= 1e-2).
+// The trajectory drifts through Adam's sqrt(v) normalisation (which amplifies tiny gradients' relative
+// error); losses must agree to 1e-4 relative for 20 steps and final weights to 1e-3 relative L2.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "framework/core/npy.h"
+#include "models/formats/anelab_file.h"
+#include "models/formats/load_any.h"
+#include "models/presets.h"
+#include "tests/common/test_data.h"
+#include "tests/train/helpers.h"
+#include "train/checkpoint.h"
+#include "train/data.h"
+#include "train/trainer.h"
+
+namespace anelab {
+namespace {
+
+void check_grads_against_torch(const models::ModelConfig& cfg, int64_t B, int64_t T, const std::string& tag) {
+  const auto dir = test::temp_dir("grads_" + tag).string();
+  const train::ParamLayout layout(cfg);
+  const std::vector<float> w = train::init_random(layout, 7);
+  train::Rng rng{99};
+  train::Batch b{B, T, std::vector<int32_t>(size_t(B * (T + 1)))};
+  for (auto& t : b.tokens) t = int32_t(rng.next() % uint64_t(cfg.vocab_size));
+  train::CpuModel model(layout);
+  std::vector<float> g(w.size(), 0.0f);
+  const double loss = model.forward_backward(w.data(), b, 1.0f, g.data());
+  std::string log;
+  ASSERT_TRUE(test::run_torch_reference(dir, layout, w, {b}, nlohmann::json::object(), "grads", &log)) << log;
+  const double ref_loss = read_npy(dir + "/out/loss.npy").data.at(0);
+  EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss));
+  for (const auto& p : layout.params()) {
+    const NpyArray ref = read_npy(dir + "/out/grad." + p.name + ".npy");
+    ASSERT_EQ(ref.numel(), p.numel) << p.name;
+    EXPECT_LT(test::rel_err(g.data() + p.offset, ref.data.data(), p.numel), 1e-4) << p.name;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TrainReference, GradientsMatchTorchStories260kShape) {
+  check_grads_against_torch(models::preset("stories260k"), 2, 32, "260k");
+}
+
+TEST(TrainReference, GradientsMatchTorchGqaRotateHalfUntied) {
+  check_grads_against_torch(test::gqa_test_config(), 2, 24, "gqa");
+}
+
+TEST(TrainReference, TwentyStepTrajectoryMatchesTorchAdamW) {
+  const auto dir = test::temp_dir("traj").string();
+  const models::ModelConfig cfg = models::preset("stories260k");
+  const std::string init = dir + "/init.anelab";
+  models::write_random_model(cfg, init, 11);
+  const std::string data = test::write_tokens(dir, 6000, cfg.vocab_size, 5);
+  train::TrainConfig c;
+  c.init = init, c.data = data, c.run_dir = dir + "/run", c.run = "traj";
+  c.steps = 20, c.batch_size = 2, c.seq_len = 32, c.accum_steps = 2, c.lr = 2e-3, c.warmup_steps = 3;
+  c.grad_clip = 1.0, c.batching = "sequential", c.eval_batches = 0, c.loss_scale = "static:256";
+  train::validate(c);
+  train::run_training(c, {false, false});
+
+  // The same windows the sequential batcher produced, in order.
+  const train::ParamLayout layout(cfg);
+  const auto w0 = train::init_from_model(layout, models::load_any_model(init));
+  train::TokenData td(data, c.val_frac, c.seq_len);
+  train::Batcher bt(td, c.batch_size, c.seq_len, false, 0);
+  std::vector<train::Batch> batches;
+  for (int i = 0; i < c.steps * c.accum_steps; ++i) batches.push_back(bt.next());
+  const nlohmann::json optim = {{"lr", c.lr}, {"beta1", c.beta1}, {"beta2", c.beta2}, {"eps", c.eps},
+                                {"weight_decay", c.weight_decay}, {"steps", c.steps}, {"accum", c.accum_steps},
+                                {"warmup_steps", c.warmup_steps}, {"schedule", c.schedule},
+                                {"min_lr_frac", c.min_lr_frac}, {"grad_clip", c.grad_clip}};
+  std::string log;
+  ASSERT_TRUE(test::run_torch_reference(dir + "/ref", layout, w0, batches, optim, "train", &log)) << log;
+  const auto ref_losses = read_npy(dir + "/ref/out/losses.npy").data;
+  const auto steps = test::read_events(c.run_dir, "step");
+  ASSERT_EQ(steps.size(), size_t(c.steps));
+  for (size_t i = 0; i < steps.size(); ++i)
+    EXPECT_NEAR(steps[i]["loss"].get<double>(), ref_losses[i], 1e-4 * ref_losses[i]) << "step " << i + 1;
+  EXPECT_LT(steps.back()["loss"].get<double>(), steps.front()["loss"].get<double>());  // it learned something
+  const auto ck = train::read_checkpoint(c.run_dir + "/last.ckpt");
+  for (const auto& p : layout.params()) {
+    const NpyArray ref = read_npy(dir + "/ref/out/final." + p.name + ".npy");
+    EXPECT_LT(test::rel_err(ck.weights.data() + p.offset, ref.data.data(), p.numel), 1e-3) << p.name;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace anelab

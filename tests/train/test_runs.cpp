@@ -1,0 +1,144 @@
+// Whole runs: resume bit-exactness, exec-restart equality (the real binary with a simulated compile
+// budget), dynamic loss scaling on overflow, CLI errors, and fine-tuning stories260K on TinyStories.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "framework/core/file.h"
+#include "models/formats/llama2c.h"
+#include "models/presets.h"
+#include "models/tokenizer/token_file.h"
+#include "tests/common/test_data.h"
+#include "tests/train/helpers.h"
+#include "train/checkpoint.h"
+#include "train/data.h"
+#include "train/trainer.h"
+
+namespace anelab {
+namespace {
+
+train::TrainConfig small_run(const std::string& dir, const std::string& data) {
+  train::TrainConfig c;
+  c.preset = "stories260k", c.data = data, c.run_dir = dir, c.run = "t";
+  c.steps = 8, c.batch_size = 2, c.seq_len = 32, c.accum_steps = 2, c.lr = 1e-3, c.warmup_steps = 2;
+  c.loss_scale = "dynamic:256:3", c.eval_every = 4, c.eval_batches = 2;
+  train::validate(c);
+  return c;
+}
+
+std::vector<double> losses(const std::string& dir) {
+  std::vector<double> v;
+  for (const auto& e : test::read_events(dir, "step")) v.push_back(e["loss"].get<double>());
+  return v;
+}
+
+void expect_same_state(const std::string& a, const std::string& b) {
+  const auto x = train::read_checkpoint(a + "/last.ckpt"), y = train::read_checkpoint(b + "/last.ckpt");
+  EXPECT_EQ(x.step, y.step);
+  EXPECT_TRUE(x.weights == y.weights) << "weights differ";
+  EXPECT_TRUE(x.m == y.m && x.v == y.v) << "moments differ";
+  EXPECT_EQ(x.data_state, y.data_state);
+  EXPECT_EQ(x.ls_scale, y.ls_scale);
+  EXPECT_EQ(losses(a), losses(b));  // bitwise (JSON doubles round-trip)
+}
+
+TEST(TrainRuns, ResumeIsBitExact) {
+  const auto dir = test::temp_dir("resume").string();
+  const std::string data = test::write_tokens(dir, 5000, 512, 3);
+  train::run_training(small_run(dir + "/straight", data), {false, false});
+  auto half = small_run(dir + "/split", data);
+  half.stop_after = 4;
+  const auto o1 = train::run_training(half, {false, false});
+  EXPECT_FALSE(o1.finished);
+  EXPECT_EQ(o1.steps, 4);
+  half.resume = true;
+  half.stop_after = 0;
+  const auto o2 = train::run_training(half, {false, false});
+  EXPECT_TRUE(o2.finished);
+  expect_same_state(dir + "/straight", dir + "/split");
+  EXPECT_EQ(test::read_events(dir + "/split", "run_start").size(), 2u);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TrainRuns, ExecRestartEqualsUnrestartedRun) {
+  const auto dir = test::temp_dir("restart").string();
+  const std::string data = test::write_tokens(dir, 5000, 512, 4);
+  train::run_training(small_run(dir + "/straight", data), {false, false});
+  const std::string cmd = std::string(ANELAB_BINARY_DIR) + "/bin/anelab train --preset stories260k --data " + data +
+                          " --run-dir " + dir + "/restarted --run t --steps 8 --batch-size 2 --seq-len 32 "
+                          "--accum-steps 2 --lr 1e-3 --warmup-steps 2 --loss-scale dynamic:256:3 --eval-every 4 "
+                          "--eval-batches 2 --compile-budget 3 --quiet > " + dir + "/log.txt 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << read_file_text(dir + "/log.txt");
+  const auto restarts = test::read_events(dir + "/restarted", "restart");
+  EXPECT_GE(restarts.size(), 3u);  // 8 steps at 3 (simulated) compiles per process
+  EXPECT_EQ(test::read_events(dir + "/restarted", "run_end").size(), 1u);
+  expect_same_state(dir + "/straight", dir + "/restarted");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TrainRuns, DynamicLossScaleSkipsOverflowingSteps) {
+  const auto dir = test::temp_dir("overflow").string();
+  const std::string data = test::write_tokens(dir, 5000, 512, 5);
+  auto c = small_run(dir + "/run", data);
+  c.loss_scale = "dynamic:1e38:1000";  // gradients * 1e38 overflow fp32 -> inf -> skip + halve
+  c.steps = 3, c.eval_every = 0, c.eval_batches = 0;
+  train::run_training(c, {false, false});
+  const auto steps = test::read_events(c.run_dir, "step");
+  ASSERT_EQ(steps.size(), 3u);
+  EXPECT_TRUE(steps[0]["skipped"].get<bool>());
+  EXPECT_LT(steps[1]["loss_scale"].get<double>(), steps[0]["loss_scale"].get<double>());
+  const auto ck = train::read_checkpoint(c.run_dir + "/last.ckpt");
+  for (float w : ck.weights) ASSERT_TRUE(std::isfinite(w));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TrainRuns, BadFlagsGiveOneLineAndNonZeroExit) {
+  const auto dir = test::temp_dir("badflags").string();
+  const std::string bin = std::string(ANELAB_BINARY_DIR) + "/bin/anelab train ";
+  for (const std::string args : {"--preset stories260k --data x.bin --strategy gpu",
+                                 "--preset stories260k --data x.bin --steps abc",
+                                 "--preset nope --data x.bin --run-dir " + dir + "/r",
+                                 "--preset stories260k --data /nonexistent.bin --run-dir " + dir + "/r2"}) {
+    const std::string cmd = bin + args + " > " + dir + "/out.txt 2>&1";
+    EXPECT_NE(std::system(cmd.c_str()), 0) << args;
+    const std::string out = read_file_text(dir + "/out.txt");
+    EXPECT_EQ(out.rfind("anelab: error: [", 0), 0u) << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TrainRuns, FineTuneStories260KLowersValidationLoss) {
+  ANELAB_REQUIRE_DATA("llama2c/stories260K.bin");
+  ANELAB_REQUIRE_DATA("llama2c/tok512.bin");
+  ANELAB_REQUIRE_DATA("tinystories/tinystories_valid_prefix.txt");
+  const auto dir = test::temp_dir("finetune").string();
+  const auto tok = tok::load_tokenizer(test::data_path("llama2c/tok512.bin"));
+  const std::string text = read_file_text(test::data_path("tinystories/tinystories_valid_prefix.txt"));
+  tok::write_token_file(*tok, text, dir + "/ts.bin", "tok512");
+  train::TrainConfig c;
+  c.init = test::data_path("llama2c/stories260K.bin"), c.data = dir + "/ts.bin", c.run_dir = dir + "/run";
+  c.steps = 30, c.batch_size = 8, c.seq_len = 128, c.lr = 1e-3, c.warmup_steps = 3, c.eval_batches = 8;
+  c.val_frac = 0.05;
+  train::validate(c);
+  // validation loss of the initial weights, on the same held-out windows the trainer evaluates
+  const train::ParamLayout layout(models::read_llama2c(c.init).config);
+  const auto w0 = train::init_from_model(layout, models::read_llama2c(c.init));
+  train::TokenData td(c.data, c.val_frac, c.seq_len);
+  train::Batcher bt(td, c.batch_size, c.seq_len, true, 0);
+  train::CpuModel m(layout);
+  double v0 = 0;
+  train::Batch b;
+  for (int i = 0; i < c.eval_batches; ++i) {
+    ASSERT_TRUE(bt.val_batch(i, &b));
+    v0 += m.loss(w0.data(), b) / c.eval_batches;
+  }
+  const auto o = train::run_training(c, {false, false});
+  ASSERT_TRUE(o.last_val_loss.has_value());
+  EXPECT_LT(*o.last_val_loss, v0 - 0.01) << "initial val loss " << v0;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace anelab

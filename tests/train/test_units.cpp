@@ -1,0 +1,183 @@
+// Unit tests of the trainer's pieces: schedule, loss scaler, clipping, data windows, config parsing,
+// checkpoint round trip + corrupt/truncated checkpoints.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "framework/core/error.h"
+#include "framework/core/file.h"
+#include "models/presets.h"
+#include "tests/common/test_data.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/data.h"
+#include "train/optim.h"
+
+namespace anelab::train {
+namespace {
+
+TEST(TrainUnits, WarmupCosineSchedule) {
+  ScheduleConfig s{1e-3, 0.1, 10, 110, true};
+  EXPECT_DOUBLE_EQ(learning_rate(s, 0), 1e-4);
+  EXPECT_DOUBLE_EQ(learning_rate(s, 9), 1e-3);
+  EXPECT_NEAR(learning_rate(s, 60), 0.55e-3, 1e-12);  // halfway: (max + min) / 2
+  EXPECT_NEAR(learning_rate(s, 110), 1e-4, 1e-12);
+  s.cosine = false;
+  EXPECT_DOUBLE_EQ(learning_rate(s, 100), 1e-3);
+}
+
+TEST(TrainUnits, DynamicLossScaleHalvesSkipsAndGrows) {
+  LossScaler s = LossScaler::parse("dynamic:1024:2");
+  EXPECT_TRUE(s.dynamic);
+  EXPECT_TRUE(s.after_backward(false));
+  EXPECT_EQ(s.scale, 512);
+  EXPECT_FALSE(s.after_backward(true));
+  EXPECT_FALSE(s.after_backward(true));
+  EXPECT_EQ(s.scale, 1024);
+  LossScaler st = LossScaler::parse("static:256");
+  EXPECT_TRUE(st.after_backward(false));  // skipped, scale kept
+  EXPECT_EQ(st.scale, 256);
+  EXPECT_THROW(LossScaler::parse("static:-1"), Error);
+  EXPECT_THROW(LossScaler::parse("banana"), Error);
+}
+
+TEST(TrainUnits, GlobalNormDetectsNonFiniteAndClipMatchesTorch) {
+  std::vector<float> g = {3, 4};
+  bool finite = false;
+  EXPECT_DOUBLE_EQ(global_norm(g.data(), 2, &finite), 5.0);
+  EXPECT_TRUE(finite);
+  EXPECT_FLOAT_EQ(clip_factor(5.0, 1.0), float(1.0 / (5.0 + 1e-6)));
+  EXPECT_EQ(clip_factor(0.5, 1.0), 1.0f);
+  EXPECT_EQ(clip_factor(5.0, 0.0), 1.0f);
+  g[1] = INFINITY;
+  global_norm(g.data(), 2, &finite);
+  EXPECT_FALSE(finite);
+}
+
+TEST(TrainUnits, SequentialAndRandomWindows) {
+  std::vector<int32_t> t(1000);
+  for (int i = 0; i < 1000; ++i) t[size_t(i)] = i % 500;
+  TokenData d(t, 0.1, 16);
+  EXPECT_EQ(d.n_train(), 900);
+  Batcher seq(d, 2, 16, false, 0);
+  Batch b = seq.next();
+  EXPECT_EQ(b.tokens[0], 0);
+  EXPECT_EQ(b.tokens[17], 16);  // second row starts T tokens later
+  Batcher r1(d, 4, 16, true, 3), r2(d, 4, 16, true, 3);
+  for (int i = 0; i < 50; ++i) {
+    Batch a = r1.next();
+    EXPECT_EQ(a.tokens, r2.next().tokens);
+    for (int64_t row = 0; row < 4; ++row)  // windows are contiguous and inside the train split
+      EXPECT_EQ(a.tokens[size_t(row * 17 + 16)], (a.tokens[size_t(row * 17)] + 16) % 500);
+  }
+  const uint64_t s = r1.state();
+  Batch x = r1.next();
+  r2.set_state(s);
+  EXPECT_EQ(r2.next().tokens, x.tokens);
+  Batch v;
+  EXPECT_TRUE(seq.val_batch(0, &v));
+  EXPECT_EQ(v.tokens[0], 900 % 500);
+  EXPECT_FALSE(seq.val_batch(100, &v));
+  EXPECT_THROW(TokenData(std::vector<int32_t>(10, 1), 0.05, 16), Error);
+}
+
+TEST(TrainUnits, FlatTokenFileRejectsOddSize) {
+  const auto dir = test::temp_dir("tok_odd");
+  write_file_atomic((dir / "t.bin").string(), "abc");
+  EXPECT_THROW(TokenData((dir / "t.bin").string(), 0.05, 4), Error);
+}
+
+TEST(TrainUnits, TomlConfigAndValidation) {
+  const auto dir = test::temp_dir("toml");
+  const std::string p = (dir / "x.toml").string();
+  write_file_atomic(p, "# comment\npreset = \"stories260k\"\ndata = \"d.bin\"\nsteps = 7\nlr = 1e-3\n");
+  TrainConfig c;
+  apply_toml_file(c, p);
+  EXPECT_EQ(c.steps, 7);
+  EXPECT_DOUBLE_EQ(c.lr, 1e-3);
+  resolve_names(c);
+  EXPECT_EQ(c.run, "x");
+  EXPECT_NO_THROW(validate(c));
+  TrainConfig r;
+  apply_json(r, to_json(c));
+  r.config = c.config;  // informational, not restored
+  EXPECT_EQ(to_json(r), to_json(c));
+  write_file_atomic(p, "stepz = 3\n");
+  EXPECT_THROW(apply_toml_file(c, p), Error);
+  write_file_atomic(p, "steps = \"many\"\n");
+  EXPECT_THROW(apply_toml_file(c, p), Error);
+  write_file_atomic(p, "steps = [1\n");
+  EXPECT_THROW(apply_toml_file(c, p), Error);
+  c.strategy = "gpu";
+  EXPECT_THROW(validate(c), Error);
+  // the saved TOML loads back to the same config
+  c.strategy = "cpu";
+  write_file_atomic(p, to_toml(c));
+  TrainConfig back;
+  apply_toml_file(back, p);
+  back.config = c.config;
+  EXPECT_EQ(to_json(back), to_json(c));
+}
+
+CheckpointState small_state() {
+  CheckpointState s;
+  s.model = models::preset("stories260k");
+  const size_t P = size_t(models::parameter_count(s.model));
+  s.weights.resize(P), s.m.resize(P), s.v.resize(P);
+  for (size_t i = 0; i < P; ++i) s.weights[i] = float(i) * 1e-3f, s.m[i] = -float(i), s.v[i] = 0.5f;
+  s.step = 5, s.adam_t = 4, s.data_state = 0xfedcba9876543210ull, s.best_val_loss = 1.5;
+  s.config = {{"steps", 10}};
+  return s;
+}
+
+TEST(TrainUnits, CheckpointRoundTrip) {
+  const auto dir = test::temp_dir("ckpt");
+  const std::string p = (dir / "a.ckpt").string();
+  const CheckpointState s = small_state();
+  write_checkpoint(p, s);
+  const CheckpointState r = read_checkpoint(p);
+  EXPECT_EQ(r.weights, s.weights);
+  EXPECT_EQ(r.m, s.m);
+  EXPECT_EQ(r.v, s.v);
+  EXPECT_EQ(r.step, 5);
+  EXPECT_EQ(r.data_state, s.data_state);
+  EXPECT_EQ(*r.best_val_loss, 1.5);
+  EXPECT_TRUE(r.model == s.model);
+}
+
+TEST(TrainUnits, CorruptAndTruncatedCheckpointsAreRejected) {
+  const auto dir = test::temp_dir("ckpt_bad");
+  const std::string p = (dir / "a.ckpt").string();
+  write_checkpoint(p, small_state());
+  const auto good = read_file_bytes(p);
+  auto expect_bad = [&](std::vector<uint8_t> bytes, const char* what) {
+    const std::string q = (dir / "b.ckpt").string();
+    write_file_atomic(q, bytes.data(), bytes.size());
+    EXPECT_THROW(read_checkpoint(q), Error) << what;
+  };
+  expect_bad({good.begin(), good.begin() + good.size() / 2}, "truncated data");
+  expect_bad({good.begin(), good.begin() + 20}, "truncated header");
+  auto b = good;
+  b[0] = 'X';
+  expect_bad(b, "magic");
+  b = good;
+  b[8] = 9;
+  expect_bad(b, "version");
+  b = good;
+  b.back() ^= 1;
+  expect_bad(b, "checksum");
+  b = good;
+  b[16] = 0xff, b[17] = 0xff, b[18] = 0xff;
+  expect_bad(b, "header_len");
+  b = good;
+  const std::string hs(b.begin() + 24, b.begin() + 24 + b[16] + 256 * b[17]);
+  const size_t at = hs.find("\"step\"");
+  if (at != std::string::npos) b[24 + at + 1] = 'x';  // "xtep": missing field
+  expect_bad(b, "missing field");
+  expect_bad({}, "empty");
+}
+
+}  // namespace
+}  // namespace anelab::train
