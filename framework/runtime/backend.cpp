@@ -1,5 +1,7 @@
 #include "framework/runtime/backend.h"
 
+#include <algorithm>
+
 namespace anelab::rt {
 
 int Kernel::function_index(const std::string& name) const {
@@ -11,31 +13,34 @@ int Kernel::function_index(const std::string& name) const {
   fail("kernel", "no function '", name, "' in the compiled program (functions: ", known, ")");
 }
 
-std::vector<Surface> Kernel::make_inputs(int index, const DeviceProfile& p) const {
-  const mil::Function& fn = function(index);
+namespace {
+// Device-legal surfaces for a list of tensor types of function `fn`: each at least the device minimum;
+// with several inputs/outputs all at the largest allocation (digest §4.3).
+std::vector<Surface> make_surfaces(const mil::Function& fn, const std::vector<const mil::TensorType*>& types,
+                                   const DeviceProfile& p) {
   size_t largest = 0;
   for (const auto& [n, t] : fn.inputs) largest = std::max(largest, surface_alloc_bytes(t, p));
   for (const auto& o : fn.outputs) largest = std::max(largest, surface_alloc_bytes(*fn.type_of(o), p));
   const bool multi = fn.inputs.size() + fn.outputs.size() > 2;
   std::vector<Surface> v;
-  v.reserve(fn.inputs.size());
-  for (const auto& [n, t] : fn.inputs) v.emplace_back(t, multi ? largest : surface_alloc_bytes(t, p));
+  v.reserve(types.size());
+  for (const mil::TensorType* t : types) v.emplace_back(*t, multi ? largest : surface_alloc_bytes(*t, p));
   return v;
+}
+}  // namespace
+
+std::vector<Surface> Kernel::make_inputs(int index, const DeviceProfile& p) const {
+  const mil::Function& fn = function(index);
+  std::vector<const mil::TensorType*> types;
+  for (const auto& [n, t] : fn.inputs) types.push_back(&t);
+  return make_surfaces(fn, types, p);
 }
 
 std::vector<Surface> Kernel::make_outputs(int index, const DeviceProfile& p) const {
   const mil::Function& fn = function(index);
-  size_t largest = 0;
-  for (const auto& [n, t] : fn.inputs) largest = std::max(largest, surface_alloc_bytes(t, p));
-  for (const auto& o : fn.outputs) largest = std::max(largest, surface_alloc_bytes(*fn.type_of(o), p));
-  const bool multi = fn.inputs.size() + fn.outputs.size() > 2;
-  std::vector<Surface> v;
-  v.reserve(fn.outputs.size());
-  for (const auto& o : fn.outputs) {
-    const mil::TensorType& t = *fn.type_of(o);
-    v.emplace_back(t, multi ? largest : surface_alloc_bytes(t, p));
-  }
-  return v;
+  std::vector<const mil::TensorType*> types;
+  for (const auto& o : fn.outputs) types.push_back(fn.type_of(o));
+  return make_surfaces(fn, types, p);
 }
 
 Backend::Backend(const BackendOptions& opts) : profile_(&device_profile(opts.device)) {
