@@ -98,7 +98,7 @@ void draw_axes(ImDrawList* dl, const Mapper& m, const PlotSpec& spec) {
     ImVec2 ts = ImGui::CalcTextSize(s.c_str());
     dl->AddText({m.a.x - ts.x - fs * 0.3f, y - ts.y * 0.5f}, dim_col(), s.c_str());
   }
-  int nx = std::max(2, static_cast<int>((m.b.x - m.a.x) / (fs * 5.0f)));
+  int nx = std::max(3, static_cast<int>((m.b.x - m.a.x) / (fs * 3.5f)));
   for (double v : nice_ticks(m.xlo, m.xhi, nx)) {
     float x = m.px(v);
     dl->AddLine({x, m.a.y}, {x, m.b.y}, grid);
