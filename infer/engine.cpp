@@ -194,33 +194,31 @@ void Engine::attention(int64_t l, int64_t pos, int64_t n) {
   const float scale = std::sqrt(static_cast<float>(hd));
   const int64_t items = n * c.n_heads;
   // Tiny attention (short contexts, small heads) stays on the caller: a wake-up costs more.
-  const int workers = items * (pos + n) * hd < (1 << 15) ? 1 : pool_.size();
-  auto body = [&](int w) {
+  const bool serial = items * (pos + n) * hd < (1 << 15);
+  auto body = [&](int64_t it, int w) {
     float* sc = scores_.data() + static_cast<int64_t>(w) * ctx_;
-    for (int64_t it = items * w / workers; it < items * (w + 1) / workers; ++it) {
-      const int64_t i = it / c.n_heads, h = it % c.n_heads, p = pos + i;
-      const float* q = q_.data() + i * c.q_dim() + h * hd;
-      const float* kc = k_cache(l, 0) + (h / group) * hd;
-      const float* vc = v_cache(l, 0) + (h / group) * hd;
-      float mx = -INFINITY;
-      for (int64_t t = 0; t <= p; ++t) {
-        sc[t] = dot(q, kc + t * kvd, hd) / scale;
-        mx = std::max(mx, sc[t]);
-      }
-      float sum = 0.0f;
-      for (int64_t t = 0; t <= p; ++t) {
-        sc[t] = std::exp(sc[t] - mx);
-        sum += sc[t];
-      }
-      float* o = att_.data() + i * c.q_dim() + h * hd;
-      std::fill(o, o + hd, 0.0f);
-      for (int64_t t = 0; t <= p; ++t) axpy(sc[t] / sum, vc + t * kvd, o, hd);
+    const int64_t i = it / c.n_heads, h = it % c.n_heads, p = pos + i;
+    const float* q = q_.data() + i * c.q_dim() + h * hd;
+    const float* kc = k_cache(l, 0) + (h / group) * hd;
+    const float* vc = v_cache(l, 0) + (h / group) * hd;
+    float mx = -INFINITY;
+    for (int64_t t = 0; t <= p; ++t) {
+      sc[t] = dot(q, kc + t * kvd, hd) / scale;
+      mx = std::max(mx, sc[t]);
     }
+    float sum = 0.0f;
+    for (int64_t t = 0; t <= p; ++t) {
+      sc[t] = std::exp(sc[t] - mx);
+      sum += sc[t];
+    }
+    float* o = att_.data() + i * c.q_dim() + h * hd;
+    std::fill(o, o + hd, 0.0f);
+    for (int64_t t = 0; t <= p; ++t) axpy(sc[t] / sum, vc + t * kvd, o, hd);
   };
-  if (workers == 1)
-    body(0);
+  if (serial)
+    for (int64_t it = 0; it < items; ++it) body(it, 0);
   else
-    pool_.run(body);
+    pool_.run_chunks(items, body);
 }
 
 void Engine::forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits) {

@@ -1,0 +1,418 @@
+#include "infer/server/api.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+namespace anelab::serve {
+namespace {
+
+using nlohmann::json;
+
+// Known OpenAI fields this server accepts and ignores.
+const std::set<std::string, std::less<>> kIgnoredFields = {"user", "store", "metadata", "service_tier",
+                                                           "parallel_tool_calls"};
+
+ApiError bad(std::string msg, std::string param = "", std::string code = "") {
+  return ApiError{400, std::move(msg), "invalid_request_error", std::move(param), std::move(code)};
+}
+
+const char* type_name(const json& v) {
+  if (v.is_string()) return "a string";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number_integer()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  return "null";
+}
+
+ApiError wrong_type(const std::string& field, const char* want, const json& v) {
+  return bad("'" + field + "' must be " + want + " (got " + type_name(v) + ")", field);
+}
+
+// Each getter returns an error or fills `out`; null counts as absent.
+std::optional<ApiError> get_number(const json& o, const char* f, double lo, double hi, double& out) {
+  auto it = o.find(f);
+  if (it == o.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number()) return wrong_type(f, "a number", *it);
+  const double v = it->get<double>();
+  if (!std::isfinite(v) || v < lo || v > hi)
+    return bad("'" + std::string(f) + "' must be between " + json(lo).dump() + " and " + json(hi).dump(), f);
+  out = v;
+  return std::nullopt;
+}
+
+std::optional<ApiError> get_int(const json& o, const char* f, int64_t lo, int64_t hi, int64_t& out, bool* set = nullptr) {
+  auto it = o.find(f);
+  if (it == o.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number_integer()) return wrong_type(f, "an integer", *it);
+  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(hi))
+    return bad("'" + std::string(f) + "' must be at most " + std::to_string(hi), f);
+  const int64_t v = it->get<int64_t>();
+  if (v < lo || v > hi)
+    return bad("'" + std::string(f) + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi), f);
+  out = v;
+  if (set) *set = true;
+  return std::nullopt;
+}
+
+std::optional<ApiError> get_bool(const json& o, const char* f, bool& out) {
+  auto it = o.find(f);
+  if (it == o.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean()) return wrong_type(f, "a boolean", *it);
+  out = it->get<bool>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> get_string(const json& o, const char* f, std::string& out) {
+  auto it = o.find(f);
+  if (it == o.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string()) return wrong_type(f, "a string", *it);
+  out = it->get<std::string>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_seed(const json& o, CompletionRequest& r) {
+  auto it = o.find("seed");
+  if (it == o.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number_integer()) return wrong_type("seed", "an integer", *it);
+  if (!it->is_number_unsigned() && it->get<int64_t>() < 0) return bad("'seed' must be >= 0", "seed");
+  r.seed = it->get<uint64_t>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_stop(const json& o, const Limits& lim, CompletionRequest& r) {
+  auto it = o.find("stop");
+  if (it == o.end() || it->is_null()) return std::nullopt;
+  std::vector<json> items;
+  if (it->is_string()) items.push_back(*it);
+  else if (it->is_array()) items.assign(it->begin(), it->end());
+  else return wrong_type("stop", "a string or an array of strings", *it);
+  if (items.size() > lim.max_stop) return bad("'stop' has more than " + std::to_string(lim.max_stop) + " entries", "stop");
+  for (const auto& s : items) {
+    if (!s.is_string()) return wrong_type("stop", "a string or an array of strings", s);
+    const auto& str = s.get_ref<const std::string&>();
+    if (str.empty()) return bad("'stop' strings must not be empty", "stop");
+    if (str.size() > lim.max_stop_bytes) return bad("'stop' string longer than " + std::to_string(lim.max_stop_bytes) + " bytes", "stop");
+    r.stop.push_back(str);
+  }
+  return std::nullopt;
+}
+
+// Fields that exist in the OpenAI API but whose non-default values this server cannot honour.
+std::optional<ApiError> check_unsupported(const json& o, Endpoint ep) {
+  auto unsupported = [](const std::string& f) {
+    return bad("'" + f + "' is not supported by this server", f, "unsupported_parameter");
+  };
+  for (const char* f : {"presence_penalty", "frequency_penalty"}) {
+    double v = 0;
+    if (auto e = get_number(o, f, -2.0, 2.0, v)) return e;
+    if (v != 0.0) return unsupported(f);
+  }
+  int64_t n = 1;
+  if (auto e = get_int(o, "n", 1, 1, n)) return bad("'n' must be 1 (one choice per request)", "n");
+  if (ep == Endpoint::kCompletions) {
+    int64_t best_of = 1;
+    if (auto e = get_int(o, "best_of", 1, 1, best_of)) return bad("'best_of' must be 1", "best_of");
+    if (auto it = o.find("logprobs"); it != o.end() && !it->is_null()) return unsupported("logprobs");
+    if (auto it = o.find("suffix"); it != o.end() && !it->is_null() && !(it->is_string() && it->get_ref<const std::string&>().empty()))
+      return unsupported("suffix");
+  } else {
+    bool lp = false;
+    if (auto e = get_bool(o, "logprobs", lp)) return e;
+    if (lp) return unsupported("logprobs");
+    for (const char* f : {"top_logprobs", "tool_choice", "function_call"})
+      if (auto it = o.find(f); it != o.end() && !it->is_null() && !(it->is_string() && *it == "none")) return unsupported(f);
+    for (const char* f : {"tools", "functions"})
+      if (auto it = o.find(f); it != o.end() && !it->is_null() && !(it->is_array() && it->empty())) return unsupported(f);
+    if (auto it = o.find("response_format"); it != o.end() && !it->is_null()) {
+      if (!it->is_object()) return wrong_type("response_format", "an object", *it);
+      auto t = it->find("type");
+      if (t == it->end() || *t != "text") return unsupported("response_format");
+    }
+  }
+  if (auto it = o.find("logit_bias"); it != o.end() && !it->is_null()) {
+    if (!it->is_object()) return wrong_type("logit_bias", "an object", *it);
+    if (!it->empty()) return unsupported("logit_bias");
+  }
+  if (auto it = o.find("stream_options"); it != o.end() && !it->is_null() && !it->is_object())
+    return wrong_type("stream_options", "an object", *it);
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_prompt(const json& o, CompletionRequest& r) {
+  auto it = o.find("prompt");
+  if (it == o.end() || it->is_null()) return bad("missing 'prompt' field", "prompt");
+  if (it->is_string()) {
+    r.prompt = it->get<std::string>();
+    return std::nullopt;
+  }
+  if (!it->is_array()) return wrong_type("prompt", "a string, an array of one string or an array of token ids", *it);
+  if (it->empty()) return bad("'prompt' must not be an empty array", "prompt");
+  if ((*it)[0].is_string()) {
+    if (it->size() != 1) return bad("'prompt' holds several prompts; send one per request", "prompt");
+    r.prompt = (*it)[0].get<std::string>();
+    return std::nullopt;
+  }
+  for (const auto& v : *it) {
+    if (!v.is_number_integer()) return bad("'prompt' array must hold one string or token ids (integers)", "prompt");
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      return bad("'prompt' token id out of range", "prompt");
+    r.prompt_ids.push_back(v.get<int64_t>());
+  }
+  r.prompt_is_ids = true;
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_messages(const json& o, const Limits& lim, CompletionRequest& r) {
+  auto it = o.find("messages");
+  if (it == o.end() || it->is_null()) return bad("missing 'messages' field", "messages");
+  if (!it->is_array()) return wrong_type("messages", "an array", *it);
+  if (it->empty()) return bad("'messages' must not be empty", "messages");
+  if (it->size() > lim.max_messages) return bad("more than " + std::to_string(lim.max_messages) + " messages", "messages");
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& m = (*it)[i];
+    const std::string p = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) return wrong_type(p, "an object", m);
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) return bad(p + ".role must be a string", p + ".role");
+    Message msg{role->get<std::string>(), ""};
+    if (msg.role == "developer") msg.role = "system";
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool")
+      return bad(p + ".role '" + msg.role + "' is not one of system, user, assistant, tool", p + ".role");
+    for (auto f = m.begin(); f != m.end(); ++f)
+      if (f.key() != "role" && f.key() != "content" && f.key() != "name" && f.key() != "tool_call_id")
+        return bad("unrecognized field " + p + "." + f.key(), p + "." + f.key());
+    auto c = m.find("content");
+    if (c == m.end() || c->is_null()) {
+      if (msg.role != "assistant") return bad(p + ".content is required", p + ".content");
+    } else if (c->is_string()) {
+      msg.content = c->get<std::string>();
+    } else if (c->is_array()) {
+      for (const auto& part : *c) {
+        if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") || !part["text"].is_string())
+          return bad(p + ".content parts must be {\"type\": \"text\", \"text\": string}", p + ".content");
+        msg.content += part["text"].get<std::string>();
+      }
+    } else {
+      return wrong_type(p + ".content", "a string or an array of text parts", *c);
+    }
+    r.messages.push_back(std::move(msg));
+  }
+  return std::nullopt;
+}
+
+const std::set<std::string, std::less<>>& known_fields(Endpoint ep) {
+  static const std::set<std::string, std::less<>> common = {
+      "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "repeat_penalty", "seed", "stop", "stream",
+      "stream_options", "n", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs"};
+  static const std::set<std::string, std::less<>> comp = [] {
+    auto s = common;
+    s.insert({"prompt", "system", "echo", "suffix", "best_of"});
+    return s;
+  }();
+  static const std::set<std::string, std::less<>> chat = [] {
+    auto s = common;
+    s.insert({"messages", "max_completion_tokens", "top_logprobs", "response_format", "tools", "tool_choice", "functions",
+              "function_call"});
+    return s;
+  }();
+  return ep == Endpoint::kChat ? chat : comp;
+}
+
+std::optional<ApiError> parse_object(Endpoint ep, const json& o, const Limits& lim, CompletionRequest& r) {
+  for (auto it = o.begin(); it != o.end(); ++it)
+    if (!known_fields(ep).count(it.key()) && !kIgnoredFields.count(it.key()))
+      return bad("Unrecognized request argument supplied: " + it.key(), it.key(), "unknown_parameter");
+  r.endpoint = ep;
+  if (auto e = get_string(o, "model", r.model)) return e;
+  if (auto e = check_unsupported(o, ep)) return e;
+  if (ep == Endpoint::kCompletions) {
+    if (auto e = parse_prompt(o, r)) return e;
+    std::string sys;
+    if (o.contains("system") && !o["system"].is_null()) {
+      if (auto e = get_string(o, "system", sys)) return e;
+      r.system = sys;
+    }
+    if (auto e = get_bool(o, "echo", r.echo)) return e;
+  } else {
+    if (auto e = parse_messages(o, lim, r)) return e;
+  }
+  r.max_tokens = lim.default_max_tokens;
+  const char* mt = (ep == Endpoint::kChat && o.contains("max_completion_tokens") && !o["max_completion_tokens"].is_null())
+                       ? "max_completion_tokens" : "max_tokens";
+  if (auto e = get_int(o, mt, 1, lim.max_tokens_cap, r.max_tokens, &r.max_tokens_set)) {
+    e->code = "max_tokens_out_of_range";
+    return e;
+  }
+  if (auto e = get_number(o, "temperature", 0.0, 2.0, r.temperature)) return e;
+  if (auto e = get_number(o, "top_p", 0.0, 1.0, r.top_p)) return e;
+  if (auto e = get_number(o, "min_p", 0.0, 1.0, r.min_p)) return e;
+  if (auto e = get_number(o, "repeat_penalty", 0.01, 10.0, r.repeat_penalty)) return e;
+  if (auto e = get_int(o, "top_k", 0, 1 << 30, r.top_k)) return e;
+  if (auto e = parse_seed(o, r)) return e;
+  if (auto e = parse_stop(o, lim, r)) return e;
+  if (auto e = get_bool(o, "stream", r.stream)) return e;
+  if (auto it = o.find("stream_options"); it != o.end() && it->is_object())
+    if (auto e = get_bool(*it, "include_usage", r.include_usage)) return e;
+  return std::nullopt;
+}
+
+double tps(int64_t n, double ms) { return ms > 0 ? static_cast<double>(n) / (ms / 1e3) : 0.0; }
+
+json meta_base(const ResponseMeta& m, bool chunk) {
+  const bool chat = m.endpoint == Endpoint::kChat;
+  return json{{"id", m.id},
+              {"object", chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
+              {"created", m.created},
+              {"model", m.model}};
+}
+
+std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
+
+}  // namespace
+
+int json_depth(std::string_view t, int cap) {
+  int depth = 0, max_depth = 0;
+  bool in_str = false;
+  for (size_t i = 0; i < t.size(); ++i) {
+    const char c = t[i];
+    if (in_str) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_str = false;
+      continue;
+    }
+    if (c == '"') in_str = true;
+    else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+      if (max_depth > cap) return max_depth;
+    } else if (c == ']' || c == '}') {
+      depth = std::max(0, depth - 1);
+    }
+  }
+  return max_depth;
+}
+
+std::optional<ApiError> parse_request(Endpoint ep, std::string_view body, const Limits& lim, CompletionRequest& out) {
+  out = CompletionRequest{};
+  try {
+    if (body.empty()) return bad("empty body: send a JSON object");
+    if (json_depth(body, lim.max_json_depth) > lim.max_json_depth)
+      return bad("JSON nested deeper than " + std::to_string(lim.max_json_depth) + " levels");
+    json o = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+    if (o.is_discarded()) {
+      try {
+        (void)json::parse(body.begin(), body.end());
+      } catch (const json::exception& e) {
+        return bad(std::string("malformed JSON body: ") + e.what(), "", "invalid_json");
+      }
+      return bad("malformed JSON body", "", "invalid_json");
+    }
+    if (!o.is_object()) return bad(std::string("the body must be a JSON object (got ") + type_name(o) + ")");
+    return parse_object(ep, o, lim, out);
+  } catch (const std::exception& e) {  // e.g. invalid UTF-8 inside a string we copy out
+    return bad(std::string("bad request: ") + e.what());
+  }
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string error_json(const ApiError& e) {
+  json err{{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
+  if (!e.param.empty()) err["param"] = e.param;
+  if (!e.code.empty()) err["code"] = e.code;
+  return dump(json{{"error", err}});
+}
+
+json usage_json(const Usage& u) {
+  return json{{"prompt_tokens", u.prompt_tokens},
+              {"completion_tokens", u.completion_tokens},
+              {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+}
+
+json timings_json(const Usage& u) {
+  // decode tok/s over the tokens after the first (the first comes out of the prefill), as the CLI does.
+  const double dec = u.completion_tokens > 1 ? tps(u.completion_tokens - 1, u.decode_ms) : 0.0;
+  return json{{"queue_ms", u.queue_ms},           {"prefill_ms", u.prefill_ms}, {"decode_ms", u.decode_ms},
+              {"ttft_ms", u.ttft_ms},             {"total_ms", u.total_ms},
+              {"prefill_tps", tps(u.prompt_tokens, u.prefill_ms)}, {"decode_tps", dec}};
+}
+
+json completion_json(const ResponseMeta& m, const std::string& text, const std::string& finish, const Usage& u) {
+  json j = meta_base(m, false);
+  json choice{{"index", 0}, {"finish_reason", finish}};
+  if (m.endpoint == Endpoint::kChat) {
+    choice["message"] = json{{"role", "assistant"}, {"content", text}};
+  } else {
+    choice["text"] = text;
+  }
+  choice["logprobs"] = nullptr;
+  j["choices"] = json::array({choice});
+  j["usage"] = usage_json(u);
+  const json t = timings_json(u);
+  j["timings"] = t;
+  // The seeds' simple-form fields.
+  j["text"] = text;
+  j["prompt_tokens"] = u.prompt_tokens;
+  j["gen_tokens"] = u.completion_tokens;
+  for (const char* k : {"prefill_tps", "decode_tps", "ttft_ms", "total_ms"}) j[k] = t[k];
+  return j;
+}
+
+std::string sse_delta(const ResponseMeta& m, std::string_view text) {
+  json j = meta_base(m, true);
+  json choice{{"index", 0}, {"finish_reason", nullptr}};
+  if (m.endpoint == Endpoint::kChat) choice["delta"] = json{{"content", std::string(text)}};
+  else choice["text"] = std::string(text), choice["logprobs"] = nullptr;
+  j["choices"] = json::array({choice});
+  return sse(j);
+}
+
+std::string sse_role(const ResponseMeta& m) {
+  json j = meta_base(m, true);
+  j["choices"] = json::array({json{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"finish_reason", nullptr}}});
+  return sse(j);
+}
+
+std::string sse_final(const ResponseMeta& m, const std::string& finish, const Usage& u, bool usage_chunk) {
+  json j = meta_base(m, true);
+  json choice{{"index", 0}, {"finish_reason", finish}};
+  if (m.endpoint == Endpoint::kChat) choice["delta"] = json::object();
+  else choice["text"] = "", choice["logprobs"] = nullptr;
+  j["choices"] = json::array({choice});
+  j["usage"] = usage_json(u);
+  j["timings"] = timings_json(u);
+  std::string out = sse(j);
+  if (usage_chunk) {  // stream_options.include_usage: OpenAI's extra chunk with empty choices
+    json k = meta_base(m, true);
+    k["choices"] = json::array();
+    k["usage"] = usage_json(u);
+    out += sse(k);
+  }
+  return out;
+}
+
+std::string sse_error(const ApiError& e) { return "data: " + error_json(e) + "\n\n"; }
+
+size_t utf8_complete_prefix(std::string_view s) {
+  // Look back at most 3 bytes for a lead byte whose sequence runs past the end.
+  const size_t n = s.size();
+  for (size_t back = 1; back <= 3 && back <= n; ++back) {
+    const auto c = static_cast<unsigned char>(s[n - back]);
+    if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead
+    size_t need = 1;
+    if ((c & 0xE0) == 0xC0) need = 2;
+    else if ((c & 0xF0) == 0xE0) need = 3;
+    else if ((c & 0xF8) == 0xF0) need = 4;
+    return need > back ? n - back : n;
+  }
+  return n;
+}
+
+std::string finish_reason(const std::string& stop_reason) {
+  return (stop_reason == "length" || stop_reason == "context") ? "length" : "stop";
+}
+
+}  // namespace anelab::serve

@@ -1,0 +1,109 @@
+// The HTTP API of `anelab serve` as pure functions (no sockets, no model): request parsing and
+// validation, response / stream-chunk / error JSON. See docs/server.md for the wire format.
+//
+// Requests (JSON object bodies):
+//   POST /v1/completions       prompt (string | [string] | [token ids]), system (extension: wraps the
+//                              prompt in the chat template, like the seeds' simple form), echo
+//   POST /v1/chat/completions  messages [{role, content (string | [{type:"text", text}]), name?}]
+//   both: model, max_tokens (max_completion_tokens on chat), temperature, top_p, top_k, min_p,
+//         repeat_penalty, seed, stop (string | [string], at most 4), stream, stream_options.include_usage,
+//         n (must be 1), user (ignored), ...; see kIgnoredFields / check_unsupported in api.cpp.
+// Unknown fields are rejected (400, param = the field), like OpenAI's "Unrecognized request argument".
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace anelab::serve {
+
+enum class Endpoint { kCompletions, kChat };
+
+// An OpenAI-style error: {"error": {"message", "type", "param", "code"}} with an HTTP status.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // empty -> null
+  std::string code;   // empty -> null
+};
+
+struct Limits {
+  int64_t max_tokens_cap = 512;      // max_tokens above this -> 400
+  int64_t default_max_tokens = 50;   // when max_tokens is absent (the seeds' default)
+  size_t max_stop = 4;               // stop strings
+  size_t max_stop_bytes = 256;       // per stop string
+  size_t max_messages = 512;
+  int max_json_depth = 32;           // nesting deeper than this is rejected before parsing
+};
+
+struct Message {
+  std::string role, content;
+};
+
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;                   // as sent (any value accepted)
+  std::string prompt;                  // completions: text prompt
+  std::vector<int64_t> prompt_ids;     // completions: token-id prompt (prompt_is_ids)
+  bool prompt_is_ids = false;
+  std::optional<std::string> system;   // completions extension
+  std::vector<Message> messages;       // chat
+  int64_t max_tokens = 50;
+  bool max_tokens_set = false;         // explicitly given (else clamped to the context, not rejected)
+  double temperature = 1.0, top_p = 1.0, min_p = 0.0, repeat_penalty = 1.0;
+  int64_t top_k = 0;
+  std::optional<uint64_t> seed;        // absent or 0: random
+  std::vector<std::string> stop;
+  bool stream = false, include_usage = false, echo = false;
+};
+
+// Parses and validates a request body. Returns the error when the body is bad (never throws).
+std::optional<ApiError> parse_request(Endpoint ep, std::string_view body, const Limits& lim, CompletionRequest& out);
+
+// The deepest [ / { nesting of a JSON text (strings skipped); stops counting past `cap`.
+int json_depth(std::string_view text, int cap);
+
+// What a finished generation reports.
+struct Usage {
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  double queue_ms = 0, prefill_ms = 0, decode_ms = 0, ttft_ms = 0, total_ms = 0;
+};
+
+// Identity of one response (shared by all its stream chunks).
+struct ResponseMeta {
+  std::string id, model;
+  int64_t created = 0;
+  Endpoint endpoint = Endpoint::kCompletions;
+};
+
+std::string error_json(const ApiError& e);
+// Non-streamed answer: OpenAI fields + the seeds' flat extras (text, prompt_tokens, gen_tokens,
+// prefill_tps, decode_tps, ttft_ms, total_ms, ...) + timings.
+nlohmann::json completion_json(const ResponseMeta& m, const std::string& text, const std::string& finish_reason,
+                               const Usage& u);
+// One SSE event "data: {...}\n\n": a text delta (finish_reason empty), the role opener (chat), or the
+// final chunk (finish_reason set; carries usage and timings).
+std::string sse_delta(const ResponseMeta& m, std::string_view text);
+std::string sse_role(const ResponseMeta& m);
+std::string sse_final(const ResponseMeta& m, const std::string& finish_reason, const Usage& u, bool usage_chunk);
+std::string sse_error(const ApiError& e);
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+
+nlohmann::json usage_json(const Usage& u);
+nlohmann::json timings_json(const Usage& u);
+// dump() that never throws on invalid UTF-8 (replaced by U+FFFD).
+std::string dump(const nlohmann::json& j);
+
+// Length of the longest prefix of s that does not end inside an incomplete UTF-8 sequence (so that
+// stream chunks never split a character). Invalid bytes count as complete.
+size_t utf8_complete_prefix(std::string_view s);
+
+// Maps a generation stop reason ("eos", "stop_token", "stop_string", "length", "context") to
+// OpenAI's finish_reason ("stop" / "length").
+std::string finish_reason(const std::string& stop_reason);
+
+}  // namespace anelab::serve

@@ -1,0 +1,220 @@
+#include "infer/server/engine_adapter.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <random>
+
+#include "framework/core/error.h"
+#include "infer/engine.h"
+#include "infer/generate.h"
+#include "infer/prefill_mil.h"
+#include "models/formats/load_any.h"
+#include "models/tokenizer/chat_template.h"
+#include "models/tokenizer/tokenizer.h"
+
+namespace anelab::serve {
+namespace {
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+struct Cancelled {};  // thrown from the text sink to leave generate_tokens at the next token
+
+ApiError bad(std::string msg, std::string param, std::string code) {
+  return ApiError{400, std::move(msg), "invalid_request_error", std::move(param), std::move(code)};
+}
+
+uint64_t random_seed() {
+  static std::mutex mu;
+  static std::mt19937_64 rng(std::random_device{}());
+  std::lock_guard<std::mutex> lk(mu);
+  uint64_t s = 0;
+  while (s == 0) s = rng();
+  return s;
+}
+
+}  // namespace
+
+struct ModelPool::Impl {
+  ModelOptions opt;
+  std::unique_ptr<tok::Tokenizer> tk;
+  std::vector<std::unique_ptr<infer::Engine>> engines;  // one per worker
+  std::string arch, source_format;
+  int32_t im_end = -1;
+  int64_t created = 0;
+
+  std::unique_ptr<infer::Engine> make_engine() {
+    models::Model m = models::load_any_model(opt.model);
+    if (!tk) {
+      if (!opt.tokenizer.empty()) tk = tok::load_tokenizer(opt.tokenizer);
+      else if (m.vocab) tk = tok::make_tokenizer(*m.vocab);
+      else if (!m.tokenizer_path.empty()) tk = tok::load_tokenizer(m.tokenizer_path);
+      else fail("serve", opt.model, " has no tokenizer: pass --tokenizer PATH");
+    }
+    arch = m.config.arch;
+    source_format = m.source_format;
+    infer::EngineOptions eo;
+    eo.backend = opt.backend;
+    eo.device = opt.device;
+    eo.dtype = opt.dtype == "auto" ? (m.source_format == "llama2c" ? infer::WType::kF32 : infer::WType::kF16)
+                                   : infer::parse_wtype(opt.dtype);
+    eo.threads = opt.threads;
+    eo.context = opt.ctx;
+    eo.quiet = true;
+    return std::make_unique<infer::Engine>(std::move(m), eo);
+  }
+
+  // Compiles the prefill kernels of every bucket up to warmup_tokens (MIL backends compile on first use).
+  void warmup(infer::Engine& e) const {
+    const int64_t ctx = e.context();
+    const int64_t limit = std::clamp<int64_t>(opt.warmup_tokens, 1, ctx);
+    const int32_t fill = std::max<int32_t>(0, tk->bos_id());
+    if (opt.backend == "cpu") {
+      e.prefill(std::vector<int32_t>(1, fill), 0);
+      return;
+    }
+    for (int64_t n = 1;;) {
+      const int64_t b = infer::prefill_bucket(n, ctx);
+      e.prefill(std::vector<int32_t>(static_cast<size_t>(b), fill), 0);
+      if (b >= limit) break;
+      n = b + 1;
+    }
+  }
+
+  std::vector<int32_t> encode_text(const std::string& text) const {
+    // As infer::generate(): BOS for SentencePiece vocabularies or when the vocab asks for it.
+    tok::EncodeOptions eo;
+    eo.add_bos = tk->vocab().kind == tok::TokenizerKind::kSentencePiece || tk->vocab().add_bos;
+    std::vector<int32_t> ids = tk->encode(text, eo);
+    if (ids.empty()) {
+      ANELAB_CHECK(tk->eos_id() >= 0 || tk->bos_id() >= 0, "serve", "empty prompt and the vocabulary has no BOS/EOS");
+      ids.push_back(tk->bos_id() >= 0 ? tk->bos_id() : tk->eos_id());
+    }
+    return ids;
+  }
+
+  std::vector<int32_t> encode_chat(const std::vector<tok::ChatMessage>& msgs) const {
+    tok::EncodeOptions eo;
+    eo.allow_special = true;  // as infer::Chat
+    return tk->encode(tok::apply_qwen25_chat_template(msgs, true), eo);
+  }
+};
+
+ModelPool::ModelPool(const ModelOptions& o, size_t workers) : impl_(std::make_unique<Impl>()) {
+  impl_->opt = o;
+  if (impl_->opt.name.empty()) impl_->opt.name = std::filesystem::path(o.model).filename().string();
+  impl_->created = static_cast<int64_t>(std::time(nullptr));
+  auto t0 = Clock::now();
+  for (size_t w = 0; w < std::max<size_t>(1, workers); ++w) impl_->engines.push_back(impl_->make_engine());
+  load_ms_ = ms_since(t0);
+  impl_->im_end = impl_->tk->token_to_id("<|im_end|>");
+  t0 = Clock::now();
+  if (o.warmup_tokens > 0)
+    for (auto& e : impl_->engines) impl_->warmup(*e);
+  warmup_ms_ = ms_since(t0);
+}
+
+ModelPool::~ModelPool() = default;
+
+int64_t ModelPool::context() const { return impl_->engines.front()->context(); }
+
+std::optional<ApiError> ModelPool::prepare(const CompletionRequest& r, GenParams& out) const {
+  const Impl& m = *impl_;
+  out = GenParams{};
+  try {
+    if (r.endpoint == Endpoint::kChat || r.system) {
+      std::vector<tok::ChatMessage> msgs;
+      if (r.endpoint == Endpoint::kChat) {
+        for (const auto& x : r.messages) msgs.push_back({x.role, x.content});
+      } else {
+        if (r.prompt_is_ids) return bad("'system' needs a text prompt", "system", "");
+        msgs = {{"system", *r.system}, {"user", r.prompt}};
+      }
+      out.prompt = m.encode_chat(msgs);
+      if (m.im_end >= 0) out.stop_tokens.push_back(m.im_end);
+    } else if (r.prompt_is_ids) {
+      for (int64_t id : r.prompt_ids) {
+        if (id < 0 || id >= m.tk->vocab_size())
+          return bad("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                         std::to_string(m.tk->vocab_size()) + ")", "prompt", "");
+        out.prompt.push_back(static_cast<int32_t>(id));
+      }
+    } else {
+      out.prompt = m.encode_text(r.prompt);
+    }
+  } catch (const std::exception& e) {
+    return bad(std::string("cannot tokenize the prompt: ") + e.what(), r.endpoint == Endpoint::kChat ? "messages" : "prompt", "");
+  }
+  const int64_t n = static_cast<int64_t>(out.prompt.size()), ctx = context();
+  if (n < 1) return bad("the prompt has no tokens", "prompt", "");
+  // Generation fills positions n .. n + max - 1 <= ctx (the last token needs no cache slot).
+  if (n > ctx || (r.max_tokens_set && n + r.max_tokens - 1 > ctx))
+    return bad("This model's maximum context length is " + std::to_string(ctx) + " tokens; the prompt has " +
+                   std::to_string(n) + " tokens" + (r.max_tokens_set ? " and max_tokens asks for " + std::to_string(r.max_tokens) : ""),
+               r.endpoint == Endpoint::kChat ? "messages" : "prompt", "context_length_exceeded");
+  out.max_new_tokens = std::min<int64_t>(r.max_tokens, ctx - n + 1);
+  out.temperature = static_cast<float>(r.temperature);
+  out.top_p = static_cast<float>(r.top_p);
+  out.min_p = static_cast<float>(r.min_p);
+  out.repeat_penalty = static_cast<float>(r.repeat_penalty);
+  out.top_k = static_cast<int32_t>(r.top_k);
+  out.seed = (r.seed && *r.seed != 0) ? *r.seed : random_seed();
+  out.stop = r.stop;
+  out.echo = r.echo;
+  return std::nullopt;
+}
+
+GenOutcome ModelPool::run(size_t w, Job& job) {
+  infer::Engine& e = *impl_->engines.at(w);
+  const GenParams& p = job.params;
+  infer::GenerateOptions o;
+  o.max_new_tokens = p.max_new_tokens;
+  o.sampling.temperature = p.temperature;
+  o.sampling.top_p = p.top_p;
+  o.sampling.top_k = p.top_k;
+  o.sampling.min_p = p.min_p;
+  o.sampling.repeat_penalty = p.repeat_penalty;
+  o.sampling.seed = p.seed;
+  o.stop_strings = p.stop;
+  o.stop_tokens = p.stop_tokens;
+  o.echo_prompt = p.echo;
+  o.final_newline = false;
+  GenOutcome out;
+  out.usage.queue_ms = std::chrono::duration<double, std::milli>(job.started - job.enqueued).count();
+  out.usage.prompt_tokens = static_cast<int64_t>(p.prompt.size());
+  const auto t0 = Clock::now();
+  try {
+    const infer::GenerateResult r = infer::generate_tokens(e, *impl_->tk, p.prompt, 0, o, [&](std::string_view s) {
+      if (job.cancel.load(std::memory_order_relaxed)) throw Cancelled{};
+      out.text.append(s);
+      job.push_text(s);
+    });
+    out.stop_reason = r.stop_reason;
+    out.usage.completion_tokens = static_cast<int64_t>(r.new_tokens.size());
+    out.usage.prefill_ms = r.prefill_ms;
+    out.usage.decode_ms = r.decode_ms;
+    out.usage.ttft_ms = r.ttft_ms + out.usage.queue_ms;
+  } catch (const Cancelled&) {
+    out.stop_reason = "cancelled";
+  }
+  out.usage.total_ms = out.usage.queue_ms + ms_since(t0);
+  return out;
+}
+
+nlohmann::json ModelPool::info() const {
+  const auto& cfg = impl_->engines.front()->config();
+  return nlohmann::json{{"id", impl_->opt.name},
+                        {"object", "model"},
+                        {"created", impl_->created},
+                        {"owned_by", "anelab"},
+                        {"arch", impl_->arch},
+                        {"context_length", context()},
+                        {"vocab_size", cfg.vocab_size},
+                        {"n_layers", cfg.n_layers},
+                        {"dim", cfg.dim},
+                        {"backend", impl_->opt.backend},
+                        {"device", impl_->opt.device},
+                        {"tokenizer", impl_->tk->describe()}};
+}
+
+}  // namespace anelab::serve

@@ -1,0 +1,61 @@
+// The one place where `anelab serve` touches the inference API (infer/engine.h, infer/generate.h,
+// models/tokenizer/chat_template.h).
+//
+// Generator is what the HTTP layer needs from a model; ModelPool implements it over N Engines, one per
+// generation worker (each Engine owns its KV cache, scratch and thread pool, so workers never share
+// mutable state; the tokenizer is shared — it is thread-safe). Memory: weights converted at load
+// (e.g. fp32 llama2.c -> fp16) and the KV cache are per Engine, so --parallel N costs N times that.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "infer/server/api.h"
+#include "infer/server/scheduler.h"
+
+namespace anelab::serve {
+
+class Generator {
+ public:
+  virtual ~Generator() = default;
+  virtual int64_t context() const = 0;
+  // Request -> token prompt and generation parameters, or a 4xx error (prompt over the context,
+  // token ids outside the vocabulary, text the tokenizer rejects).
+  virtual std::optional<ApiError> prepare(const CompletionRequest& r, GenParams& out) const = 0;
+  // Runs a job on worker w; streams text through job.push_text; stops at the next token once
+  // job.cancel is set (stop_reason "cancelled").
+  virtual GenOutcome run(size_t w, Job& job) = 0;
+  virtual nlohmann::json info() const = 0;  // for /v1/models and /health
+};
+
+struct ModelOptions {
+  std::string model, tokenizer;
+  std::string backend = "emulator", device = "m4", dtype = "auto";
+  int threads = 2;
+  int64_t ctx = 0;
+  int64_t warmup_tokens = 512;  // compile the prefill buckets for prompts up to this many tokens at start
+  std::string name;             // model id in responses (default: the model file's name)
+};
+
+class ModelPool final : public Generator {
+ public:
+  ModelPool(const ModelOptions& o, size_t workers);
+  ~ModelPool() override;
+  int64_t context() const override;
+  std::optional<ApiError> prepare(const CompletionRequest& r, GenParams& out) const override;
+  GenOutcome run(size_t w, Job& job) override;
+  nlohmann::json info() const override;
+  double load_ms() const { return load_ms_; }
+  double warmup_ms() const { return warmup_ms_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  double load_ms_ = 0, warmup_ms_ = 0;
+};
+
+}  // namespace anelab::serve

@@ -1,0 +1,214 @@
+#include "infer/server/http_server.h"
+
+#include <httplib.h>
+
+#include <cstdio>
+#include <ctime>
+
+#include "framework/core/error.h"
+
+namespace anelab::serve {
+namespace {
+
+constexpr const char* kJson = "application/json";
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(error_json(e), kJson);
+}
+
+ApiError error_for_status(int status, const httplib::Request& req) {
+  switch (status) {
+    case 404: return {404, "Unknown path " + req.method + " " + req.path, "invalid_request_error", "", "not_found"};
+    case 405: return {405, "Method " + req.method + " is not allowed on " + req.path, "invalid_request_error", "", "method_not_allowed"};
+    case 413: return {413, "Request body too large", "invalid_request_error", "", "payload_too_large"};
+    case 503: return {503, "The server is busy; retry later", "server_error", "", "overloaded"};
+    default:
+      return {status, "HTTP error " + std::to_string(status), status < 500 ? "invalid_request_error" : "server_error", "", ""};
+  }
+}
+
+// Streams a job's text as SSE; true when the stream ended normally.
+bool stream_job(const std::shared_ptr<Job>& job, const ResponseMeta& meta, bool include_usage, httplib::DataSink& sink) {
+  auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+  if (meta.endpoint == Endpoint::kChat && !write(sse_role(meta))) return false;
+  std::string held;  // bytes of an incomplete UTF-8 character
+  auto last_write = Clock::now();
+  for (bool done = false; !done;) {
+    held += job->next(std::chrono::milliseconds(200), done);
+    const size_t k = done ? held.size() : utf8_complete_prefix(held);
+    if (k > 0) {
+      if (!write(sse_delta(meta, std::string_view(held).substr(0, k)))) return false;
+      held.erase(0, k);
+      last_write = Clock::now();
+    } else if (Clock::now() - last_write > std::chrono::seconds(2)) {
+      if (!write(": keep-alive\n\n")) return false;  // notices a client that left while queued
+      last_write = Clock::now();
+    }
+  }
+  const GenOutcome& o = job->wait();
+  if (o.error) {
+    if (!write(sse_error(*o.error))) return false;
+  } else if (o.stop_reason != "cancelled") {
+    if (!write(sse_final(meta, finish_reason(o.stop_reason), o.usage, include_usage))) return false;
+  }
+  if (!write(std::string(kSseDone))) return false;
+  sink.done();
+  return true;
+}
+
+}  // namespace
+
+HttpServer::HttpServer(Generator& gen, const ServerOptions& o) : gen_(gen), opt_(o) {
+  svr_ = std::make_unique<httplib::Server>();
+  if (opt_.http_threads == 0) opt_.http_threads = std::max<size_t>(16, 2 * (opt_.parallel + opt_.queue) + 8);
+  const size_t nthreads = opt_.http_threads;
+  svr_->new_task_queue = [nthreads] { return new httplib::ThreadPool(nthreads); };
+  svr_->set_payload_max_length(opt_.max_body);
+  svr_->set_keep_alive_timeout(opt_.keep_alive_s);
+  svr_->set_read_timeout(10);
+  svr_->set_write_timeout(10);
+  sched_ = std::make_unique<Scheduler>(opt_.parallel, opt_.queue,
+                                       [this](size_t w, Job& job) { return gen_.run(w, job); });
+  started_ = Clock::now();
+  routes();
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+void HttpServer::routes() {
+  httplib::Server& s = *svr_;
+  s.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) {
+    handle_generate(Endpoint::kCompletions, &q, &r);
+  });
+  s.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) {
+    handle_generate(Endpoint::kChat, &q, &r);
+  });
+  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& r) {
+    r.set_content(dump(nlohmann::json{{"object", "list"}, {"data", nlohmann::json::array({gen_.info()})}}), kJson);
+  });
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
+    const auto st = sched_->stats();
+    nlohmann::json j{{"status", stopping_ ? "stopping" : "ok"},
+                     {"mode", "http"},
+                     {"model", gen_.info()["id"]},
+                     {"uptime_s", std::chrono::duration<double>(Clock::now() - started_).count()},
+                     {"workers", st.workers},
+                     {"queue_max", st.max_queue},
+                     {"running", st.running},
+                     {"waiting", st.waiting},
+                     {"admitted", st.admitted},
+                     {"rejected", st.rejected},
+                     {"completed", st.completed},
+                     {"cancelled", st.cancelled},
+                     {"failed", st.failed}};
+    r.set_content(dump(j), kJson);
+  });
+  // Wrong methods on known paths.
+  auto not_allowed = [](const char* allow) {
+    return [allow](const httplib::Request& q, httplib::Response& r) {
+      send_error(r, error_for_status(405, q));
+      r.set_header("Allow", allow);
+    };
+  };
+  for (const char* p : {"/v1/completions", "/v1/chat/completions"}) {
+    s.Get(p, not_allowed("POST"));
+    s.Put(p, not_allowed("POST"));
+    s.Delete(p, not_allowed("POST"));
+    s.Patch(p, not_allowed("POST"));
+  }
+  for (const char* p : {"/v1/models", "/health"}) {
+    s.Post(p, not_allowed("GET, HEAD"));
+    s.Put(p, not_allowed("GET, HEAD"));
+    s.Delete(p, not_allowed("GET, HEAD"));
+    s.Patch(p, not_allowed("GET, HEAD"));
+  }
+  // Everything else that ends >= 400 with no body (404 routing, 413, 400 from the parser) gets JSON.
+  s.set_error_handler([](const httplib::Request& q, httplib::Response& r) {
+    if (r.body.empty()) r.set_content(error_json(error_for_status(r.status, q)), kJson);
+  });
+  s.set_exception_handler([](const httplib::Request& q, httplib::Response& r, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    send_error(r, ApiError{500, what, "server_error", "", ""});
+  });
+  if (opt_.log_requests)
+    s.set_logger([](const httplib::Request& q, const httplib::Response& r) {
+      std::fprintf(stderr, "serve: %s %s -> %d\n", q.method.c_str(), q.path.c_str(), r.status);
+    });
+}
+
+void HttpServer::handle_generate(Endpoint ep, const void* qp, void* rp) {
+  const auto& q = *static_cast<const httplib::Request*>(qp);
+  auto& res = *static_cast<httplib::Response*>(rp);
+  CompletionRequest cr;
+  Limits lim = opt_.limits;
+  if (auto e = parse_request(ep, q.body, lim, cr)) return send_error(res, *e);
+  GenParams gp;
+  if (auto e = gen_.prepare(cr, gp)) return send_error(res, *e);
+  auto job = std::make_shared<Job>(std::move(gp));
+  switch (sched_->submit(job)) {
+    case Scheduler::Admit::kOk: break;
+    case Scheduler::Admit::kFull:
+      res.set_header("Retry-After", std::to_string(opt_.retry_after_s));
+      return send_error(res, ApiError{503, "The server is busy (" + std::to_string(opt_.parallel) + " running, " +
+                                               std::to_string(opt_.queue) + " waiting); retry later",
+                                      "server_error", "", "overloaded"});
+    case Scheduler::Admit::kStopping:
+      return send_error(res, ApiError{503, "The server is shutting down", "server_error", "", "shutting_down"});
+  }
+  ResponseMeta meta;
+  meta.endpoint = ep;
+  meta.model = gen_.info()["id"].get<std::string>();
+  meta.created = static_cast<int64_t>(std::time(nullptr));
+  char id[40];
+  std::snprintf(id, sizeof id, "%s-%012llx", ep == Endpoint::kChat ? "chatcmpl" : "cmpl",
+                static_cast<unsigned long long>(next_id_.fetch_add(1)));
+  meta.id = id;
+  if (!cr.stream) {
+    const GenOutcome& o = job->wait();
+    if (o.error) {
+      if (o.error->status == 503) res.set_header("Retry-After", std::to_string(opt_.retry_after_s));
+      return send_error(res, *o.error);
+    }
+    res.set_content(dump(completion_json(meta, o.text, finish_reason(o.stop_reason), o.usage)), kJson);
+    return;
+  }
+  res.set_header("Cache-Control", "no-cache");
+  const bool include_usage = cr.include_usage;
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [job, meta, include_usage](size_t, httplib::DataSink& sink) {
+        if (stream_job(job, meta, include_usage, sink)) return true;
+        job->cancel.store(true);
+        return false;
+      },
+      [job](bool ok) {
+        if (!ok) job->cancel.store(true);
+      });
+}
+
+int HttpServer::bind() {
+  const int port = opt_.port == 0 ? svr_->bind_to_any_port(opt_.host)
+                                  : (svr_->bind_to_port(opt_.host, opt_.port) ? opt_.port : -1);
+  ANELAB_CHECK(port > 0, "serve", "cannot listen on ", opt_.host, ":", opt_.port,
+               " (address in use or not local? pass another --port / --host)");
+  return port;
+}
+
+void HttpServer::run() { svr_->listen_after_bind(); }
+
+bool HttpServer::running() const { return svr_->is_running(); }
+
+void HttpServer::stop() {
+  if (stopping_.exchange(true)) return;
+  svr_->stop();                           // no new connections; listen_after_bind() joins the HTTP threads
+  sched_->shutdown(opt_.shutdown_grace);  // queued -> 503, running finish (or are cancelled after the grace)
+}
+
+}  // namespace anelab::serve

@@ -1,0 +1,65 @@
+// The HTTP front of `anelab serve` on cpp-httplib (Debian libcpp-httplib-dev; only httplib::Server is
+// used, which has the same layout with or without the library's SSL/zlib options).
+//
+// Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health; another method
+// on those paths -> 405 (+ Allow), any other path -> 404, bodies over max_body -> 413, all as
+// OpenAI-style error JSON. Generation requests are prepared on the HTTP thread (parse + tokenize, so
+// bad input is answered 4xx before anything is queued), then submitted to the Scheduler: full queue
+// -> 503 + Retry-After. Streams are Server-Sent Events; a failed write (client gone) cancels the job.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "infer/server/api.h"
+#include "infer/server/engine_adapter.h"
+#include "infer/server/scheduler.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace anelab::serve {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                       // 0: any free port (see bound_port())
+  size_t parallel = 1;                   // generation workers (the Generator must have as many)
+  size_t queue = 16;                     // requests waiting beyond the running ones
+  size_t max_body = 1 << 20;             // bytes; larger -> 413
+  size_t http_threads = 0;               // 0: 2 * (parallel + queue) + 8, at least 16
+  int retry_after_s = 1;
+  std::chrono::milliseconds shutdown_grace{10000};
+  int keep_alive_s = 2;
+  bool log_requests = true;              // one line per request on stderr
+  Limits limits;
+};
+
+class HttpServer {
+ public:
+  HttpServer(Generator& gen, const ServerOptions& o);
+  ~HttpServer();
+  // Binds the socket; returns the port (throws anelab::Error when it cannot bind).
+  int bind();
+  // Serves until stop(); returns after in-flight requests finished (or were cancelled).
+  void run();
+  // Thread-safe; idempotent. Stops accepting, drains the scheduler (see Scheduler::shutdown).
+  void stop();
+  bool running() const;
+  Scheduler& scheduler() { return *sched_; }
+
+ private:
+  void routes();
+  void handle_generate(Endpoint ep, const void* req, void* res);
+  Generator& gen_;
+  ServerOptions opt_;
+  std::unique_ptr<httplib::Server> svr_;
+  std::unique_ptr<Scheduler> sched_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> next_id_{1};
+  Clock::time_point started_;
+};
+
+}  // namespace anelab::serve

@@ -1,0 +1,109 @@
+// Request scheduling for `anelab serve`: a bounded queue in front of N generation workers.
+//
+//   - submit() admits a job while (waiting + running) < workers + max_queue, else answers kFull (the
+//     HTTP layer turns that into 503 + Retry-After) or kStopping after shutdown() began.
+//   - Each worker owns one generation context (for the model: one Engine + KV cache, see
+//     engine_adapter.h) and runs one job at a time through the RunFn; jobs are taken FIFO.
+//   - A job streams text through Job::push_text; the HTTP side reads it with Job::next(). Setting
+//     Job::cancel (client gone, shutdown) makes the RunFn stop at its next token.
+//   - shutdown(grace): stop admitting, finish queued jobs with a 503 error, let running jobs run for up
+//     to `grace`, then cancel them, and join the workers.
+// The scheduler knows nothing about HTTP or models, so it is tested with a fake RunFn.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "infer/server/api.h"
+
+namespace anelab::serve {
+
+using Clock = std::chrono::steady_clock;
+
+// What the worker is asked to generate (prepared from a CompletionRequest by the engine adapter).
+struct GenParams {
+  std::vector<int32_t> prompt;        // token ids, BOS included where the tokenizer wants it
+  int64_t max_new_tokens = 16;
+  float temperature = 1.0f, top_p = 1.0f, min_p = 0.0f, repeat_penalty = 1.0f;
+  int32_t top_k = 0;
+  uint64_t seed = 1;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_tokens;
+  bool echo = false;                  // emit the prompt's pieces first (run.c's output)
+};
+
+struct GenOutcome {
+  std::string text;                   // everything emitted
+  std::string stop_reason;            // generation's ("eos", "length", ...), or "cancelled"
+  Usage usage;
+  std::optional<ApiError> error;      // set when the job failed (status 500 / 503)
+};
+
+class Job {
+ public:
+  explicit Job(GenParams p) : params(std::move(p)), enqueued(Clock::now()) {}
+  const GenParams params;
+  std::atomic<bool> cancel{false};
+  const Clock::time_point enqueued;
+  Clock::time_point started{};
+
+  // Worker side.
+  void push_text(std::string_view s);
+  void finish(GenOutcome o);
+  // Reader side: waits up to `timeout` for text or the end. Returns the text that arrived (possibly
+  // empty on timeout); sets done when the job has finished and everything was read.
+  std::string next(std::chrono::milliseconds timeout, bool& done);
+  // Waits for the end (non-streamed answers).
+  const GenOutcome& wait();
+  bool finished() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::string pending_;
+  bool done_ = false;
+  GenOutcome outcome_;
+};
+
+class Scheduler {
+ public:
+  // Runs a job on worker `w` (0 <= w < workers): pushes text, polls job.cancel, returns the outcome.
+  using RunFn = std::function<GenOutcome(size_t w, Job& job)>;
+  Scheduler(size_t workers, size_t max_queue, RunFn run);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  enum class Admit { kOk, kFull, kStopping };
+  Admit submit(const std::shared_ptr<Job>& job);
+  void shutdown(std::chrono::milliseconds grace);
+
+  struct Stats {
+    size_t workers = 0, max_queue = 0, waiting = 0, running = 0;
+    uint64_t admitted = 0, rejected = 0, completed = 0, cancelled = 0, failed = 0;
+  };
+  Stats stats() const;
+
+ private:
+  void worker_loop(size_t w);
+  RunFn run_;
+  size_t max_queue_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  std::vector<std::shared_ptr<Job>> running_;  // [workers], null when idle
+  bool stopping_ = false;
+  Stats stats_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace anelab::serve
