@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 
 #include "framework/core/error.h"
@@ -247,7 +249,9 @@ void Run::checkpoint(bool best) {
 }
 
 void Run::exec_restart() {
-  const std::string cmd = read_file_text("/proc/self/cmdline");
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);  // procfs: size 0 in stat, read to EOF
+  const std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (cmd.empty()) fail("train", "exec-restart: cannot read /proc/self/cmdline");
   std::vector<std::string> args;
   for (size_t p = 0; p < cmd.size();) {
     const size_t e = cmd.find('\0', p);
@@ -280,13 +284,10 @@ void Run::maybe_restart() {
 }
 
 TrainOutcome Run::finish(bool finished) {
-  TrainOutcome o{step, last_loss, best_val, last_val, finished, steps_here ? train_s * 1000.0 / double(steps_here) : 0};
-  if (!finished) {
-    checkpoint(false);
-    return o;
-  }
-  if (cfg.eval_batches > 0 && data->n_val() > 0) evaluate();
+  if (finished && cfg.eval_batches > 0 && data->n_val() > 0) evaluate();
   checkpoint(false);
+  TrainOutcome o{step, last_loss, best_val, last_val, finished, steps_here ? train_s * 1000.0 / double(steps_here) : 0};
+  if (!finished) return o;
   const double flops = CpuModel::step_flops(layout.config(), cfg.batch_size, cfg.seq_len) * double(cfg.accum_steps);
   const nlohmann::json end = {{"steps", step}, {"wall_s", prior_wall + (now_s() - t_start)},
                               {"compile_s", prior_compile + compile_s}, {"train_ms_per_step", o.train_ms_per_step},

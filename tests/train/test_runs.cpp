@@ -71,7 +71,7 @@ TEST(TrainRuns, ExecRestartEqualsUnrestartedRun) {
                           "--eval-batches 2 --compile-budget 3 --quiet > " + dir + "/log.txt 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << read_file_text(dir + "/log.txt");
   const auto restarts = test::read_events(dir + "/restarted", "restart");
-  EXPECT_GE(restarts.size(), 3u);  // 8 steps at 3 (simulated) compiles per process
+  EXPECT_EQ(restarts.size(), 2u);  // 8 steps at 3 (simulated) compiles per process: 3 + 3 + 2
   EXPECT_EQ(test::read_events(dir + "/restarted", "run_end").size(), 1u);
   expect_same_state(dir + "/straight", dir + "/restarted");
   std::filesystem::remove_all(dir);
@@ -81,14 +81,17 @@ TEST(TrainRuns, DynamicLossScaleSkipsOverflowingSteps) {
   const auto dir = test::temp_dir("overflow").string();
   const std::string data = test::write_tokens(dir, 5000, 512, 5);
   auto c = small_run(dir + "/run", data);
-  c.loss_scale = "dynamic:1e38:1000";  // gradients * 1e38 overflow fp32 -> inf -> skip + halve
-  c.steps = 3, c.eval_every = 0, c.eval_batches = 0;
+  c.loss_scale = "dynamic:1e39:1000";  // > FLT_MAX: scaled gradients overflow to inf/NaN -> skip + halve
+  c.steps = 4, c.eval_every = 0, c.eval_batches = 0;
   train::run_training(c, {false, false});
-  const auto steps = test::read_events(c.run_dir, "step");
-  ASSERT_EQ(steps.size(), 3u);
-  EXPECT_TRUE(steps[0]["skipped"].get<bool>());
-  EXPECT_LT(steps[1]["loss_scale"].get<double>(), steps[0]["loss_scale"].get<double>());
   const auto ck = train::read_checkpoint(c.run_dir + "/last.ckpt");
+  const auto steps = test::read_events(c.run_dir, "step");
+  ASSERT_EQ(steps.size(), 4u);
+  EXPECT_TRUE(steps[0]["skipped"].get<bool>());  // 1e39, then 5e38: both overflow fp32
+  EXPECT_TRUE(steps[1]["skipped"].get<bool>());
+  EXPECT_FALSE(steps[2]["skipped"].get<bool>());  // 2.5e38 fits
+  EXPECT_EQ(steps[2]["loss_scale"].get<double>(), 2.5e38);
+  EXPECT_EQ(ck.adam_t, 2);
   for (float w : ck.weights) ASSERT_TRUE(std::isfinite(w));
   std::filesystem::remove_all(dir);
 }
@@ -96,7 +99,7 @@ TEST(TrainRuns, DynamicLossScaleSkipsOverflowingSteps) {
 TEST(TrainRuns, BadFlagsGiveOneLineAndNonZeroExit) {
   const auto dir = test::temp_dir("badflags").string();
   const std::string bin = std::string(ANELAB_BINARY_DIR) + "/bin/anelab train ";
-  for (const std::string args : {"--preset stories260k --data x.bin --strategy gpu",
+  for (const std::string& args : std::vector<std::string>{"--preset stories260k --data x.bin --strategy gpu",
                                  "--preset stories260k --data x.bin --steps abc",
                                  "--preset nope --data x.bin --run-dir " + dir + "/r",
                                  "--preset stories260k --data /nonexistent.bin --run-dir " + dir + "/r2"}) {
@@ -119,7 +122,8 @@ TEST(TrainRuns, FineTuneStories260KLowersValidationLoss) {
   tok::write_token_file(*tok, text, dir + "/ts.bin", "tok512");
   train::TrainConfig c;
   c.init = test::data_path("llama2c/stories260K.bin"), c.data = dir + "/ts.bin", c.run_dir = dir + "/run";
-  c.steps = 30, c.batch_size = 8, c.seq_len = 128, c.lr = 1e-3, c.warmup_steps = 3, c.eval_batches = 8;
+  c.steps = 16, c.batch_size = 4, c.seq_len = 128, c.lr = 3e-4, c.warmup_steps = 2, c.eval_batches = 4;
+  c.weight_decay = 0.0;  // measured: val 1.970 -> 1.935 (lr 1e-3 overshoots and raises it)
   c.val_frac = 0.05;
   train::validate(c);
   // validation loss of the initial weights, on the same held-out windows the trainer evaluates
