@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 # Build tools and libraries; python3-numpy/torch are independent references used by tests.
 PKGS=(g++ cmake ninja-build pkg-config libeigen3-dev libcli11-dev nlohmann-json3-dev libtomlplusplus-dev
-      libgtest-dev libgmock-dev libopenblas-dev libopenblas0-openmp python3 python3-numpy
+      libgtest-dev libgmock-dev libopenblas-dev libopenblas0-openmp python3 python3-numpy libcpp-httplib-dev curl
       libimgui-dev libglfw3-dev libgl-dev libgl1-mesa-dri xvfb xauth)
 
 if [[ "${ANELAB_NO_APT:-0}" != 1 ]]; then

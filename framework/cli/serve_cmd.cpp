@@ -1,5 +1,117 @@
+// anelab serve: OpenAI-style HTTP server (infer/server/, docs/server.md). The model is loaded and its
+// prefill kernels compiled once at start-up; SIGINT / SIGTERM stop it gracefully (exit 0).
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <thread>
+
 #include "framework/cli/commands.h"
+#include "framework/core/error.h"
+#include "infer/server/engine_adapter.h"
+#include "infer/server/http_server.h"
 
 namespace anelab::cli {
-void add_serve_command(CLI::App& app) {}  // placeholder until this area lands
+namespace {
+
+struct ServeArgs {
+  serve::ModelOptions model;
+  serve::ServerOptions server;
+  double grace_s = 10;
+  int64_t max_tokens_cap = 0;
+  std::string port_file;
+};
+
+// Blocks SIGINT/SIGTERM in this thread (and so in every thread started after) and ignores SIGPIPE
+// (writes to a closed socket must fail with EPIPE, not kill the server).
+sigset_t block_stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  return set;
+}
+
+void run_serve(ServeArgs& a) {
+  const sigset_t set = block_stop_signals();
+  ANELAB_CHECK(a.server.parallel >= 1, "serve", "--parallel must be >= 1 (got ", a.server.parallel, ")");
+  const auto t0 = std::chrono::steady_clock::now();
+  serve::ModelPool pool(a.model, a.server.parallel);
+  const int64_t ctx = pool.context();
+  a.server.limits.max_tokens_cap = a.max_tokens_cap > 0 ? std::min(a.max_tokens_cap, ctx) : ctx;
+  a.server.shutdown_grace = std::chrono::milliseconds(static_cast<int64_t>(a.grace_s * 1000));
+  serve::HttpServer srv(pool, a.server);
+  const int port = srv.bind();
+  std::fprintf(stderr, "serve: %s (%s), context %lld, %zu worker(s), queue %zu; loaded in %.0f ms, warm-up %.0f ms\n",
+               pool.info()["id"].get<std::string>().c_str(), pool.info()["arch"].get<std::string>().c_str(),
+               static_cast<long long>(ctx), a.server.parallel, a.server.queue, pool.load_ms(), pool.warmup_ms());
+  std::printf("listening on http://%s:%d (ready after %.0f ms)\n", a.server.host.c_str(), port,
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  std::fflush(stdout);
+  if (!a.port_file.empty()) {
+    const std::string tmp = a.port_file + ".tmp";
+    std::ofstream(tmp) << port << "\n";
+    std::rename(tmp.c_str(), a.port_file.c_str());
+  }
+
+  std::atomic<bool> done{false};
+  std::thread sig([&] {
+    const timespec tick{0, 100 * 1000 * 1000};
+    for (;;) {
+      const int s = sigtimedwait(&set, nullptr, &tick);
+      if (s == SIGINT || s == SIGTERM) {
+        std::fprintf(stderr, "serve: %s received, shutting down\n", s == SIGINT ? "SIGINT" : "SIGTERM");
+        // stop() only works once the listen loop runs.
+        while (!srv.running() && !done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        srv.stop();
+        return;
+      }
+      if (done.load()) return;
+    }
+  });
+  srv.run();
+  done.store(true);
+  sig.join();
+  const auto st = srv.scheduler().stats();
+  std::fprintf(stderr, "serve: stopped (%llu completed, %llu cancelled, %llu rejected, %llu failed)\n",
+               static_cast<unsigned long long>(st.completed), static_cast<unsigned long long>(st.cancelled),
+               static_cast<unsigned long long>(st.rejected), static_cast<unsigned long long>(st.failed));
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  CLI::App* s = app.add_subcommand("serve", "OpenAI-style HTTP server: /v1/completions, /v1/chat/completions, /v1/models, /health");
+  s->add_option("--model", a->model.model, "Model file: llama2.c .bin, safetensors file/dir, GGUF or .anelab")->required();
+  s->add_option("--tokenizer", a->model.tokenizer, "Tokenizer (when the model file has none)");
+  s->add_option("--backend", a->model.backend, "Prefill backend: emulator, cpu or ane")->capture_default_str();
+  s->add_option("--device", a->model.device, "Device profile for emulator/ane (m1..m5)")->capture_default_str();
+  s->add_option("--dtype", a->model.dtype, "Compute dtype: fp16, fp32 or auto (as `anelab infer`)")->capture_default_str();
+  s->add_option("--threads", a->model.threads, "CPU threads per worker engine")->capture_default_str();
+  s->add_option("--ctx", a->model.ctx, "Context positions (0 = the model's max_seq_len)")->capture_default_str();
+  s->add_option("--name", a->model.name, "Model id in responses (default: the model file's name)");
+  s->add_option("--warmup", a->model.warmup_tokens,
+                "Compile the prefill kernels for prompts up to this many tokens at start-up (0: none)")->capture_default_str();
+  s->add_option("--host", a->server.host, "Address to bind (loopback by default)")->capture_default_str();
+  s->add_option("--port", a->server.port, "TCP port (0: any free port, printed on stdout)")->capture_default_str();
+  s->add_option("--port-file", a->port_file, "Write the bound port to this file once listening");
+  s->add_option("--parallel", a->server.parallel,
+                "Generation workers, each with its own engine + KV cache (memory x N)")->capture_default_str();
+  s->add_option("--queue", a->server.queue, "Requests that may wait beyond the running ones (then 503)")->capture_default_str();
+  s->add_option("--http-threads", a->server.http_threads, "HTTP connection threads (0: 2*(parallel+queue)+8, >= 16)")->capture_default_str();
+  s->add_option("--max-body", a->server.max_body, "Largest request body in bytes (then 413)")->capture_default_str();
+  s->add_option("--max-tokens-cap", a->max_tokens_cap, "Largest max_tokens a request may ask for (0: the context)")->capture_default_str();
+  s->add_option("--default-max-tokens", a->server.limits.default_max_tokens, "max_tokens when a request has none")->capture_default_str();
+  s->add_option("--shutdown-grace", a->grace_s, "Seconds running requests may finish after SIGINT/SIGTERM before they are cancelled")->capture_default_str();
+  s->add_flag("!--no-log", a->server.log_requests, "Do not log one line per request on stderr");
+  s->callback([a] { run_serve(*a); });
+}
+
 }  // namespace anelab::cli

@@ -301,14 +301,11 @@ std::optional<ApiError> parse_request(Endpoint ep, std::string_view body, const 
     if (body.empty()) return bad("empty body: send a JSON object");
     if (json_depth(body, lim.max_json_depth) > lim.max_json_depth)
       return bad("JSON nested deeper than " + std::to_string(lim.max_json_depth) + " levels");
-    json o = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-    if (o.is_discarded()) {
-      try {
-        (void)json::parse(body.begin(), body.end());
-      } catch (const json::exception& e) {
-        return bad(std::string("malformed JSON body: ") + e.what(), "", "invalid_json");
-      }
-      return bad("malformed JSON body", "", "invalid_json");
+    json o;
+    try {
+      o = json::parse(body.begin(), body.end());
+    } catch (const json::exception& e) {
+      return bad(std::string("malformed JSON body: ") + e.what(), "", "invalid_json");
     }
     if (!o.is_object()) return bad(std::string("the body must be a JSON object (got ") + type_name(o) + ")");
     return parse_object(ep, o, lim, out);

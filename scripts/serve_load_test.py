@@ -1,0 +1,144 @@
+#!/usr/bin/python3
+"""Bounded load test for `anelab serve` (loopback only, standard library only).
+
+CLIENTS threads send REQUESTS requests in all (a mix of /v1/completions and /v1/chat/completions,
+a quarter of them streamed). Every answer must be 200 or 503 (queue full); anything else, a transport
+error, a dead server, or RSS growth above --max-rss-growth-mib fails the run (exit 1).
+Prints one JSON summary line: requests/s, latency percentiles of the 200s, status counts, RSS before/after.
+
+  scripts/serve_load_test.py --port 8080 --pid $(pgrep -n anelab) --clients 64 --requests 320
+"""
+import argparse
+import http.client
+import json
+import random
+import sys
+import threading
+import time
+
+
+def rss_kib(pid):
+    if not pid:
+        return 0
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def body_for(i, max_tokens):
+    rng = random.Random(i)
+    stream = i % 4 == 3
+    common = {"max_tokens": rng.randint(4, max_tokens), "temperature": 0.8, "seed": 1 + i, "stream": stream}
+    if i % 2 == 0:
+        return "/v1/completions", dict(common, prompt=rng.choice(["Once upon a time", "The cat", "Lily and Tom"]))
+    return "/v1/chat/completions", dict(common, messages=[{"role": "user", "content": "Tell me a story %d" % i}])
+
+
+def one_request(host, port, i, max_tokens, timeout):
+    path, body = body_for(i, max_tokens)
+    t0 = time.perf_counter()
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        data = resp.read()
+        status = resp.status
+        if status == 200:
+            if body["stream"]:
+                if b"data: [DONE]" not in data:
+                    return ("bad-stream", time.perf_counter() - t0)
+            else:
+                json.loads(data)["usage"]["total_tokens"]
+        elif status == 503 and resp.getheader("Retry-After") is None:
+            return ("503-without-retry-after", time.perf_counter() - t0)
+        return (status, time.perf_counter() - t0)
+    finally:
+        conn.close()
+
+
+def percentile(xs, p):
+    if not xs:
+        return 0.0
+    xs = sorted(xs)
+    k = min(len(xs) - 1, max(0, int(round(p / 100.0 * (len(xs) - 1)))))
+    return xs[k]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--pid", type=int, default=0, help="server pid (for VmRSS)")
+    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--requests", type=int, default=320)
+    ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--timeout", type=float, default=60)
+    ap.add_argument("--max-rss-growth-mib", type=float, default=64)
+    a = ap.parse_args()
+    if a.host not in ("127.0.0.1", "localhost", "::1"):
+        sys.exit("serve_load_test: loopback only")
+
+    for i in range(3):  # warm-up (first requests allocate per-worker buffers)
+        one_request(a.host, a.port, -1 - i, a.max_tokens, a.timeout)
+    rss0 = rss_kib(a.pid)
+    results, errors, lock = [], [], threading.Lock()
+    counter = iter(range(a.requests))
+
+    def worker():
+        while True:
+            with lock:
+                i = next(counter, None)
+            if i is None:
+                return
+            try:
+                r = one_request(a.host, a.port, i, a.max_tokens, a.timeout)
+            except Exception as e:
+                r = ("%s: %s" % (type(e).__name__, e), 0.0)
+            with lock:
+                results.append(r)
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=worker) for _ in range(a.clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    time.sleep(0.2)
+    rss1 = rss_kib(a.pid)
+
+    counts = {}
+    for s, _ in results:
+        counts[str(s)] = counts.get(str(s), 0) + 1
+    ok_lat = [dt * 1e3 for s, dt in results if s == 200]
+    health = None
+    try:
+        c = http.client.HTTPConnection(a.host, a.port, timeout=10)
+        c.request("GET", "/health")
+        health = json.loads(c.getresponse().read())
+    except Exception as e:
+        errors.append("health: %s" % e)
+    summary = {
+        "clients": a.clients, "requests": len(results), "wall_s": round(wall, 3),
+        "requests_per_s": round(len(results) / wall, 1), "ok_per_s": round(len(ok_lat) / wall, 1),
+        "status": counts,
+        "latency_ms_200": {"p50": round(percentile(ok_lat, 50), 1), "p90": round(percentile(ok_lat, 90), 1),
+                           "p99": round(percentile(ok_lat, 99), 1), "max": round(max(ok_lat or [0]), 1)},
+        "rss_kib_before": rss0, "rss_kib_after": rss1, "health": health,
+    }
+    bad = {k: v for k, v in counts.items() if k not in ("200", "503")}
+    if bad:
+        errors.append("unexpected answers: %s" % bad)
+    if not ok_lat:
+        errors.append("no request succeeded")
+    if a.pid and (rss1 - rss0) / 1024.0 > a.max_rss_growth_mib:
+        errors.append("RSS grew by %.1f MiB" % ((rss1 - rss0) / 1024.0))
+    summary["errors"] = errors
+    print(json.dumps(summary))
+    sys.exit(1 if errors else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,257 @@
+// Request parsing / validation and response formatting of `anelab serve` (infer/server/api.h).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "infer/server/api.h"
+
+namespace anelab::serve {
+namespace {
+
+using nlohmann::json;
+
+struct Parsed {
+  std::optional<ApiError> err;
+  CompletionRequest req;
+};
+
+Parsed parse(Endpoint ep, const std::string& body, Limits lim = {}) {
+  Parsed p;
+  p.err = parse_request(ep, body, lim, p.req);
+  return p;
+}
+Parsed comp(const std::string& body, Limits lim = {}) { return parse(Endpoint::kCompletions, body, lim); }
+Parsed chat(const std::string& body, Limits lim = {}) { return parse(Endpoint::kChat, body, lim); }
+
+// Expects a 4xx with the given param (empty: don't care).
+void expect_bad(const Parsed& p, const std::string& param = "", int status = 400) {
+  ASSERT_TRUE(p.err.has_value());
+  EXPECT_EQ(p.err->status, status);
+  EXPECT_EQ(p.err->type, "invalid_request_error");
+  if (!param.empty()) {
+    EXPECT_EQ(p.err->param, param) << p.err->message;
+  }
+  EXPECT_FALSE(p.err->message.empty());
+}
+
+TEST(ServeApi, SimpleFormDefaults) {
+  auto p = comp(R"({"prompt": "Once upon a time"})");
+  ASSERT_FALSE(p.err) << p.err->message;
+  EXPECT_EQ(p.req.prompt, "Once upon a time");
+  EXPECT_EQ(p.req.max_tokens, 50);
+  EXPECT_FALSE(p.req.max_tokens_set);
+  EXPECT_FALSE(p.req.system.has_value());
+  EXPECT_FALSE(p.req.stream);
+  EXPECT_DOUBLE_EQ(p.req.temperature, 1.0);
+  EXPECT_DOUBLE_EQ(p.req.top_p, 1.0);
+  EXPECT_FALSE(p.req.seed.has_value());
+}
+
+TEST(ServeApi, SimpleFormWithSystemAndOpenAiFields) {
+  auto p = comp(R"({"prompt": "hi", "max_tokens": 7, "system": "be brief", "temperature": 0.5, "top_p": 0.9,
+                    "seed": 42, "stop": ["\n", "."], "stream": true, "stream_options": {"include_usage": true},
+                    "echo": true, "n": 1, "user": "u1", "logprobs": null, "model": "whatever", "top_k": 40})");
+  ASSERT_FALSE(p.err) << p.err->message;
+  EXPECT_EQ(p.req.max_tokens, 7);
+  EXPECT_TRUE(p.req.max_tokens_set);
+  EXPECT_EQ(*p.req.system, "be brief");
+  EXPECT_DOUBLE_EQ(p.req.temperature, 0.5);
+  EXPECT_FLOAT_EQ(static_cast<float>(p.req.top_p), 0.9f);
+  EXPECT_EQ(*p.req.seed, 42u);
+  EXPECT_EQ(p.req.stop, (std::vector<std::string>{"\n", "."}));
+  EXPECT_TRUE(p.req.stream && p.req.include_usage && p.req.echo);
+  EXPECT_EQ(p.req.model, "whatever");
+  EXPECT_EQ(p.req.top_k, 40);
+}
+
+TEST(ServeApi, PromptForms) {
+  auto a = comp(R"({"prompt": ["one prompt"]})");
+  ASSERT_FALSE(a.err);
+  EXPECT_EQ(a.req.prompt, "one prompt");
+  auto b = comp(R"({"prompt": [1, 403, 407]})");
+  ASSERT_FALSE(b.err);
+  EXPECT_TRUE(b.req.prompt_is_ids);
+  EXPECT_EQ(b.req.prompt_ids, (std::vector<int64_t>{1, 403, 407}));
+  expect_bad(comp(R"({"prompt": ["a", "b"]})"), "prompt");
+  expect_bad(comp(R"({"prompt": []})"), "prompt");
+  expect_bad(comp(R"({"prompt": [1, "x"]})"), "prompt");
+  expect_bad(comp(R"({"prompt": 5})"), "prompt");
+  expect_bad(comp(R"({"max_tokens": 5})"), "prompt");
+  expect_bad(comp(R"({"prompt": null})"), "prompt");
+}
+
+TEST(ServeApi, MalformedBodies) {
+  for (const char* body : {"", "{", "{\"prompt\": }", "not json", "{\"prompt\": \"a\",}", "{\"prompt\": \"a\"} x"}) {
+    SCOPED_TRACE(body);
+    expect_bad(comp(body));
+  }
+  auto p = comp("{\"prompt\": ");
+  ASSERT_TRUE(p.err);
+  EXPECT_EQ(p.err->code, "invalid_json");
+  expect_bad(comp("[1, 2]"));
+  expect_bad(comp("\"prompt\""));
+  expect_bad(comp("{\"prompt\": \"\xff\xfe\"}"));  // invalid UTF-8 inside a string
+}
+
+TEST(ServeApi, WrongTypes) {
+  expect_bad(comp(R"({"prompt": "a", "max_tokens": "10"})"), "max_tokens");
+  expect_bad(comp(R"({"prompt": "a", "max_tokens": 10.5})"), "max_tokens");
+  expect_bad(comp(R"({"prompt": "a", "temperature": "hot"})"), "temperature");
+  expect_bad(comp(R"({"prompt": "a", "stream": 1})"), "stream");
+  expect_bad(comp(R"({"prompt": "a", "echo": "yes"})"), "echo");
+  expect_bad(comp(R"({"prompt": "a", "system": 3})"), "system");
+  expect_bad(comp(R"({"prompt": "a", "seed": 1.5})"), "seed");
+  expect_bad(comp(R"({"prompt": "a", "stop": 3})"), "stop");
+  expect_bad(comp(R"({"prompt": "a", "stop": ["x", 3]})"), "stop");
+  expect_bad(comp(R"({"prompt": "a", "model": 3})"), "model");
+  expect_bad(comp(R"({"prompt": "a", "stream_options": 3})"), "stream_options");
+  expect_bad(comp(R"({"prompt": "a", "stream_options": {"include_usage": "y"}})"), "include_usage");
+}
+
+TEST(ServeApi, Ranges) {
+  Limits lim;
+  lim.max_tokens_cap = 100;
+  EXPECT_FALSE(comp(R"({"prompt": "a", "max_tokens": 100})", lim).err);
+  auto over = comp(R"({"prompt": "a", "max_tokens": 101})", lim);
+  expect_bad(over, "max_tokens");
+  EXPECT_EQ(over.err->code, "max_tokens_out_of_range");
+  expect_bad(comp(R"({"prompt": "a", "max_tokens": 0})", lim), "max_tokens");
+  expect_bad(comp(R"({"prompt": "a", "max_tokens": -3})", lim), "max_tokens");
+  expect_bad(comp(R"({"prompt": "a", "max_tokens": 18446744073709551615})", lim), "max_tokens");
+  expect_bad(comp(R"({"prompt": "a", "temperature": 2.5})"), "temperature");
+  expect_bad(comp(R"({"prompt": "a", "temperature": -0.1})"), "temperature");
+  expect_bad(comp(R"({"prompt": "a", "top_p": 1.5})"), "top_p");
+  expect_bad(comp(R"({"prompt": "a", "top_k": -1})"), "top_k");
+  expect_bad(comp(R"({"prompt": "a", "seed": -1})"), "seed");
+  auto big = comp(R"({"prompt": "a", "seed": 18446744073709551615})");
+  ASSERT_FALSE(big.err);
+  EXPECT_EQ(*big.req.seed, 18446744073709551615ull);
+  expect_bad(comp(R"({"prompt": "a", "stop": ["1", "2", "3", "4", "5"]})"), "stop");
+  expect_bad(comp(R"({"prompt": "a", "stop": [""]})"), "stop");
+  expect_bad(comp(R"({"prompt": "a", "stop": ")" + std::string(300, 'x') + "\"}"), "stop");
+}
+
+TEST(ServeApi, UnknownAndUnsupportedFields) {
+  auto u = comp(R"({"prompt": "a", "frobnicate": true})");
+  expect_bad(u, "frobnicate");
+  EXPECT_EQ(u.err->code, "unknown_parameter");
+  // accepted and ignored
+  EXPECT_FALSE(comp(R"({"prompt": "a", "user": "x", "metadata": {"k": 1}, "store": false})").err);
+  EXPECT_FALSE(comp(R"({"prompt": "a", "presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}})").err);
+  EXPECT_FALSE(comp(R"({"prompt": "a", "best_of": 1, "suffix": null})").err);
+  expect_bad(comp(R"({"prompt": "a", "n": 2})"), "n");
+  expect_bad(comp(R"({"prompt": "a", "best_of": 3})"), "best_of");
+  expect_bad(comp(R"({"prompt": "a", "logprobs": 5})"), "logprobs");
+  expect_bad(comp(R"({"prompt": "a", "presence_penalty": 1})"), "presence_penalty");
+  expect_bad(comp(R"({"prompt": "a", "logit_bias": {"5": 10}})"), "logit_bias");
+  expect_bad(comp(R"({"prompt": "a", "suffix": "tail"})"), "suffix");
+  // chat-only fields are unknown on completions and vice versa
+  expect_bad(comp(R"({"prompt": "a", "messages": []})"), "messages");
+  expect_bad(chat(R"({"messages": [{"role": "user", "content": "x"}], "prompt": "a"})"), "prompt");
+  expect_bad(chat(R"({"messages": [{"role": "user", "content": "x"}], "echo": true})"), "echo");
+}
+
+TEST(ServeApi, ChatMessages) {
+  auto p = chat(R"({"messages": [{"role": "system", "content": "s"}, {"role": "user", "name": "bob", "content": "hi"},
+                                 {"role": "assistant", "content": null}, {"role": "developer", "content": "d"},
+                                 {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
+                    "max_completion_tokens": 9, "logprobs": false, "response_format": {"type": "text"}, "tools": []})");
+  ASSERT_FALSE(p.err) << p.err->message;
+  ASSERT_EQ(p.req.messages.size(), 5u);
+  EXPECT_EQ(p.req.messages[1].content, "hi");
+  EXPECT_EQ(p.req.messages[2].content, "");
+  EXPECT_EQ(p.req.messages[3].role, "system");
+  EXPECT_EQ(p.req.messages[4].content, "ab");
+  EXPECT_EQ(p.req.max_tokens, 9);
+  expect_bad(chat(R"({})"), "messages");
+  expect_bad(chat(R"({"messages": []})"), "messages");
+  expect_bad(chat(R"({"messages": {"role": "user"}})"), "messages");
+  expect_bad(chat(R"({"messages": ["hi"]})"), "messages[0]");
+  expect_bad(chat(R"({"messages": [{"role": "wizard", "content": "x"}]})"), "messages[0].role");
+  expect_bad(chat(R"({"messages": [{"content": "x"}]})"), "messages[0].role");
+  expect_bad(chat(R"({"messages": [{"role": "user"}]})"), "messages[0].content");
+  expect_bad(chat(R"({"messages": [{"role": "user", "content": 5}]})"), "messages[0].content");
+  expect_bad(chat(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})"), "messages[0].content");
+  expect_bad(chat(R"({"messages": [{"role": "user", "content": "x", "extra": 1}]})"), "messages[0].extra");
+  expect_bad(chat(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})"), "logprobs");
+  expect_bad(chat(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})"), "tools");
+  expect_bad(chat(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})"),
+             "response_format");
+}
+
+TEST(ServeApi, DeepNestingIsRejectedBeforeParsing) {
+  const std::string deep = "{\"prompt\": \"a\", \"metadata\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  auto p = comp(deep);
+  expect_bad(p);
+  EXPECT_NE(p.err->message.find("nested"), std::string::npos);
+  EXPECT_EQ(json_depth("{\"a\": \"[[[[\"}", 10), 1);  // brackets inside strings don't count
+  EXPECT_EQ(json_depth("[[{\"x\\\"[\": []}]]", 10), 4);
+}
+
+TEST(ServeApi, ErrorJsonShape) {
+  const json j = json::parse(error_json(ApiError{400, "bad \"thing\"", "invalid_request_error", "max_tokens", ""}));
+  EXPECT_EQ(j["error"]["message"], "bad \"thing\"");
+  EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(j["error"]["param"], "max_tokens");
+  EXPECT_TRUE(j["error"]["code"].is_null());
+}
+
+TEST(ServeApi, CompletionJson) {
+  Usage u;
+  u.prompt_tokens = 5;
+  u.completion_tokens = 11;
+  u.prefill_ms = 10;
+  u.decode_ms = 20;
+  ResponseMeta m{"cmpl-1", "stories", 123, Endpoint::kCompletions};
+  const json c = completion_json(m, "text \xE2\x82", "length", u);  // truncated UTF-8 must not throw
+  EXPECT_EQ(c["object"], "text_completion");
+  EXPECT_EQ(c["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(c["usage"]["total_tokens"], 16);
+  EXPECT_EQ(c["gen_tokens"], 11);
+  EXPECT_DOUBLE_EQ(c["prefill_tps"].get<double>(), 500.0);
+  EXPECT_DOUBLE_EQ(c["decode_tps"].get<double>(), 500.0);  // (11 - 1) tokens / 20 ms
+  EXPECT_NO_THROW((void)dump(c));
+  m.endpoint = Endpoint::kChat;
+  const json h = completion_json(m, "hello", "stop", u);
+  EXPECT_EQ(h["object"], "chat.completion");
+  EXPECT_EQ(h["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(h["choices"][0]["message"]["content"], "hello");
+}
+
+TEST(ServeApi, SseChunks) {
+  ResponseMeta m{"chatcmpl-1", "stories", 1, Endpoint::kChat};
+  const std::string d = sse_delta(m, "Hi");
+  ASSERT_EQ(d.rfind("data: ", 0), 0u);
+  ASSERT_EQ(d.substr(d.size() - 2), "\n\n");
+  const json j = json::parse(d.substr(6));
+  EXPECT_EQ(j["object"], "chat.completion.chunk");
+  EXPECT_EQ(j["choices"][0]["delta"]["content"], "Hi");
+  EXPECT_TRUE(j["choices"][0]["finish_reason"].is_null());
+  const std::string f = sse_final(m, "stop", Usage{3, 4}, true);
+  const size_t second = f.find("data: ", 6);
+  ASSERT_NE(second, std::string::npos);  // the include_usage chunk
+  EXPECT_EQ(json::parse(f.substr(6, second - 6))["usage"]["total_tokens"], 7);
+  EXPECT_TRUE(json::parse(f.substr(second + 6))["choices"].empty());
+}
+
+TEST(ServeApi, Utf8Holdback) {
+  EXPECT_EQ(utf8_complete_prefix("abc"), 3u);
+  EXPECT_EQ(utf8_complete_prefix(""), 0u);
+  EXPECT_EQ(utf8_complete_prefix("a\xE2\x82"), 1u);
+  EXPECT_EQ(utf8_complete_prefix("a\xE2\x82\xAC"), 4u);
+  EXPECT_EQ(utf8_complete_prefix("\xF0\x9F"), 0u);
+  EXPECT_EQ(utf8_complete_prefix("\xF0\x9F\x98\x80"), 4u);
+  EXPECT_EQ(utf8_complete_prefix("x\xC3"), 1u);
+  EXPECT_EQ(utf8_complete_prefix("\x80\x80\x80\x80"), 4u);  // stray continuation bytes pass through
+}
+
+TEST(ServeApi, FinishReason) {
+  EXPECT_EQ(finish_reason("length"), "length");
+  EXPECT_EQ(finish_reason("context"), "length");
+  EXPECT_EQ(finish_reason("eos"), "stop");
+  EXPECT_EQ(finish_reason("stop_string"), "stop");
+  EXPECT_EQ(finish_reason("stop_token"), "stop");
+}
+
+}  // namespace
+}  // namespace anelab::serve

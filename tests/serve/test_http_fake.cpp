@@ -1,0 +1,199 @@
+// The HTTP layer of `anelab serve` in-process over a fake Generator (a slow token source), driven with
+// raw loopback sockets: client disconnect cancels a stream, full queue -> 503 + Retry-After, status
+// codes and error JSON for 404 / 405 / 413, stop() with a stream in flight.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "infer/server/http_server.h"
+
+namespace anelab::serve {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+class FakeGen final : public Generator {
+ public:
+  std::atomic<int> cancelled{0}, started{0};
+  std::atomic<bool> hold{false};  // runs block until released
+  std::chrono::milliseconds period{2ms};
+  int64_t context() const override { return 64; }
+  std::optional<ApiError> prepare(const CompletionRequest& r, GenParams& out) const override {
+    out.prompt = {1, 2, 3};
+    out.max_new_tokens = r.max_tokens;
+    return std::nullopt;
+  }
+  GenOutcome run(size_t, Job& job) override {
+    ++started;
+    while (hold.load() && !job.cancel.load()) std::this_thread::sleep_for(1ms);
+    GenOutcome o;
+    o.usage.prompt_tokens = 3;
+    for (int64_t i = 0; i < job.params.max_new_tokens; ++i) {
+      if (job.cancel.load()) {
+        ++cancelled;
+        o.stop_reason = "cancelled";
+        return o;
+      }
+      job.push_text("x");
+      o.text += "x";
+      ++o.usage.completion_tokens;
+      std::this_thread::sleep_for(period);
+    }
+    o.stop_reason = "length";
+    return o;
+  }
+  json info() const override { return json{{"id", "fake"}, {"object", "model"}}; }
+};
+
+int connect_to(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+std::string request(const std::string& method, const std::string& path, const std::string& body) {
+  return method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n" +
+         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+// Sends a request with Connection: close and reads the whole answer.
+std::string roundtrip(int port, const std::string& raw) {
+  const int fd = connect_to(port);
+  if (fd < 0) return "";
+  (void)!::send(fd, raw.data(), raw.size(), MSG_NOSIGNAL);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
+}
+
+int status_of(const std::string& resp) { return resp.size() > 12 ? std::atoi(resp.c_str() + 9) : 0; }
+json body_json(const std::string& resp) {
+  const size_t at = resp.find("\r\n\r\n");
+  return at == std::string::npos ? json() : json::parse(resp.substr(at + 4), nullptr, false);
+}
+
+struct Running {
+  FakeGen gen;
+  std::unique_ptr<HttpServer> srv;
+  std::thread th;
+  int port = 0;
+  explicit Running(ServerOptions o) {
+    o.port = 0;
+    o.log_requests = false;
+    srv = std::make_unique<HttpServer>(gen, o);
+    port = srv->bind();
+    th = std::thread([this] { srv->run(); });
+    while (!srv->running()) std::this_thread::sleep_for(1ms);
+  }
+  ~Running() {
+    gen.hold = false;
+    srv->stop();
+    th.join();
+  }
+};
+
+TEST(ServeHttpFake, StatusCodesAndErrorJson) {
+  ServerOptions o;
+  o.max_body = 1000;
+  Running r(o);
+  auto nf = roundtrip(r.port, request("GET", "/v2/nothing", ""));
+  EXPECT_EQ(status_of(nf), 404);
+  EXPECT_EQ(body_json(nf)["error"]["type"], "invalid_request_error");
+  auto na = roundtrip(r.port, request("GET", "/v1/completions", ""));
+  EXPECT_EQ(status_of(na), 405);
+  EXPECT_NE(na.find("Allow: POST"), std::string::npos);
+  EXPECT_EQ(status_of(roundtrip(r.port, request("DELETE", "/health", ""))), 405);
+  auto big = roundtrip(r.port, request("POST", "/v1/completions", "{\"prompt\": \"" + std::string(5000, 'a') + "\"}"));
+  EXPECT_EQ(status_of(big), 413);
+  auto bad = roundtrip(r.port, request("POST", "/v1/completions", "{\"prompt\": 1"));
+  EXPECT_EQ(status_of(bad), 400);
+  EXPECT_TRUE(body_json(bad)["error"]["message"].is_string());
+  auto ok = roundtrip(r.port, request("POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 4})"));
+  ASSERT_EQ(status_of(ok), 200) << ok;
+  EXPECT_EQ(body_json(ok)["choices"][0]["text"], "xxxx");
+  EXPECT_EQ(body_json(ok)["usage"]["total_tokens"], 7);
+  auto h = roundtrip(r.port, request("GET", "/health", ""));
+  EXPECT_EQ(body_json(h)["status"], "ok");
+}
+
+TEST(ServeHttpFake, FullQueueAnswers503WithRetryAfter) {
+  ServerOptions o;
+  o.parallel = 1;
+  o.queue = 0;
+  Running r(o);
+  r.gen.hold = true;
+  std::string first;
+  std::thread t([&] { first = roundtrip(r.port, request("POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 2})")); });
+  while (r.gen.started.load() == 0) std::this_thread::sleep_for(1ms);
+  auto busy = roundtrip(r.port, request("POST", "/v1/completions", R"({"prompt": "a"})"));
+  EXPECT_EQ(status_of(busy), 503);
+  EXPECT_NE(busy.find("Retry-After: 1"), std::string::npos);
+  EXPECT_EQ(body_json(busy)["error"]["code"], "overloaded");
+  r.gen.hold = false;
+  t.join();
+  EXPECT_EQ(status_of(first), 200);
+}
+
+TEST(ServeHttpFake, ClientDisconnectCancelsStream) {
+  Running r(ServerOptions{});
+  const int fd = connect_to(r.port);
+  ASSERT_GE(fd, 0);
+  const auto raw = request("POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 60, "stream": true})");
+  // 60 tokens at 20 ms each: the stream would run ~1.2 s; leave after the first event.
+  r.gen.period = 20ms;
+  ASSERT_GT(::send(fd, raw.data(), raw.size(), MSG_NOSIGNAL), 0);
+  std::string got;
+  char buf[1024];
+  while (got.find("data: ") == std::string::npos) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0);
+    got.append(buf, static_cast<size_t>(n));
+  }
+  EXPECT_NE(got.find("text/event-stream"), std::string::npos);
+  ::close(fd);
+  const auto t0 = Clock::now();
+  while (r.gen.cancelled.load() == 0 && Clock::now() - t0 < 3s) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(r.gen.cancelled.load(), 1) << "generation was not cancelled after the client left";
+  EXPECT_EQ(r.srv->scheduler().stats().cancelled, 1u);
+}
+
+TEST(ServeHttpFake, StreamEndsWithDoneAndStopWaitsForIt) {
+  ServerOptions o;
+  o.shutdown_grace = 5000ms;
+  Running r(o);
+  std::string resp;
+  std::thread t([&] {
+    resp = roundtrip(r.port, request("POST", "/v1/chat/completions",
+                                     R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 30, "stream": true})"));
+  });
+  while (r.gen.started.load() == 0) std::this_thread::sleep_for(1ms);
+  r.srv->stop();  // graceful: the running stream finishes
+  t.join();
+  EXPECT_NE(resp.find("chat.completion.chunk"), std::string::npos);
+  EXPECT_NE(resp.find("\"finish_reason\":\"length\""), std::string::npos);
+  EXPECT_NE(resp.find("data: [DONE]"), std::string::npos);
+  const int fd = connect_to(r.port);  // after stop nothing is accepted
+  EXPECT_LT(fd, 0);
+  if (fd >= 0) ::close(fd);
+}
+
+}  // namespace
+}  // namespace anelab::serve
