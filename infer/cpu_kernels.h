@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "framework/core/fp16.h"
-#include "infer/thread_pool.h"
+#include "framework/core/thread_pool.h"
 
 namespace anelab::infer {
 

@@ -20,7 +20,7 @@
 
 #include "framework/mil/ir.h"
 #include "infer/cpu_kernels.h"
-#include "infer/thread_pool.h"
+#include "framework/core/thread_pool.h"
 #include "models/formats/model.h"
 
 namespace anelab::infer {

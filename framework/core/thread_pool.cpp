@@ -23,6 +23,20 @@ ThreadPool::~ThreadPool() {
   for (auto& t : threads_) t.join();
 }
 
+// Claims and runs chunks of job `gen` until none are left (or a newer job replaced it).
+void ThreadPool::work(uint32_t gen, int worker) {
+  uint64_t c = claim_.load(std::memory_order_acquire);
+  for (;;) {
+    if (static_cast<uint32_t>(c >> 32) != gen) return;
+    const int64_t idx = static_cast<int64_t>(c & 0xFFFFFFFFu);
+    if (idx >= n_chunks_) return;
+    if (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+    (*job_)(idx, worker);  // job gen is current: it cannot finish before this chunk is counted done
+    done_.fetch_add(1, std::memory_order_acq_rel);
+    c = claim_.load(std::memory_order_acquire);
+  }
+}
+
 void ThreadPool::worker_loop(int id) {
   uint32_t seen = 0;
   for (;;) {
@@ -37,41 +51,44 @@ void ThreadPool::worker_loop(int id) {
     }
     seen = g;
     if (stop_.load()) return;
-    (*job_)(id);
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+    work(g, id);
+  }
+}
+
+void ThreadPool::run_chunks(int64_t n_chunks, FunctionRef<void(int64_t, int)> fn) {
+  if (n_chunks <= 0) return;
+  if (n_ == 1 || n_chunks == 1) {
+    for (int64_t c = 0; c < n_chunks; ++c) fn(c, 0);
+    return;
+  }
+  job_ = &fn;
+  n_chunks_ = n_chunks;
+  done_.store(0, std::memory_order_relaxed);
+  const uint32_t gen = ++gen_;
+  claim_.store(static_cast<uint64_t>(gen) << 32, std::memory_order_release);
+  generation_.store(gen, std::memory_order_release);
+  generation_.notify_all();
+  work(gen, 0);
+  for (int i = 0; done_.load(std::memory_order_acquire) != n_chunks; ++i) {
+    if (i < kSpinIters)
+      _mm_pause();
+    else
+      std::this_thread::yield();  // a worker holding a chunk was descheduled
   }
 }
 
 void ThreadPool::run(FunctionRef<void(int)> fn) {
-  if (n_ == 1) {
-    fn(0);
-    return;
-  }
-  job_ = &fn;
-  pending_.store(n_ - 1, std::memory_order_release);
-  generation_.fetch_add(1, std::memory_order_acq_rel);
-  generation_.notify_all();
-  fn(0);
-  for (int i = 0; i < kSpinIters; ++i) {
-    if (pending_.load(std::memory_order_acquire) == 0) return;
-    _mm_pause();
-  }
-  for (int p; (p = pending_.load(std::memory_order_acquire)) != 0;) pending_.wait(p, std::memory_order_acquire);
+  run_chunks(n_, [&](int64_t slot, int) { fn(static_cast<int>(slot)); });
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t align, FunctionRef<void(int64_t, int64_t)> fn) {
   if (n <= 0) return;
   align = std::max<int64_t>(1, align);
   const int64_t units = (n + align - 1) / align;
-  const int workers = static_cast<int>(std::min<int64_t>(n_, units));
-  if (workers <= 1) {
-    fn(0, n);
-    return;
-  }
-  run([&](int w) {
-    if (w >= workers) return;
-    const int64_t b = std::min(n, units * w / workers * align);
-    const int64_t e = std::min(n, units * (w + 1) / workers * align);
+  const int64_t chunks = std::min<int64_t>(units, n_ == 1 ? 1 : 8 * n_);
+  run_chunks(chunks, [&](int64_t c, int) {
+    const int64_t b = std::min(n, units * c / chunks * align);
+    const int64_t e = std::min(n, units * (c + 1) / chunks * align);
     if (b < e) fn(b, e);
   });
 }

@@ -1,9 +1,11 @@
 // A small persistent thread pool for hot loops (emulator kernels, CPU GEMV/GEMM, heads).
-// The calling thread takes part as worker 0; the other workers spin briefly on a generation counter,
-// then sleep on it (std::atomic::wait = futex). Unlike OpenMP's default active wait, idle workers do
-// not burn a core for long, which matters on 2-core machines where the trainer overlaps CPU dW work
-// with kernel evaluations. Jobs are passed by non-owning reference: dispatch allocates nothing.
-// One job runs at a time per pool; run() returns when every worker has finished its share.
+// Work is cut into chunks that workers claim from one atomic counter (tagged with the job's generation,
+// so a worker that wakes late can never take a chunk of a newer job). The calling thread takes part as
+// worker 0, and because chunks are claimed dynamically a worker that the OS has descheduled (the box
+// is shared, or the trainer overlaps CPU dW work with kernel evaluations) only costs the chunk it holds.
+// Idle workers spin briefly on the generation counter, then sleep on it (std::atomic::wait = futex):
+// unlike OpenMP's default active wait they do not burn a core. Jobs are passed by non-owning reference,
+// so dispatch allocates nothing. One job runs at a time per pool.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -39,10 +41,12 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_; }
-  // Calls fn(worker) once on each of the size() workers (worker 0 = the caller) and waits for all.
-  void run(FunctionRef<void(int)> fn);
-  // Splits [0, n) into size() contiguous ranges aligned to `align` and calls fn(begin, end) per worker
-  // (ranges may be empty and are then skipped). Runs inline when n is small or the pool has 1 thread.
+  // Calls fn(chunk, worker) for every chunk in [0, n_chunks), spread over the workers; waits for all.
+  // `worker` identifies the executing thread (unique among concurrently running calls, < size()).
+  void run_chunks(int64_t n_chunks, FunctionRef<void(int64_t chunk, int worker)> fn);
+  // Calls fn(slot) once for each slot in [0, size()), concurrently; slots can index per-slot workspaces.
+  void run(FunctionRef<void(int slot)> fn);
+  // Splits [0, n) into chunks aligned to `align` (about 8 per worker) and calls fn(begin, end) per chunk.
   void parallel_for(int64_t n, int64_t align, FunctionRef<void(int64_t, int64_t)> fn);
 
   // Process-wide pool sized to the hardware threads (ANELAB_THREADS overrides), created on first use.
@@ -50,11 +54,15 @@ class ThreadPool {
 
  private:
   void worker_loop(int id);
+  void work(uint32_t gen, int worker);
   int n_;
   std::vector<std::thread> threads_;
-  const FunctionRef<void(int)>* job_ = nullptr;
-  std::atomic<uint32_t> generation_{0};
-  std::atomic<int> pending_{0};
+  const FunctionRef<void(int64_t, int)>* job_ = nullptr;
+  int64_t n_chunks_ = 0;
+  uint32_t gen_ = 0;                     // caller side
+  std::atomic<uint32_t> generation_{0};  // wakes the workers
+  std::atomic<uint64_t> claim_{0};       // (generation << 32) | next chunk
+  std::atomic<int64_t> done_{0};         // chunks finished in the current job
   std::atomic<bool> stop_{false};
 };
 
