@@ -1,10 +1,13 @@
 // GEMM-based kernels of the emulator: conv (im2col or direct 1x1), batched matmul, and
-// scaled_dot_product_attention. The GEMM is Eigen's cache-blocked kernel driven directly (sequential
-// per task, packing buffers from per-thread workspaces allocated at compile time), with our own task
-// split over (batch x m-tile x n-tile). Tile sizes and blocking depend only on the GEMM shape, so the
-// fp32 accumulation order — and therefore every result bit — is independent of the thread count.
+// scaled_dot_product_attention, all on one AVX-512 GEMM: packed panels (A: kGemmMR rows interleaved per k,
+// B: kGemmNR columns per k), a 12x32 register-blocked micro-kernel, and an epilogue (alpha, bias, fp16
+// rounding) applied in registers on the last k block. Work is split into (batch x m-tile x n-tile) tasks
+// over the thread pool; every C element accumulates over k in order in kc blocks that depend only on
+// the GEMM shape, so every result bit is independent of the task split and the thread count.
+// Const A operands (conv weights) are packed once at compile time.
 
-#include <Eigen/Core>
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -15,64 +18,203 @@
 namespace anelab::emu {
 namespace {
 
-using Eigen::Index;
-namespace ei = Eigen::internal;
-
-// Eigen level-3 blocking that uses caller-owned packing buffers (no allocation inside the product).
-class FixedBlocking : public ei::level3_blocking<float, float> {
- public:
-  FixedBlocking(Index mc, Index nc, Index kc, float* a, float* b) {
-    this->m_mc = mc;
-    this->m_nc = nc;
-    this->m_kc = kc;
-    this->m_blockA = a;
-    this->m_blockB = b;
-  }
-};
-
-template <int LO, int RO>
-void eigen_tile(const float* a, Index lda, const float* b, Index ldb, float* c, Index ldc, Index m, Index n, Index k,
-                FixedBlocking& bl) {
-  ei::general_matrix_matrix_product<Index, float, LO, false, float, RO, false, Eigen::RowMajor, 1>::run(
-      m, n, k, a, lda, b, ldb, c, 1, ldc, 1.0f, bl, nullptr);
-}
-
-void gemm_tile(const GemmPlan& g, const float* a, const float* b, float* c, Index m, Index n, FixedBlocking& bl) {
-  for (Index i = 0; i < m; ++i) std::memset(c + i * g.ldc, 0, static_cast<size_t>(n) * sizeof(float));
-  if (g.k == 0) return;
-  constexpr int R = Eigen::RowMajor, C = Eigen::ColMajor;
-  if (!g.ta && !g.tb) eigen_tile<R, R>(a, g.lda, b, g.ldb, c, g.ldc, m, n, g.k, bl);
-  else if (!g.ta && g.tb) eigen_tile<R, C>(a, g.lda, b, g.ldb, c, g.ldc, m, n, g.k, bl);
-  else if (g.ta && !g.tb) eigen_tile<C, R>(a, g.lda, b, g.ldb, c, g.ldc, m, n, g.k, bl);
-  else eigen_tile<C, C>(a, g.lda, b, g.ldb, c, g.ldc, m, n, g.k, bl);
-}
+constexpr int64_t MR = kGemmMR, NR = kGemmNR;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+struct Epilogue {
+  float alpha = 1.0f;
+  bool scale = false, round = false;
+  const float* bias = nullptr;  // per row of this micro-tile, or nullptr
+};
+
+inline __m512 fp16_round(__m512 v) {
+  // maskz forms: GCC 12 warns (maybe-uninitialized) on the unmasked intrinsics' undefined pass-through.
+  return _mm512_maskz_cvtph_ps(0xFFFF, _mm512_maskz_cvtps_ph(0xFFFF, v, _MM_FROUND_TO_NEAREST_INT));
+}
+
+inline __mmask16 tail_mask(int64_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1u);
+}
+
+// C[R x 32] (masked columns) (+)= A panel [kc][MR] x B panel [kc][NR]; `first`: start from 0 instead of C;
+// epi != nullptr on the last k block.
+template <int R>
+void micro_kernel(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, __mmask16 m0, __mmask16 m1,
+                  bool first, const Epilogue* epi) {
+  __m512 c0[R], c1[R];
+#pragma GCC unroll 12
+  for (int i = 0; i < R; ++i) {
+    c0[i] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, c + i * ldc);
+    c1[i] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, c + i * ldc + 16);
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < R; ++i) {
+      const __m512 a = _mm512_set1_ps(ap[i]);
+      c0[i] = _mm512_fmadd_ps(a, b0, c0[i]);
+      c1[i] = _mm512_fmadd_ps(a, b1, c1[i]);
+    }
+    ap += MR;
+    bp += NR;
+  }
+  if (epi) {
+#pragma GCC unroll 12
+    for (int i = 0; i < R; ++i) {
+      if (epi->scale) {
+        c0[i] = _mm512_mul_ps(c0[i], _mm512_set1_ps(epi->alpha));
+        c1[i] = _mm512_mul_ps(c1[i], _mm512_set1_ps(epi->alpha));
+      }
+      if (epi->bias) {
+        c0[i] = _mm512_add_ps(c0[i], _mm512_set1_ps(epi->bias[i]));
+        c1[i] = _mm512_add_ps(c1[i], _mm512_set1_ps(epi->bias[i]));
+      }
+      if (epi->round) c0[i] = fp16_round(c0[i]), c1[i] = fp16_round(c1[i]);
+    }
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < R; ++i) {
+    _mm512_mask_storeu_ps(c + i * ldc, m0, c0[i]);
+    _mm512_mask_storeu_ps(c + i * ldc + 16, m1, c1[i]);
+  }
+}
+
+using MicroKernel = void (*)(int64_t, const float*, const float*, float*, int64_t, __mmask16, __mmask16, bool,
+                             const Epilogue*);
+constexpr MicroKernel kMicro[MR + 1] = {nullptr,          micro_kernel<1>,  micro_kernel<2>, micro_kernel<3>,
+                                        micro_kernel<4>,  micro_kernel<5>,  micro_kernel<6>, micro_kernel<7>,
+                                        micro_kernel<8>,  micro_kernel<9>,  micro_kernel<10>, micro_kernel<11>,
+                                        micro_kernel<12>};
+
+// Packs rows [0, rows) x k [k0, k0 + kcb) of op(A) into ceil(rows / MR) panels [kcb][MR] (zero padded).
+void pack_a(const float* a, int64_t lda, bool ta, int64_t rows, int64_t k0, int64_t kcb, float* dst) {
+  for (int64_t r0 = 0; r0 < rows; r0 += MR) {
+    const int64_t rr = std::min(MR, rows - r0);
+    float* d = dst + (r0 / MR) * MR * kcb;
+    if (ta) {  // element (i, k) at a[k * lda + i]: MR contiguous floats per k
+      const __mmask16 m = tail_mask(rr);
+      for (int64_t k = 0; k < kcb; ++k)
+        _mm512_mask_storeu_ps(d + k * MR, 0x0FFF, _mm512_maskz_loadu_ps(m, a + (k0 + k) * lda + r0));
+    } else {  // element (i, k) at a[i * lda + k]: 16 k at a time, transposed through registers
+      int64_t k = 0;
+      for (; k + 16 <= kcb; k += 16) {
+        alignas(64) float t[MR][16];
+        for (int64_t i = 0; i < MR; ++i)
+          _mm512_store_ps(t[i], i < rr ? _mm512_loadu_ps(a + (r0 + i) * lda + k0 + k) : _mm512_setzero_ps());
+        for (int64_t kk = 0; kk < 16; ++kk)
+          for (int64_t i = 0; i < MR; ++i) d[(k + kk) * MR + i] = t[i][kk];
+      }
+      for (; k < kcb; ++k)
+        for (int64_t i = 0; i < MR; ++i) d[k * MR + i] = i < rr ? a[(r0 + i) * lda + k0 + k] : 0.0f;
+    }
+  }
+}
+
+// Packs k [k0, k0 + kcb) x columns [0, cols) of op(B) into ceil(cols / NR) panels [kcb][NR] (zero padded).
+void pack_b(const float* b, int64_t ldb, bool tb, int64_t cols, int64_t k0, int64_t kcb, float* dst) {
+  for (int64_t c0 = 0; c0 < cols; c0 += NR) {
+    const int64_t cc = std::min(NR, cols - c0);
+    float* d = dst + (c0 / NR) * NR * kcb;
+    if (!tb) {  // element (k, j) at b[k * ldb + j]
+      const __mmask16 m0 = tail_mask(cc), m1 = tail_mask(cc - 16);
+      for (int64_t k = 0; k < kcb; ++k) {
+        const float* src = b + (k0 + k) * ldb + c0;
+        _mm512_store_ps(d + k * NR, _mm512_maskz_loadu_ps(m0, src));
+        _mm512_store_ps(d + k * NR + 16, _mm512_maskz_loadu_ps(m1, src + 16));
+      }
+    } else {  // element (k, j) at b[j * ldb + k]: 16 k at a time, transposed through registers
+      int64_t k = 0;
+      for (; k + 16 <= kcb; k += 16) {
+        alignas(64) float t[NR][16];
+        for (int64_t j = 0; j < NR; ++j)
+          _mm512_store_ps(t[j], j < cc ? _mm512_loadu_ps(b + (c0 + j) * ldb + k0 + k) : _mm512_setzero_ps());
+        for (int64_t kk = 0; kk < 16; ++kk)
+          for (int64_t j = 0; j < NR; ++j) d[(k + kk) * NR + j] = t[j][kk];
+      }
+      for (; k < kcb; ++k)
+        for (int64_t j = 0; j < NR; ++j) d[k * NR + j] = j < cc ? b[(c0 + j) * ldb + k0 + k] : 0.0f;
+    }
+  }
+}
+
+// One task: C tile [mm x nn] at c (row stride ldc). `apacked`: this batch's A in the compile-time packed
+// layout (k block at k0 starts at k0 * mpad; the tile's rows start at panel row0 / MR), or nullptr to pack
+// from `a`.
+void gemm_task(const GemmPlan& g, const float* a, const float* b, float* c, int64_t mm, int64_t nn,
+               const float* apacked, int64_t mpad, int64_t row0, const float* bias, float* wa, float* wb) {
+  const int64_t K = g.k;
+  if (K == 0) {
+    for (int64_t i = 0; i < mm; ++i)
+      for (int64_t j = 0; j < nn; ++j) {
+        float v = bias ? bias[i] : 0.0f;
+        c[i * g.ldc + j] = g.round_fp16 ? round_fp16(v) : v;
+      }
+    return;
+  }
+  Epilogue epi;
+  epi.alpha = g.alpha;
+  epi.scale = g.alpha != 1.0f;
+  epi.round = g.round_fp16;
+  for (int64_t k0 = 0; k0 < K; k0 += g.kc) {
+    const int64_t kcb = std::min(g.kc, K - k0);
+    const bool first = k0 == 0, last = k0 + kcb == K;
+    pack_b(b, g.ldb, g.tb, nn, k0, kcb, wb);
+    const float* ap = apacked ? apacked + k0 * mpad + row0 * kcb : wa;
+    if (!apacked) pack_a(a, g.lda, g.ta, mm, k0, kcb, wa);
+    for (int64_t j0 = 0; j0 < nn; j0 += NR) {
+      const __mmask16 m0 = tail_mask(nn - j0), m1 = tail_mask(nn - j0 - 16);
+      const float* bp = wb + (j0 / NR) * NR * kcb;
+      for (int64_t i0 = 0; i0 < mm; i0 += MR) {
+        const int64_t r = std::min(MR, mm - i0);
+        epi.bias = bias ? bias + i0 : nullptr;
+        kMicro[r](kcb, ap + (i0 / MR) * MR * kcb, bp, c + i0 * g.ldc + j0, g.ldc, m0, m1, first, last ? &epi : nullptr);
+      }
+    }
+  }
+}
 
 }  // namespace
 
 void plan_gemm(GemmPlan& g) {
   const int64_t batch = static_cast<int64_t>(g.a_off.size());
-  g.tile_m = std::max<int64_t>(1, std::min<int64_t>(256, g.m));
+  // k blocks of ~256 (equal sizes); they fix the accumulation order together with the shape.
+  const int64_t nkb = std::max<int64_t>(1, ceil_div(g.k, 256));
+  g.kc = std::max<int64_t>(1, ceil_div(g.k, nkb));
   g.tile_n = std::max<int64_t>(1, std::min<int64_t>(512, g.n));
-  // Enough tasks to keep a few threads busy; decided from the shape only (determinism).
-  while (batch * ceil_div(g.m, g.tile_m) * ceil_div(g.n, g.tile_n) < 8 && g.tile_m > 32)
-    g.tile_m = std::max<int64_t>(32, ceil_div(g.tile_m / 2, 16) * 16);
-  // The RowMajor product runs as the ColMajor product C^T = B^T A^T: rows <-> cols swap.
-  Index kc = std::max<int64_t>(1, g.k), mc = g.tile_n, nc = g.tile_m;
-  ei::computeProductBlockingSizes<float, float, 1, Index>(kc, mc, nc, 1);
-  g.kc = kc;
-  g.mc = mc;
-  g.nc = nc;
-  g.ws_a = static_cast<size_t>(kc * mc) + 64;
-  g.ws_b = static_cast<size_t>(kc * nc) + 64;
+  // An even number of m tiles of ~256 rows (multiples of MR); more, smaller tiles when there are few tasks.
+  int64_t ntm = ceil_div(g.m, 256);
+  if (ntm > 1 && ntm % 2) ++ntm;
+  g.tile_m = std::max(MR, round_up(ceil_div(g.m, ntm), MR));
+  while (batch * ceil_div(g.m, g.tile_m) * ceil_div(g.n, g.tile_n) < 8 && g.tile_m > 4 * MR)
+    g.tile_m = round_up(g.tile_m / 2, MR);
+  g.ws_a = static_cast<size_t>(g.tile_m * g.kc) + 64;
+  g.ws_b = static_cast<size_t>(round_up(g.tile_n, NR) * g.kc) + 64;
 }
 
-void run_gemm(const GemmPlan& g, const float* a, const float* b, float* c, const ExecCtx& ctx) {
+void prepack_gemm_a(GemmPlan& g, const float* a) {
+  const int64_t mpad = round_up(g.m, MR), per = mpad * g.k;
+  std::vector<int64_t> distinct;
+  g.a_packed_off.clear();
+  for (int64_t off : g.a_off) {
+    auto it = std::find(distinct.begin(), distinct.end(), off);
+    g.a_packed_off.push_back(per * (it - distinct.begin()));
+    if (it == distinct.end()) distinct.push_back(off);
+  }
+  g.a_packed = AlignedFloats(static_cast<size_t>(per) * distinct.size() + 16);
+  for (size_t d = 0; d < distinct.size(); ++d)
+    for (int64_t k0 = 0; k0 < g.k; k0 += g.kc) {
+      const int64_t kcb = std::min(g.kc, g.k - k0);
+      pack_a(a + distinct[d], g.lda, g.ta, g.m, k0, kcb, g.a_packed.data() + per * static_cast<int64_t>(d) + k0 * mpad);
+    }
+}
+
+void run_gemm(const GemmPlan& g, const float* a, const float* b, float* c, const ExecCtx& ctx, const float* bias) {
   const int64_t batch = static_cast<int64_t>(g.a_off.size());
   const int64_t tm = ceil_div(g.m, g.tile_m), tn = ceil_div(g.n, g.tile_n), tasks = batch * tm * tn;
-  // Static contiguous partition of the tiles over the workers; each tile is computed by one worker with
-  // its own packing workspace, so results do not depend on the thread count.
+  const int64_t mpad = round_up(g.m, MR);
+  const bool packed = g.a_packed.size() > 0;
   par_workers(ctx, tasks, [&](int tid, int64_t t) {
     const int64_t bi = t / (tm * tn), r = t % (tm * tn);
     const int64_t i0 = (r / tn) * g.tile_m, j0 = (r % tn) * g.tile_n;
@@ -80,10 +222,9 @@ void run_gemm(const GemmPlan& g, const float* a, const float* b, float* c, const
     const float* at = a + g.a_off[bi] + (g.ta ? i0 : i0 * g.lda);
     const float* bt = b + g.b_off[bi] + (g.tb ? j0 * g.ldb : j0);
     float* ct = c + g.c_off[bi] + i0 * g.ldc + j0;
-    FixedBlocking bl(g.mc, g.nc, g.kc, ctx.ws_a[tid], ctx.ws_b[tid]);
-    gemm_tile(g, at, bt, ct, mm, nn, bl);
-    if (g.round_fp16)
-      for (int64_t i = 0; i < mm; ++i) round_fp16_inplace(ct + i * g.ldc, static_cast<size_t>(nn));
+    const float* ap = packed ? g.a_packed.data() + g.a_packed_off[bi] : nullptr;
+    const float* bs = bias && !g.bias_off.empty() ? bias + g.bias_off[bi] + i0 : nullptr;
+    gemm_task(g, at, bt, ct, mm, nn, ap, mpad, i0, bs, ctx.ws_a[tid], ctx.ws_b[tid]);
   });
 }
 
@@ -92,7 +233,7 @@ void run_gemm(const GemmPlan& g, const float* a, const float* b, float* c, const
 // in: x [N, Cin, H, W], weight [Cout, Cin/groups, kh, kw], (bias [Cout]); scratch: im2col columns.
 void k_conv(const Step& s, const ExecCtx& ctx) {
   const int64_t* p = s.iv.data();
-  const int64_t N = p[0], Cin = p[1], H = p[2], W = p[3], Cout = p[4], kh = p[5], kw = p[6];
+  const int64_t N = p[0], Cin = p[1], H = p[2], W = p[3], kh = p[5], kw = p[6];
   const int64_t sh = p[8], sw = p[9], dh = p[10], dw = p[11], pt = p[12], pl = p[13], Ho = p[14], Wo = p[15];
   const bool direct = p[16] != 0, has_bias = p[17] != 0;
   const float* x = s.in[0];
@@ -120,34 +261,17 @@ void k_conv(const Step& s, const ExecCtx& ctx) {
     });
     cols = col;
   }
-  run_gemm(s.gemms[0], s.in[1], cols, s.out, ctx);
-  if (has_bias) {
-    const float* bias = s.in[2];
-    const int64_t hw = Ho * Wo;
-    par_for(ctx, N * Cout, N * Cout * hw > 32768, [&](int64_t nc) {
-      float* o = s.out + nc * hw;
-      const float b = bias[nc % Cout];
-      for (int64_t i = 0; i < hw; ++i) o[i] += b;
-      if (s.out_dtype == mil::DType::kFp16) round_fp16_inplace(o, static_cast<size_t>(hw));
-    });
-  }
+  run_gemm(s.gemms[0], s.in[1], cols, s.out, ctx, has_bias ? s.in[2] : nullptr);  // bias + rounding fused
 }
 
 void k_matmul(const Step& s, const ExecCtx& ctx) { run_gemm(s.gemms[0], s.in[0], s.in[1], s.out, ctx); }
 
 // ---- scaled_dot_product_attention -------------------------------------------------------------------
 // scores = fp16(Q K^T * (1/sqrt(E))) per batch; P = fp16(softmax_fp32(scores)); out = fp16(P V).
-// iv: batch, L, S; fv: scale. scratch: [batch, L, S].
+// iv: batch, L, S. scratch: [batch, L, S].
 void k_sdpa(const Step& s, const ExecCtx& ctx) {
   const int64_t batch = s.iv[0], L = s.iv[1], S = s.iv[2];
-  const float scale = s.fv[0];
-  run_gemm(s.gemms[0], s.in[0], s.in[1], s.scratch, ctx);
-  const int64_t n = batch * L * S;
-  par_for(ctx, batch * L, n > 65536, [&](int64_t r) {
-    float* row = s.scratch + r * S;
-    for (int64_t j = 0; j < S; ++j) row[j] *= scale;
-    round_fp16_inplace(row, static_cast<size_t>(S));
-  });
+  run_gemm(s.gemms[0], s.in[0], s.in[1], s.scratch, ctx);  // alpha = scale, fp16 rounding fused
   softmax_rows(s.scratch, batch * L, S, ctx);
   run_gemm(s.gemms[1], s.scratch, s.in[2], s.out, ctx);
 }

@@ -71,14 +71,16 @@ void Lowerer::lower_conv(const mil::Operation& op) {
   const int64_t hw = c.Ho * c.Wo, cin_g = c.Cin / c.G, cout_g = c.Cout / c.G, K = cin_g * c.kh * c.kw;
   GemmPlan g;
   g.m = cout_g, g.n = hw, g.k = K, g.lda = K, g.ldb = hw, g.ldc = hw;
-  g.round_fp16 = !bias && op.type.dtype == DType::kFp16;
+  g.round_fp16 = op.type.dtype == DType::kFp16;
   for (int64_t n = 0; n < c.N; ++n)
     for (int64_t gi = 0; gi < c.G; ++gi) {
       g.a_off.push_back(gi * cout_g * K);
       g.b_off.push_back(direct ? n * c.Cin * c.H * c.W + gi * cin_g * c.H * c.W : (n * c.Cin + gi * cin_g) * c.kh * c.kw * hw);
       g.c_off.push_back(n * c.Cout * hw + gi * cout_g * hw);
+      if (bias) g.bias_off.push_back(gi * cout_g);
     }
   plan_gemm(g);
+  if (w.ref.kind == Ref::kConst) prepack_gemm_a(g, plan_.ptr(w.ref));  // weights packed once
   std::vector<const ValueInfo*> ins{&x, &w};
   if (bias) ins.push_back(bias);
   Step& s = new_step(op, k_conv, ins);

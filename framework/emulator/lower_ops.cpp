@@ -404,7 +404,8 @@ void Lowerer::lower_sdpa(const mil::Operation& op) {
   expect_shape(op, out);
   const int64_t B = prod(qs, 0, r - 2);
   GemmPlan g1, g2;
-  g1.m = L, g1.n = S, g1.k = E, g1.tb = true, g1.lda = E, g1.ldb = E, g1.ldc = S, g1.round_fp16 = false;
+  g1.m = L, g1.n = S, g1.k = E, g1.tb = true, g1.lda = E, g1.ldb = E, g1.ldc = S;
+  g1.alpha = static_cast<float>(1.0 / std::sqrt(static_cast<double>(E)));
   g2.m = L, g2.n = Ev, g2.k = S, g2.lda = S, g2.ldb = Ev, g2.ldc = Ev;
   for (int64_t b = 0; b < B; ++b) {
     g1.a_off.push_back(b * L * E), g1.b_off.push_back(b * S * E), g1.c_off.push_back(b * L * S);
@@ -414,8 +415,8 @@ void Lowerer::lower_sdpa(const mil::Operation& op) {
   plan_gemm(g2);
   Step& s = new_step(op, k_sdpa, {&q, &k, &v});
   s.iv = {B, L, S};
-  s.fv = {static_cast<float>(1.0 / std::sqrt(static_cast<double>(E)))};
-  s.gemms = {std::move(g1), std::move(g2)};
+  s.gemms.push_back(std::move(g1));
+  s.gemms.push_back(std::move(g2));
   set_scratch(s, static_cast<size_t>(B * L * S));
 }
 

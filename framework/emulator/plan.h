@@ -35,20 +35,28 @@ struct AlignedFloats {
   size_t n_ = 0;
 };
 
-// One batched row-major GEMM: for each batch b, C_b[m, n] = op(A_b)[m, k] * op(B_b)[k, n].
-// op(A) = A^T when ta (A stored [k, m]). The (batch x m-tile x n-tile) tasks are spread over threads;
-// tile sizes and Eigen blocking depend only on the shape, so results do not depend on thread count.
+// One batched row-major GEMM: for each batch b, C_b[m, n] = epi(op(A_b)[m, k] * op(B_b)[k, n]).
+// op(A) = A^T when ta (A stored [k, m]); op(B) = B^T when tb (B stored [n, k]). The epilogue, applied in
+// registers: v = alpha * acc (+ bias[row]), then rounded to fp16 when round_fp16. Every C element
+// accumulates in fp32 over k in order, in kc-sized blocks (the partial sum is carried through C), so its
+// bits depend only on the shape, never on the (batch x m-tile x n-tile) task split or the thread count.
+constexpr int64_t kGemmMR = 12, kGemmNR = 32;  // micro-tile: 12 rows x 32 columns (2 zmm)
 struct GemmPlan {
   int64_t m = 0, n = 0, k = 0;
   bool ta = false, tb = false;
   int64_t lda = 0, ldb = 0, ldc = 0;               // leading dimensions as stored
   std::vector<int64_t> a_off, b_off, c_off;        // per-batch element offsets
-  int64_t tile_m = 256, tile_n = 512;              // task tile
-  int64_t kc = 0, mc = 0, nc = 0;                  // Eigen blocking for one tile
+  int64_t tile_m = 264, tile_n = 512;              // task tile (tile_m a multiple of kGemmMR)
+  int64_t kc = 256;                                // k block
   size_t ws_a = 0, ws_b = 0;                       // per-thread workspace floats it needs
-  bool round_fp16 = true;                          // round C to fp16 after each tile
+  bool round_fp16 = true;                          // round C to fp16 in the epilogue
+  float alpha = 1.0f;                              // scale of the fp32 accumulator before bias/rounding
+  std::vector<int64_t> bias_off;                   // per-batch offset into the bias vector; empty: no bias
+  AlignedFloats a_packed;                          // A packed at compile time (A const), else empty
+  std::vector<int64_t> a_packed_off;               // per-batch offset into a_packed
 };
-void plan_gemm(GemmPlan& g);  // fills tile/blocking/workspace fields from m, n, k
+void plan_gemm(GemmPlan& g);                        // fills tile/blocking/workspace fields from m, n, k
+void prepack_gemm_a(GemmPlan& g, const float* a);  // A is a compile-time const: pack it once (after plan_gemm)
 
 struct ExecCtx {
   int threads = 1;                 // workers (pool size, or 1 without a pool)
@@ -128,7 +136,8 @@ struct FunctionPlan {
 };
 
 // ---- kernels (kernels.cpp, linear.cpp) -----------------------------------------------------------
-void run_gemm(const GemmPlan& g, const float* a, const float* b, float* c, const ExecCtx& ctx);
+void run_gemm(const GemmPlan& g, const float* a, const float* b, float* c, const ExecCtx& ctx,
+              const float* bias = nullptr);
 void exp_inplace_fp32(float* x, int64_t n);  // vectorised exp, ~1 ulp-level accurate fp32
 void round_to_dtype(float* x, int64_t n, mil::DType t, const ExecCtx& ctx);
 
