@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Bounded load test for `anelab serve` (loopback only, standard library only).
 
-CLIENTS threads send REQUESTS requests in all (a mix of /v1/completions and /v1/chat/completions,
+CLIENTS threads send REQUESTS requests in all (a 503 may be retried --retries times; the last answer
+counts; latency includes the retries) (a mix of /v1/completions and /v1/chat/completions,
 a quarter of them streamed). Every answer must be 200 or 503 (queue full); anything else, a transport
 error, a dead server, or RSS growth above --max-rss-growth-mib fails the run (exit 1).
 Prints one JSON summary line: requests/s, latency percentiles of the 200s, status counts, RSS before/after.
@@ -36,7 +37,16 @@ def body_for(i, max_tokens):
     return "/v1/chat/completions", dict(common, messages=[{"role": "user", "content": "Tell me a story %d" % i}])
 
 
-def one_request(host, port, i, max_tokens, timeout):
+def one_request(host, port, i, max_tokens, timeout, retries=0):
+    """One logical request; a 503 is retried up to `retries` times after a short jittered pause."""
+    for attempt in range(retries + 1):
+        r = one_attempt(host, port, i, max_tokens, timeout)
+        if r[0] != 503 or attempt == retries:
+            return r
+        time.sleep(random.uniform(0.05, 0.25))
+
+
+def one_attempt(host, port, i, max_tokens, timeout):
     path, body = body_for(i, max_tokens)
     t0 = time.perf_counter()
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
@@ -76,6 +86,7 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--timeout", type=float, default=60)
     ap.add_argument("--max-rss-growth-mib", type=float, default=64)
+    ap.add_argument("--retries", type=int, default=0, help="retry a 503 this often (50-250 ms pause)")
     a = ap.parse_args()
     if a.host not in ("127.0.0.1", "localhost", "::1"):
         sys.exit("serve_load_test: loopback only")
@@ -93,7 +104,7 @@ def main():
             if i is None:
                 return
             try:
-                r = one_request(a.host, a.port, i, a.max_tokens, a.timeout)
+                r = one_request(a.host, a.port, i, a.max_tokens, a.timeout, a.retries)
             except Exception as e:
                 r = ("%s: %s" % (type(e).__name__, e), 0.0)
             with lock:

@@ -1,6 +1,7 @@
 #include "infer/server/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <cstdio>
 #include <ctime>
@@ -11,6 +12,13 @@ namespace anelab::serve {
 namespace {
 
 constexpr const char* kJson = "application/json";
+
+// httplib::Server whose listening socket can be reached: cpp-httplib 0.11 listens with a backlog of 5
+// (compiled into Debian's library), which drops connections under bursts of clients; bind() raises it.
+class Server : public httplib::Server {
+ public:
+  int listen_fd() const { return svr_sock_; }
+};
 
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
@@ -60,7 +68,7 @@ bool stream_job(const std::shared_ptr<Job>& job, const ResponseMeta& meta, bool 
 }  // namespace
 
 HttpServer::HttpServer(Generator& gen, const ServerOptions& o) : gen_(gen), opt_(o) {
-  svr_ = std::make_unique<httplib::Server>();
+  svr_ = std::make_unique<Server>();
   if (opt_.http_threads == 0) opt_.http_threads = std::max<size_t>(16, 2 * (opt_.parallel + opt_.queue) + 8);
   const size_t nthreads = opt_.http_threads;
   svr_->new_task_queue = [nthreads] { return new httplib::ThreadPool(nthreads); };
@@ -198,6 +206,8 @@ int HttpServer::bind() {
                                   : (svr_->bind_to_port(opt_.host, opt_.port) ? opt_.port : -1);
   ANELAB_CHECK(port > 0, "serve", "cannot listen on ", opt_.host, ":", opt_.port,
                " (address in use or not local? pass another --port / --host)");
+  // Re-listening on a listening socket only changes its backlog (Linux).
+  ::listen(static_cast<Server*>(svr_.get())->listen_fd(), SOMAXCONN);
   return port;
 }
 

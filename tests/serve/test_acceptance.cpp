@@ -294,7 +294,7 @@ TEST_F(ServeAcceptance, LoadTest64Clients) {
   int rc = 0;
   const std::string out = capture("/usr/bin/python3 " + sh_quote(test::source_path("scripts/serve_load_test.py")) +
                                       " --port " + std::to_string(srv_->port) + " --pid " + std::to_string(srv_->pid) +
-                                      " --clients 64 --requests 320 --max-tokens 48",
+                                      " --clients 64 --requests 320 --max-tokens 48 --retries 2",
                                   &rc);
   std::printf("%s", out.c_str());
   EXPECT_EQ(rc, 0) << out;
