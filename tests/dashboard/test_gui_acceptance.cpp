@@ -145,6 +145,55 @@ TEST(DashboardGui, RecordedAndLiveRunScreenshot) {
   if (const char* keep = std::getenv("ANELAB_DASHBOARD_SHOT")) fs::copy_file(png, keep, fs::copy_options::overwrite_existing);
 }
 
+// The live run: a real stories260K fine-tuning run by `anelab train` on the TinyStories text
+// (tokenized with tok512 by `anelab tokenize`), followed by the dashboard while it trains.
+TEST(DashboardGui, LiveStories260KFineTuneRun) {
+  REQUIRE_XVFB();
+  ANELAB_REQUIRE_DATA("llama2c/stories260K.bin");
+  ANELAB_REQUIRE_DATA("llama2c/tok512.bin");
+  ANELAB_REQUIRE_DATA("tinystories/tinystories_valid_prefix.txt");
+  auto dir = test::temp_dir("dash_gui_train");
+  const std::string tokens = (dir / "ts_tok512.bin").string();
+  std::string out;
+  ASSERT_EQ(run_and_capture({ANELAB_EXE, "tokenize", "--tokenizer", test::data_path("llama2c/tok512.bin"),
+                             test::data_path("tinystories/tinystories_valid_prefix.txt"), tokens},
+                            &out, 120000),
+            0)
+      << out;
+  const fs::path run = dir / "ft";
+  ChildProcess trainer;
+  ASSERT_TRUE(trainer.start({ANELAB_EXE, "train", "--init", test::data_path("llama2c/stories260K.bin"), "--tokenizer",
+                             test::data_path("llama2c/tok512.bin"), "--data", tokens, "--run-dir", run.string(),
+                             "--steps", "100000", "--batch-size", "4", "--seq-len", "64", "--lr", "5e-4",
+                             "--eval-every", "5", "--strategy", "cpu", "--quiet"},
+                            (dir / "train.log").string(), false))
+      << trainer.error();
+  auto steps_written = [&] {
+    std::ifstream f(run / "events.jsonl");
+    size_t n = 0;
+    for (std::string line; std::getline(f, line);) n += line.find("\"event\":\"step\"") != std::string::npos;
+    return n;
+  };
+  for (int i = 0; i < 1200 && steps_written() < 8; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_GE(steps_written(), 8u) << "the trainer wrote no step events; see " << (dir / "train.log");
+  const std::string png = (dir / "shot.png").string();
+  int rc = run_dashboard(xvfb, {run.string(), "--screenshot", png, "--frames", "60", "--width", "1280", "--height",
+                                "800", "--scale", "1"},
+                         &out);
+  trainer.signal(SIGTERM);
+  trainer.wait_for(10000);
+  ASSERT_EQ(rc, 0) << out;
+  json side = read_json(dir / "shot.json");
+  Image im = load_png(png);
+  ASSERT_EQ(side["runs"].size(), 1u);
+  const json& r = side["runs"][0];
+  EXPECT_EQ(r["malformed"], 0);
+  EXPECT_GE(r["steps"].get<int>(), 8);
+  EXPECT_GE(r["starts"].get<int>(), 1);
+  long px = count_color(im, side["plots"]["loss"], r["color"], 24);
+  EXPECT_GT(px, 100) << "the live training run's loss curve is not visible in the loss plot";
+}
+
 TEST(DashboardGui, MalformedBinaryAndMissingFilesShowErrorLines) {
   REQUIRE_XVFB();
   auto dir = test::temp_dir("dash_gui_bad");
