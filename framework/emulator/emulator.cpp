@@ -23,12 +23,12 @@ AlignedFloats::AlignedFloats(size_t n) : n_(n) {
 void AlignedFloats::Free::operator()(float* p) const { std::free(p); }
 
 const float* FunctionPlan::ptr(const Ref& r) const {
-  if (r.kind == Ref::kConst) return consts.at(static_cast<size_t>(r.index)).data();
-  return arena.data() + vbuf_offset.at(static_cast<size_t>(r.index));
+  if (r.kind == Ref::kConst) return consts.at(static_cast<size_t>(r.index)).data() + r.off;
+  return arena.data() + vbuf_offset.at(static_cast<size_t>(r.index)) + r.off;
 }
 float* FunctionPlan::mut_ptr(const Ref& r) {
   ANELAB_CHECK(r.kind == Ref::kArena, "emulator", "internal: writable reference to a const");
-  return arena.data() + vbuf_offset.at(static_cast<size_t>(r.index));
+  return arena.data() + vbuf_offset.at(static_cast<size_t>(r.index)) + r.off;
 }
 
 namespace {

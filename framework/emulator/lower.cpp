@@ -60,17 +60,55 @@ std::vector<float> Lowerer::lit_floats(const mil::Operation& op, const std::stri
   return decode_const(v, op);
 }
 
-const ValueInfo& Lowerer::value(const mil::Operation& op, const std::string& key) const {
+const ValueInfo& Lowerer::view(const mil::Operation& op, const std::string& key) const {
+  const mil::Arg* a = op.arg(key);
+  ANELAB_CHECK(a && a->names.size() == 1, "emulator", where(op), ": missing tensor argument '", key, "'");
+  return view_named(op, a->names[0]);
+}
+
+const ValueInfo& Lowerer::view_named(const mil::Operation& op, const std::string& name) const {
+  auto it = values_.find(name);
+  ANELAB_CHECK(it != values_.end() && it->second.ref.kind != Ref::kNone, "emulator", where(op), ": value '", name,
+               "' is not a defined tensor");
+  return it->second;
+}
+
+const ValueInfo& Lowerer::value(const mil::Operation& op, const std::string& key) {
   const mil::Arg* a = op.arg(key);
   ANELAB_CHECK(a && a->names.size() == 1, "emulator", where(op), ": missing tensor argument '", key, "'");
   return value_named(op, a->names[0]);
 }
 
-const ValueInfo& Lowerer::value_named(const mil::Operation& op, const std::string& name) const {
-  auto it = values_.find(name);
-  ANELAB_CHECK(it != values_.end() && it->second.ref.kind != Ref::kNone, "emulator", where(op), ": value '", name,
-               "' is not a defined tensor");
-  return it->second;
+const ValueInfo& Lowerer::value_named(const mil::Operation& op, const std::string& name) {
+  const ValueInfo& v = view_named(op, name);
+  return v.strides.empty() ? v : materialize(name, op.name);
+}
+
+// Replaces the view `name` by a contiguous copy (a k_strided step); later readers share the copy.
+const ValueInfo& Lowerer::materialize(const std::string& name, const std::string& why) {
+  ValueInfo& v = values_.at(name);
+  if (v.strides.empty()) return v;
+  Step s;
+  s.run = k_strided;
+  s.op = "materialize";
+  s.name = name + " (view read by " + why + ")";
+  s.in_refs.push_back(v.ref);
+  s.in_shapes.push_back(v.type.shape);
+  s.out_shape = v.type.shape;
+  s.out_dtype = v.type.dtype;
+  s.out_n = v.type.numel();
+  s.out_ref = new_vbuf(static_cast<size_t>(s.out_n));
+  mil::Shape sh = v.type.shape;
+  std::vector<int64_t> st = v.strides;
+  if (sh.empty()) sh = {1}, st = {1};
+  s.iv = {static_cast<int64_t>(sh.size())};
+  s.iv.insert(s.iv.end(), sh.begin(), sh.end());
+  s.iv.insert(s.iv.end(), st.begin(), st.end());
+  s.iv.push_back(0);
+  v.ref = s.out_ref;
+  v.strides.clear();
+  plan_.steps.push_back(std::move(s));
+  return v;
 }
 
 // ---- consts ---------------------------------------------------------------------------------------
@@ -252,6 +290,7 @@ void Lowerer::run() {
     auto it = values_.find(o);
     ANELAB_CHECK(it != values_.end() && it->second.ref.kind != Ref::kNone, "emulator", "function '", fn_.name,
                  "': returned value '", o, "' is not a defined tensor");
+    materialize(o, "the function's outputs");
     ANELAB_CHECK(mil::is_float(it->second.type.dtype), "emulator", "function '", fn_.name, "': returned value '", o,
                  "' is ", it->second.type.str(), "; surfaces carry fp16 or fp32");
     plan_.outputs.push_back(it->second);

@@ -41,13 +41,54 @@ Shape broadcast(const Shape& a, const Shape& b, bool* ok) {
   return out;
 }
 
-// Strides of `s` right-aligned into rank r, 0 on broadcast dims.
-std::vector<int64_t> bcast_strides(const Shape& s, const Shape& out) {
+// Element strides of a value (its view strides, or the contiguous ones).
+std::vector<int64_t> strides_of(const ValueInfo& v) {
+  return v.strides.empty() ? contiguous_strides(v.type.shape) : v.strides;
+}
+
+// Strides `st` of shape `s` right-aligned into rank r, 0 on broadcast dims.
+std::vector<int64_t> bcast_strides(const Shape& s, const std::vector<int64_t>& st, const Shape& out) {
   const size_t r = out.size(), off = r - s.size();
-  const auto st = contiguous_strides(s);
   std::vector<int64_t> res(r, 0);
   for (size_t i = off; i < r; ++i) res[i] = s[i - off] == 1 ? 0 : st[i - off];
   return res;
+}
+std::vector<int64_t> bcast_strides(const Shape& s, const Shape& out) {
+  return bcast_strides(s, contiguous_strides(s), out);
+}
+
+// Strides that let `to` (same element count) read a view of shape `from` with strides `st` without a
+// copy, when the reshape only splits/merges dims that are contiguous in the view. false: needs a copy.
+bool reshape_view(const Shape& from, const std::vector<int64_t>& st, const Shape& to, std::vector<int64_t>* out) {
+  Shape os;
+  std::vector<int64_t> ost;
+  for (size_t d = 0; d < from.size(); ++d)
+    if (from[d] != 1) os.push_back(from[d]), ost.push_back(st[d]);
+  out->assign(to.size(), 1);
+  size_t oi = 0, ni = 0;
+  while (oi < os.size() && ni < to.size()) {
+    if (to[ni] == 1) {
+      ++ni;
+      continue;
+    }
+    int64_t np = to[ni], op = os[oi];
+    size_t nj = ni + 1, oj = oi + 1;
+    while (np != op) {
+      if (np < op) {
+        if (nj >= to.size()) return false;
+        np *= to[nj++];
+      } else {
+        if (oj >= os.size()) return false;
+        op *= os[oj++];
+      }
+    }
+    for (size_t k = oi; k + 1 < oj; ++k)
+      if (ost[k] != os[k + 1] * ost[k + 1]) return false;
+    (*out)[nj - 1] = ost[oj - 1];
+    for (size_t k = nj - 1; k > ni; --k) (*out)[k - 1] = (*out)[k] * to[k];
+    ni = nj, oi = oj;
+  }
+  return oi == os.size();
 }
 
 }  // namespace
@@ -94,14 +135,14 @@ void Lowerer::lower_op(const mil::Operation& op) {
 
 // ---- elementwise ----------------------------------------------------------------------------------
 void Lowerer::lower_binary(const mil::Operation& op, int64_t bop) {
-  const ValueInfo& a = value(op, "x");
-  const ValueInfo& b = value(op, "y");
+  const ValueInfo& a = view(op, "x");  // views are read in place through their strides
+  const ValueInfo& b = view(op, "y");
   bool ok = false;
   const Shape out = broadcast(a.type.shape, b.type.shape, &ok);
   ANELAB_CHECK(ok, "emulator", where(op), ": shapes ", mil::shape_str(a.type.shape), " and ",
                mil::shape_str(b.type.shape), " do not broadcast");
   expect_shape(op, out);
-  auto sa = bcast_strides(a.type.shape, out), sb = bcast_strides(b.type.shape, out);
+  auto sa = bcast_strides(a.type.shape, strides_of(a), out), sb = bcast_strides(b.type.shape, strides_of(b), out);
   // Collapse: drop size-1 dims, merge neighbours that are contiguous for both operands.
   std::vector<int64_t> sh, xa, xb;
   for (size_t d = 0; d < out.size(); ++d) {
@@ -183,34 +224,49 @@ void Lowerer::lower_quant(const mil::Operation& op, bool quantize) {
 }
 
 // ---- layout ---------------------------------------------------------------------------------------
+// reshape / identity: an alias of the input (or a view of a view) when the dtype is unchanged.
 void Lowerer::lower_copy(const mil::Operation& op) {
+  const ValueInfo& xv = view(op, "x");
+  ANELAB_CHECK(xv.type.numel() == op.type.numel(), "emulator", where(op), ": input ", xv.type.str(), " has ",
+               xv.type.numel(), " elements, the declared output ", op.type.str(), " has ", op.type.numel());
+  if (op.op == "identity") expect_shape(op, xv.type.shape);
+  if (xv.type.dtype == op.type.dtype) {
+    std::vector<int64_t> st;
+    if (xv.strides.empty()) return set_view(op, xv, {}, 0);
+    if (reshape_view(xv.type.shape, xv.strides, op.type.shape, &st)) return set_view(op, xv, st, 0);
+  }
   const ValueInfo& x = value(op, "x");
-  ANELAB_CHECK(x.type.numel() == op.type.numel(), "emulator", where(op), ": input ", x.type.str(), " has ",
-               x.type.numel(), " elements, the declared output ", op.type.str(), " has ", op.type.numel());
-  if (op.op == "identity") expect_shape(op, x.type.shape);
-  new_step(op, k_copy, {&x}).iv = {x.type.dtype == op.type.dtype ? 0 : 1};
+  if (x.type.dtype == op.type.dtype) return set_view(op, x, {}, 0);
+  new_step(op, k_copy, {&x}).iv = {1};
+}
+
+// The op's output is a view of x's buffer: element strides `strides` (empty: contiguous) at offset `off`
+// (elements) past x's own offset.
+void Lowerer::set_view(const mil::Operation& op, const ValueInfo& x, std::vector<int64_t> strides, int64_t off) {
+  if (!strides.empty() && strides.size() == op.type.shape.size()) {
+    const auto cs = contiguous_strides(op.type.shape);
+    bool contiguous = true;
+    for (size_t d = 0; d < cs.size(); ++d) contiguous = contiguous && (op.type.shape[d] == 1 || strides[d] == cs[d]);
+    if (contiguous) strides.clear();
+  }
+  ValueInfo v{op.type, x.ref, std::move(strides)};
+  v.ref.off += off;
+  values_[op.output] = std::move(v);
 }
 
 void Lowerer::add_strided(const mil::Operation& op, const ValueInfo& x, const Shape& shape,
                           const std::vector<int64_t>& strides, int64_t base) {
   expect_shape(op, shape);
-  Shape sh = shape;
-  std::vector<int64_t> st = strides;
-  if (sh.empty()) sh = {1}, st = {1};
-  Step& s = new_step(op, k_strided, {&x});
-  s.iv = {static_cast<int64_t>(sh.size())};
-  s.iv.insert(s.iv.end(), sh.begin(), sh.end());
-  s.iv.insert(s.iv.end(), st.begin(), st.end());
-  s.iv.push_back(base);
+  set_view(op, x, shape.empty() ? std::vector<int64_t>{} : strides, base);
 }
 
 void Lowerer::lower_transpose(const mil::Operation& op) {
-  const ValueInfo& x = value(op, "x");
+  const ValueInfo& x = view(op, "x");
   const Shape& in = x.type.shape;
   const auto perm = lit_ints(op, "perm", {});
   ANELAB_CHECK(perm.size() == in.size(), "emulator", where(op), ": perm has ", perm.size(), " entries for rank ",
                in.size());
-  const auto ist = contiguous_strides(in);
+  const auto ist = strides_of(x);
   Shape out(in.size());
   std::vector<int64_t> st(in.size());
   std::vector<bool> seen(in.size(), false);
@@ -225,12 +281,12 @@ void Lowerer::lower_transpose(const mil::Operation& op) {
 }
 
 void Lowerer::lower_slice_by_size(const mil::Operation& op) {
-  const ValueInfo& x = value(op, "x");
+  const ValueInfo& x = view(op, "x");
   const Shape& in = x.type.shape;
   const auto begin = lit_ints(op, "begin", {}), size = lit_ints(op, "size", {});
   ANELAB_CHECK(begin.size() == in.size() && size.size() == in.size(), "emulator", where(op),
                ": begin/size need ", in.size(), " entries");
-  const auto ist = contiguous_strides(in);
+  const auto ist = strides_of(x);
   Shape out(in.size());
   int64_t base = 0;
   for (size_t d = 0; d < in.size(); ++d) {
@@ -245,7 +301,7 @@ void Lowerer::lower_slice_by_size(const mil::Operation& op) {
 }
 
 void Lowerer::lower_slice_by_index(const mil::Operation& op) {
-  const ValueInfo& x = value(op, "x");
+  const ValueInfo& x = view(op, "x");
   const Shape& in = x.type.shape;
   const size_t r = in.size();
   const auto begin = lit_ints(op, "begin", {}), end = lit_ints(op, "end", {});
@@ -256,7 +312,7 @@ void Lowerer::lower_slice_by_index(const mil::Operation& op) {
   ANELAB_CHECK(begin.size() == r && end.size() == r && stride.size() == r && bm.size() == r && em.size() == r &&
                    sq.size() == r,
                "emulator", where(op), ": begin/end/stride/masks need ", r, " entries");
-  const auto ist = contiguous_strides(in);
+  const auto ist = strides_of(x);
   Shape out;
   std::vector<int64_t> st;
   int64_t base = 0;
@@ -345,9 +401,38 @@ void Lowerer::lower_reduce(const mil::Operation& op, int64_t kind) {
 }
 
 // ---- GEMM ops -------------------------------------------------------------------------------------
+// A matmul operand read in place: its last two dims [R, C] must have unit stride in one of them.
+// Gives the GEMM transpose flag (the op's flag, flipped for a column-major view) and leading dimension.
+bool gemm_operand(const ValueInfo& v, bool op_t, bool* t, int64_t* ld) {
+  const Shape& sh = v.type.shape;
+  const auto st = strides_of(v);
+  const size_t r = sh.size();
+  const int64_t R = sh[r - 2], C = sh[r - 1], sr = st[r - 2], sc = st[r - 1];
+  if (sc == 1 || C == 1) {
+    *t = op_t, *ld = R == 1 ? std::max<int64_t>(C, 1) : sr;
+    return *ld >= 1;
+  }
+  if (sr == 1 || R == 1) {
+    *t = !op_t, *ld = sc;
+    return true;
+  }
+  return false;
+}
+
 void Lowerer::lower_matmul(const mil::Operation& op) {
-  const ValueInfo& x = value(op, "x");
-  const ValueInfo& y = value(op, "y");
+  bool ta = false, tb = false;
+  int64_t lda = 0, ldb = 0;
+  const bool tx0 = lit_bool(op, "transpose_x", false), ty0 = lit_bool(op, "transpose_y", false);
+  {  // views whose matrix dims have a unit stride are read in place; others are materialised
+    const ValueInfo& xv = view(op, "x");
+    const ValueInfo& yv = view(op, "y");
+    ANELAB_CHECK(xv.type.shape.size() >= 2 && yv.type.shape.size() >= 2, "emulator", where(op),
+                 ": operands must have rank >= 2, got ", xv.type.str(), " and ", yv.type.str());
+    if (!gemm_operand(xv, tx0, &ta, &lda)) gemm_operand(value(op, "x"), tx0, &ta, &lda);
+    if (!gemm_operand(yv, ty0, &tb, &ldb)) gemm_operand(value(op, "y"), ty0, &tb, &ldb);
+  }
+  const ValueInfo& x = view(op, "x");
+  const ValueInfo& y = view(op, "y");
   const bool tx = lit_bool(op, "transpose_x", false), ty = lit_bool(op, "transpose_y", false);
   const Shape &xs = x.type.shape, &ys = y.type.shape;
   ANELAB_CHECK(xs.size() >= 2 && ys.size() >= 2, "emulator", where(op), ": operands must have rank >= 2, got ",
@@ -365,9 +450,11 @@ void Lowerer::lower_matmul(const mil::Operation& op) {
   out.push_back(N);
   expect_shape(op, out);
   GemmPlan g;
-  g.m = M, g.n = N, g.k = K, g.ta = tx, g.tb = ty, g.lda = xs[rx - 1], g.ldb = ys[ry - 1], g.ldc = N;
+  g.m = M, g.n = N, g.k = K, g.ta = ta, g.tb = tb, g.lda = lda, g.ldb = ldb, g.ldc = N;
   g.round_fp16 = op.type.dtype == DType::kFp16;
-  const auto sx = bcast_strides(xb, ob), sy = bcast_strides(yb, ob);
+  const auto xst = strides_of(x), yst = strides_of(y);  // element strides; batch dims broadcast with 0
+  const auto sx = bcast_strides(xb, std::vector<int64_t>(xst.begin(), xst.end() - 2), ob);
+  const auto sy = bcast_strides(yb, std::vector<int64_t>(yst.begin(), yst.end() - 2), ob);
   const int64_t nb = prod(ob, 0, ob.size());
   for (int64_t b = 0; b < nb; ++b) {
     int64_t rem = b, ox = 0, oy = 0;
@@ -377,11 +464,12 @@ void Lowerer::lower_matmul(const mil::Operation& op) {
       ox += i * sx[static_cast<size_t>(d)];
       oy += i * sy[static_cast<size_t>(d)];
     }
-    g.a_off.push_back(ox * M * K);
-    g.b_off.push_back(oy * K * N);
+    g.a_off.push_back(ox);
+    g.b_off.push_back(oy);
     g.c_off.push_back(b * M * N);
   }
   plan_gemm(g);
+  if (x.ref.kind == Ref::kConst) prepack_gemm_a(g, plan_.ptr(x.ref));  // const A packed once
   new_step(op, k_matmul, {&x, &y}).gemms.push_back(std::move(g));
 }
 

@@ -26,8 +26,13 @@ class Lowerer {
   bool lit_bool(const mil::Operation& op, const std::string& key, bool def) const;
   std::string lit_str(const mil::Operation& op, const std::string& key, const std::string& def) const;
   std::vector<float> lit_floats(const mil::Operation& op, const std::string& key) const;
-  const ValueInfo& value(const mil::Operation& op, const std::string& key) const;
-  const ValueInfo& value_named(const mil::Operation& op, const std::string& name) const;
+  // value / value_named: contiguous (a view is materialised, once); view / view_named: as stored.
+  const ValueInfo& value(const mil::Operation& op, const std::string& key);
+  const ValueInfo& value_named(const mil::Operation& op, const std::string& name);
+  const ValueInfo& view(const mil::Operation& op, const std::string& key) const;
+  const ValueInfo& view_named(const mil::Operation& op, const std::string& name) const;
+  const ValueInfo& materialize(const std::string& name, const std::string& why);
+  void set_view(const mil::Operation& op, const ValueInfo& x, std::vector<int64_t> strides, int64_t off);
   std::vector<float> read_blob(const mil::ConstValue& v, const std::string& what) const;
   std::vector<float> decode_const(const mil::ConstValue& v, const mil::Operation& op) const;
   Ref add_const(std::vector<float> data);

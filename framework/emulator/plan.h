@@ -96,6 +96,7 @@ using KernelFn = void (*)(const Step&, const ExecCtx&);
 struct Ref {
   enum Kind { kNone, kArena, kConst } kind = kNone;
   int index = -1;
+  int64_t off = 0;  // element offset into the buffer (aliases: reshape, views)
 };
 
 struct Step {
@@ -118,9 +119,13 @@ struct Step {
   std::vector<GemmPlan> gemms;               // conv / matmul / sdpa
 };
 
+// A value: its type and storage. A view (transpose / slice / reshape of a view) has `strides` (elements,
+// one per dim of type.shape) into the buffer at `ref`; consumers that cannot read views get a contiguous
+// copy (Lowerer::value materialises it once). Contiguous values have empty `strides`.
 struct ValueInfo {
   mil::TensorType type;
   Ref ref;
+  std::vector<int64_t> strides;
 };
 
 struct FunctionPlan {
