@@ -91,6 +91,27 @@ CaseResult matmul_case(ProgramUnderTest& p, Shape xs, bool tx, Shape ys, bool ty
   return {{{want}, {mag}, tx ? xs[xs.size() - 2] : xs.back()}, {1.0, 1.0, 1e-6}};
 }
 
+// The dynamic-weights pattern (digest §5.4): one input [1, IC, 1, S + OC] holding activations | weights;
+// slice_by_size + reshape + transpose views feed the matmul (the emulator reads them in place).
+CaseResult matmul_on_views_case(ProgramUnderTest& p) {
+  const int64_t IC = 64, S = 32, OC = 40;
+  Vec xv = rand_vec(static_cast<size_t>(IC * (S + OC)), -1, 1, 12);
+  auto& b = *p.b;
+  Value x = p.input("x", {1, IC, 1, S + OC}, xv);
+  Value act = b.transpose(b.reshape(b.slice_by_size(x, {0, 0, 0, 0}, {1, IC, 1, S}), {1, 1, IC, S}), {0, 1, 3, 2});
+  Value w = b.reshape(b.slice_by_size(x, {0, 0, 0, S}, {1, IC, 1, OC}), {1, 1, IC, OC});
+  b.output(b.matmul(act, w));  // [1, 1, S, OC]
+  Vec a(static_cast<size_t>(IC * S)), wv(static_cast<size_t>(IC * OC));
+  for (int64_t ic = 0; ic < IC; ++ic) {
+    for (int64_t t = 0; t < S; ++t) a[ic * S + t] = xv[ic * (S + OC) + t];
+    for (int64_t o = 0; o < OC; ++o) wv[ic * OC + o] = xv[ic * (S + OC) + S + o];
+  }
+  Vec want, mag;
+  Shape os;
+  ref::matmul(a, {1, 1, IC, S}, true, wv, {1, 1, IC, OC}, false, &want, &mag, &os);
+  return {{{want}, {mag}, IC}, {1.0, 1.0, 1e-6}};
+}
+
 // sdpa: three fp16 roundings (scores, probabilities, output). A relative error u on a score s moves
 // the probabilities by <= u|s|; the probability rounding adds u; the output rounding u. With |s| <= 4
 // here every output element is within ~ (1 + 1 + 4) u sum_j P_j |v_j| + u|y|.
@@ -315,6 +336,8 @@ const std::map<std::string, CaseFn>& cases() {
       {"matmul_transpose_x", [](auto& p) { return matmul_case(p, {1, 4, 48, 32}, true, {1, 4, 48, 40}, false, false); }},
       {"matmul_transpose_y_bcast", [](auto& p) { return matmul_case(p, {1, 4, 32, 48}, false, {1, 1, 64, 48}, true, true); }},
       {"matmul_both_transposed", [](auto& p) { return matmul_case(p, {2, 48, 32}, true, {2, 40, 48}, true, false); }},
+      {"matmul_large_k", [](auto& p) { return matmul_case(p, {1, 2, 40, 600}, false, {1, 2, 600, 48}, false, false); }},
+      {"matmul_on_views", [](auto& p) { return matmul_on_views_case(p); }},
       {"sdpa_no_mask", [](auto& p) { return sdpa_case(p); }},
       {"softmax_last", [](auto& p) { return softmax_case(p, 3); }},
       {"softmax_channels", [](auto& p) { return softmax_case(p, 1); }},

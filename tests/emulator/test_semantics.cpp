@@ -67,17 +67,16 @@ TEST(EmulatorSemantics, AddRoundsToDeclaredFp16) {
   EXPECT_EQ(r.out[0][1], 1.0 + std::ldexp(1.0, -9));
 }
 
-// A conv + attention-like program large enough to use several GEMM tiles and threads.
+// A conv + attention-like program large enough to use several GEMM tiles, several k blocks (K = 640)
+// and threads.
 ProgramUnderTest block_program() {
   ProgramUnderTest p;
-  auto x = p.input("x", {1, 256, 1, 64}, rand_vec(256 * 64, -1, 1, 31));
-  auto w = p.weight({512, 256, 1, 1}, rand_vec(512 * 256, -0.1, 0.1, 32));
+  auto x = p.input("x", {1, 640, 1, 64}, rand_vec(640 * 64, -1, 1, 31));
+  auto w = p.weight({512, 640, 1, 1}, rand_vec(512 * 640, -0.1, 0.1, 32));
   auto& b = *p.b;
   auto h = b.conv(x, w);                                      // [1, 512, 1, 64]
   auto q = b.transpose(b.reshape(h, {1, 8, 64, 64}), {0, 1, 3, 2});
   auto s = b.softmax(b.matmul(q, q, false, true), -1);        // [1, 8, 64, 64]
-  // Short output name: rt::check_surfaces builds "output '<name>'" labels on every call, which
-  // heap-allocates for names longer than the small-string buffer (reported to the runtime owner).
   b.output(b.named("y").reshape(b.matmul(s, q), {1, 512, 1, 64}));
   return p;
 }
