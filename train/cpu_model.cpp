@@ -98,7 +98,17 @@ double CpuModel::step_flops(const models::ModelConfig& c, int64_t B, int64_t T) 
   return 3.0 * (double(c.n_layers) * (lin + attn) + cls);
 }
 
+void CpuModel::prepare_head(int64_t B, int64_t T) {
+  if (B == head_B_ && T == head_T_) return;
+  head_B_ = B;
+  head_T_ = T;
+  const size_t N = size_t(B * T), D = size_t(c_.dim);
+  xL_.resize(N * D), rrmsf_.resize(N), xf_.resize(N * D), logits_.resize(N * size_t(c_.vocab_size));
+  inputs_.resize(N);
+}
+
 void CpuModel::prepare(int64_t B, int64_t T) {
+  prepare_head(B, T);
   if (B == B_ && T == T_) return;
   B_ = B;
   T_ = T;
@@ -110,8 +120,6 @@ void CpuModel::prepare(int64_t B, int64_t T) {
     a.x2.resize(N * D), a.rrms2.resize(N), a.xn2.resize(N * D), a.h1.resize(N * F), a.h3.resize(N * F);
     a.g.resize(N * F);
   }
-  xL_.resize(N * D), rrmsf_.resize(N), xf_.resize(N * D), logits_.resize(N * size_t(c_.vocab_size));
-  inputs_.resize(N);
   const int64_t half = c_.head_dim / 2;
   cos_.resize(size_t(T * half)), sin_.resize(size_t(T * half));
   for (int64_t t = 0; t < T; ++t)
@@ -247,8 +255,37 @@ void CpuModel::forward(const float* w, const int32_t* tokens, int64_t B, int64_t
       std::memcpy(acts_[0].x.data() + (b * T + t) * D, emb + int64_t(id) * D, size_t(D) * 4);
     }
   for (int64_t l = 0; l < c_.n_layers; ++l) layer_forward(w, l, B, T);
-  rmsnorm(xL_.data(), layout_.final_norm(const_cast<float*>(w)), xf_.data(), rrmsf_.data(), B * T, D, c_.norm_eps);
-  matmul_wt(xf_.data(), layout_.output(const_cast<float*>(w)), logits_.data(), B * T, D, V);
+  head_forward(w, xL_.data(), B * T);
+}
+
+void CpuModel::head_forward(const float* w, const float* xL, int64_t N) {
+  const int64_t D = c_.dim, V = c_.vocab_size;
+  rmsnorm(xL, layout_.final_norm(const_cast<float*>(w)), xf_.data(), rrmsf_.data(), N, D, c_.norm_eps);
+  matmul_wt(xf_.data(), layout_.output(const_cast<float*>(w)), logits_.data(), N, D, V);
+}
+
+// logits_ holds dlogits; dxL = final-norm backward of dlogits · Wout (final norm grads += ...).
+void CpuModel::head_backward(const float* w, const float* xL, float* gr, float* dxL, int64_t N) {
+  const int64_t D = c_.dim, V = c_.vocab_size;
+  dxf_.resize(size_t(N * D));
+  matmul_dx(logits_.data(), layout_.output(const_cast<float*>(w)), dxf_.data(), N, D, V, false);
+  rmsnorm_backward(xL, layout_.final_norm(const_cast<float*>(w)), rrmsf_.data(), dxf_.data(), dxL,
+                   layout_.final_norm(gr), N, D, false);
+}
+
+double CpuModel::head_forward_backward(const float* w, const Batch& b, const float* xL, float grad_scale, float* grads,
+                                       float* dxL) {
+  if (b.B <= 0 || b.T <= 0 || int64_t(b.tokens.size()) != b.B * (b.T + 1))
+    fail("train", "batch of ", b.tokens.size(), " tokens does not hold B=", b.B, " x (T+1)=", b.T + 1);
+  prepare_head(b.B, b.T);
+  head_forward(w, xL, b.B * b.T);
+  const double loss = cross_entropy(b.tokens.data(), b.B, b.T, grad_scale, true);
+  head_backward(w, xL, grads, dxL, b.B * b.T);
+  return loss;
+}
+
+void CpuModel::head_classifier_dw(float* grads) {
+  matmul_dw(logits_.data(), xf_.data(), layout_.output(grads), head_B_ * head_T_, c_.dim, c_.vocab_size);
 }
 
 double CpuModel::cross_entropy(const int32_t* tokens, int64_t B, int64_t T, float grad_scale, bool want_grad) {
@@ -344,15 +381,12 @@ double CpuModel::forward_backward(const float* w, const Batch& b, float grad_sca
   forward(w, b.tokens.data(), b.B, b.T, b.T + 1);
   double t1 = now_ms();
   const double loss = cross_entropy(b.tokens.data(), b.B, b.T, grad_scale, true);
-  const int64_t N = b.B * b.T, D = c_.dim, V = c_.vocab_size;
-  std::vector<float> dx(size_t(N * D));
-  matmul_dx(logits_.data(), layout_.output(const_cast<float*>(w)), dx.data(), N, D, V, false);
+  const int64_t N = b.B * b.T, D = c_.dim;
   double t2 = now_ms();
-  matmul_dw(logits_.data(), xf_.data(), layout_.output(gr), N, D, V);
+  head_classifier_dw(gr);
   double t3 = now_ms();
   std::vector<float> dxl(size_t(N * D));
-  rmsnorm_backward(xL_.data(), layout_.final_norm(const_cast<float*>(w)), rrmsf_.data(), dx.data(), dxl.data(),
-                   layout_.final_norm(gr), N, D, false);
+  head_backward(w, xL_.data(), gr, dxl.data(), N);
   for (int64_t l = c_.n_layers - 1; l >= 0; --l) layer_backward(w, gr, l, b.B, b.T, dxl.data(), t);
   float* demb = layout_.embedding(gr);
   for (int64_t n = 0; n < N; ++n) {

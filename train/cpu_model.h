@@ -42,6 +42,13 @@ class CpuModel {
   // Logits of the last position of one sequence of n tokens: out [V].
   void last_logits(const float* w, const int32_t* tokens, int64_t n, std::vector<float>* out);
 
+  // The CPU head shared with the kernel engines (train/kernel_engine.h): final RMSNorm, classifier and mean
+  // cross-entropy of xL [N, D] (the last layer's output, row b*T + t; targets from b), then their backward:
+  // dxL [N, D] = d(loss)/d(xL) * grad_scale, grads (final norm) += ... The classifier's weight gradient is
+  // left to head_classifier_dw (call it before the next call of any CpuModel function) so it can overlap.
+  double head_forward_backward(const float* w, const Batch& b, const float* xL, float grad_scale, float* grads, float* dxL);
+  void head_classifier_dw(float* grads);  // grads(output) += dlogitsᵀ · xf of the last head_forward_backward
+
   // Model FLOPs of one forward+backward on B*T tokens (matmuls + attention, 3x forward), for reports.
   static double step_flops(const models::ModelConfig& c, int64_t B, int64_t T);
 
@@ -57,6 +64,9 @@ class CpuModel {
   double cross_entropy(const int32_t* tokens, int64_t B, int64_t T, float grad_scale, bool want_grad);
   void rope(float* x, int64_t rows, int64_t heads, int64_t T, float sign) const;
   void prepare(int64_t B, int64_t T);
+  void prepare_head(int64_t B, int64_t T);
+  void head_forward(const float* w, const float* xL, int64_t N);                       // xf_, rrmsf_, logits_
+  void head_backward(const float* w, const float* xL, float* gr, float* dxL, int64_t N);  // from dlogits_ in logits_
 
   ParamLayout layout_;
   models::ModelConfig c_;
@@ -66,6 +76,8 @@ class CpuModel {
   std::vector<float> logits_;            // [N, V] (overwritten by dlogits in backward)
   std::vector<float> cos_, sin_;         // [T, hd/2]
   std::vector<int32_t> inputs_;          // [N]
+  std::vector<float> dxf_;               // [N, D] head backward scratch
+  int64_t head_B_ = 0, head_T_ = 0;
 };
 
 }  // namespace anelab::train

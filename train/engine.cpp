@@ -1,6 +1,7 @@
 #include "train/engine.h"
 
 #include "framework/core/error.h"
+#include "train/kernel_engine.h"
 
 namespace anelab::train {
 namespace {
@@ -48,9 +49,13 @@ class CpuEngine final : public StepEngine {
 
 std::unique_ptr<StepEngine> make_engine(const TrainConfig& c, const ParamLayout& layout) {
   if (c.strategy == "cpu") return std::make_unique<CpuEngine>(layout, int(c.compile_budget));
-  fail("train", "--strategy ", c.strategy,
-       ": the ANE kernel strategies are not integrated yet (framework/kernels training kernels pending); "
-       "use --strategy cpu");
+  if (c.strategy == "static" || c.strategy == "dynamic") {
+    KernelEngineOptions o;
+    o.strategy = c.strategy, o.backend = c.backend, o.device = c.device;
+    o.compile_budget = int(c.compile_budget), o.seq_len = c.seq_len;
+    return make_kernel_engine(o, layout);
+  }
+  fail("train", "--strategy ", c.strategy, ": unknown (cpu, static or dynamic)");
 }
 
 }  // namespace anelab::train

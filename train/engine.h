@@ -3,8 +3,8 @@
 // its compile needs so the trainer can checkpoint + exec-restart before a per-process budget runs out.
 //   cpu      CpuEngine: the fp32 reference (train/cpu_model.h). With --compile-budget N > 0 it simulates
 //            the static strategy's budget: every weight update "needs" kernels_per_update compiles.
-//   static   kernels with baked weights, recompiled after every update (framework/kernels)  [pending]
-//   dynamic  kernels compiled once, weights staged into the input surfaces                 [pending]
+//   static   kernels with baked weights, recompiled after every update (train/kernel_engine.h)
+//   dynamic  kernels compiled once, weights restaged into the input surfaces after updates (same)
 #pragma once
 #include <memory>
 #include <string>

@@ -1,12 +1,17 @@
 // Host-side staging and evaluation of the training kernels (see runner.h).
 #include "framework/kernels/runner.h"
 
+#include <chrono>
+
 #include "framework/core/error.h"
 
 namespace anelab::kern {
 
 namespace {
 size_t idx(KernelKind k) { return static_cast<size_t>(k); }
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 }  // namespace
 
 // ---- KernelCache ----------------------------------------------------------------------------------
@@ -92,25 +97,33 @@ void LayerRunner::set_weights(const LayerWeights& w) {
       continue;
     }
     Slot& s = slot(k);  // dynamic: restage the weight bands of this layer's input surface
+    const double t0 = now_ms();
     for (const WeightSlot& ws : s.spec->weight_slots) {
       weight_slot_values(ws, w, sh, buf);
       rt::stage_in(s.in[0], s.spec->in, ws.slot, buf.data());
     }
+    times_.stage_ms += now_ms() - t0;
   }
 }
 
 void LayerRunner::run(KernelKind k, std::initializer_list<In> ins, std::initializer_list<Out> outs) {
   Slot& s = slot(k);
+  const double t0 = now_ms();
   for (const auto& [name, src] : ins) rt::stage_in(s.in[0], s.spec->in, name, src);
   rt::Surface* ip = &s.in[0];
   rt::Surface* op = &s.out[0];
+  const double t1 = now_ms();
   Status st = cache_->backend().evaluate(*s.kernel, 0, std::span<rt::Surface* const>(&ip, 1), std::span<rt::Surface* const>(&op, 1));
   if (!st.is_ok()) fail("kernels", "evaluate ", kernel_name(k), ": ", st.message());
+  const double t2 = now_ms();
   for (const auto& [name, dst] : outs) {
     const mil::IOSlot& os = s.spec->out.slot(name);
     dst->resize(static_cast<size_t>(os.channels * os.spatial));
     rt::stage_out(s.out[0], s.spec->out, name, dst->data());
   }
+  times_.stage_ms += (t1 - t0) + (now_ms() - t2);
+  times_.eval_ms += t2 - t1;
+  ++times_.evals;
 }
 
 void LayerRunner::attn_forward(const float* x, AttnTaps& o) {

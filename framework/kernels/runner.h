@@ -103,12 +103,21 @@ class LayerRunner {
   void run(KernelKind k, std::initializer_list<In> ins, std::initializer_list<Out> outs);
   const KernelSpec& spec(KernelKind k);
 
+  // Wall time of run(): staging (fp32 <-> fp16 slot copies, and set_weights' dynamic restaging) and
+  // backend evaluation, accumulated over this runner's calls (callers reset it as they like).
+  struct Times {
+    double stage_ms = 0, eval_ms = 0;
+    int64_t evals = 0;
+  };
+  Times& times() { return times_; }
+
  private:
   struct Slot;
   Slot& slot(KernelKind k);
   KernelCache* cache_;
   std::array<std::unique_ptr<Slot>, kAllKernelKinds.size()> slots_;
   bool has_weights_ = false;
+  Times times_;
 };
 
 }  // namespace anelab::kern

@@ -1,0 +1,266 @@
+// The static / dynamic kernel strategies (train/kernel_engine.h) on the emulator backend: one-step gradients
+// against the fp32 CPU engine and PyTorch, loss trajectories against the CPU engine, exec-restart under a tiny
+// compile budget (real binary) == an unrestarted run bitwise, resume bit-exactness, compile accounting, errors.
+//
+// Tolerance of the gradient comparison (NMSE = ||g - ref||² / ||ref||² per tensor): every kernel output is
+// rounded to fp16 (u = 2^-11; a rounding error is ~uniform, relative variance u²/3 = 8e-8) and each kernel
+// rounds its intermediates a few times more. A gradient tensor of layer l passes through the kernels of the
+// layers above it (2 per layer forward, 6 per layer backward), and every fp16-rounded input adds its own
+// independent error, so with a few tens of roundings on a path the expected NMSE is ~k·u²/3 with k ~ 10..300,
+// i.e. 1e-6 .. 2.5e-5 (measured worst tensor: 4.5e-6 stories260K, 1.8e-6 GQA). The bound 1e-4 leaves margin
+// for other inputs and is far below what a wrong term gives (a missing or wrong term makes NMSE >= 1e-2).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+
+#include "framework/core/error.h"
+#include "framework/core/file.h"
+#include "framework/core/npy.h"
+#include "models/presets.h"
+#include "tests/common/test_data.h"
+#include "tests/train/helpers.h"
+#include "train/checkpoint.h"
+#include "train/data.h"
+#include "train/engine.h"
+#include "train/kernel_engine.h"
+#include "train/serial_queue.h"
+#include "train/trainer.h"
+
+namespace anelab {
+namespace {
+
+double nmse(const float* a, const float* b, int64_t n) {
+  const double r = test::rel_err(a, b, n);
+  return r * r;
+}
+
+train::Batch random_batch(int64_t B, int64_t T, int64_t vocab, uint64_t seed) {
+  train::Rng rng{seed};
+  train::Batch b{B, T, std::vector<int32_t>(size_t(B * (T + 1)))};
+  for (auto& t : b.tokens) t = int32_t(rng.next() % uint64_t(vocab));
+  return b;
+}
+
+std::unique_ptr<train::StepEngine> engine(const std::string& strategy, const train::ParamLayout& layout, int64_t T,
+                                          int budget = 100000) {
+  train::TrainConfig c;
+  c.strategy = strategy, c.seq_len = T, c.compile_budget = budget;
+  return train::make_engine(c, layout);
+}
+
+struct Grads {
+  double loss = 0;
+  std::vector<float> g;
+};
+Grads one_step(train::StepEngine& e, const std::vector<float>& w, const train::Batch& b) {
+  Grads r;
+  r.g.assign(w.size(), 0.0f);
+  r.loss = e.forward_backward(w.data(), b, 256.0f, r.g.data(), nullptr);  // the default static:256 loss scale
+  return r;
+}
+
+void check_grads(const models::ModelConfig& cfg, int64_t B, int64_t T, const std::string& strategy) {
+  const train::ParamLayout layout(cfg);
+  const std::vector<float> w = train::init_random(layout, 7);
+  const train::Batch b = random_batch(B, T, cfg.vocab_size, 99);
+  auto cpu = engine("cpu", layout, T);
+  auto ker = engine(strategy, layout, T);
+  const Grads ref = one_step(*cpu, w, b), got = one_step(*ker, w, b);
+  EXPECT_NEAR(got.loss, ref.loss, 1e-3 * ref.loss) << strategy;
+  double worst = 0;
+  for (const auto& p : layout.params()) {
+    const double e = nmse(got.g.data() + p.offset, ref.g.data() + p.offset, p.numel);
+    worst = std::max(worst, e);
+    EXPECT_LT(e, 1e-4) << strategy << " " << p.name;
+  }
+  std::printf("[%s %s] loss %.6f vs cpu %.6f, worst gradient NMSE %.2e\n", strategy.c_str(), cfg.arch.c_str(),
+              got.loss, ref.loss, worst);
+  // A second micro-batch accumulates exactly like the CPU engine does (same tensors, same scale).
+  const train::Batch b2 = random_batch(B, T, cfg.vocab_size, 5);
+  std::vector<float> gc = ref.g, gk = got.g;
+  cpu->forward_backward(w.data(), b2, 256.0f, gc.data(), nullptr);
+  ker->forward_backward(w.data(), b2, 256.0f, gk.data(), nullptr);
+  EXPECT_LT(nmse(gk.data(), gc.data(), int64_t(gc.size())), 1e-4) << strategy << " accumulated";
+}
+
+TEST(KernelEngine, GradientsMatchCpuStories260k) {
+  check_grads(models::preset("stories260k"), 2, 32, "dynamic");
+  check_grads(models::preset("stories260k"), 1, 64, "static");
+}
+
+TEST(KernelEngine, GradientsMatchCpuGqaHeadDimRotateHalfUntied) {
+  check_grads(test::gqa_test_config(), 2, 32, "static");  // head_dim 16 != dim 48 / 4 heads; GQA 4/2
+  check_grads(test::gqa_test_config(), 1, 32, "dynamic");
+}
+
+TEST(KernelEngine, GradientsMatchTorch) {  // independent of the CPU engine: PyTorch autograd (fp32)
+  const auto dir = test::temp_dir("kgrads").string();
+  const models::ModelConfig cfg = models::preset("stories260k");
+  const train::ParamLayout layout(cfg);
+  const std::vector<float> w = train::init_random(layout, 3);
+  const train::Batch b = random_batch(2, 32, cfg.vocab_size, 17);
+  auto ker = engine("dynamic", layout, 32);
+  const Grads got = one_step(*ker, w, b);
+  std::string log;
+  if (!test::run_torch_reference(dir, layout, w, {b}, nlohmann::json::object(), "grads", &log))
+    GTEST_SKIP() << "PyTorch reference unavailable: " << log;
+  EXPECT_NEAR(got.loss, read_npy(dir + "/out/loss.npy").data.at(0), 1e-3 * got.loss);
+  for (const auto& p : layout.params()) {
+    const NpyArray ref = read_npy(dir + "/out/grad." + p.name + ".npy");
+    std::vector<float> g(got.g.begin() + p.offset, got.g.begin() + p.offset + p.numel);
+    for (float& v : g) v /= 256.0f;
+    EXPECT_LT(nmse(g.data(), ref.data.data(), p.numel), 1e-4) << p.name;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(KernelEngine, CompileAccounting) {
+  const models::ModelConfig cfg = models::preset("stories260k");  // 5 layers
+  const train::ParamLayout layout(cfg);
+  const std::vector<float> w = train::init_random(layout, 1);
+  const train::Batch b = random_batch(1, 32, cfg.vocab_size, 1);
+  auto st = engine("static", layout, 32), dy = engine("dynamic", layout, 32);
+  EXPECT_EQ(st->compiles_needed(), 7 * 5 + 2);
+  EXPECT_EQ(dy->compiles_needed(), 9);
+  one_step(*st, w, b), one_step(*dy, w, b);
+  EXPECT_EQ(st->compiles_total(), 37);
+  EXPECT_EQ(st->take_compile_batch().first, 37);
+  EXPECT_EQ(st->take_compile_batch().first, 0);
+  EXPECT_EQ(st->compiles_needed(), 0);
+  st->weights_updated(), dy->weights_updated();
+  EXPECT_EQ(st->compiles_needed(), 35);
+  EXPECT_EQ(dy->compiles_needed(), 0);
+  one_step(*st, w, b), one_step(*dy, w, b);
+  EXPECT_EQ(st->compiles_total(), 72);
+  EXPECT_EQ(st->compiles_left(), 100000 - 72);
+  EXPECT_EQ(dy->compiles_total(), 9);
+}
+
+TEST(KernelEngine, SerialQueueRunsInOrderAndRethrows) {
+  train::SerialQueue q(1);
+  std::vector<int> order;
+  for (int i = 0; i < 50; ++i) q.submit([&order, i] { order.push_back(i); });
+  const uint64_t bad = q.submit([] { fail("test", "task failed"); });
+  EXPECT_THROW(q.wait(bad), Error);
+  q.drain();  // the error was reported once
+  ASSERT_EQ(order.size(), 50u);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(order[size_t(i)], i);
+}
+
+// ---- whole runs -------------------------------------------------------------------------------------
+
+train::TrainConfig small_run(const std::string& dir, const std::string& data, const std::string& strategy) {
+  train::TrainConfig c;
+  c.preset = "stories260k", c.data = data, c.run_dir = dir, c.run = "t", c.strategy = strategy;
+  c.steps = 10, c.batch_size = 2, c.seq_len = 32, c.lr = 2e-3, c.warmup_steps = 2;
+  c.eval_batches = 0, c.compile_budget = 100000;
+  train::validate(c);
+  return c;
+}
+
+std::vector<double> losses(const std::string& dir) {
+  std::vector<double> v;
+  for (const auto& e : test::read_events(dir, "step")) v.push_back(e["loss"].get<double>());
+  return v;
+}
+
+void expect_same_state(const std::string& a, const std::string& b) {
+  const auto x = train::read_checkpoint(a + "/last.ckpt"), y = train::read_checkpoint(b + "/last.ckpt");
+  EXPECT_EQ(x.step, y.step);
+  EXPECT_TRUE(x.weights == y.weights) << "weights differ";
+  EXPECT_TRUE(x.m == y.m && x.v == y.v) << "moments differ";
+  EXPECT_EQ(x.data_state, y.data_state);
+  EXPECT_EQ(losses(a), losses(b));  // bitwise (JSON doubles round-trip)
+}
+
+TEST(KernelEngine, TenStepLossesTrackCpu) {
+  const auto dir = test::temp_dir("ktraj").string();
+  const std::string data = test::write_tokens(dir, 5000, 512, 8);
+  for (const std::string s : {"cpu", "static", "dynamic"}) {
+    auto c = small_run(dir + "/" + s, data, s);
+    c.lr = 1e-2, c.warmup_steps = 1;
+    train::run_training(c, {false, false});
+  }
+  const auto ref = losses(dir + "/cpu");
+  ASSERT_EQ(ref.size(), 10u);
+  EXPECT_LT(ref[7] + ref[8] + ref[9], ref[0] + ref[1] + ref[2] - 0.3);  // it learns (batches are random: means)
+  for (const std::string s : {"static", "dynamic"}) {
+    const auto got = losses(dir + "/" + s);
+    ASSERT_EQ(got.size(), ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) std::printf("%s%.5f/%.5f", i ? " " : "  cpu/kernel losses: ", ref[i], got[i]);
+    std::printf("\n");
+    // fp16 kernel gradients (NMSE ~5e-6) through 10 AdamW steps at lr 1e-2: Adam divides by sqrt(v), so the
+    // update of a small gradient component carries its fp16 noise at O(1) relative size; measured worst
+    // 7e-4 relative. 3e-3 relative (0.02 nats) bounds it; wrong gradients are caught by the tests above.
+    for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(got[i], ref[i], 3e-3 * ref[i]) << s << " step " << i + 1;
+    const auto steps = test::read_events(dir + "/" + s, "step");
+    EXPECT_GT(steps.back()["ms_kernel"].get<double>(), 0.0) << s;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(KernelEngine, StaticExecRestartsEqualUnrestartedRun) {
+  const auto dir = test::temp_dir("krestart").string();
+  const std::string data = test::write_tokens(dir, 5000, 512, 4);
+  auto c = small_run(dir + "/straight", data, "static");
+  c.steps = 6;
+  train::run_training(c, {false, false});
+  // 5 layers: a process compiles 2 + 35 kernels for its first step and 35 per further update; a budget of
+  // 75 fits two steps (72), so 6 steps take 3 processes (2 exec-restarts).
+  const std::string cmd = std::string(ANELAB_BINARY_DIR) + "/bin/anelab train --preset stories260k --data " + data +
+                          " --run-dir " + dir + "/restarted --run t --steps 6 --batch-size 2 --seq-len 32 --lr 2e-3 "
+                          "--warmup-steps 2 --eval-batches 0 --strategy static --compile-budget 75 --quiet > " +
+                          dir + "/log.txt 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << read_file_text(dir + "/log.txt");
+  EXPECT_EQ(test::read_events(dir + "/restarted", "restart").size(), 2u);
+  EXPECT_EQ(test::read_events(dir + "/restarted", "run_start").size(), 3u);
+  const auto compiles = test::read_events(dir + "/restarted", "compile");
+  ASSERT_EQ(compiles.size(), 6u);
+  EXPECT_EQ(compiles[0]["kernels"].get<int>(), 37);
+  EXPECT_EQ(compiles[1]["kernels"].get<int>(), 35);
+  expect_same_state(dir + "/straight", dir + "/restarted");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(KernelEngine, DynamicResumeIsBitExact) {
+  const auto dir = test::temp_dir("kresume").string();
+  const std::string data = test::write_tokens(dir, 5000, 512, 3);
+  auto c = small_run(dir + "/straight", data, "dynamic");
+  c.steps = 6, c.accum_steps = 2;
+  train::run_training(c, {false, false});
+  auto half = c;
+  half.run_dir = dir + "/split", half.stop_after = 3;
+  EXPECT_FALSE(train::run_training(half, {false, false}).finished);
+  half.resume = true, half.stop_after = 0;
+  EXPECT_TRUE(train::run_training(half, {false, false}).finished);
+  expect_same_state(dir + "/straight", dir + "/split");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(KernelEngine, AneBackendGivesClearError) {
+  const models::ModelConfig cfg = models::preset("stories260k");
+  train::TrainConfig c;
+  c.strategy = "dynamic", c.backend = "ane", c.seq_len = 32;
+  try {
+    train::make_engine(c, train::ParamLayout(cfg));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no Apple Neural Engine on this host"), std::string::npos) << e.what();
+  }
+  const auto dir = test::temp_dir("kane").string();
+  const std::string data = test::write_tokens(dir, 2000, 512, 1);
+  const std::string cmd = std::string(ANELAB_BINARY_DIR) + "/bin/anelab train --preset stories260k --data " + data +
+                          " --run-dir " + dir + "/r --steps 2 --seq-len 32 --strategy static --backend ane > " + dir +
+                          "/out.txt 2>&1";
+  EXPECT_NE(std::system(cmd.c_str()), 0);
+  const std::string out = read_file_text(dir + "/out.txt");
+  EXPECT_EQ(out.rfind("anelab: error: [", 0), 0u) << out;
+  EXPECT_NE(out.find("no Apple Neural Engine on this host"), std::string::npos) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace anelab

@@ -1,0 +1,322 @@
+// The static / dynamic kernel strategies (see kernel_engine.h for the data flow).
+#include "train/kernel_engine.h"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+
+#include "framework/core/error.h"
+#include "framework/kernels/runner.h"
+#include "framework/runtime/backend.h"
+#include "train/serial_queue.h"
+
+namespace anelab::train {
+namespace {
+
+using MatR = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MapR = Eigen::Map<MatR>;
+using CMapR = Eigen::Map<const MatR>;
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// dst[c * dst_ld + r] = src[r * src_ld + c] for a rows x cols block, in 32 x 32 tiles (both sides stay in cache).
+void transpose_blocked(const float* src, int64_t rows, int64_t cols, int64_t src_ld, float* dst, int64_t dst_ld) {
+  constexpr int64_t kTile = 32;
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile)
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
+      for (int64_t c = c0; c < c1; ++c)
+        for (int64_t r = r0; r < r1; ++r) dst[c * dst_ld + r] = src[r * src_ld + c];
+    }
+}
+
+// dW[out, in] += dY[out, S] · X[in, S]ᵀ (channel-first operands straight from the kernels)
+void dw_acc(float* dW, const std::vector<float>& dY, const std::vector<float>& X, int64_t out, int64_t in, int64_t S) {
+  MapR(dW, out, in).noalias() += CMapR(dY.data(), out, S) * CMapR(X.data(), in, S).transpose();
+}
+
+// RMSNorm weight gradient on [D, S]: dw[i] += Σ_t dy[i,t]·x[i,t]·r[t], r[t] = 1/sqrt(mean_i x[i,t]² + eps)
+// (x = the norm's input, dy = dL/d(normalised output); the same double sums as CpuModel's rmsnorm_backward).
+void rms_dw_acc(float* dw, const std::vector<float>& dy, const std::vector<float>& x, int64_t D, int64_t S, float eps) {
+  std::vector<double> ss(size_t(S), 0.0);
+  for (int64_t i = 0; i < D; ++i)
+    for (int64_t t = 0; t < S; ++t) ss[size_t(t)] += double(x[size_t(i * S + t)]) * x[size_t(i * S + t)];
+  std::vector<float> r(static_cast<size_t>(S));
+  for (int64_t t = 0; t < S; ++t) r[size_t(t)] = static_cast<float>(1.0 / std::sqrt(ss[size_t(t)] / double(D) + double(eps)));
+  for (int64_t i = 0; i < D; ++i) {
+    double s = 0;
+    for (int64_t t = 0; t < S; ++t) s += double(dy[size_t(i * S + t)]) * x[size_t(i * S + t)] * r[size_t(t)];
+    dw[i] += static_cast<float>(s);
+  }
+}
+
+void add_inplace(std::vector<float>& y, const std::vector<float>& a) {
+  for (size_t i = 0; i < y.size(); ++i) y[i] += a[i];
+}
+void add_into(std::vector<float>& y, const std::vector<float>& a, const std::vector<float>& b) {
+  y.resize(a.size());
+  for (size_t i = 0; i < y.size(); ++i) y[i] = a[i] + b[i];
+}
+
+class KernelEngine final : public StepEngine {
+ public:
+  KernelEngine(const KernelEngineOptions& o, const ParamLayout& layout)
+      : layout_(layout), c_(layout.config()), head_(layout), queue_(o.dw_threads), seq_len_(o.seq_len) {
+    if (o.strategy == "static") strategy_ = kern::Strategy::kStatic;
+    else if (o.strategy == "dynamic") strategy_ = kern::Strategy::kDynamic;
+    else fail("train", "--strategy ", o.strategy, ": the kernel engine runs static or dynamic");
+    rt::BackendOptions bo;
+    if (!o.device.empty()) bo.device = o.device;
+    bo.compile_budget = o.compile_budget;
+    backend_ = rt::create_backend(o.backend, bo);
+    for (kern::KernelKind k : kern::kAllKernelKinds) (kern::kernel_per_layer(k, strategy_) ? per_layer_ : shared_) += 1;
+  }
+  ~KernelEngine() override {
+    try {
+      queue_.drain();
+    } catch (...) {
+    }
+  }
+
+  std::string name() const override { return kern::strategy_name(strategy_); }
+  int compiles_needed() const override {
+    const int L = int(c_.n_layers);
+    if (!cache_ || T_ != seq_len_) return shared_ + per_layer_ * L;  // a fresh process (or a new T)
+    return stale_ ? per_layer_ * L : 0;                              // static: recompile after an update
+  }
+  int compiles_left() const override { return backend_->compiles_left(); }
+  int budget() const override { return backend_->compile_budget(); }
+  int compiles_total() const override { return compiles_; }
+  std::pair<int, double> take_compile_batch() override {
+    const auto r = std::pair<int, double>{pending_, pending_ms_};
+    pending_ = 0, pending_ms_ = 0;
+    return r;
+  }
+  void weights_updated() override { stale_ = true; }
+  double forward_backward(const float* w, const Batch& b, float grad_scale, float* g, StepTimes* t) override;
+
+ private:
+  struct SeqActs {                   // one sequence of one layer, fp32 [C, S]
+    std::vector<float> x, x2;        // [D, S] layer input, x + attention
+    kern::AttnTaps attn;
+    kern::FfnTaps ffn;
+  };
+  struct SeqGrads {                  // backward buffers of one sequence (double-buffered by layer parity)
+    std::vector<float> dy;           // [D, S] dL/d(layer output)
+    kern::FfnGrads ffn;              // dx [D] = dL/d xnorm2, dh1 / dh3 [H]
+    std::vector<float> dx2;          // [D, S] dL/d x2
+    std::vector<float> da;           // [QD, S]
+    kern::SdpaGrads sdpa;            // dq [QD], dk / dv [KVD], pre-RoPE
+    std::vector<float> dxn;          // [D, S] dL/d xnorm
+  };
+
+  kern::LayerWeights layer_weights(const float* w, int64_t l) const;
+  void prepare(const float* w, int64_t B, int64_t T);
+  void forward(const Batch& b);
+  void layer_backward(int64_t l, int64_t B, float* g, double* wait_ms);
+  void wait(uint64_t ticket, double* wait_ms) {
+    const double t0 = now_ms();
+    queue_.wait(ticket);
+    *wait_ms += now_ms() - t0;
+  }
+  double step(const float* w, const Batch& b, float grad_scale, float* g, StepTimes* t);
+
+  ParamLayout layout_;
+  models::ModelConfig c_;
+  kern::Strategy strategy_ = kern::Strategy::kDynamic;
+  std::unique_ptr<rt::Backend> backend_;
+  std::unique_ptr<kern::KernelCache> cache_;
+  std::vector<kern::LayerRunner> runners_;  // [L]
+  CpuModel head_;                           // final norm, classifier, loss (CPU)
+  SerialQueue queue_;                       // dW worker
+  int64_t seq_len_ = 0, T_ = 0, B_ = 0;
+  int shared_ = 0, per_layer_ = 0;          // compiles per process / per layer and update
+  bool stale_ = true;
+  int compiles_ = 0, pending_ = 0, seen_ = 0;  // seen_: cache_->compiles() already counted
+  double pending_ms_ = 0, restage_ms_ = 0;  // compile ms not yet taken; dynamic restaging of this call
+  std::vector<SeqActs> acts_;               // [L * B], index l * B + b
+  std::vector<std::vector<float>> xout_;    // [B][D, S] last layer's output
+  std::array<std::vector<SeqGrads>, 2> grads_;  // [layer parity][B]
+  std::array<uint64_t, 2> dy_ticket_{}, last_ticket_{};  // last queue task reading grads_[p] dy / any field
+  std::vector<float> rows_, drows_;         // [N, D] head input / its gradient
+  const float* w_ = nullptr;                // weights of the current forward_backward
+};
+
+kern::LayerWeights KernelEngine::layer_weights(const float* w, int64_t l) const {
+  const LayerPtrs p = layout_.layer(const_cast<float*>(w), l);
+  const size_t D = size_t(c_.dim), H = size_t(c_.hidden_dim), QD = size_t(c_.q_dim()), KD = size_t(c_.kv_dim());
+  kern::LayerWeights lw;
+  lw.wq = {p.wq, QD * D}, lw.wk = {p.wk, KD * D}, lw.wv = {p.wv, KD * D}, lw.wo = {p.wo, D * QD};
+  lw.w1 = {p.w1, H * D}, lw.w3 = {p.w3, H * D}, lw.w2 = {p.w2, D * H};
+  lw.rms_att = {p.attn_norm, D}, lw.rms_ffn = {p.ffn_norm, D};
+  return lw;
+}
+
+// Kernels current for T and the weights w; buffers sized for B sequences.
+void KernelEngine::prepare(const float* w, int64_t B, int64_t T) {
+  if (!cache_ || T != T_) {
+    kern::TrainShape s;
+    s.dim = c_.dim, s.hidden = c_.hidden_dim, s.n_heads = c_.n_heads, s.n_kv_heads = c_.n_kv_heads;
+    s.head_dim = c_.head_dim, s.seq = T, s.rope_theta = c_.rope_theta, s.norm_eps = c_.norm_eps;
+    s.rope = c_.rope_style == models::RopeStyle::kRotateHalf ? kern::RopeStyle::kRotateHalf : kern::RopeStyle::kAdjacentPairs;
+    if (T < 32) fail("train", "--seq-len ", T, ": the ", name(), " strategy evaluates one sequence per kernel and needs T >= 32");
+    runners_.clear();
+    cache_ = std::make_unique<kern::KernelCache>(*backend_, s, strategy_);
+    T_ = T, B_ = 0, seen_ = 0, stale_ = true;
+    const double t0 = now_ms();
+    for (kern::KernelKind k : kern::kAllKernelKinds)
+      if (!kern::kernel_per_layer(k, strategy_)) cache_->shared(k);
+    pending_ms_ += now_ms() - t0;
+    for (int64_t l = 0; l < c_.n_layers; ++l) runners_.emplace_back(*cache_);
+  }
+  if (stale_) {  // static: rebuild + recompile 7 kernels per layer; dynamic: restage (timed as staging by the runner)
+    const double t0 = now_ms();
+    for (int64_t l = 0; l < c_.n_layers; ++l) runners_[size_t(l)].set_weights(layer_weights(w, l));
+    (strategy_ == kern::Strategy::kStatic ? pending_ms_ : restage_ms_) += now_ms() - t0;
+    stale_ = false;
+  }
+  const int n = cache_->compiles() - seen_;
+  seen_ = cache_->compiles();
+  compiles_ += n, pending_ += n;
+  if (B != B_) {
+    acts_.assign(size_t(c_.n_layers * B), SeqActs{});
+    for (auto& a : acts_) a.x.resize(size_t(c_.dim * T));
+    xout_.assign(size_t(B), std::vector<float>(size_t(c_.dim * T)));
+    for (auto& gp : grads_) gp.assign(size_t(B), SeqGrads{});
+    for (auto& gp : grads_)
+      for (auto& s : gp) s.dy.resize(size_t(c_.dim * T));
+    rows_.resize(size_t(B * T * c_.dim)), drows_.resize(size_t(B * T * c_.dim));
+    B_ = B;
+  }
+}
+
+// Embedding -> every layer on the kernels (taps kept per layer and sequence) -> xout_.
+void KernelEngine::forward(const Batch& b) {
+  const int64_t B = b.B, T = b.T, D = c_.dim, V = c_.vocab_size, L = c_.n_layers;
+  const float* emb = layout_.embedding(const_cast<float*>(w_));
+  for (int64_t bi = 0; bi < B; ++bi) {  // gather rows [T, D], then one blocked transpose to [D, T]
+    float* rows = rows_.data() + bi * T * D;
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t id = b.tokens[size_t(bi * (T + 1) + t)];
+      if (id < 0 || id >= V) fail("train", "token id ", id, " out of range for vocab_size ", V);
+      std::copy_n(emb + int64_t(id) * D, D, rows + t * D);
+    }
+    transpose_blocked(rows, T, D, D, acts_[size_t(bi)].x.data(), T);
+  }
+  for (int64_t l = 0; l < L; ++l)
+    for (int64_t bi = 0; bi < B; ++bi) {
+      SeqActs& a = acts_[size_t(l * B + bi)];
+      kern::LayerRunner& r = runners_[size_t(l)];
+      r.attn_forward(a.x.data(), a.attn);
+      add_into(a.x2, a.x, a.attn.o);
+      r.ffn_forward(a.x2.data(), a.ffn);
+      add_into(l + 1 < L ? acts_[size_t((l + 1) * B + bi)].x : xout_[size_t(bi)], a.x2, a.ffn.y);
+    }
+}
+
+// One layer's backward for every sequence; dW / norm-weight gradients go to the worker.
+void KernelEngine::layer_backward(int64_t l, int64_t B, float* g, double* wait_ms) {
+  const int64_t S = T_, D = c_.dim, H = c_.hidden_dim, QD = c_.q_dim(), KD = c_.kv_dim();
+  const float eps = c_.norm_eps;
+  const size_t p = size_t(l % 2), q = 1 - p;
+  const LayerPtrs gl = layout_.layer(g, l);
+  kern::LayerRunner& r = runners_[size_t(l)];
+  wait(last_ticket_[p], wait_ms);  // layer l+2's tasks still read grads_[p]
+  for (int64_t bi = 0; bi < B; ++bi) {
+    const SeqActs& a = acts_[size_t(l * B + bi)];
+    SeqGrads& s = grads_[p][size_t(bi)];
+    SeqGrads& nx = grads_[q][size_t(bi)];  // its dy receives dL/d(layer input)
+    r.ffn_backward(s.dy.data(), a.ffn, s.ffn);
+    dy_ticket_[p] = queue_.submit([&a, &s, gl, D, H, S] {
+      dw_acc(gl.w2, s.dy, a.ffn.gate, D, H, S);
+      dw_acc(gl.w1, s.ffn.dh1, a.ffn.xnorm, H, D, S);
+      dw_acc(gl.w3, s.ffn.dh3, a.ffn.xnorm, H, D, S);
+    });
+    r.rms_backward(kern::KernelKind::kRmsFfnBwd, s.ffn.dx.data(), a.x2.data(), s.dx2);
+    add_inplace(s.dx2, s.dy);
+    queue_.submit([&a, &s, gl, D, QD, S, eps] {
+      dw_acc(gl.wo, s.dx2, a.attn.attn, D, QD, S);
+      rms_dw_acc(gl.ffn_norm, s.ffn.dx, a.x2, D, S, eps);
+    });
+    r.wo_backward(s.dx2.data(), s.da);
+    r.sdpa_backward(a.attn, s.da.data(), s.sdpa);
+    queue_.submit([&a, &s, gl, D, QD, KD, S] {
+      dw_acc(gl.wq, s.sdpa.dq, a.attn.xnorm, QD, D, S);
+      dw_acc(gl.wk, s.sdpa.dk, a.attn.xnorm, KD, D, S);
+      dw_acc(gl.wv, s.sdpa.dv, a.attn.xnorm, KD, D, S);
+    });
+    r.qkv_backward(s.sdpa, s.dxn);
+    if (bi == 0) wait(dy_ticket_[q], wait_ms);  // layer l+1's dW2 task reads grads_[q] dy
+    r.rms_backward(kern::KernelKind::kRmsAttBwd, s.dxn.data(), a.x.data(), nx.dy);
+    add_inplace(nx.dy, s.dx2);
+    last_ticket_[p] = queue_.submit([&a, &s, gl, D, S, eps] { rms_dw_acc(gl.attn_norm, s.dxn, a.x, D, S, eps); });
+  }
+}
+
+double KernelEngine::step(const float* w, const Batch& b, float grad_scale, float* g, StepTimes* t) {
+  const int64_t B = b.B, T = b.T, D = c_.dim, L = c_.n_layers;
+  double t0 = now_ms(), wait_ms = 0;
+  forward(b);
+  double t1 = now_ms();
+  for (int64_t bi = 0; bi < B; ++bi) transpose_blocked(xout_[size_t(bi)].data(), D, T, T, rows_.data() + bi * T * D, D);
+  const double loss = head_.head_forward_backward(w, b, rows_.data(), grad_scale, g, drows_.data());
+  queue_.submit([this, g] { head_.head_classifier_dw(g); });
+  const size_t top = size_t((L - 1) % 2);
+  for (int64_t bi = 0; bi < B; ++bi)
+    transpose_blocked(drows_.data() + bi * T * D, T, D, D, grads_[top][size_t(bi)].dy.data(), T);
+  double t2 = now_ms();
+  for (int64_t l = L - 1; l >= 0; --l) layer_backward(l, B, g, &wait_ms);
+  wait(queue_.submit([] {}), &wait_ms);  // every dW (and the classifier's: tied embeddings) is in g now
+  float* demb = layout_.embedding(g);
+  for (int64_t bi = 0; bi < B; ++bi) {  // dL/d(layer 0 input) sits in grads_[1] (parity of layer -1)
+    float* rows = rows_.data() + bi * T * D;
+    transpose_blocked(grads_[1][size_t(bi)].dy.data(), D, T, T, rows, D);
+    for (int64_t tt = 0; tt < T; ++tt) {
+      float* e = demb + int64_t(b.tokens[size_t(bi * (T + 1) + tt)]) * D;
+      for (int64_t i = 0; i < D; ++i) e[i] += rows[tt * D + i];
+    }
+  }
+  if (t) {
+    const double t3 = now_ms();
+    t->fwd += t1 - t0, t->cls += t2 - t1, t->bwd += t3 - t2, t->cpu_dw += wait_ms;
+  }
+  return loss;
+}
+
+double KernelEngine::forward_backward(const float* w, const Batch& b, float grad_scale, float* g, StepTimes* t) {
+  if (b.B <= 0 || b.T <= 0 || int64_t(b.tokens.size()) != b.B * (b.T + 1))
+    fail("train", "batch of ", b.tokens.size(), " tokens does not hold B=", b.B, " x (T+1)=", b.T + 1);
+  restage_ms_ = 0;
+  prepare(w, b.B, b.T);
+  w_ = w;
+  double stage0 = 0, eval0 = 0;
+  for (auto& r : runners_) stage0 += r.times().stage_ms, eval0 += r.times().eval_ms;
+  double loss = 0;
+  try {
+    loss = step(w, b, grad_scale, g, t);
+  } catch (...) {
+    try {  // no task may outlive the call (they write into g)
+      queue_.drain();
+    } catch (...) {
+    }
+    throw;
+  }
+  if (t) {
+    double stage1 = 0, eval1 = 0;
+    for (auto& r : runners_) stage1 += r.times().stage_ms, eval1 += r.times().eval_ms;
+    t->staging += stage1 - stage0 + restage_ms_, t->kernel += eval1 - eval0;
+  }
+  return loss;
+}
+
+}  // namespace
+
+std::unique_ptr<StepEngine> make_kernel_engine(const KernelEngineOptions& o, const ParamLayout& layout) {
+  return std::make_unique<KernelEngine>(o, layout);
+}
+
+}  // namespace anelab::train

@@ -1,0 +1,43 @@
+// KernelEngine: the `static` and `dynamic` strategies of `anelab train` — a StepEngine whose transformer
+// layers run as the per-layer MIL training kernels of framework/kernels on a backend (the emulator here,
+// the ANE on Apple hosts), with the rest of the step on the CPU.
+//
+// One micro-batch of B sequences of T tokens (each sequence is one kernel evaluation at S = T >= 32):
+//   CPU      embedding gather straight into the kernels' channel-first x [D, T] per sequence
+//   kernels  per layer: attn_fwd -> x2 = x + o (CPU) -> ffn_fwd -> x' = x2 + y (CPU); taps kept per (layer, seq)
+//   CPU      x_L [D, T] -> [N, D] (blocked transpose), CpuModel's head: final RMSNorm, classifier, cross-entropy,
+//            dlogits * grad_scale, their backward -> dx_L [N, D] -> [D, T] per sequence
+//   kernels  per layer, last to first (runner.h order): ffn_bwd, rms_ffn_bwd (+ dy, CPU), wo_bwd, sdpa_bwd1/2,
+//            qkv_bwd, rms_att_bwd (+ dx2, CPU)
+//   worker   every dW = dY·Xᵀ (Eigen, [C, S] operands as they come from the kernels: no transposes), the RMSNorm
+//            weight gradients and the classifier gradient run on ONE worker thread (a serial queue) while the
+//            main thread evaluates the next kernels. Backward buffers are double-buffered by layer parity;
+//            before a layer reuses a buffer set the main thread waits for the tasks that read it; all tasks
+//            finish before forward_backward returns (then the embedding gradient is scattered).
+//
+// Weights: kStatic bakes them into 7 kernels per layer (+ sdpa_bwd1/2 shared, compiled once per process):
+// weights_updated() marks every layer stale, and the next forward_backward recompiles 7·L kernels —
+// compiles_needed() says so, and the trainer checkpoints + exec-restarts when Backend::compiles_left() is short.
+// kDynamic compiles 9 kernels once and restages the weight bands of every layer's input surfaces after an update.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "train/config.h"
+#include "train/engine.h"
+
+namespace anelab::train {
+
+struct KernelEngineOptions {
+  std::string strategy = "dynamic";  // static | dynamic
+  std::string backend = "emulator";
+  std::string device;                // device profile ("" = backend default)
+  int compile_budget = -1;           // per-process compile budget (-1: the device profile's)
+  int64_t seq_len = 0;               // T the kernels are built for (a batch with another T rebuilds them)
+  int dw_threads = 1;                // OpenMP threads of the dW worker
+};
+
+// Throws "[backend] ane: no Apple Neural Engine on this host ..." etc. when the backend cannot be created.
+std::unique_ptr<StepEngine> make_kernel_engine(const KernelEngineOptions& o, const ParamLayout& layout);
+
+}  // namespace anelab::train
