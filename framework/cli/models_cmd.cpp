@@ -1,4 +1,5 @@
 // anelab convert IN OUT [--dtype D] | anelab convert --random PRESET OUT [--seed N] [--dtype D]
+// (OUT ending in .gguf writes GGUF, vocab from --tokenizer)
 // anelab info FILE
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include "models/formats/gguf.h"
 #include "models/formats/load_any.h"
 #include "models/presets.h"
+#include "models/tokenizer/tokenizer.h"
 
 namespace anelab::cli {
 namespace {
@@ -39,6 +41,23 @@ struct ConvertArgs {
   uint64_t seed = 1;
 };
 
+bool is_gguf_path(const std::string& p) { return p.size() > 5 && p.compare(p.size() - 5, 5, ".gguf") == 0; }
+
+// OUT.gguf: the model goes through a temporary anelab file (one dtype-conversion path for both formats),
+// then is written as GGUF with the vocab from --tokenizer (or the one the source embeds).
+int64_t write_gguf_output(const std::string& tmp_anelab, const std::string& out, const std::string& tokenizer) {
+  struct Remove {
+    std::string p;
+    ~Remove() { std::remove(p.c_str()); }
+  } cleanup{tmp_anelab};
+  Model m = read_anelab_file(tmp_anelab);
+  if (!tokenizer.empty()) m.vocab = tok::load_vocab_file(tokenizer);
+  if (!m.vocab)
+    std::fprintf(stderr, "note: %s gets no tokenizer (pass --tokenizer); llama.cpp refuses GGUFs without one\n",
+                 out.c_str());
+  return write_gguf_model(m, out);
+}
+
 void run_convert(const ConvertArgs& a) {
   std::optional<DType> dt;
   if (!a.dtype.empty()) dt = parse_dtype(a.dtype);
@@ -48,14 +67,20 @@ void run_convert(const ConvertArgs& a) {
   if (!a.random.empty()) {
     if (a.paths.size() != 1) fail("cli", "convert --random PRESET takes exactly one path (OUT), got ", a.paths.size());
     out = a.paths[0];
-    bytes = write_random_model(preset(a.random), out, a.seed, dt, progress_bar("writing"));
   } else {
     if (a.paths.size() != 2) fail("cli", "convert needs IN and OUT (or --random PRESET OUT), got ", a.paths.size(), " paths");
     out = a.paths[1];
+  }
+  const bool gguf = is_gguf_path(out);
+  const std::string target = gguf ? out + ".anelab.tmp." + std::to_string(::getpid()) : out;
+  if (!a.random.empty()) {
+    bytes = write_random_model(preset(a.random), target, a.seed, dt, progress_bar("writing"));
+  } else {
     Model m = load_any_model(a.paths[0]);
     if (!a.tokenizer.empty()) m.tokenizer_path = a.tokenizer;
-    bytes = save_model(m, out, dt, progress_bar("converting"));
+    bytes = save_model(m, target, dt, progress_bar("converting"));
   }
+  if (gguf) bytes = write_gguf_output(target, out, a.tokenizer);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("wrote %s: %.1f MiB in %.2f s\n", out.c_str(), static_cast<double>(bytes) / (1 << 20), s);
 }
@@ -106,15 +131,17 @@ void run_info(const std::string& path) {
 void add_model_commands(CLI::App& app) {
   auto args = std::make_shared<ConvertArgs>();
   auto* conv = app.add_subcommand(
-      "convert", "Convert a model (llama2.c .bin, safetensors file/dir, GGUF, anelab) into an anelab model file, "
-                 "or write a random-weight model of a preset's shape");
+      "convert", "Convert a model (llama2.c .bin, safetensors file/dir, GGUF, anelab) into an anelab model file "
+                 "(or a GGUF when OUT ends in .gguf), or write a random-weight model of a preset's shape");
   conv->add_option("paths", args->paths, "IN OUT, or OUT with --random")->required();
   conv->add_option("--random", args->random, "write seeded random weights for this preset instead of converting")
       ->check(CLI::IsMember(preset_names()));
   conv->add_option("--seed", args->seed, "random seed for --random")->capture_default_str();
   conv->add_option("--dtype", args->dtype,
                    "dtype of matrices in the output: fp32|fp16|bf16|q8_0 (default: keep the source's; 1-D tensors stay fp32)");
-  conv->add_option("--tokenizer", args->tokenizer, "record this tokenizer path in the output file");
+  conv->add_option("--tokenizer", args->tokenizer,
+                   "record this tokenizer path in the output file; with OUT.gguf its vocab (tokenizer.json, "
+                   "encoder.json dir, tokenizer.bin) is written into the GGUF metadata");
   conv->callback([args] { run_convert(*args); });
 
   auto path = std::make_shared<std::string>();

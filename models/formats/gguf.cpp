@@ -1,6 +1,10 @@
 // GGUF container: parser (bounds-checked, limits on counts/lengths) and writer.
 #include "models/formats/gguf.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "framework/core/error.h"
@@ -207,10 +211,18 @@ void GgufWriter::add_i32_array(const std::string& k, const std::vector<int32_t>&
   ++n_kv_;
 }
 void GgufWriter::add_tensor(const std::string& name, uint32_t type, std::vector<int64_t> ne, std::vector<uint8_t> b) {
-  tensors_.push_back({name, type, std::move(ne), std::move(b)});
+  T t{name, type, std::move(ne), std::move(b), nullptr, 0};
+  t.data = t.owned.data();
+  t.nbytes = static_cast<int64_t>(t.owned.size());
+  tensors_.push_back(std::move(t));
+}
+void GgufWriter::add_tensor_view(const std::string& name, uint32_t type, std::vector<int64_t> ne, const uint8_t* data,
+                                 int64_t nbytes) {
+  tensors_.push_back({name, type, std::move(ne), {}, data, nbytes});
 }
 
-std::vector<uint8_t> GgufWriter::build(uint32_t alignment) const {
+// Everything before the tensor data (padded to the data start); offs = each tensor's data offset.
+std::vector<uint8_t> GgufWriter::header(uint32_t alignment, std::vector<uint64_t>& offs, uint64_t& data_bytes) const {
   std::vector<uint8_t> o;
   o.insert(o.end(), {'G', 'G', 'U', 'F'});
   put<uint32_t>(o, 3);
@@ -223,7 +235,7 @@ std::vector<uint8_t> GgufWriter::build(uint32_t alignment) const {
     put<uint32_t>(o, alignment);
   }
   uint64_t off = 0;
-  std::vector<uint64_t> offs;
+  offs.clear();
   for (const auto& t : tensors_) {
     put_str(o, t.name);
     put<uint32_t>(o, static_cast<uint32_t>(t.ne.size()));
@@ -231,13 +243,51 @@ std::vector<uint8_t> GgufWriter::build(uint32_t alignment) const {
     put<uint32_t>(o, t.type);
     put<uint64_t>(o, off);
     offs.push_back(off);
-    off = round_up(static_cast<int64_t>(off + t.bytes.size()), alignment);
+    off = round_up(static_cast<int64_t>(off + t.nbytes), alignment);
   }
-  const size_t data_start = round_up(static_cast<int64_t>(o.size()), alignment);
-  o.resize(data_start + off, 0);
-  for (size_t i = 0; i < tensors_.size(); ++i)
-    std::memcpy(o.data() + data_start + offs[i], tensors_[i].bytes.data(), tensors_[i].bytes.size());
+  o.resize(round_up(static_cast<int64_t>(o.size()), alignment), 0);
+  data_bytes = off;
   return o;
+}
+
+std::vector<uint8_t> GgufWriter::build(uint32_t alignment) const {
+  std::vector<uint64_t> offs;
+  uint64_t data_bytes = 0;
+  std::vector<uint8_t> o = header(alignment, offs, data_bytes);
+  const size_t data_start = o.size();
+  o.resize(data_start + data_bytes, 0);
+  for (size_t i = 0; i < tensors_.size(); ++i)
+    if (tensors_[i].nbytes) std::memcpy(o.data() + data_start + offs[i], tensors_[i].data, tensors_[i].nbytes);
+  return o;
+}
+
+int64_t GgufWriter::write(const std::string& path, uint32_t alignment) const {
+  std::vector<uint64_t> offs;
+  uint64_t data_bytes = 0;
+  const std::vector<uint8_t> head = header(alignment, offs, data_bytes);
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) fail("model", "cannot create ", tmp, ": ", std::strerror(errno));
+  bool ok = std::fwrite(head.data(), 1, head.size(), f) == head.size();
+  static const uint8_t zeros[256] = {};
+  uint64_t pos = 0;
+  for (size_t i = 0; ok && i < tensors_.size(); ++i) {
+    for (; ok && pos < offs[i]; pos += std::min<uint64_t>(offs[i] - pos, sizeof zeros))
+      ok = std::fwrite(zeros, 1, std::min<uint64_t>(offs[i] - pos, sizeof zeros), f) > 0;
+    const auto n = static_cast<size_t>(tensors_[i].nbytes);
+    ok = ok && (n == 0 || std::fwrite(tensors_[i].data, 1, n, f) == n);
+    pos += n;
+  }
+  for (; ok && pos < data_bytes; pos += std::min<uint64_t>(data_bytes - pos, sizeof zeros))
+    ok = std::fwrite(zeros, 1, std::min<uint64_t>(data_bytes - pos, sizeof zeros), f) > 0;
+  ok = ok && std::fflush(f) == 0;
+  const int err = errno;
+  std::fclose(f);
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    fail("model", "cannot write ", path, ": ", std::strerror(ok ? errno : err), " (disk full? directory writable?)");
+  }
+  return static_cast<int64_t>(head.size() + data_bytes);
 }
 
 }  // namespace anelab::models

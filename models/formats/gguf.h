@@ -95,17 +95,38 @@ class GgufWriter {
   void add_i32_array(const std::string& key, const std::vector<int32_t>& v);
   // ne in GGUF order (row length first); bytes already in ggml_type layout.
   void add_tensor(const std::string& name, uint32_t ggml_type, std::vector<int64_t> ne, std::vector<uint8_t> bytes);
+  // Same without a copy: `data` must stay valid until build()/write() returns.
+  void add_tensor_view(const std::string& name, uint32_t ggml_type, std::vector<int64_t> ne, const uint8_t* data,
+                       int64_t nbytes);
   std::vector<uint8_t> build(uint32_t alignment = 32) const;
+  // Streams the file to `path` (temporary + rename); returns the bytes written.
+  int64_t write(const std::string& path, uint32_t alignment = 32) const;
 
  private:
+  std::vector<uint8_t> header(uint32_t alignment, std::vector<uint64_t>& offs, uint64_t& data_bytes) const;
   std::vector<uint8_t> kv_;
   uint64_t n_kv_ = 0;
-  struct T { std::string name; uint32_t type; std::vector<int64_t> ne; std::vector<uint8_t> bytes; };
+  struct T {
+    std::string name;
+    uint32_t type;
+    std::vector<int64_t> ne;
+    std::vector<uint8_t> owned;
+    const uint8_t* data;
+    int64_t nbytes;
+  };
   std::vector<T> tensors_;
 };
 
-// Writes a canonical Model as GGUF (arch gpt2 / qwen2 / llama with adjacent-pairs rope), vocab included.
+// GGUF of a canonical Model (arch gpt2 / qwen2 / llama with adjacent-pairs rope), in the layout llama.cpp
+// loads: gpt2 gets a fused blk.N.attn_qkv and an explicit output.weight (llama.cpp requires both; a tied
+// head is written as a copy of token_embd). The vocab (m.vocab) is included when present: a token list
+// shorter than vocab_size is padded to it with "[PAD<id>]" tokens of type unused (as llama.cpp's converter does for
+// Qwen), and tokenizer.ggml.pre is the llama.cpp name of the pre-tokenizer ("gpt-2", "qwen2").
+// general.file_type records the matrices' dominant dtype (llama_ftype).
+// The writer views the model's tensors: `m` must outlive the returned writer.
+GgufWriter gguf_writer_for(const Model& m);
 std::vector<uint8_t> model_to_gguf(const Model& m);
+int64_t write_gguf_model(const Model& m, const std::string& path);
 
 int fuzz_read_gguf(const uint8_t* data, size_t size);
 

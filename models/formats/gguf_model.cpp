@@ -4,6 +4,7 @@
 
 #include "framework/core/error.h"
 #include "models/formats/gguf.h"
+#include "models/tokenizer/pretokenize.h"
 
 namespace anelab::models {
 namespace {
@@ -182,7 +183,103 @@ Model gguf_to_model(const GgufFile& g, const std::string& w) {
 
 Model read_gguf(const std::string& path) { return gguf_to_model(read_gguf_file(path), path); }
 
-std::vector<uint8_t> model_to_gguf(const Model& m) {
+namespace {
+
+// The llama.cpp name of a byte-level BPE pre-tokenizer (ours accepts both spellings of gpt2).
+std::string llama_pre_name(const tok::VocabData& v) {
+  return tok::select_pretokenizer(v.pre, v.pre_regex) == tok::PreTokenizer::kGpt2 ? "gpt-2" : "qwen2";
+}
+
+void add_vocab(GgufWriter& w, const tok::VocabData& src, int64_t vocab_size) {
+  tok::VocabData v = src;
+  // (A larger token list is kept as is: our reader accepts it, llama.cpp would not load such a model.)
+  if (static_cast<int64_t>(v.tokens.size()) < vocab_size) {  // llama.cpp wants one token per embedding row
+    if (v.types.empty()) v.types.assign(v.tokens.size(), tok::TokenType::kNormal);
+    if (!v.scores.empty()) v.scores.resize(static_cast<size_t>(vocab_size), 0.0f);
+    for (auto id = static_cast<int64_t>(v.tokens.size()); id < vocab_size; ++id) {
+      v.tokens.push_back("[PAD" + std::to_string(id) + "]");
+      v.types.push_back(tok::TokenType::kUnused);
+    }
+  }
+  const bool spm = v.kind == tok::TokenizerKind::kSentencePiece;
+  w.add_str("tokenizer.ggml.model", spm ? "llama" : "gpt2");
+  if (!spm) w.add_str("tokenizer.ggml.pre", llama_pre_name(v));
+  else if (!v.pre.empty()) w.add_str("tokenizer.ggml.pre", v.pre);
+  w.add_str_array("tokenizer.ggml.tokens", v.tokens);
+  if (!v.scores.empty()) w.add_f32_array("tokenizer.ggml.scores", v.scores);
+  if (!v.types.empty()) {
+    std::vector<int32_t> t;
+    for (auto x : v.types) t.push_back(static_cast<int32_t>(x));
+    w.add_i32_array("tokenizer.ggml.token_type", t);
+  }
+  if (!v.merges.empty()) w.add_str_array("tokenizer.ggml.merges", v.merges);
+  if (v.bos_id >= 0) w.add_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(v.bos_id));
+  if (v.eos_id >= 0) w.add_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(v.eos_id));
+  if (v.pad_id >= 0) w.add_u32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(v.pad_id));
+  w.add_bool("tokenizer.ggml.add_bos_token", v.add_bos);
+  if (spm) w.add_bool("tokenizer.ggml.add_space_prefix", v.add_space_prefix);
+}
+
+std::string gguf_name(const std::string& name) {
+  static const std::map<std::string, std::string> rev = {
+      {"wq", "attn_q.weight"}, {"wk", "attn_k.weight"}, {"wv", "attn_v.weight"}, {"wo", "attn_output.weight"},
+      {"bq", "attn_q.bias"}, {"bk", "attn_k.bias"}, {"bv", "attn_v.bias"}, {"bo", "attn_output.bias"},
+      {"attn_norm", "attn_norm.weight"}, {"attn_norm_bias", "attn_norm.bias"}, {"ffn_norm", "ffn_norm.weight"},
+      {"ffn_norm_bias", "ffn_norm.bias"}, {"w1", "ffn_gate.weight"}, {"w2", "ffn_down.weight"},
+      {"w3", "ffn_up.weight"}, {"fc", "ffn_up.weight"}, {"fc_bias", "ffn_up.bias"}, {"proj", "ffn_down.weight"},
+      {"proj_bias", "ffn_down.bias"}, {"tok_embeddings", "token_embd.weight"},
+      {"pos_embeddings", "position_embd.weight"}, {"norm", "output_norm.weight"}, {"norm_bias", "output_norm.bias"},
+      {"output", "output.weight"}};
+  auto find = [&](const std::string& k) {
+    auto it = rev.find(k);
+    if (it == rev.end()) fail("model", "tensor ", name, " has no GGUF name");
+    return it->second;
+  };
+  if (!name.starts_with("layers.")) return find(name);
+  const size_t dot = name.find('.', 7);
+  if (dot == std::string::npos) fail("model", "tensor ", name, " has no GGUF name");
+  return "blk." + name.substr(7, dot - 7) + "." + find(name.substr(dot + 1));
+}
+
+// llama.cpp's llama_ftype of the matrices' dtype (0 all f32, 1 mostly f16, 7 mostly q8_0, 32 mostly bf16).
+uint32_t file_type(const Model& m) {
+  std::map<DType, int64_t> bytes;
+  for (const Tensor& t : m.tensors())
+    if (t.shape.size() == 2) bytes[t.dtype] += t.nbytes;
+  DType top = DType::kF32;
+  for (const auto& [d, n] : bytes)
+    if (n > bytes[top]) top = d;
+  switch (top) {
+    case DType::kF16: return 1;
+    case DType::kQ8_0: return 7;
+    case DType::kBF16: return 32;
+    default: return 0;
+  }
+}
+
+std::vector<int64_t> ggml_ne(const std::vector<int64_t>& shape) { return {shape.rbegin(), shape.rend()}; }
+
+// gpt2: blk.N.attn_qkv.{weight,bias} = q, k, v row blocks (same dtype required).
+void add_fused_qkv(GgufWriter& w, const Model& m, int64_t layer, bool bias) {
+  const std::string p = "layers." + std::to_string(layer) + ".";
+  const char* names[3] = {bias ? "bq" : "wq", bias ? "bk" : "wk", bias ? "bv" : "wv"};
+  std::vector<uint8_t> bytes;
+  std::vector<int64_t> shape;
+  DType dt = DType::kF32;
+  for (int k = 0; k < 3; ++k) {
+    const Tensor& t = m.tensor(p + names[k]);
+    if (k == 0) shape = t.shape, dt = t.dtype;
+    else if (t.dtype != dt || t.shape != m.tensor(p + names[0]).shape)
+      fail("model", "GGUF gpt2 fuses q/k/v: ", p, names[k], " must have the dtype and shape of ", p, names[0]);
+    else shape[0] += t.shape[0];
+    bytes.insert(bytes.end(), t.data, t.data + t.nbytes);
+  }
+  w.add_tensor("blk." + std::to_string(layer) + (bias ? ".attn_qkv.bias" : ".attn_qkv.weight"), ggml_of(dt),
+               ggml_ne(shape), std::move(bytes));
+}
+}  // namespace
+
+GgufWriter gguf_writer_for(const Model& m) {
   const ModelConfig& c = m.config;
   if (c.arch == "llama" && c.rope_style != RopeStyle::kAdjacentPairs)
     fail("model", "GGUF llama expects adjacent-pairs RoPE (permuted q/k); this model uses ",
@@ -197,47 +294,30 @@ std::vector<uint8_t> model_to_gguf(const Model& m) {
   w.add_u32(a + "attention.head_count", static_cast<uint32_t>(c.n_heads));
   w.add_u32(a + "attention.head_count_kv", static_cast<uint32_t>(c.n_kv_heads));
   w.add_u32(a + "attention.key_length", static_cast<uint32_t>(c.head_dim));
+  w.add_u32(a + "attention.value_length", static_cast<uint32_t>(c.head_dim));
   w.add_f32(a + (c.norm == NormType::kLayer ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon"),
             c.norm_eps);
   if (c.rope_style != RopeStyle::kNone) w.add_f32(a + "rope.freq_base", c.rope_theta);
-  if (m.vocab) {
-    const tok::VocabData& v = *m.vocab;
-    w.add_str("tokenizer.ggml.model", v.kind == tok::TokenizerKind::kSentencePiece ? "llama" : "gpt2");
-    if (!v.pre.empty()) w.add_str("tokenizer.ggml.pre", v.pre);
-    w.add_str_array("tokenizer.ggml.tokens", v.tokens);
-    if (!v.scores.empty()) w.add_f32_array("tokenizer.ggml.scores", v.scores);
-    if (!v.types.empty()) {
-      std::vector<int32_t> t;
-      for (auto x : v.types) t.push_back(static_cast<int32_t>(x));
-      w.add_i32_array("tokenizer.ggml.token_type", t);
-    }
-    if (!v.merges.empty()) w.add_str_array("tokenizer.ggml.merges", v.merges);
-    if (v.bos_id >= 0) w.add_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(v.bos_id));
-    if (v.eos_id >= 0) w.add_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(v.eos_id));
-    w.add_bool("tokenizer.ggml.add_bos_token", v.add_bos);
-  }
-  static const std::map<std::string, std::string> rev = {
-      {"wq", "attn_q.weight"}, {"wk", "attn_k.weight"}, {"wv", "attn_v.weight"}, {"wo", "attn_output.weight"},
-      {"bq", "attn_q.bias"}, {"bk", "attn_k.bias"}, {"bv", "attn_v.bias"}, {"bo", "attn_output.bias"},
-      {"attn_norm", "attn_norm.weight"}, {"attn_norm_bias", "attn_norm.bias"}, {"ffn_norm", "ffn_norm.weight"},
-      {"ffn_norm_bias", "ffn_norm.bias"}, {"w1", "ffn_gate.weight"}, {"w2", "ffn_down.weight"},
-      {"w3", "ffn_up.weight"}, {"fc", "ffn_up.weight"}, {"fc_bias", "ffn_up.bias"}, {"proj", "ffn_down.weight"},
-      {"proj_bias", "ffn_down.bias"}, {"tok_embeddings", "token_embd.weight"},
-      {"pos_embeddings", "position_embd.weight"}, {"norm", "output_norm.weight"}, {"norm_bias", "output_norm.bias"},
-      {"output", "output.weight"}};
+  w.add_u32("general.file_type", file_type(m));
+  if (m.vocab) add_vocab(w, *m.vocab, c.vocab_size);
+  const bool gpt2 = c.arch == "gpt2";
   for (const Tensor& t : m.tensors()) {
-    std::string name = t.name;
-    if (name.starts_with("layers.")) {
-      const size_t dot = name.find('.', 7);
-      name = "blk." + name.substr(7, dot - 7) + "." + rev.at(name.substr(dot + 1));
-    } else {
-      name = rev.at(name);
+    if (gpt2 && t.name.starts_with("layers.")) {
+      const std::string leaf = t.name.substr(t.name.find('.', 7) + 1);
+      if (leaf == "wq" || leaf == "bq") add_fused_qkv(w, m, std::stoll(t.name.substr(7)), leaf == "bq");
+      if (leaf == "wq" || leaf == "wk" || leaf == "wv" || leaf == "bq" || leaf == "bk" || leaf == "bv") continue;
     }
-    w.add_tensor(name, ggml_of(t.dtype), std::vector<int64_t>(t.shape.rbegin(), t.shape.rend()),
-                 std::vector<uint8_t>(t.data, t.data + t.nbytes));
+    w.add_tensor_view(gguf_name(t.name), ggml_of(t.dtype), ggml_ne(t.shape), t.data, t.nbytes);
   }
-  return w.build();
+  if (gpt2 && !m.has("output")) {  // llama.cpp's gpt2 graph requires output.weight
+    const Tensor& e = m.tensor("tok_embeddings");
+    w.add_tensor_view("output.weight", ggml_of(e.dtype), ggml_ne(e.shape), e.data, e.nbytes);
+  }
+  return w;
 }
+
+std::vector<uint8_t> model_to_gguf(const Model& m) { return gguf_writer_for(m).build(); }
+int64_t write_gguf_model(const Model& m, const std::string& path) { return gguf_writer_for(m).write(path); }
 
 int fuzz_read_gguf(const uint8_t* data, size_t size) {
   try {

@@ -13,6 +13,7 @@
 #include "models/formats/llama2c.h"
 #include "models/formats/load_any.h"
 #include "models/presets.h"
+#include "models/tokenizer/tokenizer.h"
 #include "tests/common/test_data.h"
 
 namespace anelab::models {
@@ -184,6 +185,85 @@ TEST(Gguf, Gpt2FusedQkvAndQwen2) {
   const Model qb = from_image(model_to_gguf(q));
   EXPECT_EQ(qb.config, q.config);
   expect_same_tensors(q, qb);
+}
+
+// A preset's architecture at toy width, with the real vocab size (so a real tokenizer fits).
+ModelConfig toy(const std::string& name, int64_t vocab) {
+  ModelConfig c = preset(name);
+  c.dim = 64, c.hidden_dim = 128, c.n_layers = 2, c.n_heads = 2, c.head_dim = 32, c.max_seq_len = 64;
+  c.n_kv_heads = c.arch == "gpt2" ? 2 : 1;
+  c.vocab_size = vocab;
+  return c;
+}
+
+// The llama.cpp-loadable export: written to disk with write_gguf_model (f16 matrices via an anelab file,
+// as `anelab convert OUT.gguf` does), checked field by field, and read back through our reader.
+TEST(Gguf, Gpt2ExportForLlamaCpp) {
+  ANELAB_REQUIRE_DATA("gpt2/encoder.json");
+  const auto dir = test::temp_dir("g2x");
+  save_model(random_model(toy("gpt2-124m", 50304), 5), (dir / "m.anelab").string(), DType::kF16);
+  Model m = read_anelab_file((dir / "m.anelab").string());
+  m.vocab = tok::load_vocab_file(test::data_path("gpt2"));
+  const std::string gp = (dir / "m.gguf").string();
+  write_gguf_model(m, gp);
+  const GgufFile g = read_gguf_file(gp);
+  std::map<std::string, const GgufTensorInfo*> by_name;
+  for (const auto& t : g.tensors) by_name[t.name] = &t;
+  ASSERT_TRUE(by_name.count("blk.1.attn_qkv.weight") && by_name.count("blk.1.attn_qkv.bias"));
+  EXPECT_FALSE(by_name.count("blk.0.attn_q.weight"));
+  EXPECT_EQ(by_name["blk.1.attn_qkv.weight"]->ne, (std::vector<int64_t>{64, 192}));
+  EXPECT_EQ(by_name["blk.1.attn_qkv.weight"]->ggml_type, kGgmlF16);
+  ASSERT_TRUE(by_name.count("output.weight"));  // tied head written out for llama.cpp
+  EXPECT_EQ(g.get_str("tokenizer.ggml.pre", "t"), "gpt-2");
+  EXPECT_EQ(g.get_int("general.file_type", int64_t{-1}), 1);  // llama.cpp's MOSTLY_F16
+  const tok::VocabData v = gguf_vocab(g, "t");
+  ASSERT_EQ(v.tokens.size(), 50304u);
+  for (size_t i = 0; i < m.vocab->tokens.size(); ++i) ASSERT_EQ(v.tokens[i], m.vocab->tokens[i]) << i;
+  EXPECT_EQ(v.tokens[50257], "[PAD50257]");
+  EXPECT_EQ(v.types[50303], tok::TokenType::kUnused);
+  EXPECT_EQ(v.types[100], tok::TokenType::kNormal);
+  EXPECT_EQ(v.merges, m.vocab->merges);
+  EXPECT_EQ(v.eos_id, m.vocab->eos_id);
+  // Weights: q/k/v split back bit-exactly; output equals the tied embedding.
+  const Model b = read_gguf(gp);
+  for (const Tensor& t : m.tensors()) {
+    const Tensor& u = b.tensor(t.name);
+    ASSERT_EQ(u.nbytes, t.nbytes) << t.name;
+    EXPECT_EQ(std::memcmp(u.data, t.data, t.nbytes), 0) << t.name;
+  }
+  EXPECT_EQ(std::memcmp(b.tensor("output").data, m.tensor("tok_embeddings").data, b.tensor("output").nbytes), 0);
+  // The padded vocab still tokenizes like the source tokenizer.
+  const auto t0 = tok::make_tokenizer(*m.vocab), t1 = tok::make_tokenizer(*b.vocab);
+  const std::string text = "Hello world, it's 2024!\n  indented";
+  EXPECT_EQ(t0->encode(text), t1->encode(text));
+  EXPECT_FALSE(t0->encode(text).empty());
+}
+
+TEST(Gguf, Qwen2ExportPadsVocabAndKeepsPre) {
+  ANELAB_REQUIRE_DATA("qwen/tokenizer.json");
+  Model m = random_model(toy("qwen2.5-0.5b", 151936), 3);
+  m.vocab = tok::load_vocab_file(test::data_path("qwen/tokenizer.json"));
+  const size_t real = m.vocab->tokens.size();
+  ASSERT_LT(real, 151936u);
+  const auto img = model_to_gguf(m);
+  auto owner = std::make_shared<std::vector<uint8_t>>(img);
+  const GgufFile g = parse_gguf(owner->data(), owner->size(), owner, "mem");
+  EXPECT_EQ(g.get_str("tokenizer.ggml.pre", "q"), "qwen2");
+  EXPECT_EQ(g.get_str("general.architecture", "q"), "qwen2");
+  const Model b = gguf_to_model(g, "mem");
+  EXPECT_EQ(b.config, m.config);  // tied head stays tied for qwen2 (llama.cpp duplicates token_embd)
+  expect_same_tensors(m, b);
+  ASSERT_TRUE(b.vocab);
+  ASSERT_EQ(b.vocab->tokens.size(), 151936u);
+  EXPECT_EQ(b.vocab->tokens[real], "[PAD" + std::to_string(real) + "]");
+  EXPECT_EQ(b.vocab->types[real - 1], m.vocab->types[real - 1]);  // <|...|> control tokens keep their type
+  const std::string text = "Hello, 世界! 12345 <|im_start|>";
+  EXPECT_EQ(tok::make_tokenizer(*m.vocab)->encode(text), tok::make_tokenizer(*b.vocab)->encode(text));
+  // A tokenizer larger than the model's vocab is written unpadded.
+  Model small = random_model(toy("qwen2.5-0.5b", 1000), 3);
+  small.vocab = m.vocab;
+  const Model sb = from_image(model_to_gguf(small));
+  EXPECT_EQ(sb.vocab->tokens, m.vocab->tokens);
 }
 
 }  // namespace
