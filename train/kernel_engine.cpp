@@ -6,6 +6,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <exception>
 
 #include "framework/core/error.h"
 #include "framework/kernels/runner.h"
@@ -175,8 +176,23 @@ void KernelEngine::prepare(const float* w, int64_t B, int64_t T) {
   }
   if (stale_) {  // static: rebuild + recompile 7 kernels per layer; dynamic: restage (timed as staging by the runner)
     const double t0 = now_ms();
-    for (int64_t l = 0; l < c_.n_layers; ++l) runners_[size_t(l)].set_weights(layer_weights(w, l));
-    (strategy_ == kern::Strategy::kStatic ? pending_ms_ : restage_ms_) += now_ms() - t0;
+    if (strategy_ == kern::Strategy::kStatic) {  // compiles go through the backend's (serial) budget counter
+      for (int64_t l = 0; l < c_.n_layers; ++l) runners_[size_t(l)].set_weights(layer_weights(w, l));
+      pending_ms_ += now_ms() - t0;
+    } else {  // restaging: transposes + fp16 conversion into each layer's own surfaces, layers in parallel
+      std::vector<std::exception_ptr> errs(size_t(c_.n_layers));
+#pragma omp parallel for schedule(dynamic, 1)
+      for (int64_t l = 0; l < c_.n_layers; ++l) {
+        try {
+          runners_[size_t(l)].set_weights(layer_weights(w, l));
+        } catch (...) {
+          errs[size_t(l)] = std::current_exception();
+        }
+      }
+      for (auto& e : errs)
+        if (e) std::rethrow_exception(e);
+      restage_ms_ += now_ms() - t0;
+    }
     stale_ = false;
   }
   const int n = cache_->compiles() - seen_;

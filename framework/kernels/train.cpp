@@ -1,6 +1,7 @@
 // Training kernel generators (see train.h for the kernel table and the two weight strategies).
 #include "framework/kernels/train.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -97,8 +98,12 @@ void weight_slot_values(const WeightSlot& ws, const LayerWeights& w, const Train
     std::copy(src.begin(), src.end(), out.begin());
     return;
   }
-  for (int64_t r = 0; r < o; ++r)
-    for (int64_t c = 0; c < i; ++c) out[static_cast<size_t>(c * o + r)] = src[static_cast<size_t>(r * i + c)];
+  constexpr int64_t kTile = 32;  // blocked transpose: both sides stay in cache (restaged after every update)
+  for (int64_t r0 = 0; r0 < o; r0 += kTile)
+    for (int64_t c0 = 0; c0 < i; c0 += kTile)
+      for (int64_t c = c0; c < std::min(i, c0 + kTile); ++c)
+        for (int64_t r = r0; r < std::min(o, r0 + kTile); ++r)
+          out[static_cast<size_t>(c * o + r)] = src[static_cast<size_t>(r * i + c)];
 }
 
 namespace {
