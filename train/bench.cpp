@@ -52,8 +52,6 @@ double torch_ms(const BenchOptions& o, int threads) {
   }
 }
 
-}  // namespace
-
 std::string load_average() {
   std::ifstream in("/proc/loadavg");  // procfs: size 0 in stat, read the line
   std::string s;
@@ -62,55 +60,84 @@ std::string load_average() {
   return sp == std::string::npos ? s : s.substr(0, sp);
 }
 
-std::string bench_train(const BenchOptions& o) {
+struct EngineResult {
+  double ms = 0, best = 1e30, compile_ms = 0, first_compile_ms = 0;  // ms/step excludes compiles
+  int compiles = 0;
+  StepTimes st;
+};
+
+// One warm-up step (it compiles), then o.steps timed steps of forward + backward + AdamW.
+EngineResult time_engine(const BenchOptions& o, const std::string& strategy, const ParamLayout& layout) {
   TrainConfig c;
-  c.strategy = o.strategy, c.seq_len = o.seq;
-  if (c.strategy == "static") c.compile_budget = 1 << 30;  // every step recompiles 7 kernels per layer
-  const ParamLayout layout(models::preset(o.preset));
+  c.strategy = strategy, c.seq_len = o.seq;
+  if (strategy == "static") c.compile_budget = 1 << 30;  // every step recompiles 7 kernels per layer
   std::vector<float> w = init_random(layout, 1), g(w.size());
-  const std::string load0 = load_average();
   auto engine = make_engine(c, layout);
   AdamW opt(layout, AdamWConfig{});
   Rng rng{7};
   Batch b{o.batch, o.seq, std::vector<int32_t>(size_t(o.batch * (o.seq + 1)))};
   for (auto& t : b.tokens) t = int32_t(rng.next() % uint64_t(layout.config().vocab_size));
-  double best = 1e30, total = 0, compile_ms = 0, first_compile_ms = 0;
-  int compiles = 0;
-  StepTimes st;
+  EngineResult r;
   for (int i = 0; i <= o.steps; ++i) {
     const double t0 = now_ms();
     std::fill(g.begin(), g.end(), 0.0f);
-    engine->forward_backward(w.data(), b, 1.0f, g.data(), i ? &st : nullptr);
+    engine->forward_backward(w.data(), b, 1.0f, g.data(), i ? &r.st : nullptr);
     opt.update(w.data(), g.data(), 1e-4);
     engine->weights_updated();
     const double ms = now_ms() - t0;
     const auto [n, cms] = engine->take_compile_batch();
-    if (i == 0) first_compile_ms = cms;
-    if (i > 0) best = std::min(best, ms - cms), total += ms - cms, compile_ms += cms, compiles += n;  // step 0: warm-up
+    if (i == 0) r.first_compile_ms = cms;
+    if (i > 0) r.best = std::min(r.best, ms - cms), r.ms += (ms - cms) / o.steps, r.compile_ms += cms, r.compiles += n;
   }
-  const double ours = total / o.steps;
-  const int threads = omp_get_max_threads();
+  return r;
+}
+
+std::string engine_lines(const BenchOptions& o, const std::string& strategy, const EngineResult& e) {
+  const double n = o.steps;
   char buf[1024];
   std::snprintf(buf, sizeof buf,
-                "bench train: %s (%lld params), B=%d T=%d, %d timed steps, %d threads, load average %s\n"
                 "  anelab  strategy %-7s %9.1f ms/step (best %.1f; fwd %.0f, cls %.0f, bwd %.0f; kernel eval %.0f, "
-                "staging %.0f, dW not hidden %.0f ms avg)\n",
-                o.preset.c_str(), (long long)layout.total(), o.batch, o.seq, o.steps, threads, load0.c_str(),
-                o.strategy.c_str(), ours, best, st.fwd / o.steps, st.cls / o.steps, st.bwd / o.steps,
-                st.kernel / o.steps, st.staging / o.steps, st.cpu_dw / o.steps);
+                "staging %.0f, dW not hidden %.0f ms avg; load %s)\n",
+                strategy.c_str(), e.ms, e.best, e.st.fwd / n, e.st.cls / n, e.st.bwd / n, e.st.kernel / n,
+                e.st.staging / n, e.st.cpu_dw / n, load_average().c_str());
   std::string r = buf;
-  if (c.strategy != "cpu") {
-    std::snprintf(buf, sizeof buf,
-                  "          compile: %.0f ms before the first step; %s (not in ms/step above)\n", first_compile_ms,
-                  compiles ? (std::to_string(compiles / o.steps) + " kernels, " +
-                              std::to_string(int(compile_ms / o.steps)) + " ms per step after each update").c_str()
-                           : "none after updates (weights restaged)");
-    r += buf;
+  if (strategy == "cpu") return r;
+  const std::string after = e.compiles ? std::to_string(int(e.compiles / n)) + " kernels, " +
+                                             std::to_string(int(e.compile_ms / n)) + " ms after each update"
+                                       : "none after updates (weights restaged)";
+  std::snprintf(buf, sizeof buf, "          compile: %.0f ms before the first step; %s (not in ms/step)\n",
+                e.first_compile_ms, after.c_str());
+  return r + buf;
+}
+
+}  // namespace
+
+std::string bench_train(const BenchOptions& o) {
+  const ParamLayout layout(models::preset(o.preset));
+  std::vector<std::string> strategies;  // "dynamic,static" measures both
+  for (size_t p = 0; p <= o.strategy.size();) {
+    const size_t e = std::min(o.strategy.find(',', p), o.strategy.size());
+    strategies.push_back(o.strategy.substr(p, e - p));
+    p = e + 1;
   }
-  if (o.run_torch) {
-    const double t = torch_ms(o, threads);
-    std::snprintf(buf, sizeof buf, "  pytorch fp32 (same run) %9.1f ms/step\n  ratio anelab/pytorch: %.2fx (%s); load average now %s\n",
-                  t, ours / t, ours < t ? "anelab faster" : "pytorch faster", load_average().c_str());
+  const int threads = omp_get_max_threads();
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "bench train: %s (%lld params), B=%d T=%d, %d timed steps, %d threads, load average %s\n",
+                o.preset.c_str(), (long long)layout.total(), o.batch, o.seq, o.steps, threads, load_average().c_str());
+  std::string r = buf;
+  std::vector<double> ms;
+  for (const auto& s : strategies) {
+    const EngineResult e = time_engine(o, s, layout);
+    ms.push_back(e.ms);
+    r += engine_lines(o, s, e);
+  }
+  if (!o.run_torch) return r;
+  const double t = torch_ms(o, threads);
+  std::snprintf(buf, sizeof buf, "  pytorch fp32 (same run) %9.1f ms/step (load %s)\n", t, load_average().c_str());
+  r += buf;
+  for (size_t i = 0; i < ms.size(); ++i) {
+    std::snprintf(buf, sizeof buf, "  ratio anelab %s / pytorch: %.2fx (%s)\n", strategies[i].c_str(), ms[i] / t,
+                  ms[i] < t ? "anelab faster" : "pytorch faster");
     r += buf;
   }
   return r;

@@ -10,7 +10,7 @@ namespace anelab::train {
 
 struct BenchOptions {
   int steps = 3;                 // timed steps per side (after one warm-up step)
-  std::string strategy = "cpu";  // engine measured: cpu | dynamic | static (static: compile time reported apart)
+  std::string strategy = "cpu";  // engines measured, comma-separated: cpu | dynamic | static ("dynamic,static")
   std::string preset = "stories110m";
   int batch = 1, seq = 256;
   bool run_torch = true;
