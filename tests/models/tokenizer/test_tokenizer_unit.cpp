@@ -318,7 +318,9 @@ TEST(Loaders, TruncatedAndCorruptTokenizerBin) {
       parse_vocab_llama2c(bytes.data(), cut, "cut");
     } catch (const Error& e) {
       ++errors;
-      if (cut > 4) EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+      if (cut > 4) {
+        EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+      }
     }
   }
   EXPECT_EQ(errors, 7);
