@@ -70,6 +70,9 @@ class KernelEngine final : public StepEngine {
     if (o.strategy == "static") strategy_ = kern::Strategy::kStatic;
     else if (o.strategy == "dynamic") strategy_ = kern::Strategy::kDynamic;
     else fail("train", "--strategy ", o.strategy, ": the kernel engine runs static or dynamic");
+    if (o.seq_len > 0 && o.seq_len < 32)
+      fail("train", "--seq-len ", o.seq_len, ": the ", o.strategy,
+           " strategy evaluates one sequence per kernel and needs T >= 32 (fp16 I/O, digest §4.3)");
     rt::BackendOptions bo;
     if (!o.device.empty()) bo.device = o.device;
     bo.compile_budget = o.compile_budget;

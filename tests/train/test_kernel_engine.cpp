@@ -136,6 +136,19 @@ TEST(KernelEngine, CompileAccounting) {
   EXPECT_EQ(st->compiles_total(), 72);
   EXPECT_EQ(st->compiles_left(), 100000 - 72);
   EXPECT_EQ(dy->compiles_total(), 9);
+  // A batch of another length rebuilds the kernels for it (and the gradients still match the CPU engine).
+  const train::Batch b64 = random_batch(1, 64, cfg.vocab_size, 2);
+  auto cpu = engine("cpu", layout, 32);
+  const Grads ref = one_step(*cpu, w, b64), got = one_step(*dy, w, b64);
+  EXPECT_EQ(dy->compiles_total(), 18);
+  EXPECT_LT(nmse(got.g.data(), ref.g.data(), int64_t(ref.g.size())), 1e-4);
+  // T < 32 cannot be a kernel's spatial size: a clear error up front.
+  try {
+    engine("dynamic", layout, 16);
+    ADD_FAILURE() << "no error for T=16";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--seq-len 16"), std::string::npos) << e.what();
+  }
 }
 
 TEST(KernelEngine, SerialQueueRunsInOrderAndRethrows) {
