@@ -47,6 +47,12 @@ float dot(const float* a, const float* b, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);  // y += a x
 float gelu_tanh(float x);
 float silu(float x);
+// Vectorised (AVX-512, ~1 ulp exp): in place over n elements.
+void exp_inplace(float* x, int64_t n);
+float exp_sub_sum(float* x, float sub, int64_t n);  // x = exp(x - sub); returns the sum
+float max_of(const float* x, int64_t n);
+void silu_mul(float* a, const float* b, int64_t n);  // a = silu(a) * b
+void gelu_tanh_inplace(float* a, int64_t n);
 
 // Row of an embedding-like matrix as fp32.
 void mat_row(const Mat& m, int64_t row, float* out);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <immintrin.h>
 
 #include "framework/core/error.h"
 #include "infer/prefill_mil.h"
@@ -38,7 +39,8 @@ Engine::Engine(models::Model model, const EngineOptions& opt)
   att_.resize(n * c.q_dim());
   h1_.resize(n * c.hidden_dim);
   h3_.resize(n * c.hidden_dim);
-  scores_.resize(static_cast<size_t>(pool_.size() * ctx_));
+  score_stride_ = (ctx_ + 63) / 64 * 64;  // the blocked path writes whole 64-key blocks
+  scores_.resize(static_cast<size_t>(pool_.size() * score_stride_));
   rope_cos_.resize(n * (c.head_dim / 2));
   rope_sin_.resize(n * (c.head_dim / 2));
   logits_.resize(static_cast<size_t>(c.vocab_size));
@@ -153,12 +155,26 @@ void Engine::embed(std::span<const int32_t> tokens, int64_t pos, float* x) {
 
 void Engine::norm_rows(const float* x, const std::vector<float>& w, const std::vector<float>& b, int64_t n, float* out) {
   const auto& c = model_.config;
-  for (int64_t i = 0; i < n; ++i) {
-    if (c.norm == models::NormType::kRms)
-      rms_norm(x + i * c.dim, w.data(), c.norm_eps, c.dim, out + i * c.dim);
-    else
-      layer_norm(x + i * c.dim, w.data(), opt_ptr(b), c.norm_eps, c.dim, out + i * c.dim);
-  }
+  auto rows = [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0; i < r1; ++i) {
+      if (c.norm == models::NormType::kRms)
+        rms_norm(x + i * c.dim, w.data(), c.norm_eps, c.dim, out + i * c.dim);
+      else
+        layer_norm(x + i * c.dim, w.data(), opt_ptr(b), c.norm_eps, c.dim, out + i * c.dim);
+    }
+  };
+  if (n * c.dim >= (1 << 14))
+    pool_.parallel_for(n, 1, rows);
+  else
+    rows(0, n);
+}
+
+// fn(begin, end) over [0, count) in 16-aligned pieces, on the pool when the batch is large.
+void Engine::elementwise(int64_t count, FunctionRef<void(int64_t, int64_t)> fn) {
+  if (count >= (1 << 14))
+    pool_.parallel_for(count, 16, fn);
+  else
+    fn(0, count);
 }
 
 // Rotates q or k rows [n, heads*head_dim] for positions pos..pos+n-1 (tables filled by forward_cpu).
@@ -188,37 +204,106 @@ void Engine::rope_rows(float* x, int64_t n, int64_t heads, int64_t pos) {
 }
 
 // Causal attention of the n new tokens (positions pos..pos+n-1) over the cache; att_ [n, q_dim].
+// Prefill-sized batches with head_dim 64 or 128 use the transposed-key path (attention_blocked); the
+// rest (decode, odd head sizes) one dot product per cached position. Softmax is vectorised in both.
 void Engine::attention(int64_t l, int64_t pos, int64_t n) {
   const auto& c = model_.config;
+  if (n >= 8 && (c.head_dim == 64 || c.head_dim == 128)) {
+    attention_blocked(l, pos, n);
+    return;
+  }
   const int64_t hd = c.head_dim, kvd = c.kv_dim(), group = c.n_heads / c.n_kv_heads;
-  const float scale = std::sqrt(static_cast<float>(hd));
+  const float inv_scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t items = n * c.n_heads;
   // Tiny attention (short contexts, small heads) stays on the caller: a wake-up costs more.
   const bool serial = items * (pos + n) * hd < (1 << 15);
   auto body = [&](int64_t it, int w) {
-    float* sc = scores_.data() + static_cast<int64_t>(w) * ctx_;
+    float* sc = scores_.data() + static_cast<int64_t>(w) * score_stride_;
     const int64_t i = it / c.n_heads, h = it % c.n_heads, p = pos + i;
     const float* q = q_.data() + i * c.q_dim() + h * hd;
     const float* kc = k_cache(l, 0) + (h / group) * hd;
     const float* vc = v_cache(l, 0) + (h / group) * hd;
-    float mx = -INFINITY;
-    for (int64_t t = 0; t <= p; ++t) {
-      sc[t] = dot(q, kc + t * kvd, hd) / scale;
-      mx = std::max(mx, sc[t]);
-    }
-    float sum = 0.0f;
-    for (int64_t t = 0; t <= p; ++t) {
-      sc[t] = std::exp(sc[t] - mx);
-      sum += sc[t];
-    }
+    for (int64_t t = 0; t <= p; ++t) sc[t] = dot(q, kc + t * kvd, hd) * inv_scale;
+    const float inv_sum = 1.0f / exp_sub_sum(sc, max_of(sc, p + 1), p + 1);
     float* o = att_.data() + i * c.q_dim() + h * hd;
     std::fill(o, o + hd, 0.0f);
-    for (int64_t t = 0; t <= p; ++t) axpy(sc[t] / sum, vc + t * kvd, o, hd);
+    for (int64_t t = 0; t <= p; ++t) axpy(sc[t] * inv_sum, vc + t * kvd, o, hd);
   };
   if (serial)
     for (int64_t it = 0; it < items; ++it) body(it, 0);
   else
     pool_.run_chunks(items, body);
+}
+
+namespace {
+// o[0..16*NV) = sum_{t<=p} w[t] v[t*ld ..] with two interleaved accumulator sets (FMA latency).
+template <int NV>
+void weighted_rows(const float* w, const float* v, int64_t ld, int64_t p, float scale, float* o) {
+  __m512 a[NV], b[NV];
+  for (int j = 0; j < NV; ++j) a[j] = b[j] = _mm512_setzero_ps();
+  int64_t t = 0;
+  for (; t + 1 <= p; t += 2) {
+    const __m512 w0 = _mm512_set1_ps(w[t]), w1 = _mm512_set1_ps(w[t + 1]);
+    for (int j = 0; j < NV; ++j) {
+      a[j] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(v + t * ld + 16 * j), a[j]);
+      b[j] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(v + (t + 1) * ld + 16 * j), b[j]);
+    }
+  }
+  if (t == p) {
+    const __m512 w0 = _mm512_set1_ps(w[t]);
+    for (int j = 0; j < NV; ++j) a[j] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(v + t * ld + 16 * j), a[j]);
+  }
+  const __m512 s = _mm512_set1_ps(scale);
+  for (int j = 0; j < NV; ++j) _mm512_storeu_ps(o + 16 * j, _mm512_mul_ps(_mm512_add_ps(a[j], b[j]), s));
+}
+
+// sc[t] = scale * q . key t for t < n_keys (rounded up to 64; kt = keys transposed [hd][ld]).
+void scores_transposed(const float* q, const float* kt, int64_t ld, int64_t hd, int64_t n_keys, float scale, float* sc) {
+  for (int64_t t0 = 0; t0 < n_keys; t0 += 64) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+    for (int64_t d = 0; d < hd; ++d) {
+      const __m512 qd = _mm512_set1_ps(q[d]);
+      const float* r = kt + d * ld + t0;
+      a0 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(r), a0);
+      a1 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(r + 16), a1);
+      a2 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(r + 32), a2);
+      a3 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(r + 48), a3);
+    }
+    const __m512 s = _mm512_set1_ps(scale);
+    _mm512_storeu_ps(sc + t0, _mm512_mul_ps(a0, s));
+    _mm512_storeu_ps(sc + t0 + 16, _mm512_mul_ps(a1, s));
+    _mm512_storeu_ps(sc + t0 + 32, _mm512_mul_ps(a2, s));
+    _mm512_storeu_ps(sc + t0 + 48, _mm512_mul_ps(a3, s));
+  }
+}
+}  // namespace
+
+// Batched attention: the layer's keys [0, pos+n) are transposed once into kt_ [kv_dim][ld] so scores
+// are 64-key vector FMAs, softmax is vectorised, and P V accumulates head_dim-wide rows in registers.
+void Engine::attention_blocked(int64_t l, int64_t pos, int64_t n) {
+  const auto& c = model_.config;
+  const int64_t hd = c.head_dim, kvd = c.kv_dim(), group = c.n_heads / c.n_kv_heads, np = pos + n;
+  const int64_t ld = (np + 63) / 64 * 64;
+  if (kt_.size() < static_cast<size_t>(kvd * ld)) kt_.resize(static_cast<size_t>(kvd * ld));
+  const float* kc = k_cache(l, 0);
+  pool_.parallel_for(kvd, 16, [&](int64_t c0, int64_t c1) {
+    for (int64_t t0 = 0; t0 < np; t0 += 16)
+      for (int64_t cc = c0; cc < c1; ++cc)
+        for (int64_t t = t0; t < std::min(np, t0 + 16); ++t) kt_[static_cast<size_t>(cc * ld + t)] = kc[t * kvd + cc];
+  });
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  pool_.run_chunks(n * c.n_heads, [&](int64_t it, int w) {
+    float* sc = scores_.data() + static_cast<int64_t>(w) * score_stride_;
+    const int64_t i = it / c.n_heads, h = it % c.n_heads, p = pos + i, g = h / group;
+    scores_transposed(q_.data() + i * c.q_dim() + h * hd, kt_.data() + g * hd * ld, ld, hd, p + 1, scale, sc);
+    const float inv_sum = 1.0f / exp_sub_sum(sc, max_of(sc, p + 1), p + 1);
+    float* o = att_.data() + i * c.q_dim() + h * hd;
+    const float* vc = v_cache(l, 0) + g * hd;
+    if (hd == 64)
+      weighted_rows<4>(sc, vc, kvd, p, inv_sum, o);
+    else
+      weighted_rows<8>(sc, vc, kvd, p, inv_sum, o);
+  });
 }
 
 void Engine::forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits) {
@@ -266,14 +351,10 @@ void Engine::forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vect
         gemm(pool_, L.w1, nullptr, xb_.data(), n, h1_.data());
         gemm(pool_, L.w3, nullptr, xb_.data(), n, h3_.data());
       }
-      for (int64_t i = 0; i < n * H; ++i) {
-        float v = h1_[static_cast<size_t>(i)];
-        v *= 1.0f / (1.0f + std::exp(-v));
-        h1_[static_cast<size_t>(i)] = v * h3_[static_cast<size_t>(i)];
-      }
+      elementwise(n * H, [&](int64_t b, int64_t e) { silu_mul(h1_.data() + b, h3_.data() + b, e - b); });
     } else {
       gemm(pool_, L.w1, opt_ptr(L.b1), xb_.data(), n, h1_.data());
-      for (int64_t i = 0; i < n * H; ++i) h1_[static_cast<size_t>(i)] = gelu_tanh(h1_[static_cast<size_t>(i)]);
+      elementwise(n * H, [&](int64_t b, int64_t e) { gelu_tanh_inplace(h1_.data() + b, e - b); });
     }
     gemm(pool_, L.w2, opt_ptr(L.b2), h1_.data(), n, xb_.data());
     for (int64_t i = 0; i < n * D; ++i) x[i] += xb_[static_cast<size_t>(i)];

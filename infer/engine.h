@@ -86,6 +86,8 @@ class Engine {
   std::vector<float> vec(const std::string& name, bool optional);
   void forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits);
   void attention(int64_t l, int64_t pos, int64_t n);
+  void attention_blocked(int64_t l, int64_t pos, int64_t n);
+  void elementwise(int64_t count, FunctionRef<void(int64_t, int64_t)> fn);
   void rope_rows(float* x, int64_t n, int64_t heads, int64_t pos);
   void norm_rows(const float* x, const std::vector<float>& w, const std::vector<float>& b, int64_t n, float* out);
 
@@ -102,7 +104,9 @@ class Engine {
   std::unique_ptr<float[]> kcache_, vcache_;  // [L, ctx, kv_dim] fp32 (pages touched only when used)
   // Scratch, [chunk, *] row-major (token-major).
   std::vector<float> x_, xb_, q_, k_, v_, att_, h1_, h3_;
-  std::vector<float> scores_;                 // [threads, ctx]
+  std::vector<float> scores_;                 // [threads, score_stride_]
+  int64_t score_stride_ = 0;                  // ctx rounded up to 64
+  std::vector<float> kt_;                     // [kv_dim, ceil64(pos+n)] keys transposed (batched attention)
   std::vector<float> rope_cos_, rope_sin_;    // [chunk, head_dim/2]
   std::vector<float> logits_;                 // [vocab]
   PrefillStats stats_;
