@@ -120,6 +120,7 @@ class KernelEngine final : public StepEngine {
 
   kern::LayerWeights layer_weights(const float* w, int64_t l) const;
   void prepare(const float* w, int64_t B, int64_t T);
+  void submit_restage(const float* w);
   void forward(const Batch& b);
   void layer_backward(int64_t l, int64_t B, float* g, double* wait_ms);
   void wait(uint64_t ticket, double* wait_ms) {
@@ -141,7 +142,10 @@ class KernelEngine final : public StepEngine {
   int shared_ = 0, per_layer_ = 0;          // compiles per process / per layer and update
   bool stale_ = true;
   int compiles_ = 0, pending_ = 0, seen_ = 0;  // seen_: cache_->compiles() already counted
-  double pending_ms_ = 0, restage_ms_ = 0;  // compile ms not yet taken; dynamic restaging of this call
+  double pending_ms_ = 0;                   // compile ms not yet taken
+  std::vector<uint64_t> restage_ticket_;    // [L] dynamic restaging tasks of this call
+  std::vector<double> restage_hidden_;      // [L] their runner-timed staging ms (on the worker)
+  double restage_wait_ms_ = 0;              // forward's wait for them
   std::vector<SeqActs> acts_;               // [L * B], index l * B + b
   std::vector<std::vector<float>> xout_;    // [B][D, S] last layer's output
   std::array<std::vector<SeqGrads>, 2> grads_;  // [layer parity][B]
@@ -177,25 +181,10 @@ void KernelEngine::prepare(const float* w, int64_t B, int64_t T) {
     pending_ms_ += now_ms() - t0;
     for (int64_t l = 0; l < c_.n_layers; ++l) runners_.emplace_back(*cache_);
   }
-  if (stale_) {  // static: rebuild + recompile 7 kernels per layer; dynamic: restage (timed as staging by the runner)
-    const double t0 = now_ms();
-    if (strategy_ == kern::Strategy::kStatic) {  // compiles go through the backend's (serial) budget counter
-      for (int64_t l = 0; l < c_.n_layers; ++l) runners_[size_t(l)].set_weights(layer_weights(w, l));
-      pending_ms_ += now_ms() - t0;
-    } else {  // restaging: transposes + fp16 conversion into each layer's own surfaces, layers in parallel
-      std::vector<std::exception_ptr> errs(size_t(c_.n_layers));
-#pragma omp parallel for schedule(dynamic, 1)
-      for (int64_t l = 0; l < c_.n_layers; ++l) {
-        try {
-          runners_[size_t(l)].set_weights(layer_weights(w, l));
-        } catch (...) {
-          errs[size_t(l)] = std::current_exception();
-        }
-      }
-      for (auto& e : errs)
-        if (e) std::rethrow_exception(e);
-      restage_ms_ += now_ms() - t0;
-    }
+  if (stale_ && strategy_ == kern::Strategy::kStatic) {  // rebuild + recompile 7 kernels per layer (main thread:
+    const double t0 = now_ms();                           // the backend's budget counter is not shared)
+    for (int64_t l = 0; l < c_.n_layers; ++l) runners_[size_t(l)].set_weights(layer_weights(w, l));
+    pending_ms_ += now_ms() - t0;
     stale_ = false;
   }
   const int n = cache_->compiles() - seen_;
@@ -213,6 +202,21 @@ void KernelEngine::prepare(const float* w, int64_t B, int64_t T) {
   }
 }
 
+// Dynamic: restaging layer l (transposes + fp16 conversion into its own input surfaces) runs on the worker
+// while the kernels of layers < l evaluate; forward() waits for layer l's ticket before its first kernel.
+void KernelEngine::submit_restage(const float* w) {
+  restage_ticket_.assign(size_t(c_.n_layers), 0);
+  restage_hidden_.assign(size_t(c_.n_layers), 0.0);
+  for (int64_t l = 0; l < c_.n_layers; ++l)
+    restage_ticket_[size_t(l)] = queue_.submit([this, w, l] {
+      kern::LayerRunner& r = runners_[size_t(l)];
+      const double s0 = r.times().stage_ms;
+      r.set_weights(layer_weights(w, l));
+      restage_hidden_[size_t(l)] = r.times().stage_ms - s0;  // runner-timed; replaced by the wait below
+    });
+  stale_ = false;
+}
+
 // Embedding -> every layer on the kernels (taps kept per layer and sequence) -> xout_.
 void KernelEngine::forward(const Batch& b) {
   const int64_t B = b.B, T = b.T, D = c_.dim, V = c_.vocab_size, L = c_.n_layers;
@@ -228,6 +232,7 @@ void KernelEngine::forward(const Batch& b) {
   }
   for (int64_t l = 0; l < L; ++l)
     for (int64_t bi = 0; bi < B; ++bi) {
+      if (bi == 0 && size_t(l) < restage_ticket_.size()) wait(restage_ticket_[size_t(l)], &restage_wait_ms_);
       SeqActs& a = acts_[size_t(l * B + bi)];
       kern::LayerRunner& r = runners_[size_t(l)];
       r.attn_forward(a.x.data(), a.attn);
@@ -309,25 +314,28 @@ double KernelEngine::step(const float* w, const Batch& b, float grad_scale, floa
 double KernelEngine::forward_backward(const float* w, const Batch& b, float grad_scale, float* g, StepTimes* t) {
   if (b.B <= 0 || b.T <= 0 || int64_t(b.tokens.size()) != b.B * (b.T + 1))
     fail("train", "batch of ", b.tokens.size(), " tokens does not hold B=", b.B, " x (T+1)=", b.T + 1);
-  restage_ms_ = 0;
   prepare(w, b.B, b.T);
   w_ = w;
   double stage0 = 0, eval0 = 0;
   for (auto& r : runners_) stage0 += r.times().stage_ms, eval0 += r.times().eval_ms;
+  restage_ticket_.clear(), restage_hidden_.clear(), restage_wait_ms_ = 0;
   double loss = 0;
   try {
+    if (stale_) submit_restage(w);
     loss = step(w, b, grad_scale, g, t);
   } catch (...) {
-    try {  // no task may outlive the call (they write into g)
+    stale_ = true;  // a failed restage leaves the surfaces undefined
+    try {           // no task may outlive the call (they write into g / the surfaces)
       queue_.drain();
     } catch (...) {
     }
     throw;
   }
-  if (t) {
-    double stage1 = 0, eval1 = 0;
+  if (t) {  // staging: slot copies + the part of the restaging the forward had to wait for
+    double stage1 = 0, eval1 = 0, hidden = 0;
     for (auto& r : runners_) stage1 += r.times().stage_ms, eval1 += r.times().eval_ms;
-    t->staging += stage1 - stage0 + restage_ms_, t->kernel += eval1 - eval0;
+    for (double h : restage_hidden_) hidden += h;
+    t->staging += stage1 - stage0 - hidden + restage_wait_ms_, t->kernel += eval1 - eval0;
   }
   return loss;
 }

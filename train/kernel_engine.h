@@ -18,7 +18,9 @@
 // Weights: kStatic bakes them into 7 kernels per layer (+ sdpa_bwd1/2 shared, compiled once per process):
 // weights_updated() marks every layer stale, and the next forward_backward recompiles 7·L kernels —
 // compiles_needed() says so, and the trainer checkpoints + exec-restarts when Backend::compiles_left() is short.
-// kDynamic compiles 9 kernels once and restages the weight bands of every layer's input surfaces after an update.
+// kDynamic compiles 9 kernels once and restages the weight bands of every layer's input surfaces after an update:
+// on the worker, layer by layer, while the forward kernels of the layers below run (the forward waits for layer
+// l's restaging before its first kernel; only that wait counts as staging).
 #pragma once
 #include <memory>
 #include <string>
