@@ -21,6 +21,10 @@
 // kDynamic compiles 9 kernels once and restages the weight bands of every layer's input surfaces after an update:
 // on the worker, layer by layer, while the forward kernels of the layers below run (the forward waits for layer
 // l's restaging before its first kernel; only that wait counts as staging).
+//
+// Threads: the backend is used from the calling thread only (evaluate, and the static compiles: a backend's
+// thread pool runs one job at a time and its budget counter is not shared); the worker runs Eigen (OpenMP,
+// dw_threads threads) and restaging (plain memory writes into surfaces the main thread is not using yet).
 #pragma once
 #include <memory>
 #include <string>
