@@ -165,7 +165,7 @@ TEST(DashboardGui, LiveStories260KFineTuneRun) {
   ASSERT_TRUE(trainer.start({ANELAB_EXE, "train", "--init", test::data_path("llama2c/stories260K.bin"), "--tokenizer",
                              test::data_path("llama2c/tok512.bin"), "--data", tokens, "--run-dir", run.string(),
                              "--steps", "100000", "--batch-size", "4", "--seq-len", "64", "--lr", "5e-4",
-                             "--eval-every", "5", "--strategy", "cpu", "--quiet"},
+                             "--eval-every", "10", "--strategy", "cpu", "--quiet"},
                             (dir / "train.log").string(), false))
       << trainer.error();
   auto steps_written = [&] {
@@ -174,22 +174,25 @@ TEST(DashboardGui, LiveStories260KFineTuneRun) {
     for (std::string line; std::getline(f, line);) n += line.find("\"event\":\"step\"") != std::string::npos;
     return n;
   };
-  for (int i = 0; i < 1200 && steps_written() < 8; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  ASSERT_GE(steps_written(), 8u) << "the trainer wrote no step events; see " << (dir / "train.log");
+  // Enough steps that the live curve spans a visible part of the recorded run's 400-step x axis.
+  for (int i = 0; i < 3000 && steps_written() < 40; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_GE(steps_written(), 40u) << "the trainer wrote too few step events; see " << (dir / "train.log");
   const std::string png = (dir / "shot.png").string();
-  int rc = run_dashboard(xvfb, {run.string(), "--screenshot", png, "--frames", "60", "--width", "1280", "--height",
-                                "800", "--scale", "1"},
+  int rc = run_dashboard(xvfb, {test::source_path("tests/dashboard/fixtures/recorded_run"), run.string(), "--screenshot",
+                                png, "--frames", "60", "--width", "1280", "--height", "800", "--scale", "1"},
                          &out);
   trainer.signal(SIGTERM);
   trainer.wait_for(10000);
   ASSERT_EQ(rc, 0) << out;
   json side = read_json(dir / "shot.json");
   Image im = load_png(png);
-  ASSERT_EQ(side["runs"].size(), 1u);
-  const json& r = side["runs"][0];
+  ASSERT_EQ(side["runs"].size(), 2u);  // the recorded run and the live trainer, overlaid
+  const json& rec = side["runs"][0];
+  const json& r = side["runs"][1];
   EXPECT_EQ(r["malformed"], 0);
-  EXPECT_GE(r["steps"].get<int>(), 8);
+  EXPECT_GE(r["steps"].get<int>(), 40);
   EXPECT_GE(r["starts"].get<int>(), 1);
+  EXPECT_GT(count_color(im, side["plots"]["loss"], rec["color"], 24), 400) << "recorded run's curve missing";
   long px = count_color(im, side["plots"]["loss"], r["color"], 24);
   EXPECT_GT(px, 100) << "the live training run's loss curve is not visible in the loss plot";
 }
