@@ -53,9 +53,6 @@ std::vector<int64_t> bcast_strides(const Shape& s, const std::vector<int64_t>& s
   for (size_t i = off; i < r; ++i) res[i] = s[i - off] == 1 ? 0 : st[i - off];
   return res;
 }
-std::vector<int64_t> bcast_strides(const Shape& s, const Shape& out) {
-  return bcast_strides(s, contiguous_strides(s), out);
-}
 
 // Strides that let `to` (same element count) read a view of shape `from` with strides `st` without a
 // copy, when the reshape only splits/merges dims that are contiguous in the view. false: needs a copy.
