@@ -7,9 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Build tools and libraries; python3-numpy/torch are independent references used by tests.
+# Build tools and libraries; python3-numpy and python3-torch (Debian, run as /usr/bin/python3) are the
+# independent references of the tests; libopenblas0-openmp keeps torch off the slow reference BLAS.
 PKGS=(g++ cmake ninja-build pkg-config libeigen3-dev libcli11-dev nlohmann-json3-dev libtomlplusplus-dev
-      libgtest-dev libgmock-dev libopenblas-dev libopenblas0-openmp python3 python3-numpy libcpp-httplib-dev curl
+      libgtest-dev libgmock-dev libopenblas-dev libopenblas0-openmp python3 python3-numpy python3-torch libcpp-httplib-dev curl
       libimgui-dev libglfw3-dev libgl-dev libgl1-mesa-dri xvfb xauth)
 
 if [[ "${ANELAB_NO_APT:-0}" != 1 ]]; then
