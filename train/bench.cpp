@@ -125,6 +125,9 @@ std::string bench_train(const BenchOptions& o) {
   std::snprintf(buf, sizeof buf, "bench train: %s (%lld params), B=%d T=%d, %d timed steps, %d threads, load average %s\n",
                 o.preset.c_str(), (long long)layout.total(), o.batch, o.seq, o.steps, threads, load_average().c_str());
   std::string r = buf;
+  // The box may be shared and its speed drifts over minutes: PyTorch runs before and after our engines.
+  const double t_before = o.run_torch ? torch_ms(o, threads) : 0;
+  const std::string load_before = load_average();
   std::vector<double> ms;
   for (const auto& s : strategies) {
     const EngineResult e = time_engine(o, s, layout);
@@ -132,12 +135,13 @@ std::string bench_train(const BenchOptions& o) {
     r += engine_lines(o, s, e);
   }
   if (!o.run_torch) return r;
-  const double t = torch_ms(o, threads);
-  std::snprintf(buf, sizeof buf, "  pytorch fp32 (same run) %9.1f ms/step (load %s)\n", t, load_average().c_str());
+  const double t_after = torch_ms(o, threads), t = 0.5 * (t_before + t_after);
+  std::snprintf(buf, sizeof buf, "  pytorch fp32 (same run) %9.1f ms/step before (load %s), %.1f after (load %s)\n",
+                t_before, load_before.c_str(), t_after, load_average().c_str());
   r += buf;
   for (size_t i = 0; i < ms.size(); ++i) {
-    std::snprintf(buf, sizeof buf, "  ratio anelab %s / pytorch: %.2fx (%s)\n", strategies[i].c_str(), ms[i] / t,
-                  ms[i] < t ? "anelab faster" : "pytorch faster");
+    std::snprintf(buf, sizeof buf, "  ratio anelab %s / pytorch (mean of both): %.2fx (%s)\n", strategies[i].c_str(),
+                  ms[i] / t, ms[i] < t ? "anelab faster" : "pytorch faster");
     r += buf;
   }
   return r;

@@ -1,6 +1,7 @@
 // `anelab train --bench` / `anelab bench train`: one Stories110M training step (B=1, T=256, forward +
 // backward + AdamW, random init) timed on our engine, next to a PyTorch fp32 step of the same model
-// measured in the same run by scripts/bench_train_torch.py (/usr/bin/python3), printed as a ratio, with the
+// measured in the same run (before and after ours) by scripts/bench_train_torch.py (/usr/bin/python3), printed
+// as a ratio to their mean, with the
 // load average (the machine may be shared). Kernel strategies run on the emulator backend; the static
 // strategy recompiles after every update and its compile time is reported separately from ms/step.
 #pragma once
