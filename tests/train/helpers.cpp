@@ -1,5 +1,7 @@
 #include "tests/train/helpers.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -82,6 +84,22 @@ models::ModelConfig gqa_test_config() {
   c.rope_style = models::RopeStyle::kRotateHalf;
   c.tied_embeddings = false;
   return c;
+}
+
+std::vector<double> losses(const std::string& dir) {
+  std::vector<double> v;
+  for (const auto& e : read_events(dir, "step")) v.push_back(e["loss"].get<double>());
+  return v;
+}
+
+void expect_same_state(const std::string& a, const std::string& b) {
+  const auto x = train::read_checkpoint(a + "/last.ckpt"), y = train::read_checkpoint(b + "/last.ckpt");
+  EXPECT_EQ(x.step, y.step);
+  EXPECT_TRUE(x.weights == y.weights) << "weights differ";
+  EXPECT_TRUE(x.m == y.m && x.v == y.v) << "moments differ";
+  EXPECT_EQ(x.data_state, y.data_state);
+  EXPECT_EQ(x.ls_scale, y.ls_scale);
+  EXPECT_EQ(losses(a), losses(b));  // bitwise (JSON doubles round-trip)
 }
 
 }  // namespace anelab::test

@@ -26,5 +26,10 @@ bool run_torch_reference(const std::string& dir, const train::ParamLayout& layou
 double rel_err(const float* a, const float* b, int64_t n);
 // A small GQA config: rotate-half RoPE (theta 1e6), head_dim != dim / n_heads, untied classifier.
 models::ModelConfig gqa_test_config();
+// The loss of every step event of DIR/events.jsonl, in order.
+std::vector<double> losses(const std::string& dir);
+// gtest expectations: the last.ckpt of run dirs a and b hold the same step, weights, moments, data and
+// loss-scale state, and their step losses are equal bitwise.
+void expect_same_state(const std::string& a, const std::string& b);
 
 }  // namespace anelab::test

@@ -173,20 +173,7 @@ train::TrainConfig small_run(const std::string& dir, const std::string& data, co
   return c;
 }
 
-std::vector<double> losses(const std::string& dir) {
-  std::vector<double> v;
-  for (const auto& e : test::read_events(dir, "step")) v.push_back(e["loss"].get<double>());
-  return v;
-}
 
-void expect_same_state(const std::string& a, const std::string& b) {
-  const auto x = train::read_checkpoint(a + "/last.ckpt"), y = train::read_checkpoint(b + "/last.ckpt");
-  EXPECT_EQ(x.step, y.step);
-  EXPECT_TRUE(x.weights == y.weights) << "weights differ";
-  EXPECT_TRUE(x.m == y.m && x.v == y.v) << "moments differ";
-  EXPECT_EQ(x.data_state, y.data_state);
-  EXPECT_EQ(losses(a), losses(b));  // bitwise (JSON doubles round-trip)
-}
 
 TEST(KernelEngine, TenStepLossesTrackCpu) {
   const auto dir = test::temp_dir("ktraj").string();
@@ -196,11 +183,11 @@ TEST(KernelEngine, TenStepLossesTrackCpu) {
     c.lr = 1e-2, c.warmup_steps = 1;
     train::run_training(c, {false, false});
   }
-  const auto ref = losses(dir + "/cpu");
+  const auto ref = test::losses(dir + "/cpu");
   ASSERT_EQ(ref.size(), 10u);
   EXPECT_LT(ref[7] + ref[8] + ref[9], ref[0] + ref[1] + ref[2] - 0.3);  // it learns (batches are random: means)
   for (const std::string s : {"static", "dynamic"}) {
-    const auto got = losses(dir + "/" + s);
+    const auto got = test::losses(dir + "/" + s);
     ASSERT_EQ(got.size(), ref.size());
     for (size_t i = 0; i < ref.size(); ++i) std::printf("%s%.5f/%.5f", i ? " " : "  cpu/kernel losses: ", ref[i], got[i]);
     std::printf("\n");
@@ -232,7 +219,7 @@ TEST(KernelEngine, StaticExecRestartsEqualUnrestartedRun) {
   const auto compiles = test::read_events(dir + "/restarted", "compile");
   ASSERT_EQ(compiles.size(), 8u);
   for (size_t i = 0; i < compiles.size(); ++i) EXPECT_EQ(compiles[i]["kernels"].get<int>(), i % 2 ? 35 : 37) << i;
-  expect_same_state(dir + "/straight", dir + "/restarted");
+  test::expect_same_state(dir + "/straight", dir + "/restarted");
   std::filesystem::remove_all(dir);
 }
 
@@ -247,7 +234,7 @@ TEST(KernelEngine, DynamicResumeIsBitExact) {
   EXPECT_FALSE(train::run_training(half, {false, false}).finished);
   half.resume = true, half.stop_after = 0;
   EXPECT_TRUE(train::run_training(half, {false, false}).finished);
-  expect_same_state(dir + "/straight", dir + "/split");
+  test::expect_same_state(dir + "/straight", dir + "/split");
   std::filesystem::remove_all(dir);
 }
 

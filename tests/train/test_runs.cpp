@@ -27,21 +27,7 @@ train::TrainConfig small_run(const std::string& dir, const std::string& data) {
   return c;
 }
 
-std::vector<double> losses(const std::string& dir) {
-  std::vector<double> v;
-  for (const auto& e : test::read_events(dir, "step")) v.push_back(e["loss"].get<double>());
-  return v;
-}
 
-void expect_same_state(const std::string& a, const std::string& b) {
-  const auto x = train::read_checkpoint(a + "/last.ckpt"), y = train::read_checkpoint(b + "/last.ckpt");
-  EXPECT_EQ(x.step, y.step);
-  EXPECT_TRUE(x.weights == y.weights) << "weights differ";
-  EXPECT_TRUE(x.m == y.m && x.v == y.v) << "moments differ";
-  EXPECT_EQ(x.data_state, y.data_state);
-  EXPECT_EQ(x.ls_scale, y.ls_scale);
-  EXPECT_EQ(losses(a), losses(b));  // bitwise (JSON doubles round-trip)
-}
 
 TEST(TrainRuns, ResumeIsBitExact) {
   const auto dir = test::temp_dir("resume").string();
@@ -56,7 +42,7 @@ TEST(TrainRuns, ResumeIsBitExact) {
   half.stop_after = 0;
   const auto o2 = train::run_training(half, {false, false});
   EXPECT_TRUE(o2.finished);
-  expect_same_state(dir + "/straight", dir + "/split");
+  test::expect_same_state(dir + "/straight", dir + "/split");
   EXPECT_EQ(test::read_events(dir + "/split", "run_start").size(), 2u);
   std::filesystem::remove_all(dir);
 }
@@ -73,7 +59,7 @@ TEST(TrainRuns, ExecRestartEqualsUnrestartedRun) {
   const auto restarts = test::read_events(dir + "/restarted", "restart");
   EXPECT_EQ(restarts.size(), 2u);  // 8 steps at 3 (simulated) compiles per process: 3 + 3 + 2
   EXPECT_EQ(test::read_events(dir + "/restarted", "run_end").size(), 1u);
-  expect_same_state(dir + "/straight", dir + "/restarted");
+  test::expect_same_state(dir + "/straight", dir + "/restarted");
   std::filesystem::remove_all(dir);
 }
 
