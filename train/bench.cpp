@@ -34,7 +34,11 @@ std::string script_path() {
 }
 
 double torch_ms(const BenchOptions& o, int threads) {
-  const std::string cmd = "/usr/bin/python3 " + script_path() + " --preset " + o.preset + " --batch " +
+  // Debian's torch uses the system BLAS; libopenblas-dev makes the pthread OpenBLAS the default, which
+  // fights torch's OpenMP threads (~2x slower). Prefer the OpenMP build when it is installed.
+  const char* omp_blas = "/usr/lib/x86_64-linux-gnu/openblas-openmp";
+  const std::string env = std::filesystem::exists(omp_blas) ? std::string("LD_LIBRARY_PATH=") + omp_blas + " " : "";
+  const std::string cmd = env + "/usr/bin/python3 " + script_path() + " --preset " + o.preset + " --batch " +
                           std::to_string(o.batch) + " --seq " + std::to_string(o.seq) + " --steps " +
                           std::to_string(o.steps) + " --threads " + std::to_string(threads) + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
