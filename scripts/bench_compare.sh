@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Two anelab binaries side by side in one run (e.g. before/after a kernel change): the emulator bench and
-# the CPU inference bench, alternating A and B per round so drift and load hit both alike.
+# the CPU inference bench, alternating A and B per round (A B, B A, ...) so drift and load hit both alike.
 #
 #   scripts/bench_compare.sh A_BIN B_BIN [--threads N] [--rounds R] [--models "gpt2-124m qwen2.5-0.5b"]
 #                            [--work DIR] [--kernels "conv attention attn_fwd ffn_bwd"] [--pin CPUS]
@@ -40,17 +40,22 @@ for preset in $MODELS; do
 done
 
 for ((r = 1; r <= ROUNDS; ++r)); do
-  for tag in A B; do
+  order="A B"; ((r % 2)) || order="B A"  # ABBA...: neither binary always runs first
+  for tag in $order; do
     bin=$A; [[ $tag == B ]] && bin=$B
-    out=$("${RUN[@]}" "$bin" bench emulator --threads "$THREADS" --strategy static --no-peak --json "${kargs[@]}")
+    # A run that fails or hangs (120 s) is reported and left out of the medians, never silently dropped.
+    out=$(timeout 120 "${RUN[@]}" "$bin" bench emulator --threads "$THREADS" --strategy static --no-peak --json \
+          "${kargs[@]}" 2>"$WORK/err.txt") || { echo "[bench_compare] $tag emulator bench failed (rc $?):" >&2;
+                                                 tail -3 "$WORK/err.txt" >&2; out='{"benches": []}'; }
     while read -r name g; do add "$tag" "emulator $name GFLOP/s" "$g"; done < <(
       python3 -c 'import json,sys
 d=json.load(sys.stdin)
 for b in d["benches"]:
     print(b["name"].replace(" ", "_"), b["gflops"])' <<<"$out")
     for preset in $MODELS; do
-      out=$("${RUN[@]}" "$bin" infer bench --model "$WORK/$preset.anelab" --prompt-len 512 --gen-len 128 \
-            --threads "$THREADS" --backend cpu --dtype fp16 2>&1)
+      out=$(timeout 120 "${RUN[@]}" "$bin" infer bench --model "$WORK/$preset.anelab" --prompt-len 512 --gen-len 128 \
+            --threads "$THREADS" --backend cpu --dtype fp16 2>&1) || { echo "[bench_compare] $tag $preset failed (rc $?):" >&2;
+                                                                        echo "$out" | tail -3 >&2; continue; }
       add "$tag" "$preset prefill pp512 tok/s" "$(echo "$out" | sed -n 's/^prefill pp[0-9]*: \([0-9.]*\) tok\/s.*/\1/p')"
       add "$tag" "$preset decode tg128 tok/s" "$(echo "$out" | sed -n 's/^decode tg[0-9]*: \([0-9.]*\) tok\/s.*/\1/p')"
     done
