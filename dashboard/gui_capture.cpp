@@ -42,6 +42,11 @@ nlohmann::json sidecar(const App& app, const std::string& png, int w, int h, int
                {"markers", r.markers.size()}, {"starts", r.starts}, {"restarts", r.restarts},
                {"polls_with_data", r.polls_with_data}, {"resets", r.follower().resets()},
                {"bytes_read", r.follower().offset()}, {"file_exists", r.file_exists}};
+    jr["power"] = r.power_state == PowerState::available
+                      ? json{{"state", "available"}, {"source", r.power_source}}
+                      : r.power_state == PowerState::not_available
+                            ? json{{"state", "not_available"}, {"reason", r.power_reason}}
+                            : json{{"state", "unknown"}};
     jr["first_error"] = r.first_error.line ? json{{"line", r.first_error.line}, {"message", r.first_error.message}}
                                            : json(nullptr);
     if (r.first_error.line)

@@ -338,6 +338,7 @@ TrainOutcome Run::finish(bool finished) {
   checkpoint(false);
   TrainOutcome o{step, last_loss, best_val, last_val, finished, steps_here ? train_s * 1000.0 / double(steps_here) : 0};
   if (!finished) return o;
+  const bool energy_ok = energy_tokens > 0 && power_reason.empty();  // every step of this process measured
   const double flops = CpuModel::step_flops(layout.config(), cfg.batch_size, cfg.seq_len) * double(cfg.accum_steps);
   const nlohmann::json end = {{"steps", step}, {"wall_s", prior_wall + (now_s() - t_start)},
                               {"compile_s", prior_compile + compile_s}, {"train_ms_per_step", o.train_ms_per_step},
@@ -345,9 +346,9 @@ TrainOutcome Run::finish(bool finished) {
                               {"final_loss", last_loss},
                               {"best_val_loss", best_val ? nlohmann::json(*best_val) : nlohmann::json(nullptr)},
                               {"steps_this_process", steps_here}, {"restarts", restarts},
-                              {"energy_j", energy_tokens > 0 ? nlohmann::json(energy_j) : nlohmann::json(nullptr)},
-                              {"j_per_token", energy_tokens > 0 ? nlohmann::json(energy_j / double(energy_tokens))
-                                                                : nlohmann::json(nullptr)},
+                              {"energy_j", energy_ok ? nlohmann::json(energy_j) : nlohmann::json(nullptr)},
+                              {"j_per_token", energy_ok ? nlohmann::json(energy_j / double(energy_tokens))
+                                                        : nlohmann::json(nullptr)},
                               {"power", power_json()}};
   emit("run_end", end);
   if (hooks.console && !cfg.quiet) std::printf("%s", efficiency_report(end).c_str());

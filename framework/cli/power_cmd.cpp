@@ -42,7 +42,7 @@ std::string cell(double v, const char* fmt) {
 
 void print_header(const power::Selection& sel) {
   const power::Source& s = *sel.source;
-  std::printf("source: %s (%s); %s\n", s.name().c_str(), s.detail().c_str(), s.basis().c_str());
+  std::printf("source: %s (%s)\n", s.name().c_str(), s.detail().c_str());
   for (const auto& u : sel.unavailable) std::printf("  not used: %s\n", u.c_str());
   std::printf("%6s %9s", "sample", "seconds");
   for (power::Rail r : power::kAllRails) std::printf(" %8s", (std::string(power::rail_name(r)) + " W").c_str());
@@ -73,7 +73,7 @@ void print_summary(const PowerArgs& a, const power::Selection& sel, int n, const
   }
   std::printf("%6s %9.3f", "total", total.seconds);
   for (power::Rail r : power::kAllRails) std::printf(" %8s", cell(total.joules[r], "%.3f").c_str());
-  std::printf("  (joules)\n");
+  std::printf("  (joules; from %s)\n", src.basis().c_str());
 }
 
 void run_power(const PowerArgs& a) {

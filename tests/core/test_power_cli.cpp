@@ -17,7 +17,7 @@ namespace anelab {
 namespace {
 using nlohmann::json;
 
-struct Run {
+struct CmdResult {
   int rc = -1;
   std::string out, err;
 };
@@ -29,11 +29,11 @@ std::string slurp(const std::filesystem::path& p) {
   return s.str();
 }
 
-Run anelab(const std::string& args) {
+CmdResult anelab(const std::string& args) {
   const auto dir = test::temp_dir("power_cli");
   const std::string cmd = std::string(ANELAB_BINARY_DIR) + "/bin/anelab " + args + " >" + (dir / "out").string() +
                           " 2>" + (dir / "err").string();
-  Run r;
+  CmdResult r;
   const int st = std::system(cmd.c_str());
   r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   r.out = slurp(dir / "out"), r.err = slurp(dir / "err");
@@ -61,7 +61,7 @@ struct Raw {
 };
 
 void check_json(const std::string& file, const std::vector<Raw>& raw, bool power_keys) {
-  const Run r = anelab("power --powermetrics-file " + fixture(file) + " --json");
+  const CmdResult r = anelab("power --powermetrics-file " + fixture(file) + " --json");
   ASSERT_EQ(r.rc, 0) << r.err;
   const auto lines = json_lines(r.out);
   ASSERT_EQ(lines.size(), raw.size() + 1) << r.out;
@@ -103,7 +103,7 @@ TEST(PowerCli, ReplayPowerKeysJson) {
 }
 
 TEST(PowerCli, SamplesLimitsAndTableOutput) {
-  Run r = anelab("power --powermetrics-file " + fixture("processor_energy.plist") + " --json --samples 2");
+  CmdResult r = anelab("power --powermetrics-file " + fixture("processor_energy.plist") + " --json --samples 2");
   ASSERT_EQ(r.rc, 0) << r.err;
   const auto lines = json_lines(r.out);
   ASSERT_EQ(lines.size(), 3u);
@@ -115,7 +115,7 @@ TEST(PowerCli, SamplesLimitsAndTableOutput) {
   EXPECT_NE(r.out.find("n/a"), std::string::npos) << r.out;  // dram / core
 }
 
-void expect_one_line_failure(const Run& r, const std::vector<std::string>& parts) {
+void expect_one_line_failure(const CmdResult& r, const std::vector<std::string>& parts) {
   EXPECT_NE(r.rc, 0);
   ASSERT_FALSE(r.err.empty());
   EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;  // exactly one line
@@ -136,14 +136,14 @@ TEST(PowerCli, BadRecordingsFailWithOneLine) {
 
 #if defined(__linux__)
 TEST(PowerCli, NoSourceSaysWhyAndFails) {
-  const Run r = anelab("power --json --rapl-root /nonexistent/powercap");
+  const CmdResult r = anelab("power --json --rapl-root /nonexistent/powercap");
   expect_one_line_failure(r, {"no power source available on this machine", "ioreport: macOS only",
                               "powermetrics: macOS only", "rapl: no /nonexistent/powercap"});
   EXPECT_TRUE(r.out.empty()) << r.out;  // no numbers at all, in particular no zeros
 }
 
 TEST(PowerCli, ThisMachineEitherHasReadableRaplOrSaysWhy) {
-  const Run r = anelab("power --json --samples 1 --interval-ms 50");
+  const CmdResult r = anelab("power --json --samples 1 --interval-ms 50");
   std::error_code ec;
   bool readable = false;
   for (const auto& e : std::filesystem::directory_iterator("/sys/class/powercap", ec))
@@ -160,7 +160,7 @@ TEST(PowerCli, FakeRaplTreeHasNoGpuOrAneRail) {
   std::filesystem::create_directories(root / "intel-rapl:0");
   std::ofstream(root / "intel-rapl:0/name") << "package-0\n";
   std::ofstream(root / "intel-rapl:0/energy_uj") << "1000\n";
-  const Run r = anelab("power --json --samples 2 --interval-ms 20 --rapl-root " + root.string());
+  const CmdResult r = anelab("power --json --samples 2 --interval-ms 20 --rapl-root " + root.string());
   ASSERT_EQ(r.rc, 0) << r.err;
   const auto lines = json_lines(r.out);
   ASSERT_EQ(lines.size(), 3u);
