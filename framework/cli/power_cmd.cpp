@@ -27,7 +27,7 @@ struct PowerArgs {
   int interval_ms = 1000;
   int samples = 0;
   std::string powermetrics_file;
-  std::string rapl_root = "/sys/class/powercap";
+  std::string rapl_root;  // "": the system's
   bool json = false;
 };
 
@@ -65,8 +65,8 @@ void print_sample(const PowerArgs& a, const power::Source& src, int i, const pow
 void print_summary(const PowerArgs& a, const power::Selection& sel, int n, const power::Sample& total) {
   const power::Source& src = *sel.source;
   if (a.json) {
-    json j = {{"summary", true}, {"source", src.name()}, {"detail", src.detail()}, {"basis", src.basis()},
-              {"samples", n}, {"seconds", total.seconds}, {"unavailable", sel.unavailable}};
+    json j = {{"summary", true}, {"source", src.name()},     {"detail", src.detail()},        {"basis", src.basis()},
+              {"samples", n},    {"seconds", total.seconds}, {"unavailable", sel.unavailable}};
     for (power::Rail r : power::kAllRails) j[std::string(power::rail_name(r)) + "_j"] = num_or_null(total.joules[r]);
     std::printf("%s\n", j.dump().c_str());
     return;
@@ -112,8 +112,7 @@ void add_power_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--powermetrics-file", a->powermetrics_file,
                   "Replay a recorded `powermetrics --samplers cpu_power,gpu_power,ane_power -f plist` stream");
-  cmd->add_option("--rapl-root", a->rapl_root, "Where the RAPL zones are (a copy or fake tree for tests)")
-      ->capture_default_str();
+  cmd->add_option("--rapl-root", a->rapl_root, "Where the RAPL zones are (default: the system's powercap tree)");
   cmd->add_flag("--json", a->json, "One JSON object per sample, then a summary object");
   cmd->callback([a] { run_power(*a); });
 }

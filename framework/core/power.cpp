@@ -9,11 +9,16 @@ namespace anelab::power {
 
 const char* rail_name(Rail r) {
   switch (r) {
-    case Rail::cpu: return "cpu";
-    case Rail::gpu: return "gpu";
-    case Rail::ane: return "ane";
-    case Rail::dram: return "dram";
-    case Rail::core: return "core";
+    case Rail::cpu:
+      return "cpu";
+    case Rail::gpu:
+      return "gpu";
+    case Rail::ane:
+      return "ane";
+    case Rail::dram:
+      return "dram";
+    case Rail::core:
+      return "core";
   }
   return "?";
 }
@@ -65,8 +70,10 @@ Selection select_source(const SourceOptions& o) {
       continue;
     }
     Opened op = open();
-    if (op.source) sel.source = std::move(op.source);
-    else sel.unavailable.push_back(op.reason);
+    if (op.source)
+      sel.source = std::move(op.source);
+    else
+      sel.unavailable.push_back(op.reason);
   }
   return sel;
 }

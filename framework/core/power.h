@@ -7,7 +7,7 @@
 //     next sample, its interval the sample's own elapsed_ns.
 //   - "powermetrics": the same stream from a live `powermetrics -i MS` child (macOS, root only).
 //   - "ioreport": IOReport "Energy Model" counters (macOS, no root; power_ioreport_macos.cpp).
-//   - "rapl": Linux RAPL energy counters under /sys/class/powercap (power_rapl_linux.cpp).
+//   - "rapl": Linux RAPL energy counters in the powercap sysfs tree (power_rapl_linux.cpp).
 // select_source() picks one: --powermetrics-file > (macOS: IOReport, else powermetrics if root) >
 // (Linux: RAPL if readable), and records why each other source is unavailable.
 //
@@ -84,16 +84,17 @@ struct Opened {
 };
 // Counter sources time their readings with `clock` (seconds; default: a steady clock).
 using Clock = std::function<double()>;
-Opened open_rapl(const std::string& root = "/sys/class/powercap", Clock clock = {});  // power_rapl_linux.cpp
-Opened open_ioreport();                                                 // power_ioreport_macos.cpp
-Opened open_powermetrics_live(int interval_ms);                         // power_powermetrics.cpp
+// root "": the system's powercap tree.
+Opened open_rapl(const std::string& root = "", Clock clock = {});  // power_rapl_linux.cpp
+Opened open_ioreport();                                            // power_ioreport_macos.cpp
+Opened open_powermetrics_live(int interval_ms);                    // power_powermetrics.cpp
 // Throws anelab::Error when the file cannot be read (bad contents are reported by next()).
 std::unique_ptr<Source> open_powermetrics_file(const std::string& path);
 
 struct SourceOptions {
   std::string powermetrics_file;  // replay this recording (wins over everything else)
   int interval_ms = 1000;         // live powermetrics: its -i
-  std::string rapl_root = "/sys/class/powercap";
+  std::string rapl_root;          // "": the system's powercap tree (a fake tree in tests)
 };
 
 struct Selection {

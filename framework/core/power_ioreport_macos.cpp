@@ -123,11 +123,16 @@ bool block_name(const std::string& n, const char* prefix) {
 }
 
 bool channel_rail(const std::string& n, Rail* r) {
-  if (n == "GPU Energy") *r = Rail::gpu;
-  else if (n.size() >= 10 && n.compare(n.size() - 10, 10, "CPU Energy") == 0) *r = Rail::cpu;
-  else if (block_name(n, "ANE")) *r = Rail::ane;
-  else if (block_name(n, "DRAM")) *r = Rail::dram;
-  else return false;
+  if (n == "GPU Energy")
+    *r = Rail::gpu;
+  else if (n.size() >= 10 && n.compare(n.size() - 10, 10, "CPU Energy") == 0)
+    *r = Rail::cpu;
+  else if (block_name(n, "ANE"))
+    *r = Rail::ane;
+  else if (block_name(n, "DRAM"))
+    *r = Rail::dram;
+  else
+    return false;
   return true;
 }
 

@@ -75,10 +75,14 @@ class PlistReader {
   void skip_misc() {
     for (;;) {
       skip_ws();
-      if (s_.compare(p_, 4, "<!--") == 0) skip_past("-->");
-      else if (s_.compare(p_, 2, "<?") == 0) skip_past("?>");
-      else if (s_.compare(p_, 2, "<!") == 0) skip_past(">");
-      else return;
+      if (s_.compare(p_, 4, "<!--") == 0)
+        skip_past("-->");
+      else if (s_.compare(p_, 2, "<?") == 0)
+        skip_past("?>");
+      else if (s_.compare(p_, 2, "<!") == 0)
+        skip_past(">");
+      else
+        return;
     }
   }
   void skip_past(const char* end) {
@@ -123,8 +127,8 @@ class PlistReader {
         out += s_[i];
         continue;
       }
-      static const std::pair<const char*, char> ents[] = {{"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'},
-                                                          {"&quot;", '"'}, {"&apos;", '\''}};
+      static const std::pair<const char*, char> ents[] = {
+          {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
       bool ok = false;
       for (const auto& [e, c] : ents)
         if (s_.compare(i, std::strlen(e), e) == 0) out += c, i += std::strlen(e) - 1, ok = true;
@@ -249,8 +253,9 @@ ParsedSample parse_sample(const json& doc) {
       ++n_power;
     }
   }
-  if (!s.joules.any()) throw PlistError{"no cpu/gpu/ane *_energy or *_power keys (in processor or at the top level)", 0};
-  s.basis = n_power == 0   ? "energy keys (mJ)"
+  if (!s.joules.any())
+    throw PlistError{"no cpu/gpu/ane *_energy or *_power keys (in processor or at the top level)", 0};
+  s.basis = n_power == 0    ? "energy keys (mJ)"
             : n_energy == 0 ? "power keys (mW) x elapsed_ns"
                             : "energy keys (mJ) where present, else power keys (mW) x elapsed_ns";
   return s;
@@ -332,8 +337,10 @@ class PowermetricsStream final : public Source {
       const ssize_t n = ::read(fd_, chunk, sizeof chunk);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) fail("power", label_, ": read failed: ", std::strerror(errno));
-      if (n == 0) eof_ = true;
-      else buf_.append(chunk, static_cast<size_t>(n));
+      if (n == 0)
+        eof_ = true;
+      else
+        buf_.append(chunk, static_cast<size_t>(n));
     }
   }
 
@@ -392,8 +399,8 @@ Opened open_powermetrics_live(int interval_ms) {
     return o;
   }
   ::fcntl(fds[0], F_SETFD, FD_CLOEXEC);
-  o.source = std::make_unique<PowermetricsStream>(fds[0], std::string(exe) + " -i " + ms + " (pid " +
-                                                              std::to_string(pid) + ")", true, pid);
+  o.source = std::make_unique<PowermetricsStream>(
+      fds[0], std::string(exe) + " -i " + ms + " (pid " + std::to_string(pid) + ")", true, pid);
 #else
   (void)interval_ms;
   o.reason = "powermetrics: macOS only";

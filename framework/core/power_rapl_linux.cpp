@@ -80,8 +80,8 @@ class RaplSource final : public Source {
       int err = 0;
       if (!read_u64(z.path + "/energy_uj", &cur, &err))
         fail("power", "cannot read ", z.path, "/energy_uj: ", std::strerror(err ? err : EIO));
-      const uint64_t delta = cur >= z.last_uj ? cur - z.last_uj
-                                              : (z.max_range_uj > z.last_uj ? z.max_range_uj - z.last_uj + cur : cur);
+      const uint64_t delta =
+          cur >= z.last_uj ? cur - z.last_uj : (z.max_range_uj > z.last_uj ? z.max_range_uj - z.last_uj + cur : cur);
       z.joules += static_cast<double>(delta) * 1e-6;
       z.last_uj = cur;
     }
@@ -100,9 +100,12 @@ class RaplSource final : public Source {
       return z.top_level && z.name != "psys" && z.name != "dram";
     });
     for (auto& z : zones_) {
-      if (z.name == "dram") z.rail = Rail::dram, z.counted = true;
-      else if (z.name == "core" && !z.top_level) z.rail = Rail::core, z.counted = true;
-      else if (z.top_level && (z.name != "psys" || !packages)) z.rail = Rail::cpu, z.counted = true;
+      if (z.name == "dram")
+        z.rail = Rail::dram, z.counted = true;
+      else if (z.name == "core" && !z.top_level)
+        z.rail = Rail::core, z.counted = true;
+      else if (z.top_level && (z.name != "psys" || !packages))
+        z.rail = Rail::cpu, z.counted = true;
     }
   }
 
@@ -117,7 +120,8 @@ double steady_seconds() {
 }
 }  // namespace
 
-Opened open_rapl(const std::string& root, Clock clock) {
+Opened open_rapl(const std::string& root_arg, Clock clock) {
+  const std::string root = root_arg.empty() ? "/sys/class/powercap" : root_arg;
   Opened o;
   std::error_code ec;
   if (!fs::is_directory(root, ec)) {
@@ -145,8 +149,10 @@ Opened open_rapl(const std::string& root, Clock clock) {
     z.top_level = std::count(base.begin(), base.end(), ':') == 1;
     read_u64((d / "max_energy_range_uj").string(), &z.max_range_uj, nullptr);
     int err = 0;
-    if (read_u64((d / "energy_uj").string(), &z.last_uj, &err)) zones.push_back(z);
-    else last_err = err;
+    if (read_u64((d / "energy_uj").string(), &z.last_uj, &err))
+      zones.push_back(z);
+    else
+      last_err = err;
   }
   if (zones.empty()) {
     o.reason = "rapl: the counters under " + root + " are not readable (" +

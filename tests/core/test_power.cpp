@@ -98,7 +98,9 @@ void expect_one_line_error(const std::string& file, const std::vector<std::strin
   for (const auto& p : parts) EXPECT_NE(e.find(p), std::string::npos) << "missing '" << p << "' in: " << e;
 }
 
-TEST(PowerPowermetrics, TruncatedSampleIsAnError) { expect_one_line_error("truncated.plist", {"sample 2", "truncated"}); }
+TEST(PowerPowermetrics, TruncatedSampleIsAnError) {
+  expect_one_line_error("truncated.plist", {"sample 2", "truncated"});
+}
 
 TEST(PowerPowermetrics, MalformedValueIsAnError) {
   expect_one_line_error("malformed_value.plist", {"sample 2", "processor.ane_energy", "\"n/a\""});
@@ -108,7 +110,9 @@ TEST(PowerPowermetrics, MismatchedTagIsAnError) {
   expect_one_line_error("malformed_xml.plist", {"sample 3", "expected </integer>"});
 }
 
-TEST(PowerPowermetrics, MissingElapsedIsAnError) { expect_one_line_error("missing_elapsed.plist", {"sample 1", "elapsed_ns"}); }
+TEST(PowerPowermetrics, MissingElapsedIsAnError) {
+  expect_one_line_error("missing_elapsed.plist", {"sample 1", "elapsed_ns"});
+}
 
 // Small hand-made streams for the remaining rules.
 std::string plist(const std::string& body) {
@@ -122,18 +126,22 @@ std::string write_tmp(const std::string& tag, const std::string& bytes) {
 }
 
 TEST(PowerPowermetrics, RailMissingLaterIsAnErrorAndEmptyStreamToo) {
-  const std::string a = plist("<key>elapsed_ns</key><integer>1000000</integer><key>cpu_energy</key><integer>5</integer>"
-                              "<key>ane_energy</key><integer>7</integer>");
-  const std::string b = plist("<key>elapsed_ns</key><integer>1000000</integer><key>cpu_energy</key><integer>5</integer>");
+  const std::string a = plist(
+      "<key>elapsed_ns</key><integer>1000000</integer><key>cpu_energy</key><integer>5</integer>"
+      "<key>ane_energy</key><integer>7</integer>");
+  const std::string b =
+      plist("<key>elapsed_ns</key><integer>1000000</integer><key>cpu_energy</key><integer>5</integer>");
   std::string e = error_of(write_tmp("pm_rail", a + '\0' + b + '\0'));
   EXPECT_NE(e.find("sample 2 has no ane_energy or ane_power key"), std::string::npos) << e;
   e = error_of(write_tmp("pm_empty", std::string("\n\0\n", 3)));
   EXPECT_NE(e.find("no powermetrics samples"), std::string::npos) << e;
-  e = error_of(write_tmp("pm_neg", plist("<key>elapsed_ns</key><integer>10</integer><key>cpu_power</key><real>-1</real>")));
+  e = error_of(
+      write_tmp("pm_neg", plist("<key>elapsed_ns</key><integer>10</integer><key>cpu_power</key><real>-1</real>")));
   EXPECT_NE(e.find("cpu_power is -1.0, not a finite non-negative number"), std::string::npos) << e;
   e = error_of(write_tmp("pm_none", plist("<key>elapsed_ns</key><integer>10</integer>")));
   EXPECT_NE(e.find("no cpu/gpu/ane"), std::string::npos) << e;
-  e = error_of(write_tmp("pm_zero", plist("<key>elapsed_ns</key><integer>0</integer><key>cpu_power</key><real>1</real>")));
+  e = error_of(
+      write_tmp("pm_zero", plist("<key>elapsed_ns</key><integer>0</integer><key>cpu_power</key><real>1</real>")));
   EXPECT_NE(e.find("elapsed_ns is 0, not a positive integer"), std::string::npos) << e;
   e = error_of(write_tmp("pm_junk", "<plist><dict></dict></plist>trailing"));
   EXPECT_NE(e.find("unexpected data after </plist>"), std::string::npos) << e;

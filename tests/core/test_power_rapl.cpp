@@ -1,4 +1,4 @@
-// The RAPL source against fake /sys/class/powercap trees: joules per rail from energy_uj deltas
+// The RAPL source against fake powercap sysfs trees: joules per rail from energy_uj deltas
 // (incl. a counter wrap), psys not double counted, and the "why not available" reasons.
 #include <gtest/gtest.h>
 #include <unistd.h>
