@@ -171,14 +171,24 @@ long peak_rss_kb() {
 std::string energy_text(power::Meter& m, const std::optional<power::Reading>& e0, double tokens) {
   if (!m.available()) return m.reason();
   if (!e0) return "not measured";
-  const power::Sample s = power::difference(*e0, m.energy());
+  power::Sample s;
+  try {
+    s = power::difference(*e0, m.energy());
+  } catch (const std::exception& e) {
+    return std::string("not measured: ") + e.what();
+  }
   std::string rails;
   for (power::Rail r : m.rails()) rails += cat(rails.empty() ? "" : ", ", power::rail_name(r), " ", s.joules[r], " J");
   return cat(s.joules.total() / tokens, " J/token (", s.joules.total(), " J: ", rails, "; ", m.source_name(), ")");
 }
 
 std::optional<power::Reading> energy_now(power::Meter& m) {
-  return m.available() ? std::optional<power::Reading>(m.energy()) : std::nullopt;
+  if (!m.available()) return std::nullopt;
+  try {
+    return m.energy();
+  } catch (const std::exception&) {
+    return std::nullopt;  // energy_text() then says "not measured"
+  }
 }
 
 void run_bench(const InferArgs& a) {

@@ -84,7 +84,12 @@ Meter::Meter(Selection s) : source_(std::move(s.source)) {
     return;
   }
   if (!source_->self_paced()) {
-    source_->next(&last_);  // the zero point
+    try {
+      source_->next(&last_);  // the zero point
+    } catch (const std::exception& e) {
+      reason_ = cat("not available: the ", source_->name(), " source failed: ", e.what());
+      source_.reset();
+    }
     return;
   }
   worker_ = std::thread([this] {

@@ -85,7 +85,11 @@ HttpServer::HttpServer(Generator& gen, const ServerOptions& o) : gen_(gen), opt_
   });
   started_ = Clock::now();
   meter_ = std::make_unique<power::Meter>(opt_.power ? opt_.power() : power::select_source());
-  if (meter_->available()) energy0_ = meter_->energy();
+  try {
+    if (meter_->available()) energy0_ = meter_->energy();
+  } catch (const std::exception&) {
+    // A failed read shows at the next scrape of /metrics (metrics() reads again and reports the error).
+  }
   routes();
 }
 
