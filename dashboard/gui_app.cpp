@@ -169,16 +169,40 @@ void App::sample_system() {
   if (now - last_sys < 1.0) return;
   if (sys_t0 == 0) sys_t0 = now;
   last_sys = now;
-  bool p = power.sample(now);
+  bool p = sample_power();
   bool c = cpu.sample();
   machine_memory_mb(&mem_total, &mem_avail);
   if (!p && !c) return;
   sys_t.push_back(now - sys_t0);
-  power_w.push_back(p ? power.total_watts() : std::numeric_limits<double>::quiet_NaN());
+  power_w.push_back(p ? power_now_w : std::numeric_limits<double>::quiet_NaN());
   cpu_pct.push_back(c ? cpu.pct() : std::numeric_limits<double>::quiet_NaN());
+  if (!p)
+    for (auto& v : rail_w) v.push_back(std::numeric_limits<double>::quiet_NaN());
   if (sys_t.size() > 3600) {  // keep an hour
     for (auto* v : {&sys_t, &power_w, &cpu_pct}) v->erase(v->begin(), v->begin() + 600);
+    for (auto& v : rail_w) v.erase(v.begin(), v.begin() + 600);
   }
+}
+
+// Watts over the interval since the last reading; false when there is no new interval (no source, the
+// first reading, a self-paced source without a new sample, or a failed read).
+bool App::sample_power() {
+  if (!meter->available() || !meter_error.empty()) return false;
+  power::Reading r;
+  try {
+    r = meter->energy();
+  } catch (const std::exception& e) {
+    meter_error = e.what();
+    return false;
+  }
+  const power::Sample s = power::difference(meter_last, r);
+  const bool fresh = meter_primed && s.seconds > 1e-3;
+  if (!meter_primed || fresh) meter_last = r;
+  meter_primed = true;
+  if (!fresh) return false;
+  power_now_w = s.total_watts();
+  for (power::Rail rail : power::kAllRails) rail_w[static_cast<int>(rail)].push_back(s.watts(rail));
+  return true;
 }
 
 void App::handle_shortcuts() {

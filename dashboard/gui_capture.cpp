@@ -42,6 +42,11 @@ nlohmann::json sidecar(const App& app, const std::string& png, int w, int h, int
                {"markers", r.markers.size()}, {"starts", r.starts}, {"restarts", r.restarts},
                {"polls_with_data", r.polls_with_data}, {"resets", r.follower().resets()},
                {"bytes_read", r.follower().offset()}, {"file_exists", r.file_exists}};
+    jr["power"] = r.power_state == PowerState::available
+                      ? json{{"state", "available"}, {"source", r.power_source}}
+                      : r.power_state == PowerState::not_available
+                            ? json{{"state", "not_available"}, {"reason", r.power_reason}}
+                            : json{{"state", "unknown"}};
     jr["first_error"] = r.first_error.line ? json{{"line", r.first_error.line}, {"message", r.first_error.message}}
                                            : json(nullptr);
     if (r.first_error.line)
@@ -52,8 +57,16 @@ nlohmann::json sidecar(const App& app, const std::string& png, int w, int h, int
     runs.push_back(jr);
   }
   j["runs"] = runs, j["errors"] = errors;
-  j["power"] = app.power.available() ? json{{"available", true}, {"watts", app.power.total_watts()}}
-                                     : json{{"available", false}, {"reason", app.power.reason()}};
+  const power::Meter& m = *app.meter;
+  if (m.available()) {
+    json rails = json::array();
+    for (power::Rail r : m.rails()) rails.push_back(power::rail_name(r));
+    j["power"] = {{"available", true}, {"source", m.source_name()}, {"rails", rails},
+                  {"watts", std::isnan(app.power_now_w) ? json(nullptr) : json(app.power_now_w)}};
+    if (!app.meter_error.empty()) j["power"]["error"] = app.meter_error;
+  } else {
+    j["power"] = {{"available", false}, {"reason", m.reason()}};
+  }
   return j;
 }
 }  // namespace

@@ -1,5 +1,6 @@
 // State shared by the dashboard's window code (gui_app.cpp) and its panels (gui_panels.cpp).
 #pragma once
+#include <array>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "dashboard/process.h"
 #include "dashboard/run_model.h"
 #include "dashboard/system_stats.h"
+#include "framework/core/power.h"
 
 struct GLFWwindow;
 
@@ -83,7 +85,12 @@ struct App {
   std::string sample_output, sample_model;
 
   // Machine stats.
-  RaplPower power;
+  std::unique_ptr<power::Meter> meter = power::default_meter();  // this machine's power source, if any
+  power::Reading meter_last;
+  bool meter_primed = false;
+  std::string meter_error;  // a read that failed (shown instead of numbers)
+  double power_now_w = NAN;  // last interval's total watts
+  std::array<std::vector<double>, power::kRails> rail_w;  // per rail, aligned with sys_t (NaN: no value)
   MachineCpu cpu;
   std::vector<double> sys_t, power_w, cpu_pct, rss_self;  // sampled once a second
   double sys_t0 = 0, last_sys = 0, mem_total = 0, mem_avail = 0;
@@ -95,6 +102,7 @@ struct App {
   void poll_runs(bool all);
   void update_caches();
   void sample_system();
+  bool sample_power();
   void handle_shortcuts();
   void draw();  // one frame of the UI
   ImU32 run_color(size_t i) const;

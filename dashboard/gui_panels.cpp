@@ -126,8 +126,8 @@ void draw_header(App& app) {
                 static_cast<long long>(r.restarts));
   }
   ImGui::SameLine();
-  if (app.power.available())
-    ImGui::Text(" power %.1f W", app.power.total_watts());
+  if (app.meter->available() && !std::isnan(app.power_now_w))
+    ImGui::Text(" power %.1f W (%s)", app.power_now_w, app.meter->source_name().c_str());
   else
     ImGui::TextDisabled(" power n/a");
   if (app.paused) {
@@ -230,15 +230,15 @@ void draw_memory_panel(App& app) {
                         app.cpu.cores(), (app.mem_total - app.mem_avail) / 1024, app.mem_total / 1024);
 }
 
-void draw_power_panel(App& app) {
-  title("Power (W, RAPL)");
-  if (!app.power.available()) {
+// Machine watts per rail (this machine's power source) over the dashboard's own time axis.
+void draw_machine_watts(App& app, float h) {
+  const power::Meter& m = *app.meter;
+  if (!m.available() || !app.meter_error.empty()) {
     ImGui::PushTextWrapPos(0);
-    ImGui::TextColored(kWarnText, "%s", app.power.reason().c_str());
-    ImGui::TextDisabled("(macOS: powermetrics is not wired up yet; no numbers are estimated)");
+    ImGui::TextColored(kWarnText, "machine power: %s", m.available() ? app.meter_error.c_str() : m.reason().c_str());
     ImGui::PopTextWrapPos();
     ImVec2 p = ImGui::GetCursorScreenPos(), a = ImGui::GetContentRegionAvail();
-    app.record_plot("power", {p.x, p.y, p.x + a.x, p.y + a.y});
+    app.record_plot("power", {p.x, p.y, p.x + a.x, p.y + std::min(a.y, h)});
     return;
   }
   static XView xv;  // its own time axis (dashboard seconds)
@@ -248,14 +248,47 @@ void draw_power_panel(App& app) {
   s.id = "power_plot";
   s.x_label = "s";
   s.y_from_zero = true;
-  s.size = {0, ImGui::GetContentRegionAvail().y - ImGui::GetTextLineHeightWithSpacing()};
+  s.size = {0, h};
   s.y_fmt = "%.2f W";
-  std::vector<PlotLine> lines = {{&app.sys_t, &app.power_w, IM_COL32(255, 200, 80, 255), 1.8f, "total"}};
-  ImVec4 r = draw_plot(s, xv, lines, {}, {});
-  app.record_plot("power", r);
-  std::string doms;
-  for (const auto& d : app.power.domains()) doms += d.name + " " + fmt("%.1f", d.watts) + " W  ";
-  ImGui::TextDisabled("%s", doms.c_str());
+  static const ImU32 colors[power::kRails] = {IM_COL32(255, 200, 80, 255), IM_COL32(120, 220, 120, 255),
+                                              IM_COL32(230, 110, 230, 255), IM_COL32(110, 170, 255, 255),
+                                              IM_COL32(200, 200, 200, 255)};
+  std::vector<PlotLine> lines;
+  for (power::Rail r : m.rails())
+    lines.push_back({&app.sys_t, &app.rail_w[static_cast<int>(r)], colors[static_cast<int>(r)], 1.8f, power::rail_name(r)});
+  app.record_plot("power", draw_plot(s, xv, lines, {}, {}));
+  std::string now;
+  for (power::Rail r : m.rails()) {
+    const auto& v = app.rail_w[static_cast<int>(r)];
+    now += std::string(power::rail_name(r)) + " " + (v.empty() || std::isnan(v.back()) ? "n/a" : fmt("%.1f", v.back())) + " W  ";
+  }
+  ImGui::TextDisabled("%s", now.c_str());
+}
+
+// Joules per step of the focused run (its step events), or why the trainer could not measure them.
+void draw_run_energy(App& app) {
+  RunView* f = app.focused();
+  if (!f) return;
+  const RunData& r = *f->data;
+  if (r.power_state != PowerState::available) {
+    ImGui::PushTextWrapPos(0);
+    if (r.power_state == PowerState::not_available)
+      ImGui::TextColored(kWarnText, "J/step: %s", r.power_reason.c_str());
+    else
+      ImGui::TextDisabled("J/step: the run does not say (events without run_start.power)");
+    ImGui::PopTextWrapPos();
+    return;
+  }
+  title(("J/step (" + r.power_source + ", " + fmt("%.3g", last_finite(r.steps[Col::j_per_token])) + " J/token)").c_str());
+  plot_column(app, "energy_plot", Col::energy_j, "J/step", {0, ImGui::GetContentRegionAvail().y}, true);
+}
+
+void draw_power_panel(App& app) {
+  title(app.meter->available() ? ("Power (W, " + app.meter->source_name() + ")").c_str() : "Power (W)");
+  const float avail = ImGui::GetContentRegionAvail().y, line = ImGui::GetTextLineHeightWithSpacing();
+  const bool run_energy = app.focused() != nullptr;
+  draw_machine_watts(app, std::max(30.0f, (run_energy ? avail * 0.5f : avail) - 2 * line));
+  draw_run_energy(app);
 }
 
 void draw_grad_panel(App& app) {

@@ -35,7 +35,7 @@ const char* col_name(Col c) {
   static const char* names[] = {"step",       "t",         "loss",       "lr",       "grad_norm",
                                 "loss_scale", "tokens",    "tokens_per_s", "ms",     "ms_kernel",
                                 "ms_cpu_dw",  "ms_staging", "ms_other",  "compiles_total", "restarts",
-                                "rss_mb",     "cpu_pct",   "skipped"};
+                                "rss_mb",     "cpu_pct",   "skipped",    "energy_j", "j_per_token"};
   static_assert(sizeof(names) / sizeof(names[0]) == Table::kCols);
   int i = static_cast<int>(c);
   return (i >= 0 && i < Table::kCols) ? names[i] : "?";
@@ -102,6 +102,7 @@ void RunData::reset() {
   pid = schema = restarts = starts = compiles_total = compile_budget = compile_kernels = 0;
   compile_ms = first_t = last_t = best_val_loss = 0;
   have_best_val = false;
+  power_state = PowerState::unknown, power_source.clear(), power_reason.clear();
   status = RunStatus::waiting;
   events = malformed = ignored = dropped_rows = 0;
   first_error = {};
@@ -215,6 +216,7 @@ void RunData::on_run_start(const json& e, double step, double t) {
   v = num_field(e, "restart");
   if (!std::isnan(v)) restarts = static_cast<int64_t>(v);
   compiles_total = 0;  // per process
+  on_power(e);
   run_end = nullptr;
   fatal_error.clear();
   status = RunStatus::running;
@@ -232,6 +234,19 @@ void RunData::on_run_start(const json& e, double step, double t) {
   } else {
     markers.push_back({MarkerKind::run_start, step, t, resumed ? "resumed at step " + fmt_num(step) : "run start"});
   }
+}
+
+void RunData::on_power(const json& e) {
+  auto it = e.find("power");
+  if (it == e.end() || !it->is_object()) {
+    power_state = PowerState::unknown, power_source.clear(), power_reason.clear();
+    return;
+  }
+  const bool ok = bool_field(*it, "available");
+  power_state = ok ? PowerState::available : PowerState::not_available;
+  power_source = str_field(*it, "source");
+  power_reason = str_field(*it, "reason");
+  if (!ok && power_reason.empty()) power_reason = "not available (no reason given)";
 }
 
 void RunData::on_step(const json& e, double step, double t) {

@@ -3,6 +3,8 @@
 //
 // - Step events become rows of a columnar table (one std::vector<double> per quantity, NaN where a
 //   field is missing), eval events rows of a second table; both are ordered by arrival.
+// - Step energy (energy_j, j_per_token) is NaN when the event has null there; whether the trainer had a
+//   power source at all, and why not, comes from run_start.power (power_state, power_reason).
 // - Markers (compile batches, exec-restarts, resumes, checkpoints, fatal errors) are kept with their
 //   step and time so plots can draw them on either axis.
 // - A run_start whose `step` is below the last recorded step (a --resume from an older checkpoint)
@@ -28,7 +30,7 @@ namespace anelab::dashboard {
 // Columns of the step table; names match the `step` event's fields (t = wall time).
 enum class Col : int {
   step, t, loss, lr, grad_norm, loss_scale, tokens, tokens_per_s, ms, ms_kernel, ms_cpu_dw,
-  ms_staging, ms_other, compiles_total, restarts, rss_mb, cpu_pct, skipped, kCount
+  ms_staging, ms_other, compiles_total, restarts, rss_mb, cpu_pct, skipped, energy_j, j_per_token, kCount
 };
 const char* col_name(Col c);
 
@@ -69,6 +71,10 @@ struct LineError {
 };
 
 enum class RunStatus { waiting, running, finished, failed, stopped };
+
+// Whether the trainer could measure energy (run_start.power): unknown until a run_start says so (older
+// runs never do). not_available is a state of its own, shown as such, never plotted as zeros.
+enum class PowerState { unknown, available, not_available };
 const char* status_name(RunStatus s);
 
 class RunData {
@@ -99,6 +105,8 @@ class RunData {
   int64_t compile_kernels = 0;
   double compile_ms = 0, first_t = 0, last_t = 0, best_val_loss = 0;
   bool have_best_val = false;
+  PowerState power_state = PowerState::unknown;
+  std::string power_source, power_reason;  // run_start.power.source / .reason
   RunStatus status = RunStatus::waiting;
   // --- reading statistics and errors
   uint64_t events = 0, malformed = 0, ignored = 0, dropped_rows = 0, polls_with_data = 0;
@@ -115,6 +123,7 @@ class RunData {
   static std::string cat_line_too_long();
   void on_run_start(const nlohmann::json& e, double step, double t);
   void on_step(const nlohmann::json& e, double step, double t);
+  void on_power(const nlohmann::json& run_start);
 
   LineFollower follower_;
 };

@@ -74,6 +74,15 @@ std::string console_line(const nlohmann::json& ev, int64_t total) {
   return "";
 }
 
+// Energy of this process's steps, or why there is none ("not available", never 0 J).
+static std::string energy_line(const nlohmann::json& r) {
+  const nlohmann::json p = r.contains("power") && r["power"].is_object() ? r["power"] : nlohmann::json::object();
+  if (r.contains("energy_j") && r["energy_j"].is_number())
+    return fmt("Energy:        %.1f J, %.4g J/token (%s)\n", num(r, "energy_j"), num(r, "j_per_token"),
+               p.value("source", "").c_str());
+  return "Energy:        " + p.value("reason", std::string("not available")) + "\n";
+}
+
 std::string efficiency_report(const nlohmann::json& r) {
   const double wall = num(r, "wall_s"), comp = num(r, "compile_s"), ms = num(r, "train_ms_per_step");
   const double steps = num(r, "steps"), train_s = ms * steps / 1000.0;
@@ -85,6 +94,7 @@ std::string efficiency_report(const nlohmann::json& r) {
   s += fmt("Train time:    %.1f s (%.1f%%)\n", train_s, train_s * pct);
   s += fmt("Avg train:     %.1f ms/step\n", ms);
   s += fmt("Achieved:      %.2f GFLOP/s (model FLOPs, fwd+bwd)\n", num(r, "gflops"));
+  s += energy_line(r);
   s += fmt("Final loss:    %.4f", num(r, "final_loss"));
   if (r.contains("best_val_loss") && r["best_val_loss"].is_number())
     s += fmt("   best val loss: %.4f", r["best_val_loss"].get<double>());

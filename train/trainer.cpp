@@ -47,6 +47,10 @@ struct Run {
   std::unique_ptr<CpuModel> eval_model;
   std::unique_ptr<tok::Tokenizer> tokenizer;
   std::unique_ptr<EventLog> events;
+  std::unique_ptr<power::Meter> meter;      // step energy; meter->available() false: "not available"
+  std::string power_reason;                 // why there is no energy (no source, or a read that failed)
+  double energy_j = 0;                      // this process's steps
+  int64_t energy_tokens = 0;
   std::string model_label;
   int64_t step = 0, restarts = 0, tokens = 0, steps_here = 0, prior_compiles = 0;
   std::optional<double> best_val, last_val;
@@ -68,6 +72,9 @@ struct Run {
   void setup();
   void emit_start(bool resumed);
   void train_step();
+  std::optional<power::Reading> energy_now();
+  nlohmann::json power_json() const;
+  void add_step_energy(const std::optional<power::Reading>& e0, int64_t ntok, nlohmann::json* f);
   void maybe_restart();
   double evaluate();
   void sample();
@@ -127,6 +134,8 @@ void Run::setup() {
     prior_wall = ck.wall_s, prior_compile = ck.compile_s, prior_train = ck.train_s, prior_compiles = ck.compiles;
   }
   engine = make_engine(cfg, layout);
+  meter = std::make_unique<power::Meter>(hooks.power ? hooks.power() : power::select_source());
+  if (!meter->available()) power_reason = meter->reason();
   const nlohmann::json cj = to_json(cfg);
   write_file_atomic((fs::path(cfg.run_dir) / "config.json").string(), cj.dump(2) + "\n");
   write_file_atomic((fs::path(cfg.run_dir) / "config.toml").string(), to_toml(cfg));
@@ -141,10 +150,47 @@ void Run::emit_start(bool resumed) {
                                 {"vocab_size", c.vocab_size}, {"seq_len", cfg.seq_len}, {"params", layout.total()}}},
                      {"backend", cfg.strategy == "cpu" ? "cpu" : cfg.backend}, {"device", cfg.device},
                      {"strategy", cfg.strategy}, {"data", {{"path", cfg.data}, {"format", data->format()},
-                     {"tokens", data->n_tokens()}, {"train_tokens", data->n_train()}, {"val_tokens", data->n_val()}}}});
+                     {"tokens", data->n_tokens()}, {"train_tokens", data->n_train()}, {"val_tokens", data->n_val()}}},
+                     {"power", power_json()}});
+}
+
+nlohmann::json Run::power_json() const {
+  if (!power_reason.empty()) return {{"available", false}, {"reason", power_reason}};
+  nlohmann::json rails = nlohmann::json::array();
+  for (power::Rail r : meter->rails()) rails.push_back(power::rail_name(r));
+  return {{"available", true}, {"source", meter->source_name()}, {"rails", rails}};
+}
+
+// Cumulative energy now; nullopt when there is no source (or a read failed: then power_reason says so).
+std::optional<power::Reading> Run::energy_now() {
+  if (!power_reason.empty()) return std::nullopt;
+  try {
+    return meter->energy();
+  } catch (const std::exception& e) {
+    power_reason = std::string("power source failed: ") + e.what();
+    return std::nullopt;
+  }
+}
+
+// energy_j / j_per_token / energy_rails of one step, or null (never 0) with the reason in run_start.power
+// (and in energy_error when the source failed during the run).
+void Run::add_step_energy(const std::optional<power::Reading>& e0, int64_t ntok, nlohmann::json* f) {
+  const std::optional<power::Reading> e1 = e0 ? energy_now() : std::nullopt;
+  if (!e0 || !e1) {
+    (*f)["energy_j"] = nullptr, (*f)["j_per_token"] = nullptr;
+    if (meter->available()) (*f)["energy_error"] = power_reason;
+    return;
+  }
+  const power::Sample s = power::difference(*e0, *e1);
+  nlohmann::json rails = nlohmann::json::object();
+  for (power::Rail r : meter->rails()) rails[power::rail_name(r)] = s.joules[r];
+  const double j = s.joules.total();
+  energy_j += j, energy_tokens += ntok;
+  (*f)["energy_j"] = j, (*f)["j_per_token"] = j / double(ntok), (*f)["energy_rails"] = rails;
 }
 
 void Run::train_step() {
+  const std::optional<power::Reading> e0 = energy_now();
   const double t0 = now_s(), cpu0 = cpu_seconds();
   StepTimes st;
   std::fill(g.begin(), g.end(), 0.0f);
@@ -179,12 +225,14 @@ void Run::train_step() {
   const double t1 = now_s(), ms = std::max(0.0, (t1 - t0) * 1000.0 - ms_compile);
   train_s += ms / 1000.0;
   const double ms_opt = (t1 - t_opt) * 1000.0;
-  emit("step", {{"loss", last_loss}, {"lr", lr}, {"grad_norm", norm}, {"loss_scale", scale}, {"skipped", skipped},
+  nlohmann::json f = {{"loss", last_loss}, {"lr", lr}, {"grad_norm", norm}, {"loss_scale", scale}, {"skipped", skipped},
                 {"tokens", ntok}, {"tokens_per_s", double(ntok) * 1000.0 / std::max(ms, 1e-3)}, {"ms", ms}, {"ms_kernel", st.kernel},
                 {"ms_cpu_dw", st.cpu_dw}, {"ms_staging", st.staging},
                 {"ms_other", std::max(0.0, ms - st.kernel - st.cpu_dw - st.staging)}, {"ms_fwd", st.fwd},
                 {"ms_bwd", st.bwd}, {"ms_cls", st.cls}, {"ms_optim", ms_opt}, {"compiles_total", engine->compiles_total()},
-                {"restarts", restarts}, {"rss_mb", rss_mb()}, {"cpu_pct", 100.0 * (cpu_seconds() - cpu0) / (t1 - t0)}});
+                {"restarts", restarts}, {"rss_mb", rss_mb()}, {"cpu_pct", 100.0 * (cpu_seconds() - cpu0) / (t1 - t0)}};
+  add_step_energy(e0, ntok, &f);
+  emit("step", std::move(f));
 }
 
 double Run::evaluate() {
@@ -290,13 +338,18 @@ TrainOutcome Run::finish(bool finished) {
   checkpoint(false);
   TrainOutcome o{step, last_loss, best_val, last_val, finished, steps_here ? train_s * 1000.0 / double(steps_here) : 0};
   if (!finished) return o;
+  const bool energy_ok = energy_tokens > 0 && power_reason.empty();  // every step of this process measured
   const double flops = CpuModel::step_flops(layout.config(), cfg.batch_size, cfg.seq_len) * double(cfg.accum_steps);
   const nlohmann::json end = {{"steps", step}, {"wall_s", prior_wall + (now_s() - t_start)},
                               {"compile_s", prior_compile + compile_s}, {"train_ms_per_step", o.train_ms_per_step},
                               {"gflops", train_s > 0 ? flops * double(steps_here) / train_s / 1e9 : 0.0},
                               {"final_loss", last_loss},
                               {"best_val_loss", best_val ? nlohmann::json(*best_val) : nlohmann::json(nullptr)},
-                              {"steps_this_process", steps_here}, {"restarts", restarts}};
+                              {"steps_this_process", steps_here}, {"restarts", restarts},
+                              {"energy_j", energy_ok ? nlohmann::json(energy_j) : nlohmann::json(nullptr)},
+                              {"j_per_token", energy_ok ? nlohmann::json(energy_j / double(energy_tokens))
+                                                        : nlohmann::json(nullptr)},
+                              {"power", power_json()}};
   emit("run_end", end);
   if (hooks.console && !cfg.quiet) std::printf("%s", efficiency_report(end).c_str());
   return o;

@@ -7,9 +7,11 @@
 // writes last.ckpt, emits `restart`, and execv()s /proc/self/exe with the original argv + --resume.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
+#include "framework/core/power.h"
 #include "train/config.h"
 
 namespace anelab::train {
@@ -26,6 +28,8 @@ struct TrainOutcome {
 struct RunHooks {
   bool allow_exec_restart = true;    // false (tests in-process): fail instead of exec
   bool console = true;               // print progress lines + report to stdout
+  // The power source for step energy; empty: power::select_source() for this machine.
+  std::function<power::Selection()> power;
 };
 
 // c must be resolved (resolve_names) and validated. Throws anelab::Error on failure (after an `error` event).

@@ -14,4 +14,5 @@ void add_infer_command(CLI::App& app);      // framework/cli/infer_cmd.cpp:    a
 void add_serve_command(CLI::App& app);      // framework/cli/serve_cmd.cpp:    anelab serve
 void add_dashboard_command(CLI::App& app);  // framework/cli/dashboard_cmd.cpp: anelab dashboard
 void add_probe_command(CLI::App& app);      // framework/cli/probe_cmd.cpp:    anelab probe
+void add_power_command(CLI::App& app);      // framework/cli/power_cmd.cpp:    anelab power
 }  // namespace anelab::cli

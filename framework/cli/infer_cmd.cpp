@@ -2,7 +2,9 @@
 //   generate: stdout = the decoded prompt followed by the continuation, streamed, exactly as llama2.c
 //             run.c prints it; timing on stderr.
 //   chat:     interactive Qwen2.5-template chat on stdin/stdout, history kept within the context.
-//   bench:    prefill / decode tok/s, cold start to first token, peak RSS (random prompt tokens).
+//   bench:    prefill / decode tok/s, cold start to first token, peak RSS (random prompt tokens), and
+//             J/token of prefill and decode from this machine's power source (framework/core/power.h)
+//             or "not available on this machine: <why>".
 #include <sys/resource.h>
 
 #include <chrono>
@@ -11,11 +13,13 @@
 #include <iostream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <random>
 
 #include "framework/cli/commands.h"
 #include "framework/core/error.h"
 #include "framework/core/file.h"
+#include "framework/core/power.h"
 #include "infer/engine.h"
 #include "infer/generate.h"
 #include "models/formats/load_any.h"
@@ -163,7 +167,32 @@ long peak_rss_kb() {
   return ru.ru_maxrss;
 }
 
+// Joules per token over one measured phase, or why there is no number ("not available", never 0).
+std::string energy_text(power::Meter& m, const std::optional<power::Reading>& e0, double tokens) {
+  if (!m.available()) return m.reason();
+  if (!e0) return "not measured";
+  power::Sample s;
+  try {
+    s = power::difference(*e0, m.energy());
+  } catch (const std::exception& e) {
+    return std::string("not measured: ") + e.what();
+  }
+  std::string rails;
+  for (power::Rail r : m.rails()) rails += cat(rails.empty() ? "" : ", ", power::rail_name(r), " ", s.joules[r], " J");
+  return cat(s.joules.total() / tokens, " J/token (", s.joules.total(), " J: ", rails, "; ", m.source_name(), ")");
+}
+
+std::optional<power::Reading> energy_now(power::Meter& m) {
+  if (!m.available()) return std::nullopt;
+  try {
+    return m.energy();
+  } catch (const std::exception&) {
+    return std::nullopt;  // energy_text() then says "not measured"
+  }
+}
+
 void run_bench(const InferArgs& a) {
+  power::Meter meter(power::select_source());
   const auto t0 = Clock::now();
   Loaded l = load(a, false);
   infer::Engine& e = *l.engine;
@@ -179,14 +208,17 @@ void run_bench(const InferArgs& a) {
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % V);
   e.prefill(prompt, 0);  // warm-up (compiles the bucket on a MIL backend)
   const double compile_ms = e.last_prefill().compile_ms;
+  auto e1 = energy_now(meter);
   auto t1 = Clock::now();
   double c1 = cpu_ms();
   e.prefill(prompt, 0);
   const double pp_ms = ms_since(t1), pp_cpu = cpu_ms() - c1;
+  const std::string pp_energy = energy_text(meter, e1, double(prompt.size()));
   const auto path = e.last_prefill().path;
   int64_t pos = static_cast<int64_t>(prompt.size());
   int32_t tok = one[0];
   e.decode(tok, pos++);  // warm-up
+  e1 = energy_now(meter);
   t1 = Clock::now();
   c1 = cpu_ms();
   for (int64_t i = 0; i < a.bench_gen; ++i) {
@@ -194,6 +226,7 @@ void run_bench(const InferArgs& a) {
     tok = infer::argmax(std::span<const float>(lg, static_cast<size_t>(V)));
   }
   const double tg_ms = ms_since(t1), tg_cpu = cpu_ms() - c1;
+  const std::string tg_energy = energy_text(meter, e1, double(a.bench_gen));
   const double wbytes = static_cast<double>(e.weight_bytes());
   std::printf("model %s (%s, %lld layers, dim %lld, vocab %lld), dtype %s, %d threads, prefill backend %s\n",
               a.model.c_str(), e.config().arch.c_str(), static_cast<long long>(e.config().n_layers),
@@ -204,6 +237,8 @@ void run_bench(const InferArgs& a) {
   std::printf("decode tg%lld: %.2f tok/s (%.2f ms/token, cpu %.2f ms/token, %.1f GB/s of weights)\n",
               static_cast<long long>(a.bench_gen), a.bench_gen / (tg_ms / 1e3), tg_ms / a.bench_gen,
               tg_cpu / a.bench_gen, wbytes * a.bench_gen / (tg_ms / 1e3) / 1e9);
+  std::printf("energy pp%zu: %s\nenergy tg%lld: %s\n", prompt.size(), pp_energy.c_str(),
+              static_cast<long long>(a.bench_gen), tg_energy.c_str());
   std::printf("peak RSS %.1f MiB; weight matrices %.1f MiB (ratio %.2f)\n", peak_rss_kb() / 1024.0,
               wbytes / (1 << 20), peak_rss_kb() * 1024.0 / std::max(1.0, static_cast<double>(e.model().total_bytes())));
 }

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   anelab::cli::add_serve_command(app);
   anelab::cli::add_dashboard_command(app);
   anelab::cli::add_probe_command(app);
+  anelab::cli::add_power_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <set>
 
@@ -410,6 +411,59 @@ size_t utf8_complete_prefix(std::string_view s) {
 
 std::string finish_reason(const std::string& stop_reason) {
   return (stop_reason == "length" || stop_reason == "context") ? "length" : "stop";
+}
+
+namespace {
+// Label values escape backslash, double quote and newline; comments backslash and newline (format 0.0.4).
+std::string prom_escape(const std::string& v, bool quote) {
+  std::string o;
+  for (char c : v) {
+    if (c == '\\') o += "\\\\";
+    else if (c == '\n') o += "\\n";
+    else if (c == '"' && quote) o += "\\\"";
+    else o += c;
+  }
+  return o;
+}
+
+void prom_metric(std::string& out, const char* name, const char* type, const char* help,
+                 const std::vector<std::pair<std::string, double>>& samples) {
+  out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  for (const auto& [labels, v] : samples) {
+    char num[64];
+    std::snprintf(num, sizeof num, "%.17g", v);
+    out += std::string(name) + labels + " " + num + "\n";
+  }
+}
+}  // namespace
+
+std::string prometheus_metrics(const MetricsSnapshot& m) {
+  std::string o;
+  auto one = [](double v) { return std::vector<std::pair<std::string, double>>{{"", v}}; };
+  prom_metric(o, "anelab_uptime_seconds", "gauge", "Seconds since the server started.", one(m.uptime_s));
+  prom_metric(o, "anelab_workers", "gauge", "Generation workers.", one(double(m.workers)));
+  prom_metric(o, "anelab_queue_max", "gauge", "Requests that may wait beyond the running ones.", one(double(m.queue_max)));
+  prom_metric(o, "anelab_requests_running", "gauge", "Requests being generated now.", one(double(m.running)));
+  prom_metric(o, "anelab_requests_waiting", "gauge", "Requests queued now.", one(double(m.waiting)));
+  prom_metric(o, "anelab_requests_total", "counter", "Generation requests by outcome.",
+              {{"{outcome=\"admitted\"}", double(m.admitted)}, {"{outcome=\"rejected\"}", double(m.rejected)},
+               {"{outcome=\"completed\"}", double(m.completed)}, {"{outcome=\"cancelled\"}", double(m.cancelled)},
+               {"{outcome=\"failed\"}", double(m.failed)}});
+  prom_metric(o, "anelab_prompt_tokens_total", "counter", "Prompt tokens of finished requests.", one(double(m.prompt_tokens)));
+  prom_metric(o, "anelab_completion_tokens_total", "counter", "Generated tokens of finished requests.",
+              one(double(m.completion_tokens)));
+  prom_metric(o, "anelab_power_available", "gauge", "1 when the server measures energy (see anelab_energy_joules_total).",
+              one(m.power_available ? 1.0 : 0.0));
+  if (!m.power_available) {
+    o += "# power not available: " + prom_escape(m.power_reason, false) + "\n";
+    return o;
+  }
+  std::vector<std::pair<std::string, double>> rails;
+  for (const auto& [rail, j] : m.energy_j)
+    rails.push_back({"{rail=\"" + prom_escape(rail, true) + "\",source=\"" + prom_escape(m.power_source, true) + "\"}", j});
+  prom_metric(o, "anelab_energy_joules_total", "counter",
+              "Energy per rail since the server started (cpu includes core; whole machine, not only this server).", rails);
+  return o;
 }
 
 }  // namespace anelab::serve

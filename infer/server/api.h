@@ -102,6 +102,21 @@ std::string dump(const nlohmann::json& j);
 // stream chunks never split a character). Invalid bytes count as complete.
 size_t utf8_complete_prefix(std::string_view s);
 
+// GET /metrics: Prometheus text exposition format (version 0.0.4). Counters end in _total; energy is
+// per rail of the server's power source (framework/core/power.h) since the server started, and absent
+// (with anelab_power_available 0 and the reason as a comment) when there is none: never 0 J.
+struct MetricsSnapshot {
+  double uptime_s = 0;
+  size_t workers = 0, queue_max = 0, running = 0, waiting = 0;
+  uint64_t admitted = 0, rejected = 0, completed = 0, cancelled = 0, failed = 0;
+  uint64_t prompt_tokens = 0, completion_tokens = 0;
+  bool power_available = false;
+  std::string power_source, power_reason;
+  std::vector<std::pair<std::string, double>> energy_j;  // (rail, joules) for the rails the source has
+};
+std::string prometheus_metrics(const MetricsSnapshot& m);
+inline constexpr const char* kPrometheusContentType = "text/plain; version=0.0.4; charset=utf-8";
+
 // Maps a generation stop reason ("eos", "stop_token", "stop_string", "length", "context") to
 // OpenAI's finish_reason ("stop" / "length").
 std::string finish_reason(const std::string& stop_reason);

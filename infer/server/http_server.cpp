@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 
@@ -76,9 +77,19 @@ HttpServer::HttpServer(Generator& gen, const ServerOptions& o) : gen_(gen), opt_
   svr_->set_keep_alive_timeout(opt_.keep_alive_s);
   svr_->set_read_timeout(10);
   svr_->set_write_timeout(10);
-  sched_ = std::make_unique<Scheduler>(opt_.parallel, opt_.queue,
-                                       [this](size_t w, Job& job) { return gen_.run(w, job); });
+  sched_ = std::make_unique<Scheduler>(opt_.parallel, opt_.queue, [this](size_t w, Job& job) {
+    GenOutcome o = gen_.run(w, job);
+    prompt_tokens_ += uint64_t(std::max<int64_t>(0, o.usage.prompt_tokens));
+    completion_tokens_ += uint64_t(std::max<int64_t>(0, o.usage.completion_tokens));
+    return o;
+  });
   started_ = Clock::now();
+  meter_ = std::make_unique<power::Meter>(opt_.power ? opt_.power() : power::select_source());
+  try {
+    if (meter_->available()) energy0_ = meter_->energy();
+  } catch (const std::exception&) {
+    // A failed read shows at the next scrape of /metrics (metrics() reads again and reports the error).
+  }
   routes();
 }
 
@@ -112,6 +123,9 @@ void HttpServer::routes() {
                      {"failed", st.failed}};
     r.set_content(dump(j), kJson);
   });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
+    r.set_content(prometheus_metrics(metrics()), kPrometheusContentType);
+  });
   // Wrong methods on known paths.
   auto not_allowed = [](const char* allow) {
     return [allow](const httplib::Request& q, httplib::Response& r) {
@@ -125,7 +139,7 @@ void HttpServer::routes() {
     s.Delete(p, not_allowed("POST"));
     s.Patch(p, not_allowed("POST"));
   }
-  for (const char* p : {"/v1/models", "/health"}) {
+  for (const char* p : {"/v1/models", "/health", "/metrics"}) {
     s.Post(p, not_allowed("GET, HEAD"));
     s.Put(p, not_allowed("GET, HEAD"));
     s.Delete(p, not_allowed("GET, HEAD"));
@@ -149,6 +163,29 @@ void HttpServer::routes() {
     s.set_logger([](const httplib::Request& q, const httplib::Response& r) {
       std::fprintf(stderr, "serve: %s %s -> %d\n", q.method.c_str(), q.path.c_str(), r.status);
     });
+}
+
+MetricsSnapshot HttpServer::metrics() {
+  const auto st = sched_->stats();
+  MetricsSnapshot m;
+  m.uptime_s = std::chrono::duration<double>(Clock::now() - started_).count();
+  m.workers = st.workers, m.queue_max = st.max_queue, m.running = st.running, m.waiting = st.waiting;
+  m.admitted = st.admitted, m.rejected = st.rejected, m.completed = st.completed, m.cancelled = st.cancelled;
+  m.failed = st.failed;
+  m.prompt_tokens = prompt_tokens_.load(), m.completion_tokens = completion_tokens_.load();
+  m.power_available = meter_->available();
+  m.power_reason = meter_->reason();
+  if (m.power_available) {
+    try {
+      const power::Sample since = power::difference(energy0_, meter_->energy());
+      m.power_source = meter_->source_name();
+      for (power::Rail r : meter_->rails()) m.energy_j.push_back({power::rail_name(r), since.joules[r]});
+    } catch (const std::exception& e) {
+      m.power_available = false;
+      m.power_reason = e.what();
+    }
+  }
+  return m;
 }
 
 void HttpServer::handle_generate(Endpoint ep, const void* qp, void* rp) {

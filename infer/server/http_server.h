@@ -1,7 +1,9 @@
 // The HTTP front of `anelab serve` on cpp-httplib (Debian libcpp-httplib-dev; only httplib::Server is
 // used, which has the same layout with or without the library's SSL/zlib options).
 //
-// Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health; another method
+// Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics
+// (Prometheus text: request counters, tokens, and energy per rail when the machine has a power source,
+// framework/core/power.h); another method
 // on those paths -> 405 (+ Allow), any other path -> 404, bodies over max_body -> 413, all as
 // OpenAI-style error JSON. Generation requests are prepared on the HTTP thread (parse + tokenize, so
 // bad input is answered 4xx before anything is queued), then submitted to the Scheduler: full queue
@@ -10,9 +12,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "framework/core/power.h"
 #include "infer/server/api.h"
 #include "infer/server/engine_adapter.h"
 #include "infer/server/scheduler.h"
@@ -34,6 +38,8 @@ struct ServerOptions {
   std::chrono::milliseconds shutdown_grace{10000};
   int keep_alive_s = 2;
   bool log_requests = true;              // one line per request on stderr
+  // The power source for /metrics; empty: power::select_source() for this machine.
+  std::function<power::Selection()> power;
   Limits limits;
 };
 
@@ -53,6 +59,7 @@ class HttpServer {
  private:
   void routes();
   void handle_generate(Endpoint ep, const void* req, void* res);
+  MetricsSnapshot metrics();
   Generator& gen_;
   ServerOptions opt_;
   std::unique_ptr<httplib::Server> svr_;
@@ -60,6 +67,9 @@ class HttpServer {
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> next_id_{1};
   Clock::time_point started_;
+  std::unique_ptr<power::Meter> meter_;
+  power::Reading energy0_;               // at start: /metrics reports energy since then
+  std::atomic<uint64_t> prompt_tokens_{0}, completion_tokens_{0};
 };
 
 }  // namespace anelab::serve

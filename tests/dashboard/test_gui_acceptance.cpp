@@ -195,6 +195,16 @@ TEST(DashboardGui, LiveStories260KFineTuneRun) {
   EXPECT_GT(count_color(im, side["plots"]["loss"], rec["color"], 24), 400) << "recorded run's curve missing";
   long px = count_color(im, side["plots"]["loss"], r["color"], 24);
   EXPECT_GT(px, 100) << "the live training run's loss curve is not visible in the loss plot";
+  // Energy: the trainer and the dashboard agree on this machine's power source; without one both say
+  // "not available" (the run's J/step is not plotted, the machine's watts are not plotted).
+  EXPECT_EQ(rec["power"]["state"], "unknown");  // recorded before power existed
+  if (side["power"]["available"] == false) {
+    EXPECT_EQ(r["power"]["state"], "not_available");
+    EXPECT_NE(r["power"]["reason"].get<std::string>().find("not available on this machine"), std::string::npos);
+    EXPECT_FALSE(side["plots"].contains("energy"));
+  } else {
+    EXPECT_EQ(r["power"]["state"], "available");
+  }
 }
 
 TEST(DashboardGui, MalformedBinaryAndMissingFilesShowErrorLines) {

@@ -77,6 +77,38 @@ TEST(RunModel, ParsesAllEventTypes) {
   EXPECT_EQ(checkpoints, 2);
 }
 
+// Energy: a trainer without a power source says so in run_start and writes null energy: the model
+// keeps "not available" with the reason and NaN (never 0) in the energy columns; with a source the
+// joules come through.
+TEST(RunModel, EnergyNotAvailableIsAStateNotZeros) {
+  RunData r("/nonexistent/run-e");
+  json s = json::parse(start_line(0, false, 0));
+  s["power"] = {{"available", false}, {"reason", "not available on this machine: rapl: no /fake/powercap"}};
+  r.apply_line(s.dump(), 1);
+  json st = json::parse(step_line(1, 2.0));
+  st["energy_j"] = nullptr, st["j_per_token"] = nullptr;
+  r.apply_line(st.dump(), 2);
+  EXPECT_EQ(r.power_state, PowerState::not_available);
+  EXPECT_NE(r.power_reason.find("rapl: no /fake/powercap"), std::string::npos);
+  ASSERT_EQ(r.steps.size(), 1u);
+  EXPECT_TRUE(std::isnan(r.steps[Col::energy_j][0]));
+  EXPECT_TRUE(std::isnan(r.steps[Col::j_per_token][0]));
+
+  RunData a("/nonexistent/run-f");
+  s["power"] = {{"available", true}, {"source", "rapl"}, {"rails", {"cpu", "dram"}}};
+  a.apply_line(s.dump(), 1);
+  st["energy_j"] = 3.5, st["j_per_token"] = 3.5 / 512;
+  a.apply_line(st.dump(), 2);
+  EXPECT_EQ(a.power_state, PowerState::available);
+  EXPECT_EQ(a.power_source, "rapl");
+  EXPECT_DOUBLE_EQ(a.steps[Col::energy_j][0], 3.5);
+  EXPECT_DOUBLE_EQ(a.steps[Col::j_per_token][0], 3.5 / 512);
+
+  RunData old("/nonexistent/run-g");  // a run_start from before power existed: unknown, not "available"
+  old.apply_line(start_line(0, false, 0), 1);
+  EXPECT_EQ(old.power_state, PowerState::unknown);
+}
+
 TEST(RunModel, MalformedLinesAreCountedWithTheFirstLineNumber) {
   RunData r("/nonexistent/run-bad");
   r.apply_line(step_line(1, 3.0), 1);

@@ -197,3 +197,73 @@ TEST(ServeHttpFake, StreamEndsWithDoneAndStopWaitsForIt) {
 
 }  // namespace
 }  // namespace anelab::serve
+
+namespace anelab::serve {
+namespace {
+
+// A counter source: reading n has cpu = 2 n J.
+class CountingSource final : public power::Source {
+ public:
+  std::string name() const override { return "counting"; }
+  std::string detail() const override { return "test"; }
+  std::string basis() const override { return "energy counters"; }
+  bool self_paced() const override { return false; }
+  std::vector<power::Rail> rails() const override { return {power::Rail::cpu}; }
+  bool next(power::Reading* r) override {
+    ++n_;
+    r->seconds = n_, r->joules = {};
+    r->joules[power::Rail::cpu] = 2.0 * n_;
+    return true;
+  }
+
+ private:
+  int n_ = 0;
+};
+
+// The value of the sample line that starts with `series ` ("" when absent).
+std::string prom_value(const std::string& body, const std::string& series) {
+  const size_t at = body.find("\n" + series + " ");
+  if (at == std::string::npos) return "";
+  const size_t b = at + series.size() + 2;
+  return body.substr(b, body.find('\n', b) - b);
+}
+
+TEST(ServeHttpFake, MetricsInPrometheusFormatWithEnergy) {
+  ServerOptions o;
+  o.power = [] {
+    power::Selection s;
+    s.source = std::make_unique<CountingSource>();
+    return s;
+  };
+  Running r(o);
+  ASSERT_EQ(status_of(roundtrip(r.port, request("POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 4})"))), 200);
+  const std::string m = roundtrip(r.port, request("GET", "/metrics", ""));
+  ASSERT_EQ(status_of(m), 200) << m;
+  EXPECT_NE(m.find("Content-Type: text/plain; version=0.0.4"), std::string::npos) << m;
+  EXPECT_EQ(prom_value(m, "anelab_requests_total{outcome=\"completed\"}"), "1") << m;
+  EXPECT_EQ(prom_value(m, "anelab_completion_tokens_total"), "4") << m;
+  EXPECT_EQ(prom_value(m, "anelab_prompt_tokens_total"), "3") << m;
+  EXPECT_EQ(prom_value(m, "anelab_power_available"), "1") << m;
+  EXPECT_NE(m.find("# TYPE anelab_energy_joules_total counter"), std::string::npos) << m;
+  // Readings: 1 = the meter's zero point, 2 = the server's start, 3 = this scrape: 2 J since the start.
+  EXPECT_EQ(prom_value(m, "anelab_energy_joules_total{rail=\"cpu\",source=\"counting\"}"), "2") << m;
+  EXPECT_EQ(status_of(roundtrip(r.port, request("POST", "/metrics", ""))), 405);
+}
+
+TEST(ServeHttpFake, MetricsWithoutPowerSayWhyAndHaveNoEnergy) {
+  ServerOptions o;
+  o.power = [] {
+    power::Selection s;
+    s.unavailable = {"rapl: no /fake"};
+    return s;
+  };
+  Running r(o);
+  const std::string m = roundtrip(r.port, request("GET", "/metrics", ""));
+  ASSERT_EQ(status_of(m), 200) << m;
+  EXPECT_EQ(prom_value(m, "anelab_power_available"), "0") << m;
+  EXPECT_NE(m.find("# power not available: not available on this machine: rapl: no /fake\n"), std::string::npos) << m;
+  EXPECT_EQ(m.find("\nanelab_energy_joules_total"), std::string::npos) << m;  // no sample line, no 0 J
+}
+
+}  // namespace
+}  // namespace anelab::serve
