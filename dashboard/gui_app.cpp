@@ -171,7 +171,7 @@ void App::sample_system() {
   last_sys = now;
   bool p = power.sample(now);
   bool c = cpu.sample();
-  machine_memory_mb(&mem_total, &mem_avail);
+  mem = platform::machine_memory();
   if (!p && !c) return;
   sys_t.push_back(now - sys_t0);
   power_w.push_back(p ? power.total_watts() : std::numeric_limits<double>::quiet_NaN());

@@ -3,7 +3,6 @@
 //             run.c prints it; timing on stderr.
 //   chat:     interactive Qwen2.5-template chat on stdin/stdout, history kept within the context.
 //   bench:    prefill / decode tok/s, cold start to first token, peak RSS (random prompt tokens).
-#include <sys/resource.h>
 
 #include <chrono>
 #include <cstdio>
@@ -16,6 +15,7 @@
 #include "framework/cli/commands.h"
 #include "framework/core/error.h"
 #include "framework/core/file.h"
+#include "framework/core/platform.h"
 #include "infer/engine.h"
 #include "infer/generate.h"
 #include "models/formats/load_any.h"
@@ -157,10 +157,9 @@ void run_chat(const InferArgs& a) {
   }
 }
 
-long peak_rss_kb() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_maxrss;
+long peak_rss_kb() {  // getrusage's unit differs per OS: the platform layer converts
+  const auto mb = platform::peak_rss_mb();
+  return mb ? static_cast<long>(*mb * 1024.0) : 0;
 }
 
 void run_bench(const InferArgs& a) {
