@@ -6,7 +6,10 @@ namespace anelab::platform {
 
 Reading<std::string> executable_path() {
   auto p = procfs::self_exe(procfs::kRoot);
-  if (p) return p;
+  const std::string deleted = " (deleted)";  // the file was replaced (a rebuild) or removed since exec
+  if (p && !(p->size() > deleted.size() && p->compare(p->size() - deleted.size(), deleted.size(), deleted) == 0))
+    return p;
+  if (p) p = Reading<std::string>::unavailable("/proc/self/exe: " + *p);
   auto a = executable_from_argv0();  // /proc hidden or not mounted (containers, sandboxes)
   if (a) return a;
   return Reading<std::string>::unavailable(p.reason + "; " + a.reason);
