@@ -171,7 +171,7 @@ void App::sample_system() {
   last_sys = now;
   bool p = sample_power();
   bool c = cpu.sample();
-  machine_memory_mb(&mem_total, &mem_avail);
+  mem = platform::machine_memory();
   if (!p && !c) return;
   sys_t.push_back(now - sys_t0);
   power_w.push_back(p ? power_now_w : std::numeric_limits<double>::quiet_NaN());

@@ -93,7 +93,8 @@ struct App {
   std::array<std::vector<double>, power::kRails> rail_w;  // per rail, aligned with sys_t (NaN: no value)
   MachineCpu cpu;
   std::vector<double> sys_t, power_w, cpu_pct, rss_self;  // sampled once a second
-  double sys_t0 = 0, last_sys = 0, mem_total = 0, mem_avail = 0;
+  double sys_t0 = 0, last_sys = 0;
+  platform::Reading<platform::MachineMemory> mem = platform::Reading<platform::MachineMemory>::unavailable("not sampled yet");
 
   // Rectangles of the last frame (framebuffer pixels), for the screenshot sidecar.
   std::map<std::string, Rect> panels, plots;

@@ -225,9 +225,13 @@ void draw_memory_panel(App& app) {
   plot_column(app, "rss_plot", Col::rss_mb, "RSS MB", {0, h}, true);
   title("trainer CPU % (100 = one core)");
   plot_column(app, "cpu_plot", Col::cpu_pct, "CPU %", {0, h}, true);
-  if (app.cpu.cores() > 0)
-    ImGui::TextDisabled("machine: CPU %.0f%% of %d cores, mem %.1f/%.1f GB", app.cpu.pct(),
-                        app.cpu.cores(), (app.mem_total - app.mem_avail) / 1024, app.mem_total / 1024);
+  char cpu[96] = "", mem[96] = "";
+  if (app.cpu.cores() > 0) std::snprintf(cpu, sizeof cpu, "CPU %.0f%% of %d cores", app.cpu.pct(), app.cpu.cores());
+  if (app.mem)
+    std::snprintf(mem, sizeof mem, "mem %.1f/%.1f GB", (app.mem->total_mb - app.mem->available_mb) / 1024,
+                  app.mem->total_mb / 1024);
+  ImGui::TextDisabled("machine: %s, %s", app.cpu.cores() > 0 ? cpu : ("CPU not available: " + app.cpu.reason()).c_str(),
+                      app.mem ? mem : ("mem not available: " + app.mem.reason).c_str());
 }
 
 // Machine watts per rail (this machine's power source) over the dashboard's own time axis.

@@ -12,16 +12,15 @@
 #include <cstring>
 #include <thread>
 
+#include "framework/core/platform.h"
+
 extern char** environ;
 
 namespace anelab::dashboard {
 
 std::string self_executable() {
-  char buf[4096];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return "anelab";
-  buf[n] = '\0';
-  return buf;
+  const auto p = platform::executable_path();
+  return p ? *p : "anelab";
 }
 
 ChildProcess::~ChildProcess() {

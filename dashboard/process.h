@@ -10,7 +10,7 @@
 
 namespace anelab::dashboard {
 
-// Path of the running executable (/proc/self/exe), or "anelab" when it cannot be read.
+// Path of the running executable (platform::executable_path), or "anelab" (found through PATH) when unknown.
 std::string self_executable();
 
 class ChildProcess {

@@ -1,34 +1,34 @@
-// Machine statistics for the dashboard, Linux only, measured (never estimated). Power lives in
-// framework/core/power.h.
-// - CPU use of the whole machine (/proc/stat) and of a process (/proc/<pid>/stat), memory (RSS) of a
-//   process (/proc/<pid>/status VmRSS).
-// The sysfs/procfs roots are parameters so tests can use fake trees.
+// Machine statistics for the dashboard, measured (never estimated). Power lives in framework/core/power.h.
+// - CPU use of the whole machine: deltas of platform::cpu_ticks (framework/core/platform.h, per OS); machine
+//   memory and process RSS come straight from the platform layer (platform::machine_memory, process_memory).
+// The CPU tick source is a parameter so tests can use fake readings.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "framework/core/platform.h"
+
 namespace anelab::dashboard {
 
-// Whole-machine CPU use in percent of one core (100 = one core busy), from /proc/stat deltas.
+// Whole-machine CPU use in percent of one core (100 = one core busy), from deltas of the tick source.
 class MachineCpu {
  public:
-  explicit MachineCpu(std::string proc_root = "/proc");
+  using TickSource = std::function<platform::Reading<platform::CpuTicks>()>;
+  explicit MachineCpu(TickSource source = [] { return platform::cpu_ticks(); });
   bool sample();  // true when pct() was updated
   double pct() const { return pct_; }
-  int cores() const { return cores_; }
+  int cores() const { return cores_; }          // 0 until a sample succeeded
+  const std::string& reason() const { return reason_; }  // why the last sample gave no figure ("" when it did)
 
  private:
-  std::string root_;
-  uint64_t last_busy_ = 0, last_total_ = 0;
+  TickSource source_;
+  platform::CpuTicks last_;
   bool primed_ = false;
   double pct_ = 0;
   int cores_ = 0;
+  std::string reason_;
 };
-
-// Resident set size of a process in MiB; negative when it cannot be read.
-double process_rss_mb(int64_t pid, const std::string& proc_root = "/proc");
-// Machine memory: total and available MiB (from /proc/meminfo); false when unreadable.
-bool machine_memory_mb(double* total, double* available, const std::string& proc_root = "/proc");
 
 }  // namespace anelab::dashboard

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "framework/core/error.h"
+#include "framework/core/thread_pool.h"
 
 namespace anelab::models {
 namespace {
@@ -120,17 +121,18 @@ void random_init(const TensorSpec& spec, uint64_t seed, size_t tensor_index, int
   const uint64_t key = splitmix64(seed ^ splitmix64(0x51ed270b0a5ull + tensor_index));
   const int64_t p0 = begin / 2, p1 = (begin + count + 1) / 2;
   const float two_pi = 6.28318530717958647692f, sigma = 0.02f;
-#pragma omp parallel for schedule(static)
-  for (int64_t p = p0; p < p1; ++p) {
-    const uint64_t r = splitmix64(key + static_cast<uint64_t>(p));
-    const float u1 = (static_cast<float>(r >> 40) + 1.0f) * (1.0f / 16777216.0f);  // (0, 1]
-    const float u2 = static_cast<float>((r >> 16) & 0xffffff) * (1.0f / 16777216.0f);
-    const float rad = sigma * std::sqrt(-2.0f * std::log(u1));
-    const float z0 = rad * std::cos(two_pi * u2), z1 = rad * std::sin(two_pi * u2);
-    const int64_t e = 2 * p;
-    if (e >= begin && e < begin + count) out[e - begin] = z0;
-    if (e + 1 >= begin && e + 1 < begin + count) out[e + 1 - begin] = z1;
-  }
+  ThreadPool::global().parallel_for(p1 - p0, 1024, [&](int64_t q0, int64_t q1) {  // each pair depends on p alone
+    for (int64_t p = p0 + q0; p < p0 + q1; ++p) {
+      const uint64_t r = splitmix64(key + static_cast<uint64_t>(p));
+      const float u1 = (static_cast<float>(r >> 40) + 1.0f) * (1.0f / 16777216.0f);  // (0, 1]
+      const float u2 = static_cast<float>((r >> 16) & 0xffffff) * (1.0f / 16777216.0f);
+      const float rad = sigma * std::sqrt(-2.0f * std::log(u1));
+      const float z0 = rad * std::cos(two_pi * u2), z1 = rad * std::sin(two_pi * u2);
+      const int64_t e = 2 * p;
+      if (e >= begin && e < begin + count) out[e - begin] = z0;
+      if (e + 1 >= begin && e + 1 < begin + count) out[e + 1 - begin] = z1;
+    }
+  });
 }
 
 int64_t write_random_model(const ModelConfig& c, const std::string& path, uint64_t seed, std::optional<DType> dtype,

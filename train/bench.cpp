@@ -1,16 +1,17 @@
 #include "train/bench.h"
 
-#include <omp.h>
-
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-
 #include <nlohmann/json.hpp>
+#include <system_error>
+#include <vector>
 
 #include "framework/core/error.h"
+#include "framework/core/platform.h"
+#include "framework/core/thread_pool.h"
 #include "models/presets.h"
 #include "train/data.h"
 #include "train/engine.h"
@@ -25,7 +26,8 @@ double now_ms() {
 
 std::string script_path() {
   namespace fs = std::filesystem;
-  for (const char* root : {static_cast<const char*>(std::getenv("ANELAB_SOURCE_DIR")), static_cast<const char*>(ANELAB_TRAIN_SOURCE_DIR), "."}) {
+  for (const char* root : {static_cast<const char*>(std::getenv("ANELAB_SOURCE_DIR")),
+                           static_cast<const char*>(ANELAB_TRAIN_SOURCE_DIR), "."}) {
     if (!root) continue;
     const fs::path p = fs::path(root) / "scripts" / "bench_train_torch.py";
     if (fs::exists(p)) return p.string();
@@ -33,11 +35,25 @@ std::string script_path() {
   fail("bench", "scripts/bench_train_torch.py not found (set ANELAB_SOURCE_DIR to the checkout)");
 }
 
+// The OpenMP build of OpenBLAS in Debian's multiarch layout (/usr/lib/<triplet>/openblas-openmp, whatever the
+// architecture), or "" when it is not installed.
+std::string openmp_openblas_dir() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<std::string> found;
+  for (const auto& d : fs::directory_iterator("/usr/lib", ec)) {
+    const fs::path p = d.path() / "openblas-openmp";
+    if (fs::is_directory(p, ec)) found.push_back(p.string());
+  }
+  std::sort(found.begin(), found.end());
+  return found.empty() ? "" : found.front();
+}
+
 double torch_ms(const BenchOptions& o, int threads) {
   // Debian's torch uses the system BLAS; libopenblas-dev makes the pthread OpenBLAS the default, which
   // fights torch's OpenMP threads (~2x slower). Prefer the OpenMP build when it is installed.
-  const char* omp_blas = "/usr/lib/x86_64-linux-gnu/openblas-openmp";
-  const std::string env = std::filesystem::exists(omp_blas) ? std::string("LD_LIBRARY_PATH=") + omp_blas + " " : "";
+  const std::string omp_blas = openmp_openblas_dir();
+  const std::string env = omp_blas.empty() ? "" : "LD_LIBRARY_PATH=" + omp_blas + " ";
   const std::string cmd = env + "/usr/bin/python3 " + script_path() + " --preset " + o.preset + " --batch " +
                           std::to_string(o.batch) + " --seq " + std::to_string(o.seq) + " --steps " +
                           std::to_string(o.steps) + " --threads " + std::to_string(threads) + " 2>&1";
@@ -56,13 +72,7 @@ double torch_ms(const BenchOptions& o, int threads) {
   }
 }
 
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");  // procfs: size 0 in stat, read the line
-  std::string s;
-  std::getline(in, s);
-  const size_t sp = s.find(' ', s.find(' ', s.find(' ') + 1) + 1);  // the 1, 5 and 15 minute averages
-  return sp == std::string::npos ? s : s.substr(0, sp);
-}
+std::string load_average() { return platform::format_load(platform::load_average()); }
 
 struct EngineResult {
   double ms = 0, best = 1e30, compile_ms = 0, first_compile_ms = 0;  // ms/step excludes compiles
@@ -124,9 +134,10 @@ std::string bench_train(const BenchOptions& o) {
     strategies.push_back(o.strategy.substr(p, e - p));
     p = e + 1;
   }
-  const int threads = omp_get_max_threads();
+  const int threads = ThreadPool::global().size();
   char buf[512];
-  std::snprintf(buf, sizeof buf, "bench train: %s (%lld params), B=%d T=%d, %d timed steps, %d threads, load average %s\n",
+  std::snprintf(buf, sizeof buf,
+                "bench train: %s (%lld params), B=%d T=%d, %d timed steps, %d threads, load average %s\n",
                 o.preset.c_str(), (long long)layout.total(), o.batch, o.seq, o.steps, threads, load_average().c_str());
   std::string r = buf;
   // The box may be shared and its speed drifts over minutes: PyTorch runs before and after our engines.

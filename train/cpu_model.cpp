@@ -15,78 +15,105 @@ namespace {
 using MatR = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using MapR = Eigen::Map<MatR>;
 using CMapR = Eigen::Map<const MatR>;
-using SMapR = Eigen::Map<MatR, 0, Eigen::OuterStride<>>;         // strided view (one head of [N, H*hd])
+using SMapR = Eigen::Map<MatR, 0, Eigen::OuterStride<>>;  // strided view (one head of [N, H*hd])
 using CSMapR = Eigen::Map<const MatR, 0, Eigen::OuterStride<>>;
+
+// Eigen parallelises its products only in OpenMP builds; the products here are split over the thread pool
+// instead, so Eigen gets one thread even where OpenMP is compiled in.
+void eigen_single_thread() {
+  static const bool once = [] {
+    Eigen::setNbThreads(1);
+    return true;
+  }();
+  (void)once;
+}
 
 double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// y[N, out] = x[N, in] · W[out, in]ᵀ
+// The three products, each split over blocks of the output on the thread pool (parallel_blocks): a block is one
+// single-threaded Eigen product on column or row bands of the operands.
+// y[N, out] = x[N, in] · W[out, in]ᵀ   (blocks: columns of y = rows of W)
 void matmul_wt(const float* x, const float* W, float* y, int64_t N, int64_t in, int64_t out) {
-  MapR(y, N, out).noalias() = CMapR(x, N, in) * CMapR(W, out, in).transpose();
+  parallel_blocks(out, N * in * out, [&](int64_t c0, int64_t c1) {
+    SMapR(y + c0, N, c1 - c0, Eigen::OuterStride<>(out)).noalias() =
+        CMapR(x, N, in) * CMapR(W + c0 * in, c1 - c0, in).transpose();
+  });
 }
-// dx[N, in] (+)= dy[N, out] · W[out, in]
+// dx[N, in] (+)= dy[N, out] · W[out, in]   (blocks: columns of dx = columns of W)
 void matmul_dx(const float* dy, const float* W, float* dx, int64_t N, int64_t in, int64_t out, bool add) {
-  if (add)
-    MapR(dx, N, in).noalias() += CMapR(dy, N, out) * CMapR(W, out, in);
-  else
-    MapR(dx, N, in).noalias() = CMapR(dy, N, out) * CMapR(W, out, in);
+  parallel_blocks(in, N * in * out, [&](int64_t c0, int64_t c1) {
+    SMapR d(dx + c0, N, c1 - c0, Eigen::OuterStride<>(in));
+    const CSMapR w(W + c0, out, c1 - c0, Eigen::OuterStride<>(in));
+    if (add)
+      d.noalias() += CMapR(dy, N, out) * w;
+    else
+      d.noalias() = CMapR(dy, N, out) * w;
+  });
 }
-// dW[out, in] += dy[N, out]ᵀ · x[N, in]
+// dW[out, in] += dy[N, out]ᵀ · x[N, in]   (blocks: rows of dW = columns of dy)
 void matmul_dw(const float* dy, const float* x, float* dW, int64_t N, int64_t in, int64_t out) {
-  MapR(dW, out, in).noalias() += CMapR(dy, N, out).transpose() * CMapR(x, N, in);
+  parallel_blocks(out, N * in * out, [&](int64_t r0, int64_t r1) {
+    MapR(dW + r0 * in, r1 - r0, in).noalias() +=
+        CSMapR(dy + r0, N, r1 - r0, Eigen::OuterStride<>(out)).transpose() * CMapR(x, N, in);
+  });
 }
 
 // y = x * rrms * w per row; rrms[n] = 1/sqrt(mean(x^2) + eps)
 void rmsnorm(const float* x, const float* w, float* y, float* rrms, int64_t N, int64_t D, float eps) {
-#pragma omp parallel for schedule(static) if (kParallel(N * D))
-  for (int64_t n = 0; n < N; ++n) {
-    const float* xr = x + n * D;
-    double ss = 0;
-    for (int64_t i = 0; i < D; ++i) ss += double(xr[i]) * xr[i];
-    const float r = static_cast<float>(1.0 / std::sqrt(ss / double(D) + double(eps)));
-    rrms[n] = r;
-    float* yr = y + n * D;
-    for (int64_t i = 0; i < D; ++i) yr[i] = xr[i] * r * w[i];
-  }
+  parallel_rows(N, N * D, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const float* xr = x + n * D;
+      double ss = 0;
+      for (int64_t i = 0; i < D; ++i) ss += double(xr[i]) * xr[i];
+      const float r = static_cast<float>(1.0 / std::sqrt(ss / double(D) + double(eps)));
+      rrms[n] = r;
+      float* yr = y + n * D;
+      for (int64_t i = 0; i < D; ++i) yr[i] = xr[i] * r * w[i];
+    }
+  });
 }
 
 // dx (+)= rmsnorm backward of dy; dw += Σ_rows dy ⊙ x ⊙ rrms.
 void rmsnorm_backward(const float* x, const float* w, const float* rrms, const float* dy, float* dx, float* dw,
                       int64_t N, int64_t D, bool add) {
-#pragma omp parallel for schedule(static) if (kParallel(N * D))
-  for (int64_t n = 0; n < N; ++n) {
-    const float* xr = x + n * D;
-    const float* dr = dy + n * D;
-    double dot = 0;
-    for (int64_t i = 0; i < D; ++i) dot += double(dr[i]) * w[i] * xr[i];
-    const float r = rrms[n];
-    const float c = static_cast<float>(dot / double(D)) * r * r * r;
-    float* o = dx + n * D;
-    for (int64_t i = 0; i < D; ++i) {
-      const float v = r * w[i] * dr[i] - xr[i] * c;
-      o[i] = add ? o[i] + v : v;
+  parallel_rows(N, N * D, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const float* xr = x + n * D;
+      const float* dr = dy + n * D;
+      double dot = 0;
+      for (int64_t i = 0; i < D; ++i) dot += double(dr[i]) * w[i] * xr[i];
+      const float r = rrms[n];
+      const float c = static_cast<float>(dot / double(D)) * r * r * r;
+      float* o = dx + n * D;
+      for (int64_t i = 0; i < D; ++i) {
+        const float v = r * w[i] * dr[i] - xr[i] * c;
+        o[i] = add ? o[i] + v : v;
+      }
     }
-  }
-#pragma omp parallel for schedule(static) if (kParallel(N * D))
-  for (int64_t i = 0; i < D; ++i) {
-    double s = 0;
-    for (int64_t n = 0; n < N; ++n) s += double(dy[n * D + i]) * x[n * D + i] * rrms[n];
-    dw[i] += static_cast<float>(s);
-  }
+  });
+  parallel_rows(D, N * D, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      double s = 0;
+      for (int64_t n = 0; n < N; ++n) s += double(dy[n * D + i]) * x[n * D + i] * rrms[n];
+      dw[i] += static_cast<float>(s);
+    }
+  });
 }
 
 inline float sigmoidf(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 void add_into(float* y, const float* a, const float* b, int64_t n) {
-#pragma omp parallel for schedule(static) if (kParallel(n))
-  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+  parallel_rows(n, n, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) y[i] = a[i] + b[i];
+  });
 }
 
 }  // namespace
 
 CpuModel::CpuModel(const ParamLayout& layout) : layout_(layout), c_(layout.config()) {
+  eigen_single_thread();
   acts_.resize(static_cast<size_t>(c_.n_layers));
 }
 
@@ -135,51 +162,53 @@ void CpuModel::prepare(int64_t B, int64_t T) {
 void CpuModel::rope(float* x, int64_t rows, int64_t heads, int64_t T, float sign) const {
   const int64_t hd = c_.head_dim, half = hd / 2;
   const bool adjacent = c_.rope_style == models::RopeStyle::kAdjacentPairs;
-#pragma omp parallel for schedule(static) if (kParallel(rows * heads * c_.head_dim))
-  for (int64_t n = 0; n < rows; ++n) {
-    const float* cs = cos_.data() + (n % T) * half;
-    const float* sn = sin_.data() + (n % T) * half;
-    for (int64_t h = 0; h < heads; ++h) {
-      float* v = x + n * heads * hd + h * hd;
-      for (int64_t i = 0; i < half; ++i) {
-        float* a = adjacent ? v + 2 * i : v + i;
-        float* b = adjacent ? v + 2 * i + 1 : v + i + half;
-        const float c = cs[i], s = sign * sn[i];
-        const float a0 = *a, b0 = *b;
-        *a = a0 * c - b0 * s;
-        *b = a0 * s + b0 * c;
+  parallel_rows(rows, rows * heads * c_.head_dim, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const float* cs = cos_.data() + (n % T) * half;
+      const float* sn = sin_.data() + (n % T) * half;
+      for (int64_t h = 0; h < heads; ++h) {
+        float* v = x + n * heads * hd + h * hd;
+        for (int64_t i = 0; i < half; ++i) {
+          float* a = adjacent ? v + 2 * i : v + i;
+          float* b = adjacent ? v + 2 * i + 1 : v + i + half;
+          const float c = cs[i], s = sign * sn[i];
+          const float a0 = *a, b0 = *b;
+          *a = a0 * c - b0 * s;
+          *b = a0 * s + b0 * c;
+        }
       }
     }
-  }
+  });
 }
 
 void CpuModel::attention_forward(LayerActs& a, int64_t B, int64_t T) {
   const int64_t H = c_.n_heads, G = c_.n_heads / c_.n_kv_heads, hd = c_.head_dim;
   const int64_t QD = c_.q_dim(), KD = c_.kv_dim();
   const float scale = 1.0f / std::sqrt(float(hd));
-#pragma omp parallel for schedule(static) if (kParallel(B * H * T * T * hd))
-  for (int64_t bh = 0; bh < B * H; ++bh) {
-    const int64_t b = bh / H, h = bh % H, kvh = h / G;
-    CSMapR q(a.q.data() + b * T * QD + h * hd, T, hd, Eigen::OuterStride<>(QD));
-    CSMapR k(a.k.data() + b * T * KD + kvh * hd, T, hd, Eigen::OuterStride<>(KD));
-    CSMapR v(a.v.data() + b * T * KD + kvh * hd, T, hd, Eigen::OuterStride<>(KD));
-    MapR p(a.p.data() + bh * T * T, T, T);
-    p.noalias() = q * k.transpose();
-    for (int64_t i = 0; i < T; ++i) {
-      float* row = p.data() + i * T;
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, row[j] * scale);
-      double sum = 0;
-      for (int64_t j = 0; j <= i; ++j) {
-        row[j] = std::exp(row[j] * scale - mx);
-        sum += row[j];
+  parallel_rows(B * H, B * H * T * T * hd, [&](int64_t bh0, int64_t bh1) {
+    for (int64_t bh = bh0; bh < bh1; ++bh) {
+      const int64_t b = bh / H, h = bh % H, kvh = h / G;
+      CSMapR q(a.q.data() + b * T * QD + h * hd, T, hd, Eigen::OuterStride<>(QD));
+      CSMapR k(a.k.data() + b * T * KD + kvh * hd, T, hd, Eigen::OuterStride<>(KD));
+      CSMapR v(a.v.data() + b * T * KD + kvh * hd, T, hd, Eigen::OuterStride<>(KD));
+      MapR p(a.p.data() + bh * T * T, T, T);
+      p.noalias() = q * k.transpose();
+      for (int64_t i = 0; i < T; ++i) {
+        float* row = p.data() + i * T;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, row[j] * scale);
+        double sum = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          row[j] = std::exp(row[j] * scale - mx);
+          sum += row[j];
+        }
+        const float inv = static_cast<float>(1.0 / sum);
+        for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+        for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
       }
-      const float inv = static_cast<float>(1.0 / sum);
-      for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
-      for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
+      SMapR(a.att.data() + b * T * QD + h * hd, T, hd, Eigen::OuterStride<>(QD)).noalias() = p * v;
     }
-    SMapR(a.att.data() + b * T * QD + h * hd, T, hd, Eigen::OuterStride<>(QD)).noalias() = p * v;
-  }
+  });
 }
 
 void CpuModel::attention_backward(LayerActs& a, int64_t B, int64_t T, const float* datt, float* dq, float* dk,
@@ -188,36 +217,37 @@ void CpuModel::attention_backward(LayerActs& a, int64_t B, int64_t T, const floa
   const int64_t QD = c_.q_dim(), KD = c_.kv_dim();
   const float scale = 1.0f / std::sqrt(float(hd));
   // One task per (b, kv head): the G query heads sharing it accumulate dK/dV in a fixed order.
-#pragma omp parallel for schedule(static) if (kParallel(B * H * T * T * hd))
-  for (int64_t bk = 0; bk < B * KVH; ++bk) {
-    const int64_t b = bk / KVH, kvh = bk % KVH;
-    CSMapR k(a.k.data() + b * T * KD + kvh * hd, T, hd, Eigen::OuterStride<>(KD));
-    CSMapR v(a.v.data() + b * T * KD + kvh * hd, T, hd, Eigen::OuterStride<>(KD));
-    SMapR dkm(dk + b * T * KD + kvh * hd, T, hd, Eigen::OuterStride<>(KD));
-    SMapR dvm(dv + b * T * KD + kvh * hd, T, hd, Eigen::OuterStride<>(KD));
-    dkm.setZero();
-    dvm.setZero();
-    MatR dp(T, T);
-    for (int64_t r = 0; r < G; ++r) {
-      const int64_t h = kvh * G + r;
-      CSMapR q(a.q.data() + b * T * QD + h * hd, T, hd, Eigen::OuterStride<>(QD));
-      CSMapR da(datt + b * T * QD + h * hd, T, hd, Eigen::OuterStride<>(QD));
-      CMapR p(a.p.data() + (b * H + h) * T * T, T, T);
-      dvm.noalias() += p.transpose() * da;
-      dp.noalias() = da * v.transpose();
-      for (int64_t i = 0; i < T; ++i) {
-        const float* pr = p.data() + i * T;
-        float* dr = dp.data() + i * T;
-        double dot = 0;
-        for (int64_t j = 0; j <= i; ++j) dot += double(pr[j]) * dr[j];
-        const float d = static_cast<float>(dot);
-        for (int64_t j = 0; j <= i; ++j) dr[j] = pr[j] * (dr[j] - d) * scale;
-        for (int64_t j = i + 1; j < T; ++j) dr[j] = 0.0f;
+  parallel_rows(B * KVH, B * H * T * T * hd, [&](int64_t bk0, int64_t bk1) {
+    for (int64_t bk = bk0; bk < bk1; ++bk) {
+      const int64_t b = bk / KVH, kvh = bk % KVH;
+      CSMapR k(a.k.data() + b * T * KD + kvh * hd, T, hd, Eigen::OuterStride<>(KD));
+      CSMapR v(a.v.data() + b * T * KD + kvh * hd, T, hd, Eigen::OuterStride<>(KD));
+      SMapR dkm(dk + b * T * KD + kvh * hd, T, hd, Eigen::OuterStride<>(KD));
+      SMapR dvm(dv + b * T * KD + kvh * hd, T, hd, Eigen::OuterStride<>(KD));
+      dkm.setZero();
+      dvm.setZero();
+      MatR dp(T, T);
+      for (int64_t r = 0; r < G; ++r) {
+        const int64_t h = kvh * G + r;
+        CSMapR q(a.q.data() + b * T * QD + h * hd, T, hd, Eigen::OuterStride<>(QD));
+        CSMapR da(datt + b * T * QD + h * hd, T, hd, Eigen::OuterStride<>(QD));
+        CMapR p(a.p.data() + (b * H + h) * T * T, T, T);
+        dvm.noalias() += p.transpose() * da;
+        dp.noalias() = da * v.transpose();
+        for (int64_t i = 0; i < T; ++i) {
+          const float* pr = p.data() + i * T;
+          float* dr = dp.data() + i * T;
+          double dot = 0;
+          for (int64_t j = 0; j <= i; ++j) dot += double(pr[j]) * dr[j];
+          const float d = static_cast<float>(dot);
+          for (int64_t j = 0; j <= i; ++j) dr[j] = pr[j] * (dr[j] - d) * scale;
+          for (int64_t j = i + 1; j < T; ++j) dr[j] = 0.0f;
+        }
+        SMapR(dq + b * T * QD + h * hd, T, hd, Eigen::OuterStride<>(QD)).noalias() = dp * k;
+        dkm.noalias() += dp.transpose() * q;
       }
-      SMapR(dq + b * T * QD + h * hd, T, hd, Eigen::OuterStride<>(QD)).noalias() = dp * k;
-      dkm.noalias() += dp.transpose() * q;
     }
-  }
+  });
 }
 
 void CpuModel::layer_forward(const float* w, int64_t l, int64_t B, int64_t T) {
@@ -236,8 +266,9 @@ void CpuModel::layer_forward(const float* w, int64_t l, int64_t B, int64_t T) {
   rmsnorm(a.x2.data(), p.ffn_norm, a.xn2.data(), a.rrms2.data(), N, D, c_.norm_eps);
   matmul_wt(a.xn2.data(), p.w1, a.h1.data(), N, D, F);
   matmul_wt(a.xn2.data(), p.w3, a.h3.data(), N, D, F);
-#pragma omp parallel for schedule(static) if (kParallel(N * F))
-  for (int64_t i = 0; i < N * F; ++i) a.g[size_t(i)] = a.h1[size_t(i)] * sigmoidf(a.h1[size_t(i)]) * a.h3[size_t(i)];
+  parallel_rows(N * F, N * F, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) a.g[size_t(i)] = a.h1[size_t(i)] * sigmoidf(a.h1[size_t(i)]) * a.h3[size_t(i)];
+  });
   float* out = l + 1 < c_.n_layers ? acts_[size_t(l + 1)].x.data() : xL_.data();
   matmul_wt(a.g.data(), p.w2, out, N, F, D);
   add_into(out, out, a.x2.data(), N * D);
@@ -292,22 +323,23 @@ double CpuModel::cross_entropy(const int32_t* tokens, int64_t B, int64_t T, floa
   const int64_t N = B * T, V = c_.vocab_size;
   std::vector<double> row_loss(static_cast<size_t>(N));
   const float gs = grad_scale / float(N);
-#pragma omp parallel for schedule(static) if (kParallel(N * V))
-  for (int64_t n = 0; n < N; ++n) {
-    const int32_t tgt = tokens[(n / T) * (T + 1) + (n % T) + 1];
-    float* row = logits_.data() + n * V;
-    float mx = row[0];
-    for (int64_t j = 1; j < V; ++j) mx = std::max(mx, row[j]);
-    double sum = 0;
-    for (int64_t j = 0; j < V; ++j) sum += std::exp(double(row[j] - mx));
-    const double tl = (tgt >= 0 && tgt < V) ? double(row[tgt]) : 0.0;
-    row_loss[size_t(n)] = std::log(sum) + mx - tl;
-    if (want_grad) {
-      const float inv = static_cast<float>(1.0 / sum);
-      for (int64_t j = 0; j < V; ++j) row[j] = std::exp(row[j] - mx) * inv * gs;
-      if (tgt >= 0 && tgt < V) row[tgt] -= gs;
+  parallel_rows(N, N * V, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const int32_t tgt = tokens[(n / T) * (T + 1) + (n % T) + 1];
+      float* row = logits_.data() + n * V;
+      float mx = row[0];
+      for (int64_t j = 1; j < V; ++j) mx = std::max(mx, row[j]);
+      double sum = 0;
+      for (int64_t j = 0; j < V; ++j) sum += std::exp(double(row[j] - mx));
+      const double tl = (tgt >= 0 && tgt < V) ? double(row[tgt]) : 0.0;
+      row_loss[size_t(n)] = std::log(sum) + mx - tl;
+      if (want_grad) {
+        const float inv = static_cast<float>(1.0 / sum);
+        for (int64_t j = 0; j < V; ++j) row[j] = std::exp(row[j] - mx) * inv * gs;
+        if (tgt >= 0 && tgt < V) row[tgt] -= gs;
+      }
     }
-  }
+  });
   for (int64_t n = 0; n < N; ++n) {
     const int32_t tgt = tokens[(n / T) * (T + 1) + (n % T) + 1];
     if (tgt < 0 || tgt >= V) fail("train", "target token id ", tgt, " out of range for vocab_size ", V);
@@ -339,12 +371,13 @@ void CpuModel::layer_backward(const float* w, float* gr, int64_t l, int64_t B, i
   matmul_dw(dx, a.g.data(), g.w2, N, F, D);
   double tdw = now_ms() - t0;
   matmul_dx(dx, p.w2, dg.data(), N, F, D, false);
-#pragma omp parallel for schedule(static) if (kParallel(N * F))
-  for (int64_t i = 0; i < N * F; ++i) {
-    const float h1 = a.h1[size_t(i)], s = sigmoidf(h1), d = dg[size_t(i)];
-    dh3[size_t(i)] = d * h1 * s;
-    dg[size_t(i)] = d * a.h3[size_t(i)] * s * (1.0f + h1 * (1.0f - s));  // dh1
-  }
+  parallel_rows(N * F, N * F, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const float h1 = a.h1[size_t(i)], s = sigmoidf(h1), d = dg[size_t(i)];
+      dh3[size_t(i)] = d * h1 * s;
+      dg[size_t(i)] = d * a.h3[size_t(i)] * s * (1.0f + h1 * (1.0f - s));  // dh1
+    }
+  });
   t0 = now_ms();
   matmul_dw(dg.data(), a.xn2.data(), g.w1, N, D, F);
   matmul_dw(dh3.data(), a.xn2.data(), g.w3, N, D, F);

@@ -4,9 +4,10 @@
 // compared against.
 //
 // Layout: row-major activations, one row per token, rows = batch * seq ([N, C] with N = B*T), i.e. the
-// transpose of the ANE's channel-first [C, S]. Matrices use Eigen (multi-threaded through OpenMP);
-// elementwise work is split by rows. Every reduction has a fixed order, so results are bitwise
-// reproducible for a given thread count (resume and exec-restart equality rely on this).
+// transpose of the ANE's channel-first [C, S]. Matrices use Eigen (one thread; big products are split into
+// output blocks over the thread pool, train/parallel.h); elementwise work is split by rows. Every reduction has
+// a fixed order, so results are bitwise reproducible for a given thread count (resume and exec-restart equality
+// rely on this).
 //
 // Math (per layer, eps = config.norm_eps, hd = head_dim, G = n_heads / n_kv_heads):
 //   xn = rmsnorm(x) * attn_norm;  q = xn Wqᵀ, k = xn Wkᵀ, v = xn Wvᵀ;  RoPE(q, k) at position t = row % T

@@ -1,16 +1,15 @@
 #include "train/events.h"
 
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 
 #include "framework/core/error.h"
+#include "framework/core/platform.h"
 
 namespace anelab::train {
 
@@ -101,18 +100,13 @@ std::string efficiency_report(const nlohmann::json& r) {
   return s + "\n";
 }
 
-double rss_mb() {
-  std::ifstream f("/proc/self/statm");
-  long pages = 0, resident = 0;
-  f >> pages >> resident;
-  return double(resident) * double(::sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
+void add_rss(nlohmann::json* ev) {
+  const auto m = platform::process_memory();
+  (*ev)["rss_mb"] = m ? nlohmann::json(m->rss_mb) : nlohmann::json(nullptr);
+  if (m && m->peak) (*ev)["rss_is_peak"] = true;
 }
 
-double cpu_seconds() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-}
+double cpu_seconds() { return platform::process_cpu_seconds(); }
 
 double unix_time() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();

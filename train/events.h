@@ -33,8 +33,10 @@ std::string console_line(const nlohmann::json& ev, int64_t total_steps);
 // The Efficiency Report, formatted from a run_end event (plus this process's step count and token rate).
 std::string efficiency_report(const nlohmann::json& run_end);
 
-// Process resource use: resident set (MiB) and CPU seconds (user + system) so far.
-double rss_mb();
+// Process resource use into an event: "rss_mb" = the resident set (MiB), null when the OS gives none; where only
+// the peak is known (Linux with procfs hidden) it is the peak and "rss_is_peak" is true.
+void add_rss(nlohmann::json* ev);
+// CPU seconds (user + system) of this process so far.
 double cpu_seconds();
 double unix_time();
 

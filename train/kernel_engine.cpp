@@ -66,7 +66,7 @@ void add_into(std::vector<float>& y, const std::vector<float>& a, const std::vec
 class KernelEngine final : public StepEngine {
  public:
   KernelEngine(const KernelEngineOptions& o, const ParamLayout& layout)
-      : layout_(layout), c_(layout.config()), head_(layout), queue_(o.dw_threads), seq_len_(o.seq_len) {
+      : layout_(layout), c_(layout.config()), head_(layout), seq_len_(o.seq_len) {
     if (o.strategy == "static") strategy_ = kern::Strategy::kStatic;
     else if (o.strategy == "dynamic") strategy_ = kern::Strategy::kDynamic;
     else fail("train", "--strategy ", o.strategy, ": the kernel engine runs static or dynamic");

@@ -23,8 +23,9 @@
 // l's restaging before its first kernel; only that wait counts as staging).
 //
 // Threads: the backend is used from the calling thread only (evaluate, and the static compiles: a backend's
-// thread pool runs one job at a time and its budget counter is not shared); the worker runs Eigen (OpenMP,
-// dw_threads threads) and restaging (plain memory writes into surfaces the main thread is not using yet).
+// thread pool runs one job at a time and its budget counter is not shared); the worker runs single-threaded Eigen
+// (a serial thread, train/parallel.h: it never dispatches to the pool the main thread uses) and restaging (plain
+// memory writes into surfaces the main thread is not using yet).
 #pragma once
 #include <memory>
 #include <string>
@@ -40,7 +41,6 @@ struct KernelEngineOptions {
   std::string device;                // device profile ("" = backend default)
   int compile_budget = -1;           // per-process compile budget (-1: the device profile's)
   int64_t seq_len = 0;               // T the kernels are built for (a batch with another T rebuilds them)
-  int dw_threads = 1;                // OpenMP threads of the dW worker
 };
 
 // Throws "[backend] ane: no Apple Neural Engine on this host ..." etc. when the backend cannot be created.

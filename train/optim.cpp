@@ -32,14 +32,15 @@ void AdamW::update(float* w, const float* g, double lr) {
     const float* gp = g + p.offset;
     float* mp = m_.data() + p.offset;
     float* vp = v_.data() + p.offset;
-#pragma omp parallel for schedule(static) if (kParallel(p.numel))
-    for (int64_t i = 0; i < p.numel; ++i) {
-      wp[i] *= decay;
-      mp[i] = mp[i] * b1 + gp[i] * (1.0f - b1);
-      vp[i] = vp[i] * b2 + gp[i] * gp[i] * (1.0f - b2);
-      const float denom = std::sqrt(vp[i]) / bc2_sqrt + eps;
-      wp[i] -= step_size * (mp[i] / denom);
-    }
+    parallel_rows(p.numel, p.numel, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        wp[i] *= decay;
+        mp[i] = mp[i] * b1 + gp[i] * (1.0f - b1);
+        vp[i] = vp[i] * b2 + gp[i] * gp[i] * (1.0f - b2);
+        const float denom = std::sqrt(vp[i]) / bc2_sqrt + eps;
+        wp[i] -= step_size * (mp[i] / denom);
+      }
+    });
   }
 }
 
@@ -47,13 +48,14 @@ double global_norm(const float* g, int64_t n, bool* finite) {
   constexpr int64_t kChunk = 1 << 16;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> part(size_t(chunks), 0.0);
-#pragma omp parallel for schedule(static) if (kParallel(n))
-  for (int64_t c = 0; c < chunks; ++c) {
-    double s = 0;
-    const int64_t end = std::min(n, (c + 1) * kChunk);
-    for (int64_t i = c * kChunk; i < end; ++i) s += double(g[i]) * g[i];
-    part[size_t(c)] = s;
-  }
+  parallel_rows(chunks, n, [&](int64_t c0, int64_t c1) {  // fixed chunks and sum order: any thread count
+    for (int64_t c = c0; c < c1; ++c) {
+      double s = 0;
+      const int64_t end = std::min(n, (c + 1) * kChunk);
+      for (int64_t i = c * kChunk; i < end; ++i) s += double(g[i]) * g[i];
+      part[size_t(c)] = s;
+    }
+  });
   double total = 0;
   for (double s : part) total += s;
   *finite = std::isfinite(total);
@@ -61,8 +63,9 @@ double global_norm(const float* g, int64_t n, bool* finite) {
 }
 
 void scale_inplace(float* g, int64_t n, float s) {
-#pragma omp parallel for schedule(static) if (kParallel(n))
-  for (int64_t i = 0; i < n; ++i) g[i] *= s;
+  parallel_rows(n, n, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) g[i] *= s;
+  });
 }
 
 float clip_factor(double norm, double max_norm) {
@@ -80,7 +83,8 @@ LossScaler LossScaler::parse(const std::string& spec) {
       if (used != t.size() || !(v > 0) || !std::isfinite(v)) throw std::invalid_argument(t);
       return v;
     } catch (const std::exception&) {
-      fail("train", "--loss-scale '", spec, "': '", t, "' is not a positive number (use static:N or dynamic[:INIT[:INTERVAL]])");
+      fail("train", "--loss-scale '", spec, "': '", t,
+           "' is not a positive number (use static:N or dynamic[:INIT[:INTERVAL]])");
     }
   };
   if (spec == "none") return s;

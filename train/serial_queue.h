@@ -3,13 +3,11 @@
 // evaluations. Closures capture pointers to buffers the submitter keeps alive and untouched until
 // wait(ticket) has returned for the task's ticket.
 //
-//   SerialQueue q(1);                                     // the worker runs OpenMP regions with 1 thread
+//   SerialQueue q;                                        // the worker is a serial thread (train/parallel.h)
 //   const uint64_t t = q.submit([&] { dw_acc(...); });
 //   ... main thread work ...
 //   q.wait(t);                                            // rethrows the first exception a task threw
 #pragma once
-#include <omp.h>
-
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -19,11 +17,13 @@
 #include <mutex>
 #include <thread>
 
+#include "train/parallel.h"
+
 namespace anelab::train {
 
 class SerialQueue {
  public:
-  explicit SerialQueue(int omp_threads = 1) : th_([this, omp_threads] { loop(omp_threads); }) {}
+  SerialQueue() : th_([this] { loop(); }) {}
   ~SerialQueue() {
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -70,8 +70,8 @@ class SerialQueue {
   }
 
  private:
-  void loop(int omp_threads) {
-    omp_set_num_threads(omp_threads > 0 ? omp_threads : 1);  // per-thread ICV: Eigen's GEMMs here use it
+  void loop() {
+    const SerialScope serial;  // runs beside the main thread's pool jobs: never dispatch to the pool from here
     std::unique_lock<std::mutex> lk(mu_);
     for (;;) {
       cv_work_.wait(lk, [&] { return stop_ || !q_.empty(); });

@@ -1,19 +1,19 @@
 #include "train/trainer.h"
 
-#include <limits.h>
-#include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <memory>
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
+#include "framework/core/platform.h"
 #include "models/formats/load_any.h"
 #include "models/presets.h"
 #include "models/tokenizer/tokenizer.h"
@@ -230,7 +230,8 @@ void Run::train_step() {
                 {"ms_cpu_dw", st.cpu_dw}, {"ms_staging", st.staging},
                 {"ms_other", std::max(0.0, ms - st.kernel - st.cpu_dw - st.staging)}, {"ms_fwd", st.fwd},
                 {"ms_bwd", st.bwd}, {"ms_cls", st.cls}, {"ms_optim", ms_opt}, {"compiles_total", engine->compiles_total()},
-                {"restarts", restarts}, {"rss_mb", rss_mb()}, {"cpu_pct", 100.0 * (cpu_seconds() - cpu0) / (t1 - t0)}};
+                {"restarts", restarts}, {"cpu_pct", 100.0 * (cpu_seconds() - cpu0) / (t1 - t0)}};
+  add_rss(&f);
   add_step_energy(e0, ntok, &f);
   emit("step", std::move(f));
 }
@@ -298,27 +299,23 @@ void Run::checkpoint(bool best) {
   emit("checkpoint", f);
 }
 
+// Re-runs the program exactly as it was started (platform::saved_argv, saved in main) + --resume. The binary is
+// found by platform::executable_path (absolute, so neither the cwd nor how it was invoked matters).
 void Run::exec_restart() {
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);  // procfs: size 0 in stat, read to EOF
-  const std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (cmd.empty()) fail("train", "exec-restart: cannot read /proc/self/cmdline");
-  std::vector<std::string> args;
-  for (size_t p = 0; p < cmd.size();) {
-    const size_t e = cmd.find('\0', p);
-    args.push_back(cmd.substr(p, e == std::string::npos ? std::string::npos : e - p));
-    p = e == std::string::npos ? cmd.size() : e + 1;
-  }
+  std::vector<std::string> args = platform::saved_argv();
+  if (args.empty()) fail("train", "exec-restart: the command line was not saved (platform::save_argv not called in main)");
   if (std::find(args.begin(), args.end(), "--resume") == args.end()) args.push_back("--resume");
-  char exe[PATH_MAX];
-  if (!::realpath("/proc/self/exe", exe)) fail("train", "exec-restart: cannot resolve /proc/self/exe");
+  const auto exe_path = platform::executable_path();
+  if (!exe_path) fail("train", "exec-restart: cannot find the running executable: ", exe_path.reason);
+  const std::string exe = *exe_path;
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::fflush(stdout);
   std::fflush(stderr);
   events.reset();
-  ::execv(exe, argv.data());
-  fail("train", "exec-restart: execv(", exe, ") failed; resume by hand with --resume");
+  ::execv(exe.c_str(), argv.data());
+  fail("train", "exec-restart: execv(", exe, ") failed: ", std::strerror(errno), "; resume by hand with --resume");
 }
 
 void Run::maybe_restart() {

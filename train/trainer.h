@@ -4,7 +4,8 @@
 // Resume (--resume) restores everything that influences the next step (weights, moments, step, adam_t,
 // loss-scale state, data generator state), so N steps == N/2 + resume + N/2 bitwise.
 // Exec-restart: before a step whose compiles would exceed the engine's per-process budget, the trainer
-// writes last.ckpt, emits `restart`, and execv()s /proc/self/exe with the original argv + --resume.
+// writes last.ckpt, emits `restart`, and execv()s the running executable (platform::executable_path) with the
+// original argv (platform::saved_argv, saved in main) + --resume, whatever the cwd and however it was invoked.
 #pragma once
 #include <cstdint>
 #include <functional>

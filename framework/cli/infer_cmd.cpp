@@ -5,7 +5,6 @@
 //   bench:    prefill / decode tok/s, cold start to first token, peak RSS (random prompt tokens), and
 //             J/token of prefill and decode from this machine's power source (framework/core/power.h)
 //             or "not available on this machine: <why>".
-#include <sys/resource.h>
 
 #include <chrono>
 #include <cstdio>
@@ -19,6 +18,7 @@
 #include "framework/cli/commands.h"
 #include "framework/core/error.h"
 #include "framework/core/file.h"
+#include "framework/core/platform.h"
 #include "framework/core/power.h"
 #include "infer/engine.h"
 #include "infer/generate.h"
@@ -161,10 +161,9 @@ void run_chat(const InferArgs& a) {
   }
 }
 
-long peak_rss_kb() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_maxrss;
+long peak_rss_kb() {  // getrusage's unit differs per OS: the platform layer converts
+  const auto mb = platform::peak_rss_mb();
+  return mb ? static_cast<long>(*mb * 1024.0) : 0;
 }
 
 // Joules per token over one measured phase, or why there is no number ("not available", never 0).

@@ -3,8 +3,10 @@
 
 #include "framework/cli/commands.h"
 #include "framework/core/error.h"
+#include "framework/core/platform.h"
 
 int main(int argc, char** argv) {
+  anelab::platform::save_argv(argc, argv);  // before anything can chdir: exec-restart re-runs exactly this
   CLI::App app{"anelab: train and run transformer language models on Apple's Neural Engine (or its emulator)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "anelab 0.1.0");

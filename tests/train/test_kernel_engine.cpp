@@ -152,7 +152,7 @@ TEST(KernelEngine, CompileAccounting) {
 }
 
 TEST(KernelEngine, SerialQueueRunsInOrderAndRethrows) {
-  train::SerialQueue q(1);
+  train::SerialQueue q;
   std::vector<int> order;
   for (int i = 0; i < 50; ++i) q.submit([&order, i] { order.push_back(i); });
   const uint64_t bad = q.submit([] { fail("test", "task failed"); });

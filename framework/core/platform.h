@@ -1,0 +1,102 @@
+// The OS platform layer: every figure anelab asks the operating system for, per OS, behind one interface.
+// No other source names /proc, /sys or an OS-specific call (Mach, sysctl, libproc).
+//
+//   platform_posix.cpp   saved argv + initial cwd, argv[0] resolution (cwd, $PATH), load average
+//                        (getloadavg), process CPU seconds and peak RSS (getrusage)
+//   platform_procfs.cpp  Linux procfs parsers with the root as a parameter (tests point them at fake trees;
+//                        they are plain file reads, so they compile and are tested on every OS)
+//   platform_linux.cpp   Linux: executable (/proc/self/exe, else argv[0]), RSS, CPU ticks, memory via procfs
+//   platform_macos.cpp   macOS: _NSGetExecutablePath, mach_task_basic_info, host_processor_info,
+//                        hw.memsize + host_statistics64, proc_pidinfo
+//   platform_other.cpp   any other OS: everything "unavailable on this OS" except the POSIX parts
+//
+// Every reader returns a Reading: a value, or the reason it is unavailable (never a made-up zero).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace anelab::platform {
+
+template <typename T>
+struct Reading {
+  std::optional<T> value;
+  std::string reason;  // why `value` is empty ("" when it is set)
+
+  static Reading ok(T v) { return Reading{std::move(v), {}}; }
+  static Reading unavailable(std::string why) { return Reading{std::nullopt, std::move(why)}; }
+  explicit operator bool() const { return value.has_value(); }
+  const T& operator*() const { return *value; }
+  const T* operator->() const { return &*value; }
+};
+
+// ---- the process's own invocation --------------------------------------------------------------
+
+// Saves argv, the current directory and $PATH as they are at start-up; call first thing in main().
+void save_argv(int argc, char** argv);
+// The argv given to save_argv (empty when it was never called).
+std::vector<std::string> saved_argv();
+// The working directory at save_argv time ("" when unknown).
+std::string saved_cwd();
+
+// Absolute path of the running executable, symlinks resolved. Linux: /proc/self/exe, else argv[0] resolved
+// against the initial cwd and $PATH; macOS: _NSGetExecutablePath + realpath.
+Reading<std::string> executable_path();
+
+// The argv[0] fallback of executable_path(): resolve_program(saved argv[0], saved cwd, saved $PATH).
+Reading<std::string> executable_from_argv0();
+// Resolves a program name as execvp would find it: with a '/' against `cwd` (when relative), else through the
+// directories of `path_env` (empty entries mean the cwd); returns the realpath of the first executable match.
+Reading<std::string> resolve_program(const std::string& argv0, const std::string& cwd, const std::string& path_env);
+
+// ---- memory and CPU of a process --------------------------------------------------------------
+
+struct ProcessMemory {
+  double rss_mb = 0;  // resident set size, MiB
+  bool peak = false;  // true: the peak RSS so far (getrusage fallback), not the current one
+};
+// The current process's RSS (Linux: /proc/self/statm, else getrusage's peak, labelled so).
+Reading<ProcessMemory> process_memory();
+// RSS of another process (Linux: /proc/<pid>/status VmRSS; macOS: proc_pidinfo).
+Reading<ProcessMemory> process_memory(int64_t pid);
+// Peak RSS of the current process (getrusage; kilobytes on Linux, bytes on macOS, converted here).
+Reading<double> peak_rss_mb();
+// User + system CPU seconds of the current process (getrusage).
+double process_cpu_seconds();
+
+// ---- the machine ------------------------------------------------------------------------------
+
+struct LoadAverage {
+  double one = 0, five = 0, fifteen = 0;
+};
+Reading<LoadAverage> load_average();                     // getloadavg
+std::string format_load(const Reading<LoadAverage>& l);  // "0.52 0.61 0.70" or "unavailable (reason)"
+
+// Cumulative CPU time of the whole machine in ticks; CPU use = delta busy / delta total.
+struct CpuTicks {
+  uint64_t busy = 0, total = 0;
+  int cores = 0;
+};
+Reading<CpuTicks> cpu_ticks();  // Linux /proc/stat; macOS host_processor_info
+// Percent of one core (100 = one core busy) between two samples; unavailable when no time passed.
+Reading<double> cpu_percent(const CpuTicks& before, const CpuTicks& after);
+
+struct MachineMemory {
+  double total_mb = 0, available_mb = 0;
+};
+Reading<MachineMemory> machine_memory();  // Linux /proc/meminfo; macOS hw.memsize + host_statistics64
+
+// ---- Linux procfs parsers (root = "/proc" normally; tests use fake trees) ----------------------
+
+namespace procfs {
+inline constexpr const char* kRoot = "/proc";
+Reading<ProcessMemory> self_memory(const std::string& root);              // root/self/statm (pages)
+Reading<ProcessMemory> pid_memory(const std::string& root, int64_t pid);  // root/<pid>/status VmRSS
+Reading<CpuTicks> cpu_ticks(const std::string& root);                     // root/stat
+Reading<MachineMemory> machine_memory(const std::string& root);           // root/meminfo
+Reading<std::string> self_exe(const std::string& root);                   // readlink root/self/exe
+}  // namespace procfs
+
+}  // namespace anelab::platform

@@ -1,0 +1,143 @@
+// The POSIX parts of the platform layer (Linux and macOS alike): saved argv, argv[0] resolution,
+// load average, getrusage figures.
+#include "framework/core/platform.h"
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+namespace anelab::platform {
+namespace {
+
+struct Saved {
+  std::mutex mu;
+  std::vector<std::string> argv;
+  std::string cwd, path_env;
+};
+Saved& saved() {
+  static Saved s;
+  return s;
+}
+
+bool is_executable_file(const std::string& p) {
+  struct stat st {};
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0;
+}
+
+Reading<std::string> real(const std::string& p) {
+  char buf[PATH_MAX];
+  if (!::realpath(p.c_str(), buf))
+    return Reading<std::string>::unavailable("realpath(" + p + "): " + std::strerror(errno));
+  return Reading<std::string>::ok(buf);
+}
+
+std::string join(const std::string& dir, const std::string& name) {
+  if (dir.empty() || dir == ".") return name;
+  return dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
+}  // namespace
+
+void save_argv(int argc, char** argv) {
+  Saved& s = saved();
+  std::lock_guard<std::mutex> lk(s.mu);
+  s.argv.assign(argv, argv + (argc > 0 ? argc : 0));
+  char buf[PATH_MAX];
+  s.cwd = ::getcwd(buf, sizeof buf) ? buf : "";
+  const char* path = std::getenv("PATH");
+  s.path_env = path ? path : "";
+}
+
+std::vector<std::string> saved_argv() {
+  Saved& s = saved();
+  std::lock_guard<std::mutex> lk(s.mu);
+  return s.argv;
+}
+
+std::string saved_cwd() {
+  Saved& s = saved();
+  std::lock_guard<std::mutex> lk(s.mu);
+  return s.cwd;
+}
+
+Reading<std::string> resolve_program(const std::string& argv0, const std::string& cwd, const std::string& path_env) {
+  using R = Reading<std::string>;
+  if (argv0.empty()) return R::unavailable("argv[0] is empty");
+  if (argv0.find('/') != std::string::npos) {
+    if (argv0[0] != '/' && cwd.empty())
+      return R::unavailable("argv[0] '" + argv0 + "' is relative and the initial cwd is unknown");
+    const std::string p = argv0[0] == '/' ? argv0 : join(cwd, argv0);
+    if (!is_executable_file(p))
+      return R::unavailable("argv[0] '" + argv0 + "' resolves to " + p + ", not an executable file");
+    return real(p);
+  }
+  if (path_env.empty()) return R::unavailable("argv[0] '" + argv0 + "' has no '/' and $PATH is empty");
+  for (size_t b = 0; b <= path_env.size();) {
+    const size_t e = std::min(path_env.find(':', b), path_env.size());
+    std::string dir = path_env.substr(b, e - b);
+    b = e + 1;
+    if (dir.empty()) dir = cwd;  // an empty $PATH entry means the current directory
+    if (dir.empty()) continue;
+    if (dir[0] != '/' && !cwd.empty()) dir = join(cwd, dir);
+    const std::string p = join(dir, argv0);
+    if (is_executable_file(p)) return real(p);
+  }
+  return R::unavailable("argv[0] '" + argv0 + "' not found in $PATH");
+}
+
+// The argv[0] fallback of executable_path() (used where the OS has no direct query or it failed).
+Reading<std::string> executable_from_argv0() {
+  Saved& s = saved();
+  std::lock_guard<std::mutex> lk(s.mu);
+  if (s.argv.empty()) return Reading<std::string>::unavailable("argv was not saved (platform::save_argv not called)");
+  return resolve_program(s.argv[0], s.cwd, s.path_env);
+}
+
+Reading<LoadAverage> load_average() {
+  double l[3];
+  if (::getloadavg(l, 3) != 3) return Reading<LoadAverage>::unavailable("getloadavg failed");
+  return Reading<LoadAverage>::ok({l[0], l[1], l[2]});
+}
+
+std::string format_load(const Reading<LoadAverage>& l) {
+  if (!l) return "unavailable (" + l.reason + ")";
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%.2f %.2f %.2f", l->one, l->five, l->fifteen);
+  return buf;
+}
+
+Reading<double> peak_rss_mb() {
+  rusage u{};
+  if (::getrusage(RUSAGE_SELF, &u) != 0)
+    return Reading<double>::unavailable(std::string("getrusage: ") + std::strerror(errno));
+#if defined(__APPLE__)
+  const double bytes = double(u.ru_maxrss);  // bytes on macOS
+#else
+  const double bytes = double(u.ru_maxrss) * 1024.0;  // kilobytes on Linux
+#endif
+  return Reading<double>::ok(bytes / (1024.0 * 1024.0));
+}
+
+double process_cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+Reading<double> cpu_percent(const CpuTicks& before, const CpuTicks& after) {
+  if (after.total <= before.total || after.busy < before.busy)
+    return Reading<double>::unavailable("no CPU time passed between the two samples");
+  const double cores = double(after.cores > 0 ? after.cores : 1);
+  return Reading<double>::ok(100.0 * cores * double(after.busy - before.busy) / double(after.total - before.total));
+}
+
+}  // namespace anelab::platform
+#endif
