@@ -1,7 +1,5 @@
 #include "infer/cpu_kernels.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <array>
 #include <utility>
@@ -14,88 +12,73 @@ namespace anelab::infer {
 
 namespace {
 
+namespace W = simd;
+constexpr int64_t VW = W::kWidth;
 constexpr int64_t kMinParallelWork = 1 << 16;
 
-inline __mmask16 tail_mask(int64_t left) { return left >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << left) - 1); }
+inline W::F32 load_w(const half_bits* p) { return W::load_h(p); }
+inline W::F32 load_w(const float* p) { return W::load(p); }
+inline W::F32 load_w_n(const half_bits* p, int64_t n) { return W::load_h_n(p, n); }
+inline W::F32 load_w_n(const float* p, int64_t n) { return W::load_n(p, n); }
 
-inline __m512 load_w(const half_bits* p, __mmask16 m) {
-  return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_maskz_loadu_epi16(m, p));  // maskz: no GCC 12 false warning
-}
-inline __m512 load_w(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-
-// exp of 16 floats (Cephes-style: n = round(x log2 e), r = x - n ln2 in two parts, degree-6 polynomial,
-// scaled by 2^n with vscalefps); ~1 ulp, exp(-inf) = 0, large x saturates to +inf.
-inline __m512 exp16(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(88.7f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_scalef_ps(p, n);
+// exp (Cephes-style: n = round(x log2 e), r = x - n ln2 in two parts, degree-6 polynomial, scaled by 2^n
+// in one rounding); ~1 ulp, exp(-inf) = 0, large x saturates to +inf.
+inline W::F32 exp_v(W::F32 x) {
+  x = W::min(W::max(x, W::set1(-104.0f)), W::set1(88.7f));
+  const W::F32 n = W::round_even(W::mul(x, W::set1(1.44269504088896341f)));
+  W::F32 r = W::fnmadd(n, W::set1(0.693359375f), x);
+  r = W::fnmadd(n, W::set1(-2.12194440e-4f), r);
+  W::F32 p = W::set1(1.9875691500e-4f);
+  p = W::fmadd(p, r, W::set1(1.3981999507e-3f));
+  p = W::fmadd(p, r, W::set1(8.3334519073e-3f));
+  p = W::fmadd(p, r, W::set1(4.1665795894e-2f));
+  p = W::fmadd(p, r, W::set1(1.6666665459e-1f));
+  p = W::fmadd(p, r, W::set1(5.0000001201e-1f));
+  p = W::fmadd(p, W::mul(r, r), W::add(r, W::set1(1.0f)));
+  return W::ldexp(p, n);
 }
 
-// fp16 -> fp32 of 16 values; the unmasked form lets the compiler fold the load into vcvtph2ps.
-inline __m512 load16(const half_bits* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
-inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-
-// y[r] = dot(W[r, :], x) for rows [r0, r1), 4 rows at a time, 32 columns per step (two accumulators
-// per row: 8 FMA chains in flight), software prefetch 2 KiB ahead on each row stream.
+// y[r] = dot(W[r, :], x) for rows [r0, r1): 4 rows at a time streamed once, kGemvNV vectors of columns per
+// step per row (4 x kGemvNV FMA chains in flight), software prefetch 2 KiB ahead on each row stream.
 template <typename T>
 void gemv_rows(const T* w, int64_t cols, const float* x, const float* bias, float* y, int64_t r0, int64_t r1) {
-  constexpr int64_t kAhead = 2048 / sizeof(T);
-  const int64_t main = cols & ~int64_t{31};
+  constexpr int NV = W::kGemvNV;
+  constexpr int64_t kStep = NV * VW, kAhead = 2048 / sizeof(T);
+  const int64_t main = cols / kStep * kStep;
   int64_t r = r0;
   for (; r + 4 <= r1; r += 4) {
-    const T* w0 = w + r * cols;
-    const T* w1 = w0 + cols;
-    const T* w2 = w1 + cols;
-    const T* w3 = w2 + cols;
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
-    __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps(), b2 = _mm512_setzero_ps(), b3 = _mm512_setzero_ps();
+    const T* wr[4] = {w + r * cols, w + (r + 1) * cols, w + (r + 2) * cols, w + (r + 3) * cols};
+    W::F32 acc[4][NV];
+    for (int i = 0; i < 4; ++i)
+      for (int v = 0; v < NV; ++v) acc[i][v] = W::zero();
     int64_t k = 0;
-    for (; k < main; k += 32) {
-      _mm_prefetch(reinterpret_cast<const char*>(w0 + k + kAhead), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(w1 + k + kAhead), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(w2 + k + kAhead), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(w3 + k + kAhead), _MM_HINT_T0);
-      const __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
-      a0 = _mm512_fmadd_ps(load16(w0 + k), x0, a0);
-      a1 = _mm512_fmadd_ps(load16(w1 + k), x0, a1);
-      a2 = _mm512_fmadd_ps(load16(w2 + k), x0, a2);
-      a3 = _mm512_fmadd_ps(load16(w3 + k), x0, a3);
-      b0 = _mm512_fmadd_ps(load16(w0 + k + 16), x1, b0);
-      b1 = _mm512_fmadd_ps(load16(w1 + k + 16), x1, b1);
-      b2 = _mm512_fmadd_ps(load16(w2 + k + 16), x1, b2);
-      b3 = _mm512_fmadd_ps(load16(w3 + k + 16), x1, b3);
+    for (; k < main; k += kStep) {
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) W::prefetch(wr[i] + k + kAhead);
+      W::F32 xv[NV];
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) xv[v] = W::load(x + k + v * VW);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v)
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) acc[i][v] = W::fmadd(load_w(wr[i] + k + v * VW), xv[v], acc[i][v]);
     }
-    for (; k < cols; k += 16) {
-      const __mmask16 m = tail_mask(cols - k);
-      const __m512 xv = _mm512_maskz_loadu_ps(m, x + k);
-      a0 = _mm512_fmadd_ps(load_w(w0 + k, m), xv, a0);
-      a1 = _mm512_fmadd_ps(load_w(w1 + k, m), xv, a1);
-      a2 = _mm512_fmadd_ps(load_w(w2 + k, m), xv, a2);
-      a3 = _mm512_fmadd_ps(load_w(w3 + k, m), xv, a3);
+    for (; k < cols; k += VW) {
+      const W::F32 xv = W::load_n(x + k, cols - k);
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) acc[i][0] = W::fmadd(load_w_n(wr[i] + k, cols - k), xv, acc[i][0]);
     }
-    y[r] = _mm512_reduce_add_ps(_mm512_add_ps(a0, b0)) + (bias ? bias[r] : 0.0f);
-    y[r + 1] = _mm512_reduce_add_ps(_mm512_add_ps(a1, b1)) + (bias ? bias[r + 1] : 0.0f);
-    y[r + 2] = _mm512_reduce_add_ps(_mm512_add_ps(a2, b2)) + (bias ? bias[r + 2] : 0.0f);
-    y[r + 3] = _mm512_reduce_add_ps(_mm512_add_ps(a3, b3)) + (bias ? bias[r + 3] : 0.0f);
+    for (int i = 0; i < 4; ++i) {
+      W::F32 s = acc[i][0];
+      for (int v = 1; v < NV; ++v) s = W::add(s, acc[i][v]);
+      y[r + i] = W::reduce_add(s) + (bias ? bias[r + i] : 0.0f);
+    }
   }
   for (; r < r1; ++r) {
     const T* w0 = w + r * cols;
-    __m512 a0 = _mm512_setzero_ps();
-    for (int64_t k = 0; k < cols; k += 16) {
-      const __mmask16 m = tail_mask(cols - k);
-      a0 = _mm512_fmadd_ps(load_w(w0 + k, m), _mm512_maskz_loadu_ps(m, x + k), a0);
-    }
-    y[r] = _mm512_reduce_add_ps(a0) + (bias ? bias[r] : 0.0f);
+    W::F32 a0 = W::zero();
+    for (int64_t k = 0; k < cols; k += VW) a0 = W::fmadd(load_w_n(w0 + k, cols - k), W::load_n(x + k, cols - k), a0);
+    y[r] = W::reduce_add(a0) + (bias ? bias[r] : 0.0f);
   }
 }
 
@@ -107,11 +90,14 @@ void gemv_range(const GemvOut& o, const float* x, int64_t r0, int64_t r1) {
 }
 
 // ---- GEMM: Y[t, r] = sum_k X[t, k] W[r, k] (+ bias[r]) ----
-// Outer-product form: W is packed per (32-row panel, kc-column block) into fp32 [kc][32] (converted and
+// Outer-product form: W is packed per (kNR-row panel, kc-column block) into fp32 [kc][kNR] (converted and
 // transposed once, then reused from L1 by every token of the chunk), and a micro-kernel keeps an
-// MR-token x 32-row tile of Y in 2*MR zmm registers, broadcasting X[t, k] from the (L2-resident)
-// activation block. Each Y element accumulates over k in order in fp32.
-constexpr int64_t kNR = 32, kMR = 12, kKC = 256;
+// MR-token x kNR-row tile of Y in MR * kGemmNV vector registers, broadcasting X[t, k] from the
+// (L2-resident) activation block. Each Y element accumulates over k in order in fp32.
+constexpr int64_t kNV = W::kGemmNV, kNR = W::kGemmNR, kMR = W::kGemmMR, kKC = 256;
+
+inline void widen(const half_bits* src, float* dst, int64_t n) { half_to_float(src, dst, static_cast<size_t>(n)); }
+inline void widen(const float* src, float* dst, int64_t n) { std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); }
 
 template <typename T>
 void pack_panel(const T* w, int64_t cols, int64_t r0, int64_t nr, int64_t k0, int64_t kc, float* dst) {
@@ -121,49 +107,47 @@ void pack_panel(const T* w, int64_t cols, int64_t r0, int64_t nr, int64_t k0, in
       for (int64_t k = 0; k < kc; ++k) dst[k * kNR + j] = 0.0f;
       continue;
     }
-    const T* src = w + (r0 + j) * cols + k0;
-    for (int64_t k = 0; k < kc; k += 16) _mm512_store_ps(row + k, load_w(src + k, tail_mask(kc - k)));
+    widen(w + (r0 + j) * cols + k0, row, kc);
     for (int64_t k = 0; k < kc; ++k) dst[k * kNR + j] = row[k];
   }
 }
 
-// Y[t, 0..32) (+)= X[t, k0..k0+kc) . panel for t < MR. First k block: Y = acc + bias; later: Y += acc.
+// Y[t, 0..nr) (+)= X[t, k0..k0+kc) . panel for t < MR. First k block: Y = acc + bias; later: Y += acc.
 template <int MR>
-void micro_kernel(int64_t kc, const float* x, int64_t ldx, const float* wp, float* y, int64_t ldy, __mmask16 m0,
-                  __mmask16 m1, bool first, const float* bias) {
-  __m512 c0[MR], c1[MR];
-  for (int i = 0; i < MR; ++i) c0[i] = c1[i] = _mm512_setzero_ps();
+void micro_kernel(int64_t kc, const float* x, int64_t ldx, const float* wp, float* y, int64_t ldy, int64_t nr,
+                  bool first, const float* bias) {
+  W::F32 c[MR][kNV];
+  for (int i = 0; i < MR; ++i)
+    for (int v = 0; v < kNV; ++v) c[i][v] = W::zero();
   for (int64_t k = 0; k < kc; ++k) {
-    const __m512 w0 = _mm512_load_ps(wp + k * kNR), w1 = _mm512_load_ps(wp + k * kNR + 16);
+    W::F32 wv[kNV];
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) wv[v] = W::load(wp + k * kNR + v * VW);
+#pragma GCC unroll 12
     for (int i = 0; i < MR; ++i) {
-      const __m512 xb = _mm512_set1_ps(x[i * ldx + k]);
-      c0[i] = _mm512_fmadd_ps(w0, xb, c0[i]);
-      c1[i] = _mm512_fmadd_ps(w1, xb, c1[i]);
+      const W::F32 xb = W::set1(x[i * ldx + k]);
+#pragma GCC unroll 4
+      for (int v = 0; v < kNV; ++v) c[i][v] = W::fmadd(wv[v], xb, c[i][v]);
     }
   }
-  __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
-  if (first && bias) b0 = _mm512_maskz_loadu_ps(m0, bias), b1 = _mm512_maskz_loadu_ps(m1, bias + 16);
-  for (int i = 0; i < MR; ++i) {
-    float* yi = y + i * ldy;
-    if (first) {
-      _mm512_mask_storeu_ps(yi, m0, _mm512_add_ps(c0[i], b0));
-      _mm512_mask_storeu_ps(yi + 16, m1, _mm512_add_ps(c1[i], b1));
-    } else {
-      _mm512_mask_storeu_ps(yi, m0, _mm512_add_ps(c0[i], _mm512_maskz_loadu_ps(m0, yi)));
-      _mm512_mask_storeu_ps(yi + 16, m1, _mm512_add_ps(c1[i], _mm512_maskz_loadu_ps(m1, yi + 16)));
+  for (int v = 0; v < kNV; ++v) {
+    const int64_t n = nr - v * VW;
+    const W::F32 b = first && bias ? W::load_n(bias + v * VW, n) : W::zero();
+    for (int i = 0; i < MR; ++i) {
+      float* yi = y + i * ldy + v * VW;
+      W::store_n(yi, W::add(c[i][v], first ? b : W::load_n(yi, n)), n);
     }
   }
 }
 
-using KernelFn = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, __mmask16, __mmask16, bool,
-                          const float*);
+using KernelFn = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, int64_t, bool, const float*);
 template <int... I>
 constexpr std::array<KernelFn, sizeof...(I)> kernel_table(std::integer_sequence<int, I...>) {
   return {&micro_kernel<I + 1>...};
 }
 constexpr auto kKernels = kernel_table(std::make_integer_sequence<int, kMR>{});
 
-// Row panels [p0, p1) of Y (32 rows each) for all n_tok tokens.
+// Row panels [p0, p1) of Y (kNR rows each) for all n_tok tokens.
 template <typename T>
 void gemm_panels(const T* w, int64_t rows, int64_t cols, const float* x, int64_t n_tok, int64_t ldy, const float* bias,
                  float* y, int64_t p0, int64_t p1) {
@@ -173,11 +157,10 @@ void gemm_panels(const T* w, int64_t rows, int64_t cols, const float* x, int64_t
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t r0 = p * kNR, nr = std::min(kNR, rows - r0);
       pack_panel(w, cols, r0, nr, k0, kc, packed);
-      const __mmask16 m0 = tail_mask(nr), m1 = tail_mask(std::max<int64_t>(0, nr - 16));
       for (int64_t t = 0; t < n_tok; t += kMR) {
         const int64_t mr = std::min(kMR, n_tok - t);
-        kKernels[static_cast<size_t>(mr - 1)](kc, x + t * cols + k0, cols, packed, y + t * ldy + r0, ldy, m0, m1,
-                                              k0 == 0, bias ? bias + r0 : nullptr);
+        kKernels[static_cast<size_t>(mr - 1)](kc, x + t * cols + k0, cols, packed, y + t * ldy + r0, ldy, nr, k0 == 0,
+                                              bias ? bias + r0 : nullptr);
       }
     }
   }
@@ -246,20 +229,14 @@ void layer_norm(const float* x, const float* w, const float* b, float eps, int64
 }
 
 float dot(const float* a, const float* b, int64_t n) {
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t k = 0; k < n; k += 16) {
-    const __mmask16 m = tail_mask(n - k);
-    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + k), _mm512_maskz_loadu_ps(m, b + k), acc);
-  }
-  return _mm512_reduce_add_ps(acc);
+  W::F32 acc = W::zero();
+  for (int64_t k = 0; k < n; k += VW) acc = W::fmadd(W::load_n(a + k, n - k), W::load_n(b + k, n - k), acc);
+  return W::reduce_add(acc);
 }
 
 void axpy(float a, const float* x, float* y, int64_t n) {
-  const __m512 av = _mm512_set1_ps(a);
-  for (int64_t k = 0; k < n; k += 16) {
-    const __mmask16 m = tail_mask(n - k);
-    _mm512_mask_storeu_ps(y + k, m, _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + k), _mm512_maskz_loadu_ps(m, y + k)));
-  }
+  const W::F32 av = W::set1(a);
+  for (int64_t k = 0; k < n; k += VW) W::store_n(y + k, W::fmadd(av, W::load_n(x + k, n - k), W::load_n(y + k, n - k)), n - k);
 }
 
 float gelu_tanh(float x) {
@@ -268,53 +245,51 @@ float gelu_tanh(float x) {
 float silu(float x) { return x * (1.0f / (1.0f + std::exp(-x))); }
 
 void exp_inplace(float* x, int64_t n) {
-  for (int64_t k = 0; k < n; k += 16) {
-    const __mmask16 m = tail_mask(n - k);
-    _mm512_mask_storeu_ps(x + k, m, exp16(_mm512_maskz_loadu_ps(m, x + k)));
-  }
+  for (int64_t k = 0; k < n; k += VW) W::store_n(x + k, exp_v(W::load_n(x + k, n - k)), n - k);
 }
 
 float exp_sub_sum(float* x, float sub, int64_t n) {
-  const __m512 s = _mm512_set1_ps(sub);
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t k = 0; k < n; k += 16) {
-    const __mmask16 m = tail_mask(n - k);
-    const __m512 e = _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + k), s)));
-    _mm512_mask_storeu_ps(x + k, m, e);
-    acc = _mm512_add_ps(acc, e);
+  const W::F32 s = W::set1(sub);
+  W::F32 acc = W::zero();
+  int64_t k = 0;
+  for (; k + VW <= n; k += VW) {
+    const W::F32 e = exp_v(W::sub(W::load(x + k), s));
+    W::store(x + k, e);
+    acc = W::add(acc, e);
   }
-  return _mm512_reduce_add_ps(acc);
+  if (k < n) {  // tail: stored lanes only, re-read with zeros beyond n
+    W::store_n(x + k, exp_v(W::sub(W::load_n(x + k, n - k), s)), n - k);
+    acc = W::add(acc, W::load_n(x + k, n - k));
+  }
+  return W::reduce_add(acc);
 }
 
 float max_of(const float* x, int64_t n) {
-  __m512 mx = _mm512_set1_ps(-INFINITY);
-  for (int64_t k = 0; k < n; k += 16) {
-    const __mmask16 m = tail_mask(n - k);
-    mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, x + k));
-  }
-  return _mm512_reduce_max_ps(mx);
+  W::F32 mx = W::set1(-INFINITY);
+  int64_t k = 0;
+  for (; k + VW <= n; k += VW) mx = W::max(mx, W::load(x + k));
+  float m = W::reduce_max(mx);
+  for (; k < n; ++k) m = m > x[k] ? m : x[k];
+  return m;
 }
 
 // a = silu(a) * b = a b / (1 + exp(-a)).
 void silu_mul(float* a, const float* b, int64_t n) {
-  const __m512 one = _mm512_set1_ps(1.0f);
-  for (int64_t k = 0; k < n; k += 16) {
-    const __mmask16 m = tail_mask(n - k);
-    const __m512 v = _mm512_maskz_loadu_ps(m, a + k);
-    const __m512 d = _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), v)));
-    _mm512_mask_storeu_ps(a + k, m, _mm512_div_ps(_mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, b + k)), d));
+  const W::F32 one = W::set1(1.0f);
+  for (int64_t k = 0; k < n; k += VW) {
+    const W::F32 v = W::load_n(a + k, n - k);
+    const W::F32 d = W::add(one, exp_v(W::sub(W::zero(), v)));
+    W::store_n(a + k, W::div(W::mul(v, W::load_n(b + k, n - k)), d), n - k);
   }
 }
 
 // GELU (tanh form): 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3).
 void gelu_tanh_inplace(float* a, int64_t n) {
-  const __m512 one = _mm512_set1_ps(1.0f), c0 = _mm512_set1_ps(-2.0f * 0.7978845608028654f),
-               c1 = _mm512_set1_ps(0.044715f);
-  for (int64_t k = 0; k < n; k += 16) {
-    const __mmask16 m = tail_mask(n - k);
-    const __m512 x = _mm512_maskz_loadu_ps(m, a + k);
-    const __m512 u = _mm512_mul_ps(c0, _mm512_fmadd_ps(_mm512_mul_ps(c1, x), _mm512_mul_ps(x, x), x));
-    _mm512_mask_storeu_ps(a + k, m, _mm512_div_ps(x, _mm512_add_ps(one, exp16(u))));
+  const W::F32 one = W::set1(1.0f), c0 = W::set1(-2.0f * 0.7978845608028654f), c1 = W::set1(0.044715f);
+  for (int64_t k = 0; k < n; k += VW) {
+    const W::F32 x = W::load_n(a + k, n - k);
+    const W::F32 u = W::mul(c0, W::fmadd(W::mul(c1, x), W::mul(x, x), x));
+    W::store_n(a + k, W::div(x, W::add(one, exp_v(u))), n - k);
   }
 }
 

@@ -1,10 +1,11 @@
-// CPU compute kernels of the inference engine (AVX-512; fp32 accumulation everywhere).
+// CPU compute kernels of the inference engine, written against the SIMD layer (framework/simd: AVX-512,
+// AVX2, NEON or scalar); fp32 accumulation everywhere.
 //
 // Matrices are row-major [rows, cols] like torch nn.Linear.weight (y = W x), stored fp32 or fp16.
-// fp16 weights are widened with vcvtph2ps (AVX-512F) and multiplied with fp32 FMA: decode is
+// fp16 weights are widened (vcvtph2ps on x86, FCVTL on arm64) and multiplied with fp32 FMA: decode is
 // memory-bound (one pass over the weights per token), so the widening is free, and fp32 accumulation
-// keeps GEMV results within fp32 rounding of the fp16 weights (AVX512-FP16 FMA would accumulate in
-// fp16 and lose ~3 digits over a 4864-long dot product for no bandwidth gain).
+// keeps GEMV results within fp32 rounding of the fp16 weights (fp16 FMA, AVX512-FP16 or ARMv8.2 FP16,
+// would accumulate in fp16 and lose ~3 digits over a 4864-long dot product for no bandwidth gain).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -47,7 +48,7 @@ float dot(const float* a, const float* b, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);  // y += a x
 float gelu_tanh(float x);
 float silu(float x);
-// Vectorised (AVX-512, ~1 ulp exp): in place over n elements.
+// Vectorised (~1 ulp exp): in place over n elements.
 void exp_inplace(float* x, int64_t n);
 float exp_sub_sum(float* x, float sub, int64_t n);  // x = exp(x - sub); returns the sum
 float max_of(const float* x, int64_t n);

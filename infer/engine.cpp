@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <immintrin.h>
 
 #include "framework/core/error.h"
 #include "infer/prefill_mil.h"
@@ -236,44 +235,51 @@ void Engine::attention(int64_t l, int64_t pos, int64_t n) {
 }
 
 namespace {
-// o[0..16*NV) = sum_{t<=p} w[t] v[t*ld ..] with two interleaved accumulator sets (FMA latency).
-template <int NV>
+namespace W = simd;
+constexpr int64_t VW = W::kWidth;
+
+// o[0..HD) = scale * sum_{t<=p} w[t] v[t*ld ..]: HD-wide rows accumulated in registers, in column chunks
+// that fit the register file, each with two interleaved accumulator sets (FMA latency).
+template <int HD>
 void weighted_rows(const float* w, const float* v, int64_t ld, int64_t p, float scale, float* o) {
-  __m512 a[NV], b[NV];
-  for (int j = 0; j < NV; ++j) a[j] = b[j] = _mm512_setzero_ps();
-  int64_t t = 0;
-  for (; t + 1 <= p; t += 2) {
-    const __m512 w0 = _mm512_set1_ps(w[t]), w1 = _mm512_set1_ps(w[t + 1]);
-    for (int j = 0; j < NV; ++j) {
-      a[j] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(v + t * ld + 16 * j), a[j]);
-      b[j] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(v + (t + 1) * ld + 16 * j), b[j]);
+  constexpr int NV = static_cast<int>(HD / VW), CV = NV < W::kRegs / 4 ? NV : W::kRegs / 4;
+  static_assert(NV % CV == 0, "column chunks tile the row");
+  for (int c0 = 0; c0 < NV; c0 += CV) {
+    const float* vc = v + c0 * VW;
+    W::F32 a[CV], b[CV];
+    for (int j = 0; j < CV; ++j) a[j] = b[j] = W::zero();
+    int64_t t = 0;
+    for (; t + 1 <= p; t += 2) {
+      const W::F32 w0 = W::set1(w[t]), w1 = W::set1(w[t + 1]);
+#pragma GCC unroll 16
+      for (int j = 0; j < CV; ++j) {
+        a[j] = W::fmadd(w0, W::load(vc + t * ld + VW * j), a[j]);
+        b[j] = W::fmadd(w1, W::load(vc + (t + 1) * ld + VW * j), b[j]);
+      }
     }
+    if (t == p) {
+      const W::F32 w0 = W::set1(w[t]);
+      for (int j = 0; j < CV; ++j) a[j] = W::fmadd(w0, W::load(vc + t * ld + VW * j), a[j]);
+    }
+    const W::F32 s = W::set1(scale);
+    for (int j = 0; j < CV; ++j) W::store(o + (c0 + j) * VW, W::mul(W::add(a[j], b[j]), s));
   }
-  if (t == p) {
-    const __m512 w0 = _mm512_set1_ps(w[t]);
-    for (int j = 0; j < NV; ++j) a[j] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(v + t * ld + 16 * j), a[j]);
-  }
-  const __m512 s = _mm512_set1_ps(scale);
-  for (int j = 0; j < NV; ++j) _mm512_storeu_ps(o + 16 * j, _mm512_mul_ps(_mm512_add_ps(a[j], b[j]), s));
 }
 
 // sc[t] = scale * q . key t for t < n_keys (rounded up to 64; kt = keys transposed [hd][ld]).
 void scores_transposed(const float* q, const float* kt, int64_t ld, int64_t hd, int64_t n_keys, float scale, float* sc) {
+  constexpr int NB = static_cast<int>(64 / VW);  // vectors per 64-key block
   for (int64_t t0 = 0; t0 < n_keys; t0 += 64) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+    W::F32 a[NB];
+    for (int j = 0; j < NB; ++j) a[j] = W::zero();
     for (int64_t d = 0; d < hd; ++d) {
-      const __m512 qd = _mm512_set1_ps(q[d]);
+      const W::F32 qd = W::set1(q[d]);
       const float* r = kt + d * ld + t0;
-      a0 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(r), a0);
-      a1 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(r + 16), a1);
-      a2 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(r + 32), a2);
-      a3 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(r + 48), a3);
+#pragma GCC unroll 16
+      for (int j = 0; j < NB; ++j) a[j] = W::fmadd(qd, W::load(r + VW * j), a[j]);
     }
-    const __m512 s = _mm512_set1_ps(scale);
-    _mm512_storeu_ps(sc + t0, _mm512_mul_ps(a0, s));
-    _mm512_storeu_ps(sc + t0 + 16, _mm512_mul_ps(a1, s));
-    _mm512_storeu_ps(sc + t0 + 32, _mm512_mul_ps(a2, s));
-    _mm512_storeu_ps(sc + t0 + 48, _mm512_mul_ps(a3, s));
+    const W::F32 s = W::set1(scale);
+    for (int j = 0; j < NB; ++j) W::store(sc + t0 + VW * j, W::mul(a[j], s));
   }
 }
 }  // namespace
@@ -300,9 +306,9 @@ void Engine::attention_blocked(int64_t l, int64_t pos, int64_t n) {
     float* o = att_.data() + i * c.q_dim() + h * hd;
     const float* vc = v_cache(l, 0) + g * hd;
     if (hd == 64)
-      weighted_rows<4>(sc, vc, kvd, p, inv_sum, o);
+      weighted_rows<64>(sc, vc, kvd, p, inv_sum, o);
     else
-      weighted_rows<8>(sc, vc, kvd, p, inv_sum, o);
+      weighted_rows<128>(sc, vc, kvd, p, inv_sum, o);
   });
 }
 

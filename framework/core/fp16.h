@@ -1,16 +1,18 @@
 // IEEE binary16 storage: scalar and bulk conversion (round-to-nearest-even, overflow to ±inf).
-// Bulk conversions are vectorised (AVX-512 / F16C) and are the hot path of emulator staging.
+// Bulk conversions are vectorised through the SIMD layer (framework/simd) and are the hot path of
+// emulator staging; every architecture's path gives the same bits (tests/core/test_simd.cpp).
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <immintrin.h>
+
+#include "framework/simd/simd.h"
 
 namespace anelab {
 
 using half_bits = uint16_t;  // raw fp16 bits in memory
 
-inline float half_to_float(half_bits h) { return _cvtsh_ss(h); }
-inline half_bits float_to_half(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
+inline float half_to_float(half_bits h) { return simd::h2f(h); }
+inline half_bits float_to_half(float f) { return simd::f2h(f); }
 // Rounds a float to the nearest fp16-representable value (the emulator's storage semantics).
 inline float round_fp16(float f) { return half_to_float(float_to_half(f)); }
 

@@ -1,10 +1,10 @@
 #include "framework/core/thread_pool.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+
+#include "framework/simd/simd.h"
 
 namespace anelab {
 
@@ -42,7 +42,7 @@ void ThreadPool::worker_loop(int id) {
   for (;;) {
     uint32_t g = generation_.load(std::memory_order_acquire);
     for (int i = 0; g == seen && i < kSpinIters; ++i) {
-      _mm_pause();
+      simd::cpu_relax();
       g = generation_.load(std::memory_order_acquire);
     }
     if (g == seen) {
@@ -71,7 +71,7 @@ void ThreadPool::run_chunks(int64_t n_chunks, FunctionRef<void(int64_t, int)> fn
   work(gen, 0);
   for (int i = 0; done_.load(std::memory_order_acquire) != n_chunks; ++i) {
     if (i < kSpinIters)
-      _mm_pause();
+      simd::cpu_relax();
     else
       std::this_thread::yield();  // a worker holding a chunk was descheduled
   }

@@ -4,8 +4,6 @@
 // Every kernel reads fp32 arrays that hold dtype-exact values and writes its result rounded to the
 // op's declared dtype (fp16: round-to-nearest-even, overflow to +-inf). Arithmetic is fp32; reductions
 // and softmax accumulate in fp32 in a fixed order, so results do not depend on the thread count.
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -18,30 +16,30 @@ namespace {
 
 constexpr int64_t kParMin = 1 << 15;  // elements below which a kernel stays single-threaded
 
-#if defined(__AVX512F__)
+namespace W = simd;
+
 // exp(x) = 2^n * p(r), n = round(x / ln2), r = x - n ln2 (two-part ln2), p = degree-7 Taylor
-// polynomial (relative error < 1e-8 on |r| <= ln2/2). scalef handles overflow/underflow; NaN passes.
-// Inputs below -86 give exactly 0 (exp(-86) ~ 4e-38): results stay normal floats. Subnormal results
-// (e.g. the masked half of causal attention scores, ~-65504) cost ~100 cycles per operation downstream
-// and are far below fp16's smallest subnormal (6e-8) anyway.
-inline __m512 exp512(__m512 x) {
-  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-86.0f), _CMP_GE_OQ);
-  x = _mm512_min_ps(_mm512_set1_ps(88.8f), _mm512_max_ps(_mm512_set1_ps(-86.0f), x));
-  const __m512 n =
-      _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n));
+// polynomial (relative error < 1e-8 on |r| <= ln2/2), scaled by 2^n in one rounding (W::ldexp).
+// Inputs below -86 (and NaN) give exactly 0 (exp(-86) ~ 4e-38): results stay normal floats. Subnormal
+// results (e.g. the masked half of causal attention scores, ~-65504) cost ~100 cycles per operation
+// downstream and are far below fp16's smallest subnormal (6e-8) anyway. Same operations in the same order
+// on every architecture, hence the same bits.
+inline W::F32 exp_v(W::F32 x) {
+  const W::Mask keep = W::ge(x, W::set1(-86.0f));
+  x = W::min(W::set1(88.8f), W::max(W::set1(-86.0f), x));
+  const W::F32 n = W::round_even(W::mul(x, W::set1(1.44269504088896341f)));
+  W::F32 r = W::fnmadd(n, W::set1(0.693145751953125f), x);
+  r = W::fnmadd(n, W::set1(1.428606765330187e-06f), r);
+  W::F32 p = W::set1(1.0f / 5040.0f);
+  p = W::fmadd(p, r, W::set1(1.0f / 720.0f));
+  p = W::fmadd(p, r, W::set1(1.0f / 120.0f));
+  p = W::fmadd(p, r, W::set1(1.0f / 24.0f));
+  p = W::fmadd(p, r, W::set1(1.0f / 6.0f));
+  p = W::fmadd(p, r, W::set1(0.5f));
+  p = W::fmadd(p, r, W::set1(1.0f));
+  p = W::fmadd(p, r, W::set1(1.0f));
+  return W::select(keep, W::ldexp(p, n), W::zero());
 }
-#endif
 
 void round_range(float* x, int64_t n, mil::DType t) {
   if (t == mil::DType::kFp16) {
@@ -105,15 +103,8 @@ void bin_row_dispatch(int64_t op, const float* a, int64_t sa, const float* b, in
 
 void exp_inplace_fp32(float* x, int64_t n) {
   int64_t i = 0;
-#if defined(__AVX512F__)
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, exp512(_mm512_loadu_ps(x + i)));
-  if (i < n) {
-    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
-    _mm512_mask_storeu_ps(x + i, m, exp512(_mm512_maskz_loadu_ps(m, x + i)));
-  }
-#else
-  for (; i < n; ++i) x[i] = std::exp(x[i]);
-#endif
+  for (; i + W::kWidth <= n; i += W::kWidth) W::store(x + i, exp_v(W::load(x + i)));
+  if (i < n) W::store_n(x + i, exp_v(W::load_n(x + i, n - i)), n - i);
 }
 
 void round_to_dtype(float* x, int64_t n, mil::DType t, const ExecCtx& ctx) {

@@ -1,16 +1,18 @@
 // GEMM-based kernels of the emulator: conv (im2col or direct 1x1), batched matmul, and
-// scaled_dot_product_attention, all on one AVX-512 GEMM: packed panels (A: kGemmMR rows interleaved per k,
-// B: kGemmNR columns per k), a 12x32 register-blocked micro-kernel, and an epilogue (alpha, bias, fp16
-// rounding) applied in registers on the last k block. Work is split into (batch x m-tile x n-tile) tasks
-// over the thread pool; every C element accumulates over k in order in kc blocks that depend only on
-// the GEMM shape, so every result bit is independent of the task split and the thread count.
-// Const A operands (conv weights) are packed once at compile time.
-
-#include <immintrin.h>
+// scaled_dot_product_attention, all on one GEMM written against the SIMD layer (framework/simd): packed
+// panels (A: kGemmMR rows interleaved per k, B: kGemmNR columns per k), a register-blocked micro-kernel
+// (AVX-512 12x32, AVX2 6x16, NEON 6x16, scalar 4x8), and an epilogue (alpha, bias, fp16 rounding)
+// applied in registers on the last k block. Work is split into (batch x m-tile x n-tile) tasks over the
+// thread pool; every C element accumulates over k in order (one fused multiply-add per k) in kc blocks
+// that depend only on the GEMM shape, so every result bit is independent of the task split, the thread
+// count and the micro-tile shape, hence of the host architecture. Const A operands (conv weights) are
+// packed once at compile time.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "framework/core/fp16.h"
 #include "framework/emulator/plan.h"
@@ -18,7 +20,9 @@
 namespace anelab::emu {
 namespace {
 
-constexpr int64_t MR = kGemmMR, NR = kGemmNR;
+namespace W = simd;
+constexpr int64_t MR = kGemmMR, NR = kGemmNR, NV = W::kGemmNV, VW = W::kWidth;
+static_assert(NR == NV * VW, "micro-tile columns = vectors x lanes");
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
@@ -29,64 +33,60 @@ struct Epilogue {
   const float* bias = nullptr;  // per row of this micro-tile, or nullptr
 };
 
-inline __m512 fp16_round(__m512 v) {
-  // maskz forms: GCC 12 warns (maybe-uninitialized) on the unmasked intrinsics' undefined pass-through.
-  return _mm512_maskz_cvtph_ps(0xFFFF, _mm512_maskz_cvtps_ph(0xFFFF, v, _MM_FROUND_TO_NEAREST_INT));
-}
-
-inline __mmask16 tail_mask(int64_t n) {
-  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1u);
-}
-
-// C[R x 32] (masked columns) (+)= A panel [kc][MR] x B panel [kc][NR]; `first`: start from 0 instead of C;
-// epi != nullptr on the last k block.
+// C[R x NR] (first `cols` columns) (+)= A panel [kc][MR] x B panel [kc][NR]; `first`: start from 0
+// instead of C; epi != nullptr on the last k block.
 template <int R>
-void micro_kernel(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, __mmask16 m0, __mmask16 m1,
-                  bool first, const Epilogue* epi) {
-  __m512 c0[R], c1[R];
+void micro_kernel(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, int64_t cols, bool first,
+                  const Epilogue* epi) {
+  W::F32 acc[R][NV];
+  const bool full = cols >= NR;
 #pragma GCC unroll 12
-  for (int i = 0; i < R; ++i) {
-    c0[i] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, c + i * ldc);
-    c1[i] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, c + i * ldc + 16);
-  }
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v)
+      acc[i][v] = first ? W::zero() : full ? W::load(c + i * ldc + v * VW) : W::load_n(c + i * ldc + v * VW, cols - v * VW);
   for (int64_t k = 0; k < kc; ++k) {
-    const __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);
+    W::F32 b[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) b[v] = W::load(bp + v * VW);
 #pragma GCC unroll 12
     for (int i = 0; i < R; ++i) {
-      const __m512 a = _mm512_set1_ps(ap[i]);
-      c0[i] = _mm512_fmadd_ps(a, b0, c0[i]);
-      c1[i] = _mm512_fmadd_ps(a, b1, c1[i]);
+      const W::F32 a = W::set1(ap[i]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] = W::fmadd(a, b[v], acc[i][v]);
     }
     ap += MR;
     bp += NR;
   }
   if (epi) {
 #pragma GCC unroll 12
-    for (int i = 0; i < R; ++i) {
-      if (epi->scale) {
-        c0[i] = _mm512_mul_ps(c0[i], _mm512_set1_ps(epi->alpha));
-        c1[i] = _mm512_mul_ps(c1[i], _mm512_set1_ps(epi->alpha));
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        if (epi->scale) acc[i][v] = W::mul(acc[i][v], W::set1(epi->alpha));
+        if (epi->bias) acc[i][v] = W::add(acc[i][v], W::set1(epi->bias[i]));
+        if (epi->round) acc[i][v] = W::round_fp16(acc[i][v]);
       }
-      if (epi->bias) {
-        c0[i] = _mm512_add_ps(c0[i], _mm512_set1_ps(epi->bias[i]));
-        c1[i] = _mm512_add_ps(c1[i], _mm512_set1_ps(epi->bias[i]));
-      }
-      if (epi->round) c0[i] = fp16_round(c0[i]), c1[i] = fp16_round(c1[i]);
-    }
   }
 #pragma GCC unroll 12
-  for (int i = 0; i < R; ++i) {
-    _mm512_mask_storeu_ps(c + i * ldc, m0, c0[i]);
-    _mm512_mask_storeu_ps(c + i * ldc + 16, m1, c1[i]);
-  }
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      if (full)
+        W::store(c + i * ldc + v * VW, acc[i][v]);
+      else
+        W::store_n(c + i * ldc + v * VW, acc[i][v], cols - v * VW);
+    }
 }
 
-using MicroKernel = void (*)(int64_t, const float*, const float*, float*, int64_t, __mmask16, __mmask16, bool,
-                             const Epilogue*);
-constexpr MicroKernel kMicro[MR + 1] = {nullptr,          micro_kernel<1>,  micro_kernel<2>, micro_kernel<3>,
-                                        micro_kernel<4>,  micro_kernel<5>,  micro_kernel<6>, micro_kernel<7>,
-                                        micro_kernel<8>,  micro_kernel<9>,  micro_kernel<10>, micro_kernel<11>,
-                                        micro_kernel<12>};
+using MicroKernel = void (*)(int64_t, const float*, const float*, float*, int64_t, int64_t, bool, const Epilogue*);
+template <int... I>
+constexpr std::array<MicroKernel, sizeof...(I)> micro_table(std::integer_sequence<int, I...>) {
+  return {&micro_kernel<I + 1>...};
+}
+constexpr auto kMicro = micro_table(std::make_integer_sequence<int, MR>{});  // kMicro[r - 1]: r rows
+
+constexpr int64_t kTB = 16;  // transpose block (k values moved per row at a time)
 
 // Packs rows [0, rows) x k [k0, k0 + kcb) of op(A) into ceil(rows / MR) panels [kcb][MR] (zero padded).
 void pack_a(const float* a, int64_t lda, bool ta, int64_t rows, int64_t k0, int64_t kcb, float* dst) {
@@ -94,16 +94,20 @@ void pack_a(const float* a, int64_t lda, bool ta, int64_t rows, int64_t k0, int6
     const int64_t rr = std::min(MR, rows - r0);
     float* d = dst + (r0 / MR) * MR * kcb;
     if (ta) {  // element (i, k) at a[k * lda + i]: MR contiguous floats per k
-      const __mmask16 m = tail_mask(rr);
-      for (int64_t k = 0; k < kcb; ++k)
-        _mm512_mask_storeu_ps(d + k * MR, 0x0FFF, _mm512_maskz_loadu_ps(m, a + (k0 + k) * lda + r0));
-    } else {  // element (i, k) at a[i * lda + k]: 16 k at a time, transposed through registers
+      for (int64_t k = 0; k < kcb; ++k) {
+        const float* src = a + (k0 + k) * lda + r0;
+        float* dk = d + k * MR;
+        for (int64_t i = 0; i < rr; ++i) dk[i] = src[i];
+        for (int64_t i = rr; i < MR; ++i) dk[i] = 0.0f;
+      }
+    } else {  // element (i, k) at a[i * lda + k]: kTB k at a time, transposed through a block
       int64_t k = 0;
-      for (; k + 16 <= kcb; k += 16) {
-        alignas(64) float t[MR][16];
+      for (; k + kTB <= kcb; k += kTB) {
+        alignas(64) float t[MR][kTB];
         for (int64_t i = 0; i < MR; ++i)
-          _mm512_store_ps(t[i], i < rr ? _mm512_loadu_ps(a + (r0 + i) * lda + k0 + k) : _mm512_setzero_ps());
-        for (int64_t kk = 0; kk < 16; ++kk)
+          for (int64_t kk = 0; kk < kTB; kk += VW)
+            W::store(t[i] + kk, i < rr ? W::load(a + (r0 + i) * lda + k0 + k + kk) : W::zero());
+        for (int64_t kk = 0; kk < kTB; ++kk)
           for (int64_t i = 0; i < MR; ++i) d[(k + kk) * MR + i] = t[i][kk];
       }
       for (; k < kcb; ++k)
@@ -118,19 +122,21 @@ void pack_b(const float* b, int64_t ldb, bool tb, int64_t cols, int64_t k0, int6
     const int64_t cc = std::min(NR, cols - c0);
     float* d = dst + (c0 / NR) * NR * kcb;
     if (!tb) {  // element (k, j) at b[k * ldb + j]
-      const __mmask16 m0 = tail_mask(cc), m1 = tail_mask(cc - 16);
       for (int64_t k = 0; k < kcb; ++k) {
         const float* src = b + (k0 + k) * ldb + c0;
-        _mm512_store_ps(d + k * NR, _mm512_maskz_loadu_ps(m0, src));
-        _mm512_store_ps(d + k * NR + 16, _mm512_maskz_loadu_ps(m1, src + 16));
+        if (cc == NR)
+          for (int64_t v = 0; v < NV; ++v) W::store(d + k * NR + v * VW, W::load(src + v * VW));
+        else
+          for (int64_t v = 0; v < NV; ++v) W::store(d + k * NR + v * VW, W::load_n(src + v * VW, cc - v * VW));
       }
-    } else {  // element (k, j) at b[j * ldb + k]: 16 k at a time, transposed through registers
+    } else {  // element (k, j) at b[j * ldb + k]: kTB k at a time, transposed through a block
       int64_t k = 0;
-      for (; k + 16 <= kcb; k += 16) {
-        alignas(64) float t[NR][16];
+      for (; k + kTB <= kcb; k += kTB) {
+        alignas(64) float t[NR][kTB];
         for (int64_t j = 0; j < NR; ++j)
-          _mm512_store_ps(t[j], j < cc ? _mm512_loadu_ps(b + (c0 + j) * ldb + k0 + k) : _mm512_setzero_ps());
-        for (int64_t kk = 0; kk < 16; ++kk)
+          for (int64_t kk = 0; kk < kTB; kk += VW)
+            W::store(t[j] + kk, j < cc ? W::load(b + (c0 + j) * ldb + k0 + k + kk) : W::zero());
+        for (int64_t kk = 0; kk < kTB; ++kk)
           for (int64_t j = 0; j < NR; ++j) d[(k + kk) * NR + j] = t[j][kk];
       }
       for (; k < kcb; ++k)
@@ -164,12 +170,12 @@ void gemm_task(const GemmPlan& g, const float* a, const float* b, float* c, int6
     const float* ap = apacked ? apacked + k0 * mpad + row0 * kcb : wa;
     if (!apacked) pack_a(a, g.lda, g.ta, mm, k0, kcb, wa);
     for (int64_t j0 = 0; j0 < nn; j0 += NR) {
-      const __mmask16 m0 = tail_mask(nn - j0), m1 = tail_mask(nn - j0 - 16);
       const float* bp = wb + (j0 / NR) * NR * kcb;
       for (int64_t i0 = 0; i0 < mm; i0 += MR) {
         const int64_t r = std::min(MR, mm - i0);
         epi.bias = bias ? bias + i0 : nullptr;
-        kMicro[r](kcb, ap + (i0 / MR) * MR * kcb, bp, c + i0 * g.ldc + j0, g.ldc, m0, m1, first, last ? &epi : nullptr);
+        kMicro[static_cast<size_t>(r - 1)](kcb, ap + (i0 / MR) * MR * kcb, bp, c + i0 * g.ldc + j0, g.ldc, nn - j0, first,
+                                           last ? &epi : nullptr);
       }
     }
   }

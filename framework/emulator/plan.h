@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "framework/mil/types.h"
+#include "framework/simd/simd.h"
 
 namespace anelab::emu {
 
@@ -40,7 +41,8 @@ struct AlignedFloats {
 // registers: v = alpha * acc (+ bias[row]), then rounded to fp16 when round_fp16. Every C element
 // accumulates in fp32 over k in order, in kc-sized blocks (the partial sum is carried through C), so its
 // bits depend only on the shape, never on the (batch x m-tile x n-tile) task split or the thread count.
-constexpr int64_t kGemmMR = 12, kGemmNR = 32;  // micro-tile: 12 rows x 32 columns (2 zmm)
+// Micro-tile of the host's SIMD layer (AVX-512 12 x 32, AVX2 and NEON 6 x 16, scalar 4 x 8).
+constexpr int64_t kGemmMR = simd::kGemmMR, kGemmNR = simd::kGemmNR;
 struct GemmPlan {
   int64_t m = 0, n = 0, k = 0;
   bool ta = false, tb = false;

@@ -1,0 +1,96 @@
+// SIMD layer, portable scalar path: a "vector" of 4 floats in a plain array, every operation a lane loop
+// in standard C++ (std::fma for the fused multiply-add, so results equal the vector paths lane for lane).
+// fp16 conversions are the exact bit-manipulation ones of soft_fp16.cpp. Builds with any C++20 compiler
+// on any architecture; forced on any host with -DANELAB_SIMD=scalar (ANELAB_SIMD_SCALAR). Included only
+// through framework/simd/simd.h.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace anelab::simd {
+
+uint16_t soft_f2h(float x);
+float soft_h2f(uint16_t h);
+
+constexpr const char* kName = "scalar";
+constexpr int kWidth = 4;
+constexpr int kGemmMR = 4, kGemmNV = 2;  // 4 x 8 micro-tile
+constexpr int kGemvNV = 2;  // GEMV: vectors of columns per row per step (4 rows at a time)
+constexpr int kRegs = 16;    // vector registers (bounds a kernel's accumulators)
+
+struct F32 {
+  float v[4];
+};
+struct Mask {
+  bool m[4];
+};
+
+#define ANELAB_SIMD_LANES(expr) \
+  F32 r;                        \
+  for (int i = 0; i < 4; ++i) r.v[i] = (expr); \
+  return r
+
+inline int64_t clamp_lanes(int64_t n) { return n >= 4 ? 4 : n <= 0 ? 0 : n; }
+
+inline F32 zero() { return F32{{0.0f, 0.0f, 0.0f, 0.0f}}; }
+inline F32 set1(float x) { return F32{{x, x, x, x}}; }
+inline F32 load(const float* p) {
+  F32 r;
+  std::memcpy(r.v, p, sizeof r.v);
+  return r;
+}
+inline void store(float* p, F32 v) { std::memcpy(p, v.v, sizeof v.v); }
+inline F32 load_n(const float* p, int64_t n) {
+  F32 r = zero();
+  std::memcpy(r.v, p, static_cast<size_t>(clamp_lanes(n)) * sizeof(float));
+  return r;
+}
+inline void store_n(float* p, F32 v, int64_t n) {
+  std::memcpy(p, v.v, static_cast<size_t>(clamp_lanes(n)) * sizeof(float));
+}
+inline F32 load_h(const uint16_t* p) { ANELAB_SIMD_LANES(soft_h2f(p[i])); }
+inline F32 load_h_n(const uint16_t* p, int64_t n) { ANELAB_SIMD_LANES(i < n ? soft_h2f(p[i]) : 0.0f); }
+inline void store_h(uint16_t* p, F32 v) {
+  for (int i = 0; i < 4; ++i) p[i] = soft_f2h(v.v[i]);
+}
+
+inline F32 add(F32 a, F32 b) { ANELAB_SIMD_LANES(a.v[i] + b.v[i]); }
+inline F32 sub(F32 a, F32 b) { ANELAB_SIMD_LANES(a.v[i] - b.v[i]); }
+inline F32 mul(F32 a, F32 b) { ANELAB_SIMD_LANES(a.v[i] * b.v[i]); }
+inline F32 div(F32 a, F32 b) { ANELAB_SIMD_LANES(a.v[i] / b.v[i]); }
+inline F32 max(F32 a, F32 b) { ANELAB_SIMD_LANES(a.v[i] > b.v[i] ? a.v[i] : b.v[i]); }
+inline F32 min(F32 a, F32 b) { ANELAB_SIMD_LANES(a.v[i] < b.v[i] ? a.v[i] : b.v[i]); }
+inline F32 fmadd(F32 a, F32 b, F32 c) { ANELAB_SIMD_LANES(std::fma(a.v[i], b.v[i], c.v[i])); }
+inline F32 fnmadd(F32 a, F32 b, F32 c) { ANELAB_SIMD_LANES(std::fma(-a.v[i], b.v[i], c.v[i])); }
+inline F32 round_even(F32 v) { ANELAB_SIMD_LANES(std::nearbyint(v.v[i])); }  // default mode: ties to even
+inline F32 ldexp(F32 p, F32 n) {  // NaN n (from a NaN input) propagates; the cast would be undefined
+  ANELAB_SIMD_LANES(std::isnan(n.v[i]) ? p.v[i] + n.v[i] : std::ldexp(p.v[i], static_cast<int>(n.v[i])));
+}
+inline F32 round_fp16(F32 v) { ANELAB_SIMD_LANES(soft_h2f(soft_f2h(v.v[i]))); }
+inline Mask ge(F32 a, F32 b) {
+  Mask m;
+  for (int i = 0; i < 4; ++i) m.m[i] = a.v[i] >= b.v[i];
+  return m;
+}
+inline F32 select(Mask m, F32 t, F32 f) { ANELAB_SIMD_LANES(m.m[i] ? t.v[i] : f.v[i]); }
+inline float reduce_add(F32 v) { return (v.v[0] + v.v[1]) + (v.v[2] + v.v[3]); }
+inline float reduce_max(F32 v) {
+  const float a = v.v[0] > v.v[1] ? v.v[0] : v.v[1], b = v.v[2] > v.v[3] ? v.v[2] : v.v[3];
+  return a > b ? a : b;
+}
+#undef ANELAB_SIMD_LANES
+
+inline float h2f(uint16_t h) { return soft_h2f(h); }
+inline uint16_t f2h(float x) { return soft_f2h(x); }
+
+inline void prefetch(const void* p) {
+#if defined(__GNUC__)
+  __builtin_prefetch(p, 0, 3);
+#else
+  (void)p;
+#endif
+}
+inline void cpu_relax() {}
+
+}  // namespace anelab::simd

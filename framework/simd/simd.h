@@ -1,0 +1,51 @@
+// The portable SIMD layer the hot kernels are written against (emulator GEMM/elementwise, fp16 staging,
+// CPU inference GEMV/GEMM/attention, the thread pool's spin-wait). One header per architecture implements
+// the same small interface; exactly one is selected at compile time:
+//   x86_avx512.h  x86-64 with AVX-512 F/BW/VL (16 lanes)
+//   x86_avx2.h    x86-64 with AVX2 + FMA + F16C (8 lanes): a binary for CPUs without AVX-512
+//   arm_neon.h    arm64 (AArch64 NEON, 4 lanes; fp16 <-> fp32 with vcvt_f32_f16 / vcvt_f16_f32, __fp16 scalars)
+//   scalar.h      portable C++ (4 lanes as plain arrays): builds anywhere; forced with ANELAB_SIMD_SCALAR
+// No other file includes an architecture's intrinsics header.
+//
+// Interface (namespace anelab::simd), F32 is a vector of kWidth floats:
+//   kName, kWidth, kGemmMR, kGemmNV       name, lanes, GEMM micro-tile: kGemmMR rows x (kGemmNV vectors)
+//   kGemvNV, kRegs                        GEMV column vectors per step; vector registers
+//   zero(), set1(x)
+//   load(p), store(p, v)                  kWidth floats, unaligned
+//   load_n(p, n), store_n(p, v, n)        the first clamp(n, 0, kWidth) lanes; loaded lanes >= n are 0
+//   load_h(p), load_h_n(p, n), store_h(p, v)   fp16 bits <-> fp32 lanes (store_h rounds to nearest even)
+//   add, sub, mul, div, min, max          lane-wise; min/max(a, b) return b when either is NaN (x86 rule)
+//   fmadd(a, b, c) = a*b + c, fnmadd(a, b, c) = c - a*b   (one rounding)
+//   round_even(v)                         nearest integer, ties to even
+//   ldexp(p, n)                           p * 2^n for integral n in [-150, 128], one rounding (as vscalefps)
+//   round_fp16(v)                         to the nearest fp16 value (ties to even, overflow to +-inf), as fp32
+//   ge(a, b) -> Mask, select(m, t, f)     lane-wise a >= b (false on NaN); m ? t : f
+//   reduce_add(v), reduce_max(v)          horizontal; the summation order is the architecture's own
+//   h2f(bits), f2h(x)                     scalar fp16 conversions (ties to even, overflow to +-inf)
+//   prefetch(p), cpu_relax()              read prefetch hint; spin-wait hint (pause / isb)
+//
+// Every lane-wise operation is IEEE fp32 with one rounding, so a kernel that applies the same operations
+// in the same order gives the same bits on every architecture; only reduce_add/reduce_max and a kernel's
+// own choice of accumulator count (summation order) differ between hosts.
+#pragma once
+#include <cstdint>
+
+#if defined(ANELAB_SIMD_SCALAR)
+#include "framework/simd/scalar.h"
+#elif defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#include "framework/simd/x86_avx512.h"
+#elif defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include "framework/simd/x86_avx2.h"
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include "framework/simd/arm_neon.h"
+#else
+#include "framework/simd/scalar.h"
+#endif
+
+namespace anelab::simd {
+constexpr int kGemmNR = kGemmNV * kWidth;  // GEMM micro-tile columns
+
+// Exact portable fp16 conversions (the scalar path's, and the reference the tests compare every path to).
+uint16_t soft_f2h(float x);
+float soft_h2f(uint16_t h);
+}  // namespace anelab::simd

@@ -1,0 +1,81 @@
+// SIMD layer, x86-64 AVX2 + FMA + F16C: 8 fp32 lanes in a ymm register, for CPUs without AVX-512.
+// Tails use vmaskmovps (masked lanes are neither read nor written). Included only through simd.h.
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace anelab::simd {
+
+constexpr const char* kName = "avx2";
+constexpr int kWidth = 8;
+constexpr int kGemmMR = 6, kGemmNV = 2;  // 6 x 16 micro-tile: 12 accumulators of 16 ymm
+constexpr int kGemvNV = 2;  // GEMV: vectors of columns per row per step (4 rows at a time)
+constexpr int kRegs = 16;    // vector registers (bounds a kernel's accumulators)
+
+using F32 = __m256;
+using Mask = __m256;
+
+inline __m256i lanes(int64_t n) {
+  const int c = n >= 8 ? 8 : n <= 0 ? 0 : static_cast<int>(n);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+inline F32 zero() { return _mm256_setzero_ps(); }
+inline F32 set1(float x) { return _mm256_set1_ps(x); }
+inline F32 load(const float* p) { return _mm256_loadu_ps(p); }
+inline void store(float* p, F32 v) { _mm256_storeu_ps(p, v); }
+inline F32 load_n(const float* p, int64_t n) { return _mm256_maskload_ps(p, lanes(n)); }
+inline void store_n(float* p, F32 v, int64_t n) { _mm256_maskstore_ps(p, lanes(n), v); }
+inline F32 load_h(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline F32 load_h_n(const uint16_t* p, int64_t n) {
+  alignas(16) uint16_t t[8] = {};
+  const int64_t c = n >= 8 ? 8 : n <= 0 ? 0 : n;
+  std::memcpy(t, p, static_cast<size_t>(c) * sizeof(uint16_t));
+  return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
+}
+inline void store_h(uint16_t* p, F32 v) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+
+inline F32 add(F32 a, F32 b) { return _mm256_add_ps(a, b); }
+inline F32 sub(F32 a, F32 b) { return _mm256_sub_ps(a, b); }
+inline F32 mul(F32 a, F32 b) { return _mm256_mul_ps(a, b); }
+inline F32 div(F32 a, F32 b) { return _mm256_div_ps(a, b); }
+inline F32 min(F32 a, F32 b) { return _mm256_min_ps(a, b); }
+inline F32 max(F32 a, F32 b) { return _mm256_max_ps(a, b); }
+inline F32 fmadd(F32 a, F32 b, F32 c) { return _mm256_fmadd_ps(a, b, c); }
+inline F32 fnmadd(F32 a, F32 b, F32 c) { return _mm256_fnmadd_ps(a, b, c); }
+inline F32 round_even(F32 v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+// p * 2^n in two exact power-of-two steps (each 2^k a normal float), so only the last product rounds.
+inline F32 ldexp(F32 p, F32 n) {
+  const __m256i k = _mm256_cvtps_epi32(n), k1 = _mm256_srai_epi32(k, 1), k2 = _mm256_sub_epi32(k, k1);
+  const __m256i bias = _mm256_set1_epi32(127);
+  const F32 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, bias), 23));
+  const F32 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, bias), 23));
+  return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+inline F32 round_fp16(F32 v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)); }
+inline Mask ge(F32 a, F32 b) { return _mm256_cmp_ps(a, b, _CMP_GE_OQ); }
+inline F32 select(Mask m, F32 t, F32 f) { return _mm256_blendv_ps(f, t, m); }
+inline float reduce_add(F32 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+inline float reduce_max(F32 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+inline uint16_t f2h(float x) { return _cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT); }
+
+inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+inline void cpu_relax() { _mm_pause(); }
+
+}  // namespace anelab::simd

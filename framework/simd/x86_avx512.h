@@ -1,0 +1,64 @@
+// SIMD layer, x86-64 AVX-512 (F, BW, VL): 16 fp32 lanes in a zmm register; tails use lane masks.
+// Included only through framework/simd/simd.h. The maskz forms of the fp16 conversions avoid a GCC 12
+// -Wmaybe-uninitialized false positive in the unmasked intrinsics (they pass an "undefined" register).
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace anelab::simd {
+
+constexpr const char* kName = "avx512";
+constexpr int kWidth = 16;
+constexpr int kGemmMR = 12, kGemmNV = 2;  // 12 x 32 micro-tile: 24 accumulators of 32 zmm
+constexpr int kGemvNV = 2;  // GEMV: vectors of columns per row per step (4 rows at a time)
+constexpr int kRegs = 32;    // vector registers (bounds a kernel's accumulators)
+
+using F32 = __m512;
+using Mask = __mmask16;
+
+inline __mmask16 lanes(int64_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : n <= 0 ? static_cast<__mmask16>(0)
+                                                            : static_cast<__mmask16>((1u << n) - 1u);
+}
+
+inline F32 zero() { return _mm512_setzero_ps(); }
+inline F32 set1(float x) { return _mm512_set1_ps(x); }
+inline F32 load(const float* p) { return _mm512_loadu_ps(p); }
+inline void store(float* p, F32 v) { _mm512_storeu_ps(p, v); }
+inline F32 load_n(const float* p, int64_t n) { return _mm512_maskz_loadu_ps(lanes(n), p); }
+inline void store_n(float* p, F32 v, int64_t n) { _mm512_mask_storeu_ps(p, lanes(n), v); }
+// Unmasked, so the compiler can fold the load into vcvtph2ps.
+inline F32 load_h(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline F32 load_h_n(const uint16_t* p, int64_t n) {
+  return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_maskz_loadu_epi16(lanes(n), p));
+}
+inline void store_h(uint16_t* p, F32 v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_maskz_cvtps_ph(0xFFFF, v, _MM_FROUND_TO_NEAREST_INT));
+}
+
+inline F32 add(F32 a, F32 b) { return _mm512_add_ps(a, b); }
+inline F32 sub(F32 a, F32 b) { return _mm512_sub_ps(a, b); }
+inline F32 mul(F32 a, F32 b) { return _mm512_mul_ps(a, b); }
+inline F32 div(F32 a, F32 b) { return _mm512_div_ps(a, b); }
+inline F32 min(F32 a, F32 b) { return _mm512_min_ps(a, b); }
+inline F32 max(F32 a, F32 b) { return _mm512_max_ps(a, b); }
+inline F32 fmadd(F32 a, F32 b, F32 c) { return _mm512_fmadd_ps(a, b, c); }
+inline F32 fnmadd(F32 a, F32 b, F32 c) { return _mm512_fnmadd_ps(a, b, c); }
+inline F32 round_even(F32 v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline F32 ldexp(F32 p, F32 n) { return _mm512_scalef_ps(p, n); }
+inline F32 round_fp16(F32 v) {
+  return _mm512_maskz_cvtph_ps(0xFFFF, _mm512_maskz_cvtps_ph(0xFFFF, v, _MM_FROUND_TO_NEAREST_INT));
+}
+inline Mask ge(F32 a, F32 b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
+inline F32 select(Mask m, F32 t, F32 f) { return _mm512_mask_blend_ps(m, f, t); }
+inline float reduce_add(F32 v) { return _mm512_reduce_add_ps(v); }
+inline float reduce_max(F32 v) { return _mm512_reduce_max_ps(v); }
+
+inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+inline uint16_t f2h(float x) { return _cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT); }
+
+inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+inline void cpu_relax() { _mm_pause(); }
+
+}  // namespace anelab::simd
