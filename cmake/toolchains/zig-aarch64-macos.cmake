@@ -20,6 +20,8 @@ set(CMAKE_RANLIB "${_anelab_wrappers}/zig-ranlib" CACHE FILEPATH "Ranlib (zig ra
 set(CMAKE_OSX_ARCHITECTURES "" CACHE STRING "Empty: no -arch flags (zig's -target names the architecture)" FORCE)
 set(CMAKE_OSX_SYSROOT "" CACHE PATH "Empty: no -isysroot (zig ships Darwin's headers)" FORCE)
 set(CMAKE_OSX_DEPLOYMENT_TARGET "" CACHE STRING "Empty: zig's default macOS version for the target" FORCE)
+# zig cc does not take CMake's precompiled-header flags (-x c++-header: "language 'h' is unsupported").
+set(CMAKE_DISABLE_PRECOMPILE_HEADERS ON)
 set(ANELAB_APPLE_FRAMEWORKS OFF CACHE BOOL "No Apple SDK in the Zig cross build: no Objective-C++ shim, no GUI")
 
 if(ANELAB_MACOS_SYSROOT)
