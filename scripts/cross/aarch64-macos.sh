@@ -16,7 +16,7 @@
 #      header-only httplib.h from Debian's source package (the binary package ships a split header
 #      whose implementation is a Linux .so), and small CMake package files for them;
 #   4. GoogleTest built from /usr/src/googletest with the same toolchain, installed into the sysroot;
-#   5. anelab and the test executables (ANELAB_MACOS_TARGETS, default "all"; they cannot run here).
+#   5. anelab and the test executables (they cannot run here), or the targets in ANELAB_MACOS_TARGETS.
 # Environment: ANELAB_MACOS_TARGETS (e.g. "anelab"), ANELAB_ZIG (another zig 0.11 binary), JOBS.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -126,16 +126,23 @@ fi
 say "configuring"
 export PKG_CONFIG_LIBDIR=$sysroot/lib/pkgconfig  # never the host's .pc files
 cmake -S "$src" -B "$build" "${common[@]}" -DANELAB_NATIVE=OFF -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST "$@"
-# shellcheck disable=SC2206  # a space-separated list of targets
-targets=(${ANELAB_MACOS_TARGETS:-all})
+# Default: anelab and every test executable (test_*). Not "all": the libFuzzer harnesses (fuzz_*) need
+# clang's fuzzer and ASan runtimes, which Zig does not ship.
+if [[ -n "${ANELAB_MACOS_TARGETS:-}" ]]; then
+  read -ra targets <<<"$ANELAB_MACOS_TARGETS"
+else
+  mapfile -t targets < <(echo anelab; ninja -C "$build" -t targets all | sed -n 's/^\(test_[A-Za-z0-9_]*\): phony$/\1/p')
+fi
 say "building ${targets[*]}"
 cmake --build "$build" -j"$jobs" --target "${targets[@]}"
 kind=$(file -b "$build/bin/anelab")
 echo "[cross:aarch64-macos] bin/anelab: $kind"
 [[ "$kind" == "Mach-O 64-bit arm64 executable"* ]] || die "build-aarch64-macos/bin/anelab is not a Mach-O arm64 executable"
-if [[ " ${targets[*]} " == *" all "* ]]; then
-  n=$(find "$build/bin" -maxdepth 1 -name 'test_*' -type f | while read -r t; do file -b "$t"; done |
-      grep -c '^Mach-O 64-bit arm64 executable' || true)
-  echo "[cross:aarch64-macos] $n test executables linked (Mach-O arm64; they run only on a Mac)"
-fi
+n=0
+for t in "${targets[@]}"; do
+  [[ "$t" == test_* ]] || continue
+  [[ "$(file -b "$build/bin/$t")" == "Mach-O 64-bit arm64 executable"* ]] || die "bin/$t is not a Mach-O arm64 executable"
+  n=$((n + 1))
+done
+echo "[cross:aarch64-macos] $n test executables linked (Mach-O arm64; they run only on a Mac)"
 say "done"
