@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/setup.sh
-ctest --test-dir "${ANELAB_BUILD_DIR:-build}" --output-on-failure -j"$(nproc)" "$@"
+ctest --test-dir "${ANELAB_BUILD_DIR:-build}" --output-on-failure -j"$(getconf _NPROCESSORS_ONLN)" "$@"

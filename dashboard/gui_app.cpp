@@ -20,6 +20,16 @@ namespace anelab::dashboard {
 namespace fs = std::filesystem;
 namespace {
 
+// The OpenGL context: macOS has core profiles 3.2 and up, forward-compatible only, and ImGui's OpenGL 3
+// backend then needs GLSL 1.50; elsewhere 3.3 core with GLSL 3.30.
+#ifdef __APPLE__
+constexpr int kGlMajor = 3, kGlMinor = 2;
+constexpr const char* kGlslVersion = "#version 150";
+#else
+constexpr int kGlMajor = 3, kGlMinor = 3;
+constexpr const char* kGlslVersion = "#version 330";
+#endif
+
 double mono_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -33,24 +43,42 @@ const char* find_font(const char* const* candidates) {
   return nullptr;
 }
 
+// Scales. Where the framebuffer has more pixels than the window has units (a Retina Mac: window sizes
+// and ImGui's coordinates are points, 2 pixels each), the layout stays in points (app.scale = content
+// scale / pixels per point, 1 on a Retina Mac) and fonts are rasterised at the framebuffer's density and
+// drawn at 1 / pixels per point, so text is sharp. Where window units are pixels (X11, Windows),
+// pixels per point is 1 and layout and fonts both follow the monitor's content scale.
+float pixels_per_point(GLFWwindow* w) {
+  int ww = 0, wh = 0, fw = 0, fh = 0;
+  glfwGetWindowSize(w, &ww, &wh);
+  glfwGetFramebufferSize(w, &fw, &fh);
+  return ww > 0 && fw > ww ? static_cast<float>(fw) / static_cast<float>(ww) : 1.0f;
+}
+float layout_scale(GLFWwindow* w, float content_scale) {
+  return std::max(1.0f, content_scale / pixels_per_point(w));
+}
+
 void load_fonts(App& app) {
   ImGuiIO& io = ImGui::GetIO();
   io.Fonts->Clear();
+  const float density = pixels_per_point(app.window);
+  const float font_scale = app.scale * density;  // font pixels per layout unit
+  io.FontGlobalScale = 1.0f / density;
   static const char* const sans[] = {"/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
                                      "/usr/share/fonts/TTF/DejaVuSans.ttf", "/Library/Fonts/Arial.ttf", nullptr};
   static const char* const mono[] = {"/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf",
                                      "/usr/share/fonts/TTF/DejaVuSansMono.ttf", nullptr};
-  const float px = std::round(14.0f * app.scale);
+  const float px = std::round(14.0f * font_scale);
   ImFontConfig cfg;
   cfg.OversampleH = 2;
   if (const char* f = find_font(sans)) {
     io.Fonts->AddFontFromFileTTF(f, px, &cfg);
   } else {
-    cfg.SizePixels = std::round(13.0f * app.scale);
+    cfg.SizePixels = std::round(13.0f * font_scale);
     io.Fonts->AddFontDefault(&cfg);
   }
   if (const char* f = find_font(mono)) {
-    app.mono = io.Fonts->AddFontFromFileTTF(f, std::round(13.0f * app.scale), &cfg);
+    app.mono = io.Fonts->AddFontFromFileTTF(f, std::round(13.0f * font_scale), &cfg);
   } else {
     app.mono = io.Fonts->Fonts[0];
   }
@@ -63,7 +91,8 @@ void load_fonts(App& app) {
 
 void on_content_scale(GLFWwindow* w, float xs, float ys) {
   auto* app = static_cast<App*>(glfwGetWindowUserPointer(w));
-  if (app && app->opt.scale <= 0) app->scale = std::max(xs, ys), app->rebuild_fonts = true;
+  if (app && app->opt.scale <= 0) app->scale = layout_scale(w, std::max(xs, ys));
+  if (app) app->rebuild_fonts = true;  // the framebuffer density may have changed too
 }
 
 void on_glfw_error(int code, const char* msg) { std::fprintf(stderr, "anelab dashboard: GLFW error %d: %s\n", code, msg); }
@@ -300,22 +329,27 @@ int run_dashboard(const GuiOptions& opt_in) {
   glfwSetErrorCallback(on_glfw_error);
   if (!glfwInit())
     fail("dashboard", "cannot initialise GLFW (no display? set DISPLAY, or run under xvfb-run -a for screenshots)");
-  glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
-  glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 3);
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, kGlMajor);
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, kGlMinor);
   glfwWindowHint(GLFW_OPENGL_PROFILE, GLFW_OPENGL_CORE_PROFILE);
+#ifdef __APPLE__
+  glfwWindowHint(GLFW_OPENGL_FORWARD_COMPAT, GLFW_TRUE);  // macOS gives core profiles only this way
+  glfwWindowHint(GLFW_COCOA_RETINA_FRAMEBUFFER, GLFW_TRUE);
+#endif
   glfwWindowHint(GLFW_SCALE_TO_MONITOR, GLFW_TRUE);
   app.window = glfwCreateWindow(app.opt.width, app.opt.height, "anelab dashboard", nullptr, nullptr);
   if (!app.window) {
     glfwTerminate();
     fail("dashboard", "cannot create a ", app.opt.width, "x", app.opt.height,
-                        " window with OpenGL 3.3 (check the display and the GL driver, e.g. libgl1-mesa-dri)");
+                        " window with OpenGL ", kGlMajor, ".", kGlMinor,
+                        " core (check the display and the GL driver, e.g. libgl1-mesa-dri)");
   }
   glfwSetWindowUserPointer(app.window, &app);
   glfwMakeContextCurrent(app.window);
   glfwSwapInterval(screenshot_mode ? 0 : 1);
   float xs = 1, ys = 1;
   glfwGetWindowContentScale(app.window, &xs, &ys);
-  app.scale = app.opt.scale > 0 ? app.opt.scale : std::max(1.0f, std::max(xs, ys));
+  app.scale = app.opt.scale > 0 ? app.opt.scale : layout_scale(app.window, std::max(xs, ys));
   glfwSetWindowContentScaleCallback(app.window, on_content_scale);
 
   IMGUI_CHECKVERSION();
@@ -323,7 +357,7 @@ int run_dashboard(const GuiOptions& opt_in) {
   ImGui::GetIO().IniFilename = nullptr;  // the layout is fixed; nothing to persist
   load_fonts(app);
   ImGui_ImplGlfw_InitForOpenGL(app.window, true);
-  ImGui_ImplOpenGL3_Init("#version 330");
+  ImGui_ImplOpenGL3_Init(kGlslVersion);
   try {
     main_loop(app);
   } catch (...) {

@@ -1,33 +1,60 @@
 #!/usr/bin/env bash
-# Installs the Debian packages anelab needs (only those missing) and builds it into build/.
-# Used by run.sh, test.sh and .ci/run. Environment:
+# Installs the packages anelab needs (only those missing) and builds it into build/: apt on
+# Debian/Ubuntu, Homebrew on macOS (docs/macos.md). Used by run.sh, test.sh and .ci/run. Environment:
 #   ANELAB_BUILD_DIR  build directory (default: build)
 #   ANELAB_CMAKE_ARGS extra CMake arguments
-#   ANELAB_NO_APT=1   skip the package step (e.g. without root)
+#   ANELAB_NO_APT=1   skip the package step (e.g. without root; on macOS: no brew install)
+#   ANELAB_IMGUI_DIR, ANELAB_STB_DIR  macOS: Dear ImGui (v1.86) and stb source trees for the dashboard GUI
 set -euo pipefail
 cd "$(dirname "$0")/.."
+CMAKE_ARGS=()
 
-# Build tools and libraries; python3-numpy and python3-torch (Debian, run as /usr/bin/python3) are the
-# independent references of the tests; libopenblas0-openmp keeps torch off the slow reference BLAS.
-PKGS=(g++ cmake ninja-build pkg-config libeigen3-dev libcli11-dev nlohmann-json3-dev libtomlplusplus-dev
-      libgtest-dev libgmock-dev libopenblas-dev libopenblas0-openmp python3 python3-numpy python3-torch libcpp-httplib-dev curl
-      libimgui-dev libglfw3-dev libgl-dev libgl1-mesa-dri xvfb xauth)
+if [[ "$(uname -s)" == Darwin ]]; then
+  # Homebrew. eigen@3: the eigen formula is Eigen 5 (eigen@3 is keg-only, so its prefix goes to CMake);
+  # cpp-httplib is header-only there. No OpenMP: the project's own thread pool does the threading.
+  # Homebrew's imgui has neither the GLFW/OpenGL3 backends nor a pkg-config file, so the dashboard GUI
+  # is built from source trees when ANELAB_IMGUI_DIR and ANELAB_STB_DIR are set and left out otherwise
+  # (`anelab dashboard` then says so).
+  BREW_PKGS=(cmake ninja pkg-config eigen@3 cli11 nlohmann-json tomlplusplus glfw googletest cpp-httplib)
+  command -v brew >/dev/null || { echo "[setup] Homebrew not found: install it (https://brew.sh) first" >&2; exit 1; }
+  if [[ "${ANELAB_NO_APT:-0}" != 1 ]]; then
+    missing=()
+    for p in "${BREW_PKGS[@]}"; do brew list --formula "$p" >/dev/null 2>&1 || missing+=("$p"); done
+    if ((${#missing[@]})); then
+      echo "[setup] brew install ${missing[*]}" >&2
+      brew install "${missing[@]}"
+    fi
+  fi
+  CMAKE_ARGS+=("-DCMAKE_PREFIX_PATH=$(brew --prefix eigen@3);$(brew --prefix)")
+  if [[ -n "${ANELAB_IMGUI_DIR:-}" ]]; then
+    CMAKE_ARGS+=("-DANELAB_IMGUI_DIR=$ANELAB_IMGUI_DIR" "-DANELAB_STB_DIR=${ANELAB_STB_DIR:-}")
+  else
+    echo "[setup] dashboard GUI left out: set ANELAB_IMGUI_DIR and ANELAB_STB_DIR (docs/macos.md)" >&2
+  fi
+else
+  # Debian/Ubuntu. Build tools and libraries; python3-numpy and python3-torch (Debian, run as
+  # /usr/bin/python3) are the independent references of the tests; libopenblas0-openmp keeps torch off
+  # the slow reference BLAS.
+  PKGS=(g++ cmake ninja-build pkg-config libeigen3-dev libcli11-dev nlohmann-json3-dev libtomlplusplus-dev
+        libgtest-dev libgmock-dev libopenblas-dev libopenblas0-openmp python3 python3-numpy python3-torch libcpp-httplib-dev curl
+        libimgui-dev libglfw3-dev libgl-dev libgl1-mesa-dri xvfb xauth)
 
-if [[ "${ANELAB_NO_APT:-0}" != 1 ]]; then
-  missing=()
-  for p in "${PKGS[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  if ((${#missing[@]})); then
-    echo "[setup] installing: ${missing[*]}" >&2
-    SUDO=""
-    [[ $(id -u) -ne 0 ]] && SUDO="sudo"
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if [[ "${ANELAB_NO_APT:-0}" != 1 ]]; then
+    missing=()
+    for p in "${PKGS[@]}"; do
+      dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    if ((${#missing[@]})); then
+      echo "[setup] installing: ${missing[*]}" >&2
+      SUDO=""
+      [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+      $SUDO apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
   fi
 fi
 
 BUILD="${ANELAB_BUILD_DIR:-build}"
 # shellcheck disable=SC2086
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release ${ANELAB_CMAKE_ARGS:-} >/dev/null
-cmake --build "$BUILD" -j"$(nproc)"
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release "${CMAKE_ARGS[@]}" ${ANELAB_CMAKE_ARGS:-} >/dev/null
+cmake --build "$BUILD" -j"$(getconf _NPROCESSORS_ONLN)"

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include <unistd.h>  // mkdtemp (macOS declares it here, glibc in <stdlib.h>)
+
 #include "framework/ane/native_rules.h"
 #include "framework/core/file.h"
 #include "framework/core/sha256.h"

@@ -3,7 +3,9 @@
 #include "framework/mil/parser.h"
 
 #include <cctype>
+#include <cerrno>
 #include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <cmath>
 #include <limits>
@@ -19,6 +21,27 @@ constexpr int kMaxRank = 16;
 constexpr int kMaxNesting = 16;
 constexpr int64_t kMaxDim = int64_t{1} << 31;
 constexpr int64_t kMaxNumel = int64_t{1} << 40;
+
+// Parses all of [b, e) as a double; hex: the digits after "0x" (hex-float syntax). Returns false for
+// anything else; *out_of_range for overflow. std::from_chars for doubles is missing from libc++ before
+// LLVM 20 (Apple clang, Zig's clang): there std::strtod does it, whose decimal point is the C locale's
+// (anelab never calls setlocale).
+bool parse_double(const char* b, const char* e, bool hex, double& v, bool* out_of_range) {
+  *out_of_range = false;
+#if defined(__cpp_lib_to_chars) && __cpp_lib_to_chars >= 201611L
+  auto r = std::from_chars(b, e, v, hex ? std::chars_format::hex : std::chars_format::general);
+  *out_of_range = r.ec == std::errc::result_out_of_range;
+  return r.ec == std::errc() && r.ptr == e && b != e;
+#else
+  if (b == e || std::isspace(static_cast<unsigned char>(*b)) || *b == '+' || *b == '-') return false;
+  const std::string s = (hex ? "0x" : "") + std::string(b, e);
+  char* end = nullptr;
+  errno = 0;
+  v = std::strtod(s.c_str(), &end);
+  *out_of_range = errno == ERANGE;
+  return !*out_of_range && end == s.c_str() + s.size();
+#endif
+}
 
 bool ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
 bool ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
@@ -257,9 +280,10 @@ class Parser {
     else {
       bool hex = low.size() > 2 && low[0] == '0' && low[1] == 'x';
       const char* b = t.data() + (hex ? 2 : 0);
-      auto r = std::from_chars(b, t.data() + t.size(), v, hex ? std::chars_format::hex : std::chars_format::general);
-      if (r.ec == std::errc::result_out_of_range) error_at(tk.pos, "a float in range", "'" + tk.text + "'");
-      if (r.ec != std::errc() || r.ptr != t.data() + t.size() || t.empty()) error_at(tk.pos, "a float literal", "'" + tk.text + "'");
+      bool out_of_range = false;
+      const bool ok = parse_double(b, t.data() + t.size(), hex, v, &out_of_range);
+      if (out_of_range) error_at(tk.pos, "a float in range", "'" + tk.text + "'");
+      if (!ok || t.empty()) error_at(tk.pos, "a float literal", "'" + tk.text + "'");
     }
     return neg ? -v : v;
   }
