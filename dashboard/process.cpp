@@ -45,7 +45,8 @@ bool ChildProcess::start(const std::vector<std::string>& argv, const std::string
     posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
   } else if (capture) {
-    if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    if (::pipe(pipe_fds) != 0 || ::fcntl(pipe_fds[0], F_SETFD, FD_CLOEXEC) != 0 ||
+        ::fcntl(pipe_fds[1], F_SETFD, FD_CLOEXEC) != 0) {  // POSIX; macOS has no pipe2
       error_ = std::string("pipe: ") + std::strerror(errno);
       posix_spawn_file_actions_destroy(&fa);
       return false;

@@ -62,9 +62,14 @@ void run_serve(ServeArgs& a) {
 
   std::atomic<bool> done{false};
   std::thread sig([&] {
-    const timespec tick{0, 100 * 1000 * 1000};
-    for (;;) {
-      const int s = sigtimedwait(&set, nullptr, &tick);
+    for (;;) {  // POSIX (macOS has no sigtimedwait): take SIGINT/SIGTERM once pending, else poll at 10 Hz
+      sigset_t pending;
+      sigemptyset(&pending);
+      int s = 0;
+      if (sigpending(&pending) == 0 && (sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM)))
+        sigwait(&set, &s);
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
       if (s == SIGINT || s == SIGTERM) {
         std::fprintf(stderr, "serve: %s received, shutting down\n", s == SIGINT ? "SIGINT" : "SIGTERM");
         // stop() only works once the listen loop runs.
