@@ -103,14 +103,16 @@ PollResult LineFollower::poll(size_t max_bytes) {
   }
   out.exists = true;
   const uint64_t size = static_cast<uint64_t>(st.st_size);
-  const bool replaced = have_id_ && (st.st_dev != dev_ || st.st_ino != ino_);
+  // dev_t is int on macOS, unsigned long on Linux: compare as uint64_t.
+  const bool replaced =
+      have_id_ && (static_cast<uint64_t>(st.st_dev) != dev_ || static_cast<uint64_t>(st.st_ino) != ino_);
   if (replaced || size < offset_ || head_changed(f.fd, size)) {
     restart();
     ++resets_;
     out.reset = true;
   }
-  dev_ = st.st_dev;
-  ino_ = st.st_ino;
+  dev_ = static_cast<uint64_t>(st.st_dev);
+  ino_ = static_cast<uint64_t>(st.st_ino);
   have_id_ = true;
   if (size <= offset_) return out;
   size_t want = static_cast<size_t>(std::min<uint64_t>(size - offset_, max_bytes));
