@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -27,6 +28,13 @@ inline std::filesystem::path temp_dir(const std::string& tag) {
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
   return p;
+}
+
+// Writes `text` to `path` (creating its directories), e.g. a file of a fake procfs/sysfs tree.
+inline void put(const std::filesystem::path& path, const std::string& text) {
+  std::filesystem::create_directories(path.parent_path());
+  std::ofstream f(path, std::ios::trunc);
+  f << text;
 }
 
 }  // namespace anelab::test

@@ -18,11 +18,7 @@ namespace anelab::platform {
 namespace {
 namespace fs = std::filesystem;
 
-void put(const fs::path& p, const std::string& s) {
-  fs::create_directories(p.parent_path());
-  std::ofstream f(p, std::ios::trunc);
-  f << s;
-}
+using test::put;
 
 bool contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
 

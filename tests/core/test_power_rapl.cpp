@@ -14,11 +14,7 @@ namespace anelab::power {
 namespace {
 namespace fs = std::filesystem;
 
-void put(const fs::path& p, const std::string& s) {
-  fs::create_directories(p.parent_path());
-  std::ofstream f(p, std::ios::trunc);
-  f << s;
-}
+using test::put;
 
 TEST(PowerRapl, JoulesPerRailFromEnergyDeltas) {
   auto root = test::temp_dir("rapl");

@@ -14,11 +14,7 @@ namespace anelab::dashboard {
 namespace {
 namespace fs = std::filesystem;
 
-void put(const fs::path& p, const std::string& s) {
-  fs::create_directories(p.parent_path());
-  std::ofstream f(p, std::ios::trunc);
-  f << s;
-}
+using test::put;
 
 TEST(SystemStats, MachineCpuFromProcStat) {
   auto root = test::temp_dir("procstat");
