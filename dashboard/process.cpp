@@ -37,6 +37,13 @@ bool ChildProcess::start(const std::vector<std::string>& argv, const std::string
     error_ = "empty command";
     return false;
   }
+  // posix_spawn reports a program that cannot be executed only where the C library sees the child's exec
+  // fail (glibc's CLONE_VFORK path); under qemu-user the child is forked and the spawn "succeeds" with a
+  // child that exits 127. Checking a path first gives the same error everywhere.
+  if (argv[0].find('/') != std::string::npos && ::access(argv[0].c_str(), X_OK) != 0) {
+    error_ = "cannot start " + argv[0] + ": " + std::strerror(errno);
+    return false;
+  }
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   int pipe_fds[2] = {-1, -1};

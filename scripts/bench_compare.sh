@@ -7,7 +7,8 @@
 #
 # Per round and binary: `anelab bench emulator --json` (GFLOP/s per kernel, median of 20 evaluates) and
 # `anelab infer bench` on random fp16 weights of each preset (prefill pp512 and decode tg128 tok/s). The
-# table gives the median over rounds for A and B and the ratio B/A (> 1: B faster). --pin runs both under
+# table gives the median and the best value over rounds for A and B, each with the ratio B/A (> 1: B
+# faster). --pin runs both under
 # `taskset -c CPUS` (a quiet machine: pin to as many cores as threads).
 set -euo pipefail
 A="${1:?usage: bench_compare.sh A_BIN B_BIN [options]}" B="${2:?usage: bench_compare.sh A_BIN B_BIN [options]}"
@@ -66,11 +67,15 @@ done
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 echo "A = $A"
 echo "B = $B"
-echo "$THREADS threads, $ROUNDS rounds (median), $(nproc) cores, pin '${PIN:-none}', $(date -u +%FT%TZ)"
-printf '%-44s %12s %12s %8s\n' metric A B B/A
+best() { tr ' ' '\n' | grep -v '^$' | sort -g | tail -1; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b != "") printf "%.3f", b / a; else print "-" }'; }
+echo "$THREADS threads, $ROUNDS rounds, $(nproc) cores, pin '${PIN:-none}', $(date -u +%FT%TZ)"
+echo "median and best (highest) over rounds; B/A > 1: B faster"
+printf '%-40s %10s %10s %7s %10s %10s %7s\n' metric "A med" "B med" B/A "A best" "B best" B/A
 for key in "${!VALS[@]}"; do
   [[ $key == A\|* ]] || continue
   m=${key#A|}
   a=$(echo "${VALS["A|$m"]}" | median) b=$(echo "${VALS["B|$m"]:-}" | median)
-  printf '%-44s %12s %12s %8s\n' "$m" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN { if (a > 0) printf "%.3f", b / a; else print "-" }')"
+  ab=$(echo "${VALS["A|$m"]}" | best) bb=$(echo "${VALS["B|$m"]:-}" | best)
+  printf '%-40s %10s %10s %7s %10s %10s %7s\n' "$m" "$a" "$b" "$(ratio "$a" "$b")" "$ab" "$bb" "$(ratio "$ab" "$bb")"
 done | sort

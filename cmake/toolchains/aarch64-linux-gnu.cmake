@@ -3,8 +3,11 @@
 #   ANELAB_CROSS_DEPS  a prefix with the header-only libraries (symlinks to exactly their /usr/include
 #                      directories, never /usr/include itself), their CMake package files, and GoogleTest
 #                      built for aarch64. Searched like a sysroot.
-# Tests run under qemu-user (CMAKE_CROSSCOMPILING_EMULATOR); binaries that tests spawn themselves run through
-# binfmt_misc (qemu-user-binfmt) with the arm64 multiarch runtime libraries.
+# Tests run under qemu-user (CMAKE_CROSSCOMPILING_EMULATOR) with the arm64 multiarch runtime (`-L /`: the
+# guest's /lib/ld-linux-aarch64.so.1 and /lib/aarch64-linux-gnu), the same runtime that binaries the tests spawn
+# themselves get through binfmt_misc (qemu-user-binfmt). Not the cross sysroot's libc: under Debian 12's
+# qemu-user 7.2, a dynamically linked program on libc6-arm64-cross 2.36-8cross1 spins forever inside its first
+# pthread_create (a 5-line std::thread program hangs); on libc6:arm64 2.36-9+deb12u14 it runs.
 set(CMAKE_SYSTEM_NAME Linux)
 set(CMAKE_SYSTEM_PROCESSOR aarch64)
 set(ANELAB_CROSS_SYSROOT /usr/aarch64-linux-gnu)
@@ -28,5 +31,5 @@ set(CMAKE_EXE_LINKER_FLAGS_INIT "-Wl,-rpath-link,/usr/lib/aarch64-linux-gnu:/lib
 set(CMAKE_SHARED_LINKER_FLAGS_INIT "-Wl,-rpath-link,/usr/lib/aarch64-linux-gnu:/lib/aarch64-linux-gnu")
 
 if(NOT CMAKE_CROSSCOMPILING_EMULATOR)
-  set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64;-L;${ANELAB_CROSS_SYSROOT})
+  set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64;-L;/)
 endif()

@@ -32,7 +32,7 @@ install_packages() {
               python3 python3-numpy python3-torch curl)
   # arm64 multiarch: cpp-httplib's library (Debian's header is the split build) and the runtime libraries
   # that binaries started through binfmt_misc load from /lib/aarch64-linux-gnu.
-  local arm=(libcpp-httplib0.11:arm64 libstdc++6:arm64 libgomp1:arm64)
+  local arm=(libc6:arm64 libcpp-httplib0.11:arm64 libstdc++6:arm64)
   local missing=() p
   for p in "${host[@]}" "${arm[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -108,7 +108,7 @@ stage_deps "$DEPS"
 
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/toolchains/aarch64-linux-gnu.cmake" -DANELAB_CROSS_DEPS="$DEPS" \
-  "-DCMAKE_CROSSCOMPILING_EMULATOR=qemu-aarch64;-L;$SYSROOT" "${launcher[@]}" "${cmake_args[@]}" >/dev/null
+  "-DCMAKE_CROSSCOMPILING_EMULATOR=qemu-aarch64;-L;/" "${launcher[@]}" "${cmake_args[@]}" >/dev/null
 cmake --build "$BUILD" -j"$(nproc)"
 file -L "$BUILD/bin/anelab" | grep -q "ARM aarch64" || { log "$BUILD/bin/anelab is not an aarch64 ELF"; exit 1; }
 log "built $BUILD/bin/anelab (aarch64)"
