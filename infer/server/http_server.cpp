@@ -226,6 +226,10 @@ void HttpServer::handle_generate(Endpoint ep, const void* qp, void* rp) {
   }
   res.set_header("Cache-Control", "no-cache");
   const bool include_usage = cr.include_usage;
+  {
+    std::lock_guard<std::mutex> lk(streams_mu_);
+    ++streams_;
+  }
   res.set_chunked_content_provider(
       "text/event-stream",
       [job, meta, include_usage](size_t, httplib::DataSink& sink) {
@@ -233,8 +237,10 @@ void HttpServer::handle_generate(Endpoint ep, const void* qp, void* rp) {
         job->cancel.store(true);
         return false;
       },
-      [job](bool ok) {
+      [this, job](bool ok) {  // httplib calls this once, when the response is destroyed
         if (!ok) job->cancel.store(true);
+        std::lock_guard<std::mutex> lk(streams_mu_);
+        if (--streams_ == 0) streams_cv_.notify_all();
       });
 }
 
@@ -254,8 +260,15 @@ bool HttpServer::running() const { return svr_->is_running(); }
 
 void HttpServer::stop() {
   if (stopping_.exchange(true)) return;
-  svr_->stop();                           // no new connections; listen_after_bind() joins the HTTP threads
-  sched_->shutdown(opt_.shutdown_grace);  // queued -> 503, running finish (or are cancelled after the grace)
+  const auto deadline = Clock::now() + opt_.shutdown_grace;
+  sched_->shutdown(opt_.shutdown_grace);  // new and queued -> 503, running finish (or are cancelled after the grace)
+  {
+    // Every job has ended: its stream writes what is left (at least 1 s for that, the grace permitting more).
+    std::unique_lock<std::mutex> lk(streams_mu_);
+    streams_cv_.wait_until(lk, std::max(deadline, Clock::now() + std::chrono::seconds(1)),
+                           [this] { return streams_ == 0; });
+  }
+  svr_->stop();  // no new connections; listen_after_bind() joins the HTTP threads
 }
 
 }  // namespace anelab::serve

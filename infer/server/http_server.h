@@ -11,9 +11,11 @@
 #pragma once
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "framework/core/power.h"
@@ -51,7 +53,9 @@ class HttpServer {
   int bind();
   // Serves until stop(); returns after in-flight requests finished (or were cancelled).
   void run();
-  // Thread-safe; idempotent. Stops accepting, drains the scheduler (see Scheduler::shutdown).
+  // Thread-safe; idempotent. Drains the scheduler (see Scheduler::shutdown: new requests get 503, running
+  // ones finish within the grace), waits for the streams still writing their last chunks, then stops
+  // accepting connections.
   void stop();
   bool running() const;
   Scheduler& scheduler() { return *sched_; }
@@ -66,6 +70,11 @@ class HttpServer {
   std::unique_ptr<Scheduler> sched_;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> next_id_{1};
+  // Streaming responses whose chunk writer has not finished: httplib ends a chunked response at its next
+  // chunk once the server stops, so stop() waits for these first.
+  std::mutex streams_mu_;
+  std::condition_variable streams_cv_;
+  int streams_ = 0;
   Clock::time_point started_;
   std::unique_ptr<power::Meter> meter_;
   power::Reading energy0_;               // at start: /metrics reports energy since then
