@@ -139,7 +139,7 @@ void run_demo_loop(const DemoLoopOptions& o) {
   const fs::path ex = out / "exports";
   fs::create_directories(ex);
   std::printf("[4/4] export %s:\n", c.run_dir.c_str());
-  for (const std::string& name : {"tinytales.anelab", "tinytales.gguf", "tinytales-hf", "tinytales.bin"}) {
+  for (const char* name : {"tinytales.anelab", "tinytales.gguf", "tinytales-hf", "tinytales.bin"}) {
     const std::string p = (ex / name).string();
     const auto f = models::export_format_for(p, "");
     models::export_model(m, p, f);

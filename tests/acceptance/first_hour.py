@@ -8,8 +8,10 @@ checkout, on the corpus and tokenizer the repo carries (data/tinytales).
   3. resume     the same config with --resume: finishes the run
   4. generate   from the run directory (= its best checkpoint); the dashboard's "Sample now" command
   5. export     to anelab, GGUF, a Hugging Face directory and llama2.c (and refused: x.safetensors, x.txt)
-  6. generate   from every export: the same greedy text as from the run directory
+  6. generate   from every export: the same greedy text as from the run directory; `convert --tokenizer`
+                (a cwd-relative path) makes an anelab file that carries the tokenizer
   7. serve      the anelab export; a stdlib HTTP client gets the same greedy text
+  8. train --init from the run directory (a checkpoint is a model for training too)
 
 Each step is one function taking the shared context, so later fixes add steps (or checks) in one place.
 Usage: first_hour.py ANELAB_BINARY CHECKOUT_DIR [WORK_DIR] [--strategy cpu|dynamic]
@@ -74,15 +76,15 @@ data = "{c.tokens}"
 tokenizer = "{c.tokenizer}"
 run_dir = "{c.run_dir}"
 strategy = "{c.strategy}"
-steps = 8
-batch_size = 4
+steps = 60
+batch_size = 8
 seq_len = 64
-lr = 3e-3
-warmup_steps = 1
-eval_every = 4
+lr = 5e-3
+warmup_steps = 2
+eval_every = 30
 eval_batches = 2
 ''')
-    run(c, ["train", "--config", c.config, "--stop-after", "4", "--quiet"])
+    run(c, ["train", "--config", c.config, "--stop-after", "30", "--quiet"])
     check(c, os.path.exists(os.path.join(c.run_dir, "last.ckpt")), "no last.ckpt after the first half")
     check(c, os.path.exists(os.path.join(c.run_dir, "tokenizer.anetok")), "the run did not save its tokenizer")
 
@@ -91,7 +93,7 @@ def resume(c):
     step(c, "resume")
     run(c, ["train", "--config", c.config, "--resume", "--quiet"])
     steps = [json.loads(l) for l in open(os.path.join(c.run_dir, "events.jsonl")) if '"event":"step"' in l]
-    check(c, steps and steps[-1]["step"] == 8, f"the resumed run did not reach step 8: {steps[-1:]}")
+    check(c, steps and steps[-1]["step"] == 60, f"the resumed run did not reach step 60: {steps[-1:]}")
 
 
 def greedy(c, model, extra=()):
@@ -135,6 +137,20 @@ def generate_from_exports(c):
         extra = ["--tokenizer", c.tokenizer] if fmt == "llama2c" else []
         got = greedy(c, path, extra)
         check(c, got == c.text, f"{fmt} export generates {got!r}, the run dir {c.text!r}")
+    # convert --tokenizer with a path relative to this cwd: the anelab file embeds it, so it runs from anywhere.
+    os.makedirs(os.path.join(c.work, "tok"), exist_ok=True)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(os.path.dirname(c.tokenizer), f), os.path.join(c.work, "tok", f))
+    run(c, ["convert", c.exports["llama2c"], os.path.join(c.work, "y.anelab"), "--tokenizer", "tokenizer.json"],
+        cwd=os.path.join(c.work, "tok"))
+    got = greedy(c, os.path.join(c.work, "y.anelab"))
+    check(c, got == c.text, f"convert --tokenizer (embedded) generates {got!r}, the run dir {c.text!r}")
+
+
+def finetune_from_run(c):
+    step(c, "train --init from the run directory")
+    run(c, ["train", "--init", c.run_dir, "--data", c.tokens, "--run-dir", os.path.join(c.work, "runs", "ft"),
+            "--strategy", "cpu", "--steps", "2", "--batch-size", "2", "--seq-len", "32", "--quiet"])
 
 
 def serve(c):
@@ -168,7 +184,7 @@ def serve(c):
             srv.kill()
 
 
-STEPS = [tokenize, train, resume, generate_from_run, export, generate_from_exports, serve]
+STEPS = [tokenize, train, resume, generate_from_run, export, generate_from_exports, serve, finetune_from_run]
 
 
 def main():
