@@ -19,6 +19,12 @@ WType parse_wtype(const std::string& s) {
   fail("infer", "unknown --dtype '", s, "' (use fp16 or fp32; bf16/q8_0 model files are converted to one of them)");
 }
 
+WType auto_wtype(const models::Model& m) {
+  for (const models::Tensor& t : m.tensors())
+    if (t.shape.size() >= 2 && t.dtype != models::DType::kF32) return WType::kF16;
+  return WType::kF32;
+}
+
 Engine::Engine(models::Model model, const EngineOptions& opt)
     : model_(std::move(model)), opt_(opt), pool_(std::max(1, opt.threads)) {
   const auto& c = model_.config;

@@ -115,5 +115,8 @@ class Engine {
 
 // Parses "fp16"/"f16" or "fp32"/"f32" (other model dtypes are converted at load to one of these).
 WType parse_wtype(const std::string& s);
+// `--dtype auto`: fp32 when every weight matrix of the model is stored in fp32 (llama2.c files, training
+// checkpoints and their fp32 exports, so they all compute alike), else fp16.
+WType auto_wtype(const models::Model& m);
 
 }  // namespace anelab::infer

@@ -145,7 +145,7 @@ int64_t write_random_model(const ModelConfig& c, const std::string& path, uint64
     w.fill = [spec = specs[i], seed, i](int64_t b, int64_t n, float* out) { random_init(spec, seed, i, b, n, out); };
     ws.push_back(std::move(w));
   }
-  AnelabWriteInfo info{c, nullptr, "", "random seed " + std::to_string(seed)};
+  AnelabWriteInfo info{c, nullptr, "", "", "random seed " + std::to_string(seed)};
   return write_anelab_file(path, info, ws, progress);
 }
 

@@ -9,19 +9,14 @@
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
+#include "models/formats/checkpoint_file.h"
 
 namespace anelab::train {
 namespace {
 
-constexpr char kMagic[9] = "ANELABCK";
-constexpr uint32_t kVersion = 1;
 constexpr uint64_t kMaxHeader = 16ull << 20;
+using models::fnv1a64;
 
-uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
 std::string hex64(uint64_t v) {
   char b[17];
   std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
@@ -46,48 +41,15 @@ void write_all(int fd, const void* data, size_t n, const std::string& path) {
 
 }  // namespace
 
-nlohmann::json config_to_json(const models::ModelConfig& c) {
-  return {{"arch", c.arch}, {"dim", c.dim}, {"hidden_dim", c.hidden_dim}, {"n_layers", c.n_layers},
-          {"n_heads", c.n_heads}, {"n_kv_heads", c.n_kv_heads}, {"head_dim", c.head_dim},
-          {"vocab_size", c.vocab_size}, {"max_seq_len", c.max_seq_len}, {"norm_eps", c.norm_eps},
-          {"rope_theta", c.rope_theta}, {"rope_style", models::rope_style_name(c.rope_style)},
-          {"tied_embeddings", c.tied_embeddings}};
-}
-
-models::ModelConfig config_from_json(const nlohmann::json& j, const std::string& where) {
-  models::ModelConfig c;
-  try {
-    c.arch = j.at("arch").get<std::string>();
-    c.dim = j.at("dim").get<int64_t>();
-    c.hidden_dim = j.at("hidden_dim").get<int64_t>();
-    c.n_layers = j.at("n_layers").get<int64_t>();
-    c.n_heads = j.at("n_heads").get<int64_t>();
-    c.n_kv_heads = j.at("n_kv_heads").get<int64_t>();
-    c.head_dim = j.at("head_dim").get<int64_t>();
-    c.vocab_size = j.at("vocab_size").get<int64_t>();
-    c.max_seq_len = j.at("max_seq_len").get<int64_t>();
-    c.norm_eps = j.at("norm_eps").get<float>();
-    c.rope_theta = j.at("rope_theta").get<float>();
-    const auto rs = j.at("rope_style").get<std::string>();
-    if (rs == "adjacent_pairs") c.rope_style = models::RopeStyle::kAdjacentPairs;
-    else if (rs == "rotate_half") c.rope_style = models::RopeStyle::kRotateHalf;
-    else fail("checkpoint", where, ": model.rope_style '", rs, "' is not adjacent_pairs or rotate_half");
-    c.tied_embeddings = j.at("tied_embeddings").get<bool>();
-  } catch (const nlohmann::json::exception& e) {
-    fail("checkpoint", where, ": bad model config: ", e.what());
-  }
-  models::validate_config(c, where);
-  return c;
-}
-
 void write_checkpoint(const std::string& path, const CheckpointState& s) {
   const size_t P = s.weights.size();
   if (s.m.size() != P || s.v.size() != P) fail("checkpoint", path, ": moment sizes differ from the weights");
-  uint64_t sum = 0xcbf29ce484222325ull;
-  for (const auto* a : {&s.weights, &s.m, &s.v}) sum = fnv1a(sum, a->data(), P * 4);
+  uint64_t sum = models::kFnvOffset;
+  for (const auto* a : {&s.weights, &s.m, &s.v}) sum = fnv1a64(sum, a->data(), P * 4);
   nlohmann::json h = {
-      {"format", "anelab-checkpoint"}, {"version", kVersion}, {"model", config_to_json(s.model)},
-      {"n_params", P}, {"step", s.step}, {"adam_t", s.adam_t},
+      {"format", "anelab-checkpoint"}, {"version", models::kCheckpointVersion},
+      {"model", models::checkpoint_config_to_json(s.model)}, {"n_params", P},
+      {"tensors", models::checkpoint_tensors_json(s.model)}, {"step", s.step}, {"adam_t", s.adam_t},
       {"loss_scale", {{"dynamic", s.ls_dynamic}, {"scale", s.ls_scale}, {"interval", s.ls_interval},
                       {"good_steps", s.ls_good_steps}}},
       {"data", {{"batching", s.batching}, {"state", hex64(s.data_state)}}},
@@ -97,8 +59,8 @@ void write_checkpoint(const std::string& path, const CheckpointState& s) {
       {"config", s.config}, {"data_size", P * 12}, {"checksum", hex64(sum)}};
   const std::string js = h.dump();
   std::vector<uint8_t> head(24);
-  std::memcpy(head.data(), kMagic, 8);
-  std::memcpy(head.data() + 8, &kVersion, 4);
+  std::memcpy(head.data(), models::kCheckpointMagic, 8);
+  std::memcpy(head.data() + 8, &models::kCheckpointVersion, 4);
   const uint64_t hl = js.size();
   std::memcpy(head.data() + 16, &hl, 8);
   head.insert(head.end(), js.begin(), js.end());
@@ -133,13 +95,14 @@ CheckpointState read_checkpoint(const std::string& path) {
   MappedFile f(path);
   const uint8_t* d = f.data();
   const size_t n = f.size();
-  if (n < 24 || std::memcmp(d, kMagic, 8) != 0)
+  if (n < 24 || !models::looks_like_checkpoint(d, n))
     fail("checkpoint", path, ": not an anelab checkpoint (magic 'ANELABCK' missing, ", n, " bytes)");
   uint32_t ver;
   uint64_t hl;
   std::memcpy(&ver, d + 8, 4);
   std::memcpy(&hl, d + 16, 8);
-  if (ver != kVersion) fail("checkpoint", path, ": version ", ver, " is not supported (this build reads ", kVersion, ")");
+  if (ver < 1 || ver > models::kCheckpointVersion)
+    fail("checkpoint", path, ": version ", ver, " is not supported (this build reads 1..", models::kCheckpointVersion, ")");
   if (hl == 0 || hl > kMaxHeader || 24 + hl > n) fail("checkpoint", path, ": header_len ", hl, " is out of range for a ", n, "-byte file");
   nlohmann::json h;
   try {
@@ -150,11 +113,12 @@ CheckpointState read_checkpoint(const std::string& path) {
   CheckpointState s;
   try {
     if (h.at("format") != "anelab-checkpoint") fail("checkpoint", path, ": header.format is not anelab-checkpoint");
-    s.model = config_from_json(h.at("model"), path);
+    s.model = models::checkpoint_config_from_json(h.at("model"), path);
     const uint64_t P = h.at("n_params").get<uint64_t>();
     const uint64_t off = (24 + hl + 63) / 64 * 64;
     if (P == 0 || P > (uint64_t(1) << 36) || h.at("data_size").get<uint64_t>() != P * 12 || off + P * 12 != n)
       fail("checkpoint", path, ": n_params ", P, " does not match the file size ", n, " (truncated or corrupt)");
+    if (ver >= 2) models::check_checkpoint_tensors(h.at("tensors"), s.model, path);
     s.step = h.at("step").get<int64_t>();
     s.adam_t = h.at("adam_t").get<int64_t>();
     if (s.step < 0 || s.adam_t < 0 || s.adam_t > s.step) fail("checkpoint", path, ": bad step ", s.step, " / adam_t ", s.adam_t);
@@ -176,7 +140,7 @@ CheckpointState read_checkpoint(const std::string& path) {
     s.compiles = t.at("compiles").get<int64_t>();
     s.config = h.at("config");
     const uint64_t want = parse_hex64(h.at("checksum").get<std::string>(), path + " checksum");
-    if (fnv1a(0xcbf29ce484222325ull, d + off, P * 12) != want)
+    if (fnv1a64(models::kFnvOffset, d + off, P * 12) != want)
       fail("checkpoint", path, ": checksum mismatch (corrupt file); use best.ckpt or start over");
     for (auto [dst, i] : {std::pair{&s.weights, 0}, {&s.m, 1}, {&s.v, 2}}) {
       dst->resize(P);

@@ -1,8 +1,10 @@
-// Training checkpoints (`last.ckpt`, `best.ckpt` in the run dir), format "anelab-checkpoint" version 1.
+// Training checkpoints (`last.ckpt`, `best.ckpt` in the run dir), format "anelab-checkpoint" version 2
+// (version 1, without the `tensors` list, is still read). Every command that takes a model reads the
+// weights of a checkpoint or run directory through models/formats/checkpoint_file.h.
 // All integers little-endian.
 //
 //   offset 0   char[8]  magic "ANELABCK"
-//   offset 8   u32      format version (1; readers reject others)
+//   offset 8   u32      format version (2; readers accept 1 and 2)
 //   offset 12  u32      reserved (0)
 //   offset 16  u64      header_len: length of the JSON header (at most 16 MiB)
 //   offset 24  JSON header, UTF-8
@@ -13,7 +15,8 @@
 // JSON header:
 //   {"format": "anelab-checkpoint", "version": 1,
 //    "model": {ModelConfig fields as in the anelab model file}, "n_params": P,
-//    "tensors": [{"name", "shape", "offset"}...]        (element offsets; informational + checked),
+//    "tensors": [{"name", "shape", "offset"}...]   (version 2: element offsets into each array; checked against
+//                                                  the canonical order on load),
 //    "step": optimizer steps done, "adam_t": AdamW updates applied (skipped steps excluded),
 //    "loss_scale": {"dynamic", "scale", "interval", "good_steps"},
 //    "data": {"batching": "random"|"sequential", "state": "16 hex digits" (generator state or position)},
@@ -53,7 +56,5 @@ struct CheckpointState {
 
 void write_checkpoint(const std::string& path, const CheckpointState& s);
 CheckpointState read_checkpoint(const std::string& path);
-nlohmann::json config_to_json(const models::ModelConfig& c);
-models::ModelConfig config_from_json(const nlohmann::json& j, const std::string& where);
 
 }  // namespace anelab::train

@@ -14,6 +14,7 @@
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 #include "framework/core/platform.h"
+#include "models/formats/checkpoint_file.h"
 #include "models/formats/load_any.h"
 #include "models/presets.h"
 #include "models/tokenizer/tokenizer.h"
@@ -30,6 +31,16 @@ namespace fs = std::filesystem;
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The tokenizer a token file was made with (its sidecar OUT.bin.json names it), when that file exists.
+std::string data_tokenizer(const std::string& data) {
+  const fs::path side = data + ".json";
+  if (!fs::exists(side)) return "";
+  const auto j = nlohmann::json::parse(read_file_text(side.string()), nullptr, false);
+  if (!j.is_object() || !j.contains("tokenizer") || !j["tokenizer"].is_string()) return "";
+  const std::string t = j["tokenizer"].get<std::string>();
+  return !t.empty() && fs::exists(t) ? t : "";
 }
 
 // Everything one training process holds. Member functions are the loop's named steps.
@@ -100,8 +111,13 @@ void Run::load_model(bool resume, CheckpointState* ck) {
     w = init_from_model(layout, *m);
   }
   model_label = !cfg.preset.empty() ? cfg.preset : fs::path(cfg.init).filename().string();
+  const fs::path saved_tok = fs::path(cfg.run_dir) / models::kRunTokenizerFile;
   if (!cfg.tokenizer.empty()) tokenizer = tok::load_tokenizer(cfg.tokenizer);
   else if (m && m->vocab) tokenizer = tok::make_tokenizer(*m->vocab);
+  else if (resume && fs::exists(saved_tok)) tokenizer = tok::make_tokenizer(models::read_run_tokenizer(saved_tok.string()));
+  else if (const std::string t = data_tokenizer(cfg.data); !t.empty()) tokenizer = tok::load_tokenizer(t);
+  // Saved with the run, so its checkpoints are models that carry their tokenizer (checkpoint_file.h).
+  if (tokenizer) models::save_run_tokenizer(tokenizer->vocab(), saved_tok.string());
   if (cfg.seq_len > layout.config().max_seq_len)
     fail("train", "--seq-len ", cfg.seq_len, " exceeds the model's context length ", layout.config().max_seq_len);
 }

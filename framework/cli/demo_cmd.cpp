@@ -1,5 +1,6 @@
-// anelab demo: the README's main job on an embedded default. Builds the Stories110M attention-forward
-// training kernel (RMSNorm, Q/K/V convs, RoPE, 12-head causal attention, Wo; six taps) with the typed
+// anelab demo: the README's main job on an embedded default, the whole train -> generate -> export loop
+// (framework/cli/demo_loop.h).
+// anelab demo kernel: builds the Stories110M attention-forward training kernel (RMSNorm, Q/K/V convs, RoPE, 12-head causal attention, Wo; six taps) with the typed
 // MIL builder, prints its MIL size, compiles it on the chosen backend, runs it on seeded random weights
 // and checks every tap against an independent float64 reference.
 #include <chrono>
@@ -8,6 +9,7 @@
 #include <random>
 
 #include "framework/cli/commands.h"
+#include "framework/cli/demo_loop.h"
 #include "framework/kernels/runner.h"
 #include "framework/mil/printer.h"
 
@@ -176,8 +178,28 @@ void run_demo(const DemoOptions& o) {
 }  // namespace
 
 void add_demo_command(CLI::App& app) {
+  auto l = std::make_shared<DemoLoopOptions>();
+  auto* d = app.add_subcommand(
+      "demo", "Main job on an embedded default: train a tiny Llama from scratch on the ANE kernels (emulator, dynamic "
+              "strategy) on data/tinytales, generate from the checkpoint, export it (`demo kernel`: one kernel vs float64)");
+  d->require_subcommand(0, 1);
+  d->add_option("--data", l->data, "directory with corpus.txt + tokenizer.json (default: the checkout's data/tinytales)");
+  d->add_option("--out", l->out, "output directory (replaced when an earlier demo made it)")->capture_default_str();
+  d->add_option("--preset", l->preset, "model preset trained from scratch")->capture_default_str();
+  d->add_option("--strategy", l->strategy, "training strategy: dynamic, static or cpu")->capture_default_str();
+  d->add_option("--backend", l->backend, "kernel backend: emulator or ane")->capture_default_str();
+  d->add_option("--device", l->device, "device profile (m1..m5; default: the backend's)");
+  d->add_option("--steps", l->steps, "optimizer steps")->capture_default_str();
+  d->add_option("--batch-size", l->batch_size, "sequences per step")->capture_default_str();
+  d->add_option("--seq-len", l->seq_len, "tokens per sequence")->capture_default_str();
+  d->add_option("--lr", l->lr, "peak learning rate (cosine schedule)")->capture_default_str();
+  d->add_option("--prompt", l->prompt, "prompt of the greedy sample")->capture_default_str();
+  d->callback([d, l] {
+    if (d->get_subcommands().empty()) run_demo_loop(*l);
+  });
+
   auto o = std::make_shared<DemoOptions>();
-  auto* c = app.add_subcommand("demo", "Main job on an embedded default: a Stories110M attention kernel, MIL -> backend vs float64");
+  auto* c = d->add_subcommand("kernel", "A Stories110M attention kernel: typed builder -> MIL -> backend vs float64");
   c->add_option("--backend", o->backend, "backend (emulator, ane)")->capture_default_str();
   c->add_option("--device", o->device, "device profile (m1..m5)")->capture_default_str();
   c->add_option("--seq", o->seq, "sequence length (>= 32)")->capture_default_str();

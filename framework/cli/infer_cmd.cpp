@@ -55,7 +55,7 @@ void add_common(CLI::App* sub, InferArgs& a) {
   sub->add_option("--tokenizer", a.tokenizer, "Tokenizer (when the model file has none): tokenizer.bin, tokenizer.json, dir");
   sub->add_option("--backend", a.backend, "Prefill backend: emulator, cpu or ane")->capture_default_str();
   sub->add_option("--device", a.device, "Device profile for emulator/ane (m1..m5)")->capture_default_str();
-  sub->add_option("--dtype", a.dtype, "Compute dtype of the weight matrices: fp16, fp32, or auto (fp32 for llama2.c files, whose run.c reference is fp32; fp16 otherwise)")->capture_default_str();
+  sub->add_option("--dtype", a.dtype, "Compute dtype of the weight matrices: fp16, fp32, or auto (fp32 when the file stores every matrix in fp32: llama2.c files, training checkpoints, fp32 exports; fp16 otherwise)")->capture_default_str();
   sub->add_option("--threads", a.threads, "CPU threads (persistent pool)")->capture_default_str();
   sub->add_option("--ctx", a.ctx, "Context positions (0 = the model's max_seq_len)")->capture_default_str();
 }
@@ -94,8 +94,7 @@ Loaded load(const InferArgs& a, bool need_tokenizer) {
   infer::EngineOptions eo;
   eo.backend = a.backend;
   eo.device = a.device;
-  eo.dtype = a.dtype == "auto" ? (m.source_format == "llama2c" ? infer::WType::kF32 : infer::WType::kF16)
-                              : infer::parse_wtype(a.dtype);
+  eo.dtype = a.dtype == "auto" ? infer::auto_wtype(m) : infer::parse_wtype(a.dtype);
   eo.threads = a.threads;
   eo.context = a.ctx;
   l.engine = std::make_unique<infer::Engine>(std::move(m), eo);

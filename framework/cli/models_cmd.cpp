@@ -1,5 +1,6 @@
-// anelab convert IN OUT [--dtype D] | anelab convert --random PRESET OUT [--seed N] [--dtype D]
-// (OUT ending in .gguf writes GGUF, vocab from --tokenizer)
+// anelab convert IN OUT [--format F] [--dtype D] [--tokenizer T] | anelab convert --random PRESET OUT [--seed N]
+// anelab export CKPT|RUN_DIR|MODEL OUT [--format F] [--dtype D] [--tokenizer T]
+//   (the output format comes from --format or OUT's name: models/formats/export.h)
 // anelab info FILE
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include "framework/cli/commands.h"
 #include "framework/core/error.h"
 #include "models/formats/anelab_file.h"
+#include "models/formats/export.h"
 #include "models/formats/gguf.h"
 #include "models/formats/load_any.h"
 #include "models/presets.h"
@@ -37,52 +39,61 @@ ProgressFn progress_bar(const std::string& label) {
 
 struct ConvertArgs {
   std::vector<std::string> paths;
-  std::string random, dtype, tokenizer;
+  std::string random, dtype, tokenizer, format;
   uint64_t seed = 1;
 };
 
-bool is_gguf_path(const std::string& p) { return p.size() > 5 && p.compare(p.size() - 5, 5, ".gguf") == 0; }
-
-// OUT.gguf: the model goes through a temporary anelab file (one dtype-conversion path for both formats),
-// then is written as GGUF with the vocab from --tokenizer (or the one the source embeds).
-int64_t write_gguf_output(const std::string& tmp_anelab, const std::string& out, const std::string& tokenizer) {
-  struct Remove {
-    std::string p;
-    ~Remove() { std::remove(p.c_str()); }
-  } cleanup{tmp_anelab};
-  Model m = read_anelab_file(tmp_anelab);
-  if (!tokenizer.empty()) m.vocab = tok::load_vocab_file(tokenizer);
-  if (!m.vocab)
-    std::fprintf(stderr, "note: %s gets no tokenizer (pass --tokenizer); llama.cpp refuses GGUFs without one\n",
-                 out.c_str());
-  return write_gguf_model(m, out);
+int64_t output_bytes(const std::string& out) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(out)) return static_cast<int64_t>(fs::file_size(out));
+  int64_t n = 0;
+  for (const auto& e : fs::directory_iterator(out))
+    if (e.is_regular_file()) n += static_cast<int64_t>(e.file_size());
+  return n;
 }
 
+// convert and export: IN (any model file, checkpoint or run dir) or a random preset -> OUT in the format
+// its name or --format says (models/formats/export.h).
 void run_convert(const ConvertArgs& a) {
   std::optional<DType> dt;
   if (!a.dtype.empty()) dt = parse_dtype(a.dtype);
   const auto t0 = std::chrono::steady_clock::now();
-  int64_t bytes = 0;
   std::string out;
   if (!a.random.empty()) {
     if (a.paths.size() != 1) fail("cli", "convert --random PRESET takes exactly one path (OUT), got ", a.paths.size());
     out = a.paths[0];
   } else {
-    if (a.paths.size() != 2) fail("cli", "convert needs IN and OUT (or --random PRESET OUT), got ", a.paths.size(), " paths");
+    if (a.paths.size() != 2) fail("cli", "needs IN and OUT (or convert --random PRESET OUT), got ", a.paths.size(), " paths");
     out = a.paths[1];
   }
-  const bool gguf = is_gguf_path(out);
-  const std::string target = gguf ? out + ".anelab.tmp." + std::to_string(::getpid()) : out;
-  if (!a.random.empty()) {
-    bytes = write_random_model(preset(a.random), target, a.seed, dt, progress_bar("writing"));
+  const ExportFormat fmt = export_format_for(out, a.format);
+  std::vector<std::string> notes;
+  if (!a.random.empty() && fmt == ExportFormat::kAnelab && a.tokenizer.empty()) {
+    write_random_model(preset(a.random), out, a.seed, dt, progress_bar("writing"));  // streamed, any size
   } else {
-    Model m = load_any_model(a.paths[0]);
-    if (!a.tokenizer.empty()) m.tokenizer_path = a.tokenizer;
-    bytes = save_model(m, target, dt, progress_bar("converting"));
+    Model m;
+    std::string tmp;
+    if (!a.random.empty()) {  // other formats go through a temporary anelab file (streamed dtype conversion)
+      tmp = out + ".anelab.tmp." + std::to_string(::getpid());
+      write_random_model(preset(a.random), tmp, a.seed, dt, progress_bar("writing"));
+      m = read_anelab_file(tmp);
+    } else {
+      m = load_any_model(a.paths[0]);
+    }
+    struct Remove {
+      std::string p;
+      ~Remove() { if (!p.empty()) std::remove(p.c_str()); }
+    } cleanup{tmp};
+    if (!a.tokenizer.empty()) {  // embedded: the output does not depend on where the tokenizer file was
+      m.vocab = tok::load_vocab_file(a.tokenizer);
+      m.tokenizer_path = std::filesystem::absolute(a.tokenizer).lexically_normal().string();
+    }
+    notes = export_model(m, out, fmt, tmp.empty() ? dt : std::nullopt, progress_bar("converting"));
   }
-  if (gguf) bytes = write_gguf_output(target, out, a.tokenizer);
+  for (const std::string& n : notes) std::fprintf(stderr, "note: %s\n", n.c_str());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("wrote %s: %.1f MiB in %.2f s\n", out.c_str(), static_cast<double>(bytes) / (1 << 20), s);
+  std::printf("wrote %s (%s): %.1f MiB in %.2f s\n", out.c_str(), export_format_name(fmt),
+              static_cast<double>(output_bytes(out)) / (1 << 20), s);
 }
 
 void print_vocab(const tok::VocabData& v) {
@@ -107,6 +118,7 @@ void print_model(const Model& m) {
               static_cast<double>(m.total_bytes()) / (1 << 20));
   if (m.vocab) print_vocab(*m.vocab);
   if (!m.tokenizer_path.empty()) std::printf("tokenizer path: %s\n", m.tokenizer_path.c_str());
+  if (!m.chat_template.empty()) std::printf("chat template: %zu bytes\n", m.chat_template.size());
 }
 
 void run_info(const std::string& path) {
@@ -129,24 +141,41 @@ void run_info(const std::string& path) {
 }  // namespace
 
 void add_model_commands(CLI::App& app) {
+  const std::string formats =
+      "output format: anelab|gguf|safetensors (a Hugging Face directory)|llama2c (default: from OUT's name: .anelab, "
+      ".gguf, .bin = llama2.c, a name without an extension = Hugging Face directory; other extensions are refused)";
+  const std::string tok_help =
+      "embed this tokenizer (tokenizer.json, encoder.json dir, tokenizer.bin) in the output instead of the one the "
+      "source carries";
   auto args = std::make_shared<ConvertArgs>();
   auto* conv = app.add_subcommand(
-      "convert", "Convert a model (llama2.c .bin, safetensors file/dir, GGUF, anelab) into an anelab model file "
-                 "(or a GGUF when OUT ends in .gguf), or write a random-weight model of a preset's shape");
+      "convert", "Convert a model (llama2.c .bin, safetensors file/dir, GGUF, anelab, training checkpoint or run "
+                 "dir) into anelab, GGUF, Hugging Face safetensors or llama2.c, or write a random-weight model of a "
+                 "preset's shape");
   conv->add_option("paths", args->paths, "IN OUT, or OUT with --random")->required();
   conv->add_option("--random", args->random, "write seeded random weights for this preset instead of converting")
       ->check(CLI::IsMember(preset_names()));
   conv->add_option("--seed", args->seed, "random seed for --random")->capture_default_str();
+  conv->add_option("--format", args->format, formats);
   conv->add_option("--dtype", args->dtype,
                    "dtype of matrices in the output: fp32|fp16|bf16|q8_0 (default: keep the source's; 1-D tensors stay fp32)");
-  conv->add_option("--tokenizer", args->tokenizer,
-                   "record this tokenizer path in the output file; with OUT.gguf its vocab (tokenizer.json, "
-                   "encoder.json dir, tokenizer.bin) is written into the GGUF metadata");
+  conv->add_option("--tokenizer", args->tokenizer, tok_help);
   conv->callback([args] { run_convert(*args); });
 
+  auto eargs = std::make_shared<ConvertArgs>();
+  auto* exp = app.add_subcommand(
+      "export", "Export a training checkpoint or run directory (its best.ckpt) - or any model file - as anelab, "
+                "GGUF, Hugging Face safetensors directory or llama2.c .bin");
+  exp->add_option("paths", eargs->paths, "CKPT|RUN_DIR|MODEL OUT")->required()->expected(2);
+  exp->add_option("--format", eargs->format, formats);
+  exp->add_option("--dtype", eargs->dtype, "dtype of matrices in the output: fp32|fp16|bf16|q8_0 (default: fp32 for a checkpoint)");
+  exp->add_option("--tokenizer", eargs->tokenizer, tok_help);
+  exp->callback([eargs] { run_convert(*eargs); });
+
   auto path = std::make_shared<std::string>();
-  auto* info = app.add_subcommand("info", "Summarise a model file (anelab, llama2.c, safetensors, GGUF)");
-  info->add_option("file", *path, "model file or safetensors directory")->required();
+  auto* info = app.add_subcommand(
+      "info", "Summarise a model file (anelab, llama2.c, safetensors, GGUF, training checkpoint or run dir)");
+  info->add_option("file", *path, "model file, safetensors directory, checkpoint or run directory")->required();
   info->callback([path] { run_info(*path); });
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 
 #include "framework/cli/commands.h"
 #include "framework/core/error.h"
@@ -39,7 +40,9 @@ void run_tokenize(const TokenizeArgs& a) {
     summary = cat(tok::split_paragraphs(input).size(), " paragraphs -> ", lines.size(), " bytes of ids");
     write_file_atomic(a.out, lines);
   } else {
-    const auto info = tok::write_token_file(*tok, input, a.out, a.tokenizer);
+    // The sidecar names the tokenizer by absolute path: `anelab train` finds it from any directory.
+    const auto info = tok::write_token_file(*tok, input, a.out,
+                                            std::filesystem::absolute(a.tokenizer).lexically_normal().string());
     summary = cat(info.n_documents, " documents -> ", info.n_tokens, " tokens (", info.dtype, ", separator ",
                   info.separator_id, ") in ", a.out, " + .json");
   }

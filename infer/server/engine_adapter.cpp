@@ -56,8 +56,7 @@ struct ModelPool::Impl {
     infer::EngineOptions eo;
     eo.backend = opt.backend;
     eo.device = opt.device;
-    eo.dtype = opt.dtype == "auto" ? (m.source_format == "llama2c" ? infer::WType::kF32 : infer::WType::kF16)
-                                   : infer::parse_wtype(opt.dtype);
+    eo.dtype = opt.dtype == "auto" ? infer::auto_wtype(m) : infer::parse_wtype(opt.dtype);
     eo.threads = opt.threads;
     eo.context = opt.ctx;
     eo.quiet = true;

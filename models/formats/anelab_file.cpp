@@ -171,8 +171,8 @@ Model parse_anelab(const uint8_t* data, size_t size, std::shared_ptr<const void>
     fail("model", w, ": not an anelab model file (magic ANELABMF missing); use `anelab info` to identify it");
   r.take(8, "magic");
   const uint32_t version = r.get<uint32_t>("format version");
-  if (version != kAnelabVersion)
-    fail("model", w, ": anelab format version ", version, " is not supported (this build reads version ",
+  if (version < 1 || version > kAnelabVersion)
+    fail("model", w, ": anelab format version ", version, " is not supported (this build reads versions 1 to ",
          kAnelabVersion, "); re-convert the model with this anelab");
   r.get<uint32_t>("reserved");
   const uint64_t hlen = r.get<uint64_t>("header_len");
@@ -186,7 +186,7 @@ Model parse_anelab(const uint8_t* data, size_t size, std::shared_ptr<const void>
     fail("model", w, ": JSON header does not parse (", e.what(), "); the file is corrupt");
   }
   if (jstr(h, "format", w) != "anelab-model") fail("model", w, ": header field format is not \"anelab-model\"");
-  if (jint(h, "version", w) != kAnelabVersion) fail("model", w, ": header field version does not match the binary version");
+  if (jint(h, "version", w) != version) fail("model", w, ": header field version does not match the binary version");
   const int64_t data_off = round_up(24 + static_cast<int64_t>(hlen), kAnelabAlign);
   const int64_t data_size = jint(h, "data_size", w);
   if (data_size < 0 || data_off > static_cast<int64_t>(size) || data_size != static_cast<int64_t>(size) - data_off)
@@ -210,6 +210,7 @@ Model parse_anelab(const uint8_t* data, size_t size, std::shared_ptr<const void>
       auto [off, nb] = blob(t["embedded"], "tokenizer.embedded.");
       m.vocab = deserialize_vocab(data + data_off + off, static_cast<size_t>(nb), w);
     }
+    if (t.contains("chat_template")) m.chat_template = jstr(t, "chat_template", w, "tokenizer.");
   }
   const json& ts = field(h, "tensors", w, "");
   if (!ts.is_array()) fail("model", w, ": header field tensors must be an array");
@@ -319,6 +320,7 @@ int64_t write_anelab_file(const std::string& path, const AnelabWriteInfo& info,
   int64_t off = 0;
   std::vector<uint8_t> vblob;
   h["tokenizer"] = json{{"path", info.tokenizer_path}};
+  if (!info.chat_template.empty()) h["tokenizer"]["chat_template"] = info.chat_template;
   if (info.vocab) {
     vblob = serialize_vocab(*info.vocab);
     h["tokenizer"]["embedded"] = json{{"offset", 0}, {"nbytes", vblob.size()}};
@@ -394,7 +396,7 @@ int64_t save_model(const Model& m, const std::string& path, std::optional<DType>
     }
     specs.push_back(std::move(w));
   }
-  AnelabWriteInfo info{m.config, m.vocab ? &*m.vocab : nullptr, m.tokenizer_path,
+  AnelabWriteInfo info{m.config, m.vocab ? &*m.vocab : nullptr, m.tokenizer_path, m.chat_template,
                        m.source_format + ":" + m.source_path};
   return write_anelab_file(path, info, specs, progress);
 }

@@ -1,7 +1,9 @@
-// The anelab model file (.anelab), format version 1. All integers little-endian.
+// The anelab model file (.anelab), format version 2 (version 1 files are still read). All integers
+// little-endian. A model file is self-contained: the tokenizer is embedded (as GGUF does), with the chat
+// template when the source had one.
 //
 //   offset 0   char[8]  magic "ANELABMF"
-//   offset 8   u32      format version (currently 1; readers reject other versions)
+//   offset 8   u32      format version (2; readers accept 1 and 2)
 //   offset 12  u32      reserved (0)
 //   offset 16  u64      header_len: length of the JSON header that follows (at most 64 MiB)
 //   offset 24  JSON header, UTF-8, header_len bytes
@@ -10,14 +12,15 @@
 //   so tensor data is 64-byte aligned when the file is memory-mapped. The file ends there exactly.
 //
 // JSON header:
-//   {"format": "anelab-model", "version": 1,
+//   {"format": "anelab-model", "version": 2,
 //    "config": {"arch": "llama"|"gpt2"|"qwen2", "dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads",
 //               "head_dim", "vocab_size", "max_seq_len" (integers), "norm_eps", "rope_theta" (numbers),
 //               "rope_style": "none"|"adjacent_pairs"|"rotate_half", "norm": "rms"|"layer",
 //               "activation": "silu"|"gelu_tanh", "tied_embeddings", "qkv_bias", "attn_out_bias",
 //               "mlp_bias", "learned_pos" (booleans)},
-//    "tokenizer": {"path": "where it came from (may be empty)",
-//                  "embedded": {"offset": O, "nbytes": N}}       ("embedded" optional),
+//    "tokenizer": {"path": "where it came from (provenance only when embedded; may be empty)",
+//                  "embedded": {"offset": O, "nbytes": N},       (optional: absent when the model has none)
+//                  "chat_template": "Jinja text"}                (optional; version 2)
 //    "tensors": [{"name": canonical name (models/formats/model.h), "dtype": "fp32"|"fp16"|"bf16"|"q8_0",
 //                 "shape": [out, in] or [n], "offset": O, "nbytes": N}, ...],   canonical order
 //    "data_size": bytes of the data section,
@@ -43,7 +46,7 @@
 namespace anelab::models {
 
 constexpr char kAnelabMagic[9] = "ANELABMF";
-constexpr uint32_t kAnelabVersion = 1;
+constexpr uint32_t kAnelabVersion = 2;  // written; 1 is still read
 constexpr int64_t kAnelabAlign = 64;
 
 // Reads (memory-maps) an anelab model file. Throws anelab::Error naming the field on any problem.
@@ -70,6 +73,7 @@ struct AnelabWriteInfo {
   ModelConfig config;
   const tok::VocabData* vocab = nullptr;  // embedded when non-null
   std::string tokenizer_path;
+  std::string chat_template;
   std::string source;
 };
 

@@ -175,6 +175,7 @@ Model gguf_to_model(const GgufFile& g, const std::string& w) {
   if (!emb) fail("model", w, ": GGUF has no token_embd.weight");
   m.config.vocab_size = emb->shape[0];
   if (gguf_has_vocab(g)) m.vocab = gguf_vocab(g, w);
+  if (g.find("tokenizer.chat_template")) m.chat_template = g.get_str("tokenizer.chat_template", w);
   m.source_format = "gguf";
   m.source_path = w;
   m.check_complete(w);
@@ -300,6 +301,7 @@ GgufWriter gguf_writer_for(const Model& m) {
   if (c.rope_style != RopeStyle::kNone) w.add_f32(a + "rope.freq_base", c.rope_theta);
   w.add_u32("general.file_type", file_type(m));
   if (m.vocab) add_vocab(w, *m.vocab, c.vocab_size);
+  if (!m.chat_template.empty()) w.add_str("tokenizer.chat_template", m.chat_template);
   const bool gpt2 = c.arch == "gpt2";
   for (const Tensor& t : m.tensors()) {
     if (gpt2 && t.name.starts_with("layers.")) {

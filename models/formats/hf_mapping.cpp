@@ -160,8 +160,8 @@ void map_gpt2(Model& m, const StTensorMap& ts, const std::string& w) {
   }
 }
 
-void map_llama_qwen(Model& m, const StTensorMap& ts, const std::string& w) {
-  static const std::regex layer_re(R"(layers\.(\d+)\.(.+))");
+// HF Llama/Qwen2 per-layer tensor name -> canonical leaf name (the one table for reading and writing).
+const std::map<std::string, std::string>& llama_qwen_layer_names() {
   static const std::map<std::string, std::string> per_layer = {
       {"input_layernorm.weight", "attn_norm"}, {"post_attention_layernorm.weight", "ffn_norm"},
       {"self_attn.q_proj.weight", "wq"},       {"self_attn.k_proj.weight", "wk"},
@@ -170,6 +170,12 @@ void map_llama_qwen(Model& m, const StTensorMap& ts, const std::string& w) {
       {"self_attn.v_proj.bias", "bv"},         {"self_attn.o_proj.bias", "bo"},
       {"mlp.gate_proj.weight", "w1"},          {"mlp.down_proj.weight", "w2"},
       {"mlp.up_proj.weight", "w3"}};
+  return per_layer;
+}
+
+void map_llama_qwen(Model& m, const StTensorMap& ts, const std::string& w) {
+  static const std::regex layer_re(R"(layers\.(\d+)\.(.+))");
+  const auto& per_layer = llama_qwen_layer_names();
   for (const auto& [full, t] : ts) {
     const std::string n = full.starts_with("model.") ? full.substr(6) : full;
     std::smatch mt;
@@ -187,6 +193,19 @@ void map_llama_qwen(Model& m, const StTensorMap& ts, const std::string& w) {
   }
 }
 }  // namespace
+
+std::string hf_llama_qwen_name(const std::string& name) {
+  if (name == "tok_embeddings") return "model.embed_tokens.weight";
+  if (name == "norm") return "model.norm.weight";
+  if (name == "output") return "lm_head.weight";
+  const size_t dot = name.find('.', 7);
+  if (name.starts_with("layers.") && dot != std::string::npos) {
+    const std::string leaf = name.substr(dot + 1);
+    for (const auto& [hf, canon] : llama_qwen_layer_names())
+      if (canon == leaf) return "model." + name.substr(0, dot + 1) + hf;
+  }
+  fail("model", "tensor ", name, " has no Hugging Face Llama/Qwen2 name");
+}
 
 Model hf_to_model(const std::string& config_json, const StTensorMap& ts, const std::string& w) {
   json j;

@@ -5,6 +5,7 @@
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 #include "models/formats/anelab_file.h"
+#include "models/formats/checkpoint_file.h"
 #include "models/formats/gguf.h"
 #include "models/formats/llama2c.h"
 #include "models/formats/safetensors.h"
@@ -14,19 +15,22 @@ namespace anelab::models {
 std::string detect_model_format(const std::string& path) {
   namespace fs = std::filesystem;
   if (!fs::exists(path)) fail("model", path, ": no such file or directory");
+  if (is_run_dir(path)) return "checkpoint";
   if (fs::is_directory(path) || path.ends_with(".index.json")) return "safetensors";
   MappedFile f(path);
   if (looks_like_anelab(f.data(), f.size())) return "anelab";
+  if (looks_like_checkpoint(f.data(), f.size())) return "checkpoint";
   if (looks_like_gguf(f.data(), f.size())) return "gguf";
   if (looks_like_safetensors(f.data(), f.size())) return "safetensors";
   if (looks_like_llama2c(f.data(), f.size())) return "llama2c";
-  fail("model", path, ": not a recognised model file (tried anelab, GGUF, safetensors, llama2.c legacy/v1; a llama2.c "
+  fail("model", path, ": not a recognised model file (tried anelab, training checkpoint, GGUF, safetensors, llama2.c legacy/v1; a llama2.c "
        "legacy file must have exactly the size its header implies)");
 }
 
 Model load_any_model(const std::string& path) {
   const std::string fmt = detect_model_format(path);
   if (fmt == "anelab") return read_anelab_file(path);
+  if (fmt == "checkpoint") return read_checkpoint_model(path);
   if (fmt == "gguf") return read_gguf(path);
   if (fmt == "safetensors") return read_hf_safetensors(path);
   return read_llama2c(path);

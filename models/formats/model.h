@@ -117,7 +117,8 @@ class Model {
   ModelConfig config;
   std::optional<tok::VocabData> vocab;  // embedded tokenizer, when the source had one
   std::string tokenizer_path;           // where the tokenizer came from / lives (may be empty)
-  std::string source_format;            // "anelab", "llama2c", "safetensors", "gguf", "random"
+  std::string chat_template;            // the source's Jinja chat template text, when it has one (else empty)
+  std::string source_format;            // "anelab", "llama2c", "safetensors", "gguf", "checkpoint", "random"
   std::string source_path;
 
   const Tensor& tensor(std::string_view name) const;  // throws "[model] no tensor NAME (has: ...)"

@@ -8,6 +8,7 @@
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 #include "models/formats/byte_reader.h"
+#include "models/tokenizer/tokenizer.h"
 
 namespace anelab::models {
 namespace {
@@ -102,6 +103,27 @@ std::vector<uint8_t> build_safetensors(const std::vector<StWrite>& tensors) {
   return out;
 }
 
+namespace {
+// The tokenizer files of a model directory (tokenizer.json, or encoder.json + vocab.bpe) and the chat
+// template of tokenizer_config.json. A tokenizer this build cannot read is left to fail where it is used
+// (tokenizer_path names it), so the weights still load.
+void read_hf_tokenizer(const fs::path& dir, Model& m) {
+  if (!fs::exists(dir / "tokenizer.json") && !fs::exists(dir / "encoder.json")) return;
+  m.tokenizer_path = dir.string();
+  try {
+    m.vocab = tok::load_vocab_file(dir.string());
+  } catch (const Error&) {
+    m.vocab.reset();
+  }
+  const fs::path tc = dir / "tokenizer_config.json";
+  if (!fs::exists(tc)) return;
+  const std::string text = read_file_text(tc.string());
+  const json j = json::parse(text, nullptr, false);
+  if (j.is_object() && j.contains("chat_template") && j["chat_template"].is_string())
+    m.chat_template = j["chat_template"].get<std::string>();
+}
+}  // namespace
+
 Model read_hf_safetensors(const std::string& path) {
   fs::path p(path), dir = fs::is_directory(p) ? p : p.parent_path();
   if (dir.empty()) dir = ".";
@@ -150,6 +172,7 @@ Model read_hf_safetensors(const std::string& path) {
          "); it is needed for the architecture and hyperparameters");
   Model m = hf_to_model(read_file_text(cfg.string()), all, path);
   m.source_path = path;
+  read_hf_tokenizer(dir, m);
   return m;
 }
 

@@ -41,6 +41,8 @@ StTensorMap parse_safetensors(const uint8_t* data, size_t size, std::shared_ptr<
 Model read_hf_safetensors(const std::string& path);
 // Maps HF tensors + parsed config.json (as text) to a Model; `where` names the source in errors.
 Model hf_to_model(const std::string& config_json, const StTensorMap& tensors, const std::string& where);
+// The HF Llama/Qwen2 tensor name of a canonical tensor ("layers.3.wq" -> "model.layers.3.self_attn.q_proj.weight").
+std::string hf_llama_qwen_name(const std::string& canonical);
 bool looks_like_safetensors(const uint8_t* data, size_t size);
 
 // Builds a safetensors image (for tests and tools): tensors written in the given order.

@@ -9,6 +9,7 @@
 
 #include "framework/core/file.h"
 #include "framework/core/npy.h"
+#include "models/formats/checkpoint_file.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 
@@ -47,7 +48,7 @@ bool run_torch_reference(const std::string& dir, const train::ParamLayout& layou
                          const std::vector<train::Batch>& batches, const nlohmann::json& optim,
                          const std::string& mode, std::string* log) {
   fs::create_directories(dir + "/weights");
-  nlohmann::json cfg = train::config_to_json(layout.config());
+  nlohmann::json cfg = models::checkpoint_config_to_json(layout.config());
   cfg["optim"] = optim;
   cfg["tensors"] = nlohmann::json::array();
   for (const auto& p : layout.params()) {
