@@ -23,6 +23,9 @@ void add_power_command(CLI::App& app);      // framework/cli/power_cmd.cpp:    a
 // framework/cli/usage.cpp: an unknown subcommand or option in argv, as one line naming the closest known
 // name ("unknown command 'trian'; did you mean 'train'? ..."), or nullopt; checked before CLI11 parses.
 std::optional<std::string> usage_error(CLI::App& app, int argc, const char* const* argv);
+// A numeric option's range, with a plain message ("--temperature: must be >= 0 (got -1)"); hi = infinity
+// for no upper bound; above_lo: the value must be > lo.
+CLI::Validator number_in(double lo, double hi, bool above_lo = false);
 // The name in `names` closest to `word` (edit distance, prefixes count as close), or "" when none is close.
 std::string closest_name(const std::string& word, const std::vector<std::string>& names);
 }  // namespace anelab::cli

@@ -34,6 +34,7 @@ namespace anelab::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // --backend: a clear error naming the choices (CLI11 prints it after "--backend: ").
 CLI::Validator prefill_backend_check() {
@@ -75,20 +76,20 @@ void add_common(CLI::App* sub, InferArgs& a) {
   sub->add_option("--backend", a.backend, infer::kPrefillBackendHelp)->capture_default_str()->check(prefill_backend_check());
   sub->add_option("--device", a.device, "Device profile for emulator/ane (m1..m5)")->capture_default_str();
   sub->add_option("--dtype", a.dtype, "Compute dtype of the weight matrices: fp16, fp32, or auto (fp32 for llama2.c files, whose run.c reference is fp32; fp16 otherwise)")->capture_default_str();
-  sub->add_option("--threads", a.threads, "CPU threads (persistent pool)")->capture_default_str()->check(CLI::Range(1, 1024));
-  sub->add_option("--ctx,-c", a.ctx, "Context positions (0 = the model's max_seq_len)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  sub->add_option("--threads", a.threads, "CPU threads (persistent pool)")->capture_default_str()->check(number_in(1, 1024));
+  sub->add_option("--ctx,-c", a.ctx, "Context positions (0 = the model's max_seq_len)")->capture_default_str()->check(number_in(0, kInf));
   sub->add_flag("--quiet,-q", a.quiet, "No progress lines on stderr (model load, kernel compiles)");
 }
 
 void add_sampling(CLI::App* sub, InferArgs& a) {
   sub->add_option("--max-tokens,-n", a.max_tokens, "New tokens to generate (llama.cpp -n; -1: run.c steps semantics, see --steps)")
-      ->capture_default_str()->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()));
-  sub->add_option("--steps", a.steps, "run.c -n: total positions including the prompt (0 = context)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  sub->add_option("--temperature,-t", a.temperature, "Sampling temperature (0 = greedy)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  sub->add_option("--top-p,-p", a.top_p, "Top-p (nucleus) threshold (1 = off)")->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  sub->add_option("--top-k", a.top_k, "Top-k (0 = off)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  sub->add_option("--min-p", a.min_p, "Min-p relative to the top token (0 = off)")->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  sub->add_option("--repeat-penalty", a.repeat_penalty, "Repetition penalty over the last 64 tokens (1 = off)")->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(number_in(-1, kInf));
+  sub->add_option("--steps", a.steps, "run.c -n: total positions including the prompt (0 = context)")->capture_default_str()->check(number_in(0, kInf));
+  sub->add_option("--temperature,-t", a.temperature, "Sampling temperature (0 = greedy)")->capture_default_str()->check(number_in(0, kInf));
+  sub->add_option("--top-p,-p", a.top_p, "Top-p (nucleus) threshold (1 = off)")->capture_default_str()->check(number_in(0, 1));
+  sub->add_option("--top-k", a.top_k, "Top-k (0 = off)")->capture_default_str()->check(number_in(0, kInf));
+  sub->add_option("--min-p", a.min_p, "Min-p relative to the top token (0 = off)")->capture_default_str()->check(number_in(0, 1));
+  sub->add_option("--repeat-penalty", a.repeat_penalty, "Repetition penalty over the last 64 tokens (1 = off)")->capture_default_str()->check(number_in(0, kInf, true));
   sub->add_option("--seed,-s", a.seed, "Random seed (0 = time-based, like run.c)")->capture_default_str();
   sub->add_option("--sampler", a.sampler, "auto | runc (llama2.c xorshift + top-p, bit-exact) | general")->capture_default_str();
   sub->add_option("--stop", a.stop, "Stop string (repeatable)");

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <thread>
 
@@ -108,12 +109,12 @@ void add_serve_command(CLI::App& app) {
   s->add_option("--device", a->model.device, "Device profile for emulator/ane (m1..m5)")->capture_default_str();
   s->add_option("--dtype", a->model.dtype, "Compute dtype: fp16, fp32 or auto (as `anelab infer`)")->capture_default_str();
   s->add_option("--threads", a->model.threads, "CPU threads per worker engine")->capture_default_str();
-  s->add_option("--ctx,-c", a->model.ctx, "Context positions (0 = the model's max_seq_len)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  s->add_option("--ctx,-c", a->model.ctx, "Context positions (0 = the model's max_seq_len)")->capture_default_str()->check(number_in(0, std::numeric_limits<double>::infinity()));
   s->add_option("--name", a->model.name, "Model id in responses (default: the model file's name)");
   s->add_option("--warmup", a->model.warmup_tokens,
                 "Compile the prefill kernels for prompts up to this many tokens at start-up (0: none)")->capture_default_str();
   s->add_option("--host", a->server.host, "Address to bind (loopback by default)")->capture_default_str();
-  s->add_option("--port", a->server.port, "TCP port (0: any free port, printed on stdout)")->capture_default_str()->check(CLI::Range(0, 65535));
+  s->add_option("--port", a->server.port, "TCP port (0: any free port, printed on stdout)")->capture_default_str()->check(number_in(0, 65535));
   s->add_option("--port-file", a->port_file, "Write the bound port to this file once listening");
   s->add_option("--parallel", a->server.parallel,
                 "Generation workers, each with its own engine + KV cache (memory x N)")->capture_default_str();

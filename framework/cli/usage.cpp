@@ -2,6 +2,8 @@
 // subcommand is required") and an unknown option ("The following arguments were not expected"). Both are
 // named here with the closest known name, as git does ("unknown command 'trian'; did you mean 'train'?").
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <vector>
 
@@ -65,6 +67,25 @@ std::string closest_name(const std::string& word, const std::vector<std::string>
     if (d < best_d) best_d = d, best = n;
   }
   return best;
+}
+
+CLI::Validator number_in(double lo, double hi, bool above_lo) {
+  auto text = [](double x) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", x);
+    return std::string(b);
+  };
+  const std::string range = std::isinf(hi) ? (above_lo ? "> " : ">= ") + text(lo)
+                                           : (above_lo ? "in (" : "in [") + text(lo) + ", " + text(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, above_lo, range](std::string& v) {
+        char* end = nullptr;
+        const double x = std::strtod(v.c_str(), &end);
+        if (end == v.c_str() || *end != '\0') return "'" + v + "' is not a number";
+        const bool ok = (above_lo ? x > lo : x >= lo) && x <= hi;
+        return ok ? std::string() : "must be " + range + " (got " + v + ")";
+      },
+      range);
 }
 
 std::optional<std::string> usage_error(CLI::App& app, int argc, const char* const* argv) {
