@@ -47,7 +47,9 @@ TEST(InferGenerate, AutoBackendIsTheCpuPathWithoutAnAne) {
   for (const auto& b : rt::backends())
     if (b.name == "ane") ane = b.available(&why);
   EXPECT_EQ(resolve_prefill_backend("auto"), ane ? "ane" : "cpu");
-  if (!ane) EXPECT_EQ(random_engine(512, "auto").options().backend, "cpu");
+  if (!ane) {
+    EXPECT_EQ(random_engine(512, "auto").options().backend, "cpu");
+  }
   EXPECT_EQ(resolve_prefill_backend("emulator"), "emulator");
   try {
     resolve_prefill_backend("gpu");

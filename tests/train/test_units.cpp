@@ -141,7 +141,9 @@ TEST(TrainUnits, ConfigPathsResolveAgainstTheConfigFile) {
   EXPECT_EQ(c.init, (dir / "models" / "m.bin").lexically_normal().string());
   EXPECT_EQ(c.data, (dir / "exp" / "tok.bin").lexically_normal().string());
   const char* home = std::getenv("HOME");
-  if (home) EXPECT_EQ(c.tokenizer, (fs::path(home) / "t" / "tok512.bin").lexically_normal().string());
+  if (home) {
+    EXPECT_EQ(c.tokenizer, (fs::path(home) / "t" / "tok512.bin").lexically_normal().string());
+  }
   EXPECT_EQ(c.run_dir, "/abs/run");
   EXPECT_EQ(c.schedule, "cosine");  // not a path
   fs::remove_all(dir);
