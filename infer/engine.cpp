@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "framework/core/error.h"
+#include "framework/runtime/backend.h"
 #include "infer/prefill_mil.h"
 
 namespace anelab::infer {
@@ -25,8 +26,20 @@ WType auto_wtype(const models::Model& m) {
   return WType::kF32;
 }
 
+std::string resolve_prefill_backend(const std::string& name) {
+  if (name == "auto") {
+    for (const auto& b : rt::backends())
+      if (std::string why; b.name == "ane" && b.available(&why)) return "ane";
+    return "cpu";
+  }
+  for (const char* b : kPrefillBackends)
+    if (name == b) return name;
+  fail("infer", "unknown backend '", name, "' (choices: auto, cpu, emulator, ane)");
+}
+
 Engine::Engine(models::Model model, const EngineOptions& opt)
     : model_(std::move(model)), opt_(opt), pool_(std::max(1, opt.threads)) {
+  opt_.backend = resolve_prefill_backend(opt_.backend);
   const auto& c = model_.config;
   models::validate_config(c, "infer");
   ctx_ = opt.context > 0 ? std::min(opt.context, c.max_seq_len) : c.max_seq_len;

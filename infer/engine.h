@@ -3,7 +3,8 @@
 //
 //   - decode(token, pos): one token on the CPU (fused GEMVs over a persistent 2-thread pool), logits out;
 //   - prefill(tokens, pos): many tokens at once. With backend "cpu" a batched CPU GEMM path (the
-//     reference); with "emulator" / "ane" the layers run as MIL kernels (infer/prefill_mil.h), compiled
+//     reference); "auto" (the CLI's default) is "ane" on a host with an ANE, else "cpu" — the emulator is
+//     the fidelity tool, used only when asked; with "emulator" / "ane" the layers run as MIL kernels (infer/prefill_mil.h), compiled
 //     per sequence-length bucket, and the KV cache is filled from the kernels' k/v taps. The MIL path
 //     serves prefills that start at position 0 and fit a bucket; everything else (chat turns that
 //     continue a conversation, compile budget spent) falls back to the CPU path with a note on stderr.
@@ -25,14 +26,23 @@
 
 namespace anelab::infer {
 
+// Prefill backends by name (EngineOptions::backend, --backend).
+inline constexpr const char* kPrefillBackends[] = {"auto", "cpu", "emulator", "ane"};
+inline constexpr const char* kPrefillBackendHelp =
+    "Prefill backend: auto (the ANE when this host has one, else cpu), cpu, emulator (runs the exact MIL the ANE "
+    "would get: the fidelity tool, slow) or ane";
+// "auto" -> "ane" when the ane backend is available on this host, else "cpu"; other known names unchanged;
+// unknown names throw "[infer] unknown backend 'X' (choices: auto, cpu, emulator, ane)".
+std::string resolve_prefill_backend(const std::string& name);
+
 struct EngineOptions {
-  std::string backend = "cpu";   // prefill backend: "cpu" | "emulator" | "ane"
+  std::string backend = "cpu";   // prefill backend: "auto" (resolved at construction) | "cpu" | "emulator" | "ane"
   std::string device = "m4";     // device profile for emulator / ane
   WType dtype = WType::kF16;     // compute dtype of the weight matrices
   int threads = 2;
   int64_t context = 0;           // KV-cache positions; 0 = the model's max_seq_len
   int64_t prefill_chunk = 256;   // CPU prefill processes at most this many tokens per pass
-  bool quiet = false;            // no notes on stderr
+  bool quiet = false;            // no notes or progress lines (kernel compiles) on stderr
   int compile_budget = -1;       // backend compile budget override (-1: the device profile's)
 };
 

@@ -73,6 +73,16 @@ class StopFilter {
 
 }  // namespace
 
+void check_tokenizer_fits(const tok::Tokenizer& tk, const std::string& tokenizer_name, int64_t model_vocab,
+                          const std::string& model_name) {
+  // Models may pad their embedding past the tokenizer (Qwen2.5: 151665 tokens, vocab_size 151936), by far
+  // less than kPadding; a tokenizer larger than the model, or much smaller, belongs to another model.
+  constexpr int64_t kPadding = 1024;
+  if (tk.vocab_size() > model_vocab || tk.vocab_size() + kPadding < model_vocab)
+    fail("infer", "vocabulary mismatch: tokenizer ", tokenizer_name, " has ", tk.vocab_size(), " tokens but model ",
+         model_name, " has vocab_size ", model_vocab, ": the tokenizer belongs to another model (pass the model's own --tokenizer)");
+}
+
 GenerateResult generate(Engine& e, const tok::Tokenizer& tk, std::string_view prompt, const GenerateOptions& o,
                         const TextSink& sink) {
   tok::EncodeOptions eo;
@@ -110,11 +120,16 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer& tk, const std::v
   const bool spm = tk.vocab().kind == tok::TokenizerKind::kSentencePiece;
 
   StopFilter out(o.stop_strings, sink, r.text);
-  if (o.echo_prompt)
-    for (int64_t i = 1; i < n; ++i) {
-      const std::string p = tk.decode_token(prompt[static_cast<size_t>(i - 1)], prompt[static_cast<size_t>(i)]);
+  if (o.echo_prompt) {
+    // run.c starts its echo after position 0 because that is the BOS it added. Vocabularies without BOS
+    // (GPT-2, Qwen) start with the first text token, which is echoed too; only a start token is skipped.
+    const bool start_token = prompt[0] == tk.bos_id() || prompt[0] == tk.eos_id();
+    for (int64_t i = start_token ? 1 : 0; i < n; ++i) {
+      const int32_t prev = i == 0 ? -1 : prompt[static_cast<size_t>(i - 1)];
+      const std::string p = tk.decode_token(prev, prompt[static_cast<size_t>(i)]);
       if (safe_piece(p)) out.push(p);
     }
+  }
   out.flush();
 
   const auto t0 = Clock::now();
@@ -134,6 +149,9 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer& tk, const std::v
     if (spm && next == tk.bos_id()) { r.stop_reason = "eos"; break; }
     if (!spm && next == tk.eos_id()) { r.stop_reason = "eos"; break; }
     if (std::find(o.stop_tokens.begin(), o.stop_tokens.end(), next) != o.stop_tokens.end()) { r.stop_reason = "stop_token"; break; }
+    if (next >= tk.vocab_size())
+      fail("infer", "vocabulary mismatch: the model produced token id ", next, " but the tokenizer (", tk.describe(),
+           ") has only ", tk.vocab_size(), " tokens: it belongs to another model (pass the model's own --tokenizer)");
     r.new_tokens.push_back(next);
     history.push_back(next);
     const std::string p = tk.decode_token(token, next);

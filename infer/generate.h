@@ -1,6 +1,7 @@
 // The generation loop shared by `anelab infer generate|chat|bench`.
 //
-// Output follows llama2.c run.c: the prompt's pieces after the first token are printed as they are
+// Output follows llama2.c run.c: the prompt's pieces after the start token (BOS, or EOS as GPT-2's
+// start; a prompt without one, as GPT-2/Qwen text encodes, is printed from its first token) are printed as they are
 // "forced", then each sampled token's piece (decode_token(prev, id), run.c's safe_printf filter drops
 // lone non-printable bytes), then "\n" at the end. Steps count positions like run.c's -n: a run of
 // `steps` positions prints steps-1 tokens in all (prompt included), so the continuation has
@@ -43,6 +44,13 @@ struct GenerateResult {
 };
 
 using TextSink = std::function<void(std::string_view)>;
+
+// A tokenizer with more tokens than the model's vocab_size, or over 1024 fewer, belongs to another model:
+// throws "[infer] vocabulary mismatch: tokenizer T has N tokens but model M has vocab_size V ..." (a few
+// fewer is padding: Qwen2.5 has 151665 tokens, vocab_size 151936). generate_tokens() names a sampled id
+// past the tokenizer the same way.
+void check_tokenizer_fits(const tok::Tokenizer& tk, const std::string& tokenizer_name, int64_t model_vocab,
+                          const std::string& model_name);
 
 // Text prompt: encoded with BOS when the tokenizer is SentencePiece (run.c encode(.., bos=1, ..)) or
 // its vocab asks for it.

@@ -121,6 +121,9 @@ bool MilPrefill::ensure_bucket(int64_t S, PrefillStats& stats) {
     return false;
   }
   const auto t0 = std::chrono::steady_clock::now();
+  if (!quiet_)  // compiles take seconds: say what is happening (the CLI's -q turns this off)
+    std::fprintf(stderr, "[infer] compiling %lld %s prefill kernels for prompts of up to %lld tokens ...\n",
+                 static_cast<long long>(L), backend_->name().c_str(), static_cast<long long>(S));
   std::vector<std::unique_ptr<rt::Kernel>> ks;
   for (int64_t l = 0; l < L; ++l) {
     LayerKernelSource src = build_layer_kernel(e_, l, S);
@@ -135,6 +138,7 @@ bool MilPrefill::ensure_bucket(int64_t S, PrefillStats& stats) {
   }
   kernels_[S] = std::move(ks);
   stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (!quiet_) std::fprintf(stderr, "[infer] compiled in %.1f s\n", stats.compile_ms / 1e3);
   return true;
 }
 

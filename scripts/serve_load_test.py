@@ -2,8 +2,9 @@
 """Bounded load test for `anelab serve` (loopback only, standard library only).
 
 CLIENTS threads send REQUESTS requests in all (a 503 may be retried --retries times; the last answer
-counts; latency includes the retries) (a mix of /v1/completions and /v1/chat/completions,
-a quarter of them streamed). Every answer must be 200 or 503 (queue full); anything else, a transport
+counts; latency includes the retries) (a mix of /v1/completions and /v1/chat/completions -- completions
+only when /v1/models says the model has no chat template, as base models like stories260K -- a quarter
+of them streamed). Every answer must be 200 or 503 (queue full); anything else, a transport
 error, a dead server, or RSS growth above --max-rss-growth-mib fails the run (exit 1).
 Prints one JSON summary line: requests/s, latency percentiles of the 200s, status counts, RSS before/after.
 
@@ -28,11 +29,14 @@ def rss_kib(pid):
     return 0
 
 
+CHAT = True  # set in main() from /v1/models: base models answer chat requests with 400 no_chat_template
+
+
 def body_for(i, max_tokens):
     rng = random.Random(i)
     stream = i % 4 == 3
     common = {"max_tokens": rng.randint(4, max_tokens), "temperature": 0.8, "seed": 1 + i, "stream": stream}
-    if i % 2 == 0:
+    if i % 2 == 0 or not CHAT:
         return "/v1/completions", dict(common, prompt=rng.choice(["Once upon a time", "The cat", "Lily and Tom"]))
     return "/v1/chat/completions", dict(common, messages=[{"role": "user", "content": "Tell me a story %d" % i}])
 
@@ -91,6 +95,10 @@ def main():
     if a.host not in ("127.0.0.1", "localhost", "::1"):
         sys.exit("serve_load_test: loopback only")
 
+    global CHAT
+    c = http.client.HTTPConnection(a.host, a.port, timeout=10)
+    c.request("GET", "/v1/models")
+    CHAT = json.loads(c.getresponse().read())["data"][0].get("chat_template", "qwen2.5") is not None
     for i in range(3):  # warm-up (first requests allocate per-worker buffers)
         one_request(a.host, a.port, -1 - i, a.max_tokens, a.timeout)
     rss0 = rss_kib(a.pid)

@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 #include <variant>
@@ -20,18 +21,19 @@ struct OptionDef {
   Field field;
   const char* help;
   bool cli_only = false;  // not read from / written to config files
+  bool path = false;      // a file/dir path: relative in a config file = relative to that file's directory
 };
 
 const std::vector<OptionDef>& table() {
   using C = TrainConfig;
   static const std::vector<OptionDef> t = {
       {"config", &C::config, "experiment TOML file (flags override its values)", true},
-      {"init", &C::init, "model file to start from (llama2.c .bin, .anelab, ...)"},
+      {"init", &C::init, "model file to start from (llama2.c .bin, .anelab, ...)", false, true},
       {"preset", &C::preset, "model preset for a seeded random init (stories260k, stories15m, stories110m, qwen3-0.6b-shape, ...)"},
-      {"data", &C::data, "token file: flat uint16 (llama2.c) or anelab tokens (with .json sidecar)"},
-      {"tokenizer", &C::tokenizer, "tokenizer for samples (default: none -> samples show ids)"},
+      {"data", &C::data, "token file: flat uint16 (llama2.c) or anelab tokens (with .json sidecar)", false, true},
+      {"tokenizer", &C::tokenizer, "tokenizer for samples (default: none -> samples show ids)", false, true},
       {"run", &C::run, "run name (default: config file stem, else preset / init file stem)"},
-      {"run_dir", &C::run_dir, "run directory for checkpoints, config and events.jsonl (default checkpoints/<run>)"},
+      {"run_dir", &C::run_dir, "run directory for checkpoints, config and events.jsonl (default checkpoints/<run> in the current directory)", false, true},
       {"resume", &C::resume, "continue from <run-dir>/last.ckpt (bit-exact)", true},
       {"steps", &C::steps, "total optimizer steps"},
       {"batch_size", &C::batch_size, "sequences per micro-batch"},
@@ -108,6 +110,22 @@ void set_from_text(TrainConfig& c, const OptionDef& o, const std::string& v, con
       o.field);
 }
 
+// A path as written in config file `config`: "~/..." is under $HOME; other relative paths are relative to the
+// config file's directory (not the current one). Made absolute, so the saved config works from any directory.
+std::string config_path(const std::string& v, const std::string& config) {
+  namespace fs = std::filesystem;
+  if (v.empty()) return v;
+  fs::path p(v);
+  if (v == "~" || v.rfind("~/", 0) == 0) {
+    const char* home = std::getenv("HOME");
+    if (!home || !*home) fail("train", "config ", config, ": '", v, "' starts with ~ but $HOME is not set");
+    p = fs::path(home) / v.substr(std::min<size_t>(2, v.size()));
+  } else if (p.is_relative()) {
+    p = fs::path(config).parent_path() / p;
+  }
+  return fs::absolute(p).lexically_normal().string();
+}
+
 std::string toml_quote(const std::string& v) {
   std::string o = "\"";
   for (unsigned char ch : v) {
@@ -124,19 +142,31 @@ std::string toml_quote(const std::string& v) {
 }  // namespace
 
 void register_options(CLI::App& cmd, std::vector<FlagSlot>* slots) {
+  // --help groups: each starts at the table entry named here and runs to the next one (table order).
+  static const std::vector<std::pair<std::string, const char*>> groups = {
+      {"config", "Model and data"}, {"steps", "Loop"}, {"lr", "Optimizer"}, {"strategy", "Execution"},
+      {"val_frac", "Evaluation and output"}};
+  const char* group = "Options";
   slots->clear();
   slots->resize(table().size());
   for (size_t i = 0; i < table().size(); ++i) {
     const OptionDef& o = table()[i];
+    for (const auto& [first, name] : groups)
+      if (first == o.key) group = name;
     FlagSlot& s = (*slots)[i];
     s.key = o.key;
     s.flag = std::holds_alternative<bool TrainConfig::*>(o.field);
     if (s.flag) {
       s.opt = cmd.add_flag(flag_name(o.key), o.help);
     } else {
-      const std::string d = default_text(o.field);
-      s.opt = cmd.add_option(flag_name(o.key), s.value, std::string(o.help) + (d.empty() ? "" : " [default: " + d + "]"));
+      // Shown as the other commands show theirs: TYPE and the default (CLI11's "=VALUE").
+      s.opt = cmd.add_option(flag_name(o.key), s.value, o.help)->default_str(default_text(o.field));
+      s.opt->type_name(o.path ? "PATH"
+                       : std::holds_alternative<int64_t TrainConfig::*>(o.field) ? "INT"
+                       : std::holds_alternative<double TrainConfig::*>(o.field)  ? "FLOAT"
+                                                                                 : "TEXT");
     }
+    s.opt->group(group);
   }
 }
 
@@ -181,6 +211,7 @@ void apply_toml_file(TrainConfig& c, const std::string& path) {
     else fail("train", "config ", path, ": key '", key, "' must be a string, number or boolean");
     if (std::holds_alternative<std::string TrainConfig::*>(def->field) && !node.is_string())
       fail("train", "config ", path, ": key '", key, "' must be a string");
+    if (def->path) text = config_path(text, path);
     set_from_text(c, *def, text, "config " + path + ": " + key);
   }
   c.config = path;
@@ -218,7 +249,8 @@ std::string to_toml(const TrainConfig& c) {
     std::visit([&](auto p) {
       using T = std::remove_cvref_t<decltype(c.*p)>;
       os << o.key << " = ";
-      if constexpr (std::is_same_v<T, std::string>) os << toml_quote(c.*p);
+      if constexpr (std::is_same_v<T, std::string>)  // paths absolute: relative ones would mean "next to this file"
+        os << toml_quote(o.path && !(c.*p).empty() ? std::filesystem::absolute(c.*p).lexically_normal().string() : c.*p);
       else if constexpr (std::is_same_v<T, bool>) os << (c.*p ? "true" : "false");
       else os << c.*p;
       os << "\n";
@@ -251,6 +283,8 @@ void validate(const TrainConfig& c) {
   need(c.strategy == "cpu" || c.strategy == "static" || c.strategy == "dynamic", "--strategy", c.strategy,
        "must be static, dynamic or cpu");
   need(c.compile_budget >= -1, "--compile-budget", c.compile_budget, "must be -1 or >= 0");
+  need(c.backend == "emulator" || c.backend == "ane", "--backend", c.backend,
+       "must be emulator or ane (the backends of the kernel strategies; --strategy cpu is the CPU path)");
   need(c.batching == "random" || c.batching == "sequential", "--batching", c.batching, "must be random or sequential");
   need(c.val_frac >= 0 && c.val_frac <= 0.5, "--val-frac", c.val_frac, "must be in [0, 0.5]");
   need(c.eval_every >= 0, "--eval-every", c.eval_every, "must be >= 0");

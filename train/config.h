@@ -71,7 +71,8 @@ void register_options(CLI::App& cmd, std::vector<FlagSlot>* slots);
 // Applies the slots whose option was given; throws "[train] --flag VALUE: why" on unparsable values.
 void apply_flags(TrainConfig& c, const std::vector<FlagSlot>& slots);
 bool flag_given(const std::vector<FlagSlot>& slots, const std::string& key);
-// Loads a TOML file over c (unknown keys and wrongly typed values are errors naming the key).
+// Loads a TOML file over c (unknown keys and wrongly typed values are errors naming the key). Paths in it
+// (init, data, tokenizer, run_dir) are relative to the file's directory ("~/" = $HOME) and made absolute.
 void apply_toml_file(TrainConfig& c, const std::string& path);
 // Loads a saved config.json over c.
 void apply_json(TrainConfig& c, const nlohmann::json& j);

@@ -50,13 +50,26 @@ std::string fmt(const char* f, auto... a) {
 }
 }  // namespace
 
+std::string duration_text(double s) {
+  if (!(s >= 0)) s = 0;
+  const long long t = (long long)(s + 0.5);
+  if (t < 60) return fmt("%llds", t);
+  if (t < 3600) return fmt("%lldm%02llds", t / 60, t % 60);
+  return fmt("%lldh%02lldm", t / 3600, t / 60 % 60);
+}
+
 std::string console_line(const nlohmann::json& ev, int64_t total) {
   const std::string e = ev.value("event", "");
   const int64_t step = ev.value("step", int64_t(0));
-  if (e == "step")
-    return fmt("step %5lld/%lld  loss %.4f  lr %.2e  gnorm %.3f  scale %g%s  %7.1f ms  %6.0f tok/s", (long long)step,
-               (long long)total, num(ev, "loss"), num(ev, "lr"), num(ev, "grad_norm"), num(ev, "loss_scale"),
-               ev.value("skipped", false) ? " SKIPPED" : "", num(ev, "ms"), num(ev, "tokens_per_s"));
+  if (e == "step") {
+    std::string line = fmt("step %5lld/%lld  loss %.4f  lr %.2e  gnorm %.3f  scale %g%s  %7.1f ms  %6.0f tok/s",
+                           (long long)step, (long long)total, num(ev, "loss"), num(ev, "lr"), num(ev, "grad_norm"),
+                           num(ev, "loss_scale"), ev.value("skipped", false) ? " SKIPPED" : "", num(ev, "ms"),
+                           num(ev, "tokens_per_s"));
+    if (ev.contains("elapsed_s")) line += "  elapsed " + duration_text(num(ev, "elapsed_s"));
+    if (ev.contains("eta_s")) line += "  eta " + duration_text(num(ev, "eta_s"));
+    return line;
+  }
   if (e == "eval") return fmt("eval  %5lld  val_loss %.4f  (%lld tokens)", (long long)step, num(ev, "val_loss"),
                               (long long)num(ev, "val_tokens"));
   if (e == "sample") return fmt("sample %lld: ", (long long)step) + ev.value("text", "");
@@ -83,15 +96,17 @@ static std::string energy_line(const nlohmann::json& r) {
 }
 
 std::string efficiency_report(const nlohmann::json& r) {
+  // Totals (wall, compile, train time) are cumulative over the run's processes (resumes, restarts,
+  // extensions); the average per step is this process's.
   const double wall = num(r, "wall_s"), comp = num(r, "compile_s"), ms = num(r, "train_ms_per_step");
-  const double steps = num(r, "steps"), train_s = ms * steps / 1000.0;
+  const double steps = num(r, "steps"), train_s = num(r, "train_s");
   const double pct = wall > 0 ? 100.0 / wall : 0;
   std::string s = "=== Efficiency Report ===\n";
   s += fmt("Total steps:   %lld\n", (long long)steps);
   s += fmt("Wall time:     %.1f s\n", wall);
   s += fmt("Compile time:  %.1f s (%.1f%%)\n", comp, comp * pct);
   s += fmt("Train time:    %.1f s (%.1f%%)\n", train_s, train_s * pct);
-  s += fmt("Avg train:     %.1f ms/step\n", ms);
+  s += fmt("Avg train:     %.1f ms/step (this process: %lld steps)\n", ms, (long long)num(r, "steps_this_process", steps));
   s += fmt("Achieved:      %.2f GFLOP/s (model FLOPs, fwd+bwd)\n", num(r, "gflops"));
   s += energy_line(r);
   s += fmt("Final loss:    %.4f", num(r, "final_loss"));

@@ -28,6 +28,8 @@ class EventLog {
   std::string path_;
 };
 
+// "42s", "3m05s", "1h02m": elapsed / ETA in console lines.
+std::string duration_text(double seconds);
 // One console line for an event ("" when the event has no console form). total = the run's --steps.
 std::string console_line(const nlohmann::json& ev, int64_t total_steps);
 // The Efficiency Report, formatted from a run_end event (plus this process's step count and token rate).

@@ -67,6 +67,8 @@ struct Run {
   std::optional<double> best_val, last_val;
   double prior_wall = 0, prior_compile = 0, prior_train = 0;
   double t_start = now_s(), compile_s = 0, train_s = 0, last_loss = 0;
+  double t_loop = 0;                        // when this process's first step started (ETA basis)
+  bool already_finished = false;            // --resume of a run at --steps: setup() stopped before writing
 
   std::string ckpt_path(const char* kind) const { return (fs::path(cfg.run_dir) / (std::string(kind) + ".ckpt")).string(); }
   void emit(const std::string& ev, nlohmann::json f) {
@@ -122,13 +124,18 @@ void Run::load_model(bool resume, CheckpointState* ck) {
     fail("train", "--seq-len ", cfg.seq_len, " exceeds the model's context length ", layout.config().max_seq_len);
 }
 
+// Loads and checks everything first and creates the run dir last, so a failed start leaves nothing
+// behind; a --resume of a finished run stops before anything is written.
 void Run::setup() {
-  fs::create_directories(cfg.run_dir);
   if (!cfg.resume && fs::exists(ckpt_path("last")))
     fail("train", "run dir ", cfg.run_dir, " already holds last.ckpt: pass --resume to continue it, or choose another --run-dir");
-  events = std::make_unique<EventLog>((fs::path(cfg.run_dir) / "events.jsonl").string());
   CheckpointState ck;
   load_model(cfg.resume, &ck);
+  if (cfg.resume && ck.step >= cfg.steps) {
+    step = ck.step, best_val = ck.best_val_loss;
+    already_finished = true;
+    return;
+  }
   g.assign(w.size(), 0.0f);
   opt = std::make_unique<AdamW>(layout, AdamWConfig{cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay});
   scaler = LossScaler::parse(cfg.loss_scale);
@@ -152,6 +159,8 @@ void Run::setup() {
   engine = make_engine(cfg, layout);
   meter = std::make_unique<power::Meter>(hooks.power ? hooks.power() : power::select_source());
   if (!meter->available()) power_reason = meter->reason();
+  fs::create_directories(cfg.run_dir);
+  events = std::make_unique<EventLog>((fs::path(cfg.run_dir) / "events.jsonl").string());
   const nlohmann::json cj = to_json(cfg);
   write_file_atomic((fs::path(cfg.run_dir) / "config.json").string(), cj.dump(2) + "\n");
   write_file_atomic((fs::path(cfg.run_dir) / "config.toml").string(), to_toml(cfg));
@@ -206,6 +215,10 @@ void Run::add_step_energy(const std::optional<power::Reading>& e0, int64_t ntok,
 }
 
 void Run::train_step() {
+  if (steps_here == 0 && cfg.strategy != "cpu" && hooks.console && !cfg.quiet)  // the first step compiles every kernel
+    if (const int n = engine->compiles_needed(); n > 0)
+      std::printf("compiling %d kernels (%s strategy, %s) for the first step ...\n", n, cfg.strategy.c_str(),
+                  cfg.backend.c_str()), std::fflush(stdout);
   const std::optional<power::Reading> e0 = energy_now();
   const double t0 = now_s(), cpu0 = cpu_seconds();
   StepTimes st;
@@ -246,7 +259,10 @@ void Run::train_step() {
                 {"ms_cpu_dw", st.cpu_dw}, {"ms_staging", st.staging},
                 {"ms_other", std::max(0.0, ms - st.kernel - st.cpu_dw - st.staging)}, {"ms_fwd", st.fwd},
                 {"ms_bwd", st.bwd}, {"ms_cls", st.cls}, {"ms_optim", ms_opt}, {"compiles_total", engine->compiles_total()},
-                {"restarts", restarts}, {"cpu_pct", 100.0 * (cpu_seconds() - cpu0) / (t1 - t0)}};
+                {"restarts", restarts}, {"cpu_pct", 100.0 * (cpu_seconds() - cpu0) / (t1 - t0)},
+                {"elapsed_s", prior_wall + (t1 - t_start)},
+                // remaining steps at this process's wall time per step (compiles excluded: they do not recur)
+                {"eta_s", double(cfg.steps - step) * std::max(0.0, t1 - t_loop - compile_s) / double(steps_here)}};
   add_rss(&f);
   add_step_energy(e0, ntok, &f);
   emit("step", std::move(f));
@@ -354,7 +370,8 @@ TrainOutcome Run::finish(bool finished) {
   const bool energy_ok = energy_tokens > 0 && power_reason.empty();  // every step of this process measured
   const double flops = CpuModel::step_flops(layout.config(), cfg.batch_size, cfg.seq_len) * double(cfg.accum_steps);
   const nlohmann::json end = {{"steps", step}, {"wall_s", prior_wall + (now_s() - t_start)},
-                              {"compile_s", prior_compile + compile_s}, {"train_ms_per_step", o.train_ms_per_step},
+                              {"compile_s", prior_compile + compile_s}, {"train_s", prior_train + train_s},
+                              {"train_ms_per_step", o.train_ms_per_step},
                               {"gflops", train_s > 0 ? flops * double(steps_here) / train_s / 1e9 : 0.0},
                               {"final_loss", last_loss},
                               {"best_val_loss", best_val ? nlohmann::json(*best_val) : nlohmann::json(nullptr)},
@@ -375,8 +392,17 @@ TrainOutcome run_training(const TrainConfig& c, const RunHooks& hooks) {
   r.cfg = c;
   r.hooks = hooks;
   r.setup();
+  if (r.already_finished) {
+    if (hooks.console)
+      std::printf("run %s already finished: step %lld of --steps %lld; nothing to do, nothing changed (raise --steps to "
+                  "extend it)\n", c.run.c_str(), static_cast<long long>(r.step), static_cast<long long>(c.steps));
+    TrainOutcome o;
+    o.steps = r.step, o.best_val_loss = r.best_val, o.finished = true, o.already_finished = true;
+    return o;
+  }
   try {
     r.emit_start(c.resume);
+    r.t_loop = now_s();
     while (r.step < c.steps) {
       if (c.stop_after > 0 && r.steps_here >= c.stop_after) return r.finish(false);
       r.maybe_restart();

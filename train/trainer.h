@@ -24,6 +24,7 @@ struct TrainOutcome {
   std::optional<double> last_val_loss;
   bool finished = false;             // reached --steps (false: stopped by --stop-after)
   double train_ms_per_step = 0;      // this process
+  bool already_finished = false;     // --resume of a run already at --steps: nothing done, nothing written
 };
 
 struct RunHooks {

@@ -1,16 +1,21 @@
 // anelab infer generate|chat|bench: text generation with the inference engine (infer/engine.h).
 //   generate: stdout = the decoded prompt followed by the continuation, streamed, exactly as llama2.c
 //             run.c prints it; timing on stderr.
-//   chat:     interactive Qwen2.5-template chat on stdin/stdout, history kept within the context.
+//   chat:     interactive chat on stdin/stdout with the model's template (Qwen2.5 when its vocabulary has
+//             the template's tokens, or --chat-template), history kept within the context; base models
+//             are refused with a hint.
 //   bench:    prefill / decode tok/s, cold start to first token, peak RSS (random prompt tokens), and
 //             J/token of prefill and decode from this machine's power source (framework/core/power.h)
 //             or "not available on this machine: <why>".
+
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <iostream>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <random>
@@ -23,11 +28,24 @@
 #include "infer/engine.h"
 #include "infer/generate.h"
 #include "models/formats/load_any.h"
+#include "models/tokenizer/chat_template.h"
 
 namespace anelab::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// --backend: a clear error naming the choices (CLI11 prints it after "--backend: ").
+CLI::Validator prefill_backend_check() {
+  return CLI::Validator(
+      [](std::string& v) {
+        for (const char* c : infer::kPrefillBackends)
+          if (v == c) return std::string();
+        return "unknown backend '" + v + "' (choices: auto, cpu, emulator, ane)";
+      },
+      "auto|cpu|emulator|ane");
+}
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 // CPU time of the whole process (all threads), ms: robust against a shared, loaded machine.
 double cpu_ms() {
@@ -37,7 +55,9 @@ double cpu_ms() {
 }
 
 struct InferArgs {
-  std::string model, tokenizer, backend = "emulator", device = "m4", dtype = "auto", sampler = "auto";
+  std::string model, tokenizer, backend = "auto", device = "m4", dtype = "auto", sampler = "auto";
+  std::string chat_template = "auto";
+  bool quiet = false;
   int threads = 2;
   int64_t ctx = 0;
   std::string prompt, prompt_file, system;
@@ -51,23 +71,25 @@ struct InferArgs {
 };
 
 void add_common(CLI::App* sub, InferArgs& a) {
-  sub->add_option("--model", a.model, "Model file: llama2.c .bin, safetensors file/dir, GGUF or .anelab")->required();
+  sub->add_option("--model,-m", a.model, "Model file: llama2.c .bin, safetensors file/dir, GGUF or .anelab")->required();
   sub->add_option("--tokenizer", a.tokenizer, "Tokenizer (when the model file has none): tokenizer.bin, tokenizer.json, dir");
-  sub->add_option("--backend", a.backend, "Prefill backend: emulator, cpu or ane")->capture_default_str();
+  sub->add_option("--backend", a.backend, infer::kPrefillBackendHelp)->capture_default_str()->check(prefill_backend_check());
   sub->add_option("--device", a.device, "Device profile for emulator/ane (m1..m5)")->capture_default_str();
   sub->add_option("--dtype", a.dtype, "Compute dtype of the weight matrices: fp16, fp32, or auto (fp32 when the file stores every matrix in fp32: llama2.c files, training checkpoints, fp32 exports; fp16 otherwise)")->capture_default_str();
-  sub->add_option("--threads", a.threads, "CPU threads (persistent pool)")->capture_default_str();
-  sub->add_option("--ctx", a.ctx, "Context positions (0 = the model's max_seq_len)")->capture_default_str();
+  sub->add_option("--threads", a.threads, "CPU threads (persistent pool)")->capture_default_str()->check(number_in(1, 1024));
+  sub->add_option("--ctx,-c", a.ctx, "Context positions (0 = the model's max_seq_len)")->capture_default_str()->check(number_in(0, kInf));
+  sub->add_flag("--quiet,-q", a.quiet, "No progress lines on stderr (model load, kernel compiles)");
 }
 
 void add_sampling(CLI::App* sub, InferArgs& a) {
-  sub->add_option("--max-tokens", a.max_tokens, "New tokens to generate (-1: run.c steps semantics, see --steps)")->capture_default_str();
-  sub->add_option("--steps", a.steps, "run.c -n: total positions including the prompt (0 = context)")->capture_default_str();
-  sub->add_option("--temperature,-t", a.temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
-  sub->add_option("--top-p,-p", a.top_p, "Top-p (nucleus) threshold (1 = off)")->capture_default_str();
-  sub->add_option("--top-k", a.top_k, "Top-k (0 = off)")->capture_default_str();
-  sub->add_option("--min-p", a.min_p, "Min-p relative to the top token (0 = off)")->capture_default_str();
-  sub->add_option("--repeat-penalty", a.repeat_penalty, "Repetition penalty over the last 64 tokens (1 = off)")->capture_default_str();
+  sub->add_option("--max-tokens,-n", a.max_tokens, "New tokens to generate (llama.cpp -n; -1: run.c steps semantics, see --steps)")
+      ->capture_default_str()->check(number_in(-1, kInf));
+  sub->add_option("--steps", a.steps, "run.c -n: total positions including the prompt (0 = context)")->capture_default_str()->check(number_in(0, kInf));
+  sub->add_option("--temperature,-t", a.temperature, "Sampling temperature (0 = greedy)")->capture_default_str()->check(number_in(0, kInf));
+  sub->add_option("--top-p,-p", a.top_p, "Top-p (nucleus) threshold (1 = off)")->capture_default_str()->check(number_in(0, 1));
+  sub->add_option("--top-k", a.top_k, "Top-k (0 = off)")->capture_default_str()->check(number_in(0, kInf));
+  sub->add_option("--min-p", a.min_p, "Min-p relative to the top token (0 = off)")->capture_default_str()->check(number_in(0, 1));
+  sub->add_option("--repeat-penalty", a.repeat_penalty, "Repetition penalty over the last 64 tokens (1 = off)")->capture_default_str()->check(number_in(0, kInf, true));
   sub->add_option("--seed,-s", a.seed, "Random seed (0 = time-based, like run.c)")->capture_default_str();
   sub->add_option("--sampler", a.sampler, "auto | runc (llama2.c xorshift + top-p, bit-exact) | general")->capture_default_str();
   sub->add_option("--stop", a.stop, "Stop string (repeatable)");
@@ -80,24 +102,33 @@ struct Loaded {
 
 Loaded load(const InferArgs& a, bool need_tokenizer) {
   Loaded l;
+  const auto t0 = Clock::now();
+  if (!a.quiet) std::fprintf(stderr, "loading %s ...\n", a.model.c_str());
   models::Model m = models::load_any_model(a.model);
   if (need_tokenizer) {
+    std::string from = a.tokenizer;
     if (!a.tokenizer.empty())
       l.tok = tok::load_tokenizer(a.tokenizer);
     else if (m.vocab)
-      l.tok = tok::make_tokenizer(*m.vocab);
+      l.tok = tok::make_tokenizer(*m.vocab), from = "embedded in " + a.model;
     else if (!m.tokenizer_path.empty())
-      l.tok = tok::load_tokenizer(m.tokenizer_path);
+      l.tok = tok::load_tokenizer(m.tokenizer_path), from = m.tokenizer_path;
     else
       fail("infer", a.model, " has no tokenizer: pass --tokenizer PATH");
+    infer::check_tokenizer_fits(*l.tok, from, m.config.vocab_size, a.model);
   }
   infer::EngineOptions eo;
+  eo.quiet = a.quiet;
   eo.backend = a.backend;
   eo.device = a.device;
   eo.dtype = a.dtype == "auto" ? infer::auto_wtype(m) : infer::parse_wtype(a.dtype);
   eo.threads = a.threads;
   eo.context = a.ctx;
   l.engine = std::make_unique<infer::Engine>(std::move(m), eo);
+  if (!a.quiet)
+    std::fprintf(stderr, "loaded %s (%s, %lld layers, dim %lld) in %.1f s; prefill backend %s\n", a.model.c_str(),
+                 l.engine->config().arch.c_str(), static_cast<long long>(l.engine->config().n_layers),
+                 static_cast<long long>(l.engine->config().dim), ms_since(t0) / 1e3, l.engine->options().backend.c_str());
   return l;
 }
 
@@ -130,8 +161,14 @@ void print_stats(const infer::GenerateResult& r) {
 
 void run_generate(const InferArgs& a) {
   std::string prompt = a.prompt;
-  if (!a.prompt_file.empty()) prompt = read_file_text(a.prompt_file);
-  else if (!a.prompt_set) prompt.assign(std::istreambuf_iterator<char>(std::cin), {});
+  if (!a.prompt_file.empty()) {
+    prompt = read_file_text(a.prompt_file);
+  } else if (!a.prompt_set) {
+    if (::isatty(0))
+      std::fprintf(stderr, "generate: reading the prompt from the terminal until EOF (Ctrl-D); "
+                           "or pass --prompt TEXT / --prompt-file FILE\n");
+    prompt.assign(std::istreambuf_iterator<char>(std::cin), {});
+  }
   Loaded l = load(a, true);
   const auto r = infer::generate(*l.engine, *l.tok, prompt, gen_options(a), [](std::string_view s) {
     std::fwrite(s.data(), 1, s.size(), stdout);
@@ -142,6 +179,8 @@ void run_generate(const InferArgs& a) {
 
 void run_chat(const InferArgs& a) {
   Loaded l = load(a, true);
+  if (tok::chat_template_for(*l.tok, a.chat_template) == tok::ChatTemplate::kNone)
+    fail("infer", tok::no_chat_template_hint(a.model));
   infer::Chat chat(*l.engine, *l.tok, a.system.empty() ? tok::kQwen25DefaultSystem : a.system);
   std::fprintf(stderr, "chat: %s, context %lld; empty line or EOF ends\n", l.engine->config().arch.c_str(),
                static_cast<long long>(l.engine->context()));
@@ -256,10 +295,13 @@ void add_infer_command(CLI::App& app) {
   gen->add_option("--prompt-file", a->prompt_file, "Read the prompt from a file");
   gen->callback([a] { run_generate(*a); });
 
-  CLI::App* chat = inf->add_subcommand("chat", "Interactive chat (Qwen2.5 chat template), history kept within the context");
+  CLI::App* chat = inf->add_subcommand("chat", "Interactive chat with the model's chat template, history kept within the context");
   add_common(chat, *a);
   add_sampling(chat, *a);
   chat->add_option("--system", a->system, "System prompt (default: Qwen2.5's)");
+  chat->add_option("--chat-template", a->chat_template,
+                   "auto (the model's own: Qwen2.5 when its vocabulary has <|im_start|>/<|im_end|>; base models have none), "
+                   "qwen2.5 (= chatml), none")->capture_default_str()->check(CLI::IsMember({"auto", "qwen2.5", "chatml", "none"}));
   chat->callback([a] { run_chat(*a); });
 
   CLI::App* bench = inf->add_subcommand("bench", "Prefill/decode tok/s, cold start to first token, peak RSS");

@@ -21,6 +21,10 @@ int main(int argc, char** argv) {
   anelab::cli::add_dashboard_command(app);
   anelab::cli::add_probe_command(app);
   anelab::cli::add_power_command(app);
+  if (const auto why = anelab::cli::usage_error(app, argc, argv)) {
+    std::fprintf(stderr, "anelab: error: %s\n", why->c_str());
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -7,11 +7,14 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
+#include <limits>
 #include <memory>
 #include <thread>
 
 #include "framework/cli/commands.h"
 #include "framework/core/error.h"
+#include "infer/engine.h"
 #include "infer/server/engine_adapter.h"
 #include "infer/server/http_server.h"
 
@@ -24,6 +27,7 @@ struct ServeArgs {
   double grace_s = 10;
   int64_t max_tokens_cap = 0;
   std::string port_file;
+  bool quiet = false;
 };
 
 // Blocks SIGINT/SIGTERM in this thread (and so in every thread started after) and ignores SIGPIPE
@@ -42,6 +46,7 @@ void run_serve(ServeArgs& a) {
   const sigset_t set = block_stop_signals();
   ANELAB_CHECK(a.server.parallel >= 1, "serve", "--parallel must be >= 1 (got ", a.server.parallel, ")");
   const auto t0 = std::chrono::steady_clock::now();
+  if (!a.quiet) a.model.progress = [](const std::string& line) { std::fprintf(stderr, "serve: %s\n", line.c_str()); };
   serve::ModelPool pool(a.model, a.server.parallel);
   const int64_t ctx = pool.context();
   a.server.limits.max_tokens_cap = a.max_tokens_cap > 0 ? std::min(a.max_tokens_cap, ctx) : ctx;
@@ -94,18 +99,22 @@ void run_serve(ServeArgs& a) {
 void add_serve_command(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
   CLI::App* s = app.add_subcommand("serve", "OpenAI-style HTTP server: /v1/completions, /v1/chat/completions, /v1/models, /health");
-  s->add_option("--model", a->model.model, "Model file: llama2.c .bin, safetensors file/dir, GGUF or .anelab")->required();
+  s->add_option("--model,-m", a->model.model, "Model file: llama2.c .bin, safetensors file/dir, GGUF or .anelab")->required();
   s->add_option("--tokenizer", a->model.tokenizer, "Tokenizer (when the model file has none)");
-  s->add_option("--backend", a->model.backend, "Prefill backend: emulator, cpu or ane")->capture_default_str();
+  s->add_option("--backend", a->model.backend, infer::kPrefillBackendHelp)->capture_default_str()
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(infer::kPrefillBackends), std::end(infer::kPrefillBackends))));
+  s->add_option("--chat-template", a->model.chat_template,
+                "auto (the model's own: Qwen2.5 when its vocabulary has <|im_start|>/<|im_end|>; base models have none, "
+                "and chat requests get 400), qwen2.5 (= chatml), none")->capture_default_str();
   s->add_option("--device", a->model.device, "Device profile for emulator/ane (m1..m5)")->capture_default_str();
   s->add_option("--dtype", a->model.dtype, "Compute dtype: fp16, fp32 or auto (as `anelab infer`)")->capture_default_str();
   s->add_option("--threads", a->model.threads, "CPU threads per worker engine")->capture_default_str();
-  s->add_option("--ctx", a->model.ctx, "Context positions (0 = the model's max_seq_len)")->capture_default_str();
+  s->add_option("--ctx,-c", a->model.ctx, "Context positions (0 = the model's max_seq_len)")->capture_default_str()->check(number_in(0, std::numeric_limits<double>::infinity()));
   s->add_option("--name", a->model.name, "Model id in responses (default: the model file's name)");
   s->add_option("--warmup", a->model.warmup_tokens,
                 "Compile the prefill kernels for prompts up to this many tokens at start-up (0: none)")->capture_default_str();
   s->add_option("--host", a->server.host, "Address to bind (loopback by default)")->capture_default_str();
-  s->add_option("--port", a->server.port, "TCP port (0: any free port, printed on stdout)")->capture_default_str();
+  s->add_option("--port", a->server.port, "TCP port (0: any free port, printed on stdout)")->capture_default_str()->check(number_in(0, 65535));
   s->add_option("--port-file", a->port_file, "Write the bound port to this file once listening");
   s->add_option("--parallel", a->server.parallel,
                 "Generation workers, each with its own engine + KV cache (memory x N)")->capture_default_str();
@@ -116,6 +125,7 @@ void add_serve_command(CLI::App& app) {
   s->add_option("--default-max-tokens", a->server.limits.default_max_tokens, "max_tokens when a request has none")->capture_default_str();
   s->add_option("--shutdown-grace", a->grace_s, "Seconds running requests may finish after SIGINT/SIGTERM before they are cancelled")->capture_default_str();
   s->add_flag("!--no-log", a->server.log_requests, "Do not log one line per request on stderr");
+  s->add_flag("--quiet,-q", a->quiet, "No start-up progress lines on stderr (model load, warm-up)");
   s->callback([a] { run_serve(*a); });
 }
 

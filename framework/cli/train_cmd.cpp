@@ -57,8 +57,8 @@ void add_train_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("train", "train a Llama-family model (CPU reference or ANE kernel strategies)");
   train::register_options(*cmd, &args->slots);
   cmd->add_flag("--bench", args->bench,
-                "benchmark: Stories110M step (B=1, T=256) vs a PyTorch fp32 step measured now, then exit");
-  cmd->add_option("--bench-steps", args->bench_steps, "timed steps per side for --bench [default: 3]");
+                "benchmark: Stories110M step (B=1, T=256) vs a PyTorch fp32 step measured now, then exit")->group("Benchmark");
+  cmd->add_option("--bench-steps", args->bench_steps, "timed steps per side for --bench")->capture_default_str()->group("Benchmark");
   cmd->callback([args] {
     if (args->bench) {
       train::BenchOptions o;
@@ -75,7 +75,7 @@ void add_train_command(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands([](CLI::App* s) { return s->get_name() == "bench"; })) {
     CLI::App* b = sub->add_subcommand("train", "Stories110M training step (B=1, T=256) vs PyTorch fp32");
     auto steps = std::make_shared<int>(3);
-    b->add_option("--steps", *steps, "timed steps per side [default: 3]");
+    b->add_option("--steps", *steps, "timed steps per side")->capture_default_str();
     b->callback([steps] {
       train::BenchOptions o;
       o.steps = *steps;

@@ -41,6 +41,7 @@ struct ModelPool::Impl {
   std::vector<std::unique_ptr<infer::Engine>> engines;  // one per worker
   std::string arch, source_format;
   int32_t im_end = -1;
+  tok::ChatTemplate chat = tok::ChatTemplate::kNone;
   int64_t created = 0;
 
   std::unique_ptr<infer::Engine> make_engine() {
@@ -50,6 +51,9 @@ struct ModelPool::Impl {
       else if (m.vocab) tk = tok::make_tokenizer(*m.vocab);
       else if (!m.tokenizer_path.empty()) tk = tok::load_tokenizer(m.tokenizer_path);
       else fail("serve", opt.model, " has no tokenizer: pass --tokenizer PATH");
+      infer::check_tokenizer_fits(*tk, !opt.tokenizer.empty() ? opt.tokenizer : m.vocab ? "embedded in " + opt.model : m.tokenizer_path,
+                                  m.config.vocab_size, opt.model);
+      chat = tok::chat_template_for(*tk, opt.chat_template);
     }
     arch = m.config.arch;
     source_format = m.source_format;
@@ -68,7 +72,7 @@ struct ModelPool::Impl {
     const int64_t ctx = e.context();
     const int64_t limit = std::clamp<int64_t>(opt.warmup_tokens, 1, ctx);
     const int32_t fill = std::max<int32_t>(0, tk->bos_id());
-    if (opt.backend == "cpu") {
+    if (e.options().backend == "cpu") {
       e.prefill(std::vector<int32_t>(1, fill), 0);
       return;
     }
@@ -103,13 +107,25 @@ ModelPool::ModelPool(const ModelOptions& o, size_t workers) : impl_(std::make_un
   impl_->opt = o;
   if (impl_->opt.name.empty()) impl_->opt.name = std::filesystem::path(o.model).filename().string();
   impl_->created = static_cast<int64_t>(std::time(nullptr));
+  auto say = [&](const std::string& line) {
+    if (o.progress) o.progress(line);
+  };
   auto t0 = Clock::now();
-  for (size_t w = 0; w < std::max<size_t>(1, workers); ++w) impl_->engines.push_back(impl_->make_engine());
+  const size_t n = std::max<size_t>(1, workers);
+  for (size_t w = 0; w < n; ++w) {
+    say("loading " + o.model + (n > 1 ? " (worker " + std::to_string(w + 1) + " of " + std::to_string(n) + ")" : "") + " ...");
+    impl_->engines.push_back(impl_->make_engine());
+  }
   load_ms_ = ms_since(t0);
   impl_->im_end = impl_->tk->token_to_id("<|im_end|>");
   t0 = Clock::now();
   if (o.warmup_tokens > 0)
-    for (auto& e : impl_->engines) impl_->warmup(*e);
+    for (auto& e : impl_->engines) {
+      if (e->options().backend != "cpu")
+        say("warm-up: compiling the " + e->options().backend + " prefill kernels for prompts of up to " +
+            std::to_string(o.warmup_tokens) + " tokens ...");
+      impl_->warmup(*e);
+    }
   warmup_ms_ = ms_since(t0);
 }
 
@@ -122,6 +138,9 @@ std::optional<ApiError> ModelPool::prepare(const CompletionRequest& r, GenParams
   out = GenParams{};
   try {
     if (r.endpoint == Endpoint::kChat || r.system) {
+      if (m.chat == tok::ChatTemplate::kNone)
+        return bad(tok::no_chat_template_hint("model '" + m.opt.name + "'"), r.endpoint == Endpoint::kChat ? "messages" : "system",
+                   "no_chat_template");
       std::vector<tok::ChatMessage> msgs;
       if (r.endpoint == Endpoint::kChat) {
         for (const auto& x : r.messages) msgs.push_back({x.role, x.content});
@@ -211,7 +230,8 @@ nlohmann::json ModelPool::info() const {
                         {"vocab_size", cfg.vocab_size},
                         {"n_layers", cfg.n_layers},
                         {"dim", cfg.dim},
-                        {"backend", impl_->opt.backend},
+                        {"backend", impl_->engines.front()->options().backend},
+                        {"chat_template", impl_->chat == tok::ChatTemplate::kNone ? nlohmann::json(nullptr) : nlohmann::json("qwen2.5")},
                         {"device", impl_->opt.device},
                         {"tokenizer", impl_->tk->describe()}};
 }

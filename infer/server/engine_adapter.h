@@ -7,6 +7,7 @@
 // (e.g. fp32 llama2.c -> fp16) and the KV cache are per Engine, so --parallel N costs N times that.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,11 +35,13 @@ class Generator {
 
 struct ModelOptions {
   std::string model, tokenizer;
-  std::string backend = "emulator", device = "m4", dtype = "auto";
+  std::string backend = "auto", device = "m4", dtype = "auto";  // backend: infer::kPrefillBackends
+  std::string chat_template = "auto";  // tok::chat_template_for: chat requests are 400 for a model without one
   int threads = 2;
   int64_t ctx = 0;
   int64_t warmup_tokens = 512;  // compile the prefill buckets for prompts up to this many tokens at start
   std::string name;             // model id in responses (default: the model file's name)
+  std::function<void(const std::string&)> progress;  // start-up progress lines (load, warm-up); empty: silent
 };
 
 class ModelPool final : public Generator {

@@ -2,10 +2,15 @@
 
 #include <httplib.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
+#include <mutex>
+#include <random>
 
 #include "framework/core/error.h"
 
@@ -35,6 +40,35 @@ ApiError error_for_status(int status, const httplib::Request& req) {
     default:
       return {status, "HTTP error " + std::to_string(status), status < 500 ? "invalid_request_error" : "server_error", "", ""};
   }
+}
+
+// Listening socket options: SO_REUSEADDR only (a restart may bind while old connections sit in TIME_WAIT).
+// cpp-httplib's default also sets SO_REUSEPORT, which lets a second server bind a port that one is already
+// listening on, and the kernel then splits the connections between the two.
+void exclusive_socket_options(socket_t sock) {
+  int yes = 1;
+  setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<void*>(&yes), sizeof yes);
+}
+
+// Response ids ("chatcmpl-" + 24 hex digits): random, so they differ across requests, workers and processes.
+std::string random_response_id(Endpoint ep) {
+  static std::mutex mu;
+  static std::mt19937_64 rng = [] {
+    std::random_device rd;
+    std::seed_seq seq{rd(), rd(), rd(), rd(), static_cast<unsigned>(::getpid()),
+                      static_cast<unsigned>(Clock::now().time_since_epoch().count())};
+    return std::mt19937_64(seq);
+  }();
+  uint64_t a, b;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    a = rng();
+    b = rng();
+  }
+  char id[48];
+  std::snprintf(id, sizeof id, "%s-%016llx%08llx", ep == Endpoint::kChat ? "chatcmpl" : "cmpl",
+                static_cast<unsigned long long>(a), static_cast<unsigned long long>(b >> 32));
+  return id;
 }
 
 // Streams a job's text as SSE; true when the stream ended normally.
@@ -73,6 +107,7 @@ HttpServer::HttpServer(Generator& gen, const ServerOptions& o) : gen_(gen), opt_
   if (opt_.http_threads == 0) opt_.http_threads = std::max<size_t>(16, 2 * (opt_.parallel + opt_.queue) + 8);
   const size_t nthreads = opt_.http_threads;
   svr_->new_task_queue = [nthreads] { return new httplib::ThreadPool(nthreads); };
+  svr_->set_socket_options(exclusive_socket_options);
   svr_->set_payload_max_length(opt_.max_body);
   svr_->set_keep_alive_timeout(opt_.keep_alive_s);
   svr_->set_read_timeout(10);
@@ -105,6 +140,15 @@ void HttpServer::routes() {
   });
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& r) {
     r.set_content(dump(nlohmann::json{{"object", "list"}, {"data", nlohmann::json::array({gen_.info()})}}), kJson);
+  });
+  // OpenAI's models.retrieve: the one model by its id (ids may contain '/', e.g. "Qwen/Qwen2.5-0.5B").
+  s.Get(R"(/v1/models/(.+))", [this](const httplib::Request& q, httplib::Response& r) {
+    const nlohmann::json info = gen_.info();
+    const std::string id = q.matches[1];
+    if (id == info["id"].get<std::string>()) return r.set_content(dump(info), kJson);
+    send_error(r, ApiError{404, "The model '" + id + "' does not exist (this server has '" +
+                                    info["id"].get<std::string>() + "')",
+                           "invalid_request_error", "model", "model_not_found"});
   });
   s.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
     const auto st = sched_->stats();
@@ -211,10 +255,7 @@ void HttpServer::handle_generate(Endpoint ep, const void* qp, void* rp) {
   meta.endpoint = ep;
   meta.model = gen_.info()["id"].get<std::string>();
   meta.created = static_cast<int64_t>(std::time(nullptr));
-  char id[40];
-  std::snprintf(id, sizeof id, "%s-%012llx", ep == Endpoint::kChat ? "chatcmpl" : "cmpl",
-                static_cast<unsigned long long>(next_id_.fetch_add(1)));
-  meta.id = id;
+  meta.id = random_response_id(ep);
   if (!cr.stream) {
     const GenOutcome& o = job->wait();
     if (o.error) {
@@ -245,10 +286,14 @@ void HttpServer::handle_generate(Endpoint ep, const void* qp, void* rp) {
 }
 
 int HttpServer::bind() {
+  errno = 0;
   const int port = opt_.port == 0 ? svr_->bind_to_any_port(opt_.host)
                                   : (svr_->bind_to_port(opt_.host, opt_.port) ? opt_.port : -1);
-  ANELAB_CHECK(port > 0, "serve", "cannot listen on ", opt_.host, ":", opt_.port,
-               " (address in use or not local? pass another --port / --host)");
+  const int err = errno;
+  ANELAB_CHECK(port > 0 || err != EADDRINUSE, "serve", "port ", opt_.port, " on ", opt_.host,
+               " is already in use (another server?): pass another --port, or --port 0 for any free one");
+  ANELAB_CHECK(port > 0, "serve", "cannot listen on ", opt_.host, ":", opt_.port, " (",
+               err ? std::strerror(err) : "bind failed", "; pass another --port / --host)");
   // Re-listening on a listening socket only changes its backlog (Linux).
   ::listen(static_cast<Server*>(svr_.get())->listen_fd(), SOMAXCONN);
   return port;

@@ -1,13 +1,16 @@
 // The HTTP front of `anelab serve` on cpp-httplib (Debian libcpp-httplib-dev; only httplib::Server is
 // used, which has the same layout with or without the library's SSL/zlib options).
 //
-// Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics
+// Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /v1/models/{id} (404
+// model_not_found for another id), GET /health, GET /metrics
 // (Prometheus text: request counters, tokens, and energy per rail when the machine has a power source,
 // framework/core/power.h); another method
 // on those paths -> 405 (+ Allow), any other path -> 404, bodies over max_body -> 413, all as
 // OpenAI-style error JSON. Generation requests are prepared on the HTTP thread (parse + tokenize, so
 // bad input is answered 4xx before anything is queued), then submitted to the Scheduler: full queue
 // -> 503 + Retry-After. Streams are Server-Sent Events; a failed write (client gone) cancels the job.
+// Response ids are random ("cmpl-"/"chatcmpl-" + 24 hex digits), unique across processes. The port is
+// bound exclusively (no SO_REUSEPORT): a port another server listens on is an error naming the port.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -69,7 +72,6 @@ class HttpServer {
   std::unique_ptr<httplib::Server> svr_;
   std::unique_ptr<Scheduler> sched_;
   std::atomic<bool> stopping_{false};
-  std::atomic<uint64_t> next_id_{1};
   // Streaming responses whose chunk writer has not finished: httplib ends a chunked response at its next
   // chunk once the server stops, so stop() waits for these first.
   std::mutex streams_mu_;

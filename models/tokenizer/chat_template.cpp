@@ -1,6 +1,7 @@
 #include "models/tokenizer/chat_template.h"
 
 #include "framework/core/error.h"
+#include "models/tokenizer/tokenizer.h"
 
 namespace anelab::tok {
 
@@ -22,6 +23,25 @@ std::string apply_qwen25_chat_template(const std::vector<ChatMessage>& m, bool a
   }
   if (add_generation_prompt) out += "<|im_start|>assistant\n";
   return out;
+}
+
+ChatTemplate chat_template_for(const Tokenizer& tk, const std::string& requested) {
+  const bool chatml_tokens = tk.token_to_id("<|im_start|>") >= 0 && tk.token_to_id("<|im_end|>") >= 0;
+  if (requested == "auto") return chatml_tokens ? ChatTemplate::kQwen25 : ChatTemplate::kNone;
+  if (requested == "none") return ChatTemplate::kNone;
+  if (requested == "qwen2.5" || requested == "chatml") {
+    if (!chatml_tokens)
+      fail("chat", "--chat-template ", requested, ": the vocabulary (", tk.describe(),
+           ") has no <|im_start|>/<|im_end|> tokens, so the model cannot follow that template");
+    return ChatTemplate::kQwen25;
+  }
+  fail("chat", "unknown --chat-template '", requested, "' (auto, qwen2.5, chatml, none)");
+}
+
+std::string no_chat_template_hint(const std::string& model) {
+  return model + " has no chat template (a base model: its vocabulary has no chat control tokens such as "
+                 "<|im_start|>); use `anelab infer generate --prompt TEXT` (or /v1/completions) for plain "
+                 "continuation, or a chat model such as Qwen2.5-Instruct";
 }
 
 }  // namespace anelab::tok

@@ -9,10 +9,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "framework/core/error.h"
 #include "infer/server/http_server.h"
 
 namespace anelab::serve {
@@ -215,6 +217,59 @@ TEST(ServeHttpFake, StopAsAStreamStartsStillDeliversIt) {
     if (resp.find("data: [DONE]") == std::string::npos) ++cut;
   }
   EXPECT_EQ(cut, 0) << cut << " of 40 streams were cut by stop()";
+}
+
+// A second server on a port that one already listens on must fail (exclusive bind), naming the port;
+// with SO_REUSEPORT both would listen and the kernel would split the connections between them.
+TEST(ServeHttpFake, BusyPortIsAnErrorNamingThePort) {
+  Running first(ServerOptions{});
+  FakeGen gen;
+  ServerOptions o;
+  o.port = first.port;
+  o.log_requests = false;
+  HttpServer second(gen, o);
+  try {
+    second.bind();
+    ADD_FAILURE() << "a second server bound port " << first.port << ", which another server listens on";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("port " + std::to_string(first.port)), std::string::npos) << msg;
+    EXPECT_NE(msg.find("already in use"), std::string::npos) << msg;
+  }
+}
+
+// OpenAI's models.retrieve: GET /v1/models/{id} answers the model for its id, 404 model_not_found otherwise.
+TEST(ServeHttpFake, RetrieveModelById) {
+  Running r(ServerOptions{});
+  const auto ok = roundtrip(r.port, request("GET", "/v1/models/fake", ""));
+  ASSERT_EQ(status_of(ok), 200) << ok;
+  EXPECT_EQ(body_json(ok)["id"], "fake");
+  EXPECT_EQ(body_json(ok)["object"], "model");
+  const auto nf = roundtrip(r.port, request("GET", "/v1/models/gpt-4", ""));
+  ASSERT_EQ(status_of(nf), 404) << nf;
+  EXPECT_EQ(body_json(nf)["error"]["code"], "model_not_found");
+  EXPECT_EQ(body_json(nf)["error"]["param"], "model");
+  EXPECT_NE(body_json(nf)["error"]["message"].get<std::string>().find("gpt-4"), std::string::npos);
+}
+
+// Response ids must not repeat across servers (two in one process stand for two processes: a counter
+// per server restarts at 1 in both) nor across requests.
+TEST(ServeHttpFake, ResponseIdsAreUniqueAcrossServers) {
+  std::set<std::string> ids;
+  for (int s = 0; s < 2; ++s) {
+    Running r(ServerOptions{});
+    for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+      const auto resp = roundtrip(r.port, request("POST", path, std::string(path).find("chat") != std::string::npos
+                                                                    ? R"({"messages": [{"role": "user", "content": "a"}], "max_tokens": 1})"
+                                                                    : R"({"prompt": "a", "max_tokens": 1})"));
+      ASSERT_EQ(status_of(resp), 200) << resp;
+      const std::string id = body_json(resp)["id"];
+      const std::string prefix = std::string(path).find("chat") != std::string::npos ? "chatcmpl-" : "cmpl-";
+      EXPECT_EQ(id.rfind(prefix, 0), 0u) << id;
+      EXPECT_GE(id.size(), prefix.size() + 24) << id;
+      EXPECT_TRUE(ids.insert(id).second) << "id repeated: " << id;
+    }
+  }
 }
 
 }  // namespace

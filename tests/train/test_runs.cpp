@@ -95,6 +95,67 @@ TEST(TrainRuns, BadFlagsGiveOneLineAndNonZeroExit) {
     EXPECT_EQ(out.rfind("anelab: error: [", 0), 0u) << out;
     EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
   }
+  // A failed start leaves no (empty) run directory behind.
+  EXPECT_FALSE(std::filesystem::exists(dir + "/r"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/r2"));
+  std::filesystem::remove_all(dir);
+}
+
+// --resume of a run that already reached --steps says so and changes nothing: no events (no zero report,
+// no run_end with final_loss 0), no rewritten config, no new checkpoint.
+TEST(TrainRuns, ResumeOfAFinishedRunChangesNothing) {
+  const auto dir = test::temp_dir("resume_done").string();
+  const std::string data = test::write_tokens(dir, 5000, 512, 6);
+  auto c = small_run(dir + "/run", data);
+  c.steps = 4;
+  train::run_training(c, {false, false});
+  const std::vector<std::string> files = {"events.jsonl", "config.json", "config.toml", "last.ckpt"};
+  std::vector<std::string> before;
+  for (const auto& f : files) before.push_back(read_file_text(c.run_dir + "/" + f));
+  c.resume = true;
+  const auto o = train::run_training(c, {false, false});
+  EXPECT_EQ(o.steps, 4);
+  for (size_t i = 0; i < files.size(); ++i) EXPECT_EQ(read_file_text(c.run_dir + "/" + files[i]), before[i]) << files[i];
+  EXPECT_EQ(test::read_events(c.run_dir, "run_end").size(), 1u);
+  // The CLI says so on stdout and exits 0.
+  const std::string cmd = std::string(ANELAB_BINARY_DIR) + "/bin/anelab train --run-dir " + c.run_dir + " --resume > " +
+                          dir + "/out.txt 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  const std::string out = read_file_text(dir + "/out.txt");
+  EXPECT_NE(out.find("already finished"), std::string::npos) << out;
+  EXPECT_EQ(out.find("Efficiency Report"), std::string::npos) << out;
+  for (size_t i = 0; i < files.size(); ++i) EXPECT_EQ(read_file_text(c.run_dir + "/" + files[i]), before[i]) << files[i];
+  std::filesystem::remove_all(dir);
+}
+
+// Extending a finished run (--resume with a larger --steps): the report's and checkpoint's train time is
+// the sum over both processes' steps; step events carry elapsed / ETA.
+TEST(TrainRuns, ExtendedRunAccountsTrainTimeOverProcesses) {
+  const auto dir = test::temp_dir("extend").string();
+  const std::string data = test::write_tokens(dir, 5000, 512, 7);
+  auto c = small_run(dir + "/run", data);
+  c.steps = 4;
+  train::run_training(c, {false, false});
+  c.resume = true;
+  c.steps = 8;
+  const auto o = train::run_training(c, {false, false});
+  EXPECT_TRUE(o.finished);
+  EXPECT_EQ(o.steps, 8);
+  const auto steps = test::read_events(c.run_dir, "step");
+  ASSERT_EQ(steps.size(), 8u);
+  double sum_ms = 0;
+  for (const auto& e : steps) {
+    sum_ms += e["ms"].get<double>();
+    EXPECT_TRUE(e.contains("elapsed_s") && e.contains("eta_s")) << e.dump();
+  }
+  EXPECT_EQ(steps.back()["eta_s"].get<double>(), 0.0);
+  EXPECT_GE(steps.back()["elapsed_s"].get<double>(), steps[3]["elapsed_s"].get<double>());
+  const auto ends = test::read_events(c.run_dir, "run_end");
+  ASSERT_EQ(ends.size(), 2u);
+  const double train_s = ends.back()["train_s"].get<double>();
+  EXPECT_NEAR(train_s, sum_ms / 1000.0, 1e-9 * std::max(1.0, train_s));
+  EXPECT_NEAR(train::read_checkpoint(c.run_dir + "/last.ckpt").train_s, train_s, 1e-9 * std::max(1.0, train_s));
+  EXPECT_EQ(ends.back()["steps_this_process"], 4);
   std::filesystem::remove_all(dir);
 }
 

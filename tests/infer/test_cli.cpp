@@ -1,0 +1,189 @@
+// The `anelab` binary's first-hour behaviour (issue 18): unknown commands and options name the closest
+// match; llama.cpp aliases (-m, -n, -c); numeric checks (-t -1); --backend choices; progress lines on
+// stderr (quiet with -q) and the CPU path by default; the first prompt token of a byte-level vocabulary
+// echoed; base models refuse chat with a hint; a vocabulary mismatch named as such; a hint when generate
+// waits on a terminal; `train --help` grouped. Models are small random files written here.
+#include <pty.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "framework/core/file.h"
+#include "tests/common/test_data.h"
+#include "tests/infer/test_cli_helpers.h"
+
+namespace anelab {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kBin = std::string(ANELAB_BINARY_DIR) + "/bin/anelab";
+
+struct Out {
+  int rc = -1;
+  std::string out, err;
+};
+
+// Runs `anelab ARGS` (ARGS already shell-quoted where needed) with stdin from /dev/null.
+Out anelab(const std::string& args) {
+  static int n = 0;
+  const fs::path dir = fs::temp_directory_path();
+  const std::string o = (dir / ("anelab_cli_out_" + std::to_string(::getpid()) + "_" + std::to_string(n))).string();
+  const std::string e = (dir / ("anelab_cli_err_" + std::to_string(::getpid()) + "_" + std::to_string(n++))).string();
+  const int st = std::system((kBin + " " + args + " < /dev/null > " + o + " 2> " + e).c_str());
+  Out r;
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.out = read_file_text(o);
+  r.err = read_file_text(e);
+  fs::remove(o);
+  fs::remove(e);
+  return r;
+}
+
+class InferCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(test::temp_dir("infer_cli"));
+    test::write_byte_vocab_model((*dir_ / "base.anelab").string(), test::byte_vocab(512));
+    test::write_byte_vocab_model((*dir_ / "padded.anelab").string(), test::byte_vocab(512), 4096);
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+  static std::string model(const char* name = "base.anelab") { return (*dir_ / name).string(); }
+  static inline fs::path* dir_ = nullptr;
+};
+
+TEST_F(InferCli, UnknownCommandsAndOptionsNameTheClosestMatch) {
+  Out r = anelab("trian");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("unknown command 'trian'; did you mean 'train'?"), std::string::npos) << r.err;
+  r = anelab("infer genrate --model x");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("unknown command 'genrate' for 'anelab infer'; did you mean 'generate'?"), std::string::npos) << r.err;
+  r = anelab("infer generate --model " + model() + " --tempreature 0");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("unknown option '--tempreature' for 'anelab infer generate'; did you mean '--temperature'?"),
+            std::string::npos) << r.err;
+  r = anelab("xyzzy");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("unknown command 'xyzzy'"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("did you mean"), std::string::npos) << r.err;  // nothing is close
+}
+
+// stdout = the prompt (first token included: the byte-level vocabulary has no BOS) + 0 new tokens.
+TEST_F(InferCli, LlamaCppAliasesAndTheFirstPromptTokenEchoed) {
+  const Out r = anelab("infer generate -m " + model() + " -n 0 -c 64 -t 0 -q --prompt 'Hello, my name is'");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "Hello, my name is\n");
+}
+
+TEST_F(InferCli, NumericAndBackendChoicesAreChecked) {
+  Out r = anelab("infer generate -m " + model() + " -t -1 --prompt a");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.err.find("--temperature"), std::string::npos) << r.err;
+  r = anelab("infer generate -m " + model() + " --top-p 1.5 --prompt a");
+  EXPECT_NE(r.rc, 0) << r.out;
+  r = anelab("infer generate -m " + model() + " --threads 0 --prompt a");
+  EXPECT_NE(r.rc, 0) << r.out;
+  r = anelab("infer generate -m " + model() + " --backend gpu --prompt a");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.err.find("auto, cpu, emulator, ane"), std::string::npos) << r.err;
+  r = anelab("serve -m " + model() + " --backend gpu");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.err.find("auto"), std::string::npos) << r.err;
+}
+
+// Without --backend the prefill takes the CPU path here (no ANE); progress lines on stderr, none with -q.
+TEST_F(InferCli, DefaultBackendIsCpuWithProgressLines) {
+  Out r = anelab("infer generate -m " + model() + " -n 2 --prompt a");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("loading " + model()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("prefill backend cpu"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("tokens in "), std::string::npos) << r.err;  // the stats line stays
+  r = anelab("infer generate -m " + model() + " -n 2 -q --prompt a");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err.find("loading"), std::string::npos) << r.err;
+  // The emulator only when asked: then its kernel compiles are announced.
+  r = anelab("infer generate -m " + model() + " -n 1 --backend emulator --prompt a");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("compiling"), std::string::npos) << r.err;
+}
+
+TEST_F(InferCli, BaseModelRefusesChatWithAHint) {
+  const Out r = anelab("infer chat -m " + model());
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.err.find("has no chat template"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("anelab infer generate"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("> "), std::string::npos) << "the chat loop started: " << r.out;
+}
+
+TEST_F(InferCli, VocabularyMismatchIsNamed) {
+  const Out r = anelab("infer generate -m " + model("padded.anelab") + " -n 8 -t 0 --prompt a");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.err.find("vocabulary mismatch"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("out of range"), std::string::npos) << r.err;
+}
+
+// generate without --prompt reads stdin; on a terminal it says so instead of waiting silently.
+TEST_F(InferCli, HintWhenGenerateWaitsOnATerminal) {
+  int master = -1;
+  const std::string m = model();
+  const pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl(kBin.c_str(), kBin.c_str(), "infer", "generate", "-m", m.c_str(), "-n", "1", "-q", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  std::string seen;
+  const auto t0 = std::chrono::steady_clock::now();
+  char buf[512];
+  while (seen.find("until EOF") == std::string::npos && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20)) {
+    fd_set fds;
+    FD_ZERO(&fds);
+    FD_SET(master, &fds);
+    timeval tv{0, 100000};
+    if (select(master + 1, &fds, nullptr, nullptr, &tv) > 0) {
+      const ssize_t n = ::read(master, buf, sizeof buf);
+      if (n <= 0) break;
+      seen.append(buf, static_cast<size_t>(n));
+    }
+  }
+  EXPECT_NE(seen.find("reading the prompt from the terminal until EOF"), std::string::npos) << seen;
+  (void)!::write(master, "a\n\x04", 3);  // a prompt, then EOF
+  int st = 0;
+  for (int i = 0; i < 200 && waitpid(pid, &st, WNOHANG) == 0; ++i) {
+    while (true) {  // drain so the child never blocks on a full pty
+      fd_set fds;
+      FD_ZERO(&fds);
+      FD_SET(master, &fds);
+      timeval tv{0, 50000};
+      if (select(master + 1, &fds, nullptr, nullptr, &tv) <= 0 || ::read(master, buf, sizeof buf) <= 0) break;
+    }
+  }
+  if (waitpid(pid, &st, WNOHANG) == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+  }
+  ::close(master);
+}
+
+TEST_F(InferCli, TrainHelpIsGroupedWithOneDefaultStyle) {
+  const Out r = anelab("train --help");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  for (const char* g : {"Model and data:", "Loop:", "Optimizer:", "Execution:", "Evaluation and output:"})
+    EXPECT_NE(r.out.find(g), std::string::npos) << g << "\n" << r.out;
+  EXPECT_EQ(r.out.find("[default:"), std::string::npos) << r.out;  // CLI11's own default display, as elsewhere
+  EXPECT_NE(r.out.find("--batch-size INT"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--data PATH"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace anelab
