@@ -539,6 +539,17 @@ std::unique_ptr<FakeShim> fake_shim_from_env(const std::string& device) {
   std::error_code ec;
   fs::create_directories(o.temp_dir, ec);
   if (ec) fail("ane", "fake shim: cannot create ANELAB_FAKE_ANE_DIR ", o.temp_dir, ": ", ec.message());
+  if (const char* limit = std::getenv("ANELAB_FAKE_ANE_COMPILE_LIMIT"); limit && *limit) {
+    size_t used = 0;
+    int n = -1;
+    try {
+      n = std::stoi(limit, &used);
+    } catch (const std::logic_error&) {
+    }
+    if (n < 0 || used != std::strlen(limit))
+      anelab::fail("ane", "ANELAB_FAKE_ANE_COMPILE_LIMIT '", limit, "' is not a compile count >= 0");
+    o.compile_limit = n;
+  }
   if (const char* spec = std::getenv("ANELAB_FAKE_ANE_FAIL_COMPILES"); spec && *spec)
     o.compile_failures = parse_compile_failures(spec);
   o.compile_failures.count_file = (fs::path(o.temp_dir) / "fake_compile_count").string();

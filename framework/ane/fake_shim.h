@@ -164,6 +164,7 @@ class FakeShim : public Shim {
 //   ANELAB_FAKE_ANE_DIR            its temporary directory (kept, like NSTemporaryDirectory(); default
 //                                  <system temp>/anelab-fake-ane): compiled programs survive exec-restarts
 //   ANELAB_FAKE_ANE_FAIL_COMPILES  parse_compile_failures spec (unset or "": none)
+//   ANELAB_FAKE_ANE_COMPILE_LIMIT  compiles that succeed per process (default 119, FakeShimOptions)
 // The compiles over every process using the directory are counted in <dir>/fake_compile_count.
 // Throws "[ane] ANELAB_FAKE_ANE_FAIL_COMPILES ..." for a bad spec.
 std::unique_ptr<FakeShim> fake_shim_from_env(const std::string& device);
