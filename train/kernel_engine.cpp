@@ -100,7 +100,11 @@ class KernelEngine final : public StepEngine {
     pending_ = 0, pending_ms_ = 0;
     return r;
   }
-  void weights_updated() override { stale_ = true; }
+  void weights_updated() override {  // static: kernels of the old weights are never run again: free them now
+    stale_ = true;                    // (so none is loaded, or kept on disk, across an exec-restart)
+    if (strategy_ == kern::Strategy::kStatic)
+      for (auto& r : runners_) r.release_static_kernels();
+  }
   double forward_backward(const float* w, const Batch& b, float grad_scale, float* g, StepTimes* t) override;
 
  private:
@@ -183,6 +187,7 @@ void KernelEngine::prepare(const float* w, int64_t B, int64_t T) {
   }
   if (stale_ && strategy_ == kern::Strategy::kStatic) {  // rebuild + recompile 7 kernels per layer (main thread:
     const double t0 = now_ms();                           // the backend's budget counter is not shared)
+    for (auto& r : runners_) r.release_static_kernels();  // all old-weight kernels first (maderix's order)
     for (int64_t l = 0; l < c_.n_layers; ++l) runners_[size_t(l)].set_weights(layer_weights(w, l));
     pending_ms_ += now_ms() - t0;
     stale_ = false;

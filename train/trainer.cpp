@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -14,6 +15,7 @@
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 #include "framework/core/platform.h"
+#include "framework/runtime/backend.h"
 #include "models/formats/checkpoint_file.h"
 #include "models/formats/load_any.h"
 #include "models/presets.h"
@@ -42,6 +44,10 @@ std::string data_tokenizer(const std::string& data) {
   const std::string t = j["tokenizer"].get<std::string>();
   return !t.empty() && fs::exists(t) ? t : "";
 }
+
+// Set (to "step N") in the environment of a process exec-restarted after a compile failure, until its
+// first step completes: a compile failure before then is a real error, not a reason for another restart.
+constexpr const char* kCompileRestartEnv = "ANELAB_RESTARTED_AFTER_COMPILE_FAILURE";
 
 // Everything one training process holds. Member functions are the loop's named steps.
 struct Run {
@@ -89,6 +95,7 @@ struct Run {
   nlohmann::json power_json() const;
   void add_step_energy(const std::optional<power::Reading>& e0, int64_t ntok, nlohmann::json* f);
   void maybe_restart();
+  [[noreturn]] void restart_after_compile_failure(const rt::CompileError& e, uint64_t data_state);
   double evaluate();
   void sample();
   void checkpoint(bool best);
@@ -225,9 +232,14 @@ void Run::train_step() {
   std::fill(g.begin(), g.end(), 0.0f);
   const double scale = scaler.scale;
   double loss_sum = 0;
-  for (int64_t a = 0; a < cfg.accum_steps; ++a) {
-    const Batch b = batcher->next();
-    loss_sum += engine->forward_backward(w.data(), b, float(scale), g.data(), &st);
+  const uint64_t data_state = batcher->state();
+  try {
+    for (int64_t a = 0; a < cfg.accum_steps; ++a) {
+      const Batch b = batcher->next();
+      loss_sum += engine->forward_backward(w.data(), b, float(scale), g.data(), &st);
+    }
+  } catch (const rt::CompileError& e) {  // the kernels of this step could not be compiled: w is untouched
+    restart_after_compile_failure(e, data_state);
   }
   double ms_compile = 0;  // compiles inside forward_backward (kernel strategies): reported apart, not as step time
   if (auto [n, ms] = engine->take_compile_batch(); n > 0) {
@@ -248,6 +260,7 @@ void Run::train_step() {
     engine->weights_updated();
   }
   ++step, ++steps_here;
+  if (steps_here == 1) ::unsetenv(kCompileRestartEnv);  // progress since the restart
   last_loss = loss_sum / double(cfg.accum_steps);
   const int64_t ntok = cfg.batch_size * cfg.seq_len * cfg.accum_steps;
   tokens += ntok;
@@ -359,6 +372,24 @@ void Run::maybe_restart() {
   emit("restart", {{"reason", "compile_budget"}, {"compiles_total", engine->compiles_total()}, {"budget", engine->budget()}});
   ++restarts;
   checkpoint(false);
+  exec_restart();
+}
+
+// Any compile failure (budget, or the compiler failing: maybe transiently) while preparing a step's kernels:
+// checkpoint the last completed step (the data position as before this step) and exec-restart, as maderix's
+// train_large.m does. If it happens again before this process completed a step after such a restart, it is
+// a real error: fail, do not loop.
+void Run::restart_after_compile_failure(const rt::CompileError& e, uint64_t data_state) {
+  batcher->set_state(data_state);
+  if (const char* prev = std::getenv(kCompileRestartEnv); prev && steps_here == 0)
+    fail("train", "a kernel compile failed again right after the exec-restart for a compile failure at ", prev,
+         " (not restarting again; last.ckpt holds step ", step, "): ", e.what());
+  if (!hooks.allow_exec_restart) fail("train", "a kernel compile failed and exec-restart is disabled: ", e.what());
+  emit("restart", {{"reason", "compile_failure"}, {"code", code_name(e.code)}, {"message", e.what()},
+                   {"compiles_total", engine->compiles_total()}, {"budget", engine->budget()}});
+  ++restarts;
+  checkpoint(false);
+  ::setenv(kCompileRestartEnv, cat("step ", step).c_str(), 1);
   exec_restart();
 }
 

@@ -6,6 +6,9 @@
 // Exec-restart: before a step whose compiles would exceed the engine's per-process budget, the trainer
 // writes last.ckpt, emits `restart`, and execv()s the running executable (platform::executable_path) with the
 // original argv (platform::saved_argv, saved in main) + --resume, whatever the cwd and however it was invoked.
+// A compile that fails anyway (rt::CompileError: the budget, or the compiler failing) also checkpoints the
+// last completed step and exec-restarts; a second failure before the restarted process completes a step is
+// reported as an error (docs/native_backend.md "Compile failures and restarts").
 #pragma once
 #include <cstdint>
 #include <functional>

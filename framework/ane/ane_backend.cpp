@@ -1,22 +1,50 @@
 // The "ane" registry entry: the portable NativeBackend over the host's system shim. The backend is
 // unavailable exactly when the shim cannot be created (every non-Apple host, or a Mac whose
 // AppleNeuralEngine.framework cannot be loaded), and the reason is the shim's.
+// ANELAB_ANE_SHIM=fake puts FakeShim under it instead (fake_shim_from_env): whole runs through the
+// native backend, exec-restarts and injected compile failures included, on any host.
+// Every "ane" backend of a process counts its compiles in rt::CompileCounter::process(): the compiler's
+// limit is per process.
 #include "framework/ane/ane_backend.h"
 
+#include <cstdlib>
+
+#include "framework/ane/fake_shim.h"
 #include "framework/ane/native_backend.h"
 #include "framework/ane/shim.h"
 
 namespace anelab::ane {
 
+namespace {
+
+// "system" (the default) or "fake"; anything else is an error naming the variable.
+std::string shim_choice() {
+  const char* e = std::getenv("ANELAB_ANE_SHIM");
+  const std::string v = e ? e : "";
+  if (v.empty() || v == "system") return "system";
+  if (v == "fake") return "fake";
+  fail("backend", "ane: ANELAB_ANE_SHIM='", v, "' is neither 'system' nor 'fake'");
+}
+
+}  // namespace
+
 bool ane_available(std::string* why_not) {
+  if (shim_choice() == "fake") return true;
   return create_system_shim(why_not) != nullptr;
 }
 
 std::unique_ptr<rt::Backend> make_ane_backend(const rt::BackendOptions& opts) {
-  std::string why;
-  std::unique_ptr<Shim> shim = create_system_shim(&why);
-  if (!shim) fail("backend", "ane: ", why);
-  return std::make_unique<NativeBackend>(std::move(shim), opts);
+  std::unique_ptr<Shim> shim;
+  if (shim_choice() == "fake") {
+    shim = fake_shim_from_env(opts.device);
+  } else {
+    std::string why;
+    shim = create_system_shim(&why);
+    if (!shim) fail("backend", "ane: ", why);
+  }
+  rt::BackendOptions o = opts;
+  if (!o.compile_counter) o.compile_counter = rt::CompileCounter::process();
+  return std::make_unique<NativeBackend>(std::move(shim), o);
 }
 
 }  // namespace anelab::ane

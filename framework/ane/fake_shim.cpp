@@ -40,6 +40,7 @@ const char* selector_of(const std::string& call) {
   static const std::map<std::string, const char*> m = {
       {"ane_sub_type", sel::kSubType},        {"create_model", sel::kDescriptor},
       {"hex_string_identifier", sel::kHexId}, {"compile", sel::kCompile},
+      {"compiled_model_exists", sel::kCompiledExists},
       {"load", sel::kLoad},                   {"evaluate", sel::kEvaluate},
       {"unload", sel::kUnload},               {"create_surface", sel::kSurfaceCreate},
       {"lock_surface", sel::kSurfaceLock},    {"unlock_surface", sel::kSurfaceUnlock},
@@ -231,23 +232,79 @@ Status FakeShim::compile(ModelHandle h, uint32_t qos) {
   if (Status s = injected(c); !s) return s;
   Model* m = model(h);
   if (!m) return failed(c, shim_error(sel::kCompile, "unknown model handle", "fake", 0));
+  c.run_compile = next_run_compile();
+  if (opts_.compile_failures.fails(c.run_compile))
+    return failed(c, shim_error(sel::kCompile, cat("_ANECompiler : ANECCompile() FAILED (fake: injected at compile ",
+                                                   c.run_compile, " of the run)"),
+                                "com.apple.appleneuralengine.compiler", 1));
   if (++compiles_ > opts_.compile_limit)  // the leak every repo hits (digest §1.11)
     return failed(c, shim_error(sel::kCompile, "_ANECompiler : ANECCompile() FAILED",
                                 "com.apple.appleneuralengine.compiler", 1));
+  const fs::path dir = fs::path(temp_dir_) / m->hex_id;
+  std::error_code ec;
+  c.weights_dir = fs::is_directory(dir / "weights", ec);
   if (Status s = check_model_dir(*m, c); !s) return failed(c, s);
+  if (Status s = build_kernel(*m); !s) return failed(c, s);
+  // The compiler's output next to model.mil (what compiled_model_exists finds, also after an exec).
+  const std::string plist = cat("fake net.plist for ", m->hex_id, "\n");
   try {
-    m->program = mil::parse(m->mil_text, "model.mil");
-  } catch (const Error& e) {
-    return failed(c, shim_error(sel::kCompile, cat("InvalidMILProgram (fake: ", e.what(), ")"),
-                                "com.apple.appleneuralengine.compiler", 1));
+    write_file_atomic((dir / "net.plist").string(), plist);
+    write_file_atomic((dir / "data").string(), "fake compiled program\n");
+  } catch (const std::exception& e) {
+    return failed(c, shim_error(sel::kCompile, cat("cannot write the compiled program: ", e.what()), "fake", 0));
   }
-  Result<std::unique_ptr<rt::Kernel>> k = emulator_->compile(m->program, m->weights);
-  if (!k)
-    return failed(c, shim_error(sel::kCompile, cat("_ANECompiler : ANECCompile() FAILED (fake: ", k.status().message(), ")"),
-                                "com.apple.appleneuralengine.compiler", 1));
-  m->kernel = std::move(*k);
   m->compiled = true;
   return Status::ok();
+}
+
+Status FakeShim::build_kernel(Model& m) {
+  try {
+    m.program = mil::parse(m.mil_text, "model.mil");
+  } catch (const Error& e) {
+    return shim_error(sel::kCompile, cat("InvalidMILProgram (fake: ", e.what(), ")"), "com.apple.appleneuralengine.compiler", 1);
+  }
+  Result<std::unique_ptr<rt::Kernel>> k = emulator_->compile(m.program, m.weights);
+  if (!k)
+    return shim_error(sel::kCompile, cat("_ANECompiler : ANECCompile() FAILED (fake: ", k.status().message(), ")"),
+                      "com.apple.appleneuralengine.compiler", 1);
+  m.kernel = std::move(*k);
+  return Status::ok();
+}
+
+bool FakeShim::compiled_output_exists(const Model& m) const {
+  const fs::path p = fs::path(temp_dir_) / m.hex_id / "net.plist";
+  std::error_code ec;
+  if (!fs::is_regular_file(p, ec)) return false;
+  try {
+    return read_file_text(p.string()) == cat("fake net.plist for ", m.hex_id, "\n");
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+Result<bool> FakeShim::compiled_model_exists(ModelHandle h) {
+  ShimCall& c = record("compiled_model_exists");
+  c.model = h.id;
+  if (Status s = injected(c); !s) return s;
+  Model* m = model(h);
+  if (!m) return failed(c, shim_error(sel::kCompiledExists, "unknown model handle", "fake", 0));
+  return compiled_output_exists(*m);
+}
+
+int64_t FakeShim::next_run_compile() {
+  const std::string& file = opts_.compile_failures.count_file;
+  if (file.empty()) return ++run_compiles_;
+  int64_t n = 0;
+  std::error_code ec;
+  if (fs::exists(file, ec)) {
+    try {
+      n = std::stoll(read_file_text(file));
+    } catch (const std::exception& e) {
+      anelab::fail("ane", "fake shim: unreadable compile count file ", file, ": ", e.what());
+    }
+  }
+  write_file_atomic(file, std::to_string(++n) + "\n");
+  return n;
 }
 
 Status FakeShim::load(ModelHandle h, uint32_t qos) {
@@ -256,6 +313,10 @@ Status FakeShim::load(ModelHandle h, uint32_t qos) {
   c.qos = qos;
   if (Status s = injected(c); !s) return s;
   Model* m = model(h);
+  if (m && !m->compiled && compiled_output_exists(*m)) {  // compiled by an earlier process: no compile
+    if (Status s = build_kernel(*m); !s) return failed(c, s);
+    m->compiled = true;
+  }
   if (!m || !m->compiled || m->loaded)
     return failed(c, shim_error(sel::kLoad, !m ? "unknown model handle" : !m->compiled ? "model is not compiled"
                                                                                        : "model is already loaded",
@@ -421,6 +482,78 @@ Status FakeShim::evaluate(ModelHandle h, RequestHandle rh, uint32_t qos) {
   if (Status s = check_request(*m, *rit->second); !s) return failed(c, s);
   if (Status s = run(*m, *rit->second); !s) return failed(c, s);
   return Status::ok();
+}
+
+// ---- compile failures over a run and the environment-configured fake -----------------------------
+bool FakeCompileFailures::fails(int64_t n) const {
+  if (std::find(at.begin(), at.end(), n) != at.end()) return true;
+  if (probability <= 0) return false;
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(n);  // splitmix64 finaliser
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) / 9007199254740992.0 < probability;
+}
+
+FakeCompileFailures parse_compile_failures(const std::string& spec) {
+  FakeCompileFailures f;
+  auto bad = [&](const std::string& why) -> FakeCompileFailures {
+    fail("ane", "ANELAB_FAKE_ANE_FAIL_COMPILES '", spec, "': ", why,
+         " (expected compile numbers \"12,40,97\" or \"random:P:SEED\" with 0 <= P <= 1)");
+  };
+  try {
+    if (spec.rfind("random:", 0) == 0) {
+      const size_t colon = spec.find(':', 7);
+      if (colon == std::string::npos) return bad("missing SEED");
+      size_t used = 0;
+      f.probability = std::stod(spec.substr(7, colon - 7), &used);
+      if (used != colon - 7 || !(f.probability >= 0 && f.probability <= 1)) return bad("bad probability");
+      const std::string seed = spec.substr(colon + 1);
+      f.seed = std::stoull(seed, &used);
+      if (used != seed.size()) return bad("bad seed");
+      return f;
+    }
+    if (spec.empty() || spec.back() == ',') return bad("empty compile number");
+    size_t start = 0;
+    while (start < spec.size()) {
+      size_t end = spec.find(',', start);
+      if (end == std::string::npos) end = spec.size();
+      const std::string part = spec.substr(start, end - start);
+      size_t used = 0;
+      const long long n = std::stoll(part, &used);
+      if (used != part.size() || n < 1) return bad("'" + part + "' is not a compile number >= 1");
+      f.at.push_back(n);
+      start = end + 1;
+    }
+  } catch (const std::logic_error&) {  // stoll / stod: not a number, or out of range
+    return bad("not a number");
+  }
+  return f;
+}
+
+std::unique_ptr<FakeShim> fake_shim_from_env(const std::string& device) {
+  FakeShimOptions o;
+  o.device = device;
+  const char* dir = std::getenv("ANELAB_FAKE_ANE_DIR");
+  o.temp_dir = dir && *dir ? std::string(dir) : (fs::temp_directory_path() / "anelab-fake-ane").string();
+  std::error_code ec;
+  fs::create_directories(o.temp_dir, ec);
+  if (ec) fail("ane", "fake shim: cannot create ANELAB_FAKE_ANE_DIR ", o.temp_dir, ": ", ec.message());
+  if (const char* limit = std::getenv("ANELAB_FAKE_ANE_COMPILE_LIMIT"); limit && *limit) {
+    size_t used = 0;
+    int n = -1;
+    try {
+      n = std::stoi(limit, &used);
+    } catch (const std::logic_error&) {
+    }
+    if (n < 0 || used != std::strlen(limit))
+      anelab::fail("ane", "ANELAB_FAKE_ANE_COMPILE_LIMIT '", limit, "' is not a compile count >= 0");
+    o.compile_limit = n;
+  }
+  if (const char* spec = std::getenv("ANELAB_FAKE_ANE_FAIL_COMPILES"); spec && *spec)
+    o.compile_failures = parse_compile_failures(spec);
+  o.compile_failures.count_file = (fs::path(o.temp_dir) / "fake_compile_count").string();
+  return std::make_unique<FakeShim>(o);
 }
 
 }  // namespace anelab::ane

@@ -10,7 +10,11 @@
 //                 byte; every weight file exists and equals its dictionary bytes; the MIL parses and
 //                 the emulator accepts it; after `compile_limit` compiles in this fake "process"
 //                 every compile fails with "_ANECompiler : ANECCompile() FAILED" (digest §1.11)
-//   load          compiled, not loaded;    unload: loaded
+//                 On success it writes the compiler's output, <tmp>/<hexId>/net.plist and data (fake
+//                 contents naming the hexId), like the real compiler (digest §1.2).
+//   compiled_model_exists  <tmp>/<hexId>/net.plist exists and names this hexId (left by a compile of
+//                 this fake or of an earlier process that used the same temp dir)
+//   load          compiled (here, or compiled_model_exists), not loaded;    unload: loaded
 //   create_surface  bytes > 0; lock/unlock: balanced, same mode
 //   evaluate      loaded; request's procedure exists; indices are the program-wide symbol indices of
 //                 that procedure (else the real "0x2" failure, digest §1.9); surface count matches; no
@@ -18,8 +22,14 @@
 //                 largest I/O tensor (digest §4.3: the real ANE returns zeros); I/O sizes fit.
 // Failure injection: fail("load", {...}) makes the next `times` calls of that name (after `skip`
 // successful ones) fail with the given NSError-like text. Calls that can fail: ane_sub_type,
-// create_model, hex_string_identifier, compile, load, evaluate, unload, create_surface, lock_surface,
-// unlock_surface, create_request.
+// create_model, hex_string_identifier, compile, compiled_model_exists, load, evaluate, unload,
+// create_surface, lock_surface, unlock_surface, create_request.
+// Compile failures over a whole run (FakeCompileFailures): compiles are numbered 1, 2, ... across the
+// processes of a run (the count lives in a file when a run exec-restarts), and the scheduled or random
+// numbers fail with "_ANECompiler : ANECCompile() FAILED", like a transient compiler failure.
+//
+// The "ane" backend runs over a FakeShim when ANELAB_ANE_SHIM=fake (fake_shim_from_env): whole runs
+// (`anelab train --backend ane`, exec-restarts included) are then tested on hosts without an ANE.
 #pragma once
 #include <map>
 #include <memory>
@@ -46,9 +56,22 @@ struct ShimCall {
   std::vector<uint64_t> weight_offsets;
   std::vector<size_t> weight_sizes;
   std::vector<std::string> model_dir_files;  // compile: files under <tmp>/<hexId>/ (sorted, relative)
+  bool weights_dir = false;              // compile: <tmp>/<hexId>/weights/ is a directory
+  int64_t run_compile = 0;               // compile: its number in the run (FakeCompileFailures)
   bool ok = true;
   std::string error;                     // the failure text when !ok
 };
+
+// Compiles of a run that fail (numbers counted from 1 over every process sharing `count_file`).
+struct FakeCompileFailures {
+  std::vector<int64_t> at;     // these compile numbers fail
+  double probability = 0;      // and each other one with this probability (a hash of seed and number)
+  uint64_t seed = 0;
+  std::string count_file;      // "" = counted in this FakeShim only
+  bool fails(int64_t n) const;
+};
+// "12,40,97" (scheduled) or "random:P:SEED" (each compile with probability P); throws naming the spec.
+FakeCompileFailures parse_compile_failures(const std::string& spec);
 
 struct FakeShimOptions {
   std::string device = "m4";    // emulator profile the kernels run with
@@ -57,6 +80,7 @@ struct FakeShimOptions {
   std::string temp_dir;         // "" = a fresh directory under the system temp dir (removed by ~FakeShim)
   size_t min_surface_bytes = 49152;
   int threads = 1;              // emulator threads
+  FakeCompileFailures compile_failures;
 };
 
 struct FakeFailure {
@@ -78,7 +102,7 @@ class FakeShim : public Shim {
   std::vector<std::string> call_names() const;  // the sequence of call names
   void clear_calls() { calls_.clear(); }
   void fail(const std::string& call, FakeFailure f = {});
-  int compiles() const { return compiles_; }
+  int compiles() const { return compiles_; }  // compile calls that reached the compiler in this fake process
   // Live objects (leak checks): models, surfaces, requests not yet released; loaded models.
   size_t live_models() const;
   size_t live_surfaces() const;
@@ -93,6 +117,7 @@ class FakeShim : public Shim {
   Result<ModelHandle> create_model(std::string_view mil_text, std::span<const WeightEntry> weights) override;
   Result<std::string> hex_string_identifier(ModelHandle m) override;
   Status compile(ModelHandle m, uint32_t qos) override;
+  Result<bool> compiled_model_exists(ModelHandle m) override;
   Status load(ModelHandle m, uint32_t qos) override;
   Status evaluate(ModelHandle m, RequestHandle r, uint32_t qos) override;
   Status unload(ModelHandle m, uint32_t qos) override;
@@ -117,6 +142,9 @@ class FakeShim : public Shim {
   Status check_model_dir(const Model& m, ShimCall& c);
   Status check_request(const Model& m, const Request& r);
   Status run(Model& m, const Request& r);
+  bool compiled_output_exists(const Model& m) const;
+  Status build_kernel(Model& m);  // parse the MIL and compile it on the emulator
+  int64_t next_run_compile();
 
   FakeShimOptions opts_;
   std::string temp_dir_;
@@ -129,6 +157,16 @@ class FakeShim : public Shim {
   std::map<uint64_t, std::unique_ptr<Request>> requests_;
   uint64_t next_id_ = 1;
   int compiles_ = 0;
+  int64_t run_compiles_ = 0;  // without a count file
 };
+
+// The FakeShim the "ane" backend uses when ANELAB_ANE_SHIM=fake, configured from the environment:
+//   ANELAB_FAKE_ANE_DIR            its temporary directory (kept, like NSTemporaryDirectory(); default
+//                                  <system temp>/anelab-fake-ane): compiled programs survive exec-restarts
+//   ANELAB_FAKE_ANE_FAIL_COMPILES  parse_compile_failures spec (unset or "": none)
+//   ANELAB_FAKE_ANE_COMPILE_LIMIT  compiles that succeed per process (default 119, FakeShimOptions)
+// The compiles over every process using the directory are counted in <dir>/fake_compile_count.
+// Throws "[ane] ANELAB_FAKE_ANE_FAIL_COMPILES ..." for a bad spec.
+std::unique_ptr<FakeShim> fake_shim_from_env(const std::string& device);
 
 }  // namespace anelab::ane

@@ -18,12 +18,15 @@ class LoadedModel {
   LoadedModel(const LoadedModel&) = delete;
   LoadedModel& operator=(const LoadedModel&) = delete;
   ~LoadedModel() {
-    if (loaded) {
-      Status s = shim->unload(model, qos);
-      if (!s) std::fprintf(stderr, "[ane] warning: unload of %s failed: %s\n", hex_id.c_str(), s.message().c_str());
-    }
+    unload();
     if (model) shim->release_model(model);
     if (!dir.empty()) remove_model_dir(dir);  // after unload (digest §1.2 step 9)
+  }
+  void unload() {
+    if (!loaded) return;
+    loaded = false;
+    Status s = shim->unload(model, qos);
+    if (!s) std::fprintf(stderr, "[ane] warning: unload of %s failed: %s\n", hex_id.c_str(), s.message().c_str());
   }
 
   std::shared_ptr<Shim> shim;
@@ -41,7 +44,8 @@ class NativeKernel : public rt::Kernel {
   NativeKernel(mil::Program p, std::shared_ptr<LoadedModel> m)
       : Kernel(std::move(p)), model(std::move(m)), io(program_.functions.size()) {}
   ~NativeKernel() override {
-    for (FnIO& f : io) release(f);
+    if (model.use_count() == 1) model->unload();  // the last user: unload before releasing the request and
+    for (FnIO& f : io) release(f);                 // surfaces (maderix free_kern's order)
   }
   struct FnIO {
     std::vector<SurfaceHandle> ins, outs;  // shim surfaces, function parameter / return order
@@ -106,11 +110,22 @@ Result<std::unique_ptr<rt::Kernel>> NativeBackend::compile(const mil::Program& p
     return std::unique_ptr<rt::Kernel>(std::make_unique<NativeKernel>(std::move(p), it->second->second));
   }
   ++cache_misses_;
-  if (Status s = take_compile(); !s) return s;
   Result<std::shared_ptr<LoadedModel>> m = compile_and_load(p, text, weights);
   if (!m) return m.status();
   remember(key, *m);
   return std::unique_ptr<rt::Kernel>(std::make_unique<NativeKernel>(std::move(p), *m));
+}
+
+void NativeBackend::discard(std::unique_ptr<rt::Kernel> kernel) {
+  auto* k = dynamic_cast<NativeKernel*>(kernel.get());
+  if (k)
+    for (auto it = lru_.begin(); it != lru_.end(); ++it)
+      if (it->second == k->model) {
+        cache_.erase(it->first);
+        lru_.erase(it);
+        break;
+      }
+  kernel.reset();  // the last user unloads, then releases its request and surfaces
 }
 
 Result<std::shared_ptr<LoadedModel>> NativeBackend::compile_and_load(const mil::Program& p, const std::string& text,
@@ -129,8 +144,10 @@ Result<std::shared_ptr<LoadedModel>> NativeBackend::compile_and_load(const mil::
   m->hex_id = *hex;
   const std::string root = native_.temp_root.empty() ? shim_->temporary_directory() : native_.temp_root;
   m->dir = (std::filesystem::path(root) / m->hex_id).string();
-  if (Status s = write_model_dir(m->dir, text, weights); !s) return s;
+  if (load_compiled(*m)) return m;
 
+  if (Status s = take_compile(); !s) return s;
+  if (Status s = write_model_dir(m->dir, text, weights); !s) return s;
   using Clock = std::chrono::steady_clock;
   auto ms_since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
   auto t0 = Clock::now();
@@ -144,6 +161,22 @@ Result<std::shared_ptr<LoadedModel>> NativeBackend::compile_and_load(const mil::
   if (!loaded) return wrap(Code::kInternal, "loading " + what, loaded);
   m->loaded = true;
   return m;
+}
+
+bool NativeBackend::load_compiled(LoadedModel& m) {
+  Result<bool> exists = shim_->compiled_model_exists(m.model);
+  if (!exists || !*exists) return false;  // an error (e.g. no such selector) only means: compile
+  const auto t0 = std::chrono::steady_clock::now();
+  Status loaded = load_with_retry(m);
+  load_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (!loaded) {
+    std::fprintf(stderr, "[ane] note: the compiled program %s exists but did not load (%s); compiling it again\n",
+                 m.hex_id.c_str(), loaded.message().c_str());
+    return false;
+  }
+  m.loaded = true;
+  ++compiled_reuses_;
+  return true;
 }
 
 Status NativeBackend::load_with_retry(LoadedModel& m) {

@@ -8,16 +8,24 @@
 //      rt::check_weights (every BLOBFILE const resolves, blob headers valid);
 //   2. text = mil::print(program, profile dialect); key = program_key(text, weights);
 //      a cache hit returns a new Kernel sharing the loaded model (no budget, no shim call);
-//   3. take_compile() (kBudgetExhausted when the budget is spent);
-//   4. shim: create_model(text, weights dictionary) -> hex_string_identifier -> write
-//      <tmp>/<hexId>/model.mil + weights/... -> compile(qos) -> load(qos) (one retry after 100 ms);
-//      a failed compile maps through map_compile_failure (kBudgetExhausted near the budget).
+//   3. shim: create_model(text, weights dictionary) -> hex_string_identifier ->
+//      compiled_model_exists: the compiler's output is still in <tmp>/<hexId>/ (left by a process that
+//      exec-restarted with this program loaded) -> load (one retry after 100 ms), no compile, no budget;
+//      otherwise (or when that load fails):
+//   4. take_compile() (kBudgetExhausted when the process's budget is spent) -> write
+//      <tmp>/<hexId>/model.mil + weights/ (always created) + weights/... -> compile(qos) -> load(qos)
+//      (one retry); a failed compile maps through map_compile_failure (kBudgetExhausted near the
+//      budget, else kCompileFailed).
 // evaluate(kernel, fn, inputs, outputs):
 //   rt::check_surfaces, then (first time per function) create the shim surfaces (surface_sizes) and
 //   the request (request_indices); stage input bytes (lock/memcpy/unlock), evaluate(qos), copy the
 //   output bytes back (read-only lock).
-// Destruction: a Kernel releases its request and surfaces; the last Kernel (or cache entry) of a
-// model unloads it, releases it and removes its temp directory.
+// Destruction (the references' order, maderix stories_io.h free_kern): the last holder of a model
+// unloads it first, then the Kernel releases its request and surfaces, then the model is released
+// and its temp directory removed. A model still loaded when the process exec-restarts keeps its
+// directory, and so its compiled program, for step 3 of the next process.
+// discard(kernel): drops the kernel's program from the cache first (a static kernel built from old
+// weights is never compiled again), so the model unloads now instead of staying in the LRU.
 #pragma once
 #include <list>
 #include <memory>
@@ -47,6 +55,7 @@ class NativeBackend : public rt::Backend {
   std::string name() const override { return "ane"; }
 
   Result<std::unique_ptr<rt::Kernel>> compile(const mil::Program& program, const rt::Weights& weights) override;
+  void discard(std::unique_ptr<rt::Kernel> kernel) override;
   Status evaluate(rt::Kernel& kernel, int fn, std::span<rt::Surface* const> inputs,
                   std::span<rt::Surface* const> outputs) override;
 
@@ -56,6 +65,8 @@ class NativeBackend : public rt::Backend {
   std::string mil_text(const mil::Program& program) const;
   int cache_hits() const { return cache_hits_; }
   int cache_misses() const { return cache_misses_; }
+  // Programs loaded from the compiler's output of an earlier compile (compiled_model_exists), no compile.
+  int compiled_reuses() const { return compiled_reuses_; }
   size_t cached_programs() const { return lru_.size(); }
   void clear_cache();  // drops the cache's references (models unload once no Kernel uses them)
   // Wall time spent in the shim's compile and load calls (incl. the retry) since construction.
@@ -65,6 +76,7 @@ class NativeBackend : public rt::Backend {
  private:
   Result<std::shared_ptr<LoadedModel>> compile_and_load(const mil::Program& p, const std::string& text,
                                                         const rt::Weights& weights);
+  bool load_compiled(LoadedModel& m);  // step 3: true when the compiler's earlier output loaded
   Status load_with_retry(LoadedModel& m);
   void remember(const std::string& key, std::shared_ptr<LoadedModel> m);
 
@@ -72,7 +84,7 @@ class NativeBackend : public rt::Backend {
   NativeOptions native_;
   std::list<std::pair<std::string, std::shared_ptr<LoadedModel>>> lru_;  // most recent first
   std::unordered_map<std::string, decltype(lru_)::iterator> cache_;
-  int cache_hits_ = 0, cache_misses_ = 0;
+  int cache_hits_ = 0, cache_misses_ = 0, compiled_reuses_ = 0;
   double compile_ms_ = 0, load_ms_ = 0;
 };
 

@@ -62,6 +62,8 @@ Status write_model_dir(const std::string& dir, std::string_view mil_text, const 
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return Status(Code::kIoError, cat("[ane] cannot create the model directory ", dir, ": ", ec.message()));
+  fs::create_directories(fs::path(dir) / "weights", ec);  // also without weights (maderix ane_runtime.h)
+  if (ec) return Status(Code::kIoError, cat("[ane] cannot create ", dir, "/weights: ", ec.message()));
   if (Status s = write_bytes(fs::path(dir) / "model.mil", mil_text.data(), mil_text.size()); !s) return s;
   for (const auto& [key, blob] : weights) {
     Result<std::string> rel = model_relative_path(key);
@@ -132,10 +134,10 @@ Status map_compile_failure(const Status& shim_error, int used, int budget, doubl
                   cat("[compile] ane: ", what, ": the ANE compiler failed at compile ", used, " of this process's ",
                       budget, "-compile budget (>= ", near, " counts as the per-process compile limit, ~119 on every "
                       "chip) — checkpoint and restart the process. Compiler said: ", shim_error.message()));
-  return Status(Code::kInvalidArgument,
-                cat("[compile] ane: ", what, ": the ANE compiler rejected the program (compile ", used, " of ", budget,
-                    " budgeted): ", shim_error.message(),
-                    " — run it on --backend emulator with the same --device to check shapes and limits"));
+  return Status(Code::kCompileFailed,
+                cat("[compile] ane: ", what, ": the ANE compiler failed (compile ", used, " of ", budget,
+                    " budgeted): ", shim_error.message(), " — a transient failure passes after a restart; if it "
+                    "repeats, run the program on --backend emulator with the same --device to check shapes and limits"));
 }
 
 }  // namespace anelab::ane

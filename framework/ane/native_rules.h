@@ -5,6 +5,7 @@
 //     <NSTemporaryDirectory()>/<hexStringIdentifier>/model.mil          the MIL text, byte for byte
 //     <NSTemporaryDirectory()>/<hexStringIdentifier>/weights/<file>.bin  one file per dictionary key
 //                                                                       "@model_path/weights/<file>.bin"
+//     (weights/ is created also for a program without weights, as maderix's ane_runtime.h does)
 //   request indices (digest §1.6, §1.9): function p's inputs / outputs get the program-wide symbol
 //     indices Σ_{q<p} n_inputs(q) + i and Σ_{q<p} n_outputs(q) + j, and procedureIndex = p. For the
 //     usual one-input / one-output procedures that is exactly inputIndices = @[@(p)],
@@ -31,7 +32,7 @@ std::vector<WeightEntry> weight_entries(const rt::Weights& weights);
 // keys without the "@model_path/" prefix, absolute paths, empty components, "." / ".." and NULs.
 Result<std::string> model_relative_path(const std::string& key);
 
-// Writes model.mil and every weight file into `dir` (created, with intermediate directories).
+// Writes model.mil, weights/ and every weight file into `dir` (created, with intermediate directories).
 // kInvalidArgument for a bad key, kIoError naming the file for a write failure.
 Status write_model_dir(const std::string& dir, std::string_view mil_text, const rt::Weights& weights);
 // Removes `dir` recursively; ignores a missing directory.
@@ -58,7 +59,8 @@ SurfaceSizes surface_sizes(const mil::Function& fn, const rt::DeviceProfile& pro
 //   used >= ceil(near_fraction * budget)  -> kBudgetExhausted: the ~119-compile limit is approximate
 //                                           and shows up as a generic "ANECCompile() FAILED", so a
 //                                           failure this close to the budget asks for the restart;
-//   otherwise                             -> kInvalidArgument (the compiler rejected the program).
+//   otherwise                             -> kCompileFailed: maybe transient, maybe a program the compiler
+//                                           rejects; the trainer restarts once and reports a repeat.
 // Both carry the shim's NSError text. `used` counts this compile.
 Status map_compile_failure(const Status& shim_error, int used, int budget, double near_fraction,
                            const std::string& what);

@@ -80,6 +80,11 @@ class Shim {
   // -compileWithQoS:options:@{} error: / -loadWithQoS:options:@{} error: /
   // -evaluateWithQoS:options:@{} request:error: / -unloadWithQoS:error:
   virtual Status compile(ModelHandle m, uint32_t qos) = 0;
+  // -[_ANEInMemoryModel compiledModelExists]: the compiler's output for this model's hexStringIdentifier
+  // (net.plist + data in <NSTemporaryDirectory()>/<hexId>/, left by an earlier compile, also by an
+  // earlier process) is still there, so load() works without compile(). The identifier hashes the MIL
+  // text, the weights and the options, so a hit is the same program.
+  virtual Result<bool> compiled_model_exists(ModelHandle m) = 0;
   virtual Status load(ModelHandle m, uint32_t qos) = 0;
   virtual Status evaluate(ModelHandle m, RequestHandle r, uint32_t qos) = 0;
   virtual Status unload(ModelHandle m, uint32_t qos) = 0;
@@ -104,6 +109,7 @@ inline constexpr const char* kDescriptor = "+[_ANEInMemoryModelDescriptor modelW
 inline constexpr const char* kModel = "+[_ANEInMemoryModel inMemoryModelWithDescriptor:]";
 inline constexpr const char* kHexId = "-[_ANEInMemoryModel hexStringIdentifier]";
 inline constexpr const char* kCompile = "-[_ANEInMemoryModel compileWithQoS:options:error:]";
+inline constexpr const char* kCompiledExists = "-[_ANEInMemoryModel compiledModelExists]";
 inline constexpr const char* kLoad = "-[_ANEInMemoryModel loadWithQoS:options:error:]";
 inline constexpr const char* kEvaluate = "-[_ANEInMemoryModel evaluateWithQoS:options:request:error:]";
 inline constexpr const char* kUnload = "-[_ANEInMemoryModel unloadWithQoS:error:]";

@@ -26,6 +26,7 @@
 @protocol ANEShimModel
 - (NSString*)hexStringIdentifier;
 - (BOOL)compileWithQoS:(unsigned int)qos options:(NSDictionary*)options error:(NSError**)error;
+- (BOOL)compiledModelExists;
 - (BOOL)loadWithQoS:(unsigned int)qos options:(NSDictionary*)options error:(NSError**)error;
 - (BOOL)evaluateWithQoS:(unsigned int)qos options:(NSDictionary*)options request:(id)request error:(NSError**)error;
 - (BOOL)unloadWithQoS:(unsigned int)qos error:(NSError**)error;
@@ -176,6 +177,19 @@ class AppleShim : public Shim {
       return Status::ok();
     } @catch (NSException* ex) {
       return from_exception(sel::kCompile, ex);
+    }
+  }
+
+  Result<bool> compiled_model_exists(ModelHandle m) override {
+    Pool pool;
+    id<ANEShimModel> model = find(m);
+    if (!model) return shim_error(sel::kCompiledExists, "unknown model handle", "none", 0);
+    if (![(id)model respondsToSelector:@selector(compiledModelExists)])  // older macOS: no reuse, compile
+      return shim_error(sel::kCompiledExists, "selector not implemented on this macOS version", "none", 0);
+    @try {
+      return static_cast<bool>([model compiledModelExists]);
+    } @catch (NSException* ex) {
+      return from_exception(sel::kCompiledExists, ex);
     }
   }
 

@@ -42,6 +42,8 @@ enum class Code {
   kInvalidArgument,   // bad program / shapes / options
   kLimitExceeded,     // a device-profile limit (dimension, surface size, ...)
   kBudgetExhausted,   // per-process compile budget spent: caller should checkpoint + exec-restart
+  kCompileFailed,     // the ANE compiler failed on a program the device profile accepts (maybe transient:
+                      // the trainer checkpoints + exec-restarts once, docs/native_backend.md)
   kUnavailable,       // backend not available on this host
   kIoError,           // file / surface IO
   kInternal,

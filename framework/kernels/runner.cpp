@@ -25,9 +25,13 @@ std::unique_ptr<rt::Kernel> KernelCache::compile(const KernelSpec& spec) {
   auto r = backend_.compile(spec.program, spec.weights);
   if (!r.is_ok()) {
     const auto& st = r.status();
-    fail("kernels", "compile ", spec.name, " (", strategy_name(strategy_), ", ", shape_.str(), ") on ", backend_.name(), ": ",
-         st.code() == Code::kBudgetExhausted ? "compile budget exhausted (checkpoint and restart the process): " : "",
-         st.message());
+    const std::string msg = cat("[kernels] compile ", spec.name, " (", strategy_name(strategy_), ", ", shape_.str(),
+                                ") on ", backend_.name(), ": ",
+                                st.code() == Code::kBudgetExhausted ? "compile budget exhausted (checkpoint and restart "
+                                                                      "the process): " : "",
+                                st.message());
+    if (st.code() == Code::kBudgetExhausted || st.code() == Code::kCompileFailed) throw rt::CompileError(st.code(), msg);
+    throw Error(msg);
   }
   ++compiles_;
   return std::move(r.value());
@@ -80,10 +84,19 @@ LayerRunner::Slot& LayerRunner::slot(KernelKind k) {
 
 const KernelSpec& LayerRunner::spec(KernelKind k) { return *slot(k).spec; }
 
+void LayerRunner::release_static_kernels() {
+  for (auto& s : slots_)
+    if (s && s->own_kernel) {
+      s->kernel = nullptr;
+      cache_->backend().discard(std::move(s->own_kernel));
+    }
+}
+
 void LayerRunner::set_weights(const LayerWeights& w) {
   const TrainShape& sh = cache_->shape();
   w.validate(sh);
   has_weights_ = true;
+  release_static_kernels();  // static: the kernels of the old weights go before any recompile
   std::vector<float> buf;
   for (KernelKind k : kAllKernelKinds) {
     if (!kernel_has_weights(k)) continue;

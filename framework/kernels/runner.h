@@ -5,7 +5,7 @@
 //   auto be = rt::create_backend("emulator");
 //   kern::KernelCache cache(*be, shape, kern::Strategy::kDynamic);   // shared by all layers
 //   std::vector<kern::LayerRunner> layers;  for (...) layers.emplace_back(cache);
-//   layers[l].set_weights(w_l);          // static: recompiles the layer's 7 weight-bearing kernels
+//   layers[l].set_weights(w_l);          // static: frees, then recompiles the layer's 7 weight-bearing kernels
 //                                        // dynamic: restages weights into the layer's input surfaces
 //   layers[l].attn_forward(x, attn);     // x [D, S]
 //   ... residual x2 = x + attn.o (CPU) ...
@@ -67,8 +67,9 @@ class KernelCache {
   const TrainShape& shape() const { return shape_; }
   Strategy strategy() const { return strategy_; }
   int compiles() const { return compiles_; }  // compiles by this cache and its runners
-  // Compiles through the backend, counting; throws "[kernels] compile <name>: ..." on failure
-  // (a kBudgetExhausted status is reported as such: the caller should checkpoint and restart).
+  // Compiles through the backend, counting; throws "[kernels] compile <name>: ..." on failure: an
+  // rt::CompileError for kBudgetExhausted / kCompileFailed (the caller should checkpoint and restart),
+  // an anelab::Error otherwise.
   std::unique_ptr<rt::Kernel> compile(const KernelSpec& spec);
 
  private:
@@ -85,7 +86,12 @@ class LayerRunner {
   LayerRunner(LayerRunner&&) noexcept;
   ~LayerRunner();
 
+  // static: discards the layer's weight-bearing kernels (Backend::discard), then compiles them from w;
+  // dynamic: restages w into the kernels' weight bands.
   void set_weights(const LayerWeights& w);
+  // static: discards the weight-bearing kernels now (before the recompiles of every layer, as maderix
+  // frees all layer kernels first); set_weights() must follow before the next run().
+  void release_static_kernels();
 
   void attn_forward(const float* x, AttnTaps& out);                        // x [D, S]
   void ffn_forward(const float* x2, FfnTaps& out);                         // x2 [D, S]

@@ -43,17 +43,23 @@ std::vector<Surface> Kernel::make_outputs(int index, const DeviceProfile& p) con
   return make_surfaces(fn, types, p);
 }
 
-Backend::Backend(const BackendOptions& opts) : profile_(&device_profile(opts.device)) {
+const std::shared_ptr<CompileCounter>& CompileCounter::process() {
+  static const std::shared_ptr<CompileCounter> counter = std::make_shared<CompileCounter>();
+  return counter;
+}
+
+Backend::Backend(const BackendOptions& opts)
+    : profile_(&device_profile(opts.device)),
+      counter_(opts.compile_counter ? opts.compile_counter : std::make_shared<CompileCounter>()) {
   compile_budget_ = opts.compile_budget >= 0 ? opts.compile_budget : profile_->compile_budget;
 }
 
 Status Backend::take_compile() {
-  if (compiles_used_ >= compile_budget_)
+  if (!counter_->take(compile_budget_))
     return Status(Code::kBudgetExhausted,
-                  cat("[compile] ", name(), ": per-process compile budget exhausted (", compiles_used_, " of ",
-                      compile_budget_, " used; the ANE compiler fails after ~119 compiles per process) — "
-                      "checkpoint and restart the process"));
-  ++compiles_used_;
+                  cat("[compile] ", name(), ": per-process compile budget exhausted (", counter_->used(), " of ",
+                      compile_budget_, " used in this process; the ANE compiler fails after ~119 compiles per "
+                      "process) — checkpoint and restart the process"));
   return Status::ok();
 }
 

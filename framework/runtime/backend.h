@@ -5,6 +5,7 @@
 //   weights: exactly what the private API receives (digest §1.3): keys are BLOBFILE paths such as
 //   "@model_path/weights/wq.bin", values are the blob files' bytes (framework/mil/blob.h format).
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -39,10 +40,34 @@ class Kernel {
   mil::Program program_;
 };
 
+// Compiles done in one process. The ANE compiler's limit (~119, digest §1.11) is per process, not per
+// backend: every "ane" backend of a process counts in CompileCounter::process() (the registry passes it),
+// so two backends (or two models) in one process share one budget. A simulated process (the emulator,
+// a test's NativeBackend over a FakeShim) gets a counter of its own unless given one.
+class CompileCounter {
+ public:
+  int used() const { return used_.load(); }
+  // Counts one compile if fewer than `budget` were done; false (nothing counted) otherwise.
+  bool take(int budget) {
+    int u = used_.load();
+    while (u < budget)
+      if (used_.compare_exchange_weak(u, u + 1)) return true;
+    return false;
+  }
+  // This OS process's counter (the one the real compiler's limit applies to).
+  static const std::shared_ptr<CompileCounter>& process();
+
+ private:
+  std::atomic<int> used_{0};
+};
+
 struct BackendOptions {
   std::string device = kDefaultDevice;  // device profile name
   int compile_budget = -1;              // -1: the profile's budget (tests override with small numbers)
   int threads = 0;                      // 0: all hardware threads
+  // Where compiles are counted; null: a counter of this backend's own (one simulated process). The
+  // "ane" registry entry fills in CompileCounter::process().
+  std::shared_ptr<CompileCounter> compile_counter;
 };
 
 class Backend {
@@ -58,9 +83,13 @@ class Backend {
   virtual Status evaluate(Kernel& kernel, int fn, std::span<Surface* const> inputs,
                           std::span<Surface* const> outputs) = 0;
 
-  int compiles_used() const { return compiles_used_; }
+  // Compiles counted so far in this backend's process (CompileCounter), by every backend sharing it.
+  int compiles_used() const { return counter_->used(); }
   int compile_budget() const { return compile_budget_; }
-  int compiles_left() const { return compile_budget_ - compiles_used_; }
+  int compiles_left() const { return compile_budget_ - compiles_used(); }
+  // The kernel's program will not be compiled again (a static kernel built from weights that changed):
+  // a backend that keeps compiled programs for cache hits drops it now, then the kernel is destroyed.
+  virtual void discard(std::unique_ptr<Kernel> kernel) { kernel.reset(); }
 
  protected:
   Backend(const BackendOptions& opts);
@@ -68,7 +97,16 @@ class Backend {
   Status take_compile();
   const DeviceProfile* profile_;
   int compile_budget_ = 0;
-  int compiles_used_ = 0;
+  std::shared_ptr<CompileCounter> counter_;
+};
+
+// Thrown by callers that cannot go on without a kernel (framework/kernels KernelCache) when a compile
+// fails with kBudgetExhausted or kCompileFailed: the process should checkpoint and exec-restart
+// (train/trainer.cpp). `code` is the backend's status code.
+class CompileError : public Error {
+ public:
+  CompileError(Code code, const std::string& msg) : Error(msg), code(code) {}
+  Code code;
 };
 
 // ---- registry ---------------------------------------------------------------------------------

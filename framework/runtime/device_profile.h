@@ -28,7 +28,8 @@ struct DeviceProfile {
   int64_t max_conv_cin = 16384;       // conv input channels: 32000 rejected, 14336 works (digest §4.3) [inference]
   bool sdpa_mask_ignored = true;      // scaled_dot_product_attention ignores attn_mask: reject it
   bool multi_io_slot_order = false;   // M1 report: input sizes strictly ascending, outputs strictly descending
-  int compile_budget = 119;           // compiles per process before the compiler fails (§1.11)
+  int compile_budget = 100;           // compiles planned per process: a margin below the ~119 where the
+                                      // compiler starts failing (§1.11); maderix's MAX_COMPILES 100
   double peak_fp16_tflops = 0;        // for reports only
 };
 

@@ -44,7 +44,7 @@ TEST(NativeBudget, CompilerFailureNearTheBudgetIsBudgetExhaustedWithTheNSErrorTe
   EXPECT_TRUE(contains(k.status().message(), "com.apple.appleneuralengine.compiler")) << k.status().message();
 }
 
-TEST(NativeBudget, EarlyCompilerFailureIsARejectedProgram) {
+TEST(NativeBudget, EarlyCompilerFailureIsCompileFailed) {
   ane::FakeShimOptions fo;
   fo.compile_limit = 2;
   Native n = make_native("m4", 10, fo);
@@ -55,7 +55,7 @@ TEST(NativeBudget, EarlyCompilerFailureIsARejectedProgram) {
   Prog p = conv_prog(64, 64, 32, 600);
   auto k = n.backend->compile(p.program, p.weights);
   ASSERT_FALSE(k.is_ok());
-  EXPECT_EQ(k.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(k.status().code(), Code::kCompileFailed);
   EXPECT_TRUE(contains(k.status().message(), "ANECCompile() FAILED")) << k.status().message();
   EXPECT_TRUE(contains(k.status().message(), "compile 3 of 10")) << k.status().message();
 }
@@ -65,7 +65,7 @@ TEST(NativeBudget, MapCompileFailureRule) {
   // near = ceil(0.9 * 119) = ceil(107.1) = 108
   EXPECT_EQ(ane::map_compile_failure(e, 108, 119, 0.9, "p").code(), Code::kBudgetExhausted);
   EXPECT_EQ(ane::map_compile_failure(e, 119, 119, 0.9, "p").code(), Code::kBudgetExhausted);
-  EXPECT_EQ(ane::map_compile_failure(e, 107, 119, 0.9, "p").code(), Code::kInvalidArgument);
+  EXPECT_EQ(ane::map_compile_failure(e, 107, 119, 0.9, "p").code(), Code::kCompileFailed);
   EXPECT_EQ(ane::map_compile_failure(e, 1, 1, 0.9, "p").code(), Code::kBudgetExhausted);
 }
 
@@ -168,7 +168,7 @@ INSTANTIATE_TEST_SUITE_P(
     EveryCall, NativeCallFailure,
     ::testing::Values(FailCase{"create_model", ane::sel::kDescriptor, Code::kInternal, true},
                       FailCase{"hex_string_identifier", ane::sel::kHexId, Code::kInternal, true},
-                      FailCase{"compile", ane::sel::kCompile, Code::kInvalidArgument, true},
+                      FailCase{"compile", ane::sel::kCompile, Code::kCompileFailed, true},
                       FailCase{"load", ane::sel::kLoad, Code::kInternal, true},
                       FailCase{"create_surface", ane::sel::kSurfaceCreate, Code::kIoError, false},
                       FailCase{"create_request", ane::sel::kRequest, Code::kInternal, false},
@@ -187,9 +187,10 @@ TEST(NativeLoad, OneFailedLoadIsRetriedAfter100ms) {
   ASSERT_TRUE(k.is_ok()) << k.status().message();
   EXPECT_GE(ms, 100.0);
   EXPECT_EQ(n.fake->call_names(),
-            (std::vector<std::string>{"create_model", "hex_string_identifier", "compile", "load", "load"}));
-  EXPECT_FALSE(n.fake->calls()[3].ok);
-  EXPECT_TRUE(n.fake->calls()[4].ok);
+            (std::vector<std::string>{"create_model", "hex_string_identifier", "compiled_model_exists", "compile",
+                                      "load", "load"}));
+  EXPECT_FALSE(n.fake->calls()[4].ok);
+  EXPECT_TRUE(n.fake->calls()[5].ok);
 }
 
 TEST(NativeLoad, TwoFailedLoadsNameBothFailures) {

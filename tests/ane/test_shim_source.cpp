@@ -37,6 +37,8 @@ TEST(AppleShimSource, DeclaresTheDigestsSelectorsWithExactTypes) {
            "- (id)inMemoryModelWithDescriptor:(id)descriptor;",
            "- (NSString*)hexStringIdentifier;",
            "- (BOOL)compileWithQoS:(unsigned int)qos options:(NSDictionary*)options error:(NSError**)error;",
+           "- (BOOL)compiledModelExists;",  // reuse of a compiled program (maderix, ane-infer)
+           "respondsToSelector:@selector(compiledModelExists)",
            "- (BOOL)loadWithQoS:(unsigned int)qos options:(NSDictionary*)options error:(NSError**)error;",
            "- (BOOL)evaluateWithQoS:(unsigned int)qos options:(NSDictionary*)options request:(id)request "
            "error:(NSError**)error;",
