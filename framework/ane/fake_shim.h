@@ -12,10 +12,12 @@
 //                 every compile fails with "_ANECompiler : ANECCompile() FAILED" (digest §1.11)
 //   load          compiled, not loaded;    unload: loaded
 //   create_surface  bytes > 0; lock/unlock: balanced, same mode
-//   evaluate      loaded; request's procedure exists; indices are the program-wide symbol indices of
-//                 that procedure (else the real "0x2" failure, digest §1.9); surface count matches; no
+//   procedure_symbols  loaded; the table of FakeShimOptions::symbol_order
+//   evaluate      loaded; request's procedure exists; indices are that procedure's entry of the
+//                 procedure_symbols() table (else the real "0x2" failure, digest §1.9); surface count matches; no
 //                 surface locked; every surface >= 49152 bytes and, with > 2 I/O tensors, >= the
-//                 largest I/O tensor (digest §4.3: the real ANE returns zeros); I/O sizes fit.
+//                 largest I/O tensor (digest §4.3: the real ANE returns zeros); I/O sizes fit; the
+//                 surfaces' bytes are read and written at the fake's row stride (row_align_bytes).
 // Failure injection: fail("load", {...}) makes the next `times` calls of that name (after `skip`
 // successful ones) fail with the given NSError-like text. Calls that can fail: ane_sub_type,
 // create_model, hex_string_identifier, compile, load, evaluate, unload, create_surface, lock_surface,
@@ -57,6 +59,14 @@ struct FakeShimOptions {
   std::string temp_dir;         // "" = a fresh directory under the system temp dir (removed by ~FakeShim)
   size_t min_surface_bytes = 49152;
   int threads = 1;              // emulator threads
+  // What this fake "device" does where the real one is only inferred; the defaults are the device
+  // profile's assumptions, and `anelab probe --shim fake` with other values shows a discrepancy.
+  size_t row_align_bytes = 0;   // rows of I/O tensors start every this many bytes (0: the profile's)
+  // Symbol numbering behind procedure_symbols(): "declaration" numbers every function's inputs
+  // (outputs) program-wide in declaration order; "by_name" numbers them in sorted-name order, as a
+  // compiler's symbol table might.
+  std::string symbol_order = "declaration";
+  bool has_procedure_attributes = true;  // false: procedure_symbols() fails like a missing key
 };
 
 struct FakeFailure {
@@ -97,6 +107,7 @@ class FakeShim : public Shim {
   Status evaluate(ModelHandle m, RequestHandle r, uint32_t qos) override;
   Status unload(ModelHandle m, uint32_t qos) override;
   void release_model(ModelHandle m) override;
+  Result<std::vector<ProcedureSymbols>> procedure_symbols(ModelHandle m) override;
   Result<SurfaceHandle> create_surface(size_t bytes) override;
   Result<SurfaceMapping> lock_surface(SurfaceHandle s, bool read_only) override;
   Status unlock_surface(SurfaceHandle s, bool read_only) override;
@@ -117,6 +128,7 @@ class FakeShim : public Shim {
   Status check_model_dir(const Model& m, ShimCall& c);
   Status check_request(const Model& m, const Request& r);
   Status run(Model& m, const Request& r);
+  rt::SurfaceLayout layout(const mil::TensorType& t) const;  // this fake device's row layout
 
   FakeShimOptions opts_;
   std::string temp_dir_;

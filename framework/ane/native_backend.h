@@ -42,6 +42,8 @@ class LoadedModel;
 
 class NativeBackend : public rt::Backend {
  public:
+  // opts.device "auto" (the default) picks the profile of the chip the shim reports (choose_device)
+  // and prints which on stderr.
   NativeBackend(std::unique_ptr<Shim> shim, const rt::BackendOptions& opts, NativeOptions native = {});
   ~NativeBackend() override;
   std::string name() const override { return "ane"; }
@@ -51,6 +53,7 @@ class NativeBackend : public rt::Backend {
                   std::span<rt::Surface* const> outputs) override;
 
   Shim& shim() { return *shim_; }
+  const DeviceChoice& device_choice() const { return device_choice_; }
   const NativeOptions& native_options() const { return native_; }
   // The exact MIL text compile() hands to the shim for `program` on this backend's profile.
   std::string mil_text(const mil::Program& program) const;
@@ -63,6 +66,7 @@ class NativeBackend : public rt::Backend {
   double load_ms_total() const { return load_ms_; }
 
  private:
+  NativeBackend(DeviceChoice choice, std::unique_ptr<Shim>&& shim, const rt::BackendOptions& opts, NativeOptions native);
   Result<std::shared_ptr<LoadedModel>> compile_and_load(const mil::Program& p, const std::string& text,
                                                         const rt::Weights& weights);
   Status load_with_retry(LoadedModel& m);
@@ -70,6 +74,7 @@ class NativeBackend : public rt::Backend {
 
   std::shared_ptr<Shim> shim_;
   NativeOptions native_;
+  DeviceChoice device_choice_;
   std::list<std::pair<std::string, std::shared_ptr<LoadedModel>>> lru_;  // most recent first
   std::unordered_map<std::string, decltype(lru_)::iterator> cache_;
   int cache_hits_ = 0, cache_misses_ = 0;

@@ -187,7 +187,8 @@ TEST(NativeLoad, OneFailedLoadIsRetriedAfter100ms) {
   ASSERT_TRUE(k.is_ok()) << k.status().message();
   EXPECT_GE(ms, 100.0);
   EXPECT_EQ(n.fake->call_names(),
-            (std::vector<std::string>{"create_model", "hex_string_identifier", "compile", "load", "load"}));
+            (std::vector<std::string>{"create_model", "hex_string_identifier", "compile", "load", "load",
+                                      "procedure_symbols"}));
   EXPECT_FALSE(n.fake->calls()[3].ok);
   EXPECT_TRUE(n.fake->calls()[4].ok);
 }
