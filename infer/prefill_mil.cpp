@@ -44,14 +44,18 @@ Value proj(mil::FunctionBuilder& b, kern::BlobSet& bs, const std::string& stem, 
 }  // namespace
 
 int64_t prefill_bucket(int64_t n, int64_t context) {
+  const int64_t m = rt::dense_width_multiple(mil::DType::kFp16);  // whole device rows (row-stride rule)
+  const int64_t cap = (context + m - 1) / m * m;
   int64_t s = 32;
-  while (s < n && s < context) s *= 2;
-  return std::min(s, context);
+  while (s < n && s < cap) s *= 2;
+  return std::min(s, cap);
 }
 
 LayerKernelSource build_layer_kernel(const Engine& e, int64_t layer, int64_t S) {
-  const auto& c = e.config();
-  const LayerWeights& L = e.layer(layer);
+  return build_layer_kernel(e.config(), e.layer(layer), S, e.backend_dialect());
+}
+
+LayerKernelSource build_layer_kernel(const models::ModelConfig& c, const LayerWeights& L, int64_t S, mil::Dialect dialect) {
   const int64_t D = c.dim, hd = c.head_dim, kvd = c.kv_dim();
   mil::ProgramBuilder pb;
   auto& b = pb.function("main");
@@ -96,7 +100,7 @@ LayerKernelSource build_layer_kernel(const Engine& e, int64_t layer, int64_t S) 
   (void)kvd;
   b.output(b.named("out").concat({x3, k_tap, v}, 1));
   LayerKernelSource src;
-  src.program = pb.build(e.backend_dialect());
+  src.program = pb.build(dialect);
   src.weights = bs.weights();
   return src;
 }

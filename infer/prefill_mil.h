@@ -23,11 +23,13 @@
 
 #include "framework/mil/ir.h"
 #include "framework/runtime/backend.h"
+#include "models/formats/model.h"
 
 namespace anelab::infer {
 
 class Engine;
 struct PrefillStats;
+struct LayerWeights;
 
 // Builds the whole-layer program for layer l at bucket S, plus its weights dictionary.
 struct LayerKernelSource {
@@ -35,8 +37,11 @@ struct LayerKernelSource {
   rt::Weights weights;
 };
 LayerKernelSource build_layer_kernel(const Engine& e, int64_t layer, int64_t S);
+// The same from a config and one layer's weights (what the engine passes; tests use it directly).
+LayerKernelSource build_layer_kernel(const models::ModelConfig& c, const LayerWeights& L, int64_t S, mil::Dialect dialect);
 
-// Bucket for n tokens: the smallest 32 * 2^k >= n, capped at the context (which need not be a power of 2).
+// Bucket for n tokens: the smallest 32 * 2^k >= n, capped at the context rounded up to a multiple of
+// 32 columns (rt::dense_width_multiple: the device's rows are 64 bytes; the padding is masked out).
 int64_t prefill_bucket(int64_t n, int64_t context);
 
 class MilPrefill {

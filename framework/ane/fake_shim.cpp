@@ -12,6 +12,7 @@
 #include "framework/core/sha256.h"
 #include "framework/emulator/emulator.h"
 #include "framework/mil/parser.h"
+#include "framework/runtime/surface.h"
 
 namespace anelab::ane {
 
@@ -23,6 +24,7 @@ struct FakeShim::Model {
   std::string hex_id;
   bool compiled = false, loaded = false;
   mil::Program program;                 // parsed at compile
+  std::vector<ProcedureSymbols> symbols;  // the "model attributes", set at compile
   std::unique_ptr<rt::Kernel> kernel;   // emulator kernel
 };
 struct FakeShim::Surface {
@@ -43,6 +45,7 @@ const char* selector_of(const std::string& call) {
       {"compiled_model_exists", sel::kCompiledExists},
       {"load", sel::kLoad},                   {"evaluate", sel::kEvaluate},
       {"unload", sel::kUnload},               {"create_surface", sel::kSurfaceCreate},
+      {"procedure_symbols", sel::kProcedures},
       {"lock_surface", sel::kSurfaceLock},    {"unlock_surface", sel::kSurfaceUnlock},
       {"create_request", sel::kRequest}};
   auto it = m.find(call);
@@ -71,6 +74,34 @@ std::string hex_id_of(std::string_view mil, std::span<const WeightEntry> weights
     w.update(e.data.data(), e.data.size());
   }
   return sha256_hex(mil) + "_" + w.hex() + "_" + sha256_hex("");  // options nil (digest §1.4)
+}
+
+// The fake compiler's symbol table: inputs (outputs) of all functions numbered program-wide, in
+// declaration order or in sorted-name order.
+std::vector<ProcedureSymbols> symbol_table(const mil::Program& p, const std::string& order) {
+  std::vector<std::string> ins, outs;
+  for (const auto& f : p.functions) {
+    for (const auto& [n, t] : f.inputs) ins.push_back(n);
+    for (const auto& o : f.outputs) outs.push_back(o + "@output");
+  }
+  std::vector<std::string> in_sym = ins, out_sym = outs;
+  if (order == "by_name") {
+    std::sort(in_sym.begin(), in_sym.end());
+    std::sort(out_sym.begin(), out_sym.end());
+  }
+  auto index = [](const std::vector<std::string>& table, const std::string& n) {
+    return static_cast<int64_t>(std::find(table.begin(), table.end(), n) - table.begin());
+  };
+  std::vector<ProcedureSymbols> v;
+  size_t i = 0, o = 0;
+  for (size_t k = 0; k < p.functions.size(); ++k) {
+    ProcedureSymbols ps;
+    ps.procedure_id = static_cast<int64_t>(k);
+    for (size_t j = 0; j < p.functions[k].inputs.size(); ++j) ps.inputs.push_back(index(in_sym, ins[i++]));
+    for (size_t j = 0; j < p.functions[k].outputs.size(); ++j) ps.outputs.push_back(index(out_sym, outs[o++]));
+    v.push_back(std::move(ps));
+  }
+  return v;
 }
 
 }  // namespace
@@ -268,6 +299,7 @@ Status FakeShim::build_kernel(Model& m) {
     return shim_error(sel::kCompile, cat("_ANECompiler : ANECCompile() FAILED (fake: ", k.status().message(), ")"),
                       "com.apple.appleneuralengine.compiler", 1);
   m.kernel = std::move(*k);
+  m.symbols = symbol_table(m.program, opts_.symbol_order);
   return Status::ok();
 }
 
@@ -305,6 +337,23 @@ int64_t FakeShim::next_run_compile() {
   }
   write_file_atomic(file, std::to_string(++n) + "\n");
   return n;
+}
+
+Result<std::vector<ProcedureSymbols>> FakeShim::procedure_symbols(ModelHandle h) {
+  ShimCall& c = record("procedure_symbols");
+  c.model = h.id;
+  if (Status s = injected(c); !s) return s;
+  Model* m = model(h);
+  if (!m || !m->loaded) return failed(c, shim_error(sel::kProcedures, "model is not loaded", "fake", 0));
+  if (!opts_.has_procedure_attributes)
+    return failed(c, shim_error(sel::kProcedures, "no ANEFModelProcedures array in the model attributes", "fake", 0));
+  return m->symbols;
+}
+
+rt::SurfaceLayout FakeShim::layout(const mil::TensorType& t) const {
+  rt::DeviceProfile p = emulator_->profile();
+  if (opts_.row_align_bytes) p.row_align_bytes = opts_.row_align_bytes;
+  return rt::surface_layout(t, p);
 }
 
 Status FakeShim::load(ModelHandle h, uint32_t qos) {
@@ -422,16 +471,18 @@ Status FakeShim::check_request(const Model& m, const Request& r) {
   if (s.procedure_index < 0 || s.procedure_index >= nfn)
     return err(cat("Program Inference error (fake: procedureIndex ", s.procedure_index, ", the program has ", nfn,
                    " procedures)"), 2);
-  const RequestIndices want = request_indices(m.program, static_cast<int>(s.procedure_index));
+  const ProcedureSymbols& want = m.symbols.at(static_cast<size_t>(s.procedure_index));
   if (s.input_indices != want.inputs || s.output_indices != want.outputs)
     return err(cat("Program Inference error 0x2 (fake: procedure ", s.procedure_index,
                    " needs its own input/output symbol indices, digest §1.9)"), 2);
   const mil::Function& f = m.program.functions[static_cast<size_t>(s.procedure_index)];
   size_t largest = 0;
   std::vector<size_t> need;
-  for (const auto& [n, t] : f.inputs) need.push_back(static_cast<size_t>(t.numel()) * mil::dtype_bytes(t.dtype));
-  for (const auto& o : f.outputs) need.push_back(static_cast<size_t>(f.type_of(o)->numel()) * mil::dtype_bytes(f.type_of(o)->dtype));
-  for (size_t b : need) largest = std::max(largest, b);
+  for (const auto& [n, t] : f.inputs) need.push_back(layout(t).extent);
+  for (const auto& o : f.outputs) need.push_back(layout(*f.type_of(o)).extent);
+  for (const auto& [n, t] : f.inputs) largest = std::max(largest, static_cast<size_t>(t.numel()) * mil::dtype_bytes(t.dtype));
+  for (const auto& o : f.outputs)
+    largest = std::max(largest, static_cast<size_t>(f.type_of(o)->numel()) * mil::dtype_bytes(f.type_of(o)->dtype));
   std::vector<SurfaceHandle> all = s.inputs;
   all.insert(all.end(), s.outputs.begin(), s.outputs.end());
   for (size_t i = 0; i < all.size(); ++i) {
@@ -451,10 +502,10 @@ Status FakeShim::run(Model& m, const Request& r) {
   const mil::Function& f = m.program.functions[static_cast<size_t>(fn)];
   std::vector<rt::Surface> ins, outs;
   std::vector<rt::Surface*> in_ptrs, out_ptrs;
-  for (size_t i = 0; i < f.inputs.size(); ++i) {
+  for (size_t i = 0; i < f.inputs.size(); ++i) {  // the device reads rows at its own stride
     const Surface& src = *surfaces_.at(r.spec.inputs[i].id);
     ins.emplace_back(f.inputs[i].second, src.bytes.size());
-    std::memcpy(ins.back().data(), src.bytes.data(), ins.back().bytes());
+    rt::unpack_rows(src.bytes.data(), src.bytes.size(), layout(f.inputs[i].second), ins.back());
   }
   for (size_t j = 0; j < f.outputs.size(); ++j)
     outs.emplace_back(*f.type_of(f.outputs[j]), surfaces_.at(r.spec.outputs[j].id)->bytes.size());
@@ -463,8 +514,10 @@ Status FakeShim::run(Model& m, const Request& r) {
   if (Status s = emulator_->evaluate(*m.kernel, fn, in_ptrs, out_ptrs); !s)
     return shim_error(sel::kEvaluate, cat("Program Inference error (fake: ", s.message(), ")"),
                       "com.apple.appleneuralengine", 1);
-  for (size_t j = 0; j < outs.size(); ++j)
-    std::memcpy(surfaces_.at(r.spec.outputs[j].id)->bytes.data(), outs[j].data(), outs[j].bytes());
+  for (size_t j = 0; j < outs.size(); ++j) {
+    std::vector<uint8_t>& dst = surfaces_.at(r.spec.outputs[j].id)->bytes;
+    rt::pack_rows(outs[j], layout(outs[j].type()), dst.data(), dst.size());
+  }
   return Status::ok();
 }
 

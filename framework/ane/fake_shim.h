@@ -16,10 +16,12 @@
 //                 this fake or of an earlier process that used the same temp dir)
 //   load          compiled (here, or compiled_model_exists), not loaded;    unload: loaded
 //   create_surface  bytes > 0; lock/unlock: balanced, same mode
-//   evaluate      loaded; request's procedure exists; indices are the program-wide symbol indices of
-//                 that procedure (else the real "0x2" failure, digest §1.9); surface count matches; no
+//   procedure_symbols  loaded; the table of FakeShimOptions::symbol_order
+//   evaluate      loaded; request's procedure exists; indices are that procedure's entry of the
+//                 procedure_symbols() table (else the real "0x2" failure, digest §1.9); surface count matches; no
 //                 surface locked; every surface >= 49152 bytes and, with > 2 I/O tensors, >= the
-//                 largest I/O tensor (digest §4.3: the real ANE returns zeros); I/O sizes fit.
+//                 largest I/O tensor (digest §4.3: the real ANE returns zeros); I/O sizes fit; the
+//                 surfaces' bytes are read and written at the fake's row stride (row_align_bytes).
 // Failure injection: fail("load", {...}) makes the next `times` calls of that name (after `skip`
 // successful ones) fail with the given NSError-like text. Calls that can fail: ane_sub_type,
 // create_model, hex_string_identifier, compile, compiled_model_exists, load, evaluate, unload,
@@ -81,6 +83,14 @@ struct FakeShimOptions {
   size_t min_surface_bytes = 49152;
   int threads = 1;              // emulator threads
   FakeCompileFailures compile_failures;
+  // What this fake "device" does where the real one is only inferred; the defaults are the device
+  // profile's assumptions, and `anelab probe --shim fake` with other values shows a discrepancy.
+  size_t row_align_bytes = 0;   // rows of I/O tensors start every this many bytes (0: the profile's)
+  // Symbol numbering behind procedure_symbols(): "declaration" numbers every function's inputs
+  // (outputs) program-wide in declaration order; "by_name" numbers them in sorted-name order, as a
+  // compiler's symbol table might.
+  std::string symbol_order = "declaration";
+  bool has_procedure_attributes = true;  // false: procedure_symbols() fails like a missing key
 };
 
 struct FakeFailure {
@@ -122,6 +132,7 @@ class FakeShim : public Shim {
   Status evaluate(ModelHandle m, RequestHandle r, uint32_t qos) override;
   Status unload(ModelHandle m, uint32_t qos) override;
   void release_model(ModelHandle m) override;
+  Result<std::vector<ProcedureSymbols>> procedure_symbols(ModelHandle m) override;
   Result<SurfaceHandle> create_surface(size_t bytes) override;
   Result<SurfaceMapping> lock_surface(SurfaceHandle s, bool read_only) override;
   Status unlock_surface(SurfaceHandle s, bool read_only) override;
@@ -145,6 +156,7 @@ class FakeShim : public Shim {
   bool compiled_output_exists(const Model& m) const;
   Status build_kernel(Model& m);  // parse the MIL and compile it on the emulator
   int64_t next_run_compile();
+  rt::SurfaceLayout layout(const mil::TensorType& t) const;  // this fake device's row layout
 
   FakeShimOptions opts_;
   std::string temp_dir_;

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "framework/mil/printer.h"
+#include "framework/runtime/surface.h"
 #include "framework/runtime/weights.h"
 
 namespace anelab::ane {
@@ -35,6 +36,8 @@ class LoadedModel {
   std::string hex_id;
   std::string dir;  // <tmp>/<hexId>, "" until written
   bool loaded = false;
+  std::vector<ProcedureSymbols> procedures;  // ANEFModelProcedures, read after load (may be empty)
+  std::string procedures_error;              // why they could not be read
 };
 
 namespace {
@@ -70,9 +73,28 @@ Status wrap(Code code, const std::string& what, const Status& shim_error) {
 }  // namespace
 
 // ---- backend ------------------------------------------------------------------------------------
+namespace {
+DeviceChoice detect_device(const rt::BackendOptions& opts, Shim* shim) {
+  ANELAB_CHECK(shim, "ane", "NativeBackend needs a shim");
+  if (opts.device != "auto") return {opts.device, ""};
+  return choose_device(opts.device, shim->ane_sub_type());
+}
+rt::BackendOptions with_device(rt::BackendOptions o, const std::string& device) {
+  o.device = device;
+  return o;
+}
+}  // namespace
+
 NativeBackend::NativeBackend(std::unique_ptr<Shim> shim, const rt::BackendOptions& opts, NativeOptions native)
-    : Backend(opts), shim_(std::move(shim)), native_(std::move(native)) {
-  ANELAB_CHECK(shim_, "ane", "NativeBackend needs a shim");
+    : NativeBackend(detect_device(opts, shim.get()), std::move(shim), opts, std::move(native)) {}
+
+NativeBackend::NativeBackend(DeviceChoice choice, std::unique_ptr<Shim>&& shim, const rt::BackendOptions& opts,
+                             NativeOptions native)
+    : Backend(with_device(opts, choice.profile)),
+      shim_(std::move(shim)),
+      native_(std::move(native)),
+      device_choice_(std::move(choice)) {
+  if (!device_choice_.note.empty()) std::fprintf(stderr, "%s\n", device_choice_.note.c_str());
 }
 
 NativeBackend::~NativeBackend() { clear_cache(); }
@@ -160,6 +182,10 @@ Result<std::shared_ptr<LoadedModel>> NativeBackend::compile_and_load(const mil::
   load_ms_ += ms_since(t0);
   if (!loaded) return wrap(Code::kInternal, "loading " + what, loaded);
   m->loaded = true;
+  // The procedures' symbol indices come from the compiled model, not from our guess (digest §1.9).
+  Result<std::vector<ProcedureSymbols>> procs = shim_->procedure_symbols(m->model);
+  if (procs) m->procedures = std::move(*procs);
+  else m->procedures_error = procs.status().message();
   return m;
 }
 
@@ -192,27 +218,28 @@ Status NativeBackend::load_with_retry(LoadedModel& m) {
 
 namespace {
 
-Status copy_in(Shim& shim, SurfaceHandle h, const rt::Surface& src, const std::string& what) {
+// Staging through the device's row layout (rt::surface_layout: rows start every row_stride bytes).
+Status copy_in(Shim& shim, SurfaceHandle h, const rt::Surface& src, const rt::SurfaceLayout& l, const std::string& what) {
   Result<SurfaceMapping> map = shim.lock_surface(h, false);
   if (!map) return wrap(Code::kIoError, "locking " + what, map.status());
   Status st;
-  if (!map->base || map->size < src.bytes())
-    st = Status(Code::kIoError, cat("[ane] ", what, ": locked surface has ", map->size, " bytes, need ", src.bytes()));
+  if (!map->base || map->size < l.extent)
+    st = Status(Code::kIoError, cat("[ane] ", what, ": locked surface has ", map->size, " bytes, need ", l.extent));
   else
-    std::memcpy(map->base, src.data(), src.bytes());
+    rt::pack_rows(src, l, map->base, map->size);
   Status u = shim.unlock_surface(h, false);
   if (!st) return st;
   return u ? u : wrap(Code::kIoError, "unlocking " + what, u);
 }
 
-Status copy_out(Shim& shim, SurfaceHandle h, rt::Surface& dst, const std::string& what) {
+Status copy_out(Shim& shim, SurfaceHandle h, rt::Surface& dst, const rt::SurfaceLayout& l, const std::string& what) {
   Result<SurfaceMapping> map = shim.lock_surface(h, true);
   if (!map) return wrap(Code::kIoError, "locking " + what, map.status());
   Status st;
-  if (!map->base || map->size < dst.bytes())
-    st = Status(Code::kIoError, cat("[ane] ", what, ": locked surface has ", map->size, " bytes, need ", dst.bytes()));
+  if (!map->base || map->size < l.extent)
+    st = Status(Code::kIoError, cat("[ane] ", what, ": locked surface has ", map->size, " bytes, need ", l.extent));
   else
-    std::memcpy(dst.data(), map->base, dst.bytes());
+    rt::unpack_rows(map->base, map->size, l, dst);
   Status u = shim.unlock_surface(h, true);
   if (!st) return st;
   return u ? u : wrap(Code::kIoError, "unlocking " + what, u);
@@ -237,11 +264,15 @@ Status prepare_io(NativeKernel& k, int fn, const rt::DeviceProfile& profile) {
   for (size_t j = 0; st && j < sizes.outputs.size(); ++j)
     st = make(sizes.outputs[j], io.outs, cat("output '", f.outputs[j], "' of '", f.name, "'"));
   if (st) {
-    const RequestIndices idx = request_indices(k.program(), fn);
-    RequestSpec spec{io.ins, idx.inputs, io.outs, idx.outputs, idx.procedure};
-    Result<RequestHandle> r = shim.create_request(spec);
-    if (r) io.request = *r;
-    else st = wrap(Code::kInternal, cat("building the _ANERequest for '", f.name, "'"), r.status());
+    Result<RequestIndices> idx = procedure_indices(k.program(), fn, k.model->procedures, k.model->procedures_error);
+    if (!idx) {
+      st = idx.status();
+    } else {
+      RequestSpec spec{io.ins, idx->inputs, io.outs, idx->outputs, idx->procedure};
+      Result<RequestHandle> r = shim.create_request(spec);
+      if (r) io.request = *r;
+      else st = wrap(Code::kInternal, cat("building the _ANERequest for '", f.name, "'"), r.status());
+    }
   }
   if (!st) k.release(io);
   return st;
@@ -261,12 +292,16 @@ Status NativeBackend::evaluate(rt::Kernel& kernel, int fn, std::span<rt::Surface
   if (Status s = prepare_io(*k, fn, profile()); !s) return s;
   NativeKernel::FnIO& io = k->io[static_cast<size_t>(fn)];
   for (size_t i = 0; i < inputs.size(); ++i)
-    if (Status s = copy_in(*shim_, io.ins[i], *inputs[i], cat("input '", f.inputs[i].first, "' of '", f.name, "'")); !s)
+    if (Status s = copy_in(*shim_, io.ins[i], *inputs[i], rt::surface_layout(f.inputs[i].second, profile()),
+                           cat("input '", f.inputs[i].first, "' of '", f.name, "'"));
+        !s)
       return s;
   if (Status s = shim_->evaluate(k->model->model, io.request, native_.qos); !s)
     return wrap(Code::kInternal, cat("evaluate of '", f.name, "' (procedure ", fn, ", model ", k->model->hex_id, ")"), s);
   for (size_t j = 0; j < outputs.size(); ++j)
-    if (Status s = copy_out(*shim_, io.outs[j], *outputs[j], cat("output '", f.outputs[j], "' of '", f.name, "'")); !s)
+    if (Status s = copy_out(*shim_, io.outs[j], *outputs[j], rt::surface_layout(outputs[j]->type(), profile()),
+                            cat("output '", f.outputs[j], "' of '", f.name, "'"));
+        !s)
       return s;
   return Status::ok();
 }

@@ -50,6 +50,8 @@ class LoadedModel;
 
 class NativeBackend : public rt::Backend {
  public:
+  // opts.device "auto" (the default) picks the profile of the chip the shim reports (choose_device)
+  // and prints which on stderr.
   NativeBackend(std::unique_ptr<Shim> shim, const rt::BackendOptions& opts, NativeOptions native = {});
   ~NativeBackend() override;
   std::string name() const override { return "ane"; }
@@ -60,6 +62,7 @@ class NativeBackend : public rt::Backend {
                   std::span<rt::Surface* const> outputs) override;
 
   Shim& shim() { return *shim_; }
+  const DeviceChoice& device_choice() const { return device_choice_; }
   const NativeOptions& native_options() const { return native_; }
   // The exact MIL text compile() hands to the shim for `program` on this backend's profile.
   std::string mil_text(const mil::Program& program) const;
@@ -74,6 +77,7 @@ class NativeBackend : public rt::Backend {
   double load_ms_total() const { return load_ms_; }
 
  private:
+  NativeBackend(DeviceChoice choice, std::unique_ptr<Shim>&& shim, const rt::BackendOptions& opts, NativeOptions native);
   Result<std::shared_ptr<LoadedModel>> compile_and_load(const mil::Program& p, const std::string& text,
                                                         const rt::Weights& weights);
   bool load_compiled(LoadedModel& m);  // step 3: true when the compiler's earlier output loaded
@@ -82,6 +86,7 @@ class NativeBackend : public rt::Backend {
 
   std::shared_ptr<Shim> shim_;
   NativeOptions native_;
+  DeviceChoice device_choice_;
   std::list<std::pair<std::string, std::shared_ptr<LoadedModel>>> lru_;  // most recent first
   std::unordered_map<std::string, decltype(lru_)::iterator> cache_;
   int cache_hits_ = 0, cache_misses_ = 0, compiled_reuses_ = 0;

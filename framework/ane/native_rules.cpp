@@ -108,6 +108,34 @@ RequestIndices request_indices(const mil::Program& program, int fn) {
   return r;
 }
 
+Result<RequestIndices> procedure_indices(const mil::Program& program, int fn, const std::vector<ProcedureSymbols>& table,
+                                         const std::string& table_error) {
+  const mil::Function& f = program.functions.at(static_cast<size_t>(fn));
+  if (table.empty()) {
+    if (program.functions.size() == 1) return request_indices(program, fn);
+    return Status(Code::kInternal,
+                  cat("[ane] function '", f.name, "' of a ", program.functions.size(),
+                      "-procedure program: the model attributes give no procedure symbol indices (",
+                      table_error.empty() ? "ANEFModelProcedures is empty" : table_error,
+                      "); guessing them risks error 0x2 or another procedure's surfaces"));
+  }
+  for (const ProcedureSymbols& e : table) {
+    if (e.procedure_id != fn) continue;
+    if (e.inputs.size() != f.inputs.size() || e.outputs.size() != f.outputs.size())
+      return Status(Code::kInternal,
+                    cat("[ane] function '", f.name, "': ANEFModelProcedures entry ", fn, " has ", e.inputs.size(),
+                        " input and ", e.outputs.size(), " output symbols, the function has ", f.inputs.size(), " and ",
+                        f.outputs.size()));
+    RequestIndices r;
+    r.inputs = e.inputs;
+    r.outputs = e.outputs;
+    r.procedure = e.procedure_id;
+    return r;
+  }
+  return Status(Code::kInternal, cat("[ane] function '", f.name, "': no ANEFModelProcedures entry with ProcedureID ", fn,
+                                     " (the attributes list ", table.size(), " procedures)"));
+}
+
 SurfaceSizes surface_sizes(const mil::Function& fn, const rt::DeviceProfile& profile) {
   SurfaceSizes s;
   for (const auto& [n, t] : fn.inputs) s.inputs.push_back(rt::surface_alloc_bytes(t, profile));
@@ -124,6 +152,19 @@ SurfaceSizes surface_sizes(const mil::Function& fn, const rt::DeviceProfile& pro
     std::fill(s.outputs.begin(), s.outputs.end(), largest);
   }
   return s;
+}
+
+DeviceChoice choose_device(const std::string& requested, Result<std::string> sub_type) {
+  if (requested != "auto") return {requested, ""};
+  if (!sub_type)
+    return {rt::kFallbackDevice, cat("[ane] cannot read the chip family (", sub_type.status().message(),
+                                     "); using device profile ", rt::kFallbackDevice, " (pass --device m1..m5)")};
+  const std::string p = rt::profile_for_ane_sub_type(*sub_type);
+  if (p.empty())
+    return {rt::kFallbackDevice, cat("[ane] unknown chip family aneSubType '", *sub_type, "'; using device profile ",
+                                     rt::kFallbackDevice, " (pass --device m1..m5)")};
+  return {p, cat("[ane] chip family ", *sub_type, ": device profile ", p, " (", rt::device_profile(p).description,
+                 "; --device overrides)")};
 }
 
 Status map_compile_failure(const Status& shim_error, int used, int budget, double near_fraction,

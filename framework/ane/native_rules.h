@@ -6,10 +6,10 @@
 //     <NSTemporaryDirectory()>/<hexStringIdentifier>/weights/<file>.bin  one file per dictionary key
 //                                                                       "@model_path/weights/<file>.bin"
 //     (weights/ is created also for a program without weights, as maderix's ane_runtime.h does)
-//   request indices (digest §1.6, §1.9): function p's inputs / outputs get the program-wide symbol
-//     indices Σ_{q<p} n_inputs(q) + i and Σ_{q<p} n_outputs(q) + j, and procedureIndex = p. For the
-//     usual one-input / one-output procedures that is exactly inputIndices = @[@(p)],
-//     outputIndices = @[@(p)], procedureIndex = @(p); for a single function @0..@n-1.
+//   request indices (digest §1.6, §1.9): read after load from the model attributes'
+//     ANEFModelProcedures (procedure_indices); only when they cannot be read does a single-function
+//     program fall back to the inferred @0..@n-1 (request_indices: program-wide numbering
+//     Σ_{q<p} n_inputs(q) + i, procedureIndex = p).
 //   surface sizes (digest §1.5, §4.3): rt::surface_alloc_bytes per tensor (>= 49152, 16 KiB pages);
 //     with more than two I/O tensors every surface gets the largest of those sizes.
 #pragma once
@@ -46,7 +46,15 @@ struct RequestIndices {
   std::vector<int64_t> inputs, outputs;  // program-wide symbol indices of function p's I/O
   int64_t procedure = 0;
 };
+// The inferred numbering above; used only when the loaded model's attributes cannot be read.
 RequestIndices request_indices(const mil::Program& program, int fn);
+// Function fn's request indices from the loaded model's ANEFModelProcedures table (digest §1.9; read
+// after load through Shim::procedure_symbols): the entry whose ProcedureID is fn, with as many
+// input/output symbols as the function has inputs/outputs. An empty table (attributes unreadable)
+// falls back to request_indices() for a single-function program; for several functions it is an
+// error (kInternal), as is an entry that is missing or does not fit the function.
+Result<RequestIndices> procedure_indices(const mil::Program& program, int fn, const std::vector<ProcedureSymbols>& table,
+                                         const std::string& table_error = "");
 
 // Allocation sizes of the shim surfaces for function `fn`'s inputs / outputs (the same rule as
 // rt::Kernel::make_inputs / make_outputs).
@@ -54,6 +62,15 @@ struct SurfaceSizes {
   std::vector<size_t> inputs, outputs;
 };
 SurfaceSizes surface_sizes(const mil::Function& fn, const rt::DeviceProfile& profile);
+
+// The device profile of the ane backend: `requested` unless it is "auto"; then the profile of the
+// chip's +[_ANEDeviceInfo aneSubType] (H13 m1, H14 m2, H15 m3, H16 m4, H17 m5), or rt::kFallbackDevice
+// when the family is unknown or cannot be read. `note` says which and why (printed once by the backend).
+struct DeviceChoice {
+  std::string profile;
+  std::string note;  // "" when the profile was requested explicitly
+};
+DeviceChoice choose_device(const std::string& requested, Result<std::string> sub_type);
 
 // Maps a failed compileWithQoS: to a Status (docs/native_backend.md "Compile budget"):
 //   used >= ceil(near_fraction * budget)  -> kBudgetExhausted: the ~119-compile limit is approximate

@@ -62,6 +62,16 @@ struct RequestSpec {
   int64_t procedure_index = 0;          // NSNumber
 };
 
+// One entry of the loaded model's attributes
+//   [[model model] modelAttributes][@"ANEFModelDescription"][@"ANEFModelProcedures"]
+// (digest §1.9): procedure p's request uses inputIndices = inputs, outputIndices = outputs,
+// procedureIndex = procedure_id.
+struct ProcedureSymbols {
+  int64_t procedure_id = 0;      // "ProcedureID"
+  std::vector<int64_t> inputs;   // "InputSymbolIndexArray"
+  std::vector<int64_t> outputs;  // "OutputSymbolIndexArray"
+};
+
 class Shim {
  public:
   virtual ~Shim() = default;
@@ -89,6 +99,9 @@ class Shim {
   virtual Status evaluate(ModelHandle m, RequestHandle r, uint32_t qos) = 0;
   virtual Status unload(ModelHandle m, uint32_t qos) = 0;
   virtual void release_model(ModelHandle m) = 0;
+  // After load: the procedures' symbol indices from the model attributes (ProcedureSymbols), in the
+  // attributes' order. Fails when the attributes or the key are missing.
+  virtual Result<std::vector<ProcedureSymbols>> procedure_symbols(ModelHandle m) = 0;
 
   // IOSurfaceCreate with the 1-D byte-buffer properties (width = bytes-per-row = alloc size = bytes,
   // height 1, 1 byte per element, pixel format 0; digest §1.5), wrapped in an _ANEIOSurfaceObject.
@@ -113,6 +126,7 @@ inline constexpr const char* kCompiledExists = "-[_ANEInMemoryModel compiledMode
 inline constexpr const char* kLoad = "-[_ANEInMemoryModel loadWithQoS:options:error:]";
 inline constexpr const char* kEvaluate = "-[_ANEInMemoryModel evaluateWithQoS:options:request:error:]";
 inline constexpr const char* kUnload = "-[_ANEInMemoryModel unloadWithQoS:error:]";
+inline constexpr const char* kProcedures = "-[_ANEModel modelAttributes][ANEFModelDescription][ANEFModelProcedures]";
 inline constexpr const char* kSurfaceCreate = "IOSurfaceCreate";
 inline constexpr const char* kSurfaceObject = "+[_ANEIOSurfaceObject objectWithIOSurface:]";
 inline constexpr const char* kSurfaceLock = "IOSurfaceLock";

@@ -30,6 +30,10 @@
 - (BOOL)loadWithQoS:(unsigned int)qos options:(NSDictionary*)options error:(NSError**)error;
 - (BOOL)evaluateWithQoS:(unsigned int)qos options:(NSDictionary*)options request:(id)request error:(NSError**)error;
 - (BOOL)unloadWithQoS:(unsigned int)qos error:(NSError**)error;
+- (id)model;
+@end
+@protocol ANEShimCompiledModel
+- (NSDictionary*)modelAttributes;
 @end
 @protocol ANEShimSurfaceObjectClass
 - (id)objectWithIOSurface:(IOSurfaceRef)surface;
@@ -232,6 +236,51 @@ class AppleShim : public Shim {
       return Status::ok();
     } @catch (NSException* ex) {
       return from_exception(sel::kUnload, ex);
+    }
+  }
+
+  // [[model model] modelAttributes][@"ANEFModelDescription"][@"ANEFModelProcedures"] (digest §1.9,
+  // as ane-infer's ane_runtime.m reads it): an array of {ProcedureID, InputSymbolIndexArray,
+  // OutputSymbolIndexArray}.
+  Result<std::vector<ProcedureSymbols>> procedure_symbols(ModelHandle m) override {
+    Pool pool;
+    id<ANEShimModel> model = find(m);
+    if (!model) return shim_error(sel::kProcedures, "unknown model handle", "none", 0);
+    @try {
+      id compiled = [model model];
+      if (!compiled || ![compiled respondsToSelector:@selector(modelAttributes)])
+        return shim_error(sel::kProcedures, "the loaded model has no _ANEModel with modelAttributes", "none", 0);
+      NSDictionary* attrs = [(id<ANEShimCompiledModel>)compiled modelAttributes];
+      id desc = [attrs isKindOfClass:[NSDictionary class]] ? [attrs objectForKey:@"ANEFModelDescription"] : nil;
+      id procs = [desc isKindOfClass:[NSDictionary class]] ? [desc objectForKey:@"ANEFModelProcedures"] : nil;
+      if (![procs isKindOfClass:[NSArray class]])
+        return shim_error(sel::kProcedures, "no ANEFModelProcedures array in the model attributes", "none", 0);
+      auto numbers = [](id arr, std::vector<int64_t>& out) {
+        if (![arr isKindOfClass:[NSArray class]]) return false;
+        NSArray* a = (NSArray*)arr;
+        for (NSUInteger k = 0; k < [a count]; ++k) {
+          id n = [a objectAtIndex:k];
+          if (![n isKindOfClass:[NSNumber class]]) return false;
+          out.push_back([(NSNumber*)n longLongValue]);
+        }
+        return true;
+      };
+      std::vector<ProcedureSymbols> v;
+      NSArray* list = (NSArray*)procs;
+      for (NSUInteger k = 0; k < [list count]; ++k) {
+        id p = [list objectAtIndex:k];
+        ProcedureSymbols ps;
+        id pid = [p isKindOfClass:[NSDictionary class]] ? [p objectForKey:@"ProcedureID"] : nil;
+        if (![pid isKindOfClass:[NSNumber class]] || !numbers([p objectForKey:@"InputSymbolIndexArray"], ps.inputs) ||
+            !numbers([p objectForKey:@"OutputSymbolIndexArray"], ps.outputs))
+          return shim_error(sel::kProcedures, "an ANEFModelProcedures entry lacks ProcedureID / InputSymbolIndexArray / "
+                                              "OutputSymbolIndexArray numbers", "none", 0);
+        ps.procedure_id = [(NSNumber*)pid longLongValue];
+        v.push_back(std::move(ps));
+      }
+      return v;
+    } @catch (NSException* ex) {
+      return from_exception(sel::kProcedures, ex);
     }
   }
 

@@ -202,7 +202,7 @@ void add_demo_command(CLI::App& app) {
   auto* c = d->add_subcommand("kernel", "A Stories110M attention kernel: typed builder -> MIL -> backend vs float64");
   c->add_option("--backend", o->backend, "backend (emulator, ane)")->capture_default_str();
   c->add_option("--device", o->device, "device profile (m1..m5)")->capture_default_str();
-  c->add_option("--seq", o->seq, "sequence length (>= 32)")->capture_default_str();
+  c->add_option("--seq", o->seq, "sequence length (a multiple of 32: the device's row-stride rule)")->capture_default_str();
   c->add_option("--runs", o->runs, "timed evaluations")->capture_default_str();
   c->add_option("--seed", o->seed, "weights / input seed")->capture_default_str();
   c->callback([o] { run_demo(*o); });

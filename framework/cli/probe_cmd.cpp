@@ -1,10 +1,15 @@
 // anelab probe: what a user attaches to an issue. Prints the host (OS version, ANE chip family via the
-// shim) and runs three workloads on the ANE (when there is one) and on the emulator, with the same
-// inputs: a 1x1 conv 768->2048 at S=256, a 12-head causal attention block (D=768, S=256, built from
-// framework/kernels blocks) and one training layer forward + backward (framework/kernels LayerRunner,
-// dynamic weights, small shape). Reports compile / load / evaluate times, throughput (TFLOPS on the
-// ANE, GFLOP/s on the emulator) and max |ane - emu| / max |emu| per workload; --out writes JSON
-// (schema "anelab.probe/1", docs/native_backend.md). Without an ANE only the emulator half runs.
+// shim, the device profile it maps to) and runs, on the ANE (when there is one) and on the emulator:
+//   workloads  a 1x1 conv 768->2048 at S=256, a 12-head causal attention block (D=768, S=256, built
+//              from framework/kernels blocks) and one training layer forward + backward (LayerRunner,
+//              dynamic weights, reference-like shape: head dim 64, widths multiples of 32), with compile /
+//              load / evaluate times, throughput and max |ane - emu| / max |emu|;
+//   training kernels  each kernel of that layer alone: evaluate time and TFLOPS, plus the dispatch
+//              overhead (evaluate time of a 2 KiB identity program);
+//   rules      the layout / symbol / literal / dimension experiments of probe_rules.h, each next to the
+//              device profile's assumption and the emulator's answer (compile_limit with --compile-limit).
+// --out writes JSON (schema "anelab.probe/2", docs/native_backend.md "Reading a probe report").
+// Without an ANE only the emulator half runs; --shim fake runs the ANE half through FakeShim.
 #include <sys/utsname.h>
 #if defined(__APPLE__)
 #include <sys/sysctl.h>
@@ -21,11 +26,16 @@
 #include "framework/ane/fake_shim.h"
 #include "framework/ane/native_backend.h"
 #include "framework/cli/commands.h"
+#include "framework/cli/probe_rules.h"
 #include "framework/core/file.h"
 #include "framework/kernels/blocks.h"
 #include "framework/kernels/runner.h"
 #include "framework/mil/blob.h"
 #include "framework/mil/builder.h"
+
+#ifndef ANELAB_COMMIT  // set by framework/CMakeLists.txt (git describe at configure time)
+#define ANELAB_COMMIT "unknown"
+#endif
 
 namespace anelab::cli {
 namespace {
@@ -41,6 +51,8 @@ struct ProbeOptions {
   std::string device = rt::kDefaultDevice;
   int repeats = 3;
   int threads = 0;
+  int compile_limit = 0;        // > 0: run the compile_limit probe (opt-in: it exhausts the compiler)
+  ane::FakeShimOptions fake;    // --shim fake: what the stand-in device does (test hooks)
 };
 
 // ---- host -----------------------------------------------------------------------------------------
@@ -70,7 +82,11 @@ json host_info() {
   char ver[64] = {};
   size_t n = sizeof ver;
   if (sysctlbyname("kern.osproductversion", ver, &n, nullptr, 0) == 0) h["os_version"] = std::string(ver);
+  char brand[128] = {};
+  n = sizeof brand;
+  if (sysctlbyname("machdep.cpu.brand_string", brand, &n, nullptr, 0) == 0) h["chip"] = std::string(brand);
 #endif
+  if (!h.contains("chip")) h["chip"] = h.value("machine", "unknown");
   return h;
 }
 
@@ -121,44 +137,63 @@ void run_program(rt::Backend& be, const mil::Program& p, const rt::Weights& w, i
   }
 }
 
-Workload conv_workload(int repeats) {
+ProbeProgram conv_program() {
   const int64_t cin = 768, cout = 2048, S = 256;
-  Workload w{"conv", "1x1 conv 768->2048, S=256, fp16", 2.0 * cin * cout * S, {}};
+  mil::ProgramBuilder pb;
+  auto& b = pb.function("main");
+  auto x = b.input("x", kern::act_type(cin, S));
+  auto wt = b.const_blob(mil::tensor_type(mil::DType::kFp16, {cout, cin, 1, 1}), "@model_path/weights/w.bin", 64);
+  b.output(b.conv(x, wt));
+  mil::BlobWriter bw;
+  bw.add_fp16(randn(static_cast<size_t>(cin * cout), 7, 1.0f / std::sqrt(float(cin))));
+  rt::Weights weights{{"@model_path/weights/w.bin", std::make_shared<const std::vector<uint8_t>>(bw.take())}};
+  return {"conv", pb.build(), weights};
+}
+
+ProbeProgram attention_program() {
+  const int64_t D = 768, H = 12, S = 256;
+  mil::ProgramBuilder pb;
+  auto& b = pb.function("main");
+  kern::BlobSet blobs;
+  auto x = b.input("x", kern::act_type(D, S));
+  const float sc = 1.0f / std::sqrt(float(D));
+  auto proj = [&](const char* stem, uint32_t seed, const mil::Value& v) {
+    auto m = randn(static_cast<size_t>(D * D), seed, sc);
+    return kern::linear(b, v, blobs.matrix(b, stem, m, D, D));
+  };
+  auto q = kern::split_heads(b, proj("wq", 11, x), H);
+  auto k = kern::split_heads(b, proj("wk", 12, x), H);
+  auto v = kern::split_heads(b, proj("wv", 13, x), H);
+  auto mask = blobs.tensor(b, "mask", mil::tensor_type(mil::DType::kFp16, {1, 1, S, S}), kern::causal_mask(S));
+  auto a = kern::causal_attention(b, q, k, v, mask, 1.0 / std::sqrt(double(D / H)));
+  b.output(proj("wo", 14, kern::merge_heads(b, a)));
+  return {"attention", pb.build(), blobs.weights()};
+}
+
+// A program with almost no work: its evaluate time is what every dispatch costs.
+ProbeProgram dispatch_program() {
+  mil::ProgramBuilder pb;
+  auto& b = pb.function("main");
+  b.output(b.identity(b.input("x", kern::act_type(32, 32))));
+  return {"dispatch", pb.build(), {}};
+}
+
+Workload conv_workload(int repeats) {
+  Workload w{"conv", "1x1 conv 768->2048, S=256, fp16", 2.0 * 768 * 2048 * 256, {}};
   w.run = [=](rt::Backend& be, std::vector<float>& out, json& t) {
-    mil::ProgramBuilder pb;
-    auto& b = pb.function("main");
-    auto x = b.input("x", kern::act_type(cin, S));
-    auto wt = b.const_blob(mil::tensor_type(mil::DType::kFp16, {cout, cin, 1, 1}), "@model_path/weights/w.bin", 64);
-    b.output(b.conv(x, wt));
-    mil::BlobWriter bw;
-    bw.add_fp16(randn(static_cast<size_t>(cin * cout), 7, 1.0f / std::sqrt(float(cin))));
-    rt::Weights weights{{"@model_path/weights/w.bin", std::make_shared<const std::vector<uint8_t>>(bw.take())}};
-    run_program(be, pb.build(), weights, repeats, out, t);
+    const ProbeProgram p = conv_program();
+    run_program(be, p.program, p.weights, repeats, out, t);
   };
   return w;
 }
 
 Workload attention_workload(int repeats) {
-  const int64_t D = 768, H = 12, S = 256;
+  const double D = 768, S = 256;
   Workload w{"attention", "causal attention block D=768, 12 heads, S=256 (Wq/Wk/Wv/Wo + matmul/mask/softmax)",
              4 * 2.0 * D * D * S + 2 * 2.0 * S * S * D, {}};
   w.run = [=](rt::Backend& be, std::vector<float>& out, json& t) {
-    mil::ProgramBuilder pb;
-    auto& b = pb.function("main");
-    kern::BlobSet blobs;
-    auto x = b.input("x", kern::act_type(D, S));
-    const float sc = 1.0f / std::sqrt(float(D));
-    auto proj = [&](const char* stem, uint32_t seed, const mil::Value& v) {
-      auto m = randn(static_cast<size_t>(D * D), seed, sc);
-      return kern::linear(b, v, blobs.matrix(b, stem, m, D, D));
-    };
-    auto q = kern::split_heads(b, proj("wq", 11, x), H);
-    auto k = kern::split_heads(b, proj("wk", 12, x), H);
-    auto v = kern::split_heads(b, proj("wv", 13, x), H);
-    auto mask = blobs.tensor(b, "mask", mil::tensor_type(mil::DType::kFp16, {1, 1, S, S}), kern::causal_mask(S));
-    auto a = kern::causal_attention(b, q, k, v, mask, 1.0 / std::sqrt(double(D / H)));
-    b.output(proj("wo", 14, kern::merge_heads(b, a)));
-    run_program(be, pb.build(), blobs.weights(), repeats, out, t);
+    const ProbeProgram p = attention_program();
+    run_program(be, p.program, p.weights, repeats, out, t);
   };
   return w;
 }
@@ -166,7 +201,7 @@ Workload attention_workload(int repeats) {
 // One layer forward + backward through LayerRunner (dynamic weights: 9 kernels compiled once).
 Workload layer_workload(int repeats) {
   kern::TrainShape s;
-  s.dim = 64, s.hidden = 172, s.n_heads = 8, s.n_kv_heads = 4, s.head_dim = 8, s.seq = 32;
+  s = probe_layer_shape();
   const double D = double(s.dim), QD = double(s.q_dim()), KVD = double(s.kv_dim()), Hd = double(s.hidden),
                S = double(s.seq);
   const double fwd = 2 * S * (D * QD + 2 * D * KVD + QD * D + 3 * D * Hd) + 4 * S * S * QD;
@@ -179,8 +214,9 @@ Workload layer_workload(int repeats) {
     };
     ws.reserve(16);
     const int64_t d = s.dim, qd = s.q_dim(), kvd = s.kv_dim(), h = s.hidden, sq = s.seq;
-    kern::LayerWeights lw{mk(qd * d, 1, 0.125f), mk(kvd * d, 2, 0.125f), mk(kvd * d, 3, 0.125f), mk(d * qd, 4, 0.1f),
-                          mk(h * d, 5, 0.125f), mk(h * d, 6, 0.125f), mk(d * h, 7, 0.07f), mk(d, 8, 0.1f),
+    const float sd = 1.0f / std::sqrt(float(d)), sq_ = 1.0f / std::sqrt(float(qd)), sh = 1.0f / std::sqrt(float(h));
+    kern::LayerWeights lw{mk(qd * d, 1, sd), mk(kvd * d, 2, sd), mk(kvd * d, 3, sd), mk(d * qd, 4, sq_),
+                          mk(h * d, 5, sd),  mk(h * d, 6, sd),   mk(d * h, 7, sh),   mk(d, 8, 0.1f),
                           mk(d, 9, 0.1f)};
     std::vector<float> rms1(lw.rms_att.begin(), lw.rms_att.end()), rms2(lw.rms_ffn.begin(), lw.rms_ffn.end());
     for (auto& v : rms1) v += 1.0f;
@@ -236,9 +272,65 @@ double max_rel_diff(const std::vector<float>& a, const std::vector<float>& ref) 
   return den > 0 ? num / den : num;
 }
 
+// ---- training kernels: dispatch overhead and TFLOPS ------------------------------------------------
+// FLOPs of one evaluation: 2·MACs of every conv and matmul, plus one per output element of every
+// other op (what elementwise kernels such as the RMSNorm backward consist of).
+double program_flops(const mil::Function& f) {
+  double flops = 0;
+  for (const auto& op : f.ops) {
+    if (op.op != "conv" && op.op != "matmul" && op.op != "const") flops += double(op.type.numel());
+    auto type_of = [&](const char* arg) -> const mil::TensorType* {
+      const mil::Arg* a = op.arg(arg);
+      return a && !a->names.empty() ? f.type_of(a->names[0]) : nullptr;
+    };
+    if (op.op == "conv") {
+      const mil::TensorType* w = type_of("weight");
+      if (w && w->rank() >= 2) flops += 2.0 * double(op.type.numel()) * double(w->numel() / w->shape[0]);
+    } else if (op.op == "matmul") {
+      const mil::TensorType* x = type_of("x");
+      const mil::Arg* tx = op.arg("transpose_x");
+      const mil::ConstValue* txv = tx && !tx->names.empty() ? f.const_value(tx->names[0]) : nullptr;
+      const bool t = txv && !txv->i.empty() && txv->i[0] != 0;
+      if (x && x->rank() >= 2) flops += 2.0 * double(op.type.numel()) * double(x->shape[x->rank() - (t ? 2 : 1)]);
+    }
+  }
+  return flops;
+}
+
+json training_kernels(rt::Backend& be, int repeats, bool tflops) {
+  json out = json::array();
+  for (kern::KernelKind kind : kern::kAllKernelKinds) {
+    const kern::KernelSpec k = kern::build_kernel(kind, probe_layer_shape(), kern::Strategy::kDynamic);
+    const double flops = program_flops(k.program.functions.front());
+    json t{{"name", k.name}, {"gflop", flops * 1e-9}};
+    std::vector<float> ignored;
+    try {
+      run_program(be, k.program, k.weights, repeats, ignored, t);
+    } catch (const Error& e) {  // recorded, the probe goes on (a device that breaks a rule fails here)
+      t["error"] = e.what();
+      out.push_back(std::move(t));
+      continue;
+    }
+    if (tflops) t["tflops"] = flops / (t["eval_ms"].get<double>() * 1e9);
+    else t["gflops"] = flops / (t["eval_ms"].get<double>() * 1e6);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+// Evaluate time of a program with almost no work: what every dispatch costs.
+double dispatch_overhead_ms(rt::Backend& be, int repeats) {
+  const ProbeProgram p = dispatch_program();
+  json t;
+  std::vector<float> ignored;
+  run_program(be, p.program, p.weights, std::max(repeats, 10), ignored, t);
+  return t["eval_ms"].get<double>();
+}
+
 // ---- the command --------------------------------------------------------------------------------
 struct AneSide {
   std::unique_ptr<ane::NativeBackend> backend;
+  ane::Shim* shim = nullptr;  // owned by backend
   json info;
 };
 
@@ -247,8 +339,12 @@ AneSide make_ane(const ProbeOptions& o) {
   std::string why;
   std::unique_ptr<ane::Shim> shim;
   if (o.shim == "fake") {
-    ane::FakeShimOptions fo;
+    ane::FakeShimOptions fo = o.fake;
     fo.device = o.device;
+    if (fo.device == "auto") {  // the stand-in device runs the profile its chip family maps to
+      const std::string p = rt::profile_for_ane_sub_type(fo.sub_type);
+      fo.device = p.empty() ? rt::kFallbackDevice : p;
+    }
     fo.threads = o.threads;
     shim = std::make_unique<ane::FakeShim>(fo);
   } else {
@@ -265,10 +361,14 @@ AneSide make_ane(const ProbeOptions& o) {
   Result<std::string> sub = shim->ane_sub_type();
   a.info["chip_family"] = sub ? *sub : "n/a";
   if (!sub) a.info["chip_family_error"] = sub.status().message();
+  a.info["profile_for_chip"] = sub ? rt::profile_for_ane_sub_type(*sub) : "";
   rt::BackendOptions bo;
   bo.device = o.device;
   bo.threads = o.threads;
+  a.shim = shim.get();
   a.backend = std::make_unique<ane::NativeBackend>(std::move(shim), bo);
+  a.info["device_profile"] = a.backend->profile().name;
+  a.info["device_choice"] = a.backend->device_choice().note;
   return a;
 }
 
@@ -284,7 +384,12 @@ json run_case(const Workload& w, rt::Backend& emu, ane::NativeBackend* ane) {
   if (ane) {
     const double c0 = ane->compile_ms_total(), l0 = ane->load_ms_total();
     json ta;
-    w.run(*ane, ane_out, ta);
+    try {
+      w.run(*ane, ane_out, ta);
+    } catch (const Error& e) {  // recorded, the probe goes on
+      c["ane"] = {{"error", e.what()}};
+      return c;
+    }
     ta["compile_ms"] = ane->compile_ms_total() - c0;  // the shim's compile calls only
     ta["load_ms"] = ane->load_ms_total() - l0;
     ta["tflops"] = w.flops / (ta["eval_ms"].get<double>() * 1e9);
@@ -299,7 +404,9 @@ void print_case(const json& c) {
   const json& e = c["emulator"];
   std::printf("  %-12s emulator  compile %8.1f ms                  eval %9.3f ms  %8.1f GFLOP/s\n",
               c["name"].get<std::string>().c_str(), num(e, "compile_ms"), num(e, "eval_ms"), num(e, "gflops"));
-  if (!c["ane"].is_null()) {
+  if (!c["ane"].is_null() && c["ane"].contains("error")) {
+    std::printf("  %-12s ane       FAILED: %s\n", "", c["ane"]["error"].get<std::string>().c_str());
+  } else if (!c["ane"].is_null()) {
     const json& a = c["ane"];
     std::printf("  %-12s ane       compile %8.1f ms  load %7.1f ms  eval %9.3f ms  %8.3f TFLOPS  max rel diff %.3g\n",
                 "", num(a, "compile_ms"), num(a, "load_ms"), num(a, "eval_ms"), num(a, "tflops"),
@@ -307,30 +414,86 @@ void print_case(const json& c) {
   }
 }
 
+void print_rule(const json& r) {
+  auto verdict = [&](const char* side) -> std::string {
+    const json& v = r[std::string(side) + "_agrees"];
+    if (r[side].is_null()) return "n/a";
+    if (v.is_null()) return "not comparable";
+    return v.get<bool>() ? "agrees" : "DIFFERS";
+  };
+  std::printf("  %-15s emulator: %-15s ane: %s\n", r["name"].get<std::string>().c_str(), verdict("emulator").c_str(),
+              verdict("ane").c_str());
+  if (r.contains("ane_differences"))
+    for (const auto& d : r["ane_differences"]) std::printf("      %s\n", d.get<std::string>().c_str());
+}
+
 void run_probe(const ProbeOptions& o) {
-  json report{{"schema", "anelab.probe/1"}, {"device_profile", o.device}};
-  report["host"] = host_info();
   AneSide ane = make_ane(o);
+  const std::string device = ane.backend ? ane.backend->profile().name : rt::device_profile(o.device).name;
+  const rt::DeviceProfile& profile = rt::device_profile(device);
+  json report{{"schema", "anelab.probe/2"},
+              {"anelab_commit", ANELAB_COMMIT},
+              {"device_profile", device},
+              {"device_profile_requested", o.device}};
+  report["host"] = host_info();
   report["ane"] = ane.info;
   const json& h = report["host"];
-  std::printf("anelab probe\n  host: %s %s (%s), OS version %s\n", h.value("os", "?").c_str(),
-              h.value("kernel", "?").c_str(), h.value("machine", "?").c_str(), h.value("os_version", "?").c_str());
-  std::printf("  ANE chip family: %s (profile %s)\n", ane.info["chip_family"].get<std::string>().c_str(), o.device.c_str());
+  std::printf("anelab probe (anelab %s)\n  host: %s %s (%s, %s), OS version %s\n", ANELAB_COMMIT, h.value("os", "?").c_str(),
+              h.value("kernel", "?").c_str(), h.value("machine", "?").c_str(), h.value("chip", "?").c_str(),
+              h.value("os_version", "?").c_str());
+  std::printf("  ANE chip family: %s (device profile %s)\n", ane.info["chip_family"].get<std::string>().c_str(),
+              device.c_str());
   if (!ane.backend)
     std::printf("  ANE: not available: %s\n  running the emulator half only\n",
                 ane.info["reason"].get<std::string>().c_str());
   else
     std::printf("  ANE: %s\n", ane.info["shim_describe"].get<std::string>().c_str());
   rt::BackendOptions eo;
-  eo.device = o.device;
+  eo.device = device;
   eo.threads = o.threads;
   auto emu = rt::create_backend("emulator", eo);
+
+  // rules first (they must not see a compiler that the workloads or compile_limit wore out)
+  RuleProbeOptions ro;
+  ro.compile_limit = o.compile_limit;
+  ane::FakeShimOptions emu_fo;  // the emulator half: FakeShim = the emulator with the profile's layout
+  emu_fo.device = device;
+  emu_fo.threads = o.threads;
+  ane::FakeShim emu_shim(emu_fo);
+  json emu_rules = run_rule_probes(emu_shim, profile, ro);
+  json ane_rules = ane.shim ? run_rule_probes(*ane.shim, profile, ro) : json(nullptr);
+
   report["cases"] = json::array();
   for (const Workload& w : {conv_workload(o.repeats), attention_workload(o.repeats), layer_workload(o.repeats)}) {
     json c = run_case(w, *emu, ane.backend.get());
     print_case(c);
     report["cases"].push_back(std::move(c));
   }
+  json tk{{"shape", probe_layer_shape().str()}, {"emulator", training_kernels(*emu, o.repeats, false)}};
+  tk["ane"] = ane.backend ? training_kernels(*ane.backend, o.repeats, true) : json(nullptr);
+  report["training_kernels"] = tk;
+  report["dispatch_overhead_ms"] = {{"emulator", dispatch_overhead_ms(*emu, o.repeats)}, {"ane", nullptr}};
+  if (ane.backend) {
+    try {
+      report["dispatch_overhead_ms"]["ane"] = dispatch_overhead_ms(*ane.backend, o.repeats);
+    } catch (const Error& e) {
+      report["dispatch_overhead_ms"]["ane_error"] = e.what();
+    }
+  }
+  std::printf("  dispatch overhead: emulator %.4f ms", report["dispatch_overhead_ms"]["emulator"].get<double>());
+  if (report["dispatch_overhead_ms"]["ane"].is_number())
+    std::printf(", ane %.4f ms", report["dispatch_overhead_ms"]["ane"].get<double>());
+  std::printf("\n");
+
+  if (o.compile_limit > 0) {  // last: it leaves the compiler of this process exhausted
+    emu_rules["compile_limit"] = run_compile_limit_probe(emu_shim, profile, o.compile_limit, emu_shim.compiles());
+    if (ane.shim)
+      ane_rules["compile_limit"] = run_compile_limit_probe(
+          *ane.shim, profile, o.compile_limit, ane_rules["compiles"].get<int>() + ane.backend->compiles_used());
+  }
+  report["rules"] = compare_rules(rule_assumptions(profile, ro), emu_rules, ane_rules);
+  std::printf("  rules (profile %s):\n", device.c_str());
+  for (const auto& r : report["rules"]) print_rule(r);
   if (!o.out.empty()) {
     write_file_atomic(o.out, report.dump(2) + "\n");
     std::printf("  report: %s\n", o.out.c_str());
@@ -339,20 +502,48 @@ void run_probe(const ProbeOptions& o) {
 
 }  // namespace
 
+kern::TrainShape probe_layer_shape() {
+  kern::TrainShape s;
+  s.dim = 256, s.hidden = 768, s.n_heads = 4, s.n_kv_heads = 2, s.head_dim = 64, s.seq = 64;
+  return s;
+}
+
+std::vector<ProbeProgram> probe_workload_programs() {
+  std::vector<ProbeProgram> v = {conv_program(), attention_program(), dispatch_program()};
+  for (kern::KernelKind kind : kern::kAllKernelKinds) {
+    kern::KernelSpec k = kern::build_kernel(kind, probe_layer_shape(), kern::Strategy::kDynamic);
+    v.push_back({"train_layer " + k.name, std::move(k.program), std::move(k.weights)});
+  }
+  return v;
+}
+
 void add_probe_command(CLI::App& app) {
   auto o = std::make_shared<ProbeOptions>();
   auto* cmd = app.add_subcommand(
-      "probe", "Report the host's ANE (chip, OS) and run conv / attention / training-layer probes on the ANE and the "
-               "emulator (JSON with --out, to attach to an issue)");
+      "probe", "Report the host's ANE (chip, OS) and run conv / attention / training-layer probes and the device-rule "
+               "experiments on the ANE and the emulator (JSON with --out, to attach to an issue)");
   cmd->add_option("--out", o->out, "write the JSON report here");
   cmd->add_option("--shim", o->shim, "system: the real ANE (if any); fake: the FakeShim over the emulator (testing)")
       ->capture_default_str()
       ->check(CLI::IsMember({"system", "fake"}));
-  cmd->add_option("--device", o->device, "device profile (m1..m5) for both halves")->capture_default_str();
+  cmd->add_option("--device", o->device, "device profile (m1..m5) for both halves; auto: the ANE chip's")
+      ->capture_default_str();
   cmd->add_option("--repeats", o->repeats, "timed evaluations per workload (best reported)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--threads", o->threads, "emulator threads (0 = all hardware threads)")->capture_default_str();
+  cmd->add_option("--compile-limit", o->compile_limit,
+                  "also count compiles until the compiler fails, up to this many (opt-in: the process cannot "
+                  "compile afterwards)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--fake-sub-type", o->fake.sub_type, "--shim fake: the chip family it reports")->capture_default_str();
+  cmd->add_option("--fake-row-align", o->fake.row_align_bytes,
+                  "--shim fake: row alignment (bytes) it reads and writes surfaces with (0: the profile's)")
+      ->capture_default_str();
+  cmd->add_option("--fake-symbol-order", o->fake.symbol_order,
+                  "--shim fake: how it numbers procedure symbols (declaration | by_name)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"declaration", "by_name"}));
   cmd->callback([o] { run_probe(*o); });
 }
 

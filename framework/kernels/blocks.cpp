@@ -6,6 +6,7 @@
 
 #include "framework/core/error.h"
 #include "framework/mil/blob.h"
+#include "framework/runtime/device_profile.h"
 
 namespace anelab::kern {
 
@@ -158,9 +159,14 @@ Value rope(FunctionBuilder& b, const Value& x, const Value& cos, const Value& si
   ANELAB_CHECK(hd % 2 == 0, "kernels", "rope: head_dim ", hd, " is odd");
   Value rot;
   if (style == RopeStyle::kAdjacentPairs) {
-    Value p = b.reshape(x, {1, h, s * hd / 2, 2});
-    Value even = b.slice_by_size(p, {0, 0, 0, 0}, {1, h, s * hd / 2, 1});
-    Value odd = b.slice_by_size(p, {0, 0, 0, 1}, {1, h, s * hd / 2, 1});
+    // pairs (x[2i], x[2i+1]) as [1, H, S*HD/2, 2], or [H, S, HD/2, 2] when S*HD/2 would pass the cap
+    const bool flat = s * hd / 2 <= rt::max_dim_all_profiles();
+    const std::vector<int64_t> ps = flat ? std::vector<int64_t>{1, h, s * hd / 2, 2} : std::vector<int64_t>{h, s, hd / 2, 2};
+    Value p = b.reshape(x, ps);
+    std::vector<int64_t> half = ps;
+    half[3] = 1;
+    Value even = b.slice_by_size(p, {0, 0, 0, 0}, half);
+    Value odd = b.slice_by_size(p, {0, 0, 0, 1}, half);
     rot = b.reshape(b.concat({b.mul(odd, -1.0), even}, 3), {1, h, s, hd});
   } else {
     Value x1 = b.slice_by_size(x, {0, 0, 0, 0}, {1, h, s, hd / 2});
@@ -173,15 +179,16 @@ Value rope(FunctionBuilder& b, const Value& x, const Value& cos, const Value& si
 // ---- GQA ------------------------------------------------------------------------------------------
 
 namespace {
-constexpr int64_t kMaxDim = 65536;
-}
+// Reshapes keep every dimension within the device's cap (65536 taken as exclusive, device_profile.h).
+int64_t max_dim() { return rt::max_dim_all_profiles(); }
+}  // namespace
 
 Value gqa_expand(FunctionBuilder& b, const Value& kv, int64_t n_rep) {
   if (n_rep == 1) return kv;
   const int64_t kvh = kv.dim(1), s = kv.dim(2), hd = kv.dim(3);
   std::vector<Value> copies;
   Value rep;
-  if (s * hd <= kMaxDim) {  // [1, KVH, 1, S*HD] x n_rep on axis 2 -> [1, KVH, n_rep, S*HD]
+  if (s * hd <= max_dim()) {  // [1, KVH, 1, S*HD] x n_rep on axis 2 -> [1, KVH, n_rep, S*HD]
     Value flat = b.reshape(kv, {1, kvh, 1, s * hd});
     copies.assign(static_cast<size_t>(n_rep), flat);
     rep = b.concat(copies, 2);
@@ -198,7 +205,7 @@ Value gqa_reduce(FunctionBuilder& b, const Value& g, int64_t n_rep) {
   const int64_t h = g.dim(1), s = g.dim(2), hd = g.dim(3);
   ANELAB_CHECK(h % n_rep == 0, "kernels", "gqa_reduce: ", h, " heads not divisible by n_rep ", n_rep);
   Value r;
-  if (s * hd <= kMaxDim)
+  if (s * hd <= max_dim())
     r = b.reduce_sum(b.reshape(g, {1, h / n_rep, n_rep, s * hd}), {2}, true);
   else
     r = b.reduce_sum(b.reshape(g, {h / n_rep, n_rep, s, hd}), {1}, true);

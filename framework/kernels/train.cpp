@@ -26,6 +26,10 @@ void TrainShape::validate() const {
   ANELAB_CHECK(head_dim % 2 == 0, "kernels", "train shape ", str(), ": head_dim ", head_dim, " must be even for RoPE");
   ANELAB_CHECK(seq >= 32, "kernels", "train shape ", str(), ": seq ", seq,
                " < 32 (fp16 I/O needs S >= 32, digest §4.3); pad the sequence");
+  const int64_t m = rt::dense_width_multiple(mil::DType::kFp16);
+  ANELAB_CHECK(seq % m == 0, "kernels", "train shape ", str(), ": seq ", seq, " is not a multiple of ", m,
+               " (the ANE starts I/O rows every 64 bytes: the row-stride rule of the device profile); use ",
+               (seq + m - 1) / m * m);
 }
 
 std::string TrainShape::str() const {
@@ -186,6 +190,7 @@ void KernelGen::begin() {
       in_.add_spatial(name, s_.dim, 1);
       slots_.push_back({name, name, false});
     }
+    in_.pad_spatial(rt::dense_width_multiple(in_.dtype()));  // dense device rows (row-stride rule)
   }
   x_ = b_.input("x", in_.type());
 }

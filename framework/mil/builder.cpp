@@ -401,9 +401,13 @@ Program ProgramBuilder::build(Dialect dialect) const {
   for (size_t k = 0; k < fns_.size(); ++k) {
     Function f = fns_[k]->function();
     ANELAB_CHECK(!f.outputs.empty(), "mil", "function '", f.name, "' has no outputs (call output(v))");
-    if (fns_.size() > 1) {  // per-function suffix for every op/value name (ane_digest §1.9)
+    if (fns_.size() > 1) {  // per-function suffix for every input, op and value name (ane_digest §1.9)
       std::string sfx = "_" + std::to_string(k);
       std::unordered_set<std::string> renamed;
+      for (auto& [n, t] : f.inputs) {  // distinct input symbols across procedures (ane-infer: x0, x1)
+        renamed.insert(n);
+        n += sfx;
+      }
       for (auto& op : f.ops) {
         renamed.insert(op.output);
         op.output += sfx;

@@ -4,8 +4,8 @@
 //   - ops get `<op>_<n>` (e.g. conv_3) unless a hint is given: b.named("qf").conv(x, wq);
 //   - consts are deduplicated per function and get readable names: c_valid, c_true, c_int1,
 //     c_1_1 (int tensor [1, 1]), c_fp16_0p5, blob consts named after their file (wq);
-//   - in a multi-function program every op/value name of function k gets the suffix `_k` at build()
-//     (ane_digest §1.9), function inputs keep their names.
+//   - in a multi-function program every input, op and value name of function k gets the suffix `_k`
+//     at build() (ane_digest §1.9: the ANE numbers input symbols program-wide, so names must differ).
 //
 //   mil::ProgramBuilder pb;
 //   auto& b = pb.function("main");

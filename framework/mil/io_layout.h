@@ -8,7 +8,8 @@
 //
 // Slots are rectangles [ch_offset, ch_offset+channels) x [sp_offset, sp_offset+spatial) of the
 // channel-major surface (element (c, s) at index c*S + s). Channel packing gives the static kernels'
-// "taps"; spatial packing gives the dynamic pipeline's "activations | weights" rows.
+// "taps"; spatial packing gives the dynamic pipeline's "activations | weights" rows, padded on the
+// right to the device's row multiple (pad_spatial).
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -50,6 +51,13 @@ class IOLayout {
     return *this;
   }
 
+  // Widens the surface to a multiple of `multiple` columns (the device's row-stride rule); the
+  // columns past the last slot are padding, left zero by the host and never sliced by the MIL.
+  IOLayout& pad_spatial(int64_t multiple) {
+    ANELAB_CHECK(multiple > 0, "io-layout", "pad_spatial(", multiple, ") in layout '", name_, "'");
+    spatial_ = (spatial_ + multiple - 1) / multiple * multiple;
+    return *this;
+  }
   const std::string& name() const { return name_; }
   DType dtype() const { return dtype_; }
   int64_t channels() const { return channels_; }  // C of the packed surface

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 
 #include "framework/core/error.h"
 
@@ -47,11 +48,16 @@ void print_op(std::string& out, const Operation& op, Dialect d) {
 }  // namespace
 
 std::string format_double(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
+  ANELAB_CHECK(std::isfinite(v), "mil", "float literal ", v,
+               ": MIL has no nan/inf literal (the ANE compiler's reading of one is unknown); use a finite value "
+               "such as -65504 for a mask");
   char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, r.ptr);
+  if (v == std::trunc(v) && std::fabs(v) <= 16777216.0) {  // integers up to 2^24: plain decimal, exact
+    auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed);
+    return std::string(buf, r.ptr);  // "-0" for -0.0
+  }
+  std::snprintf(buf, sizeof buf, "%a", v);  // C99 hex float: the exact binary value, e.g. 0x1.4fcp-17
+  return buf;
 }
 
 std::string quote_string(const std::string& s) {

@@ -1,6 +1,9 @@
 #include "framework/runtime/device_profile.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <map>
+#include <numeric>
 
 #include "framework/runtime/surface.h"
 
@@ -35,7 +38,7 @@ std::vector<DeviceProfile> make_profiles() {
   m4.peak_fp16_tflops = 18.6;
   DeviceProfile m5 = m4;
   m5.name = "m5";
-  m5.description = "Apple M5 family: program(1.3)/ios18 shorthand MIL";
+  m5.description = "Apple M5 family (H17): program(1.3)/ios18 shorthand MIL";
   m5.peak_fp16_tflops = 12.4;
   v = {m1, m2, m3, m4, m5};
   return v;
@@ -54,7 +57,8 @@ Status check_dims(const mil::Function& fn, const DeviceProfile& p) {
     for (auto d : t.shape)
       if (d > p.max_dim)
         return limit(cat(p.name, ": function '", fn.name, "': ", what, " has type ", t.str(), " with a dimension of ", d,
-                         " > the ANE's maximum ", p.max_dim, " (split the tensor, e.g. chunk the LM head)"));
+                         " > the ANE's maximum ", p.max_dim, " (the reported cap ", p.max_dim + 1,
+                         " is taken as exclusive; split the tensor, e.g. chunk the LM head)"));
     return Status::ok();
   };
   for (const auto& [n, t] : fn.inputs)
@@ -85,6 +89,11 @@ Status check_io(const mil::Function& fn, const DeviceProfile& p) {
       return limit(cat(p.name, ": function '", fn.name, "': ", what, " ", t->str(), " has spatial extent ", s, " < ", need,
                        " (minimum for ", mil::dtype_name(t->dtype),
                        " I/O; the ANE silently returns zeros below it — pad the sequence)"));
+    if (const SurfaceLayout l = surface_layout(*t, p); !l.dense())
+      return limit(cat(p.name, ": function '", fn.name, "': ", what, " ", t->str(), " has ", l.row_bytes,
+                       "-byte rows, but the ANE starts rows every ", p.row_align_bytes, " bytes (", l.row_stride,
+                       " here); pad the last dimension to a multiple of ", p.row_align_bytes / l.elem_bytes,
+                       " (the row-stride rule, docs/native_backend.md)"));
     if (!p.supports_cast && t->dtype == mil::DType::kFp32)
       return Status(Code::kInvalidArgument, cat("[device] ", p.name, ": function '", fn.name, "': ", what,
                                                 " is fp32, but this chip has no cast: use fp16 I/O and convert on the CPU"));
@@ -131,10 +140,11 @@ Status check_ops(const mil::Function& fn, const DeviceProfile& p) {
 }  // namespace
 
 const DeviceProfile& device_profile(const std::string& name) {
+  if (name == "auto") return device_profile(kFallbackDevice);
   for (const auto& p : profiles())
     if (p.name == name) return p;
-  std::string known;
-  for (const auto& p : profiles()) known += (known.empty() ? "" : ", ") + p.name;
+  std::string known = "auto";
+  for (const auto& p : profiles()) known += ", " + p.name;
   fail("device", "unknown device profile '", name, "' (known: ", known, ")");
 }
 
@@ -150,6 +160,14 @@ Status check_program(const mil::Program& program, const DeviceProfile& p) {
     return Status(Code::kInvalidArgument,
                   cat("[device] ", p.name, ": program(1.3)/ios18 shorthand MIL is not accepted on this chip "
                                            "(digest §2.1); print it with the ios16 dialect"));
+  std::map<std::string, std::string> input_owner;  // input symbol -> function (digest §1.9)
+  for (const auto& fn : program.functions)
+    for (const auto& [n, t] : fn.inputs)
+      if (auto [it, fresh] = input_owner.emplace(n, fn.name); !fresh)
+        return Status(Code::kInvalidArgument,
+                      cat("[device] ", p.name, ": function '", fn.name, "': input '", n, "' has the same name as an input of "
+                          "function '", it->second, "'; the ANE numbers input symbols program-wide, so procedures need "
+                          "distinct input names (mil::ProgramBuilder suffixes them _0, _1, ...)"));
   for (const auto& fn : program.functions) {
     if (Status s = check_dims(fn, p); !s) return s;
     if (Status s = check_io(fn, p); !s) return s;
@@ -158,10 +176,53 @@ Status check_program(const mil::Program& program, const DeviceProfile& p) {
   return Status::ok();
 }
 
-size_t surface_alloc_bytes(const mil::TensorType& t, const DeviceProfile& p) {
-  size_t b = static_cast<size_t>(t.numel()) * mil::dtype_bytes(t.dtype);
-  b = std::max(b, p.min_surface_bytes);
-  return (b + 16383) / 16384 * 16384;
+namespace {
+size_t round_up(size_t v, size_t m) { return m == 0 ? v : (v + m - 1) / m * m; }
+}  // namespace
+
+SurfaceLayout surface_layout(const mil::TensorType& t, const DeviceProfile& p) {
+  SurfaceLayout l;
+  l.elem_bytes = mil::dtype_bytes(t.dtype);
+  l.width = t.shape.empty() ? 1 : t.shape.back();
+  l.rows = l.width == 0 ? 0 : t.numel() / l.width;
+  l.row_bytes = static_cast<size_t>(l.width) * l.elem_bytes;
+  l.row_stride = round_up(l.row_bytes, std::max<size_t>(p.row_align_bytes, 1));
+  l.extent = l.rows == 0 ? 0 : static_cast<size_t>(l.rows - 1) * l.row_stride + l.row_bytes;
+  int64_t alloc_rows = l.rows;
+  if (t.rank() == 4 && t.shape[1] > 0 && p.channel_align > 1) {  // [N, C, H, W]: channels rounded up
+    const int64_t c = t.shape[1], ca = (c + p.channel_align - 1) / p.channel_align * p.channel_align;
+    alloc_rows = l.rows / c * ca;
+  }
+  const size_t b = std::max(static_cast<size_t>(alloc_rows) * l.row_stride, p.min_surface_bytes);
+  l.alloc_bytes = round_up(std::max(b, l.extent), std::max<size_t>(p.surface_page_bytes, 1));
+  return l;
+}
+
+size_t surface_alloc_bytes(const mil::TensorType& t, const DeviceProfile& p) { return surface_layout(t, p).alloc_bytes; }
+
+std::string profile_for_ane_sub_type(const std::string& sub) {
+  static const std::pair<const char*, const char*> kFamilies[] = {
+      {"H13", "m1"}, {"H14", "m2"}, {"H15", "m3"}, {"H16", "m4"}, {"H17", "m5"}};
+  for (const auto& [prefix, profile] : kFamilies)
+    if (sub.rfind(prefix, 0) == 0) return profile;
+  return "";
+}
+
+int64_t dense_width_multiple(mil::DType dtype) {
+  const auto elem = static_cast<int64_t>(mil::dtype_bytes(dtype));
+  int64_t m = 1;
+  for (const auto& p : profiles()) {
+    const auto align = static_cast<int64_t>(std::max<size_t>(p.row_align_bytes, 1));
+    const int64_t w = align / std::gcd(align, elem);  // smallest width w with w * elem a multiple of align
+    m = std::lcm(m, w);
+  }
+  return m;
+}
+
+int64_t max_dim_all_profiles() {
+  int64_t m = INT64_MAX;
+  for (const auto& p : profiles()) m = std::min(m, p.max_dim);
+  return m;
 }
 
 Status check_surfaces(const mil::Function& fn, std::span<Surface* const> inputs, std::span<Surface* const> outputs,
@@ -185,6 +246,10 @@ Status check_surfaces(const mil::Function& fn, std::span<Surface* const> inputs,
     if (s->alloc_bytes() < p.min_surface_bytes)
       return limit(cat(p.name, ": function '", fn.name, "': ", what(), " surface allocation ", s->alloc_bytes(),
                        " bytes < the ANE minimum ", p.min_surface_bytes, " (allocate with surface_alloc_bytes)"));
+    if (const SurfaceLayout l = surface_layout(t, p); s->alloc_bytes() < l.extent)
+      return limit(cat(p.name, ": function '", fn.name, "': ", what(), " surface allocation ", s->alloc_bytes(),
+                       " bytes < the ", l.extent, " bytes its ", l.rows, " rows span at the device's ", l.row_stride,
+                       "-byte row stride (allocate with surface_alloc_bytes)"));
     if (multi && s->alloc_bytes() < largest)
       return limit(cat(p.name, ": function '", fn.name, "': ", what(), " surface allocation ", s->alloc_bytes(),
                        " bytes < the largest I/O tensor (", largest,

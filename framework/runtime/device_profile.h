@@ -24,7 +24,16 @@ struct DeviceProfile {
   int64_t min_spatial_fp16 = 32;      // last-dim extent of fp16 I/O tensors (else silent zeros)
   int64_t min_spatial_fp32 = 16;      // same for fp32 I/O
   size_t min_surface_bytes = 49152;   // smallest working IOSurface allocation
-  int64_t max_dim = 65536;            // per-dimension cap of any tensor in the program
+  // IOSurface layout of an I/O tensor (surface_layout below). The rows (last dimension) of a tensor
+  // start every row_align_bytes bytes on the device: the stride is max(W, 32) fp16 columns in
+  // test_decode_attn.m, 49152 = 768·32·2 points at 64-byte rows, and every reference uses widths
+  // that are multiples of 32. `anelab probe` measures it (row_stride); change it here if it differs.
+  size_t row_align_bytes = 64;
+  int64_t channel_align = 64;         // allocations count channels rounded up to this (test_lm_head_ane.m)
+  size_t surface_page_bytes = 16384;  // allocations are rounded up to whole pages (test_multi_input.m)
+  // Largest accepted dimension of any tensor in the program, inclusive. The cap is reported as 65536
+  // and treated as exclusive until `anelab probe` (max_dim) shows that 65536 itself works.
+  int64_t max_dim = 65535;
   int64_t max_conv_cin = 16384;       // conv input channels: 32000 rejected, 14336 works (digest §4.3) [inference]
   bool sdpa_mask_ignored = true;      // scaled_dot_product_attention ignores attn_mask: reject it
   bool multi_io_slot_order = false;   // M1 report: input sizes strictly ascending, outputs strictly descending
@@ -33,10 +42,18 @@ struct DeviceProfile {
   double peak_fp16_tflops = 0;        // for reports only
 };
 
-// Known profiles: m1, m2, m3, m4 (default), m5. Throws listing the names for an unknown one.
+// Known profiles: m1, m2, m3, m4, m5, and "auto": the ane backend picks the profile of the chip it
+// runs on (aneSubType, profile_for_ane_sub_type); everywhere else "auto" is kFallbackDevice.
+// Throws listing the names for an unknown one.
 const DeviceProfile& device_profile(const std::string& name);
 std::vector<std::string> device_profile_names();
-inline const char* kDefaultDevice = "m4";
+inline const char* kDefaultDevice = "auto";
+inline const char* kFallbackDevice = "m4";
+// The largest dimension every profile accepts (kernel generators split tensors to stay within it).
+int64_t max_dim_all_profiles();
+// The last-dimension multiple that gives dense rows (surface_layout(...).dense()) on every profile:
+// 32 for fp16, 16 for fp32 with 64-byte rows. Generators pad I/O widths and buckets to it.
+int64_t dense_width_multiple(mil::DType dtype);
 
 // Static checks of a whole program against a profile (all functions). Returns kLimitExceeded or
 // kInvalidArgument with a message naming function, value/op and the rule.
@@ -48,8 +65,27 @@ Status check_program(const mil::Program& program, const DeviceProfile& profile);
 Status check_surfaces(const mil::Function& fn, std::span<Surface* const> inputs, std::span<Surface* const> outputs,
                       const DeviceProfile& profile);
 
-// Allocation size the device needs for a tensor of this type: max(bytes, min_surface_bytes) rounded
-// up to 16 KiB pages (digest §1.5, §4.3).
+// Where the device expects the elements of an I/O tensor in its IOSurface: rows = every dimension but
+// the last, each row of `width` elements starting at a multiple of row_stride bytes. The host tensor
+// (rt::Surface) is dense; pack_rows / unpack_rows (surface.h) stage between the two.
+struct SurfaceLayout {
+  int64_t rows = 0;        // product of all dimensions but the last
+  int64_t width = 0;       // last dimension, elements
+  size_t elem_bytes = 0;   // 2 (fp16) or 4 (fp32)
+  size_t row_bytes = 0;    // width * elem_bytes
+  size_t row_stride = 0;   // bytes between row starts on the device: row_bytes rounded up to row_align_bytes
+  size_t extent = 0;       // bytes the device touches: (rows - 1) * row_stride + row_bytes
+  size_t alloc_bytes = 0;  // allocation: max(min_surface_bytes, rows with channels rounded up to
+                           // channel_align × row_stride), rounded up to surface_page_bytes
+  bool dense() const { return row_stride == row_bytes; }
+};
+SurfaceLayout surface_layout(const mil::TensorType& t, const DeviceProfile& profile);
+
+// surface_layout(t, profile).alloc_bytes (digest §1.5, §4.3).
 size_t surface_alloc_bytes(const mil::TensorType& t, const DeviceProfile& profile);
+
+// Device profile for a chip family string from +[_ANEDeviceInfo aneSubType] ("H13..." → m1,
+// "H14" → m2, "H15" → m3, "H16" → m4, "H17" → m5); "" when the family is unknown.
+std::string profile_for_ane_sub_type(const std::string& sub_type);
 
 }  // namespace anelab::rt

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "framework/core/error.h"
+#include "framework/runtime/device_profile.h"
 
 namespace anelab::rt {
 
@@ -36,6 +37,35 @@ void Surface::read(float* dst) const {
     half_to_float(f16(), dst, n);
   else
     std::memcpy(dst, f32(), n * 4);
+}
+
+namespace {
+void check_rows(const Surface& s, const SurfaceLayout& l, size_t size) {
+  ANELAB_CHECK(static_cast<int64_t>(l.rows) * l.width == s.numel() && l.elem_bytes == mil::dtype_bytes(s.dtype()) &&
+                   l.row_stride >= l.row_bytes,
+               "surface", "device layout (", l.rows, " rows of ", l.width, " x ", l.elem_bytes, " bytes, stride ",
+               l.row_stride, ") does not describe ", s.type().str());
+  ANELAB_CHECK(size >= l.extent, "surface", "device buffer of ", size, " bytes is smaller than the ", l.extent,
+               " bytes that ", s.type().str(), " spans at a ", l.row_stride, "-byte row stride");
+}
+}  // namespace
+
+void pack_rows(const Surface& s, const SurfaceLayout& l, void* dst, size_t size) {
+  check_rows(s, l, size);
+  if (l.dense()) return (void)std::memcpy(dst, s.data(), s.bytes());
+  const auto* src = static_cast<const uint8_t*>(s.data());
+  auto* out = static_cast<uint8_t*>(dst);
+  for (int64_t r = 0; r < l.rows; ++r)
+    std::memcpy(out + static_cast<size_t>(r) * l.row_stride, src + static_cast<size_t>(r) * l.row_bytes, l.row_bytes);
+}
+
+void unpack_rows(const void* src, size_t size, const SurfaceLayout& l, Surface& s) {
+  check_rows(s, l, size);
+  if (l.dense()) return (void)std::memcpy(s.data(), src, s.bytes());
+  const auto* in = static_cast<const uint8_t*>(src);
+  auto* out = static_cast<uint8_t*>(s.data());
+  for (int64_t r = 0; r < l.rows; ++r)
+    std::memcpy(out + static_cast<size_t>(r) * l.row_bytes, in + static_cast<size_t>(r) * l.row_stride, l.row_bytes);
 }
 
 namespace {

@@ -48,6 +48,14 @@ class Surface {
   std::unique_ptr<void, Free> buf_;
 };
 
+// Device staging: the dense tensor of `s` to / from a device buffer laid out as `l` (rows starting
+// every l.row_stride bytes; the bytes between rows are left alone on pack and ignored on unpack).
+// `size` is the device buffer's size; throws if it is smaller than l.extent or `l` does not describe
+// the surface's tensor.
+struct SurfaceLayout;
+void pack_rows(const Surface& s, const SurfaceLayout& l, void* dst, size_t size);
+void unpack_rows(const void* src, size_t size, const SurfaceLayout& l, Surface& s);
+
 // Slot staging through an IOLayout (surface must have the layout's [1, C, 1, S] type).
 // src/dst is the slot as a row-major [slot.channels, slot.spatial] fp32 matrix.
 void stage_in(Surface& s, const mil::IOLayout& layout, const std::string& slot, const float* src);

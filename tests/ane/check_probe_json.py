@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
-"""Runs `anelab probe --out X.json` and validates the report's fields (schema anelab.probe/1).
+"""Runs `anelab probe --out X.json` and validates the report's fields (schema anelab.probe/2).
 
-usage: check_probe_json.py <anelab binary> <out dir> system|fake
+usage: check_probe_json.py <anelab binary> <out dir> system|fake|fake-discrepancy
   system: on a host without an ANE, ane.available is false with a reason and every case's "ane" is null;
-  fake:   the ANE half runs through FakeShim, so each case has ane timings and max_rel_diff == 0.
+          the emulator half of every rule probe agrees with the device profile;
+  fake:   the ANE half runs through FakeShim (= the profile's model), so each case has ane timings,
+          max_rel_diff == 0 and every rule agrees on both halves;
+  fake-discrepancy: FakeShim plays a device whose rows are 128 bytes apart and whose compiler numbers
+          procedure symbols by name, with --compile-limit: the report must flag row_stride and
+          procedures as differing from the profile (naming the fields), and count 120 compiles.
 """
 import json
 import math
@@ -28,22 +33,28 @@ def number(obj, key, where, positive=False):
 
 def main():
     anelab, out_dir, shim = sys.argv[1], sys.argv[2], sys.argv[3]
-    out = os.path.join(out_dir, f"probe_{shim}.json")
+    mode = shim
+    shim = "fake" if mode.startswith("fake") else "system"
+    out = os.path.join(out_dir, f"probe_{mode}.json")
     if os.path.exists(out):
         os.remove(out)
     cmd = [anelab, "probe", "--out", out, "--repeats", "1", "--threads", "1", "--shim", shim]
+    if mode == "fake-discrepancy":
+        cmd += ["--fake-row-align", "128", "--fake-symbol-order", "by_name", "--compile-limit", "130"]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     print(run.stdout, run.stderr, sep="")
     if run.returncode != 0:
         fail(f"{' '.join(cmd)} exited {run.returncode}")
     with open(out) as f:
         r = json.load(f)
-    if r.get("schema") != "anelab.probe/1":
+    if r.get("schema") != "anelab.probe/2":
         fail(f"schema is {r.get('schema')!r}")
-    if r.get("device_profile") != "m4":
-        fail("device_profile is not the default m4")
+    if r.get("device_profile") != "m4" or r.get("device_profile_requested") != "auto":
+        fail("device_profile is not auto -> m4 (no ANE here; the fake reports H16G)")
+    if not isinstance(r.get("anelab_commit"), str) or not r["anelab_commit"]:
+        fail("anelab_commit missing")
     host = r.get("host", {})
-    for k in ("os", "os_version", "machine"):
+    for k in ("os", "os_version", "machine", "chip"):
         if not isinstance(host.get(k), str) or not host[k]:
             fail(f"host.{k} missing")
     ane = r.get("ane", {})
@@ -65,14 +76,66 @@ def main():
             number(emu, k, where + ".emulator", positive=(k != "compile_ms"))
         if ane["available"]:
             a = c.get("ane") or fail(f"{where}: no ane result")
+            if mode == "fake-discrepancy" and "error" in a:
+                continue  # a device whose rows differ may fail a workload: recorded, the probe goes on
             for k in ("compile_ms", "load_ms", "eval_ms", "tflops"):
                 number(a, k, where + ".ane")
             d = number(c, "max_rel_diff", where)
-            if shim == "fake" and d != 0:
+            if mode == "fake" and d != 0:
                 fail(f"{where}: fake shim + emulator differ from the emulator (max_rel_diff {d})")
         elif c.get("ane") is not None or c.get("max_rel_diff") is not None:
             fail(f"{where}: ane results without an ANE")
+    check_kernels_and_rules(r, ane["available"], mode)
     print("probe report OK:", out)
+
+
+RULES = ["row_stride", "min_surface", "io_order", "procedures", "max_dim", "float_literals"]
+
+
+def check_kernels_and_rules(r, available, mode):
+    tk = r.get("training_kernels") or fail("no training_kernels")
+    if len(tk.get("emulator", [])) != 9:
+        fail(f"training_kernels.emulator has {len(tk.get('emulator', []))} kernels, not 9")
+    for k in tk["emulator"]:
+        number(k, "eval_ms", "training_kernels.emulator", positive=True)
+        number(k, "gflop", "training_kernels.emulator", positive=True)
+    if available:
+        for k in tk.get("ane") or fail("no ane training kernels"):
+            if mode == "fake-discrepancy" and "error" in k:
+                continue
+            number(k, "tflops", "training_kernels.ane", positive=True)
+    elif tk.get("ane") is not None:
+        fail("ane training kernels without an ANE")
+    d = r.get("dispatch_overhead_ms") or fail("no dispatch_overhead_ms")
+    number(d, "emulator", "dispatch_overhead_ms")
+    if available and mode == "fake":
+        number(d, "ane", "dispatch_overhead_ms")
+    rules = {x["name"]: x for x in r.get("rules", [])}
+    want = RULES + (["compile_limit"] if mode == "fake-discrepancy" else [])
+    if sorted(rules) != sorted(want):
+        fail(f"rules are {sorted(rules)}, want {sorted(want)}")
+    for name, x in rules.items():
+        if x.get("emulator_agrees") is not True:
+            fail(f"rule {name}: the emulator half disagrees with the profile: {x.get('emulator_differences')}")
+        if not available:
+            if x.get("ane") is not None or x.get("ane_agrees") is not None:
+                fail(f"rule {name}: ane results without an ANE")
+            continue
+        if mode == "fake" and x.get("ane_agrees") is not True:
+            fail(f"rule {name}: the fake (the profile's model) disagrees: {x.get('ane_differences')}")
+    if mode == "fake-discrepancy":
+        for name, field in (("row_stride", "32.input_stride_bytes"), ("procedures", "symbols")):
+            x = rules[name]
+            diffs = " ".join(x.get("ane_differences", []))
+            if x.get("ane_agrees") is not False or field not in diffs:
+                fail(f"rule {name}: expected a difference in {field}, got {x.get('ane_agrees')} {diffs}")
+        for name in ("min_surface", "io_order", "max_dim", "float_literals"):
+            if rules[name].get("ane_agrees") is not True:
+                fail(f"rule {name} should still agree: {rules[name].get('ane_differences')}")
+        cl = rules["compile_limit"]
+        for side in ("emulator", "ane"):
+            if cl[side].get("compiles_until_failure") != 120:
+                fail(f"compile_limit.{side}: {cl[side]}")
 
 
 if __name__ == "__main__":

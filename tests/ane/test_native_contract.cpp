@@ -24,8 +24,9 @@ TEST(NativeContract, CallSequenceOfCompileEvaluateAndTeardown) {
   {
     auto k = n.backend->compile(p.program, p.weights);
     ASSERT_TRUE(k.is_ok()) << k.status().message();
-    EXPECT_EQ(n.fake->call_names(), (std::vector<std::string>{"create_model", "hex_string_identifier",
-                                                              "compiled_model_exists", "compile", "load"}));
+    EXPECT_EQ(n.fake->call_names(),
+              (std::vector<std::string>{"create_model", "hex_string_identifier", "compiled_model_exists", "compile",
+                                        "load", "procedure_symbols"}));
     n.fake->clear_calls();
     auto ins = (*k)->make_inputs(0, n.backend->profile());
     auto outs = (*k)->make_outputs(0, n.backend->profile());

@@ -188,7 +188,7 @@ TEST(NativeLoad, OneFailedLoadIsRetriedAfter100ms) {
   EXPECT_GE(ms, 100.0);
   EXPECT_EQ(n.fake->call_names(),
             (std::vector<std::string>{"create_model", "hex_string_identifier", "compiled_model_exists", "compile",
-                                      "load", "load"}));
+                                      "load", "load", "procedure_symbols"}));
   EXPECT_FALSE(n.fake->calls()[4].ok);
   EXPECT_TRUE(n.fake->calls()[5].ok);
 }

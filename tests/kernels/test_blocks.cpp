@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "framework/kernels/blocks.h"
+#include "framework/runtime/device_profile.h"
 #include "tests/kernels/kern_util.h"
 
 namespace anelab::test {
@@ -78,7 +79,7 @@ TEST(KernelBlocks, LayerNormAndActivationsMatchFloat64) {
 }
 
 TEST(KernelBlocks, LinearConvAndRuntimeMatricesAgree) {
-  const int64_t OC = 48;
+  const int64_t OC = 96;  // != D (catches transposes), a multiple of 32 (the row-stride rule for the [1, D, 1, OC] input)
   OneFn f;
   F32 x = rand_f16(D * S, 1.0, 6), w = rand_f16(OC * D, 0.2, 7), bias = rand_f16(OC, 0.5, 8);
   F32 wt(w.size());  // W^T [D, OC]
@@ -110,8 +111,7 @@ TEST(KernelBlocks, LinearConvAndRuntimeMatricesAgree) {
 
 // RoPE: adjacent pairs against the llama2.c loop, rotate-half against the HF formula; the inverse
 // (rope with -sin) must give x back.
-void rope_case(RopeStyle style) {
-  const int64_t H = 4, HD = 16;
+void rope_case(RopeStyle style, int64_t H = 4, int64_t HD = 16, int64_t S = test::S) {
   OneFn f;
   F32 x = rand_f16(H * HD * S, 1.0, 9);
   auto tab = kern::rope_tables(S, HD, 10000.0, style);
@@ -145,6 +145,34 @@ void rope_case(RopeStyle style) {
 }
 TEST(KernelBlocks, RopeAdjacentPairsMatchesLlama2c) { rope_case(RopeStyle::kAdjacentPairs); }
 TEST(KernelBlocks, RopeRotateHalfMatchesHf) { rope_case(RopeStyle::kRotateHalf); }
+// Issue 17 item 8: at S=1024, HD=128 the pairs view [1, H, S*HD/2, 2] would have a dimension of 65536
+// (the cap, taken as exclusive): the [H, S, HD/2, 2] view must give the same rotation.
+TEST(KernelBlocks, RopeAdjacentPairsPastTheDimensionCap) { rope_case(RopeStyle::kAdjacentPairs, 1, 128, 1024); }
+
+// Issue 17 item 8: gqa_expand / gqa_reduce and the RoPE pairs view at S=1024 keep every dimension of
+// every op below 65536 and pass the device checks of every profile.
+TEST(KernelBlocks, GqaAndRopeStayBelowTheDimensionCapAtS1024) {
+  const int64_t KVH = 2, REP = 2, HD = 128, SL = 1024;
+  mil::ProgramBuilder pb;
+  auto& b = pb.function("main");
+  kern::BlobSet blobs;
+  Value kv = kern::split_heads(b, b.input("kv", kern::act_type(KVH * HD, SL)), KVH);
+  auto tab = kern::rope_tables(SL, HD, 10000.0, RopeStyle::kAdjacentPairs);
+  auto tt = mil::tensor_type(DType::kFp16, {1, 1, SL, HD});
+  Value r = kern::rope(b, kv, blobs.tensor(b, "cos", tt, tab.cos), blobs.tensor(b, "sin", tt, tab.sin),
+                       RopeStyle::kAdjacentPairs);
+  Value e = kern::gqa_expand(b, r, REP);
+  b.output(kern::merge_heads(b, kern::gqa_reduce(b, e, REP)));
+  const mil::Program p = pb.build();
+  for (const auto& op : p.functions[0].ops)
+    for (int64_t d : op.type.shape) ASSERT_LT(d, 65536) << op.op << " " << op.name << " " << op.type.str();
+  for (const std::string& dev : rt::device_profile_names()) {
+    mil::Program q = p;
+    q.dialect = rt::device_profile(dev).dialect;
+    Status st = rt::check_program(q, rt::device_profile(dev));
+    EXPECT_TRUE(st.is_ok()) << dev << ": " << st.message();
+  }
+}
 
 // GQA: query head h must read kv head h / n_rep (contiguous repeat), and gqa_reduce is its adjoint.
 TEST(KernelBlocks, GqaExpandRepeatsEachKvHeadContiguously) {

@@ -137,5 +137,25 @@ TEST(MilBuilder, MultiFunctionSuffixes) {
   EXPECT_THROW(pb.function("layer0"), Error);
 }
 
+// Issue 17 item 7: the ANE numbers input symbols program-wide, so procedures that both name their
+// input "x" get x_0, x_1 (ane-infer: InputSymbols [x0, x1]) and the ops follow.
+TEST(MilBuilder, MultiFunctionInputNamesAreDistinct) {
+  ProgramBuilder pb;
+  for (int k = 0; k < 2; ++k) {
+    auto& b = pb.function("f" + std::to_string(k));
+    auto x = b.input("x", f16({1, 8, 1, 32}));
+    b.output(b.mul(x, 2.0));
+  }
+  Program p = pb.build(Dialect::kIos18);
+  EXPECT_EQ(p.functions[0].inputs[0].first, "x_0");
+  EXPECT_EQ(p.functions[1].inputs[0].first, "x_1");
+  EXPECT_EQ(p.functions[1].ops.back().args[0].second.names[0], "x_1");
+  // a single function keeps its names
+  ProgramBuilder one;
+  auto& b = one.function("main");
+  b.output(b.mul(b.input("x", f16({1, 8, 1, 32})), 2.0));
+  EXPECT_EQ(one.build().functions[0].inputs[0].first, "x");
+}
+
 }  // namespace
 }  // namespace anelab::mil

@@ -1,6 +1,8 @@
 // Printer goldens (both dialects), print -> parse -> print round trips, hand-written ANE-style MIL.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -8,6 +10,7 @@
 
 #include "framework/mil/parser.h"
 #include "framework/mil/printer.h"
+#include "tests/common/mil_text_checks.h"
 #include "tests/mil/mil_test_programs.h"
 
 namespace anelab::mil {
@@ -86,6 +89,53 @@ TEST(MilRoundTrip, FloatLiteralsAreBitExact) {
   const auto& f = q.main().ops[0].attr("val")->f;
   ASSERT_EQ(f.size(), vals.size());
   for (size_t i = 0; i < vals.size(); ++i) EXPECT_EQ(std::memcmp(&f[i], &vals[i], sizeof(double)), 0) << vals[i];
+}
+
+// Issue 17 item 4: constants print exactly, as integers or hex floats (Apple's model.mil form), never
+// as exponent-form decimals, and the parser reads them back.
+TEST(MilPrinter, FloatConstantsPrintAsExactHexOrIntegers) {
+  EXPECT_EQ(format_double(0.125), "0x1p-3");
+  EXPECT_EQ(format_double(0.1875), "0x1.8p-3");
+  EXPECT_EQ(format_double(-0.5), "-0x1p-1");
+  EXPECT_EQ(format_double(-65504), "-65504");
+  EXPECT_EQ(format_double(1), "1");
+  EXPECT_EQ(format_double(0), "0");
+  EXPECT_EQ(format_double(-0.0), "-0");
+  EXPECT_EQ(format_double(1.0013580322265625e-05), "0x1.5p-17");
+  EXPECT_EQ(format_double(33554432.0), "0x1p+25");  // past 2^24: hex, not "3.3554432e+07"
+  ProgramBuilder pb;
+  auto& b = pb.function();
+  auto x = b.input("x", tensor_type(DType::kFp16, {1, 4, 1, 32}));
+  auto y = b.add(b.mul(x, 1e-5), b.const_tensor(tensor_type(DType::kFp16, {1, 4, 1, 1}), {1e-5, -65504, 0.015625, 3.0}));
+  b.output(b.mul(y, 0.001302));
+  for (Dialect d : {Dialect::kIos18, Dialect::kIos16}) {
+    Program p = pb.build(d);
+    const std::string text = print(p, d);
+    EXPECT_EQ(test::bad_float_literals(text), std::vector<std::string>{}) << text;
+    EXPECT_NE(text.find("0x1p-6"), std::string::npos) << text;  // 0.015625
+    EXPECT_NE(text.find("-65504"), std::string::npos) << text;
+    expect_round_trip(p, d);
+  }
+  // the scanner itself finds the old forms
+  EXPECT_EQ(test::bad_float_literals("fp16(1.0013580322265625e-05)"), std::vector<std::string>{"1.0013580322265625e-05"});
+  EXPECT_EQ(test::bad_float_literals("val = tensor<fp32, [2]>([nan, -inf])").size(), 2u);
+  EXPECT_TRUE(test::bad_float_literals("fp16 c_fp16_1e5 = const()[name = string(\"c_1e5\"), val = fp16(0x1p-3)];").empty());
+}
+
+TEST(MilPrinter, NanAndInfConstantsAreRejected) {
+  for (double bad : {std::nan(""), double(INFINITY), -double(INFINITY)}) {
+    ProgramBuilder pb;
+    auto& b = pb.function();
+    auto x = b.input("x", tensor_type(DType::kFp32, {2}));
+    b.output(b.add(x, b.const_tensor(tensor_type(DType::kFp32, {2}), {1.0, bad})));
+    Program p = pb.build();
+    try {
+      print(p);
+      ADD_FAILURE() << "printed a " << bad << " literal";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("no nan/inf literal"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // ---- hand-written programs in the style of the ANE repos (ane_digest §2) ----

@@ -45,7 +45,8 @@ TEST(DeviceProfile, KnownProfilesAndDefault) {
   EXPECT_EQ(device_profile("m1").dialect, mil::Dialect::kIos16);
   EXPECT_EQ(device_profile_names().size(), 5u);
   EXPECT_THROW(device_profile("m9"), Error);
-  EXPECT_EQ(std::string(kDefaultDevice), "m4");
+  EXPECT_EQ(std::string(kDefaultDevice), "auto");  // the chip's profile on the ane backend, m4 elsewhere
+  EXPECT_EQ(std::string(kFallbackDevice), "m4");
 }
 
 TEST(DeviceProfile, AcceptsLegalProgram) {
@@ -65,11 +66,90 @@ TEST(DeviceProfile, MinimumSpatialFp32) {
   EXPECT_NE(msg(s).find("15 < 16"), std::string::npos) << msg(s);
 }
 
-TEST(DeviceProfile, MaximumDimension) {
-  Status s = check_program(identity_program(DType::kFp16, 65537, 32), device_profile("m4"));
+// Issue 17 item 8: the reported cap 65536 is exclusive until the probe shows otherwise; gqa_expand and
+// the RoPE reshape reach exactly 65536 at S=1024.
+TEST(DeviceProfile, MaximumDimensionIsExclusive) {
+  for (const std::string& dev : device_profile_names()) {
+    Status s = check_program(identity_program(DType::kFp16, 65536, 32, device_profile(dev).dialect), device_profile(dev));
+    EXPECT_EQ(s.code(), Code::kLimitExceeded) << dev;
+    EXPECT_NE(msg(s).find("65536"), std::string::npos) << msg(s);
+    EXPECT_TRUE(check_program(identity_program(DType::kFp16, 65535, 32, device_profile(dev).dialect), device_profile(dev))
+                    .is_ok())
+        << dev;
+  }
+  EXPECT_EQ(max_dim_all_profiles(), 65535);
+}
+
+// Issue 17 item 3: rows of I/O tensors start every row_align_bytes (64) on the device: a width that is
+// not a multiple of 32 fp16 (16 fp32) columns is rejected, the layout pads rows, and allocations count
+// channels rounded up to 64 (test_lm_head_ane.m).
+TEST(DeviceProfile, RowStrideRule) {
+  const auto& m4 = device_profile("m4");
+  for (int64_t s : {33, 48, 100}) {
+    Status st = check_program(identity_program(DType::kFp16, 64, s), m4);
+    EXPECT_EQ(st.code(), Code::kLimitExceeded) << s;
+    EXPECT_NE(msg(st).find("row-stride rule"), std::string::npos) << msg(st);
+  }
+  for (int64_t s : {32, 64, 96, 256}) EXPECT_TRUE(check_program(identity_program(DType::kFp16, 64, s), m4).is_ok()) << s;
+  EXPECT_TRUE(check_program(identity_program(DType::kFp32, 64, 16), m4).is_ok());
+  EXPECT_FALSE(check_program(identity_program(DType::kFp32, 64, 24), m4).is_ok());
+
+  const SurfaceLayout l33 = surface_layout(tensor_type(DType::kFp16, {1, 64, 1, 33}), m4);
+  EXPECT_EQ(l33.rows, 64);
+  EXPECT_EQ(l33.row_bytes, 66u);
+  EXPECT_EQ(l33.row_stride, 128u);
+  EXPECT_EQ(l33.extent, 63u * 128 + 66);
+  EXPECT_FALSE(l33.dense());
+  EXPECT_TRUE(surface_layout(tensor_type(DType::kFp16, {1, 64, 1, 32}), m4).dense());
+  // 49152 = 768 channels x 32 columns x 2 bytes: exactly the minimum
+  EXPECT_EQ(surface_alloc_bytes(tensor_type(DType::kFp16, {1, 768, 1, 32}), m4), 49152u);
+  // 129 channels count as 192: 192 x 1024 x 2 = 393216 (dense C x S x 2 would give 278528)
+  EXPECT_EQ(surface_alloc_bytes(tensor_type(DType::kFp16, {1, 129, 1, 1024}), m4), 393216u);
+  EXPECT_EQ(dense_width_multiple(DType::kFp16), 32);
+  EXPECT_EQ(dense_width_multiple(DType::kFp32), 16);
+}
+
+// An evaluate-time surface must span the rows at the device's stride.
+TEST(DeviceProfile, SurfaceMustSpanStridedRows) {
+  DeviceProfile p = device_profile("m4");
+  mil::Program prog = identity_program(DType::kFp16, 768, 32);
+  const auto& fn = prog.functions[0];
+  Surface in(fn.inputs[0].second, 49152), out(fn.inputs[0].second, 49152);
+  Surface* ins[] = {&in};
+  Surface* outs[] = {&out};
+  EXPECT_TRUE(check_surfaces(fn, ins, outs, p).is_ok());
+  p.row_align_bytes = 128;  // a profile whose rows are 128 bytes apart needs 767*128+64 bytes
+  Status s = check_surfaces(fn, ins, outs, p);
   EXPECT_EQ(s.code(), Code::kLimitExceeded);
-  EXPECT_NE(msg(s).find("65537"), std::string::npos) << msg(s);
-  EXPECT_TRUE(check_program(identity_program(DType::kFp16, 65536, 32), device_profile("m4")).is_ok());
+  EXPECT_NE(msg(s).find("row stride"), std::string::npos) << msg(s);
+}
+
+// Issue 17 item 5: aneSubType -> profile; "auto" means m4 where no chip is asked.
+TEST(DeviceProfile, ChipFamilyMapsToProfile) {
+  EXPECT_EQ(profile_for_ane_sub_type("H13G"), "m1");
+  EXPECT_EQ(profile_for_ane_sub_type("H14"), "m2");
+  EXPECT_EQ(profile_for_ane_sub_type("H15G"), "m3");
+  EXPECT_EQ(profile_for_ane_sub_type("H16G"), "m4");
+  EXPECT_EQ(profile_for_ane_sub_type("H17S"), "m5");
+  EXPECT_EQ(profile_for_ane_sub_type("H11"), "");
+  EXPECT_EQ(profile_for_ane_sub_type(""), "");
+  EXPECT_EQ(device_profile("auto").name, "m4");
+  EXPECT_EQ(std::string(kDefaultDevice), "auto");
+}
+
+// Issue 17 item 7: the ANE numbers input symbols program-wide; duplicate names across procedures are
+// rejected before the compiler sees them.
+TEST(DeviceProfile, DuplicateInputNamesAcrossProceduresAreRejected) {
+  mil::Program p = identity_program(DType::kFp16, 64, 32);
+  mil::Function f2 = p.functions[0];
+  f2.name = "second";
+  p.functions.push_back(f2);
+  Status s = check_program(p, device_profile("m4"));
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(msg(s).find("input 'x'"), std::string::npos) << msg(s);
+  p.functions[1].inputs[0].first = "x_1";
+  p.functions[1].ops[0].args[0].second = mil::Arg::value("x_1");
+  EXPECT_TRUE(check_program(p, device_profile("m4")).is_ok()) << msg(check_program(p, device_profile("m4")));
 }
 
 TEST(DeviceProfile, ConvInputChannels) {

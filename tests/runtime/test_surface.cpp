@@ -2,14 +2,45 @@
 // channels (taps) and along spatial (dynamic weights) staged through the same layout value.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "framework/core/fp16.h"
 #include "framework/mil/io_layout.h"
+#include "framework/runtime/device_profile.h"
 #include "framework/runtime/surface.h"
 
 namespace anelab::rt {
 namespace {
 
 using mil::DType;
+
+// Issue 17 item 3: host staging into the device's row layout (rows every row_stride bytes).
+TEST(Surface, PackAndUnpackRowsAtTheDeviceStride) {
+  DeviceProfile p = device_profile("m4");
+  const auto t = mil::tensor_type(DType::kFp16, {1, 3, 1, 33});  // 66-byte rows, 128-byte stride
+  const SurfaceLayout l = surface_layout(t, p);
+  ASSERT_EQ(l.row_stride, 128u);
+  Surface s(t);
+  for (int i = 0; i < 99; ++i) s.f16()[i] = float_to_half(float(i + 1));
+  std::vector<uint8_t> dev(l.alloc_bytes, 0xAB);
+  pack_rows(s, l, dev.data(), dev.size());
+  for (int r = 0; r < 3; ++r)
+    for (int c = 0; c < 33; ++c) {
+      half_bits h;
+      std::memcpy(&h, dev.data() + r * 128 + c * 2, 2);
+      EXPECT_EQ(half_to_float(h), float(r * 33 + c + 1)) << r << "," << c;
+    }
+  EXPECT_EQ(dev[66], 0xAB);  // the gap between rows is left alone
+  Surface back(t);
+  unpack_rows(dev.data(), dev.size(), l, back);
+  EXPECT_EQ(std::memcmp(back.data(), s.data(), s.bytes()), 0);
+  EXPECT_THROW(pack_rows(s, l, dev.data(), l.extent - 1), Error);
+  const SurfaceLayout dense = surface_layout(mil::tensor_type(DType::kFp16, {1, 3, 1, 32}), p);
+  Surface d(mil::tensor_type(DType::kFp16, {1, 3, 1, 32}));
+  d.f16()[95] = float_to_half(7.0f);
+  pack_rows(d, dense, dev.data(), dev.size());
+  EXPECT_EQ(std::memcmp(dev.data(), d.data(), d.bytes()), 0);
+}
 
 TEST(Surface, ChannelMajorStagingWithFp16Rounding) {
   Surface s(mil::tensor_type(DType::kFp16, {1, 3, 1, 4}), 49152);

@@ -1,0 +1,140 @@
+// Issue 17 acceptance: every MIL program the generators emit passes the device-profile checks of
+// m1..m5 (the row-stride rule included) and prints no exponent-form, nan or inf float literal:
+//   - the training kernels of every trainable preset, both strategies, at the trainer's default
+//     sequence length (256) and at 1024 where the context allows it (where gqa_expand and the RoPE
+//     pairs view would reach the 65536 cap);
+//   - the prefill bucket kernels of every preset model, every bucket up to min(context, 2048) and the
+//     last bucket of contexts that are not a multiple of 32 (buckets beyond 2048 only grow S; their
+//     masks would take gigabytes here);
+//   - the programs `anelab probe` runs through a backend (its rule probes drive the shim directly and
+//     break the rules on purpose, see framework/cli/probe_rules.h).
+// Weights are zeros: only shapes, ops and the printed text matter here.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "framework/cli/probe_rules.h"
+#include "framework/kernels/train.h"
+#include "framework/mil/printer.h"
+#include "framework/runtime/device_profile.h"
+#include "infer/engine.h"
+#include "infer/prefill_mil.h"
+#include "models/presets.h"
+#include "tests/common/mil_text_checks.h"
+#include "train/params.h"
+
+namespace anelab::test {
+namespace {
+
+// Device checks of every profile, in the dialect each profile is given (as NativeBackend does), and
+// the printed text of each dialect scanned for float literals the compiler may not read.
+void expect_device_legal(const mil::Program& program, const std::string& what) {
+  for (const std::string& dev : rt::device_profile_names()) {
+    const rt::DeviceProfile& p = rt::device_profile(dev);
+    mil::Program q = program;
+    q.dialect = p.dialect;
+    Status s = rt::check_program(q, p);
+    EXPECT_TRUE(s.is_ok()) << what << " on " << dev << ": " << s.message();
+  }
+  for (mil::Dialect d : {mil::Dialect::kIos18, mil::Dialect::kIos16}) {
+    const std::vector<std::string> bad = bad_float_literals(mil::print(program, d));
+    EXPECT_TRUE(bad.empty()) << what << ": float literals " << ::testing::PrintToString(bad);
+  }
+}
+
+// One shared buffer of zeros large enough for any weight of these presets.
+const std::vector<float>& zeros() {
+  static const std::vector<float> z(size_t{6} << 20, 0.0f);  // 6 Mi floats: 4864 x 896 < 4.4 Mi
+  return z;
+}
+
+kern::TrainShape train_shape(const models::ModelConfig& c, int64_t T) {
+  kern::TrainShape s;  // as train/kernel_engine.cpp builds it
+  s.dim = c.dim, s.hidden = c.hidden_dim, s.n_heads = c.n_heads, s.n_kv_heads = c.n_kv_heads;
+  s.head_dim = c.head_dim, s.seq = T, s.rope_theta = c.rope_theta, s.norm_eps = c.norm_eps;
+  s.rope = c.rope_style == models::RopeStyle::kRotateHalf ? kern::RopeStyle::kRotateHalf : kern::RopeStyle::kAdjacentPairs;
+  return s;
+}
+
+TEST(GeneratedMil, TrainingKernelsOfEveryPreset) {
+  int programs = 0;
+  for (const std::string& name : models::preset_names()) {
+    const models::ModelConfig& c = models::preset(name);
+    try {
+      train::check_trainable(c);
+    } catch (const Error&) {
+      continue;  // not a training model (e.g. GELU / LayerNorm / biases)
+    }
+    for (int64_t T : {int64_t{256}, int64_t{1024}}) {
+      if (T > c.max_seq_len) continue;
+      const kern::TrainShape s = train_shape(c, T);
+      const size_t D = size_t(s.dim), QD = size_t(s.q_dim()), KVD = size_t(s.kv_dim()), H = size_t(s.hidden);
+      const float* z = zeros().data();
+      ASSERT_LE(std::max({QD * D, KVD * D, H * D}), zeros().size());
+      kern::LayerWeights w{{z, QD * D}, {z, KVD * D}, {z, KVD * D}, {z, D * QD}, {z, H * D},
+                           {z, H * D},  {z, D * H},   {z, D},       {z, D}};
+      for (kern::Strategy st : {kern::Strategy::kStatic, kern::Strategy::kDynamic})
+        for (kern::KernelKind k : kern::kAllKernelKinds) {
+          const kern::KernelSpec ks = kern::build_kernel(k, s, st, &w);
+          expect_device_legal(ks.program, cat(name, " T=", T, " ", kern::strategy_name(st), " ", ks.name));
+          ++programs;
+        }
+    }
+  }
+  std::printf("[generated-mil] %d training kernels checked on m1..m5\n", programs);
+  EXPECT_GT(programs, 100);
+}
+
+infer::Mat zero_mat(int64_t rows, int64_t cols) {
+  EXPECT_LE(size_t(rows * cols), zeros().size());
+  infer::Mat m;
+  m.type = infer::WType::kF32;
+  m.rows = rows, m.cols = cols, m.data = zeros().data();
+  return m;
+}
+
+TEST(GeneratedMil, PrefillBucketsOfEveryPreset) {
+  int programs = 0;
+  for (const std::string& name : models::preset_names()) {
+    const models::ModelConfig& c = models::preset(name);
+    const int64_t D = c.dim, QD = c.q_dim(), KVD = c.kv_dim(), H = c.hidden_dim;
+    infer::LayerWeights L;
+    L.wq = zero_mat(QD, D), L.wk = zero_mat(KVD, D), L.wv = zero_mat(KVD, D), L.wo = zero_mat(D, QD);
+    L.w1 = zero_mat(H, D), L.w2 = zero_mat(D, H);
+    if (c.activation == models::Activation::kSilu) L.w3 = zero_mat(H, D);
+    L.attn_norm = L.ffn_norm = std::vector<float>(size_t(D), 1.0f);
+    if (c.norm != models::NormType::kRms) L.attn_norm_b = L.ffn_norm_b = std::vector<float>(size_t(D), 0.0f);
+    if (c.qkv_bias) L.bq = std::vector<float>(size_t(QD)), L.bk = L.bv = std::vector<float>(size_t(KVD));
+    if (c.attn_out_bias) L.bo = std::vector<float>(size_t(D));
+    if (c.mlp_bias) L.b1 = std::vector<float>(size_t(H)), L.b2 = std::vector<float>(size_t(D));
+    std::vector<int64_t> buckets;
+    for (int64_t n = 1; n <= c.max_seq_len; n = n < 32 ? 32 : n * 2) {
+      const int64_t b = infer::prefill_bucket(n, c.max_seq_len);
+      if (b <= 2048 && (buckets.empty() || buckets.back() != b)) buckets.push_back(b);
+      if (b > 2048) break;
+    }
+    for (int64_t S : buckets) {
+      EXPECT_EQ(S % 32, 0) << name << " bucket " << S;
+      const infer::LayerKernelSource src = infer::build_layer_kernel(c, L, S, mil::Dialect::kIos18);
+      expect_device_legal(src.program, cat(name, " prefill bucket ", S));
+      ++programs;
+    }
+  }
+  // a context that is not a multiple of 32 (demo / converted models): its last bucket is padded
+  EXPECT_EQ(infer::prefill_bucket(257, 300), 320);
+  EXPECT_EQ(infer::prefill_bucket(5, 20), 32);
+  std::printf("[generated-mil] %d prefill bucket kernels checked on m1..m5\n", programs);
+  EXPECT_GT(programs, 20);
+}
+
+TEST(GeneratedMil, ProbeWorkloadPrograms) {
+  const std::vector<cli::ProbeProgram> v = cli::probe_workload_programs();
+  EXPECT_EQ(v.size(), 3u + kern::kAllKernelKinds.size());
+  const kern::TrainShape s = cli::probe_layer_shape();  // item 9: reference-like shapes
+  EXPECT_GE(s.head_dim, 32);
+  for (int64_t d : {s.dim, s.hidden, s.head_dim, s.q_dim(), s.kv_dim(), s.seq}) EXPECT_EQ(d % 32, 0) << s.str();
+  for (const auto& p : v) expect_device_legal(p.program, "probe " + p.name);
+}
+
+}  // namespace
+}  // namespace anelab::test
