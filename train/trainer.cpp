@@ -125,8 +125,6 @@ void Run::load_model(bool resume, CheckpointState* ck) {
   else if (m && m->vocab) tokenizer = tok::make_tokenizer(*m->vocab);
   else if (resume && fs::exists(saved_tok)) tokenizer = tok::make_tokenizer(models::read_run_tokenizer(saved_tok.string()));
   else if (const std::string t = data_tokenizer(cfg.data); !t.empty()) tokenizer = tok::load_tokenizer(t);
-  // Saved with the run, so its checkpoints are models that carry their tokenizer (checkpoint_file.h).
-  if (tokenizer) models::save_run_tokenizer(tokenizer->vocab(), saved_tok.string());
   if (cfg.seq_len > layout.config().max_seq_len)
     fail("train", "--seq-len ", cfg.seq_len, " exceeds the model's context length ", layout.config().max_seq_len);
 }
@@ -166,7 +164,10 @@ void Run::setup() {
   engine = make_engine(cfg, layout);
   meter = std::make_unique<power::Meter>(hooks.power ? hooks.power() : power::select_source());
   if (!meter->available()) power_reason = meter->reason();
-  fs::create_directories(cfg.run_dir);
+  fs::create_directories(cfg.run_dir);  // only now: a start that fails before this leaves nothing behind
+  // Saved with the run, so its checkpoints are models that carry their tokenizer (checkpoint_file.h).
+  if (tokenizer)
+    models::save_run_tokenizer(tokenizer->vocab(), (fs::path(cfg.run_dir) / models::kRunTokenizerFile).string());
   events = std::make_unique<EventLog>((fs::path(cfg.run_dir) / "events.jsonl").string());
   const nlohmann::json cj = to_json(cfg);
   write_file_atomic((fs::path(cfg.run_dir) / "config.json").string(), cj.dump(2) + "\n");

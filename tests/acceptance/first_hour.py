@@ -3,14 +3,18 @@
 checked. Standard library only; runs the built `anelab` binary from a scratch directory outside the
 checkout, on the corpus and tokenizer the repo carries (data/tinytales).
 
+  0. a typo     `anelab trian` is an unknown command that names `train`
   1. tokenize   data/tinytales/corpus.txt -> token file
-  2. train      from a config file, run from another directory, stopped half way (--stop-after)
+  2. train      from a config file whose paths are relative to the config's directory, run from another
+                directory, stopped half way (--stop-after)
   3. resume     the same config with --resume: finishes the run
-  4. generate   from the run directory (= its best checkpoint); the dashboard's "Sample now" command
+  4. generate   from the run directory (= its best checkpoint), the prompt echoed whole; the dashboard's
+                "Sample now" command
   5. export     to anelab, GGUF, a Hugging Face directory and llama2.c (and refused: x.safetensors, x.txt)
   6. generate   from every export: the same greedy text as from the run directory; `convert --tokenizer`
                 (a cwd-relative path) makes an anelab file that carries the tokenizer
-  7. serve      the anelab export; a stdlib HTTP client gets the same greedy text
+  7. serve      the anelab export; a stdlib HTTP client gets the same greedy text; a second server on the
+                same port is refused, naming the port
   8. train --init from the run directory (a checkpoint is a model for training too)
 
 Each step is one function taking the shared context, so later fixes add steps (or checks) in one place.
@@ -60,6 +64,13 @@ def step(c, name):
     print(f"--- {name}", flush=True)
 
 
+def typo(c):
+    step(c, "unknown command")
+    rc, out, err = run(c, ["trian", "--help"], ok=False)
+    check(c, rc != 0 and "trian" in err and "train" in err.replace("trian", ""),
+          f"`anelab trian` should be refused naming `train`: rc {rc}, stderr {err!r}")
+
+
 def tokenize(c):
     step(c, "tokenize")
     run(c, ["tokenize", "--tokenizer", c.tokenizer, c.corpus, c.tokens])
@@ -69,12 +80,14 @@ def tokenize(c):
 
 def train(c):
     step(c, "train from a config, run from another directory")
+    cfg_dir = os.path.dirname(c.config)
+    rel = lambda p: os.path.relpath(p, cfg_dir)  # paths in a config are relative to the config file
     with open(c.config, "w") as f:
         f.write(f'''# first-hour acceptance run (written by tests/acceptance/first_hour.py)
 preset = "stories260k"
-data = "{c.tokens}"
-tokenizer = "{c.tokenizer}"
-run_dir = "{c.run_dir}"
+data = "{rel(c.tokens)}"
+tokenizer = "{rel(c.tokenizer)}"
+run_dir = "{rel(c.run_dir)}"
 strategy = "{c.strategy}"
 steps = 60
 batch_size = 8
@@ -106,6 +119,7 @@ def generate_from_run(c):
     step(c, "generate from the run directory")
     c.text = greedy(c, c.run_dir)
     check(c, len(c.text.strip()) > len(PROMPT), f"no continuation: {c.text!r}")
+    check(c, c.text.startswith(PROMPT), f"the output does not start with the whole prompt {PROMPT!r}: {c.text!r}")
     print(c.text.strip())
     same = greedy(c, os.path.join(c.run_dir, "best.ckpt"))
     check(c, same == c.text, f"best.ckpt and the run dir differ: {same!r} vs {c.text!r}")
@@ -176,6 +190,10 @@ def serve(c):
         want = c.text.strip("\n")
         check(c, want.endswith(got) and len(got) > 0,
               f"server text {got!r} is not the continuation of the CLI's {want!r}")
+        rc, out, err = run(c, ["serve", "--model", c.exports["anelab"], "--port", str(port), "--backend", "cpu",
+                               "--no-log"], ok=False)
+        check(c, rc != 0 and str(port) in err and "in use" in err,
+              f"a second server on port {port} was not refused naming it: rc {rc}, stderr {err!r}")
     finally:
         srv.send_signal(signal.SIGTERM)
         try:
@@ -184,7 +202,7 @@ def serve(c):
             srv.kill()
 
 
-STEPS = [tokenize, train, resume, generate_from_run, export, generate_from_exports, serve, finetune_from_run]
+STEPS = [typo, tokenize, train, resume, generate_from_run, export, generate_from_exports, serve, finetune_from_run]
 
 
 def main():

@@ -94,7 +94,8 @@ TEST(NativeProcedures, RequestIndicesComeFromTheModelAttributes) {
   n.fake->clear_calls();
   ASSERT_TRUE(n.backend->compile(p.program, p.weights).is_ok());
   EXPECT_EQ(n.fake->call_names(),
-            (std::vector<std::string>{"create_model", "hex_string_identifier", "compile", "load", "procedure_symbols"}));
+            (std::vector<std::string>{"create_model", "hex_string_identifier", "compiled_model_exists", "compile", "load",
+                                      "procedure_symbols"}));
 }
 
 TEST(NativeProcedures, MissingAttributesFailAMultiProcedureProgramClearly) {
