@@ -32,7 +32,8 @@ RUN=()
 export ANELAB_THREADS="$THREADS"
 
 declare -A VALS  # "bin|metric" -> space-separated values over rounds
-add() { VALS["$1|$2"]+="$3 "; }
+declare -A PAIR  # "bin|metric|round" -> that round's value
+add() { VALS["$1|$2"]+="$3 "; PAIR["$1|$2|$r"]="$3"; }
 
 kargs=()
 for k in $KERNELS; do kargs+=(--kernel "$k"); done
@@ -40,28 +41,36 @@ for preset in $MODELS; do
   [[ -f "$WORK/$preset.anelab" ]] || "$A" convert --random "$preset" "$WORK/$preset.anelab" --dtype fp16 >&2
 done
 
-for ((r = 1; r <= ROUNDS; ++r)); do
-  order="A B"; ((r % 2)) || order="B A"  # ABBA...: neither binary always runs first
-  for tag in $order; do
-    bin=$A; [[ $tag == B ]] && bin=$B
-    # A run that fails or hangs (120 s) is reported and left out of the medians, never silently dropped.
-    out=$(timeout 120 "${RUN[@]}" "$bin" bench emulator --threads "$THREADS" --strategy static --no-peak --json \
-          "${kargs[@]}" 2>"$WORK/err.txt") || { echo "[bench_compare] $tag emulator bench failed (rc $?):" >&2;
-                                                 tail -3 "$WORK/err.txt" >&2; out='{"benches": []}'; }
-    while read -r name g; do add "$tag" "emulator $name GFLOP/s" "$g"; done < <(
-      python3 -c 'import json,sys
+bin_of() { if [[ $1 == B ]]; then echo "$B"; else echo "$A"; fi; }
+# A run that fails or hangs (120 s) is reported and left out, never silently dropped.
+run_emulator() {
+  local tag="$1" out
+  out=$(timeout 120 "${RUN[@]}" "$(bin_of "$tag")" bench emulator --threads "$THREADS" --strategy static --no-peak \
+        --json "${kargs[@]}" 2>"$WORK/err.txt") || { echo "[bench_compare] $tag emulator bench failed (rc $?):" >&2;
+                                                   tail -3 "$WORK/err.txt" >&2; out='{"benches": []}'; }
+  while read -r name g; do add "$tag" "emulator $name GFLOP/s" "$g"; done < <(
+    python3 -c 'import json,sys
 d=json.load(sys.stdin)
 for b in d["benches"]:
     print(b["name"].replace(" ", "_"), b["gflops"])' <<<"$out")
-    for preset in $MODELS; do
-      out=$(timeout 120 "${RUN[@]}" "$bin" infer bench --model "$WORK/$preset.anelab" --prompt-len 512 --gen-len 128 \
-            --threads "$THREADS" --backend cpu --dtype fp16 2>&1) || { echo "[bench_compare] $tag $preset failed (rc $?):" >&2;
-                                                                        echo "$out" | tail -3 >&2; continue; }
-      add "$tag" "$preset prefill pp512 tok/s" "$(echo "$out" | sed -n 's/^prefill pp[0-9]*: \([0-9.]*\) tok\/s.*/\1/p')"
-      add "$tag" "$preset decode tg128 tok/s" "$(echo "$out" | sed -n 's/^decode tg[0-9]*: \([0-9.]*\) tok\/s.*/\1/p')"
-    done
-    echo "[bench_compare] round $r $tag done (load $(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo ?))" >&2
+}
+run_model() {
+  local tag="$1" preset="$2" out
+  out=$(timeout 120 "${RUN[@]}" "$(bin_of "$tag")" infer bench --model "$WORK/$preset.anelab" --prompt-len 512 \
+        --gen-len 128 --threads "$THREADS" --backend cpu --dtype fp16 2>&1) || {
+    echo "[bench_compare] $tag $preset failed (rc $?):" >&2; echo "$out" | tail -3 >&2; return 0; }
+  add "$tag" "$preset prefill pp512 tok/s" "$(echo "$out" | sed -n 's/^prefill pp[0-9]*: \([0-9.]*\) tok\/s.*/\1/p')"
+  add "$tag" "$preset decode tg128 tok/s" "$(echo "$out" | sed -n 's/^decode tg[0-9]*: \([0-9.]*\) tok\/s.*/\1/p')"
+}
+
+for ((r = 1; r <= ROUNDS; ++r)); do
+  order="A B"; ((r % 2)) || order="B A"  # ABBA...: neither binary always runs first
+  # Each workload runs for both binaries back to back, so a round's B/A pairs see the same machine state.
+  for tag in $order; do run_emulator "$tag"; done
+  for preset in $MODELS; do
+    for tag in $order; do run_model "$tag" "$preset"; done
   done
+  echo "[bench_compare] round $r done (load $(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo ?))" >&2
 done
 
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
@@ -70,12 +79,19 @@ echo "B = $B"
 best() { tr ' ' '\n' | grep -v '^$' | sort -g | tail -1; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b != "") printf "%.3f", b / a; else print "-" }'; }
 echo "$THREADS threads, $ROUNDS rounds, $(nproc) cores, pin '${PIN:-none}', $(date -u +%FT%TZ)"
-echo "median and best (highest) over rounds; B/A > 1: B faster"
-printf '%-40s %10s %10s %7s %10s %10s %7s\n' metric "A med" "B med" B/A "A best" "B best" B/A
+echo "median and best (highest) over rounds, and the median of the per-round B/A ratios (paired: A and B ran"
+echo "back to back in each round); B/A > 1: B faster"
+printf '%-40s %9s %9s %6s %9s %9s %6s %7s\n' metric "A med" "B med" B/A "A best" "B best" B/A paired
 for key in "${!VALS[@]}"; do
   [[ $key == A\|* ]] || continue
   m=${key#A|}
   a=$(echo "${VALS["A|$m"]}" | median) b=$(echo "${VALS["B|$m"]:-}" | median)
   ab=$(echo "${VALS["A|$m"]}" | best) bb=$(echo "${VALS["B|$m"]:-}" | best)
-  printf '%-40s %10s %10s %7s %10s %10s %7s\n' "$m" "$a" "$b" "$(ratio "$a" "$b")" "$ab" "$bb" "$(ratio "$ab" "$bb")"
+  pr=""
+  for ((r = 1; r <= ROUNDS; ++r)); do
+    pa=${PAIR["A|$m|$r"]:-} pb=${PAIR["B|$m|$r"]:-}
+    [[ -n "$pa" && -n "$pb" ]] && pr+="$(ratio "$pa" "$pb") "
+  done
+  printf '%-40s %9.1f %9.1f %6s %9.1f %9.1f %6s %7s\n' "$m" "$a" "$b" "$(ratio "$a" "$b")" "$ab" "$bb" \
+    "$(ratio "$ab" "$bb")" "$(echo "$pr" | median)"
 done | sort
