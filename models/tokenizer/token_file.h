@@ -1,4 +1,4 @@
-// Text <-> token files, used by `anelab tokenize` (framework/cli/tokenize_cmd.cpp).
+// Text <-> token files, used by `anelab tokenize` (cli/tokenize_cmd.cpp).
 //
 // Paragraphs: the text is split at every "\n\n"; a final empty piece (text ending in "\n\n") is dropped.
 // Paragraph text is kept byte-exact (no stripping: leading/trailing spaces and single "\n" stay, a "\n\n\n"

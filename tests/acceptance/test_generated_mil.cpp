@@ -7,13 +7,13 @@
 //     last bucket of contexts that are not a multiple of 32 (buckets beyond 2048 only grow S; their
 //     masks would take gigabytes here);
 //   - the programs `anelab probe` runs through a backend (its rule probes drive the shim directly and
-//     break the rules on purpose, see framework/cli/probe_rules.h).
+//     break the rules on purpose, see cli/probe_rules.h).
 // Weights are zeros: only shapes, ops and the printed text matter here.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 
-#include "framework/cli/probe_rules.h"
+#include "cli/probe_rules.h"
 #include "framework/kernels/train.h"
 #include "framework/mil/printer.h"
 #include "framework/runtime/device_profile.h"

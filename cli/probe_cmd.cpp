@@ -25,8 +25,8 @@
 
 #include "framework/ane/fake_shim.h"
 #include "framework/ane/native_backend.h"
-#include "framework/cli/commands.h"
-#include "framework/cli/probe_rules.h"
+#include "cli/commands.h"
+#include "cli/probe_rules.h"
 #include "framework/core/file.h"
 #include "framework/kernels/blocks.h"
 #include "framework/kernels/runner.h"

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "framework/cli/commands.h"
+#include "cli/commands.h"
 
 namespace anelab::cli {
 namespace {

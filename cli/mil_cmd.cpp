@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <map>
 
-#include "framework/cli/commands.h"
+#include "cli/commands.h"
 #include "framework/core/file.h"
 #include "framework/core/npy.h"
 #include "framework/mil/parser.h"

@@ -20,7 +20,7 @@
 #include <optional>
 #include <random>
 
-#include "framework/cli/commands.h"
+#include "cli/commands.h"
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 #include "framework/core/platform.h"

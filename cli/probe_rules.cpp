@@ -1,5 +1,5 @@
 // The rule probes of `anelab probe` (probe_rules.h): raw experiments through a Shim.
-#include "framework/cli/probe_rules.h"
+#include "cli/probe_rules.h"
 
 #include <algorithm>
 #include <cmath>

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "framework/cli/commands.h"
+#include "cli/commands.h"
 #include "framework/core/error.h"
 #include "framework/core/power.h"
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "framework/cli/commands.h"
+#include "cli/commands.h"
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 #include "models/tokenizer/token_file.h"

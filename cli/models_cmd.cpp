@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <map>
 
-#include "framework/cli/commands.h"
+#include "cli/commands.h"
 #include "framework/core/error.h"
 #include "models/formats/anelab_file.h"
 #include "models/formats/export.h"

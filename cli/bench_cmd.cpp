@@ -17,7 +17,7 @@
 #include <random>
 #include <string_view>
 
-#include "framework/cli/commands.h"
+#include "cli/commands.h"
 #include "framework/core/error.h"
 #include "framework/core/fp16.h"
 #include "framework/core/thread_pool.h"

@@ -1,4 +1,4 @@
-#include "framework/cli/demo_loop.h"
+#include "cli/demo_loop.h"
 
 #include <chrono>
 #include <cstdio>

@@ -12,7 +12,7 @@
 #include <memory>
 #include <thread>
 
-#include "framework/cli/commands.h"
+#include "cli/commands.h"
 #include "framework/core/error.h"
 #include "infer/engine.h"
 #include "infer/server/engine_adapter.h"

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <memory>
 
-#include "framework/cli/commands.h"
+#include "cli/commands.h"
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 #include "train/bench.h"

@@ -1,7 +1,7 @@
 // anelab: one program, subcommands per area. Thin by design: parse, dispatch, report errors.
 #include <cstdio>
 
-#include "framework/cli/commands.h"
+#include "cli/commands.h"
 #include "framework/core/error.h"
 #include "framework/core/platform.h"
 

@@ -1,5 +1,5 @@
 // anelab demo: the README's main job on an embedded default, the whole train -> generate -> export loop
-// (framework/cli/demo_loop.h).
+// (cli/demo_loop.h).
 // anelab demo kernel: builds the Stories110M attention-forward training kernel (RMSNorm, Q/K/V convs, RoPE, 12-head causal attention, Wo; six taps) with the typed
 // MIL builder, prints its MIL size, compiles it on the chosen backend, runs it on seeded random weights
 // and checks every tap against an independent float64 reference.
@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <random>
 
-#include "framework/cli/commands.h"
-#include "framework/cli/demo_loop.h"
+#include "cli/commands.h"
+#include "cli/demo_loop.h"
 #include "framework/kernels/runner.h"
 #include "framework/mil/printer.h"
 

@@ -3,7 +3,7 @@
 #include <memory>
 
 #include "dashboard/gui.h"
-#include "framework/cli/commands.h"
+#include "cli/commands.h"
 #include "framework/core/error.h"
 
 namespace anelab::cli {

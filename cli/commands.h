@@ -1,0 +1,31 @@
+// Subcommand registration: each area adds its subcommands to the one `anelab` program.
+// Handlers throw anelab::Error on failure; main() prints one line and exits non-zero.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace anelab::cli {
+void add_mil_commands(CLI::App& app);       // cli/mil_cmd.cpp:      anelab mil check|print|run
+void add_bench_commands(CLI::App& app);     // cli/bench_cmd.cpp:    anelab bench emulator
+void add_demo_command(CLI::App& app);       // cli/demo_cmd.cpp:     anelab demo (README main job)
+void add_model_commands(CLI::App& app);     // cli/models_cmd.cpp:   anelab convert|export|info
+void add_tokenize_command(CLI::App& app);   // cli/tokenize_cmd.cpp: anelab tokenize
+void add_train_command(CLI::App& app);      // cli/train_cmd.cpp:    anelab train (+ bench train)
+void add_infer_command(CLI::App& app);      // cli/infer_cmd.cpp:    anelab infer generate|chat|bench
+void add_serve_command(CLI::App& app);      // cli/serve_cmd.cpp:    anelab serve
+void add_dashboard_command(CLI::App& app);  // cli/dashboard_cmd.cpp: anelab dashboard
+void add_probe_command(CLI::App& app);      // cli/probe_cmd.cpp:    anelab probe
+void add_power_command(CLI::App& app);      // cli/power_cmd.cpp:    anelab power
+
+// cli/usage.cpp: an unknown subcommand or option in argv, as one line naming the closest known
+// name ("unknown command 'trian'; did you mean 'train'? ..."), or nullopt; checked before CLI11 parses.
+std::optional<std::string> usage_error(CLI::App& app, int argc, const char* const* argv);
+// A numeric option's range, with a plain message ("--temperature: must be >= 0 (got -1)"); hi = infinity
+// for no upper bound; above_lo: the value must be > lo.
+CLI::Validator number_in(double lo, double hi, bool above_lo = false);
+// The name in `names` closest to `word` (edit distance, prefixes count as close), or "" when none is close.
+std::string closest_name(const std::string& word, const std::vector<std::string>& names);
+}  // namespace anelab::cli
