@@ -20,6 +20,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kReadChunk = 64 * 1024;
+// After an error answer the connection is read (and the bytes dropped) for up to this long / this much, so
+// that a client still sending its body gets to read the answer instead of a reset ("lingering close").
+constexpr auto kLinger = std::chrono::milliseconds(2000);
+constexpr size_t kLingerBytes = 16u << 20;
 
 // Writes to a peer that has gone must fail with EPIPE, not raise SIGPIPE: MSG_NOSIGNAL per send where it
 // exists (Linux), SO_NOSIGPIPE per socket where it exists (macOS).
@@ -70,6 +74,10 @@ struct HttpConnServer::Conn {
   bool partial = false;            // bytes of the next request have arrived (deadline = request_timeout)
   bool sent_continue = false;      // "100 Continue" written for this request
   bool eof = false;                // the peer closed its side
+  size_t scanned = 0;              // buf[0, scanned) has no line break that ends the head
+  size_t need = 0;                 // bytes the request needs before parsing again is worth it
+  bool closing = false;            // answered with an error: what still arrives is read and dropped
+  size_t dropped = 0;              // bytes dropped while closing
 };
 
 struct HttpConnServer::Work {
@@ -176,8 +184,12 @@ void HttpConnServer::poll_loop() {
   while (!stopping_.load()) {
     fds.clear();
     fds.push_back({wake_rd_, POLLIN, 0});
-    fds.push_back({listen_fd_, POLLIN, 0});
+    // After an accept error other than "none left" (EMFILE: out of descriptors) the listening socket stays
+    // readable; it is left out of the poll for 100 ms rather than spinning on it.
+    const bool accepting = Clock::now() >= accept_pause_until_;
+    fds.push_back({listen_fd_, static_cast<short>(accepting ? POLLIN : 0), 0});
     auto next = Clock::now() + std::chrono::seconds(1);
+    if (!accepting) next = std::min(next, accept_pause_until_);
     for (const auto& c : reading_) {
       fds.push_back({c->fd, POLLIN, 0});
       next = std::min(next, c->deadline);
@@ -189,9 +201,9 @@ void HttpConnServer::poll_loop() {
       Conn& c = *reading_[i];
       const short ev = fds[i + 2].revents;
       bool keep = true;
-      if (ev & (POLLIN | POLLHUP | POLLERR)) keep = read_conn(c);
-      else if (Clock::now() >= c.deadline) {
-        if (c.partial) answer_and_close(c, 408, "the request did not arrive within " +
+      if (ev & (POLLIN | POLLHUP | POLLERR | POLLNVAL)) keep = read_conn(c);
+      if (keep && Clock::now() >= c.deadline) {  // also for a socket that had bytes: they may trickle forever
+        if (c.partial && !c.closing) answer_and_close(c, 408, "the request did not arrive within " +
                                                      std::to_string(opt_.request_timeout.count()) + " ms");
         else close_conn(c);
         keep = false;
@@ -218,7 +230,11 @@ void HttpConnServer::poll_loop() {
 void HttpConnServer::accept_all() {
   for (;;) {
     const int fd = ::accept(listen_fd_, nullptr, nullptr);
-    if (fd < 0) return;  // EAGAIN: all taken; other errors (EMFILE, ...) leave the rest in the backlog
+    if (fd < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+        accept_pause_until_ = Clock::now() + std::chrono::milliseconds(100);
+      return;
+    }
     set_socket_flags(fd);
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -238,6 +254,12 @@ bool HttpConnServer::read_conn(Conn& c) {
   char buf[kReadChunk];
   const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
+  if (c.closing) {
+    c.dropped += n > 0 ? static_cast<size_t>(n) : 0;
+    if (n > 0 && c.dropped < kLingerBytes) return true;
+    close_conn(c);
+    return false;
+  }
   if (n <= 0) {
     c.eof = true;
     if (c.buf.empty() || n < 0) {
@@ -257,17 +279,28 @@ bool HttpConnServer::advance(Conn& c) {
     return !c.eof;
   }
   if (!c.partial) c.partial = true, c.deadline = Clock::now() + opt_.request_timeout;
+  // Parsing again only when it can end differently: a line break arrived while the head is incomplete (or
+  // the head outgrew its limit), or the whole body is there. So a trickle costs O(bytes), not O(bytes^2).
+  if (!c.eof && c.need == 0 && c.buf.find('\n', c.scanned) == std::string::npos && c.buf.size() <= opt_.limits.max_head) {
+    c.scanned = c.buf.size();
+    return true;
+  }
+  if (!c.eof && c.need > 0 && c.buf.size() < c.need) return true;
   Work w;
   const HttpParse p = parse_http_request(c.buf, opt_.limits, w.req);
+  c.scanned = c.buf.size(), c.need = 0;
   if (p.state == HttpParse::kError) {
-    answer_and_close(c, p.status, p.message);
-    return false;
+    answer(c, p.status, p.message);
+    c.closing = true, c.buf.clear(), c.buf.shrink_to_fit();
+    c.deadline = Clock::now() + kLinger;
+    return true;
   }
   if (p.state == HttpParse::kIncomplete) {
     if (c.eof) {
       close_conn(c);
       return false;
     }
+    if (p.head_done) c.need = p.consumed;
     if (p.head_done && w.req.expect_continue && !c.sent_continue) {
       c.sent_continue = true;
       const std::string cont = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -276,6 +309,7 @@ bool HttpConnServer::advance(Conn& c) {
     return true;
   }
   c.buf.erase(0, p.consumed);
+  c.scanned = 0;
   // Hand over: the Conn moves into the work item (its owner in reading_ is reset by the caller).
   auto owned = std::make_unique<Conn>(std::move(c));
   c.fd = -1;
@@ -289,6 +323,12 @@ bool HttpConnServer::advance(Conn& c) {
 }
 
 void HttpConnServer::answer_and_close(Conn& c, int status, const std::string& message) {
+  answer(c, status, message);
+  drain(c.fd);
+  close_conn(c);
+}
+
+void HttpConnServer::answer(Conn& c, int status, const std::string& message) {
   HttpResponse r;
   r.status = status;
   r.set_content(error_body_(status, message), "application/json");
@@ -297,8 +337,6 @@ void HttpConnServer::answer_and_close(Conn& c, int status, const std::string& me
   (void)!::send(c.fd, out.data(), out.size(), kSendFlags);  // small: fits the socket buffer of a new connection
   if (opt_.log_requests) std::fprintf(stderr, "serve: connection answered %d: %s\n", status, message.c_str());
   ::shutdown(c.fd, SHUT_WR);
-  drain(c.fd);
-  close_conn(c);
 }
 
 void HttpConnServer::close_conn(Conn& c) {

@@ -15,7 +15,9 @@
 //   pipelining       requests sent back to back on one connection are answered one after the other, in
 //                    order (the next is parsed from what is left once the previous answer is written)
 //   head/body limits a bad or too long head or a bad Content-Length is answered (400/413/431/501/505)
-//                    and the connection closed as soon as the head arrives, before any body is waited for
+//                    as soon as the head arrives, before any body is waited for; what the client still
+//                    sends is then read and dropped for up to 2 s / 16 MiB before the close, so that it
+//                    reads the answer rather than a connection reset
 //
 // Memory: a connection holds at most max_head + max_body + 64 KiB (one read) of request bytes.
 #pragma once
@@ -83,6 +85,7 @@ class HttpConnServer {
   void accept_all();
   bool read_conn(Conn& c);  // false: the connection is closed or handed to a worker
   bool advance(Conn& c);    // parses what is buffered; false: closed or handed to a worker
+  void answer(Conn& c, int status, const std::string& message);  // writes the error, ends our side
   void answer_and_close(Conn& c, int status, const std::string& message);
   void close_conn(Conn& c);
   void worker();
@@ -97,6 +100,7 @@ class HttpConnServer {
   std::atomic<bool> running_{false}, stopping_{false};
   std::atomic<size_t> open_{0};
   std::vector<std::unique_ptr<Conn>> reading_;  // poller thread only
+  std::chrono::steady_clock::time_point accept_pause_until_{};  // poller thread only
   std::mutex mu_;                                // guards the fields below
   std::condition_variable work_cv_, stopped_cv_;
   std::deque<Work> work_;

@@ -170,6 +170,7 @@ HttpParse parse_http_request(std::string_view bytes, const HttpParseLimits& lim,
   if (bytes.size() < total) {
     HttpParse p;
     p.head_done = true;
+    p.consumed = total;
     return p;
   }
   out.body.assign(bytes.substr(skip + end, static_cast<size_t>(length)));

@@ -41,7 +41,8 @@ struct HttpParseLimits {
 
 struct HttpParse {
   enum State { kIncomplete, kComplete, kError } state = kIncomplete;
-  size_t consumed = 0;     // kComplete: bytes of this request (head + body); the rest is the next request
+  size_t consumed = 0;     // kComplete: bytes of this request (head + body); the rest is the next request;
+                           // kIncomplete with head_done: the bytes the whole request will take
   bool head_done = false;  // kIncomplete: the head parsed (out has it), body bytes still missing
   int status = 0;          // kError: HTTP status to answer (400, 413, 431, 501, 505)
   std::string message;     // kError: why, for the error JSON
