@@ -280,7 +280,7 @@ bool is_loopback_host(const std::string& host) {
 
 std::string exposure_warning(const std::string& host, const std::string& api_key) {
   if (!api_key.empty() || is_loopback_host(host)) return "";
-  return "serve: warning: listening on " + host +
+  return "serve: warning: --host " + host +
          " without an api key: anyone who can reach this machine can use the model (pass --api-key KEY or set "
          "ANELAB_API_KEY)";
 }

@@ -138,7 +138,7 @@ TEST_F(InferCli, ServePortFileAndExposedHostWarning) {
   EXPECT_NE(r.rc, 0) << r.out;
   EXPECT_NE(r.err.find("cannot write --port-file " + bad), std::string::npos) << r.err;
   EXPECT_EQ(r.out.find("listening"), std::string::npos) << r.out;
-  EXPECT_NE(r.err.find("warning: listening on 0.0.0.0 without an api key"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("warning: --host 0.0.0.0 without an api key"), std::string::npos) << r.err;
   r = anelab("serve -m " + model() + " -q --port 0 --host 0.0.0.0 --api-key k --port-file " + bad, 30);
   EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
   r = anelab("serve -m " + model() + " -q --port 0 --port-file " + bad, 30);
