@@ -1,5 +1,6 @@
 #include "infer/server/http_conn.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
