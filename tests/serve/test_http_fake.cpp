@@ -100,9 +100,9 @@ TEST(ServeHttpFake, StreamEndsWithDoneAndStopWaitsForIt) {
   if (fd >= 0) ::close(fd);
 }
 
-// stop() the moment generation starts, before the HTTP thread has begun writing the stream (httplib ends a
-// chunked response at its next chunk once the server stops): the stream still ends with [DONE]. Repeated to
-// hit that window: before the fix, 1 of 75 tries was cut on an idle machine (1 in 8 under load).
+// stop() the moment generation starts, before the HTTP worker has begun writing the stream: the stream still
+// ends with [DONE] (stop() closes only connections waiting for a request; run() waits for the writers).
+// Repeated to hit that window (on the earlier cpp-httplib front end 1 of 75 tries was cut).
 TEST(ServeHttpFake, StopAsAStreamStartsStillDeliversIt) {
   int cut = 0;
   for (int i = 0; i < 40; ++i) {
