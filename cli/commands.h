@@ -7,6 +7,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "infer/params_check.h"
+
 namespace anelab::cli {
 void add_mil_commands(CLI::App& app);       // cli/mil_cmd.cpp:      anelab mil check|print|run
 void add_bench_commands(CLI::App& app);     // cli/bench_cmd.cpp:    anelab bench emulator
@@ -26,6 +28,8 @@ std::optional<std::string> usage_error(CLI::App& app, int argc, const char* cons
 // A numeric option's range, with a plain message ("--temperature: must be >= 0 (got -1)"); hi = infinity
 // for no upper bound; above_lo: the value must be > lo.
 CLI::Validator number_in(double lo, double hi, bool above_lo = false);
+// The same for a parameter of the shared table (infer/params_check.h), which the server's parser also asks.
+CLI::Validator number_in(const infer::ParamRange& r);
 // The name in `names` closest to `word` (edit distance, prefixes count as close), or "" when none is close.
 std::string closest_name(const std::string& word, const std::vector<std::string>& names);
 }  // namespace anelab::cli

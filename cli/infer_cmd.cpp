@@ -76,20 +76,20 @@ void add_common(CLI::App* sub, InferArgs& a) {
   sub->add_option("--backend", a.backend, infer::kPrefillBackendHelp)->capture_default_str()->check(prefill_backend_check());
   sub->add_option("--device", a.device, "Device profile for emulator/ane (m1..m5)")->capture_default_str();
   sub->add_option("--dtype", a.dtype, "Compute dtype of the weight matrices: fp16, fp32, or auto (fp32 when the file stores every matrix in fp32: llama2.c files, training checkpoints, fp32 exports; fp16 otherwise)")->capture_default_str();
-  sub->add_option("--threads", a.threads, "CPU threads (persistent pool)")->capture_default_str()->check(number_in(1, 1024));
-  sub->add_option("--ctx,-c", a.ctx, "Context positions (0 = the model's max_seq_len)")->capture_default_str()->check(number_in(0, kInf));
+  sub->add_option("--threads", a.threads, "CPU threads (persistent pool)")->capture_default_str()->check(number_in(infer::params::kThreads));
+  sub->add_option("--ctx,-c", a.ctx, "Context positions (0 = the model's max_seq_len)")->capture_default_str()->check(number_in(infer::params::kContext));
   sub->add_flag("--quiet,-q", a.quiet, "No progress lines on stderr (model load, kernel compiles)");
 }
 
 void add_sampling(CLI::App* sub, InferArgs& a) {
-  sub->add_option("--max-tokens,-n", a.max_tokens, "New tokens to generate (llama.cpp -n; -1: run.c steps semantics, see --steps)")
+  sub->add_option("--max-tokens,-n", a.max_tokens, "New tokens to generate (llama.cpp -n; 0: only echo the prompt; -1: run.c steps semantics, see --steps)")
       ->capture_default_str()->check(number_in(-1, kInf));
   sub->add_option("--steps", a.steps, "run.c -n: total positions including the prompt (0 = context)")->capture_default_str()->check(number_in(0, kInf));
-  sub->add_option("--temperature,-t", a.temperature, "Sampling temperature (0 = greedy)")->capture_default_str()->check(number_in(0, kInf));
-  sub->add_option("--top-p,-p", a.top_p, "Top-p (nucleus) threshold (1 = off)")->capture_default_str()->check(number_in(0, 1));
-  sub->add_option("--top-k", a.top_k, "Top-k (0 = off)")->capture_default_str()->check(number_in(0, kInf));
-  sub->add_option("--min-p", a.min_p, "Min-p relative to the top token (0 = off)")->capture_default_str()->check(number_in(0, 1));
-  sub->add_option("--repeat-penalty", a.repeat_penalty, "Repetition penalty over the last 64 tokens (1 = off)")->capture_default_str()->check(number_in(0, kInf, true));
+  sub->add_option("--temperature,-t", a.temperature, "Sampling temperature (0 = greedy)")->capture_default_str()->check(number_in(infer::params::kTemperature));
+  sub->add_option("--top-p,-p", a.top_p, "Top-p (nucleus) threshold (1 = off)")->capture_default_str()->check(number_in(infer::params::kTopP));
+  sub->add_option("--top-k", a.top_k, "Top-k (0 = off)")->capture_default_str()->check(number_in(infer::params::kTopK));
+  sub->add_option("--min-p", a.min_p, "Min-p relative to the top token (0 = off)")->capture_default_str()->check(number_in(infer::params::kMinP));
+  sub->add_option("--repeat-penalty", a.repeat_penalty, "Repetition penalty over the last 64 tokens (1 = off)")->capture_default_str()->check(number_in(infer::params::kRepeatPenalty));
   sub->add_option("--seed,-s", a.seed, "Random seed (0 = time-based, like run.c)")->capture_default_str();
   sub->add_option("--sampler", a.sampler, "auto | runc (llama2.c xorshift + top-p, bit-exact) | general")->capture_default_str();
   sub->add_option("--stop", a.stop, "Stop string (repeatable)");
@@ -136,8 +136,8 @@ infer::GenerateOptions gen_options(const InferArgs& a) {
   infer::GenerateOptions o;
   o.steps = a.steps;
   o.max_new_tokens = a.max_tokens;
-  o.sampling.temperature = a.temperature < 0 ? 0.0f : a.temperature;
-  o.sampling.top_p = (a.top_p < 0 || a.top_p > 1) ? 0.9f : a.top_p;  // run.c's clamp
+  o.sampling.temperature = a.temperature;  // the ranges were checked by the options (infer/params_check.h)
+  o.sampling.top_p = a.top_p;
   o.sampling.top_k = a.top_k;
   o.sampling.min_p = a.min_p;
   o.sampling.repeat_penalty = a.repeat_penalty;
@@ -306,8 +306,8 @@ void add_infer_command(CLI::App& app) {
 
   CLI::App* bench = inf->add_subcommand("bench", "Prefill/decode tok/s, cold start to first token, peak RSS");
   add_common(bench, *a);
-  bench->add_option("--prompt-len", a->bench_prompt, "Prompt tokens (pp)")->capture_default_str();
-  bench->add_option("--gen-len", a->bench_gen, "Generated tokens (tg)")->capture_default_str();
+  bench->add_option("--prompt-len", a->bench_prompt, "Prompt tokens (pp)")->capture_default_str()->check(number_in(1, kInf));
+  bench->add_option("--gen-len", a->bench_gen, "Generated tokens (tg)")->capture_default_str()->check(number_in(1, kInf));
   bench->callback([a] { run_bench(*a); });
 }
 

@@ -16,6 +16,7 @@
 #include "models/formats/gguf.h"
 #include "models/formats/load_any.h"
 #include "models/presets.h"
+#include "infer/generate.h"
 #include "models/tokenizer/tokenizer.h"
 
 namespace anelab::cli {
@@ -86,6 +87,8 @@ void run_convert(const ConvertArgs& a) {
     } cleanup{tmp};
     if (!a.tokenizer.empty()) {  // embedded: the output does not depend on where the tokenizer file was
       m.vocab = tok::load_vocab_file(a.tokenizer);
+      infer::check_vocab_fits(static_cast<int64_t>(m.vocab->tokens.size()), a.tokenizer, m.config.vocab_size,
+                              a.random.empty() ? a.paths[0] : "--random " + a.random);
       m.tokenizer_path = std::filesystem::absolute(a.tokenizer).lexically_normal().string();
     }
     notes = export_model(m, out, fmt, tmp.empty() ? dt : std::nullopt, progress_bar("converting"));

@@ -2,11 +2,14 @@
 // prefill kernels compiled once at start-up; SIGINT / SIGTERM stop it gracefully (exit 0).
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <iterator>
 #include <limits>
 #include <memory>
@@ -14,6 +17,7 @@
 
 #include "cli/commands.h"
 #include "framework/core/error.h"
+#include "framework/core/file.h"
 #include "infer/engine.h"
 #include "infer/server/engine_adapter.h"
 #include "infer/server/http_server.h"
@@ -21,10 +25,12 @@
 namespace anelab::cli {
 namespace {
 
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
 struct ServeArgs {
   serve::ModelOptions model;
   serve::ServerOptions server;
-  double grace_s = 10;
+  double grace_s = 10, request_timeout_s = 10;
   int64_t max_tokens_cap = 0;
   std::string port_file;
   bool quiet = false;
@@ -42,15 +48,30 @@ sigset_t block_stop_signals() {
   return set;
 }
 
+// The --port-file must be writable: checked before the model loads, so a bad path fails at once.
+void check_port_file(const std::string& path) {
+  if (path.empty()) return;
+  const std::string probe = path + ".tmp." + std::to_string(::getpid());
+  std::FILE* f = std::fopen(probe.c_str(), "w");
+  if (!f) fail("serve", "cannot write --port-file ", path, ": ", std::strerror(errno));
+  std::fclose(f);
+  std::remove(probe.c_str());
+}
+
 void run_serve(ServeArgs& a) {
   const sigset_t set = block_stop_signals();
-  ANELAB_CHECK(a.server.parallel >= 1, "serve", "--parallel must be >= 1 (got ", a.server.parallel, ")");
+  if (a.server.api_key.empty())
+    if (const char* k = std::getenv("ANELAB_API_KEY")) a.server.api_key = k;
+  if (const std::string w = serve::exposure_warning(a.server.host, a.server.api_key); !w.empty())
+    std::fprintf(stderr, "%s\n", w.c_str());
+  check_port_file(a.port_file);
   const auto t0 = std::chrono::steady_clock::now();
   if (!a.quiet) a.model.progress = [](const std::string& line) { std::fprintf(stderr, "serve: %s\n", line.c_str()); };
   serve::ModelPool pool(a.model, a.server.parallel);
   const int64_t ctx = pool.context();
   a.server.limits.max_tokens_cap = a.max_tokens_cap > 0 ? std::min(a.max_tokens_cap, ctx) : ctx;
   a.server.shutdown_grace = std::chrono::milliseconds(static_cast<int64_t>(a.grace_s * 1000));
+  a.server.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.request_timeout_s * 1000));
   serve::HttpServer srv(pool, a.server);
   const int port = srv.bind();
   std::fprintf(stderr, "serve: %s (%s), context %lld, %zu worker(s), queue %zu; loaded in %.0f ms, warm-up %.0f ms\n",
@@ -59,11 +80,7 @@ void run_serve(ServeArgs& a) {
   std::printf("listening on http://%s:%d (ready after %.0f ms)\n", a.server.host.c_str(), port,
               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   std::fflush(stdout);
-  if (!a.port_file.empty()) {
-    const std::string tmp = a.port_file + ".tmp";
-    std::ofstream(tmp) << port << "\n";
-    std::rename(tmp.c_str(), a.port_file.c_str());
-  }
+  if (!a.port_file.empty()) write_file_atomic(a.port_file, std::to_string(port) + "\n");
 
   std::atomic<bool> done{false};
   std::thread sig([&] {
@@ -108,22 +125,26 @@ void add_serve_command(CLI::App& app) {
                 "and chat requests get 400), qwen2.5 (= chatml), none")->capture_default_str();
   s->add_option("--device", a->model.device, "Device profile for emulator/ane (m1..m5)")->capture_default_str();
   s->add_option("--dtype", a->model.dtype, "Compute dtype: fp16, fp32 or auto (as `anelab infer`)")->capture_default_str();
-  s->add_option("--threads", a->model.threads, "CPU threads per worker engine")->capture_default_str();
-  s->add_option("--ctx,-c", a->model.ctx, "Context positions (0 = the model's max_seq_len)")->capture_default_str()->check(number_in(0, std::numeric_limits<double>::infinity()));
+  s->add_option("--threads", a->model.threads, "CPU threads per worker engine")->capture_default_str()->check(number_in(infer::params::kThreads));
+  s->add_option("--ctx,-c", a->model.ctx, "Context positions (0 = the model's max_seq_len)")->capture_default_str()->check(number_in(infer::params::kContext));
   s->add_option("--name", a->model.name, "Model id in responses (default: the model file's name)");
   s->add_option("--warmup", a->model.warmup_tokens,
-                "Compile the prefill kernels for prompts up to this many tokens at start-up (0: none)")->capture_default_str();
-  s->add_option("--host", a->server.host, "Address to bind (loopback by default)")->capture_default_str();
+                "Compile the prefill kernels for prompts up to this many tokens at start-up (0: none)")->capture_default_str()->check(number_in(0, kInf));
+  s->add_option("--host", a->server.host, "Address to bind (loopback by default; another one without --api-key prints a warning)")->capture_default_str();
   s->add_option("--port", a->server.port, "TCP port (0: any free port, printed on stdout)")->capture_default_str()->check(number_in(0, 65535));
-  s->add_option("--port-file", a->port_file, "Write the bound port to this file once listening");
+  s->add_option("--port-file", a->port_file, "Write the bound port to this file once listening (checked writable at start)");
+  s->add_option("--api-key", a->server.api_key,
+                "Require 'Authorization: Bearer KEY' on every route but /health (else 401); default: $ANELAB_API_KEY");
   s->add_option("--parallel", a->server.parallel,
-                "Generation workers, each with its own engine + KV cache (memory x N)")->capture_default_str();
-  s->add_option("--queue", a->server.queue, "Requests that may wait beyond the running ones (then 503)")->capture_default_str();
-  s->add_option("--http-threads", a->server.http_threads, "HTTP connection threads (0: 2*(parallel+queue)+8, >= 16)")->capture_default_str();
-  s->add_option("--max-body", a->server.max_body, "Largest request body in bytes (then 413)")->capture_default_str();
-  s->add_option("--max-tokens-cap", a->max_tokens_cap, "Largest max_tokens a request may ask for (0: the context)")->capture_default_str();
-  s->add_option("--default-max-tokens", a->server.limits.default_max_tokens, "max_tokens when a request has none")->capture_default_str();
-  s->add_option("--shutdown-grace", a->grace_s, "Seconds running requests may finish after SIGINT/SIGTERM before they are cancelled")->capture_default_str();
+                "Generation workers, each with its own engine + KV cache (memory x N)")->capture_default_str()->check(number_in(1, 256));
+  s->add_option("--queue", a->server.queue, "Requests that may wait beyond the running ones (then 503)")->capture_default_str()->check(number_in(0, 65536));
+  s->add_option("--http-threads", a->server.http_threads, "HTTP worker threads answering complete requests (0: 2*(parallel+queue)+8, >= 16)")->capture_default_str()->check(number_in(0, 4096));
+  s->add_option("--max-connections", a->server.max_connections, "Open connections; one more is answered 503 and closed")->capture_default_str()->check(number_in(1, 65536));
+  s->add_option("--request-timeout", a->request_timeout_s, "Seconds a whole request (head + body) may take from its first byte (then 408, closed)")->capture_default_str()->check(number_in(0.1, 3600));
+  s->add_option("--max-body", a->server.max_body, "Largest request body in bytes (then 413)")->capture_default_str()->check(number_in(1, 1 << 30));
+  s->add_option("--max-tokens-cap", a->max_tokens_cap, "Largest max_tokens a request may ask for (0: the context)")->capture_default_str()->check(number_in(0, kInf));
+  s->add_option("--default-max-tokens", a->server.limits.default_max_tokens, "max_tokens when a request has none")->capture_default_str()->check(number_in(1, kInf));
+  s->add_option("--shutdown-grace", a->grace_s, "Seconds running requests may finish after SIGINT/SIGTERM before they are cancelled")->capture_default_str()->check(number_in(0, 3600));
   s->add_flag("!--no-log", a->server.log_requests, "Do not log one line per request on stderr");
   s->add_flag("--quiet,-q", a->quiet, "No start-up progress lines on stderr (model load, warm-up)");
   s->callback([a] { run_serve(*a); });

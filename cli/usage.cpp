@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "infer/params_check.h"
 
 namespace anelab::cli {
 namespace {
@@ -69,24 +70,18 @@ std::string closest_name(const std::string& word, const std::vector<std::string>
   return best;
 }
 
-CLI::Validator number_in(double lo, double hi, bool above_lo) {
-  auto text = [](double x) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%g", x);
-    return std::string(b);
-  };
-  const std::string range = std::isinf(hi) ? (above_lo ? "> " : ">= ") + text(lo)
-                                           : (above_lo ? "in (" : "in [") + text(lo) + ", " + text(hi) + "]";
+CLI::Validator number_in(const infer::ParamRange& r) {
   return CLI::Validator(
-      [lo, hi, above_lo, range](std::string& v) {
+      [r](std::string& v) {
         char* end = nullptr;
         const double x = std::strtod(v.c_str(), &end);
         if (end == v.c_str() || *end != '\0') return "'" + v + "' is not a number";
-        const bool ok = (above_lo ? x > lo : x >= lo) && x <= hi;
-        return ok ? std::string() : "must be " + range + " (got " + v + ")";
+        return infer::range_error(r, x, v);
       },
-      range);
+      infer::range_text(r));
 }
+
+CLI::Validator number_in(double lo, double hi, bool above_lo) { return number_in(infer::ParamRange{"", lo, hi, above_lo}); }
 
 std::optional<std::string> usage_error(CLI::App& app, int argc, const char* const* argv) {
   CLI::App* cur = &app;

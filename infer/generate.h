@@ -51,6 +51,9 @@ using TextSink = std::function<void(std::string_view)>;
 // past the tokenizer the same way.
 void check_tokenizer_fits(const tok::Tokenizer& tk, const std::string& tokenizer_name, int64_t model_vocab,
                           const std::string& model_name);
+// The same rule on the sizes alone (convert/export --tokenizer checks a vocabulary before embedding it).
+void check_vocab_fits(int64_t tokenizer_vocab, const std::string& tokenizer_name, int64_t model_vocab,
+                      const std::string& model_name);
 
 // Text prompt: encoded with BOS when the tokenizer is SentencePiece (run.c encode(.., bos=1, ..)) or
 // its vocab asks for it.

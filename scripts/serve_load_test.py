@@ -7,13 +7,17 @@ only when /v1/models says the model has no chat template, as base models like st
 of them streamed). Every answer must be 200 or 503 (queue full); anything else, a transport
 error, a dead server, or RSS growth above --max-rss-growth-mib fails the run (exit 1).
 Prints one JSON summary line: requests/s, latency percentiles of the 200s, status counts, RSS before/after.
+With --abuse N, N more threads attack the server while the load runs (sockets that trickle a request a
+byte at a time, garbage, a huge Content-Length, streams left mid-way, pipelined requests); the normal
+clients' rules stay the same. --api-key KEY sends "Authorization: Bearer KEY".
 
-  scripts/serve_load_test.py --port 8080 --pid $(pgrep -n anelab) --clients 64 --requests 320
+  scripts/serve_load_test.py --port 8080 --pid $(pgrep -n anelab) --clients 64 --requests 320 [--abuse 16]
 """
 import argparse
 import http.client
 import json
 import random
+import socket
 import sys
 import threading
 import time
@@ -30,6 +34,38 @@ def rss_kib(pid):
 
 
 CHAT = True  # set in main() from /v1/models: base models answer chat requests with 400 no_chat_template
+HEADERS = {"Content-Type": "application/json"}  # + Authorization with --api-key
+
+
+def abuse_once(host, port, k):
+    """One hostile turn; what the server answers is not checked here (test_http_robust.cpp does)."""
+    s = socket.create_connection((host, port), timeout=5)
+    try:
+        kind = k % 5
+        if kind == 0:  # trickle a request head, then leave
+            for ch in b"POST /v1/completions HTTP/1.1\r\nContent-Le":
+                s.send(bytes([ch]))
+                time.sleep(0.02)
+        elif kind == 1:
+            s.sendall(bytes(random.Random(k).randrange(256) for _ in range(2000)) + b"\r\n\r\n")
+            s.recv(4096)
+        elif kind == 2:
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n")
+            s.recv(4096)
+        elif kind == 3:  # a stream left after its first bytes
+            body = json.dumps({"prompt": "Once", "max_tokens": 200, "stream": True}).encode()
+            auth = "".join("%s: %s\r\n" % kv for kv in HEADERS.items())
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\n" + auth.encode() +
+                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            s.recv(256)
+        else:
+            s.sendall(b"GET /health HTTP/1.1\r\n\r\n" * 20 + b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n")
+            while s.recv(65536):
+                pass
+    except OSError:
+        pass
+    finally:
+        s.close()
 
 
 def body_for(i, max_tokens):
@@ -55,7 +91,7 @@ def one_attempt(host, port, i, max_tokens, timeout):
     t0 = time.perf_counter()
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
-        conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+        conn.request("POST", path, body=json.dumps(body), headers=HEADERS)
         resp = conn.getresponse()
         data = resp.read()
         status = resp.status
@@ -91,13 +127,17 @@ def main():
     ap.add_argument("--timeout", type=float, default=60)
     ap.add_argument("--max-rss-growth-mib", type=float, default=64)
     ap.add_argument("--retries", type=int, default=0, help="retry a 503 this often (50-250 ms pause)")
+    ap.add_argument("--abuse", type=int, default=0, help="hostile threads while the load runs")
+    ap.add_argument("--api-key", default="", help="sent as 'Authorization: Bearer KEY'")
     a = ap.parse_args()
     if a.host not in ("127.0.0.1", "localhost", "::1"):
         sys.exit("serve_load_test: loopback only")
 
     global CHAT
+    if a.api_key:
+        HEADERS["Authorization"] = "Bearer " + a.api_key
     c = http.client.HTTPConnection(a.host, a.port, timeout=10)
-    c.request("GET", "/v1/models")
+    c.request("GET", "/v1/models", headers=HEADERS)
     CHAT = json.loads(c.getresponse().read())["data"][0].get("chat_template", "qwen2.5") is not None
     for i in range(3):  # warm-up (first requests allocate per-worker buffers)
         one_request(a.host, a.port, -1 - i, a.max_tokens, a.timeout)
@@ -118,13 +158,28 @@ def main():
             with lock:
                 results.append(r)
 
+    done = threading.Event()
+    abuse_turns = [0]
+
+    def abuser(j):
+        k = j
+        while not done.is_set():
+            abuse_once(a.host, a.port, k)
+            k += a.abuse
+            with lock:
+                abuse_turns[0] += 1
+
     t0 = time.perf_counter()
     threads = [threading.Thread(target=worker) for _ in range(a.clients)]
-    for t in threads:
+    abusers = [threading.Thread(target=abuser, args=(j,)) for j in range(a.abuse)]
+    for t in threads + abusers:
         t.start()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    done.set()
+    for t in abusers:
+        t.join()
     time.sleep(0.2)
     rss1 = rss_kib(a.pid)
 
@@ -145,7 +200,7 @@ def main():
         "status": counts,
         "latency_ms_200": {"p50": round(percentile(ok_lat, 50), 1), "p90": round(percentile(ok_lat, 90), 1),
                            "p99": round(percentile(ok_lat, 99), 1), "max": round(max(ok_lat or [0]), 1)},
-        "rss_kib_before": rss0, "rss_kib_after": rss1, "health": health,
+        "rss_kib_before": rss0, "rss_kib_after": rss1, "health": health, "abuse_turns": abuse_turns[0],
     }
     bad = {k: v for k, v in counts.items() if k not in ("200", "503")}
     if bad:

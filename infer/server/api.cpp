@@ -6,6 +6,8 @@
 #include <limits>
 #include <set>
 
+#include "infer/params_check.h"
+
 namespace anelab::serve {
 namespace {
 
@@ -41,6 +43,17 @@ std::optional<ApiError> get_number(const json& o, const char* f, double lo, doub
   const double v = it->get<double>();
   if (!std::isfinite(v) || v < lo || v > hi)
     return bad("'" + std::string(f) + "' must be between " + json(lo).dump() + " and " + json(hi).dump(), f);
+  out = v;
+  return std::nullopt;
+}
+
+// A field of the shared parameter table (infer/params_check.h): "'top_p' must be in (0, 1] (got 0)".
+std::optional<ApiError> get_param(const json& o, const infer::ParamRange& r, double& out) {
+  auto it = o.find(r.name);
+  if (it == o.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number()) return wrong_type(r.name, "a number", *it);
+  const double v = it->get<double>();
+  if (std::string e = infer::range_error(r, v, it->dump()); !e.empty()) return bad("'" + std::string(r.name) + "' " + e, r.name);
   out = v;
   return std::nullopt;
 }
@@ -248,11 +261,12 @@ std::optional<ApiError> parse_object(Endpoint ep, const json& o, const Limits& l
     e->code = "max_tokens_out_of_range";
     return e;
   }
-  if (auto e = get_number(o, "temperature", 0.0, 2.0, r.temperature)) return e;
-  if (auto e = get_number(o, "top_p", 0.0, 1.0, r.top_p)) return e;
-  if (auto e = get_number(o, "min_p", 0.0, 1.0, r.min_p)) return e;
-  if (auto e = get_number(o, "repeat_penalty", 0.01, 10.0, r.repeat_penalty)) return e;
-  if (auto e = get_int(o, "top_k", 0, 1 << 30, r.top_k)) return e;
+  namespace P = infer::params;
+  if (auto e = get_param(o, P::kTemperature, r.temperature)) return e;
+  if (auto e = get_param(o, P::kTopP, r.top_p)) return e;
+  if (auto e = get_param(o, P::kMinP, r.min_p)) return e;
+  if (auto e = get_param(o, P::kRepeatPenalty, r.repeat_penalty)) return e;
+  if (auto e = get_int(o, "top_k", static_cast<int64_t>(P::kTopK.lo), static_cast<int64_t>(P::kTopK.hi), r.top_k)) return e;
   if (auto e = parse_seed(o, r)) return e;
   if (auto e = parse_stop(o, lim, r)) return e;
   if (auto e = get_bool(o, "stream", r.stream)) return e;

@@ -1,7 +1,5 @@
 #include "infer/server/http_server.h"
 
-#include <httplib.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,35 +17,38 @@ namespace {
 
 constexpr const char* kJson = "application/json";
 
-// httplib::Server whose listening socket can be reached: cpp-httplib 0.11 listens with a backlog of 5
-// (compiled into Debian's library), which drops connections under bursts of clients; bind() raises it.
-class Server : public httplib::Server {
- public:
-  int listen_fd() const { return svr_sock_; }
-};
-
-void send_error(httplib::Response& res, const ApiError& e) {
+void send_error(HttpResponse& res, const ApiError& e) {
   res.status = e.status;
   res.set_content(error_json(e), kJson);
 }
 
-ApiError error_for_status(int status, const httplib::Request& req) {
+// The error the connection layer answers itself (bad head, deadline, too many connections, ...).
+ApiError layer_error(int status, const std::string& message) {
   switch (status) {
-    case 404: return {404, "Unknown path " + req.method + " " + req.path, "invalid_request_error", "", "not_found"};
-    case 405: return {405, "Method " + req.method + " is not allowed on " + req.path, "invalid_request_error", "", "method_not_allowed"};
-    case 413: return {413, "Request body too large", "invalid_request_error", "", "payload_too_large"};
-    case 503: return {503, "The server is busy; retry later", "server_error", "", "overloaded"};
+    case 413: return {413, "Request body too large: " + message, "invalid_request_error", "", "payload_too_large"};
+    case 408: return {408, "Request timeout: " + message, "invalid_request_error", "", "request_timeout"};
+    case 503: return {503, "The server is busy: " + message, "server_error", "", "overloaded"};
     default:
-      return {status, "HTTP error " + std::to_string(status), status < 500 ? "invalid_request_error" : "server_error", "", ""};
+      return {status, message, status < 500 ? "invalid_request_error" : "server_error", "", ""};
   }
 }
 
-// Listening socket options: SO_REUSEADDR only (a restart may bind while old connections sit in TIME_WAIT).
-// cpp-httplib's default also sets SO_REUSEPORT, which lets a second server bind a port that one is already
-// listening on, and the kernel then splits the connections between the two.
-void exclusive_socket_options(socket_t sock) {
-  int yes = 1;
-  setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<void*>(&yes), sizeof yes);
+ApiError not_found(const HttpRequest& q) {
+  return {404, "Unknown path " + q.method + " " + q.path, "invalid_request_error", "", "not_found"};
+}
+
+void not_allowed(const HttpRequest& q, HttpResponse& r, const char* allow) {
+  send_error(r, {405, "Method " + q.method + " is not allowed on " + q.path, "invalid_request_error", "", "method_not_allowed"});
+  r.set_header("Allow", allow);
+}
+
+// Compares in a time that does not depend on where the strings differ (the key is not leaked byte by byte).
+bool same_secret(std::string_view a, std::string_view b) {
+  unsigned diff = a.size() == b.size() ? 0u : 1u;
+  const size_t n = std::max<size_t>(1, b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    diff |= static_cast<unsigned>(static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b.empty() ? 0 : b[i % n]));
+  return diff == 0;
 }
 
 // Response ids ("chatcmpl-" + 24 hex digits): random, so they differ across requests, workers and processes.
@@ -72,8 +73,8 @@ std::string random_response_id(Endpoint ep) {
 }
 
 // Streams a job's text as SSE; true when the stream ended normally.
-bool stream_job(const std::shared_ptr<Job>& job, const ResponseMeta& meta, bool include_usage, httplib::DataSink& sink) {
-  auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+bool stream_job(const std::shared_ptr<Job>& job, const ResponseMeta& meta, bool include_usage,
+                const std::function<bool(std::string_view)>& write) {
   if (meta.endpoint == Endpoint::kChat && !write(sse_role(meta))) return false;
   std::string held;  // bytes of an incomplete UTF-8 character
   auto last_write = Clock::now();
@@ -95,23 +96,25 @@ bool stream_job(const std::shared_ptr<Job>& job, const ResponseMeta& meta, bool 
   } else if (o.stop_reason != "cancelled") {
     if (!write(sse_final(meta, finish_reason(o.stop_reason), o.usage, include_usage))) return false;
   }
-  if (!write(std::string(kSseDone))) return false;
-  sink.done();
-  return true;
+  return write(kSseDone);
 }
 
 }  // namespace
 
 HttpServer::HttpServer(Generator& gen, const ServerOptions& o) : gen_(gen), opt_(o) {
-  svr_ = std::make_unique<Server>();
   if (opt_.http_threads == 0) opt_.http_threads = std::max<size_t>(16, 2 * (opt_.parallel + opt_.queue) + 8);
-  const size_t nthreads = opt_.http_threads;
-  svr_->new_task_queue = [nthreads] { return new httplib::ThreadPool(nthreads); };
-  svr_->set_socket_options(exclusive_socket_options);
-  svr_->set_payload_max_length(opt_.max_body);
-  svr_->set_keep_alive_timeout(opt_.keep_alive_s);
-  svr_->set_read_timeout(10);
-  svr_->set_write_timeout(10);
+  HttpConnOptions co;
+  co.host = opt_.host;
+  co.port = opt_.port;
+  co.threads = opt_.http_threads;
+  co.max_connections = opt_.max_connections;
+  co.request_timeout = opt_.request_timeout;
+  co.idle_timeout = std::chrono::seconds(opt_.keep_alive_s);
+  co.limits.max_body = opt_.max_body;
+  co.log_requests = opt_.log_requests;
+  conn_ = std::make_unique<HttpConnServer>(
+      co, [this](const HttpRequest& q, HttpResponse& r) { route(q, r); },
+      [](int status, const std::string& message) { return error_json(layer_error(status, message)); });
   sched_ = std::make_unique<Scheduler>(opt_.parallel, opt_.queue, [this](size_t w, Job& job) {
     GenOutcome o = gen_.run(w, job);
     prompt_tokens_ += uint64_t(std::max<int64_t>(0, o.usage.prompt_tokens));
@@ -125,88 +128,62 @@ HttpServer::HttpServer(Generator& gen, const ServerOptions& o) : gen_(gen), opt_
   } catch (const std::exception&) {
     // A failed read shows at the next scrape of /metrics (metrics() reads again and reports the error).
   }
-  routes();
 }
 
 HttpServer::~HttpServer() { stop(); }
 
-void HttpServer::routes() {
-  httplib::Server& s = *svr_;
-  s.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) {
-    handle_generate(Endpoint::kCompletions, &q, &r);
-  });
-  s.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) {
-    handle_generate(Endpoint::kChat, &q, &r);
-  });
-  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& r) {
-    r.set_content(dump(nlohmann::json{{"object", "list"}, {"data", nlohmann::json::array({gen_.info()})}}), kJson);
-  });
-  // OpenAI's models.retrieve: the one model by its id (ids may contain '/', e.g. "Qwen/Qwen2.5-0.5B").
-  s.Get(R"(/v1/models/(.+))", [this](const httplib::Request& q, httplib::Response& r) {
-    const nlohmann::json info = gen_.info();
-    const std::string id = q.matches[1];
+void HttpServer::route(const HttpRequest& q, HttpResponse& r) {
+  const std::string& p = q.path;
+  if (!opt_.api_key.empty() && p != "/health") {
+    const std::string_view auth = q.header("authorization");
+    if (auth.substr(0, 7) != "Bearer " || !same_secret(auth.substr(7), opt_.api_key)) {
+      r.set_header("WWW-Authenticate", "Bearer");
+      return send_error(r, {401, auth.empty() ? "Missing API key: send the header 'Authorization: Bearer KEY'"
+                                              : "Incorrect API key provided",
+                            "invalid_request_error", "", "invalid_api_key"});
+    }
+  }
+  const bool get = q.method == "GET" || q.method == "HEAD";
+  if (p == "/v1/completions" || p == "/v1/chat/completions") {
+    if (q.method != "POST") return not_allowed(q, r, "POST");
+    return handle_generate(p == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChat, q, r);
+  }
+  const bool model_by_id = p.rfind("/v1/models/", 0) == 0 && p.size() > 11;
+  if (p != "/v1/models" && p != "/health" && p != "/metrics" && !model_by_id) return send_error(r, not_found(q));
+  if (!get) return not_allowed(q, r, "GET, HEAD");
+  const nlohmann::json info = gen_.info();
+  if (p == "/v1/models") {
+    r.set_content(dump(nlohmann::json{{"object", "list"}, {"data", nlohmann::json::array({info})}}), kJson);
+  } else if (model_by_id) {  // OpenAI's models.retrieve (ids may contain '/', e.g. "Qwen/Qwen2.5-0.5B")
+    const std::string id = p.substr(11);
     if (id == info["id"].get<std::string>()) return r.set_content(dump(info), kJson);
     send_error(r, ApiError{404, "The model '" + id + "' does not exist (this server has '" +
                                     info["id"].get<std::string>() + "')",
                            "invalid_request_error", "model", "model_not_found"});
-  });
-  s.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
-    const auto st = sched_->stats();
-    nlohmann::json j{{"status", stopping_ ? "stopping" : "ok"},
-                     {"mode", "http"},
-                     {"model", gen_.info()["id"]},
-                     {"uptime_s", std::chrono::duration<double>(Clock::now() - started_).count()},
-                     {"workers", st.workers},
-                     {"queue_max", st.max_queue},
-                     {"running", st.running},
-                     {"waiting", st.waiting},
-                     {"admitted", st.admitted},
-                     {"rejected", st.rejected},
-                     {"completed", st.completed},
-                     {"cancelled", st.cancelled},
-                     {"failed", st.failed}};
-    r.set_content(dump(j), kJson);
-  });
-  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
+  } else if (p == "/health") {
+    health(r);
+  } else {
     r.set_content(prometheus_metrics(metrics()), kPrometheusContentType);
-  });
-  // Wrong methods on known paths.
-  auto not_allowed = [](const char* allow) {
-    return [allow](const httplib::Request& q, httplib::Response& r) {
-      send_error(r, error_for_status(405, q));
-      r.set_header("Allow", allow);
-    };
-  };
-  for (const char* p : {"/v1/completions", "/v1/chat/completions"}) {
-    s.Get(p, not_allowed("POST"));
-    s.Put(p, not_allowed("POST"));
-    s.Delete(p, not_allowed("POST"));
-    s.Patch(p, not_allowed("POST"));
   }
-  for (const char* p : {"/v1/models", "/health", "/metrics"}) {
-    s.Post(p, not_allowed("GET, HEAD"));
-    s.Put(p, not_allowed("GET, HEAD"));
-    s.Delete(p, not_allowed("GET, HEAD"));
-    s.Patch(p, not_allowed("GET, HEAD"));
-  }
-  // Everything else that ends >= 400 with no body (404 routing, 413, 400 from the parser) gets JSON.
-  s.set_error_handler([](const httplib::Request& q, httplib::Response& r) {
-    if (r.body.empty()) r.set_content(error_json(error_for_status(r.status, q)), kJson);
-  });
-  s.set_exception_handler([](const httplib::Request& q, httplib::Response& r, std::exception_ptr ep) {
-    std::string what = "internal error";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    send_error(r, ApiError{500, what, "server_error", "", ""});
-  });
-  if (opt_.log_requests)
-    s.set_logger([](const httplib::Request& q, const httplib::Response& r) {
-      std::fprintf(stderr, "serve: %s %s -> %d\n", q.method.c_str(), q.path.c_str(), r.status);
-    });
+}
+
+void HttpServer::health(HttpResponse& r) {
+  const auto st = sched_->stats();
+  nlohmann::json j{{"status", stopping_ ? "stopping" : "ok"},
+                   {"mode", "http"},
+                   {"model", gen_.info()["id"]},
+                   {"uptime_s", std::chrono::duration<double>(Clock::now() - started_).count()},
+                   {"workers", st.workers},
+                   {"queue_max", st.max_queue},
+                   {"running", st.running},
+                   {"waiting", st.waiting},
+                   {"admitted", st.admitted},
+                   {"rejected", st.rejected},
+                   {"completed", st.completed},
+                   {"cancelled", st.cancelled},
+                   {"failed", st.failed},
+                   {"connections", conn_->open_connections()}};
+  r.set_content(dump(j), kJson);
 }
 
 MetricsSnapshot HttpServer::metrics() {
@@ -232,9 +209,18 @@ MetricsSnapshot HttpServer::metrics() {
   return m;
 }
 
-void HttpServer::handle_generate(Endpoint ep, const void* qp, void* rp) {
-  const auto& q = *static_cast<const httplib::Request*>(qp);
-  auto& res = *static_cast<httplib::Response*>(rp);
+namespace {
+// Cancels the job when the response is dropped before its stream ended (client gone, write failed).
+struct CancelUnlessDone {
+  std::shared_ptr<Job> job;
+  bool done = false;
+  ~CancelUnlessDone() {
+    if (!done) job->cancel.store(true);
+  }
+};
+}  // namespace
+
+void HttpServer::handle_generate(Endpoint ep, const HttpRequest& q, HttpResponse& res) {
   CompletionRequest cr;
   Limits lim = opt_.limits;
   if (auto e = parse_request(ep, q.body, lim, cr)) return send_error(res, *e);
@@ -265,55 +251,38 @@ void HttpServer::handle_generate(Endpoint ep, const void* qp, void* rp) {
     res.set_content(dump(completion_json(meta, o.text, finish_reason(o.stop_reason), o.usage)), kJson);
     return;
   }
+  res.content_type = "text/event-stream";
   res.set_header("Cache-Control", "no-cache");
   const bool include_usage = cr.include_usage;
-  {
-    std::lock_guard<std::mutex> lk(streams_mu_);
-    ++streams_;
-  }
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [job, meta, include_usage](size_t, httplib::DataSink& sink) {
-        if (stream_job(job, meta, include_usage, sink)) return true;
-        job->cancel.store(true);
-        return false;
-      },
-      [this, job](bool ok) {  // httplib calls this once, when the response is destroyed
-        if (!ok) job->cancel.store(true);
-        std::lock_guard<std::mutex> lk(streams_mu_);
-        if (--streams_ == 0) streams_cv_.notify_all();
-      });
+  auto guard = std::make_shared<CancelUnlessDone>();
+  guard->job = job;
+  res.stream = [guard, meta, include_usage](const std::function<bool(std::string_view)>& write) {
+    guard->done = stream_job(guard->job, meta, include_usage, write);
+    return guard->done;
+  };
 }
 
-int HttpServer::bind() {
-  errno = 0;
-  const int port = opt_.port == 0 ? svr_->bind_to_any_port(opt_.host)
-                                  : (svr_->bind_to_port(opt_.host, opt_.port) ? opt_.port : -1);
-  const int err = errno;
-  ANELAB_CHECK(port > 0 || err != EADDRINUSE, "serve", "port ", opt_.port, " on ", opt_.host,
-               " is already in use (another server?): pass another --port, or --port 0 for any free one");
-  ANELAB_CHECK(port > 0, "serve", "cannot listen on ", opt_.host, ":", opt_.port, " (",
-               err ? std::strerror(err) : "bind failed", "; pass another --port / --host)");
-  // Re-listening on a listening socket only changes its backlog (Linux).
-  ::listen(static_cast<Server*>(svr_.get())->listen_fd(), SOMAXCONN);
-  return port;
-}
+int HttpServer::bind() { return conn_->bind(); }
 
-void HttpServer::run() { svr_->listen_after_bind(); }
+void HttpServer::run() { conn_->run(); }
 
-bool HttpServer::running() const { return svr_->is_running(); }
+bool HttpServer::running() const { return conn_->running(); }
 
 void HttpServer::stop() {
   if (stopping_.exchange(true)) return;
-  const auto deadline = Clock::now() + opt_.shutdown_grace;
   sched_->shutdown(opt_.shutdown_grace);  // new and queued -> 503, running finish (or are cancelled after the grace)
-  {
-    // Every job has ended: its stream writes what is left (at least 1 s for that, the grace permitting more).
-    std::unique_lock<std::mutex> lk(streams_mu_);
-    streams_cv_.wait_until(lk, std::max(deadline, Clock::now() + std::chrono::seconds(1)),
-                           [this] { return streams_ == 0; });
-  }
-  svr_->stop();  // no new connections; listen_after_bind() joins the HTTP threads
+  conn_->stop();  // no new connections; run() returns once the streams still writing have finished
+}
+
+bool is_loopback_host(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
+}
+
+std::string exposure_warning(const std::string& host, const std::string& api_key) {
+  if (!api_key.empty() || is_loopback_host(host)) return "";
+  return "serve: warning: --host " + host +
+         " without an api key: anyone who can reach this machine can use the model (pass --api-key KEY or set "
+         "ANELAB_API_KEY)";
 }
 
 }  // namespace anelab::serve

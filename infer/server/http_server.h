@@ -1,12 +1,13 @@
-// The HTTP front of `anelab serve` on cpp-httplib (Debian libcpp-httplib-dev; only httplib::Server is
-// used, which has the same layout with or without the library's SSL/zlib options).
+// The HTTP front of `anelab serve`: routing over the connection layer (http_conn.h: POSIX sockets + poll,
+// whole-request deadlines, a connection cap, pipelining; no HTTP library).
 //
 // Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /v1/models/{id} (404
 // model_not_found for another id), GET /health, GET /metrics
 // (Prometheus text: request counters, tokens, and energy per rail when the machine has a power source,
 // framework/core/power.h); another method
 // on those paths -> 405 (+ Allow), any other path -> 404, bodies over max_body -> 413, all as
-// OpenAI-style error JSON. Generation requests are prepared on the HTTP thread (parse + tokenize, so
+// OpenAI-style error JSON. With an api key every route but /health needs "Authorization: Bearer KEY"
+// (else 401 invalid_api_key). Generation requests are prepared on the HTTP thread (parse + tokenize, so
 // bad input is answered 4xx before anything is queued), then submitted to the Scheduler: full queue
 // -> 503 + Retry-After. Streams are Server-Sent Events; a failed write (client gone) cancels the job.
 // Response ids are random ("cmpl-"/"chatcmpl-" + 24 hex digits), unique across processes. The port is
@@ -14,21 +15,16 @@
 #pragma once
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "framework/core/power.h"
 #include "infer/server/api.h"
 #include "infer/server/engine_adapter.h"
+#include "infer/server/http_conn.h"
 #include "infer/server/scheduler.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace anelab::serve {
 
@@ -39,9 +35,12 @@ struct ServerOptions {
   size_t queue = 16;                     // requests waiting beyond the running ones
   size_t max_body = 1 << 20;             // bytes; larger -> 413
   size_t http_threads = 0;               // 0: 2 * (parallel + queue) + 8, at least 16
+  size_t max_connections = 256;          // open connections; one more -> 503 and closed
   int retry_after_s = 1;
   std::chrono::milliseconds shutdown_grace{10000};
-  int keep_alive_s = 2;
+  std::chrono::milliseconds request_timeout{10000};  // whole request (head + body) from its first byte
+  int keep_alive_s = 2;                  // idle kept-alive connections are closed after this
+  std::string api_key;                   // non-empty: "Authorization: Bearer KEY" on all but /health
   bool log_requests = true;              // one line per request on stderr
   // The power source for /metrics; empty: power::select_source() for this machine.
   std::function<power::Selection()> power;
@@ -57,30 +56,32 @@ class HttpServer {
   // Serves until stop(); returns after in-flight requests finished (or were cancelled).
   void run();
   // Thread-safe; idempotent. Drains the scheduler (see Scheduler::shutdown: new requests get 503, running
-  // ones finish within the grace), waits for the streams still writing their last chunks, then stops
-  // accepting connections.
+  // ones finish within the grace), then stops accepting connections; run() returns once the streams still
+  // writing their last chunks have finished.
   void stop();
   bool running() const;
   Scheduler& scheduler() { return *sched_; }
 
  private:
-  void routes();
-  void handle_generate(Endpoint ep, const void* req, void* res);
+  void route(const HttpRequest& q, HttpResponse& r);
+  void health(HttpResponse& r);
+  void handle_generate(Endpoint ep, const HttpRequest& q, HttpResponse& res);
   MetricsSnapshot metrics();
   Generator& gen_;
   ServerOptions opt_;
-  std::unique_ptr<httplib::Server> svr_;
+  std::unique_ptr<HttpConnServer> conn_;
   std::unique_ptr<Scheduler> sched_;
   std::atomic<bool> stopping_{false};
-  // Streaming responses whose chunk writer has not finished: httplib ends a chunked response at its next
-  // chunk once the server stops, so stop() waits for these first.
-  std::mutex streams_mu_;
-  std::condition_variable streams_cv_;
-  int streams_ = 0;
   Clock::time_point started_;
   std::unique_ptr<power::Meter> meter_;
   power::Reading energy0_;               // at start: /metrics reports energy since then
   std::atomic<uint64_t> prompt_tokens_{0}, completion_tokens_{0};
 };
+
+// True for loopback hosts ("127.x.x.x", "::1", "localhost").
+bool is_loopback_host(const std::string& host);
+// The one-line warning for a server reachable from other machines without an api key, or "" when there is
+// nothing to warn about.
+std::string exposure_warning(const std::string& host, const std::string& api_key);
 
 }  // namespace anelab::serve

@@ -30,13 +30,14 @@ struct Out {
   std::string out, err;
 };
 
-// Runs `anelab ARGS` (ARGS already shell-quoted where needed) with stdin from /dev/null.
-Out anelab(const std::string& args) {
+// Runs `anelab ARGS` (ARGS already shell-quoted where needed) with stdin from /dev/null; killed after
+// `limit_s` seconds (a command that should fail at once but serves instead does not hang the test).
+Out anelab(const std::string& args, int limit_s = 120) {
   static int n = 0;
   const fs::path dir = fs::temp_directory_path();
   const std::string o = (dir / ("anelab_cli_out_" + std::to_string(::getpid()) + "_" + std::to_string(n))).string();
   const std::string e = (dir / ("anelab_cli_err_" + std::to_string(::getpid()) + "_" + std::to_string(n++))).string();
-  const int st = std::system((kBin + " " + args + " < /dev/null > " + o + " 2> " + e).c_str());
+  const int st = std::system(("timeout " + std::to_string(limit_s) + " " + kBin + " " + args + " < /dev/null > " + o + " 2> " + e).c_str());
   Out r;
   r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   r.out = read_file_text(o);
@@ -99,6 +100,61 @@ TEST_F(InferCli, NumericAndBackendChoicesAreChecked) {
   r = anelab("serve -m " + model() + " --backend gpu");
   EXPECT_NE(r.rc, 0) << r.out;
   EXPECT_NE(r.err.find("auto"), std::string::npos) << r.err;
+}
+
+// Every numeric option of infer / serve takes only its range (infer/params_check.h for the sampling ones,
+// shared with the server's request parser): each value below was once accepted (nan, negatives, zero
+// penalties, ports past 65535). Each must fail with the option named, before any model is loaded.
+TEST_F(InferCli, OutOfRangeValuesAreRefusedNamingTheOption) {
+  const std::pair<std::string, std::string> gen[] = {
+      {"-t nan", "--temperature"}, {"-t -1", "--temperature"}, {"-t inf", "--temperature"}, {"-p 5", "--top-p"},
+      {"-p 0", "--top-p"}, {"--top-k -3", "--top-k"}, {"--repeat-penalty 0", "--repeat-penalty"},
+      {"--repeat-penalty nan", "--repeat-penalty"}, {"--min-p -1", "--min-p"}, {"--max-tokens -5", "--max-tokens"},
+      {"--threads 0", "--threads"}, {"--ctx -1", "--ctx"}};
+  for (const auto& [opt, name] : gen) {
+    const Out r = anelab("infer generate -m " + model() + " -q " + opt + " --prompt a", 60);
+    EXPECT_NE(r.rc, 0) << opt << ": " << r.out;
+    EXPECT_NE(r.err.find(name), std::string::npos) << opt << ": " << r.err;
+    EXPECT_NE(r.err.find("must be"), std::string::npos) << opt << ": " << r.err;
+  }
+  const std::pair<std::string, std::string> srv[] = {
+      {"--port 70000", "--port"}, {"--port -1", "--port"}, {"--threads 0", "--threads"}, {"--ctx -1", "--ctx"},
+      {"--shutdown-grace nan", "--shutdown-grace"}, {"--shutdown-grace -1", "--shutdown-grace"},
+      {"--parallel 0", "--parallel"}, {"--max-connections 0", "--max-connections"},
+      {"--request-timeout 0", "--request-timeout"}, {"--max-body 0", "--max-body"}};
+  for (const auto& [opt, name] : srv) {
+    const Out r = anelab("serve -m " + model() + " -q --port 0 " + opt, 30);
+    EXPECT_NE(r.rc, 0) << opt << ": " << r.out;
+    EXPECT_NE(r.err.find(name), std::string::npos) << opt << ": " << r.err;
+    EXPECT_EQ(r.out.find("listening"), std::string::npos) << opt << ": " << r.out;
+  }
+}
+
+// An unwritable --port-file fails the start naming the path (it used to be ignored while the server ran);
+// a non-loopback --host without an api key warns in one line first.
+TEST_F(InferCli, ServePortFileAndExposedHostWarning) {
+  const std::string bad = (*dir_ / "no-such-dir" / "port").string();
+  Out r = anelab("serve -m " + model() + " -q --port 0 --host 0.0.0.0 --port-file " + bad, 30);
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.err.find("cannot write --port-file " + bad), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("listening"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("warning: --host 0.0.0.0 without an api key"), std::string::npos) << r.err;
+  r = anelab("serve -m " + model() + " -q --port 0 --host 0.0.0.0 --api-key k --port-file " + bad, 30);
+  EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
+  r = anelab("serve -m " + model() + " -q --port 0 --port-file " + bad, 30);
+  EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;  // loopback: nothing to warn about
+}
+
+// convert --tokenizer with another model's vocabulary (llama2.c's 32000 tokens for a 512-token model).
+TEST_F(InferCli, ConvertRefusesATokenizerOfAnotherSize) {
+  ANELAB_REQUIRE_DATA("llama2c/tokenizer.bin");
+  const std::string out = (*dir_ / "converted.anelab").string();
+  const Out r = anelab("convert " + model() + " " + out + " --tokenizer " + test::data_path("llama2c/tokenizer.bin"));
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.err.find("32000"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("512"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("vocabulary mismatch"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
 }
 
 // Without --backend the prefill takes the CPU path here (no ANE); progress lines on stderr, none with -q.

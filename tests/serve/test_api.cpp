@@ -122,6 +122,16 @@ TEST(ServeApi, Ranges) {
   expect_bad(comp(R"({"prompt": "a", "temperature": -0.1})"), "temperature");
   expect_bad(comp(R"({"prompt": "a", "top_p": 1.5})"), "top_p");
   expect_bad(comp(R"({"prompt": "a", "top_k": -1})"), "top_k");
+  // The ranges of infer/params_check.h, which `anelab infer` checks too.
+  expect_bad(comp(R"({"prompt": "a", "top_p": 0})"), "top_p");
+  expect_bad(comp(R"({"prompt": "a", "min_p": -1})"), "min_p");
+  expect_bad(comp(R"({"prompt": "a", "min_p": 1.5})"), "min_p");
+  expect_bad(comp(R"({"prompt": "a", "repeat_penalty": 0})"), "repeat_penalty");
+  expect_bad(comp(R"({"prompt": "a", "repeat_penalty": 11})"), "repeat_penalty");
+  expect_bad(comp(R"({"prompt": "a", "top_k": 1073741825})"), "top_k");
+  const auto msg = comp(R"({"prompt": "a", "top_p": 0})");
+  EXPECT_EQ(msg.err->message, "'top_p' must be in (0, 1] (got 0)");
+  EXPECT_FALSE(comp(R"({"prompt": "a", "top_p": 1, "min_p": 1, "repeat_penalty": 10, "temperature": 2})").err);
   expect_bad(comp(R"({"prompt": "a", "seed": -1})"), "seed");
   auto big = comp(R"({"prompt": "a", "seed": 18446744073709551615})");
   ASSERT_FALSE(big.err);

@@ -1,0 +1,429 @@
+#include "infer/server/http_conn.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "framework/core/error.h"
+
+namespace anelab::serve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kReadChunk = 64 * 1024;
+// After an error answer the connection is read (and the bytes dropped) for up to this long / this much, so
+// that a client still sending its body gets to read the answer instead of a reset ("lingering close").
+constexpr auto kLinger = std::chrono::milliseconds(2000);
+constexpr size_t kLingerBytes = 16u << 20;
+
+// Writes to a peer that has gone must fail with EPIPE, not raise SIGPIPE: MSG_NOSIGNAL per send where it
+// exists (Linux), SO_NOSIGPIPE per socket where it exists (macOS).
+#ifdef MSG_NOSIGNAL
+constexpr int kSendFlags = MSG_NOSIGNAL;
+#else
+constexpr int kSendFlags = 0;
+#endif
+
+void set_socket_flags(int fd) {
+  ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+#ifdef SO_NOSIGPIPE
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof one);
+#endif
+}
+
+int ms_until(Clock::time_point t) {
+  const auto d = std::chrono::duration_cast<std::chrono::milliseconds>(t - Clock::now()).count();
+  return static_cast<int>(std::clamp<long long>(d, 0, 1000));
+}
+
+std::string head_text(int minor, int status, const HttpResponse& r, bool keep_alive, bool chunked, size_t length) {
+  std::string h = "HTTP/1." + std::to_string(minor) + " " + std::to_string(status) + " " + http_reason(status) + "\r\n";
+  if (!r.content_type.empty()) h += "Content-Type: " + r.content_type + "\r\n";
+  for (const auto& [k, v] : r.headers) h += k + ": " + v + "\r\n";
+  if (chunked) h += "Transfer-Encoding: chunked\r\n";
+  else if (!r.stream) h += "Content-Length: " + std::to_string(length) + "\r\n";
+  h += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+  return h;
+}
+
+// Reads and drops what the peer has already sent, so that close() sends FIN rather than RST (an RST can
+// make the peer drop the answer written just before).
+void drain(int fd) {
+  char buf[4096];
+  for (int i = 0; i < 16 && ::recv(fd, buf, sizeof buf, 0) > 0; ++i) {
+  }
+}
+
+}  // namespace
+
+struct HttpConnServer::Conn {
+  int fd = -1;
+  std::string buf;                 // received bytes not yet parsed into a request
+  Clock::time_point deadline;      // the request (or the idle wait) ends then
+  bool partial = false;            // bytes of the next request have arrived (deadline = request_timeout)
+  bool sent_continue = false;      // "100 Continue" written for this request
+  bool eof = false;                // the peer closed its side
+  size_t scanned = 0;              // buf[0, scanned) has no line break that ends the head
+  size_t need = 0;                 // bytes the request needs before parsing again is worth it
+  bool closing = false;            // answered with an error: what still arrives is read and dropped
+  size_t dropped = 0;              // bytes dropped while closing
+};
+
+struct HttpConnServer::Work {
+  std::unique_ptr<Conn> conn;
+  HttpRequest req;
+};
+
+HttpConnServer::HttpConnServer(HttpConnOptions o, Handler h, ErrorBody e)
+    : opt_(std::move(o)), handler_(std::move(h)), error_body_(std::move(e)) {
+  int p[2];
+  ANELAB_CHECK(::pipe(p) == 0, "serve", "pipe: ", std::strerror(errno));
+  wake_rd_ = p[0], wake_wr_ = p[1];
+  set_socket_flags(wake_rd_);
+  set_socket_flags(wake_wr_);
+}
+
+HttpConnServer::~HttpConnServer() {
+  stop();
+  for (int fd : {listen_fd_, wake_rd_, wake_wr_})
+    if (fd >= 0) ::close(fd);
+  for (auto& c : reading_)
+    if (c) ::close(c->fd);
+}
+
+int HttpConnServer::bind() {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  const std::string port = std::to_string(opt_.port);
+  const int gai = ::getaddrinfo(opt_.host.c_str(), port.c_str(), &hints, &res);
+  ANELAB_CHECK(gai == 0, "serve", "cannot resolve --host ", opt_.host, ": ", ::gai_strerror(gai));
+  int err = 0;
+  for (addrinfo* a = res; a && listen_fd_ < 0; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    // SO_REUSEADDR only (a restart may bind while old connections sit in TIME_WAIT); never SO_REUSEPORT,
+    // with which a second server could bind a port that one already listens on.
+    int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
+      listen_fd_ = fd;
+    } else {
+      err = errno;
+      ::close(fd);
+    }
+  }
+  ::freeaddrinfo(res);
+  ANELAB_CHECK(listen_fd_ >= 0 || err != EADDRINUSE, "serve", "port ", opt_.port, " on ", opt_.host,
+               " is already in use (another server?): pass another --port, or --port 0 for any free one");
+  ANELAB_CHECK(listen_fd_ >= 0, "serve", "cannot listen on ", opt_.host, ":", opt_.port, " (",
+               err ? std::strerror(err) : "bind failed", "; pass another --port / --host)");
+  set_socket_flags(listen_fd_);
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len);
+  return ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
+                                  : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+}
+
+void HttpConnServer::wake() {
+  const char c = 1;
+  (void)!::write(wake_wr_, &c, 1);
+}
+
+void HttpConnServer::run() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopping_.load() || listen_fd_ < 0) return;
+    running_ = true;
+  }
+  for (size_t i = 0; i < std::max<size_t>(1, opt_.threads); ++i) workers_.emplace_back([this] { worker(); });
+  poll_loop();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+    listen_closed_ = true;
+    workers_done_ = true;
+  }
+  stopped_cv_.notify_all();
+  work_cv_.notify_all();
+  for (auto& c : reading_)
+    if (c) close_conn(*c);
+  reading_.clear();
+  for (auto& t : workers_) t.join();
+  workers_.clear();
+  std::lock_guard<std::mutex> lk(mu_);
+  for (auto& c : returned_) close_conn(*c);
+  returned_.clear();
+  running_ = false;
+}
+
+void HttpConnServer::stop() {
+  if (stopping_.exchange(true)) return;
+  wake();
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!running_.load()) return;  // never ran: the destructor closes the socket
+  stopped_cv_.wait(lk, [this] { return listen_closed_; });
+}
+
+void HttpConnServer::poll_loop() {
+  std::vector<pollfd> fds;
+  while (!stopping_.load()) {
+    fds.clear();
+    fds.push_back({wake_rd_, POLLIN, 0});
+    // After an accept error other than "none left" (EMFILE: out of descriptors) the listening socket stays
+    // readable; it is left out of the poll for 100 ms rather than spinning on it.
+    const bool accepting = Clock::now() >= accept_pause_until_;
+    fds.push_back({listen_fd_, static_cast<short>(accepting ? POLLIN : 0), 0});
+    auto next = Clock::now() + std::chrono::seconds(1);
+    if (!accepting) next = std::min(next, accept_pause_until_);
+    for (const auto& c : reading_) {
+      fds.push_back({c->fd, POLLIN, 0});
+      next = std::min(next, c->deadline);
+    }
+    ::poll(fds.data(), static_cast<nfds_t>(fds.size()), ms_until(next));
+    if (stopping_.load()) break;
+    const size_t polled = reading_.size();  // connections added below were not in this poll
+    for (size_t i = 0; i < polled; ++i) {
+      Conn& c = *reading_[i];
+      const short ev = fds[i + 2].revents;
+      bool keep = true;
+      if (ev & (POLLIN | POLLHUP | POLLERR | POLLNVAL)) keep = read_conn(c);
+      if (keep && Clock::now() >= c.deadline) {  // also for a socket that had bytes: they may trickle forever
+        if (c.partial && !c.closing) answer_and_close(c, 408, "the request did not arrive within " +
+                                                     std::to_string(opt_.request_timeout.count()) + " ms");
+        else close_conn(c);
+        keep = false;
+      }
+      if (!keep) reading_[i].reset();
+    }
+    reading_.erase(std::remove(reading_.begin(), reading_.end(), nullptr), reading_.end());
+    if (fds[0].revents & POLLIN) {
+      char b[256];
+      while (::read(wake_rd_, b, sizeof b) > 0) {
+      }
+      std::vector<std::unique_ptr<Conn>> back;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        back.swap(returned_);
+      }
+      for (auto& c : back)  // a pipelined request may be buffered already
+        if (advance(*c)) reading_.push_back(std::move(c));
+    }
+    if (fds[1].revents & POLLIN) accept_all();
+  }
+}
+
+void HttpConnServer::accept_all() {
+  for (;;) {
+    const int fd = ::accept(listen_fd_, nullptr, nullptr);
+    if (fd < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+        accept_pause_until_ = Clock::now() + std::chrono::milliseconds(100);
+      return;
+    }
+    set_socket_flags(fd);
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    auto c = std::make_unique<Conn>();
+    c->fd = fd;
+    c->deadline = Clock::now() + opt_.idle_timeout;
+    ++open_;
+    if (open_.load() > opt_.max_connections) {
+      answer_and_close(*c, 503, "too many connections (" + std::to_string(opt_.max_connections) + " open); retry later");
+      continue;
+    }
+    reading_.push_back(std::move(c));
+  }
+}
+
+bool HttpConnServer::read_conn(Conn& c) {
+  char buf[kReadChunk];
+  const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
+  if (c.closing) {
+    c.dropped += n > 0 ? static_cast<size_t>(n) : 0;
+    if (n > 0 && c.dropped < kLingerBytes) return true;
+    close_conn(c);
+    return false;
+  }
+  if (n <= 0) {
+    c.eof = true;
+    if (c.buf.empty() || n < 0) {
+      close_conn(c);
+      return false;
+    }
+  } else {
+    if (!c.partial) c.partial = true, c.deadline = Clock::now() + opt_.request_timeout;
+    c.buf.append(buf, static_cast<size_t>(n));
+  }
+  return advance(c);
+}
+
+bool HttpConnServer::advance(Conn& c) {
+  if (c.buf.empty()) {
+    if (c.eof) close_conn(c);
+    return !c.eof;
+  }
+  if (!c.partial) c.partial = true, c.deadline = Clock::now() + opt_.request_timeout;
+  // Parsing again only when it can end differently: a line break arrived while the head is incomplete (or
+  // the head outgrew its limit), or the whole body is there. So a trickle costs O(bytes), not O(bytes^2).
+  if (!c.eof && c.need == 0 && c.buf.find('\n', c.scanned) == std::string::npos && c.buf.size() <= opt_.limits.max_head) {
+    c.scanned = c.buf.size();
+    return true;
+  }
+  if (!c.eof && c.need > 0 && c.buf.size() < c.need) return true;
+  Work w;
+  const HttpParse p = parse_http_request(c.buf, opt_.limits, w.req);
+  c.scanned = c.buf.size(), c.need = 0;
+  if (p.state == HttpParse::kError) {
+    answer(c, p.status, p.message);
+    c.closing = true, c.buf.clear(), c.buf.shrink_to_fit();
+    c.deadline = Clock::now() + kLinger;
+    return true;
+  }
+  if (p.state == HttpParse::kIncomplete) {
+    if (c.eof) {
+      close_conn(c);
+      return false;
+    }
+    if (p.head_done) c.need = p.consumed;
+    if (p.head_done && w.req.expect_continue && !c.sent_continue) {
+      c.sent_continue = true;
+      const std::string cont = "HTTP/1.1 100 Continue\r\n\r\n";
+      (void)!::send(c.fd, cont.data(), cont.size(), kSendFlags);
+    }
+    return true;
+  }
+  c.buf.erase(0, p.consumed);
+  c.scanned = 0;
+  // Hand over: the Conn moves into the work item (its owner in reading_ is reset by the caller).
+  auto owned = std::make_unique<Conn>(std::move(c));
+  c.fd = -1;
+  w.conn = std::move(owned);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    work_.push_back(std::move(w));
+  }
+  work_cv_.notify_one();
+  return false;
+}
+
+void HttpConnServer::answer_and_close(Conn& c, int status, const std::string& message) {
+  answer(c, status, message);
+  drain(c.fd);
+  close_conn(c);
+}
+
+void HttpConnServer::answer(Conn& c, int status, const std::string& message) {
+  HttpResponse r;
+  r.status = status;
+  r.set_content(error_body_(status, message), "application/json");
+  if (status == 503) r.set_header("Retry-After", "1");
+  const std::string out = head_text(1, status, r, false, false, r.body.size()) + r.body;
+  (void)!::send(c.fd, out.data(), out.size(), kSendFlags);  // small: fits the socket buffer of a new connection
+  if (opt_.log_requests) std::fprintf(stderr, "serve: connection answered %d: %s\n", status, message.c_str());
+  ::shutdown(c.fd, SHUT_WR);
+}
+
+void HttpConnServer::close_conn(Conn& c) {
+  if (c.fd < 0) return;
+  ::close(c.fd);
+  c.fd = -1;
+  --open_;
+}
+
+void HttpConnServer::worker() {
+  for (;;) {
+    Work w;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      work_cv_.wait(lk, [this] { return !work_.empty() || workers_done_; });
+      if (work_.empty()) return;
+      w = std::move(work_.front());
+      work_.pop_front();
+    }
+    Conn& c = *w.conn;
+    const bool keep = respond(c, w.req) && w.req.keep_alive && !stopping_.load();
+    if (!keep) {
+      close_conn(c);
+      continue;
+    }
+    c.partial = false, c.sent_continue = false;
+    c.deadline = Clock::now() + opt_.idle_timeout;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      returned_.push_back(std::move(w.conn));
+    }
+    wake();
+  }
+}
+
+// Runs the handler and writes its answer; false when the connection cannot carry another request.
+bool HttpConnServer::respond(Conn& c, const HttpRequest& q) {
+  HttpResponse r;
+  try {
+    handler_(q, r);
+  } catch (const std::exception& e) {
+    r = HttpResponse{};
+    r.status = 500;
+    r.set_content(error_body_(500, e.what()), "application/json");
+  }
+  if (opt_.log_requests) std::fprintf(stderr, "serve: %s %s -> %d\n", q.method.c_str(), q.path.c_str(), r.status);
+  const bool head_only = q.method == "HEAD";
+  const bool chunked = r.stream && q.minor == 1 && !head_only;
+  const bool keep_alive = q.keep_alive && (!r.stream || chunked) && !stopping_.load();
+  std::string out = head_text(q.minor, r.status, r, keep_alive, chunked, r.body.size());
+  if (!r.stream) {
+    if (!head_only) out += r.body;
+    return write_all(c.fd, out) && keep_alive;
+  }
+  if (!write_all(c.fd, out)) return false;
+  if (head_only) return false;
+  const bool ok = r.stream([&](std::string_view s) {
+    if (s.empty()) return true;
+    if (!chunked) return write_all(c.fd, s);
+    char len[24];
+    std::snprintf(len, sizeof len, "%zx\r\n", s.size());
+    std::string chunk = len;
+    chunk.append(s);
+    chunk += "\r\n";
+    return write_all(c.fd, chunk);
+  });
+  if (!ok) return false;
+  return chunked ? write_all(c.fd, "0\r\n\r\n") && keep_alive : false;
+}
+
+bool HttpConnServer::write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::send(fd, data.data(), data.size(), kSendFlags);
+    if (n > 0) {
+      data.remove_prefix(static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd, POLLOUT, 0};
+      const int r = ::poll(&p, 1, static_cast<int>(opt_.write_timeout.count()));
+      if (r > 0 && !(p.revents & (POLLERR | POLLHUP | POLLNVAL))) continue;
+    }
+    return false;
+  }
+  return true;
+}
+
+}  // namespace anelab::serve
