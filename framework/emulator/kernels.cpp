@@ -1,5 +1,5 @@
-// Helpers shared by the family kernels: the vectorised fp32 exp (softmax, sdpa) and rounding to a
-// dtype over the thread pool.
+// Helpers shared by the family kernels: the vectorised fp32 exp, row softmax (softmax, sdpa) and
+// rounding to a dtype over the thread pool.
 //
 // Every kernel reads fp32 arrays that hold dtype-exact values and writes its result rounded to the
 // op's declared dtype (fp16: round-to-nearest-even, overflow to +-inf). Arithmetic is fp32; reductions
@@ -51,6 +51,22 @@ void round_to_dtype(float* x, int64_t n, mil::DType t, const ExecCtx& ctx) {
   if (t == mil::DType::kFp32) return;
   const int64_t chunk = 1 << 14, nc = (n + chunk - 1) / chunk;
   par_for(ctx, nc, n > kParMin, [&](int64_t c) { round_range(x + c * chunk, std::min(chunk, n - c * chunk), t); });
+}
+
+// Shared by softmax (reduce.cpp) and scaled_dot_product_attention (linear.cpp).
+void softmax_rows(float* x, int64_t rows, int64_t len, const ExecCtx& ctx) {
+  par_for(ctx, rows, rows * len > kParMin, [&](int64_t r) {
+    float* row = x + r * len;
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < len; ++j) mx = std::max(mx, row[j]);
+    for (int64_t j = 0; j < len; ++j) row[j] -= mx;
+    exp_inplace_fp32(row, len);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < len; ++j) sum += row[j];
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < len; ++j) row[j] *= inv;
+    round_fp16_inplace(row, static_cast<size_t>(len));
+  });
 }
 
 }  // namespace anelab::emu

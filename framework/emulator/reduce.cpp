@@ -12,26 +12,10 @@ namespace anelab::emu {
 using mil::Shape;
 
 namespace {
+
 enum ReduceKind : int { kSum, kRMax };
-}  // namespace
 
 // ---- kernels --------------------------------------------------------------------------------------
-void softmax_rows(float* x, int64_t rows, int64_t len, const ExecCtx& ctx) {
-  par_for(ctx, rows, rows * len > kParMin, [&](int64_t r) {
-    float* row = x + r * len;
-    float mx = -INFINITY;
-    for (int64_t j = 0; j < len; ++j) mx = std::max(mx, row[j]);
-    for (int64_t j = 0; j < len; ++j) row[j] -= mx;
-    exp_inplace_fp32(row, len);
-    float sum = 0.0f;
-    for (int64_t j = 0; j < len; ++j) sum += row[j];
-    const float inv = 1.0f / sum;
-    for (int64_t j = 0; j < len; ++j) row[j] *= inv;
-    round_fp16_inplace(row, static_cast<size_t>(len));
-  });
-}
-
-namespace {
 
 void k_softmax(const Step& s, const ExecCtx& ctx) {
   const SoftmaxArgs& a = step_args<SoftmaxArgs>(s);
