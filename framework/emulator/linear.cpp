@@ -1,247 +1,26 @@
-// GEMM-based kernels of the emulator: conv (im2col or direct 1x1), batched matmul, and
-// scaled_dot_product_attention, all on one GEMM written against the SIMD layer (framework/simd): packed
-// panels (A: kGemmMR rows interleaved per k, B: kGemmNR columns per k), a register-blocked micro-kernel
-// (AVX-512 12x32, AVX2 6x16, NEON 6x16, scalar 4x8), and an epilogue (alpha, bias, fp16 rounding)
-// applied in registers on the last k block. Work is split into (batch x m-tile x n-tile) tasks over the
-// thread pool; every C element accumulates over k in order (one fused multiply-add per k) in kc blocks
-// that depend only on the GEMM shape, so every result bit is independent of the task split, the thread
-// count and the micro-tile shape, hence of the host architecture. Const A operands (conv weights) are
-// packed once at compile time.
-
+// Linear ops on the GEMM of gemm.cpp: conv (direct 1x1 or im2col, one batched GEMM over (batch,
+// group), bias and fp16 rounding fused), batched matmul (views read in place when a matrix dim has unit
+// stride) and scaled_dot_product_attention (two GEMMs around a softmax).
 #include <algorithm>
-#include <array>
 #include <cmath>
-#include <cstring>
-#include <utility>
 
-#include "framework/core/fp16.h"
-#include "framework/emulator/plan.h"
+#include "framework/core/error.h"
+#include "framework/emulator/lower.h"
 
 namespace anelab::emu {
+
+using mil::DType;
+using mil::Shape;
+
 namespace {
 
-namespace W = simd;
-constexpr int64_t MR = kGemmMR, NR = kGemmNR, NV = W::kGemmNV, VW = W::kWidth;
-static_assert(NR == NV * VW, "micro-tile columns = vectors x lanes");
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
-
-struct Epilogue {
-  float alpha = 1.0f;
-  bool scale = false, round = false;
-  const float* bias = nullptr;  // per row of this micro-tile, or nullptr
-};
-
-// C[R x NR] (first `cols` columns) (+)= A panel [kc][MR] x B panel [kc][NR]; `first`: start from 0
-// instead of C; epi != nullptr on the last k block.
-template <int R>
-void micro_kernel(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, int64_t cols, bool first,
-                  const Epilogue* epi) {
-  W::F32 acc[R][NV];
-  const bool full = cols >= NR;
-#pragma GCC unroll 12
-  for (int i = 0; i < R; ++i)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v)
-      acc[i][v] = first ? W::zero() : full ? W::load(c + i * ldc + v * VW) : W::load_n(c + i * ldc + v * VW, cols - v * VW);
-  for (int64_t k = 0; k < kc; ++k) {
-    W::F32 b[NV];
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) b[v] = W::load(bp + v * VW);
-#pragma GCC unroll 12
-    for (int i = 0; i < R; ++i) {
-      const W::F32 a = W::set1(ap[i]);
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[i][v] = W::fmadd(a, b[v], acc[i][v]);
-    }
-    ap += MR;
-    bp += NR;
-  }
-  if (epi) {
-#pragma GCC unroll 12
-    for (int i = 0; i < R; ++i)
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
-        if (epi->scale) acc[i][v] = W::mul(acc[i][v], W::set1(epi->alpha));
-        if (epi->bias) acc[i][v] = W::add(acc[i][v], W::set1(epi->bias[i]));
-        if (epi->round) acc[i][v] = W::round_fp16(acc[i][v]);
-      }
-  }
-#pragma GCC unroll 12
-  for (int i = 0; i < R; ++i)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) {
-      if (full)
-        W::store(c + i * ldc + v * VW, acc[i][v]);
-      else
-        W::store_n(c + i * ldc + v * VW, acc[i][v], cols - v * VW);
-    }
-}
-
-using MicroKernel = void (*)(int64_t, const float*, const float*, float*, int64_t, int64_t, bool, const Epilogue*);
-template <int... I>
-constexpr std::array<MicroKernel, sizeof...(I)> micro_table(std::integer_sequence<int, I...>) {
-  return {&micro_kernel<I + 1>...};
-}
-constexpr auto kMicro = micro_table(std::make_integer_sequence<int, MR>{});  // kMicro[r - 1]: r rows
-
-constexpr int64_t kTB = 16;  // transpose block (k values moved per row at a time)
-
-// Packs rows [0, rows) x k [k0, k0 + kcb) of op(A) into ceil(rows / MR) panels [kcb][MR] (zero padded).
-void pack_a(const float* a, int64_t lda, bool ta, int64_t rows, int64_t k0, int64_t kcb, float* dst) {
-  for (int64_t r0 = 0; r0 < rows; r0 += MR) {
-    const int64_t rr = std::min(MR, rows - r0);
-    float* d = dst + (r0 / MR) * MR * kcb;
-    if (ta) {  // element (i, k) at a[k * lda + i]: MR contiguous floats per k
-      for (int64_t k = 0; k < kcb; ++k) {
-        const float* src = a + (k0 + k) * lda + r0;
-        float* dk = d + k * MR;
-        for (int64_t i = 0; i < rr; ++i) dk[i] = src[i];
-        for (int64_t i = rr; i < MR; ++i) dk[i] = 0.0f;
-      }
-    } else {  // element (i, k) at a[i * lda + k]: kTB k at a time, transposed through a block
-      int64_t k = 0;
-      for (; k + kTB <= kcb; k += kTB) {
-        alignas(64) float t[MR][kTB];
-        for (int64_t i = 0; i < MR; ++i)
-          for (int64_t kk = 0; kk < kTB; kk += VW)
-            W::store(t[i] + kk, i < rr ? W::load(a + (r0 + i) * lda + k0 + k + kk) : W::zero());
-        for (int64_t kk = 0; kk < kTB; ++kk)
-          for (int64_t i = 0; i < MR; ++i) d[(k + kk) * MR + i] = t[i][kk];
-      }
-      for (; k < kcb; ++k)
-        for (int64_t i = 0; i < MR; ++i) d[k * MR + i] = i < rr ? a[(r0 + i) * lda + k0 + k] : 0.0f;
-    }
-  }
-}
-
-// Packs k [k0, k0 + kcb) x columns [0, cols) of op(B) into ceil(cols / NR) panels [kcb][NR] (zero padded).
-void pack_b(const float* b, int64_t ldb, bool tb, int64_t cols, int64_t k0, int64_t kcb, float* dst) {
-  for (int64_t c0 = 0; c0 < cols; c0 += NR) {
-    const int64_t cc = std::min(NR, cols - c0);
-    float* d = dst + (c0 / NR) * NR * kcb;
-    if (!tb) {  // element (k, j) at b[k * ldb + j]
-      for (int64_t k = 0; k < kcb; ++k) {
-        const float* src = b + (k0 + k) * ldb + c0;
-        if (cc == NR)
-          for (int64_t v = 0; v < NV; ++v) W::store(d + k * NR + v * VW, W::load(src + v * VW));
-        else
-          for (int64_t v = 0; v < NV; ++v) W::store(d + k * NR + v * VW, W::load_n(src + v * VW, cc - v * VW));
-      }
-    } else {  // element (k, j) at b[j * ldb + k]: kTB k at a time, transposed through a block
-      int64_t k = 0;
-      for (; k + kTB <= kcb; k += kTB) {
-        alignas(64) float t[NR][kTB];
-        for (int64_t j = 0; j < NR; ++j)
-          for (int64_t kk = 0; kk < kTB; kk += VW)
-            W::store(t[j] + kk, j < cc ? W::load(b + (c0 + j) * ldb + k0 + k + kk) : W::zero());
-        for (int64_t kk = 0; kk < kTB; ++kk)
-          for (int64_t j = 0; j < NR; ++j) d[(k + kk) * NR + j] = t[j][kk];
-      }
-      for (; k < kcb; ++k)
-        for (int64_t j = 0; j < NR; ++j) d[k * NR + j] = j < cc ? b[(c0 + j) * ldb + k0 + k] : 0.0f;
-    }
-  }
-}
-
-// One task: C tile [mm x nn] at c (row stride ldc). `apacked`: this batch's A in the compile-time packed
-// layout (k block at k0 starts at k0 * mpad; the tile's rows start at panel row0 / MR), or nullptr to pack
-// from `a`.
-void gemm_task(const GemmPlan& g, const float* a, const float* b, float* c, int64_t mm, int64_t nn,
-               const float* apacked, int64_t mpad, int64_t row0, const float* bias, float* wa, float* wb) {
-  const int64_t K = g.k;
-  if (K == 0) {
-    for (int64_t i = 0; i < mm; ++i)
-      for (int64_t j = 0; j < nn; ++j) {
-        float v = bias ? bias[i] : 0.0f;
-        c[i * g.ldc + j] = g.round_fp16 ? round_fp16(v) : v;
-      }
-    return;
-  }
-  Epilogue epi;
-  epi.alpha = g.alpha;
-  epi.scale = g.alpha != 1.0f;
-  epi.round = g.round_fp16;
-  for (int64_t k0 = 0; k0 < K; k0 += g.kc) {
-    const int64_t kcb = std::min(g.kc, K - k0);
-    const bool first = k0 == 0, last = k0 + kcb == K;
-    pack_b(b, g.ldb, g.tb, nn, k0, kcb, wb);
-    const float* ap = apacked ? apacked + k0 * mpad + row0 * kcb : wa;
-    if (!apacked) pack_a(a, g.lda, g.ta, mm, k0, kcb, wa);
-    for (int64_t j0 = 0; j0 < nn; j0 += NR) {
-      const float* bp = wb + (j0 / NR) * NR * kcb;
-      for (int64_t i0 = 0; i0 < mm; i0 += MR) {
-        const int64_t r = std::min(MR, mm - i0);
-        epi.bias = bias ? bias + i0 : nullptr;
-        kMicro[static_cast<size_t>(r - 1)](kcb, ap + (i0 / MR) * MR * kcb, bp, c + i0 * g.ldc + j0, g.ldc, nn - j0, first,
-                                           last ? &epi : nullptr);
-      }
-    }
-  }
-}
-
-}  // namespace
-
-void plan_gemm(GemmPlan& g) {
-  const int64_t batch = static_cast<int64_t>(g.a_off.size());
-  // k blocks of ~256 (equal sizes); they fix the accumulation order together with the shape.
-  const int64_t nkb = std::max<int64_t>(1, ceil_div(g.k, 256));
-  g.kc = std::max<int64_t>(1, ceil_div(g.k, nkb));
-  g.tile_n = std::max<int64_t>(1, std::min<int64_t>(512, g.n));
-  // An even number of m tiles of ~256 rows (multiples of MR); more, smaller tiles when there are few tasks.
-  int64_t ntm = ceil_div(g.m, 256);
-  if (ntm > 1 && ntm % 2) ++ntm;
-  g.tile_m = std::max(MR, round_up(ceil_div(g.m, ntm), MR));
-  while (batch * ceil_div(g.m, g.tile_m) * ceil_div(g.n, g.tile_n) < 8 && g.tile_m > 4 * MR)
-    g.tile_m = round_up(g.tile_m / 2, MR);
-  g.ws_a = static_cast<size_t>(g.tile_m * g.kc) + 64;
-  g.ws_b = static_cast<size_t>(round_up(g.tile_n, NR) * g.kc) + 64;
-}
-
-void prepack_gemm_a(GemmPlan& g, const float* a) {
-  const int64_t mpad = round_up(g.m, MR), per = mpad * g.k;
-  std::vector<int64_t> distinct;
-  g.a_packed_off.clear();
-  for (int64_t off : g.a_off) {
-    auto it = std::find(distinct.begin(), distinct.end(), off);
-    g.a_packed_off.push_back(per * (it - distinct.begin()));
-    if (it == distinct.end()) distinct.push_back(off);
-  }
-  g.a_packed = AlignedFloats(static_cast<size_t>(per) * distinct.size() + 16);
-  for (size_t d = 0; d < distinct.size(); ++d)
-    for (int64_t k0 = 0; k0 < g.k; k0 += g.kc) {
-      const int64_t kcb = std::min(g.kc, g.k - k0);
-      pack_a(a + distinct[d], g.lda, g.ta, g.m, k0, kcb, g.a_packed.data() + per * static_cast<int64_t>(d) + k0 * mpad);
-    }
-}
-
-void run_gemm(const GemmPlan& g, const float* a, const float* b, float* c, const ExecCtx& ctx, const float* bias) {
-  const int64_t batch = static_cast<int64_t>(g.a_off.size());
-  const int64_t tm = ceil_div(g.m, g.tile_m), tn = ceil_div(g.n, g.tile_n), tasks = batch * tm * tn;
-  const int64_t mpad = round_up(g.m, MR);
-  const bool packed = g.a_packed.size() > 0;
-  par_workers(ctx, tasks, [&](int tid, int64_t t) {
-    const int64_t bi = t / (tm * tn), r = t % (tm * tn);
-    const int64_t i0 = (r / tn) * g.tile_m, j0 = (r % tn) * g.tile_n;
-    const int64_t mm = std::min(g.tile_m, g.m - i0), nn = std::min(g.tile_n, g.n - j0);
-    const float* at = a + g.a_off[bi] + (g.ta ? i0 : i0 * g.lda);
-    const float* bt = b + g.b_off[bi] + (g.tb ? j0 * g.ldb : j0);
-    float* ct = c + g.c_off[bi] + i0 * g.ldc + j0;
-    const float* ap = packed ? g.a_packed.data() + g.a_packed_off[bi] : nullptr;
-    const float* bs = bias && !g.bias_off.empty() ? bias + g.bias_off[bi] + i0 : nullptr;
-    gemm_task(g, at, bt, ct, mm, nn, ap, mpad, i0, bs, ctx.ws_a[tid], ctx.ws_b[tid]);
-  });
-}
-
-// ---- conv -----------------------------------------------------------------------------------------
-// iv: N, Cin, H, W, Cout, kh, kw, groups, sh, sw, dh, dw, pad_top, pad_left, Ho, Wo, direct, has_bias
+// ---- kernels --------------------------------------------------------------------------------------
 // in: x [N, Cin, H, W], weight [Cout, Cin/groups, kh, kw], (bias [Cout]); scratch: im2col columns.
 void k_conv(const Step& s, const ExecCtx& ctx) {
-  const int64_t* p = s.iv.data();
-  const int64_t N = p[0], Cin = p[1], H = p[2], W = p[3], kh = p[5], kw = p[6];
-  const int64_t sh = p[8], sw = p[9], dh = p[10], dw = p[11], pt = p[12], pl = p[13], Ho = p[14], Wo = p[15];
-  const bool direct = p[16] != 0, has_bias = p[17] != 0;
+  const ConvArgs& p = step_args<ConvArgs>(s);
+  const int64_t N = p.n, Cin = p.cin, H = p.h, W = p.w, kh = p.kh, kw = p.kw;
+  const int64_t sh = p.sh, sw = p.sw, dh = p.dh, dw = p.dw, pt = p.pt, pl = p.pl, Ho = p.ho, Wo = p.wo;
+  const bool direct = p.direct, has_bias = p.has_bias;
   const float* x = s.in[0];
   const float* cols = x;
   if (!direct) {
@@ -272,14 +51,135 @@ void k_conv(const Step& s, const ExecCtx& ctx) {
 
 void k_matmul(const Step& s, const ExecCtx& ctx) { run_gemm(s.gemms[0], s.in[0], s.in[1], s.out, ctx); }
 
-// ---- scaled_dot_product_attention -------------------------------------------------------------------
 // scores = fp16(Q K^T * (1/sqrt(E))) per batch; P = fp16(softmax_fp32(scores)); out = fp16(P V).
-// iv: batch, L, S. scratch: [batch, L, S].
+// scratch: [batch, L, S].
 void k_sdpa(const Step& s, const ExecCtx& ctx) {
-  const int64_t batch = s.iv[0], L = s.iv[1], S = s.iv[2];
+  const SdpaArgs& p = step_args<SdpaArgs>(s);
   run_gemm(s.gemms[0], s.in[0], s.in[1], s.scratch, ctx);  // alpha = scale, fp16 rounding fused
-  softmax_rows(s.scratch, batch * L, S, ctx);
+  softmax_rows(s.scratch, p.batch * p.l, p.s, ctx);
   run_gemm(s.gemms[1], s.scratch, s.in[2], s.out, ctx);
 }
+
+// ---- lowering -------------------------------------------------------------------------------------
+// conv as one batched GEMM per (batch, group): weight [Cout/G, K] x columns [K, Ho*Wo].
+void lower_conv(Lowerer& l, const mil::Operation& op, const mil::Resolved& r) {
+  const auto& g = std::get<mil::ConvGeometry>(r.params);
+  const ValueInfo& x = l.value(op, "x");
+  const ValueInfo& w = l.value(op, "weight");
+  const ValueInfo* bias = op.arg("bias") ? &l.value(op, "bias") : nullptr;
+  const Shape &xs = x.type.shape, &ws = w.type.shape;
+  ConvArgs c;
+  c.n = xs[0], c.cin = xs[1], c.h = xs[2], c.w = xs[3], c.kh = ws[2], c.kw = ws[3];
+  c.sh = g.stride[0], c.sw = g.stride[1], c.dh = g.dilation[0], c.dw = g.dilation[1];
+  c.pt = g.pad[0], c.pl = g.pad[2], c.ho = g.out_h, c.wo = g.out_w;
+  c.direct = c.kh == 1 && c.kw == 1 && c.sh == 1 && c.sw == 1 && g.pad[0] == 0 && g.pad[1] == 0 && g.pad[2] == 0 && g.pad[3] == 0;
+  c.has_bias = bias != nullptr;
+  const int64_t G = g.groups, cout = ws[0];
+  const int64_t hw = c.ho * c.wo, cin_g = c.cin / G, cout_g = cout / G, K = cin_g * c.kh * c.kw;
+  GemmPlan gp;
+  gp.m = cout_g, gp.n = hw, gp.k = K, gp.lda = K, gp.ldb = hw, gp.ldc = hw;
+  gp.round_fp16 = op.type.dtype == DType::kFp16;
+  for (int64_t n = 0; n < c.n; ++n)
+    for (int64_t gi = 0; gi < G; ++gi) {
+      gp.a_off.push_back(gi * cout_g * K);
+      gp.b_off.push_back(c.direct ? n * c.cin * c.h * c.w + gi * cin_g * c.h * c.w : (n * c.cin + gi * cin_g) * c.kh * c.kw * hw);
+      gp.c_off.push_back(n * cout * hw + gi * cout_g * hw);
+      if (bias) gp.bias_off.push_back(gi * cout_g);
+    }
+  plan_gemm(gp);
+  if (w.ref.kind == Ref::kConst) prepack_gemm_a(gp, l.plan().ptr(w.ref));  // weights packed once
+  std::vector<const ValueInfo*> ins{&x, &w};
+  if (bias) ins.push_back(bias);
+  const size_t scratch = c.direct ? 0 : static_cast<size_t>(c.n * c.cin * c.kh * c.kw * hw);
+  Step& s = l.new_step(op, k_conv, ins, c);
+  s.gemms.push_back(std::move(gp));
+  if (scratch) l.set_scratch(s, scratch);
+}
+
+// A matmul operand read in place: its last two dims [R, C] must have unit stride in one of them.
+// Gives the GEMM transpose flag (the op's flag, flipped for a column-major view) and leading dimension.
+bool gemm_operand(const ValueInfo& v, bool op_t, bool* t, int64_t* ld) {
+  const Shape& sh = v.type.shape;
+  const auto st = strides_of(v);
+  const size_t r = sh.size();
+  const int64_t R = sh[r - 2], C = sh[r - 1], sr = st[r - 2], sc = st[r - 1];
+  if (sc == 1 || C == 1) {
+    *t = op_t, *ld = R == 1 ? std::max<int64_t>(C, 1) : sr;
+    return *ld >= 1;
+  }
+  if (sr == 1 || R == 1) {
+    *t = !op_t, *ld = sc;
+    return true;
+  }
+  return false;
+}
+
+void lower_matmul(Lowerer& l, const mil::Operation& op, const mil::Resolved& r) {
+  const auto& p = std::get<mil::MatmulParams>(r.params);
+  bool ta = false, tb = false;
+  int64_t lda = 0, ldb = 0;
+  // views whose matrix dims have a unit stride are read in place; others are materialised
+  if (!gemm_operand(l.view(op, "x"), p.transpose_x, &ta, &lda)) gemm_operand(l.value(op, "x"), p.transpose_x, &ta, &lda);
+  if (!gemm_operand(l.view(op, "y"), p.transpose_y, &tb, &ldb)) gemm_operand(l.value(op, "y"), p.transpose_y, &tb, &ldb);
+  const ValueInfo& x = l.view(op, "x");
+  const ValueInfo& y = l.view(op, "y");
+  const Shape &xs = x.type.shape, &ys = y.type.shape, &ob = p.batch;
+  GemmPlan g;
+  g.m = p.m, g.n = p.n, g.k = p.k, g.ta = ta, g.tb = tb, g.lda = lda, g.ldb = ldb, g.ldc = p.n;
+  g.round_fp16 = op.type.dtype == DType::kFp16;
+  const auto xst = strides_of(x), yst = strides_of(y);  // element strides; batch dims broadcast with 0
+  const auto sx = bcast_strides(Shape(xs.begin(), xs.end() - 2), std::vector<int64_t>(xst.begin(), xst.end() - 2), ob);
+  const auto sy = bcast_strides(Shape(ys.begin(), ys.end() - 2), std::vector<int64_t>(yst.begin(), yst.end() - 2), ob);
+  const int64_t nb = prod(ob, 0, ob.size());
+  for (int64_t b = 0; b < nb; ++b) {
+    int64_t rem = b, ox = 0, oy = 0;
+    for (int d = static_cast<int>(ob.size()) - 1; d >= 0; --d) {
+      const int64_t i = rem % ob[static_cast<size_t>(d)];
+      rem /= ob[static_cast<size_t>(d)];
+      ox += i * sx[static_cast<size_t>(d)];
+      oy += i * sy[static_cast<size_t>(d)];
+    }
+    g.a_off.push_back(ox);
+    g.b_off.push_back(oy);
+    g.c_off.push_back(b * p.m * p.n);
+  }
+  plan_gemm(g);
+  if (x.ref.kind == Ref::kConst) prepack_gemm_a(g, l.plan().ptr(x.ref));  // const A packed once
+  l.new_step(op, k_matmul, {&x, &y}).gemms.push_back(std::move(g));
+}
+
+void lower_sdpa(Lowerer& l, const mil::Operation& op, const mil::Resolved& r) {
+  const auto& p = std::get<mil::SdpaParams>(r.params);
+  ANELAB_CHECK(!p.has_mask, "emulator", l.where(op),
+               ": attn_mask is ignored by the ANE (digest §2.6.4); use matmul + add(mask) + softmax + matmul");
+  const ValueInfo& q = l.value(op, "query");
+  const ValueInfo& k = l.value(op, "key");
+  const ValueInfo& v = l.value(op, "value");
+  const int64_t B = prod(p.batch, 0, p.batch.size()), L = p.l, E = p.e, S = p.s, Ev = p.ev;
+  GemmPlan g1, g2;
+  g1.m = L, g1.n = S, g1.k = E, g1.tb = true, g1.lda = E, g1.ldb = E, g1.ldc = S;
+  g1.alpha = static_cast<float>(1.0 / std::sqrt(static_cast<double>(E)));
+  g2.m = L, g2.n = Ev, g2.k = S, g2.lda = S, g2.ldb = Ev, g2.ldc = Ev;
+  for (int64_t b = 0; b < B; ++b) {
+    g1.a_off.push_back(b * L * E), g1.b_off.push_back(b * S * E), g1.c_off.push_back(b * L * S);
+    g2.a_off.push_back(b * L * S), g2.b_off.push_back(b * S * Ev), g2.c_off.push_back(b * L * Ev);
+  }
+  plan_gemm(g1);
+  plan_gemm(g2);
+  Step& s = l.new_step(op, k_sdpa, {&q, &k, &v}, SdpaArgs{B, L, S});
+  s.gemms.push_back(std::move(g1));
+  s.gemms.push_back(std::move(g2));
+  l.set_scratch(s, static_cast<size_t>(B * L * S));
+}
+
+constexpr LowerRule kRules[] = {
+    {"conv", lower_conv},
+    {"matmul", lower_matmul},
+    {"scaled_dot_product_attention", lower_sdpa},
+};
+
+}  // namespace
+
+std::span<const LowerRule> linear_rules() { return kRules; }
 
 }  // namespace anelab::emu

@@ -1,14 +1,15 @@
-// MIL function -> FunctionPlan: const decoding, per-op lowering with shape checks, arena by liveness.
+// MIL function -> FunctionPlan: registry resolution and dispatch to the family rules, const decoding,
+// views, steps, arena by liveness.
 #include "framework/emulator/lower.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
-#include <numeric>
 
 #include "framework/core/error.h"
 #include "framework/core/fp16.h"
-#include "framework/emulator/lower_ops.h"
+#include "framework/emulator/emulator.h"
 #include "framework/mil/blob.h"
 
 namespace anelab::emu {
@@ -27,32 +28,6 @@ const mil::ConstValue& Lowerer::lit(const mil::Operation& op, const std::string&
   ANELAB_CHECK(v, "emulator", where(op), ": argument '", key, "' = '", a->names[0],
                "' must be a const (the emulator only takes literal parameters)");
   return *v;
-}
-
-int64_t Lowerer::lit_int(const mil::Operation& op, const std::string& key, int64_t def) const {
-  if (!op.arg(key)) return def;
-  const auto& v = lit(op, key);
-  ANELAB_CHECK(v.i.size() == 1, "emulator", where(op), ": '", key, "' must be one integer");
-  return v.i[0];
-}
-
-std::vector<int64_t> Lowerer::lit_ints(const mil::Operation& op, const std::string& key,
-                                       std::vector<int64_t> def) const {
-  if (!op.arg(key)) return def;
-  const auto& v = lit(op, key);
-  ANELAB_CHECK(!v.blob && v.f.empty(), "emulator", where(op), ": '", key, "' must be an integer list");
-  return v.i;
-}
-
-bool Lowerer::lit_bool(const mil::Operation& op, const std::string& key, bool def) const {
-  return lit_int(op, key, def ? 1 : 0) != 0;
-}
-
-std::string Lowerer::lit_str(const mil::Operation& op, const std::string& key, const std::string& def) const {
-  if (!op.arg(key)) return def;
-  const auto& v = lit(op, key);
-  ANELAB_CHECK(v.type.dtype == DType::kString, "emulator", where(op), ": '", key, "' must be a string");
-  return v.s;
 }
 
 std::vector<float> Lowerer::lit_floats(const mil::Operation& op, const std::string& key) const {
@@ -98,13 +73,9 @@ const ValueInfo& Lowerer::materialize(const std::string& name, const std::string
   s.out_dtype = v.type.dtype;
   s.out_n = v.type.numel();
   s.out_ref = new_vbuf(static_cast<size_t>(s.out_n));
-  mil::Shape sh = v.type.shape;
-  std::vector<int64_t> st = v.strides;
-  if (sh.empty()) sh = {1}, st = {1};
-  s.iv = {static_cast<int64_t>(sh.size())};
-  s.iv.insert(s.iv.end(), sh.begin(), sh.end());
-  s.iv.insert(s.iv.end(), st.begin(), st.end());
-  s.iv.push_back(0);
+  StridedArgs a{v.type.shape, v.strides, 0};
+  if (a.shape.empty()) a.shape = {1}, a.strides = {1};
+  s.args = std::move(a);
   v.ref = s.out_ref;
   v.strides.clear();
   plan_.steps.push_back(std::move(s));
@@ -156,41 +127,15 @@ void Lowerer::lower_const(const mil::Operation& op) {
   values_[op.output] = ValueInfo{v->type, add_const(decode_const(*v, op))};
 }
 
-// constexpr_affine_dequantize folded at compile time: y = (q - zero_point) * scale, rounded to fp16.
-void Lowerer::lower_affine_dequantize(const mil::Operation& op) {
-  const mil::ConstValue* q = op.attr("quantized_data");
-  const mil::ConstValue* sc = op.attr("scale");
-  const mil::ConstValue* zp = op.attr("zero_point");
-  ANELAB_CHECK(q && sc && zp, "emulator", where(op), ": needs quantized_data, scale and zero_point attributes");
-  const mil::ConstValue* ax = op.attr("axis");
-  const Shape& shape = q->type.shape;
-  ANELAB_CHECK(shape == op.type.shape, "emulator", where(op), ": quantized_data ", q->type.str(),
-               " does not match the output ", op.type.str());
-  std::vector<float> qd = decode_const(*q, op), s = decode_const(*sc, op), z = decode_const(*zp, op);
-  const int rank = static_cast<int>(shape.size());
-  int64_t axis = ax && !ax->i.empty() ? ax->i[0] : 0;
-  if (axis < 0) axis += rank;
-  const int64_t len = (rank > 0 && axis >= 0 && axis < rank) ? shape[static_cast<size_t>(axis)] : 1;
-  auto per = [&](const std::vector<float>& v, const char* what) {
-    ANELAB_CHECK(v.size() == 1 || static_cast<int64_t>(v.size()) == len, "emulator", where(op), ": ", what, " has ",
-                 v.size(), " elements; expected 1 or ", len, " (axis ", axis, ")");
-  };
-  per(s, "scale");
-  per(z, "zero_point");
-  int64_t inner = 1;
-  for (int d = static_cast<int>(axis) + 1; d < rank; ++d) inner *= shape[static_cast<size_t>(d)];
-  for (size_t i = 0; i < qd.size(); ++i) {
-    const size_t a = static_cast<size_t>((static_cast<int64_t>(i) / inner) % len);
-    qd[i] = (qd[i] - z[z.size() == 1 ? 0 : a]) * s[s.size() == 1 ? 0 : a];
-  }
-  if (op.type.dtype == DType::kFp16) round_fp16_inplace(qd.data(), qd.size());
-  values_[op.output] = ValueInfo{op.type, add_const(std::move(qd))};
+void Lowerer::set_const(const mil::Operation& op, std::vector<float> data) {
+  values_[op.output] = ValueInfo{op.type, add_const(std::move(data))};
 }
 
 // ---- steps and arena ------------------------------------------------------------------------------
-Step& Lowerer::new_step(const mil::Operation& op, KernelFn fn, std::vector<const ValueInfo*> ins) {
+Step& Lowerer::new_step(const mil::Operation& op, KernelFn fn, std::vector<const ValueInfo*> ins, StepArgs args) {
   Step s;
   s.run = fn;
+  s.args = std::move(args);
   s.op = op.op;
   s.name = op.name;
   for (const ValueInfo* v : ins) {
@@ -283,9 +228,13 @@ void Lowerer::run() {
                  type.str(), "; surfaces carry fp16 or fp32");
     ValueInfo v{type, new_vbuf(static_cast<size_t>(type.numel()))};
     values_[name] = v;
+    table_.add_input(name, type);
     plan_.inputs.push_back(v);
   }
-  for (const auto& op : fn_.ops) lower_op(op);
+  for (size_t i = 0; i < fn_.ops.size(); ++i) {
+    lower_op(fn_.ops[i]);
+    table_.add_op_output(i);
+  }
   for (const auto& o : fn_.outputs) {
     auto it = values_.find(o);
     ANELAB_CHECK(it != values_.end() && it->second.ref.kind != Ref::kNone, "emulator", "function '", fn_.name,
@@ -297,6 +246,95 @@ void Lowerer::run() {
   }
   assign_arena();
   resolve();
+}
+
+// ---- dispatch -------------------------------------------------------------------------------------
+namespace {
+
+const std::array<std::span<const LowerRule> (*)(), 5> kFamilies = {elementwise_rules, reduce_rules, linear_rules, shape_rules,
+                                                                    quant_rules};
+
+const std::map<std::string, LowerFn>& rule_table() {
+  static const auto* table = [] {
+    auto* t = new std::map<std::string, LowerFn>();
+    for (auto family : kFamilies)
+      for (const LowerRule& r : family()) (*t)[r.op] = r.lower;
+    return t;
+  }();
+  return *table;
+}
+
+}  // namespace
+
+void Lowerer::lower_op(const mil::Operation& op) {
+  mil::Resolved r;
+  try {
+    r = mil::resolve_op(op, table_);
+  } catch (const Error& e) {
+    fail("emulator", "function '", fn_.name, "': ", e.what());
+  }
+  ANELAB_CHECK(r.type == op.type, "emulator", where(op), ": declared output ", op.type.str(), " but the op produces ", r.type.str());
+  if (op.op == "const") return lower_const(op);
+  auto it = rule_table().find(op.op);
+  if (it == rule_table().end()) {
+    std::string why = "see framework/emulator/README.md";
+    for (const UnloweredOp& u : unlowered_ops())
+      if (u.op == op.op) why = u.reason;
+    fail("emulator", where(op), ": op '", op.op, "' is not implemented by the emulator (", why, ")");
+  }
+  it->second(*this, op, r);
+}
+
+std::vector<std::string> lowered_ops() {
+  std::vector<std::string> v{"const"};
+  for (const auto& [name, fn] : rule_table()) v.push_back(name);
+  return v;
+}
+
+const std::vector<UnloweredOp>& unlowered_ops() {
+  static const std::vector<UnloweredOp> v = {
+      {"layer_norm",
+       "the ANE compiler's layer_norm numerics (where epsilon and the fp16 roundings go) are unmeasured; models build "
+       "LayerNorm from reduce_sum/sub/mul/pow (kern::layer_norm), which the emulator runs"},
+  };
+  return v;
+}
+
+// ---- helpers shared by the family rules -----------------------------------------------------------
+std::vector<int64_t> contiguous_strides(const mil::Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (int d = static_cast<int>(s.size()) - 2; d >= 0; --d)
+    st[static_cast<size_t>(d)] = st[static_cast<size_t>(d) + 1] * s[static_cast<size_t>(d) + 1];
+  return st;
+}
+
+std::vector<int64_t> strides_of(const ValueInfo& v) { return v.strides.empty() ? contiguous_strides(v.type.shape) : v.strides; }
+
+int64_t prod(const mil::Shape& s, size_t b, size_t e) {
+  int64_t p = 1;
+  for (size_t i = b; i < e && i < s.size(); ++i) p *= s[i];
+  return p;
+}
+
+std::vector<int64_t> bcast_strides(const mil::Shape& s, const std::vector<int64_t>& st, const mil::Shape& out) {
+  const size_t r = out.size(), off = r - s.size();
+  std::vector<int64_t> res(r, 0);
+  for (size_t i = off; i < r; ++i) res[i] = s[i - off] == 1 ? 0 : st[i - off];
+  return res;
+}
+
+// The op's output is a view of x's buffer: element strides `strides` (empty: contiguous) at offset `off`
+// (elements) past x's own offset.
+void Lowerer::set_view(const mil::Operation& op, const ValueInfo& x, std::vector<int64_t> strides, int64_t off) {
+  if (!strides.empty() && strides.size() == op.type.shape.size()) {
+    const auto cs = contiguous_strides(op.type.shape);
+    bool contiguous = true;
+    for (size_t d = 0; d < cs.size(); ++d) contiguous = contiguous && (op.type.shape[d] == 1 || strides[d] == cs[d]);
+    if (contiguous) strides.clear();
+  }
+  ValueInfo v{op.type, x.ref, std::move(strides)};
+  v.ref.off += off;
+  values_[op.output] = std::move(v);
 }
 
 void lower_function(const mil::Function& fn, const rt::Weights& weights, FunctionPlan& plan) {

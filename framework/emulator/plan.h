@@ -7,14 +7,19 @@
 //   - op outputs and per-op scratch live in one arena allocated at compile time; slots are reused by
 //     liveness (a slot is freed after the last op that reads it);
 //   - each op becomes a Step: a kernel function pointer plus resolved input/output/scratch pointers and
-//     op parameters. evaluate() walks the steps; nothing is allocated while it runs.
+//     the kernel's typed arguments (one struct per kernel, below). evaluate() walks the steps; nothing
+//     is allocated while it runs.
 #pragma once
-#include "framework/core/thread_pool.h"
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <variant>
 #include <vector>
+
+#include "framework/core/fp16.h"
+#include "framework/core/thread_pool.h"
 
 #include "framework/mil/types.h"
 #include "framework/simd/simd.h"
@@ -101,6 +106,54 @@ struct Ref {
   int64_t off = 0;  // element offset into the buffer (aliases: reshape, views)
 };
 
+// ---- kernel arguments (worked out at lowering from the registry's typed op parameters) ----------
+// shape.cpp: contiguous copy of a strided view: out[i...] = in[base + sum(i_d * strides[d])].
+struct StridedArgs {
+  std::vector<int64_t> shape, strides;  // [rank] each
+  int64_t base = 0;
+};
+// shape.cpp: concat as `outer` rows of the inputs' chunks laid side by side.
+struct ConcatArgs {
+  int64_t outer = 1;
+  std::vector<int64_t> chunk;  // [n_inputs] elements each input contributes per outer index
+};
+// elementwise.cpp: binary op on collapsed broadcast strides (0 on broadcast dims).
+struct BinaryArgs {
+  int op = 0;                           // elementwise.cpp's BinOp
+  std::vector<int64_t> shape, sa, sb;   // [rank] each, rank >= 1
+};
+struct UnaryArgs {
+  int op = 0;  // elementwise.cpp's UnOp
+};
+struct CastArgs {
+  float lo = 0, hi = 0;  // saturation range of an integer target (unused for fp targets)
+};
+// reduce.cpp: x viewed as [outer, len, inner], reduced/normalised over len.
+struct SoftmaxArgs {
+  int64_t outer = 1, len = 1, inner = 1;
+};
+struct ReduceArgs {
+  int kind = 0;  // reduce.cpp's ReduceKind
+  int64_t outer = 1, len = 1, inner = 1;
+};
+// quant.cpp: x viewed as [outer, len, inner]; len is the quantisation axis (1: per tensor).
+struct QuantArgs {
+  int64_t outer = 1, len = 1, inner = 1;
+  float qmin = 0, qmax = 0;            // quantize only
+  std::vector<float> scale, zero_point;  // [len] each
+};
+// linear.cpp: conv on x [N, Cin, H, W] (pads top/left; bottom/right are implied by Ho/Wo).
+struct ConvArgs {
+  int64_t n = 0, cin = 0, h = 0, w = 0, kh = 0, kw = 0, sh = 1, sw = 1, dh = 1, dw = 1, pt = 0, pl = 0, ho = 0, wo = 0;
+  bool direct = false;    // 1x1, stride 1, no padding: the GEMM reads x as is
+  bool has_bias = false;  // in[2] is the bias
+};
+struct SdpaArgs {
+  int64_t batch = 1, l = 0, s = 0;
+};
+using StepArgs = std::variant<std::monostate, StridedArgs, ConcatArgs, BinaryArgs, UnaryArgs, CastArgs, SoftmaxArgs, ReduceArgs,
+                              QuantArgs, ConvArgs, SdpaArgs>;
+
 struct Step {
   KernelFn run = nullptr;
   std::string op, name;                      // for error messages
@@ -116,10 +169,15 @@ struct Step {
   mil::Shape out_shape;
   mil::DType out_dtype = mil::DType::kFp16;
   int64_t out_n = 0;
-  std::vector<int64_t> iv;                   // op-specific integers
-  std::vector<float> fv;                     // op-specific floats
+  StepArgs args;                             // the kernel's arguments
   std::vector<GemmPlan> gemms;               // conv / matmul / sdpa
 };
+
+// The kernel's own argument struct (set by its lowering; kernels run only on steps they were given).
+template <typename T>
+inline const T& step_args(const Step& s) {
+  return *std::get_if<T>(&s.args);
+}
 
 // A value: its type and storage. A view (transpose / slice / reshape of a view) has `strides` (elements,
 // one per dim of type.shape) into the buffer at `ref`; consumers that cannot read views get a contiguous
@@ -142,30 +200,20 @@ struct FunctionPlan {
   float* mut_ptr(const Ref& r);
 };
 
-// ---- kernels (kernels.cpp, linear.cpp) -----------------------------------------------------------
+// ---- shared kernel helpers (kernels.cpp, gemm.cpp, reduce.cpp, shape.cpp) --------------------------
 void run_gemm(const GemmPlan& g, const float* a, const float* b, float* c, const ExecCtx& ctx,
               const float* bias = nullptr);
 void exp_inplace_fp32(float* x, int64_t n);  // vectorised exp, ~1 ulp-level accurate fp32
-void round_to_dtype(float* x, int64_t n, mil::DType t, const ExecCtx& ctx);
-
-void k_copy(const Step&, const ExecCtx&);          // reshape / identity / fp16->fp32 cast
-void k_strided(const Step&, const ExecCtx&);       // transpose / slice (iv: rank, shape, in strides, base)
-void k_concat(const Step&, const ExecCtx&);
-void k_binary(const Step&, const ExecCtx&);        // iv[0] = BinOp; iv: rank, out shape, strides a, strides b
-void k_unary(const Step&, const ExecCtx&);         // iv[0] = UnOp
-void k_cast(const Step&, const ExecCtx&);
-void k_softmax(const Step&, const ExecCtx&);       // iv: outer, axis, inner
-void k_reduce(const Step&, const ExecCtx&);        // iv: kind, outer, r, inner
-void k_quantize(const Step&, const ExecCtx&);
-void k_dequantize(const Step&, const ExecCtx&);
-void k_conv(const Step&, const ExecCtx&);
-void k_matmul(const Step&, const ExecCtx&);
-void k_sdpa(const Step&, const ExecCtx&);
-
-enum BinOp : int64_t { kAdd, kSub, kMul, kDiv, kPow, kMax, kMin };
-enum UnOp : int64_t { kSigmoid, kTanh, kExp, kRelu, kSqrt, kRsqrt };
-enum ReduceKind : int64_t { kSum, kRMax, kMean };
-
-// Shared kernel helpers.
+// To the dtype, in place: fp16 round-to-nearest-even, integer types to the nearest integer, fp32 as is.
+inline void round_range(float* x, int64_t n, mil::DType t) {
+  if (t == mil::DType::kFp16) {
+    round_fp16_inplace(x, static_cast<size_t>(n));
+  } else if (t != mil::DType::kFp32) {
+    for (int64_t i = 0; i < n; ++i) x[i] = std::nearbyint(x[i]);
+  }
+}
+void round_to_dtype(float* x, int64_t n, mil::DType t, const ExecCtx& ctx);  // round_range over the pool
 void softmax_rows(float* x, int64_t rows, int64_t len, const ExecCtx& ctx);  // in place, fp32, then fp16-rounded
+void k_strided(const Step&, const ExecCtx&);  // StridedArgs: contiguous copy of a view (shape.cpp)
+constexpr int64_t kParMin = 1 << 15;  // elements below which a kernel stays single-threaded
 }  // namespace anelab::emu

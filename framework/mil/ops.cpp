@@ -63,7 +63,11 @@ std::vector<const TensorType*> OpContext::tuple_types(const std::string& arg) co
 
 const ConstValue* OpContext::literal(const std::string& arg) const {
   const Arg* a = op_.arg(arg);
-  if (!a || a->names.size() != 1) return nullptr;
+  if (!a) {
+    const ArgSpec* as = spec_ ? spec_->arg(arg) : nullptr;
+    return as && as->dflt ? &*as->dflt : nullptr;
+  }
+  if (a->names.size() != 1) return nullptr;
   return values_.literal(a->names[0]);
 }
 
@@ -80,7 +84,7 @@ int64_t OpContext::int_scalar(const std::string& arg) const {
 }
 
 bool OpContext::boolean(const std::string& arg, bool dflt) const {
-  if (!has(arg)) return dflt;
+  if (!has(arg) && !literal(arg)) return dflt;
   const ConstValue* v = literal(arg);
   if (!v || v->type.dtype != DType::kBool || v->i.size() != 1) fail("argument '", arg, "' must be a bool const");
   return v->i[0] != 0;
@@ -166,9 +170,9 @@ void check_arg(const OpContext& c, const ArgSpec& spec, const Arg& a, const Valu
 
 }  // namespace
 
-TensorType infer_type(const Operation& op, const ValueTable& values) {
+Resolved resolve_op(const Operation& op, const ValueTable& values) {
   const OpSpec& spec = op_spec(op.op);
-  OpContext c(op, values);
+  OpContext c(op, values, &spec);
   for (const auto& [k, a] : op.args) {
     const ArgSpec* as = spec.arg(k);
     if (!as) {
@@ -190,8 +194,10 @@ TensorType infer_type(const Operation& op, const ValueTable& values) {
   }
   for (const auto& at : spec.attrs)
     if (at.required && !op.attr(at.name)) c.fail("missing bracket attribute '", at.name, "'");
-  return spec.infer(c);
+  return spec.resolve(c);
 }
+
+TensorType infer_type(const Operation& op, const ValueTable& values) { return resolve_op(op, values).type; }
 
 // ---- shared helpers ---------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
-// The MIL op registry: every op is declared once (ops_decl.cpp) with its call-argument specs, its
-// bracket-attribute specs and a type-inference rule. The builder, the checker and the parser all go
-// through infer_type(); backends look ops up by name and may use the resolve_* helpers below so that
-// every backend reads conv / slice parameters the same way.
+// The MIL op registry: every op is declared once (ops_decl.cpp) with its call-argument specs (and their
+// defaults), its bracket-attribute specs and a resolver that returns the output type and the op's typed
+// parameters (op_params.h). The builder, the checker and the parser go through infer_type(); backends
+// go through resolve_op() and lower from the typed parameters, so every consumer reads axes, padding,
+// slice bounds and broadcast shapes the same way.
 //
 // Adding an op: see docs/adding_an_op.md.
 #pragma once
@@ -13,6 +14,7 @@
 
 #include "framework/core/error.h"
 #include "framework/mil/ir.h"
+#include "framework/mil/op_params.h"
 
 namespace anelab::mil {
 
@@ -30,6 +32,7 @@ struct ArgSpec {
   bool required = true;
   ArgKind kind = ArgKind::kValue;
   std::vector<DType> dtypes;  // allowed element types; empty = any
+  std::optional<ConstValue> dflt;  // value an optional argument takes when absent (none: rank-dependent or no default)
 };
 
 struct AttrSpec {  // literal in the bracket: [name = ..., <attr> = <literal>]
@@ -60,19 +63,22 @@ class ValueTable {
   std::unordered_map<std::string, Entry> map_;
 };
 
-// What an inference rule sees: the op, its argument types and const-argument literals.
+struct OpSpec;
+
+// What a resolver sees: the op, its argument types and const-argument literals (an absent optional
+// argument reads as its declared default).
 class OpContext {
  public:
-  OpContext(const Operation& op, const ValueTable& values) : op_(op), values_(values) {}
+  OpContext(const Operation& op, const ValueTable& values, const OpSpec* spec = nullptr) : op_(op), values_(values), spec_(spec) {}
   const Operation& op() const { return op_; }
   bool has(const std::string& arg) const { return op_.arg(arg) != nullptr; }
   const TensorType& type(const std::string& arg) const;               // single-value argument
   std::vector<const TensorType*> tuple_types(const std::string& arg) const;
-  const ConstValue* literal(const std::string& arg) const;            // const-produced arg, else nullptr
+  const ConstValue* literal(const std::string& arg) const;            // const-produced arg or the default, else nullptr
   // Literal accessors (the arg must be const-produced; checked by the registry before inference).
   std::vector<int64_t> ints(const std::string& arg) const;
   int64_t int_scalar(const std::string& arg) const;
-  bool boolean(const std::string& arg, bool dflt = false) const;     // dflt when absent
+  bool boolean(const std::string& arg, bool dflt = false) const;     // the declared default, else dflt, when absent
   std::string str(const std::string& arg) const;
   const ConstValue& attr(const std::string& key) const;              // bracket attribute (required)
   // "[mil] <op> '<name>': <parts>"
@@ -86,15 +92,21 @@ class OpContext {
  private:
   const Operation& op_;
   const ValueTable& values_;
+  const OpSpec* spec_;
 };
 
-using InferFn = std::function<TensorType(const OpContext&)>;
+// What a resolver returns: the output type and the op's typed parameters.
+struct Resolved {
+  TensorType type;
+  OpParams params;
+};
+using ResolveFn = std::function<Resolved(const OpContext&)>;
 
 struct OpSpec {
   std::string name;
   std::vector<ArgSpec> args;
   std::vector<AttrSpec> attrs;
-  InferFn infer;
+  ResolveFn resolve;
   std::string summary;  // one line for docs / `anelab mil ops`
   const ArgSpec* arg(std::string_view n) const;
   const AttrSpec* attr(std::string_view n) const;
@@ -105,7 +117,9 @@ const OpSpec* find_op(std::string_view name);  // nullptr when unknown
 const OpSpec& op_spec(std::string_view name);  // throws listing the known ops
 
 // Validates `op` against its spec (known op, required/unknown args and attrs, arg kinds, defined
-// values, dtypes) and returns the inferred output type. Throws "[mil] <op> '<name>': ...".
+// values, dtypes) and runs its resolver. Throws "[mil] <op> '<name>': ...".
+Resolved resolve_op(const Operation& op, const ValueTable& values);
+// resolve_op(op, values).type: the inferred output type.
 TensorType infer_type(const Operation& op, const ValueTable& values);
 
 // ---- helpers shared with backends -------------------------------------------------------------
@@ -114,21 +128,5 @@ TensorType infer_type(const Operation& op, const ValueTable& values);
 std::optional<Shape> broadcast_shapes(const Shape& a, const Shape& b);
 // Normalises a possibly negative axis for `rank`; nullopt when out of range.
 std::optional<int> normalize_axis(int64_t axis, int rank);
-
-// conv on x [N, C, H, W] with weight [Cout, C/groups, kH, kW].
-struct ConvGeometry {
-  int64_t stride[2] = {1, 1}, dilation[2] = {1, 1};
-  int64_t pad[4] = {0, 0, 0, 0};  // top, bottom, left, right (resolved for "same" / "valid")
-  int64_t groups = 1;
-  int64_t out_h = 0, out_w = 0;
-};
-ConvGeometry resolve_conv(const OpContext& c);
-
-// slice_by_size / slice_by_index: per dimension start, step and output length (numpy semantics).
-struct SliceGeometry {
-  std::vector<int64_t> begin, stride, length;
-  std::vector<bool> squeeze;  // slice_by_index squeeze_mask
-};
-SliceGeometry resolve_slice(const OpContext& c);
 
 }  // namespace anelab::mil

@@ -1,5 +1,6 @@
 // The op declarations: one entry per MIL op (argument names exactly as the ANE compiler expects,
-// ane_digest §2.5) with its type-inference rule. To add an op, add one entry to all_ops() below.
+// ane_digest §2.5, with their defaults) and its resolver: the output type and the typed parameters
+// (op_params.h) every backend lowers from. To add an op, add one entry to declare_ops() below.
 #include <algorithm>
 
 #include "framework/mil/ops.h"
@@ -18,6 +19,21 @@ const std::vector<DType> kQuant{D::kInt8, D::kUint8};
 ArgSpec val(std::string n, std::vector<DType> d = {}, bool req = true) { return {std::move(n), req, ArgKind::kValue, std::move(d)}; }
 ArgSpec scal(std::string n, std::vector<DType> d, bool req = true) { return {std::move(n), req, ArgKind::kConstScalar, std::move(d)}; }
 ArgSpec vec(std::string n, bool req = true, std::vector<DType> d = kInt) { return {std::move(n), req, ArgKind::kConstTensor, std::move(d)}; }
+// An optional argument with the value it takes when absent.
+ArgSpec dflt(ArgSpec a, ConstValue v) {
+  a.required = false;
+  a.dflt = std::move(v);
+  return a;
+}
+
+// A resolver for ops without parameters beyond their output type.
+template <TensorType (*F)(const OpContext&)>
+Resolved plain(const OpContext& c) {
+  return {F(c), NoParams{}};
+}
+
+ConvGeometry resolve_conv(const OpContext& c);
+SliceGeometry resolve_slice(const OpContext& c);
 
 // ---- rules ------------------------------------------------------------------------------------
 
@@ -39,15 +55,15 @@ TensorType infer_const(const OpContext& c) {
 
 TensorType infer_unary(const OpContext& c) { return c.type("x"); }
 
-TensorType infer_binary(const OpContext& c) {
+Resolved resolve_binary(const OpContext& c) {
   const TensorType &x = c.type("x"), &y = c.type("y");
   if (x.dtype != y.dtype) c.fail("x ", x.str(), " and y ", y.str(), " have different dtypes");
   auto s = broadcast_shapes(x.shape, y.shape);
   if (!s) c.fail("cannot broadcast ", c.desc("x"), " with ", c.desc("y"));
-  return {x.dtype, *s};
+  return {{x.dtype, *s}, BroadcastParams{*s}};
 }
 
-TensorType infer_conv(const OpContext& c) {
+Resolved resolve_conv_op(const OpContext& c) {
   const TensorType &x = c.type("x"), &w = c.type("weight");
   if (x.rank() != 4) c.fail("x must be [N, C, H, W], got ", c.desc("x"));
   if (w.rank() != 4) c.fail("weight must be [Cout, Cin/groups, kH, kW], got ", c.desc("weight"));
@@ -63,10 +79,10 @@ TensorType infer_conv(const OpContext& c) {
   }
   if (g.out_h <= 0 || g.out_w <= 0)
     c.fail("kernel ", shape_str(w.shape), " does not fit ", c.desc("x"), " (output ", g.out_h, "x", g.out_w, ")");
-  return {x.dtype, {x.shape[0], w.shape[0], g.out_h, g.out_w}};
+  return {{x.dtype, {x.shape[0], w.shape[0], g.out_h, g.out_w}}, g};
 }
 
-TensorType infer_matmul(const OpContext& c) {
+Resolved resolve_matmul(const OpContext& c) {
   TensorType x = c.type("x"), y = c.type("y");
   if (x.dtype != y.dtype) c.fail("x ", x.str(), " and y ", y.str(), " have different dtypes");
   if (x.rank() < 2 || y.rank() < 2) c.fail("x and y must have rank >= 2, got ", c.desc("x"), ", ", c.desc("y"));
@@ -80,9 +96,10 @@ TensorType infer_matmul(const OpContext& c) {
            " has K=", k2);
   auto batch = broadcast_shapes(Shape(xs.begin(), xs.end() - 2), Shape(ys.begin(), ys.end() - 2));
   if (!batch) c.fail("cannot broadcast batch dimensions of ", c.desc("x"), " and ", c.desc("y"));
+  MatmulParams p{tx, ty, m, k, n, *batch};
   batch->push_back(m);
   batch->push_back(n);
-  return {x.dtype, *batch};
+  return {{x.dtype, *batch}, p};
 }
 
 int axis_of(const OpContext& c, const std::string& arg, int rank) {
@@ -92,9 +109,8 @@ int axis_of(const OpContext& c, const std::string& arg, int rank) {
   return *ax;
 }
 
-TensorType infer_softmax(const OpContext& c) {
-  axis_of(c, "axis", c.type("x").rank());
-  return c.type("x");
+Resolved resolve_softmax(const OpContext& c) {
+  return {c.type("x"), AxisParams{axis_of(c, "axis", c.type("x").rank())}};
 }
 
 TensorType infer_reshape(const OpContext& c) {
@@ -117,31 +133,33 @@ TensorType infer_reshape(const OpContext& c) {
   return {x.dtype, s};
 }
 
-TensorType infer_transpose(const OpContext& c) {
+Resolved resolve_transpose(const OpContext& c) {
   const TensorType& x = c.type("x");
   auto p = c.ints("perm");
   std::vector<bool> seen(static_cast<size_t>(x.rank()), false);
   if (static_cast<int>(p.size()) != x.rank()) c.fail("perm ", shape_str(p), " does not match ", c.desc("x"));
   Shape out;
+  PermParams pp;
   for (int64_t v : p) {
     auto a = normalize_axis(v, x.rank());
     if (!a || seen[static_cast<size_t>(*a)]) c.fail("perm ", shape_str(p), " is not a permutation for ", c.desc("x"));
     seen[static_cast<size_t>(*a)] = true;
     out.push_back(x.shape[static_cast<size_t>(*a)]);
+    pp.perm.push_back(*a);
   }
-  return {x.dtype, out};
+  return {{x.dtype, out}, pp};
 }
 
-TensorType infer_slice(const OpContext& c) {
+Resolved resolve_slice_op(const OpContext& c) {
   const TensorType& x = c.type("x");
   SliceGeometry g = resolve_slice(c);
   Shape out;
   for (size_t i = 0; i < g.length.size(); ++i)
     if (!g.squeeze[i]) out.push_back(g.length[i]);
-  return {x.dtype, out};
+  return {{x.dtype, out}, std::move(g)};
 }
 
-TensorType infer_concat(const OpContext& c) {
+Resolved resolve_concat(const OpContext& c) {
   auto ts = c.tuple_types("values");
   const TensorType& t0 = *ts[0];
   int64_t a = c.int_scalar("axis");
@@ -161,10 +179,10 @@ TensorType infer_concat(const OpContext& c) {
              interleave ? " (interleave needs equal shapes)" : "");
     out[static_cast<size_t>(*ax)] += t.shape[static_cast<size_t>(*ax)];
   }
-  return {t0.dtype, out};
+  return {{t0.dtype, out}, ConcatParams{*ax, interleave}};
 }
 
-TensorType infer_reduce(const OpContext& c) {
+Resolved resolve_reduce(const OpContext& c) {
   const TensorType& x = c.type("x");
   std::vector<bool> red(static_cast<size_t>(x.rank()), !c.has("axes"));
   if (c.has("axes"))
@@ -173,12 +191,14 @@ TensorType infer_reduce(const OpContext& c) {
       if (!ax || red[static_cast<size_t>(*ax)]) c.fail("axes ", shape_str(c.ints("axes")), " invalid for ", c.desc("x"));
       red[static_cast<size_t>(*ax)] = true;
     }
-  bool keep = c.boolean("keep_dims");
+  ReduceParams p{{}, c.boolean("keep_dims")};
   Shape out;
   for (size_t i = 0; i < red.size(); ++i)
     if (!red[i]) out.push_back(x.shape[i]);
-    else if (keep) out.push_back(1);
-  return {x.dtype, out};
+    else if (p.keep_dims) out.push_back(1);
+  for (size_t i = 0; i < red.size(); ++i)
+    if (red[i]) p.axes.push_back(static_cast<int>(i));
+  return {{x.dtype, out}, p};
 }
 
 DType dtype_arg(const OpContext& c, const std::string& arg, const std::vector<DType>& ok) {
@@ -188,8 +208,9 @@ DType dtype_arg(const OpContext& c, const std::string& arg, const std::vector<DT
   return *d;
 }
 
-TensorType infer_cast(const OpContext& c) {
-  return {dtype_arg(c, "dtype", {D::kFp16, D::kFp32, D::kInt32, D::kInt16, D::kInt8, D::kUint8, D::kBool}), c.type("x").shape};
+Resolved resolve_cast(const OpContext& c) {
+  DType to = dtype_arg(c, "dtype", {D::kFp16, D::kFp32, D::kInt32, D::kInt16, D::kInt8, D::kUint8, D::kBool});
+  return {{to, c.type("x").shape}, CastParams{to}};
 }
 
 // Checks a per-tensor (scalar) or per-axis (rank-1) quantisation parameter against `data` along `axis`.
@@ -203,33 +224,44 @@ void check_qparam(const OpContext& c, const std::string& what, const TensorType&
     c.fail(what, " ", p.str(), " does not match dimension ", *ax, " of ", shape_str(data));
 }
 
-TensorType infer_quantize(const OpContext& c) {
+// The normalised quantisation axis of `data` (nullopt when the op has no axis argument).
+std::optional<int> quant_axis(const OpContext& c, const Shape& data) {
+  if (!c.has("axis")) return std::nullopt;
+  int64_t a = c.int_scalar("axis");
+  auto ax = normalize_axis(a, static_cast<int>(data.size()));
+  if (!ax) c.fail("axis ", a, " out of range for ", shape_str(data));
+  return *ax;
+}
+
+Resolved resolve_quantize(const OpContext& c) {
   const TensorType& in = c.type("input");
   DType out = dtype_arg(c, "output_dtype", kQuant);
   std::optional<int64_t> axis;
-  if (c.has("axis")) axis = c.int_scalar("axis");
+  std::optional<int> ax = quant_axis(c, in.shape);
+  if (ax) axis = *ax;
   if (c.type("scale").dtype != in.dtype) c.fail("scale ", c.type("scale").str(), " must have the dtype of input ", in.str());
   check_qparam(c, "scale", c.type("scale"), in.shape, axis);
   if (c.has("zero_point")) {
     if (c.type("zero_point").dtype != out) c.fail("zero_point ", c.type("zero_point").str(), " must have output_dtype ", dtype_name(out));
     check_qparam(c, "zero_point", c.type("zero_point"), in.shape, axis);
   }
-  return {out, in.shape};
+  return {{out, in.shape}, QuantizeParams{ax}};
 }
 
-TensorType infer_dequantize(const OpContext& c) {
+Resolved resolve_dequantize(const OpContext& c) {
   const TensorType& in = c.type("input");
   std::optional<int64_t> axis;
-  if (c.has("axis")) axis = c.int_scalar("axis");
+  std::optional<int> ax = quant_axis(c, in.shape);
+  if (ax) axis = *ax;
   check_qparam(c, "scale", c.type("scale"), in.shape, axis);
   if (c.has("zero_point")) {
     if (c.type("zero_point").dtype != in.dtype) c.fail("zero_point ", c.type("zero_point").str(), " must have the dtype of input ", in.str());
     check_qparam(c, "zero_point", c.type("zero_point"), in.shape, axis);
   }
-  return {c.type("scale").dtype, in.shape};
+  return {{c.type("scale").dtype, in.shape}, QuantizeParams{ax}};
 }
 
-TensorType infer_constexpr_affine_dequantize(const OpContext& c) {
+Resolved resolve_constexpr_affine_dequantize(const OpContext& c) {
   const ConstValue &q = c.attr("quantized_data"), &s = c.attr("scale"), &z = c.attr("zero_point"), &a = c.attr("axis");
   if (a.type.rank() != 0 || a.i.size() != 1) c.fail("axis must be an int32 scalar, got ", a.type.str());
   if (q.type.rank() == 0) c.fail("quantized_data must be a tensor, got ", q.type.str());
@@ -237,10 +269,12 @@ TensorType infer_constexpr_affine_dequantize(const OpContext& c) {
   if (z.type.dtype != q.type.dtype) c.fail("zero_point ", z.type.str(), " must have the dtype of quantized_data ", q.type.str());
   check_qparam(c, "scale", s.type, q.type.shape, a.i[0]);
   check_qparam(c, "zero_point", z.type, q.type.shape, a.i[0]);
-  return {s.type.dtype, q.type.shape};
+  auto ax = normalize_axis(a.i[0], q.type.rank());
+  if (!ax) c.fail("axis ", a.i[0], " out of range for quantized_data ", q.type.str());
+  return {{s.type.dtype, q.type.shape}, AffineDequantParams{*ax}};
 }
 
-TensorType infer_sdpa(const OpContext& c) {
+Resolved resolve_sdpa(const OpContext& c) {
   const TensorType &q = c.type("query"), &k = c.type("key"), &v = c.type("value");
   if (q.rank() < 3 || k.rank() != q.rank() || v.rank() != q.rank())
     c.fail("query, key, value must share a rank >= 3, got ", c.desc("query"), ", ", c.desc("key"), ", ", c.desc("value"));
@@ -263,11 +297,12 @@ TensorType infer_sdpa(const OpContext& c) {
   Shape out = bq;
   out.push_back(L);
   out.push_back(v.shape[r - 1]);
-  return {q.dtype, out};
+  return {{q.dtype, out}, SdpaParams{bq, L, S, E, v.shape[r - 1], c.has("attn_mask")}};
 }
 
-TensorType infer_layer_norm(const OpContext& c) {
+Resolved resolve_layer_norm(const OpContext& c) {
   const TensorType& x = c.type("x");
+  LayerNormParams p;
   Shape norm;
   std::vector<int64_t> axes;
   if (c.has("axes")) axes = c.ints("axes");
@@ -275,48 +310,57 @@ TensorType infer_layer_norm(const OpContext& c) {
     for (int i = 0; i < x.rank(); ++i) axes.push_back(i);
   for (int64_t a : axes) {
     auto ax = normalize_axis(a, x.rank());
-    if (!ax) c.fail("axes ", shape_str(axes), " invalid for ", c.desc("x"));
+    if (!ax || std::find(p.axes.begin(), p.axes.end(), *ax) != p.axes.end()) c.fail("axes ", shape_str(axes), " invalid for ", c.desc("x"));
     norm.push_back(x.shape[static_cast<size_t>(*ax)]);
+    p.axes.push_back(*ax);
   }
   for (const char* p : {"gamma", "beta"})
     if (c.has(p) && (c.type(p).shape != norm || c.type(p).dtype != x.dtype))
       c.fail(c.desc(p), " must be ", shape_str(norm), " ", dtype_name(x.dtype), " (x dims at axes)");
   if (c.has("epsilon") && c.type("epsilon").dtype != x.dtype) c.fail("epsilon must have dtype ", dtype_name(x.dtype));
-  return x;
+  p.epsilon = c.literal("epsilon")->f.at(0);
+  return {x, p};
 }
 
 OpSpec unary(std::string name, std::vector<DType> d, std::string summary) {
-  return {std::move(name), {val("x", std::move(d))}, {}, infer_unary, std::move(summary)};
+  return {std::move(name), {val("x", std::move(d))}, {}, plain<infer_unary>, std::move(summary)};
 }
 OpSpec binary(std::string name, std::vector<DType> d, std::string summary) {
-  return {std::move(name), {val("x", d), val("y", d)}, {}, infer_binary, std::move(summary)};
+  return {std::move(name), {val("x", d), val("y", d)}, {}, resolve_binary, std::move(summary)};
 }
 
 std::vector<OpSpec> declare_ops() {
   std::vector<OpSpec> ops;
-  ops.push_back({"const", {}, {{"val", true, {}}}, infer_const, "literal or BLOBFILE tensor in [val = ...]"});
+  using CV = ConstValue;
+  ops.push_back({"const", {}, {{"val", true, {}}}, plain<infer_const>, "literal or BLOBFILE tensor in [val = ...]"});
   ops.push_back({"conv",
-                 {vec("dilations", false), scal("groups", kInt, false), vec("pad", false), scal("pad_type", kStr, false),
-                  vec("strides", false), val("weight", kFloat), val("x", kFloat), val("bias", kFloat, false)},
+                 {dflt(vec("dilations"), CV::ints({1, 1})), dflt(scal("groups", kInt), CV::int32(1)), dflt(vec("pad"), CV::ints({0, 0, 0, 0})),
+                  dflt(scal("pad_type", kStr), CV::string("valid")), dflt(vec("strides"), CV::ints({1, 1})), val("weight", kFloat),
+                  val("x", kFloat), val("bias", kFloat, false)},
                  {},
-                 infer_conv,
+                 resolve_conv_op,
                  "2-D conv: x [N,C,H,W], weight [Cout,C/groups,kH,kW] -> [N,Cout,H',W']"});
-  ops.push_back({"matmul", {scal("transpose_x", kBoolT, false), scal("transpose_y", kBoolT, false), val("x", kNumeric), val("y", kNumeric)}, {},
-                 infer_matmul, "batched matmul over the last two dims, leading dims broadcast"});
-  ops.push_back({"softmax", {scal("axis", kInt), val("x", kFloat)}, {}, infer_softmax, "softmax along axis"});
-  ops.push_back({"reshape", {vec("shape"), val("x")}, {}, infer_reshape, "reshape to a static shape (one -1 allowed)"});
-  ops.push_back({"transpose", {vec("perm"), val("x")}, {}, infer_transpose, "permute dims"});
-  ops.push_back({"slice_by_size", {val("x"), vec("begin"), vec("size")}, {}, infer_slice, "x[begin : begin+size], size -1 = to end"});
+  ops.push_back({"matmul",
+                 {dflt(scal("transpose_x", kBoolT), CV::boolean(false)), dflt(scal("transpose_y", kBoolT), CV::boolean(false)), val("x", kNumeric),
+                  val("y", kNumeric)},
+                 {},
+                 resolve_matmul,
+                 "batched matmul over the last two dims, leading dims broadcast"});
+  ops.push_back({"softmax", {scal("axis", kInt), val("x", kFloat)}, {}, resolve_softmax, "softmax along axis"});
+  ops.push_back({"reshape", {vec("shape"), val("x")}, {}, plain<infer_reshape>, "reshape to a static shape (one -1 allowed)"});
+  ops.push_back({"transpose", {vec("perm"), val("x")}, {}, resolve_transpose, "permute dims"});
+  ops.push_back({"slice_by_size", {val("x"), vec("begin"), vec("size")}, {}, resolve_slice_op, "x[begin : begin+size], size -1 = to end"});
   ops.push_back({"slice_by_index",
                  {val("x"), vec("begin"), vec("end"), vec("stride", false), vec("begin_mask", false, kBoolT), vec("end_mask", false, kBoolT),
                   vec("squeeze_mask", false, kBoolT)},
                  {},
-                 infer_slice,
-                 "numpy-style x[begin:end:stride] with masks"});
-  ops.push_back({"concat", {scal("axis", kInt), scal("interleave", kBoolT), {"values", true, ArgKind::kTuple, {}}}, {}, infer_concat,
+                 resolve_slice_op,
+                 "numpy-style x[begin:end:stride] with masks (stride default 1, masks default false)"});
+  ops.push_back({"concat", {scal("axis", kInt), scal("interleave", kBoolT), {"values", true, ArgKind::kTuple, {}}}, {}, resolve_concat,
                  "concatenate values along axis"});
   for (const char* r : {"reduce_sum", "reduce_max"})
-    ops.push_back({r, {val("x", kNumeric), vec("axes", false), scal("keep_dims", kBoolT, false)}, {}, infer_reduce, "reduction over axes"});
+    ops.push_back({r, {val("x", kNumeric), vec("axes", false), dflt(scal("keep_dims", kBoolT), CV::boolean(false))}, {}, resolve_reduce,
+                   "reduction over axes (default: all)"});
   ops.push_back(binary("pow", kFloat, "x ** y (broadcast)"));
   ops.push_back(binary("mul", kNumeric, "x * y (broadcast)"));
   ops.push_back(binary("add", kNumeric, "x + y (broadcast)"));
@@ -327,22 +371,22 @@ std::vector<OpSpec> declare_ops() {
   ops.push_back(unary("exp", kFloat, "exp(x)"));
   ops.push_back(unary("relu", kFloat, "max(x, 0)"));
   ops.push_back(unary("identity", {}, "x"));
-  ops.push_back({"cast", {scal("dtype", kStr), val("x")}, {}, infer_cast, "convert to dtype (string const)"});
+  ops.push_back({"cast", {scal("dtype", kStr), val("x")}, {}, resolve_cast, "convert to dtype (string const)"});
   ops.push_back({"quantize",
                  {val("input", kFloat), scal("output_dtype", kStr), val("scale", kFloat), val("zero_point", kQuant, false), scal("axis", kInt, false)},
                  {},
-                 infer_quantize,
+                 resolve_quantize,
                  "round(input / scale) + zero_point, saturated to int8/uint8"});
   ops.push_back({"dequantize", {val("input", kQuant), val("scale", kFloat), val("zero_point", kQuant, false), scal("axis", kInt, false)}, {},
-                 infer_dequantize, "(input - zero_point) * scale"});
+                 resolve_dequantize, "(input - zero_point) * scale"});
   ops.push_back({"constexpr_affine_dequantize", {},
                  {{"axis", true, kInt}, {"quantized_data", true, kQuant}, {"scale", true, kFloat}, {"zero_point", true, kQuant}},
-                 infer_constexpr_affine_dequantize, "(quantized_data - zero_point) * scale, all bracket attributes"});
+                 resolve_constexpr_affine_dequantize, "(quantized_data - zero_point) * scale, all bracket attributes"});
   ops.push_back({"scaled_dot_product_attention", {val("query", kFloat), val("key", kFloat), val("value", kFloat), val("attn_mask", {}, false)}, {},
-                 infer_sdpa, "softmax(q k^T / sqrt(E) + mask) v (ANE ignores the mask)"});
+                 resolve_sdpa, "softmax(q k^T / sqrt(E) + mask) v (ANE ignores the mask)"});
   ops.push_back({"layer_norm", {val("x", kFloat), vec("axes", false), val("gamma", kFloat, false), val("beta", kFloat, false),
-                                scal("epsilon", kFloat, false)},
-                 {}, infer_layer_norm, "(x - mean) / sqrt(var + epsilon) * gamma + beta over axes"});
+                                dflt(scal("epsilon", kFloat), CV::fp32(1e-5))},
+                 {}, resolve_layer_norm, "(x - mean) / sqrt(var + epsilon) * gamma + beta over axes"});
   return ops;
 }
 
@@ -354,22 +398,22 @@ const std::vector<OpSpec>& all_ops() {
 }
 
 // ---- geometry helpers -------------------------------------------------------------------------
+namespace {
 
 ConvGeometry resolve_conv(const OpContext& c) {
   const TensorType &x = c.type("x"), &w = c.type("weight");
   ConvGeometry g;
   auto pair = [&](const char* arg, int64_t* dst) {
-    if (!c.has(arg)) return;
     auto v = c.ints(arg);
     if (v.size() != 2 || v[0] < 1 || v[1] < 1) c.fail(arg, " ", shape_str(v), " must be two positive ints");
     dst[0] = v[0], dst[1] = v[1];
   };
   pair("strides", g.stride);
   pair("dilations", g.dilation);
-  if (c.has("groups")) g.groups = c.int_scalar("groups");
+  g.groups = c.int_scalar("groups");
   if (g.groups < 1) c.fail("groups = ", g.groups, " must be >= 1");
-  std::string pt = c.has("pad_type") ? c.str("pad_type") : "valid";
-  if (c.has("pad")) {
+  std::string pt = c.str("pad_type");
+  {
     auto p = c.ints("pad");
     if (p.size() != 4) c.fail("pad ", shape_str(p), " must have 4 entries (top, bottom, left, right)");
     if (pt == "custom")
@@ -442,4 +486,5 @@ SliceGeometry resolve_slice(const OpContext& c) {
   return g;
 }
 
+}  // namespace
 }  // namespace anelab::mil

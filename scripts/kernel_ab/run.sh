@@ -15,11 +15,13 @@ trap 'rm -rf "$W"' EXIT
 mkdir -p "$W/old"
 git archive "$REV" framework infer | tar -x -C "$W/old"
 F=(-std=c++20 -O3 -march=native -fno-tree-slp-vectorize)
-SRCS=(framework/emulator/linear.cpp framework/emulator/kernels.cpp framework/core/fp16.cpp framework/core/thread_pool.cpp
+SRCS=(framework/emulator/kernels.cpp framework/core/fp16.cpp framework/core/thread_pool.cpp
       framework/core/error.cpp framework/mil/types.cpp infer/cpu_kernels.cpp)
-for f in "${SRCS[@]}"; do
-  g++ "${F[@]}" -Danelab=anelab_old -I"$W/old" -c "$W/old/$f" -o "$W/old_$(basename "$f").o" &
-  g++ "${F[@]}" -I. -c "$f" -o "$W/new_$(basename "$f").o"
+gemm_src() { [[ -f "$1/framework/emulator/gemm.cpp" ]] && echo gemm.cpp || echo linear.cpp; }  # the GEMM's file at that revision
+for f in framework/emulator/GEMM "${SRCS[@]}"; do
+  o="${f/GEMM/$(gemm_src "$W/old")}" n="${f/GEMM/$(gemm_src .)}"
+  g++ "${F[@]}" -Danelab=anelab_old -I"$W/old" -c "$W/old/$o" -o "$W/old_$(basename "$o").o" &
+  g++ "${F[@]}" -I. -c "$n" -o "$W/new_$(basename "$n").o"
   wait
 done
 [[ -f framework/simd/soft_fp16.cpp ]] && g++ "${F[@]}" -I. -c framework/simd/soft_fp16.cpp -o "$W/new_soft.o"

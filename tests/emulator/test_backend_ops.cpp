@@ -3,7 +3,9 @@
 // and checks per-element bounds + NMSE (see op_harness.h for the tolerance derivation), NaN/Inf and
 // guard bytes after every output surface.
 #include <map>
+#include <set>
 
+#include "framework/emulator/emulator.h"
 #include "framework/runtime/backend.h"
 #include "tests/emulator/op_harness.h"
 #include "tests/emulator/reference.h"
@@ -41,7 +43,7 @@ CaseResult unary_case(ProgramUnderTest& p, const char* op, double lo, double hi,
   Value x = p.input("x", {1, 32, 1, 64}, xv);
   auto& b = *p.b;
   std::string o = op;
-  b.output(o == "sigmoid" ? b.sigmoid(x) : o == "tanh" ? b.tanh(x) : o == "exp" ? b.exp(x) : b.identity(x));
+  b.output(o == "sigmoid" ? b.sigmoid(x) : o == "tanh" ? b.tanh(x) : o == "exp" ? b.exp(x) : o == "relu" ? b.relu(x) : b.identity(x));
   Vec want(xv.size());
   for (size_t i = 0; i < xv.size(); ++i) want[i] = f(xv[i]);
   return {{{want}, {ref::abs_vec(want)}, 1}, {1.02, 0, 1e-6}};
@@ -326,6 +328,7 @@ const std::map<std::string, CaseFn>& cases() {
       {"tanh", [](auto& p) { return unary_case(p, "tanh", -4, 4, [](double a) { return std::tanh(a); }); }},
       {"exp", [](auto& p) { return unary_case(p, "exp", -8, 8, [](double a) { return std::exp(a); }); }},
       {"identity", [](auto& p) { return unary_case(p, "identity", -8, 8, [](double a) { return a; }); }},
+      {"relu", [](auto& p) { return unary_case(p, "relu", -4, 4, [](double a) { return std::max(a, 0.0); }); }},
       {"conv_1x1", [](auto& p) { return conv_case(p, geom(64, 1, 64, 96, 1, 1, 1, 1), "valid", {0, 0, 0, 0}, false); }},
       {"conv_3x3_same_bias", [](auto& p) { return conv_case(p, geom(8, 8, 40, 16, 3, 1, 1, 1), "same", {0, 0, 0, 0}, true); }},
       {"conv_stride2_custom_pad", [](auto& p) { return conv_case(p, geom(8, 9, 70, 8, 3, 1, 2, 1), "custom", {1, 0, 2, 1}, false); }},
@@ -381,6 +384,17 @@ TEST_P(BackendOps, MatchesFp64Reference) {
   ASSERT_EQ(r.out.size(), c.ref.y.size());
   for (size_t i = 0; i < r.out.size(); ++i)
     expect_close(case_name + " on " + backend, r.out[i], c.ref.y[i], c.ref.mag[i], c.ref.K, c.tol);
+}
+
+// Every op the emulator lowers is exercised by at least one case above.
+TEST(BackendOpsCoverage, EveryLoweredOpHasACase) {
+  std::set<std::string> used;
+  for (const auto& [name, fn] : cases()) {
+    ProgramUnderTest p;
+    fn(p);
+    for (const auto& op : p.b->function().ops) used.insert(op.op);
+  }
+  for (const auto& op : emu::lowered_ops()) EXPECT_TRUE(used.count(op)) << op << " is lowered by the emulator but no op-harness case uses it";
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, BackendOps, ::testing::Combine(::testing::ValuesIn(case_names()), ::testing::ValuesIn(available_backends())),
