@@ -107,7 +107,7 @@ struct Run {
   void emit_start(bool resumed);
   void check_same_setup();
   Batch next_batch();
-  double micro_batch(const Batch& b, float scale, uint64_t data_state, StepTimes* st, double* ms_comm);
+  void micro_batch(const Batch& b, float scale, uint64_t data_state, StepTimes* st, double* loss_sum, double* ms_comm);
   void train_step();
   std::optional<power::Reading> energy_now();
   nlohmann::json power_json() const;
@@ -285,9 +285,9 @@ Batch Run::next_batch() {
 
 // One micro-batch per rank: gradients into g directly (one micro-batch per step), else into gm, and then
 // g += gm of rank 0, 1, ... (dist.h): the additions of one process accumulating the step's micro-batches in
-// their global order. Returns the sum of the ranks' losses (in rank order). A compile failure on any rank
-// restarts every rank.
-double Run::micro_batch(const Batch& b, float scale, uint64_t data_state, StepTimes* st, double* ms_comm) {
+// their global order; the ranks' losses are added to *loss_sum in the same order. A compile failure on any
+// rank restarts every rank.
+void Run::micro_batch(const Batch& b, float scale, uint64_t data_state, StepTimes* st, double* loss_sum, double* ms_comm) {
   float* dst = gm.empty() ? g.data() : gm.data();
   if (!gm.empty()) std::fill(gm.begin(), gm.end(), 0.0f);
   double mine[2] = {0, 0};  // loss, compile failed
@@ -304,11 +304,9 @@ double Run::micro_batch(const Batch& b, float scale, uint64_t data_state, StepTi
   for (int r = 0; r < group->size() && message.empty(); ++r)
     if (all[size_t(2 * r + 1)] != 0) code = "other_rank", message = cat("a kernel compile failed on rank ", r);
   if (!message.empty()) restart_after_compile_failure(code, message, data_state);
-  double loss = 0;
-  for (int r = 0; r < group->size(); ++r) loss += all[size_t(2 * r)];
+  for (int r = 0; r < group->size(); ++r) *loss_sum += all[size_t(2 * r)];
   if (!gm.empty()) group->accumulate_ordered(gm.data(), g.data(), int64_t(g.size()));
   *ms_comm += (now_s() - t0) * 1000.0;
-  return loss;
 }
 
 void Run::train_step() {
@@ -323,7 +321,7 @@ void Run::train_step() {
   const double scale = scaler.scale;
   double loss_sum = 0, ms_comm = 0;
   const uint64_t data_state = batcher->state();
-  for (int64_t a = 0; a < cfg.accum_steps; ++a) loss_sum += micro_batch(next_batch(), float(scale), data_state, &st, &ms_comm);
+  for (int64_t a = 0; a < cfg.accum_steps; ++a) micro_batch(next_batch(), float(scale), data_state, &st, &loss_sum, &ms_comm);
   double ms_compile = 0;  // compiles inside forward_backward (kernel strategies): reported apart, not as step time
   if (auto [n, ms] = engine->take_compile_batch(); n > 0) {
     ms_compile = ms;

@@ -43,11 +43,12 @@ train::TrainConfig base(const std::string& dir, const std::string& data, const s
   return c;
 }
 
-// `anelab train` as `base` with one micro-batch per rank (2 ranks: the same 2 micro-batches per step).
-std::string train_args(const std::string& dir, const std::string& data, const std::string& strategy, int steps) {
+// `anelab train` as `base` with `accum` micro-batches per rank (2 ranks x 1: the same 2 micro-batches per step).
+std::string train_args(const std::string& dir, const std::string& data, const std::string& strategy, int steps,
+                       int accum = 1) {
   return std::string(ANELAB_BINARY_DIR) + "/bin/anelab train --preset stories260k --data " + data + " --run-dir " + dir +
          " --run t --strategy " + strategy + " --steps " + std::to_string(steps) + " --batch-size 2 --seq-len 32 "
-         "--accum-steps 1 --lr 2e-3 --warmup-steps 2 --loss-scale dynamic:256:3 --eval-batches 0 --quiet";
+         "--accum-steps " + std::to_string(accum) + " --lr 2e-3 --warmup-steps 2 --loss-scale dynamic:256:3 --eval-batches 0 --quiet";
 }
 std::string mpirun2() { return std::string(ANELAB_MPIEXEC) + " -np 2 "; }
 
@@ -58,9 +59,12 @@ TEST(Mpi, TwoRanksEqualOneProcessAccumulating) {
   const auto dir = test::temp_dir("mpi_eq").string();
   const std::string data = test::write_tokens(dir, 5000, 512, 11);
   // dynamic: the kernel strategy accumulates every sequence's dW into the gradient buffer in turn, so the
-  // rank sum must reproduce the one-process micro-batch order exactly
-  train::run_training(base(dir + "/one", data, "dynamic"), {false, false});
-  ASSERT_EQ(sh(mpirun2() + train_args(dir + "/two", data, "dynamic", 10) + " --launcher mpi > " + dir + "/log.txt 2>&1"), 0)
+  // rank sum must reproduce the one-process micro-batch order exactly: 2 ranks x 2 micro-batches = one process
+  // x 4 in the order (round 0: rank 0, rank 1), (round 1: rank 0, rank 1)
+  auto one = base(dir + "/one", data, "dynamic");
+  one.accum_steps = 4;
+  train::run_training(one, {false, false});
+  ASSERT_EQ(sh(mpirun2() + train_args(dir + "/two", data, "dynamic", 10, 2) + " --launcher mpi > " + dir + "/log.txt 2>&1"), 0)
       << read_file_text(dir + "/log.txt");
   test::expect_same_state(dir + "/one", dir + "/two");
   const auto start = test::read_events(dir + "/two", "run_start");
@@ -68,7 +72,7 @@ TEST(Mpi, TwoRanksEqualOneProcessAccumulating) {
   EXPECT_EQ(start[0]["ranks"].get<int>(), 2);
   const auto steps = test::read_events(dir + "/two", "step");
   ASSERT_EQ(steps.size(), 10u);
-  EXPECT_EQ(steps[0]["tokens"].get<int64_t>(), 2 * 2 * 32);  // global: ranks x batch x seq
+  EXPECT_EQ(steps[0]["tokens"].get<int64_t>(), 2 * 2 * 2 * 32);  // global: ranks x accum x batch x seq
   EXPECT_GT(steps[0]["ms_comm"].get<double>(), 0.0);
   std::filesystem::remove_all(dir);
 }
