@@ -106,8 +106,9 @@ struct Run {
   void setup();
   void emit_start(bool resumed);
   void check_same_setup();
+  void check_same_weights();
   Batch next_batch();
-  void micro_batch(const Batch& b, float scale, uint64_t data_state, StepTimes* st, double* loss_sum, double* ms_comm);
+  void micro_batch(const Batch& b, float scale, uint64_t data_state, StepTimes* st, double* loss_sum, double ms_comm[2]);
   void train_step();
   std::optional<power::Reading> energy_now();
   nlohmann::json power_json() const;
@@ -209,6 +210,26 @@ void Run::check_same_setup() {
            " tokens): every rank needs the same command line, model and data file");
 }
 
+// The ranks' weights must stay identical (same sums, same optimizer arithmetic): compared through a 64-bit hash
+// of their bits where every rank checkpoints (periodic and final checkpoints), so a rank that computes
+// differently (another build or architecture) stops the run instead of training a different model unseen.
+void Run::check_same_weights() {
+  if (group->size() == 1) return;
+  uint64_t h = 14695981039346656037ull;
+  for (float x : w) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    h = (h ^ u) * 1099511628211ull;
+  }
+  const double mine[2] = {double(h >> 32), double(h & 0xffffffffu)};
+  std::vector<double> all(size_t(2 * group->size()));
+  group->allgather(mine, 2, all.data());
+  for (int r = 1; r < group->size(); ++r)
+    if (all[size_t(2 * r)] != all[0] || all[size_t(2 * r + 1)] != all[1])
+      fail("train", "after step ", step, " the weights of rank ", r, " differ from rank 0's: the ranks must run the same "
+           "anelab build on the same architecture (last.ckpt holds rank 0's weights)");
+}
+
 void Run::emit_start(bool resumed) {
   const auto& c = layout.config();
   const double pid = double(::getpid());
@@ -286,8 +307,9 @@ Batch Run::next_batch() {
 // One micro-batch per rank: gradients into g directly (one micro-batch per step), else into gm, and then
 // g += gm of rank 0, 1, ... (dist.h): the additions of one process accumulating the step's micro-batches in
 // their global order; the ranks' losses are added to *loss_sum in the same order. A compile failure on any
-// rank restarts every rank.
-void Run::micro_batch(const Batch& b, float scale, uint64_t data_state, StepTimes* st, double* loss_sum, double* ms_comm) {
+// rank restarts every rank. ms_comm[0] += the ms of both exchanges, ms_comm[1] += those of the first (losses), which
+// is mostly waiting for the slowest rank.
+void Run::micro_batch(const Batch& b, float scale, uint64_t data_state, StepTimes* st, double* loss_sum, double ms_comm[2]) {
   float* dst = gm.empty() ? g.data() : gm.data();
   if (!gm.empty()) std::fill(gm.begin(), gm.end(), 0.0f);
   double mine[2] = {0, 0};  // loss, compile failed
@@ -301,12 +323,13 @@ void Run::micro_batch(const Batch& b, float scale, uint64_t data_state, StepTime
   const double t0 = now_s();
   std::vector<double> all(size_t(2 * group->size()));
   group->allgather(mine, 2, all.data());
+  ms_comm[1] += (now_s() - t0) * 1000.0;
   for (int r = 0; r < group->size() && message.empty(); ++r)
     if (all[size_t(2 * r + 1)] != 0) code = "other_rank", message = cat("a kernel compile failed on rank ", r);
   if (!message.empty()) restart_after_compile_failure(code, message, data_state);
   for (int r = 0; r < group->size(); ++r) *loss_sum += all[size_t(2 * r)];
   if (!gm.empty()) group->accumulate_ordered(gm.data(), g.data(), int64_t(g.size()));
-  *ms_comm += (now_s() - t0) * 1000.0;
+  ms_comm[0] += (now_s() - t0) * 1000.0;
 }
 
 void Run::train_step() {
@@ -319,9 +342,9 @@ void Run::train_step() {
   StepTimes st;
   std::fill(g.begin(), g.end(), 0.0f);
   const double scale = scaler.scale;
-  double loss_sum = 0, ms_comm = 0;
+  double loss_sum = 0, ms_comm[2] = {0, 0};  // exchanges, of which waiting for the other ranks
   const uint64_t data_state = batcher->state();
-  for (int64_t a = 0; a < cfg.accum_steps; ++a) micro_batch(next_batch(), float(scale), data_state, &st, &loss_sum, &ms_comm);
+  for (int64_t a = 0; a < cfg.accum_steps; ++a) micro_batch(next_batch(), float(scale), data_state, &st, &loss_sum, ms_comm);
   double ms_compile = 0;  // compiles inside forward_backward (kernel strategies): reported apart, not as step time
   if (auto [n, ms] = engine->take_compile_batch(); n > 0) {
     ms_compile = ms;
@@ -351,8 +374,8 @@ void Run::train_step() {
   const double ms_opt = (t1 - t_opt) * 1000.0;
   nlohmann::json f = {{"loss", last_loss}, {"lr", lr}, {"grad_norm", norm}, {"loss_scale", scale}, {"skipped", skipped},
                 {"tokens", ntok}, {"tokens_per_s", double(ntok) * 1000.0 / std::max(ms, 1e-3)}, {"ms", ms}, {"ms_kernel", st.kernel},
-                {"ms_cpu_dw", st.cpu_dw}, {"ms_staging", st.staging}, {"ms_comm", ms_comm},
-                {"ms_other", std::max(0.0, ms - st.kernel - st.cpu_dw - st.staging - ms_comm)}, {"ms_fwd", st.fwd},
+                {"ms_cpu_dw", st.cpu_dw}, {"ms_staging", st.staging}, {"ms_comm", ms_comm[0]},
+                {"ms_comm_wait", ms_comm[1]}, {"ms_other", std::max(0.0, ms - st.kernel - st.cpu_dw - st.staging - ms_comm[0])}, {"ms_fwd", st.fwd},
                 {"ms_bwd", st.bwd}, {"ms_cls", st.cls}, {"ms_optim", ms_opt}, {"compiles_total", engine->compiles_total()},
                 {"restarts", restarts}, {"cpu_pct", 100.0 * (cpu_seconds() - cpu0) / (t1 - t0)},
                 {"elapsed_s", prior_wall + (t1 - t_start)},
@@ -488,6 +511,7 @@ void Run::restart_after_compile_failure(const std::string& code, const std::stri
 }
 
 TrainOutcome Run::finish(bool finished) {
+  check_same_weights();
   if (finished && cfg.eval_batches > 0 && data->n_val() > 0) evaluate();
   checkpoint(false);
   TrainOutcome o{step, last_loss, best_val, last_val, finished, steps_here ? train_s * 1000.0 / double(steps_here) : 0};
@@ -535,7 +559,10 @@ TrainOutcome run_training(const TrainConfig& c, const RunHooks& hooks) {
       r.train_step();
       if (c.eval_every > 0 && r.step % c.eval_every == 0 && r.step < c.steps) r.evaluate();
       if (c.sample_every > 0 && r.step % c.sample_every == 0) r.sample();
-      if (c.checkpoint_every > 0 && r.step % c.checkpoint_every == 0 && r.step < c.steps) r.checkpoint(false);
+      if (c.checkpoint_every > 0 && r.step % c.checkpoint_every == 0 && r.step < c.steps) {
+        r.check_same_weights();
+        r.checkpoint(false);
+      }
     }
     return r.finish(true);
   } catch (const RestartForLauncher&) {
