@@ -195,8 +195,8 @@ void draw_ms_panel(App& app) {
   PlotStack stack;
   std::vector<PlotLine> lines;
   std::vector<LegendItem> legend;
-  static const ImU32 comp[5] = {IM_COL32(86, 156, 214, 200), IM_COL32(214, 110, 70, 200),
-                                IM_COL32(170, 200, 90, 200), IM_COL32(200, 140, 220, 200), IM_COL32(160, 160, 170, 200)};
+  static const ImU32 comp[5] = {IM_COL32(86, 156, 214, 200), IM_COL32(214, 110, 70, 200), IM_COL32(170, 200, 90, 200),
+                                IM_COL32(200, 140, 220, 200), IM_COL32(160, 160, 170, 200)};
   static const char* names[5] = {"kernel", "cpu dW", "staging", "comm", "other"};
   if (f && f->visible) {
     stack.x = &xcol(app, *f);

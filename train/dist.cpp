@@ -17,7 +17,9 @@ class LocalGroup final : public Group {
   void accumulate_ordered(const float* x, float* acc, int64_t n) override {
     for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
   }
-  void allgather(const double* mine, int64_t n, double* all) override { std::memcpy(all, mine, size_t(n) * sizeof(double)); }
+  void allgather(const double* mine, int64_t n, double* all) override {
+    std::memcpy(all, mine, size_t(n) * sizeof(double));
+  }
   void barrier() override {}
   void broadcast(void*, int64_t, int) override {}
 };

@@ -48,8 +48,9 @@ class MpiGroup final : public Group {
   void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
   void broadcast(void* data, int64_t bytes, int root) override {
     for (int64_t o = 0; o < bytes; o += kMaxBytes)
-      check(MPI_Bcast(static_cast<char*>(data) + o, int(std::min(kMaxBytes, bytes - o)), MPI_BYTE, root, MPI_COMM_WORLD),
-            "MPI_Bcast");
+      check(
+          MPI_Bcast(static_cast<char*>(data) + o, int(std::min(kMaxBytes, bytes - o)), MPI_BYTE, root, MPI_COMM_WORLD),
+          "MPI_Bcast");
   }
 
  private:
@@ -74,14 +75,16 @@ void MpiGroup::accumulate_ordered(const float* x, float* acc, int64_t n) {
     const int mine = cnt_[size_t(rank_)];
     for (int r = 0; r < N; ++r) rcnt_[size_t(r)] = mine, roff_[size_t(r)] = r * mine;
     recv_.resize(size_t(N) * size_t(mine));
-    check(MPI_Alltoallv(x + c0, cnt_.data(), off_.data(), MPI_FLOAT, recv_.data(), rcnt_.data(), roff_.data(), MPI_FLOAT,
-                        MPI_COMM_WORLD), "MPI_Alltoallv");
+    check(MPI_Alltoallv(x + c0, cnt_.data(), off_.data(), MPI_FLOAT, recv_.data(), rcnt_.data(), roff_.data(),
+                        MPI_FLOAT, MPI_COMM_WORLD),
+          "MPI_Alltoallv");
     float* a = acc + c0 + off_[size_t(rank_)];
     for (int r = 0; r < N; ++r) {  // rank order: acc + x_0 + x_1 + ...
       const float* p = recv_.data() + size_t(r) * size_t(mine);
       for (int i = 0; i < mine; ++i) a[i] += p[i];
     }
-    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, acc + c0, cnt_.data(), off_.data(), MPI_FLOAT, MPI_COMM_WORLD),
+    check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, acc + c0, cnt_.data(), off_.data(), MPI_FLOAT,
+                         MPI_COMM_WORLD),
           "MPI_Allgatherv");
   }
 }

@@ -108,13 +108,15 @@ struct Run {
   void check_same_setup();
   void check_same_weights();
   Batch next_batch();
-  void micro_batch(const Batch& b, float scale, uint64_t data_state, StepTimes* st, double* loss_sum, double ms_comm[2]);
+  void micro_batch(const Batch& b, float scale, uint64_t data_state, StepTimes* st, double* loss_sum,
+                   double ms_comm[2]);
   void train_step();
   std::optional<power::Reading> energy_now();
   nlohmann::json power_json() const;
   void add_step_energy(const std::optional<power::Reading>& e0, int64_t ntok, nlohmann::json* f);
   void maybe_restart();
-  [[noreturn]] void restart_after_compile_failure(const std::string& code, const std::string& message, uint64_t data_state);
+  [[noreturn]] void restart_after_compile_failure(const std::string& code, const std::string& message,
+                                                  uint64_t data_state);
   double evaluate();
   void sample();
   void checkpoint(bool best);
@@ -226,8 +228,8 @@ void Run::check_same_weights() {
   group->allgather(mine, 2, all.data());
   for (int r = 1; r < group->size(); ++r)
     if (all[size_t(2 * r)] != all[0] || all[size_t(2 * r + 1)] != all[1])
-      fail("train", "after step ", step, " the weights of rank ", r, " differ from rank 0's: the ranks must run the same "
-           "anelab build on the same architecture (last.ckpt holds rank 0's weights)");
+      fail("train", "after step ", step, " the weights of rank ", r, " differ from rank 0's: the ranks must run the "
+           "same anelab build on the same architecture (last.ckpt holds rank 0's weights)");
 }
 
 void Run::emit_start(bool resumed) {
@@ -307,9 +309,10 @@ Batch Run::next_batch() {
 // One micro-batch per rank: gradients into g directly (one micro-batch per step), else into gm, and then
 // g += gm of rank 0, 1, ... (dist.h): the additions of one process accumulating the step's micro-batches in
 // their global order; the ranks' losses are added to *loss_sum in the same order. A compile failure on any
-// rank restarts every rank. ms_comm[0] += the ms of both exchanges, ms_comm[1] += those of the first (losses), which
-// is mostly waiting for the slowest rank.
-void Run::micro_batch(const Batch& b, float scale, uint64_t data_state, StepTimes* st, double* loss_sum, double ms_comm[2]) {
+// rank restarts every rank. ms_comm[0] += the ms of both exchanges, ms_comm[1] += those of the first (losses),
+// which is mostly waiting for the slowest rank.
+void Run::micro_batch(const Batch& b, float scale, uint64_t data_state, StepTimes* st, double* loss_sum,
+                      double ms_comm[2]) {
   float* dst = gm.empty() ? g.data() : gm.data();
   if (!gm.empty()) std::fill(gm.begin(), gm.end(), 0.0f);
   double mine[2] = {0, 0};  // loss, compile failed
@@ -333,7 +336,8 @@ void Run::micro_batch(const Batch& b, float scale, uint64_t data_state, StepTime
 }
 
 void Run::train_step() {
-  if (steps_here == 0 && cfg.strategy != "cpu" && hooks.console && !cfg.quiet && root())  // the first step compiles every kernel
+  // the first step compiles every kernel
+  if (steps_here == 0 && cfg.strategy != "cpu" && hooks.console && !cfg.quiet && root())
     if (const int n = engine->compiles_needed(); n > 0)
       std::printf("compiling %d kernels (%s strategy, %s) for the first step ...\n", n, cfg.strategy.c_str(),
                   cfg.backend.c_str()), std::fflush(stdout);
@@ -344,7 +348,8 @@ void Run::train_step() {
   const double scale = scaler.scale;
   double loss_sum = 0, ms_comm[2] = {0, 0};  // exchanges, of which waiting for the other ranks
   const uint64_t data_state = batcher->state();
-  for (int64_t a = 0; a < cfg.accum_steps; ++a) micro_batch(next_batch(), float(scale), data_state, &st, &loss_sum, ms_comm);
+  for (int64_t a = 0; a < cfg.accum_steps; ++a)
+    micro_batch(next_batch(), float(scale), data_state, &st, &loss_sum, ms_comm);
   double ms_compile = 0;  // compiles inside forward_backward (kernel strategies): reported apart, not as step time
   if (auto [n, ms] = engine->take_compile_batch(); n > 0) {
     ms_compile = ms;
@@ -375,7 +380,8 @@ void Run::train_step() {
   nlohmann::json f = {{"loss", last_loss}, {"lr", lr}, {"grad_norm", norm}, {"loss_scale", scale}, {"skipped", skipped},
                 {"tokens", ntok}, {"tokens_per_s", double(ntok) * 1000.0 / std::max(ms, 1e-3)}, {"ms", ms}, {"ms_kernel", st.kernel},
                 {"ms_cpu_dw", st.cpu_dw}, {"ms_staging", st.staging}, {"ms_comm", ms_comm[0]},
-                {"ms_comm_wait", ms_comm[1]}, {"ms_other", std::max(0.0, ms - st.kernel - st.cpu_dw - st.staging - ms_comm[0])}, {"ms_fwd", st.fwd},
+                {"ms_comm_wait", ms_comm[1]},
+                {"ms_other", std::max(0.0, ms - st.kernel - st.cpu_dw - st.staging - ms_comm[0])}, {"ms_fwd", st.fwd},
                 {"ms_bwd", st.bwd}, {"ms_cls", st.cls}, {"ms_optim", ms_opt}, {"compiles_total", engine->compiles_total()},
                 {"restarts", restarts}, {"cpu_pct", 100.0 * (cpu_seconds() - cpu0) / (t1 - t0)},
                 {"elapsed_s", prior_wall + (t1 - t_start)},
@@ -517,7 +523,8 @@ TrainOutcome Run::finish(bool finished) {
   TrainOutcome o{step, last_loss, best_val, last_val, finished, steps_here ? train_s * 1000.0 / double(steps_here) : 0};
   if (!finished) return o;
   const bool energy_ok = energy_tokens > 0 && power_reason.empty();  // every step of this process measured
-  const double flops = CpuModel::step_flops(layout.config(), cfg.batch_size, cfg.seq_len) * double(cfg.accum_steps * group->size());
+  const double flops =
+      CpuModel::step_flops(layout.config(), cfg.batch_size, cfg.seq_len) * double(cfg.accum_steps * group->size());
   const nlohmann::json end = {{"steps", step}, {"wall_s", prior_wall + (now_s() - t_start)},
                               {"compile_s", prior_compile + compile_s}, {"train_s", prior_train + train_s},
                               {"train_ms_per_step", o.train_ms_per_step},

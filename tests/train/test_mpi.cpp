@@ -25,8 +25,9 @@ namespace {
 
 // Open MPI as root on a 2-core container: allow root, more ranks than cores, and no cross-memory-attach
 // (ptrace is often denied in containers); ignored by MPICH.
-const char* kOmpiEnv = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
-                       "OMPI_MCA_btl_vader_single_copy_mechanism=none ";
+const char* kOmpiEnv =
+    "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
+    "OMPI_MCA_btl_vader_single_copy_mechanism=none ";
 
 std::string mpi_skip_reason() {
   if (!ANELAB_HAVE_MPI) return "this build has no MPI (install libopenmpi-dev openmpi-bin and reconfigure)";
@@ -46,9 +47,11 @@ train::TrainConfig base(const std::string& dir, const std::string& data, const s
 // `anelab train` as `base` with `accum` micro-batches per rank (2 ranks x 1: the same 2 micro-batches per step).
 std::string train_args(const std::string& dir, const std::string& data, const std::string& strategy, int steps,
                        int accum = 1) {
-  return std::string(ANELAB_BINARY_DIR) + "/bin/anelab train --preset stories260k --data " + data + " --run-dir " + dir +
-         " --run t --strategy " + strategy + " --steps " + std::to_string(steps) + " --batch-size 2 --seq-len 32 "
-         "--accum-steps " + std::to_string(accum) + " --lr 2e-3 --warmup-steps 2 --loss-scale dynamic:256:3 --eval-batches 0 --quiet";
+  return std::string(ANELAB_BINARY_DIR) + "/bin/anelab train --preset stories260k --data " + data + " --run-dir " +
+         dir + " --run t --strategy " + strategy + " --steps " + std::to_string(steps) +
+         " --batch-size 2 --seq-len 32 "
+         "--accum-steps " +
+         std::to_string(accum) + " --lr 2e-3 --warmup-steps 2 --loss-scale dynamic:256:3 --eval-batches 0 --quiet";
 }
 std::string mpirun2() { return std::string(ANELAB_MPIEXEC) + " -np 2 "; }
 
@@ -64,7 +67,9 @@ TEST(Mpi, TwoRanksEqualOneProcessAccumulating) {
   auto one = base(dir + "/one", data, "dynamic");
   one.accum_steps = 4;
   train::run_training(one, {false, false});
-  ASSERT_EQ(sh(mpirun2() + train_args(dir + "/two", data, "dynamic", 10, 2) + " --launcher mpi > " + dir + "/log.txt 2>&1"), 0)
+  ASSERT_EQ(
+      sh(mpirun2() + train_args(dir + "/two", data, "dynamic", 10, 2) + " --launcher mpi > " + dir + "/log.txt 2>&1"),
+      0)
       << read_file_text(dir + "/log.txt");
   test::expect_same_state(dir + "/one", dir + "/two");
   const auto start = test::read_events(dir + "/two", "run_start");
@@ -82,7 +87,8 @@ TEST(Mpi, ResumeWithAnotherRankCount) {
   const auto dir = test::temp_dir("mpi_n").string();
   const std::string data = test::write_tokens(dir, 5000, 512, 12);
   train::run_training(base(dir + "/one", data, "cpu"), {false, false});
-  ASSERT_EQ(sh(mpirun2() + train_args(dir + "/mixed", data, "cpu", 10) + " --stop-after 4 > " + dir + "/log.txt 2>&1"), 0)
+  ASSERT_EQ(sh(mpirun2() + train_args(dir + "/mixed", data, "cpu", 10) + " --stop-after 4 > " + dir + "/log.txt 2>&1"),
+            0)
       << read_file_text(dir + "/log.txt");
   auto rest = base(dir + "/mixed", data, "cpu");  // 1 process x 2 micro-batches continues 2 ranks x 1
   rest.resume = true;
@@ -152,8 +158,9 @@ TEST(Mpi, StaticCompileBudgetRestartsThroughTheLauncher) {
   train::run_training(one, {false, false});
   // 5 layers: a process compiles 2 + 35 kernels for its first step and 35 per further update; a budget of
   // 75 fits two steps, so 8 steps take 4 jobs (3 restarts with exit status 75, each rerun with --resume).
-  const std::string cmd = "MPIRUN=" + std::string(ANELAB_MPIEXEC) + " " + ANELAB_SOURCE_DIR + "/scripts/mpi_train.sh -np 2 -- " +
-                          train_args(dir + "/two", data, "static", 8) + " --compile-budget 75 > " + dir + "/log.txt 2>&1";
+  const std::string cmd = "MPIRUN=" + std::string(ANELAB_MPIEXEC) + " " + ANELAB_SOURCE_DIR +
+                          "/scripts/mpi_train.sh -np 2 -- " + train_args(dir + "/two", data, "static", 8) +
+                          " --compile-budget 75 > " + dir + "/log.txt 2>&1";
   ASSERT_EQ(sh(cmd), 0) << read_file_text(dir + "/log.txt");
   EXPECT_EQ(test::read_events(dir + "/two", "restart").size(), 3u);
   EXPECT_EQ(test::read_events(dir + "/two", "run_start").size(), 4u);
