@@ -168,5 +168,20 @@ TEST(Mpi, StaticCompileBudgetRestartsThroughTheLauncher) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(Mpi, RanksWithDifferentOptionsAreRefused) {
+  if (const auto why = mpi_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const auto dir = test::temp_dir("mpi_diff").string();
+  const std::string data = test::write_tokens(dir, 5000, 512, 15);
+  const std::string args = train_args(dir + "/run", data, "cpu", 4);
+  // MPMD: rank 0 and rank 1 get different --seed values
+  const std::string cmd = std::string(ANELAB_MPIEXEC) + " -np 1 " + args + " --seed 1 : -np 1 " + args +
+                          " --seed 2 > " + dir + "/log.txt 2>&1";
+  EXPECT_NE(sh(cmd), 0);
+  const std::string log = read_file_text(dir + "/log.txt");
+  EXPECT_NE(log.find("[train] rank 1 differs from rank 0 in its options"), std::string::npos) << log;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/run/last.ckpt"));
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace anelab
