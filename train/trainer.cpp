@@ -235,8 +235,9 @@ void Run::check_same_weights() {
 void Run::emit_start(bool resumed) {
   const auto& c = layout.config();
   const double pid = double(::getpid());
-  std::vector<double> pids(size_t(group->size()));
-  group->allgather(&pid, 1, pids.data());
+  std::vector<double> all(size_t(group->size()));
+  group->allgather(&pid, 1, all.data());
+  const std::vector<int64_t> pids(all.begin(), all.end());
   emit("run_start", {{"schema", kEventsSchema}, {"run", cfg.run}, {"pid", ::getpid()}, {"resumed", resumed},
                      {"ranks", group->size()}, {"rank_pids", pids}, {"mpi", group->mpi() ? dist::mpi_version() : ""},
                      {"restart", restarts}, {"config", to_json(cfg)},

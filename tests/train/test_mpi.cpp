@@ -127,7 +127,7 @@ TEST(Mpi, KilledRankStopsTheJobAndResumeIsBitExact) {
     if (!std::filesystem::exists(run + "/events.jsonl")) continue;
     const auto start = test::read_events(run, "run_start");
     if (start.empty() || test::read_events(run, "step").size() < 5) continue;
-    ASSERT_EQ(::kill(pid_t(start[0]["rank_pids"][1].get<double>()), SIGKILL), 0);
+    ASSERT_EQ(::kill(pid_t(start[0]["rank_pids"][1].get<int64_t>()), SIGKILL), 0);
     killed = true;
   }
   int status = 0;
