@@ -3,6 +3,7 @@
 // `anelab bench train` when the bench command exists) times a Stories110M step (B=1, T=256) against a
 // PyTorch fp32 step measured in the same run (scripts/bench_train_torch.py).
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 
@@ -69,7 +70,10 @@ void add_train_command(CLI::App& app) {
       std::printf("%s", train::bench_train(o).c_str());
       return;
     }
-    train::run_training(resolve(*args));
+    if (train::run_training(resolve(*args)).restart) {  // under MPI: the launcher loop reruns the job with --resume
+      std::fflush(nullptr);
+      std::exit(train::kRestartExitCode);
+    }
   });
   // `anelab bench train` when the bench command is registered (it is added before train in main.cpp).
   for (CLI::App* sub : app.get_subcommands([](CLI::App* s) { return s->get_name() == "bench"; })) {

@@ -195,13 +195,13 @@ void draw_ms_panel(App& app) {
   PlotStack stack;
   std::vector<PlotLine> lines;
   std::vector<LegendItem> legend;
-  static const ImU32 comp[4] = {IM_COL32(86, 156, 214, 200), IM_COL32(214, 110, 70, 200),
-                                IM_COL32(170, 200, 90, 200), IM_COL32(160, 160, 170, 200)};
-  static const char* names[4] = {"kernel", "cpu dW", "staging", "other"};
+  static const ImU32 comp[5] = {IM_COL32(86, 156, 214, 200), IM_COL32(214, 110, 70, 200), IM_COL32(170, 200, 90, 200),
+                                IM_COL32(200, 140, 220, 200), IM_COL32(160, 160, 170, 200)};
+  static const char* names[5] = {"kernel", "cpu dW", "staging", "comm", "other"};
   if (f && f->visible) {
     stack.x = &xcol(app, *f);
-    const Col cols[4] = {Col::ms_kernel, Col::ms_cpu_dw, Col::ms_staging, Col::ms_other};
-    for (int i = 0; i < 4; ++i) {
+    const Col cols[5] = {Col::ms_kernel, Col::ms_cpu_dw, Col::ms_staging, Col::ms_comm, Col::ms_other};
+    for (int i = 0; i < 5; ++i) {
       stack.ys.push_back(&f->data->steps[cols[i]]);
       stack.colors.push_back(comp[i]);
       stack.labels.push_back(names[i]);

@@ -15,7 +15,7 @@ if [[ "$(uname -s)" == Darwin ]]; then
   # Homebrew's imgui has neither the GLFW/OpenGL3 backends nor a pkg-config file, so the dashboard GUI
   # is built from source trees when ANELAB_IMGUI_DIR and ANELAB_STB_DIR are set and left out otherwise
   # (`anelab dashboard` then says so).
-  BREW_PKGS=(cmake ninja pkg-config eigen@3 cli11 nlohmann-json tomlplusplus glfw googletest)
+  BREW_PKGS=(cmake ninja pkg-config eigen@3 cli11 nlohmann-json tomlplusplus glfw googletest open-mpi)
   command -v brew >/dev/null || { echo "[setup] Homebrew not found: install it (https://brew.sh) first" >&2; exit 1; }
   if [[ "${ANELAB_NO_APT:-0}" != 1 ]]; then
     missing=()
@@ -34,10 +34,10 @@ if [[ "$(uname -s)" == Darwin ]]; then
 else
   # Debian/Ubuntu. Build tools and libraries; python3-numpy and python3-torch (Debian, run as
   # /usr/bin/python3) are the independent references of the tests; libopenblas0-openmp keeps torch off
-  # the slow reference BLAS.
+  # the slow reference BLAS. Open MPI: data-parallel training (mpirun -np N anelab train, docs/training.md).
   PKGS=(g++ cmake ninja-build pkg-config libeigen3-dev libcli11-dev nlohmann-json3-dev libtomlplusplus-dev
         libgtest-dev libgmock-dev libopenblas-dev libopenblas0-openmp python3 python3-numpy python3-torch curl
-        libimgui-dev libglfw3-dev libgl-dev libgl1-mesa-dri xvfb xauth)
+        libimgui-dev libglfw3-dev libgl-dev libgl1-mesa-dri xvfb xauth libopenmpi-dev openmpi-bin)
 
   if [[ "${ANELAB_NO_APT:-0}" != 1 ]]; then
     missing=()

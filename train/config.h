@@ -48,6 +48,7 @@ struct TrainConfig {
   int64_t seed = 42;
   std::string backend = "emulator";
   std::string device;                // device profile ("" = backend default)
+  std::string launcher = "auto";     // data-parallel group (train/dist.h): auto | mpi | none
   // evaluation / output
   double val_frac = 0.05;
   int64_t eval_every = 0;            // 0 = only at the end

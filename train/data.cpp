@@ -69,21 +69,23 @@ void Batcher::set_state(uint64_t s) {
     pos_ = int64_t(s);
 }
 
+int64_t Batcher::next_pos() {
+  if (random_) return int64_t(rng_.next() % uint64_t(data_->n_train() - T_));  // valid starts: [0, n_train - T - 1]
+  if (pos_ + T_ + 1 > data_->n_train()) pos_ = 0;
+  const int64_t pos = pos_;
+  pos_ += T_;
+  return pos;
+}
+
 Batch Batcher::next() {
   Batch b{B_, T_, std::vector<int32_t>(size_t(B_ * (T_ + 1)))};
-  const int64_t positions = data_->n_train() - T_;  // valid starts: [0, n_train - T - 1]
-  for (int64_t i = 0; i < B_; ++i) {
-    int64_t pos;
-    if (random_) {
-      pos = int64_t(rng_.next() % uint64_t(positions));
-    } else {
-      if (pos_ + T_ + 1 > data_->n_train()) pos_ = 0;
-      pos = pos_;
-      pos_ += T_;
-    }
-    std::memcpy(b.tokens.data() + i * (T_ + 1), data_->tokens() + pos, size_t(T_ + 1) * 4);
-  }
+  for (int64_t i = 0; i < B_; ++i)
+    std::memcpy(b.tokens.data() + i * (T_ + 1), data_->tokens() + next_pos(), size_t(T_ + 1) * 4);
   return b;
+}
+
+void Batcher::skip() {
+  for (int64_t i = 0; i < B_; ++i) next_pos();
 }
 
 bool Batcher::val_batch(int64_t i, Batch* out) const {

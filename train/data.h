@@ -42,6 +42,10 @@ class Batcher {
  public:
   Batcher(const TokenData& data, int64_t B, int64_t T, bool random, uint64_t seed);
   Batch next();
+  // Advances past the batch next() would return, without copying it (a data-parallel rank skips the
+  // micro-batches of the other ranks: every rank draws each micro-batch of a step in the same order, so
+  // state() is the global position whatever the number of ranks).
+  void skip();
   // Validation batch i (consecutive windows of the held-out tail); false when the tail is exhausted.
   bool val_batch(int64_t i, Batch* out) const;
   // Checkpointed position: the generator state (random) or the next window start (sequential).
@@ -49,6 +53,7 @@ class Batcher {
   void set_state(uint64_t s);
 
  private:
+  int64_t next_pos();  // start of the next window
   const TokenData* data_;
   int64_t B_, T_;
   bool random_;

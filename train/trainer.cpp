@@ -22,6 +22,7 @@
 #include "models/tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/dist.h"
 #include "train/engine.h"
 #include "train/events.h"
 #include "train/optim.h"
@@ -49,12 +50,24 @@ std::string data_tokenizer(const std::string& data) {
 // first step completes: a compile failure before then is a real error, not a reason for another restart.
 constexpr const char* kCompileRestartEnv = "ANELAB_RESTARTED_AFTER_COMPILE_FAILURE";
 
+// Thrown (under an MPI launcher) where a single process would exec() itself: every rank has passed a barrier
+// after rank 0 wrote last.ckpt; run_training returns TrainOutcome::restart. Not a std::exception on purpose.
+struct RestartForLauncher {};
+
+uint32_t fnv1a32(const std::string& s) {
+  uint32_t h = 2166136261u;
+  for (unsigned char ch : s) h = (h ^ ch) * 16777619u;
+  return h;
+}
+
 // Everything one training process holds. Member functions are the loop's named steps.
 struct Run {
+  std::unique_ptr<dist::Group> group;       // data-parallel ranks (first member: destroyed last)
   TrainConfig cfg;
   RunHooks hooks;
   ParamLayout layout;
   std::vector<float> w, g;                  // [P] master weights, gradients
+  std::vector<float> gm;                    // [P] one micro-batch's gradients (empty: one micro-batch per step)
   std::unique_ptr<AdamW> opt;
   LossScaler scaler;
   ScheduleConfig sched;
@@ -77,7 +90,9 @@ struct Run {
   bool already_finished = false;            // --resume of a run at --steps: setup() stopped before writing
 
   std::string ckpt_path(const char* kind) const { return (fs::path(cfg.run_dir) / (std::string(kind) + ".ckpt")).string(); }
-  void emit(const std::string& ev, nlohmann::json f) {
+  bool root() const { return group->rank() == 0; }
+  void emit(const std::string& ev, nlohmann::json f) {  // rank 0 only: the others have no event log
+    if (!events) return;
     const auto e = events->emit(ev, step, std::move(f));
     if (hooks.console && !cfg.quiet) {
       const bool tty = ::isatty(1);
@@ -90,12 +105,18 @@ struct Run {
   void load_model(bool resume, CheckpointState* ck);
   void setup();
   void emit_start(bool resumed);
+  void check_same_setup();
+  void check_same_weights();
+  Batch next_batch();
+  void micro_batch(const Batch& b, float scale, uint64_t data_state, StepTimes* st, double* loss_sum,
+                   double ms_comm[2]);
   void train_step();
   std::optional<power::Reading> energy_now();
   nlohmann::json power_json() const;
   void add_step_energy(const std::optional<power::Reading>& e0, int64_t ntok, nlohmann::json* f);
   void maybe_restart();
-  [[noreturn]] void restart_after_compile_failure(const rt::CompileError& e, uint64_t data_state);
+  [[noreturn]] void restart_after_compile_failure(const std::string& code, const std::string& message,
+                                                  uint64_t data_state);
   double evaluate();
   void sample();
   void checkpoint(bool best);
@@ -161,9 +182,12 @@ void Run::setup() {
     step = ck.step, best_val = ck.best_val_loss, restarts = ck.restarts, tokens = ck.tokens;
     prior_wall = ck.wall_s, prior_compile = ck.compile_s, prior_train = ck.train_s, prior_compiles = ck.compiles;
   }
+  if (cfg.accum_steps * group->size() > 1) gm.assign(w.size(), 0.0f);
   engine = make_engine(cfg, layout);
   meter = std::make_unique<power::Meter>(hooks.power ? hooks.power() : power::select_source());
   if (!meter->available()) power_reason = meter->reason();
+  check_same_setup();
+  if (!root()) return;  // only rank 0 writes the run dir
   fs::create_directories(cfg.run_dir);  // only now: a start that fails before this leaves nothing behind
   // Saved with the run, so its checkpoints are models that carry their tokenizer (checkpoint_file.h).
   if (tokenizer)
@@ -174,9 +198,48 @@ void Run::setup() {
   write_file_atomic((fs::path(cfg.run_dir) / "config.toml").string(), to_toml(cfg));
 }
 
+// Every rank must train the same model on the same data with the same options (each parsed its own command
+// line): a hash of the resolved config, the parameter count and the data size, compared across ranks.
+void Run::check_same_setup() {
+  if (group->size() == 1) return;
+  const double mine[3] = {double(fnv1a32(to_json(cfg).dump())), double(layout.total()), double(data->n_tokens())};
+  std::vector<double> all(size_t(3 * group->size()));
+  group->allgather(mine, 3, all.data());
+  for (int r = 1; r < group->size(); ++r)
+    if (!std::equal(all.begin(), all.begin() + 3, all.begin() + 3 * r))
+      fail("train", "rank ", r, " differs from rank 0 in its options, model (", int64_t(all[size_t(3 * r + 1)]),
+           " vs ", int64_t(all[1]), " parameters) or data (", int64_t(all[size_t(3 * r + 2)]), " vs ", int64_t(all[2]),
+           " tokens): every rank needs the same command line, model and data file");
+}
+
+// The ranks' weights must stay identical (same sums, same optimizer arithmetic): compared through a 64-bit hash
+// of their bits where every rank checkpoints (periodic and final checkpoints), so a rank that computes
+// differently (another build or architecture) stops the run instead of training a different model unseen.
+void Run::check_same_weights() {
+  if (group->size() == 1) return;
+  uint64_t h = 14695981039346656037ull;
+  for (float x : w) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    h = (h ^ u) * 1099511628211ull;
+  }
+  const double mine[2] = {double(h >> 32), double(h & 0xffffffffu)};
+  std::vector<double> all(size_t(2 * group->size()));
+  group->allgather(mine, 2, all.data());
+  for (int r = 1; r < group->size(); ++r)
+    if (all[size_t(2 * r)] != all[0] || all[size_t(2 * r + 1)] != all[1])
+      fail("train", "after step ", step, " the weights of rank ", r, " differ from rank 0's: the ranks must run the "
+           "same anelab build on the same architecture (last.ckpt holds rank 0's weights)");
+}
+
 void Run::emit_start(bool resumed) {
   const auto& c = layout.config();
+  const double pid = double(::getpid());
+  std::vector<double> all(size_t(group->size()));
+  group->allgather(&pid, 1, all.data());
+  const std::vector<int64_t> pids(all.begin(), all.end());
   emit("run_start", {{"schema", kEventsSchema}, {"run", cfg.run}, {"pid", ::getpid()}, {"resumed", resumed},
+                     {"ranks", group->size()}, {"rank_pids", pids}, {"mpi", group->mpi() ? dist::mpi_version() : ""},
                      {"restart", restarts}, {"config", to_json(cfg)},
                      {"model", {{"arch", c.arch}, {"preset", model_label}, {"dim", c.dim}, {"hidden_dim", c.hidden_dim},
                                 {"n_layers", c.n_layers}, {"n_heads", c.n_heads}, {"n_kv_heads", c.n_kv_heads},
@@ -209,6 +272,18 @@ std::optional<power::Reading> Run::energy_now() {
 // (and in energy_error when the source failed during the run).
 void Run::add_step_energy(const std::optional<power::Reading>& e0, int64_t ntok, nlohmann::json* f) {
   const std::optional<power::Reading> e1 = e0 ? energy_now() : std::nullopt;
+  if (group->size() > 1) {  // the sum over ranks, each measuring its own host (null when one cannot)
+    const double mine = e0 && e1 ? power::difference(*e0, *e1).joules.total() : std::nan("");
+    std::vector<double> all(size_t(group->size()));
+    group->allgather(&mine, 1, all.data());
+    double j = 0;
+    for (double x : all) j += x;
+    (*f)["energy_ranks"] = std::isnan(j) ? nlohmann::json(nullptr) : nlohmann::json(all);
+    if (!std::isnan(j)) energy_j += j, energy_tokens += ntok;
+    (*f)["energy_j"] = std::isnan(j) ? nlohmann::json(nullptr) : nlohmann::json(j);
+    (*f)["j_per_token"] = std::isnan(j) ? nlohmann::json(nullptr) : nlohmann::json(j / double(ntok));
+    return;
+  }
   if (!e0 || !e1) {
     (*f)["energy_j"] = nullptr, (*f)["j_per_token"] = nullptr;
     if (meter->available()) (*f)["energy_error"] = power_reason;
@@ -222,8 +297,48 @@ void Run::add_step_energy(const std::optional<power::Reading>& e0, int64_t ntok,
   (*f)["energy_j"] = j, (*f)["j_per_token"] = j / double(ntok), (*f)["energy_rails"] = rails;
 }
 
+// The next micro-batch of this rank: rank r of N keeps micro-batch r of every N drawn (the global order).
+Batch Run::next_batch() {
+  Batch b;
+  for (int r = 0; r < group->size(); ++r) {
+    if (r == group->rank()) b = batcher->next();
+    else batcher->skip();
+  }
+  return b;
+}
+
+// One micro-batch per rank: gradients into g directly (one micro-batch per step), else into gm, and then
+// g += gm of rank 0, 1, ... (dist.h): the additions of one process accumulating the step's micro-batches in
+// their global order; the ranks' losses are added to *loss_sum in the same order. A compile failure on any
+// rank restarts every rank. ms_comm[0] += the ms of both exchanges, ms_comm[1] += those of the first (losses),
+// which is mostly waiting for the slowest rank.
+void Run::micro_batch(const Batch& b, float scale, uint64_t data_state, StepTimes* st, double* loss_sum,
+                      double ms_comm[2]) {
+  float* dst = gm.empty() ? g.data() : gm.data();
+  if (!gm.empty()) std::fill(gm.begin(), gm.end(), 0.0f);
+  double mine[2] = {0, 0};  // loss, compile failed
+  std::string code, message;
+  try {
+    mine[0] = engine->forward_backward(w.data(), b, scale, dst, st);
+  } catch (const rt::CompileError& e) {  // the kernels of this step could not be compiled: w is untouched
+    if (!group->mpi()) restart_after_compile_failure(code_name(e.code), e.what(), data_state);
+    code = code_name(e.code), message = e.what(), mine[1] = 1;
+  }
+  const double t0 = now_s();
+  std::vector<double> all(size_t(2 * group->size()));
+  group->allgather(mine, 2, all.data());
+  ms_comm[1] += (now_s() - t0) * 1000.0;
+  for (int r = 0; r < group->size() && message.empty(); ++r)
+    if (all[size_t(2 * r + 1)] != 0) code = "other_rank", message = cat("a kernel compile failed on rank ", r);
+  if (!message.empty()) restart_after_compile_failure(code, message, data_state);
+  for (int r = 0; r < group->size(); ++r) *loss_sum += all[size_t(2 * r)];
+  if (!gm.empty()) group->accumulate_ordered(gm.data(), g.data(), int64_t(g.size()));
+  ms_comm[0] += (now_s() - t0) * 1000.0;
+}
+
 void Run::train_step() {
-  if (steps_here == 0 && cfg.strategy != "cpu" && hooks.console && !cfg.quiet)  // the first step compiles every kernel
+  // the first step compiles every kernel
+  if (steps_here == 0 && cfg.strategy != "cpu" && hooks.console && !cfg.quiet && root())
     if (const int n = engine->compiles_needed(); n > 0)
       std::printf("compiling %d kernels (%s strategy, %s) for the first step ...\n", n, cfg.strategy.c_str(),
                   cfg.backend.c_str()), std::fflush(stdout);
@@ -232,16 +347,10 @@ void Run::train_step() {
   StepTimes st;
   std::fill(g.begin(), g.end(), 0.0f);
   const double scale = scaler.scale;
-  double loss_sum = 0;
+  double loss_sum = 0, ms_comm[2] = {0, 0};  // exchanges, of which waiting for the other ranks
   const uint64_t data_state = batcher->state();
-  try {
-    for (int64_t a = 0; a < cfg.accum_steps; ++a) {
-      const Batch b = batcher->next();
-      loss_sum += engine->forward_backward(w.data(), b, float(scale), g.data(), &st);
-    }
-  } catch (const rt::CompileError& e) {  // the kernels of this step could not be compiled: w is untouched
-    restart_after_compile_failure(e, data_state);
-  }
+  for (int64_t a = 0; a < cfg.accum_steps; ++a)
+    micro_batch(next_batch(), float(scale), data_state, &st, &loss_sum, ms_comm);
   double ms_compile = 0;  // compiles inside forward_backward (kernel strategies): reported apart, not as step time
   if (auto [n, ms] = engine->take_compile_batch(); n > 0) {
     ms_compile = ms;
@@ -250,7 +359,8 @@ void Run::train_step() {
   }
   const double t_opt = now_s();
   const int64_t P = int64_t(g.size());
-  scale_inplace(g.data(), P, float(1.0 / (double(cfg.accum_steps) * scale)));
+  const int64_t micro = cfg.accum_steps * group->size();  // micro-batches of this step, over all ranks
+  scale_inplace(g.data(), P, float(1.0 / (double(micro) * scale)));
   bool finite = true;
   const double norm = global_norm(g.data(), P, &finite);
   const bool skipped = scaler.after_backward(finite);
@@ -262,16 +372,17 @@ void Run::train_step() {
   }
   ++step, ++steps_here;
   if (steps_here == 1) ::unsetenv(kCompileRestartEnv);  // progress since the restart
-  last_loss = loss_sum / double(cfg.accum_steps);
-  const int64_t ntok = cfg.batch_size * cfg.seq_len * cfg.accum_steps;
+  last_loss = loss_sum / double(micro);
+  const int64_t ntok = cfg.batch_size * cfg.seq_len * micro;
   tokens += ntok;
   const double t1 = now_s(), ms = std::max(0.0, (t1 - t0) * 1000.0 - ms_compile);
   train_s += ms / 1000.0;
   const double ms_opt = (t1 - t_opt) * 1000.0;
   nlohmann::json f = {{"loss", last_loss}, {"lr", lr}, {"grad_norm", norm}, {"loss_scale", scale}, {"skipped", skipped},
                 {"tokens", ntok}, {"tokens_per_s", double(ntok) * 1000.0 / std::max(ms, 1e-3)}, {"ms", ms}, {"ms_kernel", st.kernel},
-                {"ms_cpu_dw", st.cpu_dw}, {"ms_staging", st.staging},
-                {"ms_other", std::max(0.0, ms - st.kernel - st.cpu_dw - st.staging)}, {"ms_fwd", st.fwd},
+                {"ms_cpu_dw", st.cpu_dw}, {"ms_staging", st.staging}, {"ms_comm", ms_comm[0]},
+                {"ms_comm_wait", ms_comm[1]},
+                {"ms_other", std::max(0.0, ms - st.kernel - st.cpu_dw - st.staging - ms_comm[0])}, {"ms_fwd", st.fwd},
                 {"ms_bwd", st.bwd}, {"ms_cls", st.cls}, {"ms_optim", ms_opt}, {"compiles_total", engine->compiles_total()},
                 {"restarts", restarts}, {"cpu_pct", 100.0 * (cpu_seconds() - cpu0) / (t1 - t0)},
                 {"elapsed_s", prior_wall + (t1 - t_start)},
@@ -282,7 +393,8 @@ void Run::train_step() {
   emit("step", std::move(f));
 }
 
-double Run::evaluate() {
+double Run::evaluate() {  // rank 0 only
+  if (!root()) return std::nan("");
   if (!eval_model) eval_model = std::make_unique<CpuModel>(layout);
   double sum = 0;
   int64_t n = 0;
@@ -299,7 +411,8 @@ double Run::evaluate() {
   return v;
 }
 
-void Run::sample() {
+void Run::sample() {  // rank 0 only
+  if (!root()) return;
   if (!eval_model) eval_model = std::make_unique<CpuModel>(layout);
   Rng rng{uint64_t(cfg.seed) * 7919u + uint64_t(step)};
   const float temperature = 0.8f;
@@ -337,7 +450,8 @@ CheckpointState Run::make_state() const {
   return s;
 }
 
-void Run::checkpoint(bool best) {
+void Run::checkpoint(bool best) {  // rank 0 only
+  if (!root()) return;
   const std::string path = ckpt_path(best ? "best" : "last");
   write_checkpoint(path, make_state());
   nlohmann::json f = {{"path", path}, {"kind", best ? "best" : "last"}};
@@ -347,7 +461,13 @@ void Run::checkpoint(bool best) {
 
 // Re-runs the program exactly as it was started (platform::saved_argv, saved in main) + --resume. The binary is
 // found by platform::executable_path (absolute, so neither the cwd nor how it was invoked matters).
+// Under MPI a rank cannot exec() back into its job: every rank waits for rank 0's checkpoint, then the
+// process exits with kRestartExitCode and the launcher loop (scripts/mpi_train.sh) reruns the job with --resume.
 void Run::exec_restart() {
+  if (group->mpi()) {
+    group->barrier();
+    throw RestartForLauncher{};
+  }
   std::vector<std::string> args = platform::saved_argv();
   if (args.empty()) fail("train", "exec-restart: the command line was not saved (platform::save_argv not called in main)");
   if (std::find(args.begin(), args.end(), "--resume") == args.end()) args.push_back("--resume");
@@ -380,13 +500,16 @@ void Run::maybe_restart() {
 // checkpoint the last completed step (the data position as before this step) and exec-restart, as maderix's
 // train_large.m does. If it happens again before this process completed a step after such a restart, it is
 // a real error: fail, do not loop.
-void Run::restart_after_compile_failure(const rt::CompileError& e, uint64_t data_state) {
+void Run::restart_after_compile_failure(const std::string& code, const std::string& message, uint64_t data_state) {
   batcher->set_state(data_state);
   if (const char* prev = std::getenv(kCompileRestartEnv); prev && steps_here == 0)
     fail("train", "a kernel compile failed again right after the exec-restart for a compile failure at ", prev,
-         " (not restarting again; last.ckpt holds step ", step, "): ", e.what());
-  if (!hooks.allow_exec_restart) fail("train", "a kernel compile failed and exec-restart is disabled: ", e.what());
-  emit("restart", {{"reason", "compile_failure"}, {"code", code_name(e.code)}, {"message", e.what()},
+         " (not restarting again; last.ckpt holds step ", step, "): ", message);
+  if (group->mpi() && cfg.resume && steps_here == 0)  // no environment survives the launcher: any resumed start
+    fail("train", "a kernel compile failed before the first step of a resumed MPI job (not restarting again; last.ckpt "
+         "holds step ", step, "): ", message);
+  if (!hooks.allow_exec_restart) fail("train", "a kernel compile failed and exec-restart is disabled: ", message);
+  emit("restart", {{"reason", "compile_failure"}, {"code", code}, {"message", message},
                    {"compiles_total", engine->compiles_total()}, {"budget", engine->budget()}});
   ++restarts;
   checkpoint(false);
@@ -395,12 +518,14 @@ void Run::restart_after_compile_failure(const rt::CompileError& e, uint64_t data
 }
 
 TrainOutcome Run::finish(bool finished) {
+  check_same_weights();
   if (finished && cfg.eval_batches > 0 && data->n_val() > 0) evaluate();
   checkpoint(false);
   TrainOutcome o{step, last_loss, best_val, last_val, finished, steps_here ? train_s * 1000.0 / double(steps_here) : 0};
   if (!finished) return o;
   const bool energy_ok = energy_tokens > 0 && power_reason.empty();  // every step of this process measured
-  const double flops = CpuModel::step_flops(layout.config(), cfg.batch_size, cfg.seq_len) * double(cfg.accum_steps);
+  const double flops =
+      CpuModel::step_flops(layout.config(), cfg.batch_size, cfg.seq_len) * double(cfg.accum_steps * group->size());
   const nlohmann::json end = {{"steps", step}, {"wall_s", prior_wall + (now_s() - t_start)},
                               {"compile_s", prior_compile + compile_s}, {"train_s", prior_train + train_s},
                               {"train_ms_per_step", o.train_ms_per_step},
@@ -413,7 +538,7 @@ TrainOutcome Run::finish(bool finished) {
                                                         : nlohmann::json(nullptr)},
                               {"power", power_json()}};
   emit("run_end", end);
-  if (hooks.console && !cfg.quiet) std::printf("%s", efficiency_report(end).c_str());
+  if (hooks.console && !cfg.quiet && root()) std::printf("%s", efficiency_report(end).c_str());
   return o;
 }
 
@@ -421,11 +546,12 @@ TrainOutcome Run::finish(bool finished) {
 
 TrainOutcome run_training(const TrainConfig& c, const RunHooks& hooks) {
   Run r;
+  r.group = dist::open_group(c.launcher);
   r.cfg = c;
   r.hooks = hooks;
   r.setup();
   if (r.already_finished) {
-    if (hooks.console)
+    if (hooks.console && r.root())
       std::printf("run %s already finished: step %lld of --steps %lld; nothing to do, nothing changed (raise --steps to "
                   "extend it)\n", c.run.c_str(), static_cast<long long>(r.step), static_cast<long long>(c.steps));
     TrainOutcome o;
@@ -441,9 +567,16 @@ TrainOutcome run_training(const TrainConfig& c, const RunHooks& hooks) {
       r.train_step();
       if (c.eval_every > 0 && r.step % c.eval_every == 0 && r.step < c.steps) r.evaluate();
       if (c.sample_every > 0 && r.step % c.sample_every == 0) r.sample();
-      if (c.checkpoint_every > 0 && r.step % c.checkpoint_every == 0 && r.step < c.steps) r.checkpoint(false);
+      if (c.checkpoint_every > 0 && r.step % c.checkpoint_every == 0 && r.step < c.steps) {
+        r.check_same_weights();
+        r.checkpoint(false);
+      }
     }
     return r.finish(true);
+  } catch (const RestartForLauncher&) {
+    TrainOutcome o;
+    o.steps = r.step, o.restart = true;
+    return o;
   } catch (const std::exception& e) {
     if (r.events) r.events->emit("error", r.step, {{"message", e.what()}});
     throw;

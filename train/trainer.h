@@ -9,6 +9,11 @@
 // A compile that fails anyway (rt::CompileError: the budget, or the compiler failing) also checkpoints the
 // last completed step and exec-restarts; a second failure before the restarted process completes a step is
 // reported as an error (docs/native_backend.md "Compile failures and restarts").
+// Data parallelism (train/dist.h, docs/training.md): under mpirun each of N ranks trains micro-batch r of every
+// N drawn, gradients are summed in rank order (the bits of one process with N times the --accum-steps), the
+// optimizer runs on every rank (identical inputs, identical updates: no weight broadcast); rank 0 alone
+// evaluates, samples, writes events and checkpoints. A rank cannot exec() itself: the job checkpoints, every
+// process exits with kRestartExitCode and scripts/mpi_train.sh reruns it with --resume.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -28,7 +33,13 @@ struct TrainOutcome {
   bool finished = false;             // reached --steps (false: stopped by --stop-after)
   double train_ms_per_step = 0;      // this process
   bool already_finished = false;     // --resume of a run already at --steps: nothing done, nothing written
+  bool restart = false;              // under MPI: last.ckpt written for a restart; exit with kRestartExitCode
 };
+
+// The exit status of `anelab train` under an MPI launcher when the job must be restarted with --resume
+// (a static-strategy compile budget or a compile failure): scripts/mpi_train.sh reruns the job on it.
+// 75 = EX_TEMPFAIL of <sysexits.h>.
+constexpr int kRestartExitCode = 75;
 
 struct RunHooks {
   bool allow_exec_restart = true;    // false (tests in-process): fail instead of exec
