@@ -6,7 +6,6 @@
 #include <system_error>
 
 #include "framework/core/error.h"
-
 #include "framework/simd/simd.h"
 
 namespace anelab {
@@ -25,6 +24,7 @@ std::thread start_thread(std::function<void()> fn, const std::string& what) {
 }
 
 ThreadPool::ThreadPool(int n_threads) : n_(std::max(1, n_threads)) {
+  threads_.reserve(size_t(n_ - 1));  // push_back cannot throw (and drop a running thread) after a start
   try {
     for (int i = 1; i < n_; ++i)
       threads_.push_back(start_thread([this, i] { worker_loop(i); },

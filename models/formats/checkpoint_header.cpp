@@ -255,7 +255,7 @@ json checkpoint_tensors_json(const ModelConfig& c) {
   return t;
 }
 
-int fuzz_parse_checkpoint(const uint8_t* data, size_t size) {
+int fuzz_read_checkpoint(const uint8_t* data, size_t size) {
   try {
     parse_checkpoint(data, size, "<fuzz>");
   } catch (const Error&) {

@@ -61,7 +61,8 @@ nlohmann::json checkpoint_tensors_json(const ModelConfig& c);
 constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
 uint64_t fnv1a64(uint64_t h, const void* data, size_t n);
 
-// Libfuzzer entry: parse_checkpoint on arbitrary bytes; anelab::Error is the expected outcome.
-int fuzz_parse_checkpoint(const uint8_t* data, size_t size);
+// libFuzzer entry (tests/fuzz/fuzz_model_readers.cpp naming): parse_checkpoint on arbitrary bytes;
+// anelab::Error is the expected outcome.
+int fuzz_read_checkpoint(const uint8_t* data, size_t size);
 
 }  // namespace anelab::models
