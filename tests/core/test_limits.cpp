@@ -56,6 +56,9 @@ TEST(Limits, ThreadCreationFailureIsOneErrorNamingTheThreadCount) {
       return 0;
     }
   });
+  // Where the limit does not bite (qemu-user maps guest threads inside its own reservation) there is nothing
+  // to test; without the fix the outcome is SIGABRT (std::terminate), never 2.
+  if (rc == 2) GTEST_SKIP() << "RLIMIT_AS did not stop thread creation on this host";
   ASSERT_EQ(rc, 0) << "expected anelab::Error from ThreadPool(64) under RLIMIT_AS (6+128 = SIGABRT: std::terminate)";
   const std::string why = read_file_text(msg);
   EXPECT_EQ(why.rfind("[threads] ", 0), 0u) << why;
