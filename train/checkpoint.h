@@ -1,60 +1,59 @@
-// Training checkpoints (`last.ckpt`, `best.ckpt` in the run dir), format "anelab-checkpoint" version 2
-// (version 1, without the `tensors` list, is still read). Every command that takes a model reads the
-// weights of a checkpoint or run directory through models/formats/checkpoint_file.h.
+// Training checkpoints (`last.ckpt`, `best.ckpt` in the run dir), format "anelab-checkpoint" version 3
+// (versions 1 and 2 are still read, with the same field and size checks). Every command that takes a model
+// reads the weights of a checkpoint or run directory through models/formats/checkpoint_file.h; every reader
+// parses and validates the file with models::parse_checkpoint (models/formats/checkpoint_header.h).
 // All integers little-endian.
 //
 //   offset 0   char[8]  magic "ANELABCK"
-//   offset 8   u32      format version (2; readers accept 1 and 2)
+//   offset 8   u32      format version (3; readers accept 1..3)
 //   offset 12  u32      reserved (0)
-//   offset 16  u64      header_len: length of the JSON header (at most 16 MiB)
-//   offset 24  JSON header, UTF-8
-//   zero padding up to data_offset = round_up(24 + header_len, 64)
+//   offset 16  u64      header_len: length of the JSON header (1 .. 16 MiB)
+//   offset 24  u64      header_checksum: FNV-1a 64 of the header_len JSON bytes     (version 3 only)
+//   offset 32  JSON header, UTF-8                                   (versions 1 and 2: at offset 24)
+//   zero padding up to data_offset = round_up(json_offset + header_len, 64)
 //   data: three fp32 arrays of n_params elements each, in the canonical tensor order of train/params.h:
 //         weights (fp32 master), adam_m, adam_v. The file ends exactly after them.
 //
-// JSON header:
-//   {"format": "anelab-checkpoint", "version": 1,
-//    "model": {ModelConfig fields as in the anelab model file}, "n_params": P,
-//    "tensors": [{"name", "shape", "offset"}...]   (version 2: element offsets into each array; checked against
-//                                                  the canonical order on load),
-//    "step": optimizer steps done, "adam_t": AdamW updates applied (skipped steps excluded),
-//    "loss_scale": {"dynamic", "scale", "interval", "good_steps"},
+// JSON header (every field required, with exactly this JSON type; ranges checked on load):
+//   {"format": "anelab-checkpoint", "version": the u32 version again,
+//    "model": {arch, dim, hidden_dim, n_layers, n_heads, n_kv_heads, head_dim, vocab_size, max_seq_len,
+//              norm_eps, rope_theta, rope_style, tied_embeddings} (the anelab model file's fields),
+//    "n_params": P (= the parameter count the model config implies),
+//    "tensors": [{"name", "shape", "offset"}...]   (version 2+: element offsets into each array; must equal
+//                                                  the canonical order of the model config),
+//    "step": optimizer steps done, "adam_t": AdamW updates applied (skipped steps excluded; <= step),
+//    "loss_scale": {"dynamic": bool, "scale": finite > 0, "interval": whole number >= 1, "good_steps": int >= 0},
 //    "data": {"batching": "random"|"sequential", "state": "16 hex digits" (generator state or position)},
-//    "best_val_loss": number|null, "restarts": exec-restarts so far, "tokens": tokens trained on,
-//    "totals": {"wall_s", "compile_s", "train_s", "compiles"}  (cumulative over processes),
-//    "config": the resolved TrainConfig (train/config.h to_json),
+//    "best_val_loss": finite number >= 0 | null, "restarts", "tokens": integers >= 0,
+//    "totals": {"wall_s", "compile_s", "train_s": finite seconds >= 0, "compiles": int}  (cumulative over processes),
+//    "config": the resolved TrainConfig object (train/config.h to_json),
 //    "data_size": 12 * P, "checksum": "16 hex digits" (FNV-1a 64 of the data section)}
+// Integers are JSON integers (no fractions, no booleans, no strings); counts are at most 2^53.
 //
+// A checkpoint is a file people download and share, so it is read as untrusted: the header checksum (v3)
+// and then every field, the model config, n_params, the tensor table and the file size are checked before
+// anything is allocated from it; a bad file is refused with one line "[checkpoint] PATH: ...".
 // Writes go to PATH.tmp.<pid>, are fsync'ed and renamed over PATH (so PATH is always a complete, good
-// checkpoint). Reading validates magic, version, every header field, sizes and the checksum.
+// checkpoint); a temp file left by a writer that died (its pid no longer alive) is removed by
+// remove_stale_temp_files when the run starts again.
 #pragma once
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "models/formats/model.h"
+#include "models/formats/checkpoint_header.h"
 
 namespace anelab::train {
 
-struct CheckpointState {
-  models::ModelConfig model;
-  int64_t step = 0, adam_t = 0;
-  bool ls_dynamic = false;
-  double ls_scale = 1, ls_interval = 1000;
-  int64_t ls_good_steps = 0;
-  std::string batching = "random";
-  uint64_t data_state = 0;
-  std::optional<double> best_val_loss;
-  int64_t restarts = 0, tokens = 0, compiles = 0;
-  double wall_s = 0, compile_s = 0, train_s = 0;
-  nlohmann::json config;
+struct CheckpointState : models::CheckpointHeader {
   std::vector<float> weights, m, v;  // [P] each
 };
 
 void write_checkpoint(const std::string& path, const CheckpointState& s);
+// Reads and validates (models::parse_checkpoint) a checkpoint, then copies its three arrays.
 CheckpointState read_checkpoint(const std::string& path);
+// Removes DIR/*.tmp.<pid> files whose writer process is no longer alive (platform::process_alive); returns
+// how many were removed. Files of live processes (another writer at work) are kept.
+int remove_stale_temp_files(const std::string& dir);
 
 }  // namespace anelab::train

@@ -10,6 +10,7 @@
 #include <toml++/toml.h>
 
 #include "framework/core/error.h"
+#include "framework/core/file.h"
 
 namespace anelab::train {
 namespace {
@@ -189,7 +190,7 @@ void apply_flags(TrainConfig& c, const std::vector<FlagSlot>& slots) {
 void apply_toml_file(TrainConfig& c, const std::string& path) {
   toml::table tbl;
   try {
-    tbl = toml::parse_file(path);
+    tbl = toml::parse(read_file_text(path), path);  // read_file_text: a FIFO or device is refused, not read
   } catch (const toml::parse_error& e) {
     std::ostringstream os;
     os << e.description() << " at line " << e.source().begin.line;

@@ -63,10 +63,14 @@ Batcher::Batcher(const TokenData& data, int64_t B, int64_t T, bool random, uint6
 }
 
 void Batcher::set_state(uint64_t s) {
-  if (random_)
+  if (random_) {
     rng_.state = s;
-  else
-    pos_ = int64_t(s);
+    return;
+  }
+  if (s > uint64_t(data_->n_train()))
+    fail("train", "sequential data position ", s, " is past the ", data_->n_train(),
+         " training tokens (a checkpoint of another data file?)");
+  pos_ = int64_t(s);
 }
 
 int64_t Batcher::next_pos() {

@@ -23,19 +23,24 @@ EventLog::~EventLog() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+// One write() of the whole line (O_APPEND), so a reader never sees half an event. A short write (disk full,
+// file size limit) is undone: the file is cut back to its previous length, then the run stops with one line.
+void EventLog::append_line(const std::string& line) {
+  const off_t before = ::lseek(fd_, 0, SEEK_END);
+  ssize_t w;
+  do w = ::write(fd_, line.data(), line.size());
+  while (w < 0 && errno == EINTR);
+  if (w == static_cast<ssize_t>(line.size())) return;
+  const std::string why = w < 0 ? std::strerror(errno) : "short write (disk full or file size limit)";
+  const bool cut = before >= 0 && ::ftruncate(fd_, before) == 0;
+  fail("train", "cannot append to ", path_, ": ", why, cut ? " (the partial line was removed)" : " (a partial line may remain)",
+       "; free space and --resume from the last checkpoint");
+}
+
 nlohmann::json EventLog::emit(const std::string& event, int64_t step, nlohmann::json fields) {
   nlohmann::json ev = {{"event", event}, {"t", unix_time()}, {"step", step}};
   for (auto& [k, v] : fields.items()) ev[k] = v;
-  if (fd_ >= 0) {
-    const std::string line = ev.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-    size_t off = 0;
-    while (off < line.size()) {
-      const ssize_t w = ::write(fd_, line.data() + off, line.size() - off);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) fail("train", "cannot append to ", path_, ": ", std::strerror(errno));
-      off += size_t(w);
-    }
-  }
+  if (fd_ >= 0) append_line(ev.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   return ev;
 }
 

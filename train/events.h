@@ -1,6 +1,6 @@
 // The run's structured event stream (docs/events.md, schema 1): EventLog appends one JSON object per
-// line to <run-dir>/events.jsonl (one write(2) per line, O_APPEND, so a crash leaves at most a partial
-// last line). The console progress line and the end-of-run Efficiency Report are formatters over the
+// line to <run-dir>/events.jsonl (one write(2) per line, O_APPEND; a short write — disk full, file size
+// limit — is cut back off the file and stops the run with one line naming the file, so no torn line stays). The console progress line and the end-of-run Efficiency Report are formatters over the
 // same events; nothing else prints training progress.
 #pragma once
 #include <cstdint>
@@ -19,11 +19,13 @@ class EventLog {
   ~EventLog();
   EventLog(const EventLog&) = delete;
   EventLog& operator=(const EventLog&) = delete;
-  // Adds "event", "t" (unix seconds), "step", writes the line, and returns the full event.
+  // Adds "event", "t" (unix seconds), "step", writes the line, and returns the full event. Throws
+  // anelab::Error "[train] cannot append to PATH: ..." when the whole line cannot be written.
   nlohmann::json emit(const std::string& event, int64_t step, nlohmann::json fields);
   const std::string& path() const { return path_; }
 
  private:
+  void append_line(const std::string& line);
   int fd_ = -1;
   std::string path_;
 };

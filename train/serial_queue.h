@@ -17,13 +17,14 @@
 #include <mutex>
 #include <thread>
 
+#include "framework/core/thread_pool.h"
 #include "train/parallel.h"
 
 namespace anelab::train {
 
 class SerialQueue {
  public:
-  SerialQueue() : th_([this] { loop(); }) {}
+  SerialQueue() : th_(start_thread([this] { loop(); }, "the serial queue's worker thread")) {}
   ~SerialQueue() {
     {
       std::lock_guard<std::mutex> lk(mu_);

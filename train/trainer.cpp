@@ -155,6 +155,7 @@ void Run::load_model(bool resume, CheckpointState* ck) {
 void Run::setup() {
   if (!cfg.resume && fs::exists(ckpt_path("last")))
     fail("train", "run dir ", cfg.run_dir, " already holds last.ckpt: pass --resume to continue it, or choose another --run-dir");
+  if (fs::is_directory(cfg.run_dir)) remove_stale_temp_files(cfg.run_dir);  // of writers killed mid-write
   CheckpointState ck;
   load_model(cfg.resume, &ck);
   if (cfg.resume && ck.step >= cfg.steps) {

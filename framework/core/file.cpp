@@ -52,8 +52,27 @@ void write_file_atomic(const std::string& path, const void* data, size_t size) {
   }
 }
 
+namespace {
+const char* file_kind(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a regular file";
+}
+}  // namespace
+
+void require_regular_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) fail("file", "cannot open ", path, ": ", std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) fail("file", path, " is ", file_kind(st.st_mode), ", expected a regular file");
+}
+
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  require_regular_file(path);
+  // O_NONBLOCK: a path swapped for a FIFO after the check still does not block the open.
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) fail("file", "cannot open ", path, ": ", std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -61,9 +80,9 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     ::close(fd);
     fail("file", "cannot stat ", path, ": ", std::strerror(e));
   }
-  if (S_ISDIR(st.st_mode)) {
+  if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    fail("file", path, " is a directory, expected a file");
+    fail("file", path, " is ", file_kind(st.st_mode), ", expected a regular file");
   }
   size_ = static_cast<size_t>(st.st_size);
   if (size_ > 0) {

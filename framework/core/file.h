@@ -9,6 +9,11 @@
 
 namespace anelab {
 
+// Throws "[file] PATH is a FIFO (named pipe), not a regular file" (or a directory, device, socket) without
+// opening it (stat), so a FIFO or a terminal given as an input never blocks a reader. MappedFile, and with it
+// every model, tokenizer, data and checkpoint reader, checks this first.
+void require_regular_file(const std::string& path);
+
 // Reads a whole file; throws anelab::Error("[file] cannot open PATH: reason").
 std::vector<uint8_t> read_file_bytes(const std::string& path);
 std::string read_file_text(const std::string& path);
@@ -20,7 +25,7 @@ inline void write_file_atomic(const std::string& path, std::string_view text) {
   write_file_atomic(path, text.data(), text.size());
 }
 
-// A read-only memory map of a whole file (empty files map to size 0).
+// A read-only memory map of a whole regular file (empty files map to size 0; anything else is refused).
 class MappedFile {
  public:
   MappedFile() = default;

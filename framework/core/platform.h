@@ -2,7 +2,7 @@
 // No other source names /proc, /sys or an OS-specific call (Mach, sysctl, libproc).
 //
 //   platform_posix.cpp   saved argv + initial cwd, argv[0] resolution (cwd, $PATH), load average
-//                        (getloadavg), process CPU seconds and peak RSS (getrusage)
+//                        (getloadavg), process CPU seconds and peak RSS (getrusage), process_alive (kill 0)
 //   platform_procfs.cpp  Linux procfs parsers with the root as a parameter (tests point them at fake trees;
 //                        they are plain file reads, so they compile and are tested on every OS)
 //   platform_linux.cpp   Linux: executable (/proc/self/exe, else argv[0]), RSS, CPU ticks, memory via procfs
@@ -65,6 +65,10 @@ Reading<ProcessMemory> process_memory(int64_t pid);
 Reading<double> peak_rss_mb();
 // User + system CPU seconds of the current process (getrusage).
 double process_cpu_seconds();
+
+// True while a process with this pid exists (POSIX kill(pid, 0): alive, or alive but not ours); false
+// for pid <= 0 and for pids no process has. Used to tell a dead writer's temp file from a live one's.
+bool process_alive(int64_t pid);
 
 // ---- the machine ------------------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 // The POSIX parts of the platform layer (Linux and macOS alike): saved argv, argv[0] resolution,
-// load average, getrusage figures.
+// load average, getrusage figures, whether a pid is alive.
 #include "framework/core/platform.h"
 
 #if defined(__unix__) || defined(__APPLE__)
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -130,6 +131,11 @@ double process_cpu_seconds() {
   rusage u{};
   ::getrusage(RUSAGE_SELF, &u);
   return double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * double(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+bool process_alive(int64_t pid) {
+  if (pid <= 0 || pid > INT_MAX) return false;
+  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
 }
 
 Reading<double> cpu_percent(const CpuTicks& before, const CpuTicks& after) {

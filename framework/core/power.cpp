@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "framework/core/error.h"
+#include "framework/core/thread_pool.h"
 
 namespace anelab::power {
 
@@ -92,7 +93,7 @@ Meter::Meter(Selection s) : source_(std::move(s.source)) {
     }
     return;
   }
-  worker_ = std::thread([this] {
+  worker_ = start_thread([this] {
     try {
       Reading r;
       while (!stop_.load() && source_->next(&r)) {
@@ -103,7 +104,7 @@ Meter::Meter(Selection s) : source_(std::move(s.source)) {
       std::lock_guard<std::mutex> lock(mu_);
       worker_error_ = e.what();
     }
-  });
+  }, "the power meter's sampling thread");
 }
 
 Meter::~Meter() {

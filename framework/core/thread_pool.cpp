@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <system_error>
 
+#include "framework/core/error.h"
 #include "framework/simd/simd.h"
 
 namespace anelab {
@@ -12,15 +14,36 @@ namespace {
 constexpr int kSpinIters = 20000;  // ~tens of µs of spinning before sleeping on the counter
 }
 
-ThreadPool::ThreadPool(int n_threads) : n_(std::max(1, n_threads)) {
-  for (int i = 1; i < n_; ++i) threads_.emplace_back([this, i] { worker_loop(i); });
+std::thread start_thread(std::function<void()> fn, const std::string& what) {
+  try {
+    return std::thread(std::move(fn));
+  } catch (const std::system_error& e) {
+    fail("threads", "cannot start ", what, ": ", e.what(),
+         "; lower --threads (or ANELAB_THREADS) or raise the limit on processes/memory (ulimit -u, ulimit -v)");
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::ThreadPool(int n_threads) : n_(std::max(1, n_threads)) {
+  threads_.reserve(size_t(n_ - 1));  // push_back cannot throw (and drop a running thread) after a start
+  try {
+    for (int i = 1; i < n_; ++i)
+      threads_.push_back(start_thread([this, i] { worker_loop(i); },
+                                      "worker " + std::to_string(i) + " of a pool of " + std::to_string(n_) +
+                                          " threads (--threads " + std::to_string(n_) + ")"));
+  } catch (...) {
+    stop_workers();
+    throw;
+  }
+}
+
+ThreadPool::~ThreadPool() { stop_workers(); }
+
+void ThreadPool::stop_workers() {
   stop_.store(true);
   generation_.fetch_add(1);
   generation_.notify_all();
   for (auto& t : threads_) t.join();
+  threads_.clear();
 }
 
 // Claims and runs chunks of job `gen` until none are left (or a newer job replaced it).

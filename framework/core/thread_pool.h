@@ -9,6 +9,8 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -33,9 +35,16 @@ class FunctionRef<R(A...)> {
   R (*call_)(void*, A...);
 };
 
+// Starts a std::thread running fn. A thread the OS cannot create (std::system_error: a process-count or
+// memory limit such as `ulimit -u` / `ulimit -v`) becomes one anelab::Error line:
+// "[threads] cannot start WHAT: REASON; ...". Every anelab thread starts through this.
+std::thread start_thread(std::function<void()> fn, const std::string& what);
+
 class ThreadPool {
  public:
-  explicit ThreadPool(int n_threads);  // n_threads >= 1 (1: everything on the caller)
+  // n_threads >= 1 (1: everything on the caller). Throws (start_thread) naming n_threads when a worker
+  // cannot be created; the workers already started are stopped first.
+  explicit ThreadPool(int n_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -54,6 +63,7 @@ class ThreadPool {
 
  private:
   void worker_loop(int id);
+  void stop_workers();
   void work(uint32_t gen, int worker);
   int n_;
   std::vector<std::thread> threads_;

@@ -90,7 +90,7 @@ ModelConfig config_from_json(const json& j, const std::string& w) {
   m.attn_out_bias = jbool(j, "attn_out_bias", w, c);
   m.mlp_bias = jbool(j, "mlp_bias", w, c);
   m.learned_pos = jbool(j, "learned_pos", w, c);
-  validate_config(m, w);
+  checked_parameter_count(m, w);
   return m;
 }
 

@@ -13,14 +13,11 @@
 #include <cstdint>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
+#include "models/formats/checkpoint_header.h"
 #include "models/formats/model.h"
 
 namespace anelab::models {
 
-constexpr char kCheckpointMagic[9] = "ANELABCK";
-constexpr uint32_t kCheckpointVersion = 2;       // version written; 1 is still read
 constexpr char kRunTokenizerFile[] = "tokenizer.anetok";
 
 bool looks_like_checkpoint(const uint8_t* data, size_t size);
@@ -29,20 +26,8 @@ bool is_run_dir(const std::string& path);
 // The checkpoint a path names: the file itself, or RUN_DIR/best.ckpt, else RUN_DIR/last.ckpt
 // (throws naming the directory when it has neither).
 std::string checkpoint_path(const std::string& path);
-// Reads the model weights of a checkpoint file or run directory (validated: header fields, sizes,
-// the tensors list, the checksum).
+// Reads the model weights of a checkpoint file or run directory (validated by parse_checkpoint).
 Model read_checkpoint_model(const std::string& path);
-
-// The header's "model" object (the fields a trainable Llama needs; the rest are Llama defaults) and
-// "tensors" list ([{"name", "shape", "offset"}], element offsets of the fp32 arrays, canonical order).
-nlohmann::json checkpoint_config_to_json(const ModelConfig& c);
-ModelConfig checkpoint_config_from_json(const nlohmann::json& j, const std::string& where);
-nlohmann::json checkpoint_tensors_json(const ModelConfig& c);
-// FNV-1a 64 over bytes (the header's "checksum" of the data section), continuing from h.
-constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
-uint64_t fnv1a64(uint64_t h, const void* data, size_t n);
-// Throws naming the first entry that differs from checkpoint_tensors_json(c), or the count.
-void check_checkpoint_tensors(const nlohmann::json& tensors, const ModelConfig& c, const std::string& where);
 
 // Tokenizer files saved with a run (or anywhere): the ANETOK01 blob of anelab_file.h's embedded tokenizer.
 void save_run_tokenizer(const tok::VocabData& v, const std::string& path);

@@ -220,7 +220,7 @@ Model hf_to_model(const std::string& config_json, const StTensorMap& ts, const s
   if (type == "gpt2") m.config = gpt2_config(j, w);
   else if (type == "qwen2" || type == "llama") m.config = llama_qwen_config(j, type, w);
   else fail("model", w, ": model_type ", type, " is not supported (gpt2, qwen2, llama)");
-  validate_config(m.config, w);
+  checked_parameter_count(m.config, w);
   // A config may claim an untied head that the checkpoint lacks (or the reverse): trust the tensors.
   const bool has_head = ts.count("lm_head.weight") > 0;
   if (!has_head) m.config.tied_embeddings = true;

@@ -42,7 +42,7 @@ ModelConfig to_config(const Header& h, bool tied, const std::string& w) {
   c.rope_theta = 10000.0f;
   c.rope_style = RopeStyle::kAdjacentPairs;
   c.tied_embeddings = tied;
-  validate_config(c, w);
+  checked_parameter_count(c, w);
   return c;
 }
 
@@ -60,7 +60,7 @@ void take(ByteReader& r, Model& m, const std::shared_ptr<const void>& owner, con
 }
 
 int64_t expected_size(const ModelConfig& c, int64_t header_bytes, bool freq_tables) {
-  int64_t n = parameter_count(c);
+  int64_t n = checked_parameter_count(c, "llama2.c header");
   if (freq_tables) n += c.max_seq_len * c.head_dim;  // real + imag, each seq_len * head_size / 2
   return header_bytes + n * 4;
 }

@@ -74,7 +74,8 @@ void validate_config(const ModelConfig& c, const std::string& where) {
     fail("model", where, ": head_dim ", c.head_dim, " must be even for RoPE");
   if (!(c.norm_eps > 0.0f && c.norm_eps < 1.0f))
     fail("model", where, ": norm_eps ", c.norm_eps, " must be in (0, 1)");
-  if (c.rope_style != RopeStyle::kNone && !(c.rope_theta > 1.0f && std::isfinite(c.rope_theta)))
+  check_range(where, "n_heads * head_dim", c.q_dim(), 1, 1 << 18);
+  if (!std::isfinite(c.rope_theta) || (c.rope_style != RopeStyle::kNone && !(c.rope_theta > 1.0f)))
     fail("model", where, ": rope_theta ", c.rope_theta, " must be a finite value > 1");
   if (c.learned_pos != (c.rope_style == RopeStyle::kNone))
     fail("model", where, ": learned positions and rope_style '", rope_style_name(c.rope_style),
@@ -140,11 +141,24 @@ std::vector<TensorSpec> canonical_tensors(const ModelConfig& c) {
   return v;
 }
 
-int64_t parameter_count(const ModelConfig& c) {
+int64_t checked_parameter_count(const ModelConfig& c, const std::string& where) {
+  validate_config(c, where);
   int64_t n = 0;
-  for (const auto& s : canonical_tensors(c)) n += s.numel();
+  for (const auto& s : canonical_tensors(c)) {
+    int64_t k = 1;
+    for (int64_t d : s.shape) {
+      if (d <= 0 || k > kMaxParams / d)
+        fail("model", where, ": tensor ", s.name, " ", shape_string(s.shape), " exceeds ", kMaxParams, " elements");
+      k *= d;
+    }
+    if (n > kMaxParams - k)
+      fail("model", where, ": the config implies more than ", kMaxParams, " parameters; the file is corrupt");
+    n += k;
+  }
   return n;
 }
+
+int64_t parameter_count(const ModelConfig& c) { return checked_parameter_count(c, "model config"); }
 
 // ---- Tensor ----
 
@@ -240,7 +254,7 @@ void Model::add_owned(std::string name, DType dtype, std::vector<int64_t> shape,
 }
 
 void Model::check_complete(const std::string& where) const {
-  validate_config(config, where);
+  checked_parameter_count(config, where);
   const auto specs = canonical_tensors(config);
   for (const auto& s : specs) {
     const Tensor* t = find(s.name);

@@ -83,6 +83,11 @@ struct ModelConfig {
 // Throws anelab::Error naming the field, its value and the accepted range when a config is unusable
 // (non-positive or absurd sizes, n_heads % n_kv_heads != 0, inconsistent flags, ...).
 void validate_config(const ModelConfig& c, const std::string& where);
+// The one size check of every model-file reader (anelab, llama2.c, GGUF, safetensors/HF, checkpoint), called
+// before any size or offset is computed from a config: validate_config, then the parameter count of
+// canonical_tensors(c) with overflow-checked arithmetic; throws naming `where` above kMaxParams.
+constexpr int64_t kMaxParams = int64_t{1} << 36;
+int64_t checked_parameter_count(const ModelConfig& c, const std::string& where);
 std::string describe_config(const ModelConfig& c);  // one line per field, for `anelab info`
 
 struct TensorSpec {
@@ -91,7 +96,7 @@ struct TensorSpec {
   int64_t numel() const;
 };
 std::vector<TensorSpec> canonical_tensors(const ModelConfig& c);
-int64_t parameter_count(const ModelConfig& c);
+int64_t parameter_count(const ModelConfig& c);  // checked_parameter_count(c, "model config")
 std::string shape_string(const std::vector<int64_t>& shape);  // "[64, 172]"
 
 struct Tensor {

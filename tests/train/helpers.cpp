@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -101,6 +102,38 @@ void expect_same_state(const std::string& a, const std::string& b) {
   EXPECT_EQ(x.data_state, y.data_state);
   EXPECT_EQ(x.ls_scale, y.ls_scale);
   EXPECT_EQ(losses(a), losses(b));  // bitwise (JSON doubles round-trip)
+}
+
+CheckpointBytes split_checkpoint(const std::vector<uint8_t>& b) {
+  CheckpointBytes c;
+  uint64_t hl = 0;
+  std::memcpy(&c.version, b.data() + 8, 4);
+  std::memcpy(&hl, b.data() + 16, 8);
+  const size_t at = c.version >= 3 ? 32 : 24;
+  if (c.version >= 3) std::memcpy(&c.header_sum, b.data() + 24, 8);
+  c.header.assign(reinterpret_cast<const char*>(b.data() + at), hl);
+  c.data.assign(b.begin() + long((at + hl + 63) / 64 * 64), b.end());
+  return c;
+}
+
+std::vector<uint8_t> join_checkpoint(uint32_t version, const std::string& header, const std::vector<uint8_t>& data,
+                                     std::optional<uint64_t> header_sum) {
+  const size_t at = version >= 3 ? 32 : 24;
+  std::vector<uint8_t> b(at, 0);
+  std::memcpy(b.data(), "ANELABCK", 8);
+  std::memcpy(b.data() + 8, &version, 4);
+  const uint64_t hl = header.size();
+  std::memcpy(b.data() + 16, &hl, 8);
+  if (version >= 3) {
+    uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64
+    for (unsigned char ch : header) h = (h ^ ch) * 0x100000001b3ull;
+    const uint64_t s = header_sum ? *header_sum : h;
+    std::memcpy(b.data() + 24, &s, 8);
+  }
+  b.insert(b.end(), header.begin(), header.end());
+  b.resize((b.size() + 63) / 64 * 64, 0);
+  b.insert(b.end(), data.begin(), data.end());
+  return b;
 }
 
 }  // namespace anelab::test

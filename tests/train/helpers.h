@@ -1,6 +1,7 @@
 // Shared helpers of the train tests: token files, events.jsonl readers, the PyTorch reference runner.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,5 +32,18 @@ std::vector<double> losses(const std::string& dir);
 // gtest expectations: the last.ckpt of run dirs a and b hold the same step, weights, moments, data and
 // loss-scale state, and their step losses are equal bitwise.
 void expect_same_state(const std::string& a, const std::string& b);
+
+// A checkpoint file cut at its header, by the layout of train/checkpoint.h read independently of the readers
+// under test; join_checkpoint puts it together in the layout of `version` (3: with header_sum as the header
+// checksum, or the header's own checksum when none is given; 1 and 2: JSON at 24, no header checksum).
+struct CheckpointBytes {
+  uint32_t version = 0;
+  std::string header;          // the JSON text
+  uint64_t header_sum = 0;     // version 3
+  std::vector<uint8_t> data;   // weights, adam_m, adam_v
+};
+CheckpointBytes split_checkpoint(const std::vector<uint8_t>& file);
+std::vector<uint8_t> join_checkpoint(uint32_t version, const std::string& header, const std::vector<uint8_t>& data,
+                                     std::optional<uint64_t> header_sum = std::nullopt);
 
 }  // namespace anelab::test

@@ -21,6 +21,7 @@
 #include "models/tokenizer/token_file.h"
 #include "models/tokenizer/tokenizer.h"
 #include "tests/common/test_data.h"
+#include "tests/train/helpers.h"
 #include "train/trainer.h"
 
 namespace anelab {
@@ -88,7 +89,7 @@ std::string header_of(const std::vector<uint8_t>& b) {
   return std::string(reinterpret_cast<const char*>(b.data()), 24 + n);
 }
 
-// Rewrites the u32 version at offset 8 and the header's "version":2 (same length) to 1.
+// Rewrites the u32 version at offset 8 and the header's "version":2 (same length) of an anelab file to 1.
 void make_version_1(const std::string& path) {
   std::vector<uint8_t> b = read_file_bytes(path);
   const uint32_t one = 1;
@@ -169,17 +170,22 @@ TEST(Export, VersionOneFilesStillLoadAndTheTensorsListIsChecked) {
   const models::Model a = models::load_any_model(af);
   EXPECT_TRUE(a.vocab.has_value());
   EXPECT_EQ(a.tensor("layers.0.wq").to_f32(), ck.tensor("layers.0.wq").to_f32());
-  // checkpoint version 1 (no tensors list) is still read.
+  // checkpoint version 1 (no tensors list, no header checksum) is still read.
+  const test::CheckpointBytes cb = test::split_checkpoint(read_file_bytes(run + "/last.ckpt"));
+  nlohmann::json h1 = nlohmann::json::parse(cb.header);
+  h1["version"] = 1;
+  h1.erase("tensors");
   const std::string c1 = (dir / "v1.ckpt").string();
-  fs::copy_file(run + "/last.ckpt", c1);
-  make_version_1(c1);
+  const auto v1 = test::join_checkpoint(1, h1.dump(), cb.data);
+  write_file_atomic(c1, v1.data(), v1.size());
   EXPECT_EQ(models::read_checkpoint_model(c1).tensor("norm").to_f32(), ck.tensor("norm").to_f32());
-  // version 2: a tensors list that does not match the model is an error naming the entry.
-  std::vector<uint8_t> b = read_file_bytes(run + "/last.ckpt");
-  const size_t at = header_of(b).find("\"tok_embeddings\"");
+  // a tensors list that does not match the model (header checksum valid) is an error naming the entry.
+  std::string h = cb.header;
+  const size_t at = h.find("\"tok_embeddings\"");
   ASSERT_NE(at, std::string::npos);
-  b[at + 1] = 'T';
+  h[at + 1] = 'T';
   const std::string bad = (dir / "bad.ckpt").string();
+  const auto b = test::join_checkpoint(3, h, cb.data);
   write_file_atomic(bad, b.data(), b.size());
   try {
     models::read_checkpoint_model(bad);

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "framework/core/error.h"
 #include "framework/core/fp16.h"
@@ -116,6 +117,24 @@ TEST(AnelabFile, ConfigValidationNamesField) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("n_kv_heads"), std::string::npos) << e.what();
   }
+}
+
+// The size check every reader shares: a config whose parameter count exceeds kMaxParams (here ~4.4e13 in
+// the layers alone, each size within its own range) is refused before anything is sized from it.
+TEST(ModelConfigCheck, ParameterCountIsBoundedBeforeSizesAreUsed) {
+  EXPECT_EQ(checked_parameter_count(preset("stories260k"), "x"), parameter_count(preset("stories260k")));
+  ModelConfig c = preset("stories260k");
+  c.dim = 1 << 16, c.hidden_dim = 1 << 18, c.n_layers = 1024;
+  try {
+    checked_parameter_count(c, "big.bin");
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("big.bin"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("parameters"), std::string::npos) << e.what();
+  }
+  c = preset("stories260k");
+  c.rope_theta = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_THROW(checked_parameter_count(c, "x"), Error);
 }
 
 }  // namespace
