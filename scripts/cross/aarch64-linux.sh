@@ -9,7 +9,7 @@
 #   ANELAB_NO_APT=1         skip the package step
 # Dependencies: the header-only libraries (Eigen, CLI11, nlohmann-json, toml++ as TOML_HEADER_ONLY) come from
 # the host's /usr/include through BUILD/deps/include, a directory of symlinks to exactly those directories;
-# cpp-httplib's split library and the runtime libraries from arm64 multiarch packages; GoogleTest is compiled
+# the runtime libraries from arm64 multiarch packages; GoogleTest is compiled
 # from /usr/src/googletest into BUILD/deps. The ImGui/GLFW GUI is left out (x86-only packages here).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -28,11 +28,11 @@ SUDO=""
 install_packages() {
   # Host tools and header-only libraries, the cross compiler, qemu-user with its binfmt_misc entries.
   local host=(cmake ninja-build g++-aarch64-linux-gnu qemu-user qemu-user-binfmt binfmt-support file
-              libeigen3-dev libcli11-dev nlohmann-json3-dev libtomlplusplus-dev libcpp-httplib-dev googletest
+              libeigen3-dev libcli11-dev nlohmann-json3-dev libtomlplusplus-dev googletest
               python3 python3-numpy python3-torch curl)
-  # arm64 multiarch: cpp-httplib's library (Debian's header is the split build) and the runtime libraries
-  # that binaries started through binfmt_misc load from /lib/aarch64-linux-gnu.
-  local arm=(libc6:arm64 libcpp-httplib0.11:arm64 libstdc++6:arm64)
+  # arm64 multiarch: the runtime libraries that binaries started through binfmt_misc load from
+  # /lib/aarch64-linux-gnu.
+  local arm=(libc6:arm64 libstdc++6:arm64)
   local missing=() p
   for p in "${host[@]}" "${arm[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -71,11 +71,9 @@ stage_deps() {
   ln -sfn /usr/include/CLI "$deps/include/CLI"
   ln -sfn /usr/include/nlohmann "$deps/include/nlohmann"
   ln -sfn /usr/include/toml++ "$deps/include/toml++"
-  ln -sfn /usr/include/httplib.h "$deps/include/httplib.h"
   ln -sfn /usr/share/eigen3/cmake "$deps/share/eigen3/cmake"
   ln -sfn /usr/share/cmake/CLI11 "$deps/share/cmake/CLI11"
   ln -sfn /usr/share/cmake/nlohmann_json "$deps/share/cmake/nlohmann_json"
-  ln -sfn /usr/lib/aarch64-linux-gnu/libcpp-httplib.so.0.11 "$deps/lib/libcpp-httplib.so"
   # Debian's toml++ package file points at its x86 shared library: use the headers alone.
   cat >"$deps/lib/cmake/tomlplusplus/tomlplusplusConfig.cmake" <<'EOF'
 # Written by scripts/cross/aarch64-linux.sh: toml++ header-only.
