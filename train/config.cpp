@@ -10,6 +10,7 @@
 #include <toml++/toml.h>
 
 #include "framework/core/error.h"
+#include "framework/core/file.h"
 
 namespace anelab::train {
 namespace {
@@ -184,10 +185,12 @@ void apply_flags(TrainConfig& c, const std::vector<FlagSlot>& slots) {
   }
 }
 
-void apply_toml_file(TrainConfig& c, const std::string& path) {
+void apply_toml_file(TrainConfig& c, const std::string& path) { apply_toml_text(c, read_file_text(path), path); }
+
+void apply_toml_text(TrainConfig& c, std::string_view text, const std::string& path) {
   toml::table tbl;
   try {
-    tbl = toml::parse_file(path);
+    tbl = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     std::ostringstream os;
     os << e.description() << " at line " << e.source().begin.line;
