@@ -17,7 +17,8 @@ int run_npy(const uint8_t* data, size_t size) {
 }
 
 // Every chunk is decoded (fp16 when its size is even, else uint8), and the chunk header at the offset in
-// bytes 56..63 of the file header (zero in real files) is read, as a BLOBFILE offset from MIL would be.
+// bytes 56..63 of the file header (zero in real files: then none) is read, as a BLOBFILE offset from MIL
+// would be.
 int run_mil_blob(const uint8_t* data, size_t size) {
   return accepted([&] {
     const mil::BlobReader r(std::span<const uint8_t>(data, size), "<fuzz>.bin");
@@ -29,7 +30,7 @@ int run_mil_blob(const uint8_t* data, size_t size) {
     }
     uint64_t probe;
     std::memcpy(&probe, data + 56, 8);
-    r.chunk_at(probe);
+    if (probe != 0) r.chunk_at(probe);
   });
 }
 
