@@ -234,8 +234,12 @@ void apply_json(TrainConfig& c, const nlohmann::json& j) {
     if (!j.contains(o.key) || o.cli_only) continue;
     std::visit([&](auto p) {
       using T = std::remove_cvref_t<decltype(c.*p)>;
+      const nlohmann::json& v = j.at(o.key);
+      // An integer key takes a JSON integer only (converting 1e300 to int64 would be undefined behaviour).
+      if (std::is_same_v<T, int64_t> && !v.is_number_integer())
+        fail("train", "saved config: key '", o.key, "' must be an integer, got ", v.dump());
       try {
-        c.*p = j.at(o.key).get<T>();
+        c.*p = v.get<T>();
       } catch (const std::exception&) {
         fail("train", "saved config: key '", o.key, "' has the wrong type");
       }
