@@ -5,12 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <ostream>
 
 #include "framework/core/file.h"
 #include "tests/common/test_data.h"
 #include "tests/fuzz/targets.h"
 
 namespace anelab::fuzz {
+
+void PrintTo(const Target& t, std::ostream* os) { *os << t.name; }  // gtest's name for a parameter
+
 namespace {
 namespace fs = std::filesystem;
 
