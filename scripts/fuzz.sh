@@ -41,7 +41,7 @@ done
 
 # clang and its runtimes (libFuzzer, ASan, UBSan: libclang-rt-14-dev on Debian 12) when missing.
 install_clang() {
-  command -v clang++ >/dev/null && [[ -n "$(clang++ -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null |
+  command -v clang++ >/dev/null && [[ -n "$(clang++ -print-file-name="libclang_rt.fuzzer-$(uname -m).a" 2>/dev/null |
                                             grep /)" ]] && return
   [[ "$(uname -s)" == Linux ]] && command -v apt-get >/dev/null || return 0
   local sudo=""
