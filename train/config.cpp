@@ -187,10 +187,13 @@ void apply_flags(TrainConfig& c, const std::vector<FlagSlot>& slots) {
   }
 }
 
-void apply_toml_file(TrainConfig& c, const std::string& path) {
+// read_file_text: a FIFO or device is refused, not read.
+void apply_toml_file(TrainConfig& c, const std::string& path) { apply_toml_text(c, read_file_text(path), path); }
+
+void apply_toml_text(TrainConfig& c, std::string_view text, const std::string& path) {
   toml::table tbl;
   try {
-    tbl = toml::parse(read_file_text(path), path);  // read_file_text: a FIFO or device is refused, not read
+    tbl = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     std::ostringstream os;
     os << e.description() << " at line " << e.source().begin.line;
@@ -234,8 +237,12 @@ void apply_json(TrainConfig& c, const nlohmann::json& j) {
     if (!j.contains(o.key) || o.cli_only) continue;
     std::visit([&](auto p) {
       using T = std::remove_cvref_t<decltype(c.*p)>;
+      const nlohmann::json& v = j.at(o.key);
+      // An integer key takes a JSON integer only (converting 1e300 to int64 would be undefined behaviour).
+      if (std::is_same_v<T, int64_t> && !v.is_number_integer())
+        fail("train", "saved config: key '", o.key, "' must be an integer, got ", v.dump());
       try {
-        c.*p = j.at(o.key).get<T>();
+        c.*p = v.get<T>();
       } catch (const std::exception&) {
         fail("train", "saved config: key '", o.key, "' has the wrong type");
       }

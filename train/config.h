@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -75,6 +76,8 @@ bool flag_given(const std::vector<FlagSlot>& slots, const std::string& key);
 // Loads a TOML file over c (unknown keys and wrongly typed values are errors naming the key). Paths in it
 // (init, data, tokenizer, run_dir) are relative to the file's directory ("~/" = $HOME) and made absolute.
 void apply_toml_file(TrainConfig& c, const std::string& path);
+// The same over the file's text (`path` names it in errors and anchors its relative paths).
+void apply_toml_text(TrainConfig& c, std::string_view text, const std::string& path);
 // Loads a saved config.json over c.
 void apply_json(TrainConfig& c, const nlohmann::json& j);
 nlohmann::json to_json(const TrainConfig& c);

@@ -92,6 +92,7 @@ NpyArray parse_npy(const uint8_t* b, size_t size, const std::string& name) {
   size_t off = hoff + hlen;
   ANELAB_CHECK(off + n * esz <= size, "npy", name, ": data holds ", size - off, " bytes, shape ", sh, " needs ", n * esz);
   a.data.resize(n);
+  if (n == 0) return a;  // a 0 in the shape: no data (and no buffer to copy into)
   if (esz == 2) {
     std::vector<half_bits> t(n);
     std::memcpy(t.data(), b + off, n * 2);

@@ -86,7 +86,7 @@ BlobReader::BlobReader(std::span<const uint8_t> bytes, std::string name) : bytes
 BlobChunk BlobReader::chunk_at(uint64_t offset) const {
   ANELAB_CHECK(offset >= kBlobFileHeader, "blob", name_, ": offset ", offset,
                " points into the 64-byte file header (BLOBFILE offsets point at a chunk header)");
-  ANELAB_CHECK(offset + kBlobChunkHeader <= bytes_.size(), "blob", name_, ": chunk header at offset ", offset,
+  ANELAB_CHECK(offset <= bytes_.size() && bytes_.size() - offset >= kBlobChunkHeader, "blob", name_, ": chunk header at offset ", offset,
                " runs past the end of the ", bytes_.size(), "-byte file");
   const uint8_t* h = bytes_.data() + offset;
   uint32_t magic = get_u32(h);
@@ -126,6 +126,7 @@ std::vector<float> BlobReader::read_f32(uint64_t offset, const TensorType& type)
   auto p = payload(offset, type);
   size_t n = static_cast<size_t>(type.numel());
   std::vector<float> out(n);
+  if (n == 0) return out;  // an empty const: no payload to copy
   switch (type.dtype) {
     case DType::kFp16: {
       std::vector<half_bits> h(n);

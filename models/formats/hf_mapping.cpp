@@ -1,4 +1,5 @@
 // config.json + HF tensor names -> canonical ModelConfig and tensor names (see safetensors.h).
+#include <cstdint>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -22,6 +23,11 @@ double cfg_num(const json& j, const char* key, const std::string& w, double def)
   if (!j.contains(key) || j[key].is_null()) return def;
   if (!j[key].is_number()) fail("model", w, ": config.json ", key, " must be a number, got ", j[key].dump());
   return j[key].get<double>();
+}
+std::string cfg_str(const json& j, const char* key, const std::string& w, const std::string& def) {
+  if (!j.contains(key) || j[key].is_null()) return def;
+  if (!j[key].is_string()) fail("model", w, ": config.json ", key, " must be a string, got ", j[key].dump());
+  return j[key].get<std::string>();
 }
 bool cfg_bool(const json& j, const char* key, const std::string& w, bool def) {
   if (!j.contains(key) || j[key].is_null()) return def;
@@ -47,13 +53,14 @@ ModelConfig gpt2_config(const json& j, const std::string& w) {
   c.dim = cfg_int(j, "n_embd", w);
   c.n_layers = cfg_int(j, "n_layer", w);
   c.n_heads = c.n_kv_heads = cfg_int(j, "n_head", w);
-  c.hidden_dim = cfg_int(j, "n_inner", w, 4 * c.dim);
+  // n_inner defaults to 4 * n_embd (0 when that would overflow: validation then names it).
+  c.hidden_dim = cfg_int(j, "n_inner", w, c.dim > 0 && c.dim <= INT64_MAX / 4 ? 4 * c.dim : 0);
   c.vocab_size = cfg_int(j, "vocab_size", w);
   c.max_seq_len = cfg_int(j, "n_positions", w, cfg_int(j, "n_ctx", w, 1024));
   if (c.n_heads <= 0 || c.dim % c.n_heads) fail("model", w, ": n_embd ", c.dim, " not divisible by n_head ", c.n_heads);
   c.head_dim = c.dim / c.n_heads;
   c.norm_eps = static_cast<float>(cfg_num(j, "layer_norm_epsilon", w, 1e-5));
-  const std::string act = j.value("activation_function", std::string("gelu_new"));
+  const std::string act = cfg_str(j, "activation_function", w, "gelu_new");
   if (act != "gelu_new" && act != "gelu_pytorch_tanh")
     fail("model", w, ": GPT-2 activation_function ", act, " is not supported (gelu_new / gelu_pytorch_tanh)");
   c.activation = Activation::kGeluTanh;
@@ -88,7 +95,7 @@ ModelConfig llama_qwen_config(const json& j, const std::string& type, const std:
       fail("model", w, ": ", key, " rope_type ", j[key]["rope_type"].dump(), " is not supported (plain RoPE only)");
   }
   c.rope_style = RopeStyle::kRotateHalf;
-  const std::string act = j.value("hidden_act", std::string("silu"));
+  const std::string act = cfg_str(j, "hidden_act", w, "silu");
   if (act != "silu") fail("model", w, ": hidden_act ", act, " is not supported (silu)");
   c.tied_embeddings = cfg_bool(j, "tie_word_embeddings", w, false);
   if (type == "qwen2") {

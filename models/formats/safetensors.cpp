@@ -124,6 +124,21 @@ void read_hf_tokenizer(const fs::path& dir, Model& m) {
 }
 }  // namespace
 
+std::map<std::string, std::string> parse_safetensors_index(std::string_view text, const std::string& where) {
+  const json j = parse_json_text(text.data(), text.data() + text.size(), where);
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    fail("model", where, ": no weight_map object; not a safetensors index");
+  std::map<std::string, std::string> weight_map;
+  for (const auto& [name, file] : j["weight_map"].items()) {
+    if (!file.is_string()) fail("model", where, ": weight_map entry ", name, " is not a file name");
+    const std::string f = file.get<std::string>();
+    if (f.find('/') != std::string::npos || f.find("..") != std::string::npos)
+      fail("model", where, ": shard name ", f, " must be a plain file name in the same directory");
+    weight_map[name] = f;
+  }
+  return weight_map;
+}
+
 Model read_hf_safetensors(const std::string& path) {
   fs::path p(path), dir = fs::is_directory(p) ? p : p.parent_path();
   if (dir.empty()) dir = ".";
@@ -140,19 +155,9 @@ Model read_hf_safetensors(const std::string& path) {
   }
   std::map<std::string, std::string> weight_map;
   if (!index.empty()) {
-    const std::string text = read_file_text(index.string());
-    const json j = parse_json_text(text.data(), text.data() + text.size(), index.string());
-    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
-      fail("model", index.string(), ": no weight_map object; not a safetensors index");
+    weight_map = parse_safetensors_index(read_file_text(index.string()), index.string());
     std::set<std::string> shards;
-    for (const auto& [name, file] : j["weight_map"].items()) {
-      if (!file.is_string()) fail("model", index.string(), ": weight_map entry ", name, " is not a file name");
-      const std::string f = file.get<std::string>();
-      if (f.find('/') != std::string::npos || f.find("..") != std::string::npos)
-        fail("model", index.string(), ": shard name ", f, " must be a plain file name in the same directory");
-      weight_map[name] = f;
-      shards.insert(f);
-    }
+    for (const auto& [name, file] : weight_map) shards.insert(file);
     for (const auto& s : shards) files.push_back(dir / s);
   }
   StTensorMap all;

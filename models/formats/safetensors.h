@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "models/formats/model.h"
@@ -39,6 +40,9 @@ StTensorMap parse_safetensors(const uint8_t* data, size_t size, std::shared_ptr<
 // Reads a .safetensors file, a model.safetensors.index.json, or a directory holding either; the
 // config.json next to them selects the architecture.
 Model read_hf_safetensors(const std::string& path);
+// The weight_map of a model.safetensors.index.json (tensor name -> shard file name; validated: an object,
+// string entries, plain file names in the same directory).
+std::map<std::string, std::string> parse_safetensors_index(std::string_view text, const std::string& where);
 // Maps HF tensors + parsed config.json (as text) to a Model; `where` names the source in errors.
 Model hf_to_model(const std::string& config_json, const StTensorMap& tensors, const std::string& where);
 // The HF Llama/Qwen2 tensor name of a canonical tensor ("layers.3.wq" -> "model.layers.3.self_attn.q_proj.weight").

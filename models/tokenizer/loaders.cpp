@@ -164,8 +164,8 @@ std::string merge_string(const json& m, size_t i, const std::string& name) {
 
 }  // namespace
 
-VocabData parse_vocab_hf_json(std::string_view text, const std::string& name) {
-  const json j = parse_json(text, name);
+namespace {
+VocabData vocab_from_hf_json(const json& j, const std::string& name) {
   ANELAB_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(), "tokenizer", name,
                ": no \"model\" object; not a Hugging Face tokenizer.json");
   const json& m = j["model"];
@@ -210,6 +210,16 @@ VocabData parse_vocab_hf_json(std::string_view text, const std::string& name) {
     if (v.tokens[i] == "<|endoftext|>") v.eos_id = static_cast<int32_t>(i);
   return v;
 }
+}  // namespace
+
+VocabData parse_vocab_hf_json(std::string_view text, const std::string& name) {
+  const json j = parse_json(text, name);
+  try {
+    return vocab_from_hf_json(j, name);
+  } catch (const json::exception& e) {  // a field of another type than expected, e.g. "type": 3
+    fail("tokenizer", name, ": malformed tokenizer.json: ", e.what());
+  }
+}
 
 VocabData load_vocab_hf_json(const std::string& path) {
   namespace fs = std::filesystem;
@@ -227,7 +237,10 @@ VocabData load_vocab_hf_json(const std::string& path) {
     if (int32_t e = lookup("eos_token"); e >= 0) v.eos_id = e;
     if (int32_t b = lookup("bos_token"); b >= 0) v.bos_id = b;
     if (int32_t p = lookup("pad_token"); p >= 0) v.pad_id = p;
-    v.add_bos = c.is_object() && c.value("add_bos_token", false) && v.bos_id >= 0;
+    const json add_bos = c.is_object() && c.contains("add_bos_token") ? c["add_bos_token"] : json();
+    ANELAB_CHECK(add_bos.is_null() || add_bos.is_boolean(), "tokenizer", cfg.string(),
+                 ": add_bos_token must be true/false, got ", add_bos.dump());
+    v.add_bos = add_bos.is_boolean() && add_bos.get<bool>() && v.bos_id >= 0;
   }
   return v;
 }

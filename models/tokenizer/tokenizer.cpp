@@ -113,7 +113,7 @@ VocabData load_vocab_file(const std::string& path) {
   char head[4] = {0, 0, 0, 0};
   {
     MappedFile probe(path);
-    std::memcpy(head, probe.data(), std::min<size_t>(4, probe.size()));
+    if (probe.size() > 0) std::memcpy(head, probe.data(), std::min<size_t>(4, probe.size()));
   }
   if (std::memcmp(head, "GGUF", 4) == 0)
     fail("tokenizer", path, " is a GGUF file: read its vocab with the GGUF reader and call make_tokenizer()");

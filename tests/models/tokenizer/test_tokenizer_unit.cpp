@@ -340,6 +340,20 @@ TEST(Loaders, TruncatedAndCorruptTokenizerBin) {
   EXPECT_THROW(load_tokenizer("/nonexistent/tokenizer.bin"), Error);
 }
 
+// An empty file: the format probe copies no bytes (a memcpy from the null mapping was UB), then the
+// llama2.c reader rejects it.
+TEST(Loaders, EmptyTokenizerFileIsAnError) {
+  const auto dir = anelab::test::temp_dir("emptytok");
+  const std::string p = (dir / "tokenizer.bin").string();
+  std::ofstream(p).close();
+  try {
+    load_vocab_file(p);
+    ADD_FAILURE() << "an empty tokenizer file was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Loaders, MalformedJsonVocabs) {
   for (std::string j : {"", "{", "[]", "{\"model\": 3}", "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}",
                         R"({"model": {"vocab": {"a": 0}, "merges": []}})",  // no pre-tokenizer
