@@ -99,6 +99,7 @@ common=(-G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_TOOLCHAIN_FILE=$toolchain" 
 # 4. GoogleTest.
 if [[ ! -f "$sysroot/lib/cmake/GTest/GTestConfig.cmake" ]]; then
   say "building GoogleTest from /usr/src/googletest"
+  mkdir -p "$build/deps"
   cmake -S /usr/src/googletest -B "$build/deps/googletest" "${common[@]}" "-DCMAKE_INSTALL_PREFIX=$sysroot" \
     -DBUILD_GMOCK=ON -DINSTALL_GTEST=ON >"$build/deps/googletest.log" 2>&1 ||
     { tail -30 "$build/deps/googletest.log"; die "GoogleTest: configure failed"; }
