@@ -13,6 +13,7 @@
 
 #include "framework/core/file.h"
 #include "framework/core/thread_pool.h"
+#include "tests/common/emulation.h"
 #include "tests/common/test_data.h"
 #include "tests/train/helpers.h"
 #include "train/trainer.h"
@@ -118,24 +119,12 @@ TEST(RestartNoProc, RelativeSymlinkAndPathInvocationsRestart) {
   fs::remove_all(dir);
 }
 
-// Non-empty when this test binary runs under user-mode emulation: the host's /bin/sh is an ELF for another
-// machine. qemu-user answers readlink("/proc/self/exe") itself, so hiding /proc cannot take the running
-// executable's path away from an emulated process.
+// Non-empty under user-mode emulation: qemu-user answers readlink("/proc/self/exe") itself, so hiding /proc
+// cannot take the running executable's path away from an emulated process.
 std::string emulated_host() {
-  std::ifstream sh("/bin/sh", std::ios::binary);
-  unsigned char h[20] = {};
-  if (!sh.read(reinterpret_cast<char*>(h), sizeof h) || h[0] != 0x7f || h[1] != 'E') return "";
-  const int machine = h[18] | (h[19] << 8);  // e_machine, little-endian on every host we build for
-#if defined(__aarch64__)
-  constexpr int kSelf = 183;  // EM_AARCH64
-#elif defined(__x86_64__)
-  constexpr int kSelf = 62;  // EM_X86_64
-#else
-  constexpr int kSelf = -1;
-#endif
-  if (kSelf < 0 || machine == kSelf) return "";
-  return "runs under user-mode emulation (/bin/sh has ELF machine " + std::to_string(machine) +
-         "): qemu-user emulates readlink(/proc/self/exe), so the executable stays resolvable with /proc hidden";
+  const auto why = test::user_mode_emulation();
+  return why.empty() ? "" : "runs under " + why + ": qemu-user emulates readlink(/proc/self/exe), so the executable "
+                                                   "stays resolvable with /proc hidden";
 }
 
 // argv[0] that names nothing on $PATH, with /proc hidden: the restart fails with one line naming both tries.
