@@ -81,11 +81,6 @@ struct HttpConnServer::Conn {
   size_t dropped = 0;              // bytes dropped while closing
 };
 
-struct HttpConnServer::Work {
-  std::unique_ptr<Conn> conn;
-  HttpRequest req;
-};
-
 HttpConnServer::HttpConnServer(HttpConnOptions o, Handler h, ErrorBody e)
     : opt_(std::move(o)), handler_(std::move(h)), error_body_(std::move(e)) {
   int p[2];

@@ -80,7 +80,11 @@ class HttpConnServer {
 
  private:
   struct Conn;
-  struct Work;
+  // A complete request handed to a worker with its connection (defined here: std::deque needs the type).
+  struct Work {
+    std::unique_ptr<Conn> conn;
+    HttpRequest req;
+  };
   void poll_loop();
   void accept_all();
   bool read_conn(Conn& c);  // false: the connection is closed or handed to a worker
