@@ -32,7 +32,7 @@ cat >"$OUT/env.sh" <<'ENV'
 B=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export OPAL_PREFIX=$B PMIX_INSTALL_PREFIX=$B/pmix2 PATH=$B/bin:$PATH LD_LIBRARY_PATH=$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_mtl=^ofi,psm,psm2 OMPI_MCA_osc=^ucx,pt2pt
-export OMPI_MCA_btl_base_warn_component_unused=0 OMPI_MCA_oob_tcp_if_include=lo
+export OMPI_MCA_btl_base_warn_component_unused=0 OMPI_MCA_oob_tcp_if_include=lo PMIX_MCA_pcompress_base_silence_warning=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 ENV
 echo "[mpi_stage] $OUT: $(du -sh "$OUT" | cut -f1) ($(ls "$OUT/lib" | wc -l) libraries)"
