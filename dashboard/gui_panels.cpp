@@ -190,17 +190,19 @@ void draw_loss_panel(App& app, ImVec2 size) {
 
 namespace {
 void draw_ms_panel(App& app) {
-  title("ms/step (kernel | cpu dW | staging | other)");
+  // comm: the communication the training thread waited for (ms_comm_wait); the time the gradient sum took in
+  // all (ms_comm, partly hidden behind the backward when overlapped) is the focused run's "comm total" line.
+  title("ms/step (kernel | cpu dW | staging | comm wait | other)");
   RunView* f = app.focused();
   PlotStack stack;
   std::vector<PlotLine> lines;
   std::vector<LegendItem> legend;
   static const ImU32 comp[5] = {IM_COL32(86, 156, 214, 200), IM_COL32(214, 110, 70, 200), IM_COL32(170, 200, 90, 200),
                                 IM_COL32(200, 140, 220, 200), IM_COL32(160, 160, 170, 200)};
-  static const char* names[5] = {"kernel", "cpu dW", "staging", "comm", "other"};
+  static const char* names[5] = {"kernel", "cpu dW", "staging", "comm wait", "other"};
   if (f && f->visible) {
     stack.x = &xcol(app, *f);
-    const Col cols[5] = {Col::ms_kernel, Col::ms_cpu_dw, Col::ms_staging, Col::ms_comm, Col::ms_other};
+    const Col cols[5] = {Col::ms_kernel, Col::ms_cpu_dw, Col::ms_staging, Col::ms_comm_wait, Col::ms_other};
     for (int i = 0; i < 5; ++i) {
       stack.ys.push_back(&f->data->steps[cols[i]]);
       stack.colors.push_back(comp[i]);
@@ -211,6 +213,11 @@ void draw_ms_panel(App& app) {
   for (const auto& v : app.runs)  // total ms of every visible run as a line
     if (v.visible)
       lines.push_back({&xcol(app, v), &v.data->steps[Col::ms], v.color, 1.2f, v.data->name + " ms"});
+  if (f && f->visible) {  // several ranks: the whole communication time as a line
+    const auto& comm = f->data->steps[Col::ms_comm];
+    if (std::any_of(comm.begin(), comm.end(), [](double v) { return v > 0; }))
+      lines.push_back({&xcol(app, *f), &comm, comp[3], 1.0f, f->data->name + " comm total"});
+  }
   PlotSpec s = spec_for(app, "ms_plot");
   s.y_from_zero = true;
   ImVec4 r = draw_plot(s, app.xv, lines, run_markers(app, false), legend, stack.x ? &stack : nullptr);

@@ -34,7 +34,7 @@ std::string fmt_num(double v) {
 const char* col_name(Col c) {
   static const char* names[] = {"step",       "t",         "loss",       "lr",       "grad_norm",
                                 "loss_scale", "tokens",    "tokens_per_s", "ms",     "ms_kernel",
-                                "ms_cpu_dw",  "ms_staging", "ms_comm", "ms_other",  "compiles_total", "restarts",
+                                "ms_cpu_dw",  "ms_staging", "ms_comm", "ms_comm_wait", "ms_other",  "compiles_total", "restarts",
                                 "rss_mb",     "cpu_pct",   "skipped",    "energy_j", "j_per_token"};
   static_assert(sizeof(names) / sizeof(names[0]) == Table::kCols);
   int i = static_cast<int>(c);
@@ -253,7 +253,8 @@ void RunData::on_step(const json& e, double step, double t) {
   for (int c = 0; c < Table::kCols; ++c) {
     Col col = static_cast<Col>(c);
     double v = col == Col::step ? step : col == Col::t ? t : num_field(e, col_name(col));
-    if (col == Col::ms_comm && std::isnan(v)) v = 0;  // events written before the field: one process, no communication
+    if ((col == Col::ms_comm || col == Col::ms_comm_wait) && std::isnan(v))
+      v = 0;  // events written before the field: one process, no communication
     steps.cols[c].push_back(v);
   }
   double tot = num_field(e, "compiles_total");

@@ -30,7 +30,7 @@ namespace anelab::dashboard {
 // Columns of the step table; names match the `step` event's fields (t = wall time).
 enum class Col : int {
   step, t, loss, lr, grad_norm, loss_scale, tokens, tokens_per_s, ms, ms_kernel, ms_cpu_dw,
-  ms_staging, ms_comm, ms_other, compiles_total, restarts, rss_mb, cpu_pct, skipped, energy_j, j_per_token, kCount
+  ms_staging, ms_comm, ms_comm_wait, ms_other, compiles_total, restarts, rss_mb, cpu_pct, skipped, energy_j, j_per_token, kCount
 };
 const char* col_name(Col c);
 

@@ -59,6 +59,8 @@ const std::vector<OptionDef>& table() {
       {"device", &C::device, "device profile for kernel strategies (default: the backend's)"},
       {"launcher", &C::launcher,
        "data-parallel group: auto (MPI when started by mpirun/mpiexec) | mpi | none (docs/training.md)", true},
+      {"comm_overlap", &C::comm_overlap,
+       "with several ranks, sum each layer's gradients while the lower layers' backward runs: on | off (same bits)"},
       {"val_frac", &C::val_frac, "fraction of the data (tail) held out for validation"},
       {"eval_every", &C::eval_every, "validate every N steps (0 = only at the end)"},
       {"eval_batches", &C::eval_batches, "validation batches per evaluation"},
@@ -297,6 +299,7 @@ void validate(const TrainConfig& c) {
        "must be emulator or ane (the backends of the kernel strategies; --strategy cpu is the CPU path)");
   need(c.launcher == "auto" || c.launcher == "mpi" || c.launcher == "none", "--launcher", c.launcher,
        "must be auto, mpi or none");
+  need(c.comm_overlap == "on" || c.comm_overlap == "off", "--comm-overlap", c.comm_overlap, "must be on or off");
   need(c.batching == "random" || c.batching == "sequential", "--batching", c.batching, "must be random or sequential");
   need(c.val_frac >= 0 && c.val_frac <= 0.5, "--val-frac", c.val_frac, "must be in [0, 0.5]");
   need(c.eval_every >= 0, "--eval-every", c.eval_every, "must be >= 0");

@@ -50,6 +50,7 @@ struct TrainConfig {
   std::string backend = "emulator";
   std::string device;                // device profile ("" = backend default)
   std::string launcher = "auto";     // data-parallel group (train/dist.h): auto | mpi | none
+  std::string comm_overlap = "on";   // gradient sum during the backward (train/dist_overlap.h): on | off
   // evaluation / output
   double val_frac = 0.05;
   int64_t eval_every = 0;            // 0 = only at the end

@@ -420,7 +420,11 @@ double CpuModel::forward_backward(const float* w, const Batch& b, float grad_sca
   double t3 = now_ms();
   std::vector<float> dxl(size_t(N * D));
   head_backward(w, xL_.data(), gr, dxl.data(), N);
-  for (int64_t l = c_.n_layers - 1; l >= 0; --l) layer_backward(w, gr, l, b.B, b.T, dxl.data(), t);
+  if (grads_final_) grads_final_(layout_.final_norm(gr) - gr);
+  for (int64_t l = c_.n_layers - 1; l >= 0; --l) {
+    layer_backward(w, gr, l, b.B, b.T, dxl.data(), t);
+    if (grads_final_) grads_final_(layout_.layer(gr, l).attn_norm - gr);
+  }
   float* demb = layout_.embedding(gr);
   for (int64_t n = 0; n < N; ++n) {
     float* row = demb + int64_t(inputs_[size_t(n)]) * D;

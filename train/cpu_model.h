@@ -16,6 +16,7 @@
 //   logits = rmsnorm(x_L) * norm · Woutᵀ;  loss = mean over tokens of −log softmax(logits)[target]
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "train/params.h"
@@ -38,6 +39,9 @@ class CpuModel {
 
   // Mean cross-entropy over the B*T targets. Adds d(loss)/dw * grad_scale into grads (same layout as w).
   double forward_backward(const float* w, const Batch& b, float grad_scale, float* grads, CpuTimes* t = nullptr);
+  // f(from): grads[from, P) are final during forward_backward (after the head, then after each layer: the
+  // offset of layer l's first tensor), on the calling thread (StepEngine::set_grads_final_hook).
+  void set_grads_final_hook(std::function<void(int64_t from)> f) { grads_final_ = std::move(f); }
   // Mean cross-entropy only.
   double loss(const float* w, const Batch& b);
   // Logits of the last position of one sequence of n tokens: out [V].
@@ -79,6 +83,7 @@ class CpuModel {
   std::vector<int32_t> inputs_;          // [N]
   std::vector<float> dxf_;               // [N, D] head backward scratch
   int64_t head_B_ = 0, head_T_ = 0;
+  std::function<void(int64_t)> grads_final_;
 };
 
 }  // namespace anelab::train

@@ -14,6 +14,7 @@ class LocalGroup final : public Group {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   bool mpi() const override { return false; }
+  bool any_thread() const override { return true; }
   void accumulate_ordered(const float* x, float* acc, int64_t n) override {
     for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
   }

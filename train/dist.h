@@ -24,6 +24,9 @@ class Group {
   virtual int size() const = 0;
   // true when the process runs under an MPI launcher (then it must not exec() itself: see trainer.h).
   virtual bool mpi() const = 0;
+  // true when any one thread at a time may call the group (MPI_THREAD_SERIALIZED or more was granted), so
+  // the gradient sum can run on a communication thread (train/dist_overlap.h); false: the main thread only.
+  virtual bool any_thread() const = 0;
   // acc[i] += x_0[i] + x_1[i] + ... (x_r = x on rank r), added in rank order; acc must be equal on every
   // rank before the call and is equal (bitwise) after it.
   virtual void accumulate_ordered(const float* x, float* acc, int64_t n) = 0;

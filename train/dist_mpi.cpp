@@ -1,5 +1,7 @@
-// The MPI process group (train/dist.h): the only file of anelab that calls MPI. Only the main thread calls
-// MPI (MPI_THREAD_FUNNELED).
+// The MPI process group (train/dist.h): the only file of anelab that calls MPI. It asks for
+// MPI_THREAD_SERIALIZED: the gradient sum may run on a communication thread while the backward runs, and the
+// training thread calls MPI only when that thread is idle (train/dist_overlap.h); a library granting less
+// keeps every call on the main thread (any_thread() false: no overlap).
 #include <mpi.h>
 
 #include <algorithm>
@@ -28,7 +30,8 @@ class MpiGroup final : public Group {
     check(MPI_Finalized(&done), "MPI_Finalized");
     if (init || done) fail("train", "MPI: this process already started MPI once (one training run per MPI process)");
     int provided = 0;
-    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+    any_thread_ = provided >= MPI_THREAD_SERIALIZED;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);  // errors become "[train] MPI: ..." exceptions
     check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
     check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
@@ -41,6 +44,7 @@ class MpiGroup final : public Group {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   bool mpi() const override { return true; }
+  bool any_thread() const override { return any_thread_; }
   void accumulate_ordered(const float* x, float* acc, int64_t n) override;
   void allgather(const double* mine, int64_t n, double* all) override {
     check(MPI_Allgather(mine, int(n), MPI_DOUBLE, all, int(n), MPI_DOUBLE, MPI_COMM_WORLD), "MPI_Allgather");
@@ -57,6 +61,7 @@ class MpiGroup final : public Group {
   static constexpr int64_t kChunk = int64_t(1) << 22;     // floats per reduce-scatter + allgather round (16 MiB)
   static constexpr int64_t kMaxBytes = int64_t(1) << 30;  // MPI counts are int
   int rank_ = 0, size_ = 1;
+  bool any_thread_ = false;
   std::vector<float> recv_;       // [size, chunk segment] this rank's segment from every rank
   std::vector<int> cnt_, off_;    // [size] segment lengths / offsets within a chunk
   std::vector<int> rcnt_, roff_;  // [size] this rank's segment length from each rank / offsets in recv_

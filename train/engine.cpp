@@ -37,6 +37,7 @@ class CpuEngine final : public StepEngine {
     return loss;
   }
   void weights_updated() override { dirty_ = true; }
+  void set_grads_final_hook(std::function<void(int64_t)> f) override { model_.set_grads_final_hook(std::move(f)); }
 
  private:
   CpuModel model_;

@@ -6,6 +6,7 @@
 //   static   kernels with baked weights, recompiled after every update (train/kernel_engine.h)
 //   dynamic  kernels compiled once, weights restaged into the input surfaces after updates (same)
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -34,6 +35,11 @@ class StepEngine {
   virtual double forward_backward(const float* w, const Batch& b, float grad_scale, float* grads, StepTimes* t) = 0;
   // Called after every optimizer update.
   virtual void weights_updated() = 0;
+  // f(from) is called when grads[from, P) of the running forward_backward hold their final values (after the
+  // head, then after each layer, from the last layer down; from decreases within a call), on the calling
+  // thread or an engine worker thread, one call at a time; the trainer starts their sum over the ranks
+  // (train/dist_overlap.h). Empty: no calls.
+  virtual void set_grads_final_hook(std::function<void(int64_t from)> f) = 0;
 };
 
 std::unique_ptr<StepEngine> make_engine(const TrainConfig& c, const ParamLayout& layout);

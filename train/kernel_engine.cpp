@@ -106,6 +106,7 @@ class KernelEngine final : public StepEngine {
       for (auto& r : runners_) r.release_static_kernels();
   }
   double forward_backward(const float* w, const Batch& b, float grad_scale, float* g, StepTimes* t) override;
+  void set_grads_final_hook(std::function<void(int64_t)> f) override { grads_final_ = std::move(f); }
 
  private:
   struct SeqActs {                   // one sequence of one layer, fp32 [C, S]
@@ -133,6 +134,10 @@ class KernelEngine final : public StepEngine {
     *wait_ms += now_ms() - t0;
   }
   double step(const float* w, const Batch& b, float grad_scale, float* g, StepTimes* t);
+  // grads[from, P) are final once the worker's tasks submitted so far ran: the hook is called there, after them.
+  void submit_grads_final(int64_t from) {
+    if (grads_final_) queue_.submit([this, from] { grads_final_(from); });
+  }
 
   ParamLayout layout_;
   models::ModelConfig c_;
@@ -156,6 +161,7 @@ class KernelEngine final : public StepEngine {
   std::array<uint64_t, 2> dy_ticket_{}, last_ticket_{};  // last queue task reading grads_[p] dy / any field
   std::vector<float> rows_, drows_;         // [N, D] head input / its gradient
   const float* w_ = nullptr;                // weights of the current forward_backward
+  std::function<void(int64_t)> grads_final_;  // called on the worker after the dW tasks it follows
 };
 
 kern::LayerWeights KernelEngine::layer_weights(const float* w, int64_t l) const {
@@ -294,11 +300,15 @@ double KernelEngine::step(const float* w, const Batch& b, float grad_scale, floa
   for (int64_t bi = 0; bi < B; ++bi) transpose_blocked(xout_[size_t(bi)].data(), D, T, T, rows_.data() + bi * T * D, D);
   const double loss = head_.head_forward_backward(w, b, rows_.data(), grad_scale, g, drows_.data());
   queue_.submit([this, g] { head_.head_classifier_dw(g); });
+  submit_grads_final(layout_.final_norm(g) - g);
   const size_t top = size_t((L - 1) % 2);
   for (int64_t bi = 0; bi < B; ++bi)
     transpose_blocked(drows_.data() + bi * T * D, T, D, D, grads_[top][size_t(bi)].dy.data(), T);
   double t2 = now_ms();
-  for (int64_t l = L - 1; l >= 0; --l) layer_backward(l, B, g, &wait_ms);
+  for (int64_t l = L - 1; l >= 0; --l) {
+    layer_backward(l, B, g, &wait_ms);
+    submit_grads_final(layout_.layer(g, l).attn_norm - g);
+  }
   wait(queue_.submit([] {}), &wait_ms);  // every dW (and the classifier's: tied embeddings) is in g now
   float* demb = layout_.embedding(g);
   for (int64_t bi = 0; bi < B; ++bi) {  // dL/d(layer 0 input) sits in grads_[1] (parity of layer -1)

@@ -23,6 +23,7 @@
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/dist.h"
+#include "train/dist_overlap.h"
 #include "train/engine.h"
 #include "train/events.h"
 #include "train/optim.h"
@@ -68,6 +69,7 @@ struct Run {
   ParamLayout layout;
   std::vector<float> w, g;                  // [P] master weights, gradients
   std::vector<float> gm;                    // [P] one micro-batch's gradients (empty: one micro-batch per step)
+  std::unique_ptr<dist::OverlappedSum> sum;  // g += gm over the ranks (with gm; destroyed after the engine)
   std::unique_ptr<AdamW> opt;
   LossScaler scaler;
   ScheduleConfig sched;
@@ -183,8 +185,13 @@ void Run::setup() {
     step = ck.step, best_val = ck.best_val_loss, restarts = ck.restarts, tokens = ck.tokens;
     prior_wall = ck.wall_s, prior_compile = ck.compile_s, prior_train = ck.train_s, prior_compiles = ck.compiles;
   }
-  if (cfg.accum_steps * group->size() > 1) gm.assign(w.size(), 0.0f);
   engine = make_engine(cfg, layout);
+  if (cfg.accum_steps * group->size() > 1) {
+    gm.assign(w.size(), 0.0f);
+    const bool overlap = cfg.comm_overlap == "on" && group->size() > 1 && group->any_thread();
+    sum = std::make_unique<dist::OverlappedSum>(*group, dist::backward_bounds(layout), overlap);
+    if (overlap) engine->set_grads_final_hook([s = sum.get()](int64_t from) { s->final_from(from); });
+  }
   meter = std::make_unique<power::Meter>(hooks.power ? hooks.power() : power::select_source());
   if (!meter->available()) power_reason = meter->reason();
   check_same_setup();
@@ -203,7 +210,8 @@ void Run::setup() {
 // line): a hash of the resolved config, the parameter count and the data size, compared across ranks.
 void Run::check_same_setup() {
   if (group->size() == 1) return;
-  const double mine[3] = {double(fnv1a32(to_json(cfg).dump())), double(layout.total()), double(data->n_tokens())};
+  const std::string setup = to_json(cfg).dump() + (sum && sum->overlap() ? "overlap" : "");  // the same collectives
+  const double mine[3] = {double(fnv1a32(setup)), double(layout.total()), double(data->n_tokens())};
   std::vector<double> all(size_t(3 * group->size()));
   group->allgather(mine, 3, all.data());
   for (int r = 1; r < group->size(); ++r)
@@ -241,6 +249,7 @@ void Run::emit_start(bool resumed) {
   const std::vector<int64_t> pids(all.begin(), all.end());
   emit("run_start", {{"schema", kEventsSchema}, {"run", cfg.run}, {"pid", ::getpid()}, {"resumed", resumed},
                      {"ranks", group->size()}, {"rank_pids", pids}, {"mpi", group->mpi() ? dist::mpi_version() : ""},
+                     {"comm_overlap", sum && sum->overlap()},
                      {"restart", restarts}, {"config", to_json(cfg)},
                      {"model", {{"arch", c.arch}, {"preset", model_label}, {"dim", c.dim}, {"hidden_dim", c.hidden_dim},
                                 {"n_layers", c.n_layers}, {"n_heads", c.n_heads}, {"n_kv_heads", c.n_kv_heads},
@@ -308,15 +317,18 @@ Batch Run::next_batch() {
   return b;
 }
 
-// One micro-batch per rank: gradients into g directly (one micro-batch per step), else into gm, and then
+// One micro-batch per rank: gradients into g directly (one micro-batch per step), else into gm, and
 // g += gm of rank 0, 1, ... (dist.h): the additions of one process accumulating the step's micro-batches in
-// their global order; the ranks' losses are added to *loss_sum in the same order. A compile failure on any
-// rank restarts every rank. ms_comm[0] += the ms of both exchanges, ms_comm[1] += those of the first (losses),
-// which is mostly waiting for the slowest rank.
+// their global order, started during the backward when overlapped (dist_overlap.h); then the ranks' losses
+// are added to *loss_sum in the same order. A compile failure on any rank restarts every rank (its round of
+// the sum still runs, so the ranks' collectives match; w is untouched and g is discarded).
+// ms_comm[0] += the round's communication time (the sum, on whichever thread ran it, and the loss
+// exchange), ms_comm[1] += the part the training thread waited for (the loss exchange, waiting for slower
+// ranks included, and the sum not hidden behind the backward).
 void Run::micro_batch(const Batch& b, float scale, uint64_t data_state, StepTimes* st, double* loss_sum,
                       double ms_comm[2]) {
   float* dst = gm.empty() ? g.data() : gm.data();
-  if (!gm.empty()) std::fill(gm.begin(), gm.end(), 0.0f);
+  if (!gm.empty()) std::fill(gm.begin(), gm.end(), 0.0f), sum->begin(gm.data(), g.data());
   double mine[2] = {0, 0};  // loss, compile failed
   std::string code, message;
   try {
@@ -325,16 +337,16 @@ void Run::micro_batch(const Batch& b, float scale, uint64_t data_state, StepTime
     if (!group->mpi()) restart_after_compile_failure(code_name(e.code), e.what(), data_state);
     code = code_name(e.code), message = e.what(), mine[1] = 1;
   }
+  const dist::SumTimes sum_ms = sum ? sum->finish() : dist::SumTimes{};
   const double t0 = now_s();
   std::vector<double> all(size_t(2 * group->size()));
   group->allgather(mine, 2, all.data());
-  ms_comm[1] += (now_s() - t0) * 1000.0;
+  const double exchange_ms = (now_s() - t0) * 1000.0;
+  ms_comm[0] += sum_ms.total + exchange_ms, ms_comm[1] += sum_ms.wait + exchange_ms;
   for (int r = 0; r < group->size() && message.empty(); ++r)
     if (all[size_t(2 * r + 1)] != 0) code = "other_rank", message = cat("a kernel compile failed on rank ", r);
   if (!message.empty()) restart_after_compile_failure(code, message, data_state);
   for (int r = 0; r < group->size(); ++r) *loss_sum += all[size_t(2 * r)];
-  if (!gm.empty()) group->accumulate_ordered(gm.data(), g.data(), int64_t(g.size()));
-  ms_comm[0] += (now_s() - t0) * 1000.0;
 }
 
 void Run::train_step() {
@@ -348,7 +360,7 @@ void Run::train_step() {
   StepTimes st;
   std::fill(g.begin(), g.end(), 0.0f);
   const double scale = scaler.scale;
-  double loss_sum = 0, ms_comm[2] = {0, 0};  // exchanges, of which waiting for the other ranks
+  double loss_sum = 0, ms_comm[2] = {0, 0};  // communication, of which the training thread waited for
   const uint64_t data_state = batcher->state();
   for (int64_t a = 0; a < cfg.accum_steps; ++a)
     micro_batch(next_batch(), float(scale), data_state, &st, &loss_sum, ms_comm);
@@ -383,7 +395,7 @@ void Run::train_step() {
                 {"tokens", ntok}, {"tokens_per_s", double(ntok) * 1000.0 / std::max(ms, 1e-3)}, {"ms", ms}, {"ms_kernel", st.kernel},
                 {"ms_cpu_dw", st.cpu_dw}, {"ms_staging", st.staging}, {"ms_comm", ms_comm[0]},
                 {"ms_comm_wait", ms_comm[1]},
-                {"ms_other", std::max(0.0, ms - st.kernel - st.cpu_dw - st.staging - ms_comm[0])}, {"ms_fwd", st.fwd},
+                {"ms_other", std::max(0.0, ms - st.kernel - st.cpu_dw - st.staging - ms_comm[1])}, {"ms_fwd", st.fwd},
                 {"ms_bwd", st.bwd}, {"ms_cls", st.cls}, {"ms_optim", ms_opt}, {"compiles_total", engine->compiles_total()},
                 {"restarts", restarts}, {"cpu_pct", 100.0 * (cpu_seconds() - cpu0) / (t1 - t0)},
                 {"elapsed_s", prior_wall + (t1 - t_start)},

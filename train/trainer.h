@@ -10,8 +10,9 @@
 // last completed step and exec-restarts; a second failure before the restarted process completes a step is
 // reported as an error (docs/native_backend.md "Compile failures and restarts").
 // Data parallelism (train/dist.h, docs/training.md): under mpirun each of N ranks trains micro-batch r of every
-// N drawn, gradients are summed in rank order (the bits of one process with N times the --accum-steps), the
-// optimizer runs on every rank (identical inputs, identical updates: no weight broadcast); rank 0 alone
+// N drawn, gradients are summed in rank order (the bits of one process with N times the --accum-steps; layer by
+// layer during the backward with --comm-overlap on, train/dist_overlap.h), the optimizer runs on every rank
+// (identical inputs, identical updates: no weight broadcast); rank 0 alone
 // evaluates, samples, writes events and checkpoints. A rank cannot exec() itself: the job checkpoints, every
 // process exits with kRestartExitCode and scripts/mpi_train.sh reruns it with --resume.
 #pragma once

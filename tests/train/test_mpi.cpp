@@ -1,7 +1,8 @@
 // Data-parallel training over MPI (train/dist.h): `mpirun -np 2 anelab train` on this host (loopback) against
 // one process accumulating the same micro-batches, bit for bit; a rank killed with SIGKILL stops the job and
 // --resume continues it bit-exactly; the static strategy's compile budget restarts the job through
-// scripts/mpi_train.sh. Skipped (with the reason) in a build without MPI or without its launcher.
+// scripts/mpi_train.sh; the gradient sum overlapped with the backward gives the bits of the sum after it.
+// Skipped (with the reason) in a build without MPI or without its launcher (OverlappedSum.* runs in any build).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -12,12 +13,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <thread>
 
 #include "framework/core/file.h"
 #include "tests/common/test_data.h"
 #include "tests/train/helpers.h"
 #include "train/checkpoint.h"
+#include "train/dist_overlap.h"
 #include "train/trainer.h"
 
 namespace anelab {
@@ -80,6 +83,63 @@ TEST(Mpi, TwoRanksEqualOneProcessAccumulating) {
   EXPECT_EQ(steps[0]["tokens"].get<int64_t>(), 2 * 2 * 2 * 32);  // global: ranks x accum x batch x seq
   EXPECT_GT(steps[0]["ms_comm"].get<double>(), 0.0);
   std::filesystem::remove_all(dir);
+}
+
+// The ranks' gradient sum started layer by layer during the backward (the default) against the sum after
+// the whole backward (--comm-overlap off): the same weights, moments and losses, bit for bit. The cpu engine
+// reports each layer on the training thread; the dynamic one from its dW worker, after that layer's tasks.
+TEST(Mpi, OverlappedSumEqualsTheSumAfterTheBackward) {
+  if (const auto why = mpi_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const auto dir = test::temp_dir("mpi_overlap").string();
+  const std::string data = test::write_tokens(dir, 5000, 512, 16);
+  for (const std::string strategy : {"cpu", "dynamic"}) {
+    for (const std::string overlap : {"off", "on"}) {
+      const std::string run = dir + "/" + strategy + "_" + overlap;
+      ASSERT_EQ(sh(mpirun2() + train_args(run, data, strategy, 6, 2) + " --comm-overlap " + overlap + " > " + dir +
+                   "/log.txt 2>&1"),
+                0)
+          << read_file_text(dir + "/log.txt");
+      const auto start = test::read_events(run, "run_start");
+      ASSERT_EQ(start.size(), 1u);
+      EXPECT_EQ(start[0]["comm_overlap"].get<bool>(), overlap == "on");
+      for (const auto& e : test::read_events(run, "step")) {
+        EXPECT_GT(e["ms_comm"].get<double>(), 0.0);
+        // nothing hidden without overlap: the training thread waits for all of it
+        if (overlap == "off") {
+          EXPECT_EQ(e["ms_comm_wait"].get<double>(), e["ms_comm"].get<double>());
+        }
+      }
+    }
+    test::expect_same_state(dir + "/" + strategy + "_off", dir + "/" + strategy + "_on");
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// OverlappedSum over a group of one (no MPI): buckets handed to the communication thread in pieces, in any
+// pattern of reports, leave the bits of acc + x.
+TEST(OverlappedSum, BucketsGiveTheBitsOfOneSum) {
+  auto group = train::dist::open_group("none");
+  const std::vector<int64_t> bounds = {1000, 900, 517, 516, 516, 100, 0};  // an empty bucket too
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(1000), acc0(1000);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = nd(rng), acc0[i] = nd(rng);
+  std::vector<float> want(acc0);
+  for (size_t i = 0; i < x.size(); ++i) want[i] += x[i];
+  for (const std::vector<int64_t>& reports : std::vector<std::vector<int64_t>>{{}, {950, 900, 600, 516, 99}, {0}, {516}}) {
+    for (bool overlap : {false, true}) {
+      train::dist::OverlappedSum sum(*group, bounds, overlap);
+      EXPECT_EQ(sum.overlap(), overlap);
+      for (int round = 0; round < 2; ++round) {  // the second round reuses the thread and the buffers
+        std::vector<float> acc(acc0);
+        sum.begin(x.data(), acc.data());
+        for (int64_t from : reports) sum.final_from(from);
+        const auto ms = sum.finish();
+        EXPECT_GE(ms.total, 0.0);
+        EXPECT_TRUE(acc == want) << "overlap " << overlap << ", " << reports.size() << " reports, round " << round;
+      }
+    }
+  }
 }
 
 TEST(Mpi, ResumeWithAnotherRankCount) {
