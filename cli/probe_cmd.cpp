@@ -23,7 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "framework/ane/fake_shim.h"
+#include "tests/support/fake_shim.h"
 #include "framework/ane/native_backend.h"
 #include "cli/commands.h"
 #include "cli/probe_rules.h"

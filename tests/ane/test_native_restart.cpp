@@ -79,6 +79,7 @@ TEST(NativeRestartBudget, KernelCacheThrowsCompileErrorForAnyCompilerFailure) {
 TEST(NativeRestartCounter, AneBackendsOfOneProcessShareOneBudget) {
   const auto dir = temp_dir("ane_counter");
   ScopedEnv shim("ANELAB_ANE_SHIM", "fake"), fake_dir("ANELAB_FAKE_ANE_DIR", dir.string());
+  ane::install_fake_shim(&ane::fake_shim_for_backend);
   rt::BackendOptions o;
   o.threads = 1;
   auto a = rt::create_backend("ane", o);
