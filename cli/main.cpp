@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   anelab::cli::add_tokenize_command(app);
   anelab::cli::add_train_command(app);
   anelab::cli::add_infer_command(app);
+  anelab::cli::add_perplexity_command(app);
   anelab::cli::add_serve_command(app);
   anelab::cli::add_dashboard_command(app);
   anelab::cli::add_probe_command(app);
