@@ -105,15 +105,15 @@ struct Loaded {
   std::unique_ptr<tok::Tokenizer> tok;
 };
 
-// need_tokenizer: the model must have one; otherwise it is loaded when there is one (tok may stay null).
-Loaded load(const InferArgs& a, bool need_tokenizer) {
+// tok: null unless `use` loads one (infer/load.h).
+Loaded load(const InferArgs& a, infer::TokenizerUse use) {
   Loaded l;
   const auto t0 = Clock::now();
   if (!a.quiet) std::fprintf(stderr, "loading %s ...\n", a.model.c_str());
   infer::LoadOptions o;
   o.model = a.model, o.tokenizer = a.tokenizer, o.backend = a.backend, o.device = a.device, o.dtype = a.dtype;
   o.chat_template = a.chat_template, o.threads = a.threads, o.ctx = a.ctx, o.quiet = a.quiet;
-  infer::LoadedModel m = infer::load_model(o, need_tokenizer);
+  infer::LoadedModel m = infer::load_model(o, use);
   l.tok = std::move(m.tokenizer);
   l.engine = std::make_unique<infer::Engine>(std::move(m.model), m.engine);
   if (!a.quiet)
@@ -170,7 +170,7 @@ void run_generate(const InferArgs& a) {
   if (by_ids && (a.prompt_set || !a.prompt_file.empty()))
     fail("infer", "--prompt-ids and --prompt/--prompt-file are exclusive: pass one prompt");
   const std::string prompt = by_ids ? std::string() : read_prompt(a);
-  Loaded l = load(a, !by_ids);
+  Loaded l = load(a, by_ids ? infer::TokenizerUse::kIfAny : infer::TokenizerUse::kRequired);
   infer::TextSink sink;
   if (!a.print_ids)
     sink = [](std::string_view s) {
@@ -192,7 +192,7 @@ void run_generate(const InferArgs& a) {
 void run_logits(const InferArgs& a) {
   const bool by_ids = !a.prompt_ids.empty();
   if (by_ids == a.prompt_set) fail("infer", "logits needs exactly one of --ids or --prompt");
-  Loaded l = load(a, !by_ids);
+  Loaded l = load(a, by_ids ? infer::TokenizerUse::kNone : infer::TokenizerUse::kRequired);
   infer::Engine& e = *l.engine;
   std::vector<int32_t> ids;
   if (by_ids) {
@@ -212,7 +212,7 @@ void run_logits(const InferArgs& a) {
 }
 
 void run_chat(const InferArgs& a) {
-  Loaded l = load(a, true);
+  Loaded l = load(a, infer::TokenizerUse::kRequired);
   if (tok::chat_template_for(*l.tok, a.chat_template) == tok::ChatTemplate::kNone)
     fail("infer", tok::no_chat_template_hint(a.model));
   infer::Chat chat(*l.engine, *l.tok, a.system.empty() ? tok::kQwen25DefaultSystem : a.system);
@@ -265,7 +265,7 @@ std::optional<power::Reading> energy_now(power::Meter& m) {
 void run_bench(const InferArgs& a) {
   power::Meter meter(power::select_source());
   const auto t0 = Clock::now();
-  Loaded l = load(a, false);
+  Loaded l = load(a, infer::TokenizerUse::kNone);
   infer::Engine& e = *l.engine;
   const double load_ms = ms_since(t0);
   const int64_t V = e.config().vocab_size;
@@ -328,7 +328,7 @@ void add_infer_command(CLI::App& app) {
       ->each([a](const std::string&) { a->prompt_set = true; });
   gen->add_option("--prompt-file", a->prompt_file, "Read the prompt from a file");
   gen->add_option("--prompt-ids", a->prompt_ids, "Prompt as token ids (\"1 2 3\"; no tokenizer needed: without one, "
-                  "nothing is echoed and only the length ends generation)");
+                  "nothing is echoed and only the length ends generation; with one, as --prompt)");
   gen->add_flag("--print-ids", a->print_ids, "Print the generated token ids on one line instead of the text");
   gen->callback([a] { run_generate(*a); });
 

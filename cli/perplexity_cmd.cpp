@@ -39,7 +39,7 @@ void progress_bar(int64_t done, int64_t total, double ppl) {
 
 void run_perplexity(PerplexityArgs a) {
   a.load.component = "perplexity";
-  infer::LoadedModel l = infer::load_model(a.load, true);
+  infer::LoadedModel l = infer::load_model(a.load, infer::TokenizerUse::kRequired);
   const tok::Tokenizer& tk = *l.tokenizer;
   const bool bos = tk.vocab().kind == tok::TokenizerKind::kSentencePiece || tk.vocab().add_bos;
   infer::Engine e(std::move(l.model), l.engine);

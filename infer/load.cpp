@@ -19,12 +19,13 @@ std::unique_ptr<tok::Tokenizer> model_tokenizer(const models::Model& m, const Lo
   return tk;
 }
 
-LoadedModel load_model(const LoadOptions& o, bool with_tokenizer) {
+LoadedModel load_model(const LoadOptions& o, TokenizerUse use) {
   LoadedModel l;
   l.model = models::load_any_model(o.model);
-  if (with_tokenizer) {
-    l.tokenizer = model_tokenizer(l.model, o, &l.tokenizer_source);
-    if (!l.tokenizer) fail(o.component.c_str(), o.model, " has no tokenizer: pass --tokenizer PATH");
+  if (use != TokenizerUse::kNone) l.tokenizer = model_tokenizer(l.model, o, &l.tokenizer_source);
+  if (!l.tokenizer && use == TokenizerUse::kRequired)
+    fail(o.component.c_str(), o.model, " has no tokenizer: pass --tokenizer PATH");
+  if (l.tokenizer) {
     check_tokenizer_fits(*l.tokenizer, l.tokenizer_source, l.model.config.vocab_size, o.model);
     l.chat = tok::chat_template_for(*l.tokenizer, o.chat_template);
   }

@@ -33,10 +33,15 @@ struct LoadedModel {
   EngineOptions engine;                       // for Engine(std::move(model), engine)
 };
 
-// Reads the model and resolves the engine options; with `with_tokenizer` also the tokenizer (checked to
-// fit the model's vocabulary) and its chat template. A model without a tokenizer and no --tokenizer
-// throws "[component] MODEL has no tokenizer: pass --tokenizer PATH".
-LoadedModel load_model(const LoadOptions& o, bool with_tokenizer);
+enum class TokenizerUse {
+  kNone,      // not loaded
+  kRequired,  // "[component] MODEL has no tokenizer: pass --tokenizer PATH" when there is none
+  kIfAny,     // loaded when the model has one (or --tokenizer names one), else left null
+};
+
+// Reads the model and resolves the engine options; per `use` also the tokenizer (checked to fit the
+// model's vocabulary) and its chat template.
+LoadedModel load_model(const LoadOptions& o, TokenizerUse use);
 
 // The tokenizer of a loaded model: o.tokenizer, else the embedded vocabulary, else the model's tokenizer
 // path; null (no throw) when there is none. `source` receives where it came from.

@@ -57,7 +57,7 @@ struct ModelPool::Impl {
     lo.ctx = opt.ctx;
     lo.quiet = true;
     lo.component = "serve";
-    infer::LoadedModel l = infer::load_model(lo, !tk);
+    infer::LoadedModel l = infer::load_model(lo, tk ? infer::TokenizerUse::kNone : infer::TokenizerUse::kRequired);
     if (!tk) {
       tk = std::move(l.tokenizer);
       chat = l.chat;
