@@ -5,6 +5,7 @@
 // divergence, top-1 agreement, max |Δlogit|. A progress bar goes to stderr, the figures to stdout.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 

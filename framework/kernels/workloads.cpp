@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <random>
+#include <utility>
 
 #include "framework/kernels/blocks.h"
 #include "framework/mil/builder.h"

@@ -5,8 +5,9 @@
 // newer architectures' fixtures (Qwen3, Llama 3, Gemma 3) are described by their reference files.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
-#include <sstream>
 
 #include "framework/core/file.h"
 #include "framework/core/npy.h"

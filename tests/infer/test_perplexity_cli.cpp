@@ -5,6 +5,7 @@
 // of another run's shape is refused in one line.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <regex>
