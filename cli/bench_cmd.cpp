@@ -1,5 +1,5 @@
 // anelab bench emulator: the machine's fp32 FMA peak (measured in-process on the same thread pool the
-// emulator uses) and the emulator's speed on
+// emulator uses) and the emulator's speed on these workloads (framework/kernels/workloads.h):
 //   conv       a 1x1 conv 768->2048 at S=256 (fp16 I/O),
 //   attention  a 12-head causal attention block at S=256 (matmul QK^T, scale, additive mask const,
 //              softmax, matmul V),
@@ -14,16 +14,12 @@
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <string_view>
 
 #include "cli/commands.h"
 #include "framework/core/error.h"
-#include "framework/core/fp16.h"
 #include "framework/core/thread_pool.h"
-#include "framework/kernels/train.h"
-#include "framework/mil/blob.h"
-#include "framework/mil/builder.h"
+#include "framework/kernels/workloads.h"
 #include "framework/mil/printer.h"
 #include "framework/runtime/backend.h"
 
@@ -71,14 +67,6 @@ double fma_peak_gflops(int threads) {
   return best;
 }
 
-std::vector<float> random_fp16(size_t n, float scale, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<float> d(-scale, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = round_fp16(d(g));
-  return v;
-}
-
 struct BenchResult {
   std::string name;
   double gflop = 0, median_ms = 0, best_ms = 0, cpu_ms = 0, gflops = 0;
@@ -93,12 +81,9 @@ BenchResult time_program(const std::string& name, const mil::Program& p, const r
   k.status().throw_if_error();
   auto ins = (*k)->make_inputs(0, be->profile());
   auto outs = (*k)->make_outputs(0, be->profile());
+  kern::fill_random_inputs(ins);
   std::vector<rt::Surface*> ip, op;
-  for (size_t i = 0; i < ins.size(); ++i) {
-    auto v = random_fp16(static_cast<size_t>(ins[i].numel()), 1.0f, 100 + static_cast<uint32_t>(i));
-    ins[i].write(v.data());
-    ip.push_back(&ins[i]);
-  }
+  for (auto& s : ins) ip.push_back(&s);
   for (auto& s : outs) op.push_back(&s);
   for (int r = 0; r < 2; ++r) be->evaluate(**k, 0, ip, op).throw_if_error();  // warm-up
   std::vector<double> ms;
@@ -115,73 +100,17 @@ BenchResult time_program(const std::string& name, const mil::Program& p, const r
   return b;
 }
 
-BenchResult bench_conv(int threads, int runs) {
-  const int64_t cin = 768, cout = 2048, s = 256;
-  mil::ProgramBuilder pb;
-  auto& b = pb.function("main");
-  mil::BlobWriter blob;
-  const uint64_t off = blob.add_fp16(random_fp16(static_cast<size_t>(cin * cout), 0.05f, 1));
-  auto x = b.input("x", mil::tensor_type(mil::DType::kFp16, {1, cin, 1, s}));
-  auto wt = b.const_blob(mil::tensor_type(mil::DType::kFp16, {cout, cin, 1, 1}), "@model_path/weights/w.bin", off);
-  b.output(b.conv(x, wt));
-  rt::Weights w{{"@model_path/weights/w.bin", std::make_shared<const std::vector<uint8_t>>(blob.take())}};
-  return time_program("conv1x1_768x2048_s256", pb.build(), w, 2.0 * cin * cout * s / 1e9, threads, runs);
+BenchResult bench_workload(const std::string& name, const kern::Workload& w, int threads, int runs) {
+  return time_program(name, w.program, w.weights, w.flops / 1e9, threads, runs);
 }
-
-// q, k, v: [1, 12, 256, 64] fp16 inputs; mask [1, 1, S, S] const (0 on/below the diagonal, -65504 above).
-BenchResult bench_attention(int threads, int runs) {
-  const int64_t H = 12, S = 256, D = 64;
-  mil::ProgramBuilder pb;
-  auto& b = pb.function("main");
-  mil::BlobWriter blob;
-  std::vector<float> mask(static_cast<size_t>(S * S));
-  for (int64_t i = 0; i < S; ++i)
-    for (int64_t j = 0; j < S; ++j) mask[static_cast<size_t>(i * S + j)] = j <= i ? 0.0f : -65504.0f;
-  const uint64_t off = blob.add_fp16(mask);
-  const auto t = mil::tensor_type(mil::DType::kFp16, {1, H, S, D});
-  auto q = b.input("q", t), k = b.input("k", t), v = b.input("v", t);
-  auto m = b.const_blob(mil::tensor_type(mil::DType::kFp16, {1, 1, S, S}), "@model_path/weights/mask.bin", off);
-  auto sc = b.add(b.mul(b.matmul(q, k, false, true), 0.125), m);
-  b.output(b.matmul(b.softmax(sc, -1), v));
-  rt::Weights w{{"@model_path/weights/mask.bin", std::make_shared<const std::vector<uint8_t>>(blob.take())}};
-  return time_program("attention_12h_s256_causal", pb.build(), w, 2.0 * 2.0 * H * S * S * D / 1e9, threads, runs);
-}
-
-// GEMM flops of one training kernel (the elementwise work is not counted).
-double kernel_gflop(kern::KernelKind k, const kern::TrainShape& s) {
-  const double D = static_cast<double>(s.dim), H = static_cast<double>(s.hidden), S = static_cast<double>(s.seq);
-  const double QD = static_cast<double>(s.q_dim()), KVD = static_cast<double>(s.kv_dim());
-  switch (k) {
-    case kern::KernelKind::kAttnFwd: return (2 * S * D * (2 * QD + 2 * KVD) + 4 * S * S * QD) / 1e9;
-    case kern::KernelKind::kFfnFwd:
-    case kern::KernelKind::kFfnBwd: return 2 * S * 3 * D * H / 1e9;
-    case kern::KernelKind::kWoBwd: return 2 * S * D * QD / 1e9;
-    case kern::KernelKind::kSdpaBwd1: return 6 * S * S * QD / 1e9;
-    case kern::KernelKind::kSdpaBwd2: return 4 * S * S * QD / 1e9;
-    case kern::KernelKind::kQkvBwd: return 2 * S * D * (QD + 2 * KVD) / 1e9;
-    default: return 0;
-  }
-}
-
-struct RandomLayer {
-  std::vector<float> wq, wk, wv, wo, w1, w2, w3, ra, rf;
-  kern::LayerWeights w;
-  explicit RandomLayer(const kern::TrainShape& s) {
-    auto r = [](int64_t n, float sc, uint32_t seed) { return random_fp16(static_cast<size_t>(n), sc, seed); };
-    wq = r(s.q_dim() * s.dim, 0.05f, 1), wk = r(s.kv_dim() * s.dim, 0.05f, 2), wv = r(s.kv_dim() * s.dim, 0.05f, 3);
-    wo = r(s.dim * s.q_dim(), 0.05f, 4), w1 = r(s.hidden * s.dim, 0.03f, 5), w2 = r(s.dim * s.hidden, 0.03f, 6);
-    w3 = r(s.hidden * s.dim, 0.03f, 7), ra = r(s.dim, 1.0f, 8), rf = r(s.dim, 1.0f, 9);
-    w.wq = wq, w.wk = wk, w.wv = wv, w.wo = wo, w.w1 = w1, w.w2 = w2, w.w3 = w3, w.rms_att = ra, w.rms_ffn = rf;
-  }
-};
 
 BenchResult bench_kernel(kern::KernelKind kind, kern::Strategy st, int threads, int runs, bool print_mil) {
   kern::TrainShape s{768, 2048, 12, 12, 64, 256};
-  RandomLayer layer(s);
+  kern::RandomLayer layer(s);
   kern::KernelSpec spec = kern::build_kernel(kind, s, st, &layer.w);
   if (print_mil) std::printf("%s\n", mil::print(spec.program).c_str());
   return time_program(std::string(kern::kernel_name(kind)) + "_" + kern::strategy_name(st), spec.program,
-                      spec.weights, kernel_gflop(kind, s), threads, runs);
+                      spec.weights, kern::kernel_flops(kind, s) / 1e9, threads, runs);
 }
 
 struct Opts {
@@ -204,11 +133,11 @@ std::vector<BenchResult> run_selected(const Opts& o, int threads) {
   std::vector<BenchResult> rs;
   for (const auto& n : names) {
     if (n == "conv") {
-      rs.push_back(bench_conv(threads, o.runs));
+      rs.push_back(bench_workload("conv1x1_768x2048_s256", kern::conv1x1_workload(768, 2048, 256), threads, o.runs));
       continue;
     }
     if (n == "attention") {
-      rs.push_back(bench_attention(threads, o.runs));
+      rs.push_back(bench_workload("attention_12h_s256_causal", kern::attention_core_workload(12, 256, 64), threads, o.runs));
       continue;
     }
     bool found = false;

@@ -16,7 +16,8 @@ void add_demo_command(CLI::App& app);       // cli/demo_cmd.cpp:     anelab demo
 void add_model_commands(CLI::App& app);     // cli/models_cmd.cpp:   anelab convert|export|info
 void add_tokenize_command(CLI::App& app);   // cli/tokenize_cmd.cpp: anelab tokenize
 void add_train_command(CLI::App& app);      // cli/train_cmd.cpp:    anelab train (+ bench train)
-void add_infer_command(CLI::App& app);      // cli/infer_cmd.cpp:    anelab infer generate|chat|bench
+void add_infer_command(CLI::App& app);      // cli/infer_cmd.cpp:    anelab infer generate|chat|logits|bench
+void add_perplexity_command(CLI::App& app); // cli/perplexity_cmd.cpp: anelab perplexity
 void add_serve_command(CLI::App& app);      // cli/serve_cmd.cpp:    anelab serve
 void add_dashboard_command(CLI::App& app);  // cli/dashboard_cmd.cpp: anelab dashboard
 void add_probe_command(CLI::App& app);      // cli/probe_cmd.cpp:    anelab probe

@@ -6,11 +6,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <random>
 
 #include "cli/commands.h"
 #include "cli/demo_loop.h"
 #include "framework/kernels/runner.h"
+#include "framework/kernels/workloads.h"
 #include "framework/mil/printer.h"
 
 namespace anelab::cli {
@@ -108,23 +108,10 @@ double nmse(const std::vector<float>& got, const Mat& ref) {
 void run_demo(const DemoOptions& o) {
   kern::TrainShape sh{768, 2048, 12, 12, 64, o.seq};
   sh.validate();
-  std::mt19937_64 rng(o.seed);
-  std::normal_distribution<float> n01(0.0f, 1.0f);
-  auto randn = [&](int64_t n, float sd, float mean = 0) {
-    std::vector<float> v(static_cast<size_t>(n));
-    for (auto& e : v) e = mean + sd * n01(rng);
-    return v;
-  };
+  const kern::RandomLayer layer(sh, static_cast<uint32_t>(o.seed));
+  const kern::LayerWeights& w = layer.w;
   const int64_t D = sh.dim, S = sh.seq;
-  auto wq = randn(D * D, 0.05f), wk = randn(D * D, 0.05f), wv = randn(D * D, 0.05f), wo = randn(D * D, 0.05f);
-  auto rms = randn(D, 0.1f, 1.0f);
-  // The FFN weights are not used by the attention kernel but complete the layer's weight set.
-  auto w1 = randn(sh.hidden * D, 0.02f), w2 = randn(D * sh.hidden, 0.02f), w3 = randn(sh.hidden * D, 0.02f);
-  auto rms2 = randn(D, 0.1f, 1.0f);
-  auto x = randn(D * S, 1.0f);
-  kern::LayerWeights w;
-  w.wq = wq, w.wk = wk, w.wv = wv, w.wo = wo, w.rms_att = rms;
-  w.w1 = w1, w.w2 = w2, w.w3 = w3, w.rms_ffn = rms2;
+  const auto x = kern::random_normal(static_cast<size_t>(D * S), static_cast<uint32_t>(o.seed) * 16 + 10, 1.0f);
 
   std::printf("anelab demo: Stories110M attention forward (dim %lld, %lld heads, seq %lld) on backend '%s', device %s\n",
               (long long)D, (long long)sh.n_heads, (long long)S, o.backend.c_str(), o.device.c_str());

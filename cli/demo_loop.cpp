@@ -11,8 +11,8 @@
 #include "framework/core/platform.h"
 #include "infer/engine.h"
 #include "infer/generate.h"
+#include "infer/load.h"
 #include "models/formats/export.h"
-#include "models/formats/load_any.h"
 #include "models/tokenizer/token_file.h"
 #include "models/tokenizer/tokenizer.h"
 #include "train/config.h"
@@ -119,17 +119,19 @@ void run_demo_loop(const DemoLoopOptions& o) {
 
   // 3. generate from the run directory (= its best checkpoint)
   std::printf("[3/4] generate from %s (greedy, prompt \"%s\"):\n", c.run_dir.c_str(), o.prompt.c_str());
-  models::Model m = models::load_any_model(c.run_dir);
-  infer::EngineOptions eo;
-  eo.backend = o.backend;
-  if (!o.device.empty()) eo.device = o.device;
-  eo.dtype = infer::auto_wtype(m);
-  infer::Engine engine(m, eo);
-  const auto gtok = tok::make_tokenizer(m.vocab.value());
+  infer::LoadOptions lo;
+  lo.model = c.run_dir;
+  lo.backend = o.backend;
+  if (!o.device.empty()) lo.device = o.device;
+  lo.component = "demo";
+  infer::LoadedModel loaded = infer::load_model(lo, infer::TokenizerUse::kRequired);
+  const models::Model& m = loaded.model;  // exported below
+  infer::Engine engine(m, loaded.engine);
+  const tok::Tokenizer& gtok = *loaded.tokenizer;
   infer::GenerateOptions go;
   go.max_new_tokens = o.sample_tokens;
   go.sampling.temperature = 0;
-  const auto g = infer::generate(engine, *gtok, o.prompt, go, [](std::string_view s) {
+  const auto g = infer::generate(engine, gtok, o.prompt, go, [](std::string_view s) {
     std::fwrite(s.data(), 1, s.size(), stdout);
     std::fflush(stdout);
   });

@@ -1,9 +1,12 @@
 // anelab infer generate|chat|bench: text generation with the inference engine (infer/engine.h).
 //   generate: stdout = the decoded prompt followed by the continuation, streamed, exactly as llama2.c
-//             run.c prints it; timing on stderr.
+//             run.c prints it; timing on stderr. --prompt-ids takes the prompt as token ids, --print-ids
+//             prints the generated ids on one line instead of the text.
 //   chat:     interactive chat on stdin/stdout with the model's template (Qwen2.5 when its vocabulary has
 //             the template's tokens, or --chat-template), history kept within the context; base models
 //             are refused with a hint.
+//   logits:   teacher-forced logits [T, vocab] of --ids or --prompt as float32 .npy (infer/logits.h), for
+//             checking a model against a reference implementation's logits.
 //   bench:    prefill / decode tok/s, cold start to first token, peak RSS (random prompt tokens), and
 //             J/token of prefill and decode from this machine's power source (framework/core/power.h)
 //             or "not available on this machine: <why>".
@@ -26,8 +29,10 @@
 #include "framework/core/platform.h"
 #include "framework/core/power.h"
 #include "infer/engine.h"
+#include "framework/core/npy.h"
 #include "infer/generate.h"
-#include "models/formats/load_any.h"
+#include "infer/load.h"
+#include "infer/logits.h"
 #include "models/tokenizer/chat_template.h"
 
 namespace anelab::cli {
@@ -60,8 +65,8 @@ struct InferArgs {
   bool quiet = false;
   int threads = 2;
   int64_t ctx = 0;
-  std::string prompt, prompt_file, system;
-  bool prompt_set = false;
+  std::string prompt, prompt_file, system, prompt_ids, out;
+  bool prompt_set = false, print_ids = false;
   int64_t max_tokens = -1, steps = 256;
   float temperature = 1.0f, top_p = 0.9f, min_p = 0.0f, repeat_penalty = 1.0f;
   int32_t top_k = 0;
@@ -100,31 +105,17 @@ struct Loaded {
   std::unique_ptr<tok::Tokenizer> tok;
 };
 
-Loaded load(const InferArgs& a, bool need_tokenizer) {
+// tok: null unless `use` loads one (infer/load.h).
+Loaded load(const InferArgs& a, infer::TokenizerUse use) {
   Loaded l;
   const auto t0 = Clock::now();
   if (!a.quiet) std::fprintf(stderr, "loading %s ...\n", a.model.c_str());
-  models::Model m = models::load_any_model(a.model);
-  if (need_tokenizer) {
-    std::string from = a.tokenizer;
-    if (!a.tokenizer.empty())
-      l.tok = tok::load_tokenizer(a.tokenizer);
-    else if (m.vocab)
-      l.tok = tok::make_tokenizer(*m.vocab), from = "embedded in " + a.model;
-    else if (!m.tokenizer_path.empty())
-      l.tok = tok::load_tokenizer(m.tokenizer_path), from = m.tokenizer_path;
-    else
-      fail("infer", a.model, " has no tokenizer: pass --tokenizer PATH");
-    infer::check_tokenizer_fits(*l.tok, from, m.config.vocab_size, a.model);
-  }
-  infer::EngineOptions eo;
-  eo.quiet = a.quiet;
-  eo.backend = a.backend;
-  eo.device = a.device;
-  eo.dtype = a.dtype == "auto" ? infer::auto_wtype(m) : infer::parse_wtype(a.dtype);
-  eo.threads = a.threads;
-  eo.context = a.ctx;
-  l.engine = std::make_unique<infer::Engine>(std::move(m), eo);
+  infer::LoadOptions o;
+  o.model = a.model, o.tokenizer = a.tokenizer, o.backend = a.backend, o.device = a.device, o.dtype = a.dtype;
+  o.chat_template = a.chat_template, o.threads = a.threads, o.ctx = a.ctx, o.quiet = a.quiet;
+  infer::LoadedModel m = infer::load_model(o, use);
+  l.tok = std::move(m.tokenizer);
+  l.engine = std::make_unique<infer::Engine>(std::move(m.model), m.engine);
   if (!a.quiet)
     std::fprintf(stderr, "loaded %s (%s, %lld layers, dim %lld) in %.1f s; prefill backend %s\n", a.model.c_str(),
                  l.engine->config().arch.c_str(), static_cast<long long>(l.engine->config().n_layers),
@@ -159,26 +150,69 @@ void print_stats(const infer::GenerateResult& r) {
                n_dec > 1 ? (n_dec - 1) / std::max(1e-9, r.decode_ms / 1e3) : 0.0, r.ttft_ms);
 }
 
+std::string read_prompt(const InferArgs& a) {
+  if (!a.prompt_file.empty()) return read_file_text(a.prompt_file);
+  if (a.prompt_set) return a.prompt;
+  if (::isatty(0))
+    std::fprintf(stderr, "generate: reading the prompt from the terminal until EOF (Ctrl-D); "
+                         "or pass --prompt TEXT / --prompt-file FILE\n");
+  return std::string(std::istreambuf_iterator<char>(std::cin), {});
+}
+
+void print_ids(const std::vector<int32_t>& ids) {
+  std::string line;
+  for (int32_t id : ids) line += cat(line.empty() ? "" : " ", id);
+  std::printf("%s\n", line.c_str());
+}
+
 void run_generate(const InferArgs& a) {
-  std::string prompt = a.prompt;
-  if (!a.prompt_file.empty()) {
-    prompt = read_file_text(a.prompt_file);
-  } else if (!a.prompt_set) {
-    if (::isatty(0))
-      std::fprintf(stderr, "generate: reading the prompt from the terminal until EOF (Ctrl-D); "
-                           "or pass --prompt TEXT / --prompt-file FILE\n");
-    prompt.assign(std::istreambuf_iterator<char>(std::cin), {});
+  const bool by_ids = !a.prompt_ids.empty();
+  if (by_ids && (a.prompt_set || !a.prompt_file.empty()))
+    fail("infer", "--prompt-ids and --prompt/--prompt-file are exclusive: pass one prompt");
+  const std::string prompt = by_ids ? std::string() : read_prompt(a);
+  Loaded l = load(a, by_ids ? infer::TokenizerUse::kIfAny : infer::TokenizerUse::kRequired);
+  infer::TextSink sink;
+  if (!a.print_ids)
+    sink = [](std::string_view s) {
+      std::fwrite(s.data(), 1, s.size(), stdout);
+      std::fflush(stdout);
+    };
+  infer::GenerateResult r;
+  if (by_ids) {
+    const auto ids = infer::parse_token_ids(a.prompt_ids, "--prompt-ids", l.engine->config().vocab_size);
+    r = infer::generate_tokens(*l.engine, l.tok.get(), ids, 0, gen_options(a), sink);
+  } else {
+    r = infer::generate(*l.engine, *l.tok, prompt, gen_options(a), sink);
   }
-  Loaded l = load(a, true);
-  const auto r = infer::generate(*l.engine, *l.tok, prompt, gen_options(a), [](std::string_view s) {
-    std::fwrite(s.data(), 1, s.size(), stdout);
-    std::fflush(stdout);
-  });
+  if (a.print_ids) print_ids(r.new_tokens);
   print_stats(r);
 }
 
+// Teacher-forced logits of --ids (or the encoded --prompt) -> --out [T, vocab] float32 .npy.
+void run_logits(const InferArgs& a) {
+  const bool by_ids = !a.prompt_ids.empty();
+  if (by_ids == a.prompt_set) fail("infer", "logits needs exactly one of --ids or --prompt");
+  Loaded l = load(a, by_ids ? infer::TokenizerUse::kNone : infer::TokenizerUse::kRequired);
+  infer::Engine& e = *l.engine;
+  std::vector<int32_t> ids;
+  if (by_ids) {
+    ids = infer::parse_token_ids(a.prompt_ids, "--ids", e.config().vocab_size);
+  } else {
+    tok::EncodeOptions eo;  // as generate: BOS where the vocabulary wants it
+    eo.add_bos = l.tok->vocab().kind == tok::TokenizerKind::kSentencePiece || l.tok->vocab().add_bos;
+    ids = l.tok->encode(a.prompt, eo);
+    ANELAB_CHECK(!ids.empty(), "infer", "--prompt '", a.prompt, "' encodes to no tokens");
+  }
+  const std::vector<float> logits = infer::teacher_forced_logits(e, ids);
+  const int64_t T = static_cast<int64_t>(ids.size()), V = e.config().vocab_size;
+  write_npy(a.out, {T, V}, logits.data());
+  if (!a.quiet)
+    std::fprintf(stderr, "logits [%lld, %lld] of %s (%s prefill, dtype %s) -> %s\n", static_cast<long long>(T),
+                 static_cast<long long>(V), a.model.c_str(), e.last_prefill().path.c_str(), a.dtype.c_str(), a.out.c_str());
+}
+
 void run_chat(const InferArgs& a) {
-  Loaded l = load(a, true);
+  Loaded l = load(a, infer::TokenizerUse::kRequired);
   if (tok::chat_template_for(*l.tok, a.chat_template) == tok::ChatTemplate::kNone)
     fail("infer", tok::no_chat_template_hint(a.model));
   infer::Chat chat(*l.engine, *l.tok, a.system.empty() ? tok::kQwen25DefaultSystem : a.system);
@@ -231,7 +265,7 @@ std::optional<power::Reading> energy_now(power::Meter& m) {
 void run_bench(const InferArgs& a) {
   power::Meter meter(power::select_source());
   const auto t0 = Clock::now();
-  Loaded l = load(a, false);
+  Loaded l = load(a, infer::TokenizerUse::kNone);
   infer::Engine& e = *l.engine;
   const double load_ms = ms_since(t0);
   const int64_t V = e.config().vocab_size;
@@ -284,7 +318,7 @@ void run_bench(const InferArgs& a) {
 
 void add_infer_command(CLI::App& app) {
   auto a = std::make_shared<InferArgs>();
-  CLI::App* inf = app.add_subcommand("infer", "Run a model: generate, chat, bench");
+  CLI::App* inf = app.add_subcommand("infer", "Run a model: generate, chat, logits, bench");
   inf->require_subcommand(1);
 
   CLI::App* gen = inf->add_subcommand("generate", "Generate text; stdout = prompt + continuation (run.c format)");
@@ -293,7 +327,18 @@ void add_infer_command(CLI::App& app) {
   gen->add_option("--prompt,-i", a->prompt, "Prompt text (else --prompt-file, else stdin)")
       ->each([a](const std::string&) { a->prompt_set = true; });
   gen->add_option("--prompt-file", a->prompt_file, "Read the prompt from a file");
+  gen->add_option("--prompt-ids", a->prompt_ids, "Prompt as token ids (\"1 2 3\"; no tokenizer needed: without one, "
+                  "nothing is echoed and only the length ends generation; with one, as --prompt)");
+  gen->add_flag("--print-ids", a->print_ids, "Print the generated token ids on one line instead of the text");
   gen->callback([a] { run_generate(*a); });
+
+  CLI::App* lg = inf->add_subcommand("logits", "Teacher-forced logits [T, vocab] of a token sequence as float32 .npy");
+  add_common(lg, *a);
+  lg->add_option("--ids", a->prompt_ids, "Token ids (\"1 2 3\")");
+  lg->add_option("--prompt", a->prompt, "Text, encoded with the model's tokenizer (BOS where it wants one)")
+      ->each([a](const std::string&) { a->prompt_set = true; });
+  lg->add_option("--out,-o", a->out, "Output .npy file (float32 [T, vocab], written atomically)")->required();
+  lg->callback([a] { run_logits(*a); });
 
   CLI::App* chat = inf->add_subcommand("chat", "Interactive chat with the model's chat template, history kept within the context");
   add_common(chat, *a);

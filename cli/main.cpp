@@ -4,9 +4,12 @@
 #include "cli/commands.h"
 #include "framework/core/error.h"
 #include "framework/core/platform.h"
+#include "framework/ane/ane_backend.h"
+#include "tests/support/fake_shim.h"
 
 int main(int argc, char** argv) {
   anelab::platform::save_argv(argc, argv);  // before anything can chdir: exec-restart re-runs exactly this
+  anelab::ane::install_fake_shim(&anelab::ane::fake_shim_for_backend);  // ANELAB_ANE_SHIM=fake (test runs)
   CLI::App app{"anelab: train and run transformer language models on Apple's Neural Engine (or its emulator)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "anelab 0.1.0");
@@ -17,6 +20,7 @@ int main(int argc, char** argv) {
   anelab::cli::add_tokenize_command(app);
   anelab::cli::add_train_command(app);
   anelab::cli::add_infer_command(app);
+  anelab::cli::add_perplexity_command(app);
   anelab::cli::add_serve_command(app);
   anelab::cli::add_dashboard_command(app);
   anelab::cli::add_probe_command(app);

@@ -21,17 +21,14 @@
 #include <cstdio>
 #include <functional>
 #include <nlohmann/json.hpp>
-#include <random>
 
-#include "framework/ane/fake_shim.h"
+#include "tests/support/fake_shim.h"
 #include "framework/ane/native_backend.h"
 #include "cli/commands.h"
 #include "cli/probe_rules.h"
 #include "framework/core/file.h"
-#include "framework/kernels/blocks.h"
 #include "framework/kernels/runner.h"
-#include "framework/mil/blob.h"
-#include "framework/mil/builder.h"
+#include "framework/kernels/workloads.h"
 
 #ifndef ANELAB_COMMIT  // set by framework/CMakeLists.txt (git describe at configure time)
 #define ANELAB_COMMIT "unknown"
@@ -98,14 +95,6 @@ struct Workload {
   std::function<void(rt::Backend& be, std::vector<float>& out, json& t)> run;
 };
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
-
 // Compile (timed), one warm-up evaluate, best of `repeats` timed evaluates; outputs of the last.
 void run_program(rt::Backend& be, const mil::Program& p, const rt::Weights& w, int repeats, std::vector<float>& out,
                  json& t) {
@@ -115,10 +104,7 @@ void run_program(rt::Backend& be, const mil::Program& p, const rt::Weights& w, i
   if (!k) fail("probe", be.name(), ": compile failed: ", k.status().message());
   auto ins = (*k)->make_inputs(0, be.profile());
   auto outs = (*k)->make_outputs(0, be.profile());
-  for (size_t i = 0; i < ins.size(); ++i) {
-    auto v = randn(static_cast<size_t>(ins[i].numel()), 1000 + static_cast<uint32_t>(i), 1.0f);
-    ins[i].write(v.data());
-  }
+  kern::fill_random_inputs(ins);
   std::vector<rt::Surface*> ip, op;
   for (auto& s : ins) ip.push_back(&s);
   for (auto& s : outs) op.push_back(&s);
@@ -137,93 +123,32 @@ void run_program(rt::Backend& be, const mil::Program& p, const rt::Weights& w, i
   }
 }
 
-ProbeProgram conv_program() {
-  const int64_t cin = 768, cout = 2048, S = 256;
-  mil::ProgramBuilder pb;
-  auto& b = pb.function("main");
-  auto x = b.input("x", kern::act_type(cin, S));
-  auto wt = b.const_blob(mil::tensor_type(mil::DType::kFp16, {cout, cin, 1, 1}), "@model_path/weights/w.bin", 64);
-  b.output(b.conv(x, wt));
-  mil::BlobWriter bw;
-  bw.add_fp16(randn(static_cast<size_t>(cin * cout), 7, 1.0f / std::sqrt(float(cin))));
-  rt::Weights weights{{"@model_path/weights/w.bin", std::make_shared<const std::vector<uint8_t>>(bw.take())}};
-  return {"conv", pb.build(), weights};
-}
-
-ProbeProgram attention_program() {
-  const int64_t D = 768, H = 12, S = 256;
-  mil::ProgramBuilder pb;
-  auto& b = pb.function("main");
-  kern::BlobSet blobs;
-  auto x = b.input("x", kern::act_type(D, S));
-  const float sc = 1.0f / std::sqrt(float(D));
-  auto proj = [&](const char* stem, uint32_t seed, const mil::Value& v) {
-    auto m = randn(static_cast<size_t>(D * D), seed, sc);
-    return kern::linear(b, v, blobs.matrix(b, stem, m, D, D));
-  };
-  auto q = kern::split_heads(b, proj("wq", 11, x), H);
-  auto k = kern::split_heads(b, proj("wk", 12, x), H);
-  auto v = kern::split_heads(b, proj("wv", 13, x), H);
-  auto mask = blobs.tensor(b, "mask", mil::tensor_type(mil::DType::kFp16, {1, 1, S, S}), kern::causal_mask(S));
-  auto a = kern::causal_attention(b, q, k, v, mask, 1.0 / std::sqrt(double(D / H)));
-  b.output(proj("wo", 14, kern::merge_heads(b, a)));
-  return {"attention", pb.build(), blobs.weights()};
-}
-
-// A program with almost no work: its evaluate time is what every dispatch costs.
-ProbeProgram dispatch_program() {
-  mil::ProgramBuilder pb;
-  auto& b = pb.function("main");
-  b.output(b.identity(b.input("x", kern::act_type(32, 32))));
-  return {"dispatch", pb.build(), {}};
-}
-
-Workload conv_workload(int repeats) {
-  Workload w{"conv", "1x1 conv 768->2048, S=256, fp16", 2.0 * 768 * 2048 * 256, {}};
+// A program of framework/kernels/workloads.h run as one case.
+Workload program_case(kern::Workload (*make)(), std::string shape, int repeats) {
+  const kern::Workload k = make();
+  Workload w{k.name, std::move(shape), k.flops, {}};
   w.run = [=](rt::Backend& be, std::vector<float>& out, json& t) {
-    const ProbeProgram p = conv_program();
+    const kern::Workload p = make();
     run_program(be, p.program, p.weights, repeats, out, t);
   };
   return w;
 }
 
-Workload attention_workload(int repeats) {
-  const double D = 768, S = 256;
-  Workload w{"attention", "causal attention block D=768, 12 heads, S=256 (Wq/Wk/Wv/Wo + matmul/mask/softmax)",
-             4 * 2.0 * D * D * S + 2 * 2.0 * S * S * D, {}};
-  w.run = [=](rt::Backend& be, std::vector<float>& out, json& t) {
-    const ProbeProgram p = attention_program();
-    run_program(be, p.program, p.weights, repeats, out, t);
-  };
-  return w;
-}
+kern::Workload probe_conv() { return kern::conv1x1_workload(768, 2048, 256); }
+kern::Workload probe_attention() { return kern::attention_block_workload(768, 12, 256); }
 
 // One layer forward + backward through LayerRunner (dynamic weights: 9 kernels compiled once).
 Workload layer_workload(int repeats) {
-  kern::TrainShape s;
-  s = probe_layer_shape();
+  const kern::TrainShape s = kern::probe_layer_shape();
   const double D = double(s.dim), QD = double(s.q_dim()), KVD = double(s.kv_dim()), Hd = double(s.hidden),
                S = double(s.seq);
   const double fwd = 2 * S * (D * QD + 2 * D * KVD + QD * D + 3 * D * Hd) + 4 * S * S * QD;
   Workload w{"train_layer", "training layer fwd+bwd " + s.str() + " (dynamic weights)", 3 * fwd, {}};
   w.run = [=](rt::Backend& be, std::vector<float>& out, json& t) {
-    std::vector<std::vector<float>> ws;
-    auto mk = [&](int64_t n, uint32_t seed, float scale) -> std::span<const float> {
-      ws.push_back(randn(static_cast<size_t>(n), seed, scale));
-      return ws.back();
-    };
-    ws.reserve(16);
-    const int64_t d = s.dim, qd = s.q_dim(), kvd = s.kv_dim(), h = s.hidden, sq = s.seq;
-    const float sd = 1.0f / std::sqrt(float(d)), sq_ = 1.0f / std::sqrt(float(qd)), sh = 1.0f / std::sqrt(float(h));
-    kern::LayerWeights lw{mk(qd * d, 1, sd), mk(kvd * d, 2, sd), mk(kvd * d, 3, sd), mk(d * qd, 4, sq_),
-                          mk(h * d, 5, sd),  mk(h * d, 6, sd),   mk(d * h, 7, sh),   mk(d, 8, 0.1f),
-                          mk(d, 9, 0.1f)};
-    std::vector<float> rms1(lw.rms_att.begin(), lw.rms_att.end()), rms2(lw.rms_ffn.begin(), lw.rms_ffn.end());
-    for (auto& v : rms1) v += 1.0f;
-    for (auto& v : rms2) v += 1.0f;
-    lw.rms_att = rms1;
-    lw.rms_ffn = rms2;
-    const auto x = randn(static_cast<size_t>(d * sq), 20, 1.0f), dy = randn(static_cast<size_t>(d * sq), 21, 1.0f);
+    const kern::RandomLayer layer(s);
+    const int64_t d = s.dim, sq = s.seq;
+    const auto x = kern::random_normal(static_cast<size_t>(d * sq), 20, 1.0f);
+    const auto dy = kern::random_normal(static_cast<size_t>(d * sq), 21, 1.0f);
     kern::KernelCache cache(be, s, kern::Strategy::kDynamic);
     kern::LayerRunner r(cache);
     auto pass = [&] {
@@ -246,7 +171,7 @@ Workload layer_workload(int repeats) {
       for (const auto* v : {&at.o, &ft.y, &fg.dh1, &sg.dq, &sg.dk, &sg.dv, &dx1}) out.insert(out.end(), v->begin(), v->end());
     };
     const auto t0 = Clock::now();
-    r.set_weights(lw);
+    r.set_weights(layer.w);
     pass();  // compiles every kernel on first use
     const double first = ms_since(t0);
     double best = 1e300;
@@ -300,7 +225,7 @@ double program_flops(const mil::Function& f) {
 json training_kernels(rt::Backend& be, int repeats, bool tflops) {
   json out = json::array();
   for (kern::KernelKind kind : kern::kAllKernelKinds) {
-    const kern::KernelSpec k = kern::build_kernel(kind, probe_layer_shape(), kern::Strategy::kDynamic);
+    const kern::KernelSpec k = kern::build_kernel(kind, kern::probe_layer_shape(), kern::Strategy::kDynamic);
     const double flops = program_flops(k.program.functions.front());
     json t{{"name", k.name}, {"gflop", flops * 1e-9}};
     std::vector<float> ignored;
@@ -320,7 +245,7 @@ json training_kernels(rt::Backend& be, int repeats, bool tflops) {
 
 // Evaluate time of a program with almost no work: what every dispatch costs.
 double dispatch_overhead_ms(rt::Backend& be, int repeats) {
-  const ProbeProgram p = dispatch_program();
+  const kern::Workload p = kern::dispatch_workload();
   json t;
   std::vector<float> ignored;
   run_program(be, p.program, p.weights, std::max(repeats, 10), ignored, t);
@@ -464,12 +389,15 @@ void run_probe(const ProbeOptions& o) {
   json ane_rules = ane.shim ? run_rule_probes(*ane.shim, profile, ro) : json(nullptr);
 
   report["cases"] = json::array();
-  for (const Workload& w : {conv_workload(o.repeats), attention_workload(o.repeats), layer_workload(o.repeats)}) {
+  for (const Workload& w : {program_case(probe_conv, "1x1 conv 768->2048, S=256, fp16", o.repeats),
+                            program_case(probe_attention, "causal attention block D=768, 12 heads, S=256 "
+                                         "(Wq/Wk/Wv/Wo + matmul/mask/softmax)", o.repeats),
+                            layer_workload(o.repeats)}) {
     json c = run_case(w, *emu, ane.backend.get());
     print_case(c);
     report["cases"].push_back(std::move(c));
   }
-  json tk{{"shape", probe_layer_shape().str()}, {"emulator", training_kernels(*emu, o.repeats, false)}};
+  json tk{{"shape", kern::probe_layer_shape().str()}, {"emulator", training_kernels(*emu, o.repeats, false)}};
   tk["ane"] = ane.backend ? training_kernels(*ane.backend, o.repeats, true) : json(nullptr);
   report["training_kernels"] = tk;
   report["dispatch_overhead_ms"] = {{"emulator", dispatch_overhead_ms(*emu, o.repeats)}, {"ane", nullptr}};
@@ -501,21 +429,6 @@ void run_probe(const ProbeOptions& o) {
 }
 
 }  // namespace
-
-kern::TrainShape probe_layer_shape() {
-  kern::TrainShape s;
-  s.dim = 256, s.hidden = 768, s.n_heads = 4, s.n_kv_heads = 2, s.head_dim = 64, s.seq = 64;
-  return s;
-}
-
-std::vector<ProbeProgram> probe_workload_programs() {
-  std::vector<ProbeProgram> v = {conv_program(), attention_program(), dispatch_program()};
-  for (kern::KernelKind kind : kern::kAllKernelKinds) {
-    kern::KernelSpec k = kern::build_kernel(kind, probe_layer_shape(), kern::Strategy::kDynamic);
-    v.push_back({"train_layer " + k.name, std::move(k.program), std::move(k.weights)});
-  }
-  return v;
-}
 
 void add_probe_command(CLI::App& app) {
   auto o = std::make_shared<ProbeOptions>();

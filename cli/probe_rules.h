@@ -28,17 +28,6 @@
 
 namespace anelab::cli {
 
-// The programs the probe's workloads run through a backend (probe_cmd.cpp): the conv, the attention
-// block, the dispatch-overhead program and the training layer's kernels (dynamic strategy, at
-// probe_layer_shape(): head dim 64, every width a multiple of 32, like the references' shapes).
-struct ProbeProgram {
-  std::string name;
-  mil::Program program;
-  rt::Weights weights;
-};
-kern::TrainShape probe_layer_shape();
-std::vector<ProbeProgram> probe_workload_programs();
-
 struct RuleProbeOptions {
   int compile_limit = 0;  // > 0: run the compile_limit probe with at most this many compiles
   uint32_t qos = 21;

@@ -102,6 +102,11 @@ GenerateResult generate(Engine& e, const tok::Tokenizer& tk, std::string_view pr
 
 GenerateResult generate_tokens(Engine& e, const tok::Tokenizer& tk, const std::vector<int32_t>& prompt, int64_t cached,
                                const GenerateOptions& o, const TextSink& sink) {
+  return generate_tokens(e, &tk, prompt, cached, o, sink);
+}
+
+GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::vector<int32_t>& prompt, int64_t cached,
+                               const GenerateOptions& o, const TextSink& sink) {
   GenerateResult r;
   r.prompt_tokens = prompt;
   const int64_t n = static_cast<int64_t>(prompt.size());
@@ -122,16 +127,16 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer& tk, const std::v
     rs.emplace(vocab, o.sampling.temperature, o.sampling.top_p, o.sampling.seed);
   else
     gs.emplace(vocab, o.sampling);
-  const bool spm = tk.vocab().kind == tok::TokenizerKind::kSentencePiece;
+  const bool spm = tk && tk->vocab().kind == tok::TokenizerKind::kSentencePiece;
 
   StopFilter out(o.stop_strings, sink, r.text);
-  if (o.echo_prompt) {
+  if (o.echo_prompt && tk) {
     // run.c starts its echo after position 0 because that is the BOS it added. Vocabularies without BOS
     // (GPT-2, Qwen) start with the first text token, which is echoed too; only a start token is skipped.
-    const bool start_token = prompt[0] == tk.bos_id() || prompt[0] == tk.eos_id();
+    const bool start_token = prompt[0] == tk->bos_id() || prompt[0] == tk->eos_id();
     for (int64_t i = start_token ? 1 : 0; i < n; ++i) {
       const int32_t prev = i == 0 ? -1 : prompt[static_cast<size_t>(i - 1)];
-      const std::string p = tk.decode_token(prev, prompt[static_cast<size_t>(i)]);
+      const std::string p = tk->decode_token(prev, prompt[static_cast<size_t>(i)]);
       if (safe_piece(p)) out.push(p);
     }
   }
@@ -151,15 +156,14 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer& tk, const std::v
     std::copy(lp, lp + vocab, logits.begin());
     const int32_t next = runc ? rs->sample(logits) : gs->sample(logits, history);
     if (pos == n) r.ttft_ms = ms_since(t0);
-    if (spm && next == tk.bos_id()) { r.stop_reason = "eos"; break; }
-    if (!spm && next == tk.eos_id()) { r.stop_reason = "eos"; break; }
+    if (tk && next == (spm ? tk->bos_id() : tk->eos_id())) { r.stop_reason = "eos"; break; }
     if (std::find(o.stop_tokens.begin(), o.stop_tokens.end(), next) != o.stop_tokens.end()) { r.stop_reason = "stop_token"; break; }
-    if (next >= tk.vocab_size())
-      fail("infer", "vocabulary mismatch: the model produced token id ", next, " but the tokenizer (", tk.describe(),
-           ") has only ", tk.vocab_size(), " tokens: it belongs to another model (pass the model's own --tokenizer)");
+    if (tk && next >= tk->vocab_size())
+      fail("infer", "vocabulary mismatch: the model produced token id ", next, " but the tokenizer (", tk->describe(),
+           ") has only ", tk->vocab_size(), " tokens: it belongs to another model (pass the model's own --tokenizer)");
     r.new_tokens.push_back(next);
     history.push_back(next);
-    const std::string p = tk.decode_token(token, next);
+    const std::string p = tk ? tk->decode_token(token, next) : std::string();
     token = next;
     if (safe_piece(p) && out.push(p)) { r.stop_reason = "stop_string"; break; }
     if (pos == e.context() && o.max_new_tokens >= 0 && pos < n + o.max_new_tokens - 1) r.stop_reason = "context";

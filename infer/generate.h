@@ -63,6 +63,10 @@ GenerateResult generate(Engine& e, const tok::Tokenizer& tk, std::string_view pr
 // new suffix is prefilled. Used by chat.
 GenerateResult generate_tokens(Engine& e, const tok::Tokenizer& tk, const std::vector<int32_t>& prompt, int64_t cached,
                                const GenerateOptions& o, const TextSink& sink);
+// The same for a model without a tokenizer (tk null: ids only, as `infer generate --prompt-ids` on a bare
+// Hugging Face directory): nothing is echoed or printed, and only the length or o.stop_tokens end it.
+GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::vector<int32_t>& prompt, int64_t cached,
+                               const GenerateOptions& o, const TextSink& sink);
 
 // Chat: keeps the conversation and the KV cache; each turn re-renders the Qwen2.5 template, reuses
 // the cached prefix and drops the oldest turns when the context would overflow.

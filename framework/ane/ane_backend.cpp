@@ -1,15 +1,16 @@
 // The "ane" registry entry: the portable NativeBackend over the host's system shim. The backend is
 // unavailable exactly when the shim cannot be created (every non-Apple host, or a Mac whose
 // AppleNeuralEngine.framework cannot be loaded), and the reason is the shim's.
-// ANELAB_ANE_SHIM=fake puts FakeShim under it instead (fake_shim_from_env): whole runs through the
-// native backend, exec-restarts and injected compile failures included, on any host.
+// ANELAB_ANE_SHIM=fake puts the installed fake shim under it instead (install_fake_shim; the FakeShim of
+// tests/support): whole runs through the native backend, exec-restarts and injected compile failures
+// included, on any host.
 // Every "ane" backend of a process counts its compiles in rt::CompileCounter::process(): the compiler's
 // limit is per process.
 #include "framework/ane/ane_backend.h"
 
+#include <atomic>
 #include <cstdlib>
 
-#include "framework/ane/fake_shim.h"
 #include "framework/ane/native_backend.h"
 #include "framework/ane/shim.h"
 
@@ -26,7 +27,14 @@ std::string shim_choice() {
   fail("backend", "ane: ANELAB_ANE_SHIM='", v, "' is neither 'system' nor 'fake'");
 }
 
+std::atomic<FakeShimFactory>& fake_factory() {
+  static std::atomic<FakeShimFactory> f{nullptr};
+  return f;
+}
+
 }  // namespace
+
+void install_fake_shim(FakeShimFactory factory) { fake_factory().store(factory); }
 
 bool ane_available(std::string* why_not) {
   if (shim_choice() == "fake") return true;
@@ -36,7 +44,11 @@ bool ane_available(std::string* why_not) {
 std::unique_ptr<rt::Backend> make_ane_backend(const rt::BackendOptions& opts) {
   std::unique_ptr<Shim> shim;
   if (shim_choice() == "fake") {
-    shim = fake_shim_from_env(opts.device);
+    const FakeShimFactory make = fake_factory().load();
+    if (!make)
+      fail("backend", "ane: ANELAB_ANE_SHIM=fake, but this program has no fake shim installed (the anelab CLI and the "
+           "tests link it from tests/support)");
+    shim = make(opts.device);
   } else {
     std::string why;
     shim = create_system_shim(&why);

@@ -2,12 +2,12 @@
 // (../shared/reference/ane_digest.md §1). One method per private-API step, opaque integer handles,
 // no Objective-C types and no logic: every decision (dialect, temp dir, surface sizes, request
 // indices, retries, budget, caching, error mapping) lives above it in the portable NativeBackend
-// (native_backend.h), which is tested on Linux against FakeShim (fake_shim.h).
+// (native_backend.h), which is tested on Linux against FakeShim (tests/support/fake_shim.h).
 //
 //   implementation          where                          built on
 //   AppleShim               framework/ane/shim_apple.mm    Apple hosts (CMake `if(APPLE)`)
 //   (none: unavailable)     framework/ane/shim_none.cpp    every other host
-//   FakeShim                framework/ane/fake_shim.cpp    everywhere (tests, `anelab probe --shim fake`)
+//   FakeShim                tests/support/fake_shim.cpp    everywhere (tests, `anelab probe`, ANELAB_ANE_SHIM=fake)
 //
 // Errors: every BOOL / NSError / nil return is turned into a non-ok Status whose message names the
 // selector and carries the NSError's localizedDescription, domain and code, e.g.

@@ -8,8 +8,8 @@
 #include "framework/core/error.h"
 #include "infer/engine.h"
 #include "infer/generate.h"
+#include "infer/load.h"
 #include "infer/prefill_mil.h"
-#include "models/formats/load_any.h"
 #include "models/tokenizer/chat_template.h"
 #include "models/tokenizer/tokenizer.h"
 
@@ -44,27 +44,27 @@ struct ModelPool::Impl {
   tok::ChatTemplate chat = tok::ChatTemplate::kNone;
   int64_t created = 0;
 
+  // One engine per worker; the tokenizer is loaded with the first.
   std::unique_ptr<infer::Engine> make_engine() {
-    models::Model m = models::load_any_model(opt.model);
+    infer::LoadOptions lo;
+    lo.model = opt.model;
+    lo.tokenizer = opt.tokenizer;
+    lo.backend = opt.backend;
+    lo.device = opt.device;
+    lo.dtype = opt.dtype;
+    lo.chat_template = opt.chat_template;
+    lo.threads = opt.threads;
+    lo.ctx = opt.ctx;
+    lo.quiet = true;
+    lo.component = "serve";
+    infer::LoadedModel l = infer::load_model(lo, tk ? infer::TokenizerUse::kNone : infer::TokenizerUse::kRequired);
     if (!tk) {
-      if (!opt.tokenizer.empty()) tk = tok::load_tokenizer(opt.tokenizer);
-      else if (m.vocab) tk = tok::make_tokenizer(*m.vocab);
-      else if (!m.tokenizer_path.empty()) tk = tok::load_tokenizer(m.tokenizer_path);
-      else fail("serve", opt.model, " has no tokenizer: pass --tokenizer PATH");
-      infer::check_tokenizer_fits(*tk, !opt.tokenizer.empty() ? opt.tokenizer : m.vocab ? "embedded in " + opt.model : m.tokenizer_path,
-                                  m.config.vocab_size, opt.model);
-      chat = tok::chat_template_for(*tk, opt.chat_template);
+      tk = std::move(l.tokenizer);
+      chat = l.chat;
     }
-    arch = m.config.arch;
-    source_format = m.source_format;
-    infer::EngineOptions eo;
-    eo.backend = opt.backend;
-    eo.device = opt.device;
-    eo.dtype = opt.dtype == "auto" ? infer::auto_wtype(m) : infer::parse_wtype(opt.dtype);
-    eo.threads = opt.threads;
-    eo.context = opt.ctx;
-    eo.quiet = true;
-    return std::make_unique<infer::Engine>(std::move(m), eo);
+    arch = l.model.config.arch;
+    source_format = l.model.source_format;
+    return std::make_unique<infer::Engine>(std::move(l.model), l.engine);
   }
 
   // Compiles the prefill kernels of every bucket up to warmup_tokens (MIL backends compile on first use).

@@ -13,8 +13,8 @@
 
 #include <cstdio>
 
-#include "cli/probe_rules.h"
 #include "framework/kernels/train.h"
+#include "framework/kernels/workloads.h"
 #include "framework/mil/printer.h"
 #include "framework/runtime/device_profile.h"
 #include "infer/engine.h"
@@ -128,9 +128,9 @@ TEST(GeneratedMil, PrefillBucketsOfEveryPreset) {
 }
 
 TEST(GeneratedMil, ProbeWorkloadPrograms) {
-  const std::vector<cli::ProbeProgram> v = cli::probe_workload_programs();
+  const std::vector<kern::Workload> v = kern::probe_workloads();
   EXPECT_EQ(v.size(), 3u + kern::kAllKernelKinds.size());
-  const kern::TrainShape s = cli::probe_layer_shape();  // item 9: reference-like shapes
+  const kern::TrainShape s = kern::probe_layer_shape();  // item 9: reference-like shapes
   EXPECT_GE(s.head_dim, 32);
   for (int64_t d : {s.dim, s.hidden, s.head_dim, s.q_dim(), s.kv_dim(), s.seq}) EXPECT_EQ(d % 32, 0) << s.str();
   for (const auto& p : v) expect_device_legal(p.program, "probe " + p.name);

@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "framework/ane/fake_shim.h"
 #include "framework/ane/native_backend.h"
+#include "tests/support/fake_shim.h"
 #include "framework/kernels/blocks.h"
 #include "framework/mil/blob.h"
 #include "framework/mil/builder.h"

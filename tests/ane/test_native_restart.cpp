@@ -75,10 +75,27 @@ TEST(NativeRestartBudget, KernelCacheThrowsCompileErrorForAnyCompilerFailure) {
   EXPECT_NO_THROW(cache.shared(kern::KernelKind::kSdpaBwd2));  // a transient failure: the next try works
 }
 
+// The fake shim lives in tests/support: the framework's "ane" backend uses it only once a program installs it.
+TEST(NativeRestartCounter, AneShimFakeWithoutAnInstalledFakeIsRefused) {
+  const auto dir = temp_dir("ane_install");
+  ScopedEnv shim("ANELAB_ANE_SHIM", "fake"), fake_dir("ANELAB_FAKE_ANE_DIR", dir.string());
+  ane::install_fake_shim(nullptr);
+  try {
+    rt::create_backend("ane", rt::BackendOptions{});
+    ADD_FAILURE() << "created an ane backend without a fake shim";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[backend] ane: ANELAB_ANE_SHIM=fake, but this program has no fake shim installed"),
+              std::string::npos) << e.what();
+  }
+  ane::install_fake_shim(&ane::fake_shim_for_backend);
+  EXPECT_NE(rt::create_backend("ane", rt::BackendOptions{}), nullptr);
+}
+
 // ---- item 2: one counter per process ---------------------------------------------------------------------
 TEST(NativeRestartCounter, AneBackendsOfOneProcessShareOneBudget) {
   const auto dir = temp_dir("ane_counter");
   ScopedEnv shim("ANELAB_ANE_SHIM", "fake"), fake_dir("ANELAB_FAKE_ANE_DIR", dir.string());
+  ane::install_fake_shim(&ane::fake_shim_for_backend);
   rt::BackendOptions o;
   o.threads = 1;
   auto a = rt::create_backend("ane", o);

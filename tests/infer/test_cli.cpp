@@ -23,29 +23,9 @@ namespace anelab {
 namespace {
 
 namespace fs = std::filesystem;
+using test::anelab;
+using test::Out;
 const std::string kBin = std::string(ANELAB_BINARY_DIR) + "/bin/anelab";
-
-struct Out {
-  int rc = -1;
-  std::string out, err;
-};
-
-// Runs `anelab ARGS` (ARGS already shell-quoted where needed) with stdin from /dev/null; killed after
-// `limit_s` seconds (a command that should fail at once but serves instead does not hang the test).
-Out anelab(const std::string& args, int limit_s = 120) {
-  static int n = 0;
-  const fs::path dir = fs::temp_directory_path();
-  const std::string o = (dir / ("anelab_cli_out_" + std::to_string(::getpid()) + "_" + std::to_string(n))).string();
-  const std::string e = (dir / ("anelab_cli_err_" + std::to_string(::getpid()) + "_" + std::to_string(n++))).string();
-  const int st = std::system(("timeout " + std::to_string(limit_s) + " " + kBin + " " + args + " < /dev/null > " + o + " 2> " + e).c_str());
-  Out r;
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  r.out = read_file_text(o);
-  r.err = read_file_text(e);
-  fs::remove(o);
-  fs::remove(e);
-  return r;
-}
 
 class InferCli : public ::testing::Test {
  protected:

@@ -2,13 +2,44 @@
 // rest control tokens) and a small random model file carrying it, so prompt echo, chat-template and CLI
 // behaviour of GPT-2/Qwen-style vocabularies are tested without downloaded data.
 #pragma once
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
 #include <string>
+
+#include "framework/core/file.h"
 
 #include "models/formats/anelab_file.h"
 #include "models/presets.h"
 #include "models/tokenizer/tokenizer.h"
 
 namespace anelab::test {
+
+struct Out {
+  int rc = -1;
+  std::string out, err;
+};
+
+// Runs `anelab ARGS` (ARGS already shell-quoted where needed) with stdin from /dev/null; killed after
+// `limit_s` seconds (a command that should fail at once but serves instead does not hang the test).
+inline Out anelab(const std::string& args, int limit_s = 120) {
+  namespace fs = std::filesystem;
+  static int n = 0;
+  const std::string bin = std::string(ANELAB_BINARY_DIR) + "/bin/anelab";
+  const fs::path dir = fs::temp_directory_path();
+  const std::string o = (dir / ("anelab_cli_out_" + std::to_string(::getpid()) + "_" + std::to_string(n))).string();
+  const std::string e = (dir / ("anelab_cli_err_" + std::to_string(::getpid()) + "_" + std::to_string(n++))).string();
+  const int st = std::system(("timeout " + std::to_string(limit_s) + " " + bin + " " + args + " < /dev/null > " + o + " 2> " + e).c_str());
+  Out r;
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.out = read_file_text(o);
+  r.err = read_file_text(e);
+  fs::remove(o);
+  fs::remove(e);
+  return r;
+}
 
 inline std::string utf8_of(char32_t cp) {
   std::string s;

@@ -13,17 +13,12 @@
 #include "infer/sampler.h"
 #include "models/formats/load_any.h"
 #include "tests/common/test_data.h"
+#include "tests/infer/hf_reference.h"
 
 namespace anelab::infer {
 namespace {
 
-const nlohmann::json& reference() {
-  static const nlohmann::json j = [] {
-    std::ifstream f(test::source_path("tests/fixtures/hf/reference.json"));
-    return nlohmann::json::parse(f);
-  }();
-  return j;
-}
+const nlohmann::json& reference() { return test::hf_reference(); }
 
 Engine make(const std::string& name, const std::string& backend, WType dt) {
   EngineOptions o;
@@ -33,15 +28,7 @@ Engine make(const std::string& name, const std::string& backend, WType dt) {
   return Engine(models::load_any_model(test::source_path("tests/fixtures/hf/" + name)), o);
 }
 
-// max |a-b| / max |ref| over one position's logits
-double rel_err(const float* a, const std::vector<float>& ref) {
-  double e = 0, m = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    e = std::max(e, std::abs(static_cast<double>(a[i]) - ref[i]));
-    m = std::max(m, std::abs(static_cast<double>(ref[i])));
-  }
-  return e / m;
-}
+using test::hf_rel_err;
 
 void check_logits(const std::string& name, const std::string& backend, WType dt, double tol) {
   Engine e = make(name, backend, dt);
@@ -53,7 +40,7 @@ void check_logits(const std::string& name, const std::string& backend, WType dt,
     const int64_t V = e.config().vocab_size;
     for (size_t t = 0; t < prompt.size(); ++t) {
       const auto ref = m["logits"][p][t].get<std::vector<float>>();
-      EXPECT_LT(rel_err(all.data() + t * V, ref), tol) << name << " " << backend << " prompt " << p << " pos " << t;
+      EXPECT_LT(hf_rel_err(all.data() + t * V, ref), tol) << name << " " << backend << " prompt " << p << " pos " << t;
     }
   }
 }
@@ -79,17 +66,9 @@ void check_greedy(const std::string& name, const std::string& backend, WType dt)
 
 class HfFixture : public ::testing::TestWithParam<std::string> {};
 
-// fp32 files agree to < 1e-6 of the logit range. The fp16/bf16-saved fixtures differ by up to 2.2e-4
-// at later positions although their weights convert exactly; the likely cause is on the reference side
-// (HF builds the rotary inv_freq buffer while the model is in the half dtype, so it is rounded before the
-// fp32 upcast) -- the greedy continuations still match token for token.
-double fp32_tol(const std::string& name) { return name == "gpt2" || name == "qwen2" ? 1e-6 : 5e-4; }
-TEST_P(HfFixture, CpuFp32LogitsMatchHf) { check_logits(GetParam(), "cpu", WType::kF32, fp32_tol(GetParam())); }
-// fp16 weights: per-weight rounding 2^-11 relative (exact for the fp16/bf16->fp16 fixtures' values
-// that fit) -> about 1e-3 of the logit range.
-TEST_P(HfFixture, CpuFp16LogitsMatchHf) { check_logits(GetParam(), "cpu", WType::kF16, 1e-2); }
-// fp16 activations inside the kernels as well (the ANE's storage precision).
-TEST_P(HfFixture, EmulatorPrefillLogitsMatchHf) { check_logits(GetParam(), "emulator", WType::kF16, 2e-2); }
+TEST_P(HfFixture, CpuFp32LogitsMatchHf) { check_logits(GetParam(), "cpu", WType::kF32, test::hf_fp32_tol(GetParam())); }
+TEST_P(HfFixture, CpuFp16LogitsMatchHf) { check_logits(GetParam(), "cpu", WType::kF16, test::kHfFp16Tol); }
+TEST_P(HfFixture, EmulatorPrefillLogitsMatchHf) { check_logits(GetParam(), "emulator", WType::kF16, test::kHfMilFp16Tol); }
 TEST_P(HfFixture, GreedyContinuationCpuFp32) { check_greedy(GetParam(), "cpu", WType::kF32); }
 TEST_P(HfFixture, GreedyContinuationEmulatorFp16) { check_greedy(GetParam(), "emulator", WType::kF16); }
 

@@ -1,4 +1,4 @@
-#include "framework/ane/fake_shim.h"
+#include "tests/support/fake_shim.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -608,5 +608,7 @@ std::unique_ptr<FakeShim> fake_shim_from_env(const std::string& device) {
   o.compile_failures.count_file = (fs::path(o.temp_dir) / "fake_compile_count").string();
   return std::make_unique<FakeShim>(o);
 }
+
+std::unique_ptr<Shim> fake_shim_for_backend(const std::string& device) { return fake_shim_from_env(device); }
 
 }  // namespace anelab::ane

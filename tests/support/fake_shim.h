@@ -30,8 +30,11 @@
 // processes of a run (the count lives in a file when a run exec-restarts), and the scheduled or random
 // numbers fail with "_ANECompiler : ANECCompile() FAILED", like a transient compiler failure.
 //
-// The "ane" backend runs over a FakeShim when ANELAB_ANE_SHIM=fake (fake_shim_from_env): whole runs
-// (`anelab train --backend ane`, exec-restarts included) are then tested on hosts without an ANE.
+// The "ane" backend runs over a FakeShim when ANELAB_ANE_SHIM=fake (fake_shim_from_env) in the programs
+// that install it (ane::install_fake_shim: the anelab CLI and the tests that set the variable): whole
+// runs (`anelab train --backend ane`, exec-restarts included) are then tested on hosts without an ANE.
+// It lives with the tests' support code (target anelab_fake_shim); the anelab CLI links it for
+// `anelab probe` (the emulator half of its rule experiments, and --shim fake) and ANELAB_ANE_SHIM=fake.
 #pragma once
 #include <map>
 #include <memory>
@@ -180,5 +183,7 @@ class FakeShim : public Shim {
 // The compiles over every process using the directory are counted in <dir>/fake_compile_count.
 // Throws "[ane] ANELAB_FAKE_ANE_FAIL_COMPILES ..." for a bad spec.
 std::unique_ptr<FakeShim> fake_shim_from_env(const std::string& device);
+// The same as a Shim, the form ane::install_fake_shim takes.
+std::unique_ptr<Shim> fake_shim_for_backend(const std::string& device);
 
 }  // namespace anelab::ane

@@ -1,0 +1,42 @@
+#include "infer/load.h"
+
+#include "framework/core/error.h"
+#include "infer/generate.h"
+#include "models/formats/load_any.h"
+
+namespace anelab::infer {
+
+std::unique_ptr<tok::Tokenizer> model_tokenizer(const models::Model& m, const LoadOptions& o, std::string* source) {
+  std::unique_ptr<tok::Tokenizer> tk;
+  std::string from;
+  if (!o.tokenizer.empty())
+    tk = tok::load_tokenizer(o.tokenizer), from = o.tokenizer;
+  else if (m.vocab)
+    tk = tok::make_tokenizer(*m.vocab), from = "embedded in " + o.model;
+  else if (!m.tokenizer_path.empty())
+    tk = tok::load_tokenizer(m.tokenizer_path), from = m.tokenizer_path;
+  if (source) *source = from;
+  return tk;
+}
+
+LoadedModel load_model(const LoadOptions& o, TokenizerUse use) {
+  LoadedModel l;
+  l.model = models::load_any_model(o.model);
+  if (use != TokenizerUse::kNone) l.tokenizer = model_tokenizer(l.model, o, &l.tokenizer_source);
+  if (!l.tokenizer && use == TokenizerUse::kRequired)
+    fail(o.component.c_str(), o.model, " has no tokenizer: pass --tokenizer PATH");
+  if (l.tokenizer) {
+    check_tokenizer_fits(*l.tokenizer, l.tokenizer_source, l.model.config.vocab_size, o.model);
+    l.chat = tok::chat_template_for(*l.tokenizer, o.chat_template);
+  }
+  EngineOptions& eo = l.engine;
+  eo.quiet = o.quiet;
+  eo.backend = o.backend;
+  eo.device = o.device;
+  eo.dtype = o.dtype == "auto" ? auto_wtype(l.model) : parse_wtype(o.dtype);
+  eo.threads = o.threads;
+  eo.context = o.ctx;
+  return l;
+}
+
+}  // namespace anelab::infer

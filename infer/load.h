@@ -1,0 +1,50 @@
+// One loader for everything that runs a model (the CLI's `infer` commands and the HTTP server): the model
+// file (any format, models/formats/load_any.h), its tokenizer (--tokenizer, else the one embedded in the
+// file, else the file the model names), the chat template the tokenizer supports, and the engine options
+// (--dtype auto resolved against the file). Errors start with the caller's component ("[infer]",
+// "[serve]") and name the model file.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "infer/engine.h"
+#include "models/formats/model.h"
+#include "models/tokenizer/chat_template.h"
+#include "models/tokenizer/tokenizer.h"
+
+namespace anelab::infer {
+
+struct LoadOptions {
+  std::string model, tokenizer;              // tokenizer "": the model's own
+  std::string backend = "auto", device = "m4", dtype = "auto";
+  std::string chat_template = "auto";        // tok::chat_template_for
+  int threads = 2;
+  int64_t ctx = 0;                           // 0: the model's max_seq_len
+  bool quiet = false;
+  std::string component = "infer";          // error prefix
+};
+
+struct LoadedModel {
+  models::Model model;
+  std::unique_ptr<tok::Tokenizer> tokenizer;  // null when not asked for
+  std::string tokenizer_source;               // the path, or "embedded in MODEL"
+  tok::ChatTemplate chat = tok::ChatTemplate::kNone;
+  EngineOptions engine;                       // for Engine(std::move(model), engine)
+};
+
+enum class TokenizerUse {
+  kNone,      // not loaded
+  kRequired,  // "[component] MODEL has no tokenizer: pass --tokenizer PATH" when there is none
+  kIfAny,     // loaded when the model has one (or --tokenizer names one), else left null
+};
+
+// Reads the model and resolves the engine options; per `use` also the tokenizer (checked to fit the
+// model's vocabulary) and its chat template.
+LoadedModel load_model(const LoadOptions& o, TokenizerUse use);
+
+// The tokenizer of a loaded model: o.tokenizer, else the embedded vocabulary, else the model's tokenizer
+// path; null (no throw) when there is none. `source` receives where it came from.
+std::unique_ptr<tok::Tokenizer> model_tokenizer(const models::Model& m, const LoadOptions& o, std::string* source);
+
+}  // namespace anelab::infer
