@@ -38,10 +38,10 @@ bool has_positionals(CLI::App* app) {
   return !app->get_options([](const CLI::Option* o) { return o->get_positional(); }).empty();
 }
 
-bool knows_option(CLI::App* app, const std::string& name) {
+const CLI::Option* find_option(CLI::App* app, const std::string& name) {
   for (const CLI::Option* o : app->get_options())
-    if (o->check_name(name)) return true;
-  return false;
+    if (o->check_name(name)) return o;
+  return nullptr;
 }
 
 std::vector<std::string> option_names(CLI::App* app) {
@@ -93,9 +93,12 @@ std::optional<std::string> usage_error(CLI::App& app, int argc, const char* cons
     if (t.size() > 1 && t[0] == '-') {
       if (is_number(t)) continue;  // a negative value ("-t -1" is checked by the option's range)
       const std::string name = t[1] == '-' ? t.substr(0, t.find('=')) : t.substr(0, 2);
-      if (!knows_option(cur, name))
+      const CLI::Option* o = find_option(cur, name);
+      if (!o)
         return "unknown option '" + name + "' for '" + path + "'" + did_you_mean(name, option_names(cur)) +
                " (see '" + path + " --help')";
+      // "--steps 3" / "-n 3": the next word is the option's value, not a command ("--steps=3", "-n3" hold it).
+      if (o->get_items_expected_min() > 0 && t.size() == name.size() && i + 1 < argc) ++i;
       continue;
     }
     if (commands_done) continue;

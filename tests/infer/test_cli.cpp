@@ -57,6 +57,13 @@ TEST_F(InferCli, UnknownCommandsAndOptionsNameTheClosestMatch) {
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("unknown command 'xyzzy'"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("did you mean"), std::string::npos) << r.err;  // nothing is close
+  // An option's value in the next word is not a command ("demo --steps 3" used to be refused as command '3').
+  r = anelab("demo --steps 3 --batch-size 0 --out " + (*dir_ / "demo").string());
+  EXPECT_NE(r.rc, 0);
+  EXPECT_EQ(r.err.find("unknown command"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--batch-size 0"), std::string::npos) << r.err;
+  r = anelab("demo -h --steps 3 kernl");
+  EXPECT_NE(r.err.find("unknown command 'kernl' for 'anelab demo'; did you mean 'kernel'?"), std::string::npos) << r.err;
 }
 
 // stdout = the prompt (first token included: the byte-level vocabulary has no BOS) + 0 new tokens.
