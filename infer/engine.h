@@ -51,6 +51,7 @@ struct LayerWeights {
   Mat w1, w2, w3;                // silu: gate [hidden, dim], down [dim, hidden], up [hidden, dim]; gelu: fc=w1, proj=w2
   std::vector<float> attn_norm, attn_norm_b, ffn_norm, ffn_norm_b;  // [dim]
   std::vector<float> bq, bk, bv, bo, b1, b2;                        // biases (empty when absent)
+  std::vector<float> q_norm, k_norm;                                // [head_dim] per-head RMSNorm (empty when absent)
 };
 
 struct PrefillStats {

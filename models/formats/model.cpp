@@ -82,7 +82,7 @@ std::string describe_config(const ModelConfig& c) {
      << (c.learned_pos ? "learned" : std::string("rope ") + rope_style_name(c.rope_style)) << " (theta "
      << c.rope_theta << ")\n  tied_embeddings " << (c.tied_embeddings ? "yes" : "no") << "\n  biases          qkv "
      << (c.qkv_bias ? "yes" : "no") << ", attn_out " << (c.attn_out_bias ? "yes" : "no") << ", mlp "
-     << (c.mlp_bias ? "yes" : "no") << "\n";
+     << (c.mlp_bias ? "yes" : "no") << "\n  qk_norm         " << (c.qk_norm ? "yes" : "no") << "\n";
   return os.str();
 }
 
@@ -112,6 +112,10 @@ std::vector<TensorSpec> canonical_tensors(const ModelConfig& c) {
       v.push_back({p + "bv", {c.kv_dim()}});
     }
     if (c.attn_out_bias) v.push_back({p + "bo", {d}});
+    if (c.qk_norm) {
+      v.push_back({p + "q_norm", {c.head_dim}});
+      v.push_back({p + "k_norm", {c.head_dim}});
+    }
     v.push_back({p + "ffn_norm", {d}});
     if (ln) v.push_back({p + "ffn_norm_bias", {d}});
     if (c.activation == Activation::kSilu) {

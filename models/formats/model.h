@@ -10,6 +10,7 @@
 //   layers.{i}.wq               [n_heads*head_dim, dim]
 //   layers.{i}.wk, .wv          [n_kv_heads*head_dim, dim]
 //   layers.{i}.wo               [dim, n_heads*head_dim]
+//   layers.{i}.q_norm, k_norm   [head_dim]                     when qk_norm (RMSNorm of each head of q and k before RoPE)
 //   layers.{i}.bq / bk / bv     [rows of wq / wk / wv]        when qkv_bias
 //   layers.{i}.bo               [dim]                          when attn_out_bias
 //   layers.{i}.ffn_norm         [dim]        (+ layers.{i}.ffn_norm_bias [dim] for LayerNorm)
@@ -73,6 +74,7 @@ struct ModelConfig {
   NormType norm = NormType::kRms;
   Activation activation = Activation::kSilu;
   bool learned_pos = false;     // pos_embeddings present (then rope_style is kNone)
+  bool qk_norm = false;         // per-head RMSNorm of q and k (weights q_norm/k_norm [head_dim], eps norm_eps) before RoPE
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }

@@ -24,7 +24,8 @@ json model_config_to_json(const ModelConfig& c) {
           {"qkv_bias", c.qkv_bias},
           {"attn_out_bias", c.attn_out_bias},
           {"mlp_bias", c.mlp_bias},
-          {"learned_pos", c.learned_pos}};
+          {"learned_pos", c.learned_pos},
+          {"qk_norm", c.qk_norm}};
 }
 
 namespace {
@@ -111,6 +112,7 @@ ModelConfig model_config_from_json(const json& j, const std::string& where, cons
   f.boolean("attn_out_bias", flags_optional, &c.attn_out_bias);
   f.boolean("mlp_bias", flags_optional, &c.mlp_bias);
   f.boolean("learned_pos", flags_optional, &c.learned_pos);
+  f.boolean("qk_norm", true, &c.qk_norm);  // absent in files written before it existed
   checked_parameter_count(c, where);
   return c;
 }
