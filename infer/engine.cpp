@@ -62,7 +62,12 @@ Engine::Engine(models::Model model, const EngineOptions& opt)
   rope_cos_.resize(n * (c.head_dim / 2));
   rope_sin_.resize(n * (c.head_dim / 2));
   logits_.resize(static_cast<size_t>(c.vocab_size));
-  if (opt_.backend != "cpu") mil_ = std::make_unique<MilPrefill>(*this, opt_.backend, opt_.device, opt_.quiet);
+  // The MIL prefill kernels have no per-head q/k norm yet: such models prefill on the CPU.
+  if (opt_.backend != "cpu" && model_.config.qk_norm && !opt_.quiet)
+    std::fprintf(stderr, "[infer] %s: per-head q/k norms have no MIL prefill yet; prefill runs on the CPU\n",
+                 model_.config.arch.c_str());
+  if (opt_.backend != "cpu" && !model_.config.qk_norm)
+    mil_ = std::make_unique<MilPrefill>(*this, opt_.backend, opt_.device, opt_.quiet);
 }
 
 Engine::~Engine() = default;
@@ -148,6 +153,8 @@ void Engine::load_weights() {
     L.bk = vec(p + "bk", true);
     L.bv = vec(p + "bv", true);
     L.bo = vec(p + "bo", true);
+    L.q_norm = vec(p + "q_norm", true);
+    L.k_norm = vec(p + "k_norm", true);
   }
 }
 
@@ -357,6 +364,12 @@ void Engine::forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vect
       gemm(pool_, L.wq, opt_ptr(L.bq), xb_.data(), n, q_.data());
       gemm(pool_, L.wk, opt_ptr(L.bk), xb_.data(), n, k_.data());
       gemm(pool_, L.wv, opt_ptr(L.bv), xb_.data(), n, v_.data());
+    }
+    if (c.qk_norm) {  // per-head RMSNorm of q and k (rows of head_dim), before RoPE
+      for (int64_t r = 0; r < n * c.n_heads; ++r)
+        rms_norm(q_.data() + r * hd, L.q_norm.data(), c.norm_eps, hd, q_.data() + r * hd);
+      for (int64_t r = 0; r < n * c.n_kv_heads; ++r)
+        rms_norm(k_.data() + r * hd, L.k_norm.data(), c.norm_eps, hd, k_.data() + r * hd);
     }
     if (c.rope_style != models::RopeStyle::kNone) {
       rope_rows(q_.data(), n, c.n_heads, pos);

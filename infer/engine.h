@@ -1,5 +1,5 @@
-// The inference engine: one transformer forward for llama (llama2.c / HF llama), gpt2 and qwen2 models
-// read through models::Model, with a KV cache.
+// The inference engine: one transformer forward for every architecture of models/arch/ (the layout
+// its models::ModelConfig describes: norm, RoPE or learned positions, MLP, biases), with a KV cache.
 //
 //   - decode(token, pos): one token on the CPU (fused GEMVs over a persistent 2-thread pool), logits out;
 //   - prefill(tokens, pos): many tokens at once. With backend "cpu" a batched CPU GEMM path (the
@@ -51,6 +51,7 @@ struct LayerWeights {
   Mat w1, w2, w3;                // silu: gate [hidden, dim], down [dim, hidden], up [hidden, dim]; gelu: fc=w1, proj=w2
   std::vector<float> attn_norm, attn_norm_b, ffn_norm, ffn_norm_b;  // [dim]
   std::vector<float> bq, bk, bv, bo, b1, b2;                        // biases (empty when absent)
+  std::vector<float> q_norm, k_norm;                                // [head_dim] per-head RMSNorm (empty when absent)
 };
 
 struct PrefillStats {

@@ -6,6 +6,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/fp16.h"
+#include "models/arch/arch.h"
 
 namespace anelab::models {
 
@@ -38,17 +39,6 @@ int64_t dtype_nbytes(DType t, int64_t n) {
   return -1;
 }
 
-const char* rope_style_name(RopeStyle r) {
-  switch (r) {
-    case RopeStyle::kNone: return "none";
-    case RopeStyle::kAdjacentPairs: return "adjacent_pairs";
-    case RopeStyle::kRotateHalf: return "rotate_half";
-  }
-  return "?";
-}
-const char* norm_type_name(NormType n) { return n == NormType::kRms ? "rms" : "layer"; }
-const char* activation_name(Activation a) { return a == Activation::kSilu ? "silu" : "gelu_tanh"; }
-
 namespace {
 void check_range(const std::string& where, const char* field, int64_t v, int64_t lo, int64_t hi) {
   if (v < lo || v > hi)
@@ -58,8 +48,7 @@ void check_range(const std::string& where, const char* field, int64_t v, int64_t
 }  // namespace
 
 void validate_config(const ModelConfig& c, const std::string& where) {
-  if (c.arch != "llama" && c.arch != "gpt2" && c.arch != "qwen2")
-    fail("model", where, ": architecture '", c.arch, "' is not supported (use llama, gpt2 or qwen2)");
+  const Arch& arch = arch_of(c.arch, where);
   check_range(where, "dim", c.dim, 1, 1 << 16);
   check_range(where, "hidden_dim", c.hidden_dim, 1, 1 << 18);
   check_range(where, "n_layers", c.n_layers, 1, 1024);
@@ -80,6 +69,7 @@ void validate_config(const ModelConfig& c, const std::string& where) {
   if (c.learned_pos != (c.rope_style == RopeStyle::kNone))
     fail("model", where, ": learned positions and rope_style '", rope_style_name(c.rope_style),
          "' contradict each other (exactly one positional scheme is needed)");
+  if (arch.validate) arch.validate(c, where);
 }
 
 std::string describe_config(const ModelConfig& c) {
@@ -92,7 +82,7 @@ std::string describe_config(const ModelConfig& c) {
      << (c.learned_pos ? "learned" : std::string("rope ") + rope_style_name(c.rope_style)) << " (theta "
      << c.rope_theta << ")\n  tied_embeddings " << (c.tied_embeddings ? "yes" : "no") << "\n  biases          qkv "
      << (c.qkv_bias ? "yes" : "no") << ", attn_out " << (c.attn_out_bias ? "yes" : "no") << ", mlp "
-     << (c.mlp_bias ? "yes" : "no") << "\n";
+     << (c.mlp_bias ? "yes" : "no") << "\n  qk_norm         " << (c.qk_norm ? "yes" : "no") << "\n";
   return os.str();
 }
 
@@ -122,6 +112,10 @@ std::vector<TensorSpec> canonical_tensors(const ModelConfig& c) {
       v.push_back({p + "bv", {c.kv_dim()}});
     }
     if (c.attn_out_bias) v.push_back({p + "bo", {d}});
+    if (c.qk_norm) {
+      v.push_back({p + "q_norm", {c.head_dim}});
+      v.push_back({p + "k_norm", {c.head_dim}});
+    }
     v.push_back({p + "ffn_norm", {d}});
     if (ln) v.push_back({p + "ffn_norm_bias", {d}});
     if (c.activation == Activation::kSilu) {
