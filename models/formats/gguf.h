@@ -19,7 +19,8 @@
 // pairs) rope; qwen2 uses NEOX (rotate half) on unpermuted weights. The config records this.
 // Tokenizer: tokenizer.ggml.{model ("llama" -> SentencePiece, "gpt2" -> byte BPE), pre, tokens, scores,
 //   token_type, merges, bos_token_id, eos_token_id, unknown_token_id, padding_token_id, add_bos_token,
-//   add_space_prefix}.
+//   add_space_prefix}. SentencePiece pieces are written with U+2581 for spaces, as real Llama GGUFs (and
+//   tokenizer.model) have them; the tokenizer reads either spelling (llama2.c's tokenizer.bin has ' ').
 #pragma once
 #include <cstdint>
 #include <map>

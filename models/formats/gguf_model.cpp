@@ -203,6 +203,9 @@ void add_vocab(GgufWriter& w, const tok::VocabData& src, int64_t vocab_size) {
     }
   }
   const bool spm = v.kind == tok::TokenizerKind::kSentencePiece;
+  if (spm)  // GGUF (like tokenizer.model) spells SentencePiece spaces U+2581; llama2.c's tokenizer.bin has ' '
+    for (std::string& t : v.tokens)
+      for (size_t p; (p = t.find(' ')) != std::string::npos;) t.replace(p, 1, "\xE2\x96\x81");
   w.add_str("tokenizer.ggml.model", spm ? "llama" : "gpt2");
   if (!spm) w.add_str("tokenizer.ggml.pre", llama_pre_name(v));
   else if (!v.pre.empty()) w.add_str("tokenizer.ggml.pre", v.pre);
@@ -216,6 +219,7 @@ void add_vocab(GgufWriter& w, const tok::VocabData& src, int64_t vocab_size) {
   if (!v.merges.empty()) w.add_str_array("tokenizer.ggml.merges", v.merges);
   if (v.bos_id >= 0) w.add_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(v.bos_id));
   if (v.eos_id >= 0) w.add_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(v.eos_id));
+  if (v.unk_id >= 0) w.add_u32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(v.unk_id));
   if (v.pad_id >= 0) w.add_u32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(v.pad_id));
   w.add_bool("tokenizer.ggml.add_bos_token", v.add_bos);
   if (spm) w.add_bool("tokenizer.ggml.add_space_prefix", v.add_space_prefix);
