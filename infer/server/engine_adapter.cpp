@@ -61,6 +61,7 @@ struct ModelPool::Impl {
     eo.backend = opt.backend;
     eo.device = opt.device;
     eo.dtype = opt.dtype == "auto" ? infer::auto_wtype(m) : infer::parse_wtype(opt.dtype);
+    eo.keep_quantized = opt.dtype == "auto";
     eo.threads = opt.threads;
     eo.context = opt.ctx;
     eo.quiet = true;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "framework/quant/blocks.h"
+#include "framework/quant/qdot.h"
 #include "framework/simd/simd.h"
 
 namespace anelab::quant {
@@ -102,7 +103,7 @@ TEST(QuantBlocks, HandBuiltQ6_K) {
     ASSERT_EQ(y[static_cast<size_t>(v)], 0.125f * static_cast<float>(b.scales[v / 16]) * static_cast<float>(q_of(v) - 32)) << v;
 }
 
-std::vector<float> test_values(int64_t n, uint32_t seed) {
+std::vector<float> test_values(int64_t n, uint32_t seed) {  // n >= 1280
   std::mt19937 rng(seed);
   std::normal_distribution<float> g(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(n));
@@ -204,6 +205,60 @@ TEST(QuantBlocks, Q6_KRoundsToNearestLevelOfItsSubBlock) {
   for (int i = 1024; i < 1280; ++i) EXPECT_EQ(y[i], 0.0f);
   // 6 bits symmetric over +-amax of 16 values (~1.8 sigma): step ~0.057 sigma, NMSE ~3e-4; int8 scales add <1%.
   EXPECT_LT(err2 / sig2, 1e-3);
+}
+
+
+// The SIMD int8 dot products equal plain integer loops, at the extremes of their ranges too.
+TEST(QuantDot, SimdPrimitivesAreExact) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> s8(-128, 127), b8(-127, 127), u8(0, 255);
+  for (int rep = 0; rep < 200; ++rep) {
+    alignas(32) int8_t a[32], b[32];
+    alignas(32) uint8_t u[32];
+    for (int i = 0; i < 32; ++i) {
+      a[i] = static_cast<int8_t>(rep == 0 ? -128 : s8(rng));
+      b[i] = static_cast<int8_t>(rep == 0 ? (i % 2 ? 127 : -127) : b8(rng));
+      u[i] = static_cast<uint8_t>(rep == 0 ? 255 : u8(rng));
+    }
+    int32_t s32 = 0, s16 = 0, lo = 0, hi = 0, x16 = 0;
+    for (int i = 0; i < 32; ++i) {
+      s32 += a[i] * b[i], s16 += i < 16 ? a[i] * b[i] : 0;
+      lo += (u[i] & 15) * b[i], hi += (u[i] >> 4) * b[i];
+      x16 += i < 16 ? (u[i] & 15) * b[i] : (u[i - 16] >> 4) * b[i];
+    }
+    ASSERT_EQ(simd::dot_s8_32(a, b), s32) << simd::kName << " rep " << rep;
+    ASSERT_EQ(simd::dot_s8_16(a, b), s16) << simd::kName << " rep " << rep;
+    ASSERT_EQ(simd::dot_u4lo_32(u, b), lo) << simd::kName << " rep " << rep;
+    ASSERT_EQ(simd::dot_u4hi_32(u, b), hi) << simd::kName << " rep " << rep;
+    ASSERT_EQ(simd::dot_u4x16_32(u, b), x16) << simd::kName << " rep " << rep;
+  }
+}
+
+// dot_row against the dequantized row in double: the difference is the activation rounding alone, at most
+// sum_i |w_i| d_a(i) / 2 with d_a the activation block's scale, plus fp32 accumulation (n 2^-24 sum |w x|).
+TEST(QuantDot, MatchesDequantizedRowWithinActivationRounding) {
+  const int64_t n = 2048;
+  const std::vector<float> x = test_values(n, 11), w_src = test_values(n * 4, 12);
+  Q8Acts a;
+  quantize_acts(x.data(), n, a);
+  for (BlockType t : {BlockType::kQ8_0, BlockType::kQ4_0, BlockType::kQ4_K, BlockType::kQ6_K}) {
+    const BlockInfo bi = block_info(t);
+    for (int64_t r = 0; r < 4; ++r) {
+      std::vector<uint8_t> q(static_cast<size_t>(n / bi.values * bi.bytes));
+      quantize(t, w_src.data() + r * n, q.data(), n);
+      std::vector<float> w(static_cast<size_t>(n));
+      dequantize(t, q.data(), w.data(), n);
+      double ref = 0, bound = 0, mag = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        ref += double(w[i]) * double(x[i]);
+        bound += std::fabs(double(w[i])) * a.d[static_cast<size_t>(i / 32)] / 2;
+        mag += std::fabs(double(w[i]) * double(x[i]));
+      }
+      const double got = dot_row(t, q.data(), a);
+      EXPECT_LE(std::fabs(got - ref), bound + double(n) * 0x1p-24 * mag) << bi.name << " row " << r;
+      EXPECT_GT(bound, 0.0);
+    }
+  }
 }
 
 }  // namespace
