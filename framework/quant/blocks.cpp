@@ -39,7 +39,8 @@ void quantize_q4_0(const float* x, BlockQ4_0* b) {
 // ---- Q4_K ----
 
 // Affine fit of n values: x ~ scale * L + min with L in [0, nmax], min <= 0, minimizing sum w (x - fit)^2
-// over candidate inverse scales (nmax + rmin + rdelta * k) / (max - min), k = 0..steps. Returns scale; *neg_min = -min.
+// over candidate inverse scales (nmax + rmin + rdelta * k) / (max - min), k = 0..steps, where min is the best
+// fit so far (each improvement moves the origin the next candidates round from). Returns scale; *neg_min = -min.
 float fit_affine(int n, int nmax, const float* x, const float* w, uint8_t* L, float* neg_min, float rmin,
                  float rdelta, int steps) {
   float lo = x[0], hi = x[0], sum_w = 0.0f, sum_x = 0.0f;
@@ -59,7 +60,7 @@ float fit_affine(int n, int nmax, const float* x, const float* w, uint8_t* L, fl
     float e = 0.0f;
     for (int i = 0; i < n; ++i) {
       const float diff = s * static_cast<float>(q[i]) + m - x[i];
-      e += w[i] * diff * diff;
+      e += w[i] * (diff * diff);
     }
     return e;
   };
@@ -67,10 +68,10 @@ float fit_affine(int n, int nmax, const float* x, const float* w, uint8_t* L, fl
   best = err(L, scale, min);
   uint8_t cand[32];
   for (int k = 0; k <= steps; ++k) {
-    const float iscale = (rmin + rdelta * static_cast<float>(k) + static_cast<float>(nmax)) / (hi - lo);
+    const float iscale = (rmin + rdelta * static_cast<float>(k) + static_cast<float>(nmax)) / (hi - min);
     float sl = 0.0f, sl2 = 0.0f, sxl = 0.0f;
     for (int i = 0; i < n; ++i) {
-      cand[i] = static_cast<uint8_t>(std::clamp(round_int(iscale * (x[i] - lo)), 0, nmax));
+      cand[i] = static_cast<uint8_t>(std::clamp(round_int(iscale * (x[i] - min)), 0, nmax));
       const float l = cand[i];
       sl += w[i] * l, sl2 += w[i] * l * l, sxl += w[i] * l * x[i];
     }
