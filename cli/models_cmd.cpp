@@ -13,6 +13,7 @@
 #include "framework/core/error.h"
 #include "models/formats/anelab_file.h"
 #include "models/formats/export.h"
+#include "models/quant/quant_mix.h"
 #include "models/formats/gguf.h"
 #include "models/formats/load_any.h"
 #include "models/presets.h"
@@ -57,7 +58,8 @@ int64_t output_bytes(const std::string& out) {
 // its name or --format says (models/formats/export.h).
 void run_convert(const ConvertArgs& a) {
   std::optional<DType> dt;
-  if (!a.dtype.empty()) dt = parse_dtype(a.dtype);
+  const std::optional<QuantMix> mix = parse_quant_mix(a.dtype);  // llama-quantize's per-tensor mix
+  if (!a.dtype.empty() && !mix) dt = parse_dtype(a.dtype);
   const auto t0 = std::chrono::steady_clock::now();
   std::string out;
   if (!a.random.empty()) {
@@ -69,7 +71,7 @@ void run_convert(const ConvertArgs& a) {
   }
   const ExportFormat fmt = export_format_for(out, a.format);
   std::vector<std::string> notes;
-  if (!a.random.empty() && fmt == ExportFormat::kAnelab && a.tokenizer.empty()) {
+  if (!a.random.empty() && fmt == ExportFormat::kAnelab && a.tokenizer.empty() && !mix) {
     write_random_model(preset(a.random), out, a.seed, dt, progress_bar("writing"));  // streamed, any size
   } else {
     Model m;
@@ -91,6 +93,7 @@ void run_convert(const ConvertArgs& a) {
                               a.random.empty() ? a.paths[0] : "--random " + a.random);
       m.tokenizer_path = std::filesystem::absolute(a.tokenizer).lexically_normal().string();
     }
+    if (mix) m = quantize_model(m, *mix);
     notes = export_model(m, out, fmt, tmp.empty() ? dt : std::nullopt, progress_bar("converting"));
   }
   for (const std::string& n : notes) std::fprintf(stderr, "note: %s\n", n.c_str());
@@ -161,7 +164,9 @@ void add_model_commands(CLI::App& app) {
   conv->add_option("--seed", args->seed, "random seed for --random")->capture_default_str();
   conv->add_option("--format", args->format, formats);
   conv->add_option("--dtype", args->dtype,
-                   "dtype of matrices in the output: fp32|fp16|bf16|q8_0 (default: keep the source's; 1-D tensors stay fp32)");
+                   "dtype of matrices in the output: fp32|fp16|bf16, or a llama-quantize mix q8_0|q4_0|q4_k_m (Q6_K "
+                   "for the output head and, in q4_k_m, for half the attn_v/ffn_down; docs/quantization.md); default: "
+                   "keep the source's; 1-D tensors stay as they are");
   conv->add_option("--tokenizer", args->tokenizer, tok_help);
   conv->callback([args] { run_convert(*args); });
 
@@ -171,7 +176,7 @@ void add_model_commands(CLI::App& app) {
                 "GGUF, Hugging Face safetensors directory or llama2.c .bin");
   exp->add_option("paths", eargs->paths, "CKPT|RUN_DIR|MODEL OUT")->required()->expected(2);
   exp->add_option("--format", eargs->format, formats);
-  exp->add_option("--dtype", eargs->dtype, "dtype of matrices in the output: fp32|fp16|bf16|q8_0 (default: fp32 for a checkpoint)");
+  exp->add_option("--dtype", eargs->dtype, "dtype of matrices in the output: fp32|fp16|bf16|q8_0|q4_0|q4_k_m (default: fp32 for a checkpoint)");
   exp->add_option("--tokenizer", eargs->tokenizer, tok_help);
   exp->callback([eargs] { run_convert(*eargs); });
 

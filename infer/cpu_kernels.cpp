@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "framework/core/error.h"
+#include "framework/quant/qdot.h"
 
 namespace anelab::infer {
 
@@ -82,8 +83,12 @@ void gemv_rows(const T* w, int64_t cols, const float* x, const float* bias, floa
   }
 }
 
-void gemv_range(const GemvOut& o, const float* x, int64_t r0, int64_t r1) {
-  if (o.w->type == WType::kF16)
+void gemv_range(const GemvOut& o, const float* x, const quant::Q8Acts& acts, int64_t r0, int64_t r1) {
+  if (is_quantized(o.w->type)) {
+    const quant::BlockType bt = block_type(o.w->type);
+    for (int64_t r = r0; r < r1; ++r)
+      o.y[r] = quant::dot_row(bt, o.w->row_blocks(r), acts) + (o.bias ? o.bias[r] : 0.0f);
+  } else if (o.w->type == WType::kF16)
     gemv_rows(o.w->f16(), o.w->cols, x, o.bias, o.y, r0, r1);
   else
     gemv_rows(o.w->f32(), o.w->cols, x, o.bias, o.y, r0, r1);
@@ -168,18 +173,47 @@ void gemm_panels(const T* w, int64_t rows, int64_t cols, const float* x, int64_t
 
 }  // namespace
 
+bool is_quantized(WType t) { return t == WType::kQ8_0 || t == WType::kQ4_0 || t == WType::kQ4_K || t == WType::kQ6_K; }
+
+quant::BlockType block_type(WType t) {
+  switch (t) {
+    case WType::kQ4_0: return quant::BlockType::kQ4_0;
+    case WType::kQ4_K: return quant::BlockType::kQ4_K;
+    case WType::kQ6_K: return quant::BlockType::kQ6_K;
+    default: return quant::BlockType::kQ8_0;
+  }
+}
+
+const uint8_t* Mat::row_blocks(int64_t r) const {
+  const quant::BlockInfo b = quant::block_info(block_type(type));
+  return static_cast<const uint8_t*>(data) + r * (cols / b.values * b.bytes);
+}
+
+int64_t Mat::nbytes() const {
+  if (!is_quantized(type)) return rows * cols * (type == WType::kF16 ? 2 : 4);
+  const quant::BlockInfo b = quant::block_info(block_type(type));
+  return rows * (cols / b.values * b.bytes);
+}
+
 void gemv(ThreadPool& pool, const std::vector<GemvOut>& outs, const float* x) {
   int64_t total = 0, work = 0;
+  bool quantized = false;
   for (const auto& o : outs) {
     total += o.w->rows;
     work += o.w->rows * o.w->cols;
+    quantized = quantized || is_quantized(o.w->type);
   }
+  // The caller's per-thread buffer (grows to the widest input once, then reused); the workers read it through
+  // this reference (naming the thread_local inside the lambda would give each worker its own, empty one).
+  thread_local quant::Q8Acts caller_acts;
+  quant::Q8Acts& acts = caller_acts;
+  if (quantized) quant::quantize_acts(x, outs.front().w->cols, acts);
   // Below ~64K multiply-adds a wake-up of the other worker costs more than it saves.
   auto body = [&](int64_t b, int64_t e) {
     int64_t base = 0;
     for (const auto& o : outs) {
       const int64_t lo = std::max(b, base), hi = std::min(e, base + o.w->rows);
-      if (lo < hi) gemv_range(o, x, lo - base, hi - base);
+      if (lo < hi) gemv_range(o, x, acts, lo - base, hi - base);
       base += o.w->rows;
     }
   };
@@ -189,9 +223,36 @@ void gemv(ThreadPool& pool, const std::vector<GemvOut>& outs, const float* x) {
     pool.parallel_for(total, 4, body);
 }
 
+namespace {
+// Y[t, r] over a block matrix: every token's activations quantized once, then per weight row (kept in L1)
+// the int8 dot product with each token in turn; the same arithmetic as gemv, so the same bits.
+void gemm_quantized(ThreadPool& pool, const Mat& w, const float* bias, const float* x, int64_t n_tok, float* y) {
+  thread_local std::vector<quant::Q8Acts> caller_acts;  // grows to the longest chunk once, then reused
+  std::vector<quant::Q8Acts>& acts = caller_acts;
+  if (static_cast<int64_t>(acts.size()) < n_tok) acts.resize(static_cast<size_t>(n_tok));
+  for (int64_t t = 0; t < n_tok; ++t) quant::quantize_acts(x + t * w.cols, w.cols, acts[static_cast<size_t>(t)]);
+  const quant::BlockType bt = block_type(w.type);
+  auto body = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* row = w.row_blocks(r);
+      const float b = bias ? bias[r] : 0.0f;
+      for (int64_t t = 0; t < n_tok; ++t) y[t * w.rows + r] = quant::dot_row(bt, row, acts[static_cast<size_t>(t)]) + b;
+    }
+  };
+  if (w.rows * w.cols * n_tok < kMinParallelWork)
+    body(0, w.rows);
+  else
+    pool.parallel_for(w.rows, 4, body);
+}
+}  // namespace
+
 void gemm(ThreadPool& pool, const Mat& w, const float* bias, const float* x, int64_t n_tok, float* y) {
   if (n_tok == 1) {
     gemv(pool, w, bias, x, y);
+    return;
+  }
+  if (is_quantized(w.type)) {
+    gemm_quantized(pool, w, bias, x, n_tok, y);
     return;
   }
   const int64_t panels = (w.rows + kNR - 1) / kNR;
@@ -295,7 +356,9 @@ void gelu_tanh_inplace(float* a, int64_t n) {
 
 void mat_row(const Mat& m, int64_t row, float* out) {
   ANELAB_CHECK(row >= 0 && row < m.rows, "infer", "row ", row, " out of range [0, ", m.rows, ")");
-  if (m.type == WType::kF16)
+  if (is_quantized(m.type))
+    quant::dequantize(block_type(m.type), m.row_blocks(row), out, m.cols);
+  else if (m.type == WType::kF16)
     half_to_float(m.f16() + row * m.cols, out, static_cast<size_t>(m.cols));
   else
     std::memcpy(out, m.f32() + row * m.cols, static_cast<size_t>(m.cols) * sizeof(float));

@@ -6,23 +6,34 @@
 // memory-bound (one pass over the weights per token), so the widening is free, and fp32 accumulation
 // keeps GEMV results within fp32 rounding of the fp16 weights (fp16 FMA, AVX512-FP16 or ARMv8.2 FP16,
 // would accumulate in fp16 and lose ~3 digits over a 4864-long dot product for no bandwidth gain).
+//
+// Block-quantized weights (Q8_0, Q4_0, Q4_K, Q6_K, framework/quant/blocks.h) stay in their blocks: a GEMV
+// quantizes x once into int8 blocks of 32 (per-thread buffer, reused: no allocation per token) and each row
+// is an int8 dot product per block (framework/quant/qdot.h: AVX-512 VNNI, AVX2, NEON dotprod or scalar).
+// A GEMM over them quantizes every token's input once and walks the weight rows once, each row (in L1)
+// dotted with every token: the GEMV's arithmetic, one pass over the weights per chunk instead of per token.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "framework/core/fp16.h"
 #include "framework/core/thread_pool.h"
+#include "framework/quant/blocks.h"
 
 namespace anelab::infer {
 
-enum class WType : uint8_t { kF32 = 0, kF16 = 1 };
+enum class WType : uint8_t { kF32 = 0, kF16 = 1, kQ8_0 = 2, kQ4_0 = 3, kQ4_K = 4, kQ6_K = 5 };
+bool is_quantized(WType t);                // a block type
+quant::BlockType block_type(WType t);      // for block types
 
 struct Mat {
   WType type = WType::kF32;
   int64_t rows = 0, cols = 0;
-  const void* data = nullptr;  // [rows, cols] fp32 or fp16 bits
+  const void* data = nullptr;  // [rows, cols] fp32 or fp16 bits, or rows of cols / block values blocks
   const float* f32() const { return static_cast<const float*>(data); }
   const half_bits* f16() const { return static_cast<const half_bits*>(data); }
+  const uint8_t* row_blocks(int64_t r) const;  // block types: the blocks of row r
+  int64_t nbytes() const;                     // bytes of the whole matrix
 };
 
 // One output segment of a fused GEMV: y[0..W.rows) = W x (+ bias when non-null).
@@ -55,7 +66,7 @@ float max_of(const float* x, int64_t n);
 void silu_mul(float* a, const float* b, int64_t n);  // a = silu(a) * b
 void gelu_tanh_inplace(float* a, int64_t n);
 
-// Row of an embedding-like matrix as fp32.
+// Row of an embedding-like matrix as fp32 (block types dequantized).
 void mat_row(const Mat& m, int64_t row, float* out);
 
 }  // namespace anelab::infer

@@ -17,7 +17,8 @@ using models::DType;
 WType parse_wtype(const std::string& s) {
   if (s == "fp16" || s == "f16" || s == "float16") return WType::kF16;
   if (s == "fp32" || s == "f32" || s == "float32") return WType::kF32;
-  fail("infer", "unknown --dtype '", s, "' (use fp16 or fp32; bf16/q8_0 model files are converted to one of them)");
+  fail("infer", "unknown --dtype '", s, "' (use auto, fp16 or fp32; auto keeps q8_0/q4_0/q4_k/q6_k matrices in their "
+       "blocks, fp16/fp32 convert every matrix)");
 }
 
 WType auto_wtype(const models::Model& m) {
@@ -76,13 +77,30 @@ mil::Dialect Engine::backend_dialect() const {
   return mil_ ? mil_->backend().profile().dialect : mil::Dialect::kIos18;
 }
 
+namespace {
+WType block_wtype(DType d) {
+  switch (d) {
+    case DType::kQ8_0: return WType::kQ8_0;
+    case DType::kQ4_0: return WType::kQ4_0;
+    case DType::kQ4_K: return WType::kQ4_K;
+    default: return WType::kQ6_K;
+  }
+}
+}  // namespace
+
 Mat Engine::matrix(const std::string& name) {
   const models::Tensor& t = model_.tensor(name);
   Mat m;
   m.type = opt_.dtype;
   m.rows = t.rows();
   m.cols = t.cols();
-  weight_bytes_ += m.rows * m.cols * (opt_.dtype == WType::kF16 ? 2 : 4);
+  if (opt_.keep_quantized && models::is_block_quantized(t.dtype)) {  // used in place: a view of the mapping
+    m.type = block_wtype(t.dtype);
+    m.data = t.data;
+    weight_bytes_ += m.nbytes();
+    return m;
+  }
+  weight_bytes_ += m.nbytes();
   if ((t.dtype == DType::kF16 && opt_.dtype == WType::kF16) || (t.dtype == DType::kF32 && opt_.dtype == WType::kF32)) {
     m.data = t.data;
     return m;
@@ -121,10 +139,10 @@ std::vector<float> Engine::vec(const std::string& name, bool optional) {
 void Engine::load_weights() {
   const auto& c = model_.config;
   tok_emb_ = matrix("tok_embeddings");
-  weight_bytes_ -= tok_emb_.rows * tok_emb_.cols * (opt_.dtype == WType::kF16 ? 2 : 4);  // one row per token
+  weight_bytes_ -= tok_emb_.nbytes();  // one row per token
   if (c.learned_pos) pos_emb_ = matrix("pos_embeddings");
   out_ = c.tied_embeddings ? tok_emb_ : matrix("output");
-  if (c.tied_embeddings) weight_bytes_ += out_.rows * out_.cols * (opt_.dtype == WType::kF16 ? 2 : 4);
+  if (c.tied_embeddings) weight_bytes_ += out_.nbytes();
   norm_ = vec("norm", false);
   norm_b_ = vec("norm_bias", true);
   layers_.resize(static_cast<size_t>(c.n_layers));

@@ -38,7 +38,8 @@ std::string resolve_prefill_backend(const std::string& name);
 struct EngineOptions {
   std::string backend = "cpu";   // prefill backend: "auto" (resolved at construction) | "cpu" | "emulator" | "ane"
   std::string device = "m4";     // device profile for emulator / ane
-  WType dtype = WType::kF16;     // compute dtype of the weight matrices
+  WType dtype = WType::kF16;     // compute dtype of the weight matrices (fp32 or fp16)
+  bool keep_quantized = false;   // block-quantized matrices (q8_0, q4_0, q4_k, q6_k) used as they are, not converted
   int threads = 2;
   int64_t context = 0;           // KV-cache positions; 0 = the model's max_seq_len
   int64_t prefill_chunk = 256;   // CPU prefill processes at most this many tokens per pass
@@ -127,7 +128,8 @@ class Engine {
 // Parses "fp16"/"f16" or "fp32"/"f32" (other model dtypes are converted at load to one of these).
 WType parse_wtype(const std::string& s);
 // `--dtype auto`: fp32 when every weight matrix of the model is stored in fp32 (llama2.c files, training
-// checkpoints and their fp32 exports, so they all compute alike), else fp16.
+// checkpoints and their fp32 exports, so they all compute alike), else fp16; with it the CLI sets
+// EngineOptions::keep_quantized, so block-quantized matrices stay in their blocks.
 WType auto_wtype(const models::Model& m);
 
 }  // namespace anelab::infer

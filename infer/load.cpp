@@ -34,6 +34,7 @@ LoadedModel load_model(const LoadOptions& o, TokenizerUse use) {
   eo.backend = o.backend;
   eo.device = o.device;
   eo.dtype = o.dtype == "auto" ? auto_wtype(l.model) : parse_wtype(o.dtype);
+  eo.keep_quantized = o.dtype == "auto";  // block-quantized matrices stay in their blocks (int8-activation GEMV)
   eo.threads = o.threads;
   eo.context = o.ctx;
   return l;

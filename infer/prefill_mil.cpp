@@ -17,7 +17,9 @@ using mil::Value;
 
 std::vector<float> mat_f32(const Mat& m) {
   std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
-  if (m.type == WType::kF16)
+  if (is_quantized(m.type))  // the MIL kernels take fp16/fp32 weights: dequantized here
+    for (int64_t r = 0; r < m.rows; ++r) mat_row(m, r, out.data() + r * m.cols);
+  else if (m.type == WType::kF16)
     half_to_float(m.f16(), out.data(), out.size());
   else
     std::memcpy(out.data(), m.f32(), out.size() * 4);

@@ -85,4 +85,39 @@ inline uint16_t f2h(float x) {
 inline void prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
 inline void cpu_relax() { __asm__ __volatile__("isb" ::: "memory"); }
 
+
+// ---- int8 dot products (quantized GEMV): exact int32 sums ----
+// a: any int8; b: int8 in [-127, 127]; nibbles are read as int8 in [0, 15]. SDOT with the dotprod extension
+// (ARMv8.2+, -march=...+dotprod or -mcpu=native), else widening multiplies (SMULL) and pairwise adds.
+inline int32x4_t dot_acc_s8x16(int32x4_t acc, int8x16_t a, int8x16_t b) {
+#if defined(__ARM_FEATURE_DOTPROD)
+  return vdotq_s32(acc, a, b);
+#else
+  acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(a), vget_low_s8(b)));
+  return vpadalq_s16(acc, vmull_high_s8(a, b));
+#endif
+}
+inline int32_t dot_s8_32(const int8_t* a, const int8_t* b) {
+  int32x4_t acc = dot_acc_s8x16(vdupq_n_s32(0), vld1q_s8(a), vld1q_s8(b));
+  return vaddvq_s32(dot_acc_s8x16(acc, vld1q_s8(a + 16), vld1q_s8(b + 16)));
+}
+inline int32_t dot_s8_16(const int8_t* a, const int8_t* b) {
+  return vaddvq_s32(dot_acc_s8x16(vdupq_n_s32(0), vld1q_s8(a), vld1q_s8(b)));
+}
+// 4-bit quants: low / high nibbles of 32 bytes, or the 16-byte Q4_0 layout (low nibbles then high nibbles).
+inline int32_t dot_u4lo_32(const uint8_t* q, const int8_t* b) {
+  const uint8x16_t m = vdupq_n_u8(15);
+  const int8x16_t u0 = vreinterpretq_s8_u8(vandq_u8(vld1q_u8(q), m)), u1 = vreinterpretq_s8_u8(vandq_u8(vld1q_u8(q + 16), m));
+  return vaddvq_s32(dot_acc_s8x16(dot_acc_s8x16(vdupq_n_s32(0), u0, vld1q_s8(b)), u1, vld1q_s8(b + 16)));
+}
+inline int32_t dot_u4hi_32(const uint8_t* q, const int8_t* b) {
+  const int8x16_t u0 = vreinterpretq_s8_u8(vshrq_n_u8(vld1q_u8(q), 4)), u1 = vreinterpretq_s8_u8(vshrq_n_u8(vld1q_u8(q + 16), 4));
+  return vaddvq_s32(dot_acc_s8x16(dot_acc_s8x16(vdupq_n_s32(0), u0, vld1q_s8(b)), u1, vld1q_s8(b + 16)));
+}
+inline int32_t dot_u4x16_32(const uint8_t* q, const int8_t* b) {
+  const uint8x16_t v = vld1q_u8(q);
+  const int8x16_t lo = vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(15))), hi = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
+  return vaddvq_s32(dot_acc_s8x16(dot_acc_s8x16(vdupq_n_s32(0), lo, vld1q_s8(b)), hi, vld1q_s8(b + 16)));
+}
+
 }  // namespace anelab::simd

@@ -93,4 +93,32 @@ inline void prefetch(const void* p) {
 }
 inline void cpu_relax() {}
 
+
+// ---- int8 dot products (quantized GEMV): exact int32 sums ----
+inline int32_t dot_s8_32(const int8_t* a, const int8_t* b) {
+  int32_t s = 0;
+  for (int i = 0; i < 32; ++i) s += int32_t{a[i]} * int32_t{b[i]};
+  return s;
+}
+inline int32_t dot_s8_16(const int8_t* a, const int8_t* b) {
+  int32_t s = 0;
+  for (int i = 0; i < 16; ++i) s += int32_t{a[i]} * int32_t{b[i]};
+  return s;
+}
+inline int32_t dot_u4lo_32(const uint8_t* q, const int8_t* b) {
+  int32_t s = 0;
+  for (int i = 0; i < 32; ++i) s += int32_t{q[i] & 15} * int32_t{b[i]};
+  return s;
+}
+inline int32_t dot_u4hi_32(const uint8_t* q, const int8_t* b) {
+  int32_t s = 0;
+  for (int i = 0; i < 32; ++i) s += int32_t{q[i] >> 4} * int32_t{b[i]};
+  return s;
+}
+inline int32_t dot_u4x16_32(const uint8_t* q, const int8_t* b) {
+  int32_t s = 0;
+  for (int i = 0; i < 16; ++i) s += int32_t{q[i] & 15} * int32_t{b[i]} + int32_t{q[i] >> 4} * int32_t{b[i + 16]};
+  return s;
+}
+
 }  // namespace anelab::simd

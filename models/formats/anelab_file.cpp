@@ -160,6 +160,8 @@ Model parse_anelab(const uint8_t* data, size_t size, std::shared_ptr<const void>
     const std::string name = jstr(e, "name", w, "tensors[].");
     const std::string ctx = "tensor " + name + ": ";
     const DType dt = parse_dtype(jstr(e, "dtype", w, ctx.c_str()));
+    if (version < 3 && is_block_quantized(dt) && dt != DType::kQ8_0)
+      fail("model", w, ": ", ctx, "dtype ", dtype_name(dt), " needs format version 3 (the file says ", version, ")");
     const json& sh = field(e, "shape", w, ctx.c_str());
     if (!sh.is_array() || sh.empty() || sh.size() > 4) fail("model", w, ": ", ctx, "shape must be a list of 1-4 dims");
     std::vector<int64_t> shape;
@@ -257,7 +259,11 @@ void write_tensor_data(OutFile& out, const TensorWriteSpec& t, int64_t n, int64_
 int64_t write_anelab_file(const std::string& path, const AnelabWriteInfo& info,
                           const std::vector<TensorWriteSpec>& tensors, const ProgressFn& progress) {
   validate_config(info.config, path);
-  json h{{"format", "anelab-model"}, {"version", kAnelabVersion}, {"config", model_config_to_json(info.config)},
+  // Version 3 only where needed (4-bit / 6-bit block types), so older readers still read the rest.
+  uint32_t version = 2;
+  for (const auto& t : tensors)
+    if (is_block_quantized(t.dtype) && t.dtype != DType::kQ8_0) version = 3;
+  json h{{"format", "anelab-model"}, {"version", version}, {"config", model_config_to_json(info.config)},
          {"source", info.source}};
   int64_t off = 0;
   std::vector<uint8_t> vblob;
@@ -300,7 +306,7 @@ int64_t write_anelab_file(const std::string& path, const AnelabWriteInfo& info,
   std::vector<char> iobuf(4 << 20);
   std::setvbuf(out.f, iobuf.data(), _IOFBF, iobuf.size());
   out.write(kAnelabMagic, 8);
-  const uint32_t ver = kAnelabVersion, reserved = 0;
+  const uint32_t ver = version, reserved = 0;
   out.write(&ver, 4);
   out.write(&reserved, 4);
   out.write(&hlen, 8);
@@ -321,7 +327,7 @@ int64_t write_anelab_file(const std::string& path, const AnelabWriteInfo& info,
 DType stored_dtype(DType src, const std::vector<int64_t>& shape, std::optional<DType> target) {
   if (!target) return src;
   if (shape.size() < 2) return DType::kF32;
-  if (*target == DType::kQ8_0 && shape.back() % kQ8Block) return DType::kF16;
+  if (shape.back() % dtype_block(*target)) return DType::kF16;
   return *target;
 }
 

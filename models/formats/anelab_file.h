@@ -1,9 +1,10 @@
-// The anelab model file (.anelab), format version 2 (version 1 files are still read). All integers
+// The anelab model file (.anelab), format version 3 (versions 1 and 2 are still read). Version 3 adds the
+// dtypes q4_0, q4_k and q6_k; a file without them is written as version 2. All integers
 // little-endian. A model file is self-contained: the tokenizer is embedded (as GGUF does), with the chat
 // template when the source had one.
 //
 //   offset 0   char[8]  magic "ANELABMF"
-//   offset 8   u32      format version (2; readers accept 1 and 2)
+//   offset 8   u32      format version (2, or 3 with q4_0/q4_k/q6_k tensors; readers accept 1 to 3)
 //   offset 12  u32      reserved (0)
 //   offset 16  u64      header_len: length of the JSON header that follows (at most 64 MiB)
 //   offset 24  JSON header, UTF-8, header_len bytes
@@ -12,12 +13,13 @@
 //   so tensor data is 64-byte aligned when the file is memory-mapped. The file ends there exactly.
 //
 // JSON header:
-//   {"format": "anelab-model", "version": 2,
+//   {"format": "anelab-model", "version": 2 or 3,
 //    "config": the model config, every field (models/formats/model_config_json.h),
 //    "tokenizer": {"path": "where it came from (provenance only when embedded; may be empty)",
 //                  "embedded": {"offset": O, "nbytes": N},       (optional: absent when the model has none)
 //                  "chat_template": "Jinja text"}                (optional; version 2)
-//    "tensors": [{"name": canonical name (models/formats/model.h), "dtype": "fp32"|"fp16"|"bf16"|"q8_0",
+//    "tensors": [{"name": canonical name (models/formats/model.h), "dtype": "fp32"|"fp16"|"bf16"|"q8_0"|
+//                 "q4_0"|"q4_k"|"q6_k" (block layouts of framework/quant/blocks.h, whole blocks per row),
 //                 "shape": [out, in] or [n], "offset": O, "nbytes": N}, ...],   canonical order
 //    "data_size": bytes of the data section,
 //    "source": free-form provenance string}
@@ -42,7 +44,7 @@
 namespace anelab::models {
 
 constexpr char kAnelabMagic[9] = "ANELABMF";
-constexpr uint32_t kAnelabVersion = 2;  // written; 1 is still read
+constexpr uint32_t kAnelabVersion = 3;  // the newest written (2 when no tensor needs 3); 1 and 2 are still read
 constexpr int64_t kAnelabAlign = 64;
 
 // Reads (memory-maps) an anelab model file. Throws anelab::Error naming the field on any problem.
@@ -78,7 +80,7 @@ int64_t write_anelab_file(const std::string& path, const AnelabWriteInfo& info,
                           const std::vector<TensorWriteSpec>& tensors, const ProgressFn& progress = {});
 
 // Saves a Model. target dtype (when given) applies to 2-D tensors; 1-D tensors (norms, biases) stay
-// fp32; q8_0 needs rows whose length is a multiple of 32 (other matrices fall back to fp16).
+// fp32; block types need rows whose length is a multiple of their block (other matrices fall back to fp16).
 int64_t save_model(const Model& m, const std::string& path, std::optional<DType> target = {},
                    const ProgressFn& progress = {});
 // The dtype a tensor of this shape gets in save_model (src = the tensor's current dtype).

@@ -1,6 +1,8 @@
 // GGUF container: parser (bounds-checked, limits on counts/lengths) and writer.
 #include "models/formats/gguf.h"
 
+#include <optional>
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -75,17 +77,44 @@ GgufValue read_value(ByteReader& r, GgufType t, const std::string& key, int dept
   return v;
 }
 
-int64_t ggml_nbytes(uint32_t type, int64_t n, const std::string& name, const std::string& w) {
-  switch (type) {
-    case kGgmlF32: return n * 4;
-    case kGgmlF16: case kGgmlBF16: return n * 2;
-    case kGgmlQ8_0: return dtype_nbytes(DType::kQ8_0, n);
-    default:
-      fail("model", w, ": tensor ", name, " has ggml type ", type,
-           ", which is not supported (F32, F16, BF16, Q8_0); re-quantise the model to one of these");
-  }
+// Bytes of a tensor of ggml type `type` with ne[0] = row and n elements; the error names the tensor.
+int64_t ggml_nbytes(uint32_t type, int64_t row, int64_t n, const std::string& name, const std::string& w) {
+  const std::optional<DType> d = dtype_of_ggml(type);
+  if (!d)
+    fail("model", w, ": tensor ", name, " has ggml type ", type,
+         ", which is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K); re-quantise the model to one of these");
+  if (row % dtype_block(*d))
+    fail("model", w, ": tensor ", name, " row length ", row, " is not a multiple of ", dtype_block(*d), " for ",
+         dtype_name(*d));
+  return dtype_nbytes(*d, n);
 }
 }  // namespace
+
+std::optional<DType> dtype_of_ggml(uint32_t ggml_type) {
+  switch (ggml_type) {
+    case kGgmlF32: return DType::kF32;
+    case kGgmlF16: return DType::kF16;
+    case kGgmlBF16: return DType::kBF16;
+    case kGgmlQ8_0: return DType::kQ8_0;
+    case kGgmlQ4_0: return DType::kQ4_0;
+    case kGgmlQ4_K: return DType::kQ4_K;
+    case kGgmlQ6_K: return DType::kQ6_K;
+    default: return std::nullopt;
+  }
+}
+
+uint32_t ggml_type_of(DType t) {
+  switch (t) {
+    case DType::kF32: return kGgmlF32;
+    case DType::kF16: return kGgmlF16;
+    case DType::kBF16: return kGgmlBF16;
+    case DType::kQ8_0: return kGgmlQ8_0;
+    case DType::kQ4_0: return kGgmlQ4_0;
+    case DType::kQ4_K: return kGgmlQ4_K;
+    case DType::kQ6_K: return kGgmlQ6_K;
+  }
+  return kGgmlF32;
+}
 
 bool GgufValue::is_int() const {
   return type != GgufType::kF32 && type != GgufType::kF64 && type != GgufType::kString && type != GgufType::kArray;
@@ -157,8 +186,7 @@ GgufFile parse_gguf(const uint8_t* data, size_t size, std::shared_ptr<const void
     t.ggml_type = r.get<uint32_t>("tensor type");
     t.offset = r.get<uint64_t>("tensor offset");
     if (t.offset % g.alignment) fail("model", w, ": tensor ", t.name, " offset ", t.offset, " is not aligned");
-    t.nbytes = ggml_nbytes(t.ggml_type, n, t.name, w);
-    if (t.nbytes < 0) fail("model", w, ": tensor ", t.name, " row length ", t.ne[0], " is not a multiple of 32 for Q8_0");
+    t.nbytes = ggml_nbytes(t.ggml_type, t.ne[0], n, t.name, w);
     g.tensors.push_back(std::move(t));
   }
   const uint64_t data_start = round_up(static_cast<int64_t>(r.pos()), static_cast<int64_t>(g.alignment));

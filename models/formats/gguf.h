@@ -7,7 +7,9 @@
 //   value types: 0 u8, 1 i8, 2 u16, 3 i16, 4 u32, 5 i32, 6 f32, 7 bool, 8 str, 9 array (u32 elem type,
 //   u64 count, elems), 10 u64, 11 i64, 12 f64.
 //   ne[0] is the fastest-varying (row) dimension, so canonical shape = reversed ne.
-//   Tensor types read: F32 (0), F16 (1), Q8_0 (8), BF16 (30).
+//   Tensor types read and written: F32 (0), F16 (1), Q4_0 (2), Q8_0 (8), Q4_K (12), Q6_K (14), BF16 (30);
+//   block types (framework/quant/blocks.h) stay in their type, viewed in the mapping. A tensor whose row is
+//   not whole blocks, or whose data runs past the end of the file, is rejected naming the tensor.
 //
 // Architectures: those of the architecture table (models/arch/arch.h); general.architecture is the
 // table's name, "<name>." prefixes its keys, and the architecture file decides the norm, RoPE order and
@@ -22,11 +24,13 @@
 // (adjacent pairs) rope (Arch::gguf_rope); the others use NEOX (rotate half) on unpermuted weights.
 // Tokenizer: tokenizer.ggml.{model ("llama" -> SentencePiece, "gpt2" -> byte BPE), pre, tokens, scores,
 //   token_type, merges, bos_token_id, eos_token_id, unknown_token_id, padding_token_id, add_bos_token,
-//   add_space_prefix}.
+//   add_space_prefix}. SentencePiece pieces are written with U+2581 for spaces, as real Llama GGUFs (and
+//   tokenizer.model) have them; the tokenizer reads either spelling (llama2.c's tokenizer.bin has ' ').
 #pragma once
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,7 +42,10 @@ enum class GgufType : uint32_t {
   kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7, kString = 8,
   kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
 };
-constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ8_0 = 8, kGgmlBF16 = 30;
+constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ4_0 = 2, kGgmlQ8_0 = 8, kGgmlQ4_K = 12, kGgmlQ6_K = 14,
+                   kGgmlBF16 = 30;
+std::optional<DType> dtype_of_ggml(uint32_t ggml_type);  // nullopt for types anelab does not read
+uint32_t ggml_type_of(DType t);
 
 struct GgufValue {
   GgufType type = GgufType::kU32;

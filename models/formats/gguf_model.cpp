@@ -11,23 +11,11 @@ namespace anelab::models {
 namespace {
 
 DType dtype_of(uint32_t ggml, const std::string& name, const std::string& w) {
-  switch (ggml) {
-    case kGgmlF32: return DType::kF32;
-    case kGgmlF16: return DType::kF16;
-    case kGgmlBF16: return DType::kBF16;
-    case kGgmlQ8_0: return DType::kQ8_0;
-    default: fail("model", w, ": tensor ", name, " has unsupported ggml type ", ggml);
-  }
+  const std::optional<DType> d = dtype_of_ggml(ggml);
+  if (!d) fail("model", w, ": tensor ", name, " has unsupported ggml type ", ggml);
+  return *d;
 }
-uint32_t ggml_of(DType t) {
-  switch (t) {
-    case DType::kF32: return kGgmlF32;
-    case DType::kF16: return kGgmlF16;
-    case DType::kBF16: return kGgmlBF16;
-    case DType::kQ8_0: return kGgmlQ8_0;
-  }
-  return kGgmlF32;
-}
+uint32_t ggml_of(DType t) { return ggml_type_of(t); }
 
 ModelConfig gguf_config(const GgufFile& g, const std::string& w) {
   ModelConfig c;
@@ -194,6 +182,9 @@ void add_vocab(GgufWriter& w, const tok::VocabData& src, int64_t vocab_size) {
     }
   }
   const bool spm = v.kind == tok::TokenizerKind::kSentencePiece;
+  if (spm)  // GGUF (like tokenizer.model) spells SentencePiece spaces U+2581; llama2.c's tokenizer.bin has ' '
+    for (std::string& t : v.tokens)
+      for (size_t p; (p = t.find(' ')) != std::string::npos;) t.replace(p, 1, "\xE2\x96\x81");
   w.add_str("tokenizer.ggml.model", tok::gguf_tokenizer_model(v.kind));
   if (!spm) w.add_str("tokenizer.ggml.pre", tok::llama_cpp_pre_name(tok::select_pretokenizer(v.pre, v.pre_regex)));
   else if (!v.pre.empty()) w.add_str("tokenizer.ggml.pre", v.pre);
@@ -207,6 +198,7 @@ void add_vocab(GgufWriter& w, const tok::VocabData& src, int64_t vocab_size) {
   if (!v.merges.empty()) w.add_str_array("tokenizer.ggml.merges", v.merges);
   if (v.bos_id >= 0) w.add_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(v.bos_id));
   if (v.eos_id >= 0) w.add_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(v.eos_id));
+  if (v.unk_id >= 0) w.add_u32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(v.unk_id));
   if (v.pad_id >= 0) w.add_u32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(v.pad_id));
   w.add_bool("tokenizer.ggml.add_bos_token", v.add_bos);
   if (spm) w.add_bool("tokenizer.ggml.add_space_prefix", v.add_space_prefix);
@@ -233,7 +225,8 @@ std::string gguf_name(const std::string& name) {
   return "blk." + name.substr(7, dot - 7) + "." + find(name.substr(dot + 1));
 }
 
-// llama.cpp's llama_ftype of the matrices' dtype (0 all f32, 1 mostly f16, 7 mostly q8_0, 32 mostly bf16).
+// llama.cpp's llama_ftype of the matrices' dtype (0 all f32, 1 mostly f16, 7 mostly q8_0, 32 mostly bf16,
+// 2 mostly q4_0, 15 q4_k_m: q4_k with q6_k where llama.cpp's Q4_K_M mix puts it, 18 mostly q6_k).
 uint32_t file_type(const Model& m) {
   std::map<DType, int64_t> bytes;
   for (const Tensor& t : m.tensors())
@@ -245,6 +238,9 @@ uint32_t file_type(const Model& m) {
     case DType::kF16: return 1;
     case DType::kQ8_0: return 7;
     case DType::kBF16: return 32;
+    case DType::kQ4_0: return 2;
+    case DType::kQ4_K: return 15;
+    case DType::kQ6_K: return bytes.count(DType::kQ4_K) ? 15 : 18;
     default: return 0;
   }
 }

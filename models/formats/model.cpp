@@ -6,6 +6,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/fp16.h"
+#include "framework/quant/blocks.h"
 #include "models/arch/arch.h"
 
 namespace anelab::models {
@@ -16,16 +17,39 @@ const char* dtype_name(DType t) {
     case DType::kF16: return "fp16";
     case DType::kBF16: return "bf16";
     case DType::kQ8_0: return "q8_0";
+    case DType::kQ4_0: return "q4_0";
+    case DType::kQ4_K: return "q4_k";
+    case DType::kQ6_K: return "q6_k";
   }
   return "?";
 }
+
+bool is_block_quantized(DType t) {
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K || t == DType::kQ6_K;
+}
+
+namespace {
+quant::BlockType block_type(DType t) {
+  switch (t) {
+    case DType::kQ4_0: return quant::BlockType::kQ4_0;
+    case DType::kQ4_K: return quant::BlockType::kQ4_K;
+    case DType::kQ6_K: return quant::BlockType::kQ6_K;
+    default: return quant::BlockType::kQ8_0;
+  }
+}
+}  // namespace
+
+int64_t dtype_block(DType t) { return is_block_quantized(t) ? quant::block_info(block_type(t)).values : 1; }
 
 DType parse_dtype(std::string_view s) {
   if (s == "fp32" || s == "f32" || s == "float32" || s == "F32") return DType::kF32;
   if (s == "fp16" || s == "f16" || s == "float16" || s == "F16") return DType::kF16;
   if (s == "bf16" || s == "bfloat16" || s == "BF16") return DType::kBF16;
   if (s == "q8_0" || s == "Q8_0") return DType::kQ8_0;
-  fail("model", "unknown dtype '", s, "': use one of fp32, fp16, bf16, q8_0");
+  if (s == "q4_0" || s == "Q4_0") return DType::kQ4_0;
+  if (s == "q4_k" || s == "Q4_K") return DType::kQ4_K;
+  if (s == "q6_k" || s == "Q6_K") return DType::kQ6_K;
+  fail("model", "unknown dtype '", s, "': use one of fp32, fp16, bf16, q8_0, q4_0, q4_k, q6_k");
 }
 
 int64_t dtype_nbytes(DType t, int64_t n) {
@@ -34,7 +58,13 @@ int64_t dtype_nbytes(DType t, int64_t n) {
     case DType::kF32: return n * 4;
     case DType::kF16:
     case DType::kBF16: return n * 2;
-    case DType::kQ8_0: return n % kQ8Block ? -1 : n / kQ8Block * kQ8BlockBytes;
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_K:
+    case DType::kQ6_K: {
+      const quant::BlockInfo b = quant::block_info(block_type(t));
+      return n % b.values ? -1 : n / b.values * b.bytes;
+    }
   }
   return -1;
 }
@@ -184,10 +214,15 @@ void Tensor::to_f32(int64_t begin, int64_t count, float* out) const {
       return;
     case DType::kBF16: bf16_to_f32(reinterpret_cast<const uint16_t*>(data) + begin, out, count); return;
     case DType::kQ8_0:
-      if (begin % kQ8Block || count % kQ8Block)
-        fail("model", "tensor ", name, ": q8_0 ranges must start and end on 32-element blocks");
-      q8_0_dequantize(data + begin / kQ8Block * kQ8BlockBytes, out, count);
+    case DType::kQ4_0:
+    case DType::kQ4_K:
+    case DType::kQ6_K: {
+      const int64_t blk = dtype_block(dtype);
+      if (begin % blk || count % blk)
+        fail("model", "tensor ", name, ": ", dtype_name(dtype), " ranges must start and end on ", blk, "-element blocks");
+      quant::dequantize(block_type(dtype), data + dtype_nbytes(dtype, begin), out, count);
       return;
+    }
   }
 }
 
@@ -229,9 +264,12 @@ void Model::add_view(std::string name, DType dtype, std::vector<int64_t> shape, 
       fail("model", "tensor ", t.name, ": invalid shape ", t.shape_str());
     n *= d;
   }
+  if (is_block_quantized(dtype) && (t.shape.empty() || t.shape.back() % dtype_block(dtype)))
+    fail("model", "tensor ", t.name, ": rows of ", t.shape.empty() ? 0 : t.shape.back(), " values are not whole ",
+         dtype_name(dtype), " blocks of ", dtype_block(dtype));
   if (dtype_nbytes(dtype, n) != nbytes)
     fail("model", "tensor ", t.name, ": ", nbytes, " bytes do not match shape ", t.shape_str(), " of ",
-         dtype_name(dtype));
+         dtype_name(dtype), " (", dtype_nbytes(dtype, n), " bytes)");
   if (index_.count(t.name)) fail("model", "duplicate tensor ", t.name);
   t.data = data;
   t.nbytes = nbytes;
@@ -302,41 +340,15 @@ void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
   }
 }
 
-void q8_0_dequantize(const uint8_t* src, float* dst, int64_t n) {
-  for (int64_t b = 0; b < n / kQ8Block; ++b) {
-    const uint8_t* blk = src + b * kQ8BlockBytes;
-    uint16_t hb;
-    std::memcpy(&hb, blk, 2);
-    const float d = half_to_float(hb);
-    const auto* q = reinterpret_cast<const int8_t*>(blk + 2);
-    for (int j = 0; j < kQ8Block; ++j) dst[b * kQ8Block + j] = d * static_cast<float>(q[j]);
-  }
-}
-
-void q8_0_quantize(const float* src, uint8_t* dst, int64_t n) {
-  for (int64_t b = 0; b < n / kQ8Block; ++b) {
-    const float* x = src + b * kQ8Block;
-    float amax = 0.0f;
-    for (int j = 0; j < kQ8Block; ++j) amax = std::max(amax, std::fabs(x[j]));
-    const float d = amax / 127.0f;
-    const float id = d > 0.0f ? 1.0f / d : 0.0f;
-    uint8_t* blk = dst + b * kQ8BlockBytes;
-    const uint16_t hb = float_to_half(d);
-    std::memcpy(blk, &hb, 2);
-    auto* q = reinterpret_cast<int8_t*>(blk + 2);
-    for (int j = 0; j < kQ8Block; ++j) q[j] = static_cast<int8_t>(std::lround(x[j] * id));
-  }
-}
-
 void f32_to_dtype(const float* src, DType t, uint8_t* dst, int64_t n) {
   switch (t) {
     case DType::kF32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
     case DType::kF16: float_to_half(src, reinterpret_cast<half_bits*>(dst), static_cast<size_t>(n)); return;
     case DType::kBF16: f32_to_bf16(src, reinterpret_cast<uint16_t*>(dst), n); return;
     case DType::kQ8_0:
-      if (n % kQ8Block) fail("model", "q8_0 needs a multiple of 32 elements, got ", n);
-      q8_0_quantize(src, dst, n);
-      return;
+    case DType::kQ4_0:
+    case DType::kQ4_K:
+    case DType::kQ6_K: quant::quantize(block_type(t), src, dst, n); return;
   }
 }
 

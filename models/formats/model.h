@@ -40,13 +40,17 @@ enum class DType : uint8_t {
   kF32 = 0,
   kF16 = 1,
   kBF16 = 2,
-  kQ8_0 = 3,  // ggml Q8_0: blocks of 32 values along the last (row) axis = fp16 scale d + 32 int8 q; x = d*q
+  // Block-quantized (ggml layouts, framework/quant/blocks.h), blocks along the last (row) axis:
+  kQ8_0 = 3,  // 32 values in 34 bytes: fp16 scale d + 32 int8 q; x = d*q
+  kQ4_0 = 4,  // 32 values in 18 bytes: fp16 d + 16 bytes of nibbles; x = d*(q-8)
+  kQ4_K = 5,  // 256 values in 144 bytes: fp16 d, dmin, 8 6-bit (scale, min) pairs, 128 bytes of nibbles
+  kQ6_K = 6,  // 256 values in 210 bytes: 6-bit q in 16 groups of 16 with int8 scales, fp16 d
 };
-const char* dtype_name(DType t);                 // "fp32", "fp16", "bf16", "q8_0"
+const char* dtype_name(DType t);                 // "fp32", "fp16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"
 DType parse_dtype(std::string_view s);           // accepts the names above (+ f32/f16/float32...), throws otherwise
-constexpr int64_t kQ8Block = 32;
-constexpr int64_t kQ8BlockBytes = 34;
-// Bytes needed for n elements (Q8_0: n must be a multiple of 32); returns -1 when n is invalid.
+bool is_block_quantized(DType t);                // q8_0, q4_0, q4_k, q6_k
+int64_t dtype_block(DType t);                    // values per block: 32 / 256 for block types, 1 otherwise
+// Bytes needed for n elements (block types: n must be a multiple of dtype_block); returns -1 when n is invalid.
 int64_t dtype_nbytes(DType t, int64_t n);
 
 // RopeStyle, NormType, Activation and their names: framework/core/arch_types.h (shared with the kernels).
@@ -113,8 +117,8 @@ struct Tensor {
   int64_t rows() const { return shape.empty() ? 1 : shape[0]; }
   int64_t cols() const { return shape.size() < 2 ? numel() : numel() / shape[0]; }
   const float* f32() const;  // direct pointer; throws unless dtype is fp32
-  std::vector<float> to_f32() const;  // dequantised copy (fp16/bf16/q8_0 -> fp32)
-  // Dequantises elements [begin, begin+count) into out (q8_0: begin and count multiples of 32).
+  std::vector<float> to_f32() const;  // dequantised copy (fp16/bf16/block types -> fp32)
+  // Dequantises elements [begin, begin+count) into out (block types: begin and count multiples of dtype_block).
   void to_f32(int64_t begin, int64_t count, float* out) const;
   std::string shape_str() const;  // "[64, 172]"
 };
@@ -154,9 +158,8 @@ class Model {
 // Format conversion helpers (n elements).
 void bf16_to_f32(const uint16_t* src, float* dst, int64_t n);
 void f32_to_bf16(const float* src, uint16_t* dst, int64_t n);  // round to nearest even, NaN kept
-void q8_0_dequantize(const uint8_t* src, float* dst, int64_t n);  // n multiple of 32
-void q8_0_quantize(const float* src, uint8_t* dst, int64_t n);    // n multiple of 32
-// Converts n fp32 values into dst in dtype t (dst must hold dtype_nbytes(t, n) bytes).
+// Converts n fp32 values into dst in dtype t (dst must hold dtype_nbytes(t, n) bytes; block types quantize
+// with the reference quantizers of framework/quant/blocks.h).
 void f32_to_dtype(const float* src, DType t, uint8_t* dst, int64_t n);
 
 }  // namespace anelab::models

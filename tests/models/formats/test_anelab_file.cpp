@@ -7,6 +7,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/fp16.h"
+#include "framework/quant/blocks.h"
 #include "models/formats/anelab_file.h"
 #include "models/formats/load_any.h"
 #include "models/presets.h"
@@ -97,14 +98,14 @@ TEST(AnelabFile, Q8_0BlockLayout) {
   std::vector<float> x(64);
   for (int i = 0; i < 64; ++i) x[i] = (i < 32 ? 1.0f : -3.0f) * static_cast<float>(i % 32 - 5) / 26.0f;
   std::vector<uint8_t> q(68);
-  q8_0_quantize(x.data(), q.data(), 64);
+  f32_to_dtype(x.data(), DType::kQ8_0, q.data(), 64);
   uint16_t d0;
   std::memcpy(&d0, q.data(), 2);
   EXPECT_EQ(half_to_float(d0), round_fp16(1.0f / 127.0f));
   EXPECT_EQ(static_cast<int8_t>(q[2 + 31]), 127);  // x[31] = 26/26 = amax
   EXPECT_EQ(static_cast<int8_t>(q[34 + 2 + 31]), -127);
   std::vector<float> y(64);
-  q8_0_dequantize(q.data(), y.data(), 64);
+  quant::dequantize(quant::BlockType::kQ8_0, q.data(), y.data(), 64);
   for (int i = 0; i < 64; ++i) EXPECT_NEAR(y[i], x[i], 3.0f / 127.0f);
 }
 

@@ -5,10 +5,12 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 #include "models/formats/anelab_file.h"
+#include "models/formats/export.h"
 #include "models/formats/gguf.h"
 #include "models/formats/llama2c.h"
 #include "models/formats/load_any.h"
@@ -264,6 +266,56 @@ TEST(Gguf, Qwen2ExportPadsVocabAndKeepsPre) {
   small.vocab = m.vocab;
   const Model sb = from_image(model_to_gguf(small));
   EXPECT_EQ(sb.vocab->tokens, m.vocab->tokens);
+}
+
+
+// Exporting a model that carries llama2.c's tokenizer.bin (spaces stored as ' ') to GGUF writes the pieces
+// as llama.cpp's own Llama GGUF has them (U+2581 spaces, same scores, types and special ids), and the
+// exported vocab tokenizes "Once upon a time" and a TinyStories paragraph into SentencePiece's ids
+// (reference/tinystories_prefix_ids_llama2_32k.txt, made with llama2.c run.c's encoder).
+TEST(Gguf, SpmExportSpellsSpacesLikeLlamaCpp) {
+  ANELAB_REQUIRE_DATA("llama2c/tokenizer.bin");
+  ANELAB_REQUIRE_DATA("tokenizer-vectors/ggml-vocab-llama-spm.gguf");
+  ANELAB_REQUIRE_DATA("reference/tinystories_prefix_ids_llama2_32k.txt");
+  Model m = random_model(toy("stories260k", 32000), 9);
+  m.vocab = tok::load_vocab_file(test::data_path("llama2c/tokenizer.bin"));
+  const auto dir = test::temp_dir("spmx");
+  const std::string gp = (dir / "m.gguf").string();
+  export_model(m, gp, ExportFormat::kGguf, DType::kF32);
+  const GgufFile g = read_gguf_file(gp);
+  const tok::VocabData ours = gguf_vocab(g, gp);
+  const tok::VocabData ref =
+      gguf_vocab(read_gguf_file(test::data_path("tokenizer-vectors/ggml-vocab-llama-spm.gguf")), "spm");
+  ASSERT_EQ(ours.tokens.size(), ref.tokens.size());
+  int text_mismatch = 0;
+  for (size_t i = 0; i < ref.tokens.size(); ++i) text_mismatch += ours.tokens[i] != ref.tokens[i];
+  EXPECT_EQ(text_mismatch, 0);
+  EXPECT_EQ(ours.tokens[2501], "\xE2\x96\x81upon");
+  EXPECT_EQ(ours.scores, ref.scores);
+  EXPECT_EQ(ours.types, ref.types);
+  EXPECT_EQ(ours.unk_id, ref.unk_id);
+  EXPECT_EQ(ours.bos_id, ref.bos_id);
+  EXPECT_EQ(ours.eos_id, ref.eos_id);
+  EXPECT_EQ(ours.add_bos, ref.add_bos);
+  EXPECT_EQ(ours.add_space_prefix, ref.add_space_prefix);
+  // The third TinyStories paragraph starts "Once upon a time"; its reference ids have no BOS.
+  std::ifstream text_file(test::data_path("tinystories/tinystories_valid_prefix.txt"));
+  std::ifstream ids_file(test::data_path("reference/tinystories_prefix_ids_llama2_32k.txt"));
+  std::string para, line, ids_line;
+  for (int n = 0; n < 3;) {
+    ASSERT_TRUE(std::getline(text_file, line));
+    if (!line.empty()) para = line, ++n;
+  }
+  for (int n = 0; n < 3; ++n) ASSERT_TRUE(std::getline(ids_file, ids_line));
+  std::vector<int32_t> want;
+  std::istringstream is(ids_line);
+  for (int32_t id; is >> id;) want.push_back(id);
+  ASSERT_EQ(para.substr(0, 16), "Once upon a time");
+  const auto t = tok::make_tokenizer(ours);
+  tok::EncodeOptions raw;
+  raw.add_bos = false;
+  EXPECT_EQ(t->encode(para, raw), want);
+  EXPECT_EQ(t->encode("Once upon a time", raw), std::vector<int32_t>(want.begin(), want.begin() + 4));
 }
 
 }  // namespace

@@ -1,0 +1,89 @@
+#include "models/quant/quant_mix.h"
+
+#include <cctype>
+
+#include "framework/core/thread_pool.h"
+
+namespace anelab::models {
+namespace {
+
+bool use_more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+// The canonical leaf ("wv") and layer index of "layers.N.leaf"; layer -1 for top-level tensors.
+std::pair<std::string, int64_t> leaf_of(const std::string& name) {
+  if (!name.starts_with("layers.")) return {name, -1};
+  const size_t dot = name.find('.', 7);
+  return {name.substr(dot + 1), std::stoll(name.substr(7, dot - 7))};
+}
+
+// llama.cpp's fallback for a row that is not whole blocks of t.
+DType fit_row(DType t, int64_t row) {
+  if (row % dtype_block(t) == 0) return t;
+  if (t == DType::kQ4_K || t == DType::kQ6_K) t = DType::kQ8_0;
+  return row % dtype_block(t) == 0 ? t : DType::kF16;
+}
+
+}  // namespace
+
+std::optional<QuantMix> parse_quant_mix(std::string_view s) {
+  std::string l;
+  for (char ch : s) l.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(ch))));
+  if (l == "q8_0") return QuantMix::kQ8_0;
+  if (l == "q4_0") return QuantMix::kQ4_0;
+  if (l == "q4_k_m") return QuantMix::kQ4_K_M;
+  return std::nullopt;
+}
+
+const char* quant_mix_name(QuantMix m) {
+  switch (m) {
+    case QuantMix::kQ8_0: return "q8_0";
+    case QuantMix::kQ4_0: return "q4_0";
+    case QuantMix::kQ4_K_M: return "q4_k_m";
+  }
+  return "?";
+}
+
+DType mix_dtype(const ModelConfig& c, const std::string& name, const std::vector<int64_t>& shape, DType src, QuantMix mix) {
+  if (shape.size() < 2 || name == "pos_embeddings") return src;
+  const DType base = mix == QuantMix::kQ8_0 ? DType::kQ8_0 : mix == QuantMix::kQ4_0 ? DType::kQ4_0 : DType::kQ4_K;
+  const auto [leaf, layer] = leaf_of(name);
+  DType t = base;
+  if (name == "output" || (name == "tok_embeddings" && c.tied_embeddings)) {
+    t = mix == QuantMix::kQ8_0 ? DType::kQ8_0 : DType::kQ6_K;
+  } else if (mix == QuantMix::kQ4_K_M) {
+    if ((leaf == "wv" || leaf == "w2" || leaf == "proj") && use_more_bits(layer, c.n_layers)) t = DType::kQ6_K;
+    if (c.arch == "gpt2" && (leaf == "wq" || leaf == "wk" || leaf == "wv")) t = DType::kQ6_K;
+  }
+  return fit_row(t, shape.back());
+}
+
+Model quantize_model(const Model& m, QuantMix mix) {
+  Model r;
+  r.config = m.config;
+  r.vocab = m.vocab;
+  r.tokenizer_path = m.tokenizer_path;
+  r.chat_template = m.chat_template;
+  r.source_format = m.source_format;
+  r.source_path = m.source_path;
+  ThreadPool& pool = ThreadPool::global();
+  for (const Tensor& t : m.tensors()) {
+    const DType d = mix_dtype(m.config, t.name, t.shape, t.dtype, mix);
+    if (d == t.dtype) {
+      r.add_view(t.name, t.dtype, t.shape, t.data, t.nbytes, t.owner);
+      continue;
+    }
+    const int64_t rows = t.rows(), cols = t.cols(), row_bytes = dtype_nbytes(d, cols);
+    std::vector<uint8_t> bytes(static_cast<size_t>(rows * row_bytes));
+    pool.parallel_for(rows, 1, [&](int64_t b, int64_t e) {
+      std::vector<float> f(static_cast<size_t>(cols));
+      for (int64_t i = b; i < e; ++i) {
+        t.to_f32(i * cols, cols, f.data());
+        f32_to_dtype(f.data(), d, bytes.data() + i * row_bytes, cols);
+      }
+    });
+    r.add_owned(t.name, d, t.shape, std::move(bytes));
+  }
+  return r;
+}
+
+}  // namespace anelab::models

@@ -1,0 +1,265 @@
+// Block formats (framework/quant/blocks.h): sizes, hand-built blocks with known values, and quantize ->
+// dequantize round trips. The round-trip checks are the quantizers' defining property: every value becomes
+// the nearest level its block can represent (levels from the block's stored scales), so the error of a value
+// inside the block's range is at most half that block's step, and a value outside it lands on the end level.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "framework/quant/blocks.h"
+#include "framework/quant/qdot.h"
+#include "framework/simd/simd.h"
+
+namespace anelab::quant {
+namespace {
+
+float h2f(uint16_t h) { return simd::soft_h2f(h); }
+uint16_t f2h(float x) { return simd::soft_f2h(x); }
+
+TEST(QuantBlocks, LayoutSizes) {
+  EXPECT_EQ(block_info(BlockType::kQ8_0).bytes, 34);
+  EXPECT_EQ(block_info(BlockType::kQ4_0).bytes, 18);
+  EXPECT_EQ(block_info(BlockType::kQ4_K).bytes, 144);
+  EXPECT_EQ(block_info(BlockType::kQ6_K).bytes, 210);
+  EXPECT_EQ(block_info(BlockType::kQ8_0).values, 32);
+  EXPECT_EQ(block_info(BlockType::kQ4_0).values, 32);
+  EXPECT_EQ(block_info(BlockType::kQ4_K).values, 256);
+  EXPECT_EQ(block_info(BlockType::kQ6_K).values, 256);
+  // Field offsets as in ggml-common.h.
+  EXPECT_EQ(offsetof(BlockQ4_K, scales), 4u);
+  EXPECT_EQ(offsetof(BlockQ4_K, qs), 16u);
+  EXPECT_EQ(offsetof(BlockQ6_K, qh), 128u);
+  EXPECT_EQ(offsetof(BlockQ6_K, scales), 192u);
+  EXPECT_EQ(offsetof(BlockQ6_K, d), 208u);
+  std::vector<float> y(33);
+  std::vector<uint8_t> b(34);
+  EXPECT_ANY_THROW(dequantize(BlockType::kQ8_0, b.data(), y.data(), 33));
+}
+
+TEST(QuantBlocks, HandBuiltQ8_0AndQ4_0) {
+  BlockQ8_0 a{};
+  a.d = f2h(0.5f);
+  for (int j = 0; j < 32; ++j) a.qs[j] = static_cast<int8_t>(j - 16);
+  float y[32];
+  dequantize(BlockType::kQ8_0, reinterpret_cast<const uint8_t*>(&a), y, 32);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], 0.5f * static_cast<float>(j - 16));
+  BlockQ4_0 b{};
+  b.d = f2h(-0.25f);
+  for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(j | (15 - j) << 4);
+  dequantize(BlockType::kQ4_0, reinterpret_cast<const uint8_t*>(&b), y, 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], -0.25f * static_cast<float>(j - 8));           // low nibble: values 0..15
+    EXPECT_EQ(y[j + 16], -0.25f * static_cast<float>(15 - j - 8));  // high nibble: values 16..31
+  }
+}
+
+TEST(QuantBlocks, HandBuiltQ4_K) {
+  BlockQ4_K b{};
+  b.d = f2h(0.5f);
+  b.dmin = f2h(0.25f);
+  // Sub-block j gets scale sc = 10 + 7j and min m = 40 - 3j (sub-blocks 4..7 need the high bits: sc >= 16, m >= 16).
+  for (int j = 0; j < 8; ++j) {
+    const int sc = 10 + 7 * j, m = 40 - 3 * j;
+    if (j < 4) {
+      b.scales[j] = static_cast<uint8_t>(sc), b.scales[j + 4] = static_cast<uint8_t>(m);
+    } else {
+      b.scales[j + 4] = static_cast<uint8_t>((sc & 15) | (m & 15) << 4);
+      b.scales[j - 4] = static_cast<uint8_t>(b.scales[j - 4] | (sc >> 4) << 6);
+      b.scales[j] = static_cast<uint8_t>(b.scales[j] | (m >> 4) << 6);
+    }
+  }
+  for (int i = 0; i < 128; ++i) b.qs[i] = static_cast<uint8_t>((i % 16) | ((i * 7) % 16) << 4);
+  std::vector<float> y(256);
+  dequantize(BlockType::kQ4_K, reinterpret_cast<const uint8_t*>(&b), y.data(), 256);
+  for (int v = 0; v < 256; ++v) {
+    const int chunk = v / 64, i = v % 32, j = v / 32;   // sub-block j; byte 32 * chunk + i
+    const uint8_t byte = b.qs[32 * chunk + i];
+    const int q = (v % 64) < 32 ? byte & 15 : byte >> 4;
+    const float want = 0.5f * static_cast<float>(10 + 7 * j) * static_cast<float>(q) - 0.25f * static_cast<float>(40 - 3 * j);
+    ASSERT_EQ(y[static_cast<size_t>(v)], want) << v;
+  }
+}
+
+TEST(QuantBlocks, HandBuiltQ6_K) {
+  BlockQ6_K b{};
+  b.d = f2h(0.125f);
+  for (int s = 0; s < 16; ++s) b.scales[s] = static_cast<int8_t>(s % 2 ? -(s + 1) : s + 1);
+  // 6-bit q of value v: (v * 37) % 64, packed as the layout says.
+  auto q_of = [](int v) { return (v * 37) % 64; };
+  for (int h = 0; h < 2; ++h)
+    for (int l = 0; l < 32; ++l) {
+      const int base = 128 * h;
+      const int q0 = q_of(base + l), q1 = q_of(base + l + 32), q2 = q_of(base + l + 64), q3 = q_of(base + l + 96);
+      b.ql[64 * h + l] = static_cast<uint8_t>((q0 & 15) | (q2 & 15) << 4);
+      b.ql[64 * h + l + 32] = static_cast<uint8_t>((q1 & 15) | (q3 & 15) << 4);
+      b.qh[32 * h + l] = static_cast<uint8_t>(q0 >> 4 | (q1 >> 4) << 2 | (q2 >> 4) << 4 | (q3 >> 4) << 6);
+    }
+  std::vector<float> y(256);
+  dequantize(BlockType::kQ6_K, reinterpret_cast<const uint8_t*>(&b), y.data(), 256);
+  for (int v = 0; v < 256; ++v)
+    ASSERT_EQ(y[static_cast<size_t>(v)], 0.125f * static_cast<float>(b.scales[v / 16]) * static_cast<float>(q_of(v) - 32)) << v;
+}
+
+std::vector<float> test_values(int64_t n, uint32_t seed) {  // n >= 1280
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[i] = g(rng) * (1.0f + static_cast<float>((i / 256) % 5));  // varying block scales
+  x[7] = 9.0f, x[300] = -12.0f, x[600] = 0.0f;  // outliers
+  for (int i = 0; i < 256; ++i) x[1024 + i] = 0.0f;  // an all-zero super-block
+  return x;
+}
+
+// Every x̂ is the level (among `levels` of its group) nearest to x, up to fp32 rounding of the level arithmetic.
+// slack: how far the quantizer's own rounding grid may sit from the stored levels.
+void expect_nearest(const std::vector<float>& x, const std::vector<float>& y, int64_t i, const std::vector<float>& levels,
+                    float slack = 0.0f) {
+  float best = INFINITY;
+  for (float l : levels) best = std::min(best, std::fabs(x[i] - l));
+  float span = 0.0f;
+  for (float l : levels) span = std::max(span, std::fabs(l));
+  ASSERT_LE(std::fabs(x[i] - y[i]), best + slack + 4e-7f * (span + std::fabs(x[i]))) << "value " << i << " x " << x[i] << " got " << y[i];
+}
+
+TEST(QuantBlocks, Q8_0AndQ4_0RoundToNearestLevel) {
+  const std::vector<float> x = test_values(2048, 1);
+  for (BlockType t : {BlockType::kQ8_0, BlockType::kQ4_0}) {
+    const BlockInfo bi = block_info(t);
+    std::vector<uint8_t> q(static_cast<size_t>(x.size() / 32 * bi.bytes));
+    std::vector<float> y(x.size());
+    quantize(t, x.data(), q.data(), static_cast<int64_t>(x.size()));
+    dequantize(t, q.data(), y.data(), static_cast<int64_t>(x.size()));
+    for (size_t b = 0; b < x.size() / 32; ++b) {
+      uint16_t dh;
+      std::memcpy(&dh, q.data() + b * bi.bytes, 2);
+      const float d = h2f(dh);
+      std::vector<float> levels;
+      if (t == BlockType::kQ8_0) {
+        for (int k = -127; k <= 127; ++k) levels.push_back(d * static_cast<float>(k));
+      } else {
+        for (int k = 0; k < 16; ++k) levels.push_back(d * static_cast<float>(k - 8));
+      }
+      // These quantizers round x / d with the fp32 d (as ggml's do) and store d as fp16, which moves level k by
+      // up to |k d| 2^-11 <= amax 2^-11 (the block's amax sits at 127 / 8 units): the chosen level can be that much
+      // (twice, for the two neighbours) farther than the nearest stored one.
+      const float amax = std::fabs(d) * (t == BlockType::kQ8_0 ? 127.0f : 8.0f);
+      for (size_t j = 0; j < 32; ++j) {
+        const int64_t i = static_cast<int64_t>(b * 32 + j);
+        if (std::fabs(x[i]) <= amax * (1.0f - 1.0f / 1024)) expect_nearest(x, y, i, levels, 2.0f * amax / 2048);
+        ASSERT_LE(std::fabs(x[i] - y[i]), std::fabs(d) * (t == BlockType::kQ8_0 ? 0.5f : 1.0f) + amax / 1024) << i;
+      }
+    }
+  }
+}
+
+TEST(QuantBlocks, Q4_KRoundsToNearestLevelOfItsSubBlock) {
+  const std::vector<float> x = test_values(2048, 2);
+  std::vector<uint8_t> q(2048 / 256 * 144);
+  std::vector<float> y(2048);
+  quantize(BlockType::kQ4_K, x.data(), q.data(), 2048);
+  dequantize(BlockType::kQ4_K, q.data(), y.data(), 2048);
+  double err2 = 0, sig2 = 0;
+  for (int64_t sb = 0; sb < 8; ++sb) {
+    const auto* b = reinterpret_cast<const BlockQ4_K*>(q.data() + sb * 144);
+    for (int j = 0; j < 8; ++j) {
+      int sc, m;
+      q4k_scale_min(j, b->scales, sc, m);
+      std::vector<float> levels;
+      for (int k = 0; k < 16; ++k) levels.push_back(h2f(b->d) * static_cast<float>(sc) * static_cast<float>(k) - h2f(b->dmin) * static_cast<float>(m));
+      for (int i = 0; i < 32; ++i) {
+        const int64_t v = sb * 256 + j * 32 + i;
+        if (sc > 0) expect_nearest(x, y, v, levels);
+        err2 += (x[v] - y[v]) * (x[v] - y[v]), sig2 += x[v] * x[v];
+      }
+    }
+  }
+  for (int i = 1024; i < 1280; ++i) EXPECT_EQ(y[i], 0.0f);
+  // 4 bits over a 32-value range of ~4.4 sigma (Gaussian): step ~0.29 sigma, uniform rounding error step^2/12,
+  // NMSE ~0.007; the 6-bit scales, the clipped extremes and the outliers at most double it.
+  EXPECT_LT(err2 / sig2, 0.015);
+}
+
+TEST(QuantBlocks, Q6_KRoundsToNearestLevelOfItsSubBlock) {
+  const std::vector<float> x = test_values(2048, 3);
+  std::vector<uint8_t> q(2048 / 256 * 210);
+  std::vector<float> y(2048);
+  quantize(BlockType::kQ6_K, x.data(), q.data(), 2048);
+  dequantize(BlockType::kQ6_K, q.data(), y.data(), 2048);
+  double err2 = 0, sig2 = 0;
+  for (int64_t sb = 0; sb < 8; ++sb) {
+    const auto* b = reinterpret_cast<const BlockQ6_K*>(q.data() + sb * 210);
+    for (int s = 0; s < 16; ++s) {
+      const float ds = h2f(b->d) * static_cast<float>(b->scales[s]);
+      std::vector<float> levels;
+      for (int k = -32; k < 32; ++k) levels.push_back(ds * static_cast<float>(k));
+      for (int i = 0; i < 16; ++i) {
+        const int64_t v = sb * 256 + s * 16 + i;
+        if (ds != 0.0f) expect_nearest(x, y, v, levels);
+        err2 += (x[v] - y[v]) * (x[v] - y[v]), sig2 += x[v] * x[v];
+      }
+    }
+  }
+  for (int i = 1024; i < 1280; ++i) EXPECT_EQ(y[i], 0.0f);
+  // 6 bits symmetric over +-amax of 16 values (~1.8 sigma): step ~0.057 sigma, NMSE ~3e-4; int8 scales add <1%.
+  EXPECT_LT(err2 / sig2, 1e-3);
+}
+
+
+// The SIMD int8 dot products equal plain integer loops, at the extremes of their ranges too.
+TEST(QuantDot, SimdPrimitivesAreExact) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> s8(-128, 127), b8(-127, 127), u8(0, 255);
+  for (int rep = 0; rep < 200; ++rep) {
+    alignas(32) int8_t a[32], b[32];
+    alignas(32) uint8_t u[32];
+    for (int i = 0; i < 32; ++i) {
+      a[i] = static_cast<int8_t>(rep == 0 ? -128 : s8(rng));
+      b[i] = static_cast<int8_t>(rep == 0 ? (i % 2 ? 127 : -127) : b8(rng));
+      u[i] = static_cast<uint8_t>(rep == 0 ? 255 : u8(rng));
+    }
+    int32_t s32 = 0, s16 = 0, lo = 0, hi = 0, x16 = 0;
+    for (int i = 0; i < 32; ++i) {
+      s32 += a[i] * b[i], s16 += i < 16 ? a[i] * b[i] : 0;
+      lo += (u[i] & 15) * b[i], hi += (u[i] >> 4) * b[i];
+      x16 += i < 16 ? (u[i] & 15) * b[i] : (u[i - 16] >> 4) * b[i];
+    }
+    ASSERT_EQ(simd::dot_s8_32(a, b), s32) << simd::kName << " rep " << rep;
+    ASSERT_EQ(simd::dot_s8_16(a, b), s16) << simd::kName << " rep " << rep;
+    ASSERT_EQ(simd::dot_u4lo_32(u, b), lo) << simd::kName << " rep " << rep;
+    ASSERT_EQ(simd::dot_u4hi_32(u, b), hi) << simd::kName << " rep " << rep;
+    ASSERT_EQ(simd::dot_u4x16_32(u, b), x16) << simd::kName << " rep " << rep;
+  }
+}
+
+// dot_row against the dequantized row in double: the difference is the activation rounding alone, at most
+// sum_i |w_i| d_a(i) / 2 with d_a the activation block's scale, plus fp32 accumulation (n 2^-24 sum |w x|).
+TEST(QuantDot, MatchesDequantizedRowWithinActivationRounding) {
+  const int64_t n = 2048;
+  const std::vector<float> x = test_values(n, 11), w_src = test_values(n * 4, 12);
+  Q8Acts a;
+  quantize_acts(x.data(), n, a);
+  for (BlockType t : {BlockType::kQ8_0, BlockType::kQ4_0, BlockType::kQ4_K, BlockType::kQ6_K}) {
+    const BlockInfo bi = block_info(t);
+    for (int64_t r = 0; r < 4; ++r) {
+      std::vector<uint8_t> q(static_cast<size_t>(n / bi.values * bi.bytes));
+      quantize(t, w_src.data() + r * n, q.data(), n);
+      std::vector<float> w(static_cast<size_t>(n));
+      dequantize(t, q.data(), w.data(), n);
+      double ref = 0, bound = 0, mag = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        ref += double(w[i]) * double(x[i]);
+        bound += std::fabs(double(w[i])) * a.d[static_cast<size_t>(i / 32)] / 2;
+        mag += std::fabs(double(w[i]) * double(x[i]));
+      }
+      const double got = dot_row(t, q.data(), a);
+      EXPECT_LE(std::fabs(got - ref), bound + double(n) * 0x1p-24 * mag) << bi.name << " row " << r;
+      EXPECT_GT(bound, 0.0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace anelab::quant

@@ -1,0 +1,132 @@
+// Quantized decode: the GEMV over block-quantized weights (int8 activations, framework/quant/qdot.h) on the
+// thread pool against the fp32 GEMV of the dequantized weights, and an engine running a Q4_K_M model in its
+// blocks against the same engine on the dequantized model.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "framework/quant/qdot.h"
+#include "infer/cpu_kernels.h"
+#include "infer/engine.h"
+#include "models/presets.h"
+#include "models/quant/quant_mix.h"
+
+namespace anelab::infer {
+namespace {
+
+struct QMat {
+  Mat q, f;                      // the block matrix and its dequantized fp32 copy
+  std::vector<uint8_t> blocks;   // [rows, cols / values * bytes]
+  std::vector<float> deq;        // [rows, cols]
+};
+
+QMat make_qmat(WType t, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 0.05f);
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  for (float& v : w) v = g(rng);
+  QMat m;
+  const quant::BlockType bt = block_type(t);
+  const quant::BlockInfo bi = quant::block_info(bt);
+  m.blocks.resize(static_cast<size_t>(rows * cols / bi.values * bi.bytes));
+  m.deq.resize(w.size());
+  quant::quantize(bt, w.data(), m.blocks.data(), rows * cols);
+  quant::dequantize(bt, m.blocks.data(), m.deq.data(), rows * cols);
+  m.q = Mat{t, rows, cols, m.blocks.data()};
+  m.f = Mat{WType::kF32, rows, cols, m.deq.data()};
+  return m;
+}
+
+// Per row, the quantized GEMV differs from the fp32 GEMV of the dequantized weights by the activation rounding,
+// at most sum_i |w_i| d_a(i) / 2, plus fp32 rounding of both sums (cols 2^-24 sum |w x| each).
+TEST(QuantGemv, MatchesDequantizedGemvOnThePool) {
+  ThreadPool pool(4);
+  const int64_t cols = 1024;
+  std::vector<float> x(static_cast<size_t>(cols)), bias(300);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (float& v : x) v = g(rng);
+  for (float& v : bias) v = g(rng);
+  quant::Q8Acts acts;
+  quant::quantize_acts(x.data(), cols, acts);
+  for (WType t : {WType::kQ8_0, WType::kQ4_0, WType::kQ4_K, WType::kQ6_K}) {
+    const QMat a = make_qmat(t, 300, cols, 1), b = make_qmat(t, 200, cols, 2);
+    std::vector<float> ya(300), yb(200), ra(300), rb(200);
+    gemv(pool, {GemvOut{&a.q, bias.data(), ya.data()}, GemvOut{&b.q, nullptr, yb.data()}}, x.data());
+    gemv(pool, {GemvOut{&a.f, bias.data(), ra.data()}, GemvOut{&b.f, nullptr, rb.data()}}, x.data());
+    auto check = [&](const QMat& m, const std::vector<float>& y, const std::vector<float>& ref, int64_t r) {
+      double bound = 0, mag = 0;
+      for (int64_t i = 0; i < cols; ++i) {
+        const double w = m.deq[static_cast<size_t>(r * cols + i)];
+        bound += std::fabs(w) * acts.d[static_cast<size_t>(i / 32)] / 2;
+        mag += std::fabs(w * x[static_cast<size_t>(i)]);
+      }
+      ASSERT_LE(std::fabs(double(y[r]) - double(ref[r])), bound + 2.0 * cols * 0x1p-24 * (mag + 1.0))
+          << static_cast<int>(t) << " row " << r;
+    };
+    for (int64_t r = 0; r < 300; ++r) check(a, ya, ra, r);
+    for (int64_t r = 0; r < 200; ++r) check(b, yb, rb, r);
+    // GEMM over a block matrix = one GEMV per token, bit for bit.
+    std::vector<float> x3(static_cast<size_t>(3 * cols)), y3(900), y1(300);
+    for (float& v : x3) v = g(rng);
+    gemm(pool, a.q, bias.data(), x3.data(), 3, y3.data());
+    for (int64_t tk = 0; tk < 3; ++tk) {
+      gemv(pool, a.q, bias.data(), x3.data() + tk * cols, y1.data());
+      for (int64_t r = 0; r < 300; ++r) ASSERT_EQ(y3[static_cast<size_t>(tk * 300 + r)], y1[static_cast<size_t>(r)]);
+    }
+    // Embedding rows come back dequantized.
+    std::vector<float> row(static_cast<size_t>(cols));
+    mat_row(a.q, 7, row.data());
+    for (int64_t i = 0; i < cols; ++i) ASSERT_EQ(row[static_cast<size_t>(i)], a.deq[static_cast<size_t>(7 * cols + i)]);
+  }
+}
+
+models::Model dequantized(const models::Model& q) {
+  models::Model r;
+  r.config = q.config;
+  for (const models::Tensor& t : q.tensors()) {
+    const std::vector<float> f = t.to_f32();
+    std::vector<uint8_t> b(f.size() * 4);
+    std::memcpy(b.data(), f.data(), b.size());
+    r.add_owned(t.name, models::DType::kF32, t.shape, std::move(b));
+  }
+  return r;
+}
+
+// A Q4_K_M model decoded in its blocks and the same weights dequantized to fp32 give the same greedy tokens;
+// their logits differ by the activation rounding only (int8 activations: relative error ~ 1/254 per matrix).
+TEST(QuantGemv, EngineDecodesQ4_K_MInItsBlocks) {
+  models::ModelConfig c = models::preset("stories15m");
+  c.dim = 256, c.hidden_dim = 512, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 4, c.head_dim = 64;
+  c.vocab_size = 512, c.max_seq_len = 64;
+  const models::Model q = models::quantize_model(models::random_model(c, 8), models::QuantMix::kQ4_K_M);
+  ASSERT_EQ(q.tensor("layers.0.wq").dtype, models::DType::kQ4_K);
+  EngineOptions qo;
+  qo.dtype = WType::kF32;
+  qo.keep_quantized = true;
+  EngineOptions fo = qo;
+  fo.keep_quantized = false;
+  Engine eq(q, qo), ef(dequantized(q), fo);
+  EXPECT_LT(eq.weight_bytes(), ef.weight_bytes() / 5);  // 4.5-6.6 bits per weight instead of 32
+  int32_t tq = 1, tf = 1;
+  double max_rel = 0;
+  for (int64_t pos = 0; pos < 16; ++pos) {
+    const float* lq = eq.decode(tq, pos);
+    const float* lf = ef.decode(tf, pos);
+    double num = 0, den = 0;
+    for (int64_t v = 0; v < c.vocab_size; ++v) num += (lq[v] - lf[v]) * (lq[v] - lf[v]), den += lf[v] * lf[v];
+    max_rel = std::max(max_rel, std::sqrt(num / den));
+    tq = static_cast<int32_t>(std::max_element(lq, lq + c.vocab_size) - lq);
+    tf = static_cast<int32_t>(std::max_element(lf, lf + c.vocab_size) - lf);
+    ASSERT_EQ(tq, tf) << "position " << pos;
+  }
+  // Each of the ~8 matrices on the path adds int8 rounding of its input (rms ~ d_a / sqrt(12) = amax / 440):
+  // a few percent of relative rms at most over two layers.
+  EXPECT_LT(max_rel, 0.05);
+}
+
+}  // namespace
+}  // namespace anelab::infer

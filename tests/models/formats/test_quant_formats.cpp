@@ -1,0 +1,152 @@
+// Quantized models in files: llama-quantize's per-tensor mix (models/quant/quant_mix.h), GGUF and anelab files
+// holding Q8_0 / Q4_0 / Q4_K / Q6_K tensors read back as views of the mapping (no dequantization), and
+// corrupt quantized tensors rejected with errors naming the tensor.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "framework/core/error.h"
+#include "framework/core/file.h"
+#include "models/formats/anelab_file.h"
+#include "models/formats/gguf.h"
+#include "models/presets.h"
+#include "models/quant/quant_mix.h"
+#include "tests/common/test_data.h"
+
+namespace anelab::models {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// llama.cpp's Q4_K_M on a 12-layer model (stories110m's shape): Q6_K for the tied embedding (= output) and, by
+// use_more_bits(i, 12) (i < 1, i >= 10, (i - 1) % 3 == 2), for attn_v / ffn_down of layers 0, 3, 6, 9, 10, 11.
+TEST(QuantMix, Q4_K_MFollowsLlamaQuantize) {
+  const ModelConfig c = preset("stories110m");
+  const std::vector<int64_t> mat{768, 768}, down{768, 2048};
+  const std::set<int64_t> more = {0, 3, 6, 9, 10, 11};
+  EXPECT_EQ(mix_dtype(c, "tok_embeddings", {32000, 768}, DType::kF32, QuantMix::kQ4_K_M), DType::kQ6_K);
+  for (int64_t l = 0; l < 12; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    const DType want = more.count(l) ? DType::kQ6_K : DType::kQ4_K;
+    EXPECT_EQ(mix_dtype(c, p + "wv", mat, DType::kF32, QuantMix::kQ4_K_M), want) << l;
+    EXPECT_EQ(mix_dtype(c, p + "w2", down, DType::kF32, QuantMix::kQ4_K_M), want) << l;
+    EXPECT_EQ(mix_dtype(c, p + "wq", mat, DType::kF32, QuantMix::kQ4_K_M), DType::kQ4_K) << l;
+    EXPECT_EQ(mix_dtype(c, p + "w1", {2048, 768}, DType::kF32, QuantMix::kQ4_K_M), DType::kQ4_K) << l;
+    EXPECT_EQ(mix_dtype(c, p + "attn_norm", {768}, DType::kF32, QuantMix::kQ4_K_M), DType::kF32) << l;
+  }
+  // Q4_0: the head gets Q6_K; Q8_0: everything Q8_0. Rows that are not whole blocks fall back.
+  EXPECT_EQ(mix_dtype(c, "tok_embeddings", {32000, 768}, DType::kF32, QuantMix::kQ4_0), DType::kQ6_K);
+  EXPECT_EQ(mix_dtype(c, "layers.0.wv", mat, DType::kF32, QuantMix::kQ4_0), DType::kQ4_0);
+  EXPECT_EQ(mix_dtype(c, "tok_embeddings", {32000, 768}, DType::kF32, QuantMix::kQ8_0), DType::kQ8_0);
+  EXPECT_EQ(mix_dtype(c, "layers.1.wq", {896, 896}, DType::kF32, QuantMix::kQ4_K_M), DType::kQ8_0);  // 896 % 256
+  EXPECT_EQ(mix_dtype(c, "layers.1.wq", {64, 64}, DType::kF32, QuantMix::kQ4_0), DType::kQ4_0);
+  EXPECT_EQ(mix_dtype(c, "layers.1.wq", {64, 48}, DType::kF32, QuantMix::kQ4_0), DType::kF16);
+  EXPECT_EQ(parse_quant_mix("Q4_K_M"), QuantMix::kQ4_K_M);
+  EXPECT_FALSE(parse_quant_mix("q5_k_m"));
+}
+
+ModelConfig toy_llama() {  // whole Q4_K super-blocks in every row
+  ModelConfig c = preset("stories15m");
+  c.dim = 256, c.hidden_dim = 512, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 4, c.head_dim = 64;
+  c.vocab_size = 300, c.max_seq_len = 32;
+  return c;
+}
+
+TEST(QuantFormats, GgufKeepsBlockTypesAsViews) {
+  const Model src = random_model(toy_llama(), 4);
+  for (QuantMix mix : {QuantMix::kQ8_0, QuantMix::kQ4_0, QuantMix::kQ4_K_M}) {
+    const Model q = quantize_model(src, mix);
+    const auto dir = test::temp_dir("qg");
+    const std::string path = (dir / "m.gguf").string();
+    write_gguf_model(q, path);
+    const GgufFile g = read_gguf_file(path);
+    const Model b = gguf_to_model(g, path);
+    std::map<std::string, const uint8_t*> in_file;
+    for (const auto& t : g.tensors) in_file[t.name] = t.data;
+    EXPECT_EQ(g.get_int("general.file_type", int64_t{-1}), mix == QuantMix::kQ8_0 ? 7 : mix == QuantMix::kQ4_0 ? 2 : 15);
+    for (const Tensor& t : q.tensors()) {
+      const Tensor& u = b.tensor(t.name);
+      EXPECT_EQ(u.dtype, t.dtype) << t.name;
+      ASSERT_EQ(u.nbytes, t.nbytes) << t.name;
+      EXPECT_EQ(std::memcmp(u.data, t.data, static_cast<size_t>(t.nbytes)), 0) << t.name;
+    }
+    EXPECT_EQ(b.tensor("layers.0.wq").data, in_file.at("blk.0.attn_q.weight"));  // a view of the mapping
+    if (mix == QuantMix::kQ4_K_M) {
+      EXPECT_EQ(b.tensor("layers.0.wq").dtype, DType::kQ4_K);
+      EXPECT_EQ(b.tensor("layers.0.wv").dtype, DType::kQ4_K);  // use_more_bits(0, 2) is false
+      EXPECT_EQ(b.tensor("layers.1.wv").dtype, DType::kQ6_K);  // 1 >= 7 * 2 / 8
+      EXPECT_EQ(b.tensor("tok_embeddings").dtype, DType::kQ6_K);
+    }
+  }
+}
+
+TEST(QuantFormats, AnelabFileHoldsBlockTypes) {
+  const Model src = random_model(toy_llama(), 5);
+  const auto dir = test::temp_dir("qa");
+  const Model q = quantize_model(src, QuantMix::kQ4_K_M);
+  const std::string p = (dir / "m.anelab").string();
+  save_model(q, p);
+  const auto bytes = read_file_bytes(p);
+  uint32_t version;
+  std::memcpy(&version, bytes.data() + 8, 4);
+  EXPECT_EQ(version, 3u);
+  const Model b = read_anelab_file(p);
+  for (const Tensor& t : q.tensors()) {
+    const Tensor& u = b.tensor(t.name);
+    EXPECT_EQ(u.dtype, t.dtype) << t.name;
+    ASSERT_EQ(u.nbytes, t.nbytes) << t.name;
+    EXPECT_EQ(std::memcmp(u.data, t.data, static_cast<size_t>(t.nbytes)), 0) << t.name;
+  }
+  // A q8_0-only file stays version 2 (older readers read it).
+  save_model(quantize_model(src, QuantMix::kQ8_0), p);
+  std::memcpy(&version, read_file_bytes(p).data() + 8, 4);
+  EXPECT_EQ(version, 2u);
+  // A version-2 file that claims a 4-bit tensor is rejected naming it.
+  auto v2 = bytes;
+  const uint32_t two = 2;
+  std::memcpy(v2.data() + 8, &two, 4);
+  const std::string hdr(reinterpret_cast<const char*>(v2.data() + 24), 200);
+  const size_t at = std::string(reinterpret_cast<const char*>(v2.data()), v2.size()).find("\"version\":3");
+  ASSERT_NE(at, std::string::npos) << hdr;
+  v2[at + 10] = '2';
+  auto owner = std::make_shared<std::vector<uint8_t>>(v2);
+  const std::string e = error_of([&] { parse_anelab(owner->data(), owner->size(), owner, "v2.anelab"); });
+  EXPECT_NE(e.find("needs format version 3"), std::string::npos) << e;
+}
+
+TEST(QuantFormats, CorruptQuantizedTensorsNameTheTensor) {
+  // Row length that is not whole Q4_K blocks.
+  GgufWriter w;
+  w.add_str("general.architecture", "llama");
+  w.add_tensor("blk.0.attn_q.weight", kGgmlQ4_K, {100, 2}, std::vector<uint8_t>(288));
+  const auto img = w.build();
+  std::string e = error_of([&] { parse_gguf(img.data(), img.size(), nullptr, "bad.gguf"); });
+  EXPECT_NE(e.find("blk.0.attn_q.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("not a multiple of 256"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos);
+  // Truncated data of a quantized model.
+  const Model q = quantize_model(random_model(toy_llama(), 6), QuantMix::kQ4_K_M);
+  auto full = model_to_gguf(q);
+  full.resize(full.size() - 2100);  // the last tensors: blk.1.ffn_up.weight (Q4_K), output_norm.weight (1 KiB f32)
+  e = error_of([&] { parse_gguf(full.data(), full.size(), nullptr, "cut.gguf"); });
+  EXPECT_NE(e.find("blk.1.ffn_up.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("truncated"), std::string::npos) << e;
+  // Byte count that does not match the shape (an anelab view of a Q6_K tensor one block short).
+  Model m;
+  e = error_of([&] { m.add_owned("layers.0.w2", DType::kQ6_K, {256, 512}, std::vector<uint8_t>(256 * 2 * 210 - 210)); });
+  EXPECT_NE(e.find("layers.0.w2"), std::string::npos) << e;
+  EXPECT_NE(e.find("q6_k"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace anelab::models
