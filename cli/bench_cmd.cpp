@@ -171,7 +171,7 @@ struct RandomLayer {
     wq = r(s.q_dim() * s.dim, 0.05f, 1), wk = r(s.kv_dim() * s.dim, 0.05f, 2), wv = r(s.kv_dim() * s.dim, 0.05f, 3);
     wo = r(s.dim * s.q_dim(), 0.05f, 4), w1 = r(s.hidden * s.dim, 0.03f, 5), w2 = r(s.dim * s.hidden, 0.03f, 6);
     w3 = r(s.hidden * s.dim, 0.03f, 7), ra = r(s.dim, 1.0f, 8), rf = r(s.dim, 1.0f, 9);
-    w.wq = wq, w.wk = wk, w.wv = wv, w.wo = wo, w.w1 = w1, w.w2 = w2, w.w3 = w3, w.rms_att = ra, w.rms_ffn = rf;
+    w = kern::train_weights(s, wq, wk, wv, wo, w1, w3, w2, ra, rf);
   }
 };
 
