@@ -25,9 +25,9 @@ TEST(CpuOps, RopeTablesFollowRuncInFp32AndTheReferenceInFp64) {
     for (int64_t i = 0; i < half; ++i) {
       const size_t k = size_t(p * half + i);
       // run.c: float freq = 1.0f / powf(10000.0f, head_dim / (float)head_size); float val = pos * freq;
-      const float freq = 1.0f / powf(theta, float(2 * i) / float(hd)), val = float(pos0 + p) * freq;
-      EXPECT_EQ(c32[k], cosf(val)) << p << " " << i;
-      EXPECT_EQ(s32[k], sinf(val)) << p << " " << i;
+      const float freq = 1.0f / std::pow(theta, float(2 * i) / float(hd)), val = float(pos0 + p) * freq;
+      EXPECT_EQ(c32[k], std::cos(val)) << p << " " << i;
+      EXPECT_EQ(s32[k], std::sin(val)) << p << " " << i;
       const double ang = double(pos0 + p) * std::pow(double(theta), -2.0 * double(i) / double(hd));
       EXPECT_EQ(c64[k], float(std::cos(ang))) << p << " " << i;
       EXPECT_EQ(s64[k], float(std::sin(ang))) << p << " " << i;
@@ -68,7 +68,7 @@ TEST(CpuOps, NormsSumInThePrecisionAsked) {
   for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
   ss /= float(n);
   ss += eps;
-  ss = 1.0f / sqrtf(ss);
+  ss = 1.0f / std::sqrt(ss);
   double sd = 0.0;
   for (int64_t i = 0; i < n; ++i) sd += double(x[i]) * x[i];
   EXPECT_EQ(r32, ss);
