@@ -177,7 +177,7 @@ void Engine::norm_rows(const float* x, std::span<const float> w, std::span<const
   auto rows = [&](int64_t r0, int64_t r1) {
     for (int64_t i = r0; i < r1; ++i) {
       if (c.norm == models::NormType::kRms)
-        kern::cpu::rms_norm(x + i * c.dim, w.data(), c.norm_eps, c.dim, out + i * c.dim, kern::cpu::Precision::kFp32);
+        kern::cpu::rms_norm(x + i * c.dim, w.data(), c.norm_eps, c.dim, out + i * c.dim, kern::cpu::Numerics::kRunc);
       else
         kern::cpu::layer_norm(x + i * c.dim, w.data(), opt_ptr(b), c.norm_eps, c.dim, out + i * c.dim);
     }
@@ -204,7 +204,7 @@ void Engine::rope_rows(float* x, int64_t n, int64_t heads, int64_t pos) {
                                                                         : kern::RopeStyle::kRotateHalf;
   for (int64_t i = 0; i < n; ++i)
     kern::cpu::rope_row(x + i * heads * c.head_dim, heads, c.head_dim, style, rope_cos_.data() + i * half,
-                        rope_sin_.data() + i * half);
+                        rope_sin_.data() + i * half, kern::cpu::Numerics::kRunc);
 }
 
 // Causal attention of the n new tokens (positions pos..pos+n-1) over the cache; att_ [n, q_dim].
@@ -324,7 +324,7 @@ void Engine::forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vect
   float* x = x_.data();
   embed(tokens, pos, x);
   if (c.rope_style != models::RopeStyle::kNone)  // run.c / HF: frequencies and angles in fp32
-    kern::cpu::rope_half_tables(n, hd, c.rope_theta, pos, kern::cpu::Precision::kFp32, rope_cos_.data(), rope_sin_.data());
+    kern::cpu::rope_half_tables(n, hd, c.rope_theta, pos, kern::cpu::Numerics::kRunc, rope_cos_.data(), rope_sin_.data());
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = layers_[static_cast<size_t>(l)];
     norm_rows(x, L.attn_norm, L.attn_norm_b, n, xb_.data());

@@ -65,7 +65,7 @@ void matmul_dw(const float* dy, const float* x, float* dW, int64_t N, int64_t in
 void rmsnorm(const float* x, const float* w, float* y, float* rrms, int64_t N, int64_t D, float eps) {
   parallel_rows(N, N * D, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n)
-      rrms[n] = kern::cpu::rms_norm(x + n * D, w, eps, D, y + n * D, kern::cpu::Precision::kFp64);
+      rrms[n] = kern::cpu::rms_norm(x + n * D, w, eps, D, y + n * D, kern::cpu::Numerics::kReference);
   });
 }
 
@@ -143,7 +143,7 @@ void CpuModel::prepare(int64_t B, int64_t T) {
   }
   const int64_t half = c_.head_dim / 2;
   cos_.resize(size_t(T * half)), sin_.resize(size_t(T * half));
-  kern::cpu::rope_half_tables(T, c_.head_dim, c_.rope_theta, 0, kern::cpu::Precision::kFp64, cos_.data(), sin_.data());
+  kern::cpu::rope_half_tables(T, c_.head_dim, c_.rope_theta, 0, kern::cpu::Numerics::kReference, cos_.data(), sin_.data());
 }
 
 // Rotates every head of x [rows, heads*hd] by +angle (sign = 1) or -angle (sign = -1, the backward).
@@ -153,7 +153,8 @@ void CpuModel::rope(float* x, int64_t rows, int64_t heads, int64_t T, float sign
                                                                          : kern::RopeStyle::kRotateHalf;
   parallel_rows(rows, rows * heads * hd, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n)
-      kern::cpu::rope_row(x + n * heads * hd, heads, hd, style, cos_.data() + (n % T) * half, sin_.data() + (n % T) * half, sign);
+      kern::cpu::rope_row(x + n * heads * hd, heads, hd, style, cos_.data() + (n % T) * half, sin_.data() + (n % T) * half,
+                          kern::cpu::Numerics::kReference, sign);
   });
 }
 

@@ -69,7 +69,7 @@ const char* rope_style_name(RopeStyle s);
 
 // cos / sin tables [S, HD] (row-major, position-major) for positions pos0 .. pos0+S-1, laid out for
 // `style`: adjacent pairs duplicate angle i at columns 2i and 2i+1; rotate-half at i and i + HD/2.
-// The angles are cpu_ops.h's rope_half_tables in fp64 (the training reference's).
+// The angles are cpu_ops.h's rope_half_tables with the training reference's numerics (fp64 angles).
 struct RopeTables {
   std::vector<float> cos, sin;  // [S, HD] each
 };

@@ -5,12 +5,12 @@
 
 namespace anelab::kern::cpu {
 
-void rope_half_tables(int64_t n, int64_t hd, double theta, int64_t pos0, Precision prec, float* cos, float* sin) {
+void rope_half_tables(int64_t n, int64_t hd, double theta, int64_t pos0, Numerics num, float* cos, float* sin) {
   const int64_t half = hd / 2;
   for (int64_t p = 0; p < n; ++p)
     for (int64_t i = 0; i < half; ++i) {
       float c, s;
-      if (prec == Precision::kFp32) {  // run.c: freq = 1 / theta^(2i / HD) in fp32, angle = pos * freq
+      if (num == Numerics::kRunc) {  // run.c: freq = 1 / theta^(2i / HD) in fp32, angle = pos * freq
         const float freq = 1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(hd));
         const float ang = static_cast<float>(pos0 + p) * freq;
         c = std::cos(ang), s = std::sin(ang);
@@ -23,7 +23,27 @@ void rope_half_tables(int64_t n, int64_t hd, double theta, int64_t pos0, Precisi
     }
 }
 
-void rope_row(float* x, int64_t heads, int64_t hd, RopeStyle style, const float* cos, const float* sin, float sign) {
+namespace {
+// (x[i], x[i + HD/2]) of each head as Hugging Face writes it: x1 cos - x2 sin, x2 cos + x1 sin.
+void rope_row_hf(float* x, int64_t heads, int64_t hd, const float* cos, const float* sin, float sign) {
+  const int64_t half = hd / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    float* v = x + h * hd;
+    for (int64_t i = 0; i < half; ++i) {
+      const float c = cos[i], s = sign * sin[i], x1 = v[i], x2 = v[i + half];
+      v[i] = x1 * c - x2 * s;
+      v[i + half] = x2 * c + x1 * s;
+    }
+  }
+}
+}  // namespace
+
+void rope_row(float* x, int64_t heads, int64_t hd, RopeStyle style, const float* cos, const float* sin, Numerics num,
+              float sign) {
+  if (style == RopeStyle::kRotateHalf && num == Numerics::kRunc) {
+    rope_row_hf(x, heads, hd, cos, sin, sign);
+    return;
+  }
   const int64_t half = hd / 2;
   const bool adjacent = style == RopeStyle::kAdjacentPairs;
   for (int64_t h = 0; h < heads; ++h) {
@@ -48,12 +68,12 @@ float rrms(const float* x, int64_t n, float eps) {
 }
 }  // namespace
 
-float rms_rrms(const float* x, int64_t n, float eps, Precision prec) {
-  return prec == Precision::kFp32 ? rrms<float>(x, n, eps) : rrms<double>(x, n, eps);
+float rms_rrms(const float* x, int64_t n, float eps, Numerics num) {
+  return num == Numerics::kRunc ? rrms<float>(x, n, eps) : rrms<double>(x, n, eps);
 }
 
-float rms_norm(const float* x, const float* w, float eps, int64_t n, float* out, Precision prec) {
-  const float r = rms_rrms(x, n, eps, prec);
+float rms_norm(const float* x, const float* w, float eps, int64_t n, float* out, Numerics num) {
+  const float r = rms_rrms(x, n, eps, num);
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * r * w[i];
   return r;
 }

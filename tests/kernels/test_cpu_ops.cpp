@@ -12,14 +12,14 @@
 namespace anelab::test {
 namespace {
 
-using kern::cpu::Precision;
+using kern::cpu::Numerics;
 
 TEST(CpuOps, RopeTablesFollowRuncInFp32AndTheReferenceInFp64) {
   const int64_t n = 40, hd = 64, half = hd / 2, pos0 = 1000;
   const float theta = 10000.0f;
   F32 c32(n * half), s32(c32.size()), c64(c32.size()), s64(c32.size());
-  kern::cpu::rope_half_tables(n, hd, theta, pos0, Precision::kFp32, c32.data(), s32.data());
-  kern::cpu::rope_half_tables(n, hd, theta, pos0, Precision::kFp64, c64.data(), s64.data());
+  kern::cpu::rope_half_tables(n, hd, theta, pos0, Numerics::kRunc, c32.data(), s32.data());
+  kern::cpu::rope_half_tables(n, hd, theta, pos0, Numerics::kReference, c64.data(), s64.data());
   int differ = 0;
   for (int64_t p = 0; p < n; ++p)
     for (int64_t i = 0; i < half; ++i) {
@@ -39,31 +39,33 @@ TEST(CpuOps, RopeTablesFollowRuncInFp32AndTheReferenceInFp64) {
 TEST(CpuOps, RopeRowRotatesThePairsOfItsStyleAndSignMinusOneUndoesIt) {
   const int64_t heads = 3, hd = 8, half = hd / 2;
   F32 cs(half), sn(half);
-  kern::cpu::rope_half_tables(1, hd, 10000.0, 7, Precision::kFp64, cs.data(), sn.data());
+  kern::cpu::rope_half_tables(1, hd, 10000.0, 7, Numerics::kReference, cs.data(), sn.data());
   const F32 x = rand_f16(size_t(heads * hd), 1.0, 5);
-  for (kern::RopeStyle st : {kern::RopeStyle::kAdjacentPairs, kern::RopeStyle::kRotateHalf}) {
+  for (kern::RopeStyle st : {kern::RopeStyle::kAdjacentPairs, kern::RopeStyle::kRotateHalf})
+    for (Numerics num : {Numerics::kRunc, Numerics::kReference}) {
     F32 y = x;
-    kern::cpu::rope_row(y.data(), heads, hd, st, cs.data(), sn.data());
+    kern::cpu::rope_row(y.data(), heads, hd, st, cs.data(), sn.data(), num);
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t i = 0; i < half; ++i) {
         const int64_t a = h * hd + (st == kern::RopeStyle::kAdjacentPairs ? 2 * i : i);
         const int64_t b = h * hd + (st == kern::RopeStyle::kAdjacentPairs ? 2 * i + 1 : i + half);
-        EXPECT_EQ(y[a], x[a] * cs[i] - x[b] * sn[i]) << kern::rope_style_name(st);
-        EXPECT_EQ(y[b], x[a] * sn[i] + x[b] * cs[i]) << kern::rope_style_name(st);
+        // |x| <= 1: each product (< 1) rounded by <= 2^-25 unless fused (FMA), the sum (<= 1.42) by <= 2^-24
+        EXPECT_NEAR(y[a], double(x[a]) * cs[i] - double(x[b]) * sn[i], 0x1p-23) << kern::rope_style_name(st);
+        EXPECT_NEAR(y[b], double(x[a]) * sn[i] + double(x[b]) * cs[i], 0x1p-23) << kern::rope_style_name(st);
       }
     // back: each output is two products and a sum of values <= sqrt(2) |x|: a few ulps of 1
-    kern::cpu::rope_row(y.data(), heads, hd, st, cs.data(), sn.data(), -1.0f);
+    kern::cpu::rope_row(y.data(), heads, hd, st, cs.data(), sn.data(), num, -1.0f);
     for (size_t k = 0; k < x.size(); ++k) EXPECT_NEAR(y[k], x[k], 4 * 0x1p-24) << kern::rope_style_name(st) << " " << k;
-  }
+    }
 }
 
-TEST(CpuOps, NormsSumInThePrecisionAsked) {
+TEST(CpuOps, NormsSumInTheNumericsAsked) {
   const int64_t n = 288;
   const F32 x = rand_f16(size_t(n), 3.0, 9), w = rand_f16(size_t(n), 1.0, 10), b = rand_f16(size_t(n), 1.0, 11);
   const float eps = 1e-5f;
   F32 y32(n), y64(n);
-  const float r32 = kern::cpu::rms_norm(x.data(), w.data(), eps, n, y32.data(), Precision::kFp32);
-  const float r64 = kern::cpu::rms_norm(x.data(), w.data(), eps, n, y64.data(), Precision::kFp64);
+  const float r32 = kern::cpu::rms_norm(x.data(), w.data(), eps, n, y32.data(), Numerics::kRunc);
+  const float r64 = kern::cpu::rms_norm(x.data(), w.data(), eps, n, y64.data(), Numerics::kReference);
   float ss = 0.0f;  // run.c rmsnorm
   for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
   ss /= float(n);
