@@ -215,9 +215,9 @@ Workload layer_workload(int repeats) {
     ws.reserve(16);
     const int64_t d = s.dim, qd = s.q_dim(), kvd = s.kv_dim(), h = s.hidden, sq = s.seq;
     const float sd = 1.0f / std::sqrt(float(d)), sq_ = 1.0f / std::sqrt(float(qd)), sh = 1.0f / std::sqrt(float(h));
-    kern::LayerWeights lw = kern::train_weights(s, mk(qd * d, 1, sd), mk(kvd * d, 2, sd), mk(kvd * d, 3, sd),
-                                                mk(d * qd, 4, sq_), mk(h * d, 5, sd), mk(h * d, 6, sd),
-                                                mk(d * h, 7, sh), mk(d, 8, 0.1f), mk(d, 9, 0.1f));
+    kern::LayerWeights lw =
+        kern::train_weights(s, mk(qd * d, 1, sd), mk(kvd * d, 2, sd), mk(kvd * d, 3, sd), mk(d * qd, 4, sq_),
+                            mk(h * d, 5, sd), mk(h * d, 6, sd), mk(d * h, 7, sh), mk(d, 8, 0.1f), mk(d, 9, 0.1f));
     std::vector<float> rms1(lw.attn_norm.begin(), lw.attn_norm.end()), rms2(lw.ffn_norm.begin(), lw.ffn_norm.end());
     for (auto& v : rms1) v += 1.0f;
     for (auto& v : rms2) v += 1.0f;

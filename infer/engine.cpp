@@ -201,7 +201,7 @@ void Engine::rope_rows(float* x, int64_t n, int64_t heads, int64_t pos) {
   const auto& c = model_.config;
   const int64_t half = c.head_dim / 2;
   const auto style = c.rope_style == models::RopeStyle::kAdjacentPairs ? kern::RopeStyle::kAdjacentPairs
-                                                                        : kern::RopeStyle::kRotateHalf;
+                                                                       : kern::RopeStyle::kRotateHalf;
   for (int64_t i = 0; i < n; ++i)
     kern::cpu::rope_row(x + i * heads * c.head_dim, heads, c.head_dim, style, rope_cos_.data() + i * half,
                         rope_sin_.data() + i * half, kern::cpu::Numerics::kRunc);
@@ -324,7 +324,8 @@ void Engine::forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vect
   float* x = x_.data();
   embed(tokens, pos, x);
   if (c.rope_style != models::RopeStyle::kNone)  // run.c / HF: frequencies and angles in fp32
-    kern::cpu::rope_half_tables(n, hd, c.rope_theta, pos, kern::cpu::Numerics::kRunc, rope_cos_.data(), rope_sin_.data());
+    kern::cpu::rope_half_tables(n, hd, c.rope_theta, pos, kern::cpu::Numerics::kRunc, rope_cos_.data(),
+                                rope_sin_.data());
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = layers_[static_cast<size_t>(l)];
     norm_rows(x, L.attn_norm, L.attn_norm_b, n, xb_.data());

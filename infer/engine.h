@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "framework/core/thread_pool.h"
 #include "framework/mil/ir.h"
 #include "infer/cpu_kernels.h"
-#include "framework/core/thread_pool.h"
 #include "models/formats/model.h"
 
 namespace anelab::infer {

@@ -15,7 +15,8 @@ namespace {
 
 using mil::Value;
 
-std::optional<Value> opt_vec(mil::FunctionBuilder& b, kern::BlobSet& bs, const std::string& stem, std::span<const float> v) {
+std::optional<Value> opt_vec(mil::FunctionBuilder& b, kern::BlobSet& bs, const std::string& stem,
+                             std::span<const float> v) {
   if (v.empty()) return std::nullopt;
   return bs.vector(b, stem, v);
 }
@@ -29,9 +30,12 @@ class PrefillParams : public kern::LayerParams {
   Value input(const std::string&) override { return x_; }
   Value project(const std::string& w, const Value& x) override {
     const kern::Mat& m = L_.matrix(w);
-    return kern::linear(b_, x, bs_.matrix(b_, w, kern::mat_values(m), m.rows, m.cols), opt_vec(b_, bs_, w + "_bias", bias(w)));
+    return kern::linear(b_, x, bs_.matrix(b_, w, kern::mat_values(m), m.rows, m.cols),
+                        opt_vec(b_, bs_, w + "_bias", bias(w)));
   }
-  Value norm_weight(const std::string& norm) override { return bs_.vector(b_, norm, norm == "attn_norm" ? L_.attn_norm : L_.ffn_norm); }
+  Value norm_weight(const std::string& norm) override {
+    return bs_.vector(b_, norm, norm == "attn_norm" ? L_.attn_norm : L_.ffn_norm);
+  }
   std::optional<Value> norm_bias(const std::string& norm) override {
     return opt_vec(b_, bs_, norm + "_b", norm == "attn_norm" ? L_.attn_norm_b : L_.ffn_norm_b);
   }
@@ -46,7 +50,8 @@ class PrefillParams : public kern::LayerParams {
   const rt::Weights& weights() const { return bs_.weights(); }
 
   static kern::RopeStyle rope_style(const models::ModelConfig& c) {
-    return c.rope_style == models::RopeStyle::kAdjacentPairs ? kern::RopeStyle::kAdjacentPairs : kern::RopeStyle::kRotateHalf;
+    return c.rope_style == models::RopeStyle::kAdjacentPairs ? kern::RopeStyle::kAdjacentPairs
+                                                             : kern::RopeStyle::kRotateHalf;
   }
 
  private:
@@ -92,7 +97,8 @@ LayerKernelSource build_layer_kernel(const Engine& e, int64_t layer, int64_t S) 
   return build_layer_kernel(e.config(), e.layer(layer), S, e.backend_dialect());
 }
 
-LayerKernelSource build_layer_kernel(const models::ModelConfig& c, const LayerWeights& L, int64_t S, mil::Dialect dialect) {
+LayerKernelSource build_layer_kernel(const models::ModelConfig& c, const LayerWeights& L, int64_t S,
+                                     mil::Dialect dialect) {
   mil::ProgramBuilder pb;
   auto& b = pb.function("main");
   PrefillParams p(b, c, L, S);

@@ -143,18 +143,19 @@ void CpuModel::prepare(int64_t B, int64_t T) {
   }
   const int64_t half = c_.head_dim / 2;
   cos_.resize(size_t(T * half)), sin_.resize(size_t(T * half));
-  kern::cpu::rope_half_tables(T, c_.head_dim, c_.rope_theta, 0, kern::cpu::Numerics::kReference, cos_.data(), sin_.data());
+  kern::cpu::rope_half_tables(T, c_.head_dim, c_.rope_theta, 0, kern::cpu::Numerics::kReference, cos_.data(),
+                              sin_.data());
 }
 
 // Rotates every head of x [rows, heads*hd] by +angle (sign = 1) or -angle (sign = -1, the backward).
 void CpuModel::rope(float* x, int64_t rows, int64_t heads, int64_t T, float sign) const {
   const int64_t hd = c_.head_dim, half = hd / 2;
   const auto style = c_.rope_style == models::RopeStyle::kAdjacentPairs ? kern::RopeStyle::kAdjacentPairs
-                                                                         : kern::RopeStyle::kRotateHalf;
+                                                                        : kern::RopeStyle::kRotateHalf;
   parallel_rows(rows, rows * heads * hd, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n)
-      kern::cpu::rope_row(x + n * heads * hd, heads, hd, style, cos_.data() + (n % T) * half, sin_.data() + (n % T) * half,
-                          kern::cpu::Numerics::kReference, sign);
+      kern::cpu::rope_row(x + n * heads * hd, heads, hd, style, cos_.data() + (n % T) * half,
+                          sin_.data() + (n % T) * half, kern::cpu::Numerics::kReference, sign);
   });
 }
 

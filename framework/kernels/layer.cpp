@@ -45,7 +45,8 @@ namespace {
 
 // The tap `name` of a block: `make` emits it when asked (merges of heads happen only for taps wanted).
 using TapFn = std::function<Value()>;
-Taps pick(const char* block, const std::vector<std::pair<std::string, TapFn>>& known, const std::vector<std::string>& want) {
+Taps pick(const char* block, const std::vector<std::pair<std::string, TapFn>>& known,
+          const std::vector<std::string>& want) {
   Taps out;
   for (const std::string& w : want) {
     const TapFn* f = nullptr;
@@ -61,7 +62,8 @@ Taps pick(const char* block, const std::vector<std::pair<std::string, TapFn>>& k
 }
 
 // norm(x) with the norm's weights fetched before x (the order every generator has used).
-Value norm(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, const std::string& which, const std::function<Value()>& x) {
+Value norm(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, const std::string& which,
+           const std::function<Value()>& x) {
   Value g = p.norm_weight(which);
   std::optional<Value> beta = d.layer_norm ? p.norm_bias(which) : std::nullopt;
   Value xv = x();

@@ -56,17 +56,17 @@ std::vector<float> mat_values(const Mat& m);
 // One transformer layer's weights (not owned). Vectors are empty when the model has no such tensor.
 // The kernels name them: wq wk wv wo w1 w2 w3, norms attn_norm / ffn_norm (training's rms_att / rms_ffn).
 struct LayerWeights {
-  Mat wq;                                   // [QD, D]
-  Mat wk, wv;                               // [KVD, D]
-  Mat wo;                                   // [D, QD]
-  Mat w1, w3;                               // [H, D] (SwiGLU gate / up; GELU: w1 = fc, no w3)
-  Mat w2;                                   // [D, H] (down; GELU: proj)
-  std::span<const float> attn_norm, ffn_norm;      // [D]
-  std::span<const float> attn_norm_b, ffn_norm_b;  // [D] LayerNorm biases
-  std::span<const float> bq;                // [QD]
-  std::span<const float> bk, bv;            // [KVD]
-  std::span<const float> bo, b2;            // [D]
-  std::span<const float> b1;                // [H]
+  Mat wq;                                            // [QD, D]
+  Mat wk, wv;                                        // [KVD, D]
+  Mat wo;                                            // [D, QD]
+  Mat w1, w3;                                        // [H, D] (SwiGLU gate / up; GELU: w1 = fc, no w3)
+  Mat w2;                                            // [D, H] (down; GELU: proj)
+  std::span<const float> attn_norm, ffn_norm;        // [D]
+  std::span<const float> attn_norm_b, ffn_norm_b;    // [D] LayerNorm biases
+  std::span<const float> bq;                         // [QD]
+  std::span<const float> bk, bv;                     // [KVD]
+  std::span<const float> bo, b2;                     // [D]
+  std::span<const float> b1;                         // [H]
   const Mat& matrix(const std::string& name) const;  // "wq" ... "w3"; throws for others
 };
 
@@ -80,9 +80,9 @@ struct LayerDesc {
   int64_t head_dim = 0;    // HD
   int64_t seq = 0;         // S
   double norm_eps = 1e-5;
-  bool layer_norm = false;         // LayerNorm (GPT-2); else RMSNorm
-  bool gelu = false;               // tanh-GELU MLP (w1, w2); else SwiGLU (w1, w3, w2)
-  std::optional<RopeStyle> rope;   // none: no RoPE (learned positions)
+  bool layer_norm = false;        // LayerNorm (GPT-2); else RMSNorm
+  bool gelu = false;              // tanh-GELU MLP (w1, w2); else SwiGLU (w1, w3, w2)
+  std::optional<RopeStyle> rope;  // none: no RoPE (learned positions)
   double rope_theta = 10000.0;
 
   int64_t q_dim() const { return n_heads * head_dim; }
@@ -99,9 +99,9 @@ class LayerParams {
   virtual Value input(const std::string& slot) = 0;  // an activation input, [1, C, 1, S]
   // y = W x (+ the bias of W when the model has one) for "wq" ... "w3"
   virtual Value project(const std::string& weight, const Value& x) = 0;
-  virtual Value norm_weight(const std::string& norm) = 0;                // "attn_norm" | "ffn_norm": [1, D, 1, 1]
+  virtual Value norm_weight(const std::string& norm) = 0;               // "attn_norm" | "ffn_norm": [1, D, 1, 1]
   virtual std::optional<Value> norm_bias(const std::string& norm) = 0;  // LayerNorm bias, if any
-  virtual Value mask() = 0;                        // [1, 1, S, S] additive causal mask (causal_mask)
+  virtual Value mask() = 0;                                // [1, 1, S, S] additive causal mask (causal_mask)
   virtual Value rope_table(const std::string& which) = 0;  // "cos" | "sin": [1, 1, S, HD] (rope_tables)
 };
 

@@ -109,8 +109,8 @@ void validate_train_weights(const LayerWeights& w, const TrainShape& s) {
     auto [o, i] = weight_dims(n, s);
     if (n[0] == 'w') {
       const Mat& m = w.matrix(n);
-      ANELAB_CHECK(m.rows == o && m.cols == i, "kernels", "layer weight ", n, " is [", m.rows, ", ", m.cols, "], shape ",
-                   s.str(), " needs [", o, ", ", i, "]");
+      ANELAB_CHECK(m.rows == o && m.cols == i, "kernels", "layer weight ", n, " is [", m.rows, ", ", m.cols,
+                   "], shape ", s.str(), " needs [", o, ", ", i, "]");
     }
     const std::span<const float> v = train_weight(w, n);
     ANELAB_CHECK(static_cast<int64_t>(v.size()) == o * i, "kernels", "layer weight ", n, " has ", v.size(),

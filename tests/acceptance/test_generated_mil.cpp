@@ -72,7 +72,7 @@ TEST(GeneratedMil, TrainingKernelsOfEveryPreset) {
       const float* z = zeros().data();
       ASSERT_LE(std::max({QD * D, KVD * D, H * D}), zeros().size());
       const kern::LayerWeights w = kern::train_weights(s, {z, QD * D}, {z, KVD * D}, {z, KVD * D}, {z, D * QD},
-                                                        {z, H * D}, {z, H * D}, {z, D * H}, {z, D}, {z, D});
+                                                       {z, H * D}, {z, H * D}, {z, D * H}, {z, D}, {z, D});
       for (kern::Strategy st : {kern::Strategy::kStatic, kern::Strategy::kDynamic})
         for (kern::KernelKind k : kern::kAllKernelKinds) {
           const kern::KernelSpec ks = kern::build_kernel(k, s, st, &w);

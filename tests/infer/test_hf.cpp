@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "infer/engine.h"
-#include "models/sampler.h"
 #include "models/formats/load_any.h"
+#include "models/sampler.h"
 #include "tests/common/test_data.h"
 
 namespace anelab::infer {

@@ -43,19 +43,20 @@ TEST(CpuOps, RopeRowRotatesThePairsOfItsStyleAndSignMinusOneUndoesIt) {
   const F32 x = rand_f16(size_t(heads * hd), 1.0, 5);
   for (kern::RopeStyle st : {kern::RopeStyle::kAdjacentPairs, kern::RopeStyle::kRotateHalf})
     for (Numerics num : {Numerics::kRunc, Numerics::kReference}) {
-    F32 y = x;
-    kern::cpu::rope_row(y.data(), heads, hd, st, cs.data(), sn.data(), num);
-    for (int64_t h = 0; h < heads; ++h)
-      for (int64_t i = 0; i < half; ++i) {
-        const int64_t a = h * hd + (st == kern::RopeStyle::kAdjacentPairs ? 2 * i : i);
-        const int64_t b = h * hd + (st == kern::RopeStyle::kAdjacentPairs ? 2 * i + 1 : i + half);
-        // |x| <= 1: each product (< 1) rounded by <= 2^-25 unless fused (FMA), the sum (<= 1.42) by <= 2^-24
-        EXPECT_NEAR(y[a], double(x[a]) * cs[i] - double(x[b]) * sn[i], 0x1p-23) << kern::rope_style_name(st);
-        EXPECT_NEAR(y[b], double(x[a]) * sn[i] + double(x[b]) * cs[i], 0x1p-23) << kern::rope_style_name(st);
-      }
-    // back: each output is two products and a sum of values <= sqrt(2) |x|: a few ulps of 1
-    kern::cpu::rope_row(y.data(), heads, hd, st, cs.data(), sn.data(), num, -1.0f);
-    for (size_t k = 0; k < x.size(); ++k) EXPECT_NEAR(y[k], x[k], 4 * 0x1p-24) << kern::rope_style_name(st) << " " << k;
+      F32 y = x;
+      kern::cpu::rope_row(y.data(), heads, hd, st, cs.data(), sn.data(), num);
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t i = 0; i < half; ++i) {
+          const int64_t a = h * hd + (st == kern::RopeStyle::kAdjacentPairs ? 2 * i : i);
+          const int64_t b = h * hd + (st == kern::RopeStyle::kAdjacentPairs ? 2 * i + 1 : i + half);
+          // |x| <= 1: each product (< 1) rounded by <= 2^-25 unless fused (FMA), the sum (<= 1.42) by <= 2^-24
+          EXPECT_NEAR(y[a], double(x[a]) * cs[i] - double(x[b]) * sn[i], 0x1p-23) << kern::rope_style_name(st);
+          EXPECT_NEAR(y[b], double(x[a]) * sn[i] + double(x[b]) * cs[i], 0x1p-23) << kern::rope_style_name(st);
+        }
+      // back: each output is two products and a sum of values <= sqrt(2) |x|: a few ulps of 1
+      kern::cpu::rope_row(y.data(), heads, hd, st, cs.data(), sn.data(), num, -1.0f);
+      for (size_t k = 0; k < x.size(); ++k)
+        EXPECT_NEAR(y[k], x[k], 4 * 0x1p-24) << kern::rope_style_name(st) << " " << k;
     }
 }
 

@@ -21,10 +21,13 @@ class BlobParams : public kern::LayerParams {
     const kern::Mat& m = weights_.matrix(w);
     return kern::linear(b_, x, bs_.matrix(b_, w, {m.f32(), size_t(m.rows * m.cols)}, m.rows, m.cols));
   }
-  mil::Value norm_weight(const std::string& n) override { return bs_.vector(b_, n, n == "attn_norm" ? L_.rms_att : L_.rms_ffn); }
+  mil::Value norm_weight(const std::string& n) override {
+    return bs_.vector(b_, n, n == "attn_norm" ? L_.rms_att : L_.rms_ffn);
+  }
   std::optional<mil::Value> norm_bias(const std::string&) override { return std::nullopt; }
   mil::Value mask() override {
-    return bs_.tensor(b_, "mask", mil::tensor_type(mil::DType::kFp16, {1, 1, s_.seq, s_.seq}), kern::causal_mask(s_.seq));
+    return bs_.tensor(b_, "mask", mil::tensor_type(mil::DType::kFp16, {1, 1, s_.seq, s_.seq}),
+                      kern::causal_mask(s_.seq));
   }
   mil::Value rope_table(const std::string& which) override {
     const kern::RopeTables t = kern::rope_tables(s_.seq, s_.head_dim, s_.rope_theta, s_.rope);
@@ -92,7 +95,8 @@ TEST(LayerBlock, TapsComeInTheOrderAskedAndUnknownOnesAreNamed) {
     kern::attention_block(b, d, p, {"q"});
     ADD_FAILURE() << "tap q accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown tap 'q' (known: o attn q_rope k_rope v xnorm)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("unknown tap 'q' (known: o attn q_rope k_rope v xnorm)"), std::string::npos)
+        << e.what();
   }
   d.gelu = true;  // a GELU MLP has no h3
   try {
