@@ -173,28 +173,6 @@ void gemm_panels(const T* w, int64_t rows, int64_t cols, const float* x, int64_t
 
 }  // namespace
 
-bool is_quantized(WType t) { return t == WType::kQ8_0 || t == WType::kQ4_0 || t == WType::kQ4_K || t == WType::kQ6_K; }
-
-quant::BlockType block_type(WType t) {
-  switch (t) {
-    case WType::kQ4_0: return quant::BlockType::kQ4_0;
-    case WType::kQ4_K: return quant::BlockType::kQ4_K;
-    case WType::kQ6_K: return quant::BlockType::kQ6_K;
-    default: return quant::BlockType::kQ8_0;
-  }
-}
-
-const uint8_t* Mat::row_blocks(int64_t r) const {
-  const quant::BlockInfo b = quant::block_info(block_type(type));
-  return static_cast<const uint8_t*>(data) + r * (cols / b.values * b.bytes);
-}
-
-int64_t Mat::nbytes() const {
-  if (!is_quantized(type)) return rows * cols * (type == WType::kF16 ? 2 : 4);
-  const quant::BlockInfo b = quant::block_info(block_type(type));
-  return rows * (cols / b.values * b.bytes);
-}
-
 void gemv(ThreadPool& pool, const std::vector<GemvOut>& outs, const float* x) {
   int64_t total = 0, work = 0;
   bool quantized = false;
@@ -266,27 +244,6 @@ void gemm(ThreadPool& pool, const Mat& w, const float* bias, const float* x, int
     body(0, panels);
   else
     pool.parallel_for(panels, 1, body);
-}
-
-void rms_norm(const float* x, const float* w, float eps, int64_t n, float* out) {
-  float ss = 0.0f;
-  for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
-  ss /= static_cast<float>(n);
-  ss += eps;
-  ss = 1.0f / std::sqrt(ss);
-  for (int64_t i = 0; i < n; ++i) out[i] = w[i] * (ss * x[i]);
-}
-
-void layer_norm(const float* x, const float* w, const float* b, float eps, int64_t n, float* out) {
-  double mean = 0.0;
-  for (int64_t i = 0; i < n; ++i) mean += x[i];
-  mean /= static_cast<double>(n);
-  double var = 0.0;
-  for (int64_t i = 0; i < n; ++i) var += (x[i] - mean) * (x[i] - mean);
-  var /= static_cast<double>(n);
-  const float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
-  const float m = static_cast<float>(mean);
-  for (int64_t i = 0; i < n; ++i) out[i] = (x[i] - m) * inv * w[i] + (b ? b[i] : 0.0f);
 }
 
 float dot(const float* a, const float* b, int64_t n) {
