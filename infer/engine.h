@@ -1,5 +1,5 @@
-// The inference engine: one transformer forward for llama (llama2.c / HF llama), gpt2 and qwen2 models
-// read through models::Model, with a KV cache.
+// The inference engine: one transformer forward for every architecture of models/arch/ (the layout
+// its models::ModelConfig describes: norm, RoPE or learned positions, MLP, biases), with a KV cache.
 //
 //   - decode(token, pos): one token on the CPU (fused GEMVs over a persistent 2-thread pool), logits out;
 //   - prefill(tokens, pos): many tokens at once. With backend "cpu" a batched CPU GEMM path (the

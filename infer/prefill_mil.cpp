@@ -68,8 +68,7 @@ LayerKernelSource build_layer_kernel(const models::ModelConfig& c, const LayerWe
   Value k = kern::split_heads(b, proj(b, bs, "wk", L.wk, L.bk, xn), c.n_kv_heads);
   Value v = proj(b, bs, "wv", L.wv, L.bv, xn);
   if (c.rope_style != models::RopeStyle::kNone) {
-    const auto style = c.rope_style == models::RopeStyle::kAdjacentPairs ? kern::RopeStyle::kAdjacentPairs
-                                                                          : kern::RopeStyle::kRotateHalf;
+    const auto style = c.rope_style;
     const kern::RopeTables t = kern::rope_tables(S, hd, c.rope_theta, style);
     const auto tt = mil::tensor_type(mil::DType::kFp16, {1, 1, S, hd});
     Value cs = bs.tensor(b, "rope_cos", tt, t.cos), sn = bs.tensor(b, "rope_sin", tt, t.sin);

@@ -5,76 +5,20 @@
 
 #include "framework/core/error.h"
 #include "framework/core/thread_pool.h"
+#include "models/arch/arch.h"
 
 namespace anelab::models {
 namespace {
 
-ModelConfig llama2c(int64_t dim, int64_t hidden, int64_t layers, int64_t heads, int64_t kv, int64_t vocab,
-                    int64_t seq) {
-  ModelConfig c;
-  c.arch = "llama";
-  c.dim = dim;
-  c.hidden_dim = hidden;
-  c.n_layers = layers;
-  c.n_heads = heads;
-  c.n_kv_heads = kv;
-  c.head_dim = dim / heads;
-  c.vocab_size = vocab;
-  c.max_seq_len = seq;
-  c.norm_eps = 1e-5f;
-  c.rope_theta = 10000.0f;
-  c.rope_style = RopeStyle::kAdjacentPairs;
-  return c;
-}
-
-ModelConfig gpt2_124m() {
-  ModelConfig c;
-  c.arch = "gpt2";
-  c.dim = 768;
-  c.hidden_dim = 3072;
-  c.n_layers = 12;
-  c.n_heads = c.n_kv_heads = 12;
-  c.head_dim = 64;
-  c.vocab_size = 50257;
-  c.max_seq_len = 1024;
-  c.norm_eps = 1e-5f;
-  c.norm = NormType::kLayer;
-  c.activation = Activation::kGeluTanh;
-  c.rope_style = RopeStyle::kNone;
-  c.learned_pos = true;
-  c.qkv_bias = c.attn_out_bias = c.mlp_bias = true;
-  return c;
-}
-
-ModelConfig qwen(int64_t dim, int64_t hidden, int64_t layers, int64_t heads, int64_t kv, int64_t head_dim,
-                 int64_t ctx, bool bias) {
-  ModelConfig c;
-  c.arch = "qwen2";
-  c.dim = dim;
-  c.hidden_dim = hidden;
-  c.n_layers = layers;
-  c.n_heads = heads;
-  c.n_kv_heads = kv;
-  c.head_dim = head_dim;
-  c.vocab_size = 151936;
-  c.max_seq_len = ctx;
-  c.norm_eps = 1e-6f;
-  c.rope_theta = 1e6f;
-  c.rope_style = RopeStyle::kRotateHalf;
-  c.qkv_bias = bias;
-  return c;
-}
-
+// Every architecture's presets (models/arch/<name>.cpp), by name.
 const std::map<std::string, ModelConfig>& registry() {
-  static const std::map<std::string, ModelConfig> r = {
-      {"stories260k", llama2c(64, 172, 5, 8, 4, 512, 512)},
-      {"stories15m", llama2c(288, 768, 6, 6, 6, 32000, 256)},
-      {"stories42m", llama2c(512, 1376, 8, 8, 8, 32000, 1024)},
-      {"stories110m", llama2c(768, 2048, 12, 12, 12, 32000, 1024)},
-      {"gpt2-124m", gpt2_124m()},
-      {"qwen2.5-0.5b", qwen(896, 4864, 24, 14, 2, 64, 32768, true)},
-      {"qwen3-0.6b-shape", qwen(1024, 3072, 28, 16, 8, 128, 40960, false)},
-  };
+  static const std::map<std::string, ModelConfig> r = [] {
+    std::map<std::string, ModelConfig> m;
+    for (const Arch* a : architectures())
+      for (const auto& [name, c] : a->presets)
+        if (!m.emplace(name, c).second) fail("model", "preset ", name, " is defined twice (", a->name, ")");
+    return m;
+  }();
   return r;
 }
 

@@ -16,8 +16,9 @@
 //
 // JSON header (every field required, with exactly this JSON type; ranges checked on load):
 //   {"format": "anelab-checkpoint", "version": the u32 version again,
-//    "model": {arch, dim, hidden_dim, n_layers, n_heads, n_kv_heads, head_dim, vocab_size, max_seq_len,
-//              norm_eps, rope_theta, rope_style, tied_embeddings} (the anelab model file's fields),
+//    "model": the model config, every field (models/formats/model_config_json.h; files written before the
+//             norm, activation, qkv_bias, attn_out_bias, mlp_bias and learned_pos keys were stored lack
+//             them and read as the Llama defaults),
 //    "n_params": P (= the parameter count the model config implies),
 //    "tensors": [{"name", "shape", "offset"}...]   (version 2+: element offsets into each array; must equal
 //                                                  the canonical order of the model config),

@@ -18,6 +18,7 @@
 #include "framework/runtime/backend.h"
 #include "models/formats/checkpoint_file.h"
 #include "models/formats/load_any.h"
+#include "models/formats/model_config_json.h"
 #include "models/presets.h"
 #include "models/tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
@@ -247,13 +248,13 @@ void Run::emit_start(bool resumed) {
   std::vector<double> all(size_t(group->size()));
   group->allgather(&pid, 1, all.data());
   const std::vector<int64_t> pids(all.begin(), all.end());
+  nlohmann::json model = models::model_config_to_json(c);
+  model.update({{"preset", model_label}, {"seq_len", cfg.seq_len}, {"params", layout.total()}});
   emit("run_start", {{"schema", kEventsSchema}, {"run", cfg.run}, {"pid", ::getpid()}, {"resumed", resumed},
                      {"ranks", group->size()}, {"rank_pids", pids}, {"mpi", group->mpi() ? dist::mpi_version() : ""},
                      {"comm_overlap", sum && sum->overlap()},
                      {"restart", restarts}, {"config", to_json(cfg)},
-                     {"model", {{"arch", c.arch}, {"preset", model_label}, {"dim", c.dim}, {"hidden_dim", c.hidden_dim},
-                                {"n_layers", c.n_layers}, {"n_heads", c.n_heads}, {"n_kv_heads", c.n_kv_heads},
-                                {"vocab_size", c.vocab_size}, {"seq_len", cfg.seq_len}, {"params", layout.total()}}},
+                     {"model", model},
                      {"backend", cfg.strategy == "cpu" ? "cpu" : cfg.backend}, {"device", cfg.device},
                      {"strategy", cfg.strategy}, {"data", {{"path", cfg.data}, {"format", data->format()},
                      {"tokens", data->n_tokens()}, {"train_tokens", data->n_train()}, {"val_tokens", data->n_val()}}},

@@ -63,7 +63,6 @@ std::vector<float> causal_mask(int64_t seq) {
   return m;
 }
 
-const char* rope_style_name(RopeStyle s) { return s == RopeStyle::kAdjacentPairs ? "adjacent-pairs" : "rotate-half"; }
 
 RopeTables rope_tables(int64_t seq, int64_t hd, double theta, RopeStyle style, int64_t pos0) {
   ANELAB_CHECK(hd > 0 && hd % 2 == 0, "kernels", "rope: head_dim ", hd, " must be even");

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/core/arch_types.h"
 #include "framework/mil/builder.h"
 #include "framework/runtime/backend.h"
 
@@ -60,11 +61,8 @@ class BlobSet {
 // Additive causal mask [S, S]: 0 on and below the diagonal, -65504 above (digest §2.6.4).
 std::vector<float> causal_mask(int64_t seq);
 
-enum class RopeStyle {
-  kAdjacentPairs,  // llama2.c / GPT-J / Meta: rotates (x[2i], x[2i+1]) by pos * theta^(-2i/HD)
-  kRotateHalf,     // Hugging Face: rotates (x[i], x[i + HD/2]) by pos * theta^(-2i/HD)
-};
-const char* rope_style_name(RopeStyle s);
+using anelab::RopeStyle;  // framework/core/arch_types.h (kNone is not a rotation: blocks treat it as kRotateHalf)
+using anelab::rope_style_name;
 
 // cos / sin tables [S, HD] (row-major, position-major) for positions pos0 .. pos0+S-1, laid out for
 // `style`: adjacent pairs duplicate angle i at columns 2i and 2i+1; rotate-half at i and i + HD/2.

@@ -13,26 +13,12 @@
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 #include "models/formats/byte_reader.h"
+#include "models/formats/model_config_json.h"
 
 namespace anelab::models {
 namespace {
 using json = nlohmann::json;
 constexpr uint64_t kMaxHeader = 64ull << 20;
-
-// ---- config <-> JSON ----
-
-json config_to_json(const ModelConfig& c) {
-  return json{{"arch", c.arch},           {"dim", c.dim},
-              {"hidden_dim", c.hidden_dim}, {"n_layers", c.n_layers},
-              {"n_heads", c.n_heads},       {"n_kv_heads", c.n_kv_heads},
-              {"head_dim", c.head_dim},     {"vocab_size", c.vocab_size},
-              {"max_seq_len", c.max_seq_len}, {"norm_eps", c.norm_eps},
-              {"rope_theta", c.rope_theta}, {"rope_style", rope_style_name(c.rope_style)},
-              {"norm", norm_type_name(c.norm)}, {"activation", activation_name(c.activation)},
-              {"tied_embeddings", c.tied_embeddings}, {"qkv_bias", c.qkv_bias},
-              {"attn_out_bias", c.attn_out_bias}, {"mlp_bias", c.mlp_bias},
-              {"learned_pos", c.learned_pos}};
-}
 
 const json& field(const json& j, const char* key, const std::string& where, const char* ctx) {
   if (!j.is_object() || !j.contains(key))
@@ -44,54 +30,10 @@ int64_t jint(const json& j, const char* key, const std::string& where, const cha
   if (!v.is_number_integer()) fail("model", where, ": header field ", ctx, key, " must be an integer, got ", v.dump());
   return v.get<int64_t>();
 }
-double jnum(const json& j, const char* key, const std::string& where, const char* ctx = "") {
-  const json& v = field(j, key, where, ctx);
-  if (!v.is_number()) fail("model", where, ": header field ", ctx, key, " must be a number, got ", v.dump());
-  return v.get<double>();
-}
-bool jbool(const json& j, const char* key, const std::string& where, const char* ctx = "") {
-  const json& v = field(j, key, where, ctx);
-  if (!v.is_boolean()) fail("model", where, ": header field ", ctx, key, " must be true/false, got ", v.dump());
-  return v.get<bool>();
-}
 std::string jstr(const json& j, const char* key, const std::string& where, const char* ctx = "") {
   const json& v = field(j, key, where, ctx);
   if (!v.is_string()) fail("model", where, ": header field ", ctx, key, " must be a string, got ", v.dump());
   return v.get<std::string>();
-}
-
-ModelConfig config_from_json(const json& j, const std::string& w) {
-  const char* c = "config.";
-  ModelConfig m;
-  m.arch = jstr(j, "arch", w, c);
-  m.dim = jint(j, "dim", w, c);
-  m.hidden_dim = jint(j, "hidden_dim", w, c);
-  m.n_layers = jint(j, "n_layers", w, c);
-  m.n_heads = jint(j, "n_heads", w, c);
-  m.n_kv_heads = jint(j, "n_kv_heads", w, c);
-  m.head_dim = jint(j, "head_dim", w, c);
-  m.vocab_size = jint(j, "vocab_size", w, c);
-  m.max_seq_len = jint(j, "max_seq_len", w, c);
-  m.norm_eps = static_cast<float>(jnum(j, "norm_eps", w, c));
-  m.rope_theta = static_cast<float>(jnum(j, "rope_theta", w, c));
-  const std::string rs = jstr(j, "rope_style", w, c);
-  if (rs == "none") m.rope_style = RopeStyle::kNone;
-  else if (rs == "adjacent_pairs") m.rope_style = RopeStyle::kAdjacentPairs;
-  else if (rs == "rotate_half") m.rope_style = RopeStyle::kRotateHalf;
-  else fail("model", w, ": config.rope_style '", rs, "' is not none|adjacent_pairs|rotate_half");
-  const std::string nt = jstr(j, "norm", w, c);
-  if (nt != "rms" && nt != "layer") fail("model", w, ": config.norm '", nt, "' is not rms|layer");
-  m.norm = nt == "rms" ? NormType::kRms : NormType::kLayer;
-  const std::string act = jstr(j, "activation", w, c);
-  if (act != "silu" && act != "gelu_tanh") fail("model", w, ": config.activation '", act, "' is not silu|gelu_tanh");
-  m.activation = act == "silu" ? Activation::kSilu : Activation::kGeluTanh;
-  m.tied_embeddings = jbool(j, "tied_embeddings", w, c);
-  m.qkv_bias = jbool(j, "qkv_bias", w, c);
-  m.attn_out_bias = jbool(j, "attn_out_bias", w, c);
-  m.mlp_bias = jbool(j, "mlp_bias", w, c);
-  m.learned_pos = jbool(j, "learned_pos", w, c);
-  checked_parameter_count(m, w);
-  return m;
 }
 
 // ---- vocab blob ----
@@ -195,7 +137,7 @@ Model parse_anelab(const uint8_t* data, size_t size, std::shared_ptr<const void>
   Model m;
   m.source_format = "anelab";
   m.source_path = w;
-  m.config = config_from_json(field(h, "config", w, ""), w);
+  m.config = model_config_from_json(field(h, "config", w, ""), w, "model", "config.");
   auto blob = [&](const json& e, const char* ctx) {
     const int64_t off = jint(e, "offset", w, ctx), nb = jint(e, "nbytes", w, ctx);
     if (off < 0 || nb < 0 || off % kAnelabAlign || off > data_size || nb > data_size - off)
@@ -315,7 +257,7 @@ void write_tensor_data(OutFile& out, const TensorWriteSpec& t, int64_t n, int64_
 int64_t write_anelab_file(const std::string& path, const AnelabWriteInfo& info,
                           const std::vector<TensorWriteSpec>& tensors, const ProgressFn& progress) {
   validate_config(info.config, path);
-  json h{{"format", "anelab-model"}, {"version", kAnelabVersion}, {"config", config_to_json(info.config)},
+  json h{{"format", "anelab-model"}, {"version", kAnelabVersion}, {"config", model_config_to_json(info.config)},
          {"source", info.source}};
   int64_t off = 0;
   std::vector<uint8_t> vblob;

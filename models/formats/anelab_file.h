@@ -13,11 +13,7 @@
 //
 // JSON header:
 //   {"format": "anelab-model", "version": 2,
-//    "config": {"arch": "llama"|"gpt2"|"qwen2", "dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads",
-//               "head_dim", "vocab_size", "max_seq_len" (integers), "norm_eps", "rope_theta" (numbers),
-//               "rope_style": "none"|"adjacent_pairs"|"rotate_half", "norm": "rms"|"layer",
-//               "activation": "silu"|"gelu_tanh", "tied_embeddings", "qkv_bias", "attn_out_bias",
-//               "mlp_bias", "learned_pos" (booleans)},
+//    "config": the model config, every field (models/formats/model_config_json.h),
 //    "tokenizer": {"path": "where it came from (provenance only when embedded; may be empty)",
 //                  "embedded": {"offset": O, "nbytes": N},       (optional: absent when the model has none)
 //                  "chat_template": "Jinja text"}                (optional; version 2)

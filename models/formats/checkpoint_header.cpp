@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "framework/core/error.h"
+#include "models/formats/model_config_json.h"
 
 namespace anelab::models {
 using json = nlohmann::json;
@@ -169,7 +170,7 @@ CheckpointView parse_checkpoint(const uint8_t* d, size_t n, const std::string& w
     f.bad("version", f.at("version"), "differs from the file's version " + std::to_string(p.version));
   CheckpointView v;
   v.version = p.version;
-  v.header.model = checkpoint_config_from_json(f.at("model"), where);
+  v.header.model = model_config_from_json(f.at("model"), where, "checkpoint", "model.", ConfigKeys::kCheckpoint);
   v.n_params = checked_parameter_count(v.header.model, where);
   for (const auto& [key, want] : {std::pair{"n_params", v.n_params}, {"data_size", v.n_params * 12}}) {
     const json& got = f.at(key);
@@ -193,7 +194,7 @@ CheckpointView parse_checkpoint(const uint8_t* d, size_t n, const std::string& w
 std::vector<uint8_t> encode_checkpoint_header(const CheckpointHeader& s, int64_t n_params, uint64_t data_checksum) {
   const json h = {
       {"format", "anelab-checkpoint"}, {"version", kCheckpointVersion},
-      {"model", checkpoint_config_to_json(s.model)}, {"n_params", n_params},
+      {"model", model_config_to_json(s.model)}, {"n_params", n_params},
       {"tensors", checkpoint_tensors_json(s.model)}, {"step", s.step}, {"adam_t", s.adam_t},
       {"loss_scale", {{"dynamic", s.ls_dynamic}, {"scale", s.ls_scale}, {"interval", int64_t(s.ls_interval)},
                       {"good_steps", s.ls_good_steps}}},
@@ -212,37 +213,6 @@ std::vector<uint8_t> encode_checkpoint_header(const CheckpointHeader& s, int64_t
   out.insert(out.end(), js.begin(), js.end());
   out.resize((out.size() + 63) / 64 * 64, 0);
   return out;
-}
-
-json checkpoint_config_to_json(const ModelConfig& c) {
-  return {{"arch", c.arch}, {"dim", c.dim}, {"hidden_dim", c.hidden_dim}, {"n_layers", c.n_layers},
-          {"n_heads", c.n_heads}, {"n_kv_heads", c.n_kv_heads}, {"head_dim", c.head_dim},
-          {"vocab_size", c.vocab_size}, {"max_seq_len", c.max_seq_len}, {"norm_eps", c.norm_eps},
-          {"rope_theta", c.rope_theta}, {"rope_style", rope_style_name(c.rope_style)},
-          {"tied_embeddings", c.tied_embeddings}};
-}
-
-ModelConfig checkpoint_config_from_json(const json& j, const std::string& where) {
-  const Fields f(j, "model.", where);
-  ModelConfig c;
-  c.arch = f.string("arch");
-  c.dim = f.integer("dim", 1, 1 << 16);
-  c.hidden_dim = f.integer("hidden_dim", 1, 1 << 18);
-  c.n_layers = f.integer("n_layers", 1, 1024);
-  c.n_heads = f.integer("n_heads", 1, 1024);
-  c.n_kv_heads = f.integer("n_kv_heads", 1, 1024);
-  c.head_dim = f.integer("head_dim", 1, 4096);
-  c.vocab_size = f.integer("vocab_size", 1, 1 << 22);
-  c.max_seq_len = f.integer("max_seq_len", 1, 1 << 22);
-  c.norm_eps = float(f.number("norm_eps", 1e-30, 1.0));
-  c.rope_theta = float(f.number("rope_theta", 1.0, 1e30));
-  const std::string rs = f.string("rope_style");
-  if (rs == "adjacent_pairs") c.rope_style = RopeStyle::kAdjacentPairs;
-  else if (rs == "rotate_half") c.rope_style = RopeStyle::kRotateHalf;
-  else f.bad("rope_style", json(rs), "is not adjacent_pairs or rotate_half");
-  c.tied_embeddings = f.boolean("tied_embeddings");
-  checked_parameter_count(c, where);
-  return c;
 }
 
 json checkpoint_tensors_json(const ModelConfig& c) {

@@ -52,10 +52,9 @@ CheckpointView parse_checkpoint(const uint8_t* data, size_t size, const std::str
 // data_checksum: fnv1a64 of the data section (weights, adam_m, adam_v of n_params elements each).
 std::vector<uint8_t> encode_checkpoint_header(const CheckpointHeader& h, int64_t n_params, uint64_t data_checksum);
 
-// The header's "model" object (the fields a trainable Llama needs; the rest are Llama defaults) and
-// "tensors" list ([{"name", "shape", "offset"}], element offsets of the fp32 arrays, canonical order).
-nlohmann::json checkpoint_config_to_json(const ModelConfig& c);
-ModelConfig checkpoint_config_from_json(const nlohmann::json& j, const std::string& where);
+// The header's "model" object is model_config_to_json (models/formats/model_config_json.h; older files lack
+// the norm, activation, bias and learned_pos keys, read as the Llama defaults). The "tensors" list:
+// [{"name", "shape", "offset"}], element offsets of the fp32 arrays, canonical order.
 nlohmann::json checkpoint_tensors_json(const ModelConfig& c);
 // FNV-1a 64 over bytes (the header and data checksums), continuing from h.
 constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;

@@ -9,6 +9,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
+#include "models/arch/arch.h"
 #include "models/formats/gguf.h"
 #include "models/formats/safetensors.h"
 #include "models/tokenizer/pretokenize.h"
@@ -107,46 +108,22 @@ std::vector<uint8_t> f32_bytes(const Tensor& t) {
 
 // ---- Hugging Face directory ----
 
-// The shortest decimal that reads back as this float (1e-05, not 9.999999747378752e-06).
-double shortest(float f) {
-  char buf[32];
-  for (int p = 1; p <= 9; ++p) {
-    std::snprintf(buf, sizeof buf, "%.*g", p, double(f));
-    if (std::strtof(buf, nullptr) == f) break;
-  }
-  return std::strtod(buf, nullptr);
+// The architecture's HF export (config.json keys and tensor names); throws when it has none.
+const Arch& hf_exportable(const ModelConfig& c) {
+  const Arch& a = arch_of(c.arch, "export");
+  if (a.hf_export_config && a.hf_tensor_name) return a;
+  std::string ok;
+  for (const Arch* x : architectures())
+    if (x->hf_export_config) ok += (ok.empty() ? "" : ", ") + x->name;
+  fail("export", "Hugging Face export supports ", ok, " models; this one is ", c.arch);
 }
 
-json hf_config(const Model& m) {
-  const ModelConfig& c = m.config;
-  const bool qwen = c.arch == "qwen2";
-  json j = {{"architectures", json::array({qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM"})},
-            {"model_type", c.arch},
-            {"hidden_size", c.dim},
-            {"intermediate_size", c.hidden_dim},
-            {"num_hidden_layers", c.n_layers},
-            {"num_attention_heads", c.n_heads},
-            {"num_key_value_heads", c.n_kv_heads},
-            {"head_dim", c.head_dim},
-            {"vocab_size", c.vocab_size},
-            {"max_position_embeddings", c.max_seq_len},
-            {"rms_norm_eps", shortest(c.norm_eps)},
-            {"rope_theta", shortest(c.rope_theta)},
-            {"hidden_act", "silu"},
-            {"tie_word_embeddings", c.tied_embeddings},
-            {"torch_dtype", "float32"}};
-  if (qwen) j["use_sliding_window"] = false;
-  else j["attention_bias"] = c.qkv_bias, j["mlp_bias"] = false;
+json hf_config(const Model& m, const Arch& a) {
+  json j = a.hf_export_config(m.config);
+  j["torch_dtype"] = "float32";
   if (m.vocab && m.vocab->bos_id >= 0) j["bos_token_id"] = m.vocab->bos_id;
   if (m.vocab && m.vocab->eos_id >= 0) j["eos_token_id"] = m.vocab->eos_id;
   return j;
-}
-
-void check_hf_exportable(const ModelConfig& c) {
-  if (c.arch != "llama" && c.arch != "qwen2")
-    fail("export", "Hugging Face export supports llama and qwen2 models; this one is ", c.arch);
-  if (c.arch == "llama" && c.qkv_bias != c.attn_out_bias)
-    fail("export", "a llama model with q/k/v biases but no output bias has no Hugging Face config (attention_bias)");
 }
 
 std::string st_dtype(DType d) {
@@ -159,13 +136,13 @@ std::string st_dtype(DType d) {
 }
 
 std::vector<std::string> write_hf_dir(const Model& src, const std::string& dir) {
-  check_hf_exportable(src.config);
+  const Arch& arch = hf_exportable(src.config);
   const Model m = with_rope_style(src, RopeStyle::kRotateHalf);
   std::vector<std::string> notes;
   std::vector<StWrite> ts;
   for (const TensorSpec& s : canonical_tensors(m.config)) {
     const Tensor& t = m.tensor(s.name);
-    StWrite w{hf_llama_qwen_name(s.name), st_dtype(t.dtype), t.shape, {}};
+    StWrite w{arch.hf_tensor_name(s.name), st_dtype(t.dtype), t.shape, {}};
     if (w.dtype.empty()) {  // q8_0 has no safetensors dtype
       w.dtype = "F32";
       w.bytes = f32_bytes(t);
@@ -177,7 +154,7 @@ std::vector<std::string> write_hf_dir(const Model& src, const std::string& dir) 
   fs::create_directories(dir);
   const std::vector<uint8_t> st = build_safetensors(ts);
   write_file_atomic((fs::path(dir) / "model.safetensors").string(), st.data(), st.size());
-  write_file_atomic((fs::path(dir) / "config.json").string(), hf_config(m).dump(2) + "\n");
+  write_file_atomic((fs::path(dir) / "config.json").string(), hf_config(m, arch).dump(2) + "\n");
   if (!m.vocab) {
     notes.push_back(cat(dir, ": no tokenizer written (the model carries none; pass --tokenizer)"));
   } else if (m.vocab->kind != tok::TokenizerKind::kByteBpe) {
@@ -308,7 +285,7 @@ std::vector<std::string> export_model(const Model& m, const std::string& out, Ex
       save_model(m, out, dtype, progress);
       return {};
     case ExportFormat::kGguf: {
-      const RopeStyle want = m.config.arch == "llama" ? RopeStyle::kAdjacentPairs : m.config.rope_style;
+      const RopeStyle want = arch_of(m.config.arch, out).gguf_rope.value_or(m.config.rope_style);
       const Model g = with_rope_style(with_dtype(m, dtype), want);
       write_gguf_model(g, out);
       if (!g.vocab) return {cat(out, ": no tokenizer embedded (the model carries none; pass --tokenizer)")};

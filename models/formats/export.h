@@ -3,7 +3,7 @@
 //   anelab       OUT.anelab   anelab_file.h (tokenizer and chat template embedded)
 //   gguf         OUT.gguf     gguf.h (tokenizer in the metadata; llama q/k rows in adjacent-pairs order)
 //   safetensors  OUT_DIR      a Hugging Face model directory loadable by transformers: config.json
-//                             (LlamaForCausalLM / Qwen2ForCausalLM), model.safetensors (q/k rows in
+//                             (written by the architecture file, models/arch/), model.safetensors (q/k rows in
 //                             rotate-half order, as HF Llama expects), and for byte-level BPE vocabularies
 //                             tokenizer.json + tokenizer_config.json (chat_template when known)
 //   llama2c      OUT.bin      llama2.c legacy format (run.c), fp32; no tokenizer (pass --tokenizer when running it)

@@ -9,14 +9,17 @@
 //   ne[0] is the fastest-varying (row) dimension, so canonical shape = reversed ne.
 //   Tensor types read: F32 (0), F16 (1), Q8_0 (8), BF16 (30).
 //
-// Architectures: llama, qwen2, gpt2 (general.architecture). Tensor names map as
+// Architectures: those of the architecture table (models/arch/arch.h); general.architecture is the
+// table's name, "<name>." prefixes its keys, and the architecture file decides the norm, RoPE order and
+// activation from them. Tensor names map as (llama.cpp's names, the same for every architecture)
 //   token_embd -> tok_embeddings, position_embd -> pos_embeddings, output_norm -> norm(_bias),
 //   output -> output (absent = tied), blk.N.attn_norm -> layers.N.attn_norm(_bias),
-//   blk.N.attn_q/k/v -> wq/wk/wv (+ .bias -> bq/bk/bv), blk.N.attn_qkv (gpt2, fused) -> split into wq/wk/wv,
+//   blk.N.attn_q/k/v -> wq/wk/wv (+ .bias -> bq/bk/bv), blk.N.attn_qkv (fused) -> split into wq/wk/wv,
 //   blk.N.attn_output -> wo (+ bo), blk.N.ffn_norm -> ffn_norm(_bias),
-//   blk.N.ffn_gate/down/up -> w1/w2/w3 (llama, qwen2); gpt2: ffn_up -> fc(_bias), ffn_down -> proj(_bias).
-// RoPE: llama.cpp's converter permutes llama q/k so that LLM_ARCH_LLAMA uses the "normal" (adjacent
-// pairs) rope; qwen2 uses NEOX (rotate half) on unpermuted weights. The config records this.
+//   blk.N.ffn_gate/down/up -> w1/w2/w3 (SwiGLU); GELU MLP: ffn_up -> fc(_bias), ffn_down -> proj(_bias).
+// The optional tensors present decide qkv_bias, attn_out_bias, mlp_bias and tied_embeddings.
+// RoPE: llama.cpp's converter permutes q/k of some architectures so that its graph uses the "normal"
+// (adjacent pairs) rope (Arch::gguf_rope); the others use NEOX (rotate half) on unpermuted weights.
 // Tokenizer: tokenizer.ggml.{model ("llama" -> SentencePiece, "gpt2" -> byte BPE), pre, tokens, scores,
 //   token_type, merges, bos_token_id, eos_token_id, unknown_token_id, padding_token_id, add_bos_token,
 //   add_space_prefix}.
@@ -117,11 +120,12 @@ class GgufWriter {
   std::vector<T> tensors_;
 };
 
-// GGUF of a canonical Model (arch gpt2 / qwen2 / llama with adjacent-pairs rope), in the layout llama.cpp
-// loads: gpt2 gets a fused blk.N.attn_qkv and an explicit output.weight (llama.cpp requires both; a tied
-// head is written as a copy of token_embd). The vocab (m.vocab) is included when present: a token list
-// shorter than vocab_size is padded to it with "[PAD<id>]" tokens of type unused (as llama.cpp's converter does for
-// Qwen), and tokenizer.ggml.pre is the llama.cpp name of the pre-tokenizer ("gpt-2", "qwen2").
+// GGUF of a canonical Model in the layout llama.cpp loads: q/k in the RoPE order its architecture expects,
+// q/k/v fused into blk.N.attn_qkv and output.weight always written where the architecture says so
+// (Arch::gguf_fused_qkv, gguf_explicit_output; a tied head is then a copy of token_embd). The vocab
+// (m.vocab) is included when present: a token list shorter than vocab_size is padded to it with
+// "[PAD<id>]" tokens of type unused (as llama.cpp's converter does), and tokenizer.ggml.pre is the
+// llama.cpp name of the pre-tokenizer (tok::llama_cpp_pre_name).
 // general.file_type records the matrices' dominant dtype (llama_ftype).
 // The writer views the model's tensors: `m` must outlive the returned writer.
 GgufWriter gguf_writer_for(const Model& m);

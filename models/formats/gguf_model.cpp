@@ -3,6 +3,7 @@
 #include <regex>
 
 #include "framework/core/error.h"
+#include "models/arch/arch.h"
 #include "models/formats/gguf.h"
 #include "models/tokenizer/pretokenize.h"
 
@@ -31,8 +32,9 @@ uint32_t ggml_of(DType t) {
 ModelConfig gguf_config(const GgufFile& g, const std::string& w) {
   ModelConfig c;
   c.arch = g.get_str("general.architecture", w);
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "gpt2")
-    fail("model", w, ": GGUF architecture ", c.arch, " is not supported (llama, qwen2, gpt2)");
+  const Arch* arch = find_arch(c.arch);
+  if (!arch || !arch->gguf_config)
+    fail("model", w, ": GGUF architecture ", c.arch, " is not supported (", arch_names(), ")");
   const std::string a = c.arch + ".";
   c.dim = g.get_int(a + "embedding_length", w);
   c.n_layers = g.get_int(a + "block_count", w);
@@ -43,22 +45,13 @@ ModelConfig gguf_config(const GgufFile& g, const std::string& w) {
   c.head_dim = g.get_int(a + "attention.key_length", c.dim / c.n_heads);
   c.max_seq_len = g.get_int(a + "context_length", w);
   c.rope_theta = static_cast<float>(g.get_num(a + "rope.freq_base", 10000.0));
-  if (c.arch == "gpt2") {
-    c.norm = NormType::kLayer;
-    c.norm_eps = static_cast<float>(g.get_num(a + "attention.layer_norm_epsilon", 1e-5));
-    c.activation = Activation::kGeluTanh;
-    c.rope_style = RopeStyle::kNone;
-    c.learned_pos = true;
-    c.qkv_bias = c.attn_out_bias = c.mlp_bias = true;
-  } else {
-    c.norm_eps = static_cast<float>(g.get_num(a + "attention.layer_norm_rms_epsilon", 1e-5));
-    c.rope_style = c.arch == "llama" ? RopeStyle::kAdjacentPairs : RopeStyle::kRotateHalf;
-  }
+  arch->gguf_config(g, &c, w);
   return c;
 }
 
-// GGUF tensor name -> canonical name ("" = ignore). gpt2's fused attn_qkv is handled by the caller.
-std::string canonical_name(const std::string& n, const std::string& arch, const std::string& w) {
+// GGUF tensor name -> canonical name ("" = ignore); ffn_up/ffn_down are fc/proj in a GELU MLP. A fused
+// attn_qkv is handled by the caller.
+std::string canonical_name(const std::string& n, const ModelConfig& c, const std::string& w) {
   static const std::map<std::string, std::string> top = {
       {"token_embd.weight", "tok_embeddings"}, {"position_embd.weight", "pos_embeddings"},
       {"output_norm.weight", "norm"},          {"output_norm.bias", "norm_bias"},
@@ -76,10 +69,10 @@ std::string canonical_name(const std::string& n, const std::string& arch, const 
   if (auto it = blk.find(what); it != blk.end() && !(bias && it->second.second.empty()))
     return p + (bias ? it->second.second : it->second.first);
   if (what == "ffn_down" || what == "ffn_up") {
-    if (arch == "gpt2") return p + (what == "ffn_up" ? "fc" : "proj") + (bias ? "_bias" : "");
+    if (c.activation == Activation::kGeluTanh) return p + (what == "ffn_up" ? "fc" : "proj") + (bias ? "_bias" : "");
     if (!bias) return p + (what == "ffn_down" ? "w2" : "w3");
   }
-  fail("model", w, ": unexpected GGUF tensor ", n, " for architecture ", arch);
+  fail("model", w, ": unexpected GGUF tensor ", n, " for architecture ", c.arch);
 }
 }  // namespace
 
@@ -88,9 +81,12 @@ bool gguf_has_vocab(const GgufFile& g) { return g.find("tokenizer.ggml.tokens") 
 tok::VocabData gguf_vocab(const GgufFile& g, const std::string& w) {
   tok::VocabData v;
   const std::string model = g.get_str("tokenizer.ggml.model", w);
-  if (model == "llama") v.kind = tok::TokenizerKind::kSentencePiece;
-  else if (model == "gpt2") v.kind = tok::TokenizerKind::kByteBpe;
-  else fail("model", w, ": tokenizer.ggml.model '", model, "' is not supported (llama = SentencePiece, gpt2 = BPE)");
+  const auto kind = tok::parse_gguf_tokenizer_model(model);
+  if (!kind)
+    fail("model", w, ": tokenizer.ggml.model '", model, "' is not supported (",
+         tok::gguf_tokenizer_model(tok::TokenizerKind::kSentencePiece), " = SentencePiece, ",
+         tok::gguf_tokenizer_model(tok::TokenizerKind::kByteBpe), " = BPE)");
+  v.kind = *kind;
   const GgufValue* toks = g.find("tokenizer.ggml.tokens");
   if (!toks || toks->type != GgufType::kArray || toks->elem_type != GgufType::kString || toks->strs.empty())
     fail("model", w, ": tokenizer.ggml.tokens is missing or not a string array");
@@ -115,7 +111,7 @@ tok::VocabData gguf_vocab(const GgufFile& g, const std::string& w) {
     v.merges = m->strs;
   }
   if (v.kind == tok::TokenizerKind::kByteBpe && v.merges.empty())
-    fail("model", w, ": a gpt2 (byte BPE) tokenizer needs tokenizer.ggml.merges");
+    fail("model", w, ": a byte-level BPE tokenizer needs tokenizer.ggml.merges");
   if (const GgufValue* p = g.find("tokenizer.ggml.pre"); p && p->type == GgufType::kString) v.pre = p->str;
   auto id = [&](const char* key) -> int32_t {
     const int64_t x = g.get_int(key, int64_t{-1});
@@ -144,13 +140,12 @@ Model gguf_to_model(const GgufFile& g, const std::string& w) {
   Model m;
   m.config = gguf_config(g, w);
   const int64_t d = m.config.dim;
-  bool has_output = false, has_bias = false;
   for (const auto& t : g.tensors) {
     const DType dt = dtype_of(t.ggml_type, t.name, w);
     std::vector<int64_t> shape(t.ne.rbegin(), t.ne.rend());
     static const std::regex qkv(R"(blk\.(\d+)\.attn_qkv\.(weight|bias))");
     std::smatch mt;
-    if (std::regex_match(t.name, mt, qkv)) {  // fused [3*d, d] (gpt2): q, k, v row blocks
+    if (std::regex_match(t.name, mt, qkv)) {  // fused [3*d, d]: q, k, v row blocks
       const bool wgt = mt[2].str() == "weight";
       if (shape[0] != 3 * d || (wgt && (shape.size() != 2 || shape[1] != d)) || (!wgt && shape.size() != 1))
         fail("model", w, ": tensor ", t.name, " has shape ", shape_string(shape), ", expected [", 3 * d, wgt ? ", " : "",
@@ -162,15 +157,15 @@ Model gguf_to_model(const GgufFile& g, const std::string& w) {
         m.add_view(p + names[k], dt, shape, t.data + k * (t.nbytes / 3), t.nbytes / 3, g.owner);
       continue;
     }
-    const std::string name = canonical_name(t.name, m.config.arch, w);
+    const std::string name = canonical_name(t.name, m.config, w);
     if (name.empty()) continue;
-    has_output = has_output || name == "output";
-    has_bias = has_bias || name.ends_with(".bq");
     m.add_view(name, dt, shape, t.data, t.nbytes, g.owner);
   }
-  m.config.tied_embeddings = !has_output;
-  if (m.config.arch != "gpt2") m.config.qkv_bias = has_bias;
-  if (m.config.arch == "llama") m.config.attn_out_bias = m.has("layers.0.bo");
+  // Which optional tensors the file has decides the flags (check_complete then checks every layer).
+  m.config.tied_embeddings = !m.has("output");
+  m.config.qkv_bias = m.has("layers.0.bq");
+  m.config.attn_out_bias = m.has("layers.0.bo");
+  m.config.mlp_bias = m.has("layers.0.fc_bias");
   const Tensor* emb = m.find("tok_embeddings");
   if (!emb) fail("model", w, ": GGUF has no token_embd.weight");
   m.config.vocab_size = emb->shape[0];
@@ -186,11 +181,6 @@ Model read_gguf(const std::string& path) { return gguf_to_model(read_gguf_file(p
 
 namespace {
 
-// The llama.cpp name of a byte-level BPE pre-tokenizer (ours accepts both spellings of gpt2).
-std::string llama_pre_name(const tok::VocabData& v) {
-  return tok::select_pretokenizer(v.pre, v.pre_regex) == tok::PreTokenizer::kGpt2 ? "gpt-2" : "qwen2";
-}
-
 void add_vocab(GgufWriter& w, const tok::VocabData& src, int64_t vocab_size) {
   tok::VocabData v = src;
   // (A larger token list is kept as is: our reader accepts it, llama.cpp would not load such a model.)
@@ -203,8 +193,8 @@ void add_vocab(GgufWriter& w, const tok::VocabData& src, int64_t vocab_size) {
     }
   }
   const bool spm = v.kind == tok::TokenizerKind::kSentencePiece;
-  w.add_str("tokenizer.ggml.model", spm ? "llama" : "gpt2");
-  if (!spm) w.add_str("tokenizer.ggml.pre", llama_pre_name(v));
+  w.add_str("tokenizer.ggml.model", tok::gguf_tokenizer_model(v.kind));
+  if (!spm) w.add_str("tokenizer.ggml.pre", tok::llama_cpp_pre_name(tok::select_pretokenizer(v.pre, v.pre_regex)));
   else if (!v.pre.empty()) w.add_str("tokenizer.ggml.pre", v.pre);
   w.add_str_array("tokenizer.ggml.tokens", v.tokens);
   if (!v.scores.empty()) w.add_f32_array("tokenizer.ggml.scores", v.scores);
@@ -260,7 +250,7 @@ uint32_t file_type(const Model& m) {
 
 std::vector<int64_t> ggml_ne(const std::vector<int64_t>& shape) { return {shape.rbegin(), shape.rend()}; }
 
-// gpt2: blk.N.attn_qkv.{weight,bias} = q, k, v row blocks (same dtype required).
+// Fused q/k/v: blk.N.attn_qkv.{weight,bias} = q, k, v row blocks (same dtype required).
 void add_fused_qkv(GgufWriter& w, const Model& m, int64_t layer, bool bias) {
   const std::string p = "layers." + std::to_string(layer) + ".";
   const char* names[3] = {bias ? "bq" : "wq", bias ? "bk" : "wk", bias ? "bv" : "wv"};
@@ -271,7 +261,7 @@ void add_fused_qkv(GgufWriter& w, const Model& m, int64_t layer, bool bias) {
     const Tensor& t = m.tensor(p + names[k]);
     if (k == 0) shape = t.shape, dt = t.dtype;
     else if (t.dtype != dt || t.shape != m.tensor(p + names[0]).shape)
-      fail("model", "GGUF gpt2 fuses q/k/v: ", p, names[k], " must have the dtype and shape of ", p, names[0]);
+      fail("model", "GGUF ", m.config.arch, " fuses q/k/v: ", p, names[k], " must have the dtype and shape of ", p, names[0]);
     else shape[0] += t.shape[0];
     bytes.insert(bytes.end(), t.data, t.data + t.nbytes);
   }
@@ -282,9 +272,10 @@ void add_fused_qkv(GgufWriter& w, const Model& m, int64_t layer, bool bias) {
 
 GgufWriter gguf_writer_for(const Model& m) {
   const ModelConfig& c = m.config;
-  if (c.arch == "llama" && c.rope_style != RopeStyle::kAdjacentPairs)
-    fail("model", "GGUF llama expects adjacent-pairs RoPE (permuted q/k); this model uses ",
-         rope_style_name(c.rope_style), " and permuting is not implemented");
+  const Arch& arch = arch_of(c.arch, "GGUF export");
+  if (arch.gguf_rope && c.rope_style != *arch.gguf_rope)
+    fail("model", "GGUF ", c.arch, " expects ", rope_style_name(*arch.gguf_rope), " RoPE order of q/k; this model uses ",
+         rope_style_name(c.rope_style), " (export_model permutes it)");
   GgufWriter w;
   const std::string a = c.arch + ".";
   w.add_str("general.architecture", c.arch);
@@ -302,16 +293,15 @@ GgufWriter gguf_writer_for(const Model& m) {
   w.add_u32("general.file_type", file_type(m));
   if (m.vocab) add_vocab(w, *m.vocab, c.vocab_size);
   if (!m.chat_template.empty()) w.add_str("tokenizer.chat_template", m.chat_template);
-  const bool gpt2 = c.arch == "gpt2";
   for (const Tensor& t : m.tensors()) {
-    if (gpt2 && t.name.starts_with("layers.")) {
+    if (arch.gguf_fused_qkv && t.name.starts_with("layers.")) {
       const std::string leaf = t.name.substr(t.name.find('.', 7) + 1);
       if (leaf == "wq" || leaf == "bq") add_fused_qkv(w, m, std::stoll(t.name.substr(7)), leaf == "bq");
       if (leaf == "wq" || leaf == "wk" || leaf == "wv" || leaf == "bq" || leaf == "bk" || leaf == "bv") continue;
     }
     w.add_tensor_view(gguf_name(t.name), ggml_of(t.dtype), ggml_ne(t.shape), t.data, t.nbytes);
   }
-  if (gpt2 && !m.has("output")) {  // llama.cpp's gpt2 graph requires output.weight
+  if (arch.gguf_explicit_output && !m.has("output")) {  // llama.cpp's graph for this arch requires output.weight
     const Tensor& e = m.tensor("tok_embeddings");
     w.add_tensor_view("output.weight", ggml_of(e.dtype), ggml_ne(e.shape), e.data, e.nbytes);
   }

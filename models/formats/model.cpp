@@ -6,6 +6,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/fp16.h"
+#include "models/arch/arch.h"
 
 namespace anelab::models {
 
@@ -38,17 +39,6 @@ int64_t dtype_nbytes(DType t, int64_t n) {
   return -1;
 }
 
-const char* rope_style_name(RopeStyle r) {
-  switch (r) {
-    case RopeStyle::kNone: return "none";
-    case RopeStyle::kAdjacentPairs: return "adjacent_pairs";
-    case RopeStyle::kRotateHalf: return "rotate_half";
-  }
-  return "?";
-}
-const char* norm_type_name(NormType n) { return n == NormType::kRms ? "rms" : "layer"; }
-const char* activation_name(Activation a) { return a == Activation::kSilu ? "silu" : "gelu_tanh"; }
-
 namespace {
 void check_range(const std::string& where, const char* field, int64_t v, int64_t lo, int64_t hi) {
   if (v < lo || v > hi)
@@ -58,8 +48,7 @@ void check_range(const std::string& where, const char* field, int64_t v, int64_t
 }  // namespace
 
 void validate_config(const ModelConfig& c, const std::string& where) {
-  if (c.arch != "llama" && c.arch != "gpt2" && c.arch != "qwen2")
-    fail("model", where, ": architecture '", c.arch, "' is not supported (use llama, gpt2 or qwen2)");
+  const Arch& arch = arch_of(c.arch, where);
   check_range(where, "dim", c.dim, 1, 1 << 16);
   check_range(where, "hidden_dim", c.hidden_dim, 1, 1 << 18);
   check_range(where, "n_layers", c.n_layers, 1, 1024);
@@ -80,6 +69,7 @@ void validate_config(const ModelConfig& c, const std::string& where) {
   if (c.learned_pos != (c.rope_style == RopeStyle::kNone))
     fail("model", where, ": learned positions and rope_style '", rope_style_name(c.rope_style),
          "' contradict each other (exactly one positional scheme is needed)");
+  if (arch.validate) arch.validate(c, where);
 }
 
 std::string describe_config(const ModelConfig& c) {

@@ -5,13 +5,13 @@
 //
 // Canonical tensor naming (all weights [out, in] row-major, like torch nn.Linear.weight):
 //   tok_embeddings              [vocab, dim]
-//   pos_embeddings              [max_seq_len, dim]            learned positions (gpt2 only)
+//   pos_embeddings              [max_seq_len, dim]            when learned_pos
 //   layers.{i}.attn_norm        [dim]        (+ layers.{i}.attn_norm_bias [dim] for LayerNorm)
 //   layers.{i}.wq               [n_heads*head_dim, dim]
 //   layers.{i}.wk, .wv          [n_kv_heads*head_dim, dim]
 //   layers.{i}.wo               [dim, n_heads*head_dim]
-//   layers.{i}.bq / bk / bv     [rows of wq / wk / wv]        when qkv_bias (qwen2, gpt2)
-//   layers.{i}.bo               [dim]                          when attn_out_bias (gpt2)
+//   layers.{i}.bq / bk / bv     [rows of wq / wk / wv]        when qkv_bias
+//   layers.{i}.bo               [dim]                          when attn_out_bias
 //   layers.{i}.ffn_norm         [dim]        (+ layers.{i}.ffn_norm_bias [dim] for LayerNorm)
 //   SwiGLU (silu):  layers.{i}.w1 [hidden, dim] gate, .w2 [dim, hidden] down, .w3 [hidden, dim] up
 //   GELU MLP (gelu_tanh): layers.{i}.fc [hidden, dim] + fc_bias [hidden], .proj [dim, hidden] + proj_bias [dim]
@@ -20,7 +20,7 @@
 // canonical_tensors(config) lists exactly these, in this order; every reader checks a model against it.
 //
 // RoPE: kAdjacentPairs rotates (x[2j], x[2j+1]) (llama2.c, GGUF llama); kRotateHalf rotates
-// (x[j], x[j+head_dim/2]) (HF llama/qwen2, GGUF qwen2). q/k weights are stored as the source has them.
+// (x[j], x[j+head_dim/2]) (Hugging Face). q/k weights are stored as the source has them.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -30,6 +30,7 @@
 #include <string_view>
 #include <vector>
 
+#include "framework/core/arch_types.h"
 #include "models/tokenizer/vocab.h"
 
 namespace anelab::models {
@@ -47,33 +48,31 @@ constexpr int64_t kQ8BlockBytes = 34;
 // Bytes needed for n elements (Q8_0: n must be a multiple of 32); returns -1 when n is invalid.
 int64_t dtype_nbytes(DType t, int64_t n);
 
-enum class RopeStyle : uint8_t { kNone = 0, kAdjacentPairs = 1, kRotateHalf = 2 };  // kNone: learned positions
-enum class NormType : uint8_t { kRms = 0, kLayer = 1 };
-enum class Activation : uint8_t { kSilu = 0, kGeluTanh = 1 };  // silu => SwiGLU w1/w2/w3, gelu_tanh => fc/proj
-const char* rope_style_name(RopeStyle r);   // "none", "adjacent_pairs", "rotate_half"
-const char* norm_type_name(NormType n);     // "rms", "layer"
-const char* activation_name(Activation a);  // "silu", "gelu_tanh"
+// RopeStyle, NormType, Activation and their names: framework/core/arch_types.h (shared with the kernels).
+using anelab::Activation;
+using anelab::NormType;
+using anelab::RopeStyle;
 
 struct ModelConfig {
-  std::string arch = "llama";  // "llama" | "gpt2" | "qwen2"
+  std::string arch = "llama";  // a name in the architecture table (models/arch/arch.h)
   int64_t dim = 0;             // model width (embedding size)
   int64_t hidden_dim = 0;      // feed-forward width
   int64_t n_layers = 0;
   int64_t n_heads = 0;
   int64_t n_kv_heads = 0;      // == n_heads without GQA
-  int64_t head_dim = 0;        // usually dim / n_heads (qwen3: 128 with dim 1024, 16 heads)
+  int64_t head_dim = 0;        // usually dim / n_heads (may differ: 128 with dim 1024 and 16 heads)
   int64_t vocab_size = 0;
-  int64_t max_seq_len = 0;     // context length (gpt2: rows of pos_embeddings)
+  int64_t max_seq_len = 0;     // context length (rows of pos_embeddings when learned_pos)
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
   RopeStyle rope_style = RopeStyle::kAdjacentPairs;
   bool tied_embeddings = true;  // output = tok_embeddings (no `output` tensor)
   bool qkv_bias = false;        // bq/bk/bv present
-  bool attn_out_bias = false;   // bo present (gpt2)
-  bool mlp_bias = false;        // fc_bias/proj_bias present (gpt2)
+  bool attn_out_bias = false;   // bo present
+  bool mlp_bias = false;        // fc_bias/proj_bias present (GELU MLP)
   NormType norm = NormType::kRms;
   Activation activation = Activation::kSilu;
-  bool learned_pos = false;     // pos_embeddings present (gpt2)
+  bool learned_pos = false;     // pos_embeddings present (then rope_style is kNone)
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
@@ -81,7 +80,8 @@ struct ModelConfig {
 };
 
 // Throws anelab::Error naming the field, its value and the accepted range when a config is unusable
-// (non-positive or absurd sizes, n_heads % n_kv_heads != 0, inconsistent flags, ...).
+// (unknown arch, non-positive or absurd sizes, n_heads % n_kv_heads != 0, inconsistent flags, the
+// architecture's own rules, ...).
 void validate_config(const ModelConfig& c, const std::string& where);
 // The one size check of every model-file reader (anelab, llama2.c, GGUF, safetensors/HF, checkpoint), called
 // before any size or offset is computed from a config: validate_config, then the parameter count of

@@ -7,6 +7,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
+#include "models/arch/arch.h"
 #include "models/formats/byte_reader.h"
 #include "models/tokenizer/tokenizer.h"
 
@@ -181,15 +182,32 @@ Model read_hf_safetensors(const std::string& path) {
   return m;
 }
 
+// A tiny config.json of every architecture that has a Hugging Face config writer (fuzz_read_safetensors).
+const std::vector<std::string>& tiny_hf_configs() {
+  static const std::vector<std::string> v = [] {
+    std::vector<std::string> out;
+    for (const Arch* a : architectures()) {
+      if (!a->hf_export_config) continue;
+      ModelConfig c;
+      c.arch = a->name;
+      c.dim = 8, c.hidden_dim = 16, c.n_layers = 1, c.n_heads = 2, c.n_kv_heads = 1, c.head_dim = 4;
+      c.vocab_size = 16, c.max_seq_len = 32, c.rope_style = RopeStyle::kRotateHalf;
+      out.push_back(a->hf_export_config(c).dump());
+    }
+    return out;
+  }();
+  return v;
+}
+
 int fuzz_read_safetensors(const uint8_t* data, size_t size) {
   try {
     const auto t = parse_safetensors(data, size, nullptr, "<fuzz>");
-    // Also exercise the architecture mapping with a fixed tiny config.
-    static const std::string cfg =
-        R"({"model_type":"qwen2","hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,)"
-        R"("num_attention_heads":2,"num_key_value_heads":1,"vocab_size":16,"max_position_embeddings":32,)"
-        R"("tie_word_embeddings":true})";
-    hf_to_model(cfg, t, "<fuzz>");
+    for (const std::string& cfg : tiny_hf_configs()) {  // also the architecture mappings
+      try {
+        hf_to_model(cfg, t, "<fuzz>");
+      } catch (const Error&) {
+      }
+    }
   } catch (const Error&) {
   }
   return 0;

@@ -5,13 +5,9 @@
 //   relative to the byte after the header. Sharded checkpoints have model.safetensors.index.json with
 //   {"weight_map": {"NAME": "model-0000k-of-0000n.safetensors"}}.
 //
-// Supported architectures (config.json model_type / architectures):
-//   gpt2  (GPT2LMHeadModel): Conv1D weights are stored [in, out] and are transposed to [out, in];
-//         attn.c_attn [dim, 3*dim] is split into wq/wk/wv (+ bq/bk/bv); learned wpe; LayerNorm
-//         (layer_norm_epsilon); gelu_new MLP c_fc/c_proj -> fc/proj (+ biases); tied head unless lm_head.
-//   qwen2 (Qwen2ForCausalLM): q/k/v biases, no o bias, GQA, rope_theta, rms_norm_eps, tie_word_embeddings.
-//   llama (LlamaForCausalLM): like qwen2 without biases (attention_bias adds q/k/v/o biases).
-//   Llama/Qwen q/k weights are kept unpermuted and the config records rope_style rotate_half.
+// The architecture comes from config.json (model_type, else architectures[0]) through the architecture
+// table (models/arch/arch.h): each models/arch/<name>.cpp maps its config keys and tensor names (and
+// documents them). Llama-family q/k weights are kept unpermuted and the config records rope_style rotate_half.
 // dtypes F32/F16/BF16 are kept as stored (tensors are views of the mapping, except transposed ones).
 #pragma once
 #include <cstdint>
@@ -45,8 +41,6 @@ Model read_hf_safetensors(const std::string& path);
 std::map<std::string, std::string> parse_safetensors_index(std::string_view text, const std::string& where);
 // Maps HF tensors + parsed config.json (as text) to a Model; `where` names the source in errors.
 Model hf_to_model(const std::string& config_json, const StTensorMap& tensors, const std::string& where);
-// The HF Llama/Qwen2 tensor name of a canonical tensor ("layers.3.wq" -> "model.layers.3.self_attn.q_proj.weight").
-std::string hf_llama_qwen_name(const std::string& canonical);
 bool looks_like_safetensors(const uint8_t* data, size_t size);
 
 // Builds a safetensors image (for tests and tools): tensors written in the given order.

@@ -114,6 +114,7 @@ PreTokenizer select_pretokenizer(const std::string& name, const std::string& reg
 }
 
 const char* pretokenizer_regex(PreTokenizer p) { return p == PreTokenizer::kGpt2 ? kGpt2Regex : kQwen2Regex; }
+const char* llama_cpp_pre_name(PreTokenizer p) { return p == PreTokenizer::kGpt2 ? "gpt-2" : "qwen2"; }
 
 void pretokenize(std::string_view text, PreTokenizer kind, std::vector<std::pair<uint32_t, uint32_t>>& out) {
   thread_local Chars c;

@@ -20,6 +20,8 @@ enum class PreTokenizer { kGpt2, kQwen2 };
 // regex string (regex wins when non-empty). Throws "[tokenizer] unsupported pre-tokenizer ..." otherwise.
 PreTokenizer select_pretokenizer(const std::string& name, const std::string& regex);
 const char* pretokenizer_regex(PreTokenizer p);
+// llama.cpp's tokenizer.ggml.pre name of a scanner ("gpt-2", "qwen2"), written into GGUF files.
+const char* llama_cpp_pre_name(PreTokenizer p);
 
 // Splits valid UTF-8 text into pre-tokens, appended to `out` as byte ranges [begin, end) covering text.
 void pretokenize(std::string_view text, PreTokenizer kind, std::vector<std::pair<uint32_t, uint32_t>>& out);

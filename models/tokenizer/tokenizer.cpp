@@ -11,6 +11,13 @@
 
 namespace anelab::tok {
 
+const char* gguf_tokenizer_model(TokenizerKind k) { return k == TokenizerKind::kSentencePiece ? "llama" : "gpt2"; }
+std::optional<TokenizerKind> parse_gguf_tokenizer_model(std::string_view s) {
+  if (s == "llama") return TokenizerKind::kSentencePiece;
+  if (s == "gpt2") return TokenizerKind::kByteBpe;
+  return std::nullopt;
+}
+
 namespace detail {
 
 void AddedTokenMatcher::add(int32_t id, std::string text, bool control) {

@@ -4,7 +4,9 @@
 // The GGUF reader and the anelab model-file reader fill it; make_tokenizer() turns it into a Tokenizer.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace anelab::tok {
@@ -13,6 +15,11 @@ enum class TokenizerKind {
   kSentencePiece,  // llama / llama2.c: score-driven BPE over UTF-8 pieces, <0xNN> byte fallback, "▁" spaces
   kByteBpe,        // GPT-2 / Qwen: byte-level BPE with ranked merges and a pre-tokenizer regex
 };
+
+// GGUF tokenizer.ggml.model of a kind ("llama" = SentencePiece, "gpt2" = byte-level BPE: llama.cpp names the
+// tokenizer models after the first model that used them), and the inverse (nullopt for other names).
+const char* gguf_tokenizer_model(TokenizerKind k);
+std::optional<TokenizerKind> parse_gguf_tokenizer_model(std::string_view s);
 
 // Token attributes (values follow GGUF's tokenizer.ggml.token_type).
 enum class TokenType : int32_t {

@@ -10,6 +10,7 @@
 
 #include "framework/core/file.h"
 #include "framework/core/npy.h"
+#include "models/formats/model_config_json.h"
 #include "models/formats/checkpoint_file.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -49,7 +50,7 @@ bool run_torch_reference(const std::string& dir, const train::ParamLayout& layou
                          const std::vector<train::Batch>& batches, const nlohmann::json& optim,
                          const std::string& mode, std::string* log) {
   fs::create_directories(dir + "/weights");
-  nlohmann::json cfg = models::checkpoint_config_to_json(layout.config());
+  nlohmann::json cfg = models::model_config_to_json(layout.config());
   cfg["optim"] = optim;
   cfg["tensors"] = nlohmann::json::array();
   for (const auto& p : layout.params()) {

@@ -20,7 +20,7 @@ namespace anelab::models {
 namespace {
 using Bytes = std::vector<uint8_t>;
 
-ModelConfig tiny_qwen() {  // matches the fixed config inside fuzz_read_safetensors
+ModelConfig tiny_qwen() {  // the size of the tiny configs inside fuzz_read_safetensors
   ModelConfig c = preset("qwen2.5-0.5b");
   c.dim = 8; c.hidden_dim = 16; c.n_layers = 1; c.n_heads = 2; c.n_kv_heads = 1; c.head_dim = 4;
   c.vocab_size = 16; c.max_seq_len = 32; c.rope_theta = 10000.0f;

@@ -1,0 +1,32 @@
+#include "framework/core/arch_types.h"
+
+namespace anelab {
+
+const char* rope_style_name(RopeStyle r) {
+  switch (r) {
+    case RopeStyle::kNone: return "none";
+    case RopeStyle::kAdjacentPairs: return "adjacent_pairs";
+    case RopeStyle::kRotateHalf: return "rotate_half";
+  }
+  return "?";
+}
+const char* norm_type_name(NormType n) { return n == NormType::kRms ? "rms" : "layer"; }
+const char* activation_name(Activation a) { return a == Activation::kSilu ? "silu" : "gelu_tanh"; }
+
+std::optional<RopeStyle> parse_rope_style(std::string_view s) {
+  for (RopeStyle r : {RopeStyle::kNone, RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf})
+    if (s == rope_style_name(r)) return r;
+  return std::nullopt;
+}
+std::optional<NormType> parse_norm_type(std::string_view s) {
+  for (NormType n : {NormType::kRms, NormType::kLayer})
+    if (s == norm_type_name(n)) return n;
+  return std::nullopt;
+}
+std::optional<Activation> parse_activation(std::string_view s) {
+  for (Activation a : {Activation::kSilu, Activation::kGeluTanh})
+    if (s == activation_name(a)) return a;
+  return std::nullopt;
+}
+
+}  // namespace anelab

@@ -1,0 +1,67 @@
+// The architecture table: everything that makes one model architecture what it is, in one file per
+// architecture (models/arch/<name>.cpp) listed once in models/arch/registry.cpp. The generic code (the
+// Hugging Face and GGUF mappings, presets, export, config validation) asks this table and names no
+// architecture; docs/adding_an_architecture.md says which files a new one touches.
+//
+// What an architecture supplies:
+//   - its name (ModelConfig::arch, GGUF general.architecture and the prefix of its GGUF keys);
+//   - Hugging Face: the config.json model_type values and architectures[0] class prefixes it answers to,
+//     config.json -> ModelConfig (transformers 4.x keys and 5.x rope_parameters), HF tensors -> canonical
+//     tensors, and for export the HF name of each canonical tensor and its config.json keys;
+//   - GGUF: the architecture's keys -> the ModelConfig fields they decide (norm, RoPE order, activation),
+//     the q/k row order llama.cpp expects, whether q/k/v are fused and the head is always written;
+//   - presets (named configs of real models) and the rules a config of this architecture must follow.
+// Tensor names in GGUF follow llama.cpp's per-tensor conventions (token_embd, blk.N.attn_q, ...), the same
+// for every architecture: gguf_model.cpp holds that one table.
+#pragma once
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "models/formats/gguf.h"
+#include "models/formats/model.h"
+#include "models/formats/safetensors.h"
+
+namespace anelab::models {
+
+struct Arch {
+  std::string name;  // ModelConfig::arch; GGUF general.architecture and key prefix ("<name>.block_count")
+
+  // ---- Hugging Face ----
+  std::vector<std::string> hf_model_types;    // config.json "model_type" values
+  std::vector<std::string> hf_class_prefixes;  // "architectures"[0] prefixes, for a config without model_type
+  // config.json -> ModelConfig (sizes, norm, RoPE, flags); throws naming the key and `where`.
+  ModelConfig (*hf_config)(const nlohmann::json& config, const std::string& where) = nullptr;
+  // Adds the canonical tensors of HF `tensors` to m (m.config is set; an absent lm_head made it tied).
+  void (*hf_tensors)(Model& m, const StTensorMap& tensors, const std::string& where) = nullptr;
+  // Export (nullptr: no Hugging Face export): config.json of c, and the HF name of a canonical tensor.
+  nlohmann::json (*hf_export_config)(const ModelConfig& c) = nullptr;
+  std::string (*hf_tensor_name)(const std::string& canonical) = nullptr;
+
+  // ---- GGUF ----
+  // After the generic sizes are read from "<name>.*": the fields the architecture decides (norm and its
+  // eps key, RoPE order, activation, learned positions).
+  void (*gguf_config)(const GgufFile& g, ModelConfig* c, const std::string& where) = nullptr;
+  std::optional<RopeStyle> gguf_rope;  // q/k row order llama.cpp's graph for this arch expects (nullopt: as stored)
+  bool gguf_fused_qkv = false;         // written as one blk.N.attn_qkv (q, k, v row blocks)
+  bool gguf_explicit_output = false;   // output.weight written even when the head is tied
+
+  // ---- presets and rules ----
+  std::vector<std::pair<std::string, ModelConfig>> presets;  // name -> config (models/presets.h)
+  // Rules beyond validate_config's generic ones (nullptr: none); throws naming the field and `where`.
+  void (*validate)(const ModelConfig& c, const std::string& where) = nullptr;
+};
+
+// Every architecture, in table order.
+const std::vector<const Arch*>& architectures();
+const Arch* find_arch(std::string_view name);  // nullptr when unknown
+// Throws "[model] WHERE: architecture 'X' is not supported (use llama, ...)".
+const Arch& arch_of(std::string_view name, const std::string& where);
+std::string arch_names();  // "llama, qwen2, gpt2" (table order)
+// The architecture a Hugging Face config.json names (model_type, else architectures[0]); throws naming `where`.
+const Arch& arch_for_hf(const nlohmann::json& config, const std::string& where);
+
+}  // namespace anelab::models

@@ -1,0 +1,11 @@
+// One accessor per architecture file (models/arch/<name>.cpp); only registry.cpp includes this.
+#pragma once
+#include "models/arch/arch.h"
+
+namespace anelab::models {
+
+const Arch& llama_arch();  // models/arch/llama.cpp
+const Arch& qwen2_arch();  // models/arch/qwen2.cpp
+const Arch& gpt2_arch();   // models/arch/gpt2.cpp
+
+}  // namespace anelab::models

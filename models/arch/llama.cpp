@@ -1,0 +1,90 @@
+// Llama (llama2.c, Meta Llama 1/2, TinyLlama, HF LlamaForCausalLM; GGUF "llama"): RMSNorm, SwiGLU MLP,
+// RoPE, GQA, no biases unless HF attention_bias (then q/k/v and o). llama.cpp's converter permutes q/k rows
+// so that its LLM_ARCH_LLAMA graph uses adjacent-pairs RoPE; HF keeps rotate-half order.
+//
+// Presets (llama2.c TinyStories models; adjacent-pairs RoPE, theta 10000, RMS eps 1e-5, tied, as run.c):
+//   stories260k   64/172,   5 layers,  8 heads, 4 kv,  vocab 512,   ctx 512
+//   stories15m    288/768,  6 layers,  6 heads, 6 kv,  vocab 32000, ctx 256
+//   stories42m    512/1376, 8 layers,  8 heads, 8 kv,  vocab 32000, ctx 1024
+//   stories110m   768/2048, 12 layers, 12 heads, 12 kv, vocab 32000, ctx 1024
+#include "framework/core/error.h"
+#include "models/arch/arch_list.h"
+#include "models/arch/common.h"
+
+namespace anelab::models {
+namespace {
+using hf::json;
+
+ModelConfig stories(int64_t dim, int64_t hidden, int64_t layers, int64_t heads, int64_t kv, int64_t vocab,
+                    int64_t seq) {
+  ModelConfig c;
+  c.arch = "llama";
+  c.dim = dim;
+  c.hidden_dim = hidden;
+  c.n_layers = layers;
+  c.n_heads = heads;
+  c.n_kv_heads = kv;
+  c.head_dim = dim / heads;
+  c.vocab_size = vocab;
+  c.max_seq_len = seq;
+  c.norm_eps = 1e-5f;
+  c.rope_theta = 10000.0f;
+  c.rope_style = RopeStyle::kAdjacentPairs;
+  return c;
+}
+
+ModelConfig from_hf(const json& j, const std::string& w) {
+  ModelConfig c = hf::hf_decoder_config(j, "llama", w);
+  c.qkv_bias = c.attn_out_bias = hf::hf_bool(j, "attention_bias", w, false);
+  if (hf::hf_bool(j, "mlp_bias", w, false)) fail("model", w, ": mlp_bias true is not supported for llama");
+  return c;
+}
+
+void hf_tensors(Model& m, const StTensorMap& ts, const std::string& w) {
+  hf::map_hf_decoder(m, ts, hf::hf_decoder_layer_names(), w);
+}
+
+json to_hf(const ModelConfig& c) {
+  if (c.qkv_bias != c.attn_out_bias)
+    fail("export", "a llama model with q/k/v biases but no output bias has no Hugging Face config (attention_bias)");
+  json j = hf::hf_decoder_export_config(c);
+  j["architectures"] = json::array({"LlamaForCausalLM"});
+  j["model_type"] = "llama";
+  j["attention_bias"] = c.qkv_bias;
+  j["mlp_bias"] = false;
+  return j;
+}
+
+std::string hf_name(const std::string& canonical) {
+  static const auto names = hf::hf_decoder_layer_names();
+  return hf::hf_decoder_name(canonical, names);
+}
+
+void from_gguf(const GgufFile& g, ModelConfig* c, const std::string&) {
+  c->norm_eps = static_cast<float>(g.get_num(c->arch + ".attention.layer_norm_rms_epsilon", 1e-5));
+  c->rope_style = RopeStyle::kAdjacentPairs;
+}
+}  // namespace
+
+const Arch& llama_arch() {
+  static const Arch a = [] {
+    Arch r;
+    r.name = "llama";
+    r.hf_model_types = {"llama"};
+    r.hf_class_prefixes = {"Llama"};
+    r.hf_config = from_hf;
+    r.hf_tensors = hf_tensors;
+    r.hf_export_config = to_hf;
+    r.hf_tensor_name = hf_name;
+    r.gguf_config = from_gguf;
+    r.gguf_rope = RopeStyle::kAdjacentPairs;
+    r.presets = {{"stories260k", stories(64, 172, 5, 8, 4, 512, 512)},
+                 {"stories15m", stories(288, 768, 6, 6, 6, 32000, 256)},
+                 {"stories42m", stories(512, 1376, 8, 8, 8, 32000, 1024)},
+                 {"stories110m", stories(768, 2048, 12, 12, 12, 32000, 1024)}};
+    return r;
+  }();
+  return a;
+}
+
+}  // namespace anelab::models

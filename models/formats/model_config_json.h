@@ -1,0 +1,33 @@
+// The one JSON form of a ModelConfig, used by the anelab model file (header "config"), the training
+// checkpoint (header "model") and the trainer's run_start event ("model"):
+//
+//   {"arch": string (a name in models/arch/arch.h), "dim", "hidden_dim", "n_layers", "n_heads",
+//    "n_kv_heads", "head_dim", "vocab_size", "max_seq_len" (integers), "norm_eps", "rope_theta" (numbers),
+//    "rope_style": "none"|"adjacent_pairs"|"rotate_half", "norm": "rms"|"layer",
+//    "activation": "silu"|"gelu_tanh", "tied_embeddings", "qkv_bias", "attn_out_bias", "mlp_bias",
+//    "learned_pos" (booleans)}
+//
+// Every field is written. Reading checks each field's JSON type exactly (no bool -> int, no float -> int)
+// and then the config as a whole (checked_parameter_count). Checkpoints written before they stored the
+// norm, activation, bias and learned-position flags lack those keys: with ConfigKeys::kCheckpoint an
+// absent flag reads as the ModelConfig default (the Llama layout those checkpoints held).
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "models/formats/model.h"
+
+namespace anelab::models {
+
+nlohmann::json model_config_to_json(const ModelConfig& c);
+
+enum class ConfigKeys {
+  kAll,         // every key is required (anelab model files)
+  kCheckpoint,  // the norm / activation / bias / learned_pos keys may be absent (older checkpoints)
+};
+// Errors are one line: "[COMPONENT] WHERE: header field PREFIXKEY ..." (e.g. "[model] m.anelab: header
+// field config.dim is missing"), or validate_config's "[model] WHERE: ..." for a field out of range.
+ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& where, const char* component,
+                                   const std::string& prefix, ConfigKeys keys = ConfigKeys::kAll);
+
+}  // namespace anelab::models

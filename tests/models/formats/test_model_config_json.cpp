@@ -1,0 +1,120 @@
+// The one JSON form of ModelConfig (models/formats/model_config_json.h): every field survives the JSON,
+// the anelab model file and the training-checkpoint header; a dropped field is noticed; checkpoints
+// written before the flags were stored still read, with the Llama defaults.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <vector>
+
+#include "framework/core/error.h"
+#include "models/formats/anelab_file.h"
+#include "models/formats/checkpoint_header.h"
+#include "models/formats/model_config_json.h"
+#include "models/presets.h"
+#include "tests/common/test_data.h"
+
+namespace anelab::models {
+namespace {
+using json = nlohmann::json;
+
+// Every field differs from its ModelConfig default, so a field that is not written or not read comes
+// back as the default and the comparison (operator==, all fields) fails.
+ModelConfig every_field_set() {
+  ModelConfig c;
+  c.arch = "gpt2";
+  c.dim = 48;
+  c.hidden_dim = 96;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 8;
+  c.vocab_size = 40;
+  c.max_seq_len = 24;
+  c.norm_eps = 1e-3f;
+  c.rope_theta = 500.0f;
+  c.rope_style = RopeStyle::kNone;
+  c.tied_embeddings = false;
+  c.qkv_bias = c.attn_out_bias = c.mlp_bias = true;
+  c.norm = NormType::kLayer;
+  c.activation = Activation::kGeluTanh;
+  c.learned_pos = true;
+  return c;
+}
+
+TEST(ModelConfigJson, EveryFieldDiffersFromTheDefault) {
+  const json set = model_config_to_json(every_field_set()), def = model_config_to_json(ModelConfig{});
+  ASSERT_EQ(set.size(), def.size());
+  for (const auto& [k, v] : set.items()) EXPECT_NE(v, def.at(k)) << k << " is at its default: the test cannot see it dropped";
+}
+
+TEST(ModelConfigJson, EveryFieldRoundTrips) {
+  const ModelConfig c = every_field_set();
+  EXPECT_EQ(model_config_from_json(model_config_to_json(c), "t", "model", "config."), c);
+  EXPECT_EQ(model_config_from_json(model_config_to_json(c), "t", "checkpoint", "model.", ConfigKeys::kCheckpoint), c);
+}
+
+TEST(ModelConfigJson, EveryKeyIsWrittenAndRead) {
+  const ModelConfig c = every_field_set();
+  const json j = model_config_to_json(c);
+  EXPECT_EQ(j.size(), 19u) << "a ModelConfig field was added or removed: update model_config_json and this test";
+  for (const auto& [k, v] : j.items()) {
+    json cut = j;
+    cut.erase(k);
+    try {  // a model file must have every key
+      model_config_from_json(cut, "m.anelab", "model", "config.");
+      ADD_FAILURE() << k << " removed was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("config." + k), std::string::npos) << e.what();
+    }
+    try {  // a checkpoint may lack the flags, which then read as defaults: not as the written value
+      EXPECT_NE(model_config_from_json(cut, "c.ckpt", "checkpoint", "model.", ConfigKeys::kCheckpoint), c) << k;
+    } catch (const Error&) {
+    }
+  }
+}
+
+TEST(ModelConfigJson, AnelabFileKeepsEveryField) {
+  const ModelConfig c = every_field_set();
+  const auto dir = test::temp_dir("config_json");
+  const std::string path = (dir / "m.anelab").string();
+  write_random_model(c, path, 7);
+  EXPECT_EQ(read_anelab_file(path).config, c);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ModelConfigJson, CheckpointHeaderKeepsEveryField) {
+  CheckpointHeader h;
+  h.model = every_field_set();
+  const int64_t n = parameter_count(h.model);
+  const std::vector<uint8_t> data(size_t(n) * 12, 0);
+  std::vector<uint8_t> file = encode_checkpoint_header(h, n, fnv1a64(kFnvOffset, data.data(), data.size()));
+  file.insert(file.end(), data.begin(), data.end());
+  EXPECT_EQ(parse_checkpoint(file.data(), file.size(), "t.ckpt").header.model, h.model);
+}
+
+TEST(ModelConfigJson, OlderCheckpointModelObjectsReadAsLlama) {
+  const ModelConfig c = preset("stories260k");
+  json old = model_config_to_json(c);
+  for (const char* k : {"norm", "activation", "qkv_bias", "attn_out_bias", "mlp_bias", "learned_pos"}) old.erase(k);
+  EXPECT_EQ(model_config_from_json(old, "old.ckpt", "checkpoint", "model.", ConfigKeys::kCheckpoint), c);
+}
+
+TEST(ModelConfigJson, BadValuesAreOneLineNamingTheField) {
+  json j = model_config_to_json(every_field_set());
+  j["norm"] = "batch";
+  try {
+    model_config_from_json(j, "m.anelab", "model", "config.");
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "[model] m.anelab: header field config.norm = \"batch\" is not one of rms, layer");
+  }
+  j = model_config_to_json(every_field_set());
+  j["dim"] = 1.5;
+  EXPECT_THROW(model_config_from_json(j, "m.anelab", "model", "config."), Error);
+  j = model_config_to_json(every_field_set());
+  j["arch"] = "nope";
+  EXPECT_THROW(model_config_from_json(j, "m.anelab", "model", "config."), Error);
+}
+
+}  // namespace
+}  // namespace anelab::models
