@@ -294,7 +294,7 @@ void run_bench(const InferArgs& a) {
   c1 = cpu_ms();
   for (int64_t i = 0; i < a.bench_gen; ++i) {
     const float* lg = e.decode(tok, pos++);
-    tok = infer::argmax(std::span<const float>(lg, static_cast<size_t>(V)));
+    tok = models::argmax(std::span<const float>(lg, static_cast<size_t>(V)));
   }
   const double tg_ms = ms_since(t1), tg_cpu = cpu_ms() - c1;
   const std::string tg_energy = energy_text(meter, e1, double(a.bench_gen));

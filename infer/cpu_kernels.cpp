@@ -207,27 +207,6 @@ void gemm(ThreadPool& pool, const Mat& w, const float* bias, const float* x, int
     pool.parallel_for(panels, 1, body);
 }
 
-void rms_norm(const float* x, const float* w, float eps, int64_t n, float* out) {
-  float ss = 0.0f;
-  for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
-  ss /= static_cast<float>(n);
-  ss += eps;
-  ss = 1.0f / std::sqrt(ss);
-  for (int64_t i = 0; i < n; ++i) out[i] = w[i] * (ss * x[i]);
-}
-
-void layer_norm(const float* x, const float* w, const float* b, float eps, int64_t n, float* out) {
-  double mean = 0.0;
-  for (int64_t i = 0; i < n; ++i) mean += x[i];
-  mean /= static_cast<double>(n);
-  double var = 0.0;
-  for (int64_t i = 0; i < n; ++i) var += (x[i] - mean) * (x[i] - mean);
-  var /= static_cast<double>(n);
-  const float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
-  const float m = static_cast<float>(mean);
-  for (int64_t i = 0; i < n; ++i) out[i] = (x[i] - m) * inv * w[i] + (b ? b[i] : 0.0f);
-}
-
 float dot(const float* a, const float* b, int64_t n) {
   W::F32 acc = W::zero();
   for (int64_t k = 0; k < n; k += VW) acc = W::fmadd(W::load_n(a + k, n - k), W::load_n(b + k, n - k), acc);

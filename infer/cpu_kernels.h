@@ -12,18 +12,13 @@
 
 #include "framework/core/fp16.h"
 #include "framework/core/thread_pool.h"
+#include "framework/kernels/layer.h"
 
 namespace anelab::infer {
 
-enum class WType : uint8_t { kF32 = 0, kF16 = 1 };
-
-struct Mat {
-  WType type = WType::kF32;
-  int64_t rows = 0, cols = 0;
-  const void* data = nullptr;  // [rows, cols] fp32 or fp16 bits
-  const float* f32() const { return static_cast<const float*>(data); }
-  const half_bits* f16() const { return static_cast<const half_bits*>(data); }
-};
+// Weight matrices (fp32 or fp16, row-major [rows, cols]) as the kernels describe them.
+using kern::Mat;
+using kern::WType;
 
 // One output segment of a fused GEMV: y[0..W.rows) = W x (+ bias when non-null).
 struct GemvOut {
@@ -41,9 +36,7 @@ inline void gemv(ThreadPool& pool, const Mat& w, const float* bias, const float*
 // Batched: Y[t, :] = W X[t, :] (+ bias) for t < n_tok. X [n_tok, W.cols], Y [n_tok, W.rows], row-major.
 void gemm(ThreadPool& pool, const Mat& w, const float* bias, const float* x, int64_t n_tok, float* y);
 
-// ---- elementwise / row ops (single row, n elements) ----
-void rms_norm(const float* x, const float* w, float eps, int64_t n, float* out);
-void layer_norm(const float* x, const float* w, const float* b, float eps, int64_t n, float* out);
+// ---- elementwise / row ops (single row, n elements; norms and RoPE: framework/kernels/cpu_ops.h) ----
 float dot(const float* a, const float* b, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);  // y += a x
 float gelu_tanh(float x);

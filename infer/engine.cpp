@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "framework/core/error.h"
+#include "framework/kernels/cpu_ops.h"
 #include "framework/runtime/backend.h"
 #include "infer/prefill_mil.h"
 
@@ -104,13 +105,13 @@ Mat Engine::matrix(const std::string& name) {
   return m;
 }
 
-std::vector<float> Engine::vec(const std::string& name, bool optional) {
+std::span<const float> Engine::vec(const std::string& name, bool optional) {
   const models::Tensor* t = model_.find(name);
   if (!t) {
     ANELAB_CHECK(optional, "infer", model_.source_path, ": model has no tensor ", name);
     return {};
   }
-  return t->to_f32();
+  return vecs_.emplace_back(t->to_f32());
 }
 
 void Engine::load_weights() {
@@ -152,7 +153,7 @@ void Engine::load_weights() {
 }
 
 namespace {
-const float* opt_ptr(const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
+const float* opt_ptr(std::span<const float> v) { return v.empty() ? nullptr : v.data(); }
 }  // namespace
 
 void Engine::embed(std::span<const int32_t> tokens, int64_t pos, float* x) {
@@ -171,14 +172,14 @@ void Engine::embed(std::span<const int32_t> tokens, int64_t pos, float* x) {
   }
 }
 
-void Engine::norm_rows(const float* x, const std::vector<float>& w, const std::vector<float>& b, int64_t n, float* out) {
+void Engine::norm_rows(const float* x, std::span<const float> w, std::span<const float> b, int64_t n, float* out) {
   const auto& c = model_.config;
   auto rows = [&](int64_t r0, int64_t r1) {
     for (int64_t i = r0; i < r1; ++i) {
       if (c.norm == models::NormType::kRms)
-        rms_norm(x + i * c.dim, w.data(), c.norm_eps, c.dim, out + i * c.dim);
+        kern::cpu::rms_norm(x + i * c.dim, w.data(), c.norm_eps, c.dim, out + i * c.dim, kern::cpu::Precision::kFp32);
       else
-        layer_norm(x + i * c.dim, w.data(), opt_ptr(b), c.norm_eps, c.dim, out + i * c.dim);
+        kern::cpu::layer_norm(x + i * c.dim, w.data(), opt_ptr(b), c.norm_eps, c.dim, out + i * c.dim);
     }
   };
   if (n * c.dim >= (1 << 14))
@@ -198,27 +199,12 @@ void Engine::elementwise(int64_t count, FunctionRef<void(int64_t, int64_t)> fn) 
 // Rotates q or k rows [n, heads*head_dim] for positions pos..pos+n-1 (tables filled by forward_cpu).
 void Engine::rope_rows(float* x, int64_t n, int64_t heads, int64_t pos) {
   const auto& c = model_.config;
-  const int64_t hd = c.head_dim, half = hd / 2;
-  for (int64_t i = 0; i < n; ++i) {
-    const float* cs = rope_cos_.data() + i * half;
-    const float* sn = rope_sin_.data() + i * half;
-    for (int64_t h = 0; h < heads; ++h) {
-      float* v = x + (i * heads + h) * hd;
-      if (c.rope_style == models::RopeStyle::kAdjacentPairs) {
-        for (int64_t j = 0; j < half; ++j) {
-          const float v0 = v[2 * j], v1 = v[2 * j + 1];
-          v[2 * j] = v0 * cs[j] - v1 * sn[j];
-          v[2 * j + 1] = v0 * sn[j] + v1 * cs[j];
-        }
-      } else {
-        for (int64_t j = 0; j < half; ++j) {
-          const float v0 = v[j], v1 = v[j + half];
-          v[j] = v0 * cs[j] - v1 * sn[j];
-          v[j + half] = v1 * cs[j] + v0 * sn[j];
-        }
-      }
-    }
-  }
+  const int64_t half = c.head_dim / 2;
+  const auto style = c.rope_style == models::RopeStyle::kAdjacentPairs ? kern::RopeStyle::kAdjacentPairs
+                                                                        : kern::RopeStyle::kRotateHalf;
+  for (int64_t i = 0; i < n; ++i)
+    kern::cpu::rope_row(x + i * heads * c.head_dim, heads, c.head_dim, style, rope_cos_.data() + i * half,
+                        rope_sin_.data() + i * half);
 }
 
 // Causal attention of the n new tokens (positions pos..pos+n-1) over the cache; att_ [n, q_dim].
@@ -337,16 +323,8 @@ void Engine::forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vect
   const int64_t D = c.dim, hd = c.head_dim, H = c.hidden_dim;
   float* x = x_.data();
   embed(tokens, pos, x);
-  if (c.rope_style != models::RopeStyle::kNone) {
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < hd / 2; ++j) {
-        // run.c / HF: freq = 1 / theta^(2j / head_dim) in fp32, angle = pos * freq.
-        const float freq = 1.0f / std::pow(c.rope_theta, static_cast<float>(2 * j) / static_cast<float>(hd));
-        const float val = static_cast<float>(pos + i) * freq;
-        rope_cos_[static_cast<size_t>(i * (hd / 2) + j)] = std::cos(val);
-        rope_sin_[static_cast<size_t>(i * (hd / 2) + j)] = std::sin(val);
-      }
-  }
+  if (c.rope_style != models::RopeStyle::kNone)  // run.c / HF: frequencies and angles in fp32
+    kern::cpu::rope_half_tables(n, hd, c.rope_theta, pos, kern::cpu::Precision::kFp32, rope_cos_.data(), rope_sin_.data());
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = layers_[static_cast<size_t>(l)];
     norm_rows(x, L.attn_norm, L.attn_norm_b, n, xb_.data());

@@ -14,6 +14,7 @@
 // biases are fp32 copies. Nothing is allocated per token: scratch buffers are sized at construction.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <string>
@@ -46,12 +47,9 @@ struct EngineOptions {
   int compile_budget = -1;       // backend compile budget override (-1: the device profile's)
 };
 
-struct LayerWeights {
-  Mat wq, wk, wv, wo;            // [q_dim, dim], [kv_dim, dim] x2, [dim, q_dim]
-  Mat w1, w2, w3;                // silu: gate [hidden, dim], down [dim, hidden], up [hidden, dim]; gelu: fc=w1, proj=w2
-  std::vector<float> attn_norm, attn_norm_b, ffn_norm, ffn_norm_b;  // [dim]
-  std::vector<float> bq, bk, bv, bo, b1, b2;                        // biases (empty when absent)
-};
+// One layer's weights (framework/kernels/layer.h): matrices in the compute dtype, norm weights and biases
+// fp32 (held by the engine).
+using kern::LayerWeights;
 
 struct PrefillStats {
   std::string path;   // "cpu" or "emulator"/"ane" (+ bucket)
@@ -93,13 +91,13 @@ class Engine {
  private:
   void load_weights();
   Mat matrix(const std::string& name);
-  std::vector<float> vec(const std::string& name, bool optional);
+  std::span<const float> vec(const std::string& name, bool optional);  // kept in vecs_; empty when absent
   void forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits);
   void attention(int64_t l, int64_t pos, int64_t n);
   void attention_blocked(int64_t l, int64_t pos, int64_t n);
   void elementwise(int64_t count, FunctionRef<void(int64_t, int64_t)> fn);
   void rope_rows(float* x, int64_t n, int64_t heads, int64_t pos);
-  void norm_rows(const float* x, const std::vector<float>& w, const std::vector<float>& b, int64_t n, float* out);
+  void norm_rows(const float* x, std::span<const float> w, std::span<const float> b, int64_t n, float* out);
 
   models::Model model_;
   EngineOptions opt_;
@@ -109,8 +107,9 @@ class Engine {
   int64_t weight_bytes_ = 0;
   std::vector<std::shared_ptr<void>> owned_;  // converted matrices
   std::vector<LayerWeights> layers_;
+  std::deque<std::vector<float>> vecs_;       // the norm weights and biases the layers point into
   Mat tok_emb_, pos_emb_, out_;               // [vocab, dim], [max_seq, dim], [vocab, dim]
-  std::vector<float> norm_, norm_b_;          // [dim]
+  std::span<const float> norm_, norm_b_;      // [dim] (in vecs_)
   std::unique_ptr<float[]> kcache_, vcache_;  // [L, ctx, kv_dim] fp32 (pages touched only when used)
   // Scratch, [chunk, *] row-major (token-major).
   std::vector<float> x_, xb_, q_, k_, v_, att_, h1_, h3_;

@@ -121,8 +121,8 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::v
   bool runc = o.sampler == SamplerKind::kRunc;
   if (o.sampler == SamplerKind::kAuto)
     runc = is_llama2c(e) && o.sampling.top_k == 0 && o.sampling.min_p == 0.0f && o.sampling.repeat_penalty == 1.0f;
-  std::optional<RuncSampler> rs;
-  std::optional<Sampler> gs;
+  std::optional<models::RuncSampler> rs;
+  std::optional<models::Sampler> gs;
   if (runc)
     rs.emplace(vocab, o.sampling.temperature, o.sampling.top_p, o.sampling.seed);
   else

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "infer/engine.h"
-#include "infer/sampler.h"
+#include "models/sampler.h"
 #include "models/tokenizer/chat_template.h"
 #include "models/tokenizer/tokenizer.h"
 
@@ -28,7 +28,7 @@ struct GenerateOptions {
   int64_t steps = 256;            // run.c -n (0 or > context: the context)
   int64_t max_new_tokens = -1;    // >= 0 overrides steps
   SamplerKind sampler = SamplerKind::kAuto;
-  SamplerOptions sampling;
+  models::SamplerOptions sampling;
   std::vector<int32_t> stop_tokens;
   std::vector<std::string> stop_strings;
   bool echo_prompt = true;        // print the prompt's pieces (run.c does)

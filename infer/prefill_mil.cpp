@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "framework/core/error.h"
-#include "framework/kernels/blocks.h"
+#include "framework/kernels/layer.h"
 #include "infer/engine.h"
 
 namespace anelab::infer {
@@ -15,30 +15,67 @@ namespace {
 
 using mil::Value;
 
-std::vector<float> mat_f32(const Mat& m) {
-  std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
-  if (m.type == WType::kF16)
-    half_to_float(m.f16(), out.data(), out.size());
-  else
-    std::memcpy(out.data(), m.f32(), out.size() * 4);
-  return out;
-}
-
-std::optional<Value> opt_vec(mil::FunctionBuilder& b, kern::BlobSet& bs, const std::string& stem, const std::vector<float>& v) {
+std::optional<Value> opt_vec(mil::FunctionBuilder& b, kern::BlobSet& bs, const std::string& stem, std::span<const float> v) {
   if (v.empty()) return std::nullopt;
   return bs.vector(b, stem, v);
 }
 
-Value norm(mil::FunctionBuilder& b, kern::BlobSet& bs, const models::ModelConfig& c, const Value& x, const std::string& stem,
-           const std::vector<float>& w, const std::vector<float>& bias) {
-  Value g = bs.vector(b, stem, w);
-  if (c.norm == models::NormType::kRms) return kern::rms_norm(b, x, g, c.norm_eps);
-  return kern::layer_norm(b, x, g, opt_vec(b, bs, stem + "_b", bias), c.norm_eps);
-}
+// The prefill's layer parameters: every weight a BLOBFILE const of the layer's kernel (fp16), named by the
+// model's tensor (wq, wq_bias, attn_norm, attn_norm_b, ...); the input is the residual stream x.
+class PrefillParams : public kern::LayerParams {
+ public:
+  PrefillParams(mil::FunctionBuilder& b, const models::ModelConfig& c, const LayerWeights& L, int64_t S)
+      : b_(b), c_(c), L_(L), S_(S), x_(b.input("x", kern::act_type(c.dim, S))) {}
+  Value input(const std::string&) override { return x_; }
+  Value project(const std::string& w, const Value& x) override {
+    const kern::Mat& m = L_.matrix(w);
+    return kern::linear(b_, x, bs_.matrix(b_, w, kern::mat_values(m), m.rows, m.cols), opt_vec(b_, bs_, w + "_bias", bias(w)));
+  }
+  Value norm_weight(const std::string& norm) override { return bs_.vector(b_, norm, norm == "attn_norm" ? L_.attn_norm : L_.ffn_norm); }
+  std::optional<Value> norm_bias(const std::string& norm) override {
+    return opt_vec(b_, bs_, norm + "_b", norm == "attn_norm" ? L_.attn_norm_b : L_.ffn_norm_b);
+  }
+  Value mask() override {
+    return bs_.tensor(b_, "mask", mil::tensor_type(mil::DType::kFp16, {1, 1, S_, S_}), kern::causal_mask(S_));
+  }
+  Value rope_table(const std::string& which) override {
+    if (!rope_) rope_ = kern::rope_tables(S_, c_.head_dim, c_.rope_theta, rope_style(c_));
+    return bs_.tensor(b_, "rope_" + which, mil::tensor_type(mil::DType::kFp16, {1, 1, S_, c_.head_dim}),
+                      which == "cos" ? rope_->cos : rope_->sin);
+  }
+  const rt::Weights& weights() const { return bs_.weights(); }
 
-Value proj(mil::FunctionBuilder& b, kern::BlobSet& bs, const std::string& stem, const Mat& w, const std::vector<float>& bias,
-           const Value& x) {
-  return kern::linear(b, x, bs.matrix(b, stem, mat_f32(w), w.rows, w.cols), opt_vec(b, bs, stem + "_bias", bias));
+  static kern::RopeStyle rope_style(const models::ModelConfig& c) {
+    return c.rope_style == models::RopeStyle::kAdjacentPairs ? kern::RopeStyle::kAdjacentPairs : kern::RopeStyle::kRotateHalf;
+  }
+
+ private:
+  std::span<const float> bias(const std::string& w) const {
+    if (w == "wq") return L_.bq;
+    if (w == "wk") return L_.bk;
+    if (w == "wv") return L_.bv;
+    if (w == "wo") return L_.bo;
+    if (w == "w1") return L_.b1;
+    if (w == "w2") return L_.b2;
+    return {};
+  }
+  mil::FunctionBuilder& b_;
+  const models::ModelConfig& c_;
+  const LayerWeights& L_;
+  int64_t S_;
+  kern::BlobSet bs_;
+  Value x_;
+  std::optional<kern::RopeTables> rope_;
+};
+
+kern::LayerDesc layer_desc(const models::ModelConfig& c, int64_t S) {
+  kern::LayerDesc d;
+  d.dim = c.dim, d.hidden = c.hidden_dim, d.n_heads = c.n_heads, d.n_kv_heads = c.n_kv_heads, d.head_dim = c.head_dim;
+  d.seq = S, d.norm_eps = c.norm_eps, d.rope_theta = c.rope_theta;
+  d.layer_norm = c.norm == models::NormType::kLayer;
+  d.gelu = c.activation == models::Activation::kGeluTanh;
+  if (c.rope_style != models::RopeStyle::kNone) d.rope = PrefillParams::rope_style(c);
+  return d;
 }
 
 }  // namespace
@@ -56,51 +93,14 @@ LayerKernelSource build_layer_kernel(const Engine& e, int64_t layer, int64_t S) 
 }
 
 LayerKernelSource build_layer_kernel(const models::ModelConfig& c, const LayerWeights& L, int64_t S, mil::Dialect dialect) {
-  const int64_t D = c.dim, hd = c.head_dim, kvd = c.kv_dim();
   mil::ProgramBuilder pb;
   auto& b = pb.function("main");
-  kern::BlobSet bs;
-  Value x = b.input("x", kern::act_type(D, S));
-
-  // attention
-  Value xn = norm(b, bs, c, x, "attn_norm", L.attn_norm, L.attn_norm_b);
-  Value q = kern::split_heads(b, proj(b, bs, "wq", L.wq, L.bq, xn), c.n_heads);
-  Value k = kern::split_heads(b, proj(b, bs, "wk", L.wk, L.bk, xn), c.n_kv_heads);
-  Value v = proj(b, bs, "wv", L.wv, L.bv, xn);
-  if (c.rope_style != models::RopeStyle::kNone) {
-    const auto style = c.rope_style;
-    const kern::RopeTables t = kern::rope_tables(S, hd, c.rope_theta, style);
-    const auto tt = mil::tensor_type(mil::DType::kFp16, {1, 1, S, hd});
-    Value cs = bs.tensor(b, "rope_cos", tt, t.cos), sn = bs.tensor(b, "rope_sin", tt, t.sin);
-    q = kern::rope(b, q, cs, sn, style);
-    k = kern::rope(b, k, cs, sn, style);
-  }
-  Value k_tap = kern::merge_heads(b, k);  // [1, kvd, 1, S]
-  const int64_t rep = c.n_heads / c.n_kv_heads;
-  Value kh = rep > 1 ? kern::gqa_expand(b, k, rep) : k;
-  Value vh = kern::split_heads(b, v, c.n_kv_heads);
-  if (rep > 1) vh = kern::gqa_expand(b, vh, rep);
-  Value mask = bs.tensor(b, "mask", mil::tensor_type(mil::DType::kFp16, {1, 1, S, S}), kern::causal_mask(S));
-  Value a = kern::causal_attention(b, q, kh, vh, mask, 1.0 / std::sqrt(static_cast<double>(hd)));
-  Value o = proj(b, bs, "wo", L.wo, L.bo, kern::merge_heads(b, a));
-  Value x2 = b.add(x, o);
-
-  // feed-forward
-  Value xn2 = norm(b, bs, c, x2, "ffn_norm", L.ffn_norm, L.ffn_norm_b);
-  Value y;
-  if (c.activation == models::Activation::kSilu) {
-    Value h1 = proj(b, bs, "w1", L.w1, {}, xn2);
-    Value h3 = proj(b, bs, "w3", L.w3, {}, xn2);
-    y = proj(b, bs, "w2", L.w2, {}, b.mul(kern::silu(b, h1), h3));
-  } else {
-    y = proj(b, bs, "w2", L.w2, L.b2, kern::gelu_tanh(b, proj(b, bs, "w1", L.w1, L.b1, xn2)));
-  }
-  Value x3 = b.add(x2, y);
-  (void)kvd;
-  b.output(b.named("out").concat({x3, k_tap, v}, 1));
+  PrefillParams p(b, c, L, S);
+  const kern::Taps t = kern::layer_block(b, layer_desc(c, S), p, {"k_rope", "v"});  // out, k_rope, v
+  b.output(b.named("out").concat({t[0].second, t[1].second, t[2].second}, 1));
   LayerKernelSource src;
   src.program = pb.build(dialect);
-  src.weights = bs.weights();
+  src.weights = p.weights();
   return src;
 }
 

@@ -1,14 +1,14 @@
 // Prefill through MIL kernels on a backend (emulator / ane): one whole-layer kernel per layer and
 // sequence-length bucket (32, 64, 128, ... up to the context), compiled on first use and cached.
 //
-// Kernel `layer{l}_s{S}` (fp16 I/O, channel-major [1, C, 1, S] surfaces, ane_digest §4.1):
+// Kernel of layer l at bucket S (fp16 I/O, channel-major [1, C, 1, S] surfaces, ane_digest §4.1):
 //   input  x   [1, dim, 1, S]                      the residual stream, tokens zero-padded to S
 //   output out [1, dim + 2*kv_dim, 1, S]           [ x + attn + ffn ; k (after RoPE) ; v ]  (taps)
-//   body: norm (RMS: x/sqrt(dim) squared and summed to stay inside fp16; LayerNorm from reduce_mean)
-//         -> q/k/v 1x1 convs (+bias) -> RoPE (rotate-half with baked cos/sin [1,1,hd/2,S]; llama2.c's
-//         adjacent-pairs style becomes rotate-half by permuting wq/wk rows per head, undone for the k tap)
-//         -> GQA attention: q [1,Hkv,G*S,hd] x k^T -> scores [1,Hq,S,S] + causal mask (0 / -65504)
-//         -> softmax -> x v -> wo conv (+bias) -> residual -> norm -> SwiGLU or tanh-GELU MLP -> residual.
+//   body: kern::layer_block (framework/kernels/layer.h), the layer the training forward kernels use too,
+//         asked for the taps k_rope and v: RMSNorm or LayerNorm -> q/k/v 1x1 convs (+bias) -> RoPE in the
+//         model's own style (cos/sin tables [1,1,S,hd] baked as consts) -> GQA attention (each kv head
+//         repeated for its query heads) with the causal mask (0 / -65504) -> wo conv (+bias) -> residual
+//         -> norm -> SwiGLU or tanh-GELU MLP -> residual. Every weight is a BLOBFILE const (fp16).
 // Padding positions sit after the prompt, so the causal mask keeps them out of every real row.
 // The LM head runs on the CPU (engine.head); only the positions asked for are projected.
 // Compile budget: one compile per layer per bucket; when Backend::compiles_left() cannot cover a
@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/kernels/layer.h"
 #include "framework/mil/ir.h"
 #include "framework/runtime/backend.h"
 #include "models/formats/model.h"
@@ -29,7 +30,7 @@ namespace anelab::infer {
 
 class Engine;
 struct PrefillStats;
-struct LayerWeights;
+using kern::LayerWeights;
 
 // Builds the whole-layer program for layer l at bucket S, plus its weights dictionary.
 struct LayerKernelSource {

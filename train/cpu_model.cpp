@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "framework/core/error.h"
+#include "framework/kernels/cpu_ops.h"
 #include "train/parallel.h"
 
 namespace anelab::train {
@@ -63,15 +64,8 @@ void matmul_dw(const float* dy, const float* x, float* dW, int64_t N, int64_t in
 // y = x * rrms * w per row; rrms[n] = 1/sqrt(mean(x^2) + eps)
 void rmsnorm(const float* x, const float* w, float* y, float* rrms, int64_t N, int64_t D, float eps) {
   parallel_rows(N, N * D, [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n) {
-      const float* xr = x + n * D;
-      double ss = 0;
-      for (int64_t i = 0; i < D; ++i) ss += double(xr[i]) * xr[i];
-      const float r = static_cast<float>(1.0 / std::sqrt(ss / double(D) + double(eps)));
-      rrms[n] = r;
-      float* yr = y + n * D;
-      for (int64_t i = 0; i < D; ++i) yr[i] = xr[i] * r * w[i];
-    }
+    for (int64_t n = n0; n < n1; ++n)
+      rrms[n] = kern::cpu::rms_norm(x + n * D, w, eps, D, y + n * D, kern::cpu::Precision::kFp64);
   });
 }
 
@@ -149,35 +143,17 @@ void CpuModel::prepare(int64_t B, int64_t T) {
   }
   const int64_t half = c_.head_dim / 2;
   cos_.resize(size_t(T * half)), sin_.resize(size_t(T * half));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t i = 0; i < half; ++i) {
-      const double freq = std::pow(double(c_.rope_theta), -2.0 * double(i) / double(c_.head_dim));
-      const double ang = double(t) * freq;
-      cos_[size_t(t * half + i)] = static_cast<float>(std::cos(ang));
-      sin_[size_t(t * half + i)] = static_cast<float>(std::sin(ang));
-    }
+  kern::cpu::rope_half_tables(T, c_.head_dim, c_.rope_theta, 0, kern::cpu::Precision::kFp64, cos_.data(), sin_.data());
 }
 
 // Rotates every head of x [rows, heads*hd] by +angle (sign = 1) or -angle (sign = -1, the backward).
 void CpuModel::rope(float* x, int64_t rows, int64_t heads, int64_t T, float sign) const {
   const int64_t hd = c_.head_dim, half = hd / 2;
-  const bool adjacent = c_.rope_style == models::RopeStyle::kAdjacentPairs;
-  parallel_rows(rows, rows * heads * c_.head_dim, [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n) {
-      const float* cs = cos_.data() + (n % T) * half;
-      const float* sn = sin_.data() + (n % T) * half;
-      for (int64_t h = 0; h < heads; ++h) {
-        float* v = x + n * heads * hd + h * hd;
-        for (int64_t i = 0; i < half; ++i) {
-          float* a = adjacent ? v + 2 * i : v + i;
-          float* b = adjacent ? v + 2 * i + 1 : v + i + half;
-          const float c = cs[i], s = sign * sn[i];
-          const float a0 = *a, b0 = *b;
-          *a = a0 * c - b0 * s;
-          *b = a0 * s + b0 * c;
-        }
-      }
-    }
+  const auto style = c_.rope_style == models::RopeStyle::kAdjacentPairs ? kern::RopeStyle::kAdjacentPairs
+                                                                         : kern::RopeStyle::kRotateHalf;
+  parallel_rows(rows, rows * heads * hd, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n)
+      kern::cpu::rope_row(x + n * heads * hd, heads, hd, style, cos_.data() + (n % T) * half, sin_.data() + (n % T) * half, sign);
   });
 }
 

@@ -167,11 +167,8 @@ class KernelEngine final : public StepEngine {
 kern::LayerWeights KernelEngine::layer_weights(const float* w, int64_t l) const {
   const LayerPtrs p = layout_.layer(const_cast<float*>(w), l);
   const size_t D = size_t(c_.dim), H = size_t(c_.hidden_dim), QD = size_t(c_.q_dim()), KD = size_t(c_.kv_dim());
-  kern::LayerWeights lw;
-  lw.wq = {p.wq, QD * D}, lw.wk = {p.wk, KD * D}, lw.wv = {p.wv, KD * D}, lw.wo = {p.wo, D * QD};
-  lw.w1 = {p.w1, H * D}, lw.w3 = {p.w3, H * D}, lw.w2 = {p.w2, D * H};
-  lw.rms_att = {p.attn_norm, D}, lw.rms_ffn = {p.ffn_norm, D};
-  return lw;
+  return kern::train_weights(cache_->shape(), {p.wq, QD * D}, {p.wk, KD * D}, {p.wv, KD * D}, {p.wo, D * QD}, {p.w1, H * D},
+                             {p.w3, H * D}, {p.w2, D * H}, {p.attn_norm, D}, {p.ffn_norm, D});
 }
 
 // Kernels current for T and the weights w; buffers sized for B sequences.

@@ -20,6 +20,7 @@
 #include "models/formats/load_any.h"
 #include "models/formats/model_config_json.h"
 #include "models/presets.h"
+#include "models/sampler.h"
 #include "models/tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -428,25 +429,21 @@ double Run::evaluate() {  // rank 0 only
 void Run::sample() {  // rank 0 only
   if (!root()) return;
   if (!eval_model) eval_model = std::make_unique<CpuModel>(layout);
-  Rng rng{uint64_t(cfg.seed) * 7919u + uint64_t(step)};
-  const float temperature = 0.8f;
+  models::SamplerOptions so;  // the sampler of `anelab infer` (models/sampler.h)
+  so.temperature = 0.8f;
+  so.seed = uint64_t(cfg.seed) * 7919u + uint64_t(step);
+  models::Sampler sampler(int32_t(layout.config().vocab_size), so);
   std::vector<int32_t> ids = {tokenizer && tokenizer->bos_id() >= 0 ? tokenizer->bos_id() : 1};
   std::vector<float> logits;
   std::string text;
   const int64_t n = std::min(cfg.sample_tokens, cfg.seq_len - 1);
   for (int64_t i = 0; i < n; ++i) {
     eval_model->last_logits(w.data(), ids.data(), int64_t(ids.size()), &logits);
-    const float mx = *std::max_element(logits.begin(), logits.end());
-    double sum = 0;
-    for (float& l : logits) sum += (l = std::exp((l - mx) / temperature));
-    double u = double(rng.next() >> 11) / 9007199254740992.0 * sum, acc = 0;
-    int32_t next = int32_t(logits.size()) - 1;
-    for (size_t j = 0; j < logits.size(); ++j)
-      if ((acc += logits[j]) >= u) { next = int32_t(j); break; }
+    const int32_t next = sampler.sample(logits, ids);
     text += tokenizer ? tokenizer->decode_token(ids.back(), next) : (i ? " " : "") + std::to_string(next);
     ids.push_back(next);
   }
-  emit("sample", {{"text", text}, {"prompt", ""}, {"temperature", temperature}, {"top_p", 1.0}, {"tokens", n}});
+  emit("sample", {{"text", text}, {"prompt", ""}, {"temperature", so.temperature}, {"top_p", so.top_p}, {"tokens", n}});
 }
 
 CheckpointState Run::make_state() const {

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "framework/core/error.h"
+#include "framework/kernels/cpu_ops.h"
 #include "framework/mil/blob.h"
 #include "framework/runtime/device_profile.h"
 
@@ -66,17 +67,19 @@ std::vector<float> causal_mask(int64_t seq) {
 
 RopeTables rope_tables(int64_t seq, int64_t hd, double theta, RopeStyle style, int64_t pos0) {
   ANELAB_CHECK(hd > 0 && hd % 2 == 0, "kernels", "rope: head_dim ", hd, " must be even");
+  const int64_t half = hd / 2;
+  std::vector<float> ch(static_cast<size_t>(seq * half)), sh(ch.size());  // [S, HD/2]
+  cpu::rope_half_tables(seq, hd, theta, pos0, cpu::Precision::kFp64, ch.data(), sh.data());
   RopeTables t;
   t.cos.resize(static_cast<size_t>(seq * hd));
   t.sin.resize(t.cos.size());
   for (int64_t p = 0; p < seq; ++p)
-    for (int64_t i = 0; i < hd / 2; ++i) {
-      const double ang = static_cast<double>(p + pos0) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
-      const float c = static_cast<float>(std::cos(ang)), s = static_cast<float>(std::sin(ang));
+    for (int64_t i = 0; i < half; ++i) {
       const int64_t a = style == RopeStyle::kAdjacentPairs ? 2 * i : i;
-      const int64_t bb = style == RopeStyle::kAdjacentPairs ? 2 * i + 1 : i + hd / 2;
-      t.cos[static_cast<size_t>(p * hd + a)] = t.cos[static_cast<size_t>(p * hd + bb)] = c;
-      t.sin[static_cast<size_t>(p * hd + a)] = t.sin[static_cast<size_t>(p * hd + bb)] = s;
+      const int64_t bb = style == RopeStyle::kAdjacentPairs ? 2 * i + 1 : i + half;
+      const size_t k = static_cast<size_t>(p * half + i);
+      t.cos[static_cast<size_t>(p * hd + a)] = t.cos[static_cast<size_t>(p * hd + bb)] = ch[k];
+      t.sin[static_cast<size_t>(p * hd + a)] = t.sin[static_cast<size_t>(p * hd + bb)] = sh[k];
     }
   return t;
 }

@@ -1,6 +1,7 @@
 // Building blocks of Llama/GPT-style transformer kernels, as compositions of a few MIL ops on the
-// typed builder (framework/mil/builder.h). Shared by the training kernels (framework/kernels/train.h)
-// and the inference prefill kernels. Every block takes and returns builder Values; shapes are checked
+// typed builder (framework/mil/builder.h). The transformer layer built from them is layer.h (used by the
+// training kernels, framework/kernels/train.h, and the inference prefill); the backward kernels use them
+// directly. Every block takes and returns builder Values; shapes are checked
 // by the builder, so a wrong shape throws here, naming the op.
 //
 // Layouts (ane_digest §4.1): activations are channel-first [1, C, 1, S]; attention works on heads
@@ -66,6 +67,7 @@ using anelab::rope_style_name;
 
 // cos / sin tables [S, HD] (row-major, position-major) for positions pos0 .. pos0+S-1, laid out for
 // `style`: adjacent pairs duplicate angle i at columns 2i and 2i+1; rotate-half at i and i + HD/2.
+// The angles are cpu_ops.h's rope_half_tables in fp64 (the training reference's).
 struct RopeTables {
   std::vector<float> cos, sin;  // [S, HD] each
 };

@@ -94,7 +94,7 @@ void LayerRunner::release_static_kernels() {
 
 void LayerRunner::set_weights(const LayerWeights& w) {
   const TrainShape& sh = cache_->shape();
-  w.validate(sh);
+  validate_train_weights(w, sh);
   has_weights_ = true;
   release_static_kernels();  // static: the kernels of the old weights go before any recompile
   std::vector<float> buf;

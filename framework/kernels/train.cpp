@@ -72,29 +72,54 @@ std::pair<int64_t, int64_t> weight_dims(const std::string& n, const TrainShape& 
 
 }  // namespace
 
-std::span<const float> LayerWeights::get(const std::string& n) const {
-  if (n == "wq") return wq;
-  if (n == "wk") return wk;
-  if (n == "wv") return wv;
-  if (n == "wo") return wo;
-  if (n == "w1") return w1;
-  if (n == "w2") return w2;
-  if (n == "w3") return w3;
-  if (n == "rms_att") return rms_att;
-  if (n == "rms_ffn") return rms_ffn;
-  fail("kernels", "unknown layer weight '", n, "'");
+namespace {
+
+// The fp32 values of a training weight by its kernel name (rms_att / rms_ffn are the norm weights).
+std::span<const float> train_weight(const LayerWeights& w, const std::string& n) {
+  if (n == "rms_att") return w.attn_norm;
+  if (n == "rms_ffn") return w.ffn_norm;
+  const Mat& m = w.matrix(n);
+  ANELAB_CHECK(m.type == WType::kF32, "kernels", "layer weight ", n, " is fp16; training kernels take fp32 weights");
+  return {m.f32(), static_cast<size_t>(m.rows * m.cols)};
 }
 
-void LayerWeights::validate(const TrainShape& s) const {
+}  // namespace
+
+LayerDesc layer_desc(const TrainShape& s) {
+  LayerDesc d;
+  d.dim = s.dim, d.hidden = s.hidden, d.n_heads = s.n_heads, d.n_kv_heads = s.n_kv_heads, d.head_dim = s.head_dim;
+  d.seq = s.seq, d.norm_eps = s.norm_eps, d.rope = s.rope, d.rope_theta = s.rope_theta;
+  return d;
+}
+
+LayerWeights train_weights(const TrainShape& s, std::span<const float> wq, std::span<const float> wk,
+                           std::span<const float> wv, std::span<const float> wo, std::span<const float> w1,
+                           std::span<const float> w3, std::span<const float> w2, std::span<const float> rms_att,
+                           std::span<const float> rms_ffn) {
+  LayerWeights w;
+  w.wq = Mat::f32(wq, s.q_dim(), s.dim), w.wk = Mat::f32(wk, s.kv_dim(), s.dim), w.wv = Mat::f32(wv, s.kv_dim(), s.dim);
+  w.wo = Mat::f32(wo, s.dim, s.q_dim());
+  w.w1 = Mat::f32(w1, s.hidden, s.dim), w.w3 = Mat::f32(w3, s.hidden, s.dim), w.w2 = Mat::f32(w2, s.dim, s.hidden);
+  w.attn_norm = rms_att, w.ffn_norm = rms_ffn;
+  return w;
+}
+
+void validate_train_weights(const LayerWeights& w, const TrainShape& s) {
   for (const char* n : {"wq", "wk", "wv", "wo", "w1", "w2", "w3", "rms_att", "rms_ffn"}) {
     auto [o, i] = weight_dims(n, s);
-    ANELAB_CHECK(static_cast<int64_t>(get(n).size()) == o * i, "kernels", "layer weight ", n, " has ", get(n).size(),
+    if (n[0] == 'w') {
+      const Mat& m = w.matrix(n);
+      ANELAB_CHECK(m.rows == o && m.cols == i, "kernels", "layer weight ", n, " is [", m.rows, ", ", m.cols, "], shape ",
+                   s.str(), " needs [", o, ", ", i, "]");
+    }
+    const std::span<const float> v = train_weight(w, n);
+    ANELAB_CHECK(static_cast<int64_t>(v.size()) == o * i, "kernels", "layer weight ", n, " has ", v.size(),
                  " values, shape ", s.str(), " needs [", o, ", ", i, "] = ", o * i);
   }
 }
 
 void weight_slot_values(const WeightSlot& ws, const LayerWeights& w, const TrainShape& s, std::vector<float>& out) {
-  std::span<const float> src = w.get(ws.weight);
+  std::span<const float> src = train_weight(w, ws.weight);
   auto [o, i] = weight_dims(ws.weight, s);
   ANELAB_CHECK(static_cast<int64_t>(src.size()) == o * i, "kernels", "weight ", ws.weight, ": ", src.size(), " values, need ", o * i);
   out.resize(src.size());
@@ -115,14 +140,14 @@ namespace {
 // ---- the generator --------------------------------------------------------------------------------
 // Phase 1 declares input activations and weights (act / mat / vec); begin() fixes the input layout and
 // creates the input; phase 2 builds the body (in / apply / vec_value / tables); finish() packs outputs.
-class KernelGen {
+class KernelGen : public LayerParams {
  public:
   KernelGen(KernelKind kind, const TrainShape& s, Strategy st, const LayerWeights* w)
       : kind_(kind), s_(s), dyn_(st == Strategy::kDynamic && kernel_has_weights(kind)), w_(w), b_(pb_.function("main")) {
     s.validate();
     if (st == Strategy::kStatic && kernel_has_weights(kind)) {
       ANELAB_CHECK(w != nullptr, "kernels", kernel_name(kind), ": static strategy needs the layer weights");
-      w->validate(s);
+      validate_train_weights(*w, s);
     }
   }
   mil::FunctionBuilder& b() { return b_; }
@@ -137,9 +162,14 @@ class KernelGen {
   Value in(const std::string& slot) { return b_.slice_slot(x_, in_, slot); }
   Value apply(const std::string& weight, const Value& x);
   Value vec_value(const std::string& weight);
-  Value mask();
-  Value rope_table(const char* which);  // "cos" | "sin" | "nsin"
-  KernelSpec finish(const std::vector<std::pair<std::string, Value>>& outputs);
+  Value mask() override;
+  Value rope_table(const std::string& which) override;  // "cos" | "sin" | "nsin"
+  // LayerParams (the forward kernels' layer generator): norms are rms_att / rms_ffn, no biases.
+  Value input(const std::string& slot) override { return in(slot); }
+  Value project(const std::string& weight, const Value& x) override { return apply(weight, x); }
+  Value norm_weight(const std::string& norm) override { return vec_value(norm == "attn_norm" ? "rms_att" : "rms_ffn"); }
+  std::optional<Value> norm_bias(const std::string&) override { return std::nullopt; }
+  KernelSpec finish(const Taps& outputs);
 
  private:
   struct Mat {
@@ -204,12 +234,12 @@ Value KernelGen::apply(const std::string& weight, const Value& x) {
     Value band = in(weight);
     return m.holds_mt ? linear_runtime_t(b_, x, band) : linear_runtime(b_, x, band);
   }
-  return linear(b_, x, blobs_.matrix(b_, m.tprod ? weight + "_t" : weight, w_->get(weight), o, i, m.tprod));
+  return linear(b_, x, blobs_.matrix(b_, m.tprod ? weight + "_t" : weight, train_weight(*w_, weight), o, i, m.tprod));
 }
 
 Value KernelGen::vec_value(const std::string& weight) {
   if (dyn_) return b_.reshape(in(weight), {1, s_.dim, 1, 1});
-  return blobs_.vector(b_, weight, w_->get(weight));
+  return blobs_.vector(b_, weight, train_weight(*w_, weight));
 }
 
 Value KernelGen::mask() {
@@ -217,19 +247,19 @@ Value KernelGen::mask() {
   return *mask_;
 }
 
-Value KernelGen::rope_table(const char* which) {
+Value KernelGen::rope_table(const std::string& which) {
   auto it = tables_.find(which);
   if (it != tables_.end()) return it->second;
   RopeTables t = rope_tables(s_.seq, s_.head_dim, s_.rope_theta, s_.rope);
-  std::vector<float>& v = std::string(which) == "cos" ? t.cos : t.sin;
-  if (std::string(which) == "nsin")
+  std::vector<float>& v = which == "cos" ? t.cos : t.sin;
+  if (which == "nsin")
     for (float& f : v) f = -f;
-  Value r = blobs_.tensor(b_, std::string("rope_") + which, mil::tensor_type(DType::kFp16, {1, 1, s_.seq, s_.head_dim}), v);
+  Value r = blobs_.tensor(b_, "rope_" + which, mil::tensor_type(DType::kFp16, {1, 1, s_.seq, s_.head_dim}), v);
   tables_[which] = r;
   return r;
 }
 
-KernelSpec KernelGen::finish(const std::vector<std::pair<std::string, Value>>& outputs) {
+KernelSpec KernelGen::finish(const Taps& outputs) {
   KernelSpec k;
   k.name = kernel_name(kind_);
   k.out = IOLayout(k.name + "_out");
@@ -252,36 +282,20 @@ KernelSpec KernelGen::finish(const std::vector<std::pair<std::string, Value>>& o
 
 KernelSpec gen_attn_fwd(KernelGen& g) {
   const TrainShape& s = g.s();
-  auto& b = g.b();
   g.act("x", s.dim);
   g.vec("rms_att");
   for (const char* w : {"wq", "wk", "wv", "wo"}) g.mat(w, false);
   g.begin();
-  Value xn = rms_norm(b, g.in("x"), g.vec_value("rms_att"), s.norm_eps);
-  Value q = split_heads(b, g.apply("wq", xn), s.n_heads);
-  Value k = split_heads(b, g.apply("wk", xn), s.n_kv_heads);
-  Value v = split_heads(b, g.apply("wv", xn), s.n_kv_heads);
-  Value qr = rope(b, q, g.rope_table("cos"), g.rope_table("sin"), s.rope);
-  Value kr = rope(b, k, g.rope_table("cos"), g.rope_table("sin"), s.rope);
-  Value a = causal_attention(b, qr, gqa_expand(b, kr, s.n_rep()), gqa_expand(b, v, s.n_rep()), g.mask(), s.attn_scale());
-  Value attn = merge_heads(b, a);
-  Value o = g.apply("wo", attn);
-  return g.finish({{"o", o}, {"attn", attn}, {"q_rope", merge_heads(b, qr)}, {"k_rope", merge_heads(b, kr)},
-                   {"v", merge_heads(b, v)}, {"xnorm", xn}});
+  return g.finish(attention_block(g.b(), layer_desc(s), g, {"o", "attn", "q_rope", "k_rope", "v", "xnorm"}));
 }
 
 KernelSpec gen_ffn_fwd(KernelGen& g) {
   const TrainShape& s = g.s();
-  auto& b = g.b();
   g.act("x", s.dim);
   g.vec("rms_ffn");
   for (const char* w : {"w1", "w3", "w2"}) g.mat(w, false);
   g.begin();
-  Value xn = rms_norm(b, g.in("x"), g.vec_value("rms_ffn"), s.norm_eps);
-  Value h1 = g.apply("w1", xn), h3 = g.apply("w3", xn);
-  Value gate = b.mul(silu(b, h1), h3);
-  Value y = g.apply("w2", gate);
-  return g.finish({{"y", y}, {"h1", h1}, {"h3", h3}, {"gate", gate}, {"xnorm", xn}});
+  return g.finish(ffn_block(g.b(), layer_desc(s), g, {"y", "h1", "h3", "gate", "xnorm"}));
 }
 
 KernelSpec gen_ffn_bwd(KernelGen& g) {

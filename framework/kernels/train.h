@@ -1,8 +1,11 @@
-// Per-layer MIL kernel generators for Llama-style transformer training (issue 4 "Kernels").
+// Per-layer MIL kernel generators for Llama-style transformer training.
 //
 // One layer  x -> x2 = x + Wo·attn(rope(Wq·n1), rope(Wk·n1), Wv·n1) -> y = x2 + W2·(silu(W1·n2) * W3·n2)
 // with n1 = rmsnorm(x; rms_att), n2 = rmsnorm(x2; rms_ffn), RoPE (theta, style from TrainShape),
 // GQA (query head h reads kv head h / n_rep), causal attention with an additive mask.
+//
+// attn_fwd and ffn_fwd are the two halves of the one layer generator (framework/kernels/layer.h), asked for
+// the taps below; the backward kernels are written here.
 //
 // Kernels (every kernel: ONE fp16 input surface, ONE fp16 output surface, both [1, C, 1, S]-shaped and
 // described by IOLayouts `in` / `out`; outputs are channel-packed "taps"):
@@ -43,6 +46,7 @@
 #include <vector>
 
 #include "framework/kernels/blocks.h"
+#include "framework/kernels/layer.h"
 #include "framework/mil/io_layout.h"
 #include "framework/runtime/backend.h"
 
@@ -80,21 +84,20 @@ bool kernel_has_weights(KernelKind k);
 // Must the kernel be recompiled for each layer / after each update? (static + has weights)
 inline bool kernel_per_layer(KernelKind k, Strategy s) { return s == Strategy::kStatic && kernel_has_weights(k); }
 
-// Layer weights, fp32, PyTorch nn.Linear order [out, in] row-major.
-struct LayerWeights {
-  std::span<const float> wq;       // [QD, D]
-  std::span<const float> wk, wv;   // [KVD, D]
-  std::span<const float> wo;       // [D, QD]
-  std::span<const float> w1, w3;   // [H, D]
-  std::span<const float> w2;       // [D, H]
-  std::span<const float> rms_att;  // [D]
-  std::span<const float> rms_ffn;  // [D]
-  std::span<const float> get(const std::string& name) const;  // "wq" ... "rms_ffn"; throws for others
-  void validate(const TrainShape& s) const;                   // sizes
-};
+// The layer description of a training shape (RMSNorm, SwiGLU, RoPE, no biases) for layer.h.
+LayerDesc layer_desc(const TrainShape& s);
+// Training reads fp32 weights (LayerWeights, layer.h): throws "[kernels] ..." naming the weight whose type
+// or shape does not match `s` (matrices [out, in], norms [D]).
+void validate_train_weights(const LayerWeights& w, const TrainShape& s);
+// fp32 layer weights from row-major values with the shapes of `s` (wq [QD, D] ... rms_att / rms_ffn [D]).
+LayerWeights train_weights(const TrainShape& s, std::span<const float> wq, std::span<const float> wk,
+                           std::span<const float> wv, std::span<const float> wo, std::span<const float> w1,
+                           std::span<const float> w3, std::span<const float> w2, std::span<const float> rms_att,
+                           std::span<const float> rms_ffn);
 
 // A weight staged into a dynamic kernel's input surface: slot `slot` of `in` holds weight `weight`
 // as a [rows, cols] band: W itself ([out, in]) or, when transposed, Wᵀ ([in, out]); vectors [D, 1].
+// Weight names: wq wk wv wo w1 w2 w3, rms_att (LayerWeights::attn_norm), rms_ffn (ffn_norm).
 struct WeightSlot {
   std::string slot;
   std::string weight;

@@ -75,7 +75,7 @@ RandomLayer::RandomLayer(const TrainShape& s, uint32_t seed) {
   w1 = mat(h, d, 5), w3 = mat(h, d, 6), w2 = mat(d, h, 7);
   rms_att = random_normal(static_cast<size_t>(d), seed * 16 + 8, 0.1f, 1.0f);
   rms_ffn = random_normal(static_cast<size_t>(d), seed * 16 + 9, 0.1f, 1.0f);
-  w = LayerWeights{wq, wk, wv, wo, w1, w3, w2, rms_att, rms_ffn};
+  w = train_weights(s, wq, wk, wv, wo, w1, w3, w2, rms_att, rms_ffn);
 }
 
 TrainShape probe_layer_shape() {

@@ -71,8 +71,8 @@ TEST(GeneratedMil, TrainingKernelsOfEveryPreset) {
       const size_t D = size_t(s.dim), QD = size_t(s.q_dim()), KVD = size_t(s.kv_dim()), H = size_t(s.hidden);
       const float* z = zeros().data();
       ASSERT_LE(std::max({QD * D, KVD * D, H * D}), zeros().size());
-      kern::LayerWeights w{{z, QD * D}, {z, KVD * D}, {z, KVD * D}, {z, D * QD}, {z, H * D},
-                           {z, H * D},  {z, D * H},   {z, D},       {z, D}};
+      const kern::LayerWeights w = kern::train_weights(s, {z, QD * D}, {z, KVD * D}, {z, KVD * D}, {z, D * QD},
+                                                        {z, H * D}, {z, H * D}, {z, D * H}, {z, D}, {z, D});
       for (kern::Strategy st : {kern::Strategy::kStatic, kern::Strategy::kDynamic})
         for (kern::KernelKind k : kern::kAllKernelKinds) {
           const kern::KernelSpec ks = kern::build_kernel(k, s, st, &w);
@@ -102,11 +102,13 @@ TEST(GeneratedMil, PrefillBucketsOfEveryPreset) {
     L.wq = zero_mat(QD, D), L.wk = zero_mat(KVD, D), L.wv = zero_mat(KVD, D), L.wo = zero_mat(D, QD);
     L.w1 = zero_mat(H, D), L.w2 = zero_mat(D, H);
     if (c.activation == models::Activation::kSilu) L.w3 = zero_mat(H, D);
-    L.attn_norm = L.ffn_norm = std::vector<float>(size_t(D), 1.0f);
-    if (c.norm != models::NormType::kRms) L.attn_norm_b = L.ffn_norm_b = std::vector<float>(size_t(D), 0.0f);
-    if (c.qkv_bias) L.bq = std::vector<float>(size_t(QD)), L.bk = L.bv = std::vector<float>(size_t(KVD));
-    if (c.attn_out_bias) L.bo = std::vector<float>(size_t(D));
-    if (c.mlp_bias) L.b1 = std::vector<float>(size_t(H)), L.b2 = std::vector<float>(size_t(D));
+    const std::vector<float> ones(size_t(D), 1.0f);
+    const std::span<const float> z = zeros();
+    L.attn_norm = L.ffn_norm = ones;
+    if (c.norm != models::NormType::kRms) L.attn_norm_b = L.ffn_norm_b = z.first(size_t(D));
+    if (c.qkv_bias) L.bq = z.first(size_t(QD)), L.bk = L.bv = z.first(size_t(KVD));
+    if (c.attn_out_bias) L.bo = z.first(size_t(D));
+    if (c.mlp_bias) L.b1 = z.first(size_t(H)), L.b2 = z.first(size_t(D));
     std::vector<int64_t> buckets;
     for (int64_t n = 1; n <= c.max_seq_len; n = n < 32 ? 32 : n * 2) {
       const int64_t b = infer::prefill_bucket(n, c.max_seq_len);

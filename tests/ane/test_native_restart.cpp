@@ -181,8 +181,8 @@ TEST(NativeRestartTeardown, StaticSetWeightsFreesOldWeightKernelsBeforeCompiling
     a.push_back(randn(n, uint32_t(n) + 1, 0.05f));
     b.push_back(randn(n, uint32_t(n) + 2, 0.05f));
   }
-  auto lw = [](const std::vector<std::vector<float>>& v) {
-    return kern::LayerWeights{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]};
+  auto lw = [&s](const std::vector<std::vector<float>>& v) {
+    return kern::train_weights(s, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]);
   };
   Native n = make_native();
   kern::KernelCache cache(*n.backend, s, kern::Strategy::kStatic);

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "infer/engine.h"
-#include "infer/sampler.h"
+#include "models/sampler.h"
 #include "models/formats/load_any.h"
 #include "tests/common/test_data.h"
 #include "tests/infer/hf_reference.h"
@@ -56,7 +56,7 @@ void check_greedy(const std::string& name, const std::string& backend, WType dt)
     std::vector<int32_t> got;
     int64_t pos = static_cast<int64_t>(prompt.size());
     for (size_t i = 0; i < want.size(); ++i) {
-      got.push_back(argmax(std::span<const float>(lg, static_cast<size_t>(V))));
+      got.push_back(models::argmax(std::span<const float>(lg, static_cast<size_t>(V))));
       if (i + 1 < want.size()) lg = e.decode(got.back(), pos++);
     }
     EXPECT_EQ(got, want) << name << " " << backend << " prompt " << p << " (min HF margin "

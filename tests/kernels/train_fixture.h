@@ -31,7 +31,7 @@ struct LayerData {
   RefGrads grads;
 
   kern::LayerWeights weights() const {
-    return {wq, wk, wv, wo, w1, w3, w2, rms_att, rms_ffn};
+    return kern::train_weights(shape, wq, wk, wv, wo, w1, w3, w2, rms_att, rms_ffn);
   }
 };
 

@@ -13,7 +13,7 @@
 #include "framework/core/file.h"
 #include "infer/engine.h"
 #include "infer/generate.h"
-#include "infer/sampler.h"
+#include "models/sampler.h"
 #include "models/formats/checkpoint_file.h"
 #include "models/formats/export.h"
 #include "models/formats/load_any.h"
@@ -231,7 +231,7 @@ TEST(Export, HuggingFaceExportMatchesTransformers) {
   const float* lg = e.prefill(ids, 0);
   std::vector<int32_t> got;
   for (size_t i = 0; i < ref.at("greedy").size(); ++i) {
-    got.push_back(infer::argmax(std::span<const float>(lg, static_cast<size_t>(m.config.vocab_size))));
+    got.push_back(models::argmax(std::span<const float>(lg, static_cast<size_t>(m.config.vocab_size))));
     lg = e.decode(got.back(), static_cast<int64_t>(ids.size() + i));
   }
   EXPECT_EQ(got, ref["greedy"].get<std::vector<int32_t>>());

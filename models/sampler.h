@@ -1,4 +1,5 @@
-// Token samplers.
+// Token samplers: logits -> the next token, for generation (infer/generate.h) and the trainer's sample
+// text (train/trainer.cpp).
 //
 // RuncSampler reproduces llama2.c run.c's sampler bit for bit: xorshift* generator (state = the -s
 // seed), random_f32 = (u32 >> 8) / 16777216.0f, argmax at temperature 0; otherwise logits /= T,
@@ -14,7 +15,7 @@
 #include <span>
 #include <vector>
 
-namespace anelab::infer {
+namespace anelab::models {
 
 int32_t argmax(std::span<const float> logits);
 
@@ -60,4 +61,4 @@ class Sampler {
   double uniform();
 };
 
-}  // namespace anelab::infer
+}  // namespace anelab::models

@@ -1,10 +1,10 @@
-#include "infer/sampler.h"
+#include "models/sampler.h"
 
 #include <algorithm>
 #include <cmath>
 #include <random>
 
-namespace anelab::infer {
+namespace anelab::models {
 
 int32_t argmax(std::span<const float> logits) {
   int32_t best = 0;
@@ -146,4 +146,4 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
   return cand_.back().second;
 }
 
-}  // namespace anelab::infer
+}  // namespace anelab::models

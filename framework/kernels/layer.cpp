@@ -1,0 +1,152 @@
+// The transformer layer as MIL (see layer.h). Ops are emitted in a fixed statement order (never inside
+// one call's argument list), so the printed program is the same with every compiler.
+#include "framework/kernels/layer.h"
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+#include "framework/core/error.h"
+
+namespace anelab::kern {
+
+Mat Mat::f32(std::span<const float> v, int64_t rows, int64_t cols) {
+  ANELAB_CHECK(static_cast<int64_t>(v.size()) == rows * cols, "kernels", "matrix of ", v.size(), " values is not [",
+               rows, ", ", cols, "]");
+  Mat m;
+  m.type = WType::kF32;
+  m.rows = rows, m.cols = cols, m.data = v.data();
+  return m;
+}
+
+std::vector<float> mat_values(const Mat& m) {
+  std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
+  if (m.type == WType::kF16)
+    half_to_float(m.f16(), out.data(), out.size());
+  else if (!out.empty())
+    std::memcpy(out.data(), m.f32(), out.size() * sizeof(float));
+  return out;
+}
+
+const Mat& LayerWeights::matrix(const std::string& n) const {
+  if (n == "wq") return wq;
+  if (n == "wk") return wk;
+  if (n == "wv") return wv;
+  if (n == "wo") return wo;
+  if (n == "w1") return w1;
+  if (n == "w2") return w2;
+  if (n == "w3") return w3;
+  fail("kernels", "unknown layer matrix '", n, "' (known: wq wk wv wo w1 w2 w3)");
+}
+
+double LayerDesc::attn_scale() const { return 1.0 / std::sqrt(static_cast<double>(head_dim)); }
+
+namespace {
+
+// The tap `name` of a block: `make` emits it when asked (merges of heads happen only for taps wanted).
+using TapFn = std::function<Value()>;
+Taps pick(const char* block, const std::vector<std::pair<std::string, TapFn>>& known, const std::vector<std::string>& want) {
+  Taps out;
+  for (const std::string& w : want) {
+    const TapFn* f = nullptr;
+    std::string names;
+    for (const auto& [n, fn] : known) {
+      if (n == w) f = &fn;
+      names += (names.empty() ? "" : " ") + n;
+    }
+    ANELAB_CHECK(f != nullptr, "kernels", block, ": unknown tap '", w, "' (known: ", names, ")");
+    out.emplace_back(w, (*f)());
+  }
+  return out;
+}
+
+// norm(x) with the norm's weights fetched before x (the order every generator has used).
+Value norm(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, const std::string& which, const std::function<Value()>& x) {
+  Value g = p.norm_weight(which);
+  std::optional<Value> beta = d.layer_norm ? p.norm_bias(which) : std::nullopt;
+  Value xv = x();
+  return d.layer_norm ? layer_norm(b, xv, g, beta, d.norm_eps) : rms_norm(b, xv, g, d.norm_eps);
+}
+
+struct Attention {
+  Value xn, q, k, v, qh, kh, attn, o;  // q / k after RoPE: heads [1, H, S, HD]; v the projection [1, KVD, 1, S]
+};
+
+Attention attention(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, const std::function<Value()>& x) {
+  Attention a;
+  a.xn = norm(b, d, p, "attn_norm", x);
+  a.qh = split_heads(b, p.project("wq", a.xn), d.n_heads);
+  a.kh = split_heads(b, p.project("wk", a.xn), d.n_kv_heads);
+  a.v = p.project("wv", a.xn);
+  Value vh = split_heads(b, a.v, d.n_kv_heads);
+  if (d.rope) {
+    Value sn = p.rope_table("sin");
+    Value cs = p.rope_table("cos");
+    a.qh = rope(b, a.qh, cs, sn, *d.rope);
+    a.kh = rope(b, a.kh, cs, sn, *d.rope);
+  }
+  Value mask = p.mask();
+  Value ve = gqa_expand(b, vh, d.n_rep());
+  Value ke = gqa_expand(b, a.kh, d.n_rep());
+  a.attn = merge_heads(b, causal_attention(b, a.qh, ke, ve, mask, d.attn_scale()));
+  a.o = p.project("wo", a.attn);
+  return a;
+}
+
+Taps attention_taps(FunctionBuilder& b, const Attention& a, const std::vector<std::string>& want) {
+  return pick("attention_block",
+              {{"o", [&] { return a.o; }},
+               {"attn", [&] { return a.attn; }},
+               {"q_rope", [&] { return merge_heads(b, a.qh); }},
+               {"k_rope", [&] { return merge_heads(b, a.kh); }},
+               {"v", [&] { return a.v; }},
+               {"xnorm", [&] { return a.xn; }}},
+              want);
+}
+
+struct Ffn {
+  Value xn, h1, h3, gate, y;
+};
+
+Ffn ffn(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, const std::function<Value()>& x) {
+  Ffn f;
+  f.xn = norm(b, d, p, "ffn_norm", x);
+  f.h1 = p.project("w1", f.xn);
+  if (d.gelu) {
+    f.gate = gelu_tanh(b, f.h1);
+  } else {
+    f.h3 = p.project("w3", f.xn);
+    f.gate = b.mul(silu(b, f.h1), f.h3);
+  }
+  f.y = p.project("w2", f.gate);
+  return f;
+}
+
+}  // namespace
+
+Taps attention_block(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, const std::vector<std::string>& taps) {
+  const Attention a = attention(b, d, p, [&] { return p.input("x"); });
+  return attention_taps(b, a, taps);
+}
+
+Taps ffn_block(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, const std::vector<std::string>& taps) {
+  const Ffn f = ffn(b, d, p, [&] { return p.input("x"); });
+  std::vector<std::pair<std::string, TapFn>> known = {{"y", [&] { return f.y; }},
+                                                      {"h1", [&] { return f.h1; }},
+                                                      {"gate", [&] { return f.gate; }},
+                                                      {"xnorm", [&] { return f.xn; }}};
+  if (!d.gelu) known.insert(known.begin() + 2, {"h3", [&] { return f.h3; }});
+  return pick("ffn_block", known, taps);
+}
+
+Taps layer_block(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, const std::vector<std::string>& attn_taps) {
+  Value x;
+  const Attention a = attention(b, d, p, [&] { return x = p.input("x"); });
+  Taps out = attention_taps(b, a, attn_taps);
+  Value x2 = b.add(x, a.o);
+  const Ffn f = ffn(b, d, p, [&] { return x2; });
+  out.insert(out.begin(), {"out", b.add(x2, f.y)});
+  return out;
+}
+
+}  // namespace anelab::kern

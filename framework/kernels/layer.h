@@ -1,0 +1,117 @@
+// The transformer layer as MIL, written once: the inference prefill (infer/prefill_mil.h) and the
+// training forward kernels (framework/kernels/train.h) both emit their layer here; they differ only in
+// where the parameters come from (LayerParams) and in the taps they ask for.
+//
+//   attention half  x -> xnorm = norm(x) -> q = Wq·xnorm (+bq), k = Wk·xnorm (+bk), v = Wv·xnorm (+bv)
+//                   -> RoPE(q, k) -> softmax(q kᵀ / √HD + causal mask) v  (query head h reads kv head
+//                   h / n_rep) -> attn -> o = Wo·attn (+bo)
+//   ffn half        x -> xnorm = norm(x) -> SwiGLU: h1 = W1·xnorm, h3 = W3·xnorm, gate = silu(h1) * h3
+//                                         or tanh-GELU: h1 = W1·xnorm (+b1), gate = gelu(h1)
+//                   -> y = W2·gate (+b2)
+//   whole layer     x2 = x + o(x);  out = x2 + y(x2)
+// norm is RMSNorm (norm weight) or LayerNorm (weight and optional bias). Activations are channel-first
+// [1, C, 1, S] fp16 (blocks.h); every tap is a [1, C, 1, S] value.
+//
+// Taps (the values a caller may ask for, returned in the order asked):
+//   attention_block: o [D], attn [QD], q_rope [QD], k_rope [KVD], v [KVD], xnorm [D]
+//                    (q_rope / k_rope after RoPE, or q / k when the layer has no RoPE)
+//   ffn_block:       y [D], h1 [H], h3 [H] (SwiGLU only), gate [H], xnorm [D]
+//   layer_block:     out [D] followed by the attention taps asked for
+// Training asks attn_fwd for {o attn q_rope k_rope v xnorm} and ffn_fwd for {y h1 h3 gate xnorm} (its
+// backward kernels read them); the prefill asks the whole layer for {out k_rope v} (the KV cache).
+//
+// One layer's weights (LayerWeights) are described once here for the kernels, the inference engine and
+// the trainer: matrices in nn.Linear order [out, in] row-major, fp32 or fp16, not owned.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "framework/core/fp16.h"
+#include "framework/kernels/blocks.h"
+
+namespace anelab::kern {
+
+// ---- weights --------------------------------------------------------------------------------------
+
+enum class WType : uint8_t { kF32 = 0, kF16 = 1 };
+
+// A weight matrix [rows, cols] row-major (y = W x), fp32 or fp16 bits; the data is not owned.
+struct Mat {
+  WType type = WType::kF32;
+  int64_t rows = 0, cols = 0;
+  const void* data = nullptr;  // [rows, cols] fp32 or fp16 bits
+  const float* f32() const { return static_cast<const float*>(data); }
+  const half_bits* f16() const { return static_cast<const half_bits*>(data); }
+  bool empty() const { return data == nullptr; }
+  // An fp32 view of v as [rows, cols]; throws "[kernels] ..." when the sizes differ.
+  static Mat f32(std::span<const float> v, int64_t rows, int64_t cols);
+};
+// The values of m as fp32 (fp16 widened).
+std::vector<float> mat_values(const Mat& m);
+
+// One transformer layer's weights (not owned). Vectors are empty when the model has no such tensor.
+// The kernels name them: wq wk wv wo w1 w2 w3, norms attn_norm / ffn_norm (training's rms_att / rms_ffn).
+struct LayerWeights {
+  Mat wq;                                   // [QD, D]
+  Mat wk, wv;                               // [KVD, D]
+  Mat wo;                                   // [D, QD]
+  Mat w1, w3;                               // [H, D] (SwiGLU gate / up; GELU: w1 = fc, no w3)
+  Mat w2;                                   // [D, H] (down; GELU: proj)
+  std::span<const float> attn_norm, ffn_norm;      // [D]
+  std::span<const float> attn_norm_b, ffn_norm_b;  // [D] LayerNorm biases
+  std::span<const float> bq;                // [QD]
+  std::span<const float> bk, bv;            // [KVD]
+  std::span<const float> bo, b2;            // [D]
+  std::span<const float> b1;                // [H]
+  const Mat& matrix(const std::string& name) const;  // "wq" ... "w3"; throws for others
+};
+
+// ---- the layer description --------------------------------------------------------------------------
+
+struct LayerDesc {
+  int64_t dim = 0;         // D
+  int64_t hidden = 0;      // H
+  int64_t n_heads = 0;     // query heads
+  int64_t n_kv_heads = 0;  // key/value heads (GQA when < n_heads)
+  int64_t head_dim = 0;    // HD
+  int64_t seq = 0;         // S
+  double norm_eps = 1e-5;
+  bool layer_norm = false;         // LayerNorm (GPT-2); else RMSNorm
+  bool gelu = false;               // tanh-GELU MLP (w1, w2); else SwiGLU (w1, w3, w2)
+  std::optional<RopeStyle> rope;   // none: no RoPE (learned positions)
+  double rope_theta = 10000.0;
+
+  int64_t q_dim() const { return n_heads * head_dim; }
+  int64_t kv_dim() const { return n_kv_heads * head_dim; }
+  int64_t n_rep() const { return n_heads / n_kv_heads; }
+  double attn_scale() const;  // 1 / sqrt(HD)
+};
+
+// Where a layer kernel's inputs and parameters come from: the prefill bakes weights as BLOBFILE consts,
+// training bakes them (static) or slices them from the input surface (dynamic).
+class LayerParams {
+ public:
+  virtual ~LayerParams() = default;
+  virtual Value input(const std::string& slot) = 0;  // an activation input, [1, C, 1, S]
+  // y = W x (+ the bias of W when the model has one) for "wq" ... "w3"
+  virtual Value project(const std::string& weight, const Value& x) = 0;
+  virtual Value norm_weight(const std::string& norm) = 0;                // "attn_norm" | "ffn_norm": [1, D, 1, 1]
+  virtual std::optional<Value> norm_bias(const std::string& norm) = 0;  // LayerNorm bias, if any
+  virtual Value mask() = 0;                        // [1, 1, S, S] additive causal mask (causal_mask)
+  virtual Value rope_table(const std::string& which) = 0;  // "cos" | "sin": [1, 1, S, HD] (rope_tables)
+};
+
+using Taps = std::vector<std::pair<std::string, Value>>;
+
+// The attention half on input slot "x"; returns the taps asked for (names above), in that order.
+Taps attention_block(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, const std::vector<std::string>& taps);
+// The feed-forward half on input slot "x".
+Taps ffn_block(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, const std::vector<std::string>& taps);
+// The whole layer with both residual adds on input slot "x": "out", then the attention taps asked for.
+Taps layer_block(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, const std::vector<std::string>& attn_taps);
+
+}  // namespace anelab::kern

@@ -1,0 +1,95 @@
+// The CPU RoPE and norms shared by the inference engine and the training reference
+// (framework/kernels/cpu_ops.h): each precision reproduces its reference's formula bit for bit
+// (llama2.c run.c in fp32, the fp64-angle / fp64-sum training reference), RoPE rotates the pairs of its
+// style and sign -1 undoes it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "framework/kernels/cpu_ops.h"
+#include "tests/kernels/kern_util.h"
+
+namespace anelab::test {
+namespace {
+
+using kern::cpu::Precision;
+
+TEST(CpuOps, RopeTablesFollowRuncInFp32AndTheReferenceInFp64) {
+  const int64_t n = 40, hd = 64, half = hd / 2, pos0 = 1000;
+  const float theta = 10000.0f;
+  F32 c32(n * half), s32(c32.size()), c64(c32.size()), s64(c32.size());
+  kern::cpu::rope_half_tables(n, hd, theta, pos0, Precision::kFp32, c32.data(), s32.data());
+  kern::cpu::rope_half_tables(n, hd, theta, pos0, Precision::kFp64, c64.data(), s64.data());
+  int differ = 0;
+  for (int64_t p = 0; p < n; ++p)
+    for (int64_t i = 0; i < half; ++i) {
+      const size_t k = size_t(p * half + i);
+      // run.c: float freq = 1.0f / powf(10000.0f, head_dim / (float)head_size); float val = pos * freq;
+      const float freq = 1.0f / std::pow(theta, float(2 * i) / float(hd)), val = float(pos0 + p) * freq;
+      EXPECT_EQ(c32[k], std::cos(val)) << p << " " << i;
+      EXPECT_EQ(s32[k], std::sin(val)) << p << " " << i;
+      const double ang = double(pos0 + p) * std::pow(double(theta), -2.0 * double(i) / double(hd));
+      EXPECT_EQ(c64[k], float(std::cos(ang))) << p << " " << i;
+      EXPECT_EQ(s64[k], float(std::sin(ang))) << p << " " << i;
+      differ += c32[k] != c64[k];
+    }
+  EXPECT_GT(differ, 0);  // at position 1000 the fp32 angle is off by ulps of 1000 rad: the two differ
+}
+
+TEST(CpuOps, RopeRowRotatesThePairsOfItsStyleAndSignMinusOneUndoesIt) {
+  const int64_t heads = 3, hd = 8, half = hd / 2;
+  F32 cs(half), sn(half);
+  kern::cpu::rope_half_tables(1, hd, 10000.0, 7, Precision::kFp64, cs.data(), sn.data());
+  const F32 x = rand_f16(size_t(heads * hd), 1.0, 5);
+  for (kern::RopeStyle st : {kern::RopeStyle::kAdjacentPairs, kern::RopeStyle::kRotateHalf}) {
+    F32 y = x;
+    kern::cpu::rope_row(y.data(), heads, hd, st, cs.data(), sn.data());
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < half; ++i) {
+        const int64_t a = h * hd + (st == kern::RopeStyle::kAdjacentPairs ? 2 * i : i);
+        const int64_t b = h * hd + (st == kern::RopeStyle::kAdjacentPairs ? 2 * i + 1 : i + half);
+        EXPECT_EQ(y[a], x[a] * cs[i] - x[b] * sn[i]) << kern::rope_style_name(st);
+        EXPECT_EQ(y[b], x[a] * sn[i] + x[b] * cs[i]) << kern::rope_style_name(st);
+      }
+    // back: each output is two products and a sum of values <= sqrt(2) |x|: a few ulps of 1
+    kern::cpu::rope_row(y.data(), heads, hd, st, cs.data(), sn.data(), -1.0f);
+    for (size_t k = 0; k < x.size(); ++k) EXPECT_NEAR(y[k], x[k], 4 * 0x1p-24) << kern::rope_style_name(st) << " " << k;
+  }
+}
+
+TEST(CpuOps, NormsSumInThePrecisionAsked) {
+  const int64_t n = 288;
+  const F32 x = rand_f16(size_t(n), 3.0, 9), w = rand_f16(size_t(n), 1.0, 10), b = rand_f16(size_t(n), 1.0, 11);
+  const float eps = 1e-5f;
+  F32 y32(n), y64(n);
+  const float r32 = kern::cpu::rms_norm(x.data(), w.data(), eps, n, y32.data(), Precision::kFp32);
+  const float r64 = kern::cpu::rms_norm(x.data(), w.data(), eps, n, y64.data(), Precision::kFp64);
+  float ss = 0.0f;  // run.c rmsnorm
+  for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
+  ss /= float(n);
+  ss += eps;
+  ss = 1.0f / std::sqrt(ss);
+  double sd = 0.0;
+  for (int64_t i = 0; i < n; ++i) sd += double(x[i]) * x[i];
+  EXPECT_EQ(r32, ss);
+  EXPECT_EQ(r64, float(1.0 / std::sqrt(sd / double(n) + double(eps))));
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(y32[i], w[i] * (ss * x[i])) << i;
+    EXPECT_EQ(y64[i], x[i] * r64 * w[i]) << i;
+  }
+  // LayerNorm with w = 1, b = 0: mean 0 and variance var/(var + eps) in fp64, each output one fp32 rounding
+  F32 ones(n, 1.0f), ln(n);
+  kern::cpu::layer_norm(x.data(), ones.data(), nullptr, eps, n, ln.data());
+  double m = 0, v = 0, mx = 0;
+  for (int64_t i = 0; i < n; ++i) m += x[i], mx += double(x[i]) * x[i];
+  m /= double(n), mx = mx / double(n) - m * m;
+  for (int64_t i = 0; i < n; ++i) v += double(ln[i]) * ln[i];
+  EXPECT_NEAR(v / double(n), mx / (mx + eps), 1e-6);
+  // with a bias: every output moves by exactly its bias (up to one rounding of the sum)
+  F32 lb(n);
+  kern::cpu::layer_norm(x.data(), ones.data(), b.data(), eps, n, lb.data());
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(lb[i], ln[i] + b[i]) << i;
+}
+
+}  // namespace
+}  // namespace anelab::test
