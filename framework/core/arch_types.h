@@ -13,6 +13,22 @@ enum class RopeStyle : uint8_t {
   kAdjacentPairs = 1,  // llama2.c / GPT-J / Meta / GGUF llama: rotates (x[2i], x[2i+1]) by pos * theta^(-2i/HD)
   kRotateHalf = 2,     // Hugging Face: rotates (x[i], x[i + HD/2]) by pos * theta^(-2i/HD)
 };
+// RoPE frequency scaling (Hugging Face rope_type). kNone: inv_freq(i) = theta^(-2i/HD). kLlama3 (Llama 3.1+):
+// wavelengths 2*pi / inv_freq longer than original_max_pos / low_freq_factor are slowed by `factor`, those
+// shorter than original_max_pos / high_freq_factor are kept, the ones between are blended linearly in
+// original_max_pos / wavelength (cpu_ops.h rope_inv_freq computes it).
+enum class RopeScalingType : uint8_t { kNone = 0, kLlama3 = 1 };
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::kNone;
+  float factor = 8.0f;             // the fields below are used by kLlama3 only
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int64_t original_max_pos = 8192;  // original_max_position_embeddings
+  bool operator==(const RopeScaling&) const = default;
+};
+const char* rope_scaling_name(RopeScalingType t);  // "none", "llama3"
+std::optional<RopeScalingType> parse_rope_scaling(std::string_view s);
+
 enum class NormType : uint8_t { kRms = 0, kLayer = 1 };
 enum class Activation : uint8_t { kSilu = 0, kGeluTanh = 1 };  // silu => SwiGLU w1/w2/w3, gelu_tanh => fc/proj
 

@@ -134,6 +134,23 @@ tok::VocabData gguf_vocab(const GgufFile& g, const std::string& w) {
   return v;
 }
 
+namespace {
+// llama.cpp stores Llama 3.1+ RoPE scaling as per-frequency divisors (rope_freqs.weight [HD/2]); anelab
+// describes it by the llama3 parameters (ModelConfig::rope_scaling) and does not fit them back from the
+// divisors, so such a file is refused rather than run with unscaled RoPE. All-ones divisors change nothing.
+void check_no_rope_factors(const GgufTensorInfo& t, DType dt, const std::string& w) {
+  bool ones = dt == DType::kF32 && t.nbytes % 4 == 0;
+  for (int64_t i = 0; ones && i < t.nbytes / 4; ++i) {
+    float f;
+    std::memcpy(&f, t.data + 4 * i, 4);
+    ones = f == 1.0f;
+  }
+  if (!ones)
+    fail("model", w, ": rope_freqs.weight (llama.cpp's Llama 3 RoPE frequency factors) is not supported; load the "
+         "Hugging Face model (config.json rope_scaling llama3) instead");
+}
+}  // namespace
+
 Model gguf_to_model(const GgufFile& g, const std::string& w) {
   if (g.tensors.empty())
     fail("model", w, ": this GGUF has no tensors (a vocab-only file?); it holds a tokenizer, not a model");
@@ -155,6 +172,10 @@ Model gguf_to_model(const GgufFile& g, const std::string& w) {
       shape[0] = d;
       for (int k = 0; k < 3; ++k)
         m.add_view(p + names[k], dt, shape, t.data + k * (t.nbytes / 3), t.nbytes / 3, g.owner);
+      continue;
+    }
+    if (t.name == "rope_freqs.weight") {
+      check_no_rope_factors(t, dt, w);
       continue;
     }
     const std::string name = canonical_name(t.name, m.config, w);
@@ -276,6 +297,9 @@ GgufWriter gguf_writer_for(const Model& m) {
   if (arch.gguf_rope && c.rope_style != *arch.gguf_rope)
     fail("model", "GGUF ", c.arch, " expects ", rope_style_name(*arch.gguf_rope), " RoPE order of q/k; this model uses ",
          rope_style_name(c.rope_style), " (export_model permutes it)");
+  if (c.rope_scaling.type != RopeScalingType::kNone)
+    fail("export", "GGUF export of ", rope_scaling_name(c.rope_scaling.type),
+         " RoPE scaling (llama.cpp's rope_freqs.weight) is not supported");
   GgufWriter w;
   const std::string a = c.arch + ".";
   w.add_str("general.architecture", c.arch);

@@ -266,5 +266,41 @@ TEST(Gguf, Qwen2ExportPadsVocabAndKeepsPre) {
   EXPECT_EQ(sb.vocab->tokens, m.vocab->tokens);
 }
 
+// llama.cpp's Llama 3 RoPE frequency divisors (rope_freqs.weight) are refused on read, not ignored (all ones
+// change nothing and are accepted); a model with llama3 scaling is not written to GGUF.
+TEST(Gguf, Llama3RopeFreqsAreRefusedNotIgnored) {
+  ModelConfig c = preset("stories260k");
+  c.rope_scaling = {RopeScalingType::kLlama3, 8.0f, 1.0f, 4.0f, 32};
+  const Model scaled = random_model(c, 5);
+  try {
+    model_to_gguf(scaled);
+    ADD_FAILURE() << "exported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("llama3 RoPE scaling (llama.cpp's rope_freqs.weight) is not supported"),
+              std::string::npos) << e.what();
+  }
+  const Model plain = random_model(preset("stories260k"), 5);
+  const int64_t half = plain.config.head_dim / 2;
+  for (const float f : {1.0f, 8.0f}) {
+    GgufWriter w = gguf_writer_for(plain);
+    std::vector<float> divisors(size_t(half), 1.0f);  // [HD/2]: the slowest frequency divided by f
+    divisors.back() = f;
+    std::vector<uint8_t> factors(divisors.size() * 4);
+    std::memcpy(factors.data(), divisors.data(), factors.size());
+    w.add_tensor("rope_freqs.weight", kGgmlF32, {half}, std::move(factors));
+    if (f == 1.0f) {
+      EXPECT_EQ(from_image(w.build()).config, plain.config);
+      continue;
+    }
+    try {
+      from_image(w.build());
+      ADD_FAILURE() << "a GGUF with rope_freqs.weight read as unscaled";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("[model] mem: rope_freqs.weight (llama.cpp's Llama 3 RoPE frequency factors) is not supported"),
+                std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace anelab::models
