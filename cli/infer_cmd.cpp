@@ -216,8 +216,8 @@ void run_chat(const InferArgs& a) {
   const tok::ChatTemplate t = tok::chat_template_for(*l.tok, a.chat_template);
   if (t == tok::ChatTemplate::kNone) fail("infer", tok::no_chat_template_hint(a.model));
   infer::Chat chat(*l.engine, *l.tok, t, a.system);  // no --system: the template's default (Qwen2.5's) or none
-  std::fprintf(stderr, "chat: %s, context %lld; empty line or EOF ends\n", l.engine->config().arch.c_str(),
-               static_cast<long long>(l.engine->context()));
+  std::fprintf(stderr, "chat: %s, template %s, context %lld; empty line or EOF ends\n", l.engine->config().arch.c_str(),
+               tok::chat_template_name(t), static_cast<long long>(l.engine->context()));
   std::string line;
   for (;;) {
     std::fprintf(stdout, "> ");
