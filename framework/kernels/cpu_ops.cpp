@@ -2,34 +2,18 @@
 #include "framework/kernels/cpu_ops.h"
 
 #include <cmath>
-#include <numbers>
 #include <vector>
 
 namespace anelab::kern::cpu {
-
-namespace {
-// Llama 3 scaling of one inverse frequency in the arithmetic type F (transformers: wavelen = 2*pi / inv_freq;
-// slowed by `factor` beyond original / low_freq_factor, kept below original / high_freq_factor, blended between).
-template <typename F>
-F llama3_scaled(F inv, const RopeScaling& s) {
-  const F wavelen = static_cast<F>(2.0 * std::numbers::pi) / inv;
-  const F factor = static_cast<F>(s.factor);
-  if (wavelen < static_cast<F>(double(s.original_max_pos) / s.high_freq_factor)) return inv;
-  if (wavelen > static_cast<F>(double(s.original_max_pos) / s.low_freq_factor)) return inv / factor;
-  const F smooth = (static_cast<F>(s.original_max_pos) / wavelen - static_cast<F>(s.low_freq_factor)) /
-                   static_cast<F>(double(s.high_freq_factor) - double(s.low_freq_factor));
-  return (F(1) - smooth) * inv / factor + smooth * inv;
-}
-}  // namespace
 
 double rope_inv_freq(int64_t i, int64_t hd, double theta, const RopeScaling& scaling, Precision prec) {
   const bool llama3 = scaling.type == RopeScalingType::kLlama3;
   if (prec == Precision::kFp32) {  // run.c / transformers: 1 / theta^(2i / HD) in fp32
     const float inv = 1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(hd));
-    return llama3 ? llama3_scaled(inv, scaling) : inv;
+    return llama3 ? llama3_scaled_inv_freq(inv, scaling) : inv;
   }
   const double inv = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
-  return llama3 ? llama3_scaled(inv, scaling) : inv;
+  return llama3 ? llama3_scaled_inv_freq(inv, scaling) : inv;
 }
 
 void rope_half_tables(int64_t n, int64_t hd, double theta, int64_t pos0, Precision prec, float* cos, float* sin,

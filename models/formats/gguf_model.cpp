@@ -1,4 +1,5 @@
 // GGUF <-> canonical Model and VocabData (names and rules in gguf.h).
+#include <cmath>
 #include <cstring>
 #include <regex>
 
@@ -137,7 +138,8 @@ tok::VocabData gguf_vocab(const GgufFile& g, const std::string& w) {
 namespace {
 // llama.cpp stores Llama 3.1+ RoPE scaling as per-frequency divisors (rope_freqs.weight [HD/2]); anelab
 // describes it by the llama3 parameters (ModelConfig::rope_scaling) and does not fit them back from the
-// divisors, so such a file is refused rather than run with unscaled RoPE. All-ones divisors change nothing.
+// divisors, so such a file is refused rather than run with unscaled RoPE (anelab's own GGUF export of a
+// scaled model included: it is for llama.cpp). All-ones divisors change nothing.
 void check_no_rope_factors(const GgufTensorInfo& t, DType dt, const std::string& w) {
   bool ones = dt == DType::kF32 && t.nbytes % 4 == 0;
   for (int64_t i = 0; ones && i < t.nbytes / 4; ++i) {
@@ -291,15 +293,27 @@ void add_fused_qkv(GgufWriter& w, const Model& m, int64_t layer, bool bias) {
 }
 }  // namespace
 
+namespace {
+// llama.cpp's form of llama3 RoPE scaling (its converter's rope_freqs.weight, F32 [HD/2]): per frequency the
+// divisor plain / scaled, which ggml_rope_ext applies as theta_i / divisor_i.
+void add_rope_freqs(GgufWriter& w, const ModelConfig& c) {
+  std::vector<float> div(static_cast<size_t>(c.head_dim / 2));
+  for (size_t i = 0; i < div.size(); ++i) {
+    const double plain = std::pow(double(c.rope_theta), -2.0 * double(i) / double(c.head_dim));
+    div[i] = static_cast<float>(plain / llama3_scaled_inv_freq(plain, c.rope_scaling));
+  }
+  std::vector<uint8_t> bytes(div.size() * 4);
+  std::memcpy(bytes.data(), div.data(), bytes.size());
+  w.add_tensor("rope_freqs.weight", kGgmlF32, {static_cast<int64_t>(div.size())}, std::move(bytes));
+}
+}  // namespace
+
 GgufWriter gguf_writer_for(const Model& m) {
   const ModelConfig& c = m.config;
   const Arch& arch = arch_of(c.arch, "GGUF export");
   if (arch.gguf_rope && c.rope_style != *arch.gguf_rope)
     fail("model", "GGUF ", c.arch, " expects ", rope_style_name(*arch.gguf_rope), " RoPE order of q/k; this model uses ",
          rope_style_name(c.rope_style), " (export_model permutes it)");
-  if (c.rope_scaling.type != RopeScalingType::kNone)
-    fail("export", "GGUF export of ", rope_scaling_name(c.rope_scaling.type),
-         " RoPE scaling (llama.cpp's rope_freqs.weight) is not supported");
   GgufWriter w;
   const std::string a = c.arch + ".";
   w.add_str("general.architecture", c.arch);
@@ -325,6 +339,7 @@ GgufWriter gguf_writer_for(const Model& m) {
     }
     w.add_tensor_view(gguf_name(t.name), ggml_of(t.dtype), ggml_ne(t.shape), t.data, t.nbytes);
   }
+  if (c.rope_scaling.type == RopeScalingType::kLlama3) add_rope_freqs(w, c);
   if (arch.gguf_explicit_output && !m.has("output")) {  // llama.cpp's graph for this arch requires output.weight
     const Tensor& e = m.tensor("tok_embeddings");
     w.add_tensor_view("output.weight", ggml_of(e.dtype), ggml_ne(e.shape), e.data, e.nbytes);

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <numbers>
 #include <nlohmann/json.hpp>
 
 #include "framework/core/error.h"
@@ -266,29 +267,38 @@ TEST(Gguf, Qwen2ExportPadsVocabAndKeepsPre) {
   EXPECT_EQ(sb.vocab->tokens, m.vocab->tokens);
 }
 
-// llama.cpp's Llama 3 RoPE frequency divisors (rope_freqs.weight) are refused on read, not ignored (all ones
-// change nothing and are accepted); a model with llama3 scaling is not written to GGUF.
-TEST(Gguf, Llama3RopeFreqsAreRefusedNotIgnored) {
-  ModelConfig c = preset("stories260k");
-  c.rope_scaling = {RopeScalingType::kLlama3, 8.0f, 1.0f, 4.0f, 32};
-  const Model scaled = random_model(c, 5);
-  try {
-    model_to_gguf(scaled);
-    ADD_FAILURE() << "exported";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("llama3 RoPE scaling (llama.cpp's rope_freqs.weight) is not supported"),
-              std::string::npos) << e.what();
-  }
+// llama3 RoPE scaling goes to GGUF as llama.cpp's converter writes it: rope_freqs.weight [HD/2] holding
+// plain / scaled frequency (1 for the fast ones, `factor` for the slow ones, blended between). Such divisors
+// are refused on read, not ignored (all ones change nothing and are accepted).
+TEST(Gguf, Llama3RopeFreqsWrittenForLlamaCppAndRefusedNotIgnoredOnRead) {
+  ModelConfig c = preset("stories260k");  // head_dim 8, theta 10000: wavelengths 6.3, 63, 628, 6283
+  c.rope_scaling = {RopeScalingType::kLlama3, 8.0f, 1.0f, 4.0f, 128};  // kept < 32 < blended < 128 < divided by 8
+  const auto img = model_to_gguf(random_model(c, 5));
+  auto owner = std::make_shared<std::vector<uint8_t>>(img);
+  const GgufFile g = parse_gguf(owner->data(), owner->size(), owner, "mem");
+  const GgufTensorInfo* f = nullptr;
+  for (const auto& t : g.tensors) f = t.name == "rope_freqs.weight" ? &t : f;
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(f->ne, std::vector<int64_t>{4});
+  std::vector<float> div(4);
+  std::memcpy(div.data(), f->data, 16);
+  EXPECT_EQ(div[0], 1.0f);
+  EXPECT_EQ(div[2], 8.0f);
+  EXPECT_EQ(div[3], 8.0f);
+  // pair 1 (wavelength 62.8) as llama.cpp's convert_hf_to_gguf.py blends it: 1 / ((1 - smooth) / factor + smooth)
+  const double smooth = (128 / (2 * std::numbers::pi * 10) - 1) / (4 - 1);
+  EXPECT_NEAR(div[1], 1 / ((1 - smooth) / 8 + smooth), 1e-6);
   const Model plain = random_model(preset("stories260k"), 5);
   const int64_t half = plain.config.head_dim / 2;
-  for (const float f : {1.0f, 8.0f}) {
+  EXPECT_THROW(from_image(img), Error);  // anelab's own scaled export is for llama.cpp
+  for (const float d : {1.0f, 8.0f}) {
     GgufWriter w = gguf_writer_for(plain);
-    std::vector<float> divisors(size_t(half), 1.0f);  // [HD/2]: the slowest frequency divided by f
-    divisors.back() = f;
+    std::vector<float> divisors(size_t(half), 1.0f);  // [HD/2]: the slowest frequency divided by d
+    divisors.back() = d;
     std::vector<uint8_t> factors(divisors.size() * 4);
     std::memcpy(factors.data(), divisors.data(), factors.size());
     w.add_tensor("rope_freqs.weight", kGgmlF32, {half}, std::move(factors));
-    if (f == 1.0f) {
+    if (d == 1.0f) {
       EXPECT_EQ(from_image(w.build()).config, plain.config);
       continue;
     }
