@@ -1,6 +1,8 @@
 // GGUF <-> canonical Model and VocabData (names and rules in gguf.h).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numbers>
 #include <regex>
 
 #include "framework/core/error.h"
@@ -136,20 +138,47 @@ tok::VocabData gguf_vocab(const GgufFile& g, const std::string& w) {
 }
 
 namespace {
-// llama.cpp stores Llama 3.1+ RoPE scaling as per-frequency divisors (rope_freqs.weight [HD/2]); anelab
-// describes it by the llama3 parameters (ModelConfig::rope_scaling) and does not fit them back from the
-// divisors, so such a file is refused rather than run with unscaled RoPE (anelab's own GGUF export of a
-// scaled model included: it is for llama.cpp). All-ones divisors change nothing.
-void check_no_rope_factors(const GgufTensorInfo& t, DType dt, const std::string& w) {
-  bool ones = dt == DType::kF32 && t.nbytes % 4 == 0;
-  for (int64_t i = 0; ones && i < t.nbytes / 4; ++i) {
+// llama.cpp stores Llama 3.1+ RoPE scaling as per-frequency divisors (rope_freqs.weight F32 [HD/2]); anelab
+// keeps the llama3 parameters (ModelConfig::rope_scaling), fitted back here. The parameters are defined up to a
+// common scale of (original_max_pos, low_freq_factor, high_freq_factor), so low_freq_factor is taken as 1;
+// factor is the slowest frequency's divisor, and the blended divisors 1 / ((1 - s) / factor + s) give
+// s = original / wavelength / (high - 1) - 1 / (high - 1), a line in 1 / wavelength through its first and last
+// blended point. The fit is accepted only when it reproduces every divisor (1e-5 relative); all ones is no
+// scaling. Anything else is refused, never run unscaled.
+RopeScaling rope_scaling_from_divisors(const GgufTensorInfo& t, DType dt, const ModelConfig& c, const std::string& w) {
+  const int64_t half = c.head_dim / 2;
+  if (dt != DType::kF32 || t.nbytes != half * 4)
+    fail("model", w, ": rope_freqs.weight must be F32 [", half, "] (head_dim / 2)");
+  std::vector<double> d(static_cast<size_t>(half)), x(d.size());  // divisor, 1 / wavelength
+  for (int64_t i = 0; i < half; ++i) {
     float f;
     std::memcpy(&f, t.data + 4 * i, 4);
-    ones = f == 1.0f;
+    d[size_t(i)] = f;
+    x[size_t(i)] = std::pow(double(c.rope_theta), -2.0 * double(i) / double(c.head_dim)) / (2 * std::numbers::pi);
   }
-  if (!ones)
-    fail("model", w, ": rope_freqs.weight (llama.cpp's Llama 3 RoPE frequency factors) is not supported; load the "
-         "Hugging Face model (config.json rope_scaling llama3) instead");
+  RopeScaling s;
+  if (std::all_of(d.begin(), d.end(), [](double v) { return v == 1.0; })) return s;
+  const auto unfit = [&] {
+    fail("model", w, ": rope_freqs.weight is not llama3 RoPE scaling anelab can recover (needs 2+ blended "
+         "frequencies); load the Hugging Face model (config.json rope_scaling llama3) instead");
+  };
+  const double factor = d.back();
+  std::vector<size_t> blended;
+  for (size_t i = 0; i < d.size(); ++i)
+    if (d[i] != 1.0 && d[i] != factor) blended.push_back(i);
+  if (!(factor > 1.0) || blended.size() < 2) unfit();
+  const auto smooth = [&](size_t i) { return (1 / d[i] - 1 / factor) / (1 - 1 / factor); };
+  const size_t a = blended.front(), b = blended.back();
+  const double slope = (smooth(b) - smooth(a)) / (x[b] - x[a]), icpt = smooth(a) - slope * x[a];
+  if (!(icpt < 0)) unfit();
+  s = {RopeScalingType::kLlama3, static_cast<float>(factor), 1.0f,
+       static_cast<float>(std::round((1 - 1 / icpt) * 4096) / 4096), 0};
+  s.original_max_pos = std::llround(slope * (double(s.high_freq_factor) - 1));
+  for (size_t i = 0; i < d.size(); ++i) {
+    const double inv = x[i] * 2 * std::numbers::pi;
+    if (std::abs(inv / llama3_scaled_inv_freq(inv, s) - d[i]) > 1e-5 * d[i]) unfit();
+  }
+  return s;
 }
 }  // namespace
 
@@ -177,7 +206,7 @@ Model gguf_to_model(const GgufFile& g, const std::string& w) {
       continue;
     }
     if (t.name == "rope_freqs.weight") {
-      check_no_rope_factors(t, dt, w);
+      m.config.rope_scaling = rope_scaling_from_divisors(t, dt, m.config, w);
       continue;
     }
     const std::string name = canonical_name(t.name, m.config, w);

@@ -268,9 +268,10 @@ TEST(Gguf, Qwen2ExportPadsVocabAndKeepsPre) {
 }
 
 // llama3 RoPE scaling goes to GGUF as llama.cpp's converter writes it: rope_freqs.weight [HD/2] holding
-// plain / scaled frequency (1 for the fast ones, `factor` for the slow ones, blended between). Such divisors
-// are refused on read, not ignored (all ones change nothing and are accepted).
-TEST(Gguf, Llama3RopeFreqsWrittenForLlamaCppAndRefusedNotIgnoredOnRead) {
+// plain / scaled frequency (1 for the fast ones, `factor` for the slow ones, blended between). On read the
+// parameters are fitted back when two or more frequencies are blended (Llama 3.x's shapes: 3 of 32); divisors
+// that do not determine them are refused, not ignored (all ones change nothing and are accepted).
+TEST(Gguf, Llama3RopeFreqsWrittenAsLlamaCppDoesAndFittedBackOnRead) {
   ModelConfig c = preset("stories260k");  // head_dim 8, theta 10000: wavelengths 6.3, 63, 628, 6283
   c.rope_scaling = {RopeScalingType::kLlama3, 8.0f, 1.0f, 4.0f, 128};  // kept < 32 < blended < 128 < divided by 8
   const auto img = model_to_gguf(random_model(c, 5));
@@ -290,7 +291,16 @@ TEST(Gguf, Llama3RopeFreqsWrittenForLlamaCppAndRefusedNotIgnoredOnRead) {
   EXPECT_NEAR(div[1], 1 / ((1 - smooth) / 8 + smooth), 1e-6);
   const Model plain = random_model(preset("stories260k"), 5);
   const int64_t half = plain.config.head_dim / 2;
-  EXPECT_THROW(from_image(img), Error);  // anelab's own scaled export is for llama.cpp
+  EXPECT_THROW(from_image(img), Error);  // one blended frequency does not determine the parameters
+
+  ModelConfig l3 = c;  // Llama 3.2's RoPE (head_dim 64, theta 500000, factor 32, low 1, high 4, 8192) at a tiny width
+  l3.dim = 128, l3.hidden_dim = 256, l3.n_layers = 1, l3.n_heads = 2, l3.n_kv_heads = 1, l3.head_dim = 64;
+  l3.vocab_size = 64, l3.rope_theta = 500000.0f;
+  l3.rope_scaling = {RopeScalingType::kLlama3, 32.0f, 1.0f, 4.0f, 8192};
+  EXPECT_EQ(from_image(model_to_gguf(random_model(l3, 6))).config, l3);
+  l3.rope_scaling = {RopeScalingType::kLlama3, 8.0f, 2.0f, 8.0f, 16384};  // the same divisors as (8, 1, 4, 8192)
+  EXPECT_EQ(from_image(model_to_gguf(random_model(l3, 6))).config.rope_scaling,
+            (RopeScaling{RopeScalingType::kLlama3, 8.0f, 1.0f, 4.0f, 8192}));
   for (const float d : {1.0f, 8.0f}) {
     GgufWriter w = gguf_writer_for(plain);
     std::vector<float> divisors(size_t(half), 1.0f);  // [HD/2]: the slowest frequency divided by d
@@ -306,7 +316,7 @@ TEST(Gguf, Llama3RopeFreqsWrittenForLlamaCppAndRefusedNotIgnoredOnRead) {
       from_image(w.build());
       ADD_FAILURE() << "a GGUF with rope_freqs.weight read as unscaled";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("[model] mem: rope_freqs.weight (llama.cpp's Llama 3 RoPE frequency factors) is not supported"),
+      EXPECT_NE(std::string(e.what()).find("[model] mem: rope_freqs.weight is not llama3 RoPE scaling anelab can recover"),
                 std::string::npos) << e.what();
     }
   }
