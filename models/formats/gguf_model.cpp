@@ -173,7 +173,9 @@ RopeScaling rope_scaling_from_divisors(const GgufTensorInfo& t, DType dt, const 
   if (!(icpt < 0)) unfit();
   s = {RopeScalingType::kLlama3, static_cast<float>(factor), 1.0f,
        static_cast<float>(std::round((1 - 1 / icpt) * 4096) / 4096), 0};
-  s.original_max_pos = std::llround(slope * (double(s.high_freq_factor) - 1));
+  const double orig = std::round(slope * (double(s.high_freq_factor) - 1));
+  if (!(orig >= 1 && orig <= (1 << 22) && s.factor <= 1024)) unfit();  // validate_config's ranges
+  s.original_max_pos = static_cast<int64_t>(orig);
   for (size_t i = 0; i < d.size(); ++i) {
     const double inv = x[i] * 2 * std::numbers::pi;
     if (std::abs(inv / llama3_scaled_inv_freq(inv, s) - d[i]) > 1e-5 * d[i]) unfit();
