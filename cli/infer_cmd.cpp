@@ -213,11 +213,11 @@ void run_logits(const InferArgs& a) {
 
 void run_chat(const InferArgs& a) {
   Loaded l = load(a, infer::TokenizerUse::kRequired);
-  if (tok::chat_template_for(*l.tok, a.chat_template) == tok::ChatTemplate::kNone)
-    fail("infer", tok::no_chat_template_hint(a.model));
-  infer::Chat chat(*l.engine, *l.tok, a.system.empty() ? tok::kQwen25DefaultSystem : a.system);
-  std::fprintf(stderr, "chat: %s, context %lld; empty line or EOF ends\n", l.engine->config().arch.c_str(),
-               static_cast<long long>(l.engine->context()));
+  const tok::ChatTemplate t = tok::chat_template_for(*l.tok, a.chat_template);
+  if (t == tok::ChatTemplate::kNone) fail("infer", tok::no_chat_template_hint(a.model));
+  infer::Chat chat(*l.engine, *l.tok, t, a.system);  // no --system: the template's default (Qwen2.5's) or none
+  std::fprintf(stderr, "chat: %s, template %s, context %lld; empty line or EOF ends\n", l.engine->config().arch.c_str(),
+               tok::chat_template_name(t), static_cast<long long>(l.engine->context()));
   std::string line;
   for (;;) {
     std::fprintf(stdout, "> ");
@@ -343,10 +343,12 @@ void add_infer_command(CLI::App& app) {
   CLI::App* chat = inf->add_subcommand("chat", "Interactive chat with the model's chat template, history kept within the context");
   add_common(chat, *a);
   add_sampling(chat, *a);
-  chat->add_option("--system", a->system, "System prompt (default: Qwen2.5's)");
+  chat->add_option("--system", a->system, "System prompt (default: the template's: Qwen2.5's, none for the others)");
   chat->add_option("--chat-template", a->chat_template,
-                   "auto (the model's own: Qwen2.5 when its vocabulary has <|im_start|>/<|im_end|>; base models have none), "
-                   "qwen2.5 (= chatml), none")->capture_default_str()->check(CLI::IsMember({"auto", "qwen2.5", "chatml", "none"}));
+                   "auto (the model's own, by the control tokens of its vocabulary: Llama 3, Gemma 3, Qwen3 or Qwen2.5; "
+                   "base models have none), qwen2.5 (= chatml), qwen3, llama3, gemma3, none")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "qwen2.5", "chatml", "qwen3", "llama3", "gemma3", "none"}));
   chat->callback([a] { run_chat(*a); });
 
   CLI::App* bench = inf->add_subcommand("bench", "Prefill/decode tok/s, cold start to first token, peak RSS");

@@ -121,8 +121,9 @@ void add_serve_command(CLI::App& app) {
   s->add_option("--backend", a->model.backend, infer::kPrefillBackendHelp)->capture_default_str()
       ->check(CLI::IsMember(std::vector<std::string>(std::begin(infer::kPrefillBackends), std::end(infer::kPrefillBackends))));
   s->add_option("--chat-template", a->model.chat_template,
-                "auto (the model's own: Qwen2.5 when its vocabulary has <|im_start|>/<|im_end|>; base models have none, "
-                "and chat requests get 400), qwen2.5 (= chatml), none")->capture_default_str();
+                "auto (the model's own, by the control tokens of its vocabulary: Llama 3, Gemma 3, Qwen3 or Qwen2.5; base "
+                "models have none, and chat requests get 400), qwen2.5 (= chatml), qwen3, llama3, gemma3, none")
+      ->capture_default_str();
   s->add_option("--device", a->model.device, "Device profile for emulator/ane (m1..m5)")->capture_default_str();
   s->add_option("--dtype", a->model.dtype, "Compute dtype: fp16, fp32 or auto (as `anelab infer`)")->capture_default_str();
   s->add_option("--threads", a->model.threads, "CPU threads per worker engine")->capture_default_str()->check(number_in(infer::params::kThreads));

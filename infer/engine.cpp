@@ -349,8 +349,8 @@ void Engine::forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vect
   float* x = x_.data();
   embed(tokens, pos, x);
   if (c.rope_style != models::RopeStyle::kNone)  // run.c / HF: frequencies and angles in fp32
-    kern::cpu::rope_half_tables(n, hd, c.rope_theta, pos, kern::cpu::Numerics::kRunc, rope_cos_.data(),
-                                rope_sin_.data());
+    kern::cpu::rope_half_tables(n, hd, c.rope_theta, pos, kern::cpu::Numerics::kRunc, rope_cos_.data(), rope_sin_.data(),
+                                c.rope_scaling);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = layers_[static_cast<size_t>(l)];
     norm_rows(x, L.attn_norm, L.attn_norm_b, n, xb_.data());

@@ -179,14 +179,14 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::v
 
 // ---- chat -------------------------------------------------------------------------------------------
 
-Chat::Chat(Engine& e, const tok::Tokenizer& tk, std::string system) : e_(e), tk_(tk) {
+Chat::Chat(Engine& e, const tok::Tokenizer& tk, tok::ChatTemplate t, std::string system) : e_(e), tk_(tk), t_(t) {
   if (!system.empty()) messages_.push_back({"system", std::move(system)});
 }
 
 std::vector<int32_t> Chat::render(bool add_generation_prompt) const {
   tok::EncodeOptions eo;
   eo.allow_special = true;
-  return tk_.encode(tok::apply_qwen25_chat_template(messages_, add_generation_prompt), eo);
+  return tk_.encode(tok::apply_chat_template(t_, messages_, add_generation_prompt), eo);
 }
 
 std::string Chat::turn(const std::string& user, GenerateOptions o, const TextSink& sink, GenerateResult* info) {
@@ -206,8 +206,7 @@ std::string Chat::turn(const std::string& user, GenerateOptions o, const TextSin
   common = std::min<int64_t>(common, static_cast<int64_t>(ids.size()) - 1);  // prefill at least one token
   o.echo_prompt = false;
   o.final_newline = false;
-  const int32_t im_end = tk_.token_to_id("<|im_end|>");
-  if (im_end >= 0) o.stop_tokens.push_back(im_end);
+  for (int32_t id : tok::chat_stop_ids(t_, tk_)) o.stop_tokens.push_back(id);
   if (o.max_new_tokens < 0) o.max_new_tokens = reserve;
   GenerateResult r = generate_tokens(e_, tk_, ids, common, o, sink);
   // Cache now holds ids plus all generated tokens except the last one.

@@ -68,11 +68,11 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer& tk, const std::v
 GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::vector<int32_t>& prompt, int64_t cached,
                                const GenerateOptions& o, const TextSink& sink);
 
-// Chat: keeps the conversation and the KV cache; each turn re-renders the Qwen2.5 template, reuses
+// Chat: keeps the conversation and the KV cache; each turn re-renders the model's chat template, reuses
 // the cached prefix and drops the oldest turns when the context would overflow.
 class Chat {
  public:
-  Chat(Engine& e, const tok::Tokenizer& tk, std::string system);
+  Chat(Engine& e, const tok::Tokenizer& tk, tok::ChatTemplate t, std::string system);  // system "": none
   // Adds a user message, generates the assistant reply (streamed to sink), returns it.
   std::string turn(const std::string& user, GenerateOptions o, const TextSink& sink, GenerateResult* info = nullptr);
 
@@ -80,6 +80,7 @@ class Chat {
   std::vector<int32_t> render(bool add_generation_prompt) const;
   Engine& e_;
   const tok::Tokenizer& tk_;
+  tok::ChatTemplate t_;
   std::vector<tok::ChatMessage> messages_;
   std::vector<int32_t> cached_;  // tokens whose k/v are in the cache
 };

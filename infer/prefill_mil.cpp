@@ -43,7 +43,7 @@ class PrefillParams : public kern::LayerParams {
     return bs_.tensor(b_, "mask", mil::tensor_type(mil::DType::kFp16, {1, 1, S_, S_}), kern::causal_mask(S_));
   }
   Value rope_table(const std::string& which) override {
-    if (!rope_) rope_ = kern::rope_tables(S_, c_.head_dim, c_.rope_theta, rope_style(c_));
+    if (!rope_) rope_ = kern::rope_tables(S_, c_.head_dim, c_.rope_theta, rope_style(c_), 0, c_.rope_scaling);
     return bs_.tensor(b_, "rope_" + which, mil::tensor_type(mil::DType::kFp16, {1, 1, S_, c_.head_dim}),
                       which == "cos" ? rope_->cos : rope_->sin);
   }

@@ -143,8 +143,8 @@ void CpuModel::prepare(int64_t B, int64_t T) {
   }
   const int64_t half = c_.head_dim / 2;
   cos_.resize(size_t(T * half)), sin_.resize(size_t(T * half));
-  kern::cpu::rope_half_tables(T, c_.head_dim, c_.rope_theta, 0, kern::cpu::Numerics::kReference, cos_.data(),
-                              sin_.data());
+  kern::cpu::rope_half_tables(T, c_.head_dim, c_.rope_theta, 0, kern::cpu::Numerics::kReference, cos_.data(), sin_.data(),
+                              c_.rope_scaling);
 }
 
 // Rotates every head of x [rows, heads*hd] by +angle (sign = 1) or -angle (sign = -1, the backward).

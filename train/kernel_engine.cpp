@@ -177,7 +177,7 @@ void KernelEngine::prepare(const float* w, int64_t B, int64_t T) {
     kern::TrainShape s;
     s.dim = c_.dim, s.hidden = c_.hidden_dim, s.n_heads = c_.n_heads, s.n_kv_heads = c_.n_kv_heads;
     s.head_dim = c_.head_dim, s.seq = T, s.rope_theta = c_.rope_theta, s.norm_eps = c_.norm_eps;
-    s.rope = c_.rope_style;
+    s.rope = c_.rope_style, s.rope_scaling = c_.rope_scaling;
     if (T < 32) fail("train", "--seq-len ", T, ": the ", name(), " strategy evaluates one sequence per kernel and needs T >= 32");
     runners_.clear();
     cache_ = std::make_unique<kern::KernelCache>(*backend_, s, strategy_);

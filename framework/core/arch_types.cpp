@@ -10,12 +10,18 @@ const char* rope_style_name(RopeStyle r) {
   }
   return "?";
 }
+const char* rope_scaling_name(RopeScalingType t) { return t == RopeScalingType::kLlama3 ? "llama3" : "none"; }
 const char* norm_type_name(NormType n) { return n == NormType::kRms ? "rms" : "layer"; }
 const char* activation_name(Activation a) { return a == Activation::kSilu ? "silu" : "gelu_tanh"; }
 
 std::optional<RopeStyle> parse_rope_style(std::string_view s) {
   for (RopeStyle r : {RopeStyle::kNone, RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf})
     if (s == rope_style_name(r)) return r;
+  return std::nullopt;
+}
+std::optional<RopeScalingType> parse_rope_scaling(std::string_view s) {
+  for (RopeScalingType t : {RopeScalingType::kNone, RopeScalingType::kLlama3})
+    if (s == rope_scaling_name(t)) return t;
   return std::nullopt;
 }
 std::optional<NormType> parse_norm_type(std::string_view s) {

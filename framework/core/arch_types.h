@@ -3,6 +3,7 @@
 // Defined once here, with the names the model files store ("rope_style": "rotate_half", ...).
 #pragma once
 #include <cstdint>
+#include <numbers>
 #include <optional>
 #include <string_view>
 
@@ -13,6 +14,36 @@ enum class RopeStyle : uint8_t {
   kAdjacentPairs = 1,  // llama2.c / GPT-J / Meta / GGUF llama: rotates (x[2i], x[2i+1]) by pos * theta^(-2i/HD)
   kRotateHalf = 2,     // Hugging Face: rotates (x[i], x[i + HD/2]) by pos * theta^(-2i/HD)
 };
+// RoPE frequency scaling (Hugging Face rope_type). kNone: inv_freq(i) = theta^(-2i/HD). kLlama3 (Llama 3.1+):
+// wavelengths 2*pi / inv_freq longer than original_max_pos / low_freq_factor are slowed by `factor`, those
+// shorter than original_max_pos / high_freq_factor are kept, the ones between are blended linearly in
+// original_max_pos / wavelength (llama3_scaled_inv_freq below; cpu_ops.h rope_inv_freq applies it).
+enum class RopeScalingType : uint8_t { kNone = 0, kLlama3 = 1 };
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::kNone;
+  float factor = 8.0f;             // the fields below are used by kLlama3 only
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int64_t original_max_pos = 8192;  // original_max_position_embeddings
+  bool operator==(const RopeScaling&) const = default;
+};
+const char* rope_scaling_name(RopeScalingType t);  // "none", "llama3"
+std::optional<RopeScalingType> parse_rope_scaling(std::string_view s);
+
+// The llama3 scaling of one inverse frequency `inv`, evaluated in F (fp32 in transformers' order of operations,
+// or fp64): wavelen = 2*pi / inv; kept below original / high_freq_factor, divided by `factor` beyond
+// original / low_freq_factor, blended linearly in original / wavelen between.
+template <typename F>
+F llama3_scaled_inv_freq(F inv, const RopeScaling& s) {
+  const F wavelen = static_cast<F>(2.0 * std::numbers::pi) / inv;
+  const F factor = static_cast<F>(s.factor);
+  if (wavelen < static_cast<F>(double(s.original_max_pos) / s.high_freq_factor)) return inv;
+  if (wavelen > static_cast<F>(double(s.original_max_pos) / s.low_freq_factor)) return inv / factor;
+  const F smooth = (static_cast<F>(s.original_max_pos) / wavelen - static_cast<F>(s.low_freq_factor)) /
+                   static_cast<F>(double(s.high_freq_factor) - double(s.low_freq_factor));
+  return (F(1) - smooth) * inv / factor + smooth * inv;
+}
+
 enum class NormType : uint8_t { kRms = 0, kLayer = 1 };
 enum class Activation : uint8_t { kSilu = 0, kGeluTanh = 1 };  // silu => SwiGLU w1/w2/w3, gelu_tanh => fc/proj
 

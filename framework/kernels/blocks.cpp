@@ -65,11 +65,11 @@ std::vector<float> causal_mask(int64_t seq) {
 }
 
 
-RopeTables rope_tables(int64_t seq, int64_t hd, double theta, RopeStyle style, int64_t pos0) {
+RopeTables rope_tables(int64_t seq, int64_t hd, double theta, RopeStyle style, int64_t pos0, const RopeScaling& scaling) {
   ANELAB_CHECK(hd > 0 && hd % 2 == 0, "kernels", "rope: head_dim ", hd, " must be even");
   const int64_t half = hd / 2;
   std::vector<float> ch(static_cast<size_t>(seq * half)), sh(ch.size());  // [S, HD/2]
-  cpu::rope_half_tables(seq, hd, theta, pos0, cpu::Numerics::kReference, ch.data(), sh.data());
+  cpu::rope_half_tables(seq, hd, theta, pos0, cpu::Numerics::kReference, ch.data(), sh.data(), scaling);
   RopeTables t;
   t.cos.resize(static_cast<size_t>(seq * hd));
   t.sin.resize(t.cos.size());

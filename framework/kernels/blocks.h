@@ -67,11 +67,13 @@ using anelab::rope_style_name;
 
 // cos / sin tables [S, HD] (row-major, position-major) for positions pos0 .. pos0+S-1, laid out for
 // `style`: adjacent pairs duplicate angle i at columns 2i and 2i+1; rotate-half at i and i + HD/2.
-// The angles are cpu_ops.h's rope_half_tables with the training reference's numerics (fp64 angles).
+// The angles are cpu_ops.h's rope_half_tables with the training reference's numerics (fp64 angles), with
+// `scaling`'s frequencies.
 struct RopeTables {
   std::vector<float> cos, sin;  // [S, HD] each
 };
-RopeTables rope_tables(int64_t seq, int64_t head_dim, double theta, RopeStyle style, int64_t pos0 = 0);
+RopeTables rope_tables(int64_t seq, int64_t head_dim, double theta, RopeStyle style, int64_t pos0 = 0,
+                       const RopeScaling& scaling = {});
 
 // ---- blocks -------------------------------------------------------------------------------------
 // RMSNorm over channels as the ANE code does (digest §5.3): x*x, reduce_sum(axis 1), *1/D, +eps,

@@ -2,22 +2,33 @@
 #include "framework/kernels/cpu_ops.h"
 
 #include <cmath>
+#include <vector>
 
 namespace anelab::kern::cpu {
 
-void rope_half_tables(int64_t n, int64_t hd, double theta, int64_t pos0, Numerics num, float* cos, float* sin) {
+double rope_inv_freq(int64_t i, int64_t hd, double theta, const RopeScaling& scaling, Numerics prec) {
+  const bool llama3 = scaling.type == RopeScalingType::kLlama3;
+  if (prec == Numerics::kRunc) {  // run.c / transformers: 1 / theta^(2i / HD) in fp32
+    const float inv = 1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(hd));
+    return llama3 ? llama3_scaled_inv_freq(inv, scaling) : inv;
+  }
+  const double inv = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+  return llama3 ? llama3_scaled_inv_freq(inv, scaling) : inv;
+}
+
+void rope_half_tables(int64_t n, int64_t hd, double theta, int64_t pos0, Numerics prec, float* cos, float* sin,
+                      const RopeScaling& scaling) {
   const int64_t half = hd / 2;
+  std::vector<double> freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) freq[static_cast<size_t>(i)] = rope_inv_freq(i, hd, theta, scaling, prec);
   for (int64_t p = 0; p < n; ++p)
     for (int64_t i = 0; i < half; ++i) {
       float c, s;
-      if (num == Numerics::kRunc) {  // run.c: freq = 1 / theta^(2i / HD) in fp32, angle = pos * freq
-        const float freq =
-            1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(hd));
-        const float ang = static_cast<float>(pos0 + p) * freq;
+      if (prec == Numerics::kRunc) {  // angle = pos * freq in fp32
+        const float ang = static_cast<float>(pos0 + p) * static_cast<float>(freq[static_cast<size_t>(i)]);
         c = std::cos(ang), s = std::sin(ang);
       } else {
-        const double ang =
-            static_cast<double>(pos0 + p) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+        const double ang = static_cast<double>(pos0 + p) * freq[static_cast<size_t>(i)];
         c = static_cast<float>(std::cos(ang)), s = static_cast<float>(std::sin(ang));
       }
       cos[p * half + i] = c;

@@ -20,8 +20,14 @@ namespace anelab::kern::cpu {
 
 enum class Numerics { kRunc, kReference };
 
-// cos / sin [n, HD/2] (row-major) for positions pos0 .. pos0+n-1: angle(p, i) = p * theta^(-2i/HD).
-void rope_half_tables(int64_t n, int64_t head_dim, double theta, int64_t pos0, Numerics num, float* cos, float* sin);
+// The inverse frequency of pair i (0 <= i < HD/2): theta^(-2i/HD), then the frequency scaling (arch_types.h
+// RopeScaling; llama3 as transformers' _compute_llama3_parameters). kRunc evaluates every step in fp32 in
+// transformers' order, kReference in fp64.
+double rope_inv_freq(int64_t i, int64_t head_dim, double theta, const RopeScaling& scaling, Numerics prec);
+
+// cos / sin [n, HD/2] (row-major) for positions pos0 .. pos0+n-1: angle(p, i) = p * rope_inv_freq(i).
+void rope_half_tables(int64_t n, int64_t head_dim, double theta, int64_t pos0, Numerics prec, float* cos, float* sin,
+                      const RopeScaling& scaling = {});
 
 // Rotates every head of one row x [heads * HD] by the row's angles (cos / sin [HD/2]): pairs (x[2i], x[2i+1])
 // for adjacent pairs, (x[i], x[i + HD/2]) for rotate-half. sign = -1 rotates back (the backward of RoPE).

@@ -250,7 +250,7 @@ Value KernelGen::mask() {
 Value KernelGen::rope_table(const std::string& which) {
   auto it = tables_.find(which);
   if (it != tables_.end()) return it->second;
-  RopeTables t = rope_tables(s_.seq, s_.head_dim, s_.rope_theta, s_.rope);
+  RopeTables t = rope_tables(s_.seq, s_.head_dim, s_.rope_theta, s_.rope, 0, s_.rope_scaling);
   std::vector<float>& v = which == "cos" ? t.cos : t.sin;
   if (which == "nsin")
     for (float& f : v) f = -f;

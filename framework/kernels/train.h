@@ -62,6 +62,7 @@ struct TrainShape {
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
   RopeStyle rope = RopeStyle::kAdjacentPairs;
+  RopeScaling rope_scaling;  // frequency scaling of the RoPE tables (arch_types.h)
 
   int64_t q_dim() const { return n_heads * head_dim; }      // QD
   int64_t kv_dim() const { return n_kv_heads * head_dim; }  // KVD

@@ -40,7 +40,7 @@ struct ModelPool::Impl {
   std::unique_ptr<tok::Tokenizer> tk;
   std::vector<std::unique_ptr<infer::Engine>> engines;  // one per worker
   std::string arch, source_format;
-  int32_t im_end = -1;
+  std::vector<int32_t> chat_stops;  // tok::chat_stop_ids
   tok::ChatTemplate chat = tok::ChatTemplate::kNone;
   int64_t created = 0;
 
@@ -99,7 +99,7 @@ struct ModelPool::Impl {
   std::vector<int32_t> encode_chat(const std::vector<tok::ChatMessage>& msgs) const {
     tok::EncodeOptions eo;
     eo.allow_special = true;  // as infer::Chat
-    return tk->encode(tok::apply_qwen25_chat_template(msgs, true), eo);
+    return tk->encode(tok::apply_chat_template(chat, msgs, true), eo);
   }
 };
 
@@ -117,7 +117,7 @@ ModelPool::ModelPool(const ModelOptions& o, size_t workers) : impl_(std::make_un
     impl_->engines.push_back(impl_->make_engine());
   }
   load_ms_ = ms_since(t0);
-  impl_->im_end = impl_->tk->token_to_id("<|im_end|>");
+  impl_->chat_stops = tok::chat_stop_ids(impl_->chat, *impl_->tk);
   t0 = Clock::now();
   if (o.warmup_tokens > 0)
     for (auto& e : impl_->engines) {
@@ -149,7 +149,7 @@ std::optional<ApiError> ModelPool::prepare(const CompletionRequest& r, GenParams
         msgs = {{"system", *r.system}, {"user", r.prompt}};
       }
       out.prompt = m.encode_chat(msgs);
-      if (m.im_end >= 0) out.stop_tokens.push_back(m.im_end);
+      out.stop_tokens.insert(out.stop_tokens.end(), m.chat_stops.begin(), m.chat_stops.end());
     } else if (r.prompt_is_ids) {
       for (int64_t id : r.prompt_ids) {
         if (id < 0 || id >= m.tk->vocab_size())
@@ -231,7 +231,7 @@ nlohmann::json ModelPool::info() const {
                         {"n_layers", cfg.n_layers},
                         {"dim", cfg.dim},
                         {"backend", impl_->engines.front()->options().backend},
-                        {"chat_template", impl_->chat == tok::ChatTemplate::kNone ? nlohmann::json(nullptr) : nlohmann::json("qwen2.5")},
+                        {"chat_template", impl_->chat == tok::ChatTemplate::kNone ? nlohmann::json(nullptr) : nlohmann::json(tok::chat_template_name(impl_->chat))},
                         {"device", impl_->opt.device},
                         {"tokenizer", impl_->tk->describe()}};
 }

@@ -183,9 +183,9 @@ void write_llama2c(const Model& src, const std::string& out) {
     fail("export", out, ": llama2.c files hold Llama models without biases (this one is ", c.arch, ")");
   if (c.head_dim * c.n_heads != c.dim)
     fail("export", out, ": llama2.c needs head_dim * n_heads == dim (", c.head_dim, " * ", c.n_heads, " != ", c.dim, ")");
-  if (c.norm_eps != 1e-5f || c.rope_theta != 10000.0f)
-    fail("export", out, ": llama2.c fixes RMSNorm eps 1e-5 and RoPE theta 10000; this model has eps ", c.norm_eps,
-         ", theta ", c.rope_theta);
+  if (c.norm_eps != 1e-5f || c.rope_theta != 10000.0f || c.rope_scaling.type != RopeScalingType::kNone)
+    fail("export", out, ": llama2.c fixes RMSNorm eps 1e-5 and unscaled RoPE theta 10000; this model has eps ", c.norm_eps,
+         ", theta ", c.rope_theta, ", scaling ", rope_scaling_name(c.rope_scaling.type));
   const Model m = with_rope_style(src, RopeStyle::kAdjacentPairs);
   std::vector<uint8_t> b;
   auto put_i32 = [&](int64_t v) {

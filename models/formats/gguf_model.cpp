@@ -1,5 +1,8 @@
 // GGUF <-> canonical Model and VocabData (names and rules in gguf.h).
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <numbers>
 #include <regex>
 
 #include "framework/core/error.h"
@@ -122,6 +125,53 @@ tok::VocabData gguf_vocab(const GgufFile& g, const std::string& w) {
   return v;
 }
 
+namespace {
+// llama.cpp stores Llama 3.1+ RoPE scaling as per-frequency divisors (rope_freqs.weight F32 [HD/2]); anelab
+// keeps the llama3 parameters (ModelConfig::rope_scaling), fitted back here. The parameters are defined up to a
+// common scale of (original_max_pos, low_freq_factor, high_freq_factor), so low_freq_factor is taken as 1;
+// factor is the slowest frequency's divisor, and the blended divisors 1 / ((1 - s) / factor + s) give
+// s = original / wavelength / (high - 1) - 1 / (high - 1), a line in 1 / wavelength through its first and last
+// blended point. The fit is accepted only when it reproduces every divisor (1e-5 relative); all ones is no
+// scaling. Anything else is refused, never run unscaled.
+RopeScaling rope_scaling_from_divisors(const GgufTensorInfo& t, DType dt, const ModelConfig& c, const std::string& w) {
+  const int64_t half = c.head_dim / 2;
+  if (dt != DType::kF32 || t.nbytes != half * 4)
+    fail("model", w, ": rope_freqs.weight must be F32 [", half, "] (head_dim / 2)");
+  std::vector<double> d(static_cast<size_t>(half)), x(d.size());  // divisor, 1 / wavelength
+  for (int64_t i = 0; i < half; ++i) {
+    float f;
+    std::memcpy(&f, t.data + 4 * i, 4);
+    d[size_t(i)] = f;
+    x[size_t(i)] = std::pow(double(c.rope_theta), -2.0 * double(i) / double(c.head_dim)) / (2 * std::numbers::pi);
+  }
+  RopeScaling s;
+  if (std::all_of(d.begin(), d.end(), [](double v) { return v == 1.0; })) return s;
+  const auto unfit = [&] {
+    fail("model", w, ": rope_freqs.weight is not llama3 RoPE scaling anelab can recover (needs 2+ blended "
+         "frequencies); load the Hugging Face model (config.json rope_scaling llama3) instead");
+  };
+  const double factor = d.back();
+  std::vector<size_t> blended;
+  for (size_t i = 0; i < d.size(); ++i)
+    if (d[i] != 1.0 && d[i] != factor) blended.push_back(i);
+  if (!(factor > 1.0) || blended.size() < 2) unfit();
+  const auto smooth = [&](size_t i) { return (1 / d[i] - 1 / factor) / (1 - 1 / factor); };
+  const size_t a = blended.front(), b = blended.back();
+  const double slope = (smooth(b) - smooth(a)) / (x[b] - x[a]), icpt = smooth(a) - slope * x[a];
+  if (!(icpt < 0)) unfit();
+  s = {RopeScalingType::kLlama3, static_cast<float>(factor), 1.0f,
+       static_cast<float>(std::round((1 - 1 / icpt) * 4096) / 4096), 0};
+  const double orig = std::round(slope * (double(s.high_freq_factor) - 1));
+  if (!(orig >= 1 && orig <= (1 << 22) && s.factor <= 1024)) unfit();  // validate_config's ranges
+  s.original_max_pos = static_cast<int64_t>(orig);
+  for (size_t i = 0; i < d.size(); ++i) {
+    const double inv = x[i] * 2 * std::numbers::pi;
+    if (std::abs(inv / llama3_scaled_inv_freq(inv, s) - d[i]) > 1e-5 * d[i]) unfit();
+  }
+  return s;
+}
+}  // namespace
+
 Model gguf_to_model(const GgufFile& g, const std::string& w) {
   if (g.tensors.empty())
     fail("model", w, ": this GGUF has no tensors (a vocab-only file?); it holds a tokenizer, not a model");
@@ -143,6 +193,10 @@ Model gguf_to_model(const GgufFile& g, const std::string& w) {
       shape[0] = d;
       for (int k = 0; k < 3; ++k)
         m.add_view(p + names[k], dt, shape, t.data + k * (t.nbytes / 3), t.nbytes / 3, g.owner);
+      continue;
+    }
+    if (t.name == "rope_freqs.weight") {
+      m.config.rope_scaling = rope_scaling_from_divisors(t, dt, m.config, w);
       continue;
     }
     const std::string name = canonical_name(t.name, m.config, w);
@@ -267,6 +321,21 @@ void add_fused_qkv(GgufWriter& w, const Model& m, int64_t layer, bool bias) {
 }
 }  // namespace
 
+namespace {
+// llama.cpp's form of llama3 RoPE scaling (its converter's rope_freqs.weight, F32 [HD/2]): per frequency the
+// divisor plain / scaled, which ggml_rope_ext applies as theta_i / divisor_i.
+void add_rope_freqs(GgufWriter& w, const ModelConfig& c) {
+  std::vector<float> div(static_cast<size_t>(c.head_dim / 2));
+  for (size_t i = 0; i < div.size(); ++i) {
+    const double plain = std::pow(double(c.rope_theta), -2.0 * double(i) / double(c.head_dim));
+    div[i] = static_cast<float>(plain / llama3_scaled_inv_freq(plain, c.rope_scaling));
+  }
+  std::vector<uint8_t> bytes(div.size() * 4);
+  std::memcpy(bytes.data(), div.data(), bytes.size());
+  w.add_tensor("rope_freqs.weight", kGgmlF32, {static_cast<int64_t>(div.size())}, std::move(bytes));
+}
+}  // namespace
+
 GgufWriter gguf_writer_for(const Model& m) {
   const ModelConfig& c = m.config;
   const Arch& arch = arch_of(c.arch, "GGUF export");
@@ -298,6 +367,7 @@ GgufWriter gguf_writer_for(const Model& m) {
     }
     w.add_tensor_view(gguf_name(t.name), ggml_of(t.dtype), ggml_ne(t.shape), t.data, t.nbytes);
   }
+  if (c.rope_scaling.type == RopeScalingType::kLlama3) add_rope_freqs(w, c);
   if (arch.gguf_explicit_output && !m.has("output")) {  // llama.cpp's graph for this arch requires output.weight
     const Tensor& e = m.tensor("tok_embeddings");
     w.add_tensor_view("output.weight", ggml_of(e.dtype), ggml_ne(e.shape), e.data, e.nbytes);

@@ -77,6 +77,18 @@ void check_range(const std::string& where, const char* field, int64_t v, int64_t
 }
 }  // namespace
 
+namespace {
+void validate_rope_scaling(const RopeScaling& s, const std::string& where) {
+  if (s.type != RopeScalingType::kLlama3) return;
+  if (!(s.factor >= 1.0f && s.factor <= 1024.0f))
+    fail("model", where, ": rope_scaling factor ", s.factor, " must be in [1, 1024]");
+  if (!(s.low_freq_factor > 0.0f && s.high_freq_factor > s.low_freq_factor && std::isfinite(s.high_freq_factor)))
+    fail("model", where, ": rope_scaling low_freq_factor ", s.low_freq_factor, " and high_freq_factor ",
+         s.high_freq_factor, " must satisfy 0 < low < high");
+  check_range(where, "rope_scaling original_max_pos", s.original_max_pos, 1, 1 << 22);
+}
+}  // namespace
+
 void validate_config(const ModelConfig& c, const std::string& where) {
   const Arch& arch = arch_of(c.arch, where);
   check_range(where, "dim", c.dim, 1, 1 << 16);
@@ -96,11 +108,22 @@ void validate_config(const ModelConfig& c, const std::string& where) {
   check_range(where, "n_heads * head_dim", c.q_dim(), 1, 1 << 18);
   if (!std::isfinite(c.rope_theta) || (c.rope_style != RopeStyle::kNone && !(c.rope_theta > 1.0f)))
     fail("model", where, ": rope_theta ", c.rope_theta, " must be a finite value > 1");
+  validate_rope_scaling(c.rope_scaling, where);
   if (c.learned_pos != (c.rope_style == RopeStyle::kNone))
     fail("model", where, ": learned positions and rope_style '", rope_style_name(c.rope_style),
          "' contradict each other (exactly one positional scheme is needed)");
   if (arch.validate) arch.validate(c, where);
 }
+
+namespace {
+std::string rope_scaling_text(const RopeScaling& s) {
+  if (s.type == RopeScalingType::kNone) return "";
+  std::ostringstream os;
+  os << ", scaling " << rope_scaling_name(s.type) << " factor " << s.factor << " low " << s.low_freq_factor << " high "
+     << s.high_freq_factor << " original " << s.original_max_pos;
+  return os.str();
+}
+}  // namespace
 
 std::string describe_config(const ModelConfig& c) {
   std::ostringstream os;
@@ -110,7 +133,7 @@ std::string describe_config(const ModelConfig& c) {
      << "\n  max_seq_len     " << c.max_seq_len << "\n  norm            " << norm_type_name(c.norm) << " (eps "
      << c.norm_eps << ")\n  activation      " << activation_name(c.activation) << "\n  positions       "
      << (c.learned_pos ? "learned" : std::string("rope ") + rope_style_name(c.rope_style)) << " (theta "
-     << c.rope_theta << ")\n  tied_embeddings " << (c.tied_embeddings ? "yes" : "no") << "\n  biases          qkv "
+     << c.rope_theta << rope_scaling_text(c.rope_scaling) << ")\n  tied_embeddings " << (c.tied_embeddings ? "yes" : "no") << "\n  biases          qkv "
      << (c.qkv_bias ? "yes" : "no") << ", attn_out " << (c.attn_out_bias ? "yes" : "no") << ", mlp "
      << (c.mlp_bias ? "yes" : "no") << "\n  qk_norm         " << (c.qk_norm ? "yes" : "no") << "\n";
   return os.str();

@@ -56,6 +56,8 @@ int64_t dtype_nbytes(DType t, int64_t n);
 // RopeStyle, NormType, Activation and their names: framework/core/arch_types.h (shared with the kernels).
 using anelab::Activation;
 using anelab::NormType;
+using anelab::RopeScaling;
+using anelab::RopeScalingType;
 using anelab::RopeStyle;
 
 struct ModelConfig {
@@ -71,6 +73,7 @@ struct ModelConfig {
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
   RopeStyle rope_style = RopeStyle::kAdjacentPairs;
+  RopeScaling rope_scaling;      // RoPE frequency scaling (arch_types.h): none, or llama3's
   bool tied_embeddings = true;  // output = tok_embeddings (no `output` tensor)
   bool qkv_bias = false;        // bq/bk/bv present
   bool attn_out_bias = false;   // bo present

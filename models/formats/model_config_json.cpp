@@ -5,6 +5,17 @@
 namespace anelab::models {
 using json = nlohmann::json;
 
+namespace {
+json rope_scaling_to_json(const RopeScaling& s) {
+  if (s.type == RopeScalingType::kNone) return {{"type", rope_scaling_name(s.type)}};
+  return {{"type", rope_scaling_name(s.type)},
+          {"factor", s.factor},
+          {"low_freq_factor", s.low_freq_factor},
+          {"high_freq_factor", s.high_freq_factor},
+          {"original_max_pos", s.original_max_pos}};
+}
+}  // namespace
+
 json model_config_to_json(const ModelConfig& c) {
   return {{"arch", c.arch},
           {"dim", c.dim},
@@ -18,6 +29,7 @@ json model_config_to_json(const ModelConfig& c) {
           {"norm_eps", c.norm_eps},
           {"rope_theta", c.rope_theta},
           {"rope_style", rope_style_name(c.rope_style)},
+          {"rope_scaling", rope_scaling_to_json(c.rope_scaling)},
           {"norm", norm_type_name(c.norm)},
           {"activation", activation_name(c.activation)},
           {"tied_embeddings", c.tied_embeddings},
@@ -86,6 +98,22 @@ class Fields {
   const std::string& prefix_;
 };
 
+// "rope_scaling": {"type": "none"} or {"type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
+// "original_max_pos"}.
+RopeScaling rope_scaling_from_json(const json& j, const std::string& where, const char* component,
+                                   const std::string& prefix) {
+  const std::string p = prefix + "rope_scaling.";
+  const Fields f(j, where, component, p);
+  RopeScaling s;
+  s.type = f.name("type", false, s.type, parse_rope_scaling, "none, llama3");
+  if (s.type == RopeScalingType::kNone) return s;
+  s.factor = f.number("factor");
+  s.low_freq_factor = f.number("low_freq_factor");
+  s.high_freq_factor = f.number("high_freq_factor");
+  s.original_max_pos = f.integer("original_max_pos");
+  return s;
+}
+
 }  // namespace
 
 ModelConfig model_config_from_json(const json& j, const std::string& where, const char* component,
@@ -105,6 +133,7 @@ ModelConfig model_config_from_json(const json& j, const std::string& where, cons
   c.norm_eps = f.number("norm_eps");
   c.rope_theta = f.number("rope_theta");
   c.rope_style = f.name("rope_style", false, c.rope_style, parse_rope_style, "none, adjacent_pairs, rotate_half");
+  if (const json* s = f.get("rope_scaling", true)) c.rope_scaling = rope_scaling_from_json(*s, where, component, prefix);
   c.norm = f.name("norm", flags_optional, c.norm, parse_norm_type, "rms, layer");
   c.activation = f.name("activation", flags_optional, c.activation, parse_activation, "silu, gelu_tanh");
   f.boolean("tied_embeddings", false, &c.tied_embeddings);

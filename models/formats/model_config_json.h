@@ -3,7 +3,9 @@
 //
 //   {"arch": string (a name in models/arch/arch.h), "dim", "hidden_dim", "n_layers", "n_heads",
 //    "n_kv_heads", "head_dim", "vocab_size", "max_seq_len" (integers), "norm_eps", "rope_theta" (numbers),
-//    "rope_style": "none"|"adjacent_pairs"|"rotate_half", "norm": "rms"|"layer",
+//    "rope_style": "none"|"adjacent_pairs"|"rotate_half",
+//    "rope_scaling": {"type": "none"} | {"type": "llama3", "factor", "low_freq_factor", "high_freq_factor"
+//                    (numbers), "original_max_pos" (integer)}, "norm": "rms"|"layer",
 //    "activation": "silu"|"gelu_tanh", "tied_embeddings", "qkv_bias", "attn_out_bias", "mlp_bias",
 //    "learned_pos", "qk_norm" (booleans)}
 //
@@ -12,6 +14,7 @@
 // norm, activation, bias and learned-position flags lack those keys: with ConfigKeys::kCheckpoint an
 // absent flag reads as the ModelConfig default (the Llama layout those checkpoints held). "qk_norm" is
 // optional in every file (files written before it existed lack it: false).
+// Files written before "rope_scaling" existed lack it: absent reads as no scaling (what they computed).
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>

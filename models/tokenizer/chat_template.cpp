@@ -4,6 +4,126 @@
 #include "models/tokenizer/tokenizer.h"
 
 namespace anelab::tok {
+namespace {
+
+[[noreturn]] void bad_role(size_t i, const std::string& role, const char* expected) {
+  fail("chat", "message ", i, " has unknown role '", role, "' (expected ", expected, ")");
+}
+
+// Jinja's trim / Python's str.strip(chars): the characters in `chars` removed from either end.
+std::string strip(const std::string& s, const char* chars = " \t\n\r\f\v", bool left = true, bool right = true) {
+  const size_t b = left ? s.find_first_not_of(chars) : 0;
+  if (b == std::string::npos) return "";
+  const size_t e = right ? s.find_last_not_of(chars) : s.size() - 1;
+  return s.substr(b, e - b + 1);
+}
+
+// ChatML tool messages: consecutive ones are grouped into one user turn of <tool_response> blocks.
+void chatml_tool(const std::vector<ChatMessage>& m, size_t i, std::string& out) {
+  if (i == 0 || m[i - 1].role != "tool") out += "<|im_start|>user";
+  out += "\n<tool_response>\n" + m[i].content + "\n</tool_response>";
+  if (i + 1 == m.size() || m[i + 1].role != "tool") out += "<|im_end|>\n";
+}
+
+// Qwen3: the index of the last user message that is not a wrapped tool response (else the last index).
+size_t qwen3_last_query(const std::vector<ChatMessage>& m) {
+  for (size_t k = m.size(); k-- > 0;) {
+    const std::string& c = m[k].content;
+    const bool wrapped = c.starts_with("<tool_response>") && c.ends_with("</tool_response>");
+    if (m[k].role == "user" && !wrapped) return k;
+  }
+  return m.empty() ? 0 : m.size() - 1;
+}
+
+// Qwen3's assistant turn: the reasoning before "</think>" is split off the answer and kept only after the
+// last user query.
+std::string qwen3_assistant(const std::vector<ChatMessage>& m, size_t i, size_t last_query) {
+  std::string content = m[i].content, reasoning;
+  if (const size_t close = content.find("</think>"); close != std::string::npos) {
+    const std::string before = strip(content.substr(0, close), "\n", false, true);
+    const size_t open = before.rfind("<think>");
+    reasoning = strip(open == std::string::npos ? before : before.substr(open + 7), "\n", true, false);
+    content = strip(content.substr(content.rfind("</think>") + 8), "\n", true, false);
+  }
+  std::string out = "<|im_start|>assistant\n";
+  if (i > last_query && (i + 1 == m.size() || !reasoning.empty()))
+    out += "<think>\n" + strip(reasoning, "\n") + "\n</think>\n\n" + strip(content, "\n", true, false);
+  else
+    out += content;
+  return out + "<|im_end|>\n";
+}
+
+std::string qwen3(const std::vector<ChatMessage>& m, bool add_generation_prompt) {
+  std::string out;
+  if (!m.empty() && m[0].role == "system") out += "<|im_start|>system\n" + m[0].content + "<|im_end|>\n";
+  const size_t last_query = qwen3_last_query(m);
+  for (size_t i = 0; i < m.size(); ++i) {
+    const std::string& role = m[i].role;
+    if (role == "user" || (role == "system" && i > 0)) out += "<|im_start|>" + role + "\n" + m[i].content + "<|im_end|>\n";
+    else if (role == "assistant") out += qwen3_assistant(m, i, last_query);
+    else if (role == "tool") chatml_tool(m, i, out);
+    else if (role != "system") bad_role(i, role, "system, user, assistant or tool");
+  }
+  if (add_generation_prompt) out += "<|im_start|>assistant\n";
+  return out;
+}
+
+std::string llama3(const std::vector<ChatMessage>& m, bool add_generation_prompt) {
+  std::string out;
+  for (size_t i = 0; i < m.size(); ++i) {
+    const std::string& role = m[i].role;
+    if (role != "system" && role != "user" && role != "assistant") bad_role(i, role, "system, user or assistant");
+    if (i == 0) out += "<|begin_of_text|>";
+    out += "<|start_header_id|>" + role + "<|end_header_id|>\n\n" + strip(m[i].content) + "<|eot_id|>";
+  }
+  if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
+}
+
+std::string gemma3(const std::vector<ChatMessage>& m, bool add_generation_prompt) {
+  std::string out = "<bos>", prefix;
+  size_t first = 0;
+  if (!m.empty() && m[0].role == "system") prefix = m[0].content + "\n\n", first = 1;
+  for (size_t i = first; i < m.size(); ++i) {
+    const std::string& role = m[i].role;
+    if (role != "system" && role != "user" && role != "assistant") bad_role(i, role, "system, user or assistant");
+    if ((role == "user") != ((i - first) % 2 == 0))
+      fail("chat", "message ", i, " (", role, "): Gemma 3's conversation roles must alternate user/assistant/user/...");
+    out += "<start_of_turn>" + (role == "assistant" ? std::string("model") : role) + "\n" + (i == first ? prefix : "") +
+           strip(m[i].content) + "<end_of_turn>\n";
+  }
+  if (add_generation_prompt) out += "<start_of_turn>model\n";
+  return out;
+}
+
+struct Family {
+  ChatTemplate t;
+  const char* name;
+  std::vector<const char*> tokens;  // control tokens the vocabulary must define
+};
+// In the order "auto" tries them (Qwen3 before Qwen2.5: its vocabulary is Qwen2.5's plus <think>).
+const std::vector<Family>& families() {
+  static const std::vector<Family> f = {
+      {ChatTemplate::kLlama3, "llama3", {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|begin_of_text|>"}},
+      {ChatTemplate::kGemma3, "gemma3", {"<start_of_turn>", "<end_of_turn>", "<bos>"}},
+      {ChatTemplate::kQwen3, "qwen3", {"<|im_start|>", "<|im_end|>", "<think>", "</think>"}},
+      {ChatTemplate::kQwen25, "qwen2.5", {"<|im_start|>", "<|im_end|>"}}};
+  return f;
+}
+
+bool has_tokens(const Tokenizer& tk, const Family& f) {
+  for (const char* t : f.tokens)
+    if (tk.token_to_id(t) < 0) return false;
+  return true;
+}
+
+}  // namespace
+
+const char* chat_template_name(ChatTemplate t) {
+  for (const Family& f : families())
+    if (f.t == t) return f.name;
+  return "none";
+}
 
 std::string apply_qwen25_chat_template(const std::vector<ChatMessage>& m, bool add_generation_prompt) {
   std::string out = "<|im_start|>system\n";
@@ -14,28 +134,51 @@ std::string apply_qwen25_chat_template(const std::vector<ChatMessage>& m, bool a
     if (role == "user" || (role == "system" && i > 0) || role == "assistant") {
       out += "<|im_start|>" + role + "\n" + m[i].content + "<|im_end|>\n";
     } else if (role == "tool") {
-      if (i == 0 || m[i - 1].role != "tool") out += "<|im_start|>user";
-      out += "\n<tool_response>\n" + m[i].content + "\n</tool_response>";
-      if (i + 1 == m.size() || m[i + 1].role != "tool") out += "<|im_end|>\n";
+      chatml_tool(m, i, out);
     } else if (!(role == "system" && i == 0)) {
-      fail("chat", "message ", i, " has unknown role '", role, "' (expected system, user, assistant or tool)");
+      bad_role(i, role, "system, user, assistant or tool");
     }
   }
   if (add_generation_prompt) out += "<|im_start|>assistant\n";
   return out;
 }
 
-ChatTemplate chat_template_for(const Tokenizer& tk, const std::string& requested) {
-  const bool chatml_tokens = tk.token_to_id("<|im_start|>") >= 0 && tk.token_to_id("<|im_end|>") >= 0;
-  if (requested == "auto") return chatml_tokens ? ChatTemplate::kQwen25 : ChatTemplate::kNone;
-  if (requested == "none") return ChatTemplate::kNone;
-  if (requested == "qwen2.5" || requested == "chatml") {
-    if (!chatml_tokens)
-      fail("chat", "--chat-template ", requested, ": the vocabulary (", tk.describe(),
-           ") has no <|im_start|>/<|im_end|> tokens, so the model cannot follow that template");
-    return ChatTemplate::kQwen25;
+std::string apply_chat_template(ChatTemplate t, const std::vector<ChatMessage>& m, bool add_generation_prompt) {
+  switch (t) {
+    case ChatTemplate::kQwen25: return apply_qwen25_chat_template(m, add_generation_prompt);
+    case ChatTemplate::kQwen3: return qwen3(m, add_generation_prompt);
+    case ChatTemplate::kLlama3: return llama3(m, add_generation_prompt);
+    case ChatTemplate::kGemma3: return gemma3(m, add_generation_prompt);
+    case ChatTemplate::kNone: break;
   }
-  fail("chat", "unknown --chat-template '", requested, "' (auto, qwen2.5, chatml, none)");
+  fail("chat", "the model has no chat template");
+}
+
+ChatTemplate chat_template_for(const Tokenizer& tk, const std::string& requested) {
+  if (requested == "none") return ChatTemplate::kNone;
+  if (requested == "auto") {
+    for (const Family& f : families())
+      if (has_tokens(tk, f)) return f.t;
+    return ChatTemplate::kNone;
+  }
+  const std::string name = requested == "chatml" ? "qwen2.5" : requested;
+  for (const Family& f : families()) {
+    if (name != f.name) continue;
+    if (!has_tokens(tk, f)) {
+      std::string list;
+      for (const char* t : f.tokens) list += (list.empty() ? "" : " ") + std::string(t);
+      fail("chat", "--chat-template ", requested, ": the vocabulary (", tk.describe(), ") lacks some of ", list,
+           ", so the model cannot follow that template");
+    }
+    return f.t;
+  }
+  fail("chat", "unknown --chat-template '", requested, "' (auto, qwen2.5, chatml, qwen3, llama3, gemma3, none)");
+}
+
+std::vector<int32_t> chat_stop_ids(ChatTemplate t, const Tokenizer& tk) {
+  const char* stop = t == ChatTemplate::kLlama3 ? "<|eot_id|>" : t == ChatTemplate::kGemma3 ? "<end_of_turn>" : "<|im_end|>";
+  const int32_t id = t == ChatTemplate::kNone ? -1 : tk.token_to_id(stop);
+  return id >= 0 ? std::vector<int32_t>{id} : std::vector<int32_t>{};
 }
 
 std::string no_chat_template_hint(const std::string& model) {

@@ -1,5 +1,8 @@
-// Qwen2.5-Instruct chat template (qwen2.5_chat_template.jinja, llama.cpp models/templates) in C++, for
-// conversations without tool definitions:
+// Chat templates in C++ (the Jinja text of each family's tokenizer config, for conversations without tool
+// definitions). Encode the result with EncodeOptions::allow_special = true (and no add_bos: the templates that
+// need a BOS write it).
+//
+// Qwen2.5 (qwen2.5_chat_template.jinja, llama.cpp models/templates), "qwen2.5" / "chatml":
 //   <|im_start|>system\n{system}<|im_end|>\n          (first message if role "system", else the default
 //                                                     "You are Qwen, created by Alibaba Cloud. You are a
 //                                                     helpful assistant.")
@@ -7,16 +10,28 @@
 //   tool messages: consecutive ones are grouped into one
 //   <|im_start|>user\n<tool_response>\n{c1}\n</tool_response>\n<tool_response>\n{c2}\n</tool_response><|im_end|>\n
 //   <|im_start|>assistant\n                           when add_generation_prompt
-// An empty conversation yields the default system block (the jinja would fail). Unknown roles throw
-// (the jinja silently drops them). Tool definitions and assistant tool_calls are not supported.
-// Encode the result with EncodeOptions::allow_special = true.
+// Qwen3 (Qwen3's tokenizer_config.json), "qwen3": ChatML as above without a default system message; an
+// assistant message's "<think>...</think>" reasoning is dropped before the last user query, and after it kept
+// as "<think>\n{reasoning}\n</think>\n\n{answer}" (always for the last message); the generation prompt is
+// "<|im_start|>assistant\n" (thinking on, the template's default).
+// Llama 3 (Meta-Llama-3-Instruct), "llama3":
+//   <|begin_of_text|> then per message <|start_header_id|>{role}<|end_header_id|>\n\n{content, trimmed}<|eot_id|>
+//   <|start_header_id|>assistant<|end_header_id|>\n\n  when add_generation_prompt
+//   (Llama 3.1/3.2's templates also add a system block with "Cutting Knowledge Date" and tool text: not done.)
+// Gemma 3 (gemma-3-*-it), "gemma3": <bos>, roles user / model alternating (assistant is written "model"):
+//   <start_of_turn>{role}\n{content, trimmed}<end_of_turn>\n; a first system message becomes "{system}\n\n"
+//   at the start of the first user turn; <start_of_turn>model\n when add_generation_prompt.
+// An empty conversation yields the template's preamble only. Unknown roles throw (the Jinja silently drops
+// them); Gemma 3 throws as its Jinja does when the roles do not alternate. Tool definitions and assistant
+// tool_calls are not supported.
 //
 // Which template a model gets (chat_template_for): a template only when the model has one. "auto" means the
-// model's own: the Qwen2.5 template when its vocabulary defines the template's control tokens <|im_start|>
-// and <|im_end|> (as Qwen2.5's tokenizer config does); base models (llama2.c stories, GPT-2) have none, and
-// chat refuses them with a hint. "qwen2.5" (alias "chatml") names the family explicitly (its control tokens
-// must still be in the vocabulary); "none" turns chat off.
+// model's own, decided by the control tokens its vocabulary defines: <|start_header_id|>/<|end_header_id|>/
+// <|eot_id|> -> llama3; <start_of_turn>/<end_of_turn> -> gemma3; <|im_start|>/<|im_end|> with <think>/</think>
+// -> qwen3, without -> qwen2.5. Base models (llama2.c stories, GPT-2) have none, and chat refuses them with a
+// hint. A family named explicitly must still find its control tokens in the vocabulary; "none" turns chat off.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -29,14 +44,19 @@ struct ChatMessage {
 
 inline constexpr const char* kQwen25DefaultSystem = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 
+enum class ChatTemplate { kNone, kQwen25, kQwen3, kLlama3, kGemma3 };
+const char* chat_template_name(ChatTemplate t);  // "none", "qwen2.5", "qwen3", "llama3", "gemma3"
+
+std::string apply_chat_template(ChatTemplate t, const std::vector<ChatMessage>& messages, bool add_generation_prompt);
 std::string apply_qwen25_chat_template(const std::vector<ChatMessage>& messages, bool add_generation_prompt);
 
 class Tokenizer;
-enum class ChatTemplate { kNone, kQwen25 };
 // The template for a model with tokenizer `tk`, given --chat-template `requested` (auto | qwen2.5 | chatml |
-// none). Throws "[chat] unknown --chat-template X (auto, qwen2.5, chatml, none)" or, for a named family whose
-// control tokens the vocabulary lacks, "[chat] --chat-template qwen2.5: the vocabulary has no <|im_start|>".
+// qwen3 | llama3 | gemma3 | none). Throws "[chat] unknown --chat-template X (...)" or, for a named family whose
+// control tokens the vocabulary lacks, "[chat] --chat-template llama3: the vocabulary ... has no ...".
 ChatTemplate chat_template_for(const Tokenizer& tk, const std::string& requested);
+// The ids that end an assistant turn (<|im_end|>, <|eot_id|>, <end_of_turn>) in tk's vocabulary.
+std::vector<int32_t> chat_stop_ids(ChatTemplate t, const Tokenizer& tk);
 // The one-line refusal for a model without a template ("<model> has no chat template: ...; use ...").
 std::string no_chat_template_hint(const std::string& model);
 

@@ -33,6 +33,10 @@ class InferCli : public ::testing::Test {
     dir_ = new fs::path(test::temp_dir("infer_cli"));
     test::write_byte_vocab_model((*dir_ / "base.anelab").string(), test::byte_vocab(512));
     test::write_byte_vocab_model((*dir_ / "padded.anelab").string(), test::byte_vocab(512), 4096);
+    tok::VocabData llama3 = test::byte_vocab(512);  // Llama 3's control tokens in place of four extra ones
+    const char* controls[] = {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
+    for (int i = 0; i < 4; ++i) llama3.tokens[size_t(257 + i)] = controls[i];
+    test::write_byte_vocab_model((*dir_ / "llama3.anelab").string(), llama3);
   }
   static void TearDownTestSuite() {
     fs::remove_all(*dir_);
@@ -181,6 +185,16 @@ TEST_F(InferCli, BaseModelRefusesChatWithAHint) {
   EXPECT_NE(r.err.find("has no chat template"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("anelab infer generate"), std::string::npos) << r.err;
   EXPECT_EQ(r.out.find("> "), std::string::npos) << "the chat loop started: " << r.out;
+}
+
+// The template follows the vocabulary's control tokens; a family whose tokens are missing is refused.
+TEST_F(InferCli, ChatPicksTheTemplateOfTheVocabulary) {
+  Out r = anelab("infer chat -m " + model("llama3.anelab"));  // stdin is /dev/null: the loop ends at once
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("template llama3"), std::string::npos) << r.err;
+  r = anelab("infer chat -m " + model("llama3.anelab") + " --chat-template gemma3");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("[chat] --chat-template gemma3: the vocabulary"), std::string::npos) << r.err;
 }
 
 TEST_F(InferCli, VocabularyMismatchIsNamed) {

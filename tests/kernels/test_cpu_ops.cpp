@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numbers>
 
 #include "framework/kernels/cpu_ops.h"
 #include "tests/kernels/kern_util.h"
@@ -34,6 +35,40 @@ TEST(CpuOps, RopeTablesFollowRuncInFp32AndTheReferenceInFp64) {
       differ += c32[k] != c64[k];
     }
   EXPECT_GT(differ, 0);  // at position 1000 the fp32 angle is off by ulps of 1000 rad: the two differ
+}
+
+// Llama 3 scaling with Llama 3.2's parameters (theta 500000, HD 64, factor 32, low 1, high 4, original 8192):
+// frequencies whose wavelength 2*pi/f is under 8192/4 = 2048 positions are kept, over 8192/1 divided by 32,
+// between them blended; the tables use the scaled frequencies in both precisions.
+TEST(CpuOps, Llama3ScalingKeepsHighDividesLowAndBlendsBetween) {
+  const int64_t hd = 64;
+  const double theta = 500000.0;
+  const RopeScaling s{RopeScalingType::kLlama3, 32.0f, 1.0f, 4.0f, 8192};
+  int kept = 0, divided = 0, blended = 0;
+  for (int64_t i = 0; i < hd / 2; ++i) {
+    const double plain = std::pow(theta, -2.0 * double(i) / double(hd)), wavelen = 2 * std::numbers::pi / plain;
+    const double f = kern::cpu::rope_inv_freq(i, hd, theta, s, Numerics::kReference);
+    EXPECT_EQ(kern::cpu::rope_inv_freq(i, hd, theta, {}, Numerics::kReference), plain);
+    if (wavelen < 2048) {
+      EXPECT_EQ(f, plain) << i;
+      ++kept;
+    } else if (wavelen > 8192) {
+      EXPECT_EQ(f, plain / 32) << i;
+      ++divided;
+    } else {
+      EXPECT_GT(f, plain / 32) << i;
+      EXPECT_LT(f, plain) << i;
+      ++blended;
+    }
+    // fp32: pow, the division and the blend, < 10 roundings of 2^-24 relative each
+    EXPECT_NEAR(kern::cpu::rope_inv_freq(i, hd, theta, s, Numerics::kRunc), f, 1e-6 * f) << i;
+  }
+  EXPECT_EQ(kept, 15);  // 2*pi * 500000^(i/32) < 2048 for i <= 14; > 8192 from i = 18
+  EXPECT_EQ(blended, 3);
+  EXPECT_EQ(divided, 14);
+  F32 c(4 * 32), sn(c.size());
+  kern::cpu::rope_half_tables(4, hd, theta, 100, Numerics::kReference, c.data(), sn.data(), s);
+  EXPECT_EQ(c[3 * 32 + 31], float(std::cos(103 * kern::cpu::rope_inv_freq(31, hd, theta, s, Numerics::kReference))));
 }
 
 TEST(CpuOps, RopeRowRotatesThePairsOfItsStyleAndSignMinusOneUndoesIt) {

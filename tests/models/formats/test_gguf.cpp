@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <numbers>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -316,6 +317,61 @@ TEST(Gguf, SpmExportSpellsSpacesLikeLlamaCpp) {
   raw.add_bos = false;
   EXPECT_EQ(t->encode(para, raw), want);
   EXPECT_EQ(t->encode("Once upon a time", raw), std::vector<int32_t>(want.begin(), want.begin() + 4));
+}
+
+// llama3 RoPE scaling goes to GGUF as llama.cpp's converter writes it: rope_freqs.weight [HD/2] holding
+// plain / scaled frequency (1 for the fast ones, `factor` for the slow ones, blended between). On read the
+// parameters are fitted back when two or more frequencies are blended (Llama 3.x's shapes: 3 of 32); divisors
+// that do not determine them are refused, not ignored (all ones change nothing and are accepted).
+TEST(Gguf, Llama3RopeFreqsWrittenAsLlamaCppDoesAndFittedBackOnRead) {
+  ModelConfig c = preset("stories260k");  // head_dim 8, theta 10000: wavelengths 6.3, 63, 628, 6283
+  c.rope_scaling = {RopeScalingType::kLlama3, 8.0f, 1.0f, 4.0f, 128};  // kept < 32 < blended < 128 < divided by 8
+  const auto img = model_to_gguf(random_model(c, 5));
+  auto owner = std::make_shared<std::vector<uint8_t>>(img);
+  const GgufFile g = parse_gguf(owner->data(), owner->size(), owner, "mem");
+  const GgufTensorInfo* f = nullptr;
+  for (const auto& t : g.tensors) f = t.name == "rope_freqs.weight" ? &t : f;
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(f->ne, std::vector<int64_t>{4});
+  std::vector<float> div(4);
+  std::memcpy(div.data(), f->data, 16);
+  EXPECT_EQ(div[0], 1.0f);
+  EXPECT_EQ(div[2], 8.0f);
+  EXPECT_EQ(div[3], 8.0f);
+  // pair 1 (wavelength 62.8) as llama.cpp's convert_hf_to_gguf.py blends it: 1 / ((1 - smooth) / factor + smooth)
+  const double smooth = (128 / (2 * std::numbers::pi * 10) - 1) / (4 - 1);
+  EXPECT_NEAR(div[1], 1 / ((1 - smooth) / 8 + smooth), 1e-6);
+  const Model plain = random_model(preset("stories260k"), 5);
+  const int64_t half = plain.config.head_dim / 2;
+  EXPECT_THROW(from_image(img), Error);  // one blended frequency does not determine the parameters
+
+  ModelConfig l3 = c;  // Llama 3.2's RoPE (head_dim 64, theta 500000, factor 32, low 1, high 4, 8192) at a tiny width
+  l3.dim = 128, l3.hidden_dim = 256, l3.n_layers = 1, l3.n_heads = 2, l3.n_kv_heads = 1, l3.head_dim = 64;
+  l3.vocab_size = 64, l3.rope_theta = 500000.0f;
+  l3.rope_scaling = {RopeScalingType::kLlama3, 32.0f, 1.0f, 4.0f, 8192};
+  EXPECT_EQ(from_image(model_to_gguf(random_model(l3, 6))).config, l3);
+  l3.rope_scaling = {RopeScalingType::kLlama3, 8.0f, 2.0f, 8.0f, 16384};  // the same divisors as (8, 1, 4, 8192)
+  EXPECT_EQ(from_image(model_to_gguf(random_model(l3, 6))).config.rope_scaling,
+            (RopeScaling{RopeScalingType::kLlama3, 8.0f, 1.0f, 4.0f, 8192}));
+  for (const float d : {1.0f, 8.0f}) {
+    GgufWriter w = gguf_writer_for(plain);
+    std::vector<float> divisors(size_t(half), 1.0f);  // [HD/2]: the slowest frequency divided by d
+    divisors.back() = d;
+    std::vector<uint8_t> factors(divisors.size() * 4);
+    std::memcpy(factors.data(), divisors.data(), factors.size());
+    w.add_tensor("rope_freqs.weight", kGgmlF32, {half}, std::move(factors));
+    if (d == 1.0f) {
+      EXPECT_EQ(from_image(w.build()).config, plain.config);
+      continue;
+    }
+    try {
+      from_image(w.build());
+      ADD_FAILURE() << "a GGUF with rope_freqs.weight read as unscaled";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("[model] mem: rope_freqs.weight is not llama3 RoPE scaling anelab can recover"),
+                std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

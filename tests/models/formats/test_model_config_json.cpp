@@ -33,6 +33,7 @@ ModelConfig every_field_set() {
   c.norm_eps = 1e-3f;
   c.rope_theta = 500.0f;
   c.rope_style = RopeStyle::kNone;
+  c.rope_scaling = {RopeScalingType::kLlama3, 32.0f, 2.0f, 8.0f, 4096};  // every field off its default
   c.tied_embeddings = false;
   c.qkv_bias = c.attn_out_bias = c.mlp_bias = true;
   c.norm = NormType::kLayer;
@@ -57,12 +58,16 @@ TEST(ModelConfigJson, EveryFieldRoundTrips) {
 TEST(ModelConfigJson, EveryKeyIsWrittenAndRead) {
   const ModelConfig c = every_field_set();
   const json j = model_config_to_json(c);
-  EXPECT_EQ(j.size(), 20u) << "a ModelConfig field was added or removed: update model_config_json and this test";
+  EXPECT_EQ(j.size(), 21u) << "a ModelConfig field was added or removed: update model_config_json and this test";
   for (const auto& [k, v] : j.items()) {
     json cut = j;
     cut.erase(k);
     if (k == "qk_norm") {  // optional everywhere (older files lack it): absent reads as false
       EXPECT_NE(model_config_from_json(cut, "m.anelab", "model", "config."), c);
+      continue;
+    }
+    if (k == "rope_scaling") {  // files from before the key read as unscaled (OlderFilesWithoutRopeScaling...)
+      EXPECT_EQ(model_config_from_json(cut, "m.anelab", "model", "config.").rope_scaling, RopeScaling{});
       continue;
     }
     try {  // a model file must have every key
@@ -102,6 +107,45 @@ TEST(ModelConfigJson, OlderCheckpointModelObjectsReadAsLlama) {
   json old = model_config_to_json(c);
   for (const char* k : {"norm", "activation", "qkv_bias", "attn_out_bias", "mlp_bias", "learned_pos"}) old.erase(k);
   EXPECT_EQ(model_config_from_json(old, "old.ckpt", "checkpoint", "model.", ConfigKeys::kCheckpoint), c);
+}
+
+TEST(ModelConfigJson, RopeScalingRoundTripsAndOlderFilesWithoutItReadUnscaled) {
+  const ModelConfig c = preset("llama3.2-1b");
+  json j = model_config_to_json(c);
+  EXPECT_EQ(j["rope_scaling"], json::parse(R"({"type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                               "high_freq_factor": 4.0, "original_max_pos": 8192})"));
+  EXPECT_EQ(model_config_from_json(j, "m.anelab", "model", "config."), c);
+  EXPECT_EQ(model_config_to_json(preset("stories260k"))["rope_scaling"], json::parse(R"({"type": "none"})"));
+  j.erase("rope_scaling");
+  ModelConfig unscaled = c;
+  unscaled.rope_scaling = {};
+  EXPECT_EQ(model_config_from_json(j, "old.anelab", "model", "config."), unscaled);
+}
+
+TEST(ModelConfigJson, BadRopeScalingIsOneLineNamingTheField) {
+  const struct {
+    const char* patch;
+    std::string want;
+  } cases[] = {
+      {R"({"type": "yarn"})", "header field config.rope_scaling.type = \"yarn\" is not one of none, llama3"},
+      {R"({"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0})",
+       "header field config.rope_scaling.original_max_pos is missing"},
+      {R"({"type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0, "original_max_pos": 8192})",
+       "rope_scaling low_freq_factor 4 and high_freq_factor 1 must satisfy 0 < low < high"},
+      {R"({"type": "llama3", "factor": 0.5, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_pos": 8192})",
+       "rope_scaling factor 0.5 must be in [1, 1024]"},
+      {R"("llama3")", "header field config.rope_scaling is not an object"},
+  };
+  for (const auto& k : cases) {
+    json j = model_config_to_json(preset("llama3.2-1b"));
+    j["rope_scaling"] = json::parse(k.patch);
+    try {
+      model_config_from_json(j, "m.anelab", "model", "config.");
+      ADD_FAILURE() << k.patch << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(k.want), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(ModelConfigJson, BadValuesAreOneLineNamingTheField) {

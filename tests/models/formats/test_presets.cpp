@@ -25,6 +25,9 @@ TEST(Presets, ParameterCountsMatchReferences) {
   EXPECT_EQ(parameter_count(preset("stories110m")), params_from_llama2c_size(438381596, preset("stories110m")));
   EXPECT_EQ(parameter_count(preset("gpt2-124m")), 124439808);     // HF GPT2LMHeadModel, tied
   EXPECT_EQ(parameter_count(preset("qwen2.5-0.5b")), 494032768);  // HF Qwen2.5-0.5B, tied
+  // HF Llama-3.2-1B, tied: 128256 x 2048 embedding + 16 layers of 60821504 + the final norm
+  EXPECT_EQ(parameter_count(preset("llama3.2-1b")), 1235814400);
+  EXPECT_EQ(preset("llama3.2-1b").rope_scaling, (RopeScaling{RopeScalingType::kLlama3, 32.0f, 1.0f, 4.0f, 8192}));
   const ModelConfig& q3 = preset("qwen3-0.6b-shape");
   EXPECT_EQ(q3.q_dim(), 2048);
   EXPECT_EQ(q3.kv_dim(), 1024);

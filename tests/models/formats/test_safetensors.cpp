@@ -9,6 +9,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
+#include "models/arch/arch.h"
 #include "models/formats/anelab_file.h"
 #include "models/formats/load_any.h"
 #include "tests/common/test_data.h"
@@ -196,6 +197,47 @@ TEST(Safetensors, ReferenceJsonCoversFixtures) {
       EXPECT_EQ(e["greedy"][i].size(), 32u);
     }
   }
+}
+
+// Llama 3 RoPE scaling from config.json in both styles (transformers 5.x rope_parameters, as the fixture was
+// saved; 4.x rope_theta + rope_scaling with "rope_type" or the older "type"), kept by the anelab file and by
+// the HF export; a missing parameter is named.
+TEST(Safetensors, Llama3RopeScalingBothConfigStyles) {
+  const std::string dir = fixture("llama3_bf16");
+  const json cfg = json::parse(read_file_text(dir + "/config.json"));
+  const Model m = load_any_model(dir + "/model.safetensors");
+  const ModelConfig& c = m.config;
+  EXPECT_EQ(c.arch, "llama");
+  EXPECT_FLOAT_EQ(c.rope_theta, 10000.0f);
+  EXPECT_EQ(c.rope_scaling, (RopeScaling{RopeScalingType::kLlama3, 8.0f, 1.0f, 4.0f, 32}));
+  EXPECT_TRUE(c.tied_embeddings);
+  EXPECT_EQ(round_trip(m, "llama3").config, c);
+
+  const Arch& arch = arch_for_hf(cfg, "c");
+  json v4 = cfg;
+  json scaling = v4["rope_parameters"];
+  v4.erase("rope_parameters");
+  v4["rope_theta"] = scaling["rope_theta"];
+  scaling.erase("rope_theta");
+  v4["rope_scaling"] = scaling;
+  EXPECT_EQ(arch.hf_config(v4, "c"), c);
+  v4["rope_scaling"].erase("rope_type");
+  v4["rope_scaling"]["type"] = "llama3";
+  EXPECT_EQ(arch.hf_config(v4, "c"), c);
+
+  EXPECT_EQ(arch.hf_config(arch.hf_export_config(c), "exported"), c);
+
+  json bad = cfg;
+  bad["rope_parameters"].erase("factor");
+  try {
+    arch.hf_config(bad, "cfg.json");
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "[model] cfg.json: config.json rope_parameters.factor must be a number for rope_type llama3");
+  }
+  bad = cfg;
+  bad["rope_parameters"]["rope_type"] = "yarn";
+  EXPECT_THROW(arch.hf_config(bad, "cfg.json"), Error);  // other scalings are refused, not ignored
 }
 
 }  // namespace

@@ -400,6 +400,96 @@ TEST(ChatTemplate, Qwen25MatchesJinjaByHand) {
   EXPECT_EQ(std::count(ids.begin(), ids.end(), q.token_to_id("<|im_end|>")), 2);
 }
 
+// Expected strings derived by reading each family's Jinja (Qwen3: /work/shared/data/qwen/tokenizer_config.json;
+// Llama 3: Meta-Llama-3-8B-Instruct's tokenizer_config.json; Gemma 3: gemma-3-*-it's), no tools.
+TEST(ChatTemplate, Qwen3MatchesJinjaByHand) {
+  const auto t = ChatTemplate::kQwen3;
+  // No default system message; the generation prompt leaves thinking on.
+  EXPECT_EQ(apply_chat_template(t, {{"user", "Hi"}}, true), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(apply_chat_template(t, {{"system", "Be brief."}, {"user", "Hi"}}, false),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+  // Reasoning before the last user query is dropped; after it, the reasoning block is kept (always for the
+  // last message, even empty).
+  EXPECT_EQ(apply_chat_template(t, {{"user", "a"}, {"assistant", "<think>\nr1\n</think>\n\nA1"}, {"user", "b"},
+                                    {"assistant", "<think>r2</think>A2"}}, false),
+            "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\nA1<|im_end|>\n<|im_start|>user\nb<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\nr2\n</think>\n\nA2<|im_end|>\n");
+  EXPECT_EQ(apply_chat_template(t, {{"user", "a"}, {"assistant", "A"}}, false),
+            "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nA<|im_end|>\n");
+  // Tool responses group as in Qwen2.5 and do not count as the last query.
+  EXPECT_EQ(apply_chat_template(t, {{"user", "q"}, {"assistant", "<think>x</think>call"}, {"tool", "r"},
+                                    {"assistant", "done"}}, false),
+            "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<think>\nx\n</think>\n\ncall<|im_end|>\n"
+            "<|im_start|>user\n<tool_response>\nr\n</tool_response><|im_end|>\n"
+            "<|im_start|>assistant\n<think>\n\n</think>\n\ndone<|im_end|>\n");
+  EXPECT_THROW(apply_chat_template(t, {{"robot", "x"}}, false), Error);
+  ANELAB_REQUIRE_DATA("qwen/tokenizer_config.json");
+  const std::string cfg = read_file_text(anelab::test::data_path("qwen/tokenizer_config.json"));
+  EXPECT_EQ(cfg.find("You are Qwen"), std::string::npos);  // the template the strings above follow has no default
+}
+
+TEST(ChatTemplate, Llama3MatchesJinjaByHand) {
+  const auto t = ChatTemplate::kLlama3;
+  EXPECT_EQ(apply_chat_template(t, {{"system", " Be brief.\n"}, {"user", "Hi"}, {"assistant", "Hello!"}}, true),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(apply_chat_template(t, {{"user", "Hi"}}, false),
+            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
+  EXPECT_THROW(apply_chat_template(t, {{"tool", "x"}}, false), Error);
+}
+
+TEST(ChatTemplate, Gemma3MatchesJinjaByHand) {
+  const auto t = ChatTemplate::kGemma3;
+  EXPECT_EQ(apply_chat_template(t, {{"system", "Be helpful."}, {"user", "Hello"}}, true),
+            "<bos><start_of_turn>user\nBe helpful.\n\nHello<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_EQ(apply_chat_template(t, {{"user", " Hi "}, {"assistant", "Hey\n"}, {"user", "2+2?"}}, true),
+            "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\nHey<end_of_turn>\n"
+            "<start_of_turn>user\n2+2?<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_THROW(apply_chat_template(t, {{"assistant", "x"}}, false), Error);            // must start with user
+  EXPECT_THROW(apply_chat_template(t, {{"user", "a"}, {"user", "b"}}, false), Error);  // must alternate
+}
+
+TEST(ChatTemplate, ChosenByTheVocabularysControlTokens) {
+  const auto with = [](const std::vector<std::string>& extra) {  // 256 byte tokens + the control tokens
+    VocabData v;
+    v.kind = TokenizerKind::kByteBpe;
+    v.pre = "gpt2";
+    for (int b = 0; b < 256; ++b) {
+      std::string t;
+      utf8_append(t, byte_to_unicode(static_cast<uint8_t>(b)));
+      v.tokens.push_back(t), v.types.push_back(TokenType::kNormal);
+    }
+    for (const auto& e : extra) v.tokens.push_back(e), v.types.push_back(TokenType::kControl);
+    v.add_space_prefix = false;
+    return make_tokenizer(std::move(v));
+  };
+  const auto llama3 = with({"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"});
+  const auto gemma3 = with({"<bos>", "<start_of_turn>", "<end_of_turn>"});
+  const auto qwen3 = with({"<|im_start|>", "<|im_end|>", "<think>", "</think>"});
+  const auto qwen25 = with({"<|im_start|>", "<|im_end|>"});
+  const auto base = with({});
+  EXPECT_EQ(chat_template_for(*llama3, "auto"), ChatTemplate::kLlama3);
+  EXPECT_EQ(chat_template_for(*gemma3, "auto"), ChatTemplate::kGemma3);
+  EXPECT_EQ(chat_template_for(*qwen3, "auto"), ChatTemplate::kQwen3);
+  EXPECT_EQ(chat_template_for(*qwen25, "auto"), ChatTemplate::kQwen25);
+  EXPECT_EQ(chat_template_for(*base, "auto"), ChatTemplate::kNone);
+  EXPECT_EQ(chat_template_for(*qwen3, "qwen2.5"), ChatTemplate::kQwen25);  // named: any family whose tokens exist
+  EXPECT_EQ(chat_template_for(*llama3, "none"), ChatTemplate::kNone);
+  try {
+    chat_template_for(*qwen25, "gemma3");
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[chat] --chat-template gemma3: the vocabulary"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(chat_template_for(*llama3, "llama2"), Error);
+  EXPECT_EQ(chat_stop_ids(ChatTemplate::kLlama3, *llama3), std::vector<int32_t>{llama3->token_to_id("<|eot_id|>")});
+  EXPECT_EQ(chat_stop_ids(ChatTemplate::kGemma3, *gemma3), std::vector<int32_t>{gemma3->token_to_id("<end_of_turn>")});
+  EXPECT_EQ(chat_stop_ids(ChatTemplate::kQwen3, *qwen3), std::vector<int32_t>{qwen3->token_to_id("<|im_end|>")});
+  EXPECT_STREQ(chat_template_name(ChatTemplate::kQwen3), "qwen3");
+}
+
 // ---- Token files (anelab tokenize) ---------------------------------------------------------------------
 
 TEST(TokenFile, ParagraphSplitting) {
