@@ -40,9 +40,10 @@ Reference reference(const kern::TrainShape& sh, const std::vector<float>& x, con
     double ss = 0;
     for (int64_t d = 0; d < D; ++d) ss += double(x[d * S + t]) * x[d * S + t];
     double rr = 1.0 / std::sqrt(ss / D + sh.norm_eps);
-    for (int64_t d = 0; d < D; ++d) r.xnorm[d * S + t] = x[d * S + t] * rr * w.rms_att[d];
+    for (int64_t d = 0; d < D; ++d) r.xnorm[d * S + t] = x[d * S + t] * rr * w.attn_norm[d];
   }
-  auto matmul = [&](std::span<const float> W, int64_t out, Mat& y) {  // y[out, S] = W[out, D] · xnorm
+  auto matmul = [&](const kern::Mat& wm, int64_t out, Mat& y) {  // y[out, S] = W[out, D] · xnorm
+    const std::vector<float> W = kern::mat_values(wm);
     y.assign(out * S, 0);
     for (int64_t o = 0; o < out; ++o)
       for (int64_t d = 0; d < D; ++d) {
@@ -91,9 +92,10 @@ Reference reference(const kern::TrainShape& sh, const std::vector<float>& x, con
     }
   }
   r.o.assign(D * S, 0);
+  const std::vector<float> wo = kern::mat_values(w.wo);  // [D, QD]
   for (int64_t o = 0; o < D; ++o)
     for (int64_t c = 0; c < QD; ++c) {
-      double wv = w.wo[o * QD + c];
+      double wv = wo[o * QD + c];
       for (int64_t t = 0; t < S; ++t) r.o[o * S + t] += wv * r.attn[c * S + t];
     }
   return r;

@@ -16,6 +16,7 @@ void check_trainable(const models::ModelConfig& c) {
   no(c.activation != models::Activation::kSilu, "a GELU MLP");
   no(c.learned_pos || c.rope_style == models::RopeStyle::kNone, "learned positions");
   no(c.qkv_bias || c.attn_out_bias || c.mlp_bias, "bias tensors");
+  no(c.qk_norm, "per-head q/k norms");
   no(c.head_dim % 2 != 0, "an odd head_dim (RoPE rotates pairs)");
 }
 

@@ -5,17 +5,19 @@
 
 namespace anelab::kern::cpu {
 
-void rope_half_tables(int64_t n, int64_t hd, double theta, int64_t pos0, Precision prec, float* cos, float* sin) {
+void rope_half_tables(int64_t n, int64_t hd, double theta, int64_t pos0, Precision prec, float* cos, float* sin,
+                      double linear) {
   const int64_t half = hd / 2;
   for (int64_t p = 0; p < n; ++p)
     for (int64_t i = 0; i < half; ++i) {
       float c, s;
       if (prec == Precision::kFp32) {  // run.c: freq = 1 / theta^(2i / HD) in fp32, angle = pos * freq
-        const float freq = 1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(hd));
+        float freq = 1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * i) / static_cast<float>(hd));
+        if (linear != 1.0) freq /= static_cast<float>(linear);
         const float ang = static_cast<float>(pos0 + p) * freq;
         c = std::cos(ang), s = std::sin(ang);
       } else {
-        const double ang = static_cast<double>(pos0 + p) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+        const double ang = static_cast<double>(pos0 + p) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd)) / linear;
         c = static_cast<float>(std::cos(ang)), s = static_cast<float>(std::sin(ang));
       }
       cos[p * half + i] = c;

@@ -16,8 +16,10 @@ namespace anelab::kern::cpu {
 
 enum class Precision { kFp32, kFp64 };
 
-// cos / sin [n, HD/2] (row-major) for positions pos0 .. pos0+n-1: angle(p, i) = p * theta^(-2i/HD).
-void rope_half_tables(int64_t n, int64_t head_dim, double theta, int64_t pos0, Precision prec, float* cos, float* sin);
+// cos / sin [n, HD/2] (row-major) for positions pos0 .. pos0+n-1: angle(p, i) = p * theta^(-2i/HD) / linear
+// (linear RoPE scaling divides the frequencies, as Hugging Face's "linear" rope_type).
+void rope_half_tables(int64_t n, int64_t head_dim, double theta, int64_t pos0, Precision prec, float* cos, float* sin,
+                      double linear = 1.0);
 
 // Rotates every head of one row x [heads * HD] by the row's angles (cos / sin [HD/2]): pairs (x[2i], x[2i+1])
 // for adjacent pairs, (x[i], x[i + HD/2]) for rotate-half. sign = -1 rotates back (the backward of RoPE).

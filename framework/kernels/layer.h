@@ -67,6 +67,8 @@ struct LayerWeights {
   std::span<const float> bk, bv;            // [KVD]
   std::span<const float> bo, b2;            // [D]
   std::span<const float> b1;                // [H]
+  std::span<const float> q_norm, k_norm;    // [HD] per-head RMSNorm of q and k (before RoPE)
+  std::span<const float> attn_post_norm, ffn_post_norm;  // [D] norms of the attention / MLP outputs
   const Mat& matrix(const std::string& name) const;  // "wq" ... "w3"; throws for others
 };
 

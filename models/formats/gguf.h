@@ -15,9 +15,9 @@
 //   token_embd -> tok_embeddings, position_embd -> pos_embeddings, output_norm -> norm(_bias),
 //   output -> output (absent = tied), blk.N.attn_norm -> layers.N.attn_norm(_bias),
 //   blk.N.attn_q/k/v -> wq/wk/wv (+ .bias -> bq/bk/bv), blk.N.attn_qkv (fused) -> split into wq/wk/wv,
-//   blk.N.attn_output -> wo (+ bo), blk.N.ffn_norm -> ffn_norm(_bias),
+//   blk.N.attn_output -> wo (+ bo), blk.N.attn_q_norm/attn_k_norm -> q_norm/k_norm, blk.N.ffn_norm -> ffn_norm(_bias),
 //   blk.N.ffn_gate/down/up -> w1/w2/w3 (SwiGLU); GELU MLP: ffn_up -> fc(_bias), ffn_down -> proj(_bias).
-// The optional tensors present decide qkv_bias, attn_out_bias, mlp_bias and tied_embeddings.
+// The optional tensors present decide qkv_bias, attn_out_bias, mlp_bias, qk_norm and tied_embeddings.
 // RoPE: llama.cpp's converter permutes q/k of some architectures so that its graph uses the "normal"
 // (adjacent pairs) rope (Arch::gguf_rope); the others use NEOX (rotate half) on unpermuted weights.
 // Tokenizer: tokenizer.ggml.{model ("llama" -> SentencePiece, "gpt2" -> byte BPE), pre, tokens, scores,

@@ -65,7 +65,7 @@ std::string canonical_name(const std::string& n, const ModelConfig& c, const std
   static const std::map<std::string, std::pair<std::string, std::string>> blk = {
       {"attn_norm", {"attn_norm", "attn_norm_bias"}}, {"ffn_norm", {"ffn_norm", "ffn_norm_bias"}},
       {"attn_q", {"wq", "bq"}}, {"attn_k", {"wk", "bk"}}, {"attn_v", {"wv", "bv"}}, {"attn_output", {"wo", "bo"}},
-      {"ffn_gate", {"w1", ""}}};
+      {"ffn_gate", {"w1", ""}}, {"attn_q_norm", {"q_norm", ""}}, {"attn_k_norm", {"k_norm", ""}}};
   if (auto it = blk.find(what); it != blk.end() && !(bias && it->second.second.empty()))
     return p + (bias ? it->second.second : it->second.first);
   if (what == "ffn_down" || what == "ffn_up") {
@@ -166,6 +166,7 @@ Model gguf_to_model(const GgufFile& g, const std::string& w) {
   m.config.qkv_bias = m.has("layers.0.bq");
   m.config.attn_out_bias = m.has("layers.0.bo");
   m.config.mlp_bias = m.has("layers.0.fc_bias");
+  m.config.qk_norm = m.has("layers.0.q_norm");
   const Tensor* emb = m.find("tok_embeddings");
   if (!emb) fail("model", w, ": GGUF has no token_embd.weight");
   m.config.vocab_size = emb->shape[0];
@@ -218,7 +219,7 @@ std::string gguf_name(const std::string& name) {
       {"attn_norm", "attn_norm.weight"}, {"attn_norm_bias", "attn_norm.bias"}, {"ffn_norm", "ffn_norm.weight"},
       {"ffn_norm_bias", "ffn_norm.bias"}, {"w1", "ffn_gate.weight"}, {"w2", "ffn_down.weight"},
       {"w3", "ffn_up.weight"}, {"fc", "ffn_up.weight"}, {"fc_bias", "ffn_up.bias"}, {"proj", "ffn_down.weight"},
-      {"proj_bias", "ffn_down.bias"}, {"tok_embeddings", "token_embd.weight"},
+      {"proj_bias", "ffn_down.bias"}, {"q_norm", "attn_q_norm.weight"}, {"k_norm", "attn_k_norm.weight"}, {"tok_embeddings", "token_embd.weight"},
       {"pos_embeddings", "position_embd.weight"}, {"norm", "output_norm.weight"}, {"norm_bias", "output_norm.bias"},
       {"output", "output.weight"}};
   auto find = [&](const std::string& k) {
@@ -273,6 +274,7 @@ void add_fused_qkv(GgufWriter& w, const Model& m, int64_t layer, bool bias) {
 GgufWriter gguf_writer_for(const Model& m) {
   const ModelConfig& c = m.config;
   const Arch& arch = arch_of(c.arch, "GGUF export");
+  if (!arch.gguf_config) fail("model", "GGUF export: anelab has no GGUF mapping for ", c.arch, " models yet");
   if (arch.gguf_rope && c.rope_style != *arch.gguf_rope)
     fail("model", "GGUF ", c.arch, " expects ", rope_style_name(*arch.gguf_rope), " RoPE order of q/k; this model uses ",
          rope_style_name(c.rope_style), " (export_model permutes it)");

@@ -40,8 +40,15 @@ inline double hf_rel_err(const float* a, const std::vector<float>& ref) {
 // terms, unit roundoff 6e-8). The fp16/bf16-saved fixtures differ by up to 2.2e-4 at later positions
 // although their weights convert exactly; the likely cause is on the reference side (HF builds the rotary
 // inv_freq buffer while the model is in the half dtype, so it is rounded before the fp32 upcast) -- the
-// greedy continuations still match token for token.
-inline double hf_fp32_tol(const std::string& name) { return name == "gpt2" || name == "qwen2" ? 1e-6 : 5e-4; }
+// greedy continuations still match token for token. For gemma3_bf16 this cause is measured: its reference
+// keeps RoPE frequencies rounded to bf16 (the script's model.to(bfloat16) rounds the inv_freq buffers), and
+// the CPU path with its frequencies rounded the same way differs by 1.2e-6; with fp32 frequencies the
+// angle error grows with the position (2^-9 relative) and reaches 9.0e-4 at position 39 of the 40-token
+// prompt (RoPE base 1e6, window 4), within the bound of 1e-3 of the logit range.
+inline double hf_fp32_tol(const std::string& name) {
+  if (name == "gpt2" || name == "qwen2") return 1e-6;
+  return name == "gemma3_bf16" ? 1e-3 : 5e-4;
+}
 // fp16 weights: per-weight rounding 2^-11 relative -> about 1e-3 of the logit range.
 inline constexpr double kHfFp16Tol = 1e-2;
 // fp16 activations inside the MIL kernels as well (the ANE's storage precision): ~20 fp16 roundings of
