@@ -113,7 +113,8 @@ void read_layer_types(const json& j, const std::string& w, ModelConfig* c) {
   const json& lt = j["layer_types"];
   if (!lt.is_array() || static_cast<int64_t>(lt.size()) != c->n_layers)
     fail("model", w, ": config.json layer_types must list ", c->n_layers, " layers, got ", lt.dump().substr(0, 80));
-  c->sliding_pattern = 0;
+  // No global layer listed: the 4.x key if present (a pattern longer than the model), else none.
+  c->sliding_pattern = hf::hf_int(j, "sliding_window_pattern", w, 0);
   for (size_t i = 0; i < lt.size(); ++i)
     if (lt[i] == "full_attention") {
       c->sliding_pattern = static_cast<int64_t>(i) + 1;
@@ -176,6 +177,15 @@ json to_hf(const ModelConfig& c) {
   j.erase("rope_theta");
   j["architectures"] = json::array({"Gemma3ForCausalLM"});
   j["model_type"] = "gemma3_text";
+  // HF derives the embedding scale from hidden_size and the dtype: name the dtype that gives this one.
+  const float root = std::sqrt(static_cast<float>(c.dim));
+  std::string dtype;
+  for (const char* d : {"bfloat16", "float16", "float32"})
+    if (dtype.empty() && in_dtype(root, d) == c.embed_scale) dtype = d;
+  if (dtype.empty())
+    fail("export", "gemma3: embed_scale ", c.embed_scale, " is not sqrt(hidden_size) = ", root,
+         " in bf16, fp16 or fp32; Hugging Face cannot express it");
+  j["dtype"] = dtype;
   j["hidden_activation"] = "gelu_pytorch_tanh";
   j["query_pre_attn_scalar"] = 1.0 / (double(c.attn_scale) * c.attn_scale);
   j["final_logit_softcapping"] = c.logit_softcap > 0 ? json(c.logit_softcap) : json(nullptr);
@@ -184,6 +194,7 @@ json to_hf(const ModelConfig& c) {
   json types = json::array();
   for (int64_t l = 0; l < c.n_layers; ++l) types.push_back(c.sliding_layer(l) ? "sliding_attention" : "full_attention");
   j["layer_types"] = types;
+  j["sliding_window_pattern"] = c.sliding_pattern;  // 4.x; 5.x reads layer_types
   json full = {{"rope_type", "default"}, {"rope_theta", c.rope_theta}};
   if (c.rope_linear_factor != 1.0f) full = {{"rope_type", "linear"}, {"rope_theta", c.rope_theta}, {"factor", c.rope_linear_factor}};
   j["rope_parameters"] = {{"full_attention", full},

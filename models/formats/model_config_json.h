@@ -5,12 +5,13 @@
 //    "n_kv_heads", "head_dim", "vocab_size", "max_seq_len" (integers), "norm_eps", "rope_theta" (numbers),
 //    "rope_style": "none"|"adjacent_pairs"|"rotate_half", "norm": "rms"|"layer",
 //    "activation": "silu"|"gelu_tanh", "tied_embeddings", "qkv_bias", "attn_out_bias", "mlp_bias",
-//    "learned_pos" (booleans)}
+//    "learned_pos", "qk_norm" (booleans)}
 //
 // Every field is written. Reading checks each field's JSON type exactly (no bool -> int, no float -> int)
 // and then the config as a whole (checked_parameter_count). Checkpoints written before they stored the
 // norm, activation, bias and learned-position flags lack those keys: with ConfigKeys::kCheckpoint an
-// absent flag reads as the ModelConfig default (the Llama layout those checkpoints held).
+// absent flag reads as the ModelConfig default (the Llama layout those checkpoints held). "qk_norm" is
+// optional in every file (files written before it existed lack it: false).
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
