@@ -67,12 +67,7 @@ Engine::Engine(models::Model model, const EngineOptions& opt)
     rope_sin_local_.resize(n * (c.head_dim / 2));
   }
   logits_.resize(static_cast<size_t>(c.vocab_size));
-  // The MIL prefill kernels have no per-head q/k norm yet: such models prefill on the CPU.
-  if (opt_.backend != "cpu" && model_.config.qk_norm && !opt_.quiet)
-    std::fprintf(stderr, "[infer] %s: per-head q/k norms have no MIL prefill yet; prefill runs on the CPU\n",
-                 model_.config.arch.c_str());
-  if (opt_.backend != "cpu" && !model_.config.qk_norm)
-    mil_ = std::make_unique<MilPrefill>(*this, opt_.backend, opt_.device, opt_.quiet);
+  if (opt_.backend != "cpu") mil_ = std::make_unique<MilPrefill>(*this, opt_.backend, opt_.device, opt_.quiet);
 }
 
 Engine::~Engine() = default;

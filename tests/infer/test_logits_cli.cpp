@@ -35,9 +35,6 @@ const nlohmann::json& reference_of(const std::string& name) {
   return test::hf_reference(own ? "reference_" + name + ".json" : "reference.json")["models"][name];
 }
 
-// Architectures whose MIL prefill does not exist yet (the engine prefills them on the CPU).
-bool no_mil_prefill(const std::string& name) { return name == "gemma3_bf16"; }
-
 struct Path {
   const char* backend;
   const char* dtype;
@@ -98,14 +95,12 @@ TEST_P(LogitsCli, CpuFp32LogitsMatchTransformersAtEveryPosition) {
 }
 
 TEST_P(LogitsCli, EmulatorPrefillLogitsMatchTransformersAtEveryPosition) {
-  if (no_mil_prefill(GetParam())) GTEST_SKIP() << GetParam() << " has no MIL prefill yet";
   const double e = check_logits({"emulator", "fp16"}, test::kHfMilFp16Tol);
   std::printf("%s emulator fp16: max |dlogit| / max |logit| = %.3g\n", GetParam().c_str(), e);
 }
 
 TEST_P(LogitsCli, GreedyIdsEqualTransformersCpuFp32) { check_greedy({"cpu", "fp32"}); }
 TEST_P(LogitsCli, GreedyIdsEqualTransformersEmulatorFp16) {
-  if (no_mil_prefill(GetParam())) GTEST_SKIP() << GetParam() << " has no MIL prefill yet";
   check_greedy({"emulator", "fp16"});
 }
 
