@@ -357,8 +357,8 @@ void Engine::forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vect
   float* x = x_.data();
   embed(tokens, pos, x);
   if (c.rope_style != models::RopeStyle::kNone) {  // run.c / HF: frequencies and angles in fp32
-    kern::cpu::rope_half_tables(n, hd, c.rope_theta, pos, kern::cpu::Precision::kFp32, rope_cos_.data(), rope_sin_.data(),
-                                c.rope_linear_factor);
+    kern::cpu::rope_half_tables(n, hd, c.rope_theta, pos, kern::cpu::Precision::kFp32, rope_cos_.data(),
+                                rope_sin_.data(), c.rope_linear_factor);
     if (c.sliding_window > 0)
       kern::cpu::rope_half_tables(n, hd, c.rope_local_theta > 0.0f ? c.rope_local_theta : c.rope_theta, pos,
                                   kern::cpu::Precision::kFp32, rope_cos_local_.data(), rope_sin_local_.data());
@@ -376,9 +376,11 @@ void Engine::forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vect
     }
     if (c.qk_norm) {  // per-head RMSNorm of q and k (rows of head_dim), before RoPE
       for (int64_t r = 0; r < n * c.n_heads; ++r)
-        kern::cpu::rms_norm(q_.data() + r * hd, L.q_norm.data(), c.norm_eps, hd, q_.data() + r * hd, kern::cpu::Precision::kFp32);
+        kern::cpu::rms_norm(q_.data() + r * hd, L.q_norm.data(), c.norm_eps, hd, q_.data() + r * hd,
+                            kern::cpu::Precision::kFp32);
       for (int64_t r = 0; r < n * c.n_kv_heads; ++r)
-        kern::cpu::rms_norm(k_.data() + r * hd, L.k_norm.data(), c.norm_eps, hd, k_.data() + r * hd, kern::cpu::Precision::kFp32);
+        kern::cpu::rms_norm(k_.data() + r * hd, L.k_norm.data(), c.norm_eps, hd, k_.data() + r * hd,
+                            kern::cpu::Precision::kFp32);
     }
     if (c.rope_style != models::RopeStyle::kNone) {
       rope_rows(q_.data(), n, c.n_heads, c.sliding_layer(l));

@@ -73,7 +73,8 @@ struct RopeTables {
   std::vector<float> cos, sin;  // [S, HD] each
 };
 // linear > 1 divides the frequencies (linear RoPE scaling).
-RopeTables rope_tables(int64_t seq, int64_t head_dim, double theta, RopeStyle style, int64_t pos0 = 0, double linear = 1.0);
+RopeTables rope_tables(int64_t seq, int64_t head_dim, double theta, RopeStyle style, int64_t pos0 = 0,
+                       double linear = 1.0);
 
 // ---- blocks -------------------------------------------------------------------------------------
 // RMSNorm over channels as the ANE code does (digest §5.3): x*x, reduce_sum(axis 1), *1/D, +eps,

@@ -17,7 +17,8 @@ void rope_half_tables(int64_t n, int64_t hd, double theta, int64_t pos0, Precisi
         const float ang = static_cast<float>(pos0 + p) * freq;
         c = std::cos(ang), s = std::sin(ang);
       } else {
-        const double ang = static_cast<double>(pos0 + p) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd)) / linear;
+        const double freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd)) / linear;
+        const double ang = static_cast<double>(pos0 + p) * freq;
         c = static_cast<float>(std::cos(ang)), s = static_cast<float>(std::sin(ang));
       }
       cos[p * half + i] = c;

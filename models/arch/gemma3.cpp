@@ -72,10 +72,11 @@ ModelConfig preset(int64_t dim, int64_t hidden, int64_t layers) {
 // One rope_type entry: "default" (factor 1) or "linear" (its factor); others are refused naming `key`.
 float linear_factor(const json& r, const std::string& key, const std::string& w) {
   if (!r.is_object()) fail("model", w, ": config.json ", key, " must be an object, got ", r.dump());
-  const std::string type = r.contains("rope_type") ? hf::hf_str(r, "rope_type", w, "default")
-                                                   : hf::hf_str(r, "type", w, "default");
+  const std::string type =
+      r.contains("rope_type") ? hf::hf_str(r, "rope_type", w, "default") : hf::hf_str(r, "type", w, "default");
   if (type == "default") return 1.0f;
-  if (type != "linear") fail("model", w, ": config.json ", key, " rope_type \"", type, "\" is not supported (default, linear)");
+  if (type != "linear")
+    fail("model", w, ": config.json ", key, " rope_type \"", type, "\" is not supported (default, linear)");
   const double f = hf::hf_num(r, "factor", w, 0.0);
   if (!(f > 0)) fail("model", w, ": config.json ", key, " factor must be positive, got ", f);
   return static_cast<float>(f);
@@ -122,7 +123,8 @@ void read_layer_types(const json& j, const std::string& w, ModelConfig* c) {
     }
   for (size_t i = 0; i < lt.size(); ++i) {
     if (lt[i] != "full_attention" && lt[i] != "sliding_attention")
-      fail("model", w, ": config.json layer_types[", i, "] = ", lt[i].dump(), " is not sliding_attention or full_attention");
+      fail("model", w, ": config.json layer_types[", i, "] = ", lt[i].dump(),
+           " is not sliding_attention or full_attention");
     if ((lt[i] == "sliding_attention") != c->sliding_layer(static_cast<int64_t>(i)))
       fail("model", w, ": config.json layer_types: layer ", i, " breaks the pattern of one global layer every ",
            c->sliding_pattern, " (other layouts are not supported)");
@@ -142,8 +144,10 @@ ModelConfig from_hf(const json& j, const std::string& w) {
   c.norm_eps = static_cast<float>(hf::hf_num(j, "rms_norm_eps", w, 1e-6));
   c.tied_embeddings = hf::hf_bool(j, "tie_word_embeddings", w, true);
   const std::string act = hf::hf_str(j, "hidden_activation", w, hf::hf_str(j, "hidden_act", w, "gelu_pytorch_tanh"));
-  if (act != "gelu_pytorch_tanh") fail("model", w, ": config.json hidden_activation ", act, " is not supported (gelu_pytorch_tanh)");
-  if (hf::hf_bool(j, "attention_bias", w, false)) fail("model", w, ": config.json attention_bias true is not supported for gemma3");
+  if (act != "gelu_pytorch_tanh")
+    fail("model", w, ": config.json hidden_activation ", act, " is not supported (gelu_pytorch_tanh)");
+  if (hf::hf_bool(j, "attention_bias", w, false))
+    fail("model", w, ": config.json attention_bias true is not supported for gemma3");
   if (hf::hf_bool(j, "use_bidirectional_attention", w, false))
     fail("model", w, ": config.json use_bidirectional_attention true is not supported (causal decoders only)");
   if (hf::hf_num(j, "attn_logit_softcapping", w, 0.0) != 0.0)
@@ -160,12 +164,18 @@ ModelConfig from_hf(const json& j, const std::string& w) {
 }
 
 std::map<std::string, std::string> layer_names() {
-  return {{"input_layernorm.weight", "attn_norm"},         {"post_attention_layernorm.weight", "attn_post_norm"},
-          {"pre_feedforward_layernorm.weight", "ffn_norm"}, {"post_feedforward_layernorm.weight", "ffn_post_norm"},
-          {"self_attn.q_proj.weight", "wq"},               {"self_attn.k_proj.weight", "wk"},
-          {"self_attn.v_proj.weight", "wv"},               {"self_attn.o_proj.weight", "wo"},
-          {"self_attn.q_norm.weight", "q_norm"},           {"self_attn.k_norm.weight", "k_norm"},
-          {"mlp.gate_proj.weight", "w1"},                  {"mlp.down_proj.weight", "w2"},
+  return {{"input_layernorm.weight", "attn_norm"},
+          {"post_attention_layernorm.weight", "attn_post_norm"},
+          {"pre_feedforward_layernorm.weight", "ffn_norm"},
+          {"post_feedforward_layernorm.weight", "ffn_post_norm"},
+          {"self_attn.q_proj.weight", "wq"},
+          {"self_attn.k_proj.weight", "wk"},
+          {"self_attn.v_proj.weight", "wv"},
+          {"self_attn.o_proj.weight", "wo"},
+          {"self_attn.q_norm.weight", "q_norm"},
+          {"self_attn.k_norm.weight", "k_norm"},
+          {"mlp.gate_proj.weight", "w1"},
+          {"mlp.down_proj.weight", "w2"},
           {"mlp.up_proj.weight", "w3"}};
 }
 
@@ -196,7 +206,8 @@ json to_hf(const ModelConfig& c) {
   j["layer_types"] = types;
   j["sliding_window_pattern"] = c.sliding_pattern;  // 4.x; 5.x reads layer_types
   json full = {{"rope_type", "default"}, {"rope_theta", c.rope_theta}};
-  if (c.rope_linear_factor != 1.0f) full = {{"rope_type", "linear"}, {"rope_theta", c.rope_theta}, {"factor", c.rope_linear_factor}};
+  if (c.rope_linear_factor != 1.0f)
+    full = {{"rope_type", "linear"}, {"rope_theta", c.rope_theta}, {"factor", c.rope_linear_factor}};
   j["rope_parameters"] = {{"full_attention", full},
                           {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", c.rope_local_theta}}}};
   return j;
@@ -210,9 +221,11 @@ std::string hf_name(const std::string& canonical) {
 void validate(const ModelConfig& c, const std::string& where) {
   if (c.norm != NormType::kRms || c.activation != Activation::kGeluTanhGated || !c.qk_norm || !c.post_norms ||
       c.rope_style == RopeStyle::kNone || c.qkv_bias || c.attn_out_bias || c.mlp_bias)
-    fail("model", where, ": a gemma3 model has RMSNorm, q/k and post norms, a GeGLU MLP (gelu_tanh_gated), RoPE and no "
-         "biases (this config has ", norm_type_name(c.norm), ", ", activation_name(c.activation), ", qk_norm ",
-         c.qk_norm ? "true" : "false", ", post_norms ", c.post_norms ? "true" : "false", ")");
+    fail("model", where,
+         ": a gemma3 model has RMSNorm, q/k and post norms, a GeGLU MLP (gelu_tanh_gated), RoPE and no "
+         "biases (this config has ",
+         norm_type_name(c.norm), ", ", activation_name(c.activation), ", qk_norm ", c.qk_norm ? "true" : "false",
+         ", post_norms ", c.post_norms ? "true" : "false", ")");
 }
 }  // namespace
 

@@ -95,13 +95,16 @@ std::string describe_config(const ModelConfig& c) {
      << c.rope_theta << ")\n  tied_embeddings " << (c.tied_embeddings ? "yes" : "no") << "\n  biases          qkv "
      << (c.qkv_bias ? "yes" : "no") << ", attn_out " << (c.attn_out_bias ? "yes" : "no") << ", mlp "
      << (c.mlp_bias ? "yes" : "no") << "\n  qk_norm         " << (c.qk_norm ? "yes" : "no") << "\n";
-  if (c.norm_offset != 0.0f || c.post_norms) os << "  norms           (" << c.norm_offset << " + w)" << (c.post_norms ? ", post-attention and post-MLP norms" : "") << "\n";
+  if (c.norm_offset != 0.0f || c.post_norms)
+    os << "  norms           (" << c.norm_offset << " + w)" << (c.post_norms ? ", post-attention and post-MLP norms" : "")
+       << "\n";
   if (c.embed_scale != 1.0f) os << "  embed_scale     " << c.embed_scale << "\n";
   if (c.attn_scale != 0.0f) os << "  attn_scale      " << c.attn_scale << "\n";
   if (c.logit_softcap != 0.0f) os << "  logit_softcap   " << c.logit_softcap << "\n";
   if (c.sliding_window > 0)
-    os << "  sliding_window  " << c.sliding_window << " (every " << c.sliding_pattern << "th layer global; local rope theta "
-       << (c.rope_local_theta != 0.0f ? c.rope_local_theta : c.rope_theta) << ")\n";
+    os << "  sliding_window  " << c.sliding_window << " (every " << c.sliding_pattern
+       << "th layer global; local rope theta " << (c.rope_local_theta != 0.0f ? c.rope_local_theta : c.rope_theta)
+       << ")\n";
   if (c.rope_linear_factor != 1.0f) os << "  rope linear     factor " << c.rope_linear_factor << " (global layers)\n";
   return os.str();
 }
