@@ -63,13 +63,12 @@ Engine::Engine(models::Model model, const EngineOptions& opt)
   scores_.resize(static_cast<size_t>(pool_.size() * score_stride_));
   rope_cos_.resize(n * (c.head_dim / 2));
   rope_sin_.resize(n * (c.head_dim / 2));
+  if (c.sliding_window > 0) {
+    rope_cos_local_.resize(n * (c.head_dim / 2));
+    rope_sin_local_.resize(n * (c.head_dim / 2));
+  }
   logits_.resize(static_cast<size_t>(c.vocab_size));
-  // The MIL prefill kernels have no per-head q/k norm yet: such models prefill on the CPU.
-  if (opt_.backend != "cpu" && model_.config.qk_norm && !opt_.quiet)
-    std::fprintf(stderr, "[infer] %s: per-head q/k norms have no MIL prefill yet; prefill runs on the CPU\n",
-                 model_.config.arch.c_str());
-  if (opt_.backend != "cpu" && !model_.config.qk_norm)
-    mil_ = std::make_unique<MilPrefill>(*this, opt_.backend, opt_.device, opt_.quiet);
+  if (opt_.backend != "cpu") mil_ = std::make_unique<MilPrefill>(*this, opt_.backend, opt_.device, opt_.quiet);
 }
 
 Engine::~Engine() = default;
@@ -137,6 +136,16 @@ std::span<const float> Engine::vec(const std::string& name, bool optional) {
   return vecs_.emplace_back(t->to_f32());
 }
 
+// A norm weight as the kernels multiply by: (norm_offset + w), added in fp32 (Gemma: 1 + w).
+std::span<const float> Engine::norm_vec(const std::string& name, bool optional) {
+  const std::span<const float> v = vec(name, optional);
+  const float off = model_.config.norm_offset;
+  if (off == 0.0f || v.empty()) return v;
+  std::vector<float>& w = vecs_.back();
+  for (float& x : w) x += off;
+  return w;
+}
+
 void Engine::load_weights() {
   const auto& c = model_.config;
   tok_emb_ = matrix("tok_embeddings");
@@ -144,7 +153,7 @@ void Engine::load_weights() {
   if (c.learned_pos) pos_emb_ = matrix("pos_embeddings");
   out_ = c.tied_embeddings ? tok_emb_ : matrix("output");
   if (c.tied_embeddings) weight_bytes_ += out_.nbytes();
-  norm_ = vec("norm", false);
+  norm_ = norm_vec("norm", false);
   norm_b_ = vec("norm_bias", true);
   layers_.resize(static_cast<size_t>(c.n_layers));
   for (int64_t l = 0; l < c.n_layers; ++l) {
@@ -154,7 +163,7 @@ void Engine::load_weights() {
     L.wk = matrix(p + "wk");
     L.wv = matrix(p + "wv");
     L.wo = matrix(p + "wo");
-    if (c.activation == models::Activation::kSilu) {
+    if (gated_mlp(c.activation)) {
       L.w1 = matrix(p + "w1");
       L.w2 = matrix(p + "w2");
       L.w3 = matrix(p + "w3");
@@ -164,16 +173,18 @@ void Engine::load_weights() {
       L.b1 = vec(p + "fc_bias", true);
       L.b2 = vec(p + "proj_bias", true);
     }
-    L.attn_norm = vec(p + "attn_norm", false);
+    L.attn_norm = norm_vec(p + "attn_norm", false);
     L.attn_norm_b = vec(p + "attn_norm_bias", true);
-    L.ffn_norm = vec(p + "ffn_norm", false);
+    L.ffn_norm = norm_vec(p + "ffn_norm", false);
     L.ffn_norm_b = vec(p + "ffn_norm_bias", true);
     L.bq = vec(p + "bq", true);
     L.bk = vec(p + "bk", true);
     L.bv = vec(p + "bv", true);
     L.bo = vec(p + "bo", true);
-    L.q_norm = vec(p + "q_norm", true);
-    L.k_norm = vec(p + "k_norm", true);
+    L.q_norm = norm_vec(p + "q_norm", true);
+    L.k_norm = norm_vec(p + "k_norm", true);
+    L.attn_post_norm = norm_vec(p + "attn_post_norm", true);
+    L.ffn_post_norm = norm_vec(p + "ffn_post_norm", true);
   }
 }
 
@@ -194,6 +205,8 @@ void Engine::embed(std::span<const int32_t> tokens, int64_t pos, float* x) {
       mat_row(pos_emb_, pos + static_cast<int64_t>(i), row.data());
       for (int64_t d = 0; d < c.dim; ++d) xi[d] += row[static_cast<size_t>(d)];
     }
+    if (c.embed_scale != 1.0f)
+      for (int64_t d = 0; d < c.dim; ++d) xi[d] *= c.embed_scale;
   }
 }
 
@@ -221,18 +234,31 @@ void Engine::elementwise(int64_t count, FunctionRef<void(int64_t, int64_t)> fn) 
     fn(0, count);
 }
 
-// Rotates q or k rows [n, heads*head_dim] for positions pos..pos+n-1 (tables filled by forward_cpu).
-void Engine::rope_rows(float* x, int64_t n, int64_t heads, int64_t pos) {
+// Rotates q or k rows [n, heads*head_dim] by the tables forward_cpu filled (local: the sliding layers').
+void Engine::rope_rows(float* x, int64_t n, int64_t heads, bool local) {
   const auto& c = model_.config;
   const int64_t half = c.head_dim / 2;
   const auto style = c.rope_style == models::RopeStyle::kAdjacentPairs ? kern::RopeStyle::kAdjacentPairs
                                                                        : kern::RopeStyle::kRotateHalf;
   for (int64_t i = 0; i < n; ++i)
-    kern::cpu::rope_row(x + i * heads * c.head_dim, heads, c.head_dim, style, rope_cos_.data() + i * half,
-                        rope_sin_.data() + i * half, kern::cpu::Numerics::kRunc);
+    kern::cpu::rope_row(x + i * heads * c.head_dim, heads, c.head_dim, style,
+                        (local ? rope_cos_local_ : rope_cos_).data() + i * half,
+                        (local ? rope_sin_local_ : rope_sin_).data() + i * half, kern::cpu::Numerics::kRunc);
 }
 
-// Causal attention of the n new tokens (positions pos..pos+n-1) over the cache; att_ [n, q_dim].
+namespace {
+// The score scale: the config's (Gemma: query_pre_attn_scalar^-0.5) or 1 / sqrt(head_dim).
+float score_scale(const models::ModelConfig& c) {
+  return c.attn_scale > 0.0f ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+}
+// The first key a query at position p of layer l sees: p - window + 1 on sliding layers, else 0.
+int64_t first_key(const models::ModelConfig& c, int64_t l, int64_t p) {
+  return c.sliding_layer(l) ? std::max<int64_t>(0, p - c.sliding_window + 1) : 0;
+}
+}  // namespace
+
+// Causal attention of the n new tokens (positions pos..pos+n-1) over the cache (on sliding layers only
+// the last sliding_window positions); att_ [n, q_dim].
 // Prefill-sized batches with head_dim 64 or 128 use the transposed-key path (attention_blocked); the
 // rest (decode, odd head sizes) one dot product per cached position. Softmax is vectorised in both.
 void Engine::attention(int64_t l, int64_t pos, int64_t n) {
@@ -242,21 +268,21 @@ void Engine::attention(int64_t l, int64_t pos, int64_t n) {
     return;
   }
   const int64_t hd = c.head_dim, kvd = c.kv_dim(), group = c.n_heads / c.n_kv_heads;
-  const float inv_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float inv_scale = score_scale(c);
   const int64_t items = n * c.n_heads;
   // Tiny attention (short contexts, small heads) stays on the caller: a wake-up costs more.
   const bool serial = items * (pos + n) * hd < (1 << 15);
   auto body = [&](int64_t it, int w) {
     float* sc = scores_.data() + static_cast<int64_t>(w) * score_stride_;
-    const int64_t i = it / c.n_heads, h = it % c.n_heads, p = pos + i;
+    const int64_t i = it / c.n_heads, h = it % c.n_heads, p = pos + i, t0 = first_key(c, l, p);
     const float* q = q_.data() + i * c.q_dim() + h * hd;
     const float* kc = k_cache(l, 0) + (h / group) * hd;
     const float* vc = v_cache(l, 0) + (h / group) * hd;
-    for (int64_t t = 0; t <= p; ++t) sc[t] = dot(q, kc + t * kvd, hd) * inv_scale;
-    const float inv_sum = 1.0f / exp_sub_sum(sc, max_of(sc, p + 1), p + 1);
+    for (int64_t t = t0; t <= p; ++t) sc[t] = dot(q, kc + t * kvd, hd) * inv_scale;
+    const float inv_sum = 1.0f / exp_sub_sum(sc + t0, max_of(sc + t0, p + 1 - t0), p + 1 - t0);
     float* o = att_.data() + i * c.q_dim() + h * hd;
     std::fill(o, o + hd, 0.0f);
-    for (int64_t t = 0; t <= p; ++t) axpy(sc[t] * inv_sum, vc + t * kvd, o, hd);
+    for (int64_t t = t0; t <= p; ++t) axpy(sc[t] * inv_sum, vc + t * kvd, o, hd);
   };
   if (serial)
     for (int64_t it = 0; it < items; ++it) body(it, 0);
@@ -327,18 +353,18 @@ void Engine::attention_blocked(int64_t l, int64_t pos, int64_t n) {
       for (int64_t cc = c0; cc < c1; ++cc)
         for (int64_t t = t0; t < std::min(np, t0 + 16); ++t) kt_[static_cast<size_t>(cc * ld + t)] = kc[t * kvd + cc];
   });
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = score_scale(c);
   pool_.run_chunks(n * c.n_heads, [&](int64_t it, int w) {
     float* sc = scores_.data() + static_cast<int64_t>(w) * score_stride_;
-    const int64_t i = it / c.n_heads, h = it % c.n_heads, p = pos + i, g = h / group;
+    const int64_t i = it / c.n_heads, h = it % c.n_heads, p = pos + i, g = h / group, t0 = first_key(c, l, p);
     scores_transposed(q_.data() + i * c.q_dim() + h * hd, kt_.data() + g * hd * ld, ld, hd, p + 1, scale, sc);
-    const float inv_sum = 1.0f / exp_sub_sum(sc, max_of(sc, p + 1), p + 1);
+    const float inv_sum = 1.0f / exp_sub_sum(sc + t0, max_of(sc + t0, p + 1 - t0), p + 1 - t0);
     float* o = att_.data() + i * c.q_dim() + h * hd;
-    const float* vc = v_cache(l, 0) + g * hd;
+    const float* vc = v_cache(l, 0) + g * hd + t0 * kvd;
     if (hd == 64)
-      weighted_rows<64>(sc, vc, kvd, p, inv_sum, o);
+      weighted_rows<64>(sc + t0, vc, kvd, p - t0, inv_sum, o);
     else
-      weighted_rows<128>(sc, vc, kvd, p, inv_sum, o);
+      weighted_rows<128>(sc + t0, vc, kvd, p - t0, inv_sum, o);
   });
 }
 
@@ -348,9 +374,13 @@ void Engine::forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vect
   const int64_t D = c.dim, hd = c.head_dim, H = c.hidden_dim;
   float* x = x_.data();
   embed(tokens, pos, x);
-  if (c.rope_style != models::RopeStyle::kNone)  // run.c / HF: frequencies and angles in fp32
-    kern::cpu::rope_half_tables(n, hd, c.rope_theta, pos, kern::cpu::Numerics::kRunc, rope_cos_.data(), rope_sin_.data(),
-                                c.rope_scaling);
+  if (c.rope_style != models::RopeStyle::kNone) {  // run.c / HF: frequencies and angles in fp32
+    kern::cpu::rope_half_tables(n, hd, c.rope_theta, pos, kern::cpu::Numerics::kRunc, rope_cos_.data(),
+                                rope_sin_.data(), c.rope_scaling, c.rope_linear_factor);
+    if (c.sliding_window > 0)
+      kern::cpu::rope_half_tables(n, hd, c.rope_local_theta > 0.0f ? c.rope_local_theta : c.rope_theta, pos,
+                                  kern::cpu::Numerics::kRunc, rope_cos_local_.data(), rope_sin_local_.data());
+  }
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = layers_[static_cast<size_t>(l)];
     norm_rows(x, L.attn_norm, L.attn_norm_b, n, xb_.data());
@@ -364,37 +394,56 @@ void Engine::forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vect
     }
     if (c.qk_norm) {  // per-head RMSNorm of q and k (rows of head_dim), before RoPE
       for (int64_t r = 0; r < n * c.n_heads; ++r)
-        kern::cpu::rms_norm(q_.data() + r * hd, L.q_norm.data(), c.norm_eps, hd, q_.data() + r * hd, kern::cpu::Numerics::kRunc);
+        kern::cpu::rms_norm(q_.data() + r * hd, L.q_norm.data(), c.norm_eps, hd, q_.data() + r * hd,
+                            kern::cpu::Numerics::kRunc);
       for (int64_t r = 0; r < n * c.n_kv_heads; ++r)
-        kern::cpu::rms_norm(k_.data() + r * hd, L.k_norm.data(), c.norm_eps, hd, k_.data() + r * hd, kern::cpu::Numerics::kRunc);
+        kern::cpu::rms_norm(k_.data() + r * hd, L.k_norm.data(), c.norm_eps, hd, k_.data() + r * hd,
+                            kern::cpu::Numerics::kRunc);
     }
     if (c.rope_style != models::RopeStyle::kNone) {
-      rope_rows(q_.data(), n, c.n_heads, pos);
-      rope_rows(k_.data(), n, c.n_kv_heads, pos);
+      rope_rows(q_.data(), n, c.n_heads, c.sliding_layer(l));
+      rope_rows(k_.data(), n, c.n_kv_heads, c.sliding_layer(l));
     }
     std::memcpy(k_cache(l, pos), k_.data(), static_cast<size_t>(n * c.kv_dim()) * 4);
     std::memcpy(v_cache(l, pos), v_.data(), static_cast<size_t>(n * c.kv_dim()) * 4);
     attention(l, pos, n);
     gemm(pool_, L.wo, opt_ptr(L.bo), att_.data(), n, xb_.data());
+    if (!L.attn_post_norm.empty()) norm_rows(xb_.data(), L.attn_post_norm, {}, n, xb_.data());
     for (int64_t i = 0; i < n * D; ++i) x[i] += xb_[static_cast<size_t>(i)];
 
     norm_rows(x, L.ffn_norm, L.ffn_norm_b, n, xb_.data());
-    if (c.activation == models::Activation::kSilu) {
+    if (gated_mlp(c.activation)) {
       if (n == 1)
         gemv(pool_, {{&L.w1, nullptr, h1_.data()}, {&L.w3, nullptr, h3_.data()}}, xb_.data());
       else {
         gemm(pool_, L.w1, nullptr, xb_.data(), n, h1_.data());
         gemm(pool_, L.w3, nullptr, xb_.data(), n, h3_.data());
       }
-      elementwise(n * H, [&](int64_t b, int64_t e) { silu_mul(h1_.data() + b, h3_.data() + b, e - b); });
+      if (c.activation == models::Activation::kSilu)
+        elementwise(n * H, [&](int64_t b, int64_t e) { silu_mul(h1_.data() + b, h3_.data() + b, e - b); });
+      else  // GeGLU: gelu_tanh(h1) * h3
+        elementwise(n * H, [&](int64_t b, int64_t e) {
+          gelu_tanh_inplace(h1_.data() + b, e - b);
+          for (int64_t i = b; i < e; ++i) h1_[static_cast<size_t>(i)] *= h3_[static_cast<size_t>(i)];
+        });
     } else {
       gemm(pool_, L.w1, opt_ptr(L.b1), xb_.data(), n, h1_.data());
       elementwise(n * H, [&](int64_t b, int64_t e) { gelu_tanh_inplace(h1_.data() + b, e - b); });
     }
     gemm(pool_, L.w2, opt_ptr(L.b2), h1_.data(), n, xb_.data());
+    if (!L.ffn_post_norm.empty()) norm_rows(xb_.data(), L.ffn_post_norm, {}, n, xb_.data());
     for (int64_t i = 0; i < n * D; ++i) x[i] += xb_[static_cast<size_t>(i)];
   }
   head(x, n, all_logits != nullptr, all_logits);
+}
+
+// logits = cap * tanh(logits / cap) when the model soft-caps its logits (Gemma's final_logit_softcapping).
+void Engine::soft_cap(float* logits, int64_t count) {
+  const float cap = model_.config.logit_softcap;
+  if (cap <= 0.0f) return;
+  elementwise(count, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+  });
 }
 
 void Engine::head(const float* x, int64_t n, bool all, std::vector<float>* all_logits) {
@@ -406,9 +455,11 @@ void Engine::head(const float* x, int64_t n, bool all, std::vector<float>* all_l
     const size_t old = all_logits->size();
     all_logits->resize(old + static_cast<size_t>(m * c.vocab_size));
     gemm(pool_, out_, nullptr, xb_.data(), m, all_logits->data() + old);
+    soft_cap(all_logits->data() + old, m * c.vocab_size);
     std::memcpy(logits_.data(), all_logits->data() + old + (m - 1) * c.vocab_size, static_cast<size_t>(c.vocab_size) * 4);
   } else {
     gemv(pool_, out_, nullptr, xb_.data(), logits_.data());
+    soft_cap(logits_.data(), c.vocab_size);
   }
 }
 

@@ -93,11 +93,13 @@ class Engine {
   void load_weights();
   Mat matrix(const std::string& name);
   std::span<const float> vec(const std::string& name, bool optional);  // kept in vecs_; empty when absent
+  std::span<const float> norm_vec(const std::string& name, bool optional);  // vec + config().norm_offset
   void forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits);
   void attention(int64_t l, int64_t pos, int64_t n);
   void attention_blocked(int64_t l, int64_t pos, int64_t n);
   void elementwise(int64_t count, FunctionRef<void(int64_t, int64_t)> fn);
-  void rope_rows(float* x, int64_t n, int64_t heads, int64_t pos);
+  void rope_rows(float* x, int64_t n, int64_t heads, bool local);
+  void soft_cap(float* logits, int64_t count);
   void norm_rows(const float* x, std::span<const float> w, std::span<const float> b, int64_t n, float* out);
 
   models::Model model_;
@@ -117,7 +119,8 @@ class Engine {
   std::vector<float> scores_;                 // [threads, score_stride_]
   int64_t score_stride_ = 0;                  // ctx rounded up to 64
   std::vector<float> kt_;                     // [kv_dim, ceil64(pos+n)] keys transposed (batched attention)
-  std::vector<float> rope_cos_, rope_sin_;    // [chunk, head_dim/2]
+  std::vector<float> rope_cos_, rope_sin_;    // [chunk, head_dim/2] (global layers)
+  std::vector<float> rope_cos_local_, rope_sin_local_;  // [chunk, head_dim/2] sliding layers' base (when a window)
   std::vector<float> logits_;                 // [vocab]
   PrefillStats stats_;
   std::unique_ptr<MilPrefill> mil_;

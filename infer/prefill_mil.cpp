@@ -25,25 +25,37 @@ std::optional<Value> opt_vec(mil::FunctionBuilder& b, kern::BlobSet& bs, const s
 // model's tensor (wq, wq_bias, attn_norm, attn_norm_b, ...); the input is the residual stream x.
 class PrefillParams : public kern::LayerParams {
  public:
-  PrefillParams(mil::FunctionBuilder& b, const models::ModelConfig& c, const LayerWeights& L, int64_t S)
-      : b_(b), c_(c), L_(L), S_(S), x_(b.input("x", kern::act_type(c.dim, S))) {}
+  PrefillParams(mil::FunctionBuilder& b, const models::ModelConfig& c, const LayerWeights& L, int64_t S, int64_t layer)
+      : b_(b), c_(c), L_(L), S_(S), layer_(layer), x_(b.input("x", kern::act_type(c.dim, S))) {}
   Value input(const std::string&) override { return x_; }
   Value project(const std::string& w, const Value& x) override {
     const kern::Mat& m = L_.matrix(w);
     return kern::linear(b_, x, bs_.matrix(b_, w, kern::mat_values(m), m.rows, m.cols),
                         opt_vec(b_, bs_, w + "_bias", bias(w)));
   }
-  Value norm_weight(const std::string& norm) override {
-    return bs_.vector(b_, norm, norm == "attn_norm" ? L_.attn_norm : L_.ffn_norm);
+  Value norm_weight(const std::string& norm) override {  // (norm_offset + w) already (Engine::norm_vec)
+    const std::span<const float> w = norm == "attn_norm"        ? L_.attn_norm
+                                     : norm == "ffn_norm"       ? L_.ffn_norm
+                                     : norm == "q_norm"         ? L_.q_norm
+                                     : norm == "k_norm"         ? L_.k_norm
+                                     : norm == "attn_post_norm" ? L_.attn_post_norm
+                                                                : L_.ffn_post_norm;
+    return bs_.vector(b_, norm, w);
   }
   std::optional<Value> norm_bias(const std::string& norm) override {
     return opt_vec(b_, bs_, norm + "_b", norm == "attn_norm" ? L_.attn_norm_b : L_.ffn_norm_b);
   }
   Value mask() override {
-    return bs_.tensor(b_, "mask", mil::tensor_type(mil::DType::kFp16, {1, 1, S_, S_}), kern::causal_mask(S_));
+    const int64_t window = c_.sliding_layer(layer_) ? c_.sliding_window : 0;
+    return bs_.tensor(b_, "mask", mil::tensor_type(mil::DType::kFp16, {1, 1, S_, S_}), kern::causal_mask(S_, window));
   }
   Value rope_table(const std::string& which) override {
-    if (!rope_) rope_ = kern::rope_tables(S_, c_.head_dim, c_.rope_theta, rope_style(c_), 0, c_.rope_scaling);
+    if (!rope_) {
+      const bool local = c_.sliding_layer(layer_);
+      const double theta = local && c_.rope_local_theta > 0.0f ? c_.rope_local_theta : c_.rope_theta;
+      rope_ = kern::rope_tables(S_, c_.head_dim, theta, rope_style(c_), 0, local ? RopeScaling{} : c_.rope_scaling,
+                                 local ? 1.0 : c_.rope_linear_factor);
+    }
     return bs_.tensor(b_, "rope_" + which, mil::tensor_type(mil::DType::kFp16, {1, 1, S_, c_.head_dim}),
                       which == "cos" ? rope_->cos : rope_->sin);
   }
@@ -68,6 +80,7 @@ class PrefillParams : public kern::LayerParams {
   const models::ModelConfig& c_;
   const LayerWeights& L_;
   int64_t S_;
+  int64_t layer_;
   kern::BlobSet bs_;
   Value x_;
   std::optional<kern::RopeTables> rope_;
@@ -79,6 +92,10 @@ kern::LayerDesc layer_desc(const models::ModelConfig& c, int64_t S) {
   d.seq = S, d.norm_eps = c.norm_eps, d.rope_theta = c.rope_theta;
   d.layer_norm = c.norm == models::NormType::kLayer;
   d.gelu = c.activation == models::Activation::kGeluTanh;
+  d.geglu = c.activation == models::Activation::kGeluTanhGated;
+  d.qk_norm = c.qk_norm;
+  d.post_norms = c.post_norms;
+  d.score_scale = c.attn_scale;
   if (c.rope_style != models::RopeStyle::kNone) d.rope = PrefillParams::rope_style(c);
   return d;
 }
@@ -94,14 +111,14 @@ int64_t prefill_bucket(int64_t n, int64_t context) {
 }
 
 LayerKernelSource build_layer_kernel(const Engine& e, int64_t layer, int64_t S) {
-  return build_layer_kernel(e.config(), e.layer(layer), S, e.backend_dialect());
+  return build_layer_kernel(e.config(), e.layer(layer), S, e.backend_dialect(), layer);
 }
 
-LayerKernelSource build_layer_kernel(const models::ModelConfig& c, const LayerWeights& L, int64_t S,
-                                     mil::Dialect dialect) {
+LayerKernelSource build_layer_kernel(const models::ModelConfig& c, const LayerWeights& L, int64_t S, mil::Dialect dialect,
+                                     int64_t layer) {
   mil::ProgramBuilder pb;
   auto& b = pb.function("main");
-  PrefillParams p(b, c, L, S);
+  PrefillParams p(b, c, L, S, layer);
   const kern::Taps t = kern::layer_block(b, layer_desc(c, S), p, {"k_rope", "v"});  // out, k_rope, v
   b.output(b.named("out").concat({t[0].second, t[1].second, t[2].second}, 1));
   LayerKernelSource src;

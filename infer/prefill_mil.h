@@ -38,8 +38,10 @@ struct LayerKernelSource {
   rt::Weights weights;
 };
 LayerKernelSource build_layer_kernel(const Engine& e, int64_t layer, int64_t S);
-// The same from a config and one layer's weights (what the engine passes; tests use it directly).
-LayerKernelSource build_layer_kernel(const models::ModelConfig& c, const LayerWeights& L, int64_t S, mil::Dialect dialect);
+// The same from a config and one layer's weights (what the engine passes; tests use it directly); `layer`
+// picks a sliding-window layer's mask and RoPE base.
+LayerKernelSource build_layer_kernel(const models::ModelConfig& c, const LayerWeights& L, int64_t S, mil::Dialect dialect,
+                                     int64_t layer = 0);
 
 // Bucket for n tokens: the smallest 32 * 2^k >= n, capped at the context rounded up to a multiple of
 // 32 columns (rt::dense_width_multiple: the device's rows are 64 bytes; the padding is masked out).

@@ -12,7 +12,14 @@ const char* rope_style_name(RopeStyle r) {
 }
 const char* rope_scaling_name(RopeScalingType t) { return t == RopeScalingType::kLlama3 ? "llama3" : "none"; }
 const char* norm_type_name(NormType n) { return n == NormType::kRms ? "rms" : "layer"; }
-const char* activation_name(Activation a) { return a == Activation::kSilu ? "silu" : "gelu_tanh"; }
+const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::kSilu: return "silu";
+    case Activation::kGeluTanh: return "gelu_tanh";
+    case Activation::kGeluTanhGated: return "gelu_tanh_gated";
+  }
+  return "?";
+}
 
 std::optional<RopeStyle> parse_rope_style(std::string_view s) {
   for (RopeStyle r : {RopeStyle::kNone, RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf})
@@ -30,7 +37,7 @@ std::optional<NormType> parse_norm_type(std::string_view s) {
   return std::nullopt;
 }
 std::optional<Activation> parse_activation(std::string_view s) {
-  for (Activation a : {Activation::kSilu, Activation::kGeluTanh})
+  for (Activation a : {Activation::kSilu, Activation::kGeluTanh, Activation::kGeluTanhGated})
     if (s == activation_name(a)) return a;
   return std::nullopt;
 }

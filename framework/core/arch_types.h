@@ -45,11 +45,15 @@ F llama3_scaled_inv_freq(F inv, const RopeScaling& s) {
 }
 
 enum class NormType : uint8_t { kRms = 0, kLayer = 1 };
-enum class Activation : uint8_t { kSilu = 0, kGeluTanh = 1 };  // silu => SwiGLU w1/w2/w3, gelu_tanh => fc/proj
+// silu => SwiGLU w1/w2/w3: W2·(silu(W1·x) * W3·x); gelu_tanh => fc/proj: proj·gelu(fc·x);
+// gelu_tanh_gated => GeGLU (Gemma) w1/w2/w3: W2·(gelu_tanh(W1·x) * W3·x)
+enum class Activation : uint8_t { kSilu = 0, kGeluTanh = 1, kGeluTanhGated = 2 };
+// Gated MLPs (SwiGLU, GeGLU) have the three matrices w1 (gate), w2 (down), w3 (up).
+constexpr bool gated_mlp(Activation a) { return a != Activation::kGeluTanh; }
 
 const char* rope_style_name(RopeStyle r);   // "none", "adjacent_pairs", "rotate_half"
 const char* norm_type_name(NormType n);     // "rms", "layer"
-const char* activation_name(Activation a);  // "silu", "gelu_tanh"
+const char* activation_name(Activation a);  // "silu", "gelu_tanh", "gelu_tanh_gated"
 // The inverse of the names above; nullopt for any other text (the caller names the field in its error).
 std::optional<RopeStyle> parse_rope_style(std::string_view s);
 std::optional<NormType> parse_norm_type(std::string_view s);

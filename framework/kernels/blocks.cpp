@@ -57,19 +57,21 @@ Value BlobSet::vector(FunctionBuilder& b, const std::string& stem, std::span<con
 
 // ---- tables ---------------------------------------------------------------------------------------
 
-std::vector<float> causal_mask(int64_t seq) {
+std::vector<float> causal_mask(int64_t seq, int64_t window) {
   std::vector<float> m(static_cast<size_t>(seq * seq), 0.0f);
   for (int64_t i = 0; i < seq; ++i)
-    for (int64_t j = i + 1; j < seq; ++j) m[static_cast<size_t>(i * seq + j)] = -65504.0f;
+    for (int64_t j = 0; j < seq; ++j)
+      if (j > i || (window > 0 && i - j >= window)) m[static_cast<size_t>(i * seq + j)] = -65504.0f;
   return m;
 }
 
 
-RopeTables rope_tables(int64_t seq, int64_t hd, double theta, RopeStyle style, int64_t pos0, const RopeScaling& scaling) {
+RopeTables rope_tables(int64_t seq, int64_t hd, double theta, RopeStyle style, int64_t pos0, const RopeScaling& scaling,
+                       double linear) {
   ANELAB_CHECK(hd > 0 && hd % 2 == 0, "kernels", "rope: head_dim ", hd, " must be even");
   const int64_t half = hd / 2;
   std::vector<float> ch(static_cast<size_t>(seq * half)), sh(ch.size());  // [S, HD/2]
-  cpu::rope_half_tables(seq, hd, theta, pos0, cpu::Numerics::kReference, ch.data(), sh.data(), scaling);
+  cpu::rope_half_tables(seq, hd, theta, pos0, cpu::Numerics::kReference, ch.data(), sh.data(), scaling, linear);
   RopeTables t;
   t.cos.resize(static_cast<size_t>(seq * hd));
   t.sin.resize(t.cos.size());

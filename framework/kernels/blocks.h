@@ -59,8 +59,9 @@ class BlobSet {
 };
 
 // ---- host-side tables ---------------------------------------------------------------------------
-// Additive causal mask [S, S]: 0 on and below the diagonal, -65504 above (digest §2.6.4).
-std::vector<float> causal_mask(int64_t seq);
+// Additive causal mask [S, S]: 0 on and below the diagonal, -65504 above (digest §2.6.4); with a window
+// > 0 also -65504 where i - j >= window (a sliding-window layer: query i sees keys i - window < j <= i).
+std::vector<float> causal_mask(int64_t seq, int64_t window = 0);
 
 using anelab::RopeStyle;  // framework/core/arch_types.h (kNone is not a rotation: blocks treat it as kRotateHalf)
 using anelab::rope_style_name;
@@ -72,8 +73,9 @@ using anelab::rope_style_name;
 struct RopeTables {
   std::vector<float> cos, sin;  // [S, HD] each
 };
+// `scaling`'s frequencies (llama3), then divided by `linear` (linear RoPE scaling) when it is not 1.
 RopeTables rope_tables(int64_t seq, int64_t head_dim, double theta, RopeStyle style, int64_t pos0 = 0,
-                       const RopeScaling& scaling = {});
+                       const RopeScaling& scaling = {}, double linear = 1.0);
 
 // ---- blocks -------------------------------------------------------------------------------------
 // RMSNorm over channels as the ANE code does (digest §5.3): x*x, reduce_sum(axis 1), *1/D, +eps,

@@ -17,10 +17,14 @@ double rope_inv_freq(int64_t i, int64_t hd, double theta, const RopeScaling& sca
 }
 
 void rope_half_tables(int64_t n, int64_t hd, double theta, int64_t pos0, Numerics prec, float* cos, float* sin,
-                      const RopeScaling& scaling) {
+                      const RopeScaling& scaling, double linear) {
   const int64_t half = hd / 2;
   std::vector<double> freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i) freq[static_cast<size_t>(i)] = rope_inv_freq(i, hd, theta, scaling, prec);
+  for (int64_t i = 0; i < half; ++i) {
+    const double f = rope_inv_freq(i, hd, theta, scaling, prec);
+    freq[static_cast<size_t>(i)] =
+        linear == 1.0 ? f : prec == Numerics::kRunc ? double(float(f) / float(linear)) : f / linear;
+  }
   for (int64_t p = 0; p < n; ++p)
     for (int64_t i = 0; i < half; ++i) {
       float c, s;

@@ -25,9 +25,10 @@ enum class Numerics { kRunc, kReference };
 // transformers' order, kReference in fp64.
 double rope_inv_freq(int64_t i, int64_t head_dim, double theta, const RopeScaling& scaling, Numerics prec);
 
-// cos / sin [n, HD/2] (row-major) for positions pos0 .. pos0+n-1: angle(p, i) = p * rope_inv_freq(i).
+// cos / sin [n, HD/2] (row-major) for positions pos0 .. pos0+n-1: angle(p, i) = p * rope_inv_freq(i) / linear
+// (linear RoPE scaling divides the frequencies, as Hugging Face's "linear" rope_type: Gemma 3's global layers).
 void rope_half_tables(int64_t n, int64_t head_dim, double theta, int64_t pos0, Numerics prec, float* cos, float* sin,
-                      const RopeScaling& scaling = {});
+                      const RopeScaling& scaling = {}, double linear = 1.0);
 
 // Rotates every head of one row x [heads * HD] by the row's angles (cos / sin [HD/2]): pairs (x[2i], x[2i+1])
 // for adjacent pairs, (x[i], x[i + HD/2]) for rotate-half. sign = -1 rotates back (the backward of RoPE).

@@ -63,7 +63,9 @@ const Mat& LayerWeights::matrix(const std::string& n) const {
   fail("kernels", "unknown layer matrix '", n, "' (known: wq wk wv wo w1 w2 w3)");
 }
 
-double LayerDesc::attn_scale() const { return 1.0 / std::sqrt(static_cast<double>(head_dim)); }
+double LayerDesc::attn_scale() const {
+  return score_scale > 0.0 ? score_scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+}
 
 namespace {
 
@@ -94,6 +96,14 @@ Value norm(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, const std::st
   return d.layer_norm ? layer_norm(b, xv, g, beta, d.norm_eps) : rms_norm(b, xv, g, d.norm_eps);
 }
 
+// RMSNorm of each head of x [1, heads*HD, 1, S]: the heads as the batch [heads, HD, 1, S], normed over HD.
+Value head_norm(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, const std::string& which, const Value& x,
+                int64_t heads) {
+  Value g = p.norm_weight(which);
+  Value xh = b.reshape(x, {heads, d.head_dim, 1, x.dim(3)});
+  return b.reshape(rms_norm(b, xh, g, d.norm_eps), {1, heads * d.head_dim, 1, x.dim(3)});
+}
+
 struct Attention {
   Value xn, q, k, v, qh, kh, attn, o;  // q / k after RoPE: heads [1, H, S, HD]; v the projection [1, KVD, 1, S]
 };
@@ -101,8 +111,14 @@ struct Attention {
 Attention attention(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, const std::function<Value()>& x) {
   Attention a;
   a.xn = norm(b, d, p, "attn_norm", x);
-  a.qh = split_heads(b, p.project("wq", a.xn), d.n_heads);
-  a.kh = split_heads(b, p.project("wk", a.xn), d.n_kv_heads);
+  Value q = p.project("wq", a.xn);
+  Value k = p.project("wk", a.xn);
+  if (d.qk_norm) {
+    q = head_norm(b, d, p, "q_norm", q, d.n_heads);
+    k = head_norm(b, d, p, "k_norm", k, d.n_kv_heads);
+  }
+  a.qh = split_heads(b, q, d.n_heads);
+  a.kh = split_heads(b, k, d.n_kv_heads);
   a.v = p.project("wv", a.xn);
   Value vh = split_heads(b, a.v, d.n_kv_heads);
   if (d.rope) {
@@ -116,6 +132,7 @@ Attention attention(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, cons
   Value ke = gqa_expand(b, a.kh, d.n_rep());
   a.attn = merge_heads(b, causal_attention(b, a.qh, ke, ve, mask, d.attn_scale()));
   a.o = p.project("wo", a.attn);
+  if (d.post_norms) a.o = norm(b, d, p, "attn_post_norm", [&] { return a.o; });
   return a;
 }
 
@@ -140,11 +157,15 @@ Ffn ffn(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, const std::funct
   f.h1 = p.project("w1", f.xn);
   if (d.gelu) {
     f.gate = gelu_tanh(b, f.h1);
+  } else if (d.geglu) {
+    f.h3 = p.project("w3", f.xn);
+    f.gate = b.mul(gelu_tanh(b, f.h1), f.h3);
   } else {
     f.h3 = p.project("w3", f.xn);
     f.gate = b.mul(silu(b, f.h1), f.h3);
   }
   f.y = p.project("w2", f.gate);
+  if (d.post_norms) f.y = norm(b, d, p, "ffn_post_norm", [&] { return f.y; });
   return f;
 }
 

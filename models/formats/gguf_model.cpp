@@ -339,6 +339,7 @@ void add_rope_freqs(GgufWriter& w, const ModelConfig& c) {
 GgufWriter gguf_writer_for(const Model& m) {
   const ModelConfig& c = m.config;
   const Arch& arch = arch_of(c.arch, "GGUF export");
+  if (!arch.gguf_config) fail("model", "GGUF export: anelab has no GGUF mapping for ", c.arch, " models yet");
   if (arch.gguf_rope && c.rope_style != *arch.gguf_rope)
     fail("model", "GGUF ", c.arch, " expects ", rope_style_name(*arch.gguf_rope), " RoPE order of q/k; this model uses ",
          rope_style_name(c.rope_style), " (export_model permutes it)");

@@ -112,6 +112,18 @@ void validate_config(const ModelConfig& c, const std::string& where) {
   if (c.learned_pos != (c.rope_style == RopeStyle::kNone))
     fail("model", where, ": learned positions and rope_style '", rope_style_name(c.rope_style),
          "' contradict each other (exactly one positional scheme is needed)");
+  check_range(where, "sliding_window", c.sliding_window, 0, 1 << 22);
+  check_range(where, "sliding_pattern", c.sliding_pattern, 0, 1024);
+  auto finite_in = [&](const char* field, float v, float lo, float hi) {
+    if (!(std::isfinite(v) && v >= lo && v <= hi))
+      fail("model", where, ": config field ", field, " = ", v, " is outside [", lo, ", ", hi, "]");
+  };
+  finite_in("norm_offset", c.norm_offset, -16.0f, 16.0f);
+  finite_in("embed_scale", c.embed_scale, 1e-6f, 1e6f);
+  finite_in("attn_scale", c.attn_scale, 0.0f, 1e3f);
+  finite_in("logit_softcap", c.logit_softcap, 0.0f, 1e6f);
+  finite_in("rope_linear_factor", c.rope_linear_factor, 1e-3f, 1e6f);
+  if (c.rope_local_theta != 0.0f) finite_in("rope_local_theta", c.rope_local_theta, 1.0f, 1e12f);
   if (arch.validate) arch.validate(c, where);
 }
 
@@ -136,6 +148,17 @@ std::string describe_config(const ModelConfig& c) {
      << c.rope_theta << rope_scaling_text(c.rope_scaling) << ")\n  tied_embeddings " << (c.tied_embeddings ? "yes" : "no") << "\n  biases          qkv "
      << (c.qkv_bias ? "yes" : "no") << ", attn_out " << (c.attn_out_bias ? "yes" : "no") << ", mlp "
      << (c.mlp_bias ? "yes" : "no") << "\n  qk_norm         " << (c.qk_norm ? "yes" : "no") << "\n";
+  if (c.norm_offset != 0.0f || c.post_norms)
+    os << "  norms           (" << c.norm_offset << " + w)" << (c.post_norms ? ", post-attention and post-MLP norms" : "")
+       << "\n";
+  if (c.embed_scale != 1.0f) os << "  embed_scale     " << c.embed_scale << "\n";
+  if (c.attn_scale != 0.0f) os << "  attn_scale      " << c.attn_scale << "\n";
+  if (c.logit_softcap != 0.0f) os << "  logit_softcap   " << c.logit_softcap << "\n";
+  if (c.sliding_window > 0)
+    os << "  sliding_window  " << c.sliding_window << " (every " << c.sliding_pattern
+       << "th layer global; local rope theta " << (c.rope_local_theta != 0.0f ? c.rope_local_theta : c.rope_theta)
+       << ")\n";
+  if (c.rope_linear_factor != 1.0f) os << "  rope linear     factor " << c.rope_linear_factor << " (global layers)\n";
   return os.str();
 }
 
@@ -169,9 +192,10 @@ std::vector<TensorSpec> canonical_tensors(const ModelConfig& c) {
       v.push_back({p + "q_norm", {c.head_dim}});
       v.push_back({p + "k_norm", {c.head_dim}});
     }
+    if (c.post_norms) v.push_back({p + "attn_post_norm", {d}});
     v.push_back({p + "ffn_norm", {d}});
     if (ln) v.push_back({p + "ffn_norm_bias", {d}});
-    if (c.activation == Activation::kSilu) {
+    if (gated_mlp(c.activation)) {
       v.push_back({p + "w1", {h, d}});
       v.push_back({p + "w2", {d, h}});
       v.push_back({p + "w3", {h, d}});
@@ -181,6 +205,7 @@ std::vector<TensorSpec> canonical_tensors(const ModelConfig& c) {
       v.push_back({p + "proj", {d, h}});
       if (c.mlp_bias) v.push_back({p + "proj_bias", {d}});
     }
+    if (c.post_norms) v.push_back({p + "ffn_post_norm", {d}});
   }
   v.push_back({"norm", {d}});
   if (ln) v.push_back({"norm_bias", {d}});

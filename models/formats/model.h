@@ -14,8 +14,10 @@
 //   layers.{i}.bq / bk / bv     [rows of wq / wk / wv]        when qkv_bias
 //   layers.{i}.bo               [dim]                          when attn_out_bias
 //   layers.{i}.ffn_norm         [dim]        (+ layers.{i}.ffn_norm_bias [dim] for LayerNorm)
-//   SwiGLU (silu):  layers.{i}.w1 [hidden, dim] gate, .w2 [dim, hidden] down, .w3 [hidden, dim] up
+//   layers.{i}.attn_post_norm   [dim]                          when post_norms (after wo, before the residual add)
+//   SwiGLU (silu) / GeGLU (gelu_tanh_gated): layers.{i}.w1 [hidden, dim] gate, .w2 [dim, hidden] down, .w3 [hidden, dim] up
 //   GELU MLP (gelu_tanh): layers.{i}.fc [hidden, dim] + fc_bias [hidden], .proj [dim, hidden] + proj_bias [dim]
+//   layers.{i}.ffn_post_norm    [dim]                          when post_norms (after the MLP, before the residual add)
 //   norm                        [dim]        (+ norm_bias [dim] for LayerNorm)
 //   output                      [vocab, dim]                  absent when tied_embeddings
 // canonical_tensors(config) lists exactly these, in this order; every reader checks a model against it.
@@ -82,9 +84,22 @@ struct ModelConfig {
   Activation activation = Activation::kSilu;
   bool learned_pos = false;     // pos_embeddings present (then rope_style is kNone)
   bool qk_norm = false;         // per-head RMSNorm of q and k (weights q_norm/k_norm [head_dim], eps norm_eps) before RoPE
+  // Gemma 3 (the defaults leave every other architecture as it was):
+  float norm_offset = 0.0f;     // every RMSNorm multiplies by (norm_offset + w), added in fp32 (Gemma: 1)
+  bool post_norms = false;      // attn_post_norm / ffn_post_norm on the attention and MLP outputs (sandwich norms)
+  float embed_scale = 1.0f;     // token embeddings are multiplied by this (Gemma: sqrt(dim) in the weights' dtype)
+  float attn_scale = 0.0f;      // scores = q·k * attn_scale; 0: 1 / sqrt(head_dim) (Gemma: query_pre_attn_scalar^-0.5)
+  float logit_softcap = 0.0f;   // logits = cap * tanh(logits / cap) when > 0
+  int64_t sliding_window = 0;   // > 0: sliding layers' query at i sees keys j with i - j < sliding_window
+  int64_t sliding_pattern = 0;  // with a window: layer l is global (full causal) iff (l + 1) % pattern == 0; 0: none is
+  float rope_local_theta = 0.0f;    // sliding layers' RoPE base (0: rope_theta)
+  float rope_linear_factor = 1.0f;  // global layers' positions are divided by this (linear RoPE scaling)
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
+  bool sliding_layer(int64_t l) const {
+    return sliding_window > 0 && !(sliding_pattern > 0 && (l + 1) % sliding_pattern == 0);
+  }
   bool operator==(const ModelConfig&) const = default;
 };
 

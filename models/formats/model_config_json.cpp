@@ -37,7 +37,16 @@ json model_config_to_json(const ModelConfig& c) {
           {"attn_out_bias", c.attn_out_bias},
           {"mlp_bias", c.mlp_bias},
           {"learned_pos", c.learned_pos},
-          {"qk_norm", c.qk_norm}};
+          {"qk_norm", c.qk_norm},
+          {"norm_offset", c.norm_offset},
+          {"post_norms", c.post_norms},
+          {"embed_scale", c.embed_scale},
+          {"attn_scale", c.attn_scale},
+          {"logit_softcap", c.logit_softcap},
+          {"sliding_window", c.sliding_window},
+          {"sliding_pattern", c.sliding_pattern},
+          {"rope_local_theta", c.rope_local_theta},
+          {"rope_linear_factor", c.rope_linear_factor}};
 }
 
 namespace {
@@ -61,11 +70,13 @@ class Fields {
     if (!v.is_number_integer()) bad(key, v, "is not an integer");
     return v.get<int64_t>();
   }
-  float number(const char* key) const {
-    const json& v = *get(key, false);
-    if (!v.is_number()) bad(key, v, "is not a number");
-    return static_cast<float>(v.get<double>());
+  float number(const char* key, bool optional = false, float def = 0.0f) const {
+    const json* v = get(key, optional);
+    if (!v) return def;
+    if (!v->is_number()) bad(key, *v, "is not a number");
+    return static_cast<float>(v->get<double>());
   }
+  int64_t integer(const char* key, bool optional, int64_t def) const { return get(key, optional) ? integer(key) : def; }
   std::string string(const char* key, bool optional, const std::string& def) const {
     const json* v = get(key, optional);
     if (!v) return def;
@@ -142,6 +153,16 @@ ModelConfig model_config_from_json(const json& j, const std::string& where, cons
   f.boolean("mlp_bias", flags_optional, &c.mlp_bias);
   f.boolean("learned_pos", flags_optional, &c.learned_pos);
   f.boolean("qk_norm", true, &c.qk_norm);  // absent in files written before it existed
+  // Gemma 3's fields, absent in files written before they existed.
+  c.norm_offset = f.number("norm_offset", true, c.norm_offset);
+  f.boolean("post_norms", true, &c.post_norms);
+  c.embed_scale = f.number("embed_scale", true, c.embed_scale);
+  c.attn_scale = f.number("attn_scale", true, c.attn_scale);
+  c.logit_softcap = f.number("logit_softcap", true, c.logit_softcap);
+  c.sliding_window = f.integer("sliding_window", true, c.sliding_window);
+  c.sliding_pattern = f.integer("sliding_pattern", true, c.sliding_pattern);
+  c.rope_local_theta = f.number("rope_local_theta", true, c.rope_local_theta);
+  c.rope_linear_factor = f.number("rope_linear_factor", true, c.rope_linear_factor);
   checked_parameter_count(c, where);
   return c;
 }

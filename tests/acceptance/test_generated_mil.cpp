@@ -44,7 +44,7 @@ void expect_device_legal(const mil::Program& program, const std::string& what) {
 
 // One shared buffer of zeros large enough for any weight of these presets.
 const std::vector<float>& zeros() {
-  static const std::vector<float> z(size_t{6} << 20, 0.0f);  // 6 Mi floats: 4864 x 896 < 4.4 Mi
+  static const std::vector<float> z(size_t{8} << 20, 0.0f);  // 8 Mi floats: gemma3-1b's 6912 x 1152 < 7.6 Mi
   return z;
 }
 
@@ -101,10 +101,12 @@ TEST(GeneratedMil, PrefillBucketsOfEveryPreset) {
     infer::LayerWeights L;
     L.wq = zero_mat(QD, D), L.wk = zero_mat(KVD, D), L.wv = zero_mat(KVD, D), L.wo = zero_mat(D, QD);
     L.w1 = zero_mat(H, D), L.w2 = zero_mat(D, H);
-    if (c.activation == models::Activation::kSilu) L.w3 = zero_mat(H, D);
-    const std::vector<float> ones(size_t(D), 1.0f);
+    if (gated_mlp(c.activation)) L.w3 = zero_mat(H, D);
+    const std::vector<float> ones(size_t(std::max(D, c.head_dim)), 1.0f);
     const std::span<const float> z = zeros();
-    L.attn_norm = L.ffn_norm = ones;
+    L.attn_norm = L.ffn_norm = std::span(ones).first(size_t(D));
+    if (c.qk_norm) L.q_norm = L.k_norm = std::span(ones).first(size_t(c.head_dim));
+    if (c.post_norms) L.attn_post_norm = L.ffn_post_norm = L.attn_norm;
     if (c.norm != models::NormType::kRms) L.attn_norm_b = L.ffn_norm_b = z.first(size_t(D));
     if (c.qkv_bias) L.bq = z.first(size_t(QD)), L.bk = L.bv = z.first(size_t(KVD));
     if (c.attn_out_bias) L.bo = z.first(size_t(D));
@@ -117,9 +119,12 @@ TEST(GeneratedMil, PrefillBucketsOfEveryPreset) {
     }
     for (int64_t S : buckets) {
       EXPECT_EQ(S % 32, 0) << name << " bucket " << S;
-      const infer::LayerKernelSource src = infer::build_layer_kernel(c, L, S, mil::Dialect::kIos18);
-      expect_device_legal(src.program, cat(name, " prefill bucket ", S));
-      ++programs;
+      for (int64_t layer : {int64_t{0}, c.sliding_pattern - 1}) {  // a sliding and a global layer (Gemma)
+        if (layer < 0 || (layer > 0 && c.sliding_window == 0)) continue;
+        const infer::LayerKernelSource src = infer::build_layer_kernel(c, L, S, mil::Dialect::kIos18, layer);
+        expect_device_legal(src.program, cat(name, " layer ", layer, " prefill bucket ", S));
+        ++programs;
+      }
     }
   }
   // a context that is not a multiple of 32 (demo / converted models): its last bucket is padded

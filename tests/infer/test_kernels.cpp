@@ -131,13 +131,15 @@ TEST(InferKernels, VectorExpSiluGelu) {
 }
 
 // Prefill (GEMM, batched transposed-key attention, pooled elementwise ops, chunks continuing at pos > 0)
-// against token-by-token decode (GEMV, per-position attention) on random models with head_dim 64.
+// against token-by-token decode (GEMV, per-position attention) on random models with head_dim 64; the
+// gemma3 one has a sliding window of 7 on layer 0 (layer 1 global), crossing the chunk boundaries.
 TEST(InferKernels, PrefillMatchesTokenByTokenDecode) {
-  for (const char* preset : {"qwen2.5-0.5b", "gpt2-124m"}) {
+  for (const char* preset : {"qwen2.5-0.5b", "gpt2-124m", "gemma3-270m"}) {
     models::ModelConfig c = models::preset(preset);
     c.dim = 128, c.hidden_dim = 256, c.n_layers = 2, c.n_heads = 2, c.head_dim = 64, c.vocab_size = 300;
     c.n_kv_heads = c.arch == "gpt2" ? 2 : 1;
     c.max_seq_len = 128;
+    if (c.sliding_window > 0) c.sliding_window = 7, c.sliding_pattern = 2;
     EngineOptions o;
     o.dtype = WType::kF32;
     o.prefill_chunk = 24;  // 53 tokens: chunks of 24, 24, 5 (the last on the per-position path)

@@ -100,9 +100,13 @@ TEST_P(LogitsCli, EmulatorPrefillLogitsMatchTransformersAtEveryPosition) {
 }
 
 TEST_P(LogitsCli, GreedyIdsEqualTransformersCpuFp32) { check_greedy({"cpu", "fp32"}); }
-TEST_P(LogitsCli, GreedyIdsEqualTransformersEmulatorFp16) { check_greedy({"emulator", "fp16"}); }
+TEST_P(LogitsCli, GreedyIdsEqualTransformersEmulatorFp16) {
+  check_greedy({"emulator", "fp16"});
+}
 
 INSTANTIATE_TEST_SUITE_P(Architectures, LogitsCli, ::testing::Values("gpt2", "qwen2", "llama_fp16"));
+// Gemma 3 (sliding window 4 < the prompts, (1 + w) norms, post norms, GeGLU, soft-capping) and Qwen3 (q/k norms).
+INSTANTIATE_TEST_SUITE_P(NewArchitectures, LogitsCli, ::testing::Values("gemma3_bf16", "qwen3_bf16"));
 // Llama 3 with llama3 RoPE scaling (original context 32 < the 40-token prompt; factor 8 changes all but the
 // fastest of the 8 frequencies, so an engine without the scaling is off from position 1 on).
 INSTANTIATE_TEST_SUITE_P(Llama3, LogitsCli, ::testing::Values("llama3_bf16"));

@@ -40,7 +40,24 @@ ModelConfig every_field_set() {
   c.activation = Activation::kGeluTanh;
   c.learned_pos = true;
   c.qk_norm = true;
+  c.norm_offset = 1.0f;
+  c.post_norms = true;
+  c.embed_scale = 6.0f;
+  c.attn_scale = 0.25f;
+  c.logit_softcap = 30.0f;
+  c.sliding_window = 8;
+  c.sliding_pattern = 2;
+  c.rope_local_theta = 100.0f;
+  c.rope_linear_factor = 4.0f;
   return c;
+}
+
+// Gemma 3's fields: optional in every file (absent reads as the default, which leaves other models as they were).
+bool optional_key(const std::string& k) {
+  for (const char* o : {"norm_offset", "post_norms", "embed_scale", "attn_scale", "logit_softcap", "sliding_window",
+                        "sliding_pattern", "rope_local_theta", "rope_linear_factor"})
+    if (k == o) return true;
+  return false;
 }
 
 TEST(ModelConfigJson, EveryFieldDiffersFromTheDefault) {
@@ -58,11 +75,11 @@ TEST(ModelConfigJson, EveryFieldRoundTrips) {
 TEST(ModelConfigJson, EveryKeyIsWrittenAndRead) {
   const ModelConfig c = every_field_set();
   const json j = model_config_to_json(c);
-  EXPECT_EQ(j.size(), 21u) << "a ModelConfig field was added or removed: update model_config_json and this test";
+  EXPECT_EQ(j.size(), 30u) << "a ModelConfig field was added or removed: update model_config_json and this test";
   for (const auto& [k, v] : j.items()) {
     json cut = j;
     cut.erase(k);
-    if (k == "qk_norm") {  // optional everywhere (older files lack it): absent reads as false
+    if (k == "qk_norm" || optional_key(k)) {  // optional everywhere (older files lack it): absent reads as the default
       EXPECT_NE(model_config_from_json(cut, "m.anelab", "model", "config."), c);
       continue;
     }
