@@ -34,9 +34,9 @@ step is 0.004 (Qwen3), 0.006 (Llama 3), 0.04 (Gemma 3): an fp32 engine must repr
 one may not; the configs are passed in transformers 5.x style (rope_parameters) and fall back to the 4.x
 keywords (rope_theta, rope_scaling, rope_local_base_freq) on an older transformers.
 
-Reference logits are computed in fp32 on the CPU from the weights exactly as saved (bf16/fp16 weights
-are upcast to fp32 first), with eager attention, so an fp32 engine reading the files should match
-to ~1e-5. Weights use initializer_range 0.1 (larger than HF's 0.02) so logits are not near-uniform
+Reference logits are computed in fp32 on the CPU from the saved files loaded back in fp32 (bf16/fp16
+weights upcast; buffers such as the RoPE inverse frequencies built afresh in fp32, not rounded to the
+storage dtype), with eager attention, so an fp32 engine reading the files should match to ~1e-5. Weights use initializer_range 0.1 (larger than HF's 0.02) so logits are not near-uniform
 and greedy choices are decisive. Everything is seeded: running it twice gives identical files.
 
 Usage: python3 scripts/make_hf_fixtures.py --out OUTDIR [--only NAME ...] [--tar OUT.tar.gz]
@@ -198,9 +198,11 @@ def reference(model, prompts=PROMPTS, n_greedy=N_GREEDY):
 
 
 def save(model, path, dtype, **kw):
-    model = model.to(dtype)
-    model.save_pretrained(path, safe_serialization=True, **kw)
-    return model
+    """Saves the model in `dtype` and returns it loaded back from the files in fp32: the reference then computes
+    from exactly the saved weights, with buffers (RoPE inverse frequencies) built afresh in fp32 as a user
+    loading the checkpoint in fp32 gets them (model.to(bfloat16) would round those buffers too)."""
+    model.to(dtype).save_pretrained(path, safe_serialization=True, **kw)
+    return type(model).from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
 
 
 NEW_MODELS = [
