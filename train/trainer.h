@@ -1,4 +1,4 @@
-// The training loop (issue 4). run_training() reads like the loop it is:
+// The training loop. run_training() reads like the loop it is:
 //   setup (model, data, optimizer, engine, events) -> per step: batches, forward/backward, unscale,
 //   check, clip, AdamW, log -> periodic eval / sample / checkpoint -> final eval, checkpoint, report.
 // Resume (--resume) restores everything that influences the next step (weights, moments, step, adam_t,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Acceptance check for `anelab mil run` (issue 2).
+"""Acceptance check for `anelab mil run`.
 
 Runs the hand-written, ANE-dialect Stories110M attention-forward program attn_fwd_stories110m.mil
 (RMSNorm, three 1x1 convs from one three-chunk blob file, reshape/transpose to 12 heads, matmul,

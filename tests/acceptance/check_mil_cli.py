@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """`anelab mil check|print|run` as a user drives them: exit codes and one-line errors naming the
-file, line and op (issue 2, "anelab mil").
+file, line and op ("anelab mil").
 
 usage: check_mil_cli.py ANELAB_BINARY PROGRAM.mil WORK_DIR
 """

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The first hour with anelab, scripted (issue 18): every step a new user takes, in order, each one
+"""The first hour with anelab, scripted: every step a new user takes, in order, each one
 checked. Standard library only; runs the built `anelab` binary from a scratch directory outside the
 checkout, on the corpus and tokenizer the repo carries (data/tinytales).
 

@@ -1,4 +1,4 @@
-// The native backend around compile failures and restarts, through FakeShim (issue 17 items 1, 2, 6, 10):
+// The native backend around compile failures and restarts, through FakeShim (the native-path audit):
 // the budget leaves a margin below the compiler's limit; one compile counter per process; static kernels
 // of old weights are freed (unloaded first) before their replacements compile; weights/ always exists;
 // a program still loaded when a process exec-restarts loads in the next process without a compile.

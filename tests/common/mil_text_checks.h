@@ -1,4 +1,4 @@
-// Scans printed MIL text for float literals the ANE compiler may not read (issue 17 item 4): decimal
+// Scans printed MIL text for float literals the ANE compiler may not read: decimal
 // exponent forms ("1e-05", "6.5504E+04") and nan / inf. Tokens are split at MIL punctuation, so names
 // such as c_fp16_1e5 never match; hex floats ("0x1.8p-3") are the printer's exact form and pass.
 #pragma once

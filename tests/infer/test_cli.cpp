@@ -1,4 +1,4 @@
-// The `anelab` binary's first-hour behaviour (issue 18): unknown commands and options name the closest
+// The `anelab` binary's first-hour behaviour: unknown commands and options name the closest
 // match; llama.cpp aliases (-m, -n, -c); numeric checks (-t -1); --backend choices; progress lines on
 // stderr (quiet with -q) and the CPU path by default; the first prompt token of a byte-level vocabulary
 // echoed; base models refuse chat with a hint; a vocabulary mismatch named as such; a hint when generate

@@ -40,7 +40,7 @@ TEST(InferPrefill, Buckets) {
   EXPECT_EQ(prefill_bucket(33, 512), 64);
   EXPECT_EQ(prefill_bucket(65, 512), 128);
   // a context that is not a multiple of 32: the last bucket is padded to whole 64-byte device rows
-  // (issue 17 item 3); the causal mask keeps the padding out of every real row
+  // (the device's row-stride rule); the causal mask keeps the padding out of every real row
   EXPECT_EQ(prefill_bucket(300, 300), 320);
   EXPECT_EQ(prefill_bucket(257, 300), 320);
   EXPECT_EQ(prefill_bucket(3, 20), 32);

@@ -262,7 +262,7 @@ TEST(KernelStrategies, MissingWeightsAndBadShapesAreReported) {
   EXPECT_THROW(r.set_weights(w), Error);  // empty spans
   s.seq = 16;
   EXPECT_THROW(kern::build_kernel(KernelKind::kSdpaBwd1, s, Strategy::kDynamic), Error);  // S < 32
-  s.seq = 48;  // issue 17 item 3: not a whole number of 64-byte device rows
+  s.seq = 48;  // not a whole number of 64-byte device rows
   EXPECT_THROW(kern::build_kernel(KernelKind::kSdpaBwd1, s, Strategy::kDynamic), Error);
   s = gqa_shape();
   s.n_kv_heads = 3;

@@ -86,7 +86,7 @@ TEST(MilBuilder, ConvGeneralGeometry) {
   o.pad_type = "same";
   EXPECT_EQ(b.conv(x, w, o).shape(), (Shape{1, 16, 16, 16}));
   // (a fresh options value: g++ 12.2 -O3 miscompiles `o.pad = {1, 1, 0, 0}; o.dilations = {2, 1};` here,
-  //  see the report of issue 2; -fno-tree-slp-vectorize avoids it)
+  //  -fno-tree-slp-vectorize avoids it)
   ConvOptions c{.strides = {2, 2}, .dilations = {2, 1}, .pad = {1, 1, 0, 0}, .pad_type = "custom", .groups = 2, .bias = {}};
   EXPECT_EQ(b.conv(x, w, c).shape(), (Shape{1, 16, 15, 15}));
 }

@@ -1,4 +1,4 @@
-// Every device-profile rule has a test that trips it (issue 2): minimum spatial extent (fp16 / fp32),
+// Every device-profile rule has a test that trips it: minimum spatial extent (fp16 / fp32),
 // minimum surface bytes, maximum dimension, conv input channels, cast and dialect on M1-M3, the
 // ignored SDPA mask, multi-input surface sizes and slot order, and the compile budget (emulator tests).
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""stories15m from scratch reaches a clearly falling loss within a CI-sized budget (issue 4).
+"""stories15m from scratch reaches a clearly falling loss within a CI-sized budget.
 
 Tokenizes the TinyStories prefix with the Llama 2 tokenizer (`anelab tokenize`), trains the
 stories15m preset from a seeded random init for 40 steps (B=8, T=128, CPU strategy) and checks, from

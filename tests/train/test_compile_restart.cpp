@@ -1,4 +1,4 @@
-// Compile failures during training (issue 17 item 1, item 10 and its acceptance point): the real `anelab`
+// Compile failures during training: the real `anelab`
 // binary trains with `--backend ane --strategy static` over the fake shim (ANELAB_ANE_SHIM=fake), which fails
 // the compiles of the run that the test draws at random (ANELAB_FAKE_ANE_FAIL_COMPILES). Every failure
 // checkpoints the last completed step and exec-restarts; the run must end in the state of an uninjected run,

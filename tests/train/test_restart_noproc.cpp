@@ -1,4 +1,4 @@
-// exec-restart without /proc (issue 12): the real `anelab` binary, static strategy, a tiny --compile-budget,
+// exec-restart without /proc: the real `anelab` binary, static strategy, a tiny --compile-budget,
 // run in a private mount namespace with an empty tmpfs over /proc (`unshare -m`, needs root or user
 // namespaces; skipped with the reason otherwise). The restarted run must equal an unrestarted in-process run
 // bit for bit. Also: invoked through a relative path to a symlink from another cwd, through $PATH, and with an
