@@ -3,6 +3,7 @@
 #include <cctype>
 
 #include "framework/core/thread_pool.h"
+#include "models/arch/arch.h"
 
 namespace anelab::models {
 namespace {
@@ -52,7 +53,9 @@ DType mix_dtype(const ModelConfig& c, const std::string& name, const std::vector
     t = mix == QuantMix::kQ8_0 ? DType::kQ8_0 : DType::kQ6_K;
   } else if (mix == QuantMix::kQ4_K_M) {
     if ((leaf == "wv" || leaf == "w2" || leaf == "proj") && use_more_bits(layer, c.n_layers)) t = DType::kQ6_K;
-    if (c.arch == "gpt2" && (leaf == "wq" || leaf == "wk" || leaf == "wv")) t = DType::kQ6_K;
+    // A fused attn_qkv in GGUF (the architecture table says which) holds wv too: one type for the three.
+    const Arch* a = find_arch(c.arch);
+    if (a && a->gguf_fused_qkv && (leaf == "wq" || leaf == "wk" || leaf == "wv")) t = DType::kQ6_K;
   }
   return fit_row(t, shape.back());
 }
