@@ -30,6 +30,11 @@ void TrainShape::validate() const {
   ANELAB_CHECK(seq % m == 0, "kernels", "train shape ", str(), ": seq ", seq, " is not a multiple of ", m,
                " (the ANE starts I/O rows every 64 bytes: the row-stride rule of the device profile); use ",
                (seq + m - 1) / m * m);
+  // sdpa_bwd1 returns dv, probs and dp in one output [1, KVD + 2*heads*S, 1, S]: its channels must fit one dimension.
+  const int64_t channels = kv_dim() + 2 * n_heads * seq, cap = rt::max_dim_all_profiles();
+  ANELAB_CHECK(channels <= cap, "kernels", "train shape ", str(), ": sdpa_bwd1's output has ", channels,
+               " channels (kv_dim + 2 x heads x seq), over the ANE's largest dimension ", cap,
+               "; use a sequence length of at most ", (cap - kv_dim()) / (2 * n_heads) / m * m);
 }
 
 std::string TrainShape::str() const {

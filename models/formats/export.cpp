@@ -70,16 +70,6 @@ Tensor permute_rope_rows(const Tensor& t, int64_t head_dim, RopeStyle from, Rope
   return r;
 }
 
-Model copy_header(const Model& m) {
-  Model r;
-  r.config = m.config;
-  r.vocab = m.vocab;
-  r.tokenizer_path = m.tokenizer_path;
-  r.chat_template = m.chat_template;
-  r.source_format = m.source_format;
-  r.source_path = m.source_path;
-  return r;
-}
 
 // Matrices converted to dtype (stored_dtype's rule); in memory.
 Model with_dtype(const Model& m, std::optional<DType> dtype) {
@@ -216,6 +206,17 @@ void write_llama2c(const Model& src, const std::string& out) {
 }
 
 }  // namespace
+
+Model copy_header(const Model& m) {
+  Model r;
+  r.config = m.config;
+  r.vocab = m.vocab;
+  r.tokenizer_path = m.tokenizer_path;
+  r.chat_template = m.chat_template;
+  r.source_format = m.source_format;
+  r.source_path = m.source_path;
+  return r;
+}
 
 Model with_rope_style(const Model& m, RopeStyle target) {
   const RopeStyle from = m.config.rope_style;

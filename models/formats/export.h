@@ -37,6 +37,8 @@ std::vector<std::string> export_model(const Model& m, const std::string& out, Ex
 
 // The model with its q/k rows permuted into `target` RoPE order (views of m where nothing changes).
 Model with_rope_style(const Model& m, RopeStyle target);
+// A model with m's config, tokenizer, chat template and source, and no tensors (converters add theirs).
+Model copy_header(const Model& m);
 // Hugging Face tokenizer.json text of a byte-level BPE vocabulary (throws for SentencePiece vocabularies).
 std::string vocab_to_hf_tokenizer_json(const tok::VocabData& v);
 

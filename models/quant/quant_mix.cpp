@@ -4,6 +4,7 @@
 
 #include "framework/core/thread_pool.h"
 #include "models/arch/arch.h"
+#include "models/formats/export.h"
 
 namespace anelab::models {
 namespace {
@@ -61,13 +62,7 @@ DType mix_dtype(const ModelConfig& c, const std::string& name, const std::vector
 }
 
 Model quantize_model(const Model& m, QuantMix mix) {
-  Model r;
-  r.config = m.config;
-  r.vocab = m.vocab;
-  r.tokenizer_path = m.tokenizer_path;
-  r.chat_template = m.chat_template;
-  r.source_format = m.source_format;
-  r.source_path = m.source_path;
+  Model r = copy_header(m);
   ThreadPool& pool = ThreadPool::global();
   for (const Tensor& t : m.tensors()) {
     const DType d = mix_dtype(m.config, t.name, t.shape, t.dtype, mix);
