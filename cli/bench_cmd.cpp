@@ -1,3 +1,5 @@
+// anelab bench memory: the machine's read bandwidth (GB/s) at N threads, the limit a decode GEMV streams
+// its weights against (scripts/bench_quant_peers.sh prints tok/s next to it).
 // anelab bench emulator: the machine's fp32 FMA peak (measured in-process on the same thread pool the
 // emulator uses) and the emulator's speed on these workloads (framework/kernels/workloads.h):
 //   conv       a 1x1 conv 768->2048 at S=256 (fp16 I/O),
@@ -12,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string_view>
@@ -64,6 +67,39 @@ double fma_peak_gflops(int threads) {
     if (total == 12345.0f) std::printf(" ");  // keep the loop alive
     best = std::max(best, static_cast<double>(threads) * (kIters / 16) * 16 * kChains * W::kWidth * 2 / sec / 1e9);
   }
+  return best;
+}
+
+// Read bandwidth: a buffer of `bytes` (far larger than the last-level cache), each pool worker first-touches
+// and then sums its own contiguous slice with 4 vector accumulators per pass; best of `passes` passes.
+double read_bandwidth_gbs(int threads, int64_t bytes, int passes) {
+  namespace W = simd;
+  ThreadPool pool(threads);
+  const int64_t n = bytes / static_cast<int64_t>(sizeof(float)) / (4 * W::kWidth * threads) * (4 * W::kWidth * threads);
+  std::unique_ptr<float[]> buf(new float[static_cast<size_t>(n)]);  // not value-initialised: workers touch it
+  const int64_t per = n / threads;
+  pool.run([&](int w) { std::fill(buf.get() + w * per, buf.get() + (w + 1) * per, 1e-9f); });
+  std::vector<float> sink(static_cast<size_t>(threads), 0.0f);
+  double best = 0;
+  for (int rep = 0; rep < passes; ++rep) {
+    const auto t0 = Clock::now();
+    pool.run([&](int w) {
+      const float* p = buf.get() + w * per;
+      W::F32 a0 = W::set1(0), a1 = a0, a2 = a0, a3 = a0;
+      for (int64_t i = 0; i < per; i += 4 * W::kWidth) {
+        a0 = W::add(a0, W::load(p + i));
+        a1 = W::add(a1, W::load(p + i + W::kWidth));
+        a2 = W::add(a2, W::load(p + i + 2 * W::kWidth));
+        a3 = W::add(a3, W::load(p + i + 3 * W::kWidth));
+      }
+      sink[static_cast<size_t>(w)] += W::reduce_add(W::add(W::add(a0, a1), W::add(a2, a3)));
+    });
+    const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::max(best, static_cast<double>(n) * sizeof(float) / sec / 1e9);
+  }
+  float total = 0;
+  for (float v : sink) total += v;
+  if (total == 12345.0f) std::printf(" ");  // keep the loop alive
   return best;
 }
 
@@ -198,6 +234,27 @@ void add_bench_commands(CLI::App& app) {
   emu->add_flag("--json", o->json, "machine-readable output");
   emu->add_flag("--print-mil", o->print_mil, "print each training kernel's MIL program before timing it");
   emu->callback([o] { run_bench(*o); });
+
+  auto* mem = bench->add_subcommand("memory", "Read bandwidth of main memory (GB/s) at N threads: the bound of a decode GEMV");
+  struct MemOpts {
+    int threads = 0, passes = 5;
+    int64_t mib = 2048;
+    bool json = false;
+  };
+  auto m = std::make_shared<MemOpts>();
+  mem->add_option("--threads", m->threads, "threads (0 = all hardware threads)")->capture_default_str();
+  mem->add_option("--mib", m->mib, "buffer size in MiB (well above the last-level cache)")->capture_default_str()->check(CLI::Range(64, 1 << 20));
+  mem->add_option("--passes", m->passes, "timed passes (best reported)")->capture_default_str()->check(CLI::PositiveNumber);
+  mem->add_flag("--json", m->json, "machine-readable output");
+  mem->callback([m] {
+    const int threads = m->threads > 0 ? m->threads : ThreadPool::global().size();
+    const double gbs = read_bandwidth_gbs(threads, m->mib << 20, m->passes);
+    if (m->json)
+      std::printf("%s\n", nlohmann::json{{"threads", threads}, {"mib", m->mib}, {"read_gbs", gbs}}.dump().c_str());
+    else
+      std::printf("read bandwidth (%d threads, %lld MiB, best of %d): %.1f GB/s\n", threads,
+                  static_cast<long long>(m->mib), m->passes, gbs);
+  });
 }
 
 }  // namespace anelab::cli
