@@ -141,4 +141,9 @@ std::string hf_decoder_name(const std::string& name, const std::map<std::string,
   fail("model", "tensor ", name, " has no Hugging Face name");
 }
 
+std::string hf_decoder_name_default(const std::string& canonical) {
+  static const auto names = hf_decoder_layer_names();
+  return hf_decoder_name(canonical, names);
+}
+
 }  // namespace anelab::models::hf

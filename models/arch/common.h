@@ -40,6 +40,8 @@ void map_hf_decoder(Model& m, const StTensorMap& ts, const std::map<std::string,
                     const std::string& w);
 // The inverse: the HF name of a canonical tensor ("layers.3.wq" -> "model.layers.3.self_attn.q_proj.weight").
 std::string hf_decoder_name(const std::string& canonical, const std::map<std::string, std::string>& per_layer);
+// The same through hf_decoder_layer_names(): the HF names of the Llama family unchanged (llama, qwen2).
+std::string hf_decoder_name_default(const std::string& canonical);
 
 void add_st(Model& m, const std::string& name, const StTensor& t);
 

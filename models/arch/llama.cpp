@@ -108,11 +108,6 @@ json to_hf(const ModelConfig& c) {
   return j;
 }
 
-std::string hf_name(const std::string& canonical) {
-  static const auto names = hf::hf_decoder_layer_names();
-  return hf::hf_decoder_name(canonical, names);
-}
-
 void from_gguf(const GgufFile& g, ModelConfig* c, const std::string&) {
   c->norm_eps = static_cast<float>(g.get_num(c->arch + ".attention.layer_norm_rms_epsilon", 1e-5));
   c->rope_style = RopeStyle::kAdjacentPairs;
@@ -128,7 +123,7 @@ const Arch& llama_arch() {
     r.hf_config = from_hf;
     r.hf_tensors = hf_tensors;
     r.hf_export_config = to_hf;
-    r.hf_tensor_name = hf_name;
+    r.hf_tensor_name = hf::hf_decoder_name_default;
     r.gguf_config = from_gguf;
     r.gguf_rope = RopeStyle::kAdjacentPairs;
     r.presets = {{"stories260k", stories(64, 172, 5, 8, 4, 512, 512)},

@@ -49,11 +49,6 @@ json to_hf(const ModelConfig& c) {
   return j;
 }
 
-std::string hf_name(const std::string& canonical) {
-  static const auto names = hf::hf_decoder_layer_names();
-  return hf::hf_decoder_name(canonical, names);
-}
-
 void from_gguf(const GgufFile& g, ModelConfig* c, const std::string&) {
   c->norm_eps = static_cast<float>(g.get_num(c->arch + ".attention.layer_norm_rms_epsilon", 1e-5));
   c->rope_style = RopeStyle::kRotateHalf;
@@ -69,7 +64,7 @@ const Arch& qwen2_arch() {
     r.hf_config = from_hf;
     r.hf_tensors = hf_tensors;
     r.hf_export_config = to_hf;
-    r.hf_tensor_name = hf_name;
+    r.hf_tensor_name = hf::hf_decoder_name_default;
     r.gguf_config = from_gguf;
     r.presets = {{"qwen2.5-0.5b", preset(896, 4864, 24, 14, 2, 64, 32768, true)},
                  {"qwen3-0.6b-shape", preset(1024, 3072, 28, 16, 8, 128, 40960, false)}};
