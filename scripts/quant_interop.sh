@@ -7,8 +7,10 @@
 #     compared: identical, or the number of leading characters they share);
 #   * llama-perplexity saves its log-probabilities of the held-out text (--kl-divergence-base) and
 #     `anelab perplexity --kl-base` scores the same tokens: KL(llama.cpp || anelab), top-1 agreement,
-#     max |Δ log p| (absolute and relative to the logit range), and whether the text tokenizes alike.
-# One table at the end (also OUT/table.md). llama.cpp runs with an fp32 KV cache and no flash attention, so
+#     max |Δ log p| (absolute and relative to the logit range), and whether the text tokenizes alike;
+#     then again with `--dtype fp32` (the file's weights dequantized, exact activations): how far llama.cpp
+#     itself is from exact arithmetic on these weights, the scale its activation rounding sets.
+# One table at the end (also OUT/table.md); outputs already in OUT are reused (delete them to redo). llama.cpp runs with an fp32 KV cache and no flash attention, so
 # what differs between the two programs is the activation rounding and the order of the sums.
 #
 # Usage: scripts/quant_interop.sh [--model NAME:FILE:TOKENIZER]... [--types "q8_0 q4_0 q4_k_m"] OUT
@@ -30,6 +32,8 @@ CHUNKS=${CHUNKS:-4}
 TOKENS=${TOKENS:-64}
 PROMPT="Once upon a time"
 export LD_LIBRARY_PATH=$LLAMA_BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# llama.cpp's OpenMP threads spin while they wait: on a loaded machine that made it 10x slower here.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
 die() { echo "[quant_interop] $*" >&2; exit 1; }
 
@@ -73,15 +77,16 @@ make_base() {  # NAME FILE TOKENIZER -> $out/NAME/f32.gguf
   fi
 }
 
-# Greedy text of both programs on one GGUF: "identical (N chars)" or "first N of M chars".
+# Greedy text of both programs on one GGUF: "identical (N chars)" or "first N of M chars". Outputs of an
+# earlier run in OUT are reused.
 greedy() {  # GGUF LOGPREFIX
   local f=$1 p=$2
-  "$LLAMA_BIN/llama-completion" -m "$f" -p "$PROMPT" -n "$TOKENS" --temp 0 -no-cnv -nr -t "$THREADS" -fa off \
-    -ctk f32 -ctv f32 --no-warmup --simple-io < /dev/null > "$p.llama.txt" 2> "$p.llama.log" || { echo "llama.cpp failed"; return; }
-  if ! "$ANELAB" infer generate -q -m "$f" -i "$PROMPT" --max-tokens "$TOKENS" -t 0 --threads "$THREADS" \
-      > "$p.anelab.txt" 2> "$p.anelab.log"; then
-    echo "anelab failed: $(tail -1 "$p.anelab.log")"; return
-  fi
+  [ -s "$p.llama.txt" ] || { "$LLAMA_BIN/llama-completion" -m "$f" -p "$PROMPT" -n "$TOKENS" --temp 0 -no-cnv -nr \
+    -t "$THREADS" -fa off -ctk f32 -ctv f32 --no-warmup --simple-io < /dev/null > "$p.llama.tmp" 2> "$p.llama.log" \
+    && mv "$p.llama.tmp" "$p.llama.txt"; } || { echo "llama.cpp failed"; return; }
+  [ -s "$p.anelab.txt" ] || { "$ANELAB" infer generate -q -m "$f" -i "$PROMPT" --max-tokens "$TOKENS" -t 0 \
+    --threads "$THREADS" > "$p.anelab.tmp" 2> "$p.anelab.log" && mv "$p.anelab.tmp" "$p.anelab.txt"; } \
+    || { echo "anelab failed: $(tail -1 "$p.anelab.log")"; return; }
   python3 - "$p.llama.txt" "$p.anelab.txt" <<'EOF'
 import sys
 # llama-completion prints the prompt with SentencePiece's leading space: compare without outer whitespace.
@@ -91,28 +96,36 @@ print(f"identical ({len(a)} chars)" if a == b else f"first {n} of {len(a)}/{len(
 EOF
 }
 
-# llama-perplexity's base file, then anelab on the same tokens: "PPL_llama PPL_anelab tokens KL top1 dlogp rel".
+# "KL top1 dlogp rel" of one `anelab perplexity --kl-base` output.
+kl_figures() {
+  sed -n 's/.*: mean \([-0-9.e]*\) +\/- [0-9.e]*, top-1 agreement \([0-9.]*\)%, max |dlogp| \([0-9.e+-]*\) (\([0-9.e+-]*\) of.*/\1 \2 \3 \4/p' "$1"
+}
+
+# llama-perplexity's base file (kept in OUT, reused), then anelab on the same tokens twice: as it runs the
+# file (int8 activations) and with --dtype fp32 (the same dequantized weights, exact fp32 activations: what
+# llama.cpp's own activation rounding costs). Prints "PPL_llama PPL_anelab tokens KL top1 dlogp rel fKL
+# ftop1 fdlogp frel".
 logits() {  # GGUF LOGPREFIX
-  local f=$1 p=$2
-  "$LLAMA_BIN/llama-perplexity" -m "$f" -f "$text" -c "$CTX" --chunks "$CHUNKS" -b "$CTX" -nr -t "$THREADS" -fa off \
-    -ctk f32 -ctv f32 --kl-divergence-base "$p.kld" > "$p.lppl.log" 2>&1 || { echo "llama-perplexity failed"; return; }
-  if ! "$ANELAB" perplexity -q -m "$f" --text "$text" --kl-base "$p.kld" --threads "$THREADS" \
-      > "$p.appl.txt" 2> "$p.appl.log"; then
-    echo "anelab failed: $(tail -1 "$p.appl.log")"; return
-  fi
-  rm -f "$p.kld"
-  local lppl appl tokline kl
+  local f=$1 p=$2 d
+  [ -s "$p.kld" ] || { "$LLAMA_BIN/llama-perplexity" -m "$f" -f "$text" -c "$CTX" --chunks "$CHUNKS" -b "$CTX" -nr \
+    -t "$THREADS" -fa off -ctk f32 -ctv f32 --kl-divergence-base "$p.kld.tmp" > "$p.lppl.log" 2>&1 \
+    && mv "$p.kld.tmp" "$p.kld"; } || { echo "llama-perplexity failed"; return; }
+  for d in auto fp32; do
+    [ -s "$p.$d.txt" ] || { "$ANELAB" perplexity -q -m "$f" --text "$text" --kl-base "$p.kld" --threads "$THREADS" \
+      --dtype "$d" > "$p.$d.tmp" 2> "$p.$d.log" && mv "$p.$d.tmp" "$p.$d.txt"; } \
+      || { echo "anelab failed: $(tail -1 "$p.$d.log")"; return; }
+  done
+  local lppl appl toks
   lppl=$(sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$p.lppl.log")
-  appl=$(sed -n 's/^PPL = \([0-9.]*\).*/\1/p' "$p.appl.txt")
-  if grep -q "tokenization DIFFERS" "$p.appl.txt"; then tokline=differ; else tokline=same; fi
-  kl=$(sed -n 's/.*: mean \([-0-9.e]*\) +\/- [0-9.e]*, top-1 agreement \([0-9.]*\)%, max |dlogp| \([0-9.e+-]*\) (\([0-9.e+-]*\) of.*/\1 \2 \3 \4/p' "$p.appl.txt")
-  echo "$lppl $appl $tokline $kl"
+  appl=$(sed -n 's/^PPL = \([0-9.]*\).*/\1/p' "$p.auto.txt")
+  if grep -q "tokenization DIFFERS" "$p.auto.txt"; then toks=differ; else toks=same; fi
+  echo "$lppl $appl $toks $(kl_figures "$p.auto.txt") $(kl_figures "$p.fp32.txt")"
 }
 
 table=$out/table.md
 {
-  echo "| model | type | file | greedy $TOKENS: llama.cpp vs anelab | tokens | PPL llama.cpp / anelab | mean KL | top-1 | max abs dlogp | rel. to range |"
-  echo "|---|---|---|---|---|---|---|---|---|---|"
+  echo "| model | type | file | greedy $TOKENS: llama.cpp vs anelab | tokens | PPL llama.cpp / anelab | anelab vs llama.cpp: mean KL, top-1, max abs dlogp (rel. to range) | exact fp32 activations vs llama.cpp: mean KL, top-1, max abs dlogp |"
+  echo "|---|---|---|---|---|---|---|---|"
 } > "$table"
 for spec in "${models[@]}"; do
   IFS=: read -r name file tok <<< "$spec"
@@ -126,13 +139,18 @@ for spec in "${models[@]}"; do
     for who in anelab llama; do
       f=$dir/$who-$t.gguf
       if [ ! -s "$f" ]; then
-        echo "| $name | $t | $who-quantize | $who's quantizer failed: $(grep -m1 -i 'fail\|error' "$dir/$who-$t.quantize.log" 2>/dev/null | cut -c1-80) | | | | | | |" >> "$table"
+        echo "| $name | $t | $who-quantize | $who's quantizer failed: $(grep -m1 -i 'fail\|error' "$dir/$who-$t.quantize.log" 2>/dev/null | cut -c1-80) | | | | |" >> "$table"
         continue
       fi
       echo "== $name $t, $who's file" >&2
       g=$(greedy "$f" "$dir/$who-$t")
-      read -r lppl appl toks kl top1 dlogp rel <<< "$(logits "$f" "$dir/$who-$t")" || true
-      echo "| $name | $t | $who-quantize | $g | ${toks:-?} | ${lppl:-?} / ${appl:-?} | ${kl:-?} | ${top1:-?}% | ${dlogp:-?} | ${rel:-?} |" >> "$table"
+      r=$(logits "$f" "$dir/$who-$t")
+      read -r lppl appl toks kl top1 dlogp rel fkl ftop1 fdlogp _ <<< "$r" || true
+      if [ -z "${fdlogp:-}" ]; then
+        echo "| $name | $t | $who-quantize | $g | | $r | | |" >> "$table"
+      else
+        echo "| $name | $t | $who-quantize | $g | $toks | $lppl / $appl | $kl, $top1%, $dlogp ($rel) | $fkl, $ftop1%, $fdlogp |" >> "$table"
+      fi
     done
   done
 done
