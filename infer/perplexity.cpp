@@ -55,28 +55,36 @@ PerplexityResult perplexity(Engine& e, const std::vector<int32_t>& tokens, const
   return r;
 }
 
-KlResult compare_logits(const float* base, const float* run, int64_t n, int64_t vocab) {
+KlResult compare_with_base(const KlBase& base, const float* run) {
+  const int64_t V = base.vocab;
   KlResult k;
   double kl = 0, kl2 = 0;
   int64_t same = 0;
-  for (int64_t t = 0; t < n; ++t) {
-    const float* b = base + t * vocab;
-    const float* r = run + t * vocab;
-    const double lb = log_sum_exp(b, vocab), lr = log_sum_exp(r, vocab);
-    double d = 0;
-    for (int64_t i = 0; i < vocab; ++i) {
-      const double log_pb = b[i] - lb, log_pr = r[i] - lr;
+  std::vector<double> lb(static_cast<size_t>(V));  // [vocab] the base's log-probabilities of one position
+  for (int64_t t = 0; t < base.n; ++t) {
+    const float* r = run + t * V;
+    const double clamp = base.log_probs(t, lb.data());
+    const double lr = log_sum_exp(r, V);
+    const float* rmax = std::max_element(r, r + V);  // the first maximum, like the base's argmax below
+    const float* rmin = std::min_element(r, r + V);
+    double d = 0, worst = 0;
+    for (int64_t i = 0; i < V; ++i) {
+      if (lb[i] <= clamp) continue;
+      const double log_pb = lb[i], log_pr = r[i] - lr;
       d += std::exp(log_pb) * (log_pb - log_pr);
-      k.max_dlogit = std::max(k.max_dlogit, std::fabs(static_cast<double>(b[i]) - r[i]));
+      worst = std::max(worst, std::fabs(log_pb - log_pr));
     }
     kl += d;
     kl2 += d * d;
-    same += std::max_element(b, b + vocab) - b == std::max_element(r, r + vocab) - r;
+    k.max_dlogp = std::max(k.max_dlogp, worst);
+    if (*rmax > *rmin) k.max_rel = std::max(k.max_rel, worst / (static_cast<double>(*rmax) - *rmin));
+    k.base_step = std::max(k.base_step, static_cast<double>(base.half_step(t)));
+    same += std::max_element(lb.begin(), lb.end()) - lb.begin() == rmax - r;
   }
-  const double m = static_cast<double>(n);
+  const double m = static_cast<double>(base.n);
   k.mean_kl = kl / m;
   const double var = kl2 / m - k.mean_kl * k.mean_kl;
-  k.kl_err = var > 0 && n > 1 ? std::sqrt(var / (m - 1)) : 0.0;
+  k.kl_err = var > 0 && base.n > 1 ? std::sqrt(var / (m - 1)) : 0.0;
   k.top1 = static_cast<double>(same) / m;
   return k;
 }

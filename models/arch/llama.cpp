@@ -8,6 +8,9 @@
 //   stories15m    288/768,  6 layers,  6 heads, 6 kv,  vocab 32000, ctx 256
 //   stories42m    512/1376, 8 layers,  8 heads, 8 kv,  vocab 32000, ctx 1024
 //   stories110m   768/2048, 12 layers, 12 heads, 12 kv, vocab 32000, ctx 1024
+// plus stories3m, no llama2.c model: the tok512 vocabulary at rows of whole 256-blocks (so Q4_K and Q6_K
+// apply to every matrix), trained from scratch by scripts/train_quality_model.sh for docs/quantization.md:
+//   stories3m     256/768,  4 layers,  8 heads, 8 kv,  vocab 512,   ctx 256
 // and Meta's Llama 3.2 1B (HF rotate-half RoPE, theta 500000, llama3 scaling factor 32, low 1, high 4,
 // original context 8192, RMS eps 1e-5, tied):
 //   llama3.2-1b   2048/8192, 16 layers, 32 heads, 8 kv, head_dim 64, vocab 128256, ctx 131072
@@ -130,6 +133,7 @@ const Arch& llama_arch() {
                  {"stories15m", stories(288, 768, 6, 6, 6, 32000, 256)},
                  {"stories42m", stories(512, 1376, 8, 8, 8, 32000, 1024)},
                  {"stories110m", stories(768, 2048, 12, 12, 12, 32000, 1024)},
+                 {"stories3m", stories(256, 768, 4, 8, 8, 512, 256)},
                  {"llama3.2-1b", llama32_1b()}};
     return r;
   }();

@@ -1,12 +1,15 @@
 // `anelab perplexity` on stories260K (../shared/data) and held-out TinyStories text: its PPL, error
 // estimate and mean NLL equal what this test computes itself from `anelab infer logits` of the same
-// chunks (llama-perplexity's rule: chunks of --ctx tokens, BOS first, the second half scored); a run
-// compared with its own saved logits has KL 0, top-1 agreement 100 % and max |dlogit| 0; a base file
-// of another run's shape is refused in one line.
+// chunks (llama-perplexity's rule: the text tokenized with BOS first, chunks of --ctx tokens, each with BOS
+// first, the second half scored); a run compared with its own saved logits has KL 0, top-1 agreement 100 %
+// and max |dlogp| 0; a base file of another run's shape is refused in one line; a llama-perplexity
+// --kl-divergence-base file of the run's own logits (written here, tests/infer/kl_base_file.h) agrees to
+// within the file's rounding, its tokens are checked against the text's, and a changed token is named.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <regex>
 
@@ -14,6 +17,7 @@
 #include "framework/core/npy.h"
 #include "models/tokenizer/tokenizer.h"
 #include "tests/common/test_data.h"
+#include "tests/infer/kl_base_file.h"
 #include "tests/infer/test_cli_helpers.h"
 
 namespace anelab {
@@ -40,6 +44,12 @@ class PerplexityCli : public ::testing::Test {
     return "perplexity -q -m " + model_ + " --tokenizer " + tok_ + " --text " + text_ + " --ctx " +
            std::to_string(ctx) + " --chunks " + std::to_string(kChunks);
   }
+  // The text as llama-perplexity tokenizes it: BOS first (SentencePiece).
+  std::vector<int32_t> text_ids() const {
+    tok::EncodeOptions eo;
+    eo.add_bos = true;
+    return tok::load_tokenizer(tok_)->encode(read_file_text(text_), eo);
+  }
   fs::path dir_;
   std::string text_, model_, tok_;
 };
@@ -59,7 +69,7 @@ TEST_F(PerplexityCli, PplIsExpOfTheMeanNllOfInferLogits) {
 
   // The same chunks, scored here from `infer logits` (fp32 weights: llama2.c files compute in fp32).
   const auto tk = tok::load_tokenizer(tok_);
-  const std::vector<int32_t> ids = tk->encode(read_file_text(text_), tok::EncodeOptions{});
+  const std::vector<int32_t> ids = text_ids();
   ASSERT_GE(static_cast<int64_t>(ids.size()), kCtx * kChunks);
   double sum = 0, sum2 = 0;
   int64_t n = 0;
@@ -101,18 +111,69 @@ TEST_F(PerplexityCli, KlOfARunAgainstItselfIsZero) {
   EXPECT_EQ(a.shape, (std::vector<int64_t>{kChunks * (kCtx - 1 - kCtx / 2), 512}));
   r = anelab(base_args() + " --kl-base " + base);
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_NE(r.out.find("mean 0.000000 +/- 0.000000, top-1 agreement 100.000%, max |dlogit| 0\n"), std::string::npos)
-      << r.out;
+  EXPECT_NE(r.out.find("mean 0.000000 +/- 0.000000, top-1 agreement 100.000%, max |dlogp| 0 (0 of the logit range; "
+                       "the base's own rounding 0)\n"), std::string::npos) << r.out;
   // fp16 weights against the fp32 base: a small, non-zero divergence.
   r = anelab(base_args() + " --dtype fp16 --kl-base " + base);
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_GT(number_after(r.out, R"(max \|dlogit\| ([0-9.e-]+))"), 0.0);
+  EXPECT_GT(number_after(r.out, R"(max \|dlogp\| ([0-9.e-]+))"), 0.0);
   // Another --ctx scores other positions: refused, naming both shapes.
   r = anelab(base_args(32) + " --kl-base " + base);
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("[perplexity] --kl-base " + base + ": shape [124, 512] is not this run's [60, 512]"),
             std::string::npos) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+TEST_F(PerplexityCli, LlamaCppBaseFileOfItsOwnLogitsAgreesToItsRounding) {
+  const std::string npy = (dir_ / "base.npy").string(), kld = (dir_ / "base.kld").string();
+  auto r = anelab(base_args() + " --save-logits " + npy);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const NpyArray logits = read_npy(npy);
+  std::vector<int32_t> ids = text_ids();
+  ASSERT_GE(ids.size(), static_cast<size_t>(kCtx * kChunks));
+  const size_t n_text = ids.size();
+  ids.resize(kCtx * kChunks);
+  std::vector<uint8_t> file = test::llama_kl_base_bytes(kCtx, 512, kChunks, ids, logits.data);
+  write_file_atomic(kld, file.data(), file.size());
+
+  // --ctx and --chunks come from the file; --text is only compared with its tokens.
+  const std::string plain = "perplexity -q -m " + model_ + " --tokenizer " + tok_;
+  r = anelab(plain + " --text " + text_ + " --kl-base " + kld);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("tokenization: the text's first 256 ids (of " + std::to_string(n_text) + ") are the base file's"),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("top-1 agreement 100.000%"), std::string::npos) << r.out;
+  // The file holds log-probabilities to within half a step of (range <= 16) / 65535: |dlogp| and |KL| below it.
+  const double step = number_after(r.out, R"(the base's own rounding ([0-9.e-]+)\))");
+  EXPECT_GT(step, 0.0);
+  EXPECT_LE(step, 16.0 / 65535 / 2 * 1.01);
+  EXPECT_LE(number_after(r.out, R"(max \|dlogp\| ([0-9.e-]+))"), step * 1.01 + 1e-5);
+  EXPECT_LE(std::fabs(number_after(r.out, R"(KL divergence vs \S+: mean (-?[0-9.]+))")), step * 1.01 + 1e-5);
+  const double ppl = number_after(r.out, R"(PPL = ([0-9.]+))");
+  r = anelab(plain + " --kl-base " + kld);  // no --text: the file's tokens alone
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(number_after(r.out, R"(PPL = ([0-9.]+))"), ppl);
+  EXPECT_EQ(r.out.find("tokenization"), std::string::npos) << r.out;
+
+  // A token of chunk 1's first half changed in the file: named, and the scored logits move.
+  const size_t at = kCtx + 6;
+  const int32_t was = ids[at], now = was == 7 ? 8 : 7;
+  std::memcpy(file.data() + 20 + 4 * at, &now, 4);
+  write_file_atomic(kld, file.data(), file.size());
+  r = anelab(plain + " --text " + text_ + " --kl-base " + kld);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("tokenization DIFFERS from the base file's at id 70 of 256: here " + std::to_string(was) +
+                       ", there " + std::to_string(now)), std::string::npos) << r.out;
+  EXPECT_GT(number_after(r.out, R"(max \|dlogp\| ([0-9.e-]+))"), 10 * step);
+
+  r = anelab(plain + " --ctx 32 --kl-base " + kld);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("[perplexity] --ctx 32 differs from the n_ctx 64 of --kl-base " + kld), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  r = anelab(plain);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("[perplexity] --text is required"), std::string::npos) << r.err;
 }
 
 }  // namespace
