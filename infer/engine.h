@@ -46,6 +46,8 @@ struct EngineOptions {
   int64_t prefill_chunk = 256;   // CPU prefill processes at most this many tokens per pass
   bool quiet = false;            // no notes or progress lines (kernel compiles) on stderr
   int compile_budget = -1;       // backend compile budget override (-1: the device profile's)
+  std::string ane_weights = "fp16";  // MIL prefill weights: fp16 | int8 | w8a8 | auto (the device profile's), prefill_mil.h
+  std::vector<int32_t> calibration_tokens;  // w8a8 activation calibration prompt (empty: the first prompt)
 };
 
 // One layer's weights (framework/kernels/layer.h): matrices in the compute dtype, norm weights and biases

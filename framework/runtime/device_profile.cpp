@@ -36,6 +36,7 @@ std::vector<DeviceProfile> make_profiles() {
   m4.description = "Apple M4 family (H16G): program(1.3)/ios18 shorthand MIL";
   m4.dialect = mil::Dialect::kIos18;
   m4.peak_fp16_tflops = 18.6;
+  m4.auto_weights = WeightPath::kW8A8;  // 35.1 vs 18.6 TOPS at 128 convs of 512 ch (digest §4.5)
   DeviceProfile m5 = m4;
   m5.name = "m5";
   m5.description = "Apple M5 family (H17): program(1.3)/ios18 shorthand MIL";
@@ -138,6 +139,21 @@ Status check_ops(const mil::Function& fn, const DeviceProfile& p) {
 }
 
 }  // namespace
+
+const char* weight_path_name(WeightPath w) {
+  switch (w) {
+    case WeightPath::kW8: return "int8";
+    case WeightPath::kW8A8: return "w8a8";
+    default: return "fp16";
+  }
+}
+
+WeightPath parse_weight_path(const std::string& name, const DeviceProfile& profile) {
+  if (name == "auto") return profile.auto_weights;
+  for (WeightPath w : {WeightPath::kFp16, WeightPath::kW8, WeightPath::kW8A8})
+    if (name == weight_path_name(w)) return w;
+  fail("device", "unknown weight path '", name, "' (choices: ", kWeightPathChoices, ")");
+}
 
 const DeviceProfile& device_profile(const std::string& name) {
   if (name == "auto") return device_profile(kFallbackDevice);
