@@ -309,6 +309,7 @@ bool MilPrefill::run(std::span<const int32_t> tokens, int64_t pos, std::vector<f
   for (int64_t t = 0; t < n; ++t)
     for (int64_t d = 0; d < D; ++d) xt[static_cast<size_t>(t * D + d)] = o[static_cast<size_t>(d * S + t)];
   stats.path = backend_->name();
+  stats.weights = rt::weight_path_name(weights_);
   stats.bucket = S;
   const int64_t chunk = e_.options().prefill_chunk;
   if (all_logits) {
