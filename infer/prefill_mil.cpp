@@ -152,6 +152,16 @@ LayerKernelSource build_layer_kernel(const models::ModelConfig& c, const LayerWe
 
 namespace {
 
+// The embeddings of tokens (positions 0..n-1) channel-major, zero-padded to S: [D, S].
+std::vector<float> stage_embeddings(Engine& e, std::span<const int32_t> tokens, int64_t S) {
+  const int64_t n = static_cast<int64_t>(tokens.size()), D = e.config().dim;
+  std::vector<float> xt(static_cast<size_t>(n * D)), xs(static_cast<size_t>(D * S), 0.0f);
+  e.embed(tokens, 0, xt.data());
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t d = 0; d < D; ++d) xs[static_cast<size_t>(d * S + t)] = xt[static_cast<size_t>(t * D + d)];
+  return xs;
+}
+
 // The fp16 layer kernel with its conv inputs recorded: out [1, D + sum C_in, 1, S] = [ x + attn + ffn ; inputs ].
 struct CalibKernel {
   LayerKernelSource src;
@@ -184,10 +194,7 @@ ActScales calibrate_act_scales(Engine& e, std::span<const int32_t> tokens, rt::B
   const int64_t n = static_cast<int64_t>(tokens.size()), D = c.dim;
   ANELAB_CHECK(n > 0 && n <= e.context(), "infer", "w8a8 calibration: ", n, " tokens for a context of ", e.context());
   const int64_t S = prefill_bucket(n, e.context());
-  std::vector<float> xt(static_cast<size_t>(n * D)), xs(static_cast<size_t>(D * S), 0.0f);
-  e.embed(tokens, 0, xt.data());
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t d = 0; d < D; ++d) xs[static_cast<size_t>(d * S + t)] = xt[static_cast<size_t>(t * D + d)];
+  std::vector<float> xs = stage_embeddings(e, tokens, S);
   ActScales scales(static_cast<size_t>(c.n_layers));
   for (int64_t l = 0; l < c.n_layers; ++l) {
     CalibKernel k = build_calib_kernel(e, l, S);
@@ -283,12 +290,8 @@ bool MilPrefill::run(std::span<const int32_t> tokens, int64_t pos, std::vector<f
   auto& ks = kernels_[S];
   const auto& prof = backend_->profile();
   std::vector<rt::Surface> in = ks[0]->make_inputs(0, prof), out = ks[0]->make_outputs(0, prof);
-  // stage the embeddings channel-major, zero-padded to S
-  std::vector<float> xt(static_cast<size_t>(n * D)), xs(static_cast<size_t>(D * S), 0.0f);
-  e_.embed(tokens, 0, xt.data());
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t d = 0; d < D; ++d) xs[static_cast<size_t>(d * S + t)] = xt[static_cast<size_t>(t * D + d)];
-  in[0].write(xs.data());
+  in[0].write(stage_embeddings(e_, tokens, S).data());
+  std::vector<float> xt(static_cast<size_t>(n * D));
   std::vector<float> o(static_cast<size_t>((D + 2 * kvd) * S));
   for (int64_t l = 0; l < c.n_layers; ++l) {
     rt::Surface* ip[1] = {&in[0]};
