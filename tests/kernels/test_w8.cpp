@@ -91,6 +91,24 @@ TEST(KernelsW8, ActivationScaleIsTheSmallestPowerOfTwoCoveringAmax) {
   }
 }
 
+// quantize rounds half to even (coremltools' np.around; the ANE's tie rule is what a Mac must confirm)
+// and saturates at [-128, 127]; dequantize multiplies back.
+TEST(KernelsW8, QuantDequantRoundsTiesToEvenAndSaturates) {
+  const F32 x = {0.5f, 1.5f, 2.5f, 3.5f, -0.5f, -1.5f, -2.5f, 126.5f, 127.5f, 300.0f, -128.5f, -300.0f, 0.49f, -0.51f};
+  const F32 want = {0, 2, 2, 4, 0, -2, -2, 126, 127, 127, -128, -128, 0, -1};
+  F32 in(32 * 32, 0.0f);  // [1, 32, 1, 32]: row 0 holds the cases
+  std::copy(x.begin(), x.end(), in.begin());
+  for (float s : {1.0f, 0.25f}) {
+    F32 scaled = in;
+    for (float& v : scaled) v *= s;
+    mil::ProgramBuilder pb;
+    auto& b = pb.function("main");
+    b.output(kern::quant_dequant(b, b.input("x", kern::act_type(32, 32)), s));
+    const F32 y = eval_program(pb.build(), {}, {scaled}).at(0);
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(y[i], want[i] * s) << "x = " << x[i] << " * " << s;
+  }
+}
+
 TEST(KernelsW8, ConstexprOpPrintsInTheBracketAttributeForm) {
   const F32 w = {0.5f, -0.25f, 1.0f, 2.0f, -4.0f, 1.0f};  // [2, 3]: scales 1/127 and 4/127
   const kern::W8Matrix m = kern::quantize_w8(w, 2, 3);
