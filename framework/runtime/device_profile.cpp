@@ -138,6 +138,19 @@ Status check_ops(const mil::Function& fn, const DeviceProfile& p) {
   return Status::ok();
 }
 
+// quantize / dequantize are iOS17 ops (coremltools defs/iOS17/quantization_ops.py); an ios16 program
+// (program(1.0), M1-M3) cannot use them. constexpr_affine_dequantize is iOS16 (defs/iOS16/constexpr_ops.py).
+Status check_opset(const mil::Function& fn, mil::Dialect dialect, const DeviceProfile& p) {
+  if (dialect != mil::Dialect::kIos16) return Status::ok();
+  for (const auto& op : fn.ops)
+    if (op.op == "quantize" || op.op == "dequantize")
+      return Status(Code::kInvalidArgument,
+                    cat("[device] ", p.name, ": function '", fn.name, "': ", op.op, " '", op.name,
+                        "' is an iOS17 op, but this program is ios16 (program(1.0)); int8 activations need an ios17+ "
+                        "program (--ane-weights int8 keeps the int8 weights without them)"));
+  return Status::ok();
+}
+
 }  // namespace
 
 const char* weight_path_name(WeightPath w) {
@@ -150,8 +163,12 @@ const char* weight_path_name(WeightPath w) {
 
 WeightPath parse_weight_path(const std::string& name, const DeviceProfile& profile) {
   if (name == "auto") return profile.auto_weights;
-  for (WeightPath w : {WeightPath::kFp16, WeightPath::kW8, WeightPath::kW8A8})
-    if (name == weight_path_name(w)) return w;
+  for (WeightPath w : {WeightPath::kFp16, WeightPath::kW8, WeightPath::kW8A8}) {
+    if (name != weight_path_name(w)) continue;
+    ANELAB_CHECK(w != WeightPath::kW8A8 || profile.dialect != mil::Dialect::kIos16, "device", profile.name,
+                 ": w8a8 needs quantize/dequantize, iOS17 ops, and this chip's programs are ios16: use int8");
+    return w;
+  }
   fail("device", "unknown weight path '", name, "' (choices: ", kWeightPathChoices, ")");
 }
 
@@ -188,6 +205,7 @@ Status check_program(const mil::Program& program, const DeviceProfile& p) {
     if (Status s = check_dims(fn, p); !s) return s;
     if (Status s = check_io(fn, p); !s) return s;
     if (Status s = check_ops(fn, p); !s) return s;
+    if (Status s = check_opset(fn, program.dialect, p); !s) return s;
   }
   return Status::ok();
 }

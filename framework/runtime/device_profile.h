@@ -62,7 +62,8 @@ std::vector<std::string> device_profile_names();
 inline const char* kDefaultDevice = "auto";
 inline const char* kFallbackDevice = "m4";
 // --ane-weights: "fp16" | "int8" | "w8a8", or "auto" (profile.auto_weights); throws
-// "[device] unknown weight path 'X' (choices: fp16, int8, w8a8, auto)" for others.
+// "[device] unknown weight path 'X' (choices: fp16, int8, w8a8, auto)" for others, and for w8a8 on an
+// ios16 profile (quantize / dequantize are iOS17 ops: check_program refuses them in ios16 programs).
 WeightPath parse_weight_path(const std::string& name, const DeviceProfile& profile);
 inline constexpr const char* kWeightPathChoices = "fp16, int8, w8a8, auto";
 
@@ -73,7 +74,8 @@ int64_t max_dim_all_profiles();
 int64_t dense_width_multiple(mil::DType dtype);
 
 // Static checks of a whole program against a profile (all functions). Returns kLimitExceeded or
-// kInvalidArgument with a message naming function, value/op and the rule.
+// kInvalidArgument with a message naming function, value/op and the rule (including the opset: no
+// quantize / dequantize in an ios16 program).
 Status check_program(const mil::Program& program, const DeviceProfile& profile);
 
 // Evaluate-time checks of the surfaces bound to one function: count and types match the signature,
