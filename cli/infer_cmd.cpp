@@ -60,7 +60,7 @@ double cpu_ms() {
 }
 
 struct InferArgs {
-  std::string model, tokenizer, backend = "auto", device = "m4", dtype = "auto", sampler = "auto";
+  std::string model, tokenizer, backend = "auto", device = "m4", dtype = "auto", sampler = "auto", ane_weights = "fp16";
   std::string chat_template = "auto";
   bool quiet = false;
   int threads = 2;
@@ -80,6 +80,8 @@ void add_common(CLI::App* sub, InferArgs& a) {
   sub->add_option("--tokenizer", a.tokenizer, "Tokenizer (when the model file has none): tokenizer.bin, tokenizer.json, dir");
   sub->add_option("--backend", a.backend, infer::kPrefillBackendHelp)->capture_default_str()->check(prefill_backend_check());
   sub->add_option("--device", a.device, "Device profile for emulator/ane (m1..m5)")->capture_default_str();
+  sub->add_option("--ane-weights", a.ane_weights, "Weights of the MIL prefill kernels (emulator/ane): fp16, int8 (per-channel int8 weights), w8a8 (int8 weights and activations, scales calibrated on the first prompt) or auto (the device profile's: w8a8 on m4/m5, int8 on m1-m3)")
+      ->capture_default_str()->check(CLI::IsMember({"fp16", "int8", "w8a8", "auto"}));
   sub->add_option("--dtype", a.dtype, "Compute dtype of the weight matrices: fp16, fp32, or auto (fp32 when the file stores every matrix in fp32: llama2.c files, training checkpoints, fp32 exports; fp16 otherwise; q8_0/q4_0/q4_k/q6_k matrices stay in their blocks, with int8 dot products)")->capture_default_str();
   sub->add_option("--threads", a.threads, "CPU threads (persistent pool)")->capture_default_str()->check(number_in(infer::params::kThreads));
   sub->add_option("--ctx,-c", a.ctx, "Context positions (0 = the model's max_seq_len)")->capture_default_str()->check(number_in(infer::params::kContext));
@@ -112,6 +114,7 @@ Loaded load(const InferArgs& a, infer::TokenizerUse use) {
   if (!a.quiet) std::fprintf(stderr, "loading %s ...\n", a.model.c_str());
   infer::LoadOptions o;
   o.model = a.model, o.tokenizer = a.tokenizer, o.backend = a.backend, o.device = a.device, o.dtype = a.dtype;
+  o.ane_weights = a.ane_weights;
   o.chat_template = a.chat_template, o.threads = a.threads, o.ctx = a.ctx, o.quiet = a.quiet;
   infer::LoadedModel m = infer::load_model(o, use);
   l.tok = std::move(m.tokenizer);

@@ -1,6 +1,7 @@
 // anelab probe: what a user attaches to an issue. Prints the host (OS version, ANE chip family via the
 // shim, the device profile it maps to) and runs, on the ANE (when there is one) and on the emulator:
-//   workloads  a 1x1 conv 768->2048 at S=256, a 12-head causal attention block (D=768, S=256, built
+//   workloads  a 1x1 conv 768->2048 at S=256 (fp16, int8 weights, W8A8 where the profile prints ios17+
+//              programs: whether this chip compiles the int8 forms, and their speed), a 12-head causal attention block (D=768, S=256, built
 //              from framework/kernels blocks) and one training layer forward + backward (LayerRunner,
 //              dynamic weights, reference-like shape: head dim 64, widths multiples of 32), with compile /
 //              load / evaluate times, throughput and max |ane - emu| / max |emu|;
@@ -98,8 +99,10 @@ struct Workload {
 // Compile (timed), one warm-up evaluate, best of `repeats` timed evaluates; outputs of the last.
 void run_program(rt::Backend& be, const mil::Program& p, const rt::Weights& w, int repeats, std::vector<float>& out,
                  json& t) {
+  mil::Program q = p;
+  q.dialect = be.profile().dialect;  // the workloads are built once; M1-M3 take them as ios16 programs
   const auto t0 = Clock::now();
-  auto k = be.compile(p, w);
+  auto k = be.compile(q, w);
   t["compile_ms"] = ms_since(t0);
   if (!k) fail("probe", be.name(), ": compile failed: ", k.status().message());
   auto ins = (*k)->make_inputs(0, be.profile());
@@ -135,6 +138,8 @@ Workload program_case(kern::Workload (*make)(), std::string shape, int repeats) 
 }
 
 kern::Workload probe_conv() { return kern::conv1x1_workload(768, 2048, 256); }
+kern::Workload probe_conv_w8() { return kern::conv1x1_int8_workload(768, 2048, 256, false); }
+kern::Workload probe_conv_w8a8() { return kern::conv1x1_int8_workload(768, 2048, 256, true); }
 kern::Workload probe_attention() { return kern::attention_block_workload(768, 12, 256); }
 
 // One layer forward + backward through LayerRunner (dynamic weights: 9 kernels compiled once).
@@ -389,10 +394,14 @@ void run_probe(const ProbeOptions& o) {
   json ane_rules = ane.shim ? run_rule_probes(*ane.shim, profile, ro) : json(nullptr);
 
   report["cases"] = json::array();
-  for (const Workload& w : {program_case(probe_conv, "1x1 conv 768->2048, S=256, fp16", o.repeats),
-                            program_case(probe_attention, "causal attention block D=768, 12 heads, S=256 "
-                                         "(Wq/Wk/Wv/Wo + matmul/mask/softmax)", o.repeats),
-                            layer_workload(o.repeats)}) {
+  std::vector<Workload> cases = {program_case(probe_conv, "1x1 conv 768->2048, S=256, fp16", o.repeats),
+                                 program_case(probe_conv_w8, "the same conv, int8 weights (constexpr_affine_dequantize)", o.repeats)};
+  if (profile.dialect != mil::Dialect::kIos16)  // quantize / dequantize are iOS17 ops (check_program)
+    cases.push_back(program_case(probe_conv_w8a8, "the same conv, W8A8 (+ quantize/dequantize of x)", o.repeats));
+  cases.push_back(program_case(probe_attention, "causal attention block D=768, 12 heads, S=256 "
+                               "(Wq/Wk/Wv/Wo + matmul/mask/softmax)", o.repeats));
+  cases.push_back(layer_workload(o.repeats));
+  for (const Workload& w : cases) {
     json c = run_case(w, *emu, ane.backend.get());
     print_case(c);
     report["cases"].push_back(std::move(c));

@@ -68,7 +68,7 @@ Engine::Engine(models::Model model, const EngineOptions& opt)
     rope_sin_local_.resize(n * (c.head_dim / 2));
   }
   logits_.resize(static_cast<size_t>(c.vocab_size));
-  if (opt_.backend != "cpu") mil_ = std::make_unique<MilPrefill>(*this, opt_.backend, opt_.device, opt_.quiet);
+  if (opt_.backend != "cpu") mil_ = std::make_unique<MilPrefill>(*this, opt_.backend, opt_.device, opt_.ane_weights, opt_.quiet);
 }
 
 Engine::~Engine() = default;

@@ -46,6 +46,8 @@ struct EngineOptions {
   int64_t prefill_chunk = 256;   // CPU prefill processes at most this many tokens per pass
   bool quiet = false;            // no notes or progress lines (kernel compiles) on stderr
   int compile_budget = -1;       // backend compile budget override (-1: the device profile's)
+  std::string ane_weights = "fp16";  // MIL prefill weights: fp16 | int8 | w8a8 | auto (the device profile's), prefill_mil.h
+  std::vector<int32_t> calibration_tokens;  // w8a8 activation calibration prompt (empty: the first prompt)
 };
 
 // One layer's weights (framework/kernels/layer.h): matrices in the compute dtype, norm weights and biases
@@ -56,6 +58,7 @@ struct PrefillStats {
   std::string path;   // "cpu" or "emulator"/"ane" (+ bucket)
   int64_t bucket = 0;
   double compile_ms = 0, run_ms = 0;
+  std::string weights;  // MIL path: the kernels' weights, "fp16" | "int8" | "w8a8" (rt::weight_path_name)
 };
 
 class MilPrefill;
@@ -88,6 +91,7 @@ class Engine {
   void head(const float* x, int64_t n, bool all, std::vector<float>* all_logits);
   void embed(std::span<const int32_t> tokens, int64_t pos, float* x);  // x [n, dim]
   mil::Dialect backend_dialect() const;  // MIL dialect of the prefill backend's device profile
+  const MilPrefill* mil_prefill() const { return mil_.get(); }  // null with the cpu backend
 
  private:
   void load_weights();

@@ -33,6 +33,7 @@ LoadedModel load_model(const LoadOptions& o, TokenizerUse use) {
   eo.quiet = o.quiet;
   eo.backend = o.backend;
   eo.device = o.device;
+  eo.ane_weights = o.ane_weights;
   eo.dtype = o.dtype == "auto" ? auto_wtype(l.model) : parse_wtype(o.dtype);
   eo.keep_quantized = o.dtype == "auto";  // block-quantized matrices stay in their blocks (int8-activation GEMV)
   eo.threads = o.threads;

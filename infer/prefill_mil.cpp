@@ -4,9 +4,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <set>
 
 #include "framework/core/error.h"
 #include "framework/kernels/layer.h"
+#include "framework/kernels/w8.h"
 #include "infer/engine.h"
 
 namespace anelab::infer {
@@ -21,16 +23,26 @@ std::optional<Value> opt_vec(mil::FunctionBuilder& b, kern::BlobSet& bs, const s
   return bs.vector(b, stem, v);
 }
 
-// The prefill's layer parameters: every weight a BLOBFILE const of the layer's kernel (fp16), named by the
-// model's tensor (wq, wq_bias, attn_norm, attn_norm_b, ...); the input is the residual stream x.
+// The prefill's layer parameters: every weight a BLOBFILE const of the layer's kernel, named by the
+// model's tensor (wq, wq_bias, attn_norm, attn_norm_b, ...); the input is the residual stream x. Weight
+// matrices are fp16 consts, or int8 (W8 / W8A8, kern::quantize_w8) with W8A8's conv inputs through
+// quantize/dequantize at the layer's calibrated scales (each input once, shared by its projections).
+// With `record` set, each conv input is recorded once under its kern::act_input_of name (calibration).
 class PrefillParams : public kern::LayerParams {
  public:
-  PrefillParams(mil::FunctionBuilder& b, const models::ModelConfig& c, const LayerWeights& L, int64_t S, int64_t layer)
-      : b_(b), c_(c), L_(L), S_(S), layer_(layer), x_(b.input("x", kern::act_type(c.dim, S))) {}
+  PrefillParams(mil::FunctionBuilder& b, const models::ModelConfig& c, const LayerWeights& L, int64_t S, int64_t layer,
+                const KernelWeights& kw, kern::Taps* record = nullptr)
+      : b_(b), c_(c), L_(L), S_(S), layer_(layer), kw_(kw), record_(record), x_(b.input("x", kern::act_type(c.dim, S))) {}
   Value input(const std::string&) override { return x_; }
   Value project(const std::string& w, const Value& x) override {
     const kern::Mat& m = L_.matrix(w);
-    return kern::linear(b_, x, bs_.matrix(b_, w, kern::mat_values(m), m.rows, m.cols),
+    const std::string in = kern::act_input_of(w);
+    if (record_ && recorded_.insert(in).second) record_->emplace_back(in, x);
+    const std::vector<float> v = kern::mat_values(m);
+    if (kw_.path == rt::WeightPath::kFp16)
+      return kern::linear(b_, x, bs_.matrix(b_, w, v, m.rows, m.cols), opt_vec(b_, bs_, w + "_bias", bias(w)));
+    Value wq = bs_.int8_matrix(b_, w, kern::quantize_w8(v, m.rows, m.cols));
+    return kern::linear(b_, kw_.path == rt::WeightPath::kW8A8 ? act_input(in, x) : x, wq,
                         opt_vec(b_, bs_, w + "_bias", bias(w)));
   }
   Value norm_weight(const std::string& norm) override {  // (norm_offset + w) already (Engine::norm_vec)
@@ -67,6 +79,13 @@ class PrefillParams : public kern::LayerParams {
   }
 
  private:
+  // x through quantize/dequantize at the calibrated scale of input `in` (emitted once per input).
+  Value act_input(const std::string& in, const Value& x) {
+    if (auto it = quantized_.find(in); it != quantized_.end()) return it->second;
+    ANELAB_CHECK(kw_.act_scales && kw_.act_scales->count(in), "infer", "w8a8 kernel of layer ", layer_,
+                 ": no calibrated scale for its input '", in, "'");
+    return quantized_[in] = kern::quant_dequant(b_, x, kw_.act_scales->at(in));
+  }
   std::span<const float> bias(const std::string& w) const {
     if (w == "wq") return L_.bq;
     if (w == "wk") return L_.bk;
@@ -81,6 +100,10 @@ class PrefillParams : public kern::LayerParams {
   const LayerWeights& L_;
   int64_t S_;
   int64_t layer_;
+  const KernelWeights& kw_;
+  kern::Taps* record_;
+  std::set<std::string> recorded_;
+  std::map<std::string, Value> quantized_;  // W8A8 conv inputs by act_input_of name
   kern::BlobSet bs_;
   Value x_;
   std::optional<kern::RopeTables> rope_;
@@ -110,15 +133,15 @@ int64_t prefill_bucket(int64_t n, int64_t context) {
   return std::min(s, cap);
 }
 
-LayerKernelSource build_layer_kernel(const Engine& e, int64_t layer, int64_t S) {
-  return build_layer_kernel(e.config(), e.layer(layer), S, e.backend_dialect(), layer);
+LayerKernelSource build_layer_kernel(const Engine& e, int64_t layer, int64_t S, const KernelWeights& kw) {
+  return build_layer_kernel(e.config(), e.layer(layer), S, e.backend_dialect(), layer, kw);
 }
 
 LayerKernelSource build_layer_kernel(const models::ModelConfig& c, const LayerWeights& L, int64_t S, mil::Dialect dialect,
-                                     int64_t layer) {
+                                     int64_t layer, const KernelWeights& kw) {
   mil::ProgramBuilder pb;
   auto& b = pb.function("main");
-  PrefillParams p(b, c, L, S, layer);
+  PrefillParams p(b, c, L, S, layer, kw);
   const kern::Taps t = kern::layer_block(b, layer_desc(c, S), p, {"k_rope", "v"});  // out, k_rope, v
   b.output(b.named("out").concat({t[0].second, t[1].second, t[2].second}, 1));
   LayerKernelSource src;
@@ -127,12 +150,99 @@ LayerKernelSource build_layer_kernel(const models::ModelConfig& c, const LayerWe
   return src;
 }
 
-MilPrefill::MilPrefill(Engine& e, const std::string& backend, const std::string& device, bool quiet) : e_(e), quiet_(quiet) {
+namespace {
+
+// The embeddings of tokens (positions 0..n-1) channel-major, zero-padded to S: [D, S].
+std::vector<float> stage_embeddings(Engine& e, std::span<const int32_t> tokens, int64_t S) {
+  const int64_t n = static_cast<int64_t>(tokens.size()), D = e.config().dim;
+  std::vector<float> xt(static_cast<size_t>(n * D)), xs(static_cast<size_t>(D * S), 0.0f);
+  e.embed(tokens, 0, xt.data());
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t d = 0; d < D; ++d) xs[static_cast<size_t>(d * S + t)] = xt[static_cast<size_t>(t * D + d)];
+  return xs;
+}
+
+// The fp16 layer kernel with its conv inputs recorded: out [1, D + sum C_in, 1, S] = [ x + attn + ffn ; inputs ].
+struct CalibKernel {
+  LayerKernelSource src;
+  std::vector<std::pair<std::string, int64_t>> inputs;  // act_input_of name, channels (in output order)
+};
+
+CalibKernel build_calib_kernel(const Engine& e, int64_t layer, int64_t S) {
+  mil::ProgramBuilder pb;
+  auto& b = pb.function("main");
+  kern::Taps rec;
+  const KernelWeights fp16;
+  PrefillParams p(b, e.config(), e.layer(layer), S, layer, fp16, &rec);
+  const kern::Taps t = kern::layer_block(b, layer_desc(e.config(), S), p, {});
+  CalibKernel k;
+  std::vector<Value> outs{t[0].second};
+  for (const auto& [name, v] : rec) {
+    k.inputs.emplace_back(name, v.dim(1));
+    outs.push_back(v);
+  }
+  b.output(b.named("out").concat(outs, 1));
+  k.src.program = pb.build(e.backend_dialect());
+  k.src.weights = p.weights();
+  return k;
+}
+
+}  // namespace
+
+ActScales calibrate_act_scales(Engine& e, std::span<const int32_t> tokens, rt::Backend& be) {
+  const auto& c = e.config();
+  const int64_t n = static_cast<int64_t>(tokens.size()), D = c.dim;
+  ANELAB_CHECK(n > 0 && n <= e.context(), "infer", "w8a8 calibration: ", n, " tokens for a context of ", e.context());
+  const int64_t S = prefill_bucket(n, e.context());
+  std::vector<float> xs = stage_embeddings(e, tokens, S);
+  ActScales scales(static_cast<size_t>(c.n_layers));
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    CalibKernel k = build_calib_kernel(e, l, S);
+    auto r = be.compile(k.src.program, k.src.weights);
+    ANELAB_CHECK(r.is_ok(), "infer", "w8a8 calibration: compile of layer ", l, " failed: ", r.status().message());
+    std::vector<rt::Surface> in = r.value()->make_inputs(0, be.profile()), out = r.value()->make_outputs(0, be.profile());
+    in[0].write(xs.data());
+    rt::Surface* ip[1] = {&in[0]};
+    rt::Surface* op[1] = {&out[0]};
+    be.evaluate(*r.value(), 0, ip, op).throw_if_error();
+    std::vector<float> o(static_cast<size_t>(out[0].type().numel()));
+    out[0].read(o.data());
+    int64_t ch = D;
+    for (const auto& [name, C] : k.inputs) {  // max |x| over the real positions t < n
+      float amax = 0.0f;
+      for (int64_t j = ch; j < ch + C; ++j)
+        for (int64_t t = 0; t < n; ++t) amax = std::max(amax, std::abs(o[static_cast<size_t>(j * S + t)]));
+      scales[static_cast<size_t>(l)][name] = kern::act_scale(amax);
+      ch += C;
+    }
+    std::copy(o.begin(), o.begin() + D * S, xs.begin());  // the residual stream feeds the next layer
+  }
+  return scales;
+}
+
+MilPrefill::MilPrefill(Engine& e, const std::string& backend, const std::string& device, const std::string& ane_weights,
+                       bool quiet)
+    : e_(e), quiet_(quiet) {
   rt::BackendOptions bo;
   bo.device = device;
   bo.threads = e.options().threads;
   bo.compile_budget = e.options().compile_budget;
   backend_ = rt::create_backend(backend, bo);
+  weights_ = rt::parse_weight_path(ane_weights, backend_->profile());
+}
+
+void MilPrefill::calibrate(std::span<const int32_t> prompt) {
+  const std::vector<int32_t>& given = e_.options().calibration_tokens;
+  std::span<const int32_t> toks = given.empty() ? prompt : std::span<const int32_t>(given);
+  toks = toks.first(static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(toks.size()), e_.context())));
+  if (!quiet_)
+    std::fprintf(stderr, "[infer] w8a8: calibrating activation scales on %zu tokens (%s) through the fp16 emulator ...\n",
+                 toks.size(), given.empty() ? "the first prompt" : "the calibration prompt");
+  rt::BackendOptions bo;
+  bo.device = backend_->profile().name;
+  bo.threads = e_.options().threads;
+  auto emu = rt::create_backend("emulator", bo);
+  act_ = calibrate_act_scales(e_, toks, *emu);
 }
 MilPrefill::~MilPrefill() = default;
 
@@ -148,11 +258,12 @@ bool MilPrefill::ensure_bucket(int64_t S, PrefillStats& stats) {
   }
   const auto t0 = std::chrono::steady_clock::now();
   if (!quiet_)  // compiles take seconds: say what is happening (the CLI's -q turns this off)
-    std::fprintf(stderr, "[infer] compiling %lld %s prefill kernels for prompts of up to %lld tokens ...\n",
-                 static_cast<long long>(L), backend_->name().c_str(), static_cast<long long>(S));
+    std::fprintf(stderr, "[infer] compiling %lld %s prefill kernels (%s weights) for prompts of up to %lld tokens ...\n",
+                 static_cast<long long>(L), backend_->name().c_str(), rt::weight_path_name(weights_), static_cast<long long>(S));
   std::vector<std::unique_ptr<rt::Kernel>> ks;
   for (int64_t l = 0; l < L; ++l) {
-    LayerKernelSource src = build_layer_kernel(e_, l, S);
+    KernelWeights kw{weights_, act_.empty() ? nullptr : &act_[static_cast<size_t>(l)]};
+    LayerKernelSource src = build_layer_kernel(e_, l, S, kw);
     auto r = backend_->compile(src.program, src.weights);
     if (!r) {
       if (!quiet_)
@@ -173,17 +284,14 @@ bool MilPrefill::run(std::span<const int32_t> tokens, int64_t pos, std::vector<f
   const int64_t n = static_cast<int64_t>(tokens.size()), D = c.dim, kvd = c.kv_dim();
   if (pos != 0 || n > e_.context()) return false;
   const int64_t S = prefill_bucket(n, e_.context());
+  if (weights_ == rt::WeightPath::kW8A8 && act_.empty()) calibrate(tokens);
   if (!ensure_bucket(S, stats)) return false;
   const auto t0 = std::chrono::steady_clock::now();
   auto& ks = kernels_[S];
   const auto& prof = backend_->profile();
   std::vector<rt::Surface> in = ks[0]->make_inputs(0, prof), out = ks[0]->make_outputs(0, prof);
-  // stage the embeddings channel-major, zero-padded to S
-  std::vector<float> xt(static_cast<size_t>(n * D)), xs(static_cast<size_t>(D * S), 0.0f);
-  e_.embed(tokens, 0, xt.data());
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t d = 0; d < D; ++d) xs[static_cast<size_t>(d * S + t)] = xt[static_cast<size_t>(t * D + d)];
-  in[0].write(xs.data());
+  in[0].write(stage_embeddings(e_, tokens, S).data());
+  std::vector<float> xt(static_cast<size_t>(n * D));
   std::vector<float> o(static_cast<size_t>((D + 2 * kvd) * S));
   for (int64_t l = 0; l < c.n_layers; ++l) {
     rt::Surface* ip[1] = {&in[0]};
@@ -204,6 +312,7 @@ bool MilPrefill::run(std::span<const int32_t> tokens, int64_t pos, std::vector<f
   for (int64_t t = 0; t < n; ++t)
     for (int64_t d = 0; d < D; ++d) xt[static_cast<size_t>(t * D + d)] = o[static_cast<size_t>(d * S + t)];
   stats.path = backend_->name();
+  stats.weights = rt::weight_path_name(weights_);
   stats.bucket = S;
   const int64_t chunk = e_.options().prefill_chunk;
   if (all_logits) {

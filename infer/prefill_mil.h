@@ -8,7 +8,12 @@
 //         asked for the taps k_rope and v: RMSNorm or LayerNorm -> q/k/v 1x1 convs (+bias) -> RoPE in the
 //         model's own style (cos/sin tables [1,1,S,hd] baked as consts) -> GQA attention (each kv head
 //         repeated for its query heads) with the causal mask (0 / -65504) -> wo conv (+bias) -> residual
-//         -> norm -> SwiGLU or tanh-GELU MLP -> residual. Every weight is a BLOBFILE const (fp16).
+//         -> norm -> SwiGLU or tanh-GELU MLP -> residual. Every weight is a BLOBFILE const: fp16, or with
+//         --ane-weights int8 / w8a8 the matrices int8 per output channel (kern::quantize_w8, baked through
+//         constexpr_affine_dequantize), w8a8 also quantizing each conv input to int8 and back at a static
+//         per-tensor scale (framework/kernels/w8.h). The w8a8 scales come from a calibration prompt
+//         (EngineOptions::calibration_tokens, else the first prompt) run through the fp16 kernels on the
+//         emulator: per layer and conv input, act_scale(max |x| over the prompt's positions).
 // Padding positions sit after the prompt, so the causal mask keeps them out of every real row.
 // The LM head runs on the CPU (engine.head); only the positions asked for are projected.
 // Compile budget: one compile per layer per bucket; when Backend::compiles_left() cannot cover a
@@ -32,16 +37,30 @@ class Engine;
 struct PrefillStats;
 using kern::LayerWeights;
 
+// W8A8 activation scales: per layer, the scale of each conv input (kern::act_input_of names).
+using ActScales = std::vector<std::map<std::string, float>>;  // [layer] input -> scale
+
+// How a layer kernel bakes its weight matrices; act_scales (the layer's) only for kW8A8.
+struct KernelWeights {
+  rt::WeightPath path = rt::WeightPath::kFp16;
+  const std::map<std::string, float>* act_scales = nullptr;
+};
+
 // Builds the whole-layer program for layer l at bucket S, plus its weights dictionary.
 struct LayerKernelSource {
   mil::Program program;
   rt::Weights weights;
 };
-LayerKernelSource build_layer_kernel(const Engine& e, int64_t layer, int64_t S);
+LayerKernelSource build_layer_kernel(const Engine& e, int64_t layer, int64_t S, const KernelWeights& kw = {});
 // The same from a config and one layer's weights (what the engine passes; tests use it directly); `layer`
 // picks a sliding-window layer's mask and RoPE base.
 LayerKernelSource build_layer_kernel(const models::ModelConfig& c, const LayerWeights& L, int64_t S, mil::Dialect dialect,
-                                     int64_t layer = 0);
+                                     int64_t layer = 0, const KernelWeights& kw = {});
+
+// W8A8 calibration: tokens (at positions 0..n-1, n <= the context) through the fp16 layer kernels on
+// `backend`, one layer after the other; each layer's scales are act_scale(max |x|) of its conv inputs
+// over the n real positions. Uses n_layers compiles of `backend`.
+ActScales calibrate_act_scales(Engine& e, std::span<const int32_t> tokens, rt::Backend& backend);
 
 // Bucket for n tokens: the smallest 32 * 2^k >= n, capped at the context rounded up to a multiple of
 // 32 columns (rt::dense_width_multiple: the device's rows are 64 bytes; the padding is masked out).
@@ -49,16 +68,22 @@ int64_t prefill_bucket(int64_t n, int64_t context);
 
 class MilPrefill {
  public:
-  MilPrefill(Engine& e, const std::string& backend, const std::string& device, bool quiet);
+  // ane_weights: "fp16" | "int8" | "w8a8" | "auto" (the device profile's auto_weights).
+  MilPrefill(Engine& e, const std::string& backend, const std::string& device, const std::string& ane_weights, bool quiet);
   ~MilPrefill();
   // Runs the prefill when it can (pos == 0, the bucket compiles); false = caller uses the CPU path.
   bool run(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits, PrefillStats& stats);
   rt::Backend& backend() { return *backend_; }
+  rt::WeightPath weight_path() const { return weights_; }
+  const ActScales& act_scales() const { return act_; }
 
  private:
   bool ensure_bucket(int64_t S, PrefillStats& stats);
+  void calibrate(std::span<const int32_t> prompt);
   Engine& e_;
   bool quiet_;
+  rt::WeightPath weights_ = rt::WeightPath::kFp16;
+  ActScales act_;  // kW8A8: calibrated on the first run
   bool warned_ = false;
   std::unique_ptr<rt::Backend> backend_;
   std::map<int64_t, std::vector<std::unique_ptr<rt::Kernel>>> kernels_;  // bucket -> per layer

@@ -6,6 +6,7 @@
 
 #include "framework/core/error.h"
 #include "framework/kernels/cpu_ops.h"
+#include "framework/kernels/w8.h"
 #include "framework/mil/blob.h"
 #include "framework/runtime/device_profile.h"
 
@@ -30,11 +31,7 @@ Value BlobSet::tensor(FunctionBuilder& b, const std::string& stem, const mil::Te
   }
   mil::BlobWriter w;
   const uint64_t off = w.add_fp16(values);
-  auto bytes = std::make_shared<const std::vector<uint8_t>>(w.take());
-  if (auto it = weights_.find(path); it != weights_.end())
-    ANELAB_CHECK(*it->second == *bytes, "kernels", "blob '", stem, "' added twice with different contents");
-  else
-    weights_[path] = bytes;
+  add_file(stem, path, w.take());
   Value v = b.named(stem).const_blob(t, path, off);
   made_[key] = v;
   return v;
@@ -49,6 +46,33 @@ Value BlobSet::matrix(FunctionBuilder& b, const std::string& stem, std::span<con
   for (int64_t o = 0; o < out; ++o)
     for (int64_t i = 0; i < in; ++i) t[static_cast<size_t>(i * out + o)] = w[static_cast<size_t>(o * in + i)];
   return tensor(b, stem, mil::tensor_type(DType::kFp16, {in, out, 1, 1}), t);
+}
+
+Value BlobSet::int8_matrix(FunctionBuilder& b, const std::string& stem, const W8Matrix& m) {
+  ANELAB_CHECK(static_cast<int64_t>(m.q.size()) == m.rows * m.cols && static_cast<int64_t>(m.scale.size()) == m.rows,
+               "kernels", "int8 matrix '", stem, "': ", m.q.size(), " values and ", m.scale.size(), " scales for [", m.rows,
+               ", ", m.cols, "]");
+  const std::string path = "@model_path/weights/" + stem + ".bin";
+  const mil::TensorType qt = mil::tensor_type(DType::kInt8, {m.rows, m.cols, 1, 1});
+  auto key = std::make_pair(static_cast<const FunctionBuilder*>(&b), stem);
+  ANELAB_CHECK(!made_.count(key), "kernels", "int8 matrix '", stem, "' added twice");
+  mil::BlobWriter w;
+  const uint64_t off = w.add_int8(m.q);
+  add_file(stem, path, w.take());
+  Value v = b.named(stem).constexpr_affine_dequantize(
+      mil::ConstValue::blobfile(qt, path, off),
+      mil::ConstValue::floats(mil::tensor_type(DType::kFp16, {m.rows}), std::vector<double>(m.scale.begin(), m.scale.end())),
+      mil::ConstValue::int8(0), 0);
+  made_[key] = v;
+  return v;
+}
+
+void BlobSet::add_file(const std::string& stem, const std::string& path, std::vector<uint8_t> bytes) {
+  auto blob = std::make_shared<const std::vector<uint8_t>>(std::move(bytes));
+  if (auto it = weights_.find(path); it != weights_.end())
+    ANELAB_CHECK(*it->second == *blob, "kernels", "blob '", stem, "' added twice with different contents");
+  else
+    weights_[path] = blob;
 }
 
 Value BlobSet::vector(FunctionBuilder& b, const std::string& stem, std::span<const float> v) {

@@ -35,9 +35,11 @@ using mil::Value;
 // [1, C, 1, S] fp16 (the ANE activation type).
 mil::TensorType act_type(int64_t channels, int64_t seq, mil::DType dt = mil::DType::kFp16);
 
+struct W8Matrix;  // w8.h
+
 // ---- weights dictionary -------------------------------------------------------------------------
 // Collects BLOBFILE consts into the weights dictionary a backend compiles with (digest §1.3): one blob
-// file "@model_path/weights/<stem>.bin" with one fp16 chunk per weight. Adding the same stem twice
+// file "@model_path/weights/<stem>.bin" with one fp16 (or int8) chunk per weight. Adding the same stem twice
 // returns the existing const when the function is the same builder (mask / rope tables reuse).
 class BlobSet {
  public:
@@ -47,6 +49,9 @@ class BlobSet {
   // (conv weight [in, out, 1, 1]) for backward products y = W^T x.
   Value matrix(FunctionBuilder& b, const std::string& stem, std::span<const float> w, int64_t out, int64_t in,
                bool transposed = false);
+  // The same conv weight [out, in, 1, 1] from int8 per-output-channel weights (w8.h): an int8 blob and
+  // a constexpr_affine_dequantize op (scale tensor<fp16, [out]> along axis 0, zero_point int8(0)).
+  Value int8_matrix(FunctionBuilder& b, const std::string& stem, const W8Matrix& m);
   // Per-channel vector as [1, C, 1, 1] (norm weights, biases).
   Value vector(FunctionBuilder& b, const std::string& stem, std::span<const float> v);
 
@@ -54,6 +59,7 @@ class BlobSet {
   size_t size() const { return weights_.size(); }
 
  private:
+  void add_file(const std::string& stem, const std::string& path, std::vector<uint8_t> bytes);
   rt::Weights weights_;
   std::map<std::pair<const FunctionBuilder*, std::string>, Value> made_;
 };

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "framework/kernels/blocks.h"
+#include "framework/kernels/w8.h"
 #include "framework/mil/builder.h"
 
 namespace anelab::kern {
@@ -25,6 +26,17 @@ Workload conv1x1_workload(int64_t cin, int64_t cout, int64_t seq) {
   const auto w = random_normal(static_cast<size_t>(cin * cout), 7, 1.0f / std::sqrt(float(cin)));
   b.output(b.conv(x, blobs.tensor(b, "w", mil::tensor_type(mil::DType::kFp16, {cout, cin, 1, 1}), w)));
   return {"conv", pb.build(), blobs.weights(), 2.0 * double(cin) * double(cout) * double(seq)};
+}
+
+Workload conv1x1_int8_workload(int64_t cin, int64_t cout, int64_t seq, bool w8a8) {
+  mil::ProgramBuilder pb;
+  auto& b = pb.function("main");
+  BlobSet blobs;
+  auto x = b.input("x", act_type(cin, seq));
+  const auto w = random_normal(static_cast<size_t>(cin * cout), 7, 1.0f / std::sqrt(float(cin)));
+  auto xi = w8a8 ? quant_dequant(b, x, 1.0f / 16) : x;
+  b.output(b.conv(xi, blobs.int8_matrix(b, "w", quantize_w8(w, cout, cin))));
+  return {w8a8 ? "conv_w8a8" : "conv_w8", pb.build(), blobs.weights(), 2.0 * double(cin) * double(cout) * double(seq)};
 }
 
 Workload attention_core_workload(int64_t heads, int64_t seq, int64_t head_dim) {
@@ -102,6 +114,8 @@ double kernel_flops(KernelKind k, const TrainShape& s) {
 std::vector<Workload> probe_workloads() {
   std::vector<Workload> v;
   v.push_back(conv1x1_workload(768, 2048, 256));
+  v.push_back(conv1x1_int8_workload(768, 2048, 256, false));
+  v.push_back(conv1x1_int8_workload(768, 2048, 256, true));
   v.push_back(attention_block_workload(768, 12, 256));
   v.push_back(dispatch_workload());
   const TrainShape s = probe_layer_shape();

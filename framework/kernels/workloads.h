@@ -4,6 +4,9 @@
 // halves of the probe) see the same numbers.
 //
 //   conv1x1            x [1, cin, 1, S] fp16 -> 1x1 conv with a const weight [cout, cin, 1, 1] (sd 1/sqrt(cin))
+//   conv1x1_int8       the same weights as int8 per output channel (w8.h, constexpr_affine_dequantize); with
+//                      w8a8 x also goes through quantize/dequantize at scale 2^-4 (N(0, 1) inputs stay
+//                      below its saturation at 127 / 16 ~ 7.9)
 //   attention_core     q, k, v [1, H, S, HD] fp16 inputs -> softmax(q·kᵀ/sqrt(HD) + causal mask)·v
 //   attention_block    x [1, D, 1, S] -> Wq/Wk/Wv, heads, causal attention, merged heads, Wo ([D, D] each)
 //   dispatch           identity over [1, 32, 1, 32]: an evaluation with almost no work
@@ -31,6 +34,7 @@ struct Workload {
 std::vector<float> random_normal(size_t n, uint32_t seed, float sd, float mean = 0.0f);
 
 Workload conv1x1_workload(int64_t cin, int64_t cout, int64_t seq);
+Workload conv1x1_int8_workload(int64_t cin, int64_t cout, int64_t seq, bool w8a8);
 Workload attention_core_workload(int64_t heads, int64_t seq, int64_t head_dim);
 Workload attention_block_workload(int64_t dim, int64_t heads, int64_t seq);
 Workload dispatch_workload();
@@ -50,7 +54,7 @@ struct RandomLayer {
 TrainShape probe_layer_shape();
 // GEMM flops of one evaluation of a training kernel at shape s (elementwise work not counted).
 double kernel_flops(KernelKind k, const TrainShape& s);
-// The programs `anelab probe` runs: conv1x1 768->2048 S=256, attention_block D=768 12 heads S=256,
+// The programs `anelab probe` runs: conv1x1 768->2048 S=256 (fp16, int8 weights, w8a8), attention_block D=768 12 heads S=256,
 // dispatch, and each training kernel at probe_layer_shape() (dynamic strategy).
 std::vector<Workload> probe_workloads();
 

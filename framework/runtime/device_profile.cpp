@@ -36,6 +36,7 @@ std::vector<DeviceProfile> make_profiles() {
   m4.description = "Apple M4 family (H16G): program(1.3)/ios18 shorthand MIL";
   m4.dialect = mil::Dialect::kIos18;
   m4.peak_fp16_tflops = 18.6;
+  m4.auto_weights = WeightPath::kW8A8;  // 35.1 vs 18.6 TOPS at 128 convs of 512 ch (digest §4.5)
   DeviceProfile m5 = m4;
   m5.name = "m5";
   m5.description = "Apple M5 family (H17): program(1.3)/ios18 shorthand MIL";
@@ -137,7 +138,39 @@ Status check_ops(const mil::Function& fn, const DeviceProfile& p) {
   return Status::ok();
 }
 
+// quantize / dequantize are iOS17 ops (coremltools defs/iOS17/quantization_ops.py); an ios16 program
+// (program(1.0), M1-M3) cannot use them. constexpr_affine_dequantize is iOS16 (defs/iOS16/constexpr_ops.py).
+Status check_opset(const mil::Function& fn, mil::Dialect dialect, const DeviceProfile& p) {
+  if (dialect != mil::Dialect::kIos16) return Status::ok();
+  for (const auto& op : fn.ops)
+    if (op.op == "quantize" || op.op == "dequantize")
+      return Status(Code::kInvalidArgument,
+                    cat("[device] ", p.name, ": function '", fn.name, "': ", op.op, " '", op.name,
+                        "' is an iOS17 op, but this program is ios16 (program(1.0)); int8 activations need an ios17+ "
+                        "program (--ane-weights int8 keeps the int8 weights without them)"));
+  return Status::ok();
+}
+
 }  // namespace
+
+const char* weight_path_name(WeightPath w) {
+  switch (w) {
+    case WeightPath::kW8: return "int8";
+    case WeightPath::kW8A8: return "w8a8";
+    default: return "fp16";
+  }
+}
+
+WeightPath parse_weight_path(const std::string& name, const DeviceProfile& profile) {
+  if (name == "auto") return profile.auto_weights;
+  for (WeightPath w : {WeightPath::kFp16, WeightPath::kW8, WeightPath::kW8A8}) {
+    if (name != weight_path_name(w)) continue;
+    ANELAB_CHECK(w != WeightPath::kW8A8 || profile.dialect != mil::Dialect::kIos16, "device", profile.name,
+                 ": w8a8 needs quantize/dequantize, iOS17 ops, and this chip's programs are ios16: use int8");
+    return w;
+  }
+  fail("device", "unknown weight path '", name, "' (choices: ", kWeightPathChoices, ")");
+}
 
 const DeviceProfile& device_profile(const std::string& name) {
   if (name == "auto") return device_profile(kFallbackDevice);
@@ -172,6 +205,7 @@ Status check_program(const mil::Program& program, const DeviceProfile& p) {
     if (Status s = check_dims(fn, p); !s) return s;
     if (Status s = check_io(fn, p); !s) return s;
     if (Status s = check_ops(fn, p); !s) return s;
+    if (Status s = check_opset(fn, program.dialect, p); !s) return s;
   }
   return Status::ok();
 }

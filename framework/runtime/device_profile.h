@@ -15,6 +15,14 @@ namespace anelab::rt {
 
 class Surface;
 
+// How the MIL kernels bake their weight matrices (docs/quantization.md "On the ANE"):
+//   kFp16  fp16 BLOBFILE consts (the reference);
+//   kW8    int8 per-output-channel weights through constexpr_affine_dequantize (fp16 at compile time);
+//   kW8A8  kW8 plus quantize/dequantize (int8) around every conv input: the form MDX ane_int8_bench.m
+//          measured at 1.88x fp16 on M4 (digest §4.5, §2.6 item 5).
+enum class WeightPath : uint8_t { kFp16, kW8, kW8A8 };
+const char* weight_path_name(WeightPath w);  // "fp16" | "int8" | "w8a8"
+
 struct DeviceProfile {
   std::string name;            // "m1" ... "m5"
   std::string description;     // human-readable chip family
@@ -40,6 +48,10 @@ struct DeviceProfile {
   int compile_budget = 100;           // compiles planned per process: a margin below the ~119 where the
                                       // compiler starts failing (§1.11); maderix's MAX_COMPILES 100
   double peak_fp16_tflops = 0;        // for reports only
+  // The weight path "auto" picks (--ane-weights): W8A8 on M4/M5, where MDX measured it (digest §4.5);
+  // W8 elsewhere, where int8 weights only halve the baked bytes. Neither is confirmed off M4 (M0 reports
+  // every int8 form failing with its call-argument syntax, digest §2.6 item 5): `anelab probe` tries both.
+  WeightPath auto_weights = WeightPath::kW8;
 };
 
 // Known profiles: m1, m2, m3, m4, m5, and "auto": the ane backend picks the profile of the chip it
@@ -49,6 +61,12 @@ const DeviceProfile& device_profile(const std::string& name);
 std::vector<std::string> device_profile_names();
 inline const char* kDefaultDevice = "auto";
 inline const char* kFallbackDevice = "m4";
+// --ane-weights: "fp16" | "int8" | "w8a8", or "auto" (profile.auto_weights); throws
+// "[device] unknown weight path 'X' (choices: fp16, int8, w8a8, auto)" for others, and for w8a8 on an
+// ios16 profile (quantize / dequantize are iOS17 ops: check_program refuses them in ios16 programs).
+WeightPath parse_weight_path(const std::string& name, const DeviceProfile& profile);
+inline constexpr const char* kWeightPathChoices = "fp16, int8, w8a8, auto";
+
 // The largest dimension every profile accepts (kernel generators split tensors to stay within it).
 int64_t max_dim_all_profiles();
 // The last-dimension multiple that gives dense rows (surface_layout(...).dense()) on every profile:
@@ -56,7 +74,8 @@ int64_t max_dim_all_profiles();
 int64_t dense_width_multiple(mil::DType dtype);
 
 // Static checks of a whole program against a profile (all functions). Returns kLimitExceeded or
-// kInvalidArgument with a message naming function, value/op and the rule.
+// kInvalidArgument with a message naming function, value/op and the rule (including the opset: no
+// quantize / dequantize in an ios16 program).
 Status check_program(const mil::Program& program, const DeviceProfile& profile);
 
 // Evaluate-time checks of the surfaces bound to one function: count and types match the signature,

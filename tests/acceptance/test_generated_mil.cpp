@@ -141,11 +141,22 @@ TEST(GeneratedMil, PrefillBucketsOfEveryPreset) {
 
 TEST(GeneratedMil, ProbeWorkloadPrograms) {
   const std::vector<kern::Workload> v = kern::probe_workloads();
-  EXPECT_EQ(v.size(), 3u + kern::kAllKernelKinds.size());
+  EXPECT_EQ(v.size(), 5u + kern::kAllKernelKinds.size());  // conv (fp16, w8, w8a8), attention, dispatch, training
   const kern::TrainShape s = kern::probe_layer_shape();  // item 9: reference-like shapes
   EXPECT_GE(s.head_dim, 32);
   for (int64_t d : {s.dim, s.hidden, s.head_dim, s.q_dim(), s.kv_dim(), s.seq}) EXPECT_EQ(d % 32, 0) << s.str();
-  for (const auto& p : v) expect_device_legal(p.program, "probe " + p.name);
+  for (const auto& p : v) {
+    if (p.name != "conv_w8a8") {
+      expect_device_legal(p.program, "probe " + p.name);
+      continue;
+    }
+    for (const std::string& dev : rt::device_profile_names()) {  // quantize / dequantize: iOS17 ops
+      const rt::DeviceProfile& prof = rt::device_profile(dev);
+      mil::Program q = p.program;
+      q.dialect = prof.dialect;
+      EXPECT_EQ(rt::check_program(q, prof).is_ok(), prof.dialect == mil::Dialect::kIos18) << dev;
+    }
+  }
 }
 
 }  // namespace

@@ -61,7 +61,7 @@ def main():
     if not isinstance(ane.get("available"), bool) or not isinstance(ane.get("chip_family"), str):
         fail(f"ane.available / ane.chip_family missing: {ane}")
     names = [c.get("name") for c in r.get("cases", [])]
-    if names != ["conv", "attention", "train_layer"]:
+    if names != ["conv", "conv_w8", "conv_w8a8", "attention", "train_layer"]:
         fail(f"cases are {names}")
     if shim == "system" and sys.platform != "darwin":
         if ane["available"] or ane["chip_family"] != "n/a" or "no Apple Neural Engine" not in ane.get("reason", ""):

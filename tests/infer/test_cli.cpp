@@ -179,6 +179,20 @@ TEST_F(InferCli, DefaultBackendIsCpuWithProgressLines) {
   EXPECT_NE(r.err.find("compiling"), std::string::npos) << r.err;
 }
 
+// --ane-weights reaches the MIL prefill: the compile line names the weights, w8a8 calibrates first.
+TEST_F(InferCli, AneWeightsChooseTheKernelsWeights) {
+  Out r = anelab("infer generate -m " + model() + " -n 1 --backend emulator --ane-weights w8a8 --prompt a");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("w8a8: calibrating activation scales"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(w8a8 weights)"), std::string::npos) << r.err;
+  r = anelab("infer generate -m " + model() + " -n 1 --backend emulator --device m1 --ane-weights auto --prompt a");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("(int8 weights)"), std::string::npos) << r.err;
+  r = anelab("infer generate -m " + model() + " --ane-weights int4 --prompt a");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.err.find("--ane-weights"), std::string::npos) << r.err;
+}
+
 TEST_F(InferCli, BaseModelRefusesChatWithAHint) {
   const Out r = anelab("infer chat -m " + model());
   EXPECT_NE(r.rc, 0) << r.out;

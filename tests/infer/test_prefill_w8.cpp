@@ -1,0 +1,182 @@
+// The MIL prefill with int8 weights (--ane-weights int8) and int8 activations (w8a8) on the emulator
+// (infer/prefill_mil.h, framework/kernels/w8.h), on stories260K:
+//   - a whole-layer W8 kernel is bit-identical to the fp16 kernel built from the folded weights
+//     fp16(q * scale): the int8 path changes the weights and nothing else (the per-product bound of
+//     that change is test_kernel_w8's);
+//   - the baked matrix bytes halve;
+//   - the W8A8 kernel quantizes each distinct conv input once, in MDX's working form;
+//   - the engine picks the path from --ane-weights / the device profile, calibrates once and keeps the
+//     scales (static), and its logits stay near the CPU fp32 path's.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "framework/kernels/w8.h"
+#include "framework/mil/printer.h"
+#include "infer/engine.h"
+#include "infer/prefill_mil.h"
+#include "models/formats/load_any.h"
+#include "tests/common/test_data.h"
+
+namespace anelab::infer {
+namespace {
+
+constexpr const char* kModel = "llama2c/stories260K.bin";
+
+Engine make(const std::string& backend, const std::string& weights = "fp16", const std::string& device = "m4") {
+  EngineOptions o;
+  o.backend = backend;
+  o.device = device;
+  o.dtype = WType::kF32;
+  o.ane_weights = weights;
+  o.quiet = true;
+  return Engine(models::load_any_model(test::data_path(kModel)), o);
+}
+
+std::vector<float> run_kernel(const LayerKernelSource& src, const std::vector<float>& x) {
+  auto be = rt::create_backend("emulator");
+  auto k = be->compile(src.program, src.weights);
+  k.status().throw_if_error();
+  auto in = k.value()->make_inputs(0, be->profile()), out = k.value()->make_outputs(0, be->profile());
+  in[0].write(x.data());
+  rt::Surface* ip[1] = {&in[0]};
+  rt::Surface* op[1] = {&out[0]};
+  be->evaluate(*k.value(), 0, ip, op).throw_if_error();
+  std::vector<float> y(static_cast<size_t>(out[0].numel()));
+  out[0].read(y.data());
+  return y;
+}
+
+std::vector<float> rand_x(size_t n) {
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) x[i] = round_fp16(static_cast<float>(std::sin(0.37 * static_cast<double>(i))));
+  return x;
+}
+
+const char* const kMatrices[] = {"wq", "wk", "wv", "wo", "w1", "w2", "w3"};
+
+TEST(PrefillW8, LayerKernelEqualsTheFp16KernelOfTheFoldedWeights) {
+  ANELAB_REQUIRE_DATA(kModel);
+  Engine e = make("cpu");
+  const auto& c = e.config();
+  const int64_t S = 32;
+  const LayerWeights& L = e.layer(1);
+  LayerWeights folded = L;
+  std::vector<std::vector<float>> keep;
+  for (const char* n : kMatrices) {
+    const kern::Mat& m = L.matrix(n);
+    keep.push_back(kern::dequantize_w8(kern::quantize_w8(kern::mat_values(m), m.rows, m.cols)));
+    const_cast<kern::Mat&>(folded.matrix(n)) = kern::Mat::f32(keep.back(), m.rows, m.cols);
+  }
+  const std::vector<float> x = rand_x(static_cast<size_t>(c.dim * S));
+  const auto y8 = run_kernel(build_layer_kernel(c, L, S, mil::Dialect::kIos18, 1, {rt::WeightPath::kW8, nullptr}), x);
+  const auto y16 = run_kernel(build_layer_kernel(c, folded, S, mil::Dialect::kIos18, 1), x);
+  EXPECT_EQ(y8, y16);
+  const auto y_orig = run_kernel(build_layer_kernel(c, L, S, mil::Dialect::kIos18, 1), x);
+  EXPECT_NE(y8, y_orig);  // the weights did change
+}
+
+TEST(PrefillW8, BakedMatrixBytesHalve) {
+  ANELAB_REQUIRE_DATA(kModel);
+  Engine e = make("cpu");
+  const auto& c = e.config();
+  const LayerKernelSource s16 = build_layer_kernel(c, e.layer(0), 64, mil::Dialect::kIos18);
+  const LayerKernelSource s8 = build_layer_kernel(c, e.layer(0), 64, mil::Dialect::kIos18, 0, {rt::WeightPath::kW8, nullptr});
+  auto total = [](const rt::Weights& w) {
+    size_t n = 0;
+    for (const auto& [k, b] : w) n += b->size();
+    return n;
+  };
+  size_t elems = 0;
+  for (const char* n : kMatrices) {
+    const std::string key = std::string("@model_path/weights/") + n + ".bin";
+    const size_t p16 = s16.weights.at(key)->size() - 128, p8 = s8.weights.at(key)->size() - 128;
+    EXPECT_EQ(p16, 2 * p8) << n;
+    elems += p8;
+  }
+  EXPECT_EQ(total(s16.weights) - total(s8.weights), elems);  // everything else (norms, mask, RoPE) unchanged
+  EXPECT_EQ(elems, static_cast<size_t>(2 * c.dim * (c.q_dim() + c.kv_dim()) + 3 * c.dim * c.hidden_dim));
+}
+
+TEST(PrefillW8A8, EachConvInputIsQuantizedOnceInTheWorkingForm) {
+  ANELAB_REQUIRE_DATA(kModel);
+  Engine e = make("cpu");
+  const std::map<std::string, float> scales = {{"attn_in", 0.25f}, {"attn_out", 0.125f}, {"ffn_in", 0.5f}, {"ffn_mid", 1.0f}};
+  const LayerKernelSource s = build_layer_kernel(e.config(), e.layer(0), 32, mil::Dialect::kIos18, 0, {rt::WeightPath::kW8A8, &scales});
+  std::map<std::string, int> count;
+  for (const auto& op : s.program.functions.at(0).ops) ++count[op.op];
+  EXPECT_EQ(count["quantize"], 4);
+  EXPECT_EQ(count["dequantize"], 4);
+  EXPECT_EQ(count["constexpr_affine_dequantize"], 7);
+  const std::string text = mil::print(s.program);
+  EXPECT_NE(text.find("output_dtype = "), std::string::npos);
+  EXPECT_NE(text.find("val = fp16(0x1p-3)"), std::string::npos);  // attn_out's scale, as MDX writes it
+  EXPECT_THROW(build_layer_kernel(e.config(), e.layer(0), 32, mil::Dialect::kIos18, 0, {rt::WeightPath::kW8A8, nullptr}), Error);
+}
+
+TEST(PrefillW8A8, AutoFollowsTheDeviceProfile) {
+  ANELAB_REQUIRE_DATA(kModel);
+  const std::vector<int32_t> toks = {1, 403, 407, 261, 378};
+  for (const auto& [dev, want] : std::vector<std::pair<std::string, std::string>>{{"m4", "w8a8"}, {"m5", "w8a8"}, {"m1", "int8"}, {"m3", "int8"}}) {
+    Engine e = make("emulator", "auto", dev);
+    e.prefill(toks, 0);
+    EXPECT_EQ(e.last_prefill().weights, want) << dev;
+  }
+  EXPECT_THROW(make("emulator", "int4"), Error);
+  EXPECT_THROW(make("emulator", "w8a8", "m2"), Error);  // quantize / dequantize are iOS17 ops; m1-m3 print ios16
+}
+
+// Relative max error: max |a-b| / max |b|.
+double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+  double e = 0, m = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    e = std::max(e, std::abs(static_cast<double>(a[i]) - b[i]));
+    m = std::max(m, std::abs(static_cast<double>(b[i])));
+  }
+  return e / std::max(m, 1e-30);
+}
+
+TEST(PrefillW8A8, CalibratedOnceThenStatic) {
+  ANELAB_REQUIRE_DATA(kModel);
+  EngineOptions o;
+  o.backend = "emulator", o.dtype = WType::kF32, o.ane_weights = "w8a8", o.quiet = true;
+  Engine e(models::load_any_model(test::data_path(kModel)), o);
+  std::vector<int32_t> a(40), b(20);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<int32_t>((i * 37 + 11) % 512);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<int32_t>((i * 91 + 5) % 512);
+  a[0] = b[0] = 1;
+  // the scales of prompt a, calibrated directly through the fp16 emulator
+  auto emu = rt::create_backend("emulator");
+  const ActScales want = calibrate_act_scales(e, a, *emu);
+  ASSERT_EQ(want.size(), static_cast<size_t>(e.config().n_layers));
+  for (const auto& layer : want) {
+    ASSERT_EQ(layer.size(), 4u);
+    for (const auto& [name, s] : layer) {
+      int ex = 0;
+      EXPECT_EQ(std::frexp(s, &ex), 0.5f) << name << " " << s;  // a power of two
+    }
+  }
+  std::vector<float> la, lb;
+  e.prefill(a, 0, &la);
+  EXPECT_EQ(e.last_prefill().weights, "w8a8");
+  ASSERT_NE(e.mil_prefill(), nullptr);
+  EXPECT_EQ(e.mil_prefill()->act_scales(), want);
+  e.prefill(b, 0, &lb);  // b does not recalibrate: the kernels of its bucket use a's scales
+  EXPECT_EQ(e.mil_prefill()->act_scales(), want);
+  Engine cpu = make("cpu");
+  std::vector<float> ca, cb;
+  cpu.prefill(a, 0, &ca);
+  cpu.prefill(b, 0, &cb);
+  // For the record (no tolerance: a whole model's error is not bounded by the per-product bounds):
+  // the logits' max error relative to their range, next to the fp16 and int8-weight prefills'.
+  std::vector<float> l16, l8;
+  make("emulator").prefill(a, 0, &l16);
+  make("emulator", "int8").prefill(a, 0, &l8);
+  std::printf("[infer] prefill vs cpu fp32, rel max err of the logits: fp16 %.3e, int8 %.3e, w8a8 %.3e "
+              "(calibration prompt), w8a8 %.3e (another prompt)\n",
+              rel_err(l16, ca), rel_err(l8, ca), rel_err(la, ca), rel_err(lb, cb));
+  for (float v : lb) ASSERT_TRUE(std::isfinite(v));
+}
+
+}  // namespace
+}  // namespace anelab::infer
