@@ -3,8 +3,10 @@
 
 Reads DIR/config.json, DIR/weights/<name>.npy (canonical tensor names, [out, in]) and DIR/batches.npy
 ([n_micro, B, T+1] token ids stored as float32), implements the Llama model itself (RMSNorm, RoPE in
-adjacent-pair (llama2.c, complex multiply) or rotate-half form, GQA via repeat_interleave, SwiGLU,
-tied/untied classifier) and writes:
+adjacent-pair (llama2.c, complex multiply) or rotate-half form, Llama 3.x "llama3" frequency scaling
+(transformers' _compute_llama3_parameters, written out here), Qwen3's per-head RMSNorm of q and k before
+RoPE (qk_norm: weights q_norm / k_norm [head_dim]), GQA via repeat_interleave, SwiGLU, tied/untied
+classifier) and writes:
   mode "grads": DIR/out/loss.npy [1] and DIR/out/grad.<name>.npy for the first micro-batch;
   mode "train": DIR/out/losses.npy [steps], DIR/out/grad_norms.npy [steps] and DIR/out/final.<name>.npy
                 after `steps` AdamW steps (torch.optim.AdamW, no decay on 1-D tensors, warmup + cosine
@@ -38,6 +40,25 @@ def rope(x, pos_cos, pos_sin, style):
     return torch.cat([x1 * c - x2 * s, x1 * s + x2 * c], dim=-1)
 
 
+def inv_freq(c):
+    """theta^(-2i/hd) in fp64, then the llama3 scaling when the config has it."""
+    hd = c["head_dim"]
+    i = torch.arange(0, hd // 2, dtype=torch.float64)
+    inv = float(c["rope_theta"]) ** (-2.0 * i / hd)
+    s = c.get("rope_scaling", {"type": "none"})
+    if s["type"] == "none":
+        return inv
+    assert s["type"] == "llama3", s
+    factor, lo, hi = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
+    old = s["original_max_pos"]
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > old / lo, inv / factor, inv)
+    smooth = (old / wavelen - lo) / (hi - lo)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < old / hi) & ~(wavelen > old / lo)
+    return torch.where(medium, smoothed, scaled)
+
+
 class Llama(torch.nn.Module):
     def __init__(self, cfg, weights):
         super().__init__()
@@ -53,8 +74,7 @@ class Llama(torch.nn.Module):
         c = self.cfg
         B, T = tokens.shape
         D, H, KV, hd = c["dim"], c["n_heads"], c["n_kv_heads"], c["head_dim"]
-        i = torch.arange(0, hd // 2, dtype=torch.float64)
-        freqs = float(c["rope_theta"]) ** (-2.0 * i / hd)
+        freqs = inv_freq(c)
         ang = torch.arange(T, dtype=torch.float64)[:, None] * freqs[None, :]
         cos, sin = torch.cos(ang).float(), torch.sin(ang).float()
         mask = torch.full((T, T), float("-inf")).triu(1)
@@ -67,6 +87,9 @@ class Llama(torch.nn.Module):
             q = (xn @ self.w(pre + "wq").T).view(B, T, H, hd)
             k = (xn @ self.w(pre + "wk").T).view(B, T, KV, hd)
             v = (xn @ self.w(pre + "wv").T).view(B, T, KV, hd)
+            if c.get("qk_norm", False):
+                q = rms_norm(q, self.w(pre + "q_norm"), eps)
+                k = rms_norm(k, self.w(pre + "k_norm"), eps)
             q, k = rope(q, cos, sin, c["rope_style"]), rope(k, cos, sin, c["rope_style"])
             k = k.repeat_interleave(H // KV, dim=2)
             v = v.repeat_interleave(H // KV, dim=2)

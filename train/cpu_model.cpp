@@ -140,6 +140,9 @@ void CpuModel::prepare(int64_t B, int64_t T) {
     a.v.resize(N * KD), a.p.resize(size_t(B * c_.n_heads) * size_t(T * T)), a.att.resize(N * QD);
     a.x2.resize(N * D), a.rrms2.resize(N), a.xn2.resize(N * D), a.h1.resize(N * F), a.h3.resize(N * F);
     a.g.resize(N * F);
+    if (c_.qk_norm)
+      a.qp.resize(N * QD), a.kp.resize(N * KD), a.rrmsq.resize(N * size_t(c_.n_heads)),
+          a.rrmsk.resize(N * size_t(c_.n_kv_heads));
   }
   const int64_t half = c_.head_dim / 2;
   cos_.resize(size_t(T * half)), sin_.resize(size_t(T * half));
@@ -228,6 +231,27 @@ void CpuModel::attention_backward(LayerActs& a, int64_t B, int64_t T, const floa
   });
 }
 
+// qk_norm: a.q / a.k (the projections) -> a.qp / a.kp, then every head row [hd] of them normed back into a.q / a.k
+// (the [N, H*hd] buffers are [N*H, hd] rows).
+void CpuModel::head_norms_forward(LayerActs& a, const LayerPtrs& p, int64_t N) {
+  const int64_t hd = c_.head_dim;
+  a.qp.swap(a.q), a.kp.swap(a.k);
+  rmsnorm(a.qp.data(), p.q_norm, a.q.data(), a.rrmsq.data(), N * c_.n_heads, hd, c_.norm_eps);
+  rmsnorm(a.kp.data(), p.k_norm, a.k.data(), a.rrmsk.data(), N * c_.n_kv_heads, hd, c_.norm_eps);
+}
+
+// qk_norm: dq / dk (gradients w.r.t. the normed q / k) -> gradients w.r.t. the projections; g.q_norm / k_norm += ...
+void CpuModel::head_norms_backward(LayerActs& a, const LayerPtrs& p, const LayerPtrs& g, int64_t N,
+                                   std::vector<float>& dq, std::vector<float>& dk) {
+  const int64_t hd = c_.head_dim;
+  std::vector<float> d(dq.size());
+  rmsnorm_backward(a.qp.data(), p.q_norm, a.rrmsq.data(), dq.data(), d.data(), g.q_norm, N * c_.n_heads, hd, false);
+  dq.swap(d);
+  d.resize(dk.size());
+  rmsnorm_backward(a.kp.data(), p.k_norm, a.rrmsk.data(), dk.data(), d.data(), g.k_norm, N * c_.n_kv_heads, hd, false);
+  dk.swap(d);
+}
+
 void CpuModel::layer_forward(const float* w, int64_t l, int64_t B, int64_t T) {
   LayerActs& a = acts_[size_t(l)];
   const LayerPtrs p = layout_.layer(const_cast<float*>(w), l);
@@ -236,6 +260,7 @@ void CpuModel::layer_forward(const float* w, int64_t l, int64_t B, int64_t T) {
   matmul_wt(a.xn.data(), p.wq, a.q.data(), N, D, QD);
   matmul_wt(a.xn.data(), p.wk, a.k.data(), N, D, KD);
   matmul_wt(a.xn.data(), p.wv, a.v.data(), N, D, KD);
+  if (c_.qk_norm) head_norms_forward(a, p, N);
   rope(a.q.data(), N, c_.n_heads, T, 1.0f);
   rope(a.k.data(), N, c_.n_kv_heads, T, 1.0f);
   attention_forward(a, B, T);
@@ -372,6 +397,7 @@ void CpuModel::layer_backward(const float* w, float* gr, int64_t l, int64_t B, i
   attention_backward(a, B, T, datt.data(), dq.data(), dk.data(), dv.data());
   rope(dq.data(), N, c_.n_heads, T, -1.0f);
   rope(dk.data(), N, c_.n_kv_heads, T, -1.0f);
+  if (c_.qk_norm) head_norms_backward(a, p, g, N, dq, dk);
   t0 = now_ms();
   matmul_dw(dq.data(), a.xn.data(), g.wq, N, D, QD);
   matmul_dw(dk.data(), a.xn.data(), g.wk, N, D, KD);

@@ -10,7 +10,9 @@
 // rely on this).
 //
 // Math (per layer, eps = config.norm_eps, hd = head_dim, G = n_heads / n_kv_heads):
-//   xn = rmsnorm(x) * attn_norm;  q = xn Wqᵀ, k = xn Wkᵀ, v = xn Wvᵀ;  RoPE(q, k) at position t = row % T
+//   xn = rmsnorm(x) * attn_norm;  q = xn Wqᵀ, k = xn Wkᵀ, v = xn Wvᵀ;
+//   qk_norm (Qwen3): every head of q and k -> rmsnorm over hd * q_norm / k_norm;  RoPE(q, k) at position t = row % T
+//   (RoPE frequencies with the config's scaling: llama3's via kern::cpu::rope_inv_freq)
 //   head h attends with kv head h / G (llama2.c, HF);  a = softmax(q kᵀ / √hd + causal) v;  x2 = x + a Woᵀ
 //   xn2 = rmsnorm(x2) * ffn_norm;  x' = x2 + (silu(xn2 W1ᵀ) ⊙ xn2 W3ᵀ) W2ᵀ
 //   logits = rmsnorm(x_L) * norm · Woutᵀ;  loss = mean over tokens of −log softmax(logits)[target]
@@ -60,6 +62,7 @@ class CpuModel {
  private:
   struct LayerActs {
     std::vector<float> x, rrms1, xn, q, k, v, p, att, x2, rrms2, xn2, h1, h3, g;
+    std::vector<float> qp, kp, rrmsq, rrmsk;  // qk_norm: q / k before the head norms [N, QD] / [N, KVD]; [N*H], [N*KVH]
   };
   void forward(const float* w, const int32_t* tokens, int64_t B, int64_t T, int64_t row_stride);
   void layer_forward(const float* w, int64_t l, int64_t B, int64_t T);
@@ -68,6 +71,9 @@ class CpuModel {
   void attention_backward(LayerActs& a, int64_t B, int64_t T, const float* datt, float* dq, float* dk, float* dv);
   double cross_entropy(const int32_t* tokens, int64_t B, int64_t T, float grad_scale, bool want_grad);
   void rope(float* x, int64_t rows, int64_t heads, int64_t T, float sign) const;
+  void head_norms_forward(LayerActs& a, const LayerPtrs& p, int64_t N);
+  void head_norms_backward(LayerActs& a, const LayerPtrs& p, const LayerPtrs& g, int64_t N, std::vector<float>& dq,
+                           std::vector<float>& dk);
   void prepare(int64_t B, int64_t T);
   void prepare_head(int64_t B, int64_t T);
   void head_forward(const float* w, const float* xL, int64_t N);                       // xf_, rrmsf_, logits_

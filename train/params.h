@@ -3,7 +3,8 @@
 // layout (same offsets), so optimizer, clipping and checkpoints work on flat spans.
 //
 // Supported for training: RMSNorm + SwiGLU, no biases, no learned positions, RoPE adjacent_pairs
-// (llama2.c) or rotate_half; tied or untied classifier; GQA (n_heads % n_kv_heads == 0).
+// (llama2.c) or rotate_half with or without llama3 frequency scaling; Qwen3's per-head q/k RMSNorm; tied or
+// untied classifier; GQA (n_heads % n_kv_heads == 0). Gemma 3 is inference-only (check_trainable says why).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -28,6 +29,8 @@ struct LayerPtrs {
   float* wk;         // [Hkv*hd, D]
   float* wv;         // [Hkv*hd, D]
   float* wo;         // [D, Hq*hd]
+  float* q_norm;     // [hd] per-head RMSNorm of q (null without qk_norm)
+  float* k_norm;     // [hd] per-head RMSNorm of k (null without qk_norm)
   float* ffn_norm;   // [D]
   float* w1;         // [F, D]
   float* w2;         // [D, F]
@@ -51,10 +54,11 @@ class ParamLayout {
   models::ModelConfig config_;
   std::vector<ParamInfo> params_;
   int64_t total_ = 0, emb_ = 0, norm_ = 0, out_ = 0;
-  std::vector<int64_t> layer_offsets_;  // [L * 9] offsets in LayerPtrs field order
+  std::vector<int64_t> layer_offsets_;  // [L * 11] offsets in LayerPtrs field order (-1: no such tensor)
 };
 
-// Throws "[train] ... not supported for training" naming the field when c cannot be trained here.
+// Throws one line "[train] model 'ARCH': ... not supported for training ..." naming every feature of c the
+// trainer lacks (e.g. all of Gemma 3's at once) when c cannot be trained here.
 void check_trainable(const models::ModelConfig& c);
 
 // Initialisation into a flat buffer of layout.total() floats.

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
@@ -61,9 +62,10 @@ Grads one_step(train::StepEngine& e, const std::vector<float>& w, const train::B
   return r;
 }
 
-void check_grads(const models::ModelConfig& cfg, int64_t B, int64_t T, const std::string& strategy) {
+void check_grads(const models::ModelConfig& cfg, int64_t B, int64_t T, const std::string& strategy,
+                 bool norm_noise = false) {
   const train::ParamLayout layout(cfg);
-  const std::vector<float> w = train::init_random(layout, 7);
+  const std::vector<float> w = norm_noise ? test::init_with_norm_noise(layout, 7) : train::init_random(layout, 7);
   const train::Batch b = random_batch(B, T, cfg.vocab_size, 99);
   auto cpu = engine("cpu", layout, T);
   auto ker = engine(strategy, layout, T);
@@ -95,25 +97,53 @@ TEST(KernelEngine, GradientsMatchCpuGqaHeadDimRotateHalfUntied) {
   check_grads(test::gqa_test_config(), 1, 32, "dynamic");
 }
 
-TEST(KernelEngine, GradientsMatchTorch) {  // independent of the CPU engine: PyTorch autograd (fp32)
-  const auto dir = test::temp_dir("kgrads").string();
-  const models::ModelConfig cfg = models::preset("stories260k");
+TEST(KernelEngine, GradientsMatchCpuQwen3QkNorm) {  // per-head q/k RMSNorm forward taps and backward in the kernels
+  check_grads(test::qwen3_test_config(), 2, 32, "dynamic", true);
+  check_grads(test::qwen3_test_config(), 1, 32, "static", true);
+}
+
+// One step of the kernel engine against PyTorch autograd (fp32), independent of the CPU engine; prints the
+// NMSE of every tensor.
+void check_grads_against_torch(const models::ModelConfig& cfg, int64_t B, int64_t T, const std::string& strategy,
+                               const std::vector<float>& w, const std::string& tag) {
+  const auto dir = test::temp_dir("kgrads_" + tag).string();
   const train::ParamLayout layout(cfg);
-  const std::vector<float> w = train::init_random(layout, 3);
-  const train::Batch b = random_batch(2, 32, cfg.vocab_size, 17);
-  auto ker = engine("dynamic", layout, 32);
+  const train::Batch b = random_batch(B, T, cfg.vocab_size, 17);
+  auto ker = engine(strategy, layout, T);
   const Grads got = one_step(*ker, w, b);
   std::string log;
   if (!test::run_torch_reference(dir, layout, w, {b}, nlohmann::json::object(), "grads", &log))
     GTEST_SKIP() << "PyTorch reference unavailable: " << log;
   EXPECT_NEAR(got.loss, read_npy(dir + "/out/loss.npy").data.at(0), 1e-3 * got.loss);
+  std::printf("[%s %s vs torch] NMSE:", tag.c_str(), strategy.c_str());
   for (const auto& p : layout.params()) {
     const NpyArray ref = read_npy(dir + "/out/grad." + p.name + ".npy");
     std::vector<float> g(got.g.begin() + p.offset, got.g.begin() + p.offset + p.numel);
     for (float& v : g) v /= 256.0f;
-    EXPECT_LT(nmse(g.data(), ref.data.data(), p.numel), 1e-4) << p.name;
+    const double e = nmse(g.data(), ref.data.data(), p.numel);
+    std::printf(" %s %.1e", p.name.c_str(), e);
+    EXPECT_LT(e, 1e-4) << p.name;
   }
+  std::printf("\n");
   std::filesystem::remove_all(dir);
+}
+
+TEST(KernelEngine, GradientsMatchTorch) {
+  const models::ModelConfig cfg = models::preset("stories260k");
+  check_grads_against_torch(cfg, 2, 32, "dynamic", train::init_random(train::ParamLayout(cfg), 3), "260k");
+}
+
+// llama3 RoPE scaling in the kernels' tables (original context 32 < the sequence 64).
+TEST(KernelEngine, GradientsMatchTorchLlama3ScaledRope) {
+  const models::ModelConfig cfg = test::llama3_test_config();
+  check_grads_against_torch(cfg, 1, 64, "dynamic", test::init_with_norm_noise(train::ParamLayout(cfg), 3), "llama3");
+}
+
+TEST(KernelEngine, GradientsMatchTorchQwen3QkNorm) {
+  const models::ModelConfig cfg = test::qwen3_test_config();
+  const std::vector<float> w = test::init_with_norm_noise(train::ParamLayout(cfg), 3);
+  check_grads_against_torch(cfg, 2, 32, "dynamic", w, "qwen3");
+  check_grads_against_torch(cfg, 1, 32, "static", w, "qwen3");
 }
 
 TEST(KernelEngine, CompileAccounting) {
@@ -235,6 +265,30 @@ TEST(KernelEngine, DynamicResumeIsBitExact) {
   half.resume = true, half.stop_after = 0;
   EXPECT_TRUE(train::run_training(half, {false, false}).finished);
   test::expect_same_state(dir + "/straight", dir + "/split");
+  std::filesystem::remove_all(dir);
+}
+
+// Qwen3's q_norm / k_norm go through AdamW, the checkpoint and the dynamic restaging like every other weight.
+TEST(KernelEngine, Qwen3DynamicResumeIsBitExact) {
+  const auto dir = test::temp_dir("kresume_qwen3").string();
+  const models::ModelConfig cfg = test::qwen3_test_config();
+  const std::string data = test::write_tokens(dir, 3000, cfg.vocab_size, 3);
+  auto c = small_run(dir + "/straight", data, "dynamic");
+  c.preset = "", c.init = dir + "/init.anelab";
+  models::write_random_model(cfg, c.init, 5);
+  c.steps = 4;
+  train::validate(c);
+  train::run_training(c, {false, false});
+  auto half = c;
+  half.run_dir = dir + "/split", half.stop_after = 2;
+  EXPECT_FALSE(train::run_training(half, {false, false}).finished);
+  half.resume = true, half.stop_after = 0;
+  EXPECT_TRUE(train::run_training(half, {false, false}).finished);
+  test::expect_same_state(dir + "/straight", dir + "/split");
+  const auto ck = train::read_checkpoint(c.run_dir + "/last.ckpt");
+  const train::ParamInfo& qn = train::ParamLayout(cfg).find("layers.1.q_norm");
+  const std::vector<float> moved(ck.weights.begin() + qn.offset, ck.weights.begin() + qn.offset + qn.numel);
+  EXPECT_NE(moved, std::vector<float>(size_t(qn.numel), 1.0f)) << "q_norm was not trained";
   std::filesystem::remove_all(dir);
 }
 
