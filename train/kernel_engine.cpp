@@ -79,6 +79,7 @@ class KernelEngine final : public StepEngine {
     if (o.strategy == "static") strategy_ = kern::Strategy::kStatic;
     else if (o.strategy == "dynamic") strategy_ = kern::Strategy::kDynamic;
     else fail("train", "--strategy ", o.strategy, ": the kernel engine runs static or dynamic");
+    check_kernel_trainable(c_, o.strategy);
     if (o.seq_len > 0 && o.seq_len < 32)
       fail("train", "--seq-len ", o.seq_len, ": the ", o.strategy,
            " strategy evaluates one sequence per kernel and needs T >= 32 (fp16 I/O, digest §4.3)");

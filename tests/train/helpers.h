@@ -32,6 +32,10 @@ models::ModelConfig gqa_test_config();
 models::ModelConfig llama3_test_config();
 // A small Qwen3 config: per-head q/k RMSNorm, GQA, head_dim != dim / n_heads, rotate-half RoPE, tied.
 models::ModelConfig qwen3_test_config();
+// A small Gemma 3 config: (1+w) norms, post norms, q/k norms, GeGLU, embedding and score scales, layer 0 sliding
+// (window 8, local RoPE base 1e4) and layer 1 global (base 1e6, linear factor 2), logit soft-cap 0.5 (tight, so the
+// cap's curvature shows in the gradients), 1 kv head, tied.
+models::ModelConfig gemma3_test_config();
 // init_random with every 1-D (norm) weight set to 1 + U(-0.25, 0.25), so a norm weight that is ignored or
 // applied twice changes the gradients (all ones would hide it).
 std::vector<float> init_with_norm_noise(const train::ParamLayout& layout, uint64_t seed);

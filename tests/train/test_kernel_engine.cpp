@@ -296,6 +296,21 @@ TEST(KernelEngine, Qwen3DynamicResumeIsBitExact) {
   std::filesystem::remove_all(dir);
 }
 
+// Gemma 3 trains on the CPU engine only: the kernel strategies refuse it up front, in one line.
+TEST(KernelEngine, Gemma3IsRefusedWithAHint) {
+  const train::ParamLayout layout(test::gemma3_test_config());
+  for (const std::string s : {"static", "dynamic"}) {
+    try {
+      engine(s, layout, 32);
+      ADD_FAILURE() << s << ": gemma3 accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("which the training kernels do not implement; train it with --strategy cpu"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(KernelEngine, AneBackendGivesClearError) {
   const models::ModelConfig cfg = models::preset("stories260k");
   train::TrainConfig c;

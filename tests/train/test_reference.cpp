@@ -74,6 +74,11 @@ TEST(TrainReference, GradientsMatchTorchQwen3QkNorm) {
   check_grads_against_torch(test::qwen3_test_config(), 2, 32, "qwen3", true);
 }
 
+// Gemma 3 on the CPU engine: every part of the architecture at once (window 8 < T = 32, two RoPE tables).
+TEST(TrainReference, GradientsMatchTorchGemma3) {
+  check_grads_against_torch(test::gemma3_test_config(), 2, 32, "gemma3", true);
+}
+
 // `n_steps` AdamW steps of `anelab train` (CPU engine) against torch.optim.AdamW on the same windows.
 void check_trajectory_against_torch(const models::ModelConfig& cfg, int n_steps, const std::string& tag) {
   const auto dir = test::temp_dir("traj_" + tag).string();
@@ -120,6 +125,10 @@ TEST(TrainReference, TwentyStepTrajectoryMatchesTorchAdamW) {
 
 TEST(TrainReference, Qwen3TenStepTrajectoryMatchesTorchAdamW) {
   check_trajectory_against_torch(test::qwen3_test_config(), 10, "qwen3");
+}
+
+TEST(TrainReference, Gemma3TenStepTrajectoryMatchesTorchAdamW) {
+  check_trajectory_against_torch(test::gemma3_test_config(), 10, "gemma3");
 }
 
 }  // namespace

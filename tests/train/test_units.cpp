@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
@@ -218,20 +219,30 @@ TEST(TrainUnits, Qwen3HeadNormsAreParametersAndCheckpointed) {
   EXPECT_EQ(r.v, s.v);
 }
 
-// Gemma 3 is inference-only: one line naming every part the trainer lacks.
-TEST(TrainUnits, Gemma3IsRefusedInOneLineNamingWhatIsMissing) {
+// Refusals are one line naming every missing part: GPT-2 for training at all, Gemma 3 for the kernel strategies.
+TEST(TrainUnits, RefusalsAreOneLineNamingWhatIsMissing) {
+  auto message = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
   EXPECT_NO_THROW(check_trainable(models::preset("qwen3-0.6b")));
-  try {
-    check_trainable(models::preset("gemma3-270m"));
-    FAIL() << "gemma3 was accepted for training";
-  } catch (const Error& e) {
-    const std::string m = e.what();
-    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
-    EXPECT_EQ(m.rfind("[train] model 'gemma3': ", 0), 0u) << m;
-    for (const char* part : {"(1+w) RMSNorm", "sandwich", "GeGLU", "embedding scale", "score scale", "sliding-window",
-                             "inference-only"})
-      EXPECT_NE(m.find(part), std::string::npos) << part << " in: " << m;
-  }
+  EXPECT_NO_THROW(check_trainable(models::preset("gemma3-270m")));
+  EXPECT_NO_THROW(check_kernel_trainable(models::preset("qwen3-0.6b"), "dynamic"));
+  const std::string g = message([] { check_kernel_trainable(models::preset("gemma3-270m"), "static"); });
+  EXPECT_EQ(g.find('\n'), std::string::npos) << g;
+  EXPECT_EQ(g.rfind("[train] --strategy static: model 'gemma3' has ", 0), 0u) << g;
+  for (const char* part : {"(1+w) RMSNorm", "sandwich", "GeGLU", "embedding scale", "score scale", "sliding-window",
+                           "--strategy cpu"})
+    EXPECT_NE(g.find(part), std::string::npos) << part << " in: " << g;
+  const std::string p = message([] { check_trainable(models::preset("gpt2-124m")); });
+  EXPECT_EQ(p.find('\n'), std::string::npos) << p;
+  for (const char* part : {"[train] model 'gpt2': ", "LayerNorm", "a GELU MLP", "bias tensors", "learned positions",
+                           "inference-only"})
+    EXPECT_NE(p.find(part), std::string::npos) << part << " in: " << p;
 }
 
 TEST(TrainUnits, CorruptAndTruncatedCheckpointsAreRejected) {
