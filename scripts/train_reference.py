@@ -3,8 +3,12 @@
 
 Reads DIR/config.json, DIR/weights/<name>.npy (canonical tensor names, [out, in]) and DIR/batches.npy
 ([n_micro, B, T+1] token ids stored as float32), implements the Llama model itself (RMSNorm, RoPE in
-adjacent-pair (llama2.c, complex multiply) or rotate-half form, GQA via repeat_interleave, SwiGLU,
-tied/untied classifier) and writes:
+adjacent-pair (llama2.c, complex multiply) or rotate-half form, Llama 3.x "llama3" frequency scaling
+(transformers' _compute_llama3_parameters, written out here), Qwen3's per-head RMSNorm of q and k before
+RoPE (qk_norm: weights q_norm / k_norm [head_dim]), GQA via repeat_interleave, SwiGLU, tied/untied
+classifier; Gemma 3's parts as transformers' Gemma3 writes them: (norm_offset + w) norms, post-attention /
+post-MLP norms, GeGLU with tanh-GELU, the embedding scale, the score scale, sliding-window layers with their
+own RoPE base, global layers' linear RoPE scaling, final logit soft-capping) and writes:
   mode "grads": DIR/out/loss.npy [1] and DIR/out/grad.<name>.npy for the first micro-batch;
   mode "train": DIR/out/losses.npy [steps], DIR/out/grad_norms.npy [steps] and DIR/out/final.<name>.npy
                 after `steps` AdamW steps (torch.optim.AdamW, no decay on 1-D tensors, warmup + cosine
@@ -22,8 +26,8 @@ import torch
 torch.set_num_threads(2)
 
 
-def rms_norm(x, w, eps):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+def rms_norm(x, w, eps, offset=0.0):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * (offset + w)
 
 
 def rope(x, pos_cos, pos_sin, style):
@@ -36,6 +40,25 @@ def rope(x, pos_cos, pos_sin, style):
     x1, x2 = x[..., :half], x[..., half:]
     c, s = pos_cos[None, :, None, :], pos_sin[None, :, None, :]
     return torch.cat([x1 * c - x2 * s, x1 * s + x2 * c], dim=-1)
+
+
+def inv_freq(c, theta=None):
+    """theta^(-2i/hd) in fp64, then the llama3 scaling when the config has it."""
+    hd = c["head_dim"]
+    i = torch.arange(0, hd // 2, dtype=torch.float64)
+    inv = float(theta or c["rope_theta"]) ** (-2.0 * i / hd)
+    s = c.get("rope_scaling", {"type": "none"})
+    if s["type"] == "none":
+        return inv
+    assert s["type"] == "llama3", s
+    factor, lo, hi = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
+    old = s["original_max_pos"]
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > old / lo, inv / factor, inv)
+    smooth = (old / wavelen - lo) / (hi - lo)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < old / hi) & ~(wavelen > old / lo)
+    return torch.where(medium, smoothed, scaled)
 
 
 class Llama(torch.nn.Module):
@@ -53,32 +76,54 @@ class Llama(torch.nn.Module):
         c = self.cfg
         B, T = tokens.shape
         D, H, KV, hd = c["dim"], c["n_heads"], c["n_kv_heads"], c["head_dim"]
-        i = torch.arange(0, hd // 2, dtype=torch.float64)
-        freqs = float(c["rope_theta"]) ** (-2.0 * i / hd)
-        ang = torch.arange(T, dtype=torch.float64)[:, None] * freqs[None, :]
+        pos = torch.arange(T, dtype=torch.float64)[:, None]
+        ang = pos * inv_freq(c)[None, :] / c.get("rope_linear_factor", 1.0)
         cos, sin = torch.cos(ang).float(), torch.sin(ang).float()
+        ang = pos * inv_freq(c, c.get("rope_local_theta", 0.0))[None, :]  # sliding layers: no linear scaling
+        cos_l, sin_l = torch.cos(ang).float(), torch.sin(ang).float()
         mask = torch.full((T, T), float("-inf")).triu(1)
+        W = c.get("sliding_window", 0)
+        mask_l = mask.clone()
+        if W > 0:
+            mask_l = mask_l + torch.full((T, T), float("-inf")).tril(-W)  # keys j with i - j >= W are hidden
         emb = self.w("tok_embeddings")
-        x = emb[tokens]
-        eps = c["norm_eps"]
+        x = emb[tokens] * c.get("embed_scale", 1.0)
+        eps, off = c["norm_eps"], c.get("norm_offset", 0.0)
+        scale = c.get("attn_scale", 0.0) or 1.0 / math.sqrt(hd)
+        post = c.get("post_norms", False)
         for l in range(c["n_layers"]):
             pre = "layers.%d." % l
-            xn = rms_norm(x, self.w(pre + "attn_norm"), eps)
+            pattern = c.get("sliding_pattern", 0)
+            local = W > 0 and not (pattern > 0 and (l + 1) % pattern == 0)
+            cs, sn, mk = (cos_l, sin_l, mask_l) if local else (cos, sin, mask)
+            xn = rms_norm(x, self.w(pre + "attn_norm"), eps, off)
             q = (xn @ self.w(pre + "wq").T).view(B, T, H, hd)
             k = (xn @ self.w(pre + "wk").T).view(B, T, KV, hd)
             v = (xn @ self.w(pre + "wv").T).view(B, T, KV, hd)
-            q, k = rope(q, cos, sin, c["rope_style"]), rope(k, cos, sin, c["rope_style"])
+            if c.get("qk_norm", False):
+                q = rms_norm(q, self.w(pre + "q_norm"), eps, off)
+                k = rms_norm(k, self.w(pre + "k_norm"), eps, off)
+            q, k = rope(q, cs, sn, c["rope_style"]), rope(k, cs, sn, c["rope_style"])
             k = k.repeat_interleave(H // KV, dim=2)
             v = v.repeat_interleave(H // KV, dim=2)
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-            att = torch.softmax(q @ k.transpose(2, 3) / math.sqrt(hd) + mask, dim=-1) @ v
-            x = x + att.transpose(1, 2).reshape(B, T, H * hd) @ self.w(pre + "wo").T
-            xn = rms_norm(x, self.w(pre + "ffn_norm"), eps)
-            g = torch.nn.functional.silu(xn @ self.w(pre + "w1").T) * (xn @ self.w(pre + "w3").T)
-            x = x + g @ self.w(pre + "w2").T
-        x = rms_norm(x, self.w("norm"), eps)
+            att = torch.softmax(q @ k.transpose(2, 3) * scale + mk, dim=-1) @ v
+            o = att.transpose(1, 2).reshape(B, T, H * hd) @ self.w(pre + "wo").T
+            x = x + (rms_norm(o, self.w(pre + "attn_post_norm"), eps, off) if post else o)
+            xn = rms_norm(x, self.w(pre + "ffn_norm"), eps, off)
+            h1 = xn @ self.w(pre + "w1").T
+            if c["activation"] == "gelu_tanh_gated":
+                act = torch.nn.functional.gelu(h1, approximate="tanh")
+            else:
+                act = torch.nn.functional.silu(h1)
+            y = (act * (xn @ self.w(pre + "w3").T)) @ self.w(pre + "w2").T
+            x = x + (rms_norm(y, self.w(pre + "ffn_post_norm"), eps, off) if post else y)
+        x = rms_norm(x, self.w("norm"), eps, off)
         out = emb if c["tied_embeddings"] else self.w("output")
         logits = x @ out.T
+        cap = c.get("logit_softcap", 0.0)
+        if cap > 0:
+            logits = cap * torch.tanh(logits / cap)
         return torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
 
 

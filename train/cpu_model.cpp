@@ -98,6 +98,14 @@ void rmsnorm_backward(const float* x, const float* w, const float* rrms, const f
 
 inline float sigmoidf(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
+// tanh-GELU (Gemma's gelu_pytorch_tanh) and its derivative.
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+inline float gelu_tanh(float x) { return 0.5f * x * (1.0f + std::tanh(kGeluC * (x + 0.044715f * x * x * x))); }
+inline float gelu_tanh_grad(float x) {
+  const float t = std::tanh(kGeluC * (x + 0.044715f * x * x * x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
 void add_into(float* y, const float* a, const float* b, int64_t n) {
   parallel_rows(n, n, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) y[i] = a[i] + b[i];
@@ -105,6 +113,15 @@ void add_into(float* y, const float* a, const float* b, int64_t n) {
 }
 
 }  // namespace
+
+// The weights a norm multiplies by: w itself, or (norm_offset + w) in fp32 (Gemma: 1 + w) kept in the norm's own
+// buffer. The weight gradient is the same for both (d(offset + w)/dw = 1).
+const float* CpuModel::norm_w(const float* w, int64_t n, std::vector<float>& buf) const {
+  if (c_.norm_offset == 0.0f) return w;
+  buf.resize(size_t(n));
+  for (int64_t i = 0; i < n; ++i) buf[size_t(i)] = c_.norm_offset + w[i];
+  return buf.data();
+}
 
 CpuModel::CpuModel(const ParamLayout& layout) : layout_(layout), c_(layout.config()) {
   eigen_single_thread();
@@ -125,6 +142,7 @@ void CpuModel::prepare_head(int64_t B, int64_t T) {
   head_T_ = T;
   const size_t N = size_t(B * T), D = size_t(c_.dim);
   xL_.resize(N * D), rrmsf_.resize(N), xf_.resize(N * D), logits_.resize(N * size_t(c_.vocab_size));
+  if (c_.logit_softcap > 0.0f) capped_.resize(logits_.size());
   inputs_.resize(N);
 }
 
@@ -140,29 +158,48 @@ void CpuModel::prepare(int64_t B, int64_t T) {
     a.v.resize(N * KD), a.p.resize(size_t(B * c_.n_heads) * size_t(T * T)), a.att.resize(N * QD);
     a.x2.resize(N * D), a.rrms2.resize(N), a.xn2.resize(N * D), a.h1.resize(N * F), a.h3.resize(N * F);
     a.g.resize(N * F);
+    if (c_.qk_norm)
+      a.qp.resize(N * QD), a.kp.resize(N * KD), a.rrmsq.resize(N * size_t(c_.n_heads)),
+          a.rrmsk.resize(N * size_t(c_.n_kv_heads));
+    if (c_.post_norms) a.o.resize(N * D), a.rrmso.resize(N), a.y.resize(N * D), a.rrmsy.resize(N);
   }
   const int64_t half = c_.head_dim / 2;
   cos_.resize(size_t(T * half)), sin_.resize(size_t(T * half));
   kern::cpu::rope_half_tables(T, c_.head_dim, c_.rope_theta, 0, kern::cpu::Numerics::kReference, cos_.data(), sin_.data(),
-                              c_.rope_scaling);
+                              c_.rope_scaling, c_.rope_linear_factor);
+  if (c_.sliding_window > 0) {  // sliding layers: their own base, no scaling
+    cosl_.resize(cos_.size()), sinl_.resize(sin_.size());
+    kern::cpu::rope_half_tables(T, c_.head_dim, c_.rope_local_theta > 0.0f ? c_.rope_local_theta : c_.rope_theta, 0,
+                                kern::cpu::Numerics::kReference, cosl_.data(), sinl_.data());
+  }
 }
 
-// Rotates every head of x [rows, heads*hd] by +angle (sign = 1) or -angle (sign = -1, the backward).
-void CpuModel::rope(float* x, int64_t rows, int64_t heads, int64_t T, float sign) const {
+// Rotates every head of x [rows, heads*hd] by +angle (sign = 1) or -angle (sign = -1, the backward), with the
+// tables of layer l (sliding layers: cosl_ / sinl_).
+void CpuModel::rope(float* x, int64_t rows, int64_t heads, int64_t T, float sign, int64_t l) const {
+  const bool local = c_.sliding_layer(l);
+  const float* cs = local ? cosl_.data() : cos_.data();
+  const float* sn = local ? sinl_.data() : sin_.data();
   const int64_t hd = c_.head_dim, half = hd / 2;
   const auto style = c_.rope_style == models::RopeStyle::kAdjacentPairs ? kern::RopeStyle::kAdjacentPairs
                                                                         : kern::RopeStyle::kRotateHalf;
   parallel_rows(rows, rows * heads * hd, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n)
-      kern::cpu::rope_row(x + n * heads * hd, heads, hd, style, cos_.data() + (n % T) * half,
-                          sin_.data() + (n % T) * half, kern::cpu::Numerics::kReference, sign);
+      kern::cpu::rope_row(x + n * heads * hd, heads, hd, style, cs + (n % T) * half, sn + (n % T) * half,
+                          kern::cpu::Numerics::kReference, sign);
   });
 }
 
-void CpuModel::attention_forward(LayerActs& a, int64_t B, int64_t T) {
+float CpuModel::score_scale() const {
+  return c_.attn_scale > 0.0f ? c_.attn_scale : 1.0f / std::sqrt(float(c_.head_dim));
+}
+
+// Query i of layer l sees keys [j0, i]: j0 = 0, or i - sliding_window + 1 in a sliding layer.
+void CpuModel::attention_forward(LayerActs& a, int64_t B, int64_t T, int64_t l) {
   const int64_t H = c_.n_heads, G = c_.n_heads / c_.n_kv_heads, hd = c_.head_dim;
   const int64_t QD = c_.q_dim(), KD = c_.kv_dim();
-  const float scale = 1.0f / std::sqrt(float(hd));
+  const int64_t W = c_.sliding_layer(l) ? c_.sliding_window : T;
+  const float scale = score_scale();
   parallel_rows(B * H, B * H * T * T * hd, [&](int64_t bh0, int64_t bh1) {
     for (int64_t bh = bh0; bh < bh1; ++bh) {
       const int64_t b = bh / H, h = bh % H, kvh = h / G;
@@ -173,15 +210,17 @@ void CpuModel::attention_forward(LayerActs& a, int64_t B, int64_t T) {
       p.noalias() = q * k.transpose();
       for (int64_t i = 0; i < T; ++i) {
         float* row = p.data() + i * T;
+        const int64_t j0 = std::max<int64_t>(0, i - W + 1);
         float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, row[j] * scale);
+        for (int64_t j = j0; j <= i; ++j) mx = std::max(mx, row[j] * scale);
         double sum = 0;
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = j0; j <= i; ++j) {
           row[j] = std::exp(row[j] * scale - mx);
           sum += row[j];
         }
         const float inv = static_cast<float>(1.0 / sum);
-        for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+        for (int64_t j = 0; j < j0; ++j) row[j] = 0.0f;
+        for (int64_t j = j0; j <= i; ++j) row[j] *= inv;
         for (int64_t j = i + 1; j < T; ++j) row[j] = 0.0f;
       }
       SMapR(a.att.data() + b * T * QD + h * hd, T, hd, Eigen::OuterStride<>(QD)).noalias() = p * v;
@@ -193,7 +232,7 @@ void CpuModel::attention_backward(LayerActs& a, int64_t B, int64_t T, const floa
                                   float* dv) {
   const int64_t H = c_.n_heads, KVH = c_.n_kv_heads, G = H / KVH, hd = c_.head_dim;
   const int64_t QD = c_.q_dim(), KD = c_.kv_dim();
-  const float scale = 1.0f / std::sqrt(float(hd));
+  const float scale = score_scale();  // P is 0 outside each query's window, so are its gradients
   // One task per (b, kv head): the G query heads sharing it accumulate dK/dV in a fixed order.
   parallel_rows(B * KVH, B * H * T * T * hd, [&](int64_t bk0, int64_t bk1) {
     for (int64_t bk = bk0; bk < bk1; ++bk) {
@@ -228,27 +267,59 @@ void CpuModel::attention_backward(LayerActs& a, int64_t B, int64_t T, const floa
   });
 }
 
+// qk_norm: a.q / a.k (the projections) -> a.qp / a.kp, then every head row [hd] of them normed back into a.q / a.k
+// (the [N, H*hd] buffers are [N*H, hd] rows).
+void CpuModel::head_norms_forward(LayerActs& a, const LayerPtrs& p, int64_t N) {
+  const int64_t hd = c_.head_dim;
+  a.qp.swap(a.q), a.kp.swap(a.k);
+  std::vector<float> bq, bk;
+  rmsnorm(a.qp.data(), norm_w(p.q_norm, hd, bq), a.q.data(), a.rrmsq.data(), N * c_.n_heads, hd, c_.norm_eps);
+  rmsnorm(a.kp.data(), norm_w(p.k_norm, hd, bk), a.k.data(), a.rrmsk.data(), N * c_.n_kv_heads, hd, c_.norm_eps);
+}
+
+// qk_norm: dq / dk (gradients w.r.t. the normed q / k) -> gradients w.r.t. the projections; g.q_norm / k_norm += ...
+void CpuModel::head_norms_backward(LayerActs& a, const LayerPtrs& p, const LayerPtrs& g, int64_t N,
+                                   std::vector<float>& dq, std::vector<float>& dk) {
+  const int64_t hd = c_.head_dim;
+  std::vector<float> d(dq.size()), bq, bk;
+  rmsnorm_backward(a.qp.data(), norm_w(p.q_norm, hd, bq), a.rrmsq.data(), dq.data(), d.data(), g.q_norm,
+                   N * c_.n_heads, hd, false);
+  dq.swap(d);
+  d.resize(dk.size());
+  rmsnorm_backward(a.kp.data(), norm_w(p.k_norm, hd, bk), a.rrmsk.data(), dk.data(), d.data(), g.k_norm,
+                   N * c_.n_kv_heads, hd, false);
+  dk.swap(d);
+}
+
 void CpuModel::layer_forward(const float* w, int64_t l, int64_t B, int64_t T) {
   LayerActs& a = acts_[size_t(l)];
   const LayerPtrs p = layout_.layer(const_cast<float*>(w), l);
   const int64_t N = B * T, D = c_.dim, F = c_.hidden_dim, QD = c_.q_dim(), KD = c_.kv_dim();
-  rmsnorm(a.x.data(), p.attn_norm, a.xn.data(), a.rrms1.data(), N, D, c_.norm_eps);
+  const bool post = c_.post_norms, geglu = c_.activation == models::Activation::kGeluTanhGated;
+  std::vector<float> nb;  // (offset + w) of the norm at hand
+  rmsnorm(a.x.data(), norm_w(p.attn_norm, D, nb), a.xn.data(), a.rrms1.data(), N, D, c_.norm_eps);
   matmul_wt(a.xn.data(), p.wq, a.q.data(), N, D, QD);
   matmul_wt(a.xn.data(), p.wk, a.k.data(), N, D, KD);
   matmul_wt(a.xn.data(), p.wv, a.v.data(), N, D, KD);
-  rope(a.q.data(), N, c_.n_heads, T, 1.0f);
-  rope(a.k.data(), N, c_.n_kv_heads, T, 1.0f);
-  attention_forward(a, B, T);
-  matmul_wt(a.att.data(), p.wo, a.x2.data(), N, QD, D);
+  if (c_.qk_norm) head_norms_forward(a, p, N);
+  rope(a.q.data(), N, c_.n_heads, T, 1.0f, l);
+  rope(a.k.data(), N, c_.n_kv_heads, T, 1.0f, l);
+  attention_forward(a, B, T, l);
+  matmul_wt(a.att.data(), p.wo, post ? a.o.data() : a.x2.data(), N, QD, D);
+  if (post) rmsnorm(a.o.data(), norm_w(p.attn_post_norm, D, nb), a.x2.data(), a.rrmso.data(), N, D, c_.norm_eps);
   add_into(a.x2.data(), a.x2.data(), a.x.data(), N * D);
-  rmsnorm(a.x2.data(), p.ffn_norm, a.xn2.data(), a.rrms2.data(), N, D, c_.norm_eps);
+  rmsnorm(a.x2.data(), norm_w(p.ffn_norm, D, nb), a.xn2.data(), a.rrms2.data(), N, D, c_.norm_eps);
   matmul_wt(a.xn2.data(), p.w1, a.h1.data(), N, D, F);
   matmul_wt(a.xn2.data(), p.w3, a.h3.data(), N, D, F);
   parallel_rows(N * F, N * F, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) a.g[size_t(i)] = a.h1[size_t(i)] * sigmoidf(a.h1[size_t(i)]) * a.h3[size_t(i)];
+    for (int64_t i = i0; i < i1; ++i) {
+      const float h1 = a.h1[size_t(i)];
+      a.g[size_t(i)] = (geglu ? gelu_tanh(h1) : h1 * sigmoidf(h1)) * a.h3[size_t(i)];
+    }
   });
   float* out = l + 1 < c_.n_layers ? acts_[size_t(l + 1)].x.data() : xL_.data();
-  matmul_wt(a.g.data(), p.w2, out, N, F, D);
+  matmul_wt(a.g.data(), p.w2, post ? a.y.data() : out, N, F, D);
+  if (post) rmsnorm(a.y.data(), norm_w(p.ffn_post_norm, D, nb), out, a.rrmsy.data(), N, D, c_.norm_eps);
   add_into(out, out, a.x2.data(), N * D);
 }
 
@@ -261,7 +332,10 @@ void CpuModel::forward(const float* w, const int32_t* tokens, int64_t B, int64_t
       const int32_t id = tokens[b * row_stride + t];
       if (id < 0 || id >= V) fail("train", "token id ", id, " out of range for vocab_size ", V);
       inputs_[size_t(b * T + t)] = id;
-      std::memcpy(acts_[0].x.data() + (b * T + t) * D, emb + int64_t(id) * D, size_t(D) * 4);
+      float* x = acts_[0].x.data() + (b * T + t) * D;
+      std::memcpy(x, emb + int64_t(id) * D, size_t(D) * 4);
+      if (c_.embed_scale != 1.0f)
+        for (int64_t i = 0; i < D; ++i) x[i] *= c_.embed_scale;
     }
   for (int64_t l = 0; l < c_.n_layers; ++l) layer_forward(w, l, B, T);
   head_forward(w, xL_.data(), B * T);
@@ -269,8 +343,17 @@ void CpuModel::forward(const float* w, const int32_t* tokens, int64_t B, int64_t
 
 void CpuModel::head_forward(const float* w, const float* xL, int64_t N) {
   const int64_t D = c_.dim, V = c_.vocab_size;
-  rmsnorm(xL, layout_.final_norm(const_cast<float*>(w)), xf_.data(), rrmsf_.data(), N, D, c_.norm_eps);
+  std::vector<float> nb;
+  rmsnorm(xL, norm_w(layout_.final_norm(const_cast<float*>(w)), D, nb), xf_.data(), rrmsf_.data(), N, D, c_.norm_eps);
   matmul_wt(xf_.data(), layout_.output(const_cast<float*>(w)), logits_.data(), N, D, V);
+  const float cap = c_.logit_softcap;
+  if (cap > 0.0f)  // logits = cap * tanh(z / cap); capped_ keeps tanh(z / cap) for the backward
+    parallel_rows(N * V, N * V, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        capped_[size_t(i)] = std::tanh(logits_[size_t(i)] / cap);
+        logits_[size_t(i)] = cap * capped_[size_t(i)];
+      }
+    });
 }
 
 // logits_ holds dlogits; dxL = final-norm backward of dlogits · Wout (final norm grads += ...).
@@ -278,7 +361,8 @@ void CpuModel::head_backward(const float* w, const float* xL, float* gr, float* 
   const int64_t D = c_.dim, V = c_.vocab_size;
   dxf_.resize(size_t(N * D));
   matmul_dx(logits_.data(), layout_.output(const_cast<float*>(w)), dxf_.data(), N, D, V, false);
-  rmsnorm_backward(xL, layout_.final_norm(const_cast<float*>(w)), rrmsf_.data(), dxf_.data(), dxL,
+  std::vector<float> nb;
+  rmsnorm_backward(xL, norm_w(layout_.final_norm(const_cast<float*>(w)), D, nb), rrmsf_.data(), dxf_.data(), dxL,
                    layout_.final_norm(gr), N, D, false);
 }
 
@@ -315,6 +399,8 @@ double CpuModel::cross_entropy(const int32_t* tokens, int64_t B, int64_t T, floa
         const float inv = static_cast<float>(1.0 / sum);
         for (int64_t j = 0; j < V; ++j) row[j] = std::exp(row[j] - mx) * inv * gs;
         if (tgt >= 0 && tgt < V) row[tgt] -= gs;
+        if (c_.logit_softcap > 0.0f)  // d(cap tanh(z / cap))/dz = 1 - tanh²
+          for (int64_t j = 0; j < V; ++j) row[j] *= 1.0f - capped_[size_t(n * V + j)] * capped_[size_t(n * V + j)];
       }
     }
   });
@@ -338,20 +424,31 @@ void CpuModel::last_logits(const float* w, const int32_t* tokens, int64_t n, std
   out->assign(logits_.begin() + (n - 1) * V, logits_.begin() + n * V);
 }
 
-void CpuModel::layer_backward(const float* w, float* gr, int64_t l, int64_t B, int64_t T, float* dx, CpuTimes* t) {
-  // dx: [N, D] gradient w.r.t. this layer's output on entry, w.r.t. its input on exit.
-  LayerActs& a = acts_[size_t(l)];
-  const LayerPtrs p = layout_.layer(const_cast<float*>(w), l);
-  const LayerPtrs g = layout_.layer(gr, l);
-  const int64_t N = B * T, D = c_.dim, F = c_.hidden_dim, QD = c_.q_dim(), KD = c_.kv_dim();
-  std::vector<float> dg(size_t(N * F)), dh3(size_t(N * F)), dxn(size_t(N * D)), dx2(dx, dx + N * D);
+// The MLP half's backward: dy [N, D] = d(loss)/d(layer output); dx2 [N, D] += its path to x2. Returns dW ms.
+double CpuModel::ffn_backward(LayerActs& a, const LayerPtrs& p, const LayerPtrs& g, int64_t N, const float* dy,
+                              float* dx2) {
+  const int64_t D = c_.dim, F = c_.hidden_dim;
+  const bool geglu = c_.activation == models::Activation::kGeluTanhGated;
+  std::vector<float> dg(size_t(N * F)), dh3(size_t(N * F)), dxn(size_t(N * D)), nb, dyr;
+  if (c_.post_norms) {  // y' = rmsnorm(y) * (offset + ffn_post_norm)
+    dyr.resize(size_t(N * D));
+    rmsnorm_backward(a.y.data(), norm_w(p.ffn_post_norm, D, nb), a.rrmsy.data(), dy, dyr.data(), g.ffn_post_norm, N, D,
+                     false);
+    dy = dyr.data();
+  }
   double t0 = now_ms();
-  matmul_dw(dx, a.g.data(), g.w2, N, F, D);
+  matmul_dw(dy, a.g.data(), g.w2, N, F, D);
   double tdw = now_ms() - t0;
-  matmul_dx(dx, p.w2, dg.data(), N, F, D, false);
+  matmul_dx(dy, p.w2, dg.data(), N, F, D, false);
   parallel_rows(N * F, N * F, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
-      const float h1 = a.h1[size_t(i)], s = sigmoidf(h1), d = dg[size_t(i)];
+      const float h1 = a.h1[size_t(i)], d = dg[size_t(i)];
+      if (geglu) {  // gate = gelu(h1) * h3
+        dh3[size_t(i)] = d * gelu_tanh(h1);
+        dg[size_t(i)] = d * a.h3[size_t(i)] * gelu_tanh_grad(h1);  // dh1
+        continue;
+      }
+      const float s = sigmoidf(h1);  // gate = silu(h1) * h3
       dh3[size_t(i)] = d * h1 * s;
       dg[size_t(i)] = d * a.h3[size_t(i)] * s * (1.0f + h1 * (1.0f - s));  // dh1
     }
@@ -362,16 +459,35 @@ void CpuModel::layer_backward(const float* w, float* gr, int64_t l, int64_t B, i
   tdw += now_ms() - t0;
   matmul_dx(dg.data(), p.w1, dxn.data(), N, D, F, false);
   matmul_dx(dh3.data(), p.w3, dxn.data(), N, D, F, true);
-  rmsnorm_backward(a.x2.data(), p.ffn_norm, a.rrms2.data(), dxn.data(), dx2.data(), g.ffn_norm, N, D, true);
-  // attention block: dx2 is d(loss)/d(x2)
-  std::vector<float> datt(size_t(N * QD)), dq(size_t(N * QD)), dk(size_t(N * KD)), dv(size_t(N * KD));
-  t0 = now_ms();
-  matmul_dw(dx2.data(), a.att.data(), g.wo, N, QD, D);
+  rmsnorm_backward(a.x2.data(), norm_w(p.ffn_norm, D, nb), a.rrms2.data(), dxn.data(), dx2, g.ffn_norm, N, D, true);
+  return tdw;
+}
+
+void CpuModel::layer_backward(const float* w, float* gr, int64_t l, int64_t B, int64_t T, float* dx, CpuTimes* t) {
+  // dx: [N, D] gradient w.r.t. this layer's output on entry, w.r.t. its input on exit.
+  LayerActs& a = acts_[size_t(l)];
+  const LayerPtrs p = layout_.layer(const_cast<float*>(w), l);
+  const LayerPtrs g = layout_.layer(gr, l);
+  const int64_t N = B * T, D = c_.dim, QD = c_.q_dim(), KD = c_.kv_dim();
+  std::vector<float> dxn(size_t(N * D)), dx2(dx, dx + N * D), nb;
+  double tdw = ffn_backward(a, p, g, N, dx, dx2.data());
+  // attention block: dx2 is d(loss)/d(x2) = d(loss)/d(o) (post_norms: of rmsnorm(o) * (offset + attn_post_norm))
+  std::vector<float> datt(size_t(N * QD)), dq(size_t(N * QD)), dk(size_t(N * KD)), dv(size_t(N * KD)), dor;
+  const float* d_o = dx2.data();
+  if (c_.post_norms) {
+    dor.resize(size_t(N * D));
+    rmsnorm_backward(a.o.data(), norm_w(p.attn_post_norm, D, nb), a.rrmso.data(), dx2.data(), dor.data(),
+                     g.attn_post_norm, N, D, false);
+    d_o = dor.data();
+  }
+  double t0 = now_ms();
+  matmul_dw(d_o, a.att.data(), g.wo, N, QD, D);
   tdw += now_ms() - t0;
-  matmul_dx(dx2.data(), p.wo, datt.data(), N, QD, D, false);
+  matmul_dx(d_o, p.wo, datt.data(), N, QD, D, false);
   attention_backward(a, B, T, datt.data(), dq.data(), dk.data(), dv.data());
-  rope(dq.data(), N, c_.n_heads, T, -1.0f);
-  rope(dk.data(), N, c_.n_kv_heads, T, -1.0f);
+  rope(dq.data(), N, c_.n_heads, T, -1.0f, l);
+  rope(dk.data(), N, c_.n_kv_heads, T, -1.0f, l);
+  if (c_.qk_norm) head_norms_backward(a, p, g, N, dq, dk);
   t0 = now_ms();
   matmul_dw(dq.data(), a.xn.data(), g.wq, N, D, QD);
   matmul_dw(dk.data(), a.xn.data(), g.wk, N, D, KD);
@@ -381,7 +497,7 @@ void CpuModel::layer_backward(const float* w, float* gr, int64_t l, int64_t B, i
   matmul_dx(dk.data(), p.wk, dxn.data(), N, D, KD, true);
   matmul_dx(dv.data(), p.wv, dxn.data(), N, D, KD, true);
   std::memcpy(dx, dx2.data(), size_t(N * D) * 4);
-  rmsnorm_backward(a.x.data(), p.attn_norm, a.rrms1.data(), dxn.data(), dx, g.attn_norm, N, D, true);
+  rmsnorm_backward(a.x.data(), norm_w(p.attn_norm, D, nb), a.rrms1.data(), dxn.data(), dx, g.attn_norm, N, D, true);
   if (t) t->dw += tdw;
 }
 
@@ -407,7 +523,7 @@ double CpuModel::forward_backward(const float* w, const Batch& b, float grad_sca
   for (int64_t n = 0; n < N; ++n) {
     float* row = demb + int64_t(inputs_[size_t(n)]) * D;
     const float* src = dxl.data() + n * D;
-    for (int64_t i = 0; i < D; ++i) row[i] += src[i];
+    for (int64_t i = 0; i < D; ++i) row[i] += src[i] * c_.embed_scale;
   }
   if (t) {
     t->fwd += t1 - t0;

@@ -10,10 +10,17 @@
 // rely on this).
 //
 // Math (per layer, eps = config.norm_eps, hd = head_dim, G = n_heads / n_kv_heads):
-//   xn = rmsnorm(x) * attn_norm;  q = xn Wqᵀ, k = xn Wkᵀ, v = xn Wvᵀ;  RoPE(q, k) at position t = row % T
+//   xn = rmsnorm(x) * attn_norm;  q = xn Wqᵀ, k = xn Wkᵀ, v = xn Wvᵀ;
+//   qk_norm (Qwen3): every head of q and k -> rmsnorm over hd * q_norm / k_norm;  RoPE(q, k) at position t = row % T
+//   (RoPE frequencies with the config's scaling: llama3's via kern::cpu::rope_inv_freq)
 //   head h attends with kv head h / G (llama2.c, HF);  a = softmax(q kᵀ / √hd + causal) v;  x2 = x + a Woᵀ
 //   xn2 = rmsnorm(x2) * ffn_norm;  x' = x2 + (silu(xn2 W1ᵀ) ⊙ xn2 W3ᵀ) W2ᵀ
 //   logits = rmsnorm(x_L) * norm · Woutᵀ;  loss = mean over tokens of −log softmax(logits)[target]
+// Gemma 3 (each with its ModelConfig field): norms multiply by (norm_offset + w); x0 = embedding * embed_scale;
+// scores scaled by attn_scale; sliding layers (ModelConfig::sliding_layer) see the last sliding_window keys and
+// rotate by rope_local_theta, global ones by rope_theta with positions / rope_linear_factor; post_norms:
+// x2 = x + rmsnorm(a Woᵀ) * attn_post_norm, x' = x2 + rmsnorm(mlp) * ffn_post_norm; GeGLU: gelu_tanh(h1) ⊙ h3;
+// logits = cap * tanh(logits / cap) with logit_softcap.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -60,14 +67,22 @@ class CpuModel {
  private:
   struct LayerActs {
     std::vector<float> x, rrms1, xn, q, k, v, p, att, x2, rrms2, xn2, h1, h3, g;
+    std::vector<float> qp, kp, rrmsq, rrmsk;  // qk_norm: q / k before the head norms [N, QD] / [N, KVD]; [N*H], [N*KVH]
+    std::vector<float> o, rrmso, y, rrmsy;    // post_norms: Wo·attn and W2·gate before their norms [N, D]; [N]
   };
   void forward(const float* w, const int32_t* tokens, int64_t B, int64_t T, int64_t row_stride);
   void layer_forward(const float* w, int64_t l, int64_t B, int64_t T);
   void layer_backward(const float* w, float* g, int64_t l, int64_t B, int64_t T, float* dx, CpuTimes* t);
-  void attention_forward(LayerActs& a, int64_t B, int64_t T);
+  void attention_forward(LayerActs& a, int64_t B, int64_t T, int64_t l);
+  double ffn_backward(LayerActs& a, const LayerPtrs& p, const LayerPtrs& g, int64_t N, const float* dy, float* dx2);
+  float score_scale() const;
+  const float* norm_w(const float* w, int64_t n, std::vector<float>& buf) const;
   void attention_backward(LayerActs& a, int64_t B, int64_t T, const float* datt, float* dq, float* dk, float* dv);
   double cross_entropy(const int32_t* tokens, int64_t B, int64_t T, float grad_scale, bool want_grad);
-  void rope(float* x, int64_t rows, int64_t heads, int64_t T, float sign) const;
+  void rope(float* x, int64_t rows, int64_t heads, int64_t T, float sign, int64_t l) const;
+  void head_norms_forward(LayerActs& a, const LayerPtrs& p, int64_t N);
+  void head_norms_backward(LayerActs& a, const LayerPtrs& p, const LayerPtrs& g, int64_t N, std::vector<float>& dq,
+                           std::vector<float>& dk);
   void prepare(int64_t B, int64_t T);
   void prepare_head(int64_t B, int64_t T);
   void head_forward(const float* w, const float* xL, int64_t N);                       // xf_, rrmsf_, logits_
@@ -79,7 +94,9 @@ class CpuModel {
   std::vector<LayerActs> acts_;
   std::vector<float> xL_, rrmsf_, xf_;   // [N, D], [N], [N, D]
   std::vector<float> logits_;            // [N, V] (overwritten by dlogits in backward)
-  std::vector<float> cos_, sin_;         // [T, hd/2]
+  std::vector<float> cos_, sin_;         // [T, hd/2] (global layers: rope_theta, scaling, linear factor)
+  std::vector<float> cosl_, sinl_;       // [T, hd/2] sliding layers (rope_local_theta)
+  std::vector<float> capped_;            // [N, V] tanh(z / logit_softcap) of the last head_forward (soft-capping)
   std::vector<int32_t> inputs_;          // [N]
   std::vector<float> dxf_;               // [N, D] head backward scratch
   int64_t head_B_ = 0, head_T_ = 0;

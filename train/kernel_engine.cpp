@@ -40,17 +40,26 @@ void dw_acc(float* dW, const std::vector<float>& dY, const std::vector<float>& X
   MapR(dW, out, in).noalias() += CMapR(dY.data(), out, S) * CMapR(X.data(), in, S).transpose();
 }
 
-// RMSNorm weight gradient on [D, S]: dw[i] += Σ_t dy[i,t]·x[i,t]·r[t], r[t] = 1/sqrt(mean_i x[i,t]² + eps)
-// (x = the norm's input, dy = dL/d(normalised output); the same double sums as CpuModel's rmsnorm_backward).
-void rms_dw_acc(float* dw, const std::vector<float>& dy, const std::vector<float>& x, int64_t D, int64_t S, float eps) {
-  std::vector<double> ss(size_t(S), 0.0);
-  for (int64_t i = 0; i < D; ++i)
-    for (int64_t t = 0; t < S; ++t) ss[size_t(t)] += double(x[size_t(i * S + t)]) * x[size_t(i * S + t)];
-  std::vector<float> r(static_cast<size_t>(S));
-  for (int64_t t = 0; t < S; ++t) r[size_t(t)] = static_cast<float>(1.0 / std::sqrt(ss[size_t(t)] / double(D) + double(eps)));
+// RMSNorm weight gradient on [heads * D, S], each head normed over its D channels with the shared weight [D]
+// (heads = 1: the layer norms; n_heads / n_kv_heads: qk_norm's q_norm / k_norm over HD):
+// dw[i] += Σ_h Σ_t dy[h·D+i, t]·x[h·D+i, t]·r[h, t], r[h, t] = 1/sqrt(mean_i x[h·D+i, t]² + eps)
+// (x = the norm's input, dy = dL/d(normalised output); double sums like CpuModel's rmsnorm_backward).
+void rms_dw_acc(float* dw, const std::vector<float>& dy, const std::vector<float>& x, int64_t heads, int64_t D, int64_t S,
+                float eps) {
+  std::vector<float> r(static_cast<size_t>(heads * S));
+  for (int64_t h = 0; h < heads; ++h) {
+    std::vector<double> ss(size_t(S), 0.0);
+    for (int64_t i = h * D; i < (h + 1) * D; ++i)
+      for (int64_t t = 0; t < S; ++t) ss[size_t(t)] += double(x[size_t(i * S + t)]) * x[size_t(i * S + t)];
+    for (int64_t t = 0; t < S; ++t)
+      r[size_t(h * S + t)] = static_cast<float>(1.0 / std::sqrt(ss[size_t(t)] / double(D) + double(eps)));
+  }
   for (int64_t i = 0; i < D; ++i) {
     double s = 0;
-    for (int64_t t = 0; t < S; ++t) s += double(dy[size_t(i * S + t)]) * x[size_t(i * S + t)] * r[size_t(t)];
+    for (int64_t h = 0; h < heads; ++h) {
+      const size_t row = size_t((h * D + i) * S);
+      for (int64_t t = 0; t < S; ++t) s += double(dy[row + size_t(t)]) * x[row + size_t(t)] * r[size_t(h * S + t)];
+    }
     dw[i] += static_cast<float>(s);
   }
 }
@@ -70,6 +79,7 @@ class KernelEngine final : public StepEngine {
     if (o.strategy == "static") strategy_ = kern::Strategy::kStatic;
     else if (o.strategy == "dynamic") strategy_ = kern::Strategy::kDynamic;
     else fail("train", "--strategy ", o.strategy, ": the kernel engine runs static or dynamic");
+    check_kernel_trainable(c_, o.strategy);
     if (o.seq_len > 0 && o.seq_len < 32)
       fail("train", "--seq-len ", o.seq_len, ": the ", o.strategy,
            " strategy evaluates one sequence per kernel and needs T >= 32 (fp16 I/O, digest §4.3)");
@@ -119,7 +129,7 @@ class KernelEngine final : public StepEngine {
     kern::FfnGrads ffn;              // dx [D] = dL/d xnorm2, dh1 / dh3 [H]
     std::vector<float> dx2;          // [D, S] dL/d x2
     std::vector<float> da;           // [QD, S]
-    kern::SdpaGrads sdpa;            // dq [QD], dk / dv [KVD], pre-RoPE
+    kern::SdpaGrads sdpa;            // dq [QD], dk / dv [KVD], pre-RoPE (+ dq_proj / dk_proj with qk_norm)
     std::vector<float> dxn;          // [D, S] dL/d xnorm
   };
 
@@ -128,6 +138,7 @@ class KernelEngine final : public StepEngine {
   void submit_restage(const float* w);
   void forward(const Batch& b);
   void layer_backward(int64_t l, int64_t B, float* g, double* wait_ms);
+  void submit_qkv_dw(const SeqActs& a, const SeqGrads& s, const LayerPtrs& gl);
   void wait(uint64_t ticket, double* wait_ms) {
     const double t0 = now_ms();
     queue_.wait(ticket);
@@ -167,8 +178,10 @@ class KernelEngine final : public StepEngine {
 kern::LayerWeights KernelEngine::layer_weights(const float* w, int64_t l) const {
   const LayerPtrs p = layout_.layer(const_cast<float*>(w), l);
   const size_t D = size_t(c_.dim), H = size_t(c_.hidden_dim), QD = size_t(c_.q_dim()), KD = size_t(c_.kv_dim());
+  const size_t HD = c_.qk_norm ? size_t(c_.head_dim) : 0;  // q_norm / k_norm (null without qk_norm)
   return kern::train_weights(cache_->shape(), {p.wq, QD * D}, {p.wk, KD * D}, {p.wv, KD * D}, {p.wo, D * QD},
-                             {p.w1, H * D}, {p.w3, H * D}, {p.w2, D * H}, {p.attn_norm, D}, {p.ffn_norm, D});
+                             {p.w1, H * D}, {p.w3, H * D}, {p.w2, D * H}, {p.attn_norm, D}, {p.ffn_norm, D},
+                             {p.q_norm, HD}, {p.k_norm, HD});
 }
 
 // Kernels current for T and the weights w; buffers sized for B sequences.
@@ -177,7 +190,7 @@ void KernelEngine::prepare(const float* w, int64_t B, int64_t T) {
     kern::TrainShape s;
     s.dim = c_.dim, s.hidden = c_.hidden_dim, s.n_heads = c_.n_heads, s.n_kv_heads = c_.n_kv_heads;
     s.head_dim = c_.head_dim, s.seq = T, s.rope_theta = c_.rope_theta, s.norm_eps = c_.norm_eps;
-    s.rope = c_.rope_style, s.rope_scaling = c_.rope_scaling;
+    s.rope = c_.rope_style, s.rope_scaling = c_.rope_scaling, s.qk_norm = c_.qk_norm;
     if (T < 32) fail("train", "--seq-len ", T, ": the ", name(), " strategy evaluates one sequence per kernel and needs T >= 32");
     runners_.clear();
     cache_ = std::make_unique<kern::KernelCache>(*backend_, s, strategy_);
@@ -250,12 +263,29 @@ void KernelEngine::forward(const Batch& b) {
     }
 }
 
+// dWq, dWk, dWv (and with qk_norm the q_norm / k_norm gradients) of one sequence, on the worker.
+void KernelEngine::submit_qkv_dw(const SeqActs& a, const SeqGrads& s, const LayerPtrs& gl) {
+  const int64_t S = T_, D = c_.dim, QD = c_.q_dim(), KD = c_.kv_dim(), HD = c_.head_dim;
+  const int64_t Hq = c_.n_heads, Hkv = c_.n_kv_heads;
+  const float eps = c_.norm_eps;
+  const bool qk = c_.qk_norm;
+  queue_.submit([&a, &s, gl, D, QD, KD, S, HD, Hq, Hkv, eps, qk] {
+    dw_acc(gl.wq, qk ? s.sdpa.dq_proj : s.sdpa.dq, a.attn.xnorm, QD, D, S);
+    dw_acc(gl.wk, qk ? s.sdpa.dk_proj : s.sdpa.dk, a.attn.xnorm, KD, D, S);
+    dw_acc(gl.wv, s.sdpa.dv, a.attn.xnorm, KD, D, S);
+    if (!qk) return;
+    rms_dw_acc(gl.q_norm, s.sdpa.dq, a.attn.q, Hq, HD, S, eps);
+    rms_dw_acc(gl.k_norm, s.sdpa.dk, a.attn.k, Hkv, HD, S, eps);
+  });
+}
+
 // One layer's backward for every sequence; dW / norm-weight gradients go to the worker.
 void KernelEngine::layer_backward(int64_t l, int64_t B, float* g, double* wait_ms) {
-  const int64_t S = T_, D = c_.dim, H = c_.hidden_dim, QD = c_.q_dim(), KD = c_.kv_dim();
+  const int64_t S = T_, D = c_.dim, H = c_.hidden_dim, QD = c_.q_dim();
   const float eps = c_.norm_eps;
   const size_t p = size_t(l % 2), q = 1 - p;
   const LayerPtrs gl = layout_.layer(g, l);
+  const bool qk = c_.qk_norm;
   kern::LayerRunner& r = runners_[size_t(l)];
   wait(last_ticket_[p], wait_ms);  // layer l+2's tasks still read grads_[p]
   for (int64_t bi = 0; bi < B; ++bi) {
@@ -272,20 +302,17 @@ void KernelEngine::layer_backward(int64_t l, int64_t B, float* g, double* wait_m
     add_inplace(s.dx2, s.dy);
     queue_.submit([&a, &s, gl, D, QD, S, eps] {
       dw_acc(gl.wo, s.dx2, a.attn.attn, D, QD, S);
-      rms_dw_acc(gl.ffn_norm, s.ffn.dx, a.x2, D, S, eps);
+      rms_dw_acc(gl.ffn_norm, s.ffn.dx, a.x2, 1, D, S, eps);
     });
     r.wo_backward(s.dx2.data(), s.da);
     r.sdpa_backward(a.attn, s.da.data(), s.sdpa);
-    queue_.submit([&a, &s, gl, D, QD, KD, S] {
-      dw_acc(gl.wq, s.sdpa.dq, a.attn.xnorm, QD, D, S);
-      dw_acc(gl.wk, s.sdpa.dk, a.attn.xnorm, KD, D, S);
-      dw_acc(gl.wv, s.sdpa.dv, a.attn.xnorm, KD, D, S);
-    });
-    r.qkv_backward(s.sdpa, s.dxn);
+    if (!qk) submit_qkv_dw(a, s, gl);
+    r.qkv_backward(a.attn, s.sdpa, s.dxn);
+    if (qk) submit_qkv_dw(a, s, gl);  // dWq / dWk need qkv_bwd's dq_proj / dk_proj
     if (bi == 0) wait(dy_ticket_[q], wait_ms);  // layer l+1's dW2 task reads grads_[q] dy
     r.rms_backward(kern::KernelKind::kRmsAttBwd, s.dxn.data(), a.x.data(), nx.dy);
     add_inplace(nx.dy, s.dx2);
-    last_ticket_[p] = queue_.submit([&a, &s, gl, D, S, eps] { rms_dw_acc(gl.attn_norm, s.dxn, a.x, D, S, eps); });
+    last_ticket_[p] = queue_.submit([&a, &s, gl, D, S, eps] { rms_dw_acc(gl.attn_norm, s.dxn, a.x, 1, D, S, eps); });
   }
 }
 

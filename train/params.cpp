@@ -6,18 +6,45 @@
 #include "models/presets.h"
 
 namespace anelab::train {
+namespace {
+constexpr int kLayerFields = 13;  // LayerPtrs' fields
+}  // namespace
+
+namespace {
+// "a, b, c" of the names whose flag is set.
+std::string listed(std::initializer_list<std::pair<bool, const char*>> parts) {
+  std::string out;
+  for (const auto& [set, what] : parts)
+    if (set) out += (out.empty() ? "" : ", ") + std::string(what);
+  return out;
+}
+}  // namespace
 
 void check_trainable(const models::ModelConfig& c) {
   models::validate_config(c, "train");
-  auto no = [&](bool bad, const char* what) {
-    if (bad) fail("train", "model '", c.arch, "': ", what, " is not supported for training (Llama-family only)");
-  };
-  no(c.norm != models::NormType::kRms, "LayerNorm");
-  no(c.activation != models::Activation::kSilu, "a GELU MLP");
-  no(c.learned_pos || c.rope_style == models::RopeStyle::kNone, "learned positions");
-  no(c.qkv_bias || c.attn_out_bias || c.mlp_bias, "bias tensors");
-  no(c.qk_norm, "per-head q/k norms");
-  no(c.head_dim % 2 != 0, "an odd head_dim (RoPE rotates pairs)");
+  const std::string lacks = listed({{c.norm != models::NormType::kRms, "LayerNorm"},
+                                    {c.activation == models::Activation::kGeluTanh, "a GELU MLP"},
+                                    {c.learned_pos || c.rope_style == models::RopeStyle::kNone, "learned positions"},
+                                    {c.qkv_bias || c.attn_out_bias || c.mlp_bias, "bias tensors"},
+                                    {c.head_dim % 2 != 0, "an odd head_dim (RoPE rotates pairs)"}});
+  if (!lacks.empty())
+    fail("train", "model '", c.arch, "': ", lacks, " not supported for training (trainable: Llama 2/3.x, Qwen2/2.5, "
+         "Qwen3, Gemma 3; this model is inference-only, docs/training.md)");
+}
+
+void check_kernel_trainable(const models::ModelConfig& c, const std::string& strategy) {
+  const std::string lacks =
+      listed({{c.norm_offset != 0.0f, "(1+w) RMSNorm"},
+              {c.post_norms, "sandwich (post-attention / post-MLP) norms"},
+              {c.activation != models::Activation::kSilu, "a GeGLU MLP"},
+              {c.embed_scale != 1.0f, "an embedding scale"},
+              {c.attn_scale != 0.0f, "a query_pre_attn_scalar score scale"},
+              {c.sliding_window > 0, "sliding-window layers"},
+              {c.rope_local_theta != 0.0f || c.rope_linear_factor != 1.0f, "per-layer RoPE bases / linear RoPE scaling"},
+              {c.logit_softcap > 0.0f, "logit soft-capping"}});
+  if (!lacks.empty())
+    fail("train", "--strategy ", strategy, ": model '", c.arch, "' has ", lacks,
+         ", which the training kernels do not implement; train it with --strategy cpu (docs/training.md)");
 }
 
 ParamLayout::ParamLayout(const models::ModelConfig& c) : config_(c) {
@@ -27,9 +54,16 @@ ParamLayout::ParamLayout(const models::ModelConfig& c) : config_(c) {
     total_ += p.numel;
     params_.push_back(std::move(p));
   }
-  static const char* kFields[9] = {"attn_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w1", "w2", "w3"};
+  static const char* kFields[kLayerFields] = {"attn_norm", "wq", "wk",        "wv",         "wo",
+                                              "q_norm",    "k_norm", "ffn_norm", "attn_post_norm", "ffn_post_norm",
+                                              "w1",        "w2",     "w3"};
   for (int64_t l = 0; l < c.n_layers; ++l)
-    for (const char* f : kFields) layer_offsets_.push_back(find("layers." + std::to_string(l) + "." + f).offset);
+    for (const char* f : kFields) {
+      const std::string n = f;
+      const bool absent = (!c.qk_norm && (n == "q_norm" || n == "k_norm")) ||
+                          (!c.post_norms && (n == "attn_post_norm" || n == "ffn_post_norm"));
+      layer_offsets_.push_back(absent ? -1 : find("layers." + std::to_string(l) + "." + f).offset);
+    }
   emb_ = find("tok_embeddings").offset;
   norm_ = find("norm").offset;
   out_ = c.tied_embeddings ? emb_ : find("output").offset;
@@ -42,8 +76,9 @@ const ParamInfo& ParamLayout::find(const std::string& name) const {
 }
 
 LayerPtrs ParamLayout::layer(float* b, int64_t l) const {
-  const int64_t* o = &layer_offsets_.at(static_cast<size_t>(l * 9));
-  return {b + o[0], b + o[1], b + o[2], b + o[3], b + o[4], b + o[5], b + o[6], b + o[7], b + o[8]};
+  const int64_t* o = &layer_offsets_.at(static_cast<size_t>(l * kLayerFields));
+  auto at = [&](int i) { return o[i] < 0 ? nullptr : b + o[i]; };
+  return {at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7), at(8), at(9), at(10), at(11), at(12)};
 }
 
 std::vector<float> init_random(const ParamLayout& layout, uint64_t seed) {

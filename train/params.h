@@ -2,8 +2,10 @@
 // fp32 master weights in ONE flat buffer, in canonical order. Gradients and AdamW moments use the same
 // layout (same offsets), so optimizer, clipping and checkpoints work on flat spans.
 //
-// Supported for training: RMSNorm + SwiGLU, no biases, no learned positions, RoPE adjacent_pairs
-// (llama2.c) or rotate_half; tied or untied classifier; GQA (n_heads % n_kv_heads == 0).
+// Supported for training: RMSNorm + SwiGLU or GeGLU, no biases, no learned positions, RoPE adjacent_pairs
+// (llama2.c) or rotate_half with or without llama3 frequency scaling; Qwen3's per-head q/k RMSNorm; tied or
+// untied classifier; GQA (n_heads % n_kv_heads == 0); Gemma 3's parts on the CPU engine (check_kernel_trainable
+// names what the kernel strategies lack).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -28,7 +30,11 @@ struct LayerPtrs {
   float* wk;         // [Hkv*hd, D]
   float* wv;         // [Hkv*hd, D]
   float* wo;         // [D, Hq*hd]
+  float* q_norm;     // [hd] per-head RMSNorm of q (null without qk_norm)
+  float* k_norm;     // [hd] per-head RMSNorm of k (null without qk_norm)
   float* ffn_norm;   // [D]
+  float* attn_post_norm;  // [D] norm of Wo·attn (null without post_norms)
+  float* ffn_post_norm;   // [D] norm of W2·gate (null without post_norms)
   float* w1;         // [F, D]
   float* w2;         // [D, F]
   float* w3;         // [F, D]
@@ -51,11 +57,15 @@ class ParamLayout {
   models::ModelConfig config_;
   std::vector<ParamInfo> params_;
   int64_t total_ = 0, emb_ = 0, norm_ = 0, out_ = 0;
-  std::vector<int64_t> layer_offsets_;  // [L * 9] offsets in LayerPtrs field order
+  std::vector<int64_t> layer_offsets_;  // [L * 13] offsets in LayerPtrs field order (-1: no such tensor)
 };
 
-// Throws "[train] ... not supported for training" naming the field when c cannot be trained here.
+// Throws one line "[train] model 'ARCH': ... not supported for training ..." naming every feature of c the
+// trainer lacks (LayerNorm, a GELU MLP, biases, learned positions) when c cannot be trained at all.
 void check_trainable(const models::ModelConfig& c);
+// The kernel strategies (static / dynamic) on top: throws one line "[train] --strategy S: model 'ARCH' has ...
+// which the training kernels do not implement; use --strategy cpu" naming every Gemma 3 part c has.
+void check_kernel_trainable(const models::ModelConfig& c, const std::string& strategy);
 
 // Initialisation into a flat buffer of layout.total() floats.
 std::vector<float> init_random(const ParamLayout& layout, uint64_t seed);       // models::random_init

@@ -105,14 +105,14 @@ Value head_norm(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, const st
 }
 
 struct Attention {
-  Value xn, q, k, v, qh, kh, attn, o;  // q / k after RoPE: heads [1, H, S, HD]; v the projection [1, KVD, 1, S]
+  Value xn, q, k, v, qh, kh, attn, o;  // q / k the projections [1, QD|KVD, 1, S]; qh / kh after RoPE: heads [1, H, S, HD]
 };
 
 Attention attention(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, const std::function<Value()>& x) {
   Attention a;
   a.xn = norm(b, d, p, "attn_norm", x);
-  Value q = p.project("wq", a.xn);
-  Value k = p.project("wk", a.xn);
+  Value q = a.q = p.project("wq", a.xn);
+  Value k = a.k = p.project("wk", a.xn);
   if (d.qk_norm) {
     q = head_norm(b, d, p, "q_norm", q, d.n_heads);
     k = head_norm(b, d, p, "k_norm", k, d.n_kv_heads);
@@ -142,6 +142,8 @@ Taps attention_taps(FunctionBuilder& b, const Attention& a, const std::vector<st
                {"attn", [&] { return a.attn; }},
                {"q_rope", [&] { return merge_heads(b, a.qh); }},
                {"k_rope", [&] { return merge_heads(b, a.kh); }},
+               {"q", [&] { return a.q; }},
+               {"k", [&] { return a.k; }},
                {"v", [&] { return a.v; }},
                {"xnorm", [&] { return a.xn; }}},
               want);

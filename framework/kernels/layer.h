@@ -14,11 +14,11 @@
 // [1, C, 1, S] fp16 (blocks.h); every tap is a [1, C, 1, S] value.
 //
 // Taps (the values a caller may ask for, returned in the order asked):
-//   attention_block: o [D], attn [QD], q_rope [QD], k_rope [KVD], v [KVD], xnorm [D]
-//                    (q_rope / k_rope after RoPE, or q / k when the layer has no RoPE)
+//   attention_block: o [D], attn [QD], q_rope [QD], k_rope [KVD], q [QD], k [KVD], v [KVD], xnorm [D]
+//                    (q_rope / k_rope after the q/k norms and RoPE; q / k the projections Wq·xnorm, Wk·xnorm)
 //   ffn_block:       y [D], h1 [H], h3 [H] (SwiGLU only), gate [H], xnorm [D]
 //   layer_block:     out [D] followed by the attention taps asked for
-// Training asks attn_fwd for {o attn q_rope k_rope v xnorm} and ffn_fwd for {y h1 h3 gate xnorm} (its
+// Training asks attn_fwd for {o attn q_rope k_rope v xnorm} (+ {q k} with q/k norms) and ffn_fwd for {y h1 h3 gate xnorm} (its
 // backward kernels read them); the prefill asks the whole layer for {out k_rope v} (the KV cache).
 //
 // One layer's weights (LayerWeights) are described once here for the kernels, the inference engine and

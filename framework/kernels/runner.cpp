@@ -140,8 +140,13 @@ void LayerRunner::run(KernelKind k, std::initializer_list<In> ins, std::initiali
 }
 
 void LayerRunner::attn_forward(const float* x, AttnTaps& o) {
-  run(KernelKind::kAttnFwd, {{"x", x}},
-      {{"o", &o.o}, {"attn", &o.attn}, {"q_rope", &o.q_rope}, {"k_rope", &o.k_rope}, {"v", &o.v}, {"xnorm", &o.xnorm}});
+  if (cache_->shape().qk_norm)
+    run(KernelKind::kAttnFwd, {{"x", x}},
+        {{"o", &o.o}, {"attn", &o.attn}, {"q_rope", &o.q_rope}, {"k_rope", &o.k_rope}, {"v", &o.v}, {"xnorm", &o.xnorm},
+         {"q", &o.q}, {"k", &o.k}});
+  else
+    run(KernelKind::kAttnFwd, {{"x", x}},
+        {{"o", &o.o}, {"attn", &o.attn}, {"q_rope", &o.q_rope}, {"k_rope", &o.k_rope}, {"v", &o.v}, {"xnorm", &o.xnorm}});
 }
 
 void LayerRunner::ffn_forward(const float* x2, FfnTaps& o) {
@@ -163,7 +168,16 @@ void LayerRunner::sdpa_backward(const AttnTaps& f, const float* da, SdpaGrads& o
 }
 
 void LayerRunner::qkv_backward(const SdpaGrads& g, std::vector<float>& dxn) {
+  ANELAB_CHECK(!cache_->shape().qk_norm, "kernels", "qkv_backward: shape ", cache_->shape().str(),
+               " has q/k norms; pass the attention taps (qkv_backward(fwd, g, dxn))");
   run(KernelKind::kQkvBwd, {{"dq", g.dq.data()}, {"dk", g.dk.data()}, {"dv", g.dv.data()}}, {{"dx", &dxn}});
+}
+
+void LayerRunner::qkv_backward(const AttnTaps& f, SdpaGrads& g, std::vector<float>& dxn) {
+  if (!cache_->shape().qk_norm) return qkv_backward(g, dxn);
+  run(KernelKind::kQkvBwd,
+      {{"dq", g.dq.data()}, {"dk", g.dk.data()}, {"dv", g.dv.data()}, {"q", f.q.data()}, {"k", f.k.data()}},
+      {{"dx", &dxn}, {"dq_proj", &g.dq_proj}, {"dk_proj", &g.dk_proj}});
 }
 
 void LayerRunner::rms_backward(KernelKind which, const float* dy, const float* x, std::vector<float>& dx) {

@@ -40,6 +40,7 @@ void TrainShape::validate() const {
 std::string TrainShape::str() const {
   std::ostringstream o;
   o << "D=" << dim << " H=" << hidden << " heads=" << n_heads << "/" << n_kv_heads << " hd=" << head_dim << " S=" << seq;
+  if (qk_norm) o << " qk_norm";
   return o.str();
 }
 
@@ -72,7 +73,8 @@ std::pair<int64_t, int64_t> weight_dims(const std::string& n, const TrainShape& 
   if (n == "w1" || n == "w3") return {s.hidden, s.dim};
   if (n == "w2") return {s.dim, s.hidden};
   if (n == "rms_att" || n == "rms_ffn") return {s.dim, 1};
-  fail("kernels", "unknown layer weight '", n, "' (known: wq wk wv wo w1 w2 w3 rms_att rms_ffn)");
+  if (n == "q_norm" || n == "k_norm") return {s.head_dim, 1};
+  fail("kernels", "unknown layer weight '", n, "' (known: wq wk wv wo w1 w2 w3 rms_att rms_ffn q_norm k_norm)");
 }
 
 }  // namespace
@@ -83,6 +85,8 @@ namespace {
 std::span<const float> train_weight(const LayerWeights& w, const std::string& n) {
   if (n == "rms_att") return w.attn_norm;
   if (n == "rms_ffn") return w.ffn_norm;
+  if (n == "q_norm") return w.q_norm;
+  if (n == "k_norm") return w.k_norm;
   const Mat& m = w.matrix(n);
   ANELAB_CHECK(m.type == WType::kF32, "kernels", "layer weight ", n, " is fp16; training kernels take fp32 weights");
   return {m.f32(), static_cast<size_t>(m.rows * m.cols)};
@@ -93,24 +97,27 @@ std::span<const float> train_weight(const LayerWeights& w, const std::string& n)
 LayerDesc layer_desc(const TrainShape& s) {
   LayerDesc d;
   d.dim = s.dim, d.hidden = s.hidden, d.n_heads = s.n_heads, d.n_kv_heads = s.n_kv_heads, d.head_dim = s.head_dim;
-  d.seq = s.seq, d.norm_eps = s.norm_eps, d.rope = s.rope, d.rope_theta = s.rope_theta;
+  d.seq = s.seq, d.norm_eps = s.norm_eps, d.rope = s.rope, d.rope_theta = s.rope_theta, d.qk_norm = s.qk_norm;
   return d;
 }
 
 LayerWeights train_weights(const TrainShape& s, std::span<const float> wq, std::span<const float> wk,
                            std::span<const float> wv, std::span<const float> wo, std::span<const float> w1,
                            std::span<const float> w3, std::span<const float> w2, std::span<const float> rms_att,
-                           std::span<const float> rms_ffn) {
+                           std::span<const float> rms_ffn, std::span<const float> q_norm,
+                           std::span<const float> k_norm) {
   LayerWeights w;
   w.wq = Mat::f32(wq, s.q_dim(), s.dim), w.wk = Mat::f32(wk, s.kv_dim(), s.dim), w.wv = Mat::f32(wv, s.kv_dim(), s.dim);
   w.wo = Mat::f32(wo, s.dim, s.q_dim());
   w.w1 = Mat::f32(w1, s.hidden, s.dim), w.w3 = Mat::f32(w3, s.hidden, s.dim), w.w2 = Mat::f32(w2, s.dim, s.hidden);
-  w.attn_norm = rms_att, w.ffn_norm = rms_ffn;
+  w.attn_norm = rms_att, w.ffn_norm = rms_ffn, w.q_norm = q_norm, w.k_norm = k_norm;
   return w;
 }
 
 void validate_train_weights(const LayerWeights& w, const TrainShape& s) {
-  for (const char* n : {"wq", "wk", "wv", "wo", "w1", "w2", "w3", "rms_att", "rms_ffn"}) {
+  for (const char* n : {"wq", "wk", "wv", "wo", "w1", "w2", "w3", "rms_att", "rms_ffn", "q_norm", "k_norm"}) {
+    const bool head_norm = std::string(n) == "q_norm" || std::string(n) == "k_norm";
+    if (head_norm && !s.qk_norm) continue;
     auto [o, i] = weight_dims(n, s);
     if (n[0] == 'w') {
       const Mat& m = w.matrix(n);
@@ -172,7 +179,9 @@ class KernelGen : public LayerParams {
   // LayerParams (the forward kernels' layer generator): norms are rms_att / rms_ffn, no biases.
   Value input(const std::string& slot) override { return in(slot); }
   Value project(const std::string& weight, const Value& x) override { return apply(weight, x); }
-  Value norm_weight(const std::string& norm) override { return vec_value(norm == "attn_norm" ? "rms_att" : "rms_ffn"); }
+  Value norm_weight(const std::string& norm) override {  // attn_norm / ffn_norm are rms_att / rms_ffn
+    return vec_value(norm == "attn_norm" ? "rms_att" : norm == "ffn_norm" ? "rms_ffn" : norm);
+  }
   std::optional<Value> norm_bias(const std::string&) override { return std::nullopt; }
   KernelSpec finish(const Taps& outputs);
 
@@ -222,7 +231,7 @@ void KernelGen::begin() {
       slots_.push_back({name, name, m.holds_mt ? !m.tprod : m.tprod});
     }
     for (const auto& name : vecs_) {
-      in_.add_spatial(name, s_.dim, 1);
+      in_.add_spatial(name, weight_dims(name, s_).first, 1);
       slots_.push_back({name, name, false});
     }
     in_.pad_spatial(rt::dense_width_multiple(in_.dtype()));  // dense device rows (row-stride rule)
@@ -243,7 +252,7 @@ Value KernelGen::apply(const std::string& weight, const Value& x) {
 }
 
 Value KernelGen::vec_value(const std::string& weight) {
-  if (dyn_) return b_.reshape(in(weight), {1, s_.dim, 1, 1});
+  if (dyn_) return b_.reshape(in(weight), {1, weight_dims(weight, s_).first, 1, 1});
   return blobs_.vector(b_, weight, train_weight(*w_, weight));
 }
 
@@ -289,9 +298,12 @@ KernelSpec gen_attn_fwd(KernelGen& g) {
   const TrainShape& s = g.s();
   g.act("x", s.dim);
   g.vec("rms_att");
+  if (s.qk_norm) g.vec("q_norm"), g.vec("k_norm");
   for (const char* w : {"wq", "wk", "wv", "wo"}) g.mat(w, false);
   g.begin();
-  return g.finish(attention_block(g.b(), layer_desc(s), g, {"o", "attn", "q_rope", "k_rope", "v", "xnorm"}));
+  std::vector<std::string> taps = {"o", "attn", "q_rope", "k_rope", "v", "xnorm"};
+  if (s.qk_norm) taps.insert(taps.end(), {"q", "k"});
+  return g.finish(attention_block(g.b(), layer_desc(s), g, taps));
 }
 
 KernelSpec gen_ffn_fwd(KernelGen& g) {
@@ -371,32 +383,66 @@ KernelSpec gen_sdpa_bwd2(KernelGen& g) {
   return g.finish({{"dq", merge_heads(b, dq)}, {"dk", merge_heads(b, dk)}});
 }
 
+// RMSNorm backward over the channels C of x [N, C, 1, S]: y = x r w, r = (mean_C(x²) + eps)^-½ (rms_rrms)
+//   =>  dx = r (gw − x r² mean_C(gw x)), gw = dy w.
+Value rms_norm_backward(FunctionBuilder& b, const Value& x, const Value& r, const Value& gw) {
+  Value m = b.mul(b.reduce_sum(b.mul(gw, x), {1}, true), 1.0 / static_cast<double>(x.dim(1)));
+  return b.mul(r, b.sub(gw, b.mul(x, b.mul(m, b.mul(r, r)))));
+}
+
+// The per-head RMSNorm backward of qk_norm: dy, x [1, heads*HD, 1, S] as [heads, HD, 1, S], normed over HD.
+Value head_norm_backward(KernelGen& g, const Value& dy, const Value& x, const char* weight, int64_t heads) {
+  auto& b = g.b();
+  const TrainShape& s = g.s();
+  const std::vector<int64_t> split = {heads, s.head_dim, 1, s.seq}, merged = {1, heads * s.head_dim, 1, s.seq};
+  Value xh = b.reshape(x, split);
+  Value r = rms_rrms(b, xh, s.norm_eps);
+  Value w = g.vec_value(weight);
+  Value dyh = b.reshape(dy, split);
+  Value gw = b.mul(dyh, w);
+  return b.reshape(rms_norm_backward(b, xh, r, gw), merged);
+}
+
 KernelSpec gen_qkv_bwd(KernelGen& g) {
   const TrainShape& s = g.s();
   auto& b = g.b();
   g.act("dq", s.q_dim());
   g.act("dk", s.kv_dim());
   g.act("dv", s.kv_dim());
+  if (s.qk_norm) {
+    g.act("q", s.q_dim());
+    g.act("k", s.kv_dim());
+    g.vec("q_norm"), g.vec("k_norm");
+  }
   for (const char* w : {"wq", "wk", "wv"}) g.mat(w, true);
   g.begin();
-  Value dx = b.add(b.add(g.apply("wq", g.in("dq")), g.apply("wk", g.in("dk"))), g.apply("wv", g.in("dv")));
-  return g.finish({{"dx", dx}});
+  if (!s.qk_norm) {
+    Value dx = b.add(b.add(g.apply("wq", g.in("dq")), g.apply("wk", g.in("dk"))), g.apply("wv", g.in("dv")));
+    return g.finish({{"dx", dx}});
+  }
+  Value dq_in = g.in("dq");
+  Value q = g.in("q");
+  Value dq = head_norm_backward(g, dq_in, q, "q_norm", s.n_heads);
+  Value dk_in = g.in("dk");
+  Value k = g.in("k");
+  Value dk = head_norm_backward(g, dk_in, k, "k_norm", s.n_kv_heads);
+  Value dxq = g.apply("wq", dq);
+  Value dxk = g.apply("wk", dk);
+  Value dxv = g.apply("wv", g.in("dv"));
+  return g.finish({{"dx", b.add(b.add(dxq, dxk), dxv)}, {"dq_proj", dq}, {"dk_proj", dk}});
 }
 
-// RMSNorm backward: y = x r w, r = (mean(x²) + eps)^-½  =>  dx = r (g − x r² mean(g x)), g = dy w.
 KernelSpec gen_rms_bwd(KernelGen& g, const char* weight) {
   const TrainShape& s = g.s();
-  auto& b = g.b();
   g.act("dy", s.dim);
   g.act("x", s.dim);
   g.vec(weight);
   g.begin();
+  auto& b = g.b();
   Value x = g.in("x");
   Value r = rms_rrms(b, x, s.norm_eps);
   Value gw = b.mul(g.in("dy"), g.vec_value(weight));
-  Value m = b.mul(b.reduce_sum(b.mul(gw, x), {1}, true), 1.0 / static_cast<double>(s.dim));
-  Value dx = b.mul(r, b.sub(gw, b.mul(x, b.mul(m, b.mul(r, r)))));
-  return g.finish({{"dx", dx}});
+  return g.finish({{"dx", rms_norm_backward(b, x, r, gw)}});
 }
 
 }  // namespace

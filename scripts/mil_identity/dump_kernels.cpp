@@ -116,6 +116,7 @@ int main(int argc, char** argv) {
     } catch (const Error&) {
       continue;
     }
+    if (c.qk_norm || c.post_norms) continue;  // trainable later (qwen3, gemma3): no training kernels in older trees
     kern::TrainShape s;
     s.dim = c.dim, s.hidden = c.hidden_dim, s.n_heads = c.n_heads, s.n_kv_heads = c.n_kv_heads;
     s.head_dim = c.head_dim, s.seq = 64, s.rope_theta = c.rope_theta, s.norm_eps = c.norm_eps;

@@ -53,6 +53,7 @@ kern::TrainShape train_shape(const models::ModelConfig& c, int64_t T) {
   s.dim = c.dim, s.hidden = c.hidden_dim, s.n_heads = c.n_heads, s.n_kv_heads = c.n_kv_heads;
   s.head_dim = c.head_dim, s.seq = T, s.rope_theta = c.rope_theta, s.norm_eps = c.norm_eps;
   s.rope = c.rope_style == models::RopeStyle::kRotateHalf ? kern::RopeStyle::kRotateHalf : kern::RopeStyle::kAdjacentPairs;
+  s.rope_scaling = c.rope_scaling, s.qk_norm = c.qk_norm;
   return s;
 }
 
@@ -62,8 +63,9 @@ TEST(GeneratedMil, TrainingKernelsOfEveryPreset) {
     const models::ModelConfig& c = models::preset(name);
     try {
       train::check_trainable(c);
+      train::check_kernel_trainable(c, "static");
     } catch (const Error&) {
-      continue;  // not a training model (e.g. GELU / LayerNorm / biases)
+      continue;  // not a training model for the kernels (e.g. GELU / LayerNorm / biases, Gemma 3's parts)
     }
     for (int64_t T : {int64_t{256}, int64_t{1024}}) {
       if (T > c.max_seq_len) continue;
@@ -77,7 +79,9 @@ TEST(GeneratedMil, TrainingKernelsOfEveryPreset) {
       const float* z = zeros().data();
       ASSERT_LE(std::max({QD * D, KVD * D, H * D}), zeros().size());
       const kern::LayerWeights w = kern::train_weights(s, {z, QD * D}, {z, KVD * D}, {z, KVD * D}, {z, D * QD},
-                                                       {z, H * D}, {z, H * D}, {z, D * H}, {z, D}, {z, D});
+                                                       {z, H * D}, {z, H * D}, {z, D * H}, {z, D}, {z, D},
+                                                       {z, s.qk_norm ? size_t(s.head_dim) : 0},
+                                                       {z, s.qk_norm ? size_t(s.head_dim) : 0});
       for (kern::Strategy st : {kern::Strategy::kStatic, kern::Strategy::kDynamic})
         for (kern::KernelKind k : kern::kAllKernelKinds) {
           const kern::KernelSpec ks = kern::build_kernel(k, s, st, &w);

@@ -92,10 +92,11 @@ TEST(LayerBlock, TapsComeInTheOrderAskedAndUnknownOnesAreNamed) {
   kern::LayerDesc d = kern::layer_desc(s);
   EXPECT_EQ(names(kern::attention_block(b, d, p, {"v", "xnorm", "o"})), (std::vector<std::string>{"v", "xnorm", "o"}));
   try {
-    kern::attention_block(b, d, p, {"q"});
-    ADD_FAILURE() << "tap q accepted";
+    kern::attention_block(b, d, p, {"qkv"});
+    ADD_FAILURE() << "tap qkv accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown tap 'q' (known: o attn q_rope k_rope v xnorm)"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("unknown tap 'qkv' (known: o attn q_rope k_rope q k v xnorm)"),
+              std::string::npos)
         << e.what();
   }
   d.gelu = true;  // a GELU MLP has no h3

@@ -89,6 +89,53 @@ models::ModelConfig gqa_test_config() {
   return c;
 }
 
+models::ModelConfig llama3_test_config() {
+  models::ModelConfig c;
+  c.arch = "llama";
+  c.dim = 64, c.hidden_dim = 96, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 16;
+  c.vocab_size = 97, c.max_seq_len = 128, c.norm_eps = 1e-5f, c.rope_theta = 10000.0f;
+  c.rope_style = models::RopeStyle::kRotateHalf;
+  // wavelengths 2*pi / theta^(-2i/16): 6.3 (< 32/4: kept), 19.9 (blended), 62.8 ... (> 32/1: divided by 8)
+  c.rope_scaling = {models::RopeScalingType::kLlama3, 8.0f, 1.0f, 4.0f, 32};
+  c.tied_embeddings = true;
+  return c;
+}
+
+models::ModelConfig qwen3_test_config() {
+  models::ModelConfig c;
+  c.arch = "qwen3";
+  c.dim = 48, c.hidden_dim = 80, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 16;
+  c.vocab_size = 97, c.max_seq_len = 128, c.norm_eps = 1e-6f, c.rope_theta = 1e6f;
+  c.rope_style = models::RopeStyle::kRotateHalf;
+  c.qk_norm = true;
+  c.tied_embeddings = true;
+  return c;
+}
+
+models::ModelConfig gemma3_test_config() {
+  models::ModelConfig c;
+  c.arch = "gemma3";
+  c.dim = 48, c.hidden_dim = 80, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 1, c.head_dim = 16;
+  c.vocab_size = 97, c.max_seq_len = 128, c.norm_eps = 1e-6f, c.rope_theta = 1e6f, c.rope_local_theta = 1e4f;
+  c.rope_linear_factor = 2.0f, c.rope_style = models::RopeStyle::kRotateHalf;
+  c.activation = models::Activation::kGeluTanhGated;
+  c.qk_norm = true, c.post_norms = true, c.norm_offset = 1.0f;
+  c.embed_scale = std::sqrt(48.0f), c.attn_scale = 1.0f / std::sqrt(32.0f);  // query_pre_attn_scalar 32
+  c.sliding_window = 8, c.sliding_pattern = 2, c.logit_softcap = 0.5f;
+  c.tied_embeddings = true;
+  return c;
+}
+
+std::vector<float> init_with_norm_noise(const train::ParamLayout& layout, uint64_t seed) {
+  std::vector<float> w = train::init_random(layout, seed);
+  train::Rng rng{seed ^ 0x9e3779b97f4a7c15ull};
+  for (const auto& p : layout.params())
+    if (p.shape.size() == 1)
+      for (int64_t i = 0; i < p.numel; ++i)
+        w[size_t(p.offset + i)] = 1.0f + 0.5f * (float(rng.next() >> 40) / 16777216.0f - 0.5f);
+  return w;
+}
+
 std::vector<double> losses(const std::string& dir) {
   std::vector<double> v;
   for (const auto& e : read_events(dir, "step")) v.push_back(e["loss"].get<double>());

@@ -27,6 +27,18 @@ bool run_torch_reference(const std::string& dir, const train::ParamLayout& layou
 double rel_err(const float* a, const float* b, int64_t n);
 // A small GQA config: rotate-half RoPE (theta 1e6), head_dim != dim / n_heads, untied classifier.
 models::ModelConfig gqa_test_config();
+// A small Llama 3.x config: GQA, rotate-half RoPE with llama3 frequency scaling whose original context (32) is
+// shorter than the test sequences (pair 0 kept, pair 1 blended, pairs 2.. slowed by the factor 8).
+models::ModelConfig llama3_test_config();
+// A small Qwen3 config: per-head q/k RMSNorm, GQA, head_dim != dim / n_heads, rotate-half RoPE, tied.
+models::ModelConfig qwen3_test_config();
+// A small Gemma 3 config: (1+w) norms, post norms, q/k norms, GeGLU, embedding and score scales, layer 0 sliding
+// (window 8, local RoPE base 1e4) and layer 1 global (base 1e6, linear factor 2), logit soft-cap 0.5 (tight, so the
+// cap's curvature shows in the gradients), 1 kv head, tied.
+models::ModelConfig gemma3_test_config();
+// init_random with every 1-D (norm) weight set to 1 + U(-0.25, 0.25), so a norm weight that is ignored or
+// applied twice changes the gradients (all ones would hide it).
+std::vector<float> init_with_norm_noise(const train::ParamLayout& layout, uint64_t seed);
 // The loss of every step event of DIR/events.jsonl, in order.
 std::vector<double> losses(const std::string& dir);
 // gtest expectations: the last.ckpt of run dirs a and b hold the same step, weights, moments, data and

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
@@ -16,6 +17,7 @@
 #include "train/data.h"
 #include "train/events.h"
 #include "train/optim.h"
+#include "train/params.h"
 
 namespace anelab::train {
 namespace {
@@ -188,6 +190,59 @@ TEST(TrainUnits, CheckpointRoundTrip) {
   EXPECT_EQ(r.data_state, s.data_state);
   EXPECT_EQ(*r.best_val_loss, 1.5);
   EXPECT_TRUE(r.model == s.model);
+}
+
+// Qwen3's per-head norms are parameters like any other: in the layout (no weight decay), the checkpoint's tensor
+// table and the round trip.
+TEST(TrainUnits, Qwen3HeadNormsAreParametersAndCheckpointed) {
+  models::ModelConfig c = models::preset("qwen3-0.6b");
+  c.dim = 32, c.hidden_dim = 48, c.n_layers = 2, c.vocab_size = 64, c.head_dim = 8;
+  const ParamLayout layout(c);
+  const ParamInfo& qn = layout.find("layers.1.q_norm");
+  EXPECT_EQ(qn.shape, std::vector<int64_t>{8});
+  EXPECT_FALSE(qn.decay);
+  std::vector<float> base(size_t(layout.total()));
+  EXPECT_EQ(layout.layer(base.data(), 1).q_norm, base.data() + qn.offset);
+  EXPECT_EQ(layout.layer(base.data(), 1).k_norm, base.data() + layout.find("layers.1.k_norm").offset);
+  EXPECT_EQ(ParamLayout(models::preset("stories260k")).layer(base.data(), 0).q_norm, nullptr);
+  CheckpointState s = small_state();
+  s.model = c;
+  const size_t P = size_t(layout.total());
+  s.weights.resize(P), s.m.resize(P), s.v.resize(P);
+  for (size_t i = 0; i < P; ++i) s.weights[i] = float(i) * 1e-3f, s.m[i] = -float(i), s.v[i] = 0.5f;
+  const std::string p = (test::temp_dir("ckpt_qwen3") / "a.ckpt").string();
+  write_checkpoint(p, s);
+  const CheckpointState r = read_checkpoint(p);
+  EXPECT_TRUE(r.model == c);
+  EXPECT_EQ(r.weights, s.weights);
+  EXPECT_EQ(r.m, s.m);
+  EXPECT_EQ(r.v, s.v);
+}
+
+// Refusals are one line naming every missing part: GPT-2 for training at all, Gemma 3 for the kernel strategies.
+TEST(TrainUnits, RefusalsAreOneLineNamingWhatIsMissing) {
+  auto message = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  EXPECT_NO_THROW(check_trainable(models::preset("qwen3-0.6b")));
+  EXPECT_NO_THROW(check_trainable(models::preset("gemma3-270m")));
+  EXPECT_NO_THROW(check_kernel_trainable(models::preset("qwen3-0.6b"), "dynamic"));
+  const std::string g = message([] { check_kernel_trainable(models::preset("gemma3-270m"), "static"); });
+  EXPECT_EQ(g.find('\n'), std::string::npos) << g;
+  EXPECT_EQ(g.rfind("[train] --strategy static: model 'gemma3' has ", 0), 0u) << g;
+  for (const char* part : {"(1+w) RMSNorm", "sandwich", "GeGLU", "embedding scale", "score scale", "sliding-window",
+                           "--strategy cpu"})
+    EXPECT_NE(g.find(part), std::string::npos) << part << " in: " << g;
+  const std::string p = message([] { check_trainable(models::preset("gpt2-124m")); });
+  EXPECT_EQ(p.find('\n'), std::string::npos) << p;
+  for (const char* part : {"[train] model 'gpt2': ", "LayerNorm", "a GELU MLP", "bias tensors", "learned positions",
+                           "inference-only"})
+    EXPECT_NE(p.find(part), std::string::npos) << part << " in: " << p;
 }
 
 TEST(TrainUnits, CorruptAndTruncatedCheckpointsAreRejected) {
