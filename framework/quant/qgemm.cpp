@@ -51,34 +51,39 @@ Recipe recipe(BlockType t) {
 }
 
 // ---- unpack: one function per type; row r's blocks from the k block's start, kc values ----
-// n values (a multiple of 4) of row r from k into the panel.
-void put(int8_t* w, int r, int64_t k, const int8_t* v, int n) {
-  for (int j = 0; j < n; j += 4) std::memcpy(w + ((k + j) / 4 * kNR + r) * 4, v + j, 4);
+// Four values at a time as a 32-bit word (byte-wise masks and shifts: the same on any byte order), each
+// stored as row r's 4-byte group of its k.
+inline uint32_t ld4(const void* p) {
+  uint32_t u;
+  std::memcpy(&u, p, 4);
+  return u;
 }
+inline void st4(int8_t* w, int r, int64_t k, uint32_t u) { std::memcpy(w + (k / 4 * kNR + r) * 4, &u, 4); }
+constexpr uint32_t kLo4 = 0x0F0F0F0Fu, kLo2 = 0x03030303u;
 
 void unpack_q8_0(const uint8_t* row, int r, int64_t kc, Panel& p) {
   const auto* b = reinterpret_cast<const BlockQ8_0*>(row);
-  int8_t v[32];
+  const uint32_t flip = kQ8Offset ? 0x80808080u : 0u;  // q + 128 as u8
   for (int64_t i = 0; i < kc / 32; ++i) {
-    for (int j = 0; j < 32; ++j) v[j] = kQ8Offset ? static_cast<int8_t>(b[i].qs[j] ^ 0x80) : b[i].qs[j];
-    put(p.w.data(), r, 32 * i, v, 32);
+    for (int j = 0; j < 32; j += 4) st4(p.w.data(), r, 32 * i + j, ld4(b[i].qs + j) ^ flip);
     p.scale[static_cast<size_t>(i * kNR + r)] = S::h2f(b[i].d);
   }
 }
 
 void unpack_q4_0(const uint8_t* row, int r, int64_t kc, Panel& p) {
   const auto* b = reinterpret_cast<const BlockQ4_0*>(row);
-  int8_t v[32];
   for (int64_t i = 0; i < kc / 32; ++i) {
-    for (int j = 0; j < 16; ++j) v[j] = static_cast<int8_t>(b[i].qs[j] & 15), v[j + 16] = static_cast<int8_t>(b[i].qs[j] >> 4);
-    put(p.w.data(), r, 32 * i, v, 32);
+    for (int j = 0; j < 16; j += 4) {  // value j: low nibble of qs[j]; value 16 + j: its high nibble
+      const uint32_t u = ld4(b[i].qs + j);
+      st4(p.w.data(), r, 32 * i + j, u & kLo4);
+      st4(p.w.data(), r, 32 * i + 16 + j, (u >> 4) & kLo4);
+    }
     p.scale[static_cast<size_t>(i * kNR + r)] = S::h2f(b[i].d);
   }
 }
 
 void unpack_q4_k(const uint8_t* row, int r, int64_t kc, Panel& p) {
   const auto* b = reinterpret_cast<const BlockQ4_K*>(row);
-  int8_t lo[32], hi[32];
   for (int64_t i = 0; i < kc / 256; ++i) {
     const float d = S::h2f(b[i].d), dmin = S::h2f(b[i].dmin);
     for (int j = 0; j < 8; ++j) {
@@ -87,30 +92,29 @@ void unpack_q4_k(const uint8_t* row, int r, int64_t kc, Panel& p) {
       p.scale[static_cast<size_t>((8 * i + j) * kNR + r)] = d * static_cast<float>(sc);
       p.min[static_cast<size_t>((8 * i + j) * kNR + r)] = dmin * static_cast<float>(m);
     }
-    for (int c = 0; c < 4; ++c) {  // 64 values: low nibbles (sub-block 2c), then high nibbles (2c + 1)
-      const uint8_t* q = b[i].qs + 32 * c;
-      for (int j = 0; j < 32; ++j) lo[j] = static_cast<int8_t>(q[j] & 15), hi[j] = static_cast<int8_t>(q[j] >> 4);
-      put(p.w.data(), r, 256 * i + 64 * c, lo, 32);
-      put(p.w.data(), r, 256 * i + 64 * c + 32, hi, 32);
-    }
+    for (int c = 0; c < 4; ++c)  // 64 values: low nibbles (sub-block 2c), then high nibbles (2c + 1)
+      for (int j = 0; j < 32; j += 4) {
+        const uint32_t u = ld4(b[i].qs + 32 * c + j);
+        st4(p.w.data(), r, 256 * i + 64 * c + j, u & kLo4);
+        st4(p.w.data(), r, 256 * i + 64 * c + 32 + j, (u >> 4) & kLo4);
+      }
   }
 }
 
 void unpack_q6_k(const uint8_t* row, int r, int64_t kc, Panel& p) {
   const auto* b = reinterpret_cast<const BlockQ6_K*>(row);
-  int8_t v[256];
   for (int64_t i = 0; i < kc / 256; ++i) {
-    for (int h = 0; h < 2; ++h) {  // q in 0..63; the -32 is the micro-kernel's offset
+    for (int h = 0; h < 2; ++h) {  // q in 0..63 (the -32 is the micro-kernel's offset)
       const uint8_t *ql = b[i].ql + 64 * h, *qh = b[i].qh + 32 * h;
-      int8_t* o = v + 128 * h;
-      for (int j = 0; j < 32; ++j) {
-        o[j] = static_cast<int8_t>((ql[j] & 15) | (qh[j] & 3) << 4);
-        o[j + 32] = static_cast<int8_t>((ql[j + 32] & 15) | ((qh[j] >> 2) & 3) << 4);
-        o[j + 64] = static_cast<int8_t>((ql[j] >> 4) | ((qh[j] >> 4) & 3) << 4);
-        o[j + 96] = static_cast<int8_t>((ql[j + 32] >> 4) | ((qh[j] >> 6) & 3) << 4);
+      const int64_t k = 256 * i + 128 * h;
+      for (int j = 0; j < 32; j += 4) {
+        const uint32_t l0 = ld4(ql + j), l1 = ld4(ql + 32 + j), hb = ld4(qh + j);
+        st4(p.w.data(), r, k + j, (l0 & kLo4) | (hb & kLo2) << 4);
+        st4(p.w.data(), r, k + 32 + j, (l1 & kLo4) | ((hb >> 2) & kLo2) << 4);
+        st4(p.w.data(), r, k + 64 + j, ((l0 >> 4) & kLo4) | ((hb >> 4) & kLo2) << 4);
+        st4(p.w.data(), r, k + 96 + j, ((l1 >> 4) & kLo4) | ((hb >> 6) & kLo2) << 4);
       }
     }
-    put(p.w.data(), r, 256 * i, v, 256);
     const float d = S::h2f(b[i].d);
     for (int s = 0; s < 16; ++s) p.scale[static_cast<size_t>((16 * i + s) * kNR + r)] = d * static_cast<float>(b[i].scales[s]);
   }
@@ -237,9 +241,8 @@ void grow(Panel& p, bool mins) {
 
 // Rows nr..kNR of a partial panel: zero weights and scales (their lanes are computed, never stored).
 void zero_rows(Panel& p, int nr, int64_t kc, int group, bool mins) {
-  const int8_t zeros[32] = {};
   for (int r = nr; r < kNR; ++r) {
-    for (int64_t k = 0; k < kc; k += 32) put(p.w.data(), r, k, zeros, 32);
+    for (int64_t k = 0; k < kc; k += 4) st4(p.w.data(), r, k, 0);
     for (int64_t g = 0; g < kc / group; ++g) p.scale[static_cast<size_t>(g * kNR + r)] = 0.0f;
     if (mins)
       for (int64_t g = 0; g < kc / 32; ++g) p.min[static_cast<size_t>(g * kNR + r)] = 0.0f;
