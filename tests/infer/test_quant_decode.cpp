@@ -1,6 +1,6 @@
 // Quantized decode: the GEMV over block-quantized weights (int8 activations, framework/quant/qdot.h) on the
-// thread pool against the fp32 GEMV of the dequantized weights, and an engine running a Q4_K_M model in its
-// blocks against the same engine on the dequantized model.
+// thread pool against the fp32 GEMV of the dequantized weights (the prefill GEMM as well), an engine running a
+// Q4_K_M model in its blocks against the same engine on the dequantized model, and its prefill against its decode.
 #include <gtest/gtest.h>
 
 #include <algorithm>
