@@ -63,20 +63,22 @@ constexpr uint32_t kLo4 = 0x0F0F0F0Fu, kLo2 = 0x03030303u;
 
 void unpack_q8_0(const uint8_t* row, int r, int64_t kc, Panel& p) {
   const auto* b = reinterpret_cast<const BlockQ8_0*>(row);
+  int8_t* const w = p.w.data();
   const uint32_t flip = kQ8Offset ? 0x80808080u : 0u;  // q + 128 as u8
   for (int64_t i = 0; i < kc / 32; ++i) {
-    for (int j = 0; j < 32; j += 4) st4(p.w.data(), r, 32 * i + j, ld4(b[i].qs + j) ^ flip);
+    for (int j = 0; j < 32; j += 4) st4(w, r, 32 * i + j, ld4(b[i].qs + j) ^ flip);
     p.scale[static_cast<size_t>(i * kNR + r)] = S::h2f(b[i].d);
   }
 }
 
 void unpack_q4_0(const uint8_t* row, int r, int64_t kc, Panel& p) {
   const auto* b = reinterpret_cast<const BlockQ4_0*>(row);
+  int8_t* const w = p.w.data();
   for (int64_t i = 0; i < kc / 32; ++i) {
     for (int j = 0; j < 16; j += 4) {  // value j: low nibble of qs[j]; value 16 + j: its high nibble
       const uint32_t u = ld4(b[i].qs + j);
-      st4(p.w.data(), r, 32 * i + j, u & kLo4);
-      st4(p.w.data(), r, 32 * i + 16 + j, (u >> 4) & kLo4);
+      st4(w, r, 32 * i + j, u & kLo4);
+      st4(w, r, 32 * i + 16 + j, (u >> 4) & kLo4);
     }
     p.scale[static_cast<size_t>(i * kNR + r)] = S::h2f(b[i].d);
   }
@@ -84,6 +86,7 @@ void unpack_q4_0(const uint8_t* row, int r, int64_t kc, Panel& p) {
 
 void unpack_q4_k(const uint8_t* row, int r, int64_t kc, Panel& p) {
   const auto* b = reinterpret_cast<const BlockQ4_K*>(row);
+  int8_t* const w = p.w.data();
   for (int64_t i = 0; i < kc / 256; ++i) {
     const float d = S::h2f(b[i].d), dmin = S::h2f(b[i].dmin);
     for (int j = 0; j < 8; ++j) {
@@ -95,24 +98,25 @@ void unpack_q4_k(const uint8_t* row, int r, int64_t kc, Panel& p) {
     for (int c = 0; c < 4; ++c)  // 64 values: low nibbles (sub-block 2c), then high nibbles (2c + 1)
       for (int j = 0; j < 32; j += 4) {
         const uint32_t u = ld4(b[i].qs + 32 * c + j);
-        st4(p.w.data(), r, 256 * i + 64 * c + j, u & kLo4);
-        st4(p.w.data(), r, 256 * i + 64 * c + 32 + j, (u >> 4) & kLo4);
+        st4(w, r, 256 * i + 64 * c + j, u & kLo4);
+        st4(w, r, 256 * i + 64 * c + 32 + j, (u >> 4) & kLo4);
       }
   }
 }
 
 void unpack_q6_k(const uint8_t* row, int r, int64_t kc, Panel& p) {
   const auto* b = reinterpret_cast<const BlockQ6_K*>(row);
+  int8_t* const w = p.w.data();
   for (int64_t i = 0; i < kc / 256; ++i) {
     for (int h = 0; h < 2; ++h) {  // q in 0..63 (the -32 is the micro-kernel's offset)
       const uint8_t *ql = b[i].ql + 64 * h, *qh = b[i].qh + 32 * h;
       const int64_t k = 256 * i + 128 * h;
       for (int j = 0; j < 32; j += 4) {
         const uint32_t l0 = ld4(ql + j), l1 = ld4(ql + 32 + j), hb = ld4(qh + j);
-        st4(p.w.data(), r, k + j, (l0 & kLo4) | (hb & kLo2) << 4);
-        st4(p.w.data(), r, k + 32 + j, (l1 & kLo4) | ((hb >> 2) & kLo2) << 4);
-        st4(p.w.data(), r, k + 64 + j, ((l0 >> 4) & kLo4) | ((hb >> 4) & kLo2) << 4);
-        st4(p.w.data(), r, k + 96 + j, ((l1 >> 4) & kLo4) | ((hb >> 6) & kLo2) << 4);
+        st4(w, r, k + j, (l0 & kLo4) | (hb & kLo2) << 4);
+        st4(w, r, k + 32 + j, (l1 & kLo4) | ((hb >> 2) & kLo2) << 4);
+        st4(w, r, k + 64 + j, ((l0 >> 4) & kLo4) | ((hb >> 4) & kLo2) << 4);
+        st4(w, r, k + 96 + j, ((l1 >> 4) & kLo4) | ((hb >> 6) & kLo2) << 4);
       }
     }
     const float d = S::h2f(b[i].d);
