@@ -8,6 +8,7 @@
 
 #include "framework/core/error.h"
 #include "framework/quant/qdot.h"
+#include "framework/quant/qgemm.h"
 
 namespace anelab::infer {
 
@@ -201,36 +202,13 @@ void gemv(ThreadPool& pool, const std::vector<GemvOut>& outs, const float* x) {
     pool.parallel_for(total, 4, body);
 }
 
-namespace {
-// Y[t, r] over a block matrix: every token's activations quantized once, then per weight row (kept in L1)
-// the int8 dot product with each token in turn; the same arithmetic as gemv, so the same bits.
-void gemm_quantized(ThreadPool& pool, const Mat& w, const float* bias, const float* x, int64_t n_tok, float* y) {
-  thread_local std::vector<quant::Q8Acts> caller_acts;  // grows to the longest chunk once, then reused
-  std::vector<quant::Q8Acts>& acts = caller_acts;
-  if (static_cast<int64_t>(acts.size()) < n_tok) acts.resize(static_cast<size_t>(n_tok));
-  for (int64_t t = 0; t < n_tok; ++t) quant::quantize_acts(x + t * w.cols, w.cols, acts[static_cast<size_t>(t)]);
-  const quant::BlockType bt = block_type(w.type);
-  auto body = [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* row = w.row_blocks(r);
-      const float b = bias ? bias[r] : 0.0f;
-      for (int64_t t = 0; t < n_tok; ++t) y[t * w.rows + r] = quant::dot_row(bt, row, acts[static_cast<size_t>(t)]) + b;
-    }
-  };
-  if (w.rows * w.cols * n_tok < kMinParallelWork)
-    body(0, w.rows);
-  else
-    pool.parallel_for(w.rows, 4, body);
-}
-}  // namespace
-
 void gemm(ThreadPool& pool, const Mat& w, const float* bias, const float* x, int64_t n_tok, float* y) {
   if (n_tok == 1) {
     gemv(pool, w, bias, x, y);
     return;
   }
   if (is_quantized(w.type)) {
-    gemm_quantized(pool, w, bias, x, n_tok, y);
+    quant::gemm(pool, block_type(w.type), w.row_blocks(0), w.rows, w.cols, bias, x, n_tok, y);
     return;
   }
   const int64_t panels = (w.rows + kNR - 1) / kNR;

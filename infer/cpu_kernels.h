@@ -10,8 +10,8 @@
 // Block-quantized weights (Q8_0, Q4_0, Q4_K, Q6_K, framework/quant/blocks.h) stay in their blocks: a GEMV
 // quantizes x once into int8 blocks of 32 (per-thread buffer, reused: no allocation per token) and each row
 // is an int8 dot product per block (framework/quant/qdot.h: AVX-512 VNNI, AVX2, NEON dotprod or scalar).
-// A GEMM over them quantizes every token's input once and walks the weight rows once, each row (in L1)
-// dotted with every token: the GEMV's arithmetic, one pass over the weights per chunk instead of per token.
+// A GEMM over them (framework/quant/qgemm.h) quantizes every token's input once, unpacks the weights per
+// (row panel, k block) into int8 panels and runs a register-tiled int8 micro-kernel (tokens x rows).
 #pragma once
 #include <cstdint>
 #include <vector>

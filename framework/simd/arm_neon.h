@@ -120,4 +120,25 @@ inline int32_t dot_u4x16_32(const uint8_t* q, const int8_t* b) {
   return vaddvq_s32(dot_acc_s8x16(dot_acc_s8x16(vdupq_n_s32(0), lo, vld1q_s8(b)), hi, vld1q_s8(b + 16)));
 }
 
+// ---- int8 GEMM micro-kernel (quantized prefill): int32 lane l accumulates row l ----
+// W8: 4 rows x 4 consecutive k (16 bytes, row l's 4 bytes at 4l); a4: 4 int8 activations (in [-127, 127])
+// packed in an int32 and broadcast to every lane. SDOT, or SMULL + pairwise adds (|w a| <= 128 x 127, so
+// a pair fits in int16). Weights are read as int8: unsigned ones must stay <= 127.
+constexpr int kQGemmMR = 6, kQGemmNV = 2;  // 6 tokens x 8 rows: 12 int32 + 12 fp32 accumulators of 32 q registers
+using I32 = int32x4_t;
+using W8 = int8x16_t;
+constexpr int kDotU8Max = 127;
+inline W8 load_w8(const void* p) { return vld1q_s8(static_cast<const int8_t*>(p)); }
+inline I32 set1_i32(int32_t x) { return vdupq_n_s32(x); }
+inline F32 to_f32(I32 v) { return vcvtq_f32_s32(v); }
+inline I32 dot4_s8(I32 acc, W8 w, int32_t a4) {
+  const int8x16_t a = vreinterpretq_s8_s32(vdupq_n_s32(a4));
+#if defined(__ARM_FEATURE_DOTPROD)
+  return vdotq_s32(acc, w, a);
+#else
+  return vpadalq_s16(acc, vpaddq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(a)), vmull_high_s8(w, a)));
+#endif
+}
+inline I32 dot4_u8(I32 acc, W8 w, int32_t a4) { return dot4_s8(acc, w, a4); }
+
 }  // namespace anelab::simd

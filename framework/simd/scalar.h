@@ -121,4 +121,40 @@ inline int32_t dot_u4x16_32(const uint8_t* q, const int8_t* b) {
   return s;
 }
 
+// ---- int8 GEMM micro-kernel (quantized prefill): int32 lane l accumulates row l ----
+// W8: 4 rows x 4 consecutive k (row l's 4 bytes at 4l); a4: 4 int8 activations packed in an int32.
+constexpr int kQGemmMR = 4, kQGemmNV = 1;  // 4 tokens x 4 rows
+struct I32 {
+  int32_t v[4];
+};
+struct W8 {
+  uint8_t b[16];
+};
+constexpr int kDotU8Max = 255;
+inline W8 load_w8(const void* p) {
+  W8 w;
+  std::memcpy(w.b, p, sizeof w.b);
+  return w;
+}
+inline I32 set1_i32(int32_t x) { return I32{{x, x, x, x}}; }
+inline F32 to_f32(I32 v) {
+  F32 r;
+  for (int i = 0; i < 4; ++i) r.v[i] = static_cast<float>(v.v[i]);
+  return r;
+}
+inline I32 dot4_u8(I32 acc, W8 w, int32_t a4) {
+  int8_t a[4];
+  std::memcpy(a, &a4, sizeof a);
+  for (int l = 0; l < 4; ++l)
+    for (int j = 0; j < 4; ++j) acc.v[l] += int32_t{w.b[4 * l + j]} * int32_t{a[j]};
+  return acc;
+}
+inline I32 dot4_s8(I32 acc, W8 w, int32_t a4) {
+  int8_t a[4];
+  std::memcpy(a, &a4, sizeof a);
+  for (int l = 0; l < 4; ++l)
+    for (int j = 0; j < 4; ++j) acc.v[l] += int32_t{static_cast<int8_t>(w.b[4 * l + j])} * int32_t{a[j]};
+  return acc;
+}
+
 }  // namespace anelab::simd

@@ -27,6 +27,14 @@
 //   dot_u4lo_32(q, b), dot_u4hi_32(q, b)  the same with the low / high nibbles of 32 bytes q as the first operand
 //   dot_u4x16_32(q, b)                    nibbles of 16 bytes: low ones times b[0..16), high ones times b[16..32)
 //                                         (AVX-512 VNNI vpdpbusd, AVX2 vpmaddubsw + vpmaddwd, NEON SDOT or SMULL)
+//   int8 GEMM micro-kernel (framework/quant/qgemm.cpp): I32 = kWidth int32 lanes, W8 = kWidth rows x 4
+//   consecutive k of int8 weights (row l's 4 bytes at 4l), a4 = 4 int8 activations in [-127, 127] packed
+//   in an int32 (memory order) and broadcast:
+//   kQGemmMR, kQGemmNV                    micro-tile: kQGemmMR tokens x kQGemmNV vectors of rows
+//   load_w8(p), set1_i32(x), to_f32(v)    64 / 32 / 16 / 16 weight bytes; int32 broadcast; int32 -> fp32
+//   dot4_u8(acc, w, a4), dot4_s8(...)     acc[l] += sum_j<4 w[4l + j] a4[j], w read as u8 (<= kDotU8Max) / s8
+//   kDotU8Max                             largest unsigned weight byte dot4_u8 takes exactly (255 with
+//                                         vpdpbusd or on the scalar path; 127 where pairs add in int16)
 //
 // Every lane-wise operation is IEEE fp32 with one rounding, so a kernel that applies the same operations
 // in the same order gives the same bits on every architecture; only reduce_add/reduce_max and a kernel's

@@ -119,4 +119,23 @@ inline int32_t dot_u4x16_32(const uint8_t* q, const int8_t* b) {
   return dot_u8s8(u, load_i8x32(b));
 }
 
+// ---- int8 GEMM micro-kernel (quantized prefill): int32 lane l accumulates row l ----
+// W8: 8 rows x 4 consecutive k (32 bytes, row l's 4 bytes at 4l); a4: 4 int8 activations (in [-127, 127])
+// packed in an int32 and broadcast to every lane. vpmaddubsw + vpmaddwd (pairs saturate in int16, so
+// unsigned weights stay <= 127 and signed ones use the sign trick).
+constexpr int kQGemmMR = 4, kQGemmNV = 1;  // 4 tokens x 8 rows: 4 int32 + 4 fp32 accumulators of 16 ymm
+using I32 = __m256i;
+using W8 = __m256i;
+constexpr int kDotU8Max = 127;
+inline W8 load_w8(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline I32 set1_i32(int32_t x) { return _mm256_set1_epi32(x); }
+inline F32 to_f32(I32 v) { return _mm256_cvtepi32_ps(v); }
+inline I32 dot4_u8(I32 acc, W8 w, int32_t a4) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, _mm256_set1_epi32(a4)), _mm256_set1_epi16(1)));
+}
+inline I32 dot4_s8(I32 acc, W8 w, int32_t a4) {
+  const __m256i sa = _mm256_sign_epi8(_mm256_set1_epi32(a4), w);
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), sa), _mm256_set1_epi16(1)));
+}
+
 }  // namespace anelab::simd

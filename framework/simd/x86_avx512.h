@@ -115,4 +115,33 @@ inline int32_t dot_u4x16_32(const uint8_t* q, const int8_t* b) {
   return dot_u8s8(u, load_i8x32(b));
 }
 
+// ---- int8 GEMM micro-kernel (quantized prefill): int32 lane l accumulates row l ----
+// W8: 16 rows x 4 consecutive k (64 bytes, row l's 4 bytes at 4l); a4: 4 int8 activations (in [-127, 127])
+// packed in an int32 and broadcast to every lane.
+constexpr int kQGemmMR = 6, kQGemmNV = 2;  // 6 tokens x 32 rows: 12 int32 + 12 fp32 accumulators of 32 zmm
+using I32 = __m512i;
+using W8 = __m512i;
+inline W8 load_w8(const void* p) { return _mm512_loadu_si512(p); }
+inline I32 set1_i32(int32_t x) { return _mm512_set1_epi32(x); }
+inline F32 to_f32(I32 v) { return _mm512_maskz_cvtepi32_ps(0xFFFF, v); }
+#if defined(__AVX512VNNI__)
+constexpr int kDotU8Max = 255;  // vpdpbusd sums u8 x s8 products in int32: any unsigned byte
+inline I32 dot4_u8(I32 acc, W8 w, int32_t a4) { return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(a4)); }
+#else
+constexpr int kDotU8Max = 127;  // vpmaddubsw saturates pairs in int16: 2 x 127 x 127 fits
+inline I32 dot4_u8(I32 acc, W8 w, int32_t a4) {
+  return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(w, _mm512_set1_epi32(a4)), _mm512_set1_epi16(1)));
+}
+#endif
+// Signed weights: |w| times the activations negated where w < 0 (no vpsignb on zmm: a masked subtract).
+inline I32 dot4_s8(I32 acc, W8 w, int32_t a4) {
+  const __m512i a = _mm512_set1_epi32(a4);
+  const __m512i sa = _mm512_mask_sub_epi8(a, _mm512_movepi8_mask(w), _mm512_setzero_si512(), a);
+#if defined(__AVX512VNNI__)
+  return _mm512_dpbusd_epi32(acc, _mm512_abs_epi8(w), sa);
+#else
+  return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(w), sa), _mm512_set1_epi16(1)));
+#endif
+}
+
 }  // namespace anelab::simd

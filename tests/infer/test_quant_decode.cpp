@@ -1,6 +1,6 @@
 // Quantized decode: the GEMV over block-quantized weights (int8 activations, framework/quant/qdot.h) on the
-// thread pool against the fp32 GEMV of the dequantized weights, and an engine running a Q4_K_M model in its
-// blocks against the same engine on the dequantized model.
+// thread pool against the fp32 GEMV of the dequantized weights (the prefill GEMM as well), an engine running a
+// Q4_K_M model in its blocks against the same engine on the dequantized model, and its prefill against its decode.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -57,25 +57,30 @@ TEST(QuantGemv, MatchesDequantizedGemvOnThePool) {
     std::vector<float> ya(300), yb(200), ra(300), rb(200);
     gemv(pool, {GemvOut{&a.q, bias.data(), ya.data()}, GemvOut{&b.q, nullptr, yb.data()}}, x.data());
     gemv(pool, {GemvOut{&a.f, bias.data(), ra.data()}, GemvOut{&b.f, nullptr, rb.data()}}, x.data());
-    auto check = [&](const QMat& m, const std::vector<float>& y, const std::vector<float>& ref, int64_t r) {
+    // x's own quantization acts_x (acts for x itself), y / ref: the results with m's blocks / dequantized rows.
+    auto check = [&](const QMat& m, const float* xv, const quant::Q8Acts& acts_x, const float* y, const float* ref,
+                     int64_t r) {
       double bound = 0, mag = 0;
       for (int64_t i = 0; i < cols; ++i) {
         const double w = m.deq[static_cast<size_t>(r * cols + i)];
-        bound += std::fabs(w) * acts.d[static_cast<size_t>(i / 32)] / 2;
-        mag += std::fabs(w * x[static_cast<size_t>(i)]);
+        bound += std::fabs(w) * acts_x.d[static_cast<size_t>(i / 32)] / 2;
+        mag += std::fabs(w * xv[i]);
       }
       ASSERT_LE(std::fabs(double(y[r]) - double(ref[r])), bound + 2.0 * cols * 0x1p-24 * (mag + 1.0))
           << static_cast<int>(t) << " row " << r;
     };
-    for (int64_t r = 0; r < 300; ++r) check(a, ya, ra, r);
-    for (int64_t r = 0; r < 200; ++r) check(b, yb, rb, r);
-    // GEMM over a block matrix = one GEMV per token, bit for bit.
-    std::vector<float> x3(static_cast<size_t>(3 * cols)), y3(900), y1(300);
+    for (int64_t r = 0; r < 300; ++r) check(a, x.data(), acts, ya.data(), ra.data(), r);
+    for (int64_t r = 0; r < 200; ++r) check(b, x.data(), acts, yb.data(), rb.data(), r);
+    // The GEMM over a block matrix (the prefill's int8 micro-kernel) obeys the GEMV's bound token by token: it
+    // sums the same exact integer block products, only its fp32 fold order differs from the GEMV's.
+    std::vector<float> x3(static_cast<size_t>(3 * cols)), y3(900), r3(900);
     for (float& v : x3) v = g(rng);
     gemm(pool, a.q, bias.data(), x3.data(), 3, y3.data());
+    gemm(pool, a.f, bias.data(), x3.data(), 3, r3.data());
     for (int64_t tk = 0; tk < 3; ++tk) {
-      gemv(pool, a.q, bias.data(), x3.data() + tk * cols, y1.data());
-      for (int64_t r = 0; r < 300; ++r) ASSERT_EQ(y3[static_cast<size_t>(tk * 300 + r)], y1[static_cast<size_t>(r)]);
+      quant::Q8Acts acts_t;
+      quant::quantize_acts(x3.data() + tk * cols, cols, acts_t);
+      for (int64_t r = 0; r < 300; ++r) check(a, x3.data() + tk * cols, acts_t, y3.data() + tk * 300, r3.data() + tk * 300, r);
     }
     // Embedding rows come back dequantized.
     std::vector<float> row(static_cast<size_t>(cols));
@@ -125,6 +130,35 @@ TEST(QuantGemv, EngineDecodesQ4_K_MInItsBlocks) {
   }
   // Each of the ~8 matrices on the path adds int8 rounding of its input (rms ~ d_a / sqrt(12) = amax / 440):
   // a few percent of relative rms at most over two layers.
+  EXPECT_LT(max_rel, 0.05);
+}
+
+// Prefill (the int8 GEMM micro-kernel over all tokens) and decode (the GEMV per token) of the same Q4_K_M
+// model: both use the same activation quantization and exact integer block products, so their logits differ
+// by fp32 summation order, plus where a last-bit difference moves a later layer's activation across an int8
+// rounding boundary (one step d_a of one value): within the int8-activation bound of the test above.
+TEST(QuantGemv, PrefillMatchesDecodeOnQ4_K_M) {
+  models::ModelConfig c = models::preset("stories15m");
+  c.dim = 256, c.hidden_dim = 512, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 4, c.head_dim = 64;
+  c.vocab_size = 512, c.max_seq_len = 64;
+  const models::Model q = models::quantize_model(models::random_model(c, 9), models::QuantMix::kQ4_K_M);
+  EngineOptions o;
+  o.dtype = WType::kF32;
+  o.keep_quantized = true;
+  Engine ep(q, o), ed(q, o);
+  std::vector<int32_t> toks(19);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>((i * 37 + 5) % 512);
+  std::vector<float> all;
+  ep.prefill(toks, 0, &all);
+  double max_rel = 0;
+  for (size_t pos = 0; pos < toks.size(); ++pos) {
+    const float* ld = ed.decode(toks[pos], static_cast<int64_t>(pos));
+    const float* lp = all.data() + pos * static_cast<size_t>(c.vocab_size);
+    double num = 0, den = 0;
+    for (int64_t v = 0; v < c.vocab_size; ++v) num += (lp[v] - ld[v]) * (lp[v] - ld[v]), den += ld[v] * ld[v];
+    max_rel = std::max(max_rel, std::sqrt(num / den));
+    ASSERT_EQ(std::max_element(lp, lp + c.vocab_size) - lp, std::max_element(ld, ld + c.vocab_size) - ld) << pos;
+  }
   EXPECT_LT(max_rel, 0.05);
 }
 
