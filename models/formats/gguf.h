@@ -18,8 +18,10 @@
 //   output -> output (absent = tied), blk.N.attn_norm -> layers.N.attn_norm(_bias),
 //   blk.N.attn_q/k/v -> wq/wk/wv (+ .bias -> bq/bk/bv), blk.N.attn_qkv (fused) -> split into wq/wk/wv,
 //   blk.N.attn_output -> wo (+ bo), blk.N.attn_q_norm/attn_k_norm -> q_norm/k_norm, blk.N.ffn_norm -> ffn_norm(_bias),
-//   blk.N.ffn_gate/down/up -> w1/w2/w3 (SwiGLU); GELU MLP: ffn_up -> fc(_bias), ffn_down -> proj(_bias).
-// The optional tensors present decide qkv_bias, attn_out_bias, mlp_bias, qk_norm and tied_embeddings.
+//   blk.N.ffn_gate/down/up -> w1/w2/w3 (SwiGLU, GeGLU); GELU MLP: ffn_up -> fc(_bias), ffn_down -> proj(_bias),
+//   blk.N.post_attention_norm / post_ffw_norm -> attn_post_norm / ffn_post_norm (Gemma's sandwich norms).
+// The optional tensors present decide qkv_bias, attn_out_bias, mlp_bias, qk_norm, post_norms and
+// tied_embeddings.
 // RoPE: llama.cpp's converter permutes q/k of some architectures so that its graph uses the "normal"
 // (adjacent pairs) rope (Arch::gguf_rope); the others use NEOX (rotate half) on unpermuted weights.
 // Tokenizer: tokenizer.ggml.{model ("llama" -> SentencePiece, "gpt2" -> byte BPE), pre, tokens, scores,
@@ -133,11 +135,14 @@ class GgufWriter {
 // (m.vocab) is included when present: a token list shorter than vocab_size is padded to it with
 // "[PAD<id>]" tokens of type unused (as llama.cpp's converter does), and tokenizer.ggml.pre is the
 // llama.cpp name of the pre-tokenizer (tok::llama_cpp_pre_name).
-// general.file_type records the matrices' dominant dtype (llama_ftype).
+// general.file_type records the matrices' dominant dtype (llama_ftype). Norm weights of a model whose norms
+// multiply by (norm_offset + w) are written as F32 w + norm_offset (llama.cpp multiplies by the stored
+// weight; its Gemma converter adds the 1) and read back as w. The architecture adds its own keys
+// (Arch::gguf_write) and, in `notes`, what llama.cpp will compute differently from the model.
 // The writer views the model's tensors: `m` must outlive the returned writer.
-GgufWriter gguf_writer_for(const Model& m);
+GgufWriter gguf_writer_for(const Model& m, std::vector<std::string>* notes = nullptr);
 std::vector<uint8_t> model_to_gguf(const Model& m);
-int64_t write_gguf_model(const Model& m, const std::string& path);
+int64_t write_gguf_model(const Model& m, const std::string& path, std::vector<std::string>* notes = nullptr);
 
 int fuzz_read_gguf(const uint8_t* data, size_t size);
 

@@ -56,7 +56,8 @@ std::string canonical_name(const std::string& n, const ModelConfig& c, const std
   static const std::map<std::string, std::pair<std::string, std::string>> blk = {
       {"attn_norm", {"attn_norm", "attn_norm_bias"}}, {"ffn_norm", {"ffn_norm", "ffn_norm_bias"}},
       {"attn_q", {"wq", "bq"}}, {"attn_k", {"wk", "bk"}}, {"attn_v", {"wv", "bv"}}, {"attn_output", {"wo", "bo"}},
-      {"ffn_gate", {"w1", ""}}, {"attn_q_norm", {"q_norm", ""}}, {"attn_k_norm", {"k_norm", ""}}};
+      {"ffn_gate", {"w1", ""}}, {"attn_q_norm", {"q_norm", ""}}, {"attn_k_norm", {"k_norm", ""}},
+      {"post_attention_norm", {"attn_post_norm", ""}}, {"post_ffw_norm", {"ffn_post_norm", ""}}};
   if (auto it = blk.find(what); it != blk.end() && !(bias && it->second.second.empty()))
     return p + (bias ? it->second.second : it->second.first);
   if (what == "ffn_down" || what == "ffn_up") {
@@ -64,6 +65,22 @@ std::string canonical_name(const std::string& n, const ModelConfig& c, const std
     if (!bias) return p + (what == "ffn_down" ? "w2" : "w3");
   }
   fail("model", w, ": unexpected GGUF tensor ", n, " for architecture ", c.arch);
+}
+
+// A norm's scale (not its bias): attn_norm, ffn_norm, q_norm, k_norm, attn_post_norm, ffn_post_norm, norm.
+bool is_norm_weight(const std::string& canonical) {
+  const std::string leaf = canonical.substr(canonical.rfind('.') + 1);
+  return leaf == "norm" || leaf.ends_with("_norm");
+}
+
+// llama.cpp multiplies by a norm weight as stored; a model whose norms multiply by (norm_offset + w)
+// (Gemma) is stored as F32 w + norm_offset, as llama.cpp's converter does, and read back as w.
+std::vector<uint8_t> shifted_f32(const Tensor& t, float shift) {
+  std::vector<float> f = t.to_f32();
+  for (float& x : f) x += shift;
+  std::vector<uint8_t> bytes(f.size() * 4);
+  std::memcpy(bytes.data(), f.data(), bytes.size());
+  return bytes;
 }
 }  // namespace
 
@@ -201,6 +218,12 @@ Model gguf_to_model(const GgufFile& g, const std::string& w) {
     }
     const std::string name = canonical_name(t.name, m.config, w);
     if (name.empty()) continue;
+    if (m.config.norm_offset != 0.0f && is_norm_weight(name)) {
+      Tensor stored;
+      stored.dtype = dt, stored.shape = shape, stored.data = t.data, stored.nbytes = t.nbytes;
+      m.add_owned(name, DType::kF32, shape, shifted_f32(stored, -m.config.norm_offset));
+      continue;
+    }
     m.add_view(name, dt, shape, t.data, t.nbytes, g.owner);
   }
   // Which optional tensors the file has decides the flags (check_complete then checks every layer).
@@ -209,6 +232,7 @@ Model gguf_to_model(const GgufFile& g, const std::string& w) {
   m.config.attn_out_bias = m.has("layers.0.bo");
   m.config.mlp_bias = m.has("layers.0.fc_bias");
   m.config.qk_norm = m.has("layers.0.q_norm");
+  m.config.post_norms = m.has("layers.0.attn_post_norm");
   const Tensor* emb = m.find("tok_embeddings");
   if (!emb) fail("model", w, ": GGUF has no token_embd.weight");
   m.config.vocab_size = emb->shape[0];
@@ -265,7 +289,9 @@ std::string gguf_name(const std::string& name) {
       {"attn_norm", "attn_norm.weight"}, {"attn_norm_bias", "attn_norm.bias"}, {"ffn_norm", "ffn_norm.weight"},
       {"ffn_norm_bias", "ffn_norm.bias"}, {"w1", "ffn_gate.weight"}, {"w2", "ffn_down.weight"},
       {"w3", "ffn_up.weight"}, {"fc", "ffn_up.weight"}, {"fc_bias", "ffn_up.bias"}, {"proj", "ffn_down.weight"},
-      {"proj_bias", "ffn_down.bias"}, {"q_norm", "attn_q_norm.weight"}, {"k_norm", "attn_k_norm.weight"}, {"tok_embeddings", "token_embd.weight"},
+      {"proj_bias", "ffn_down.bias"}, {"q_norm", "attn_q_norm.weight"}, {"k_norm", "attn_k_norm.weight"},
+      {"attn_post_norm", "post_attention_norm.weight"}, {"ffn_post_norm", "post_ffw_norm.weight"},
+      {"tok_embeddings", "token_embd.weight"},
       {"pos_embeddings", "position_embd.weight"}, {"norm", "output_norm.weight"}, {"norm_bias", "output_norm.bias"},
       {"output", "output.weight"}};
   auto find = [&](const std::string& k) {
@@ -336,7 +362,7 @@ void add_rope_freqs(GgufWriter& w, const ModelConfig& c) {
 }
 }  // namespace
 
-GgufWriter gguf_writer_for(const Model& m) {
+GgufWriter gguf_writer_for(const Model& m, std::vector<std::string>* notes) {
   const ModelConfig& c = m.config;
   const Arch& arch = arch_of(c.arch, "GGUF export");
   if (!arch.gguf_config) fail("model", "GGUF export: anelab has no GGUF mapping for ", c.arch, " models yet");
@@ -357,6 +383,10 @@ GgufWriter gguf_writer_for(const Model& m) {
   w.add_f32(a + (c.norm == NormType::kLayer ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon"),
             c.norm_eps);
   if (c.rope_style != RopeStyle::kNone) w.add_f32(a + "rope.freq_base", c.rope_theta);
+  if (arch.gguf_write) {
+    std::vector<std::string> own;
+    arch.gguf_write(w, c, notes ? notes : &own);
+  }
   w.add_u32("general.file_type", file_type(m));
   if (m.vocab) add_vocab(w, *m.vocab, c.vocab_size);
   if (!m.chat_template.empty()) w.add_str("tokenizer.chat_template", m.chat_template);
@@ -366,7 +396,10 @@ GgufWriter gguf_writer_for(const Model& m) {
       if (leaf == "wq" || leaf == "bq") add_fused_qkv(w, m, std::stoll(t.name.substr(7)), leaf == "bq");
       if (leaf == "wq" || leaf == "wk" || leaf == "wv" || leaf == "bq" || leaf == "bk" || leaf == "bv") continue;
     }
-    w.add_tensor_view(gguf_name(t.name), ggml_of(t.dtype), ggml_ne(t.shape), t.data, t.nbytes);
+    if (c.norm_offset != 0.0f && is_norm_weight(t.name))
+      w.add_tensor(gguf_name(t.name), kGgmlF32, ggml_ne(t.shape), shifted_f32(t, c.norm_offset));
+    else
+      w.add_tensor_view(gguf_name(t.name), ggml_of(t.dtype), ggml_ne(t.shape), t.data, t.nbytes);
   }
   if (c.rope_scaling.type == RopeScalingType::kLlama3) add_rope_freqs(w, c);
   if (arch.gguf_explicit_output && !m.has("output")) {  // llama.cpp's graph for this arch requires output.weight
@@ -377,7 +410,9 @@ GgufWriter gguf_writer_for(const Model& m) {
 }
 
 std::vector<uint8_t> model_to_gguf(const Model& m) { return gguf_writer_for(m).build(); }
-int64_t write_gguf_model(const Model& m, const std::string& path) { return gguf_writer_for(m).write(path); }
+int64_t write_gguf_model(const Model& m, const std::string& path, std::vector<std::string>* notes) {
+  return gguf_writer_for(m, notes).write(path);
+}
 
 int fuzz_read_gguf(const uint8_t* data, size_t size) {
   try {
