@@ -24,6 +24,9 @@
 // tied_embeddings.
 // RoPE: llama.cpp's converter permutes q/k of some architectures so that its graph uses the "normal"
 // (adjacent pairs) rope (Arch::gguf_rope); the others use NEOX (rotate half) on unpermuted weights.
+// Llama 3.1+ RoPE scaling is llama.cpp's rope_freqs.weight (F32 per-frequency divisors), with the exact
+// parameters in anelab.rope_scaling.{factor, low_freq_factor, high_freq_factor, original_max_pos} on export
+// (llama.cpp ignores them); a file without them has the parameters fitted from the divisors.
 // Tokenizer: tokenizer.ggml.{model ("llama" -> SentencePiece, "gpt2" -> byte BPE), pre, tokens, scores,
 //   token_type, merges, bos_token_id, eos_token_id, unknown_token_id, padding_token_id, add_bos_token,
 //   add_space_prefix}. SentencePiece pieces are written with U+2581 for spaces, as real Llama GGUFs (and

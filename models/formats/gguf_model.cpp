@@ -148,9 +148,20 @@ namespace {
 // common scale of (original_max_pos, low_freq_factor, high_freq_factor), so low_freq_factor is taken as 1;
 // factor is the slowest frequency's divisor, and the blended divisors 1 / ((1 - s) / factor + s) give
 // s = original / wavelength / (high - 1) - 1 / (high - 1), a line in 1 / wavelength through its first and last
-// blended point. The fit is accepted only when it reproduces every divisor (1e-5 relative); all ones is no
-// scaling. Anything else is refused, never run unscaled.
-RopeScaling rope_scaling_from_divisors(const GgufTensorInfo& t, DType dt, const ModelConfig& c, const std::string& w) {
+// blended point. anelab's own exports also hold the parameters (anelab.rope_scaling.*: exact, and the only way
+// back when fewer than 2 frequencies blend, as with a small head_dim); llama.cpp ignores those keys. Either
+// is accepted only when it reproduces every divisor (1e-5 relative); all ones is no scaling. Anything else
+// is refused, never run unscaled.
+std::optional<RopeScaling> anelab_rope_scaling_keys(const GgufFile& g, const std::string& w) {
+  if (!g.find("anelab.rope_scaling.factor")) return std::nullopt;
+  return RopeScaling{RopeScalingType::kLlama3, static_cast<float>(g.get_num("anelab.rope_scaling.factor", 0)),
+                     static_cast<float>(g.get_num("anelab.rope_scaling.low_freq_factor", 0)),
+                     static_cast<float>(g.get_num("anelab.rope_scaling.high_freq_factor", 0)),
+                     g.get_int("anelab.rope_scaling.original_max_pos", w)};
+}
+
+RopeScaling rope_scaling_from_divisors(const GgufFile& g, const GgufTensorInfo& t, DType dt, const ModelConfig& c,
+                                       const std::string& w) {
   const int64_t half = c.head_dim / 2;
   if (dt != DType::kF32 || t.nbytes != half * 4)
     fail("model", w, ": rope_freqs.weight must be F32 [", half, "] (head_dim / 2)");
@@ -167,6 +178,14 @@ RopeScaling rope_scaling_from_divisors(const GgufTensorInfo& t, DType dt, const 
     fail("model", w, ": rope_freqs.weight is not llama3 RoPE scaling anelab can recover (needs 2+ blended "
          "frequencies); load the Hugging Face model (config.json rope_scaling llama3) instead");
   };
+  const auto check = [&](const RopeScaling& r) {
+    for (size_t i = 0; i < d.size(); ++i) {
+      const double inv = x[i] * 2 * std::numbers::pi;
+      if (std::abs(inv / llama3_scaled_inv_freq(inv, r) - d[i]) > 1e-5 * d[i]) unfit();
+    }
+    return r;
+  };
+  if (const auto keys = anelab_rope_scaling_keys(g, w)) return check(*keys);
   const double factor = d.back();
   std::vector<size_t> blended;
   for (size_t i = 0; i < d.size(); ++i)
@@ -181,11 +200,7 @@ RopeScaling rope_scaling_from_divisors(const GgufTensorInfo& t, DType dt, const 
   const double orig = std::round(slope * (double(s.high_freq_factor) - 1));
   if (!(orig >= 1 && orig <= (1 << 22) && s.factor <= 1024)) unfit();  // validate_config's ranges
   s.original_max_pos = static_cast<int64_t>(orig);
-  for (size_t i = 0; i < d.size(); ++i) {
-    const double inv = x[i] * 2 * std::numbers::pi;
-    if (std::abs(inv / llama3_scaled_inv_freq(inv, s) - d[i]) > 1e-5 * d[i]) unfit();
-  }
-  return s;
+  return check(s);
 }
 }  // namespace
 
@@ -213,7 +228,7 @@ Model gguf_to_model(const GgufFile& g, const std::string& w) {
       continue;
     }
     if (t.name == "rope_freqs.weight") {
-      m.config.rope_scaling = rope_scaling_from_divisors(t, dt, m.config, w);
+      m.config.rope_scaling = rope_scaling_from_divisors(g, t, dt, m.config, w);
       continue;
     }
     const std::string name = canonical_name(t.name, m.config, w);
@@ -349,8 +364,14 @@ void add_fused_qkv(GgufWriter& w, const Model& m, int64_t layer, bool bias) {
 
 namespace {
 // llama.cpp's form of llama3 RoPE scaling (its converter's rope_freqs.weight, F32 [HD/2]): per frequency the
-// divisor plain / scaled, which ggml_rope_ext applies as theta_i / divisor_i.
+// divisor plain / scaled, which ggml_rope_ext applies as theta_i / divisor_i; the parameters themselves in
+// anelab.rope_scaling.* (exact on read; llama.cpp ignores them).
 void add_rope_freqs(GgufWriter& w, const ModelConfig& c) {
+  const RopeScaling& s = c.rope_scaling;
+  w.add_f32("anelab.rope_scaling.factor", s.factor);
+  w.add_f32("anelab.rope_scaling.low_freq_factor", s.low_freq_factor);
+  w.add_f32("anelab.rope_scaling.high_freq_factor", s.high_freq_factor);
+  w.add_u32("anelab.rope_scaling.original_max_pos", static_cast<uint32_t>(s.original_max_pos));
   std::vector<float> div(static_cast<size_t>(c.head_dim / 2));
   for (size_t i = 0; i < div.size(); ++i) {
     const double plain = std::pow(double(c.rope_theta), -2.0 * double(i) / double(c.head_dim));

@@ -4,10 +4,14 @@
 // back: the CPU fp32 logits equal the Hugging Face path's and transformers' reference.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
+#include <map>
+#include <memory>
 
 #include "infer/engine.h"
 #include "models/formats/export.h"
+#include "models/formats/gguf.h"
 #include "models/formats/load_any.h"
 #include "tests/common/test_data.h"
 #include "tests/infer/hf_reference.h"
@@ -60,6 +64,39 @@ TEST_P(HfThroughGguf, CpuFp32LogitsEqualTheHfPathAndTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(NewArchitectures, HfThroughGguf, ::testing::Values("qwen3_bf16", "llama3_bf16", "gemma3_bf16"));
+
+// What llama.cpp reads of the Gemma 3 fixture's GGUF (its converter's conventions): norms as F32 1 + w, the
+// sandwich norms' names, and the keys of the window, its pattern, both RoPE bases and the soft-cap.
+TEST(HfThroughGguf, Gemma3FileHasLlamaCppsConventions) {
+  const models::Model hf = models::load_any_model(test::source_path("tests/fixtures/hf/gemma3_bf16"));
+  const auto img = std::make_shared<std::vector<uint8_t>>(models::model_to_gguf(hf));
+  const models::GgufFile g = models::parse_gguf(img->data(), img->size(), img, "gemma3.gguf");
+  EXPECT_EQ(g.get_int("gemma3.attention.sliding_window", "t"), 4);
+  EXPECT_EQ(g.get_int("gemma3.attention.sliding_window_pattern", "t"), 3);  // layer_types: every 3rd global
+  EXPECT_EQ(g.get_num("gemma3.final_logit_softcapping", 0), 4.0);
+  EXPECT_EQ(g.get_num("gemma3.rope.freq_base", 0), 1e6);
+  EXPECT_EQ(g.get_num("gemma3.rope.freq_base_swa", 0), 1e4);
+  EXPECT_EQ(g.get_int("gemma3.attention.key_length", "t"), 32);
+  EXPECT_EQ(g.get_num("gemma3.attention.scale", 0), static_cast<double>(hf.config.attn_scale));  // 24^-0.5
+  std::map<std::string, const models::GgufTensorInfo*> ts;
+  for (const auto& t : g.tensors) ts[t.name] = &t;
+  for (const auto& [gguf, canonical] : std::map<std::string, std::string>{
+           {"output_norm.weight", "norm"},
+           {"blk.1.attn_norm.weight", "layers.1.attn_norm"},
+           {"blk.1.post_attention_norm.weight", "layers.1.attn_post_norm"},
+           {"blk.1.ffn_norm.weight", "layers.1.ffn_norm"},
+           {"blk.1.post_ffw_norm.weight", "layers.1.ffn_post_norm"},
+           {"blk.1.attn_q_norm.weight", "layers.1.q_norm"},
+           {"blk.1.attn_k_norm.weight", "layers.1.k_norm"}}) {
+    ASSERT_TRUE(ts.count(gguf)) << gguf;
+    ASSERT_EQ(ts[gguf]->ggml_type, models::kGgmlF32) << gguf;
+    const std::vector<float> w = hf.tensor(canonical).to_f32();
+    ASSERT_EQ(ts[gguf]->nbytes, static_cast<int64_t>(4 * w.size())) << gguf;
+    std::vector<float> stored(w.size());
+    std::memcpy(stored.data(), ts[gguf]->data, 4 * w.size());
+    for (size_t i = 0; i < w.size(); ++i) EXPECT_EQ(stored[i], 1.0f + w[i]) << gguf << "[" << i << "]";
+  }
+}
 
 }  // namespace
 }  // namespace anelab::infer
