@@ -13,8 +13,8 @@
 # Per ARCH: `anelab convert --random PRESET X.anelab [--shape ...]`, `anelab convert X.anelab X.gguf
 # --tokenizer qwen/tokenizer.json` (from $ANELAB_DATA or ../shared/data; the Qwen2.5 BPE, padded to the
 # model's vocab with [PAD] tokens; llama3.2-1b's 128256 rows take GPT-2's vocabulary instead), then
-#   llama-completion -m X.gguf -p "Once upon a time" -n N --temp 0 -no-cnv -nr -ctk f32 -ctv f32 -fa off
-#   anelab infer generate -m X.gguf --prompt "Once upon a time" --max-tokens N -t 0 --backend cpu --dtype fp32
+#   llama-completion -m X.gguf -p "Once upon a time" -n N --temp 0 -no-cnv -nr -ctk f32 -ctv f32 -fa off -c 512
+#   anelab infer generate -m X.gguf --prompt "Once upon a time" --max-tokens N -t 0 --backend cpu --dtype fp32 --ctx 512
 # and compares the generated text byte for byte (both print the prompt, then the continuation; the KV
 # cache in f32 so that llama.cpp computes in fp32 as anelab does). Prints one line per model
 # (AGREE / DIFFER with the first differing byte) and exits 1 when any differs or fails to load.
@@ -80,13 +80,13 @@ for arch in "${ARCHS[@]}"; do
   "$ANELAB" convert --random "$preset" "$m.anelab" --dtype "$dtype" ${shape:+--shape "$shape"} >/dev/null
   "$ANELAB" convert "$m.anelab" "$m.gguf" --tokenizer "$tok" >/dev/null 2>"$m.notes"
   if ! "$LLAMA/llama-completion" -m "$m.gguf" -p "$PROMPT" -n "$N" --temp 0 -no-cnv -nr -ctk f32 -ctv f32 -fa off \
-      -t 2 >"$m.llama.txt" 2>"$m.llama.log" </dev/null; then
+      -c 512 -t 2 >"$m.llama.txt" 2>"$m.llama.log" </dev/null; then
     echo "$arch: llama.cpp FAILED to run it: $(grep -m1 -iE 'error|failed|exception' "$m.llama.log" || tail -n1 "$m.llama.log")"
     status=1
     continue
   fi
   if ! "$ANELAB" infer generate -q -m "$m.gguf" --prompt "$PROMPT" --max-tokens "$N" -t 0 --backend cpu --dtype fp32 \
-      >"$m.anelab.txt" 2>"$m.anelab.log"; then
+      --ctx 512 >"$m.anelab.txt" 2>"$m.anelab.log"; then
     echo "$arch: anelab FAILED to run it: $(tail -n1 "$m.anelab.log")"
     status=1
     continue
