@@ -290,7 +290,9 @@ std::vector<std::string> export_model(const Model& m, const std::string& out, Ex
       const Model g = with_rope_style(with_dtype(m, dtype), want);
       std::vector<std::string> notes;
       write_gguf_model(g, out, &notes);
-      if (!g.vocab) notes.push_back(cat(out, ": no tokenizer embedded (the model carries none; pass --tokenizer)"));
+      if (!g.vocab)
+        notes.push_back(cat(out, ": no tokenizer embedded (the model carries none; pass --tokenizer); llama.cpp loads it "
+                                 "as a model without a vocabulary (llama-bench runs it, text generation cannot)"));
       return notes;
     }
     case ExportFormat::kSafetensors:

@@ -137,7 +137,9 @@ class GgufWriter {
 // (Arch::gguf_fused_qkv, gguf_explicit_output; a tied head is then a copy of token_embd). The vocab
 // (m.vocab) is included when present: a token list shorter than vocab_size is padded to it with
 // "[PAD<id>]" tokens of type unused (as llama.cpp's converter does), and tokenizer.ggml.pre is the
-// llama.cpp name of the pre-tokenizer (tok::llama_cpp_pre_name).
+// llama.cpp name of the pre-tokenizer (tok::llama_cpp_pre_name). Without a vocab the file says
+// tokenizer.ggml.model "none" and <arch>.vocab_size, llama.cpp's form of a model without a tokenizer (it
+// loads, llama-bench runs it; text needs a tokenizer).
 // general.file_type records the matrices' dominant dtype (llama_ftype). Norm weights of a model whose norms
 // multiply by (norm_offset + w) are written as F32 w + norm_offset (llama.cpp multiplies by the stored
 // weight; its Gemma converter adds the 1) and read back as w. The architecture adds its own keys

@@ -409,7 +409,12 @@ GgufWriter gguf_writer_for(const Model& m, std::vector<std::string>* notes) {
     arch.gguf_write(w, c, notes ? notes : &own);
   }
   w.add_u32("general.file_type", file_type(m));
-  if (m.vocab) add_vocab(w, *m.vocab, c.vocab_size);
+  if (m.vocab) {
+    add_vocab(w, *m.vocab, c.vocab_size);
+  } else {  // llama.cpp's "no vocabulary" model of vocab_size dummy tokens: llama-bench runs it
+    w.add_str("tokenizer.ggml.model", "none");
+    w.add_u32(a + "vocab_size", static_cast<uint32_t>(c.vocab_size));
+  }
   if (!m.chat_template.empty()) w.add_str("tokenizer.chat_template", m.chat_template);
   for (const Tensor& t : m.tensors()) {
     if (arch.gguf_fused_qkv && t.name.starts_with("layers.")) {

@@ -66,7 +66,8 @@ TEST_P(HfThroughGguf, CpuFp32LogitsEqualTheHfPathAndTransformers) {
 INSTANTIATE_TEST_SUITE_P(NewArchitectures, HfThroughGguf, ::testing::Values("qwen3_bf16", "llama3_bf16", "gemma3_bf16"));
 
 // What llama.cpp reads of the Gemma 3 fixture's GGUF (its converter's conventions): norms as F32 1 + w, the
-// sandwich norms' names, and the keys of the window, its pattern, both RoPE bases and the soft-cap.
+// sandwich norms' names, the keys of the window, its pattern, both RoPE bases and the soft-cap, and (no
+// tokenizer) the vocabulary "none".
 TEST(HfThroughGguf, Gemma3FileHasLlamaCppsConventions) {
   const models::Model hf = models::load_any_model(test::source_path("tests/fixtures/hf/gemma3_bf16"));
   const auto img = std::make_shared<std::vector<uint8_t>>(models::model_to_gguf(hf));
@@ -78,6 +79,9 @@ TEST(HfThroughGguf, Gemma3FileHasLlamaCppsConventions) {
   EXPECT_EQ(g.get_num("gemma3.rope.freq_base_swa", 0), 1e4);
   EXPECT_EQ(g.get_int("gemma3.attention.key_length", "t"), 32);
   EXPECT_EQ(g.get_num("gemma3.attention.scale", 0), static_cast<double>(hf.config.attn_scale));  // 24^-0.5
+  // The fixture has no tokenizer: llama.cpp's "no vocabulary" model of vocab_size dummy tokens.
+  EXPECT_EQ(g.get_str("tokenizer.ggml.model", "t"), "none");
+  EXPECT_EQ(g.get_int("gemma3.vocab_size", "t"), 512);
   std::map<std::string, const models::GgufTensorInfo*> ts;
   for (const auto& t : g.tensors) ts[t.name] = &t;
   for (const auto& [gguf, canonical] : std::map<std::string, std::string>{
