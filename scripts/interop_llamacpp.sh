@@ -3,12 +3,16 @@
 #
 #   scripts/interop_llamacpp.sh [options] ARCH...
 #     ARCH                  qwen3 | llama3 | gemma3: a small random model of the architecture (below);
-#                           qwen3-0.6b | llama3.2-1b | gemma3-1b: the full preset (what llama-bench runs)
+#                           qwen3-0.6b | llama3.2-1b | gemma3-1b: the full preset (what llama-bench runs);
+#                           gemma3-1b-qwen: gemma3-1b's shape with the Qwen vocabulary (151936 rows) and
+#                           llama.cpp's embedding scale (sqrt(1152) in fp32, not the preset's bf16 34)
 #     --llama DIR           llama.cpp's bin directory (default: $LLAMA_CPP_BIN, else /tmp/llq/build/bin);
 #                           never built or changed here; absent: the script says so and exits 0
 #     --anelab BIN          anelab binary (default: build/bin/anelab)
 #     --work DIR            where the model files are made (default: a temporary directory, removed)
 #     -n N                  tokens to generate (default 24)
+#     --dtype D             weights of every model (default: fp32 for the small ones, fp16 for the presets;
+#                           llama.cpp's CPU path rounds the activations to fp16 against fp16 weights)
 #
 # Per ARCH: `anelab convert --random PRESET X.anelab [--shape ...]`, `anelab convert X.anelab X.gguf
 # --tokenizer qwen/tokenizer.json` (from $ANELAB_DATA or ../shared/data; the Qwen2.5 BPE, padded to the
@@ -18,8 +22,9 @@
 # and compares the generated text byte for byte (both print the prompt, then the continuation; the KV
 # cache in f32 so that llama.cpp computes in fp32 as anelab does). Prints one line per model
 # (AGREE / DIFFER with the first differing byte) and exits 1 when any differs or fails to load.
-# llama3.2-1b's 128256 rows fit no tokenizer here (Llama 3's is not in the data): it is exported without one
-# (llama.cpp's vocabulary "none") and only run through `llama-bench -p 16 -n 4` (LOADS / FAILED).
+# llama3.2-1b's 128256 and gemma3-1b's 262144 rows fit no tokenizer here (Llama 3's and Gemma's are not in
+# the data): they are exported without one (llama.cpp's vocabulary "none") and only run through
+# `llama-bench -p 16 -n 4` (LOADS / FAILED).
 #
 # The small random models keep each architecture's features, with the Qwen vocabulary (151936 rows):
 #   qwen3   qwen3-0.6b,  dim 128, 2 layers, 4 heads, 2 kv, head_dim 64 (not dim / heads), hidden 384
@@ -34,6 +39,7 @@ LLAMA="${LLAMA_CPP_BIN:-/tmp/llq/build/bin}"
 ANELAB="build/bin/anelab"
 WORK=""
 N=24
+DTYPE=""
 ARCHS=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -41,6 +47,7 @@ while [ $# -gt 0 ]; do
     --anelab) ANELAB="$2"; shift 2 ;;
     --work) WORK="$2"; shift 2 ;;
     -n) N="$2"; shift 2 ;;
+    --dtype) DTYPE="$2"; shift 2 ;;
     -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     -*) echo "interop_llamacpp.sh: unknown option $1" >&2; exit 2 ;;
     *) ARCHS+=("$1"); shift ;;
@@ -74,11 +81,14 @@ for arch in "${ARCHS[@]}"; do
       shape='{"dim":256,"hidden_dim":512,"n_layers":3,"n_heads":4,"n_kv_heads":1,"head_dim":64,"max_seq_len":512,'
       shape+='"vocab_size":151936,"embed_scale":16.0,"attn_scale":0.125,"sliding_window":8,"sliding_pattern":3,'
       shape+='"rope_linear_factor":8.0,"logit_softcap":30.0}' ;;
-    qwen3-0.6b|gemma3-1b) preset="$arch" dtype=fp16 ;;
-    llama3.2-1b) preset="$arch" dtype=fp16 tok="" ;;
-    *) echo "interop_llamacpp.sh: unknown ARCH $arch (qwen3 llama3 gemma3 qwen3-0.6b llama3.2-1b gemma3-1b)" >&2; exit 2 ;;
+    qwen3-0.6b) preset="$arch" dtype=fp16 ;;
+    llama3.2-1b|gemma3-1b) preset="$arch" dtype=fp16 tok="" ;;
+    gemma3-1b-qwen) preset=gemma3-1b dtype=fp16 shape='{"vocab_size":151936,"max_seq_len":512,"embed_scale":33.941125497}' ;;
+    *) echo "interop_llamacpp.sh: unknown ARCH $arch (qwen3 llama3 gemma3 qwen3-0.6b llama3.2-1b gemma3-1b gemma3-1b-qwen)" >&2
+      exit 2 ;;
   esac
   m="$WORK/$arch"
+  dtype="${DTYPE:-$dtype}"
   "$ANELAB" convert --random "$preset" "$m.anelab" --dtype "$dtype" ${shape:+--shape "$shape"} >/dev/null
   "$ANELAB" convert "$m.anelab" "$m.gguf" ${tok:+--tokenizer "$tok"} >/dev/null 2>"$m.notes"
   if [ -z "$tok" ]; then
