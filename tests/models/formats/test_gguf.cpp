@@ -390,5 +390,36 @@ TEST(Gguf, Llama3RopeFreqsWrittenAsLlamaCppDoesAndFittedBackOnRead) {
   }
 }
 
+// A gemma3 GGUF holding what anelab cannot run is refused in one line naming the key.
+TEST(Gguf, Gemma3KeysAnelabCannotRunAreNamed) {
+  ModelConfig c = preset("gemma3-1b");
+  c.dim = 32, c.hidden_dim = 64, c.n_layers = 2, c.head_dim = 8, c.vocab_size = 40, c.max_seq_len = 16;
+  c.sliding_window = 0, c.sliding_pattern = 0;  // no pattern key written: the cases add their own
+  const Model m = random_model(c, 7);
+  EXPECT_EQ(from_image(model_to_gguf(m)).config, c);
+  const struct {
+    void (*add)(GgufWriter&);
+    std::string want;
+  } cases[] = {
+      {[](GgufWriter& w) { w.add_str("gemma3.rope.scaling.type", "yarn"); },
+       "[model] mem: gemma3.rope.scaling.type 'yarn' is not supported for gemma3 (none, linear)"},
+      {[](GgufWriter& w) { w.add_i32_array("gemma3.attention.sliding_window_pattern", {1, 0}); },
+       "[model] mem: gemma3.attention.sliding_window_pattern must be an integer (every Nth layer global)"},
+      {[](GgufWriter& w) { w.add_f32("gemma3.rope.scaling.factor", -2.0f); },
+       "[model] mem: gemma3.rope.scaling.factor must be positive, got -2"},
+  };
+  for (const auto& k : cases) {
+    GgufWriter w = gguf_writer_for(m);
+    k.add(w);
+    try {
+      from_image(w.build());
+      ADD_FAILURE() << "accepted: " << k.want;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(k.want), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace anelab::models
