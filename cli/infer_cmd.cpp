@@ -66,7 +66,7 @@ struct InferArgs {
   int threads = 2;
   int64_t ctx = 0;
   std::string prompt, prompt_file, system, prompt_ids, out;
-  bool prompt_set = false, print_ids = false;
+  bool prompt_set = false, print_ids = false, no_think = false;
   int64_t max_tokens = -1, steps = 256;
   float temperature = 1.0f, top_p = 0.9f, min_p = 0.0f, repeat_penalty = 1.0f;
   int32_t top_k = 0;
@@ -218,7 +218,8 @@ void run_chat(const InferArgs& a) {
   Loaded l = load(a, infer::TokenizerUse::kRequired);
   const tok::ChatTemplate t = tok::chat_template_for(*l.tok, a.chat_template);
   if (t == tok::ChatTemplate::kNone) fail("infer", tok::no_chat_template_hint(a.model));
-  infer::Chat chat(*l.engine, *l.tok, t, a.system);  // no --system: the template's default (Qwen2.5's) or none
+  // no --system: the template's default (Qwen2.5's) or none
+  infer::Chat chat(*l.engine, *l.tok, t, a.system, !a.no_think);
   std::fprintf(stderr, "chat: %s, template %s, context %lld; empty line or EOF ends\n", l.engine->config().arch.c_str(),
                tok::chat_template_name(t), static_cast<long long>(l.engine->context()));
   std::string line;
@@ -352,6 +353,9 @@ void add_infer_command(CLI::App& app) {
                    "base models have none), qwen2.5 (= chatml), qwen3, llama3, gemma3, none")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "qwen2.5", "chatml", "qwen3", "llama3", "gemma3", "none"}));
+  chat->add_flag("--no-think", a->no_think,
+                 "Thinking off (the template's enable_thinking false: Qwen3 answers after an empty <think></think>; "
+                 "other templates have no thinking switch)");
   chat->callback([a] { run_chat(*a); });
 
   CLI::App* bench = inf->add_subcommand("bench", "Prefill/decode tok/s, cold start to first token, peak RSS");

@@ -1,4 +1,5 @@
-// anelab convert IN OUT [--format F] [--dtype D] [--tokenizer T] | anelab convert --random PRESET OUT [--seed N]
+// anelab convert IN OUT [--format F] [--dtype D] [--tokenizer T]
+// anelab convert --random PRESET OUT [--seed N] [--shape JSON]
 // anelab export CKPT|RUN_DIR|MODEL OUT [--format F] [--dtype D] [--tokenizer T]
 //   (the output format comes from --format or OUT's name: models/formats/export.h)
 // anelab info FILE
@@ -16,6 +17,7 @@
 #include "models/quant/quant_mix.h"
 #include "models/formats/gguf.h"
 #include "models/formats/load_any.h"
+#include "models/formats/model_config_json.h"
 #include "models/presets.h"
 #include "infer/generate.h"
 #include "models/tokenizer/tokenizer.h"
@@ -41,7 +43,7 @@ ProgressFn progress_bar(const std::string& label) {
 
 struct ConvertArgs {
   std::vector<std::string> paths;
-  std::string random, dtype, tokenizer, format;
+  std::string random, dtype, tokenizer, format, shape;
   uint64_t seed = 1;
 };
 
@@ -54,6 +56,24 @@ int64_t output_bytes(const std::string& out) {
   return n;
 }
 
+// The preset of --random with the fields of --shape (a JSON object of model config keys,
+// models/formats/model_config_json.h) replaced, checked as any model file's config.
+ModelConfig random_config(const ConvertArgs& a) {
+  if (a.shape.empty()) return preset(a.random);
+  nlohmann::json j = model_config_to_json(preset(a.random)), o;
+  try {
+    o = nlohmann::json::parse(a.shape);
+  } catch (const nlohmann::json::exception& e) {
+    fail("cli", "--shape is not JSON: ", e.what());
+  }
+  if (!o.is_object()) fail("cli", "--shape must be a JSON object of model config fields, got ", a.shape);
+  for (const auto& [k, v] : o.items()) {
+    if (!j.contains(k)) fail("cli", "--shape: '", k, "' is not a model config field (", j.dump().substr(0, 60), "...)");
+    j[k] = v;
+  }
+  return model_config_from_json(j, "--shape", "cli", "");
+}
+
 // convert and export: IN (any model file, checkpoint or run dir) or a random preset -> OUT in the format
 // its name or --format says (models/formats/export.h).
 void run_convert(const ConvertArgs& a) {
@@ -62,6 +82,7 @@ void run_convert(const ConvertArgs& a) {
   if (!a.dtype.empty() && !mix) dt = parse_dtype(a.dtype);
   const auto t0 = std::chrono::steady_clock::now();
   std::string out;
+  if (a.random.empty() && !a.shape.empty()) fail("cli", "--shape goes with --random PRESET");
   if (!a.random.empty()) {
     if (a.paths.size() != 1) fail("cli", "convert --random PRESET takes exactly one path (OUT), got ", a.paths.size());
     out = a.paths[0];
@@ -72,13 +93,13 @@ void run_convert(const ConvertArgs& a) {
   const ExportFormat fmt = export_format_for(out, a.format);
   std::vector<std::string> notes;
   if (!a.random.empty() && fmt == ExportFormat::kAnelab && a.tokenizer.empty() && !mix) {
-    write_random_model(preset(a.random), out, a.seed, dt, progress_bar("writing"));  // streamed, any size
+    write_random_model(random_config(a), out, a.seed, dt, progress_bar("writing"));  // streamed, any size
   } else {
     Model m;
     std::string tmp;
     if (!a.random.empty()) {  // other formats go through a temporary anelab file (streamed dtype conversion)
       tmp = out + ".anelab.tmp." + std::to_string(::getpid());
-      write_random_model(preset(a.random), tmp, a.seed, dt, progress_bar("writing"));
+      write_random_model(random_config(a), tmp, a.seed, dt, progress_bar("writing"));
       m = read_anelab_file(tmp);
     } else {
       m = load_any_model(a.paths[0]);
@@ -162,6 +183,9 @@ void add_model_commands(CLI::App& app) {
   conv->add_option("--random", args->random, "write seeded random weights for this preset instead of converting")
       ->check(CLI::IsMember(preset_names()));
   conv->add_option("--seed", args->seed, "random seed for --random")->capture_default_str();
+  conv->add_option("--shape", args->shape,
+                   "with --random: a JSON object of model config fields replacing the preset's (the keys of `anelab "
+                   "info`'s config JSON, e.g. '{\"dim\": 64, \"n_layers\": 2}')");
   conv->add_option("--format", args->format, formats);
   conv->add_option("--dtype", args->dtype,
                    "dtype of matrices in the output: fp32|fp16|bf16, or a llama-quantize mix q8_0|q4_0|q4_k_m (Q6_K "

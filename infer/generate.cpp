@@ -179,14 +179,15 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::v
 
 // ---- chat -------------------------------------------------------------------------------------------
 
-Chat::Chat(Engine& e, const tok::Tokenizer& tk, tok::ChatTemplate t, std::string system) : e_(e), tk_(tk), t_(t) {
+Chat::Chat(Engine& e, const tok::Tokenizer& tk, tok::ChatTemplate t, std::string system, bool enable_thinking)
+    : e_(e), tk_(tk), t_(t), enable_thinking_(enable_thinking) {
   if (!system.empty()) messages_.push_back({"system", std::move(system)});
 }
 
 std::vector<int32_t> Chat::render(bool add_generation_prompt) const {
   tok::EncodeOptions eo;
   eo.allow_special = true;
-  return tk_.encode(tok::apply_chat_template(t_, messages_, add_generation_prompt), eo);
+  return tk_.encode(tok::apply_chat_template(t_, messages_, add_generation_prompt, enable_thinking_), eo);
 }
 
 std::string Chat::turn(const std::string& user, GenerateOptions o, const TextSink& sink, GenerateResult* info) {

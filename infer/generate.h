@@ -72,7 +72,9 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::v
 // the cached prefix and drops the oldest turns when the context would overflow.
 class Chat {
  public:
-  Chat(Engine& e, const tok::Tokenizer& tk, tok::ChatTemplate t, std::string system);  // system "": none
+  // system "": none; enable_thinking false: the template's thinking-off generation prompt (Qwen3's empty
+  // <think></think>; the other templates have none).
+  Chat(Engine& e, const tok::Tokenizer& tk, tok::ChatTemplate t, std::string system, bool enable_thinking = true);
   // Adds a user message, generates the assistant reply (streamed to sink), returns it.
   std::string turn(const std::string& user, GenerateOptions o, const TextSink& sink, GenerateResult* info = nullptr);
 
@@ -81,6 +83,7 @@ class Chat {
   Engine& e_;
   const tok::Tokenizer& tk_;
   tok::ChatTemplate t_;
+  bool enable_thinking_;
   std::vector<tok::ChatMessage> messages_;
   std::vector<int32_t> cached_;  // tokens whose k/v are in the cache
 };

@@ -218,6 +218,23 @@ std::optional<ApiError> parse_messages(const json& o, const Limits& lim, Complet
   return std::nullopt;
 }
 
+// The chat template's thinking switch: "enable_thinking" (a top-level extension) or, as vLLM and llama.cpp's
+// server take it, "chat_template_kwargs": {"enable_thinking": bool} (its only key here).
+std::optional<ApiError> parse_thinking(const json& o, CompletionRequest& r) {
+  if (auto e = get_bool(o, "enable_thinking", r.enable_thinking)) return e;
+  auto it = o.find("chat_template_kwargs");
+  if (it == o.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object()) return wrong_type("chat_template_kwargs", "an object", *it);
+  for (auto k = it->begin(); k != it->end(); ++k)
+    if (k.key() != "enable_thinking")
+      return bad("'chat_template_kwargs' key '" + k.key() + "' is not supported (enable_thinking)", "chat_template_kwargs");
+  if (auto e = get_bool(*it, "enable_thinking", r.enable_thinking)) {
+    e->param = "chat_template_kwargs.enable_thinking";
+    return e;
+  }
+  return std::nullopt;
+}
+
 const std::set<std::string, std::less<>>& known_fields(Endpoint ep) {
   static const std::set<std::string, std::less<>> common = {
       "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "repeat_penalty", "seed", "stop", "stream",
@@ -230,7 +247,7 @@ const std::set<std::string, std::less<>>& known_fields(Endpoint ep) {
   static const std::set<std::string, std::less<>> chat = [] {
     auto s = common;
     s.insert({"messages", "max_completion_tokens", "top_logprobs", "response_format", "tools", "tool_choice", "functions",
-              "function_call"});
+              "function_call", "enable_thinking", "chat_template_kwargs"});
     return s;
   }();
   return ep == Endpoint::kChat ? chat : comp;
@@ -253,6 +270,7 @@ std::optional<ApiError> parse_object(Endpoint ep, const json& o, const Limits& l
     if (auto e = get_bool(o, "echo", r.echo)) return e;
   } else {
     if (auto e = parse_messages(o, lim, r)) return e;
+    if (auto e = parse_thinking(o, r)) return e;
   }
   r.max_tokens = lim.default_max_tokens;
   const char* mt = (ep == Endpoint::kChat && o.contains("max_completion_tokens") && !o["max_completion_tokens"].is_null())

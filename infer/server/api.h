@@ -52,6 +52,7 @@ struct CompletionRequest {
   bool prompt_is_ids = false;
   std::optional<std::string> system;   // completions extension
   std::vector<Message> messages;       // chat
+  bool enable_thinking = true;         // chat: the template's thinking switch (Qwen3; enable_thinking)
   int64_t max_tokens = 50;
   bool max_tokens_set = false;         // explicitly given (else clamped to the context, not rejected)
   double temperature = 1.0, top_p = 1.0, min_p = 0.0, repeat_penalty = 1.0;

@@ -96,10 +96,10 @@ struct ModelPool::Impl {
     return ids;
   }
 
-  std::vector<int32_t> encode_chat(const std::vector<tok::ChatMessage>& msgs) const {
+  std::vector<int32_t> encode_chat(const std::vector<tok::ChatMessage>& msgs, bool enable_thinking) const {
     tok::EncodeOptions eo;
     eo.allow_special = true;  // as infer::Chat
-    return tk->encode(tok::apply_chat_template(chat, msgs, true), eo);
+    return tk->encode(tok::apply_chat_template(chat, msgs, true, enable_thinking), eo);
   }
 };
 
@@ -148,7 +148,7 @@ std::optional<ApiError> ModelPool::prepare(const CompletionRequest& r, GenParams
         if (r.prompt_is_ids) return bad("'system' needs a text prompt", "system", "");
         msgs = {{"system", *r.system}, {"user", r.prompt}};
       }
-      out.prompt = m.encode_chat(msgs);
+      out.prompt = m.encode_chat(msgs, r.enable_thinking);
       out.stop_tokens.insert(out.stop_tokens.end(), m.chat_stops.begin(), m.chat_stops.end());
     } else if (r.prompt_is_ids) {
       for (int64_t id : r.prompt_ids) {

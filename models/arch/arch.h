@@ -8,8 +8,8 @@
 //   - Hugging Face: the config.json model_type values and architectures[0] class prefixes it answers to,
 //     config.json -> ModelConfig (transformers 4.x keys and 5.x rope_parameters), HF tensors -> canonical
 //     tensors, and for export the HF name of each canonical tensor and its config.json keys;
-//   - GGUF: the architecture's keys -> the ModelConfig fields they decide (norm, RoPE order, activation),
-//     the q/k row order llama.cpp expects, whether q/k/v are fused and the head is always written;
+//   - GGUF: the architecture's keys -> the ModelConfig fields they decide (norm, RoPE order, activation)
+//     and back, the q/k row order llama.cpp expects, whether q/k/v are fused and the head is always written;
 //   - presets (named configs of real models) and the rules a config of this architecture must follow.
 // Tensor names in GGUF follow llama.cpp's per-tensor conventions (token_embd, blk.N.attn_q, ...), the same
 // for every architecture: gguf_model.cpp holds that one table.
@@ -45,6 +45,10 @@ struct Arch {
   // After the generic sizes are read from "<name>.*": the fields the architecture decides (norm and its
   // eps key, RoPE order, activation, learned positions).
   void (*gguf_config)(const GgufFile& g, ModelConfig* c, const std::string& where) = nullptr;
+  // The inverse on export: the architecture's own keys beyond the generic sizes, norm eps and RoPE base
+  // (nullptr: none). Appends to `notes` what llama.cpp's graph for the architecture computes differently
+  // from this config (it derives some values itself and ignores the keys that hold them).
+  void (*gguf_write)(GgufWriter& w, const ModelConfig& c, std::vector<std::string>* notes) = nullptr;
   std::optional<RopeStyle> gguf_rope;  // q/k row order llama.cpp's graph for this arch expects (nullopt: as stored)
   bool gguf_fused_qkv = false;         // written as one blk.N.attn_qkv (q, k, v row blocks)
   bool gguf_explicit_output = false;   // output.weight written even when the head is tied

@@ -14,6 +14,17 @@
 //   - optional final logit soft-capping (final_logit_softcapping); attention soft-capping is refused;
 //   - tied embeddings; RoPE in rotate-half order.
 //
+// GGUF ("gemma3", llama.cpp's keys and names: its converter conversion/gemma.py, its graph
+// src/models/gemma3.cpp): norms stored as F32 1 + w (gguf.h); the generic sizes, rope.freq_base (global
+// layers), attention.layer_norm_rms_epsilon, and
+//   attention.sliding_window (absent or 0: no sliding layer), attention.sliding_window_pattern (u32, every
+//   Nth layer global; absent: llama.cpp's 6), rope.freq_base_swa (sliding layers; absent: 10000),
+//   rope.scaling.type "linear" + rope.scaling.factor (global layers), final_logit_softcapping (absent: none);
+//   embedding_scale and attention.scale hold anelab's exact embedding and score scales. llama.cpp's gemma3
+//   graph ignores those two and derives sqrt(dim) in fp32 and 1 / sqrt(key_length) (1 / sqrt(dim / heads)
+//   for the 62-layer 27B): absent, they read as llama.cpp's values, and export notes where a model differs
+//   (a bf16 checkpoint's rounded sqrt(dim), a query_pre_attn_scalar other than head_dim).
+//
 // Presets (google/gemma-3-270m and gemma-3-1b-pt config.json; vocab 262144, head_dim 256, 1 kv head,
 // window 512, every 6th layer global, RoPE 1e6 global / 1e4 local, ctx 32768, tied):
 //   gemma3-270m  640/2048,  18 layers, 4 heads
@@ -218,6 +229,63 @@ std::string hf_name(const std::string& canonical) {
   return hf::hf_decoder_name(canonical, names);
 }
 
+// The scales llama.cpp's gemma3 graph derives from the sizes.
+float llama_cpp_embed_scale(const ModelConfig& c) { return std::sqrt(static_cast<float>(c.dim)); }
+float llama_cpp_attn_scale(const ModelConfig& c) {
+  const int64_t d = c.n_layers == 62 ? c.dim / c.n_heads : c.head_dim;  // 27B: query_pre_attn_scalar dim / heads
+  return 1.0f / std::sqrt(static_cast<float>(d));
+}
+
+void from_gguf(const GgufFile& g, ModelConfig* c, const std::string& w) {
+  const std::string a = c->arch + ".";
+  c->norm_eps = static_cast<float>(g.get_num(a + "attention.layer_norm_rms_epsilon", 1e-6));
+  c->rope_style = RopeStyle::kRotateHalf;
+  c->activation = Activation::kGeluTanhGated;
+  c->norm_offset = 1.0f;
+  c->sliding_window = g.get_int(a + "attention.sliding_window", int64_t{0});
+  if (const GgufValue* p = g.find(a + "attention.sliding_window_pattern"); p && !p->is_int())
+    fail("model", w, ": ", a, "attention.sliding_window_pattern must be an integer (every Nth layer global); "
+         "per-layer arrays are not supported");
+  c->sliding_pattern = c->sliding_window > 0 ? g.get_int(a + "attention.sliding_window_pattern", int64_t{6}) : 0;
+  c->rope_local_theta = static_cast<float>(g.get_num(a + "rope.freq_base_swa", 10000.0));
+  // llama.cpp: rope.scaling.type defaults to linear; the factor is rope.scaling.factor (or the older
+  // rope.scale_linear), 0 or absent meaning none.
+  std::string type = "linear";
+  if (g.find(a + "rope.scaling.type")) type = g.get_str(a + "rope.scaling.type", w);
+  const double factor = g.get_num(a + "rope.scaling.factor", g.get_num(a + "rope.scale_linear", 0.0));
+  if (type != "linear" && type != "none")
+    fail("model", w, ": ", a, "rope.scaling.type '", type, "' is not supported for gemma3 (none, linear)");
+  if (factor < 0) fail("model", w, ": ", a, "rope.scaling.factor must be positive, got ", factor);
+  c->rope_linear_factor = type == "linear" && factor > 0 ? static_cast<float>(factor) : 1.0f;
+  c->logit_softcap = static_cast<float>(g.get_num(a + "final_logit_softcapping", 0.0));
+  c->embed_scale = static_cast<float>(g.get_num(a + "embedding_scale", llama_cpp_embed_scale(*c)));
+  c->attn_scale = static_cast<float>(g.get_num(a + "attention.scale", llama_cpp_attn_scale(*c)));
+}
+
+void to_gguf(GgufWriter& g, const ModelConfig& c, std::vector<std::string>* notes) {
+  const std::string a = c.arch + ".";
+  if (c.sliding_window > 0) {
+    g.add_u32(a + "attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
+    g.add_u32(a + "attention.sliding_window_pattern", static_cast<uint32_t>(c.sliding_pattern));
+  }
+  g.add_f32(a + "rope.freq_base_swa", c.rope_local_theta > 0 ? c.rope_local_theta : c.rope_theta);
+  if (c.rope_linear_factor != 1.0f) {
+    g.add_str(a + "rope.scaling.type", "linear");
+    g.add_f32(a + "rope.scaling.factor", c.rope_linear_factor);
+  }
+  if (c.logit_softcap > 0) g.add_f32(a + "final_logit_softcapping", c.logit_softcap);
+  const float attn = c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  g.add_f32(a + "embedding_scale", c.embed_scale);
+  g.add_f32(a + "attention.scale", attn);
+  if (c.embed_scale != llama_cpp_embed_scale(c))
+    notes->push_back(cat("gemma3: llama.cpp scales the embeddings by sqrt(dim) = ", llama_cpp_embed_scale(c),
+                         ", this model by ", c.embed_scale, " (anelab reads gemma3.embedding_scale; llama.cpp's "
+                         "logits will differ slightly)"));
+  if (attn != llama_cpp_attn_scale(c))
+    notes->push_back(cat("gemma3: llama.cpp scales attention scores by ", llama_cpp_attn_scale(c), ", this model by ",
+                         attn, " (anelab reads gemma3.attention.scale; llama.cpp will compute another model)"));
+}
+
 void validate(const ModelConfig& c, const std::string& where) {
   if (c.norm != NormType::kRms || c.activation != Activation::kGeluTanhGated || !c.qk_norm || !c.post_norms ||
       c.rope_style == RopeStyle::kNone || c.qkv_bias || c.attn_out_bias || c.mlp_bias)
@@ -239,6 +307,9 @@ const Arch& gemma3_arch() {
     r.hf_tensors = hf_tensors;
     r.hf_export_config = to_hf;
     r.hf_tensor_name = hf_name;
+    r.gguf_config = from_gguf;
+    r.gguf_write = to_gguf;
+    r.gguf_rope = RopeStyle::kRotateHalf;
     r.presets = {{"gemma3-270m", preset(640, 2048, 18)}, {"gemma3-1b", preset(1152, 6912, 26)}};
     r.validate = validate;
     return r;

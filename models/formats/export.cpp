@@ -288,9 +288,12 @@ std::vector<std::string> export_model(const Model& m, const std::string& out, Ex
     case ExportFormat::kGguf: {
       const RopeStyle want = arch_of(m.config.arch, out).gguf_rope.value_or(m.config.rope_style);
       const Model g = with_rope_style(with_dtype(m, dtype), want);
-      write_gguf_model(g, out);
-      if (!g.vocab) return {cat(out, ": no tokenizer embedded (the model carries none; pass --tokenizer)")};
-      return {};
+      std::vector<std::string> notes;
+      write_gguf_model(g, out, &notes);
+      if (!g.vocab)
+        notes.push_back(cat(out, ": no tokenizer embedded (the model carries none; pass --tokenizer); llama.cpp loads it "
+                                 "as a model without a vocabulary (llama-bench runs it, text generation cannot)"));
+      return notes;
     }
     case ExportFormat::kSafetensors:
       return write_hf_dir(with_dtype(m, dtype), out);

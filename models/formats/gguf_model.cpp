@@ -56,7 +56,8 @@ std::string canonical_name(const std::string& n, const ModelConfig& c, const std
   static const std::map<std::string, std::pair<std::string, std::string>> blk = {
       {"attn_norm", {"attn_norm", "attn_norm_bias"}}, {"ffn_norm", {"ffn_norm", "ffn_norm_bias"}},
       {"attn_q", {"wq", "bq"}}, {"attn_k", {"wk", "bk"}}, {"attn_v", {"wv", "bv"}}, {"attn_output", {"wo", "bo"}},
-      {"ffn_gate", {"w1", ""}}, {"attn_q_norm", {"q_norm", ""}}, {"attn_k_norm", {"k_norm", ""}}};
+      {"ffn_gate", {"w1", ""}}, {"attn_q_norm", {"q_norm", ""}}, {"attn_k_norm", {"k_norm", ""}},
+      {"post_attention_norm", {"attn_post_norm", ""}}, {"post_ffw_norm", {"ffn_post_norm", ""}}};
   if (auto it = blk.find(what); it != blk.end() && !(bias && it->second.second.empty()))
     return p + (bias ? it->second.second : it->second.first);
   if (what == "ffn_down" || what == "ffn_up") {
@@ -64,6 +65,22 @@ std::string canonical_name(const std::string& n, const ModelConfig& c, const std
     if (!bias) return p + (what == "ffn_down" ? "w2" : "w3");
   }
   fail("model", w, ": unexpected GGUF tensor ", n, " for architecture ", c.arch);
+}
+
+// A norm's scale (not its bias): attn_norm, ffn_norm, q_norm, k_norm, attn_post_norm, ffn_post_norm, norm.
+bool is_norm_weight(const std::string& canonical) {
+  const std::string leaf = canonical.substr(canonical.rfind('.') + 1);
+  return leaf == "norm" || leaf.ends_with("_norm");
+}
+
+// llama.cpp multiplies by a norm weight as stored; a model whose norms multiply by (norm_offset + w)
+// (Gemma) is stored as F32 w + norm_offset, as llama.cpp's converter does, and read back as w.
+std::vector<uint8_t> shifted_f32(const Tensor& t, float shift) {
+  std::vector<float> f = t.to_f32();
+  for (float& x : f) x += shift;
+  std::vector<uint8_t> bytes(f.size() * 4);
+  std::memcpy(bytes.data(), f.data(), bytes.size());
+  return bytes;
 }
 }  // namespace
 
@@ -131,9 +148,20 @@ namespace {
 // common scale of (original_max_pos, low_freq_factor, high_freq_factor), so low_freq_factor is taken as 1;
 // factor is the slowest frequency's divisor, and the blended divisors 1 / ((1 - s) / factor + s) give
 // s = original / wavelength / (high - 1) - 1 / (high - 1), a line in 1 / wavelength through its first and last
-// blended point. The fit is accepted only when it reproduces every divisor (1e-5 relative); all ones is no
-// scaling. Anything else is refused, never run unscaled.
-RopeScaling rope_scaling_from_divisors(const GgufTensorInfo& t, DType dt, const ModelConfig& c, const std::string& w) {
+// blended point. anelab's own exports also hold the parameters (anelab.rope_scaling.*: exact, and the only way
+// back when fewer than 2 frequencies blend, as with a small head_dim); llama.cpp ignores those keys. Either
+// is accepted only when it reproduces every divisor (1e-5 relative); all ones is no scaling. Anything else
+// is refused, never run unscaled.
+std::optional<RopeScaling> anelab_rope_scaling_keys(const GgufFile& g, const std::string& w) {
+  if (!g.find("anelab.rope_scaling.factor")) return std::nullopt;
+  return RopeScaling{RopeScalingType::kLlama3, static_cast<float>(g.get_num("anelab.rope_scaling.factor", 0)),
+                     static_cast<float>(g.get_num("anelab.rope_scaling.low_freq_factor", 0)),
+                     static_cast<float>(g.get_num("anelab.rope_scaling.high_freq_factor", 0)),
+                     g.get_int("anelab.rope_scaling.original_max_pos", w)};
+}
+
+RopeScaling rope_scaling_from_divisors(const GgufFile& g, const GgufTensorInfo& t, DType dt, const ModelConfig& c,
+                                       const std::string& w) {
   const int64_t half = c.head_dim / 2;
   if (dt != DType::kF32 || t.nbytes != half * 4)
     fail("model", w, ": rope_freqs.weight must be F32 [", half, "] (head_dim / 2)");
@@ -150,6 +178,14 @@ RopeScaling rope_scaling_from_divisors(const GgufTensorInfo& t, DType dt, const 
     fail("model", w, ": rope_freqs.weight is not llama3 RoPE scaling anelab can recover (needs 2+ blended "
          "frequencies); load the Hugging Face model (config.json rope_scaling llama3) instead");
   };
+  const auto check = [&](const RopeScaling& r) {
+    for (size_t i = 0; i < d.size(); ++i) {
+      const double inv = x[i] * 2 * std::numbers::pi;
+      if (std::abs(inv / llama3_scaled_inv_freq(inv, r) - d[i]) > 1e-5 * d[i]) unfit();
+    }
+    return r;
+  };
+  if (const auto keys = anelab_rope_scaling_keys(g, w)) return check(*keys);
   const double factor = d.back();
   std::vector<size_t> blended;
   for (size_t i = 0; i < d.size(); ++i)
@@ -164,11 +200,7 @@ RopeScaling rope_scaling_from_divisors(const GgufTensorInfo& t, DType dt, const 
   const double orig = std::round(slope * (double(s.high_freq_factor) - 1));
   if (!(orig >= 1 && orig <= (1 << 22) && s.factor <= 1024)) unfit();  // validate_config's ranges
   s.original_max_pos = static_cast<int64_t>(orig);
-  for (size_t i = 0; i < d.size(); ++i) {
-    const double inv = x[i] * 2 * std::numbers::pi;
-    if (std::abs(inv / llama3_scaled_inv_freq(inv, s) - d[i]) > 1e-5 * d[i]) unfit();
-  }
-  return s;
+  return check(s);
 }
 }  // namespace
 
@@ -196,11 +228,17 @@ Model gguf_to_model(const GgufFile& g, const std::string& w) {
       continue;
     }
     if (t.name == "rope_freqs.weight") {
-      m.config.rope_scaling = rope_scaling_from_divisors(t, dt, m.config, w);
+      m.config.rope_scaling = rope_scaling_from_divisors(g, t, dt, m.config, w);
       continue;
     }
     const std::string name = canonical_name(t.name, m.config, w);
     if (name.empty()) continue;
+    if (m.config.norm_offset != 0.0f && is_norm_weight(name)) {
+      Tensor stored;
+      stored.dtype = dt, stored.shape = shape, stored.data = t.data, stored.nbytes = t.nbytes;
+      m.add_owned(name, DType::kF32, shape, shifted_f32(stored, -m.config.norm_offset));
+      continue;
+    }
     m.add_view(name, dt, shape, t.data, t.nbytes, g.owner);
   }
   // Which optional tensors the file has decides the flags (check_complete then checks every layer).
@@ -209,6 +247,7 @@ Model gguf_to_model(const GgufFile& g, const std::string& w) {
   m.config.attn_out_bias = m.has("layers.0.bo");
   m.config.mlp_bias = m.has("layers.0.fc_bias");
   m.config.qk_norm = m.has("layers.0.q_norm");
+  m.config.post_norms = m.has("layers.0.attn_post_norm");
   const Tensor* emb = m.find("tok_embeddings");
   if (!emb) fail("model", w, ": GGUF has no token_embd.weight");
   m.config.vocab_size = emb->shape[0];
@@ -265,7 +304,9 @@ std::string gguf_name(const std::string& name) {
       {"attn_norm", "attn_norm.weight"}, {"attn_norm_bias", "attn_norm.bias"}, {"ffn_norm", "ffn_norm.weight"},
       {"ffn_norm_bias", "ffn_norm.bias"}, {"w1", "ffn_gate.weight"}, {"w2", "ffn_down.weight"},
       {"w3", "ffn_up.weight"}, {"fc", "ffn_up.weight"}, {"fc_bias", "ffn_up.bias"}, {"proj", "ffn_down.weight"},
-      {"proj_bias", "ffn_down.bias"}, {"q_norm", "attn_q_norm.weight"}, {"k_norm", "attn_k_norm.weight"}, {"tok_embeddings", "token_embd.weight"},
+      {"proj_bias", "ffn_down.bias"}, {"q_norm", "attn_q_norm.weight"}, {"k_norm", "attn_k_norm.weight"},
+      {"attn_post_norm", "post_attention_norm.weight"}, {"ffn_post_norm", "post_ffw_norm.weight"},
+      {"tok_embeddings", "token_embd.weight"},
       {"pos_embeddings", "position_embd.weight"}, {"norm", "output_norm.weight"}, {"norm_bias", "output_norm.bias"},
       {"output", "output.weight"}};
   auto find = [&](const std::string& k) {
@@ -323,8 +364,14 @@ void add_fused_qkv(GgufWriter& w, const Model& m, int64_t layer, bool bias) {
 
 namespace {
 // llama.cpp's form of llama3 RoPE scaling (its converter's rope_freqs.weight, F32 [HD/2]): per frequency the
-// divisor plain / scaled, which ggml_rope_ext applies as theta_i / divisor_i.
+// divisor plain / scaled, which ggml_rope_ext applies as theta_i / divisor_i; the parameters themselves in
+// anelab.rope_scaling.* (exact on read; llama.cpp ignores them).
 void add_rope_freqs(GgufWriter& w, const ModelConfig& c) {
+  const RopeScaling& s = c.rope_scaling;
+  w.add_f32("anelab.rope_scaling.factor", s.factor);
+  w.add_f32("anelab.rope_scaling.low_freq_factor", s.low_freq_factor);
+  w.add_f32("anelab.rope_scaling.high_freq_factor", s.high_freq_factor);
+  w.add_u32("anelab.rope_scaling.original_max_pos", static_cast<uint32_t>(s.original_max_pos));
   std::vector<float> div(static_cast<size_t>(c.head_dim / 2));
   for (size_t i = 0; i < div.size(); ++i) {
     const double plain = std::pow(double(c.rope_theta), -2.0 * double(i) / double(c.head_dim));
@@ -336,7 +383,7 @@ void add_rope_freqs(GgufWriter& w, const ModelConfig& c) {
 }
 }  // namespace
 
-GgufWriter gguf_writer_for(const Model& m) {
+GgufWriter gguf_writer_for(const Model& m, std::vector<std::string>* notes) {
   const ModelConfig& c = m.config;
   const Arch& arch = arch_of(c.arch, "GGUF export");
   if (!arch.gguf_config) fail("model", "GGUF export: anelab has no GGUF mapping for ", c.arch, " models yet");
@@ -357,8 +404,17 @@ GgufWriter gguf_writer_for(const Model& m) {
   w.add_f32(a + (c.norm == NormType::kLayer ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon"),
             c.norm_eps);
   if (c.rope_style != RopeStyle::kNone) w.add_f32(a + "rope.freq_base", c.rope_theta);
+  if (arch.gguf_write) {
+    std::vector<std::string> own;
+    arch.gguf_write(w, c, notes ? notes : &own);
+  }
   w.add_u32("general.file_type", file_type(m));
-  if (m.vocab) add_vocab(w, *m.vocab, c.vocab_size);
+  if (m.vocab) {
+    add_vocab(w, *m.vocab, c.vocab_size);
+  } else {  // llama.cpp's "no vocabulary" model of vocab_size dummy tokens: llama-bench runs it
+    w.add_str("tokenizer.ggml.model", "none");
+    w.add_u32(a + "vocab_size", static_cast<uint32_t>(c.vocab_size));
+  }
   if (!m.chat_template.empty()) w.add_str("tokenizer.chat_template", m.chat_template);
   for (const Tensor& t : m.tensors()) {
     if (arch.gguf_fused_qkv && t.name.starts_with("layers.")) {
@@ -366,7 +422,10 @@ GgufWriter gguf_writer_for(const Model& m) {
       if (leaf == "wq" || leaf == "bq") add_fused_qkv(w, m, std::stoll(t.name.substr(7)), leaf == "bq");
       if (leaf == "wq" || leaf == "wk" || leaf == "wv" || leaf == "bq" || leaf == "bk" || leaf == "bv") continue;
     }
-    w.add_tensor_view(gguf_name(t.name), ggml_of(t.dtype), ggml_ne(t.shape), t.data, t.nbytes);
+    if (c.norm_offset != 0.0f && is_norm_weight(t.name))
+      w.add_tensor(gguf_name(t.name), kGgmlF32, ggml_ne(t.shape), shifted_f32(t, c.norm_offset));
+    else
+      w.add_tensor_view(gguf_name(t.name), ggml_of(t.dtype), ggml_ne(t.shape), t.data, t.nbytes);
   }
   if (c.rope_scaling.type == RopeScalingType::kLlama3) add_rope_freqs(w, c);
   if (arch.gguf_explicit_output && !m.has("output")) {  // llama.cpp's graph for this arch requires output.weight
@@ -377,7 +436,9 @@ GgufWriter gguf_writer_for(const Model& m) {
 }
 
 std::vector<uint8_t> model_to_gguf(const Model& m) { return gguf_writer_for(m).build(); }
-int64_t write_gguf_model(const Model& m, const std::string& path) { return gguf_writer_for(m).write(path); }
+int64_t write_gguf_model(const Model& m, const std::string& path, std::vector<std::string>* notes) {
+  return gguf_writer_for(m, notes).write(path);
+}
 
 int fuzz_read_gguf(const uint8_t* data, size_t size) {
   try {

@@ -53,7 +53,7 @@ std::string qwen3_assistant(const std::vector<ChatMessage>& m, size_t i, size_t 
   return out + "<|im_end|>\n";
 }
 
-std::string qwen3(const std::vector<ChatMessage>& m, bool add_generation_prompt) {
+std::string qwen3(const std::vector<ChatMessage>& m, bool add_generation_prompt, bool enable_thinking) {
   std::string out;
   if (!m.empty() && m[0].role == "system") out += "<|im_start|>system\n" + m[0].content + "<|im_end|>\n";
   const size_t last_query = qwen3_last_query(m);
@@ -64,7 +64,7 @@ std::string qwen3(const std::vector<ChatMessage>& m, bool add_generation_prompt)
     else if (role == "tool") chatml_tool(m, i, out);
     else if (role != "system") bad_role(i, role, "system, user, assistant or tool");
   }
-  if (add_generation_prompt) out += "<|im_start|>assistant\n";
+  if (add_generation_prompt) out += enable_thinking ? "<|im_start|>assistant\n" : "<|im_start|>assistant\n<think>\n\n</think>\n\n";
   return out;
 }
 
@@ -143,10 +143,11 @@ std::string apply_qwen25_chat_template(const std::vector<ChatMessage>& m, bool a
   return out;
 }
 
-std::string apply_chat_template(ChatTemplate t, const std::vector<ChatMessage>& m, bool add_generation_prompt) {
+std::string apply_chat_template(ChatTemplate t, const std::vector<ChatMessage>& m, bool add_generation_prompt,
+                                bool enable_thinking) {
   switch (t) {
     case ChatTemplate::kQwen25: return apply_qwen25_chat_template(m, add_generation_prompt);
-    case ChatTemplate::kQwen3: return qwen3(m, add_generation_prompt);
+    case ChatTemplate::kQwen3: return qwen3(m, add_generation_prompt, enable_thinking);
     case ChatTemplate::kLlama3: return llama3(m, add_generation_prompt);
     case ChatTemplate::kGemma3: return gemma3(m, add_generation_prompt);
     case ChatTemplate::kNone: break;

@@ -13,7 +13,10 @@
 // Qwen3 (Qwen3's tokenizer_config.json), "qwen3": ChatML as above without a default system message; an
 // assistant message's "<think>...</think>" reasoning is dropped before the last user query, and after it kept
 // as "<think>\n{reasoning}\n</think>\n\n{answer}" (always for the last message); the generation prompt is
-// "<|im_start|>assistant\n" (thinking on, the template's default).
+// "<|im_start|>assistant\n" with thinking on (the template's default), and with enable_thinking false (the
+// template's variable: infer chat --no-think, the server's request field) "<|im_start|>assistant\n<think>\n\n
+// </think>\n\n", an empty reasoning block the model continues after. The other templates ignore it, as their
+// Jinja does.
 // Llama 3 (Meta-Llama-3-Instruct), "llama3":
 //   <|begin_of_text|> then per message <|start_header_id|>{role}<|end_header_id|>\n\n{content, trimmed}<|eot_id|>
 //   <|start_header_id|>assistant<|end_header_id|>\n\n  when add_generation_prompt
@@ -47,7 +50,8 @@ inline constexpr const char* kQwen25DefaultSystem = "You are Qwen, created by Al
 enum class ChatTemplate { kNone, kQwen25, kQwen3, kLlama3, kGemma3 };
 const char* chat_template_name(ChatTemplate t);  // "none", "qwen2.5", "qwen3", "llama3", "gemma3"
 
-std::string apply_chat_template(ChatTemplate t, const std::vector<ChatMessage>& messages, bool add_generation_prompt);
+std::string apply_chat_template(ChatTemplate t, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                bool enable_thinking = true);
 std::string apply_qwen25_chat_template(const std::vector<ChatMessage>& messages, bool add_generation_prompt);
 
 class Tokenizer;

@@ -163,6 +163,38 @@ TEST_F(InferCli, ConvertQuantizesWithTheQ4_K_MMix) {
   EXPECT_NE(r.err.find("q5_k_m"), std::string::npos) << r.err;
 }
 
+// `convert --random PRESET --shape JSON`: the preset with those config fields replaced (the GGUF export
+// notes where llama.cpp computes a gemma3 otherwise); a field that is not one, bad JSON, a value out of range
+// or --shape without --random are refused in one line.
+TEST_F(InferCli, ConvertRandomShapeOverridesThePreset) {
+  const std::string out = (*dir_ / "small_gemma3.gguf").string();
+  Out r = anelab("convert --random gemma3-1b " + out +
+                 R"( --shape '{"dim": 64, "hidden_dim": 128, "n_layers": 2, "head_dim": 16, "vocab_size": 300}')");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("note: gemma3: llama.cpp scales the embeddings by sqrt(dim) = 8, this model by 34"),
+            std::string::npos) << r.err;  // the preset's bf16 sqrt(1152) kept
+  EXPECT_NE(r.err.find("note: gemma3: llama.cpp scales attention scores by 0.25, this model by 0.0625"),
+            std::string::npos) << r.err;
+  r = anelab("info " + out);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("tok_embeddings   [300, 64]"), std::string::npos) << r.out;
+  const struct {
+    std::string args, want;
+  } bad[] = {
+      {R"(--random gemma3-1b x.anelab --shape '{"width": 64}')", "[cli] --shape: 'width' is not a model config field"},
+      {R"(--random gemma3-1b x.anelab --shape '{"dim": 64')", "[cli] --shape is not JSON"},
+      {R"(--random gemma3-1b x.anelab --shape '[1]')", "[cli] --shape must be a JSON object"},
+      {R"(--random gemma3-1b x.anelab --shape '{"n_layers": -1}')", "n_layers"},
+      {R"(a.anelab b.gguf --shape '{"dim": 64}')", "[cli] --shape goes with --random PRESET"},
+  };
+  for (const auto& c : bad) {
+    r = anelab("convert " + c.args);
+    EXPECT_NE(r.rc, 0) << c.args;
+    EXPECT_NE(r.err.find(c.want), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
+
 // Without --backend the prefill takes the CPU path here (no ANE); progress lines on stderr, none with -q.
 TEST_F(InferCli, DefaultBackendIsCpuWithProgressLines) {
   Out r = anelab("infer generate -m " + model() + " -n 2 --prompt a");

@@ -189,6 +189,23 @@ TEST(ServeApi, ChatMessages) {
              "response_format");
 }
 
+// The chat template's thinking switch: a top-level "enable_thinking" or chat_template_kwargs (vLLM's and
+// llama.cpp's server's spelling); on by default; chat only.
+TEST(ServeApi, EnableThinking) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";
+  EXPECT_TRUE(chat("{" + msgs + "}").req.enable_thinking);
+  EXPECT_FALSE(chat("{" + msgs + R"(, "enable_thinking": false})").req.enable_thinking);
+  EXPECT_FALSE(chat("{" + msgs + R"(, "chat_template_kwargs": {"enable_thinking": false}})").req.enable_thinking);
+  EXPECT_TRUE(chat("{" + msgs + R"(, "chat_template_kwargs": {"enable_thinking": true}})").req.enable_thinking);
+  EXPECT_TRUE(chat("{" + msgs + R"(, "chat_template_kwargs": null})").req.enable_thinking);
+  expect_bad(chat("{" + msgs + R"(, "enable_thinking": "no"})"), "enable_thinking");
+  expect_bad(chat("{" + msgs + R"(, "chat_template_kwargs": []})"), "chat_template_kwargs");
+  expect_bad(chat("{" + msgs + R"(, "chat_template_kwargs": {"tools": 1}})"), "chat_template_kwargs");
+  expect_bad(chat("{" + msgs + R"(, "chat_template_kwargs": {"enable_thinking": 0}})"),
+             "chat_template_kwargs.enable_thinking");
+  expect_bad(comp(R"({"prompt": "a", "enable_thinking": false})"), "enable_thinking");
+}
+
 TEST(ServeApi, DeepNestingIsRejectedBeforeParsing) {
   const std::string deep = "{\"prompt\": \"a\", \"metadata\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
   auto p = comp(deep);

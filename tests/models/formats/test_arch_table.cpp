@@ -76,7 +76,7 @@ TEST(ArchTable, UnknownArchitectureNamesTheKnownOnes) {
 
 TEST(ArchTable, EveryArchitectureRoundTripsThroughGguf) {
   for (const Arch* a : architectures()) {
-    if (!a->gguf_config) continue;  // no GGUF mapping (gemma3): export refuses it
+    if (!a->gguf_config) continue;  // no GGUF mapping: export refuses it
     const Model m = random_model(tiny(*a), 3);
     const Model b = gguf_round_trip(m);
     ModelConfig want = m.config;

@@ -323,6 +323,20 @@ TEST(Gguf, SpmExportSpellsSpacesLikeLlamaCpp) {
 // plain / scaled frequency (1 for the fast ones, `factor` for the slow ones, blended between). On read the
 // parameters are fitted back when two or more frequencies are blended (Llama 3.x's shapes: 3 of 32); divisors
 // that do not determine them are refused, not ignored (all ones change nothing and are accepted).
+// m's GGUF as llama.cpp's converter writes llama3 RoPE scaling: rope_freqs.weight alone, without the
+// anelab.rope_scaling.* keys of anelab's export.
+std::vector<uint8_t> without_scaling_keys(const Model& m) {
+  const auto full = std::make_shared<std::vector<uint8_t>>(model_to_gguf(m));
+  const GgufFile g = parse_gguf(full->data(), full->size(), full, "mem");
+  Model plain = copy_header(m);
+  plain.config.rope_scaling = {};
+  for (const Tensor& t : m.tensors()) plain.add_view(t.name, t.dtype, t.shape, t.data, t.nbytes, t.owner);
+  GgufWriter w = gguf_writer_for(plain);
+  for (const auto& t : g.tensors)
+    if (t.name == "rope_freqs.weight") w.add_tensor(t.name, t.ggml_type, t.ne, {t.data, t.data + t.nbytes});
+  return w.build();
+}
+
 TEST(Gguf, Llama3RopeFreqsWrittenAsLlamaCppDoesAndFittedBackOnRead) {
   ModelConfig c = preset("stories260k");  // head_dim 8, theta 10000: wavelengths 6.3, 63, 628, 6283
   c.rope_scaling = {RopeScalingType::kLlama3, 8.0f, 1.0f, 4.0f, 128};  // kept < 32 < blended < 128 < divided by 8
@@ -343,16 +357,18 @@ TEST(Gguf, Llama3RopeFreqsWrittenAsLlamaCppDoesAndFittedBackOnRead) {
   EXPECT_NEAR(div[1], 1 / ((1 - smooth) / 8 + smooth), 1e-6);
   const Model plain = random_model(preset("stories260k"), 5);
   const int64_t half = plain.config.head_dim / 2;
-  EXPECT_THROW(from_image(img), Error);  // one blended frequency does not determine the parameters
+  EXPECT_THROW(from_image(without_scaling_keys(random_model(c, 5))), Error);  // one blended frequency: no fit
+  EXPECT_EQ(from_image(img).config, c);  // anelab's keys hold the parameters
 
   ModelConfig l3 = c;  // Llama 3.2's RoPE (head_dim 64, theta 500000, factor 32, low 1, high 4, 8192) at a tiny width
   l3.dim = 128, l3.hidden_dim = 256, l3.n_layers = 1, l3.n_heads = 2, l3.n_kv_heads = 1, l3.head_dim = 64;
   l3.vocab_size = 64, l3.rope_theta = 500000.0f;
   l3.rope_scaling = {RopeScalingType::kLlama3, 32.0f, 1.0f, 4.0f, 8192};
-  EXPECT_EQ(from_image(model_to_gguf(random_model(l3, 6))).config, l3);
+  EXPECT_EQ(from_image(without_scaling_keys(random_model(l3, 6))).config, l3);
   l3.rope_scaling = {RopeScalingType::kLlama3, 8.0f, 2.0f, 8.0f, 16384};  // the same divisors as (8, 1, 4, 8192)
-  EXPECT_EQ(from_image(model_to_gguf(random_model(l3, 6))).config.rope_scaling,
+  EXPECT_EQ(from_image(without_scaling_keys(random_model(l3, 6))).config.rope_scaling,
             (RopeScaling{RopeScalingType::kLlama3, 8.0f, 1.0f, 4.0f, 8192}));
+  EXPECT_EQ(from_image(model_to_gguf(random_model(l3, 6))).config.rope_scaling, l3.rope_scaling);
   for (const float d : {1.0f, 8.0f}) {
     GgufWriter w = gguf_writer_for(plain);
     std::vector<float> divisors(size_t(half), 1.0f);  // [HD/2]: the slowest frequency divided by d
@@ -370,6 +386,37 @@ TEST(Gguf, Llama3RopeFreqsWrittenAsLlamaCppDoesAndFittedBackOnRead) {
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("[model] mem: rope_freqs.weight is not llama3 RoPE scaling anelab can recover"),
                 std::string::npos) << e.what();
+    }
+  }
+}
+
+// A gemma3 GGUF holding what anelab cannot run is refused in one line naming the key.
+TEST(Gguf, Gemma3KeysAnelabCannotRunAreNamed) {
+  ModelConfig c = preset("gemma3-1b");
+  c.dim = 32, c.hidden_dim = 64, c.n_layers = 2, c.head_dim = 8, c.vocab_size = 40, c.max_seq_len = 16;
+  c.sliding_window = 0, c.sliding_pattern = 0;  // no pattern key written: the cases add their own
+  const Model m = random_model(c, 7);
+  EXPECT_EQ(from_image(model_to_gguf(m)).config, c);
+  const struct {
+    void (*add)(GgufWriter&);
+    std::string want;
+  } cases[] = {
+      {[](GgufWriter& w) { w.add_str("gemma3.rope.scaling.type", "yarn"); },
+       "[model] mem: gemma3.rope.scaling.type 'yarn' is not supported for gemma3 (none, linear)"},
+      {[](GgufWriter& w) { w.add_i32_array("gemma3.attention.sliding_window_pattern", {1, 0}); },
+       "[model] mem: gemma3.attention.sliding_window_pattern must be an integer (every Nth layer global)"},
+      {[](GgufWriter& w) { w.add_f32("gemma3.rope.scaling.factor", -2.0f); },
+       "[model] mem: gemma3.rope.scaling.factor must be positive, got -2"},
+  };
+  for (const auto& k : cases) {
+    GgufWriter w = gguf_writer_for(m);
+    k.add(w);
+    try {
+      from_image(w.build());
+      ADD_FAILURE() << "accepted: " << k.want;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(k.want), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
     }
   }
 }

@@ -428,6 +428,25 @@ TEST(ChatTemplate, Qwen3MatchesJinjaByHand) {
   EXPECT_EQ(cfg.find("You are Qwen"), std::string::npos);  // the template the strings above follow has no default
 }
 
+// enable_thinking false: the generation prompt is followed by an empty reasoning block, as the Jinja's
+// "{%- if enable_thinking is defined and enable_thinking is false %}" writes it; history is unchanged, and
+// the templates without that variable ignore it.
+TEST(ChatTemplate, Qwen3ThinkingOffAddsAnEmptyThinkBlock) {
+  const auto t = ChatTemplate::kQwen3;
+  const std::vector<ChatMessage> m = {{"user", "a"}, {"assistant", "<think>r</think>A"}, {"user", "b"}};
+  EXPECT_EQ(apply_chat_template(t, m, true, false),
+            "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\nA<|im_end|>\n<|im_start|>user\nb<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  EXPECT_EQ(apply_chat_template(t, m, true, true) + "<think>\n\n</think>\n\n", apply_chat_template(t, m, true, false));
+  EXPECT_EQ(apply_chat_template(t, m, false, false), apply_chat_template(t, m, false, true));  // no generation prompt
+  for (const auto other : {ChatTemplate::kQwen25, ChatTemplate::kLlama3, ChatTemplate::kGemma3})
+    EXPECT_EQ(apply_chat_template(other, {{"user", "a"}}, true, false), apply_chat_template(other, {{"user", "a"}}, true));
+  ANELAB_REQUIRE_DATA("qwen/tokenizer_config.json");
+  const std::string cfg = read_file_text(anelab::test::data_path("qwen/tokenizer_config.json"));
+  // the JSON text of the Jinja: its newlines are \n, the Python string's escapes \\n
+  EXPECT_NE(cfg.find("enable_thinking is false %}\\n        {{- '<think>\\\\n\\\\n</think>\\\\n\\\\n' }}"), std::string::npos);
+}
+
 TEST(ChatTemplate, Llama3MatchesJinjaByHand) {
   const auto t = ChatTemplate::kLlama3;
   EXPECT_EQ(apply_chat_template(t, {{"system", " Be brief.\n"}, {"user", "Hi"}, {"assistant", "Hello!"}}, true),
