@@ -59,7 +59,8 @@ tokenizer_for() {
   case "$1" in
     stories*) echo "$DATA/llama2c/tokenizer.bin" ;;
     gpt2*) echo "$DATA/gpt2" ;;
-    *) echo "$DATA/qwen/tokenizer.json" ;;
+    qwen*) echo "$DATA/qwen/tokenizer.json" ;;
+    *) echo "" ;;  # no tokenizer of the model's vocab at hand: exported with tokenizer.ggml.model "none"
   esac
 }
 llama_type() { case "$1" in q8_0) echo Q8_0 ;; q4_0) echo Q4_0 ;; q4_k_m) echo Q4_K_M ;; esac; }
@@ -80,7 +81,8 @@ row() { ROWS+=("$(printf '%-13s %-7s %3s %-10s %9s %9s %6s  %s' "$@")"); }
 for preset in $MODELS; do
   an="$WORK/$preset.anelab" f16="$WORK/$preset-f16.gguf"
   [[ -f "$an" ]] || "$ANELAB" convert --random "$preset" "$an" --dtype fp16 >&2
-  [[ -f "$f16" ]] || "$ANELAB" convert "$an" "$f16" --tokenizer "$(tokenizer_for "$preset")" >&2
+  tok=$(tokenizer_for "$preset")
+  [[ -f "$f16" ]] || "$ANELAB" convert "$an" "$f16" ${tok:+--tokenizer "$tok"} >&2
   for type in $TYPES; do
     file="$f16"
     if [[ "$type" != f16 ]]; then
