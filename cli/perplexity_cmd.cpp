@@ -16,8 +16,8 @@
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 #include "framework/core/npy.h"
-#include "infer/kl_base.h"
 #include "infer/engine.h"
+#include "infer/kl_base.h"
 #include "infer/load.h"
 #include "infer/perplexity.h"
 
@@ -45,16 +45,19 @@ void progress_bar(int64_t done, int64_t total, double ppl) {
 // The base file's tokens are what both runs score; says whether the text tokenizes to the same ids here.
 void report_tokenization(const std::vector<int32_t>& text_ids, const std::vector<int32_t>& base_ids) {
   const size_t n = std::min(text_ids.size(), base_ids.size());
-  const size_t i = static_cast<size_t>(std::mismatch(base_ids.begin(), base_ids.begin() + static_cast<std::ptrdiff_t>(n),
-                                                     text_ids.begin()).first - base_ids.begin());
+  const size_t i = static_cast<size_t>(
+      std::mismatch(base_ids.begin(), base_ids.begin() + static_cast<std::ptrdiff_t>(n), text_ids.begin()).first -
+      base_ids.begin());
   if (i == n && n == base_ids.size())
     std::printf("tokenization: the text's first %zu ids (of %zu) are the base file's\n", n, text_ids.size());
   else if (i == n)
     std::printf("tokenization: the text has %zu ids, the base file %zu; the first %zu agree\n", text_ids.size(),
                 base_ids.size(), n);
   else
-    std::printf("tokenization DIFFERS from the base file's at id %zu of %zu: here %d, there %d (scoring the base "
-                "file's ids)\n", i, base_ids.size(), text_ids[i], base_ids[i]);
+    std::printf(
+        "tokenization DIFFERS from the base file's at id %zu of %zu: here %d, there %d (scoring the base "
+        "file's ids)\n",
+        i, base_ids.size(), text_ids[i], base_ids[i]);
 }
 
 // --ctx, or the base file's chunk length (llama.cpp's), or 512 / the model's context.
@@ -73,25 +76,26 @@ void print_kl(const PerplexityArgs& a, infer::KlBase& base, const infer::Perplex
     fail("perplexity", "--kl-base ", a.kl_base, ": shape [", base.n, ", ", base.vocab, "] is not this run's [",
          r.scored, ", ", V, "] (the base run needs the same --text, --ctx, --chunks and vocabulary)");
   const infer::KlResult k = infer::compare_with_base(base, r.logits.data());
-  std::printf("KL divergence vs %s: mean %.6f +/- %.6f, top-1 agreement %.3f%%, max |dlogp| %.6g (%.3g of the "
-              "logit range; the base's own rounding %.2g)\n",
-              a.kl_base.c_str(), k.mean_kl, k.kl_err, 100.0 * k.top1, k.max_dlogp, k.max_rel, k.base_step);
+  std::printf(
+      "KL divergence vs %s: mean %.6f +/- %.6f, top-1 agreement %.3f%%, max |dlogp| %.6g (%.3g of the "
+      "logit range; the base's own rounding %.2g)\n",
+      a.kl_base.c_str(), k.mean_kl, k.kl_err, 100.0 * k.top1, k.max_dlogp, k.max_rel, k.base_step);
 }
 
 void run_perplexity(PerplexityArgs a) {
   a.load.component = "perplexity";
+  std::optional<infer::KlBase> base;  // read first: a bad file is refused before the model loads
+  if (!a.kl_base.empty()) base = infer::read_kl_base(a.kl_base);
+  const infer::KlBase* llama_base = base && base->kind == infer::KlBase::Kind::kLlamaCpp ? &*base : nullptr;
+  if (a.text.empty() && !llama_base)
+    fail("perplexity", "--text is required (only a llama.cpp --kl-base file brings its own tokens)");
   infer::LoadedModel l = infer::load_model(a.load, infer::TokenizerUse::kRequired);
   const tok::Tokenizer& tk = *l.tokenizer;
   const bool bos = tk.vocab().kind == tok::TokenizerKind::kSentencePiece || tk.vocab().add_bos;
   infer::Engine e(std::move(l.model), l.engine);
   const int64_t V = e.config().vocab_size;
-  std::optional<infer::KlBase> base;
-  if (!a.kl_base.empty()) base = infer::read_kl_base(a.kl_base);
-  const infer::KlBase* llama_base = base && base->kind == infer::KlBase::Kind::kLlamaCpp ? &*base : nullptr;
   if (llama_base && llama_base->vocab != V)
     fail("perplexity", "--kl-base ", a.kl_base, ": n_vocab ", llama_base->vocab, " is not the model's ", V);
-  if (a.text.empty() && !llama_base)
-    fail("perplexity", "--text is required (only a llama.cpp --kl-base file brings its own tokens)");
   const int64_t ctx = chunk_length(a, llama_base, e.context());
   tok::EncodeOptions eo;
   eo.add_bos = bos;  // llama-perplexity's tokenization; each chunk's first token becomes BOS as well
@@ -125,21 +129,27 @@ void run_perplexity(PerplexityArgs a) {
 
 void add_perplexity_command(CLI::App& app) {
   auto a = std::make_shared<PerplexityArgs>();
-  auto* p = app.add_subcommand("perplexity", "Perplexity of a text (llama-perplexity's method), and KL divergence "
-                                             "against a saved base run");
+  auto* p = app.add_subcommand("perplexity",
+                               "Perplexity of a text (llama-perplexity's method), and KL divergence "
+                               "against a saved base run");
   p->add_option("--model,-m", a->load.model, "Model file (any format infer reads)")->required();
   p->add_option("--tokenizer", a->load.tokenizer, "Tokenizer (when the model file has none)");
   p->add_option("--text,-f", a->text, "Text file to score (with a llama.cpp --kl-base file: compared with its tokens)");
   p->add_option("--ctx,-c", a->ctx, "Tokens per chunk (0: 512 or the model's context if smaller)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  p->add_option("--chunks", a->chunks, "At most this many chunks (0: all)")->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  p->add_option("--chunks", a->chunks, "At most this many chunks (0: all)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   p->add_option("--save-logits", a->save_logits, "Write the scored positions' logits ([N, vocab] float32 .npy)");
-  p->add_option("--kl-base", a->kl_base, "Compare with a base run: a --save-logits file, or llama-perplexity's "
-                                         "--kl-divergence-base file (its tokens and n_ctx are used): KL, top-1, "
-                                         "max |dlogp|");
+  p->add_option("--kl-base", a->kl_base,
+                "Compare with a base run: a --save-logits file, or llama-perplexity's "
+                "--kl-divergence-base file (its tokens and n_ctx are used): KL, top-1, "
+                "max |dlogp|");
   p->add_option("--backend", a->load.backend, infer::kPrefillBackendHelp)->capture_default_str();
   p->add_option("--device", a->load.device, "Device profile for emulator/ane (m1..m5)")->capture_default_str();
-  p->add_option("--dtype", a->load.dtype, "Compute dtype of the weight matrices: fp16, fp32 or auto")->capture_default_str();
+  p->add_option("--dtype", a->load.dtype, "Compute dtype of the weight matrices: fp16, fp32 or auto")
+      ->capture_default_str();
   p->add_option("--threads", a->load.threads, "CPU threads")->capture_default_str()->check(CLI::PositiveNumber);
   p->add_flag("--quiet,-q", a->load.quiet, "No progress bar");
   p->callback([a] { run_perplexity(*a); });

@@ -75,8 +75,7 @@ KlBase parse_llama_kl_base(const uint8_t* bytes, size_t size, const std::string&
   b.ctx = read_i32(bytes + 8);
   b.vocab = read_i32(bytes + 12);
   b.chunks = read_i32(bytes + 16);
-  if (b.ctx < 4 || b.ctx > (1 << 24))
-    fail("perplexity", name, ": n_ctx ", b.ctx, " is out of range (4 .. 2^24)");
+  if (b.ctx < 4 || b.ctx > (1 << 24)) fail("perplexity", name, ": n_ctx ", b.ctx, " is out of range (4 .. 2^24)");
   if (b.vocab < 2 || b.vocab > (1 << 24))
     fail("perplexity", name, ": n_vocab ", b.vocab, " is out of range (2 .. 2^24)");
   if (b.chunks < 1) fail("perplexity", name, ": n_chunk ", b.chunks, " is not positive");
@@ -116,7 +115,8 @@ KlBase read_kl_base(const std::string& path) {
     return from_npy(bytes, path);
   if (bytes.size() >= sizeof kLlamaMagic && std::memcmp(bytes.data(), kLlamaMagic, sizeof kLlamaMagic) == 0)
     return parse_llama_kl_base(bytes.data(), bytes.size(), path);
-  fail("perplexity", path, ": neither a .npy of logits (anelab --save-logits) nor a llama-perplexity "
+  fail("perplexity", path,
+       ": neither a .npy of logits (anelab --save-logits) nor a llama-perplexity "
        "--kl-divergence-base file (\"_logits_\" header)");
 }
 

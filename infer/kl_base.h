@@ -23,16 +23,17 @@ namespace anelab::infer {
 
 struct KlBase {
   enum class Kind : uint8_t { kNpyLogits, kLlamaCpp } kind = Kind::kNpyLogits;
-  int64_t n = 0, vocab = 0;        // scored positions, vocabulary size
+  int64_t n = 0, vocab = 0;  // scored positions, vocabulary size
   // llama.cpp only: its chunking and tokens.
   int64_t ctx = 0, chunks = 0;
-  std::vector<int32_t> tokens;     // [chunks * ctx]
-  std::vector<float> logits;       // .npy: [n, vocab] logits
-  std::vector<uint16_t> records;   // llama.cpp: [n, record_len()] (two f32 then nv u16 per position)
+  std::vector<int32_t> tokens;    // [chunks * ctx]
+  std::vector<float> logits;      // .npy: [n, vocab] logits
+  std::vector<uint16_t> records;  // llama.cpp: [n, record_len()] (two f32 then nv u16 per position)
 
   int64_t record_len() const { return (vocab + 1) / 2 * 2 + 4; }
-  // Row t's log-probabilities, out[vocab] (.npy: computed in double from the fp32 logits); returns the clamp level: values at or below it stand for any
-  // log-probability down to -inf (llama.cpp's q = 0), -inf where nothing is clamped (.npy).
+  // Row t's log-probabilities, out[vocab] (.npy: computed in double from the fp32 logits); returns the clamp level:
+  // values at or below it stand for any log-probability down to -inf (llama.cpp's q = 0), -inf where nothing is clamped
+  // (.npy).
   double log_probs(int64_t t, double* out) const;
   // Half the quantization step of row t's log-probabilities (0 for .npy).
   float half_step(int64_t t) const;

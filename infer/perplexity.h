@@ -21,24 +21,24 @@
 namespace anelab::infer {
 
 struct PerplexityOptions {
-  int64_t ctx = 0;          // tokens per chunk (>= 4)
-  int32_t bos = -1;         // >= 0: the first token of every chunk becomes this
-  bool keep_logits = false; // keep the scored positions' logits (PerplexityResult::logits)
-  int64_t max_chunks = 0;   // 0: every whole chunk
+  int64_t ctx = 0;           // tokens per chunk (>= 4)
+  int32_t bos = -1;          // >= 0: the first token of every chunk becomes this
+  bool keep_logits = false;  // keep the scored positions' logits (PerplexityResult::logits)
+  int64_t max_chunks = 0;    // 0: every whole chunk
 };
 
 struct PerplexityResult {
-  int64_t chunks = 0, scored = 0;          // chunks run, tokens scored
+  int64_t chunks = 0, scored = 0;  // chunks run, tokens scored
   double mean_nll = 0, ppl = 0, ppl_err = 0;
-  std::vector<float> logits;               // [scored, vocab] when keep_logits
+  std::vector<float> logits;  // [scored, vocab] when keep_logits
 };
 
 struct KlResult {
   double mean_kl = 0, kl_err = 0;
-  double top1 = 0;        // fraction of positions with the same argmax
-  double max_dlogp = 0;   // max |Δ log p| over the entries the base holds unclamped
-  double max_rel = 0;     // max over positions of max |Δ log p| / (max - min of this run's logits there)
-  double base_step = 0;   // the base's own rounding: max half quantization step of its log-probs (0 for .npy)
+  double top1 = 0;       // fraction of positions with the same argmax
+  double max_dlogp = 0;  // max |Δ log p| over the entries the base holds unclamped
+  double max_rel = 0;    // max over positions of max |Δ log p| / (max - min of this run's logits there)
+  double base_step = 0;  // the base's own rounding: max half quantization step of its log-probs (0 for .npy)
 };
 
 // Calls progress(chunks done, chunks total, running PPL) after each chunk. Throws "[perplexity] ..." when

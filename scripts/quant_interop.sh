@@ -102,9 +102,10 @@ kl_figures() {
 }
 
 # llama-perplexity's base file (kept in OUT, reused), then anelab on the same tokens twice: as it runs the
-# file (int8 activations) and with --dtype fp32 (the same dequantized weights, exact fp32 activations: what
-# llama.cpp's own activation rounding costs). Prints "PPL_llama PPL_anelab tokens KL top1 dlogp rel fKL
-# ftop1 fdlogp frel".
+# file (int8 activations) and with --dtype fp32 (the same dequantized weights, fp32 activations: what
+# llama.cpp's own activation rounding costs, with the other ops' differences); then anelab's int8 run
+# against its own fp32 run (what anelab's activation rounding costs). Prints "PPL_llama PPL_anelab tokens
+# KL top1 dlogp rel fKL ftop1 fdlogp frel sKL stop1 sdlogp srel".
 logits() {  # GGUF LOGPREFIX
   local f=$1 p=$2 d
   [ -s "$p.kld" ] || { "$LLAMA_BIN/llama-perplexity" -m "$f" -f "$text" -c "$CTX" --chunks "$CHUNKS" -b "$CTX" -nr \
@@ -115,17 +116,23 @@ logits() {  # GGUF LOGPREFIX
       --dtype "$d" > "$p.$d.tmp" 2> "$p.$d.log" && mv "$p.$d.tmp" "$p.$d.txt"; } \
       || { echo "anelab failed: $(tail -1 "$p.$d.log")"; return; }
   done
+  # anelab's own activation rounding: its int8 run against its fp32 run (the same chunks as llama.cpp's).
+  [ -s "$p.self.txt" ] || { "$ANELAB" perplexity -q -m "$f" --text "$text" --ctx "$CTX" --chunks "$CHUNKS" \
+    --threads "$THREADS" --dtype fp32 --save-logits "$p.fp32.npy" > /dev/null 2> "$p.self.log" \
+    && "$ANELAB" perplexity -q -m "$f" --text "$text" --ctx "$CTX" --chunks "$CHUNKS" --threads "$THREADS" \
+    --kl-base "$p.fp32.npy" > "$p.self.tmp" 2>> "$p.self.log" && mv "$p.self.tmp" "$p.self.txt" && rm -f "$p.fp32.npy"; } \
+    || { echo "anelab failed: $(tail -1 "$p.self.log")"; return; }
   local lppl appl toks
   lppl=$(sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$p.lppl.log")
   appl=$(sed -n 's/^PPL = \([0-9.]*\).*/\1/p' "$p.auto.txt")
   if grep -q "tokenization DIFFERS" "$p.auto.txt"; then toks=differ; else toks=same; fi
-  echo "$lppl $appl $toks $(kl_figures "$p.auto.txt") $(kl_figures "$p.fp32.txt")"
+  echo "$lppl $appl $toks $(kl_figures "$p.auto.txt") $(kl_figures "$p.fp32.txt") $(kl_figures "$p.self.txt")"
 }
 
 table=$out/table.md
 {
-  echo "| model | type | file | greedy $TOKENS: llama.cpp vs anelab | tokens | PPL llama.cpp / anelab | anelab vs llama.cpp: mean KL, top-1, max abs dlogp (rel. to range) | exact fp32 activations vs llama.cpp: mean KL, top-1, max abs dlogp |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "| model | type | file | greedy $TOKENS: llama.cpp vs anelab | tokens | PPL llama.cpp / anelab | anelab vs llama.cpp: mean KL, top-1, max abs dlogp (rel. to range) | anelab fp32 acts vs llama.cpp | anelab int8 vs fp32 acts |"
+  echo "|---|---|---|---|---|---|---|---|---|"
 } > "$table"
 for spec in "${models[@]}"; do
   IFS=: read -r name file tok <<< "$spec"
@@ -139,17 +146,17 @@ for spec in "${models[@]}"; do
     for who in anelab llama; do
       f=$dir/$who-$t.gguf
       if [ ! -s "$f" ]; then
-        echo "| $name | $t | $who-quantize | $who's quantizer failed: $(grep -m1 -i 'fail\|error' "$dir/$who-$t.quantize.log" 2>/dev/null | cut -c1-80) | | | | |" >> "$table"
+        echo "| $name | $t | $who-quantize | $who's quantizer failed: $(grep -m1 -i 'fail\|error' "$dir/$who-$t.quantize.log" 2>/dev/null | cut -c1-80) | | | | | |" >> "$table"
         continue
       fi
       echo "== $name $t, $who's file" >&2
       g=$(greedy "$f" "$dir/$who-$t")
       r=$(logits "$f" "$dir/$who-$t")
-      read -r lppl appl toks kl top1 dlogp rel fkl ftop1 fdlogp _ <<< "$r" || true
-      if [ -z "${fdlogp:-}" ]; then
-        echo "| $name | $t | $who-quantize | $g | | $r | | |" >> "$table"
+      read -r lppl appl toks kl top1 dlogp rel fkl ftop1 fdlogp _ skl stop1 sdlogp _ <<< "$r" || true
+      if ! [[ $r =~ ^[0-9] ]]; then  # a failure, in words
+        echo "| $name | $t | $who-quantize | $g | | $r | | | |" >> "$table"
       else
-        echo "| $name | $t | $who-quantize | $g | $toks | $lppl / $appl | $kl, $top1%, $dlogp ($rel) | $fkl, $ftop1%, $fdlogp |" >> "$table"
+        echo "| $name | $t | $who-quantize | $g | $toks | $lppl / $appl | $kl, $top1%, $dlogp ($rel) | $fkl, $ftop1%, $fdlogp | $skl, $stop1%, $sdlogp |" >> "$table"
       fi
     done
   done

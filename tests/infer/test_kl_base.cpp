@@ -151,9 +151,11 @@ TEST(KlBase, MalformedFilesAreRefusedInOneLine) {
       {"n_vocab", [](std::vector<uint8_t>& b) { put_i32(b, 12, -5); }, "n_vocab -5 is out of range"},
       {"n_chunk", [](std::vector<uint8_t>& b) { put_i32(b, 16, 0); }, "n_chunk 0 is not positive"},
       {"in tokens", [](std::vector<uint8_t>& b) { b.resize(40); }, "ends inside its tokens (40 bytes;"},
-      {"in chunk 1", [](std::vector<uint8_t>& b) { b.resize(b.size() - 10); }, "(it ends inside chunk 1's log-probabilities)"},
+      {"in chunk 1", [](std::vector<uint8_t>& b) { b.resize(b.size() - 10); },
+       "(it ends inside chunk 1's log-probabilities)"},
       {"trailing", [](std::vector<uint8_t>& b) { b.push_back(0); }, "(trailing bytes)"},
-      {"token", [](std::vector<uint8_t>& b) { put_i32(b, 20 + 4 * 9, 5); }, "token 9 is 5, outside the vocabulary of 5"},
+      {"token", [](std::vector<uint8_t>& b) { put_i32(b, 20 + 4 * 9, 5); },
+       "token 9 is 5, outside the vocabulary of 5"},
       {"scale", [](std::vector<uint8_t>& b) { put_f32(b, kRecords + 20 * 3, -1.f); }, "scored position 3 has scale -1"},
       {"min_log_prob", [](std::vector<uint8_t>& b) { put_f32(b, kRecords + 4, NAN); }, "scored position 0 has scale"},
   };

@@ -35,7 +35,8 @@ class PerplexityCli : public ::testing::Test {
     ANELAB_REQUIRE_DATA("tinystories/tinystories_valid_prefix.txt");
     dir_ = test::temp_dir("perplexity_cli");
     text_ = (dir_ / "text.txt").string();
-    write_file_atomic(text_, read_file_text(test::data_path("tinystories/tinystories_valid_prefix.txt")).substr(0, 4000));
+    write_file_atomic(text_,
+                      read_file_text(test::data_path("tinystories/tinystories_valid_prefix.txt")).substr(0, 4000));
     model_ = test::data_path("llama2c/stories260K.bin");
     tok_ = test::data_path("llama2c/tok512.bin");
   }
@@ -112,7 +113,9 @@ TEST_F(PerplexityCli, KlOfARunAgainstItselfIsZero) {
   r = anelab(base_args() + " --kl-base " + base);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("mean 0.000000 +/- 0.000000, top-1 agreement 100.000%, max |dlogp| 0 (0 of the logit range; "
-                       "the base's own rounding 0)\n"), std::string::npos) << r.out;
+                       "the base's own rounding 0)\n"),
+            std::string::npos)
+      << r.out;
   // fp16 weights against the fp32 base: a small, non-zero divergence.
   r = anelab(base_args() + " --dtype fp16 --kl-base " + base);
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -121,7 +124,8 @@ TEST_F(PerplexityCli, KlOfARunAgainstItselfIsZero) {
   r = anelab(base_args(32) + " --kl-base " + base);
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("[perplexity] --kl-base " + base + ": shape [124, 512] is not this run's [60, 512]"),
-            std::string::npos) << r.err;
+            std::string::npos)
+      << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
 }
 
@@ -141,8 +145,10 @@ TEST_F(PerplexityCli, LlamaCppBaseFileOfItsOwnLogitsAgreesToItsRounding) {
   const std::string plain = "perplexity -q -m " + model_ + " --tokenizer " + tok_;
   r = anelab(plain + " --text " + text_ + " --kl-base " + kld);
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_NE(r.out.find("tokenization: the text's first 256 ids (of " + std::to_string(n_text) + ") are the base file's"),
-            std::string::npos) << r.out;
+  EXPECT_NE(
+      r.out.find("tokenization: the text's first 256 ids (of " + std::to_string(n_text) + ") are the base file's"),
+      std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("top-1 agreement 100.000%"), std::string::npos) << r.out;
   // The file holds log-probabilities to within half a step of (range <= 16) / 65535: |dlogp| and |KL| below it.
   const double step = number_after(r.out, R"(the base's own rounding ([0-9.e-]+)\))");
@@ -164,16 +170,27 @@ TEST_F(PerplexityCli, LlamaCppBaseFileOfItsOwnLogitsAgreesToItsRounding) {
   r = anelab(plain + " --text " + text_ + " --kl-base " + kld);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("tokenization DIFFERS from the base file's at id 70 of 256: here " + std::to_string(was) +
-                       ", there " + std::to_string(now)), std::string::npos) << r.out;
+                       ", there " + std::to_string(now)),
+            std::string::npos)
+      << r.out;
   EXPECT_GT(number_after(r.out, R"(max \|dlogp\| ([0-9.e-]+))"), 10 * step);
 
   r = anelab(plain + " --ctx 32 --kl-base " + kld);
   EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.err.find("[perplexity] --ctx 32 differs from the n_ctx 64 of --kl-base " + kld), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[perplexity] --ctx 32 differs from the n_ctx 64 of --kl-base " + kld), std::string::npos)
+      << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   r = anelab(plain);
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("[perplexity] --text is required"), std::string::npos) << r.err;
+  // A base of another vocabulary (600 tokens, zero logits) is refused naming both sizes.
+  file = test::llama_kl_base_bytes(kCtx, 600, kChunks, ids,
+                                   std::vector<float>(static_cast<size_t>(logits.shape[0]) * 600, 0.0f));
+  write_file_atomic(kld, file.data(), file.size());
+  r = anelab(plain + " --kl-base " + kld);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("[perplexity] --kl-base " + kld + ": n_vocab 600 is not the model's 512"), std::string::npos)
+      << r.err;
 }
 
 }  // namespace
