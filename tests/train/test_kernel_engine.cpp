@@ -207,8 +207,6 @@ train::TrainConfig small_run(const std::string& dir, const std::string& data, co
   return c;
 }
 
-
-
 // 10 steps of `anelab train` with each strategy on the same data (in DIR/cpu, DIR/static, DIR/dynamic); the kernels'
 // losses against the CPU engine's. `init`: a model file ("" = the stories260k preset); `margin`: how much the mean
 // of the last three losses must be below the first three (it learns; batches are random: means).
