@@ -165,8 +165,8 @@ void CpuModel::prepare(int64_t B, int64_t T) {
   }
   const int64_t half = c_.head_dim / 2;
   cos_.resize(size_t(T * half)), sin_.resize(size_t(T * half));
-  kern::cpu::rope_half_tables(T, c_.head_dim, c_.rope_theta, 0, kern::cpu::Numerics::kReference, cos_.data(), sin_.data(),
-                              c_.rope_scaling, c_.rope_linear_factor);
+  kern::cpu::rope_half_tables(T, c_.head_dim, c_.rope_theta, 0, kern::cpu::Numerics::kReference, cos_.data(),
+                              sin_.data(), c_.rope_scaling, c_.rope_linear_factor);
   if (c_.sliding_window > 0) {  // sliding layers: their own base, no scaling
     cosl_.resize(cos_.size()), sinl_.resize(sin_.size());
     kern::cpu::rope_half_tables(T, c_.head_dim, c_.rope_local_theta > 0.0f ? c_.rope_local_theta : c_.rope_theta, 0,
@@ -282,8 +282,8 @@ void CpuModel::head_norms_backward(LayerActs& a, const LayerPtrs& p, const Layer
                                    std::vector<float>& dq, std::vector<float>& dk) {
   const int64_t hd = c_.head_dim;
   std::vector<float> d(dq.size()), bq, bk;
-  rmsnorm_backward(a.qp.data(), norm_w(p.q_norm, hd, bq), a.rrmsq.data(), dq.data(), d.data(), g.q_norm,
-                   N * c_.n_heads, hd, false);
+  rmsnorm_backward(a.qp.data(), norm_w(p.q_norm, hd, bq), a.rrmsq.data(), dq.data(), d.data(), g.q_norm, N * c_.n_heads,
+                   hd, false);
   dq.swap(d);
   d.resize(dk.size());
   rmsnorm_backward(a.kp.data(), norm_w(p.k_norm, hd, bk), a.rrmsk.data(), dk.data(), d.data(), g.k_norm,

@@ -44,8 +44,8 @@ void dw_acc(float* dW, const std::vector<float>& dY, const std::vector<float>& X
 // (heads = 1: the layer norms; n_heads / n_kv_heads: qk_norm's q_norm / k_norm over HD):
 // dw[i] += Σ_h Σ_t dy[h·D+i, t]·x[h·D+i, t]·r[h, t], r[h, t] = 1/sqrt(mean_i x[h·D+i, t]² + eps)
 // (x = the norm's input, dy = dL/d(normalised output); double sums like CpuModel's rmsnorm_backward).
-void rms_dw_acc(float* dw, const std::vector<float>& dy, const std::vector<float>& x, int64_t heads, int64_t D, int64_t S,
-                float eps) {
+void rms_dw_acc(float* dw, const std::vector<float>& dy, const std::vector<float>& x, int64_t heads, int64_t D,
+                int64_t S, float eps) {
   std::vector<float> r(static_cast<size_t>(heads * S));
   for (int64_t h = 0; h < heads; ++h) {
     std::vector<double> ss(size_t(S), 0.0);
@@ -308,7 +308,7 @@ void KernelEngine::layer_backward(int64_t l, int64_t B, float* g, double* wait_m
     r.sdpa_backward(a.attn, s.da.data(), s.sdpa);
     if (!qk) submit_qkv_dw(a, s, gl);
     r.qkv_backward(a.attn, s.sdpa, s.dxn);
-    if (qk) submit_qkv_dw(a, s, gl);  // dWq / dWk need qkv_bwd's dq_proj / dk_proj
+    if (qk) submit_qkv_dw(a, s, gl);            // dWq / dWk need qkv_bwd's dq_proj / dk_proj
     if (bi == 0) wait(dy_ticket_[q], wait_ms);  // layer l+1's dW2 task reads grads_[q] dy
     r.rms_backward(kern::KernelKind::kRmsAttBwd, s.dxn.data(), a.x.data(), nx.dy);
     add_inplace(nx.dy, s.dx2);

@@ -28,20 +28,21 @@ void check_trainable(const models::ModelConfig& c) {
                                     {c.qkv_bias || c.attn_out_bias || c.mlp_bias, "bias tensors"},
                                     {c.head_dim % 2 != 0, "an odd head_dim (RoPE rotates pairs)"}});
   if (!lacks.empty())
-    fail("train", "model '", c.arch, "': ", lacks, " not supported for training (trainable: Llama 2/3.x, Qwen2/2.5, "
-         "Qwen3, Gemma 3; this model is inference-only, docs/training.md)");
+    fail("train", "model '", c.arch, "': ", lacks,
+         " not supported for training (trainable: Llama 2/3.x, Qwen2/2.5, Qwen3, Gemma 3; this model is inference-only, "
+         "docs/training.md)");
 }
 
 void check_kernel_trainable(const models::ModelConfig& c, const std::string& strategy) {
-  const std::string lacks =
-      listed({{c.norm_offset != 0.0f, "(1+w) RMSNorm"},
-              {c.post_norms, "sandwich (post-attention / post-MLP) norms"},
-              {c.activation != models::Activation::kSilu, "a GeGLU MLP"},
-              {c.embed_scale != 1.0f, "an embedding scale"},
-              {c.attn_scale != 0.0f, "a query_pre_attn_scalar score scale"},
-              {c.sliding_window > 0, "sliding-window layers"},
-              {c.rope_local_theta != 0.0f || c.rope_linear_factor != 1.0f, "per-layer RoPE bases / linear RoPE scaling"},
-              {c.logit_softcap > 0.0f, "logit soft-capping"}});
+  const std::string lacks = listed(
+      {{c.norm_offset != 0.0f, "(1+w) RMSNorm"},
+       {c.post_norms, "sandwich (post-attention / post-MLP) norms"},
+       {c.activation != models::Activation::kSilu, "a GeGLU MLP"},
+       {c.embed_scale != 1.0f, "an embedding scale"},
+       {c.attn_scale != 0.0f, "a query_pre_attn_scalar score scale"},
+       {c.sliding_window > 0, "sliding-window layers"},
+       {c.rope_local_theta != 0.0f || c.rope_linear_factor != 1.0f, "per-layer RoPE bases / linear RoPE scaling"},
+       {c.logit_softcap > 0.0f, "logit soft-capping"}});
   if (!lacks.empty())
     fail("train", "--strategy ", strategy, ": model '", c.arch, "' has ", lacks,
          ", which the training kernels do not implement; train it with --strategy cpu (docs/training.md)");
@@ -54,9 +55,9 @@ ParamLayout::ParamLayout(const models::ModelConfig& c) : config_(c) {
     total_ += p.numel;
     params_.push_back(std::move(p));
   }
-  static const char* kFields[kLayerFields] = {"attn_norm", "wq", "wk",        "wv",         "wo",
-                                              "q_norm",    "k_norm", "ffn_norm", "attn_post_norm", "ffn_post_norm",
-                                              "w1",        "w2",     "w3"};
+  static const char* kFields[kLayerFields] = {
+      "attn_norm",     "wq", "wk", "wv", "wo", "q_norm", "k_norm", "ffn_norm", "attn_post_norm",
+      "ffn_post_norm", "w1", "w2", "w3"};
   for (int64_t l = 0; l < c.n_layers; ++l)
     for (const char* f : kFields) {
       const std::string n = f;

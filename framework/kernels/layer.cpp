@@ -105,7 +105,8 @@ Value head_norm(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, const st
 }
 
 struct Attention {
-  Value xn, q, k, v, qh, kh, attn, o;  // q / k the projections [1, QD|KVD, 1, S]; qh / kh after RoPE: heads [1, H, S, HD]
+  // q / k the projections [1, QD|KVD, 1, S]; qh / kh after RoPE: heads [1, H, S, HD]; v the projection [1, KVD, 1, S]
+  Value xn, q, k, v, qh, kh, attn, o;
 };
 
 Attention attention(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, const std::function<Value()>& x) {

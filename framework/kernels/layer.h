@@ -18,8 +18,8 @@
 //                    (q_rope / k_rope after the q/k norms and RoPE; q / k the projections Wq·xnorm, Wk·xnorm)
 //   ffn_block:       y [D], h1 [H], h3 [H] (SwiGLU only), gate [H], xnorm [D]
 //   layer_block:     out [D] followed by the attention taps asked for
-// Training asks attn_fwd for {o attn q_rope k_rope v xnorm} (+ {q k} with q/k norms) and ffn_fwd for {y h1 h3 gate xnorm} (its
-// backward kernels read them); the prefill asks the whole layer for {out k_rope v} (the KV cache).
+// Training asks attn_fwd for {o attn q_rope k_rope v xnorm} (+ {q k} with q/k norms) and ffn_fwd for {y h1 h3 gate
+// xnorm} (its backward kernels read them); the prefill asks the whole layer for {out k_rope v} (the KV cache).
 //
 // One layer's weights (LayerWeights) are described once here for the kernels, the inference engine and
 // the trainer: matrices in nn.Linear order [out, in] row-major, fp32 or fp16, not owned.

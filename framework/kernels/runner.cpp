@@ -142,11 +142,22 @@ void LayerRunner::run(KernelKind k, std::initializer_list<In> ins, std::initiali
 void LayerRunner::attn_forward(const float* x, AttnTaps& o) {
   if (cache_->shape().qk_norm)
     run(KernelKind::kAttnFwd, {{"x", x}},
-        {{"o", &o.o}, {"attn", &o.attn}, {"q_rope", &o.q_rope}, {"k_rope", &o.k_rope}, {"v", &o.v}, {"xnorm", &o.xnorm},
-         {"q", &o.q}, {"k", &o.k}});
+        {{"o", &o.o},
+         {"attn", &o.attn},
+         {"q_rope", &o.q_rope},
+         {"k_rope", &o.k_rope},
+         {"v", &o.v},
+         {"xnorm", &o.xnorm},
+         {"q", &o.q},
+         {"k", &o.k}});
   else
     run(KernelKind::kAttnFwd, {{"x", x}},
-        {{"o", &o.o}, {"attn", &o.attn}, {"q_rope", &o.q_rope}, {"k_rope", &o.k_rope}, {"v", &o.v}, {"xnorm", &o.xnorm}});
+        {{"o", &o.o},
+         {"attn", &o.attn},
+         {"q_rope", &o.q_rope},
+         {"k_rope", &o.k_rope},
+         {"v", &o.v},
+         {"xnorm", &o.xnorm}});
 }
 
 void LayerRunner::ffn_forward(const float* x2, FfnTaps& o) {

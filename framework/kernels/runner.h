@@ -102,7 +102,7 @@ class LayerRunner {
   void ffn_backward(const float* dy, const FfnTaps& fwd, FfnGrads& out);   // dy [D, S]
   void wo_backward(const float* dx2, std::vector<float>& da);              // da [QD, S]
   void sdpa_backward(const AttnTaps& fwd, const float* da, SdpaGrads& out);
-  void qkv_backward(const SdpaGrads& g, std::vector<float>& dxn);          // dxn [D, S] (no qk_norm)
+  void qkv_backward(const SdpaGrads& g, std::vector<float>& dxn);  // dxn [D, S] (no qk_norm)
   // Either shape; with qk_norm it reads fwd.q / fwd.k and also fills g.dq_proj / g.dk_proj.
   void qkv_backward(const AttnTaps& fwd, SdpaGrads& g, std::vector<float>& dxn);
   // which = kRmsAttBwd | kRmsFfnBwd; dy = dL/d xnorm, x = the norm's input; dx [D, S]

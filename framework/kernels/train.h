@@ -26,7 +26,7 @@
 // With qk_norm: attn_fwd also returns q[QD] k[KVD] (the projections before the head norms) and reads the weights
 // q_norm k_norm; qkv_bwd also reads q[QD] k[KVD] and q_norm k_norm, turns dq / dk (gradients w.r.t. the normed
 // q / k) into gradients w.r.t. the projections by the per-head RMSNorm backward, and returns them after dx:
-//   qkv_bwd     dq[QD] dk[KVD] dv[KVD] q[QD] k[KVD] dx[D] dq_proj[QD] dk_proj[KVD]                wqᵀ wkᵀ wvᵀ q_norm k_norm
+//   qkv_bwd     dq[QD] dk[KVD] dv[KVD] q[QD] k[KVD]  dx[D] dq_proj[QD] dk_proj[KVD]   wqᵀ wkᵀ wvᵀ q_norm k_norm
 //
 // dx of ffn_bwd / qkv_bwd is the gradient w.r.t. the normalised input (xnorm); rms_bwd turns it into
 // the gradient w.r.t. the layer input (dw of the norm, all dW, the residual adds stay on the CPU).

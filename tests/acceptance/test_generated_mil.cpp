@@ -78,10 +78,9 @@ TEST(GeneratedMil, TrainingKernelsOfEveryPreset) {
       const size_t D = size_t(s.dim), QD = size_t(s.q_dim()), KVD = size_t(s.kv_dim()), H = size_t(s.hidden);
       const float* z = zeros().data();
       ASSERT_LE(std::max({QD * D, KVD * D, H * D}), zeros().size());
-      const kern::LayerWeights w = kern::train_weights(s, {z, QD * D}, {z, KVD * D}, {z, KVD * D}, {z, D * QD},
-                                                       {z, H * D}, {z, H * D}, {z, D * H}, {z, D}, {z, D},
-                                                       {z, s.qk_norm ? size_t(s.head_dim) : 0},
-                                                       {z, s.qk_norm ? size_t(s.head_dim) : 0});
+      const kern::LayerWeights w = kern::train_weights(
+          s, {z, QD * D}, {z, KVD * D}, {z, KVD * D}, {z, D * QD}, {z, H * D}, {z, H * D}, {z, D * H}, {z, D}, {z, D},
+          {z, s.qk_norm ? size_t(s.head_dim) : 0}, {z, s.qk_norm ? size_t(s.head_dim) : 0});
       for (kern::Strategy st : {kern::Strategy::kStatic, kern::Strategy::kDynamic})
         for (kern::KernelKind k : kern::kAllKernelKinds) {
           const kern::KernelSpec ks = kern::build_kernel(k, s, st, &w);

@@ -235,13 +235,13 @@ TEST(TrainUnits, RefusalsAreOneLineNamingWhatIsMissing) {
   const std::string g = message([] { check_kernel_trainable(models::preset("gemma3-270m"), "static"); });
   EXPECT_EQ(g.find('\n'), std::string::npos) << g;
   EXPECT_EQ(g.rfind("[train] --strategy static: model 'gemma3' has ", 0), 0u) << g;
-  for (const char* part : {"(1+w) RMSNorm", "sandwich", "GeGLU", "embedding scale", "score scale", "sliding-window",
-                           "--strategy cpu"})
+  for (const char* part :
+       {"(1+w) RMSNorm", "sandwich", "GeGLU", "embedding scale", "score scale", "sliding-window", "--strategy cpu"})
     EXPECT_NE(g.find(part), std::string::npos) << part << " in: " << g;
   const std::string p = message([] { check_trainable(models::preset("gpt2-124m")); });
   EXPECT_EQ(p.find('\n'), std::string::npos) << p;
-  for (const char* part : {"[train] model 'gpt2': ", "LayerNorm", "a GELU MLP", "bias tensors", "learned positions",
-                           "inference-only"})
+  for (const char* part :
+       {"[train] model 'gpt2': ", "LayerNorm", "a GELU MLP", "bias tensors", "learned positions", "inference-only"})
     EXPECT_NE(p.find(part), std::string::npos) << part << " in: " << p;
 }
 
