@@ -52,9 +52,9 @@ void ThreadPool::work(uint32_t gen, int worker) {
   for (;;) {
     if (static_cast<uint32_t>(c >> 32) != gen) return;
     const int64_t idx = static_cast<int64_t>(c & 0xFFFFFFFFu);
-    if (idx >= n_chunks_) return;
+    if (idx >= n_chunks_.load(std::memory_order_relaxed)) return;
     if (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
-    (*job_)(idx, worker);  // job gen is current: it cannot finish before this chunk is counted done
+    (*job_.load(std::memory_order_relaxed))(idx, worker);  // job gen is current: it cannot finish before this chunk is counted done
     done_.fetch_add(1, std::memory_order_acq_rel);
     c = claim_.load(std::memory_order_acquire);
   }
@@ -84,10 +84,15 @@ void ThreadPool::run_chunks(int64_t n_chunks, FunctionRef<void(int64_t, int)> fn
     for (int64_t c = 0; c < n_chunks; ++c) fn(c, 0);
     return;
   }
-  job_ = &fn;
-  n_chunks_ = n_chunks;
-  done_.store(0, std::memory_order_relaxed);
   const uint32_t gen = ++gen_;
+  // Close the claim word before the new job's fields change: a worker still inside work() for the previous
+  // job holds that job's claim value, and once claim_ differs its compare-exchange fails, so it can never
+  // pair the old claim with this job's chunk count or function (which ran chunks twice and let this call
+  // return while a chunk was still running).
+  claim_.store((static_cast<uint64_t>(gen) << 32) | 0xFFFFFFFFu, std::memory_order_release);
+  job_.store(&fn, std::memory_order_relaxed);
+  n_chunks_.store(n_chunks, std::memory_order_relaxed);
+  done_.store(0, std::memory_order_relaxed);
   claim_.store(static_cast<uint64_t>(gen) << 32, std::memory_order_release);
   generation_.store(gen, std::memory_order_release);
   generation_.notify_all();

@@ -67,8 +67,10 @@ class ThreadPool {
   void work(uint32_t gen, int worker);
   int n_;
   std::vector<std::thread> threads_;
-  const FunctionRef<void(int64_t, int)>* job_ = nullptr;
-  int64_t n_chunks_ = 0;
+  // Written by the caller between two stores of claim_ (closed, then open); read by workers after an
+  // acquire of claim_ showing the current job.
+  std::atomic<const FunctionRef<void(int64_t, int)>*> job_{nullptr};
+  std::atomic<int64_t> n_chunks_{0};
   uint32_t gen_ = 0;                     // caller side
   std::atomic<uint32_t> generation_{0};  // wakes the workers
   std::atomic<uint64_t> claim_{0};       // (generation << 32) | next chunk
