@@ -13,6 +13,7 @@
 
 #include "framework/kernels/w8.h"
 #include "framework/mil/printer.h"
+#include "framework/quant/blocks.h"
 #include "infer/engine.h"
 #include "infer/prefill_mil.h"
 #include "models/formats/load_any.h"
@@ -74,6 +75,40 @@ TEST(PrefillW8, LayerKernelEqualsTheFp16KernelOfTheFoldedWeights) {
   EXPECT_EQ(y8, y16);
   const auto y_orig = run_kernel(build_layer_kernel(c, L, S, mil::Dialect::kIos18, 1), x);
   EXPECT_NE(y8, y_orig);  // the weights did change
+}
+
+// A block-quantized model (Q8_0 / Q4_0 matrices kept in their blocks) feeds the int8 path by
+// requantizing per output channel: its W8 kernel is the W8 kernel of its dequantized matrices.
+TEST(PrefillW8, BlockQuantizedMatricesAreRequantizedPerChannel) {
+  ANELAB_REQUIRE_DATA(kModel);
+  Engine e = make("cpu");
+  const auto& c = e.config();
+  const LayerWeights& L = e.layer(0);
+  LayerWeights qw = L, dq = L;
+  std::vector<std::vector<uint8_t>> blocks;
+  std::vector<std::vector<float>> values;
+  for (const char* n : kMatrices) {
+    const kern::Mat& m = L.matrix(n);
+    if (m.cols % 32 != 0) continue;  // w2's rows (172) are not whole blocks: it stays fp32
+    const kern::WType t = std::string(n) == "w1" ? kern::WType::kQ4_0 : kern::WType::kQ8_0;
+    const quant::BlockInfo bi = quant::block_info(kern::block_type(t));
+    blocks.emplace_back(static_cast<size_t>(m.rows * (m.cols / bi.values) * bi.bytes));
+    const std::vector<float> v = kern::mat_values(m);
+    for (int64_t r = 0; r < m.rows; ++r)
+      quant::quantize(kern::block_type(t), v.data() + r * m.cols, blocks.back().data() + r * (m.cols / bi.values) * bi.bytes, m.cols);
+    kern::Mat q = m;
+    q.type = t, q.data = blocks.back().data();
+    const_cast<kern::Mat&>(qw.matrix(n)) = q;
+    values.push_back(kern::mat_values(q));
+    const_cast<kern::Mat&>(dq.matrix(n)) = kern::Mat::f32(values.back(), m.rows, m.cols);
+  }
+  const KernelWeights w8{rt::WeightPath::kW8, nullptr};
+  const std::vector<float> x = rand_x(static_cast<size_t>(c.dim * 32));
+  const LayerKernelSource a = build_layer_kernel(c, qw, 32, mil::Dialect::kIos18, 0, w8);
+  const LayerKernelSource b = build_layer_kernel(c, dq, 32, mil::Dialect::kIos18, 0, w8);
+  EXPECT_EQ(mil::print(a.program), mil::print(b.program));
+  for (const auto& [k, blob] : a.weights) EXPECT_EQ(*blob, *b.weights.at(k)) << k;
+  EXPECT_EQ(run_kernel(a, x), run_kernel(b, x));
 }
 
 TEST(PrefillW8, BakedMatrixBytesHalve) {
