@@ -95,7 +95,8 @@ TEST(PrefillW8, BlockQuantizedMatricesAreRequantizedPerChannel) {
     blocks.emplace_back(static_cast<size_t>(m.rows * (m.cols / bi.values) * bi.bytes));
     const std::vector<float> v = kern::mat_values(m);
     for (int64_t r = 0; r < m.rows; ++r)
-      quant::quantize(kern::block_type(t), v.data() + r * m.cols, blocks.back().data() + r * (m.cols / bi.values) * bi.bytes, m.cols);
+      quant::quantize(kern::block_type(t), v.data() + r * m.cols,
+                      blocks.back().data() + r * (m.cols / bi.values) * bi.bytes, m.cols);
     kern::Mat q = m;
     q.type = t, q.data = blocks.back().data();
     const_cast<kern::Mat&>(qw.matrix(n)) = q;
@@ -137,7 +138,8 @@ TEST(PrefillW8A8, EachConvInputIsQuantizedOnceInTheWorkingForm) {
   ANELAB_REQUIRE_DATA(kModel);
   Engine e = make("cpu");
   const std::map<std::string, float> scales = {{"attn_in", 0.25f}, {"attn_out", 0.125f}, {"ffn_in", 0.5f}, {"ffn_mid", 1.0f}};
-  const LayerKernelSource s = build_layer_kernel(e.config(), e.layer(0), 32, mil::Dialect::kIos18, 0, {rt::WeightPath::kW8A8, &scales});
+  const LayerKernelSource s =
+      build_layer_kernel(e.config(), e.layer(0), 32, mil::Dialect::kIos18, 0, {rt::WeightPath::kW8A8, &scales});
   std::map<std::string, int> count;
   for (const auto& op : s.program.functions.at(0).ops) ++count[op.op];
   EXPECT_EQ(count["quantize"], 4);
@@ -152,7 +154,9 @@ TEST(PrefillW8A8, EachConvInputIsQuantizedOnceInTheWorkingForm) {
 TEST(PrefillW8A8, AutoFollowsTheDeviceProfile) {
   ANELAB_REQUIRE_DATA(kModel);
   const std::vector<int32_t> toks = {1, 403, 407, 261, 378};
-  for (const auto& [dev, want] : std::vector<std::pair<std::string, std::string>>{{"m4", "w8a8"}, {"m5", "w8a8"}, {"m1", "int8"}, {"m3", "int8"}}) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"m4", "w8a8"}, {"m5", "w8a8"}, {"m1", "int8"}, {"m3", "int8"}};
+  for (const auto& [dev, want] : cases) {
     Engine e = make("emulator", "auto", dev);
     e.prefill(toks, 0);
     EXPECT_EQ(e.last_prefill().weights, want) << dev;
