@@ -1,9 +1,10 @@
 // anelab probe: what a user attaches to an issue. Prints the host (OS version, ANE chip family via the
 // shim, the device profile it maps to) and runs, on the ANE (when there is one) and on the emulator:
 //   workloads  a 1x1 conv 768->2048 at S=256 (fp16, int8 weights, W8A8 where the profile prints ios17+
-//              programs: whether this chip compiles the int8 forms, and their speed), a 12-head causal attention block (D=768, S=256, built
-//              from framework/kernels blocks) and one training layer forward + backward (LayerRunner,
-//              dynamic weights, reference-like shape: head dim 64, widths multiples of 32), with compile /
+//              programs: whether this chip compiles the int8 forms, and their speed), a 12-head causal
+//              attention block (D=768, S=256, built from framework/kernels blocks) and one training
+//              layer forward + backward (LayerRunner, dynamic weights, reference-like shape: head dim 64,
+//              widths multiples of 32), with compile /
 //              load / evaluate times, throughput and max |ane - emu| / max |emu|;
 //   training kernels  each kernel of that layer alone: evaluate time and TFLOPS, plus the dispatch
 //              overhead (evaluate time of a 2 KiB identity program);
@@ -394,8 +395,9 @@ void run_probe(const ProbeOptions& o) {
   json ane_rules = ane.shim ? run_rule_probes(*ane.shim, profile, ro) : json(nullptr);
 
   report["cases"] = json::array();
-  std::vector<Workload> cases = {program_case(probe_conv, "1x1 conv 768->2048, S=256, fp16", o.repeats),
-                                 program_case(probe_conv_w8, "the same conv, int8 weights (constexpr_affine_dequantize)", o.repeats)};
+  std::vector<Workload> cases = {
+      program_case(probe_conv, "1x1 conv 768->2048, S=256, fp16", o.repeats),
+      program_case(probe_conv_w8, "the same conv, int8 weights (constexpr_affine_dequantize)", o.repeats)};
   if (profile.dialect != mil::Dialect::kIos16)  // quantize / dequantize are iOS17 ops (check_program)
     cases.push_back(program_case(probe_conv_w8a8, "the same conv, W8A8 (+ quantize/dequantize of x)", o.repeats));
   cases.push_back(program_case(probe_attention, "causal attention block D=768, 12 heads, S=256 "

@@ -50,8 +50,8 @@ Value BlobSet::matrix(FunctionBuilder& b, const std::string& stem, std::span<con
 
 Value BlobSet::int8_matrix(FunctionBuilder& b, const std::string& stem, const W8Matrix& m) {
   ANELAB_CHECK(static_cast<int64_t>(m.q.size()) == m.rows * m.cols && static_cast<int64_t>(m.scale.size()) == m.rows,
-               "kernels", "int8 matrix '", stem, "': ", m.q.size(), " values and ", m.scale.size(), " scales for [", m.rows,
-               ", ", m.cols, "]");
+               "kernels", "int8 matrix '", stem, "': ", m.q.size(), " values and ", m.scale.size(), " scales for [",
+               m.rows, ", ", m.cols, "]");
   const std::string path = "@model_path/weights/" + stem + ".bin";
   const mil::TensorType qt = mil::tensor_type(DType::kInt8, {m.rows, m.cols, 1, 1});
   auto key = std::make_pair(static_cast<const FunctionBuilder*>(&b), stem);
@@ -59,10 +59,11 @@ Value BlobSet::int8_matrix(FunctionBuilder& b, const std::string& stem, const W8
   mil::BlobWriter w;
   const uint64_t off = w.add_int8(m.q);
   add_file(stem, path, w.take());
-  Value v = b.named(stem).constexpr_affine_dequantize(
-      mil::ConstValue::blobfile(qt, path, off),
-      mil::ConstValue::floats(mil::tensor_type(DType::kFp16, {m.rows}), std::vector<double>(m.scale.begin(), m.scale.end())),
-      mil::ConstValue::int8(0), 0);
+  std::vector<double> scale(m.scale.begin(), m.scale.end());  // [out] fp16 values, along axis 0
+  Value v = b.named(stem).constexpr_affine_dequantize(mil::ConstValue::blobfile(qt, path, off),
+                                                      mil::ConstValue::floats(mil::tensor_type(DType::kFp16, {m.rows}),
+                                                                              std::move(scale)),
+                                                      mil::ConstValue::int8(0), 0);
   made_[key] = v;
   return v;
 }

@@ -13,6 +13,7 @@
 
 #include "framework/kernels/w8.h"
 #include "framework/mil/printer.h"
+#include "framework/quant/blocks.h"
 #include "infer/engine.h"
 #include "infer/prefill_mil.h"
 #include "models/formats/load_any.h"
@@ -76,6 +77,41 @@ TEST(PrefillW8, LayerKernelEqualsTheFp16KernelOfTheFoldedWeights) {
   EXPECT_NE(y8, y_orig);  // the weights did change
 }
 
+// A block-quantized model (Q8_0 / Q4_0 matrices kept in their blocks) feeds the int8 path by
+// requantizing per output channel: its W8 kernel is the W8 kernel of its dequantized matrices.
+TEST(PrefillW8, BlockQuantizedMatricesAreRequantizedPerChannel) {
+  ANELAB_REQUIRE_DATA(kModel);
+  Engine e = make("cpu");
+  const auto& c = e.config();
+  const LayerWeights& L = e.layer(0);
+  LayerWeights qw = L, dq = L;
+  std::vector<std::vector<uint8_t>> blocks;
+  std::vector<std::vector<float>> values;
+  for (const char* n : kMatrices) {
+    const kern::Mat& m = L.matrix(n);
+    if (m.cols % 32 != 0) continue;  // w2's rows (172) are not whole blocks: it stays fp32
+    const kern::WType t = std::string(n) == "w1" ? kern::WType::kQ4_0 : kern::WType::kQ8_0;
+    const quant::BlockInfo bi = quant::block_info(kern::block_type(t));
+    blocks.emplace_back(static_cast<size_t>(m.rows * (m.cols / bi.values) * bi.bytes));
+    const std::vector<float> v = kern::mat_values(m);
+    for (int64_t r = 0; r < m.rows; ++r)
+      quant::quantize(kern::block_type(t), v.data() + r * m.cols,
+                      blocks.back().data() + r * (m.cols / bi.values) * bi.bytes, m.cols);
+    kern::Mat q = m;
+    q.type = t, q.data = blocks.back().data();
+    const_cast<kern::Mat&>(qw.matrix(n)) = q;
+    values.push_back(kern::mat_values(q));
+    const_cast<kern::Mat&>(dq.matrix(n)) = kern::Mat::f32(values.back(), m.rows, m.cols);
+  }
+  const KernelWeights w8{rt::WeightPath::kW8, nullptr};
+  const std::vector<float> x = rand_x(static_cast<size_t>(c.dim * 32));
+  const LayerKernelSource a = build_layer_kernel(c, qw, 32, mil::Dialect::kIos18, 0, w8);
+  const LayerKernelSource b = build_layer_kernel(c, dq, 32, mil::Dialect::kIos18, 0, w8);
+  EXPECT_EQ(mil::print(a.program), mil::print(b.program));
+  for (const auto& [k, blob] : a.weights) EXPECT_EQ(*blob, *b.weights.at(k)) << k;
+  EXPECT_EQ(run_kernel(a, x), run_kernel(b, x));
+}
+
 TEST(PrefillW8, BakedMatrixBytesHalve) {
   ANELAB_REQUIRE_DATA(kModel);
   Engine e = make("cpu");
@@ -102,7 +138,8 @@ TEST(PrefillW8A8, EachConvInputIsQuantizedOnceInTheWorkingForm) {
   ANELAB_REQUIRE_DATA(kModel);
   Engine e = make("cpu");
   const std::map<std::string, float> scales = {{"attn_in", 0.25f}, {"attn_out", 0.125f}, {"ffn_in", 0.5f}, {"ffn_mid", 1.0f}};
-  const LayerKernelSource s = build_layer_kernel(e.config(), e.layer(0), 32, mil::Dialect::kIos18, 0, {rt::WeightPath::kW8A8, &scales});
+  const LayerKernelSource s =
+      build_layer_kernel(e.config(), e.layer(0), 32, mil::Dialect::kIos18, 0, {rt::WeightPath::kW8A8, &scales});
   std::map<std::string, int> count;
   for (const auto& op : s.program.functions.at(0).ops) ++count[op.op];
   EXPECT_EQ(count["quantize"], 4);
@@ -117,7 +154,9 @@ TEST(PrefillW8A8, EachConvInputIsQuantizedOnceInTheWorkingForm) {
 TEST(PrefillW8A8, AutoFollowsTheDeviceProfile) {
   ANELAB_REQUIRE_DATA(kModel);
   const std::vector<int32_t> toks = {1, 403, 407, 261, 378};
-  for (const auto& [dev, want] : std::vector<std::pair<std::string, std::string>>{{"m4", "w8a8"}, {"m5", "w8a8"}, {"m1", "int8"}, {"m3", "int8"}}) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"m4", "w8a8"}, {"m5", "w8a8"}, {"m1", "int8"}, {"m3", "int8"}};
+  for (const auto& [dev, want] : cases) {
     Engine e = make("emulator", "auto", dev);
     e.prefill(toks, 0);
     EXPECT_EQ(e.last_prefill().weights, want) << dev;

@@ -135,7 +135,9 @@ TEST(KernelsW8, Int8BlobHasTheFp16HeadersAndOneBytePerWeight) {
   const std::vector<uint8_t>& b = *p8.weights.at("@model_path/weights/w.bin");
   const size_t n = static_cast<size_t>(c.cout * c.cin);
   ASSERT_EQ(b.size(), 128 + n);
-  auto le32 = [&](size_t o) { return uint32_t(b[o]) | uint32_t(b[o + 1]) << 8 | uint32_t(b[o + 2]) << 16 | uint32_t(b[o + 3]) << 24; };
+  auto le32 = [&](size_t o) {
+    return uint32_t(b[o]) | uint32_t(b[o + 1]) << 8 | uint32_t(b[o + 2]) << 16 | uint32_t(b[o + 3]) << 24;
+  };
   EXPECT_EQ(b[0], 0x01);
   EXPECT_EQ(b[4], 0x02);  // digest §3.1: int8 blobs use 2 as well
   EXPECT_EQ(le32(64), 0xDEADBEEFu);
