@@ -41,7 +41,7 @@ QMat make_qmat(WType t, int64_t rows, int64_t cols, uint32_t seed) {
 }
 
 // Per row, the quantized GEMV differs from the fp32 GEMV of the dequantized weights by the activation rounding,
-// at most sum_i |w_i| d_a(i) / 2, plus fp32 rounding of both sums (cols 2^-24 sum |w x| each).
+// at most sum_i |w_i| e_i (e_i: quant::acts_rounding_bound of the type's activation form), plus fp32 rounding of both sums (cols 2^-24 sum |w x| each).
 TEST(QuantGemv, MatchesDequantizedGemvOnThePool) {
   ThreadPool pool(4);
   const int64_t cols = 1024;
@@ -61,7 +61,7 @@ TEST(QuantGemv, MatchesDequantizedGemvOnThePool) {
       double bound = 0, mag = 0;
       for (int64_t i = 0; i < cols; ++i) {
         const double w = m.deq[static_cast<size_t>(r * cols + i)];
-        bound += std::fabs(w) * acts.d[static_cast<size_t>(i / 32)] / 2;
+        bound += std::fabs(w) * quant::acts_rounding_bound(acts, block_type(t), i);
         mag += std::fabs(w * x[static_cast<size_t>(i)]);
       }
       ASSERT_LE(std::fabs(double(y[r]) - double(ref[r])), bound + 2.0 * cols * 0x1p-24 * (mag + 1.0))
