@@ -90,8 +90,8 @@ void rows_q4_0(const uint8_t* w, int64_t row_bytes, const Q8Acts& a, float* y) {
 }
 template <int R>
 void rows_q5_0(const uint8_t* w, int64_t row_bytes, const Q8Acts& a, float* y) {
-  rows_32<BlockQ5_0, R>(w, row_bytes, a, y, [](const BlockQ5_0& b) {
-    return S::sub8(S::or8(S::nib16(b.qs), S::and8(S::bit_bytes(le32(b.qh)), 0x10)), 16);
+  rows_32<BlockQ5_0, R>(w, row_bytes, a, y, [](const BlockQ5_0& b) {  // (n | h << 4) - 16 = h ? n : n | 0xF0
+    return S::or8(S::nib16(b.qs), S::andnot8(S::bit_bytes(le32(b.qh)), 0xF0));
   });
 }
 

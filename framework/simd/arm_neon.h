@@ -110,6 +110,7 @@ inline I8 nib16(const uint8_t* p) {
   return {vandq_u8(v, vdupq_n_u8(15)), vshrq_n_u8(v, 4)};
 }
 inline I8 and8(I8 v, uint8_t m) { return {vandq_u8(v.lo, vdupq_n_u8(m)), vandq_u8(v.hi, vdupq_n_u8(m))}; }
+inline I8 andnot8(I8 v, uint8_t m) { return {vbicq_u8(vdupq_n_u8(m), v.lo), vbicq_u8(vdupq_n_u8(m), v.hi)}; }
 inline I8 or8(I8 a, I8 b) { return {vorrq_u8(a.lo, b.lo), vorrq_u8(a.hi, b.hi)}; }
 template <int K>
 inline I8 shr8(I8 v) { return {vshrq_n_u8(v.lo, K), vshrq_n_u8(v.hi, K)}; }

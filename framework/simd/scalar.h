@@ -119,6 +119,7 @@ inline I8 load_i8(const void* p) {
 }
 inline I8 nib16(const uint8_t* p) { ANELAB_SIMD_BYTES(i < 16 ? p[i] & 15 : p[i - 16] >> 4); }
 inline I8 and8(I8 v, uint8_t m) { ANELAB_SIMD_BYTES(v.v[i] & m); }
+inline I8 andnot8(I8 v, uint8_t m) { ANELAB_SIMD_BYTES(~v.v[i] & m); }
 inline I8 or8(I8 a, I8 b) { ANELAB_SIMD_BYTES(a.v[i] | b.v[i]); }
 template <int K>
 inline I8 shr8(I8 v) { ANELAB_SIMD_BYTES(v.v[i] >> K); }

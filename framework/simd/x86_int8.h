@@ -5,8 +5,8 @@
 //   I8 (32 x int8/uint8), I32 (int32 accumulator lanes), Scales (8 int8 scales), Sc (a 16-bit scale pair),
 //   QAcc (fp32 accumulator lanes)
 //   load_i8(p) / nib16(p)             32 bytes / the 16 bytes p as low nibbles then high nibbles (Q4_0, Q5_0)
-//   and8(v, m), or8(a, b), shr8<k>(v), shl8<k>(v), sub8(v, k), bit_bytes(bits)   byte-wise ops; bit_bytes:
-//                                     byte i = 0xFF when bit i of the 32-bit word is set, else 0
+//   and8(v, m), andnot8(v, m) = ~v & m, or8(a, b), shr8<k>(v), shl8<k>(v), sub8(v, k), bit_bytes(bits)   bytes;
+//                                     bit_bytes: byte i = 0xFF when bit i of the 32-bit word is set, else 0
 //   dot_us(acc, u, s)                 acc + sum u[i] s[i] over groups of 4 (u in [0, 127], s any int8)
 //   dot_ss(acc, a, b)                 the same for signed a (any int8) and b in [-127, 127]
 //   load_scales(p), scale_pair(sc, i, j)   8 int8 scales; bytes 0-15 of a vector take scale i, 16-31 scale j
@@ -36,6 +36,7 @@ inline I8 nib16(const uint8_t* p) {
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(15));
 }
 inline I8 and8(I8 v, uint8_t m) { return _mm256_and_si256(v, _mm256_set1_epi8(static_cast<char>(m))); }
+inline I8 andnot8(I8 v, uint8_t m) { return _mm256_andnot_si256(v, _mm256_set1_epi8(static_cast<char>(m))); }
 inline I8 or8(I8 a, I8 b) { return _mm256_or_si256(a, b); }
 template <int K>
 inline I8 shr8(I8 v) { return and8(_mm256_srli_epi16(v, K), static_cast<uint8_t>(0xFF >> K)); }

@@ -294,6 +294,8 @@ TEST(QuantDot, SimdPrimitivesAreExact) {
     for (int i = 0; i < 32; ++i) ASSERT_EQ(got[i], (bits >> i) & 1 ? 0xFF : 0) << i;
     bytes_of(simd::or8(simd::shr8<3>(vu), simd::and8(simd::shl8<5>(vv), 0xE0)));
     for (int i = 0; i < 32; ++i) ASSERT_EQ(got[i], (u[i] >> 3) | ((v[i] << 5) & 0xE0)) << i;
+    bytes_of(simd::andnot8(simd::bit_bytes(bits), 0xF0));
+    for (int i = 0; i < 32; ++i) ASSERT_EQ(got[i], (bits >> i) & 1 ? 0 : 0xF0) << i;
     bytes_of(simd::sub8(vv, 16));
     for (int i = 0; i < 32; ++i) ASSERT_EQ(static_cast<int8_t>(got[i]), v[i] - 16) << i;
   }
