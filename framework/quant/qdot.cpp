@@ -41,8 +41,8 @@ void quantize_q8_k_form(const float* x, int64_t n, Q8Acts& a) {
       a.bsums[static_cast<size_t>(16 * b + s)] = static_cast<int16_t>(sum);
     }
     for (int s = 0; s < 8; ++s)
-      a.bsums32[static_cast<size_t>(8 * b + s)] =
-          static_cast<int16_t>(a.bsums[static_cast<size_t>(16 * b + 2 * s)] + a.bsums[static_cast<size_t>(16 * b + 2 * s + 1)]);
+      a.bsums32[static_cast<size_t>(8 * b + s)] = static_cast<int16_t>(
+          a.bsums[static_cast<size_t>(16 * b + 2 * s)] + a.bsums[static_cast<size_t>(16 * b + 2 * s + 1)]);
     a.dk[static_cast<size_t>(b)] = amax != 0.0f ? 1.0f / iscale : 0.0f;
   }
 }
@@ -150,7 +150,8 @@ void rows_q6_k(const uint8_t* w, int64_t row_bytes, const Q8Acts& a, float* y) {
       S::I32 s = S::zero_i32();
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
-        const S::Scales sc = S::load_scales(b.scales + 8 * h);  // 128 values: q = low 4 bits from ql, top 2 bits from qh (layout in blocks.h)
+        const S::Scales sc = S::load_scales(
+            b.scales + 8 * h);  // 128 values: q = low 4 bits from ql, top 2 bits from qh (layout in blocks.h)
         const int8_t* ah = aq + 128 * h;
         const S::I8 l0 = S::load_i8(b.ql + 64 * h), l1 = S::load_i8(b.ql + 64 * h + 32), hb = S::load_i8(b.qh + 32 * h);
         const S::I8 q0 = S::or8(S::and8(l0, 15), S::and8(S::shl8<4>(hb), 0x30));
@@ -175,11 +176,16 @@ struct Kernels {
 };
 Kernels kernels(BlockType t) {
   switch (t) {
-    case BlockType::kQ8_0: return {&rows_q8_0<1>, &rows_q8_0<kRows>};
-    case BlockType::kQ4_0: return {&rows_q4_0<1>, &rows_q4_0<kRows>};
-    case BlockType::kQ5_0: return {&rows_q5_0<1>, &rows_q5_0<kRows>};
-    case BlockType::kQ4_K: return {&rows_q4_k<1>, &rows_q4_k<kRows>};
-    case BlockType::kQ6_K: return {&rows_q6_k<1>, &rows_q6_k<kRows>};
+    case BlockType::kQ8_0:
+      return {&rows_q8_0<1>, &rows_q8_0<kRows>};
+    case BlockType::kQ4_0:
+      return {&rows_q4_0<1>, &rows_q4_0<kRows>};
+    case BlockType::kQ5_0:
+      return {&rows_q5_0<1>, &rows_q5_0<kRows>};
+    case BlockType::kQ4_K:
+      return {&rows_q4_k<1>, &rows_q4_k<kRows>};
+    case BlockType::kQ6_K:
+      return {&rows_q6_k<1>, &rows_q6_k<kRows>};
   }
   return {nullptr, nullptr};
 }

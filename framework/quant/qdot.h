@@ -13,7 +13,7 @@
 //
 //   Q8_0  d_w d_a sum(q_w q_a)                                   per block of 32
 //   Q4_0  d_w d_a sum((n - 8) q_a)                               n = nibble
-//   Q5_0  d_w d_a sum((n | h << 4) - 16) q_a)
+//   Q5_0  d_w d_a sum(((n | h << 4) - 16) q_a)
 //   Q4_K  d_a d sum_j sc_j sum(n q_a) - d_a dmin sum_j m_j (bsum_2j + bsum_2j+1)   per super-block of 256
 //   Q6_K  d_a d (sum_s sc_s sum(q q_a) - 32 sum_s sc_s bsum_s)   q in 0..63, sub-blocks s of 16
 //
@@ -39,14 +39,14 @@ constexpr ActsForm acts_form(BlockType t) {
 }
 
 struct Q8Acts {
-  int64_t n = 0;                // values (a multiple of 32)
-  unsigned forms = 0;           // ActsForm bits filled for this x
-  std::vector<int8_t> q;        // [n] Q8_0 form
-  std::vector<float> d;         // [n / 32] its fp16 scales, as floats
-  std::vector<int8_t> qk;       // [n] Q8_K form
-  std::vector<float> dk;        // [n / 256] its fp32 scales
-  std::vector<int16_t> bsums;   // [n / 16] sums of qk per 16 values
-  std::vector<int16_t> bsums32; // [n / 32] sums of qk per 32 values
+  int64_t n = 0;                 // values (a multiple of 32)
+  unsigned forms = 0;            // ActsForm bits filled for this x
+  std::vector<int8_t> q;         // [n] Q8_0 form
+  std::vector<float> d;          // [n / 32] its fp16 scales, as floats
+  std::vector<int8_t> qk;        // [n] Q8_K form
+  std::vector<float> dk;         // [n / 256] its fp32 scales
+  std::vector<int16_t> bsums;    // [n / 16] sums of qk per 16 values
+  std::vector<int16_t> bsums32;  // [n / 32] sums of qk per 32 values
 };
 
 // Quantizes x [n] (n a multiple of 32) into a: every form n allows, or the forms asked for.

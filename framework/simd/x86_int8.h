@@ -5,8 +5,8 @@
 //   I8 (32 x int8/uint8), I32 (int32 accumulator lanes), Scales (8 int8 scales), Sc (a 16-bit scale pair),
 //   QAcc (fp32 accumulator lanes)
 //   load_i8(p) / nib16(p)             32 bytes / the 16 bytes p as low nibbles then high nibbles (Q4_0, Q5_0)
-//   and8(v, m), andnot8(v, m) = ~v & m, or8(a, b), shr8<k>(v), shl8<k>(v), sub8(v, k), bit_bytes(bits)   bytes;
-//                                     bit_bytes: byte i = 0xFF when bit i of the 32-bit word is set, else 0
+//   and8(v, m), andnot8(v, m) = ~v & m, or8(a, b), shr8<k>(v), shl8<k>(v), sub8(v, k)   byte-wise
+//   bit_bytes(bits)                   byte i = 0xFF when bit i of the 32-bit word is set, else 0
 //   dot_us(acc, u, s)                 acc + sum u[i] s[i] over groups of 4 (u in [0, 127], s any int8)
 //   dot_ss(acc, a, b)                 the same for signed a (any int8) and b in [-127, 127]
 //   load_scales(p), scale_pair(sc, i, j)   8 int8 scales; bytes 0-15 of a vector take scale i, 16-31 scale j
@@ -39,9 +39,13 @@ inline I8 and8(I8 v, uint8_t m) { return _mm256_and_si256(v, _mm256_set1_epi8(st
 inline I8 andnot8(I8 v, uint8_t m) { return _mm256_andnot_si256(v, _mm256_set1_epi8(static_cast<char>(m))); }
 inline I8 or8(I8 a, I8 b) { return _mm256_or_si256(a, b); }
 template <int K>
-inline I8 shr8(I8 v) { return and8(_mm256_srli_epi16(v, K), static_cast<uint8_t>(0xFF >> K)); }
+inline I8 shr8(I8 v) {
+  return and8(_mm256_srli_epi16(v, K), static_cast<uint8_t>(0xFF >> K));
+}
 template <int K>
-inline I8 shl8(I8 v) { return and8(_mm256_slli_epi16(v, K), static_cast<uint8_t>(0xFF << K)); }
+inline I8 shl8(I8 v) {
+  return and8(_mm256_slli_epi16(v, K), static_cast<uint8_t>(0xFF << K));
+}
 inline I8 sub8(I8 v, int8_t k) { return _mm256_sub_epi8(v, _mm256_set1_epi8(k)); }
 inline I8 bit_bytes(uint32_t bits) {
   // Byte i takes the byte of the word holding bit i, then tests that bit.
@@ -69,7 +73,9 @@ inline Scales load_scales(const void* p) {
   return _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64(static_cast<const __m128i*>(p))));
 }
 inline Sc scale_pair(Scales sc, int i, int j) {  // int16 lane i of the low half, lane j of the high half
-  const auto lane = [](int k) { return static_cast<long long>(0x0100010001000100ULL + 0x0202020202020202ULL * static_cast<uint64_t>(k)); };
+  const auto lane = [](int k) {
+    return static_cast<long long>(0x0100010001000100ULL + 0x0202020202020202ULL * static_cast<uint64_t>(k));
+  };
   return _mm256_shuffle_epi8(sc, _mm256_set_epi64x(lane(j), lane(j), lane(i), lane(i)));
 }
 
@@ -90,10 +96,14 @@ inline I32 madd_s8_i16x16(const int8_t* a, const int16_t* b) {
 }
 inline I32 sub_i32(I32 a, I32 b) { return _mm256_sub_epi32(a, b); }
 template <int K>
-inline I32 shl_i32(I32 a) { return _mm256_slli_epi32(a, K); }
+inline I32 shl_i32(I32 a) {
+  return _mm256_slli_epi32(a, K);
+}
 
 inline QAcc qacc_zero() { return _mm256_setzero_ps(); }
-inline QAcc qacc_fmadd(QAcc acc, I32 v, float f) { return _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(f), acc); }
+inline QAcc qacc_fmadd(QAcc acc, I32 v, float f) {
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(f), acc);
+}
 inline float qacc_sum(QAcc v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));

@@ -277,8 +277,8 @@ TEST(QuantDot, SimdPrimitivesAreExact) {
     for (int i = 0; i < 8; ++i) m8 += p[i] * bs[i];
     for (int i = 0; i < 16; ++i) m16 += a[i] * bs[i];
     ASSERT_EQ(simd::reduce_i32(simd::madd_u8_i16x8(p, bs)), m8) << rep;
-    ASSERT_EQ(simd::reduce_i32(simd::sub_i32(simd::madd_s8_i16x16(a, bs), simd::shl_i32<5>(simd::madd_s8_i16x16(a, bs)))), -31 * m16)
-        << rep;
+    const simd::I32 p16 = simd::madd_s8_i16x16(a, bs);
+    ASSERT_EQ(simd::reduce_i32(simd::sub_i32(p16, simd::shl_i32<5>(p16))), -31 * m16) << rep;
     // Byte-wise helpers, read back through a dot product with unit vectors.
     alignas(32) uint8_t got[32];
     auto bytes_of = [&](simd::I8 x) {

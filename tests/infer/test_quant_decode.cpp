@@ -41,7 +41,8 @@ QMat make_qmat(WType t, int64_t rows, int64_t cols, uint32_t seed) {
 }
 
 // Per row, the quantized GEMV differs from the fp32 GEMV of the dequantized weights by the activation rounding,
-// at most sum_i |w_i| e_i (e_i: quant::acts_rounding_bound of the type's activation form), plus fp32 rounding of both sums (cols 2^-24 sum |w x| each).
+// at most sum_i |w_i| e_i (e_i: quant::acts_rounding_bound of the type's activation form), plus fp32 rounding of
+// both sums (cols 2^-24 sum |w x| each).
 TEST(QuantGemv, MatchesDequantizedGemvOnThePool) {
   ThreadPool pool(4);
   const int64_t cols = 1024;
@@ -52,7 +53,7 @@ TEST(QuantGemv, MatchesDequantizedGemvOnThePool) {
   for (float& v : bias) v = g(rng);
   quant::Q8Acts acts;
   quant::quantize_acts(x.data(), cols, acts);
-  for (WType t : {WType::kQ8_0, WType::kQ4_0, WType::kQ4_K, WType::kQ6_K}) {
+  for (WType t : {WType::kQ8_0, WType::kQ4_0, WType::kQ5_0, WType::kQ4_K, WType::kQ6_K}) {
     const QMat a = make_qmat(t, 300, cols, 1), b = make_qmat(t, 200, cols, 2);
     std::vector<float> ya(300), yb(200), ra(300), rb(200);
     gemv(pool, {GemvOut{&a.q, bias.data(), ya.data()}, GemvOut{&b.q, nullptr, yb.data()}}, x.data());
