@@ -9,8 +9,8 @@
 //
 // Block-quantized weights (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K, framework/quant/blocks.h) stay in their blocks: a GEMV
 // quantizes x once into the int8 form(s) its matrices read, as llama.cpp does (Q8_0 blocks of 32 or Q8_K
-// blocks of 256; per-thread buffer, reused: no allocation per token), and takes 4 rows per pass over them
-// with exact int8 dot products per block (framework/quant/qdot.h: AVX-512 VNNI, AVX2, NEON dotprod or scalar).
+// blocks of 256; per-thread buffer, reused: no allocation per token), and dots each row with them by exact
+// int8 dot products per block (framework/quant/qdot.h: AVX-512 VNNI, AVX2, NEON dotprod or scalar).
 // A GEMM over them quantizes every token's input once and walks the weight rows once, each row (in L1)
 // dotted with every token: the GEMV's arithmetic, one pass over the weights per chunk instead of per token.
 #pragma once

@@ -11,7 +11,11 @@ namespace anelab::quant {
 namespace {
 
 namespace S = simd;
-constexpr int kRows = 4;  // weight rows per pass over the activations
+// Weight rows per pass over the activations. The kernels take R rows at once (the activation loads shared), but
+// end to end one row at a time decodes fastest (stories110m q8_0 / q4_k_m GGUFs, 2 threads: R = 1 ~230 tok/s,
+// R = 2 ~130 / 220, R = 4 ~130 / 185): a model streams from memory, where one sequential stream per thread beats
+// R interleaved ones, and a row of the cache-resident kernel benchmark gains little from R (docs/quantization.md).
+constexpr int kRows = 1;
 
 // ---- activation quantizers ----
 
@@ -59,6 +63,15 @@ const B& block(const uint8_t* w, int64_t row_bytes, int r, int64_t b) {
   return reinterpret_cast<const B*>(w + r * row_bytes)[b];
 }
 
+// Weight rows stream from memory (a mapped file) in R interleaved streams, which the hardware prefetcher follows
+// poorly: each block read also prefetches the same block R rows further on, the next pass's data (a hint only;
+// past the last row it reads nothing).
+template <typename B>
+void prefetch_next(const uint8_t* w, int64_t row_bytes, int rows, int r, int64_t b) {
+  const uint8_t* p = w + (rows + r) * row_bytes + b * static_cast<int64_t>(sizeof(B));
+  for (size_t line = 0; line < sizeof(B); line += 64) S::prefetch(p + line);
+}
+
 inline uint32_t le32(const uint8_t* p) {
   return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
 }
@@ -74,6 +87,7 @@ void rows_32(const uint8_t* w, int64_t row_bytes, const Q8Acts& a, float* y, Val
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const B& blk = block<B>(w, row_bytes, r, b);
+      if (b % 2 == 0) prefetch_next<B>(w, row_bytes, R, r, b);
       acc[r] = S::qacc_fmadd(acc[r], S::dot_ss(S::zero_i32(), values(blk), x), S::h2f(blk.d) * da);
     }
   }
@@ -119,6 +133,7 @@ void rows_q4_k(const uint8_t* w, int64_t row_bytes, const Q8Acts& a, float* y) {
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const BlockQ4_K& b = block<BlockQ4_K>(w, row_bytes, r, sb);
+      prefetch_next<BlockQ4_K>(w, row_bytes, R, r, sb);
       alignas(16) uint8_t sm[16];
       q4k_unpack(b.scales, sm);
       const S::Scales sc = S::load_scales(sm);
@@ -147,6 +162,7 @@ void rows_q6_k(const uint8_t* w, int64_t row_bytes, const Q8Acts& a, float* y) {
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const BlockQ6_K& b = block<BlockQ6_K>(w, row_bytes, r, sb);
+      prefetch_next<BlockQ6_K>(w, row_bytes, R, r, sb);
       S::I32 s = S::zero_i32();
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {

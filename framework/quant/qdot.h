@@ -58,7 +58,7 @@ void quantize_acts(const float* x, int64_t n, unsigned forms, Q8Acts& a);
 double acts_rounding_bound(const Q8Acts& a, BlockType t, int64_t i);
 // sum_i w_i x_i for one weight row of a.n values stored as type t.
 float dot_row(BlockType t, const uint8_t* row, const Q8Acts& a);
-// y[r] = dot_row(t, rows + r * row_bytes, a) for r < n_rows, several rows per pass over the activations.
+// y[r] = dot_row(t, rows + r * row_bytes, a) for r < n_rows (the next row's blocks prefetched as it goes).
 void dot_rows(BlockType t, const uint8_t* rows, int64_t row_bytes, int64_t n_rows, const Q8Acts& a, float* y);
 
 }  // namespace anelab::quant

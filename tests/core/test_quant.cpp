@@ -339,7 +339,7 @@ TEST(QuantDot, ActivationFormsFollowLlamaCpp) {
 
 // dot_row against the dequantized row in double: the difference is the activation rounding alone, at most
 // sum_i |w_i| e_i with e_i = acts_rounding_bound (d_a / 2 for Q8_K, fp16 scale included for Q8_0), plus fp32
-// accumulation (n 2^-24 sum |w x|). dot_rows takes 4 rows at a time and gives dot_row's bits.
+// accumulation (n 2^-24 sum |w x|). dot_rows gives dot_row's bits.
 TEST(QuantDot, MatchesDequantizedRowWithinActivationRounding) {
   const int64_t n = 2048, rows = 7;
   const std::vector<float> x = test_values(n, 11), w_src = test_values(n * rows, 12);
