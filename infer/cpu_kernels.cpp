@@ -87,8 +87,10 @@ void gemv_rows(const T* w, int64_t cols, const float* x, const float* bias, floa
 void gemv_range(const GemvOut& o, const float* x, const quant::Q8Acts& acts, int64_t r0, int64_t r1) {
   if (is_quantized(o.w->type)) {
     const quant::BlockType bt = block_type(o.w->type);
-    for (int64_t r = r0; r < r1; ++r)
-      o.y[r] = quant::dot_row(bt, o.w->row_blocks(r), acts) + (o.bias ? o.bias[r] : 0.0f);
+    const int64_t row_bytes = o.w->cols / quant::block_info(bt).values * quant::block_info(bt).bytes;
+    quant::dot_rows(bt, o.w->row_blocks(r0), row_bytes, r1 - r0, acts, o.y + r0);
+    if (o.bias)
+      for (int64_t r = r0; r < r1; ++r) o.y[r] += o.bias[r];
   } else if (o.w->type == WType::kF16)
     gemv_rows(o.w->f16(), o.w->cols, x, o.bias, o.y, r0, r1);
   else
@@ -176,17 +178,17 @@ void gemm_panels(const T* w, int64_t rows, int64_t cols, const float* x, int64_t
 
 void gemv(ThreadPool& pool, const std::vector<GemvOut>& outs, const float* x) {
   int64_t total = 0, work = 0;
-  bool quantized = false;
+  unsigned forms = 0;  // the activation forms the block types among outs read
   for (const auto& o : outs) {
     total += o.w->rows;
     work += o.w->rows * o.w->cols;
-    quantized = quantized || is_quantized(o.w->type);
+    if (is_quantized(o.w->type)) forms |= quant::acts_form(block_type(o.w->type));
   }
   // The caller's per-thread buffer (grows to the widest input once, then reused); the workers read it through
   // this reference (naming the thread_local inside the lambda would give each worker its own, empty one).
   thread_local quant::Q8Acts caller_acts;
   quant::Q8Acts& acts = caller_acts;
-  if (quantized) quant::quantize_acts(x, outs.front().w->cols, acts);
+  if (forms) quant::quantize_acts(x, outs.front().w->cols, forms, acts);
   // Below ~64K multiply-adds a wake-up of the other worker costs more than it saves.
   auto body = [&](int64_t b, int64_t e) {
     int64_t base = 0;

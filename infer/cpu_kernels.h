@@ -7,9 +7,10 @@
 // keeps GEMV results within fp32 rounding of the fp16 weights (fp16 FMA, AVX512-FP16 or ARMv8.2 FP16,
 // would accumulate in fp16 and lose ~3 digits over a 4864-long dot product for no bandwidth gain).
 //
-// Block-quantized weights (Q8_0, Q4_0, Q4_K, Q6_K, framework/quant/blocks.h) stay in their blocks: a GEMV
-// quantizes x once into int8 blocks of 32 (per-thread buffer, reused: no allocation per token) and each row
-// is an int8 dot product per block (framework/quant/qdot.h: AVX-512 VNNI, AVX2, NEON dotprod or scalar).
+// Block-quantized weights (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K, framework/quant/blocks.h) stay in their blocks: a GEMV
+// quantizes x once into the int8 form(s) its matrices read, as llama.cpp does (Q8_0 blocks of 32 or Q8_K
+// blocks of 256; per-thread buffer, reused: no allocation per token), and dots each row with them by exact
+// int8 dot products per block (framework/quant/qdot.h: AVX-512 VNNI, AVX2, NEON dotprod or scalar).
 // A GEMM over them (framework/quant/qgemm.h) quantizes every token's input once, unpacks the weights per
 // (row panel, k block) into int8 panels and runs a register-tiled int8 micro-kernel (tokens x rows).
 #pragma once

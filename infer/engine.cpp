@@ -82,6 +82,7 @@ WType block_wtype(DType d) {
   switch (d) {
     case DType::kQ8_0: return WType::kQ8_0;
     case DType::kQ4_0: return WType::kQ4_0;
+    case DType::kQ5_0: return WType::kQ5_0;
     case DType::kQ4_K: return WType::kQ4_K;
     default: return WType::kQ6_K;
   }

@@ -36,6 +36,31 @@ void quantize_q4_0(const float* x, BlockQ4_0* b) {
   for (int j = 0; j < 16; ++j) b->qs[j] = static_cast<uint8_t>(q(x[j]) | q(x[j + 16]) << 4);
 }
 
+void quantize_q5_0(const float* x, BlockQ5_0* b) {
+  float amax = 0.0f, max = 0.0f;  // the value of largest magnitude, with its sign
+  for (int j = 0; j < 32; ++j)
+    if (std::fabs(x[j]) > amax) amax = std::fabs(x[j]), max = x[j];
+  const float d = max / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+  b->d = f2h(d);
+  auto q = [&](float v) { return static_cast<uint32_t>(std::min(31, static_cast<int>(v * id + 16.5f))); };
+  uint32_t qh = 0;
+  for (int j = 0; j < 16; ++j) {
+    const uint32_t q0 = q(x[j]), q1 = q(x[j + 16]);
+    b->qs[j] = static_cast<uint8_t>((q0 & 15) | (q1 & 15) << 4);
+    qh |= (q0 >> 4) << j | (q1 >> 4) << (j + 16);
+  }
+  for (int k = 0; k < 4; ++k) b->qh[k] = static_cast<uint8_t>(qh >> (8 * k));
+}
+
+void dequantize_q5_0(const BlockQ5_0* b, float* y) {
+  const float d = h2f(b->d);
+  const uint32_t qh = uint32_t{b->qh[0]} | uint32_t{b->qh[1]} << 8 | uint32_t{b->qh[2]} << 16 | uint32_t{b->qh[3]} << 24;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * static_cast<float>(static_cast<int>((b->qs[j] & 15) | ((qh >> j) & 1) << 4) - 16);
+    y[j + 16] = d * static_cast<float>(static_cast<int>((b->qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - 16);
+  }
+}
+
 // ---- Q4_K ----
 
 // Affine fit of n values: x ~ scale * L + min with L in [0, nmax], min <= 0, minimizing sum w (x - fit)^2
@@ -259,6 +284,7 @@ void dequantize(BlockType t, const uint8_t* src, float* dst, int64_t n) {
         }
         break;
       }
+      case BlockType::kQ5_0: dequantize_q5_0(reinterpret_cast<const BlockQ5_0*>(p), y); break;
       case BlockType::kQ4_K: dequantize_q4_k(reinterpret_cast<const BlockQ4_K*>(p), y); break;
       case BlockType::kQ6_K: dequantize_q6_k(reinterpret_cast<const BlockQ6_K*>(p), y); break;
     }
@@ -274,6 +300,7 @@ void quantize(BlockType t, const float* src, uint8_t* dst, int64_t n) {
     switch (t) {
       case BlockType::kQ8_0: quantize_q8_0(x, reinterpret_cast<BlockQ8_0*>(p)); break;
       case BlockType::kQ4_0: quantize_q4_0(x, reinterpret_cast<BlockQ4_0*>(p)); break;
+      case BlockType::kQ5_0: quantize_q5_0(x, reinterpret_cast<BlockQ5_0*>(p)); break;
       case BlockType::kQ4_K: quantize_q4_k(x, reinterpret_cast<BlockQ4_K*>(p)); break;
       case BlockType::kQ6_K: quantize_q6_k(x, reinterpret_cast<BlockQ6_K*>(p)); break;
     }

@@ -5,6 +5,8 @@
 //   Q8_0  32 values,  34 bytes: fp16 d, int8 q[32];                 x = d * q
 //   Q4_0  32 values,  18 bytes: fp16 d, u8 qs[16];                  x = d * (nibble - 8); value j < 16 is the
 //                                                                   low nibble of qs[j], value 16 + j its high nibble
+//   Q5_0  32 values,  22 bytes: fp16 d, u8 qh[4], u8 qs[16];        x = d * ((nibble | h << 4) - 16): nibbles as Q4_0,
+//                                                                   h = bit v of the little-endian word qh
 //   Q4_K  256 values, 144 bytes: fp16 d, fp16 dmin, u8 scales[12], u8 qs[128]. Eight sub-blocks of 32, each with a
 //         6-bit scale sc and 6-bit min m: x = d * sc * nibble - dmin * m. scales[12] packs the 8 (sc, m) pairs:
 //         j < 4: sc = scales[j] & 63, m = scales[j + 4] & 63; j >= 4: sc = (scales[j + 4] & 15) | (scales[j - 4] >> 6) << 4,
@@ -16,8 +18,9 @@
 //         ql[l + 32], the high nibble of ql[l], ql[l + 32], and bits 0-1, 2-3, 4-5, 6-7 of qh[l] as their top 2 bits.
 //
 // Quantizers (reference quality, no importance matrix):
-//   Q8_0, Q4_0: per block, the scale maps the largest-magnitude value to the end of the integer range
-//     (Q8_0 d = amax / 127; Q4_0 d = max / -8 so that value becomes -8), round to nearest.
+//   Q8_0, Q4_0, Q5_0: per block, the scale maps the largest-magnitude value to the end of the integer range
+//     (Q8_0 d = amax / 127, round half away from zero; Q4_0 d = max / -8, Q5_0 d = max / -16 so that value becomes
+//     -8 / -16, then truncate x / d + 8.5 / 16.5, capped at 15 / 31).
 //   Q4_K: per sub-block of 32 an affine fit x ~ scale * q + min (q in 0..15, min <= 0) by a search over 21
 //     candidate scales around (max - min) / 15 (min: the best fit so far): each candidate rounds the values, then solves the weighted
 //     least-squares (scale, min) for those integers; the candidate with the smallest weighted squared error
@@ -29,13 +32,13 @@
 //     explained energy (sum w x q)^2 / sum w q^2 wins. The 16 scales are quantized to int8 against the
 //     super-block's largest-magnitude scale (d = that scale / -128), and the values re-rounded.
 //   These are the algorithms of llama.cpp's reference quantizers (without an imatrix); a one-off comparison
-//   with ggml-quants.c's quantize_row_*_ref on 10^6 values gave identical blocks for all four types.
+//   with ggml-quants.c's quantize_row_*_ref on 10^6 values gave identical blocks for all five types.
 #pragma once
 #include <cstdint>
 
 namespace anelab::quant {
 
-enum class BlockType : uint8_t { kQ8_0 = 0, kQ4_0 = 1, kQ4_K = 2, kQ6_K = 3 };
+enum class BlockType : uint8_t { kQ8_0 = 0, kQ4_0 = 1, kQ4_K = 2, kQ6_K = 3, kQ5_0 = 4 };
 
 struct BlockQ8_0 {
   uint16_t d;     // fp16
@@ -44,6 +47,11 @@ struct BlockQ8_0 {
 struct BlockQ4_0 {
   uint16_t d;     // fp16
   uint8_t qs[16];
+};
+struct BlockQ5_0 {
+  uint16_t d;      // fp16
+  uint8_t qh[4];   // bit v: the 5th bit of value v
+  uint8_t qs[16];  // low 4 bits, as Q4_0
 };
 struct BlockQ4_K {
   uint16_t d, dmin;     // fp16 super-block scales of the 6-bit scales and mins
@@ -56,7 +64,7 @@ struct BlockQ6_K {
   int8_t scales[16];
   uint16_t d;           // fp16
 };
-static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_K) == 144 &&
+static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 && sizeof(BlockQ4_K) == 144 &&
               sizeof(BlockQ6_K) == 210);
 
 struct BlockInfo {
@@ -68,6 +76,7 @@ constexpr BlockInfo block_info(BlockType t) {
   switch (t) {
     case BlockType::kQ8_0: return {32, 34, "q8_0"};
     case BlockType::kQ4_0: return {32, 18, "q4_0"};
+    case BlockType::kQ5_0: return {32, 22, "q5_0"};
     case BlockType::kQ4_K: return {256, 144, "q4_k"};
     case BlockType::kQ6_K: return {256, 210, "q6_k"};
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "framework/core/error.h"
 #include "framework/simd/simd.h"
@@ -9,101 +10,247 @@
 namespace anelab::quant {
 namespace {
 
-float dot_q8_0(const BlockQ8_0* w, const Q8Acts& a) {
-  float s = 0.0f;
-  for (int64_t b = 0; b < a.n / 32; ++b)
-    s += simd::h2f(w[b].d) * a.d[b] * static_cast<float>(simd::dot_s8_32(w[b].qs, a.q.data() + 32 * b));
-  return s;
-}
+namespace S = simd;
+// Weight rows per pass over the activations. The kernels take R rows at once (the activation loads shared), but
+// end to end one row at a time decodes fastest (stories110m q8_0 / q4_k_m GGUFs, 2 threads: R = 1 ~230 tok/s,
+// R = 2 ~130 / 220, R = 4 ~130 / 185): a model streams from memory, where one sequential stream per thread beats
+// R interleaved ones, and a row of the cache-resident kernel benchmark gains little from R (docs/quantization.md).
+constexpr int kRows = 1;
 
-float dot_q4_0(const BlockQ4_0* w, const Q8Acts& a) {
-  float s = 0.0f;
-  for (int64_t b = 0; b < a.n / 32; ++b) {
-    const int32_t isum = simd::dot_u4x16_32(w[b].qs, a.q.data() + 32 * b) - 8 * a.sum[b];
-    s += simd::h2f(w[b].d) * a.d[b] * static_cast<float>(isum);
-  }
-  return s;
-}
+// ---- activation quantizers ----
 
-float dot_q4_k(const BlockQ4_K* w, const Q8Acts& a) {
-  float s = 0.0f;
-  for (int64_t sb = 0; sb < a.n / 256; ++sb) {
-    const BlockQ4_K& b = w[sb];
-    const float d = simd::h2f(b.d), dmin = simd::h2f(b.dmin);
-    float acc = 0.0f, off = 0.0f;
-    for (int c = 0; c < 4; ++c) {
-      const uint8_t* q = b.qs + 32 * c;
-      const int64_t j0 = sb * 8 + 2 * c;  // activation blocks of sub-blocks 2c and 2c + 1
-      int sc0, m0, sc1, m1;
-      q4k_scale_min(2 * c, b.scales, sc0, m0);
-      q4k_scale_min(2 * c + 1, b.scales, sc1, m1);
-      acc += a.d[j0] * static_cast<float>(sc0 * simd::dot_u4lo_32(q, a.q.data() + 32 * j0)) +
-             a.d[j0 + 1] * static_cast<float>(sc1 * simd::dot_u4hi_32(q, a.q.data() + 32 * (j0 + 1)));
-      off += a.d[j0] * static_cast<float>(m0 * a.sum[j0]) + a.d[j0 + 1] * static_cast<float>(m1 * a.sum[j0 + 1]);
-    }
-    s += d * acc - dmin * off;
-  }
-  return s;
-}
-
-float dot_q6_k(const BlockQ6_K* w, const Q8Acts& a) {
-  float s = 0.0f;
-  alignas(32) int8_t q[256];
-  for (int64_t sb = 0; sb < a.n / 256; ++sb) {
-    const BlockQ6_K& b = w[sb];
-    for (int h = 0; h < 2; ++h) {
-      const uint8_t *ql = b.ql + 64 * h, *qh = b.qh + 32 * h;
-      int8_t* o = q + 128 * h;
-      for (int i = 0; i < 32; ++i) {
-        o[i] = static_cast<int8_t>(((ql[i] & 15) | ((qh[i] >> 0) & 3) << 4) - 32);
-        o[i + 32] = static_cast<int8_t>(((ql[i + 32] & 15) | ((qh[i] >> 2) & 3) << 4) - 32);
-        o[i + 64] = static_cast<int8_t>(((ql[i] >> 4) | ((qh[i] >> 4) & 3) << 4) - 32);
-        o[i + 96] = static_cast<int8_t>(((ql[i + 32] >> 4) | ((qh[i] >> 6) & 3) << 4) - 32);
-      }
-    }
-    float acc = 0.0f;
-    const int8_t* aq = a.q.data() + 256 * sb;
-    for (int j = 0; j < 8; ++j) {  // activation block j holds sub-blocks 2j and 2j + 1
-      const int32_t i0 = b.scales[2 * j] * simd::dot_s8_16(q + 32 * j, aq + 32 * j);
-      const int32_t i1 = b.scales[2 * j + 1] * simd::dot_s8_16(q + 32 * j + 16, aq + 32 * j + 16);
-      acc += a.d[sb * 8 + j] * static_cast<float>(i0 + i1);
-    }
-    s += simd::h2f(b.d) * acc;
-  }
-  return s;
-}
-
-}  // namespace
-
-void quantize_acts(const float* x, int64_t n, Q8Acts& a) {
-  ANELAB_CHECK(n % 32 == 0, "quant", "activations of ", n, " values are not whole blocks of 32");
-  a.n = n;
-  if (static_cast<int64_t>(a.q.size()) < n) a.q.resize(static_cast<size_t>(n));
-  if (static_cast<int64_t>(a.d.size()) < n / 32) a.d.resize(static_cast<size_t>(n / 32)), a.sum.resize(static_cast<size_t>(n / 32));
+void quantize_q8_0_form(const float* x, int64_t n, Q8Acts& a) {
   for (int64_t b = 0; b < n / 32; ++b) {
     const float* xb = x + 32 * b;
     float amax = 0.0f;
     for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
-    const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
-    int32_t sum = 0;
-    for (int i = 0; i < 32; ++i) {
-      const auto q = static_cast<int8_t>(std::nearbyint(xb[i] * id));
-      a.q[static_cast<size_t>(32 * b + i)] = q;
-      sum += q;
-    }
-    a.d[static_cast<size_t>(b)] = d;
-    a.sum[static_cast<size_t>(b)] = sum;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    for (int i = 0; i < 32; ++i) a.q[static_cast<size_t>(32 * b + i)] = static_cast<int8_t>(std::nearbyint(xb[i] * id));
+    a.d[static_cast<size_t>(b)] = S::h2f(S::f2h(amax / 127.0f));
   }
 }
 
-float dot_row(BlockType t, const uint8_t* row, const Q8Acts& a) {
-  switch (t) {
-    case BlockType::kQ8_0: return dot_q8_0(reinterpret_cast<const BlockQ8_0*>(row), a);
-    case BlockType::kQ4_0: return dot_q4_0(reinterpret_cast<const BlockQ4_0*>(row), a);
-    case BlockType::kQ4_K: return dot_q4_k(reinterpret_cast<const BlockQ4_K*>(row), a);
-    case BlockType::kQ6_K: return dot_q6_k(reinterpret_cast<const BlockQ6_K*>(row), a);
+void quantize_q8_k_form(const float* x, int64_t n, Q8Acts& a) {
+  for (int64_t b = 0; b < n / 256; ++b) {
+    const float* xb = x + 256 * b;
+    int8_t* q = a.qk.data() + 256 * b;
+    float amax = 0.0f, max = 0.0f;  // the first value of largest magnitude, with its sign
+    for (int i = 0; i < 256; ++i)
+      if (std::fabs(xb[i]) > amax) amax = std::fabs(xb[i]), max = xb[i];
+    const float iscale = amax != 0.0f ? -127.0f / max : 0.0f;
+    for (int i = 0; i < 256; ++i) q[i] = static_cast<int8_t>(std::min(127.0f, std::nearbyint(iscale * xb[i])));
+    for (int s = 0; s < 16; ++s) {
+      int sum = 0;
+      for (int i = 0; i < 16; ++i) sum += q[16 * s + i];
+      a.bsums[static_cast<size_t>(16 * b + s)] = static_cast<int16_t>(sum);
+    }
+    for (int s = 0; s < 8; ++s)
+      a.bsums32[static_cast<size_t>(8 * b + s)] = static_cast<int16_t>(
+          a.bsums[static_cast<size_t>(16 * b + 2 * s)] + a.bsums[static_cast<size_t>(16 * b + 2 * s + 1)]);
+    a.dk[static_cast<size_t>(b)] = amax != 0.0f ? 1.0f / iscale : 0.0f;
   }
-  return 0.0f;
+}
+
+template <typename T>
+void grow(std::vector<T>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+}
+
+// ---- kernels: R rows of row_bytes each from w, against a; y[r] = the dot product of row r ----
+
+template <typename B>
+const B& block(const uint8_t* w, int64_t row_bytes, int r, int64_t b) {
+  return reinterpret_cast<const B*>(w + r * row_bytes)[b];
+}
+
+// Weight rows stream from memory (a mapped file) in R interleaved streams, which the hardware prefetcher follows
+// poorly: each block read also prefetches the same block R rows further on, the next pass's data (a hint only;
+// past the last row it reads nothing).
+template <typename B>
+void prefetch_next(const uint8_t* w, int64_t row_bytes, int rows, int r, int64_t b) {
+  const uint8_t* p = w + (rows + r) * row_bytes + b * static_cast<int64_t>(sizeof(B));
+  for (size_t line = 0; line < sizeof(B); line += 64) S::prefetch(p + line);
+}
+
+inline uint32_t le32(const uint8_t* p) {
+  return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
+}
+
+// Signed 32-value weight blocks (Q8_0, Q4_0, Q5_0): one exact int8 dot product and one fp32 FMA per block.
+template <typename B, int R, typename Values>
+void rows_32(const uint8_t* w, int64_t row_bytes, const Q8Acts& a, float* y, Values values) {
+  S::QAcc acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = S::qacc_zero();
+  for (int64_t b = 0; b < a.n / 32; ++b) {
+    const S::I8 x = S::load_i8(a.q.data() + 32 * b);
+    const float da = a.d[static_cast<size_t>(b)];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const B& blk = block<B>(w, row_bytes, r, b);
+      if (b % 2 == 0) prefetch_next<B>(w, row_bytes, R, r, b);
+      acc[r] = S::qacc_fmadd(acc[r], S::dot_ss(S::zero_i32(), values(blk), x), S::h2f(blk.d) * da);
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r] = S::qacc_sum(acc[r]);
+}
+
+template <int R>
+void rows_q8_0(const uint8_t* w, int64_t row_bytes, const Q8Acts& a, float* y) {
+  rows_32<BlockQ8_0, R>(w, row_bytes, a, y, [](const BlockQ8_0& b) { return S::load_i8(b.qs); });
+}
+template <int R>
+void rows_q4_0(const uint8_t* w, int64_t row_bytes, const Q8Acts& a, float* y) {
+  rows_32<BlockQ4_0, R>(w, row_bytes, a, y, [](const BlockQ4_0& b) { return S::sub8(S::nib16(b.qs), 8); });
+}
+template <int R>
+void rows_q5_0(const uint8_t* w, int64_t row_bytes, const Q8Acts& a, float* y) {
+  rows_32<BlockQ5_0, R>(w, row_bytes, a, y, [](const BlockQ5_0& b) {  // (n | h << 4) - 16 = h ? n : n | 0xF0
+    return S::or8(S::nib16(b.qs), S::andnot8(S::bit_bytes(le32(b.qh)), 0xF0));
+  });
+}
+
+// Q4_K's packed scales[12] -> bytes 0-7 the 6-bit scales, bytes 8-15 the 6-bit mins (layout in blocks.h).
+inline void q4k_unpack(const uint8_t* s, uint8_t out[16]) {
+  uint32_t u[4];
+  std::memcpy(u, s, 12);
+  constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
+  u[3] = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
+  const uint32_t mins_lo = u[1] & k6;
+  u[1] = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
+  u[2] = mins_lo;
+  u[0] &= k6;
+  std::memcpy(out, u, 16);
+}
+
+template <int R>
+void rows_q4_k(const uint8_t* w, int64_t row_bytes, const Q8Acts& a, float* y) {
+  S::QAcc acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = S::qacc_zero();
+  for (int64_t sb = 0; sb < a.n / 256; ++sb) {
+    const int8_t* aq = a.qk.data() + 256 * sb;
+    const int16_t* bs = a.bsums32.data() + 8 * sb;
+    const float da = a.dk[static_cast<size_t>(sb)];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const BlockQ4_K& b = block<BlockQ4_K>(w, row_bytes, r, sb);
+      prefetch_next<BlockQ4_K>(w, row_bytes, R, r, sb);
+      alignas(16) uint8_t sm[16];
+      q4k_unpack(b.scales, sm);
+      const S::Scales sc = S::load_scales(sm);
+      S::I32 s = S::zero_i32();
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {  // 64 values: low nibbles sub-block 2c, high nibbles 2c + 1
+        const S::I8 v = S::load_i8(b.qs + 32 * c);
+        s = S::dot_us_scaled(s, S::and8(v, 15), S::load_i8(aq + 64 * c), S::scale_pair(sc, 2 * c, 2 * c));
+        s = S::dot_us_scaled(s, S::shr8<4>(v), S::load_i8(aq + 64 * c + 32), S::scale_pair(sc, 2 * c + 1, 2 * c + 1));
+      }
+      acc[r] = S::qacc_fmadd(acc[r], s, da * S::h2f(b.d));
+      acc[r] = S::qacc_fmadd(acc[r], S::madd_u8_i16x8(sm + 8, bs), -da * S::h2f(b.dmin));
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r] = S::qacc_sum(acc[r]);
+}
+
+template <int R>
+void rows_q6_k(const uint8_t* w, int64_t row_bytes, const Q8Acts& a, float* y) {
+  S::QAcc acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = S::qacc_zero();
+  for (int64_t sb = 0; sb < a.n / 256; ++sb) {
+    const int8_t* aq = a.qk.data() + 256 * sb;
+    const int16_t* bs = a.bsums.data() + 16 * sb;
+    const float da = a.dk[static_cast<size_t>(sb)];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const BlockQ6_K& b = block<BlockQ6_K>(w, row_bytes, r, sb);
+      prefetch_next<BlockQ6_K>(w, row_bytes, R, r, sb);
+      S::I32 s = S::zero_i32();
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const S::Scales sc = S::load_scales(
+            b.scales + 8 * h);  // 128 values: q = low 4 bits from ql, top 2 bits from qh (layout in blocks.h)
+        const int8_t* ah = aq + 128 * h;
+        const S::I8 l0 = S::load_i8(b.ql + 64 * h), l1 = S::load_i8(b.ql + 64 * h + 32), hb = S::load_i8(b.qh + 32 * h);
+        const S::I8 q0 = S::or8(S::and8(l0, 15), S::and8(S::shl8<4>(hb), 0x30));
+        const S::I8 q1 = S::or8(S::and8(l1, 15), S::and8(S::shl8<2>(hb), 0x30));
+        const S::I8 q2 = S::or8(S::shr8<4>(l0), S::and8(hb, 0x30));
+        const S::I8 q3 = S::or8(S::shr8<4>(l1), S::and8(S::shr8<2>(hb), 0x30));
+        s = S::dot_us_scaled(s, q0, S::load_i8(ah), S::scale_pair(sc, 0, 1));
+        s = S::dot_us_scaled(s, q1, S::load_i8(ah + 32), S::scale_pair(sc, 2, 3));
+        s = S::dot_us_scaled(s, q2, S::load_i8(ah + 64), S::scale_pair(sc, 4, 5));
+        s = S::dot_us_scaled(s, q3, S::load_i8(ah + 96), S::scale_pair(sc, 6, 7));
+      }
+      s = S::sub_i32(s, S::shl_i32<5>(S::madd_s8_i16x16(b.scales, bs)));  // - 32 sum_s sc_s bsum_s
+      acc[r] = S::qacc_fmadd(acc[r], s, da * S::h2f(b.d));
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r] = S::qacc_sum(acc[r]);
+}
+
+using RowsFn = void (*)(const uint8_t*, int64_t, const Q8Acts&, float*);
+struct Kernels {
+  RowsFn one, many;  // 1 row, kRows rows
+};
+Kernels kernels(BlockType t) {
+  switch (t) {
+    case BlockType::kQ8_0:
+      return {&rows_q8_0<1>, &rows_q8_0<kRows>};
+    case BlockType::kQ4_0:
+      return {&rows_q4_0<1>, &rows_q4_0<kRows>};
+    case BlockType::kQ5_0:
+      return {&rows_q5_0<1>, &rows_q5_0<kRows>};
+    case BlockType::kQ4_K:
+      return {&rows_q4_k<1>, &rows_q4_k<kRows>};
+    case BlockType::kQ6_K:
+      return {&rows_q6_k<1>, &rows_q6_k<kRows>};
+  }
+  return {nullptr, nullptr};
+}
+
+void check_form(BlockType t, const Q8Acts& a) {
+  ANELAB_CHECK((a.forms & acts_form(t)) != 0, "quant", block_info(t).name, " rows need the ",
+               acts_form(t) == kActsQ8_K ? "Q8_K" : "Q8_0", " activations of ", a.n, " values, not quantized");
+}
+
+}  // namespace
+
+void quantize_acts(const float* x, int64_t n, unsigned forms, Q8Acts& a) {
+  ANELAB_CHECK(n % 32 == 0, "quant", "activations of ", n, " values are not whole blocks of 32");
+  ANELAB_CHECK((forms & kActsQ8_K) == 0 || n % 256 == 0, "quant", "Q8_K activations of ", n,
+               " values are not whole blocks of 256");
+  a.n = n;
+  a.forms = forms;
+  if (forms & kActsQ8_0) {
+    grow(a.q, n), grow(a.d, n / 32);
+    quantize_q8_0_form(x, n, a);
+  }
+  if (forms & kActsQ8_K) {
+    grow(a.qk, n), grow(a.dk, n / 256), grow(a.bsums, n / 16), grow(a.bsums32, n / 32);
+    quantize_q8_k_form(x, n, a);
+  }
+}
+
+void quantize_acts(const float* x, int64_t n, Q8Acts& a) {
+  quantize_acts(x, n, n % 256 == 0 ? kActsAll : kActsQ8_0, a);
+}
+
+double acts_rounding_bound(const Q8Acts& a, BlockType t, int64_t i) {
+  if (acts_form(t) == kActsQ8_K) return std::fabs(double(a.dk[static_cast<size_t>(i / 256)])) / 2;
+  return double(a.d[static_cast<size_t>(i / 32)]) * (1.0 + 0x1p-10) * (0.5 + 127.0 * 0x1p-11);
+}
+
+float dot_row(BlockType t, const uint8_t* row, const Q8Acts& a) {
+  check_form(t, a);
+  float y = 0.0f;
+  kernels(t).one(row, 0, a, &y);
+  return y;
+}
+
+void dot_rows(BlockType t, const uint8_t* rows, int64_t row_bytes, int64_t n_rows, const Q8Acts& a, float* y) {
+  check_form(t, a);
+  const Kernels k = kernels(t);
+  int64_t r = 0;
+  for (; r + kRows <= n_rows; r += kRows) k.many(rows + r * row_bytes, row_bytes, a, y + r);
+  for (; r < n_rows; ++r) k.one(rows + r * row_bytes, row_bytes, a, y + r);
 }
 
 }  // namespace anelab::quant

@@ -1,15 +1,30 @@
 // Dot products of block-quantized weight rows with int8-quantized activations, the inner loop of the
-// quantized decode GEMV. The activation vector is quantized once per GEMV into Q8 blocks of 32 (fp32 scale
-// d = amax / 127, q = round(x / d), plus the block's sum of q for the weight formats with an offset), then
-// every weight block is combined with its activation block(s) by exact int8 dot products (simd::dot_*):
+// quantized GEMV (and of the CPU prefill over block matrices). The activation vector is quantized once per
+// GEMV, in the form llama.cpp's CPU backend uses for each weight type, so both programs round the same way:
 //
-//   Q8_0  d_w d_a sum(q_w q_a)
-//   Q4_0  d_w d_a (sum(n q_a) - 8 sum(q_a))                                  n = nibble
-//   Q4_K  per sub-block j of 32: d sc_j d_a sum(n q_a) - dmin m_j d_a sum(q_a)
-//   Q6_K  per sub-block s of 16: d sc_s d_a sum((q - 32) q_a)                (d_a of the 32-block holding s)
+//   Q8_0 form (for Q8_0, Q4_0, Q5_0 weights): blocks of 32, d = amax / 127 stored as fp16 and used as the
+//     fp16 value, q = round_half_even(x * 127 / amax)                (ggml's x86 quantize_row_q8_0)
+//   Q8_K form (for Q4_K, Q6_K weights): blocks of 256, fp32 d = max / -127 where max is the first value of
+//     largest magnitude (with its sign), q = min(127, round_half_even(x * -127 / max)), plus bsums, the sum of
+//     q over each 16 (and 32) values                                           (ggml's quantize_row_q8_K_ref)
+//
+// then every weight block is combined with its activation block by exact int32 sums (simd I8/I32 vectors:
+// AVX-512 VNNI, AVX2, NEON SDOT or SMULL, scalar), one fp32 multiply-add per block:
+//
+//   Q8_0  d_w d_a sum(q_w q_a)                                   per block of 32
+//   Q4_0  d_w d_a sum((n - 8) q_a)                               n = nibble
+//   Q5_0  d_w d_a sum(((n | h << 4) - 16) q_a)
+//   Q4_K  d_a d sum_j sc_j sum(n q_a) - d_a dmin sum_j m_j (bsum_2j + bsum_2j+1)   per super-block of 256
+//   Q6_K  d_a d (sum_s sc_s sum(q q_a) - 32 sum_s sc_s bsum_s)   q in 0..63, sub-blocks s of 16
 //
 // The result differs from the dot product with the dequantized weights only by the activation rounding:
-// |error| <= sum_i |w_i| d_a(i) / 2 (plus fp32 accumulation rounding).
+// |error| <= sum_i |w_i| d_a(i) / 2 (d_a(i): the scale of the activation block holding i; plus fp32 rounding).
+// Each row's arithmetic does not depend on how many rows are taken together, so dot_rows and dot_row agree
+// bit for bit.
+//
+// Interface: quantize_acts(x, n, a) fills every form the length allows (the Q8_K form when n % 256 == 0);
+// quantize_acts(x, n, forms, a) only the forms asked for (acts_form(type) names the one a type reads);
+// dot_row / dot_rows read the form of their type. Q8Acts buffers only grow: no allocation per token.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -18,16 +33,32 @@
 
 namespace anelab::quant {
 
+enum ActsForm : unsigned { kActsQ8_0 = 1u, kActsQ8_K = 2u, kActsAll = 3u };
+constexpr ActsForm acts_form(BlockType t) {
+  return t == BlockType::kQ4_K || t == BlockType::kQ6_K ? kActsQ8_K : kActsQ8_0;
+}
+
 struct Q8Acts {
-  int64_t n = 0;             // values (a multiple of 32)
-  std::vector<int8_t> q;     // [n]
-  std::vector<float> d;      // [n / 32] block scales
-  std::vector<int32_t> sum;  // [n / 32] sum of the block's q
+  int64_t n = 0;                 // values (a multiple of 32)
+  unsigned forms = 0;            // ActsForm bits filled for this x
+  std::vector<int8_t> q;         // [n] Q8_0 form
+  std::vector<float> d;          // [n / 32] its fp16 scales, as floats
+  std::vector<int8_t> qk;        // [n] Q8_K form
+  std::vector<float> dk;         // [n / 256] its fp32 scales
+  std::vector<int16_t> bsums;    // [n / 16] sums of qk per 16 values
+  std::vector<int16_t> bsums32;  // [n / 32] sums of qk per 32 values
 };
 
-// Quantizes x [n] (n a multiple of 32) into a; a's buffers only grow (no allocation once they are large enough).
+// Quantizes x [n] (n a multiple of 32) into a: every form n allows, or the forms asked for.
 void quantize_acts(const float* x, int64_t n, Q8Acts& a);
+void quantize_acts(const float* x, int64_t n, unsigned forms, Q8Acts& a);
+// The largest |x_i - x̂_i| of the form type t reads, x̂_i the value its int8 stands for: d_k / 2 for Q8_K; for
+// Q8_0 the scale is fp16(s), s = amax / 127, and q rounds x / s, so s (1/2 + 127 2^-11) (fp16 rounding of s,
+// normal range) with s <= d (1 + 2^-10).
+double acts_rounding_bound(const Q8Acts& a, BlockType t, int64_t i);
 // sum_i w_i x_i for one weight row of a.n values stored as type t.
 float dot_row(BlockType t, const uint8_t* row, const Q8Acts& a);
+// y[r] = dot_row(t, rows + r * row_bytes, a) for r < n_rows (the next row's blocks prefetched as it goes).
+void dot_rows(BlockType t, const uint8_t* rows, int64_t row_bytes, int64_t n_rows, const Q8Acts& a, float* y);
 
 }  // namespace anelab::quant

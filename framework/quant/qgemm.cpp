@@ -27,8 +27,8 @@ struct Panel {
 
 // Every token's activations, quantized once per call.
 struct Acts {
-  std::vector<Q8Acts> tok;      // [n_tok] int8 blocks of 32, scales, sums per 32
-  std::vector<int32_t> sum16;   // [n_tok][cols / 16] sums per 16 (Q6_K's groups)
+  std::vector<Q8Acts> tok;      // [n_tok] the Q8_0 form: int8 blocks of 32, fp16 scales (as floats)
+  std::vector<int32_t> sums;    // [n_tok][cols / group] sums of q per group (32, or 16 for Q6_K)
 };
 
 // How a type's integers go through the micro-kernel: isum of a group starts at offset * sum(q_a).
@@ -44,6 +44,7 @@ Recipe recipe(BlockType t) {
   switch (t) {
     case BlockType::kQ8_0: return kQ8Offset ? Recipe{32, -128, false, false} : Recipe{32, 0, true, false};
     case BlockType::kQ4_0: return {32, -8, false, false};
+    case BlockType::kQ5_0: return {32, -16, false, false};
     case BlockType::kQ4_K: return {32, 0, false, true};
     case BlockType::kQ6_K: return {16, -32, false, false};
   }
@@ -79,6 +80,25 @@ void unpack_q4_0(const uint8_t* row, int r, int64_t kc, Panel& p) {
       const uint32_t u = ld4(b[i].qs + j);
       st4(w, r, 32 * i + j, u & kLo4);
       st4(w, r, 32 * i + 16 + j, (u >> 4) & kLo4);
+    }
+    p.scale[static_cast<size_t>(i * kNR + r)] = S::h2f(b[i].d);
+  }
+}
+
+void unpack_q5_0(const uint8_t* row, int r, int64_t kc, Panel& p) {
+  const auto* b = reinterpret_cast<const BlockQ5_0*>(row);
+  int8_t* const w = p.w.data();
+  for (int64_t i = 0; i < kc / 32; ++i) {
+    const uint8_t* qh = b[i].qh;  // bit v (of the 4 bytes, little-endian order): the 5th bit of value v
+    auto high = [qh](int v) {     // bytes 0x10 where values v..v+3 have their 5th bit
+      uint8_t h[4];
+      for (int m = 0; m < 4; ++m) h[m] = static_cast<uint8_t>(((qh[(v + m) / 8] >> ((v + m) % 8)) & 1) << 4);
+      return ld4(h);
+    };
+    for (int j = 0; j < 16; j += 4) {  // value j: low nibble of qs[j]; value 16 + j: its high nibble
+      const uint32_t u = ld4(b[i].qs + j);
+      st4(w, r, 32 * i + j, (u & kLo4) | high(j));
+      st4(w, r, 32 * i + 16 + j, ((u >> 4) & kLo4) | high(16 + j));
     }
     p.scale[static_cast<size_t>(i * kNR + r)] = S::h2f(b[i].d);
   }
@@ -129,6 +149,7 @@ UnpackFn unpacker(BlockType t) {
   switch (t) {
     case BlockType::kQ8_0: return unpack_q8_0;
     case BlockType::kQ4_0: return unpack_q4_0;
+    case BlockType::kQ5_0: return unpack_q5_0;
     case BlockType::kQ4_K: return unpack_q4_k;
     case BlockType::kQ6_K: return unpack_q6_k;
   }
@@ -156,10 +177,10 @@ void micro_kernel(const Tile& t) {
     for (int v = 0; v < kNV; ++v) c[i][v] = S::zero();
   const int8_t* w = t.p->w.data();
   for (int64_t g = 0; g < t.kc / G; ++g) {
-    S::I32 s[MR][kNV];
+    S::GI32 s[MR][kNV];
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
-      const S::I32 o = S::set1_i32(t.offset * t.sum[i][g]);
+      const S::GI32 o = S::set1_i32(t.offset * t.sum[i][g]);
       for (int v = 0; v < kNV; ++v) s[i][v] = o;
     }
 #pragma GCC unroll 8
@@ -216,18 +237,17 @@ const KernelTable& kernels(const Recipe& r) {
 }
 
 // ---- driver ----
-void quantize_tokens(ThreadPool& pool, const float* x, int64_t n_tok, int64_t cols, bool sum16, Acts& a) {
+void quantize_tokens(ThreadPool& pool, const float* x, int64_t n_tok, int64_t cols, int group, Acts& a) {
   if (static_cast<int64_t>(a.tok.size()) < n_tok) a.tok.resize(static_cast<size_t>(n_tok));
-  if (sum16 && static_cast<int64_t>(a.sum16.size()) < n_tok * cols / 16) a.sum16.resize(static_cast<size_t>(n_tok * cols / 16));
+  if (static_cast<int64_t>(a.sums.size()) < n_tok * cols / group) a.sums.resize(static_cast<size_t>(n_tok * cols / group));
   auto body = [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       Q8Acts& q = a.tok[static_cast<size_t>(t)];
-      quantize_acts(x + t * cols, cols, q);
-      if (!sum16) continue;
-      int32_t* s = a.sum16.data() + t * cols / 16;
-      for (int64_t g = 0; g < cols / 16; ++g) {
+      quantize_acts(x + t * cols, cols, kActsQ8_0, q);
+      int32_t* s = a.sums.data() + t * cols / group;
+      for (int64_t g = 0; g < cols / group; ++g) {
         s[g] = 0;
-        for (int j = 0; j < 16; ++j) s[g] += q.q[static_cast<size_t>(16 * g + j)];
+        for (int j = 0; j < group; ++j) s[g] += q.q[static_cast<size_t>(group * g + j)];
       }
     }
   };
@@ -266,7 +286,7 @@ void gemm(ThreadPool& pool, BlockType bt, const uint8_t* w, int64_t rows, int64_
   const int64_t row_bytes = cols / bi.values * bi.bytes;
   thread_local Acts caller_acts;  // the caller's, grown once; workers read it through this reference
   Acts& acts = caller_acts;
-  quantize_tokens(pool, x, n_tok, cols, rc.group == 16, acts);
+  quantize_tokens(pool, x, n_tok, cols, rc.group, acts);
 
   auto body = [&](int64_t p0, int64_t p1) {
     thread_local Panel panel;  // per thread, grown once
@@ -285,7 +305,7 @@ void gemm(ThreadPool& pool, BlockType bt, const uint8_t* w, int64_t rows, int64_
             const Q8Acts& a = acts.tok[static_cast<size_t>(t0 + i)];
             tile.q[i] = a.q.data() + k0;
             tile.d[i] = a.d.data() + k0 / 32;
-            tile.sum[i] = rc.group == 16 ? acts.sum16.data() + (t0 + i) * cols / 16 + k0 / 16 : a.sum.data() + k0 / 32;
+            tile.sum[i] = acts.sums.data() + (t0 + i) * cols / rc.group + k0 / rc.group;
           }
           tile.y = y + t0 * rows + r0;
           kern[static_cast<size_t>(mr - 1)](tile);

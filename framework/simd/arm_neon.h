@@ -85,10 +85,49 @@ inline uint16_t f2h(float x) {
 inline void prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
 inline void cpu_relax() { __asm__ __volatile__("isb" ::: "memory"); }
 
+// ---- int8 part: the integer vectors of the quantized dot products (interface: x86_int8.h) ----
+// One I8 is two q registers (32 bytes); I32 holds 4 int32 lanes. SDOT with the dotprod extension (ARMv8.2+,
+// -march=...+dotprod or -mcpu=native), else widening multiplies (SMULL) and pairwise adds. Unsigned bytes
+// are read as int8 (every u operand is at most 127).
+struct I8 {
+  uint8x16_t lo, hi;
+};
+using I32 = int32x4_t;
+struct Scales {
+  int8_t v[8];
+};
+struct Sc {
+  int32_t lo, hi;
+};
+using QAcc = float32x4_t;
 
-// ---- int8 dot products (quantized GEMV): exact int32 sums ----
-// a: any int8; b: int8 in [-127, 127]; nibbles are read as int8 in [0, 15]. SDOT with the dotprod extension
-// (ARMv8.2+, -march=...+dotprod or -mcpu=native), else widening multiplies (SMULL) and pairwise adds.
+inline I8 load_i8(const void* p) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  return {vld1q_u8(b), vld1q_u8(b + 16)};
+}
+inline I8 nib16(const uint8_t* p) {
+  const uint8x16_t v = vld1q_u8(p);
+  return {vandq_u8(v, vdupq_n_u8(15)), vshrq_n_u8(v, 4)};
+}
+inline I8 and8(I8 v, uint8_t m) { return {vandq_u8(v.lo, vdupq_n_u8(m)), vandq_u8(v.hi, vdupq_n_u8(m))}; }
+inline I8 andnot8(I8 v, uint8_t m) { return {vbicq_u8(vdupq_n_u8(m), v.lo), vbicq_u8(vdupq_n_u8(m), v.hi)}; }
+inline I8 or8(I8 a, I8 b) { return {vorrq_u8(a.lo, b.lo), vorrq_u8(a.hi, b.hi)}; }
+template <int K>
+inline I8 shr8(I8 v) { return {vshrq_n_u8(v.lo, K), vshrq_n_u8(v.hi, K)}; }
+template <int K>
+inline I8 shl8(I8 v) { return {vshlq_n_u8(v.lo, K), vshlq_n_u8(v.hi, K)}; }
+inline I8 sub8(I8 v, int8_t k) {
+  const uint8x16_t kk = vdupq_n_u8(static_cast<uint8_t>(k));
+  return {vsubq_u8(v.lo, kk), vsubq_u8(v.hi, kk)};
+}
+inline I8 bit_bytes(uint32_t bits) {
+  static const uint8_t kBit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+  const uint8x16_t bit = vld1q_u8(kBit);
+  const uint8x16_t b01 = vcombine_u8(vdup_n_u8(static_cast<uint8_t>(bits)), vdup_n_u8(static_cast<uint8_t>(bits >> 8)));
+  const uint8x16_t b23 = vcombine_u8(vdup_n_u8(static_cast<uint8_t>(bits >> 16)), vdup_n_u8(static_cast<uint8_t>(bits >> 24)));
+  return {vtstq_u8(b01, bit), vtstq_u8(b23, bit)};
+}
+
 inline int32x4_t dot_acc_s8x16(int32x4_t acc, int8x16_t a, int8x16_t b) {
 #if defined(__ARM_FEATURE_DOTPROD)
   return vdotq_s32(acc, a, b);
@@ -97,41 +136,54 @@ inline int32x4_t dot_acc_s8x16(int32x4_t acc, int8x16_t a, int8x16_t b) {
   return vpadalq_s16(acc, vmull_high_s8(a, b));
 #endif
 }
-inline int32_t dot_s8_32(const int8_t* a, const int8_t* b) {
-  int32x4_t acc = dot_acc_s8x16(vdupq_n_s32(0), vld1q_s8(a), vld1q_s8(b));
-  return vaddvq_s32(dot_acc_s8x16(acc, vld1q_s8(a + 16), vld1q_s8(b + 16)));
+inline I32 zero_i32() { return vdupq_n_s32(0); }
+inline I32 dot_us(I32 acc, I8 u, I8 s) {
+  acc = dot_acc_s8x16(acc, vreinterpretq_s8_u8(u.lo), vreinterpretq_s8_u8(s.lo));
+  return dot_acc_s8x16(acc, vreinterpretq_s8_u8(u.hi), vreinterpretq_s8_u8(s.hi));
 }
-inline int32_t dot_s8_16(const int8_t* a, const int8_t* b) {
-  return vaddvq_s32(dot_acc_s8x16(vdupq_n_s32(0), vld1q_s8(a), vld1q_s8(b)));
+inline I32 dot_ss(I32 acc, I8 a, I8 b) { return dot_us(acc, a, b); }
+inline Scales load_scales(const void* p) {
+  Scales s;
+  std::memcpy(s.v, p, sizeof s.v);
+  return s;
 }
-// 4-bit quants: low / high nibbles of 32 bytes, or the 16-byte Q4_0 layout (low nibbles then high nibbles).
-inline int32_t dot_u4lo_32(const uint8_t* q, const int8_t* b) {
-  const uint8x16_t m = vdupq_n_u8(15);
-  const int8x16_t u0 = vreinterpretq_s8_u8(vandq_u8(vld1q_u8(q), m)), u1 = vreinterpretq_s8_u8(vandq_u8(vld1q_u8(q + 16), m));
-  return vaddvq_s32(dot_acc_s8x16(dot_acc_s8x16(vdupq_n_s32(0), u0, vld1q_s8(b)), u1, vld1q_s8(b + 16)));
+inline Sc scale_pair(const Scales& sc, int i, int j) { return {sc.v[i], sc.v[j]}; }
+inline I32 dot_us_scaled(I32 acc, I8 u, I8 s, Sc sp) {
+  const int32x4_t d0 = dot_acc_s8x16(vdupq_n_s32(0), vreinterpretq_s8_u8(u.lo), vreinterpretq_s8_u8(s.lo));
+  const int32x4_t d1 = dot_acc_s8x16(vdupq_n_s32(0), vreinterpretq_s8_u8(u.hi), vreinterpretq_s8_u8(s.hi));
+  return vmlaq_n_s32(vmlaq_n_s32(acc, d0, sp.lo), d1, sp.hi);
 }
-inline int32_t dot_u4hi_32(const uint8_t* q, const int8_t* b) {
-  const int8x16_t u0 = vreinterpretq_s8_u8(vshrq_n_u8(vld1q_u8(q), 4)), u1 = vreinterpretq_s8_u8(vshrq_n_u8(vld1q_u8(q + 16), 4));
-  return vaddvq_s32(dot_acc_s8x16(dot_acc_s8x16(vdupq_n_s32(0), u0, vld1q_s8(b)), u1, vld1q_s8(b + 16)));
+inline int32_t reduce_i32(I32 v) { return vaddvq_s32(v); }
+inline I32 madd_u8_i16x8(const uint8_t* a, const int16_t* b) {
+  const int16x8_t x = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(a))), y = vld1q_s16(b);
+  return vmlal_high_s16(vmull_s16(vget_low_s16(x), vget_low_s16(y)), x, y);
 }
-inline int32_t dot_u4x16_32(const uint8_t* q, const int8_t* b) {
-  const uint8x16_t v = vld1q_u8(q);
-  const int8x16_t lo = vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(15))), hi = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
-  return vaddvq_s32(dot_acc_s8x16(dot_acc_s8x16(vdupq_n_s32(0), lo, vld1q_s8(b)), hi, vld1q_s8(b + 16)));
+inline I32 madd_s8_i16x16(const int8_t* a, const int16_t* b) {
+  const int8x16_t v = vld1q_s8(a);
+  const int16x8_t x0 = vmovl_s8(vget_low_s8(v)), x1 = vmovl_high_s8(v), y0 = vld1q_s16(b), y1 = vld1q_s16(b + 8);
+  int32x4_t s = vmlal_high_s16(vmull_s16(vget_low_s16(x0), vget_low_s16(y0)), x0, y0);
+  s = vmlal_s16(s, vget_low_s16(x1), vget_low_s16(y1));
+  return vmlal_high_s16(s, x1, y1);
 }
+inline I32 sub_i32(I32 a, I32 b) { return vsubq_s32(a, b); }
+template <int K>
+inline I32 shl_i32(I32 a) { return vshlq_n_s32(a, K); }
+inline QAcc qacc_zero() { return vdupq_n_f32(0.0f); }
+inline QAcc qacc_fmadd(QAcc acc, I32 v, float f) { return vfmaq_n_f32(acc, vcvtq_f32_s32(v), f); }
+inline float qacc_sum(QAcc v) { return vaddvq_f32(v); }
 
 // ---- int8 GEMM micro-kernel (quantized prefill): int32 lane l accumulates row l ----
 // W8: 4 rows x 4 consecutive k (16 bytes, row l's 4 bytes at 4l); a4: 4 int8 activations (in [-127, 127])
 // packed in an int32 and broadcast to every lane. SDOT, or SMULL + pairwise adds (|w a| <= 128 x 127, so
 // a pair fits in int16). Weights are read as int8: unsigned ones must stay <= 127.
 constexpr int kQGemmMR = 6, kQGemmNV = 2;  // 6 tokens x 8 rows: 12 int32 + 12 fp32 accumulators of 32 q registers
-using I32 = int32x4_t;
+using GI32 = int32x4_t;
 using W8 = int8x16_t;
 constexpr int kDotU8Max = 127;
 inline W8 load_w8(const void* p) { return vld1q_s8(static_cast<const int8_t*>(p)); }
-inline I32 set1_i32(int32_t x) { return vdupq_n_s32(x); }
-inline F32 to_f32(I32 v) { return vcvtq_f32_s32(v); }
-inline I32 dot4_s8(I32 acc, W8 w, int32_t a4) {
+inline GI32 set1_i32(int32_t x) { return vdupq_n_s32(x); }
+inline F32 to_f32(GI32 v) { return vcvtq_f32_s32(v); }
+inline GI32 dot4_s8(GI32 acc, W8 w, int32_t a4) {
   const int8x16_t a = vreinterpretq_s8_s32(vdupq_n_s32(a4));
 #if defined(__ARM_FEATURE_DOTPROD)
   return vdotq_s32(acc, w, a);
@@ -139,6 +191,6 @@ inline I32 dot4_s8(I32 acc, W8 w, int32_t a4) {
   return vpadalq_s16(acc, vpaddq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(a)), vmull_high_s8(w, a)));
 #endif
 }
-inline I32 dot4_u8(I32 acc, W8 w, int32_t a4) { return dot4_s8(acc, w, a4); }
+inline GI32 dot4_u8(GI32 acc, W8 w, int32_t a4) { return dot4_s8(acc, w, a4); }
 
 }  // namespace anelab::simd

@@ -93,38 +93,85 @@ inline void prefetch(const void* p) {
 }
 inline void cpu_relax() {}
 
+// ---- int8 part: the integer vectors of the quantized dot products (interface: x86_int8.h) ----
+// Plain loops; I32 is one int32 sum, QAcc one float.
+struct I8 {
+  uint8_t v[32];
+};
+using I32 = int32_t;
+struct Scales {
+  int8_t v[8];
+};
+struct Sc {
+  int32_t lo, hi;
+};
+using QAcc = float;
 
-// ---- int8 dot products (quantized GEMV): exact int32 sums ----
-inline int32_t dot_s8_32(const int8_t* a, const int8_t* b) {
-  int32_t s = 0;
-  for (int i = 0; i < 32; ++i) s += int32_t{a[i]} * int32_t{b[i]};
+#define ANELAB_SIMD_BYTES(expr) \
+  I8 r;                         \
+  for (int i = 0; i < 32; ++i) r.v[i] = static_cast<uint8_t>(expr); \
+  return r
+
+inline I8 load_i8(const void* p) {
+  I8 r;
+  std::memcpy(r.v, p, sizeof r.v);
+  return r;
+}
+inline I8 nib16(const uint8_t* p) { ANELAB_SIMD_BYTES(i < 16 ? p[i] & 15 : p[i - 16] >> 4); }
+inline I8 and8(I8 v, uint8_t m) { ANELAB_SIMD_BYTES(v.v[i] & m); }
+inline I8 andnot8(I8 v, uint8_t m) { ANELAB_SIMD_BYTES(~v.v[i] & m); }
+inline I8 or8(I8 a, I8 b) { ANELAB_SIMD_BYTES(a.v[i] | b.v[i]); }
+template <int K>
+inline I8 shr8(I8 v) { ANELAB_SIMD_BYTES(v.v[i] >> K); }
+template <int K>
+inline I8 shl8(I8 v) { ANELAB_SIMD_BYTES(v.v[i] << K); }
+inline I8 sub8(I8 v, int8_t k) { ANELAB_SIMD_BYTES(v.v[i] - k); }
+inline I8 bit_bytes(uint32_t bits) { ANELAB_SIMD_BYTES((bits >> i) & 1u ? 0xFF : 0); }
+#undef ANELAB_SIMD_BYTES
+
+inline I32 zero_i32() { return 0; }
+inline I32 dot_us(I32 acc, I8 u, I8 s) {
+  for (int i = 0; i < 32; ++i) acc += int32_t{u.v[i]} * int32_t{static_cast<int8_t>(s.v[i])};
+  return acc;
+}
+inline I32 dot_ss(I32 acc, I8 a, I8 b) {
+  for (int i = 0; i < 32; ++i) acc += int32_t{static_cast<int8_t>(a.v[i])} * int32_t{static_cast<int8_t>(b.v[i])};
+  return acc;
+}
+inline Scales load_scales(const void* p) {
+  Scales s;
+  std::memcpy(s.v, p, sizeof s.v);
   return s;
 }
-inline int32_t dot_s8_16(const int8_t* a, const int8_t* b) {
+inline Sc scale_pair(const Scales& sc, int i, int j) { return {sc.v[i], sc.v[j]}; }
+inline I32 dot_us_scaled(I32 acc, I8 u, I8 s, Sc sp) {
+  int32_t lo = 0, hi = 0;
+  for (int i = 0; i < 16; ++i) lo += int32_t{u.v[i]} * int32_t{static_cast<int8_t>(s.v[i])};
+  for (int i = 16; i < 32; ++i) hi += int32_t{u.v[i]} * int32_t{static_cast<int8_t>(s.v[i])};
+  return acc + lo * sp.lo + hi * sp.hi;
+}
+inline int32_t reduce_i32(I32 v) { return v; }
+inline I32 madd_u8_i16x8(const uint8_t* a, const int16_t* b) {
+  int32_t s = 0;
+  for (int i = 0; i < 8; ++i) s += int32_t{a[i]} * int32_t{b[i]};
+  return s;
+}
+inline I32 madd_s8_i16x16(const int8_t* a, const int16_t* b) {
   int32_t s = 0;
   for (int i = 0; i < 16; ++i) s += int32_t{a[i]} * int32_t{b[i]};
   return s;
 }
-inline int32_t dot_u4lo_32(const uint8_t* q, const int8_t* b) {
-  int32_t s = 0;
-  for (int i = 0; i < 32; ++i) s += int32_t{q[i] & 15} * int32_t{b[i]};
-  return s;
-}
-inline int32_t dot_u4hi_32(const uint8_t* q, const int8_t* b) {
-  int32_t s = 0;
-  for (int i = 0; i < 32; ++i) s += int32_t{q[i] >> 4} * int32_t{b[i]};
-  return s;
-}
-inline int32_t dot_u4x16_32(const uint8_t* q, const int8_t* b) {
-  int32_t s = 0;
-  for (int i = 0; i < 16; ++i) s += int32_t{q[i] & 15} * int32_t{b[i]} + int32_t{q[i] >> 4} * int32_t{b[i + 16]};
-  return s;
-}
+inline I32 sub_i32(I32 a, I32 b) { return a - b; }
+template <int K>
+inline I32 shl_i32(I32 a) { return a * (1 << K); }
+inline QAcc qacc_zero() { return 0.0f; }
+inline QAcc qacc_fmadd(QAcc acc, I32 v, float f) { return std::fma(static_cast<float>(v), f, acc); }
+inline float qacc_sum(QAcc v) { return v; }
 
 // ---- int8 GEMM micro-kernel (quantized prefill): int32 lane l accumulates row l ----
 // W8: 4 rows x 4 consecutive k (row l's 4 bytes at 4l); a4: 4 int8 activations packed in an int32.
 constexpr int kQGemmMR = 4, kQGemmNV = 1;  // 4 tokens x 4 rows
-struct I32 {
+struct GI32 {
   int32_t v[4];
 };
 struct W8 {
@@ -136,20 +183,20 @@ inline W8 load_w8(const void* p) {
   std::memcpy(w.b, p, sizeof w.b);
   return w;
 }
-inline I32 set1_i32(int32_t x) { return I32{{x, x, x, x}}; }
-inline F32 to_f32(I32 v) {
+inline GI32 set1_i32(int32_t x) { return GI32{{x, x, x, x}}; }
+inline F32 to_f32(GI32 v) {
   F32 r;
   for (int i = 0; i < 4; ++i) r.v[i] = static_cast<float>(v.v[i]);
   return r;
 }
-inline I32 dot4_u8(I32 acc, W8 w, int32_t a4) {
+inline GI32 dot4_u8(GI32 acc, W8 w, int32_t a4) {
   int8_t a[4];
   std::memcpy(a, &a4, sizeof a);
   for (int l = 0; l < 4; ++l)
     for (int j = 0; j < 4; ++j) acc.v[l] += int32_t{w.b[4 * l + j]} * int32_t{a[j]};
   return acc;
 }
-inline I32 dot4_s8(I32 acc, W8 w, int32_t a4) {
+inline GI32 dot4_s8(GI32 acc, W8 w, int32_t a4) {
   int8_t a[4];
   std::memcpy(a, &a4, sizeof a);
   for (int l = 0; l < 4; ++l)

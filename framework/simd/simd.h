@@ -23,11 +23,10 @@
 //   reduce_add(v), reduce_max(v)          horizontal; the summation order is the architecture's own
 //   h2f(bits), f2h(x)                     scalar fp16 conversions (ties to even, overflow to +-inf)
 //   prefetch(p), cpu_relax()              read prefetch hint; spin-wait hint (pause / isb)
-//   dot_s8_32(a, b), dot_s8_16(a, b)      exact int32 sum of a[i] * b[i] over 32 / 16 int8 (b in [-127, 127])
-//   dot_u4lo_32(q, b), dot_u4hi_32(q, b)  the same with the low / high nibbles of 32 bytes q as the first operand
-//   dot_u4x16_32(q, b)                    nibbles of 16 bytes: low ones times b[0..16), high ones times b[16..32)
-//                                         (AVX-512 VNNI vpdpbusd, AVX2 vpmaddubsw + vpmaddwd, NEON SDOT or SMULL)
-//   int8 GEMM micro-kernel (framework/quant/qgemm.cpp): I32 = kWidth int32 lanes, W8 = kWidth rows x 4
+//   I8, I32, Scales, Sc, QAcc and their operations   the int8 vectors of the quantized dot products
+//                                         (interface at the top of x86_int8.h: AVX-512 VNNI vpdpbusd/vpdpwssd,
+//                                         AVX2 vpmaddubsw + vpmaddwd, NEON SDOT or SMULL, scalar loops)
+//   int8 GEMM micro-kernel (framework/quant/qgemm.cpp): GI32 = kWidth int32 lanes, W8 = kWidth rows x 4
 //   consecutive k of int8 weights (row l's 4 bytes at 4l), a4 = 4 int8 activations in [-127, 127] packed
 //   in an int32 (memory order) and broadcast:
 //   kQGemmMR, kQGemmNV                    micro-tile: kQGemmMR tokens x kQGemmNV vectors of rows

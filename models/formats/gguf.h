@@ -47,7 +47,7 @@ enum class GgufType : uint32_t {
   kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7, kString = 8,
   kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
 };
-constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ4_0 = 2, kGgmlQ8_0 = 8, kGgmlQ4_K = 12, kGgmlQ6_K = 14,
+constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ4_0 = 2, kGgmlQ5_0 = 6, kGgmlQ8_0 = 8, kGgmlQ4_K = 12, kGgmlQ6_K = 14,
                    kGgmlBF16 = 30;
 std::optional<DType> dtype_of_ggml(uint32_t ggml_type);  // nullopt for types anelab does not read
 uint32_t ggml_type_of(DType t);

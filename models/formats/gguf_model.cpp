@@ -334,6 +334,7 @@ uint32_t file_type(const Model& m) {
     case DType::kQ8_0: return 7;
     case DType::kBF16: return 32;
     case DType::kQ4_0: return 2;
+    case DType::kQ5_0: return 8;
     case DType::kQ4_K: return 15;
     case DType::kQ6_K: return bytes.count(DType::kQ4_K) ? 15 : 18;
     default: return 0;

@@ -18,6 +18,7 @@ const char* dtype_name(DType t) {
     case DType::kBF16: return "bf16";
     case DType::kQ8_0: return "q8_0";
     case DType::kQ4_0: return "q4_0";
+    case DType::kQ5_0: return "q5_0";
     case DType::kQ4_K: return "q4_k";
     case DType::kQ6_K: return "q6_k";
   }
@@ -25,13 +26,14 @@ const char* dtype_name(DType t) {
 }
 
 bool is_block_quantized(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K || t == DType::kQ6_K;
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ5_0 || t == DType::kQ4_K || t == DType::kQ6_K;
 }
 
 namespace {
 quant::BlockType block_type(DType t) {
   switch (t) {
     case DType::kQ4_0: return quant::BlockType::kQ4_0;
+    case DType::kQ5_0: return quant::BlockType::kQ5_0;
     case DType::kQ4_K: return quant::BlockType::kQ4_K;
     case DType::kQ6_K: return quant::BlockType::kQ6_K;
     default: return quant::BlockType::kQ8_0;
@@ -47,9 +49,10 @@ DType parse_dtype(std::string_view s) {
   if (s == "bf16" || s == "bfloat16" || s == "BF16") return DType::kBF16;
   if (s == "q8_0" || s == "Q8_0") return DType::kQ8_0;
   if (s == "q4_0" || s == "Q4_0") return DType::kQ4_0;
+  if (s == "q5_0" || s == "Q5_0") return DType::kQ5_0;
   if (s == "q4_k" || s == "Q4_K") return DType::kQ4_K;
   if (s == "q6_k" || s == "Q6_K") return DType::kQ6_K;
-  fail("model", "unknown dtype '", s, "': use one of fp32, fp16, bf16, q8_0, q4_0, q4_k, q6_k");
+  fail("model", "unknown dtype '", s, "': use one of fp32, fp16, bf16, q8_0, q4_0, q5_0, q4_k, q6_k");
 }
 
 int64_t dtype_nbytes(DType t, int64_t n) {
@@ -60,6 +63,7 @@ int64_t dtype_nbytes(DType t, int64_t n) {
     case DType::kBF16: return n * 2;
     case DType::kQ8_0:
     case DType::kQ4_0:
+    case DType::kQ5_0:
     case DType::kQ4_K:
     case DType::kQ6_K: {
       const quant::BlockInfo b = quant::block_info(block_type(t));
@@ -263,6 +267,7 @@ void Tensor::to_f32(int64_t begin, int64_t count, float* out) const {
     case DType::kBF16: bf16_to_f32(reinterpret_cast<const uint16_t*>(data) + begin, out, count); return;
     case DType::kQ8_0:
     case DType::kQ4_0:
+    case DType::kQ5_0:
     case DType::kQ4_K:
     case DType::kQ6_K: {
       const int64_t blk = dtype_block(dtype);
@@ -395,6 +400,7 @@ void f32_to_dtype(const float* src, DType t, uint8_t* dst, int64_t n) {
     case DType::kBF16: f32_to_bf16(src, reinterpret_cast<uint16_t*>(dst), n); return;
     case DType::kQ8_0:
     case DType::kQ4_0:
+    case DType::kQ5_0:
     case DType::kQ4_K:
     case DType::kQ6_K: quant::quantize(block_type(t), src, dst, n); return;
   }

@@ -47,10 +47,11 @@ enum class DType : uint8_t {
   kQ4_0 = 4,  // 32 values in 18 bytes: fp16 d + 16 bytes of nibbles; x = d*(q-8)
   kQ4_K = 5,  // 256 values in 144 bytes: fp16 d, dmin, 8 6-bit (scale, min) pairs, 128 bytes of nibbles
   kQ6_K = 6,  // 256 values in 210 bytes: 6-bit q in 16 groups of 16 with int8 scales, fp16 d
+  kQ5_0 = 7,  // 32 values in 22 bytes: fp16 d + 32 high bits + 16 bytes of nibbles; x = d*(q-16)
 };
-const char* dtype_name(DType t);                 // "fp32", "fp16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k"
+const char* dtype_name(DType t);                 // "fp32", "fp16", "bf16", "q8_0", "q4_0", "q5_0", "q4_k", "q6_k"
 DType parse_dtype(std::string_view s);           // accepts the names above (+ f32/f16/float32...), throws otherwise
-bool is_block_quantized(DType t);                // q8_0, q4_0, q4_k, q6_k
+bool is_block_quantized(DType t);                // q8_0, q4_0, q5_0, q4_k, q6_k
 int64_t dtype_block(DType t);                    // values per block: 32 / 256 for block types, 1 otherwise
 // Bytes needed for n elements (block types: n must be a multiple of dtype_block); returns -1 when n is invalid.
 int64_t dtype_nbytes(DType t, int64_t n);

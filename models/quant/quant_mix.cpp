@@ -18,10 +18,11 @@ std::pair<std::string, int64_t> leaf_of(const std::string& name) {
   return {name.substr(dot + 1), std::stoll(name.substr(7, dot - 7))};
 }
 
-// llama.cpp's fallback for a row that is not whole blocks of t.
+// llama.cpp's fallback for a row that is not whole blocks of t (Q4_K -> Q5_0, Q6_K -> Q8_0, then F16).
 DType fit_row(DType t, int64_t row) {
   if (row % dtype_block(t) == 0) return t;
-  if (t == DType::kQ4_K || t == DType::kQ6_K) t = DType::kQ8_0;
+  if (t == DType::kQ4_K) t = DType::kQ5_0;
+  if (t == DType::kQ6_K) t = DType::kQ8_0;
   return row % dtype_block(t) == 0 ? t : DType::kF16;
 }
 

@@ -79,7 +79,7 @@ void check_gemm(ThreadPool& pool, BlockType t, int64_t n_tok, int64_t rows, int6
         // scale * q - min (terms |w| + 2 |min|). Then one rounding per fold of a group (cols / 16 at most,
         // twice that with Q4_K's mins) and per k block: (cols / 8 + 8) u of the magnitude bounds both.
         mag += (std::fabs(w.deq[i]) + 2.0 * w.off[i]) * std::fabs(xq);
-        act_bound += std::fabs(w.deq[i]) * da / 2;
+        act_bound += std::fabs(w.deq[i]) * acts_rounding_bound(a, BlockType::kQ8_0, k);  // the Q8_0 form it reads
       }
       const double fp32 = (static_cast<double>(cols) / 8 + 8) * kU * mag;
       const double yv = y[static_cast<size_t>(tk * rows + r)];
@@ -91,7 +91,7 @@ void check_gemm(ThreadPool& pool, BlockType t, int64_t n_tok, int64_t rows, int6
 
 TEST(QuantGemm, MatchesFp64ReferenceOnEveryType) {
   ThreadPool pool(3);
-  for (BlockType t : {BlockType::kQ8_0, BlockType::kQ4_0, BlockType::kQ4_K, BlockType::kQ6_K}) {
+  for (BlockType t : {BlockType::kQ8_0, BlockType::kQ4_0, BlockType::kQ5_0, BlockType::kQ4_K, BlockType::kQ6_K}) {
     const int64_t bv = block_info(t).values;
     check_gemm(pool, t, kMR + 1, kNR + 3, bv);             // one block of k; partial tiles of tokens and rows
     check_gemm(pool, t, 1, 1, 3 * bv);                     // one token, one row

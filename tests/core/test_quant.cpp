@@ -22,6 +22,9 @@ uint16_t f2h(float x) { return simd::soft_f2h(x); }
 TEST(QuantBlocks, LayoutSizes) {
   EXPECT_EQ(block_info(BlockType::kQ8_0).bytes, 34);
   EXPECT_EQ(block_info(BlockType::kQ4_0).bytes, 18);
+  EXPECT_EQ(block_info(BlockType::kQ5_0).bytes, 22);
+  EXPECT_EQ(offsetof(BlockQ5_0, qh), 2u);
+  EXPECT_EQ(offsetof(BlockQ5_0, qs), 6u);
   EXPECT_EQ(block_info(BlockType::kQ4_K).bytes, 144);
   EXPECT_EQ(block_info(BlockType::kQ6_K).bytes, 210);
   EXPECT_EQ(block_info(BlockType::kQ8_0).values, 32);
@@ -54,6 +57,36 @@ TEST(QuantBlocks, HandBuiltQ8_0AndQ4_0) {
     EXPECT_EQ(y[j], -0.25f * static_cast<float>(j - 8));           // low nibble: values 0..15
     EXPECT_EQ(y[j + 16], -0.25f * static_cast<float>(15 - j - 8));  // high nibble: values 16..31
   }
+}
+
+// Q5_0 by hand: value v takes the low nibble (v < 16) or high nibble (v >= 16) of qs[v % 16] and bit v of the
+// little-endian qh as its 5th bit. The quantizer (llama.cpp's: d = max / -16, q = min(31, trunc(x / d + 16.5)))
+// on x = v - 16 has max -16, so d = 1 and q = v: the expected bytes follow from the layout alone.
+TEST(QuantBlocks, HandBuiltQ5_0) {
+  float x[32];
+  for (int v = 0; v < 32; ++v) x[v] = static_cast<float>(v - 16);
+  x[6] = -9.5f;    // x / d + 16.5 = 7.0: half rounds up, q = 7
+  x[7] = -9.51f;   // 6.99: q = 6
+  BlockQ5_0 b{};
+  quantize(BlockType::kQ5_0, x, reinterpret_cast<uint8_t*>(&b), 32);
+  EXPECT_EQ(b.d, 0x3C00);  // fp16 1.0
+  const uint8_t want_qh[4] = {0x00, 0x00, 0xFF, 0xFF};  // q >= 16 exactly for v >= 16
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(b.qh[k], want_qh[k]) << k;
+  for (int j = 0; j < 16; ++j) {
+    const int lo = j == 6 ? 7 : j == 7 ? 6 : j;  // q of value j
+    EXPECT_EQ(b.qs[j], static_cast<uint8_t>(lo | j << 4)) << j;  // value j + 16 has q = j + 16: nibble j
+  }
+  float y[32];
+  dequantize(BlockType::kQ5_0, reinterpret_cast<const uint8_t*>(&b), y, 32);
+  for (int v = 0; v < 32; ++v) EXPECT_EQ(y[v], static_cast<float>((v == 6 ? 7 : v == 7 ? 6 : v) - 16)) << v;
+  // A negative scale from a positive max: d = 16 / -16 = -1, so q = 16 - x.
+  for (int v = 0; v < 32; ++v) x[v] = static_cast<float>(16 - v) / 2.0f;
+  x[0] = 16.0f;
+  quantize(BlockType::kQ5_0, x, reinterpret_cast<uint8_t*>(&b), 32);
+  EXPECT_EQ(b.d, 0xBC00);  // fp16 -1.0
+  dequantize(BlockType::kQ5_0, reinterpret_cast<const uint8_t*>(&b), y, 32);
+  EXPECT_EQ(y[0], 16.0f);  // q = 0
+  EXPECT_EQ(y[1], 7.0f);   // x = 7.5: x / d + 16.5 = 9.0, q = 9, -1 * (9 - 16)
 }
 
 TEST(QuantBlocks, HandBuiltQ4_K) {
@@ -124,9 +157,9 @@ void expect_nearest(const std::vector<float>& x, const std::vector<float>& y, in
   ASSERT_LE(std::fabs(x[i] - y[i]), best + slack + 4e-7f * (span + std::fabs(x[i]))) << "value " << i << " x " << x[i] << " got " << y[i];
 }
 
-TEST(QuantBlocks, Q8_0AndQ4_0RoundToNearestLevel) {
+TEST(QuantBlocks, Q8_0Q4_0Q5_0RoundToNearestLevel) {
   const std::vector<float> x = test_values(2048, 1);
-  for (BlockType t : {BlockType::kQ8_0, BlockType::kQ4_0}) {
+  for (BlockType t : {BlockType::kQ8_0, BlockType::kQ4_0, BlockType::kQ5_0}) {
     const BlockInfo bi = block_info(t);
     std::vector<uint8_t> q(static_cast<size_t>(x.size() / 32 * bi.bytes));
     std::vector<float> y(x.size());
@@ -140,12 +173,13 @@ TEST(QuantBlocks, Q8_0AndQ4_0RoundToNearestLevel) {
       if (t == BlockType::kQ8_0) {
         for (int k = -127; k <= 127; ++k) levels.push_back(d * static_cast<float>(k));
       } else {
-        for (int k = 0; k < 16; ++k) levels.push_back(d * static_cast<float>(k - 8));
+        const int half = t == BlockType::kQ4_0 ? 8 : 16;
+        for (int k = 0; k < 2 * half; ++k) levels.push_back(d * static_cast<float>(k - half));
       }
       // These quantizers round x / d with the fp32 d (as ggml's do) and store d as fp16, which moves level k by
-      // up to |k d| 2^-11 <= amax 2^-11 (the block's amax sits at 127 / 8 units): the chosen level can be that much
-      // (twice, for the two neighbours) farther than the nearest stored one.
-      const float amax = std::fabs(d) * (t == BlockType::kQ8_0 ? 127.0f : 8.0f);
+      // up to |k d| 2^-11 <= amax 2^-11 (the block's amax sits at 127 / 8 / 16 units): the chosen level can be that
+      // much (twice, for the two neighbours) farther than the nearest stored one.
+      const float amax = std::fabs(d) * (t == BlockType::kQ8_0 ? 127.0f : t == BlockType::kQ4_0 ? 8.0f : 16.0f);
       for (size_t j = 0; j < 32; ++j) {
         const int64_t i = static_cast<int64_t>(b * 32 + j);
         if (std::fabs(x[i]) <= amax * (1.0f - 1.0f / 1024)) expect_nearest(x, y, i, levels, 2.0f * amax / 2048);
@@ -208,55 +242,129 @@ TEST(QuantBlocks, Q6_KRoundsToNearestLevelOfItsSubBlock) {
 }
 
 
-// The SIMD int8 dot products equal plain integer loops, at the extremes of their ranges too.
+// The SIMD int8 vectors (simd I8/I32) equal plain integer loops, at the extremes of their ranges too.
 TEST(QuantDot, SimdPrimitivesAreExact) {
   std::mt19937 rng(7);
-  std::uniform_int_distribution<int> s8(-128, 127), b8(-127, 127), u8(0, 255);
-  for (int rep = 0; rep < 200; ++rep) {
-    alignas(32) int8_t a[32], b[32];
-    alignas(32) uint8_t u[32];
+  std::uniform_int_distribution<int> s8(-128, 127), b8(-127, 127), u7(0, 127), u6(0, 63), u8(0, 255);
+  for (int rep = 0; rep < 300; ++rep) {
+    alignas(32) int8_t a[32], b[32], sc[8];
+    alignas(32) uint8_t u[32], v[32], p[16];
     for (int i = 0; i < 32; ++i) {
       a[i] = static_cast<int8_t>(rep == 0 ? -128 : s8(rng));
       b[i] = static_cast<int8_t>(rep == 0 ? (i % 2 ? 127 : -127) : b8(rng));
-      u[i] = static_cast<uint8_t>(rep == 0 ? 255 : u8(rng));
+      u[i] = static_cast<uint8_t>(rep == 0 ? 127 : u7(rng));
+      v[i] = static_cast<uint8_t>(rep == 0 ? 63 : u6(rng));
     }
-    int32_t s32 = 0, s16 = 0, lo = 0, hi = 0, x16 = 0;
+    for (int i = 0; i < 16; ++i) p[i] = static_cast<uint8_t>(u8(rng));
+    for (int i = 0; i < 8; ++i) sc[i] = static_cast<int8_t>(rep == 0 ? -128 : s8(rng));
+    const auto bits = static_cast<uint32_t>(rng());
+    const int si = rep % 8, sj = (rep * 3 + 1) % 8;
+    int32_t ss = 0, us = 0, scaled = 0;
     for (int i = 0; i < 32; ++i) {
-      s32 += a[i] * b[i], s16 += i < 16 ? a[i] * b[i] : 0;
-      lo += (u[i] & 15) * b[i], hi += (u[i] >> 4) * b[i];
-      x16 += i < 16 ? (u[i] & 15) * b[i] : (u[i - 16] >> 4) * b[i];
+      ss += a[i] * b[i], us += u[i] * a[i];
+      scaled += v[i] * a[i] * (i < 16 ? sc[si] : sc[sj]);
     }
-    ASSERT_EQ(simd::dot_s8_32(a, b), s32) << simd::kName << " rep " << rep;
-    ASSERT_EQ(simd::dot_s8_16(a, b), s16) << simd::kName << " rep " << rep;
-    ASSERT_EQ(simd::dot_u4lo_32(u, b), lo) << simd::kName << " rep " << rep;
-    ASSERT_EQ(simd::dot_u4hi_32(u, b), hi) << simd::kName << " rep " << rep;
-    ASSERT_EQ(simd::dot_u4x16_32(u, b), x16) << simd::kName << " rep " << rep;
+    const simd::I32 z = simd::zero_i32();
+    const simd::I8 va = simd::load_i8(a), vb = simd::load_i8(b), vu = simd::load_i8(u), vv = simd::load_i8(v);
+    ASSERT_EQ(simd::reduce_i32(simd::dot_ss(z, va, vb)), ss) << simd::kName << " rep " << rep;
+    ASSERT_EQ(simd::reduce_i32(simd::dot_us(z, vu, va)), us) << simd::kName << " rep " << rep;
+    ASSERT_EQ(simd::reduce_i32(simd::dot_us_scaled(z, vv, va, simd::scale_pair(simd::load_scales(sc), si, sj))), scaled)
+        << simd::kName << " rep " << rep;
+    // The scale-times-bsum helpers (int16 b up to 16 x 127 in magnitude).
+    alignas(32) int16_t bs[16];
+    for (int i = 0; i < 16; ++i) bs[i] = static_cast<int16_t>(rep == 0 ? -2032 : (s8(rng) * 16));
+    int32_t m8 = 0, m16 = 0;
+    for (int i = 0; i < 8; ++i) m8 += p[i] * bs[i];
+    for (int i = 0; i < 16; ++i) m16 += a[i] * bs[i];
+    ASSERT_EQ(simd::reduce_i32(simd::madd_u8_i16x8(p, bs)), m8) << rep;
+    const simd::I32 p16 = simd::madd_s8_i16x16(a, bs);
+    ASSERT_EQ(simd::reduce_i32(simd::sub_i32(p16, simd::shl_i32<5>(p16))), -31 * m16) << rep;
+    // Byte-wise helpers, read back through a dot product with unit vectors.
+    alignas(32) uint8_t got[32];
+    auto bytes_of = [&](simd::I8 x) {
+      for (int i = 0; i < 32; ++i) {
+        alignas(32) int8_t e[32] = {};
+        e[i] = 1;
+        got[i] = static_cast<uint8_t>(simd::reduce_i32(simd::dot_ss(z, x, simd::load_i8(e))));
+      }
+    };
+    bytes_of(simd::nib16(p));
+    for (int i = 0; i < 32; ++i) ASSERT_EQ(got[i], i < 16 ? p[i] & 15 : p[i - 16] >> 4) << i;
+    bytes_of(simd::bit_bytes(bits));
+    for (int i = 0; i < 32; ++i) ASSERT_EQ(got[i], (bits >> i) & 1 ? 0xFF : 0) << i;
+    bytes_of(simd::or8(simd::shr8<3>(vu), simd::and8(simd::shl8<5>(vv), 0xE0)));
+    for (int i = 0; i < 32; ++i) ASSERT_EQ(got[i], (u[i] >> 3) | ((v[i] << 5) & 0xE0)) << i;
+    bytes_of(simd::andnot8(simd::bit_bytes(bits), 0xF0));
+    for (int i = 0; i < 32; ++i) ASSERT_EQ(got[i], (bits >> i) & 1 ? 0 : 0xF0) << i;
+    bytes_of(simd::sub8(vv, 16));
+    for (int i = 0; i < 32; ++i) ASSERT_EQ(static_cast<int8_t>(got[i]), v[i] - 16) << i;
   }
 }
 
+// The activation quantizers on hand-made blocks: llama.cpp's Q8_0 form (fp16 scale amax / 127, q = x 127 / amax
+// rounded half to even) and Q8_K form (d = max / -127 for the first value of largest magnitude, bsums per 16).
+TEST(QuantDot, ActivationFormsFollowLlamaCpp) {
+  std::vector<float> x(256, 0.0f);
+  x[3] = 127.0f, x[4] = -127.0f;  // the first of two equal magnitudes sets the sign of the Q8_K scale
+  x[10] = 0.5f, x[11] = 1.5f, x[12] = 2.5f, x[13] = -2.5f, x[40] = 1.0f, x[41] = 0.25f;
+  Q8Acts a;
+  quantize_acts(x.data(), 256, a);
+  ASSERT_EQ(a.forms, unsigned{kActsAll});
+  // Q8_0 form, block 0: amax 127, so q = x rounded half to even, d = 1.
+  const int8_t want0[] = {127, -127, 0, 2, 2, -2};
+  const int at[] = {3, 4, 10, 11, 12, 13};
+  for (int k = 0; k < 6; ++k) EXPECT_EQ(a.q[static_cast<size_t>(at[k])], want0[k]) << at[k];
+  EXPECT_EQ(a.d[0], 1.0f);
+  // Block 1: amax 1, d = fp16(1 / 127) (not 1 / 127 itself), q = x * 127 rounded.
+  EXPECT_EQ(a.d[1], h2f(f2h(1.0f / 127.0f)));
+  EXPECT_NE(a.d[1], 1.0f / 127.0f);
+  EXPECT_EQ(a.q[40], 127);
+  EXPECT_EQ(a.q[41], 32);  // 31.75
+  // Q8_K form: max = 127 (x[3]), iscale = -127 / max = -1, so q = -x rounded half to even, d = -1.
+  EXPECT_EQ(a.dk[0], -1.0f);
+  const int8_t wantk[] = {-127, 127, 0, -2, -2, 2};
+  for (int k = 0; k < 6; ++k) EXPECT_EQ(a.qk[static_cast<size_t>(at[k])], wantk[k]) << at[k];
+  EXPECT_EQ(a.qk[40], -1);
+  EXPECT_EQ(a.qk[41], 0);
+  EXPECT_EQ(a.bsums[0], -127 + 127 + 0 - 2 - 2 + 2);  // values 0..15
+  EXPECT_EQ(a.bsums[1], 0);
+  EXPECT_EQ(a.bsums[2], -1);                 // values 32..47
+  // Only the asked form; a Q4_K row then refuses Q8_0-only activations.
+  Q8Acts b;
+  quantize_acts(x.data(), 256, kActsQ8_0, b);
+  std::vector<uint8_t> row(144);
+  EXPECT_ANY_THROW(dot_row(BlockType::kQ4_K, row.data(), b));
+  EXPECT_ANY_THROW(quantize_acts(x.data(), 96, kActsQ8_K, b));
+}
+
 // dot_row against the dequantized row in double: the difference is the activation rounding alone, at most
-// sum_i |w_i| d_a(i) / 2 with d_a the activation block's scale, plus fp32 accumulation (n 2^-24 sum |w x|).
+// sum_i |w_i| e_i with e_i = acts_rounding_bound (d_a / 2 for Q8_K, fp16 scale included for Q8_0), plus fp32
+// accumulation (n 2^-24 sum |w x|). dot_rows gives dot_row's bits.
 TEST(QuantDot, MatchesDequantizedRowWithinActivationRounding) {
-  const int64_t n = 2048;
-  const std::vector<float> x = test_values(n, 11), w_src = test_values(n * 4, 12);
+  const int64_t n = 2048, rows = 7;
+  const std::vector<float> x = test_values(n, 11), w_src = test_values(n * rows, 12);
   Q8Acts a;
   quantize_acts(x.data(), n, a);
-  for (BlockType t : {BlockType::kQ8_0, BlockType::kQ4_0, BlockType::kQ4_K, BlockType::kQ6_K}) {
+  for (BlockType t : {BlockType::kQ8_0, BlockType::kQ4_0, BlockType::kQ5_0, BlockType::kQ4_K, BlockType::kQ6_K}) {
     const BlockInfo bi = block_info(t);
-    for (int64_t r = 0; r < 4; ++r) {
-      std::vector<uint8_t> q(static_cast<size_t>(n / bi.values * bi.bytes));
-      quantize(t, w_src.data() + r * n, q.data(), n);
+    const int64_t row_bytes = n / bi.values * bi.bytes;
+    std::vector<uint8_t> q(static_cast<size_t>(rows * row_bytes));
+    quantize(t, w_src.data(), q.data(), n * rows);
+    std::vector<float> many(static_cast<size_t>(rows));
+    dot_rows(t, q.data(), row_bytes, rows, a, many.data());
+    for (int64_t r = 0; r < rows; ++r) {
       std::vector<float> w(static_cast<size_t>(n));
-      dequantize(t, q.data(), w.data(), n);
+      dequantize(t, q.data() + r * row_bytes, w.data(), n);
       double ref = 0, bound = 0, mag = 0;
       for (int64_t i = 0; i < n; ++i) {
         ref += double(w[i]) * double(x[i]);
-        bound += std::fabs(double(w[i])) * a.d[static_cast<size_t>(i / 32)] / 2;
+        bound += std::fabs(double(w[i])) * acts_rounding_bound(a, t, i);
         mag += std::fabs(double(w[i]) * double(x[i]));
       }
-      const double got = dot_row(t, q.data(), a);
+      const double got = dot_row(t, q.data() + r * row_bytes, a);
       EXPECT_LE(std::fabs(got - ref), bound + double(n) * 0x1p-24 * mag) << bi.name << " row " << r;
       EXPECT_GT(bound, 0.0);
+      EXPECT_EQ(many[static_cast<size_t>(r)], static_cast<float>(got)) << bi.name << " row " << r;
     }
   }
 }

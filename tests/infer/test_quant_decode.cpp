@@ -41,7 +41,8 @@ QMat make_qmat(WType t, int64_t rows, int64_t cols, uint32_t seed) {
 }
 
 // Per row, the quantized GEMV differs from the fp32 GEMV of the dequantized weights by the activation rounding,
-// at most sum_i |w_i| d_a(i) / 2, plus fp32 rounding of both sums (cols 2^-24 sum |w x| each).
+// at most sum_i |w_i| e_i (e_i: quant::acts_rounding_bound of the type's activation form), plus fp32 rounding of
+// both sums (cols 2^-24 sum |w x| each).
 TEST(QuantGemv, MatchesDequantizedGemvOnThePool) {
   ThreadPool pool(4);
   const int64_t cols = 1024;
@@ -52,27 +53,29 @@ TEST(QuantGemv, MatchesDequantizedGemvOnThePool) {
   for (float& v : bias) v = g(rng);
   quant::Q8Acts acts;
   quant::quantize_acts(x.data(), cols, acts);
-  for (WType t : {WType::kQ8_0, WType::kQ4_0, WType::kQ4_K, WType::kQ6_K}) {
+  for (WType t : {WType::kQ8_0, WType::kQ4_0, WType::kQ5_0, WType::kQ4_K, WType::kQ6_K}) {
     const QMat a = make_qmat(t, 300, cols, 1), b = make_qmat(t, 200, cols, 2);
     std::vector<float> ya(300), yb(200), ra(300), rb(200);
     gemv(pool, {GemvOut{&a.q, bias.data(), ya.data()}, GemvOut{&b.q, nullptr, yb.data()}}, x.data());
     gemv(pool, {GemvOut{&a.f, bias.data(), ra.data()}, GemvOut{&b.f, nullptr, rb.data()}}, x.data());
-    // x's own quantization acts_x (acts for x itself), y / ref: the results with m's blocks / dequantized rows.
-    auto check = [&](const QMat& m, const float* xv, const quant::Q8Acts& acts_x, const float* y, const float* ref,
-                     int64_t r) {
+    // x's own quantization acts_x (acts for x itself) read in the activation form of type `form`, y / ref: the
+    // results with m's blocks / dequantized rows.
+    auto check = [&](const QMat& m, const float* xv, const quant::Q8Acts& acts_x, quant::BlockType form, const float* y,
+                     const float* ref, int64_t r) {
       double bound = 0, mag = 0;
       for (int64_t i = 0; i < cols; ++i) {
         const double w = m.deq[static_cast<size_t>(r * cols + i)];
-        bound += std::fabs(w) * acts_x.d[static_cast<size_t>(i / 32)] / 2;
+        bound += std::fabs(w) * quant::acts_rounding_bound(acts_x, form, i);
         mag += std::fabs(w * xv[i]);
       }
       ASSERT_LE(std::fabs(double(y[r]) - double(ref[r])), bound + 2.0 * cols * 0x1p-24 * (mag + 1.0))
           << static_cast<int>(t) << " row " << r;
     };
-    for (int64_t r = 0; r < 300; ++r) check(a, x.data(), acts, ya.data(), ra.data(), r);
-    for (int64_t r = 0; r < 200; ++r) check(b, x.data(), acts, yb.data(), rb.data(), r);
-    // The GEMM over a block matrix (the prefill's int8 micro-kernel) obeys the GEMV's bound token by token: it
-    // sums the same exact integer block products, only its fp32 fold order differs from the GEMV's.
+    for (int64_t r = 0; r < 300; ++r) check(a, x.data(), acts, block_type(t), ya.data(), ra.data(), r);
+    for (int64_t r = 0; r < 200; ++r) check(b, x.data(), acts, block_type(t), yb.data(), rb.data(), r);
+    // The GEMM over a block matrix (the prefill's int8 micro-kernel) obeys the same bound token by token for
+    // the activation form it reads, the Q8_0 one (blocks of 32, fp16 scales) for every weight type: exact
+    // integer block products folded in fp32.
     std::vector<float> x3(static_cast<size_t>(3 * cols)), y3(900), r3(900);
     for (float& v : x3) v = g(rng);
     gemm(pool, a.q, bias.data(), x3.data(), 3, y3.data());
@@ -80,7 +83,8 @@ TEST(QuantGemv, MatchesDequantizedGemvOnThePool) {
     for (int64_t tk = 0; tk < 3; ++tk) {
       quant::Q8Acts acts_t;
       quant::quantize_acts(x3.data() + tk * cols, cols, acts_t);
-      for (int64_t r = 0; r < 300; ++r) check(a, x3.data() + tk * cols, acts_t, y3.data() + tk * 300, r3.data() + tk * 300, r);
+      for (int64_t r = 0; r < 300; ++r)
+        check(a, x3.data() + tk * cols, acts_t, quant::BlockType::kQ8_0, y3.data() + tk * 300, r3.data() + tk * 300, r);
     }
     // Embedding rows come back dequantized.
     std::vector<float> row(static_cast<size_t>(cols));

@@ -48,7 +48,11 @@ TEST(QuantMix, Q4_K_MFollowsLlamaQuantize) {
   EXPECT_EQ(mix_dtype(c, "tok_embeddings", {32000, 768}, DType::kF32, QuantMix::kQ4_0), DType::kQ6_K);
   EXPECT_EQ(mix_dtype(c, "layers.0.wv", mat, DType::kF32, QuantMix::kQ4_0), DType::kQ4_0);
   EXPECT_EQ(mix_dtype(c, "tok_embeddings", {32000, 768}, DType::kF32, QuantMix::kQ8_0), DType::kQ8_0);
-  EXPECT_EQ(mix_dtype(c, "layers.1.wq", {896, 896}, DType::kF32, QuantMix::kQ4_K_M), DType::kQ8_0);  // 896 % 256
+  // 896 % 256 != 0: llama-quantize's fallbacks, Q4_K -> Q5_0 and Q6_K -> Q8_0.
+  EXPECT_EQ(mix_dtype(c, "layers.1.wq", {896, 896}, DType::kF32, QuantMix::kQ4_K_M), DType::kQ5_0);
+  EXPECT_EQ(mix_dtype(c, "layers.0.wv", {128, 896}, DType::kF32, QuantMix::kQ4_K_M), DType::kQ8_0);
+  EXPECT_EQ(mix_dtype(c, "layers.0.w1", {4864, 864}, DType::kF32, QuantMix::kQ4_K_M), DType::kQ5_0);
+  EXPECT_EQ(mix_dtype(c, "layers.0.w1", {4864, 872}, DType::kF32, QuantMix::kQ4_K_M), DType::kF16);
   EXPECT_EQ(mix_dtype(c, "layers.1.wq", {64, 64}, DType::kF32, QuantMix::kQ4_0), DType::kQ4_0);
   EXPECT_EQ(mix_dtype(c, "layers.1.wq", {64, 48}, DType::kF32, QuantMix::kQ4_0), DType::kF16);
   EXPECT_EQ(parse_quant_mix("Q4_K_M"), QuantMix::kQ4_K_M);
