@@ -17,7 +17,8 @@
 #
 # Per preset: X.anelab (`anelab convert --random PRESET --dtype fp16`), X-f16.gguf (anelab's export with a
 # tokenizer), then X-TYPE.gguf per type. Per (file, threads): `anelab bench memory` (read GB/s at those
-# threads), then ROUNDS x { llama-bench -p PP -n TG -r 1 ; anelab infer bench --prompt-len PP --gen-len TG }
+# threads), then ROUNDS x { llama-bench -p PP -n TG -r 1 ; anelab infer bench --prompt-len PP --gen-len 1 ;
+# anelab infer bench --prompt-len 1 --gen-len TG } (both programs' tg from an empty context, as llama-bench's)
 # with peak RSS from GNU time. Prints one table: tok/s, ratio anelab / llama.cpp, weight GB/s streamed per
 # decoded token (file's weight bytes x tok/s) and its share of the measured bandwidth, peak RSS / file size.
 set -euo pipefail
@@ -108,18 +109,24 @@ for preset in $MODELS; do
             h["avg_ts"] && $h["n_prompt"] == p && $h["n_gen"] == g { printf "%.2f", $h["avg_ts"] }'
         }
         lpp+=("$(csv "$PP" 0)") ltg+=("$(csv 0 "$TG")") lrss+=("$(echo "$out" | awk '/^RSS_KB/ { print $2 }')")
+        # As llama-bench's tests: pp from an empty context, and tg from an empty context (after one prompt
+        # token), each in its own process; peak RSS of the larger (the pp run holds the PP-position KV cache).
         out=$(pinned "$t" /usr/bin/time -f "RSS_KB %M" "$ANELAB" infer bench --model "$file" --prompt-len "$PP" \
-              --gen-len "$TG" --threads "$t" --backend cpu -q 2>&1) || { echo "$out" >&2; exit 1; }
+              --gen-len 1 --threads "$t" --backend cpu -q 2>&1) || { echo "$out" >&2; exit 1; }
         app+=("$(echo "$out" | sed -n 's/^prefill pp[0-9]*: \([0-9.]*\) tok\/s.*/\1/p')")
+        rss_pp=$(echo "$out" | awk '/^RSS_KB/ { print $2 }')
+        out=$(pinned "$t" /usr/bin/time -f "RSS_KB %M" "$ANELAB" infer bench --model "$file" --prompt-len 1 \
+              --gen-len "$TG" --threads "$t" --backend cpu -q 2>&1) || { echo "$out" >&2; exit 1; }
         atg+=("$(echo "$out" | sed -n 's/^decode tg[0-9]*: \([0-9.]*\) tok\/s.*/\1/p')")
         wgb+=("$(echo "$out" | sed -n 's/^decode.* \([0-9.]*\) GB\/s of weights.*/\1/p')")
-        arss+=("$(echo "$out" | awk '/^RSS_KB/ { print $2 }')")
+        rss_tg=$(echo "$out" | awk '/^RSS_KB/ { print $2 }')
+        arss+=("$((rss_pp > rss_tg ? rss_pp : rss_tg))")
         echo "  [$preset $type t=$t round $r] llama pp ${lpp[-1]} tg ${ltg[-1]} | anelab pp ${app[-1]} tg ${atg[-1]} (load $(cut -d' ' -f1 /proc/loadavg))" >&2
       done
       m_lpp=$(printf '%s\n' "${lpp[@]}" | median) m_ltg=$(printf '%s\n' "${ltg[@]}" | median)
       m_app=$(printf '%s\n' "${app[@]}" | median) m_atg=$(printf '%s\n' "${atg[@]}" | median)
       m_wgb=$(printf '%s\n' "${wgb[@]}" | median)
-      m_lrss=$(printf '%s\n' "${lrss[@]}" | median) m_arss=$(printf '%s\n' "${arss[@]}" | median)
+      m_lrss=$(printf '%s\n' "${lrss[@]}" | median | cut -d. -f1) m_arss=$(printf '%s\n' "${arss[@]}" | median | cut -d. -f1)
       # Weight bytes per token: anelab reports GB/s of weights at its tok/s; llama.cpp streams the same bytes.
       l_wgb=$(awk -v g="$m_wgb" -v a="$m_atg" -v l="$m_ltg" 'BEGIN { if (a > 0) printf "%.1f", g / a * l }')
       row "$preset" "$type" "$t" "decode" "$m_atg" "$m_ltg" "$(ratio "$m_atg" "$m_ltg")" \
