@@ -279,6 +279,11 @@ void run_bench(const InferArgs& a) {
   e.prefill(one, 0);
   const double ttft = ms_since(t0);
   const double compile_first = e.last_prefill().compile_ms;
+  // The decode run follows the prompt and a warm-up token: --gen-len must leave room for a prompt of one.
+  ANELAB_CHECK(a.bench_gen + 2 <= e.context(), "infer", "bench: --gen-len ", a.bench_gen, " needs ", a.bench_gen + 2,
+               " positions (a prompt token, a warm-up token, then the tokens timed), but the context has ", e.context(),
+               " (--ctx, at most the model's max_seq_len ", e.config().max_seq_len, ")");
+  // A --prompt-len longer than the rest of the context is cut to fit (the pp line prints the length used).
   std::vector<int32_t> prompt(static_cast<size_t>(std::min(a.bench_prompt, e.context() - a.bench_gen - 1)));
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % V);
   e.prefill(prompt, 0);  // warm-up (compiles the bucket on a MIL backend)

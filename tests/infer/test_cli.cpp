@@ -121,6 +121,18 @@ TEST_F(InferCli, OutOfRangeValuesAreRefusedNamingTheOption) {
   }
 }
 
+// `infer bench` with more generated tokens than the context holds says so in one line (it used to fail with
+// std::vector's "larger than max_size()").
+TEST_F(InferCli, BenchRefusesAGenLengthBeyondTheContext) {
+  Out r = anelab("infer bench -m " + model() + " -q --prompt-len 4 --gen-len 3000 --ctx 64", 60);
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.err.find("--gen-len 3000 needs 3002 positions"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the context has 64"), std::string::npos) << r.err;
+  r = anelab("infer bench -m " + model() + " -q --prompt-len 4 --gen-len 8 --ctx 64", 120);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("decode tg8"), std::string::npos) << r.out;
+}
+
 // An unwritable --port-file fails the start naming the path (it used to be ignored while the server ran);
 // a non-loopback --host without an api key warns in one line first.
 TEST_F(InferCli, ServePortFileAndExposedHostWarning) {
