@@ -100,7 +100,7 @@ for preset in $MODELS; do
     fbytes=$(stat -c %s "$file")
     for t in $THREADS; do
       bw=$(pinned "$t" "$ANELAB" bench memory --threads "$t" --json | sed -n 's/.*"read_gbs":\([0-9.]*\).*/\1/p')
-      lpp=() ltg=() app=() atg=() lrss=() arss=() wgb=()
+      lpp=() ltg=() app=() atg=() lrss=() arss=() trss=() wgb=()
       for ((r = 0; r < ROUNDS; ++r)); do
         out=$(pinned "$t" /usr/bin/time -f "RSS_KB %M" "$LLAMA/bin/llama-bench" -m "$file" -p "$PP" -n "$TG" -t "$t" -r 1 -o csv 2>&1) ||
           { echo "$out" >&2; exit 1; }
@@ -120,20 +120,21 @@ for preset in $MODELS; do
         atg+=("$(echo "$out" | sed -n 's/^decode tg[0-9]*: \([0-9.]*\) tok\/s.*/\1/p')")
         wgb+=("$(echo "$out" | sed -n 's/^decode.* \([0-9.]*\) GB\/s of weights.*/\1/p')")
         rss_tg=$(echo "$out" | awk '/^RSS_KB/ { print $2 }')
-        arss+=("$((rss_pp > rss_tg ? rss_pp : rss_tg))")
+        arss+=("$((rss_pp > rss_tg ? rss_pp : rss_tg))") trss+=("$rss_tg")
         echo "  [$preset $type t=$t round $r] llama pp ${lpp[-1]} tg ${ltg[-1]} | anelab pp ${app[-1]} tg ${atg[-1]} (load $(cut -d' ' -f1 /proc/loadavg))" >&2
       done
       m_lpp=$(printf '%s\n' "${lpp[@]}" | median) m_ltg=$(printf '%s\n' "${ltg[@]}" | median)
       m_app=$(printf '%s\n' "${app[@]}" | median) m_atg=$(printf '%s\n' "${atg[@]}" | median)
       m_wgb=$(printf '%s\n' "${wgb[@]}" | median)
       m_lrss=$(printf '%s\n' "${lrss[@]}" | median | cut -d. -f1) m_arss=$(printf '%s\n' "${arss[@]}" | median | cut -d. -f1)
+      m_trss=$(printf '%s\n' "${trss[@]}" | median | cut -d. -f1)
       # Weight bytes per token: anelab reports GB/s of weights at its tok/s; llama.cpp streams the same bytes.
       l_wgb=$(awk -v g="$m_wgb" -v a="$m_atg" -v l="$m_ltg" 'BEGIN { if (a > 0) printf "%.1f", g / a * l }')
       row "$preset" "$type" "$t" "decode" "$m_atg" "$m_ltg" "$(ratio "$m_atg" "$m_ltg")" \
           "weights GB/s: anelab $m_wgb ($(ratio "$m_wgb" "$bw") of bw), llama.cpp $l_wgb ($(ratio "$l_wgb" "$bw")); read bw $(printf %.1f "$bw") GB/s"
       row "$preset" "$type" "$t" "pp$PP" "$m_app" "$m_lpp" "$(ratio "$m_app" "$m_lpp")" ""
       row "$preset" "$type" "$t" "RSS MiB" "$((m_arss / 1024))" "$((m_lrss / 1024))" "$(ratio "$m_arss" "$m_lrss")" \
-          "file $((fbytes >> 20)) MiB; RSS/file anelab $(ratio $((m_arss * 1024)) "$fbytes"), llama.cpp $(ratio $((m_lrss * 1024)) "$fbytes")"
+          "file $((fbytes >> 20)) MiB; RSS/file anelab $(ratio $((m_arss * 1024)) "$fbytes") (tg$TG run alone $(ratio $((m_trss * 1024)) "$fbytes")), llama.cpp $(ratio $((m_lrss * 1024)) "$fbytes")"
     done
   done
 done
