@@ -1,0 +1,60 @@
+// CPU attention of the inference engine (fp32, written against framework/simd): causal attention of n new
+// query rows at positions pos..pos+n-1 over the KV-cache rows [0, pos+n), optionally limited to a sliding
+// window, with grouped-query heads (query head h reads kv head h / (n_heads / n_kv_heads)).
+//
+//   - rows: one query (token, head) at a time: a dot product per key, vectorised softmax, one axpy per
+//     V row. Decode (n = 1), small batches and head sizes other than 64 / 128.
+//   - blocked: prefill batches with head_dim 64 or 128. The keys [first key, pos+n) are transposed once per
+//     call into kt [kv_dim][ld]; each work item is a tile of kTileRows consecutive tokens of one head.
+//     Scores are register tiles of kTileRows queries x (kTileCols vectors of keys), so every key vector
+//     loaded from kt serves all the tile's queries; only the key blocks some query of the tile sees are
+//     visited (causal end, sliding-window start). Softmax is vectorised per row (masked keys get weight
+//     0), then P V accumulates kTileRows x (kTileCols vectors of head_dim) in registers, so each V vector
+//     serves all the tile's queries too.
+// Both paths compute each score as one fp32 dot product over head_dim times the scale (same order) and
+// accumulate P V in fp32; they agree to fp32 rounding of the weighted sums.
+//
+// Workspaces (keys transposed, scores) grow to the largest call seen and are reused: no allocation per call
+// once the longest context has been served.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "framework/core/thread_pool.h"
+#include "framework/simd/simd.h"
+
+namespace anelab::infer {
+
+struct AttentionShape {
+  int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;  // n_heads a multiple of n_kv_heads
+  float scale = 1.0f;                                 // score = scale * q . k
+  int64_t window = 0;                                 // > 0: a query at p sees keys p-window+1..p; 0: 0..p
+  int64_t q_dim() const { return n_heads * head_dim; }
+  int64_t kv_dim() const { return n_kv_heads * head_dim; }
+};
+
+class CpuAttention {
+ public:
+  // Register tile of the blocked path: queries x vectors (of keys for the scores, of head_dim for P V),
+  // sized so that accumulators + one row of loads + a broadcast fit the vector registers.
+  static constexpr int kTileRows = simd::kRegs >= 32 ? 6 : 4;
+  static constexpr int kTileCols = simd::kRegs >= 32 ? 4 : 2;
+
+  // The blocked path serves this batch (n >= 8 and head_dim 64 or 128).
+  static bool blocked_fits(int64_t n, int64_t head_dim) { return n >= 8 && (head_dim == 64 || head_dim == 128); }
+
+  // q [n, q_dim] (tokens at positions pos..pos+n-1), k / v [pos+n, kv_dim] (the cache rows), out [n, q_dim].
+  // Picks blocked when it fits, else rows.
+  void run(ThreadPool& pool, const AttentionShape& s, const float* q, const float* k, const float* v, int64_t pos,
+           int64_t n, float* out);
+  void rows(ThreadPool& pool, const AttentionShape& s, const float* q, const float* k, const float* v, int64_t pos,
+            int64_t n, float* out);
+  void blocked(ThreadPool& pool, const AttentionShape& s, const float* q, const float* k, const float* v, int64_t pos,
+               int64_t n, float* out);
+
+ private:
+  std::vector<float> kt_;      // [kv_dim, ld] keys transposed, ld = pos+n rounded up to 64 (blocked)
+  std::vector<float> scores_;  // [workers, kTileRows, ld] (blocked) or [workers, ld] (rows)
+};
+
+}  // namespace anelab::infer
