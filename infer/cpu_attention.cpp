@@ -27,6 +27,26 @@ void grow(std::vector<float>& buf, int64_t size) {
   if (buf.size() < static_cast<size_t>(size)) buf.resize(static_cast<size_t>(size));
 }
 
+// kt[c][t] = k[t][c] for columns c in [c0, c1) and keys t in [t_begin, t_end) (k rows kvd apart, kt rows
+// ld apart), in 16 x 16 blocks: 16 source rows and 16 destination rows in flight.
+void transpose_keys(const float* k, int64_t kvd, int64_t t_begin, int64_t t_end, int64_t c0, int64_t c1, float* kt,
+                    int64_t ld) {
+  constexpr int64_t B = 16;
+  for (int64_t t0 = t_begin; t0 < t_end; t0 += B)
+    for (int64_t c = c0; c < c1; c += B) {
+      const float* src = k + t0 * kvd + c;
+      float* dst = kt + c * ld + t0;
+      if (t0 + B <= t_end && c + B <= c1) {
+        for (int64_t j = 0; j < B; ++j)
+#pragma GCC unroll 16
+          for (int64_t i = 0; i < B; ++i) dst[j * ld + i] = src[i * kvd + j];
+      } else {
+        for (int64_t j = 0; j < std::min(B, c1 - c); ++j)
+          for (int64_t i = 0; i < std::min(B, t_end - t0); ++i) dst[j * ld + i] = src[i * kvd + j];
+      }
+    }
+}
+
 // S[r][b*KB + j] = scale * q[r] . key (b*KB + j) for r < R, b < nb (kt = the keys of one kv head,
 // transposed [hd][ld], starting at the tile's first block; S rows sld apart). Each key vector loaded from
 // kt is multiplied with all R queries: R x CV accumulators.
@@ -89,7 +109,7 @@ struct Tile {
 
   void run(int64_t i0, int64_t h, float* S) const {
     const int64_t hd = s.head_dim, g = h / (s.n_heads / s.n_kv_heads);
-    alignas(64) float spare[128];  // head_dim <= 128
+    alignas(64) float spare[256];  // head_dim <= 256
     const float* qr[R];
     float* orow[R];
     int64_t t0[R], p[R];
@@ -152,17 +172,13 @@ void CpuAttention::rows(ThreadPool& pool, const AttentionShape& s, const float* 
 
 void CpuAttention::blocked(ThreadPool& pool, const AttentionShape& s, const float* q, const float* k, const float* v,
                            int64_t pos, int64_t n, float* out) {
-  ANELAB_CHECK(s.head_dim == 64 || s.head_dim == 128, "infer", "blocked attention needs head_dim 64 or 128, got ",
+  ANELAB_CHECK(blocked_fits(8, s.head_dim), "infer", "blocked attention needs head_dim 64, 128, 192 or 256, got ",
                s.head_dim);
   const int64_t kvd = s.kv_dim(), np = pos + n, ld = round_up(np, 64), t_first = first_key(s, pos);
   grow(kt_, kvd * ld);
   grow(scores_, pool.size() * R * ld);
-  // kt [kv_dim][ld]: the keys from the first one any query sees, in 16 x 16 blocks.
-  pool.parallel_for(kvd, 16, [&](int64_t c0, int64_t c1) {
-    for (int64_t t0 = t_first; t0 < np; t0 += 16)
-      for (int64_t c = c0; c < c1; ++c)
-        for (int64_t t = t0; t < std::min(np, t0 + 16); ++t) kt_[static_cast<size_t>(c * ld + t)] = k[t * kvd + c];
-  });
+  // kt [kv_dim][ld]: the keys from the first one any query sees.
+  pool.parallel_for(kvd, 16, [&, kt = kt_.data()](int64_t c0, int64_t c1) { transpose_keys(k, kvd, t_first, np, c0, c1, kt, ld); });
   const Tile tile{s, q, kt_.data(), v, out, ld, pos, n};
   const int64_t tiles = (n + R - 1) / R;
   pool.run_chunks(tiles * s.n_heads, [&](int64_t it, int w) {

@@ -3,16 +3,17 @@
 // window, with grouped-query heads (query head h reads kv head h / (n_heads / n_kv_heads)).
 //
 //   - rows: one query (token, head) at a time: a dot product per key, vectorised softmax, one axpy per
-//     V row. Decode (n = 1), small batches and head sizes other than 64 / 128.
-//   - blocked: prefill batches with head_dim 64 or 128. The keys [first key, pos+n) are transposed once per
-//     call into kt [kv_dim][ld]; each work item is a tile of kTileRows consecutive tokens of one head.
-//     Scores are register tiles of kTileRows queries x (kTileCols vectors of keys), so every key vector
-//     loaded from kt serves all the tile's queries; only the key blocks some query of the tile sees are
-//     visited (causal end, sliding-window start). Softmax is vectorised per row (masked keys get weight
-//     0), then P V accumulates kTileRows x (kTileCols vectors of head_dim) in registers, so each V vector
-//     serves all the tile's queries too.
-// Both paths compute each score as one fp32 dot product over head_dim times the scale (same order) and
-// accumulate P V in fp32; they agree to fp32 rounding of the weighted sums.
+//     V row. Decode (n = 1), small batches and head sizes the blocked path does not take.
+//   - blocked: prefill batches with head_dim 64, 128, 192 or 256. The keys [first key, pos+n) are
+//     transposed once per call into kt [kv_dim][ld]; each work item is a tile of kTileRows consecutive
+//     tokens of one head. Scores are register tiles of kTileRows queries x (kTileCols vectors of keys), so
+//     every key vector loaded from kt serves all the tile's queries; only the key blocks some query of the
+//     tile sees are visited (causal end, sliding-window start). Softmax is vectorised per row (the tile's
+//     keys outside a row's range get weight 0), then P V accumulates kTileRows x (kTileCols vectors of
+//     head_dim) in registers, so each V vector loaded serves all the tile's queries too.
+// Both compute each score as an fp32 dot product over head_dim times the scale and accumulate P V in fp32,
+// in different orders (the blocked path sums over head_dim one term at a time per key lane); they agree to
+// fp32 rounding.
 //
 // Workspaces (keys transposed, scores) grow to the largest call seen and are reused: no allocation per call
 // once the longest context has been served.
@@ -40,8 +41,8 @@ class CpuAttention {
   static constexpr int kTileRows = simd::kRegs >= 32 ? 6 : 4;
   static constexpr int kTileCols = simd::kRegs >= 32 ? 4 : 2;
 
-  // The blocked path serves this batch (n >= 8 and head_dim 64 or 128).
-  static bool blocked_fits(int64_t n, int64_t head_dim) { return n >= 8 && (head_dim == 64 || head_dim == 128); }
+  // The blocked path serves this batch: n >= 8 and head_dim a multiple of 64 up to 256 (64, 128, Gemma's 256).
+  static bool blocked_fits(int64_t n, int64_t head_dim) { return n >= 8 && head_dim % 64 == 0 && head_dim <= 256; }
 
   // q [n, q_dim] (tokens at positions pos..pos+n-1), k / v [pos+n, kv_dim] (the cache rows), out [n, q_dim].
   // Picks blocked when it fits, else rows.

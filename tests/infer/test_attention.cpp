@@ -1,6 +1,6 @@
 // CPU attention (infer/cpu_attention.h), both paths, against a double-precision loop: odd token counts and
 // start positions (tiles and 64-key blocks cut anywhere), sliding windows narrower and wider than a tile,
-// grouped-query heads, head_dim 64 and 128, 1 and 2 threads, workspaces reused across shapes.
+// grouped-query heads, head_dim 64, 128 and 256, 1 and 2 threads, workspaces reused across shapes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -78,6 +78,7 @@ void run_cases(bool blocked) {
       {4, 2, 128, 5, 3, 19},   // a window narrower than a tile's span of positions
       {2, 1, 64, 1, 9, 11},    // window 1: each token sees itself only
       {6, 3, 64, 200, 70, 75}, // a window wider than every row's history
+      {8, 4, 256, 12, 30, 41}, // head_dim 256 with a window (Gemma 3's sliding layers)
       {12, 12, 64, 0, 0, 8},   // a short call after long ones: workspaces reused
   };
   CpuAttention attn;
@@ -113,7 +114,9 @@ TEST(InferAttention, BlockedFits) {
   EXPECT_TRUE(CpuAttention::blocked_fits(8, 64));
   EXPECT_TRUE(CpuAttention::blocked_fits(512, 128));
   EXPECT_FALSE(CpuAttention::blocked_fits(7, 64));
+  EXPECT_TRUE(CpuAttention::blocked_fits(512, 256));
   EXPECT_FALSE(CpuAttention::blocked_fits(64, 96));
+  EXPECT_FALSE(CpuAttention::blocked_fits(64, 320));
 }
 
 }  // namespace
