@@ -47,30 +47,47 @@ void transpose_keys(const float* k, int64_t kvd, int64_t t_begin, int64_t t_end,
     }
 }
 
-// S[r][b*KB + j] = scale * q[r] . key (b*KB + j) for r < R, b < nb (kt = the keys of one kv head,
-// transposed [hd][ld], starting at the tile's first block; S rows sld apart). Each key vector loaded from
-// kt is multiplied with all R queries: R x CV accumulators.
-void scores_tile(const float* const* q, const float* kt, int64_t ld, int64_t hd, int64_t nb, float scale, float* S,
-                 int64_t sld) {
-  const W::F32 sv = W::set1(scale);
-  for (int64_t b = 0; b < nb; ++b) {
-    W::F32 a[R][CV];
-    for (int r = 0; r < R; ++r)
-      for (int j = 0; j < CV; ++j) a[r][j] = W::zero();
-    const float* kb = kt + b * KB;
-    for (int64_t d = 0; d < hd; ++d) {
-      W::F32 kv[CV];
-      for (int j = 0; j < CV; ++j) kv[j] = W::load(kb + d * ld + VW * j);
+// S[r][j] = scale * q[r] . key j for r < R, j < NV * VW (kt = the keys' transposed rows [hd] x ld from
+// the first of them; S rows sld apart). Each key vector loaded from kt serves all R queries: R x NV
+// accumulators, summed over head_dim in order.
+template <int NV>
+void score_block(const float* const* q, const float* kt, int64_t ld, int64_t hd, float scale, float* S, int64_t sld) {
+  W::F32 a[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NV; ++j) a[r][j] = W::zero();
+  for (int64_t d = 0; d < hd; ++d) {
+    W::F32 kv[NV];
+    for (int j = 0; j < NV; ++j) kv[j] = W::load(kt + d * ld + VW * j);
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const W::F32 qd = W::set1(q[r][d]);
+    for (int r = 0; r < R; ++r) {
+      const W::F32 qd = W::set1(q[r][d]);
 #pragma GCC unroll 4
-        for (int j = 0; j < CV; ++j) a[r][j] = W::fmadd(qd, kv[j], a[r][j]);
-      }
+      for (int j = 0; j < NV; ++j) a[r][j] = W::fmadd(qd, kv[j], a[r][j]);
     }
-    for (int r = 0; r < R; ++r)
-      for (int j = 0; j < CV; ++j) W::store(S + r * sld + b * KB + VW * j, W::mul(a[r][j], sv));
   }
+  const W::F32 sv = W::set1(scale);
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NV; ++j) W::store(S + r * sld + VW * j, W::mul(a[r][j], sv));
+}
+
+// score_block<nv> for nv <= NV vectors of keys (a tile's last, partial block).
+template <int NV>
+void score_tail(int64_t nv, const float* const* q, const float* kt, int64_t ld, int64_t hd, float scale, float* S,
+                int64_t sld) {
+  if constexpr (NV > 0) {
+    if (nv == NV)
+      score_block<NV>(q, kt, ld, hd, scale, S, sld);
+    else
+      score_tail<NV - 1>(nv, q, kt, ld, hd, scale, S, sld);
+  }
+}
+
+// S[r][0..n_keys) (rounded up to whole vectors): whole KB-key blocks, then the 0..CV vectors left.
+void scores_tile(const float* const* q, const float* kt, int64_t ld, int64_t hd, int64_t n_keys, float scale, float* S,
+                 int64_t sld) {
+  int64_t b = 0;
+  for (; b + KB <= n_keys; b += KB) score_block<CV>(q, kt + b, ld, hd, scale, S + b, sld);
+  score_tail<CV>((n_keys - b + VW - 1) / VW, q, kt + b, ld, hd, scale, S + b, sld);
 }
 
 // o[r][0..hd) = inv[r] * sum_{t<nt} P[r*sld + t] v[t*ldv ..] for r < R: CV vectors of head_dim at a time,
@@ -121,8 +138,8 @@ struct Tile {
       t0[r] = first_key(s, p[r]);
     }
     // The keys some row sees: [t_lo, t_hi]; scores start at the block holding t_lo.
-    const int64_t t_lo = t0[0], t_hi = p[R - 1], tb = t_lo / KB * KB, nb = (t_hi - tb) / KB + 1, sld = nb * KB;
-    scores_tile(qr, kt + g * hd * ld + tb, ld, hd, nb, s.scale, S, sld);
+    const int64_t t_lo = t0[0], t_hi = p[R - 1], tb = t_lo / KB * KB, sld = round_up(t_hi + 1 - tb, KB);
+    scores_tile(qr, kt + g * hd * ld + tb, ld, hd, t_hi + 1 - tb, s.scale, S, sld);
     float inv[R];
     for (int r = 0; r < R; ++r) {  // softmax over the row's keys; the tile's other keys get weight 0
       float* sr = S + r * sld;  // sr[t - tb]: key t
