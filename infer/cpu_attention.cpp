@@ -154,6 +154,8 @@ struct Tile {
 
 }  // namespace
 
+void CpuAttention::reserve(int workers, int64_t context) { grow(scores_, workers * R * round_up(context, 64)); }
+
 void CpuAttention::run(ThreadPool& pool, const AttentionShape& s, const float* q, const float* k, const float* v,
                        int64_t pos, int64_t n, float* out) {
   if (blocked_fits(n, s.head_dim))
@@ -195,8 +197,9 @@ void CpuAttention::blocked(ThreadPool& pool, const AttentionShape& s, const floa
   grow(kt_, kvd * ld);
   grow(scores_, pool.size() * R * ld);
   // kt [kv_dim][ld]: the keys from the first one any query sees.
-  pool.parallel_for(kvd, 16, [&, kt = kt_.data()](int64_t c0, int64_t c1) { transpose_keys(k, kvd, t_first, np, c0, c1, kt, ld); });
-  const Tile tile{s, q, kt_.data(), v, out, ld, pos, n};
+  float* kt = kt_.data();
+  pool.parallel_for(kvd, 16, [&](int64_t c0, int64_t c1) { transpose_keys(k, kvd, t_first, np, c0, c1, kt, ld); });
+  const Tile tile{s, q, kt, v, out, ld, pos, n};
   const int64_t tiles = (n + R - 1) / R;
   pool.run_chunks(tiles * s.n_heads, [&](int64_t it, int w) {
     const int64_t i0 = (tiles - 1 - it / s.n_heads) * R;  // the last (longest) tiles first

@@ -15,8 +15,8 @@
 // in different orders (the blocked path sums over head_dim one term at a time per key lane); they agree to
 // fp32 rounding.
 //
-// Workspaces (keys transposed, scores) grow to the largest call seen and are reused: no allocation per call
-// once the longest context has been served.
+// Workspaces are reused across calls: the scores sized by reserve() for the whole context (else grown to the
+// largest call seen), the transposed keys grown to the longest prefill seen, so decode allocates nothing.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -43,6 +43,9 @@ class CpuAttention {
 
   // The blocked path serves this batch: n >= 8 and head_dim a multiple of 64 up to 256 (64, 128, Gemma's 256).
   static bool blocked_fits(int64_t n, int64_t head_dim) { return n >= 8 && head_dim % 64 == 0 && head_dim <= 256; }
+
+  // Sizes the scores for pool workers and positions [0, context).
+  void reserve(int workers, int64_t context);
 
   // q [n, q_dim] (tokens at positions pos..pos+n-1), k / v [pos+n, kv_dim] (the cache rows), out [n, q_dim].
   // Picks blocked when it fits, else rows.

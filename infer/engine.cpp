@@ -59,6 +59,7 @@ Engine::Engine(models::Model model, const EngineOptions& opt)
   att_.resize(n * c.q_dim());
   h1_.resize(n * c.hidden_dim);
   h3_.resize(n * c.hidden_dim);
+  attn_.reserve(pool_.size(), ctx_);
   rope_cos_.resize(n * (c.head_dim / 2));
   rope_sin_.resize(n * (c.head_dim / 2));
   if (c.sliding_window > 0) {
