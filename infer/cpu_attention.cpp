@@ -142,7 +142,7 @@ struct Tile {
     scores_tile(qr, kt + g * hd * ld + tb, ld, hd, t_hi + 1 - tb, s.scale, S, sld);
     float inv[R];
     for (int r = 0; r < R; ++r) {  // softmax over the row's keys; the tile's other keys get weight 0
-      float* sr = S + r * sld;  // sr[t - tb]: key t
+      float* sr = S + r * sld;     // sr[t - tb]: key t
       const int64_t len = p[r] + 1 - t0[r];
       inv[r] = 1.0f / exp_sub_sum(sr + (t0[r] - tb), max_of(sr + (t0[r] - tb), len), len);
       std::fill(sr + (t_lo - tb), sr + (t0[r] - tb), 0.0f);

@@ -255,10 +255,11 @@ float score_scale(const models::ModelConfig& c) {
 
 // Causal attention of the n new tokens (positions pos..pos+n-1) over the cache (on sliding layers only
 // the last sliding_window positions); att_ [n, q_dim]. Kernels: infer/cpu_attention.h (register-tiled
-// blocked path for prefill batches with head_dim 64 / 128, one query at a time otherwise).
+// blocked path for prefill batches of >= 8 tokens, head_dim 64..256, one query at a time otherwise).
 void Engine::attention(int64_t l, int64_t pos, int64_t n) {
   const auto& c = model_.config;
-  const AttentionShape s{c.n_heads, c.n_kv_heads, c.head_dim, score_scale(c), c.sliding_layer(l) ? c.sliding_window : 0};
+  const int64_t window = c.sliding_layer(l) ? c.sliding_window : 0;
+  const AttentionShape s{c.n_heads, c.n_kv_heads, c.head_dim, score_scale(c), window};
   attn_.run(pool_, s, q_.data(), k_cache(l, 0), v_cache(l, 0), pos, n, att_.data());
 }
 

@@ -60,26 +60,26 @@ void check(const Case& c, const float* q, const float* k, const float* v, const 
         double ref = 0;
         for (int64_t t = t0; t <= p; ++t) ref += s[static_cast<size_t>(t - t0)] / sum * v[t * kvd + g * hd + d];
         const double got = out[i * qd + h * hd + d];
-        ASSERT_LE(std::abs(got - ref), tol) << "token " << i << " head " << h << " dim " << d << " (n " << c.n
-                                            << ", pos " << c.pos << ", window " << c.window << ", head_dim " << hd
-                                            << ", kv heads " << c.n_kv_heads << ")";
+        ASSERT_LE(std::abs(got - ref), tol)
+            << "token " << i << " head " << h << " dim " << d << " (n " << c.n << ", pos " << c.pos << ", window "
+            << c.window << ", head_dim " << hd << ", kv heads " << c.n_kv_heads << ")";
       }
     }
 }
 
 void run_cases(bool blocked) {
   const Case cases[] = {
-      {4, 4, 64, 0, 0, 8},     // one partial tile, keys in the first block
-      {12, 12, 64, 0, 0, 37},  // tiles of every length, the last one partial
-      {14, 2, 64, 0, 5, 29},   // GQA 7:1, a start position inside a block
-      {8, 4, 128, 0, 17, 23},  // head_dim 128
-      {4, 1, 128, 0, 63, 66},  // keys crossing 64-key blocks from the first tile on
-      {4, 2, 64, 16, 40, 45},  // a window shorter than the context: the first key blocks skipped
-      {4, 2, 128, 5, 3, 19},   // a window narrower than a tile's span of positions
-      {2, 1, 64, 1, 9, 11},    // window 1: each token sees itself only
-      {6, 3, 64, 200, 70, 75}, // a window wider than every row's history
-      {8, 4, 256, 12, 30, 41}, // head_dim 256 with a window (Gemma 3's sliding layers)
-      {12, 12, 64, 0, 0, 8},   // a short call after long ones: workspaces reused
+      {4, 4, 64, 0, 0, 8},      // one partial tile, keys in the first block
+      {12, 12, 64, 0, 0, 37},   // tiles of every length, the last one partial
+      {14, 2, 64, 0, 5, 29},    // GQA 7:1, a start position inside a block
+      {8, 4, 128, 0, 17, 23},   // head_dim 128
+      {4, 1, 128, 0, 63, 66},   // keys crossing 64-key blocks from the first tile on
+      {4, 2, 64, 16, 40, 45},   // a window shorter than the context: the first key blocks skipped
+      {4, 2, 128, 5, 3, 19},    // a window narrower than a tile's span of positions
+      {2, 1, 64, 1, 9, 11},     // window 1: each token sees itself only
+      {6, 3, 64, 200, 70, 75},  // a window wider than every row's history
+      {8, 4, 256, 12, 30, 41},  // head_dim 256 with a window (Gemma 3's sliding layers)
+      {12, 12, 64, 0, 0, 8},    // a short call after long ones: workspaces reused
   };
   CpuAttention attn;
   for (int threads : {1, 2}) {
