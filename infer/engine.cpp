@@ -255,7 +255,7 @@ float score_scale(const models::ModelConfig& c) {
 
 // Causal attention of the n new tokens (positions pos..pos+n-1) over the cache (on sliding layers only
 // the last sliding_window positions); att_ [n, q_dim]. Kernels: infer/cpu_attention.h (register-tiled
-// blocked path for prefill batches of >= 8 tokens, head_dim 64..256, one query at a time otherwise).
+// blocked path for prefill batches of >= 8 tokens, head_dim 64/128/192/256; one query at a time otherwise).
 void Engine::attention(int64_t l, int64_t pos, int64_t n) {
   const auto& c = model_.config;
   const int64_t window = c.sliding_layer(l) ? c.sliding_window : 0;
