@@ -36,9 +36,10 @@ struct AttentionShape {
 
 class CpuAttention {
  public:
-  // Register tile of the blocked path: queries x vectors (of keys for the scores, of head_dim for P V),
-  // sized so that accumulators + one row of loads + a broadcast fit the vector registers.
-  static constexpr int kTileRows = simd::kRegs >= 32 ? 6 : 4;
+  // Register tile of the blocked path: queries x vectors (of keys for the scores, of head_dim for P V):
+  // 6 x 4 = 24 accumulators with 32 vector registers, 6 x 2 = 12 with 16, plus one row of loads and a
+  // broadcast.
+  static constexpr int kTileRows = 6;
   static constexpr int kTileCols = simd::kRegs >= 32 ? 4 : 2;
 
   // The blocked path serves this batch: n >= 8 and head_dim a multiple of 64 up to 256 (64, 128, Gemma's 256).
