@@ -90,8 +90,8 @@ void scores_tile(const float* const* q, const float* kt, int64_t ld, int64_t hd,
   score_tail<CV>((n_keys - b + VW - 1) / VW, q, kt + b, ld, hd, scale, S + b, sld);
 }
 
-// o[r][0..hd) = inv[r] * sum_{t<nt} P[r*sld + t] v[t*ldv ..] for r < R: CV vectors of head_dim at a time,
-// each V vector loaded once for all R rows.
+// o[r][0..hd) = inv[r] * sum_{t<nt} P[r*sld + t] v[t*ldv ..] for r < R: CV vectors (KB columns) of head_dim
+// at a time, each V vector loaded once for all R rows.
 void pv_tile(const float* P, int64_t sld, const float* v, int64_t ldv, int64_t nt, int64_t hd, const float* inv,
              float* const* o) {
   for (int64_t c0 = 0; c0 < hd; c0 += KB) {
