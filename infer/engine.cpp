@@ -59,8 +59,7 @@ Engine::Engine(models::Model model, const EngineOptions& opt)
   att_.resize(n * c.q_dim());
   h1_.resize(n * c.hidden_dim);
   h3_.resize(n * c.hidden_dim);
-  score_stride_ = (ctx_ + 63) / 64 * 64;  // the blocked path writes whole 64-key blocks
-  scores_.resize(static_cast<size_t>(pool_.size() * score_stride_));
+  attn_.reserve(pool_.size(), ctx_);
   rope_cos_.resize(n * (c.head_dim / 2));
   rope_sin_.resize(n * (c.head_dim / 2));
   if (c.sliding_window > 0) {
@@ -252,121 +251,16 @@ namespace {
 float score_scale(const models::ModelConfig& c) {
   return c.attn_scale > 0.0f ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 }
-// The first key a query at position p of layer l sees: p - window + 1 on sliding layers, else 0.
-int64_t first_key(const models::ModelConfig& c, int64_t l, int64_t p) {
-  return c.sliding_layer(l) ? std::max<int64_t>(0, p - c.sliding_window + 1) : 0;
-}
 }  // namespace
 
 // Causal attention of the n new tokens (positions pos..pos+n-1) over the cache (on sliding layers only
-// the last sliding_window positions); att_ [n, q_dim].
-// Prefill-sized batches with head_dim 64 or 128 use the transposed-key path (attention_blocked); the
-// rest (decode, odd head sizes) one dot product per cached position. Softmax is vectorised in both.
+// the last sliding_window positions); att_ [n, q_dim]. Kernels: infer/cpu_attention.h (register-tiled
+// blocked path for prefill batches of >= 8 tokens, head_dim 64/128/192/256; one query at a time otherwise).
 void Engine::attention(int64_t l, int64_t pos, int64_t n) {
   const auto& c = model_.config;
-  if (n >= 8 && (c.head_dim == 64 || c.head_dim == 128)) {
-    attention_blocked(l, pos, n);
-    return;
-  }
-  const int64_t hd = c.head_dim, kvd = c.kv_dim(), group = c.n_heads / c.n_kv_heads;
-  const float inv_scale = score_scale(c);
-  const int64_t items = n * c.n_heads;
-  // Tiny attention (short contexts, small heads) stays on the caller: a wake-up costs more.
-  const bool serial = items * (pos + n) * hd < (1 << 15);
-  auto body = [&](int64_t it, int w) {
-    float* sc = scores_.data() + static_cast<int64_t>(w) * score_stride_;
-    const int64_t i = it / c.n_heads, h = it % c.n_heads, p = pos + i, t0 = first_key(c, l, p);
-    const float* q = q_.data() + i * c.q_dim() + h * hd;
-    const float* kc = k_cache(l, 0) + (h / group) * hd;
-    const float* vc = v_cache(l, 0) + (h / group) * hd;
-    for (int64_t t = t0; t <= p; ++t) sc[t] = dot(q, kc + t * kvd, hd) * inv_scale;
-    const float inv_sum = 1.0f / exp_sub_sum(sc + t0, max_of(sc + t0, p + 1 - t0), p + 1 - t0);
-    float* o = att_.data() + i * c.q_dim() + h * hd;
-    std::fill(o, o + hd, 0.0f);
-    for (int64_t t = t0; t <= p; ++t) axpy(sc[t] * inv_sum, vc + t * kvd, o, hd);
-  };
-  if (serial)
-    for (int64_t it = 0; it < items; ++it) body(it, 0);
-  else
-    pool_.run_chunks(items, body);
-}
-
-namespace {
-namespace W = simd;
-constexpr int64_t VW = W::kWidth;
-
-// o[0..HD) = scale * sum_{t<=p} w[t] v[t*ld ..]: HD-wide rows accumulated in registers, in column chunks
-// that fit the register file, each with two interleaved accumulator sets (FMA latency).
-template <int HD>
-void weighted_rows(const float* w, const float* v, int64_t ld, int64_t p, float scale, float* o) {
-  constexpr int NV = static_cast<int>(HD / VW), CV = NV < W::kRegs / 4 ? NV : W::kRegs / 4;
-  static_assert(NV % CV == 0, "column chunks tile the row");
-  for (int c0 = 0; c0 < NV; c0 += CV) {
-    const float* vc = v + c0 * VW;
-    W::F32 a[CV], b[CV];
-    for (int j = 0; j < CV; ++j) a[j] = b[j] = W::zero();
-    int64_t t = 0;
-    for (; t + 1 <= p; t += 2) {
-      const W::F32 w0 = W::set1(w[t]), w1 = W::set1(w[t + 1]);
-#pragma GCC unroll 16
-      for (int j = 0; j < CV; ++j) {
-        a[j] = W::fmadd(w0, W::load(vc + t * ld + VW * j), a[j]);
-        b[j] = W::fmadd(w1, W::load(vc + (t + 1) * ld + VW * j), b[j]);
-      }
-    }
-    if (t == p) {
-      const W::F32 w0 = W::set1(w[t]);
-      for (int j = 0; j < CV; ++j) a[j] = W::fmadd(w0, W::load(vc + t * ld + VW * j), a[j]);
-    }
-    const W::F32 s = W::set1(scale);
-    for (int j = 0; j < CV; ++j) W::store(o + (c0 + j) * VW, W::mul(W::add(a[j], b[j]), s));
-  }
-}
-
-// sc[t] = scale * q . key t for t < n_keys (rounded up to 64; kt = keys transposed [hd][ld]).
-void scores_transposed(const float* q, const float* kt, int64_t ld, int64_t hd, int64_t n_keys, float scale, float* sc) {
-  constexpr int NB = static_cast<int>(64 / VW);  // vectors per 64-key block
-  for (int64_t t0 = 0; t0 < n_keys; t0 += 64) {
-    W::F32 a[NB];
-    for (int j = 0; j < NB; ++j) a[j] = W::zero();
-    for (int64_t d = 0; d < hd; ++d) {
-      const W::F32 qd = W::set1(q[d]);
-      const float* r = kt + d * ld + t0;
-#pragma GCC unroll 16
-      for (int j = 0; j < NB; ++j) a[j] = W::fmadd(qd, W::load(r + VW * j), a[j]);
-    }
-    const W::F32 s = W::set1(scale);
-    for (int j = 0; j < NB; ++j) W::store(sc + t0 + VW * j, W::mul(a[j], s));
-  }
-}
-}  // namespace
-
-// Batched attention: the layer's keys [0, pos+n) are transposed once into kt_ [kv_dim][ld] so scores
-// are 64-key vector FMAs, softmax is vectorised, and P V accumulates head_dim-wide rows in registers.
-void Engine::attention_blocked(int64_t l, int64_t pos, int64_t n) {
-  const auto& c = model_.config;
-  const int64_t hd = c.head_dim, kvd = c.kv_dim(), group = c.n_heads / c.n_kv_heads, np = pos + n;
-  const int64_t ld = (np + 63) / 64 * 64;
-  if (kt_.size() < static_cast<size_t>(kvd * ld)) kt_.resize(static_cast<size_t>(kvd * ld));
-  const float* kc = k_cache(l, 0);
-  pool_.parallel_for(kvd, 16, [&](int64_t c0, int64_t c1) {
-    for (int64_t t0 = 0; t0 < np; t0 += 16)
-      for (int64_t cc = c0; cc < c1; ++cc)
-        for (int64_t t = t0; t < std::min(np, t0 + 16); ++t) kt_[static_cast<size_t>(cc * ld + t)] = kc[t * kvd + cc];
-  });
-  const float scale = score_scale(c);
-  pool_.run_chunks(n * c.n_heads, [&](int64_t it, int w) {
-    float* sc = scores_.data() + static_cast<int64_t>(w) * score_stride_;
-    const int64_t i = it / c.n_heads, h = it % c.n_heads, p = pos + i, g = h / group, t0 = first_key(c, l, p);
-    scores_transposed(q_.data() + i * c.q_dim() + h * hd, kt_.data() + g * hd * ld, ld, hd, p + 1, scale, sc);
-    const float inv_sum = 1.0f / exp_sub_sum(sc + t0, max_of(sc + t0, p + 1 - t0), p + 1 - t0);
-    float* o = att_.data() + i * c.q_dim() + h * hd;
-    const float* vc = v_cache(l, 0) + g * hd + t0 * kvd;
-    if (hd == 64)
-      weighted_rows<64>(sc + t0, vc, kvd, p - t0, inv_sum, o);
-    else
-      weighted_rows<128>(sc + t0, vc, kvd, p - t0, inv_sum, o);
-  });
+  const int64_t window = c.sliding_layer(l) ? c.sliding_window : 0;
+  const AttentionShape s{c.n_heads, c.n_kv_heads, c.head_dim, score_scale(c), window};
+  attn_.run(pool_, s, q_.data(), k_cache(l, 0), v_cache(l, 0), pos, n, att_.data());
 }
 
 void Engine::forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits) {

@@ -22,6 +22,7 @@
 
 #include "framework/core/thread_pool.h"
 #include "framework/mil/ir.h"
+#include "infer/cpu_attention.h"
 #include "infer/cpu_kernels.h"
 #include "models/formats/model.h"
 
@@ -100,7 +101,6 @@ class Engine {
   std::span<const float> norm_vec(const std::string& name, bool optional);  // vec + config().norm_offset
   void forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits);
   void attention(int64_t l, int64_t pos, int64_t n);
-  void attention_blocked(int64_t l, int64_t pos, int64_t n);
   void elementwise(int64_t count, FunctionRef<void(int64_t, int64_t)> fn);
   void rope_rows(float* x, int64_t n, int64_t heads, bool local);
   void soft_cap(float* logits, int64_t count);
@@ -120,9 +120,7 @@ class Engine {
   std::unique_ptr<float[]> kcache_, vcache_;  // [L, ctx, kv_dim] fp32 (pages touched only when used)
   // Scratch, [chunk, *] row-major (token-major).
   std::vector<float> x_, xb_, q_, k_, v_, att_, h1_, h3_;
-  std::vector<float> scores_;                 // [threads, score_stride_]
-  int64_t score_stride_ = 0;                  // ctx rounded up to 64
-  std::vector<float> kt_;                     // [kv_dim, ceil64(pos+n)] keys transposed (batched attention)
+  CpuAttention attn_;                         // attention kernels and their workspaces (keys transposed, scores)
   std::vector<float> rope_cos_, rope_sin_;    // [chunk, head_dim/2] (global layers)
   std::vector<float> rope_cos_local_, rope_sin_local_;  // [chunk, head_dim/2] sliding layers' base (when a window)
   std::vector<float> logits_;                 // [vocab]

@@ -1,0 +1,210 @@
+#include "infer/cpu_attention.h"
+
+#include <algorithm>
+
+#include "framework/core/error.h"
+#include "infer/cpu_kernels.h"
+
+namespace anelab::infer {
+
+namespace {
+
+namespace W = simd;
+constexpr int64_t VW = W::kWidth;
+constexpr int R = CpuAttention::kTileRows;
+constexpr int CV = CpuAttention::kTileCols;
+constexpr int64_t KB = CV * VW;  // keys per score block (divides 64, so blocks never pass kt's row end)
+static_assert(64 % KB == 0, "score blocks tile the 64-key rows of kt");
+
+// The first key a query at position p sees: p - window + 1 with a sliding window, else 0.
+int64_t first_key(const AttentionShape& s, int64_t p) {
+  return s.window > 0 ? std::max<int64_t>(0, p - s.window + 1) : 0;
+}
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+void grow(std::vector<float>& buf, int64_t size) {
+  if (buf.size() < static_cast<size_t>(size)) buf.resize(static_cast<size_t>(size));
+}
+
+// kt[c][t] = k[t][c] for columns c in [c0, c1) and keys t in [t_begin, t_end) (k rows kvd apart, kt rows
+// ld apart), in 16 x 16 blocks: 16 source rows and 16 destination rows in flight.
+void transpose_keys(const float* k, int64_t kvd, int64_t t_begin, int64_t t_end, int64_t c0, int64_t c1, float* kt,
+                    int64_t ld) {
+  constexpr int64_t B = 16;
+  for (int64_t t0 = t_begin; t0 < t_end; t0 += B)
+    for (int64_t c = c0; c < c1; c += B) {
+      const float* src = k + t0 * kvd + c;
+      float* dst = kt + c * ld + t0;
+      if (t0 + B <= t_end && c + B <= c1) {
+        for (int64_t j = 0; j < B; ++j)
+#pragma GCC unroll 16
+          for (int64_t i = 0; i < B; ++i) dst[j * ld + i] = src[i * kvd + j];
+      } else {
+        for (int64_t j = 0; j < std::min(B, c1 - c); ++j)
+          for (int64_t i = 0; i < std::min(B, t_end - t0); ++i) dst[j * ld + i] = src[i * kvd + j];
+      }
+    }
+}
+
+// S[r][j] = scale * q[r] . key j for r < R, j < NV * VW (kt = the keys' transposed rows [hd] x ld from
+// the first of them; S rows sld apart). Each key vector loaded from kt serves all R queries: R x NV
+// accumulators, summed over head_dim in order.
+template <int NV>
+void score_block(const float* const* q, const float* kt, int64_t ld, int64_t hd, float scale, float* S, int64_t sld) {
+  W::F32 a[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NV; ++j) a[r][j] = W::zero();
+  for (int64_t d = 0; d < hd; ++d) {
+    W::F32 kv[NV];
+    for (int j = 0; j < NV; ++j) kv[j] = W::load(kt + d * ld + VW * j);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const W::F32 qd = W::set1(q[r][d]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) a[r][j] = W::fmadd(qd, kv[j], a[r][j]);
+    }
+  }
+  const W::F32 sv = W::set1(scale);
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NV; ++j) W::store(S + r * sld + VW * j, W::mul(a[r][j], sv));
+}
+
+// score_block<nv> for nv <= NV vectors of keys (a tile's last, partial block).
+template <int NV>
+void score_tail(int64_t nv, const float* const* q, const float* kt, int64_t ld, int64_t hd, float scale, float* S,
+                int64_t sld) {
+  if constexpr (NV > 0) {
+    if (nv == NV)
+      score_block<NV>(q, kt, ld, hd, scale, S, sld);
+    else
+      score_tail<NV - 1>(nv, q, kt, ld, hd, scale, S, sld);
+  }
+}
+
+// S[r][0..n_keys) (rounded up to whole vectors): whole KB-key blocks, then the 0..CV vectors left.
+void scores_tile(const float* const* q, const float* kt, int64_t ld, int64_t hd, int64_t n_keys, float scale, float* S,
+                 int64_t sld) {
+  int64_t b = 0;
+  for (; b + KB <= n_keys; b += KB) score_block<CV>(q, kt + b, ld, hd, scale, S + b, sld);
+  score_tail<CV>((n_keys - b + VW - 1) / VW, q, kt + b, ld, hd, scale, S + b, sld);
+}
+
+// o[r][0..hd) = inv[r] * sum_{t<nt} P[r*sld + t] v[t*ldv ..] for r < R: CV vectors (KB columns) of head_dim
+// at a time, each V vector loaded once for all R rows.
+void pv_tile(const float* P, int64_t sld, const float* v, int64_t ldv, int64_t nt, int64_t hd, const float* inv,
+             float* const* o) {
+  for (int64_t c0 = 0; c0 < hd; c0 += KB) {
+    W::F32 a[R][CV];
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < CV; ++j) a[r][j] = W::zero();
+    const float* vc = v + c0;
+    for (int64_t t = 0; t < nt; ++t) {
+      W::F32 vv[CV];
+      for (int j = 0; j < CV; ++j) vv[j] = W::load(vc + t * ldv + VW * j);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const W::F32 w = W::set1(P[r * sld + t]);
+#pragma GCC unroll 4
+        for (int j = 0; j < CV; ++j) a[r][j] = W::fmadd(w, vv[j], a[r][j]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const W::F32 s = W::set1(inv[r]);
+      for (int j = 0; j < CV; ++j) W::store(o[r] + c0 + VW * j, W::mul(a[r][j], s));
+    }
+  }
+}
+
+// One work item of the blocked path: tokens [i0, i0 + R) of head h (rows past n repeat the last token and
+// write to a spare row). S: the worker's [R, ld] scores.
+struct Tile {
+  const AttentionShape& s;
+  const float *q, *kt, *v;
+  float* out;
+  int64_t ld, pos, n;
+
+  void run(int64_t i0, int64_t h, float* S) const {
+    const int64_t hd = s.head_dim, g = h / (s.n_heads / s.n_kv_heads);
+    alignas(64) float spare[256];  // head_dim <= 256
+    const float* qr[R];
+    float* orow[R];
+    int64_t t0[R], p[R];
+    for (int r = 0; r < R; ++r) {
+      const int64_t i = std::min(i0 + r, n - 1);
+      qr[r] = q + i * s.q_dim() + h * hd;
+      orow[r] = i0 + r < n ? out + i * s.q_dim() + h * hd : spare;
+      p[r] = pos + i;
+      t0[r] = first_key(s, p[r]);
+    }
+    // The keys some row sees: [t_lo, t_hi]; scores start at the block holding t_lo.
+    const int64_t t_lo = t0[0], t_hi = p[R - 1], tb = t_lo / KB * KB, sld = round_up(t_hi + 1 - tb, KB);
+    scores_tile(qr, kt + g * hd * ld + tb, ld, hd, t_hi + 1 - tb, s.scale, S, sld);
+    float inv[R];
+    for (int r = 0; r < R; ++r) {  // softmax over the row's keys; the tile's other keys get weight 0
+      float* sr = S + r * sld;     // sr[t - tb]: key t
+      const int64_t len = p[r] + 1 - t0[r];
+      inv[r] = 1.0f / exp_sub_sum(sr + (t0[r] - tb), max_of(sr + (t0[r] - tb), len), len);
+      std::fill(sr + (t_lo - tb), sr + (t0[r] - tb), 0.0f);
+      std::fill(sr + (p[r] + 1 - tb), sr + (t_hi + 1 - tb), 0.0f);
+    }
+    pv_tile(S + (t_lo - tb), sld, v + t_lo * s.kv_dim() + g * hd, s.kv_dim(), t_hi + 1 - t_lo, hd, inv, orow);
+  }
+};
+
+}  // namespace
+
+void CpuAttention::reserve(int workers, int64_t context) { grow(scores_, workers * R * round_up(context, 64)); }
+
+void CpuAttention::run(ThreadPool& pool, const AttentionShape& s, const float* q, const float* k, const float* v,
+                       int64_t pos, int64_t n, float* out) {
+  if (blocked_fits(n, s.head_dim))
+    blocked(pool, s, q, k, v, pos, n, out);
+  else
+    rows(pool, s, q, k, v, pos, n, out);
+}
+
+void CpuAttention::rows(ThreadPool& pool, const AttentionShape& s, const float* q, const float* k, const float* v,
+                        int64_t pos, int64_t n, float* out) {
+  const int64_t hd = s.head_dim, kvd = s.kv_dim(), group = s.n_heads / s.n_kv_heads, ld = round_up(pos + n, 64);
+  grow(scores_, pool.size() * ld);
+  const int64_t items = n * s.n_heads;
+  // Tiny attention (short contexts, small heads) stays on the caller: a wake-up costs more.
+  const bool serial = items * (pos + n) * hd < (1 << 15);
+  auto body = [&](int64_t it, int w) {
+    float* sc = scores_.data() + static_cast<int64_t>(w) * ld;
+    const int64_t i = it / s.n_heads, h = it % s.n_heads, p = pos + i, t0 = first_key(s, p);
+    const float* qi = q + i * s.q_dim() + h * hd;
+    const float* kc = k + (h / group) * hd;
+    const float* vc = v + (h / group) * hd;
+    for (int64_t t = t0; t <= p; ++t) sc[t] = dot(qi, kc + t * kvd, hd) * s.scale;
+    const float inv_sum = 1.0f / exp_sub_sum(sc + t0, max_of(sc + t0, p + 1 - t0), p + 1 - t0);
+    float* o = out + i * s.q_dim() + h * hd;
+    std::fill(o, o + hd, 0.0f);
+    for (int64_t t = t0; t <= p; ++t) axpy(sc[t] * inv_sum, vc + t * kvd, o, hd);
+  };
+  if (serial)
+    for (int64_t it = 0; it < items; ++it) body(it, 0);
+  else
+    pool.run_chunks(items, body);
+}
+
+void CpuAttention::blocked(ThreadPool& pool, const AttentionShape& s, const float* q, const float* k, const float* v,
+                           int64_t pos, int64_t n, float* out) {
+  ANELAB_CHECK(blocked_fits(8, s.head_dim), "infer", "blocked attention needs head_dim 64, 128, 192 or 256, got ",
+               s.head_dim);
+  const int64_t kvd = s.kv_dim(), np = pos + n, ld = round_up(np, 64), t_first = first_key(s, pos);
+  grow(kt_, kvd * ld);
+  grow(scores_, pool.size() * R * ld);
+  // kt [kv_dim][ld]: the keys from the first one any query sees.
+  float* kt = kt_.data();
+  pool.parallel_for(kvd, 16, [&](int64_t c0, int64_t c1) { transpose_keys(k, kvd, t_first, np, c0, c1, kt, ld); });
+  const Tile tile{s, q, kt, v, out, ld, pos, n};
+  const int64_t tiles = (n + R - 1) / R;
+  pool.run_chunks(tiles * s.n_heads, [&](int64_t it, int w) {
+    const int64_t i0 = (tiles - 1 - it / s.n_heads) * R;  // the last (longest) tiles first
+    tile.run(i0, it % s.n_heads, scores_.data() + static_cast<int64_t>(w) * R * ld);
+  });
+}
+
+}  // namespace anelab::infer
