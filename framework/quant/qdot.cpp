@@ -52,8 +52,8 @@ void quantize_q8_0_form(const float* x, int64_t n, Q8Acts& a) {
   }
 }
 
-// The first value of largest magnitude among 256, with its sign (0 when all are 0 or NaN): the block's amax
-// from the amax of each 32, then a scan of the first 32 values holding it.
+// The first value of largest magnitude among 256, with its sign (0 when all are 0 or NaN): the amax of each 32
+// values, then a scan of the first group of 32 whose amax is the largest.
 inline float q8_k_max(const float* x) {
   float m[8], amax = 0.0f;
   for (int j = 0; j < 8; ++j) m[j] = amax32(x + 32 * j), amax = std::max(amax, m[j]);

@@ -37,8 +37,8 @@
 //                                         vpdpbusd or on the scalar path; 127 where pairs add in int16)
 //   activation quantizers (framework/quant/qdot.cpp), on the same GI32 lanes:
 //   cvt_i32(v)                            nearest integer, ties to even, as int32; NaN and |v| >= 2^31 give
-//                                         INT32_MIN (x86 cvtps2dq's rule under the default MXCSR; NEON and
-//                                         scalar map their own results for those lanes to it)
+//                                         INT32_MIN: x86 cvtps2dq's rule (rounding embedded on AVX-512, the
+//                                         default MXCSR on AVX2); NEON and scalar map those lanes to it
 //   pack_i8(v) -> I8                      the 32 int32 of v[0 .. 32 / kWidth - 1] to int8, saturating, in order
 //   store_i8(p, q), sum16_i8(q, s)        the 32 bytes of an I8; s[0], s[1] = the int8 sums of bytes 0-15, 16-31
 //
