@@ -121,16 +121,21 @@ void check(const std::vector<float>& x, Q8Acts& a, const std::string& what) {
 
 // ---- tests ----
 
-// The conversion primitives alone: cvt_i32 rounds half to even and gives INT32_MIN for NaN and beyond int32;
-// pack_i8 saturates and keeps memory order; sum16_i8 sums each half as int8.
+// The primitives alone: abs clears the sign bit; cvt_i32 rounds half to even and gives INT32_MIN for NaN and
+// beyond int32; pack_i8 saturates and keeps memory order; sum16_i8 sums each half as int8.
 TEST(QuantActs, SimdConversionPrimitives) {
   namespace S = simd;
   constexpr int W = S::kWidth;
   std::vector<float> v = {0.5f,   1.5f,  2.5f,  -0.5f,  -1.5f, -2.5f, 126.5f, -127.5f, 0.49999997f, -0.0f,
                           kNaN,   kInf,  -kInf, 2147483648.0f, 2147483520.0f, -2147483648.0f, -2147483904.0f,
                           kDenormMin, 200.0f, -129.0f, 128.0f, -128.0f, 127.0f, 3e9f, 8388609.0f, 4194304.5f,
-                          -7.5f, 1e-30f, 0.75f, 13.5f, 127.4f, -300.0f};
+                          -7.5f, 1e-30f, -kNaN, 13.5f, 127.4f, -300.0f};
   ASSERT_EQ(v.size(), 32u);
+  for (int k = 0; k < 32 / W; ++k) {  // abs clears the sign bit only (NaN, -0 and -inf included)
+    float f[W];
+    S::store(f, S::abs(S::load(v.data() + W * k)));
+    for (int l = 0; l < W; ++l) EXPECT_EQ(bits(f[l]), bits(v[static_cast<size_t>(W * k + l)]) & 0x7FFFFFFFu);
+  }
   S::GI32 q[32 / W];
   for (int k = 0; k < 32 / W; ++k) q[k] = S::cvt_i32(S::load(v.data() + W * k));
   for (int k = 0; k < 32 / W; ++k) {  // int32 values back through fp32 (exact for these)
