@@ -19,35 +19,64 @@ constexpr int kRows = 1;
 
 // ---- activation quantizers ----
 
+constexpr int kVecs32 = 32 / S::kWidth;  // F32 (and GI32) vectors per 32 values
+
+// The largest |x_i| of 32 values; NaN values are skipped (max(a, b) takes b when a is NaN).
+inline float amax32(const float* x) {
+  S::F32 m = S::zero();
+  for (int v = 0; v < kVecs32; ++v) m = S::max(S::abs(S::load(x + S::kWidth * v)), m);
+  return S::reduce_max(m);
+}
+
+// The 32 int8 of round_half_even(x_i * s) (min(that, 127) with kClamp127: NaN -> 127), saturated to int8.
+template <bool kClamp127>
+inline S::I8 quantize32(const float* x, S::F32 s) {
+  S::GI32 q[kVecs32];
+  for (int v = 0; v < kVecs32; ++v) {
+    const S::F32 p = S::mul(S::load(x + S::kWidth * v), s);
+    q[v] = S::cvt_i32(kClamp127 ? S::min(p, S::set1(127.0f)) : p);
+  }
+  return S::pack_i8(q);
+}
+
 void quantize_q8_0_form(const float* x, int64_t n, Q8Acts& a) {
   for (int64_t b = 0; b < n / 32; ++b) {
-    const float* xb = x + 32 * b;
-    float amax = 0.0f;
-    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    const auto ub = static_cast<size_t>(b);
+    const float amax = amax32(x + 32 * b);
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    for (int i = 0; i < 32; ++i) a.q[static_cast<size_t>(32 * b + i)] = static_cast<int8_t>(std::nearbyint(xb[i] * id));
-    a.d[static_cast<size_t>(b)] = S::h2f(S::f2h(amax / 127.0f));
+    const S::I8 q = quantize32<false>(x + 32 * b, S::set1(id));
+    S::store_i8(a.q.data() + 32 * b, q);
+    S::sum16_i8(q, a.sums16.data() + 2 * b);
+    a.sums32[ub] = a.sums16[2 * ub] + a.sums16[2 * ub + 1];
+    a.d[ub] = S::h2f(S::f2h(amax / 127.0f));
   }
+}
+
+// The first value of largest magnitude among 256, with its sign (0 when all are 0 or NaN): the amax of each 32
+// values, then a scan of the first group of 32 whose amax is the largest.
+inline float q8_k_max(const float* x) {
+  float m[8], amax = 0.0f;
+  for (int j = 0; j < 8; ++j) m[j] = amax32(x + 32 * j), amax = std::max(amax, m[j]);
+  if (amax == 0.0f) return 0.0f;
+  const int j = static_cast<int>(std::find(m, m + 8, amax) - m);
+  return *std::find_if(x + 32 * j, x + 32 * j + 32, [amax](float v) { return std::fabs(v) == amax; });
 }
 
 void quantize_q8_k_form(const float* x, int64_t n, Q8Acts& a) {
   for (int64_t b = 0; b < n / 256; ++b) {
     const float* xb = x + 256 * b;
-    int8_t* q = a.qk.data() + 256 * b;
-    float amax = 0.0f, max = 0.0f;  // the first value of largest magnitude, with its sign
-    for (int i = 0; i < 256; ++i)
-      if (std::fabs(xb[i]) > amax) amax = std::fabs(xb[i]), max = xb[i];
-    const float iscale = amax != 0.0f ? -127.0f / max : 0.0f;
-    for (int i = 0; i < 256; ++i) q[i] = static_cast<int8_t>(std::min(127.0f, std::nearbyint(iscale * xb[i])));
-    for (int s = 0; s < 16; ++s) {
-      int sum = 0;
-      for (int i = 0; i < 16; ++i) sum += q[16 * s + i];
-      a.bsums[static_cast<size_t>(16 * b + s)] = static_cast<int16_t>(sum);
+    const float max = q8_k_max(xb);
+    const float iscale = max != 0.0f ? -127.0f / max : 0.0f;
+    for (int j = 0; j < 8; ++j) {
+      const S::I8 q = quantize32<true>(xb + 32 * j, S::set1(iscale));
+      S::store_i8(a.qk.data() + 256 * b + 32 * j, q);
+      int32_t s[2];
+      S::sum16_i8(q, s);
+      const auto k = static_cast<size_t>(8 * b + j);
+      a.bsums[2 * k] = static_cast<int16_t>(s[0]), a.bsums[2 * k + 1] = static_cast<int16_t>(s[1]);
+      a.bsums32[k] = static_cast<int16_t>(s[0] + s[1]);
     }
-    for (int s = 0; s < 8; ++s)
-      a.bsums32[static_cast<size_t>(8 * b + s)] = static_cast<int16_t>(
-          a.bsums[static_cast<size_t>(16 * b + 2 * s)] + a.bsums[static_cast<size_t>(16 * b + 2 * s + 1)]);
-    a.dk[static_cast<size_t>(b)] = amax != 0.0f ? 1.0f / iscale : 0.0f;
+    a.dk[static_cast<size_t>(b)] = max != 0.0f ? 1.0f / iscale : 0.0f;
   }
 }
 
@@ -230,7 +259,7 @@ void quantize_acts(const float* x, int64_t n, unsigned forms, Q8Acts& a) {
   a.n = n;
   a.forms = forms;
   if (forms & kActsQ8_0) {
-    grow(a.q, n), grow(a.d, n / 32);
+    grow(a.q, n), grow(a.d, n / 32), grow(a.sums16, n / 16), grow(a.sums32, n / 32);
     quantize_q8_0_form(x, n, a);
   }
   if (forms & kActsQ8_K) {

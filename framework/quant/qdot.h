@@ -3,7 +3,8 @@
 // GEMV, in the form llama.cpp's CPU backend uses for each weight type, so both programs round the same way:
 //
 //   Q8_0 form (for Q8_0, Q4_0, Q5_0 weights): blocks of 32, d = amax / 127 stored as fp16 and used as the
-//     fp16 value, q = round_half_even(x * 127 / amax)                (ggml's x86 quantize_row_q8_0)
+//     fp16 value, q = round_half_even(x * 127 / amax), plus the sums of q over each 16 and 32 values (for the
+//     prefill GEMM)                                                   (ggml's x86 quantize_row_q8_0)
 //   Q8_K form (for Q4_K, Q6_K weights): blocks of 256, fp32 d = max / -127 where max is the first value of
 //     largest magnitude (with its sign), q = min(127, round_half_even(x * -127 / max)), plus bsums, the sum of
 //     q over each 16 (and 32) values                                           (ggml's quantize_row_q8_K_ref)
@@ -21,6 +22,11 @@
 // |error| <= sum_i |w_i| d_a(i) / 2 (d_a(i): the scale of the activation block holding i; plus fp32 rounding).
 // Each row's arithmetic does not depend on how many rows are taken together, so dot_rows and dot_row agree
 // bit for bit.
+//
+// Both forms are vectorised (simd abs, max, mul, cvt_i32, pack_i8, sum16_i8). amax ignores NaN values (as
+// std::max(amax, |x|) does). A product x * scale that is NaN or beyond int32 (an infinite x, or every x of a
+// block whose 127 / amax overflows: amax below about 2^-121) becomes -128, as ggml's x86 cvtps2dq and saturating
+// packs make it; the Q8_K form clamps to 127 first, so there NaN and +inf give 127, -inf -128.
 //
 // Interface: quantize_acts(x, n, a) fills every form the length allows (the Q8_K form when n % 256 == 0);
 // quantize_acts(x, n, forms, a) only the forms asked for (acts_form(type) names the one a type reads);
@@ -43,6 +49,8 @@ struct Q8Acts {
   unsigned forms = 0;            // ActsForm bits filled for this x
   std::vector<int8_t> q;         // [n] Q8_0 form
   std::vector<float> d;          // [n / 32] its fp16 scales, as floats
+  std::vector<int32_t> sums16;   // [n / 16] sums of q per 16 values
+  std::vector<int32_t> sums32;   // [n / 32] sums of q per 32 values
   std::vector<int8_t> qk;        // [n] Q8_K form
   std::vector<float> dk;         // [n / 256] its fp32 scales
   std::vector<int16_t> bsums;    // [n / 16] sums of qk per 16 values

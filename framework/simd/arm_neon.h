@@ -56,6 +56,7 @@ inline F32 min(F32 a, F32 b) { return vbslq_f32(vcltq_f32(a, b), a, b); }
 inline F32 fmadd(F32 a, F32 b, F32 c) { return vfmaq_f32(c, a, b); }
 inline F32 fnmadd(F32 a, F32 b, F32 c) { return vfmsq_f32(c, a, b); }
 inline F32 round_even(F32 v) { return vrndnq_f32(v); }
+inline F32 abs(F32 v) { return vabsq_f32(v); }
 // p * 2^n in two exact power-of-two steps (each 2^k a normal float), so only the last product rounds.
 inline F32 ldexp(F32 p, F32 n) {
   const int32x4_t k = vcvtnq_s32_f32(n), k1 = vshrq_n_s32(k, 1), k2 = vsubq_s32(k, k1);
@@ -168,6 +169,14 @@ inline I32 madd_s8_i16x16(const int8_t* a, const int16_t* b) {
 inline I32 sub_i32(I32 a, I32 b) { return vsubq_s32(a, b); }
 template <int K>
 inline I32 shl_i32(I32 a) { return vshlq_n_s32(a, K); }
+inline void store_i8(void* p, I8 q) {
+  auto* b = static_cast<uint8_t*>(p);
+  vst1q_u8(b, q.lo), vst1q_u8(b + 16, q.hi);
+}
+inline void sum16_i8(I8 q, int32_t s[2]) {  // SADDLV: the widening sum of 16 int8 lanes
+  s[0] = vaddlvq_s8(vreinterpretq_s8_u8(q.lo));
+  s[1] = vaddlvq_s8(vreinterpretq_s8_u8(q.hi));
+}
 inline QAcc qacc_zero() { return vdupq_n_f32(0.0f); }
 inline QAcc qacc_fmadd(QAcc acc, I32 v, float f) { return vfmaq_n_f32(acc, vcvtq_f32_s32(v), f); }
 inline float qacc_sum(QAcc v) { return vaddvq_f32(v); }
@@ -192,5 +201,16 @@ inline GI32 dot4_s8(GI32 acc, W8 w, int32_t a4) {
 #endif
 }
 inline GI32 dot4_u8(GI32 acc, W8 w, int32_t a4) { return dot4_s8(acc, w, a4); }
+// ---- activation quantizers: 4 int32 lanes per GI32, eight per 32 values ----
+// FCVTNS rounds to nearest even and saturates (NaN -> 0); lanes with NaN or |v| >= 2^31 take x86's INT32_MIN.
+inline GI32 cvt_i32(F32 v) {
+  return vbslq_s32(vcaltq_f32(v, vdupq_n_f32(2147483648.0f)), vcvtnq_s32_f32(v), vdupq_n_s32(INT32_MIN));
+}
+inline I8 pack_i8(const GI32* v) {  // SQXTN: saturating narrows int32 -> int16 -> int8
+  const int16x8_t h0 = vqmovn_high_s32(vqmovn_s32(v[0]), v[1]), h1 = vqmovn_high_s32(vqmovn_s32(v[2]), v[3]);
+  const int16x8_t h2 = vqmovn_high_s32(vqmovn_s32(v[4]), v[5]), h3 = vqmovn_high_s32(vqmovn_s32(v[6]), v[7]);
+  return {vreinterpretq_u8_s8(vqmovn_high_s16(vqmovn_s16(h0), h1)),
+          vreinterpretq_u8_s8(vqmovn_high_s16(vqmovn_s16(h2), h3))};
+}
 
 }  // namespace anelab::simd

@@ -64,6 +64,7 @@ inline F32 min(F32 a, F32 b) { ANELAB_SIMD_LANES(a.v[i] < b.v[i] ? a.v[i] : b.v[
 inline F32 fmadd(F32 a, F32 b, F32 c) { ANELAB_SIMD_LANES(std::fma(a.v[i], b.v[i], c.v[i])); }
 inline F32 fnmadd(F32 a, F32 b, F32 c) { ANELAB_SIMD_LANES(std::fma(-a.v[i], b.v[i], c.v[i])); }
 inline F32 round_even(F32 v) { ANELAB_SIMD_LANES(std::nearbyint(v.v[i])); }  // default mode: ties to even
+inline F32 abs(F32 v) { ANELAB_SIMD_LANES(std::fabs(v.v[i])); }
 inline F32 ldexp(F32 p, F32 n) {  // NaN n (from a NaN input) propagates; the cast would be undefined
   ANELAB_SIMD_LANES(std::isnan(n.v[i]) ? p.v[i] + n.v[i] : std::ldexp(p.v[i], static_cast<int>(n.v[i])));
 }
@@ -164,6 +165,11 @@ inline I32 madd_s8_i16x16(const int8_t* a, const int16_t* b) {
 inline I32 sub_i32(I32 a, I32 b) { return a - b; }
 template <int K>
 inline I32 shl_i32(I32 a) { return a * (1 << K); }
+inline void store_i8(void* p, I8 q) { std::memcpy(p, q.v, sizeof q.v); }
+inline void sum16_i8(I8 q, int32_t s[2]) {
+  s[0] = s[1] = 0;
+  for (int i = 0; i < 32; ++i) s[i / 16] += static_cast<int8_t>(q.v[i]);
+}
 inline QAcc qacc_zero() { return 0.0f; }
 inline QAcc qacc_fmadd(QAcc acc, I32 v, float f) { return std::fma(static_cast<float>(v), f, acc); }
 inline float qacc_sum(QAcc v) { return v; }
@@ -202,6 +208,22 @@ inline GI32 dot4_s8(GI32 acc, W8 w, int32_t a4) {
   for (int l = 0; l < 4; ++l)
     for (int j = 0; j < 4; ++j) acc.v[l] += int32_t{static_cast<int8_t>(w.b[4 * l + j])} * int32_t{a[j]};
   return acc;
+}
+// ---- activation quantizers: 4 int32 lanes per GI32, eight per 32 values ----
+// nearbyint in the default mode (ties to even); NaN and |v| >= 2^31 give INT32_MIN, as x86's cvtps2dq.
+inline GI32 cvt_i32(F32 v) {
+  GI32 r;
+  for (int i = 0; i < 4; ++i)
+    r.v[i] = std::fabs(v.v[i]) < 2147483648.0f ? static_cast<int32_t>(std::nearbyint(v.v[i])) : INT32_MIN;
+  return r;
+}
+inline I8 pack_i8(const GI32* v) {
+  I8 r;
+  for (int i = 0; i < 32; ++i) {
+    const int32_t x = v[i / 4].v[i % 4];
+    r.v[i] = static_cast<uint8_t>(static_cast<int8_t>(x < -128 ? -128 : x > 127 ? 127 : x));
+  }
+  return r;
 }
 
 }  // namespace anelab::simd

@@ -17,6 +17,7 @@
 //   add, sub, mul, div, min, max          lane-wise; min/max(a, b) return b when either is NaN (x86 rule)
 //   fmadd(a, b, c) = a*b + c, fnmadd(a, b, c) = c - a*b   (one rounding)
 //   round_even(v)                         nearest integer, ties to even
+//   abs(v)                                |v| (the sign bit cleared)
 //   ldexp(p, n)                           p * 2^n for integral n in [-150, 128], one rounding (as vscalefps)
 //   round_fp16(v)                         to the nearest fp16 value (ties to even, overflow to +-inf), as fp32
 //   ge(a, b) -> Mask, select(m, t, f)     lane-wise a >= b (false on NaN); m ? t : f
@@ -34,6 +35,12 @@
 //   dot4_u8(acc, w, a4), dot4_s8(...)     acc[l] += sum_j<4 w[4l + j] a4[j], w read as u8 (<= kDotU8Max) / s8
 //   kDotU8Max                             largest unsigned weight byte dot4_u8 takes exactly (255 with
 //                                         vpdpbusd or on the scalar path; 127 where pairs add in int16)
+//   activation quantizers (framework/quant/qdot.cpp), on the same GI32 lanes:
+//   cvt_i32(v)                            nearest integer, ties to even, as int32; NaN and |v| >= 2^31 give
+//                                         INT32_MIN: x86 cvtps2dq's rule (rounding embedded on AVX-512, the
+//                                         default MXCSR on AVX2); NEON and scalar map those lanes to it
+//   pack_i8(v) -> I8                      the 32 int32 of v[0 .. 32 / kWidth - 1] to int8, saturating, in order
+//   store_i8(p, q), sum16_i8(q, s)        the 32 bytes of an I8; s[0], s[1] = the int8 sums of bytes 0-15, 16-31
 //
 // Every lane-wise operation is IEEE fp32 with one rounding, so a kernel that applies the same operations
 // in the same order gives the same bits on every architecture; only reduce_add/reduce_max and a kernel's

@@ -48,6 +48,7 @@ inline F32 max(F32 a, F32 b) { return _mm256_max_ps(a, b); }
 inline F32 fmadd(F32 a, F32 b, F32 c) { return _mm256_fmadd_ps(a, b, c); }
 inline F32 fnmadd(F32 a, F32 b, F32 c) { return _mm256_fnmadd_ps(a, b, c); }
 inline F32 round_even(F32 v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline F32 abs(F32 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
 // p * 2^n in two exact power-of-two steps (each 2^k a normal float), so only the last product rounds.
 inline F32 ldexp(F32 p, F32 n) {
   const __m256i k = _mm256_cvtps_epi32(n), k1 = _mm256_srai_epi32(k, 1), k2 = _mm256_sub_epi32(k, k1);
@@ -94,6 +95,15 @@ inline GI32 dot4_u8(GI32 acc, W8 w, int32_t a4) {
 inline GI32 dot4_s8(GI32 acc, W8 w, int32_t a4) {
   const __m256i sa = _mm256_sign_epi8(_mm256_set1_epi32(a4), w);
   return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), sa), _mm256_set1_epi16(1)));
+}
+// ---- activation quantizers: 8 int32 lanes per GI32, four per 32 values ----
+// cvtps2dq rounds by MXCSR (nearest even by default); NaN and out-of-range lanes give 0x80000000.
+inline GI32 cvt_i32(F32 v) { return _mm256_cvtps_epi32(v); }
+// Two saturating packs (int32 -> int16 -> int8) work per 128-bit half, leaving the 4-byte groups in the
+// order v0[0:4] v1[0:4] v2[0:4] v3[0:4] v0[4:8] v1[4:8] ...; one dword permutation restores memory order.
+inline __m256i pack_i8(const GI32* v) {
+  const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+  return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
 }  // namespace anelab::simd

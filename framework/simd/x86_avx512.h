@@ -46,6 +46,7 @@ inline F32 max(F32 a, F32 b) { return _mm512_max_ps(a, b); }
 inline F32 fmadd(F32 a, F32 b, F32 c) { return _mm512_fmadd_ps(a, b, c); }
 inline F32 fnmadd(F32 a, F32 b, F32 c) { return _mm512_fnmadd_ps(a, b, c); }
 inline F32 round_even(F32 v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline F32 abs(F32 v) { return _mm512_abs_ps(v); }
 inline F32 ldexp(F32 p, F32 n) { return _mm512_scalef_ps(p, n); }
 inline F32 round_fp16(F32 v) {
   return _mm512_maskz_cvtph_ps(0xFFFF, _mm512_maskz_cvtps_ph(0xFFFF, v, _MM_FROUND_TO_NEAREST_INT));
@@ -87,6 +88,14 @@ inline GI32 dot4_s8(GI32 acc, W8 w, int32_t a4) {
 #else
   return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(w), sa), _mm512_set1_epi16(1)));
 #endif
+}
+// ---- activation quantizers: 16 int32 lanes per GI32, two per 32 values ----
+// Rounding mode embedded (nearest even, whatever MXCSR says); NaN and out-of-range lanes give 0x80000000.
+inline GI32 cvt_i32(F32 v) {
+  return _mm512_maskz_cvt_roundps_epi32(0xFFFF, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+inline __m256i pack_i8(const GI32* v) {  // vpmovsdb: int32 -> int8 with signed saturation
+  return _mm256_set_m128i(_mm512_maskz_cvtsepi32_epi8(0xFFFF, v[1]), _mm512_maskz_cvtsepi32_epi8(0xFFFF, v[0]));
 }
 
 }  // namespace anelab::simd

@@ -15,6 +15,7 @@
 //   madd_u8_i16x8(a, b), madd_s8_i16x16(a, b)   lanes summing to a[i] b[i] over 8 uint8 / 16 int8 a, int16 b
 //   sub_i32(a, b), shl_i32<k>(a)      lane-wise int32
 //   qacc_zero(), qacc_fmadd(acc, v, f), qacc_sum(acc)   fp32 lanes: acc + float(v) f; horizontal sum
+//   store_i8(p, q), sum16_i8(q, s)    32 bytes; s[0], s[1] = the int8 sums of bytes 0-15 and 16-31
 // Every int32 result is exact: maddubs pairs stay below 2^15 for the ranges above (2 x 127 x 128 signed,
 // 2 x 63 x 127 scaled).
 #pragma once
@@ -98,6 +99,15 @@ inline I32 sub_i32(I32 a, I32 b) { return _mm256_sub_epi32(a, b); }
 template <int K>
 inline I32 shl_i32(I32 a) {
   return _mm256_slli_epi32(a, K);
+}
+
+// vpsadbw sums 8 unsigned bytes per 64-bit lane; the bias q ^ 0x80 = q + 128 makes the bytes unsigned.
+inline void store_i8(void* p, I8 q) { _mm256_storeu_si256(static_cast<__m256i*>(p), q); }
+inline void sum16_i8(I8 q, int32_t s[2]) {
+  const __m256i t = _mm256_sad_epu8(_mm256_xor_si256(q, _mm256_set1_epi8(-128)), _mm256_setzero_si256());
+  const __m128i lo = _mm256_castsi256_si128(t), hi = _mm256_extracti128_si256(t, 1);
+  s[0] = _mm_cvtsi128_si32(_mm_add_epi32(lo, _mm_unpackhi_epi64(lo, lo))) - 16 * 128;
+  s[1] = _mm_cvtsi128_si32(_mm_add_epi32(hi, _mm_unpackhi_epi64(hi, hi))) - 16 * 128;
 }
 
 inline QAcc qacc_zero() { return _mm256_setzero_ps(); }
