@@ -25,11 +25,12 @@ struct Panel {
   std::vector<float> min;     // [kc / 32][kNR] Q4_K: dmin m_j of each sub-block
 };
 
-// Every token's activations, quantized once per call.
+// Every token's activations, quantized once per call: the Q8_0 form (int8 blocks of 32, fp16 scales as floats)
+// with its sums of q per 16 and per 32 values (the groups of the recipes).
 struct Acts {
-  std::vector<Q8Acts> tok;      // [n_tok] the Q8_0 form: int8 blocks of 32, fp16 scales (as floats)
-  std::vector<int32_t> sums;    // [n_tok][cols / group] sums of q per group (32, or 16 for Q6_K)
+  std::vector<Q8Acts> tok;      // [n_tok]
 };
+const int32_t* group_sums(const Q8Acts& a, int group) { return (group == 16 ? a.sums16 : a.sums32).data(); }
 
 // How a type's integers go through the micro-kernel: isum of a group starts at offset * sum(q_a).
 struct Recipe {
@@ -237,19 +238,10 @@ const KernelTable& kernels(const Recipe& r) {
 }
 
 // ---- driver ----
-void quantize_tokens(ThreadPool& pool, const float* x, int64_t n_tok, int64_t cols, int group, Acts& a) {
+void quantize_tokens(ThreadPool& pool, const float* x, int64_t n_tok, int64_t cols, Acts& a) {
   if (static_cast<int64_t>(a.tok.size()) < n_tok) a.tok.resize(static_cast<size_t>(n_tok));
-  if (static_cast<int64_t>(a.sums.size()) < n_tok * cols / group) a.sums.resize(static_cast<size_t>(n_tok * cols / group));
   auto body = [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      Q8Acts& q = a.tok[static_cast<size_t>(t)];
-      quantize_acts(x + t * cols, cols, kActsQ8_0, q);
-      int32_t* s = a.sums.data() + t * cols / group;
-      for (int64_t g = 0; g < cols / group; ++g) {
-        s[g] = 0;
-        for (int j = 0; j < group; ++j) s[g] += q.q[static_cast<size_t>(group * g + j)];
-      }
-    }
+    for (int64_t t = b; t < e; ++t) quantize_acts(x + t * cols, cols, kActsQ8_0, a.tok[static_cast<size_t>(t)]);
   };
   if (n_tok * cols < kMinWork)
     body(0, n_tok);
@@ -286,7 +278,7 @@ void gemm(ThreadPool& pool, BlockType bt, const uint8_t* w, int64_t rows, int64_
   const int64_t row_bytes = cols / bi.values * bi.bytes;
   thread_local Acts caller_acts;  // the caller's, grown once; workers read it through this reference
   Acts& acts = caller_acts;
-  quantize_tokens(pool, x, n_tok, cols, rc.group, acts);
+  quantize_tokens(pool, x, n_tok, cols, acts);
 
   auto body = [&](int64_t p0, int64_t p1) {
     thread_local Panel panel;  // per thread, grown once
@@ -305,7 +297,7 @@ void gemm(ThreadPool& pool, BlockType bt, const uint8_t* w, int64_t rows, int64_
             const Q8Acts& a = acts.tok[static_cast<size_t>(t0 + i)];
             tile.q[i] = a.q.data() + k0;
             tile.d[i] = a.d.data() + k0 / 32;
-            tile.sum[i] = acts.sums.data() + (t0 + i) * cols / rc.group + k0 / rc.group;
+            tile.sum[i] = group_sums(a, rc.group) + k0 / rc.group;
           }
           tile.y = y + t0 * rows + r0;
           kern[static_cast<size_t>(mr - 1)](tile);

@@ -97,6 +97,7 @@ TEST(QuantGemm, MatchesFp64ReferenceOnEveryType) {
     check_gemm(pool, t, 1, 1, 3 * bv);                     // one token, one row
     check_gemm(pool, t, 2 * kMR + 3, 2 * kNR + 5, 1280);   // k over three k blocks (512, 512, 256)
     check_gemm(pool, t, 5, 3 * kNR, 512);                  // whole panels
+    check_gemm(pool, t, 37, kNR + 7, 768);                 // many token tiles, k over a partial second k block
   }
 }
 
