@@ -240,10 +240,36 @@ void Engine::rope_rows(float* x, int64_t n, int64_t heads, bool local) {
   const int64_t half = c.head_dim / 2;
   const auto style = c.rope_style == models::RopeStyle::kAdjacentPairs ? kern::RopeStyle::kAdjacentPairs
                                                                        : kern::RopeStyle::kRotateHalf;
-  for (int64_t i = 0; i < n; ++i)
-    kern::cpu::rope_row(x + i * heads * c.head_dim, heads, c.head_dim, style,
-                        (local ? rope_cos_local_ : rope_cos_).data() + i * half,
-                        (local ? rope_sin_local_ : rope_sin_).data() + i * half, kern::cpu::Numerics::kRunc);
+  auto rows = [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0; i < r1; ++i)
+      kern::cpu::rope_row(x + i * heads * c.head_dim, heads, c.head_dim, style,
+                          (local ? rope_cos_local_ : rope_cos_).data() + i * half,
+                          (local ? rope_sin_local_ : rope_sin_).data() + i * half, kern::cpu::Numerics::kRunc);
+  };
+  if (n * heads * c.head_dim >= (1 << 14))
+    pool_.parallel_for(n, 1, rows);
+  else
+    rows(0, n);
+}
+
+// RMSNorm of rows of head_dim in place (Qwen3 / Gemma 3 q and k norms), on the pool when the batch is large.
+void Engine::head_norm_rows(float* v, const float* w, int64_t rows) {
+  const auto& c = model_.config;
+  auto body = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      kern::cpu::rms_norm(v + r * c.head_dim, w, c.norm_eps, c.head_dim, v + r * c.head_dim, kern::cpu::Numerics::kRunc);
+  };
+  if (rows * c.head_dim >= (1 << 14))
+    pool_.parallel_for(rows, 8, body);
+  else
+    body(0, rows);
+}
+
+// x += y over count values (the residual adds), on the pool when the batch is large.
+void Engine::add_rows(float* x, const float* y, int64_t count) {
+  elementwise(count, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) x[i] += y[i];
+  });
 }
 
 namespace {
@@ -288,12 +314,8 @@ void Engine::forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vect
       gemm(pool_, L.wv, opt_ptr(L.bv), xb_.data(), n, v_.data());
     }
     if (c.qk_norm) {  // per-head RMSNorm of q and k (rows of head_dim), before RoPE
-      for (int64_t r = 0; r < n * c.n_heads; ++r)
-        kern::cpu::rms_norm(q_.data() + r * hd, L.q_norm.data(), c.norm_eps, hd, q_.data() + r * hd,
-                            kern::cpu::Numerics::kRunc);
-      for (int64_t r = 0; r < n * c.n_kv_heads; ++r)
-        kern::cpu::rms_norm(k_.data() + r * hd, L.k_norm.data(), c.norm_eps, hd, k_.data() + r * hd,
-                            kern::cpu::Numerics::kRunc);
+      head_norm_rows(q_.data(), L.q_norm.data(), n * c.n_heads);
+      head_norm_rows(k_.data(), L.k_norm.data(), n * c.n_kv_heads);
     }
     if (c.rope_style != models::RopeStyle::kNone) {
       rope_rows(q_.data(), n, c.n_heads, c.sliding_layer(l));
@@ -304,7 +326,7 @@ void Engine::forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vect
     attention(l, pos, n);
     gemm(pool_, L.wo, opt_ptr(L.bo), att_.data(), n, xb_.data());
     if (!L.attn_post_norm.empty()) norm_rows(xb_.data(), L.attn_post_norm, {}, n, xb_.data());
-    for (int64_t i = 0; i < n * D; ++i) x[i] += xb_[static_cast<size_t>(i)];
+    add_rows(x, xb_.data(), n * D);
 
     norm_rows(x, L.ffn_norm, L.ffn_norm_b, n, xb_.data());
     if (gated_mlp(c.activation)) {
@@ -327,7 +349,7 @@ void Engine::forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vect
     }
     gemm(pool_, L.w2, opt_ptr(L.b2), h1_.data(), n, xb_.data());
     if (!L.ffn_post_norm.empty()) norm_rows(xb_.data(), L.ffn_post_norm, {}, n, xb_.data());
-    for (int64_t i = 0; i < n * D; ++i) x[i] += xb_[static_cast<size_t>(i)];
+    add_rows(x, xb_.data(), n * D);
   }
   head(x, n, all_logits != nullptr, all_logits);
 }

@@ -103,6 +103,8 @@ class Engine {
   void attention(int64_t l, int64_t pos, int64_t n);
   void elementwise(int64_t count, FunctionRef<void(int64_t, int64_t)> fn);
   void rope_rows(float* x, int64_t n, int64_t heads, bool local);
+  void add_rows(float* x, const float* y, int64_t count);
+  void head_norm_rows(float* v, const float* w, int64_t rows);
   void soft_cap(float* logits, int64_t count);
   void norm_rows(const float* x, std::span<const float> w, std::span<const float> b, int64_t n, float* out);
 
