@@ -2,6 +2,8 @@
 // Tests that need it call ANELAB_REQUIRE_DATA("llama2c/stories260K.bin") which skips with a message
 // naming the missing file instead of failing.
 #pragma once
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -20,10 +22,12 @@ inline std::string data_path(const std::string& rel) { return data_dir() + "/" +
 
 inline std::string source_path(const std::string& rel) { return std::string(ANELAB_SOURCE_DIR) + "/" + rel; }
 
-// A fresh, empty temporary directory for one test.
+// A fresh, empty temporary directory for one test: the process id in its name, since ctest -j runs tests in
+// separate processes whose stack addresses coincide where there is no ASLR (qemu-user).
 inline std::filesystem::path temp_dir(const std::string& tag) {
   auto p = std::filesystem::temp_directory_path() /
-           ("anelab_test_" + tag + "_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
+           ("anelab_test_" + tag + "_" + std::to_string(::getpid()) + "_" +
+            std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
             std::to_string(reinterpret_cast<uintptr_t>(&tag)));
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
