@@ -21,8 +21,12 @@ KernelCache::KernelCache(rt::Backend& backend, const TrainShape& shape, Strategy
   shape_.validate();
 }
 
+// The kernels are built once in the builder's default dialect; the backend gets them in its device's (M1-M3:
+// program(1.0)/ios16 text, digest §2.1), as the native backend prints them and the inference prefill builds them.
 std::unique_ptr<rt::Kernel> KernelCache::compile(const KernelSpec& spec) {
-  auto r = backend_.compile(spec.program, spec.weights);
+  mil::Program p = spec.program;
+  p.dialect = backend_.profile().dialect;
+  auto r = backend_.compile(p, spec.weights);
   if (!r.is_ok()) {
     const auto& st = r.status();
     const std::string msg = cat("[kernels] compile ", spec.name, " (", strategy_name(strategy_), ", ", shape_.str(),

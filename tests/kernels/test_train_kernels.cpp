@@ -250,6 +250,26 @@ TEST(KernelStrategies, DynamicRestagingMatchesFreshStaticBuild) {
   EXPECT_LT(nmse(t.o, fb.o), fp16_nmse(48));
 }
 
+// An M1-M3 device takes program(1.0)/ios16 text only: the cache hands the backend each kernel in its device's
+// dialect, the same ops, so the emulator with the m1 profile computes what it computes with m4, bit for bit.
+TEST(KernelStrategies, M1ProfileRunsTheKernelsInItsDialect) {
+  rt::BackendOptions m1;
+  m1.device = "m1";
+  auto be1 = rt::create_backend("emulator", m1), be4 = rt::create_backend("emulator");
+  LayerData L = make_layer(gqa_shape(), 210);
+  for (Strategy st : {Strategy::kStatic, Strategy::kDynamic}) {
+    kern::KernelCache c1(*be1, L.shape, st), c4(*be4, L.shape, st);
+    kern::LayerRunner r1(c1), r4(c4);
+    r1.set_weights(L.weights());
+    r4.set_weights(L.weights());
+    ChainResult a = run_chain(r1, L), b = run_chain(r4, L);
+    EXPECT_EQ(a.out, b.out) << kern::strategy_name(st);
+    EXPECT_EQ(a.dx, b.dx) << kern::strategy_name(st);
+    EXPECT_EQ(a.dwq, b.dwq) << kern::strategy_name(st);
+    EXPECT_EQ(c1.compiles(), 9);
+  }
+}
+
 TEST(KernelStrategies, MissingWeightsAndBadShapesAreReported) {
   auto be = rt::create_backend("emulator");
   kern::TrainShape s = gqa_shape();
