@@ -72,6 +72,7 @@ struct InferArgs {
   int32_t top_k = 0;
   uint64_t seed = 0;
   std::vector<std::string> stop;
+  bool ignore_eos = false;
   int64_t bench_prompt = 512, bench_gen = 128;
 };
 
@@ -100,6 +101,7 @@ void add_sampling(CLI::App* sub, InferArgs& a) {
   sub->add_option("--seed,-s", a.seed, "Random seed (0 = time-based, like run.c)")->capture_default_str();
   sub->add_option("--sampler", a.sampler, "auto | runc (llama2.c xorshift + top-p, bit-exact) | general")->capture_default_str();
   sub->add_option("--stop", a.stop, "Stop string (repeatable)");
+  sub->add_flag("--ignore-eos", a.ignore_eos, "Generate past the end-of-text token: its logit is -inf (llama.cpp --ignore-eos)");
 }
 
 struct Loaded {
@@ -137,6 +139,7 @@ infer::GenerateOptions gen_options(const InferArgs& a) {
   o.sampling.repeat_penalty = a.repeat_penalty;
   o.sampling.seed = a.seed ? a.seed : static_cast<uint64_t>(std::time(nullptr));
   o.stop_strings = a.stop;
+  o.ignore_eos = a.ignore_eos;
   if (a.sampler == "runc") o.sampler = infer::SamplerKind::kRunc;
   else if (a.sampler == "general") o.sampler = infer::SamplerKind::kGeneral;
   else ANELAB_CHECK(a.sampler == "auto", "infer", "unknown --sampler '", a.sampler, "' (auto, runc, general)");

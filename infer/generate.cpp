@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <limits>
 #include <optional>
 
 #include "framework/core/error.h"
@@ -154,9 +155,11 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::v
   for (int64_t pos = n; pos <= steps; ++pos) {  // logits of position pos-1 -> token at pos
     if (pos > n) lp = e.decode(token, pos - 1);
     std::copy(lp, lp + vocab, logits.begin());
+    if (o.ignore_eos && tk && tk->eos_id() >= 0 && tk->eos_id() < vocab)
+      logits[static_cast<size_t>(tk->eos_id())] = -std::numeric_limits<float>::infinity();
     const int32_t next = runc ? rs->sample(logits) : gs->sample(logits, history);
     if (pos == n) r.ttft_ms = ms_since(t0);
-    if (tk && next == (spm ? tk->bos_id() : tk->eos_id())) { r.stop_reason = "eos"; break; }
+    if (tk && !o.ignore_eos && next == (spm ? tk->bos_id() : tk->eos_id())) { r.stop_reason = "eos"; break; }
     if (std::find(o.stop_tokens.begin(), o.stop_tokens.end(), next) != o.stop_tokens.end()) { r.stop_reason = "stop_token"; break; }
     if (tk && next >= tk->vocab_size())
       fail("infer", "vocabulary mismatch: the model produced token id ", next, " but the tokenizer (", tk->describe(),

@@ -31,6 +31,7 @@ struct GenerateOptions {
   models::SamplerOptions sampling;
   std::vector<int32_t> stop_tokens;
   std::vector<std::string> stop_strings;
+  bool ignore_eos = false;        // llama.cpp --ignore-eos: the end-of-text token's logit is -inf, no eos stop
   bool echo_prompt = true;        // print the prompt's pieces (run.c does)
   bool final_newline = true;      // run.c prints "\n" at the end
 };

@@ -3,8 +3,9 @@
 #
 # Per model and per type (q8_0, q4_0, q4_k_m): the model is written once as an fp32 GGUF and quantized by
 # both sides (`anelab convert --dtype T` and `llama-quantize`); on each of the two files
-#   * 64 greedy tokens from "Once upon a time" by llama-completion and by `anelab infer generate` (the texts
-#     compared: identical, or the number of leading characters they share);
+#   * 64 greedy tokens from "Once upon a time" by llama-completion and by `anelab infer generate`, both with
+#     --ignore-eos (all 64 tokens, the end-of-text token masked), the texts compared: identical, or the
+#     number of leading characters they share;
 #   * llama-perplexity saves its log-probabilities of the held-out text (--kl-divergence-base) and
 #     `anelab perplexity --kl-base` scores the same tokens: KL(llama.cpp || anelab), top-1 agreement,
 #     max |Δ log p| (absolute and relative to the logit range), and whether the text tokenizes alike;
@@ -81,10 +82,10 @@ make_base() {  # NAME FILE TOKENIZER -> $out/NAME/f32.gguf
 # earlier run in OUT are reused.
 greedy() {  # GGUF LOGPREFIX
   local f=$1 p=$2
-  [ -s "$p.llama.txt" ] || { "$LLAMA_BIN/llama-completion" -m "$f" -p "$PROMPT" -n "$TOKENS" --temp 0 -no-cnv -nr \
+  [ -s "$p.llama.txt" ] || { "$LLAMA_BIN/llama-completion" -m "$f" -p "$PROMPT" -n "$TOKENS" --temp 0 -no-cnv -nr --ignore-eos \
     -t "$THREADS" -fa off -ctk f32 -ctv f32 --no-warmup --simple-io < /dev/null > "$p.llama.tmp" 2> "$p.llama.log" \
     && mv "$p.llama.tmp" "$p.llama.txt"; } || { echo "llama.cpp failed"; return; }
-  [ -s "$p.anelab.txt" ] || { "$ANELAB" infer generate -q -m "$f" -i "$PROMPT" --max-tokens "$TOKENS" -t 0 \
+  [ -s "$p.anelab.txt" ] || { "$ANELAB" infer generate -q -m "$f" -i "$PROMPT" --max-tokens "$TOKENS" -t 0 --ignore-eos \
     --threads "$THREADS" > "$p.anelab.tmp" 2> "$p.anelab.log" && mv "$p.anelab.tmp" "$p.anelab.txt"; } \
     || { echo "anelab failed: $(tail -1 "$p.anelab.log")"; return; }
   python3 - "$p.llama.txt" "$p.anelab.txt" <<'EOF'

@@ -2,6 +2,8 @@
 // printed), the "auto" prefill backend, vocabulary mismatches, and which models get a chat template.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "framework/core/error.h"
 #include "framework/runtime/backend.h"
 #include "infer/engine.h"
@@ -39,6 +41,32 @@ TEST(InferGenerate, EchoKeepsTheFirstTokenWithoutBos) {
   EXPECT_EQ(generate_tokens(e, *tk, ids, 0, o, {}).text, "Hello");
   // A start token (GPT-2's <|endoftext|> for an empty prompt) is not echoed.
   EXPECT_EQ(generate(e, *tk, "", o, {}).text, "");
+}
+
+// --ignore-eos as llama.cpp's: the end-of-text token never comes (its logit is -inf), so greedy runs the
+// whole length; before the first place the model would have picked it, the tokens are the same.
+TEST(InferGenerate, IgnoreEosMasksTheEndOfTextToken) {
+  Engine e = random_engine();
+  GenerateOptions o;
+  o.max_new_tokens = 40;
+  o.sampling.temperature = 0.0f;
+  o.final_newline = false;
+  tok::VocabData v = test::byte_vocab(512);
+  const auto free_run = generate(e, *tok::make_tokenizer(v), "ab", o, {}).new_tokens;  // eos 256 not picked
+  ASSERT_EQ(free_run.size(), 40u);
+  v.eos_id = free_run[5];  // the token greedy picks 6th becomes the end of text
+  const auto tk = tok::make_tokenizer(v);
+  const size_t first = static_cast<size_t>(std::find(free_run.begin(), free_run.end(), v.eos_id) - free_run.begin());
+  const GenerateResult stopped = generate(e, *tk, "ab", o, {});
+  EXPECT_EQ(stopped.stop_reason, "eos");
+  EXPECT_EQ(stopped.new_tokens, std::vector<int32_t>(free_run.begin(), free_run.begin() + first));
+  o.ignore_eos = true;
+  const GenerateResult r = generate(e, *tk, "ab", o, {});
+  EXPECT_EQ(r.stop_reason, "length");
+  ASSERT_EQ(r.new_tokens.size(), 40u);
+  EXPECT_EQ(std::count(r.new_tokens.begin(), r.new_tokens.end(), v.eos_id), 0);
+  EXPECT_EQ(std::vector<int32_t>(r.new_tokens.begin(), r.new_tokens.begin() + first),
+            std::vector<int32_t>(free_run.begin(), free_run.begin() + first));
 }
 
 TEST(InferGenerate, AutoBackendIsTheCpuPathWithoutAnAne) {
