@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# On the device machine (many-core x86, no Debian dev packages, no network), from the repo root: builds
+# anelab (this tree, -march=native, Release) into /tmp/dev-anelab and the given llama.cpp targets (a trimmed
+# source archive staged outside the repo) into /tmp/dev-llama/build, with the same compiler, in parallel.
+#
+#   stage here:  scripts/bench_ab/stage.sh (header-only deps in .devbin/deps, libs in .devbin/lib), then
+#                .devbin/llsrc.tgz  (llama.cpp: CMakeLists.txt cmake common ggml include licenses src tools vendor)
+#   on device:   scripts/device_build.sh LLAMA_TARGET...   (e.g. llama-bench llama-quantize llama-completion)
+# Used by scripts/bench_peers_device.sh and scripts/interop_trained_device.sh; callers set LD_LIBRARY_PATH to
+# .devbin/lib for the anelab binary.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export LD_LIBRARY_PATH="$PWD/.devbin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+J=$(nproc)
+t0=$(date +%s)
+(
+  cmake -S . -B /tmp/dev-anelab -G Ninja -DCMAKE_BUILD_TYPE=Release -DANELAB_BUILD_TESTS=OFF \
+    "-DCMAKE_PREFIX_PATH=$PWD/.devbin/deps" >/tmp/dev-anelab.cfg.log 2>&1 || { tail -20 /tmp/dev-anelab.cfg.log; exit 1; }
+  cmake --build /tmp/dev-anelab -j"$J" --target anelab >/tmp/dev-anelab.log 2>&1 || { grep -m5 -A5 error /tmp/dev-anelab.log; exit 1; }
+) & p1=$!
+(
+  if [[ ! -f /tmp/dev-llama/build/build.ninja ]]; then
+    mkdir -p /tmp/dev-llama && tar -xzf .devbin/llsrc.tgz -C /tmp/dev-llama
+    cmake -S /tmp/dev-llama -B /tmp/dev-llama/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+      -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_MTMD=OFF >/tmp/dev-llama.cfg.log 2>&1 ||
+      { tail -20 /tmp/dev-llama.cfg.log; exit 1; }
+  fi
+  cmake --build /tmp/dev-llama/build -j"$J" --target "$@" >/tmp/dev-llama.log 2>&1 ||
+    { grep -m5 -A5 error /tmp/dev-llama.log; exit 1; }
+) & p2=$!
+wait $p1 && wait $p2
+echo "[device_build] built anelab and llama.cpp ($*) in $(($(date +%s) - t0)) s with $(c++ --version | head -1)"
