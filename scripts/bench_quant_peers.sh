@@ -30,7 +30,7 @@ MODELS="stories110m qwen2.5-0.5b" TYPES="q8_0 q4_k_m" QUANTIZER=llama THREADS="2
 PP=512 TG=128 ROUNDS=3 PIN=0
 DATA="${ANELAB_DATA:-/work/shared/data}"
 
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while (($#)); do
   case "$1" in
     --anelab) ANELAB="$2"; shift 2 ;;
