@@ -61,7 +61,7 @@ double cpu_ms() {
 
 struct InferArgs {
   std::string model, tokenizer, backend = "auto", device = "m4", dtype = "auto", sampler = "auto", ane_weights = "fp16";
-  std::string chat_template = "auto";
+  std::string chat_template = "auto", kv_type = "f32";
   bool quiet = false;
   int threads = 2;
   int64_t ctx = 0;
@@ -86,6 +86,8 @@ void add_common(CLI::App* sub, InferArgs& a) {
   sub->add_option("--dtype", a.dtype, "Compute dtype of the weight matrices: fp16, fp32, or auto (fp32 when the file stores every matrix in fp32: llama2.c files, training checkpoints, fp32 exports; fp16 otherwise; q8_0/q4_0/q5_0/q4_k/q6_k matrices stay in their blocks, with int8 dot products)")->capture_default_str();
   sub->add_option("--threads", a.threads, "CPU threads (persistent pool)")->capture_default_str()->check(number_in(infer::params::kThreads));
   sub->add_option("--ctx,-c", a.ctx, "Context positions (0 = the model's max_seq_len)")->capture_default_str()->check(number_in(infer::params::kContext));
+  sub->add_option("--kv-type", a.kv_type, infer::kKvTypeHelp)
+      ->capture_default_str()->check(CLI::IsMember(infer::kv_type_names()));
   sub->add_flag("--quiet,-q", a.quiet, "No progress lines on stderr (model load, kernel compiles)");
 }
 
@@ -117,7 +119,7 @@ Loaded load(const InferArgs& a, infer::TokenizerUse use) {
   infer::LoadOptions o;
   o.model = a.model, o.tokenizer = a.tokenizer, o.backend = a.backend, o.device = a.device, o.dtype = a.dtype;
   o.ane_weights = a.ane_weights;
-  o.chat_template = a.chat_template, o.threads = a.threads, o.ctx = a.ctx, o.quiet = a.quiet;
+  o.chat_template = a.chat_template, o.threads = a.threads, o.ctx = a.ctx, o.quiet = a.quiet, o.kv_type = a.kv_type;
   infer::LoadedModel m = infer::load_model(o, use);
   l.tok = std::move(m.tokenizer);
   l.engine = std::make_unique<infer::Engine>(std::move(m.model), m.engine);
@@ -322,6 +324,10 @@ void run_bench(const InferArgs& a) {
               tg_cpu / a.bench_gen, wbytes * a.bench_gen / (tg_ms / 1e3) / 1e9);
   std::printf("energy pp%zu: %s\nenergy tg%lld: %s\n", prompt.size(), pp_energy.c_str(),
               static_cast<long long>(a.bench_gen), tg_energy.c_str());
+  const double kv_pos = static_cast<double>(e.kv_bytes_per_position());  // pos: the positions filled
+  std::printf("KV cache %s: %.1f KiB per position, %.1f MiB at the %lld positions used (%.1f MiB for the context "
+              "of %lld)\n", infer::kv_type_name(e.options().kv_type), kv_pos / 1024, kv_pos * pos / (1 << 20),
+              static_cast<long long>(pos), kv_pos * e.context() / (1 << 20), static_cast<long long>(e.context()));
   std::printf("peak RSS %.1f MiB; weight matrices %.1f MiB (ratio %.2f)\n", peak_rss_kb() / 1024.0,
               wbytes / (1 << 20), peak_rss_kb() * 1024.0 / std::max(1.0, static_cast<double>(e.model().total_bytes())));
 }

@@ -1,8 +1,10 @@
 #include "infer/cpu_attention.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "framework/core/error.h"
+#include "framework/core/fp16.h"
 #include "infer/cpu_kernels.h"
 
 namespace anelab::infer {
@@ -27,22 +29,64 @@ void grow(std::vector<float>& buf, int64_t size) {
   if (buf.size() < static_cast<size_t>(size)) buf.resize(static_cast<size_t>(size));
 }
 
-// kt[c][t] = k[t][c] for columns c in [c0, c1) and keys t in [t_begin, t_end) (k rows kvd apart, kt rows
-// ld apart), in 16 x 16 blocks: 16 source rows and 16 destination rows in flight.
-void transpose_keys(const float* k, int64_t kvd, int64_t t_begin, int64_t t_end, int64_t c0, int64_t c1, float* kt,
+// Cache rows of either type read as fp32: whole vectors, partial vectors (lanes >= n are 0) and scalars.
+inline W::F32 load_kv(const float* p) { return W::load(p); }
+inline W::F32 load_kv(const half_bits* p) { return W::load_h(p); }
+inline W::F32 load_kv_n(const float* p, int64_t n) { return W::load_n(p, n); }
+inline W::F32 load_kv_n(const half_bits* p, int64_t n) { return W::load_h_n(p, n); }
+inline float kv_f32(float x) { return x; }
+inline float kv_f32(half_bits h) { return W::h2f(h); }
+
+// q . k over n values (the operations and order of infer/cpu_kernels.h's dot, which serves fp32 rows).
+template <typename T>
+float dot_kv(const float* q, const T* k, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    return dot(q, k, n);
+  } else {
+    W::F32 acc = W::zero();
+    for (int64_t i = 0; i < n; i += VW) acc = W::fmadd(W::load_n(q + i, n - i), load_kv_n(k + i, n - i), acc);
+    return W::reduce_add(acc);
+  }
+}
+
+// y += a x over n values (as infer/cpu_kernels.h's axpy, which serves fp32 rows).
+template <typename T>
+void axpy_kv(float a, const T* x, float* y, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    axpy(a, x, y, n);
+  } else {
+    const W::F32 av = W::set1(a);
+    for (int64_t i = 0; i < n; i += VW)
+      W::store_n(y + i, W::fmadd(av, load_kv_n(x + i, n - i), W::load_n(y + i, n - i)), n - i);
+  }
+}
+
+// fn(k, v) with the view's rows as typed pointers (const float* or const half_bits*).
+template <typename Fn>
+void with_rows(const KvView& kv, Fn&& fn) {
+  if (kv.type == KvType::kF16)
+    fn(static_cast<const half_bits*>(kv.k), static_cast<const half_bits*>(kv.v));
+  else
+    fn(static_cast<const float*>(kv.k), static_cast<const float*>(kv.v));
+}
+
+// kt[c][t] = k[t][c] (as fp32) for columns c in [c0, c1) and keys t in [t_begin, t_end) (k rows kvd apart,
+// kt rows ld apart), in 16 x 16 blocks: 16 source rows and 16 destination rows in flight.
+template <typename T>
+void transpose_keys(const T* k, int64_t kvd, int64_t t_begin, int64_t t_end, int64_t c0, int64_t c1, float* kt,
                     int64_t ld) {
   constexpr int64_t B = 16;
   for (int64_t t0 = t_begin; t0 < t_end; t0 += B)
     for (int64_t c = c0; c < c1; c += B) {
-      const float* src = k + t0 * kvd + c;
+      const T* src = k + t0 * kvd + c;
       float* dst = kt + c * ld + t0;
       if (t0 + B <= t_end && c + B <= c1) {
         for (int64_t j = 0; j < B; ++j)
 #pragma GCC unroll 16
-          for (int64_t i = 0; i < B; ++i) dst[j * ld + i] = src[i * kvd + j];
+          for (int64_t i = 0; i < B; ++i) dst[j * ld + i] = kv_f32(src[i * kvd + j]);
       } else {
         for (int64_t j = 0; j < std::min(B, c1 - c); ++j)
-          for (int64_t i = 0; i < std::min(B, t_end - t0); ++i) dst[j * ld + i] = src[i * kvd + j];
+          for (int64_t i = 0; i < std::min(B, t_end - t0); ++i) dst[j * ld + i] = kv_f32(src[i * kvd + j]);
       }
     }
 }
@@ -92,16 +136,17 @@ void scores_tile(const float* const* q, const float* kt, int64_t ld, int64_t hd,
 
 // o[r][0..hd) = inv[r] * sum_{t<nt} P[r*sld + t] v[t*ldv ..] for r < R: CV vectors (KB columns) of head_dim
 // at a time, each V vector loaded once for all R rows.
-void pv_tile(const float* P, int64_t sld, const float* v, int64_t ldv, int64_t nt, int64_t hd, const float* inv,
+template <typename T>
+void pv_tile(const float* P, int64_t sld, const T* v, int64_t ldv, int64_t nt, int64_t hd, const float* inv,
              float* const* o) {
   for (int64_t c0 = 0; c0 < hd; c0 += KB) {
     W::F32 a[R][CV];
     for (int r = 0; r < R; ++r)
       for (int j = 0; j < CV; ++j) a[r][j] = W::zero();
-    const float* vc = v + c0;
+    const T* vc = v + c0;
     for (int64_t t = 0; t < nt; ++t) {
       W::F32 vv[CV];
-      for (int j = 0; j < CV; ++j) vv[j] = W::load(vc + t * ldv + VW * j);
+      for (int j = 0; j < CV; ++j) vv[j] = load_kv(vc + t * ldv + VW * j);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         const W::F32 w = W::set1(P[r * sld + t]);
@@ -117,10 +162,12 @@ void pv_tile(const float* P, int64_t sld, const float* v, int64_t ldv, int64_t n
 }
 
 // One work item of the blocked path: tokens [i0, i0 + R) of head h (rows past n repeat the last token and
-// write to a spare row). S: the worker's [R, ld] scores.
+// write to a spare row). S: the worker's [R, ld] scores. T: the cache's V element type.
+template <typename T>
 struct Tile {
   const AttentionShape& s;
-  const float *q, *kt, *v;
+  const float *q, *kt;
+  const T* v;
   float* out;
   int64_t ld, pos, n;
 
@@ -154,56 +201,66 @@ struct Tile {
 
 }  // namespace
 
-void CpuAttention::reserve(int workers, int64_t context) { grow(scores_, workers * R * round_up(context, 64)); }
-
-void CpuAttention::run(ThreadPool& pool, const AttentionShape& s, const float* q, const float* k, const float* v,
-                       int64_t pos, int64_t n, float* out) {
-  if (blocked_fits(n, s.head_dim))
-    blocked(pool, s, q, k, v, pos, n, out);
-  else
-    rows(pool, s, q, k, v, pos, n, out);
+KvType parse_kv_type(const std::string& s) {
+  if (s == "f32") return KvType::kF32;
+  if (s == "f16") return KvType::kF16;
+  fail("infer", "unknown --kv-type '", s, "' (choices: f32, f16)");
 }
 
-void CpuAttention::rows(ThreadPool& pool, const AttentionShape& s, const float* q, const float* k, const float* v,
-                        int64_t pos, int64_t n, float* out) {
+void CpuAttention::reserve(int workers, int64_t context) { grow(scores_, workers * R * round_up(context, 64)); }
+
+void CpuAttention::run(ThreadPool& pool, const AttentionShape& s, const float* q, const KvView& kv, int64_t pos,
+                       int64_t n, float* out) {
+  if (blocked_fits(n, s.head_dim))
+    blocked(pool, s, q, kv, pos, n, out);
+  else
+    rows(pool, s, q, kv, pos, n, out);
+}
+
+void CpuAttention::rows(ThreadPool& pool, const AttentionShape& s, const float* q, const KvView& kv, int64_t pos,
+                        int64_t n, float* out) {
   const int64_t hd = s.head_dim, kvd = s.kv_dim(), group = s.n_heads / s.n_kv_heads, ld = round_up(pos + n, 64);
   grow(scores_, pool.size() * ld);
   const int64_t items = n * s.n_heads;
   // Tiny attention (short contexts, small heads) stays on the caller: a wake-up costs more.
   const bool serial = items * (pos + n) * hd < (1 << 15);
-  auto body = [&](int64_t it, int w) {
-    float* sc = scores_.data() + static_cast<int64_t>(w) * ld;
-    const int64_t i = it / s.n_heads, h = it % s.n_heads, p = pos + i, t0 = first_key(s, p);
-    const float* qi = q + i * s.q_dim() + h * hd;
-    const float* kc = k + (h / group) * hd;
-    const float* vc = v + (h / group) * hd;
-    for (int64_t t = t0; t <= p; ++t) sc[t] = dot(qi, kc + t * kvd, hd) * s.scale;
-    const float inv_sum = 1.0f / exp_sub_sum(sc + t0, max_of(sc + t0, p + 1 - t0), p + 1 - t0);
-    float* o = out + i * s.q_dim() + h * hd;
-    std::fill(o, o + hd, 0.0f);
-    for (int64_t t = t0; t <= p; ++t) axpy(sc[t] * inv_sum, vc + t * kvd, o, hd);
-  };
-  if (serial)
-    for (int64_t it = 0; it < items; ++it) body(it, 0);
-  else
-    pool.run_chunks(items, body);
+  with_rows(kv, [&](auto k, auto v) {
+    auto body = [&](int64_t it, int w) {
+      float* sc = scores_.data() + static_cast<int64_t>(w) * ld;
+      const int64_t i = it / s.n_heads, h = it % s.n_heads, p = pos + i, t0 = first_key(s, p);
+      const float* qi = q + i * s.q_dim() + h * hd;
+      const auto* kc = k + (h / group) * hd;
+      const auto* vc = v + (h / group) * hd;
+      for (int64_t t = t0; t <= p; ++t) sc[t] = dot_kv(qi, kc + t * kvd, hd) * s.scale;
+      const float inv_sum = 1.0f / exp_sub_sum(sc + t0, max_of(sc + t0, p + 1 - t0), p + 1 - t0);
+      float* o = out + i * s.q_dim() + h * hd;
+      std::fill(o, o + hd, 0.0f);
+      for (int64_t t = t0; t <= p; ++t) axpy_kv(sc[t] * inv_sum, vc + t * kvd, o, hd);
+    };
+    if (serial)
+      for (int64_t it = 0; it < items; ++it) body(it, 0);
+    else
+      pool.run_chunks(items, body);
+  });
 }
 
-void CpuAttention::blocked(ThreadPool& pool, const AttentionShape& s, const float* q, const float* k, const float* v,
-                           int64_t pos, int64_t n, float* out) {
+void CpuAttention::blocked(ThreadPool& pool, const AttentionShape& s, const float* q, const KvView& kv, int64_t pos,
+                           int64_t n, float* out) {
   ANELAB_CHECK(blocked_fits(8, s.head_dim), "infer", "blocked attention needs head_dim 64, 128, 192 or 256, got ",
                s.head_dim);
   const int64_t kvd = s.kv_dim(), np = pos + n, ld = round_up(np, 64), t_first = first_key(s, pos);
   grow(kt_, kvd * ld);
   grow(scores_, pool.size() * R * ld);
-  // kt [kv_dim][ld]: the keys from the first one any query sees.
+  // kt [kv_dim][ld] fp32: the keys from the first one any query sees.
   float* kt = kt_.data();
-  pool.parallel_for(kvd, 16, [&](int64_t c0, int64_t c1) { transpose_keys(k, kvd, t_first, np, c0, c1, kt, ld); });
-  const Tile tile{s, q, kt, v, out, ld, pos, n};
-  const int64_t tiles = (n + R - 1) / R;
-  pool.run_chunks(tiles * s.n_heads, [&](int64_t it, int w) {
-    const int64_t i0 = (tiles - 1 - it / s.n_heads) * R;  // the last (longest) tiles first
-    tile.run(i0, it % s.n_heads, scores_.data() + static_cast<int64_t>(w) * R * ld);
+  with_rows(kv, [&](auto k, auto v) {
+    pool.parallel_for(kvd, 16, [&](int64_t c0, int64_t c1) { transpose_keys(k, kvd, t_first, np, c0, c1, kt, ld); });
+    const Tile<std::remove_cv_t<std::remove_pointer_t<decltype(v)>>> tile{s, q, kt, v, out, ld, pos, n};
+    const int64_t tiles = (n + R - 1) / R;
+    pool.run_chunks(tiles * s.n_heads, [&](int64_t it, int w) {
+      const int64_t i0 = (tiles - 1 - it / s.n_heads) * R;  // the last (longest) tiles first
+      tile.run(i0, it % s.n_heads, scores_.data() + static_cast<int64_t>(w) * R * ld);
+    });
   });
 }
 

@@ -15,10 +15,16 @@
 // in different orders (the blocked path sums over head_dim one term at a time per key lane); they agree to
 // fp32 rounding.
 //
+// The cache rows are fp32 or fp16 (KvType, --kv-type). fp16 rows are widened to fp32 as they are read
+// (load_h: vcvtph2ps / FCVTL; the blocked path converts while it transposes the keys), and the arithmetic
+// is the fp32 one, in the same order: attention over an fp16 cache gives the same bits as attention over an
+// fp32 cache holding the same (fp16-rounded) values.
+//
 // Workspaces are reused across calls: the scores sized by reserve() for the whole context (else grown to the
 // largest call seen), the transposed keys grown to the longest prefill seen, so decode allocates nothing.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "framework/core/thread_pool.h"
@@ -32,6 +38,22 @@ struct AttentionShape {
   int64_t window = 0;                                 // > 0: a query at p sees keys p-window+1..p; 0: 0..p
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
+};
+
+// Element type of the KV cache (EngineOptions::kv_type, --kv-type): fp32, or fp16 (IEEE binary16 bits,
+// rounded to nearest even when written: half the memory, and half the bytes decode attention reads).
+enum class KvType { kF32, kF16 };
+inline std::vector<std::string> kv_type_names() { return {"f32", "f16"}; }  // the --kv-type choices
+// "f32" | "f16"; anything else throws "[infer] unknown --kv-type 'X' (choices: f32, f16)".
+KvType parse_kv_type(const std::string& s);
+inline const char* kv_type_name(KvType t) { return t == KvType::kF16 ? "f16" : "f32"; }
+inline int64_t kv_type_bytes(KvType t) { return t == KvType::kF16 ? 2 : 4; }
+
+// One layer's KV-cache rows as the kernels read them: keys and values [positions, kv_dim] of `type`.
+struct KvView {
+  const void* k = nullptr;
+  const void* v = nullptr;
+  KvType type = KvType::kF32;
 };
 
 class CpuAttention {
@@ -48,14 +70,14 @@ class CpuAttention {
   // Sizes the scores for pool workers and positions [0, context).
   void reserve(int workers, int64_t context);
 
-  // q [n, q_dim] (tokens at positions pos..pos+n-1), k / v [pos+n, kv_dim] (the cache rows), out [n, q_dim].
+  // q [n, q_dim] (tokens at positions pos..pos+n-1), kv: rows [pos+n, kv_dim] (the cache), out [n, q_dim].
   // Picks blocked when it fits, else rows.
-  void run(ThreadPool& pool, const AttentionShape& s, const float* q, const float* k, const float* v, int64_t pos,
-           int64_t n, float* out);
-  void rows(ThreadPool& pool, const AttentionShape& s, const float* q, const float* k, const float* v, int64_t pos,
-            int64_t n, float* out);
-  void blocked(ThreadPool& pool, const AttentionShape& s, const float* q, const float* k, const float* v, int64_t pos,
-               int64_t n, float* out);
+  void run(ThreadPool& pool, const AttentionShape& s, const float* q, const KvView& kv, int64_t pos, int64_t n,
+           float* out);
+  void rows(ThreadPool& pool, const AttentionShape& s, const float* q, const KvView& kv, int64_t pos, int64_t n,
+            float* out);
+  void blocked(ThreadPool& pool, const AttentionShape& s, const float* q, const KvView& kv, int64_t pos, int64_t n,
+               float* out);
 
  private:
   std::vector<float> kt_;      // [kv_dim, ld] keys transposed, ld = pos+n rounded up to 64 (blocked)

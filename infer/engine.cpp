@@ -47,9 +47,9 @@ Engine::Engine(models::Model model, const EngineOptions& opt)
   ctx_ = opt.context > 0 ? std::min(opt.context, c.max_seq_len) : c.max_seq_len;
   chunk_ = std::max<int64_t>(1, std::min(opt.prefill_chunk, ctx_));
   load_weights();
-  const size_t kv = static_cast<size_t>(c.n_layers * ctx_ * c.kv_dim());
-  kcache_.reset(new float[kv]);  // default-initialised: pages become resident only when written
-  vcache_.reset(new float[kv]);
+  const auto kv = static_cast<size_t>(ctx_ * kv_bytes_per_position() / 2);
+  kcache_.reset(new std::byte[kv]);  // default-initialised: pages become resident only when written
+  vcache_.reset(new std::byte[kv]);
   const auto n = static_cast<size_t>(chunk_);
   x_.resize(n * c.dim);
   xb_.resize(n * std::max(c.dim, c.q_dim()));
@@ -71,6 +71,26 @@ Engine::Engine(models::Model model, const EngineOptions& opt)
 }
 
 Engine::~Engine() = default;
+
+int64_t Engine::kv_bytes_per_position() const {
+  return 2 * config().n_layers * config().kv_dim() * kv_type_bytes(opt_.kv_type);
+}
+
+KvView Engine::kv_rows(int64_t l) const {
+  const int64_t off = l * ctx_ * config().kv_dim() * kv_type_bytes(opt_.kv_type);
+  return {kcache_.get() + off, vcache_.get() + off, opt_.kv_type};
+}
+
+void Engine::store_kv(int64_t l, int64_t pos, const float* k, const float* v, int64_t n) {
+  const int64_t kvd = config().kv_dim(), count = n * kvd, off = (l * ctx_ + pos) * kvd;
+  if (opt_.kv_type == KvType::kF16) {
+    float_to_half(k, reinterpret_cast<half_bits*>(kcache_.get()) + off, static_cast<size_t>(count));
+    float_to_half(v, reinterpret_cast<half_bits*>(vcache_.get()) + off, static_cast<size_t>(count));
+  } else {
+    std::memcpy(reinterpret_cast<float*>(kcache_.get()) + off, k, static_cast<size_t>(count) * sizeof(float));
+    std::memcpy(reinterpret_cast<float*>(vcache_.get()) + off, v, static_cast<size_t>(count) * sizeof(float));
+  }
+}
 
 mil::Dialect Engine::backend_dialect() const {
   return mil_ ? mil_->backend().profile().dialect : mil::Dialect::kIos18;
@@ -286,7 +306,7 @@ void Engine::attention(int64_t l, int64_t pos, int64_t n) {
   const auto& c = model_.config;
   const int64_t window = c.sliding_layer(l) ? c.sliding_window : 0;
   const AttentionShape s{c.n_heads, c.n_kv_heads, c.head_dim, score_scale(c), window};
-  attn_.run(pool_, s, q_.data(), k_cache(l, 0), v_cache(l, 0), pos, n, att_.data());
+  attn_.run(pool_, s, q_.data(), kv_rows(l), pos, n, att_.data());
 }
 
 void Engine::forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits) {
@@ -321,8 +341,7 @@ void Engine::forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vect
       rope_rows(q_.data(), n, c.n_heads, c.sliding_layer(l));
       rope_rows(k_.data(), n, c.n_kv_heads, c.sliding_layer(l));
     }
-    std::memcpy(k_cache(l, pos), k_.data(), static_cast<size_t>(n * c.kv_dim()) * 4);
-    std::memcpy(v_cache(l, pos), v_.data(), static_cast<size_t>(n * c.kv_dim()) * 4);
+    store_kv(l, pos, k_.data(), v_.data(), n);
     attention(l, pos, n);
     gemm(pool_, L.wo, opt_ptr(L.bo), att_.data(), n, xb_.data());
     if (!L.attn_post_norm.empty()) norm_rows(xb_.data(), L.attn_post_norm, {}, n, xb_.data());

@@ -13,6 +13,7 @@
 // file's mapping when it already holds that dtype, otherwise converted once at load. Norm weights and
 // biases are fp32 copies. Nothing is allocated per token: scratch buffers are sized at construction.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -33,6 +34,9 @@ inline constexpr const char* kPrefillBackends[] = {"auto", "cpu", "emulator", "a
 inline constexpr const char* kPrefillBackendHelp =
     "Prefill backend: auto (the ANE when this host has one, else cpu), cpu, emulator (runs the exact MIL the ANE "
     "would get: the fidelity tool, slow) or ane";
+inline constexpr const char* kKvTypeHelp =
+    "KV-cache element type: f32, or f16 (half the memory and the bytes decode attention reads; keys and values "
+    "rounded to fp16, llama.cpp's default cache type)";
 // "auto" -> "ane" when the ane backend is available on this host, else "cpu"; other known names unchanged;
 // unknown names throw "[infer] unknown backend 'X' (choices: auto, cpu, emulator, ane)".
 std::string resolve_prefill_backend(const std::string& name);
@@ -44,6 +48,7 @@ struct EngineOptions {
   bool keep_quantized = false;   // block-quantized matrices (q8_0, q4_0, q5_0, q4_k, q6_k) used as they are, not converted
   int threads = 2;
   int64_t context = 0;           // KV-cache positions; 0 = the model's max_seq_len
+  KvType kv_type = KvType::kF32; // KV-cache element type: fp32, or fp16 (half the memory; rounded when written)
   int64_t prefill_chunk = 256;   // CPU prefill processes at most this many tokens per pass
   bool quiet = false;            // no notes or progress lines (kernel compiles) on stderr
   int compile_budget = -1;       // backend compile budget override (-1: the device profile's)
@@ -84,10 +89,17 @@ class Engine {
   // Bytes of weight matrices the engine reads per token (for bandwidth figures).
   int64_t weight_bytes() const { return weight_bytes_; }
 
+  // The KV cache: the one place that knows its layout, [n_layers, context, kv_dim] of options().kv_type for
+  // the keys and again for the values.
+  // Layer l's rows from position 0, as the attention kernels read them.
+  KvView kv_rows(int64_t l) const;
+  // Writes rows pos..pos+n-1 of layer l from k, v [n, kv_dim] fp32 (rounded to nearest even when fp16).
+  void store_kv(int64_t l, int64_t pos, const float* k, const float* v, int64_t n);
+  // Cache bytes per position, keys and values of every layer: 2 * n_layers * kv_dim * element bytes.
+  int64_t kv_bytes_per_position() const;
+
   // Internal pieces used by the MIL prefill path.
   const LayerWeights& layer(int64_t l) const { return layers_[static_cast<size_t>(l)]; }
-  float* k_cache(int64_t l, int64_t pos) { return kcache_.get() + (l * ctx_ + pos) * config().kv_dim(); }
-  float* v_cache(int64_t l, int64_t pos) { return vcache_.get() + (l * ctx_ + pos) * config().kv_dim(); }
   // Final norm + LM head for rows [0, n) of x [n, dim] (only the rows asked for); logits [n, vocab].
   void head(const float* x, int64_t n, bool all, std::vector<float>* all_logits);
   void embed(std::span<const int32_t> tokens, int64_t pos, float* x);  // x [n, dim]
@@ -119,7 +131,7 @@ class Engine {
   std::deque<std::vector<float>> vecs_;       // the norm weights and biases the layers point into
   Mat tok_emb_, pos_emb_, out_;               // [vocab, dim], [max_seq, dim], [vocab, dim]
   std::span<const float> norm_, norm_b_;      // [dim] (in vecs_)
-  std::unique_ptr<float[]> kcache_, vcache_;  // [L, ctx, kv_dim] fp32 (pages touched only when used)
+  std::unique_ptr<std::byte[]> kcache_, vcache_;  // [L, ctx, kv_dim] fp32 or fp16 (pages touched only when used)
   // Scratch, [chunk, *] row-major (token-major).
   std::vector<float> x_, xb_, q_, k_, v_, att_, h1_, h3_;
   CpuAttention attn_;                         // attention kernels and their workspaces (keys transposed, scores)

@@ -39,6 +39,7 @@ LoadedModel load_model(const LoadOptions& o, TokenizerUse use) {
   eo.keep_quantized = o.dtype == "auto";  // block-quantized matrices stay in their blocks (int8-activation GEMV)
   eo.threads = o.threads;
   eo.context = o.ctx;
+  eo.kv_type = parse_kv_type(o.kv_type);
   return l;
 }
 

@@ -22,6 +22,7 @@ struct LoadOptions {
   std::string chat_template = "auto";        // tok::chat_template_for
   int threads = 2;
   int64_t ctx = 0;                           // 0: the model's max_seq_len
+  std::string kv_type = "f32";               // KV-cache element type, f32 | f16 (EngineOptions::kv_type)
   bool quiet = false;
   std::string component = "infer";          // error prefix
 };

@@ -293,19 +293,18 @@ bool MilPrefill::run(std::span<const int32_t> tokens, int64_t pos, std::vector<f
   in[0].write(stage_embeddings(e_, tokens, S).data());
   std::vector<float> xt(static_cast<size_t>(n * D));
   std::vector<float> o(static_cast<size_t>((D + 2 * kvd) * S));
+  std::vector<float> kr(static_cast<size_t>(n * kvd)), vr(static_cast<size_t>(n * kvd));  // [n, kv_dim]
   for (int64_t l = 0; l < c.n_layers; ++l) {
     rt::Surface* ip[1] = {&in[0]};
     rt::Surface* op[1] = {&out[0]};
     backend_->evaluate(*ks[static_cast<size_t>(l)], 0, ip, op).throw_if_error();
     out[0].read(o.data());
-    for (int64_t t = 0; t < n; ++t) {  // taps -> KV cache (token-major)
-      float* kc = e_.k_cache(l, t);
-      float* vc = e_.v_cache(l, t);
+    for (int64_t t = 0; t < n; ++t)  // taps [kv_dim, S] -> token-major rows -> KV cache
       for (int64_t j = 0; j < kvd; ++j) {
-        kc[j] = o[static_cast<size_t>((D + j) * S + t)];
-        vc[j] = o[static_cast<size_t>((D + kvd + j) * S + t)];
+        kr[static_cast<size_t>(t * kvd + j)] = o[static_cast<size_t>((D + j) * S + t)];
+        vr[static_cast<size_t>(t * kvd + j)] = o[static_cast<size_t>((D + kvd + j) * S + t)];
       }
-    }
+    e_.store_kv(l, 0, kr.data(), vr.data(), n);
     // residual stream (first D channels) becomes the next layer's input, fp16 bits copied as they are
     std::memcpy(in[0].data(), out[0].data(), static_cast<size_t>(D * S) * mil::dtype_bytes(in[0].dtype()));
   }

@@ -19,8 +19,10 @@
 # tokenizer), then X-TYPE.gguf per type. Per (file, threads): `anelab bench memory` (read GB/s at those
 # threads), then ROUNDS x { llama-bench -p PP -n TG -r 1 ; anelab infer bench --prompt-len PP --gen-len 1 ;
 # anelab infer bench --prompt-len 1 --gen-len TG } (both programs' tg from an empty context, as llama-bench's)
-# with peak RSS from GNU time. Prints one table: tok/s, ratio anelab / llama.cpp, weight GB/s streamed per
-# decoded token (file's weight bytes x tok/s) and its share of the measured bandwidth, peak RSS / file size.
+# with peak RSS from GNU time. anelab runs with --kv-type f16: llama-bench's default KV cache is f16
+# (--cache-type-k/-v f16), so both hold and read the same cache bytes. Prints one table: tok/s, ratio
+# anelab / llama.cpp, weight GB/s streamed per decoded token (file's weight bytes x tok/s) and its share of
+# the measured bandwidth, peak RSS / file size.
 set -euo pipefail
 
 LLAMA="" ANELAB="build/bin/anelab" WORK="/tmp/anelab_bench_quant"
@@ -28,7 +30,7 @@ MODELS="stories110m qwen2.5-0.5b" TYPES="q8_0 q4_k_m" QUANTIZER=llama THREADS="2
 PP=512 TG=128 ROUNDS=3 PIN=0
 DATA="${ANELAB_DATA:-/work/shared/data}"
 
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while (($#)); do
   case "$1" in
     --anelab) ANELAB="$2"; shift 2 ;;
@@ -112,11 +114,11 @@ for preset in $MODELS; do
         # As llama-bench's tests: pp from an empty context, and tg from an empty context (after one prompt
         # token), each in its own process; peak RSS of the larger (the pp run holds the PP-position KV cache).
         out=$(pinned "$t" /usr/bin/time -f "RSS_KB %M" "$ANELAB" infer bench --model "$file" --prompt-len "$PP" \
-              --gen-len 1 --threads "$t" --backend cpu -q 2>&1) || { echo "$out" >&2; exit 1; }
+              --gen-len 1 --threads "$t" --backend cpu --kv-type f16 -q 2>&1) || { echo "$out" >&2; exit 1; }
         app+=("$(echo "$out" | sed -n 's/^prefill pp[0-9]*: \([0-9.]*\) tok\/s.*/\1/p')")
         rss_pp=$(echo "$out" | awk '/^RSS_KB/ { print $2 }')
         out=$(pinned "$t" /usr/bin/time -f "RSS_KB %M" "$ANELAB" infer bench --model "$file" --prompt-len 1 \
-              --gen-len "$TG" --threads "$t" --backend cpu -q 2>&1) || { echo "$out" >&2; exit 1; }
+              --gen-len "$TG" --threads "$t" --backend cpu --kv-type f16 -q 2>&1) || { echo "$out" >&2; exit 1; }
         atg+=("$(echo "$out" | sed -n 's/^decode tg[0-9]*: \([0-9.]*\) tok\/s.*/\1/p')")
         wgb+=("$(echo "$out" | sed -n 's/^decode.* \([0-9.]*\) GB\/s of weights.*/\1/p')")
         rss_tg=$(echo "$out" | awk '/^RSS_KB/ { print $2 }')
@@ -140,7 +142,7 @@ for preset in $MODELS; do
 done
 
 echo
-echo "anelab vs llama.cpp ($LLAMA), same GGUF files (quantizer: $QUANTIZER), medians of $ROUNDS alternating rounds,"
+echo "anelab vs llama.cpp ($LLAMA), same GGUF files (quantizer: $QUANTIZER), KV cache f16 in both, medians of $ROUNDS alternating rounds,"
 echo "$(nproc) CPUs ($(lscpu | sed -n 's/^Model name: *//p')), pinned: $PIN, $(date -u +%FT%TZ)"
 printf '%-13s %-7s %3s %-10s %9s %9s %6s  %s\n' model type thr metric anelab llama.cpp ratio notes
 for r in "${ROWS[@]}"; do echo "$r"; done

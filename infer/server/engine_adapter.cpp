@@ -55,6 +55,7 @@ struct ModelPool::Impl {
     lo.chat_template = opt.chat_template;
     lo.threads = opt.threads;
     lo.ctx = opt.ctx;
+    lo.kv_type = opt.kv_type;
     lo.quiet = true;
     lo.component = "serve";
     infer::LoadedModel l = infer::load_model(lo, tk ? infer::TokenizerUse::kNone : infer::TokenizerUse::kRequired);

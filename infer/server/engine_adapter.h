@@ -39,6 +39,7 @@ struct ModelOptions {
   std::string chat_template = "auto";  // tok::chat_template_for: chat requests are 400 for a model without one
   int threads = 2;
   int64_t ctx = 0;
+  std::string kv_type = "f32";  // KV-cache element type, infer::kv_type_names()
   int64_t warmup_tokens = 512;  // compile the prefill buckets for prompts up to this many tokens at start
   std::string name;             // model id in responses (default: the model file's name)
   std::function<void(const std::string&)> progress;  // start-up progress lines (load, warm-up); empty: silent

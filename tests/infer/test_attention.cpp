@@ -1,6 +1,9 @@
 // CPU attention (infer/cpu_attention.h), both paths, against a double-precision loop: odd token counts and
 // start positions (tiles and 64-key blocks cut anywhere), sliding windows narrower and wider than a tile,
-// grouped-query heads, head_dim 64, 128 and 256, 1 and 2 threads, workspaces reused across shapes.
+// grouped-query heads, head_dim 64, 128 and 256, 1 and 2 threads, workspaces reused across shapes; with an
+// fp32 and an fp16 KV cache (the fp16 one checked against the double loop over its fp16-rounded values, and
+// for the same bits as the fp32 kernels over those values: the kernels widen each element, then do fp32
+// arithmetic in the same order).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "framework/core/fp16.h"
 #include "infer/cpu_attention.h"
 
 namespace anelab::infer {
@@ -67,7 +71,24 @@ void check(const Case& c, const float* q, const float* k, const float* v, const 
     }
 }
 
-void run_cases(bool blocked) {
+// The cache rows as the kernels read them: the fp32 values, or their fp16 bits (kept in `bits`).
+KvView cache_view(const std::vector<float>& k, const std::vector<float>& v, KvType type,
+                  std::vector<half_bits> (&bits)[2]) {
+  if (type == KvType::kF32) return {k.data(), v.data(), KvType::kF32};
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<float>& x = i == 0 ? k : v;
+    bits[i].resize(x.size());
+    float_to_half(x.data(), bits[i].data(), x.size());
+  }
+  return {bits[0].data(), bits[1].data(), KvType::kF16};
+}
+
+std::vector<float> fp16_rounded(std::vector<float> x) {
+  round_fp16_inplace(x.data(), x.size());
+  return x;
+}
+
+void run_cases(bool blocked, KvType type) {
   const Case cases[] = {
       {4, 4, 64, 0, 0, 8},      // one partial tile, keys in the first block
       {12, 12, 64, 0, 0, 37},   // tiles of every length, the last one partial
@@ -91,24 +112,53 @@ void run_cases(bool blocked) {
       const int64_t np = c.pos + c.n;
       // q, k of spread 2 so the softmax is peaked as in trained models, not nearly uniform.
       const auto q = normal(static_cast<size_t>(c.n * s.q_dim()), seed++, 2.0f);
-      const auto k = normal(static_cast<size_t>(np * s.kv_dim()), seed++, 2.0f);
-      const auto v = normal(static_cast<size_t>(np * s.kv_dim()), seed++, 1.0f);
+      // k, v: the values the cache holds (fp16-representable with an fp16 cache).
+      auto k = normal(static_cast<size_t>(np * s.kv_dim()), seed++, 2.0f);
+      auto v = normal(static_cast<size_t>(np * s.kv_dim()), seed++, 1.0f);
+      if (type == KvType::kF16) k = fp16_rounded(k), v = fp16_rounded(v);
+      std::vector<half_bits> bits[2];
+      const KvView kv = cache_view(k, v, type, bits);
       // One guard row past the output: nothing may be written there.
       std::vector<float> out(static_cast<size_t>((c.n + 1) * s.q_dim()), std::numeric_limits<float>::quiet_NaN());
       const float guard = 12345.0f;
       std::fill(out.begin() + c.n * s.q_dim(), out.end(), guard);
-      if (blocked)
-        attn.blocked(pool, s, q.data(), k.data(), v.data(), c.pos, c.n, out.data());
-      else
-        attn.rows(pool, s, q.data(), k.data(), v.data(), c.pos, c.n, out.data());
+      auto attend = [&](const KvView& view, std::vector<float>& o) {
+        if (blocked)
+          attn.blocked(pool, s, q.data(), view, c.pos, c.n, o.data());
+        else
+          attn.rows(pool, s, q.data(), view, c.pos, c.n, o.data());
+      };
+      attend(kv, out);
       check(c, q.data(), k.data(), v.data(), out.data());
       for (int64_t d = c.n * s.q_dim(); d < (c.n + 1) * s.q_dim(); ++d) ASSERT_EQ(out[static_cast<size_t>(d)], guard);
+      if (type == KvType::kF16) {  // the fp32 kernels over the same values: the same bits
+        std::vector<float> out32(out.size());
+        attend({k.data(), v.data(), KvType::kF32}, out32);
+        for (int64_t d = 0; d < c.n * s.q_dim(); ++d)
+          ASSERT_EQ(out[static_cast<size_t>(d)], out32[static_cast<size_t>(d)]) << "element " << d << " (n " << c.n
+                                                                                  << ", pos " << c.pos << ")";
+      }
     }
   }
 }
 
-TEST(InferAttention, BlockedMatchesDoubleReference) { run_cases(true); }
-TEST(InferAttention, RowsMatchDoubleReference) { run_cases(false); }
+TEST(InferAttention, BlockedMatchesDoubleReference) { run_cases(true, KvType::kF32); }
+TEST(InferAttention, RowsMatchDoubleReference) { run_cases(false, KvType::kF32); }
+TEST(InferAttention, BlockedFp16CacheMatchesDoubleReference) { run_cases(true, KvType::kF16); }
+TEST(InferAttention, RowsFp16CacheMatchesDoubleReference) { run_cases(false, KvType::kF16); }
+
+TEST(InferAttention, KvTypeNames) {
+  EXPECT_EQ(parse_kv_type("f32"), KvType::kF32);
+  EXPECT_EQ(parse_kv_type("f16"), KvType::kF16);
+  EXPECT_STREQ(kv_type_name(KvType::kF16), "f16");
+  EXPECT_EQ(kv_type_bytes(KvType::kF16), 2);
+  try {
+    parse_kv_type("f8");
+    FAIL() << "f8 accepted";
+  } catch (const std::exception& e) {
+    EXPECT_STREQ(e.what(), "[infer] unknown --kv-type 'f8' (choices: f32, f16)");
+  }
+}
 
 TEST(InferAttention, BlockedFits) {
   EXPECT_TRUE(CpuAttention::blocked_fits(8, 64));

@@ -133,6 +133,25 @@ TEST_F(InferCli, BenchRefusesAGenLengthBeyondTheContext) {
   EXPECT_NE(r.out.find("decode tg8"), std::string::npos) << r.out;
 }
 
+// --kv-type takes f32 or f16 on every command that builds an engine; anything else is refused in one line
+// naming the option before a model is loaded. bench prints the cache's type and size (stories260k's
+// shape: 2 * 5 layers * kv_dim 32 * 2 bytes = 640 bytes per position).
+TEST_F(InferCli, KvTypeIsCheckedAndBenchPrintsTheCache) {
+  for (const std::string& cmd : {"infer generate -m " + model() + " --prompt a", "infer bench -m " + model(),
+                                "serve -m " + model() + " --port 0", "perplexity -m " + model() + " --text x"}) {
+    const Out r = anelab(cmd + " -q --kv-type f8", 30);
+    EXPECT_NE(r.rc, 0) << cmd << ": " << r.out;
+    EXPECT_NE(r.err.find("--kv-type: f8 not in {f32,f16}"), std::string::npos) << cmd << ": " << r.err;
+    EXPECT_EQ(r.out.find("listening"), std::string::npos) << cmd << ": " << r.out;
+  }
+  Out r = anelab("infer bench -m " + model() + " -q --prompt-len 8 --gen-len 4 --ctx 64 --kv-type f16", 120);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("KV cache f16: 0.6 KiB per position, 0.0 MiB at the 13 positions used"), std::string::npos)
+      << r.out;
+  r = anelab("infer generate -m " + model() + " -q -n 4 --kv-type f16 --prompt a", 120);
+  EXPECT_EQ(r.rc, 0) << r.err;
+}
+
 // An unwritable --port-file fails the start naming the path (it used to be ignored while the server ran);
 // a non-loopback --host without an api key warns in one line first.
 TEST_F(InferCli, ServePortFileAndExposedHostWarning) {
