@@ -25,9 +25,6 @@ int64_t first_key(const AttentionShape& s, int64_t p) {
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-void grow(std::vector<float>& buf, int64_t size) {
-  if (buf.size() < static_cast<size_t>(size)) buf.resize(static_cast<size_t>(size));
-}
 
 // Cache rows of either type read as fp32: whole vectors, partial vectors (lanes >= n are 0) and scalars.
 inline W::F32 load_kv(const float* p) { return W::load(p); }
@@ -207,7 +204,13 @@ KvType parse_kv_type(const std::string& s) {
   fail("infer", "unknown --kv-type '", s, "' (choices: f32, f16)");
 }
 
-void CpuAttention::reserve(int workers, int64_t context) { grow(scores_, workers * R * round_up(context, 64)); }
+void CpuAttention::Scratch::grow(int64_t n) {
+  if (size >= n) return;
+  data.reset(new float[static_cast<size_t>(n)]);  // not value-initialised: pages resident once written
+  size = n;
+}
+
+void CpuAttention::reserve(int workers, int64_t context) { scores_.grow(workers * R * round_up(context, 64)); }
 
 void CpuAttention::run(ThreadPool& pool, const AttentionShape& s, const float* q, const KvView& kv, int64_t pos,
                        int64_t n, float* out) {
@@ -220,13 +223,13 @@ void CpuAttention::run(ThreadPool& pool, const AttentionShape& s, const float* q
 void CpuAttention::rows(ThreadPool& pool, const AttentionShape& s, const float* q, const KvView& kv, int64_t pos,
                         int64_t n, float* out) {
   const int64_t hd = s.head_dim, kvd = s.kv_dim(), group = s.n_heads / s.n_kv_heads, ld = round_up(pos + n, 64);
-  grow(scores_, pool.size() * ld);
+  scores_.grow(pool.size() * ld);
   const int64_t items = n * s.n_heads;
   // Tiny attention (short contexts, small heads) stays on the caller: a wake-up costs more.
   const bool serial = items * (pos + n) * hd < (1 << 15);
   with_rows(kv, [&](auto k, auto v) {
     auto body = [&](int64_t it, int w) {
-      float* sc = scores_.data() + static_cast<int64_t>(w) * ld;
+      float* sc = scores_.data.get() + static_cast<int64_t>(w) * ld;
       const int64_t i = it / s.n_heads, h = it % s.n_heads, p = pos + i, t0 = first_key(s, p);
       const float* qi = q + i * s.q_dim() + h * hd;
       const auto* kc = k + (h / group) * hd;
@@ -249,17 +252,17 @@ void CpuAttention::blocked(ThreadPool& pool, const AttentionShape& s, const floa
   ANELAB_CHECK(blocked_fits(8, s.head_dim), "infer", "blocked attention needs head_dim 64, 128, 192 or 256, got ",
                s.head_dim);
   const int64_t kvd = s.kv_dim(), np = pos + n, ld = round_up(np, 64), t_first = first_key(s, pos);
-  grow(kt_, kvd * ld);
-  grow(scores_, pool.size() * R * ld);
+  kt_.grow(kvd * ld);
+  scores_.grow(pool.size() * R * ld);
   // kt [kv_dim][ld] fp32: the keys from the first one any query sees.
-  float* kt = kt_.data();
+  float* kt = kt_.data.get();
   with_rows(kv, [&](auto k, auto v) {
     pool.parallel_for(kvd, 16, [&](int64_t c0, int64_t c1) { transpose_keys(k, kvd, t_first, np, c0, c1, kt, ld); });
     const Tile<std::remove_cv_t<std::remove_pointer_t<decltype(v)>>> tile{s, q, kt, v, out, ld, pos, n};
     const int64_t tiles = (n + R - 1) / R;
     pool.run_chunks(tiles * s.n_heads, [&](int64_t it, int w) {
       const int64_t i0 = (tiles - 1 - it / s.n_heads) * R;  // the last (longest) tiles first
-      tile.run(i0, it % s.n_heads, scores_.data() + static_cast<int64_t>(w) * R * ld);
+      tile.run(i0, it % s.n_heads, scores_.data.get() + static_cast<int64_t>(w) * R * ld);
     });
   });
 }

@@ -24,6 +24,7 @@
 // largest call seen), the transposed keys grown to the longest prefill seen, so decode allocates nothing.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -80,8 +81,15 @@ class CpuAttention {
                float* out);
 
  private:
-  std::vector<float> kt_;      // [kv_dim, ld] keys transposed, ld = pos+n rounded up to 64 (blocked)
-  std::vector<float> scores_;  // [workers, kTileRows, ld] (blocked) or [workers, ld] (rows)
+  // Scratch whose contents do not outlive a call: sized for the whole context by reserve() (decode allocates
+  // nothing), but only the pages a call writes (its ld, not the context's) become resident.
+  struct Scratch {
+    std::unique_ptr<float[]> data;
+    int64_t size = 0;
+    void grow(int64_t n);  // at least n floats (the old contents are not kept)
+  };
+  Scratch kt_;      // [kv_dim, ld] keys transposed, ld = pos+n rounded up to 64 (blocked)
+  Scratch scores_;  // [workers, kTileRows, ld] (blocked) or [workers, ld] (rows)
 };
 
 }  // namespace anelab::infer
