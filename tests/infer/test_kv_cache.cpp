@@ -21,9 +21,12 @@
 #include "models/presets.h"
 #include "models/sampler.h"
 #include "tests/common/test_data.h"
+#include "tests/common/errors.h"
 
 namespace anelab::infer {
 namespace {
+
+using test::rel_err;
 
 constexpr double kU16 = 1.0 / 2048;  // 2^-11: the unit roundoff of fp16 (round to nearest even)
 
@@ -38,16 +41,6 @@ constexpr double kU16 = 1.0 / 2048;  // 2^-11: the unit roundoff of fp16 (round 
 // assumption on it, A <= 3.5 (a scaled dot of absolute values; the scores themselves are at most A), which
 // gives L u * 8 (5 layers: 0.0195). The measured errors are printed: 6-26x below it on these models.
 double logit_bound(int64_t n_layers) { return static_cast<double>(n_layers) * kU16 * 8; }
-
-// max |a - b| / max |b| over n values.
-double rel_err(const float* a, const float* b, size_t n) {
-  double e = 0, m = 0;
-  for (size_t i = 0; i < n; ++i) {
-    e = std::max(e, std::abs(static_cast<double>(a[i]) - b[i]));
-    m = std::max(m, std::abs(static_cast<double>(b[i])));
-  }
-  return e / std::max(m, 1e-300);
-}
 
 // The fp16 engine's cached rows [0, rows) of every layer, read through kv_rows(), against the fp32 engine's:
 // layer 0's depend only on the embeddings and weights, so they must be exactly the fp32 ones rounded to

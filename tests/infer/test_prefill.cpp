@@ -11,9 +11,12 @@
 #include "infer/prefill_mil.h"
 #include "models/formats/load_any.h"
 #include "tests/common/test_data.h"
+#include "tests/common/errors.h"
 
 namespace anelab::infer {
 namespace {
+
+using test::rel_err;
 
 Engine make(const std::string& backend, WType dt = WType::kF32, int budget = -1) {
   EngineOptions o;
@@ -22,16 +25,6 @@ Engine make(const std::string& backend, WType dt = WType::kF32, int budget = -1)
   o.dtype = dt;
   o.quiet = true;
   return Engine(models::load_any_model(test::data_path("llama2c/stories260K.bin")), o);
-}
-
-// Relative max error: max |a-b| / max |b|.
-double rel_err(const float* a, const float* b, size_t n) {
-  double e = 0, m = 0;
-  for (size_t i = 0; i < n; ++i) {
-    e = std::max(e, std::abs(static_cast<double>(a[i]) - b[i]));
-    m = std::max(m, std::abs(static_cast<double>(b[i])));
-  }
-  return e / std::max(m, 1e-30);
 }
 
 TEST(InferPrefill, Buckets) {
