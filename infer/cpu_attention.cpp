@@ -26,10 +26,10 @@ int64_t first_key(const AttentionShape& s, int64_t p) {
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 
-// Cache rows of either type read as fp32: whole vectors, partial vectors (lanes >= n are 0) and scalars.
+// Cache rows of either type read as fp32: whole vectors and scalars; partial fp16 vectors (lanes >= n are 0)
+// for the fp16 dot / axpy (the fp32 ones are cpu_kernels.h's).
 inline W::F32 load_kv(const float* p) { return W::load(p); }
 inline W::F32 load_kv(const half_bits* p) { return W::load_h(p); }
-inline W::F32 load_kv_n(const float* p, int64_t n) { return W::load_n(p, n); }
 inline W::F32 load_kv_n(const half_bits* p, int64_t n) { return W::load_h_n(p, n); }
 inline float kv_f32(float x) { return x; }
 inline float kv_f32(half_bits h) { return W::h2f(h); }
