@@ -86,8 +86,7 @@ void add_common(CLI::App* sub, InferArgs& a) {
   sub->add_option("--dtype", a.dtype, "Compute dtype of the weight matrices: fp16, fp32, or auto (fp32 when the file stores every matrix in fp32: llama2.c files, training checkpoints, fp32 exports; fp16 otherwise; q8_0/q4_0/q5_0/q4_k/q6_k matrices stay in their blocks, with int8 dot products)")->capture_default_str();
   sub->add_option("--threads", a.threads, "CPU threads (persistent pool)")->capture_default_str()->check(number_in(infer::params::kThreads));
   sub->add_option("--ctx,-c", a.ctx, "Context positions (0 = the model's max_seq_len)")->capture_default_str()->check(number_in(infer::params::kContext));
-  sub->add_option("--kv-type", a.kv_type, infer::kKvTypeHelp)
-      ->capture_default_str()->check(CLI::IsMember(infer::kv_type_names()));
+  add_kv_type_option(sub, a.kv_type);
   sub->add_flag("--quiet,-q", a.quiet, "No progress lines on stderr (model load, kernel compiles)");
 }
 
@@ -333,6 +332,12 @@ void run_bench(const InferArgs& a) {
 }
 
 }  // namespace
+
+CLI::Option* add_kv_type_option(CLI::App* app, std::string& kv_type) {
+  return app->add_option("--kv-type", kv_type, infer::kKvTypeHelp)
+      ->capture_default_str()
+      ->check(CLI::IsMember(infer::kv_type_names()));
+}
 
 void add_infer_command(CLI::App& app) {
   auto a = std::make_shared<InferArgs>();

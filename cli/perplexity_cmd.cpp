@@ -151,9 +151,7 @@ void add_perplexity_command(CLI::App& app) {
   p->add_option("--dtype", a->load.dtype, "Compute dtype of the weight matrices: fp16, fp32 or auto")
       ->capture_default_str();
   p->add_option("--threads", a->load.threads, "CPU threads")->capture_default_str()->check(CLI::PositiveNumber);
-  p->add_option("--kv-type", a->load.kv_type, infer::kKvTypeHelp)
-      ->capture_default_str()
-      ->check(CLI::IsMember(infer::kv_type_names()));
+  add_kv_type_option(p, a->load.kv_type);
   p->add_flag("--quiet,-q", a->load.quiet, "No progress bar");
   p->callback([a] { run_perplexity(*a); });
 }
