@@ -84,6 +84,7 @@ inline uint16_t f2h(float x) {
 }
 
 inline void prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
+inline void prefetch_l2(const void* p) { __builtin_prefetch(p, 0, 2); }  // PRFM PLDL2KEEP
 inline void cpu_relax() { __asm__ __volatile__("isb" ::: "memory"); }
 
 // ---- int8 part: the integer vectors of the quantized dot products (interface: x86_int8.h) ----
@@ -190,6 +191,19 @@ using GI32 = int32x4_t;
 using W8 = int8x16_t;
 constexpr int kDotU8Max = 127;
 inline W8 load_w8(const void* p) { return vld1q_s8(static_cast<const int8_t*>(p)); }
+inline void rows_w8x8(const uint8_t* p, int64_t stride, uint8_t x, int8_t* out, int64_t step) {
+  const uint8x16_t xv = vdupq_n_u8(x);
+  for (int h = 0; h < 2; ++h) {  // words 4h..4h+3 of the 4 rows: a 4x4 transpose
+    uint32x4_t r[4];
+    for (int i = 0; i < 4; ++i) r[i] = vld1q_u32(reinterpret_cast<const uint32_t*>(p + i * stride + 16 * h));
+    const uint32x4x2_t a = vtrnq_u32(r[0], r[1]), b = vtrnq_u32(r[2], r[3]);  // [r0_0 r1_0 r0_2 r1_2], [.._1 .._3]
+    const uint32x4_t col[4] = {vcombine_u32(vget_low_u32(a.val[0]), vget_low_u32(b.val[0])),
+                               vcombine_u32(vget_low_u32(a.val[1]), vget_low_u32(b.val[1])),
+                               vcombine_u32(vget_high_u32(a.val[0]), vget_high_u32(b.val[0])),
+                               vcombine_u32(vget_high_u32(a.val[1]), vget_high_u32(b.val[1]))};
+    for (int c = 0; c < 4; ++c) vst1q_u8(reinterpret_cast<uint8_t*>(out + (4 * h + c) * step), veorq_u8(vreinterpretq_u8_u32(col[c]), xv));
+  }
+}
 inline GI32 set1_i32(int32_t x) { return vdupq_n_s32(x); }
 inline F32 to_f32(GI32 v) { return vcvtq_f32_s32(v); }
 inline GI32 dot4_s8(GI32 acc, W8 w, int32_t a4) {

@@ -92,6 +92,13 @@ inline void prefetch(const void* p) {
   (void)p;
 #endif
 }
+inline void prefetch_l2(const void* p) {
+#if defined(__GNUC__)
+  __builtin_prefetch(p, 0, 2);
+#else
+  (void)p;
+#endif
+}
 inline void cpu_relax() {}
 
 // ---- int8 part: the integer vectors of the quantized dot products (interface: x86_int8.h) ----
@@ -188,6 +195,11 @@ inline W8 load_w8(const void* p) {
   W8 w;
   std::memcpy(w.b, p, sizeof w.b);
   return w;
+}
+inline void rows_w8x8(const uint8_t* p, int64_t stride, uint8_t x, int8_t* out, int64_t step) {
+  for (int j = 0; j < 8; ++j)
+    for (int l = 0; l < 4; ++l)
+      for (int b = 0; b < 4; ++b) out[j * step + 4 * l + b] = static_cast<int8_t>(p[l * stride + 4 * j + b] ^ x);
 }
 inline GI32 set1_i32(int32_t x) { return GI32{{x, x, x, x}}; }
 inline F32 to_f32(GI32 v) {

@@ -24,6 +24,7 @@
 //   reduce_add(v), reduce_max(v)          horizontal; the summation order is the architecture's own
 //   h2f(bits), f2h(x)                     scalar fp16 conversions (ties to even, overflow to +-inf)
 //   prefetch(p), cpu_relax()              read prefetch hint; spin-wait hint (pause / isb)
+//   prefetch_l2(p)                        read prefetch hint into the L2 cache, not L1 (data used later)
 //   I8, I32, Scales, Sc, QAcc and their operations   the int8 vectors of the quantized dot products
 //                                         (interface at the top of x86_int8.h: AVX-512 VNNI vpdpbusd/vpdpwssd,
 //                                         AVX2 vpmaddubsw + vpmaddwd, NEON SDOT or SMULL, scalar loops)
@@ -32,6 +33,9 @@
 //   in an int32 (memory order) and broadcast:
 //   kQGemmMR, kQGemmNV                    micro-tile: kQGemmMR tokens x kQGemmNV vectors of rows
 //   load_w8(p), set1_i32(x), to_f32(v)    64 / 32 / 16 / 16 weight bytes; int32 broadcast; int32 -> fp32
+//   rows_w8x8(p, stride, x, out, step)    the 8 W8 of 32 consecutive bytes of kWidth rows (row l at p + l
+//                                         stride): W8 j, stored at out + j step, holds every row's bytes 4j..4j+3,
+//                                         each byte xor x (a transpose of 32-bit words)
 //   dot4_u8(acc, w, a4), dot4_s8(...)     acc[l] += sum_j<4 w[4l + j] a4[j], w read as u8 (<= kDotU8Max) / s8
 //   kDotU8Max                             largest unsigned weight byte dot4_u8 takes exactly (255 with
 //                                         vpdpbusd or on the scalar path; 127 where pairs add in int16)

@@ -77,6 +77,7 @@ inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 inline uint16_t f2h(float x) { return _cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT); }
 
 inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+inline void prefetch_l2(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
 inline void cpu_relax() { _mm_pause(); }
 // ---- int8 GEMM micro-kernel (quantized prefill): int32 lane l accumulates row l ----
 // W8: 8 rows x 4 consecutive k (32 bytes, row l's 4 bytes at 4l); a4: 4 int8 activations (in [-127, 127])
@@ -87,6 +88,26 @@ using GI32 = __m256i;
 using W8 = __m256i;
 constexpr int kDotU8Max = 127;
 inline W8 load_w8(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline void rows_w8x8(const uint8_t* p, int64_t stride, uint8_t x, int8_t* out, int64_t step) {
+  __m256i r[8], t[8], u[8];  // r[i]: row i (128-bit lanes of 4 words)
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i * stride));
+  for (int i = 0; i < 8; i += 2) {  // per lane: rows i, i + 1 interleaved
+    t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int h = 0; h < 8; h += 4) {  // per lane: word c of rows h..h+3 (u[h + c]: word c | word c + 4)
+    u[h] = _mm256_unpacklo_epi64(t[h], t[h + 2]);
+    u[h + 1] = _mm256_unpackhi_epi64(t[h], t[h + 2]);
+    u[h + 2] = _mm256_unpacklo_epi64(t[h + 1], t[h + 3]);
+    u[h + 3] = _mm256_unpackhi_epi64(t[h + 1], t[h + 3]);
+  }
+  const __m256i xv = _mm256_set1_epi8(static_cast<char>(x));
+  for (int c = 0; c < 4; ++c) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c * step), _mm256_xor_si256(_mm256_permute2x128_si256(u[c], u[4 + c], 0x20), xv));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (c + 4) * step),
+                        _mm256_xor_si256(_mm256_permute2x128_si256(u[c], u[4 + c], 0x31), xv));
+  }
+}
 inline GI32 set1_i32(int32_t x) { return _mm256_set1_epi32(x); }
 inline F32 to_f32(GI32 v) { return _mm256_cvtepi32_ps(v); }
 inline GI32 dot4_u8(GI32 acc, W8 w, int32_t a4) {

@@ -60,6 +60,7 @@ inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 inline uint16_t f2h(float x) { return _cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT); }
 
 inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+inline void prefetch_l2(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
 inline void cpu_relax() { _mm_pause(); }
 // ---- int8 GEMM micro-kernel (quantized prefill): int32 lane l accumulates row l ----
 // W8: 16 rows x 4 consecutive k (64 bytes, row l's 4 bytes at 4l); a4: 4 int8 activations (in [-127, 127])
@@ -68,6 +69,28 @@ constexpr int kQGemmMR = 6, kQGemmNV = 2;  // 6 tokens x 32 rows: 12 int32 + 12 
 using GI32 = __m512i;
 using W8 = __m512i;
 inline W8 load_w8(const void* p) { return _mm512_loadu_si512(p); }
+inline void rows_w8x8(const uint8_t* p, int64_t stride, uint8_t x, int8_t* out, int64_t step) {
+  __m512i r[8], t[8], u[8];  // r[i]: row i | row i + 8 (words 0-7 each, 128-bit lanes of 4 words)
+  for (int i = 0; i < 8; ++i)
+    r[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i * stride))),
+                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + (i + 8) * stride)), 1);
+  for (int i = 0; i < 8; i += 2) {  // per lane: rows i, i + 1 interleaved (words 0 1 | 2 3 of the lane)
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int h = 0; h < 8; h += 4) {  // per lane: word c of rows h..h+3 (u[h + c]: word c | word c + 4)
+    u[h] = _mm512_unpacklo_epi64(t[h], t[h + 2]);
+    u[h + 1] = _mm512_unpackhi_epi64(t[h], t[h + 2]);
+    u[h + 2] = _mm512_unpacklo_epi64(t[h + 1], t[h + 3]);
+    u[h + 3] = _mm512_unpackhi_epi64(t[h + 1], t[h + 3]);
+  }
+  const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+  const __m512i xv = _mm512_set1_epi8(static_cast<char>(x));
+  for (int c = 0; c < 4; ++c) {  // word c and c + 4 of rows 0-3, 4-7, 8-11, 12-15
+    _mm512_storeu_si512(out + c * step, _mm512_xor_si512(_mm512_permutex2var_epi64(u[c], lo, u[4 + c]), xv));
+    _mm512_storeu_si512(out + (c + 4) * step, _mm512_xor_si512(_mm512_permutex2var_epi64(u[c], hi, u[4 + c]), xv));
+  }
+}
 inline GI32 set1_i32(int32_t x) { return _mm512_set1_epi32(x); }
 inline F32 to_f32(GI32 v) { return _mm512_maskz_cvtepi32_ps(0xFFFF, v); }
 #if defined(__AVX512VNNI__)
