@@ -204,12 +204,6 @@ KvType parse_kv_type(const std::string& s) {
   fail("infer", "unknown --kv-type '", s, "' (choices: f32, f16)");
 }
 
-void CpuAttention::Scratch::grow(int64_t n) {
-  if (size >= n) return;
-  data.reset(new float[static_cast<size_t>(n)]);  // not value-initialised: pages resident once written
-  size = n;
-}
-
 void CpuAttention::reserve(int workers, int64_t context) { scores_.grow(workers * R * round_up(context, 64)); }
 
 void CpuAttention::run(ThreadPool& pool, const AttentionShape& s, const float* q, const KvView& kv, int64_t pos,
@@ -229,7 +223,7 @@ void CpuAttention::rows(ThreadPool& pool, const AttentionShape& s, const float* 
   const bool serial = items * (pos + n) * hd < (1 << 15);
   with_rows(kv, [&](auto k, auto v) {
     auto body = [&](int64_t it, int w) {
-      float* sc = scores_.data.get() + static_cast<int64_t>(w) * ld;
+      float* sc = scores_.data() + static_cast<int64_t>(w) * ld;
       const int64_t i = it / s.n_heads, h = it % s.n_heads, p = pos + i, t0 = first_key(s, p);
       const float* qi = q + i * s.q_dim() + h * hd;
       const auto* kc = k + (h / group) * hd;
@@ -255,14 +249,14 @@ void CpuAttention::blocked(ThreadPool& pool, const AttentionShape& s, const floa
   kt_.grow(kvd * ld);
   scores_.grow(pool.size() * R * ld);
   // kt [kv_dim][ld] fp32: the keys from the first one any query sees.
-  float* kt = kt_.data.get();
+  float* kt = kt_.data();
   with_rows(kv, [&](auto k, auto v) {
     pool.parallel_for(kvd, 16, [&](int64_t c0, int64_t c1) { transpose_keys(k, kvd, t_first, np, c0, c1, kt, ld); });
     const Tile<std::remove_cv_t<std::remove_pointer_t<decltype(v)>>> tile{s, q, kt, v, out, ld, pos, n};
     const int64_t tiles = (n + R - 1) / R;
     pool.run_chunks(tiles * s.n_heads, [&](int64_t it, int w) {
       const int64_t i0 = (tiles - 1 - it / s.n_heads) * R;  // the last (longest) tiles first
-      tile.run(i0, it % s.n_heads, scores_.data.get() + static_cast<int64_t>(w) * R * ld);
+      tile.run(i0, it % s.n_heads, scores_.data() + static_cast<int64_t>(w) * R * ld);
     });
   });
 }

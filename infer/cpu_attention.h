@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/core/scratch.h"
 #include "framework/core/thread_pool.h"
 #include "framework/simd/simd.h"
 
@@ -83,13 +84,8 @@ class CpuAttention {
  private:
   // Scratch whose contents do not outlive a call: sized for the whole context by reserve() (decode allocates
   // nothing), but only the pages a call writes (its ld, not the context's) become resident.
-  struct Scratch {
-    std::unique_ptr<float[]> data;
-    int64_t size = 0;
-    void grow(int64_t n);  // at least n floats (the old contents are not kept)
-  };
-  Scratch kt_;      // [kv_dim, ld] keys transposed, ld = pos+n rounded up to 64 (blocked)
-  Scratch scores_;  // [workers, kTileRows, ld] (blocked) or [workers, ld] (rows)
+  Scratch<float> kt_;      // [kv_dim, ld] keys transposed, ld = pos+n rounded up to 64 (blocked)
+  Scratch<float> scores_;  // [workers, kTileRows, ld] (blocked) or [workers, ld] (rows)
 };
 
 }  // namespace anelab::infer

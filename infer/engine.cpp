@@ -51,14 +51,14 @@ Engine::Engine(models::Model model, const EngineOptions& opt)
   kcache_.reset(new std::byte[kv]);  // default-initialised: pages become resident only when written
   vcache_.reset(new std::byte[kv]);
   const auto n = static_cast<size_t>(chunk_);
-  x_.resize(n * c.dim);
-  xb_.resize(n * std::max(c.dim, c.q_dim()));
-  q_.resize(n * c.q_dim());
-  k_.resize(n * c.kv_dim());
-  v_.resize(n * c.kv_dim());
-  att_.resize(n * c.q_dim());
-  h1_.resize(n * c.hidden_dim);
-  h3_.resize(n * c.hidden_dim);
+  x_.grow(n * c.dim);
+  xb_.grow(n * std::max(c.dim, c.q_dim()));
+  q_.grow(n * c.q_dim());
+  k_.grow(n * c.kv_dim());
+  v_.grow(n * c.kv_dim());
+  att_.grow(n * c.q_dim());
+  h1_.grow(n * c.hidden_dim);
+  h3_.grow(n * c.hidden_dim);
   attn_.reserve(pool_.size(), ctx_);
   rope_cos_.resize(n * (c.head_dim / 2));
   rope_sin_.resize(n * (c.head_dim / 2));
@@ -360,7 +360,7 @@ void Engine::forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vect
       else  // GeGLU: gelu_tanh(h1) * h3
         elementwise(n * H, [&](int64_t b, int64_t e) {
           gelu_tanh_inplace(h1_.data() + b, e - b);
-          for (int64_t i = b; i < e; ++i) h1_[static_cast<size_t>(i)] *= h3_[static_cast<size_t>(i)];
+          for (int64_t i = b; i < e; ++i) h1_[i] *= h3_[i];
         });
     } else {
       gemm(pool_, L.w1, opt_ptr(L.b1), xb_.data(), n, h1_.data());

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/core/scratch.h"
 #include "framework/core/thread_pool.h"
 #include "framework/mil/ir.h"
 #include "infer/cpu_attention.h"
@@ -133,7 +134,8 @@ class Engine {
   std::span<const float> norm_, norm_b_;      // [dim] (in vecs_)
   std::unique_ptr<std::byte[]> kcache_, vcache_;  // [L, ctx, kv_dim] fp32 or fp16 (pages touched only when used)
   // Scratch, [chunk, *] row-major (token-major).
-  std::vector<float> x_, xb_, q_, k_, v_, att_, h1_, h3_;
+  // Not value-initialised: a decode-only run keeps only the first row of each resident.
+  Scratch<float> x_, xb_, q_, k_, v_, att_, h1_, h3_;
   CpuAttention attn_;                         // attention kernels and their workspaces (keys transposed, scores)
   std::vector<float> rope_cos_, rope_sin_;    // [chunk, head_dim/2] (global layers)
   std::vector<float> rope_cos_local_, rope_sin_local_;  // [chunk, head_dim/2] sliding layers' base (when a window)
