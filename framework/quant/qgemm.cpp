@@ -279,27 +279,6 @@ void zero_rows(Panel& p, int nr, int64_t kc, int group, bool mins) {
   }
 }
 
-// The rows the next unpack reads: nr pieces of `bytes` bytes, `stride` apart. An unpack reads a kc-value
-// piece of each of kNR rows, too short a stream for the hardware prefetcher (Q8_0 at kc 512: 9 cache lines a
-// row, rows a page or more apart in the wider matrices), so the pieces are hinted into L2 while the
-// micro-kernel works on the current panel, a share of the rows with each tile.
-struct NextUnpack {
-  const uint8_t* first = nullptr;  // row 0's piece; nullptr: no next unpack in this chunk of panels
-  int64_t stride = 0, bytes = 0;
-  int nr = 0;
-
-  // Tile ti of n_tiles: its share of the rows.
-  void prefetch_share(int64_t ti, int64_t n_tiles) const {
-    if (first == nullptr) return;
-    const int64_t per = (nr + n_tiles - 1) / n_tiles, r0 = ti * per, r1 = std::min<int64_t>(nr, r0 + per);
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* p = first + r * stride;
-      for (int64_t o = 0; o < bytes; o += 64) S::prefetch_l2(p + o);
-      S::prefetch_l2(p + bytes - 1);
-    }
-  }
-};
-
 }  // namespace
 
 void gemm(ThreadPool& pool, BlockType bt, const uint8_t* w, int64_t rows, int64_t cols, const float* bias,
@@ -317,7 +296,6 @@ void gemm(ThreadPool& pool, BlockType bt, const uint8_t* w, int64_t rows, int64_
 
   const auto panel_rows = [&](int64_t p) { return static_cast<int>(std::min<int64_t>(kNR, rows - p * kNR)); };
   const auto piece = [&](int64_t r, int64_t k0) { return w + r * row_bytes + k0 / bi.values * bi.bytes; };
-  const int64_t n_tiles = (n_tok + kMR - 1) / kMR;
   auto body = [&](int64_t p0, int64_t p1) {
     thread_local Panel panel;  // per thread, grown once
     grow(panel, rc.mins);
@@ -331,14 +309,8 @@ void gemm(ThreadPool& pool, BlockType bt, const uint8_t* w, int64_t rows, int64_
         else
           for (int r = 0; r < nr; ++r) unpack(piece(r0 + r, k0), r, kc, panel);
         if (nr < kNR) zero_rows(panel, nr, kc, rc.group, rc.mins);
-        NextUnpack next;  // (p + 1, k0), else (p0, the next k block)
-        if (p + 1 < p1 || k0 + kKC < cols) {
-          const int64_t np = p + 1 < p1 ? p + 1 : p0, nk = p + 1 < p1 ? k0 : k0 + kKC;
-          next = {piece(np * kNR, nk), row_bytes, std::min(kKC, cols - nk) / bi.values * bi.bytes, panel_rows(np)};
-        }
         Tile tile{&panel, kc, rc.offset, {}, {}, {}, nullptr, rows, nr, k0 == 0, bias ? bias + r0 : nullptr};
         for (int64_t t0 = 0; t0 < n_tok; t0 += kMR) {
-          next.prefetch_share(t0 / kMR, n_tiles);
           const int64_t mr = std::min<int64_t>(kMR, n_tok - t0);
           for (int64_t i = 0; i < mr; ++i) {
             const Q8Acts& a = acts.tok[static_cast<size_t>(t0 + i)];

@@ -5,7 +5,8 @@
 // Every token's activations are quantized once, as the GEMV does (quantize_acts: int8 blocks of 32, fp32
 // scale d_a). W is split into panels of kNR rows (simd::kQGemmNV vectors); per (panel, k block of 512
 // values) one function per type unpacks the blocks into an int8 panel laid out for the micro-kernel
-// ([k / 4][kNR][4]: 4 consecutive k of each row, the vpdpbusd / SDOT group) with per-row scales per group
+// ([k / 4][kNR][4]: 4 consecutive k of each row, the vpdpbusd / SDOT group; whole Q8_0 panels by a transpose
+// of 32-bit words, kWidth rows at once, simd::rows_w8x8) with per-row scales per group
 // of 32 (16 for Q6_K) and, for Q4_K, per-row mins per 32. The micro-kernel keeps kQGemmMR tokens x kNR rows
 // of int32 sums in registers (simd::dot4_u8 / dot4_s8: AVX-512 VNNI vpdpbusd, AVX2 vpmaddubsw, NEON SDOT
 // or SMULL, scalar) and folds them into fp32 accumulators at the end of each group:

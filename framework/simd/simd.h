@@ -24,7 +24,6 @@
 //   reduce_add(v), reduce_max(v)          horizontal; the summation order is the architecture's own
 //   h2f(bits), f2h(x)                     scalar fp16 conversions (ties to even, overflow to +-inf)
 //   prefetch(p), cpu_relax()              read prefetch hint; spin-wait hint (pause / isb)
-//   prefetch_l2(p)                        read prefetch hint into the L2 cache, not L1 (data used later)
 //   I8, I32, Scales, Sc, QAcc and their operations   the int8 vectors of the quantized dot products
 //                                         (interface at the top of x86_int8.h: AVX-512 VNNI vpdpbusd/vpdpwssd,
 //                                         AVX2 vpmaddubsw + vpmaddwd, NEON SDOT or SMULL, scalar loops)
