@@ -192,21 +192,32 @@ TEST(Mpi, KilledRankStopsTheJobAndResumeIsBitExact) {
   }
   int status = 0;
   ASSERT_EQ(::waitpid(job, &status, 0), job);
-  ASSERT_TRUE(killed) << read_file_text(dir + "/log.txt");
-  EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the job went on without rank 1";
-  EXPECT_TRUE(test::read_events(run, "run_end").empty()) << "the job finished before the kill (too fast?)";
+  // What a failure below needs to be understood: the job's output and its events.
+  const auto text = [](const std::string& path) {
+    try {
+      return read_file_text(path);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+  };
+  const auto diag = [&] {
+    return "\n--- log.txt:\n" + text(dir + "/log.txt") + "\n--- events.jsonl:\n" + text(run + "/events.jsonl");
+  };
+  ASSERT_TRUE(killed) << diag();
+  EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the job went on without rank 1" << diag();
+  EXPECT_TRUE(test::read_events(run, "run_end").empty()) << "the job finished before the kill (too fast?)" << diag();
   const int64_t at = train::read_checkpoint(run + "/last.ckpt").step;
-  EXPECT_GE(at, 4);
-  EXPECT_LT(at, 40);
+  EXPECT_GE(at, 4) << diag();
+  EXPECT_LT(at, 40) << diag();
   const std::string resume = cmd + " --resume > " + dir + "/log2.txt 2>&1";
-  ASSERT_EQ(sh(resume), 0) << read_file_text(dir + "/log2.txt");
+  ASSERT_EQ(sh(resume), 0) << read_file_text(dir + "/log2.txt") << diag();
   const auto x = train::read_checkpoint(dir + "/one/last.ckpt"), y = train::read_checkpoint(run + "/last.ckpt");
   EXPECT_EQ(y.step, 40);
   EXPECT_TRUE(x.weights == y.weights) << "weights differ";
   EXPECT_TRUE(x.m == y.m && x.v == y.v) << "moments differ";
   EXPECT_EQ(x.data_state, y.data_state);
-  EXPECT_EQ(losses_by_step(dir + "/one"), losses_by_step(run));
-  std::filesystem::remove_all(dir);
+  EXPECT_EQ(losses_by_step(dir + "/one"), losses_by_step(run)) << diag();
+  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(dir);  // kept for a look when something failed
 }
 
 TEST(Mpi, StaticCompileBudgetRestartsThroughTheLauncher) {
