@@ -47,9 +47,9 @@ Engine::Engine(models::Model model, const EngineOptions& opt)
   ctx_ = opt.context > 0 ? std::min(opt.context, c.max_seq_len) : c.max_seq_len;
   chunk_ = std::max<int64_t>(1, std::min(opt.prefill_chunk, ctx_));
   load_weights();
-  const auto kv = static_cast<size_t>(ctx_ * kv_bytes_per_position() / 2);
-  kcache_.reset(new std::byte[kv]);  // default-initialised: pages become resident only when written
-  vcache_.reset(new std::byte[kv]);
+  const int64_t kv = ctx_ * kv_bytes_per_position() / 2;
+  kcache_.grow(kv);  // pages become resident only when written
+  vcache_.grow(kv);
   const auto n = static_cast<size_t>(chunk_);
   x_.grow(n * c.dim);
   xb_.grow(n * std::max(c.dim, c.q_dim()));
@@ -78,17 +78,17 @@ int64_t Engine::kv_bytes_per_position() const {
 
 KvView Engine::kv_rows(int64_t l) const {
   const int64_t off = l * ctx_ * config().kv_dim() * kv_type_bytes(opt_.kv_type);
-  return {kcache_.get() + off, vcache_.get() + off, opt_.kv_type};
+  return {kcache_.data() + off, vcache_.data() + off, opt_.kv_type};
 }
 
 void Engine::store_kv(int64_t l, int64_t pos, const float* k, const float* v, int64_t n) {
   const int64_t kvd = config().kv_dim(), count = n * kvd, off = (l * ctx_ + pos) * kvd;
   if (opt_.kv_type == KvType::kF16) {
-    float_to_half(k, reinterpret_cast<half_bits*>(kcache_.get()) + off, static_cast<size_t>(count));
-    float_to_half(v, reinterpret_cast<half_bits*>(vcache_.get()) + off, static_cast<size_t>(count));
+    float_to_half(k, reinterpret_cast<half_bits*>(kcache_.data()) + off, static_cast<size_t>(count));
+    float_to_half(v, reinterpret_cast<half_bits*>(vcache_.data()) + off, static_cast<size_t>(count));
   } else {
-    std::memcpy(reinterpret_cast<float*>(kcache_.get()) + off, k, static_cast<size_t>(count) * sizeof(float));
-    std::memcpy(reinterpret_cast<float*>(vcache_.get()) + off, v, static_cast<size_t>(count) * sizeof(float));
+    std::memcpy(reinterpret_cast<float*>(kcache_.data()) + off, k, static_cast<size_t>(count) * sizeof(float));
+    std::memcpy(reinterpret_cast<float*>(vcache_.data()) + off, v, static_cast<size_t>(count) * sizeof(float));
   }
 }
 

@@ -132,7 +132,7 @@ class Engine {
   std::deque<std::vector<float>> vecs_;       // the norm weights and biases the layers point into
   Mat tok_emb_, pos_emb_, out_;               // [vocab, dim], [max_seq, dim], [vocab, dim]
   std::span<const float> norm_, norm_b_;      // [dim] (in vecs_)
-  std::unique_ptr<std::byte[]> kcache_, vcache_;  // [L, ctx, kv_dim] fp32 or fp16 (pages touched only when used)
+  Scratch<std::byte> kcache_, vcache_;  // [L, ctx, kv_dim] fp32 or fp16 (pages resident only when written)
   // Scratch, [chunk, *] row-major (token-major).
   // Not value-initialised: a decode-only run keeps only the first row of each resident.
   Scratch<float> x_, xb_, q_, k_, v_, att_, h1_, h3_;

@@ -1,8 +1,8 @@
 #include "framework/quant/qgemm.h"
 
 #include <algorithm>
-#include <cstddef>
 #include <array>
+#include <cstddef>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -294,7 +294,6 @@ void gemm(ThreadPool& pool, BlockType bt, const uint8_t* w, int64_t rows, int64_
   Acts& acts = caller_acts;
   quantize_tokens(pool, x, n_tok, cols, acts);
 
-  const auto panel_rows = [&](int64_t p) { return static_cast<int>(std::min<int64_t>(kNR, rows - p * kNR)); };
   const auto piece = [&](int64_t r, int64_t k0) { return w + r * row_bytes + k0 / bi.values * bi.bytes; };
   auto body = [&](int64_t p0, int64_t p1) {
     thread_local Panel panel;  // per thread, grown once
@@ -303,7 +302,7 @@ void gemm(ThreadPool& pool, BlockType bt, const uint8_t* w, int64_t rows, int64_
       const int64_t kc = std::min(kKC, cols - k0);
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t r0 = p * kNR;
-        const int nr = panel_rows(p);
+        const int nr = static_cast<int>(std::min<int64_t>(kNR, rows - r0));
         if (bt == BlockType::kQ8_0 && nr == kNR)
           unpack_q8_0_panel(piece(r0, k0), row_bytes, kc, panel);
         else
