@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -21,6 +22,7 @@
 
 #include "cli/commands.h"
 #include "framework/core/error.h"
+#include "framework/core/platform.h"
 #include "framework/core/thread_pool.h"
 #include "framework/kernels/workloads.h"
 #include "framework/mil/printer.h"
@@ -70,21 +72,32 @@ double fma_peak_gflops(int threads) {
   return best;
 }
 
-// Read bandwidth: a buffer of `bytes` (far larger than the last-level cache), each pool worker first-touches
-// and then sums its own contiguous slice with 4 vector accumulators per pass; best of `passes` passes.
-double read_bandwidth_gbs(int threads, int64_t bytes, int passes) {
+// Read bandwidth: a buffer of `bytes` (far larger than the last-level cache) in the memory model weights get
+// when read (platform::map_anonymous with huge pages advised, as FileAccess::kRead), each pool worker
+// first-touches and then sums its own contiguous slice with 4 vector accumulators per pass; best of `passes`
+// passes. `pages` receives the huge-page state of the buffer.
+double read_bandwidth_gbs(int threads, int64_t bytes, int passes, std::string* pages) {
   namespace W = simd;
   ThreadPool pool(threads);
   const int64_t n = bytes / static_cast<int64_t>(sizeof(float)) / (4 * W::kWidth * threads) * (4 * W::kWidth * threads);
-  std::unique_ptr<float[]> buf(new float[static_cast<size_t>(n)]);  // not value-initialised: workers touch it
+  auto region = platform::map_anonymous(static_cast<size_t>(n) * sizeof(float), /*huge_pages=*/true);
+  if (!region) fail("bench", "memory: ", region.reason);
+  struct Unmap {
+    platform::AnonRegion& r;
+    ~Unmap() { platform::unmap_anonymous(r); }
+  } unmap{*region.value};
+  float* const buf = static_cast<float*>(region->data);
   const int64_t per = n / threads;
-  pool.run([&](int w) { std::fill(buf.get() + w * per, buf.get() + (w + 1) * per, 1e-9f); });
+  pool.run([&](int w) { std::fill(buf + w * per, buf + (w + 1) * per, 1e-9f); });
+  const auto huge = platform::anon_huge_pages_mb();
+  *pages = region->huge_pages ? *region->huge_pages.value + ", " + (huge ? std::to_string(std::lround(*huge)) + " MiB in huge pages" : huge.reason)
+                              : "no huge pages: " + region->huge_pages.reason;
   std::vector<float> sink(static_cast<size_t>(threads), 0.0f);
   double best = 0;
   for (int rep = 0; rep < passes; ++rep) {
     const auto t0 = Clock::now();
     pool.run([&](int w) {
-      const float* p = buf.get() + w * per;
+      const float* p = buf + w * per;
       W::F32 a0 = W::set1(0), a1 = a0, a2 = a0, a3 = a0;
       for (int64_t i = 0; i < per; i += 4 * W::kWidth) {
         a0 = W::add(a0, W::load(p + i));
@@ -248,12 +261,13 @@ void add_bench_commands(CLI::App& app) {
   mem->add_flag("--json", m->json, "machine-readable output");
   mem->callback([m] {
     const int threads = m->threads > 0 ? m->threads : ThreadPool::global().size();
-    const double gbs = read_bandwidth_gbs(threads, m->mib << 20, m->passes);
+    std::string pages;
+    const double gbs = read_bandwidth_gbs(threads, m->mib << 20, m->passes, &pages);
     if (m->json)
-      std::printf("%s\n", nlohmann::json{{"threads", threads}, {"mib", m->mib}, {"read_gbs", gbs}}.dump().c_str());
+      std::printf("%s\n", nlohmann::json{{"threads", threads}, {"mib", m->mib}, {"read_gbs", gbs}, {"pages", pages}}.dump().c_str());
     else
-      std::printf("read bandwidth (%d threads, %lld MiB, best of %d): %.1f GB/s\n", threads,
-                  static_cast<long long>(m->mib), m->passes, gbs);
+      std::printf("read bandwidth (%d threads, %lld MiB, best of %d; %s): %.1f GB/s\n", threads,
+                  static_cast<long long>(m->mib), m->passes, pages.c_str(), gbs);
   });
 }
 

@@ -61,7 +61,7 @@ double cpu_ms() {
 
 struct InferArgs {
   std::string model, tokenizer, backend = "auto", device = "m4", dtype = "auto", sampler = "auto", ane_weights = "fp16";
-  std::string chat_template = "auto", kv_type = "f32";
+  std::string chat_template = "auto", kv_type = "f32", mmap = "auto";
   bool quiet = false;
   int threads = 2;
   int64_t ctx = 0;
@@ -87,6 +87,7 @@ void add_common(CLI::App* sub, InferArgs& a) {
   sub->add_option("--threads", a.threads, "CPU threads (persistent pool)")->capture_default_str()->check(number_in(infer::params::kThreads));
   sub->add_option("--ctx,-c", a.ctx, "Context positions (0 = the model's max_seq_len)")->capture_default_str()->check(number_in(infer::params::kContext));
   add_kv_type_option(sub, a.kv_type);
+  add_mmap_option(sub, a.mmap);
   sub->add_flag("--quiet,-q", a.quiet, "No progress lines on stderr (model load, kernel compiles)");
 }
 
@@ -108,6 +109,7 @@ void add_sampling(CLI::App* sub, InferArgs& a) {
 struct Loaded {
   std::unique_ptr<infer::Engine> engine;
   std::unique_ptr<tok::Tokenizer> tok;
+  std::string weights_memory;  // infer::LoadedModel::weights_memory
 };
 
 // tok: null unless `use` loads one (infer/load.h).
@@ -119,13 +121,16 @@ Loaded load(const InferArgs& a, infer::TokenizerUse use) {
   o.model = a.model, o.tokenizer = a.tokenizer, o.backend = a.backend, o.device = a.device, o.dtype = a.dtype;
   o.ane_weights = a.ane_weights;
   o.chat_template = a.chat_template, o.threads = a.threads, o.ctx = a.ctx, o.quiet = a.quiet, o.kv_type = a.kv_type;
+  o.mmap = a.mmap;
   infer::LoadedModel m = infer::load_model(o, use);
   l.tok = std::move(m.tokenizer);
+  l.weights_memory = std::move(m.weights_memory);
   l.engine = std::make_unique<infer::Engine>(std::move(m.model), m.engine);
   if (!a.quiet)
-    std::fprintf(stderr, "loaded %s (%s, %lld layers, dim %lld) in %.1f s; prefill backend %s\n", a.model.c_str(),
-                 l.engine->config().arch.c_str(), static_cast<long long>(l.engine->config().n_layers),
-                 static_cast<long long>(l.engine->config().dim), ms_since(t0) / 1e3, l.engine->options().backend.c_str());
+    std::fprintf(stderr, "loaded %s (%s, %lld layers, dim %lld) in %.1f s; prefill backend %s; weights %s\n",
+                 a.model.c_str(), l.engine->config().arch.c_str(), static_cast<long long>(l.engine->config().n_layers),
+                 static_cast<long long>(l.engine->config().dim), ms_since(t0) / 1e3, l.engine->options().backend.c_str(),
+                 l.weights_memory.c_str());
   return l;
 }
 
@@ -315,7 +320,8 @@ void run_bench(const InferArgs& a) {
   std::printf("model %s (%s, %lld layers, dim %lld, vocab %lld), dtype %s, %d threads, prefill backend %s\n",
               a.model.c_str(), e.config().arch.c_str(), static_cast<long long>(e.config().n_layers),
               static_cast<long long>(e.config().dim), static_cast<long long>(V), a.dtype.c_str(), a.threads, path.c_str());
-  std::printf("load %.0f ms; cold start to first token %.0f ms (compile %.0f ms)\n", load_ms, ttft, compile_first);
+  std::printf("load %.0f ms (weights %s); cold start to first token %.0f ms (compile %.0f ms)\n", load_ms,
+              l.weights_memory.c_str(), ttft, compile_first);
   std::printf("prefill pp%zu: %.1f tok/s (%.1f ms, cpu %.1f ms; bucket compile %.0f ms)\n", prompt.size(),
               prompt.size() / (pp_ms / 1e3), pp_ms, pp_cpu, compile_ms);
   std::printf("decode tg%lld: %.2f tok/s (%.2f ms/token, cpu %.2f ms/token, %.1f GB/s of weights)\n",
@@ -332,6 +338,10 @@ void run_bench(const InferArgs& a) {
 }
 
 }  // namespace
+
+CLI::Option* add_mmap_option(CLI::App* app, std::string& mmap) {
+  return app->add_option("--mmap", mmap, infer::kMmapHelp)->capture_default_str()->check(CLI::IsMember({"auto", "on", "off"}));
+}
 
 CLI::Option* add_kv_type_option(CLI::App* app, std::string& kv_type) {
   return app->add_option("--kv-type", kv_type, infer::kKvTypeHelp)

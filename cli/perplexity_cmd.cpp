@@ -152,6 +152,7 @@ void add_perplexity_command(CLI::App& app) {
       ->capture_default_str();
   p->add_option("--threads", a->load.threads, "CPU threads")->capture_default_str()->check(CLI::PositiveNumber);
   add_kv_type_option(p, a->load.kv_type);
+  add_mmap_option(p, a->load.mmap);
   p->add_flag("--quiet,-q", a->load.quiet, "No progress bar");
   p->callback([a] { run_perplexity(*a); });
 }

@@ -129,6 +129,7 @@ void add_serve_command(CLI::App& app) {
   s->add_option("--threads", a->model.threads, "CPU threads per worker engine")->capture_default_str()->check(number_in(infer::params::kThreads));
   s->add_option("--ctx,-c", a->model.ctx, "Context positions (0 = the model's max_seq_len)")->capture_default_str()->check(number_in(infer::params::kContext));
   add_kv_type_option(s, a->model.kv_type);
+  add_mmap_option(s, a->model.mmap);
   s->add_option("--name", a->model.name, "Model id in responses (default: the model file's name)");
   s->add_option("--warmup", a->model.warmup_tokens,
                 "Compile the prefill kernels for prompts up to this many tokens at start-up (0: none)")->capture_default_str()->check(number_in(0, kInf));

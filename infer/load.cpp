@@ -1,6 +1,11 @@
 #include "infer/load.h"
 
+#include <cstdio>
+#include <filesystem>
+#include <system_error>
+
 #include "framework/core/error.h"
+#include "framework/core/platform.h"
 #include "infer/generate.h"
 #include "models/formats/load_any.h"
 
@@ -19,9 +24,55 @@ std::unique_ptr<tok::Tokenizer> model_tokenizer(const models::Model& m, const Lo
   return tk;
 }
 
+namespace {
+// Bytes of a model path: the file, or the regular files of a directory (safetensors shards, a run directory).
+double model_bytes(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return double(fs::file_size(path, ec));
+  double total = 0;
+  for (const auto& e : fs::directory_iterator(path, ec))
+    if (e.is_regular_file(ec)) total += double(e.file_size(ec));
+  return total;
+}
+}  // namespace
+
+FileAccess resolve_file_access(const std::string& mode, const std::string& model, std::string* why) {
+  auto say = [why](std::string s) {
+    if (why) *why = std::move(s);
+  };
+  if (mode == "on") return say("--mmap on"), FileAccess::kMap;
+  if (mode == "off") return say("--mmap off"), FileAccess::kRead;
+  if (mode != "auto") fail("infer", "unknown --mmap '", mode, "' (choices: on, off, auto)");
+  const auto thp = platform::transparent_huge_pages();
+  if (!thp) return say("auto: " + thp.reason), FileAccess::kMap;
+  const auto mem = platform::machine_memory();
+  const double mib = model_bytes(model) / (1024.0 * 1024.0);
+  if (!mem) return say("auto: available memory unknown (" + mem.reason + ")"), FileAccess::kMap;
+  if (mib > mem->available_mb / 2) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "auto: the file (%.0f MiB) is more than half the available memory (%.0f MiB)", mib,
+                  mem->available_mb);
+    return say(buf), FileAccess::kMap;
+  }
+  return say("auto: " + *thp), FileAccess::kRead;
+}
+
 LoadedModel load_model(const LoadOptions& o, TokenizerUse use) {
   LoadedModel l;
-  l.model = models::load_any_model(o.model);
+  std::string why;
+  const FileAccess access = resolve_file_access(o.mmap, o.model, &why);
+  l.model = models::load_any_model(o.model, access);
+  if (l.model.source_format == "checkpoint") {
+    l.weights_memory = "fp32 matrices converted from the training checkpoint";
+  } else if (access == FileAccess::kRead) {
+    const auto huge = platform::anon_huge_pages_mb();
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%.0f MiB in huge pages", huge ? *huge : 0.0);
+    l.weights_memory = "read (" + why + "; " + (huge ? std::string(buf) : huge.reason) + ")";
+  } else {
+    l.weights_memory = "mmap (" + why + ")";
+  }
   if (use != TokenizerUse::kNone) l.tokenizer = model_tokenizer(l.model, o, &l.tokenizer_source);
   if (!l.tokenizer && use == TokenizerUse::kRequired)
     fail(o.component.c_str(), o.model, " has no tokenizer: pass --tokenizer PATH");

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "framework/core/file.h"
 #include "infer/engine.h"
 #include "models/formats/model.h"
 #include "models/tokenizer/chat_template.h"
@@ -23,6 +24,7 @@ struct LoadOptions {
   int threads = 2;
   int64_t ctx = 0;                           // 0: the model's max_seq_len
   std::string kv_type = "f32";               // KV-cache element type, f32 | f16 (EngineOptions::kv_type)
+  std::string mmap = "auto";                 // on | off | auto: how the weights come into memory (resolve_file_access)
   bool quiet = false;
   std::string component = "infer";          // error prefix
 };
@@ -33,7 +35,18 @@ struct LoadedModel {
   std::string tokenizer_source;               // the path, or "embedded in MODEL"
   tok::ChatTemplate chat = tok::ChatTemplate::kNone;
   EngineOptions engine;                       // for Engine(std::move(model), engine)
+  std::string weights_memory;                 // how the file came in: "mmap" or "read, THP madvise: 506 MiB in huge pages"
 };
+
+// --mmap: "on" maps the model file (pages shared with the page cache, brought in on first touch), "off" reads
+// it into anonymous memory with huge pages advised (framework/core/file.h FileAccess::kRead), "auto" reads
+// where the OS gives transparent huge pages (Linux with THP "always" or "madvise") and the file takes at most
+// half of the available memory, else maps. `why` (when given) receives the reason for auto's choice.
+inline constexpr const char* kMmapHelp =
+    "How the model file comes into memory: on (mmap), off (read into anonymous memory with transparent huge pages "
+    "advised: fewer TLB misses when every weight streams per token), auto (off where the OS has transparent huge "
+    "pages and the file is at most half the available memory, else on)";
+FileAccess resolve_file_access(const std::string& mode, const std::string& model, std::string* why = nullptr);
 
 enum class TokenizerUse {
   kNone,      // not loaded

@@ -69,7 +69,9 @@ void require_regular_file(const std::string& path) {
   if (!S_ISREG(st.st_mode)) fail("file", path, " is ", file_kind(st.st_mode), ", expected a regular file");
 }
 
-MappedFile::MappedFile(const std::string& path) : path_(path) {
+const char* file_access_name(FileAccess a) { return a == FileAccess::kRead ? "read" : "mmap"; }
+
+MappedFile::MappedFile(const std::string& path, FileAccess access) : path_(path), access_(access) {
   require_regular_file(path);
   // O_NONBLOCK: a path swapped for a FIFO after the check still does not block the open.
   int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -85,7 +87,28 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     fail("file", path, " is ", file_kind(st.st_mode), ", expected a regular file");
   }
   size_ = static_cast<size_t>(st.st_size);
-  if (size_ > 0) {
+  if (size_ > 0 && access_ == FileAccess::kRead) {
+    auto r = platform::map_anonymous(size_, /*huge_pages=*/true);
+    if (!r) {
+      ::close(fd);
+      fail("file", "cannot read ", path, " into memory: ", r.reason);
+    }
+    region_ = std::move(*r.value);
+    auto* dst = static_cast<uint8_t*>(region_.data);
+    size_t off = 0;
+    while (off < size_) {
+      const ssize_t n = ::pread(fd, dst + off, size_ - off, static_cast<off_t>(off));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int e = n < 0 ? errno : 0;
+        ::close(fd);
+        platform::unmap_anonymous(region_);
+        fail("file", path, ": read stopped at ", off, " of ", size_, " bytes", e ? std::string(": ") + std::strerror(e) : std::string(" (the file shrank)"));
+      }
+      off += static_cast<size_t>(n);
+    }
+    data_ = dst;
+  } else if (size_ > 0) {
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
       int e = errno;
@@ -99,9 +122,11 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
 
 MappedFile::~MappedFile() { release(); }
 
-MappedFile::MappedFile(MappedFile&& o) noexcept : data_(o.data_), size_(o.size_), path_(std::move(o.path_)) {
+MappedFile::MappedFile(MappedFile&& o) noexcept
+    : data_(o.data_), size_(o.size_), path_(std::move(o.path_)), access_(o.access_), region_(std::move(o.region_)) {
   o.data_ = nullptr;
   o.size_ = 0;
+  o.region_ = platform::AnonRegion{};
 }
 
 MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
@@ -110,14 +135,20 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
     data_ = o.data_;
     size_ = o.size_;
     path_ = std::move(o.path_);
+    access_ = o.access_;
+    region_ = std::move(o.region_);
     o.data_ = nullptr;
     o.size_ = 0;
+    o.region_ = platform::AnonRegion{};
   }
   return *this;
 }
 
 void MappedFile::release() {
-  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (region_.base)
+    platform::unmap_anonymous(region_);
+  else if (data_)
+    ::munmap(const_cast<uint8_t*>(data_), size_);
   data_ = nullptr;
   size_ = 0;
 }

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "framework/core/platform.h"
+
 namespace anelab {
 
 // Throws "[file] PATH is a FIFO (named pipe), not a regular file" (or a directory, device, socket) without
@@ -25,11 +27,21 @@ inline void write_file_atomic(const std::string& path, std::string_view text) {
   write_file_atomic(path, text.data(), text.size());
 }
 
-// A read-only memory map of a whole regular file (empty files map to size 0; anything else is refused).
+// How MappedFile brings a file into memory.
+enum class FileAccess {
+  kMap,   // mmap: pages come from the page cache on first touch, shared with other processes, 4 KiB TLB entries
+  kRead,  // read into anonymous memory with huge pages advised (platform::map_anonymous): the whole file is
+          // read at open and the process holds its own copy; a decode streaming every weight per token
+          // takes ~1 TLB miss per 2 MiB instead of per 4 KiB (Qwen2.5-0.5B q8_0, 2 threads: docs/quantization.md)
+};
+const char* file_access_name(FileAccess a);  // "mmap" | "read"
+
+// A read-only view of a whole regular file (empty files give size 0; anything else is refused): mapped, or
+// read into anonymous memory (FileAccess::kRead; "[file] PATH: read stopped at N of M bytes" when it shrinks).
 class MappedFile {
  public:
   MappedFile() = default;
-  explicit MappedFile(const std::string& path);
+  explicit MappedFile(const std::string& path, FileAccess access = FileAccess::kMap);
   ~MappedFile();
   MappedFile(MappedFile&& o) noexcept;
   MappedFile& operator=(MappedFile&& o) noexcept;
@@ -39,12 +51,17 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  FileAccess access() const { return access_; }
+  // kRead: the huge-page advice taken ("THP madvise") or why there is none; kMap: unavailable.
+  const platform::Reading<std::string>& huge_pages() const { return region_.huge_pages; }
 
  private:
   void release();
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
   std::string path_;
+  FileAccess access_ = FileAccess::kMap;
+  platform::AnonRegion region_;  // kRead: the memory holding the copy
 };
 
 }  // namespace anelab

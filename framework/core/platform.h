@@ -2,10 +2,12 @@
 // No other source names /proc, /sys or an OS-specific call (Mach, sysctl, libproc).
 //
 //   platform_posix.cpp   saved argv + initial cwd, argv[0] resolution (cwd, $PATH), load average
-//                        (getloadavg), process CPU seconds and peak RSS (getrusage), process_alive (kill 0)
+//                        (getloadavg), process CPU seconds and peak RSS (getrusage), process_alive (kill 0),
+//                        anonymous memory (mmap MAP_ANONYMOUS)
 //   platform_procfs.cpp  Linux procfs parsers with the root as a parameter (tests point them at fake trees;
 //                        they are plain file reads, so they compile and are tested on every OS)
-//   platform_linux.cpp   Linux: executable (/proc/self/exe, else argv[0]), RSS, CPU ticks, memory via procfs
+//   platform_linux.cpp   Linux: executable (/proc/self/exe, else argv[0]), RSS, CPU ticks, memory via procfs,
+//                        transparent huge pages (madvise MADV_HUGEPAGE, sysfs THP mode, smaps_rollup)
 //   platform_macos.cpp   macOS: _NSGetExecutablePath, mach_task_basic_info, host_processor_info,
 //                        hw.memsize + host_statistics64, proc_pidinfo
 //   platform_other.cpp   any other OS: everything "unavailable on this OS" except the POSIX parts
@@ -70,6 +72,34 @@ double process_cpu_seconds();
 // for pid <= 0 and for pids no process has. Used to tell a dead writer's temp file from a live one's.
 bool process_alive(int64_t pid);
 
+// ---- anonymous memory for large, read-mostly buffers (model weights) -------------------------------
+
+// A region from map_anonymous; give it back with unmap_anonymous.
+struct AnonRegion {
+  void* data = nullptr;  // `size` usable bytes (zero-filled); 2 MiB aligned when huge pages were asked for
+  size_t size = 0;
+  void* base = nullptr;  // the whole mapping (data rounded in to the alignment)
+  size_t mapped = 0;
+  Reading<std::string> huge_pages;  // the huge-page advice taken ("THP madvise"), or why there is none
+};
+// Anonymous, zero-filled memory of `bytes` for a buffer written once and then streamed many times. With
+// `huge_pages` the region is 2 MiB aligned and its whole 2 MiB pages (not the tail) are advised for transparent
+// huge pages where the OS has them (Linux: madvise MADV_HUGEPAGE, which THP "always" and "madvise" honour): a
+// decode GEMV that streams every weight once per token then misses the TLB once per 2 MiB instead of once per
+// 4 KiB. macOS has no such advice (the region is plain anonymous memory; region.huge_pages says so).
+// Unavailable (with the reason) when the mapping fails.
+Reading<AnonRegion> map_anonymous(size_t bytes, bool huge_pages);
+void unmap_anonymous(AnonRegion& r);  // no-op on an empty region; leaves it empty
+// Whether advised anonymous memory can get transparent huge pages: the THP mode ("THP madvise", "THP always";
+// Linux: /sys/kernel/mm/transparent_hugepage/enabled), else why not ("... never", "no transparent huge pages
+// on macOS").
+Reading<std::string> transparent_huge_pages();
+// Advises [p, p + bytes) for transparent huge pages (Linux: madvise MADV_HUGEPAGE): the THP mode when taken,
+// else why not (transparent_huge_pages()'s reason, or madvise's error).
+Reading<std::string> advise_huge_pages(void* p, size_t bytes);
+// MiB of the process's anonymous memory that huge pages back now (Linux: smaps_rollup AnonHugePages).
+Reading<double> anon_huge_pages_mb();
+
 // ---- the machine ------------------------------------------------------------------------------
 
 struct LoadAverage {
@@ -101,6 +131,11 @@ Reading<ProcessMemory> pid_memory(const std::string& root, int64_t pid);  // roo
 Reading<CpuTicks> cpu_ticks(const std::string& root);                     // root/stat
 Reading<MachineMemory> machine_memory(const std::string& root);           // root/meminfo
 Reading<std::string> self_exe(const std::string& root);                   // readlink root/self/exe
+Reading<double> self_anon_huge_mb(const std::string& root);               // root/self/smaps_rollup AnonHugePages
+// The selected word of a sysfs mode file such as /sys/kernel/mm/transparent_hugepage/enabled
+// ("always [madvise] never" -> "madvise").
+Reading<std::string> sysfs_mode(const std::string& path);
+inline constexpr const char* kThpEnabled = "/sys/kernel/mm/transparent_hugepage/enabled";
 }  // namespace procfs
 
 }  // namespace anelab::platform

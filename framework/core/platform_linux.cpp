@@ -2,6 +2,11 @@
 #include "framework/core/platform.h"
 
 #if defined(__linux__)
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+
 namespace anelab::platform {
 
 Reading<std::string> executable_path() {
@@ -24,6 +29,24 @@ Reading<ProcessMemory> process_memory() {
 }
 
 Reading<ProcessMemory> process_memory(int64_t pid) { return procfs::pid_memory(procfs::kRoot, pid); }
+
+Reading<std::string> transparent_huge_pages() {
+  using R = Reading<std::string>;
+  const auto mode = procfs::sysfs_mode(procfs::kThpEnabled);
+  if (!mode) return R::unavailable("transparent huge pages unknown: " + mode.reason);
+  if (*mode == "never") return R::unavailable("transparent huge pages are off (" + std::string(procfs::kThpEnabled) + ": never)");
+  return R::ok("THP " + *mode);
+}
+
+Reading<std::string> advise_huge_pages(void* p, size_t bytes) {
+  auto thp = transparent_huge_pages();
+  if (!thp) return thp;
+  if (::madvise(p, bytes, MADV_HUGEPAGE) != 0)
+    return Reading<std::string>::unavailable(std::string("madvise(MADV_HUGEPAGE): ") + std::strerror(errno));
+  return thp;
+}
+
+Reading<double> anon_huge_pages_mb() { return procfs::self_anon_huge_mb(procfs::kRoot); }
 Reading<CpuTicks> cpu_ticks() { return procfs::cpu_ticks(procfs::kRoot); }
 Reading<MachineMemory> machine_memory() { return procfs::machine_memory(procfs::kRoot); }
 

@@ -99,5 +99,15 @@ Reading<MachineMemory> machine_memory() {
   return R::ok({double(memsize) / (1024.0 * 1024.0), pages * double(page) / (1024.0 * 1024.0)});
 }
 
+// macOS gives user processes no transparent huge pages to ask for (superpages only through Mach VM flags on
+// x86): weights read into anonymous memory stay on the base page size (16 KiB on Apple Silicon).
+Reading<std::string> transparent_huge_pages() {
+  return Reading<std::string>::unavailable("no transparent huge pages on macOS");
+}
+Reading<std::string> advise_huge_pages(void*, size_t) {
+  return Reading<std::string>::unavailable("no transparent huge pages on macOS");
+}
+Reading<double> anon_huge_pages_mb() { return Reading<double>::unavailable("no transparent huge pages on macOS"); }
+
 }  // namespace anelab::platform
 #endif

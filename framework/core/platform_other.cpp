@@ -16,6 +16,9 @@ Reading<ProcessMemory> process_memory() {
 Reading<ProcessMemory> process_memory(int64_t) { return Reading<ProcessMemory>::unavailable(kWhy); }
 Reading<CpuTicks> cpu_ticks() { return Reading<CpuTicks>::unavailable(kWhy); }
 Reading<MachineMemory> machine_memory() { return Reading<MachineMemory>::unavailable(kWhy); }
+Reading<std::string> transparent_huge_pages() { return Reading<std::string>::unavailable(kWhy); }
+Reading<std::string> advise_huge_pages(void*, size_t) { return Reading<std::string>::unavailable(kWhy); }
+Reading<double> anon_huge_pages_mb() { return Reading<double>::unavailable(kWhy); }
 
 }  // namespace anelab::platform
 #endif

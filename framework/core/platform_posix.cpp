@@ -1,9 +1,10 @@
 // The POSIX parts of the platform layer (Linux and macOS alike): saved argv, argv[0] resolution,
-// load average, getrusage figures, whether a pid is alive.
+// load average, getrusage figures, whether a pid is alive, anonymous memory.
 #include "framework/core/platform.h"
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -136,6 +137,32 @@ double process_cpu_seconds() {
 bool process_alive(int64_t pid) {
   if (pid <= 0 || pid > INT_MAX) return false;
   return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
+Reading<AnonRegion> map_anonymous(size_t bytes, bool huge_pages) {
+  using R = Reading<AnonRegion>;
+  AnonRegion r;
+  if (bytes == 0) return R::ok(std::move(r));
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t align = huge_pages ? kHuge : 1;
+  const size_t len = huge_pages ? (bytes + kHuge - 1) / kHuge * kHuge + kHuge : bytes;  // room to align
+  void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    return R::unavailable("mmap of " + std::to_string(bytes) + " bytes of anonymous memory: " + std::strerror(errno));
+  r.base = p, r.mapped = len, r.size = bytes;
+  r.data = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(p) + align - 1) / align * align);
+  // Only the whole 2 MiB pages are advised: the tail stays on base pages, so the region costs its size, not
+  // its size rounded up to 2 MiB.
+  const size_t whole = bytes / kHuge * kHuge;
+  r.huge_pages = !huge_pages ? Reading<std::string>::unavailable("huge pages not asked for")
+                 : whole == 0 ? Reading<std::string>::unavailable("smaller than one huge page (2 MiB)")
+                              : advise_huge_pages(r.data, whole);
+  return R::ok(std::move(r));
+}
+
+void unmap_anonymous(AnonRegion& r) {
+  if (r.base) ::munmap(r.base, r.mapped);
+  r = AnonRegion{};
 }
 
 Reading<double> cpu_percent(const CpuTicks& before, const CpuTicks& after) {

@@ -134,5 +134,23 @@ Reading<std::string> self_exe(const std::string& root) {
   return Reading<std::string>::ok(buf);
 }
 
+Reading<double> self_anon_huge_mb(const std::string& root) {
+  const std::string path = root + "/self/smaps_rollup";
+  std::string text, why;
+  if (!slurp(path, &text, &why)) return Reading<double>::unavailable(why);
+  const auto kb = kb_field(text, "AnonHugePages:", &why, path);
+  if (!kb) return Reading<double>::unavailable(why);
+  return Reading<double>::ok(*kb / 1024.0);
+}
+
+Reading<std::string> sysfs_mode(const std::string& path) {
+  std::string text, why;
+  if (!slurp(path, &text, &why)) return Reading<std::string>::unavailable(why);
+  const size_t b = text.find('['), e = text.find(']', b == std::string::npos ? 0 : b);
+  if (b == std::string::npos || e == std::string::npos || e == b + 1)
+    return Reading<std::string>::unavailable(path + ": no [selected] mode in '" + text.substr(0, 80) + "'");
+  return Reading<std::string>::ok(text.substr(b + 1, e - b - 1));
+}
+
 }  // namespace anelab::platform::procfs
 #endif

@@ -56,6 +56,7 @@ struct ModelPool::Impl {
     lo.threads = opt.threads;
     lo.ctx = opt.ctx;
     lo.kv_type = opt.kv_type;
+    lo.mmap = opt.mmap;
     lo.quiet = true;
     lo.component = "serve";
     infer::LoadedModel l = infer::load_model(lo, tk ? infer::TokenizerUse::kNone : infer::TokenizerUse::kRequired);
@@ -113,6 +114,7 @@ ModelPool::ModelPool(const ModelOptions& o, size_t workers) : impl_(std::make_un
   };
   auto t0 = Clock::now();
   const size_t n = std::max<size_t>(1, workers);
+  if (n > 1 && impl_->opt.mmap == "auto") impl_->opt.mmap = "on";
   for (size_t w = 0; w < n; ++w) {
     say("loading " + o.model + (n > 1 ? " (worker " + std::to_string(w + 1) + " of " + std::to_string(n) + ")" : "") + " ...");
     impl_->engines.push_back(impl_->make_engine());

@@ -40,6 +40,8 @@ struct ModelOptions {
   int threads = 2;
   int64_t ctx = 0;
   std::string kv_type = "f32";  // KV-cache element type, infer::kv_type_names()
+  std::string mmap = "auto";    // infer::LoadOptions::mmap; auto maps the file when there are several workers
+                                // (each worker's engine loads it: mapped pages are shared, read copies are not)
   int64_t warmup_tokens = 512;  // compile the prefill buckets for prompts up to this many tokens at start
   std::string name;             // model id in responses (default: the model file's name)
   std::function<void(const std::string&)> progress;  // start-up progress lines (load, warm-up); empty: silent

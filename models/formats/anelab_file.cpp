@@ -180,8 +180,8 @@ Model parse_anelab(const uint8_t* data, size_t size, std::shared_ptr<const void>
   return m;
 }
 
-Model read_anelab_file(const std::string& path) {
-  auto mf = std::make_shared<MappedFile>(path);
+Model read_anelab_file(const std::string& path, FileAccess access) {
+  auto mf = std::make_shared<MappedFile>(path, access);
   return parse_anelab(mf->data(), mf->size(), mf, path);
 }
 

@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/core/file.h"
 #include "models/formats/model.h"
 
 namespace anelab::models {
@@ -48,7 +49,7 @@ constexpr uint32_t kAnelabVersion = 3;  // the newest written (2 when no tensor 
 constexpr int64_t kAnelabAlign = 64;
 
 // Reads (memory-maps) an anelab model file. Throws anelab::Error naming the field on any problem.
-Model read_anelab_file(const std::string& path);
+Model read_anelab_file(const std::string& path, FileAccess access = FileAccess::kMap);
 // Parses an anelab file image held in memory (owner keeps the bytes alive; tensors point into them).
 Model parse_anelab(const uint8_t* data, size_t size, std::shared_ptr<const void> owner, const std::string& where);
 bool looks_like_anelab(const uint8_t* data, size_t size);

@@ -201,8 +201,8 @@ GgufFile parse_gguf(const uint8_t* data, size_t size, std::shared_ptr<const void
   return g;
 }
 
-GgufFile read_gguf_file(const std::string& path) {
-  auto mf = std::make_shared<MappedFile>(path);
+GgufFile read_gguf_file(const std::string& path, FileAccess access) {
+  auto mf = std::make_shared<MappedFile>(path, access);
   return parse_gguf(mf->data(), mf->size(), mf, path);
 }
 

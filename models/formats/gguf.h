@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/core/file.h"
 #include "models/formats/model.h"
 
 namespace anelab::models {
@@ -87,12 +88,12 @@ struct GgufFile {
 };
 
 GgufFile parse_gguf(const uint8_t* data, size_t size, std::shared_ptr<const void> owner, const std::string& where);
-GgufFile read_gguf_file(const std::string& path);
+GgufFile read_gguf_file(const std::string& path, FileAccess access = FileAccess::kMap);
 bool looks_like_gguf(const uint8_t* data, size_t size);
 
 // Model from a GGUF with tensors (the vocab is attached when the metadata has one).
 Model gguf_to_model(const GgufFile& g, const std::string& where);
-Model read_gguf(const std::string& path);
+Model read_gguf(const std::string& path, FileAccess access = FileAccess::kMap);
 // The tokenizer in GGUF metadata; throws when absent or malformed.
 tok::VocabData gguf_vocab(const GgufFile& g, const std::string& where);
 bool gguf_has_vocab(const GgufFile& g);

@@ -259,7 +259,7 @@ Model gguf_to_model(const GgufFile& g, const std::string& w) {
   return m;
 }
 
-Model read_gguf(const std::string& path) { return gguf_to_model(read_gguf_file(path), path); }
+Model read_gguf(const std::string& path, FileAccess access) { return gguf_to_model(read_gguf_file(path, access), path); }
 
 namespace {
 

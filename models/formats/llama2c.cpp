@@ -164,8 +164,8 @@ Model parse_llama2c(const uint8_t* data, size_t size, std::shared_ptr<const void
   return m;
 }
 
-Model read_llama2c(const std::string& path) {
-  auto mf = std::make_shared<MappedFile>(path);
+Model read_llama2c(const std::string& path, FileAccess access) {
+  auto mf = std::make_shared<MappedFile>(path, access);
   return parse_llama2c(mf->data(), mf->size(), mf, path);
 }
 

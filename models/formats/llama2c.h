@@ -17,13 +17,14 @@
 #include <memory>
 #include <string>
 
+#include "framework/core/file.h"
 #include "models/formats/model.h"
 
 namespace anelab::models {
 
 constexpr uint32_t kLlama2cMagic = 0x616b3432;
 
-Model read_llama2c(const std::string& path);
+Model read_llama2c(const std::string& path, FileAccess access = FileAccess::kMap);
 Model parse_llama2c(const uint8_t* data, size_t size, std::shared_ptr<const void> owner, const std::string& where);
 // True for an "ak42" header, or a legacy header whose sizes account exactly for the file size.
 bool looks_like_llama2c(const uint8_t* data, size_t size);

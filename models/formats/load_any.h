@@ -4,6 +4,7 @@
 #pragma once
 #include <string>
 
+#include "framework/core/file.h"
 #include "models/formats/model.h"
 
 namespace anelab::models {
@@ -11,6 +12,8 @@ namespace anelab::models {
 // "anelab", "checkpoint", "llama2c", "safetensors" or "gguf"; throws naming the path and the formats tried.
 std::string detect_model_format(const std::string& path);
 // Loads (memory-maps where possible, converting in memory where needed) into the canonical Model.
-Model load_any_model(const std::string& path);
+// `access`: how files holding weights are brought in (framework/core/file.h; training checkpoints are always
+// mapped: they are converted to fp32 matrices at load).
+Model load_any_model(const std::string& path, FileAccess access = FileAccess::kMap);
 
 }  // namespace anelab::models

@@ -140,7 +140,7 @@ std::map<std::string, std::string> parse_safetensors_index(std::string_view text
   return weight_map;
 }
 
-Model read_hf_safetensors(const std::string& path) {
+Model read_hf_safetensors(const std::string& path, FileAccess access) {
   fs::path p(path), dir = fs::is_directory(p) ? p : p.parent_path();
   if (dir.empty()) dir = ".";
   std::vector<fs::path> files;
@@ -163,7 +163,7 @@ Model read_hf_safetensors(const std::string& path) {
   }
   StTensorMap all;
   for (const auto& f : files) {
-    auto mf = std::make_shared<MappedFile>(f.string());
+    auto mf = std::make_shared<MappedFile>(f.string(), access);
     auto part = parse_safetensors(mf->data(), mf->size(), mf, f.string());
     for (auto& [name, t] : part) {
       if (!weight_map.empty() && weight_map.count(name) && weight_map[name] != f.filename().string()) continue;

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "framework/core/file.h"
 #include "models/formats/model.h"
 
 namespace anelab::models {
@@ -35,7 +36,7 @@ StTensorMap parse_safetensors(const uint8_t* data, size_t size, std::shared_ptr<
                               const std::string& where);
 // Reads a .safetensors file, a model.safetensors.index.json, or a directory holding either; the
 // config.json next to them selects the architecture.
-Model read_hf_safetensors(const std::string& path);
+Model read_hf_safetensors(const std::string& path, FileAccess access = FileAccess::kMap);
 // The weight_map of a model.safetensors.index.json (tensor name -> shard file name; validated: an object,
 // string entries, plain file names in the same directory).
 std::map<std::string, std::string> parse_safetensors_index(std::string_view text, const std::string& where);

@@ -1,6 +1,7 @@
-// Atomic writes, mmap reads and .npy parsing, including malformed input.
+// Atomic writes, mmap reads, reads into memory (FileAccess::kRead) and .npy parsing, including malformed input.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -39,6 +40,42 @@ TEST(Files, MissingFileErrorNamesPath) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/anelab/file.bin"), std::string::npos);
   }
+}
+
+// FileAccess::kRead gives the same bytes as the mapping, in its own 2 MiB-aligned memory that survives moves;
+// empty files stay empty; the FIFO check of every reader applies.
+TEST(Files, ReadIntoMemoryMatchesTheMapping) {
+  auto dir = test::temp_dir("files_read");
+  const std::string p = (dir / "w.bin").string();
+  std::vector<uint8_t> bytes((size_t{3} << 20) + 777);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 2654435761u >> 13);
+  write_file_atomic(p, bytes.data(), bytes.size());
+  const MappedFile mapped(p);
+  MappedFile read(p, FileAccess::kRead);
+  EXPECT_EQ(mapped.access(), FileAccess::kMap);
+  EXPECT_EQ(read.access(), FileAccess::kRead);
+  ASSERT_EQ(read.size(), bytes.size());
+  EXPECT_NE(read.data(), mapped.data());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(read.data()) % (size_t{2} << 20), 0u);
+  EXPECT_EQ(std::memcmp(read.data(), bytes.data(), bytes.size()), 0);
+  EXPECT_EQ(std::memcmp(read.data(), mapped.data(), bytes.size()), 0);
+  EXPECT_FALSE(mapped.huge_pages());
+  MappedFile moved(std::move(read));
+  EXPECT_EQ(read.data(), nullptr);
+  EXPECT_EQ(read.size(), 0u);
+  ASSERT_EQ(moved.size(), bytes.size());
+  EXPECT_EQ(moved.access(), FileAccess::kRead);
+  EXPECT_EQ(moved.data()[bytes.size() - 1], bytes.back());
+  MappedFile assigned;
+  assigned = std::move(moved);
+  EXPECT_EQ(std::memcmp(assigned.data(), bytes.data(), bytes.size()), 0);
+  write_file_atomic((dir / "empty.bin").string(), std::string_view(""));
+  const MappedFile empty((dir / "empty.bin").string(), FileAccess::kRead);
+  EXPECT_EQ(empty.size(), 0u);
+  EXPECT_EQ(empty.data(), nullptr);
+  EXPECT_THROW(MappedFile(dir.string(), FileAccess::kRead), Error);  // a directory, refused before reading
+  EXPECT_STREQ(file_access_name(FileAccess::kRead), "read");
+  EXPECT_STREQ(file_access_name(FileAccess::kMap), "mmap");
 }
 
 TEST(Npy, WriteReadRoundTrip) {

@@ -179,7 +179,71 @@ TEST(Procfs, FakeTreeParses) {
   const auto e = procfs::self_exe(root.string());
   ASSERT_TRUE(e) << e.reason;
   EXPECT_EQ(*e, "/opt/anelab/bin/anelab");
+  put(root / "self/smaps_rollup", "00400000-7fff [rollup]\nRss:  9000 kB\nAnonymous:  8192 kB\nAnonHugePages:  6144 kB\n");
+  const auto h = procfs::self_anon_huge_mb(root.string());
+  ASSERT_TRUE(h) << h.reason;
+  EXPECT_NEAR(*h, 6.0, 1e-9);
+  put(root / "thp", "always [madvise] never\n");
+  const auto mode = procfs::sysfs_mode((root / "thp").string());
+  ASSERT_TRUE(mode) << mode.reason;
+  EXPECT_EQ(*mode, "madvise");
+  put(root / "thp", "[always] madvise never\n");
+  EXPECT_EQ(*procfs::sysfs_mode((root / "thp").string()), "always");
   fs::remove_all(root);
+}
+
+// Weights read into memory (FileAccess::kRead) sit in this region: 2 MiB aligned, zero-filled, writable,
+// and on Linux with THP on, advised for huge pages (the kernel's own record: smaps THPeligible 1).
+TEST(Platform, AnonymousRegionIsAlignedZeroedAndAdvised) {
+  constexpr size_t kHuge = size_t{2} << 20, kBytes = 5 * kHuge + 12345;
+  auto r = map_anonymous(kBytes, /*huge_pages=*/true);
+  ASSERT_TRUE(r) << r.reason;
+  ASSERT_NE(r->data, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(r->data) % kHuge, 0u);
+  EXPECT_EQ(r->size, kBytes);
+  auto* p = static_cast<unsigned char*>(r->data);
+  EXPECT_GE(static_cast<unsigned char*>(r->base) + r->mapped, p + kBytes);
+  EXPECT_EQ(p[0] | p[kBytes / 2] | p[kBytes - 1], 0);
+  p[0] = 1, p[kBytes - 1] = 2;  // writable to its last byte
+  EXPECT_EQ(p[0] + p[kBytes - 1], 3);
+  const auto thp = transparent_huge_pages();
+  if (thp) {
+    EXPECT_TRUE(r->huge_pages) << r->huge_pages.reason;
+    EXPECT_EQ(*r->huge_pages, *thp);
+    // The kernel's view of the mapping (Linux; qemu-user shows the host's maps, where the address is not found).
+    std::ifstream smaps("/proc/self/smaps");
+    std::string line, eligible;
+    bool in = false;
+    while (std::getline(smaps, line)) {
+      unsigned long long lo = 0, hi = 0;
+      if (std::sscanf(line.c_str(), "%llx-%llx ", &lo, &hi) == 2 && line.find(':') > line.find(' '))
+        in = lo <= reinterpret_cast<uintptr_t>(p) && reinterpret_cast<uintptr_t>(p) < hi;
+      else if (in && line.rfind("THPeligible:", 0) == 0)
+        eligible = line.substr(12);
+    }
+    if (eligible.empty())
+      std::printf("[ note ] /proc/self/smaps has no THPeligible line for the region (not Linux's own procfs?)\n");
+    else
+      EXPECT_EQ(std::stoi(eligible), 1) << "the region is not eligible for transparent huge pages";
+  } else {
+    EXPECT_FALSE(r->huge_pages);
+    EXPECT_EQ(r->huge_pages.reason, thp.reason);
+    std::printf("[ note ] no transparent huge pages here: %s\n", thp.reason.c_str());
+  }
+  unmap_anonymous(*r.value);
+  EXPECT_EQ(r->data, nullptr);
+  EXPECT_EQ(r->base, nullptr);
+  auto plain = map_anonymous(100, /*huge_pages=*/false);
+  ASSERT_TRUE(plain) << plain.reason;
+  EXPECT_FALSE(plain->huge_pages);
+  unmap_anonymous(*plain.value);
+  auto small = map_anonymous(kHuge - 1, /*huge_pages=*/true);  // no whole huge page: no advice
+  ASSERT_TRUE(small) << small.reason;
+  EXPECT_EQ(small->huge_pages.reason, "smaller than one huge page (2 MiB)");
+  unmap_anonymous(*small.value);
+  auto empty = map_anonymous(0, true);
+  ASSERT_TRUE(empty);
+  EXPECT_EQ(empty->data, nullptr);
 }
 
 TEST(Procfs, MissingAndMalformedFilesSayWhy) {
@@ -211,6 +275,12 @@ TEST(Procfs, MissingAndMalformedFilesSayWhy) {
   EXPECT_TRUE(contains(procfs::cpu_ticks(r).reason, "no per-core"));
   put(root / "meminfo", "MemTotal: 100 kB\nMemFree: 1 kB\n");
   EXPECT_TRUE(contains(procfs::machine_memory(r).reason, "no MemAvailable: line"));
+  EXPECT_TRUE(contains(procfs::self_anon_huge_mb(r).reason, "cannot open " + r + "/self/smaps_rollup"));
+  put(root / "self/smaps_rollup", "Rss: 10 kB\n");
+  EXPECT_TRUE(contains(procfs::self_anon_huge_mb(r).reason, "no AnonHugePages: line"));
+  EXPECT_TRUE(contains(procfs::sysfs_mode(r + "/thp").reason, "cannot open " + r + "/thp"));
+  put(root / "thp", "always madvise never\n");
+  EXPECT_TRUE(contains(procfs::sysfs_mode(r + "/thp").reason, "no [selected] mode")) << procfs::sysfs_mode(r + "/thp").reason;
   fs::remove_all(root);
 }
 

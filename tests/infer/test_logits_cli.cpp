@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "framework/core/file.h"
@@ -110,6 +111,29 @@ INSTANTIATE_TEST_SUITE_P(NewArchitectures, LogitsCli, ::testing::Values("gemma3_
 // Llama 3 with llama3 RoPE scaling (original context 32 < the 40-token prompt; factor 8 changes all but the
 // fastest of the 8 frequencies, so an engine without the scaling is off from position 1 on).
 INSTANTIATE_TEST_SUITE_P(Llama3, LogitsCli, ::testing::Values("llama3_bf16"));
+
+// --mmap off reads the weights into anonymous memory (huge pages advised), --mmap on maps the file: the same
+// bytes, so the same logits bit for bit; the load line says which was used; a bad value is named.
+TEST(LogitsCliMmap, ReadAndMappedWeightsGiveIdenticalLogits) {
+  const auto dir = test::temp_dir("logits_mmap");
+  std::vector<std::vector<float>> got;
+  for (const char* mode : {"on", "off"}) {
+    const std::string out = (dir / (std::string(mode) + ".npy")).string();
+    const auto r = anelab("infer logits -m " + fixture("qwen2") + " --backend cpu --mmap " + mode + " --ids '1 2 3 4 5' --out " + out);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.err.find(std::string("weights ") + (mode == std::string("on") ? "mmap (--mmap on)" : "read (--mmap off")),
+              std::string::npos) << r.err;
+    got.push_back(read_npy(out).data);
+  }
+  ASSERT_EQ(got[0].size(), got[1].size());
+  ASSERT_FALSE(got[0].empty());
+  EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)), 0);
+  const auto bad = anelab("infer logits -q -m " + fixture("qwen2") + " --mmap maybe --ids '1 2'");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.err.find("--mmap"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("maybe"), std::string::npos) << bad.err;
+  fs::remove_all(dir);
+}
 
 TEST(LogitsCliErrors, BadIdsAreNamedInOneLine) {
   const std::string m = fixture("gpt2");
