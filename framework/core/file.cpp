@@ -5,7 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
+#include <thread>
+#include <vector>
 #include <cstring>
 
 #include "framework/core/error.h"
@@ -95,17 +99,38 @@ MappedFile::MappedFile(const std::string& path, FileAccess access) : path_(path)
     }
     region_ = std::move(*r.value);
     auto* dst = static_cast<uint8_t*>(region_.data);
-    size_t off = 0;
-    while (off < size_) {
-      const ssize_t n = ::pread(fd, dst + off, size_ - off, static_cast<off_t>(off));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        const int e = n < 0 ? errno : 0;
-        ::close(fd);
-        platform::unmap_anonymous(region_);
-        fail("file", path, ": read stopped at ", off, " of ", size_, " bytes", e ? std::string(": ") + std::strerror(e) : std::string(" (the file shrank)"));
+    // Large files are read by up to 8 threads, one contiguous 2 MiB-aligned range each: the copy and the
+    // kernel's zeroing of each fresh huge page then run in parallel (one thread: ~0.2 s per GB from the page
+    // cache on the dev box). The first failing range (lowest offset) is reported.
+    constexpr size_t kPerThread = size_t{64} << 20, kAlign = size_t{2} << 20;
+    const size_t parts = std::clamp<size_t>(size_ / kPerThread, 1, std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8));
+    const size_t step = (size_ / parts + kAlign - 1) / kAlign * kAlign;
+    std::vector<size_t> stopped(parts, SIZE_MAX);  // per range: where it stopped, SIZE_MAX when complete
+    std::vector<int> err(parts, 0);
+    auto read_range = [&](size_t i) {
+      size_t off = i * step;
+      const size_t end = std::min(size_, off + step);
+      while (off < end) {
+        const ssize_t n = ::pread(fd, dst + off, end - off, static_cast<off_t>(off));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          stopped[i] = off, err[i] = n < 0 ? errno : 0;
+          return;
+        }
+        off += static_cast<size_t>(n);
       }
-      off += static_cast<size_t>(n);
+    };
+    {
+      std::vector<std::jthread> threads;
+      for (size_t i = 1; i < parts; ++i) threads.emplace_back(read_range, i);
+      read_range(0);
+    }
+    for (size_t i = 0; i < parts; ++i) {
+      if (stopped[i] == SIZE_MAX) continue;
+      ::close(fd);
+      platform::unmap_anonymous(region_);
+      fail("file", path, ": read stopped at ", stopped[i], " of ", size_, " bytes",
+           err[i] ? std::string(": ") + std::strerror(err[i]) : std::string(" (the file shrank)"));
     }
     data_ = dst;
   } else if (size_ > 0) {

@@ -42,8 +42,8 @@ TEST(Files, MissingFileErrorNamesPath) {
   }
 }
 
-// FileAccess::kRead gives the same bytes as the mapping, in its own 2 MiB-aligned memory that survives moves;
-// empty files stay empty; the FIFO check of every reader applies.
+// FileAccess::kRead gives the same bytes as the mapping, in its own 2 MiB-aligned memory that survives moves,
+// also when several threads read a large file; empty files stay empty; directories are refused.
 TEST(Files, ReadIntoMemoryMatchesTheMapping) {
   auto dir = test::temp_dir("files_read");
   const std::string p = (dir / "w.bin").string();
@@ -74,6 +74,28 @@ TEST(Files, ReadIntoMemoryMatchesTheMapping) {
   EXPECT_EQ(empty.size(), 0u);
   EXPECT_EQ(empty.data(), nullptr);
   EXPECT_THROW(MappedFile(dir.string(), FileAccess::kRead), Error);  // a directory, refused before reading
+  // A file large enough to be read by several threads (64 MiB or more per range): a marker (its own offset)
+  // every MiB, zeros between, and an odd tail; every marker must land where the file has it.
+  const std::string big = (dir / "big.bin").string();
+  constexpr uint64_t kBig = (uint64_t{200} << 20) + 4321;
+  {
+    std::ofstream f(big, std::ios::binary);
+    for (uint64_t off = 0; off + 8 <= kBig; off += uint64_t{1} << 20) {
+      f.seekp(static_cast<std::streamoff>(off));
+      f.write(reinterpret_cast<const char*>(&off), 8);
+    }
+    f.seekp(static_cast<std::streamoff>(kBig - 1));
+    f.put('\x5a');
+  }
+  const MappedFile whole(big, FileAccess::kRead);
+  ASSERT_EQ(whole.size(), kBig);
+  for (uint64_t off = 0; off + 8 <= kBig; off += uint64_t{1} << 20) {
+    uint64_t v = 0;
+    std::memcpy(&v, whole.data() + off, 8);
+    ASSERT_EQ(v, off) << "marker at " << off;
+    ASSERT_EQ(whole.data()[off + 8], 0) << off + 8;
+  }
+  EXPECT_EQ(whole.data()[kBig - 1], 0x5a);
   EXPECT_STREQ(file_access_name(FileAccess::kRead), "read");
   EXPECT_STREQ(file_access_name(FileAccess::kMap), "mmap");
 }
