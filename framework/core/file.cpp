@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <system_error>
 #include <thread>
 #include <vector>
 #include <cstring>
@@ -121,9 +122,16 @@ MappedFile::MappedFile(const std::string& path, FileAccess access) : path_(path)
       }
     };
     {
-      std::vector<std::jthread> threads;
-      for (size_t i = 1; i < parts; ++i) threads.emplace_back(read_range, i);
+      std::vector<std::thread> threads;  // (not std::jthread: libc++ before 18 keeps it experimental)
+      for (size_t i = 1; i < parts; ++i) {
+        try {
+          threads.emplace_back(read_range, i);
+        } catch (const std::system_error&) {  // no thread to be had: this one reads the range
+          read_range(i);
+        }
+      }
       read_range(0);
+      for (auto& t : threads) t.join();
     }
     for (size_t i = 0; i < parts; ++i) {
       if (stopped[i] == SIZE_MAX) continue;
