@@ -133,8 +133,8 @@ TEST_F(InferCli, BenchRefusesAGenLengthBeyondTheContext) {
   EXPECT_NE(r.out.find("decode tg8"), std::string::npos) << r.out;
 }
 
-// --kv-type takes f32 or f16 on every command that builds an engine; anything else is refused in one line
-// naming the option before a model is loaded. bench prints the cache's type and size (stories260k's
+// --kv-type takes f32 or f16 (--mmap auto, on or off) on every command that builds an engine; anything else
+// is refused in one line naming the option before a model is loaded. bench prints the cache's type and size (stories260k's
 // shape: 2 * 5 layers * kv_dim 32 * 2 bytes = 640 bytes per position).
 TEST_F(InferCli, KvTypeIsCheckedAndBenchPrintsTheCache) {
   for (const std::string& cmd : {"infer generate -m " + model() + " --prompt a", "infer bench -m " + model(),
@@ -143,6 +143,9 @@ TEST_F(InferCli, KvTypeIsCheckedAndBenchPrintsTheCache) {
     EXPECT_NE(r.rc, 0) << cmd << ": " << r.out;
     EXPECT_NE(r.err.find("--kv-type: f8 not in {f32,f16}"), std::string::npos) << cmd << ": " << r.err;
     EXPECT_EQ(r.out.find("listening"), std::string::npos) << cmd << ": " << r.out;
+    const Out m = anelab(cmd + " -q --mmap sometimes", 30);  // --mmap: the same commands, the same kind of error
+    EXPECT_NE(m.rc, 0) << cmd << ": " << m.out;
+    EXPECT_NE(m.err.find("--mmap: sometimes not in {auto,on,off}"), std::string::npos) << cmd << ": " << m.err;
   }
   Out r = anelab("infer bench -m " + model() + " -q --prompt-len 8 --gen-len 4 --ctx 64 --kv-type f16", 120);
   ASSERT_EQ(r.rc, 0) << r.err;
