@@ -320,8 +320,8 @@ void run_bench(const InferArgs& a) {
   std::printf("model %s (%s, %lld layers, dim %lld, vocab %lld), dtype %s, %d threads, prefill backend %s\n",
               a.model.c_str(), e.config().arch.c_str(), static_cast<long long>(e.config().n_layers),
               static_cast<long long>(e.config().dim), static_cast<long long>(V), a.dtype.c_str(), a.threads, path.c_str());
-  std::printf("load %.0f ms (weights %s); cold start to first token %.0f ms (compile %.0f ms)\n", load_ms,
-              l.weights_memory.c_str(), ttft, compile_first);
+  std::printf("load %.0f ms; cold start to first token %.0f ms (compile %.0f ms); weights %s\n", load_ms, ttft,
+              compile_first, l.weights_memory.c_str());
   std::printf("prefill pp%zu: %.1f tok/s (%.1f ms, cpu %.1f ms; bucket compile %.0f ms)\n", prompt.size(),
               prompt.size() / (pp_ms / 1e3), pp_ms, pp_cpu, compile_ms);
   std::printf("decode tg%lld: %.2f tok/s (%.2f ms/token, cpu %.2f ms/token, %.1f GB/s of weights)\n",
