@@ -1,5 +1,6 @@
 // File helpers shared by every reader and writer: whole-file reads with context-rich errors,
-// atomic writes (temp file + fsync + rename, so nothing on disk is lost on failure), read-only mmap.
+// atomic writes (temp file + fsync + rename, so nothing on disk is lost on failure), read-only views of a whole
+// file (mmap, or read into huge-page memory: FileAccess).
 #pragma once
 #include <cstddef>
 #include <cstdint>

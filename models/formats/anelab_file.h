@@ -10,7 +10,8 @@
 //   offset 24  JSON header, UTF-8, header_len bytes
 //   zero padding up to data_offset = round_up(24 + header_len, 64)
 //   data section: data_size bytes; every blob starts at data_offset + offset, offset % 64 == 0,
-//   so tensor data is 64-byte aligned when the file is memory-mapped. The file ends there exactly.
+//   so tensor data is 64-byte aligned when the file is mapped or read into (2 MiB-aligned) memory. The file
+//   ends there exactly.
 //
 // JSON header:
 //   {"format": "anelab-model", "version": 2 or 3,
@@ -48,7 +49,8 @@ constexpr char kAnelabMagic[9] = "ANELABMF";
 constexpr uint32_t kAnelabVersion = 3;  // the newest written (2 when no tensor needs 3); 1 and 2 are still read
 constexpr int64_t kAnelabAlign = 64;
 
-// Reads (memory-maps) an anelab model file. Throws anelab::Error naming the field on any problem.
+// Reads an anelab model file (mapped, or read into memory per `access`). Throws anelab::Error naming the field on
+// any problem.
 Model read_anelab_file(const std::string& path, FileAccess access = FileAccess::kMap);
 // Parses an anelab file image held in memory (owner keeps the bytes alive; tensors point into them).
 Model parse_anelab(const uint8_t* data, size_t size, std::shared_ptr<const void> owner, const std::string& where);

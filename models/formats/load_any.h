@@ -11,7 +11,8 @@ namespace anelab::models {
 
 // "anelab", "checkpoint", "llama2c", "safetensors" or "gguf"; throws naming the path and the formats tried.
 std::string detect_model_format(const std::string& path);
-// Loads (memory-maps where possible, converting in memory where needed) into the canonical Model.
+// Loads into the canonical Model: tensors are views of the file's bytes in memory where possible (mapped, or
+// read per `access`), converted in memory where needed.
 // `access`: how files holding weights are brought in (framework/core/file.h; training checkpoints are always
 // mapped: they are converted to fp32 matrices at load).
 Model load_any_model(const std::string& path, FileAccess access = FileAccess::kMap);
