@@ -1,7 +1,7 @@
 // The in-memory model every anelab component reads: ModelConfig (hyperparameters), Tensor (a named,
 // typed, shaped view of weight bytes — usually the model file's, mapped or read into memory) and Model
-// (config + tensors + optional tokenizer). Training and inference read models ONLY through this API; every converter (llama2.c,
-// safetensors, GGUF, anelab files, random presets) produces the same Model.
+// (config + tensors + optional tokenizer). Training and inference read models ONLY through this API; every
+// converter (llama2.c, safetensors, GGUF, anelab files, random presets) produces the same Model.
 //
 // Canonical tensor naming (all weights [out, in] row-major, like torch nn.Linear.weight):
 //   tok_embeddings              [vocab, dim]
