@@ -90,8 +90,11 @@ double read_bandwidth_gbs(int threads, int64_t bytes, int passes, std::string* p
   const int64_t per = n / threads;
   pool.run([&](int w) { std::fill(buf + w * per, buf + (w + 1) * per, 1e-9f); });
   const auto huge = platform::anon_huge_pages_mb();
-  *pages = region->huge_pages ? *region->huge_pages.value + ", " + (huge ? std::to_string(std::lround(*huge)) + " MiB in huge pages" : huge.reason)
-                              : "no huge pages: " + region->huge_pages.reason;
+  if (!region->huge_pages)
+    *pages = "no huge pages: " + region->huge_pages.reason;
+  else
+    *pages = *region->huge_pages.value + ", " +
+             (huge ? std::to_string(std::lround(*huge)) + " MiB in huge pages" : huge.reason);
   std::vector<float> sink(static_cast<size_t>(threads), 0.0f);
   double best = 0;
   for (int rep = 0; rep < passes; ++rep) {

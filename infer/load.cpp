@@ -69,9 +69,10 @@ LoadedModel load_model(const LoadOptions& o, TokenizerUse use) {
     const auto huge = platform::anon_huge_pages_mb();
     char buf[96];
     std::snprintf(buf, sizeof buf, "%.0f MiB in huge pages", huge ? *huge : 0.0);
-    l.weights_memory = "read (" + why + "; " + (huge ? std::string(buf) : huge.reason) + ")";
+    l.weights_memory =
+        std::string(file_access_name(access)) + " (" + why + "; " + (huge ? std::string(buf) : huge.reason) + ")";
   } else {
-    l.weights_memory = "mmap (" + why + ")";
+    l.weights_memory = std::string(file_access_name(access)) + " (" + why + ")";
   }
   if (use != TokenizerUse::kNone) l.tokenizer = model_tokenizer(l.model, o, &l.tokenizer_source);
   if (!l.tokenizer && use == TokenizerUse::kRequired)

@@ -101,13 +101,10 @@ Reading<MachineMemory> machine_memory() {
 
 // macOS gives user processes no transparent huge pages to ask for (superpages only through Mach VM flags on
 // x86): weights read into anonymous memory stay on the base page size (16 KiB on Apple Silicon).
-Reading<std::string> transparent_huge_pages() {
-  return Reading<std::string>::unavailable("no transparent huge pages on macOS");
-}
-Reading<std::string> advise_huge_pages(void*, size_t) {
-  return Reading<std::string>::unavailable("no transparent huge pages on macOS");
-}
-Reading<double> anon_huge_pages_mb() { return Reading<double>::unavailable("no transparent huge pages on macOS"); }
+constexpr const char* kNoThp = "no transparent huge pages on macOS";
+Reading<std::string> transparent_huge_pages() { return Reading<std::string>::unavailable(kNoThp); }
+Reading<std::string> advise_huge_pages(void*, size_t) { return Reading<std::string>::unavailable(kNoThp); }
+Reading<double> anon_huge_pages_mb() { return Reading<double>::unavailable(kNoThp); }
 
 }  // namespace anelab::platform
 #endif
