@@ -4,10 +4,13 @@
 #pragma once
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <system_error>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -22,6 +25,25 @@ inline std::string data_path(const std::string& rel) { return data_dir() + "/" +
 
 inline std::string source_path(const std::string& rel) { return std::string(ANELAB_SOURCE_DIR) + "/" + rel; }
 
+// The temporary directories this test process made; removed when it exits normally after its tests
+// passed. Kept (and named on stderr) when a test failed or ANELAB_KEEP_TEST_TMP is set; a crash leaves them.
+struct TempDirs {
+  std::vector<std::filesystem::path> made;
+  ~TempDirs() {
+    if (std::getenv("ANELAB_KEEP_TEST_TMP") || ::testing::UnitTest::GetInstance()->Failed()) {
+      for (const auto& p : made)
+        if (std::filesystem::exists(p)) std::fprintf(stderr, "[test] kept %s\n", p.string().c_str());
+      return;
+    }
+    std::error_code ec;
+    for (const auto& p : made) std::filesystem::remove_all(p, ec);
+  }
+};
+inline TempDirs& temp_dirs() {
+  static TempDirs dirs;
+  return dirs;
+}
+
 // A fresh, empty temporary directory for one test: the process id in its name, since ctest -j runs tests in
 // separate processes whose stack addresses coincide where there is no ASLR (qemu-user).
 inline std::filesystem::path temp_dir(const std::string& tag) {
@@ -31,6 +53,7 @@ inline std::filesystem::path temp_dir(const std::string& tag) {
             std::to_string(reinterpret_cast<uintptr_t>(&tag)));
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
+  temp_dirs().made.push_back(p);
   return p;
 }
 
