@@ -8,10 +8,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <system_error>
 #include <thread>
 #include <vector>
-#include <cstring>
 
 #include "framework/core/error.h"
 

@@ -1,5 +1,6 @@
 #include "framework/core/npy.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string_view>
 
@@ -88,19 +89,14 @@ NpyArray parse_npy(const uint8_t* b, size_t size, const std::string& name) {
   else if (a.dtype == "<f4") esz = 4;
   else if (a.dtype == "<f8") esz = 8;
   else fail("npy", name, ": dtype '", a.dtype, "' not supported (use float16 or float32)");
-  // The element count is bounded by the bytes after the header while it is multiplied out, so a shape such
-  // as (13333333332, 11111111119) is refused instead of overflowing. A 0 in the shape means no data.
+  // The element count, multiplied out with a cap at one more than the data holds, so a shape such as
+  // (13333333332, 11111111119) is refused instead of overflowing. A 0 in the shape means no data.
   const size_t off = hoff + hlen;
   const size_t have = (size - off) / esz;
-  size_t n = 1;
-  for (int64_t d : a.shape) n = d == 0 ? 0 : n;
-  for (int64_t d : a.shape) {
-    if (n == 0) break;
-    ANELAB_CHECK(static_cast<size_t>(d) <= have / n, "npy", name, ": data holds ", size - off, " bytes, shape ", sh,
-                 " needs more");
-    n *= static_cast<size_t>(d);
-  }
-  ANELAB_CHECK(n <= have, "npy", name, ": data holds ", size - off, " bytes, shape ", sh, " needs ", n * esz);
+  size_t n = std::find(a.shape.begin(), a.shape.end(), 0) != a.shape.end() ? 0 : 1;
+  for (int64_t d : a.shape)
+    if (n != 0) n = static_cast<size_t>(d) > have / n ? have + 1 : n * static_cast<size_t>(d);
+  ANELAB_CHECK(n <= have, "npy", name, ": data holds ", size - off, " bytes, too few for shape ", sh, " of ", a.dtype);
   a.data.resize(n);
   if (n == 0) return a;  // a 0 in the shape: no data (and no buffer to copy into)
   if (esz == 2) {
