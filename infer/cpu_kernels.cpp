@@ -176,7 +176,7 @@ void gemm_panels(const T* w, int64_t rows, int64_t cols, const float* x, int64_t
 
 }  // namespace
 
-void gemv(ThreadPool& pool, const std::vector<GemvOut>& outs, const float* x) {
+void gemv(ThreadPool& pool, std::initializer_list<GemvOut> outs, const float* x) {
   int64_t total = 0, work = 0;
   unsigned forms = 0;  // the activation forms the block types among outs read
   for (const auto& o : outs) {
@@ -188,7 +188,7 @@ void gemv(ThreadPool& pool, const std::vector<GemvOut>& outs, const float* x) {
   // this reference (naming the thread_local inside the lambda would give each worker its own, empty one).
   thread_local quant::Q8Acts caller_acts;
   quant::Q8Acts& acts = caller_acts;
-  if (forms) quant::quantize_acts(x, outs.front().w->cols, forms, acts);
+  if (forms) quant::quantize_acts(x, outs.begin()->w->cols, forms, acts);
   // Below ~64K multiply-adds a wake-up of the other worker costs more than it saves.
   auto body = [&](int64_t b, int64_t e) {
     int64_t base = 0;

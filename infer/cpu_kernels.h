@@ -15,6 +15,7 @@
 // (row panel, k block) into int8 panels and runs a register-tiled int8 micro-kernel (tokens x rows).
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "framework/core/fp16.h"
@@ -36,8 +37,9 @@ struct GemvOut {
   float* y;           // [w->rows]
 };
 
-// Several GEMVs sharing the input x [cols] (e.g. q/k/v, gate/up), rows split over the pool's workers.
-void gemv(ThreadPool& pool, const std::vector<GemvOut>& outs, const float* x);
+// Several GEMVs sharing the input x [cols] (e.g. q/k/v, gate/up), rows split over the pool's workers. The
+// segments come as a braced list (a stack array: a decode step allocates nothing).
+void gemv(ThreadPool& pool, std::initializer_list<GemvOut> outs, const float* x);
 inline void gemv(ThreadPool& pool, const Mat& w, const float* bias, const float* x, float* y) {
   gemv(pool, {GemvOut{&w, bias, y}}, x);
 }

@@ -60,6 +60,13 @@ Engine::Engine(models::Model model, const EngineOptions& opt)
   h1_.grow(n * c.hidden_dim);
   h3_.grow(n * c.hidden_dim);
   attn_.reserve(pool_.size(), ctx_);
+  if (c.rope_style != models::RopeStyle::kNone) {  // run.c / HF: frequencies and angles in fp32
+    rope_freq_ = kern::cpu::rope_freqs(c.head_dim, c.rope_theta, kern::cpu::Numerics::kRunc, c.rope_scaling,
+                                       c.rope_linear_factor);
+    if (c.sliding_window > 0)
+      rope_freq_local_ = kern::cpu::rope_freqs(
+          c.head_dim, c.rope_local_theta > 0.0f ? c.rope_local_theta : c.rope_theta, kern::cpu::Numerics::kRunc);
+  }
   rope_cos_.resize(n * (c.head_dim / 2));
   rope_sin_.resize(n * (c.head_dim / 2));
   if (c.sliding_window > 0) {
@@ -214,16 +221,15 @@ const float* opt_ptr(std::span<const float> v) { return v.empty() ? nullptr : v.
 
 void Engine::embed(std::span<const int32_t> tokens, int64_t pos, float* x) {
   const auto& c = model_.config;
-  std::vector<float> row;
+  float* row = xb_.data();  // [dim] the position's embedding row (xb_ is free until the first norm)
   for (size_t i = 0; i < tokens.size(); ++i) {
     const int32_t t = tokens[i];
     ANELAB_CHECK(t >= 0 && t < c.vocab_size, "infer", "token id ", t, " out of range [0, ", c.vocab_size, ")");
     float* xi = x + static_cast<int64_t>(i) * c.dim;
     mat_row(tok_emb_, t, xi);
     if (c.learned_pos) {
-      row.resize(static_cast<size_t>(c.dim));
-      mat_row(pos_emb_, pos + static_cast<int64_t>(i), row.data());
-      for (int64_t d = 0; d < c.dim; ++d) xi[d] += row[static_cast<size_t>(d)];
+      mat_row(pos_emb_, pos + static_cast<int64_t>(i), row);
+      for (int64_t d = 0; d < c.dim; ++d) xi[d] += row[d];
     }
     if (c.embed_scale != 1.0f)
       for (int64_t d = 0; d < c.dim; ++d) xi[d] *= c.embed_scale;
@@ -312,15 +318,14 @@ void Engine::attention(int64_t l, int64_t pos, int64_t n) {
 void Engine::forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits) {
   const auto& c = model_.config;
   const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t D = c.dim, hd = c.head_dim, H = c.hidden_dim;
+  const int64_t D = c.dim, H = c.hidden_dim;
   float* x = x_.data();
   embed(tokens, pos, x);
-  if (c.rope_style != models::RopeStyle::kNone) {  // run.c / HF: frequencies and angles in fp32
-    kern::cpu::rope_half_tables(n, hd, c.rope_theta, pos, kern::cpu::Numerics::kRunc, rope_cos_.data(),
-                                rope_sin_.data(), c.rope_scaling, c.rope_linear_factor);
+  if (c.rope_style != models::RopeStyle::kNone) {
+    kern::cpu::rope_half_tables(n, rope_freq_, pos, kern::cpu::Numerics::kRunc, rope_cos_.data(), rope_sin_.data());
     if (c.sliding_window > 0)
-      kern::cpu::rope_half_tables(n, hd, c.rope_local_theta > 0.0f ? c.rope_local_theta : c.rope_theta, pos,
-                                  kern::cpu::Numerics::kRunc, rope_cos_local_.data(), rope_sin_local_.data());
+      kern::cpu::rope_half_tables(n, rope_freq_local_, pos, kern::cpu::Numerics::kRunc, rope_cos_local_.data(),
+                                  rope_sin_local_.data());
   }
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = layers_[static_cast<size_t>(l)];

@@ -137,6 +137,7 @@ class Engine {
   // Not value-initialised: a decode-only run keeps only the first row of each resident.
   Scratch<float> x_, xb_, q_, k_, v_, att_, h1_, h3_;
   CpuAttention attn_;                         // attention kernels and their workspaces (keys transposed, scores)
+  std::vector<double> rope_freq_, rope_freq_local_;  // [head_dim/2] RoPE frequencies (global, sliding layers)
   std::vector<float> rope_cos_, rope_sin_;    // [chunk, head_dim/2] (global layers)
   std::vector<float> rope_cos_local_, rope_sin_local_;  // [chunk, head_dim/2] sliding layers' base (when a window)
   std::vector<float> logits_;                 // [vocab]

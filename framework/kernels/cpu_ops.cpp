@@ -16,28 +16,35 @@ double rope_inv_freq(int64_t i, int64_t hd, double theta, const RopeScaling& sca
   return llama3 ? llama3_scaled_inv_freq(inv, scaling) : inv;
 }
 
-void rope_half_tables(int64_t n, int64_t hd, double theta, int64_t pos0, Numerics prec, float* cos, float* sin,
-                      const RopeScaling& scaling, double linear) {
-  const int64_t half = hd / 2;
-  std::vector<double> freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i) {
-    const double f = rope_inv_freq(i, hd, theta, scaling, prec);
-    freq[static_cast<size_t>(i)] =
-        linear == 1.0 ? f : prec == Numerics::kRunc ? double(float(f) / float(linear)) : f / linear;
+std::vector<double> rope_freqs(int64_t hd, double theta, Numerics prec, const RopeScaling& scaling, double linear) {
+  std::vector<double> freq(static_cast<size_t>(hd / 2));
+  for (size_t i = 0; i < freq.size(); ++i) {
+    const double f = rope_inv_freq(static_cast<int64_t>(i), hd, theta, scaling, prec);
+    freq[i] = linear == 1.0 ? f : prec == Numerics::kRunc ? double(float(f) / float(linear)) : f / linear;
   }
+  return freq;
+}
+
+void rope_half_tables(int64_t n, std::span<const double> freqs, int64_t pos0, Numerics prec, float* cos, float* sin) {
+  const auto half = static_cast<int64_t>(freqs.size());
   for (int64_t p = 0; p < n; ++p)
     for (int64_t i = 0; i < half; ++i) {
       float c, s;
       if (prec == Numerics::kRunc) {  // angle = pos * freq in fp32
-        const float ang = static_cast<float>(pos0 + p) * static_cast<float>(freq[static_cast<size_t>(i)]);
+        const float ang = static_cast<float>(pos0 + p) * static_cast<float>(freqs[static_cast<size_t>(i)]);
         c = std::cos(ang), s = std::sin(ang);
       } else {
-        const double ang = static_cast<double>(pos0 + p) * freq[static_cast<size_t>(i)];
+        const double ang = static_cast<double>(pos0 + p) * freqs[static_cast<size_t>(i)];
         c = static_cast<float>(std::cos(ang)), s = static_cast<float>(std::sin(ang));
       }
       cos[p * half + i] = c;
       sin[p * half + i] = s;
     }
+}
+
+void rope_half_tables(int64_t n, int64_t hd, double theta, int64_t pos0, Numerics prec, float* cos, float* sin,
+                      const RopeScaling& scaling, double linear) {
+  rope_half_tables(n, rope_freqs(hd, theta, prec, scaling, linear), pos0, prec, cos, sin);
 }
 
 namespace {

@@ -13,6 +13,8 @@
 // unfused is rounded).
 #pragma once
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "framework/kernels/blocks.h"
 
@@ -25,8 +27,15 @@ enum class Numerics { kRunc, kReference };
 // transformers' order, kReference in fp64.
 double rope_inv_freq(int64_t i, int64_t head_dim, double theta, const RopeScaling& scaling, Numerics prec);
 
-// cos / sin [n, HD/2] (row-major) for positions pos0 .. pos0+n-1: angle(p, i) = p * rope_inv_freq(i) / linear
-// (linear RoPE scaling divides the frequencies, as Hugging Face's "linear" rope_type: Gemma 3's global layers).
+// The frequency of each pair i < HD/2 as the tables below use it: rope_inv_freq(i) / linear (linear RoPE scaling
+// divides the frequencies, as Hugging Face's "linear" rope_type: Gemma 3's global layers; in fp32 for kRunc).
+std::vector<double> rope_freqs(int64_t head_dim, double theta, Numerics prec, const RopeScaling& scaling = {},
+                               double linear = 1.0);
+
+// cos / sin [n, HD/2] (row-major) for positions pos0 .. pos0+n-1: angle(p, i) = p * freqs[i] (fp32 product for
+// kRunc, fp64 for kReference). This form allocates nothing (a decode step's, with the frequencies made once).
+void rope_half_tables(int64_t n, std::span<const double> freqs, int64_t pos0, Numerics prec, float* cos, float* sin);
+// The same with the frequencies of rope_freqs(head_dim, theta, prec, scaling, linear).
 void rope_half_tables(int64_t n, int64_t head_dim, double theta, int64_t pos0, Numerics prec, float* cos, float* sin,
                       const RopeScaling& scaling = {}, double linear = 1.0);
 

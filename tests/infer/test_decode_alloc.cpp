@@ -1,0 +1,124 @@
+// Decode allocates nothing per token: this test binary replaces the global operator new (every form the
+// library can call) with a counting one, and counts the allocations of decode steps after warm-up, for the
+// weight types and architectures the CPU decode path branches on (fp32, fp16, Q8_0 and Q4_K_M blocks kept as
+// they are; Llama, Qwen2 with biases and GQA, GPT-2 with LayerNorm and a plain MLP, Gemma 3 with sliding
+// layers and soft-capping), both KV-cache types and 1 and 2 threads.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "infer/engine.h"
+#include "models/presets.h"
+#include "models/quant/quant_mix.h"
+
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<int64_t> g_allocations{0};
+
+void* counted(std::size_t n, std::size_t align) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (n == 0) n = 1;
+  void* p = align > alignof(std::max_align_t) ? std::aligned_alloc(align, (n + align - 1) / align * align)
+                                              : std::malloc(n);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+}  // namespace
+
+void* operator new(std::size_t n) { return counted(n, 0); }
+void* operator new[](std::size_t n) { return counted(n, 0); }
+void* operator new(std::size_t n, std::align_val_t a) { return counted(n, static_cast<std::size_t>(a)); }
+void* operator new[](std::size_t n, std::align_val_t a) { return counted(n, static_cast<std::size_t>(a)); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return counted(n, 0);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return counted(n, 0);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+namespace anelab::infer {
+namespace {
+
+// The preset's architecture at a test size (its own norms, activation, biases, tying, GQA ratio kept).
+models::ModelConfig small(const std::string& preset) {
+  models::ModelConfig c = models::preset(preset);
+  const int64_t group = c.n_heads / c.n_kv_heads;
+  c.dim = 256, c.hidden_dim = 512, c.n_layers = 2, c.head_dim = 64, c.n_heads = 4, c.n_kv_heads = std::max<int64_t>(1, 4 / group);
+  c.vocab_size = 512, c.max_seq_len = 64;
+  if (c.sliding_window > 0) c.sliding_window = 8;
+  return c;
+}
+
+// Allocations made by `steps` decode steps after a 5-token prefill and two warm-up steps.
+int64_t decode_allocations(const models::Model& m, const EngineOptions& o, int steps) {
+  Engine e(m, o);
+  std::vector<int32_t> prompt = {1, 7, 42, 300, 5};
+  e.prefill(prompt, 0);
+  int64_t pos = static_cast<int64_t>(prompt.size());
+  e.decode(11, pos++), e.decode(12, pos++);
+  g_allocations = 0;
+  g_counting = true;
+  for (int i = 0; i < steps; ++i) e.decode(static_cast<int32_t>((i * 37 + 3) % 512), pos++);
+  g_counting = false;
+  return g_allocations.load();
+}
+
+// The counter sees an allocation made while counting (so a zero below is a measurement).
+TEST(DecodeAlloc, CounterSeesAnAllocation) {
+  g_allocations = 0;
+  g_counting = true;
+  auto* v = new std::vector<int>(1000);
+  g_counting = false;
+  delete v;
+  EXPECT_GE(g_allocations.load(), 2);  // the vector and its buffer
+}
+
+TEST(DecodeAlloc, DecodeStepsAllocateNothing) {
+  for (const char* preset : {"stories15m", "qwen2.5-0.5b", "gpt2-124m", "gemma3-270m"}) {
+    const models::Model base = models::random_model(small(preset), 5);
+    struct Case {
+      const char* name;
+      WType dtype;
+      std::optional<models::QuantMix> mix;
+      KvType kv;
+      int threads;
+    };
+    for (const Case& k : {Case{"fp32", WType::kF32, {}, KvType::kF32, 1}, Case{"fp16", WType::kF16, {}, KvType::kF16, 2},
+                          Case{"q8_0", WType::kF32, models::QuantMix::kQ8_0, KvType::kF16, 2},
+                          Case{"q4_k_m", WType::kF32, models::QuantMix::kQ4_K_M, KvType::kF32, 2}}) {
+      const models::Model m = k.mix ? models::quantize_model(base, *k.mix) : base;
+      EngineOptions o;
+      o.dtype = k.dtype;
+      o.keep_quantized = k.mix.has_value();
+      o.kv_type = k.kv;
+      o.threads = k.threads;
+      o.quiet = true;
+      EXPECT_EQ(decode_allocations(m, o, 8), 0) << preset << " " << k.name << ", " << k.threads << " threads";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace anelab::infer
