@@ -188,8 +188,9 @@ void add_model_commands(CLI::App& app) {
                    "info`'s config JSON, e.g. '{\"dim\": 64, \"n_layers\": 2}')");
   conv->add_option("--format", args->format, formats);
   conv->add_option("--dtype", args->dtype,
-                   "dtype of matrices in the output: fp32|fp16|bf16, or a llama-quantize mix q8_0|q4_0|q4_k_m (Q6_K "
-                   "for the output head and, in q4_k_m, for half the attn_v/ffn_down; docs/quantization.md); default: "
+                   "dtype of matrices in the output: fp32|fp16|bf16, or a llama-quantize mix q8_0|q4_0|q4_k_m|q5_k_s|"
+                   "q5_k_m (Q6_K for the output head and, in q4_k_m / q5_k_m, for half the attn_v/ffn_down; "
+                   "docs/quantization.md); default: "
                    "keep the source's; 1-D tensors stay as they are");
   conv->add_option("--tokenizer", args->tokenizer, tok_help);
   conv->callback([args] { run_convert(*args); });
@@ -200,7 +201,8 @@ void add_model_commands(CLI::App& app) {
                 "GGUF, Hugging Face safetensors directory or llama2.c .bin");
   exp->add_option("paths", eargs->paths, "CKPT|RUN_DIR|MODEL OUT")->required()->expected(2);
   exp->add_option("--format", eargs->format, formats);
-  exp->add_option("--dtype", eargs->dtype, "dtype of matrices in the output: fp32|fp16|bf16|q8_0|q4_0|q4_k_m (default: fp32 for a checkpoint)");
+  exp->add_option("--dtype", eargs->dtype, "dtype of matrices in the output: fp32|fp16|bf16|q8_0|q4_0|q4_k_m|q5_k_s|q5_k_m (default: fp32 for a "
+                  "checkpoint)");
   exp->add_option("--tokenizer", eargs->tokenizer, tok_help);
   exp->callback([eargs] { run_convert(*eargs); });
 

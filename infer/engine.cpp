@@ -18,7 +18,7 @@ using models::DType;
 WType parse_wtype(const std::string& s) {
   if (s == "fp16" || s == "f16" || s == "float16") return WType::kF16;
   if (s == "fp32" || s == "f32" || s == "float32") return WType::kF32;
-  fail("infer", "unknown --dtype '", s, "' (use auto, fp16 or fp32; auto keeps q8_0/q4_0/q4_k/q6_k matrices in their "
+  fail("infer", "unknown --dtype '", s, "' (use auto, fp16 or fp32; auto keeps q8_0/q4_0/q5_0/q5_1/q4_k/q5_k/q6_k matrices in their "
        "blocks, fp16/fp32 convert every matrix)");
 }
 
@@ -109,7 +109,9 @@ WType block_wtype(DType d) {
     case DType::kQ8_0: return WType::kQ8_0;
     case DType::kQ4_0: return WType::kQ4_0;
     case DType::kQ5_0: return WType::kQ5_0;
+    case DType::kQ5_1: return WType::kQ5_1;
     case DType::kQ4_K: return WType::kQ4_K;
+    case DType::kQ5_K: return WType::kQ5_K;
     default: return WType::kQ6_K;
   }
 }

@@ -46,7 +46,7 @@ struct EngineOptions {
   std::string backend = "cpu";   // prefill backend: "auto" (resolved at construction) | "cpu" | "emulator" | "ane"
   std::string device = "m4";     // device profile for emulator / ane
   WType dtype = WType::kF16;     // compute dtype of the weight matrices (fp32 or fp16)
-  bool keep_quantized = false;   // block-quantized matrices (q8_0, q4_0, q5_0, q4_k, q6_k) used as they are, not converted
+  bool keep_quantized = false;   // block-quantized matrices (q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k) used as they are, not converted
   int threads = 2;
   int64_t context = 0;           // KV-cache positions; 0 = the model's max_seq_len
   KvType kv_type = KvType::kF32; // KV-cache element type: fp32, or fp16 (half the memory; rounded when written)

@@ -39,7 +39,7 @@ namespace anelab::kern {
 
 // ---- weights --------------------------------------------------------------------------------------
 
-enum class WType : uint8_t { kF32 = 0, kF16 = 1, kQ8_0 = 2, kQ4_0 = 3, kQ4_K = 4, kQ6_K = 5, kQ5_0 = 6 };
+enum class WType : uint8_t { kF32 = 0, kF16 = 1, kQ8_0 = 2, kQ4_0 = 3, kQ4_K = 4, kQ6_K = 5, kQ5_0 = 6, kQ5_1 = 7, kQ5_K = 8 };
 bool is_quantized(WType t);            // a block type (framework/quant)
 quant::BlockType block_type(WType t);  // for block types
 

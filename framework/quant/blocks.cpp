@@ -52,6 +52,31 @@ void quantize_q5_0(const float* x, BlockQ5_0* b) {
   for (int k = 0; k < 4; ++k) b->qh[k] = static_cast<uint8_t>(qh >> (8 * k));
 }
 
+void quantize_q5_1(const float* x, BlockQ5_1* b) {
+  float lo = x[0], hi = x[0];
+  for (int j = 1; j < 32; ++j) lo = std::min(lo, x[j]), hi = std::max(hi, x[j]);
+  const float d = (hi - lo) / 31.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+  b->d = f2h(d);
+  b->m = f2h(lo);
+  auto q = [&](float v) { return static_cast<uint32_t>(static_cast<uint8_t>((v - lo) * id + 0.5f)); };
+  uint32_t qh = 0;
+  for (int j = 0; j < 16; ++j) {
+    const uint32_t q0 = q(x[j]), q1 = q(x[j + 16]);
+    b->qs[j] = static_cast<uint8_t>((q0 & 15) | (q1 & 15) << 4);
+    qh |= ((q0 >> 4) & 1) << j | ((q1 >> 4) & 1) << (j + 16);
+  }
+  for (int k = 0; k < 4; ++k) b->qh[k] = static_cast<uint8_t>(qh >> (8 * k));
+}
+
+void dequantize_q5_1(const BlockQ5_1* b, float* y) {
+  const float d = h2f(b->d), m = h2f(b->m);
+  const uint32_t qh = uint32_t{b->qh[0]} | uint32_t{b->qh[1]} << 8 | uint32_t{b->qh[2]} << 16 | uint32_t{b->qh[3]} << 24;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * static_cast<float>((b->qs[j] & 15) | ((qh >> j) & 1) << 4) + m;
+    y[j + 16] = d * static_cast<float>((b->qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) + m;
+  }
+}
+
 void dequantize_q5_0(const BlockQ5_0* b, float* y) {
   const float d = h2f(b->d);
   const uint32_t qh = uint32_t{b->qh[0]} | uint32_t{b->qh[1]} << 8 | uint32_t{b->qh[2]} << 16 | uint32_t{b->qh[3]} << 24;
@@ -61,7 +86,7 @@ void dequantize_q5_0(const BlockQ5_0* b, float* y) {
   }
 }
 
-// ---- Q4_K ----
+// ---- Q4_K / Q5_K ----
 
 // Affine fit of n values: x ~ scale * L + min with L in [0, nmax], min <= 0, minimizing sum w (x - fit)^2
 // over candidate inverse scales (nmax + rmin + rdelta * k) / (max - min), k = 0..steps, where min is the best
@@ -114,9 +139,13 @@ float fit_affine(int n, int nmax, const float* x, const float* w, uint8_t* L, fl
   return scale;
 }
 
-void quantize_q4_k(const float* x, BlockQ4_K* b) {
+// Q4_K (nmax 15) and Q5_K (nmax 31): the 8 sub-blocks' integers L [256] in 0..nmax, with d, dmin and the packed
+// scales written into the block's fields.
+template <int kMax>
+void quantize_k_affine(const float* x, uint16_t& d_out, uint16_t& dmin_out, uint8_t* packed, uint8_t* L) {
+  constexpr float kRmin = kMax == 15 ? -1.0f : -0.5f;
+  constexpr int kSteps = kMax == 15 ? 20 : 15;
   float scales[8], mins[8], w[32];
-  uint8_t L[256];
   float max_scale = 0.0f, max_min = 0.0f;
   for (int j = 0; j < 8; ++j) {
     const float* xs = x + 32 * j;
@@ -124,36 +153,70 @@ void quantize_q4_k(const float* x, BlockQ4_K* b) {
     for (int i = 0; i < 32; ++i) ss += xs[i] * xs[i];
     const float rms = std::sqrt(ss / 32.0f);
     for (int i = 0; i < 32; ++i) w[i] = rms + std::fabs(xs[i]);
-    scales[j] = fit_affine(32, 15, xs, w, L + 32 * j, &mins[j], -1.0f, 0.1f, 20);
+    scales[j] = fit_affine(32, kMax, xs, w, L + 32 * j, &mins[j], kRmin, 0.1f, kSteps);
     max_scale = std::max(max_scale, scales[j]);
     max_min = std::max(max_min, mins[j]);
   }
   const float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
   const float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
-  std::memset(b->scales, 0, sizeof b->scales);
+  std::memset(packed, 0, 12);
   for (int j = 0; j < 8; ++j) {
     const int ls = std::min(63, round_int(inv_scale * scales[j])), lm = std::min(63, round_int(inv_min * mins[j]));
     if (j < 4) {
-      b->scales[j] = static_cast<uint8_t>(ls);
-      b->scales[j + 4] = static_cast<uint8_t>(lm);
+      packed[j] = static_cast<uint8_t>(ls);
+      packed[j + 4] = static_cast<uint8_t>(lm);
     } else {
-      b->scales[j + 4] = static_cast<uint8_t>((ls & 15) | (lm & 15) << 4);
-      b->scales[j - 4] = static_cast<uint8_t>(b->scales[j - 4] | (ls >> 4) << 6);
-      b->scales[j] = static_cast<uint8_t>(b->scales[j] | (lm >> 4) << 6);
+      packed[j + 4] = static_cast<uint8_t>((ls & 15) | (lm & 15) << 4);
+      packed[j - 4] = static_cast<uint8_t>(packed[j - 4] | (ls >> 4) << 6);
+      packed[j] = static_cast<uint8_t>(packed[j] | (lm >> 4) << 6);
     }
   }
-  b->d = f2h(max_scale / 63.0f);
-  b->dmin = f2h(max_min / 63.0f);
+  d_out = f2h(max_scale / 63.0f);
+  dmin_out = f2h(max_min / 63.0f);
   for (int j = 0; j < 8; ++j) {  // re-round with the stored (quantized) scale and min
     int sc, m;
-    q4k_scale_min(j, b->scales, sc, m);
-    const float d = h2f(b->d) * static_cast<float>(sc);
+    q4k_scale_min(j, packed, sc, m);
+    const float d = h2f(d_out) * static_cast<float>(sc);
     if (d == 0.0f) continue;
-    const float dm = h2f(b->dmin) * static_cast<float>(m);
-    for (int i = 0; i < 32; ++i) L[32 * j + i] = static_cast<uint8_t>(std::clamp(round_int((x[32 * j + i] + dm) / d), 0, 15));
+    const float dm = h2f(dmin_out) * static_cast<float>(m);
+    for (int i = 0; i < 32; ++i)
+      L[32 * j + i] = static_cast<uint8_t>(std::clamp(round_int((x[32 * j + i] + dm) / d), 0, kMax));
   }
+}
+
+void quantize_q4_k(const float* x, BlockQ4_K* b) {
+  uint8_t L[256];
+  quantize_k_affine<15>(x, b->d, b->dmin, b->scales, L);
   for (int c = 0; c < 4; ++c)
     for (int i = 0; i < 32; ++i) b->qs[32 * c + i] = static_cast<uint8_t>(L[64 * c + i] | L[64 * c + 32 + i] << 4);
+}
+
+void quantize_q5_k(const float* x, BlockQ5_K* b) {
+  uint8_t L[256];
+  quantize_k_affine<31>(x, b->d, b->dmin, b->scales, L);
+  std::memset(b->qh, 0, sizeof b->qh);
+  for (int c = 0; c < 4; ++c)
+    for (int i = 0; i < 32; ++i) {
+      const int lo = L[64 * c + i], hi = L[64 * c + 32 + i];
+      b->qs[32 * c + i] = static_cast<uint8_t>((lo & 15) | (hi & 15) << 4);
+      b->qh[i] = static_cast<uint8_t>(b->qh[i] | (lo >> 4) << (2 * c) | (hi >> 4) << (2 * c + 1));
+    }
+}
+
+void dequantize_q5_k(const BlockQ5_K* b, float* y) {
+  const float d = h2f(b->d), dmin = h2f(b->dmin);
+  for (int c = 0; c < 4; ++c) {
+    int sc0, m0, sc1, m1;
+    q4k_scale_min(2 * c, b->scales, sc0, m0);
+    q4k_scale_min(2 * c + 1, b->scales, sc1, m1);
+    const float d0 = d * static_cast<float>(sc0), o0 = dmin * static_cast<float>(m0);
+    const float d1 = d * static_cast<float>(sc1), o1 = dmin * static_cast<float>(m1);
+    const uint8_t* q = b->qs + 32 * c;
+    for (int i = 0; i < 32; ++i)
+      y[64 * c + i] = d0 * static_cast<float>((q[i] & 15) | ((b->qh[i] >> (2 * c)) & 1) << 4) - o0;
+    for (int i = 0; i < 32; ++i)
+      y[64 * c + 32 + i] = d1 * static_cast<float>((q[i] >> 4) | ((b->qh[i] >> (2 * c + 1)) & 1) << 4) - o1;
+  }
 }
 
 void dequantize_q4_k(const BlockQ4_K* b, float* y) {
@@ -285,6 +348,8 @@ void dequantize(BlockType t, const uint8_t* src, float* dst, int64_t n) {
         break;
       }
       case BlockType::kQ5_0: dequantize_q5_0(reinterpret_cast<const BlockQ5_0*>(p), y); break;
+      case BlockType::kQ5_1: dequantize_q5_1(reinterpret_cast<const BlockQ5_1*>(p), y); break;
+      case BlockType::kQ5_K: dequantize_q5_k(reinterpret_cast<const BlockQ5_K*>(p), y); break;
       case BlockType::kQ4_K: dequantize_q4_k(reinterpret_cast<const BlockQ4_K*>(p), y); break;
       case BlockType::kQ6_K: dequantize_q6_k(reinterpret_cast<const BlockQ6_K*>(p), y); break;
     }
@@ -301,6 +366,8 @@ void quantize(BlockType t, const float* src, uint8_t* dst, int64_t n) {
       case BlockType::kQ8_0: quantize_q8_0(x, reinterpret_cast<BlockQ8_0*>(p)); break;
       case BlockType::kQ4_0: quantize_q4_0(x, reinterpret_cast<BlockQ4_0*>(p)); break;
       case BlockType::kQ5_0: quantize_q5_0(x, reinterpret_cast<BlockQ5_0*>(p)); break;
+      case BlockType::kQ5_1: quantize_q5_1(x, reinterpret_cast<BlockQ5_1*>(p)); break;
+      case BlockType::kQ5_K: quantize_q5_k(x, reinterpret_cast<BlockQ5_K*>(p)); break;
       case BlockType::kQ4_K: quantize_q4_k(x, reinterpret_cast<BlockQ4_K*>(p)); break;
       case BlockType::kQ6_K: quantize_q6_k(x, reinterpret_cast<BlockQ6_K*>(p)); break;
     }

@@ -49,6 +49,7 @@ void quantize_q8_0_form(const float* x, int64_t n, Q8Acts& a) {
     S::sum16_i8(q, a.sums16.data() + 2 * b);
     a.sums32[ub] = a.sums16[2 * ub] + a.sums16[2 * ub + 1];
     a.d[ub] = S::h2f(S::f2h(amax / 127.0f));
+    a.s[ub] = S::h2f(S::f2h(amax / 127.0f * static_cast<float>(a.sums32[ub])));
   }
 }
 
@@ -148,6 +149,32 @@ void rows_q5_0(const uint8_t* w, int64_t row_bytes, const Q8Acts& a, float* y) {
   });
 }
 
+// Q5_1 (unsigned 5-bit values, an offset m per block): d_w d_a sum(q q_a) + m s_a, two accumulator chains for the
+// products and one for the offsets.
+template <int R>
+void rows_q5_1(const uint8_t* w, int64_t row_bytes, const Q8Acts& a, float* y) {
+  S::QAcc acc[R][2];
+  float off[R] = {};
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = S::qacc_zero();
+  const auto step = [&](int64_t b, int chain) {
+    const S::I8 x = S::load_i8(a.q.data() + 32 * b);
+    const auto ub = static_cast<size_t>(b);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const BlockQ5_1& blk = block<BlockQ5_1>(w, row_bytes, r, b);
+      prefetch_ahead(blk);
+      const S::I8 v = S::or8(S::nib16(blk.qs), S::and8(S::bit_bytes(le32(blk.qh)), 0x10));
+      acc[r][chain] = S::qacc_fmadd(acc[r][chain], S::dot_ss(S::zero_i32(), v, x), S::h2f(blk.d) * a.d[ub]);
+      off[r] += S::h2f(blk.m) * a.s[ub];
+    }
+  };
+  const int64_t nb = a.n / 32;
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) step(b, 0), step(b + 1, 1);
+  if (b < nb) step(b, 0);
+  for (int r = 0; r < R; ++r) y[r] = S::qacc_sum(acc[r][0]) + S::qacc_sum(acc[r][1]) + off[r];
+}
+
 // Q4_K's packed scales[12] -> bytes 0-7 the 6-bit scales, bytes 8-15 the 6-bit mins (layout in blocks.h).
 inline void q4k_unpack(const uint8_t* s, uint8_t out[16]) {
   uint32_t u[4];
@@ -182,6 +209,42 @@ void rows_q4_k(const uint8_t* w, int64_t row_bytes, const Q8Acts& a, float* y) {
         const S::I8 v = S::load_i8(b.qs + 32 * c);
         s = S::dot_us_scaled(s, S::and8(v, 15), S::load_i8(aq + 64 * c), S::scale_pair(sc, 2 * c, 2 * c));
         s = S::dot_us_scaled(s, S::shr8<4>(v), S::load_i8(aq + 64 * c + 32), S::scale_pair(sc, 2 * c + 1, 2 * c + 1));
+      }
+      acc[r] = S::qacc_fmadd(acc[r], s, da * S::h2f(b.d));
+      acc[r] = S::qacc_fmadd(acc[r], S::madd_u8_i16x8(sm + 8, bs), -da * S::h2f(b.dmin));
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r] = S::qacc_sum(acc[r]);
+}
+
+// Q5_K: Q4_K with the 5th bit of each value from qh (bit 2c / 2c + 1 of byte i for chunk c), shifted down one
+// bit per sub-block.
+template <int R>
+void rows_q5_k(const uint8_t* w, int64_t row_bytes, const Q8Acts& a, float* y) {
+  S::QAcc acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = S::qacc_zero();
+  for (int64_t sb = 0; sb < a.n / 256; ++sb) {
+    const int8_t* aq = a.qk.data() + 256 * sb;
+    const int16_t* bs = a.bsums32.data() + 8 * sb;
+    const float da = a.dk[static_cast<size_t>(sb)];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const BlockQ5_K& b = block<BlockQ5_K>(w, row_bytes, r, sb);
+      prefetch_ahead(b);
+      alignas(16) uint8_t sm[16];
+      q4k_unpack(b.scales, sm);
+      const S::Scales sc = S::load_scales(sm);
+      S::I8 h = S::load_i8(b.qh);
+      S::I32 s = S::zero_i32();
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {  // 64 values: low nibbles sub-block 2c, high nibbles 2c + 1
+        const S::I8 v = S::load_i8(b.qs + 32 * c);
+        const S::I8 lo = S::or8(S::and8(v, 15), S::and8(S::shl8<4>(h), 0x10));
+        h = S::shr8<1>(h);
+        const S::I8 hi = S::or8(S::shr8<4>(v), S::and8(S::shl8<4>(h), 0x10));
+        h = S::shr8<1>(h);
+        s = S::dot_us_scaled(s, lo, S::load_i8(aq + 64 * c), S::scale_pair(sc, 2 * c, 2 * c));
+        s = S::dot_us_scaled(s, hi, S::load_i8(aq + 64 * c + 32), S::scale_pair(sc, 2 * c + 1, 2 * c + 1));
       }
       acc[r] = S::qacc_fmadd(acc[r], s, da * S::h2f(b.d));
       acc[r] = S::qacc_fmadd(acc[r], S::madd_u8_i16x8(sm + 8, bs), -da * S::h2f(b.dmin));
@@ -237,6 +300,10 @@ Kernels kernels(BlockType t) {
       return {&rows_q4_0<1>, &rows_q4_0<kRows>};
     case BlockType::kQ5_0:
       return {&rows_q5_0<1>, &rows_q5_0<kRows>};
+    case BlockType::kQ5_1:
+      return {&rows_q5_1<1>, &rows_q5_1<kRows>};
+    case BlockType::kQ5_K:
+      return {&rows_q5_k<1>, &rows_q5_k<kRows>};
     case BlockType::kQ4_K:
       return {&rows_q4_k<1>, &rows_q4_k<kRows>};
     case BlockType::kQ6_K:
@@ -259,7 +326,7 @@ void quantize_acts(const float* x, int64_t n, unsigned forms, Q8Acts& a) {
   a.n = n;
   a.forms = forms;
   if (forms & kActsQ8_0) {
-    grow(a.q, n), grow(a.d, n / 32), grow(a.sums16, n / 16), grow(a.sums32, n / 32);
+    grow(a.q, n), grow(a.d, n / 32), grow(a.s, n / 32), grow(a.sums16, n / 16), grow(a.sums32, n / 32);
     quantize_q8_0_form(x, n, a);
   }
   if (forms & kActsQ8_K) {

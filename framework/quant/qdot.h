@@ -2,10 +2,11 @@
 // quantized GEMV (and of the CPU prefill over block matrices). The activation vector is quantized once per
 // GEMV, in the form llama.cpp's CPU backend uses for each weight type, so both programs round the same way:
 //
-//   Q8_0 form (for Q8_0, Q4_0, Q5_0 weights): blocks of 32, d = amax / 127 stored as fp16 and used as the
+//   Q8_0 form (for Q8_0, Q4_0, Q5_0, Q5_1 weights): blocks of 32, d = amax / 127 stored as fp16 and used as the
 //     fp16 value, q = round_half_even(x * 127 / amax), plus the sums of q over each 16 and 32 values (for the
 //     prefill GEMM)                                                   (ggml's x86 quantize_row_q8_0)
-//   Q8_K form (for Q4_K, Q6_K weights): blocks of 256, fp32 d = max / -127 where max is the first value of
+//     and s = fp16((amax / 127) sum q) per 32 (Q8_1's s, for Q5_1's offsets: ggml's x86 quantize_row_q8_1)
+//   Q8_K form (for Q4_K, Q5_K, Q6_K weights): blocks of 256, fp32 d = max / -127 where max is the first value of
 //     largest magnitude (with its sign), q = min(127, round_half_even(x * -127 / max)), plus bsums, the sum of
 //     q over each 16 (and 32) values                                           (ggml's quantize_row_q8_K_ref)
 //
@@ -15,7 +16,9 @@
 //   Q8_0  d_w d_a sum(q_w q_a)                                   per block of 32
 //   Q4_0  d_w d_a sum((n - 8) q_a)                               n = nibble
 //   Q5_0  d_w d_a sum(((n | h << 4) - 16) q_a)
+//   Q5_1  d_w d_a sum((n | h << 4) q_a) + m_w s_a
 //   Q4_K  d_a d sum_j sc_j sum(n q_a) - d_a dmin sum_j m_j (bsum_2j + bsum_2j+1)   per super-block of 256
+//   Q5_K  as Q4_K with n | h << 4
 //   Q6_K  d_a d (sum_s sc_s sum(q q_a) - 32 sum_s sc_s bsum_s)   q in 0..63, sub-blocks s of 16
 //
 // The result differs from the dot product with the dequantized weights only by the activation rounding:
@@ -41,7 +44,7 @@ namespace anelab::quant {
 
 enum ActsForm : unsigned { kActsQ8_0 = 1u, kActsQ8_K = 2u, kActsAll = 3u };
 constexpr ActsForm acts_form(BlockType t) {
-  return t == BlockType::kQ4_K || t == BlockType::kQ6_K ? kActsQ8_K : kActsQ8_0;
+  return t == BlockType::kQ4_K || t == BlockType::kQ5_K || t == BlockType::kQ6_K ? kActsQ8_K : kActsQ8_0;
 }
 
 struct Q8Acts {
@@ -49,6 +52,7 @@ struct Q8Acts {
   unsigned forms = 0;            // ActsForm bits filled for this x
   std::vector<int8_t> q;         // [n] Q8_0 form
   std::vector<float> d;          // [n / 32] its fp16 scales, as floats
+  std::vector<float> s;          // [n / 32] fp16(amax / 127 * sum of q) per 32 values, as floats (Q5_1's offsets)
   std::vector<int32_t> sums16;   // [n / 16] sums of q per 16 values
   std::vector<int32_t> sums32;   // [n / 32] sums of q per 32 values
   std::vector<int8_t> qk;        // [n] Q8_K form

@@ -23,7 +23,7 @@ constexpr int64_t kMinWork = 1 << 16;   // below this many multiply-adds the poo
 struct Panel {
   std::vector<int8_t> w;      // [kc / 4][kNR][4] integers of the type (Q8_0 with vpdpbusd: q + 128 as u8)
   std::vector<float> scale;   // [kc / group][kNR] per-row scale of each group
-  std::vector<float> min;     // [kc / 32][kNR] Q4_K: dmin m_j of each sub-block
+  std::vector<float> min;     // [kc / 32][kNR] Q4_K / Q5_K: dmin m_j of each sub-block; Q5_1: -m of each block
 };
 
 // Every token's activations, quantized once per call: the Q8_0 form (int8 blocks of 32, fp16 scales as floats)
@@ -38,7 +38,7 @@ struct Recipe {
   int group;       // values per scale: 32, or 16 for Q6_K
   int offset;      // -128 (Q8_0 stored + 128), -8 (Q4_0), -32 (Q6_K), 0
   bool signed_w;   // weights are int8 (dot4_s8), else unsigned bytes <= kDotU8Max (dot4_u8)
-  bool mins;       // Q4_K: subtract min * d_a sum(q_a) per group
+  bool mins;       // Q4_K, Q5_K, Q5_1: subtract min * d_a sum(q_a) per group
 };
 constexpr bool kQ8Offset = S::kDotU8Max >= 255;  // Q8_0 as unsigned q + 128 where the dot takes any byte
 
@@ -47,7 +47,9 @@ Recipe recipe(BlockType t) {
     case BlockType::kQ8_0: return kQ8Offset ? Recipe{32, -128, false, false} : Recipe{32, 0, true, false};
     case BlockType::kQ4_0: return {32, -8, false, false};
     case BlockType::kQ5_0: return {32, -16, false, false};
+    case BlockType::kQ5_1: return {32, 0, false, true};
     case BlockType::kQ4_K: return {32, 0, false, true};
+    case BlockType::kQ5_K: return {32, 0, false, true};
     case BlockType::kQ6_K: return {16, -32, false, false};
   }
   return {32, 0, true, false};
@@ -100,22 +102,37 @@ void unpack_q4_0(const uint8_t* row, int r, int64_t kc, Panel& p) {
   }
 }
 
+// Bytes 0x10 where values v..v+3 of a 32-value block have their 5th bit (bit v of the 4 bytes qh, little-endian).
+inline uint32_t high4(const uint8_t* qh, int v) {
+  uint8_t h[4];
+  for (int m = 0; m < 4; ++m) h[m] = static_cast<uint8_t>(((qh[(v + m) / 8] >> ((v + m) % 8)) & 1) << 4);
+  return ld4(h);
+}
+
 void unpack_q5_0(const uint8_t* row, int r, int64_t kc, Panel& p) {
   const auto* b = reinterpret_cast<const BlockQ5_0*>(row);
   int8_t* const w = p.w.data();
   for (int64_t i = 0; i < kc / 32; ++i) {
-    const uint8_t* qh = b[i].qh;  // bit v (of the 4 bytes, little-endian order): the 5th bit of value v
-    auto high = [qh](int v) {     // bytes 0x10 where values v..v+3 have their 5th bit
-      uint8_t h[4];
-      for (int m = 0; m < 4; ++m) h[m] = static_cast<uint8_t>(((qh[(v + m) / 8] >> ((v + m) % 8)) & 1) << 4);
-      return ld4(h);
-    };
     for (int j = 0; j < 16; j += 4) {  // value j: low nibble of qs[j]; value 16 + j: its high nibble
       const uint32_t u = ld4(b[i].qs + j);
-      st4(w, r, 32 * i + j, (u & kLo4) | high(j));
-      st4(w, r, 32 * i + 16 + j, ((u >> 4) & kLo4) | high(16 + j));
+      st4(w, r, 32 * i + j, (u & kLo4) | high4(b[i].qh, j));
+      st4(w, r, 32 * i + 16 + j, ((u >> 4) & kLo4) | high4(b[i].qh, 16 + j));
     }
     p.scale[static_cast<size_t>(i * kNR + r)] = S::h2f(b[i].d);
+  }
+}
+
+void unpack_q5_1(const uint8_t* row, int r, int64_t kc, Panel& p) {
+  const auto* b = reinterpret_cast<const BlockQ5_1*>(row);
+  int8_t* const w = p.w.data();
+  for (int64_t i = 0; i < kc / 32; ++i) {
+    for (int j = 0; j < 16; j += 4) {  // value j: low nibble of qs[j]; value 16 + j: its high nibble
+      const uint32_t u = ld4(b[i].qs + j);
+      st4(w, r, 32 * i + j, (u & kLo4) | high4(b[i].qh, j));
+      st4(w, r, 32 * i + 16 + j, ((u >> 4) & kLo4) | high4(b[i].qh, 16 + j));
+    }
+    p.scale[static_cast<size_t>(i * kNR + r)] = S::h2f(b[i].d);
+    p.min[static_cast<size_t>(i * kNR + r)] = -S::h2f(b[i].m);  // x = d q + m: the kernel subtracts min
   }
 }
 
@@ -135,6 +152,26 @@ void unpack_q4_k(const uint8_t* row, int r, int64_t kc, Panel& p) {
         const uint32_t u = ld4(b[i].qs + 32 * c + j);
         st4(w, r, 256 * i + 64 * c + j, u & kLo4);
         st4(w, r, 256 * i + 64 * c + 32 + j, (u >> 4) & kLo4);
+      }
+  }
+}
+
+void unpack_q5_k(const uint8_t* row, int r, int64_t kc, Panel& p) {
+  const auto* b = reinterpret_cast<const BlockQ5_K*>(row);
+  int8_t* const w = p.w.data();
+  for (int64_t i = 0; i < kc / 256; ++i) {
+    const float d = S::h2f(b[i].d), dmin = S::h2f(b[i].dmin);
+    for (int j = 0; j < 8; ++j) {
+      int sc, m;
+      q4k_scale_min(j, b[i].scales, sc, m);
+      p.scale[static_cast<size_t>((8 * i + j) * kNR + r)] = d * static_cast<float>(sc);
+      p.min[static_cast<size_t>((8 * i + j) * kNR + r)] = dmin * static_cast<float>(m);
+    }
+    for (int c = 0; c < 4; ++c)  // 64 values: low nibbles + bit 2c of qh (sub-block 2c), high + bit 2c + 1
+      for (int j = 0; j < 32; j += 4) {
+        const uint32_t u = ld4(b[i].qs + 32 * c + j), h = ld4(b[i].qh + j);
+        st4(w, r, 256 * i + 64 * c + j, (u & kLo4) | ((h >> (2 * c)) & 0x01010101u) << 4);
+        st4(w, r, 256 * i + 64 * c + 32 + j, ((u >> 4) & kLo4) | ((h >> (2 * c + 1)) & 0x01010101u) << 4);
       }
   }
 }
@@ -165,7 +202,9 @@ UnpackFn unpacker(BlockType t) {
     case BlockType::kQ8_0: return unpack_q8_0;
     case BlockType::kQ4_0: return unpack_q4_0;
     case BlockType::kQ5_0: return unpack_q5_0;
+    case BlockType::kQ5_1: return unpack_q5_1;
     case BlockType::kQ4_K: return unpack_q4_k;
+    case BlockType::kQ5_K: return unpack_q5_k;
     case BlockType::kQ6_K: return unpack_q6_k;
   }
   return unpack_q8_0;

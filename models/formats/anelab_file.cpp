@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
@@ -160,8 +161,9 @@ Model parse_anelab(const uint8_t* data, size_t size, std::shared_ptr<const void>
     const std::string name = jstr(e, "name", w, "tensors[].");
     const std::string ctx = "tensor " + name + ": ";
     const DType dt = parse_dtype(jstr(e, "dtype", w, ctx.c_str()));
-    if (version < 3 && is_block_quantized(dt) && dt != DType::kQ8_0)
-      fail("model", w, ": ", ctx, "dtype ", dtype_name(dt), " needs format version 3 (the file says ", version, ")");
+    if (version < dtype_min_version(dt))
+      fail("model", w, ": ", ctx, "dtype ", dtype_name(dt), " needs format version ", dtype_min_version(dt),
+           " (the file says ", version, ")");
     const json& sh = field(e, "shape", w, ctx.c_str());
     if (!sh.is_array() || sh.empty() || sh.size() > 4) fail("model", w, ": ", ctx, "shape must be a list of 1-4 dims");
     std::vector<int64_t> shape;
@@ -256,13 +258,24 @@ void write_tensor_data(OutFile& out, const TensorWriteSpec& t, int64_t n, int64_
 }
 }  // namespace
 
+uint32_t dtype_min_version(DType t) {
+  switch (t) {
+    case DType::kQ4_0:
+    case DType::kQ5_0:
+    case DType::kQ4_K:
+    case DType::kQ6_K: return 3;
+    case DType::kQ5_1:
+    case DType::kQ5_K: return 4;
+    default: return 1;
+  }
+}
+
 int64_t write_anelab_file(const std::string& path, const AnelabWriteInfo& info,
                           const std::vector<TensorWriteSpec>& tensors, const ProgressFn& progress) {
   validate_config(info.config, path);
-  // Version 3 only where needed (4-bit / 6-bit block types), so older readers still read the rest.
+  // The oldest version that holds every tensor's dtype, so older readers still read what they can.
   uint32_t version = 2;
-  for (const auto& t : tensors)
-    if (is_block_quantized(t.dtype) && t.dtype != DType::kQ8_0) version = 3;
+  for (const auto& t : tensors) version = std::max(version, dtype_min_version(t.dtype));
   json h{{"format", "anelab-model"}, {"version", version}, {"config", model_config_to_json(info.config)},
          {"source", info.source}};
   int64_t off = 0;

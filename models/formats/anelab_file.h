@@ -1,10 +1,11 @@
-// The anelab model file (.anelab), format version 3 (versions 1 and 2 are still read). Version 3 adds the
-// dtypes q4_0, q4_k and q6_k; a file without them is written as version 2. All integers
+// The anelab model file (.anelab), format version 4 (versions 1 to 3 are still read). Version 3 adds the
+// dtypes q4_0, q5_0, q4_k and q6_k, version 4 q5_1 and q5_k; a file is written as the oldest version its tensors
+// allow (2 without any of them). All integers
 // little-endian. A model file is self-contained: the tokenizer is embedded (as GGUF does), with the chat
 // template when the source had one.
 //
 //   offset 0   char[8]  magic "ANELABMF"
-//   offset 8   u32      format version (2, or 3 with q4_0/q4_k/q6_k tensors; readers accept 1 to 3)
+//   offset 8   u32      format version (2; 3 with q4_0/q5_0/q4_k/q6_k tensors; 4 with q5_1/q5_k; readers accept 1 to 4)
 //   offset 12  u32      reserved (0)
 //   offset 16  u64      header_len: length of the JSON header that follows (at most 64 MiB)
 //   offset 24  JSON header, UTF-8, header_len bytes
@@ -20,7 +21,7 @@
 //                  "embedded": {"offset": O, "nbytes": N},       (optional: absent when the model has none)
 //                  "chat_template": "Jinja text"}                (optional; version 2)
 //    "tensors": [{"name": canonical name (models/formats/model.h), "dtype": "fp32"|"fp16"|"bf16"|"q8_0"|
-//                 "q4_0"|"q4_k"|"q6_k" (block layouts of framework/quant/blocks.h, whole blocks per row),
+//                 "q4_0"|"q5_0"|"q5_1"|"q4_k"|"q5_k"|"q6_k" (block layouts of framework/quant/blocks.h, whole blocks per row),
 //                 "shape": [out, in] or [n], "offset": O, "nbytes": N}, ...],   canonical order
 //    "data_size": bytes of the data section,
 //    "source": free-form provenance string}
@@ -46,7 +47,9 @@
 namespace anelab::models {
 
 constexpr char kAnelabMagic[9] = "ANELABMF";
-constexpr uint32_t kAnelabVersion = 3;  // the newest written (2 when no tensor needs 3); 1 and 2 are still read
+constexpr uint32_t kAnelabVersion = 4;  // the newest written (the oldest the tensors allow); 1 to 3 are still read
+// The first format version that holds dtype t: 3 for q4_0, q5_0, q4_k, q6_k; 4 for q5_1, q5_k; 1 otherwise.
+uint32_t dtype_min_version(DType t);
 constexpr int64_t kAnelabAlign = 64;
 
 // Reads an anelab model file (mapped, or read into memory per `access`). Throws anelab::Error naming the field on

@@ -82,7 +82,7 @@ int64_t ggml_nbytes(uint32_t type, int64_t row, int64_t n, const std::string& na
   const std::optional<DType> d = dtype_of_ggml(type);
   if (!d)
     fail("model", w, ": tensor ", name, " has ggml type ", type,
-         ", which is not supported (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q6_K); re-quantise the model to one of these");
+         ", which is not supported (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K); re-quantise the model to one of these");
   if (row % dtype_block(*d))
     fail("model", w, ": tensor ", name, " row length ", row, " is not a multiple of ", dtype_block(*d), " for ",
          dtype_name(*d));
@@ -98,7 +98,9 @@ std::optional<DType> dtype_of_ggml(uint32_t ggml_type) {
     case kGgmlQ8_0: return DType::kQ8_0;
     case kGgmlQ4_0: return DType::kQ4_0;
     case kGgmlQ5_0: return DType::kQ5_0;
+    case kGgmlQ5_1: return DType::kQ5_1;
     case kGgmlQ4_K: return DType::kQ4_K;
+    case kGgmlQ5_K: return DType::kQ5_K;
     case kGgmlQ6_K: return DType::kQ6_K;
     default: return std::nullopt;
   }
@@ -112,7 +114,9 @@ uint32_t ggml_type_of(DType t) {
     case DType::kQ8_0: return kGgmlQ8_0;
     case DType::kQ4_0: return kGgmlQ4_0;
     case DType::kQ5_0: return kGgmlQ5_0;
+    case DType::kQ5_1: return kGgmlQ5_1;
     case DType::kQ4_K: return kGgmlQ4_K;
+    case DType::kQ5_K: return kGgmlQ5_K;
     case DType::kQ6_K: return kGgmlQ6_K;
   }
   return kGgmlF32;

@@ -7,7 +7,8 @@
 //   value types: 0 u8, 1 i8, 2 u16, 3 i16, 4 u32, 5 i32, 6 f32, 7 bool, 8 str, 9 array (u32 elem type,
 //   u64 count, elems), 10 u64, 11 i64, 12 f64.
 //   ne[0] is the fastest-varying (row) dimension, so canonical shape = reversed ne.
-//   Tensor types read and written: F32 (0), F16 (1), Q4_0 (2), Q8_0 (8), Q4_K (12), Q6_K (14), BF16 (30);
+//   Tensor types read and written: F32 (0), F16 (1), Q4_0 (2), Q5_0 (6), Q5_1 (7), Q8_0 (8), Q4_K (12), Q5_K (13),
+//   Q6_K (14), BF16 (30);
 //   block types (framework/quant/blocks.h) stay in their type, viewed in the mapping. A tensor whose row is
 //   not whole blocks, or whose data runs past the end of the file, is rejected naming the tensor.
 //
@@ -48,8 +49,8 @@ enum class GgufType : uint32_t {
   kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7, kString = 8,
   kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
 };
-constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ4_0 = 2, kGgmlQ5_0 = 6, kGgmlQ8_0 = 8, kGgmlQ4_K = 12, kGgmlQ6_K = 14,
-                   kGgmlBF16 = 30;
+constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ4_0 = 2, kGgmlQ5_0 = 6, kGgmlQ5_1 = 7, kGgmlQ8_0 = 8,
+                   kGgmlQ4_K = 12, kGgmlQ5_K = 13, kGgmlQ6_K = 14, kGgmlBF16 = 30;
 std::optional<DType> dtype_of_ggml(uint32_t ggml_type);  // nullopt for types anelab does not read
 uint32_t ggml_type_of(DType t);
 

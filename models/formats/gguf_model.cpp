@@ -320,12 +320,19 @@ std::string gguf_name(const std::string& name) {
   return "blk." + name.substr(7, dot - 7) + "." + find(name.substr(dot + 1));
 }
 
-// llama.cpp's llama_ftype of the matrices' dtype (0 all f32, 1 mostly f16, 7 mostly q8_0, 32 mostly bf16,
-// 2 mostly q4_0, 15 q4_k_m: q4_k with q6_k where llama.cpp's Q4_K_M mix puts it, 18 mostly q6_k).
+// llama.cpp's llama_ftype of the matrices' dtypes: a K-quant mix by its base type (Q4_K: 15 q4_k_m; else Q5_K: 17
+// q5_k_m when a layer matrix is Q6_K, 16 q5_k_s when none is; their row fallbacks Q5_0 / Q5_1 / Q8_0 do not count), else
+// the dtype holding the most bytes (0 all f32, 1 mostly f16, 7 q8_0, 32 bf16, 2 q4_0, 8 q5_0, 9 q5_1, 18 q6_k).
 uint32_t file_type(const Model& m) {
   std::map<DType, int64_t> bytes;
+  bool q6k_layer = false;
   for (const Tensor& t : m.tensors())
-    if (t.shape.size() == 2) bytes[t.dtype] += t.nbytes;
+    if (t.shape.size() == 2) {
+      bytes[t.dtype] += t.nbytes;
+      q6k_layer |= t.dtype == DType::kQ6_K && t.name.starts_with("layers.");
+    }
+  if (bytes.count(DType::kQ4_K)) return 15;  // q4_k_m's Q5_K (a fused attn_qkv) and Q6_K are its upgrades
+  if (bytes.count(DType::kQ5_K)) return q6k_layer ? 17 : 16;
   DType top = DType::kF32;
   for (const auto& [d, n] : bytes)
     if (n > bytes[top]) top = d;
@@ -335,8 +342,8 @@ uint32_t file_type(const Model& m) {
     case DType::kBF16: return 32;
     case DType::kQ4_0: return 2;
     case DType::kQ5_0: return 8;
-    case DType::kQ4_K: return 15;
-    case DType::kQ6_K: return bytes.count(DType::kQ4_K) ? 15 : 18;
+    case DType::kQ5_1: return 9;
+    case DType::kQ6_K: return 18;
     default: return 0;
   }
 }

@@ -19,14 +19,17 @@ const char* dtype_name(DType t) {
     case DType::kQ8_0: return "q8_0";
     case DType::kQ4_0: return "q4_0";
     case DType::kQ5_0: return "q5_0";
+    case DType::kQ5_1: return "q5_1";
     case DType::kQ4_K: return "q4_k";
+    case DType::kQ5_K: return "q5_k";
     case DType::kQ6_K: return "q6_k";
   }
   return "?";
 }
 
 bool is_block_quantized(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ5_0 || t == DType::kQ4_K || t == DType::kQ6_K;
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ5_0 || t == DType::kQ5_1 || t == DType::kQ4_K ||
+         t == DType::kQ5_K || t == DType::kQ6_K;
 }
 
 namespace {
@@ -34,7 +37,9 @@ quant::BlockType block_type(DType t) {
   switch (t) {
     case DType::kQ4_0: return quant::BlockType::kQ4_0;
     case DType::kQ5_0: return quant::BlockType::kQ5_0;
+    case DType::kQ5_1: return quant::BlockType::kQ5_1;
     case DType::kQ4_K: return quant::BlockType::kQ4_K;
+    case DType::kQ5_K: return quant::BlockType::kQ5_K;
     case DType::kQ6_K: return quant::BlockType::kQ6_K;
     default: return quant::BlockType::kQ8_0;
   }
@@ -50,9 +55,11 @@ DType parse_dtype(std::string_view s) {
   if (s == "q8_0" || s == "Q8_0") return DType::kQ8_0;
   if (s == "q4_0" || s == "Q4_0") return DType::kQ4_0;
   if (s == "q5_0" || s == "Q5_0") return DType::kQ5_0;
+  if (s == "q5_1" || s == "Q5_1") return DType::kQ5_1;
   if (s == "q4_k" || s == "Q4_K") return DType::kQ4_K;
+  if (s == "q5_k" || s == "Q5_K") return DType::kQ5_K;
   if (s == "q6_k" || s == "Q6_K") return DType::kQ6_K;
-  fail("model", "unknown dtype '", s, "': use one of fp32, fp16, bf16, q8_0, q4_0, q5_0, q4_k, q6_k");
+  fail("model", "unknown dtype '", s, "': use one of fp32, fp16, bf16, q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k");
 }
 
 int64_t dtype_nbytes(DType t, int64_t n) {
@@ -64,7 +71,9 @@ int64_t dtype_nbytes(DType t, int64_t n) {
     case DType::kQ8_0:
     case DType::kQ4_0:
     case DType::kQ5_0:
+    case DType::kQ5_1:
     case DType::kQ4_K:
+    case DType::kQ5_K:
     case DType::kQ6_K: {
       const quant::BlockInfo b = quant::block_info(block_type(t));
       return n % b.values ? -1 : n / b.values * b.bytes;
@@ -268,7 +277,9 @@ void Tensor::to_f32(int64_t begin, int64_t count, float* out) const {
     case DType::kQ8_0:
     case DType::kQ4_0:
     case DType::kQ5_0:
+    case DType::kQ5_1:
     case DType::kQ4_K:
+    case DType::kQ5_K:
     case DType::kQ6_K: {
       const int64_t blk = dtype_block(dtype);
       if (begin % blk || count % blk)
@@ -401,7 +412,9 @@ void f32_to_dtype(const float* src, DType t, uint8_t* dst, int64_t n) {
     case DType::kQ8_0:
     case DType::kQ4_0:
     case DType::kQ5_0:
+    case DType::kQ5_1:
     case DType::kQ4_K:
+    case DType::kQ5_K:
     case DType::kQ6_K: quant::quantize(block_type(t), src, dst, n); return;
   }
 }

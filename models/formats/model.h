@@ -48,10 +48,12 @@ enum class DType : uint8_t {
   kQ4_K = 5,  // 256 values in 144 bytes: fp16 d, dmin, 8 6-bit (scale, min) pairs, 128 bytes of nibbles
   kQ6_K = 6,  // 256 values in 210 bytes: 6-bit q in 16 groups of 16 with int8 scales, fp16 d
   kQ5_0 = 7,  // 32 values in 22 bytes: fp16 d + 32 high bits + 16 bytes of nibbles; x = d*(q-16)
+  kQ5_1 = 8,  // 32 values in 24 bytes: fp16 d, m + 32 high bits + 16 bytes of nibbles; x = d*q + m
+  kQ5_K = 9,  // 256 values in 176 bytes: Q4_K's scales and nibbles + 32 bytes of 5th bits
 };
-const char* dtype_name(DType t);                 // "fp32", "fp16", "bf16", "q8_0", "q4_0", "q5_0", "q4_k", "q6_k"
+const char* dtype_name(DType t);                 // "fp32", "fp16", "bf16", "q8_0", "q4_0", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"
 DType parse_dtype(std::string_view s);           // accepts the names above (+ f32/f16/float32...), throws otherwise
-bool is_block_quantized(DType t);                // q8_0, q4_0, q5_0, q4_k, q6_k
+bool is_block_quantized(DType t);                // q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k
 int64_t dtype_block(DType t);                    // values per block: 32 / 256 for block types, 1 otherwise
 // Bytes needed for n elements (block types: n must be a multiple of dtype_block); returns -1 when n is invalid.
 int64_t dtype_nbytes(DType t, int64_t n);

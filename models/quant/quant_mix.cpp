@@ -18,10 +18,11 @@ std::pair<std::string, int64_t> leaf_of(const std::string& name) {
   return {name.substr(dot + 1), std::stoll(name.substr(7, dot - 7))};
 }
 
-// llama.cpp's fallback for a row that is not whole blocks of t (Q4_K -> Q5_0, Q6_K -> Q8_0, then F16).
+// llama.cpp's fallback for a row that is not whole blocks of t (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, then F16).
 DType fit_row(DType t, int64_t row) {
   if (row % dtype_block(t) == 0) return t;
   if (t == DType::kQ4_K) t = DType::kQ5_0;
+  if (t == DType::kQ5_K) t = DType::kQ5_1;
   if (t == DType::kQ6_K) t = DType::kQ8_0;
   return row % dtype_block(t) == 0 ? t : DType::kF16;
 }
@@ -34,6 +35,8 @@ std::optional<QuantMix> parse_quant_mix(std::string_view s) {
   if (l == "q8_0") return QuantMix::kQ8_0;
   if (l == "q4_0") return QuantMix::kQ4_0;
   if (l == "q4_k_m") return QuantMix::kQ4_K_M;
+  if (l == "q5_k_s") return QuantMix::kQ5_K_S;
+  if (l == "q5_k_m") return QuantMix::kQ5_K_M;
   return std::nullopt;
 }
 
@@ -42,22 +45,27 @@ const char* quant_mix_name(QuantMix m) {
     case QuantMix::kQ8_0: return "q8_0";
     case QuantMix::kQ4_0: return "q4_0";
     case QuantMix::kQ4_K_M: return "q4_k_m";
+    case QuantMix::kQ5_K_S: return "q5_k_s";
+    case QuantMix::kQ5_K_M: return "q5_k_m";
   }
   return "?";
 }
 
 DType mix_dtype(const ModelConfig& c, const std::string& name, const std::vector<int64_t>& shape, DType src, QuantMix mix) {
   if (shape.size() < 2 || name == "pos_embeddings") return src;
-  const DType base = mix == QuantMix::kQ8_0 ? DType::kQ8_0 : mix == QuantMix::kQ4_0 ? DType::kQ4_0 : DType::kQ4_K;
+  DType t = DType::kQ5_K;
+  if (mix == QuantMix::kQ8_0) t = DType::kQ8_0;
+  if (mix == QuantMix::kQ4_0) t = DType::kQ4_0;
+  if (mix == QuantMix::kQ4_K_M) t = DType::kQ4_K;
   const auto [leaf, layer] = leaf_of(name);
-  DType t = base;
   if (name == "output" || (name == "tok_embeddings" && c.tied_embeddings)) {
     t = mix == QuantMix::kQ8_0 ? DType::kQ8_0 : DType::kQ6_K;
-  } else if (mix == QuantMix::kQ4_K_M) {
+  } else if (mix == QuantMix::kQ4_K_M || mix == QuantMix::kQ5_K_M) {
     if ((leaf == "wv" || leaf == "w2" || leaf == "proj") && use_more_bits(layer, c.n_layers)) t = DType::kQ6_K;
     // A fused attn_qkv in GGUF (the architecture table says which) holds wv too: one type for the three.
     const Arch* a = find_arch(c.arch);
-    if (a && a->gguf_fused_qkv && (leaf == "wq" || leaf == "wk" || leaf == "wv")) t = DType::kQ6_K;
+    if (a && a->gguf_fused_qkv && (leaf == "wq" || leaf == "wk" || leaf == "wv"))
+      t = mix == QuantMix::kQ4_K_M ? DType::kQ5_K : DType::kQ6_K;
   }
   return fit_row(t, shape.back());
 }

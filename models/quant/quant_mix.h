@@ -3,14 +3,15 @@
 // framework/quant/blocks.h. The per-tensor rules, in canonical tensor names (models/formats/model.h):
 //
 //   1-D tensors (norms, biases) and pos_embeddings      kept as they are (not quantized)
-//   output, and tok_embeddings when the head is tied    q8_0 -> Q8_0; q4_0 and q4_k_m -> Q6_K
-//   layers.N.wv (attn_v) and layers.N.w2 / .proj        q4_k_m: Q6_K where use_more_bits(N, n_layers), else Q4_K;
-//   (ffn_down)                                          use_more_bits(i, n) = i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2
-//                                                       (the first and last eighth of the layers and every third between)
-//   gpt2's q/k/v (one fused attn_qkv in GGUF)           q4_k_m: llama.cpp uses Q5_K, which anelab lacks: Q6_K
-//   every other matrix                                  the mix's base type (Q8_0, Q4_0, Q4_K)
-//   a row length that is not whole blocks               llama.cpp's fallback: Q6_K -> Q8_0; Q4_K -> Q5_0 there, Q8_0 here
-//                                                       (anelab has no Q5_0); Q8_0 / Q4_0 -> fp16
+//   output, and tok_embeddings when the head is tied    q8_0 -> Q8_0; every other mix -> Q6_K
+//   layers.N.wv (attn_v) and layers.N.w2 / .proj        q4_k_m, q5_k_m: Q6_K where use_more_bits(N, n_layers), else
+//   (ffn_down)                                          the base type; use_more_bits(i, n) = i < n/8 || i >= 7n/8 ||
+//                                                       (i - n/8) % 3 == 2 (the first and last eighth of the layers and
+//                                                       every third between)
+//   gpt2's q/k/v (one fused attn_qkv in GGUF)           q4_k_m: Q5_K; q5_k_m: Q6_K
+//   every other matrix                                  the mix's base type (Q8_0, Q4_0, Q4_K, Q5_K)
+//   a row length that is not whole blocks               llama.cpp's fallback: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0;
+//                                                       then (and for Q8_0 / Q4_0) fp16
 #pragma once
 #include <optional>
 #include <string>
@@ -20,9 +21,9 @@
 
 namespace anelab::models {
 
-enum class QuantMix : uint8_t { kQ8_0, kQ4_0, kQ4_K_M };
+enum class QuantMix : uint8_t { kQ8_0, kQ4_0, kQ4_K_M, kQ5_K_S, kQ5_K_M };
 
-// "q8_0", "q4_0", "q4_k_m" (any case); nullopt otherwise.
+// "q8_0", "q4_0", "q4_k_m", "q5_k_s", "q5_k_m" (any case); nullopt otherwise.
 std::optional<QuantMix> parse_quant_mix(std::string_view s);
 const char* quant_mix_name(QuantMix m);
 // The dtype `mix` gives tensor `name` of shape `shape` in a model of config c (src = its current dtype).

@@ -23,7 +23,7 @@ constexpr double kU = 0x1p-24;                          // fp32 unit roundoff
 struct Weights {
   std::vector<uint8_t> blocks;  // [rows, cols / values * bytes]
   std::vector<float> deq;       // [rows, cols] dequantized
-  std::vector<float> off;       // [rows, cols] Q4_K: the min dmin m of each value's sub-block, else 0
+  std::vector<float> off;       // [rows, cols] |the offset| of each value's group: Q4_K / Q5_K dmin m, Q5_1 m; else 0
 };
 
 Weights make_weights(BlockType t, int64_t rows, int64_t cols, uint32_t seed) {
@@ -40,15 +40,21 @@ Weights make_weights(BlockType t, int64_t rows, int64_t cols, uint32_t seed) {
   m.deq.resize(w.size());
   dequantize(t, m.blocks.data(), m.deq.data(), rows * cols);
   m.off.assign(w.size(), 0.0f);
-  if (t == BlockType::kQ4_K)
-    for (size_t b = 0; b < m.blocks.size() / 144; ++b) {
-      const auto& blk = reinterpret_cast<const BlockQ4_K*>(m.blocks.data())[b];
+  // K-quants: dmin and scales at the same offsets in Q4_K and Q5_K.
+  auto k_offsets = [&](const auto* blk, size_t n) {
+    for (size_t b = 0; b < n; ++b)
       for (int j = 0; j < 8; ++j) {
         int sc, mn;
-        q4k_scale_min(j, blk.scales, sc, mn);
-        for (int i = 0; i < 32; ++i) m.off[256 * b + 32 * static_cast<size_t>(j) + static_cast<size_t>(i)] = simd::h2f(blk.dmin) * mn;
+        q4k_scale_min(j, blk[b].scales, sc, mn);
+        for (int i = 0; i < 32; ++i) m.off[256 * b + 32 * static_cast<size_t>(j) + static_cast<size_t>(i)] = simd::h2f(blk[b].dmin) * mn;
       }
-    }
+  };
+  if (t == BlockType::kQ4_K) k_offsets(reinterpret_cast<const BlockQ4_K*>(m.blocks.data()), m.blocks.size() / 144);
+  if (t == BlockType::kQ5_K) k_offsets(reinterpret_cast<const BlockQ5_K*>(m.blocks.data()), m.blocks.size() / 176);
+  if (t == BlockType::kQ5_1)
+    for (size_t b = 0; b < m.blocks.size() / 24; ++b)
+      for (size_t i = 0; i < 32; ++i)
+        m.off[32 * b + i] = std::fabs(simd::h2f(reinterpret_cast<const BlockQ5_1*>(m.blocks.data())[b].m));
   return m;
 }
 
@@ -77,7 +83,7 @@ void check_gemm(ThreadPool& pool, BlockType t, int64_t n_tok, int64_t rows, int6
         ref_x += double(w.deq[i]) * xt[k];
         // The kernel scales exact integer sums; the reference's weights were rounded once or twice from
         // scale * q - min (terms |w| + 2 |min|). Then one rounding per fold of a group (cols / 16 at most,
-        // twice that with Q4_K's mins) and per k block: (cols / 8 + 8) u of the magnitude bounds both.
+        // twice that with the mins of Q4_K, Q5_K, Q5_1) and per k block: (cols / 8 + 8) u of the magnitude bounds both.
         mag += (std::fabs(w.deq[i]) + 2.0 * w.off[i]) * std::fabs(xq);
         act_bound += std::fabs(w.deq[i]) * acts_rounding_bound(a, BlockType::kQ8_0, k);  // the Q8_0 form it reads
       }
@@ -91,7 +97,8 @@ void check_gemm(ThreadPool& pool, BlockType t, int64_t n_tok, int64_t rows, int6
 
 TEST(QuantGemm, MatchesFp64ReferenceOnEveryType) {
   ThreadPool pool(3);
-  for (BlockType t : {BlockType::kQ8_0, BlockType::kQ4_0, BlockType::kQ5_0, BlockType::kQ4_K, BlockType::kQ6_K}) {
+  for (BlockType t : {BlockType::kQ8_0, BlockType::kQ4_0, BlockType::kQ5_0, BlockType::kQ5_1, BlockType::kQ4_K,
+                      BlockType::kQ5_K, BlockType::kQ6_K}) {
     const int64_t bv = block_info(t).values;
     check_gemm(pool, t, kMR + 1, kNR + 3, bv);             // one block of k; partial tiles of tokens and rows
     check_gemm(pool, t, 1, 1, 3 * bv);                     // one token, one row

@@ -12,6 +12,7 @@
 #include "framework/quant/blocks.h"
 #include "framework/quant/qdot.h"
 #include "framework/simd/simd.h"
+#include "tests/core/quant_golden_input.h"
 
 namespace anelab::quant {
 namespace {
@@ -25,7 +26,16 @@ TEST(QuantBlocks, LayoutSizes) {
   EXPECT_EQ(block_info(BlockType::kQ5_0).bytes, 22);
   EXPECT_EQ(offsetof(BlockQ5_0, qh), 2u);
   EXPECT_EQ(offsetof(BlockQ5_0, qs), 6u);
+  EXPECT_EQ(block_info(BlockType::kQ5_1).bytes, 24);
+  EXPECT_EQ(offsetof(BlockQ5_1, m), 2u);
+  EXPECT_EQ(offsetof(BlockQ5_1, qh), 4u);
+  EXPECT_EQ(offsetof(BlockQ5_1, qs), 8u);
   EXPECT_EQ(block_info(BlockType::kQ4_K).bytes, 144);
+  EXPECT_EQ(block_info(BlockType::kQ5_K).bytes, 176);
+  EXPECT_EQ(offsetof(BlockQ5_K, scales), 4u);
+  EXPECT_EQ(offsetof(BlockQ5_K, qh), 16u);
+  EXPECT_EQ(offsetof(BlockQ5_K, qs), 48u);
+  EXPECT_EQ(block_info(BlockType::kQ5_K).values, 256);
   EXPECT_EQ(block_info(BlockType::kQ6_K).bytes, 210);
   EXPECT_EQ(block_info(BlockType::kQ8_0).values, 32);
   EXPECT_EQ(block_info(BlockType::kQ4_0).values, 32);
@@ -87,6 +97,57 @@ TEST(QuantBlocks, HandBuiltQ5_0) {
   dequantize(BlockType::kQ5_0, reinterpret_cast<const uint8_t*>(&b), y, 32);
   EXPECT_EQ(y[0], 16.0f);  // q = 0
   EXPECT_EQ(y[1], 7.0f);   // x = 7.5: x / d + 16.5 = 9.0, q = 9, -1 * (9 - 16)
+}
+
+// Q5_1: x = -3 + v / 2 spans [-3, 12.5], so d = 15.5 / 31 = 0.5 and m = -3 are exact in fp16 and every value
+// sits on level v; one value moved to a tie rounds up, one just below it down.
+TEST(QuantBlocks, HandBuiltQ5_1) {
+  float x[32];
+  for (int v = 0; v < 32; ++v) x[v] = -3.0f + 0.5f * static_cast<float>(v);
+  x[6] = -3.0f + 0.5f * 6.5f;   // (x - m) / d + 0.5 = 7.0: q = 7
+  x[7] = -3.0f + 0.5f * 5.49f;  // 5.99: q = 5
+  BlockQ5_1 b{};
+  quantize(BlockType::kQ5_1, x, reinterpret_cast<uint8_t*>(&b), 32);
+  EXPECT_EQ(b.d, 0x3800);  // fp16 0.5
+  EXPECT_EQ(b.m, 0xC200);  // fp16 -3.0
+  const uint8_t want_qh[4] = {0x00, 0x00, 0xFF, 0xFF};  // q >= 16 exactly for v >= 16
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(b.qh[k], want_qh[k]) << k;
+  auto q_of = [](int v) { return v == 6 ? 7 : v == 7 ? 5 : v; };
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(b.qs[j], static_cast<uint8_t>(q_of(j) | (q_of(j + 16) & 15) << 4)) << j;
+  float y[32];
+  dequantize(BlockType::kQ5_1, reinterpret_cast<const uint8_t*>(&b), y, 32);
+  for (int v = 0; v < 32; ++v) EXPECT_EQ(y[v], -3.0f + 0.5f * static_cast<float>(q_of(v))) << v;
+}
+
+TEST(QuantBlocks, HandBuiltQ5_K) {
+  BlockQ5_K b{};
+  b.d = f2h(0.25f);
+  b.dmin = f2h(0.5f);
+  for (int j = 0; j < 8; ++j) {  // scale 9 + 6j, min 50 - 5j, packed as Q4_K's
+    const int sc = 9 + 6 * j, m = 50 - 5 * j;
+    if (j < 4) {
+      b.scales[j] = static_cast<uint8_t>(sc), b.scales[j + 4] = static_cast<uint8_t>(m);
+    } else {
+      b.scales[j + 4] = static_cast<uint8_t>((sc & 15) | (m & 15) << 4);
+      b.scales[j - 4] = static_cast<uint8_t>(b.scales[j - 4] | (sc >> 4) << 6);
+      b.scales[j] = static_cast<uint8_t>(b.scales[j] | (m >> 4) << 6);
+    }
+  }
+  // 5-bit q of value v: (v * 13 + 5) % 32. Value v = 64c + 32h + i: low 4 bits in nibble h of qs[32c + i], the
+  // 5th bit as bit 2c + h of qh[i].
+  auto q_of = [](int v) { return (v * 13 + 5) % 32; };
+  for (int v = 0; v < 256; ++v) {
+    const int c = v / 64, h = (v % 64) / 32, i = v % 32;
+    b.qs[32 * c + i] = static_cast<uint8_t>(b.qs[32 * c + i] | (q_of(v) & 15) << (4 * h));
+    b.qh[i] = static_cast<uint8_t>(b.qh[i] | (q_of(v) >> 4) << (2 * c + h));
+  }
+  std::vector<float> y(256);
+  dequantize(BlockType::kQ5_K, reinterpret_cast<const uint8_t*>(&b), y.data(), 256);
+  for (int v = 0; v < 256; ++v) {
+    const int j = v / 32;
+    const float want = 0.25f * static_cast<float>(9 + 6 * j) * static_cast<float>(q_of(v)) - 0.5f * static_cast<float>(50 - 5 * j);
+    ASSERT_EQ(y[static_cast<size_t>(v)], want) << v;
+  }
 }
 
 TEST(QuantBlocks, HandBuiltQ4_K) {
@@ -189,6 +250,60 @@ TEST(QuantBlocks, Q8_0Q4_0Q5_0RoundToNearestLevel) {
   }
 }
 
+// Q5_1 rounds (x - min) / d with the fp32 d and min and stores both as fp16, which moves level k by up to
+// (k |d| + |m|) 2^-11: the chosen level can be twice that farther than the nearest stored one. Values outside
+// [min, max] do not exist (the block's own extremes set them).
+TEST(QuantBlocks, Q5_1RoundsToNearestLevel) {
+  const std::vector<float> x = test_values(2048, 4);
+  std::vector<uint8_t> q(2048 / 32 * 24);
+  std::vector<float> y(2048);
+  quantize(BlockType::kQ5_1, x.data(), q.data(), 2048);
+  dequantize(BlockType::kQ5_1, q.data(), y.data(), 2048);
+  double err2 = 0, sig2 = 0;
+  for (int64_t b = 0; b < 64; ++b) {
+    const auto* blk = reinterpret_cast<const BlockQ5_1*>(q.data() + b * 24);
+    const float d = h2f(blk->d), m = h2f(blk->m);
+    std::vector<float> levels;
+    for (int k = 0; k < 32; ++k) levels.push_back(d * static_cast<float>(k) + m);
+    const float slack = 2.0f * (31.0f * std::fabs(d) + std::fabs(m)) / 2048;
+    for (int64_t i = 32 * b; i < 32 * b + 32; ++i) {
+      expect_nearest(x, y, i, levels, slack);
+      err2 += (x[i] - y[i]) * (x[i] - y[i]), sig2 += x[i] * x[i];
+    }
+  }
+  // 5 bits over the block's range (~4.4 sigma for 32 Gaussian values): step ~0.14 sigma, NMSE ~step^2 / 12 = 0.0017.
+  EXPECT_LT(err2 / sig2, 0.004);
+}
+
+// Q5_K: Q4_K's affine fit with 32 levels per sub-block.
+TEST(QuantBlocks, Q5_KRoundsToNearestLevelOfItsSubBlock) {
+  const std::vector<float> x = test_values(2048, 5);
+  std::vector<uint8_t> q(2048 / 256 * 176);
+  std::vector<float> y(2048);
+  quantize(BlockType::kQ5_K, x.data(), q.data(), 2048);
+  dequantize(BlockType::kQ5_K, q.data(), y.data(), 2048);
+  double err2 = 0, sig2 = 0;
+  for (int64_t sb = 0; sb < 8; ++sb) {
+    const auto* b = reinterpret_cast<const BlockQ5_K*>(q.data() + sb * 176);
+    for (int j = 0; j < 8; ++j) {
+      int sc, m;
+      q4k_scale_min(j, b->scales, sc, m);
+      std::vector<float> levels;
+      for (int k = 0; k < 32; ++k)
+        levels.push_back(h2f(b->d) * static_cast<float>(sc) * static_cast<float>(k) - h2f(b->dmin) * static_cast<float>(m));
+      for (int i = 0; i < 32; ++i) {
+        const int64_t v = sb * 256 + j * 32 + i;
+        if (sc > 0) expect_nearest(x, y, v, levels);
+        err2 += (x[v] - y[v]) * (x[v] - y[v]), sig2 += x[v] * x[v];
+      }
+    }
+  }
+  for (int i = 1024; i < 1280; ++i) EXPECT_EQ(y[i], 0.0f);
+  // Q4_K's bound with twice the levels: a quarter of its NMSE (0.0017), at most doubled by the 6-bit scales,
+  // the clipped extremes and the outliers.
+  EXPECT_LT(err2 / sig2, 0.004);
+}
+
 TEST(QuantBlocks, Q4_KRoundsToNearestLevelOfItsSubBlock) {
   const std::vector<float> x = test_values(2048, 2);
   std::vector<uint8_t> q(2048 / 256 * 144);
@@ -241,6 +356,29 @@ TEST(QuantBlocks, Q6_KRoundsToNearestLevelOfItsSubBlock) {
   EXPECT_LT(err2 / sig2, 1e-3);
 }
 
+
+// The quantizers write llama-quantize's bytes: every type on a fixed input (quant_golden_input.h, the same values on
+// every platform) hashes to what llama.cpp's reference quantizers (ggml's quantize_row_*_ref, llama-quantize
+// without an importance matrix) give on it. The constants come from scripts/quant_reference_hashes.sh, run against
+// the llama.cpp build of 2026-08 (unslothai/llama.cpp) on x86-64. Every CI build (native AVX-512, AVX2, scalar,
+// aarch64 under qemu) checks them, so a platform whose arithmetic moves one rounding fails here.
+TEST(QuantBlocks, QuantizersMatchLlamaQuantizeBytes) {
+  namespace g = quant_golden;
+  const std::vector<float> x = g::values();
+  const struct {
+    BlockType t;
+    uint64_t want;
+  } cases[] = {{BlockType::kQ8_0, 0xebb3537a04c4028eull}, {BlockType::kQ4_0, 0xafabc692394eb9caull},
+               {BlockType::kQ5_0, 0x2d76cb88702c854dull}, {BlockType::kQ5_1, 0xb3a3c9b054aaeb24ull},
+               {BlockType::kQ4_K, 0x17c1b56b18171b17ull}, {BlockType::kQ5_K, 0x79563740975b2882ull},
+               {BlockType::kQ6_K, 0x623178edd92378bcull}};
+  for (const auto& c : cases) {
+    const BlockInfo bi = block_info(c.t);
+    std::vector<uint8_t> q(static_cast<size_t>(g::kValues / bi.values * bi.bytes));
+    quantize(c.t, x.data(), q.data(), g::kValues);
+    EXPECT_EQ(g::fnv1a(q.data(), q.size()), c.want) << bi.name;
+  }
+}
 
 // The SIMD int8 vectors (simd I8/I32) equal plain integer loops, at the extremes of their ranges too.
 TEST(QuantDot, SimdPrimitivesAreExact) {
@@ -345,7 +483,8 @@ TEST(QuantDot, MatchesDequantizedRowWithinActivationRounding) {
   const std::vector<float> x = test_values(n, 11), w_src = test_values(n * rows, 12);
   Q8Acts a;
   quantize_acts(x.data(), n, a);
-  for (BlockType t : {BlockType::kQ8_0, BlockType::kQ4_0, BlockType::kQ5_0, BlockType::kQ4_K, BlockType::kQ6_K}) {
+  for (BlockType t : {BlockType::kQ8_0, BlockType::kQ4_0, BlockType::kQ5_0, BlockType::kQ5_1, BlockType::kQ4_K,
+                      BlockType::kQ5_K, BlockType::kQ6_K}) {
     const BlockInfo bi = block_info(t);
     const int64_t row_bytes = n / bi.values * bi.bytes;
     std::vector<uint8_t> q(static_cast<size_t>(rows * row_bytes));
@@ -361,6 +500,15 @@ TEST(QuantDot, MatchesDequantizedRowWithinActivationRounding) {
         bound += std::fabs(double(w[i])) * acts_rounding_bound(a, t, i);
         mag += std::fabs(double(w[i]) * double(x[i]));
       }
+      // Q5_1's offset term m s_a uses s_a = fp16((amax / 127) sum q) (Q8_1's s), not fp16(amax / 127) sum q: both
+      // roundings, 2^-11 each of d_a sum |q| (d_a itself within 2^-10 of amax / 127).
+      if (t == BlockType::kQ5_1)
+        for (int64_t b = 0; b < n / 32; ++b) {
+          const auto* blk = reinterpret_cast<const BlockQ5_1*>(q.data() + r * row_bytes) + b;
+          double sq = 0;
+          for (int64_t i = 32 * b; i < 32 * b + 32; ++i) sq += std::abs(a.q[static_cast<size_t>(i)]);
+          bound += std::fabs(double(h2f(blk->m))) * 0x1p-10 * (1.0 + 0x1p-10) * a.d[static_cast<size_t>(b)] * sq;
+        }
       const double got = dot_row(t, q.data() + r * row_bytes, a);
       EXPECT_LE(std::fabs(got - ref), bound + double(n) * 0x1p-24 * mag) << bi.name << " row " << r;
       EXPECT_GT(bound, 0.0);

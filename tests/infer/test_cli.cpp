@@ -184,17 +184,21 @@ TEST_F(InferCli, ConvertRefusesATokenizerOfAnotherSize) {
 
 // `convert --dtype q4_k_m` writes llama-quantize's mix: on stories15m's shape (6 layers, width 288, hidden 768)
 // ffn_down (768-wide rows) is Q6_K in layers 2 and 5 (use_more_bits) and Q4_K elsewhere, the 288-wide rows fall
-// back as llama-quantize's do (Q4_K -> Q5_0, Q6_K -> Q8_0); an unknown mix is refused naming the value.
+// back as llama-quantize's do (Q4_K -> Q5_0, Q6_K -> Q8_0); q5_k_m the same with Q5_K (falling back to Q5_1); an
+// unknown mix is refused naming the value.
 TEST_F(InferCli, ConvertQuantizesWithTheQ4_K_MMix) {
-  const std::string out = (*dir_ / "q4km.gguf").string();
-  Out r = anelab("convert --random stories15m " + out + " --dtype q4_k_m");
-  ASSERT_EQ(r.rc, 0) << r.err;
-  r = anelab("info " + out);
-  ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_NE(r.out.find("tensors: 56 (13 fp32, 4 q4_k, 34 q5_0, 2 q6_k, 3 q8_0)"), std::string::npos) << r.out;
-  r = anelab("convert " + model() + " " + (*dir_ / "bad.gguf").string() + " --dtype q5_k_m");
+  for (const auto& [mix, want] : {std::pair<std::string, std::string>{"q4_k_m", "(13 fp32, 4 q4_k, 34 q5_0, 2 q6_k, 3 q8_0)"},
+                                  {"q5_k_m", "(13 fp32, 34 q5_1, 4 q5_k, 2 q6_k, 3 q8_0)"}}) {
+    const std::string out = (*dir_ / (mix + ".gguf")).string();
+    Out r = anelab("convert --random stories15m " + out + " --dtype " + mix);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    r = anelab("info " + out);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("tensors: 56 " + want), std::string::npos) << r.out;
+  }
+  Out r = anelab("convert " + model() + " " + (*dir_ / "bad.gguf").string() + " --dtype q3_k_m");
   EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.err.find("q5_k_m"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("q3_k_m"), std::string::npos) << r.err;
 }
 
 // `convert --random PRESET --shape JSON`: the preset with those config fields replaced (the GGUF export

@@ -1,6 +1,6 @@
 // Decode allocates nothing per token: this test binary replaces the global operator new (every form the
 // library can call) with a counting one, and counts the allocations of decode steps after warm-up, for the
-// weight types and architectures the CPU decode path branches on (fp32, fp16, Q8_0 and Q4_K_M blocks kept as
+// weight types and architectures the CPU decode path branches on (fp32, fp16, Q8_0, Q4_K_M and Q5_K_M blocks kept as
 // they are; Llama, Qwen2 with biases and GQA, GPT-2 with LayerNorm and a plain MLP, Gemma 3 with sliding
 // layers and soft-capping), both KV-cache types and 1 and 2 threads.
 #include <gtest/gtest.h>
@@ -107,7 +107,8 @@ TEST(DecodeAlloc, DecodeStepsAllocateNothing) {
     };
     for (const Case& k : {Case{"fp32", WType::kF32, {}, KvType::kF32, 1}, Case{"fp16", WType::kF16, {}, KvType::kF16, 2},
                           Case{"q8_0", WType::kF32, models::QuantMix::kQ8_0, KvType::kF16, 2},
-                          Case{"q4_k_m", WType::kF32, models::QuantMix::kQ4_K_M, KvType::kF32, 2}}) {
+                          Case{"q4_k_m", WType::kF32, models::QuantMix::kQ4_K_M, KvType::kF32, 2},
+                          Case{"q5_k_m", WType::kF32, models::QuantMix::kQ5_K_M, KvType::kF16, 2}}) {
       const models::Model m = k.mix ? models::quantize_model(base, *k.mix) : base;
       EngineOptions o;
       o.dtype = k.dtype;

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "framework/quant/qdot.h"
+#include "framework/simd/simd.h"
 #include "infer/cpu_kernels.h"
 #include "infer/engine.h"
 #include "models/presets.h"
@@ -53,7 +54,7 @@ TEST(QuantGemv, MatchesDequantizedGemvOnThePool) {
   for (float& v : bias) v = g(rng);
   quant::Q8Acts acts;
   quant::quantize_acts(x.data(), cols, acts);
-  for (WType t : {WType::kQ8_0, WType::kQ4_0, WType::kQ5_0, WType::kQ4_K, WType::kQ6_K}) {
+  for (WType t : {WType::kQ8_0, WType::kQ4_0, WType::kQ5_0, WType::kQ5_1, WType::kQ4_K, WType::kQ5_K, WType::kQ6_K}) {
     const QMat a = make_qmat(t, 300, cols, 1), b = make_qmat(t, 200, cols, 2);
     std::vector<float> ya(300), yb(200), ra(300), rb(200);
     gemv(pool, {GemvOut{&a.q, bias.data(), ya.data()}, GemvOut{&b.q, nullptr, yb.data()}}, x.data());
@@ -68,6 +69,13 @@ TEST(QuantGemv, MatchesDequantizedGemvOnThePool) {
         bound += std::fabs(w) * quant::acts_rounding_bound(acts_x, form, i);
         mag += std::fabs(w * xv[i]);
       }
+      if (form == quant::BlockType::kQ5_1)  // the GEMV's offsets m s_a: s_a = fp16((amax / 127) sum q), 2^-10 d_a sum |q|
+        for (int64_t bk = 0; bk < cols / 32; ++bk) {
+          const auto* blk = reinterpret_cast<const quant::BlockQ5_1*>(m.blocks.data()) + r * (cols / 32) + bk;
+          double sq = 0;
+          for (int64_t i = 32 * bk; i < 32 * bk + 32; ++i) sq += std::abs(acts_x.q[static_cast<size_t>(i)]);
+          bound += std::fabs(double(simd::soft_h2f(blk->m))) * 0x1p-10 * (1.0 + 0x1p-10) * acts_x.d[static_cast<size_t>(bk)] * sq;
+        }
       ASSERT_LE(std::fabs(double(y[r]) - double(ref[r])), bound + 2.0 * cols * 0x1p-24 * (mag + 1.0))
           << static_cast<int>(t) << " row " << r;
     };

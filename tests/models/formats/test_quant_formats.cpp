@@ -56,7 +56,35 @@ TEST(QuantMix, Q4_K_MFollowsLlamaQuantize) {
   EXPECT_EQ(mix_dtype(c, "layers.1.wq", {64, 64}, DType::kF32, QuantMix::kQ4_0), DType::kQ4_0);
   EXPECT_EQ(mix_dtype(c, "layers.1.wq", {64, 48}, DType::kF32, QuantMix::kQ4_0), DType::kF16);
   EXPECT_EQ(parse_quant_mix("Q4_K_M"), QuantMix::kQ4_K_M);
-  EXPECT_FALSE(parse_quant_mix("q5_k_m"));
+  EXPECT_FALSE(parse_quant_mix("q3_k_m"));
+}
+
+// Q5_K_M: Q5_K with Q6_K where Q4_K_M has it; Q5_K_S: Q5_K everywhere but the head. A fused attn_qkv (gpt2) is Q5_K
+// in q4_k_m, Q6_K in q5_k_m. Rows that are not whole super-blocks fall back Q5_K -> Q5_1 (then fp16).
+TEST(QuantMix, Q5_K_MAndFusedQkvFollowLlamaQuantize) {
+  const ModelConfig c = preset("stories110m");
+  const std::vector<int64_t> mat{768, 768}, down{768, 2048};
+  const std::set<int64_t> more = {0, 3, 6, 9, 10, 11};
+  EXPECT_EQ(parse_quant_mix("q5_k_m"), QuantMix::kQ5_K_M);
+  EXPECT_EQ(parse_quant_mix("Q5_K_S"), QuantMix::kQ5_K_S);
+  EXPECT_EQ(mix_dtype(c, "tok_embeddings", {32000, 768}, DType::kF32, QuantMix::kQ5_K_M), DType::kQ6_K);
+  EXPECT_EQ(mix_dtype(c, "tok_embeddings", {32000, 768}, DType::kF32, QuantMix::kQ5_K_S), DType::kQ6_K);
+  for (int64_t l = 0; l < 12; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    const DType want = more.count(l) ? DType::kQ6_K : DType::kQ5_K;
+    EXPECT_EQ(mix_dtype(c, p + "wv", mat, DType::kF32, QuantMix::kQ5_K_M), want) << l;
+    EXPECT_EQ(mix_dtype(c, p + "w2", down, DType::kF32, QuantMix::kQ5_K_M), want) << l;
+    EXPECT_EQ(mix_dtype(c, p + "wq", mat, DType::kF32, QuantMix::kQ5_K_M), DType::kQ5_K) << l;
+    EXPECT_EQ(mix_dtype(c, p + "wv", mat, DType::kF32, QuantMix::kQ5_K_S), DType::kQ5_K) << l;
+    EXPECT_EQ(mix_dtype(c, p + "w2", down, DType::kF32, QuantMix::kQ5_K_S), DType::kQ5_K) << l;
+  }
+  EXPECT_EQ(mix_dtype(c, "layers.1.wq", {896, 896}, DType::kF32, QuantMix::kQ5_K_M), DType::kQ5_1);
+  EXPECT_EQ(mix_dtype(c, "layers.1.wq", {896, 872}, DType::kF32, QuantMix::kQ5_K_M), DType::kF16);
+  const ModelConfig g = preset("gpt2-124m");
+  for (const char* leaf : {"wq", "wk", "wv"}) {
+    EXPECT_EQ(mix_dtype(g, std::string("layers.4.") + leaf, {768, 768}, DType::kF32, QuantMix::kQ4_K_M), DType::kQ5_K);
+    EXPECT_EQ(mix_dtype(g, std::string("layers.4.") + leaf, {768, 768}, DType::kF32, QuantMix::kQ5_K_M), DType::kQ6_K);
+  }
 }
 
 ModelConfig toy_llama() {  // whole Q4_K super-blocks in every row
@@ -68,7 +96,7 @@ ModelConfig toy_llama() {  // whole Q4_K super-blocks in every row
 
 TEST(QuantFormats, GgufKeepsBlockTypesAsViews) {
   const Model src = random_model(toy_llama(), 4);
-  for (QuantMix mix : {QuantMix::kQ8_0, QuantMix::kQ4_0, QuantMix::kQ4_K_M}) {
+  for (QuantMix mix : {QuantMix::kQ8_0, QuantMix::kQ4_0, QuantMix::kQ4_K_M, QuantMix::kQ5_K_S, QuantMix::kQ5_K_M}) {
     const Model q = quantize_model(src, mix);
     const auto dir = test::temp_dir("qg");
     const std::string path = (dir / "m.gguf").string();
@@ -77,7 +105,8 @@ TEST(QuantFormats, GgufKeepsBlockTypesAsViews) {
     const Model b = gguf_to_model(g, path);
     std::map<std::string, const uint8_t*> in_file;
     for (const auto& t : g.tensors) in_file[t.name] = t.data;
-    EXPECT_EQ(g.get_int("general.file_type", int64_t{-1}), mix == QuantMix::kQ8_0 ? 7 : mix == QuantMix::kQ4_0 ? 2 : 15);
+    const int64_t ftype = mix == QuantMix::kQ8_0 ? 7 : mix == QuantMix::kQ4_0 ? 2 : mix == QuantMix::kQ4_K_M ? 15 : mix == QuantMix::kQ5_K_S ? 16 : 17;
+    EXPECT_EQ(g.get_int("general.file_type", int64_t{-1}), ftype);
     for (const Tensor& t : q.tensors()) {
       const Tensor& u = b.tensor(t.name);
       EXPECT_EQ(u.dtype, t.dtype) << t.name;
@@ -111,10 +140,28 @@ TEST(QuantFormats, AnelabFileHoldsBlockTypes) {
     ASSERT_EQ(u.nbytes, t.nbytes) << t.name;
     EXPECT_EQ(std::memcmp(u.data, t.data, static_cast<size_t>(t.nbytes)), 0) << t.name;
   }
-  // A q8_0-only file stays version 2 (older readers read it).
+  // A q8_0-only file stays version 2 (older readers read it); Q5_K / Q5_1 tensors need version 4.
   save_model(quantize_model(src, QuantMix::kQ8_0), p);
   std::memcpy(&version, read_file_bytes(p).data() + 8, 4);
   EXPECT_EQ(version, 2u);
+  const Model q5 = quantize_model(src, QuantMix::kQ5_K_M);
+  save_model(q5, p);
+  const auto bytes5 = read_file_bytes(p);
+  std::memcpy(&version, bytes5.data() + 8, 4);
+  EXPECT_EQ(version, 4u);
+  const Model b5 = read_anelab_file(p);
+  EXPECT_EQ(b5.tensor("layers.0.wq").dtype, DType::kQ5_K);
+  for (const Tensor& t : q5.tensors())
+    EXPECT_EQ(std::memcmp(b5.tensor(t.name).data, t.data, static_cast<size_t>(t.nbytes)), 0) << t.name;
+  auto v3 = bytes5;
+  const size_t at4 = std::string(reinterpret_cast<const char*>(v3.data()), v3.size()).find("\"version\":4");
+  ASSERT_NE(at4, std::string::npos);
+  const uint32_t three = 3;
+  std::memcpy(v3.data() + 8, &three, 4);
+  v3[at4 + 10] = '3';
+  auto owner3 = std::make_shared<std::vector<uint8_t>>(v3);
+  const std::string e3 = error_of([&] { parse_anelab(owner3->data(), owner3->size(), owner3, "v3.anelab"); });
+  EXPECT_NE(e3.find("dtype q5_k needs format version 4 (the file says 3)"), std::string::npos) << e3;
   // A version-2 file that claims a 4-bit tensor is rejected naming it.
   auto v2 = bytes;
   const uint32_t two = 2;
