@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Quantized GGUF interop between anelab and llama.cpp (docs/quantization.md, "Interop with llama.cpp").
 #
-# Per model and per type (q8_0, q4_0, q4_k_m): the model is written once as an fp32 GGUF and quantized by
-# both sides (`anelab convert --dtype T` and `llama-quantize`); on each of the two files
+# Per model and per type (q8_0, q4_0, q4_k_m, q5_k_s, q5_k_m): the model is written once as an fp32 GGUF and
+# quantized by both sides (`anelab convert --dtype T` and `llama-quantize`); the two files' tensors are compared
+# byte for byte (scripts/gguf_compare.py: same dtype and bytes per tensor); then on each of the two files
 #   * 64 greedy tokens from "Once upon a time" by llama-completion and by `anelab infer generate`, both with
 #     --ignore-eos (all 64 tokens, the end-of-text token masked), the texts compared: identical, or the
 #     number of leading characters they share;
@@ -14,7 +15,7 @@
 # One table at the end (also OUT/table.md); outputs already in OUT are reused (delete them to redo). llama.cpp runs with an fp32 KV cache and no flash attention, so
 # what differs between the two programs is the activation rounding and the order of the sums.
 #
-# Usage: scripts/quant_interop.sh [--model NAME:FILE:TOKENIZER]... [--types "q8_0 q4_0 q4_k_m"] OUT
+# Usage: scripts/quant_interop.sh [--model NAME:FILE:TOKENIZER]... [--types "q8_0 q4_0 q4_k_m"] OUT (also q5_k_s, q5_k_m)
 #   default models: stories110m (random weights, Llama 2 tokenizer.bin) and qwen2.5-0.5b (random weights,
 #   Qwen tokenizer.json), written with `anelab convert --random PRESET --seed 1`. FILE may be any model anelab
 #   reads (a trained run dir, an .anelab file); TOKENIZER "-" when the file has one.
@@ -62,7 +63,7 @@ text=$out/heldout.txt
 awk -v RS= -v ORS='\n\n' '{ p[NR] = $0 } END { for (i = NR - 39; i <= NR; ++i) print p[i] }' \
   "$DATA/tinystories/tinystories_valid_prefix.txt" > "$text"
 
-llama_type() { case $1 in q8_0) echo Q8_0 ;; q4_0) echo Q4_0 ;; q4_k_m) echo Q4_K_M ;; *) die "unknown type $1" ;; esac; }
+llama_type() { case $1 in q8_0) echo Q8_0 ;; q4_0) echo Q4_0 ;; q4_k_m) echo Q4_K_M ;; q5_k_s) echo Q5_K_S ;; q5_k_m) echo Q5_K_M ;; *) die "unknown type $1" ;; esac; }
 
 # The fp32 GGUF both quantizers start from.
 make_base() {  # NAME FILE TOKENIZER -> $out/NAME/f32.gguf
@@ -141,8 +142,8 @@ logits() {  # GGUF LOGPREFIX
 
 table=$out/table.md
 {
-  echo "| model | type | file | greedy $TOKENS: llama.cpp vs anelab | tokens | PPL llama.cpp / anelab | anelab vs llama.cpp: mean KL, top-1, max abs dlogp (rel. to range) | anelab fp32 acts vs llama.cpp | anelab int8 vs fp32 acts |"
-  echo "|---|---|---|---|---|---|---|---|---|"
+  echo "| model | type | file | tensors identical in both quantizers' files | greedy $TOKENS: llama.cpp vs anelab | tokens | PPL llama.cpp / anelab | anelab vs llama.cpp: mean KL, top-1, max abs dlogp (rel. to range) | anelab fp32 acts vs llama.cpp | anelab int8 vs fp32 acts |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
 } > "$table"
 for spec in "${models[@]}"; do
   IFS=: read -r name file tok <<< "$spec"
@@ -153,10 +154,13 @@ for spec in "${models[@]}"; do
     [ -s "$dir/anelab-$t.gguf" ] || "$ANELAB" convert "$dir/f32.gguf" "$dir/anelab-$t.gguf" --dtype "$t" >/dev/null
     [ -s "$dir/llama-$t.gguf" ] || "$LLAMA_BIN/llama-quantize" "$dir/f32.gguf" "$dir/llama-$t.gguf" "$(llama_type "$t")" \
       "$THREADS" > "$dir/llama-$t.quantize.log" 2>&1 || rm -f "$dir/llama-$t.gguf"
+    same=""
+    [ -s "$dir/anelab-$t.gguf" ] && [ -s "$dir/llama-$t.gguf" ] \
+      && same=$(python3 "$here/scripts/gguf_compare.py" "$dir/anelab-$t.gguf" "$dir/llama-$t.gguf" | tee "$dir/compare-$t.txt" | head -1)
     for who in anelab llama; do
       f=$dir/$who-$t.gguf
       if [ ! -s "$f" ]; then
-        echo "| $name | $t | $who-quantize | $who's quantizer failed: $(grep -m1 -i 'fail\|error' "$dir/$who-$t.quantize.log" 2>/dev/null | cut -c1-80) | | | | | |" >> "$table"
+        echo "| $name | $t | $who-quantize | | $who's quantizer failed: $(grep -m1 -i 'fail\|error' "$dir/$who-$t.quantize.log" 2>/dev/null | cut -c1-80) | | | | | |" >> "$table"
         continue
       fi
       echo "== $name $t, $who's file" >&2
@@ -164,9 +168,9 @@ for spec in "${models[@]}"; do
       r=$(logits "$f" "$dir/$who-$t")
       read -r lppl appl toks kl top1 dlogp rel fkl ftop1 fdlogp _ skl stop1 sdlogp _ <<< "$r" || true
       if ! [[ $r =~ ^[0-9] ]]; then  # a failure, in words
-        echo "| $name | $t | $who-quantize | $g | | $r | | | |" >> "$table"
+        echo "| $name | $t | $who-quantize | $same | $g | | $r | | | |" >> "$table"
       else
-        echo "| $name | $t | $who-quantize | $g | $toks | $lppl / $appl | $kl, $top1%, $dlogp ($rel) | $fkl, $ftop1%, $fdlogp | $skl, $stop1%, $sdlogp |" >> "$table"
+        echo "| $name | $t | $who-quantize | $same | $g | $toks | $lppl / $appl | $kl, $top1%, $dlogp ($rel) | $fkl, $ftop1%, $fdlogp | $skl, $stop1%, $sdlogp |" >> "$table"
       fi
     done
   done

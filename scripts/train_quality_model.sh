@@ -4,7 +4,7 @@
 # from scratch, fp32 CPU strategy, on the TinyStories validation prefix tokenized with tok512, all
 # paragraphs but the last HELDOUT (those are OUT/heldout.txt, the text the quantized models are scored on).
 # Then exports OUT/stories3m.gguf (fp32, tokenizer included) and, unless NO_QUALITY=1, runs the quality
-# measurement: `anelab perplexity` fp32 base vs q8_0, q4_0, q4_k_m (OUT/quality.txt).
+# measurement: `anelab perplexity` fp32 base vs q8_0, q4_0, q4_k_m, q5_k_s, q5_k_m (OUT/quality.txt).
 #
 # Usage: scripts/train_quality_model.sh OUT [STEPS]     (STEPS default 700; best.ckpt, the lowest validation loss, is exported)
 # Environment: ANELAB (build/bin/anelab), ANELAB_DATA (../shared/data), HELDOUT (300 paragraphs),
@@ -46,7 +46,7 @@ time "$ANELAB" train --preset stories3m --data "$out/train.bin" --tokenizer "$to
 # Quality: each mix against the fp32 model's logits of the held-out text.
 {
   "$ANELAB" perplexity -q -m "$out/stories3m.gguf" --text "$out/heldout.txt" --ctx "$CTX" --save-logits "$out/base.npy"
-  for t in q8_0 q4_0 q4_k_m; do
+  for t in q8_0 q4_0 q4_k_m q5_k_s q5_k_m; do
     "$ANELAB" convert "$out/stories3m.gguf" "$out/stories3m-$t.gguf" --dtype "$t" > /dev/null
     echo "== $t ($(wc -c < "$out/stories3m-$t.gguf") bytes)"
     "$ANELAB" perplexity -q -m "$out/stories3m-$t.gguf" --text "$out/heldout.txt" --ctx "$CTX" --kl-base "$out/base.npy"

@@ -61,11 +61,11 @@ DType mix_dtype(const ModelConfig& c, const std::string& name, const std::vector
   if (name == "output" || (name == "tok_embeddings" && c.tied_embeddings)) {
     t = mix == QuantMix::kQ8_0 ? DType::kQ8_0 : DType::kQ6_K;
   } else if (mix == QuantMix::kQ4_K_M || mix == QuantMix::kQ5_K_M) {
-    if ((leaf == "wv" || leaf == "w2" || leaf == "proj") && use_more_bits(layer, c.n_layers)) t = DType::kQ6_K;
-    // A fused attn_qkv in GGUF (the architecture table says which) holds wv too: one type for the three.
+    // A fused attn_qkv in GGUF (the architecture table says which) is one tensor with wv in it: llama-quantize
+    // counts it as an attn_v, so q and k take wv's type.
     const Arch* a = find_arch(c.arch);
-    if (a && a->gguf_fused_qkv && (leaf == "wq" || leaf == "wk" || leaf == "wv"))
-      t = mix == QuantMix::kQ4_K_M ? DType::kQ5_K : DType::kQ6_K;
+    const bool attn_v = leaf == "wv" || (a && a->gguf_fused_qkv && (leaf == "wq" || leaf == "wk"));
+    if ((attn_v || leaf == "w2" || leaf == "proj") && use_more_bits(layer, c.n_layers)) t = DType::kQ6_K;
   }
   return fit_row(t, shape.back());
 }

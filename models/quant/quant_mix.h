@@ -5,10 +5,9 @@
 //   1-D tensors (norms, biases) and pos_embeddings      kept as they are (not quantized)
 //   output, and tok_embeddings when the head is tied    q8_0 -> Q8_0; every other mix -> Q6_K
 //   layers.N.wv (attn_v) and layers.N.w2 / .proj        q4_k_m, q5_k_m: Q6_K where use_more_bits(N, n_layers), else
-//   (ffn_down)                                          the base type; use_more_bits(i, n) = i < n/8 || i >= 7n/8 ||
-//                                                       (i - n/8) % 3 == 2 (the first and last eighth of the layers and
+//   (ffn_down); gpt2's q/k/v too (one fused attn_qkv    the base type; use_more_bits(i, n) = i < n/8 || i >= 7n/8 ||
+//   in GGUF, which llama-quantize counts as an attn_v)  (i - n/8) % 3 == 2 (the first and last eighth of the layers and
 //                                                       every third between)
-//   gpt2's q/k/v (one fused attn_qkv in GGUF)           q4_k_m: Q5_K; q5_k_m: Q6_K
 //   every other matrix                                  the mix's base type (Q8_0, Q4_0, Q4_K, Q5_K)
 //   a row length that is not whole blocks               llama.cpp's fallback: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0;
 //                                                       then (and for Q8_0 / Q4_0) fp16

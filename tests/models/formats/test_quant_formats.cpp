@@ -59,8 +59,9 @@ TEST(QuantMix, Q4_K_MFollowsLlamaQuantize) {
   EXPECT_FALSE(parse_quant_mix("q3_k_m"));
 }
 
-// Q5_K_M: Q5_K with Q6_K where Q4_K_M has it; Q5_K_S: Q5_K everywhere but the head. A fused attn_qkv (gpt2) is Q5_K
-// in q4_k_m, Q6_K in q5_k_m. Rows that are not whole super-blocks fall back Q5_K -> Q5_1 (then fp16).
+// Q5_K_M: Q5_K with Q6_K where Q4_K_M has it; Q5_K_S: Q5_K everywhere but the head. A fused attn_qkv (gpt2) is an
+// attn_v to llama-quantize: Q6_K in the use_more_bits layers, else the base type, for q, k and v alike. Rows that
+// are not whole super-blocks fall back Q5_K -> Q5_1 (then fp16).
 TEST(QuantMix, Q5_K_MAndFusedQkvFollowLlamaQuantize) {
   const ModelConfig c = preset("stories110m");
   const std::vector<int64_t> mat{768, 768}, down{768, 2048};
@@ -82,9 +83,12 @@ TEST(QuantMix, Q5_K_MAndFusedQkvFollowLlamaQuantize) {
   EXPECT_EQ(mix_dtype(c, "layers.1.wq", {896, 872}, DType::kF32, QuantMix::kQ5_K_M), DType::kF16);
   const ModelConfig g = preset("gpt2-124m");
   for (const char* leaf : {"wq", "wk", "wv"}) {
-    EXPECT_EQ(mix_dtype(g, std::string("layers.4.") + leaf, {768, 768}, DType::kF32, QuantMix::kQ4_K_M), DType::kQ5_K);
-    EXPECT_EQ(mix_dtype(g, std::string("layers.4.") + leaf, {768, 768}, DType::kF32, QuantMix::kQ5_K_M), DType::kQ6_K);
+    EXPECT_EQ(mix_dtype(g, std::string("layers.4.") + leaf, {768, 768}, DType::kF32, QuantMix::kQ4_K_M), DType::kQ4_K);
+    EXPECT_EQ(mix_dtype(g, std::string("layers.4.") + leaf, {768, 768}, DType::kF32, QuantMix::kQ5_K_M), DType::kQ5_K);
+    EXPECT_EQ(mix_dtype(g, std::string("layers.3.") + leaf, {768, 768}, DType::kF32, QuantMix::kQ4_K_M), DType::kQ6_K);
+    EXPECT_EQ(mix_dtype(g, std::string("layers.3.") + leaf, {768, 768}, DType::kF32, QuantMix::kQ5_K_M), DType::kQ6_K);
   }
+  EXPECT_EQ(mix_dtype(c, "layers.3.wq", mat, DType::kF32, QuantMix::kQ4_K_M), DType::kQ4_K);  // not fused: q stays
 }
 
 ModelConfig toy_llama() {  // whole Q4_K super-blocks in every row
