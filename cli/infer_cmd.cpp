@@ -83,7 +83,7 @@ void add_common(CLI::App* sub, InferArgs& a) {
   sub->add_option("--device", a.device, "Device profile for emulator/ane (m1..m5)")->capture_default_str();
   sub->add_option("--ane-weights", a.ane_weights, "Weights of the MIL prefill kernels (emulator/ane): fp16, int8 (per-channel int8 weights), w8a8 (int8 weights and activations, scales calibrated on the first prompt) or auto (the device profile's: w8a8 on m4/m5, int8 on m1-m3)")
       ->capture_default_str()->check(CLI::IsMember({"fp16", "int8", "w8a8", "auto"}));
-  sub->add_option("--dtype", a.dtype, "Compute dtype of the weight matrices: fp16, fp32, or auto (fp32 when the file stores every matrix in fp32: llama2.c files, training checkpoints, fp32 exports; fp16 otherwise; q8_0/q4_0/q5_0/q4_k/q6_k matrices stay in their blocks, with int8 dot products)")->capture_default_str();
+  sub->add_option("--dtype", a.dtype, "Compute dtype of the weight matrices: fp16, fp32, or auto (fp32 when the file stores every matrix in fp32: llama2.c files, training checkpoints, fp32 exports; fp16 otherwise; q8_0/q4_0/q5_0/q5_1/q4_k/q5_k/q6_k matrices stay in their blocks, with int8 dot products)")->capture_default_str();
   sub->add_option("--threads", a.threads, "CPU threads (persistent pool)")->capture_default_str()->check(number_in(infer::params::kThreads));
   sub->add_option("--ctx,-c", a.ctx, "Context positions (0 = the model's max_seq_len)")->capture_default_str()->check(number_in(infer::params::kContext));
   add_kv_type_option(sub, a.kv_type);

@@ -8,7 +8,7 @@
 #     --anelab BIN          anelab binary (default: build/bin/anelab)
 #     --work DIR            model files (default: /tmp/anelab_bench_quant)
 #     --models "a b"        presets (default: "stories110m qwen2.5-0.5b")
-#     --types "t ..."       f16 and/or llama-quantize types: q8_0 q4_0 q4_k_m (default: "q8_0 q4_k_m")
+#     --types "t ..."       f16 and/or llama-quantize types: q8_0 q4_0 q4_k_m q5_k_s q5_k_m (default: "q8_0 q4_k_m")
 #     --quantizer Q         who writes the quantized files: llama (llama-quantize, default) or anelab
 #     --threads "2 8"       thread counts (default: "2")
 #     --pp N --tg N         prompt / generated tokens (default 512 / 128)
@@ -66,7 +66,7 @@ tokenizer_for() {
     *) echo "" ;;  # no tokenizer of the model's vocab at hand: exported with tokenizer.ggml.model "none"
   esac
 }
-llama_type() { case "$1" in q8_0) echo Q8_0 ;; q4_0) echo Q4_0 ;; q4_k_m) echo Q4_K_M ;; esac; }
+llama_type() { case "$1" in q8_0) echo Q8_0 ;; q4_0) echo Q4_0 ;; q4_k_m) echo Q4_K_M ;; q5_k_s) echo Q5_K_S ;; q5_k_m) echo Q5_K_M ;; esac; }
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print ""; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0 && a > 0) printf "%.2f", a / b; else print "-" }'; }
 # First N physical cores of NUMA node 0 (one logical CPU per core), as a taskset list.
