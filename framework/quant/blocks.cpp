@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "framework/core/error.h"
 #include "framework/simd/simd.h"
@@ -203,7 +204,9 @@ void quantize_q5_k(const float* x, BlockQ5_K* b) {
     }
 }
 
-void dequantize_q5_k(const BlockQ5_K* b, float* y) {
+// Q4_K and Q5_K (B): d sc q - dmin m per sub-block; Q5_K's q has bit 2c (low nibbles) or 2c + 1 (high) of qh[i].
+template <typename B>
+void dequantize_k_affine(const B* b, float* y) {
   const float d = h2f(b->d), dmin = h2f(b->dmin);
   for (int c = 0; c < 4; ++c) {
     int sc0, m0, sc1, m1;
@@ -212,24 +215,13 @@ void dequantize_q5_k(const BlockQ5_K* b, float* y) {
     const float d0 = d * static_cast<float>(sc0), o0 = dmin * static_cast<float>(m0);
     const float d1 = d * static_cast<float>(sc1), o1 = dmin * static_cast<float>(m1);
     const uint8_t* q = b->qs + 32 * c;
-    for (int i = 0; i < 32; ++i)
-      y[64 * c + i] = d0 * static_cast<float>((q[i] & 15) | ((b->qh[i] >> (2 * c)) & 1) << 4) - o0;
-    for (int i = 0; i < 32; ++i)
-      y[64 * c + 32 + i] = d1 * static_cast<float>((q[i] >> 4) | ((b->qh[i] >> (2 * c + 1)) & 1) << 4) - o1;
-  }
-}
-
-void dequantize_q4_k(const BlockQ4_K* b, float* y) {
-  const float d = h2f(b->d), dmin = h2f(b->dmin);
-  for (int c = 0; c < 4; ++c) {
-    int sc0, m0, sc1, m1;
-    q4k_scale_min(2 * c, b->scales, sc0, m0);
-    q4k_scale_min(2 * c + 1, b->scales, sc1, m1);
-    const float d0 = d * static_cast<float>(sc0), o0 = dmin * static_cast<float>(m0);
-    const float d1 = d * static_cast<float>(sc1), o1 = dmin * static_cast<float>(m1);
-    const uint8_t* q = b->qs + 32 * c;
-    for (int i = 0; i < 32; ++i) y[64 * c + i] = d0 * static_cast<float>(q[i] & 15) - o0;
-    for (int i = 0; i < 32; ++i) y[64 * c + 32 + i] = d1 * static_cast<float>(q[i] >> 4) - o1;
+    for (int i = 0; i < 32; ++i) {
+      int lo = q[i] & 15, hi = q[i] >> 4;
+      if constexpr (std::is_same_v<B, BlockQ5_K>)
+        lo |= ((b->qh[i] >> (2 * c)) & 1) << 4, hi |= ((b->qh[i] >> (2 * c + 1)) & 1) << 4;
+      y[64 * c + i] = d0 * static_cast<float>(lo) - o0;
+      y[64 * c + 32 + i] = d1 * static_cast<float>(hi) - o1;
+    }
   }
 }
 
@@ -349,8 +341,8 @@ void dequantize(BlockType t, const uint8_t* src, float* dst, int64_t n) {
       }
       case BlockType::kQ5_0: dequantize_q5_0(reinterpret_cast<const BlockQ5_0*>(p), y); break;
       case BlockType::kQ5_1: dequantize_q5_1(reinterpret_cast<const BlockQ5_1*>(p), y); break;
-      case BlockType::kQ5_K: dequantize_q5_k(reinterpret_cast<const BlockQ5_K*>(p), y); break;
-      case BlockType::kQ4_K: dequantize_q4_k(reinterpret_cast<const BlockQ4_K*>(p), y); break;
+      case BlockType::kQ5_K: dequantize_k_affine(reinterpret_cast<const BlockQ5_K*>(p), y); break;
+      case BlockType::kQ4_K: dequantize_k_affine(reinterpret_cast<const BlockQ4_K*>(p), y); break;
       case BlockType::kQ6_K: dequantize_q6_k(reinterpret_cast<const BlockQ6_K*>(p), y); break;
     }
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "framework/core/error.h"
 #include "framework/simd/simd.h"
@@ -188,8 +189,11 @@ inline void q4k_unpack(const uint8_t* s, uint8_t out[16]) {
   std::memcpy(out, u, 16);
 }
 
-template <int R>
-void rows_q4_k(const uint8_t* w, int64_t row_bytes, const Q8Acts& a, float* y) {
+// Q4_K and Q5_K (B): 8 sub-blocks of 32 with 6-bit scales and mins, the values' low 4 bits in nibbles; Q5_K's 5th
+// bits come from qh (bit 2c / 2c + 1 of byte i for chunk c), the register shifted down one bit per sub-block.
+template <typename B, int R>
+void rows_k_affine(const uint8_t* w, int64_t row_bytes, const Q8Acts& a, float* y) {
+  constexpr bool kFifth = std::is_same_v<B, BlockQ5_K>;
   S::QAcc acc[R];
   for (int r = 0; r < R; ++r) acc[r] = S::qacc_zero();
   for (int64_t sb = 0; sb < a.n / 256; ++sb) {
@@ -198,51 +202,24 @@ void rows_q4_k(const uint8_t* w, int64_t row_bytes, const Q8Acts& a, float* y) {
     const float da = a.dk[static_cast<size_t>(sb)];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      const BlockQ4_K& b = block<BlockQ4_K>(w, row_bytes, r, sb);
+      const B& b = block<B>(w, row_bytes, r, sb);
       prefetch_ahead(b);
       alignas(16) uint8_t sm[16];
       q4k_unpack(b.scales, sm);
       const S::Scales sc = S::load_scales(sm);
+      S::I8 h{};
+      if constexpr (kFifth) h = S::load_i8(b.qh);
       S::I32 s = S::zero_i32();
 #pragma GCC unroll 4
       for (int c = 0; c < 4; ++c) {  // 64 values: low nibbles sub-block 2c, high nibbles 2c + 1
         const S::I8 v = S::load_i8(b.qs + 32 * c);
-        s = S::dot_us_scaled(s, S::and8(v, 15), S::load_i8(aq + 64 * c), S::scale_pair(sc, 2 * c, 2 * c));
-        s = S::dot_us_scaled(s, S::shr8<4>(v), S::load_i8(aq + 64 * c + 32), S::scale_pair(sc, 2 * c + 1, 2 * c + 1));
-      }
-      acc[r] = S::qacc_fmadd(acc[r], s, da * S::h2f(b.d));
-      acc[r] = S::qacc_fmadd(acc[r], S::madd_u8_i16x8(sm + 8, bs), -da * S::h2f(b.dmin));
-    }
-  }
-  for (int r = 0; r < R; ++r) y[r] = S::qacc_sum(acc[r]);
-}
-
-// Q5_K: Q4_K with the 5th bit of each value from qh (bit 2c / 2c + 1 of byte i for chunk c), shifted down one
-// bit per sub-block.
-template <int R>
-void rows_q5_k(const uint8_t* w, int64_t row_bytes, const Q8Acts& a, float* y) {
-  S::QAcc acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = S::qacc_zero();
-  for (int64_t sb = 0; sb < a.n / 256; ++sb) {
-    const int8_t* aq = a.qk.data() + 256 * sb;
-    const int16_t* bs = a.bsums32.data() + 8 * sb;
-    const float da = a.dk[static_cast<size_t>(sb)];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const BlockQ5_K& b = block<BlockQ5_K>(w, row_bytes, r, sb);
-      prefetch_ahead(b);
-      alignas(16) uint8_t sm[16];
-      q4k_unpack(b.scales, sm);
-      const S::Scales sc = S::load_scales(sm);
-      S::I8 h = S::load_i8(b.qh);
-      S::I32 s = S::zero_i32();
-#pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) {  // 64 values: low nibbles sub-block 2c, high nibbles 2c + 1
-        const S::I8 v = S::load_i8(b.qs + 32 * c);
-        const S::I8 lo = S::or8(S::and8(v, 15), S::and8(S::shl8<4>(h), 0x10));
-        h = S::shr8<1>(h);
-        const S::I8 hi = S::or8(S::shr8<4>(v), S::and8(S::shl8<4>(h), 0x10));
-        h = S::shr8<1>(h);
+        S::I8 lo = S::and8(v, 15), hi = S::shr8<4>(v);
+        if constexpr (kFifth) {
+          lo = S::or8(lo, S::and8(S::shl8<4>(h), 0x10));
+          h = S::shr8<1>(h);
+          hi = S::or8(hi, S::and8(S::shl8<4>(h), 0x10));
+          h = S::shr8<1>(h);
+        }
         s = S::dot_us_scaled(s, lo, S::load_i8(aq + 64 * c), S::scale_pair(sc, 2 * c, 2 * c));
         s = S::dot_us_scaled(s, hi, S::load_i8(aq + 64 * c + 32), S::scale_pair(sc, 2 * c + 1, 2 * c + 1));
       }
@@ -251,6 +228,14 @@ void rows_q5_k(const uint8_t* w, int64_t row_bytes, const Q8Acts& a, float* y) {
     }
   }
   for (int r = 0; r < R; ++r) y[r] = S::qacc_sum(acc[r]);
+}
+template <int R>
+void rows_q4_k(const uint8_t* w, int64_t row_bytes, const Q8Acts& a, float* y) {
+  rows_k_affine<BlockQ4_K, R>(w, row_bytes, a, y);
+}
+template <int R>
+void rows_q5_k(const uint8_t* w, int64_t row_bytes, const Q8Acts& a, float* y) {
+  rows_k_affine<BlockQ5_K, R>(w, row_bytes, a, y);
 }
 
 template <int R>

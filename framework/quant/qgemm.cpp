@@ -4,6 +4,7 @@
 #include <array>
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -109,8 +110,10 @@ inline uint32_t high4(const uint8_t* qh, int v) {
   return ld4(h);
 }
 
-void unpack_q5_0(const uint8_t* row, int r, int64_t kc, Panel& p) {
-  const auto* b = reinterpret_cast<const BlockQ5_0*>(row);
+// Q5_0 and Q5_1 (B): 5-bit q (the -16 of Q5_0 is the micro-kernel's offset; Q5_1's m goes in as the min -m).
+template <typename B>
+void unpack_q5(const uint8_t* row, int r, int64_t kc, Panel& p) {
+  const auto* b = reinterpret_cast<const B*>(row);
   int8_t* const w = p.w.data();
   for (int64_t i = 0; i < kc / 32; ++i) {
     for (int j = 0; j < 16; j += 4) {  // value j: low nibble of qs[j]; value 16 + j: its high nibble
@@ -119,25 +122,14 @@ void unpack_q5_0(const uint8_t* row, int r, int64_t kc, Panel& p) {
       st4(w, r, 32 * i + 16 + j, ((u >> 4) & kLo4) | high4(b[i].qh, 16 + j));
     }
     p.scale[static_cast<size_t>(i * kNR + r)] = S::h2f(b[i].d);
+    if constexpr (std::is_same_v<B, BlockQ5_1>) p.min[static_cast<size_t>(i * kNR + r)] = -S::h2f(b[i].m);
   }
 }
 
-void unpack_q5_1(const uint8_t* row, int r, int64_t kc, Panel& p) {
-  const auto* b = reinterpret_cast<const BlockQ5_1*>(row);
-  int8_t* const w = p.w.data();
-  for (int64_t i = 0; i < kc / 32; ++i) {
-    for (int j = 0; j < 16; j += 4) {  // value j: low nibble of qs[j]; value 16 + j: its high nibble
-      const uint32_t u = ld4(b[i].qs + j);
-      st4(w, r, 32 * i + j, (u & kLo4) | high4(b[i].qh, j));
-      st4(w, r, 32 * i + 16 + j, ((u >> 4) & kLo4) | high4(b[i].qh, 16 + j));
-    }
-    p.scale[static_cast<size_t>(i * kNR + r)] = S::h2f(b[i].d);
-    p.min[static_cast<size_t>(i * kNR + r)] = -S::h2f(b[i].m);  // x = d q + m: the kernel subtracts min
-  }
-}
-
-void unpack_q4_k(const uint8_t* row, int r, int64_t kc, Panel& p) {
-  const auto* b = reinterpret_cast<const BlockQ4_K*>(row);
+// Q4_K and Q5_K (B): per sub-block scale d sc and min dmin m; Q5_K's 5th bits from qh (bit 2c / 2c + 1 of byte i).
+template <typename B>
+void unpack_k_affine(const uint8_t* row, int r, int64_t kc, Panel& p) {
+  const auto* b = reinterpret_cast<const B*>(row);
   int8_t* const w = p.w.data();
   for (int64_t i = 0; i < kc / 256; ++i) {
     const float d = S::h2f(b[i].d), dmin = S::h2f(b[i].dmin);
@@ -150,28 +142,14 @@ void unpack_q4_k(const uint8_t* row, int r, int64_t kc, Panel& p) {
     for (int c = 0; c < 4; ++c)  // 64 values: low nibbles (sub-block 2c), then high nibbles (2c + 1)
       for (int j = 0; j < 32; j += 4) {
         const uint32_t u = ld4(b[i].qs + 32 * c + j);
-        st4(w, r, 256 * i + 64 * c + j, u & kLo4);
-        st4(w, r, 256 * i + 64 * c + 32 + j, (u >> 4) & kLo4);
-      }
-  }
-}
-
-void unpack_q5_k(const uint8_t* row, int r, int64_t kc, Panel& p) {
-  const auto* b = reinterpret_cast<const BlockQ5_K*>(row);
-  int8_t* const w = p.w.data();
-  for (int64_t i = 0; i < kc / 256; ++i) {
-    const float d = S::h2f(b[i].d), dmin = S::h2f(b[i].dmin);
-    for (int j = 0; j < 8; ++j) {
-      int sc, m;
-      q4k_scale_min(j, b[i].scales, sc, m);
-      p.scale[static_cast<size_t>((8 * i + j) * kNR + r)] = d * static_cast<float>(sc);
-      p.min[static_cast<size_t>((8 * i + j) * kNR + r)] = dmin * static_cast<float>(m);
-    }
-    for (int c = 0; c < 4; ++c)  // 64 values: low nibbles + bit 2c of qh (sub-block 2c), high + bit 2c + 1
-      for (int j = 0; j < 32; j += 4) {
-        const uint32_t u = ld4(b[i].qs + 32 * c + j), h = ld4(b[i].qh + j);
-        st4(w, r, 256 * i + 64 * c + j, (u & kLo4) | ((h >> (2 * c)) & 0x01010101u) << 4);
-        st4(w, r, 256 * i + 64 * c + 32 + j, ((u >> 4) & kLo4) | ((h >> (2 * c + 1)) & 0x01010101u) << 4);
+        uint32_t lo = u & kLo4, hi = (u >> 4) & kLo4;
+        if constexpr (std::is_same_v<B, BlockQ5_K>) {
+          const uint32_t h = ld4(b[i].qh + j);
+          lo |= ((h >> (2 * c)) & 0x01010101u) << 4;
+          hi |= ((h >> (2 * c + 1)) & 0x01010101u) << 4;
+        }
+        st4(w, r, 256 * i + 64 * c + j, lo);
+        st4(w, r, 256 * i + 64 * c + 32 + j, hi);
       }
   }
 }
@@ -201,10 +179,10 @@ UnpackFn unpacker(BlockType t) {
   switch (t) {
     case BlockType::kQ8_0: return unpack_q8_0;
     case BlockType::kQ4_0: return unpack_q4_0;
-    case BlockType::kQ5_0: return unpack_q5_0;
-    case BlockType::kQ5_1: return unpack_q5_1;
-    case BlockType::kQ4_K: return unpack_q4_k;
-    case BlockType::kQ5_K: return unpack_q5_k;
+    case BlockType::kQ5_0: return unpack_q5<BlockQ5_0>;
+    case BlockType::kQ5_1: return unpack_q5<BlockQ5_1>;
+    case BlockType::kQ4_K: return unpack_k_affine<BlockQ4_K>;
+    case BlockType::kQ5_K: return unpack_k_affine<BlockQ5_K>;
     case BlockType::kQ6_K: return unpack_q6_k;
   }
   return unpack_q8_0;

@@ -99,6 +99,17 @@ TEST(QuantBlocks, HandBuiltQ5_0) {
   EXPECT_EQ(y[1], 7.0f);   // x = 7.5: x / d + 16.5 = 9.0, q = 9, -1 * (9 - 16)
 }
 
+// Packs sub-block j's 6-bit scale sc and min m into Q4_K's / Q5_K's scales[12] (the layout blocks.h writes out).
+void pack_k_scale(uint8_t* scales, int j, int sc, int m) {
+  if (j < 4) {
+    scales[j] = static_cast<uint8_t>(sc), scales[j + 4] = static_cast<uint8_t>(m);
+  } else {
+    scales[j + 4] = static_cast<uint8_t>((sc & 15) | (m & 15) << 4);
+    scales[j - 4] = static_cast<uint8_t>(scales[j - 4] | (sc >> 4) << 6);
+    scales[j] = static_cast<uint8_t>(scales[j] | (m >> 4) << 6);
+  }
+}
+
 // Q5_1: x = -3 + v / 2 spans [-3, 12.5], so d = 15.5 / 31 = 0.5 and m = -3 are exact in fp16 and every value
 // sits on level v; one value moved to a tie rounds up, one just below it down.
 TEST(QuantBlocks, HandBuiltQ5_1) {
@@ -123,16 +134,7 @@ TEST(QuantBlocks, HandBuiltQ5_K) {
   BlockQ5_K b{};
   b.d = f2h(0.25f);
   b.dmin = f2h(0.5f);
-  for (int j = 0; j < 8; ++j) {  // scale 9 + 6j, min 50 - 5j, packed as Q4_K's
-    const int sc = 9 + 6 * j, m = 50 - 5 * j;
-    if (j < 4) {
-      b.scales[j] = static_cast<uint8_t>(sc), b.scales[j + 4] = static_cast<uint8_t>(m);
-    } else {
-      b.scales[j + 4] = static_cast<uint8_t>((sc & 15) | (m & 15) << 4);
-      b.scales[j - 4] = static_cast<uint8_t>(b.scales[j - 4] | (sc >> 4) << 6);
-      b.scales[j] = static_cast<uint8_t>(b.scales[j] | (m >> 4) << 6);
-    }
-  }
+  for (int j = 0; j < 8; ++j) pack_k_scale(b.scales, j, 9 + 6 * j, 50 - 5 * j);
   // 5-bit q of value v: (v * 13 + 5) % 32. Value v = 64c + 32h + i: low 4 bits in nibble h of qs[32c + i], the
   // 5th bit as bit 2c + h of qh[i].
   auto q_of = [](int v) { return (v * 13 + 5) % 32; };
@@ -155,16 +157,7 @@ TEST(QuantBlocks, HandBuiltQ4_K) {
   b.d = f2h(0.5f);
   b.dmin = f2h(0.25f);
   // Sub-block j gets scale sc = 10 + 7j and min m = 40 - 3j (sub-blocks 4..7 need the high bits: sc >= 16, m >= 16).
-  for (int j = 0; j < 8; ++j) {
-    const int sc = 10 + 7 * j, m = 40 - 3 * j;
-    if (j < 4) {
-      b.scales[j] = static_cast<uint8_t>(sc), b.scales[j + 4] = static_cast<uint8_t>(m);
-    } else {
-      b.scales[j + 4] = static_cast<uint8_t>((sc & 15) | (m & 15) << 4);
-      b.scales[j - 4] = static_cast<uint8_t>(b.scales[j - 4] | (sc >> 4) << 6);
-      b.scales[j] = static_cast<uint8_t>(b.scales[j] | (m >> 4) << 6);
-    }
-  }
+  for (int j = 0; j < 8; ++j) pack_k_scale(b.scales, j, 10 + 7 * j, 40 - 3 * j);
   for (int i = 0; i < 128; ++i) b.qs[i] = static_cast<uint8_t>((i % 16) | ((i * 7) % 16) << 4);
   std::vector<float> y(256);
   dequantize(BlockType::kQ4_K, reinterpret_cast<const uint8_t*>(&b), y.data(), 256);
@@ -275,21 +268,23 @@ TEST(QuantBlocks, Q5_1RoundsToNearestLevel) {
   EXPECT_LT(err2 / sig2, 0.004);
 }
 
-// Q5_K: Q4_K's affine fit with 32 levels per sub-block.
-TEST(QuantBlocks, Q5_KRoundsToNearestLevelOfItsSubBlock) {
-  const std::vector<float> x = test_values(2048, 5);
-  std::vector<uint8_t> q(2048 / 256 * 176);
+// Q4_K and Q5_K (B, 16 or 32 levels per sub-block of 32): every value on the nearest level of its sub-block; the
+// NMSE under nmse_max.
+template <typename B>
+void expect_k_affine_nearest(BlockType t, int levels_per_sub, uint32_t seed, double nmse_max) {
+  const std::vector<float> x = test_values(2048, seed);
+  std::vector<uint8_t> q(2048 / 256 * sizeof(B));
   std::vector<float> y(2048);
-  quantize(BlockType::kQ5_K, x.data(), q.data(), 2048);
-  dequantize(BlockType::kQ5_K, q.data(), y.data(), 2048);
+  quantize(t, x.data(), q.data(), 2048);
+  dequantize(t, q.data(), y.data(), 2048);
   double err2 = 0, sig2 = 0;
   for (int64_t sb = 0; sb < 8; ++sb) {
-    const auto* b = reinterpret_cast<const BlockQ5_K*>(q.data() + sb * 176);
+    const auto* b = reinterpret_cast<const B*>(q.data()) + sb;
     for (int j = 0; j < 8; ++j) {
       int sc, m;
       q4k_scale_min(j, b->scales, sc, m);
       std::vector<float> levels;
-      for (int k = 0; k < 32; ++k)
+      for (int k = 0; k < levels_per_sub; ++k)
         levels.push_back(h2f(b->d) * static_cast<float>(sc) * static_cast<float>(k) - h2f(b->dmin) * static_cast<float>(m));
       for (int i = 0; i < 32; ++i) {
         const int64_t v = sb * 256 + j * 32 + i;
@@ -299,36 +294,15 @@ TEST(QuantBlocks, Q5_KRoundsToNearestLevelOfItsSubBlock) {
     }
   }
   for (int i = 1024; i < 1280; ++i) EXPECT_EQ(y[i], 0.0f);
-  // Q4_K's bound with twice the levels: a quarter of its NMSE (0.0017), at most doubled by the 6-bit scales,
-  // the clipped extremes and the outliers.
-  EXPECT_LT(err2 / sig2, 0.004);
+  EXPECT_LT(err2 / sig2, nmse_max);
 }
 
-TEST(QuantBlocks, Q4_KRoundsToNearestLevelOfItsSubBlock) {
-  const std::vector<float> x = test_values(2048, 2);
-  std::vector<uint8_t> q(2048 / 256 * 144);
-  std::vector<float> y(2048);
-  quantize(BlockType::kQ4_K, x.data(), q.data(), 2048);
-  dequantize(BlockType::kQ4_K, q.data(), y.data(), 2048);
-  double err2 = 0, sig2 = 0;
-  for (int64_t sb = 0; sb < 8; ++sb) {
-    const auto* b = reinterpret_cast<const BlockQ4_K*>(q.data() + sb * 144);
-    for (int j = 0; j < 8; ++j) {
-      int sc, m;
-      q4k_scale_min(j, b->scales, sc, m);
-      std::vector<float> levels;
-      for (int k = 0; k < 16; ++k) levels.push_back(h2f(b->d) * static_cast<float>(sc) * static_cast<float>(k) - h2f(b->dmin) * static_cast<float>(m));
-      for (int i = 0; i < 32; ++i) {
-        const int64_t v = sb * 256 + j * 32 + i;
-        if (sc > 0) expect_nearest(x, y, v, levels);
-        err2 += (x[v] - y[v]) * (x[v] - y[v]), sig2 += x[v] * x[v];
-      }
-    }
-  }
-  for (int i = 1024; i < 1280; ++i) EXPECT_EQ(y[i], 0.0f);
-  // 4 bits over a 32-value range of ~4.4 sigma (Gaussian): step ~0.29 sigma, uniform rounding error step^2/12,
-  // NMSE ~0.007; the 6-bit scales, the clipped extremes and the outliers at most double it.
-  EXPECT_LT(err2 / sig2, 0.015);
+// 4 bits over a 32-value range of ~4.4 sigma (Gaussian): step ~0.29 sigma, uniform rounding error step^2/12,
+// NMSE ~0.007; the 6-bit scales, the clipped extremes and the outliers at most double it. Q5_K: twice the
+// levels, a quarter of that NMSE (0.0017), at most doubled the same way.
+TEST(QuantBlocks, Q4_KAndQ5_KRoundToNearestLevelOfTheirSubBlock) {
+  expect_k_affine_nearest<BlockQ4_K>(BlockType::kQ4_K, 16, 2, 0.015);
+  expect_k_affine_nearest<BlockQ5_K>(BlockType::kQ5_K, 32, 5, 0.004);
 }
 
 TEST(QuantBlocks, Q6_KRoundsToNearestLevelOfItsSubBlock) {

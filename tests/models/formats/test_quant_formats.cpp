@@ -35,15 +35,17 @@ TEST(QuantMix, Q4_K_MFollowsLlamaQuantize) {
   const std::vector<int64_t> mat{768, 768}, down{768, 2048};
   const std::set<int64_t> more = {0, 3, 6, 9, 10, 11};
   EXPECT_EQ(mix_dtype(c, "tok_embeddings", {32000, 768}, DType::kF32, QuantMix::kQ4_K_M), DType::kQ6_K);
-  for (int64_t l = 0; l < 12; ++l) {
-    const std::string p = "layers." + std::to_string(l) + ".";
-    const DType want = more.count(l) ? DType::kQ6_K : DType::kQ4_K;
-    EXPECT_EQ(mix_dtype(c, p + "wv", mat, DType::kF32, QuantMix::kQ4_K_M), want) << l;
-    EXPECT_EQ(mix_dtype(c, p + "w2", down, DType::kF32, QuantMix::kQ4_K_M), want) << l;
-    EXPECT_EQ(mix_dtype(c, p + "wq", mat, DType::kF32, QuantMix::kQ4_K_M), DType::kQ4_K) << l;
-    EXPECT_EQ(mix_dtype(c, p + "w1", {2048, 768}, DType::kF32, QuantMix::kQ4_K_M), DType::kQ4_K) << l;
-    EXPECT_EQ(mix_dtype(c, p + "attn_norm", {768}, DType::kF32, QuantMix::kQ4_K_M), DType::kF32) << l;
-  }
+  // Q5_K_M: the same with Q5_K for Q4_K.
+  for (const auto& [mix, base] : {std::pair{QuantMix::kQ4_K_M, DType::kQ4_K}, std::pair{QuantMix::kQ5_K_M, DType::kQ5_K}})
+    for (int64_t l = 0; l < 12; ++l) {
+      const std::string p = "layers." + std::to_string(l) + ".";
+      const DType want = more.count(l) ? DType::kQ6_K : base;
+      EXPECT_EQ(mix_dtype(c, p + "wv", mat, DType::kF32, mix), want) << l;
+      EXPECT_EQ(mix_dtype(c, p + "w2", down, DType::kF32, mix), want) << l;
+      EXPECT_EQ(mix_dtype(c, p + "wq", mat, DType::kF32, mix), base) << l;
+      EXPECT_EQ(mix_dtype(c, p + "w1", {2048, 768}, DType::kF32, mix), base) << l;
+      EXPECT_EQ(mix_dtype(c, p + "attn_norm", {768}, DType::kF32, mix), DType::kF32) << l;
+    }
   // Q4_0: the head gets Q6_K; Q8_0: everything Q8_0. Rows that are not whole blocks fall back.
   EXPECT_EQ(mix_dtype(c, "tok_embeddings", {32000, 768}, DType::kF32, QuantMix::kQ4_0), DType::kQ6_K);
   EXPECT_EQ(mix_dtype(c, "layers.0.wv", mat, DType::kF32, QuantMix::kQ4_0), DType::kQ4_0);
@@ -59,25 +61,19 @@ TEST(QuantMix, Q4_K_MFollowsLlamaQuantize) {
   EXPECT_FALSE(parse_quant_mix("q3_k_m"));
 }
 
-// Q5_K_M: Q5_K with Q6_K where Q4_K_M has it; Q5_K_S: Q5_K everywhere but the head. A fused attn_qkv (gpt2) is an
-// attn_v to llama-quantize: Q6_K in the use_more_bits layers, else the base type, for q, k and v alike. Rows that
-// are not whole super-blocks fall back Q5_K -> Q5_1 (then fp16).
+// Q5_K_S: Q5_K everywhere but the head (Q5_K_M's layers are checked with Q4_K_M's above). A fused attn_qkv (gpt2)
+// is an attn_v to llama-quantize: Q6_K in the use_more_bits layers, else the base type, for q, k and v alike. Rows
+// that are not whole super-blocks fall back Q5_K -> Q5_1 (then fp16).
 TEST(QuantMix, Q5_K_MAndFusedQkvFollowLlamaQuantize) {
   const ModelConfig c = preset("stories110m");
   const std::vector<int64_t> mat{768, 768}, down{768, 2048};
-  const std::set<int64_t> more = {0, 3, 6, 9, 10, 11};
   EXPECT_EQ(parse_quant_mix("q5_k_m"), QuantMix::kQ5_K_M);
   EXPECT_EQ(parse_quant_mix("Q5_K_S"), QuantMix::kQ5_K_S);
   EXPECT_EQ(mix_dtype(c, "tok_embeddings", {32000, 768}, DType::kF32, QuantMix::kQ5_K_M), DType::kQ6_K);
   EXPECT_EQ(mix_dtype(c, "tok_embeddings", {32000, 768}, DType::kF32, QuantMix::kQ5_K_S), DType::kQ6_K);
   for (int64_t l = 0; l < 12; ++l) {
-    const std::string p = "layers." + std::to_string(l) + ".";
-    const DType want = more.count(l) ? DType::kQ6_K : DType::kQ5_K;
-    EXPECT_EQ(mix_dtype(c, p + "wv", mat, DType::kF32, QuantMix::kQ5_K_M), want) << l;
-    EXPECT_EQ(mix_dtype(c, p + "w2", down, DType::kF32, QuantMix::kQ5_K_M), want) << l;
-    EXPECT_EQ(mix_dtype(c, p + "wq", mat, DType::kF32, QuantMix::kQ5_K_M), DType::kQ5_K) << l;
-    EXPECT_EQ(mix_dtype(c, p + "wv", mat, DType::kF32, QuantMix::kQ5_K_S), DType::kQ5_K) << l;
-    EXPECT_EQ(mix_dtype(c, p + "w2", down, DType::kF32, QuantMix::kQ5_K_S), DType::kQ5_K) << l;
+    EXPECT_EQ(mix_dtype(c, "layers." + std::to_string(l) + ".wv", mat, DType::kF32, QuantMix::kQ5_K_S), DType::kQ5_K);
+    EXPECT_EQ(mix_dtype(c, "layers." + std::to_string(l) + ".w2", down, DType::kF32, QuantMix::kQ5_K_S), DType::kQ5_K);
   }
   EXPECT_EQ(mix_dtype(c, "layers.1.wq", {896, 896}, DType::kF32, QuantMix::kQ5_K_M), DType::kQ5_1);
   EXPECT_EQ(mix_dtype(c, "layers.1.wq", {896, 872}, DType::kF32, QuantMix::kQ5_K_M), DType::kF16);
