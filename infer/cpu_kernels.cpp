@@ -88,7 +88,22 @@ void gemv_range(const GemvOut& o, const float* x, const quant::Q8Acts& acts, int
   if (is_quantized(o.w->type)) {
     const quant::BlockType bt = block_type(o.w->type);
     const int64_t row_bytes = o.w->cols / quant::block_info(bt).values * quant::block_info(bt).bytes;
-    quant::dot_rows(bt, o.w->row_blocks(r0), row_bytes, r1 - r0, acts, o.y + r0);
+    constexpr int64_t kT = quant::kQ8TileRows;
+    int64_t r = r0;
+    for (const int64_t tr = std::min(r1, o.w->tiled_rows); r < tr;) {  // Q8_0 tiles: whole ones, else via a tile's 16
+      if (r % kT == 0 && r + kT <= tr) {
+        const int64_t n = (tr - r) / kT;
+        quant::dot_q8_0_tiles(o.w->tile(r / kT), n, acts, o.y + r);
+        r += n * kT;
+      } else {
+        float y16[kT];
+        quant::dot_q8_0_tiles(o.w->tile(r / kT), 1, acts, y16);
+        const int64_t n = std::min(kT - r % kT, tr - r);
+        std::copy_n(y16 + r % kT, n, o.y + r);
+        r += n;
+      }
+    }
+    if (r < r1) quant::dot_rows(bt, o.w->row_blocks(r), row_bytes, r1 - r, acts, o.y + r);
     if (o.bias)
       for (int64_t r = r0; r < r1; ++r) o.y[r] += o.bias[r];
   } else if (o.w->type == WType::kF16)
@@ -201,7 +216,7 @@ void gemv(ThreadPool& pool, std::initializer_list<GemvOut> outs, const float* x)
   if (work < kMinParallelWork)
     body(0, total);
   else
-    pool.parallel_for(total, 4, body);
+    pool.parallel_for(total, quant::kQ8TileRows, body);  // whole Q8_0 tiles where the matrices' rows allow
 }
 
 void gemm(ThreadPool& pool, const Mat& w, const float* bias, const float* x, int64_t n_tok, float* y) {
@@ -210,7 +225,8 @@ void gemm(ThreadPool& pool, const Mat& w, const float* bias, const float* x, int
     return;
   }
   if (is_quantized(w.type)) {
-    quant::gemm(pool, block_type(w.type), w.row_blocks(0), w.rows, w.cols, bias, x, n_tok, y);
+    quant::gemm(pool, block_type(w.type), static_cast<const uint8_t*>(w.data), w.rows, w.cols, bias, x, n_tok, y,
+                w.tiled_rows);
     return;
   }
   const int64_t panels = (w.rows + kNR - 1) / kNR;
@@ -293,12 +309,7 @@ void gelu_tanh_inplace(float* a, int64_t n) {
 
 void mat_row(const Mat& m, int64_t row, float* out) {
   ANELAB_CHECK(row >= 0 && row < m.rows, "infer", "row ", row, " out of range [0, ", m.rows, ")");
-  if (is_quantized(m.type))
-    quant::dequantize(block_type(m.type), m.row_blocks(row), out, m.cols);
-  else if (m.type == WType::kF16)
-    half_to_float(m.f16() + row * m.cols, out, static_cast<size_t>(m.cols));
-  else
-    std::memcpy(out, m.f32() + row * m.cols, static_cast<size_t>(m.cols) * sizeof(float));
+  m.row_values(row, out);
 }
 
 }  // namespace anelab::infer

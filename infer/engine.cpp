@@ -8,6 +8,7 @@
 
 #include "framework/core/error.h"
 #include "framework/kernels/cpu_ops.h"
+#include "framework/quant/qdot.h"
 #include "framework/runtime/backend.h"
 #include "infer/prefill_mil.h"
 
@@ -117,6 +118,20 @@ WType block_wtype(DType d) {
 }
 }  // namespace
 
+// The rows of Q8_0 tensor t held as row tiles (quant::tile_q8_0, the decode GEMV's layout: docs/quantization.md):
+// its whole tiles of 16 rows, rewritten in place the first time, when options().tile_q8_0 and the engine may write
+// the bytes: the model's memory is private (read, not mapped: a mapping is the file's pages) and no other copy of
+// the model shares them (the owner's use count is this model's tensors on it). Otherwise 0, the rows as they are.
+int64_t Engine::tiled_rows(const models::Tensor& t) {
+  if (const auto it = tiled_.find(t.name); it != tiled_.end()) return it->second;
+  int64_t holders = 0;
+  for (const models::Tensor& o : model_.tensors()) holders += o.owner == t.owner;
+  const bool sole = t.owner && t.owner.use_count() == holders;
+  const int64_t tiles = opt_.tile_q8_0 && model_.private_memory && sole ? t.rows() / quant::kQ8TileRows : 0;
+  quant::tile_q8_0(const_cast<uint8_t*>(t.data), tiles, t.cols());  // private, sole-held memory: see above
+  return tiled_[t.name] = tiles * quant::kQ8TileRows;
+}
+
 Mat Engine::matrix(const std::string& name) {
   const models::Tensor& t = model_.tensor(name);
   Mat m;
@@ -126,6 +141,7 @@ Mat Engine::matrix(const std::string& name) {
   if (opt_.keep_quantized && models::is_block_quantized(t.dtype)) {  // used in place: a view of the mapping
     m.type = block_wtype(t.dtype);
     m.data = t.data;
+    if (m.type == WType::kQ8_0) m.tiled_rows = tiled_rows(t);
     weight_bytes_ += m.nbytes();
     return m;
   }

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -55,6 +56,7 @@ struct EngineOptions {
   int compile_budget = -1;       // backend compile budget override (-1: the device profile's)
   std::string ane_weights = "fp16";  // MIL prefill weights: fp16 | int8 | w8a8 | auto (the device profile's), prefill_mil.h
   std::vector<int32_t> calibration_tokens;  // w8a8 activation calibration prompt (empty: the first prompt)
+  bool tile_q8_0 = true;         // keep_quantized Q8_0 matrices become row tiles (Engine::tiled_rows)
 };
 
 // One layer's weights (framework/kernels/layer.h): matrices in the compute dtype, norm weights and biases
@@ -110,6 +112,7 @@ class Engine {
  private:
   void load_weights();
   Mat matrix(const std::string& name);
+  int64_t tiled_rows(const models::Tensor& t);
   std::span<const float> vec(const std::string& name, bool optional);  // kept in vecs_; empty when absent
   std::span<const float> norm_vec(const std::string& name, bool optional);  // vec + config().norm_offset
   void forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits);
@@ -128,6 +131,7 @@ class Engine {
   int64_t chunk_ = 0;
   int64_t weight_bytes_ = 0;
   std::vector<std::shared_ptr<void>> owned_;  // converted matrices
+  std::map<std::string, int64_t, std::less<>> tiled_;  // Q8_0 tensors rewritten as row tiles: their tiled rows
   std::vector<LayerWeights> layers_;
   std::deque<std::vector<float>> vecs_;       // the norm weights and biases the layers point into
   Mat tok_emb_, pos_emb_, out_;               // [vocab, dim], [max_seq, dim], [vocab, dim]

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "framework/core/error.h"
+#include "framework/quant/qdot.h"
 
 namespace anelab::kern {
 
@@ -37,8 +38,31 @@ quant::BlockType block_type(WType t) {
 }
 
 const uint8_t* Mat::row_blocks(int64_t r) const {
+  ANELAB_CHECK(r >= tiled_rows, "kernels", "row ", r, " of a matrix is inside its Q8_0 tiles (rows < ", tiled_rows,
+               "): read it with row_values or tile()");
   const quant::BlockInfo b = quant::block_info(block_type(type));
   return static_cast<const uint8_t*>(data) + r * (cols / b.values * b.bytes);
+}
+
+const uint8_t* Mat::tile(int64_t t) const {
+  ANELAB_CHECK(t >= 0 && quant::kQ8TileRows * (t + 1) <= tiled_rows, "kernels", "tile ", t, " past the ", tiled_rows,
+               " tiled rows");
+  return static_cast<const uint8_t*>(data) + t * quant::kQ8TileRows * (cols / 32 * int64_t{sizeof(quant::BlockQ8_0)});
+}
+
+void Mat::row_values(int64_t r, float* out) const {
+  if (r < tiled_rows) {
+    thread_local std::vector<quant::BlockQ8_0> blocks;
+    blocks.resize(static_cast<size_t>(cols / 32));
+    quant::q8_0_tile_row(tile(r / quant::kQ8TileRows), cols, static_cast<int>(r % quant::kQ8TileRows), blocks.data());
+    quant::dequantize(quant::BlockType::kQ8_0, reinterpret_cast<const uint8_t*>(blocks.data()), out, cols);
+  } else if (is_quantized(type)) {
+    quant::dequantize(block_type(type), row_blocks(r), out, cols);
+  } else if (type == WType::kF16) {
+    half_to_float(f16() + r * cols, out, static_cast<size_t>(cols));
+  } else {
+    std::memcpy(out, f32() + r * cols, static_cast<size_t>(cols) * sizeof(float));
+  }
 }
 
 int64_t Mat::nbytes() const {
@@ -50,7 +74,7 @@ int64_t Mat::nbytes() const {
 std::vector<float> mat_values(const Mat& m) {
   std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
   if (is_quantized(m.type))  // the MIL kernels take fp16/fp32 weights: dequantized here
-    for (int64_t r = 0; r < m.rows; ++r) quant::dequantize(block_type(m.type), m.row_blocks(r), out.data() + r * m.cols, m.cols);
+    for (int64_t r = 0; r < m.rows; ++r) m.row_values(r, out.data() + r * m.cols);
   else if (m.type == WType::kF16)
     half_to_float(m.f16(), out.data(), out.size());
   else if (!out.empty())

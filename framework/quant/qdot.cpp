@@ -302,7 +302,77 @@ void check_form(BlockType t, const Q8Acts& a) {
                acts_form(t) == kActsQ8_K ? "Q8_K" : "Q8_0", " activations of ", a.n, " values, not quantized");
 }
 
+// Row tiles: each tile block prefetches the bytes kPrefetchAhead further on into L2 (the tiles of a matrix are one
+// contiguous stream), one hint per cache line it covers. Into L1 (T0) instead, the tiled GEMV streamed 25 GB/s on
+// one Zen 4 core against 31 with T1 or none; on the device machine's Xeon, T1 4-8 KiB ahead ran at its read
+// bandwidth (2 threads: 25-30 GB/s) and no hints at 18-25 (docs/quantization.md).
+inline void prefetch_tile_block(const uint8_t* p) {
+  for (int64_t line = 0; line < kQ8TileBlockBytes; line += 64) S::prefetch_l2(p + kPrefetchAhead + line);
+}
+
 }  // namespace
+
+void tile_q8_0(uint8_t* rows, int64_t n_tiles, int64_t cols) {
+  ANELAB_CHECK(cols % 32 == 0, "quant", "Q8_0 tiles: ", cols, " columns are not whole blocks of 32");
+  const int64_t nb = cols / 32, row_bytes = nb * int64_t{sizeof(BlockQ8_0)};
+  std::vector<uint8_t> rows16(static_cast<size_t>(kQ8TileRows * row_bytes));
+  for (int64_t t = 0; t < n_tiles; ++t) {
+    uint8_t* const base = rows + t * kQ8TileRows * row_bytes;
+    std::memcpy(rows16.data(), base, rows16.size());
+    for (int l = 0; l < kQ8TileRows; ++l) {
+      const auto* src = reinterpret_cast<const BlockQ8_0*>(rows16.data() + l * row_bytes);
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* const o = base + b * kQ8TileBlockBytes;
+        std::memcpy(o + 2 * l, &src[b].d, 2);
+        for (int v = 0; v < 32; ++v)
+          o[32 + 64 * (v / 4) + 4 * l + v % 4] = static_cast<uint8_t>(static_cast<uint8_t>(src[b].qs[v]) ^ kQ8TileFlip);
+      }
+    }
+  }
+}
+
+void q8_0_tile_row(const uint8_t* tile, int64_t cols, int l, BlockQ8_0* out) {
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    const uint8_t* const o = tile + b * kQ8TileBlockBytes;
+    std::memcpy(&out[b].d, o + 2 * l, 2);
+    for (int v = 0; v < 32; ++v) out[b].qs[v] = static_cast<int8_t>(o[32 + 64 * (v / 4) + 4 * l + v % 4] ^ kQ8TileFlip);
+  }
+}
+
+// Per tile block: kQ8TileRows / kWidth int32 vectors of 16-row sums over the 8 groups (starting at -128 sum(q_a)
+// where the bytes are q + 128), then one fp32 multiply-add per row with d_w d_a, as dot_row's per-block term.
+void dot_q8_0_tiles(const uint8_t* tiles, int64_t n_tiles, const Q8Acts& a, float* y) {
+  check_form(BlockType::kQ8_0, a);
+  constexpr int kV = static_cast<int>(kQ8TileRows) / S::kWidth;
+  constexpr int32_t kOffset = kQ8TileFlip ? -128 : 0;
+  const int64_t nb = a.n / 32;
+  for (int64_t t = 0; t < n_tiles; ++t) {
+    const uint8_t* p = tiles + t * nb * kQ8TileBlockBytes;
+    S::F32 acc[kV];
+    for (int v = 0; v < kV; ++v) acc[v] = S::zero();
+    for (int64_t b = 0; b < nb; ++b, p += kQ8TileBlockBytes) {
+      prefetch_tile_block(p);
+      const auto ub = static_cast<size_t>(b);
+      S::GI32 s[kV];
+      for (int v = 0; v < kV; ++v) s[v] = S::set1_i32(kOffset * a.sums32[ub]);
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        int32_t a4;
+        std::memcpy(&a4, a.q.data() + 32 * b + 4 * j, 4);
+#pragma GCC unroll 4
+        for (int v = 0; v < kV; ++v) {
+          const S::W8 w = S::load_w8(p + 32 + 64 * j + 4 * S::kWidth * v);
+          s[v] = kQ8TileFlip ? S::dot4_u8(s[v], w, a4) : S::dot4_s8(s[v], w, a4);
+        }
+      }
+      const S::F32 da = S::set1(a.d[ub]);
+      for (int v = 0; v < kV; ++v)
+        acc[v] = S::fmadd(S::to_f32(s[v]), S::mul(S::load_h(reinterpret_cast<const uint16_t*>(p) + S::kWidth * v), da),
+                          acc[v]);
+    }
+    for (int v = 0; v < kV; ++v) S::store(y + kQ8TileRows * t + S::kWidth * v, acc[v]);
+  }
+}
 
 void quantize_acts(const float* x, int64_t n, unsigned forms, Q8Acts& a) {
   ANELAB_CHECK(n % 32 == 0, "quant", "activations of ", n, " values are not whole blocks of 32");

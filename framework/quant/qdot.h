@@ -31,6 +31,17 @@
 // block whose 127 / amax overflows: amax below about 2^-121) becomes -128, as ggml's x86 cvtps2dq and saturating
 // packs make it; the Q8_K form clamps to 127 first, so there NaN and +inf give 127, -inf -128.
 //
+// Q8_0 row tiles, the decode layout of Q8_0 matrices held in the program's own memory (infer::Engine rewrites
+// them in place; never written to a file). 16 rows of Q8_0 blocks (16 x nb x 34 bytes, nb = cols / 32) become nb
+// tile blocks of 16 x 34 = 544 bytes, tile block b:
+//   bytes 0-31     the 16 rows' fp16 scales d of block b (row l's at 2l)
+//   bytes 32-543   8 groups j of 64 bytes: row l's values 4j..4j+3 of block b at 32 + 64j + 4l, each q ^ kQ8TileFlip
+// One 64-byte group holds 4 values of all 16 rows: simd::W8 vectors of kWidth rows x 4 bytes, multiplied with 4
+// broadcast activations (vpdpbusd / SDOT), so a GEMV reads 16 rows as one sequential stream with a fraction of
+// the row-at-a-time kernel's instructions per byte. kQ8TileFlip is 0x80 where the int8 dot takes any unsigned byte
+// (AVX-512 VNNI, scalar): q + 128 as u8, each block's sum starting at -128 sum(q_a); else 0 (signed bytes). The
+// tiled region of a matrix occupies exactly the bytes of the rows it holds, so rows past it stay rows of blocks.
+//
 // Interface: quantize_acts(x, n, a) fills every form the length allows (the Q8_K form when n % 256 == 0);
 // quantize_acts(x, n, forms, a) only the forms asked for (acts_form(type) names the one a type reads);
 // dot_row / dot_rows read the form of their type. Q8Acts buffers only grow: no allocation per token.
@@ -39,8 +50,13 @@
 #include <vector>
 
 #include "framework/quant/blocks.h"
+#include "framework/simd/simd.h"
 
 namespace anelab::quant {
+
+// Q8_0 row tiles (layout above).
+constexpr int64_t kQ8TileRows = 16, kQ8TileBlockBytes = 16 * 34;
+constexpr uint8_t kQ8TileFlip = simd::kDotU8Max >= 255 ? 0x80 : 0;
 
 enum ActsForm : unsigned { kActsQ8_0 = 1u, kActsQ8_K = 2u, kActsAll = 3u };
 constexpr ActsForm acts_form(BlockType t) {
@@ -72,5 +88,13 @@ double acts_rounding_bound(const Q8Acts& a, BlockType t, int64_t i);
 float dot_row(BlockType t, const uint8_t* row, const Q8Acts& a);
 // y[r] = dot_row(t, rows + r * row_bytes, a) for r < n_rows (the next row's blocks prefetched as it goes).
 void dot_rows(BlockType t, const uint8_t* rows, int64_t row_bytes, int64_t n_rows, const Q8Acts& a, float* y);
+
+// Rewrites the first 16 n_tiles rows of a Q8_0 matrix (rows of cols / 32 blocks from `rows`) in place as tiles.
+void tile_q8_0(uint8_t* rows, int64_t n_tiles, int64_t cols);
+// Row l (< 16) of one tile (the tile's first byte at `tile`) back as its cols / 32 Q8_0 blocks.
+void q8_0_tile_row(const uint8_t* tile, int64_t cols, int l, BlockQ8_0* out);
+// y[16 t + l] = the dot product of row l of tile t with a (a Q8_0-form, a.n = cols) for t < n_tiles; the same
+// arithmetic as dot_row (exact int32 per block, one fp32 multiply-add per block) in another summation order.
+void dot_q8_0_tiles(const uint8_t* tiles, int64_t n_tiles, const Q8Acts& a, float* y);
 
 }  // namespace anelab::quant

@@ -90,6 +90,32 @@ void unpack_q8_0_panel(const uint8_t* row0, int64_t row_bytes, int64_t kc, Panel
   }
 }
 
+// Panel rows r..r + n (< kNR) from Q8_0 tiles (rows pr + r..: the panel's first row is matrix row pr), k block
+// k0..k0 + kc: each tile group's 4-byte words of those rows are the panel's, already flipped alike (static_assert).
+static_assert(kQ8TileFlip == (kQ8Offset ? 0x80 : 0), "Q8_0 tiles store the bytes the micro-kernel reads");
+void unpack_q8_0_tiles(const uint8_t* tiles, int64_t cols, int64_t pr, int r, int n, int64_t k0, int64_t kc, Panel& p) {
+  const int64_t tile_bytes = cols / 32 * kQ8TileBlockBytes;
+  for (int e; n > 0; r += e, n -= e) {
+    const int64_t row = pr + r, l = row % kQ8TileRows;
+    e = static_cast<int>(std::min<int64_t>(n, kQ8TileRows - l));
+    const uint8_t* tb = tiles + row / kQ8TileRows * tile_bytes + k0 / 32 * kQ8TileBlockBytes;
+    for (int64_t i = 0; i < kc / 32; ++i, tb += kQ8TileBlockBytes) {
+      for (int j = 0; j < 8; ++j) {
+        int8_t* const dst = p.w.data() + ((8 * i + j) * kNR + r) * 4;
+        if (e == kQ8TileRows)
+          std::memcpy(dst, tb + 32 + 64 * j, 4 * kQ8TileRows);  // a whole group: one inlined 64-byte copy
+        else
+          std::memcpy(dst, tb + 32 + 64 * j + 4 * l, 4 * size_t(e));
+      }
+      for (int m = 0; m < e; ++m) {
+        uint16_t d;
+        std::memcpy(&d, tb + 2 * (l + m), 2);
+        p.scale[static_cast<size_t>(i * kNR + r + m)] = S::h2f(d);
+      }
+    }
+  }
+}
+
 void unpack_q4_0(const uint8_t* row, int r, int64_t kc, Panel& p) {
   const auto* b = reinterpret_cast<const BlockQ4_0*>(row);
   int8_t* const w = p.w.data();
@@ -299,10 +325,12 @@ void zero_rows(Panel& p, int nr, int64_t kc, int group, bool mins) {
 }  // namespace
 
 void gemm(ThreadPool& pool, BlockType bt, const uint8_t* w, int64_t rows, int64_t cols, const float* bias,
-          const float* x, int64_t n_tok, float* y) {
+          const float* x, int64_t n_tok, float* y, int64_t tiled_rows) {
   const BlockInfo bi = block_info(bt);
   ANELAB_CHECK(cols % bi.values == 0, "quant", "gemm: ", cols, " columns are not whole ", bi.name, " blocks of ",
                bi.values);
+  ANELAB_CHECK(tiled_rows == 0 || (bt == BlockType::kQ8_0 && tiled_rows % kQ8TileRows == 0 && tiled_rows <= rows),
+               "quant", "gemm: ", tiled_rows, " tiled rows of a ", bi.name, " matrix of ", rows, " rows");
   const Recipe rc = recipe(bt);
   const UnpackFn unpack = unpacker(bt);
   const KernelTable& kern = kernels(rc);
@@ -320,10 +348,12 @@ void gemm(ThreadPool& pool, BlockType bt, const uint8_t* w, int64_t rows, int64_
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t r0 = p * kNR;
         const int nr = static_cast<int>(std::min<int64_t>(kNR, rows - r0));
-        if (bt == BlockType::kQ8_0 && nr == kNR)
+        const int nt = static_cast<int>(std::clamp<int64_t>(tiled_rows - r0, 0, nr));  // rows from tiles
+        if (nt > 0) unpack_q8_0_tiles(w, cols, r0, 0, nt, k0, kc, panel);
+        if (nt == 0 && bt == BlockType::kQ8_0 && nr == kNR)
           unpack_q8_0_panel(piece(r0, k0), row_bytes, kc, panel);
         else
-          for (int r = 0; r < nr; ++r) unpack(piece(r0 + r, k0), r, kc, panel);
+          for (int r = nt; r < nr; ++r) unpack(piece(r0 + r, k0), r, kc, panel);
         if (nr < kNR) zero_rows(panel, nr, kc, rc.group, rc.mins);
         Tile tile{&panel, kc, rc.offset, {}, {}, {}, nullptr, rows, nr, k0 == 0, bias ? bias + r0 : nullptr};
         for (int64_t t0 = 0; t0 < n_tok; t0 += kMR) {

@@ -84,6 +84,7 @@ inline uint16_t f2h(float x) {
 }
 
 inline void prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
+inline void prefetch_l2(const void* p) { __builtin_prefetch(p, 0, 2); }
 inline void cpu_relax() { __asm__ __volatile__("isb" ::: "memory"); }
 
 // ---- int8 part: the integer vectors of the quantized dot products (interface: x86_int8.h) ----

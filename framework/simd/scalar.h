@@ -92,6 +92,13 @@ inline void prefetch(const void* p) {
   (void)p;
 #endif
 }
+inline void prefetch_l2(const void* p) {
+#if defined(__GNUC__)
+  __builtin_prefetch(p, 0, 2);
+#else
+  (void)p;
+#endif
+}
 inline void cpu_relax() {}
 
 // ---- int8 part: the integer vectors of the quantized dot products (interface: x86_int8.h) ----

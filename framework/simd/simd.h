@@ -23,7 +23,8 @@
 //   ge(a, b) -> Mask, select(m, t, f)     lane-wise a >= b (false on NaN); m ? t : f
 //   reduce_add(v), reduce_max(v)          horizontal; the summation order is the architecture's own
 //   h2f(bits), f2h(x)                     scalar fp16 conversions (ties to even, overflow to +-inf)
-//   prefetch(p), cpu_relax()              read prefetch hint; spin-wait hint (pause / isb)
+//   prefetch(p), prefetch_l2(p)           read prefetch hint into L1 / into L2 (x86 T1, arm locality 2)
+//   cpu_relax()                           spin-wait hint (pause / isb)
 //   I8, I32, Scales, Sc, QAcc and their operations   the int8 vectors of the quantized dot products
 //                                         (interface at the top of x86_int8.h: AVX-512 VNNI vpdpbusd/vpdpwssd,
 //                                         AVX2 vpmaddubsw + vpmaddwd, NEON SDOT or SMULL, scalar loops)

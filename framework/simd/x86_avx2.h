@@ -77,6 +77,7 @@ inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 inline uint16_t f2h(float x) { return _cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT); }
 
 inline void prefetch(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+inline void prefetch_l2(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
 inline void cpu_relax() { _mm_pause(); }
 // ---- int8 GEMM micro-kernel (quantized prefill): int32 lane l accumulates row l ----
 // W8: 8 rows x 4 consecutive k (32 bytes, row l's 4 bytes at 4l); a4: 4 int8 activations (in [-127, 127])

@@ -27,13 +27,21 @@ std::string detect_model_format(const std::string& path) {
        "legacy file must have exactly the size its header implies)");
 }
 
-Model load_any_model(const std::string& path, FileAccess access) {
-  const std::string fmt = detect_model_format(path);
+namespace {
+Model read_model(const std::string& path, const std::string& fmt, FileAccess access) {
   if (fmt == "anelab") return read_anelab_file(path, access);
   if (fmt == "checkpoint") return read_checkpoint_model(path);
   if (fmt == "gguf") return read_gguf(path, access);
   if (fmt == "safetensors") return read_hf_safetensors(path, access);
   return read_llama2c(path, access);
+}
+}  // namespace
+
+Model load_any_model(const std::string& path, FileAccess access) {
+  const std::string fmt = detect_model_format(path);
+  Model m = read_model(path, fmt, access);
+  m.private_memory = access == FileAccess::kRead || fmt == "checkpoint";  // read into (or converted to) own memory
+  return m;
 }
 
 }  // namespace anelab::models

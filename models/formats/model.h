@@ -152,6 +152,9 @@ class Model {
   std::string chat_template;            // the source's Jinja chat template text, when it has one (else empty)
   std::string source_format;            // "anelab", "llama2c", "safetensors", "gguf", "checkpoint", "random"
   std::string source_path;
+  // Every tensor's bytes are this process's own writable memory (files read, FileAccess::kRead, or converted), not
+  // a shared file mapping: an engine holding the model alone may rewrite them in place (infer::Engine's Q8_0 tiles).
+  bool private_memory = false;
 
   const Tensor& tensor(std::string_view name) const;  // throws "[model] no tensor NAME (has: ...)"
   const Tensor* find(std::string_view name) const;    // nullptr when absent

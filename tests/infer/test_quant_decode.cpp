@@ -1,6 +1,7 @@
 // Quantized decode: the GEMV over block-quantized weights (int8 activations, framework/quant/qdot.h) on the
 // thread pool against the fp32 GEMV of the dequantized weights (the prefill GEMM as well), an engine running a
-// Q4_K_M model in its blocks against the same engine on the dequantized model, and its prefill against its decode.
+// Q4_K_M model in its blocks against the same engine on the dequantized model, and its prefill against its decode;
+// Q8_0 row tiles (the decode layout) against the rows they were made from, in the kernels and in an engine.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,7 +9,9 @@
 #include <cstring>
 #include <random>
 
+#include "framework/core/error.h"
 #include "framework/quant/qdot.h"
+#include "framework/quant/qgemm.h"
 #include "framework/simd/simd.h"
 #include "infer/cpu_kernels.h"
 #include "infer/engine.h"
@@ -99,6 +102,112 @@ TEST(QuantGemv, MatchesDequantizedGemvOnThePool) {
     mat_row(a.q, 7, row.data());
     for (int64_t i = 0; i < cols; ++i) ASSERT_EQ(row[static_cast<size_t>(i)], a.deq[static_cast<size_t>(7 * cols + i)]);
   }
+}
+
+// Q8_0 row tiles hold the same blocks: every row reads back bit for bit; the prefill GEMM copies their groups into
+// the panels the row-major unpacker builds, so its result is the same bits; the tiled GEMV forms the same per-block
+// terms t_b = float(isum_b) (d_w d_a) and differs from the row GEMV by summation order only, at most
+// 2 nb 2^-24 sum_b |t_b| per row (both sums' rounding; |t_b| <= sum over the block of |w x|, x as quantized).
+// 300 and 200 rows: 18 and 12 tiles and 12 and 8 rows of blocks after them; on 4 threads the second matrix starts
+// mid-tile in the pool's 16-row chunks, so partial tiles are taken too.
+TEST(QuantGemv, Q8_0TilesMatchTheirRows) {
+  ThreadPool pool(4);
+  const int64_t cols = 1024;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(cols)), bias(300);
+  for (float& v : x) v = g(rng);
+  for (float& v : bias) v = g(rng);
+  quant::Q8Acts acts;
+  quant::quantize_acts(x.data(), cols, acts);
+  std::vector<float> xq(static_cast<size_t>(cols));  // the activations as quantized
+  for (int64_t i = 0; i < cols; ++i) xq[static_cast<size_t>(i)] = acts.d[static_cast<size_t>(i / 32)] * acts.q[static_cast<size_t>(i)];
+  const QMat a = make_qmat(WType::kQ8_0, 300, cols, 1), b = make_qmat(WType::kQ8_0, 200, cols, 2);
+  std::vector<uint8_t> ta = a.blocks, tb = b.blocks;
+  quant::tile_q8_0(ta.data(), 300 / 16, cols);
+  quant::tile_q8_0(tb.data(), 200 / 16, cols);
+  ASSERT_NE(ta, a.blocks);
+  Mat at = a.q, bt = b.q;
+  at.data = ta.data(), at.tiled_rows = 288;
+  bt.data = tb.data(), bt.tiled_rows = 192;
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < 300; ++r) {
+    at.row_values(r, row.data());
+    for (int64_t i = 0; i < cols; ++i) ASSERT_EQ(row[static_cast<size_t>(i)], a.deq[static_cast<size_t>(r * cols + i)]) << r;
+  }
+  EXPECT_THROW(at.row_blocks(287), Error);
+
+  std::vector<float> ya(300), yb(200), ra(300), rb(200);
+  gemv(pool, {GemvOut{&at, bias.data(), ya.data()}, GemvOut{&bt, nullptr, yb.data()}}, x.data());
+  gemv(pool, {GemvOut{&a.q, bias.data(), ra.data()}, GemvOut{&b.q, nullptr, rb.data()}}, x.data());
+  const auto check = [&](const QMat& m, const std::vector<float>& y, const std::vector<float>& ref, int64_t r, float bs) {
+    double terms = 0;
+    for (int64_t i = 0; i < cols; ++i) terms += std::fabs(double(m.deq[static_cast<size_t>(r * cols + i)]) * xq[static_cast<size_t>(i)]);
+    const double bound = 2.0 * (cols / 32) * 0x1p-24 * terms * 1.01 + 0x1p-24 * std::fabs(double(bs));
+    EXPECT_LE(std::fabs(double(y[static_cast<size_t>(r)]) - ref[static_cast<size_t>(r)]), bound) << "row " << r;
+  };
+  for (int64_t r = 0; r < 300; ++r) check(a, ya, ra, r, bias[static_cast<size_t>(r)]);
+  for (int64_t r = 0; r < 200; ++r) check(b, yb, rb, r, 0.0f);
+
+  const int64_t n_tok = 7;
+  std::vector<float> xs(static_cast<size_t>(n_tok * cols)), gt(static_cast<size_t>(n_tok * 300)), gr(gt.size());
+  for (float& v : xs) v = g(rng);
+  quant::gemm(pool, quant::BlockType::kQ8_0, ta.data(), 300, cols, bias.data(), xs.data(), n_tok, gt.data(), 288);
+  quant::gemm(pool, quant::BlockType::kQ8_0, a.blocks.data(), 300, cols, bias.data(), xs.data(), n_tok, gr.data());
+  EXPECT_EQ(gt, gr);
+}
+
+// An engine tiles the Q8_0 matrices of a model in private memory that it alone holds (not a copy another model
+// shares, not with tile_q8_0 off); its prefill gives the untiled engine's bits, its decode the same greedy tokens
+// with logits within the summation-order differences above (and the int8 flips they may cause, as in the tests
+// above: < 5 % relative rms).
+TEST(QuantGemv, EngineTilesQ8_0WhereItMay) {
+  models::ModelConfig c = models::preset("stories15m");
+  c.dim = 256, c.hidden_dim = 512, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 4, c.head_dim = 64;
+  c.vocab_size = 512, c.max_seq_len = 64;
+  const auto q8 = [&] {
+    models::Model m = models::quantize_model(models::random_model(c, 11), models::QuantMix::kQ8_0);
+    m.private_memory = true;
+    return m;
+  };
+  EngineOptions o;
+  o.dtype = WType::kF32;
+  o.keep_quantized = true;
+  EngineOptions off = o;
+  off.tile_q8_0 = false;
+  Engine et(q8(), o), eu(q8(), off);
+  ASSERT_EQ(et.layer(0).wq.type, WType::kQ8_0);
+  EXPECT_EQ(et.layer(1).w2.tiled_rows, c.dim);
+  EXPECT_EQ(et.layer(0).w1.tiled_rows, c.hidden_dim);
+  EXPECT_EQ(eu.layer(0).w1.tiled_rows, 0);
+  const models::Model shared = q8();
+  Engine es(shared, o);  // `shared` still holds the bytes
+  EXPECT_EQ(es.layer(0).w1.tiled_rows, 0);
+  models::Model mapped = q8();
+  mapped.private_memory = false;
+  Engine em(std::move(mapped), o);
+  EXPECT_EQ(em.layer(0).w1.tiled_rows, 0);
+
+  std::vector<int32_t> toks(13);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>((i * 53 + 7) % 512);
+  std::vector<float> pt, pu;
+  et.prefill(toks, 0, &pt);
+  eu.prefill(toks, 0, &pu);
+  EXPECT_EQ(pt, pu);
+  Engine dt(q8(), o), du(q8(), off);
+  double max_rel = 0;
+  int32_t tt = 3, tu = 3;
+  for (int64_t pos = 0; pos < 16; ++pos) {
+    const float* lt = dt.decode(tt, pos);
+    const float* lu = du.decode(tu, pos);
+    double num = 0, den = 0;
+    for (int64_t v = 0; v < c.vocab_size; ++v) num += (lt[v] - lu[v]) * (lt[v] - lu[v]), den += lu[v] * lu[v];
+    max_rel = std::max(max_rel, std::sqrt(num / den));
+    tt = static_cast<int32_t>(std::max_element(lt, lt + c.vocab_size) - lt);
+    tu = static_cast<int32_t>(std::max_element(lu, lu + c.vocab_size) - lu);
+    ASSERT_EQ(tt, tu) << "position " << pos;
+  }
+  EXPECT_LT(max_rel, 0.05);
 }
 
 models::Model dequantized(const models::Model& q) {
