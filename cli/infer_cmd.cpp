@@ -126,6 +126,11 @@ Loaded load(const InferArgs& a, infer::TokenizerUse use) {
   l.tok = std::move(m.tokenizer);
   l.weights_memory = std::move(m.weights_memory);
   l.engine = std::make_unique<infer::Engine>(std::move(m.model), m.engine);
+  if (const int64_t tb = l.engine->tiled_bytes(); tb > 0) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "; Q8_0 row tiles %.0f MiB", static_cast<double>(tb) / (1 << 20));
+    l.weights_memory += buf;
+  }
   if (!a.quiet)
     std::fprintf(stderr, "loaded %s (%s, %lld layers, dim %lld) in %.1f s; prefill backend %s; weights %s\n",
                  a.model.c_str(), l.engine->config().arch.c_str(), static_cast<long long>(l.engine->config().n_layers),

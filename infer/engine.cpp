@@ -128,7 +128,10 @@ int64_t Engine::tiled_rows(const models::Tensor& t) {
   for (const models::Tensor& o : model_.tensors()) holders += o.owner == t.owner;
   const bool sole = t.owner && t.owner.use_count() == holders;
   const int64_t tiles = opt_.tile_q8_0 && model_.private_memory && sole ? t.rows() / quant::kQ8TileRows : 0;
-  quant::tile_q8_0(const_cast<uint8_t*>(t.data), tiles, t.cols());  // private, sole-held memory: see above
+  uint8_t* const rows = const_cast<uint8_t*>(t.data);  // private, sole-held memory: see above
+  const int64_t tile_bytes = quant::kQ8TileBlockBytes * (t.cols() / 32);
+  pool_.parallel_for(tiles, 1, [&](int64_t b, int64_t e) { quant::tile_q8_0(rows + b * tile_bytes, e - b, t.cols()); });
+  tiled_bytes_ += tiles * tile_bytes;
   return tiled_[t.name] = tiles * quant::kQ8TileRows;
 }
 

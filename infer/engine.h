@@ -91,6 +91,7 @@ class Engine {
   const PrefillStats& last_prefill() const { return stats_; }
   // Bytes of weight matrices the engine reads per token (for bandwidth figures).
   int64_t weight_bytes() const { return weight_bytes_; }
+  int64_t tiled_bytes() const { return tiled_bytes_; }  // bytes of Q8_0 matrices held as row tiles (tiled_rows)
 
   // The KV cache: the one place that knows its layout, [n_layers, context, kv_dim] of options().kv_type for
   // the keys and again for the values.
@@ -130,6 +131,7 @@ class Engine {
   int64_t ctx_ = 0;
   int64_t chunk_ = 0;
   int64_t weight_bytes_ = 0;
+  int64_t tiled_bytes_ = 0;
   std::vector<std::shared_ptr<void>> owned_;  // converted matrices
   std::map<std::string, int64_t, std::less<>> tiled_;  // Q8_0 tensors rewritten as row tiles: their tiled rows
   std::vector<LayerWeights> layers_;
