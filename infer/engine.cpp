@@ -120,13 +120,18 @@ WType block_wtype(DType d) {
 
 // The rows of Q8_0 tensor t held as row tiles (quant::tile_q8_0, the decode GEMV's layout: docs/quantization.md):
 // its whole tiles of 16 rows, rewritten in place the first time, when options().tile_q8_0 and the engine may write
-// the bytes: the model's memory is private (read, not mapped: a mapping is the file's pages) and no other copy of
-// the model shares them (the owner's use count is this model's tensors on it). Otherwise 0, the rows as they are.
+// the bytes: the model's memory is private (read, not mapped: a mapping is the file's pages), no other copy of the
+// model shares them (the owner's use count is this model's tensors on it) and no other tensor views them.
+// Otherwise 0, the rows as they are.
 int64_t Engine::tiled_rows(const models::Tensor& t) {
   if (const auto it = tiled_.find(t.name); it != tiled_.end()) return it->second;
   int64_t holders = 0;
-  for (const models::Tensor& o : model_.tensors()) holders += o.owner == t.owner;
-  const bool sole = t.owner && t.owner.use_count() == holders;
+  bool aliased = false;  // another tensor of the model views some of these bytes
+  for (const models::Tensor& o : model_.tensors()) {
+    holders += o.owner == t.owner;
+    aliased |= &o != &t && o.data < t.data + t.nbytes && t.data < o.data + o.nbytes;
+  }
+  const bool sole = t.owner && t.owner.use_count() == holders && !aliased;
   const int64_t tiles = opt_.tile_q8_0 && model_.private_memory && sole ? t.rows() / quant::kQ8TileRows : 0;
   uint8_t* const rows = const_cast<uint8_t*>(t.data);  // private, sole-held memory: see above
   const int64_t tile_bytes = quant::kQ8TileBlockBytes * (t.cols() / 32);
