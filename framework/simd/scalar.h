@@ -85,20 +85,16 @@ inline float reduce_max(F32 v) {
 inline float h2f(uint16_t h) { return soft_h2f(h); }
 inline uint16_t f2h(float x) { return soft_f2h(x); }
 
-inline void prefetch(const void* p) {
+template <int kLocality>
+inline void prefetch_at(const void* p) {
 #if defined(__GNUC__)
-  __builtin_prefetch(p, 0, 3);
+  __builtin_prefetch(p, 0, kLocality);
 #else
   (void)p;
 #endif
 }
-inline void prefetch_l2(const void* p) {
-#if defined(__GNUC__)
-  __builtin_prefetch(p, 0, 2);
-#else
-  (void)p;
-#endif
-}
+inline void prefetch(const void* p) { prefetch_at<3>(p); }
+inline void prefetch_l2(const void* p) { prefetch_at<2>(p); }
 inline void cpu_relax() {}
 
 // ---- int8 part: the integer vectors of the quantized dot products (interface: x86_int8.h) ----
