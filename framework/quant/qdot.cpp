@@ -304,8 +304,8 @@ void check_form(BlockType t, const Q8Acts& a) {
 
 // Row tiles: each tile block prefetches the bytes kPrefetchAhead further on into L2 (the tiles of a matrix are one
 // contiguous stream), one hint per cache line it covers. Into L1 (T0) instead, the tiled GEMV streamed 25 GB/s on
-// one Zen 4 core against 31 with T1 or none; on the device machine's Xeon, T1 4-8 KiB ahead ran at its read
-// bandwidth (2 threads: 25-30 GB/s) and no hints at 18-25 (docs/quantization.md).
+// one Zen 4 core against 31 with T1 or none; on the device machine's Xeon (2 threads) T1 4-16 KiB ahead ran at
+// 21-30 GB/s, about its read loop's 24-30, and no hints at 18-25 (docs/quantization.md).
 inline void prefetch_tile_block(const uint8_t* p) {
   for (int64_t line = 0; line < kQ8TileBlockBytes; line += 64) S::prefetch_l2(p + kPrefetchAhead + line);
 }
