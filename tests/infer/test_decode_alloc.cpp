@@ -11,6 +11,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "infer/engine.h"
@@ -72,8 +73,8 @@ models::ModelConfig small(const std::string& preset) {
 }
 
 // Allocations made by `steps` decode steps after a 5-token prefill and two warm-up steps.
-int64_t decode_allocations(const models::Model& m, const EngineOptions& o, int steps) {
-  Engine e(m, o);
+int64_t decode_allocations(models::Model m, const EngineOptions& o, int steps) {
+  Engine e(std::move(m), o);
   std::vector<int32_t> prompt = {1, 7, 42, 300, 5};
   e.prefill(prompt, 0);
   int64_t pos = static_cast<int64_t>(prompt.size());
@@ -109,14 +110,15 @@ TEST(DecodeAlloc, DecodeStepsAllocateNothing) {
                           Case{"q8_0", WType::kF32, models::QuantMix::kQ8_0, KvType::kF16, 2},
                           Case{"q4_k_m", WType::kF32, models::QuantMix::kQ4_K_M, KvType::kF32, 2},
                           Case{"q5_k_m", WType::kF32, models::QuantMix::kQ5_K_M, KvType::kF16, 2}}) {
-      const models::Model m = k.mix ? models::quantize_model(base, *k.mix) : base;
+      models::Model m = k.mix ? models::quantize_model(base, *k.mix) : base;
+      m.private_memory = true;  // owned bytes: a quantized copy is the engine's alone, so its Q8_0 matrices are tiled
       EngineOptions o;
       o.dtype = k.dtype;
       o.keep_quantized = k.mix.has_value();
       o.kv_type = k.kv;
       o.threads = k.threads;
       o.quiet = true;
-      EXPECT_EQ(decode_allocations(m, o, 8), 0) << preset << " " << k.name << ", " << k.threads << " threads";
+      EXPECT_EQ(decode_allocations(std::move(m), o, 8), 0) << preset << " " << k.name << ", " << k.threads << " threads";
     }
   }
 }
