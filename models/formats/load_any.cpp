@@ -40,7 +40,7 @@ Model read_model(const std::string& path, const std::string& fmt, FileAccess acc
 Model load_any_model(const std::string& path, FileAccess access) {
   const std::string fmt = detect_model_format(path);
   Model m = read_model(path, fmt, access);
-  m.private_memory = access == FileAccess::kRead || fmt == "checkpoint";  // read into (or converted to) own memory
+  m.private_memory = access == FileAccess::kRead && fmt != "checkpoint";  // read into own memory (checkpoints map)
   return m;
 }
 
