@@ -90,14 +90,14 @@ void unpack_q8_0_panel(const uint8_t* row0, int64_t row_bytes, int64_t kc, Panel
   }
 }
 
-// Panel rows r..r + n (< kNR) from Q8_0 tiles (rows pr + r..: the panel's first row is matrix row pr), k block
-// k0..k0 + kc: each tile group's 4-byte words of those rows are the panel's, already flipped alike (static_assert).
+// Panel rows 0..n (<= kNR) from Q8_0 tiles (the panel's first row is matrix row pr), k block k0..k0 + kc: each
+// tile group's 4-byte words of those rows are the panel's, already flipped alike (static_assert).
 static_assert(kQ8TileFlip == (kQ8Offset ? 0x80 : 0), "Q8_0 tiles store the bytes the micro-kernel reads");
-void unpack_q8_0_tiles(const uint8_t* tiles, int64_t cols, int64_t pr, int r, int n, int64_t k0, int64_t kc, Panel& p) {
+void unpack_q8_0_tiles(const uint8_t* tiles, int64_t cols, int64_t pr, int n, int64_t k0, int64_t kc, Panel& p) {
   const int64_t tile_bytes = cols / 32 * kQ8TileBlockBytes;
-  for (int e; n > 0; r += e, n -= e) {
+  for (int r = 0, e; r < n; r += e) {
     const int64_t row = pr + r, l = row % kQ8TileRows;
-    e = static_cast<int>(std::min<int64_t>(n, kQ8TileRows - l));
+    e = static_cast<int>(std::min<int64_t>(n - r, kQ8TileRows - l));
     const uint8_t* tb = tiles + row / kQ8TileRows * tile_bytes + k0 / 32 * kQ8TileBlockBytes;
     for (int64_t i = 0; i < kc / 32; ++i, tb += kQ8TileBlockBytes) {
       for (int j = 0; j < 8; ++j) {
@@ -349,7 +349,7 @@ void gemm(ThreadPool& pool, BlockType bt, const uint8_t* w, int64_t rows, int64_
         const int64_t r0 = p * kNR;
         const int nr = static_cast<int>(std::min<int64_t>(kNR, rows - r0));
         const int nt = static_cast<int>(std::clamp<int64_t>(tiled_rows - r0, 0, nr));  // rows from tiles
-        if (nt > 0) unpack_q8_0_tiles(w, cols, r0, 0, nt, k0, kc, panel);
+        if (nt > 0) unpack_q8_0_tiles(w, cols, r0, nt, k0, kc, panel);
         if (nt == 0 && bt == BlockType::kQ8_0 && nr == kNR)
           unpack_q8_0_panel(piece(r0, k0), row_bytes, kc, panel);
         else
