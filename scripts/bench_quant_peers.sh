@@ -117,6 +117,7 @@ for preset in $MODELS; do
               --gen-len 1 --threads "$t" --backend cpu --kv-type f16 -q 2>&1) || { echo "$out" >&2; exit 1; }
         app+=("$(echo "$out" | sed -n 's/^prefill pp[0-9]*: \([0-9.]*\) tok\/s.*/\1/p')")
         rss_pp=$(echo "$out" | awk '/^RSS_KB/ { print $2 }')
+        kv_pp=$(echo "$out" | sed -n 's/^KV cache .* \([0-9.]*\) MiB at the .*/\1/p')
         out=$(pinned "$t" /usr/bin/time -f "RSS_KB %M" "$ANELAB" infer bench --model "$file" --prompt-len 1 \
               --gen-len "$TG" --threads "$t" --backend cpu --kv-type f16 -q 2>&1) || { echo "$out" >&2; exit 1; }
         atg+=("$(echo "$out" | sed -n 's/^decode tg[0-9]*: \([0-9.]*\) tok\/s.*/\1/p')")
@@ -130,13 +131,15 @@ for preset in $MODELS; do
       m_wgb=$(printf '%s\n' "${wgb[@]}" | median)
       m_lrss=$(printf '%s\n' "${lrss[@]}" | median | cut -d. -f1) m_arss=$(printf '%s\n' "${arss[@]}" | median | cut -d. -f1)
       m_trss=$(printf '%s\n' "${trss[@]}" | median | cut -d. -f1)
+      # The pp run's KV cache (PP + 2 positions, f16 in both programs): part of either program's peak RSS.
+      kv_note=$(awk -v k="$kv_pp" -v f="$fbytes" 'BEGIN { if (k != "") printf "; pp run KV cache %.1f MiB = %.2f of the file", k, k * 1048576 / f }')
       # Weight bytes per token: anelab reports GB/s of weights at its tok/s; llama.cpp streams the same bytes.
       l_wgb=$(awk -v g="$m_wgb" -v a="$m_atg" -v l="$m_ltg" 'BEGIN { if (a > 0) printf "%.1f", g / a * l }')
       row "$preset" "$type" "$t" "decode" "$m_atg" "$m_ltg" "$(ratio "$m_atg" "$m_ltg")" \
           "weights GB/s: anelab $m_wgb ($(ratio "$m_wgb" "$bw") of bw), llama.cpp $l_wgb ($(ratio "$l_wgb" "$bw")); read bw $(printf %.1f "$bw") GB/s"
       row "$preset" "$type" "$t" "pp$PP" "$m_app" "$m_lpp" "$(ratio "$m_app" "$m_lpp")" ""
       row "$preset" "$type" "$t" "RSS MiB" "$((m_arss / 1024))" "$((m_lrss / 1024))" "$(ratio "$m_arss" "$m_lrss")" \
-          "file $((fbytes >> 20)) MiB; RSS/file anelab $(ratio $((m_arss * 1024)) "$fbytes") (tg$TG run alone $(ratio $((m_trss * 1024)) "$fbytes")), llama.cpp $(ratio $((m_lrss * 1024)) "$fbytes")"
+          "file $((fbytes >> 20)) MiB; RSS/file anelab $(ratio $((m_arss * 1024)) "$fbytes") (tg$TG run alone $(ratio $((m_trss * 1024)) "$fbytes")), llama.cpp $(ratio $((m_lrss * 1024)) "$fbytes")$kv_note"
     done
   done
 done
