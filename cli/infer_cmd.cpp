@@ -128,7 +128,7 @@ Loaded load(const InferArgs& a, infer::TokenizerUse use) {
   l.engine = std::make_unique<infer::Engine>(std::move(m.model), m.engine);
   if (const int64_t tb = l.engine->tiled_bytes(); tb > 0) {
     char buf[64];
-    std::snprintf(buf, sizeof buf, "; Q8_0 row tiles %.0f MiB", static_cast<double>(tb) / (1 << 20));
+    std::snprintf(buf, sizeof buf, "; row tiles %.0f MiB", static_cast<double>(tb) / (1 << 20));
     l.weights_memory += buf;
   }
   if (!a.quiet)

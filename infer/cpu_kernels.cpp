@@ -88,16 +88,16 @@ void gemv_range(const GemvOut& o, const float* x, const quant::Q8Acts& acts, int
   if (is_quantized(o.w->type)) {
     const quant::BlockType bt = block_type(o.w->type);
     const int64_t row_bytes = o.w->cols / quant::block_info(bt).values * quant::block_info(bt).bytes;
-    constexpr int64_t kT = quant::kQ8TileRows;
+    constexpr int64_t kT = quant::kTileRows;
     int64_t r = r0;
-    for (const int64_t tr = std::min(r1, o.w->tiled_rows); r < tr;) {  // Q8_0 tiles: whole ones, else via a tile's 16
+    for (const int64_t tr = std::min(r1, o.w->tiled_rows); r < tr;) {  // row tiles: whole ones, else via a tile's 16
       if (r % kT == 0 && r + kT <= tr) {
         const int64_t n = (tr - r) / kT;
-        quant::dot_q8_0_tiles(o.w->tile(r / kT), n, acts, o.y + r);
+        quant::dot_tiles(bt, o.w->tile(r / kT), n, acts, o.y + r);
         r += n * kT;
       } else {
         float y16[kT];
-        quant::dot_q8_0_tiles(o.w->tile(r / kT), 1, acts, y16);
+        quant::dot_tiles(bt, o.w->tile(r / kT), 1, acts, y16);
         const int64_t n = std::min(kT - r % kT, tr - r);
         std::copy_n(y16 + r % kT, n, o.y + r);
         r += n;
@@ -216,7 +216,7 @@ void gemv(ThreadPool& pool, std::initializer_list<GemvOut> outs, const float* x)
   if (work < kMinParallelWork)
     body(0, total);
   else
-    pool.parallel_for(total, quant::kQ8TileRows, body);  // whole Q8_0 tiles where the matrices' rows allow
+    pool.parallel_for(total, quant::kTileRows, body);  // whole row tiles where the matrices' rows allow
 }
 
 void gemm(ThreadPool& pool, const Mat& w, const float* bias, const float* x, int64_t n_tok, float* y) {

@@ -118,8 +118,8 @@ WType block_wtype(DType d) {
 }
 }  // namespace
 
-// The rows of Q8_0 tensor t held as row tiles (quant::tile_q8_0, the decode GEMV's layout: docs/quantization.md):
-// its whole tiles of 16 rows, rewritten in place the first time, when options().tile_q8_0 and the engine may write
+// The rows of Q8_0 / Q4_K tensor t held as row tiles (quant::tile_rows, the decode GEMV's layout: docs/quantization.md):
+// its whole tiles of 16 rows, rewritten in place the first time, when options().row_tiles and the engine may write
 // the bytes: the model's memory is private (read, not mapped: a mapping is the file's pages), no other copy of the
 // model shares them (the owner's use count is this model's tensors on it) and no other tensor views them.
 // Otherwise 0, the rows as they are.
@@ -132,12 +132,13 @@ int64_t Engine::tiled_rows(const models::Tensor& t) {
     aliased |= &o != &t && o.data < t.data + t.nbytes && t.data < o.data + o.nbytes;
   }
   const bool sole = t.owner && t.owner.use_count() == holders && !aliased;
-  const int64_t tiles = opt_.tile_q8_0 && model_.private_memory && sole ? t.rows() / quant::kQ8TileRows : 0;
+  const quant::BlockType bt = block_type(block_wtype(t.dtype));
+  const int64_t tiles = opt_.row_tiles && model_.private_memory && sole ? t.rows() / quant::kTileRows : 0;
   uint8_t* const rows = const_cast<uint8_t*>(t.data);  // private, sole-held memory: see above
-  const int64_t tile_bytes = quant::kQ8TileBlockBytes * (t.cols() / 32);
-  pool_.parallel_for(tiles, 1, [&](int64_t b, int64_t e) { quant::tile_q8_0(rows + b * tile_bytes, e - b, t.cols()); });
+  const int64_t tile_bytes = quant::kTileRows * (t.cols() / quant::block_info(bt).values * quant::block_info(bt).bytes);
+  pool_.parallel_for(tiles, 1, [&](int64_t b, int64_t e) { quant::tile_rows(bt, rows + b * tile_bytes, e - b, t.cols()); });
   tiled_bytes_ += tiles * tile_bytes;
-  return tiled_[t.name] = tiles * quant::kQ8TileRows;
+  return tiled_[t.name] = tiles * quant::kTileRows;
 }
 
 Mat Engine::matrix(const std::string& name) {
@@ -149,7 +150,7 @@ Mat Engine::matrix(const std::string& name) {
   if (opt_.keep_quantized && models::is_block_quantized(t.dtype)) {  // used in place: a view of the mapping
     m.type = block_wtype(t.dtype);
     m.data = t.data;
-    if (m.type == WType::kQ8_0) m.tiled_rows = tiled_rows(t);
+    if (quant::has_row_tiles(block_type(m.type))) m.tiled_rows = tiled_rows(t);
     weight_bytes_ += m.nbytes();
     return m;
   }

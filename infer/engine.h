@@ -56,7 +56,7 @@ struct EngineOptions {
   int compile_budget = -1;       // backend compile budget override (-1: the device profile's)
   std::string ane_weights = "fp16";  // MIL prefill weights: fp16 | int8 | w8a8 | auto (the device profile's), prefill_mil.h
   std::vector<int32_t> calibration_tokens;  // w8a8 activation calibration prompt (empty: the first prompt)
-  bool tile_q8_0 = true;         // keep_quantized Q8_0 matrices become row tiles (Engine::tiled_rows)
+  bool row_tiles = true;         // keep_quantized Q8_0 / Q4_K matrices become row tiles (Engine::tiled_rows)
 };
 
 // One layer's weights (framework/kernels/layer.h): matrices in the compute dtype, norm weights and biases
@@ -91,7 +91,7 @@ class Engine {
   const PrefillStats& last_prefill() const { return stats_; }
   // Bytes of weight matrices the engine reads per token (for bandwidth figures).
   int64_t weight_bytes() const { return weight_bytes_; }
-  int64_t tiled_bytes() const { return tiled_bytes_; }  // bytes of Q8_0 matrices held as row tiles (tiled_rows)
+  int64_t tiled_bytes() const { return tiled_bytes_; }  // bytes of matrices held as row tiles (tiled_rows)
 
   // The KV cache: the one place that knows its layout, [n_layers, context, kv_dim] of options().kv_type for
   // the keys and again for the values.

@@ -44,7 +44,7 @@ struct LoadedModel {
 // half of the available memory, else maps. `why` (when given) receives the reason for auto's choice.
 inline constexpr const char* kMmapHelp =
     "How the model file comes into memory: on (mmap), off (read into anonymous memory with transparent huge pages "
-    "advised: fewer TLB misses when every weight streams per token, and Q8_0 matrices rewritten as 16-row tiles for "
+    "advised: fewer TLB misses when every weight streams per token, and Q8_0 / Q4_K matrices rewritten as 16-row tiles for "
     "the decode GEMV), auto (off where the OS has transparent huge pages and the file is at most half the available "
     "memory, else on)";
 FileAccess resolve_file_access(const std::string& mode, const std::string& model, std::string* why = nullptr);

@@ -38,24 +38,26 @@ quant::BlockType block_type(WType t) {
 }
 
 const uint8_t* Mat::row_blocks(int64_t r) const {
-  ANELAB_CHECK(r >= tiled_rows, "kernels", "row ", r, " of a matrix is inside its Q8_0 tiles (rows < ", tiled_rows,
+  ANELAB_CHECK(r >= tiled_rows, "kernels", "row ", r, " of a matrix is inside its row tiles (rows < ", tiled_rows,
                "): read it with row_values or tile()");
   const quant::BlockInfo b = quant::block_info(block_type(type));
   return static_cast<const uint8_t*>(data) + r * (cols / b.values * b.bytes);
 }
 
 const uint8_t* Mat::tile(int64_t t) const {
-  ANELAB_CHECK(t >= 0 && quant::kQ8TileRows * (t + 1) <= tiled_rows, "kernels", "tile ", t, " past the ", tiled_rows,
+  ANELAB_CHECK(t >= 0 && quant::kTileRows * (t + 1) <= tiled_rows, "kernels", "tile ", t, " past the ", tiled_rows,
                " tiled rows");
-  return static_cast<const uint8_t*>(data) + t * quant::kQ8TileRows * (cols / 32 * int64_t{sizeof(quant::BlockQ8_0)});
+  const quant::BlockInfo b = quant::block_info(block_type(type));
+  return static_cast<const uint8_t*>(data) + t * quant::kTileRows * (cols / b.values * b.bytes);
 }
 
 void Mat::row_values(int64_t r, float* out) const {
   if (r < tiled_rows) {
-    thread_local std::vector<quant::BlockQ8_0> blocks;
-    blocks.resize(static_cast<size_t>(cols / 32));
-    quant::q8_0_tile_row(tile(r / quant::kQ8TileRows), cols, static_cast<int>(r % quant::kQ8TileRows), blocks.data());
-    quant::dequantize(quant::BlockType::kQ8_0, reinterpret_cast<const uint8_t*>(blocks.data()), out, cols);
+    const quant::BlockType bt = block_type(type);
+    thread_local std::vector<uint8_t> blocks;
+    blocks.resize(static_cast<size_t>(cols / quant::block_info(bt).values * quant::block_info(bt).bytes));
+    quant::tile_row(bt, tile(r / quant::kTileRows), cols, static_cast<int>(r % quant::kTileRows), blocks.data());
+    quant::dequantize(bt, blocks.data(), out, cols);
   } else if (is_quantized(type)) {
     quant::dequantize(block_type(type), row_blocks(r), out, cols);
   } else if (type == WType::kF16) {

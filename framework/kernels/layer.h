@@ -44,8 +44,9 @@ bool is_quantized(WType t);            // a block type (framework/quant)
 quant::BlockType block_type(WType t);  // for block types
 
 // A weight matrix [rows, cols] row-major (y = W x): fp32 or fp16 bits, or rows of blocks of a block type
-// (each row cols / block values blocks); the data is not owned. A Q8_0 matrix may hold its first tiled_rows
-// rows (a multiple of 16) as row tiles (quant::tile_q8_0, the decode layout), in the bytes those rows take.
+// (each row cols / block values blocks); the data is not owned. A Q8_0 or Q4_K matrix may hold its first
+// tiled_rows rows (a multiple of 16) as row tiles (quant::tile_rows, the decode layout), in the bytes those rows
+// take.
 struct Mat {
   WType type = WType::kF32;
   int64_t rows = 0, cols = 0;
@@ -54,7 +55,7 @@ struct Mat {
   const float* f32() const { return static_cast<const float*>(data); }
   const half_bits* f16() const { return static_cast<const half_bits*>(data); }
   const uint8_t* row_blocks(int64_t r) const;  // block types: the blocks of row r (r >= tiled_rows)
-  const uint8_t* tile(int64_t t) const;        // Q8_0: tile t (rows 16t..16t+15 < tiled_rows)
+  const uint8_t* tile(int64_t t) const;        // tile t (rows 16t..16t+15 < tiled_rows)
   void row_values(int64_t r, float* out) const;  // row r as fp32 (fp16 widened, blocks and tiles dequantized)
   int64_t nbytes() const;                     // bytes of the whole matrix
   bool empty() const { return data == nullptr; }

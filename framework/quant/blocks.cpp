@@ -162,15 +162,8 @@ void quantize_k_affine(const float* x, uint16_t& d_out, uint16_t& dmin_out, uint
   const float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
   std::memset(packed, 0, 12);
   for (int j = 0; j < 8; ++j) {
-    const int ls = std::min(63, round_int(inv_scale * scales[j])), lm = std::min(63, round_int(inv_min * mins[j]));
-    if (j < 4) {
-      packed[j] = static_cast<uint8_t>(ls);
-      packed[j + 4] = static_cast<uint8_t>(lm);
-    } else {
-      packed[j + 4] = static_cast<uint8_t>((ls & 15) | (lm & 15) << 4);
-      packed[j - 4] = static_cast<uint8_t>(packed[j - 4] | (ls >> 4) << 6);
-      packed[j] = static_cast<uint8_t>(packed[j] | (lm >> 4) << 6);
-    }
+    q4k_set_scale_min(j, std::min(63, round_int(inv_scale * scales[j])), std::min(63, round_int(inv_min * mins[j])),
+                      packed);
   }
   d_out = f2h(max_scale / 63.0f);
   dmin_out = f2h(max_min / 63.0f);

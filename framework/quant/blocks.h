@@ -113,6 +113,17 @@ inline void q4k_scale_min(int j, const uint8_t* s, int& sc, int& m) {
     m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
   }
 }
+// The inverse: stores sub-block j's sc and m (each < 64) into scales[12] that start zeroed.
+inline void q4k_set_scale_min(int j, int sc, int m, uint8_t* s) {
+  if (j < 4) {
+    s[j] = static_cast<uint8_t>(s[j] | sc);
+    s[j + 4] = static_cast<uint8_t>(s[j + 4] | m);
+  } else {
+    s[j + 4] = static_cast<uint8_t>((sc & 15) | (m & 15) << 4);
+    s[j - 4] = static_cast<uint8_t>(s[j - 4] | (sc >> 4) << 6);
+    s[j] = static_cast<uint8_t>(s[j] | (m >> 4) << 6);
+  }
+}
 
 // n values (a multiple of block_info(t).values) from / into n / values blocks.
 void dequantize(BlockType t, const uint8_t* src, float* dst, int64_t n);

@@ -306,8 +306,20 @@ void check_form(BlockType t, const Q8Acts& a) {
 // contiguous stream), one hint per cache line it covers. Into L1 (T0) instead, the tiled GEMV streamed 25 GB/s on
 // one Zen 4 core against 31 with T1 or none; on the device machine's Xeon (2 threads) T1 4-16 KiB ahead ran at
 // 21-30 GB/s, about its read loop's 24-30, and no hints at 18-25 (docs/quantization.md).
+template <int64_t kBytes>
 inline void prefetch_tile_block(const uint8_t* p) {
-  for (int64_t line = 0; line < kQ8TileBlockBytes; line += 64) S::prefetch_l2(p + kPrefetchAhead + line);
+  for (int64_t line = 0; line < kBytes; line += 64) S::prefetch_l2(p + kPrefetchAhead + line);
+}
+
+// Value v < 256 of a Q4_K block: qs[32c + j] holds value 64c + j in its low nibble, 64c + 32 + j in its high one.
+inline int q4k_value(const BlockQ4_K& b, int v) {
+  const int c = v / 64, w = v % 64;
+  const uint8_t q = b.qs[32 * c + w % 32];
+  return w < 32 ? q & 15 : q >> 4;
+}
+inline void q4k_or_value(BlockQ4_K& b, int v, int q) {
+  const int c = v / 64, w = v % 64;
+  b.qs[32 * c + w % 32] = static_cast<uint8_t>(b.qs[32 * c + w % 32] | (w < 32 ? q : q << 4));
 }
 
 }  // namespace
@@ -351,7 +363,7 @@ void dot_q8_0_tiles(const uint8_t* tiles, int64_t n_tiles, const Q8Acts& a, floa
     S::F32 acc[kV];
     for (int v = 0; v < kV; ++v) acc[v] = S::zero();
     for (int64_t b = 0; b < nb; ++b, p += kQ8TileBlockBytes) {
-      prefetch_tile_block(p);
+      prefetch_tile_block<kQ8TileBlockBytes>(p);
       const auto ub = static_cast<size_t>(b);
       S::GI32 s[kV];
       for (int v = 0; v < kV; ++v) s[v] = S::set1_i32(kOffset * a.sums32[ub]);
@@ -372,6 +384,134 @@ void dot_q8_0_tiles(const uint8_t* tiles, int64_t n_tiles, const Q8Acts& a, floa
     }
     for (int v = 0; v < kV; ++v) S::store(y + kQ8TileRows * t + S::kWidth * v, acc[v]);
   }
+}
+
+void tile_q4_k(uint8_t* rows, int64_t n_tiles, int64_t cols) {
+  ANELAB_CHECK(cols % 256 == 0, "quant", "Q4_K tiles: ", cols, " columns are not whole blocks of 256");
+  const int64_t nb = cols / 256, row_bytes = nb * int64_t{sizeof(BlockQ4_K)};
+  std::vector<uint8_t> rows16(static_cast<size_t>(kTileRows * row_bytes));
+  for (int64_t t = 0; t < n_tiles; ++t) {
+    uint8_t* const base = rows + t * kTileRows * row_bytes;
+    std::memcpy(rows16.data(), base, rows16.size());
+    std::memset(base, 0, rows16.size());  // the top bits of the mins are or'ed in
+    for (int l = 0; l < kTileRows; ++l) {
+      const auto* src = reinterpret_cast<const BlockQ4_K*>(rows16.data() + l * row_bytes);
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* const o = base + b * kQ4KTileBlockBytes;
+        std::memcpy(o + 2 * l, &src[b].d, 2);
+        std::memcpy(o + 32 + 2 * l, &src[b].dmin, 2);
+        for (int s = 0; s < 8; ++s) {
+          int sc, m;
+          q4k_scale_min(s, src[b].scales, sc, m);
+          o[64 + 16 * s + l] = static_cast<uint8_t>(sc | (m & 3) << 6);
+          o[192 + 16 * (s / 2) + l] = static_cast<uint8_t>(o[192 + 16 * (s / 2) + l] | (m >> 2) << (4 * (s % 2)));
+          for (int p = 0; p < 4; ++p)
+            for (int i = 0; i < 4; ++i)
+              o[256 + 256 * s + 64 * p + 4 * l + i] = static_cast<uint8_t>(
+                  q4k_value(src[b], 32 * s + 8 * p + i) | q4k_value(src[b], 32 * s + 8 * p + 4 + i) << 4);
+        }
+      }
+    }
+  }
+}
+
+void q4_k_tile_row(const uint8_t* tile, int64_t cols, int l, BlockQ4_K* out) {
+  for (int64_t b = 0; b < cols / 256; ++b) {
+    const uint8_t* const o = tile + b * kQ4KTileBlockBytes;
+    BlockQ4_K& k = out[b];
+    std::memcpy(&k.d, o + 2 * l, 2);
+    std::memcpy(&k.dmin, o + 32 + 2 * l, 2);
+    std::memset(k.scales, 0, sizeof k.scales);
+    std::memset(k.qs, 0, sizeof k.qs);
+    for (int s = 0; s < 8; ++s) {
+      const int lo = o[64 + 16 * s + l], hi = (o[192 + 16 * (s / 2) + l] >> (4 * (s % 2))) & 15;
+      q4k_set_scale_min(s, lo & 63, lo >> 6 | hi << 2, k.scales);
+      for (int p = 0; p < 4; ++p)
+        for (int i = 0; i < 4; ++i) {
+          const int q = o[256 + 256 * s + 64 * p + 4 * l + i];
+          q4k_or_value(k, 32 * s + 8 * p + i, q & 15);
+          q4k_or_value(k, 32 * s + 8 * p + 4 + i, q >> 4);
+        }
+    }
+  }
+}
+
+// Per tile block and sub-block: kTileRows / kWidth int32 vectors of 16-row sums over the sub-block's 8 groups (the
+// nibbles split out of each pair), times the rows' 6-bit scales; the mins times the activations' sums per 32; then
+// the row kernel's two fp32 multiply-adds per row with d_a d and d_a dmin.
+void dot_q4_k_tiles(const uint8_t* tiles, int64_t n_tiles, const Q8Acts& a, float* y) {
+  check_form(BlockType::kQ4_K, a);
+  constexpr int kV = static_cast<int>(kTileRows) / S::kWidth;
+  const int64_t nb = a.n / 256;
+  for (int64_t t = 0; t < n_tiles; ++t) {
+    const uint8_t* p = tiles + t * nb * kQ4KTileBlockBytes;
+    S::F32 acc[kV];
+    for (int v = 0; v < kV; ++v) acc[v] = S::zero();
+    for (int64_t b = 0; b < nb; ++b, p += kQ4KTileBlockBytes) {
+      prefetch_tile_block<kQ4KTileBlockBytes>(p);
+      const int8_t* const aq = a.qk.data() + 256 * b;
+      const int16_t* const bs = a.bsums32.data() + 8 * b;
+      S::GI32 sum[kV], mins[kV];
+      for (int v = 0; v < kV; ++v) sum[v] = mins[v] = S::set1_i32(0);
+#pragma GCC unroll 8
+      for (int s = 0; s < 8; ++s) {
+        S::GI32 is[kV];
+        for (int v = 0; v < kV; ++v) is[v] = S::set1_i32(0);
+#pragma GCC unroll 4
+        for (int pp = 0; pp < 4; ++pp) {
+          int32_t a0, a1;
+          std::memcpy(&a0, aq + 32 * s + 8 * pp, 4);
+          std::memcpy(&a1, aq + 32 * s + 8 * pp + 4, 4);
+#pragma GCC unroll 4
+          for (int v = 0; v < kV; ++v) {
+            const S::W8 w = S::load_w8(p + 256 + 256 * s + 64 * pp + 4 * S::kWidth * v);
+            is[v] = S::dot4_u8(S::dot4_u8(is[v], S::lo4_w8(w), a0), S::hi4_w8(w), a1);
+          }
+        }
+        const S::GI32 bsum = S::set1_i32(bs[s]);
+        for (int v = 0; v < kV; ++v) {
+          const S::GI32 lo = S::load_u8_gi32(p + 64 + 16 * s + S::kWidth * v);
+          const S::GI32 hi8 = S::load_u8_gi32(p + 192 + 16 * (s / 2) + S::kWidth * v);
+          const S::GI32 hi = s % 2 ? S::shr_gi32<4>(hi8) : S::and_gi32(hi8, 15);
+          sum[v] = S::add_gi32(sum[v], S::mullo_gi32(is[v], S::and_gi32(lo, 63)));
+          mins[v] = S::add_gi32(mins[v], S::mullo_gi32(S::or_gi32(S::shr_gi32<6>(lo), S::shl_gi32<2>(hi)), bsum));
+        }
+      }
+      const S::F32 da = S::set1(a.dk[static_cast<size_t>(b)]);
+      for (int v = 0; v < kV; ++v) {
+        const auto* h = reinterpret_cast<const uint16_t*>(p) + S::kWidth * v;
+        acc[v] = S::fmadd(S::to_f32(sum[v]), S::mul(S::load_h(h), da), acc[v]);
+        acc[v] = S::fnmadd(S::to_f32(mins[v]), S::mul(S::load_h(h + kTileRows), da), acc[v]);
+      }
+    }
+    for (int v = 0; v < kV; ++v) S::store(y + kTileRows * t + S::kWidth * v, acc[v]);
+  }
+}
+
+bool has_row_tiles(BlockType t) { return t == BlockType::kQ8_0 || t == BlockType::kQ4_K; }
+
+void tile_rows(BlockType t, uint8_t* rows, int64_t n_tiles, int64_t cols) {
+  ANELAB_CHECK(has_row_tiles(t), "quant", block_info(t).name, " has no row tiles");
+  if (t == BlockType::kQ8_0)
+    tile_q8_0(rows, n_tiles, cols);
+  else
+    tile_q4_k(rows, n_tiles, cols);
+}
+
+void tile_row(BlockType t, const uint8_t* tile, int64_t cols, int l, uint8_t* out) {
+  ANELAB_CHECK(has_row_tiles(t), "quant", block_info(t).name, " has no row tiles");
+  if (t == BlockType::kQ8_0)
+    q8_0_tile_row(tile, cols, l, reinterpret_cast<BlockQ8_0*>(out));
+  else
+    q4_k_tile_row(tile, cols, l, reinterpret_cast<BlockQ4_K*>(out));
+}
+
+void dot_tiles(BlockType t, const uint8_t* tiles, int64_t n_tiles, const Q8Acts& a, float* y) {
+  ANELAB_CHECK(has_row_tiles(t), "quant", block_info(t).name, " has no row tiles");
+  if (t == BlockType::kQ8_0)
+    dot_q8_0_tiles(tiles, n_tiles, a, y);
+  else
+    dot_q4_k_tiles(tiles, n_tiles, a, y);
 }
 
 void quantize_acts(const float* x, int64_t n, unsigned forms, Q8Acts& a) {

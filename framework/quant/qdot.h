@@ -42,6 +42,17 @@
 // (AVX-512 VNNI, scalar): q + 128 as u8, each block's sum starting at -128 sum(q_a); else 0 (signed bytes). The
 // tiled region of a matrix occupies exactly the bytes of the rows it holds, so rows past it stay rows of blocks.
 //
+// Q4_K row tiles, the same idea for Q4_K: 16 rows of nb = cols / 256 super-blocks become nb tile blocks of
+// 16 x 144 = 2304 bytes, tile block b (sub-block s < 8 holds values 32s..32s+31 of super-block b):
+//   bytes 0-31      the 16 rows' fp16 d (row l's at 2l);  bytes 32-63  their fp16 dmin
+//   bytes 64-191    row l's sub-block s at 64 + 16s + l: sc | (m & 3) << 6 (the 6-bit scale and min)
+//   bytes 192-255   row l's m >> 2 of sub-blocks 2k and 2k + 1 at 192 + 16k + l: low and high nibble
+//   bytes 256-2303  sub-block s, pair p < 4: 64 bytes at 256 + 256s + 64p, byte 4l + i: row l's value 8p + i of the
+//                   sub-block in the low nibble, value 8p + 4 + i in the high nibble
+// So a pair is two W8 groups once split into nibbles (simd::lo4_w8 / hi4_w8), and a sub-block's 16 scales and
+// mins are kWidth-lane int32 vectors after one widening load each: 16 rows of Q4_K take about a third of the
+// row kernel's instructions per byte.
+//
 // Interface: quantize_acts(x, n, a) fills every form the length allows (the Q8_K form when n % 256 == 0);
 // quantize_acts(x, n, forms, a) only the forms asked for (acts_form(type) names the one a type reads);
 // dot_row / dot_rows read the form of their type. Q8Acts buffers only grow: no allocation per token.
@@ -54,8 +65,9 @@
 
 namespace anelab::quant {
 
-// Q8_0 row tiles (layout above).
-constexpr int64_t kQ8TileRows = 16, kQ8TileBlockBytes = 16 * 34;
+// Row tiles (layouts above): kTileRows rows of Q8_0 or Q4_K blocks in the bytes those rows take.
+constexpr int64_t kTileRows = 16;
+constexpr int64_t kQ8TileRows = kTileRows, kQ8TileBlockBytes = kTileRows * 34, kQ4KTileBlockBytes = kTileRows * 144;
 constexpr uint8_t kQ8TileFlip = simd::kDotU8Max >= 255 ? 0x80 : 0;
 
 enum ActsForm : unsigned { kActsQ8_0 = 1u, kActsQ8_K = 2u, kActsAll = 3u };
@@ -96,5 +108,17 @@ void q8_0_tile_row(const uint8_t* tile, int64_t cols, int l, BlockQ8_0* out);
 // y[16 t + l] = the dot product of row l of tile t with a (a Q8_0-form, a.n = cols) for t < n_tiles; the same
 // arithmetic as dot_row (exact int32 per block, one fp32 multiply-add per block) in another summation order.
 void dot_q8_0_tiles(const uint8_t* tiles, int64_t n_tiles, const Q8Acts& a, float* y);
+
+// Q4_K row tiles (layout above), as the three functions above; a is the Q8_K form.
+void tile_q4_k(uint8_t* rows, int64_t n_tiles, int64_t cols);
+void q4_k_tile_row(const uint8_t* tile, int64_t cols, int l, BlockQ4_K* out);
+void dot_q4_k_tiles(const uint8_t* tiles, int64_t n_tiles, const Q8Acts& a, float* y);
+
+// The types with row tiles, and the functions above by type: tile_rows rewrites the first 16 n_tiles rows (each
+// cols values) in place, tile_row writes row l of one tile as the type's blocks, dot_tiles as dot_*_tiles.
+bool has_row_tiles(BlockType t);
+void tile_rows(BlockType t, uint8_t* rows, int64_t n_tiles, int64_t cols);
+void tile_row(BlockType t, const uint8_t* tile, int64_t cols, int l, uint8_t* out);
+void dot_tiles(BlockType t, const uint8_t* tiles, int64_t n_tiles, const Q8Acts& a, float* y);
 
 }  // namespace anelab::quant

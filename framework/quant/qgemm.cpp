@@ -116,6 +116,44 @@ void unpack_q8_0_tiles(const uint8_t* tiles, int64_t cols, int64_t pr, int n, in
   }
 }
 
+// Panel rows 0..n (<= kNR) from Q4_K tiles, as unpack_k_affine<BlockQ4_K> makes them from rows: each tile pair's
+// 64 bytes split into its two groups of the rows taken (low nibbles, high nibbles); the scales and mins unpacked.
+void unpack_q4_k_tiles(const uint8_t* tiles, int64_t cols, int64_t pr, int n, int64_t k0, int64_t kc, Panel& p) {
+  const int64_t tile_bytes = cols / 256 * kQ4KTileBlockBytes;
+  for (int r = 0, e; r < n; r += e) {
+    const int64_t row = pr + r, l = row % kTileRows;
+    e = static_cast<int>(std::min<int64_t>(n - r, kTileRows - l));
+    const uint8_t* tb = tiles + row / kTileRows * tile_bytes + k0 / 256 * kQ4KTileBlockBytes;
+    for (int64_t i = 0; i < kc / 256; ++i, tb += kQ4KTileBlockBytes) {
+      for (int s = 0; s < 8; ++s) {
+        for (int pp = 0; pp < 4; ++pp) {
+          const int64_t g = 64 * i + 8 * s + 2 * pp;  // the pair's first group (4 values) in the k block
+          const uint8_t* src = tb + 256 + 256 * s + 64 * pp + 4 * l;
+          int8_t* const lo = p.w.data() + (g * kNR + r) * 4;
+          int8_t* const hi = lo + kNR * 4;
+          for (int64_t b = 0; b < 4 * int64_t{e}; b += 8) {  // 2 rows (8 bytes) at a time, the last 4 when e is odd
+            const int64_t nbytes = std::min<int64_t>(8, 4 * e - b);
+            uint64_t u = 0;
+            std::memcpy(&u, src + b, static_cast<size_t>(nbytes));
+            const uint64_t ul = u & 0x0F0F0F0F0F0F0F0Full, uh = (u >> 4) & 0x0F0F0F0F0F0F0F0Full;
+            std::memcpy(lo + b, &ul, static_cast<size_t>(nbytes));
+            std::memcpy(hi + b, &uh, static_cast<size_t>(nbytes));
+          }
+        }
+        for (int m = 0; m < e; ++m) {
+          uint16_t d, dmin;
+          std::memcpy(&d, tb + 2 * (l + m), 2);
+          std::memcpy(&dmin, tb + 32 + 2 * (l + m), 2);
+          const int a = tb[64 + 16 * s + l + m], h = (tb[192 + 16 * (s / 2) + l + m] >> (4 * (s % 2))) & 15;
+          const auto at = static_cast<size_t>((8 * i + s) * kNR + r + m);
+          p.scale[at] = S::h2f(d) * static_cast<float>(a & 63);
+          p.min[at] = S::h2f(dmin) * static_cast<float>(a >> 6 | h << 2);
+        }
+      }
+    }
+  }
+}
+
 void unpack_q4_0(const uint8_t* row, int r, int64_t kc, Panel& p) {
   const auto* b = reinterpret_cast<const BlockQ4_0*>(row);
   int8_t* const w = p.w.data();
@@ -329,7 +367,7 @@ void gemm(ThreadPool& pool, BlockType bt, const uint8_t* w, int64_t rows, int64_
   const BlockInfo bi = block_info(bt);
   ANELAB_CHECK(cols % bi.values == 0, "quant", "gemm: ", cols, " columns are not whole ", bi.name, " blocks of ",
                bi.values);
-  ANELAB_CHECK(tiled_rows == 0 || (bt == BlockType::kQ8_0 && tiled_rows % kQ8TileRows == 0 && tiled_rows <= rows),
+  ANELAB_CHECK(tiled_rows == 0 || (has_row_tiles(bt) && tiled_rows % kTileRows == 0 && tiled_rows <= rows),
                "quant", "gemm: ", tiled_rows, " tiled rows of a ", bi.name, " matrix of ", rows, " rows");
   const Recipe rc = recipe(bt);
   const UnpackFn unpack = unpacker(bt);
@@ -349,7 +387,8 @@ void gemm(ThreadPool& pool, BlockType bt, const uint8_t* w, int64_t rows, int64_
         const int64_t r0 = p * kNR;
         const int nr = static_cast<int>(std::min<int64_t>(kNR, rows - r0));
         const int nt = static_cast<int>(std::clamp<int64_t>(tiled_rows - r0, 0, nr));  // rows from tiles
-        if (nt > 0) unpack_q8_0_tiles(w, cols, r0, nt, k0, kc, panel);
+        if (nt > 0)
+          (bt == BlockType::kQ8_0 ? unpack_q8_0_tiles : unpack_q4_k_tiles)(w, cols, r0, nt, k0, kc, panel);
         if (nt == 0 && bt == BlockType::kQ8_0 && nr == kNR)
           unpack_q8_0_panel(piece(r0, k0), row_bytes, kc, panel);
         else

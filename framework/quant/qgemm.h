@@ -30,7 +30,8 @@
 namespace anelab::quant {
 
 // Y = X W^T (+ bias) for W [rows, cols] of type t (rows of cols / values blocks, each row_bytes apart; for Q8_0
-// the first tiled_rows rows may be row tiles, qdot.h, whose groups copy into the panels as they are).
+// and Q4_K the first tiled_rows rows may be row tiles, qdot.h, whose groups copy into the panels: Q8_0's as they
+// are, Q4_K's split into nibbles).
 // cols must be whole blocks; bias [rows] or nullptr.
 void gemm(ThreadPool& pool, BlockType t, const uint8_t* w, int64_t rows, int64_t cols, const float* bias,
           const float* x, int64_t n_tok, float* y, int64_t tiled_rows = 0);

@@ -215,6 +215,26 @@ inline GI32 dot4_s8(GI32 acc, W8 w, int32_t a4) {
 #endif
 }
 inline GI32 dot4_u8(GI32 acc, W8 w, int32_t a4) { return dot4_s8(acc, w, a4); }
+// Row-tile kernels (Q4_K tiles): nibbles of W8 bytes; kWidth bytes widened to int32 lanes; int32 lane ops.
+inline W8 lo4_w8(W8 w) { return vreinterpretq_s8_u8(vandq_u8(vreinterpretq_u8_s8(w), vdupq_n_u8(0x0F))); }
+inline W8 hi4_w8(W8 w) { return vreinterpretq_s8_u8(vshrq_n_u8(vreinterpretq_u8_s8(w), 4)); }
+inline GI32 load_u8_gi32(const uint8_t* p) {
+  uint32_t u;
+  std::memcpy(&u, p, 4);
+  return vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(u))))));
+}
+inline GI32 add_gi32(GI32 a, GI32 b) { return vaddq_s32(a, b); }
+inline GI32 mullo_gi32(GI32 a, GI32 b) { return vmulq_s32(a, b); }
+inline GI32 or_gi32(GI32 a, GI32 b) { return vorrq_s32(a, b); }
+inline GI32 and_gi32(GI32 a, int32_t m) { return vandq_s32(a, vdupq_n_s32(m)); }
+template <int K>
+inline GI32 shr_gi32(GI32 a) {
+  return vreinterpretq_s32_u32(vshrq_n_u32(vreinterpretq_u32_s32(a), K));
+}
+template <int K>
+inline GI32 shl_gi32(GI32 a) {
+  return vshlq_n_s32(a, K);
+}
 // ---- activation quantizers: 4 int32 lanes per GI32, eight per 32 values ----
 // FCVTNS rounds to nearest even and saturates (NaN -> 0); lanes with NaN or |v| >= 2^31 take x86's INT32_MIN.
 inline GI32 cvt_i32(F32 v) {

@@ -217,6 +217,41 @@ inline GI32 dot4_s8(GI32 acc, W8 w, int32_t a4) {
     for (int j = 0; j < 4; ++j) acc.v[l] += int32_t{static_cast<int8_t>(w.b[4 * l + j])} * int32_t{a[j]};
   return acc;
 }
+// Row-tile kernels (Q4_K tiles): nibbles of W8 bytes; kWidth bytes widened to int32 lanes; int32 lane ops.
+inline W8 lo4_w8(W8 w) {
+  for (auto& b : w.b) b &= 0x0F;
+  return w;
+}
+inline W8 hi4_w8(W8 w) {
+  for (auto& b : w.b) b = static_cast<uint8_t>(b >> 4);
+  return w;
+}
+inline GI32 load_u8_gi32(const uint8_t* p) { return GI32{{p[0], p[1], p[2], p[3]}}; }
+template <typename F>
+inline GI32 lanes_gi32(GI32 a, GI32 b, F f) {
+  for (int i = 0; i < 4; ++i) a.v[i] = f(a.v[i], b.v[i]);
+  return a;
+}
+inline GI32 add_gi32(GI32 a, GI32 b) {
+  return lanes_gi32(a, b, [](int32_t x, int32_t y) { return static_cast<int32_t>(uint32_t(x) + uint32_t(y)); });
+}
+inline GI32 mullo_gi32(GI32 a, GI32 b) {
+  return lanes_gi32(a, b, [](int32_t x, int32_t y) { return static_cast<int32_t>(uint32_t(x) * uint32_t(y)); });
+}
+inline GI32 or_gi32(GI32 a, GI32 b) {
+  return lanes_gi32(a, b, [](int32_t x, int32_t y) { return x | y; });
+}
+inline GI32 and_gi32(GI32 a, int32_t m) { return lanes_gi32(a, set1_i32(m), [](int32_t x, int32_t y) { return x & y; }); }
+template <int K>
+inline GI32 shr_gi32(GI32 a) {
+  for (auto& x : a.v) x = static_cast<int32_t>(static_cast<uint32_t>(x) >> K);
+  return a;
+}
+template <int K>
+inline GI32 shl_gi32(GI32 a) {
+  for (auto& x : a.v) x = static_cast<int32_t>(static_cast<uint32_t>(x) << K);
+  return a;
+}
 // ---- activation quantizers: 4 int32 lanes per GI32, eight per 32 values ----
 // nearbyint in the default mode (ties to even); NaN and |v| >= 2^31 give INT32_MIN, as x86's cvtps2dq.
 inline GI32 cvt_i32(F32 v) {

@@ -37,6 +37,10 @@
 //                                         stride): W8 j, stored at out + j step, holds every row's bytes 4j..4j+3,
 //                                         each byte xor x (a transpose of 32-bit words)
 //   dot4_u8(acc, w, a4), dot4_s8(...)     acc[l] += sum_j<4 w[4l + j] a4[j], w read as u8 (<= kDotU8Max) / s8
+//   lo4_w8(w), hi4_w8(w)                  each byte's low / high nibble (row tiles of 4-bit types)
+//   load_u8_gi32(p)                       kWidth bytes, zero-extended into the int32 lanes (lane l: p[l])
+//   add_gi32, mullo_gi32, or_gi32(a, b), and_gi32(a, m), shr_gi32<k>, shl_gi32<k>   lane-wise int32 (shr
+//                                         logical; add / mullo wrap)
 //   kDotU8Max                             largest unsigned weight byte dot4_u8 takes exactly (255 with
 //                                         vpdpbusd or on the scalar path; 127 where pairs add in int16)
 //   activation quantizers (framework/quant/qdot.cpp), on the same GI32 lanes:

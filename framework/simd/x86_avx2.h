@@ -117,6 +117,24 @@ inline GI32 dot4_s8(GI32 acc, W8 w, int32_t a4) {
   const __m256i sa = _mm256_sign_epi8(_mm256_set1_epi32(a4), w);
   return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), sa), _mm256_set1_epi16(1)));
 }
+// Row-tile kernels (Q4_K tiles): nibbles of W8 bytes; kWidth bytes widened to int32 lanes; int32 lane ops.
+inline W8 lo4_w8(W8 w) { return _mm256_and_si256(w, _mm256_set1_epi8(0x0F)); }
+inline W8 hi4_w8(W8 w) { return _mm256_and_si256(_mm256_srli_epi16(w, 4), _mm256_set1_epi8(0x0F)); }
+inline GI32 load_u8_gi32(const uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+inline GI32 add_gi32(GI32 a, GI32 b) { return _mm256_add_epi32(a, b); }
+inline GI32 mullo_gi32(GI32 a, GI32 b) { return _mm256_mullo_epi32(a, b); }
+inline GI32 or_gi32(GI32 a, GI32 b) { return _mm256_or_si256(a, b); }
+inline GI32 and_gi32(GI32 a, int32_t m) { return _mm256_and_si256(a, _mm256_set1_epi32(m)); }
+template <int K>
+inline GI32 shr_gi32(GI32 a) {
+  return _mm256_srli_epi32(a, K);
+}
+template <int K>
+inline GI32 shl_gi32(GI32 a) {
+  return _mm256_slli_epi32(a, K);
+}
 // ---- activation quantizers: 8 int32 lanes per GI32, four per 32 values ----
 // cvtps2dq rounds by MXCSR (nearest even by default); NaN and out-of-range lanes give 0x80000000.
 inline GI32 cvt_i32(F32 v) { return _mm256_cvtps_epi32(v); }

@@ -112,6 +112,24 @@ inline GI32 dot4_s8(GI32 acc, W8 w, int32_t a4) {
   return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(w), sa), _mm512_set1_epi16(1)));
 #endif
 }
+// Row-tile kernels (Q4_K tiles): nibbles of W8 bytes; kWidth bytes widened to int32 lanes; int32 lane ops.
+inline W8 lo4_w8(W8 w) { return _mm512_and_si512(w, _mm512_set1_epi8(0x0F)); }
+inline W8 hi4_w8(W8 w) { return _mm512_and_si512(_mm512_srli_epi16(w, 4), _mm512_set1_epi8(0x0F)); }
+inline GI32 load_u8_gi32(const uint8_t* p) {
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline GI32 add_gi32(GI32 a, GI32 b) { return _mm512_add_epi32(a, b); }
+inline GI32 mullo_gi32(GI32 a, GI32 b) { return _mm512_mullo_epi32(a, b); }
+inline GI32 or_gi32(GI32 a, GI32 b) { return _mm512_or_si512(a, b); }
+inline GI32 and_gi32(GI32 a, int32_t m) { return _mm512_and_si512(a, _mm512_set1_epi32(m)); }
+template <int K>
+inline GI32 shr_gi32(GI32 a) {
+  return _mm512_srli_epi32(a, K);
+}
+template <int K>
+inline GI32 shl_gi32(GI32 a) {
+  return _mm512_slli_epi32(a, K);
+}
 // ---- activation quantizers: 16 int32 lanes per GI32, two per 32 values ----
 // Rounding mode embedded (nearest even, whatever MXCSR says); NaN and out-of-range lanes give 0x80000000.
 inline GI32 cvt_i32(F32 v) {

@@ -1,7 +1,7 @@
 // Quantized decode: the GEMV over block-quantized weights (int8 activations, framework/quant/qdot.h) on the
 // thread pool against the fp32 GEMV of the dequantized weights (the prefill GEMM as well), an engine running a
 // Q4_K_M model in its blocks against the same engine on the dequantized model, and its prefill against its decode;
-// Q8_0 row tiles (the decode layout) against the rows they were made from, in the kernels and in an engine.
+// Q8_0 and Q4_K row tiles (the decode layout) against the rows they were made from, in the kernels and in an engine.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -124,15 +124,22 @@ double greedy_decode_rel(Engine& a, Engine& b, int32_t first, int64_t steps) {
   return max_rel;
 }
 
-// Q8_0 row tiles hold the same blocks: every row reads back bit for bit; the prefill GEMM copies their groups into
-// the panels the row-major unpacker builds, so its result is the same bits; the tiled GEMV forms the same per-block
-// terms t_b = float(isum_b) (d_w d_a) and differs from the row GEMV by summation order only, at most
-// 2 nb 2^-24 sum_b |t_b| per row (both sums' rounding; |t_b| <= sum over the block of |w x|, x as quantized).
+// Row tiles (Q8_0, Q4_K) hold the same blocks: every row reads back as its bytes and bit for bit as values; the
+// prefill GEMM copies their groups into the panels the row-major unpacker builds (Q4_K's split into nibbles, the
+// same scale and min products), so its result is the same bits. The tiled GEMV forms the row kernel's fp32 terms
+// (Q8_0: t_b = float(isum_b) d_w d_a per block; Q4_K: S_b d d_a and M_b dmin d_a per super-block, S_b and M_b
+// exact int32 that the kernels convert to fp32 in different pieces) and differs from the row GEMV by summation order
+// and those conversions only: at most 2 n 2^-24 sum |t| per row with n the terms and conversions along one sum
+// (Q8_0: nb; Q4_K: 2 nb + 4, the row kernel's 8 lanes reduced in 3 steps, plus one conversion) and sum |t| <=
+// sum_i m_i |x_i| (m_i = |w_i| for Q8_0, |d sc q_i| + |dmin m| for Q4_K; x as quantized).
 // 300 and 200 rows: 18 and 12 tiles and 12 and 8 rows of blocks after them; on 4 threads the second matrix starts
 // mid-tile in the pool's 16-row chunks, so partial tiles are taken too.
-TEST(QuantGemv, Q8_0TilesMatchTheirRows) {
+void check_row_tiles(WType wt) {
   ThreadPool pool(4);
   const int64_t cols = 1024;
+  const quant::BlockType qt = block_type(wt);
+  const quant::BlockInfo bi = quant::block_info(qt);
+  const int64_t nb = cols / bi.values, row_bytes = nb * bi.bytes;
   std::mt19937 rng(5);
   std::normal_distribution<float> g(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(cols)), bias(300);
@@ -140,18 +147,27 @@ TEST(QuantGemv, Q8_0TilesMatchTheirRows) {
   for (float& v : bias) v = g(rng);
   quant::Q8Acts acts;
   quant::quantize_acts(x.data(), cols, acts);
-  std::vector<float> xq(static_cast<size_t>(cols));  // the activations as quantized
-  for (int64_t i = 0; i < cols; ++i) xq[static_cast<size_t>(i)] = acts.d[static_cast<size_t>(i / 32)] * acts.q[static_cast<size_t>(i)];
-  const QMat a = make_qmat(WType::kQ8_0, 300, cols, 1), b = make_qmat(WType::kQ8_0, 200, cols, 2);
+  std::vector<double> xq(static_cast<size_t>(cols));  // |the activations as quantized|
+  for (int64_t i = 0; i < cols; ++i) {
+    const auto u = static_cast<size_t>(i);
+    xq[u] = std::fabs(qt == quant::BlockType::kQ8_0 ? double(acts.d[u / 32]) * acts.q[u] : double(acts.dk[u / 256]) * acts.qk[u]);
+  }
+  const QMat a = make_qmat(wt, 300, cols, 1), b = make_qmat(wt, 200, cols, 2);
   std::vector<uint8_t> ta = a.blocks, tb = b.blocks;
-  quant::tile_q8_0(ta.data(), 300 / 16, cols);
-  quant::tile_q8_0(tb.data(), 200 / 16, cols);
+  quant::tile_rows(qt, ta.data(), 300 / 16, cols);
+  quant::tile_rows(qt, tb.data(), 200 / 16, cols);
   ASSERT_NE(ta, a.blocks);
+  EXPECT_TRUE(std::equal(ta.begin() + 288 * row_bytes, ta.end(), a.blocks.begin() + 288 * row_bytes));  // rows after
   Mat at = a.q, bt = b.q;
   at.data = ta.data(), at.tiled_rows = 288;
   bt.data = tb.data(), bt.tiled_rows = 192;
   std::vector<float> row(static_cast<size_t>(cols));
+  std::vector<uint8_t> blocks(static_cast<size_t>(row_bytes));
   for (int64_t r = 0; r < 300; ++r) {
+    if (r < 288) {
+      quant::tile_row(qt, at.tile(r / 16), cols, static_cast<int>(r % 16), blocks.data());
+      ASSERT_TRUE(std::equal(blocks.begin(), blocks.end(), a.blocks.begin() + r * row_bytes)) << "row " << r;
+    }
     at.row_values(r, row.data());
     for (int64_t i = 0; i < cols; ++i) ASSERT_EQ(row[static_cast<size_t>(i)], a.deq[static_cast<size_t>(r * cols + i)]) << r;
   }
@@ -160,10 +176,21 @@ TEST(QuantGemv, Q8_0TilesMatchTheirRows) {
   std::vector<float> ya(300), yb(200), ra(300), rb(200);
   gemv(pool, {GemvOut{&at, bias.data(), ya.data()}, GemvOut{&bt, nullptr, yb.data()}}, x.data());
   gemv(pool, {GemvOut{&a.q, bias.data(), ra.data()}, GemvOut{&b.q, nullptr, rb.data()}}, x.data());
+  const double n_terms = qt == quant::BlockType::kQ8_0 ? double(nb) : 2.0 * nb + 4;
   const auto check = [&](const QMat& m, const std::vector<float>& y, const std::vector<float>& ref, int64_t r, float bs) {
     double terms = 0;
-    for (int64_t i = 0; i < cols; ++i) terms += std::fabs(double(m.deq[static_cast<size_t>(r * cols + i)]) * xq[static_cast<size_t>(i)]);
-    const double bound = 2.0 * (cols / 32) * 0x1p-24 * terms * 1.01 + 0x1p-24 * std::fabs(double(bs));
+    for (int64_t i = 0; i < cols; ++i) {
+      double mag = std::fabs(double(m.deq[static_cast<size_t>(r * cols + i)]));
+      if (qt == quant::BlockType::kQ4_K) {
+        const auto& k = reinterpret_cast<const quant::BlockQ4_K*>(m.blocks.data() + r * row_bytes)[i / 256];
+        int sc, mn;
+        quant::q4k_scale_min(static_cast<int>(i % 256 / 32), k.scales, sc, mn);
+        const double dm = double(simd::soft_h2f(k.dmin)) * mn;
+        mag = std::fabs(double(m.deq[static_cast<size_t>(r * cols + i)]) + dm) + dm;  // |d sc q| + |dmin m|
+      }
+      terms += mag * xq[static_cast<size_t>(i)];
+    }
+    const double bound = 2.0 * n_terms * 0x1p-24 * terms * 1.01 + 0x1p-24 * std::fabs(double(bs));
     EXPECT_LE(std::fabs(double(y[static_cast<size_t>(r)]) - ref[static_cast<size_t>(r)]), bound) << "row " << r;
   };
   for (int64_t r = 0; r < 300; ++r) check(a, ya, ra, r, bias[static_cast<size_t>(r)]);
@@ -172,21 +199,23 @@ TEST(QuantGemv, Q8_0TilesMatchTheirRows) {
   const int64_t n_tok = 7;
   std::vector<float> xs(static_cast<size_t>(n_tok * cols)), gt(static_cast<size_t>(n_tok * 300)), gr(gt.size());
   for (float& v : xs) v = g(rng);
-  quant::gemm(pool, quant::BlockType::kQ8_0, ta.data(), 300, cols, bias.data(), xs.data(), n_tok, gt.data(), 288);
-  quant::gemm(pool, quant::BlockType::kQ8_0, a.blocks.data(), 300, cols, bias.data(), xs.data(), n_tok, gr.data());
+  quant::gemm(pool, qt, ta.data(), 300, cols, bias.data(), xs.data(), n_tok, gt.data(), 288);
+  quant::gemm(pool, qt, a.blocks.data(), 300, cols, bias.data(), xs.data(), n_tok, gr.data());
   EXPECT_EQ(gt, gr);
 }
+TEST(QuantGemv, Q8_0TilesMatchTheirRows) { check_row_tiles(WType::kQ8_0); }
+TEST(QuantGemv, Q4_KTilesMatchTheirRows) { check_row_tiles(WType::kQ4_K); }
 
-// An engine tiles the Q8_0 matrices of a model in private memory that it alone holds (not a copy another model
-// shares, not with tile_q8_0 off); its prefill gives the untiled engine's bits, its decode the same greedy tokens
-// with logits within the summation-order differences above (and the int8 flips they may cause, as in the tests
-// above: < 5 % relative rms).
-TEST(QuantGemv, EngineTilesQ8_0WhereItMay) {
+// An engine tiles the Q8_0 / Q4_K matrices of a model in private memory that it alone holds (not a copy another
+// model shares, not with row_tiles off); its prefill gives the untiled engine's bits, its decode the same greedy
+// tokens with logits within the summation-order differences above (and the int8 flips they may cause, as in the
+// tests above: < 5 % relative rms). The q4_k_m mix keeps its Q6_K matrices as rows.
+void check_engine_tiles(models::QuantMix mix, WType tiled) {
   models::ModelConfig c = models::preset("stories15m");
   c.dim = 256, c.hidden_dim = 512, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 4, c.head_dim = 64;
   c.vocab_size = 512, c.max_seq_len = 64;
-  const auto q8 = [&] {
-    models::Model m = models::quantize_model(models::random_model(c, 11), models::QuantMix::kQ8_0);
+  const auto qm = [&] {
+    models::Model m = models::quantize_model(models::random_model(c, 11), mix);
     m.private_memory = true;
     return m;
   };
@@ -194,16 +223,21 @@ TEST(QuantGemv, EngineTilesQ8_0WhereItMay) {
   o.dtype = WType::kF32;
   o.keep_quantized = true;
   EngineOptions off = o;
-  off.tile_q8_0 = false;
-  Engine et(q8(), o), eu(q8(), off);
-  ASSERT_EQ(et.layer(0).wq.type, WType::kQ8_0);
-  EXPECT_EQ(et.layer(1).w2.tiled_rows, c.dim);
+  off.row_tiles = false;
+  Engine et(qm(), o), eu(qm(), off);
+  ASSERT_EQ(et.layer(0).wq.type, tiled);
+  ASSERT_EQ(et.layer(0).w1.type, tiled);
+  EXPECT_EQ(et.layer(0).wq.tiled_rows, c.dim);
   EXPECT_EQ(et.layer(0).w1.tiled_rows, c.hidden_dim);
+  if (mix == models::QuantMix::kQ4_K_M) {  // the last layer's ffn_down is Q6_K (use_more_bits)
+    ASSERT_EQ(et.layer(1).w2.type, WType::kQ6_K);
+    EXPECT_EQ(et.layer(1).w2.tiled_rows, 0);
+  }
   EXPECT_EQ(eu.layer(0).w1.tiled_rows, 0);
-  const models::Model shared = q8();
+  const models::Model shared = qm();
   Engine es(shared, o);  // `shared` still holds the bytes
   EXPECT_EQ(es.layer(0).w1.tiled_rows, 0);
-  models::Model mapped = q8();
+  models::Model mapped = qm();
   mapped.private_memory = false;
   Engine em(std::move(mapped), o);
   EXPECT_EQ(em.layer(0).w1.tiled_rows, 0);
@@ -214,9 +248,11 @@ TEST(QuantGemv, EngineTilesQ8_0WhereItMay) {
   et.prefill(toks, 0, &pt);
   eu.prefill(toks, 0, &pu);
   EXPECT_EQ(pt, pu);
-  Engine dt(q8(), o), du(q8(), off);
+  Engine dt(qm(), o), du(qm(), off);
   EXPECT_LT(greedy_decode_rel(dt, du, 3, 16), 0.05);
 }
+TEST(QuantGemv, EngineTilesQ8_0WhereItMay) { check_engine_tiles(models::QuantMix::kQ8_0, WType::kQ8_0); }
+TEST(QuantGemv, EngineTilesQ4_KWhereItMay) { check_engine_tiles(models::QuantMix::kQ4_K_M, WType::kQ4_K); }
 
 models::Model dequantized(const models::Model& q) {
   models::Model r;
