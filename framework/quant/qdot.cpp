@@ -311,16 +311,7 @@ inline void prefetch_tile_block(const uint8_t* p) {
   for (int64_t line = 0; line < kBytes; line += 64) S::prefetch_l2(p + kPrefetchAhead + line);
 }
 
-// Value v < 256 of a Q4_K block: qs[32c + j] holds value 64c + j in its low nibble, 64c + 32 + j in its high one.
-inline int q4k_value(const BlockQ4_K& b, int v) {
-  const int c = v / 64, w = v % 64;
-  const uint8_t q = b.qs[32 * c + w % 32];
-  return w < 32 ? q & 15 : q >> 4;
-}
-inline void q4k_or_value(BlockQ4_K& b, int v, int q) {
-  const int c = v / 64, w = v % 64;
-  b.qs[32 * c + w % 32] = static_cast<uint8_t>(b.qs[32 * c + w % 32] | (w < 32 ? q : q << 4));
-}
+// A Q4_K block's qs[32c + j] holds value j of sub-block 2c in its low nibble and of sub-block 2c + 1 in its high one.
 
 }  // namespace
 
@@ -405,10 +396,12 @@ void tile_q4_k(uint8_t* rows, int64_t n_tiles, int64_t cols) {
           q4k_scale_min(s, src[b].scales, sc, m);
           o[64 + 16 * s + l] = static_cast<uint8_t>(sc | (m & 3) << 6);
           o[192 + 16 * (s / 2) + l] = static_cast<uint8_t>(o[192 + 16 * (s / 2) + l] | (m >> 2) << (4 * (s % 2)));
-          for (int p = 0; p < 4; ++p)
-            for (int i = 0; i < 4; ++i)
-              o[256 + 256 * s + 64 * p + 4 * l + i] = static_cast<uint8_t>(
-                  q4k_value(src[b], 32 * s + 8 * p + i) | q4k_value(src[b], 32 * s + 8 * p + 4 + i) << 4);
+          for (int p = 0; p < 4; ++p) {  // values 8p..8p+3 and 8p+4..8p+7 of sub-block s: nibbles of qs[32 (s / 2) + 8p ..]
+            const uint8_t* q = src[b].qs + 32 * (s / 2) + 8 * p;
+            const uint32_t lo = le32(q) >> (4 * (s % 2)), hi = le32(q + 4) >> (4 * (s % 2));
+            const uint32_t w = (lo & 0x0F0F0F0Fu) | (hi & 0x0F0F0F0Fu) << 4;
+            for (int i = 0; i < 4; ++i) o[256 + 256 * s + 64 * p + 4 * l + i] = static_cast<uint8_t>(w >> (8 * i));
+          }
         }
       }
     }
@@ -426,12 +419,15 @@ void q4_k_tile_row(const uint8_t* tile, int64_t cols, int l, BlockQ4_K* out) {
     for (int s = 0; s < 8; ++s) {
       const int lo = o[64 + 16 * s + l], hi = (o[192 + 16 * (s / 2) + l] >> (4 * (s % 2))) & 15;
       q4k_set_scale_min(s, lo & 63, lo >> 6 | hi << 2, k.scales);
-      for (int p = 0; p < 4; ++p)
+      for (int p = 0; p < 4; ++p) {
+        const uint32_t w = le32(o + 256 + 256 * s + 64 * p + 4 * l);
+        const uint32_t lo = (w & 0x0F0F0F0Fu) << (4 * (s % 2)), hi = ((w >> 4) & 0x0F0F0F0Fu) << (4 * (s % 2));
+        uint8_t* const q = k.qs + 32 * (s / 2) + 8 * p;
         for (int i = 0; i < 4; ++i) {
-          const int q = o[256 + 256 * s + 64 * p + 4 * l + i];
-          q4k_or_value(k, 32 * s + 8 * p + i, q & 15);
-          q4k_or_value(k, 32 * s + 8 * p + 4 + i, q >> 4);
+          q[i] = static_cast<uint8_t>(q[i] | lo >> (8 * i));
+          q[4 + i] = static_cast<uint8_t>(q[4 + i] | hi >> (8 * i));
         }
+      }
     }
   }
 }

@@ -131,23 +131,31 @@ void unpack_q4_k_tiles(const uint8_t* tiles, int64_t cols, int64_t pr, int n, in
           const uint8_t* src = tb + 256 + 256 * s + 64 * pp + 4 * l;
           int8_t* const lo = p.w.data() + (g * kNR + r) * 4;
           int8_t* const hi = lo + kNR * 4;
-          for (int64_t b = 0; b < 4 * int64_t{e}; b += 8) {  // 2 rows (8 bytes) at a time, the last 4 when e is odd
-            const int64_t nbytes = std::min<int64_t>(8, 4 * e - b);
-            uint64_t u = 0;
-            std::memcpy(&u, src + b, static_cast<size_t>(nbytes));
+          int64_t b = 0;
+          for (; b + 8 <= 4 * int64_t{e}; b += 8) {  // 2 rows (8 bytes) at a time
+            uint64_t u;
+            std::memcpy(&u, src + b, 8);
             const uint64_t ul = u & 0x0F0F0F0F0F0F0F0Full, uh = (u >> 4) & 0x0F0F0F0F0F0F0F0Full;
-            std::memcpy(lo + b, &ul, static_cast<size_t>(nbytes));
-            std::memcpy(hi + b, &uh, static_cast<size_t>(nbytes));
+            std::memcpy(lo + b, &ul, 8);
+            std::memcpy(hi + b, &uh, 8);
+          }
+          if (b < 4 * int64_t{e}) {  // the last row when e is odd
+            const uint32_t u = ld4(src + b), ul = u & kLo4, uh = (u >> 4) & kLo4;
+            std::memcpy(lo + b, &ul, 4);
+            std::memcpy(hi + b, &uh, 4);
           }
         }
-        for (int m = 0; m < e; ++m) {
-          uint16_t d, dmin;
-          std::memcpy(&d, tb + 2 * (l + m), 2);
-          std::memcpy(&dmin, tb + 32 + 2 * (l + m), 2);
+      }
+      for (int m = 0; m < e; ++m) {
+        uint16_t dh, mh;
+        std::memcpy(&dh, tb + 2 * (l + m), 2);
+        std::memcpy(&mh, tb + 32 + 2 * (l + m), 2);
+        const float d = S::h2f(dh), dmin = S::h2f(mh);
+        for (int s = 0; s < 8; ++s) {
           const int a = tb[64 + 16 * s + l + m], h = (tb[192 + 16 * (s / 2) + l + m] >> (4 * (s % 2))) & 15;
           const auto at = static_cast<size_t>((8 * i + s) * kNR + r + m);
-          p.scale[at] = S::h2f(d) * static_cast<float>(a & 63);
-          p.min[at] = S::h2f(dmin) * static_cast<float>(a >> 6 | h << 2);
+          p.scale[at] = d * static_cast<float>(a & 63);
+          p.min[at] = dmin * static_cast<float>(a >> 6 | h << 2);
         }
       }
     }
