@@ -311,27 +311,32 @@ inline void prefetch_tile_block(const uint8_t* p) {
   for (int64_t line = 0; line < kBytes; line += 64) S::prefetch_l2(p + kPrefetchAhead + line);
 }
 
-// A Q4_K block's qs[32c + j] holds value j of sub-block 2c in its low nibble and of sub-block 2c + 1 in its high one.
+// Rewrites n_tiles groups of kTileRows rows of blocks B (cols / values each) in place as tile blocks of kTileRows x
+// sizeof(B) bytes: put(o, l, blk) writes row l's block blk into its tile block o, which starts zeroed.
+template <typename B, typename Put>
+void tile_blocks(uint8_t* rows, int64_t n_tiles, int64_t cols, int64_t values, Put put) {
+  const int64_t nb = cols / values, row_bytes = nb * int64_t{sizeof(B)};
+  std::vector<uint8_t> rows16(static_cast<size_t>(kTileRows * row_bytes));
+  for (int64_t t = 0; t < n_tiles; ++t) {
+    uint8_t* const base = rows + t * kTileRows * row_bytes;
+    std::memcpy(rows16.data(), base, rows16.size());
+    std::memset(base, 0, rows16.size());
+    for (int l = 0; l < kTileRows; ++l) {
+      const auto* src = reinterpret_cast<const B*>(rows16.data() + l * row_bytes);
+      for (int64_t b = 0; b < nb; ++b) put(base + b * kTileRows * int64_t{sizeof(B)}, l, src[b]);
+    }
+  }
+}
 
 }  // namespace
 
 void tile_q8_0(uint8_t* rows, int64_t n_tiles, int64_t cols) {
   ANELAB_CHECK(cols % 32 == 0, "quant", "Q8_0 tiles: ", cols, " columns are not whole blocks of 32");
-  const int64_t nb = cols / 32, row_bytes = nb * int64_t{sizeof(BlockQ8_0)};
-  std::vector<uint8_t> rows16(static_cast<size_t>(kQ8TileRows * row_bytes));
-  for (int64_t t = 0; t < n_tiles; ++t) {
-    uint8_t* const base = rows + t * kQ8TileRows * row_bytes;
-    std::memcpy(rows16.data(), base, rows16.size());
-    for (int l = 0; l < kQ8TileRows; ++l) {
-      const auto* src = reinterpret_cast<const BlockQ8_0*>(rows16.data() + l * row_bytes);
-      for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* const o = base + b * kQ8TileBlockBytes;
-        std::memcpy(o + 2 * l, &src[b].d, 2);
-        for (int v = 0; v < 32; ++v)
-          o[32 + 64 * (v / 4) + 4 * l + v % 4] = static_cast<uint8_t>(static_cast<uint8_t>(src[b].qs[v]) ^ kQ8TileFlip);
-      }
-    }
-  }
+  tile_blocks<BlockQ8_0>(rows, n_tiles, cols, 32, [](uint8_t* o, int l, const BlockQ8_0& blk) {
+    std::memcpy(o + 2 * l, &blk.d, 2);
+    for (int v = 0; v < 32; ++v)
+      o[32 + 64 * (v / 4) + 4 * l + v % 4] = static_cast<uint8_t>(static_cast<uint8_t>(blk.qs[v]) ^ kQ8TileFlip);
+  });
 }
 
 void q8_0_tile_row(const uint8_t* tile, int64_t cols, int l, BlockQ8_0* out) {
@@ -377,35 +382,25 @@ void dot_q8_0_tiles(const uint8_t* tiles, int64_t n_tiles, const Q8Acts& a, floa
   }
 }
 
+// A Q4_K block's qs[32c + j] holds value j of sub-block 2c in its low nibble and of sub-block 2c + 1 in its high one.
 void tile_q4_k(uint8_t* rows, int64_t n_tiles, int64_t cols) {
   ANELAB_CHECK(cols % 256 == 0, "quant", "Q4_K tiles: ", cols, " columns are not whole blocks of 256");
-  const int64_t nb = cols / 256, row_bytes = nb * int64_t{sizeof(BlockQ4_K)};
-  std::vector<uint8_t> rows16(static_cast<size_t>(kTileRows * row_bytes));
-  for (int64_t t = 0; t < n_tiles; ++t) {
-    uint8_t* const base = rows + t * kTileRows * row_bytes;
-    std::memcpy(rows16.data(), base, rows16.size());
-    std::memset(base, 0, rows16.size());  // the top bits of the mins are or'ed in
-    for (int l = 0; l < kTileRows; ++l) {
-      const auto* src = reinterpret_cast<const BlockQ4_K*>(rows16.data() + l * row_bytes);
-      for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* const o = base + b * kQ4KTileBlockBytes;
-        std::memcpy(o + 2 * l, &src[b].d, 2);
-        std::memcpy(o + 32 + 2 * l, &src[b].dmin, 2);
-        for (int s = 0; s < 8; ++s) {
-          int sc, m;
-          q4k_scale_min(s, src[b].scales, sc, m);
-          o[64 + 16 * s + l] = static_cast<uint8_t>(sc | (m & 3) << 6);
-          o[192 + 16 * (s / 2) + l] = static_cast<uint8_t>(o[192 + 16 * (s / 2) + l] | (m >> 2) << (4 * (s % 2)));
-          for (int p = 0; p < 4; ++p) {  // values 8p..8p+3 and 8p+4..8p+7 of sub-block s: nibbles of qs[32 (s / 2) + 8p ..]
-            const uint8_t* q = src[b].qs + 32 * (s / 2) + 8 * p;
-            const uint32_t lo = le32(q) >> (4 * (s % 2)), hi = le32(q + 4) >> (4 * (s % 2));
-            const uint32_t w = (lo & 0x0F0F0F0Fu) | (hi & 0x0F0F0F0Fu) << 4;
-            for (int i = 0; i < 4; ++i) o[256 + 256 * s + 64 * p + 4 * l + i] = static_cast<uint8_t>(w >> (8 * i));
-          }
-        }
+  tile_blocks<BlockQ4_K>(rows, n_tiles, cols, 256, [](uint8_t* o, int l, const BlockQ4_K& blk) {
+    std::memcpy(o + 2 * l, &blk.d, 2);
+    std::memcpy(o + 32 + 2 * l, &blk.dmin, 2);
+    for (int s = 0; s < 8; ++s) {
+      int sc, m;
+      q4k_scale_min(s, blk.scales, sc, m);
+      o[64 + 16 * s + l] = static_cast<uint8_t>(sc | (m & 3) << 6);
+      o[192 + 16 * (s / 2) + l] = static_cast<uint8_t>(o[192 + 16 * (s / 2) + l] | (m >> 2) << (4 * (s % 2)));
+      for (int p = 0; p < 4; ++p) {  // values 8p..8p+3 and 8p+4..8p+7 of sub-block s: nibbles of qs[32 (s / 2) + 8p ..]
+        const uint8_t* q = blk.qs + 32 * (s / 2) + 8 * p;
+        const uint32_t lo = le32(q) >> (4 * (s % 2)), hi = le32(q + 4) >> (4 * (s % 2));
+        const uint32_t w = (lo & 0x0F0F0F0Fu) | (hi & 0x0F0F0F0Fu) << 4;
+        for (int i = 0; i < 4; ++i) o[256 + 256 * s + 64 * p + 4 * l + i] = static_cast<uint8_t>(w >> (8 * i));
       }
     }
-  }
+  });
 }
 
 void q4_k_tile_row(const uint8_t* tile, int64_t cols, int l, BlockQ4_K* out) {

@@ -90,15 +90,25 @@ void unpack_q8_0_panel(const uint8_t* row0, int64_t row_bytes, int64_t kc, Panel
   }
 }
 
-// Panel rows 0..n (<= kNR) from Q8_0 tiles (the panel's first row is matrix row pr), k block k0..k0 + kc: each
-// tile group's 4-byte words of those rows are the panel's, already flipped alike (static_assert).
+// Panel rows 0..n (<= kNR) from row tiles of blocks of `values` (tile blocks of block_bytes; the panel's first row
+// is matrix row pr), k block from k0: f(r, l, e, tb) for each run of e panel rows from r that lie in one tile, from
+// its row l, tb that tile's block at k0.
+template <typename F>
+void tile_runs(const uint8_t* tiles, int64_t cols, int64_t values, int64_t block_bytes, int64_t pr, int n, int64_t k0,
+               F f) {
+  const int64_t tile_bytes = cols / values * block_bytes;
+  for (int r = 0, e; r < n; r += e) {
+    const int64_t row = pr + r, l = row % kTileRows;
+    e = static_cast<int>(std::min<int64_t>(n - r, kTileRows - l));
+    f(r, l, e, tiles + row / kTileRows * tile_bytes + k0 / values * block_bytes);
+  }
+}
+
+// Q8_0 tiles (k block k0..k0 + kc): each tile group's 4-byte words of the rows are the panel's, already flipped
+// alike (static_assert).
 static_assert(kQ8TileFlip == (kQ8Offset ? 0x80 : 0), "Q8_0 tiles store the bytes the micro-kernel reads");
 void unpack_q8_0_tiles(const uint8_t* tiles, int64_t cols, int64_t pr, int n, int64_t k0, int64_t kc, Panel& p) {
-  const int64_t tile_bytes = cols / 32 * kQ8TileBlockBytes;
-  for (int r = 0, e; r < n; r += e) {
-    const int64_t row = pr + r, l = row % kQ8TileRows;
-    e = static_cast<int>(std::min<int64_t>(n - r, kQ8TileRows - l));
-    const uint8_t* tb = tiles + row / kQ8TileRows * tile_bytes + k0 / 32 * kQ8TileBlockBytes;
+  tile_runs(tiles, cols, 32, kQ8TileBlockBytes, pr, n, k0, [&](int r, int64_t l, int e, const uint8_t* tb) {
     for (int64_t i = 0; i < kc / 32; ++i, tb += kQ8TileBlockBytes) {
       for (int j = 0; j < 8; ++j) {
         int8_t* const dst = p.w.data() + ((8 * i + j) * kNR + r) * 4;
@@ -113,17 +123,13 @@ void unpack_q8_0_tiles(const uint8_t* tiles, int64_t cols, int64_t pr, int n, in
         p.scale[static_cast<size_t>(i * kNR + r + m)] = S::h2f(d);
       }
     }
-  }
+  });
 }
 
-// Panel rows 0..n (<= kNR) from Q4_K tiles, as unpack_k_affine<BlockQ4_K> makes them from rows: each tile pair's
-// 64 bytes split into its two groups of the rows taken (low nibbles, high nibbles); the scales and mins unpacked.
+// Q4_K tiles, as unpack_k_affine<BlockQ4_K> makes the panel from rows: each tile pair's 64 bytes split into its two
+// groups of the rows taken (low nibbles, high nibbles); the scales and mins unpacked.
 void unpack_q4_k_tiles(const uint8_t* tiles, int64_t cols, int64_t pr, int n, int64_t k0, int64_t kc, Panel& p) {
-  const int64_t tile_bytes = cols / 256 * kQ4KTileBlockBytes;
-  for (int r = 0, e; r < n; r += e) {
-    const int64_t row = pr + r, l = row % kTileRows;
-    e = static_cast<int>(std::min<int64_t>(n - r, kTileRows - l));
-    const uint8_t* tb = tiles + row / kTileRows * tile_bytes + k0 / 256 * kQ4KTileBlockBytes;
+  tile_runs(tiles, cols, 256, kQ4KTileBlockBytes, pr, n, k0, [&](int r, int64_t l, int e, const uint8_t* tb) {
     for (int64_t i = 0; i < kc / 256; ++i, tb += kQ4KTileBlockBytes) {
       for (int s = 0; s < 8; ++s) {
         for (int pp = 0; pp < 4; ++pp) {
@@ -159,7 +165,7 @@ void unpack_q4_k_tiles(const uint8_t* tiles, int64_t cols, int64_t pr, int n, in
         }
       }
     }
-  }
+  });
 }
 
 void unpack_q4_0(const uint8_t* row, int r, int64_t kc, Panel& p) {
