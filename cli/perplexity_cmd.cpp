@@ -31,7 +31,7 @@ struct PerplexityArgs {
 };
 
 // Redrawn in place on a terminal; elsewhere (a log file) one line per tenth of the chunks.
-void progress_bar(int64_t done, int64_t total, double ppl) {
+void ppl_progress_bar(int64_t done, int64_t total, double ppl) {
   constexpr int kWidth = 30;
   const int filled = static_cast<int>(kWidth * done / total);
   const bool tty = ::isatty(2);
@@ -111,7 +111,7 @@ void run_perplexity(PerplexityArgs a) {
   po.keep_logits = !a.save_logits.empty() || base.has_value();
   po.max_chunks = a.chunks;
   const infer::PerplexityResult r =
-      infer::perplexity(e, tokens, po, a.load.quiet ? std::function<void(int64_t, int64_t, double)>() : progress_bar);
+      infer::perplexity(e, tokens, po, a.load.quiet ? std::function<void(int64_t, int64_t, double)>() : ppl_progress_bar);
   const std::string source = llama_base ? a.kl_base + "'s tokens" : a.text;
   std::printf("perplexity of %s on %s: %lld tokens, %lld chunks of %lld, %lld scored (%s prefill)\n",
               a.load.model.c_str(), source.c_str(), static_cast<long long>(tokens.size()),

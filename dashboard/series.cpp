@@ -7,13 +7,13 @@
 
 namespace anelab::dashboard {
 namespace {
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kNoValue = std::numeric_limits<double>::quiet_NaN();
 bool finite(double v) { return std::isfinite(v); }
 }  // namespace
 
 std::vector<double> ema(const std::vector<double>& y, double weight) {
   weight = std::clamp(weight, 0.0, 0.999);
-  std::vector<double> out(y.size(), kNaN);
+  std::vector<double> out(y.size(), kNoValue);
   double acc = 0, norm = 0;  // acc = sum w^k y, norm = sum w^k (debiasing)
   for (size_t i = 0; i < y.size(); ++i) {
     if (!finite(y[i])) continue;
@@ -28,7 +28,7 @@ Range x_range(const std::vector<double>& x) {
   Range r{std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()};
   for (double v : x)
     if (finite(v)) r.lo = std::min(r.lo, v), r.hi = std::max(r.hi, v);
-  if (!(r.hi >= r.lo)) return {kNaN, kNaN};
+  if (!(r.hi >= r.lo)) return {kNoValue, kNoValue};
   return r;
 }
 
@@ -40,7 +40,7 @@ Range y_range(const std::vector<double>& x, const std::vector<double>& y, double
     if (log_y && y[i] <= 0) continue;
     r.lo = std::min(r.lo, y[i]), r.hi = std::max(r.hi, y[i]);
   }
-  if (!(r.hi >= r.lo)) return {kNaN, kNaN};
+  if (!(r.hi >= r.lo)) return {kNoValue, kNoValue};
   return r;
 }
 

@@ -9,6 +9,7 @@
 #include <system_error>
 #include <vector>
 
+#include "framework/core/clock.h"
 #include "framework/core/error.h"
 #include "framework/core/platform.h"
 #include "framework/core/thread_pool.h"
@@ -19,10 +20,6 @@
 
 namespace anelab::train {
 namespace {
-
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::string script_path() {
   namespace fs = std::filesystem;

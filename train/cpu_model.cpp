@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "framework/core/clock.h"
 #include "framework/core/error.h"
 #include "framework/kernels/cpu_ops.h"
 #include "train/parallel.h"
@@ -27,10 +28,6 @@ void eigen_single_thread() {
     return true;
   }();
   (void)once;
-}
-
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // The three products, each split over blocks of the output on the thread pool (parallel_blocks): a block is one

@@ -1,18 +1,12 @@
 #include "train/dist_overlap.h"
 
+#include "framework/core/clock.h"
+
 #include <chrono>
 #include <string>
 #include <utility>
 
 namespace anelab::train::dist {
-namespace {
-
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
-
 std::vector<int64_t> backward_bounds(const ParamLayout& layout) {
   std::vector<int64_t> b = {layout.total(), layout.find("norm").offset};
   for (int64_t l = layout.config().n_layers - 1; l >= 0; --l)

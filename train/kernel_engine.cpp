@@ -8,6 +8,7 @@
 #include <cmath>
 #include <exception>
 
+#include "framework/core/clock.h"
 #include "framework/core/error.h"
 #include "framework/kernels/runner.h"
 #include "framework/runtime/backend.h"
@@ -19,10 +20,6 @@ namespace {
 using MatR = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using MapR = Eigen::Map<MatR>;
 using CMapR = Eigen::Map<const MatR>;
-
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // dst[c * dst_ld + r] = src[r * src_ld + c] for a rows x cols block, in 32 x 32 tiles (both sides stay in cache).
 void transpose_blocked(const float* src, int64_t rows, int64_t cols, int64_t src_ld, float* dst, int64_t dst_ld) {

@@ -155,7 +155,7 @@ void lower_cast(Lowerer& l, const mil::Operation& op, const mil::Resolved& r) {
   l.new_step(op, k_cast, {&l.value(op, "x")}, a);
 }
 
-constexpr LowerRule kRules[] = {
+constexpr LowerRule kElementwiseRules[] = {
     {"add", lower_binary<kAdd>},     {"sub", lower_binary<kSub>},     {"mul", lower_binary<kMul>},
     {"real_div", lower_binary<kDiv>}, {"pow", lower_binary<kPow>},     {"sigmoid", lower_unary<kSigmoid>},
     {"tanh", lower_unary<kTanh>},    {"exp", lower_unary<kExp>},      {"relu", lower_unary<kRelu>},
@@ -164,6 +164,6 @@ constexpr LowerRule kRules[] = {
 
 }  // namespace
 
-std::span<const LowerRule> elementwise_rules() { return kRules; }
+std::span<const LowerRule> elementwise_rules() { return kElementwiseRules; }
 
 }  // namespace anelab::emu

@@ -172,7 +172,7 @@ void lower_sdpa(Lowerer& l, const mil::Operation& op, const mil::Resolved& r) {
   l.set_scratch(s, static_cast<size_t>(B * L * S));
 }
 
-constexpr LowerRule kRules[] = {
+constexpr LowerRule kLinearRules[] = {
     {"conv", lower_conv},
     {"matmul", lower_matmul},
     {"scaled_dot_product_attention", lower_sdpa},
@@ -180,6 +180,6 @@ constexpr LowerRule kRules[] = {
 
 }  // namespace
 
-std::span<const LowerRule> linear_rules() { return kRules; }
+std::span<const LowerRule> linear_rules() { return kLinearRules; }
 
 }  // namespace anelab::emu

@@ -97,7 +97,7 @@ void lower_affine_dequantize(Lowerer& l, const mil::Operation& op, const mil::Re
   l.set_const(op, std::move(qd));
 }
 
-constexpr LowerRule kRules[] = {
+constexpr LowerRule kQuantRules[] = {
     {"quantize", lower_quant<true>},
     {"dequantize", lower_quant<false>},
     {"constexpr_affine_dequantize", lower_affine_dequantize},
@@ -105,6 +105,6 @@ constexpr LowerRule kRules[] = {
 
 }  // namespace
 
-std::span<const LowerRule> quant_rules() { return kRules; }
+std::span<const LowerRule> quant_rules() { return kQuantRules; }
 
 }  // namespace anelab::emu

@@ -99,7 +99,7 @@ void lower_reduce(Lowerer& l, const mil::Operation& op, const mil::Resolved& r) 
   l.new_step(op, k_reduce, {&x}, ReduceArgs{KIND, prod(sh, 0, a0), prod(sh, a0, a1), prod(sh, a1, sh.size())});
 }
 
-constexpr LowerRule kRules[] = {
+constexpr LowerRule kReduceRules[] = {
     {"softmax", lower_softmax},
     {"reduce_sum", lower_reduce<kSum>},
     {"reduce_max", lower_reduce<kRMax>},
@@ -107,6 +107,6 @@ constexpr LowerRule kRules[] = {
 
 }  // namespace
 
-std::span<const LowerRule> reduce_rules() { return kRules; }
+std::span<const LowerRule> reduce_rules() { return kReduceRules; }
 
 }  // namespace anelab::emu

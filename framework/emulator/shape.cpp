@@ -148,13 +148,13 @@ void lower_concat(Lowerer& l, const mil::Operation& op, const mil::Resolved& r) 
   l.new_step(op, k_concat, ins, std::move(a));
 }
 
-constexpr LowerRule kRules[] = {
+constexpr LowerRule kShapeRules[] = {
     {"reshape", lower_copy},     {"identity", lower_copy},       {"transpose", lower_transpose},
     {"slice_by_size", lower_slice}, {"slice_by_index", lower_slice}, {"concat", lower_concat},
 };
 
 }  // namespace
 
-std::span<const LowerRule> shape_rules() { return kRules; }
+std::span<const LowerRule> shape_rules() { return kShapeRules; }
 
 }  // namespace anelab::emu

@@ -20,7 +20,7 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 
 struct Cancelled {};  // thrown from the text sink to leave generate_tokens at the next token
 
-ApiError bad(std::string msg, std::string param, std::string code) {
+ApiError bad_request(std::string msg, std::string param, std::string code) {
   return ApiError{400, std::move(msg), "invalid_request_error", std::move(param), std::move(code)};
 }
 
@@ -142,13 +142,13 @@ std::optional<ApiError> ModelPool::prepare(const CompletionRequest& r, GenParams
   try {
     if (r.endpoint == Endpoint::kChat || r.system) {
       if (m.chat == tok::ChatTemplate::kNone)
-        return bad(tok::no_chat_template_hint("model '" + m.opt.name + "'"), r.endpoint == Endpoint::kChat ? "messages" : "system",
+        return bad_request(tok::no_chat_template_hint("model '" + m.opt.name + "'"), r.endpoint == Endpoint::kChat ? "messages" : "system",
                    "no_chat_template");
       std::vector<tok::ChatMessage> msgs;
       if (r.endpoint == Endpoint::kChat) {
         for (const auto& x : r.messages) msgs.push_back({x.role, x.content});
       } else {
-        if (r.prompt_is_ids) return bad("'system' needs a text prompt", "system", "");
+        if (r.prompt_is_ids) return bad_request("'system' needs a text prompt", "system", "");
         msgs = {{"system", *r.system}, {"user", r.prompt}};
       }
       out.prompt = m.encode_chat(msgs, r.enable_thinking);
@@ -156,7 +156,7 @@ std::optional<ApiError> ModelPool::prepare(const CompletionRequest& r, GenParams
     } else if (r.prompt_is_ids) {
       for (int64_t id : r.prompt_ids) {
         if (id < 0 || id >= m.tk->vocab_size())
-          return bad("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+          return bad_request("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                          std::to_string(m.tk->vocab_size()) + ")", "prompt", "");
         out.prompt.push_back(static_cast<int32_t>(id));
       }
@@ -164,13 +164,13 @@ std::optional<ApiError> ModelPool::prepare(const CompletionRequest& r, GenParams
       out.prompt = m.encode_text(r.prompt);
     }
   } catch (const std::exception& e) {
-    return bad(std::string("cannot tokenize the prompt: ") + e.what(), r.endpoint == Endpoint::kChat ? "messages" : "prompt", "");
+    return bad_request(std::string("cannot tokenize the prompt: ") + e.what(), r.endpoint == Endpoint::kChat ? "messages" : "prompt", "");
   }
   const int64_t n = static_cast<int64_t>(out.prompt.size()), ctx = context();
-  if (n < 1) return bad("the prompt has no tokens", "prompt", "");
+  if (n < 1) return bad_request("the prompt has no tokens", "prompt", "");
   // Generation fills positions n .. n + max - 1 <= ctx (the last token needs no cache slot).
   if (n > ctx || (r.max_tokens_set && n + r.max_tokens - 1 > ctx))
-    return bad("This model's maximum context length is " + std::to_string(ctx) + " tokens; the prompt has " +
+    return bad_request("This model's maximum context length is " + std::to_string(ctx) + " tokens; the prompt has " +
                    std::to_string(n) + " tokens" + (r.max_tokens_set ? " and max_tokens asks for " + std::to_string(r.max_tokens) : ""),
                r.endpoint == Endpoint::kChat ? "messages" : "prompt", "context_length_exceeded");
   out.max_new_tokens = std::min<int64_t>(r.max_tokens, ctx - n + 1);

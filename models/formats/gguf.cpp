@@ -218,29 +218,29 @@ void put(std::vector<uint8_t>& o, T v) {
   const auto* p = reinterpret_cast<const uint8_t*>(&v);
   o.insert(o.end(), p, p + sizeof(T));
 }
-void put_str(std::vector<uint8_t>& o, const std::string& s) {
+void put_gguf_str(std::vector<uint8_t>& o, const std::string& s) {
   put<uint64_t>(o, s.size());
   o.insert(o.end(), s.begin(), s.end());
 }
 }  // namespace
 
-void GgufWriter::add_u32(const std::string& k, uint32_t v) { put_str(kv_, k); put<uint32_t>(kv_, 4); put(kv_, v); ++n_kv_; }
-void GgufWriter::add_i32(const std::string& k, int32_t v) { put_str(kv_, k); put<uint32_t>(kv_, 5); put(kv_, v); ++n_kv_; }
-void GgufWriter::add_f32(const std::string& k, float v) { put_str(kv_, k); put<uint32_t>(kv_, 6); put(kv_, v); ++n_kv_; }
-void GgufWriter::add_bool(const std::string& k, bool v) { put_str(kv_, k); put<uint32_t>(kv_, 7); put<uint8_t>(kv_, v); ++n_kv_; }
-void GgufWriter::add_str(const std::string& k, const std::string& v) { put_str(kv_, k); put<uint32_t>(kv_, 8); put_str(kv_, v); ++n_kv_; }
+void GgufWriter::add_u32(const std::string& k, uint32_t v) { put_gguf_str(kv_, k); put<uint32_t>(kv_, 4); put(kv_, v); ++n_kv_; }
+void GgufWriter::add_i32(const std::string& k, int32_t v) { put_gguf_str(kv_, k); put<uint32_t>(kv_, 5); put(kv_, v); ++n_kv_; }
+void GgufWriter::add_f32(const std::string& k, float v) { put_gguf_str(kv_, k); put<uint32_t>(kv_, 6); put(kv_, v); ++n_kv_; }
+void GgufWriter::add_bool(const std::string& k, bool v) { put_gguf_str(kv_, k); put<uint32_t>(kv_, 7); put<uint8_t>(kv_, v); ++n_kv_; }
+void GgufWriter::add_str(const std::string& k, const std::string& v) { put_gguf_str(kv_, k); put<uint32_t>(kv_, 8); put_gguf_str(kv_, v); ++n_kv_; }
 void GgufWriter::add_str_array(const std::string& k, const std::vector<std::string>& v) {
-  put_str(kv_, k); put<uint32_t>(kv_, 9); put<uint32_t>(kv_, 8); put<uint64_t>(kv_, v.size());
-  for (const auto& s : v) put_str(kv_, s);
+  put_gguf_str(kv_, k); put<uint32_t>(kv_, 9); put<uint32_t>(kv_, 8); put<uint64_t>(kv_, v.size());
+  for (const auto& s : v) put_gguf_str(kv_, s);
   ++n_kv_;
 }
 void GgufWriter::add_f32_array(const std::string& k, const std::vector<float>& v) {
-  put_str(kv_, k); put<uint32_t>(kv_, 9); put<uint32_t>(kv_, 6); put<uint64_t>(kv_, v.size());
+  put_gguf_str(kv_, k); put<uint32_t>(kv_, 9); put<uint32_t>(kv_, 6); put<uint64_t>(kv_, v.size());
   for (float f : v) put(kv_, f);
   ++n_kv_;
 }
 void GgufWriter::add_i32_array(const std::string& k, const std::vector<int32_t>& v) {
-  put_str(kv_, k); put<uint32_t>(kv_, 9); put<uint32_t>(kv_, 5); put<uint64_t>(kv_, v.size());
+  put_gguf_str(kv_, k); put<uint32_t>(kv_, 9); put<uint32_t>(kv_, 5); put<uint64_t>(kv_, v.size());
   for (int32_t x : v) put(kv_, x);
   ++n_kv_;
 }
@@ -264,14 +264,14 @@ std::vector<uint8_t> GgufWriter::header(uint32_t alignment, std::vector<uint64_t
   put<uint64_t>(o, n_kv_ + (alignment != 32 ? 1 : 0));
   o.insert(o.end(), kv_.begin(), kv_.end());
   if (alignment != 32) {
-    put_str(o, "general.alignment");
+    put_gguf_str(o, "general.alignment");
     put<uint32_t>(o, 4);
     put<uint32_t>(o, alignment);
   }
   uint64_t off = 0;
   offs.clear();
   for (const auto& t : tensors_) {
-    put_str(o, t.name);
+    put_gguf_str(o, t.name);
     put<uint32_t>(o, static_cast<uint32_t>(t.ne.size()));
     for (int64_t d : t.ne) put<uint64_t>(o, static_cast<uint64_t>(d));
     put<uint32_t>(o, t.type);
