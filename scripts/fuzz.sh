@@ -5,7 +5,8 @@
 #
 #   scripts/fuzz.sh [--time S | --runs N] [--fresh] [TARGET...]   run each harness S seconds (default 60) or
 #                                                                 N executions; TARGETs: npy, gguf, ... (default all)
-#   scripts/fuzz.sh --ci                                           CI: replay the kept regressions, then 4 s per harness
+#   scripts/fuzz.sh --ci                                           CI: the readers' smoke suites under ASan/UBSan, the
+#                                                                  kept regressions replayed, then 4 s per harness
 #   scripts/fuzz.sh --build-only
 #
 # Corpora: build-fuzz/fuzz/seeds/<target> is rebuilt on every run from fuzz_seeds (files written by the
@@ -31,7 +32,7 @@ while (($#)); do
     --time) time_s="$2"; shift ;;
     --runs) runs="$2"; shift ;;
     --fresh) fresh=1 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     -*) echo "[fuzz] unknown option $1 (see --help)" >&2; exit 2 ;;
     *) only+=("$1") ;;
   esac
@@ -51,11 +52,23 @@ install_clang() {
     { $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends clang libclang-rt-14-dev >/dev/null; }
 }
 
+# The readers' GoogleTest smoke suites, built in the same instrumented tree (ASan + UBSan, no libFuzzer main): the
+# corrupt / truncated / mutated-input tests of the model formats, the tokenizers and the MIL text reader.
+SMOKE_TESTS=(test_model_formats test_tokenizer_unit test_mil_text)
 build() {
   install_clang
   CC=clang CXX=clang++ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DANELAB_FUZZ=ON \
-    -DANELAB_TEST_AREAS=fuzz >/dev/null
-  cmake --build "$BUILD" -j"$(getconf _NPROCESSORS_ONLN)" --target fuzzers test_fuzz_regressions
+    "-DANELAB_TEST_AREAS=models;mil;fuzz" >/dev/null
+  cmake --build "$BUILD" -j"$(getconf _NPROCESSORS_ONLN)" --target fuzzers test_fuzz_regressions "${SMOKE_TESTS[@]}"
+}
+
+# The smoke suites' reader tests under ASan (leaks included) and UBSan.
+run_smoke() {
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 bash -c '
+    set -e
+    "$1/bin/test_model_formats" --gtest_brief=1 --gtest_filter="Corrupt.*:Gguf.*:Llama2c.*"
+    "$1/bin/test_tokenizer_unit" --gtest_brief=1 --gtest_filter="Tokenizer.Fuzz*:Tokenizer.InvalidUtf8*:Loaders.*:Unicode.Utf8*"
+    "$1/bin/test_mil_text" --gtest_brief=1 --gtest_filter="MilFuzz.*:MilParseErrors.*:MilCheck.*"' _ "$BUILD"
 }
 
 # seed TARGET FILE...: copies files into the target's seed directory (missing ones are skipped).
@@ -175,6 +188,7 @@ case "$mode" in
   build) build ;;
   ci)
     build
+    run_smoke
     export ASAN_OPTIONS=abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
     "$BUILD/bin/test_fuzz_regressions"
     make_seeds
