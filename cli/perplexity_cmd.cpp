@@ -110,8 +110,8 @@ void run_perplexity(PerplexityArgs a) {
   po.bos = bos ? tk.bos_id() : -1;
   po.keep_logits = !a.save_logits.empty() || base.has_value();
   po.max_chunks = a.chunks;
-  const infer::PerplexityResult r =
-      infer::perplexity(e, tokens, po, a.load.quiet ? std::function<void(int64_t, int64_t, double)>() : ppl_progress_bar);
+  const infer::PerplexityResult r = infer::perplexity(
+      e, tokens, po, a.load.quiet ? std::function<void(int64_t, int64_t, double)>() : ppl_progress_bar);
   const std::string source = llama_base ? a.kl_base + "'s tokens" : a.text;
   std::printf("perplexity of %s on %s: %lld tokens, %lld chunks of %lld, %lld scored (%s prefill)\n",
               a.load.model.c_str(), source.c_str(), static_cast<long long>(tokens.size()),

@@ -1,10 +1,10 @@
 #include "train/dist_overlap.h"
 
-#include "framework/core/clock.h"
-
 #include <chrono>
 #include <string>
 #include <utility>
+
+#include "framework/core/clock.h"
 
 namespace anelab::train::dist {
 std::vector<int64_t> backward_bounds(const ParamLayout& layout) {
