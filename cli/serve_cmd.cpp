@@ -126,7 +126,7 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   s->add_option("--device", a->model.device, "Device profile for emulator/ane (m1..m5)")->capture_default_str();
   s->add_option("--dtype", a->model.dtype, "Compute dtype: fp16, fp32 or auto (as `anelab infer`)")->capture_default_str();
-  s->add_option("--threads", a->model.threads, "CPU threads per worker engine")->capture_default_str()->check(number_in(infer::params::kThreads));
+  s->add_option("--threads,-t", a->model.threads, "CPU threads per worker engine (llama.cpp -t)")->capture_default_str()->check(number_in(infer::params::kThreads));
   s->add_option("--ctx,-c", a->model.ctx, "Context positions (0 = the model's max_seq_len)")->capture_default_str()->check(number_in(infer::params::kContext));
   add_kv_type_option(s, a->model.kv_type);
   add_mmap_option(s, a->model.mmap);

@@ -70,7 +70,8 @@ class Tokenizer {
 std::unique_ptr<Tokenizer> make_tokenizer(const VocabData& vocab);
 
 // PATH may be a llama2.c tokenizer.bin, a HF tokenizer.json, an encoder.json (with vocab.bpe beside it),
-// or a directory holding tokenizer.json or encoder.json + vocab.bpe.
+// a run's tokenizer.anetok (models/formats/checkpoint_file.h), or a directory holding tokenizer.json or
+// encoder.json + vocab.bpe.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
 VocabData load_vocab_file(const std::string& path);  // the VocabData that load_tokenizer would use
 

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "framework/core/file.h"
+#include "models/formats/checkpoint_file.h"
 #include "tests/common/test_data.h"
 #include "tests/infer/test_cli_helpers.h"
 
@@ -72,13 +73,13 @@ TEST_F(InferCli, UnknownCommandsAndOptionsNameTheClosestMatch) {
 
 // stdout = the prompt (first token included: the byte-level vocabulary has no BOS) + 0 new tokens.
 TEST_F(InferCli, LlamaCppAliasesAndTheFirstPromptTokenEchoed) {
-  const Out r = anelab("infer generate -m " + model() + " -n 0 -c 64 -t 0 -q --prompt 'Hello, my name is'");
+  const Out r = anelab("infer generate -m " + model() + " -n 0 -c 64 --temp 0 -q --prompt 'Hello, my name is'");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out, "Hello, my name is\n");
 }
 
 TEST_F(InferCli, NumericAndBackendChoicesAreChecked) {
-  Out r = anelab("infer generate -m " + model() + " -t -1 --prompt a");
+  Out r = anelab("infer generate -m " + model() + " --temp -1 --prompt a");
   EXPECT_NE(r.rc, 0) << r.out;
   EXPECT_NE(r.err.find("--temperature"), std::string::npos) << r.err;
   r = anelab("infer generate -m " + model() + " --top-p 1.5 --prompt a");
@@ -98,8 +99,8 @@ TEST_F(InferCli, NumericAndBackendChoicesAreChecked) {
 // penalties, ports past 65535). Each must fail with the option named, before any model is loaded.
 TEST_F(InferCli, OutOfRangeValuesAreRefusedNamingTheOption) {
   const std::pair<std::string, std::string> gen[] = {
-      {"-t nan", "--temperature"}, {"-t -1", "--temperature"}, {"-t inf", "--temperature"}, {"-p 5", "--top-p"},
-      {"-p 0", "--top-p"}, {"--top-k -3", "--top-k"}, {"--repeat-penalty 0", "--repeat-penalty"},
+      {"--temp nan", "--temperature"}, {"--temp -1", "--temperature"}, {"--temp inf", "--temperature"}, {"--top-p 5", "--top-p"},
+      {"--top-p 0", "--top-p"}, {"--top-k -3", "--top-k"}, {"--repeat-penalty 0", "--repeat-penalty"},
       {"--repeat-penalty nan", "--repeat-penalty"}, {"--min-p -1", "--min-p"}, {"--max-tokens -5", "--max-tokens"},
       {"--threads 0", "--threads"}, {"--ctx -1", "--ctx"}};
   for (const auto& [opt, name] : gen) {
@@ -282,7 +283,7 @@ TEST_F(InferCli, ChatPicksTheTemplateOfTheVocabulary) {
 }
 
 TEST_F(InferCli, VocabularyMismatchIsNamed) {
-  const Out r = anelab("infer generate -m " + model("padded.anelab") + " -n 8 -t 0 --prompt a");
+  const Out r = anelab("infer generate -m " + model("padded.anelab") + " -n 8 --temp 0 --prompt a");
   EXPECT_NE(r.rc, 0) << r.out;
   EXPECT_NE(r.err.find("vocabulary mismatch"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("out of range"), std::string::npos) << r.err;
@@ -339,6 +340,61 @@ TEST_F(InferCli, TrainHelpIsGroupedWithOneDefaultStyle) {
   EXPECT_EQ(r.out.find("[default:"), std::string::npos) << r.out;  // CLI11's own default display, as elsewhere
   EXPECT_NE(r.out.find("--batch-size INT"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--data PATH"), std::string::npos) << r.out;
+}
+
+// Issue 33 item 4: the short flags mean what they mean in llama.cpp's llama-completion / llama-cli (-t
+// threads, -p prompt, -f prompt file, --temp, a positional prompt); `-t 2` used to sample at temperature 2.
+TEST_F(InferCli, LlamaCppFlagsMeanWhatTheyMeanThere) {
+  const std::string m = " -m " + model() + " -q -n 8 -c 64 --backend cpu";
+  const Out want = anelab("infer generate" + m + " --threads 2 --temperature 0 --prompt 'Hello, my name is'");
+  ASSERT_EQ(want.rc, 0) << want.err;
+  ASSERT_GT(want.out.size(), std::string("Hello, my name is").size()) << want.out;
+  // llama-completion's own command line (model, prompt, -n, -t, --temp, -c, -s, --top-k, --top-p), unchanged.
+  Out r = anelab("infer generate -m " + model() + " -p 'Hello, my name is' -n 8 -t 2 --temp 0 -c 64 -s 1 --top-k 40 "
+                 "--top-p 0.95 --repeat-penalty 1 -q --backend cpu");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, want.out);
+  r = anelab("infer generate" + m + " -t 2 --temp 0 'Hello, my name is'");  // positional prompt
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, want.out);
+  r = anelab("infer generate" + m + " -t 1 --temp 0 -i 'Hello, my name is'");  // run.c's -i stays
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, want.out);
+  const std::string pf = (*dir_ / "prompt.txt").string();
+  write_file_atomic(pf, "Hello, my name is");
+  r = anelab("infer generate" + m + " --temp 0 -f " + pf);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, want.out);
+  // -t is threads: 0 threads is refused naming --threads (it was temperature 0, accepted).
+  r = anelab("infer generate" + m + " -t 0 --temp 0 -p a");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.err.find("--threads"), std::string::npos) << r.err;
+  r = anelab("infer generate" + m + " --temp 0 -p a 'b'");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.err.find("more than one prompt"), std::string::npos) << r.err;
+}
+
+// Issue 33 item 2: a run's tokenizer file (tokenizer.anetok, the trainer's copy of the tokenizer it used)
+// is a tokenizer wherever one is taken: --tokenizer of infer, tokenize, and a directory holding it.
+TEST_F(InferCli, RunTokenizerFileIsATokenizer) {
+  const fs::path d = *dir_ / "anetok";
+  fs::create_directories(d);
+  models::save_run_tokenizer(test::byte_vocab(512), (d / "tokenizer.anetok").string());
+  Out r = anelab("convert " + model() + " " + (d / "m.bin").string());  // llama2.c: no tokenizer inside
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string gen = " -q -n 8 -c 64 --temp 0 --backend cpu -p 'Hello, my name is'";
+  const Out want = anelab("infer generate -m " + model() + gen);
+  ASSERT_EQ(want.rc, 0) << want.err;
+  for (const fs::path& t : {d / "tokenizer.anetok", d}) {
+    r = anelab("infer generate -m " + (d / "m.bin").string() + " --tokenizer " + t.string() + gen);
+    EXPECT_EQ(r.rc, 0) << t << ": " << r.err;
+    EXPECT_EQ(r.out, want.out) << t;
+  }
+  write_file_atomic((d / "in.txt").string(), "Hello, my name is\n");
+  r = anelab("tokenize --tokenizer " + (d / "tokenizer.anetok").string() + " --ids " + (d / "in.txt").string() + " " +
+             (d / "ids.txt").string());
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_FALSE(read_file_text((d / "ids.txt").string()).empty());
 }
 
 }  // namespace
