@@ -397,5 +397,34 @@ TEST_F(InferCli, RunTokenizerFileIsATokenizer) {
   EXPECT_FALSE(read_file_text((d / "ids.txt").string()).empty());
 }
 
+// Issue 33 item 3: a token file says which tokenizer made it; training a model of another vocabulary on it
+// stops before the first step, naming both sizes (512-token data on a 32000-token preset used to train).
+TEST_F(InferCli, TrainingRefusesDataOfAnotherVocabulary) {
+  const fs::path d = *dir_ / "vocab_mismatch";
+  fs::create_directories(d);
+  models::save_run_tokenizer(test::byte_vocab(512), (d / "tok512.anetok").string());
+  std::string text;
+  for (int i = 0; i < 60; ++i) text += "Once upon a time there was a little cat who liked to play.\n\n";
+  write_file_atomic((d / "corpus.txt").string(), text);
+  Out r = anelab("tokenize --tokenizer " + (d / "tok512.anetok").string() + " " + (d / "corpus.txt").string() + " " +
+                 (d / "ts512.bin").string());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string common = " --data " + (d / "ts512.bin").string() +
+                             " --strategy cpu --steps 1 --batch-size 1 --seq-len 32 --quiet --run-dir ";
+  r = anelab("train --preset stories15m" + common + (d / "run15m").string());
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.err.find("vocabulary mismatch"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("512 tokens"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("vocab_size 32000"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(d / "run15m" / "events.jsonl")) << "a step ran";
+  // --init of a model whose own tokenizer differs in size (4096 rows, the byte vocabulary of 512 inside: the
+  // model check names it first), and a model of the data's vocabulary trains.
+  r = anelab("train --init " + model("padded.anelab") + common + (d / "runpad").string());
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.err.find("vocabulary mismatch"), std::string::npos) << r.err;
+  r = anelab("train --init " + model() + common + (d / "run512").string());
+  EXPECT_EQ(r.rc, 0) << r.err;
+}
+
 }  // namespace
 }  // namespace anelab
