@@ -424,6 +424,20 @@ TEST_F(InferCli, TrainingRefusesDataOfAnotherVocabulary) {
   EXPECT_NE(r.err.find("vocabulary mismatch"), std::string::npos) << r.err;
   r = anelab("train --init " + model() + common + (d / "run512").string());
   EXPECT_EQ(r.rc, 0) << r.err;
+  // Item 8: the resolved config writes floats as typed (lr = 0.0003, not 0.00029999999999999997).
+  const std::string toml = read_file_text((d / "run512" / "config.toml").string());
+  EXPECT_NE(toml.find("\nlr = 0.0003\n"), std::string::npos) << toml;
+}
+
+// Issue 33 item 8: bare `anelab` prints the help; integer bounds print as integers.
+TEST_F(InferCli, SmallEdges) {
+  Out r = anelab("");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("demo"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("train"), std::string::npos) << r.out;
+  r = anelab("infer generate -m " + model() + " --ctx -1 -p a");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.err.find("[0, 16777216]"), std::string::npos) << r.err;
 }
 
 }  // namespace
