@@ -88,7 +88,7 @@ void add_common(CLI::App* sub, InferArgs& a) {
   sub->add_option("--ctx,-c", a.ctx, "Context positions (0 = the model's max_seq_len)")->capture_default_str()->check(number_in(infer::params::kContext));
   add_kv_type_option(sub, a.kv_type);
   add_mmap_option(sub, a.mmap);
-  sub->add_flag("--quiet,-q", a.quiet, "No progress lines on stderr (model load, kernel compiles)");
+  sub->add_flag("--quiet,-q", a.quiet, "Nothing on stderr but errors (no model load, kernel compile or speed lines)");
 }
 
 void add_sampling(CLI::App* sub, InferArgs& a) {
@@ -206,7 +206,7 @@ void run_generate(const InferArgs& a) {
     r = infer::generate(*l.engine, *l.tok, prompt, gen_options(a), sink);
   }
   if (a.print_ids) print_ids(r.new_tokens);
-  print_stats(r);
+  if (!a.quiet) print_stats(r);
 }
 
 // Teacher-forced logits of --ids (or the encoded --prompt) -> --out [T, vocab] float32 .npy.

@@ -36,7 +36,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int rc = app.exit(e);  // prints the help / version (0) or the usage error
+    return rc == 0 ? 0 : 2;      // usage errors exit 2, failures 1 (as the unknown-name check above)
   } catch (const anelab::Error& e) {
     std::fprintf(stderr, "anelab: error: %s\n", e.what());
     return 1;

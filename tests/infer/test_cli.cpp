@@ -436,8 +436,14 @@ TEST_F(InferCli, SmallEdges) {
   EXPECT_NE(r.out.find("demo"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("train"), std::string::npos) << r.out;
   r = anelab("infer generate -m " + model() + " --ctx -1 -p a");
-  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_EQ(r.rc, 2) << r.out;  // a usage error
   EXPECT_NE(r.err.find("[0, 16777216]"), std::string::npos) << r.err;
+  r = anelab("infer generate -m " + (*dir_ / "missing.anelab").string() + " -p a");
+  EXPECT_EQ(r.rc, 1) << r.err;  // a failure
+  // -q: nothing on stderr, the speed line included.
+  r = anelab("infer generate -m " + model() + " -q -n 4 --temp 0 -p a");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err, "");
 }
 
 }  // namespace
