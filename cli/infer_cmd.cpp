@@ -131,6 +131,10 @@ Loaded load(const InferArgs& a, infer::TokenizerUse use) {
     std::snprintf(buf, sizeof buf, "; row tiles %.0f MiB", static_cast<double>(tb) / (1 << 20));
     l.weights_memory += buf;
   }
+  const int64_t trained = l.engine->config().max_seq_len;
+  if (a.ctx > trained && !a.quiet)  // llama.cpp warns here too (n_ctx above n_ctx_train); anelab caps it
+    std::fprintf(stderr, "warning: --ctx %lld is above the model's trained context of %lld positions: capped to %lld\n",
+                 static_cast<long long>(a.ctx), static_cast<long long>(trained), static_cast<long long>(trained));
   if (!a.quiet)
     std::fprintf(stderr, "loaded %s (%s, %lld layers, dim %lld) in %.1f s; prefill backend %s; weights %s\n",
                  a.model.c_str(), l.engine->config().arch.c_str(), static_cast<long long>(l.engine->config().n_layers),
@@ -206,6 +210,11 @@ void run_generate(const InferArgs& a) {
     r = infer::generate(*l.engine, *l.tok, prompt, gen_options(a), sink);
   }
   if (a.print_ids) print_ids(r.new_tokens);
+  if (r.stop_reason == "context" && !a.quiet)
+    std::fprintf(stderr, "stopped after %zu new tokens at position %lld: the context of %lld positions is full "
+                 "(-n %lld asked for more; --ctx, at most the model's %lld)\n", r.new_tokens.size(),
+                 static_cast<long long>(l.engine->context()), static_cast<long long>(l.engine->context()),
+                 static_cast<long long>(a.max_tokens), static_cast<long long>(l.engine->config().max_seq_len));
   if (!a.quiet) print_stats(r);
 }
 

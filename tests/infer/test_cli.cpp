@@ -429,6 +429,19 @@ TEST_F(InferCli, TrainingRefusesDataOfAnotherVocabulary) {
   EXPECT_NE(toml.find("\nlr = 0.0003\n"), std::string::npos) << toml;
 }
 
+// Issue 33 item 6: limits said out loud: a context above the trained one is capped with a warning, and -n
+// past the context says where generation stopped and why.
+TEST_F(InferCli, LimitsAreSaidOutLoud) {
+  Out r = anelab("infer generate -m " + model() + " -c 16777216 -n 2 --temp 0 -p a");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: --ctx 16777216 is above the model's trained context"), std::string::npos) << r.err;
+  r = anelab("infer generate -m " + model() + " -c 16 -n 100 --temp 0 --ignore-eos -p a");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("at position 16: the context of 16 positions is full"), std::string::npos) << r.err;
+  r = anelab("infer generate -m " + model() + " -q -c 16 -n 100 --temp 0 --ignore-eos -p a");
+  EXPECT_EQ(r.err, "");
+}
+
 // Issue 33 item 8: bare `anelab` prints the help; integer bounds print as integers.
 TEST_F(InferCli, SmallEdges) {
   Out r = anelab("");
