@@ -3,7 +3,10 @@
 // stderr (quiet with -q) and the CPU path by default; the first prompt token of a byte-level vocabulary
 // echoed; base models refuse chat with a hint; a vocabulary mismatch named as such; a hint when generate
 // waits on a terminal; `train --help` grouped. Models are small random files written here.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pty.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -440,6 +443,27 @@ TEST_F(InferCli, LimitsAreSaidOutLoud) {
   EXPECT_NE(r.err.find("at position 16: the context of 16 positions is full"), std::string::npos) << r.err;
   r = anelab("infer generate -m " + model() + " -q -c 16 -n 100 --temp 0 --ignore-eos -p a");
   EXPECT_EQ(r.err, "");
+}
+
+// Issue 33 item 8: serve checks its port before it loads the model (a taken port used to be found only after
+// the load: here the model does not even exist, and the port is what the error names).
+TEST_F(InferCli, ServeChecksThePortBeforeLoadingTheModel) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const int port = ntohs(a.sin_port);
+  const Out r = anelab("serve -m " + (*dir_ / "missing.anelab").string() + " --port " + std::to_string(port), 30);
+  ::close(fd);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.err.find("port " + std::to_string(port)), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("in use"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("missing.anelab"), std::string::npos) << "the model was loaded first: " << r.err;
 }
 
 // Issue 33 item 8: bare `anelab` prints the help; integer bounds print as integers.
