@@ -6,10 +6,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "dashboard/gui.h"
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 #include "framework/core/platform.h"
-#include "dashboard/gui.h"
 #include "infer/engine.h"
 #include "infer/generate.h"
 #include "infer/load.h"
@@ -34,7 +34,8 @@ std::string find_data(const std::string& given) {
   tried.push_back(fs::path("data") / "tinytales");
   for (const fs::path& p : tried)
     if (fs::exists(p / "corpus.txt")) return p.lexically_normal().string();
-  fail("demo", "data/tinytales (corpus.txt + tokenizer.json) not found next to the executable's checkout or in the "
+  fail("demo",
+       "data/tinytales (corpus.txt + tokenizer.json) not found next to the executable's checkout or in the "
        "current directory; pass --data DIR");
 }
 
@@ -69,8 +70,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 // `s` as one shell word: as it is when it needs no quoting, else in single quotes.
 std::string shell_word(const std::string& s) {
-  const bool plain = !s.empty() && s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                                        "0123456789_./:=+-,@%") == std::string::npos;
+  const bool plain = !s.empty() && s.find_first_not_of(
+                                       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                       "0123456789_./:=+-,@%") == std::string::npos;
   if (plain) return s;
   std::string q = "'";
   for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
@@ -94,14 +96,16 @@ void print_next_steps(const DemoLoopOptions& o, const train::TrainConfig& c, con
   std::printf("  %s serve --model %s\n", self.c_str(), in_ex("tinytales.anelab").c_str());
   if (dashboard::gui_available()) std::printf("  %s dashboard %s\n", self.c_str(), run.c_str());
   const int64_t steps = 5 * c.steps;
-  std::printf("  %s train --preset %s --data %s --strategy %s --steps %lld --batch-size %lld --seq-len %lld --lr %g "
-              "--warmup-steps %lld --weight-decay %g --checkpoint-every %lld --run-dir %s   # longer: docs/training.md\n",
-              self.c_str(), shell_word(o.preset).c_str(), shell_word(tokens).c_str(), shell_word(o.strategy).c_str(),
-              static_cast<long long>(steps), static_cast<long long>(c.batch_size), static_cast<long long>(c.seq_len),
-              c.lr, static_cast<long long>(std::max<int64_t>(1, steps / 20)), c.weight_decay,
-              static_cast<long long>(std::max<int64_t>(1, steps / 10)),
-              shell_word((fs::path(o.out) / "longer").string()).c_str());
-  std::printf("(the Hugging Face directory %s/tinytales-hf loads with transformers' AutoModelForCausalLM)\n", ex.c_str());
+  std::printf(
+      "  %s train --preset %s --data %s --strategy %s --steps %lld --batch-size %lld --seq-len %lld --lr %g "
+      "--warmup-steps %lld --weight-decay %g --checkpoint-every %lld --run-dir %s   # longer: docs/training.md\n",
+      self.c_str(), shell_word(o.preset).c_str(), shell_word(tokens).c_str(), shell_word(o.strategy).c_str(),
+      static_cast<long long>(steps), static_cast<long long>(c.batch_size), static_cast<long long>(c.seq_len), c.lr,
+      static_cast<long long>(std::max<int64_t>(1, steps / 20)), c.weight_decay,
+      static_cast<long long>(std::max<int64_t>(1, steps / 10)),
+      shell_word((fs::path(o.out) / "longer").string()).c_str());
+  std::printf("(the Hugging Face directory %s/tinytales-hf loads with transformers' AutoModelForCausalLM)\n",
+              ex.c_str());
 }
 
 }  // namespace
@@ -112,8 +116,10 @@ void run_demo_loop(const DemoLoopOptions& o) {
   const std::string tok_path = (fs::path(data) / "tokenizer.json").string();
   const fs::path out(o.out);
   prepare_out(o.out);
-  std::printf("anelab demo: train a tiny Llama from scratch on the ANE training kernels (%s backend, %s strategy), "
-              "generate from it, export it.\n\n", o.backend.c_str(), o.strategy.c_str());
+  std::printf(
+      "anelab demo: train a tiny Llama from scratch on the ANE training kernels (%s backend, %s strategy), "
+      "generate from it, export it.\n\n",
+      o.backend.c_str(), o.strategy.c_str());
 
   // 1. tokenize
   const auto tok = tok::load_tokenizer(tok_path);

@@ -21,7 +21,8 @@ BlobWriter::BlobWriter() : buf_(kBlobFileHeader, 0) {
 }
 
 uint8_t* BlobWriter::append_chunk(size_t payload_bytes, uint64_t* offset) {
-  ANELAB_CHECK(payload_bytes <= 0xFFFFFFFFull, "blob", "payload of ", payload_bytes, " bytes exceeds the 32-bit data_size field");
+  ANELAB_CHECK(payload_bytes <= 0xFFFFFFFFull, "blob", "payload of ", payload_bytes,
+               " bytes exceeds the 32-bit data_size field");
   size_t start = buf_.size();
   ANELAB_CHECK(start + kBlobChunkHeader + payload_bytes <= 0xFFFFFFFFull, "blob",
                "blob file would exceed 4 GiB (32-bit data_offset); split the weights over several files");
@@ -86,8 +87,8 @@ BlobReader::BlobReader(std::span<const uint8_t> bytes, std::string name) : bytes
 BlobChunk BlobReader::chunk_at(uint64_t offset) const {
   ANELAB_CHECK(offset >= kBlobFileHeader, "blob", name_, ": offset ", offset,
                " points into the 64-byte file header (BLOBFILE offsets point at a chunk header)");
-  ANELAB_CHECK(offset <= bytes_.size() && bytes_.size() - offset >= kBlobChunkHeader, "blob", name_, ": chunk header at offset ", offset,
-               " runs past the end of the ", bytes_.size(), "-byte file");
+  ANELAB_CHECK(offset <= bytes_.size() && bytes_.size() - offset >= kBlobChunkHeader, "blob", name_,
+               ": chunk header at offset ", offset, " runs past the end of the ", bytes_.size(), "-byte file");
   const uint8_t* h = bytes_.data() + offset;
   uint32_t magic = get_u32(h);
   ANELAB_CHECK(magic == kBlobChunkMagic, "blob", name_, ": no chunk magic 0xDEADBEEF at offset ", offset,
@@ -134,14 +135,17 @@ std::vector<float> BlobReader::read_f32(uint64_t offset, const TensorType& type)
       half_to_float(h.data(), out.data(), n);
       break;
     }
-    case DType::kFp32: std::memcpy(out.data(), p.data(), n * 4); break;
+    case DType::kFp32:
+      std::memcpy(out.data(), p.data(), n * 4);
+      break;
     case DType::kInt8:
       for (size_t i = 0; i < n; ++i) out[i] = static_cast<int8_t>(p[i]);
       break;
     case DType::kUint8:
       for (size_t i = 0; i < n; ++i) out[i] = p[i];
       break;
-    default: fail("blob", name_, ": cannot decode a ", type.str(), " payload");
+    default:
+      fail("blob", name_, ": cannot decode a ", type.str(), " payload");
   }
   return out;
 }

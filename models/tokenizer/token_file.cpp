@@ -2,7 +2,6 @@
 
 #include <charconv>
 #include <cstring>
-
 #include <nlohmann/json.hpp>
 
 #include "framework/core/error.h"
@@ -67,9 +66,13 @@ TokenFileInfo write_token_file(const Tokenizer& tok, std::string_view text, cons
     }
   }
   write_file_atomic(out_path, bytes.data(), bytes.size());
-  const nlohmann::ordered_json meta = {{"format", "anelab-tokens"}, {"version", 1},       {"dtype", info.dtype},
-                                       {"vocab_size", tok.vocab_size()}, {"tokenizer", tokenizer_label},
-                                       {"n_tokens", info.n_tokens}, {"n_documents", info.n_documents},
+  const nlohmann::ordered_json meta = {{"format", "anelab-tokens"},
+                                       {"version", 1},
+                                       {"dtype", info.dtype},
+                                       {"vocab_size", tok.vocab_size()},
+                                       {"tokenizer", tokenizer_label},
+                                       {"n_tokens", info.n_tokens},
+                                       {"n_documents", info.n_documents},
                                        {"separator_id", info.separator_id}};
   write_file_atomic(out_path + ".json", meta.dump(1) + "\n");
   return info;
@@ -89,10 +92,11 @@ std::vector<int32_t> read_token_file(const std::string& path, TokenFileSource* s
   const size_t w = dtype == "uint16" ? 2 : 4;
   if (source) {
     const auto& v = meta.contains("vocab_size") ? meta["vocab_size"] : nlohmann::json();
-    ANELAB_CHECK(v.is_null() || (v.is_number_integer() && v.get<int64_t>() > 0), "tokenize", path,
-                 ".json: vocab_size ", v.dump(), " is not a positive integer");
+    ANELAB_CHECK(v.is_null() || (v.is_number_integer() && v.get<int64_t>() > 0), "tokenize", path, ".json: vocab_size ",
+                 v.dump(), " is not a positive integer");
     source->vocab_size = v.is_null() ? 0 : v.get<int64_t>();
-    source->tokenizer = meta.contains("tokenizer") && meta["tokenizer"].is_string() ? meta["tokenizer"].get<std::string>() : "";
+    source->tokenizer =
+        meta.contains("tokenizer") && meta["tokenizer"].is_string() ? meta["tokenizer"].get<std::string>() : "";
   }
   const auto bytes = read_file_bytes(path);
   const int64_t n = meta.value("n_tokens", int64_t{-1});

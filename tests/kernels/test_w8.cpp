@@ -50,7 +50,8 @@ Case make_case(uint32_t seed) {
   Case c;
   c.w = rand_f16(static_cast<size_t>(c.cout * c.cin), 0.5, seed);
   for (int64_t r = 0; r < c.cout; ++r)  // rows of different magnitude: per-channel scales matter
-    for (int64_t i = 0; i < c.cin; ++i) c.w[static_cast<size_t>(r * c.cin + i)] *= std::ldexp(1.0f, static_cast<int>(r % 5) - 2);
+    for (int64_t i = 0; i < c.cin; ++i)
+      c.w[static_cast<size_t>(r * c.cin + i)] *= std::ldexp(1.0f, static_cast<int>(r % 5) - 2);
   c.x = rand_f16(static_cast<size_t>(c.cin * c.S), 2.0, seed + 1);
   return c;
 }

@@ -51,7 +51,7 @@ TEST(Blob, SeveralChunksOffsetsAndReadBack) {
   std::vector<int8_t> qi = {-128, -1, 0, 1, 127};
   uint64_t o1 = w.add_fp16(q), o2 = w.add_fp16(k), o3 = w.add_int8(qi);
   EXPECT_EQ(o1, 64u);
-  EXPECT_EQ(o2, 64u + 64 + 12);       // chunk i starts at 64 + sum(64 + payload_j)
+  EXPECT_EQ(o2, 64u + 64 + 12);  // chunk i starts at 64 + sum(64 + payload_j)
   EXPECT_EQ(o3, o2 + 64 + 12);
   auto bytes = w.take();
   EXPECT_EQ(u32(bytes, o2 + 16), o2 + 64);
