@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "dashboard/gui.h"
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 #include "framework/core/platform.h"
@@ -13,6 +14,7 @@
 #include "infer/generate.h"
 #include "infer/load.h"
 #include "models/formats/export.h"
+#include "models/formats/load_any.h"
 #include "models/tokenizer/token_file.h"
 #include "models/tokenizer/tokenizer.h"
 #include "train/config.h"
@@ -64,6 +66,46 @@ std::pair<double, double> loss_range(const std::string& run_dir) {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// `s` as one shell word: as it is when it needs no quoting, else in single quotes.
+std::string shell_word(const std::string& s) {
+  const bool plain = !s.empty() && s.find_first_not_of(
+                                       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                       "0123456789_./:=+-,@%") == std::string::npos;
+  if (plain) return s;
+  std::string q = "'";
+  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
+}
+
+// The "Next:" lines: each one a complete command (run verbatim by tests/acceptance/demo_next.py), so a
+// user can paste it. The longer run keeps the demo's learning rate, batch, warmup share and weight decay,
+// writes last.ckpt as it goes, and lives in its own run directory (running it again says how to resume).
+void print_next_steps(const DemoLoopOptions& o, const train::TrainConfig& c, const std::string& tokens,
+                      const std::string& tok_path, const std::string& ex, double seconds) {
+  const std::string self = shell_word(platform::executable_path().value.value_or("anelab"));
+  const std::string p = shell_word(o.prompt), run = shell_word(c.run_dir);
+  auto in_ex = [&](const char* name) { return shell_word((fs::path(ex) / name).string()); };
+  std::printf("\ndone in %.0f s. Next:\n", seconds);
+  std::printf("  %s infer generate --model %s --prompt %s --temp 0.8\n", self.c_str(), run.c_str(), p.c_str());
+  std::printf("  %s infer generate --model %s --prompt %s --temp 0\n", self.c_str(), in_ex("tinytales.gguf").c_str(),
+              p.c_str());
+  std::printf("  %s infer generate --model %s --tokenizer %s --prompt %s --temp 0\n", self.c_str(),
+              in_ex("tinytales.bin").c_str(), shell_word(tok_path).c_str(), p.c_str());
+  std::printf("  %s serve --model %s\n", self.c_str(), in_ex("tinytales.anelab").c_str());
+  if (dashboard::gui_available()) std::printf("  %s dashboard %s\n", self.c_str(), run.c_str());
+  const int64_t steps = 5 * c.steps;
+  std::printf(
+      "  %s train --preset %s --data %s --strategy %s --steps %lld --batch-size %lld --seq-len %lld --lr %g "
+      "--warmup-steps %lld --weight-decay %g --checkpoint-every %lld --run-dir %s   # longer: docs/training.md\n",
+      self.c_str(), shell_word(o.preset).c_str(), shell_word(tokens).c_str(), shell_word(o.strategy).c_str(),
+      static_cast<long long>(steps), static_cast<long long>(c.batch_size), static_cast<long long>(c.seq_len), c.lr,
+      static_cast<long long>(std::max<int64_t>(1, steps / 20)), c.weight_decay,
+      static_cast<long long>(std::max<int64_t>(1, steps / 10)),
+      shell_word((fs::path(o.out) / "longer").string()).c_str());
+  std::printf("(the Hugging Face directory %s/tinytales-hf loads with transformers' AutoModelForCausalLM)\n",
+              ex.c_str());
 }
 
 }  // namespace
@@ -128,8 +170,7 @@ void run_demo_loop(const DemoLoopOptions& o) {
   if (!o.device.empty()) lo.device = o.device;
   lo.component = "demo";
   infer::LoadedModel loaded = infer::load_model(lo, infer::TokenizerUse::kRequired);
-  const models::Model& m = loaded.model;  // exported below
-  infer::Engine engine(m, loaded.engine);
+  infer::Engine engine(loaded.model, loaded.engine);
   const tok::Tokenizer& gtok = *loaded.tokenizer;
   infer::GenerateOptions go;
   go.max_new_tokens = o.sample_tokens;
@@ -140,7 +181,8 @@ void run_demo_loop(const DemoLoopOptions& o) {
   });
   std::printf("\n");
 
-  // 4. export
+  // 4. export the run as read from disk, tokenizer included (load_model above keeps none in its model)
+  const models::Model m = models::load_any_model(c.run_dir);
   const fs::path ex = out / "exports";
   fs::create_directories(ex);
   std::printf("[4/4] export %s:\n", c.run_dir.c_str());
@@ -150,19 +192,7 @@ void run_demo_loop(const DemoLoopOptions& o) {
     models::export_model(m, p, f);
     std::printf("  %-12s %s\n", models::export_format_name(f), p.c_str());
   }
-  const std::string self = platform::executable_path().value.value_or("anelab");
-  std::printf(
-      "\ndone in %.0f s. Next:\n"
-      "  %s infer generate --model %s --prompt \"%s\" -t 0.8\n"
-      "  %s infer generate --model %s/tinytales.gguf --prompt \"%s\" -t 0\n"
-      "  %s infer generate --model %s/tinytales.bin --tokenizer %s --prompt \"%s\" -t 0\n"
-      "  %s serve --model %s/tinytales.anelab\n"
-      "  %s dashboard %s\n"
-      "  %s train --preset %s --data %s --strategy %s --steps 1000   (longer: see docs/training.md)\n"
-      "(the Hugging Face directory %s/tinytales-hf loads with transformers' AutoModelForCausalLM)\n",
-      seconds_since(t0), self.c_str(), c.run_dir.c_str(), o.prompt.c_str(), self.c_str(), ex.c_str(), o.prompt.c_str(),
-      self.c_str(), ex.c_str(), tok_path.c_str(), o.prompt.c_str(), self.c_str(), ex.c_str(), self.c_str(),
-      c.run_dir.c_str(), self.c_str(), o.preset.c_str(), tokens.c_str(), o.strategy.c_str(), ex.c_str());
+  print_next_steps(o, c, tokens, tok_path, ex.string(), seconds_since(t0));
   (void)g;
 }
 

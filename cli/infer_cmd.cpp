@@ -65,7 +65,7 @@ struct InferArgs {
   bool quiet = false;
   int threads = 2;
   int64_t ctx = 0;
-  std::string prompt, prompt_file, system, prompt_ids, out;
+  std::string prompt, prompt_positional, prompt_file, system, prompt_ids, out;
   bool prompt_set = false, print_ids = false, no_think = false;
   int64_t max_tokens = -1, steps = 256;
   float temperature = 1.0f, top_p = 0.9f, min_p = 0.0f, repeat_penalty = 1.0f;
@@ -79,8 +79,9 @@ struct InferArgs {
 void add_common(CLI::App* sub, InferArgs& a) {
   sub->add_option("--model,-m", a.model, "Model file: llama2.c .bin, safetensors file/dir, GGUF or .anelab")
       ->required();
-  sub->add_option("--tokenizer", a.tokenizer,
-                  "Tokenizer (when the model file has none): tokenizer.bin, tokenizer.json, dir");
+  sub->add_option(
+      "--tokenizer", a.tokenizer,
+      "Tokenizer (when the model file has none): tokenizer.bin, tokenizer.json, a run's tokenizer.anetok, dir");
   sub->add_option("--backend", a.backend, infer::kPrefillBackendHelp)
       ->capture_default_str()
       ->check(prefill_backend_check());
@@ -96,7 +97,7 @@ void add_common(CLI::App* sub, InferArgs& a) {
                   "in fp32: llama2.c files, training checkpoints, fp32 exports; fp16 otherwise; "
                   "q8_0/q4_0/q5_0/q5_1/q4_k/q5_k/q6_k matrices stay in their blocks, with int8 dot products)")
       ->capture_default_str();
-  sub->add_option("--threads", a.threads, "CPU threads (persistent pool)")
+  sub->add_option("--threads,-t", a.threads, "CPU threads (persistent pool; llama.cpp -t)")
       ->capture_default_str()
       ->check(number_in(infer::params::kThreads));
   sub->add_option("--ctx,-c", a.ctx, "Context positions (0 = the model's max_seq_len)")
@@ -104,7 +105,7 @@ void add_common(CLI::App* sub, InferArgs& a) {
       ->check(number_in(infer::params::kContext));
   add_kv_type_option(sub, a.kv_type);
   add_mmap_option(sub, a.mmap);
-  sub->add_flag("--quiet,-q", a.quiet, "No progress lines on stderr (model load, kernel compiles)");
+  sub->add_flag("--quiet,-q", a.quiet, "Nothing on stderr but errors (no model load, kernel compile or speed lines)");
 }
 
 void add_sampling(CLI::App* sub, InferArgs& a) {
@@ -116,10 +117,10 @@ void add_sampling(CLI::App* sub, InferArgs& a) {
   sub->add_option("--steps", a.steps, "run.c -n: total positions including the prompt (0 = context)")
       ->capture_default_str()
       ->check(number_in(0, kInf));
-  sub->add_option("--temperature,-t", a.temperature, "Sampling temperature (0 = greedy)")
+  sub->add_option("--temperature,--temp", a.temperature, "Sampling temperature (0 = greedy; llama.cpp --temp)")
       ->capture_default_str()
       ->check(number_in(infer::params::kTemperature));
-  sub->add_option("--top-p,-p", a.top_p, "Top-p (nucleus) threshold (1 = off)")
+  sub->add_option("--top-p", a.top_p, "Top-p (nucleus) threshold (1 = off)")
       ->capture_default_str()
       ->check(number_in(infer::params::kTopP));
   sub->add_option("--top-k", a.top_k, "Top-k (0 = off)")->capture_default_str()->check(number_in(infer::params::kTopK));
@@ -162,6 +163,10 @@ Loaded load(const InferArgs& a, infer::TokenizerUse use) {
     std::snprintf(buf, sizeof buf, "; row tiles %.0f MiB", static_cast<double>(tb) / (1 << 20));
     l.weights_memory += buf;
   }
+  const int64_t trained = l.engine->config().max_seq_len;
+  if (a.ctx > trained && !a.quiet)  // llama.cpp warns here too (n_ctx above n_ctx_train); anelab caps it
+    std::fprintf(stderr, "warning: --ctx %lld is above the model's trained context of %lld positions: capped to %lld\n",
+                 static_cast<long long>(a.ctx), static_cast<long long>(trained), static_cast<long long>(trained));
   if (!a.quiet)
     std::fprintf(stderr, "loaded %s (%s, %lld layers, dim %lld) in %.1f s; prefill backend %s; weights %s\n",
                  a.model.c_str(), l.engine->config().arch.c_str(), static_cast<long long>(l.engine->config().n_layers),
@@ -203,8 +208,12 @@ void print_stats(const infer::GenerateResult& r) {
 }
 
 std::string read_prompt(const InferArgs& a) {
+  const int given = int(!a.prompt_file.empty()) + int(a.prompt_set) + int(!a.prompt_positional.empty());
+  if (given > 1)
+    fail("infer", "more than one prompt: pass one of --prompt/-p, --prompt-file/-f or a positional PROMPT");
   if (!a.prompt_file.empty()) return read_file_text(a.prompt_file);
   if (a.prompt_set) return a.prompt;
+  if (!a.prompt_positional.empty()) return a.prompt_positional;
   if (::isatty(0))
     std::fprintf(stderr,
                  "generate: reading the prompt from the terminal until EOF (Ctrl-D); "
@@ -220,7 +229,7 @@ void print_ids(const std::vector<int32_t>& ids) {
 
 void run_generate(const InferArgs& a) {
   const bool by_ids = !a.prompt_ids.empty();
-  if (by_ids && (a.prompt_set || !a.prompt_file.empty()))
+  if (by_ids && (a.prompt_set || !a.prompt_file.empty() || !a.prompt_positional.empty()))
     fail("infer", "--prompt-ids and --prompt/--prompt-file are exclusive: pass one prompt");
   const std::string prompt = by_ids ? std::string() : read_prompt(a);
   Loaded l = load(a, by_ids ? infer::TokenizerUse::kIfAny : infer::TokenizerUse::kRequired);
@@ -238,7 +247,14 @@ void run_generate(const InferArgs& a) {
     r = infer::generate(*l.engine, *l.tok, prompt, gen_options(a), sink);
   }
   if (a.print_ids) print_ids(r.new_tokens);
-  print_stats(r);
+  if (r.stop_reason == "context" && !a.quiet)
+    std::fprintf(stderr,
+                 "stopped after %zu new tokens at position %lld: the context of %lld positions is full "
+                 "(-n %lld asked for more; --ctx, at most the model's %lld)\n",
+                 r.new_tokens.size(), static_cast<long long>(l.engine->context()),
+                 static_cast<long long>(l.engine->context()), static_cast<long long>(a.max_tokens),
+                 static_cast<long long>(l.engine->config().max_seq_len));
+  if (!a.quiet) print_stats(r);
 }
 
 // Teacher-forced logits of --ids (or the encoded --prompt) -> --out [T, vocab] float32 .npy.
@@ -407,9 +423,12 @@ void add_infer_command(CLI::App& app) {
   CLI::App* gen = inf->add_subcommand("generate", "Generate text; stdout = prompt + continuation (run.c format)");
   add_common(gen, *a);
   add_sampling(gen, *a);
-  gen->add_option("--prompt,-i", a->prompt, "Prompt text (else --prompt-file, else stdin)")
+  gen->add_option("--prompt,-p,-i", a->prompt,
+                  "Prompt text (else the positional PROMPT, --prompt-file, stdin); -i: "
+                  "llama2.c run.c's spelling (llama.cpp's -i, interactive mode, is `anelab infer chat`)")
       ->each([a](const std::string&) { a->prompt_set = true; });
-  gen->add_option("--prompt-file", a->prompt_file, "Read the prompt from a file");
+  gen->add_option("prompt_text", a->prompt_positional, "Prompt text as the last argument (as --prompt)");
+  gen->add_option("--prompt-file,-f", a->prompt_file, "Read the prompt from a file (llama.cpp -f)");
   gen->add_option("--prompt-ids", a->prompt_ids,
                   "Prompt as token ids (\"1 2 3\"; no tokenizer needed: without one, "
                   "nothing is echoed and only the length ends generation; with one, as --prompt)");

@@ -25,6 +25,10 @@ int main(int argc, char** argv) {
   anelab::cli::add_dashboard_command(app);
   anelab::cli::add_probe_command(app);
   anelab::cli::add_power_command(app);
+  if (argc == 1) {  // bare `anelab`: what it can do, not "A subcommand is required"
+    std::printf("%s", app.help().c_str());
+    return 0;
+  }
   if (const auto why = anelab::cli::usage_error(app, argc, argv)) {
     std::fprintf(stderr, "anelab: error: %s\n", why->c_str());
     return 2;
@@ -32,7 +36,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int rc = app.exit(e);  // prints the help / version (0) or the usage error
+    return rc == 0 ? 0 : 2;      // usage errors exit 2, failures 1 (as the unknown-name check above)
   } catch (const anelab::Error& e) {
     std::fprintf(stderr, "anelab: error: %s\n", e.what());
     return 1;

@@ -150,7 +150,9 @@ void add_perplexity_command(CLI::App& app) {
   p->add_option("--device", a->load.device, "Device profile for emulator/ane (m1..m5)")->capture_default_str();
   p->add_option("--dtype", a->load.dtype, "Compute dtype of the weight matrices: fp16, fp32 or auto")
       ->capture_default_str();
-  p->add_option("--threads", a->load.threads, "CPU threads")->capture_default_str()->check(CLI::PositiveNumber);
+  p->add_option("--threads,-t", a->load.threads, "CPU threads (llama.cpp -t)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   add_kv_type_option(p, a->load.kv_type);
   add_mmap_option(p, a->load.mmap);
   p->add_flag("--quiet,-q", a->load.quiet, "No progress bar");

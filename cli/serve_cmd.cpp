@@ -20,6 +20,7 @@
 #include "framework/core/file.h"
 #include "infer/engine.h"
 #include "infer/server/engine_adapter.h"
+#include "infer/server/http_conn.h"
 #include "infer/server/http_server.h"
 
 namespace anelab::cli {
@@ -65,6 +66,7 @@ void run_serve(ServeArgs& a) {
   if (const std::string w = serve::exposure_warning(a.server.host, a.server.api_key); !w.empty())
     std::fprintf(stderr, "%s\n", w.c_str());
   check_port_file(a.port_file);
+  serve::check_port_free(a.server.host, a.server.port);  // before the model loads; bind() below keeps it
   const auto t0 = std::chrono::steady_clock::now();
   if (!a.quiet) a.model.progress = [](const std::string& line) { std::fprintf(stderr, "serve: %s\n", line.c_str()); };
   serve::ModelPool pool(a.model, a.server.parallel);
@@ -132,7 +134,7 @@ void add_serve_command(CLI::App& app) {
   s->add_option("--device", a->model.device, "Device profile for emulator/ane (m1..m5)")->capture_default_str();
   s->add_option("--dtype", a->model.dtype, "Compute dtype: fp16, fp32 or auto (as `anelab infer`)")
       ->capture_default_str();
-  s->add_option("--threads", a->model.threads, "CPU threads per worker engine")
+  s->add_option("--threads,-t", a->model.threads, "CPU threads per worker engine (llama.cpp -t)")
       ->capture_default_str()
       ->check(number_in(infer::params::kThreads));
   s->add_option("--ctx,-c", a->model.ctx, "Context positions (0 = the model's max_seq_len)")

@@ -650,8 +650,8 @@ void draw_config_panel(App& app, ImVec2 size) {
     ImGui::TextDisabled("no run open");
   } else {
     const RunData& r = *f->data;
-    ImGui::Text("run %s  backend %s  device %s  strategy %s", r.name.c_str(), r.backend.c_str(), r.device.c_str(),
-                r.strategy.c_str());
+    ImGui::Text("run %s (%s)  backend %s  device %s  strategy %s", r.name.c_str(), r.run.c_str(), r.backend.c_str(),
+                r.device.c_str(), r.strategy.c_str());
     if (!r.model.empty()) ImGui::TextWrapped("model %s", r.model.dump().c_str());
     if (r.config.empty()) ImGui::TextDisabled("(no run_start.config yet)");
     json_tree(r.config);

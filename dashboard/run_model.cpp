@@ -214,8 +214,7 @@ void RunData::on_run_start(const json& e, double step, double t) {
   if (it != e.end() && it->is_object()) config = *it;
   it = e.find("model");
   if (it != e.end() && it->is_object()) model = *it;
-  std::string n = str_field(e, "run");
-  if (!n.empty()) name = n;
+  run = str_field(e, "run");
   backend = str_field(e, "backend"), device = str_field(e, "device"), strategy = str_field(e, "strategy");
   double v = num_field(e, "pid");
   pid = std::isnan(v) ? 0 : static_cast<int64_t>(v);

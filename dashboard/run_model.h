@@ -111,7 +111,8 @@ class RunData {
   void refresh_status(double now_s);
 
   // --- identity
-  std::string dir, events_path, name;  // name: run_start.run, else the directory's base name
+  std::string dir, events_path, name;  // name: the directory's base name (two runs of one preset differ)
+  std::string run;                     // run_start.run (the trainer's run name, often the preset's)
   // --- data
   Table steps;
   EvalTable evals;

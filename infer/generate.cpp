@@ -76,10 +76,7 @@ class StopFilter {
 
 void check_vocab_fits(int64_t tokenizer_vocab, const std::string& tokenizer_name, int64_t model_vocab,
                       const std::string& model_name) {
-  // Models may pad their embedding past the tokenizer (Qwen2.5: 151665 tokens, vocab_size 151936), by far
-  // less than kPadding; a tokenizer larger than the model, or much smaller, belongs to another model.
-  constexpr int64_t kPadding = 1024;
-  if (tokenizer_vocab > model_vocab || tokenizer_vocab + kPadding < model_vocab)
+  if (!tok::vocab_fits(tokenizer_vocab, model_vocab))
     fail("infer", "vocabulary mismatch: tokenizer ", tokenizer_name, " has ", tokenizer_vocab, " tokens but model ",
          model_name, " has vocab_size ", model_vocab,
          ": the tokenizer belongs to another model (pass the model's own --tokenizer)");

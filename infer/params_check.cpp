@@ -5,9 +5,13 @@
 
 namespace anelab::infer {
 namespace {
+// A bound as written: integers as integers ("16777216", not "1.67772e+07"), the rest shortest.
 std::string text(double x) {
   char b[32];
-  std::snprintf(b, sizeof b, "%g", x);
+  if (std::isfinite(x) && x == std::floor(x) && std::fabs(x) < 9007199254740992.0)
+    std::snprintf(b, sizeof b, "%.0f", x);
+  else
+    std::snprintf(b, sizeof b, "%g", x);
   return b;
 }
 }  // namespace

@@ -17,8 +17,10 @@
 # Per ARCH: `anelab convert --random PRESET X.anelab [--shape ...]`, `anelab convert X.anelab X.gguf
 # --tokenizer qwen/tokenizer.json` (from $ANELAB_DATA or ../shared/data; the Qwen2.5 BPE, padded to the
 # model's vocab with [PAD] tokens), then
-#   llama-completion -m X.gguf -p "Once upon a time" -n N --temp 0 -no-cnv -nr -ctk f32 -ctv f32 -fa off -c 512
-#   anelab infer generate -m X.gguf --prompt "Once upon a time" --max-tokens N -t 0 --backend cpu --dtype fp32 --ctx 512
+#   llama-completion COMMON -no-cnv -nr -ctk f32 -ctv f32 -fa off
+#   anelab infer generate COMMON -q --backend cpu --dtype fp32
+# with one llama.cpp command line COMMON = -m X.gguf -p "Once upon a time" -n N -t 2 --temp 0 -c 512 -s 1
+# --top-k 40 --top-p 0.95 given unchanged to both,
 # and compares the generated text byte for byte (both print the prompt, then the continuation; the KV
 # cache in f32 so that llama.cpp computes in fp32 as anelab does). Prints one line per model
 # (AGREE / DIFFER with the first differing byte) and exits 1 when any differs or fails to load.
@@ -100,14 +102,15 @@ for arch in "${ARCHS[@]}"; do
     fi
     continue
   fi
-  if ! "$LLAMA/llama-completion" -m "$m.gguf" -p "$PROMPT" -n "$N" --temp 0 -no-cnv -nr -ctk f32 -ctv f32 -fa off \
-      -c 512 -t 2 >"$m.llama.txt" 2>"$m.llama.log" </dev/null; then
+  # One llama-completion command line, given unchanged to both programs (docs/inference.md: the flags mean the same).
+  common=(-m "$m.gguf" -p "$PROMPT" -n "$N" -t 2 --temp 0 -c 512 -s 1 --top-k 40 --top-p 0.95)
+  if ! "$LLAMA/llama-completion" "${common[@]}" -no-cnv -nr -ctk f32 -ctv f32 -fa off \
+      >"$m.llama.txt" 2>"$m.llama.log" </dev/null; then
     echo "$arch: llama.cpp FAILED to run it: $(grep -m1 -iE 'error|failed|exception' "$m.llama.log" || tail -n1 "$m.llama.log")"
     status=1
     continue
   fi
-  if ! "$ANELAB" infer generate -q -m "$m.gguf" --prompt "$PROMPT" --max-tokens "$N" -t 0 --backend cpu --dtype fp32 \
-      --ctx 512 >"$m.anelab.txt" 2>"$m.anelab.log"; then
+  if ! "$ANELAB" infer generate "${common[@]}" -q --backend cpu --dtype fp32 >"$m.anelab.txt" 2>"$m.anelab.log"; then
     echo "$arch: anelab FAILED to run it: $(tail -n1 "$m.anelab.log")"
     status=1
     continue

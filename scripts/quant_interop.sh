@@ -86,7 +86,7 @@ greedy() {  # GGUF LOGPREFIX
   [ -s "$p.llama.txt" ] || { "$LLAMA_BIN/llama-completion" -m "$f" -p "$PROMPT" -n "$TOKENS" --temp 0 -no-cnv -nr --ignore-eos \
     -t "$THREADS" -fa off -ctk f32 -ctv f32 --no-warmup --simple-io < /dev/null > "$p.llama.tmp" 2> "$p.llama.log" \
     && mv "$p.llama.tmp" "$p.llama.txt"; } || { echo "llama.cpp failed"; return; }
-  [ -s "$p.anelab.txt" ] || { "$ANELAB" infer generate -q -m "$f" -i "$PROMPT" --max-tokens "$TOKENS" -t 0 --ignore-eos \
+  [ -s "$p.anelab.txt" ] || { "$ANELAB" infer generate -q -m "$f" -i "$PROMPT" --max-tokens "$TOKENS" --temp 0 --ignore-eos \
     --threads "$THREADS" > "$p.anelab.tmp" 2> "$p.anelab.log" && mv "$p.anelab.tmp" "$p.anelab.txt"; } \
     || { echo "anelab failed: $(tail -1 "$p.anelab.log")"; return; }
   python3 - "$p.llama.txt" "$p.anelab.txt" <<'EOF'

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
@@ -275,6 +276,20 @@ void apply_json(TrainConfig& c, const nlohmann::json& j) {
   }
 }
 
+// The shortest decimal that reads back as exactly x ("0.003", not "0.0030000000000000001"), always a TOML float.
+std::string toml_float(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  char b[40];
+  for (int prec = 1; prec <= 17; ++prec) {
+    std::snprintf(b, sizeof b, "%.*g", prec, x);
+    if (std::strtod(b, nullptr) == x) break;
+  }
+  std::string s = b;
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
 std::string to_toml(const TrainConfig& c) {
   std::ostringstream os;
   os << "# resolved configuration written by `anelab train` (load with --config)\n";
@@ -290,6 +305,8 @@ std::string to_toml(const TrainConfig& c) {
                                                        : c.*p);
           else if constexpr (std::is_same_v<T, bool>)
             os << (c.*p ? "true" : "false");
+          else if constexpr (std::is_same_v<T, double>)
+            os << toml_float(c.*p);
           else
             os << c.*p;
           os << "\n";

@@ -12,7 +12,7 @@ namespace anelab::train {
 
 TokenData::TokenData(const std::string& path, double val_frac, int64_t seq_len) {
   if (std::filesystem::exists(path + ".json")) {
-    tokens_ = tok::read_token_file(path);
+    tokens_ = tok::read_token_file(path, &source_);
     format_ = "anelab-tokens";
   } else {
     MappedFile f(path);

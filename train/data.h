@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "models/tokenizer/token_file.h"
 #include "train/cpu_model.h"
 
 namespace anelab::train {
@@ -23,6 +24,8 @@ class TokenData {
   int64_t n_val() const { return n_tokens() - n_train_; }
   int32_t max_id() const { return max_id_; }
   const std::string& format() const { return format_; }  // "uint16-flat" | "anelab-tokens"
+  // The tokenizer that made the data, as an anelab token file's sidecar says (vocab_size 0: not said).
+  const tok::TokenFileSource& source() const { return source_; }
   const int32_t* tokens() const { return tokens_.data(); }
 
  private:
@@ -31,6 +34,7 @@ class TokenData {
   int64_t n_train_ = 0;
   int32_t max_id_ = 0;
   std::string format_;
+  tok::TokenFileSource source_;
 };
 
 struct Rng {  // splitmix64: one uint64 of state, checkpointed as is

@@ -84,6 +84,7 @@ struct Run {
   double energy_j = 0;                  // this process's steps
   int64_t energy_tokens = 0;
   std::string model_label;
+  std::string tokenizer_from;  // where `tokenizer` came from ("--tokenizer X", "--init X", ...)
   int64_t step = 0, restarts = 0, tokens = 0, steps_here = 0, prior_compiles = 0;
   std::optional<double> best_val, last_val;
   double prior_wall = 0, prior_compile = 0, prior_train = 0;
@@ -110,6 +111,7 @@ struct Run {
   void setup();
   void emit_start(bool resumed);
   void check_same_setup();
+  void check_data_vocabulary() const;
   void check_same_weights();
   Batch next_batch();
   void micro_batch(const Batch& b, float scale, uint64_t data_state, StepTimes* st, double* loss_sum,
@@ -147,13 +149,14 @@ void Run::load_model(bool resume, CheckpointState* ck) {
   model_label = !cfg.preset.empty() ? cfg.preset : fs::path(cfg.init).filename().string();
   const fs::path saved_tok = fs::path(cfg.run_dir) / models::kRunTokenizerFile;
   if (!cfg.tokenizer.empty())
-    tokenizer = tok::load_tokenizer(cfg.tokenizer);
+    tokenizer = tok::load_tokenizer(cfg.tokenizer), tokenizer_from = "--tokenizer " + cfg.tokenizer;
   else if (m && m->vocab)
-    tokenizer = tok::make_tokenizer(*m->vocab);
+    tokenizer = tok::make_tokenizer(*m->vocab), tokenizer_from = "--init " + cfg.init;
   else if (resume && fs::exists(saved_tok))
-    tokenizer = tok::make_tokenizer(models::read_run_tokenizer(saved_tok.string()));
+    tokenizer = tok::make_tokenizer(models::read_run_tokenizer(saved_tok.string())),
+    tokenizer_from = saved_tok.string();
   else if (const std::string t = data_tokenizer(cfg.data); !t.empty())
-    tokenizer = tok::load_tokenizer(t);
+    tokenizer = tok::load_tokenizer(t), tokenizer_from = t;
   if (cfg.seq_len > layout.config().max_seq_len)
     fail("train", "--seq-len ", cfg.seq_len, " exceeds the model's context length ", layout.config().max_seq_len);
 }
@@ -177,6 +180,7 @@ void Run::setup() {
   scaler = LossScaler::parse(cfg.loss_scale);
   sched = ScheduleConfig{cfg.lr, cfg.min_lr_frac, cfg.warmup_steps, cfg.steps, cfg.schedule == "cosine"};
   data = std::make_unique<TokenData>(cfg.data, cfg.val_frac, cfg.seq_len);
+  check_data_vocabulary();
   if (data->max_id() >= layout.config().vocab_size)
     fail("train", "data file ", cfg.data, " holds token id ", data->max_id(), " >= the model's vocab_size ",
          layout.config().vocab_size, " (tokenized with a different tokenizer?)");
@@ -212,6 +216,24 @@ void Run::setup() {
   const nlohmann::json cj = to_json(cfg);
   write_file_atomic((fs::path(cfg.run_dir) / "config.json").string(), cj.dump(2) + "\n");
   write_file_atomic((fs::path(cfg.run_dir) / "config.toml").string(), to_toml(cfg));
+}
+
+// Data made by another tokenizer than the model's trains without error but learns nothing useful: the
+// token file's sidecar names the tokenizer that made it, which must fit the model's vocab_size (the rule
+// of tok::vocab_fits) and match the tokenizer of --init / --tokenizer token for token in size.
+void Run::check_data_vocabulary() const {
+  const tok::TokenFileSource& s = data->source();
+  if (s.vocab_size <= 0) return;  // a flat llama2.c file says nothing; max_id() is checked below
+  const std::string made_by =
+      cat("data file ", cfg.data, " was made by tokenizer ",
+          s.tokenizer.empty() ? std::string("(unnamed)") : s.tokenizer, " (", s.vocab_size, " tokens)");
+  const int64_t V = layout.config().vocab_size;
+  if (!tok::vocab_fits(s.vocab_size, V))
+    fail("train", "vocabulary mismatch: ", made_by, " but model ", model_label, " has vocab_size ", V,
+         ": tokenize the data with the model's tokenizer, or train a model of that vocabulary");
+  if (tokenizer && tokenizer->vocab_size() != s.vocab_size)
+    fail("train", "vocabulary mismatch: ", made_by, " but the tokenizer of ", tokenizer_from, " has ",
+         tokenizer->vocab_size(), " tokens");
 }
 
 // Every rank must train the same model on the same data with the same options (each parsed its own command

@@ -100,16 +100,17 @@ HttpConnServer::~HttpConnServer() {
     if (c) ::close(c->fd);
 }
 
-int HttpConnServer::bind() {
+int listen_socket(const std::string& host, int port_number) {
+  int listen_fd = -1;
   addrinfo hints{}, *res = nullptr;
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  const std::string port = std::to_string(opt_.port);
-  const int gai = ::getaddrinfo(opt_.host.c_str(), port.c_str(), &hints, &res);
-  ANELAB_CHECK(gai == 0, "serve", "cannot resolve --host ", opt_.host, ": ", ::gai_strerror(gai));
+  const std::string port = std::to_string(port_number);
+  const int gai = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
+  ANELAB_CHECK(gai == 0, "serve", "cannot resolve --host ", host, ": ", ::gai_strerror(gai));
   int err = 0;
-  for (addrinfo* a = res; a && listen_fd_ < 0; a = a->ai_next) {
+  for (addrinfo* a = res; a && listen_fd < 0; a = a->ai_next) {
     const int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
     if (fd < 0) continue;
     // SO_REUSEADDR only (a restart may bind while old connections sit in TIME_WAIT); never SO_REUSEPORT,
@@ -117,17 +118,26 @@ int HttpConnServer::bind() {
     int yes = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
     if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
-      listen_fd_ = fd;
+      listen_fd = fd;
     } else {
       err = errno;
       ::close(fd);
     }
   }
   ::freeaddrinfo(res);
-  ANELAB_CHECK(listen_fd_ >= 0 || err != EADDRINUSE, "serve", "port ", opt_.port, " on ", opt_.host,
+  ANELAB_CHECK(listen_fd >= 0 || err != EADDRINUSE, "serve", "port ", port_number, " on ", host,
                " is already in use (another server?): pass another --port, or --port 0 for any free one");
-  ANELAB_CHECK(listen_fd_ >= 0, "serve", "cannot listen on ", opt_.host, ":", opt_.port, " (",
+  ANELAB_CHECK(listen_fd >= 0, "serve", "cannot listen on ", host, ":", port_number, " (",
                err ? std::strerror(err) : "bind failed", "; pass another --port / --host)");
+  return listen_fd;
+}
+
+void check_port_free(const std::string& host, int port) {
+  if (port != 0) ::close(listen_socket(host, port));
+}
+
+int HttpConnServer::bind() {
+  listen_fd_ = listen_socket(opt_.host, opt_.port);
   set_socket_flags(listen_fd_);
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;

@@ -60,6 +60,13 @@ struct HttpConnOptions {
   bool log_requests = true;  // "serve: METHOD PATH -> STATUS" on stderr
 };
 
+// A listening socket on host:port (SO_REUSEADDR, never SO_REUSEPORT); throws "[serve] port P on H is already
+// in use ..." or naming the host and the reason.
+int listen_socket(const std::string& host, int port);
+// The same check without keeping the socket (port 0: nothing to check), so that `anelab serve` refuses a
+// taken port before it spends the time to load the model.
+void check_port_free(const std::string& host, int port);
+
 class HttpConnServer {
  public:
   using Handler = std::function<void(const HttpRequest&, HttpResponse&)>;

@@ -289,7 +289,11 @@ int64_t write_anelab_file(const std::string& path, const AnelabWriteInfo& info,
          {"source", info.source}};
   int64_t off = 0;
   std::vector<uint8_t> vblob;
-  h["tokenizer"] = json{{"path", info.tokenizer_path}};
+  // Where the tokenizer came from, absolute (never a path relative to the directory the file was written in);
+  // readers use it only when nothing is embedded.
+  const std::string tok_path =
+      info.tokenizer_path.empty() ? "" : std::filesystem::absolute(info.tokenizer_path).lexically_normal().string();
+  h["tokenizer"] = json{{"path", tok_path}};
   if (!info.chat_template.empty()) h["tokenizer"]["chat_template"] = info.chat_template;
   if (info.vocab) {
     vblob = serialize_vocab(*info.vocab);

@@ -13,6 +13,7 @@
 #include "models/formats/gguf.h"
 #include "models/formats/safetensors.h"
 #include "models/tokenizer/pretokenize.h"
+#include "models/tokenizer/tokenizer.h"
 
 namespace anelab::models {
 namespace fs = std::filesystem;
@@ -314,9 +315,17 @@ std::string vocab_to_hf_tokenizer_json(const tok::VocabData& v) {
   return j.dump(1) + "\n";
 }
 
-std::vector<std::string> export_model(const Model& m, const std::string& out, ExportFormat f,
+std::vector<std::string> export_model(const Model& src, const std::string& out, ExportFormat f,
                                       std::optional<DType> dtype, const ProgressFn& progress) {
-  m.check_complete(m.source_path.empty() ? out : m.source_path);
+  src.check_complete(src.source_path.empty() ? out : src.source_path);
+  // Every export carries its tokenizer: one the model only names by path is read and embedded here, so the
+  // output never depends on a file relative to the directory it was made in.
+  Model named;
+  if (!src.vocab && !src.tokenizer_path.empty()) {
+    named = src;
+    named.vocab = tok::load_vocab_file(src.tokenizer_path);
+  }
+  const Model& m = named.vocab ? named : src;
   switch (f) {
     case ExportFormat::kAnelab:
       save_model(m, out, dtype, progress);

@@ -78,7 +78,7 @@ TokenFileInfo write_token_file(const Tokenizer& tok, std::string_view text, cons
   return info;
 }
 
-std::vector<int32_t> read_token_file(const std::string& path) {
+std::vector<int32_t> read_token_file(const std::string& path, TokenFileSource* source) {
   nlohmann::json meta;
   try {
     meta = nlohmann::json::parse(read_file_text(path + ".json"));
@@ -90,6 +90,14 @@ std::vector<int32_t> read_token_file(const std::string& path) {
   const std::string dtype = meta.value("dtype", "");
   ANELAB_CHECK(dtype == "uint16" || dtype == "uint32", "tokenize", path, ".json: dtype '", dtype, "' unknown");
   const size_t w = dtype == "uint16" ? 2 : 4;
+  if (source) {
+    const auto& v = meta.contains("vocab_size") ? meta["vocab_size"] : nlohmann::json();
+    ANELAB_CHECK(v.is_null() || (v.is_number_integer() && v.get<int64_t>() > 0), "tokenize", path, ".json: vocab_size ",
+                 v.dump(), " is not a positive integer");
+    source->vocab_size = v.is_null() ? 0 : v.get<int64_t>();
+    source->tokenizer =
+        meta.contains("tokenizer") && meta["tokenizer"].is_string() ? meta["tokenizer"].get<std::string>() : "";
+  }
   const auto bytes = read_file_bytes(path);
   const int64_t n = meta.value("n_tokens", int64_t{-1});
   ANELAB_CHECK(bytes.size() % w == 0 && static_cast<int64_t>(bytes.size() / w) == n, "tokenize", path, ": ",

@@ -42,8 +42,14 @@ std::vector<int32_t> encode_documents(const Tokenizer& tok, std::string_view tex
 // Writes OUT.bin + OUT.bin.json.
 TokenFileInfo write_token_file(const Tokenizer& tok, std::string_view text, const std::string& out_path,
                                const std::string& tokenizer_label);
-// Reads a token file written by write_token_file (validates the sidecar and the size).
-std::vector<int32_t> read_token_file(const std::string& path);
+// What a token file's sidecar says about the tokenizer that made it.
+struct TokenFileSource {
+  int64_t vocab_size = 0;  // the tokenizer's size (0: the sidecar does not say)
+  std::string tokenizer;   // its path as written by `anelab tokenize` ("" when absent)
+};
+// Reads a token file written by write_token_file (validates the sidecar and the size); `source` (when
+// given) receives the sidecar's vocab_size and tokenizer.
+std::vector<int32_t> read_token_file(const std::string& path, TokenFileSource* source = nullptr);
 
 std::string encode_id_lines(const Tokenizer& tok, std::string_view text);
 std::string decode_id_lines(const Tokenizer& tok, std::string_view id_text);

@@ -6,6 +6,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
+#include "models/formats/checkpoint_file.h"
 #include "models/tokenizer/tokenizer_impl.h"
 #include "models/tokenizer/unicode.h"
 
@@ -114,16 +115,21 @@ VocabData load_vocab_file(const std::string& path) {
     if (fs::exists(fs::path(path) / "encoder.json")) return load_vocab_gpt2(path);
     if (fs::exists(fs::path(path) / "tokenizer.bin"))
       return load_vocab_llama2c((fs::path(path) / "tokenizer.bin").string());
-    fail("tokenizer", "directory ", path, " holds neither tokenizer.json, encoder.json + vocab.bpe nor tokenizer.bin");
+    if (fs::exists(fs::path(path) / models::kRunTokenizerFile))
+      return models::read_run_tokenizer((fs::path(path) / models::kRunTokenizerFile).string());
+    fail("tokenizer", "directory ", path, " holds neither tokenizer.json, encoder.json + vocab.bpe, tokenizer.bin nor ",
+         models::kRunTokenizerFile);
   }
   if (!fs::exists(path, ec)) fail("tokenizer", "tokenizer file not found: ", path);
   const std::string name = fs::path(path).filename().string();
   if (name == "encoder.json" || name == "vocab.bpe") return load_vocab_gpt2(fs::path(path).parent_path().string());
-  char head[4] = {0, 0, 0, 0};
+  uint8_t head[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   {
     MappedFile probe(path);
-    if (probe.size() > 0) std::memcpy(head, probe.data(), std::min<size_t>(4, probe.size()));
+    if (probe.size() > 0) std::memcpy(head, probe.data(), std::min<size_t>(sizeof head, probe.size()));
   }
+  if (models::looks_like_anetok(head, sizeof head))
+    return models::read_run_tokenizer(path);  // a run's tokenizer.anetok (the blob an anelab file embeds)
   if (std::memcmp(head, "GGUF", 4) == 0)
     fail("tokenizer", path, " is a GGUF file: read its vocab with the GGUF reader and call make_tokenizer()");
   if (head[0] == '{' || name.ends_with(".json")) return load_vocab_hf_json(path);

@@ -66,11 +66,20 @@ class Tokenizer {
   VocabData vocab_;
 };
 
+// Whether a vocabulary of `tokenizer_vocab` tokens belongs to a model of `model_vocab` rows: not larger, and
+// at most kVocabPadding smaller (models pad their embedding: Qwen2.5 has 151665 tokens, vocab_size 151936).
+// The one rule of infer::check_vocab_fits and of the trainer's data check.
+inline constexpr int64_t kVocabPadding = 1024;
+inline bool vocab_fits(int64_t tokenizer_vocab, int64_t model_vocab) {
+  return tokenizer_vocab <= model_vocab && tokenizer_vocab + kVocabPadding >= model_vocab;
+}
+
 // Builds a tokenizer from vocab data (validated: throws anelab::Error naming the bad field).
 std::unique_ptr<Tokenizer> make_tokenizer(const VocabData& vocab);
 
 // PATH may be a llama2.c tokenizer.bin, a HF tokenizer.json, an encoder.json (with vocab.bpe beside it),
-// or a directory holding tokenizer.json or encoder.json + vocab.bpe.
+// a run's tokenizer.anetok (models/formats/checkpoint_file.h), or a directory holding tokenizer.json or
+// encoder.json + vocab.bpe.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
 VocabData load_vocab_file(const std::string& path);  // the VocabData that load_tokenizer would use
 

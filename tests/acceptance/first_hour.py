@@ -110,7 +110,7 @@ def resume(c):
 
 
 def greedy(c, model, extra=()):
-    _, out, _ = run(c, ["infer", "generate", "--model", model, "--prompt", PROMPT, "-t", "0", "--max-tokens",
+    _, out, _ = run(c, ["infer", "generate", "--model", model, "--prompt", PROMPT, "--temp", "0", "--max-tokens",
                         str(N_TOKENS), "--backend", "cpu"] + list(extra))
     return out
 

@@ -66,7 +66,8 @@ TEST(RunModel, ParsesAllEventTypes) {
   r.apply_line(R"({"event":"future_thing","t":1004,"step":2,"x":1})", ++n);
   r.apply_line(R"({"event":"run_end","t":1005,"step":2,"steps":2,"wall_s":5,"best_val_loss":2.45,"final_loss":2.4})",
                ++n);
-  EXPECT_EQ(r.name, "r1");
+  EXPECT_EQ(r.name, "run-a");  // the directory names the run
+  EXPECT_EQ(r.run, "r1");
   EXPECT_EQ(r.backend, "emulator");
   EXPECT_EQ(r.strategy, "dynamic");
   EXPECT_EQ(r.config["lr"].get<double>(), 0.0005);
@@ -218,7 +219,7 @@ TEST(RunModel, FollowsAGrowingFileWithTruncationAndPartialLines) {
       << "oops\n";
   }
   EXPECT_TRUE(r.poll());
-  EXPECT_EQ(r.name, "r2");
+  EXPECT_EQ(r.run, "r2");
   EXPECT_EQ(r.steps.size(), 0u);
   EXPECT_EQ(r.malformed, 1u);
   EXPECT_EQ(r.first_error.line, 2u);
@@ -227,15 +228,17 @@ TEST(RunModel, FollowsAGrowingFileWithTruncationAndPartialLines) {
 
 TEST(RunModel, SeveralRunsAreIndependent) {
   auto d1 = test::temp_dir("rm_multi_a"), d2 = test::temp_dir("rm_multi_b");
-  append(d1 / "events.jsonl", start_line(0, false, 0, "a") + "\n" + step_line(1, 3.0) + "\n");
+  // Issue 33: two runs of one preset (the same run_start.run) are told apart by their directories.
+  append(d1 / "events.jsonl", start_line(0, false, 0, "stories260k") + "\n" + step_line(1, 3.0) + "\n");
   append(d2 / "events.jsonl",
-         start_line(0, false, 0, "b") + "\nnot json\n" + step_line(1, 4.0) + "\n" + step_line(2, 3.5) + "\n");
+         start_line(0, false, 0, "stories260k") + "\nnot json\n" + step_line(1, 4.0) + "\n" + step_line(2, 3.5) + "\n");
   std::vector<std::unique_ptr<RunData>> runs;
   runs.push_back(std::make_unique<RunData>(d1.string()));
   runs.push_back(std::make_unique<RunData>(d2.string()));
   for (auto& r : runs) r->poll();
-  EXPECT_EQ(runs[0]->name, "a");
-  EXPECT_EQ(runs[1]->name, "b");
+  EXPECT_EQ(runs[0]->name, d1.filename().string());
+  EXPECT_EQ(runs[1]->name, d2.filename().string());
+  EXPECT_NE(runs[0]->name, runs[1]->name);
   EXPECT_EQ(runs[0]->steps.size(), 1u);
   EXPECT_EQ(runs[1]->steps.size(), 2u);
   EXPECT_EQ(runs[0]->malformed, 0u);

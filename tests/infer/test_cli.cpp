@@ -3,8 +3,11 @@
 // stderr (quiet with -q) and the CPU path by default; the first prompt token of a byte-level vocabulary
 // echoed; base models refuse chat with a hint; a vocabulary mismatch named as such; a hint when generate
 // waits on a terminal; `train --help` grouped. Models are small random files written here.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <pty.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +18,7 @@
 #include <thread>
 
 #include "framework/core/file.h"
+#include "models/formats/checkpoint_file.h"
 #include "tests/common/test_data.h"
 #include "tests/infer/test_cli_helpers.h"
 
@@ -74,13 +78,13 @@ TEST_F(InferCli, UnknownCommandsAndOptionsNameTheClosestMatch) {
 
 // stdout = the prompt (first token included: the byte-level vocabulary has no BOS) + 0 new tokens.
 TEST_F(InferCli, LlamaCppAliasesAndTheFirstPromptTokenEchoed) {
-  const Out r = anelab("infer generate -m " + model() + " -n 0 -c 64 -t 0 -q --prompt 'Hello, my name is'");
+  const Out r = anelab("infer generate -m " + model() + " -n 0 -c 64 --temp 0 -q --prompt 'Hello, my name is'");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out, "Hello, my name is\n");
 }
 
 TEST_F(InferCli, NumericAndBackendChoicesAreChecked) {
-  Out r = anelab("infer generate -m " + model() + " -t -1 --prompt a");
+  Out r = anelab("infer generate -m " + model() + " --temp -1 --prompt a");
   EXPECT_NE(r.rc, 0) << r.out;
   EXPECT_NE(r.err.find("--temperature"), std::string::npos) << r.err;
   r = anelab("infer generate -m " + model() + " --top-p 1.5 --prompt a");
@@ -99,11 +103,11 @@ TEST_F(InferCli, NumericAndBackendChoicesAreChecked) {
 // shared with the server's request parser): each value below was once accepted (nan, negatives, zero
 // penalties, ports past 65535). Each must fail with the option named, before any model is loaded.
 TEST_F(InferCli, OutOfRangeValuesAreRefusedNamingTheOption) {
-  const std::pair<std::string, std::string> gen[] = {{"-t nan", "--temperature"},
-                                                     {"-t -1", "--temperature"},
-                                                     {"-t inf", "--temperature"},
-                                                     {"-p 5", "--top-p"},
-                                                     {"-p 0", "--top-p"},
+  const std::pair<std::string, std::string> gen[] = {{"--temp nan", "--temperature"},
+                                                     {"--temp -1", "--temperature"},
+                                                     {"--temp inf", "--temperature"},
+                                                     {"--top-p 5", "--top-p"},
+                                                     {"--top-p 0", "--top-p"},
                                                      {"--top-k -3", "--top-k"},
                                                      {"--repeat-penalty 0", "--repeat-penalty"},
                                                      {"--repeat-penalty nan", "--repeat-penalty"},
@@ -299,7 +303,7 @@ TEST_F(InferCli, ChatPicksTheTemplateOfTheVocabulary) {
 }
 
 TEST_F(InferCli, VocabularyMismatchIsNamed) {
-  const Out r = anelab("infer generate -m " + model("padded.anelab") + " -n 8 -t 0 --prompt a");
+  const Out r = anelab("infer generate -m " + model("padded.anelab") + " -n 8 --temp 0 --prompt a");
   EXPECT_NE(r.rc, 0) << r.out;
   EXPECT_NE(r.err.find("vocabulary mismatch"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("out of range"), std::string::npos) << r.err;
@@ -358,6 +362,145 @@ TEST_F(InferCli, TrainHelpIsGroupedWithOneDefaultStyle) {
   EXPECT_EQ(r.out.find("[default:"), std::string::npos) << r.out;  // CLI11's own default display, as elsewhere
   EXPECT_NE(r.out.find("--batch-size INT"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--data PATH"), std::string::npos) << r.out;
+}
+
+// Issue 33 item 4: the short flags mean what they mean in llama.cpp's llama-completion / llama-cli (-t
+// threads, -p prompt, -f prompt file, --temp, a positional prompt); `-t 2` used to sample at temperature 2.
+TEST_F(InferCli, LlamaCppFlagsMeanWhatTheyMeanThere) {
+  const std::string m = " -m " + model() + " -q -n 8 -c 64 --backend cpu";
+  const Out want = anelab("infer generate" + m + " --threads 2 --temperature 0 --prompt 'Hello, my name is'");
+  ASSERT_EQ(want.rc, 0) << want.err;
+  ASSERT_GT(want.out.size(), std::string("Hello, my name is").size()) << want.out;
+  // llama-completion's own command line (model, prompt, -n, -t, --temp, -c, -s, --top-k, --top-p), unchanged.
+  Out r = anelab("infer generate -m " + model() +
+                 " -p 'Hello, my name is' -n 8 -t 2 --temp 0 -c 64 -s 1 --top-k 40 "
+                 "--top-p 0.95 --repeat-penalty 1 -q --backend cpu");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, want.out);
+  r = anelab("infer generate" + m + " -t 2 --temp 0 'Hello, my name is'");  // positional prompt
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, want.out);
+  r = anelab("infer generate" + m + " -t 1 --temp 0 -i 'Hello, my name is'");  // run.c's -i stays
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, want.out);
+  const std::string pf = (*dir_ / "prompt.txt").string();
+  write_file_atomic(pf, "Hello, my name is");
+  r = anelab("infer generate" + m + " --temp 0 -f " + pf);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, want.out);
+  // -t is threads: 0 threads is refused naming --threads (it was temperature 0, accepted).
+  r = anelab("infer generate" + m + " -t 0 --temp 0 -p a");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.err.find("--threads"), std::string::npos) << r.err;
+  r = anelab("infer generate" + m + " --temp 0 -p a 'b'");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.err.find("more than one prompt"), std::string::npos) << r.err;
+}
+
+// Issue 33 item 2: a run's tokenizer file (tokenizer.anetok, the trainer's copy of the tokenizer it used)
+// is a tokenizer wherever one is taken: --tokenizer of infer, tokenize, and a directory holding it.
+TEST_F(InferCli, RunTokenizerFileIsATokenizer) {
+  const fs::path d = *dir_ / "anetok";
+  fs::create_directories(d);
+  models::save_run_tokenizer(test::byte_vocab(512), (d / "tokenizer.anetok").string());
+  Out r = anelab("convert " + model() + " " + (d / "m.bin").string());  // llama2.c: no tokenizer inside
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string gen = " -q -n 8 -c 64 --temp 0 --backend cpu -p 'Hello, my name is'";
+  const Out want = anelab("infer generate -m " + model() + gen);
+  ASSERT_EQ(want.rc, 0) << want.err;
+  for (const fs::path& t : {d / "tokenizer.anetok", d}) {
+    r = anelab("infer generate -m " + (d / "m.bin").string() + " --tokenizer " + t.string() + gen);
+    EXPECT_EQ(r.rc, 0) << t << ": " << r.err;
+    EXPECT_EQ(r.out, want.out) << t;
+  }
+  write_file_atomic((d / "in.txt").string(), "Hello, my name is\n");
+  r = anelab("tokenize --tokenizer " + (d / "tokenizer.anetok").string() + " --ids " + (d / "in.txt").string() + " " +
+             (d / "ids.txt").string());
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_FALSE(read_file_text((d / "ids.txt").string()).empty());
+}
+
+// Issue 33 item 3: a token file says which tokenizer made it; training a model of another vocabulary on it
+// stops before the first step, naming both sizes (512-token data on a 32000-token preset used to train).
+TEST_F(InferCli, TrainingRefusesDataOfAnotherVocabulary) {
+  const fs::path d = *dir_ / "vocab_mismatch";
+  fs::create_directories(d);
+  models::save_run_tokenizer(test::byte_vocab(512), (d / "tok512.anetok").string());
+  std::string text;
+  for (int i = 0; i < 60; ++i) text += "Once upon a time there was a little cat who liked to play.\n\n";
+  write_file_atomic((d / "corpus.txt").string(), text);
+  Out r = anelab("tokenize --tokenizer " + (d / "tok512.anetok").string() + " " + (d / "corpus.txt").string() + " " +
+                 (d / "ts512.bin").string());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string common = " --data " + (d / "ts512.bin").string() +
+                             " --strategy cpu --steps 1 --batch-size 1 --seq-len 32 --quiet --run-dir ";
+  r = anelab("train --preset stories15m" + common + (d / "run15m").string());
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.err.find("vocabulary mismatch"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("512 tokens"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("vocab_size 32000"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(d / "run15m" / "events.jsonl")) << "a step ran";
+  // --init of a model whose own tokenizer differs in size (4096 rows, the byte vocabulary of 512 inside: the
+  // model check names it first), and a model of the data's vocabulary trains.
+  r = anelab("train --init " + model("padded.anelab") + common + (d / "runpad").string());
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.err.find("vocabulary mismatch"), std::string::npos) << r.err;
+  r = anelab("train --init " + model() + common + (d / "run512").string());
+  EXPECT_EQ(r.rc, 0) << r.err;
+  // Item 8: the resolved config writes floats as typed (lr = 0.0003, not 0.00029999999999999997).
+  const std::string toml = read_file_text((d / "run512" / "config.toml").string());
+  EXPECT_NE(toml.find("\nlr = 0.0003\n"), std::string::npos) << toml;
+}
+
+// Issue 33 item 6: limits said out loud: a context above the trained one is capped with a warning, and -n
+// past the context says where generation stopped and why.
+TEST_F(InferCli, LimitsAreSaidOutLoud) {
+  Out r = anelab("infer generate -m " + model() + " -c 16777216 -n 2 --temp 0 -p a");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: --ctx 16777216 is above the model's trained context"), std::string::npos) << r.err;
+  r = anelab("infer generate -m " + model() + " -c 16 -n 100 --temp 0 --ignore-eos -p a");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("at position 16: the context of 16 positions is full"), std::string::npos) << r.err;
+  r = anelab("infer generate -m " + model() + " -q -c 16 -n 100 --temp 0 --ignore-eos -p a");
+  EXPECT_EQ(r.err, "");
+}
+
+// Issue 33 item 8: serve checks its port before it loads the model (a taken port used to be found only after
+// the load: here the model does not even exist, and the port is what the error names).
+TEST_F(InferCli, ServeChecksThePortBeforeLoadingTheModel) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const int port = ntohs(a.sin_port);
+  const Out r = anelab("serve -m " + (*dir_ / "missing.anelab").string() + " --port " + std::to_string(port), 30);
+  ::close(fd);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.err.find("port " + std::to_string(port)), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("in use"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("missing.anelab"), std::string::npos) << "the model was loaded first: " << r.err;
+}
+
+// Issue 33 item 8: bare `anelab` prints the help; integer bounds print as integers.
+TEST_F(InferCli, SmallEdges) {
+  Out r = anelab("");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("demo"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("train"), std::string::npos) << r.out;
+  r = anelab("infer generate -m " + model() + " --ctx -1 -p a");
+  EXPECT_EQ(r.rc, 2) << r.out;  // a usage error
+  EXPECT_NE(r.err.find("[0, 16777216]"), std::string::npos) << r.err;
+  r = anelab("infer generate -m " + (*dir_ / "missing.anelab").string() + " -p a");
+  EXPECT_EQ(r.rc, 1) << r.err;  // a failure
+  // -q: nothing on stderr, the speed line included.
+  r = anelab("infer generate -m " + model() + " -q -n 4 --temp 0 -p a");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err, "");
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // The checking interface of the `anelab` binary against the Hugging Face fixtures (tests/fixtures/hf):
 // `infer logits --ids ... --out F.npy` on the CPU path (fp32) and the emulator's MIL prefill (fp16)
 // matches transformers' logits at every position of every prompt; `infer generate --prompt-ids ...
-// --print-ids -t 0` prints transformers' greedy ids; bad ids give one-line errors naming the value. The
+// --print-ids --temp 0` prints transformers' greedy ids; bad ids give one-line errors naming the value. The
 // newer architectures' fixtures (Qwen3, Llama 3, Gemma 3) are described by their reference files.
 #include <gtest/gtest.h>
 
@@ -79,7 +79,7 @@ class LogitsCli : public ::testing::TestWithParam<std::string> {
     for (size_t i = 0; i < m["prompts"].size(); ++i) {
       const auto want = m["greedy"][i].get<std::vector<int32_t>>();
       const auto r = anelab("infer generate -q -m " + fixture(name) + " --backend " + p.backend + " --dtype " +
-                            p.dtype + " -t 0 -n " + std::to_string(want.size()) + " --print-ids --prompt-ids '" +
+                            p.dtype + " --temp 0 -n " + std::to_string(want.size()) + " --print-ids --prompt-ids '" +
                             ids_text(m["prompts"][i].get<std::vector<int32_t>>()) + "'");
       EXPECT_EQ(r.rc, 0) << r.err;
       EXPECT_EQ(r.out, ids_text(want) + "\n") << name << " " << p.backend << " prompt " << i;

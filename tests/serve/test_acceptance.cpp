@@ -152,11 +152,12 @@ class ServeAcceptance : public ::testing::Test {
   }
   static std::string cli_generate(const std::string& prompt, int max_tokens, double t, double p, int seed) {
     int rc = 0;
-    const std::string out = capture(kBin + " infer generate --backend cpu --model " + test::data_path(kModel) +
-                                        " --tokenizer " + test::data_path(kTok) + " --prompt " + sh_quote(prompt) +
-                                        " --max-tokens " + std::to_string(max_tokens) + " -t " + std::to_string(t) +
-                                        " -p " + std::to_string(p) + " -s " + std::to_string(seed) + " 2>/dev/null",
-                                    &rc);
+    const std::string out =
+        capture(kBin + " infer generate --backend cpu --model " + test::data_path(kModel) + " --tokenizer " +
+                    test::data_path(kTok) + " --prompt " + sh_quote(prompt) + " --max-tokens " +
+                    std::to_string(max_tokens) + " --temp " + std::to_string(t) + " --top-p " + std::to_string(p) +
+                    " -s " + std::to_string(seed) + " 2>/dev/null",
+                &rc);
     EXPECT_EQ(rc, 0);
     return out;
   }
@@ -353,7 +354,8 @@ TEST(ServeAcceptanceLifecycle, EmulatorBackendEqualsCli) {
   int rc = 0;
   const std::string expected =
       capture(kBin + " infer generate --backend emulator --model " + test::data_path(kModel) + " --tokenizer " +
-                  test::data_path(kTok) + " --prompt 'Once upon a time' --max-tokens 30 -t 0.8 -p 0.9 -s 3 2>/dev/null",
+                  test::data_path(kTok) +
+                  " --prompt 'Once upon a time' --max-tokens 30 --temp 0.8 --top-p 0.9 -s 3 2>/dev/null",
               &rc);
   ASSERT_EQ(rc, 0);
   const std::string body =
