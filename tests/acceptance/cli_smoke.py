@@ -7,7 +7,7 @@ on every build. Standard library only.
                byte as run.c's (../shared/data/reference/runc_260K_t0_n64_once.stdout)
   2. convert   stories260K.bin -> GGUF -> anelab; each generates run.c's text again (the files hold fp32)
   3. tokenize  data/tinytales/corpus.txt with its tokenizer.json
-  4. train     4 steps of the stories260k preset from scratch on the ANE kernels (emulator, default strategy):
+  4. train     4 steps of the stories260k preset from scratch on the ANE kernels (emulator, --strategy dynamic):
                events.jsonl has steps 1..4 with finite losses, last.ckpt exists; then `export` to GGUF and a
                greedy generation from the export
 
@@ -75,7 +75,8 @@ def main():
     print("--- train 4 steps (ANE kernels on the emulator)", flush=True)
     run_dir = os.path.join(work, "run")
     run(anelab, ["train", "--preset", "stories260k", "--data", tokens, "--tokenizer", tokenizer, "--run-dir", run_dir,
-                 "--steps", "4", "--batch-size", "2", "--seq-len", "32", "--eval-every", "0", "--quiet"], work)
+                 "--strategy", "dynamic", "--steps", "4", "--batch-size", "2", "--seq-len", "32", "--eval-every", "0",
+                 "--quiet"], work)
     events = [json.loads(l) for l in open(os.path.join(run_dir, "events.jsonl"), encoding="utf-8")]
     steps = [e for e in events if e.get("event") == "step"]
     check([e["step"] for e in steps] == [1, 2, 3, 4], f"events.jsonl steps: {[e.get('step') for e in steps]}")
