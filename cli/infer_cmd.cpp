@@ -60,7 +60,7 @@ double cpu_ms() {
 }
 
 struct InferArgs {
-  std::string model, tokenizer, backend = "auto", device = "m4", dtype = "auto", sampler = "auto", ane_weights = "fp16";
+  std::string model, tokenizer, backend = "auto", device = rt::kDefaultDevice, dtype = "auto", sampler = "auto", ane_weights = "fp16";
   std::string chat_template = "auto", kv_type = "f32", mmap = "auto";
   bool quiet = false;
   int threads = 2;
@@ -80,7 +80,7 @@ void add_common(CLI::App* sub, InferArgs& a) {
   sub->add_option("--model,-m", a.model, "Model file: llama2.c .bin, safetensors file/dir, GGUF or .anelab")->required();
   sub->add_option("--tokenizer", a.tokenizer, "Tokenizer (when the model file has none): tokenizer.bin, tokenizer.json, dir");
   sub->add_option("--backend", a.backend, infer::kPrefillBackendHelp)->capture_default_str()->check(prefill_backend_check());
-  sub->add_option("--device", a.device, "Device profile for emulator/ane (m1..m5)")->capture_default_str();
+  sub->add_option("--device", a.device, "Device profile for emulator/ane (m1..m5, or auto: the ANE chip's, m4 on the emulator)")->capture_default_str();
   sub->add_option("--ane-weights", a.ane_weights, "Weights of the MIL prefill kernels (emulator/ane): fp16, int8 (per-channel int8 weights), w8a8 (int8 weights and activations, scales calibrated on the first prompt) or auto (the device profile's: w8a8 on m4/m5, int8 on m1-m3)")
       ->capture_default_str()->check(CLI::IsMember({"fp16", "int8", "w8a8", "auto"}));
   sub->add_option("--dtype", a.dtype, "Compute dtype of the weight matrices: fp16, fp32, or auto (fp32 when the file stores every matrix in fp32: llama2.c files, training checkpoints, fp32 exports; fp16 otherwise; q8_0/q4_0/q5_0/q5_1/q4_k/q5_k/q6_k matrices stay in their blocks, with int8 dot products)")->capture_default_str();

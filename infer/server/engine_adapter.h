@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "framework/runtime/device_profile.h"
 #include "infer/server/api.h"
 #include "infer/server/scheduler.h"
 
@@ -35,7 +36,7 @@ class Generator {
 
 struct ModelOptions {
   std::string model, tokenizer;
-  std::string backend = "auto", device = "m4", dtype = "auto";  // backend: infer::kPrefillBackends
+  std::string backend = "auto", device = rt::kDefaultDevice, dtype = "auto";  // backend: infer::kPrefillBackends
   std::string chat_template = "auto";  // tok::chat_template_for: chat requests are 400 for a model without one
   int threads = 2;
   int64_t ctx = 0;

@@ -50,7 +50,7 @@ def main():
     if r.get("schema") != "anelab.probe/2":
         fail(f"schema is {r.get('schema')!r}")
     if r.get("device_profile") != "m4" or r.get("device_profile_requested") != "auto":
-        fail("device_profile is not auto -> m4 (no ANE here; the fake reports H16G)")
+        fail("device_profile is not auto -> m4 (no ANE here; the fake reports h16)")
     if not isinstance(r.get("anelab_commit"), str) or not r["anelab_commit"]:
         fail("anelab_commit missing")
     host = r.get("host", {})

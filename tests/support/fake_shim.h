@@ -81,7 +81,7 @@ FakeCompileFailures parse_compile_failures(const std::string& spec);
 struct FakeShimOptions {
   std::string device = "m4";    // emulator profile the kernels run with
   int compile_limit = 119;      // compiles that succeed in this fake "process"
-  std::string sub_type = "H16G";
+  std::string sub_type = "h16";  // what M4 reports (lowercase, maderix/ANE PR #50)
   std::string temp_dir;         // "" = a fresh directory under the system temp dir (removed by ~FakeShim)
   size_t min_surface_bytes = 49152;
   int threads = 1;              // emulator threads
