@@ -1,6 +1,7 @@
 #include "tests/support/fake_shim.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -147,6 +148,11 @@ Status FakeShim::failed(ShimCall& c, Status s) {
 }
 
 Status FakeShim::injected(ShimCall& c) {
+  if (!opts_.abort_at.empty() && c.call == opts_.abort_at) {  // a crash inside a private call
+    std::fprintf(stderr, "[fake ane] aborting in %s (abort_at)\n", c.call.c_str());
+    std::fflush(stderr);
+    std::abort();
+  }
   auto it = failures_.find(c.call);
   if (it == failures_.end()) return Status::ok();
   FakeFailure& f = it->second;

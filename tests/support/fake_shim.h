@@ -97,6 +97,7 @@ struct FakeShimOptions {
   // compiler's symbol table might.
   std::string symbol_order = "declaration";
   bool has_procedure_attributes = true;  // false: procedure_symbols() fails like a missing key
+  std::string abort_at;  // a call name ("evaluate", ...): the process aborts there, as a crash in a private call
 };
 
 struct FakeFailure {
