@@ -8,7 +8,8 @@ usage: check_probe_json.py <anelab binary> <out dir> system|fake|fake-discrepanc
           max_rel_diff == 0 and every rule agrees on both halves;
   fake-discrepancy: FakeShim plays a device whose rows are 128 bytes apart and whose compiler numbers
           procedure symbols by name, with --compile-limit: the report must flag row_stride and
-          procedures as differing from the profile (naming the fields), and count 120 compiles.
+          procedures as differing from the profile (naming the fields), io_order as not agreeing (its
+          names are not in alphabetical order), and count 120 compiles.
   fake-crash: FakeShim aborts the process in its first evaluate (a crash in a private call): the report
           written so far must be there, valid JSON with "complete": false, the host and the emulator's rules.
 Every complete report has "complete": true and "last_section": "done".
@@ -149,9 +150,14 @@ def check_kernels_and_rules(r, available, mode):
             diffs = " ".join(x.get("ane_differences", []))
             if x.get("ane_agrees") is not False or field not in diffs:
                 fail(f"rule {name}: expected a difference in {field}, got {x.get('ane_agrees')} {diffs}")
-        for name in ("min_surface", "io_order", "max_dim", "float_literals"):
+        for name in ("min_surface", "max_dim", "float_literals"):
             if rules[name].get("ane_agrees") is not True:
                 fail(f"rule {name} should still agree: {rules[name].get('ane_differences')}")
+        # io_order's names are out of alphabetical order: a device that numbers symbols by name must not
+        # look like one that binds by position (an error or a difference, never agreement).
+        io = rules["io_order"]
+        if io.get("ane_agrees") is True or not (io.get("ane_differences") or (io.get("ane") or {}).get("error")):
+            fail(f"rule io_order: by-name numbering not told apart from by-position: {io}")
         cl = rules["compile_limit"]
         for side in ("emulator", "ane"):
             if cl[side].get("compiles_until_failure") != 120:
