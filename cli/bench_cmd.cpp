@@ -15,8 +15,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <memory>
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string_view>
 
@@ -161,8 +161,8 @@ BenchResult bench_kernel(kern::KernelKind kind, kern::Strategy st, int threads, 
   kern::RandomLayer layer(s);
   kern::KernelSpec spec = kern::build_kernel(kind, s, st, &layer.w);
   if (print_mil) std::printf("%s\n", mil::print(spec.program).c_str());
-  return time_program(std::string(kern::kernel_name(kind)) + "_" + kern::strategy_name(st), spec.program,
-                      spec.weights, kern::kernel_flops(kind, s) / 1e9, threads, runs);
+  return time_program(std::string(kern::kernel_name(kind)) + "_" + kern::strategy_name(st), spec.program, spec.weights,
+                      kern::kernel_flops(kind, s) / 1e9, threads, runs);
 }
 
 struct Opts {
@@ -189,7 +189,8 @@ std::vector<BenchResult> run_selected(const Opts& o, int threads) {
       continue;
     }
     if (n == "attention") {
-      rs.push_back(bench_workload("attention_12h_s256_causal", kern::attention_core_workload(12, 256, 64), threads, o.runs));
+      rs.push_back(
+          bench_workload("attention_12h_s256_causal", kern::attention_core_workload(12, 256, 64), threads, o.runs));
       continue;
     }
     bool found = false;
@@ -202,7 +203,8 @@ std::vector<BenchResult> run_selected(const Opts& o, int threads) {
       }
     }
     if (!found)
-      fail("bench", "--kernel '", n, "' is unknown (expected conv, attention, all, or a training kernel: attn_fwd, "
+      fail("bench", "--kernel '", n,
+           "' is unknown (expected conv, attention, all, or a training kernel: attn_fwd, "
            "ffn_fwd, ffn_bwd, wo_bwd, sdpa_bwd1, sdpa_bwd2, qkv_bwd, rms_att_bwd, rms_ffn_bwd)");
   }
   return rs;
@@ -214,10 +216,16 @@ void run_bench(const Opts& o) {
   const std::vector<BenchResult> rs = run_selected(o, threads);
   auto frac = [&](const BenchResult& r) { return peak > 0 ? r.gflops / peak : 0.0; };
   if (o.json) {
-    nlohmann::json j{{"threads", threads}, {"runs", o.runs}, {"fma_peak_gflops", peak}, {"benches", nlohmann::json::array()}};
+    nlohmann::json j{
+        {"threads", threads}, {"runs", o.runs}, {"fma_peak_gflops", peak}, {"benches", nlohmann::json::array()}};
     for (const auto& r : rs)
-      j["benches"].push_back({{"name", r.name}, {"gflop", r.gflop}, {"median_ms", r.median_ms}, {"best_ms", r.best_ms},
-                              {"cpu_ms", r.cpu_ms}, {"gflops", r.gflops}, {"fraction_of_peak", frac(r)}});
+      j["benches"].push_back({{"name", r.name},
+                              {"gflop", r.gflop},
+                              {"median_ms", r.median_ms},
+                              {"best_ms", r.best_ms},
+                              {"cpu_ms", r.cpu_ms},
+                              {"gflops", r.gflops},
+                              {"fraction_of_peak", frac(r)}});
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
@@ -236,13 +244,17 @@ void add_bench_commands(CLI::App& app) {
   auto* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
   auto* emu = bench->add_subcommand(
-      "emulator", "Emulator speed (conv 768->2048 S=256; 12-head attention S=256; training kernels) vs the fp32 FMA peak");
+      "emulator",
+      "Emulator speed (conv 768->2048 S=256; 12-head attention S=256; training kernels) vs the fp32 FMA peak");
   auto o = std::make_shared<Opts>();
   emu->add_option("--threads", o->threads, "threads (0 = all hardware threads)")->capture_default_str();
-  emu->add_option("--runs", o->runs, "timed evaluate() calls per benchmark (median reported)")->capture_default_str()->check(CLI::PositiveNumber);
+  emu->add_option("--runs", o->runs, "timed evaluate() calls per benchmark (median reported)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   emu->add_option("--kernel", o->kernels,
                   "benchmarks to run (repeatable): conv, attention, all, or a Stories110M training kernel "
-                  "(attn_fwd ffn_fwd ffn_bwd wo_bwd sdpa_bwd1 sdpa_bwd2 qkv_bwd rms_att_bwd rms_ffn_bwd) [default: conv attention]");
+                  "(attn_fwd ffn_fwd ffn_bwd wo_bwd sdpa_bwd1 sdpa_bwd2 qkv_bwd rms_att_bwd rms_ffn_bwd) [default: "
+                  "conv attention]");
   emu->add_option("--strategy", o->strategy, "weight strategy of the training kernels: static, dynamic or both")
       ->capture_default_str()
       ->check(CLI::IsMember({"static", "dynamic", "both"}));
@@ -251,7 +263,8 @@ void add_bench_commands(CLI::App& app) {
   emu->add_flag("--print-mil", o->print_mil, "print each training kernel's MIL program before timing it");
   emu->callback([o] { run_bench(*o); });
 
-  auto* mem = bench->add_subcommand("memory", "Read bandwidth of main memory (GB/s) at N threads: the bound of a decode GEMV");
+  auto* mem =
+      bench->add_subcommand("memory", "Read bandwidth of main memory (GB/s) at N threads: the bound of a decode GEMV");
   struct MemOpts {
     int threads = 0, passes = 5;
     int64_t mib = 2048;
@@ -259,15 +272,21 @@ void add_bench_commands(CLI::App& app) {
   };
   auto m = std::make_shared<MemOpts>();
   mem->add_option("--threads", m->threads, "threads (0 = all hardware threads)")->capture_default_str();
-  mem->add_option("--mib", m->mib, "buffer size in MiB (well above the last-level cache)")->capture_default_str()->check(CLI::Range(64, 1 << 20));
-  mem->add_option("--passes", m->passes, "timed passes (best reported)")->capture_default_str()->check(CLI::PositiveNumber);
+  mem->add_option("--mib", m->mib, "buffer size in MiB (well above the last-level cache)")
+      ->capture_default_str()
+      ->check(CLI::Range(64, 1 << 20));
+  mem->add_option("--passes", m->passes, "timed passes (best reported)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   mem->add_flag("--json", m->json, "machine-readable output");
   mem->callback([m] {
     const int threads = m->threads > 0 ? m->threads : ThreadPool::global().size();
     std::string pages;
     const double gbs = read_bandwidth_gbs(threads, m->mib << 20, m->passes, &pages);
     if (m->json)
-      std::printf("%s\n", nlohmann::json{{"threads", threads}, {"mib", m->mib}, {"read_gbs", gbs}, {"pages", pages}}.dump().c_str());
+      std::printf(
+          "%s\n",
+          nlohmann::json{{"threads", threads}, {"mib", m->mib}, {"read_gbs", gbs}, {"pages", pages}}.dump().c_str());
     else
       std::printf("read bandwidth (%d threads, %lld MiB, best of %d; %s): %.1f GB/s\n", threads,
                   static_cast<long long>(m->mib), m->passes, pages.c_str(), gbs);

@@ -1,27 +1,26 @@
 // Subcommand registration: each area adds its subcommands to the one `anelab` program.
 // Handlers throw anelab::Error on failure; main() prints one line and exits non-zero.
 #pragma once
+#include <CLI/CLI.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
 #include "infer/params_check.h"
 
 namespace anelab::cli {
-void add_mil_commands(CLI::App& app);       // cli/mil_cmd.cpp:      anelab mil check|print|run
-void add_bench_commands(CLI::App& app);     // cli/bench_cmd.cpp:    anelab bench emulator
-void add_demo_command(CLI::App& app);       // cli/demo_cmd.cpp:     anelab demo (README main job)
-void add_model_commands(CLI::App& app);     // cli/models_cmd.cpp:   anelab convert|export|info
-void add_tokenize_command(CLI::App& app);   // cli/tokenize_cmd.cpp: anelab tokenize
-void add_train_command(CLI::App& app);      // cli/train_cmd.cpp:    anelab train (+ bench train)
-void add_infer_command(CLI::App& app);      // cli/infer_cmd.cpp:    anelab infer generate|chat|logits|bench
-void add_perplexity_command(CLI::App& app); // cli/perplexity_cmd.cpp: anelab perplexity
-void add_serve_command(CLI::App& app);      // cli/serve_cmd.cpp:    anelab serve
-void add_dashboard_command(CLI::App& app);  // cli/dashboard_cmd.cpp: anelab dashboard
-void add_probe_command(CLI::App& app);      // cli/probe_cmd.cpp:    anelab probe
-void add_power_command(CLI::App& app);      // cli/power_cmd.cpp:    anelab power
+void add_mil_commands(CLI::App& app);        // cli/mil_cmd.cpp:      anelab mil check|print|run
+void add_bench_commands(CLI::App& app);      // cli/bench_cmd.cpp:    anelab bench emulator
+void add_demo_command(CLI::App& app);        // cli/demo_cmd.cpp:     anelab demo (README main job)
+void add_model_commands(CLI::App& app);      // cli/models_cmd.cpp:   anelab convert|export|info
+void add_tokenize_command(CLI::App& app);    // cli/tokenize_cmd.cpp: anelab tokenize
+void add_train_command(CLI::App& app);       // cli/train_cmd.cpp:    anelab train (+ bench train)
+void add_infer_command(CLI::App& app);       // cli/infer_cmd.cpp:    anelab infer generate|chat|logits|bench
+void add_perplexity_command(CLI::App& app);  // cli/perplexity_cmd.cpp: anelab perplexity
+void add_serve_command(CLI::App& app);       // cli/serve_cmd.cpp:    anelab serve
+void add_dashboard_command(CLI::App& app);   // cli/dashboard_cmd.cpp: anelab dashboard
+void add_probe_command(CLI::App& app);       // cli/probe_cmd.cpp:    anelab probe
+void add_power_command(CLI::App& app);       // cli/power_cmd.cpp:    anelab power
 
 // cli/usage.cpp: an unknown subcommand or option in argv, as one line naming the closest known
 // name ("unknown command 'trian'; did you mean 'train'? ..."), or nullopt; checked before CLI11 parses.

@@ -2,25 +2,25 @@
 #include <filesystem>
 #include <memory>
 
-#include "dashboard/gui.h"
 #include "cli/commands.h"
+#include "dashboard/gui.h"
 #include "framework/core/error.h"
 
 namespace anelab::cli {
 
 void add_dashboard_command(CLI::App& app) {
   auto opt = std::make_shared<dashboard::GuiOptions>();
-  auto* cmd = app.add_subcommand(
-      "dashboard", "Training dashboard: follow one or more run directories (their events.jsonl), plot loss, "
-                   "speed, memory, power and samples; start/stop/resume runs. F1 or ? lists the shortcuts.");
+  auto* cmd =
+      app.add_subcommand("dashboard",
+                         "Training dashboard: follow one or more run directories (their events.jsonl), plot loss, "
+                         "speed, memory, power and samples; start/stop/resume runs. F1 or ? lists the shortcuts.");
   cmd->add_option("run_dirs", opt->run_dirs, "Run directories to open (each holds events.jsonl)");
   cmd->add_option("--screenshot", opt->screenshot,
                   "Render --frames frames, write this PNG (and a .json sidecar with panel rectangles), exit");
   cmd->add_option("--frames", opt->frames, "Frames to render before the screenshot")->capture_default_str();
   cmd->add_option("--width", opt->width, "Window width (screen coordinates)")->capture_default_str();
   cmd->add_option("--height", opt->height, "Window height (screen coordinates)")->capture_default_str();
-  cmd->add_option("--scale", opt->scale, "UI scale; 0 = from the monitor's DPI (content scale)")
-      ->capture_default_str();
+  cmd->add_option("--scale", opt->scale, "UI scale; 0 = from the monitor's DPI (content scale)")->capture_default_str();
   cmd->add_option("--poll-ms", opt->poll_ms, "How often to poll events.jsonl files (ms)")->capture_default_str();
   cmd->add_option("--experiments", opt->experiments_dir, "Directory with experiment configs (*.toml) for 'start run'")
       ->capture_default_str();

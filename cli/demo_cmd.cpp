@@ -1,8 +1,8 @@
 // anelab demo: the README's main job on an embedded default, the whole train -> generate -> export loop
 // (cli/demo_loop.h).
-// anelab demo kernel: builds the Stories110M attention-forward training kernel (RMSNorm, Q/K/V convs, RoPE, 12-head causal attention, Wo; six taps) with the typed
-// MIL builder, prints its MIL size, compiles it on the chosen backend, runs it on seeded random weights
-// and checks every tap against an independent float64 reference.
+// anelab demo kernel: builds the Stories110M attention-forward training kernel (RMSNorm, Q/K/V convs, RoPE, 12-head
+// causal attention, Wo; six taps) with the typed MIL builder, prints its MIL size, compiles it on the chosen backend,
+// runs it on seeded random weights and checks every tap against an independent float64 reference.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -115,8 +115,9 @@ void run_demo(const DemoOptions& o) {
   const int64_t D = sh.dim, S = sh.seq;
   const auto x = kern::random_normal(static_cast<size_t>(D * S), static_cast<uint32_t>(o.seed) * 16 + 10, 1.0f);
 
-  std::printf("anelab demo: Stories110M attention forward (dim %lld, %lld heads, seq %lld) on backend '%s', device %s\n",
-              (long long)D, (long long)sh.n_heads, (long long)S, o.backend.c_str(), o.device.c_str());
+  std::printf(
+      "anelab demo: Stories110M attention forward (dim %lld, %lld heads, seq %lld) on backend '%s', device %s\n",
+      (long long)D, (long long)sh.n_heads, (long long)S, o.backend.c_str(), o.device.c_str());
   kern::KernelSpec spec = kern::build_kernel(kern::KernelKind::kAttnFwd, sh, kern::Strategy::kStatic, &w);
   std::string mil = mil::print(spec.program);
   size_t ops = spec.program.main().ops.size();
@@ -148,8 +149,8 @@ void run_demo(const DemoOptions& o) {
               flops / (ms[ms.size() / 2] * 1e6));
 
   Reference ref = reference(sh, x, w);
-  const std::pair<const char*, const Mat*> taps[] = {{"o", &ref.o},         {"attn", &ref.attn}, {"q_rope", &ref.q},
-                                                     {"k_rope", &ref.k},    {"v", &ref.v},       {"xnorm", &ref.xnorm}};
+  const std::pair<const char*, const Mat*> taps[] = {{"o", &ref.o},      {"attn", &ref.attn}, {"q_rope", &ref.q},
+                                                     {"k_rope", &ref.k}, {"v", &ref.v},       {"xnorm", &ref.xnorm}};
   // fp16 storage: ~10 dependent roundings of unit roundoff 2^-11 -> NMSE ~ (3u)^2 ~ 2e-6.
   const double limit = 1e-5;
   bool ok = true;
@@ -169,10 +170,12 @@ void run_demo(const DemoOptions& o) {
 void add_demo_command(CLI::App& app) {
   auto l = std::make_shared<DemoLoopOptions>();
   auto* d = app.add_subcommand(
-      "demo", "Main job on an embedded default: train a tiny Llama from scratch on the ANE kernels (emulator, dynamic "
-              "strategy) on data/tinytales, generate from the checkpoint, export it (`demo kernel`: one kernel vs float64)");
+      "demo",
+      "Main job on an embedded default: train a tiny Llama from scratch on the ANE kernels (emulator, dynamic "
+      "strategy) on data/tinytales, generate from the checkpoint, export it (`demo kernel`: one kernel vs float64)");
   d->require_subcommand(0, 1);
-  d->add_option("--data", l->data, "directory with corpus.txt + tokenizer.json (default: the checkout's data/tinytales)");
+  d->add_option("--data", l->data,
+                "directory with corpus.txt + tokenizer.json (default: the checkout's data/tinytales)");
   d->add_option("--out", l->out, "output directory (replaced when an earlier demo made it)")->capture_default_str();
   d->add_option("--preset", l->preset, "model preset trained from scratch")->capture_default_str();
   d->add_option("--strategy", l->strategy, "training strategy: dynamic, static or cpu")->capture_default_str();
@@ -191,7 +194,8 @@ void add_demo_command(CLI::App& app) {
   auto* c = d->add_subcommand("kernel", "A Stories110M attention kernel: typed builder -> MIL -> backend vs float64");
   c->add_option("--backend", o->backend, "backend (emulator, ane)")->capture_default_str();
   c->add_option("--device", o->device, "device profile (m1..m5)")->capture_default_str();
-  c->add_option("--seq", o->seq, "sequence length (a multiple of 32: the device's row-stride rule)")->capture_default_str();
+  c->add_option("--seq", o->seq, "sequence length (a multiple of 32: the device's row-stride rule)")
+      ->capture_default_str();
   c->add_option("--runs", o->runs, "timed evaluations")->capture_default_str();
   c->add_option("--seed", o->seed, "weights / input seed")->capture_default_str();
   c->callback([o] { run_demo(*o); });

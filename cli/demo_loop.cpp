@@ -32,7 +32,8 @@ std::string find_data(const std::string& given) {
   tried.push_back(fs::path("data") / "tinytales");
   for (const fs::path& p : tried)
     if (fs::exists(p / "corpus.txt")) return p.lexically_normal().string();
-  fail("demo", "data/tinytales (corpus.txt + tokenizer.json) not found next to the executable's checkout or in the "
+  fail("demo",
+       "data/tinytales (corpus.txt + tokenizer.json) not found next to the executable's checkout or in the "
        "current directory; pass --data DIR");
 }
 
@@ -73,8 +74,10 @@ void run_demo_loop(const DemoLoopOptions& o) {
   const std::string tok_path = (fs::path(data) / "tokenizer.json").string();
   const fs::path out(o.out);
   prepare_out(o.out);
-  std::printf("anelab demo: train a tiny Llama from scratch on the ANE training kernels (%s backend, %s strategy), "
-              "generate from it, export it.\n\n", o.backend.c_str(), o.strategy.c_str());
+  std::printf(
+      "anelab demo: train a tiny Llama from scratch on the ANE training kernels (%s backend, %s strategy), "
+      "generate from it, export it.\n\n",
+      o.backend.c_str(), o.strategy.c_str());
 
   // 1. tokenize
   const auto tok = tok::load_tokenizer(tok_path);
@@ -148,18 +151,18 @@ void run_demo_loop(const DemoLoopOptions& o) {
     std::printf("  %-12s %s\n", models::export_format_name(f), p.c_str());
   }
   const std::string self = platform::executable_path().value.value_or("anelab");
-  std::printf("\ndone in %.0f s. Next:\n"
-              "  %s infer generate --model %s --prompt \"%s\" -t 0.8\n"
-              "  %s infer generate --model %s/tinytales.gguf --prompt \"%s\" -t 0\n"
-              "  %s infer generate --model %s/tinytales.bin --tokenizer %s --prompt \"%s\" -t 0\n"
-              "  %s serve --model %s/tinytales.anelab\n"
-              "  %s dashboard %s\n"
-              "  %s train --preset %s --data %s --strategy %s --steps 1000   (longer: see docs/training.md)\n"
-              "(the Hugging Face directory %s/tinytales-hf loads with transformers' AutoModelForCausalLM)\n",
-              seconds_since(t0), self.c_str(), c.run_dir.c_str(), o.prompt.c_str(), self.c_str(), ex.c_str(),
-              o.prompt.c_str(), self.c_str(), ex.c_str(), tok_path.c_str(), o.prompt.c_str(), self.c_str(), ex.c_str(),
-              self.c_str(), c.run_dir.c_str(), self.c_str(), o.preset.c_str(), tokens.c_str(), o.strategy.c_str(),
-              ex.c_str());
+  std::printf(
+      "\ndone in %.0f s. Next:\n"
+      "  %s infer generate --model %s --prompt \"%s\" -t 0.8\n"
+      "  %s infer generate --model %s/tinytales.gguf --prompt \"%s\" -t 0\n"
+      "  %s infer generate --model %s/tinytales.bin --tokenizer %s --prompt \"%s\" -t 0\n"
+      "  %s serve --model %s/tinytales.anelab\n"
+      "  %s dashboard %s\n"
+      "  %s train --preset %s --data %s --strategy %s --steps 1000   (longer: see docs/training.md)\n"
+      "(the Hugging Face directory %s/tinytales-hf loads with transformers' AutoModelForCausalLM)\n",
+      seconds_since(t0), self.c_str(), c.run_dir.c_str(), o.prompt.c_str(), self.c_str(), ex.c_str(), o.prompt.c_str(),
+      self.c_str(), ex.c_str(), tok_path.c_str(), o.prompt.c_str(), self.c_str(), ex.c_str(), self.c_str(),
+      c.run_dir.c_str(), self.c_str(), o.preset.c_str(), tokens.c_str(), o.strategy.c_str(), ex.c_str());
   (void)g;
 }
 

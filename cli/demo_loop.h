@@ -9,7 +9,7 @@
 namespace anelab::cli {
 
 struct DemoLoopOptions {
-  std::string data;                 // directory with corpus.txt + tokenizer.json ("" = the checkout's data/tinytales)
+  std::string data;  // directory with corpus.txt + tokenizer.json ("" = the checkout's data/tinytales)
   std::string out = "checkpoints/demo";
   std::string preset = "stories260k";
   std::string strategy = "dynamic";

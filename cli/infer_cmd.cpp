@@ -26,10 +26,10 @@
 #include "cli/commands.h"
 #include "framework/core/error.h"
 #include "framework/core/file.h"
+#include "framework/core/npy.h"
 #include "framework/core/platform.h"
 #include "framework/core/power.h"
 #include "infer/engine.h"
-#include "framework/core/npy.h"
 #include "infer/generate.h"
 #include "infer/load.h"
 #include "infer/logits.h"
@@ -60,7 +60,8 @@ double cpu_ms() {
 }
 
 struct InferArgs {
-  std::string model, tokenizer, backend = "auto", device = rt::kDefaultDevice, dtype = "auto", sampler = "auto", ane_weights = "fp16";
+  std::string model, tokenizer, backend = "auto", device = rt::kDefaultDevice, dtype = "auto", sampler = "auto",
+                                ane_weights = "fp16";
   std::string chat_template = "auto", kv_type = "f32", mmap = "auto";
   bool quiet = false;
   int threads = 2;
@@ -77,33 +78,66 @@ struct InferArgs {
 };
 
 void add_common(CLI::App* sub, InferArgs& a) {
-  sub->add_option("--model,-m", a.model, "Model file: llama2.c .bin, safetensors file/dir, GGUF or .anelab")->required();
-  sub->add_option("--tokenizer", a.tokenizer, "Tokenizer (when the model file has none): tokenizer.bin, tokenizer.json, dir");
-  sub->add_option("--backend", a.backend, infer::kPrefillBackendHelp)->capture_default_str()->check(prefill_backend_check());
-  sub->add_option("--device", a.device, "Device profile for emulator/ane (m1..m5, or auto: the ANE chip's, m4 on the emulator)")->capture_default_str();
-  sub->add_option("--ane-weights", a.ane_weights, "Weights of the MIL prefill kernels (emulator/ane): fp16, int8 (per-channel int8 weights), w8a8 (int8 weights and activations, scales calibrated on the first prompt) or auto (the device profile's: w8a8 on m4/m5, int8 on m1-m3)")
-      ->capture_default_str()->check(CLI::IsMember({"fp16", "int8", "w8a8", "auto"}));
-  sub->add_option("--dtype", a.dtype, "Compute dtype of the weight matrices: fp16, fp32, or auto (fp32 when the file stores every matrix in fp32: llama2.c files, training checkpoints, fp32 exports; fp16 otherwise; q8_0/q4_0/q5_0/q5_1/q4_k/q5_k/q6_k matrices stay in their blocks, with int8 dot products)")->capture_default_str();
-  sub->add_option("--threads", a.threads, "CPU threads (persistent pool)")->capture_default_str()->check(number_in(infer::params::kThreads));
-  sub->add_option("--ctx,-c", a.ctx, "Context positions (0 = the model's max_seq_len)")->capture_default_str()->check(number_in(infer::params::kContext));
+  sub->add_option("--model,-m", a.model, "Model file: llama2.c .bin, safetensors file/dir, GGUF or .anelab")
+      ->required();
+  sub->add_option("--tokenizer", a.tokenizer,
+                  "Tokenizer (when the model file has none): tokenizer.bin, tokenizer.json, dir");
+  sub->add_option("--backend", a.backend, infer::kPrefillBackendHelp)
+      ->capture_default_str()
+      ->check(prefill_backend_check());
+  sub->add_option("--device", a.device,
+                  "Device profile for emulator/ane (m1..m5, or auto: the ANE chip's, m4 on the emulator)")
+      ->capture_default_str();
+  sub->add_option("--ane-weights", a.ane_weights,
+                  "Weights of the MIL prefill kernels (emulator/ane): fp16, int8 (per-channel int8 weights), w8a8 "
+                  "(int8 weights and activations, scales calibrated on the first prompt) or auto (the device "
+                  "profile's: w8a8 on m4/m5, int8 on m1-m3)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fp16", "int8", "w8a8", "auto"}));
+  sub->add_option("--dtype", a.dtype,
+                  "Compute dtype of the weight matrices: fp16, fp32, or auto (fp32 when the file stores every matrix "
+                  "in fp32: llama2.c files, training checkpoints, fp32 exports; fp16 otherwise; "
+                  "q8_0/q4_0/q5_0/q5_1/q4_k/q5_k/q6_k matrices stay in their blocks, with int8 dot products)")
+      ->capture_default_str();
+  sub->add_option("--threads", a.threads, "CPU threads (persistent pool)")
+      ->capture_default_str()
+      ->check(number_in(infer::params::kThreads));
+  sub->add_option("--ctx,-c", a.ctx, "Context positions (0 = the model's max_seq_len)")
+      ->capture_default_str()
+      ->check(number_in(infer::params::kContext));
   add_kv_type_option(sub, a.kv_type);
   add_mmap_option(sub, a.mmap);
   sub->add_flag("--quiet,-q", a.quiet, "No progress lines on stderr (model load, kernel compiles)");
 }
 
 void add_sampling(CLI::App* sub, InferArgs& a) {
-  sub->add_option("--max-tokens,-n", a.max_tokens, "New tokens to generate (llama.cpp -n; 0: only echo the prompt; -1: run.c steps semantics, see --steps)")
-      ->capture_default_str()->check(number_in(-1, kInf));
-  sub->add_option("--steps", a.steps, "run.c -n: total positions including the prompt (0 = context)")->capture_default_str()->check(number_in(0, kInf));
-  sub->add_option("--temperature,-t", a.temperature, "Sampling temperature (0 = greedy)")->capture_default_str()->check(number_in(infer::params::kTemperature));
-  sub->add_option("--top-p,-p", a.top_p, "Top-p (nucleus) threshold (1 = off)")->capture_default_str()->check(number_in(infer::params::kTopP));
+  sub->add_option(
+         "--max-tokens,-n", a.max_tokens,
+         "New tokens to generate (llama.cpp -n; 0: only echo the prompt; -1: run.c steps semantics, see --steps)")
+      ->capture_default_str()
+      ->check(number_in(-1, kInf));
+  sub->add_option("--steps", a.steps, "run.c -n: total positions including the prompt (0 = context)")
+      ->capture_default_str()
+      ->check(number_in(0, kInf));
+  sub->add_option("--temperature,-t", a.temperature, "Sampling temperature (0 = greedy)")
+      ->capture_default_str()
+      ->check(number_in(infer::params::kTemperature));
+  sub->add_option("--top-p,-p", a.top_p, "Top-p (nucleus) threshold (1 = off)")
+      ->capture_default_str()
+      ->check(number_in(infer::params::kTopP));
   sub->add_option("--top-k", a.top_k, "Top-k (0 = off)")->capture_default_str()->check(number_in(infer::params::kTopK));
-  sub->add_option("--min-p", a.min_p, "Min-p relative to the top token (0 = off)")->capture_default_str()->check(number_in(infer::params::kMinP));
-  sub->add_option("--repeat-penalty", a.repeat_penalty, "Repetition penalty over the last 64 tokens (1 = off)")->capture_default_str()->check(number_in(infer::params::kRepeatPenalty));
+  sub->add_option("--min-p", a.min_p, "Min-p relative to the top token (0 = off)")
+      ->capture_default_str()
+      ->check(number_in(infer::params::kMinP));
+  sub->add_option("--repeat-penalty", a.repeat_penalty, "Repetition penalty over the last 64 tokens (1 = off)")
+      ->capture_default_str()
+      ->check(number_in(infer::params::kRepeatPenalty));
   sub->add_option("--seed,-s", a.seed, "Random seed (0 = time-based, like run.c)")->capture_default_str();
-  sub->add_option("--sampler", a.sampler, "auto | runc (llama2.c xorshift + top-p, bit-exact) | general")->capture_default_str();
+  sub->add_option("--sampler", a.sampler, "auto | runc (llama2.c xorshift + top-p, bit-exact) | general")
+      ->capture_default_str();
   sub->add_option("--stop", a.stop, "Stop string (repeatable)");
-  sub->add_flag("--ignore-eos", a.ignore_eos, "Generate past the end-of-text token: its logit is -inf (llama.cpp --ignore-eos)");
+  sub->add_flag("--ignore-eos", a.ignore_eos,
+                "Generate past the end-of-text token: its logit is -inf (llama.cpp --ignore-eos)");
 }
 
 struct Loaded {
@@ -134,8 +168,8 @@ Loaded load(const InferArgs& a, infer::TokenizerUse use) {
   if (!a.quiet)
     std::fprintf(stderr, "loaded %s (%s, %lld layers, dim %lld) in %.1f s; prefill backend %s; weights %s\n",
                  a.model.c_str(), l.engine->config().arch.c_str(), static_cast<long long>(l.engine->config().n_layers),
-                 static_cast<long long>(l.engine->config().dim), ms_since(t0) / 1e3, l.engine->options().backend.c_str(),
-                 l.weights_memory.c_str());
+                 static_cast<long long>(l.engine->config().dim), ms_since(t0) / 1e3,
+                 l.engine->options().backend.c_str(), l.weights_memory.c_str());
   return l;
 }
 
@@ -151,15 +185,19 @@ infer::GenerateOptions gen_options(const InferArgs& a) {
   o.sampling.seed = a.seed ? a.seed : static_cast<uint64_t>(std::time(nullptr));
   o.stop_strings = a.stop;
   o.ignore_eos = a.ignore_eos;
-  if (a.sampler == "runc") o.sampler = infer::SamplerKind::kRunc;
-  else if (a.sampler == "general") o.sampler = infer::SamplerKind::kGeneral;
-  else ANELAB_CHECK(a.sampler == "auto", "infer", "unknown --sampler '", a.sampler, "' (auto, runc, general)");
+  if (a.sampler == "runc")
+    o.sampler = infer::SamplerKind::kRunc;
+  else if (a.sampler == "general")
+    o.sampler = infer::SamplerKind::kGeneral;
+  else
+    ANELAB_CHECK(a.sampler == "auto", "infer", "unknown --sampler '", a.sampler, "' (auto, runc, general)");
   return o;
 }
 
 void print_stats(const infer::GenerateResult& r) {
   const double n_dec = static_cast<double>(r.new_tokens.size());
-  std::fprintf(stderr, "prefill: %zu tokens in %.1f ms (%s%s) = %.1f tok/s; decode: %.0f tokens in %.1f ms = %.2f tok/s; "
+  std::fprintf(stderr,
+               "prefill: %zu tokens in %.1f ms (%s%s) = %.1f tok/s; decode: %.0f tokens in %.1f ms = %.2f tok/s; "
                "first token after %.1f ms\n",
                r.prompt_tokens.size(), r.prefill_ms, r.prefill.path.c_str(),
                r.prefill.bucket ? cat(", bucket ", r.prefill.bucket).c_str() : "",
@@ -171,8 +209,9 @@ std::string read_prompt(const InferArgs& a) {
   if (!a.prompt_file.empty()) return read_file_text(a.prompt_file);
   if (a.prompt_set) return a.prompt;
   if (::isatty(0))
-    std::fprintf(stderr, "generate: reading the prompt from the terminal until EOF (Ctrl-D); "
-                         "or pass --prompt TEXT / --prompt-file FILE\n");
+    std::fprintf(stderr,
+                 "generate: reading the prompt from the terminal until EOF (Ctrl-D); "
+                 "or pass --prompt TEXT / --prompt-file FILE\n");
   return std::string(std::istreambuf_iterator<char>(std::cin), {});
 }
 
@@ -225,7 +264,8 @@ void run_logits(const InferArgs& a) {
   write_npy(a.out, {T, V}, logits.data());
   if (!a.quiet)
     std::fprintf(stderr, "logits [%lld, %lld] of %s (%s prefill, dtype %s) -> %s\n", static_cast<long long>(T),
-                 static_cast<long long>(V), a.model.c_str(), e.last_prefill().path.c_str(), a.dtype.c_str(), a.out.c_str());
+                 static_cast<long long>(V), a.model.c_str(), e.last_prefill().path.c_str(), a.dtype.c_str(),
+                 a.out.c_str());
 }
 
 void run_chat(const InferArgs& a) {
@@ -242,10 +282,13 @@ void run_chat(const InferArgs& a) {
     std::fflush(stdout);
     if (!std::getline(std::cin, line) || line.empty()) break;
     infer::GenerateResult info;
-    chat.turn(line, gen_options(a), [](std::string_view s) {
-      std::fwrite(s.data(), 1, s.size(), stdout);
-      std::fflush(stdout);
-    }, &info);
+    chat.turn(
+        line, gen_options(a),
+        [](std::string_view s) {
+          std::fwrite(s.data(), 1, s.size(), stdout);
+          std::fflush(stdout);
+        },
+        &info);
     std::fputs("\n", stdout);
     print_stats(info);
   }
@@ -324,7 +367,8 @@ void run_bench(const InferArgs& a) {
   const double wbytes = static_cast<double>(e.weight_bytes());
   std::printf("model %s (%s, %lld layers, dim %lld, vocab %lld), dtype %s, %d threads, prefill backend %s\n",
               a.model.c_str(), e.config().arch.c_str(), static_cast<long long>(e.config().n_layers),
-              static_cast<long long>(e.config().dim), static_cast<long long>(V), a.dtype.c_str(), a.threads, path.c_str());
+              static_cast<long long>(e.config().dim), static_cast<long long>(V), a.dtype.c_str(), a.threads,
+              path.c_str());
   std::printf("load %.0f ms; cold start to first token %.0f ms (compile %.0f ms); weights %s\n", load_ms, ttft,
               compile_first, l.weights_memory.c_str());
   std::printf("prefill pp%zu: %.1f tok/s (%.1f ms, cpu %.1f ms; bucket compile %.0f ms)\n", prompt.size(),
@@ -335,17 +379,21 @@ void run_bench(const InferArgs& a) {
   std::printf("energy pp%zu: %s\nenergy tg%lld: %s\n", prompt.size(), pp_energy.c_str(),
               static_cast<long long>(a.bench_gen), tg_energy.c_str());
   const double kv_pos = static_cast<double>(e.kv_bytes_per_position());  // pos: the positions filled
-  std::printf("KV cache %s: %.1f KiB per position, %.1f MiB at the %lld positions used (%.1f MiB for the context "
-              "of %lld)\n", infer::kv_type_name(e.options().kv_type), kv_pos / 1024, kv_pos * pos / (1 << 20),
-              static_cast<long long>(pos), kv_pos * e.context() / (1 << 20), static_cast<long long>(e.context()));
-  std::printf("peak RSS %.1f MiB; weight matrices %.1f MiB (ratio %.2f)\n", peak_rss_kb() / 1024.0,
-              wbytes / (1 << 20), peak_rss_kb() * 1024.0 / std::max(1.0, static_cast<double>(e.model().total_bytes())));
+  std::printf(
+      "KV cache %s: %.1f KiB per position, %.1f MiB at the %lld positions used (%.1f MiB for the context "
+      "of %lld)\n",
+      infer::kv_type_name(e.options().kv_type), kv_pos / 1024, kv_pos * pos / (1 << 20), static_cast<long long>(pos),
+      kv_pos * e.context() / (1 << 20), static_cast<long long>(e.context()));
+  std::printf("peak RSS %.1f MiB; weight matrices %.1f MiB (ratio %.2f)\n", peak_rss_kb() / 1024.0, wbytes / (1 << 20),
+              peak_rss_kb() * 1024.0 / std::max(1.0, static_cast<double>(e.model().total_bytes())));
 }
 
 }  // namespace
 
 CLI::Option* add_mmap_option(CLI::App* app, std::string& mmap) {
-  return app->add_option("--mmap", mmap, infer::kMmapHelp)->capture_default_str()->check(CLI::IsMember({"auto", "on", "off"}));
+  return app->add_option("--mmap", mmap, infer::kMmapHelp)
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "on", "off"}));
 }
 
 CLI::Option* add_kv_type_option(CLI::App* app, std::string& kv_type) {
@@ -365,7 +413,8 @@ void add_infer_command(CLI::App& app) {
   gen->add_option("--prompt,-i", a->prompt, "Prompt text (else --prompt-file, else stdin)")
       ->each([a](const std::string&) { a->prompt_set = true; });
   gen->add_option("--prompt-file", a->prompt_file, "Read the prompt from a file");
-  gen->add_option("--prompt-ids", a->prompt_ids, "Prompt as token ids (\"1 2 3\"; no tokenizer needed: without one, "
+  gen->add_option("--prompt-ids", a->prompt_ids,
+                  "Prompt as token ids (\"1 2 3\"; no tokenizer needed: without one, "
                   "nothing is echoed and only the length ends generation; with one, as --prompt)");
   gen->add_flag("--print-ids", a->print_ids, "Print the generated token ids on one line instead of the text");
   gen->callback([a] { run_generate(*a); });
@@ -378,13 +427,15 @@ void add_infer_command(CLI::App& app) {
   lg->add_option("--out,-o", a->out, "Output .npy file (float32 [T, vocab], written atomically)")->required();
   lg->callback([a] { run_logits(*a); });
 
-  CLI::App* chat = inf->add_subcommand("chat", "Interactive chat with the model's chat template, history kept within the context");
+  CLI::App* chat =
+      inf->add_subcommand("chat", "Interactive chat with the model's chat template, history kept within the context");
   add_common(chat, *a);
   add_sampling(chat, *a);
   chat->add_option("--system", a->system, "System prompt (default: the template's: Qwen2.5's, none for the others)");
-  chat->add_option("--chat-template", a->chat_template,
-                   "auto (the model's own, by the control tokens of its vocabulary: Llama 3, Gemma 3, Qwen3 or Qwen2.5; "
-                   "base models have none), qwen2.5 (= chatml), qwen3, llama3, gemma3, none")
+  chat->add_option(
+          "--chat-template", a->chat_template,
+          "auto (the model's own, by the control tokens of its vocabulary: Llama 3, Gemma 3, Qwen3 or Qwen2.5; "
+          "base models have none), qwen2.5 (= chatml), qwen3, llama3, gemma3, none")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "qwen2.5", "chatml", "qwen3", "llama3", "gemma3", "none"}));
   chat->add_flag("--no-think", a->no_think,
@@ -394,8 +445,12 @@ void add_infer_command(CLI::App& app) {
 
   CLI::App* bench = inf->add_subcommand("bench", "Prefill/decode tok/s, cold start to first token, peak RSS");
   add_common(bench, *a);
-  bench->add_option("--prompt-len", a->bench_prompt, "Prompt tokens (pp)")->capture_default_str()->check(number_in(1, kInf));
-  bench->add_option("--gen-len", a->bench_gen, "Generated tokens (tg)")->capture_default_str()->check(number_in(1, kInf));
+  bench->add_option("--prompt-len", a->bench_prompt, "Prompt tokens (pp)")
+      ->capture_default_str()
+      ->check(number_in(1, kInf));
+  bench->add_option("--gen-len", a->bench_gen, "Generated tokens (tg)")
+      ->capture_default_str()
+      ->check(number_in(1, kInf));
   bench->callback([a] { run_bench(*a); });
 }
 

@@ -2,9 +2,9 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "framework/ane/ane_backend.h"
 #include "framework/core/error.h"
 #include "framework/core/platform.h"
-#include "framework/ane/ane_backend.h"
 #include "tests/support/fake_shim.h"
 
 int main(int argc, char** argv) {

@@ -42,16 +42,19 @@ void run_check(const MilOptions& o) {
   }
   std::printf("%s: ok (%s, %zu function%s, %zu ops, %zu blob file%s%s; device %s)\n", o.program.c_str(),
               mil::dialect_name(p.dialect), p.functions.size(), p.functions.size() == 1 ? "" : "s", ops, blobs.size(),
-              blobs.size() == 1 ? "" : "s", o.model_dir.empty() ? ", weights not checked (no --model-dir)" : ", weights ok",
-              prof.name.c_str());
+              blobs.size() == 1 ? "" : "s",
+              o.model_dir.empty() ? ", weights not checked (no --model-dir)" : ", weights ok", prof.name.c_str());
 }
 
 void run_print(const MilOptions& o) {
   mil::Program p = load_program(o.program);
   mil::Dialect d;
-  if (o.dialect == "ios18") d = mil::Dialect::kIos18;
-  else if (o.dialect == "ios16") d = mil::Dialect::kIos16;
-  else fail("mil", "unknown --dialect '", o.dialect, "' (use ios16 or ios18)");
+  if (o.dialect == "ios18")
+    d = mil::Dialect::kIos18;
+  else if (o.dialect == "ios16")
+    d = mil::Dialect::kIos16;
+  else
+    fail("mil", "unknown --dialect '", o.dialect, "' (use ios16 or ios18)");
   std::fputs(mil::print(p, d).c_str(), stdout);
 }
 
@@ -60,10 +63,9 @@ std::map<std::string, std::string> parse_inputs(const std::vector<std::string>& 
   std::map<std::string, std::string> m;
   for (const auto& a : args) {
     auto eq = a.find('=');
-    ANELAB_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < a.size(), "mil", "--in '", a,
-                 "' is not NAME=FILE.npy");
-    ANELAB_CHECK(m.emplace(a.substr(0, eq), a.substr(eq + 1)).second, "mil", "--in given twice for '",
-                 a.substr(0, eq), "'");
+    ANELAB_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < a.size(), "mil", "--in '", a, "' is not NAME=FILE.npy");
+    ANELAB_CHECK(m.emplace(a.substr(0, eq), a.substr(eq + 1)).second, "mil", "--in given twice for '", a.substr(0, eq),
+                 "'");
   }
   return m;
 }
@@ -97,8 +99,8 @@ void run_run(const MilOptions& o) {
     ins[i].write(a.data.data());
     files.erase(it);
   }
-  ANELAB_CHECK(files.empty(), "mil", "--in '", files.empty() ? "" : files.begin()->first, "' is not an input of function '",
-               fn.name, "'");
+  ANELAB_CHECK(files.empty(), "mil", "--in '", files.empty() ? "" : files.begin()->first,
+               "' is not an input of function '", fn.name, "'");
   std::vector<rt::Surface*> ip, op;
   for (auto& s : ins) ip.push_back(&s);
   for (auto& s : outs) op.push_back(&s);

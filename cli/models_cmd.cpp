@@ -12,14 +12,14 @@
 
 #include "cli/commands.h"
 #include "framework/core/error.h"
+#include "infer/generate.h"
 #include "models/formats/anelab_file.h"
 #include "models/formats/export.h"
-#include "models/quant/quant_mix.h"
 #include "models/formats/gguf.h"
 #include "models/formats/load_any.h"
 #include "models/formats/model_config_json.h"
 #include "models/presets.h"
-#include "infer/generate.h"
+#include "models/quant/quant_mix.h"
 #include "models/tokenizer/tokenizer.h"
 
 namespace anelab::cli {
@@ -87,7 +87,8 @@ void run_convert(const ConvertArgs& a) {
     if (a.paths.size() != 1) fail("cli", "convert --random PRESET takes exactly one path (OUT), got ", a.paths.size());
     out = a.paths[0];
   } else {
-    if (a.paths.size() != 2) fail("cli", "needs IN and OUT (or convert --random PRESET OUT), got ", a.paths.size(), " paths");
+    if (a.paths.size() != 2)
+      fail("cli", "needs IN and OUT (or convert --random PRESET OUT), got ", a.paths.size(), " paths");
     out = a.paths[1];
   }
   const ExportFormat fmt = export_format_for(out, a.format);
@@ -106,7 +107,9 @@ void run_convert(const ConvertArgs& a) {
     }
     struct Remove {
       std::string p;
-      ~Remove() { if (!p.empty()) std::remove(p.c_str()); }
+      ~Remove() {
+        if (!p.empty()) std::remove(p.c_str());
+      }
     } cleanup{tmp};
     if (!a.tokenizer.empty()) {  // embedded: the output does not depend on where the tokenizer file was
       m.vocab = tok::load_vocab_file(a.tokenizer);
@@ -137,8 +140,8 @@ void print_model(const Model& m) {
   bool first = true;
   for (const auto& [k, n] : dtypes) std::printf("%s%d %s", first ? "" : ", ", n, k.c_str()), first = false;
   std::printf(")\n");
-  for (const char* n : {"tok_embeddings", "pos_embeddings", "layers.0.wq", "layers.0.wk", "layers.0.w1",
-                        "layers.0.fc", "output"})
+  for (const char* n :
+       {"tok_embeddings", "pos_embeddings", "layers.0.wq", "layers.0.wk", "layers.0.w1", "layers.0.fc", "output"})
     if (const Tensor* t = m.find(n)) std::printf("  %-16s %-14s %s\n", n, t->shape_str().c_str(), dtype_name(t->dtype));
   std::printf("parameters: %lld (%.2f M)\nweight bytes: %lld (%.1f MiB)\n", static_cast<long long>(m.parameter_count()),
               static_cast<double>(m.parameter_count()) / 1e6, static_cast<long long>(m.total_bytes()),
@@ -176,9 +179,10 @@ void add_model_commands(CLI::App& app) {
       "source carries";
   auto args = std::make_shared<ConvertArgs>();
   auto* conv = app.add_subcommand(
-      "convert", "Convert a model (llama2.c .bin, safetensors file/dir, GGUF, anelab, training checkpoint or run "
-                 "dir) into anelab, GGUF, Hugging Face safetensors or llama2.c, or write a random-weight model of a "
-                 "preset's shape");
+      "convert",
+      "Convert a model (llama2.c .bin, safetensors file/dir, GGUF, anelab, training checkpoint or run "
+      "dir) into anelab, GGUF, Hugging Face safetensors or llama2.c, or write a random-weight model of a "
+      "preset's shape");
   conv->add_option("paths", args->paths, "IN OUT, or OUT with --random")->required();
   conv->add_option("--random", args->random, "write seeded random weights for this preset instead of converting")
       ->check(CLI::IsMember(preset_names()));
@@ -197,11 +201,13 @@ void add_model_commands(CLI::App& app) {
 
   auto eargs = std::make_shared<ConvertArgs>();
   auto* exp = app.add_subcommand(
-      "export", "Export a training checkpoint or run directory (its best.ckpt) - or any model file - as anelab, "
-                "GGUF, Hugging Face safetensors directory or llama2.c .bin");
+      "export",
+      "Export a training checkpoint or run directory (its best.ckpt) - or any model file - as anelab, "
+      "GGUF, Hugging Face safetensors directory or llama2.c .bin");
   exp->add_option("paths", eargs->paths, "CKPT|RUN_DIR|MODEL OUT")->required()->expected(2);
   exp->add_option("--format", eargs->format, formats);
-  exp->add_option("--dtype", eargs->dtype, "dtype of matrices in the output: fp32|fp16|bf16|q8_0|q4_0|q4_k_m|q5_k_s|q5_k_m (default: fp32 for a "
+  exp->add_option("--dtype", eargs->dtype,
+                  "dtype of matrices in the output: fp32|fp16|bf16|q8_0|q4_0|q4_k_m|q5_k_s|q5_k_m (default: fp32 for a "
                   "checkpoint)");
   exp->add_option("--tokenizer", eargs->tokenizer, tok_help);
   exp->callback([eargs] { run_convert(*eargs); });

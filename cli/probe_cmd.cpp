@@ -24,13 +24,13 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
-#include "tests/support/fake_shim.h"
-#include "framework/ane/native_backend.h"
 #include "cli/commands.h"
 #include "cli/probe_rules.h"
+#include "framework/ane/native_backend.h"
 #include "framework/core/file.h"
 #include "framework/kernels/runner.h"
 #include "framework/kernels/workloads.h"
+#include "tests/support/fake_shim.h"
 
 #ifndef ANELAB_COMMIT  // set by framework/CMakeLists.txt (git describe at configure time)
 #define ANELAB_COMMIT "unknown"
@@ -50,8 +50,8 @@ struct ProbeOptions {
   std::string device = rt::kDefaultDevice;
   int repeats = 3;
   int threads = 0;
-  int compile_limit = 0;        // > 0: run the compile_limit probe (opt-in: it exhausts the compiler)
-  ane::FakeShimOptions fake;    // --shim fake: what the stand-in device does (test hooks)
+  int compile_limit = 0;      // > 0: run the compile_limit probe (opt-in: it exhausts the compiler)
+  ane::FakeShimOptions fake;  // --shim fake: what the stand-in device does (test hooks)
 };
 
 // ---- host -----------------------------------------------------------------------------------------
@@ -174,7 +174,8 @@ Workload layer_workload(int repeats) {
       r.qkv_backward(sg, dxn);
       r.rms_backward(kern::KernelKind::kRmsAttBwd, dxn.data(), x.data(), dx1);
       out.clear();
-      for (const auto* v : {&at.o, &ft.y, &fg.dh1, &sg.dq, &sg.dk, &sg.dv, &dx1}) out.insert(out.end(), v->begin(), v->end());
+      for (const auto* v : {&at.o, &ft.y, &fg.dh1, &sg.dq, &sg.dk, &sg.dv, &dx1})
+        out.insert(out.end(), v->begin(), v->end());
     };
     const auto t0 = Clock::now();
     r.set_weights(layer.w);
@@ -242,8 +243,10 @@ json training_kernels(rt::Backend& be, int repeats, bool tflops) {
       out.push_back(std::move(t));
       continue;
     }
-    if (tflops) t["tflops"] = flops / (t["eval_ms"].get<double>() * 1e9);
-    else t["gflops"] = flops / (t["eval_ms"].get<double>() * 1e6);
+    if (tflops)
+      t["tflops"] = flops / (t["eval_ms"].get<double>() * 1e9);
+    else
+      t["gflops"] = flops / (t["eval_ms"].get<double>() * 1e6);
     out.push_back(std::move(t));
   }
   return out;
@@ -369,9 +372,9 @@ void run_probe(const ProbeOptions& o) {
   report["host"] = host_info();
   report["ane"] = ane.info;
   const json& h = report["host"];
-  std::printf("anelab probe (anelab %s)\n  host: %s %s (%s, %s), OS version %s\n", ANELAB_COMMIT, h.value("os", "?").c_str(),
-              h.value("kernel", "?").c_str(), h.value("machine", "?").c_str(), h.value("chip", "?").c_str(),
-              h.value("os_version", "?").c_str());
+  std::printf("anelab probe (anelab %s)\n  host: %s %s (%s, %s), OS version %s\n", ANELAB_COMMIT,
+              h.value("os", "?").c_str(), h.value("kernel", "?").c_str(), h.value("machine", "?").c_str(),
+              h.value("chip", "?").c_str(), h.value("os_version", "?").c_str());
   std::printf("  ANE chip family: %s (device profile %s)\n", ane.info["chip_family"].get<std::string>().c_str(),
               device.c_str());
   if (!ane.backend)
@@ -413,8 +416,10 @@ void run_probe(const ProbeOptions& o) {
       program_case(probe_conv_w8, "the same conv, int8 weights (constexpr_affine_dequantize)", o.repeats)};
   if (profile.dialect != mil::Dialect::kIos16)  // quantize / dequantize are iOS17 ops (check_program)
     cases.push_back(program_case(probe_conv_w8a8, "the same conv, W8A8 (+ quantize/dequantize of x)", o.repeats));
-  cases.push_back(program_case(probe_attention, "causal attention block D=768, 12 heads, S=256 "
-                               "(Wq/Wk/Wv/Wo + matmul/mask/softmax)", o.repeats));
+  cases.push_back(program_case(probe_attention,
+                               "causal attention block D=768, 12 heads, S=256 "
+                               "(Wq/Wk/Wv/Wo + matmul/mask/softmax)",
+                               o.repeats));
   cases.push_back(layer_workload(o.repeats));
   for (const Workload& w : cases) {
     json c = run_case(w, *emu, ane.backend.get());
@@ -459,8 +464,9 @@ void run_probe(const ProbeOptions& o) {
 void add_probe_command(CLI::App& app) {
   auto o = std::make_shared<ProbeOptions>();
   auto* cmd = app.add_subcommand(
-      "probe", "Report the host's ANE (chip, OS) and run conv / attention / training-layer probes and the device-rule "
-               "experiments on the ANE and the emulator (JSON with --out, to attach to an issue)");
+      "probe",
+      "Report the host's ANE (chip, OS) and run conv / attention / training-layer probes and the device-rule "
+      "experiments on the ANE and the emulator (JSON with --out, to attach to an issue)");
   cmd->add_option("--out", o->out, "write the JSON report here");
   cmd->add_option("--shim", o->shim, "system: the real ANE (if any); fake: the FakeShim over the emulator (testing)")
       ->capture_default_str()
@@ -475,7 +481,8 @@ void add_probe_command(CLI::App& app) {
                   "also count compiles until the compiler fails, up to this many (opt-in: the process cannot "
                   "compile afterwards)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--fake-sub-type", o->fake.sub_type, "--shim fake: the chip family it reports")->capture_default_str();
+  cmd->add_option("--fake-sub-type", o->fake.sub_type, "--shim fake: the chip family it reports")
+      ->capture_default_str();
   cmd->add_option("--fake-row-align", o->fake.row_align_bytes,
                   "--shim fake: row alignment (bytes) it reads and writes surfaces with (0: the profile's)")
       ->capture_default_str();

@@ -18,9 +18,9 @@
 namespace anelab::cli {
 namespace {
 
-using nlohmann::json;
 using mil::DType;
 using mil::Value;
+using nlohmann::json;
 
 // ---- a raw session: compile / load / evaluate through the shim, cleaned up at the end -------------
 class Raw {
@@ -57,8 +57,9 @@ class Raw {
   // One evaluate with surfaces of the given sizes: inputs hold `in` (copied to the surface start),
   // outputs are pre-filled with `fill` (fp16 bits) and returned whole.
   Result<std::vector<std::vector<uint8_t>>> eval(size_t m, const std::vector<std::vector<uint8_t>>& in,
-                                                 const std::vector<size_t>& in_sizes, const std::vector<size_t>& out_sizes,
-                                                 const ane::RequestIndices& idx, half_bits fill = 0) {
+                                                 const std::vector<size_t>& in_sizes,
+                                                 const std::vector<size_t>& out_sizes, const ane::RequestIndices& idx,
+                                                 half_bits fill = 0) {
     std::vector<ane::SurfaceHandle> ins, outs;
     auto cleanup = [&](Status s) {
       for (auto h : ins) shim_.release_surface(h);
@@ -161,12 +162,12 @@ Value identity_conv(mil::FunctionBuilder& b, const Value& x, int64_t c, rt::Weig
   return b.conv(x, b.const_blob(mil::tensor_type(DType::kFp16, {c, c, 1, 1}), "@model_path/weights/i.bin", off));
 }
 
-constexpr int64_t kRows = 16;          // channels of the layout probes
+constexpr int64_t kRows = 16;  // channels of the layout probes
 // Width of every probe tensor that is not itself about widths: 64 fp16 columns = 128-byte rows, dense
 // whether the device aligns rows to 64 or to 128 bytes, so a row-stride discrepancy cannot spoil them.
 constexpr int64_t kW = 64;
-constexpr size_t kBig = 49152 * 2;     // surface size large enough for any plausible stride
-constexpr int kPeriod = 2048;          // fp16 holds the integers 0..2048 exactly
+constexpr size_t kBig = 49152 * 2;          // surface size large enough for any plausible stride
+constexpr int kPeriod = 2048;               // fp16 holds the integers 0..2048 exactly
 constexpr int kReportedCompileLimit = 119;  // compiles that succeed per process (digest §1.11)
 size_t round_up(size_t v, size_t m) { return (v + m - 1) / m * m; }
 
@@ -181,8 +182,10 @@ json row_stride_one(Raw& raw, const rt::DeviceProfile& p, int64_t S) {
     rt::Weights w;
     Value x = b.input("x", mil::tensor_type(DType::kFp16, {1, kRows, 1, S}));
     Value y = identity_conv(b, x, kRows, w);
-    if (P > S) y = b.concat({y, b.const_tensor(mil::tensor_type(DType::kFp16, {1, kRows, 1, P - S}),
-                                               std::vector<double>(static_cast<size_t>(kRows * (P - S)), 0.0))}, 3);
+    if (P > S)
+      y = b.concat({y, b.const_tensor(mil::tensor_type(DType::kFp16, {1, kRows, 1, P - S}),
+                                      std::vector<double>(static_cast<size_t>(kRows * (P - S)), 0.0))},
+                   3);
     b.output(y);
     Built m = print_for(pb, p);
     m.weights = w;
@@ -201,13 +204,15 @@ json row_stride_one(Raw& raw, const rt::DeviceProfile& p, int64_t S) {
       return r;
     }
     const auto& o = (*out)[0];
-    const int64_t stride = (static_cast<int64_t>(f16_at(o, static_cast<size_t>(P))) - static_cast<int64_t>(f16_at(o, 0)) +
-                            kPeriod) % kPeriod;
+    const int64_t stride =
+        (static_cast<int64_t>(f16_at(o, static_cast<size_t>(P))) - static_cast<int64_t>(f16_at(o, 0)) + kPeriod) %
+        kPeriod;
     bool consistent = true;
     for (int64_t c = 0; c < kRows; ++c)
       for (int64_t s = 0; s < S; ++s)
-        consistent = consistent && f16_at(o, static_cast<size_t>(c * P + s)) ==
-                                       static_cast<float>((c * stride + s + static_cast<int64_t>(f16_at(o, 0))) % kPeriod);
+        consistent =
+            consistent && f16_at(o, static_cast<size_t>(c * P + s)) ==
+                              static_cast<float>((c * stride + s + static_cast<int64_t>(f16_at(o, 0))) % kPeriod);
     r["input_stride_bytes"] = stride * 2;
     r["input_consistent"] = consistent;
   }
@@ -227,7 +232,8 @@ json row_stride_one(Raw& raw, const rt::DeviceProfile& p, int64_t S) {
     }
     std::vector<float> in(static_cast<size_t>(kRows * P));
     for (int64_t c = 0; c < kRows; ++c)
-      for (int64_t s = 0; s < P; ++s) in[static_cast<size_t>(c * P + s)] = static_cast<float>((c * 100 + s + 1) % kPeriod);
+      for (int64_t s = 0; s < P; ++s)
+        in[static_cast<size_t>(c * P + s)] = static_cast<float>((c * 100 + s + 1) % kPeriod);
     auto out = raw.eval(*h, {f16_bytes(in, kBig)}, {kBig}, {kBig}, one, float_to_half(-1.0f));
     raw.unload(*h);
     if (!out) {
@@ -273,7 +279,10 @@ json min_surface(Raw& raw, const rt::DeviceProfile& p) {
         same += f16_at((*out)[0], k) == in[k];
         zero += f16_at((*out)[0], k) == 0.0f;
       }
-      one = {{"works", same == in.size()}, {"detail", same == in.size() ? "ok" : zero == in.size() ? "zeros" : "wrong values"}};
+      one = {{"works", same == in.size()},
+             {"detail", same == in.size()   ? "ok"
+                        : zero == in.size() ? "zeros"
+                                            : "wrong values"}};
     }
     r[std::to_string(bytes)] = one;
   }
@@ -299,7 +308,8 @@ json io_order(Raw& raw, const rt::DeviceProfile& p) {
   if (!h) return json{{"error", h.status().message()}};
   const size_t sz = rt::surface_alloc_bytes(mil::tensor_type(DType::kFp16, {1, c0 + c1 + c2, 1, S}), p);
   auto fill = [&](int64_t ch, float v) { return f16_bytes(std::vector<float>(static_cast<size_t>(ch * S), v), sz); };
-  auto out = raw.eval(*h, {fill(c0, 1.0f), fill(c1, 2.0f), fill(c2, 3.0f)}, {sz, sz, sz}, {sz, sz}, {{0, 1, 2}, {0, 1}, 0});
+  auto out =
+      raw.eval(*h, {fill(c0, 1.0f), fill(c1, 2.0f), fill(c2, 3.0f)}, {sz, sz, sz}, {sz, sz}, {{0, 1, 2}, {0, 1}, 0});
   raw.unload(*h);
   if (!out) return json{{"error", out.status().message()}};
   json inputs = json::array();
@@ -333,7 +343,8 @@ json procedures(Raw& raw, const rt::DeviceProfile& p, ane::Shim& shim) {
     r["error"] = table.status().message();
   } else {
     json t = json::array();
-    for (const auto& e : *table) t.push_back({{"procedure", e.procedure_id}, {"inputs", e.inputs}, {"outputs", e.outputs}});
+    for (const auto& e : *table)
+      t.push_back({{"procedure", e.procedure_id}, {"inputs", e.inputs}, {"outputs", e.outputs}});
     r["symbols"] = t;
     Result<ane::RequestIndices> idx = ane::procedure_indices(m.program, 1, *table);
     if (idx) {
@@ -365,8 +376,10 @@ json max_dim(Raw& raw, const rt::DeviceProfile& p) {
       one["detail"] = h.status().message();
     } else {
       const size_t sz = rt::surface_alloc_bytes(mil::tensor_type(DType::kFp16, {1, d / kW, 1, kW}), p);
-      auto out = raw.eval(*h, {f16_bytes(std::vector<float>(static_cast<size_t>(d), 0.75f), sz)}, {sz}, {sz}, {{0}, {0}, 0});
-      one["runs"] = out.is_ok() && f16_at((*out)[0], 0) == 1.5f && f16_at((*out)[0], static_cast<size_t>(d - 1)) == 1.5f;
+      auto out =
+          raw.eval(*h, {f16_bytes(std::vector<float>(static_cast<size_t>(d), 0.75f), sz)}, {sz}, {sz}, {{0}, {0}, 0});
+      one["runs"] =
+          out.is_ok() && f16_at((*out)[0], 0) == 1.5f && f16_at((*out)[0], static_cast<size_t>(d - 1)) == 1.5f;
       if (!out) one["detail"] = out.status().message();
       raw.unload(*h);
     }
@@ -418,11 +431,15 @@ json compile_limit(Raw& raw, const rt::DeviceProfile& p, int limit, int before) 
     b.output(b.add(b.input("x", mil::tensor_type(DType::kFp16, {1, 32, 1, 32})), static_cast<double>(i + 1)));
     Result<size_t> h = raw.load(print_for(pb, p).text);
     if (!h)
-      return json{{"compiles_in_probe", i + 1}, {"compiles_until_failure", before + i + 1},
-                  {"compiles_before", before}, {"detail", h.status().message()}};
+      return json{{"compiles_in_probe", i + 1},
+                  {"compiles_until_failure", before + i + 1},
+                  {"compiles_before", before},
+                  {"detail", h.status().message()}};
     raw.unload(*h);
   }
-  return json{{"compiles_in_probe", limit}, {"compiles_until_failure", nullptr}, {"compiles_before", before},
+  return json{{"compiles_in_probe", limit},
+              {"compiles_until_failure", nullptr},
+              {"compiles_before", before},
               {"detail", cat("no failure within --compile-limit ", limit)}};
 }
 
@@ -465,9 +482,8 @@ json rule_assumptions(const rt::DeviceProfile& p, const RuleProbeOptions& o) {
   json r;
   for (int64_t S : {32, 33, 48, 64, 100}) {
     const rt::SurfaceLayout l = rt::surface_layout(mil::tensor_type(DType::kFp16, {1, kRows, 1, S}), p);
-    r["row_stride"][std::to_string(S)] = {{"accepted", l.dense()},
-                                          {"input_stride_bytes", l.row_stride},
-                                          {"output_stride_bytes", l.row_stride}};
+    r["row_stride"][std::to_string(S)] = {
+        {"accepted", l.dense()}, {"input_stride_bytes", l.row_stride}, {"output_stride_bytes", l.row_stride}};
   }
   for (size_t bytes : {size_t{2048}, size_t{16384}, size_t{49152}})
     r["min_surface"][std::to_string(bytes)] = {{"works", bytes >= p.min_surface_bytes}};

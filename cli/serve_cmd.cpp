@@ -5,9 +5,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
@@ -115,39 +115,79 @@ void run_serve(ServeArgs& a) {
 
 void add_serve_command(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
-  CLI::App* s = app.add_subcommand("serve", "OpenAI-style HTTP server: /v1/completions, /v1/chat/completions, /v1/models, /health");
-  s->add_option("--model,-m", a->model.model, "Model file: llama2.c .bin, safetensors file/dir, GGUF or .anelab")->required();
+  CLI::App* s = app.add_subcommand(
+      "serve", "OpenAI-style HTTP server: /v1/completions, /v1/chat/completions, /v1/models, /health");
+  s->add_option("--model,-m", a->model.model, "Model file: llama2.c .bin, safetensors file/dir, GGUF or .anelab")
+      ->required();
   s->add_option("--tokenizer", a->model.tokenizer, "Tokenizer (when the model file has none)");
-  s->add_option("--backend", a->model.backend, infer::kPrefillBackendHelp)->capture_default_str()
-      ->check(CLI::IsMember(std::vector<std::string>(std::begin(infer::kPrefillBackends), std::end(infer::kPrefillBackends))));
-  s->add_option("--chat-template", a->model.chat_template,
-                "auto (the model's own, by the control tokens of its vocabulary: Llama 3, Gemma 3, Qwen3 or Qwen2.5; base "
-                "models have none, and chat requests get 400), qwen2.5 (= chatml), qwen3, llama3, gemma3, none")
+  s->add_option("--backend", a->model.backend, infer::kPrefillBackendHelp)
+      ->capture_default_str()
+      ->check(CLI::IsMember(
+          std::vector<std::string>(std::begin(infer::kPrefillBackends), std::end(infer::kPrefillBackends))));
+  s->add_option(
+       "--chat-template", a->model.chat_template,
+       "auto (the model's own, by the control tokens of its vocabulary: Llama 3, Gemma 3, Qwen3 or Qwen2.5; base "
+       "models have none, and chat requests get 400), qwen2.5 (= chatml), qwen3, llama3, gemma3, none")
       ->capture_default_str();
-  s->add_option("--device", a->model.device, "Device profile for emulator/ane (m1..m5, or auto: the ANE chip's, m4 on the emulator)")->capture_default_str();
-  s->add_option("--dtype", a->model.dtype, "Compute dtype: fp16, fp32 or auto (as `anelab infer`)")->capture_default_str();
-  s->add_option("--threads", a->model.threads, "CPU threads per worker engine")->capture_default_str()->check(number_in(infer::params::kThreads));
-  s->add_option("--ctx,-c", a->model.ctx, "Context positions (0 = the model's max_seq_len)")->capture_default_str()->check(number_in(infer::params::kContext));
+  s->add_option("--device", a->model.device,
+                "Device profile for emulator/ane (m1..m5, or auto: the ANE chip's, m4 on the emulator)")
+      ->capture_default_str();
+  s->add_option("--dtype", a->model.dtype, "Compute dtype: fp16, fp32 or auto (as `anelab infer`)")
+      ->capture_default_str();
+  s->add_option("--threads", a->model.threads, "CPU threads per worker engine")
+      ->capture_default_str()
+      ->check(number_in(infer::params::kThreads));
+  s->add_option("--ctx,-c", a->model.ctx, "Context positions (0 = the model's max_seq_len)")
+      ->capture_default_str()
+      ->check(number_in(infer::params::kContext));
   add_kv_type_option(s, a->model.kv_type);
   add_mmap_option(s, a->model.mmap);
   s->add_option("--name", a->model.name, "Model id in responses (default: the model file's name)");
   s->add_option("--warmup", a->model.warmup_tokens,
-                "Compile the prefill kernels for prompts up to this many tokens at start-up (0: none)")->capture_default_str()->check(number_in(0, kInf));
-  s->add_option("--host", a->server.host, "Address to bind (loopback by default; another one without --api-key prints a warning)")->capture_default_str();
-  s->add_option("--port", a->server.port, "TCP port (0: any free port, printed on stdout)")->capture_default_str()->check(number_in(0, 65535));
-  s->add_option("--port-file", a->port_file, "Write the bound port to this file once listening (checked writable at start)");
+                "Compile the prefill kernels for prompts up to this many tokens at start-up (0: none)")
+      ->capture_default_str()
+      ->check(number_in(0, kInf));
+  s->add_option("--host", a->server.host,
+                "Address to bind (loopback by default; another one without --api-key prints a warning)")
+      ->capture_default_str();
+  s->add_option("--port", a->server.port, "TCP port (0: any free port, printed on stdout)")
+      ->capture_default_str()
+      ->check(number_in(0, 65535));
+  s->add_option("--port-file", a->port_file,
+                "Write the bound port to this file once listening (checked writable at start)");
   s->add_option("--api-key", a->server.api_key,
                 "Require 'Authorization: Bearer KEY' on every route but /health (else 401); default: $ANELAB_API_KEY");
   s->add_option("--parallel", a->server.parallel,
-                "Generation workers, each with its own engine + KV cache (memory x N)")->capture_default_str()->check(number_in(1, 256));
-  s->add_option("--queue", a->server.queue, "Requests that may wait beyond the running ones (then 503)")->capture_default_str()->check(number_in(0, 65536));
-  s->add_option("--http-threads", a->server.http_threads, "HTTP worker threads answering complete requests (0: 2*(parallel+queue)+8, >= 16)")->capture_default_str()->check(number_in(0, 4096));
-  s->add_option("--max-connections", a->server.max_connections, "Open connections; one more is answered 503 and closed")->capture_default_str()->check(number_in(1, 65536));
-  s->add_option("--request-timeout", a->request_timeout_s, "Seconds a whole request (head + body) may take from its first byte (then 408, closed)")->capture_default_str()->check(number_in(0.1, 3600));
-  s->add_option("--max-body", a->server.max_body, "Largest request body in bytes (then 413)")->capture_default_str()->check(number_in(1, 1 << 30));
-  s->add_option("--max-tokens-cap", a->max_tokens_cap, "Largest max_tokens a request may ask for (0: the context)")->capture_default_str()->check(number_in(0, kInf));
-  s->add_option("--default-max-tokens", a->server.limits.default_max_tokens, "max_tokens when a request has none")->capture_default_str()->check(number_in(1, kInf));
-  s->add_option("--shutdown-grace", a->grace_s, "Seconds running requests may finish after SIGINT/SIGTERM before they are cancelled")->capture_default_str()->check(number_in(0, 3600));
+                "Generation workers, each with its own engine + KV cache (memory x N)")
+      ->capture_default_str()
+      ->check(number_in(1, 256));
+  s->add_option("--queue", a->server.queue, "Requests that may wait beyond the running ones (then 503)")
+      ->capture_default_str()
+      ->check(number_in(0, 65536));
+  s->add_option("--http-threads", a->server.http_threads,
+                "HTTP worker threads answering complete requests (0: 2*(parallel+queue)+8, >= 16)")
+      ->capture_default_str()
+      ->check(number_in(0, 4096));
+  s->add_option("--max-connections", a->server.max_connections, "Open connections; one more is answered 503 and closed")
+      ->capture_default_str()
+      ->check(number_in(1, 65536));
+  s->add_option("--request-timeout", a->request_timeout_s,
+                "Seconds a whole request (head + body) may take from its first byte (then 408, closed)")
+      ->capture_default_str()
+      ->check(number_in(0.1, 3600));
+  s->add_option("--max-body", a->server.max_body, "Largest request body in bytes (then 413)")
+      ->capture_default_str()
+      ->check(number_in(1, 1 << 30));
+  s->add_option("--max-tokens-cap", a->max_tokens_cap, "Largest max_tokens a request may ask for (0: the context)")
+      ->capture_default_str()
+      ->check(number_in(0, kInf));
+  s->add_option("--default-max-tokens", a->server.limits.default_max_tokens, "max_tokens when a request has none")
+      ->capture_default_str()
+      ->check(number_in(1, kInf));
+  s->add_option("--shutdown-grace", a->grace_s,
+                "Seconds running requests may finish after SIGINT/SIGTERM before they are cancelled")
+      ->capture_default_str()
+      ->check(number_in(0, 3600));
   s->add_flag("!--no-log", a->server.log_requests, "Do not log one line per request on stderr");
   s->add_flag("--quiet,-q", a->quiet, "No start-up progress lines on stderr (model load, warm-up)");
   s->callback([a] { run_serve(*a); });

@@ -41,8 +41,8 @@ void run_tokenize(const TokenizeArgs& a) {
     write_file_atomic(a.out, lines);
   } else {
     // The sidecar names the tokenizer by absolute path: `anelab train` finds it from any directory.
-    const auto info = tok::write_token_file(*tok, input, a.out,
-                                            std::filesystem::absolute(a.tokenizer).lexically_normal().string());
+    const auto info =
+        tok::write_token_file(*tok, input, a.out, std::filesystem::absolute(a.tokenizer).lexically_normal().string());
     summary = cat(info.n_documents, " documents -> ", info.n_tokens, " tokens (", info.dtype, ", separator ",
                   info.separator_id, ") in ", a.out, " + .json");
   }

@@ -58,8 +58,11 @@ void add_train_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("train", "train a Llama-family model (CPU reference or ANE kernel strategies)");
   train::register_options(*cmd, &args->slots);
   cmd->add_flag("--bench", args->bench,
-                "benchmark: Stories110M step (B=1, T=256) vs a PyTorch fp32 step measured now, then exit")->group("Benchmark");
-  cmd->add_option("--bench-steps", args->bench_steps, "timed steps per side for --bench")->capture_default_str()->group("Benchmark");
+                "benchmark: Stories110M step (B=1, T=256) vs a PyTorch fp32 step measured now, then exit")
+      ->group("Benchmark");
+  cmd->add_option("--bench-steps", args->bench_steps, "timed steps per side for --bench")
+      ->capture_default_str()
+      ->group("Benchmark");
   cmd->callback([args] {
     if (args->bench) {
       train::BenchOptions o;

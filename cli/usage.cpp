@@ -81,7 +81,9 @@ CLI::Validator number_in(const infer::ParamRange& r) {
       infer::range_text(r));
 }
 
-CLI::Validator number_in(double lo, double hi, bool above_lo) { return number_in(infer::ParamRange{"", lo, hi, above_lo}); }
+CLI::Validator number_in(double lo, double hi, bool above_lo) {
+  return number_in(infer::ParamRange{"", lo, hi, above_lo});
+}
 
 std::optional<std::string> usage_error(CLI::App& app, int argc, const char* const* argv) {
   CLI::App* cur = &app;
@@ -95,8 +97,8 @@ std::optional<std::string> usage_error(CLI::App& app, int argc, const char* cons
       const std::string name = t[1] == '-' ? t.substr(0, t.find('=')) : t.substr(0, 2);
       const CLI::Option* o = find_option(cur, name);
       if (!o)
-        return "unknown option '" + name + "' for '" + path + "'" + did_you_mean(name, option_names(cur)) +
-               " (see '" + path + " --help')";
+        return "unknown option '" + name + "' for '" + path + "'" + did_you_mean(name, option_names(cur)) + " (see '" +
+               path + " --help')";
       // "--steps 3" / "-n 3": the next word is the option's value, not a command ("--steps=3", "-n3" hold it).
       if (o->get_items_expected_min() > 0 && t.size() == name.size() && i + 1 < argc) ++i;
       continue;

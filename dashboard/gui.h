@@ -10,9 +10,9 @@ struct GuiOptions {
   std::vector<std::string> run_dirs;  // run directories to open (each has events.jsonl)
   std::string screenshot;             // when set: render `frames` frames, write this PNG (+ .json sidecar), exit
   int frames = 30;
-  int width = 1280, height = 800;     // window size in screen coordinates
-  float scale = 0;                    // UI scale; 0 = from the monitor's content scale (DPI)
-  int poll_ms = 200;                  // how often events.jsonl files are polled
+  int width = 1280, height = 800;               // window size in screen coordinates
+  float scale = 0;                              // UI scale; 0 = from the monitor's content scale (DPI)
+  int poll_ms = 200;                            // how often events.jsonl files are polled
   std::string experiments_dir = "experiments";  // where "start run" looks for *.toml configs
 };
 

@@ -5,8 +5,8 @@
 #include <imgui_impl_opengl3.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cfloat>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -30,12 +30,8 @@ constexpr int kGlMajor = 3, kGlMinor = 3;
 constexpr const char* kGlslVersion = "#version 330";
 #endif
 
-double mono_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-double wall_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double mono_now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double wall_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 const char* find_font(const char* const* candidates) {
   for (const char* const* p = candidates; *p; ++p)
@@ -54,9 +50,7 @@ float pixels_per_point(GLFWwindow* w) {
   glfwGetFramebufferSize(w, &fw, &fh);
   return ww > 0 && fw > ww ? static_cast<float>(fw) / static_cast<float>(ww) : 1.0f;
 }
-float layout_scale(GLFWwindow* w, float content_scale) {
-  return std::max(1.0f, content_scale / pixels_per_point(w));
-}
+float layout_scale(GLFWwindow* w, float content_scale) { return std::max(1.0f, content_scale / pixels_per_point(w)); }
 
 void load_fonts(App& app) {
   ImGuiIO& io = ImGui::GetIO();
@@ -95,7 +89,9 @@ void on_content_scale(GLFWwindow* w, float xs, float ys) {
   if (app) app->rebuild_fonts = true;  // the framebuffer density may have changed too
 }
 
-void on_glfw_error(int code, const char* msg) { std::fprintf(stderr, "anelab dashboard: GLFW error %d: %s\n", code, msg); }
+void on_glfw_error(int code, const char* msg) {
+  std::fprintf(stderr, "anelab dashboard: GLFW error %d: %s\n", code, msg);
+}
 
 std::string timestamp_name() {
   char buf[64];
@@ -124,16 +120,17 @@ void CapabilityCheck::start(std::vector<std::string> argv, std::string what) {
     int rc = run_and_capture(argv, &out, 5000);
     ok = rc == 0;
     help = out;
-    if (!ok) reason = "`anelab " + what + "` is not available in this build yet (its --help exited with " +
-                      std::to_string(rc) + ")";
+    if (!ok)
+      reason = "`anelab " + what + "` is not available in this build yet (its --help exited with " +
+               std::to_string(rc) + ")";
     state.store(2, std::memory_order_release);
   });
 }
 
 ImU32 App::run_color(size_t i) const {
-  static const ImU32 palette[] = {IM_COL32(255, 145, 40, 255), IM_COL32(70, 170, 255, 255),
-                                  IM_COL32(90, 215, 110, 255), IM_COL32(235, 95, 205, 255),
-                                  IM_COL32(240, 225, 70, 255), IM_COL32(60, 215, 205, 255),
+  static const ImU32 palette[] = {IM_COL32(255, 145, 40, 255),  IM_COL32(70, 170, 255, 255),
+                                  IM_COL32(90, 215, 110, 255),  IM_COL32(235, 95, 205, 255),
+                                  IM_COL32(240, 225, 70, 255),  IM_COL32(60, 215, 205, 255),
                                   IM_COL32(175, 145, 255, 255), IM_COL32(245, 90, 90, 255)};
   return palette[i % (sizeof palette / sizeof palette[0])];
 }
@@ -143,7 +140,8 @@ bool App::add_run(const std::string& dir_in) {
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   if (dir.empty()) return false;
   fs::path p(dir);
-  if (fs::is_regular_file(p) && p.filename() == "events.jsonl") dir = p.parent_path().empty() ? "." : p.parent_path().string();
+  if (fs::is_regular_file(p) && p.filename() == "events.jsonl")
+    dir = p.parent_path().empty() ? "." : p.parent_path().string();
   for (const auto& r : runs)
     if (fs::weakly_canonical(r.data->dir) == fs::weakly_canonical(dir)) {
       status_line = "already open: " + dir;
@@ -189,7 +187,10 @@ void App::update_caches() {
     if (xr.valid()) lo = std::min(lo, xr.lo), hi = std::max(hi, xr.hi);
   }
   if (!(hi > lo)) {
-    if (hi == lo && std::isfinite(lo)) lo -= 0.5, hi += 0.5; else lo = 0, hi = 1;
+    if (hi == lo && std::isfinite(lo))
+      lo -= 0.5, hi += 0.5;
+    else
+      lo = 0, hi = 1;
   }
   xv.fit_lo = lo, xv.fit_hi = hi;
 }
@@ -340,9 +341,8 @@ int run_dashboard(const GuiOptions& opt_in) {
   app.window = glfwCreateWindow(app.opt.width, app.opt.height, "anelab dashboard", nullptr, nullptr);
   if (!app.window) {
     glfwTerminate();
-    fail("dashboard", "cannot create a ", app.opt.width, "x", app.opt.height,
-                        " window with OpenGL ", kGlMajor, ".", kGlMinor,
-                        " core (check the display and the GL driver, e.g. libgl1-mesa-dri)");
+    fail("dashboard", "cannot create a ", app.opt.width, "x", app.opt.height, " window with OpenGL ", kGlMajor, ".",
+         kGlMinor, " core (check the display and the GL driver, e.g. libgl1-mesa-dri)");
   }
   glfwSetWindowUserPointer(app.window, &app);
   glfwMakeContextCurrent(app.window);
@@ -386,8 +386,10 @@ void main_loop(App& app) {
   const double frame_s = 1.0 / 60.0;
   while (!glfwWindowShouldClose(app.window)) {
     double t_frame = mono_now();
-    if (screenshot_mode) glfwPollEvents();
-    else glfwWaitEventsTimeout(app.trainer.running() || app.sampler.running() ? 0.05 : 0.1);
+    if (screenshot_mode)
+      glfwPollEvents();
+    else
+      glfwWaitEventsTimeout(app.trainer.running() || app.sampler.running() ? 0.05 : 0.1);
     app.now = mono_now();
     if (app.rebuild_fonts) {
       load_fonts(app);

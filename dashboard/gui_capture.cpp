@@ -7,9 +7,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "dashboard/gui_internal.h"
 #include "framework/core/error.h"
@@ -35,20 +34,29 @@ nlohmann::json sidecar(const App& app, const std::string& png, int w, int h, int
   for (const auto& v : app.runs) {
     const RunData& r = *v.data;
     ImVec4 c = ImGui::ColorConvertU32ToFloat4(v.color);
-    json jr = {{"dir", r.dir}, {"name", r.name}, {"status", status_name(r.status)},
+    json jr = {{"dir", r.dir},
+               {"name", r.name},
+               {"status", status_name(r.status)},
                {"color", {std::lround(c.x * 255), std::lround(c.y * 255), std::lround(c.z * 255)}},
-               {"visible", v.visible}, {"steps", r.steps.size()}, {"evals", r.evals.size()},
-               {"samples", r.samples.size()}, {"events", r.events}, {"malformed", r.malformed},
-               {"markers", r.markers.size()}, {"starts", r.starts}, {"restarts", r.restarts},
-               {"polls_with_data", r.polls_with_data}, {"resets", r.follower().resets()},
-               {"bytes_read", r.follower().offset()}, {"file_exists", r.file_exists}};
-    jr["power"] = r.power_state == PowerState::available
-                      ? json{{"state", "available"}, {"source", r.power_source}}
-                      : r.power_state == PowerState::not_available
-                            ? json{{"state", "not_available"}, {"reason", r.power_reason}}
-                            : json{{"state", "unknown"}};
-    jr["first_error"] = r.first_error.line ? json{{"line", r.first_error.line}, {"message", r.first_error.message}}
-                                           : json(nullptr);
+               {"visible", v.visible},
+               {"steps", r.steps.size()},
+               {"evals", r.evals.size()},
+               {"samples", r.samples.size()},
+               {"events", r.events},
+               {"malformed", r.malformed},
+               {"markers", r.markers.size()},
+               {"starts", r.starts},
+               {"restarts", r.restarts},
+               {"polls_with_data", r.polls_with_data},
+               {"resets", r.follower().resets()},
+               {"bytes_read", r.follower().offset()},
+               {"file_exists", r.file_exists}};
+    jr["power"] = r.power_state == PowerState::available ? json{{"state", "available"}, {"source", r.power_source}}
+                  : r.power_state == PowerState::not_available
+                      ? json{{"state", "not_available"}, {"reason", r.power_reason}}
+                      : json{{"state", "unknown"}};
+    jr["first_error"] =
+        r.first_error.line ? json{{"line", r.first_error.line}, {"message", r.first_error.message}} : json(nullptr);
     if (r.first_error.line)
       errors.push_back(r.name + ": " + std::to_string(r.malformed) + " malformed line(s) in " + r.events_path +
                        "; first: line " + std::to_string(r.first_error.line) + ": " + r.first_error.message);
@@ -61,7 +69,9 @@ nlohmann::json sidecar(const App& app, const std::string& png, int w, int h, int
   if (m.available()) {
     json rails = json::array();
     for (power::Rail r : m.rails()) rails.push_back(power::rail_name(r));
-    j["power"] = {{"available", true}, {"source", m.source_name()}, {"rails", rails},
+    j["power"] = {{"available", true},
+                  {"source", m.source_name()},
+                  {"rails", rails},
                   {"watts", std::isnan(app.power_now_w) ? json(nullptr) : json(app.power_now_w)}};
     if (!app.meter_error.empty()) j["power"]["error"] = app.meter_error;
   } else {

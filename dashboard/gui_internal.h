@@ -1,5 +1,7 @@
 // State shared by the dashboard's window code (gui_app.cpp) and its panels (gui_panels.cpp).
 #pragma once
+#include <imgui.h>
+
 #include <array>
 #include <atomic>
 #include <map>
@@ -8,8 +10,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <imgui.h>
 
 #include "dashboard/gui.h"
 #include "dashboard/gui_plot.h"
@@ -88,13 +88,14 @@ struct App {
   std::unique_ptr<power::Meter> meter = power::default_meter();  // this machine's power source, if any
   power::Reading meter_last;
   bool meter_primed = false;
-  std::string meter_error;  // a read that failed (shown instead of numbers)
-  double power_now_w = NAN;  // last interval's total watts
+  std::string meter_error;                                // a read that failed (shown instead of numbers)
+  double power_now_w = NAN;                               // last interval's total watts
   std::array<std::vector<double>, power::kRails> rail_w;  // per rail, aligned with sys_t (NaN: no value)
   MachineCpu cpu;
   std::vector<double> sys_t, power_w, cpu_pct, rss_self;  // sampled once a second
   double sys_t0 = 0, last_sys = 0;
-  platform::Reading<platform::MachineMemory> mem = platform::Reading<platform::MachineMemory>::unavailable("not sampled yet");
+  platform::Reading<platform::MachineMemory> mem =
+      platform::Reading<platform::MachineMemory>::unavailable("not sampled yet");
 
   // Rectangles of the last frame (framebuffer pixels), for the screenshot sidecar.
   std::map<std::string, Rect> panels, plots;
@@ -108,7 +109,7 @@ struct App {
   void draw();  // one frame of the UI
   ImU32 run_color(size_t i) const;
   RunView* focused() { return runs.empty() ? nullptr : &runs[static_cast<size_t>(focus) % runs.size()]; }
-  void record_panel(const std::string& name);            // call inside a child window
+  void record_panel(const std::string& name);           // call inside a child window
   void record_plot(const std::string& name, ImVec4 r);  // screen coordinates
 };
 

@@ -47,9 +47,7 @@ void help_marker(const char* text) {
   }
 }
 
-void title(const char* t) {
-  ImGui::TextUnformatted(t);
-}
+void title(const char* t) { ImGui::TextUnformatted(t); }
 
 // Markers of the visible runs (compile batches, restarts, resumes, errors; checkpoints optional).
 std::vector<PlotMarker> run_markers(const App& app, bool checkpoints) {
@@ -62,12 +60,24 @@ std::vector<PlotMarker> run_markers(const App& app, bool checkpoints) {
       double x = app.x_time ? (i < v.marker_x_time.size() ? v.marker_x_time[i] : 0) : m.step;
       ImU32 c = 0;
       switch (m.kind) {
-        case MarkerKind::compile: c = kCompile; break;
-        case MarkerKind::restart: c = kRestart; break;
-        case MarkerKind::resume: c = kResume; break;
-        case MarkerKind::error: c = kRestart; break;
-        case MarkerKind::checkpoint: c = checkpoints ? kCheckpoint : 0; break;
-        case MarkerKind::run_start: c = 0; break;
+        case MarkerKind::compile:
+          c = kCompile;
+          break;
+        case MarkerKind::restart:
+          c = kRestart;
+          break;
+        case MarkerKind::resume:
+          c = kResume;
+          break;
+        case MarkerKind::error:
+          c = kRestart;
+          break;
+        case MarkerKind::checkpoint:
+          c = checkpoints ? kCheckpoint : 0;
+          break;
+        case MarkerKind::run_start:
+          c = 0;
+          break;
       }
       if (c) out.push_back({x, c, v.data->name + ": " + m.label, m.kind == MarkerKind::compile});
     }
@@ -110,8 +120,9 @@ void plot_column(App& app, const char* id, Col c, const char* what, ImVec2 size,
 void draw_header(App& app) {
   RunView* f = app.focused();
   if (!f) {
-    ImGui::TextUnformatted("anelab dashboard  |  no run open: pass run directories on the command line or type one "
-                           "in Runs > open  |  F1 or ? for help");
+    ImGui::TextUnformatted(
+        "anelab dashboard  |  no run open: pass run directories on the command line or type one "
+        "in Runs > open  |  F1 or ? for help");
   } else {
     const RunData& r = *f->data;
     ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(f->color), "%s", r.name.c_str());
@@ -181,8 +192,8 @@ void draw_loss_panel(App& app, ImVec2 size) {
     if (v.visible) legend.push_back({v.data->name, v.color});
   PlotSpec spec = spec_for(app, "loss_plot");
   spec.log_y = app.loss_log;
-  spec.empty_text = app.runs.empty() ? "open a run directory (Runs panel, or pass it on the command line)"
-                                     : "no step events yet";
+  spec.empty_text =
+      app.runs.empty() ? "open a run directory (Runs panel, or pass it on the command line)" : "no step events yet";
   ImVec4 r = draw_plot(spec, app.xv, lines, run_markers(app, true), legend);
   app.record_plot("loss", r);
   ImGui::EndChild();
@@ -211,8 +222,7 @@ void draw_ms_panel(App& app) {
     }
   }
   for (const auto& v : app.runs)  // total ms of every visible run as a line
-    if (v.visible)
-      lines.push_back({&xcol(app, v), &v.data->steps[Col::ms], v.color, 1.2f, v.data->name + " ms"});
+    if (v.visible) lines.push_back({&xcol(app, v), &v.data->steps[Col::ms], v.color, 1.2f, v.data->name + " ms"});
   if (f && f->visible) {  // several ranks: the whole communication time as a line
     const auto& comm = f->data->steps[Col::ms_comm];
     if (std::any_of(comm.begin(), comm.end(), [](double v) { return v > 0; }))
@@ -266,12 +276,14 @@ void draw_machine_watts(App& app, float h) {
                                               IM_COL32(200, 200, 200, 255)};
   std::vector<PlotLine> lines;
   for (power::Rail r : m.rails())
-    lines.push_back({&app.sys_t, &app.rail_w[static_cast<int>(r)], colors[static_cast<int>(r)], 1.8f, power::rail_name(r)});
+    lines.push_back(
+        {&app.sys_t, &app.rail_w[static_cast<int>(r)], colors[static_cast<int>(r)], 1.8f, power::rail_name(r)});
   app.record_plot("power", draw_plot(s, xv, lines, {}, {}));
   std::string now;
   for (power::Rail r : m.rails()) {
     const auto& v = app.rail_w[static_cast<int>(r)];
-    now += std::string(power::rail_name(r)) + " " + (v.empty() || std::isnan(v.back()) ? "n/a" : fmt("%.1f", v.back())) + " W  ";
+    now += std::string(power::rail_name(r)) + " " +
+           (v.empty() || std::isnan(v.back()) ? "n/a" : fmt("%.1f", v.back())) + " W  ";
   }
   ImGui::TextDisabled("%s", now.c_str());
 }
@@ -290,7 +302,8 @@ void draw_run_energy(App& app) {
     ImGui::PopTextWrapPos();
     return;
   }
-  title(("J/step (" + r.power_source + ", " + fmt("%.3g", last_finite(r.steps[Col::j_per_token])) + " J/token)").c_str());
+  title(
+      ("J/step (" + r.power_source + ", " + fmt("%.3g", last_finite(r.steps[Col::j_per_token])) + " J/token)").c_str());
   plot_column(app, "energy_plot", Col::energy_j, "J/step", {0, ImGui::GetContentRegionAvail().y}, true);
 }
 
@@ -368,8 +381,9 @@ void stop_trainer(App& app) {
   int sig = app.trainer_stop_presses++ == 0 ? SIGINT : SIGTERM;
   if (app.trainer.running()) {
     app.trainer.signal(sig);
-    app.trainer_msg = std::string(sig == SIGINT ? "sent SIGINT (checkpoint and stop); press again for SIGTERM"
-                                                : "sent SIGTERM") + " to pid " + std::to_string(app.trainer.pid());
+    app.trainer_msg =
+        std::string(sig == SIGINT ? "sent SIGINT (checkpoint and stop); press again for SIGTERM" : "sent SIGTERM") +
+        " to pid " + std::to_string(app.trainer.pid());
     return;
   }
   RunView* f = app.focused();
@@ -387,14 +401,15 @@ void draw_trainer_controls(App& app) {
   const bool ready = app.train_check.done() && app.train_check.ok;
   if (ImGui::BeginCombo("config", app.cfg_buf[0] ? app.cfg_buf : "(experiments/*.toml)")) {
     for (const auto& c : app.experiment_configs)
-      if (ImGui::Selectable(c.c_str(), c == app.cfg_buf)) std::snprintf(app.cfg_buf, sizeof app.cfg_buf, "%s", c.c_str());
+      if (ImGui::Selectable(c.c_str(), c == app.cfg_buf))
+        std::snprintf(app.cfg_buf, sizeof app.cfg_buf, "%s", c.c_str());
     if (app.experiment_configs.empty()) ImGui::TextDisabled("no *.toml in %s", app.opt.experiments_dir.c_str());
     ImGui::EndCombo();
   }
   ImGui::InputText("config path", app.cfg_buf, sizeof app.cfg_buf);
   ImGui::InputText("run dir", app.run_dir_buf, sizeof app.run_dir_buf);
-  const char* why = !app.train_check.done() ? "checking whether `anelab train` is available..."
-                                             : app.train_check.reason.c_str();
+  const char* why =
+      !app.train_check.done() ? "checking whether `anelab train` is available..." : app.train_check.reason.c_str();
   ImGui::BeginDisabled(!ready);
   if (ImGui::Button("Start")) start_trainer(app, false);
   if (!ready) help_marker(why);
@@ -407,8 +422,9 @@ void draw_trainer_controls(App& app) {
   bool can_stop = app.trainer.running() || (f && f->data->status == RunStatus::running && f->data->pid > 0);
   ImGui::BeginDisabled(!can_stop);
   if (ImGui::Button(app.trainer_stop_presses > 0 && app.trainer.running() ? "Terminate" : "Stop")) stop_trainer(app);
-  help_marker("First press: SIGINT (the trainer checkpoints and stops); second press: SIGTERM. Without a trainer "
-              "started here, signals the focused run's pid (same machine only).");
+  help_marker(
+      "First press: SIGINT (the trainer checkpoints and stops); second press: SIGTERM. Without a trainer "
+      "started here, signals the focused run's pid (same machine only).");
   ImGui::EndDisabled();
   if (app.trainer.started() && !app.trainer.running() && app.trainer_msg.find("exited") == std::string::npos)
     app.trainer_msg = "trainer exited with status " + std::to_string(app.trainer.exit_status()) + " (see " +
@@ -426,7 +442,8 @@ void colored_wrapped(const ImVec4& c, const std::string& text) {
 void draw_run_errors(const RunView& v) {
   const RunData& r = *v.data;
   if (r.malformed)
-    colored_wrapped(kErrText, r.name + ": " + std::to_string(r.malformed) + " malformed line(s) in events.jsonl; first: line " +
+    colored_wrapped(kErrText, r.name + ": " + std::to_string(r.malformed) +
+                                  " malformed line(s) in events.jsonl; first: line " +
                                   std::to_string(r.first_error.line) + ": " + r.first_error.message);
   if (!r.io_error.empty()) colored_wrapped(kErrText, r.name + ": " + r.events_path + ": " + r.io_error);
   if (!r.fatal_error.empty()) colored_wrapped(kErrText, r.name + ": run failed: " + r.fatal_error);
@@ -469,21 +486,26 @@ void draw_runs_panel(App& app, ImVec2 size) {
       ImGui::PopStyleColor();
       ImGui::TableNextColumn();
       if (ImGui::Selectable(r.name.c_str(), app.focus == static_cast<int>(i))) app.focus = static_cast<int>(i);
-      if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s\n%llu events, %llu bytes read, %llu resets", r.events_path.c_str(),
-                                                    static_cast<unsigned long long>(r.events),
-                                                    static_cast<unsigned long long>(r.follower().offset()),
-                                                    static_cast<unsigned long long>(r.follower().resets()));
+      if (ImGui::IsItemHovered())
+        ImGui::SetTooltip("%s\n%llu events, %llu bytes read, %llu resets", r.events_path.c_str(),
+                          static_cast<unsigned long long>(r.events),
+                          static_cast<unsigned long long>(r.follower().offset()),
+                          static_cast<unsigned long long>(r.follower().resets()));
       ImGui::TableNextColumn();
-      ImVec4 sc = r.status == RunStatus::failed ? kErrText : r.status == RunStatus::running ? kOkText
-                : r.status == RunStatus::stopped ? kWarnText : ImGui::GetStyleColorVec4(ImGuiCol_Text);
+      ImVec4 sc = r.status == RunStatus::failed    ? kErrText
+                  : r.status == RunStatus::running ? kOkText
+                  : r.status == RunStatus::stopped ? kWarnText
+                                                   : ImGui::GetStyleColorVec4(ImGuiCol_Text);
       ImGui::TextColored(sc, "%s", status_name(r.status));
       ImGui::TableNextColumn();
       ImGui::Text("%s", fmt("%.0f", last_finite(r.steps[Col::step])).c_str());
       ImGui::TableNextColumn();
       ImGui::Text("%s", fmt("%.3f", last_finite(v.loss_ema)).c_str());
       ImGui::TableNextColumn();
-      if (r.malformed) ImGui::TextColored(kErrText, "%llu", static_cast<unsigned long long>(r.malformed));
-      else ImGui::TextDisabled("0");
+      if (r.malformed)
+        ImGui::TextColored(kErrText, "%llu", static_cast<unsigned long long>(r.malformed));
+      else
+        ImGui::TextDisabled("0");
       ImGui::PopID();
     }
     ImGui::EndTable();
@@ -493,13 +515,14 @@ void draw_runs_panel(App& app, ImVec2 size) {
     const auto& e = f->data->run_end;
     ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
     ImGui::TextWrapped("%s finished: %s steps, %s s wall, %s s compile, %s ms/step, %s GFLOP/s, best val %s",
-                        f->data->name.c_str(), fmt("%.0f", num_field(e, "steps")).c_str(),
-                        fmt("%.1f", num_field(e, "wall_s")).c_str(), fmt("%.1f", num_field(e, "compile_s")).c_str(),
-                        fmt("%.1f", num_field(e, "train_ms_per_step")).c_str(), fmt("%.2f", num_field(e, "gflops")).c_str(),
-                        fmt("%.4f", num_field(e, "best_val_loss")).c_str());
+                       f->data->name.c_str(), fmt("%.0f", num_field(e, "steps")).c_str(),
+                       fmt("%.1f", num_field(e, "wall_s")).c_str(), fmt("%.1f", num_field(e, "compile_s")).c_str(),
+                       fmt("%.1f", num_field(e, "train_ms_per_step")).c_str(),
+                       fmt("%.2f", num_field(e, "gflops")).c_str(), fmt("%.4f", num_field(e, "best_val_loss")).c_str());
     ImGui::PopStyleColor();
   }
-  if (ImGui::CollapsingHeader("Trainer: start / stop / resume", ImGuiTreeNodeFlags_DefaultOpen)) draw_trainer_controls(app);
+  if (ImGui::CollapsingHeader("Trainer: start / stop / resume", ImGuiTreeNodeFlags_DefaultOpen))
+    draw_trainer_controls(app);
   ImGui::EndChild();
 }
 
@@ -524,8 +547,10 @@ void sample_now(App& app, const std::string& model) {
   argv.insert(argv.end(), {"--temperature", buf});
   std::snprintf(buf, sizeof buf, "%.3g", app.top_p);
   argv.insert(argv.end(), {"--top-p", buf});
-  if (h.find("--max-tokens") != std::string::npos) argv.insert(argv.end(), {"--max-tokens", std::to_string(app.max_tokens)});
-  if (app.prompt_buf[0] && h.find("--prompt") != std::string::npos) argv.insert(argv.end(), {"--prompt", app.prompt_buf});
+  if (h.find("--max-tokens") != std::string::npos)
+    argv.insert(argv.end(), {"--max-tokens", std::to_string(app.max_tokens)});
+  if (app.prompt_buf[0] && h.find("--prompt") != std::string::npos)
+    argv.insert(argv.end(), {"--prompt", app.prompt_buf});
   app.sample_model = model;
   if (!app.sampler.start(argv, "", true)) app.sample_output = app.sampler.error();
 }
@@ -555,12 +580,18 @@ void draw_samples_panel(App& app, ImVec2 size) {
                         app.infer_check.help.find("--top-p") != std::string::npos &&
                         app.infer_check.help.find("--model") != std::string::npos;
   std::string why;
-  if (!app.infer_check.done()) why = "checking whether `anelab infer generate` is available...";
-  else if (!app.infer_check.ok) why = app.infer_check.reason;
-  else if (!infer_ok) why = "`anelab infer generate` lacks --model/--temperature/--top-p in this build";
-  else if (!f) why = "open a run first";
-  else if (model.empty()) why = "the focused run has no checkpoint file yet (checkpoint events name it)";
-  else if (app.sampler.running()) why = "generating...";
+  if (!app.infer_check.done())
+    why = "checking whether `anelab infer generate` is available...";
+  else if (!app.infer_check.ok)
+    why = app.infer_check.reason;
+  else if (!infer_ok)
+    why = "`anelab infer generate` lacks --model/--temperature/--top-p in this build";
+  else if (!f)
+    why = "open a run first";
+  else if (model.empty())
+    why = "the focused run has no checkpoint file yet (checkpoint events name it)";
+  else if (app.sampler.running())
+    why = "generating...";
   ImGui::BeginDisabled(!why.empty());
   if (ImGui::Button("Sample now")) sample_now(app, model);
   ImGui::EndDisabled();
@@ -569,7 +600,9 @@ void draw_samples_panel(App& app, ImVec2 size) {
   ImGui::BeginChild("samples_scroll", {0, 0}, false);
   if (app.sampler.started()) {
     ImGui::TextColored(kOkText, "sample now (%s)%s", app.sample_model.c_str(),
-                       app.sampler.running() ? " ..." : app.sampler.exit_status() ? " failed" : "");
+                       app.sampler.running()       ? " ..."
+                       : app.sampler.exit_status() ? " failed"
+                                                   : "");
     ImGui::TextWrapped("%s", app.sampler.output().empty() ? app.sample_output.c_str() : app.sampler.output().c_str());
     ImGui::Separator();
   }
@@ -632,22 +665,29 @@ void draw_help_window(App& app) {
   ImGuiIO& io = ImGui::GetIO();
   ImGui::SetNextWindowPos({io.DisplaySize.x * 0.5f, io.DisplaySize.y * 0.5f}, ImGuiCond_Always, {0.5f, 0.5f});
   ImGui::SetNextWindowBgAlpha(0.95f);
-  if (!ImGui::Begin("Keyboard shortcuts (F1 / ? to close)", &app.show_help,
-                    ImGuiWindowFlags_AlwaysAutoResize | ImGuiWindowFlags_NoCollapse | ImGuiWindowFlags_NoSavedSettings)) {
+  if (!ImGui::Begin(
+          "Keyboard shortcuts (F1 / ? to close)", &app.show_help,
+          ImGuiWindowFlags_AlwaysAutoResize | ImGuiWindowFlags_NoCollapse | ImGuiWindowFlags_NoSavedSettings)) {
     ImGui::End();
     return;
   }
-  static const char* rows[][2] = {
-      {"F1  or  ?", "show / hide this help"},          {"Space", "pause / resume following the event files"},
-      {"L", "loss plot: log / linear y"},                 {"T", "x axis: step / elapsed time"},
-      {"W", "show / hide the raw (unsmoothed) loss"},     {"V", "show / hide validation loss"},
-      {"[  ]", "less / more EMA smoothing"},              {"R  or  Home", "fit the x axis to the data"},
-      {"+  -", "zoom the x axis in / out"},               {"1 .. 9,  Tab", "focus a run (samples, config, ms breakdown)"},
-      {"O", "type a run directory to open"},              {"F12", "save a screenshot (PNG + .json) in the current directory"},
-      {"Ctrl+Q", "quit (a trainer started here keeps running)"},
-      {"mouse wheel", "zoom the x axis of all plots at the cursor"},
-      {"drag", "pan the x axis"},                         {"double-click", "fit the x axis"},
-      {"hover", "crosshair with values and marker labels"}};
+  static const char* rows[][2] = {{"F1  or  ?", "show / hide this help"},
+                                  {"Space", "pause / resume following the event files"},
+                                  {"L", "loss plot: log / linear y"},
+                                  {"T", "x axis: step / elapsed time"},
+                                  {"W", "show / hide the raw (unsmoothed) loss"},
+                                  {"V", "show / hide validation loss"},
+                                  {"[  ]", "less / more EMA smoothing"},
+                                  {"R  or  Home", "fit the x axis to the data"},
+                                  {"+  -", "zoom the x axis in / out"},
+                                  {"1 .. 9,  Tab", "focus a run (samples, config, ms breakdown)"},
+                                  {"O", "type a run directory to open"},
+                                  {"F12", "save a screenshot (PNG + .json) in the current directory"},
+                                  {"Ctrl+Q", "quit (a trainer started here keeps running)"},
+                                  {"mouse wheel", "zoom the x axis of all plots at the cursor"},
+                                  {"drag", "pan the x axis"},
+                                  {"double-click", "fit the x axis"},
+                                  {"hover", "crosshair with values and marker labels"}};
   if (ImGui::BeginTable("keys", 2, ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingFixedFit)) {
     for (auto& r : rows) {
       ImGui::TableNextRow();
@@ -659,7 +699,8 @@ void draw_help_window(App& app) {
     ImGui::EndTable();
   }
   ImGui::TextDisabled("Markers: gray dashed = kernel compiles, red = exec-restart / error, violet = resume,");
-  ImGui::TextDisabled("faint white (loss plot) = checkpoint.  UI scale %.2f (from the monitor DPI; --scale).", app.scale);
+  ImGui::TextDisabled("faint white (loss plot) = checkpoint.  UI scale %.2f (from the monitor DPI; --scale).",
+                      app.scale);
   ImGui::End();
 }
 

@@ -139,8 +139,8 @@ void hover_readout(ImDrawList* dl, const Mapper& m, const PlotSpec& spec, const 
     long i = nearest_index(*l.x, *l.y, at);
     if (i < 0) continue;
     std::snprintf(buf, sizeof buf, spec.y_fmt, (*l.y)[i]);
-    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(l.color), "%s: %s  (%s %s)", l.label.c_str(), buf,
-                       spec.x_label, tick_label((*l.x)[i]).c_str());
+    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(l.color), "%s: %s  (%s %s)", l.label.c_str(), buf, spec.x_label,
+                       tick_label((*l.x)[i]).c_str());
     dl->AddCircleFilled({m.px((*l.x)[i]), m.py((*l.y)[i])}, 3.5f, l.color);
   }
   if (stack && stack->x) {

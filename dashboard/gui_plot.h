@@ -3,10 +3,10 @@
 // vertical event markers, a legend, hover crosshair with a read-out, mouse-wheel zoom and drag-pan
 // on the shared x axis (double-click resets).
 #pragma once
+#include <imgui.h>
+
 #include <string>
 #include <vector>
-
-#include <imgui.h>
 
 #include "dashboard/series.h"
 
@@ -15,7 +15,7 @@ namespace anelab::dashboard {
 // The x view shared by all plots (linked zoom/pan).
 struct XView {
   bool autofit = true;
-  double lo = 0, hi = 1;       // used when !autofit
+  double lo = 0, hi = 1;          // used when !autofit
   double fit_lo = 0, fit_hi = 1;  // data range of this frame (set by the app)
   double cur_lo() const { return autofit ? fit_lo : lo; }
   double cur_hi() const { return autofit ? fit_hi : hi; }
@@ -26,11 +26,11 @@ struct PlotLine {
   const std::vector<double>* y = nullptr;
   ImU32 color = 0;
   float thickness = 1.5f;
-  std::string label;          // shown in the hover read-out; empty = not shown
-  bool points = false;        // draw small dots at the points (sparse series, e.g. validation)
+  std::string label;    // shown in the hover read-out; empty = not shown
+  bool points = false;  // draw small dots at the points (sparse series, e.g. validation)
 };
 
-struct PlotStack {             // stacked areas over one x (bottom to top)
+struct PlotStack {  // stacked areas over one x (bottom to top)
   const std::vector<double>* x = nullptr;
   std::vector<const std::vector<double>*> ys;
   std::vector<ImU32> colors;
@@ -51,9 +51,9 @@ struct LegendItem {
 
 struct PlotSpec {
   const char* id = "plot";
-  ImVec2 size{0, 0};          // 0 = fill the available region
+  ImVec2 size{0, 0};  // 0 = fill the available region
   bool log_y = false;
-  bool y_from_zero = false;   // include 0 in the y range (linear only)
+  bool y_from_zero = false;  // include 0 in the y range (linear only)
   const char* x_label = "step";
   const char* y_fmt = "%.4g";  // read-out format
   std::string empty_text = "no data yet";

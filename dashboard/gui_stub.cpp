@@ -5,7 +5,8 @@
 namespace anelab::dashboard {
 bool gui_available() { return false; }
 int run_dashboard(const GuiOptions&) {
-  fail("dashboard", "built without ImGui/GLFW: apt-get install libimgui-dev libglfw3-dev (and libgl-dev), "
-                    "then re-run cmake and rebuild");
+  fail("dashboard",
+       "built without ImGui/GLFW: apt-get install libimgui-dev libglfw3-dev (and libgl-dev), "
+       "then re-run cmake and rebuild");
 }
 }  // namespace anelab::dashboard

@@ -15,22 +15,22 @@
 namespace anelab::dashboard {
 
 struct FollowedLine {
-  uint64_t number = 0;  // 1-based line number in the file
-  std::string text;     // without the line terminator
+  uint64_t number = 0;    // 1-based line number in the file
+  std::string text;       // without the line terminator
   bool too_long = false;  // the line exceeded LineFollower::kMaxLine and was cut to its first bytes
 };
 
 struct PollResult {
-  bool reset = false;    // the file was truncated/replaced: everything read before is void
-  bool exists = false;   // the file exists now
+  bool reset = false;   // the file was truncated/replaced: everything read before is void
+  bool exists = false;  // the file exists now
   std::vector<FollowedLine> lines;
-  std::string error;     // an I/O error other than "file missing" (e.g. permission denied)
+  std::string error;  // an I/O error other than "file missing" (e.g. permission denied)
 };
 
 class LineFollower {
  public:
-  static constexpr size_t kMaxLine = 16u << 20;       // longest line kept
-  static constexpr size_t kDefaultChunk = 8u << 20;   // most bytes read by one poll
+  static constexpr size_t kMaxLine = 16u << 20;      // longest line kept
+  static constexpr size_t kDefaultChunk = 8u << 20;  // most bytes read by one poll
 
   explicit LineFollower(std::string path) : path_(std::move(path)) {}
 
@@ -38,7 +38,7 @@ class LineFollower {
   void restart();  // forget everything; the next poll reads from the start
 
   const std::string& path() const { return path_; }
-  uint64_t offset() const { return offset_; }              // bytes consumed (incl. pending)
+  uint64_t offset() const { return offset_; }               // bytes consumed (incl. pending)
   size_t pending_bytes() const { return pending_.size(); }  // bytes of the unterminated last line
   uint64_t lines_read() const { return line_no_; }
   uint64_t resets() const { return resets_; }

@@ -127,7 +127,9 @@ bool ChildProcess::wait_for(int timeout_ms) {
   while (poll()) {
     if (std::chrono::steady_clock::now() >= end) return false;
     if (out_fd_ >= 0) {
-      struct pollfd p {out_fd_, POLLIN, 0};
+      struct pollfd p {
+        out_fd_, POLLIN, 0
+      };
       ::poll(&p, 1, 10);
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));

@@ -32,7 +32,7 @@ class ChildProcess {
   pid_t pid() const { return pid_; }
   // Exit code (0..255) or -signal when killed by a signal; meaningful after the child exited.
   int exit_status() const { return exit_status_; }
-  bool signal(int sig);  // sends a signal to a running child
+  bool signal(int sig);                                  // sends a signal to a running child
   const std::string& output() const { return output_; }  // captured stdout+stderr so far
   const std::string& error() const { return error_; }
   const std::vector<std::string>& argv() const { return argv_; }

@@ -2,8 +2,8 @@
 
 #include <signal.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -32,10 +32,10 @@ std::string fmt_num(double v) {
 }  // namespace
 
 const char* col_name(Col c) {
-  static const char* names[] = {"step",       "t",         "loss",       "lr",       "grad_norm",
-                                "loss_scale", "tokens",    "tokens_per_s", "ms",     "ms_kernel",
-                                "ms_cpu_dw",  "ms_staging", "ms_comm", "ms_comm_wait", "ms_other",  "compiles_total", "restarts",
-                                "rss_mb",     "cpu_pct",   "skipped",    "energy_j", "j_per_token"};
+  static const char* names[] = {
+      "step",     "t",         "loss",      "lr",         "grad_norm", "loss_scale",   "tokens",   "tokens_per_s",
+      "ms",       "ms_kernel", "ms_cpu_dw", "ms_staging", "ms_comm",   "ms_comm_wait", "ms_other", "compiles_total",
+      "restarts", "rss_mb",    "cpu_pct",   "skipped",    "energy_j",  "j_per_token"};
   static_assert(sizeof(names) / sizeof(names[0]) == Table::kCols);
   int i = static_cast<int>(c);
   return (i >= 0 && i < Table::kCols) ? names[i] : "?";
@@ -43,11 +43,16 @@ const char* col_name(Col c) {
 
 const char* status_name(RunStatus s) {
   switch (s) {
-    case RunStatus::waiting: return "waiting for events";
-    case RunStatus::running: return "running";
-    case RunStatus::finished: return "finished";
-    case RunStatus::failed: return "failed";
-    case RunStatus::stopped: return "stopped";
+    case RunStatus::waiting:
+      return "waiting for events";
+    case RunStatus::running:
+      return "running";
+    case RunStatus::finished:
+      return "finished";
+    case RunStatus::failed:
+      return "failed";
+    case RunStatus::stopped:
+      return "stopped";
   }
   return "?";
 }
@@ -182,7 +187,10 @@ void RunData::apply_line(std::string_view text, uint64_t line_no) {
                        str_field(e, "prompt"), str_field(e, "text")});
   } else if (type == "checkpoint") {
     std::string path = str_field(e, "path"), kind = str_field(e, "kind");
-    if (kind == "best") best_checkpoint = path; else last_checkpoint = path;
+    if (kind == "best")
+      best_checkpoint = path;
+    else
+      last_checkpoint = path;
     markers.push_back({MarkerKind::checkpoint, step, t, "checkpoint (" + kind + "): " + path});
   } else if (type == "restart") {
     markers.push_back({MarkerKind::restart, step, t, "exec-restart: " + str_field(e, "reason")});

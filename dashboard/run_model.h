@@ -17,11 +17,10 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "dashboard/line_follower.h"
 
@@ -29,8 +28,29 @@ namespace anelab::dashboard {
 
 // Columns of the step table; names match the `step` event's fields (t = wall time).
 enum class Col : int {
-  step, t, loss, lr, grad_norm, loss_scale, tokens, tokens_per_s, ms, ms_kernel, ms_cpu_dw,
-  ms_staging, ms_comm, ms_comm_wait, ms_other, compiles_total, restarts, rss_mb, cpu_pct, skipped, energy_j, j_per_token, kCount
+  step,
+  t,
+  loss,
+  lr,
+  grad_norm,
+  loss_scale,
+  tokens,
+  tokens_per_s,
+  ms,
+  ms_kernel,
+  ms_cpu_dw,
+  ms_staging,
+  ms_comm,
+  ms_comm_wait,
+  ms_other,
+  compiles_total,
+  restarts,
+  rss_mb,
+  cpu_pct,
+  skipped,
+  energy_j,
+  j_per_token,
+  kCount
 };
 const char* col_name(Col c);
 
@@ -99,7 +119,7 @@ class RunData {
   std::vector<Sample> samples;
   nlohmann::json config = nlohmann::json::object();  // latest run_start.config
   nlohmann::json model = nlohmann::json::object();   // latest run_start.model
-  nlohmann::json run_end;                             // null until run_end
+  nlohmann::json run_end;                            // null until run_end
   std::string backend, device, strategy, fatal_error, last_checkpoint, best_checkpoint;
   int64_t pid = 0, schema = 0, restarts = 0, starts = 0, compiles_total = 0, compile_budget = 0;
   int64_t compile_kernels = 0;
@@ -110,9 +130,9 @@ class RunData {
   RunStatus status = RunStatus::waiting;
   // --- reading statistics and errors
   uint64_t events = 0, malformed = 0, ignored = 0, dropped_rows = 0, polls_with_data = 0;
-  LineError first_error;              // line == 0: none
+  LineError first_error;                // line == 0: none
   std::deque<LineError> recent_errors;  // at most kRecentErrors, newest last
-  std::string io_error;               // e.g. permission denied on events.jsonl
+  std::string io_error;                 // e.g. permission denied on events.jsonl
   bool file_exists = false;
   static constexpr size_t kRecentErrors = 20;
 

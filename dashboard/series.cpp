@@ -102,11 +102,16 @@ std::string tick_label(double v) {
   char buf[32];
   double a = std::abs(v);
   if (v == 0) return "0";
-  if (a >= 1e9) std::snprintf(buf, sizeof buf, "%.3gG", v / 1e9);
-  else if (a >= 1e6) std::snprintf(buf, sizeof buf, "%.3gM", v / 1e6);
-  else if (a >= 1e4) std::snprintf(buf, sizeof buf, "%.3gk", v / 1e3);
-  else if (a >= 1e-3) std::snprintf(buf, sizeof buf, "%.4g", v);
-  else std::snprintf(buf, sizeof buf, "%.2g", v);
+  if (a >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.3gG", v / 1e9);
+  else if (a >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.3gM", v / 1e6);
+  else if (a >= 1e4)
+    std::snprintf(buf, sizeof buf, "%.3gk", v / 1e3);
+  else if (a >= 1e-3)
+    std::snprintf(buf, sizeof buf, "%.4g", v);
+  else
+    std::snprintf(buf, sizeof buf, "%.2g", v);
   return buf;
 }
 

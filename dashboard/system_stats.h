@@ -19,7 +19,7 @@ class MachineCpu {
   explicit MachineCpu(TickSource source = [] { return platform::cpu_ticks(); });
   bool sample();  // true when pct() was updated
   double pct() const { return pct_; }
-  int cores() const { return cores_; }          // 0 until a sample succeeded
+  int cores() const { return cores_; }                   // 0 until a sample succeeded
   const std::string& reason() const { return reason_; }  // why the last sample gave no figure ("" when it did)
 
  private:

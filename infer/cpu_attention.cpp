@@ -25,7 +25,6 @@ int64_t first_key(const AttentionShape& s, int64_t p) {
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-
 // Cache rows of either type read as fp32: whole vectors and scalars; partial fp16 vectors (lanes >= n are 0)
 // for the fp16 dot / axpy (the fp32 ones are cpu_kernels.h's).
 inline W::F32 load_kv(const float* p) { return W::load(p); }

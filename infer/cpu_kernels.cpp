@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <array>
-#include <utility>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "framework/core/error.h"
 #include "framework/quant/qdot.h"
@@ -120,7 +120,9 @@ void gemv_range(const GemvOut& o, const float* x, const quant::Q8Acts& acts, int
 constexpr int64_t kNV = W::kGemmNV, kNR = W::kGemmNR, kMR = W::kGemmMR, kKC = 256;
 
 inline void widen(const half_bits* src, float* dst, int64_t n) { half_to_float(src, dst, static_cast<size_t>(n)); }
-inline void widen(const float* src, float* dst, int64_t n) { std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); }
+inline void widen(const float* src, float* dst, int64_t n) {
+  std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
 
 template <typename T>
 void pack_panel(const T* w, int64_t cols, int64_t r0, int64_t nr, int64_t k0, int64_t kc, float* dst) {
@@ -250,12 +252,11 @@ float dot(const float* a, const float* b, int64_t n) {
 
 void axpy(float a, const float* x, float* y, int64_t n) {
   const W::F32 av = W::set1(a);
-  for (int64_t k = 0; k < n; k += VW) W::store_n(y + k, W::fmadd(av, W::load_n(x + k, n - k), W::load_n(y + k, n - k)), n - k);
+  for (int64_t k = 0; k < n; k += VW)
+    W::store_n(y + k, W::fmadd(av, W::load_n(x + k, n - k), W::load_n(y + k, n - k)), n - k);
 }
 
-float gelu_tanh(float x) {
-  return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-}
+float gelu_tanh(float x) { return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x))); }
 float silu(float x) { return x * (1.0f / (1.0f + std::exp(-x))); }
 
 void exp_inplace(float* x, int64_t n) {

@@ -25,10 +25,10 @@
 namespace anelab::infer {
 
 // Weight matrices (fp32, fp16 or block types, row-major [rows, cols]) as the kernels describe them.
+using kern::block_type;
+using kern::is_quantized;
 using kern::Mat;
 using kern::WType;
-using kern::is_quantized;
-using kern::block_type;
 
 // One output segment of a fused GEMV: y[0..W.rows) = W x (+ bias when non-null).
 struct GemvOut {

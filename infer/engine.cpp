@@ -19,7 +19,8 @@ using models::DType;
 WType parse_wtype(const std::string& s) {
   if (s == "fp16" || s == "f16" || s == "float16") return WType::kF16;
   if (s == "fp32" || s == "f32" || s == "float32") return WType::kF32;
-  fail("infer", "unknown --dtype '", s, "' (use auto, fp16 or fp32; auto keeps q8_0/q4_0/q5_0/q5_1/q4_k/q5_k/q6_k matrices in their "
+  fail("infer", "unknown --dtype '", s,
+       "' (use auto, fp16 or fp32; auto keeps q8_0/q4_0/q5_0/q5_1/q4_k/q5_k/q6_k matrices in their "
        "blocks, fp16/fp32 convert every matrix)");
 }
 
@@ -75,7 +76,8 @@ Engine::Engine(models::Model model, const EngineOptions& opt)
     rope_sin_local_.resize(n * (c.head_dim / 2));
   }
   logits_.resize(static_cast<size_t>(c.vocab_size));
-  if (opt_.backend != "cpu") mil_ = std::make_unique<MilPrefill>(*this, opt_.backend, opt_.device, opt_.ane_weights, opt_.quiet);
+  if (opt_.backend != "cpu")
+    mil_ = std::make_unique<MilPrefill>(*this, opt_.backend, opt_.device, opt_.ane_weights, opt_.quiet);
 }
 
 Engine::~Engine() = default;
@@ -100,29 +102,34 @@ void Engine::store_kv(int64_t l, int64_t pos, const float* k, const float* v, in
   }
 }
 
-mil::Dialect Engine::backend_dialect() const {
-  return mil_ ? mil_->backend().profile().dialect : mil::Dialect::kIos18;
-}
+mil::Dialect Engine::backend_dialect() const { return mil_ ? mil_->backend().profile().dialect : mil::Dialect::kIos18; }
 
 namespace {
 WType block_wtype(DType d) {
   switch (d) {
-    case DType::kQ8_0: return WType::kQ8_0;
-    case DType::kQ4_0: return WType::kQ4_0;
-    case DType::kQ5_0: return WType::kQ5_0;
-    case DType::kQ5_1: return WType::kQ5_1;
-    case DType::kQ4_K: return WType::kQ4_K;
-    case DType::kQ5_K: return WType::kQ5_K;
-    default: return WType::kQ6_K;
+    case DType::kQ8_0:
+      return WType::kQ8_0;
+    case DType::kQ4_0:
+      return WType::kQ4_0;
+    case DType::kQ5_0:
+      return WType::kQ5_0;
+    case DType::kQ5_1:
+      return WType::kQ5_1;
+    case DType::kQ4_K:
+      return WType::kQ4_K;
+    case DType::kQ5_K:
+      return WType::kQ5_K;
+    default:
+      return WType::kQ6_K;
   }
 }
 }  // namespace
 
-// The rows of Q8_0 / Q4_K tensor t held as row tiles (quant::tile_rows, the decode GEMV's layout: docs/quantization.md):
-// its whole tiles of 16 rows, rewritten in place the first time, when options().row_tiles and the engine may write
-// the bytes: the model's memory is private (read, not mapped: a mapping is the file's pages), no other copy of the
-// model shares them (the owner's use count is this model's tensors on it) and no other tensor views them.
-// Otherwise 0, the rows as they are.
+// The rows of Q8_0 / Q4_K tensor t held as row tiles (quant::tile_rows, the decode GEMV's layout:
+// docs/quantization.md): its whole tiles of 16 rows, rewritten in place the first time, when options().row_tiles and
+// the engine may write the bytes: the model's memory is private (read, not mapped: a mapping is the file's pages), no
+// other copy of the model shares them (the owner's use count is this model's tensors on it) and no other tensor views
+// them. Otherwise 0, the rows as they are.
 int64_t Engine::tiled_rows(const models::Tensor& t) {
   if (const auto it = tiled_.find(t.name); it != tiled_.end()) return it->second;
   int64_t holders = 0;
@@ -136,7 +143,8 @@ int64_t Engine::tiled_rows(const models::Tensor& t) {
   const int64_t tiles = opt_.row_tiles && model_.private_memory && sole ? t.rows() / quant::kTileRows : 0;
   uint8_t* const rows = const_cast<uint8_t*>(t.data);  // private, sole-held memory: see above
   const int64_t tile_bytes = quant::kTileRows * (t.cols() / quant::block_info(bt).values * quant::block_info(bt).bytes);
-  pool_.parallel_for(tiles, 1, [&](int64_t b, int64_t e) { quant::tile_rows(bt, rows + b * tile_bytes, e - b, t.cols()); });
+  pool_.parallel_for(tiles, 1,
+                     [&](int64_t b, int64_t e) { quant::tile_rows(bt, rows + b * tile_bytes, e - b, t.cols()); });
   tiled_bytes_ += tiles * tile_bytes;
   return tiled_[t.name] = tiles * quant::kTileRows;
 }
@@ -164,7 +172,10 @@ Mat Engine::matrix(const std::string& name) {
   std::shared_ptr<void> buf(opt_.dtype == WType::kF16 ? static_cast<void*>(new half_bits[static_cast<size_t>(n)])
                                                       : static_cast<void*>(new float[static_cast<size_t>(n)]),
                             [t16 = opt_.dtype == WType::kF16](void* p) {
-                              if (t16) delete[] static_cast<half_bits*>(p); else delete[] static_cast<float*>(p);
+                              if (t16)
+                                delete[] static_cast<half_bits*>(p);
+                              else
+                                delete[] static_cast<float*>(p);
                             });
   const int64_t rows_per = std::max<int64_t>(1, (1 << 20) / std::max<int64_t>(1, m.cols));
   std::vector<float> tmp(static_cast<size_t>(rows_per * m.cols));
@@ -310,7 +321,8 @@ void Engine::head_norm_rows(float* v, const float* w, int64_t rows) {
   const auto& c = model_.config;
   auto body = [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
-      kern::cpu::rms_norm(v + r * c.head_dim, w, c.norm_eps, c.head_dim, v + r * c.head_dim, kern::cpu::Numerics::kRunc);
+      kern::cpu::rms_norm(v + r * c.head_dim, w, c.norm_eps, c.head_dim, v + r * c.head_dim,
+                          kern::cpu::Numerics::kRunc);
   };
   if (rows * c.head_dim >= (1 << 14))
     pool_.parallel_for(rows, 8, body);
@@ -358,7 +370,8 @@ void Engine::forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vect
     const LayerWeights& L = layers_[static_cast<size_t>(l)];
     norm_rows(x, L.attn_norm, L.attn_norm_b, n, xb_.data());
     if (n == 1) {
-      gemv(pool_, {{&L.wq, opt_ptr(L.bq), q_.data()}, {&L.wk, opt_ptr(L.bk), k_.data()}, {&L.wv, opt_ptr(L.bv), v_.data()}},
+      gemv(pool_,
+           {{&L.wq, opt_ptr(L.bq), q_.data()}, {&L.wk, opt_ptr(L.bk), k_.data()}, {&L.wv, opt_ptr(L.bv), v_.data()}},
            xb_.data());
     } else {
       gemm(pool_, L.wq, opt_ptr(L.bq), xb_.data(), n, q_.data());
@@ -424,7 +437,8 @@ void Engine::head(const float* x, int64_t n, bool all, std::vector<float>* all_l
     all_logits->resize(old + static_cast<size_t>(m * c.vocab_size));
     gemm(pool_, out_, nullptr, xb_.data(), m, all_logits->data() + old);
     soft_cap(all_logits->data() + old, m * c.vocab_size);
-    std::memcpy(logits_.data(), all_logits->data() + old + (m - 1) * c.vocab_size, static_cast<size_t>(c.vocab_size) * 4);
+    std::memcpy(logits_.data(), all_logits->data() + old + (m - 1) * c.vocab_size,
+                static_cast<size_t>(c.vocab_size) * 4);
   } else {
     gemv(pool_, out_, nullptr, xb_.data(), logits_.data());
     soft_cap(logits_.data(), c.vocab_size);

@@ -4,9 +4,9 @@
 //   - decode(token, pos): one token on the CPU (fused GEMVs over a persistent 2-thread pool), logits out;
 //   - prefill(tokens, pos): many tokens at once. With backend "cpu" a batched CPU GEMM path (the
 //     reference); "auto" (the CLI's default) is "ane" on a host with an ANE, else "cpu" — the emulator is
-//     the fidelity tool, used only when asked; with "emulator" / "ane" the layers run as MIL kernels (infer/prefill_mil.h), compiled
-//     per sequence-length bucket, and the KV cache is filled from the kernels' k/v taps. The MIL path
-//     serves prefills that start at position 0 and fit a bucket; everything else (chat turns that
+//     the fidelity tool, used only when asked; with "emulator" / "ane" the layers run as MIL kernels
+//     (infer/prefill_mil.h), compiled per sequence-length bucket, and the KV cache is filled from the kernels' k/v
+//     taps. The MIL path serves prefills that start at position 0 and fit a bucket; everything else (chat turns that
 //     continue a conversation, compile budget spent) falls back to the CPU path with a note on stderr.
 //
 // Weights: 2-D matrices are used in the compute dtype (fp16 default, or fp32) straight from the model
@@ -45,19 +45,21 @@ inline constexpr const char* kKvTypeHelp =
 std::string resolve_prefill_backend(const std::string& name);
 
 struct EngineOptions {
-  std::string backend = "cpu";   // prefill backend: "auto" (resolved at construction) | "cpu" | "emulator" | "ane"
+  std::string backend = "cpu";  // prefill backend: "auto" (resolved at construction) | "cpu" | "emulator" | "ane"
   std::string device = rt::kDefaultDevice;  // device profile for emulator / ane ("auto": the chip's)
-  WType dtype = WType::kF16;     // compute dtype of the weight matrices (fp32 or fp16)
-  bool keep_quantized = false;   // block-quantized matrices (q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k) used as they are, not converted
+  WType dtype = WType::kF16;                // compute dtype of the weight matrices (fp32 or fp16)
+  bool keep_quantized =
+      false;  // block-quantized matrices (q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k) used as they are, not converted
   int threads = 2;
-  int64_t context = 0;           // KV-cache positions; 0 = the model's max_seq_len
-  KvType kv_type = KvType::kF32; // KV-cache element type: fp32, or fp16 (half the memory; rounded when written)
-  int64_t prefill_chunk = 256;   // CPU prefill processes at most this many tokens per pass
-  bool quiet = false;            // no notes or progress lines (kernel compiles) on stderr
-  int compile_budget = -1;       // backend compile budget override (-1: the device profile's)
-  std::string ane_weights = "fp16";  // MIL prefill weights: fp16 | int8 | w8a8 | auto (the device profile's), prefill_mil.h
+  int64_t context = 0;            // KV-cache positions; 0 = the model's max_seq_len
+  KvType kv_type = KvType::kF32;  // KV-cache element type: fp32, or fp16 (half the memory; rounded when written)
+  int64_t prefill_chunk = 256;    // CPU prefill processes at most this many tokens per pass
+  bool quiet = false;             // no notes or progress lines (kernel compiles) on stderr
+  int compile_budget = -1;        // backend compile budget override (-1: the device profile's)
+  std::string ane_weights =
+      "fp16";  // MIL prefill weights: fp16 | int8 | w8a8 | auto (the device profile's), prefill_mil.h
   std::vector<int32_t> calibration_tokens;  // w8a8 activation calibration prompt (empty: the first prompt)
-  bool row_tiles = true;         // keep_quantized Q8_0 / Q4_K matrices become row tiles (Engine::tiled_rows)
+  bool row_tiles = true;                    // keep_quantized Q8_0 / Q4_K matrices become row tiles (Engine::tiled_rows)
 };
 
 // One layer's weights (framework/kernels/layer.h): matrices in the compute dtype, norm weights and biases
@@ -65,7 +67,7 @@ struct EngineOptions {
 using kern::LayerWeights;
 
 struct PrefillStats {
-  std::string path;   // "cpu" or "emulator"/"ane" (+ bucket)
+  std::string path;  // "cpu" or "emulator"/"ane" (+ bucket)
   int64_t bucket = 0;
   double compile_ms = 0, run_ms = 0;
   std::string weights;  // MIL path: the kernels' weights, "fp16" | "int8" | "w8a8" (rt::weight_path_name)
@@ -108,14 +110,14 @@ class Engine {
   // Final norm + LM head for rows [0, n) of x [n, dim] (only the rows asked for); logits [n, vocab].
   void head(const float* x, int64_t n, bool all, std::vector<float>* all_logits);
   void embed(std::span<const int32_t> tokens, int64_t pos, float* x);  // x [n, dim]
-  mil::Dialect backend_dialect() const;  // MIL dialect of the prefill backend's device profile
+  mil::Dialect backend_dialect() const;                         // MIL dialect of the prefill backend's device profile
   const MilPrefill* mil_prefill() const { return mil_.get(); }  // null with the cpu backend
 
  private:
   void load_weights();
   Mat matrix(const std::string& name);
   int64_t tiled_rows(const models::Tensor& t);
-  std::span<const float> vec(const std::string& name, bool optional);  // kept in vecs_; empty when absent
+  std::span<const float> vec(const std::string& name, bool optional);       // kept in vecs_; empty when absent
   std::span<const float> norm_vec(const std::string& name, bool optional);  // vec + config().norm_offset
   void forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits);
   void attention(int64_t l, int64_t pos, int64_t n);
@@ -133,21 +135,21 @@ class Engine {
   int64_t chunk_ = 0;
   int64_t weight_bytes_ = 0;
   int64_t tiled_bytes_ = 0;
-  std::vector<std::shared_ptr<void>> owned_;  // converted matrices
+  std::vector<std::shared_ptr<void>> owned_;           // converted matrices
   std::map<std::string, int64_t, std::less<>> tiled_;  // Q8_0 tensors rewritten as row tiles: their tiled rows
   std::vector<LayerWeights> layers_;
-  std::deque<std::vector<float>> vecs_;       // the norm weights and biases the layers point into
-  Mat tok_emb_, pos_emb_, out_;               // [vocab, dim], [max_seq, dim], [vocab, dim]
-  std::span<const float> norm_, norm_b_;      // [dim] (in vecs_)
-  Scratch<std::byte> kcache_, vcache_;  // [L, ctx, kv_dim] fp32 or fp16 (pages resident only when written)
+  std::deque<std::vector<float>> vecs_;   // the norm weights and biases the layers point into
+  Mat tok_emb_, pos_emb_, out_;           // [vocab, dim], [max_seq, dim], [vocab, dim]
+  std::span<const float> norm_, norm_b_;  // [dim] (in vecs_)
+  Scratch<std::byte> kcache_, vcache_;    // [L, ctx, kv_dim] fp32 or fp16 (pages resident only when written)
   // Scratch, [chunk, *] row-major (token-major).
   // Not value-initialised: a decode-only run keeps only the first row of each resident.
   Scratch<float> x_, xb_, q_, k_, v_, att_, h1_, h3_;
-  CpuAttention attn_;                         // attention kernels and their workspaces (keys transposed, scores)
+  CpuAttention attn_;                                // attention kernels and their workspaces (keys transposed, scores)
   std::vector<double> rope_freq_, rope_freq_local_;  // [head_dim/2] RoPE frequencies (global, sliding layers)
-  std::vector<float> rope_cos_, rope_sin_;    // [chunk, head_dim/2] (global layers)
+  std::vector<float> rope_cos_, rope_sin_;           // [chunk, head_dim/2] (global layers)
   std::vector<float> rope_cos_local_, rope_sin_local_;  // [chunk, head_dim/2] sliding layers' base (when a window)
-  std::vector<float> logits_;                 // [vocab]
+  std::vector<float> logits_;                           // [vocab]
   PrefillStats stats_;
   std::unique_ptr<MilPrefill> mil_;
 };

@@ -81,7 +81,8 @@ void check_vocab_fits(int64_t tokenizer_vocab, const std::string& tokenizer_name
   constexpr int64_t kPadding = 1024;
   if (tokenizer_vocab > model_vocab || tokenizer_vocab + kPadding < model_vocab)
     fail("infer", "vocabulary mismatch: tokenizer ", tokenizer_name, " has ", tokenizer_vocab, " tokens but model ",
-         model_name, " has vocab_size ", model_vocab, ": the tokenizer belongs to another model (pass the model's own --tokenizer)");
+         model_name, " has vocab_size ", model_vocab,
+         ": the tokenizer belongs to another model (pass the model's own --tokenizer)");
 }
 
 void check_tokenizer_fits(const tok::Tokenizer& tk, const std::string& tokenizer_name, int64_t model_vocab,
@@ -95,7 +96,8 @@ GenerateResult generate(Engine& e, const tok::Tokenizer& tk, std::string_view pr
   eo.add_bos = tk.vocab().kind == tok::TokenizerKind::kSentencePiece || tk.vocab().add_bos;
   std::vector<int32_t> ids = tk.encode(prompt, eo);
   if (ids.empty()) {  // byte-level BPE with no BOS: start from EOS (GPT-2's <|endoftext|> convention)
-    ANELAB_CHECK(tk.eos_id() >= 0 || tk.bos_id() >= 0, "infer", "empty prompt and the vocabulary has no BOS/EOS to start from");
+    ANELAB_CHECK(tk.eos_id() >= 0 || tk.bos_id() >= 0, "infer",
+                 "empty prompt and the vocabulary has no BOS/EOS to start from");
     ids.push_back(tk.bos_id() >= 0 ? tk.bos_id() : tk.eos_id());
   }
   return generate_tokens(e, tk, ids, 0, o, sink);
@@ -159,8 +161,14 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::v
       logits[static_cast<size_t>(tk->eos_id())] = -std::numeric_limits<float>::infinity();
     const int32_t next = runc ? rs->sample(logits) : gs->sample(logits, history);
     if (pos == n) r.ttft_ms = ms_since(t0);
-    if (tk && !o.ignore_eos && next == (spm ? tk->bos_id() : tk->eos_id())) { r.stop_reason = "eos"; break; }
-    if (std::find(o.stop_tokens.begin(), o.stop_tokens.end(), next) != o.stop_tokens.end()) { r.stop_reason = "stop_token"; break; }
+    if (tk && !o.ignore_eos && next == (spm ? tk->bos_id() : tk->eos_id())) {
+      r.stop_reason = "eos";
+      break;
+    }
+    if (std::find(o.stop_tokens.begin(), o.stop_tokens.end(), next) != o.stop_tokens.end()) {
+      r.stop_reason = "stop_token";
+      break;
+    }
     if (tk && next >= tk->vocab_size())
       fail("infer", "vocabulary mismatch: the model produced token id ", next, " but the tokenizer (", tk->describe(),
            ") has only ", tk->vocab_size(), " tokens: it belongs to another model (pass the model's own --tokenizer)");
@@ -168,7 +176,10 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::v
     history.push_back(next);
     const std::string p = tk ? tk->decode_token(token, next) : std::string();
     token = next;
-    if (safe_piece(p) && out.push(p)) { r.stop_reason = "stop_string"; break; }
+    if (safe_piece(p) && out.push(p)) {
+      r.stop_reason = "stop_string";
+      break;
+    }
     if (pos == e.context() && o.max_new_tokens >= 0 && pos < n + o.max_new_tokens - 1) r.stop_reason = "context";
   }
   r.decode_ms = ms_since(t1);

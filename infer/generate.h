@@ -25,21 +25,21 @@ namespace anelab::infer {
 enum class SamplerKind { kAuto, kRunc, kGeneral };  // auto: run.c's for llama2.c files when no top-k/min-p/penalty
 
 struct GenerateOptions {
-  int64_t steps = 256;            // run.c -n (0 or > context: the context)
-  int64_t max_new_tokens = -1;    // >= 0 overrides steps
+  int64_t steps = 256;          // run.c -n (0 or > context: the context)
+  int64_t max_new_tokens = -1;  // >= 0 overrides steps
   SamplerKind sampler = SamplerKind::kAuto;
   models::SamplerOptions sampling;
   std::vector<int32_t> stop_tokens;
   std::vector<std::string> stop_strings;
-  bool ignore_eos = false;        // llama.cpp --ignore-eos: the end-of-text token's logit is -inf, no eos stop
-  bool echo_prompt = true;        // print the prompt's pieces (run.c does)
-  bool final_newline = true;      // run.c prints "\n" at the end
+  bool ignore_eos = false;    // llama.cpp --ignore-eos: the end-of-text token's logit is -inf, no eos stop
+  bool echo_prompt = true;    // print the prompt's pieces (run.c does)
+  bool final_newline = true;  // run.c prints "\n" at the end
 };
 
 struct GenerateResult {
   std::vector<int32_t> prompt_tokens, new_tokens;
-  std::string text;               // everything that was emitted (prompt echo + continuation)
-  std::string stop_reason;        // "length", "eos", "stop_token", "stop_string", "context"
+  std::string text;         // everything that was emitted (prompt echo + continuation)
+  std::string stop_reason;  // "length", "eos", "stop_token", "stop_string", "context"
   double prefill_ms = 0, decode_ms = 0, ttft_ms = 0;
   PrefillStats prefill;
 };

@@ -17,16 +17,16 @@
 namespace anelab::infer {
 
 struct LoadOptions {
-  std::string model, tokenizer;              // tokenizer "": the model's own
+  std::string model, tokenizer;  // tokenizer "": the model's own
   std::string backend = "auto", device = rt::kDefaultDevice, dtype = "auto";
-  std::string ane_weights = "fp16";          // MIL prefill weights (EngineOptions::ane_weights)
-  std::string chat_template = "auto";        // tok::chat_template_for
+  std::string ane_weights = "fp16";    // MIL prefill weights (EngineOptions::ane_weights)
+  std::string chat_template = "auto";  // tok::chat_template_for
   int threads = 2;
-  int64_t ctx = 0;                           // 0: the model's max_seq_len
-  std::string kv_type = "f32";               // KV-cache element type, f32 | f16 (EngineOptions::kv_type)
-  std::string mmap = "auto";                 // on | off | auto: how the weights come into memory (resolve_file_access)
+  int64_t ctx = 0;              // 0: the model's max_seq_len
+  std::string kv_type = "f32";  // KV-cache element type, f32 | f16 (EngineOptions::kv_type)
+  std::string mmap = "auto";    // on | off | auto: how the weights come into memory (resolve_file_access)
   bool quiet = false;
-  std::string component = "infer";          // error prefix
+  std::string component = "infer";  // error prefix
 };
 
 struct LoadedModel {
@@ -34,8 +34,8 @@ struct LoadedModel {
   std::unique_ptr<tok::Tokenizer> tokenizer;  // null when not asked for
   std::string tokenizer_source;               // the path, or "embedded in MODEL"
   tok::ChatTemplate chat = tok::ChatTemplate::kNone;
-  EngineOptions engine;                       // for Engine(std::move(model), engine)
-  std::string weights_memory;                 // how the file came in: "mmap" or "read, THP madvise: 506 MiB in huge pages"
+  EngineOptions engine;        // for Engine(std::move(model), engine)
+  std::string weights_memory;  // how the file came in: "mmap" or "read, THP madvise: 506 MiB in huge pages"
 };
 
 // --mmap: "on" maps the model file (pages shared with the page cache, brought in on first touch), "off" reads
@@ -44,7 +44,8 @@ struct LoadedModel {
 // half of the available memory, else maps. `why` (when given) receives the reason for auto's choice.
 inline constexpr const char* kMmapHelp =
     "How the model file comes into memory: on (mmap), off (read into anonymous memory with transparent huge pages "
-    "advised: fewer TLB misses when every weight streams per token, and Q8_0 / Q4_K matrices rewritten as 16-row tiles for "
+    "advised: fewer TLB misses when every weight streams per token, and Q8_0 / Q4_K matrices rewritten as 16-row tiles "
+    "for "
     "the decode GEMV), auto (off where the OS has transparent huge pages and the file is at most half the available "
     "memory, else on)";
 FileAccess resolve_file_access(const std::string& mode, const std::string& model, std::string* why = nullptr);

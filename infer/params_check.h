@@ -18,8 +18,8 @@
 namespace anelab::infer {
 
 struct ParamRange {
-  const char* name;  // the request field; the CLI option is "--" + name with '_' -> '-'
-  double lo, hi;     // hi = infinity: no upper bound
+  const char* name;      // the request field; the CLI option is "--" + name with '_' -> '-'
+  double lo, hi;         // hi = infinity: no upper bound
   bool lo_open = false;  // the value must be > lo (else >= lo)
 };
 

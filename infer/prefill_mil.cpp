@@ -32,7 +32,14 @@ class PrefillParams : public kern::LayerParams {
  public:
   PrefillParams(mil::FunctionBuilder& b, const models::ModelConfig& c, const LayerWeights& L, int64_t S, int64_t layer,
                 const KernelWeights& kw, kern::Taps* record = nullptr)
-      : b_(b), c_(c), L_(L), S_(S), layer_(layer), kw_(kw), record_(record), x_(b.input("x", kern::act_type(c.dim, S))) {}
+      : b_(b),
+        c_(c),
+        L_(L),
+        S_(S),
+        layer_(layer),
+        kw_(kw),
+        record_(record),
+        x_(b.input("x", kern::act_type(c.dim, S))) {}
   Value input(const std::string&) override { return x_; }
   Value project(const std::string& w, const Value& x) override {
     const kern::Mat& m = L_.matrix(w);
@@ -66,7 +73,7 @@ class PrefillParams : public kern::LayerParams {
       const bool local = c_.sliding_layer(layer_);
       const double theta = local && c_.rope_local_theta > 0.0f ? c_.rope_local_theta : c_.rope_theta;
       rope_ = kern::rope_tables(S_, c_.head_dim, theta, rope_style(c_), 0, local ? RopeScaling{} : c_.rope_scaling,
-                                 local ? 1.0 : c_.rope_linear_factor);
+                                local ? 1.0 : c_.rope_linear_factor);
     }
     return bs_.tensor(b_, "rope_" + which, mil::tensor_type(mil::DType::kFp16, {1, 1, S_, c_.head_dim}),
                       which == "cos" ? rope_->cos : rope_->sin);
@@ -137,8 +144,8 @@ LayerKernelSource build_layer_kernel(const Engine& e, int64_t layer, int64_t S, 
   return build_layer_kernel(e.config(), e.layer(layer), S, e.backend_dialect(), layer, kw);
 }
 
-LayerKernelSource build_layer_kernel(const models::ModelConfig& c, const LayerWeights& L, int64_t S, mil::Dialect dialect,
-                                     int64_t layer, const KernelWeights& kw) {
+LayerKernelSource build_layer_kernel(const models::ModelConfig& c, const LayerWeights& L, int64_t S,
+                                     mil::Dialect dialect, int64_t layer, const KernelWeights& kw) {
   mil::ProgramBuilder pb;
   auto& b = pb.function("main");
   PrefillParams p(b, c, L, S, layer, kw);
@@ -200,7 +207,8 @@ ActScales calibrate_act_scales(Engine& e, std::span<const int32_t> tokens, rt::B
     CalibKernel k = build_calib_kernel(e, l, S);
     auto r = be.compile(k.src.program, k.src.weights);
     ANELAB_CHECK(r.is_ok(), "infer", "w8a8 calibration: compile of layer ", l, " failed: ", r.status().message());
-    std::vector<rt::Surface> in = r.value()->make_inputs(0, be.profile()), out = r.value()->make_outputs(0, be.profile());
+    std::vector<rt::Surface> in = r.value()->make_inputs(0, be.profile()),
+                             out = r.value()->make_outputs(0, be.profile());
     in[0].write(xs.data());
     rt::Surface* ip[1] = {&in[0]};
     rt::Surface* op[1] = {&out[0]};
@@ -236,7 +244,8 @@ void MilPrefill::calibrate(std::span<const int32_t> prompt) {
   std::span<const int32_t> toks = given.empty() ? prompt : std::span<const int32_t>(given);
   toks = toks.first(static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(toks.size()), e_.context())));
   if (!quiet_)
-    std::fprintf(stderr, "[infer] w8a8: calibrating activation scales on %zu tokens (%s) through the fp16 emulator ...\n",
+    std::fprintf(stderr,
+                 "[infer] w8a8: calibrating activation scales on %zu tokens (%s) through the fp16 emulator ...\n",
                  toks.size(), given.empty() ? "the first prompt" : "the calibration prompt");
   rt::BackendOptions bo;
   bo.device = backend_->profile().name;
@@ -252,14 +261,16 @@ bool MilPrefill::ensure_bucket(int64_t S, PrefillStats& stats) {
   if (backend_->compiles_left() < L) {
     if (!quiet_ && !warned_)
       std::fprintf(stderr, "[infer] %s: %d compiles left, bucket %lld needs %lld: prefill falls back to the CPU\n",
-                   backend_->name().c_str(), backend_->compiles_left(), static_cast<long long>(S), static_cast<long long>(L));
+                   backend_->name().c_str(), backend_->compiles_left(), static_cast<long long>(S),
+                   static_cast<long long>(L));
     warned_ = true;
     return false;
   }
   const auto t0 = std::chrono::steady_clock::now();
   if (!quiet_)  // compiles take seconds: say what is happening (the CLI's -q turns this off)
-    std::fprintf(stderr, "[infer] compiling %lld %s prefill kernels (%s weights) for prompts of up to %lld tokens ...\n",
-                 static_cast<long long>(L), backend_->name().c_str(), rt::weight_path_name(weights_), static_cast<long long>(S));
+    std::fprintf(
+        stderr, "[infer] compiling %lld %s prefill kernels (%s weights) for prompts of up to %lld tokens ...\n",
+        static_cast<long long>(L), backend_->name().c_str(), rt::weight_path_name(weights_), static_cast<long long>(S));
   std::vector<std::unique_ptr<rt::Kernel>> ks;
   for (int64_t l = 0; l < L; ++l) {
     KernelWeights kw{weights_, act_.empty() ? nullptr : &act_[static_cast<size_t>(l)]};
@@ -279,7 +290,8 @@ bool MilPrefill::ensure_bucket(int64_t S, PrefillStats& stats) {
   return true;
 }
 
-bool MilPrefill::run(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits, PrefillStats& stats) {
+bool MilPrefill::run(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits,
+                     PrefillStats& stats) {
   const auto& c = e_.config();
   const int64_t n = static_cast<int64_t>(tokens.size()), D = c.dim, kvd = c.kv_dim();
   if (pos != 0 || n > e_.context()) return false;

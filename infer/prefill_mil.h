@@ -54,8 +54,8 @@ struct LayerKernelSource {
 LayerKernelSource build_layer_kernel(const Engine& e, int64_t layer, int64_t S, const KernelWeights& kw = {});
 // The same from a config and one layer's weights (what the engine passes; tests use it directly); `layer`
 // picks a sliding-window layer's mask and RoPE base.
-LayerKernelSource build_layer_kernel(const models::ModelConfig& c, const LayerWeights& L, int64_t S, mil::Dialect dialect,
-                                     int64_t layer = 0, const KernelWeights& kw = {});
+LayerKernelSource build_layer_kernel(const models::ModelConfig& c, const LayerWeights& L, int64_t S,
+                                     mil::Dialect dialect, int64_t layer = 0, const KernelWeights& kw = {});
 
 // W8A8 calibration: tokens (at positions 0..n-1, n <= the context) through the fp16 layer kernels on
 // `backend`, one layer after the other; each layer's scales are act_scale(max |x|) of its conv inputs
@@ -69,7 +69,8 @@ int64_t prefill_bucket(int64_t n, int64_t context);
 class MilPrefill {
  public:
   // ane_weights: "fp16" | "int8" | "w8a8" | "auto" (the device profile's auto_weights).
-  MilPrefill(Engine& e, const std::string& backend, const std::string& device, const std::string& ane_weights, bool quiet);
+  MilPrefill(Engine& e, const std::string& backend, const std::string& device, const std::string& ane_weights,
+             bool quiet);
   ~MilPrefill();
   // Runs the prefill when it can (pos == 0, the bucket compiles); false = caller uses the CPU path.
   bool run(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits, PrefillStats& stats);

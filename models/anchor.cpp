@@ -1,2 +1,4 @@
 // Placeholder translation unit so the models library always has a source.
-namespace anelab::models { int models_library_anchor = 0; }
+namespace anelab::models {
+int models_library_anchor = 0;
+}

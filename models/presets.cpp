@@ -55,8 +55,7 @@ std::vector<std::string> preset_names() {
   return v;
 }
 
-void random_init(const TensorSpec& spec, uint64_t seed, size_t tensor_index, int64_t begin, int64_t count,
-                 float* out) {
+void random_init(const TensorSpec& spec, uint64_t seed, size_t tensor_index, int64_t begin, int64_t count, float* out) {
   const Init init = init_of(spec.name);
   if (init != Init::kNormal) {
     std::fill(out, out + count, init == Init::kOnes ? 1.0f : 0.0f);

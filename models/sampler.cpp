@@ -81,7 +81,9 @@ int32_t RuncSampler::sample(std::span<float> logits) {
 
 // ---- general ------------------------------------------------------------------------------------
 
-Sampler::Sampler(int32_t vocab, const SamplerOptions& o) : o_(o), rng_(o.seed) { cand_.reserve(static_cast<size_t>(vocab)); }
+Sampler::Sampler(int32_t vocab, const SamplerOptions& o) : o_(o), rng_(o.seed) {
+  cand_.reserve(static_cast<size_t>(vocab));
+}
 
 double Sampler::uniform() {
   // splitmix64 step -> 53-bit double in [0, 1)
@@ -95,7 +97,8 @@ double Sampler::uniform() {
 int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
   const int32_t n = static_cast<int32_t>(logits.size());
   if (o_.repeat_penalty != 1.0f) {
-    const size_t from = history.size() > static_cast<size_t>(o_.penalty_last_n) ? history.size() - o_.penalty_last_n : 0;
+    const size_t from =
+        history.size() > static_cast<size_t>(o_.penalty_last_n) ? history.size() - o_.penalty_last_n : 0;
     std::vector<bool> seen(static_cast<size_t>(n), false);  // small; only when the penalty is on
     for (size_t i = from; i < history.size(); ++i) {
       const int32_t t = history[i];
@@ -107,7 +110,9 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
   if (o_.temperature <= 0.0f) return argmax(logits);
   cand_.clear();
   for (int32_t i = 0; i < n; ++i) cand_.emplace_back(logits[i] / o_.temperature, i);
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  auto by_logit = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
   size_t keep = cand_.size();
   if (o_.top_k > 0 && static_cast<size_t>(o_.top_k) < keep) {
     keep = static_cast<size_t>(o_.top_k);

@@ -40,9 +40,9 @@ class RuncSampler {
 
 struct SamplerOptions {
   float temperature = 1.0f;
-  int32_t top_k = 0;          // 0 = off
-  float top_p = 1.0f;         // 1 = off
-  float min_p = 0.0f;         // 0 = off
+  int32_t top_k = 0;   // 0 = off
+  float top_p = 1.0f;  // 1 = off
+  float min_p = 0.0f;  // 0 = off
   float repeat_penalty = 1.0f;
   int32_t penalty_last_n = 64;
   uint64_t seed = 0;

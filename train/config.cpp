@@ -1,5 +1,7 @@
 #include "train/config.h"
 
+#include <toml++/toml.h>
+
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -7,18 +9,16 @@
 #include <sstream>
 #include <variant>
 
-#include <toml++/toml.h>
-
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 
 namespace anelab::train {
 namespace {
 
-using Field = std::variant<std::string TrainConfig::*, int64_t TrainConfig::*, double TrainConfig::*,
-                           bool TrainConfig::*>;
+using Field =
+    std::variant<std::string TrainConfig::*, int64_t TrainConfig::*, double TrainConfig::*, bool TrainConfig::*>;
 struct OptionDef {
-  const char* key;   // toml key; the flag is "--" + key with '_' -> '-'
+  const char* key;  // toml key; the flag is "--" + key with '_' -> '-'
   Field field;
   const char* help;
   bool cli_only = false;  // not read from / written to config files
@@ -30,17 +30,21 @@ const std::vector<OptionDef>& table() {
   static const std::vector<OptionDef> t = {
       {"config", &C::config, "experiment TOML file (flags override its values)", true},
       {"init", &C::init, "model file to start from (llama2.c .bin, .anelab, ...)", false, true},
-      {"preset", &C::preset, "model preset for a seeded random init (stories260k, stories15m, stories110m, qwen3-0.6b-shape, ...)"},
+      {"preset", &C::preset,
+       "model preset for a seeded random init (stories260k, stories15m, stories110m, qwen3-0.6b-shape, ...)"},
       {"data", &C::data, "token file: flat uint16 (llama2.c) or anelab tokens (with .json sidecar)", false, true},
       {"tokenizer", &C::tokenizer, "tokenizer for samples (default: none -> samples show ids)", false, true},
       {"run", &C::run, "run name (default: config file stem, else preset / init file stem)"},
-      {"run_dir", &C::run_dir, "run directory for checkpoints, config and events.jsonl (default checkpoints/<run> in the current directory)", false, true},
+      {"run_dir", &C::run_dir,
+       "run directory for checkpoints, config and events.jsonl (default checkpoints/<run> in the current directory)",
+       false, true},
       {"resume", &C::resume, "continue from <run-dir>/last.ckpt (bit-exact)", true},
       {"steps", &C::steps, "total optimizer steps"},
       {"batch_size", &C::batch_size, "sequences per micro-batch"},
       {"seq_len", &C::seq_len, "tokens per sequence"},
       {"accum_steps", &C::accum_steps, "micro-batches accumulated per optimizer step"},
-      {"stop_after", &C::stop_after, "stop after N steps in this process, with a checkpoint (0 = run to --steps)", true},
+      {"stop_after", &C::stop_after, "stop after N steps in this process, with a checkpoint (0 = run to --steps)",
+       true},
       {"lr", &C::lr, "maximum learning rate"},
       {"min_lr_frac", &C::min_lr_frac, "cosine floor as a fraction of --lr"},
       {"schedule", &C::schedule, "learning-rate schedule: constant | cosine"},
@@ -51,8 +55,10 @@ const std::vector<OptionDef>& table() {
       {"eps", &C::eps, "AdamW epsilon"},
       {"grad_clip", &C::grad_clip, "global gradient-norm clip (0 = off)"},
       {"loss_scale", &C::loss_scale, "loss scaling: static:N | dynamic[:INIT[:INTERVAL]] | none"},
-      {"strategy", &C::strategy, "execution: cpu (fp32 reference) | static (baked weights) | dynamic (weights in inputs)"},
-      {"compile_budget", &C::compile_budget, "compiles per process before checkpoint + exec-restart (-1: backend's; cpu: >0 simulates one)"},
+      {"strategy", &C::strategy,
+       "execution: cpu (fp32 reference) | static (baked weights) | dynamic (weights in inputs)"},
+      {"compile_budget", &C::compile_budget,
+       "compiles per process before checkpoint + exec-restart (-1: backend's; cpu: >0 simulates one)"},
       {"batching", &C::batching, "data order: random | sequential"},
       {"seed", &C::seed, "seed for random init and data order"},
       {"backend", &C::backend, "backend name for kernel strategies (emulator | ane)"},
@@ -98,18 +104,24 @@ void set_from_text(TrainConfig& c, const OptionDef& o, const std::string& v, con
         if constexpr (std::is_same_v<T, std::string>) {
           c.*p = v;
         } else if constexpr (std::is_same_v<T, bool>) {
-          if (v == "true" || v == "1") c.*p = true;
-          else if (v == "false" || v == "0") c.*p = false;
-          else bad("expected true or false");
+          if (v == "true" || v == "1")
+            c.*p = true;
+          else if (v == "false" || v == "0")
+            c.*p = false;
+          else
+            bad("expected true or false");
         } else {
           size_t used = 0;
           try {
-            if constexpr (std::is_same_v<T, int64_t>) c.*p = std::stoll(v, &used);
-            else c.*p = std::stod(v, &used);
+            if constexpr (std::is_same_v<T, int64_t>)
+              c.*p = std::stoll(v, &used);
+            else
+              c.*p = std::stod(v, &used);
           } catch (const std::exception&) {
             used = 0;
           }
-          if (used == 0 || used != v.size()) bad(std::is_same_v<T, int64_t> ? "expected an integer" : "expected a number");
+          if (used == 0 || used != v.size())
+            bad(std::is_same_v<T, int64_t> ? "expected an integer" : "expected a number");
         }
       },
       o.field);
@@ -134,12 +146,14 @@ std::string config_path(const std::string& v, const std::string& config) {
 std::string toml_quote(const std::string& v) {
   std::string o = "\"";
   for (unsigned char ch : v) {
-    if (ch == '"' || ch == '\\') o += '\\', o += char(ch);
+    if (ch == '"' || ch == '\\')
+      o += '\\', o += char(ch);
     else if (ch < 0x20 || ch == 0x7f) {
       char b[8];
       std::snprintf(b, sizeof b, "\\u%04x", ch);
       o += b;
-    } else o += char(ch);
+    } else
+      o += char(ch);
   }
   return o + "\"";
 }
@@ -148,9 +162,11 @@ std::string toml_quote(const std::string& v) {
 
 void register_options(CLI::App& cmd, std::vector<FlagSlot>* slots) {
   // --help groups: each starts at the table entry named here and runs to the next one (table order).
-  static const std::vector<std::pair<std::string, const char*>> groups = {
-      {"config", "Model and data"}, {"steps", "Loop"}, {"lr", "Optimizer"}, {"strategy", "Execution"},
-      {"val_frac", "Evaluation and output"}};
+  static const std::vector<std::pair<std::string, const char*>> groups = {{"config", "Model and data"},
+                                                                          {"steps", "Loop"},
+                                                                          {"lr", "Optimizer"},
+                                                                          {"strategy", "Execution"},
+                                                                          {"val_frac", "Evaluation and output"}};
   const char* group = "Options";
   slots->clear();
   slots->resize(table().size());
@@ -166,7 +182,7 @@ void register_options(CLI::App& cmd, std::vector<FlagSlot>* slots) {
     } else {
       // Shown as the other commands show theirs: TYPE and the default (CLI11's "=VALUE").
       s.opt = cmd.add_option(flag_name(o.key), s.value, o.help)->default_str(default_text(o.field));
-      s.opt->type_name(o.path ? "PATH"
+      s.opt->type_name(o.path                                                    ? "PATH"
                        : std::holds_alternative<int64_t TrainConfig::*>(o.field) ? "INT"
                        : std::holds_alternative<double TrainConfig::*>(o.field)  ? "FLOAT"
                                                                                  : "TEXT");
@@ -206,17 +222,22 @@ void apply_toml_text(TrainConfig& c, std::string_view text, const std::string& p
     const OptionDef* def = nullptr;
     for (const auto& o : table())
       if (key == o.key && !o.cli_only) def = &o;
-    if (!def) fail("train", "config ", path, ": unknown key '", key, "' (keys are the flag names with '_', e.g. batch_size)");
+    if (!def)
+      fail("train", "config ", path, ": unknown key '", key, "' (keys are the flag names with '_', e.g. batch_size)");
     std::string text;
-    if (auto s = node.value<std::string>(); s && node.is_string()) text = *s;
-    else if (node.is_integer()) text = std::to_string(*node.value<int64_t>());
+    if (auto s = node.value<std::string>(); s && node.is_string())
+      text = *s;
+    else if (node.is_integer())
+      text = std::to_string(*node.value<int64_t>());
     else if (node.is_floating_point()) {
       std::ostringstream os;
       os.precision(17);
       os << *node.value<double>();
       text = os.str();
-    } else if (node.is_boolean()) text = *node.value<bool>() ? "true" : "false";
-    else fail("train", "config ", path, ": key '", key, "' must be a string, number or boolean");
+    } else if (node.is_boolean())
+      text = *node.value<bool>() ? "true" : "false";
+    else
+      fail("train", "config ", path, ": key '", key, "' must be a string, number or boolean");
     if (std::holds_alternative<std::string TrainConfig::*>(def->field) && !node.is_string())
       fail("train", "config ", path, ": key '", key, "' must be a string");
     if (def->path) text = config_path(text, path);
@@ -237,18 +258,20 @@ nlohmann::json to_json(const TrainConfig& c) {
 void apply_json(TrainConfig& c, const nlohmann::json& j) {
   for (const auto& o : table()) {
     if (!j.contains(o.key) || o.cli_only) continue;
-    std::visit([&](auto p) {
-      using T = std::remove_cvref_t<decltype(c.*p)>;
-      const nlohmann::json& v = j.at(o.key);
-      // An integer key takes a JSON integer only (converting 1e300 to int64 would be undefined behaviour).
-      if (std::is_same_v<T, int64_t> && !v.is_number_integer())
-        fail("train", "saved config: key '", o.key, "' must be an integer, got ", v.dump());
-      try {
-        c.*p = v.get<T>();
-      } catch (const std::exception&) {
-        fail("train", "saved config: key '", o.key, "' has the wrong type");
-      }
-    }, o.field);
+    std::visit(
+        [&](auto p) {
+          using T = std::remove_cvref_t<decltype(c.*p)>;
+          const nlohmann::json& v = j.at(o.key);
+          // An integer key takes a JSON integer only (converting 1e300 to int64 would be undefined behaviour).
+          if (std::is_same_v<T, int64_t> && !v.is_number_integer())
+            fail("train", "saved config: key '", o.key, "' must be an integer, got ", v.dump());
+          try {
+            c.*p = v.get<T>();
+          } catch (const std::exception&) {
+            fail("train", "saved config: key '", o.key, "' has the wrong type");
+          }
+        },
+        o.field);
   }
 }
 
@@ -258,15 +281,20 @@ std::string to_toml(const TrainConfig& c) {
   os.precision(17);
   for (const auto& o : table()) {
     if (o.cli_only) continue;
-    std::visit([&](auto p) {
-      using T = std::remove_cvref_t<decltype(c.*p)>;
-      os << o.key << " = ";
-      if constexpr (std::is_same_v<T, std::string>)  // paths absolute: relative ones would mean "next to this file"
-        os << toml_quote(o.path && !(c.*p).empty() ? std::filesystem::absolute(c.*p).lexically_normal().string() : c.*p);
-      else if constexpr (std::is_same_v<T, bool>) os << (c.*p ? "true" : "false");
-      else os << c.*p;
-      os << "\n";
-    }, o.field);
+    std::visit(
+        [&](auto p) {
+          using T = std::remove_cvref_t<decltype(c.*p)>;
+          os << o.key << " = ";
+          if constexpr (std::is_same_v<T, std::string>)  // paths absolute: relative ones would mean "next to this file"
+            os << toml_quote(o.path && !(c.*p).empty() ? std::filesystem::absolute(c.*p).lexically_normal().string()
+                                                       : c.*p);
+          else if constexpr (std::is_same_v<T, bool>)
+            os << (c.*p ? "true" : "false");
+          else
+            os << c.*p;
+          os << "\n";
+        },
+        o.field);
   }
   return os.str();
 }
@@ -312,10 +340,14 @@ void validate(const TrainConfig& c) {
 void resolve_names(TrainConfig& c) {
   namespace fs = std::filesystem;
   if (c.run.empty()) {
-    if (!c.config.empty()) c.run = fs::path(c.config).stem().string();
-    else if (!c.preset.empty()) c.run = c.preset;
-    else if (!c.init.empty()) c.run = fs::path(c.init).stem().string();
-    else c.run = "run";
+    if (!c.config.empty())
+      c.run = fs::path(c.config).stem().string();
+    else if (!c.preset.empty())
+      c.run = c.preset;
+    else if (!c.init.empty())
+      c.run = fs::path(c.init).stem().string();
+    else
+      c.run = "run";
   }
   if (c.run_dir.empty()) c.run_dir = (fs::path("checkpoints") / c.run).string();
 }

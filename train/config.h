@@ -4,60 +4,59 @@
 // Precedence: defaults < --config file < (on --resume: the run dir's saved config.json) < explicit flags.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 namespace CLI {
 class App;
 class Option;
-}
+}  // namespace CLI
 
 namespace anelab::train {
 
 struct TrainConfig {
   // model + data
-  std::string config;                // --config file it came from (informational)
-  std::string init;                  // model file (llama2.c / anelab / ...) to start from
-  std::string preset;                // or a preset name for a seeded random init
-  std::string data;                  // token file
-  std::string tokenizer;             // for samples (default: the model's embedded/side tokenizer)
-  std::string run;                   // run name (default: config stem, else preset/init stem)
-  std::string run_dir;               // default checkpoints/<run>
+  std::string config;     // --config file it came from (informational)
+  std::string init;       // model file (llama2.c / anelab / ...) to start from
+  std::string preset;     // or a preset name for a seeded random init
+  std::string data;       // token file
+  std::string tokenizer;  // for samples (default: the model's embedded/side tokenizer)
+  std::string run;        // run name (default: config stem, else preset/init stem)
+  std::string run_dir;    // default checkpoints/<run>
   bool resume = false;
   // loop
   int64_t steps = 100;
   int64_t batch_size = 4;
   int64_t seq_len = 256;
   int64_t accum_steps = 1;
-  int64_t stop_after = 0;            // stop (with a checkpoint) after this many steps in this process
+  int64_t stop_after = 0;  // stop (with a checkpoint) after this many steps in this process
   // optimizer
   double lr = 3e-4;
   double min_lr_frac = 0.1;
-  std::string schedule = "cosine";   // constant | cosine
+  std::string schedule = "cosine";  // constant | cosine
   int64_t warmup_steps = 0;
   double weight_decay = 0.1;
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   double grad_clip = 1.0;
   std::string loss_scale = "static:256";
   // execution
-  std::string strategy = "cpu";      // static | dynamic | cpu
-  int64_t compile_budget = -1;       // -1: the backend's; cpu strategy: >0 simulates a budget
-  std::string batching = "random";   // random | sequential
+  std::string strategy = "cpu";     // static | dynamic | cpu
+  int64_t compile_budget = -1;      // -1: the backend's; cpu strategy: >0 simulates a budget
+  std::string batching = "random";  // random | sequential
   int64_t seed = 42;
   std::string backend = "emulator";
-  std::string device;                // device profile ("" = backend default)
-  std::string launcher = "auto";     // data-parallel group (train/dist.h): auto | mpi | none
-  std::string comm_overlap = "on";   // gradient sum during the backward (train/dist_overlap.h): on | off
+  std::string device;               // device profile ("" = backend default)
+  std::string launcher = "auto";    // data-parallel group (train/dist.h): auto | mpi | none
+  std::string comm_overlap = "on";  // gradient sum during the backward (train/dist_overlap.h): on | off
   // evaluation / output
   double val_frac = 0.05;
-  int64_t eval_every = 0;            // 0 = only at the end
+  int64_t eval_every = 0;  // 0 = only at the end
   int64_t eval_batches = 8;
   int64_t sample_every = 0;
   int64_t sample_tokens = 64;
-  int64_t checkpoint_every = 0;      // 0 = only at the end (and at stops/restarts)
+  int64_t checkpoint_every = 0;  // 0 = only at the end (and at stops/restarts)
   bool quiet = false;
 };
 

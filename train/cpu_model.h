@@ -58,7 +58,8 @@ class CpuModel {
   // cross-entropy of xL [N, D] (the last layer's output, row b*T + t; targets from b), then their backward:
   // dxL [N, D] = d(loss)/d(xL) * grad_scale, grads (final norm) += ... The classifier's weight gradient is
   // left to head_classifier_dw (call it before the next call of any CpuModel function) so it can overlap.
-  double head_forward_backward(const float* w, const Batch& b, const float* xL, float grad_scale, float* grads, float* dxL);
+  double head_forward_backward(const float* w, const Batch& b, const float* xL, float grad_scale, float* grads,
+                               float* dxL);
   void head_classifier_dw(float* grads);  // grads(output) += dlogitsᵀ · xf of the last head_forward_backward
 
   // Model FLOPs of one forward+backward on B*T tokens (matmuls + attention, 3x forward), for reports.
@@ -85,20 +86,20 @@ class CpuModel {
                            std::vector<float>& dk);
   void prepare(int64_t B, int64_t T);
   void prepare_head(int64_t B, int64_t T);
-  void head_forward(const float* w, const float* xL, int64_t N);                       // xf_, rrmsf_, logits_
+  void head_forward(const float* w, const float* xL, int64_t N);                          // xf_, rrmsf_, logits_
   void head_backward(const float* w, const float* xL, float* gr, float* dxL, int64_t N);  // from dlogits_ in logits_
 
   ParamLayout layout_;
   models::ModelConfig c_;
   int64_t B_ = 0, T_ = 0;
   std::vector<LayerActs> acts_;
-  std::vector<float> xL_, rrmsf_, xf_;   // [N, D], [N], [N, D]
-  std::vector<float> logits_;            // [N, V] (overwritten by dlogits in backward)
-  std::vector<float> cos_, sin_;         // [T, hd/2] (global layers: rope_theta, scaling, linear factor)
-  std::vector<float> cosl_, sinl_;       // [T, hd/2] sliding layers (rope_local_theta)
-  std::vector<float> capped_;            // [N, V] tanh(z / logit_softcap) of the last head_forward (soft-capping)
-  std::vector<int32_t> inputs_;          // [N]
-  std::vector<float> dxf_;               // [N, D] head backward scratch
+  std::vector<float> xL_, rrmsf_, xf_;  // [N, D], [N], [N, D]
+  std::vector<float> logits_;           // [N, V] (overwritten by dlogits in backward)
+  std::vector<float> cos_, sin_;        // [T, hd/2] (global layers: rope_theta, scaling, linear factor)
+  std::vector<float> cosl_, sinl_;      // [T, hd/2] sliding layers (rope_local_theta)
+  std::vector<float> capped_;           // [N, V] tanh(z / logit_softcap) of the last head_forward (soft-capping)
+  std::vector<int32_t> inputs_;         // [N]
+  std::vector<float> dxf_;              // [N, D] head backward scratch
   int64_t head_B_ = 0, head_T_ = 0;
   std::function<void(int64_t)> grads_final_;
 };

@@ -30,7 +30,7 @@ namespace anelab::train::dist {
 // {P, norm, layer L-1, ..., layer 0, 0}.
 std::vector<int64_t> backward_bounds(const ParamLayout& layout);
 
-struct SumTimes {  // ms of one round
+struct SumTimes {    // ms of one round
   double total = 0;  // the reduction's own time (on the communication thread when overlapped)
   double wait = 0;   // the training thread blocked in finish(): the part not hidden behind the backward
 };
@@ -55,10 +55,10 @@ class OverlappedSum {
   std::vector<int64_t> bounds_;
   bool overlap_;
   std::mutex mu_;
-  size_t next_ = 0;          // buckets [bounds_[k + 1], bounds_[k]) with k < next_ are submitted
+  size_t next_ = 0;  // buckets [bounds_[k + 1], bounds_[k]) with k < next_ are submitted
   const float* x_ = nullptr;
   float* acc_ = nullptr;
-  double busy0_ = 0;         // comm_->busy_ms() at begin()
+  double busy0_ = 0;                   // comm_->busy_ms() at begin()
   std::unique_ptr<SerialQueue> comm_;  // the communication thread (overlap only)
 };
 

@@ -33,7 +33,8 @@ void EventLog::append_line(const std::string& line) {
   if (w == static_cast<ssize_t>(line.size())) return;
   const std::string why = w < 0 ? std::strerror(errno) : "short write (disk full or file size limit)";
   const bool cut = before >= 0 && ::ftruncate(fd_, before) == 0;
-  fail("train", "cannot append to ", path_, ": ", why, cut ? " (the partial line was removed)" : " (a partial line may remain)",
+  fail("train", "cannot append to ", path_, ": ", why,
+       cut ? " (the partial line was removed)" : " (a partial line may remain)",
        "; free space and --resume from the last checkpoint");
 }
 
@@ -67,22 +68,25 @@ std::string console_line(const nlohmann::json& ev, int64_t total) {
   const std::string e = ev.value("event", "");
   const int64_t step = ev.value("step", int64_t(0));
   if (e == "step") {
-    std::string line = fmt("step %5lld/%lld  loss %.4f  lr %.2e  gnorm %.3f  scale %g%s  %7.1f ms  %6.0f tok/s",
-                           (long long)step, (long long)total, num(ev, "loss"), num(ev, "lr"), num(ev, "grad_norm"),
-                           num(ev, "loss_scale"), ev.value("skipped", false) ? " SKIPPED" : "", num(ev, "ms"),
-                           num(ev, "tokens_per_s"));
+    std::string line =
+        fmt("step %5lld/%lld  loss %.4f  lr %.2e  gnorm %.3f  scale %g%s  %7.1f ms  %6.0f tok/s", (long long)step,
+            (long long)total, num(ev, "loss"), num(ev, "lr"), num(ev, "grad_norm"), num(ev, "loss_scale"),
+            ev.value("skipped", false) ? " SKIPPED" : "", num(ev, "ms"), num(ev, "tokens_per_s"));
     if (ev.contains("elapsed_s")) line += "  elapsed " + duration_text(num(ev, "elapsed_s"));
     if (ev.contains("eta_s")) line += "  eta " + duration_text(num(ev, "eta_s"));
     return line;
   }
-  if (e == "eval") return fmt("eval  %5lld  val_loss %.4f  (%lld tokens)", (long long)step, num(ev, "val_loss"),
-                              (long long)num(ev, "val_tokens"));
+  if (e == "eval")
+    return fmt("eval  %5lld  val_loss %.4f  (%lld tokens)", (long long)step, num(ev, "val_loss"),
+               (long long)num(ev, "val_tokens"));
   if (e == "sample") return fmt("sample %lld: ", (long long)step) + ev.value("text", "");
   if (e == "checkpoint") return fmt("checkpoint %s -> %s", ev.value("kind", "").c_str(), ev.value("path", "").c_str());
-  if (e == "restart") return fmt("restart: compile budget nearly spent (%lld of %lld used) -> exec --resume",
-                                 (long long)num(ev, "compiles_total"), (long long)num(ev, "budget"));
-  if (e == "compile") return fmt("compiled %lld kernels in %.1f ms (%lld of %lld this process)", (long long)num(ev, "kernels"),
-                                 num(ev, "ms"), (long long)num(ev, "compiles_total"), (long long)num(ev, "budget"));
+  if (e == "restart")
+    return fmt("restart: compile budget nearly spent (%lld of %lld used) -> exec --resume",
+               (long long)num(ev, "compiles_total"), (long long)num(ev, "budget"));
+  if (e == "compile")
+    return fmt("compiled %lld kernels in %.1f ms (%lld of %lld this process)", (long long)num(ev, "kernels"),
+               num(ev, "ms"), (long long)num(ev, "compiles_total"), (long long)num(ev, "budget"));
   if (e == "run_start")
     return fmt("run %s: %s %s, %lld params, strategy %s%s", ev.value("run", "").c_str(),
                ev["model"].value("arch", "").c_str(), ev["model"].value("preset", "").c_str(),
@@ -111,7 +115,8 @@ std::string efficiency_report(const nlohmann::json& r) {
   s += fmt("Wall time:     %.1f s\n", wall);
   s += fmt("Compile time:  %.1f s (%.1f%%)\n", comp, comp * pct);
   s += fmt("Train time:    %.1f s (%.1f%%)\n", train_s, train_s * pct);
-  s += fmt("Avg train:     %.1f ms/step (this process: %lld steps)\n", ms, (long long)num(r, "steps_this_process", steps));
+  s += fmt("Avg train:     %.1f ms/step (this process: %lld steps)\n", ms,
+           (long long)num(r, "steps_this_process", steps));
   s += fmt("Achieved:      %.2f GFLOP/s (model FLOPs, fwd+bwd)\n", num(r, "gflops"));
   s += energy_line(r);
   s += fmt("Final loss:    %.4f", num(r, "final_loss"));

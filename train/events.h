@@ -1,12 +1,12 @@
 // The run's structured event stream (docs/events.md, schema 1): EventLog appends one JSON object per
 // line to <run-dir>/events.jsonl (one write(2) per line, O_APPEND; a short write — disk full, file size
-// limit — is cut back off the file and stops the run with one line naming the file, so no torn line stays). The console progress line and the end-of-run Efficiency Report are formatters over the
-// same events; nothing else prints training progress.
+// limit — is cut back off the file and stops the run with one line naming the file, so no torn line stays). The console
+// progress line and the end-of-run Efficiency Report are formatters over the same events; nothing else prints training
+// progress.
 #pragma once
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace anelab::train {
 

@@ -76,9 +76,12 @@ class KernelEngine final : public StepEngine {
  public:
   KernelEngine(const KernelEngineOptions& o, const ParamLayout& layout)
       : layout_(layout), c_(layout.config()), head_(layout), seq_len_(o.seq_len) {
-    if (o.strategy == "static") strategy_ = kern::Strategy::kStatic;
-    else if (o.strategy == "dynamic") strategy_ = kern::Strategy::kDynamic;
-    else fail("train", "--strategy ", o.strategy, ": the kernel engine runs static or dynamic");
+    if (o.strategy == "static")
+      strategy_ = kern::Strategy::kStatic;
+    else if (o.strategy == "dynamic")
+      strategy_ = kern::Strategy::kDynamic;
+    else
+      fail("train", "--strategy ", o.strategy, ": the kernel engine runs static or dynamic");
     check_kernel_trainable(c_, o.strategy);
     if (o.seq_len > 0 && o.seq_len < 32)
       fail("train", "--seq-len ", o.seq_len, ": the ", o.strategy,
@@ -111,7 +114,7 @@ class KernelEngine final : public StepEngine {
     return r;
   }
   void weights_updated() override {  // static: kernels of the old weights are never run again: free them now
-    stale_ = true;                    // (so none is loaded, or kept on disk, across an exec-restart)
+    stale_ = true;                   // (so none is loaded, or kept on disk, across an exec-restart)
     if (strategy_ == kern::Strategy::kStatic)
       for (auto& r : runners_) r.release_static_kernels();
   }
@@ -119,18 +122,18 @@ class KernelEngine final : public StepEngine {
   void set_grads_final_hook(std::function<void(int64_t)> f) override { grads_final_ = std::move(f); }
 
  private:
-  struct SeqActs {                   // one sequence of one layer, fp32 [C, S]
-    std::vector<float> x, x2;        // [D, S] layer input, x + attention
+  struct SeqActs {             // one sequence of one layer, fp32 [C, S]
+    std::vector<float> x, x2;  // [D, S] layer input, x + attention
     kern::AttnTaps attn;
     kern::FfnTaps ffn;
   };
-  struct SeqGrads {                  // backward buffers of one sequence (double-buffered by layer parity)
-    std::vector<float> dy;           // [D, S] dL/d(layer output)
-    kern::FfnGrads ffn;              // dx [D] = dL/d xnorm2, dh1 / dh3 [H]
-    std::vector<float> dx2;          // [D, S] dL/d x2
-    std::vector<float> da;           // [QD, S]
-    kern::SdpaGrads sdpa;            // dq [QD], dk / dv [KVD], pre-RoPE (+ dq_proj / dk_proj with qk_norm)
-    std::vector<float> dxn;          // [D, S] dL/d xnorm
+  struct SeqGrads {          // backward buffers of one sequence (double-buffered by layer parity)
+    std::vector<float> dy;   // [D, S] dL/d(layer output)
+    kern::FfnGrads ffn;      // dx [D] = dL/d xnorm2, dh1 / dh3 [H]
+    std::vector<float> dx2;  // [D, S] dL/d x2
+    std::vector<float> da;   // [QD, S]
+    kern::SdpaGrads sdpa;    // dq [QD], dk / dv [KVD], pre-RoPE (+ dq_proj / dk_proj with qk_norm)
+    std::vector<float> dxn;  // [D, S] dL/d xnorm
   };
 
   kern::LayerWeights layer_weights(const float* w, int64_t l) const;
@@ -159,20 +162,20 @@ class KernelEngine final : public StepEngine {
   CpuModel head_;                           // final norm, classifier, loss (CPU)
   SerialQueue queue_;                       // dW worker
   int64_t seq_len_ = 0, T_ = 0, B_ = 0;
-  int shared_ = 0, per_layer_ = 0;          // compiles per process / per layer and update
+  int shared_ = 0, per_layer_ = 0;  // compiles per process / per layer and update
   bool stale_ = true;
-  int compiles_ = 0, pending_ = 0, seen_ = 0;  // seen_: cache_->compiles() already counted
-  double pending_ms_ = 0;                   // compile ms not yet taken
-  std::vector<uint64_t> restage_ticket_;    // [L] dynamic restaging tasks of this call
-  std::vector<double> restage_hidden_;      // [L] their runner-timed staging ms (on the worker)
-  double restage_wait_ms_ = 0;              // forward's wait for them
-  std::vector<SeqActs> acts_;               // [L * B], index l * B + b
-  std::vector<std::vector<float>> xout_;    // [B][D, S] last layer's output
-  std::array<std::vector<SeqGrads>, 2> grads_;  // [layer parity][B]
+  int compiles_ = 0, pending_ = 0, seen_ = 0;            // seen_: cache_->compiles() already counted
+  double pending_ms_ = 0;                                // compile ms not yet taken
+  std::vector<uint64_t> restage_ticket_;                 // [L] dynamic restaging tasks of this call
+  std::vector<double> restage_hidden_;                   // [L] their runner-timed staging ms (on the worker)
+  double restage_wait_ms_ = 0;                           // forward's wait for them
+  std::vector<SeqActs> acts_;                            // [L * B], index l * B + b
+  std::vector<std::vector<float>> xout_;                 // [B][D, S] last layer's output
+  std::array<std::vector<SeqGrads>, 2> grads_;           // [layer parity][B]
   std::array<uint64_t, 2> dy_ticket_{}, last_ticket_{};  // last queue task reading grads_[p] dy / any field
-  std::vector<float> rows_, drows_;         // [N, D] head input / its gradient
-  const float* w_ = nullptr;                // weights of the current forward_backward
-  std::function<void(int64_t)> grads_final_;  // called on the worker after the dW tasks it follows
+  std::vector<float> rows_, drows_;                      // [N, D] head input / its gradient
+  const float* w_ = nullptr;                             // weights of the current forward_backward
+  std::function<void(int64_t)> grads_final_;             // called on the worker after the dW tasks it follows
 };
 
 kern::LayerWeights KernelEngine::layer_weights(const float* w, int64_t l) const {
@@ -191,7 +194,8 @@ void KernelEngine::prepare(const float* w, int64_t B, int64_t T) {
     s.dim = c_.dim, s.hidden = c_.hidden_dim, s.n_heads = c_.n_heads, s.n_kv_heads = c_.n_kv_heads;
     s.head_dim = c_.head_dim, s.seq = T, s.rope_theta = c_.rope_theta, s.norm_eps = c_.norm_eps;
     s.rope = c_.rope_style, s.rope_scaling = c_.rope_scaling, s.qk_norm = c_.qk_norm;
-    if (T < 32) fail("train", "--seq-len ", T, ": the ", name(), " strategy evaluates one sequence per kernel and needs T >= 32");
+    if (T < 32)
+      fail("train", "--seq-len ", T, ": the ", name(), " strategy evaluates one sequence per kernel and needs T >= 32");
     runners_.clear();
     cache_ = std::make_unique<kern::KernelCache>(*backend_, s, strategy_);
     T_ = T, B_ = 0, seen_ = 0, stale_ = true;
@@ -201,7 +205,7 @@ void KernelEngine::prepare(const float* w, int64_t B, int64_t T) {
     pending_ms_ += now_ms() - t0;
     for (int64_t l = 0; l < c_.n_layers; ++l) runners_.emplace_back(*cache_);
   }
-  if (stale_ && strategy_ == kern::Strategy::kStatic) {  // rebuild + recompile 7 kernels per layer (main thread:
+  if (stale_ && strategy_ == kern::Strategy::kStatic) {   // rebuild + recompile 7 kernels per layer (main thread:
     const double t0 = now_ms();                           // the backend's budget counter is not shared)
     for (auto& r : runners_) r.release_static_kernels();  // all old-weight kernels first (maderix's order)
     for (int64_t l = 0; l < c_.n_layers; ++l) runners_[size_t(l)].set_weights(layer_weights(w, l));

@@ -38,9 +38,9 @@ namespace anelab::train {
 struct KernelEngineOptions {
   std::string strategy = "dynamic";  // static | dynamic
   std::string backend = "emulator";
-  std::string device;                // device profile ("" = backend default)
-  int compile_budget = -1;           // per-process compile budget (-1: the device profile's)
-  int64_t seq_len = 0;               // T the kernels are built for (a batch with another T rebuilds them)
+  std::string device;       // device profile ("" = backend default)
+  int compile_budget = -1;  // per-process compile budget (-1: the device profile's)
+  int64_t seq_len = 0;      // T the kernels are built for (a batch with another T rebuilds them)
 };
 
 // Throws "[backend] ane: no Apple Neural Engine on this host ..." etc. when the backend cannot be created.

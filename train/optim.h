@@ -12,10 +12,10 @@ namespace anelab::train {
 
 struct ScheduleConfig {
   double max_lr = 3e-4;
-  double min_lr_frac = 0.1;     // cosine decays to min_lr_frac * max_lr
-  int64_t warmup_steps = 0;     // linear warmup: lr * (step + 1) / warmup
+  double min_lr_frac = 0.1;  // cosine decays to min_lr_frac * max_lr
+  int64_t warmup_steps = 0;  // linear warmup: lr * (step + 1) / warmup
   int64_t total_steps = 1;
-  bool cosine = true;           // false: constant after warmup
+  bool cosine = true;  // false: constant after warmup
 };
 // Learning rate of optimizer update `step` (0-based).
 double learning_rate(const ScheduleConfig& s, int64_t step);
@@ -50,7 +50,7 @@ float clip_factor(double norm, double max_norm);
 struct LossScaler {
   bool dynamic = false;
   double scale = 1.0;
-  int64_t interval = 1000;   // dynamic: good steps before doubling
+  int64_t interval = 1000;  // dynamic: good steps before doubling
   int64_t good_steps = 0;
   // Parses "static:N", "dynamic", "dynamic:INIT" or "dynamic:INIT:INTERVAL", "none" (= static:1).
   static LossScaler parse(const std::string& spec);

@@ -28,9 +28,10 @@ void check_trainable(const models::ModelConfig& c) {
                                     {c.qkv_bias || c.attn_out_bias || c.mlp_bias, "bias tensors"},
                                     {c.head_dim % 2 != 0, "an odd head_dim (RoPE rotates pairs)"}});
   if (!lacks.empty())
-    fail("train", "model '", c.arch, "': ", lacks,
-         " not supported for training (trainable: Llama 2/3.x, Qwen2/2.5, Qwen3, Gemma 3; this model is inference-only, "
-         "docs/training.md)");
+    fail(
+        "train", "model '", c.arch, "': ", lacks,
+        " not supported for training (trainable: Llama 2/3.x, Qwen2/2.5, Qwen3, Gemma 3; this model is inference-only, "
+        "docs/training.md)");
 }
 
 void check_kernel_trainable(const models::ModelConfig& c, const std::string& strategy) {

@@ -16,28 +16,28 @@
 namespace anelab::train {
 
 struct ParamInfo {
-  std::string name;             // canonical name, e.g. "layers.3.wq"
-  std::vector<int64_t> shape;   // [out, in] or [n]
-  int64_t offset = 0;           // element offset into the flat buffer
+  std::string name;            // canonical name, e.g. "layers.3.wq"
+  std::vector<int64_t> shape;  // [out, in] or [n]
+  int64_t offset = 0;          // element offset into the flat buffer
   int64_t numel = 0;
-  bool decay = true;            // weight decay applies (false for norm weights)
+  bool decay = true;  // weight decay applies (false for norm weights)
 };
 
 // Pointers into a flat buffer for one transformer layer (weights or gradients).
 struct LayerPtrs {
-  float* attn_norm;  // [D]
-  float* wq;         // [Hq*hd, D]
-  float* wk;         // [Hkv*hd, D]
-  float* wv;         // [Hkv*hd, D]
-  float* wo;         // [D, Hq*hd]
-  float* q_norm;     // [hd] per-head RMSNorm of q (null without qk_norm)
-  float* k_norm;     // [hd] per-head RMSNorm of k (null without qk_norm)
-  float* ffn_norm;   // [D]
+  float* attn_norm;       // [D]
+  float* wq;              // [Hq*hd, D]
+  float* wk;              // [Hkv*hd, D]
+  float* wv;              // [Hkv*hd, D]
+  float* wo;              // [D, Hq*hd]
+  float* q_norm;          // [hd] per-head RMSNorm of q (null without qk_norm)
+  float* k_norm;          // [hd] per-head RMSNorm of k (null without qk_norm)
+  float* ffn_norm;        // [D]
   float* attn_post_norm;  // [D] norm of Wo·attn (null without post_norms)
   float* ffn_post_norm;   // [D] norm of W2·gate (null without post_norms)
-  float* w1;         // [F, D]
-  float* w2;         // [D, F]
-  float* w3;         // [F, D]
+  float* w1;              // [F, D]
+  float* w2;              // [D, F]
+  float* w3;              // [F, D]
 };
 
 class ParamLayout {
@@ -49,7 +49,7 @@ class ParamLayout {
   int64_t total() const { return total_; }
   const ParamInfo& find(const std::string& name) const;  // throws naming the known tensors
   LayerPtrs layer(float* base, int64_t l) const;
-  float* embedding(float* base) const { return base + emb_; }   // [V, D]
+  float* embedding(float* base) const { return base + emb_; }    // [V, D]
   float* final_norm(float* base) const { return base + norm_; }  // [D]
   float* output(float* base) const { return base + out_; }       // [V, D] (== embedding when tied)
 
@@ -68,7 +68,7 @@ void check_trainable(const models::ModelConfig& c);
 void check_kernel_trainable(const models::ModelConfig& c, const std::string& strategy);
 
 // Initialisation into a flat buffer of layout.total() floats.
-std::vector<float> init_random(const ParamLayout& layout, uint64_t seed);       // models::random_init
+std::vector<float> init_random(const ParamLayout& layout, uint64_t seed);               // models::random_init
 std::vector<float> init_from_model(const ParamLayout& layout, const models::Model& m);  // dequantised copy
 // A Model (owned fp32 tensors) holding the given weights, e.g. to save with models::save_model.
 models::Model to_model(const ParamLayout& layout, const std::vector<float>& w);

@@ -35,9 +35,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // The tokenizer a token file was made with (its sidecar OUT.bin.json names it), when that file exists.
 std::string data_tokenizer(const std::string& data) {
@@ -65,12 +63,12 @@ uint32_t fnv1a32(const std::string& s) {
 
 // Everything one training process holds. Member functions are the loop's named steps.
 struct Run {
-  std::unique_ptr<dist::Group> group;       // data-parallel ranks (first member: destroyed last)
+  std::unique_ptr<dist::Group> group;  // data-parallel ranks (first member: destroyed last)
   TrainConfig cfg;
   RunHooks hooks;
   ParamLayout layout;
-  std::vector<float> w, g;                  // [P] master weights, gradients
-  std::vector<float> gm;                    // [P] one micro-batch's gradients (empty: one micro-batch per step)
+  std::vector<float> w, g;                   // [P] master weights, gradients
+  std::vector<float> gm;                     // [P] one micro-batch's gradients (empty: one micro-batch per step)
   std::unique_ptr<dist::OverlappedSum> sum;  // g += gm over the ranks (with gm; destroyed after the engine)
   std::unique_ptr<AdamW> opt;
   LossScaler scaler;
@@ -81,19 +79,21 @@ struct Run {
   std::unique_ptr<CpuModel> eval_model;
   std::unique_ptr<tok::Tokenizer> tokenizer;
   std::unique_ptr<EventLog> events;
-  std::unique_ptr<power::Meter> meter;      // step energy; meter->available() false: "not available"
-  std::string power_reason;                 // why there is no energy (no source, or a read that failed)
-  double energy_j = 0;                      // this process's steps
+  std::unique_ptr<power::Meter> meter;  // step energy; meter->available() false: "not available"
+  std::string power_reason;             // why there is no energy (no source, or a read that failed)
+  double energy_j = 0;                  // this process's steps
   int64_t energy_tokens = 0;
   std::string model_label;
   int64_t step = 0, restarts = 0, tokens = 0, steps_here = 0, prior_compiles = 0;
   std::optional<double> best_val, last_val;
   double prior_wall = 0, prior_compile = 0, prior_train = 0;
   double t_start = now_s(), compile_s = 0, train_s = 0, last_loss = 0;
-  double t_loop = 0;                        // when this process's first step started (ETA basis)
-  bool already_finished = false;            // --resume of a run at --steps: setup() stopped before writing
+  double t_loop = 0;              // when this process's first step started (ETA basis)
+  bool already_finished = false;  // --resume of a run at --steps: setup() stopped before writing
 
-  std::string ckpt_path(const char* kind) const { return (fs::path(cfg.run_dir) / (std::string(kind) + ".ckpt")).string(); }
+  std::string ckpt_path(const char* kind) const {
+    return (fs::path(cfg.run_dir) / (std::string(kind) + ".ckpt")).string();
+  }
   bool root() const { return group->rank() == 0; }
   void emit(const std::string& ev, nlohmann::json f) {  // rank 0 only: the others have no event log
     if (!events) return;
@@ -146,10 +146,14 @@ void Run::load_model(bool resume, CheckpointState* ck) {
   }
   model_label = !cfg.preset.empty() ? cfg.preset : fs::path(cfg.init).filename().string();
   const fs::path saved_tok = fs::path(cfg.run_dir) / models::kRunTokenizerFile;
-  if (!cfg.tokenizer.empty()) tokenizer = tok::load_tokenizer(cfg.tokenizer);
-  else if (m && m->vocab) tokenizer = tok::make_tokenizer(*m->vocab);
-  else if (resume && fs::exists(saved_tok)) tokenizer = tok::make_tokenizer(models::read_run_tokenizer(saved_tok.string()));
-  else if (const std::string t = data_tokenizer(cfg.data); !t.empty()) tokenizer = tok::load_tokenizer(t);
+  if (!cfg.tokenizer.empty())
+    tokenizer = tok::load_tokenizer(cfg.tokenizer);
+  else if (m && m->vocab)
+    tokenizer = tok::make_tokenizer(*m->vocab);
+  else if (resume && fs::exists(saved_tok))
+    tokenizer = tok::make_tokenizer(models::read_run_tokenizer(saved_tok.string()));
+  else if (const std::string t = data_tokenizer(cfg.data); !t.empty())
+    tokenizer = tok::load_tokenizer(t);
   if (cfg.seq_len > layout.config().max_seq_len)
     fail("train", "--seq-len ", cfg.seq_len, " exceeds the model's context length ", layout.config().max_seq_len);
 }
@@ -158,7 +162,8 @@ void Run::load_model(bool resume, CheckpointState* ck) {
 // behind; a --resume of a finished run stops before anything is written.
 void Run::setup() {
   if (!cfg.resume && fs::exists(ckpt_path("last")))
-    fail("train", "run dir ", cfg.run_dir, " already holds last.ckpt: pass --resume to continue it, or choose another --run-dir");
+    fail("train", "run dir ", cfg.run_dir,
+         " already holds last.ckpt: pass --resume to continue it, or choose another --run-dir");
   if (fs::is_directory(cfg.run_dir)) remove_stale_temp_files(cfg.run_dir);  // of writers killed mid-write
   CheckpointState ck;
   load_model(cfg.resume, &ck);
@@ -177,7 +182,8 @@ void Run::setup() {
          layout.config().vocab_size, " (tokenized with a different tokenizer?)");
   batcher = std::make_unique<Batcher>(*data, cfg.batch_size, cfg.seq_len, cfg.batching == "random", uint64_t(cfg.seed));
   if (cfg.resume) {
-    if (ck.batching != cfg.batching) fail("train", "--batching ", cfg.batching, " differs from the checkpoint's ", ck.batching);
+    if (ck.batching != cfg.batching)
+      fail("train", "--batching ", cfg.batching, " differs from the checkpoint's ", ck.batching);
     opt->m() = std::move(ck.m);
     opt->v() = std::move(ck.v);
     opt->set_t(ck.adam_t);
@@ -197,7 +203,7 @@ void Run::setup() {
   meter = std::make_unique<power::Meter>(hooks.power ? hooks.power() : power::select_source());
   if (!meter->available()) power_reason = meter->reason();
   check_same_setup();
-  if (!root()) return;  // only rank 0 writes the run dir
+  if (!root()) return;                  // only rank 0 writes the run dir
   fs::create_directories(cfg.run_dir);  // only now: a start that fails before this leaves nothing behind
   // Saved with the run, so its checkpoints are models that carry their tokenizer (checkpoint_file.h).
   if (tokenizer)
@@ -218,8 +224,8 @@ void Run::check_same_setup() {
   group->allgather(mine, 3, all.data());
   for (int r = 1; r < group->size(); ++r)
     if (!std::equal(all.begin(), all.begin() + 3, all.begin() + 3 * r))
-      fail("train", "rank ", r, " differs from rank 0 in its options, model (", int64_t(all[size_t(3 * r + 1)]),
-           " vs ", int64_t(all[1]), " parameters) or data (", int64_t(all[size_t(3 * r + 2)]), " vs ", int64_t(all[2]),
+      fail("train", "rank ", r, " differs from rank 0 in its options, model (", int64_t(all[size_t(3 * r + 1)]), " vs ",
+           int64_t(all[1]), " parameters) or data (", int64_t(all[size_t(3 * r + 2)]), " vs ", int64_t(all[2]),
            " tokens): every rank needs the same command line, model and data file");
 }
 
@@ -239,7 +245,8 @@ void Run::check_same_weights() {
   group->allgather(mine, 2, all.data());
   for (int r = 1; r < group->size(); ++r)
     if (all[size_t(2 * r)] != all[0] || all[size_t(2 * r + 1)] != all[1])
-      fail("train", "after step ", step, " the weights of rank ", r, " differ from rank 0's: the ranks must run the "
+      fail("train", "after step ", step, " the weights of rank ", r,
+           " differ from rank 0's: the ranks must run the "
            "same anelab build on the same architecture (last.ckpt holds rank 0's weights)");
 }
 
@@ -251,14 +258,26 @@ void Run::emit_start(bool resumed) {
   const std::vector<int64_t> pids(all.begin(), all.end());
   nlohmann::json model = models::model_config_to_json(c);
   model.update({{"preset", model_label}, {"seq_len", cfg.seq_len}, {"params", layout.total()}});
-  emit("run_start", {{"schema", kEventsSchema}, {"run", cfg.run}, {"pid", ::getpid()}, {"resumed", resumed},
-                     {"ranks", group->size()}, {"rank_pids", pids}, {"mpi", group->mpi() ? dist::mpi_version() : ""},
+  emit("run_start", {{"schema", kEventsSchema},
+                     {"run", cfg.run},
+                     {"pid", ::getpid()},
+                     {"resumed", resumed},
+                     {"ranks", group->size()},
+                     {"rank_pids", pids},
+                     {"mpi", group->mpi() ? dist::mpi_version() : ""},
                      {"comm_overlap", sum && sum->overlap()},
-                     {"restart", restarts}, {"config", to_json(cfg)},
+                     {"restart", restarts},
+                     {"config", to_json(cfg)},
                      {"model", model},
-                     {"backend", cfg.strategy == "cpu" ? "cpu" : cfg.backend}, {"device", cfg.device},
-                     {"strategy", cfg.strategy}, {"data", {{"path", cfg.data}, {"format", data->format()},
-                     {"tokens", data->n_tokens()}, {"train_tokens", data->n_train()}, {"val_tokens", data->n_val()}}},
+                     {"backend", cfg.strategy == "cpu" ? "cpu" : cfg.backend},
+                     {"device", cfg.device},
+                     {"strategy", cfg.strategy},
+                     {"data",
+                      {{"path", cfg.data},
+                       {"format", data->format()},
+                       {"tokens", data->n_tokens()},
+                       {"train_tokens", data->n_train()},
+                       {"val_tokens", data->n_val()}}},
                      {"power", power_json()}});
 }
 
@@ -313,8 +332,10 @@ void Run::add_step_energy(const std::optional<power::Reading>& e0, int64_t ntok,
 Batch Run::next_batch() {
   Batch b;
   for (int r = 0; r < group->size(); ++r) {
-    if (r == group->rank()) b = batcher->next();
-    else batcher->skip();
+    if (r == group->rank())
+      b = batcher->next();
+    else
+      batcher->skip();
   }
   return b;
 }
@@ -356,7 +377,8 @@ void Run::train_step() {
   if (steps_here == 0 && cfg.strategy != "cpu" && hooks.console && !cfg.quiet && root())
     if (const int n = engine->compiles_needed(); n > 0)
       std::printf("compiling %d kernels (%s strategy, %s) for the first step ...\n", n, cfg.strategy.c_str(),
-                  cfg.backend.c_str()), std::fflush(stdout);
+                  cfg.backend.c_str()),
+          std::fflush(stdout);
   const std::optional<power::Reading> e0 = energy_now();
   const double t0 = now_s(), cpu0 = cpu_seconds();
   StepTimes st;
@@ -370,7 +392,8 @@ void Run::train_step() {
   if (auto [n, ms] = engine->take_compile_batch(); n > 0) {
     ms_compile = ms;
     compile_s += ms / 1000.0;
-    emit("compile", {{"kernels", n}, {"ms", ms}, {"compiles_total", engine->compiles_total()}, {"budget", engine->budget()}});
+    emit("compile",
+         {{"kernels", n}, {"ms", ms}, {"compiles_total", engine->compiles_total()}, {"budget", engine->budget()}});
   }
   const double t_opt = now_s();
   const int64_t P = int64_t(g.size());
@@ -393,16 +416,31 @@ void Run::train_step() {
   const double t1 = now_s(), ms = std::max(0.0, (t1 - t0) * 1000.0 - ms_compile);
   train_s += ms / 1000.0;
   const double ms_opt = (t1 - t_opt) * 1000.0;
-  nlohmann::json f = {{"loss", last_loss}, {"lr", lr}, {"grad_norm", norm}, {"loss_scale", scale}, {"skipped", skipped},
-                {"tokens", ntok}, {"tokens_per_s", double(ntok) * 1000.0 / std::max(ms, 1e-3)}, {"ms", ms}, {"ms_kernel", st.kernel},
-                {"ms_cpu_dw", st.cpu_dw}, {"ms_staging", st.staging}, {"ms_comm", ms_comm[0]},
-                {"ms_comm_wait", ms_comm[1]},
-                {"ms_other", std::max(0.0, ms - st.kernel - st.cpu_dw - st.staging - ms_comm[1])}, {"ms_fwd", st.fwd},
-                {"ms_bwd", st.bwd}, {"ms_cls", st.cls}, {"ms_optim", ms_opt}, {"compiles_total", engine->compiles_total()},
-                {"restarts", restarts}, {"cpu_pct", 100.0 * (cpu_seconds() - cpu0) / (t1 - t0)},
-                {"elapsed_s", prior_wall + (t1 - t_start)},
-                // remaining steps at this process's wall time per step (compiles excluded: they do not recur)
-                {"eta_s", double(cfg.steps - step) * std::max(0.0, t1 - t_loop - compile_s) / double(steps_here)}};
+  nlohmann::json f = {
+      {"loss", last_loss},
+      {"lr", lr},
+      {"grad_norm", norm},
+      {"loss_scale", scale},
+      {"skipped", skipped},
+      {"tokens", ntok},
+      {"tokens_per_s", double(ntok) * 1000.0 / std::max(ms, 1e-3)},
+      {"ms", ms},
+      {"ms_kernel", st.kernel},
+      {"ms_cpu_dw", st.cpu_dw},
+      {"ms_staging", st.staging},
+      {"ms_comm", ms_comm[0]},
+      {"ms_comm_wait", ms_comm[1]},
+      {"ms_other", std::max(0.0, ms - st.kernel - st.cpu_dw - st.staging - ms_comm[1])},
+      {"ms_fwd", st.fwd},
+      {"ms_bwd", st.bwd},
+      {"ms_cls", st.cls},
+      {"ms_optim", ms_opt},
+      {"compiles_total", engine->compiles_total()},
+      {"restarts", restarts},
+      {"cpu_pct", 100.0 * (cpu_seconds() - cpu0) / (t1 - t0)},
+      {"elapsed_s", prior_wall + (t1 - t_start)},
+      // remaining steps at this process's wall time per step (compiles excluded: they do not recur)
+      {"eta_s", double(cfg.steps - step) * std::max(0.0, t1 - t_loop - compile_s) / double(steps_here)}};
   add_rss(&f);
   add_step_energy(e0, ntok, &f);
   emit("step", std::move(f));
@@ -454,7 +492,8 @@ CheckpointState Run::make_state() const {
   s.ls_good_steps = scaler.good_steps;
   s.batching = cfg.batching, s.data_state = batcher->state();
   s.best_val_loss = best_val, s.restarts = restarts, s.tokens = tokens;
-  s.wall_s = prior_wall + (now_s() - t_start), s.compile_s = prior_compile + compile_s, s.train_s = prior_train + train_s;
+  s.wall_s = prior_wall + (now_s() - t_start), s.compile_s = prior_compile + compile_s,
+  s.train_s = prior_train + train_s;
   s.compiles = prior_compiles + engine->compiles_total();
   s.config = to_json(cfg);
   s.weights = w, s.m = opt->m(), s.v = opt->v();
@@ -480,7 +519,8 @@ void Run::exec_restart() {
     throw RestartForLauncher{};
   }
   std::vector<std::string> args = platform::saved_argv();
-  if (args.empty()) fail("train", "exec-restart: the command line was not saved (platform::save_argv not called in main)");
+  if (args.empty())
+    fail("train", "exec-restart: the command line was not saved (platform::save_argv not called in main)");
   if (std::find(args.begin(), args.end(), "--resume") == args.end()) args.push_back("--resume");
   const auto exe_path = platform::executable_path();
   if (!exe_path) fail("train", "exec-restart: cannot find the running executable: ", exe_path.reason);
@@ -501,7 +541,8 @@ void Run::maybe_restart() {
   if (engine->compiles_total() == 0)
     fail("train", "--compile-budget ", engine->budget(), " is too small: one step needs ", need, " compiles");
   if (!hooks.allow_exec_restart) fail("train", "compile budget spent and exec-restart is disabled");
-  emit("restart", {{"reason", "compile_budget"}, {"compiles_total", engine->compiles_total()}, {"budget", engine->budget()}});
+  emit("restart",
+       {{"reason", "compile_budget"}, {"compiles_total", engine->compiles_total()}, {"budget", engine->budget()}});
   ++restarts;
   checkpoint(false);
   exec_restart();
@@ -517,11 +558,16 @@ void Run::restart_after_compile_failure(const std::string& code, const std::stri
     fail("train", "a kernel compile failed again right after the exec-restart for a compile failure at ", prev,
          " (not restarting again; last.ckpt holds step ", step, "): ", message);
   if (group->mpi() && cfg.resume && steps_here == 0)  // no environment survives the launcher: any resumed start
-    fail("train", "a kernel compile failed before the first step of a resumed MPI job (not restarting again; last.ckpt "
-         "holds step ", step, "): ", message);
+    fail("train",
+         "a kernel compile failed before the first step of a resumed MPI job (not restarting again; last.ckpt "
+         "holds step ",
+         step, "): ", message);
   if (!hooks.allow_exec_restart) fail("train", "a kernel compile failed and exec-restart is disabled: ", message);
-  emit("restart", {{"reason", "compile_failure"}, {"code", code}, {"message", message},
-                   {"compiles_total", engine->compiles_total()}, {"budget", engine->budget()}});
+  emit("restart", {{"reason", "compile_failure"},
+                   {"code", code},
+                   {"message", message},
+                   {"compiles_total", engine->compiles_total()},
+                   {"budget", engine->budget()}});
   ++restarts;
   checkpoint(false);
   ::setenv(kCompileRestartEnv, cat("step ", step).c_str(), 1);
@@ -537,17 +583,20 @@ TrainOutcome Run::finish(bool finished) {
   const bool energy_ok = energy_tokens > 0 && power_reason.empty();  // every step of this process measured
   const double flops =
       CpuModel::step_flops(layout.config(), cfg.batch_size, cfg.seq_len) * double(cfg.accum_steps * group->size());
-  const nlohmann::json end = {{"steps", step}, {"wall_s", prior_wall + (now_s() - t_start)},
-                              {"compile_s", prior_compile + compile_s}, {"train_s", prior_train + train_s},
-                              {"train_ms_per_step", o.train_ms_per_step},
-                              {"gflops", train_s > 0 ? flops * double(steps_here) / train_s / 1e9 : 0.0},
-                              {"final_loss", last_loss},
-                              {"best_val_loss", best_val ? nlohmann::json(*best_val) : nlohmann::json(nullptr)},
-                              {"steps_this_process", steps_here}, {"restarts", restarts},
-                              {"energy_j", energy_ok ? nlohmann::json(energy_j) : nlohmann::json(nullptr)},
-                              {"j_per_token", energy_ok ? nlohmann::json(energy_j / double(energy_tokens))
-                                                        : nlohmann::json(nullptr)},
-                              {"power", power_json()}};
+  const nlohmann::json end = {
+      {"steps", step},
+      {"wall_s", prior_wall + (now_s() - t_start)},
+      {"compile_s", prior_compile + compile_s},
+      {"train_s", prior_train + train_s},
+      {"train_ms_per_step", o.train_ms_per_step},
+      {"gflops", train_s > 0 ? flops * double(steps_here) / train_s / 1e9 : 0.0},
+      {"final_loss", last_loss},
+      {"best_val_loss", best_val ? nlohmann::json(*best_val) : nlohmann::json(nullptr)},
+      {"steps_this_process", steps_here},
+      {"restarts", restarts},
+      {"energy_j", energy_ok ? nlohmann::json(energy_j) : nlohmann::json(nullptr)},
+      {"j_per_token", energy_ok ? nlohmann::json(energy_j / double(energy_tokens)) : nlohmann::json(nullptr)},
+      {"power", power_json()}};
   emit("run_end", end);
   if (hooks.console && !cfg.quiet && root()) std::printf("%s", efficiency_report(end).c_str());
   return o;
@@ -563,8 +612,10 @@ TrainOutcome run_training(const TrainConfig& c, const RunHooks& hooks) {
   r.setup();
   if (r.already_finished) {
     if (hooks.console && r.root())
-      std::printf("run %s already finished: step %lld of --steps %lld; nothing to do, nothing changed (raise --steps to "
-                  "extend it)\n", c.run.c_str(), static_cast<long long>(r.step), static_cast<long long>(c.steps));
+      std::printf(
+          "run %s already finished: step %lld of --steps %lld; nothing to do, nothing changed (raise --steps to "
+          "extend it)\n",
+          c.run.c_str(), static_cast<long long>(r.step), static_cast<long long>(c.steps));
     TrainOutcome o;
     o.steps = r.step, o.best_val_loss = r.best_val, o.finished = true, o.already_finished = true;
     return o;

@@ -27,14 +27,14 @@
 namespace anelab::train {
 
 struct TrainOutcome {
-  int64_t steps = 0;                 // optimizer steps done in total
-  double final_loss = 0;             // last step's train loss
+  int64_t steps = 0;      // optimizer steps done in total
+  double final_loss = 0;  // last step's train loss
   std::optional<double> best_val_loss;
   std::optional<double> last_val_loss;
-  bool finished = false;             // reached --steps (false: stopped by --stop-after)
-  double train_ms_per_step = 0;      // this process
-  bool already_finished = false;     // --resume of a run already at --steps: nothing done, nothing written
-  bool restart = false;              // under MPI: last.ckpt written for a restart; exit with kRestartExitCode
+  bool finished = false;          // reached --steps (false: stopped by --stop-after)
+  double train_ms_per_step = 0;   // this process
+  bool already_finished = false;  // --resume of a run already at --steps: nothing done, nothing written
+  bool restart = false;           // under MPI: last.ckpt written for a restart; exit with kRestartExitCode
 };
 
 // The exit status of `anelab train` under an MPI launcher when the job must be restarted with --resume
@@ -43,8 +43,8 @@ struct TrainOutcome {
 constexpr int kRestartExitCode = 75;
 
 struct RunHooks {
-  bool allow_exec_restart = true;    // false (tests in-process): fail instead of exec
-  bool console = true;               // print progress lines + report to stdout
+  bool allow_exec_restart = true;  // false (tests in-process): fail instead of exec
+  bool console = true;             // print progress lines + report to stdout
   // The power source for step energy; empty: power::select_source() for this machine.
   std::function<power::Selection()> power;
 };

@@ -46,7 +46,8 @@ std::unique_ptr<rt::Backend> make_ane_backend(const rt::BackendOptions& opts) {
   if (shim_choice() == "fake") {
     const FakeShimFactory make = fake_factory().load();
     if (!make)
-      fail("backend", "ane: ANELAB_ANE_SHIM=fake, but this program has no fake shim installed (the anelab CLI and the "
+      fail("backend",
+           "ane: ANELAB_ANE_SHIM=fake, but this program has no fake shim installed (the anelab CLI and the "
            "tests link it from tests/support)");
     shim = make(opts.device);
   } else {

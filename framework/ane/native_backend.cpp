@@ -48,7 +48,7 @@ class NativeKernel : public rt::Kernel {
       : Kernel(std::move(p)), model(std::move(m)), io(program_.functions.size()) {}
   ~NativeKernel() override {
     if (model.use_count() == 1) model->unload();  // the last user: unload before releasing the request and
-    for (FnIO& f : io) release(f);                 // surfaces (maderix free_kern's order)
+    for (FnIO& f : io) release(f);                // surfaces (maderix free_kern's order)
   }
   struct FnIO {
     std::vector<SurfaceHandle> ins, outs;  // shim surfaces, function parameter / return order
@@ -74,8 +74,10 @@ Status wrap(Code code, const std::string& what, const Status& shim_error) {
 // compiled model, not from our guess (digest §1.9).
 std::shared_ptr<LoadedModel> read_procedures(Shim& shim, std::shared_ptr<LoadedModel> m) {
   Result<std::vector<ProcedureSymbols>> procs = shim.procedure_symbols(m->model);
-  if (procs) m->procedures = std::move(*procs);
-  else m->procedures_error = procs.status().message();
+  if (procs)
+    m->procedures = std::move(*procs);
+  else
+    m->procedures_error = procs.status().message();
   return m;
 }
 
@@ -180,7 +182,9 @@ Result<std::shared_ptr<LoadedModel>> NativeBackend::compile_and_load(const mil::
   if (Status s = take_compile(); !s) return s;
   if (Status s = write_model_dir(m->dir, text, weights); !s) return s;
   using Clock = std::chrono::steady_clock;
-  auto ms_since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
+  auto ms_since = [](Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+  };
   auto t0 = Clock::now();
   Status compiled = shim_->compile(m->model, native_.qos);
   compile_ms_ += ms_since(t0);
@@ -201,7 +205,8 @@ bool NativeBackend::load_compiled(LoadedModel& m, const std::string& text, const
   // loads from <tmp>/<hexId> with model.mil and the weights written again (m0at/ANEtransformers
   // training/ane_runtime.h does the same before its load).
   if (Status w = write_model_dir(m.dir, text, weights); !w) {
-    std::fprintf(stderr, "[ane] note: cannot rewrite the model directory of the compiled program %s (%s); compiling it\n",
+    std::fprintf(stderr,
+                 "[ane] note: cannot rewrite the model directory of the compiled program %s (%s); compiling it\n",
                  m.hex_id.c_str(), w.message().c_str());
     return false;
   }
@@ -232,7 +237,8 @@ Status NativeBackend::load_with_retry(LoadedModel& m) {
 namespace {
 
 // Staging through the device's row layout (rt::surface_layout: rows start every row_stride bytes).
-Status copy_in(Shim& shim, SurfaceHandle h, const rt::Surface& src, const rt::SurfaceLayout& l, const std::string& what) {
+Status copy_in(Shim& shim, SurfaceHandle h, const rt::Surface& src, const rt::SurfaceLayout& l,
+               const std::string& what) {
   Result<SurfaceMapping> map = shim.lock_surface(h, false);
   if (!map) return wrap(Code::kIoError, "locking " + what, map.status());
   Status st;
@@ -283,8 +289,10 @@ Status prepare_io(NativeKernel& k, int fn, const rt::DeviceProfile& profile) {
     } else {
       RequestSpec spec{io.ins, idx->inputs, io.outs, idx->outputs, idx->procedure};
       Result<RequestHandle> r = shim.create_request(spec);
-      if (r) io.request = *r;
-      else st = wrap(Code::kInternal, cat("building the _ANERequest for '", f.name, "'"), r.status());
+      if (r)
+        io.request = *r;
+      else
+        st = wrap(Code::kInternal, cat("building the _ANERequest for '", f.name, "'"), r.status());
     }
   }
   if (!st) k.release(io);
@@ -310,7 +318,8 @@ Status NativeBackend::evaluate(rt::Kernel& kernel, int fn, std::span<rt::Surface
         !s)
       return s;
   if (Status s = shim_->evaluate(k->model->model, io.request, native_.qos); !s)
-    return wrap(Code::kInternal, cat("evaluate of '", f.name, "' (procedure ", fn, ", model ", k->model->hex_id, ")"), s);
+    return wrap(Code::kInternal, cat("evaluate of '", f.name, "' (procedure ", fn, ", model ", k->model->hex_id, ")"),
+                s);
   for (size_t j = 0; j < outputs.size(); ++j)
     if (Status s = copy_out(*shim_, io.outs[j], *outputs[j], rt::surface_layout(outputs[j]->type(), profile()),
                             cat("output '", f.outputs[j], "' of '", f.name, "'"));

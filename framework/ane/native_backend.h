@@ -39,11 +39,11 @@
 namespace anelab::ane {
 
 struct NativeOptions {
-  uint32_t qos = 21;                    // every repo uses 21 (digest §1.7)
-  int load_retry_delay_ms = 100;        // one load retry after this delay (digest §1.2 step 6)
-  size_t cache_capacity = 64;           // compiled programs kept loaded for cache hits (LRU)
-  double budget_near_fraction = 0.9;    // see map_compile_failure
-  std::string temp_root;                // "" = shim.temporary_directory()
+  uint32_t qos = 21;                  // every repo uses 21 (digest §1.7)
+  int load_retry_delay_ms = 100;      // one load retry after this delay (digest §1.2 step 6)
+  size_t cache_capacity = 64;         // compiled programs kept loaded for cache hits (LRU)
+  double budget_near_fraction = 0.9;  // see map_compile_failure
+  std::string temp_root;              // "" = shim.temporary_directory()
 };
 
 class LoadedModel;
@@ -77,7 +77,8 @@ class NativeBackend : public rt::Backend {
   double load_ms_total() const { return load_ms_; }
 
  private:
-  NativeBackend(DeviceChoice choice, std::unique_ptr<Shim>&& shim, const rt::BackendOptions& opts, NativeOptions native);
+  NativeBackend(DeviceChoice choice, std::unique_ptr<Shim>&& shim, const rt::BackendOptions& opts,
+                NativeOptions native);
   Result<std::shared_ptr<LoadedModel>> compile_and_load(const mil::Program& p, const std::string& text,
                                                         const rt::Weights& weights);
   // Step 3: true when the compiler's earlier output (compiledModelExists) loaded, from a model directory

@@ -52,7 +52,8 @@ Status write_bytes(const fs::path& path, const void* data, size_t n) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   if (f) f.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
   if (f) f.close();
-  if (!f) return Status(Code::kIoError, cat("[ane] cannot write ", path.string(), " (model directory for the compiler)"));
+  if (!f)
+    return Status(Code::kIoError, cat("[ane] cannot write ", path.string(), " (model directory for the compiler)"));
   return Status::ok();
 }
 
@@ -108,32 +109,31 @@ RequestIndices request_indices(const mil::Program& program, int fn) {
   return r;
 }
 
-Result<RequestIndices> procedure_indices(const mil::Program& program, int fn, const std::vector<ProcedureSymbols>& table,
-                                         const std::string& table_error) {
+Result<RequestIndices> procedure_indices(const mil::Program& program, int fn,
+                                         const std::vector<ProcedureSymbols>& table, const std::string& table_error) {
   const mil::Function& f = program.functions.at(static_cast<size_t>(fn));
   if (table.empty()) {
     if (program.functions.size() == 1) return request_indices(program, fn);
-    return Status(Code::kInternal,
-                  cat("[ane] function '", f.name, "' of a ", program.functions.size(),
-                      "-procedure program: the model attributes give no procedure symbol indices (",
-                      table_error.empty() ? "ANEFModelProcedures is empty" : table_error,
-                      "); guessing them risks error 0x2 or another procedure's surfaces"));
+    return Status(Code::kInternal, cat("[ane] function '", f.name, "' of a ", program.functions.size(),
+                                       "-procedure program: the model attributes give no procedure symbol indices (",
+                                       table_error.empty() ? "ANEFModelProcedures is empty" : table_error,
+                                       "); guessing them risks error 0x2 or another procedure's surfaces"));
   }
   for (const ProcedureSymbols& e : table) {
     if (e.procedure_id != fn) continue;
     if (e.inputs.size() != f.inputs.size() || e.outputs.size() != f.outputs.size())
-      return Status(Code::kInternal,
-                    cat("[ane] function '", f.name, "': ANEFModelProcedures entry ", fn, " has ", e.inputs.size(),
-                        " input and ", e.outputs.size(), " output symbols, the function has ", f.inputs.size(), " and ",
-                        f.outputs.size()));
+      return Status(
+          Code::kInternal,
+          cat("[ane] function '", f.name, "': ANEFModelProcedures entry ", fn, " has ", e.inputs.size(), " input and ",
+              e.outputs.size(), " output symbols, the function has ", f.inputs.size(), " and ", f.outputs.size()));
     RequestIndices r;
     r.inputs = e.inputs;
     r.outputs = e.outputs;
     r.procedure = e.procedure_id;
     return r;
   }
-  return Status(Code::kInternal, cat("[ane] function '", f.name, "': no ANEFModelProcedures entry with ProcedureID ", fn,
-                                     " (the attributes list ", table.size(), " procedures)"));
+  return Status(Code::kInternal, cat("[ane] function '", f.name, "': no ANEFModelProcedures entry with ProcedureID ",
+                                     fn, " (the attributes list ", table.size(), " procedures)"));
 }
 
 SurfaceSizes surface_sizes(const mil::Function& fn, const rt::DeviceProfile& profile) {
@@ -171,14 +171,17 @@ Status map_compile_failure(const Status& shim_error, int used, int budget, doubl
                            const std::string& what) {
   const int near = static_cast<int>(std::ceil(near_fraction * budget));
   if (budget > 0 && used >= near)
-    return Status(Code::kBudgetExhausted,
-                  cat("[compile] ane: ", what, ": the ANE compiler failed at compile ", used, " of this process's ",
-                      budget, "-compile budget (>= ", near, " counts as the per-process compile limit, ~119 on every "
-                      "chip) — checkpoint and restart the process. Compiler said: ", shim_error.message()));
-  return Status(Code::kCompileFailed,
-                cat("[compile] ane: ", what, ": the ANE compiler failed (compile ", used, " of ", budget,
-                    " budgeted): ", shim_error.message(), " — a transient failure passes after a restart; if it "
-                    "repeats, run the program on --backend emulator with the same --device to check shapes and limits"));
+    return Status(Code::kBudgetExhausted, cat("[compile] ane: ", what, ": the ANE compiler failed at compile ", used,
+                                              " of this process's ", budget, "-compile budget (>= ", near,
+                                              " counts as the per-process compile limit, ~119 on every "
+                                              "chip) — checkpoint and restart the process. Compiler said: ",
+                                              shim_error.message()));
+  return Status(
+      Code::kCompileFailed,
+      cat("[compile] ane: ", what, ": the ANE compiler failed (compile ", used, " of ", budget,
+          " budgeted): ", shim_error.message(),
+          " — a transient failure passes after a restart; if it "
+          "repeats, run the program on --backend emulator with the same --device to check shapes and limits"));
 }
 
 }  // namespace anelab::ane

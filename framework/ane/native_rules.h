@@ -53,7 +53,8 @@ RequestIndices request_indices(const mil::Program& program, int fn);
 // input/output symbols as the function has inputs/outputs. An empty table (attributes unreadable)
 // falls back to request_indices() for a single-function program; for several functions it is an
 // error (kInternal), as is an entry that is missing or does not fit the function.
-Result<RequestIndices> procedure_indices(const mil::Program& program, int fn, const std::vector<ProcedureSymbols>& table,
+Result<RequestIndices> procedure_indices(const mil::Program& program, int fn,
+                                         const std::vector<ProcedureSymbols>& table,
                                          const std::string& table_error = "");
 
 // Allocation sizes of the shim surfaces for function `fn`'s inputs / outputs (the same rule as

@@ -41,9 +41,9 @@ using RequestHandle = Handle<struct RequestTag>;  // an _ANERequest
 // One entry of the weights dictionary (digest §1.3):
 //   @{ path : @{ @"offset" : @(offset), @"data" : [NSData dataWithBytes:data length:size] } }
 struct WeightEntry {
-  std::string path;              // "@model_path/weights/wq.bin"
-  uint64_t offset = 0;           // the dictionary's "offset" (always 0 in every repo)
-  std::span<const uint8_t> data; // blob file bytes (copied by the shim)
+  std::string path;               // "@model_path/weights/wq.bin"
+  uint64_t offset = 0;            // the dictionary's "offset" (always 0 in every repo)
+  std::span<const uint8_t> data;  // blob file bytes (copied by the shim)
 };
 
 // A locked surface: IOSurfaceGetBaseAddress / IOSurfaceGetAllocSize.
@@ -56,7 +56,7 @@ struct SurfaceMapping {
 // perfStats:procedureIndex:] (weightsBuffer and perfStats are always nil).
 struct RequestSpec {
   std::vector<SurfaceHandle> inputs;
-  std::vector<int64_t> input_indices;   // NSArray<NSNumber*>
+  std::vector<int64_t> input_indices;  // NSArray<NSNumber*>
   std::vector<SurfaceHandle> outputs;
   std::vector<int64_t> output_indices;  // NSArray<NSNumber*>
   int64_t procedure_index = 0;          // NSNumber

@@ -93,7 +93,8 @@ class AppleShim : public Shim {
     handle_ = dlopen(kFrameworkPath, RTLD_NOW);
     if (!handle_) {
       const char* e = dlerror();
-      why_ = cat("cannot load AppleNeuralEngine.framework (", e ? e : "dlopen failed", "); the native backend needs "
+      why_ = cat("cannot load AppleNeuralEngine.framework (", e ? e : "dlopen failed",
+                 "); the native backend needs "
                  "macOS on Apple Silicon — use --backend emulator");
       return;
     }
@@ -215,7 +216,8 @@ class AppleShim : public Shim {
     Pool pool;
     id<ANEShimModel> model = find(m);
     auto it = requests_.find(r.id);
-    if (!model || it == requests_.end()) return shim_error(sel::kEvaluate, "unknown model or request handle", "none", 0);
+    if (!model || it == requests_.end())
+      return shim_error(sel::kEvaluate, "unknown model or request handle", "none", 0);
     @try {
       NSError* e = nil;
       if (![model evaluateWithQoS:qos options:[NSDictionary dictionary] request:it->second error:&e])
@@ -273,8 +275,10 @@ class AppleShim : public Shim {
         id pid = [p isKindOfClass:[NSDictionary class]] ? [p objectForKey:@"ProcedureID"] : nil;
         if (![pid isKindOfClass:[NSNumber class]] || !numbers([p objectForKey:@"InputSymbolIndexArray"], ps.inputs) ||
             !numbers([p objectForKey:@"OutputSymbolIndexArray"], ps.outputs))
-          return shim_error(sel::kProcedures, "an ANEFModelProcedures entry lacks ProcedureID / InputSymbolIndexArray / "
-                                              "OutputSymbolIndexArray numbers", "none", 0);
+          return shim_error(sel::kProcedures,
+                            "an ANEFModelProcedures entry lacks ProcedureID / InputSymbolIndexArray / "
+                            "OutputSymbolIndexArray numbers",
+                            "none", 0);
         ps.procedure_id = [(NSNumber*)pid longLongValue];
         v.push_back(std::move(ps));
       }
@@ -296,9 +300,10 @@ class AppleShim : public Shim {
     NSNumber* n = [NSNumber numberWithUnsignedLong:bytes];
     NSNumber* one = [NSNumber numberWithInt:1];
     NSNumber* zero = [NSNumber numberWithInt:0];
-    NSDictionary* props = [NSDictionary dictionaryWithObjectsAndKeys:  // a 1-D byte buffer (digest §1.5)
-        n, (id)kIOSurfaceWidth, one, (id)kIOSurfaceHeight, one, (id)kIOSurfaceBytesPerElement,
-        n, (id)kIOSurfaceBytesPerRow, n, (id)kIOSurfaceAllocSize, zero, (id)kIOSurfacePixelFormat, nil];
+    NSDictionary* props =
+        [NSDictionary dictionaryWithObjectsAndKeys:  // a 1-D byte buffer (digest §1.5)
+                          n, (id)kIOSurfaceWidth, one, (id)kIOSurfaceHeight, one, (id)kIOSurfaceBytesPerElement, n,
+                          (id)kIOSurfaceBytesPerRow, n, (id)kIOSurfaceAllocSize, zero, (id)kIOSurfacePixelFormat, nil];
     IOSurfaceRef ref = IOSurfaceCreate((CFDictionaryRef)props);
     if (!ref) return shim_error(sel::kSurfaceCreate, cat("returned NULL for ", bytes, " bytes"), "none", 0);
     @try {

@@ -6,8 +6,9 @@ namespace anelab::ane {
 
 std::unique_ptr<Shim> create_system_shim(std::string* why_not) {
   if (why_not)
-    *why_not = "no Apple Neural Engine on this host (the native backend needs macOS on Apple Silicon); "
-               "use --backend emulator";
+    *why_not =
+        "no Apple Neural Engine on this host (the native backend needs macOS on Apple Silicon); "
+        "use --backend emulator";
   return nullptr;
 }
 

@@ -4,9 +4,12 @@ namespace anelab {
 
 const char* rope_style_name(RopeStyle r) {
   switch (r) {
-    case RopeStyle::kNone: return "none";
-    case RopeStyle::kAdjacentPairs: return "adjacent_pairs";
-    case RopeStyle::kRotateHalf: return "rotate_half";
+    case RopeStyle::kNone:
+      return "none";
+    case RopeStyle::kAdjacentPairs:
+      return "adjacent_pairs";
+    case RopeStyle::kRotateHalf:
+      return "rotate_half";
   }
   return "?";
 }
@@ -14,9 +17,12 @@ const char* rope_scaling_name(RopeScalingType t) { return t == RopeScalingType::
 const char* norm_type_name(NormType n) { return n == NormType::kRms ? "rms" : "layer"; }
 const char* activation_name(Activation a) {
   switch (a) {
-    case Activation::kSilu: return "silu";
-    case Activation::kGeluTanh: return "gelu_tanh";
-    case Activation::kGeluTanhGated: return "gelu_tanh_gated";
+    case Activation::kSilu:
+      return "silu";
+    case Activation::kGeluTanh:
+      return "gelu_tanh";
+    case Activation::kGeluTanhGated:
+      return "gelu_tanh_gated";
   }
   return "?";
 }

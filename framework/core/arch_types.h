@@ -21,7 +21,7 @@ enum class RopeStyle : uint8_t {
 enum class RopeScalingType : uint8_t { kNone = 0, kLlama3 = 1 };
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::kNone;
-  float factor = 8.0f;             // the fields below are used by kLlama3 only
+  float factor = 8.0f;  // the fields below are used by kLlama3 only
   float low_freq_factor = 1.0f;
   float high_freq_factor = 4.0f;
   int64_t original_max_pos = 8192;  // original_max_position_embeddings

@@ -31,21 +31,21 @@ template <typename... Args>
   throw Error(cat("[", component, "] ", std::forward<Args>(args)...));
 }
 
-#define ANELAB_CHECK(cond, component, ...)                              \
-  do {                                                                 \
-    if (!(cond)) ::anelab::fail(component, __VA_ARGS__);               \
+#define ANELAB_CHECK(cond, component, ...)               \
+  do {                                                   \
+    if (!(cond)) ::anelab::fail(component, __VA_ARGS__); \
   } while (0)
 
 // Status codes a caller may branch on.
 enum class Code {
   kOk = 0,
-  kInvalidArgument,   // bad program / shapes / options
-  kLimitExceeded,     // a device-profile limit (dimension, surface size, ...)
-  kBudgetExhausted,   // per-process compile budget spent: caller should checkpoint + exec-restart
-  kCompileFailed,     // the ANE compiler failed on a program the device profile accepts (maybe transient:
-                      // the trainer checkpoints + exec-restarts once, docs/native_backend.md)
-  kUnavailable,       // backend not available on this host
-  kIoError,           // file / surface IO
+  kInvalidArgument,  // bad program / shapes / options
+  kLimitExceeded,    // a device-profile limit (dimension, surface size, ...)
+  kBudgetExhausted,  // per-process compile budget spent: caller should checkpoint + exec-restart
+  kCompileFailed,    // the ANE compiler failed on a program the device profile accepts (maybe transient:
+                     // the trainer checkpoints + exec-restarts once, docs/native_backend.md)
+  kUnavailable,      // backend not available on this host
+  kIoError,          // file / surface IO
   kInternal,
 };
 
@@ -73,8 +73,8 @@ class Status {
 template <typename T>
 class Result {
  public:
-  Result(T value) : v_(std::move(value)) {}          // NOLINT(implicit)
-  Result(Status status) : v_(std::move(status)) {}   // NOLINT(implicit)
+  Result(T value) : v_(std::move(value)) {}         // NOLINT(implicit)
+  Result(Status status) : v_(std::move(status)) {}  // NOLINT(implicit)
   bool is_ok() const { return std::holds_alternative<T>(v_); }
   explicit operator bool() const { return is_ok(); }
   const Status& status() const {

@@ -104,7 +104,8 @@ MappedFile::MappedFile(const std::string& path, FileAccess access) : path_(path)
     // kernel's zeroing of each fresh huge page then run in parallel (one thread: ~0.2 s per GB from the page
     // cache on the dev box). The first failing range (lowest offset) is reported.
     constexpr size_t kPerThread = size_t{64} << 20, kAlign = size_t{2} << 20;
-    const size_t parts = std::clamp<size_t>(size_ / kPerThread, 1, std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8));
+    const size_t parts =
+        std::clamp<size_t>(size_ / kPerThread, 1, std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8));
     const size_t step = (size_ / parts + kAlign - 1) / kAlign * kAlign;
     std::vector<size_t> stopped(parts, SIZE_MAX);  // per range: where it stopped, SIZE_MAX when complete
     std::vector<int> err(parts, 0);

@@ -85,10 +85,14 @@ NpyArray parse_npy(const uint8_t* b, size_t size, const std::string& name) {
     a.shape.push_back(v);
   }
   size_t esz;
-  if (a.dtype == "<f2") esz = 2;
-  else if (a.dtype == "<f4") esz = 4;
-  else if (a.dtype == "<f8") esz = 8;
-  else fail("npy", name, ": dtype '", a.dtype, "' not supported (use float16 or float32)");
+  if (a.dtype == "<f2")
+    esz = 2;
+  else if (a.dtype == "<f4")
+    esz = 4;
+  else if (a.dtype == "<f8")
+    esz = 8;
+  else
+    fail("npy", name, ": dtype '", a.dtype, "' not supported (use float16 or float32)");
   // The element count, multiplied out with a cap at one more than the data holds, so a shape such as
   // (13333333332, 11111111119) is refused instead of overflowing. A 0 in the shape means no data.
   const size_t off = hoff + hlen;

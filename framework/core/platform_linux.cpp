@@ -34,7 +34,8 @@ Reading<std::string> transparent_huge_pages() {
   using R = Reading<std::string>;
   const auto mode = procfs::sysfs_mode(procfs::kThpEnabled);
   if (!mode) return R::unavailable("transparent huge pages unknown: " + mode.reason);
-  if (*mode == "never") return R::unavailable("transparent huge pages are off (" + std::string(procfs::kThpEnabled) + ": never)");
+  if (*mode == "never")
+    return R::unavailable("transparent huge pages are off (" + std::string(procfs::kThpEnabled) + ": never)");
   return R::ok("THP " + *mode);
 }
 

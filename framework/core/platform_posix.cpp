@@ -154,7 +154,7 @@ Reading<AnonRegion> map_anonymous(size_t bytes, bool huge_pages) {
   // Only the whole 2 MiB pages are advised: the tail stays on base pages, so the region costs its size, not
   // its size rounded up to 2 MiB.
   const size_t whole = bytes / kHuge * kHuge;
-  r.huge_pages = !huge_pages ? Reading<std::string>::unavailable("huge pages not asked for")
+  r.huge_pages = !huge_pages  ? Reading<std::string>::unavailable("huge pages not asked for")
                  : whole == 0 ? Reading<std::string>::unavailable("smaller than one huge page (2 MiB)")
                               : advise_huge_pages(r.data, whole);
   return R::ok(std::move(r));

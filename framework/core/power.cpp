@@ -93,18 +93,20 @@ Meter::Meter(Selection s) : source_(std::move(s.source)) {
     }
     return;
   }
-  worker_ = start_thread([this] {
-    try {
-      Reading r;
-      while (!stop_.load() && source_->next(&r)) {
-        std::lock_guard<std::mutex> lock(mu_);
-        last_ = r;
-      }
-    } catch (const std::exception& e) {
-      std::lock_guard<std::mutex> lock(mu_);
-      worker_error_ = e.what();
-    }
-  }, "the power meter's sampling thread");
+  worker_ = start_thread(
+      [this] {
+        try {
+          Reading r;
+          while (!stop_.load() && source_->next(&r)) {
+            std::lock_guard<std::mutex> lock(mu_);
+            last_ = r;
+          }
+        } catch (const std::exception& e) {
+          std::lock_guard<std::mutex> lock(mu_);
+          worker_error_ = e.what();
+        }
+      },
+      "the power meter's sampling thread");
 }
 
 Meter::~Meter() {

@@ -27,9 +27,9 @@ ThreadPool::ThreadPool(int n_threads) : n_(std::max(1, n_threads)) {
   threads_.reserve(size_t(n_ - 1));  // push_back cannot throw (and drop a running thread) after a start
   try {
     for (int i = 1; i < n_; ++i)
-      threads_.push_back(start_thread([this, i] { worker_loop(i); },
-                                      "worker " + std::to_string(i) + " of a pool of " + std::to_string(n_) +
-                                          " threads (--threads " + std::to_string(n_) + ")"));
+      threads_.push_back(start_thread([this, i] { worker_loop(i); }, "worker " + std::to_string(i) + " of a pool of " +
+                                                                         std::to_string(n_) + " threads (--threads " +
+                                                                         std::to_string(n_) + ")"));
   } catch (...) {
     stop_workers();
     throw;
@@ -54,7 +54,8 @@ void ThreadPool::work(uint32_t gen, int worker) {
     const int64_t idx = static_cast<int64_t>(c & 0xFFFFFFFFu);
     if (idx >= n_chunks_.load(std::memory_order_relaxed)) return;
     if (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
-    (*job_.load(std::memory_order_relaxed))(idx, worker);  // job gen is current: it cannot finish before this chunk is counted done
+    (*job_.load(std::memory_order_relaxed))(
+        idx, worker);  // job gen is current: it cannot finish before this chunk is counted done
     done_.fetch_add(1, std::memory_order_acq_rel);
     c = claim_.load(std::memory_order_acquire);
   }

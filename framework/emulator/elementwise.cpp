@@ -21,20 +21,29 @@ enum UnOp : int { kSigmoid, kTanh, kExp, kRelu };
 // ---- kernels --------------------------------------------------------------------------------------
 inline float apply_bin(int op, float a, float b) {
   switch (op) {
-    case kAdd: return a + b;
-    case kSub: return a - b;
-    case kMul: return a * b;
-    case kDiv: return a / b;
-    default: return std::pow(a, b);
+    case kAdd:
+      return a + b;
+    case kSub:
+      return a - b;
+    case kMul:
+      return a * b;
+    case kDiv:
+      return a / b;
+    default:
+      return std::pow(a, b);
   }
 }
 
 inline float apply_un(int op, float a) {
   switch (op) {
-    case kSigmoid: return 1.0f / (1.0f + std::exp(-a));
-    case kTanh: return std::tanh(a);
-    case kExp: return std::exp(a);
-    default: return a > 0.0f ? a : 0.0f;
+    case kSigmoid:
+      return 1.0f / (1.0f + std::exp(-a));
+    case kTanh:
+      return std::tanh(a);
+    case kExp:
+      return std::exp(a);
+    default:
+      return a > 0.0f ? a : 0.0f;
   }
 }
 
@@ -55,11 +64,16 @@ void bin_row(const float* a, int64_t sa, const float* b, int64_t sb, float* o, i
 
 void bin_row_dispatch(int op, const float* a, int64_t sa, const float* b, int64_t sb, float* o, int64_t n) {
   switch (op) {
-    case kAdd: return bin_row<kAdd>(a, sa, b, sb, o, n);
-    case kSub: return bin_row<kSub>(a, sa, b, sb, o, n);
-    case kMul: return bin_row<kMul>(a, sa, b, sb, o, n);
-    case kDiv: return bin_row<kDiv>(a, sa, b, sb, o, n);
-    default: return bin_row<kPow>(a, sa, b, sb, o, n);
+    case kAdd:
+      return bin_row<kAdd>(a, sa, b, sb, o, n);
+    case kSub:
+      return bin_row<kSub>(a, sa, b, sb, o, n);
+    case kMul:
+      return bin_row<kMul>(a, sa, b, sb, o, n);
+    case kDiv:
+      return bin_row<kDiv>(a, sa, b, sb, o, n);
+    default:
+      return bin_row<kPow>(a, sa, b, sb, o, n);
   }
 }
 
@@ -146,20 +160,30 @@ void lower_cast(Lowerer& l, const mil::Operation& op, const mil::Resolved& r) {
   const DType to = std::get<mil::CastParams>(r.params).to;
   CastArgs a;
   switch (to) {
-    case DType::kInt8: a = {-128, 127}; break;
-    case DType::kUint8: a = {0, 255}; break;
-    case DType::kInt16: a = {-32768, 32767}; break;
-    case DType::kInt32: a = {-2147483647.0f, 2147483647.0f}; break;
-    default: ANELAB_CHECK(mil::is_float(to), "emulator", l.where(op), ": cast to ", mil::dtype_name(to), " is not supported");
+    case DType::kInt8:
+      a = {-128, 127};
+      break;
+    case DType::kUint8:
+      a = {0, 255};
+      break;
+    case DType::kInt16:
+      a = {-32768, 32767};
+      break;
+    case DType::kInt32:
+      a = {-2147483647.0f, 2147483647.0f};
+      break;
+    default:
+      ANELAB_CHECK(mil::is_float(to), "emulator", l.where(op), ": cast to ", mil::dtype_name(to), " is not supported");
   }
   l.new_step(op, k_cast, {&l.value(op, "x")}, a);
 }
 
 constexpr LowerRule kRules[] = {
-    {"add", lower_binary<kAdd>},     {"sub", lower_binary<kSub>},     {"mul", lower_binary<kMul>},
-    {"real_div", lower_binary<kDiv>}, {"pow", lower_binary<kPow>},     {"sigmoid", lower_unary<kSigmoid>},
-    {"tanh", lower_unary<kTanh>},    {"exp", lower_unary<kExp>},      {"relu", lower_unary<kRelu>},
-    {"cast", lower_cast},
+    {"add", lower_binary<kAdd>},  {"sub", lower_binary<kSub>},
+    {"mul", lower_binary<kMul>},  {"real_div", lower_binary<kDiv>},
+    {"pow", lower_binary<kPow>},  {"sigmoid", lower_unary<kSigmoid>},
+    {"tanh", lower_unary<kTanh>}, {"exp", lower_unary<kExp>},
+    {"relu", lower_unary<kRelu>}, {"cast", lower_cast},
 };
 
 }  // namespace

@@ -2,7 +2,6 @@
 // evaluate = surface check + staging + plan walk. See framework/emulator/README.md.
 #include "framework/emulator/emulator.h"
 
-
 #include <cstdlib>
 #include <cstring>
 
@@ -38,7 +37,7 @@ class EmuKernel : public rt::Kernel {
   explicit EmuKernel(mil::Program p) : Kernel(std::move(p)) {}
   std::vector<FunctionPlan> plans;  // one per function, program order
   ExecCtx ctx;
-  AlignedFloats workspace;          // [threads] x (ws_a + ws_b) GEMM packing buffers
+  AlignedFloats workspace;  // [threads] x (ws_a + ws_b) GEMM packing buffers
 };
 
 class EmulatorBackend : public rt::Backend {
@@ -86,8 +85,8 @@ class EmulatorBackend : public rt::Backend {
     auto* k = dynamic_cast<EmuKernel*>(&kernel);
     if (!k) return Status(Code::kInvalidArgument, "[emulator] evaluate: kernel was not compiled by the emulator");
     if (fn < 0 || fn >= static_cast<int>(k->plans.size()))
-      return Status(Code::kInvalidArgument, cat("[emulator] evaluate: function index ", fn, " out of range (program has ",
-                                                k->plans.size(), " functions)"));
+      return Status(Code::kInvalidArgument, cat("[emulator] evaluate: function index ", fn,
+                                                " out of range (program has ", k->plans.size(), " functions)"));
     const mil::Function& f = k->function(fn);
     if (Status s = rt::check_surfaces(f, inputs, outputs, profile()); !s) return s;
     run_plan(k->plans[static_cast<size_t>(fn)], k->ctx, inputs, outputs);
@@ -101,20 +100,24 @@ class EmulatorBackend : public rt::Backend {
       const ValueInfo& v = p.inputs[i];
       float* dst = p.mut_ptr(v.ref);
       const size_t n = static_cast<size_t>(v.type.numel());
-      if (v.type.dtype == mil::DType::kFp16) half_to_float(inputs[i]->f16(), dst, n);
-      else std::memcpy(dst, inputs[i]->f32(), n * sizeof(float));
+      if (v.type.dtype == mil::DType::kFp16)
+        half_to_float(inputs[i]->f16(), dst, n);
+      else
+        std::memcpy(dst, inputs[i]->f32(), n * sizeof(float));
     }
     for (const Step& s : p.steps) s.run(s, ctx);
     for (size_t i = 0; i < p.outputs.size(); ++i) {
       const ValueInfo& v = p.outputs[i];
       const float* src = p.ptr(v.ref);
       const size_t n = static_cast<size_t>(v.type.numel());
-      if (v.type.dtype == mil::DType::kFp16) float_to_half(src, outputs[i]->f16(), n);
-      else std::memcpy(outputs[i]->f32(), src, n * sizeof(float));
+      if (v.type.dtype == mil::DType::kFp16)
+        float_to_half(src, outputs[i]->f16(), n);
+      else
+        std::memcpy(outputs[i]->f32(), src, n * sizeof(float));
     }
   }
   int threads_ = 1;
-  ThreadPool* pool_ = nullptr;             // nullptr: single-threaded
+  ThreadPool* pool_ = nullptr;  // nullptr: single-threaded
   std::unique_ptr<ThreadPool> own_pool_;
 };
 

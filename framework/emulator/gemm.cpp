@@ -44,7 +44,9 @@ void micro_kernel(int64_t kc, const float* ap, const float* bp, float* c, int64_
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v)
-      acc[i][v] = first ? W::zero() : full ? W::load(c + i * ldc + v * VW) : W::load_n(c + i * ldc + v * VW, cols - v * VW);
+      acc[i][v] = first  ? W::zero()
+                  : full ? W::load(c + i * ldc + v * VW)
+                         : W::load_n(c + i * ldc + v * VW, cols - v * VW);
   for (int64_t k = 0; k < kc; ++k) {
     W::F32 b[NV];
 #pragma GCC unroll 4
@@ -174,8 +176,8 @@ void gemm_task(const GemmPlan& g, const float* a, const float* b, float* c, int6
       for (int64_t i0 = 0; i0 < mm; i0 += MR) {
         const int64_t r = std::min(MR, mm - i0);
         epi.bias = bias ? bias + i0 : nullptr;
-        kMicro[static_cast<size_t>(r - 1)](kcb, ap + (i0 / MR) * MR * kcb, bp, c + i0 * g.ldc + j0, g.ldc, nn - j0, first,
-                                           last ? &epi : nullptr);
+        kMicro[static_cast<size_t>(r - 1)](kcb, ap + (i0 / MR) * MR * kcb, bp, c + i0 * g.ldc + j0, g.ldc, nn - j0,
+                                           first, last ? &epi : nullptr);
       }
     }
   }

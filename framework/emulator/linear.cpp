@@ -72,7 +72,8 @@ void lower_conv(Lowerer& l, const mil::Operation& op, const mil::Resolved& r) {
   c.n = xs[0], c.cin = xs[1], c.h = xs[2], c.w = xs[3], c.kh = ws[2], c.kw = ws[3];
   c.sh = g.stride[0], c.sw = g.stride[1], c.dh = g.dilation[0], c.dw = g.dilation[1];
   c.pt = g.pad[0], c.pl = g.pad[2], c.ho = g.out_h, c.wo = g.out_w;
-  c.direct = c.kh == 1 && c.kw == 1 && c.sh == 1 && c.sw == 1 && g.pad[0] == 0 && g.pad[1] == 0 && g.pad[2] == 0 && g.pad[3] == 0;
+  c.direct = c.kh == 1 && c.kw == 1 && c.sh == 1 && c.sw == 1 && g.pad[0] == 0 && g.pad[1] == 0 && g.pad[2] == 0 &&
+             g.pad[3] == 0;
   c.has_bias = bias != nullptr;
   const int64_t G = g.groups, cout = ws[0];
   const int64_t hw = c.ho * c.wo, cin_g = c.cin / G, cout_g = cout / G, K = cin_g * c.kh * c.kw;
@@ -82,7 +83,8 @@ void lower_conv(Lowerer& l, const mil::Operation& op, const mil::Resolved& r) {
   for (int64_t n = 0; n < c.n; ++n)
     for (int64_t gi = 0; gi < G; ++gi) {
       gp.a_off.push_back(gi * cout_g * K);
-      gp.b_off.push_back(c.direct ? n * c.cin * c.h * c.w + gi * cin_g * c.h * c.w : (n * c.cin + gi * cin_g) * c.kh * c.kw * hw);
+      gp.b_off.push_back(c.direct ? n * c.cin * c.h * c.w + gi * cin_g * c.h * c.w
+                                  : (n * c.cin + gi * cin_g) * c.kh * c.kw * hw);
       gp.c_off.push_back(n * cout * hw + gi * cout_g * hw);
       if (bias) gp.bias_off.push_back(gi * cout_g);
     }
@@ -119,8 +121,10 @@ void lower_matmul(Lowerer& l, const mil::Operation& op, const mil::Resolved& r) 
   bool ta = false, tb = false;
   int64_t lda = 0, ldb = 0;
   // views whose matrix dims have a unit stride are read in place; others are materialised
-  if (!gemm_operand(l.view(op, "x"), p.transpose_x, &ta, &lda)) gemm_operand(l.value(op, "x"), p.transpose_x, &ta, &lda);
-  if (!gemm_operand(l.view(op, "y"), p.transpose_y, &tb, &ldb)) gemm_operand(l.value(op, "y"), p.transpose_y, &tb, &ldb);
+  if (!gemm_operand(l.view(op, "x"), p.transpose_x, &ta, &lda))
+    gemm_operand(l.value(op, "x"), p.transpose_x, &ta, &lda);
+  if (!gemm_operand(l.view(op, "y"), p.transpose_y, &tb, &ldb))
+    gemm_operand(l.value(op, "y"), p.transpose_y, &tb, &ldb);
   const ValueInfo& x = l.view(op, "x");
   const ValueInfo& y = l.view(op, "y");
   const Shape &xs = x.type.shape, &ys = y.type.shape, &ob = p.batch;

@@ -168,7 +168,8 @@ void Lowerer::assign_arena() {
   for (int i = 0; i < ns; ++i) {
     const Step& s = plan_.steps[static_cast<size_t>(i)];
     def[static_cast<size_t>(s.out_ref.index)] = i;
-    if (s.scratch_ref.kind == Ref::kArena) def[static_cast<size_t>(s.scratch_ref.index)] = last[static_cast<size_t>(s.scratch_ref.index)] = i;
+    if (s.scratch_ref.kind == Ref::kArena)
+      def[static_cast<size_t>(s.scratch_ref.index)] = last[static_cast<size_t>(s.scratch_ref.index)] = i;
     for (const Ref& r : s.in_refs)
       if (r.kind == Ref::kArena) last[static_cast<size_t>(r.index)] = i;
   }
@@ -182,7 +183,8 @@ void Lowerer::assign_arena() {
     for (size_t k = 0; k < free_slots.size(); ++k) {
       const int sl = free_slots[k];
       if (slot_size[static_cast<size_t>(sl)] >= need &&
-          (best < 0 || slot_size[static_cast<size_t>(sl)] < slot_size[static_cast<size_t>(free_slots[static_cast<size_t>(best)])]))
+          (best < 0 ||
+           slot_size[static_cast<size_t>(sl)] < slot_size[static_cast<size_t>(free_slots[static_cast<size_t>(best)])]))
         best = static_cast<int>(k);
     }
     if (best >= 0) {
@@ -209,7 +211,8 @@ void Lowerer::assign_arena() {
   }
   plan_.arena = AlignedFloats(std::max<size_t>(total, 16));
   plan_.vbuf_offset.resize(static_cast<size_t>(nv));
-  for (int v = 0; v < nv; ++v) plan_.vbuf_offset[static_cast<size_t>(v)] = slot_off[static_cast<size_t>(slot_of[static_cast<size_t>(v)])];
+  for (int v = 0; v < nv; ++v)
+    plan_.vbuf_offset[static_cast<size_t>(v)] = slot_off[static_cast<size_t>(slot_of[static_cast<size_t>(v)])];
 }
 
 void Lowerer::resolve() {
@@ -224,8 +227,8 @@ void Lowerer::resolve() {
 void Lowerer::run() {
   plan_.name = fn_.name;
   for (const auto& [name, type] : fn_.inputs) {
-    ANELAB_CHECK(mil::is_float(type.dtype), "emulator", "function '", fn_.name, "': input '", name, "' is ",
-                 type.str(), "; surfaces carry fp16 or fp32");
+    ANELAB_CHECK(mil::is_float(type.dtype), "emulator", "function '", fn_.name, "': input '", name, "' is ", type.str(),
+                 "; surfaces carry fp16 or fp32");
     ValueInfo v{type, new_vbuf(static_cast<size_t>(type.numel()))};
     values_[name] = v;
     table_.add_input(name, type);
@@ -251,8 +254,8 @@ void Lowerer::run() {
 // ---- dispatch -------------------------------------------------------------------------------------
 namespace {
 
-const std::array<std::span<const LowerRule> (*)(), 5> kFamilies = {elementwise_rules, reduce_rules, linear_rules, shape_rules,
-                                                                    quant_rules};
+const std::array<std::span<const LowerRule> (*)(), 5> kFamilies = {elementwise_rules, reduce_rules, linear_rules,
+                                                                   shape_rules, quant_rules};
 
 const std::map<std::string, LowerFn>& rule_table() {
   static const auto* table = [] {
@@ -273,7 +276,8 @@ void Lowerer::lower_op(const mil::Operation& op) {
   } catch (const Error& e) {
     fail("emulator", "function '", fn_.name, "': ", e.what());
   }
-  ANELAB_CHECK(r.type == op.type, "emulator", where(op), ": declared output ", op.type.str(), " but the op produces ", r.type.str());
+  ANELAB_CHECK(r.type == op.type, "emulator", where(op), ": declared output ", op.type.str(), " but the op produces ",
+               r.type.str());
   if (op.op == "const") return lower_const(op);
   auto it = rule_table().find(op.op);
   if (it == rule_table().end()) {
@@ -308,7 +312,9 @@ std::vector<int64_t> contiguous_strides(const mil::Shape& s) {
   return st;
 }
 
-std::vector<int64_t> strides_of(const ValueInfo& v) { return v.strides.empty() ? contiguous_strides(v.type.shape) : v.strides; }
+std::vector<int64_t> strides_of(const ValueInfo& v) {
+  return v.strides.empty() ? contiguous_strides(v.type.shape) : v.strides;
+}
 
 int64_t prod(const mil::Shape& s, size_t b, size_t e) {
   int64_t p = 1;

@@ -46,7 +46,8 @@ std::span<const LowerRule> quant_rules();
 
 class Lowerer {
  public:
-  Lowerer(const mil::Function& fn, const rt::Weights& w, FunctionPlan& plan) : fn_(fn), weights_(w), plan_(plan), table_(&fn) {}
+  Lowerer(const mil::Function& fn, const rt::Weights& w, FunctionPlan& plan)
+      : fn_(fn), weights_(w), plan_(plan), table_(&fn) {}
   void run();
 
   // ---- what the family rules use ----
@@ -89,7 +90,7 @@ class Lowerer {
 
 // Shared by the family rules.
 std::vector<int64_t> contiguous_strides(const mil::Shape& s);
-std::vector<int64_t> strides_of(const ValueInfo& v);  // view strides, or the contiguous ones
+std::vector<int64_t> strides_of(const ValueInfo& v);    // view strides, or the contiguous ones
 int64_t prod(const mil::Shape& s, size_t b, size_t e);  // product of s[b, e)
 // Strides `st` of shape `s` right-aligned into the rank of `out`, 0 on broadcast dims.
 std::vector<int64_t> bcast_strides(const mil::Shape& s, const std::vector<int64_t>& st, const mil::Shape& out);

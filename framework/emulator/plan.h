@@ -20,7 +20,6 @@
 
 #include "framework/core/fp16.h"
 #include "framework/core/thread_pool.h"
-
 #include "framework/mil/types.h"
 #include "framework/simd/simd.h"
 
@@ -51,18 +50,18 @@ constexpr int64_t kGemmMR = simd::kGemmMR, kGemmNR = simd::kGemmNR;
 struct GemmPlan {
   int64_t m = 0, n = 0, k = 0;
   bool ta = false, tb = false;
-  int64_t lda = 0, ldb = 0, ldc = 0;               // leading dimensions as stored
-  std::vector<int64_t> a_off, b_off, c_off;        // per-batch element offsets
-  int64_t tile_m = 264, tile_n = 512;              // task tile (tile_m a multiple of kGemmMR)
-  int64_t kc = 256;                                // k block
-  size_t ws_a = 0, ws_b = 0;                       // per-thread workspace floats it needs
-  bool round_fp16 = true;                          // round C to fp16 in the epilogue
-  float alpha = 1.0f;                              // scale of the fp32 accumulator before bias/rounding
-  std::vector<int64_t> bias_off;                   // per-batch offset into the bias vector; empty: no bias
-  AlignedFloats a_packed;                          // A packed at compile time (A const), else empty
-  std::vector<int64_t> a_packed_off;               // per-batch offset into a_packed
+  int64_t lda = 0, ldb = 0, ldc = 0;         // leading dimensions as stored
+  std::vector<int64_t> a_off, b_off, c_off;  // per-batch element offsets
+  int64_t tile_m = 264, tile_n = 512;        // task tile (tile_m a multiple of kGemmMR)
+  int64_t kc = 256;                          // k block
+  size_t ws_a = 0, ws_b = 0;                 // per-thread workspace floats it needs
+  bool round_fp16 = true;                    // round C to fp16 in the epilogue
+  float alpha = 1.0f;                        // scale of the fp32 accumulator before bias/rounding
+  std::vector<int64_t> bias_off;             // per-batch offset into the bias vector; empty: no bias
+  AlignedFloats a_packed;                    // A packed at compile time (A const), else empty
+  std::vector<int64_t> a_packed_off;         // per-batch offset into a_packed
 };
-void plan_gemm(GemmPlan& g);                        // fills tile/blocking/workspace fields from m, n, k
+void plan_gemm(GemmPlan& g);                       // fills tile/blocking/workspace fields from m, n, k
 void prepack_gemm_a(GemmPlan& g, const float* a);  // A is a compile-time const: pack it once (after plan_gemm)
 
 struct ExecCtx {
@@ -119,8 +118,8 @@ struct ConcatArgs {
 };
 // elementwise.cpp: binary op on collapsed broadcast strides (0 on broadcast dims).
 struct BinaryArgs {
-  int op = 0;                           // elementwise.cpp's BinOp
-  std::vector<int64_t> shape, sa, sb;   // [rank] each, rank >= 1
+  int op = 0;                          // elementwise.cpp's BinOp
+  std::vector<int64_t> shape, sa, sb;  // [rank] each, rank >= 1
 };
 struct UnaryArgs {
   int op = 0;  // elementwise.cpp's UnOp
@@ -139,7 +138,7 @@ struct ReduceArgs {
 // quant.cpp: x viewed as [outer, len, inner]; len is the quantisation axis (1: per tensor).
 struct QuantArgs {
   int64_t outer = 1, len = 1, inner = 1;
-  float qmin = 0, qmax = 0;            // quantize only
+  float qmin = 0, qmax = 0;              // quantize only
   std::vector<float> scale, zero_point;  // [len] each
 };
 // linear.cpp: conv on x [N, Cin, H, W] (pads top/left; bottom/right are implied by Ho/Wo).
@@ -151,15 +150,15 @@ struct ConvArgs {
 struct SdpaArgs {
   int64_t batch = 1, l = 0, s = 0;
 };
-using StepArgs = std::variant<std::monostate, StridedArgs, ConcatArgs, BinaryArgs, UnaryArgs, CastArgs, SoftmaxArgs, ReduceArgs,
-                              QuantArgs, ConvArgs, SdpaArgs>;
+using StepArgs = std::variant<std::monostate, StridedArgs, ConcatArgs, BinaryArgs, UnaryArgs, CastArgs, SoftmaxArgs,
+                              ReduceArgs, QuantArgs, ConvArgs, SdpaArgs>;
 
 struct Step {
   KernelFn run = nullptr;
-  std::string op, name;                      // for error messages
+  std::string op, name;  // for error messages
   std::vector<Ref> in_refs;
   Ref out_ref, scratch_ref;
-  size_t scratch_n = 0;                      // scratch floats
+  size_t scratch_n = 0;  // scratch floats
   // Resolved after arena allocation:
   std::vector<const float*> in;
   float* out = nullptr;
@@ -169,8 +168,8 @@ struct Step {
   mil::Shape out_shape;
   mil::DType out_dtype = mil::DType::kFp16;
   int64_t out_n = 0;
-  StepArgs args;                             // the kernel's arguments
-  std::vector<GemmPlan> gemms;               // conv / matmul / sdpa
+  StepArgs args;                // the kernel's arguments
+  std::vector<GemmPlan> gemms;  // conv / matmul / sdpa
 };
 
 // The kernel's own argument struct (set by its lowering; kernels run only on steps they were given).
@@ -190,12 +189,12 @@ struct ValueInfo {
 
 struct FunctionPlan {
   std::string name;
-  std::vector<ValueInfo> inputs;             // function parameters, in order
-  std::vector<ValueInfo> outputs;            // returned values, in order
+  std::vector<ValueInfo> inputs;   // function parameters, in order
+  std::vector<ValueInfo> outputs;  // returned values, in order
   std::vector<Step> steps;
-  std::vector<size_t> vbuf_offset;           // Ref::kArena index -> float offset in the arena
+  std::vector<size_t> vbuf_offset;  // Ref::kArena index -> float offset in the arena
   AlignedFloats arena;
-  std::vector<std::vector<float>> consts;    // decoded constants (fp32 holding dtype-exact values)
+  std::vector<std::vector<float>> consts;  // decoded constants (fp32 holding dtype-exact values)
   const float* ptr(const Ref& r) const;
   float* mut_ptr(const Ref& r);
 };
@@ -215,5 +214,5 @@ inline void round_range(float* x, int64_t n, mil::DType t) {
 void round_to_dtype(float* x, int64_t n, mil::DType t, const ExecCtx& ctx);  // round_range over the pool
 void softmax_rows(float* x, int64_t rows, int64_t len, const ExecCtx& ctx);  // in place, fp32, then fp16-rounded
 void k_strided(const Step&, const ExecCtx&);  // StridedArgs: contiguous copy of a view (shape.cpp)
-constexpr int64_t kParMin = 1 << 15;  // elements below which a kernel stays single-threaded
+constexpr int64_t kParMin = 1 << 15;          // elements below which a kernel stays single-threaded
 }  // namespace anelab::emu

@@ -63,8 +63,8 @@ void lower_quant(Lowerer& l, const mil::Operation& op, const mil::Resolved& r) {
   a.scale = l.lit_floats(op, "scale");
   a.zero_point = op.arg("zero_point") ? l.lit_floats(op, "zero_point") : std::vector<float>{0.0f};
   auto expand = [&](std::vector<float>& v, const char* what) {
-    ANELAB_CHECK(v.size() == 1 || static_cast<int64_t>(v.size()) == a.len, "emulator", l.where(op), ": ", what, " has ", v.size(),
-                 " elements; expected 1 or ", a.len);
+    ANELAB_CHECK(v.size() == 1 || static_cast<int64_t>(v.size()) == a.len, "emulator", l.where(op), ": ", what, " has ",
+                 v.size(), " elements; expected 1 or ", a.len);
     if (v.size() == 1) v.assign(static_cast<size_t>(a.len), v[0]);
   };
   expand(a.scale, "scale");
@@ -82,10 +82,11 @@ void lower_affine_dequantize(Lowerer& l, const mil::Operation& op, const mil::Re
   const mil::ConstValue &q = *op.attr("quantized_data"), &sc = *op.attr("scale"), &zp = *op.attr("zero_point");
   const Shape& shape = q.type.shape;
   std::vector<float> qd = l.decode_const(q, op), s = l.decode_const(sc, op), z = l.decode_const(zp, op);
-  const int64_t len = shape[static_cast<size_t>(axis)], inner = prod(shape, static_cast<size_t>(axis) + 1, shape.size());
+  const int64_t len = shape[static_cast<size_t>(axis)],
+                inner = prod(shape, static_cast<size_t>(axis) + 1, shape.size());
   auto per = [&](const std::vector<float>& v, const char* what) {
-    ANELAB_CHECK(v.size() == 1 || static_cast<int64_t>(v.size()) == len, "emulator", l.where(op), ": ", what, " has ", v.size(),
-                 " elements; expected 1 or ", len, " (axis ", axis, ")");
+    ANELAB_CHECK(v.size() == 1 || static_cast<int64_t>(v.size()) == len, "emulator", l.where(op), ": ", what, " has ",
+                 v.size(), " elements; expected 1 or ", len, " (axis ", axis, ")");
   };
   per(s, "scale");
   per(z, "zero_point");

@@ -91,8 +91,8 @@ void lower_softmax(Lowerer& l, const mil::Operation& op, const mil::Resolved& r)
 template <int KIND>
 void lower_reduce(Lowerer& l, const mil::Operation& op, const mil::Resolved& r) {
   const auto& axes = std::get<mil::ReduceParams>(r.params).axes;  // sorted, unique
-  ANELAB_CHECK(!axes.empty() && axes.back() - axes.front() + 1 == static_cast<int>(axes.size()), "emulator", l.where(op),
-               ": reduced axes must be adjacent in the emulator");
+  ANELAB_CHECK(!axes.empty() && axes.back() - axes.front() + 1 == static_cast<int>(axes.size()), "emulator",
+               l.where(op), ": reduced axes must be adjacent in the emulator");
   const ValueInfo& x = l.value(op, "x");
   const Shape& sh = x.type.shape;
   const size_t a0 = static_cast<size_t>(axes.front()), a1 = static_cast<size_t>(axes.back()) + 1;

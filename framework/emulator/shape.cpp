@@ -56,7 +56,8 @@ void k_strided(const Step& s, const ExecCtx& ctx) {
     }
     float* o = s.out + r * inner;
     const float* ip = in + off;
-    if (ist == 1) std::memcpy(o, ip, static_cast<size_t>(inner) * sizeof(float));
+    if (ist == 1)
+      std::memcpy(o, ip, static_cast<size_t>(inner) * sizeof(float));
     else
       for (int64_t i = 0; i < inner; ++i) o[i] = ip[i * ist];
   });
@@ -149,7 +150,7 @@ void lower_concat(Lowerer& l, const mil::Operation& op, const mil::Resolved& r) 
 }
 
 constexpr LowerRule kRules[] = {
-    {"reshape", lower_copy},     {"identity", lower_copy},       {"transpose", lower_transpose},
+    {"reshape", lower_copy},        {"identity", lower_copy},        {"transpose", lower_transpose},
     {"slice_by_size", lower_slice}, {"slice_by_index", lower_slice}, {"concat", lower_concat},
 };
 

@@ -15,11 +15,14 @@ namespace anelab::kern {
 using mil::DType;
 using mil::Shape;
 
-mil::TensorType act_type(int64_t channels, int64_t seq, DType dt) { return mil::tensor_type(dt, {1, channels, 1, seq}); }
+mil::TensorType act_type(int64_t channels, int64_t seq, DType dt) {
+  return mil::tensor_type(dt, {1, channels, 1, seq});
+}
 
 // ---- BlobSet --------------------------------------------------------------------------------------
 
-Value BlobSet::tensor(FunctionBuilder& b, const std::string& stem, const mil::TensorType& t, std::span<const float> values) {
+Value BlobSet::tensor(FunctionBuilder& b, const std::string& stem, const mil::TensorType& t,
+                      std::span<const float> values) {
   ANELAB_CHECK(static_cast<int64_t>(values.size()) == t.numel(), "kernels", "blob '", stem, "': ", values.size(),
                " values for ", t.str());
   const std::string path = "@model_path/weights/" + stem + ".bin";
@@ -39,8 +42,8 @@ Value BlobSet::tensor(FunctionBuilder& b, const std::string& stem, const mil::Te
 
 Value BlobSet::matrix(FunctionBuilder& b, const std::string& stem, std::span<const float> w, int64_t out, int64_t in,
                       bool transposed) {
-  ANELAB_CHECK(static_cast<int64_t>(w.size()) == out * in, "kernels", "matrix '", stem, "': ", w.size(), " values for [", out,
-               ", ", in, "]");
+  ANELAB_CHECK(static_cast<int64_t>(w.size()) == out * in, "kernels", "matrix '", stem, "': ", w.size(),
+               " values for [", out, ", ", in, "]");
   if (!transposed) return tensor(b, stem, mil::tensor_type(DType::kFp16, {out, in, 1, 1}), w);
   std::vector<float> t(w.size());
   for (int64_t o = 0; o < out; ++o)
@@ -60,10 +63,9 @@ Value BlobSet::int8_matrix(FunctionBuilder& b, const std::string& stem, const W8
   const uint64_t off = w.add_int8(m.q);
   add_file(stem, path, w.take());
   std::vector<double> scale(m.scale.begin(), m.scale.end());  // [out] fp16 values, along axis 0
-  Value v = b.named(stem).constexpr_affine_dequantize(mil::ConstValue::blobfile(qt, path, off),
-                                                      mil::ConstValue::floats(mil::tensor_type(DType::kFp16, {m.rows}),
-                                                                              std::move(scale)),
-                                                      mil::ConstValue::int8(0), 0);
+  Value v = b.named(stem).constexpr_affine_dequantize(
+      mil::ConstValue::blobfile(qt, path, off),
+      mil::ConstValue::floats(mil::tensor_type(DType::kFp16, {m.rows}), std::move(scale)), mil::ConstValue::int8(0), 0);
   made_[key] = v;
   return v;
 }
@@ -89,7 +91,6 @@ std::vector<float> causal_mask(int64_t seq, int64_t window) {
       if (j > i || (window > 0 && i - j >= window)) m[static_cast<size_t>(i * seq + j)] = -65504.0f;
   return m;
 }
-
 
 RopeTables rope_tables(int64_t seq, int64_t hd, double theta, RopeStyle style, int64_t pos0, const RopeScaling& scaling,
                        double linear) {
@@ -190,7 +191,8 @@ Value rope(FunctionBuilder& b, const Value& x, const Value& cos, const Value& si
   if (style == RopeStyle::kAdjacentPairs) {
     // pairs (x[2i], x[2i+1]) as [1, H, S*HD/2, 2], or [H, S, HD/2, 2] when S*HD/2 would pass the cap
     const bool flat = s * hd / 2 <= rt::max_dim_all_profiles();
-    const std::vector<int64_t> ps = flat ? std::vector<int64_t>{1, h, s * hd / 2, 2} : std::vector<int64_t>{h, s, hd / 2, 2};
+    const std::vector<int64_t> ps =
+        flat ? std::vector<int64_t>{1, h, s * hd / 2, 2} : std::vector<int64_t>{h, s, hd / 2, 2};
     Value p = b.reshape(x, ps);
     std::vector<int64_t> half = ps;
     half[3] = 1;
@@ -250,7 +252,8 @@ Value attention_probs(FunctionBuilder& b, const Value& q, const Value& k, const 
   return b.softmax(b.add(sc, mask), -1);
 }
 
-Value causal_attention(FunctionBuilder& b, const Value& q, const Value& k, const Value& v, const Value& mask, double scale) {
+Value causal_attention(FunctionBuilder& b, const Value& q, const Value& k, const Value& v, const Value& mask,
+                       double scale) {
   return b.matmul(attention_probs(b, q, k, mask, scale), v);
 }
 

@@ -69,8 +69,8 @@ class BlobSet {
 // > 0 also -65504 where i - j >= window (a sliding-window layer: query i sees keys i - window < j <= i).
 std::vector<float> causal_mask(int64_t seq, int64_t window = 0);
 
-using anelab::RopeStyle;  // framework/core/arch_types.h (kNone is not a rotation: blocks treat it as kRotateHalf)
 using anelab::rope_style_name;
+using anelab::RopeStyle;  // framework/core/arch_types.h (kNone is not a rotation: blocks treat it as kRotateHalf)
 
 // cos / sin tables [S, HD] (row-major, position-major) for positions pos0 .. pos0+S-1, laid out for
 // `style`: adjacent pairs duplicate angle i at columns 2i and 2i+1; rotate-half at i and i + HD/2.
@@ -125,6 +125,7 @@ Value gqa_reduce(FunctionBuilder& b, const Value& g, int64_t n_rep);
 // GQA-expanded), mask [1,1,S,S] additive. Returns [1, H, S, S].
 Value attention_probs(FunctionBuilder& b, const Value& q, const Value& k, const Value& mask, double scale);
 // Causal attention: probs(q,k) @ v -> [1, H, S, HD]. Never SDPA's attn_mask (ignored on the ANE).
-Value causal_attention(FunctionBuilder& b, const Value& q, const Value& k, const Value& v, const Value& mask, double scale);
+Value causal_attention(FunctionBuilder& b, const Value& q, const Value& k, const Value& v, const Value& mask,
+                       double scale);
 
 }  // namespace anelab::kern

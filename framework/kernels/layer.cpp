@@ -27,13 +27,20 @@ bool is_quantized(WType t) {
 
 quant::BlockType block_type(WType t) {
   switch (t) {
-    case WType::kQ4_0: return quant::BlockType::kQ4_0;
-    case WType::kQ5_0: return quant::BlockType::kQ5_0;
-    case WType::kQ5_1: return quant::BlockType::kQ5_1;
-    case WType::kQ4_K: return quant::BlockType::kQ4_K;
-    case WType::kQ5_K: return quant::BlockType::kQ5_K;
-    case WType::kQ6_K: return quant::BlockType::kQ6_K;
-    default: return quant::BlockType::kQ8_0;
+    case WType::kQ4_0:
+      return quant::BlockType::kQ4_0;
+    case WType::kQ5_0:
+      return quant::BlockType::kQ5_0;
+    case WType::kQ5_1:
+      return quant::BlockType::kQ5_1;
+    case WType::kQ4_K:
+      return quant::BlockType::kQ4_K;
+    case WType::kQ5_K:
+      return quant::BlockType::kQ5_K;
+    case WType::kQ6_K:
+      return quant::BlockType::kQ6_K;
+    default:
+      return quant::BlockType::kQ8_0;
   }
 }
 

@@ -39,7 +39,17 @@ namespace anelab::kern {
 
 // ---- weights --------------------------------------------------------------------------------------
 
-enum class WType : uint8_t { kF32 = 0, kF16 = 1, kQ8_0 = 2, kQ4_0 = 3, kQ4_K = 4, kQ6_K = 5, kQ5_0 = 6, kQ5_1 = 7, kQ5_K = 8 };
+enum class WType : uint8_t {
+  kF32 = 0,
+  kF16 = 1,
+  kQ8_0 = 2,
+  kQ4_0 = 3,
+  kQ4_K = 4,
+  kQ6_K = 5,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
+  kQ5_K = 8
+};
 bool is_quantized(WType t);            // a block type (framework/quant)
 quant::BlockType block_type(WType t);  // for block types
 
@@ -54,10 +64,10 @@ struct Mat {
   int64_t tiled_rows = 0;
   const float* f32() const { return static_cast<const float*>(data); }
   const half_bits* f16() const { return static_cast<const half_bits*>(data); }
-  const uint8_t* row_blocks(int64_t r) const;  // block types: the blocks of row r (r >= tiled_rows)
-  const uint8_t* tile(int64_t t) const;        // tile t (rows 16t..16t+15 < tiled_rows)
+  const uint8_t* row_blocks(int64_t r) const;    // block types: the blocks of row r (r >= tiled_rows)
+  const uint8_t* tile(int64_t t) const;          // tile t (rows 16t..16t+15 < tiled_rows)
   void row_values(int64_t r, float* out) const;  // row r as fp32 (fp16 widened, blocks and tiles dequantized)
-  int64_t nbytes() const;                     // bytes of the whole matrix
+  int64_t nbytes() const;                        // bytes of the whole matrix
   bool empty() const { return data == nullptr; }
   // An fp32 view of v as [rows, cols]; throws "[kernels] ..." when the sizes differ.
   static Mat f32(std::span<const float> v, int64_t rows, int64_t cols);
@@ -68,20 +78,20 @@ std::vector<float> mat_values(const Mat& m);
 // One transformer layer's weights (not owned). Vectors are empty when the model has no such tensor.
 // The kernels name them: wq wk wv wo w1 w2 w3, norms attn_norm / ffn_norm (training's rms_att / rms_ffn).
 struct LayerWeights {
-  Mat wq;                                   // [QD, D]
-  Mat wk, wv;                               // [KVD, D]
-  Mat wo;                                   // [D, QD]
-  Mat w1, w3;                               // [H, D] (SwiGLU gate / up; GELU: w1 = fc, no w3)
-  Mat w2;                                   // [D, H] (down; GELU: proj)
-  std::span<const float> attn_norm, ffn_norm;      // [D]
-  std::span<const float> attn_norm_b, ffn_norm_b;  // [D] LayerNorm biases
-  std::span<const float> bq;                // [QD]
-  std::span<const float> bk, bv;            // [KVD]
-  std::span<const float> bo, b2;            // [D]
-  std::span<const float> b1;                // [H]
-  std::span<const float> q_norm, k_norm;    // [HD] per-head RMSNorm of q and k (before RoPE)
+  Mat wq;                                                // [QD, D]
+  Mat wk, wv;                                            // [KVD, D]
+  Mat wo;                                                // [D, QD]
+  Mat w1, w3;                                            // [H, D] (SwiGLU gate / up; GELU: w1 = fc, no w3)
+  Mat w2;                                                // [D, H] (down; GELU: proj)
+  std::span<const float> attn_norm, ffn_norm;            // [D]
+  std::span<const float> attn_norm_b, ffn_norm_b;        // [D] LayerNorm biases
+  std::span<const float> bq;                             // [QD]
+  std::span<const float> bk, bv;                         // [KVD]
+  std::span<const float> bo, b2;                         // [D]
+  std::span<const float> b1;                             // [H]
+  std::span<const float> q_norm, k_norm;                 // [HD] per-head RMSNorm of q and k (before RoPE)
   std::span<const float> attn_post_norm, ffn_post_norm;  // [D] norms of the attention / MLP outputs
-  const Mat& matrix(const std::string& name) const;  // "wq" ... "w3"; throws for others
+  const Mat& matrix(const std::string& name) const;      // "wq" ... "w3"; throws for others
 };
 
 // ---- the layer description --------------------------------------------------------------------------
@@ -94,13 +104,13 @@ struct LayerDesc {
   int64_t head_dim = 0;    // HD
   int64_t seq = 0;         // S
   double norm_eps = 1e-5;
-  bool layer_norm = false;         // LayerNorm (GPT-2); else RMSNorm
-  bool gelu = false;               // tanh-GELU MLP (w1, w2); else SwiGLU (w1, w3, w2)
-  bool geglu = false;              // GeGLU MLP (w1, w3, w2): gelu_tanh(W1·x) * W3·x (Gemma)
-  bool qk_norm = false;            // per-head RMSNorm of q and k before RoPE (norm weights "q_norm" / "k_norm" [HD])
-  bool post_norms = false;         // RMSNorm of the attention and MLP outputs ("attn_post_norm" / "ffn_post_norm")
-  double score_scale = 0.0;        // scores = q·k * score_scale; 0: 1 / sqrt(HD)
-  std::optional<RopeStyle> rope;   // none: no RoPE (learned positions)
+  bool layer_norm = false;        // LayerNorm (GPT-2); else RMSNorm
+  bool gelu = false;              // tanh-GELU MLP (w1, w2); else SwiGLU (w1, w3, w2)
+  bool geglu = false;             // GeGLU MLP (w1, w3, w2): gelu_tanh(W1·x) * W3·x (Gemma)
+  bool qk_norm = false;           // per-head RMSNorm of q and k before RoPE (norm weights "q_norm" / "k_norm" [HD])
+  bool post_norms = false;        // RMSNorm of the attention and MLP outputs ("attn_post_norm" / "ffn_post_norm")
+  double score_scale = 0.0;       // scores = q·k * score_scale; 0: 1 / sqrt(HD)
+  std::optional<RopeStyle> rope;  // none: no RoPE (learned positions)
   double rope_theta = 10000.0;
 
   int64_t q_dim() const { return n_heads * head_dim; }
@@ -120,7 +130,7 @@ class LayerParams {
   // "attn_norm" | "ffn_norm" | "attn_post_norm" | "ffn_post_norm": [1, D, 1, 1]; "q_norm" | "k_norm": [1, HD, 1, 1]
   virtual Value norm_weight(const std::string& norm) = 0;
   virtual std::optional<Value> norm_bias(const std::string& norm) = 0;  // LayerNorm bias, if any
-  virtual Value mask() = 0;                        // [1, 1, S, S] additive causal mask (causal_mask; a window's)
+  virtual Value mask() = 0;  // [1, 1, S, S] additive causal mask (causal_mask; a window's)
   virtual Value rope_table(const std::string& which) = 0;  // "cos" | "sin": [1, 1, S, HD] (rope_tables)
 };
 

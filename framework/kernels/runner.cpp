@@ -29,12 +29,15 @@ std::unique_ptr<rt::Kernel> KernelCache::compile(const KernelSpec& spec) {
   auto r = backend_.compile(p, spec.weights);
   if (!r.is_ok()) {
     const auto& st = r.status();
-    const std::string msg = cat("[kernels] compile ", spec.name, " (", strategy_name(strategy_), ", ", shape_.str(),
-                                ") on ", backend_.name(), ": ",
-                                st.code() == Code::kBudgetExhausted ? "compile budget exhausted (checkpoint and restart "
-                                                                      "the process): " : "",
-                                st.message());
-    if (st.code() == Code::kBudgetExhausted || st.code() == Code::kCompileFailed) throw rt::CompileError(st.code(), msg);
+    const std::string msg =
+        cat("[kernels] compile ", spec.name, " (", strategy_name(strategy_), ", ", shape_.str(), ") on ",
+            backend_.name(), ": ",
+            st.code() == Code::kBudgetExhausted ? "compile budget exhausted (checkpoint and restart "
+                                                  "the process): "
+                                                : "",
+            st.message());
+    if (st.code() == Code::kBudgetExhausted || st.code() == Code::kCompileFailed)
+      throw rt::CompileError(st.code(), msg);
     throw Error(msg);
   }
   ++compiles_;
@@ -57,9 +60,9 @@ KernelCache::Entry& KernelCache::shared(KernelKind k) {
 // ---- LayerRunner ----------------------------------------------------------------------------------
 
 struct LayerRunner::Slot {
-  const KernelSpec* spec = nullptr;   // layouts (shared entry's or own)
+  const KernelSpec* spec = nullptr;  // layouts (shared entry's or own)
   rt::Kernel* kernel = nullptr;
-  KernelSpec own_spec;                // static weight-bearing kernels
+  KernelSpec own_spec;  // static weight-bearing kernels
   std::unique_ptr<rt::Kernel> own_kernel;
   std::vector<rt::Surface> in, out;
 };
@@ -130,7 +133,8 @@ void LayerRunner::run(KernelKind k, std::initializer_list<In> ins, std::initiali
   rt::Surface* ip = &s.in[0];
   rt::Surface* op = &s.out[0];
   const double t1 = now_ms();
-  Status st = cache_->backend().evaluate(*s.kernel, 0, std::span<rt::Surface* const>(&ip, 1), std::span<rt::Surface* const>(&op, 1));
+  Status st = cache_->backend().evaluate(*s.kernel, 0, std::span<rt::Surface* const>(&ip, 1),
+                                         std::span<rt::Surface* const>(&op, 1));
   if (!st.is_ok()) fail("kernels", "evaluate ", kernel_name(k), ": ", st.message());
   const double t2 = now_ms();
   for (const auto& [name, dst] : outs) {
@@ -165,20 +169,25 @@ void LayerRunner::attn_forward(const float* x, AttnTaps& o) {
 }
 
 void LayerRunner::ffn_forward(const float* x2, FfnTaps& o) {
-  run(KernelKind::kFfnFwd, {{"x", x2}}, {{"y", &o.y}, {"h1", &o.h1}, {"h3", &o.h3}, {"gate", &o.gate}, {"xnorm", &o.xnorm}});
+  run(KernelKind::kFfnFwd, {{"x", x2}},
+      {{"y", &o.y}, {"h1", &o.h1}, {"h3", &o.h3}, {"gate", &o.gate}, {"xnorm", &o.xnorm}});
 }
 
 void LayerRunner::ffn_backward(const float* dy, const FfnTaps& f, FfnGrads& o) {
-  run(KernelKind::kFfnBwd, {{"dy", dy}, {"h1", f.h1.data()}, {"h3", f.h3.data()}}, {{"dx", &o.dx}, {"dh1", &o.dh1}, {"dh3", &o.dh3}});
+  run(KernelKind::kFfnBwd, {{"dy", dy}, {"h1", f.h1.data()}, {"h3", f.h3.data()}},
+      {{"dx", &o.dx}, {"dh1", &o.dh1}, {"dh3", &o.dh3}});
 }
 
-void LayerRunner::wo_backward(const float* dx2, std::vector<float>& da) { run(KernelKind::kWoBwd, {{"dy", dx2}}, {{"da", &da}}); }
+void LayerRunner::wo_backward(const float* dx2, std::vector<float>& da) {
+  run(KernelKind::kWoBwd, {{"dy", dx2}}, {{"da", &da}});
+}
 
 void LayerRunner::sdpa_backward(const AttnTaps& f, const float* da, SdpaGrads& o) {
   std::vector<float> probs, dp;  // [H*S, S]
   run(KernelKind::kSdpaBwd1, {{"q_rope", f.q_rope.data()}, {"k_rope", f.k_rope.data()}, {"v", f.v.data()}, {"da", da}},
       {{"dv", &o.dv}, {"probs", &probs}, {"dp", &dp}});
-  run(KernelKind::kSdpaBwd2, {{"probs", probs.data()}, {"dp", dp.data()}, {"q_rope", f.q_rope.data()}, {"k_rope", f.k_rope.data()}},
+  run(KernelKind::kSdpaBwd2,
+      {{"probs", probs.data()}, {"dp", dp.data()}, {"q_rope", f.q_rope.data()}, {"k_rope", f.k_rope.data()}},
       {{"dq", &o.dq}, {"dk", &o.dk}});
 }
 

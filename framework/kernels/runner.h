@@ -31,30 +31,30 @@
 
 namespace anelab::kern {
 
-struct AttnTaps {              // attn_fwd outputs, fp32 [C, S]
-  std::vector<float> o;        // [D]  Wo · attn
-  std::vector<float> attn;     // [QD] attention output before Wo
-  std::vector<float> q_rope;   // [QD]
-  std::vector<float> k_rope;   // [KVD]
-  std::vector<float> v;        // [KVD]
-  std::vector<float> xnorm;    // [D]
-  std::vector<float> q, k;     // [QD], [KVD] qk_norm only: Wq·xnorm, Wk·xnorm before the head norms
+struct AttnTaps {             // attn_fwd outputs, fp32 [C, S]
+  std::vector<float> o;       // [D]  Wo · attn
+  std::vector<float> attn;    // [QD] attention output before Wo
+  std::vector<float> q_rope;  // [QD]
+  std::vector<float> k_rope;  // [KVD]
+  std::vector<float> v;       // [KVD]
+  std::vector<float> xnorm;   // [D]
+  std::vector<float> q, k;    // [QD], [KVD] qk_norm only: Wq·xnorm, Wk·xnorm before the head norms
 };
-struct FfnTaps {               // ffn_fwd outputs
-  std::vector<float> y;        // [D]  W2 · gate
-  std::vector<float> h1, h3;   // [H]
-  std::vector<float> gate;     // [H]  silu(h1) * h3
-  std::vector<float> xnorm;    // [D]
+struct FfnTaps {              // ffn_fwd outputs
+  std::vector<float> y;       // [D]  W2 · gate
+  std::vector<float> h1, h3;  // [H]
+  std::vector<float> gate;    // [H]  silu(h1) * h3
+  std::vector<float> xnorm;   // [D]
 };
 struct FfnGrads {
   std::vector<float> dx;        // [D] dL/d xnorm2
   std::vector<float> dh1, dh3;  // [H]
 };
 struct SdpaGrads {
-  std::vector<float> dq;        // [QD]  dL/d(Wq·xnorm), pre-RoPE (qk_norm: dL/d of the normed q)
-  std::vector<float> dk, dv;    // [KVD] pre-RoPE, reduced over the GQA groups
-  std::vector<float> dq_proj;   // [QD]  qk_norm only (qkv_backward): dL/d(Wq·xnorm)
-  std::vector<float> dk_proj;   // [KVD] qk_norm only: dL/d(Wk·xnorm)
+  std::vector<float> dq;       // [QD]  dL/d(Wq·xnorm), pre-RoPE (qk_norm: dL/d of the normed q)
+  std::vector<float> dk, dv;   // [KVD] pre-RoPE, reduced over the GQA groups
+  std::vector<float> dq_proj;  // [QD]  qk_norm only (qkv_backward): dL/d(Wq·xnorm)
+  std::vector<float> dk_proj;  // [KVD] qk_norm only: dL/d(Wk·xnorm)
 };
 
 // Compiled kernels shared by every layer of one model: the weight-free sdpa_bwd1/2 (both strategies) and,
@@ -97,10 +97,10 @@ class LayerRunner {
   // frees all layer kernels first); set_weights() must follow before the next run().
   void release_static_kernels();
 
-  void attn_forward(const float* x, AttnTaps& out);                        // x [D, S]
-  void ffn_forward(const float* x2, FfnTaps& out);                         // x2 [D, S]
-  void ffn_backward(const float* dy, const FfnTaps& fwd, FfnGrads& out);   // dy [D, S]
-  void wo_backward(const float* dx2, std::vector<float>& da);              // da [QD, S]
+  void attn_forward(const float* x, AttnTaps& out);                       // x [D, S]
+  void ffn_forward(const float* x2, FfnTaps& out);                        // x2 [D, S]
+  void ffn_backward(const float* dy, const FfnTaps& fwd, FfnGrads& out);  // dy [D, S]
+  void wo_backward(const float* dx2, std::vector<float>& da);             // da [QD, S]
   void sdpa_backward(const AttnTaps& fwd, const float* da, SdpaGrads& out);
   void qkv_backward(const SdpaGrads& g, std::vector<float>& dxn);  // dxn [D, S] (no qk_norm)
   // Either shape; with qk_norm it reads fwd.q / fwd.k and also fills g.dq_proj / g.dk_proj.

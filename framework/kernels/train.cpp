@@ -39,7 +39,8 @@ void TrainShape::validate() const {
 
 std::string TrainShape::str() const {
   std::ostringstream o;
-  o << "D=" << dim << " H=" << hidden << " heads=" << n_heads << "/" << n_kv_heads << " hd=" << head_dim << " S=" << seq;
+  o << "D=" << dim << " H=" << hidden << " heads=" << n_heads << "/" << n_kv_heads << " hd=" << head_dim
+    << " S=" << seq;
   if (qk_norm) o << " qk_norm";
   return o.str();
 }
@@ -48,15 +49,24 @@ const char* strategy_name(Strategy s) { return s == Strategy::kStatic ? "static"
 
 const char* kernel_name(KernelKind k) {
   switch (k) {
-    case KernelKind::kAttnFwd: return "attn_fwd";
-    case KernelKind::kFfnFwd: return "ffn_fwd";
-    case KernelKind::kFfnBwd: return "ffn_bwd";
-    case KernelKind::kWoBwd: return "wo_bwd";
-    case KernelKind::kSdpaBwd1: return "sdpa_bwd1";
-    case KernelKind::kSdpaBwd2: return "sdpa_bwd2";
-    case KernelKind::kQkvBwd: return "qkv_bwd";
-    case KernelKind::kRmsAttBwd: return "rms_att_bwd";
-    case KernelKind::kRmsFfnBwd: return "rms_ffn_bwd";
+    case KernelKind::kAttnFwd:
+      return "attn_fwd";
+    case KernelKind::kFfnFwd:
+      return "ffn_fwd";
+    case KernelKind::kFfnBwd:
+      return "ffn_bwd";
+    case KernelKind::kWoBwd:
+      return "wo_bwd";
+    case KernelKind::kSdpaBwd1:
+      return "sdpa_bwd1";
+    case KernelKind::kSdpaBwd2:
+      return "sdpa_bwd2";
+    case KernelKind::kQkvBwd:
+      return "qkv_bwd";
+    case KernelKind::kRmsAttBwd:
+      return "rms_att_bwd";
+    case KernelKind::kRmsFfnBwd:
+      return "rms_ffn_bwd";
   }
   return "?";
 }
@@ -133,7 +143,8 @@ void validate_train_weights(const LayerWeights& w, const TrainShape& s) {
 void weight_slot_values(const WeightSlot& ws, const LayerWeights& w, const TrainShape& s, std::vector<float>& out) {
   std::span<const float> src = train_weight(w, ws.weight);
   auto [o, i] = weight_dims(ws.weight, s);
-  ANELAB_CHECK(static_cast<int64_t>(src.size()) == o * i, "kernels", "weight ", ws.weight, ": ", src.size(), " values, need ", o * i);
+  ANELAB_CHECK(static_cast<int64_t>(src.size()) == o * i, "kernels", "weight ", ws.weight, ": ", src.size(),
+               " values, need ", o * i);
   out.resize(src.size());
   if (!ws.transposed) {
     std::copy(src.begin(), src.end(), out.begin());
@@ -155,7 +166,11 @@ namespace {
 class KernelGen : public LayerParams {
  public:
   KernelGen(KernelKind kind, const TrainShape& s, Strategy st, const LayerWeights* w)
-      : kind_(kind), s_(s), dyn_(st == Strategy::kDynamic && kernel_has_weights(kind)), w_(w), b_(pb_.function("main")) {
+      : kind_(kind),
+        s_(s),
+        dyn_(st == Strategy::kDynamic && kernel_has_weights(kind)),
+        w_(w),
+        b_(pb_.function("main")) {
     s.validate();
     if (st == Strategy::kStatic && kernel_has_weights(kind)) {
       ANELAB_CHECK(w != nullptr, "kernels", kernel_name(kind), ": static strategy needs the layer weights");
@@ -167,7 +182,10 @@ class KernelGen : public LayerParams {
 
   void act(const std::string& slot, int64_t channels) { acts_.push_back({slot, channels}); }
   // Declares the product y = W x (or y = Wᵀ x when tprod) for layer weight `weight`.
-  void mat(const std::string& weight, bool tprod) { mats_[weight] = {tprod, false}; order_.push_back(weight); }
+  void mat(const std::string& weight, bool tprod) {
+    mats_[weight] = {tprod, false};
+    order_.push_back(weight);
+  }
   void vec(const std::string& weight) { vecs_.push_back(weight); }
 
   void begin();
@@ -212,19 +230,26 @@ void KernelGen::begin() {
   int64_t c_act = 0;
   for (const auto& [slot, ch] : acts_) c_act = std::max(c_act, ch);
   for (const auto& [slot, ch] : acts_) {
-    if (dyn_) in_.add_spatial(slot, ch, s_.seq);
-    else in_.add_channels(slot, ch, s_.seq);
+    if (dyn_)
+      in_.add_spatial(slot, ch, s_.seq);
+    else
+      in_.add_channels(slot, ch, s_.seq);
   }
   if (dyn_) {
     for (const auto& name : order_) {
       Mat& m = mats_[name];
       auto [o, i] = weight_dims(name, s_);
       const int64_t ic = m.tprod ? o : i, oc = m.tprod ? i : o;  // M = W or Wᵀ is [OC, IC]
-      if (ic == c_act) m.holds_mt = true;
-      else if (oc == c_act) m.holds_mt = false;
-      else if (ic <= c_act) m.holds_mt = true;
-      else if (oc <= c_act) m.holds_mt = false;
-      else m.holds_mt = ic <= oc;
+      if (ic == c_act)
+        m.holds_mt = true;
+      else if (oc == c_act)
+        m.holds_mt = false;
+      else if (ic <= c_act)
+        m.holds_mt = true;
+      else if (oc <= c_act)
+        m.holds_mt = false;
+      else
+        m.holds_mt = ic <= oc;
       const int64_t rows = m.holds_mt ? ic : oc, cols = m.holds_mt ? oc : ic;
       in_.add_spatial(name, rows, cols);
       // slot content: Mᵀ = (tprod ? W : Wᵀ), M = (tprod ? Wᵀ : W)
@@ -257,7 +282,8 @@ Value KernelGen::vec_value(const std::string& weight) {
 }
 
 Value KernelGen::mask() {
-  if (!mask_) mask_ = blobs_.tensor(b_, "mask", mil::tensor_type(DType::kFp16, {1, 1, s_.seq, s_.seq}), causal_mask(s_.seq));
+  if (!mask_)
+    mask_ = blobs_.tensor(b_, "mask", mil::tensor_type(DType::kFp16, {1, 1, s_.seq, s_.seq}), causal_mask(s_.seq));
   return *mask_;
 }
 
@@ -279,8 +305,8 @@ KernelSpec KernelGen::finish(const Taps& outputs) {
   k.out = IOLayout(k.name + "_out");
   std::vector<Value> vals;
   for (const auto& [slot, v] : outputs) {
-    ANELAB_CHECK(v.rank() == 4 && v.dim(0) == 1 && v.dim(2) == 1 && v.dim(3) == s_.seq, "kernels", k.name, ": output '", slot,
-                 "' is ", mil::shape_str(v.shape()), ", not [1, C, 1, ", s_.seq, "]");
+    ANELAB_CHECK(v.rank() == 4 && v.dim(0) == 1 && v.dim(2) == 1 && v.dim(3) == s_.seq, "kernels", k.name, ": output '",
+                 slot, "' is ", mil::shape_str(v.shape()), ", not [1, C, 1, ", s_.seq, "]");
     k.out.add_channels(slot, v.dim(1), s_.seq);
     vals.push_back(v);
   }
@@ -357,7 +383,8 @@ KernelSpec gen_sdpa_bwd1(KernelGen& g) {
   Value p = attention_probs(b, q, k, g.mask(), s.attn_scale());  // [1, H, S, S]
   Value dv = gqa_reduce(b, b.matmul(p, da, true, false), s.n_rep());
   Value dp = b.matmul(da, v, false, true);
-  return g.finish({{"dv", merge_heads(b, dv)}, {"probs", b.reshape(p, {1, H * S, 1, S})}, {"dp", b.reshape(dp, {1, H * S, 1, S})}});
+  return g.finish(
+      {{"dv", merge_heads(b, dv)}, {"probs", b.reshape(p, {1, H * S, 1, S})}, {"dp", b.reshape(dp, {1, H * S, 1, S})}});
 }
 
 KernelSpec gen_sdpa_bwd2(KernelGen& g) {
@@ -450,30 +477,48 @@ KernelSpec gen_rms_bwd(KernelGen& g, const char* weight) {
 KernelSpec build_kernel(KernelKind kind, const TrainShape& shape, Strategy strategy, const LayerWeights* w) {
   KernelGen g(kind, shape, strategy, w);
   switch (kind) {
-    case KernelKind::kAttnFwd: return gen_attn_fwd(g);
-    case KernelKind::kFfnFwd: return gen_ffn_fwd(g);
-    case KernelKind::kFfnBwd: return gen_ffn_bwd(g);
-    case KernelKind::kWoBwd: return gen_wo_bwd(g);
-    case KernelKind::kSdpaBwd1: return gen_sdpa_bwd1(g);
-    case KernelKind::kSdpaBwd2: return gen_sdpa_bwd2(g);
-    case KernelKind::kQkvBwd: return gen_qkv_bwd(g);
-    case KernelKind::kRmsAttBwd: return gen_rms_bwd(g, "rms_att");
-    case KernelKind::kRmsFfnBwd: return gen_rms_bwd(g, "rms_ffn");
+    case KernelKind::kAttnFwd:
+      return gen_attn_fwd(g);
+    case KernelKind::kFfnFwd:
+      return gen_ffn_fwd(g);
+    case KernelKind::kFfnBwd:
+      return gen_ffn_bwd(g);
+    case KernelKind::kWoBwd:
+      return gen_wo_bwd(g);
+    case KernelKind::kSdpaBwd1:
+      return gen_sdpa_bwd1(g);
+    case KernelKind::kSdpaBwd2:
+      return gen_sdpa_bwd2(g);
+    case KernelKind::kQkvBwd:
+      return gen_qkv_bwd(g);
+    case KernelKind::kRmsAttBwd:
+      return gen_rms_bwd(g, "rms_att");
+    case KernelKind::kRmsFfnBwd:
+      return gen_rms_bwd(g, "rms_ffn");
   }
   fail("kernels", "unknown kernel kind");
 }
 
 KernelSpec& LayerKernels::get(KernelKind k) {
   switch (k) {
-    case KernelKind::kAttnFwd: return attn_fwd;
-    case KernelKind::kFfnFwd: return ffn_fwd;
-    case KernelKind::kFfnBwd: return ffn_bwd;
-    case KernelKind::kWoBwd: return wo_bwd;
-    case KernelKind::kSdpaBwd1: return sdpa_bwd1;
-    case KernelKind::kSdpaBwd2: return sdpa_bwd2;
-    case KernelKind::kQkvBwd: return qkv_bwd;
-    case KernelKind::kRmsAttBwd: return rms_att_bwd;
-    case KernelKind::kRmsFfnBwd: return rms_ffn_bwd;
+    case KernelKind::kAttnFwd:
+      return attn_fwd;
+    case KernelKind::kFfnFwd:
+      return ffn_fwd;
+    case KernelKind::kFfnBwd:
+      return ffn_bwd;
+    case KernelKind::kWoBwd:
+      return wo_bwd;
+    case KernelKind::kSdpaBwd1:
+      return sdpa_bwd1;
+    case KernelKind::kSdpaBwd2:
+      return sdpa_bwd2;
+    case KernelKind::kQkvBwd:
+      return qkv_bwd;
+    case KernelKind::kRmsAttBwd:
+      return rms_att_bwd;
+    case KernelKind::kRmsFfnBwd:
+      return rms_ffn_bwd;
   }
   fail("kernels", "unknown kernel kind");
 }

@@ -75,18 +75,18 @@ struct TrainShape {
   int64_t q_dim() const { return n_heads * head_dim; }      // QD
   int64_t kv_dim() const { return n_kv_heads * head_dim; }  // KVD
   int64_t n_rep() const { return n_heads / n_kv_heads; }
-  double attn_scale() const;   // 1 / sqrt(HD)
-  void validate() const;       // throws "[kernels] ..." naming the bad field
-  std::string str() const;     // "D=64 H=172 heads=8/4 hd=8 S=32"
+  double attn_scale() const;  // 1 / sqrt(HD)
+  void validate() const;      // throws "[kernels] ..." naming the bad field
+  std::string str() const;    // "D=64 H=172 heads=8/4 hd=8 S=32"
 };
 
 enum class Strategy { kStatic, kDynamic };
 const char* strategy_name(Strategy s);
 
 enum class KernelKind { kAttnFwd, kFfnFwd, kFfnBwd, kWoBwd, kSdpaBwd1, kSdpaBwd2, kQkvBwd, kRmsAttBwd, kRmsFfnBwd };
-constexpr std::array<KernelKind, 9> kAllKernelKinds = {KernelKind::kAttnFwd,  KernelKind::kFfnFwd,   KernelKind::kFfnBwd,
-                                                      KernelKind::kWoBwd,    KernelKind::kSdpaBwd1, KernelKind::kSdpaBwd2,
-                                                      KernelKind::kQkvBwd,   KernelKind::kRmsAttBwd, KernelKind::kRmsFfnBwd};
+constexpr std::array<KernelKind, 9> kAllKernelKinds = {
+    KernelKind::kAttnFwd,  KernelKind::kFfnFwd, KernelKind::kFfnBwd,    KernelKind::kWoBwd,    KernelKind::kSdpaBwd1,
+    KernelKind::kSdpaBwd2, KernelKind::kQkvBwd, KernelKind::kRmsAttBwd, KernelKind::kRmsFfnBwd};
 const char* kernel_name(KernelKind k);  // "attn_fwd", ...
 // Does the kernel read layer weights (other than the shape-only mask / RoPE tables)?
 bool kernel_has_weights(KernelKind k);
@@ -117,11 +117,11 @@ struct WeightSlot {
 
 // One generated kernel: program + weights dictionary + the IO layouts used by both MIL and host.
 struct KernelSpec {
-  std::string name;                       // "attn_fwd"
+  std::string name;  // "attn_fwd"
   mil::Program program;
-  rt::Weights weights;                    // BLOBFILE contents (static weights, mask, RoPE tables)
-  mil::IOLayout in, out;                  // the one input / output surface
-  std::vector<WeightSlot> weight_slots;   // dynamic: weights the host stages into `in`
+  rt::Weights weights;                   // BLOBFILE contents (static weights, mask, RoPE tables)
+  mil::IOLayout in, out;                 // the one input / output surface
+  std::vector<WeightSlot> weight_slots;  // dynamic: weights the host stages into `in`
 };
 
 // Builds one kernel. `w` is required for weight-bearing kernels under kStatic, ignored otherwise.

@@ -10,8 +10,8 @@
 namespace anelab::kern {
 
 W8Matrix quantize_w8(std::span<const float> w, int64_t rows, int64_t cols) {
-  ANELAB_CHECK(static_cast<int64_t>(w.size()) == rows * cols, "kernels", "int8 weights: ", w.size(), " values are not [",
-               rows, ", ", cols, "]");
+  ANELAB_CHECK(static_cast<int64_t>(w.size()) == rows * cols, "kernels", "int8 weights: ", w.size(),
+               " values are not [", rows, ", ", cols, "]");
   W8Matrix m;
   m.rows = rows, m.cols = cols;
   m.q.resize(w.size());

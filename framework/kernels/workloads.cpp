@@ -100,14 +100,21 @@ double kernel_flops(KernelKind k, const TrainShape& s) {
   const double D = double(s.dim), H = double(s.hidden), S = double(s.seq);
   const double QD = double(s.q_dim()), KVD = double(s.kv_dim());
   switch (k) {
-    case KernelKind::kAttnFwd: return 2 * S * D * (2 * QD + 2 * KVD) + 4 * S * S * QD;
+    case KernelKind::kAttnFwd:
+      return 2 * S * D * (2 * QD + 2 * KVD) + 4 * S * S * QD;
     case KernelKind::kFfnFwd:
-    case KernelKind::kFfnBwd: return 2 * S * 3 * D * H;
-    case KernelKind::kWoBwd: return 2 * S * D * QD;
-    case KernelKind::kSdpaBwd1: return 6 * S * S * QD;
-    case KernelKind::kSdpaBwd2: return 4 * S * S * QD;
-    case KernelKind::kQkvBwd: return 2 * S * D * (QD + 2 * KVD);
-    default: return 0;
+    case KernelKind::kFfnBwd:
+      return 2 * S * 3 * D * H;
+    case KernelKind::kWoBwd:
+      return 2 * S * D * QD;
+    case KernelKind::kSdpaBwd1:
+      return 6 * S * S * QD;
+    case KernelKind::kSdpaBwd2:
+      return 4 * S * S * QD;
+    case KernelKind::kQkvBwd:
+      return 2 * S * D * (QD + 2 * KVD);
+    default:
+      return 0;
   }
 }
 

@@ -54,8 +54,8 @@ struct RandomLayer {
 TrainShape probe_layer_shape();
 // GEMM flops of one evaluation of a training kernel at shape s (elementwise work not counted).
 double kernel_flops(KernelKind k, const TrainShape& s);
-// The programs `anelab probe` runs: conv1x1 768->2048 S=256 (fp16, int8 weights, w8a8), attention_block D=768 12 heads S=256,
-// dispatch, and each training kernel at probe_layer_shape() (dynamic strategy).
+// The programs `anelab probe` runs: conv1x1 768->2048 S=256 (fp16, int8 weights, w8a8), attention_block D=768 12 heads
+// S=256, dispatch, and each training kernel at probe_layer_shape() (dynamic strategy).
 std::vector<Workload> probe_workloads();
 
 // Writes N(0, 1) values into every input surface (seed 1000 + the input's index).

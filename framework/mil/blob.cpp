@@ -26,22 +26,32 @@ uint64_t get_u64(const uint8_t* p) {
 size_t align_up(size_t v) { return (v + kBlobAlignment - 1) / kBlobAlignment * kBlobAlignment; }
 const char* blob_dtype_name(uint32_t d) {
   switch (d) {
-    case 1: return "Float16";
-    case 2: return "Float32";
-    case 3: return "UInt8";
-    case 4: return "Int8";
-    default: return "unknown";
+    case 1:
+      return "Float16";
+    case 2:
+      return "Float32";
+    case 3:
+      return "UInt8";
+    case 4:
+      return "Int8";
+    default:
+      return "unknown";
   }
 }
 }  // namespace
 
 BlobDType blob_dtype_for(DType t) {
   switch (t) {
-    case DType::kFp16: return BlobDType::kFloat16;
-    case DType::kFp32: return BlobDType::kFloat32;
-    case DType::kUint8: return BlobDType::kUInt8;
-    case DType::kInt8: return BlobDType::kInt8;
-    default: fail("blob", "no MIL blob data type for ", dtype_name(t), " (the format stores fp16, fp32, uint8, int8)");
+    case DType::kFp16:
+      return BlobDType::kFloat16;
+    case DType::kFp32:
+      return BlobDType::kFloat32;
+    case DType::kUint8:
+      return BlobDType::kUInt8;
+    case DType::kInt8:
+      return BlobDType::kInt8;
+    default:
+      fail("blob", "no MIL blob data type for ", dtype_name(t), " (the format stores fp16, fp32, uint8, int8)");
   }
 }
 
@@ -118,8 +128,8 @@ BlobReader::BlobReader(std::span<const uint8_t> bytes, std::string name) : bytes
 BlobChunk BlobReader::chunk_at(uint64_t offset) const {
   ANELAB_CHECK(offset >= kBlobFileHeader, "blob", name_, ": offset ", offset,
                " points into the 64-byte file header (BLOBFILE offsets point at a chunk header)");
-  ANELAB_CHECK(offset <= bytes_.size() && bytes_.size() - offset >= kBlobChunkHeader, "blob", name_, ": chunk header at offset ", offset,
-               " runs past the end of the ", bytes_.size(), "-byte file");
+  ANELAB_CHECK(offset <= bytes_.size() && bytes_.size() - offset >= kBlobChunkHeader, "blob", name_,
+               ": chunk header at offset ", offset, " runs past the end of the ", bytes_.size(), "-byte file");
   const uint8_t* h = bytes_.data() + offset;
   uint32_t magic = get_u32(h);
   ANELAB_CHECK(magic == kBlobChunkMagic, "blob", name_, ": no chunk magic 0xDEADBEEF at offset ", offset,
@@ -133,8 +143,9 @@ BlobChunk BlobReader::chunk_at(uint64_t offset) const {
   c.data_offset = get_u64(h + 16);
   ANELAB_CHECK(c.data_offset >= offset + kBlobChunkHeader, "blob", name_, ": chunk at ", offset, " has data_offset ",
                c.data_offset, " inside its own header (expected ", offset + kBlobChunkHeader, ")");
-  ANELAB_CHECK(c.data_offset <= bytes_.size() && c.data_size <= bytes_.size() - c.data_offset, "blob", name_, ": chunk at ", offset, " payload [",
-               c.data_offset, ", +", c.data_size, ") runs past the end of the ", bytes_.size(), "-byte file");
+  ANELAB_CHECK(c.data_offset <= bytes_.size() && c.data_size <= bytes_.size() - c.data_offset, "blob", name_,
+               ": chunk at ", offset, " payload [", c.data_offset, ", +", c.data_size, ") runs past the end of the ",
+               bytes_.size(), "-byte file");
   return c;
 }
 
@@ -173,14 +184,17 @@ std::vector<float> BlobReader::read_f32(uint64_t offset, const TensorType& type)
       half_to_float(h.data(), out.data(), n);
       break;
     }
-    case DType::kFp32: std::memcpy(out.data(), p.data(), n * 4); break;
+    case DType::kFp32:
+      std::memcpy(out.data(), p.data(), n * 4);
+      break;
     case DType::kInt8:
       for (size_t i = 0; i < n; ++i) out[i] = static_cast<int8_t>(p[i]);
       break;
     case DType::kUint8:
       for (size_t i = 0; i < n; ++i) out[i] = p[i];
       break;
-    default: fail("blob", name_, ": cannot decode a ", type.str(), " payload");
+    default:
+      fail("blob", name_, ": cannot decode a ", type.str(), " payload");
   }
   return out;
 }

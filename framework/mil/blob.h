@@ -44,7 +44,7 @@ class BlobWriter {
  public:
   BlobWriter();
   // Each add_* appends one chunk and returns its MIL offset (the chunk header's file offset).
-  uint64_t add_fp16(std::span<const float> values);           // converted with round-to-nearest-even
+  uint64_t add_fp16(std::span<const float> values);  // converted with round-to-nearest-even
   uint64_t add_fp16_bits(std::span<const half_bits> values);
   uint64_t add_int8(std::span<const int8_t> values);
   uint64_t add_uint8(std::span<const uint8_t> values);
@@ -63,10 +63,10 @@ class BlobWriter {
 };
 
 struct BlobChunk {
-  uint64_t offset = 0;        // chunk header offset (the MIL BLOBFILE offset)
-  uint64_t data_offset = 0;   // absolute payload offset
-  uint64_t data_size = 0;     // payload bytes
-  uint32_t dtype = 0;         // BlobDType code
+  uint64_t offset = 0;       // chunk header offset (the MIL BLOBFILE offset)
+  uint64_t data_offset = 0;  // absolute payload offset
+  uint64_t data_size = 0;    // payload bytes
+  uint32_t dtype = 0;        // BlobDType code
 };
 
 // Read-only view of a blob file. Validates the file header on construction and each chunk on access;

@@ -45,9 +45,11 @@ std::string const_base(const ConstValue& v) {
   if (t == DType::kString) return v.s.size() <= 24 ? "c_" + v.s : "c_str";
   if (v.type.rank() == 0) {
     if (t == DType::kBool) return v.i[0] ? "c_true" : "c_false";
-    if (!is_float(t)) return (t == DType::kInt32 ? "c_int" : "c_" + std::string(dtype_name(t)) + "_") + int_token(v.i[0]);
+    if (!is_float(t))
+      return (t == DType::kInt32 ? "c_int" : "c_" + std::string(dtype_name(t)) + "_") + int_token(v.i[0]);
     double d = v.f[0];
-    if (std::isfinite(d) && d == std::round(d) && std::fabs(d) < 1e6) return "c_" + std::string(dtype_name(t)) + "_" + int_token(static_cast<int64_t>(d));
+    if (std::isfinite(d) && d == std::round(d) && std::fabs(d) < 1e6)
+      return "c_" + std::string(dtype_name(t)) + "_" + int_token(static_cast<int64_t>(d));
     std::string s = std::to_string(d);  // "%f"
     while (!s.empty() && s.back() == '0') s.pop_back();
     for (char& ch : s) ch = ch == '.' ? 'p' : ch == '-' ? 'm' : ch;
@@ -68,8 +70,10 @@ FunctionBuilder::FunctionBuilder(std::string name) : table_(&fn_) { fn_.name = s
 FunctionBuilder& FunctionBuilder::named(std::string hint) {
   std::optional<std::string> pending = std::move(hint_);
   hint_.reset();
-  ANELAB_CHECK(!pending, "mil", "named(\"", hint, "\") while the hint \"", *pending, "\" is still pending: C++ evaluates b.named(..) before the "
-               "call's arguments, so build argument values into variables first (function '", fn_.name, "')");
+  ANELAB_CHECK(!pending, "mil", "named(\"", hint, "\") while the hint \"", *pending,
+               "\" is still pending: C++ evaluates b.named(..) before the "
+               "call's arguments, so build argument values into variables first (function '",
+               fn_.name, "')");
   hint_ = std::move(hint);
   return *this;
 }
@@ -97,14 +101,17 @@ std::string FunctionBuilder::take_name(const std::string& op) {
 
 const TensorType& FunctionBuilder::type_of(const Value& v) const {
   const TensorType* t = table_.type(v.name);
-  ANELAB_CHECK(t, "mil", "value '", v.name, "' is not defined in function '", fn_.name, "' (a value from another builder?)");
-  ANELAB_CHECK(*t == v.type, "mil", "value '", v.name, "' has type ", t->str(), " in function '", fn_.name, "', handle says ", v.type.str());
+  ANELAB_CHECK(t, "mil", "value '", v.name, "' is not defined in function '", fn_.name,
+               "' (a value from another builder?)");
+  ANELAB_CHECK(*t == v.type, "mil", "value '", v.name, "' has type ", t->str(), " in function '", fn_.name,
+               "', handle says ", v.type.str());
   return *t;
 }
 
 Value FunctionBuilder::add_op(Operation op) {
   for (const auto& [k, a] : op.args)
-    for (const auto& n : a.names) ANELAB_CHECK(table_.has(n), "mil", op.op, " '", op.name, "': argument ", k, " = ", n, " is not defined");
+    for (const auto& n : a.names)
+      ANELAB_CHECK(table_.has(n), "mil", op.op, " '", op.name, "': argument ", k, " = ", n, " is not defined");
   op.type = infer_type(op, table_);
   fn_.ops.push_back(std::move(op));
   table_.add_op_output(fn_.ops.size() - 1);
@@ -114,7 +121,8 @@ Value FunctionBuilder::add_op(Operation op) {
 Value FunctionBuilder::input(const std::string& name, TensorType type) {
   ANELAB_CHECK(sanitize(name) == name, "mil", "input name '", name, "' is not an identifier");
   ANELAB_CHECK(!used_.count(name), "mil", "function '", fn_.name, "' already has a value named '", name, "'");
-  for (int64_t d : type.shape) ANELAB_CHECK(d > 0, "mil", "input '", name, "' has non-positive dimension in ", type.str());
+  for (int64_t d : type.shape)
+    ANELAB_CHECK(d > 0, "mil", "input '", name, "' has non-positive dimension in ", type.str());
   used_.insert(name);
   fn_.inputs.emplace_back(name, type);
   table_.add_input(name, type);
@@ -160,7 +168,8 @@ Value FunctionBuilder::const_bools(const std::vector<bool>& v) {
 }
 
 Value FunctionBuilder::const_tensor(TensorType t, std::vector<double> v) {
-  ANELAB_CHECK(static_cast<int64_t>(v.size()) == t.numel(), "mil", "const_tensor ", t.str(), " given ", v.size(), " elements");
+  ANELAB_CHECK(static_cast<int64_t>(v.size()) == t.numel(), "mil", "const_tensor ", t.str(), " given ", v.size(),
+               " elements");
   if (is_float(t.dtype)) return constant(ConstValue::floats(std::move(t), std::move(v)));
   std::vector<int64_t> iv;
   for (double d : v) {
@@ -200,16 +209,19 @@ Value FunctionBuilder::op(const std::string& opname, const std::vector<std::pair
 }
 
 // The public methods below take the name hint first (so consts created on the way don't consume it).
-#define ANELAB_TAKE_HINT() \
+#define ANELAB_TAKE_HINT()                         \
   std::optional<std::string> h = std::move(hint_); \
   hint_.reset()
 #define ANELAB_OP(...) (hint_ = std::move(h), op(__VA_ARGS__))
 
 Value FunctionBuilder::conv(const Value& x, const Value& w, const ConvOptions& o) {
   ANELAB_TAKE_HINT();
-  std::vector<std::pair<std::string, OpArg>> a{{"dilations", const_ints(o.dilations)}, {"groups", const_int(o.groups)},
-                                               {"pad", const_ints(o.pad)},             {"pad_type", const_string(o.pad_type)},
-                                               {"strides", const_ints(o.strides)},     {"weight", w},
+  std::vector<std::pair<std::string, OpArg>> a{{"dilations", const_ints(o.dilations)},
+                                               {"groups", const_int(o.groups)},
+                                               {"pad", const_ints(o.pad)},
+                                               {"pad_type", const_string(o.pad_type)},
+                                               {"strides", const_ints(o.strides)},
+                                               {"weight", w},
                                                {"x", x}};
   if (o.bias) a.emplace_back("bias", *o.bias);
   return ANELAB_OP("conv", a);
@@ -245,9 +257,11 @@ Value FunctionBuilder::slice_by_size(const Value& x, std::vector<int64_t> begin,
   return ANELAB_OP("slice_by_size", {{"x", x}, {"begin", b}, {"size", s}});
 }
 
-Value FunctionBuilder::slice_by_index(const Value& x, std::vector<int64_t> begin, std::vector<int64_t> end, const SliceByIndexOptions& o) {
+Value FunctionBuilder::slice_by_index(const Value& x, std::vector<int64_t> begin, std::vector<int64_t> end,
+                                      const SliceByIndexOptions& o) {
   ANELAB_TAKE_HINT();
-  std::vector<std::pair<std::string, OpArg>> a{{"x", x}, {"begin", const_ints(std::move(begin))}, {"end", const_ints(std::move(end))}};
+  std::vector<std::pair<std::string, OpArg>> a{
+      {"x", x}, {"begin", const_ints(std::move(begin))}, {"end", const_ints(std::move(end))}};
   if (!o.stride.empty()) a.emplace_back("stride", const_ints(o.stride));
   if (!o.begin_mask.empty()) a.emplace_back("begin_mask", const_bools(o.begin_mask));
   if (!o.end_mask.empty()) a.emplace_back("end_mask", const_bools(o.end_mask));
@@ -266,19 +280,25 @@ Value FunctionBuilder::reduce(const char* name, const Value& x, std::vector<int6
   auto a = const_ints(std::move(axes)), k = const_bool(keep_dims);
   return ANELAB_OP(name, {{"x", x}, {"axes", a}, {"keep_dims", k}});
 }
-Value FunctionBuilder::reduce_sum(const Value& x, std::vector<int64_t> axes, bool k) { return reduce("reduce_sum", x, std::move(axes), k); }
-Value FunctionBuilder::reduce_max(const Value& x, std::vector<int64_t> axes, bool k) { return reduce("reduce_max", x, std::move(axes), k); }
+Value FunctionBuilder::reduce_sum(const Value& x, std::vector<int64_t> axes, bool k) {
+  return reduce("reduce_sum", x, std::move(axes), k);
+}
+Value FunctionBuilder::reduce_max(const Value& x, std::vector<int64_t> axes, bool k) {
+  return reduce("reduce_max", x, std::move(axes), k);
+}
 
-Value FunctionBuilder::binary(const char* name, const Value& x, const Value& y) { return op(name, {{"x", x}, {"y", y}}); }
+Value FunctionBuilder::binary(const char* name, const Value& x, const Value& y) {
+  return op(name, {{"x", x}, {"y", y}});
+}
 Value FunctionBuilder::unary(const char* name, const Value& x) { return op(name, {{"x", x}}); }
 
-#define ANELAB_BINARY(fn)                                                                            \
-  Value FunctionBuilder::fn(const Value& x, const Value& y) { return binary(#fn, x, y); }           \
-  Value FunctionBuilder::fn(const Value& x, double y) {                                             \
-    ANELAB_TAKE_HINT();                                                                             \
-    auto c = scalar(x.dtype(), y);                                                                  \
-    hint_ = std::move(h);                                                                           \
-    return binary(#fn, x, c);                                                                       \
+#define ANELAB_BINARY(fn)                                                                 \
+  Value FunctionBuilder::fn(const Value& x, const Value& y) { return binary(#fn, x, y); } \
+  Value FunctionBuilder::fn(const Value& x, double y) {                                   \
+    ANELAB_TAKE_HINT();                                                                   \
+    auto c = scalar(x.dtype(), y);                                                        \
+    hint_ = std::move(h);                                                                 \
+    return binary(#fn, x, c);                                                             \
   }
 ANELAB_BINARY(pow)
 ANELAB_BINARY(mul)
@@ -308,7 +328,8 @@ Value FunctionBuilder::cast(const Value& x, DType to) {
 
 Value FunctionBuilder::quantize(const Value& input, DType out, const Value& scale, const QuantParams& q) {
   ANELAB_TAKE_HINT();
-  std::vector<std::pair<std::string, OpArg>> a{{"input", input}, {"output_dtype", const_string(std::string(dtype_name(out)))}, {"scale", scale}};
+  std::vector<std::pair<std::string, OpArg>> a{
+      {"input", input}, {"output_dtype", const_string(std::string(dtype_name(out)))}, {"scale", scale}};
   if (q.zero_point) a.emplace_back("zero_point", *q.zero_point);
   if (q.axis) a.emplace_back("axis", const_int(*q.axis));
   return ANELAB_OP("quantize", a);
@@ -338,17 +359,21 @@ Value FunctionBuilder::constexpr_affine_dequantize(ConstValue qd, ConstValue sca
   if (scale.type.dtype == DType::kFp16)
     for (double& d : scale.f) d = static_cast<double>(round_fp16(static_cast<float>(d)));
   return op("constexpr_affine_dequantize", {},
-            {{"axis", ConstValue::int32(axis)}, {"quantized_data", std::move(qd)}, {"scale", std::move(scale)}, {"zero_point", std::move(zp)}});
+            {{"axis", ConstValue::int32(axis)},
+             {"quantized_data", std::move(qd)},
+             {"scale", std::move(scale)},
+             {"zero_point", std::move(zp)}});
 }
 
-Value FunctionBuilder::scaled_dot_product_attention(const Value& q, const Value& k, const Value& v, const std::optional<Value>& mask) {
+Value FunctionBuilder::scaled_dot_product_attention(const Value& q, const Value& k, const Value& v,
+                                                    const std::optional<Value>& mask) {
   std::vector<std::pair<std::string, OpArg>> a{{"query", q}, {"key", k}, {"value", v}};
   if (mask) a.emplace_back("attn_mask", *mask);
   return op("scaled_dot_product_attention", a);
 }
 
-Value FunctionBuilder::layer_norm(const Value& x, std::vector<int64_t> axes, const std::optional<Value>& gamma, const std::optional<Value>& beta,
-                                  double epsilon) {
+Value FunctionBuilder::layer_norm(const Value& x, std::vector<int64_t> axes, const std::optional<Value>& gamma,
+                                  const std::optional<Value>& beta, double epsilon) {
   ANELAB_TAKE_HINT();
   std::vector<std::pair<std::string, OpArg>> a{{"x", x}, {"axes", const_ints(std::move(axes))}};
   if (gamma) a.emplace_back("gamma", *gamma);
@@ -358,8 +383,8 @@ Value FunctionBuilder::layer_norm(const Value& x, std::vector<int64_t> axes, con
 }
 
 Value FunctionBuilder::slice_slot(const Value& x, const IOLayout& layout, const std::string& slot) {
-  ANELAB_CHECK(x.shape() == layout.type().shape, "mil", "slice_slot: ", x.name, " ", shape_str(x.shape()), " is not the packed surface ",
-               shape_str(layout.type().shape), " of layout '", layout.name(), "'");
+  ANELAB_CHECK(x.shape() == layout.type().shape, "mil", "slice_slot: ", x.name, " ", shape_str(x.shape()),
+               " is not the packed surface ", shape_str(layout.type().shape), " of layout '", layout.name(), "'");
   const IOSlot& s = layout.slot(slot);
   if (!hint_) hint_ = slot;
   return slice_by_size(x, {0, s.ch_offset, 0, s.sp_offset}, {1, s.channels, 1, s.spatial});
@@ -367,18 +392,19 @@ Value FunctionBuilder::slice_slot(const Value& x, const IOLayout& layout, const 
 
 Value FunctionBuilder::concat_slots(const IOLayout& layout, const std::vector<Value>& values) {
   const auto& slots = layout.slots();
-  ANELAB_CHECK(values.size() == slots.size() && !slots.empty(), "mil", "concat_slots: layout '", layout.name(), "' has ", slots.size(),
-               " slots, got ", values.size(), " values");
+  ANELAB_CHECK(values.size() == slots.size() && !slots.empty(), "mil", "concat_slots: layout '", layout.name(),
+               "' has ", slots.size(), " slots, got ", values.size(), " values");
   bool by_channel = true, by_spatial = true;
   for (size_t i = 0; i < slots.size(); ++i) {
     const IOSlot& s = slots[i];
     Shape want{1, s.channels, 1, s.spatial};
-    ANELAB_CHECK(values[i].shape() == want, "mil", "concat_slots: slot '", s.name, "' of layout '", layout.name(), "' is ", shape_str(want),
-                 ", got ", values[i].name, " ", shape_str(values[i].shape()));
+    ANELAB_CHECK(values[i].shape() == want, "mil", "concat_slots: slot '", s.name, "' of layout '", layout.name(),
+                 "' is ", shape_str(want), ", got ", values[i].name, " ", shape_str(values[i].shape()));
     by_channel = by_channel && s.sp_offset == 0 && s.spatial == layout.spatial();
     by_spatial = by_spatial && s.ch_offset == 0 && s.channels == layout.channels();
   }
-  ANELAB_CHECK(by_channel || by_spatial, "mil", "concat_slots: layout '", layout.name(), "' mixes channel and spatial packing");
+  ANELAB_CHECK(by_channel || by_spatial, "mil", "concat_slots: layout '", layout.name(),
+               "' mixes channel and spatial packing");
   if (values.size() == 1) return values[0];
   return concat(values, by_channel ? 1 : 3, false);
 }
@@ -389,7 +415,8 @@ Value FunctionBuilder::concat_slots(const IOLayout& layout, const std::vector<Va
 // ---- ProgramBuilder ---------------------------------------------------------------------------
 
 FunctionBuilder& ProgramBuilder::function(const std::string& name) {
-  for (const auto& f : fns_) ANELAB_CHECK(f->name() != name, "mil", "program already has a function named '", name, "'");
+  for (const auto& f : fns_)
+    ANELAB_CHECK(f->name() != name, "mil", "program already has a function named '", name, "'");
   fns_.push_back(std::make_unique<FunctionBuilder>(name));
   return *fns_.back();
 }

@@ -48,8 +48,8 @@ struct ConvOptions {
 };
 
 struct SliceByIndexOptions {
-  std::vector<int64_t> stride;                             // empty = all 1 (argument omitted)
-  std::vector<bool> begin_mask, end_mask, squeeze_mask;   // empty = omitted
+  std::vector<int64_t> stride;                           // empty = all 1 (argument omitted)
+  std::vector<bool> begin_mask, end_mask, squeeze_mask;  // empty = omitted
 };
 
 struct QuantParams {
@@ -92,7 +92,8 @@ class FunctionBuilder {
   Value reshape(const Value& x, Shape shape);
   Value transpose(const Value& x, std::vector<int64_t> perm);
   Value slice_by_size(const Value& x, std::vector<int64_t> begin, std::vector<int64_t> size);
-  Value slice_by_index(const Value& x, std::vector<int64_t> begin, std::vector<int64_t> end, const SliceByIndexOptions& o = {});
+  Value slice_by_index(const Value& x, std::vector<int64_t> begin, std::vector<int64_t> end,
+                       const SliceByIndexOptions& o = {});
   Value concat(const std::vector<Value>& values, int64_t axis, bool interleave = false);
   Value reduce_sum(const Value& x, std::vector<int64_t> axes, bool keep_dims = true);
   Value reduce_max(const Value& x, std::vector<int64_t> axes, bool keep_dims = true);
@@ -117,8 +118,10 @@ class FunctionBuilder {
   Value quantize(const Value& input, DType output_dtype, double scale, const QuantParams& q = {});
   Value dequantize(const Value& input, const Value& scale, const QuantParams& q = {});
   Value dequantize(const Value& input, double scale, const QuantParams& q = {});
-  Value constexpr_affine_dequantize(ConstValue quantized_data, ConstValue scale, ConstValue zero_point, int64_t axis = 0);
-  Value scaled_dot_product_attention(const Value& q, const Value& k, const Value& v, const std::optional<Value>& mask = {});
+  Value constexpr_affine_dequantize(ConstValue quantized_data, ConstValue scale, ConstValue zero_point,
+                                    int64_t axis = 0);
+  Value scaled_dot_product_attention(const Value& q, const Value& k, const Value& v,
+                                     const std::optional<Value>& mask = {});
   Value layer_norm(const Value& x, std::vector<int64_t> axes, const std::optional<Value>& gamma = {},
                    const std::optional<Value>& beta = {}, double epsilon = 1e-5);
 
@@ -146,9 +149,9 @@ class FunctionBuilder {
   Function fn_;
   ValueTable table_;
   std::optional<std::string> hint_;
-  std::unordered_set<std::string> used_;            // value and op names
-  std::unordered_map<std::string, int> counters_;   // per op kind
-  std::unordered_map<std::string, Value> consts_;   // literal key -> const value
+  std::unordered_set<std::string> used_;           // value and op names
+  std::unordered_map<std::string, int> counters_;  // per op kind
+  std::unordered_map<std::string, Value> consts_;  // literal key -> const value
 };
 
 class ProgramBuilder {

@@ -9,8 +9,10 @@ namespace {
 
 std::string where(const std::string& source, const Function& fn, const Operation* op) {
   std::string loc;
-  if (op && op->line > 0) loc = source.empty() ? cat("line ", op->line, ": ") : cat(source, ":", op->line, ": ");
-  else if (!source.empty()) loc = source + ": ";
+  if (op && op->line > 0)
+    loc = source.empty() ? cat("line ", op->line, ": ") : cat(source, ":", op->line, ": ");
+  else if (!source.empty())
+    loc = source + ": ";
   return loc + "function '" + fn.name + "': ";
 }
 
@@ -29,7 +31,8 @@ void check_function(const Function& fn, const std::string& source) {
   for (const auto& [name, type] : fn.inputs) {
     if (!table.add_input(name, type)) fail("mil", where(source, fn, nullptr), "duplicate input name '", name, "'");
     for (int64_t d : type.shape)
-      ANELAB_CHECK(d > 0, "mil", where(source, fn, nullptr), "input '", name, "' has non-positive dimension in ", type.str());
+      ANELAB_CHECK(d > 0, "mil", where(source, fn, nullptr), "input '", name, "' has non-positive dimension in ",
+                   type.str());
   }
   std::unordered_set<std::string> op_names;
   for (size_t i = 0; i < fn.ops.size(); ++i) {
@@ -43,7 +46,8 @@ void check_function(const Function& fn, const std::string& source) {
     }
     if (!op_names.insert(op.name).second) fail("mil", at, op.op, " '", op.name, "': duplicate op name '", op.name, "'");
     if (inferred != op.type)
-      fail("mil", at, op.op, " '", op.name, "': declared type ", op.type.str(), " of '", op.output, "' but the op produces ", inferred.str());
+      fail("mil", at, op.op, " '", op.name, "': declared type ", op.type.str(), " of '", op.output,
+           "' but the op produces ", inferred.str());
     if (!table.add_op_output(i)) fail("mil", at, op.op, " '", op.name, "': value '", op.output, "' is already defined");
   }
   ANELAB_CHECK(!fn.outputs.empty(), "mil", where(source, fn, nullptr), "function has no outputs");
@@ -55,7 +59,8 @@ void check_program(const Program& program, const std::string& source) {
   ANELAB_CHECK(!program.functions.empty(), "mil", source.empty() ? "" : source + ": ", "program has no functions");
   std::unordered_set<std::string> names;
   for (const auto& fn : program.functions) {
-    ANELAB_CHECK(names.insert(fn.name).second, "mil", source.empty() ? "" : source + ": ", "duplicate function name '", fn.name, "'");
+    ANELAB_CHECK(names.insert(fn.name).second, "mil", source.empty() ? "" : source + ": ", "duplicate function name '",
+                 fn.name, "'");
     check_function(fn, source);
   }
 }

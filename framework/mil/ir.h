@@ -70,13 +70,13 @@ struct Arg {
 };
 
 struct Operation {
-  std::string op;                                          // "conv", "const", "constexpr_affine_dequantize"
-  std::vector<std::pair<std::string, Arg>> args;           // call arguments, in print order
-  std::vector<std::pair<std::string, ConstValue>> attrs;   // bracket attributes other than `name`
-  std::string name;                                        // [name = string("...")], unique per function
-  std::string output;                                      // SSA value name
-  TensorType type;                                         // declared output type
-  int line = 0;                                            // source line (parsed programs), else 0
+  std::string op;                                         // "conv", "const", "constexpr_affine_dequantize"
+  std::vector<std::pair<std::string, Arg>> args;          // call arguments, in print order
+  std::vector<std::pair<std::string, ConstValue>> attrs;  // bracket attributes other than `name`
+  std::string name;                                       // [name = string("...")], unique per function
+  std::string output;                                     // SSA value name
+  TensorType type;                                        // declared output type
+  int line = 0;                                           // source line (parsed programs), else 0
 
   const Arg* arg(const std::string& key) const;
   const ConstValue* attr(const std::string& key) const;

@@ -92,8 +92,8 @@ struct LayerNormParams {
   double epsilon = 1e-5;
 };
 
-using OpParams = std::variant<NoParams, BroadcastParams, ConvGeometry, MatmulParams, AxisParams, ReduceParams, PermParams,
-                              SliceGeometry, ConcatParams, CastParams, QuantizeParams, AffineDequantParams, SdpaParams,
-                              LayerNormParams>;
+using OpParams = std::variant<NoParams, BroadcastParams, ConvGeometry, MatmulParams, AxisParams, ReduceParams,
+                              PermParams, SliceGeometry, ConcatParams, CastParams, QuantizeParams, AffineDequantParams,
+                              SdpaParams, LayerNormParams>;
 
 }  // namespace anelab::mil

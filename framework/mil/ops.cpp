@@ -8,10 +8,14 @@ namespace anelab::mil {
 
 const char* arg_kind_name(ArgKind k) {
   switch (k) {
-    case ArgKind::kValue: return "value";
-    case ArgKind::kConstScalar: return "const scalar";
-    case ArgKind::kConstTensor: return "const rank-1 tensor";
-    case ArgKind::kTuple: return "tuple of values";
+    case ArgKind::kValue:
+      return "value";
+    case ArgKind::kConstScalar:
+      return "const scalar";
+    case ArgKind::kConstTensor:
+      return "const rank-1 tensor";
+    case ArgKind::kTuple:
+      return "tuple of values";
   }
   return "?";
 }
@@ -73,7 +77,8 @@ const ConstValue* OpContext::literal(const std::string& arg) const {
 
 std::vector<int64_t> OpContext::ints(const std::string& arg) const {
   const ConstValue* v = literal(arg);
-  if (!v || v->blob || !(is_integer(v->type.dtype) || v->type.dtype == DType::kBool)) fail("argument '", arg, "' must be an integer const");
+  if (!v || v->blob || !(is_integer(v->type.dtype) || v->type.dtype == DType::kBool))
+    fail("argument '", arg, "' must be an integer const");
   return v->i;
 }
 
@@ -159,7 +164,8 @@ void check_arg(const OpContext& c, const ArgSpec& spec, const Arg& a, const Valu
       c.fail("argument ", spec.name, " = ", n, " has type ", t->str(), ", expected dtype ", dtypes_str(spec.dtypes));
     if (spec.kind == ArgKind::kConstScalar || spec.kind == ArgKind::kConstTensor) {
       const ConstValue* lit = values.literal(n);
-      if (!lit || lit->blob) c.fail("argument ", spec.name, " = ", n, " must be produced by a const op (", arg_kind_name(spec.kind), ")");
+      if (!lit || lit->blob)
+        c.fail("argument ", spec.name, " = ", n, " must be produced by a const op (", arg_kind_name(spec.kind), ")");
       if (spec.kind == ArgKind::kConstScalar && t->rank() != 0)
         c.fail("argument ", spec.name, " = ", n, " must be a scalar, got ", t->str());
       if (spec.kind == ArgKind::kConstTensor && t->rank() != 1)

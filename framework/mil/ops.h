@@ -31,7 +31,7 @@ struct ArgSpec {
   std::string name;
   bool required = true;
   ArgKind kind = ArgKind::kValue;
-  std::vector<DType> dtypes;  // allowed element types; empty = any
+  std::vector<DType> dtypes;       // allowed element types; empty = any
   std::optional<ConstValue> dflt;  // value an optional argument takes when absent (none: rank-dependent or no default)
 };
 
@@ -69,18 +69,19 @@ struct OpSpec;
 // argument reads as its declared default).
 class OpContext {
  public:
-  OpContext(const Operation& op, const ValueTable& values, const OpSpec* spec = nullptr) : op_(op), values_(values), spec_(spec) {}
+  OpContext(const Operation& op, const ValueTable& values, const OpSpec* spec = nullptr)
+      : op_(op), values_(values), spec_(spec) {}
   const Operation& op() const { return op_; }
   bool has(const std::string& arg) const { return op_.arg(arg) != nullptr; }
-  const TensorType& type(const std::string& arg) const;               // single-value argument
+  const TensorType& type(const std::string& arg) const;  // single-value argument
   std::vector<const TensorType*> tuple_types(const std::string& arg) const;
-  const ConstValue* literal(const std::string& arg) const;            // const-produced arg or the default, else nullptr
+  const ConstValue* literal(const std::string& arg) const;  // const-produced arg or the default, else nullptr
   // Literal accessors (the arg must be const-produced; checked by the registry before inference).
   std::vector<int64_t> ints(const std::string& arg) const;
   int64_t int_scalar(const std::string& arg) const;
-  bool boolean(const std::string& arg, bool dflt = false) const;     // the declared default, else dflt, when absent
+  bool boolean(const std::string& arg, bool dflt = false) const;  // the declared default, else dflt, when absent
   std::string str(const std::string& arg) const;
-  const ConstValue& attr(const std::string& key) const;              // bracket attribute (required)
+  const ConstValue& attr(const std::string& key) const;  // bracket attribute (required)
   // "[mil] <op> '<name>': <parts>"
   template <typename... A>
   [[noreturn]] void fail(A&&... parts) const {

@@ -16,9 +16,15 @@ const std::vector<DType> kBoolT{D::kBool};
 const std::vector<DType> kStr{D::kString};
 const std::vector<DType> kQuant{D::kInt8, D::kUint8};
 
-ArgSpec val(std::string n, std::vector<DType> d = {}, bool req = true) { return {std::move(n), req, ArgKind::kValue, std::move(d)}; }
-ArgSpec scal(std::string n, std::vector<DType> d, bool req = true) { return {std::move(n), req, ArgKind::kConstScalar, std::move(d)}; }
-ArgSpec vec(std::string n, bool req = true, std::vector<DType> d = kInt) { return {std::move(n), req, ArgKind::kConstTensor, std::move(d)}; }
+ArgSpec val(std::string n, std::vector<DType> d = {}, bool req = true) {
+  return {std::move(n), req, ArgKind::kValue, std::move(d)};
+}
+ArgSpec scal(std::string n, std::vector<DType> d, bool req = true) {
+  return {std::move(n), req, ArgKind::kConstScalar, std::move(d)};
+}
+ArgSpec vec(std::string n, bool req = true, std::vector<DType> d = kInt) {
+  return {std::move(n), req, ArgKind::kConstTensor, std::move(d)};
+}
 // An optional argument with the value it takes when absent.
 ArgSpec dflt(ArgSpec a, ConstValue v) {
   a.required = false;
@@ -67,15 +73,18 @@ Resolved resolve_conv_op(const OpContext& c) {
   const TensorType &x = c.type("x"), &w = c.type("weight");
   if (x.rank() != 4) c.fail("x must be [N, C, H, W], got ", c.desc("x"));
   if (w.rank() != 4) c.fail("weight must be [Cout, Cin/groups, kH, kW], got ", c.desc("weight"));
-  if (w.dtype != x.dtype) c.fail("weight ", w.str(), " and x ", x.str(), " have different dtypes (int8 weights need constexpr_affine_dequantize)");
+  if (w.dtype != x.dtype)
+    c.fail("weight ", w.str(), " and x ", x.str(),
+           " have different dtypes (int8 weights need constexpr_affine_dequantize)");
   ConvGeometry g = resolve_conv(c);
   if (w.shape[1] * g.groups != x.shape[1])
-    c.fail(c.desc("weight"), " expects x with ", w.shape[1] * g.groups, " channels", g.groups > 1 ? cat(" (groups ", g.groups, ")") : "",
-           ", got ", c.desc("x"));
+    c.fail(c.desc("weight"), " expects x with ", w.shape[1] * g.groups, " channels",
+           g.groups > 1 ? cat(" (groups ", g.groups, ")") : "", ", got ", c.desc("x"));
   if (w.shape[0] % g.groups != 0) c.fail(c.desc("weight"), ": output channels not divisible by groups ", g.groups);
   if (c.has("bias")) {
     const TensorType& b = c.type("bias");
-    if (b.dtype != x.dtype || b.shape != Shape{w.shape[0]}) c.fail("bias must be [", w.shape[0], "] ", dtype_name(x.dtype), ", got ", b.str());
+    if (b.dtype != x.dtype || b.shape != Shape{w.shape[0]})
+      c.fail("bias must be [", w.shape[0], "] ", dtype_name(x.dtype), ", got ", b.str());
   }
   if (g.out_h <= 0 || g.out_w <= 0)
     c.fail("kernel ", shape_str(w.shape), " does not fit ", c.desc("x"), " (output ", g.out_h, "x", g.out_w, ")");
@@ -92,8 +101,8 @@ Resolved resolve_matmul(const OpContext& c) {
   if (ty) std::swap(ys[ys.size() - 1], ys[ys.size() - 2]);
   int64_t m = xs[xs.size() - 2], k = xs.back(), k2 = ys[ys.size() - 2], n = ys.back();
   if (k != k2)
-    c.fail("inner dimensions differ: ", c.desc("x"), tx ? " (transposed)" : "", " has K=", k, ", ", c.desc("y"), ty ? " (transposed)" : "",
-           " has K=", k2);
+    c.fail("inner dimensions differ: ", c.desc("x"), tx ? " (transposed)" : "", " has K=", k, ", ", c.desc("y"),
+           ty ? " (transposed)" : "", " has K=", k2);
   auto batch = broadcast_shapes(Shape(xs.begin(), xs.end() - 2), Shape(ys.begin(), ys.end() - 2));
   if (!batch) c.fail("cannot broadcast batch dimensions of ", c.desc("x"), " and ", c.desc("y"));
   MatmulParams p{tx, ty, m, k, n, *batch};
@@ -119,9 +128,12 @@ TensorType infer_reshape(const OpContext& c) {
   int64_t known = 1;
   int minus = -1;
   for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == -1 && minus < 0) minus = static_cast<int>(i);
-    else if (s[i] <= 0) c.fail("shape ", shape_str(s), " has invalid dimension ", s[i], " (only one -1 allowed)");
-    else known *= s[i];
+    if (s[i] == -1 && minus < 0)
+      minus = static_cast<int>(i);
+    else if (s[i] <= 0)
+      c.fail("shape ", shape_str(s), " has invalid dimension ", s[i], " (only one -1 allowed)");
+    else
+      known *= s[i];
     if (known > (int64_t{1} << 40)) c.fail("shape ", shape_str(s), " is too large for ", c.desc("x"));
   }
   if (minus >= 0) {
@@ -129,7 +141,8 @@ TensorType infer_reshape(const OpContext& c) {
     s[static_cast<size_t>(minus)] = x.numel() / known;
   }
   if (TensorType{x.dtype, s}.numel() != x.numel())
-    c.fail("shape ", shape_str(s), " has ", TensorType{x.dtype, s}.numel(), " elements, ", c.desc("x"), " has ", x.numel());
+    c.fail("shape ", shape_str(s), " has ", TensorType{x.dtype, s}.numel(), " elements, ", c.desc("x"), " has ",
+           x.numel());
   return {x.dtype, s};
 }
 
@@ -175,8 +188,8 @@ Resolved resolve_concat(const OpContext& c) {
       if (d != *ax && t.shape[static_cast<size_t>(d)] != t0.shape[static_cast<size_t>(d)]) ok = false;
     if (interleave && t.shape != t0.shape) ok = false;
     if (!ok)
-      c.fail("values[", i, "] ", c.op().arg("values")->names[i], " ", t.str(), " does not match values[0] ", t0.str(), " outside axis ", *ax,
-             interleave ? " (interleave needs equal shapes)" : "");
+      c.fail("values[", i, "] ", c.op().arg("values")->names[i], " ", t.str(), " does not match values[0] ", t0.str(),
+             " outside axis ", *ax, interleave ? " (interleave needs equal shapes)" : "");
     out[static_cast<size_t>(*ax)] += t.shape[static_cast<size_t>(*ax)];
   }
   return {{t0.dtype, out}, ConcatParams{*ax, interleave}};
@@ -188,14 +201,17 @@ Resolved resolve_reduce(const OpContext& c) {
   if (c.has("axes"))
     for (int64_t a : c.ints("axes")) {
       auto ax = normalize_axis(a, x.rank());
-      if (!ax || red[static_cast<size_t>(*ax)]) c.fail("axes ", shape_str(c.ints("axes")), " invalid for ", c.desc("x"));
+      if (!ax || red[static_cast<size_t>(*ax)])
+        c.fail("axes ", shape_str(c.ints("axes")), " invalid for ", c.desc("x"));
       red[static_cast<size_t>(*ax)] = true;
     }
   ReduceParams p{{}, c.boolean("keep_dims")};
   Shape out;
   for (size_t i = 0; i < red.size(); ++i)
-    if (!red[i]) out.push_back(x.shape[i]);
-    else if (p.keep_dims) out.push_back(1);
+    if (!red[i])
+      out.push_back(x.shape[i]);
+    else if (p.keep_dims)
+      out.push_back(1);
   for (size_t i = 0; i < red.size(); ++i)
     if (red[i]) p.axes.push_back(static_cast<int>(i));
   return {{x.dtype, out}, p};
@@ -204,7 +220,8 @@ Resolved resolve_reduce(const OpContext& c) {
 DType dtype_arg(const OpContext& c, const std::string& arg, const std::vector<DType>& ok) {
   std::string s = c.str(arg);
   auto d = parse_dtype(s);
-  if (!d || std::find(ok.begin(), ok.end(), *d) == ok.end()) c.fail(arg, " = \"", s, "\" is not a supported target dtype");
+  if (!d || std::find(ok.begin(), ok.end(), *d) == ok.end())
+    c.fail(arg, " = \"", s, "\" is not a supported target dtype");
   return *d;
 }
 
@@ -214,7 +231,8 @@ Resolved resolve_cast(const OpContext& c) {
 }
 
 // Checks a per-tensor (scalar) or per-axis (rank-1) quantisation parameter against `data` along `axis`.
-void check_qparam(const OpContext& c, const std::string& what, const TensorType& p, const Shape& data, std::optional<int64_t> axis) {
+void check_qparam(const OpContext& c, const std::string& what, const TensorType& p, const Shape& data,
+                  std::optional<int64_t> axis) {
   if (p.rank() == 0 || (p.rank() == 1 && p.shape[0] == 1)) return;
   if (p.rank() != 1) c.fail(what, " must be a scalar or rank-1, got ", p.str());
   if (!axis) c.fail(what, " ", p.str(), " is per-channel but no axis is given");
@@ -239,10 +257,12 @@ Resolved resolve_quantize(const OpContext& c) {
   std::optional<int64_t> axis;
   std::optional<int> ax = quant_axis(c, in.shape);
   if (ax) axis = *ax;
-  if (c.type("scale").dtype != in.dtype) c.fail("scale ", c.type("scale").str(), " must have the dtype of input ", in.str());
+  if (c.type("scale").dtype != in.dtype)
+    c.fail("scale ", c.type("scale").str(), " must have the dtype of input ", in.str());
   check_qparam(c, "scale", c.type("scale"), in.shape, axis);
   if (c.has("zero_point")) {
-    if (c.type("zero_point").dtype != out) c.fail("zero_point ", c.type("zero_point").str(), " must have output_dtype ", dtype_name(out));
+    if (c.type("zero_point").dtype != out)
+      c.fail("zero_point ", c.type("zero_point").str(), " must have output_dtype ", dtype_name(out));
     check_qparam(c, "zero_point", c.type("zero_point"), in.shape, axis);
   }
   return {{out, in.shape}, QuantizeParams{ax}};
@@ -255,7 +275,8 @@ Resolved resolve_dequantize(const OpContext& c) {
   if (ax) axis = *ax;
   check_qparam(c, "scale", c.type("scale"), in.shape, axis);
   if (c.has("zero_point")) {
-    if (c.type("zero_point").dtype != in.dtype) c.fail("zero_point ", c.type("zero_point").str(), " must have the dtype of input ", in.str());
+    if (c.type("zero_point").dtype != in.dtype)
+      c.fail("zero_point ", c.type("zero_point").str(), " must have the dtype of input ", in.str());
     check_qparam(c, "zero_point", c.type("zero_point"), in.shape, axis);
   }
   return {{c.type("scale").dtype, in.shape}, QuantizeParams{ax}};
@@ -265,8 +286,10 @@ Resolved resolve_constexpr_affine_dequantize(const OpContext& c) {
   const ConstValue &q = c.attr("quantized_data"), &s = c.attr("scale"), &z = c.attr("zero_point"), &a = c.attr("axis");
   if (a.type.rank() != 0 || a.i.size() != 1) c.fail("axis must be an int32 scalar, got ", a.type.str());
   if (q.type.rank() == 0) c.fail("quantized_data must be a tensor, got ", q.type.str());
-  if (!q.blob && q.i.size() != static_cast<size_t>(q.type.numel())) c.fail("quantized_data literal has ", q.i.size(), " elements for ", q.type.str());
-  if (z.type.dtype != q.type.dtype) c.fail("zero_point ", z.type.str(), " must have the dtype of quantized_data ", q.type.str());
+  if (!q.blob && q.i.size() != static_cast<size_t>(q.type.numel()))
+    c.fail("quantized_data literal has ", q.i.size(), " elements for ", q.type.str());
+  if (z.type.dtype != q.type.dtype)
+    c.fail("zero_point ", z.type.str(), " must have the dtype of quantized_data ", q.type.str());
   check_qparam(c, "scale", s.type, q.type.shape, a.i[0]);
   check_qparam(c, "zero_point", z.type, q.type.shape, a.i[0]);
   auto ax = normalize_axis(a.i[0], q.type.rank());
@@ -277,14 +300,18 @@ Resolved resolve_constexpr_affine_dequantize(const OpContext& c) {
 Resolved resolve_sdpa(const OpContext& c) {
   const TensorType &q = c.type("query"), &k = c.type("key"), &v = c.type("value");
   if (q.rank() < 3 || k.rank() != q.rank() || v.rank() != q.rank())
-    c.fail("query, key, value must share a rank >= 3, got ", c.desc("query"), ", ", c.desc("key"), ", ", c.desc("value"));
+    c.fail("query, key, value must share a rank >= 3, got ", c.desc("query"), ", ", c.desc("key"), ", ",
+           c.desc("value"));
   if (k.dtype != q.dtype || v.dtype != q.dtype) c.fail("query, key, value must share a dtype");
   size_t r = q.shape.size();
   int64_t L = q.shape[r - 2], E = q.shape[r - 1], S = k.shape[r - 2];
   if (k.shape[r - 1] != E || v.shape[r - 2] != S)
-    c.fail("expects query [..., L, E], key [..., S, E], value [..., S, Ev], got ", c.desc("query"), ", ", c.desc("key"), ", ", c.desc("value"));
-  Shape bq(q.shape.begin(), q.shape.end() - 2), bk(k.shape.begin(), k.shape.end() - 2), bv(v.shape.begin(), v.shape.end() - 2);
-  if (bq != bk || bq != bv) c.fail("batch dimensions differ: ", c.desc("query"), ", ", c.desc("key"), ", ", c.desc("value"));
+    c.fail("expects query [..., L, E], key [..., S, E], value [..., S, Ev], got ", c.desc("query"), ", ", c.desc("key"),
+           ", ", c.desc("value"));
+  Shape bq(q.shape.begin(), q.shape.end() - 2), bk(k.shape.begin(), k.shape.end() - 2),
+      bv(v.shape.begin(), v.shape.end() - 2);
+  if (bq != bk || bq != bv)
+    c.fail("batch dimensions differ: ", c.desc("query"), ", ", c.desc("key"), ", ", c.desc("value"));
   if (c.has("attn_mask")) {
     const TensorType& m = c.type("attn_mask");
     Shape want = bq;
@@ -305,12 +332,14 @@ Resolved resolve_layer_norm(const OpContext& c) {
   LayerNormParams p;
   Shape norm;
   std::vector<int64_t> axes;
-  if (c.has("axes")) axes = c.ints("axes");
+  if (c.has("axes"))
+    axes = c.ints("axes");
   else
     for (int i = 0; i < x.rank(); ++i) axes.push_back(i);
   for (int64_t a : axes) {
     auto ax = normalize_axis(a, x.rank());
-    if (!ax || std::find(p.axes.begin(), p.axes.end(), *ax) != p.axes.end()) c.fail("axes ", shape_str(axes), " invalid for ", c.desc("x"));
+    if (!ax || std::find(p.axes.begin(), p.axes.end(), *ax) != p.axes.end())
+      c.fail("axes ", shape_str(axes), " invalid for ", c.desc("x"));
     norm.push_back(x.shape[static_cast<size_t>(*ax)]);
     p.axes.push_back(*ax);
   }
@@ -333,33 +362,45 @@ std::vector<OpSpec> declare_ops() {
   std::vector<OpSpec> ops;
   using CV = ConstValue;
   ops.push_back({"const", {}, {{"val", true, {}}}, plain<infer_const>, "literal or BLOBFILE tensor in [val = ...]"});
-  ops.push_back({"conv",
-                 {dflt(vec("dilations"), CV::ints({1, 1})), dflt(scal("groups", kInt), CV::int32(1)), dflt(vec("pad"), CV::ints({0, 0, 0, 0})),
-                  dflt(scal("pad_type", kStr), CV::string("valid")), dflt(vec("strides"), CV::ints({1, 1})), val("weight", kFloat),
-                  val("x", kFloat), val("bias", kFloat, false)},
-                 {},
-                 resolve_conv_op,
-                 "2-D conv: x [N,C,H,W], weight [Cout,C/groups,kH,kW] -> [N,Cout,H',W']"});
+  ops.push_back(
+      {"conv",
+       {dflt(vec("dilations"), CV::ints({1, 1})), dflt(scal("groups", kInt), CV::int32(1)),
+        dflt(vec("pad"), CV::ints({0, 0, 0, 0})), dflt(scal("pad_type", kStr), CV::string("valid")),
+        dflt(vec("strides"), CV::ints({1, 1})), val("weight", kFloat), val("x", kFloat), val("bias", kFloat, false)},
+       {},
+       resolve_conv_op,
+       "2-D conv: x [N,C,H,W], weight [Cout,C/groups,kH,kW] -> [N,Cout,H',W']"});
   ops.push_back({"matmul",
-                 {dflt(scal("transpose_x", kBoolT), CV::boolean(false)), dflt(scal("transpose_y", kBoolT), CV::boolean(false)), val("x", kNumeric),
-                  val("y", kNumeric)},
+                 {dflt(scal("transpose_x", kBoolT), CV::boolean(false)),
+                  dflt(scal("transpose_y", kBoolT), CV::boolean(false)), val("x", kNumeric), val("y", kNumeric)},
                  {},
                  resolve_matmul,
                  "batched matmul over the last two dims, leading dims broadcast"});
   ops.push_back({"softmax", {scal("axis", kInt), val("x", kFloat)}, {}, resolve_softmax, "softmax along axis"});
-  ops.push_back({"reshape", {vec("shape"), val("x")}, {}, plain<infer_reshape>, "reshape to a static shape (one -1 allowed)"});
+  ops.push_back(
+      {"reshape", {vec("shape"), val("x")}, {}, plain<infer_reshape>, "reshape to a static shape (one -1 allowed)"});
   ops.push_back({"transpose", {vec("perm"), val("x")}, {}, resolve_transpose, "permute dims"});
-  ops.push_back({"slice_by_size", {val("x"), vec("begin"), vec("size")}, {}, resolve_slice_op, "x[begin : begin+size], size -1 = to end"});
+  ops.push_back({"slice_by_size",
+                 {val("x"), vec("begin"), vec("size")},
+                 {},
+                 resolve_slice_op,
+                 "x[begin : begin+size], size -1 = to end"});
   ops.push_back({"slice_by_index",
-                 {val("x"), vec("begin"), vec("end"), vec("stride", false), vec("begin_mask", false, kBoolT), vec("end_mask", false, kBoolT),
-                  vec("squeeze_mask", false, kBoolT)},
+                 {val("x"), vec("begin"), vec("end"), vec("stride", false), vec("begin_mask", false, kBoolT),
+                  vec("end_mask", false, kBoolT), vec("squeeze_mask", false, kBoolT)},
                  {},
                  resolve_slice_op,
                  "numpy-style x[begin:end:stride] with masks (stride default 1, masks default false)"});
-  ops.push_back({"concat", {scal("axis", kInt), scal("interleave", kBoolT), {"values", true, ArgKind::kTuple, {}}}, {}, resolve_concat,
+  ops.push_back({"concat",
+                 {scal("axis", kInt), scal("interleave", kBoolT), {"values", true, ArgKind::kTuple, {}}},
+                 {},
+                 resolve_concat,
                  "concatenate values along axis"});
   for (const char* r : {"reduce_sum", "reduce_max"})
-    ops.push_back({r, {val("x", kNumeric), vec("axes", false), dflt(scal("keep_dims", kBoolT), CV::boolean(false))}, {}, resolve_reduce,
+    ops.push_back({r,
+                   {val("x", kNumeric), vec("axes", false), dflt(scal("keep_dims", kBoolT), CV::boolean(false))},
+                   {},
+                   resolve_reduce,
                    "reduction over axes (default: all)"});
   ops.push_back(binary("pow", kFloat, "x ** y (broadcast)"));
   ops.push_back(binary("mul", kNumeric, "x * y (broadcast)"));
@@ -373,20 +414,34 @@ std::vector<OpSpec> declare_ops() {
   ops.push_back(unary("identity", {}, "x"));
   ops.push_back({"cast", {scal("dtype", kStr), val("x")}, {}, resolve_cast, "convert to dtype (string const)"});
   ops.push_back({"quantize",
-                 {val("input", kFloat), scal("output_dtype", kStr), val("scale", kFloat), val("zero_point", kQuant, false), scal("axis", kInt, false)},
+                 {val("input", kFloat), scal("output_dtype", kStr), val("scale", kFloat),
+                  val("zero_point", kQuant, false), scal("axis", kInt, false)},
                  {},
                  resolve_quantize,
                  "round(input / scale) + zero_point, saturated to int8/uint8"});
-  ops.push_back({"dequantize", {val("input", kQuant), val("scale", kFloat), val("zero_point", kQuant, false), scal("axis", kInt, false)}, {},
-                 resolve_dequantize, "(input - zero_point) * scale"});
-  ops.push_back({"constexpr_affine_dequantize", {},
-                 {{"axis", true, kInt}, {"quantized_data", true, kQuant}, {"scale", true, kFloat}, {"zero_point", true, kQuant}},
-                 resolve_constexpr_affine_dequantize, "(quantized_data - zero_point) * scale, all bracket attributes"});
-  ops.push_back({"scaled_dot_product_attention", {val("query", kFloat), val("key", kFloat), val("value", kFloat), val("attn_mask", {}, false)}, {},
-                 resolve_sdpa, "softmax(q k^T / sqrt(E) + mask) v (ANE ignores the mask)"});
-  ops.push_back({"layer_norm", {val("x", kFloat), vec("axes", false), val("gamma", kFloat, false), val("beta", kFloat, false),
-                                dflt(scal("epsilon", kFloat), CV::fp32(1e-5))},
-                 {}, resolve_layer_norm, "(x - mean) / sqrt(var + epsilon) * gamma + beta over axes"});
+  ops.push_back(
+      {"dequantize",
+       {val("input", kQuant), val("scale", kFloat), val("zero_point", kQuant, false), scal("axis", kInt, false)},
+       {},
+       resolve_dequantize,
+       "(input - zero_point) * scale"});
+  ops.push_back(
+      {"constexpr_affine_dequantize",
+       {},
+       {{"axis", true, kInt}, {"quantized_data", true, kQuant}, {"scale", true, kFloat}, {"zero_point", true, kQuant}},
+       resolve_constexpr_affine_dequantize,
+       "(quantized_data - zero_point) * scale, all bracket attributes"});
+  ops.push_back({"scaled_dot_product_attention",
+                 {val("query", kFloat), val("key", kFloat), val("value", kFloat), val("attn_mask", {}, false)},
+                 {},
+                 resolve_sdpa,
+                 "softmax(q k^T / sqrt(E) + mask) v (ANE ignores the mask)"});
+  ops.push_back({"layer_norm",
+                 {val("x", kFloat), vec("axes", false), val("gamma", kFloat, false), val("beta", kFloat, false),
+                  dflt(scal("epsilon", kFloat), CV::fp32(1e-5))},
+                 {},
+                 resolve_layer_norm,
+                 "(x - mean) / sqrt(var + epsilon) * gamma + beta over axes"});
   return ops;
 }
 
@@ -447,7 +502,8 @@ SliceGeometry resolve_slice(const OpContext& c) {
   bool by_size = c.op().op == "slice_by_size";
   auto second = c.ints(by_size ? "size" : "end");
   if (begin.size() != r || second.size() != r)
-    c.fail("begin ", shape_str(begin), " and ", by_size ? "size " : "end ", shape_str(second), " must have one entry per dim of ", c.desc("x"));
+    c.fail("begin ", shape_str(begin), " and ", by_size ? "size " : "end ", shape_str(second),
+           " must have one entry per dim of ", c.desc("x"));
   SliceGeometry g;
   g.begin.resize(r), g.stride.assign(r, 1), g.length.resize(r), g.squeeze.assign(r, false);
   if (by_size) {
@@ -455,7 +511,8 @@ SliceGeometry resolve_slice(const OpContext& c) {
       int64_t n = x.shape[i], b = begin[i] < 0 ? begin[i] + n : begin[i];
       int64_t len = second[i] == -1 ? n - b : second[i];
       if (b < 0 || b >= n || len < 1 || b + len > n)
-        c.fail("begin ", shape_str(begin), " size ", shape_str(second), " out of bounds for ", c.desc("x"), " at dim ", i);
+        c.fail("begin ", shape_str(begin), " size ", shape_str(second), " out of bounds for ", c.desc("x"), " at dim ",
+               i);
       g.begin[i] = b, g.length[i] = len;
     }
     return g;
@@ -480,7 +537,9 @@ SliceGeometry resolve_slice(const OpContext& c) {
       if (bi < 0 || bi >= n) c.fail("squeezed dim ", i, " index ", begin[i], " out of range for ", c.desc("x"));
       b = bi, len = 1, g.squeeze[i] = true;
     }
-    if (len < 1) c.fail("begin ", shape_str(begin), " end ", shape_str(second), " stride ", shape_str(stride), " selects nothing in dim ", i, " of ", c.desc("x"));
+    if (len < 1)
+      c.fail("begin ", shape_str(begin), " end ", shape_str(second), " stride ", shape_str(stride),
+             " selects nothing in dim ", i, " of ", c.desc("x"));
     g.begin[i] = b, g.stride[i] = s, g.length[i] = len;
   }
   return g;

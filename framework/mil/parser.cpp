@@ -5,9 +5,9 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <cmath>
 #include <limits>
 #include <unordered_set>
 
@@ -159,8 +159,9 @@ class Parser {
     size_t b = pos_;
     if (peek() == '+' || peek() == '-') ++pos_;
     if (!at_end() && (std::isdigit(static_cast<unsigned char>(peek())) || peek() == '.' || ident_start(peek()))) {
-      while (!at_end() && (ident_char(s_[pos_]) || s_[pos_] == '.' ||
-                           ((s_[pos_] == '+' || s_[pos_] == '-') && pos_ > b && std::strchr("eEpP", s_[pos_ - 1]) != nullptr)))
+      while (!at_end() &&
+             (ident_char(s_[pos_]) || s_[pos_] == '.' ||
+              ((s_[pos_] == '+' || s_[pos_] == '-') && pos_ > b && std::strchr("eEpP", s_[pos_ - 1]) != nullptr)))
         ++pos_;
     }
     if (pos_ == b || (pos_ == b + 1 && (s_[b] == '+' || s_[b] == '-'))) {
@@ -261,8 +262,10 @@ class Parser {
     if (depth > kMaxNesting) error("at most 16 nested '[' in a literal");
     if (accept(']')) return;
     do {
-      if (accept('[')) list(out, depth + 1);
-      else out.push_back(scalar_token());
+      if (accept('['))
+        list(out, depth + 1);
+      else
+        out.push_back(scalar_token());
       if (static_cast<int64_t>(out.size()) > kMaxNumel) error("fewer literal elements");
     } while (accept(','));
     expect(']', "',' or ']' in the tensor literal");
@@ -275,8 +278,10 @@ class Parser {
     double v = 0;
     std::string low;
     for (char c : t) low += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (low == "inf" || low == "infinity") v = std::numeric_limits<double>::infinity();
-    else if (low == "nan") v = std::numeric_limits<double>::quiet_NaN();
+    if (low == "inf" || low == "infinity")
+      v = std::numeric_limits<double>::infinity();
+    else if (low == "nan")
+      v = std::numeric_limits<double>::quiet_NaN();
     else {
       bool hex = low.size() > 2 && low[0] == '0' && low[1] == 'x';
       const char* b = t.data() + (hex ? 2 : 0);
@@ -290,7 +295,9 @@ class Parser {
 
   void store(ConstValue& v, const Token& tk) {
     DType d = v.type.dtype;
-    auto bad = [&](const char* what) { error_at(tk.pos, cat(what, " for ", dtype_name(d)), tk.kind == Token::kString ? "a string" : "'" + tk.text + "'"); };
+    auto bad = [&](const char* what) {
+      error_at(tk.pos, cat(what, " for ", dtype_name(d)), tk.kind == Token::kString ? "a string" : "'" + tk.text + "'");
+    };
     if (d == DType::kString) {
       if (tk.kind != Token::kString) bad("a string");
       v.s = tk.text;
@@ -305,13 +312,26 @@ class Parser {
       int64_t x = int_token(tk.text, tk.pos, cat("an integer for ", dtype_name(d)).c_str());
       int64_t lo = 0, hi = std::numeric_limits<int64_t>::max();
       switch (d) {
-        case DType::kInt32: lo = INT32_MIN, hi = INT32_MAX; break;
-        case DType::kInt16: lo = INT16_MIN, hi = INT16_MAX; break;
-        case DType::kInt8: lo = -128, hi = 127; break;
-        case DType::kUint8: hi = 255; break;
-        case DType::kUint16: hi = 65535; break;
-        case DType::kUint4: hi = 15; break;
-        default: break;
+        case DType::kInt32:
+          lo = INT32_MIN, hi = INT32_MAX;
+          break;
+        case DType::kInt16:
+          lo = INT16_MIN, hi = INT16_MAX;
+          break;
+        case DType::kInt8:
+          lo = -128, hi = 127;
+          break;
+        case DType::kUint8:
+          hi = 255;
+          break;
+        case DType::kUint16:
+          hi = 65535;
+          break;
+        case DType::kUint4:
+          hi = 15;
+          break;
+        default:
+          break;
       }
       if (x < lo || x > hi) error_at(tk.pos, cat("a value in [", lo, ", ", hi, "] for ", dtype_name(d)), tk.text);
       v.i.push_back(x);
@@ -337,14 +357,18 @@ class Parser {
       ConstValue off = literal();
       expect(')', "')' closing BLOBFILE");
       if (path.type != scalar_type(DType::kString)) error_at(at, "path = string(\"...\")", path.type.str());
-      if (off.type.rank() != 0 || !is_integer(off.type.dtype) || off.i.empty() || off.i[0] < 0) error_at(at, "offset = uint64(N)", off.type.str());
+      if (off.type.rank() != 0 || !is_integer(off.type.dtype) || off.i.empty() || off.i[0] < 0)
+        error_at(at, "offset = uint64(N)", off.type.str());
       if (v.type.rank() == 0) error_at(at, "a tensor type for a BLOBFILE literal", v.type.str());
       v.blob = BlobRef{path.s, static_cast<uint64_t>(off.i[0])};
     } else {
       std::vector<Token> toks;
-      if (accept('[')) list(toks, 1);
-      else toks.push_back(scalar_token());
-      if (v.type.dtype == DType::kString && (v.type.rank() != 0 || toks.size() != 1)) error_at(at, "a single string", v.type.str());
+      if (accept('['))
+        list(toks, 1);
+      else
+        toks.push_back(scalar_token());
+      if (v.type.dtype == DType::kString && (v.type.rank() != 0 || toks.size() != 1))
+        error_at(at, "a single string", v.type.str());
       if (static_cast<int64_t>(toks.size()) != v.type.numel())
         error_at(at, cat(v.type.numel(), " element(s) for ", v.type.str()), std::to_string(toks.size()));
       for (const auto& tk : toks) store(v, tk);
@@ -361,10 +385,13 @@ class Parser {
     expect('<', "'<' before the opset");
     size_t at = (skip(), pos_);
     std::string opset = ident("an opset (ios16, ios17, ios18)");
-    if (opset != "ios16" && opset != "ios17" && opset != "ios18") error_at(at, "an opset (ios16, ios17, ios18)", "'" + opset + "'");
+    if (opset != "ios16" && opset != "ios17" && opset != "ios18")
+      error_at(at, "an opset (ios16, ios17, ios18)", "'" + opset + "'");
     if ((dialect == Dialect::kIos16 && opset == "ios18") || (dialect == Dialect::kIos18 && opset == "ios16"))
-      error_at(at, cat("an opset matching the program version (", dialect == Dialect::kIos16 ? "program(1.0) uses ios16" : "program(1.3) uses ios18",
-                       "; mixing gives InvalidMILProgram)"),
+      error_at(at,
+               cat("an opset matching the program version (",
+                   dialect == Dialect::kIos16 ? "program(1.0) uses ios16" : "program(1.3) uses ios18",
+                   "; mixing gives InvalidMILProgram)"),
                "'" + opset + "'");
     expect('>', "'>' after the opset");
     expect('(', "'(' opening the parameter list");
@@ -430,7 +457,8 @@ class Parser {
           expect('=', "'=' after the attribute name");
           ConstValue v = literal();
           if (key == "name") {
-            if (v.type.dtype != DType::kString || v.type.rank() != 0) error_at(at, "name = string(\"...\")", v.type.str());
+            if (v.type.dtype != DType::kString || v.type.rank() != 0)
+              error_at(at, "name = string(\"...\")", v.type.str());
             op.name = v.s;
           } else {
             op.attrs.emplace_back(key, std::move(v));

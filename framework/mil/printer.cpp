@@ -10,9 +10,11 @@ namespace anelab::mil {
 namespace {
 
 constexpr const char* kBuildInfo18 =
-    "[buildInfo = dict<string, string>({{\"coremlc-component-MIL\", \"3510.2.1\"}, {\"coremlc-version\", \"3505.4.1\"}, "
+    "[buildInfo = dict<string, string>({{\"coremlc-component-MIL\", \"3510.2.1\"}, {\"coremlc-version\", "
+    "\"3505.4.1\"}, "
     "{\"coremltools-component-milinternal\", \"\"}, {\"coremltools-version\", \"9.0\"}})]";
-constexpr const char* kBuildInfo16 = "[buildInfo = dict<tensor<string, []>, tensor<string, []>>({{\"coremlc-version\", \"3505.4.1\"}})]";
+constexpr const char* kBuildInfo16 =
+    "[buildInfo = dict<tensor<string, []>, tensor<string, []>>({{\"coremlc-version\", \"3505.4.1\"}})]";
 
 std::string element(const ConstValue& v, size_t k) {
   DType t = v.type.dtype;
@@ -98,7 +100,8 @@ std::string print(const Program& p, Dialect d) {
   const char* opset = d == Dialect::kIos18 ? "ios18" : "ios16";
   for (const auto& f : p.functions) {
     out += "    func " + f.name + "<" + opset + ">(";
-    for (size_t i = 0; i < f.inputs.size(); ++i) out += (i ? ", " : "") + print_type(f.inputs[i].second, d) + " " + f.inputs[i].first;
+    for (size_t i = 0; i < f.inputs.size(); ++i)
+      out += (i ? ", " : "") + print_type(f.inputs[i].second, d) + " " + f.inputs[i].first;
     out += ") {\n";
     for (const auto& op : f.ops) print_op(out, op, d);
     out += "    } -> (";

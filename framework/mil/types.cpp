@@ -11,10 +11,17 @@ struct DTypeInfo {
   size_t bytes;
 };
 constexpr std::array<DTypeInfo, 11> kDTypes{{
-    {DType::kFp16, "fp16", 2},   {DType::kFp32, "fp32", 4},   {DType::kInt32, "int32", 4},
-    {DType::kInt16, "int16", 2}, {DType::kInt8, "int8", 1},   {DType::kUint8, "uint8", 1},
-    {DType::kUint16, "uint16", 2}, {DType::kUint4, "uint4", 1}, {DType::kBool, "bool", 1},
-    {DType::kString, "string", 0}, {DType::kUint64, "uint64", 8},
+    {DType::kFp16, "fp16", 2},
+    {DType::kFp32, "fp32", 4},
+    {DType::kInt32, "int32", 4},
+    {DType::kInt16, "int16", 2},
+    {DType::kInt8, "int8", 1},
+    {DType::kUint8, "uint8", 1},
+    {DType::kUint16, "uint16", 2},
+    {DType::kUint4, "uint4", 1},
+    {DType::kBool, "bool", 1},
+    {DType::kString, "string", 0},
+    {DType::kUint64, "uint64", 8},
 }};
 }  // namespace
 

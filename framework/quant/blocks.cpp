@@ -71,7 +71,8 @@ void quantize_q5_1(const float* x, BlockQ5_1* b) {
 
 void dequantize_q5_1(const BlockQ5_1* b, float* y) {
   const float d = h2f(b->d), m = h2f(b->m);
-  const uint32_t qh = uint32_t{b->qh[0]} | uint32_t{b->qh[1]} << 8 | uint32_t{b->qh[2]} << 16 | uint32_t{b->qh[3]} << 24;
+  const uint32_t qh =
+      uint32_t{b->qh[0]} | uint32_t{b->qh[1]} << 8 | uint32_t{b->qh[2]} << 16 | uint32_t{b->qh[3]} << 24;
   for (int j = 0; j < 16; ++j) {
     y[j] = d * static_cast<float>((b->qs[j] & 15) | ((qh >> j) & 1) << 4) + m;
     y[j + 16] = d * static_cast<float>((b->qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) + m;
@@ -80,7 +81,8 @@ void dequantize_q5_1(const BlockQ5_1* b, float* y) {
 
 void dequantize_q5_0(const BlockQ5_0* b, float* y) {
   const float d = h2f(b->d);
-  const uint32_t qh = uint32_t{b->qh[0]} | uint32_t{b->qh[1]} << 8 | uint32_t{b->qh[2]} << 16 | uint32_t{b->qh[3]} << 24;
+  const uint32_t qh =
+      uint32_t{b->qh[0]} | uint32_t{b->qh[1]} << 8 | uint32_t{b->qh[2]} << 16 | uint32_t{b->qh[3]} << 24;
   for (int j = 0; j < 16; ++j) {
     y[j] = d * static_cast<float>(static_cast<int>((b->qs[j] & 15) | ((qh >> j) & 1) << 4) - 16);
     y[j + 16] = d * static_cast<float>(static_cast<int>((b->qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - 16);
@@ -92,8 +94,8 @@ void dequantize_q5_0(const BlockQ5_0* b, float* y) {
 // Affine fit of n values: x ~ scale * L + min with L in [0, nmax], min <= 0, minimizing sum w (x - fit)^2
 // over candidate inverse scales (nmax + rmin + rdelta * k) / (max - min), k = 0..steps, where min is the best
 // fit so far (each improvement moves the origin the next candidates round from). Returns scale; *neg_min = -min.
-float fit_affine(int n, int nmax, const float* x, const float* w, uint8_t* L, float* neg_min, float rmin,
-                 float rdelta, int steps) {
+float fit_affine(int n, int nmax, const float* x, const float* w, uint8_t* L, float* neg_min, float rmin, float rdelta,
+                 int steps) {
   float lo = x[0], hi = x[0], sum_w = 0.0f, sum_x = 0.0f;
   for (int i = 0; i < n; ++i) {
     lo = std::min(lo, x[i]), hi = std::max(hi, x[i]);
@@ -237,7 +239,8 @@ float fit_symmetric(int n, int nmax, const float* x, int8_t* L) {
     }
   };
   auto assign = [&](float iscale) {
-    for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(nmax + std::clamp(round_int(iscale * x[i]), -nmax, nmax - 1));
+    for (int i = 0; i < n; ++i)
+      L[i] = static_cast<int8_t>(nmax + std::clamp(round_int(iscale * x[i]), -nmax, nmax - 1));
   };
   float iscale = -static_cast<float>(nmax) / max, sxl, sl2;
   fit(iscale, sxl, sl2);
@@ -270,7 +273,8 @@ void quantize_q6_k(const float* x, BlockQ6_K* b) {
   for (int s = 0; s < 16; ++s) {  // re-round with the stored scales
     const float d = h2f(b->d) * static_cast<float>(b->scales[s]);
     if (d == 0.0f) continue;
-    for (int i = 0; i < 16; ++i) L[16 * s + i] = static_cast<int8_t>(32 + std::clamp(round_int(x[16 * s + i] / d), -32, 31));
+    for (int i = 0; i < 16; ++i)
+      L[16 * s + i] = static_cast<int8_t>(32 + std::clamp(round_int(x[16 * s + i] / d), -32, 31));
   }
   for (int h = 0; h < 2; ++h) {
     const int8_t* l = L + 128 * h;
@@ -292,8 +296,10 @@ void dequantize_q6_k(const BlockQ6_K* b, float* y) {
     float* o = y + 128 * h;
     for (int i = 0; i < 32; ++i) {
       const int s = i / 16;
-      const int q0 = ((ql[i] & 15) | ((qh[i] >> 0) & 3) << 4) - 32, q1 = ((ql[i + 32] & 15) | ((qh[i] >> 2) & 3) << 4) - 32;
-      const int q2 = ((ql[i] >> 4) | ((qh[i] >> 4) & 3) << 4) - 32, q3 = ((ql[i + 32] >> 4) | ((qh[i] >> 6) & 3) << 4) - 32;
+      const int q0 = ((ql[i] & 15) | ((qh[i] >> 0) & 3) << 4) - 32,
+                q1 = ((ql[i + 32] & 15) | ((qh[i] >> 2) & 3) << 4) - 32;
+      const int q2 = ((ql[i] >> 4) | ((qh[i] >> 4) & 3) << 4) - 32,
+                q3 = ((ql[i + 32] >> 4) | ((qh[i] >> 6) & 3) << 4) - 32;
       o[i] = d * static_cast<float>(sc[s]) * static_cast<float>(q0);
       o[i + 32] = d * static_cast<float>(sc[s + 2]) * static_cast<float>(q1);
       o[i + 64] = d * static_cast<float>(sc[s + 4]) * static_cast<float>(q2);
@@ -304,8 +310,7 @@ void dequantize_q6_k(const BlockQ6_K* b, float* y) {
 
 void check_count(BlockType t, int64_t n) {
   const BlockInfo bi = block_info(t);
-  if (n < 0 || n % bi.values)
-    fail("quant", bi.name, " works on multiples of ", bi.values, " values, got ", n);
+  if (n < 0 || n % bi.values) fail("quant", bi.name, " works on multiples of ", bi.values, " values, got ", n);
 }
 
 }  // namespace
@@ -332,11 +337,21 @@ void dequantize(BlockType t, const uint8_t* src, float* dst, int64_t n) {
         }
         break;
       }
-      case BlockType::kQ5_0: dequantize_q5_0(reinterpret_cast<const BlockQ5_0*>(p), y); break;
-      case BlockType::kQ5_1: dequantize_q5_1(reinterpret_cast<const BlockQ5_1*>(p), y); break;
-      case BlockType::kQ5_K: dequantize_k_affine(reinterpret_cast<const BlockQ5_K*>(p), y); break;
-      case BlockType::kQ4_K: dequantize_k_affine(reinterpret_cast<const BlockQ4_K*>(p), y); break;
-      case BlockType::kQ6_K: dequantize_q6_k(reinterpret_cast<const BlockQ6_K*>(p), y); break;
+      case BlockType::kQ5_0:
+        dequantize_q5_0(reinterpret_cast<const BlockQ5_0*>(p), y);
+        break;
+      case BlockType::kQ5_1:
+        dequantize_q5_1(reinterpret_cast<const BlockQ5_1*>(p), y);
+        break;
+      case BlockType::kQ5_K:
+        dequantize_k_affine(reinterpret_cast<const BlockQ5_K*>(p), y);
+        break;
+      case BlockType::kQ4_K:
+        dequantize_k_affine(reinterpret_cast<const BlockQ4_K*>(p), y);
+        break;
+      case BlockType::kQ6_K:
+        dequantize_q6_k(reinterpret_cast<const BlockQ6_K*>(p), y);
+        break;
     }
   }
 }
@@ -348,13 +363,27 @@ void quantize(BlockType t, const float* src, uint8_t* dst, int64_t n) {
     const float* x = src + b * bi.values;
     uint8_t* p = dst + b * bi.bytes;
     switch (t) {
-      case BlockType::kQ8_0: quantize_q8_0(x, reinterpret_cast<BlockQ8_0*>(p)); break;
-      case BlockType::kQ4_0: quantize_q4_0(x, reinterpret_cast<BlockQ4_0*>(p)); break;
-      case BlockType::kQ5_0: quantize_q5_0(x, reinterpret_cast<BlockQ5_0*>(p)); break;
-      case BlockType::kQ5_1: quantize_q5_1(x, reinterpret_cast<BlockQ5_1*>(p)); break;
-      case BlockType::kQ5_K: quantize_q5_k(x, reinterpret_cast<BlockQ5_K*>(p)); break;
-      case BlockType::kQ4_K: quantize_q4_k(x, reinterpret_cast<BlockQ4_K*>(p)); break;
-      case BlockType::kQ6_K: quantize_q6_k(x, reinterpret_cast<BlockQ6_K*>(p)); break;
+      case BlockType::kQ8_0:
+        quantize_q8_0(x, reinterpret_cast<BlockQ8_0*>(p));
+        break;
+      case BlockType::kQ4_0:
+        quantize_q4_0(x, reinterpret_cast<BlockQ4_0*>(p));
+        break;
+      case BlockType::kQ5_0:
+        quantize_q5_0(x, reinterpret_cast<BlockQ5_0*>(p));
+        break;
+      case BlockType::kQ5_1:
+        quantize_q5_1(x, reinterpret_cast<BlockQ5_1*>(p));
+        break;
+      case BlockType::kQ5_K:
+        quantize_q5_k(x, reinterpret_cast<BlockQ5_K*>(p));
+        break;
+      case BlockType::kQ4_K:
+        quantize_q4_k(x, reinterpret_cast<BlockQ4_K*>(p));
+        break;
+      case BlockType::kQ6_K:
+        quantize_q6_k(x, reinterpret_cast<BlockQ6_K*>(p));
+        break;
     }
   }
 }

@@ -10,12 +10,12 @@
 //   Q5_1  32 values,  24 bytes: fp16 d, fp16 m, u8 qh[4], u8 qs[16]; x = d * (nibble | h << 4) + m (bits as Q5_0)
 //   Q4_K  256 values, 144 bytes: fp16 d, fp16 dmin, u8 scales[12], u8 qs[128]. Eight sub-blocks of 32, each with a
 //         6-bit scale sc and 6-bit min m: x = d * sc * nibble - dmin * m. scales[12] packs the 8 (sc, m) pairs:
-//         j < 4: sc = scales[j] & 63, m = scales[j + 4] & 63; j >= 4: sc = (scales[j + 4] & 15) | (scales[j - 4] >> 6) << 4,
-//         m = (scales[j + 4] >> 4) | (scales[j] >> 6) << 4. qs: per 64 values, 32 bytes; value i < 32 of the chunk is
-//         the low nibble of byte i (sub-block 2k), value 32 + i its high nibble (sub-block 2k + 1).
+//         j < 4: sc = scales[j] & 63, m = scales[j + 4] & 63; j >= 4: sc = (scales[j + 4] & 15) | (scales[j - 4] >> 6)
+//         << 4, m = (scales[j + 4] >> 4) | (scales[j] >> 6) << 4. qs: per 64 values, 32 bytes; value i < 32 of the
+//         chunk is the low nibble of byte i (sub-block 2k), value 32 + i its high nibble (sub-block 2k + 1).
 //   Q5_K  256 values, 176 bytes: fp16 d, fp16 dmin, u8 scales[12], u8 qh[32], u8 qs[128]. Q4_K's sub-blocks, scales
-//         and nibble order, with a 5th bit: x = d * sc * (nibble | h << 4) - dmin * m, h = bit 2k (low nibbles, sub-block
-//         2k) or bit 2k + 1 (high nibbles, sub-block 2k + 1) of qh[i] for byte i of chunk k.
+//         and nibble order, with a 5th bit: x = d * sc * (nibble | h << 4) - dmin * m, h = bit 2k (low nibbles,
+//         sub-block 2k) or bit 2k + 1 (high nibbles, sub-block 2k + 1) of qh[i] for byte i of chunk k.
 //   Q6_K  256 values, 210 bytes: u8 ql[128], u8 qh[64], int8 scales[16], fp16 d. Sixteen sub-blocks of 16 with an
 //         int8 scale each: x = d * scales[v / 16] * (q - 32), q 6 bits. Per 128 values (half h): ql[64h..64h+64),
 //         qh[32h..32h+32); for l < 32 the values l, l+32, l+64, l+96 of the half take the low nibble of ql[l],
@@ -27,11 +27,11 @@
 //     -8 / -16, then truncate x / d + 8.5 / 16.5, capped at 15 / 31).
 //   Q5_1: per block, d = (max - min) / 31 and m = min (fp16), then truncate (x - min) / d + 0.5.
 //   Q4_K: per sub-block of 32 an affine fit x ~ scale * q + min (q in 0..15, min <= 0) by a search over 21
-//     candidate scales around (max - min) / 15 (min: the best fit so far): each candidate rounds the values, then solves the weighted
-//     least-squares (scale, min) for those integers; the candidate with the smallest weighted squared error
-//     wins (weights |x| + rms of the sub-block, which favours large values). The 8 scales and 8 mins are then
-//     quantized to 6 bits against the super-block's largest (d, dmin as fp16), and the values are re-rounded
-//     with the quantized scale and min.
+//     candidate scales around (max - min) / 15 (min: the best fit so far): each candidate rounds the values, then
+//     solves the weighted least-squares (scale, min) for those integers; the candidate with the smallest weighted
+//     squared error wins (weights |x| + rms of the sub-block, which favours large values). The 8 scales and 8 mins are
+//     then quantized to 6 bits against the super-block's largest (d, dmin as fp16), and the values are re-rounded with
+//     the quantized scale and min.
 //   Q5_K: Q4_K's algorithm with q in 0..31 and 16 candidate scales around (max - min) / 31 (offsets -0.5 + 0.1 k).
 //   Q6_K: per sub-block of 16 a symmetric fit over 19 candidate scales around max / -32: each candidate rounds,
 //     the least-squares scale for those integers is computed with weights x^2, and the candidate with the largest
@@ -48,11 +48,11 @@ namespace anelab::quant {
 enum class BlockType : uint8_t { kQ8_0 = 0, kQ4_0 = 1, kQ4_K = 2, kQ6_K = 3, kQ5_0 = 4, kQ5_1 = 5, kQ5_K = 6 };
 
 struct BlockQ8_0 {
-  uint16_t d;     // fp16
+  uint16_t d;  // fp16
   int8_t qs[32];
 };
 struct BlockQ4_0 {
-  uint16_t d;     // fp16
+  uint16_t d;  // fp16
   uint8_t qs[16];
 };
 struct BlockQ5_0 {
@@ -66,24 +66,25 @@ struct BlockQ5_1 {
   uint8_t qs[16];  // low 4 bits, as Q4_0
 };
 struct BlockQ4_K {
-  uint16_t d, dmin;     // fp16 super-block scales of the 6-bit scales and mins
-  uint8_t scales[12];   // 8 x (6-bit scale, 6-bit min)
-  uint8_t qs[128];      // 256 nibbles
+  uint16_t d, dmin;    // fp16 super-block scales of the 6-bit scales and mins
+  uint8_t scales[12];  // 8 x (6-bit scale, 6-bit min)
+  uint8_t qs[128];     // 256 nibbles
 };
 struct BlockQ5_K {
-  uint16_t d, dmin;     // fp16 super-block scales of the 6-bit scales and mins
-  uint8_t scales[12];   // 8 x (6-bit scale, 6-bit min), packed as Q4_K's
-  uint8_t qh[32];       // 5th bits: bit 2k / 2k + 1 of byte i for the values of chunk k
-  uint8_t qs[128];      // 256 low nibbles, as Q4_K's
+  uint16_t d, dmin;    // fp16 super-block scales of the 6-bit scales and mins
+  uint8_t scales[12];  // 8 x (6-bit scale, 6-bit min), packed as Q4_K's
+  uint8_t qh[32];      // 5th bits: bit 2k / 2k + 1 of byte i for the values of chunk k
+  uint8_t qs[128];     // 256 low nibbles, as Q4_K's
 };
 struct BlockQ6_K {
-  uint8_t ql[128];      // low 4 bits
-  uint8_t qh[64];       // high 2 bits
+  uint8_t ql[128];  // low 4 bits
+  uint8_t qh[64];   // high 2 bits
   int8_t scales[16];
-  uint16_t d;           // fp16
+  uint16_t d;  // fp16
 };
-static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24 &&
-              sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 &&
+              sizeof(BlockQ5_1) == 24 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 &&
+              sizeof(BlockQ6_K) == 210);
 
 struct BlockInfo {
   int64_t values;  // values per block
@@ -92,13 +93,20 @@ struct BlockInfo {
 };
 constexpr BlockInfo block_info(BlockType t) {
   switch (t) {
-    case BlockType::kQ8_0: return {32, 34, "q8_0"};
-    case BlockType::kQ4_0: return {32, 18, "q4_0"};
-    case BlockType::kQ5_0: return {32, 22, "q5_0"};
-    case BlockType::kQ5_1: return {32, 24, "q5_1"};
-    case BlockType::kQ5_K: return {256, 176, "q5_k"};
-    case BlockType::kQ4_K: return {256, 144, "q4_k"};
-    case BlockType::kQ6_K: return {256, 210, "q6_k"};
+    case BlockType::kQ8_0:
+      return {32, 34, "q8_0"};
+    case BlockType::kQ4_0:
+      return {32, 18, "q4_0"};
+    case BlockType::kQ5_0:
+      return {32, 22, "q5_0"};
+    case BlockType::kQ5_1:
+      return {32, 24, "q5_1"};
+    case BlockType::kQ5_K:
+      return {256, 176, "q5_k"};
+    case BlockType::kQ4_K:
+      return {256, 144, "q4_k"};
+    case BlockType::kQ6_K:
+      return {256, 210, "q6_k"};
   }
   return {1, 0, "?"};
 }

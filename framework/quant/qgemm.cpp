@@ -17,41 +17,48 @@ namespace {
 
 namespace S = simd;
 constexpr int kMR = S::kQGemmMR, kNV = S::kQGemmNV, kVW = S::kWidth, kNR = kNV * kVW;
-constexpr int64_t kKC = 512;            // k block: whole Q4_K / Q6_K blocks
-constexpr int64_t kMinWork = 1 << 16;   // below this many multiply-adds the pool's wake-up costs more
+constexpr int64_t kKC = 512;           // k block: whole Q4_K / Q6_K blocks
+constexpr int64_t kMinWork = 1 << 16;  // below this many multiply-adds the pool's wake-up costs more
 
 // One (row panel, k block) of W unpacked for the micro-kernel.
 struct Panel {
-  std::vector<int8_t> w;      // [kc / 4][kNR][4] integers of the type (Q8_0 with vpdpbusd: q + 128 as u8)
-  std::vector<float> scale;   // [kc / group][kNR] per-row scale of each group
-  std::vector<float> min;     // [kc / 32][kNR] Q4_K / Q5_K: dmin m_j of each sub-block; Q5_1: -m of each block
+  std::vector<int8_t> w;     // [kc / 4][kNR][4] integers of the type (Q8_0 with vpdpbusd: q + 128 as u8)
+  std::vector<float> scale;  // [kc / group][kNR] per-row scale of each group
+  std::vector<float> min;    // [kc / 32][kNR] Q4_K / Q5_K: dmin m_j of each sub-block; Q5_1: -m of each block
 };
 
 // Every token's activations, quantized once per call: the Q8_0 form (int8 blocks of 32, fp16 scales as floats)
 // with its sums of q per 16 and per 32 values (the groups of the recipes).
 struct Acts {
-  std::vector<Q8Acts> tok;      // [n_tok]
+  std::vector<Q8Acts> tok;  // [n_tok]
 };
 const int32_t* group_sums(const Q8Acts& a, int group) { return (group == 16 ? a.sums16 : a.sums32).data(); }
 
 // How a type's integers go through the micro-kernel: isum of a group starts at offset * sum(q_a).
 struct Recipe {
-  int group;       // values per scale: 32, or 16 for Q6_K
-  int offset;      // -128 (Q8_0 stored + 128), -8 (Q4_0), -32 (Q6_K), 0
-  bool signed_w;   // weights are int8 (dot4_s8), else unsigned bytes <= kDotU8Max (dot4_u8)
-  bool mins;       // Q4_K, Q5_K, Q5_1: subtract min * d_a sum(q_a) per group
+  int group;      // values per scale: 32, or 16 for Q6_K
+  int offset;     // -128 (Q8_0 stored + 128), -8 (Q4_0), -32 (Q6_K), 0
+  bool signed_w;  // weights are int8 (dot4_s8), else unsigned bytes <= kDotU8Max (dot4_u8)
+  bool mins;      // Q4_K, Q5_K, Q5_1: subtract min * d_a sum(q_a) per group
 };
 constexpr bool kQ8Offset = S::kDotU8Max >= 255;  // Q8_0 as unsigned q + 128 where the dot takes any byte
 
 Recipe recipe(BlockType t) {
   switch (t) {
-    case BlockType::kQ8_0: return kQ8Offset ? Recipe{32, -128, false, false} : Recipe{32, 0, true, false};
-    case BlockType::kQ4_0: return {32, -8, false, false};
-    case BlockType::kQ5_0: return {32, -16, false, false};
-    case BlockType::kQ5_1: return {32, 0, false, true};
-    case BlockType::kQ4_K: return {32, 0, false, true};
-    case BlockType::kQ5_K: return {32, 0, false, true};
-    case BlockType::kQ6_K: return {16, -32, false, false};
+    case BlockType::kQ8_0:
+      return kQ8Offset ? Recipe{32, -128, false, false} : Recipe{32, 0, true, false};
+    case BlockType::kQ4_0:
+      return {32, -8, false, false};
+    case BlockType::kQ5_0:
+      return {32, -16, false, false};
+    case BlockType::kQ5_1:
+      return {32, 0, false, true};
+    case BlockType::kQ4_K:
+      return {32, 0, false, true};
+    case BlockType::kQ5_K:
+      return {32, 0, false, true};
+    case BlockType::kQ6_K:
+      return {16, -32, false, false};
   }
   return {32, 0, true, false};
 }
@@ -248,20 +255,28 @@ void unpack_q6_k(const uint8_t* row, int r, int64_t kc, Panel& p) {
       }
     }
     const float d = S::h2f(b[i].d);
-    for (int s = 0; s < 16; ++s) p.scale[static_cast<size_t>((16 * i + s) * kNR + r)] = d * static_cast<float>(b[i].scales[s]);
+    for (int s = 0; s < 16; ++s)
+      p.scale[static_cast<size_t>((16 * i + s) * kNR + r)] = d * static_cast<float>(b[i].scales[s]);
   }
 }
 
 using UnpackFn = void (*)(const uint8_t*, int, int64_t, Panel&);
 UnpackFn unpacker(BlockType t) {
   switch (t) {
-    case BlockType::kQ8_0: return unpack_q8_0;
-    case BlockType::kQ4_0: return unpack_q4_0;
-    case BlockType::kQ5_0: return unpack_q5<BlockQ5_0>;
-    case BlockType::kQ5_1: return unpack_q5<BlockQ5_1>;
-    case BlockType::kQ4_K: return unpack_k_affine<BlockQ4_K>;
-    case BlockType::kQ5_K: return unpack_k_affine<BlockQ5_K>;
-    case BlockType::kQ6_K: return unpack_q6_k;
+    case BlockType::kQ8_0:
+      return unpack_q8_0;
+    case BlockType::kQ4_0:
+      return unpack_q4_0;
+    case BlockType::kQ5_0:
+      return unpack_q5<BlockQ5_0>;
+    case BlockType::kQ5_1:
+      return unpack_q5<BlockQ5_1>;
+    case BlockType::kQ4_K:
+      return unpack_k_affine<BlockQ4_K>;
+    case BlockType::kQ5_K:
+      return unpack_k_affine<BlockQ5_K>;
+    case BlockType::kQ6_K:
+      return unpack_q6_k;
   }
   return unpack_q8_0;
 }
@@ -276,8 +291,8 @@ struct Tile {
   const int32_t* sum[kMR];  // its sums per group from there
   float* y;                 // Y[t0, r0]
   int64_t ldy, nr;
-  bool first;               // first k block: Y = acc + bias; later: Y += acc
-  const float* bias;        // bias + r0 or nullptr
+  bool first;         // first k block: Y = acc + bias; later: Y += acc
+  const float* bias;  // bias + r0 or nullptr
 };
 
 template <int MR, int G, bool Signed, bool Mins>
@@ -301,7 +316,8 @@ void micro_kernel(const Tile& t) {
       for (int i = 0; i < MR; ++i) {
         int32_t a4;
         std::memcpy(&a4, t.q[i] + g * G + 4 * j, 4);
-        for (int v = 0; v < kNV; ++v) s[i][v] = Signed ? S::dot4_s8(s[i][v], wv[v], a4) : S::dot4_u8(s[i][v], wv[v], a4);
+        for (int v = 0; v < kNV; ++v)
+          s[i][v] = Signed ? S::dot4_s8(s[i][v], wv[v], a4) : S::dot4_u8(s[i][v], wv[v], a4);
       }
     }
     const float* sc = t.p->scale.data() + g * kNR;
@@ -381,8 +397,8 @@ void gemm(ThreadPool& pool, BlockType bt, const uint8_t* w, int64_t rows, int64_
   const BlockInfo bi = block_info(bt);
   ANELAB_CHECK(cols % bi.values == 0, "quant", "gemm: ", cols, " columns are not whole ", bi.name, " blocks of ",
                bi.values);
-  ANELAB_CHECK(tiled_rows == 0 || (has_row_tiles(bt) && tiled_rows % kTileRows == 0 && tiled_rows <= rows),
-               "quant", "gemm: ", tiled_rows, " tiled rows of a ", bi.name, " matrix of ", rows, " rows");
+  ANELAB_CHECK(tiled_rows == 0 || (has_row_tiles(bt) && tiled_rows % kTileRows == 0 && tiled_rows <= rows), "quant",
+               "gemm: ", tiled_rows, " tiled rows of a ", bi.name, " matrix of ", rows, " rows");
   const Recipe rc = recipe(bt);
   const UnpackFn unpack = unpacker(bt);
   const KernelTable& kern = kernels(rc);
@@ -401,8 +417,7 @@ void gemm(ThreadPool& pool, BlockType bt, const uint8_t* w, int64_t rows, int64_
         const int64_t r0 = p * kNR;
         const int nr = static_cast<int>(std::min<int64_t>(kNR, rows - r0));
         const int nt = static_cast<int>(std::clamp<int64_t>(tiled_rows - r0, 0, nr));  // rows from tiles
-        if (nt > 0)
-          (bt == BlockType::kQ8_0 ? unpack_q8_0_tiles : unpack_q4_k_tiles)(w, cols, r0, nt, k0, kc, panel);
+        if (nt > 0) (bt == BlockType::kQ8_0 ? unpack_q8_0_tiles : unpack_q4_k_tiles)(w, cols, r0, nt, k0, kc, panel);
         if (nt == 0 && bt == BlockType::kQ8_0 && nr == kNR)
           unpack_q8_0_panel(piece(r0, k0), row_bytes, kc, panel);
         else

@@ -56,10 +56,10 @@ Backend::Backend(const BackendOptions& opts)
 
 Status Backend::take_compile() {
   if (!counter_->take(compile_budget_))
-    return Status(Code::kBudgetExhausted,
-                  cat("[compile] ", name(), ": per-process compile budget exhausted (", counter_->used(), " of ",
-                      compile_budget_, " used in this process; the ANE compiler fails after ~119 compiles per "
-                      "process) — checkpoint and restart the process"));
+    return Status(Code::kBudgetExhausted, cat("[compile] ", name(), ": per-process compile budget exhausted (",
+                                              counter_->used(), " of ", compile_budget_,
+                                              " used in this process; the ANE compiler fails after ~119 compiles per "
+                                              "process) — checkpoint and restart the process"));
   return Status::ok();
 }
 

@@ -58,8 +58,8 @@ Status check_dims(const mil::Function& fn, const DeviceProfile& p) {
   auto bad = [&](const std::string& what, const mil::TensorType& t) -> Status {
     for (auto d : t.shape)
       if (d > p.max_dim)
-        return limit(cat(p.name, ": function '", fn.name, "': ", what, " has type ", t.str(), " with a dimension of ", d,
-                         " > the ANE's maximum ", p.max_dim, " (the reported cap ", p.max_dim + 1,
+        return limit(cat(p.name, ": function '", fn.name, "': ", what, " has type ", t.str(), " with a dimension of ",
+                         d, " > the ANE's maximum ", p.max_dim, " (the reported cap ", p.max_dim + 1,
                          " is taken as exclusive; split the tensor, e.g. chunk the LM head)"));
     return Status::ok();
   };
@@ -75,7 +75,8 @@ Status check_io(const mil::Function& fn, const DeviceProfile& p) {
   for (const auto& [n, t] : fn.inputs) io.emplace_back("input '" + n + "'", &t);
   for (const auto& o : fn.outputs) {
     const mil::TensorType* t = fn.type_of(o);
-    if (!t) return Status(Code::kInvalidArgument, cat("[device] function '", fn.name, "' returns unknown value '", o, "'"));
+    if (!t)
+      return Status(Code::kInvalidArgument, cat("[device] function '", fn.name, "' returns unknown value '", o, "'"));
     io.emplace_back("output '" + o + "'", t);
   }
   for (const auto& [what, t] : io) {
@@ -83,13 +84,13 @@ Status check_io(const mil::Function& fn, const DeviceProfile& p) {
       return Status(Code::kInvalidArgument, cat("[device] ", p.name, ": function '", fn.name, "': ", what, " is ",
                                                 t->str(), "; ANE I/O tensors must be fp16 or fp32"));
     if (t->is_scalar())
-      return Status(Code::kInvalidArgument,
-                    cat("[device] ", p.name, ": function '", fn.name, "': ", what, " is a scalar; I/O must be tensors"));
+      return Status(Code::kInvalidArgument, cat("[device] ", p.name, ": function '", fn.name, "': ", what,
+                                                " is a scalar; I/O must be tensors"));
     int64_t s = t->shape.back();
     int64_t need = t->dtype == mil::DType::kFp16 ? p.min_spatial_fp16 : p.min_spatial_fp32;
     if (s < need)
-      return limit(cat(p.name, ": function '", fn.name, "': ", what, " ", t->str(), " has spatial extent ", s, " < ", need,
-                       " (minimum for ", mil::dtype_name(t->dtype),
+      return limit(cat(p.name, ": function '", fn.name, "': ", what, " ", t->str(), " has spatial extent ", s, " < ",
+                       need, " (minimum for ", mil::dtype_name(t->dtype),
                        " I/O; the ANE silently returns zeros below it — pad the sequence)"));
     if (const SurfaceLayout l = surface_layout(*t, p); !l.dense())
       return limit(cat(p.name, ": function '", fn.name, "': ", what, " ", t->str(), " has ", l.row_bytes,
@@ -97,8 +98,9 @@ Status check_io(const mil::Function& fn, const DeviceProfile& p) {
                        " here); pad the last dimension to a multiple of ", p.row_align_bytes / l.elem_bytes,
                        " (the row-stride rule, docs/native_backend.md)"));
     if (!p.supports_cast && t->dtype == mil::DType::kFp32)
-      return Status(Code::kInvalidArgument, cat("[device] ", p.name, ": function '", fn.name, "': ", what,
-                                                " is fp32, but this chip has no cast: use fp16 I/O and convert on the CPU"));
+      return Status(Code::kInvalidArgument,
+                    cat("[device] ", p.name, ": function '", fn.name, "': ", what,
+                        " is fp32, but this chip has no cast: use fp16 I/O and convert on the CPU"));
   }
   if (p.multi_io_slot_order) {
     auto bytes = [](const mil::TensorType* t) { return t->numel() * static_cast<int64_t>(mil::dtype_bytes(t->dtype)); };
@@ -108,8 +110,9 @@ Status check_io(const mil::Function& fn, const DeviceProfile& p) {
                          "' is not larger than the input before it; this chip needs strictly ascending input sizes"));
     for (size_t i = 1; i < fn.outputs.size(); ++i)
       if (bytes(fn.type_of(fn.outputs[i])) >= bytes(fn.type_of(fn.outputs[i - 1])))
-        return limit(cat(p.name, ": function '", fn.name, "': output '", fn.outputs[i],
-                         "' is not smaller than the output before it; this chip needs strictly descending output sizes"));
+        return limit(
+            cat(p.name, ": function '", fn.name, "': output '", fn.outputs[i],
+                "' is not smaller than the output before it; this chip needs strictly descending output sizes"));
   }
   return Status::ok();
 }
@@ -123,7 +126,8 @@ Status check_ops(const mil::Function& fn, const DeviceProfile& p) {
                     cat("[device] ", where, ": cast is not supported on ", p.name, "; use fp16 I/O without cast"));
     if (op.op == "scaled_dot_product_attention" && p.sdpa_mask_ignored && op.arg("attn_mask"))
       return Status(Code::kInvalidArgument,
-                    cat("[device] ", where, ": the ANE ignores scaled_dot_product_attention's attn_mask (digest §2.6.4); "
+                    cat("[device] ", where,
+                        ": the ANE ignores scaled_dot_product_attention's attn_mask (digest §2.6.4); "
                         "build masked attention from matmul + scale + additive mask + softmax + matmul"));
     if (op.op == "conv") {
       const mil::Arg* w = op.arg("weight");
@@ -156,9 +160,12 @@ Status check_opset(const mil::Function& fn, mil::Dialect dialect, const DevicePr
 
 const char* weight_path_name(WeightPath w) {
   switch (w) {
-    case WeightPath::kW8: return "int8";
-    case WeightPath::kW8A8: return "w8a8";
-    default: return "fp16";
+    case WeightPath::kW8:
+      return "int8";
+    case WeightPath::kW8A8:
+      return "w8a8";
+    default:
+      return "fp16";
   }
 }
 
@@ -191,16 +198,19 @@ std::vector<std::string> device_profile_names() {
 Status check_program(const mil::Program& program, const DeviceProfile& p) {
   if (program.functions.empty()) return Status(Code::kInvalidArgument, "[device] program has no functions");
   if (program.dialect == mil::Dialect::kIos18 && !p.accepts_ios18)
-    return Status(Code::kInvalidArgument,
-                  cat("[device] ", p.name, ": program(1.3)/ios18 shorthand MIL is not accepted on this chip "
-                                           "(digest §2.1); print it with the ios16 dialect"));
+    return Status(Code::kInvalidArgument, cat("[device] ", p.name,
+                                              ": program(1.3)/ios18 shorthand MIL is not accepted on this chip "
+                                              "(digest §2.1); print it with the ios16 dialect"));
   std::map<std::string, std::string> input_owner;  // input symbol -> function (digest §1.9)
   for (const auto& fn : program.functions)
     for (const auto& [n, t] : fn.inputs)
       if (auto [it, fresh] = input_owner.emplace(n, fn.name); !fresh)
         return Status(Code::kInvalidArgument,
-                      cat("[device] ", p.name, ": function '", fn.name, "': input '", n, "' has the same name as an input of "
-                          "function '", it->second, "'; the ANE numbers input symbols program-wide, so procedures need "
+                      cat("[device] ", p.name, ": function '", fn.name, "': input '", n,
+                          "' has the same name as an input of "
+                          "function '",
+                          it->second,
+                          "'; the ANE numbers input symbols program-wide, so procedures need "
                           "distinct input names (mil::ProgramBuilder suffixes them _0, _1, ...)"));
   for (const auto& fn : program.functions) {
     if (Status s = check_dims(fn, p); !s) return s;
@@ -233,7 +243,9 @@ SurfaceLayout surface_layout(const mil::TensorType& t, const DeviceProfile& p) {
   return l;
 }
 
-size_t surface_alloc_bytes(const mil::TensorType& t, const DeviceProfile& p) { return surface_layout(t, p).alloc_bytes; }
+size_t surface_alloc_bytes(const mil::TensorType& t, const DeviceProfile& p) {
+  return surface_layout(t, p).alloc_bytes;
+}
 
 std::string profile_for_ane_sub_type(const std::string& sub) {
   // Real chips report lowercase families ("h13" ... "h17", maderix/ANE PR #50; Apple's _ANEDeviceInfo
@@ -271,9 +283,9 @@ int64_t max_dim_all_profiles() {
 Status check_surfaces(const mil::Function& fn, std::span<Surface* const> inputs, std::span<Surface* const> outputs,
                       const DeviceProfile& p) {
   if (inputs.size() != fn.inputs.size() || outputs.size() != fn.outputs.size())
-    return Status(Code::kInvalidArgument, cat("[evaluate] function '", fn.name, "' takes ", fn.inputs.size(),
-                                              " input and ", fn.outputs.size(), " output surfaces, got ",
-                                              inputs.size(), " and ", outputs.size()));
+    return Status(Code::kInvalidArgument,
+                  cat("[evaluate] function '", fn.name, "' takes ", fn.inputs.size(), " input and ", fn.outputs.size(),
+                      " output surfaces, got ", inputs.size(), " and ", outputs.size()));
   size_t largest = 0;
   auto io_bytes = [](const mil::TensorType& t) { return static_cast<size_t>(t.numel()) * mil::dtype_bytes(t.dtype); };
   for (const auto& [n, t] : fn.inputs) largest = std::max(largest, io_bytes(t));
@@ -282,7 +294,8 @@ Status check_surfaces(const mil::Function& fn, std::span<Surface* const> inputs,
   // Labels are built only on error: evaluate() must not allocate on the success path.
   auto check_one = [&](Surface* s, bool is_input, const std::string& name, const mil::TensorType& t) -> Status {
     auto what = [&] { return cat(is_input ? "input '" : "output '", name, "'"); };
-    if (!s) return Status(Code::kInvalidArgument, cat("[evaluate] function '", fn.name, "': ", what(), " surface is null"));
+    if (!s)
+      return Status(Code::kInvalidArgument, cat("[evaluate] function '", fn.name, "': ", what(), " surface is null"));
     if (s->type() != t)
       return Status(Code::kInvalidArgument, cat("[evaluate] function '", fn.name, "': ", what(), " surface is ",
                                                 s->type().str(), ", the function declares ", t.str()));

@@ -24,14 +24,14 @@ enum class WeightPath : uint8_t { kFp16, kW8, kW8A8 };
 const char* weight_path_name(WeightPath w);  // "fp16" | "int8" | "w8a8"
 
 struct DeviceProfile {
-  std::string name;            // "m1" ... "m5"
-  std::string description;     // human-readable chip family
-  mil::Dialect dialect;        // program(1.3)/ios18 on M4/M5, program(1.0)/ios16 on M1-M3
-  bool supports_cast = true;   // `cast` unsupported on M1/M2 (digest §2.6.2): use fp16 I/O
-  bool accepts_ios18 = true;   // may the program use the ios18 dialect at all
-  int64_t min_spatial_fp16 = 32;      // last-dim extent of fp16 I/O tensors (else silent zeros)
-  int64_t min_spatial_fp32 = 16;      // same for fp32 I/O
-  size_t min_surface_bytes = 49152;   // smallest working IOSurface allocation
+  std::string name;                  // "m1" ... "m5"
+  std::string description;           // human-readable chip family
+  mil::Dialect dialect;              // program(1.3)/ios18 on M4/M5, program(1.0)/ios16 on M1-M3
+  bool supports_cast = true;         // `cast` unsupported on M1/M2 (digest §2.6.2): use fp16 I/O
+  bool accepts_ios18 = true;         // may the program use the ios18 dialect at all
+  int64_t min_spatial_fp16 = 32;     // last-dim extent of fp16 I/O tensors (else silent zeros)
+  int64_t min_spatial_fp32 = 16;     // same for fp32 I/O
+  size_t min_surface_bytes = 49152;  // smallest working IOSurface allocation
   // IOSurface layout of an I/O tensor (surface_layout below). The rows (last dimension) of a tensor
   // start every row_align_bytes bytes on the device: the stride is max(W, 32) fp16 columns in
   // test_decode_attn.m, 49152 = 768·32·2 points at 64-byte rows, and every reference uses widths
@@ -42,12 +42,12 @@ struct DeviceProfile {
   // Largest accepted dimension of any tensor in the program, inclusive. The cap is reported as 65536
   // and treated as exclusive until `anelab probe` (max_dim) shows that 65536 itself works.
   int64_t max_dim = 65535;
-  int64_t max_conv_cin = 16384;       // conv input channels: 32000 rejected, 14336 works (digest §4.3) [inference]
-  bool sdpa_mask_ignored = true;      // scaled_dot_product_attention ignores attn_mask: reject it
-  bool multi_io_slot_order = false;   // M1 report: input sizes strictly ascending, outputs strictly descending
-  int compile_budget = 100;           // compiles planned per process: a margin below the ~119 where the
-                                      // compiler starts failing (§1.11); maderix's MAX_COMPILES 100
-  double peak_fp16_tflops = 0;        // for reports only
+  int64_t max_conv_cin = 16384;      // conv input channels: 32000 rejected, 14336 works (digest §4.3) [inference]
+  bool sdpa_mask_ignored = true;     // scaled_dot_product_attention ignores attn_mask: reject it
+  bool multi_io_slot_order = false;  // M1 report: input sizes strictly ascending, outputs strictly descending
+  int compile_budget = 100;          // compiles planned per process: a margin below the ~119 where the
+                                     // compiler starts failing (§1.11); maderix's MAX_COMPILES 100
+  double peak_fp16_tflops = 0;       // for reports only
   // The weight path "auto" picks (--ane-weights): W8A8 on M4/M5, where MDX measured it (digest §4.5);
   // W8 elsewhere, where int8 weights only halve the baked bytes. Neither is confirmed off M4 (M0 reports
   // every int8 form failing with its call-argument syntax, digest §2.6 item 5): `anelab probe` tries both.

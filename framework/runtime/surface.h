@@ -35,8 +35,8 @@ class Surface {
   const float* f32() const { return static_cast<const float*>(data()); }
 
   // Whole-tensor staging with conversion (fp32 host data <-> fp16/fp32 surface).
-  void write(const float* src);       // src: numel() floats
-  void read(float* dst) const;        // dst: numel() floats
+  void write(const float* src);  // src: numel() floats
+  void read(float* dst) const;   // dst: numel() floats
   void fill_zero() { std::memset(data(), 0, alloc_bytes_); }
 
  private:

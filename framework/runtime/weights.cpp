@@ -31,8 +31,8 @@ Weights load_weights(const mil::Program& program, const std::string& model_dir) 
     ANELAB_CHECK(path.rfind(kPrefix, 0) == 0, "weights", "BLOBFILE path '", path,
                  "' does not start with @model_path/ (the only form the ANE accepts)");
     std::string rel = path.substr(kPrefix.size());
-    ANELAB_CHECK(rel.find("..") == std::string::npos && !rel.empty() && rel[0] != '/', "weights", "BLOBFILE path '", path,
-                 "' escapes the model directory");
+    ANELAB_CHECK(rel.find("..") == std::string::npos && !rel.empty() && rel[0] != '/', "weights", "BLOBFILE path '",
+                 path, "' escapes the model directory");
     std::string file = model_dir + "/" + rel;
     try {
       w[path] = std::make_shared<const std::vector<uint8_t>>(read_file_bytes(file));
@@ -53,9 +53,9 @@ Status check_weights(const mil::Program& program, const Weights& weights) {
     if (it == weights.end()) {
       std::string known;
       for (const auto& [k, b] : weights) known += (known.empty() ? "" : ", ") + k;
-      result = Status(Code::kInvalidArgument, cat("[weights] ", where, ": BLOBFILE '", v.blob->path,
-                                                  "' is not in the weights dictionary (have: ",
-                                                  known.empty() ? "none" : known, ")"));
+      result = Status(Code::kInvalidArgument,
+                      cat("[weights] ", where, ": BLOBFILE '", v.blob->path,
+                          "' is not in the weights dictionary (have: ", known.empty() ? "none" : known, ")"));
       return;
     }
     try {

@@ -13,8 +13,8 @@ namespace anelab::simd {
 constexpr const char* kName = "neon";
 constexpr int kWidth = 4;
 constexpr int kGemmMR = 6, kGemmNV = 4;  // 6 x 16 micro-tile: 24 accumulators of 32 q registers
-constexpr int kGemvNV = 4;  // GEMV: vectors of columns per row per step (4 rows at a time)
-constexpr int kRegs = 32;    // vector registers (bounds a kernel's accumulators)
+constexpr int kGemvNV = 4;               // GEMV: vectors of columns per row per step (4 rows at a time)
+constexpr int kRegs = 32;                // vector registers (bounds a kernel's accumulators)
 
 using F32 = float32x4_t;
 using Mask = uint32x4_t;
@@ -115,9 +115,13 @@ inline I8 and8(I8 v, uint8_t m) { return {vandq_u8(v.lo, vdupq_n_u8(m)), vandq_u
 inline I8 andnot8(I8 v, uint8_t m) { return {vbicq_u8(vdupq_n_u8(m), v.lo), vbicq_u8(vdupq_n_u8(m), v.hi)}; }
 inline I8 or8(I8 a, I8 b) { return {vorrq_u8(a.lo, b.lo), vorrq_u8(a.hi, b.hi)}; }
 template <int K>
-inline I8 shr8(I8 v) { return {vshrq_n_u8(v.lo, K), vshrq_n_u8(v.hi, K)}; }
+inline I8 shr8(I8 v) {
+  return {vshrq_n_u8(v.lo, K), vshrq_n_u8(v.hi, K)};
+}
 template <int K>
-inline I8 shl8(I8 v) { return {vshlq_n_u8(v.lo, K), vshlq_n_u8(v.hi, K)}; }
+inline I8 shl8(I8 v) {
+  return {vshlq_n_u8(v.lo, K), vshlq_n_u8(v.hi, K)};
+}
 inline I8 sub8(I8 v, int8_t k) {
   const uint8x16_t kk = vdupq_n_u8(static_cast<uint8_t>(k));
   return {vsubq_u8(v.lo, kk), vsubq_u8(v.hi, kk)};
@@ -126,7 +130,8 @@ inline I8 bit_bytes(uint32_t bits) {
   static const uint8_t kBit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
   const uint8x16_t bit = vld1q_u8(kBit);
   const uint8x16_t b01 = vcombine_u8(vdup_n_u8(static_cast<uint8_t>(bits)), vdup_n_u8(static_cast<uint8_t>(bits >> 8)));
-  const uint8x16_t b23 = vcombine_u8(vdup_n_u8(static_cast<uint8_t>(bits >> 16)), vdup_n_u8(static_cast<uint8_t>(bits >> 24)));
+  const uint8x16_t b23 =
+      vcombine_u8(vdup_n_u8(static_cast<uint8_t>(bits >> 16)), vdup_n_u8(static_cast<uint8_t>(bits >> 24)));
   return {vtstq_u8(b01, bit), vtstq_u8(b23, bit)};
 }
 
@@ -169,7 +174,9 @@ inline I32 madd_s8_i16x16(const int8_t* a, const int16_t* b) {
 }
 inline I32 sub_i32(I32 a, I32 b) { return vsubq_s32(a, b); }
 template <int K>
-inline I32 shl_i32(I32 a) { return vshlq_n_s32(a, K); }
+inline I32 shl_i32(I32 a) {
+  return vshlq_n_s32(a, K);
+}
 inline void store_i8(void* p, I8 q) {
   auto* b = static_cast<uint8_t*>(p);
   vst1q_u8(b, q.lo), vst1q_u8(b + 16, q.hi);
@@ -201,7 +208,8 @@ inline void rows_w8x8(const uint8_t* p, int64_t stride, uint8_t x, int8_t* out, 
                                vcombine_u32(vget_low_u32(a.val[1]), vget_low_u32(b.val[1])),
                                vcombine_u32(vget_high_u32(a.val[0]), vget_high_u32(b.val[0])),
                                vcombine_u32(vget_high_u32(a.val[1]), vget_high_u32(b.val[1]))};
-    for (int c = 0; c < 4; ++c) vst1q_u8(reinterpret_cast<uint8_t*>(out + (4 * h + c) * step), veorq_u8(vreinterpretq_u8_u32(col[c]), xv));
+    for (int c = 0; c < 4; ++c)
+      vst1q_u8(reinterpret_cast<uint8_t*>(out + (4 * h + c) * step), veorq_u8(vreinterpretq_u8_u32(col[c]), xv));
   }
 }
 inline GI32 set1_i32(int32_t x) { return vdupq_n_s32(x); }

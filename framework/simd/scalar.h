@@ -16,8 +16,8 @@ float soft_h2f(uint16_t h);
 constexpr const char* kName = "scalar";
 constexpr int kWidth = 4;
 constexpr int kGemmMR = 4, kGemmNV = 2;  // 4 x 8 micro-tile
-constexpr int kGemvNV = 2;  // GEMV: vectors of columns per row per step (4 rows at a time)
-constexpr int kRegs = 16;    // vector registers (bounds a kernel's accumulators)
+constexpr int kGemvNV = 2;               // GEMV: vectors of columns per row per step (4 rows at a time)
+constexpr int kRegs = 16;                // vector registers (bounds a kernel's accumulators)
 
 struct F32 {
   float v[4];
@@ -26,8 +26,8 @@ struct Mask {
   bool m[4];
 };
 
-#define ANELAB_SIMD_LANES(expr) \
-  F32 r;                        \
+#define ANELAB_SIMD_LANES(expr)                \
+  F32 r;                                       \
   for (int i = 0; i < 4; ++i) r.v[i] = (expr); \
   return r
 
@@ -111,8 +111,8 @@ struct Sc {
 };
 using QAcc = float;
 
-#define ANELAB_SIMD_BYTES(expr) \
-  I8 r;                         \
+#define ANELAB_SIMD_BYTES(expr)                                     \
+  I8 r;                                                             \
   for (int i = 0; i < 32; ++i) r.v[i] = static_cast<uint8_t>(expr); \
   return r
 
@@ -126,9 +126,13 @@ inline I8 and8(I8 v, uint8_t m) { ANELAB_SIMD_BYTES(v.v[i] & m); }
 inline I8 andnot8(I8 v, uint8_t m) { ANELAB_SIMD_BYTES(~v.v[i] & m); }
 inline I8 or8(I8 a, I8 b) { ANELAB_SIMD_BYTES(a.v[i] | b.v[i]); }
 template <int K>
-inline I8 shr8(I8 v) { ANELAB_SIMD_BYTES(v.v[i] >> K); }
+inline I8 shr8(I8 v) {
+  ANELAB_SIMD_BYTES(v.v[i] >> K);
+}
 template <int K>
-inline I8 shl8(I8 v) { ANELAB_SIMD_BYTES(v.v[i] << K); }
+inline I8 shl8(I8 v) {
+  ANELAB_SIMD_BYTES(v.v[i] << K);
+}
 inline I8 sub8(I8 v, int8_t k) { ANELAB_SIMD_BYTES(v.v[i] - k); }
 inline I8 bit_bytes(uint32_t bits) { ANELAB_SIMD_BYTES((bits >> i) & 1u ? 0xFF : 0); }
 #undef ANELAB_SIMD_BYTES
@@ -167,7 +171,9 @@ inline I32 madd_s8_i16x16(const int8_t* a, const int16_t* b) {
 }
 inline I32 sub_i32(I32 a, I32 b) { return a - b; }
 template <int K>
-inline I32 shl_i32(I32 a) { return a * (1 << K); }
+inline I32 shl_i32(I32 a) {
+  return a * (1 << K);
+}
 inline void store_i8(void* p, I8 q) { std::memcpy(p, q.v, sizeof q.v); }
 inline void sum16_i8(I8 q, int32_t s[2]) {
   s[0] = s[1] = 0;
@@ -241,7 +247,9 @@ inline GI32 mullo_gi32(GI32 a, GI32 b) {
 inline GI32 or_gi32(GI32 a, GI32 b) {
   return lanes_gi32(a, b, [](int32_t x, int32_t y) { return x | y; });
 }
-inline GI32 and_gi32(GI32 a, int32_t m) { return lanes_gi32(a, set1_i32(m), [](int32_t x, int32_t y) { return x & y; }); }
+inline GI32 and_gi32(GI32 a, int32_t m) {
+  return lanes_gi32(a, set1_i32(m), [](int32_t x, int32_t y) { return x & y; });
+}
 template <int K>
 inline GI32 shr_gi32(GI32 a) {
   for (auto& x : a.v) x = static_cast<int32_t>(static_cast<uint32_t>(x) >> K);

@@ -11,8 +11,8 @@ namespace anelab::simd {
 constexpr const char* kName = "avx2";
 constexpr int kWidth = 8;
 constexpr int kGemmMR = 6, kGemmNV = 2;  // 6 x 16 micro-tile: 12 accumulators of 16 ymm
-constexpr int kGemvNV = 2;  // GEMV: vectors of columns per row per step (4 rows at a time)
-constexpr int kRegs = 16;    // vector registers (bounds a kernel's accumulators)
+constexpr int kGemvNV = 2;               // GEMV: vectors of columns per row per step (4 rows at a time)
+constexpr int kRegs = 16;                // vector registers (bounds a kernel's accumulators)
 
 using F32 = __m256;
 using Mask = __m256;
@@ -103,7 +103,8 @@ inline void rows_w8x8(const uint8_t* p, int64_t stride, uint8_t x, int8_t* out, 
   }
   const __m256i xv = _mm256_set1_epi8(static_cast<char>(x));
   for (int c = 0; c < 4; ++c) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c * step), _mm256_xor_si256(_mm256_permute2x128_si256(u[c], u[4 + c], 0x20), xv));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c * step),
+                        _mm256_xor_si256(_mm256_permute2x128_si256(u[c], u[4 + c], 0x20), xv));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (c + 4) * step),
                         _mm256_xor_si256(_mm256_permute2x128_si256(u[c], u[4 + c], 0x31), xv));
   }

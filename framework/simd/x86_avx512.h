@@ -11,15 +11,16 @@ namespace anelab::simd {
 constexpr const char* kName = "avx512";
 constexpr int kWidth = 16;
 constexpr int kGemmMR = 12, kGemmNV = 2;  // 12 x 32 micro-tile: 24 accumulators of 32 zmm
-constexpr int kGemvNV = 2;  // GEMV: vectors of columns per row per step (4 rows at a time)
-constexpr int kRegs = 32;    // vector registers (bounds a kernel's accumulators)
+constexpr int kGemvNV = 2;                // GEMV: vectors of columns per row per step (4 rows at a time)
+constexpr int kRegs = 32;                 // vector registers (bounds a kernel's accumulators)
 
 using F32 = __m512;
 using Mask = __mmask16;
 
 inline __mmask16 lanes(int64_t n) {
-  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : n <= 0 ? static_cast<__mmask16>(0)
-                                                            : static_cast<__mmask16>((1u << n) - 1u);
+  return n >= 16  ? static_cast<__mmask16>(0xFFFF)
+         : n <= 0 ? static_cast<__mmask16>(0)
+                  : static_cast<__mmask16>((1u << n) - 1u);
 }
 
 inline F32 zero() { return _mm512_setzero_ps(); }
@@ -29,7 +30,9 @@ inline void store(float* p, F32 v) { _mm512_storeu_ps(p, v); }
 inline F32 load_n(const float* p, int64_t n) { return _mm512_maskz_loadu_ps(lanes(n), p); }
 inline void store_n(float* p, F32 v, int64_t n) { _mm512_mask_storeu_ps(p, lanes(n), v); }
 // Unmasked, so the compiler can fold the load into vcvtph2ps.
-inline F32 load_h(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline F32 load_h(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
 inline F32 load_h_n(const uint16_t* p, int64_t n) {
   return _mm512_maskz_cvtph_ps(0xFFFF, _mm256_maskz_loadu_epi16(lanes(n), p));
 }
@@ -72,8 +75,9 @@ inline W8 load_w8(const void* p) { return _mm512_loadu_si512(p); }
 inline void rows_w8x8(const uint8_t* p, int64_t stride, uint8_t x, int8_t* out, int64_t step) {
   __m512i r[8], t[8], u[8];  // r[i]: row i | row i + 8 (words 0-7 each, 128-bit lanes of 4 words)
   for (int i = 0; i < 8; ++i)
-    r[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i * stride))),
-                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + (i + 8) * stride)), 1);
+    r[i] =
+        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i * stride))),
+                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + (i + 8) * stride)), 1);
   for (int i = 0; i < 8; i += 2) {  // per lane: rows i, i + 1 interleaved (words 0 1 | 2 3 of the lane)
     t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
     t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);

@@ -53,12 +53,14 @@ std::optional<ApiError> get_param(const json& o, const infer::ParamRange& r, dou
   if (it == o.end() || it->is_null()) return std::nullopt;
   if (!it->is_number()) return wrong_type(r.name, "a number", *it);
   const double v = it->get<double>();
-  if (std::string e = infer::range_error(r, v, it->dump()); !e.empty()) return bad("'" + std::string(r.name) + "' " + e, r.name);
+  if (std::string e = infer::range_error(r, v, it->dump()); !e.empty())
+    return bad("'" + std::string(r.name) + "' " + e, r.name);
   out = v;
   return std::nullopt;
 }
 
-std::optional<ApiError> get_int(const json& o, const char* f, int64_t lo, int64_t hi, int64_t& out, bool* set = nullptr) {
+std::optional<ApiError> get_int(const json& o, const char* f, int64_t lo, int64_t hi, int64_t& out,
+                                bool* set = nullptr) {
   auto it = o.find(f);
   if (it == o.end() || it->is_null()) return std::nullopt;
   if (!it->is_number_integer()) return wrong_type(f, "an integer", *it);
@@ -101,15 +103,20 @@ std::optional<ApiError> parse_stop(const json& o, const Limits& lim, CompletionR
   auto it = o.find("stop");
   if (it == o.end() || it->is_null()) return std::nullopt;
   std::vector<json> items;
-  if (it->is_string()) items.push_back(*it);
-  else if (it->is_array()) items.assign(it->begin(), it->end());
-  else return wrong_type("stop", "a string or an array of strings", *it);
-  if (items.size() > lim.max_stop) return bad("'stop' has more than " + std::to_string(lim.max_stop) + " entries", "stop");
+  if (it->is_string())
+    items.push_back(*it);
+  else if (it->is_array())
+    items.assign(it->begin(), it->end());
+  else
+    return wrong_type("stop", "a string or an array of strings", *it);
+  if (items.size() > lim.max_stop)
+    return bad("'stop' has more than " + std::to_string(lim.max_stop) + " entries", "stop");
   for (const auto& s : items) {
     if (!s.is_string()) return wrong_type("stop", "a string or an array of strings", s);
     const auto& str = s.get_ref<const std::string&>();
     if (str.empty()) return bad("'stop' strings must not be empty", "stop");
-    if (str.size() > lim.max_stop_bytes) return bad("'stop' string longer than " + std::to_string(lim.max_stop_bytes) + " bytes", "stop");
+    if (str.size() > lim.max_stop_bytes)
+      return bad("'stop' string longer than " + std::to_string(lim.max_stop_bytes) + " bytes", "stop");
     r.stop.push_back(str);
   }
   return std::nullopt;
@@ -131,16 +138,19 @@ std::optional<ApiError> check_unsupported(const json& o, Endpoint ep) {
     int64_t best_of = 1;
     if (auto e = get_int(o, "best_of", 1, 1, best_of)) return bad("'best_of' must be 1", "best_of");
     if (auto it = o.find("logprobs"); it != o.end() && !it->is_null()) return unsupported("logprobs");
-    if (auto it = o.find("suffix"); it != o.end() && !it->is_null() && !(it->is_string() && it->get_ref<const std::string&>().empty()))
+    if (auto it = o.find("suffix");
+        it != o.end() && !it->is_null() && !(it->is_string() && it->get_ref<const std::string&>().empty()))
       return unsupported("suffix");
   } else {
     bool lp = false;
     if (auto e = get_bool(o, "logprobs", lp)) return e;
     if (lp) return unsupported("logprobs");
     for (const char* f : {"top_logprobs", "tool_choice", "function_call"})
-      if (auto it = o.find(f); it != o.end() && !it->is_null() && !(it->is_string() && *it == "none")) return unsupported(f);
+      if (auto it = o.find(f); it != o.end() && !it->is_null() && !(it->is_string() && *it == "none"))
+        return unsupported(f);
     for (const char* f : {"tools", "functions"})
-      if (auto it = o.find(f); it != o.end() && !it->is_null() && !(it->is_array() && it->empty())) return unsupported(f);
+      if (auto it = o.find(f); it != o.end() && !it->is_null() && !(it->is_array() && it->empty()))
+        return unsupported(f);
     if (auto it = o.find("response_format"); it != o.end() && !it->is_null()) {
       if (!it->is_object()) return wrong_type("response_format", "an object", *it);
       auto t = it->find("type");
@@ -185,7 +195,8 @@ std::optional<ApiError> parse_messages(const json& o, const Limits& lim, Complet
   if (it == o.end() || it->is_null()) return bad("missing 'messages' field", "messages");
   if (!it->is_array()) return wrong_type("messages", "an array", *it);
   if (it->empty()) return bad("'messages' must not be empty", "messages");
-  if (it->size() > lim.max_messages) return bad("more than " + std::to_string(lim.max_messages) + " messages", "messages");
+  if (it->size() > lim.max_messages)
+    return bad("more than " + std::to_string(lim.max_messages) + " messages", "messages");
   for (size_t i = 0; i < it->size(); ++i) {
     const json& m = (*it)[i];
     const std::string p = "messages[" + std::to_string(i) + "]";
@@ -206,7 +217,8 @@ std::optional<ApiError> parse_messages(const json& o, const Limits& lim, Complet
       msg.content = c->get<std::string>();
     } else if (c->is_array()) {
       for (const auto& part : *c) {
-        if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") || !part["text"].is_string())
+        if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") ||
+            !part["text"].is_string())
           return bad(p + ".content parts must be {\"type\": \"text\", \"text\": string}", p + ".content");
         msg.content += part["text"].get<std::string>();
       }
@@ -227,7 +239,8 @@ std::optional<ApiError> parse_thinking(const json& o, CompletionRequest& r) {
   if (!it->is_object()) return wrong_type("chat_template_kwargs", "an object", *it);
   for (auto k = it->begin(); k != it->end(); ++k)
     if (k.key() != "enable_thinking")
-      return bad("'chat_template_kwargs' key '" + k.key() + "' is not supported (enable_thinking)", "chat_template_kwargs");
+      return bad("'chat_template_kwargs' key '" + k.key() + "' is not supported (enable_thinking)",
+                 "chat_template_kwargs");
   if (auto e = get_bool(*it, "enable_thinking", r.enable_thinking)) {
     e->param = "chat_template_kwargs.enable_thinking";
     return e;
@@ -236,9 +249,22 @@ std::optional<ApiError> parse_thinking(const json& o, CompletionRequest& r) {
 }
 
 const std::set<std::string, std::less<>>& known_fields(Endpoint ep) {
-  static const std::set<std::string, std::less<>> common = {
-      "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "repeat_penalty", "seed", "stop", "stream",
-      "stream_options", "n", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs"};
+  static const std::set<std::string, std::less<>> common = {"model",
+                                                            "max_tokens",
+                                                            "temperature",
+                                                            "top_p",
+                                                            "top_k",
+                                                            "min_p",
+                                                            "repeat_penalty",
+                                                            "seed",
+                                                            "stop",
+                                                            "stream",
+                                                            "stream_options",
+                                                            "n",
+                                                            "presence_penalty",
+                                                            "frequency_penalty",
+                                                            "logit_bias",
+                                                            "logprobs"};
   static const std::set<std::string, std::less<>> comp = [] {
     auto s = common;
     s.insert({"prompt", "system", "echo", "suffix", "best_of"});
@@ -246,8 +272,8 @@ const std::set<std::string, std::less<>>& known_fields(Endpoint ep) {
   }();
   static const std::set<std::string, std::less<>> chat = [] {
     auto s = common;
-    s.insert({"messages", "max_completion_tokens", "top_logprobs", "response_format", "tools", "tool_choice", "functions",
-              "function_call", "enable_thinking", "chat_template_kwargs"});
+    s.insert({"messages", "max_completion_tokens", "top_logprobs", "response_format", "tools", "tool_choice",
+              "functions", "function_call", "enable_thinking", "chat_template_kwargs"});
     return s;
   }();
   return ep == Endpoint::kChat ? chat : comp;
@@ -273,8 +299,10 @@ std::optional<ApiError> parse_object(Endpoint ep, const json& o, const Limits& l
     if (auto e = parse_thinking(o, r)) return e;
   }
   r.max_tokens = lim.default_max_tokens;
-  const char* mt = (ep == Endpoint::kChat && o.contains("max_completion_tokens") && !o["max_completion_tokens"].is_null())
-                       ? "max_completion_tokens" : "max_tokens";
+  const char* mt =
+      (ep == Endpoint::kChat && o.contains("max_completion_tokens") && !o["max_completion_tokens"].is_null())
+          ? "max_completion_tokens"
+          : "max_tokens";
   if (auto e = get_int(o, mt, 1, lim.max_tokens_cap, r.max_tokens, &r.max_tokens_set)) {
     e->code = "max_tokens_out_of_range";
     return e;
@@ -284,7 +312,8 @@ std::optional<ApiError> parse_object(Endpoint ep, const json& o, const Limits& l
   if (auto e = get_param(o, P::kTopP, r.top_p)) return e;
   if (auto e = get_param(o, P::kMinP, r.min_p)) return e;
   if (auto e = get_param(o, P::kRepeatPenalty, r.repeat_penalty)) return e;
-  if (auto e = get_int(o, "top_k", static_cast<int64_t>(P::kTopK.lo), static_cast<int64_t>(P::kTopK.hi), r.top_k)) return e;
+  if (auto e = get_int(o, "top_k", static_cast<int64_t>(P::kTopK.lo), static_cast<int64_t>(P::kTopK.hi), r.top_k))
+    return e;
   if (auto e = parse_seed(o, r)) return e;
   if (auto e = parse_stop(o, lim, r)) return e;
   if (auto e = get_bool(o, "stream", r.stream)) return e;
@@ -313,11 +342,14 @@ int json_depth(std::string_view t, int cap) {
   for (size_t i = 0; i < t.size(); ++i) {
     const char c = t[i];
     if (in_str) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_str = false;
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_str = false;
       continue;
     }
-    if (c == '"') in_str = true;
+    if (c == '"')
+      in_str = true;
     else if (c == '[' || c == '{') {
       max_depth = std::max(max_depth, ++depth);
       if (max_depth > cap) return max_depth;
@@ -365,9 +397,10 @@ json usage_json(const Usage& u) {
 json timings_json(const Usage& u) {
   // decode tok/s over the tokens after the first (the first comes out of the prefill), as the CLI does.
   const double dec = u.completion_tokens > 1 ? tps(u.completion_tokens - 1, u.decode_ms) : 0.0;
-  return json{{"queue_ms", u.queue_ms},           {"prefill_ms", u.prefill_ms}, {"decode_ms", u.decode_ms},
-              {"ttft_ms", u.ttft_ms},             {"total_ms", u.total_ms},
-              {"prefill_tps", tps(u.prompt_tokens, u.prefill_ms)}, {"decode_tps", dec}};
+  return json{{"queue_ms", u.queue_ms},   {"prefill_ms", u.prefill_ms},
+              {"decode_ms", u.decode_ms}, {"ttft_ms", u.ttft_ms},
+              {"total_ms", u.total_ms},   {"prefill_tps", tps(u.prompt_tokens, u.prefill_ms)},
+              {"decode_tps", dec}};
 }
 
 json completion_json(const ResponseMeta& m, const std::string& text, const std::string& finish, const Usage& u) {
@@ -394,23 +427,28 @@ json completion_json(const ResponseMeta& m, const std::string& text, const std::
 std::string sse_delta(const ResponseMeta& m, std::string_view text) {
   json j = meta_base(m, true);
   json choice{{"index", 0}, {"finish_reason", nullptr}};
-  if (m.endpoint == Endpoint::kChat) choice["delta"] = json{{"content", std::string(text)}};
-  else choice["text"] = std::string(text), choice["logprobs"] = nullptr;
+  if (m.endpoint == Endpoint::kChat)
+    choice["delta"] = json{{"content", std::string(text)}};
+  else
+    choice["text"] = std::string(text), choice["logprobs"] = nullptr;
   j["choices"] = json::array({choice});
   return sse(j);
 }
 
 std::string sse_role(const ResponseMeta& m) {
   json j = meta_base(m, true);
-  j["choices"] = json::array({json{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"finish_reason", nullptr}}});
+  j["choices"] = json::array(
+      {json{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"finish_reason", nullptr}}});
   return sse(j);
 }
 
 std::string sse_final(const ResponseMeta& m, const std::string& finish, const Usage& u, bool usage_chunk) {
   json j = meta_base(m, true);
   json choice{{"index", 0}, {"finish_reason", finish}};
-  if (m.endpoint == Endpoint::kChat) choice["delta"] = json::object();
-  else choice["text"] = "", choice["logprobs"] = nullptr;
+  if (m.endpoint == Endpoint::kChat)
+    choice["delta"] = json::object();
+  else
+    choice["text"] = "", choice["logprobs"] = nullptr;
   j["choices"] = json::array({choice});
   j["usage"] = usage_json(u);
   j["timings"] = timings_json(u);
@@ -433,9 +471,12 @@ size_t utf8_complete_prefix(std::string_view s) {
     const auto c = static_cast<unsigned char>(s[n - back]);
     if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead
     size_t need = 1;
-    if ((c & 0xE0) == 0xC0) need = 2;
-    else if ((c & 0xF0) == 0xE0) need = 3;
-    else if ((c & 0xF8) == 0xF0) need = 4;
+    if ((c & 0xE0) == 0xC0)
+      need = 2;
+    else if ((c & 0xF0) == 0xE0)
+      need = 3;
+    else if ((c & 0xF8) == 0xF0)
+      need = 4;
     return need > back ? n - back : n;
   }
   return n;
@@ -450,10 +491,14 @@ namespace {
 std::string prom_escape(const std::string& v, bool quote) {
   std::string o;
   for (char c : v) {
-    if (c == '\\') o += "\\\\";
-    else if (c == '\n') o += "\\n";
-    else if (c == '"' && quote) o += "\\\"";
-    else o += c;
+    if (c == '\\')
+      o += "\\\\";
+    else if (c == '\n')
+      o += "\\n";
+    else if (c == '"' && quote)
+      o += "\\\"";
+    else
+      o += c;
   }
   return o;
 }
@@ -474,17 +519,22 @@ std::string prometheus_metrics(const MetricsSnapshot& m) {
   auto one = [](double v) { return std::vector<std::pair<std::string, double>>{{"", v}}; };
   prom_metric(o, "anelab_uptime_seconds", "gauge", "Seconds since the server started.", one(m.uptime_s));
   prom_metric(o, "anelab_workers", "gauge", "Generation workers.", one(double(m.workers)));
-  prom_metric(o, "anelab_queue_max", "gauge", "Requests that may wait beyond the running ones.", one(double(m.queue_max)));
+  prom_metric(o, "anelab_queue_max", "gauge", "Requests that may wait beyond the running ones.",
+              one(double(m.queue_max)));
   prom_metric(o, "anelab_requests_running", "gauge", "Requests being generated now.", one(double(m.running)));
   prom_metric(o, "anelab_requests_waiting", "gauge", "Requests queued now.", one(double(m.waiting)));
   prom_metric(o, "anelab_requests_total", "counter", "Generation requests by outcome.",
-              {{"{outcome=\"admitted\"}", double(m.admitted)}, {"{outcome=\"rejected\"}", double(m.rejected)},
-               {"{outcome=\"completed\"}", double(m.completed)}, {"{outcome=\"cancelled\"}", double(m.cancelled)},
+              {{"{outcome=\"admitted\"}", double(m.admitted)},
+               {"{outcome=\"rejected\"}", double(m.rejected)},
+               {"{outcome=\"completed\"}", double(m.completed)},
+               {"{outcome=\"cancelled\"}", double(m.cancelled)},
                {"{outcome=\"failed\"}", double(m.failed)}});
-  prom_metric(o, "anelab_prompt_tokens_total", "counter", "Prompt tokens of finished requests.", one(double(m.prompt_tokens)));
+  prom_metric(o, "anelab_prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
+              one(double(m.prompt_tokens)));
   prom_metric(o, "anelab_completion_tokens_total", "counter", "Generated tokens of finished requests.",
               one(double(m.completion_tokens)));
-  prom_metric(o, "anelab_power_available", "gauge", "1 when the server measures energy (see anelab_energy_joules_total).",
+  prom_metric(o, "anelab_power_available", "gauge",
+              "1 when the server measures energy (see anelab_energy_joules_total).",
               one(m.power_available ? 1.0 : 0.0));
   if (!m.power_available) {
     o += "# power not available: " + prom_escape(m.power_reason, false) + "\n";
@@ -492,9 +542,11 @@ std::string prometheus_metrics(const MetricsSnapshot& m) {
   }
   std::vector<std::pair<std::string, double>> rails;
   for (const auto& [rail, j] : m.energy_j)
-    rails.push_back({"{rail=\"" + prom_escape(rail, true) + "\",source=\"" + prom_escape(m.power_source, true) + "\"}", j});
+    rails.push_back(
+        {"{rail=\"" + prom_escape(rail, true) + "\",source=\"" + prom_escape(m.power_source, true) + "\"}", j});
   prom_metric(o, "anelab_energy_joules_total", "counter",
-              "Energy per rail since the server started (cpu includes core; whole machine, not only this server).", rails);
+              "Energy per rail since the server started (cpu includes core; whole machine, not only this server).",
+              rails);
   return o;
 }
 

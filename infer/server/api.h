@@ -11,12 +11,11 @@
 // Unknown fields are rejected (400, param = the field), like OpenAI's "Unrecognized request argument".
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace anelab::serve {
 
@@ -32,12 +31,12 @@ struct ApiError {
 };
 
 struct Limits {
-  int64_t max_tokens_cap = 512;      // max_tokens above this -> 400
-  int64_t default_max_tokens = 50;   // when max_tokens is absent (the seeds' default)
-  size_t max_stop = 4;               // stop strings
-  size_t max_stop_bytes = 256;       // per stop string
+  int64_t max_tokens_cap = 512;     // max_tokens above this -> 400
+  int64_t default_max_tokens = 50;  // when max_tokens is absent (the seeds' default)
+  size_t max_stop = 4;              // stop strings
+  size_t max_stop_bytes = 256;      // per stop string
   size_t max_messages = 512;
-  int max_json_depth = 32;           // nesting deeper than this is rejected before parsing
+  int max_json_depth = 32;  // nesting deeper than this is rejected before parsing
 };
 
 struct Message {
@@ -46,18 +45,18 @@ struct Message {
 
 struct CompletionRequest {
   Endpoint endpoint = Endpoint::kCompletions;
-  std::string model;                   // as sent (any value accepted)
-  std::string prompt;                  // completions: text prompt
-  std::vector<int64_t> prompt_ids;     // completions: token-id prompt (prompt_is_ids)
+  std::string model;                // as sent (any value accepted)
+  std::string prompt;               // completions: text prompt
+  std::vector<int64_t> prompt_ids;  // completions: token-id prompt (prompt_is_ids)
   bool prompt_is_ids = false;
-  std::optional<std::string> system;   // completions extension
-  std::vector<Message> messages;       // chat
-  bool enable_thinking = true;         // chat: the template's thinking switch (Qwen3; enable_thinking)
+  std::optional<std::string> system;  // completions extension
+  std::vector<Message> messages;      // chat
+  bool enable_thinking = true;        // chat: the template's thinking switch (Qwen3; enable_thinking)
   int64_t max_tokens = 50;
-  bool max_tokens_set = false;         // explicitly given (else clamped to the context, not rejected)
+  bool max_tokens_set = false;  // explicitly given (else clamped to the context, not rejected)
   double temperature = 1.0, top_p = 1.0, min_p = 0.0, repeat_penalty = 1.0;
   int64_t top_k = 0;
-  std::optional<uint64_t> seed;        // absent or 0: random
+  std::optional<uint64_t> seed;  // absent or 0: random
   std::vector<std::string> stop;
   bool stream = false, include_usage = false, echo = false;
 };

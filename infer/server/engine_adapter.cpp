@@ -116,7 +116,8 @@ ModelPool::ModelPool(const ModelOptions& o, size_t workers) : impl_(std::make_un
   const size_t n = std::max<size_t>(1, workers);
   if (n > 1 && impl_->opt.mmap == "auto") impl_->opt.mmap = "on";
   for (size_t w = 0; w < n; ++w) {
-    say("loading " + o.model + (n > 1 ? " (worker " + std::to_string(w + 1) + " of " + std::to_string(n) + ")" : "") + " ...");
+    say("loading " + o.model + (n > 1 ? " (worker " + std::to_string(w + 1) + " of " + std::to_string(n) + ")" : "") +
+        " ...");
     impl_->engines.push_back(impl_->make_engine());
   }
   load_ms_ = ms_since(t0);
@@ -142,8 +143,8 @@ std::optional<ApiError> ModelPool::prepare(const CompletionRequest& r, GenParams
   try {
     if (r.endpoint == Endpoint::kChat || r.system) {
       if (m.chat == tok::ChatTemplate::kNone)
-        return bad(tok::no_chat_template_hint("model '" + m.opt.name + "'"), r.endpoint == Endpoint::kChat ? "messages" : "system",
-                   "no_chat_template");
+        return bad(tok::no_chat_template_hint("model '" + m.opt.name + "'"),
+                   r.endpoint == Endpoint::kChat ? "messages" : "system", "no_chat_template");
       std::vector<tok::ChatMessage> msgs;
       if (r.endpoint == Endpoint::kChat) {
         for (const auto& x : r.messages) msgs.push_back({x.role, x.content});
@@ -157,21 +158,24 @@ std::optional<ApiError> ModelPool::prepare(const CompletionRequest& r, GenParams
       for (int64_t id : r.prompt_ids) {
         if (id < 0 || id >= m.tk->vocab_size())
           return bad("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                         std::to_string(m.tk->vocab_size()) + ")", "prompt", "");
+                         std::to_string(m.tk->vocab_size()) + ")",
+                     "prompt", "");
         out.prompt.push_back(static_cast<int32_t>(id));
       }
     } else {
       out.prompt = m.encode_text(r.prompt);
     }
   } catch (const std::exception& e) {
-    return bad(std::string("cannot tokenize the prompt: ") + e.what(), r.endpoint == Endpoint::kChat ? "messages" : "prompt", "");
+    return bad(std::string("cannot tokenize the prompt: ") + e.what(),
+               r.endpoint == Endpoint::kChat ? "messages" : "prompt", "");
   }
   const int64_t n = static_cast<int64_t>(out.prompt.size()), ctx = context();
   if (n < 1) return bad("the prompt has no tokens", "prompt", "");
   // Generation fills positions n .. n + max - 1 <= ctx (the last token needs no cache slot).
   if (n > ctx || (r.max_tokens_set && n + r.max_tokens - 1 > ctx))
     return bad("This model's maximum context length is " + std::to_string(ctx) + " tokens; the prompt has " +
-                   std::to_string(n) + " tokens" + (r.max_tokens_set ? " and max_tokens asks for " + std::to_string(r.max_tokens) : ""),
+                   std::to_string(n) + " tokens" +
+                   (r.max_tokens_set ? " and max_tokens asks for " + std::to_string(r.max_tokens) : ""),
                r.endpoint == Endpoint::kChat ? "messages" : "prompt", "context_length_exceeded");
   out.max_new_tokens = std::min<int64_t>(r.max_tokens, ctx - n + 1);
   out.temperature = static_cast<float>(r.temperature);
@@ -224,19 +228,21 @@ GenOutcome ModelPool::run(size_t w, Job& job) {
 
 nlohmann::json ModelPool::info() const {
   const auto& cfg = impl_->engines.front()->config();
-  return nlohmann::json{{"id", impl_->opt.name},
-                        {"object", "model"},
-                        {"created", impl_->created},
-                        {"owned_by", "anelab"},
-                        {"arch", impl_->arch},
-                        {"context_length", context()},
-                        {"vocab_size", cfg.vocab_size},
-                        {"n_layers", cfg.n_layers},
-                        {"dim", cfg.dim},
-                        {"backend", impl_->engines.front()->options().backend},
-                        {"chat_template", impl_->chat == tok::ChatTemplate::kNone ? nlohmann::json(nullptr) : nlohmann::json(tok::chat_template_name(impl_->chat))},
-                        {"device", impl_->opt.device},
-                        {"tokenizer", impl_->tk->describe()}};
+  return nlohmann::json{
+      {"id", impl_->opt.name},
+      {"object", "model"},
+      {"created", impl_->created},
+      {"owned_by", "anelab"},
+      {"arch", impl_->arch},
+      {"context_length", context()},
+      {"vocab_size", cfg.vocab_size},
+      {"n_layers", cfg.n_layers},
+      {"dim", cfg.dim},
+      {"backend", impl_->engines.front()->options().backend},
+      {"chat_template", impl_->chat == tok::ChatTemplate::kNone ? nlohmann::json(nullptr)
+                                                                : nlohmann::json(tok::chat_template_name(impl_->chat))},
+      {"device", impl_->opt.device},
+      {"tokenizer", impl_->tk->describe()}};
 }
 
 }  // namespace anelab::serve

@@ -52,8 +52,10 @@ std::string head_text(int minor, int status, const HttpResponse& r, bool keep_al
   std::string h = "HTTP/1." + std::to_string(minor) + " " + std::to_string(status) + " " + http_reason(status) + "\r\n";
   if (!r.content_type.empty()) h += "Content-Type: " + r.content_type + "\r\n";
   for (const auto& [k, v] : r.headers) h += k + ": " + v + "\r\n";
-  if (chunked) h += "Transfer-Encoding: chunked\r\n";
-  else if (!r.stream) h += "Content-Length: " + std::to_string(length) + "\r\n";
+  if (chunked)
+    h += "Transfer-Encoding: chunked\r\n";
+  else if (!r.stream)
+    h += "Content-Length: " + std::to_string(length) + "\r\n";
   h += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
   return h;
 }
@@ -70,15 +72,15 @@ void drain(int fd) {
 
 struct HttpConnServer::Conn {
   int fd = -1;
-  std::string buf;                 // received bytes not yet parsed into a request
-  Clock::time_point deadline;      // the request (or the idle wait) ends then
-  bool partial = false;            // bytes of the next request have arrived (deadline = request_timeout)
-  bool sent_continue = false;      // "100 Continue" written for this request
-  bool eof = false;                // the peer closed its side
-  size_t scanned = 0;              // buf[0, scanned) has no line break that ends the head
-  size_t need = 0;                 // bytes the request needs before parsing again is worth it
-  bool closing = false;            // answered with an error: what still arrives is read and dropped
-  size_t dropped = 0;              // bytes dropped while closing
+  std::string buf;             // received bytes not yet parsed into a request
+  Clock::time_point deadline;  // the request (or the idle wait) ends then
+  bool partial = false;        // bytes of the next request have arrived (deadline = request_timeout)
+  bool sent_continue = false;  // "100 Continue" written for this request
+  bool eof = false;            // the peer closed its side
+  size_t scanned = 0;          // buf[0, scanned) has no line break that ends the head
+  size_t need = 0;             // bytes the request needs before parsing again is worth it
+  bool closing = false;        // answered with an error: what still arrives is read and dropped
+  size_t dropped = 0;          // bytes dropped while closing
 };
 
 HttpConnServer::HttpConnServer(HttpConnOptions o, Handler h, ErrorBody e)
@@ -199,9 +201,11 @@ void HttpConnServer::poll_loop() {
       bool keep = true;
       if (ev & (POLLIN | POLLHUP | POLLERR | POLLNVAL)) keep = read_conn(c);
       if (keep && Clock::now() >= c.deadline) {  // also for a socket that had bytes: they may trickle forever
-        if (c.partial && !c.closing) answer_and_close(c, 408, "the request did not arrive within " +
-                                                     std::to_string(opt_.request_timeout.count()) + " ms");
-        else close_conn(c);
+        if (c.partial && !c.closing)
+          answer_and_close(c, 408,
+                           "the request did not arrive within " + std::to_string(opt_.request_timeout.count()) + " ms");
+        else
+          close_conn(c);
         keep = false;
       }
       if (!keep) reading_[i].reset();
@@ -239,7 +243,8 @@ void HttpConnServer::accept_all() {
     c->deadline = Clock::now() + opt_.idle_timeout;
     ++open_;
     if (open_.load() > opt_.max_connections) {
-      answer_and_close(*c, 503, "too many connections (" + std::to_string(opt_.max_connections) + " open); retry later");
+      answer_and_close(*c, 503,
+                       "too many connections (" + std::to_string(opt_.max_connections) + " open); retry later");
       continue;
     }
     reading_.push_back(std::move(c));
@@ -277,7 +282,8 @@ bool HttpConnServer::advance(Conn& c) {
   if (!c.partial) c.partial = true, c.deadline = Clock::now() + opt_.request_timeout;
   // Parsing again only when it can end differently: a line break arrived while the head is incomplete (or
   // the head outgrew its limit), or the whole body is there. So a trickle costs O(bytes), not O(bytes^2).
-  if (!c.eof && c.need == 0 && c.buf.find('\n', c.scanned) == std::string::npos && c.buf.size() <= opt_.limits.max_head) {
+  if (!c.eof && c.need == 0 && c.buf.find('\n', c.scanned) == std::string::npos &&
+      c.buf.size() <= opt_.limits.max_head) {
     c.scanned = c.buf.size();
     return true;
   }

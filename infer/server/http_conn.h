@@ -103,9 +103,9 @@ class HttpConnServer {
   int listen_fd_ = -1, wake_rd_ = -1, wake_wr_ = -1;
   std::atomic<bool> running_{false}, stopping_{false};
   std::atomic<size_t> open_{0};
-  std::vector<std::unique_ptr<Conn>> reading_;  // poller thread only
+  std::vector<std::unique_ptr<Conn>> reading_;                  // poller thread only
   std::chrono::steady_clock::time_point accept_pause_until_{};  // poller thread only
-  std::mutex mu_;                                // guards the fields below
+  std::mutex mu_;                                               // guards the fields below
   std::condition_variable work_cv_, stopped_cv_;
   std::deque<Work> work_;
   std::vector<std::unique_ptr<Conn>> returned_;  // kept-alive connections back from workers

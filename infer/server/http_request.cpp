@@ -71,10 +71,12 @@ std::optional<HttpParse> parse_request_line(std::string_view line, HttpRequest& 
     return error(400, "malformed request line");
   const std::string_view method = line.substr(0, sp1), target = line.substr(sp1 + 1, sp2 - sp1 - 1);
   const std::string_view version = line.substr(sp2 + 1);
-  if (method.empty() || !std::all_of(method.begin(), method.end(), is_token_char)) return error(400, "malformed method");
+  if (method.empty() || !std::all_of(method.begin(), method.end(), is_token_char))
+    return error(400, "malformed method");
   if (target.empty() || target[0] != '/') return error(400, "request target must start with '/'");
   for (char c : target)
-    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) return error(400, "control character in the request target");
+    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f)
+      return error(400, "control character in the request target");
   if (version.size() != 8 || version.substr(0, 7) != "HTTP/1.") {
     if (version.substr(0, 5) == "HTTP/") return error(505, "only HTTP/1.0 and HTTP/1.1 are supported");
     return error(400, "malformed HTTP version");
@@ -106,14 +108,16 @@ std::optional<HttpParse> parse_headers(std::string_view head, const HttpParseLim
     const std::string_view line = trim(head.substr(pos, eol - pos));
     pos = eol + 1;
     if (line.empty()) break;
-    if (out.headers.size() >= lim.max_headers) return error(431, "more than " + std::to_string(lim.max_headers) + " header lines");
+    if (out.headers.size() >= lim.max_headers)
+      return error(431, "more than " + std::to_string(lim.max_headers) + " header lines");
     const size_t colon = line.find(':');
     if (colon == std::string_view::npos || colon == 0) return error(400, "malformed header line");
     const std::string_view name = line.substr(0, colon);
     if (!std::all_of(name.begin(), name.end(), is_token_char)) return error(400, "malformed header name");
     const std::string_view value = trim(line.substr(colon + 1));
     for (char c : value)
-      if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f) return error(400, "control character in a header value");
+      if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f)
+        return error(400, "control character in a header value");
     out.headers.emplace_back(lower(name), std::string(value));
   }
   return std::nullopt;
@@ -135,7 +139,8 @@ HttpParse parse_http_request(std::string_view bytes, const HttpParseLimits& lim,
   const std::string_view b = bytes.substr(skip);
   const size_t end = head_end(b);
   if (end == std::string_view::npos) {
-    if (b.size() > lim.max_head) return error(431, "request head longer than " + std::to_string(lim.max_head) + " bytes");
+    if (b.size() > lim.max_head)
+      return error(431, "request head longer than " + std::to_string(lim.max_head) + " bytes");
     return HttpParse{};
   }
   if (end > lim.max_head) return error(431, "request head longer than " + std::to_string(lim.max_head) + " bytes");
@@ -153,7 +158,8 @@ HttpParse parse_http_request(std::string_view bytes, const HttpParseLimits& lim,
     if (n < 0) {
       if (!v.empty() && v[0] == '-') return error(400, "negative Content-Length '" + v + "'");
       if (std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }) && !v.empty())
-        return error(413, "Content-Length " + v + " is larger than the limit of " + std::to_string(lim.max_body) + " bytes");
+        return error(413,
+                     "Content-Length " + v + " is larger than the limit of " + std::to_string(lim.max_body) + " bytes");
       return error(400, "Content-Length '" + v.substr(0, 40) + "' is not a decimal number");
     }
     if (have_length && n != length) return error(400, "two different Content-Length values");
@@ -182,20 +188,34 @@ HttpParse parse_http_request(std::string_view bytes, const HttpParseLimits& lim,
 
 const char* http_reason(int s) {
   switch (s) {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 413: return "Payload Too Large";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    case 505: return "HTTP Version Not Supported";
-    default: return "Unknown";
+    case 100:
+      return "Continue";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 413:
+      return "Payload Too Large";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
+    case 503:
+      return "Service Unavailable";
+    case 505:
+      return "HTTP Version Not Supported";
+    default:
+      return "Unknown";
   }
 }
 

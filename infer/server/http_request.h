@@ -20,14 +20,14 @@
 namespace anelab::serve {
 
 struct HttpRequest {
-  std::string method;   // as sent ("GET", "POST", ...)
-  std::string target;   // as sent ("/v1/models/a%2Fb?x=1")
-  std::string path;     // target before '?', percent-decoded ("/v1/models/a/b")
-  int minor = 1;        // HTTP/1.<minor>
+  std::string method;                                        // as sent ("GET", "POST", ...)
+  std::string target;                                        // as sent ("/v1/models/a%2Fb?x=1")
+  std::string path;                                          // target before '?', percent-decoded ("/v1/models/a/b")
+  int minor = 1;                                             // HTTP/1.<minor>
   std::vector<std::pair<std::string, std::string>> headers;  // names lower-cased, values trimmed
   std::string body;
-  bool keep_alive = true;       // 1.1 unless "Connection: close"; 1.0 only with "Connection: keep-alive"
-  bool expect_continue = false; // "Expect: 100-continue"
+  bool keep_alive = true;        // 1.1 unless "Connection: close"; 1.0 only with "Connection: keep-alive"
+  bool expect_continue = false;  // "Expect: 100-continue"
 
   // The first header of that (lower-case) name, or "" when absent.
   std::string_view header(std::string_view lower_name) const;

@@ -25,9 +25,12 @@ void send_error(HttpResponse& res, const ApiError& e) {
 // The error the connection layer answers itself (bad head, deadline, too many connections, ...).
 ApiError layer_error(int status, const std::string& message) {
   switch (status) {
-    case 413: return {413, "Request body too large: " + message, "invalid_request_error", "", "payload_too_large"};
-    case 408: return {408, "Request timeout: " + message, "invalid_request_error", "", "request_timeout"};
-    case 503: return {503, "The server is busy: " + message, "server_error", "", "overloaded"};
+    case 413:
+      return {413, "Request body too large: " + message, "invalid_request_error", "", "payload_too_large"};
+    case 408:
+      return {408, "Request timeout: " + message, "invalid_request_error", "", "request_timeout"};
+    case 503:
+      return {503, "The server is busy: " + message, "server_error", "", "overloaded"};
     default:
       return {status, message, status < 500 ? "invalid_request_error" : "server_error", "", ""};
   }
@@ -38,7 +41,8 @@ ApiError not_found(const HttpRequest& q) {
 }
 
 void not_allowed(const HttpRequest& q, HttpResponse& r, const char* allow) {
-  send_error(r, {405, "Method " + q.method + " is not allowed on " + q.path, "invalid_request_error", "", "method_not_allowed"});
+  send_error(r, {405, "Method " + q.method + " is not allowed on " + q.path, "invalid_request_error", "",
+                 "method_not_allowed"});
   r.set_header("Allow", allow);
 }
 
@@ -47,7 +51,8 @@ bool same_secret(std::string_view a, std::string_view b) {
   unsigned diff = a.size() == b.size() ? 0u : 1u;
   const size_t n = std::max<size_t>(1, b.size());
   for (size_t i = 0; i < a.size(); ++i)
-    diff |= static_cast<unsigned>(static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b.empty() ? 0 : b[i % n]));
+    diff |=
+        static_cast<unsigned>(static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b.empty() ? 0 : b[i % n]));
   return diff == 0;
 }
 
@@ -56,7 +61,11 @@ std::string random_response_id(Endpoint ep) {
   static std::mutex mu;
   static std::mt19937_64 rng = [] {
     std::random_device rd;
-    std::seed_seq seq{rd(), rd(), rd(), rd(), static_cast<unsigned>(::getpid()),
+    std::seed_seq seq{rd(),
+                      rd(),
+                      rd(),
+                      rd(),
+                      static_cast<unsigned>(::getpid()),
                       static_cast<unsigned>(Clock::now().time_since_epoch().count())};
     return std::mt19937_64(seq);
   }();
@@ -138,8 +147,9 @@ void HttpServer::route(const HttpRequest& q, HttpResponse& r) {
     const std::string_view auth = q.header("authorization");
     if (auth.substr(0, 7) != "Bearer " || !same_secret(auth.substr(7), opt_.api_key)) {
       r.set_header("WWW-Authenticate", "Bearer");
-      return send_error(r, {401, auth.empty() ? "Missing API key: send the header 'Authorization: Bearer KEY'"
-                                              : "Incorrect API key provided",
+      return send_error(r, {401,
+                            auth.empty() ? "Missing API key: send the header 'Authorization: Bearer KEY'"
+                                         : "Incorrect API key provided",
                             "invalid_request_error", "", "invalid_api_key"});
     }
   }
@@ -157,9 +167,10 @@ void HttpServer::route(const HttpRequest& q, HttpResponse& r) {
   } else if (model_by_id) {  // OpenAI's models.retrieve (ids may contain '/', e.g. "Qwen/Qwen2.5-0.5B")
     const std::string id = p.substr(11);
     if (id == info["id"].get<std::string>()) return r.set_content(dump(info), kJson);
-    send_error(r, ApiError{404, "The model '" + id + "' does not exist (this server has '" +
-                                    info["id"].get<std::string>() + "')",
-                           "invalid_request_error", "model", "model_not_found"});
+    send_error(
+        r,
+        ApiError{404, "The model '" + id + "' does not exist (this server has '" + info["id"].get<std::string>() + "')",
+                 "invalid_request_error", "model", "model_not_found"});
   } else if (p == "/health") {
     health(r);
   } else {
@@ -228,11 +239,13 @@ void HttpServer::handle_generate(Endpoint ep, const HttpRequest& q, HttpResponse
   if (auto e = gen_.prepare(cr, gp)) return send_error(res, *e);
   auto job = std::make_shared<Job>(std::move(gp));
   switch (sched_->submit(job)) {
-    case Scheduler::Admit::kOk: break;
+    case Scheduler::Admit::kOk:
+      break;
     case Scheduler::Admit::kFull:
       res.set_header("Retry-After", std::to_string(opt_.retry_after_s));
-      return send_error(res, ApiError{503, "The server is busy (" + std::to_string(opt_.parallel) + " running, " +
-                                               std::to_string(opt_.queue) + " waiting); retry later",
+      return send_error(res, ApiError{503,
+                                      "The server is busy (" + std::to_string(opt_.parallel) + " running, " +
+                                          std::to_string(opt_.queue) + " waiting); retry later",
                                       "server_error", "", "overloaded"});
     case Scheduler::Admit::kStopping:
       return send_error(res, ApiError{503, "The server is shutting down", "server_error", "", "shutting_down"});

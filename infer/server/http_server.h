@@ -30,18 +30,18 @@ namespace anelab::serve {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                       // 0: any free port (see bound_port())
-  size_t parallel = 1;                   // generation workers (the Generator must have as many)
-  size_t queue = 16;                     // requests waiting beyond the running ones
-  size_t max_body = 1 << 20;             // bytes; larger -> 413
-  size_t http_threads = 0;               // 0: 2 * (parallel + queue) + 8, at least 16
-  size_t max_connections = 256;          // open connections; one more -> 503 and closed
+  int port = 8080;               // 0: any free port (see bound_port())
+  size_t parallel = 1;           // generation workers (the Generator must have as many)
+  size_t queue = 16;             // requests waiting beyond the running ones
+  size_t max_body = 1 << 20;     // bytes; larger -> 413
+  size_t http_threads = 0;       // 0: 2 * (parallel + queue) + 8, at least 16
+  size_t max_connections = 256;  // open connections; one more -> 503 and closed
   int retry_after_s = 1;
   std::chrono::milliseconds shutdown_grace{10000};
   std::chrono::milliseconds request_timeout{10000};  // whole request (head + body) from its first byte
-  int keep_alive_s = 2;                  // idle kept-alive connections are closed after this
-  std::string api_key;                   // non-empty: "Authorization: Bearer KEY" on all but /health
-  bool log_requests = true;              // one line per request on stderr
+  int keep_alive_s = 2;                              // idle kept-alive connections are closed after this
+  std::string api_key;                               // non-empty: "Authorization: Bearer KEY" on all but /health
+  bool log_requests = true;                          // one line per request on stderr
   // The power source for /metrics; empty: power::select_source() for this machine.
   std::function<power::Selection()> power;
   Limits limits;
@@ -74,7 +74,7 @@ class HttpServer {
   std::atomic<bool> stopping_{false};
   Clock::time_point started_;
   std::unique_ptr<power::Meter> meter_;
-  power::Reading energy0_;               // at start: /metrics reports energy since then
+  power::Reading energy0_;  // at start: /metrics reports energy since then
   std::atomic<uint64_t> prompt_tokens_{0}, completion_tokens_{0};
 };
 

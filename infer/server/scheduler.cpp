@@ -95,9 +95,12 @@ void Scheduler::worker_loop(size_t w) {
     {
       std::lock_guard<std::mutex> lk(mu_);
       running_[w] = nullptr;
-      if (o.error) ++stats_.failed;
-      else if (o.stop_reason == "cancelled") ++stats_.cancelled;
-      else ++stats_.completed;
+      if (o.error)
+        ++stats_.failed;
+      else if (o.stop_reason == "cancelled")
+        ++stats_.cancelled;
+      else
+        ++stats_.completed;
     }
     idle_cv_.notify_all();
     job->finish(std::move(o));

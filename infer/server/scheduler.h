@@ -31,21 +31,21 @@ using Clock = std::chrono::steady_clock;
 
 // What the worker is asked to generate (prepared from a CompletionRequest by the engine adapter).
 struct GenParams {
-  std::vector<int32_t> prompt;        // token ids, BOS included where the tokenizer wants it
+  std::vector<int32_t> prompt;  // token ids, BOS included where the tokenizer wants it
   int64_t max_new_tokens = 16;
   float temperature = 1.0f, top_p = 1.0f, min_p = 0.0f, repeat_penalty = 1.0f;
   int32_t top_k = 0;
   uint64_t seed = 1;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_tokens;
-  bool echo = false;                  // emit the prompt's pieces first (run.c's output)
+  bool echo = false;  // emit the prompt's pieces first (run.c's output)
 };
 
 struct GenOutcome {
-  std::string text;                   // everything emitted
-  std::string stop_reason;            // generation's ("eos", "length", ...), or "cancelled"
+  std::string text;         // everything emitted
+  std::string stop_reason;  // generation's ("eos", "length", ...), or "cancelled"
   Usage usage;
-  std::optional<ApiError> error;      // set when the job failed (status 500 / 503)
+  std::optional<ApiError> error;  // set when the job failed (status 500 / 503)
 };
 
 class Job {

@@ -31,7 +31,7 @@ struct Arch {
   std::string name;  // ModelConfig::arch; GGUF general.architecture and key prefix ("<name>.block_count")
 
   // ---- Hugging Face ----
-  std::vector<std::string> hf_model_types;    // config.json "model_type" values
+  std::vector<std::string> hf_model_types;     // config.json "model_type" values
   std::vector<std::string> hf_class_prefixes;  // "architectures"[0] prefixes, for a config without model_type
   // config.json -> ModelConfig (sizes, norm, RoPE, flags); throws naming the key and `where`.
   ModelConfig (*hf_config)(const nlohmann::json& config, const std::string& where) = nullptr;

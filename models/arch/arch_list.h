@@ -4,10 +4,10 @@
 
 namespace anelab::models {
 
-const Arch& llama_arch();  // models/arch/llama.cpp
-const Arch& qwen2_arch();  // models/arch/qwen2.cpp
-const Arch& gpt2_arch();   // models/arch/gpt2.cpp
+const Arch& llama_arch();   // models/arch/llama.cpp
+const Arch& qwen2_arch();   // models/arch/qwen2.cpp
+const Arch& gpt2_arch();    // models/arch/gpt2.cpp
 const Arch& gemma3_arch();  // models/arch/gemma3.cpp
-const Arch& qwen3_arch();  // models/arch/qwen3.cpp
+const Arch& qwen3_arch();   // models/arch/qwen3.cpp
 
 }  // namespace anelab::models

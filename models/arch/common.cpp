@@ -95,12 +95,18 @@ json hf_decoder_export_config(const ModelConfig& c) {
 }
 
 std::map<std::string, std::string> hf_decoder_layer_names() {
-  return {{"input_layernorm.weight", "attn_norm"}, {"post_attention_layernorm.weight", "ffn_norm"},
-          {"self_attn.q_proj.weight", "wq"},       {"self_attn.k_proj.weight", "wk"},
-          {"self_attn.v_proj.weight", "wv"},       {"self_attn.o_proj.weight", "wo"},
-          {"self_attn.q_proj.bias", "bq"},         {"self_attn.k_proj.bias", "bk"},
-          {"self_attn.v_proj.bias", "bv"},         {"self_attn.o_proj.bias", "bo"},
-          {"mlp.gate_proj.weight", "w1"},          {"mlp.down_proj.weight", "w2"},
+  return {{"input_layernorm.weight", "attn_norm"},
+          {"post_attention_layernorm.weight", "ffn_norm"},
+          {"self_attn.q_proj.weight", "wq"},
+          {"self_attn.k_proj.weight", "wk"},
+          {"self_attn.v_proj.weight", "wv"},
+          {"self_attn.o_proj.weight", "wo"},
+          {"self_attn.q_proj.bias", "bq"},
+          {"self_attn.k_proj.bias", "bk"},
+          {"self_attn.v_proj.bias", "bv"},
+          {"self_attn.o_proj.bias", "bo"},
+          {"mlp.gate_proj.weight", "w1"},
+          {"mlp.down_proj.weight", "w2"},
           {"mlp.up_proj.weight", "w3"}};
 }
 
@@ -114,8 +120,10 @@ void map_hf_decoder(Model& m, const StTensorMap& ts, const std::map<std::string,
   for (const auto& [full, t] : ts) {
     const std::string n = full.starts_with("model.") ? full.substr(6) : full;
     std::smatch mt;
-    if (n == "embed_tokens.weight") add_st(m, "tok_embeddings", t);
-    else if (n == "norm.weight") add_st(m, "norm", t);
+    if (n == "embed_tokens.weight")
+      add_st(m, "tok_embeddings", t);
+    else if (n == "norm.weight")
+      add_st(m, "norm", t);
     else if (n == "lm_head.weight") {
       if (!m.config.tied_embeddings) add_st(m, "output", t);
     } else if (std::regex_match(n, mt, layer_re)) {
@@ -124,7 +132,8 @@ void map_hf_decoder(Model& m, const StTensorMap& ts, const std::map<std::string,
       auto it = per_layer.find(rest);
       if (it == per_layer.end()) fail("model", w, ": unexpected ", m.config.arch, " tensor ", full);
       add_st(m, "layers." + mt[1].str() + "." + it->second, t);
-    } else fail("model", w, ": unexpected ", m.config.arch, " tensor ", full);
+    } else
+      fail("model", w, ": unexpected ", m.config.arch, " tensor ", full);
   }
 }
 

@@ -244,7 +244,8 @@ void from_gguf(const GgufFile& g, ModelConfig* c, const std::string& w) {
   c->norm_offset = 1.0f;
   c->sliding_window = g.get_int(a + "attention.sliding_window", int64_t{0});
   if (const GgufValue* p = g.find(a + "attention.sliding_window_pattern"); p && !p->is_int())
-    fail("model", w, ": ", a, "attention.sliding_window_pattern must be an integer (every Nth layer global); "
+    fail("model", w, ": ", a,
+         "attention.sliding_window_pattern must be an integer (every Nth layer global); "
          "per-layer arrays are not supported");
   c->sliding_pattern = c->sliding_window > 0 ? g.get_int(a + "attention.sliding_window_pattern", int64_t{6}) : 0;
   c->rope_local_theta = static_cast<float>(g.get_num(a + "rope.freq_base_swa", 10000.0));
@@ -279,7 +280,8 @@ void to_gguf(GgufWriter& g, const ModelConfig& c, std::vector<std::string>* note
   g.add_f32(a + "attention.scale", attn);
   if (c.embed_scale != llama_cpp_embed_scale(c))
     notes->push_back(cat("gemma3: llama.cpp scales the embeddings by sqrt(dim) = ", llama_cpp_embed_scale(c),
-                         ", this model by ", c.embed_scale, " (anelab reads gemma3.embedding_scale; llama.cpp's "
+                         ", this model by ", c.embed_scale,
+                         " (anelab reads gemma3.embedding_scale; llama.cpp's "
                          "logits will differ slightly)"));
   if (attn != llama_cpp_attn_scale(c))
     notes->push_back(cat("gemma3: llama.cpp scales attention scores by ", llama_cpp_attn_scale(c), ", this model by ",

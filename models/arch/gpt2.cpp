@@ -87,15 +87,15 @@ void split_c_attn(Model& m, const std::string& p, const std::string& full, const
   const int64_t part = t.nbytes / 3;
   const char* names[3] = {wgt ? "wq" : "bq", wgt ? "wk" : "bk", wgt ? "wv" : "bv"};
   for (int k = 0; k < 3; ++k)
-    m.add_view(p + names[k], t.dtype, wgt ? std::vector<int64_t>{d, d} : std::vector<int64_t>{d}, base + k * part,
-               part, owner);
+    m.add_view(p + names[k], t.dtype, wgt ? std::vector<int64_t>{d, d} : std::vector<int64_t>{d}, base + k * part, part,
+               owner);
 }
 
 void map_layer_tensor(Model& m, const std::string& p, const std::string& full, const std::string& rest,
                       const StTensor& t, const std::string& w) {
   static const std::map<std::string, std::string> direct = {
-      {"ln_1.weight", "attn_norm"}, {"ln_1.bias", "attn_norm_bias"}, {"ln_2.weight", "ffn_norm"},
-      {"ln_2.bias", "ffn_norm_bias"}, {"attn.c_proj.bias", "bo"}, {"mlp.c_fc.bias", "fc_bias"},
+      {"ln_1.weight", "attn_norm"},    {"ln_1.bias", "attn_norm_bias"}, {"ln_2.weight", "ffn_norm"},
+      {"ln_2.bias", "ffn_norm_bias"},  {"attn.c_proj.bias", "bo"},      {"mlp.c_fc.bias", "fc_bias"},
       {"mlp.c_proj.bias", "proj_bias"}};
   static const std::map<std::string, std::string> conv1d = {
       {"attn.c_proj.weight", "wo"}, {"mlp.c_fc.weight", "fc"}, {"mlp.c_proj.weight", "proj"}};
@@ -110,18 +110,21 @@ void map_layer_tensor(Model& m, const std::string& p, const std::string& full, c
 
 void hf_tensors(Model& m, const StTensorMap& ts, const std::string& w) {
   static const std::regex layer_re(R"(h\.(\d+)\.(.+))");
-  static const std::map<std::string, std::string> top = {
-      {"wte.weight", "tok_embeddings"}, {"wpe.weight", "pos_embeddings"}, {"ln_f.weight", "norm"},
-      {"ln_f.bias", "norm_bias"}};
+  static const std::map<std::string, std::string> top = {{"wte.weight", "tok_embeddings"},
+                                                         {"wpe.weight", "pos_embeddings"},
+                                                         {"ln_f.weight", "norm"},
+                                                         {"ln_f.bias", "norm_bias"}};
   for (const auto& [full, t] : ts) {
     const std::string n = full.starts_with("transformer.") ? full.substr(12) : full;
     std::smatch mt;
-    if (auto it = top.find(n); it != top.end()) hf::add_st(m, it->second, t);
+    if (auto it = top.find(n); it != top.end())
+      hf::add_st(m, it->second, t);
     else if (n == "lm_head.weight") {
       if (!m.config.tied_embeddings) hf::add_st(m, "output", t);
     } else if (std::regex_match(n, mt, layer_re)) {
       map_layer_tensor(m, "layers." + mt[1].str() + ".", full, mt[2].str(), t, w);
-    } else fail("model", w, ": unexpected GPT-2 tensor ", full);
+    } else
+      fail("model", w, ": unexpected GPT-2 tensor ", full);
   }
 }
 
@@ -133,7 +136,8 @@ void from_gguf(const GgufFile& g, ModelConfig* c, const std::string&) {
 void validate(const ModelConfig& c, const std::string& where) {
   if (c.norm != NormType::kLayer || c.activation != Activation::kGeluTanh || !c.learned_pos)
     fail("model", where, ": a gpt2 model has LayerNorm, a gelu_tanh MLP and learned positions (this config has ",
-         norm_type_name(c.norm), ", ", activation_name(c.activation), ", rope_style ", rope_style_name(c.rope_style), ")");
+         norm_type_name(c.norm), ", ", activation_name(c.activation), ", rope_style ", rope_style_name(c.rope_style),
+         ")");
 }
 }  // namespace
 

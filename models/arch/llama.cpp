@@ -72,7 +72,8 @@ RopeScaling llama3_scaling(const json& j, const std::string& w, json* plain) {
     s.low_freq_factor = static_cast<float>(num("low_freq_factor"));
     s.high_freq_factor = static_cast<float>(num("high_freq_factor"));
     const double orig = num("original_max_position_embeddings");
-    if (orig != std::floor(orig)) fail("model", w, ": config.json ", key, ".original_max_position_embeddings ", orig, " is not an integer");
+    if (orig != std::floor(orig))
+      fail("model", w, ": config.json ", key, ".original_max_position_embeddings ", orig, " is not an integer");
     s.original_max_pos = static_cast<int64_t>(orig);
     (*plain)[key].erase("type");
     (*plain)[key]["rope_type"] = "default";

@@ -39,7 +39,9 @@ std::string jstr(const json& j, const char* key, const std::string& where, const
 
 // ---- vocab blob ----
 
-void put_u32(std::vector<uint8_t>& o, uint32_t v) { o.insert(o.end(), reinterpret_cast<uint8_t*>(&v), reinterpret_cast<uint8_t*>(&v) + 4); }
+void put_u32(std::vector<uint8_t>& o, uint32_t v) {
+  o.insert(o.end(), reinterpret_cast<uint8_t*>(&v), reinterpret_cast<uint8_t*>(&v) + 4);
+}
 void put_str(std::vector<uint8_t>& o, const std::string& s) {
   put_u32(o, static_cast<uint32_t>(s.size()));
   o.insert(o.end(), s.begin(), s.end());
@@ -106,7 +108,9 @@ tok::VocabData deserialize_vocab(const uint8_t* data, size_t size, const std::st
   return v;
 }
 
-bool looks_like_anelab(const uint8_t* data, size_t size) { return size >= 8 && std::memcmp(data, kAnelabMagic, 8) == 0; }
+bool looks_like_anelab(const uint8_t* data, size_t size) {
+  return size >= 8 && std::memcmp(data, kAnelabMagic, 8) == 0;
+}
 
 Model parse_anelab(const uint8_t* data, size_t size, std::shared_ptr<const void> owner, const std::string& w) {
   ByteReader r(data, size, w);
@@ -263,10 +267,13 @@ uint32_t dtype_min_version(DType t) {
     case DType::kQ4_0:
     case DType::kQ5_0:
     case DType::kQ4_K:
-    case DType::kQ6_K: return 3;
+    case DType::kQ6_K:
+      return 3;
     case DType::kQ5_1:
-    case DType::kQ5_K: return 4;
-    default: return 1;
+    case DType::kQ5_K:
+      return 4;
+    default:
+      return 1;
   }
 }
 
@@ -276,7 +283,9 @@ int64_t write_anelab_file(const std::string& path, const AnelabWriteInfo& info,
   // The oldest version that holds every tensor's dtype, so older readers still read what they can.
   uint32_t version = 2;
   for (const auto& t : tensors) version = std::max(version, dtype_min_version(t.dtype));
-  json h{{"format", "anelab-model"}, {"version", version}, {"config", model_config_to_json(info.config)},
+  json h{{"format", "anelab-model"},
+         {"version", version},
+         {"config", model_config_to_json(info.config)},
          {"source", info.source}};
   int64_t off = 0;
   std::vector<uint8_t> vblob;
@@ -294,8 +303,8 @@ int64_t write_anelab_file(const std::string& path, const AnelabWriteInfo& info,
     for (int64_t d : t.shape) n *= d;
     const int64_t nb = dtype_nbytes(t.dtype, n);
     if (nb < 0) fail("model", "tensor ", t.name, " with ", n, " elements cannot be stored as ", dtype_name(t.dtype));
-    tj.push_back(json{{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"offset", off},
-                      {"nbytes", nb}});
+    tj.push_back(
+        json{{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"offset", off}, {"nbytes", nb}});
     offsets.push_back(off);
     numels.push_back(n);
     off = round_up(off + nb, kAnelabAlign);

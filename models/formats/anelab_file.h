@@ -21,8 +21,8 @@
 //                  "embedded": {"offset": O, "nbytes": N},       (optional: absent when the model has none)
 //                  "chat_template": "Jinja text"}                (optional; version 2)
 //    "tensors": [{"name": canonical name (models/formats/model.h), "dtype": "fp32"|"fp16"|"bf16"|"q8_0"|
-//                 "q4_0"|"q5_0"|"q5_1"|"q4_k"|"q5_k"|"q6_k" (block layouts of framework/quant/blocks.h, whole blocks per row),
-//                 "shape": [out, in] or [n], "offset": O, "nbytes": N}, ...],   canonical order
+//                 "q4_0"|"q5_0"|"q5_1"|"q4_k"|"q5_k"|"q6_k" (block layouts of framework/quant/blocks.h, whole blocks
+//                 per row), "shape": [out, in] or [n], "offset": O, "nbytes": N}, ...],   canonical order
 //    "data_size": bytes of the data section,
 //    "source": free-form provenance string}
 //
@@ -65,7 +65,7 @@ using ProgressFn = std::function<void(int64_t, int64_t)>;
 // Streaming writer input: the tensor list plus a way to produce each tensor's contents.
 struct TensorWriteSpec {
   std::string name;
-  DType dtype;                 // dtype stored in the file
+  DType dtype;  // dtype stored in the file
   std::vector<int64_t> shape;
   // Either raw bytes already in `dtype` (copied as-is) ...
   const uint8_t* raw = nullptr;

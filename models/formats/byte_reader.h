@@ -22,8 +22,8 @@ class ByteReader {
 
   void need(size_t bytes, const char* field) const {
     if (bytes > n_ - pos_)
-      fail("model", where_, ": truncated while reading ", field, " at offset ", pos_, " (needs ", bytes,
-           " bytes, ", n_ - pos_, " left); the file is incomplete or corrupt");
+      fail("model", where_, ": truncated while reading ", field, " at offset ", pos_, " (needs ", bytes, " bytes, ",
+           n_ - pos_, " left); the file is incomplete or corrupt");
   }
   template <typename T>
   T get(const char* field) {

@@ -26,7 +26,8 @@ std::string checkpoint_path(const std::string& path) {
   for (const char* f : {"best.ckpt", "last.ckpt"})
     if (fs::exists(fs::path(path) / f)) return (fs::path(path) / f).string();
   if (fs::exists(fs::path(path) / "events.jsonl"))
-    fail("model", path, ": this run has no checkpoint yet (best.ckpt is written at each --eval-every evaluation, "
+    fail("model", path,
+         ": this run has no checkpoint yet (best.ckpt is written at each --eval-every evaluation, "
          "last.ckpt at --checkpoint-every steps and at the end)");
   fail("model", path, ": a directory without best.ckpt or last.ckpt is not a run directory");
 }

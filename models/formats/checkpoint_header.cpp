@@ -41,7 +41,8 @@ std::string shown(const json& v) {
 // float -> int, no string -> number) and the value inside [lo, hi]. `key` is the dotted path for errors.
 class Fields {
  public:
-  Fields(const json& obj, std::string prefix, const std::string& where) : obj_(obj), prefix_(std::move(prefix)), where_(where) {
+  Fields(const json& obj, std::string prefix, const std::string& where)
+      : obj_(obj), prefix_(std::move(prefix)), where_(where) {
     if (!obj_.is_object()) bad(prefix_.empty() ? "header" : prefix_.substr(0, prefix_.size() - 1), "is not an object");
   }
   const json& at(const char* key) const {
@@ -107,7 +108,8 @@ void read_training_fields(const Fields& f, const std::string& where, CheckpointH
   if (h->batching != "random" && h->batching != "sequential")
     d.bad("batching", json(h->batching), "is not random or sequential");
   h->data_state = d.hex("state");
-  if (!f.at("best_val_loss").is_null()) h->best_val_loss = f.number("best_val_loss", 0, std::numeric_limits<double>::max());
+  if (!f.at("best_val_loss").is_null())
+    h->best_val_loss = f.number("best_val_loss", 0, std::numeric_limits<double>::max());
   h->restarts = f.integer("restarts", 0, kMaxCount);
   h->tokens = f.integer("tokens", 0, kMaxCount);
   const Fields t(f.at("totals"), "totals.", where);
@@ -122,8 +124,8 @@ void read_training_fields(const Fields& f, const std::string& where, CheckpointH
 void check_tensor_table(const json& tensors, const ModelConfig& c, const std::string& where) {
   const json want = checkpoint_tensors_json(c);
   if (!tensors.is_array() || tensors.size() != want.size())
-    fail("checkpoint", where, ": header tensors lists ", tensors.is_array() ? tensors.size() : 0, " entries, the model has ",
-         want.size(), " tensors");
+    fail("checkpoint", where, ": header tensors lists ", tensors.is_array() ? tensors.size() : 0,
+         " entries, the model has ", want.size(), " tensors");
   for (size_t i = 0; i < want.size(); ++i)
     if (tensors[i] != want[i])
       fail("checkpoint", where, ": header tensors[", i, "] differs from ", want[i].dump(),
@@ -144,7 +146,8 @@ Prefix read_prefix(const uint8_t* d, size_t n, const std::string& where) {
   std::memcpy(&reserved, d + 12, 4);
   std::memcpy(&p.header_len, d + 16, 8);
   if (p.version < 1 || p.version > kCheckpointVersion)
-    fail("checkpoint", where, ": version ", p.version, " is not supported (this build reads 1..", kCheckpointVersion, ")");
+    fail("checkpoint", where, ": version ", p.version, " is not supported (this build reads 1..", kCheckpointVersion,
+         ")");
   if (reserved != 0) fail("checkpoint", where, ": reserved word at offset 12 is ", reserved, ", expected 0");
   p.json_at = p.version >= 3 ? 32 : 24;
   if (p.header_len == 0 || p.header_len > kCheckpointMaxHeader || p.json_at + p.header_len > n)
@@ -174,7 +177,8 @@ CheckpointView parse_checkpoint(const uint8_t* d, size_t n, const std::string& w
   v.n_params = checked_parameter_count(v.header.model, where);
   for (const auto& [key, want] : {std::pair{"n_params", v.n_params}, {"data_size", v.n_params * 12}}) {
     const json& got = f.at(key);
-    if (!got.is_number_integer() || (got.is_number_unsigned() ? got.get<uint64_t>() != uint64_t(want) : got.get<int64_t>() != want))
+    if (!got.is_number_integer() ||
+        (got.is_number_unsigned() ? got.get<uint64_t>() != uint64_t(want) : got.get<int64_t>() != want))
       f.bad(key, got, "differs from the " + std::to_string(want) + " the model config implies");
   }
   if (p.version >= 2) check_tensor_table(f.at("tensors"), v.header.model, where);
@@ -193,16 +197,26 @@ CheckpointView parse_checkpoint(const uint8_t* d, size_t n, const std::string& w
 
 std::vector<uint8_t> encode_checkpoint_header(const CheckpointHeader& s, int64_t n_params, uint64_t data_checksum) {
   const json h = {
-      {"format", "anelab-checkpoint"}, {"version", kCheckpointVersion},
-      {"model", model_config_to_json(s.model)}, {"n_params", n_params},
-      {"tensors", checkpoint_tensors_json(s.model)}, {"step", s.step}, {"adam_t", s.adam_t},
-      {"loss_scale", {{"dynamic", s.ls_dynamic}, {"scale", s.ls_scale}, {"interval", int64_t(s.ls_interval)},
-                      {"good_steps", s.ls_good_steps}}},
+      {"format", "anelab-checkpoint"},
+      {"version", kCheckpointVersion},
+      {"model", model_config_to_json(s.model)},
+      {"n_params", n_params},
+      {"tensors", checkpoint_tensors_json(s.model)},
+      {"step", s.step},
+      {"adam_t", s.adam_t},
+      {"loss_scale",
+       {{"dynamic", s.ls_dynamic},
+        {"scale", s.ls_scale},
+        {"interval", int64_t(s.ls_interval)},
+        {"good_steps", s.ls_good_steps}}},
       {"data", {{"batching", s.batching}, {"state", hex64(s.data_state)}}},
       {"best_val_loss", s.best_val_loss ? json(*s.best_val_loss) : json(nullptr)},
-      {"restarts", s.restarts}, {"tokens", s.tokens},
+      {"restarts", s.restarts},
+      {"tokens", s.tokens},
       {"totals", {{"wall_s", s.wall_s}, {"compile_s", s.compile_s}, {"train_s", s.train_s}, {"compiles", s.compiles}}},
-      {"config", s.config}, {"data_size", n_params * 12}, {"checksum", hex64(data_checksum)}};
+      {"config", s.config},
+      {"data_size", n_params * 12},
+      {"checksum", hex64(data_checksum)}};
   const std::string js = h.dump();
   const uint64_t hl = js.size(), hsum = fnv1a64(kFnvOffset, js.data(), js.size());
   std::vector<uint8_t> out(32);

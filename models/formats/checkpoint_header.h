@@ -8,11 +8,10 @@
 // data_size and the file size, the tensor table (version 2+) against canonical_tensors, and the data checksum.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "models/formats/model.h"
 

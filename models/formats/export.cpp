@@ -20,10 +20,14 @@ using json = nlohmann::json;
 
 const char* export_format_name(ExportFormat f) {
   switch (f) {
-    case ExportFormat::kAnelab: return "anelab";
-    case ExportFormat::kGguf: return "gguf";
-    case ExportFormat::kSafetensors: return "safetensors";
-    case ExportFormat::kLlama2c: return "llama2c";
+    case ExportFormat::kAnelab:
+      return "anelab";
+    case ExportFormat::kGguf:
+      return "gguf";
+    case ExportFormat::kSafetensors:
+      return "safetensors";
+    case ExportFormat::kLlama2c:
+      return "llama2c";
   }
   return "?";
 }
@@ -43,9 +47,11 @@ ExportFormat export_format_for(const std::string& out, const std::string& format
   if (ext == ".bin") return ExportFormat::kLlama2c;
   if (ext.empty() || out.back() == '/') return ExportFormat::kSafetensors;
   if (ext == ".safetensors")
-    fail("export", out, ": a Hugging Face export is a directory (config.json + model.safetensors + tokenizer files); "
+    fail("export", out,
+         ": a Hugging Face export is a directory (config.json + model.safetensors + tokenizer files); "
          "name a directory without an extension, or pass --format safetensors");
-  fail("export", out, ": unknown output extension '", ext, "' (use .anelab, .gguf, .bin for llama2.c, a directory "
+  fail("export", out, ": unknown output extension '", ext,
+       "' (use .anelab, .gguf, .bin for llama2.c, a directory "
        "name without an extension for Hugging Face safetensors, or --format)");
 }
 
@@ -69,7 +75,6 @@ Tensor permute_rope_rows(const Tensor& t, int64_t head_dim, RopeStyle from, Rope
   r.owner = owned;
   return r;
 }
-
 
 // Matrices converted to dtype (stored_dtype's rule); in memory.
 Model with_dtype(const Model& m, std::optional<DType> dtype) {
@@ -118,10 +123,14 @@ json hf_config(const Model& m, const Arch& a) {
 
 std::string st_dtype(DType d) {
   switch (d) {
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
-    default: return "";
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+    default:
+      return "";
   }
 }
 
@@ -148,14 +157,19 @@ std::vector<std::string> write_hf_dir(const Model& src, const std::string& dir) 
   if (!m.vocab) {
     notes.push_back(cat(dir, ": no tokenizer written (the model carries none; pass --tokenizer)"));
   } else if (m.vocab->kind != tok::TokenizerKind::kByteBpe) {
-    notes.push_back(cat(dir, ": no tokenizer written (SentencePiece vocabularies are not exported as tokenizer.json "
+    notes.push_back(cat(dir,
+                        ": no tokenizer written (SentencePiece vocabularies are not exported as tokenizer.json "
                         "yet; pass --tokenizer to anelab, or add the original tokenizer.model)"));
   } else {
     const tok::VocabData& v = *m.vocab;
     write_file_atomic((fs::path(dir) / "tokenizer.json").string(), vocab_to_hf_tokenizer_json(v));
-    auto name = [&](int32_t id) { return id >= 0 && id < int32_t(v.tokens.size()) ? json(v.tokens[id]) : json(nullptr); };
-    json tc = {{"tokenizer_class", "PreTrainedTokenizerFast"}, {"bos_token", name(v.bos_id)},
-               {"eos_token", name(v.eos_id)}, {"add_bos_token", v.add_bos},
+    auto name = [&](int32_t id) {
+      return id >= 0 && id < int32_t(v.tokens.size()) ? json(v.tokens[id]) : json(nullptr);
+    };
+    json tc = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+               {"bos_token", name(v.bos_id)},
+               {"eos_token", name(v.eos_id)},
+               {"add_bos_token", v.add_bos},
                {"model_max_length", m.config.max_seq_len}};
     if (v.pad_id >= 0) tc["pad_token"] = name(v.pad_id);
     if (!m.chat_template.empty()) tc["chat_template"] = m.chat_template;
@@ -172,10 +186,11 @@ void write_llama2c(const Model& src, const std::string& out) {
       c.activation != Activation::kSilu || c.learned_pos)
     fail("export", out, ": llama2.c files hold Llama models without biases (this one is ", c.arch, ")");
   if (c.head_dim * c.n_heads != c.dim)
-    fail("export", out, ": llama2.c needs head_dim * n_heads == dim (", c.head_dim, " * ", c.n_heads, " != ", c.dim, ")");
+    fail("export", out, ": llama2.c needs head_dim * n_heads == dim (", c.head_dim, " * ", c.n_heads, " != ", c.dim,
+         ")");
   if (c.norm_eps != 1e-5f || c.rope_theta != 10000.0f || c.rope_scaling.type != RopeScalingType::kNone)
-    fail("export", out, ": llama2.c fixes RMSNorm eps 1e-5 and unscaled RoPE theta 10000; this model has eps ", c.norm_eps,
-         ", theta ", c.rope_theta, ", scaling ", rope_scaling_name(c.rope_scaling.type));
+    fail("export", out, ": llama2.c fixes RMSNorm eps 1e-5 and unscaled RoPE theta 10000; this model has eps ",
+         c.norm_eps, ", theta ", c.rope_theta, ", scaling ", rope_scaling_name(c.rope_scaling.type));
   const Model m = with_rope_style(src, RopeStyle::kAdjacentPairs);
   std::vector<uint8_t> b;
   auto put_i32 = [&](int64_t v) {
@@ -183,7 +198,8 @@ void write_llama2c(const Model& src, const std::string& out) {
     b.insert(b.end(), reinterpret_cast<const uint8_t*>(&x), reinterpret_cast<const uint8_t*>(&x) + 4);
   };
   auto put_f32 = [&](const std::vector<float>& f) {
-    b.insert(b.end(), reinterpret_cast<const uint8_t*>(f.data()), reinterpret_cast<const uint8_t*>(f.data() + f.size()));
+    b.insert(b.end(), reinterpret_cast<const uint8_t*>(f.data()),
+             reinterpret_cast<const uint8_t*>(f.data() + f.size()));
   };
   for (int64_t v : {c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads}) put_i32(v);
   put_i32(c.tied_embeddings ? c.vocab_size : -c.vocab_size);
@@ -239,14 +255,20 @@ Model with_rope_style(const Model& m, RopeStyle target) {
 }
 
 std::string vocab_to_hf_tokenizer_json(const tok::VocabData& v) {
-  if (v.kind != tok::TokenizerKind::kByteBpe) fail("export", "only byte-level BPE vocabularies have a tokenizer.json here");
+  if (v.kind != tok::TokenizerKind::kByteBpe)
+    fail("export", "only byte-level BPE vocabularies have a tokenizer.json here");
   json vocab = json::object(), added = json::array();
   for (size_t i = 0; i < v.tokens.size(); ++i) {
     const tok::TokenType t = v.types.empty() ? tok::TokenType::kNormal : v.types[i];
     if (t == tok::TokenType::kUnused) continue;
     if (t == tok::TokenType::kControl || t == tok::TokenType::kUserDefined)
-      added.push_back({{"id", i}, {"content", v.tokens[i]}, {"single_word", false}, {"lstrip", false},
-                       {"rstrip", false}, {"normalized", false}, {"special", t == tok::TokenType::kControl}});
+      added.push_back({{"id", i},
+                       {"content", v.tokens[i]},
+                       {"single_word", false},
+                       {"lstrip", false},
+                       {"rstrip", false},
+                       {"normalized", false},
+                       {"special", t == tok::TokenType::kControl}});
     else
       vocab[v.tokens[i]] = i;
   }
@@ -265,16 +287,30 @@ std::string vocab_to_hf_tokenizer_json(const tok::VocabData& v) {
     pre_tok = {{"type", "Sequence"},
                {"pretokenizers", json::array({json{{"type", "Split"},
                                                    {"pattern", {{"Regex", tok::pretokenizer_regex(pre)}}},
-                                                   {"behavior", "Isolated"}, {"invert", false}},
+                                                   {"behavior", "Isolated"},
+                                                   {"invert", false}},
                                               bl})}};
   }
-  json j = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added},
-            {"normalizer", v.nfc_normalize ? json{{"type", "NFC"}} : json(nullptr)},
-            {"pre_tokenizer", pre_tok}, {"post_processor", nullptr},
-            {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
-            {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", ""},
-                       {"end_of_word_suffix", ""}, {"fuse_unk", false}, {"byte_fallback", false},
-                       {"ignore_merges", false}, {"vocab", vocab}, {"merges", merges}}}};
+  json j = {
+      {"version", "1.0"},
+      {"truncation", nullptr},
+      {"padding", nullptr},
+      {"added_tokens", added},
+      {"normalizer", v.nfc_normalize ? json{{"type", "NFC"}} : json(nullptr)},
+      {"pre_tokenizer", pre_tok},
+      {"post_processor", nullptr},
+      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"model",
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", nullptr},
+        {"continuing_subword_prefix", ""},
+        {"end_of_word_suffix", ""},
+        {"fuse_unk", false},
+        {"byte_fallback", false},
+        {"ignore_merges", false},
+        {"vocab", vocab},
+        {"merges", merges}}}};
   return j.dump(1) + "\n";
 }
 
@@ -291,8 +327,9 @@ std::vector<std::string> export_model(const Model& m, const std::string& out, Ex
       std::vector<std::string> notes;
       write_gguf_model(g, out, &notes);
       if (!g.vocab)
-        notes.push_back(cat(out, ": no tokenizer embedded (the model carries none; pass --tokenizer); llama.cpp loads it "
-                                 "as a model without a vocabulary (llama-bench runs it, text generation cannot)"));
+        notes.push_back(cat(out,
+                            ": no tokenizer embedded (the model carries none; pass --tokenizer); llama.cpp loads it "
+                            "as a model without a vocabulary (llama-bench runs it, text generation cannot)"));
       return notes;
     }
     case ExportFormat::kSafetensors:

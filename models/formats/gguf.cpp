@@ -1,13 +1,12 @@
 // GGUF container: parser (bounds-checked, limits on counts/lengths) and writer.
 #include "models/formats/gguf.h"
 
-#include <optional>
-
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
@@ -19,33 +18,56 @@ constexpr uint64_t kMaxStr = 1ull << 24;
 
 size_t scalar_size(GgufType t) {
   switch (t) {
-    case GgufType::kU8: case GgufType::kI8: case GgufType::kBool: return 1;
-    case GgufType::kU16: case GgufType::kI16: return 2;
-    case GgufType::kU32: case GgufType::kI32: case GgufType::kF32: return 4;
-    case GgufType::kU64: case GgufType::kI64: case GgufType::kF64: return 8;
-    default: return 0;
+    case GgufType::kU8:
+    case GgufType::kI8:
+    case GgufType::kBool:
+      return 1;
+    case GgufType::kU16:
+    case GgufType::kI16:
+      return 2;
+    case GgufType::kU32:
+    case GgufType::kI32:
+    case GgufType::kF32:
+      return 4;
+    case GgufType::kU64:
+    case GgufType::kI64:
+    case GgufType::kF64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
 // Reads one numeric/bool scalar of type t as double (and its exact unsigned value in u).
 double read_num(ByteReader& r, GgufType t, uint64_t* u, const char* f) {
   switch (t) {
-    case GgufType::kU8: return static_cast<double>(*u = r.get<uint8_t>(f));
-    case GgufType::kI8: return r.get<int8_t>(f);
-    case GgufType::kU16: return static_cast<double>(*u = r.get<uint16_t>(f));
-    case GgufType::kI16: return r.get<int16_t>(f);
-    case GgufType::kU32: return static_cast<double>(*u = r.get<uint32_t>(f));
-    case GgufType::kI32: return r.get<int32_t>(f);
-    case GgufType::kF32: return r.get<float>(f);
+    case GgufType::kU8:
+      return static_cast<double>(*u = r.get<uint8_t>(f));
+    case GgufType::kI8:
+      return r.get<int8_t>(f);
+    case GgufType::kU16:
+      return static_cast<double>(*u = r.get<uint16_t>(f));
+    case GgufType::kI16:
+      return r.get<int16_t>(f);
+    case GgufType::kU32:
+      return static_cast<double>(*u = r.get<uint32_t>(f));
+    case GgufType::kI32:
+      return r.get<int32_t>(f);
+    case GgufType::kF32:
+      return r.get<float>(f);
     case GgufType::kBool: {
       const uint8_t b = r.get<uint8_t>(f);
       if (b > 1) fail("model", r.where(), ": bool value ", int(b), " at offset ", r.pos() - 1, " is not 0/1");
       return b;
     }
-    case GgufType::kU64: return static_cast<double>(*u = r.get<uint64_t>(f));
-    case GgufType::kI64: return static_cast<double>(r.get<int64_t>(f));
-    case GgufType::kF64: return r.get<double>(f);
-    default: fail("model", r.where(), ": value type ", uint32_t(t), " is not numeric");
+    case GgufType::kU64:
+      return static_cast<double>(*u = r.get<uint64_t>(f));
+    case GgufType::kI64:
+      return static_cast<double>(r.get<int64_t>(f));
+    case GgufType::kF64:
+      return r.get<double>(f);
+    default:
+      fail("model", r.where(), ": value type ", uint32_t(t), " is not numeric");
   }
 }
 
@@ -65,9 +87,12 @@ GgufValue read_value(ByteReader& r, GgufType t, const std::string& key, int dept
       fail("model", r.where(), ": metadata ", key, " array length ", n, " exceeds the bytes left (", r.remaining(),
            "); the file is truncated or corrupt");
     for (uint64_t i = 0; i < n; ++i) {
-      if (v.elem_type == GgufType::kString) v.strs.push_back(r.str<uint64_t>("array string", kMaxStr));
-      else if (v.elem_type == GgufType::kArray) read_value(r, GgufType::kArray, key, depth + 1);
-      else v.nums.push_back(read_num(r, v.elem_type, &v.u, "array element"));
+      if (v.elem_type == GgufType::kString)
+        v.strs.push_back(r.str<uint64_t>("array string", kMaxStr));
+      else if (v.elem_type == GgufType::kArray)
+        read_value(r, GgufType::kArray, key, depth + 1);
+      else
+        v.nums.push_back(read_num(r, v.elem_type, &v.u, "array element"));
     }
   } else if (static_cast<uint32_t>(t) <= 12) {
     v.num = read_num(r, t, &v.u, "metadata value");
@@ -82,7 +107,8 @@ int64_t ggml_nbytes(uint32_t type, int64_t row, int64_t n, const std::string& na
   const std::optional<DType> d = dtype_of_ggml(type);
   if (!d)
     fail("model", w, ": tensor ", name, " has ggml type ", type,
-         ", which is not supported (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K); re-quantise the model to one of these");
+         ", which is not supported (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K); re-quantise the model "
+         "to one of these");
   if (row % dtype_block(*d))
     fail("model", w, ": tensor ", name, " row length ", row, " is not a multiple of ", dtype_block(*d), " for ",
          dtype_name(*d));
@@ -92,32 +118,53 @@ int64_t ggml_nbytes(uint32_t type, int64_t row, int64_t n, const std::string& na
 
 std::optional<DType> dtype_of_ggml(uint32_t ggml_type) {
   switch (ggml_type) {
-    case kGgmlF32: return DType::kF32;
-    case kGgmlF16: return DType::kF16;
-    case kGgmlBF16: return DType::kBF16;
-    case kGgmlQ8_0: return DType::kQ8_0;
-    case kGgmlQ4_0: return DType::kQ4_0;
-    case kGgmlQ5_0: return DType::kQ5_0;
-    case kGgmlQ5_1: return DType::kQ5_1;
-    case kGgmlQ4_K: return DType::kQ4_K;
-    case kGgmlQ5_K: return DType::kQ5_K;
-    case kGgmlQ6_K: return DType::kQ6_K;
-    default: return std::nullopt;
+    case kGgmlF32:
+      return DType::kF32;
+    case kGgmlF16:
+      return DType::kF16;
+    case kGgmlBF16:
+      return DType::kBF16;
+    case kGgmlQ8_0:
+      return DType::kQ8_0;
+    case kGgmlQ4_0:
+      return DType::kQ4_0;
+    case kGgmlQ5_0:
+      return DType::kQ5_0;
+    case kGgmlQ5_1:
+      return DType::kQ5_1;
+    case kGgmlQ4_K:
+      return DType::kQ4_K;
+    case kGgmlQ5_K:
+      return DType::kQ5_K;
+    case kGgmlQ6_K:
+      return DType::kQ6_K;
+    default:
+      return std::nullopt;
   }
 }
 
 uint32_t ggml_type_of(DType t) {
   switch (t) {
-    case DType::kF32: return kGgmlF32;
-    case DType::kF16: return kGgmlF16;
-    case DType::kBF16: return kGgmlBF16;
-    case DType::kQ8_0: return kGgmlQ8_0;
-    case DType::kQ4_0: return kGgmlQ4_0;
-    case DType::kQ5_0: return kGgmlQ5_0;
-    case DType::kQ5_1: return kGgmlQ5_1;
-    case DType::kQ4_K: return kGgmlQ4_K;
-    case DType::kQ5_K: return kGgmlQ5_K;
-    case DType::kQ6_K: return kGgmlQ6_K;
+    case DType::kF32:
+      return kGgmlF32;
+    case DType::kF16:
+      return kGgmlF16;
+    case DType::kBF16:
+      return kGgmlBF16;
+    case DType::kQ8_0:
+      return kGgmlQ8_0;
+    case DType::kQ4_0:
+      return kGgmlQ4_0;
+    case DType::kQ5_0:
+      return kGgmlQ5_0;
+    case DType::kQ5_1:
+      return kGgmlQ5_1;
+    case DType::kQ4_K:
+      return kGgmlQ4_K;
+    case DType::kQ5_K:
+      return kGgmlQ5_K;
+    case DType::kQ6_K:
+      return kGgmlQ6_K;
   }
   return kGgmlF32;
 }
@@ -197,7 +244,8 @@ GgufFile parse_gguf(const uint8_t* data, size_t size, std::shared_ptr<const void
   }
   const uint64_t data_start = round_up(static_cast<int64_t>(r.pos()), static_cast<int64_t>(g.alignment));
   for (auto& t : g.tensors) {
-    if (data_start > size || t.offset > size - data_start || static_cast<uint64_t>(t.nbytes) > size - data_start - t.offset)
+    if (data_start > size || t.offset > size - data_start ||
+        static_cast<uint64_t>(t.nbytes) > size - data_start - t.offset)
       fail("model", w, ": tensor ", t.name, " data (offset ", t.offset, ", ", t.nbytes,
            " bytes) runs past the end of the file (", size, " bytes); the file is truncated");
     t.data = data + data_start + t.offset;
@@ -224,23 +272,57 @@ void put_str(std::vector<uint8_t>& o, const std::string& s) {
 }
 }  // namespace
 
-void GgufWriter::add_u32(const std::string& k, uint32_t v) { put_str(kv_, k); put<uint32_t>(kv_, 4); put(kv_, v); ++n_kv_; }
-void GgufWriter::add_i32(const std::string& k, int32_t v) { put_str(kv_, k); put<uint32_t>(kv_, 5); put(kv_, v); ++n_kv_; }
-void GgufWriter::add_f32(const std::string& k, float v) { put_str(kv_, k); put<uint32_t>(kv_, 6); put(kv_, v); ++n_kv_; }
-void GgufWriter::add_bool(const std::string& k, bool v) { put_str(kv_, k); put<uint32_t>(kv_, 7); put<uint8_t>(kv_, v); ++n_kv_; }
-void GgufWriter::add_str(const std::string& k, const std::string& v) { put_str(kv_, k); put<uint32_t>(kv_, 8); put_str(kv_, v); ++n_kv_; }
+void GgufWriter::add_u32(const std::string& k, uint32_t v) {
+  put_str(kv_, k);
+  put<uint32_t>(kv_, 4);
+  put(kv_, v);
+  ++n_kv_;
+}
+void GgufWriter::add_i32(const std::string& k, int32_t v) {
+  put_str(kv_, k);
+  put<uint32_t>(kv_, 5);
+  put(kv_, v);
+  ++n_kv_;
+}
+void GgufWriter::add_f32(const std::string& k, float v) {
+  put_str(kv_, k);
+  put<uint32_t>(kv_, 6);
+  put(kv_, v);
+  ++n_kv_;
+}
+void GgufWriter::add_bool(const std::string& k, bool v) {
+  put_str(kv_, k);
+  put<uint32_t>(kv_, 7);
+  put<uint8_t>(kv_, v);
+  ++n_kv_;
+}
+void GgufWriter::add_str(const std::string& k, const std::string& v) {
+  put_str(kv_, k);
+  put<uint32_t>(kv_, 8);
+  put_str(kv_, v);
+  ++n_kv_;
+}
 void GgufWriter::add_str_array(const std::string& k, const std::vector<std::string>& v) {
-  put_str(kv_, k); put<uint32_t>(kv_, 9); put<uint32_t>(kv_, 8); put<uint64_t>(kv_, v.size());
+  put_str(kv_, k);
+  put<uint32_t>(kv_, 9);
+  put<uint32_t>(kv_, 8);
+  put<uint64_t>(kv_, v.size());
   for (const auto& s : v) put_str(kv_, s);
   ++n_kv_;
 }
 void GgufWriter::add_f32_array(const std::string& k, const std::vector<float>& v) {
-  put_str(kv_, k); put<uint32_t>(kv_, 9); put<uint32_t>(kv_, 6); put<uint64_t>(kv_, v.size());
+  put_str(kv_, k);
+  put<uint32_t>(kv_, 9);
+  put<uint32_t>(kv_, 6);
+  put<uint64_t>(kv_, v.size());
   for (float f : v) put(kv_, f);
   ++n_kv_;
 }
 void GgufWriter::add_i32_array(const std::string& k, const std::vector<int32_t>& v) {
-  put_str(kv_, k); put<uint32_t>(kv_, 9); put<uint32_t>(kv_, 5); put<uint64_t>(kv_, v.size());
+  put_str(kv_, k);
+  put<uint32_t>(kv_, 9);
+  put<uint32_t>(kv_, 5);
+  put<uint64_t>(kv_, v.size());
   for (int32_t x : v) put(kv_, x);
   ++n_kv_;
 }

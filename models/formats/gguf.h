@@ -46,8 +46,19 @@
 namespace anelab::models {
 
 enum class GgufType : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7, kString = 8,
-  kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ4_0 = 2, kGgmlQ5_0 = 6, kGgmlQ5_1 = 7, kGgmlQ8_0 = 8,
                    kGgmlQ4_K = 12, kGgmlQ5_K = 13, kGgmlQ6_K = 14, kGgmlBF16 = 30;
@@ -60,16 +71,16 @@ struct GgufValue {
   double num = 0;                       // every numeric / bool scalar
   uint64_t u = 0;                       // exact unsigned value of unsigned scalars
   std::string str;
-  std::vector<double> nums;             // numeric / bool arrays
-  std::vector<std::string> strs;        // string arrays
+  std::vector<double> nums;       // numeric / bool arrays
+  std::vector<std::string> strs;  // string arrays
   bool is_int() const;
 };
 
 struct GgufTensorInfo {
   std::string name;
   uint32_t ggml_type = 0;
-  std::vector<int64_t> ne;   // GGUF order (ne[0] = row length)
-  uint64_t offset = 0;       // relative to data start
+  std::vector<int64_t> ne;  // GGUF order (ne[0] = row length)
+  uint64_t offset = 0;      // relative to data start
   const uint8_t* data = nullptr;
   int64_t nbytes = 0;
 };

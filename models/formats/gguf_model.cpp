@@ -43,10 +43,12 @@ ModelConfig gguf_config(const GgufFile& g, const std::string& w) {
 // GGUF tensor name -> canonical name ("" = ignore); ffn_up/ffn_down are fc/proj in a GELU MLP. A fused
 // attn_qkv is handled by the caller.
 std::string canonical_name(const std::string& n, const ModelConfig& c, const std::string& w) {
-  static const std::map<std::string, std::string> top = {
-      {"token_embd.weight", "tok_embeddings"}, {"position_embd.weight", "pos_embeddings"},
-      {"output_norm.weight", "norm"},          {"output_norm.bias", "norm_bias"},
-      {"output.weight", "output"},             {"rope_freqs.weight", ""}};
+  static const std::map<std::string, std::string> top = {{"token_embd.weight", "tok_embeddings"},
+                                                         {"position_embd.weight", "pos_embeddings"},
+                                                         {"output_norm.weight", "norm"},
+                                                         {"output_norm.bias", "norm_bias"},
+                                                         {"output.weight", "output"},
+                                                         {"rope_freqs.weight", ""}};
   if (auto it = top.find(n); it != top.end()) return it->second;
   static const std::regex re(R"(blk\.(\d+)\.([a-z_]+)\.(weight|bias))");
   std::smatch m;
@@ -54,10 +56,17 @@ std::string canonical_name(const std::string& n, const ModelConfig& c, const std
   const std::string p = "layers." + m[1].str() + ".", what = m[2].str();
   const bool bias = m[3].str() == "bias";
   static const std::map<std::string, std::pair<std::string, std::string>> blk = {
-      {"attn_norm", {"attn_norm", "attn_norm_bias"}}, {"ffn_norm", {"ffn_norm", "ffn_norm_bias"}},
-      {"attn_q", {"wq", "bq"}}, {"attn_k", {"wk", "bk"}}, {"attn_v", {"wv", "bv"}}, {"attn_output", {"wo", "bo"}},
-      {"ffn_gate", {"w1", ""}}, {"attn_q_norm", {"q_norm", ""}}, {"attn_k_norm", {"k_norm", ""}},
-      {"post_attention_norm", {"attn_post_norm", ""}}, {"post_ffw_norm", {"ffn_post_norm", ""}}};
+      {"attn_norm", {"attn_norm", "attn_norm_bias"}},
+      {"ffn_norm", {"ffn_norm", "ffn_norm_bias"}},
+      {"attn_q", {"wq", "bq"}},
+      {"attn_k", {"wk", "bk"}},
+      {"attn_v", {"wv", "bv"}},
+      {"attn_output", {"wo", "bo"}},
+      {"ffn_gate", {"w1", ""}},
+      {"attn_q_norm", {"q_norm", ""}},
+      {"attn_k_norm", {"k_norm", ""}},
+      {"post_attention_norm", {"attn_post_norm", ""}},
+      {"post_ffw_norm", {"ffn_post_norm", ""}}};
   if (auto it = blk.find(what); it != blk.end() && !(bias && it->second.second.empty()))
     return p + (bias ? it->second.second : it->second.first);
   if (what == "ffn_down" || what == "ffn_up") {
@@ -123,7 +132,8 @@ tok::VocabData gguf_vocab(const GgufFile& g, const std::string& w) {
   if (const GgufValue* p = g.find("tokenizer.ggml.pre"); p && p->type == GgufType::kString) v.pre = p->str;
   auto id = [&](const char* key) -> int32_t {
     const int64_t x = g.get_int(key, int64_t{-1});
-    if (x < -1 || x >= static_cast<int64_t>(n)) fail("model", w, ": ", key, " = ", x, " is outside the vocabulary of ", n);
+    if (x < -1 || x >= static_cast<int64_t>(n))
+      fail("model", w, ": ", key, " = ", x, " is outside the vocabulary of ", n);
     return static_cast<int32_t>(x);
   };
   v.bos_id = id("tokenizer.ggml.bos_token_id");
@@ -175,7 +185,8 @@ RopeScaling rope_scaling_from_divisors(const GgufFile& g, const GgufTensorInfo& 
   RopeScaling s;
   if (std::all_of(d.begin(), d.end(), [](double v) { return v == 1.0; })) return s;
   const auto unfit = [&] {
-    fail("model", w, ": rope_freqs.weight is not llama3 RoPE scaling anelab can recover (needs 2+ blended "
+    fail("model", w,
+         ": rope_freqs.weight is not llama3 RoPE scaling anelab can recover (needs 2+ blended "
          "frequencies); load the Hugging Face model (config.json rope_scaling llama3) instead");
   };
   const auto check = [&](const RopeScaling& r) {
@@ -218,8 +229,8 @@ Model gguf_to_model(const GgufFile& g, const std::string& w) {
     if (std::regex_match(t.name, mt, qkv)) {  // fused [3*d, d]: q, k, v row blocks
       const bool wgt = mt[2].str() == "weight";
       if (shape[0] != 3 * d || (wgt && (shape.size() != 2 || shape[1] != d)) || (!wgt && shape.size() != 1))
-        fail("model", w, ": tensor ", t.name, " has shape ", shape_string(shape), ", expected [", 3 * d, wgt ? ", " : "",
-             wgt ? std::to_string(d) : "", "]");
+        fail("model", w, ": tensor ", t.name, " has shape ", shape_string(shape), ", expected [", 3 * d,
+             wgt ? ", " : "", wgt ? std::to_string(d) : "", "]");
       const std::string p = "layers." + mt[1].str() + ".";
       const char* names[3] = {wgt ? "wq" : "bq", wgt ? "wk" : "bk", wgt ? "wv" : "bv"};
       shape[0] = d;
@@ -259,7 +270,9 @@ Model gguf_to_model(const GgufFile& g, const std::string& w) {
   return m;
 }
 
-Model read_gguf(const std::string& path, FileAccess access) { return gguf_to_model(read_gguf_file(path, access), path); }
+Model read_gguf(const std::string& path, FileAccess access) {
+  return gguf_to_model(read_gguf_file(path, access), path);
+}
 
 namespace {
 
@@ -279,8 +292,10 @@ void add_vocab(GgufWriter& w, const tok::VocabData& src, int64_t vocab_size) {
     for (std::string& t : v.tokens)
       for (size_t p; (p = t.find(' ')) != std::string::npos;) t.replace(p, 1, "\xE2\x96\x81");
   w.add_str("tokenizer.ggml.model", tok::gguf_tokenizer_model(v.kind));
-  if (!spm) w.add_str("tokenizer.ggml.pre", tok::llama_cpp_pre_name(tok::select_pretokenizer(v.pre, v.pre_regex)));
-  else if (!v.pre.empty()) w.add_str("tokenizer.ggml.pre", v.pre);
+  if (!spm)
+    w.add_str("tokenizer.ggml.pre", tok::llama_cpp_pre_name(tok::select_pretokenizer(v.pre, v.pre_regex)));
+  else if (!v.pre.empty())
+    w.add_str("tokenizer.ggml.pre", v.pre);
   w.add_str_array("tokenizer.ggml.tokens", v.tokens);
   if (!v.scores.empty()) w.add_f32_array("tokenizer.ggml.scores", v.scores);
   if (!v.types.empty()) {
@@ -298,17 +313,34 @@ void add_vocab(GgufWriter& w, const tok::VocabData& src, int64_t vocab_size) {
 }
 
 std::string gguf_name(const std::string& name) {
-  static const std::map<std::string, std::string> rev = {
-      {"wq", "attn_q.weight"}, {"wk", "attn_k.weight"}, {"wv", "attn_v.weight"}, {"wo", "attn_output.weight"},
-      {"bq", "attn_q.bias"}, {"bk", "attn_k.bias"}, {"bv", "attn_v.bias"}, {"bo", "attn_output.bias"},
-      {"attn_norm", "attn_norm.weight"}, {"attn_norm_bias", "attn_norm.bias"}, {"ffn_norm", "ffn_norm.weight"},
-      {"ffn_norm_bias", "ffn_norm.bias"}, {"w1", "ffn_gate.weight"}, {"w2", "ffn_down.weight"},
-      {"w3", "ffn_up.weight"}, {"fc", "ffn_up.weight"}, {"fc_bias", "ffn_up.bias"}, {"proj", "ffn_down.weight"},
-      {"proj_bias", "ffn_down.bias"}, {"q_norm", "attn_q_norm.weight"}, {"k_norm", "attn_k_norm.weight"},
-      {"attn_post_norm", "post_attention_norm.weight"}, {"ffn_post_norm", "post_ffw_norm.weight"},
-      {"tok_embeddings", "token_embd.weight"},
-      {"pos_embeddings", "position_embd.weight"}, {"norm", "output_norm.weight"}, {"norm_bias", "output_norm.bias"},
-      {"output", "output.weight"}};
+  static const std::map<std::string, std::string> rev = {{"wq", "attn_q.weight"},
+                                                         {"wk", "attn_k.weight"},
+                                                         {"wv", "attn_v.weight"},
+                                                         {"wo", "attn_output.weight"},
+                                                         {"bq", "attn_q.bias"},
+                                                         {"bk", "attn_k.bias"},
+                                                         {"bv", "attn_v.bias"},
+                                                         {"bo", "attn_output.bias"},
+                                                         {"attn_norm", "attn_norm.weight"},
+                                                         {"attn_norm_bias", "attn_norm.bias"},
+                                                         {"ffn_norm", "ffn_norm.weight"},
+                                                         {"ffn_norm_bias", "ffn_norm.bias"},
+                                                         {"w1", "ffn_gate.weight"},
+                                                         {"w2", "ffn_down.weight"},
+                                                         {"w3", "ffn_up.weight"},
+                                                         {"fc", "ffn_up.weight"},
+                                                         {"fc_bias", "ffn_up.bias"},
+                                                         {"proj", "ffn_down.weight"},
+                                                         {"proj_bias", "ffn_down.bias"},
+                                                         {"q_norm", "attn_q_norm.weight"},
+                                                         {"k_norm", "attn_k_norm.weight"},
+                                                         {"attn_post_norm", "post_attention_norm.weight"},
+                                                         {"ffn_post_norm", "post_ffw_norm.weight"},
+                                                         {"tok_embeddings", "token_embd.weight"},
+                                                         {"pos_embeddings", "position_embd.weight"},
+                                                         {"norm", "output_norm.weight"},
+                                                         {"norm_bias", "output_norm.bias"},
+                                                         {"output", "output.weight"}};
   auto find = [&](const std::string& k) {
     auto it = rev.find(k);
     if (it == rev.end()) fail("model", "tensor ", name, " has no GGUF name");
@@ -321,8 +353,8 @@ std::string gguf_name(const std::string& name) {
 }
 
 // llama.cpp's llama_ftype of the matrices' dtypes: a K-quant mix by its base type (Q4_K: 15 q4_k_m; else Q5_K: 17
-// q5_k_m when a layer matrix is Q6_K, 16 q5_k_s when none is; their row fallbacks Q5_0 / Q5_1 / Q8_0 do not count), else
-// the dtype holding the most bytes (0 all f32, 1 mostly f16, 7 q8_0, 32 bf16, 2 q4_0, 8 q5_0, 9 q5_1, 18 q6_k).
+// q5_k_m when a layer matrix is Q6_K, 16 q5_k_s when none is; their row fallbacks Q5_0 / Q5_1 / Q8_0 do not count),
+// else the dtype holding the most bytes (0 all f32, 1 mostly f16, 7 q8_0, 32 bf16, 2 q4_0, 8 q5_0, 9 q5_1, 18 q6_k).
 uint32_t file_type(const Model& m) {
   std::map<DType, int64_t> bytes;
   bool q6k_layer = false;
@@ -337,14 +369,22 @@ uint32_t file_type(const Model& m) {
   for (const auto& [d, n] : bytes)
     if (n > bytes[top]) top = d;
   switch (top) {
-    case DType::kF16: return 1;
-    case DType::kQ8_0: return 7;
-    case DType::kBF16: return 32;
-    case DType::kQ4_0: return 2;
-    case DType::kQ5_0: return 8;
-    case DType::kQ5_1: return 9;
-    case DType::kQ6_K: return 18;
-    default: return 0;
+    case DType::kF16:
+      return 1;
+    case DType::kQ8_0:
+      return 7;
+    case DType::kBF16:
+      return 32;
+    case DType::kQ4_0:
+      return 2;
+    case DType::kQ5_0:
+      return 8;
+    case DType::kQ5_1:
+      return 9;
+    case DType::kQ6_K:
+      return 18;
+    default:
+      return 0;
   }
 }
 
@@ -359,10 +399,13 @@ void add_fused_qkv(GgufWriter& w, const Model& m, int64_t layer, bool bias) {
   DType dt = DType::kF32;
   for (int k = 0; k < 3; ++k) {
     const Tensor& t = m.tensor(p + names[k]);
-    if (k == 0) shape = t.shape, dt = t.dtype;
+    if (k == 0)
+      shape = t.shape, dt = t.dtype;
     else if (t.dtype != dt || t.shape != m.tensor(p + names[0]).shape)
-      fail("model", "GGUF ", m.config.arch, " fuses q/k/v: ", p, names[k], " must have the dtype and shape of ", p, names[0]);
-    else shape[0] += t.shape[0];
+      fail("model", "GGUF ", m.config.arch, " fuses q/k/v: ", p, names[k], " must have the dtype and shape of ", p,
+           names[0]);
+    else
+      shape[0] += t.shape[0];
     bytes.insert(bytes.end(), t.data, t.data + t.nbytes);
   }
   w.add_tensor("blk." + std::to_string(layer) + (bias ? ".attn_qkv.bias" : ".attn_qkv.weight"), ggml_of(dt),
@@ -396,8 +439,8 @@ GgufWriter gguf_writer_for(const Model& m, std::vector<std::string>* notes) {
   const Arch& arch = arch_of(c.arch, "GGUF export");
   if (!arch.gguf_config) fail("model", "GGUF export: anelab has no GGUF mapping for ", c.arch, " models yet");
   if (arch.gguf_rope && c.rope_style != *arch.gguf_rope)
-    fail("model", "GGUF ", c.arch, " expects ", rope_style_name(*arch.gguf_rope), " RoPE order of q/k; this model uses ",
-         rope_style_name(c.rope_style), " (export_model permutes it)");
+    fail("model", "GGUF ", c.arch, " expects ", rope_style_name(*arch.gguf_rope),
+         " RoPE order of q/k; this model uses ", rope_style_name(c.rope_style), " (export_model permutes it)");
   GgufWriter w;
   const std::string a = c.arch + ".";
   w.add_str("general.architecture", c.arch);

@@ -23,7 +23,9 @@ std::string detect_model_format(const std::string& path) {
   if (looks_like_gguf(f.data(), f.size())) return "gguf";
   if (looks_like_safetensors(f.data(), f.size())) return "safetensors";
   if (looks_like_llama2c(f.data(), f.size())) return "llama2c";
-  fail("model", path, ": not a recognised model file (tried anelab, training checkpoint, GGUF, safetensors, llama2.c legacy/v1; a llama2.c "
+  fail("model", path,
+       ": not a recognised model file (tried anelab, training checkpoint, GGUF, safetensors, llama2.c legacy/v1; a "
+       "llama2.c "
        "legacy file must have exactly the size its header implies)");
 }
 

@@ -13,16 +13,26 @@ namespace anelab::models {
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "fp32";
-    case DType::kF16: return "fp16";
-    case DType::kBF16: return "bf16";
-    case DType::kQ8_0: return "q8_0";
-    case DType::kQ4_0: return "q4_0";
-    case DType::kQ5_0: return "q5_0";
-    case DType::kQ5_1: return "q5_1";
-    case DType::kQ4_K: return "q4_k";
-    case DType::kQ5_K: return "q5_k";
-    case DType::kQ6_K: return "q6_k";
+    case DType::kF32:
+      return "fp32";
+    case DType::kF16:
+      return "fp16";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kQ8_0:
+      return "q8_0";
+    case DType::kQ4_0:
+      return "q4_0";
+    case DType::kQ5_0:
+      return "q5_0";
+    case DType::kQ5_1:
+      return "q5_1";
+    case DType::kQ4_K:
+      return "q4_k";
+    case DType::kQ5_K:
+      return "q5_k";
+    case DType::kQ6_K:
+      return "q6_k";
   }
   return "?";
 }
@@ -35,13 +45,20 @@ bool is_block_quantized(DType t) {
 namespace {
 quant::BlockType block_type(DType t) {
   switch (t) {
-    case DType::kQ4_0: return quant::BlockType::kQ4_0;
-    case DType::kQ5_0: return quant::BlockType::kQ5_0;
-    case DType::kQ5_1: return quant::BlockType::kQ5_1;
-    case DType::kQ4_K: return quant::BlockType::kQ4_K;
-    case DType::kQ5_K: return quant::BlockType::kQ5_K;
-    case DType::kQ6_K: return quant::BlockType::kQ6_K;
-    default: return quant::BlockType::kQ8_0;
+    case DType::kQ4_0:
+      return quant::BlockType::kQ4_0;
+    case DType::kQ5_0:
+      return quant::BlockType::kQ5_0;
+    case DType::kQ5_1:
+      return quant::BlockType::kQ5_1;
+    case DType::kQ4_K:
+      return quant::BlockType::kQ4_K;
+    case DType::kQ5_K:
+      return quant::BlockType::kQ5_K;
+    case DType::kQ6_K:
+      return quant::BlockType::kQ6_K;
+    default:
+      return quant::BlockType::kQ8_0;
   }
 }
 }  // namespace
@@ -65,9 +82,11 @@ DType parse_dtype(std::string_view s) {
 int64_t dtype_nbytes(DType t, int64_t n) {
   if (n < 0) return -1;
   switch (t) {
-    case DType::kF32: return n * 4;
+    case DType::kF32:
+      return n * 4;
     case DType::kF16:
-    case DType::kBF16: return n * 2;
+    case DType::kBF16:
+      return n * 2;
     case DType::kQ8_0:
     case DType::kQ4_0:
     case DType::kQ5_0:
@@ -116,8 +135,7 @@ void validate_config(const ModelConfig& c, const std::string& where) {
     fail("model", where, ": n_heads ", c.n_heads, " is not a multiple of n_kv_heads ", c.n_kv_heads);
   if (c.rope_style != RopeStyle::kNone && c.head_dim % 2)
     fail("model", where, ": head_dim ", c.head_dim, " must be even for RoPE");
-  if (!(c.norm_eps > 0.0f && c.norm_eps < 1.0f))
-    fail("model", where, ": norm_eps ", c.norm_eps, " must be in (0, 1)");
+  if (!(c.norm_eps > 0.0f && c.norm_eps < 1.0f)) fail("model", where, ": norm_eps ", c.norm_eps, " must be in (0, 1)");
   check_range(where, "n_heads * head_dim", c.q_dim(), 1, 1 << 18);
   if (!std::isfinite(c.rope_theta) || (c.rope_style != RopeStyle::kNone && !(c.rope_theta > 1.0f)))
     fail("model", where, ": rope_theta ", c.rope_theta, " must be a finite value > 1");
@@ -157,13 +175,13 @@ std::string describe_config(const ModelConfig& c) {
      << c.n_kv_heads << "\n  head_dim        " << c.head_dim << "\n  vocab_size      " << c.vocab_size
      << "\n  max_seq_len     " << c.max_seq_len << "\n  norm            " << norm_type_name(c.norm) << " (eps "
      << c.norm_eps << ")\n  activation      " << activation_name(c.activation) << "\n  positions       "
-     << (c.learned_pos ? "learned" : std::string("rope ") + rope_style_name(c.rope_style)) << " (theta "
-     << c.rope_theta << rope_scaling_text(c.rope_scaling) << ")\n  tied_embeddings " << (c.tied_embeddings ? "yes" : "no") << "\n  biases          qkv "
-     << (c.qkv_bias ? "yes" : "no") << ", attn_out " << (c.attn_out_bias ? "yes" : "no") << ", mlp "
-     << (c.mlp_bias ? "yes" : "no") << "\n  qk_norm         " << (c.qk_norm ? "yes" : "no") << "\n";
+     << (c.learned_pos ? "learned" : std::string("rope ") + rope_style_name(c.rope_style)) << " (theta " << c.rope_theta
+     << rope_scaling_text(c.rope_scaling) << ")\n  tied_embeddings " << (c.tied_embeddings ? "yes" : "no")
+     << "\n  biases          qkv " << (c.qkv_bias ? "yes" : "no") << ", attn_out " << (c.attn_out_bias ? "yes" : "no")
+     << ", mlp " << (c.mlp_bias ? "yes" : "no") << "\n  qk_norm         " << (c.qk_norm ? "yes" : "no") << "\n";
   if (c.norm_offset != 0.0f || c.post_norms)
-    os << "  norms           (" << c.norm_offset << " + w)" << (c.post_norms ? ", post-attention and post-MLP norms" : "")
-       << "\n";
+    os << "  norms           (" << c.norm_offset << " + w)"
+       << (c.post_norms ? ", post-attention and post-MLP norms" : "") << "\n";
   if (c.embed_scale != 1.0f) os << "  embed_scale     " << c.embed_scale << "\n";
   if (c.attn_scale != 0.0f) os << "  attn_scale      " << c.attn_scale << "\n";
   if (c.logit_softcap != 0.0f) os << "  logit_softcap   " << c.logit_softcap << "\n";
@@ -269,11 +287,15 @@ void Tensor::to_f32(int64_t begin, int64_t count, float* out) const {
   if (begin < 0 || count < 0 || begin + count > numel())
     fail("model", "tensor ", name, ": element range [", begin, ", ", begin + count, ") outside ", numel(), " elements");
   switch (dtype) {
-    case DType::kF32: std::memcpy(out, data + begin * 4, static_cast<size_t>(count) * 4); return;
+    case DType::kF32:
+      std::memcpy(out, data + begin * 4, static_cast<size_t>(count) * 4);
+      return;
     case DType::kF16:
       half_to_float(reinterpret_cast<const half_bits*>(data) + begin, out, static_cast<size_t>(count));
       return;
-    case DType::kBF16: bf16_to_f32(reinterpret_cast<const uint16_t*>(data) + begin, out, count); return;
+    case DType::kBF16:
+      bf16_to_f32(reinterpret_cast<const uint16_t*>(data) + begin, out, count);
+      return;
     case DType::kQ8_0:
     case DType::kQ4_0:
     case DType::kQ5_0:
@@ -283,7 +305,8 @@ void Tensor::to_f32(int64_t begin, int64_t count, float* out) const {
     case DType::kQ6_K: {
       const int64_t blk = dtype_block(dtype);
       if (begin % blk || count % blk)
-        fail("model", "tensor ", name, ": ", dtype_name(dtype), " ranges must start and end on ", blk, "-element blocks");
+        fail("model", "tensor ", name, ": ", dtype_name(dtype), " ranges must start and end on ", blk,
+             "-element blocks");
       quant::dequantize(block_type(dtype), data + dtype_nbytes(dtype, begin), out, count);
       return;
     }
@@ -406,16 +429,24 @@ void f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
 
 void f32_to_dtype(const float* src, DType t, uint8_t* dst, int64_t n) {
   switch (t) {
-    case DType::kF32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
-    case DType::kF16: float_to_half(src, reinterpret_cast<half_bits*>(dst), static_cast<size_t>(n)); return;
-    case DType::kBF16: f32_to_bf16(src, reinterpret_cast<uint16_t*>(dst), n); return;
+    case DType::kF32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      return;
+    case DType::kF16:
+      float_to_half(src, reinterpret_cast<half_bits*>(dst), static_cast<size_t>(n));
+      return;
+    case DType::kBF16:
+      f32_to_bf16(src, reinterpret_cast<uint16_t*>(dst), n);
+      return;
     case DType::kQ8_0:
     case DType::kQ4_0:
     case DType::kQ5_0:
     case DType::kQ5_1:
     case DType::kQ4_K:
     case DType::kQ5_K:
-    case DType::kQ6_K: quant::quantize(block_type(t), src, dst, n); return;
+    case DType::kQ6_K:
+      quant::quantize(block_type(t), src, dst, n);
+      return;
   }
 }
 

@@ -10,13 +10,12 @@
 //   layers.{i}.wq               [n_heads*head_dim, dim]
 //   layers.{i}.wk, .wv          [n_kv_heads*head_dim, dim]
 //   layers.{i}.wo               [dim, n_heads*head_dim]
-//   layers.{i}.q_norm, k_norm   [head_dim]                     when qk_norm (RMSNorm of each head of q and k before RoPE)
-//   layers.{i}.bq / bk / bv     [rows of wq / wk / wv]        when qkv_bias
-//   layers.{i}.bo               [dim]                          when attn_out_bias
-//   layers.{i}.ffn_norm         [dim]        (+ layers.{i}.ffn_norm_bias [dim] for LayerNorm)
+//   layers.{i}.q_norm, k_norm   [head_dim]                     when qk_norm (RMSNorm of each head of q and k before
+//   RoPE) layers.{i}.bq / bk / bv     [rows of wq / wk / wv]        when qkv_bias layers.{i}.bo               [dim]
+//   when attn_out_bias layers.{i}.ffn_norm         [dim]        (+ layers.{i}.ffn_norm_bias [dim] for LayerNorm)
 //   layers.{i}.attn_post_norm   [dim]                          when post_norms (after wo, before the residual add)
-//   SwiGLU (silu) / GeGLU (gelu_tanh_gated): layers.{i}.w1 [hidden, dim] gate, .w2 [dim, hidden] down, .w3 [hidden, dim] up
-//   GELU MLP (gelu_tanh): layers.{i}.fc [hidden, dim] + fc_bias [hidden], .proj [dim, hidden] + proj_bias [dim]
+//   SwiGLU (silu) / GeGLU (gelu_tanh_gated): layers.{i}.w1 [hidden, dim] gate, .w2 [dim, hidden] down, .w3 [hidden,
+//   dim] up GELU MLP (gelu_tanh): layers.{i}.fc [hidden, dim] + fc_bias [hidden], .proj [dim, hidden] + proj_bias [dim]
 //   layers.{i}.ffn_post_norm    [dim]                          when post_norms (after the MLP, before the residual add)
 //   norm                        [dim]        (+ norm_bias [dim] for LayerNorm)
 //   output                      [vocab, dim]                  absent when tied_embeddings
@@ -51,10 +50,10 @@ enum class DType : uint8_t {
   kQ5_1 = 8,  // 32 values in 24 bytes: fp16 d, m + 32 high bits + 16 bytes of nibbles; x = d*q + m
   kQ5_K = 9,  // 256 values in 176 bytes: Q4_K's scales and nibbles + 32 bytes of 5th bits
 };
-const char* dtype_name(DType t);                 // "fp32", "fp16", "bf16", "q8_0", "q4_0", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"
-DType parse_dtype(std::string_view s);           // accepts the names above (+ f32/f16/float32...), throws otherwise
-bool is_block_quantized(DType t);                // q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k
-int64_t dtype_block(DType t);                    // values per block: 32 / 256 for block types, 1 otherwise
+const char* dtype_name(DType t);  // "fp32", "fp16", "bf16", "q8_0", "q4_0", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"
+DType parse_dtype(std::string_view s);  // accepts the names above (+ f32/f16/float32...), throws otherwise
+bool is_block_quantized(DType t);       // q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k
+int64_t dtype_block(DType t);           // values per block: 32 / 256 for block types, 1 otherwise
 // Bytes needed for n elements (block types: n must be a multiple of dtype_block); returns -1 when n is invalid.
 int64_t dtype_nbytes(DType t, int64_t n);
 
@@ -71,22 +70,22 @@ struct ModelConfig {
   int64_t hidden_dim = 0;      // feed-forward width
   int64_t n_layers = 0;
   int64_t n_heads = 0;
-  int64_t n_kv_heads = 0;      // == n_heads without GQA
-  int64_t head_dim = 0;        // usually dim / n_heads (may differ: 128 with dim 1024 and 16 heads)
+  int64_t n_kv_heads = 0;  // == n_heads without GQA
+  int64_t head_dim = 0;    // usually dim / n_heads (may differ: 128 with dim 1024 and 16 heads)
   int64_t vocab_size = 0;
-  int64_t max_seq_len = 0;     // context length (rows of pos_embeddings when learned_pos)
+  int64_t max_seq_len = 0;  // context length (rows of pos_embeddings when learned_pos)
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
   RopeStyle rope_style = RopeStyle::kAdjacentPairs;
-  RopeScaling rope_scaling;      // RoPE frequency scaling (arch_types.h): none, or llama3's
+  RopeScaling rope_scaling;     // RoPE frequency scaling (arch_types.h): none, or llama3's
   bool tied_embeddings = true;  // output = tok_embeddings (no `output` tensor)
   bool qkv_bias = false;        // bq/bk/bv present
   bool attn_out_bias = false;   // bo present
   bool mlp_bias = false;        // fc_bias/proj_bias present (GELU MLP)
   NormType norm = NormType::kRms;
   Activation activation = Activation::kSilu;
-  bool learned_pos = false;     // pos_embeddings present (then rope_style is kNone)
-  bool qk_norm = false;         // per-head RMSNorm of q and k (weights q_norm/k_norm [head_dim], eps norm_eps) before RoPE
+  bool learned_pos = false;  // pos_embeddings present (then rope_style is kNone)
+  bool qk_norm = false;      // per-head RMSNorm of q and k (weights q_norm/k_norm [head_dim], eps norm_eps) before RoPE
   // Gemma 3 (the defaults leave every other architecture as it was):
   float norm_offset = 0.0f;     // every RMSNorm multiplies by (norm_offset + w), added in fp32 (Gemma: 1)
   bool post_norms = false;      // attn_post_norm / ffn_post_norm on the attention and MLP outputs (sandwich norms)
@@ -123,7 +122,7 @@ struct TensorSpec {
   int64_t numel() const;
 };
 std::vector<TensorSpec> canonical_tensors(const ModelConfig& c);
-int64_t parameter_count(const ModelConfig& c);  // checked_parameter_count(c, "model config")
+int64_t parameter_count(const ModelConfig& c);                // checked_parameter_count(c, "model config")
 std::string shape_string(const std::vector<int64_t>& shape);  // "[64, 172]"
 
 struct Tensor {
@@ -137,7 +136,7 @@ struct Tensor {
   int64_t numel() const;
   int64_t rows() const { return shape.empty() ? 1 : shape[0]; }
   int64_t cols() const { return shape.size() < 2 ? numel() : numel() / shape[0]; }
-  const float* f32() const;  // direct pointer; throws unless dtype is fp32
+  const float* f32() const;           // direct pointer; throws unless dtype is fp32
   std::vector<float> to_f32() const;  // dequantised copy (fp16/bf16/block types -> fp32)
   // Dequantises elements [begin, begin+count) into out (block types: begin and count multiples of dtype_block).
   void to_f32(int64_t begin, int64_t count, float* out) const;
@@ -164,8 +163,8 @@ class Model {
   const Tensor& output_weight() const;
 
   // Adds a view over bytes kept alive by owner (shape/dtype/nbytes consistency is checked).
-  void add_view(std::string name, DType dtype, std::vector<int64_t> shape, const uint8_t* data,
-                int64_t nbytes, std::shared_ptr<const void> owner);
+  void add_view(std::string name, DType dtype, std::vector<int64_t> shape, const uint8_t* data, int64_t nbytes,
+                std::shared_ptr<const void> owner);
   // Adds a tensor that owns its bytes.
   void add_owned(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes);
   // Checks that the tensor set is exactly canonical_tensors(config) with matching shapes;

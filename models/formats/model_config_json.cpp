@@ -56,14 +56,16 @@ class Fields {
  public:
   Fields(const json& j, const std::string& where, const char* component, const std::string& prefix)
       : j_(j), where_(where), component_(component), prefix_(prefix) {
-    if (!j_.is_object()) fail(component_, where_, ": header field ", prefix_.substr(0, prefix_.size() - 1), " is not an object");
+    if (!j_.is_object())
+      fail(component_, where_, ": header field ", prefix_.substr(0, prefix_.size() - 1), " is not an object");
   }
   // The value of key, or nullptr when it is absent and `optional`.
   const json* get(const char* key, bool optional) const {
     auto it = j_.find(key);
     if (it != j_.end()) return &*it;
     if (optional) return nullptr;
-    fail(component_, where_, ": header field ", prefix_, key, " is missing; the file was not written by anelab or is corrupt");
+    fail(component_, where_, ": header field ", prefix_, key,
+         " is missing; the file was not written by anelab or is corrupt");
   }
   int64_t integer(const char* key) const {
     const json& v = *get(key, false);
@@ -144,7 +146,8 @@ ModelConfig model_config_from_json(const json& j, const std::string& where, cons
   c.norm_eps = f.number("norm_eps");
   c.rope_theta = f.number("rope_theta");
   c.rope_style = f.name("rope_style", false, c.rope_style, parse_rope_style, "none, adjacent_pairs, rotate_half");
-  if (const json* s = f.get("rope_scaling", true)) c.rope_scaling = rope_scaling_from_json(*s, where, component, prefix);
+  if (const json* s = f.get("rope_scaling", true))
+    c.rope_scaling = rope_scaling_from_json(*s, where, component, prefix);
   c.norm = f.name("norm", flags_optional, c.norm, parse_norm_type, "rms, layer");
   c.activation = f.name("activation", flags_optional, c.activation, parse_activation, "silu, gelu_tanh");
   f.boolean("tied_embeddings", false, &c.tied_embeddings);

@@ -146,9 +146,12 @@ Model read_hf_safetensors(const std::string& path, FileAccess access) {
   std::vector<fs::path> files;
   fs::path index;
   if (fs::is_directory(p)) {
-    if (fs::exists(p / "model.safetensors")) files.push_back(p / "model.safetensors");
-    else if (fs::exists(p / "model.safetensors.index.json")) index = p / "model.safetensors.index.json";
-    else fail("model", path, ": directory has neither model.safetensors nor model.safetensors.index.json");
+    if (fs::exists(p / "model.safetensors"))
+      files.push_back(p / "model.safetensors");
+    else if (fs::exists(p / "model.safetensors.index.json"))
+      index = p / "model.safetensors.index.json";
+    else
+      fail("model", path, ": directory has neither model.safetensors nor model.safetensors.index.json");
   } else if (p.filename().string().ends_with(".index.json")) {
     index = p;
   } else {

@@ -42,16 +42,22 @@ std::optional<QuantMix> parse_quant_mix(std::string_view s) {
 
 const char* quant_mix_name(QuantMix m) {
   switch (m) {
-    case QuantMix::kQ8_0: return "q8_0";
-    case QuantMix::kQ4_0: return "q4_0";
-    case QuantMix::kQ4_K_M: return "q4_k_m";
-    case QuantMix::kQ5_K_S: return "q5_k_s";
-    case QuantMix::kQ5_K_M: return "q5_k_m";
+    case QuantMix::kQ8_0:
+      return "q8_0";
+    case QuantMix::kQ4_0:
+      return "q4_0";
+    case QuantMix::kQ4_K_M:
+      return "q4_k_m";
+    case QuantMix::kQ5_K_S:
+      return "q5_k_s";
+    case QuantMix::kQ5_K_M:
+      return "q5_k_m";
   }
   return "?";
 }
 
-DType mix_dtype(const ModelConfig& c, const std::string& name, const std::vector<int64_t>& shape, DType src, QuantMix mix) {
+DType mix_dtype(const ModelConfig& c, const std::string& name, const std::vector<int64_t>& shape, DType src,
+                QuantMix mix) {
   if (shape.size() < 2 || name == "pos_embeddings") return src;
   DType t = DType::kQ5_K;
   if (mix == QuantMix::kQ8_0) t = DType::kQ8_0;

@@ -26,7 +26,8 @@ enum class QuantMix : uint8_t { kQ8_0, kQ4_0, kQ4_K_M, kQ5_K_S, kQ5_K_M };
 std::optional<QuantMix> parse_quant_mix(std::string_view s);
 const char* quant_mix_name(QuantMix m);
 // The dtype `mix` gives tensor `name` of shape `shape` in a model of config c (src = its current dtype).
-DType mix_dtype(const ModelConfig& c, const std::string& name, const std::vector<int64_t>& shape, DType src, QuantMix mix);
+DType mix_dtype(const ModelConfig& c, const std::string& name, const std::vector<int64_t>& shape, DType src,
+                QuantMix mix);
 // The model with every tensor converted to mix_dtype (in memory; rows quantized on the shared thread pool).
 Model quantize_model(const Model& m, QuantMix mix);
 

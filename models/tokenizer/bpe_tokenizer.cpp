@@ -119,8 +119,8 @@ class ByteBpeTokenizer final : public Tokenizer {
                  "tokenizer", "merge #", rank, " '", m, "' is not of the form 'left right'");
     const std::string l = m.substr(0, sp), r = m.substr(sp + 1);
     auto il = stored_.find(l), ir = stored_.find(r), im = stored_.find(l + r);
-    ANELAB_CHECK(il != stored_.end() && ir != stored_.end() && im != stored_.end(), "tokenizer", "merge #", rank,
-                 " '", m, "' refers to a token missing from the vocab");
+    ANELAB_CHECK(il != stored_.end() && ir != stored_.end() && im != stored_.end(), "tokenizer", "merge #", rank, " '",
+                 m, "' refers to a token missing from the vocab");
     merges_.emplace(key(il->second, ir->second), Merge{rank, im->second});  // first (lowest) rank wins
   }
 
@@ -190,10 +190,10 @@ class ByteBpeTokenizer final : public Tokenizer {
   };
 
   PreTokenizer pre_;
-  std::vector<std::string> raw_;                    // id -> raw bytes (added tokens: their literal text)
-  std::array<int32_t, 256> byte_id_;                // byte -> single-byte token id
-  std::unordered_map<std::string, int32_t> stored_; // stored (byte-encoded) text -> id
-  std::unordered_map<uint64_t, Merge> merges_;      // (left id, right id) -> rank, merged id
+  std::vector<std::string> raw_;                     // id -> raw bytes (added tokens: their literal text)
+  std::array<int32_t, 256> byte_id_;                 // byte -> single-byte token id
+  std::unordered_map<std::string, int32_t> stored_;  // stored (byte-encoded) text -> id
+  std::unordered_map<uint64_t, Merge> merges_;       // (left id, right id) -> rank, merged id
   AddedTokenMatcher matcher_;
   mutable std::mutex cache_mu_;
   mutable std::unordered_map<std::string, std::vector<int32_t>, SvHash, SvEq> cache_;

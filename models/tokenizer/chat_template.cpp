@@ -59,12 +59,17 @@ std::string qwen3(const std::vector<ChatMessage>& m, bool add_generation_prompt,
   const size_t last_query = qwen3_last_query(m);
   for (size_t i = 0; i < m.size(); ++i) {
     const std::string& role = m[i].role;
-    if (role == "user" || (role == "system" && i > 0)) out += "<|im_start|>" + role + "\n" + m[i].content + "<|im_end|>\n";
-    else if (role == "assistant") out += qwen3_assistant(m, i, last_query);
-    else if (role == "tool") chatml_tool(m, i, out);
-    else if (role != "system") bad_role(i, role, "system, user, assistant or tool");
+    if (role == "user" || (role == "system" && i > 0))
+      out += "<|im_start|>" + role + "\n" + m[i].content + "<|im_end|>\n";
+    else if (role == "assistant")
+      out += qwen3_assistant(m, i, last_query);
+    else if (role == "tool")
+      chatml_tool(m, i, out);
+    else if (role != "system")
+      bad_role(i, role, "system, user, assistant or tool");
   }
-  if (add_generation_prompt) out += enable_thinking ? "<|im_start|>assistant\n" : "<|im_start|>assistant\n<think>\n\n</think>\n\n";
+  if (add_generation_prompt)
+    out += enable_thinking ? "<|im_start|>assistant\n" : "<|im_start|>assistant\n<think>\n\n</think>\n\n";
   return out;
 }
 
@@ -104,7 +109,9 @@ struct Family {
 // In the order "auto" tries them (Qwen3 before Qwen2.5: its vocabulary is Qwen2.5's plus <think>).
 const std::vector<Family>& families() {
   static const std::vector<Family> f = {
-      {ChatTemplate::kLlama3, "llama3", {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|begin_of_text|>"}},
+      {ChatTemplate::kLlama3,
+       "llama3",
+       {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|begin_of_text|>"}},
       {ChatTemplate::kGemma3, "gemma3", {"<start_of_turn>", "<end_of_turn>", "<bos>"}},
       {ChatTemplate::kQwen3, "qwen3", {"<|im_start|>", "<|im_end|>", "<think>", "</think>"}},
       {ChatTemplate::kQwen25, "qwen2.5", {"<|im_start|>", "<|im_end|>"}}};
@@ -146,11 +153,16 @@ std::string apply_qwen25_chat_template(const std::vector<ChatMessage>& m, bool a
 std::string apply_chat_template(ChatTemplate t, const std::vector<ChatMessage>& m, bool add_generation_prompt,
                                 bool enable_thinking) {
   switch (t) {
-    case ChatTemplate::kQwen25: return apply_qwen25_chat_template(m, add_generation_prompt);
-    case ChatTemplate::kQwen3: return qwen3(m, add_generation_prompt, enable_thinking);
-    case ChatTemplate::kLlama3: return llama3(m, add_generation_prompt);
-    case ChatTemplate::kGemma3: return gemma3(m, add_generation_prompt);
-    case ChatTemplate::kNone: break;
+    case ChatTemplate::kQwen25:
+      return apply_qwen25_chat_template(m, add_generation_prompt);
+    case ChatTemplate::kQwen3:
+      return qwen3(m, add_generation_prompt, enable_thinking);
+    case ChatTemplate::kLlama3:
+      return llama3(m, add_generation_prompt);
+    case ChatTemplate::kGemma3:
+      return gemma3(m, add_generation_prompt);
+    case ChatTemplate::kNone:
+      break;
   }
   fail("chat", "the model has no chat template");
 }
@@ -177,15 +189,18 @@ ChatTemplate chat_template_for(const Tokenizer& tk, const std::string& requested
 }
 
 std::vector<int32_t> chat_stop_ids(ChatTemplate t, const Tokenizer& tk) {
-  const char* stop = t == ChatTemplate::kLlama3 ? "<|eot_id|>" : t == ChatTemplate::kGemma3 ? "<end_of_turn>" : "<|im_end|>";
+  const char* stop = t == ChatTemplate::kLlama3   ? "<|eot_id|>"
+                     : t == ChatTemplate::kGemma3 ? "<end_of_turn>"
+                                                  : "<|im_end|>";
   const int32_t id = t == ChatTemplate::kNone ? -1 : tk.token_to_id(stop);
   return id >= 0 ? std::vector<int32_t>{id} : std::vector<int32_t>{};
 }
 
 std::string no_chat_template_hint(const std::string& model) {
-  return model + " has no chat template (a base model: its vocabulary has no chat control tokens such as "
-                 "<|im_start|>); use `anelab infer generate --prompt TEXT` (or /v1/completions) for plain "
-                 "continuation, or a chat model such as Qwen2.5-Instruct";
+  return model +
+         " has no chat template (a base model: its vocabulary has no chat control tokens such as "
+         "<|im_start|>); use `anelab infer generate --prompt TEXT` (or /v1/completions) for plain "
+         "continuation, or a chat model such as Qwen2.5-Instruct";
 }
 
 }  // namespace anelab::tok

@@ -45,7 +45,8 @@ struct ChatMessage {
   std::string content;
 };
 
-inline constexpr const char* kQwen25DefaultSystem = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+inline constexpr const char* kQwen25DefaultSystem =
+    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 
 enum class ChatTemplate { kNone, kQwen25, kQwen3, kLlama3, kGemma3 };
 const char* chat_template_name(ChatTemplate t);  // "none", "qwen2.5", "qwen3", "llama3", "gemma3"

@@ -1,7 +1,6 @@
 // Vocab readers: llama2.c tokenizer.bin, GPT-2 encoder.json + vocab.bpe, Hugging Face tokenizer.json.
 #include <cstring>
 #include <filesystem>
-
 #include <nlohmann/json.hpp>
 
 #include "framework/core/error.h"
@@ -48,8 +47,8 @@ VocabData parse_vocab_llama2c(const uint8_t* data, size_t size, const std::strin
     off += 8;
     ANELAB_CHECK(len >= 0 && len <= max_len, "tokenizer", name, ": token ", idx, " has length ", len,
                  " (max_token_length ", max_len, "); file corrupt");
-    ANELAB_CHECK(size - off >= static_cast<size_t>(len), "tokenizer", name, ": truncated at byte ", off,
-                 " (token ", idx, " needs ", len, " bytes)");
+    ANELAB_CHECK(size - off >= static_cast<size_t>(len), "tokenizer", name, ": truncated at byte ", off, " (token ",
+                 idx, " needs ", len, " bytes)");
     ANELAB_CHECK(score == score, "tokenizer", name, ": token ", idx, " has a NaN score");
     v.tokens.emplace_back(reinterpret_cast<const char*>(data + off), len);
     v.scores.push_back(score);
@@ -64,8 +63,8 @@ VocabData parse_vocab_llama2c(const uint8_t* data, size_t size, const std::strin
   v.types[1] = v.types[2] = TokenType::kControl;
   for (size_t i = 3; i < v.tokens.size(); ++i) {
     const std::string& t = v.tokens[i];
-    if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && std::isxdigit(static_cast<unsigned char>(t[3])) &&
-        std::isxdigit(static_cast<unsigned char>(t[4])))
+    if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' &&
+        std::isxdigit(static_cast<unsigned char>(t[3])) && std::isxdigit(static_cast<unsigned char>(t[4])))
       v.types[i] = TokenType::kByte;
   }
   v.add_bos = true;
@@ -80,17 +79,19 @@ VocabData load_vocab_llama2c(const std::string& path) {
 
 VocabData parse_vocab_gpt2(std::string_view encoder_json, std::string_view vocab_bpe, const std::string& name) {
   const json enc = parse_json(encoder_json, name + "/encoder.json");
-  ANELAB_CHECK(enc.is_object() && !enc.empty(), "tokenizer", name, "/encoder.json: expected a non-empty object token -> id");
+  ANELAB_CHECK(enc.is_object() && !enc.empty(), "tokenizer", name,
+               "/encoder.json: expected a non-empty object token -> id");
   VocabData v;
   v.kind = TokenizerKind::kByteBpe;
   v.pre = "gpt2";
   v.tokens.resize(enc.size());
   std::vector<bool> seen(enc.size(), false);
   for (auto it = enc.begin(); it != enc.end(); ++it) {
-    ANELAB_CHECK(it.value().is_number_integer(), "tokenizer", name, "/encoder.json: id of '", it.key(), "' is not an integer");
+    ANELAB_CHECK(it.value().is_number_integer(), "tokenizer", name, "/encoder.json: id of '", it.key(),
+                 "' is not an integer");
     const int64_t id = it.value().get<int64_t>();
-    ANELAB_CHECK(id >= 0 && id < static_cast<int64_t>(enc.size()) && !seen[id], "tokenizer", name,
-                 "/encoder.json: id ", id, " of '", it.key(), "' is out of range or duplicated (ids must be 0..", enc.size() - 1, ")");
+    ANELAB_CHECK(id >= 0 && id < static_cast<int64_t>(enc.size()) && !seen[id], "tokenizer", name, "/encoder.json: id ",
+                 id, " of '", it.key(), "' is out of range or duplicated (ids must be 0..", enc.size() - 1, ")");
     seen[id] = true;
     v.tokens[id] = it.key();
   }
@@ -148,7 +149,8 @@ void read_pre_tokenizer(const json& p, VocabData& v, const std::string& name) {
     v.pre_regex = p["pattern"]["Regex"].get<std::string>();
   } else if (type == "ByteLevel") {
     if (p.value("use_regex", true) && v.pre_regex.empty()) v.pre = "gpt2";
-    ANELAB_CHECK(!p.value("add_prefix_space", false), "tokenizer", name, ": ByteLevel add_prefix_space=true is not supported");
+    ANELAB_CHECK(!p.value("add_prefix_space", false), "tokenizer", name,
+                 ": ByteLevel add_prefix_space=true is not supported");
   } else {
     fail("tokenizer", name, ": unsupported pre_tokenizer '", p.dump().substr(0, 200),
          "' (supported: Split with the GPT-2 or Qwen2 regex, ByteLevel)");
@@ -196,7 +198,8 @@ VocabData vocab_from_hf_json(const json& j, const std::string& name) {
     for (const json& a : j["added_tokens"]) {
       ANELAB_CHECK(a.is_object() && a.contains("content") && a["content"].is_string() && a.contains("id"), "tokenizer",
                    name, ": added_tokens entry ", a.dump().substr(0, 100), " lacks id/content");
-      put(a["content"].get<std::string>(), a["id"], a.value("special", false) ? TokenType::kControl : TokenType::kUserDefined);
+      put(a["content"].get<std::string>(), a["id"],
+          a.value("special", false) ? TokenType::kControl : TokenType::kUserDefined);
     }
   }
   const json& merges = m["merges"];

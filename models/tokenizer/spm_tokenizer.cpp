@@ -32,7 +32,12 @@ std::string unescape_spaces(const std::string& s) {
 
 int parse_byte_token(const std::string& s) {  // "<0xNN>" -> NN, else -1
   if (s.size() != 6 || s.compare(0, 3, "<0x") != 0 || s[5] != '>') return -1;
-  auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+  auto hex = [](char c) {
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                  : -1;
+  };
   const int h = hex(s[3]), l = hex(s[4]);
   return h < 0 || l < 0 ? -1 : h * 16 + l;
 }
@@ -120,9 +125,7 @@ class SpmTokenizer final : public Tokenizer {
     return it == all_.end() ? -1 : it->second;
   }
 
-  std::string describe() const override {
-    return "sentencepiece-bpe (" + std::to_string(vocab_size()) + " tokens)";
-  }
+  std::string describe() const override { return "sentencepiece-bpe (" + std::to_string(vocab_size()) + " tokens)"; }
 
  private:
   TokenType type(size_t i) const { return vocab_.types.empty() ? default_type(i) : vocab_.types[i]; }
@@ -209,7 +212,8 @@ class SpmTokenizer final : public Tokenizer {
       if (len == 0) len = 1;  // unreachable after validation; keeps the loop safe
       auto it = lookup_.find(t.substr(i, len));
       const int32_t n = static_cast<int32_t>(sym.size());
-      sym.push_back({static_cast<uint32_t>(i), static_cast<uint32_t>(len), n - 1, -1, it == lookup_.end() ? -1 : it->second});
+      sym.push_back(
+          {static_cast<uint32_t>(i), static_cast<uint32_t>(len), n - 1, -1, it == lookup_.end() ? -1 : it->second});
       if (n > 0) sym[n - 1].next = n;
       i += len;
     }
@@ -242,18 +246,20 @@ class SpmTokenizer final : public Tokenizer {
           out.push_back(vocab_.unk_id);
           break;
         } else {
-          fail("tokenizer", "character at byte ", sym[i].start, " is not in the vocab and there is no byte "
-               "fallback or <unk> token (", describe(), ")");
+          fail("tokenizer", "character at byte ", sym[i].start,
+               " is not in the vocab and there is no byte "
+               "fallback or <unk> token (",
+               describe(), ")");
         }
       }
     }
   }
 
-  std::vector<std::string> pieces_;                      // id -> text with real spaces
-  std::vector<int> byte_of_;                             // id -> byte value for <0xNN> tokens, else -1
-  std::array<int32_t, 256> byte_id_;                     // byte -> <0xNN> token id
-  std::unordered_map<std::string_view, int32_t> lookup_; // mergeable piece -> id (views into pieces_)
-  std::unordered_map<std::string, int32_t> all_;         // stored text -> id
+  std::vector<std::string> pieces_;                       // id -> text with real spaces
+  std::vector<int> byte_of_;                              // id -> byte value for <0xNN> tokens, else -1
+  std::array<int32_t, 256> byte_id_;                      // byte -> <0xNN> token id
+  std::unordered_map<std::string_view, int32_t> lookup_;  // mergeable piece -> id (views into pieces_)
+  std::unordered_map<std::string, int32_t> all_;          // stored text -> id
   AddedTokenMatcher matcher_;
   bool word_split_ = false;
 

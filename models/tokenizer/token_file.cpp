@@ -2,7 +2,6 @@
 
 #include <charconv>
 #include <cstring>
-
 #include <nlohmann/json.hpp>
 
 #include "framework/core/error.h"
@@ -67,9 +66,13 @@ TokenFileInfo write_token_file(const Tokenizer& tok, std::string_view text, cons
     }
   }
   write_file_atomic(out_path, bytes.data(), bytes.size());
-  const nlohmann::ordered_json meta = {{"format", "anelab-tokens"}, {"version", 1},       {"dtype", info.dtype},
-                                       {"vocab_size", tok.vocab_size()}, {"tokenizer", tokenizer_label},
-                                       {"n_tokens", info.n_tokens}, {"n_documents", info.n_documents},
+  const nlohmann::ordered_json meta = {{"format", "anelab-tokens"},
+                                       {"version", 1},
+                                       {"dtype", info.dtype},
+                                       {"vocab_size", tok.vocab_size()},
+                                       {"tokenizer", tokenizer_label},
+                                       {"n_tokens", info.n_tokens},
+                                       {"n_documents", info.n_documents},
                                        {"separator_id", info.separator_id}};
   write_file_atomic(out_path + ".json", meta.dump(1) + "\n");
   return info;

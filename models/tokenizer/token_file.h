@@ -29,7 +29,7 @@ namespace anelab::tok {
 std::vector<std::string_view> split_paragraphs(std::string_view text);
 
 struct TokenFileInfo {
-  std::string dtype;       // "uint16" or "uint32"
+  std::string dtype;  // "uint16" or "uint32"
   int64_t n_tokens = 0;
   int64_t n_documents = 0;
   int32_t separator_id = -1;

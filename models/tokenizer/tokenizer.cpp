@@ -73,14 +73,14 @@ std::unique_ptr<Tokenizer> make_tokenizer(const VocabData& v) {
   const size_t n = v.tokens.size();
   ANELAB_CHECK(n > 0, "tokenizer", "vocab has no tokens");
   ANELAB_CHECK(n < (1u << 31), "tokenizer", "vocab too large: ", n);
-  ANELAB_CHECK(v.types.empty() || v.types.size() == n, "tokenizer", "vocab types has ", v.types.size(),
-               " entries for ", n, " tokens");
+  ANELAB_CHECK(v.types.empty() || v.types.size() == n, "tokenizer", "vocab types has ", v.types.size(), " entries for ",
+               n, " tokens");
   for (int32_t id : {v.bos_id, v.eos_id, v.unk_id, v.pad_id})
-    ANELAB_CHECK(id >= -1 && id < static_cast<int64_t>(n), "tokenizer", "special token id ", id,
-                 " out of range [0, ", n, ")");
+    ANELAB_CHECK(id >= -1 && id < static_cast<int64_t>(n), "tokenizer", "special token id ", id, " out of range [0, ",
+                 n, ")");
   if (v.kind == TokenizerKind::kSentencePiece) {
-    ANELAB_CHECK(v.scores.size() == n, "tokenizer", "SentencePiece vocab has ", v.scores.size(),
-                 " scores for ", n, " tokens");
+    ANELAB_CHECK(v.scores.size() == n, "tokenizer", "SentencePiece vocab has ", v.scores.size(), " scores for ", n,
+                 " tokens");
     return detail::make_spm_tokenizer(v);
   }
   return detail::make_byte_bpe_tokenizer(v);
@@ -109,9 +109,11 @@ VocabData load_vocab_file(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
-    if (fs::exists(fs::path(path) / "tokenizer.json")) return load_vocab_hf_json((fs::path(path) / "tokenizer.json").string());
+    if (fs::exists(fs::path(path) / "tokenizer.json"))
+      return load_vocab_hf_json((fs::path(path) / "tokenizer.json").string());
     if (fs::exists(fs::path(path) / "encoder.json")) return load_vocab_gpt2(path);
-    if (fs::exists(fs::path(path) / "tokenizer.bin")) return load_vocab_llama2c((fs::path(path) / "tokenizer.bin").string());
+    if (fs::exists(fs::path(path) / "tokenizer.bin"))
+      return load_vocab_llama2c((fs::path(path) / "tokenizer.bin").string());
     fail("tokenizer", "directory ", path, " holds neither tokenizer.json, encoder.json + vocab.bpe nor tokenizer.bin");
   }
   if (!fs::exists(path, ec)) fail("tokenizer", "tokenizer file not found: ", path);

@@ -25,10 +25,10 @@ std::optional<TokenizerKind> parse_gguf_tokenizer_model(std::string_view s);
 enum class TokenType : int32_t {
   kNormal = 1,
   kUnknown = 2,
-  kControl = 3,       // BOS/EOS/<|im_start|> ...: never produced from plain text unless asked
-  kUserDefined = 4,   // added tokens
+  kControl = 3,      // BOS/EOS/<|im_start|> ...: never produced from plain text unless asked
+  kUserDefined = 4,  // added tokens
   kUnused = 5,
-  kByte = 6,          // <0xNN>
+  kByte = 6,  // <0xNN>
 };
 
 struct VocabData {
@@ -37,17 +37,17 @@ struct VocabData {
   // split regex from tokenizer.json in `pre_regex` when available.
   std::string pre = "";
   std::string pre_regex = "";
-  bool nfc_normalize = false;            // Qwen: NFC before pre-tokenization
+  bool nfc_normalize = false;  // Qwen: NFC before pre-tokenization
   // id -> token text as stored by the source (GPT-2 byte-encoded for byte BPE; added/control tokens as their
   // literal text). SentencePiece pieces may use U+2581 or ' ' for spaces (both accepted).
   std::vector<std::string> tokens;
-  std::vector<float> scores;             // SentencePiece scores (empty for byte BPE)
-  std::vector<TokenType> types;          // empty = all normal (SentencePiece: bos/eos/pad control, unk unknown,
-                                         // "<0xNN>" byte tokens detected by their text)
-  std::vector<std::string> merges;       // byte BPE merges "a b" in rank order (empty for SentencePiece)
+  std::vector<float> scores;        // SentencePiece scores (empty for byte BPE)
+  std::vector<TokenType> types;     // empty = all normal (SentencePiece: bos/eos/pad control, unk unknown,
+                                    // "<0xNN>" byte tokens detected by their text)
+  std::vector<std::string> merges;  // byte BPE merges "a b" in rank order (empty for SentencePiece)
   int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1;
-  bool add_bos = false;                  // whether encode(text, default options) prepends BOS
-  bool add_space_prefix = true;          // SentencePiece: llama2.c prepends a space (dummy prefix)
+  bool add_bos = false;          // whether encode(text, default options) prepends BOS
+  bool add_space_prefix = true;  // SentencePiece: llama2.c prepends a space (dummy prefix)
 };
 
 }  // namespace anelab::tok

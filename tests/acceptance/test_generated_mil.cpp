@@ -52,7 +52,8 @@ kern::TrainShape train_shape(const models::ModelConfig& c, int64_t T) {
   kern::TrainShape s;  // as train/kernel_engine.cpp builds it
   s.dim = c.dim, s.hidden = c.hidden_dim, s.n_heads = c.n_heads, s.n_kv_heads = c.n_kv_heads;
   s.head_dim = c.head_dim, s.seq = T, s.rope_theta = c.rope_theta, s.norm_eps = c.norm_eps;
-  s.rope = c.rope_style == models::RopeStyle::kRotateHalf ? kern::RopeStyle::kRotateHalf : kern::RopeStyle::kAdjacentPairs;
+  s.rope =
+      c.rope_style == models::RopeStyle::kRotateHalf ? kern::RopeStyle::kRotateHalf : kern::RopeStyle::kAdjacentPairs;
   s.rope_scaling = c.rope_scaling, s.qk_norm = c.qk_norm;
   return s;
 }
@@ -145,7 +146,7 @@ TEST(GeneratedMil, PrefillBucketsOfEveryPreset) {
 TEST(GeneratedMil, ProbeWorkloadPrograms) {
   const std::vector<kern::Workload> v = kern::probe_workloads();
   EXPECT_EQ(v.size(), 5u + kern::kAllKernelKinds.size());  // conv (fp16, w8, w8a8), attention, dispatch, training
-  const kern::TrainShape s = kern::probe_layer_shape();  // item 9: reference-like shapes
+  const kern::TrainShape s = kern::probe_layer_shape();    // item 9: reference-like shapes
   EXPECT_GE(s.head_dim, 32);
   for (int64_t d : {s.dim, s.hidden, s.head_dim, s.q_dim(), s.kv_dim(), s.seq}) EXPECT_EQ(d % 32, 0) << s.str();
   for (const auto& p : v) {

@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "framework/ane/native_backend.h"
-#include "tests/support/fake_shim.h"
 #include "framework/kernels/blocks.h"
 #include "framework/mil/blob.h"
 #include "framework/mil/builder.h"
 #include "framework/mil/printer.h"
 #include "framework/runtime/backend.h"
+#include "tests/support/fake_shim.h"
 
 namespace anelab::test {
 
@@ -87,8 +87,8 @@ inline Prog attention_prog(int64_t d, int64_t heads, int64_t s, uint32_t seed = 
   kern::BlobSet blobs;
   auto x = b.input("x", kern::act_type(d, s));
   const float sc = 1.0f / std::sqrt(float(d));
-  auto wq = randn(size_t(d * d), seed, sc), wk = randn(size_t(d * d), seed + 1, sc), wv = randn(size_t(d * d), seed + 2, sc),
-       wo = randn(size_t(d * d), seed + 3, sc);
+  auto wq = randn(size_t(d * d), seed, sc), wk = randn(size_t(d * d), seed + 1, sc),
+       wv = randn(size_t(d * d), seed + 2, sc), wo = randn(size_t(d * d), seed + 3, sc);
   auto q = kern::split_heads(b, kern::linear(b, x, blobs.matrix(b, "wq", wq, d, d)), heads);
   auto k = kern::split_heads(b, kern::linear(b, x, blobs.matrix(b, "wk", wk, d, d)), heads);
   auto v = kern::split_heads(b, kern::linear(b, x, blobs.matrix(b, "wv", wv, d, d)), heads);

@@ -49,8 +49,7 @@ TEST(NativeContract, CallSequenceOfCompileEvaluateAndTeardown) {
     n.fake->clear_calls();
   }
   // Kernel gone: its request and surfaces are released; the cache still holds the loaded model.
-  EXPECT_EQ(n.fake->call_names(),
-            (std::vector<std::string>{"release_request", "release_surface", "release_surface"}));
+  EXPECT_EQ(n.fake->call_names(), (std::vector<std::string>{"release_request", "release_surface", "release_surface"}));
   EXPECT_EQ(n.fake->loaded_models(), 1u);
   n.fake->clear_calls();
   n.backend->clear_cache();
@@ -100,8 +99,8 @@ TEST(NativeContract, WeightsDictionaryAndBlobHeaders) {
   for (const auto& [key, blob] : p.weights) keys.push_back(key);
   EXPECT_EQ(c.weight_keys, keys);
   EXPECT_EQ(c.weight_keys, (std::vector<std::string>{"@model_path/weights/mask.bin", "@model_path/weights/wk.bin",
-                                                      "@model_path/weights/wo.bin", "@model_path/weights/wq.bin",
-                                                      "@model_path/weights/wv.bin"}));
+                                                     "@model_path/weights/wo.bin", "@model_path/weights/wq.bin",
+                                                     "@model_path/weights/wv.bin"}));
   for (size_t i = 0; i < keys.size(); ++i) {
     EXPECT_EQ(c.weight_offsets[i], 0u) << keys[i];  // dictionary offset @0 (digest §1.3)
     EXPECT_EQ(c.weight_sizes[i], p.weights.at(keys[i])->size()) << keys[i];
@@ -115,7 +114,7 @@ TEST(NativeContract, WeightsDictionaryAndBlobHeaders) {
     EXPECT_EQ(le32(b, 0), 1u);  // MILBlob storage_header: count, version 2
     EXPECT_EQ(le32(b, 4), 2u);
     EXPECT_EQ(le32(b, 64), 0xDEADBEEFu) << stem;
-    EXPECT_EQ(le32(b, 68), 1u);  // mil_dtype Float16
+    EXPECT_EQ(le32(b, 68), 1u);                 // mil_dtype Float16
     EXPECT_EQ(le32(b, 72), elems * 2) << stem;  // data_size
     EXPECT_EQ(le32(b, 80), 128u) << stem;       // absolute data_offset
   }

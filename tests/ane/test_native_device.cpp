@@ -27,7 +27,8 @@ TEST(NativeDevice, AutoPicksTheProfileOfTheChipFamily) {
     Native n = make_auto(fo);
     EXPECT_EQ(n.backend->profile().name, profile) << sub;
     EXPECT_TRUE(contains(n.backend->device_choice().note, sub)) << n.backend->device_choice().note;
-    EXPECT_TRUE(contains(n.backend->device_choice().note, "device profile " + profile)) << n.backend->device_choice().note;
+    EXPECT_TRUE(contains(n.backend->device_choice().note, "device profile " + profile))
+        << n.backend->device_choice().note;
     // M1-M3 get the verbose program(1.0)/ios16 dialect without --device
     Prog p = conv_prog(64, 64, 32);
     ASSERT_TRUE(n.backend->compile(p.program, p.weights).is_ok()) << sub;
@@ -101,9 +102,8 @@ TEST(NativeProcedures, RequestIndicesComeFromTheModelAttributes) {
   n.backend->clear_cache();
   n.fake->clear_calls();
   ASSERT_TRUE(n.backend->compile(p.program, p.weights).is_ok());
-  EXPECT_EQ(n.fake->call_names(),
-            (std::vector<std::string>{"create_model", "hex_string_identifier", "compiled_model_exists", "load",
-                                      "procedure_symbols"}));
+  EXPECT_EQ(n.fake->call_names(), (std::vector<std::string>{"create_model", "hex_string_identifier",
+                                                            "compiled_model_exists", "load", "procedure_symbols"}));
 }
 
 TEST(NativeProcedures, MissingAttributesFailAMultiProcedureProgramClearly) {

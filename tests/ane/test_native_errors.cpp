@@ -118,7 +118,7 @@ struct FailCase {
   const char* call;
   const char* selector;  // must appear in the message
   Code code;
-  bool at_compile;       // fails in compile() (else in evaluate())
+  bool at_compile;  // fails in compile() (else in evaluate())
 };
 
 class NativeCallFailure : public ::testing::TestWithParam<FailCase> {};
@@ -164,18 +164,17 @@ TEST_P(NativeCallFailure, SurfacesAsAClearStatusAndLeaksNothing) {
     EXPECT_EQ(e.path().filename().string(), ane::FakeShim::kDaemonCacheDir) << "temp dirs left behind";
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    EveryCall, NativeCallFailure,
-    ::testing::Values(FailCase{"create_model", ane::sel::kDescriptor, Code::kInternal, true},
-                      FailCase{"hex_string_identifier", ane::sel::kHexId, Code::kInternal, true},
-                      FailCase{"compile", ane::sel::kCompile, Code::kCompileFailed, true},
-                      FailCase{"load", ane::sel::kLoad, Code::kInternal, true},
-                      FailCase{"create_surface", ane::sel::kSurfaceCreate, Code::kIoError, false},
-                      FailCase{"create_request", ane::sel::kRequest, Code::kInternal, false},
-                      FailCase{"lock_surface", ane::sel::kSurfaceLock, Code::kIoError, false},
-                      FailCase{"unlock_surface", ane::sel::kSurfaceUnlock, Code::kIoError, false},
-                      FailCase{"evaluate", ane::sel::kEvaluate, Code::kInternal, false}),
-    [](const auto& info) { return std::string(info.param.call); });
+INSTANTIATE_TEST_SUITE_P(EveryCall, NativeCallFailure,
+                         ::testing::Values(FailCase{"create_model", ane::sel::kDescriptor, Code::kInternal, true},
+                                           FailCase{"hex_string_identifier", ane::sel::kHexId, Code::kInternal, true},
+                                           FailCase{"compile", ane::sel::kCompile, Code::kCompileFailed, true},
+                                           FailCase{"load", ane::sel::kLoad, Code::kInternal, true},
+                                           FailCase{"create_surface", ane::sel::kSurfaceCreate, Code::kIoError, false},
+                                           FailCase{"create_request", ane::sel::kRequest, Code::kInternal, false},
+                                           FailCase{"lock_surface", ane::sel::kSurfaceLock, Code::kIoError, false},
+                                           FailCase{"unlock_surface", ane::sel::kSurfaceUnlock, Code::kIoError, false},
+                                           FailCase{"evaluate", ane::sel::kEvaluate, Code::kInternal, false}),
+                         [](const auto& info) { return std::string(info.param.call); });
 
 TEST(NativeLoad, OneFailedLoadIsRetriedAfter100ms) {
   Native n = make_native();
@@ -306,8 +305,9 @@ TEST(FakeShimChecks, WrongProcedureIndicesAndSmallSurfacesFailAtEvaluate) {
   Prog p = two_function_prog(64, 32);
   const std::string text = mil::print(p.program);
   auto m = fake.create_model(text, ane::weight_entries(p.weights));
-  ASSERT_TRUE(ane::write_model_dir(fake.temporary_directory() + "/" + fake.hex_string_identifier(*m).value(), text,
-                                   p.weights).is_ok());
+  ASSERT_TRUE(
+      ane::write_model_dir(fake.temporary_directory() + "/" + fake.hex_string_identifier(*m).value(), text, p.weights)
+          .is_ok());
   ASSERT_TRUE(fake.compile(*m, 21).is_ok());
   ASSERT_TRUE(fake.load(*m, 21).is_ok());
   auto s0 = fake.create_surface(49152).value(), s1 = fake.create_surface(49152).value();

@@ -56,7 +56,8 @@ TEST(NativeInt8, W8A8IsRefusedInIos16Programs) {
   Prog p = int8_conv_prog(128, 64, 32, 1.0f / 32, mil::Dialect::kIos16);
   auto k = n.backend->compile(p.program, p.weights);
   ASSERT_FALSE(k.is_ok());
-  EXPECT_NE(k.status().message().find("quantize 'quantize_0' is an iOS17 op"), std::string::npos) << k.status().message();
+  EXPECT_NE(k.status().message().find("quantize 'quantize_0' is an iOS17 op"), std::string::npos)
+      << k.status().message();
   EXPECT_TRUE(n.fake->calls_named("create_model").empty());
   EXPECT_FALSE(make_emulator("m1")->compile(p.program, p.weights).is_ok());
 }

@@ -24,8 +24,10 @@ class ScopedEnv {
     ::setenv(name, value.c_str(), 1);
   }
   ~ScopedEnv() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
   }
   ScopedEnv(const ScopedEnv&) = delete;
   ScopedEnv& operator=(const ScopedEnv&) = delete;
@@ -84,8 +86,10 @@ TEST(NativeRestartCounter, AneShimFakeWithoutAnInstalledFakeIsRefused) {
     rt::create_backend("ane", rt::BackendOptions{});
     ADD_FAILURE() << "created an ane backend without a fake shim";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("[backend] ane: ANELAB_ANE_SHIM=fake, but this program has no fake shim installed"),
-              std::string::npos) << e.what();
+    EXPECT_NE(
+        std::string(e.what()).find("[backend] ane: ANELAB_ANE_SHIM=fake, but this program has no fake shim installed"),
+        std::string::npos)
+        << e.what();
   }
   ane::install_fake_shim(&ane::fake_shim_for_backend);
   EXPECT_NE(rt::create_backend("ane", rt::BackendOptions{}), nullptr);
@@ -227,8 +231,9 @@ TEST(NativeRestartCompiledCache, NextProcessLoadsTheCompiledProgramWithoutCompil
   Native second = make_native("m4", 0, fo);  // a budget of 0: any compile would fail
   auto k2 = second.backend->compile(p.program, p.weights);
   ASSERT_TRUE(k2.is_ok()) << k2.status().message();
-  EXPECT_EQ(second.fake->call_names(), (std::vector<std::string>{"create_model", "hex_string_identifier",
-                                                                 "compiled_model_exists", "load", "procedure_symbols"}));
+  EXPECT_EQ(second.fake->call_names(),
+            (std::vector<std::string>{"create_model", "hex_string_identifier", "compiled_model_exists", "load",
+                                      "procedure_symbols"}));
   EXPECT_EQ(second.fake->compiles(), 0);
   EXPECT_EQ(second.backend->compiles_used(), 0);
   EXPECT_EQ(second.backend->compiled_reuses(), 1);
@@ -278,12 +283,13 @@ TEST(NativeRestartCompiledCache, SecondRunAfterACleanExitLoadsTheCachedProgram) 
     Native first = make_native("m4", -1, fo);
     ASSERT_TRUE(first.backend->compile(p.program, p.weights).is_ok());
     EXPECT_EQ(first.fake->compiles(), 1);
-  }  // clean exit: unloaded, model directory removed
+  }                                          // clean exit: unloaded, model directory removed
   Native second = make_native("m4", 0, fo);  // a budget of 0: any compile would fail
   auto k = second.backend->compile(p.program, p.weights);
   ASSERT_TRUE(k.is_ok()) << k.status().message();
-  EXPECT_EQ(second.fake->call_names(), (std::vector<std::string>{"create_model", "hex_string_identifier",
-                                                                 "compiled_model_exists", "load", "procedure_symbols"}));
+  EXPECT_EQ(second.fake->call_names(),
+            (std::vector<std::string>{"create_model", "hex_string_identifier", "compiled_model_exists", "load",
+                                      "procedure_symbols"}));
   EXPECT_EQ(second.fake->compiles(), 0);
   EXPECT_EQ(second.backend->compiled_reuses(), 1);
   auto emu = make_emulator();

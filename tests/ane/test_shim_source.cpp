@@ -51,10 +51,16 @@ TEST(AppleShimSource, DeclaresTheDigestsSelectorsWithExactTypes) {
            "weightsBuffer:nil perfStats:nil",
            "modelWithMILText:text weights:dict optionsPlist:nil",
            "@\"offset\", data, @\"data\"",
-           "(id)kIOSurfaceWidth", "(id)kIOSurfaceHeight", "(id)kIOSurfaceBytesPerElement", "(id)kIOSurfaceBytesPerRow",
-           "(id)kIOSurfaceAllocSize", "(id)kIOSurfacePixelFormat",
+           "(id)kIOSurfaceWidth",
+           "(id)kIOSurfaceHeight",
+           "(id)kIOSurfaceBytesPerElement",
+           "(id)kIOSurfaceBytesPerRow",
+           "(id)kIOSurfaceAllocSize",
+           "(id)kIOSurfacePixelFormat",
            "IOSurfaceLock(it->second.ref, read_only ? kIOSurfaceLockReadOnly : 0, NULL)",
-           "[e localizedDescription]", "[e domain]", "[e code]",
+           "[e localizedDescription]",
+           "[e domain]",
+           "[e code]",
        })
     EXPECT_NE(src.find(squash(want)), std::string::npos) << "shim_apple.mm lacks: " << want;
   for (const char* banned : {"__bridge", "@autoreleasepool", "objc_msgSend"})

@@ -2,6 +2,7 @@
 // Tests that need it call ANELAB_REQUIRE_DATA("llama2c/stories260K.bin") which skips with a message
 // naming the missing file instead of failing.
 #pragma once
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,8 +12,6 @@
 #include <string>
 #include <system_error>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace anelab::test {
 
@@ -47,10 +46,9 @@ inline TempDirs& temp_dirs() {
 // A fresh, empty temporary directory for one test: the process id in its name, since ctest -j runs tests in
 // separate processes whose stack addresses coincide where there is no ASLR (qemu-user).
 inline std::filesystem::path temp_dir(const std::string& tag) {
-  auto p = std::filesystem::temp_directory_path() /
-           ("anelab_test_" + tag + "_" + std::to_string(::getpid()) + "_" +
-            std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
-            std::to_string(reinterpret_cast<uintptr_t>(&tag)));
+  auto p = std::filesystem::temp_directory_path() / ("anelab_test_" + tag + "_" + std::to_string(::getpid()) + "_" +
+                                                     std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+                                                     "_" + std::to_string(reinterpret_cast<uintptr_t>(&tag)));
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
   temp_dirs().made.push_back(p);
@@ -66,9 +64,9 @@ inline void put(const std::filesystem::path& path, const std::string& text) {
 
 }  // namespace anelab::test
 
-#define ANELAB_REQUIRE_DATA(rel)                                                            \
-  do {                                                                                     \
-    if (!std::filesystem::exists(::anelab::test::data_path(rel)))                          \
-      GTEST_SKIP() << "reference data missing: " << ::anelab::test::data_path(rel)         \
-                   << " (set ANELAB_DATA or place ../shared/data next to the checkout)";   \
+#define ANELAB_REQUIRE_DATA(rel)                                                         \
+  do {                                                                                   \
+    if (!std::filesystem::exists(::anelab::test::data_path(rel)))                        \
+      GTEST_SKIP() << "reference data missing: " << ::anelab::test::data_path(rel)       \
+                   << " (set ANELAB_DATA or place ../shared/data next to the checkout)"; \
   } while (0)

@@ -27,7 +27,8 @@ inline std::vector<float> values() {
   uint64_t s = 2026;
   for (int64_t i = 0; i < kValues; ++i) {
     const uint64_t r = splitmix64(s);
-    const int32_t sum = static_cast<int32_t>((r & 4095) + ((r >> 12) & 4095) + ((r >> 24) & 4095) + ((r >> 36) & 4095)) - 8190;
+    const int32_t sum =
+        static_cast<int32_t>((r & 4095) + ((r >> 12) & 4095) + ((r >> 24) & 4095) + ((r >> 36) & 4095)) - 8190;
     const int32_t sb = static_cast<int32_t>(i / 256);
     const int32_t v = sum * (1 + sb % 5) + (sb % 3 == 0 ? 3000 : 0);  // |v| < 2^24: exact as a float
     x[static_cast<size_t>(i)] = static_cast<float>(v) * 0x1p-11f;

@@ -17,7 +17,7 @@ double ref_round_fp16(double x) {
   double a = std::fabs(x);
   if (a >= 65520.0) return std::copysign(INFINITY, x);  // >= max + half ulp rounds to inf
   int e;
-  std::frexp(a, &e);              // a = m * 2^e, m in [0.5, 1)
+  std::frexp(a, &e);               // a = m * 2^e, m in [0.5, 1)
   int exp = std::max(e - 1, -14);  // unbiased exponent, clamped to the subnormal range
   double ulp = std::ldexp(1.0, exp - 10);
   double q = a / ulp;
@@ -37,8 +37,8 @@ TEST(Fp16, ScalarMatchesReferenceRounding) {
 }
 
 TEST(Fp16, TiesToEvenOverflowAndSpecials) {
-  EXPECT_EQ(round_fp16(1.0f + 0.00048828125f), 1.0f);            // halfway 1 + 2^-11 -> even (1.0)
-  EXPECT_EQ(round_fp16(1.0f + 3 * 0.00048828125f), 1.001953125f); // halfway up -> even (1 + 2^-9)
+  EXPECT_EQ(round_fp16(1.0f + 0.00048828125f), 1.0f);              // halfway 1 + 2^-11 -> even (1.0)
+  EXPECT_EQ(round_fp16(1.0f + 3 * 0.00048828125f), 1.001953125f);  // halfway up -> even (1 + 2^-9)
   EXPECT_EQ(round_fp16(65504.0f), 65504.0f);
   EXPECT_TRUE(std::isinf(round_fp16(65520.0f)));
   EXPECT_EQ(round_fp16(65519.0f), 65504.0f);

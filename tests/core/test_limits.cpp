@@ -2,7 +2,6 @@
 // whose threads cannot be created (address-space limit), and input paths that are FIFOs, devices or
 // directories where a file is expected.
 #include <gtest/gtest.h>
-
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -10,9 +9,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <functional>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 
 #include "framework/core/error.h"

@@ -1,8 +1,6 @@
 // The platform layer (framework/core/platform.h): saved argv, executable path (direct and from argv[0] via a
 // relative path, a symlink and $PATH), RSS that grows with a touched allocation, load average, CPU ticks,
 // machine memory, and the procfs parsers against fake trees, malformed files included (a clear reason each).
-#include "framework/core/platform.h"
-
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,6 +10,7 @@
 #include <fstream>
 #include <memory>
 
+#include "framework/core/platform.h"
 #include "tests/common/test_data.h"
 
 namespace anelab::platform {
@@ -65,7 +64,7 @@ TEST_F(SavedState, ExecutableFromArgv0ViaRelativePathSymlinkAndPath) {
   fs::create_symlink(this_binary(), dir / "bin" / "linked");
   fs::current_path(dir / "cwd");
   save_with({"../bin/linked", "--flag"});  // relative, through a symlink
-  fs::current_path("/");                    // a later chdir must not matter
+  fs::current_path("/");                   // a later chdir must not matter
   auto e = executable_from_argv0();
   ASSERT_TRUE(e) << e.reason;
   EXPECT_EQ(*e, this_binary());
@@ -156,8 +155,9 @@ TEST(Procfs, FakeTreeParses) {
   const auto root = test::temp_dir("procfs_ok");
   put(root / "self/statm", "1000 256 10 1 0 100 0\n");
   put(root / "42/status", "Name:\tx\nVmPeak:\t 999 kB\nVmRSS:\t  204800 kB\n");
-  put(root / "stat", "cpu  100 0 100 800 0 0 0 0 0 0\ncpu0 50 0 50 400 0 0 0 0 0 0\ncpu1 50 0 50 400 0 0 0 0 0 0\n"
-                     "intr 1 2 3\n");
+  put(root / "stat",
+      "cpu  100 0 100 800 0 0 0 0 0 0\ncpu0 50 0 50 400 0 0 0 0 0 0\ncpu1 50 0 50 400 0 0 0 0 0 0\n"
+      "intr 1 2 3\n");
   put(root / "meminfo", "MemTotal:       2048000 kB\nMemFree: 1 kB\nMemAvailable:   1024000 kB\n");
   fs::create_directories(root / "self");
   fs::create_symlink("/opt/anelab/bin/anelab", root / "self/exe");
@@ -179,7 +179,8 @@ TEST(Procfs, FakeTreeParses) {
   const auto e = procfs::self_exe(root.string());
   ASSERT_TRUE(e) << e.reason;
   EXPECT_EQ(*e, "/opt/anelab/bin/anelab");
-  put(root / "self/smaps_rollup", "00400000-7fff [rollup]\nRss:  9000 kB\nAnonymous:  8192 kB\nAnonHugePages:  6144 kB\n");
+  put(root / "self/smaps_rollup",
+      "00400000-7fff [rollup]\nRss:  9000 kB\nAnonymous:  8192 kB\nAnonHugePages:  6144 kB\n");
   const auto h = procfs::self_anon_huge_mb(root.string());
   ASSERT_TRUE(h) << h.reason;
   EXPECT_NEAR(*h, 6.0, 1e-9);
@@ -284,7 +285,8 @@ TEST(Procfs, MissingAndMalformedFilesSayWhy) {
   EXPECT_TRUE(contains(procfs::self_anon_huge_mb(r).reason, "no AnonHugePages: line"));
   EXPECT_TRUE(contains(procfs::sysfs_mode(r + "/thp").reason, "cannot open " + r + "/thp"));
   put(root / "thp", "always madvise never\n");
-  EXPECT_TRUE(contains(procfs::sysfs_mode(r + "/thp").reason, "no [selected] mode")) << procfs::sysfs_mode(r + "/thp").reason;
+  EXPECT_TRUE(contains(procfs::sysfs_mode(r + "/thp").reason, "no [selected] mode"))
+      << procfs::sysfs_mode(r + "/thp").reason;
   fs::remove_all(root);
 }
 

@@ -36,7 +36,8 @@ Weights make_weights(BlockType t, int64_t rows, int64_t cols, uint32_t seed) {
   m.blocks.resize(static_cast<size_t>(rows * cols / bi.values * bi.bytes));
   quantize(t, w.data(), m.blocks.data(), rows * cols);
   if (t == BlockType::kQ8_0)  // the most negative int8, which the reference quantizer never writes
-    for (size_t b = 0; b < m.blocks.size() / 34; b += 3) reinterpret_cast<BlockQ8_0*>(m.blocks.data())[b].qs[b % 32] = -128;
+    for (size_t b = 0; b < m.blocks.size() / 34; b += 3)
+      reinterpret_cast<BlockQ8_0*>(m.blocks.data())[b].qs[b % 32] = -128;
   m.deq.resize(w.size());
   dequantize(t, m.blocks.data(), m.deq.data(), rows * cols);
   m.off.assign(w.size(), 0.0f);
@@ -46,7 +47,8 @@ Weights make_weights(BlockType t, int64_t rows, int64_t cols, uint32_t seed) {
       for (int j = 0; j < 8; ++j) {
         int sc, mn;
         q4k_scale_min(j, blk[b].scales, sc, mn);
-        for (int i = 0; i < 32; ++i) m.off[256 * b + 32 * static_cast<size_t>(j) + static_cast<size_t>(i)] = simd::h2f(blk[b].dmin) * mn;
+        for (int i = 0; i < 32; ++i)
+          m.off[256 * b + 32 * static_cast<size_t>(j) + static_cast<size_t>(i)] = simd::h2f(blk[b].dmin) * mn;
       }
   };
   if (t == BlockType::kQ4_K) k_offsets(reinterpret_cast<const BlockQ4_K*>(m.blocks.data()), m.blocks.size() / 144);
@@ -100,11 +102,11 @@ TEST(QuantGemm, MatchesFp64ReferenceOnEveryType) {
   for (BlockType t : {BlockType::kQ8_0, BlockType::kQ4_0, BlockType::kQ5_0, BlockType::kQ5_1, BlockType::kQ4_K,
                       BlockType::kQ5_K, BlockType::kQ6_K}) {
     const int64_t bv = block_info(t).values;
-    check_gemm(pool, t, kMR + 1, kNR + 3, bv);             // one block of k; partial tiles of tokens and rows
-    check_gemm(pool, t, 1, 1, 3 * bv);                     // one token, one row
-    check_gemm(pool, t, 2 * kMR + 3, 2 * kNR + 5, 1280);   // k over three k blocks (512, 512, 256)
-    check_gemm(pool, t, 5, 3 * kNR, 512);                  // whole panels
-    check_gemm(pool, t, 37, kNR + 7, 768);                 // many token tiles, k over a partial second k block
+    check_gemm(pool, t, kMR + 1, kNR + 3, bv);            // one block of k; partial tiles of tokens and rows
+    check_gemm(pool, t, 1, 1, 3 * bv);                    // one token, one row
+    check_gemm(pool, t, 2 * kMR + 3, 2 * kNR + 5, 1280);  // k over three k blocks (512, 512, 256)
+    check_gemm(pool, t, 5, 3 * kNR, 512);                 // whole panels
+    check_gemm(pool, t, 37, kNR + 7, 768);                // many token tiles, k over a partial second k block
   }
 }
 

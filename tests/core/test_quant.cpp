@@ -64,7 +64,7 @@ TEST(QuantBlocks, HandBuiltQ8_0AndQ4_0) {
   for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(j | (15 - j) << 4);
   dequantize(BlockType::kQ4_0, reinterpret_cast<const uint8_t*>(&b), y, 32);
   for (int j = 0; j < 16; ++j) {
-    EXPECT_EQ(y[j], -0.25f * static_cast<float>(j - 8));           // low nibble: values 0..15
+    EXPECT_EQ(y[j], -0.25f * static_cast<float>(j - 8));            // low nibble: values 0..15
     EXPECT_EQ(y[j + 16], -0.25f * static_cast<float>(15 - j - 8));  // high nibble: values 16..31
   }
 }
@@ -75,15 +75,15 @@ TEST(QuantBlocks, HandBuiltQ8_0AndQ4_0) {
 TEST(QuantBlocks, HandBuiltQ5_0) {
   float x[32];
   for (int v = 0; v < 32; ++v) x[v] = static_cast<float>(v - 16);
-  x[6] = -9.5f;    // x / d + 16.5 = 7.0: half rounds up, q = 7
-  x[7] = -9.51f;   // 6.99: q = 6
+  x[6] = -9.5f;   // x / d + 16.5 = 7.0: half rounds up, q = 7
+  x[7] = -9.51f;  // 6.99: q = 6
   BlockQ5_0 b{};
   quantize(BlockType::kQ5_0, x, reinterpret_cast<uint8_t*>(&b), 32);
-  EXPECT_EQ(b.d, 0x3C00);  // fp16 1.0
+  EXPECT_EQ(b.d, 0x3C00);                               // fp16 1.0
   const uint8_t want_qh[4] = {0x00, 0x00, 0xFF, 0xFF};  // q >= 16 exactly for v >= 16
   for (int k = 0; k < 4; ++k) EXPECT_EQ(b.qh[k], want_qh[k]) << k;
   for (int j = 0; j < 16; ++j) {
-    const int lo = j == 6 ? 7 : j == 7 ? 6 : j;  // q of value j
+    const int lo = j == 6 ? 7 : j == 7 ? 6 : j;                  // q of value j
     EXPECT_EQ(b.qs[j], static_cast<uint8_t>(lo | j << 4)) << j;  // value j + 16 has q = j + 16: nibble j
   }
   float y[32];
@@ -119,8 +119,8 @@ TEST(QuantBlocks, HandBuiltQ5_1) {
   x[7] = -3.0f + 0.5f * 5.49f;  // 5.99: q = 5
   BlockQ5_1 b{};
   quantize(BlockType::kQ5_1, x, reinterpret_cast<uint8_t*>(&b), 32);
-  EXPECT_EQ(b.d, 0x3800);  // fp16 0.5
-  EXPECT_EQ(b.m, 0xC200);  // fp16 -3.0
+  EXPECT_EQ(b.d, 0x3800);                               // fp16 0.5
+  EXPECT_EQ(b.m, 0xC200);                               // fp16 -3.0
   const uint8_t want_qh[4] = {0x00, 0x00, 0xFF, 0xFF};  // q >= 16 exactly for v >= 16
   for (int k = 0; k < 4; ++k) EXPECT_EQ(b.qh[k], want_qh[k]) << k;
   auto q_of = [](int v) { return v == 6 ? 7 : v == 7 ? 5 : v; };
@@ -147,7 +147,8 @@ TEST(QuantBlocks, HandBuiltQ5_K) {
   dequantize(BlockType::kQ5_K, reinterpret_cast<const uint8_t*>(&b), y.data(), 256);
   for (int v = 0; v < 256; ++v) {
     const int j = v / 32;
-    const float want = 0.25f * static_cast<float>(9 + 6 * j) * static_cast<float>(q_of(v)) - 0.5f * static_cast<float>(50 - 5 * j);
+    const float want =
+        0.25f * static_cast<float>(9 + 6 * j) * static_cast<float>(q_of(v)) - 0.5f * static_cast<float>(50 - 5 * j);
     ASSERT_EQ(y[static_cast<size_t>(v)], want) << v;
   }
 }
@@ -162,10 +163,11 @@ TEST(QuantBlocks, HandBuiltQ4_K) {
   std::vector<float> y(256);
   dequantize(BlockType::kQ4_K, reinterpret_cast<const uint8_t*>(&b), y.data(), 256);
   for (int v = 0; v < 256; ++v) {
-    const int chunk = v / 64, i = v % 32, j = v / 32;   // sub-block j; byte 32 * chunk + i
+    const int chunk = v / 64, i = v % 32, j = v / 32;  // sub-block j; byte 32 * chunk + i
     const uint8_t byte = b.qs[32 * chunk + i];
     const int q = (v % 64) < 32 ? byte & 15 : byte >> 4;
-    const float want = 0.5f * static_cast<float>(10 + 7 * j) * static_cast<float>(q) - 0.25f * static_cast<float>(40 - 3 * j);
+    const float want =
+        0.5f * static_cast<float>(10 + 7 * j) * static_cast<float>(q) - 0.25f * static_cast<float>(40 - 3 * j);
     ASSERT_EQ(y[static_cast<size_t>(v)], want) << v;
   }
 }
@@ -187,7 +189,9 @@ TEST(QuantBlocks, HandBuiltQ6_K) {
   std::vector<float> y(256);
   dequantize(BlockType::kQ6_K, reinterpret_cast<const uint8_t*>(&b), y.data(), 256);
   for (int v = 0; v < 256; ++v)
-    ASSERT_EQ(y[static_cast<size_t>(v)], 0.125f * static_cast<float>(b.scales[v / 16]) * static_cast<float>(q_of(v) - 32)) << v;
+    ASSERT_EQ(y[static_cast<size_t>(v)],
+              0.125f * static_cast<float>(b.scales[v / 16]) * static_cast<float>(q_of(v) - 32))
+        << v;
 }
 
 std::vector<float> test_values(int64_t n, uint32_t seed) {  // n >= 1280
@@ -195,20 +199,21 @@ std::vector<float> test_values(int64_t n, uint32_t seed) {  // n >= 1280
   std::normal_distribution<float> g(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) x[i] = g(rng) * (1.0f + static_cast<float>((i / 256) % 5));  // varying block scales
-  x[7] = 9.0f, x[300] = -12.0f, x[600] = 0.0f;  // outliers
+  x[7] = 9.0f, x[300] = -12.0f, x[600] = 0.0f;                                                 // outliers
   for (int i = 0; i < 256; ++i) x[1024 + i] = 0.0f;  // an all-zero super-block
   return x;
 }
 
 // Every x̂ is the level (among `levels` of its group) nearest to x, up to fp32 rounding of the level arithmetic.
 // slack: how far the quantizer's own rounding grid may sit from the stored levels.
-void expect_nearest(const std::vector<float>& x, const std::vector<float>& y, int64_t i, const std::vector<float>& levels,
-                    float slack = 0.0f) {
+void expect_nearest(const std::vector<float>& x, const std::vector<float>& y, int64_t i,
+                    const std::vector<float>& levels, float slack = 0.0f) {
   float best = INFINITY;
   for (float l : levels) best = std::min(best, std::fabs(x[i] - l));
   float span = 0.0f;
   for (float l : levels) span = std::max(span, std::fabs(l));
-  ASSERT_LE(std::fabs(x[i] - y[i]), best + slack + 4e-7f * (span + std::fabs(x[i]))) << "value " << i << " x " << x[i] << " got " << y[i];
+  ASSERT_LE(std::fabs(x[i] - y[i]), best + slack + 4e-7f * (span + std::fabs(x[i])))
+      << "value " << i << " x " << x[i] << " got " << y[i];
 }
 
 TEST(QuantBlocks, Q8_0Q4_0Q5_0RoundToNearestLevel) {
@@ -285,7 +290,8 @@ void expect_k_affine_nearest(BlockType t, int levels_per_sub, uint32_t seed, dou
       q4k_scale_min(j, b->scales, sc, m);
       std::vector<float> levels;
       for (int k = 0; k < levels_per_sub; ++k)
-        levels.push_back(h2f(b->d) * static_cast<float>(sc) * static_cast<float>(k) - h2f(b->dmin) * static_cast<float>(m));
+        levels.push_back(h2f(b->d) * static_cast<float>(sc) * static_cast<float>(k) -
+                         h2f(b->dmin) * static_cast<float>(m));
       for (int i = 0; i < 32; ++i) {
         const int64_t v = sb * 256 + j * 32 + i;
         if (sc > 0) expect_nearest(x, y, v, levels);
@@ -329,7 +335,6 @@ TEST(QuantBlocks, Q6_KRoundsToNearestLevelOfItsSubBlock) {
   // 6 bits symmetric over +-amax of 16 values (~1.8 sigma): step ~0.057 sigma, NMSE ~3e-4; int8 scales add <1%.
   EXPECT_LT(err2 / sig2, 1e-3);
 }
-
 
 // The quantizers write llama-quantize's bytes: every type on a fixed input (quant_golden_input.h, the same values on
 // every platform) hashes to what llama.cpp's reference quantizers (ggml's quantize_row_*_ref, llama-quantize
@@ -440,7 +445,7 @@ TEST(QuantDot, ActivationFormsFollowLlamaCpp) {
   EXPECT_EQ(a.qk[41], 0);
   EXPECT_EQ(a.bsums[0], -127 + 127 + 0 - 2 - 2 + 2);  // values 0..15
   EXPECT_EQ(a.bsums[1], 0);
-  EXPECT_EQ(a.bsums[2], -1);                 // values 32..47
+  EXPECT_EQ(a.bsums[2], -1);  // values 32..47
   // Only the asked form; a Q4_K row then refuses Q8_0-only activations.
   Q8Acts b;
   quantize_acts(x.data(), 256, kActsQ8_0, b);

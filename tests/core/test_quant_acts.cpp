@@ -96,7 +96,8 @@ void expect_prefix(const std::vector<T>& got, const std::vector<T>& want, const 
   ASSERT_GE(got.size(), want.size()) << field;
   for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << what << ": " << field << "[" << i << "]";
 }
-void expect_bits(const std::vector<float>& got, const std::vector<float>& want, const char* field, const std::string& what) {
+void expect_bits(const std::vector<float>& got, const std::vector<float>& want, const char* field,
+                 const std::string& what) {
   ASSERT_GE(got.size(), want.size()) << field;
   for (size_t i = 0; i < want.size(); ++i)
     ASSERT_EQ(bits(got[i]), bits(want[i])) << what << ": " << field << "[" << i << "] " << got[i] << " vs " << want[i];
@@ -126,10 +127,11 @@ void check(const std::vector<float>& x, Q8Acts& a, const std::string& what) {
 TEST(QuantActs, SimdConversionPrimitives) {
   namespace S = simd;
   constexpr int W = S::kWidth;
-  std::vector<float> v = {0.5f,   1.5f,  2.5f,  -0.5f,  -1.5f, -2.5f, 126.5f, -127.5f, 0.49999997f, -0.0f,
-                          kNaN,   kInf,  -kInf, 2147483648.0f, 2147483520.0f, -2147483648.0f, -2147483904.0f,
-                          kDenormMin, 200.0f, -129.0f, 128.0f, -128.0f, 127.0f, 3e9f, 8388609.0f, 4194304.5f,
-                          -7.5f, 1e-30f, -kNaN, 13.5f, 127.4f, -300.0f};
+  std::vector<float> v = {0.5f,          1.5f,           2.5f,           -0.5f,      -1.5f,      -2.5f,   126.5f,
+                          -127.5f,       0.49999997f,    -0.0f,          kNaN,       kInf,       -kInf,   2147483648.0f,
+                          2147483520.0f, -2147483648.0f, -2147483904.0f, kDenormMin, 200.0f,     -129.0f, 128.0f,
+                          -128.0f,       127.0f,         3e9f,           8388609.0f, 4194304.5f, -7.5f,   1e-30f,
+                          -kNaN,         13.5f,          127.4f,         -300.0f};
   ASSERT_EQ(v.size(), 32u);
   for (int k = 0; k < 32 / W; ++k) {  // abs clears the sign bit only (NaN, -0 and -inf included)
     float f[W];
@@ -178,9 +180,9 @@ TEST(QuantActs, RandomVectorsMatchReference) {
       const int kind = pick(rng);
       for (int64_t i = 32 * b; i < 32 * b + 32; ++i) {
         float v = g(rng) * scale;
-        if (kind == 0) v = v * v * v;                      // heavy tails
-        if (kind == 1 && pick(rng) < 7) v = 0.0f;          // sparse
-        if (kind == 2) v = std::round(v * 4.0f) / 4.0f;    // coarse values, repeated magnitudes
+        if (kind == 0) v = v * v * v;                    // heavy tails
+        if (kind == 1 && pick(rng) < 7) v = 0.0f;        // sparse
+        if (kind == 2) v = std::round(v * 4.0f) / 4.0f;  // coarse values, repeated magnitudes
         x[static_cast<size_t>(i)] = v;
       }
     }
@@ -200,7 +202,7 @@ TEST(QuantActs, TiesRoundHalfToEven) {
     for (size_t b = 0; b < x.size() / 32; ++b) {
       const float s = std::ldexp(1.0f, e(rng));
       for (size_t i = 0; i < 32; ++i) x[32 * b + i] = (static_cast<float>(half(rng)) + 0.5f) * s;
-      x[32 * b + (b % 32)] = (sign(rng) ? 127.0f : -127.0f) * s;  // amax, at a varying place
+      x[32 * b + (b % 32)] = (sign(rng) ? 127.0f : -127.0f) * s;         // amax, at a varying place
       if (b % 8 == 0) x[32 * b + 31] = std::fabs(x[32 * b + (b % 32)]);  // Q8_K: the first of +-amax sets the sign
     }
     check(x, a, "rep " + std::to_string(rep));
@@ -222,7 +224,9 @@ TEST(QuantActs, EdgeBlocksMatchReference) {
   add("all equal", [](int) { return 3.7f; });
   add("all equal negative", [](int) { return -3.7f; });
   add("one value", [](int i) { return i == 77 ? -0.3f : 0.0f; });
-  add("+-max, minus first", [](int i) { return i == 40 ? -5.0f : i == 200 ? 5.0f : 0.01f * static_cast<float>(i % 7); });
+  add("+-max, minus first", [](int i) {
+    return i == 40 ? -5.0f : i == 200 ? 5.0f : 0.01f * static_cast<float>(i % 7);
+  });
   add("+-max, same block", [](int i) { return i == 65 ? 5.0f : i == 66 ? -5.0f : -0.02f * static_cast<float>(i % 5); });
   add("denormals", [](int i) { return kDenormMin * static_cast<float>(i - 128); });
   add("below 2^-121", [tiny](int i) { return tiny * static_cast<float>(i % 9 - 4); });

@@ -110,20 +110,26 @@ void check_lanes(const char* name, Op op, Ref ref, float lo, float hi) {
 }
 
 TEST(Simd, LaneOpsAreExact) {
-  check_lanes("fmadd", [](auto a, auto b, auto c) { return W::fmadd(a, b, c); },
-              [](float a, float b, float c) { return std::fma(a, b, c); }, -10, 10);
-  check_lanes("fnmadd", [](auto a, auto b, auto c) { return W::fnmadd(a, b, c); },
-              [](float a, float b, float c) { return std::fma(-a, b, c); }, -10, 10);
-  check_lanes("div", [](auto a, auto b, auto) { return W::div(a, b); }, [](float a, float b, float) { return a / b; },
-              -10, 10);
-  check_lanes("round_even", [](auto a, auto, auto) { return W::round_even(a); },
-              [](float a, float, float) { return std::nearbyint(a); }, -100, 100);
-  check_lanes("round_fp16", [](auto a, auto, auto) { return W::round_fp16(a); },
-              [](float a, float, float) { return W::soft_h2f(W::soft_f2h(a)); }, -70000, 70000);
-  check_lanes("max", [](auto a, auto b, auto) { return W::max(a, b); },
-              [](float a, float b, float) { return a > b ? a : b; }, -1, 1);
-  check_lanes("select(ge)", [](auto a, auto b, auto c) { return W::select(W::ge(a, b), c, a); },
-              [](float a, float b, float c) { return a >= b ? c : a; }, -1, 1);
+  check_lanes(
+      "fmadd", [](auto a, auto b, auto c) { return W::fmadd(a, b, c); },
+      [](float a, float b, float c) { return std::fma(a, b, c); }, -10, 10);
+  check_lanes(
+      "fnmadd", [](auto a, auto b, auto c) { return W::fnmadd(a, b, c); },
+      [](float a, float b, float c) { return std::fma(-a, b, c); }, -10, 10);
+  check_lanes(
+      "div", [](auto a, auto b, auto) { return W::div(a, b); }, [](float a, float b, float) { return a / b; }, -10, 10);
+  check_lanes(
+      "round_even", [](auto a, auto, auto) { return W::round_even(a); },
+      [](float a, float, float) { return std::nearbyint(a); }, -100, 100);
+  check_lanes(
+      "round_fp16", [](auto a, auto, auto) { return W::round_fp16(a); },
+      [](float a, float, float) { return W::soft_h2f(W::soft_f2h(a)); }, -70000, 70000);
+  check_lanes(
+      "max", [](auto a, auto b, auto) { return W::max(a, b); }, [](float a, float b, float) { return a > b ? a : b; },
+      -1, 1);
+  check_lanes(
+      "select(ge)", [](auto a, auto b, auto c) { return W::select(W::ge(a, b), c, a); },
+      [](float a, float b, float c) { return a >= b ? c : a; }, -1, 1);
   // ties of round_even
   float t[VW], o[VW];
   for (int i = 0; i < VW; ++i) t[i] = 0.5f + static_cast<float>(i % 4);

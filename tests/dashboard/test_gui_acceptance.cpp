@@ -11,11 +11,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "dashboard/process.h"
 #include "tests/common/test_data.h"
@@ -34,8 +33,8 @@ std::string find_in_path(const std::string& prog) {
   return "";
 }
 
-#define REQUIRE_XVFB()                                                                              \
-  std::string xvfb = find_in_path("xvfb-run");                                                     \
+#define REQUIRE_XVFB()                         \
+  std::string xvfb = find_in_path("xvfb-run"); \
   if (xvfb.empty()) GTEST_SKIP() << "xvfb-run not installed (apt-get install xvfb xauth): GUI test skipped"
 
 struct Image {
@@ -91,10 +90,10 @@ TEST(DashboardGui, RecordedAndLiveRunScreenshot) {
   // Live run: a synthetic writer that appends events while the dashboard runs (the trainer CLI is
   // exercised by the train area's own tests).
   ChildProcess writer;
-  ASSERT_TRUE(writer.start({"/usr/bin/python3", test::source_path("tests/dashboard/gen_events.py"),
-                            (dir / "live/events.jsonl").string(), "--live", "--interval-ms", "15", "--steps",
-                            "2000", "--restart-at", "60", "--run", "live-run", "--seed", "5"},
-                           (dir / "writer.log").string(), false))
+  ASSERT_TRUE(writer.start(
+      {"/usr/bin/python3", test::source_path("tests/dashboard/gen_events.py"), (dir / "live/events.jsonl").string(),
+       "--live", "--interval-ms", "15", "--steps", "2000", "--restart-at", "60", "--run", "live-run", "--seed", "5"},
+      (dir / "writer.log").string(), false))
       << writer.error();
   for (int i = 0; i < 500 && count_lines(dir / "live/events.jsonl") < 20; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -103,9 +102,9 @@ TEST(DashboardGui, RecordedAndLiveRunScreenshot) {
 
   std::string out;
   const std::string png = (dir / "shot.png").string();
-  int rc = run_dashboard(xvfb, {test::source_path("tests/dashboard/fixtures/recorded_run"), (dir / "live").string(),
-                                "--screenshot", png, "--frames", "90", "--width", "1280", "--height", "800",
-                                "--scale", "1"},
+  int rc = run_dashboard(xvfb,
+                         {test::source_path("tests/dashboard/fixtures/recorded_run"), (dir / "live").string(),
+                          "--screenshot", png, "--frames", "90", "--width", "1280", "--height", "800", "--scale", "1"},
                          &out);
   writer.signal(SIGTERM);
   writer.wait_for(5000);
@@ -142,7 +141,8 @@ TEST(DashboardGui, RecordedAndLiveRunScreenshot) {
     EXPECT_TRUE(side["plots"].contains(p)) << p;
   for (const char* p : {"loss", "runs", "samples", "config"}) EXPECT_TRUE(side["panels"].contains(p)) << p;
   // Copy for the docs when asked (ANELAB_DASHBOARD_SHOT=path).
-  if (const char* keep = std::getenv("ANELAB_DASHBOARD_SHOT")) fs::copy_file(png, keep, fs::copy_options::overwrite_existing);
+  if (const char* keep = std::getenv("ANELAB_DASHBOARD_SHOT"))
+    fs::copy_file(png, keep, fs::copy_options::overwrite_existing);
 }
 
 // The live run: a real stories260K fine-tuning run by `anelab train` on the TinyStories text
@@ -162,10 +162,18 @@ TEST(DashboardGui, LiveStories260KFineTuneRun) {
       << out;
   const fs::path run = dir / "ft";
   ChildProcess trainer;
-  ASSERT_TRUE(trainer.start({ANELAB_EXE, "train", "--init", test::data_path("llama2c/stories260K.bin"), "--tokenizer",
-                             test::data_path("llama2c/tok512.bin"), "--data", tokens, "--run-dir", run.string(),
-                             "--steps", "100000", "--batch-size", "4", "--seq-len", "64", "--lr", "5e-4",
-                             "--eval-every", "10", "--strategy", "cpu", "--quiet"},
+  ASSERT_TRUE(trainer.start({ANELAB_EXE,     "train",
+                             "--init",       test::data_path("llama2c/stories260K.bin"),
+                             "--tokenizer",  test::data_path("llama2c/tok512.bin"),
+                             "--data",       tokens,
+                             "--run-dir",    run.string(),
+                             "--steps",      "100000",
+                             "--batch-size", "4",
+                             "--seq-len",    "64",
+                             "--lr",         "5e-4",
+                             "--eval-every", "10",
+                             "--strategy",   "cpu",
+                             "--quiet"},
                             (dir / "train.log").string(), false))
       << trainer.error();
   auto steps_written = [&] {
@@ -178,8 +186,9 @@ TEST(DashboardGui, LiveStories260KFineTuneRun) {
   for (int i = 0; i < 3000 && steps_written() < 40; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ASSERT_GE(steps_written(), 40u) << "the trainer wrote too few step events; see " << (dir / "train.log");
   const std::string png = (dir / "shot.png").string();
-  int rc = run_dashboard(xvfb, {test::source_path("tests/dashboard/fixtures/recorded_run"), run.string(), "--screenshot",
-                                png, "--frames", "60", "--width", "1280", "--height", "800", "--scale", "1"},
+  int rc = run_dashboard(xvfb,
+                         {test::source_path("tests/dashboard/fixtures/recorded_run"), run.string(), "--screenshot", png,
+                          "--frames", "60", "--width", "1280", "--height", "800", "--scale", "1"},
                          &out);
   trainer.signal(SIGTERM);
   trainer.wait_for(10000);
@@ -218,8 +227,9 @@ TEST(DashboardGui, MalformedBinaryAndMissingFilesShowErrorLines) {
   }
   std::string out;
   const std::string png = (dir / "bad.png").string();
-  int rc = run_dashboard(xvfb, {test::source_path("tests/dashboard/fixtures/malformed_run"), (dir / "binary").string(),
-                                (dir / "missing").string(), "--screenshot", png, "--frames", "6", "--scale", "1"},
+  int rc = run_dashboard(xvfb,
+                         {test::source_path("tests/dashboard/fixtures/malformed_run"), (dir / "binary").string(),
+                          (dir / "missing").string(), "--screenshot", png, "--frames", "6", "--scale", "1"},
                          &out);
   ASSERT_EQ(rc, 0) << out;
   ASSERT_TRUE(fs::exists(png));

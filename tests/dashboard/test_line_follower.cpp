@@ -1,6 +1,5 @@
 // LineFollower: growing file, partial last line, truncation, replacement, rewrite, CRLF, long lines.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstdio>

@@ -1,6 +1,5 @@
 // Child processes: captured output, exit codes, log files, signals, spawn failures.
 #include <gtest/gtest.h>
-
 #include <signal.h>
 
 #include <filesystem>

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "dashboard/run_model.h"
@@ -16,17 +15,31 @@ namespace {
 using nlohmann::json;
 
 std::string step_line(int step, double loss, double t = 0) {
-  json e = {{"event", "step"}, {"t", t ? t : 1000.0 + step}, {"step", step}, {"loss", loss}, {"lr", 1e-3},
-            {"grad_norm", 1.5}, {"loss_scale", 256}, {"skipped", false}, {"tokens", 512},
-            {"tokens_per_s", 8000}, {"ms", 60.0}, {"ms_kernel", 40.0}, {"ms_cpu_dw", 5.0},
-            {"ms_staging", 6.0}, {"ms_other", 9.0}, {"compiles_total", 6}, {"restarts", 0},
-            {"rss_mb", 90.0}, {"cpu_pct", 180.0}};
+  json e = {{"event", "step"},   {"t", t ? t : 1000.0 + step},
+            {"step", step},      {"loss", loss},
+            {"lr", 1e-3},        {"grad_norm", 1.5},
+            {"loss_scale", 256}, {"skipped", false},
+            {"tokens", 512},     {"tokens_per_s", 8000},
+            {"ms", 60.0},        {"ms_kernel", 40.0},
+            {"ms_cpu_dw", 5.0},  {"ms_staging", 6.0},
+            {"ms_other", 9.0},   {"compiles_total", 6},
+            {"restarts", 0},     {"rss_mb", 90.0},
+            {"cpu_pct", 180.0}};
   return e.dump();
 }
 std::string start_line(int step, bool resumed, int restart, const std::string& run = "r1") {
-  json e = {{"event", "run_start"}, {"t", 1000.0 + step}, {"step", step}, {"schema", 1}, {"run", run},
-            {"pid", 999999999}, {"resumed", resumed}, {"restart", restart}, {"backend", "emulator"},
-            {"device", "m4"}, {"strategy", "dynamic"}, {"config", {{"lr", 0.0005}, {"steps", 100}}},
+  json e = {{"event", "run_start"},
+            {"t", 1000.0 + step},
+            {"step", step},
+            {"schema", 1},
+            {"run", run},
+            {"pid", 999999999},
+            {"resumed", resumed},
+            {"restart", restart},
+            {"backend", "emulator"},
+            {"device", "m4"},
+            {"strategy", "dynamic"},
+            {"config", {{"lr", 0.0005}, {"steps", 100}}},
             {"model", {{"arch", "llama"}, {"dim", 64}}}};
   return e.dump();
 }
@@ -39,15 +52,20 @@ TEST(RunModel, ParsesAllEventTypes) {
   RunData r("/nonexistent/run-a");
   uint64_t n = 0;
   r.apply_line(start_line(0, false, 0), ++n);
-  r.apply_line(R"({"event":"compile","t":1000.4,"step":0,"kernels":6,"ms":212.5,"compiles_total":6,"budget":119})", ++n);
+  r.apply_line(R"({"event":"compile","t":1000.4,"step":0,"kernels":6,"ms":212.5,"compiles_total":6,"budget":119})",
+               ++n);
   r.apply_line(step_line(1, 2.5), ++n);
   r.apply_line(step_line(2, 2.4), ++n);
   r.apply_line(R"({"event":"eval","t":1003,"step":2,"val_loss":2.45,"val_tokens":8192})", ++n);
-  r.apply_line(R"({"event":"sample","t":1003.5,"step":2,"text":"Once upon","prompt":"","temperature":0.8,"top_p":0.9,"tokens":64})", ++n);
+  r.apply_line(
+      R"({"event":"sample","t":1003.5,"step":2,"text":"Once upon","prompt":"","temperature":0.8,"top_p":0.9,"tokens":64})",
+      ++n);
   r.apply_line(R"({"event":"checkpoint","t":1003.6,"step":2,"path":"ck/last.ckpt","kind":"last"})", ++n);
-  r.apply_line(R"({"event":"checkpoint","t":1003.7,"step":2,"path":"ck/best.ckpt","kind":"best","val_loss":2.45})", ++n);
+  r.apply_line(R"({"event":"checkpoint","t":1003.7,"step":2,"path":"ck/best.ckpt","kind":"best","val_loss":2.45})",
+               ++n);
   r.apply_line(R"({"event":"future_thing","t":1004,"step":2,"x":1})", ++n);
-  r.apply_line(R"({"event":"run_end","t":1005,"step":2,"steps":2,"wall_s":5,"best_val_loss":2.45,"final_loss":2.4})", ++n);
+  r.apply_line(R"({"event":"run_end","t":1005,"step":2,"steps":2,"wall_s":5,"best_val_loss":2.45,"final_loss":2.4})",
+               ++n);
   EXPECT_EQ(r.name, "r1");
   EXPECT_EQ(r.backend, "emulator");
   EXPECT_EQ(r.strategy, "dynamic");
@@ -137,7 +155,8 @@ TEST(RunModel, ExecRestartKeepsRowsAndAddsAMarker) {
   uint64_t n = 0;
   r.apply_line(start_line(0, false, 0), ++n);
   for (int s = 1; s <= 10; ++s) r.apply_line(step_line(s, 3.0 - 0.1 * s), ++n);
-  r.apply_line(R"({"event":"restart","t":1010.5,"step":10,"reason":"compile_budget","compiles_total":110,"budget":119})", ++n);
+  r.apply_line(
+      R"({"event":"restart","t":1010.5,"step":10,"reason":"compile_budget","compiles_total":110,"budget":119})", ++n);
   r.apply_line(start_line(10, false, 1), ++n);
   for (int s = 11; s <= 12; ++s) r.apply_line(step_line(s, 2.0), ++n);  // (their "restarts" field says 0)
   EXPECT_EQ(r.steps.size(), 12u);
@@ -193,7 +212,11 @@ TEST(RunModel, FollowsAGrowingFileWithTruncationAndPartialLines) {
   EXPECT_EQ(r.steps.size(), 2u);
   EXPECT_EQ(r.polls_with_data, 2u);
   // Truncate: a new run in the same directory.
-  { std::ofstream f(p, std::ios::trunc); f << start_line(0, false, 0, "r2") << "\n" << "oops\n"; }
+  {
+    std::ofstream f(p, std::ios::trunc);
+    f << start_line(0, false, 0, "r2") << "\n"
+      << "oops\n";
+  }
   EXPECT_TRUE(r.poll());
   EXPECT_EQ(r.name, "r2");
   EXPECT_EQ(r.steps.size(), 0u);
@@ -205,8 +228,8 @@ TEST(RunModel, FollowsAGrowingFileWithTruncationAndPartialLines) {
 TEST(RunModel, SeveralRunsAreIndependent) {
   auto d1 = test::temp_dir("rm_multi_a"), d2 = test::temp_dir("rm_multi_b");
   append(d1 / "events.jsonl", start_line(0, false, 0, "a") + "\n" + step_line(1, 3.0) + "\n");
-  append(d2 / "events.jsonl", start_line(0, false, 0, "b") + "\nnot json\n" + step_line(1, 4.0) + "\n" +
-                                  step_line(2, 3.5) + "\n");
+  append(d2 / "events.jsonl",
+         start_line(0, false, 0, "b") + "\nnot json\n" + step_line(1, 4.0) + "\n" + step_line(2, 3.5) + "\n");
   std::vector<std::unique_ptr<RunData>> runs;
   runs.push_back(std::make_unique<RunData>(d1.string()));
   runs.push_back(std::make_unique<RunData>(d2.string()));

@@ -1,7 +1,6 @@
 // System stats: machine CPU % from a fake procfs stat file (the platform layer's parsers: tests/core/test_platform.cpp;
 // RAPL: tests/core/test_power_rapl.cpp).
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <filesystem>

@@ -30,7 +30,7 @@
 
 namespace anelab::test {
 
-constexpr double kU = 1.0 / 2048.0;  // fp16 unit roundoff 2^-11
+constexpr double kU = 1.0 / 2048.0;        // fp16 unit roundoff 2^-11
 constexpr double kU32 = 1.0 / 16777216.0;  // fp32 unit roundoff 2^-24 (also fp16's smallest subnormal)
 inline const char* kWeightsPath = "@model_path/weights/w.bin";
 
@@ -78,9 +78,9 @@ struct Reference {
 };
 
 struct Tolerance {
-  double rel = 1.0;     // multiples of u on |y|
-  double acc = 1.0;     // multiples of K 2^-24 on mag
-  double nmse = 1e-6;   // limit on sum (e^2) / sum (y^2)
+  double rel = 1.0;    // multiples of u on |y|
+  double acc = 1.0;    // multiples of K 2^-24 on mag
+  double nmse = 1e-6;  // limit on sum (e^2) / sum (y^2)
 };
 
 struct BackendRun {
@@ -126,7 +126,8 @@ inline RowPadding pad_io_rows(mil::Program& p) {
     c("begin", std::vector<int64_t>(static_cast<size_t>(r), 0));
     c("size", logical.shape);
     head.push_back(harness_op("slice_by_size", n, logical,
-                              {{"x", mil::Arg::value(padded)}, {"begin", mil::Arg::value(padded + "_begin")},
+                              {{"x", mil::Arg::value(padded)},
+                               {"begin", mil::Arg::value(padded + "_begin")},
                                {"size", mil::Arg::value(padded + "_size")}}));
     n = padded;
   }
@@ -140,8 +141,9 @@ inline RowPadding pad_io_rows(mil::Program& p) {
     zt.shape.back() = (W + m - 1) / m * m - W;
     pt.shape.back() = W + zt.shape.back();
     const std::string padded = o + "_rows";
-    f.ops.push_back(harness_op("const", padded + "_zeros", zt, {},
-                               {{"val", mil::ConstValue::floats(zt, std::vector<double>(static_cast<size_t>(zt.numel()), 0.0))}}));
+    f.ops.push_back(
+        harness_op("const", padded + "_zeros", zt, {},
+                   {{"val", mil::ConstValue::floats(zt, std::vector<double>(static_cast<size_t>(zt.numel()), 0.0))}}));
     f.ops.push_back(harness_op("const", padded + "_axis", mil::scalar_type(mil::DType::kInt32), {},
                                {{"val", mil::ConstValue::int32(t.rank() - 1)}}));
     f.ops.push_back(harness_op("const", padded + "_interleave", mil::scalar_type(mil::DType::kBool), {},
@@ -168,7 +170,8 @@ inline std::vector<T> narrow_rows(const std::vector<T>& v, int64_t W, int64_t Wp
   if (W == 0 || W == Wp) return v;
   const size_t w = static_cast<size_t>(W) * elem, wp = static_cast<size_t>(Wp) * elem, rows = v.size() / wp;
   std::vector<T> out(rows * w);
-  for (size_t r = 0; r < rows; ++r) std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(r * wp), w, out.begin() + static_cast<std::ptrdiff_t>(r * w));
+  for (size_t r = 0; r < rows; ++r)
+    std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(r * wp), w, out.begin() + static_cast<std::ptrdiff_t>(r * w));
   return out;
 }
 
@@ -211,8 +214,8 @@ inline BackendRun run_on(const std::string& name, ProgramUnderTest& prog, int th
     const int64_t Wp = o.type().shape.back();
     f = narrow_rows(f, pad.out_w[j], Wp);
     res.out.emplace_back(f.begin(), f.end());
-    res.raw.push_back(narrow_rows(std::vector<uint8_t>(bytes, bytes + o.bytes()), pad.out_w[j], Wp,
-                                  mil::dtype_bytes(o.dtype())));
+    res.raw.push_back(
+        narrow_rows(std::vector<uint8_t>(bytes, bytes + o.bytes()), pad.out_w[j], Wp, mil::dtype_bytes(o.dtype())));
   }
   return res;
 }

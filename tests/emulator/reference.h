@@ -45,8 +45,8 @@ inline Vec binary(const Vec& a, const Shape& sa, const Vec& b, const Shape& sb, 
   Vec y(static_cast<size_t>(numel(out)));
   for (int64_t i = 0; i < numel(out); ++i) {
     auto idx = unravel(i, out);
-    y[static_cast<size_t>(i)] = f(a[static_cast<size_t>(bcast_offset(idx, sa, out))],
-                                  b[static_cast<size_t>(bcast_offset(idx, sb, out))]);
+    y[static_cast<size_t>(i)] =
+        f(a[static_cast<size_t>(bcast_offset(idx, sa, out))], b[static_cast<size_t>(bcast_offset(idx, sb, out))]);
   }
   return y;
 }
@@ -61,7 +61,8 @@ struct ConvGeom {
   int64_t N, Cin, H, W, Cout, kh, kw, G, sh, sw, dh, dw, pt, pl, Ho, Wo;
 };
 
-// y[n, co, oh, ow] = bias[co] + sum_{ci in group, ki, kj} w[co, ci, ki, kj] x[n, g*Cin/G + ci, ih, iw]; mag = sum |terms|.
+// y[n, co, oh, ow] = bias[co] + sum_{ci in group, ki, kj} w[co, ci, ki, kj] x[n, g*Cin/G + ci, ih, iw]; mag = sum
+// |terms|.
 inline void conv2d(const Vec& x, const Vec& w, const Vec* bias, const ConvGeom& c, Vec* y, Vec* mag) {
   const int64_t cin_g = c.Cin / c.G, cout_g = c.Cout / c.G;
   y->assign(static_cast<size_t>(c.N * c.Cout * c.Ho * c.Wo), 0.0);
@@ -89,8 +90,8 @@ inline void conv2d(const Vec& x, const Vec& w, const Vec* bias, const ConvGeom& 
 }
 
 // Batched matmul with numpy batch broadcasting; x [..., M, K] (or [..., K, M] if tx), y likewise.
-inline void matmul(const Vec& x, const Shape& xs, bool tx, const Vec& y, const Shape& ys, bool ty, Vec* out,
-                   Vec* mag, Shape* os) {
+inline void matmul(const Vec& x, const Shape& xs, bool tx, const Vec& y, const Shape& ys, bool ty, Vec* out, Vec* mag,
+                   Shape* os) {
   const size_t rx = xs.size(), ry = ys.size();
   const int64_t M = tx ? xs[rx - 1] : xs[rx - 2], K = tx ? xs[rx - 2] : xs[rx - 1];
   const int64_t N = ty ? ys[ry - 2] : ys[ry - 1];

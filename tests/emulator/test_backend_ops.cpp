@@ -32,18 +32,27 @@ CaseResult binary_case(ProgramUnderTest& p, const char* op, Shape sy, double lo,
   Value y = p.weight(sy, yv);
   auto& b = *p.b;
   std::string o = op;
-  Value r = o == "add" ? b.add(x, y) : o == "sub" ? b.sub(x, y) : o == "mul" ? b.mul(x, y) : o == "real_div" ? b.real_div(x, y) : b.pow(x, y);
+  Value r = o == "add"        ? b.add(x, y)
+            : o == "sub"      ? b.sub(x, y)
+            : o == "mul"      ? b.mul(x, y)
+            : o == "real_div" ? b.real_div(x, y)
+                              : b.pow(x, y);
   b.output(r);
   Vec want = ref::binary(xv, sx, yv, sy, sx, f);
   return {{{want}, {ref::abs_vec(want)}, 1}, {1.01, 0, 1e-6}};
 }
 
-CaseResult unary_case(ProgramUnderTest& p, const char* op, double lo, double hi, const std::function<double(double)>& f) {
+CaseResult unary_case(ProgramUnderTest& p, const char* op, double lo, double hi,
+                      const std::function<double(double)>& f) {
   Vec xv = rand_vec(2048, lo, hi, 3);
   Value x = p.input("x", {1, 32, 1, 64}, xv);
   auto& b = *p.b;
   std::string o = op;
-  b.output(o == "sigmoid" ? b.sigmoid(x) : o == "tanh" ? b.tanh(x) : o == "exp" ? b.exp(x) : o == "relu" ? b.relu(x) : b.identity(x));
+  b.output(o == "sigmoid" ? b.sigmoid(x)
+           : o == "tanh"  ? b.tanh(x)
+           : o == "exp"   ? b.exp(x)
+           : o == "relu"  ? b.relu(x)
+                          : b.identity(x));
   Vec want(xv.size());
   for (size_t i = 0; i < xv.size(); ++i) want[i] = f(xv[i]);
   return {{{want}, {ref::abs_vec(want)}, 1}, {1.02, 0, 1e-6}};
@@ -83,7 +92,8 @@ ref::ConvGeom geom(int64_t cin, int64_t h, int64_t w, int64_t cout, int64_t k, i
 
 // ---- matmul / attention -----------------------------------------------------------------------------
 CaseResult matmul_case(ProgramUnderTest& p, Shape xs, bool tx, Shape ys, bool ty, bool y_const) {
-  Vec xv = rand_vec(static_cast<size_t>(ref::numel(xs)), -1, 1, 7), yv = rand_vec(static_cast<size_t>(ref::numel(ys)), -1, 1, 8);
+  Vec xv = rand_vec(static_cast<size_t>(ref::numel(xs)), -1, 1, 7),
+      yv = rand_vec(static_cast<size_t>(ref::numel(ys)), -1, 1, 8);
   Value x = p.input("x", xs, xv);
   Value y = y_const ? p.weight(ys, yv) : p.input("y", ys, yv);
   p.b->output(p.b->matmul(x, y, tx, ty));
@@ -279,7 +289,8 @@ CaseResult quant_case(ProgramUnderTest& p, bool per_channel) {
     for (int64_t c = 0; c < C; ++c) scales[static_cast<size_t>(c)] = std::ldexp(1.0, static_cast<int>(c % 4) - 3);
   mil::QuantParams qp;
   Value sc = per_channel ? b.const_tensor(mil::tensor_type(DType::kFp16, {C}), scales) : b.scalar(DType::kFp16, 0.125);
-  qp.zero_point = per_channel ? b.const_tensor(mil::tensor_type(DType::kInt8, {C}), Vec(C, 3.0)) : b.constant(mil::ConstValue::int8(3));
+  qp.zero_point = per_channel ? b.const_tensor(mil::tensor_type(DType::kInt8, {C}), Vec(C, 3.0))
+                              : b.constant(mil::ConstValue::int8(3));
   if (per_channel) qp.axis = 1;
   Value q = b.quantize(X, DType::kInt8, sc, qp);
   b.output(b.dequantize(q, sc, qp));
@@ -304,9 +315,9 @@ CaseResult affine_dequant_case(ProgramUnderTest& p) {
   for (int64_t c = 0; c < C; ++c) scales[static_cast<size_t>(c)] = r16(0.01 * (c + 1));
   auto& b = *p.b;
   Value X = p.input("x", {1, C, 1, S}, x);
-  Value W = b.constexpr_affine_dequantize(mil::ConstValue::blobfile(mil::tensor_type(DType::kInt8, {1, C, 1, S}), kWeightsPath, off),
-                                          mil::ConstValue::floats(mil::tensor_type(DType::kFp16, {C}), scales),
-                                          mil::ConstValue::int8(-2), 1);
+  Value W = b.constexpr_affine_dequantize(
+      mil::ConstValue::blobfile(mil::tensor_type(DType::kInt8, {1, C, 1, S}), kWeightsPath, off),
+      mil::ConstValue::floats(mil::tensor_type(DType::kFp16, {C}), scales), mil::ConstValue::int8(-2), 1);
   b.output(b.add(X, W));
   Vec want(x.size());
   for (int64_t c = 0; c < C; ++c)
@@ -319,27 +330,76 @@ CaseResult affine_dequant_case(ProgramUnderTest& p) {
 
 const std::map<std::string, CaseFn>& cases() {
   static const std::map<std::string, CaseFn> m = {
-      {"add_bcast_channel", [](auto& p) { return binary_case(p, "add", {1, 16, 1, 1}, -4, 4, std::plus<>()); }},
-      {"sub_bcast_spatial", [](auto& p) { return binary_case(p, "sub", {1, 1, 1, 64}, -4, 4, std::minus<>()); }},
-      {"mul_same_shape", [](auto& p) { return binary_case(p, "mul", {1, 16, 1, 64}, -4, 4, std::multiplies<>()); }},
-      {"real_div", [](auto& p) { return binary_case(p, "real_div", {1, 16, 1, 64}, 0.5, 4, std::divides<>()); }},
-      {"pow", [](auto& p) { return binary_case(p, "pow", {1, 16, 1, 1}, 0.25, 2, [](double a, double b) { return std::pow(a, b); }); }},
-      {"sigmoid", [](auto& p) { return unary_case(p, "sigmoid", -8, 8, [](double a) { return 1 / (1 + std::exp(-a)); }); }},
+      {"add_bcast_channel",
+       [](auto& p) {
+         return binary_case(p, "add", {1, 16, 1, 1}, -4, 4, std::plus<>());
+       }},
+      {"sub_bcast_spatial",
+       [](auto& p) {
+         return binary_case(p, "sub", {1, 1, 1, 64}, -4, 4, std::minus<>());
+       }},
+      {"mul_same_shape",
+       [](auto& p) {
+         return binary_case(p, "mul", {1, 16, 1, 64}, -4, 4, std::multiplies<>());
+       }},
+      {"real_div",
+       [](auto& p) {
+         return binary_case(p, "real_div", {1, 16, 1, 64}, 0.5, 4, std::divides<>());
+       }},
+      {"pow",
+       [](auto& p) {
+         return binary_case(p, "pow", {1, 16, 1, 1}, 0.25, 2, [](double a, double b) { return std::pow(a, b); });
+       }},
+      {"sigmoid",
+       [](auto& p) { return unary_case(p, "sigmoid", -8, 8, [](double a) { return 1 / (1 + std::exp(-a)); }); }},
       {"tanh", [](auto& p) { return unary_case(p, "tanh", -4, 4, [](double a) { return std::tanh(a); }); }},
       {"exp", [](auto& p) { return unary_case(p, "exp", -8, 8, [](double a) { return std::exp(a); }); }},
       {"identity", [](auto& p) { return unary_case(p, "identity", -8, 8, [](double a) { return a; }); }},
       {"relu", [](auto& p) { return unary_case(p, "relu", -4, 4, [](double a) { return std::max(a, 0.0); }); }},
-      {"conv_1x1", [](auto& p) { return conv_case(p, geom(64, 1, 64, 96, 1, 1, 1, 1), "valid", {0, 0, 0, 0}, false); }},
-      {"conv_3x3_same_bias", [](auto& p) { return conv_case(p, geom(8, 8, 40, 16, 3, 1, 1, 1), "same", {0, 0, 0, 0}, true); }},
-      {"conv_stride2_custom_pad", [](auto& p) { return conv_case(p, geom(8, 9, 70, 8, 3, 1, 2, 1), "custom", {1, 0, 2, 1}, false); }},
-      {"conv_dilation2", [](auto& p) { return conv_case(p, geom(4, 8, 40, 8, 3, 1, 1, 2), "valid", {0, 0, 0, 0}, false); }},
-      {"conv_groups4", [](auto& p) { return conv_case(p, geom(16, 4, 36, 8, 3, 4, 1, 1), "same", {0, 0, 0, 0}, false); }},
-      {"conv_depthwise", [](auto& p) { return conv_case(p, geom(16, 1, 64, 16, 1, 16, 1, 1), "valid", {0, 0, 0, 0}, true); }},
-      {"matmul_batched", [](auto& p) { return matmul_case(p, {1, 4, 32, 48}, false, {1, 4, 48, 40}, false, false); }},
-      {"matmul_transpose_x", [](auto& p) { return matmul_case(p, {1, 4, 48, 32}, true, {1, 4, 48, 40}, false, false); }},
-      {"matmul_transpose_y_bcast", [](auto& p) { return matmul_case(p, {1, 4, 32, 48}, false, {1, 1, 64, 48}, true, true); }},
-      {"matmul_both_transposed", [](auto& p) { return matmul_case(p, {2, 48, 32}, true, {2, 40, 48}, true, false); }},
-      {"matmul_large_k", [](auto& p) { return matmul_case(p, {1, 2, 40, 600}, false, {1, 2, 600, 48}, false, false); }},
+      {"conv_1x1",
+       [](auto& p) {
+         return conv_case(p, geom(64, 1, 64, 96, 1, 1, 1, 1), "valid", {0, 0, 0, 0}, false);
+       }},
+      {"conv_3x3_same_bias",
+       [](auto& p) {
+         return conv_case(p, geom(8, 8, 40, 16, 3, 1, 1, 1), "same", {0, 0, 0, 0}, true);
+       }},
+      {"conv_stride2_custom_pad",
+       [](auto& p) {
+         return conv_case(p, geom(8, 9, 70, 8, 3, 1, 2, 1), "custom", {1, 0, 2, 1}, false);
+       }},
+      {"conv_dilation2",
+       [](auto& p) {
+         return conv_case(p, geom(4, 8, 40, 8, 3, 1, 1, 2), "valid", {0, 0, 0, 0}, false);
+       }},
+      {"conv_groups4",
+       [](auto& p) {
+         return conv_case(p, geom(16, 4, 36, 8, 3, 4, 1, 1), "same", {0, 0, 0, 0}, false);
+       }},
+      {"conv_depthwise",
+       [](auto& p) {
+         return conv_case(p, geom(16, 1, 64, 16, 1, 16, 1, 1), "valid", {0, 0, 0, 0}, true);
+       }},
+      {"matmul_batched",
+       [](auto& p) {
+         return matmul_case(p, {1, 4, 32, 48}, false, {1, 4, 48, 40}, false, false);
+       }},
+      {"matmul_transpose_x",
+       [](auto& p) {
+         return matmul_case(p, {1, 4, 48, 32}, true, {1, 4, 48, 40}, false, false);
+       }},
+      {"matmul_transpose_y_bcast",
+       [](auto& p) {
+         return matmul_case(p, {1, 4, 32, 48}, false, {1, 1, 64, 48}, true, true);
+       }},
+      {"matmul_both_transposed",
+       [](auto& p) {
+         return matmul_case(p, {2, 48, 32}, true, {2, 40, 48}, true, false);
+       }},
+      {"matmul_large_k",
+       [](auto& p) {
+         return matmul_case(p, {1, 2, 40, 600}, false, {1, 2, 600, 48}, false, false);
+       }},
       {"matmul_on_views", [](auto& p) { return matmul_on_views_case(p); }},
       {"sdpa_no_mask", [](auto& p) { return sdpa_case(p); }},
       {"softmax_last", [](auto& p) { return softmax_case(p, 3); }},
@@ -394,10 +454,13 @@ TEST(BackendOpsCoverage, EveryLoweredOpHasACase) {
     fn(p);
     for (const auto& op : p.b->function().ops) used.insert(op.op);
   }
-  for (const auto& op : emu::lowered_ops()) EXPECT_TRUE(used.count(op)) << op << " is lowered by the emulator but no op-harness case uses it";
+  for (const auto& op : emu::lowered_ops())
+    EXPECT_TRUE(used.count(op)) << op << " is lowered by the emulator but no op-harness case uses it";
 }
 
-INSTANTIATE_TEST_SUITE_P(Ops, BackendOps, ::testing::Combine(::testing::ValuesIn(case_names()), ::testing::ValuesIn(available_backends())),
+INSTANTIATE_TEST_SUITE_P(Ops, BackendOps,
+                         ::testing::Combine(::testing::ValuesIn(case_names()),
+                                            ::testing::ValuesIn(available_backends())),
                          [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
 }  // namespace

@@ -47,7 +47,8 @@ std::vector<float> reference(const Case& c, const GemmPlan& g, const std::vector
 void run_case(const Case& c, int threads) {
   std::mt19937 rng(static_cast<uint32_t>(c.m * 131 + c.n * 7 + c.k));
   std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-  std::vector<float> a(static_cast<size_t>(c.m * c.k)), b(static_cast<size_t>(c.k * c.n)), bias(static_cast<size_t>(c.m));
+  std::vector<float> a(static_cast<size_t>(c.m * c.k)), b(static_cast<size_t>(c.k * c.n)),
+      bias(static_cast<size_t>(c.m));
   for (auto& x : a) x = round_fp16(d(rng));
   for (auto& x : b) x = round_fp16(d(rng));
   for (auto& x : bias) x = round_fp16(d(rng));
@@ -77,9 +78,9 @@ void run_case(const Case& c, int threads) {
 
 TEST(GemmBits, EqualsInOrderFmaChainOnEveryShape) {
   const Case cases[] = {
-      {1, 1, 1, false, false, false, false, false, 1.0f},   {13, 33, 17, false, false, false, false, true, 1.0f},
-      {25, 47, 300, false, true, false, true, true, 1.0f},  {31, 70, 600, true, false, true, true, false, 0.125f},
-      {64, 96, 64, true, true, false, false, true, 0.3f},   {7, 5, 513, false, false, true, false, true, 1.0f},
+      {1, 1, 1, false, false, false, false, false, 1.0f},  {13, 33, 17, false, false, false, false, true, 1.0f},
+      {25, 47, 300, false, true, false, true, true, 1.0f}, {31, 70, 600, true, false, true, true, false, 0.125f},
+      {64, 96, 64, true, true, false, false, true, 0.3f},  {7, 5, 513, false, false, true, false, true, 1.0f},
       {100, 129, 40, false, true, true, true, true, 1.0f},
   };
   for (const auto& c : cases)

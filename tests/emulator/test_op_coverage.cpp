@@ -1,9 +1,9 @@
 // The op registry is the single meaning of an op: every registered op is lowered by the emulator or
 // listed (with its reason) in emu::unlowered_ops(), and the emulator lowers nothing the registry does
 // not declare.
-#include <algorithm>
-
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "framework/emulator/emulator.h"
 #include "framework/mil/ops.h"
@@ -12,7 +12,9 @@
 namespace anelab::test {
 namespace {
 
-bool contains(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
 
 bool listed_unlowered(const std::string& op) {
   for (const auto& u : emu::unlowered_ops())
@@ -28,7 +30,8 @@ TEST(EmulatorOpCoverage, EveryRegisteredOpIsLoweredOrListed) {
 }
 
 TEST(EmulatorOpCoverage, EveryLoweredOpIsRegistered) {
-  for (const auto& op : emu::lowered_ops()) EXPECT_NE(mil::find_op(op), nullptr) << op << " is lowered but not in the op registry";
+  for (const auto& op : emu::lowered_ops())
+    EXPECT_NE(mil::find_op(op), nullptr) << op << " is lowered but not in the op registry";
 }
 
 TEST(EmulatorOpCoverage, ExceptionsAreRegisteredAndGiveAReason) {

@@ -17,8 +17,8 @@ static std::atomic<bool> g_counting{false};
 static void* counted_new(std::size_t n, std::size_t align) {
   if (g_counting.load(std::memory_order_relaxed)) ++g_allocs;
   if (n == 0) n = 1;
-  void* p = align > alignof(std::max_align_t) ? std::aligned_alloc(align, (n + align - 1) / align * align)
-                                              : std::malloc(n);
+  void* p =
+      align > alignof(std::max_align_t) ? std::aligned_alloc(align, (n + align - 1) / align * align) : std::malloc(n);
   if (!p) throw std::bad_alloc();
   return p;
 }
@@ -88,9 +88,9 @@ ProgramUnderTest block_program() {
   auto x = p.input("x", {1, 640, 1, 64}, rand_vec(640 * 64, -1, 1, 31));
   auto w = p.weight({512, 640, 1, 1}, rand_vec(512 * 640, -0.1, 0.1, 32));
   auto& b = *p.b;
-  auto h = b.conv(x, w);                                      // [1, 512, 1, 64]
+  auto h = b.conv(x, w);  // [1, 512, 1, 64]
   auto q = b.transpose(b.reshape(h, {1, 8, 64, 64}), {0, 1, 3, 2});
-  auto s = b.softmax(b.matmul(q, q, false, true), -1);        // [1, 8, 64, 64]
+  auto s = b.softmax(b.matmul(q, q, false, true), -1);  // [1, 8, 64, 64]
   b.output(b.named("y").reshape(b.matmul(s, q), {1, 512, 1, 64}));
   return p;
 }

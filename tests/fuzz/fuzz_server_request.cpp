@@ -21,7 +21,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       continue;
     }
     if (r.max_tokens < 1 || r.max_tokens > lim.max_tokens_cap) std::abort();
-    if (r.stop.size() > lim.max_stop || r.temperature < 0 || r.temperature > 2 || r.top_p < 0 || r.top_p > 1) std::abort();
+    if (r.stop.size() > lim.max_stop || r.temperature < 0 || r.temperature > 2 || r.top_p < 0 || r.top_p > 1)
+      std::abort();
     if (ep == Endpoint::kChat && r.messages.empty()) std::abort();
   }
   return 0;

@@ -4,10 +4,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
@@ -52,8 +51,28 @@ ModelConfig tiny(const std::string& base, int64_t vocab_size) {
 // A SentencePiece vocab of 64 tokens: unk, bos, eos, two byte tokens, a few pieces (the llama2.c layout).
 tok::VocabData spm_vocab() {
   tok::VocabData v;
-  v.tokens = {"<unk>", "<s>", "</s>", "<0x0A>", "<0x41>", "\xe2\x96\x81", "e", "t", "\xe2\x96\x81" "t", "he",
-              "\xe2\x96\x81" "the", "in", "on", "ce", "\xe2\x96\x81" "a", "\xe2\x96\x81" "time", "\xe2\x96\x81" "upon"};
+  v.tokens = {"<unk>",
+              "<s>",
+              "</s>",
+              "<0x0A>",
+              "<0x41>",
+              "\xe2\x96\x81",
+              "e",
+              "t",
+              "\xe2\x96\x81"
+              "t",
+              "he",
+              "\xe2\x96\x81"
+              "the",
+              "in",
+              "on",
+              "ce",
+              "\xe2\x96\x81"
+              "a",
+              "\xe2\x96\x81"
+              "time",
+              "\xe2\x96\x81"
+              "upon"};
   while (v.tokens.size() < 64) v.tokens.push_back(std::string(1, char('a' + v.tokens.size() % 26)) + "x");
   for (size_t i = 0; i < v.tokens.size(); ++i) v.scores.push_back(i < 5 ? 0.0f : -float(i));
   v.unk_id = 0, v.bos_id = 1, v.eos_id = 2;
@@ -68,8 +87,10 @@ tok::VocabData byte_vocab() {
   auto img = [](char c) {
     const char32_t cp = tok::byte_to_unicode(static_cast<uint8_t>(c));
     std::string s;
-    if (cp < 0x80) s += char(cp);
-    else s += char(0xc0 | (cp >> 6)), s += char(0x80 | (cp & 0x3f));
+    if (cp < 0x80)
+      s += char(cp);
+    else
+      s += char(0xc0 | (cp >> 6)), s += char(0x80 | (cp & 0x3f));
     return s;
   };
   for (int b = 0; b < 256; ++b) v.tokens.push_back(img(char(b)));

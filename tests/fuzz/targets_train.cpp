@@ -1,9 +1,8 @@
 // Fuzz targets over the trainer's configuration files: an experiment TOML (`anelab train --config`) and
 // a run directory's saved config.json (`anelab train --resume`), each resolved and validated as the
 // command does.
-#include <string_view>
-
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "tests/fuzz/targets.h"
 #include "train/config.h"

@@ -135,8 +135,8 @@ void run_cases(bool blocked, KvType type) {
         std::vector<float> out32(out.size());
         attend({k.data(), v.data(), KvType::kF32}, out32);
         for (int64_t d = 0; d < c.n * s.q_dim(); ++d)
-          ASSERT_EQ(out[static_cast<size_t>(d)], out32[static_cast<size_t>(d)]) << "element " << d << " (n " << c.n
-                                                                                  << ", pos " << c.pos << ")";
+          ASSERT_EQ(out[static_cast<size_t>(d)], out32[static_cast<size_t>(d)])
+              << "element " << d << " (n " << c.n << ", pos " << c.pos << ")";
       }
     }
   }

@@ -3,11 +3,10 @@
 // stderr (quiet with -q) and the CPU path by default; the first prompt token of a byte-level vocabulary
 // echoed; base models refuse chat with a hint; a vocabulary mismatch named as such; a hint when generate
 // waits on a terminal; `train --help` grouped. Models are small random files written here.
+#include <gtest/gtest.h>
 #include <pty.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
@@ -52,11 +51,13 @@ TEST_F(InferCli, UnknownCommandsAndOptionsNameTheClosestMatch) {
   EXPECT_NE(r.err.find("unknown command 'trian'; did you mean 'train'?"), std::string::npos) << r.err;
   r = anelab("infer genrate --model x");
   EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.err.find("unknown command 'genrate' for 'anelab infer'; did you mean 'generate'?"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("unknown command 'genrate' for 'anelab infer'; did you mean 'generate'?"), std::string::npos)
+      << r.err;
   r = anelab("infer generate --model " + model() + " --tempreature 0");
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("unknown option '--tempreature' for 'anelab infer generate'; did you mean '--temperature'?"),
-            std::string::npos) << r.err;
+            std::string::npos)
+      << r.err;
   r = anelab("xyzzy");
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("unknown command 'xyzzy'"), std::string::npos) << r.err;
@@ -67,7 +68,8 @@ TEST_F(InferCli, UnknownCommandsAndOptionsNameTheClosestMatch) {
   EXPECT_EQ(r.err.find("unknown command"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("--batch-size 0"), std::string::npos) << r.err;
   r = anelab("demo -h --steps 3 kernl");
-  EXPECT_NE(r.err.find("unknown command 'kernl' for 'anelab demo'; did you mean 'kernel'?"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("unknown command 'kernl' for 'anelab demo'; did you mean 'kernel'?"), std::string::npos)
+      << r.err;
 }
 
 // stdout = the prompt (first token included: the byte-level vocabulary has no BOS) + 0 new tokens.
@@ -97,22 +99,34 @@ TEST_F(InferCli, NumericAndBackendChoicesAreChecked) {
 // shared with the server's request parser): each value below was once accepted (nan, negatives, zero
 // penalties, ports past 65535). Each must fail with the option named, before any model is loaded.
 TEST_F(InferCli, OutOfRangeValuesAreRefusedNamingTheOption) {
-  const std::pair<std::string, std::string> gen[] = {
-      {"-t nan", "--temperature"}, {"-t -1", "--temperature"}, {"-t inf", "--temperature"}, {"-p 5", "--top-p"},
-      {"-p 0", "--top-p"}, {"--top-k -3", "--top-k"}, {"--repeat-penalty 0", "--repeat-penalty"},
-      {"--repeat-penalty nan", "--repeat-penalty"}, {"--min-p -1", "--min-p"}, {"--max-tokens -5", "--max-tokens"},
-      {"--threads 0", "--threads"}, {"--ctx -1", "--ctx"}};
+  const std::pair<std::string, std::string> gen[] = {{"-t nan", "--temperature"},
+                                                     {"-t -1", "--temperature"},
+                                                     {"-t inf", "--temperature"},
+                                                     {"-p 5", "--top-p"},
+                                                     {"-p 0", "--top-p"},
+                                                     {"--top-k -3", "--top-k"},
+                                                     {"--repeat-penalty 0", "--repeat-penalty"},
+                                                     {"--repeat-penalty nan", "--repeat-penalty"},
+                                                     {"--min-p -1", "--min-p"},
+                                                     {"--max-tokens -5", "--max-tokens"},
+                                                     {"--threads 0", "--threads"},
+                                                     {"--ctx -1", "--ctx"}};
   for (const auto& [opt, name] : gen) {
     const Out r = anelab("infer generate -m " + model() + " -q " + opt + " --prompt a", 60);
     EXPECT_NE(r.rc, 0) << opt << ": " << r.out;
     EXPECT_NE(r.err.find(name), std::string::npos) << opt << ": " << r.err;
     EXPECT_NE(r.err.find("must be"), std::string::npos) << opt << ": " << r.err;
   }
-  const std::pair<std::string, std::string> srv[] = {
-      {"--port 70000", "--port"}, {"--port -1", "--port"}, {"--threads 0", "--threads"}, {"--ctx -1", "--ctx"},
-      {"--shutdown-grace nan", "--shutdown-grace"}, {"--shutdown-grace -1", "--shutdown-grace"},
-      {"--parallel 0", "--parallel"}, {"--max-connections 0", "--max-connections"},
-      {"--request-timeout 0", "--request-timeout"}, {"--max-body 0", "--max-body"}};
+  const std::pair<std::string, std::string> srv[] = {{"--port 70000", "--port"},
+                                                     {"--port -1", "--port"},
+                                                     {"--threads 0", "--threads"},
+                                                     {"--ctx -1", "--ctx"},
+                                                     {"--shutdown-grace nan", "--shutdown-grace"},
+                                                     {"--shutdown-grace -1", "--shutdown-grace"},
+                                                     {"--parallel 0", "--parallel"},
+                                                     {"--max-connections 0", "--max-connections"},
+                                                     {"--request-timeout 0", "--request-timeout"},
+                                                     {"--max-body 0", "--max-body"}};
   for (const auto& [opt, name] : srv) {
     const Out r = anelab("serve -m " + model() + " -q --port 0 " + opt, 30);
     EXPECT_NE(r.rc, 0) << opt << ": " << r.out;
@@ -134,11 +148,11 @@ TEST_F(InferCli, BenchRefusesAGenLengthBeyondTheContext) {
 }
 
 // --kv-type takes f32 or f16 (--mmap auto, on or off) on every command that builds an engine; anything else
-// is refused in one line naming the option before a model is loaded. bench prints the cache's type and size (stories260k's
-// shape: 2 * 5 layers * kv_dim 32 * 2 bytes = 640 bytes per position).
+// is refused in one line naming the option before a model is loaded. bench prints the cache's type and size
+// (stories260k's shape: 2 * 5 layers * kv_dim 32 * 2 bytes = 640 bytes per position).
 TEST_F(InferCli, KvTypeIsCheckedAndBenchPrintsTheCache) {
   for (const std::string& cmd : {"infer generate -m " + model() + " --prompt a", "infer bench -m " + model(),
-                                "serve -m " + model() + " --port 0", "perplexity -m " + model() + " --text x"}) {
+                                 "serve -m " + model() + " --port 0", "perplexity -m " + model() + " --text x"}) {
     const Out r = anelab(cmd + " -q --kv-type f8", 30);
     EXPECT_NE(r.rc, 0) << cmd << ": " << r.out;
     EXPECT_NE(r.err.find("--kv-type: f8 not in {f32,f16}"), std::string::npos) << cmd << ": " << r.err;
@@ -187,8 +201,9 @@ TEST_F(InferCli, ConvertRefusesATokenizerOfAnotherSize) {
 // back as llama-quantize's do (Q4_K -> Q5_0, Q6_K -> Q8_0); q5_k_m the same with Q5_K (falling back to Q5_1); an
 // unknown mix is refused naming the value.
 TEST_F(InferCli, ConvertQuantizesWithTheQ4_K_MMix) {
-  for (const auto& [mix, want] : {std::pair<std::string, std::string>{"q4_k_m", "(13 fp32, 4 q4_k, 34 q5_0, 2 q6_k, 3 q8_0)"},
-                                  {"q5_k_m", "(13 fp32, 34 q5_1, 4 q5_k, 2 q6_k, 3 q8_0)"}}) {
+  for (const auto& [mix, want] :
+       {std::pair<std::string, std::string>{"q4_k_m", "(13 fp32, 4 q4_k, 34 q5_0, 2 q6_k, 3 q8_0)"},
+        {"q5_k_m", "(13 fp32, 34 q5_1, 4 q5_k, 2 q6_k, 3 q8_0)"}}) {
     const std::string out = (*dir_ / (mix + ".gguf")).string();
     Out r = anelab("convert --random stories15m " + out + " --dtype " + mix);
     ASSERT_EQ(r.rc, 0) << r.err;
@@ -210,9 +225,11 @@ TEST_F(InferCli, ConvertRandomShapeOverridesThePreset) {
                  R"( --shape '{"dim": 64, "hidden_dim": 128, "n_layers": 2, "head_dim": 16, "vocab_size": 300}')");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.err.find("note: gemma3: llama.cpp scales the embeddings by sqrt(dim) = 8, this model by 34"),
-            std::string::npos) << r.err;  // the preset's bf16 sqrt(1152) kept
+            std::string::npos)
+      << r.err;  // the preset's bf16 sqrt(1152) kept
   EXPECT_NE(r.err.find("note: gemma3: llama.cpp scales attention scores by 0.25, this model by 0.0625"),
-            std::string::npos) << r.err;
+            std::string::npos)
+      << r.err;
   r = anelab("info " + out);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("tok_embeddings   [300, 64]"), std::string::npos) << r.out;
@@ -304,13 +321,15 @@ TEST_F(InferCli, HintWhenGenerateWaitsOnATerminal) {
   const pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    execl(kBin.c_str(), kBin.c_str(), "infer", "generate", "-m", m.c_str(), "-n", "1", "-q", static_cast<char*>(nullptr));
+    execl(kBin.c_str(), kBin.c_str(), "infer", "generate", "-m", m.c_str(), "-n", "1", "-q",
+          static_cast<char*>(nullptr));
     _exit(127);
   }
   std::string seen;
   const auto t0 = std::chrono::steady_clock::now();
   char buf[512];
-  while (seen.find("until EOF") == std::string::npos && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20)) {
+  while (seen.find("until EOF") == std::string::npos &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20)) {
     fd_set fds;
     FD_ZERO(&fds);
     FD_SET(master, &fds);

@@ -10,7 +10,6 @@
 #include <string>
 
 #include "framework/core/file.h"
-
 #include "models/formats/anelab_file.h"
 #include "models/presets.h"
 #include "models/tokenizer/tokenizer.h"
@@ -31,7 +30,8 @@ inline Out anelab(const std::string& args, int limit_s = 120) {
   const fs::path dir = fs::temp_directory_path();
   const std::string o = (dir / ("anelab_cli_out_" + std::to_string(::getpid()) + "_" + std::to_string(n))).string();
   const std::string e = (dir / ("anelab_cli_err_" + std::to_string(::getpid()) + "_" + std::to_string(n++))).string();
-  const int st = std::system(("timeout " + std::to_string(limit_s) + " " + bin + " " + args + " < /dev/null > " + o + " 2> " + e).c_str());
+  const int st = std::system(
+      ("timeout " + std::to_string(limit_s) + " " + bin + " " + args + " < /dev/null > " + o + " 2> " + e).c_str());
   Out r;
   r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   r.out = read_file_text(o);
@@ -67,8 +67,10 @@ inline tok::VocabData byte_vocab(int n, bool chat = false) {
     v.types.push_back(tok::TokenType::kNormal);
   }
   for (int i = 256; i < n; ++i) {
-    v.tokens.push_back(i == 256 ? "<|endoftext|>" : chat && i == 257 ? "<|im_start|>" : chat && i == 258 ? "<|im_end|>"
-                                                                                                  : "<|extra_" + std::to_string(i) + "|>");
+    v.tokens.push_back(i == 256           ? "<|endoftext|>"
+                       : chat && i == 257 ? "<|im_start|>"
+                       : chat && i == 258 ? "<|im_end|>"
+                                          : "<|extra_" + std::to_string(i) + "|>");
     v.types.push_back(tok::TokenType::kControl);
   }
   v.eos_id = 256;

@@ -25,8 +25,8 @@ std::atomic<int64_t> g_allocations{0};
 void* counted(std::size_t n, std::size_t align) {
   if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
   if (n == 0) n = 1;
-  void* p = align > alignof(std::max_align_t) ? std::aligned_alloc(align, (n + align - 1) / align * align)
-                                              : std::malloc(n);
+  void* p =
+      align > alignof(std::max_align_t) ? std::aligned_alloc(align, (n + align - 1) / align * align) : std::malloc(n);
   if (!p) throw std::bad_alloc();
   return p;
 }
@@ -66,7 +66,8 @@ namespace {
 models::ModelConfig small(const std::string& preset) {
   models::ModelConfig c = models::preset(preset);
   const int64_t group = c.n_heads / c.n_kv_heads;
-  c.dim = 256, c.hidden_dim = 512, c.n_layers = 2, c.head_dim = 64, c.n_heads = 4, c.n_kv_heads = std::max<int64_t>(1, 4 / group);
+  c.dim = 256, c.hidden_dim = 512, c.n_layers = 2, c.head_dim = 64, c.n_heads = 4,
+  c.n_kv_heads = std::max<int64_t>(1, 4 / group);
   c.vocab_size = 512, c.max_seq_len = 64;
   if (c.sliding_window > 0) c.sliding_window = 8;
   return c;
@@ -106,10 +107,11 @@ TEST(DecodeAlloc, DecodeStepsAllocateNothing) {
       KvType kv;
       int threads;
     };
-    for (const Case& k : {Case{"fp32", WType::kF32, {}, KvType::kF32, 1}, Case{"fp16", WType::kF16, {}, KvType::kF16, 2},
-                          Case{"q8_0", WType::kF32, models::QuantMix::kQ8_0, KvType::kF16, 2},
-                          Case{"q4_k_m", WType::kF32, models::QuantMix::kQ4_K_M, KvType::kF32, 2},
-                          Case{"q5_k_m", WType::kF32, models::QuantMix::kQ5_K_M, KvType::kF16, 2}}) {
+    for (const Case& k :
+         {Case{"fp32", WType::kF32, {}, KvType::kF32, 1}, Case{"fp16", WType::kF16, {}, KvType::kF16, 2},
+          Case{"q8_0", WType::kF32, models::QuantMix::kQ8_0, KvType::kF16, 2},
+          Case{"q4_k_m", WType::kF32, models::QuantMix::kQ4_K_M, KvType::kF32, 2},
+          Case{"q5_k_m", WType::kF32, models::QuantMix::kQ5_K_M, KvType::kF16, 2}}) {
       models::Model m = k.mix ? models::quantize_model(base, *k.mix) : base;
       m.private_memory = true;  // owned bytes: a quantized copy is the engine's alone, so its Q8_0 matrices are tiled
       EngineOptions o;
@@ -118,7 +120,8 @@ TEST(DecodeAlloc, DecodeStepsAllocateNothing) {
       o.kv_type = k.kv;
       o.threads = k.threads;
       o.quiet = true;
-      EXPECT_EQ(decode_allocations(std::move(m), o, 8), 0) << preset << " " << k.name << ", " << k.threads << " threads";
+      EXPECT_EQ(decode_allocations(std::move(m), o, 8), 0)
+          << preset << " " << k.name << ", " << k.threads << " threads";
     }
   }
 }

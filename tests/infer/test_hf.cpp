@@ -68,7 +68,9 @@ class HfFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(HfFixture, CpuFp32LogitsMatchHf) { check_logits(GetParam(), "cpu", WType::kF32, test::hf_fp32_tol(GetParam())); }
 TEST_P(HfFixture, CpuFp16LogitsMatchHf) { check_logits(GetParam(), "cpu", WType::kF16, test::kHfFp16Tol); }
-TEST_P(HfFixture, EmulatorPrefillLogitsMatchHf) { check_logits(GetParam(), "emulator", WType::kF16, test::kHfMilFp16Tol); }
+TEST_P(HfFixture, EmulatorPrefillLogitsMatchHf) {
+  check_logits(GetParam(), "emulator", WType::kF16, test::kHfMilFp16Tol);
+}
 TEST_P(HfFixture, GreedyContinuationCpuFp32) { check_greedy(GetParam(), "cpu", WType::kF32); }
 TEST_P(HfFixture, GreedyContinuationEmulatorFp16) { check_greedy(GetParam(), "emulator", WType::kF16); }
 

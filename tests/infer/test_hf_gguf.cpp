@@ -51,10 +51,13 @@ TEST_P(HfThroughGguf, CpuFp32LogitsEqualTheHfPathAndTransformers) {
     a.prefill(prompt, 0, &la);
     b.prefill(prompt, 0, &lb);
     for (size_t t = 0; t < prompt.size(); ++t) {
-      const std::vector<float> row(la.begin() + static_cast<int64_t>(t) * V, la.begin() + static_cast<int64_t>(t + 1) * V);
+      const std::vector<float> row(la.begin() + static_cast<int64_t>(t) * V,
+                                   la.begin() + static_cast<int64_t>(t + 1) * V);
       const double vs_hf = test::hf_rel_err(lb.data() + t * V, row);
-      if (same_rows) EXPECT_EQ(vs_hf, 0.0) << name << " prompt " << p << " pos " << t;
-      else EXPECT_LT(vs_hf, test::hf_fp32_tol(name)) << name << " prompt " << p << " pos " << t;
+      if (same_rows)
+        EXPECT_EQ(vs_hf, 0.0) << name << " prompt " << p << " pos " << t;
+      else
+        EXPECT_LT(vs_hf, test::hf_fp32_tol(name)) << name << " prompt " << p << " pos " << t;
       EXPECT_LT(test::hf_rel_err(lb.data() + t * V, ref["logits"][p][t].get<std::vector<float>>()),
                 test::hf_fp32_tol(name))
           << name << " prompt " << p << " pos " << t;
@@ -63,7 +66,8 @@ TEST_P(HfThroughGguf, CpuFp32LogitsEqualTheHfPathAndTransformers) {
   std::filesystem::remove_all(std::filesystem::path(gguf).parent_path());
 }
 
-INSTANTIATE_TEST_SUITE_P(NewArchitectures, HfThroughGguf, ::testing::Values("qwen3_bf16", "llama3_bf16", "gemma3_bf16"));
+INSTANTIATE_TEST_SUITE_P(NewArchitectures, HfThroughGguf,
+                         ::testing::Values("qwen3_bf16", "llama3_bf16", "gemma3_bf16"));
 
 // What llama.cpp reads of the Gemma 3 fixture's GGUF (its converter's conventions): norms as F32 1 + w, the
 // sandwich norms' names, the keys of the window, its pattern, both RoPE bases and the soft-cap, and (no
@@ -84,14 +88,14 @@ TEST(HfThroughGguf, Gemma3FileHasLlamaCppsConventions) {
   EXPECT_EQ(g.get_int("gemma3.vocab_size", "t"), 512);
   std::map<std::string, const models::GgufTensorInfo*> ts;
   for (const auto& t : g.tensors) ts[t.name] = &t;
-  for (const auto& [gguf, canonical] : std::map<std::string, std::string>{
-           {"output_norm.weight", "norm"},
-           {"blk.1.attn_norm.weight", "layers.1.attn_norm"},
-           {"blk.1.post_attention_norm.weight", "layers.1.attn_post_norm"},
-           {"blk.1.ffn_norm.weight", "layers.1.ffn_norm"},
-           {"blk.1.post_ffw_norm.weight", "layers.1.ffn_post_norm"},
-           {"blk.1.attn_q_norm.weight", "layers.1.q_norm"},
-           {"blk.1.attn_k_norm.weight", "layers.1.k_norm"}}) {
+  for (const auto& [gguf, canonical] :
+       std::map<std::string, std::string>{{"output_norm.weight", "norm"},
+                                          {"blk.1.attn_norm.weight", "layers.1.attn_norm"},
+                                          {"blk.1.post_attention_norm.weight", "layers.1.attn_post_norm"},
+                                          {"blk.1.ffn_norm.weight", "layers.1.ffn_norm"},
+                                          {"blk.1.post_ffw_norm.weight", "layers.1.ffn_post_norm"},
+                                          {"blk.1.attn_q_norm.weight", "layers.1.q_norm"},
+                                          {"blk.1.attn_k_norm.weight", "layers.1.k_norm"}}) {
     ASSERT_TRUE(ts.count(gguf)) << gguf;
     ASSERT_EQ(ts[gguf]->ggml_type, models::kGgmlF32) << gguf;
     const std::vector<float> w = hf.tensor(canonical).to_f32();

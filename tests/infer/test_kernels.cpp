@@ -17,7 +17,7 @@ namespace anelab::infer {
 namespace {
 
 struct Weights {
-  std::vector<float> f32;        // [rows, cols]; values exactly representable in fp16
+  std::vector<float> f32;  // [rows, cols]; values exactly representable in fp16
   std::vector<half_bits> f16;
   Mat mat(WType t, int64_t rows, int64_t cols) const {
     return Mat{t, rows, cols, t == WType::kF16 ? static_cast<const void*>(f16.data()) : f32.data()};
@@ -63,7 +63,8 @@ void reference(const Weights& w, const std::vector<float>& bias, const std::vect
     for (int64_t r = 0; r < rows; ++r) {
       double s = bias.empty() ? 0.0 : bias[static_cast<size_t>(r)], m = std::fabs(s);
       for (int64_t k = 0; k < cols; ++k) {
-        const double p = static_cast<double>(w.f32[static_cast<size_t>(r * cols + k)]) * x[static_cast<size_t>(t * cols + k)];
+        const double p =
+            static_cast<double>(w.f32[static_cast<size_t>(r * cols + k)]) * x[static_cast<size_t>(t * cols + k)];
         s += p;
         m += std::fabs(p);
       }
@@ -73,7 +74,9 @@ void reference(const Weights& w, const std::vector<float>& bias, const std::vect
 }
 
 TEST(InferKernels, GemmMatchesReferenceOnTailShapes) {
-  struct Shape { int64_t rows, cols, n_tok; };
+  struct Shape {
+    int64_t rows, cols, n_tok;
+  };
   const Shape shapes[] = {{32, 256, 12}, {37, 300, 13}, {5, 17, 2}, {64, 513, 25}, {100, 64, 1}, {33, 31, 11}};
   for (int threads : {1, 2}) {
     ThreadPool pool(threads);
@@ -87,8 +90,8 @@ TEST(InferKernels, GemmMatchesReferenceOnTailShapes) {
           gemm(pool, w.mat(t, s.rows, s.cols), with_bias ? bias.data() : nullptr, x.data(), s.n_tok, y.data());
           std::vector<double> ref, mag;
           reference(w, bias, x, s.n_tok, s.rows, s.cols, ref, mag);
-          const std::string what = "gemm " + std::to_string(s.rows) + "x" + std::to_string(s.cols) + " n=" +
-                                   std::to_string(s.n_tok) + (t == WType::kF16 ? " f16" : " f32") +
+          const std::string what = "gemm " + std::to_string(s.rows) + "x" + std::to_string(s.cols) +
+                                   " n=" + std::to_string(s.n_tok) + (t == WType::kF16 ? " f16" : " f32") +
                                    (with_bias ? " bias" : "") + " threads=" + std::to_string(threads);
           expect_close(y, ref, mag, what.c_str());
         }

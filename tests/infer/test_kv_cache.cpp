@@ -20,8 +20,8 @@
 #include "models/formats/load_any.h"
 #include "models/presets.h"
 #include "models/sampler.h"
-#include "tests/common/test_data.h"
 #include "tests/common/errors.h"
+#include "tests/common/test_data.h"
 
 namespace anelab::infer {
 namespace {

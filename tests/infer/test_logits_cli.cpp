@@ -78,8 +78,8 @@ class LogitsCli : public ::testing::TestWithParam<std::string> {
     const auto& m = reference(name);
     for (size_t i = 0; i < m["prompts"].size(); ++i) {
       const auto want = m["greedy"][i].get<std::vector<int32_t>>();
-      const auto r = anelab("infer generate -q -m " + fixture(name) + " --backend " + p.backend + " --dtype " + p.dtype +
-                            " -t 0 -n " + std::to_string(want.size()) + " --print-ids --prompt-ids '" +
+      const auto r = anelab("infer generate -q -m " + fixture(name) + " --backend " + p.backend + " --dtype " +
+                            p.dtype + " -t 0 -n " + std::to_string(want.size()) + " --print-ids --prompt-ids '" +
                             ids_text(m["prompts"][i].get<std::vector<int32_t>>()) + "'");
       EXPECT_EQ(r.rc, 0) << r.err;
       EXPECT_EQ(r.out, ids_text(want) + "\n") << name << " " << p.backend << " prompt " << i;
@@ -101,9 +101,7 @@ TEST_P(LogitsCli, EmulatorPrefillLogitsMatchTransformersAtEveryPosition) {
 }
 
 TEST_P(LogitsCli, GreedyIdsEqualTransformersCpuFp32) { check_greedy({"cpu", "fp32"}); }
-TEST_P(LogitsCli, GreedyIdsEqualTransformersEmulatorFp16) {
-  check_greedy({"emulator", "fp16"});
-}
+TEST_P(LogitsCli, GreedyIdsEqualTransformersEmulatorFp16) { check_greedy({"emulator", "fp16"}); }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, LogitsCli, ::testing::Values("gpt2", "qwen2", "llama_fp16"));
 // Gemma 3 (sliding window 4 < the prompts, (1 + w) norms, post norms, GeGLU, soft-capping) and Qwen3 (q/k norms).
@@ -119,10 +117,13 @@ TEST(LogitsCliMmap, ReadAndMappedWeightsGiveIdenticalLogits) {
   std::vector<std::vector<float>> got;
   for (const char* mode : {"on", "off"}) {
     const std::string out = (dir / (std::string(mode) + ".npy")).string();
-    const auto r = anelab("infer logits -m " + fixture("qwen2") + " --backend cpu --mmap " + mode + " --ids '1 2 3 4 5' --out " + out);
+    const auto r = anelab("infer logits -m " + fixture("qwen2") + " --backend cpu --mmap " + mode +
+                          " --ids '1 2 3 4 5' --out " + out);
     ASSERT_EQ(r.rc, 0) << r.err;
-    EXPECT_NE(r.err.find(std::string("weights ") + (mode == std::string("on") ? "mmap (--mmap on)" : "read (--mmap off")),
-              std::string::npos) << r.err;
+    EXPECT_NE(
+        r.err.find(std::string("weights ") + (mode == std::string("on") ? "mmap (--mmap on)" : "read (--mmap off")),
+        std::string::npos)
+        << r.err;
     got.push_back(read_npy(out).data);
   }
   ASSERT_EQ(got[0].size(), got[1].size());
@@ -142,13 +143,15 @@ TEST(LogitsCliErrors, BadIdsAreNamedInOneLine) {
     std::string args, want;
   } cases[] = {
       {"infer logits -q -m " + m + " --ids '1 x 3' --out " + out, "[infer] --ids: 'x' is not a token id"},
-      {"infer logits -q -m " + m + " --ids '1 512' --out " + out, "[infer] --ids: token id 512 is outside the model's vocabulary of 512"},
+      {"infer logits -q -m " + m + " --ids '1 512' --out " + out,
+       "[infer] --ids: token id 512 is outside the model's vocabulary of 512"},
       {"infer logits -q -m " + m + " --ids '-1' --out " + out, "token id -1 is outside"},
       {"infer logits -q -m " + m + " --ids ' , ' --out " + out, "[infer] --ids: no token ids"},
       {"infer logits -q -m " + m + " --out " + out, "exactly one of --ids or --prompt"},
       {"infer generate -q -m " + m + " --prompt-ids '4 2.5'", "[infer] --prompt-ids: '2.5' is not a token id"},
       {"infer generate -q -m " + m + " --prompt-ids '9999999999'", "token id 9999999999 is outside"},
-      {"infer generate -q -m " + m + " --prompt-ids '99999999999999999999'", "'99999999999999999999' is not a token id"},
+      {"infer generate -q -m " + m + " --prompt-ids '99999999999999999999'",
+       "'99999999999999999999' is not a token id"},
   };
   for (const auto& c : cases) {
     const auto r = anelab(c.args);

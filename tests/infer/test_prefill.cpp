@@ -10,8 +10,8 @@
 #include "infer/engine.h"
 #include "infer/prefill_mil.h"
 #include "models/formats/load_any.h"
-#include "tests/common/test_data.h"
 #include "tests/common/errors.h"
+#include "tests/common/test_data.h"
 
 namespace anelab::infer {
 namespace {

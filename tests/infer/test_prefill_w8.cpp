@@ -117,7 +117,8 @@ TEST(PrefillW8, BakedMatrixBytesHalve) {
   Engine e = make("cpu");
   const auto& c = e.config();
   const LayerKernelSource s16 = build_layer_kernel(c, e.layer(0), 64, mil::Dialect::kIos18);
-  const LayerKernelSource s8 = build_layer_kernel(c, e.layer(0), 64, mil::Dialect::kIos18, 0, {rt::WeightPath::kW8, nullptr});
+  const LayerKernelSource s8 =
+      build_layer_kernel(c, e.layer(0), 64, mil::Dialect::kIos18, 0, {rt::WeightPath::kW8, nullptr});
   auto total = [](const rt::Weights& w) {
     size_t n = 0;
     for (const auto& [k, b] : w) n += b->size();
@@ -137,7 +138,8 @@ TEST(PrefillW8, BakedMatrixBytesHalve) {
 TEST(PrefillW8A8, EachConvInputIsQuantizedOnceInTheWorkingForm) {
   ANELAB_REQUIRE_DATA(kModel);
   Engine e = make("cpu");
-  const std::map<std::string, float> scales = {{"attn_in", 0.25f}, {"attn_out", 0.125f}, {"ffn_in", 0.5f}, {"ffn_mid", 1.0f}};
+  const std::map<std::string, float> scales = {
+      {"attn_in", 0.25f}, {"attn_out", 0.125f}, {"ffn_in", 0.5f}, {"ffn_mid", 1.0f}};
   const LayerKernelSource s =
       build_layer_kernel(e.config(), e.layer(0), 32, mil::Dialect::kIos18, 0, {rt::WeightPath::kW8A8, &scales});
   std::map<std::string, int> count;
@@ -148,7 +150,8 @@ TEST(PrefillW8A8, EachConvInputIsQuantizedOnceInTheWorkingForm) {
   const std::string text = mil::print(s.program);
   EXPECT_NE(text.find("output_dtype = "), std::string::npos);
   EXPECT_NE(text.find("val = fp16(0x1p-3)"), std::string::npos);  // attn_out's scale, as MDX writes it
-  EXPECT_THROW(build_layer_kernel(e.config(), e.layer(0), 32, mil::Dialect::kIos18, 0, {rt::WeightPath::kW8A8, nullptr}), Error);
+  EXPECT_THROW(
+      build_layer_kernel(e.config(), e.layer(0), 32, mil::Dialect::kIos18, 0, {rt::WeightPath::kW8A8, nullptr}), Error);
 }
 
 TEST(PrefillW8A8, AutoFollowsTheDeviceProfile) {
@@ -211,9 +214,10 @@ TEST(PrefillW8A8, CalibratedOnceThenStatic) {
   std::vector<float> l16, l8;
   make("emulator").prefill(a, 0, &l16);
   make("emulator", "int8").prefill(a, 0, &l8);
-  std::printf("[infer] prefill vs cpu fp32, rel max err of the logits: fp16 %.3e, int8 %.3e, w8a8 %.3e "
-              "(calibration prompt), w8a8 %.3e (another prompt)\n",
-              rel_err(l16, ca), rel_err(l8, ca), rel_err(la, ca), rel_err(lb, cb));
+  std::printf(
+      "[infer] prefill vs cpu fp32, rel max err of the logits: fp16 %.3e, int8 %.3e, w8a8 %.3e "
+      "(calibration prompt), w8a8 %.3e (another prompt)\n",
+      rel_err(l16, ca), rel_err(l8, ca), rel_err(la, ca), rel_err(lb, cb));
   for (float v : lb) ASSERT_TRUE(std::isfinite(v));
 }
 

@@ -22,9 +22,9 @@ namespace anelab::infer {
 namespace {
 
 struct QMat {
-  Mat q, f;                      // the block matrix and its dequantized fp32 copy
-  std::vector<uint8_t> blocks;   // [rows, cols / values * bytes]
-  std::vector<float> deq;        // [rows, cols]
+  Mat q, f;                     // the block matrix and its dequantized fp32 copy
+  std::vector<uint8_t> blocks;  // [rows, cols / values * bytes]
+  std::vector<float> deq;       // [rows, cols]
 };
 
 QMat make_qmat(WType t, int64_t rows, int64_t cols, uint32_t seed) {
@@ -72,12 +72,14 @@ TEST(QuantGemv, MatchesDequantizedGemvOnThePool) {
         bound += std::fabs(w) * quant::acts_rounding_bound(acts_x, form, i);
         mag += std::fabs(w * xv[i]);
       }
-      if (form == quant::BlockType::kQ5_1)  // the GEMV's offsets m s_a: s_a = fp16((amax / 127) sum q), 2^-10 d_a sum |q|
+      if (form ==
+          quant::BlockType::kQ5_1)  // the GEMV's offsets m s_a: s_a = fp16((amax / 127) sum q), 2^-10 d_a sum |q|
         for (int64_t bk = 0; bk < cols / 32; ++bk) {
           const auto* blk = reinterpret_cast<const quant::BlockQ5_1*>(m.blocks.data()) + r * (cols / 32) + bk;
           double sq = 0;
           for (int64_t i = 32 * bk; i < 32 * bk + 32; ++i) sq += std::abs(acts_x.q[static_cast<size_t>(i)]);
-          bound += std::fabs(double(simd::soft_h2f(blk->m))) * 0x1p-10 * (1.0 + 0x1p-10) * acts_x.d[static_cast<size_t>(bk)] * sq;
+          bound += std::fabs(double(simd::soft_h2f(blk->m))) * 0x1p-10 * (1.0 + 0x1p-10) *
+                   acts_x.d[static_cast<size_t>(bk)] * sq;
         }
       ASSERT_LE(std::fabs(double(y[r]) - double(ref[r])), bound + 2.0 * cols * 0x1p-24 * (mag + 1.0))
           << static_cast<int>(t) << " row " << r;
@@ -150,7 +152,8 @@ void check_row_tiles(WType wt) {
   std::vector<double> xq(static_cast<size_t>(cols));  // |the activations as quantized|
   for (int64_t i = 0; i < cols; ++i) {
     const auto u = static_cast<size_t>(i);
-    xq[u] = std::fabs(qt == quant::BlockType::kQ8_0 ? double(acts.d[u / 32]) * acts.q[u] : double(acts.dk[u / 256]) * acts.qk[u]);
+    xq[u] = std::fabs(qt == quant::BlockType::kQ8_0 ? double(acts.d[u / 32]) * acts.q[u]
+                                                    : double(acts.dk[u / 256]) * acts.qk[u]);
   }
   const QMat a = make_qmat(wt, 300, cols, 1), b = make_qmat(wt, 200, cols, 2);
   std::vector<uint8_t> ta = a.blocks, tb = b.blocks;
@@ -169,7 +172,8 @@ void check_row_tiles(WType wt) {
       ASSERT_TRUE(std::equal(blocks.begin(), blocks.end(), a.blocks.begin() + r * row_bytes)) << "row " << r;
     }
     at.row_values(r, row.data());
-    for (int64_t i = 0; i < cols; ++i) ASSERT_EQ(row[static_cast<size_t>(i)], a.deq[static_cast<size_t>(r * cols + i)]) << r;
+    for (int64_t i = 0; i < cols; ++i)
+      ASSERT_EQ(row[static_cast<size_t>(i)], a.deq[static_cast<size_t>(r * cols + i)]) << r;
   }
   EXPECT_THROW(at.row_blocks(287), Error);
 
@@ -177,7 +181,8 @@ void check_row_tiles(WType wt) {
   gemv(pool, {GemvOut{&at, bias.data(), ya.data()}, GemvOut{&bt, nullptr, yb.data()}}, x.data());
   gemv(pool, {GemvOut{&a.q, bias.data(), ra.data()}, GemvOut{&b.q, nullptr, rb.data()}}, x.data());
   const double n_terms = qt == quant::BlockType::kQ8_0 ? double(nb) : 2.0 * nb + 4;
-  const auto check = [&](const QMat& m, const std::vector<float>& y, const std::vector<float>& ref, int64_t r, float bs) {
+  const auto check = [&](const QMat& m, const std::vector<float>& y, const std::vector<float>& ref, int64_t r,
+                         float bs) {
     double terms = 0;
     for (int64_t i = 0; i < cols; ++i) {
       double mag = std::fabs(double(m.deq[static_cast<size_t>(r * cols + i)]));

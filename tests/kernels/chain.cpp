@@ -6,7 +6,6 @@ namespace anelab::test {
 using kern::KernelKind;
 
 ChainResult run_chain(kern::LayerRunner& r, const LayerData& L) {
-
   const auto& s = L.shape;
   const int64_t D = s.dim, S = s.seq;
   ChainResult c;
@@ -44,6 +43,5 @@ ChainResult run_chain(kern::LayerRunner& r, const LayerData& L) {
   c.dv = sg.dv;
   return c;
 }
-
 
 }  // namespace anelab::test

@@ -30,8 +30,10 @@ bool load_case(const std::string& name, TorchCase& c, std::string* why) {
   }
   const fs::path d = kRefDir / name;
   if (!fs::exists(d / "shape.txt")) {
-    *why = "no " + (d / "shape.txt").string() + ": run `ctest -L kernels` (fixture kernels_torch_reference) or "
-           "/usr/bin/python3 scripts/kernel_reference.py --out " + kRefDir.string();
+    *why = "no " + (d / "shape.txt").string() +
+           ": run `ctest -L kernels` (fixture kernels_torch_reference) or "
+           "/usr/bin/python3 scripts/kernel_reference.py --out " +
+           kRefDir.string();
     return false;
   }
   std::ifstream sf(d / "shape.txt");
@@ -45,7 +47,8 @@ bool load_case(const std::string& name, TorchCase& c, std::string* why) {
   L.w1 = load32(d / "w1.npy"), L.w2 = load32(d / "w2.npy"), L.w3 = load32(d / "w3.npy");
   L.rms_att = load32(d / "rms_att.npy"), L.rms_ffn = load32(d / "rms_ffn.npy");
   L.x = load32(d / "x.npy"), L.dy = load32(d / "dy.npy");
-  L.ref = {to64(L.wq), to64(L.wk), to64(L.wv), to64(L.wo), to64(L.w1), to64(L.w2), to64(L.w3), to64(L.rms_att), to64(L.rms_ffn)};
+  L.ref = {to64(L.wq), to64(L.wk), to64(L.wv),      to64(L.wo),     to64(L.w1),
+           to64(L.w2), to64(L.w3), to64(L.rms_att), to64(L.rms_ffn)};
   L.fwd = ref_forward(s, L.ref, to64(L.x));
   L.grads = ref_backward(s, L.ref, L.fwd, to64(L.dy));
   for (const char* n : {"out", "dx", "attn", "dx2", "dq", "dk", "dv", "dwq", "dwk", "dwv", "dwo", "dw1", "dw2", "dw3",
@@ -63,10 +66,22 @@ TEST_P(TorchReference, Float64ReferenceMatchesAutograd) {
   const RefGrads& g = c.L.grads;
   // torch float64 values stored as fp32: relative 2^-24 per element -> NMSE <= 1e-14; 1e-11 leaves room
   // for float64 summation-order differences only. A wrong mapping/sign gives O(1).
-  const std::vector<std::pair<std::string, const F64*>> pairs = {
-      {"out", &c.L.fwd.out}, {"attn", &c.L.fwd.attn}, {"dx", &g.dx}, {"dx2", &g.dx2}, {"dq", &g.dq}, {"dk", &g.dk},
-      {"dv", &g.dv}, {"dwq", &g.dw.wq}, {"dwk", &g.dw.wk}, {"dwv", &g.dw.wv}, {"dwo", &g.dw.wo}, {"dw1", &g.dw.w1},
-      {"dw2", &g.dw.w2}, {"dw3", &g.dw.w3}, {"drms_att", &g.dw.rms_att}, {"drms_ffn", &g.dw.rms_ffn}};
+  const std::vector<std::pair<std::string, const F64*>> pairs = {{"out", &c.L.fwd.out},
+                                                                 {"attn", &c.L.fwd.attn},
+                                                                 {"dx", &g.dx},
+                                                                 {"dx2", &g.dx2},
+                                                                 {"dq", &g.dq},
+                                                                 {"dk", &g.dk},
+                                                                 {"dv", &g.dv},
+                                                                 {"dwq", &g.dw.wq},
+                                                                 {"dwk", &g.dw.wk},
+                                                                 {"dwv", &g.dw.wv},
+                                                                 {"dwo", &g.dw.wo},
+                                                                 {"dw1", &g.dw.w1},
+                                                                 {"dw2", &g.dw.w2},
+                                                                 {"dw3", &g.dw.w3},
+                                                                 {"drms_att", &g.dw.rms_att},
+                                                                 {"drms_ffn", &g.dw.rms_ffn}};
   for (const auto& [n, v] : pairs) {
     const double e = nmse(*v, c.t[n]);
     record("f64 ref vs torch " + n, e);
@@ -86,9 +101,9 @@ TEST_P(TorchReference, KernelsMatchAutogradBothStrategies) {
     ChainResult k = run_chain(r, c.L);
     // same limits as the float64-reference chain test (test_train_kernels.cpp)
     const std::vector<std::tuple<std::string, const F32*, double>> checks = {
-        {"out", &k.out, 48}, {"attn", &k.attn, 48}, {"dx2", &k.dx2, 24}, {"dv", &k.dv, 48}, {"dq", &k.dq, 80},
-        {"dk", &k.dk, 80}, {"dx", &k.dx, 48}, {"dwq", &k.dwq, 80}, {"dwk", &k.dwk, 80}, {"dwv", &k.dwv, 48},
-        {"dwo", &k.dwo, 48}, {"dw1", &k.dw1, 64}, {"dw2", &k.dw2, 48}, {"dw3", &k.dw3, 64}};
+        {"out", &k.out, 48}, {"attn", &k.attn, 48}, {"dx2", &k.dx2, 24}, {"dv", &k.dv, 48},   {"dq", &k.dq, 80},
+        {"dk", &k.dk, 80},   {"dx", &k.dx, 48},     {"dwq", &k.dwq, 80}, {"dwk", &k.dwk, 80}, {"dwv", &k.dwv, 48},
+        {"dwo", &k.dwo, 48}, {"dw1", &k.dw1, 64},   {"dw2", &k.dw2, 48}, {"dw3", &k.dw3, 64}};
     for (const auto& [n, v, kk] : checks) {
       ASSERT_TRUE(all_finite(*v)) << n;
       const double e = nmse(*v, c.t[n]);

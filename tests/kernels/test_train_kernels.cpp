@@ -157,7 +157,8 @@ TEST_P(TrainKernels, SdpaBackwardMatchesReference) {
   F32 da = f16(L_.grads.da);
   // part 1 alone
   F32 dv, probs, dp;
-  runner_->run(KernelKind::kSdpaBwd1, {{"q_rope", fwd.q_rope.data()}, {"k_rope", fwd.k_rope.data()}, {"v", fwd.v.data()}, {"da", da.data()}},
+  runner_->run(KernelKind::kSdpaBwd1,
+               {{"q_rope", fwd.q_rope.data()}, {"k_rope", fwd.k_rope.data()}, {"v", fwd.v.data()}, {"da", da.data()}},
                {{"dv", &dv}, {"probs", &probs}, {"dp", &dp}});
   expect_close("sdpa_bwd1 probs", probs, L_.fwd.probs, 48);
   // dP = dA Vᵀ is computed for every (i, j); only j <= i matters (P = 0 above the diagonal, where the

@@ -50,7 +50,8 @@ Case make_case(uint32_t seed) {
   Case c;
   c.w = rand_f16(static_cast<size_t>(c.cout * c.cin), 0.5, seed);
   for (int64_t r = 0; r < c.cout; ++r)  // rows of different magnitude: per-channel scales matter
-    for (int64_t i = 0; i < c.cin; ++i) c.w[static_cast<size_t>(r * c.cin + i)] *= std::ldexp(1.0f, static_cast<int>(r % 5) - 2);
+    for (int64_t i = 0; i < c.cin; ++i)
+      c.w[static_cast<size_t>(r * c.cin + i)] *= std::ldexp(1.0f, static_cast<int>(r % 5) - 2);
   c.x = rand_f16(static_cast<size_t>(c.cin * c.S), 2.0, seed + 1);
   return c;
 }
@@ -141,7 +142,7 @@ TEST(KernelsW8, Int8BlobHasTheInt8DataTypeAndOneBytePerWeight) {
   EXPECT_EQ(le32(0), 1u);  // MILBlob storage_header: count 1, version 2
   EXPECT_EQ(le32(4), 2u);
   EXPECT_EQ(le32(64), 0xDEADBEEFu);
-  EXPECT_EQ(le32(68), 4u);  // mil_dtype Int8 (StorageFormat.hpp), not Float16
+  EXPECT_EQ(le32(68), 4u);    // mil_dtype Int8 (StorageFormat.hpp), not Float16
   EXPECT_EQ(le32(72), n);     // data_size: one byte per weight
   EXPECT_EQ(le32(80), 128u);  // absolute data_offset
   EXPECT_EQ(std::memcmp(b.data() + 128, m.q.data(), n), 0);

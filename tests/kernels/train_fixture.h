@@ -55,7 +55,8 @@ inline LayerData make_layer(const kern::TrainShape& s, uint32_t seed) {
   for (auto& v : L.rms_ffn) v = round_fp16(v + 1.0f);
   L.x = rand_f16(D * S, 1.0, seed + 10);
   L.dy = rand_f16(D * S, 1.0, seed + 11);
-  L.ref = {to64(L.wq), to64(L.wk), to64(L.wv), to64(L.wo), to64(L.w1), to64(L.w2), to64(L.w3), to64(L.rms_att), to64(L.rms_ffn)};
+  L.ref = {to64(L.wq), to64(L.wk), to64(L.wv),      to64(L.wo),     to64(L.w1),
+           to64(L.w2), to64(L.w3), to64(L.rms_att), to64(L.rms_ffn)};
   L.fwd = ref_forward(s, L.ref, to64(L.x));
   L.grads = ref_backward(s, L.ref, L.fwd, to64(L.dy));
   return L;

@@ -35,7 +35,8 @@ inline Program rmsnorm_attention_kernel(Dialect d, int64_t D = 64, int64_t H = 4
   auto xr = b.named("xr").mul(x, rrms);
   auto xn = b.named("xn").mul(xr, rw);
   auto heads = [&](const char* n, int i) {
-    auto w = b.named(std::string("W") + n).const_blob(f16({D, D, 1, 1}), "@model_path/weights/weight.bin", static_cast<uint64_t>(64 + i * cs));
+    auto w = b.named(std::string("W") + n)
+                 .const_blob(f16({D, D, 1, 1}), "@model_path/weights/weight.bin", static_cast<uint64_t>(64 + i * cs));
     auto f = b.named(std::string(n) + "f").conv(xn, w);
     auto r = b.named(std::string(n) + "r").reshape(f, {1, H, HD, S});
     return b.named(std::string(n) + "t").transpose(r, {0, 1, 3, 2});
@@ -49,7 +50,8 @@ inline Program rmsnorm_attention_kernel(Dialect d, int64_t D = 64, int64_t H = 4
   auto a = b.named("a").matmul(aw, v);
   auto at = b.named("at").transpose(a, {0, 1, 3, 2});
   auto af = b.named("af").reshape(at, {1, D, 1, S});
-  auto wo = b.named("Wo").const_blob(f16({D, D, 1, 1}), "@model_path/weights/weight.bin", static_cast<uint64_t>(64 + 3 * cs));
+  auto wo =
+      b.named("Wo").const_blob(f16({D, D, 1, 1}), "@model_path/weights/weight.bin", static_cast<uint64_t>(64 + 3 * cs));
   auto oo = b.named("oo").conv(af, wo);
   b.output(b.named("taps").concat({oo, xn}, 1));
   return pb.build(d);
@@ -62,27 +64,37 @@ inline Program every_op_program(Dialect d) {
   auto x = b.input("x", f16({1, 32, 4, 16}));
   auto h = b.input("h", f16({1, 2, 16, 8}));
   auto c = b.conv(x, b.const_tensor(f16({16, 8, 3, 3}), std::vector<double>(16 * 8 * 9, -0.25)),
-                  {.strides = {1, 2}, .dilations = {1, 1}, .pad = {1, 1, 1, 1}, .pad_type = "custom", .groups = 4,
+                  {.strides = {1, 2},
+                   .dilations = {1, 1},
+                   .pad = {1, 1, 1, 1},
+                   .pad_type = "custom",
+                   .groups = 4,
                    .bias = b.const_tensor(f16({16}), std::vector<double>(16, 0.1))});
   auto e = b.exp(b.tanh(b.relu(b.sigmoid(c))));
   auto r = b.real_div(b.sub(e, 0.5), b.add(b.identity(e), 2.0));
   auto m = b.reduce_max(b.pow(r, 2.0), {1, -1}, true);
-  auto s = b.slice_by_index(x, {0, 1, 0, 0}, {1, 32, 4, 16}, {.stride = {1, 2, 1, -1}, .begin_mask = {false, false, false, true},
-                                                             .end_mask = {false, false, false, true}, .squeeze_mask = {}});
+  auto s = b.slice_by_index(x, {0, 1, 0, 0}, {1, 32, 4, 16},
+                            {.stride = {1, 2, 1, -1},
+                             .begin_mask = {false, false, false, true},
+                             .end_mask = {false, false, false, true},
+                             .squeeze_mask = {}});
   auto s2 = b.slice_by_size(s, {0, 0, 1, 0}, {1, 16, 2, -1});
   auto cat = b.concat({s2, s2}, 2, true);
   auto t = b.transpose(b.reshape(cat, {1, 16, 4, 16}), {0, 2, 1, 3});
   auto f32 = b.cast(t, DType::kFp32);
-  auto q = b.quantize(b.cast(f32, DType::kFp16), DType::kInt8, 0.0625, {.zero_point = b.scalar(DType::kInt8, 0), .axis = {}});
+  auto q = b.quantize(b.cast(f32, DType::kFp16), DType::kInt8, 0.0625,
+                      {.zero_point = b.scalar(DType::kInt8, 0), .axis = {}});
   auto dq = b.dequantize(q, 0.0625, {.zero_point = b.scalar(DType::kInt8, 0), .axis = {}});
   ConstValue qd{tensor_type(DType::kInt8, {2, 4}), {}, {-128, -1, 0, 1, 2, 3, 4, 127}, {}, {}};
   auto w = b.constexpr_affine_dequantize(qd, ConstValue::floats(f16({2}), {0.125, 0.5}), ConstValue::int8(0), 0);
-  auto wb = b.constexpr_affine_dequantize(ConstValue::blobfile(tensor_type(DType::kUint8, {16, 16, 1, 1}), "@model_path/weights/q8.bin", 64),
-                                          ConstValue::fp16(0x1p-3), ConstValue{scalar_type(DType::kUint8), {}, {128}, {}, {}}, 0);
+  auto wb = b.constexpr_affine_dequantize(
+      ConstValue::blobfile(tensor_type(DType::kUint8, {16, 16, 1, 1}), "@model_path/weights/q8.bin", 64),
+      ConstValue::fp16(0x1p-3), ConstValue{scalar_type(DType::kUint8), {}, {128}, {}, {}}, 0);
   auto sm = b.softmax(b.matmul(h, h, true, false), -2);
   auto mask = b.const_tensor(tensor_type(DType::kBool, {1, 1, 16, 16}), std::vector<double>(256, 1));
   auto att = b.scaled_dot_product_attention(h, h, h, mask);
-  auto ln = b.layer_norm(att, {-1}, b.const_tensor(f16({8}), std::vector<double>(8, 1)), b.const_tensor(f16({8}), std::vector<double>(8, 0)), 1e-5);
+  auto ln = b.layer_norm(att, {-1}, b.const_tensor(f16({8}), std::vector<double>(8, 1)),
+                         b.const_tensor(f16({8}), std::vector<double>(8, 0)), 1e-5);
   auto red = b.reduce_sum(ln, {1, 2, 3}, false);
   b.output(m);
   b.output(dq);

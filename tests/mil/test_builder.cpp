@@ -69,8 +69,10 @@ TEST(MilBuilder, ReshapeTransposeSliceConcatReduce) {
   EXPECT_EQ(b.reshape(x, {1, 12, 64, -1}).shape(), (Shape{1, 12, 64, 256}));
   EXPECT_EQ(b.transpose(b.reshape(x, {1, 12, 64, 256}), {0, 1, 3, 2}).shape(), (Shape{1, 12, 256, 64}));
   EXPECT_EQ(b.slice_by_size(x, {0, 64, 0, 0}, {1, 64, 1, -1}).shape(), (Shape{1, 64, 1, 256}));
-  EXPECT_EQ(b.slice_by_index(x, {0, 0, 0, 1}, {1, 768, 1, 256}, {.stride = {1, 1, 1, 2}}).shape(), (Shape{1, 768, 1, 128}));
-  EXPECT_EQ(b.slice_by_index(x, {0, 5, 0, 0}, {1, 6, 1, 256}, {.squeeze_mask = {false, true, false, false}}).shape(), (Shape{1, 1, 256}));
+  EXPECT_EQ(b.slice_by_index(x, {0, 0, 0, 1}, {1, 768, 1, 256}, {.stride = {1, 1, 1, 2}}).shape(),
+            (Shape{1, 768, 1, 128}));
+  EXPECT_EQ(b.slice_by_index(x, {0, 5, 0, 0}, {1, 6, 1, 256}, {.squeeze_mask = {false, true, false, false}}).shape(),
+            (Shape{1, 1, 256}));
   EXPECT_EQ(b.concat({x, x}, 1).shape(), (Shape{1, 1536, 1, 256}));
   EXPECT_EQ(b.reduce_sum(x, {1}).shape(), (Shape{1, 1, 1, 256}));
   EXPECT_EQ(b.reduce_max(x, {-1}, false).shape(), (Shape{1, 768, 1}));
@@ -87,7 +89,8 @@ TEST(MilBuilder, ConvGeneralGeometry) {
   EXPECT_EQ(b.conv(x, w, o).shape(), (Shape{1, 16, 16, 16}));
   // (a fresh options value: g++ 12.2 -O3 miscompiles `o.pad = {1, 1, 0, 0}; o.dilations = {2, 1};` here,
   //  -fno-tree-slp-vectorize avoids it)
-  ConvOptions c{.strides = {2, 2}, .dilations = {2, 1}, .pad = {1, 1, 0, 0}, .pad_type = "custom", .groups = 2, .bias = {}};
+  ConvOptions c{
+      .strides = {2, 2}, .dilations = {2, 1}, .pad = {1, 1, 0, 0}, .pad_type = "custom", .groups = 2, .bias = {}};
   EXPECT_EQ(b.conv(x, w, c).shape(), (Shape{1, 16, 15, 15}));
 }
 

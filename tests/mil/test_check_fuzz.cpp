@@ -24,18 +24,26 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 std::string wrap(const std::string& body, const std::string& outputs = "y") {
-  return "program(1.3)\n{\n    func main<ios18>(tensor<fp16, [1, 8, 1, 4]> x) {\n" + body + "    } -> (" + outputs + ");\n}\n";
+  return "program(1.3)\n{\n    func main<ios18>(tensor<fp16, [1, 8, 1, 4]> x) {\n" + body + "    } -> (" + outputs +
+         ");\n}\n";
 }
 
 TEST(MilCheck, UndefinedValueNamesLine) {
-  std::string m = error_of([] { parse(wrap("        tensor<fp16, [1, 8, 1, 4]> y = sigmoid(x = nope)[name = string(\"s\")];\n"), "k.mil"); });
-  EXPECT_NE(m.find("[mil] k.mil:4: function 'main': sigmoid 's': argument x = nope: value 'nope' is not defined before this op"), std::string::npos) << m;
+  std::string m = error_of([] {
+    parse(wrap("        tensor<fp16, [1, 8, 1, 4]> y = sigmoid(x = nope)[name = string(\"s\")];\n"), "k.mil");
+  });
+  EXPECT_NE(
+      m.find(
+          "[mil] k.mil:4: function 'main': sigmoid 's': argument x = nope: value 'nope' is not defined before this op"),
+      std::string::npos)
+      << m;
 }
 
 TEST(MilCheck, UseBeforeDefinition) {
   std::string m = error_of([] {
-    parse(wrap("        tensor<fp16, [1, 8, 1, 4]> y = sigmoid(x = z)[name = string(\"s\")];\n"
-               "        tensor<fp16, [1, 8, 1, 4]> z = tanh(x = x)[name = string(\"t\")];\n"));
+    parse(
+        wrap("        tensor<fp16, [1, 8, 1, 4]> y = sigmoid(x = z)[name = string(\"s\")];\n"
+             "        tensor<fp16, [1, 8, 1, 4]> z = tanh(x = x)[name = string(\"t\")];\n"));
   });
   EXPECT_NE(m.find("<mil>:4:"), std::string::npos) << m;
   EXPECT_NE(m.find("'z' is not defined before this op"), std::string::npos) << m;
@@ -43,13 +51,15 @@ TEST(MilCheck, UseBeforeDefinition) {
 
 TEST(MilCheck, DuplicateValueAndOpNames) {
   std::string m = error_of([] {
-    parse(wrap("        tensor<fp16, [1, 8, 1, 4]> y = sigmoid(x = x)[name = string(\"s\")];\n"
-               "        tensor<fp16, [1, 8, 1, 4]> y = tanh(x = x)[name = string(\"t\")];\n"));
+    parse(
+        wrap("        tensor<fp16, [1, 8, 1, 4]> y = sigmoid(x = x)[name = string(\"s\")];\n"
+             "        tensor<fp16, [1, 8, 1, 4]> y = tanh(x = x)[name = string(\"t\")];\n"));
   });
   EXPECT_NE(m.find(":5: function 'main': tanh 't': value 'y' is already defined"), std::string::npos) << m;
   m = error_of([] {
-    parse(wrap("        tensor<fp16, [1, 8, 1, 4]> y = sigmoid(x = x)[name = string(\"s\")];\n"
-               "        tensor<fp16, [1, 8, 1, 4]> y2 = tanh(x = x)[name = string(\"s\")];\n"));
+    parse(
+        wrap("        tensor<fp16, [1, 8, 1, 4]> y = sigmoid(x = x)[name = string(\"s\")];\n"
+             "        tensor<fp16, [1, 8, 1, 4]> y2 = tanh(x = x)[name = string(\"s\")];\n"));
   });
   EXPECT_NE(m.find(":5: function 'main': tanh 's': duplicate op name 's'"), std::string::npos) << m;
   m = error_of([] { parse("program(1.3){func main<ios18>(fp16 x, fp16 x){fp16 y = identity(x = x);} -> (y);}"); });
@@ -59,19 +69,24 @@ TEST(MilCheck, DuplicateValueAndOpNames) {
 TEST(MilCheck, WrongDeclaredTypeWithLine) {
   std::string m = error_of([] {
     parse(wrap("        tensor<int32, [2]> pm = const()[name = string(\"pm\"), val = tensor<int32, [2]>([1, 1])];\n"
-               "        tensor<fp16, [1, 8, 4, 1]> y = sigmoid(x = x)[name = string(\"s\")];\n"), "w.mil");
+               "        tensor<fp16, [1, 8, 4, 1]> y = sigmoid(x = x)[name = string(\"s\")];\n"),
+          "w.mil");
   });
-  EXPECT_NE(m.find("[mil] w.mil:5: function 'main': sigmoid 's': declared type tensor<fp16, [1, 8, 4, 1]> of 'y' but the op produces "
+  EXPECT_NE(m.find("[mil] w.mil:5: function 'main': sigmoid 's': declared type tensor<fp16, [1, 8, 4, 1]> of 'y' but "
+                   "the op produces "
                    "tensor<fp16, [1, 8, 1, 4]>"),
             std::string::npos)
       << m;
 }
 
 TEST(MilCheck, OutputsAndFunctionsAndDialectMix) {
-  EXPECT_NE(error_of([] { parse(wrap("        tensor<fp16, [1, 8, 1, 4]> y = sigmoid(x = x)[name = string(\"s\")];\n", "q")); })
-                .find("output 'q' is not defined"),
+  EXPECT_NE(error_of([] {
+              parse(wrap("        tensor<fp16, [1, 8, 1, 4]> y = sigmoid(x = x)[name = string(\"s\")];\n", "q"));
+            }).find("output 'q' is not defined"),
             std::string::npos);
-  std::string two = "program(1.3){func f<ios18>(fp16 x){fp16 y = identity(x = x);} -> (y); func f<ios18>(fp16 x){fp16 y = identity(x = x);} -> (y);}";
+  std::string two =
+      "program(1.3){func f<ios18>(fp16 x){fp16 y = identity(x = x);} -> (y); func f<ios18>(fp16 x){fp16 y = identity(x "
+      "= x);} -> (y);}";
   EXPECT_NE(error_of([&] { parse(two); }).find("duplicate function name 'f'"), std::string::npos);
   std::string mix = "program(1.0)\n{\n func main<ios18>(fp16 x){fp16 y = identity(x = x);} -> (y);}";
   EXPECT_NE(error_of([&] { parse(mix, "m.mil"); }).find("[mil] m.mil:3:"), std::string::npos);
@@ -81,17 +96,28 @@ TEST(MilCheck, OutputsAndFunctionsAndDialectMix) {
   f.inputs.emplace_back("x", scalar_type(DType::kFp16));
   f.outputs.push_back("x");
   f.ops.push_back(Operation{"softmax", {{"x", Arg::value("x")}}, {}, "sm", "y", scalar_type(DType::kFp16), 0});
-  EXPECT_NE(error_of([&] { check_function(f); }).find("[mil] function 'main': softmax 'sm': missing required argument 'axis'"), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              check_function(f);
+            }).find("[mil] function 'main': softmax 'sm': missing required argument 'axis'"),
+            std::string::npos);
 }
 
 TEST(MilParseErrors, PositionsAndExpectations) {
   auto m = error_of([] { parse("program(1.3)\n{\n    func main<ios18>(tensor<fp16, [1, 8, 1, 4] x) {", "p.mil"); });
   EXPECT_EQ(m, "[mil] p.mil:3:48: expected '>' closing the tensor type, got 'x'");
-  m = error_of([] { parse("program(1.3) { func main<ios18>(fp16 x) { fp16 y = identity(x = x)[name = string(\"a)]; } -> (y); }"); });
+  m = error_of([] {
+    parse("program(1.3) { func main<ios18>(fp16 x) { fp16 y = identity(x = x)[name = string(\"a)]; } -> (y); }");
+  });
   EXPECT_NE(m.find("expected a closing '\"', got end of input"), std::string::npos) << m;
-  m = error_of([] { parse(wrap("        tensor<int8, [2]> c = const()[name = string(\"c\"), val = tensor<int8, [2]>([1, 300])];\n", "c")); });
+  m = error_of([] {
+    parse(
+        wrap("        tensor<int8, [2]> c = const()[name = string(\"c\"), val = tensor<int8, [2]>([1, 300])];\n", "c"));
+  });
   EXPECT_NE(m.find("expected a value in [-128, 127] for int8, got 300"), std::string::npos) << m;
-  m = error_of([] { parse(wrap("        tensor<int32, [3]> c = const()[name = string(\"c\"), val = tensor<int32, [3]>([1, 2])];\n", "c")); });
+  m = error_of([] {
+    parse(
+        wrap("        tensor<int32, [3]> c = const()[name = string(\"c\"), val = tensor<int32, [3]>([1, 2])];\n", "c"));
+  });
   EXPECT_NE(m.find("expected 3 element(s) for tensor<int32, [3]>, got 2"), std::string::npos) << m;
   m = error_of([] { parse(wrap("        fp16 c = const()[name = string(\"c\"), val = fp16(1.5.5)];\n", "c")); });
   EXPECT_NE(m.find("expected a float literal, got '1.5.5'"), std::string::npos) << m;
@@ -130,9 +156,15 @@ TEST(MilFuzz, RandomByteFlipsNeverCrash) {
     for (int k = 0; k < flips; ++k) {
       size_t at = rng() % t.size();
       switch (rng() % 3) {
-        case 0: t[at] = static_cast<char>(rng() % 256); break;
-        case 1: t[at] = alphabet[rng() % std::strlen(alphabet)]; break;
-        default: t.erase(at, 1 + rng() % 8); break;
+        case 0:
+          t[at] = static_cast<char>(rng() % 256);
+          break;
+        case 1:
+          t[at] = alphabet[rng() % std::strlen(alphabet)];
+          break;
+        default:
+          t.erase(at, 1 + rng() % 8);
+          break;
       }
     }
     try {
@@ -147,11 +179,16 @@ TEST(MilFuzz, RandomByteFlipsNeverCrash) {
 }
 
 TEST(MilFuzz, PathologicalInputs) {
-  for (const std::string& t : std::vector<std::string>{std::string(100000, '['), std::string(100000, '('), "program(1.3){func main<ios18>(tensor<fp16, [" + std::string(5000, '9') + "]> x",
-                               "program(1.3){func main<ios18>(tensor<fp16, [2147483647, 2147483647, 2147483647]> x){} -> (x);}",
-                               "program(1.3){func main<ios18>(fp16 x){tensor<fp16, [1]> c = const()[name = string(\"c\"), val = tensor<fp16, [1]>(" +
-                                   std::string(1000, '[') + "1" + std::string(1000, ']') + ")];} -> (c);}",
-                               std::string("program\0(1.3)", 13), "program(1.3){func main<ios18>(tensor<fp16, [8]> x){tensor<fp16, [8]> y = reshape(shape = s, x = x);} -> (y);}"}) {
+  for (const std::string& t : std::vector<std::string>{
+           std::string(100000, '['), std::string(100000, '('),
+           "program(1.3){func main<ios18>(tensor<fp16, [" + std::string(5000, '9') + "]> x",
+           "program(1.3){func main<ios18>(tensor<fp16, [2147483647, 2147483647, 2147483647]> x){} -> (x);}",
+           "program(1.3){func main<ios18>(fp16 x){tensor<fp16, [1]> c = const()[name = string(\"c\"), val = "
+           "tensor<fp16, [1]>(" +
+               std::string(1000, '[') + "1" + std::string(1000, ']') + ")];} -> (c);}",
+           std::string("program\0(1.3)", 13),
+           "program(1.3){func main<ios18>(tensor<fp16, [8]> x){tensor<fp16, [8]> y = reshape(shape = s, x = x);} -> "
+           "(y);}"}) {
     EXPECT_THROW(parse(t), Error) << t.substr(0, 80);
   }
 }

@@ -2,7 +2,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -16,7 +15,9 @@
 namespace anelab::mil {
 namespace {
 
-std::string golden_path(const std::string& name) { return std::string(ANELAB_SOURCE_DIR) + "/tests/mil/golden/" + name; }
+std::string golden_path(const std::string& name) {
+  return std::string(ANELAB_SOURCE_DIR) + "/tests/mil/golden/" + name;
+}
 
 // Compares with tests/mil/golden/<name>; ANELAB_UPDATE_GOLDEN=1 rewrites the file (review the diff!).
 void expect_golden(const std::string& text, const std::string& name) {
@@ -49,14 +50,19 @@ TEST(MilGolden, RmsnormAttentionKernel) {
 TEST(MilGolden, HeaderLinesMatchTheDigest) {
   std::string a = print(testprogs::conv_kernel(Dialect::kIos18));
   EXPECT_EQ(a.substr(0, a.find("    func")),
-            "program(1.3)\n[buildInfo = dict<string, string>({{\"coremlc-component-MIL\", \"3510.2.1\"}, {\"coremlc-version\", \"3505.4.1\"}, "
+            "program(1.3)\n[buildInfo = dict<string, string>({{\"coremlc-component-MIL\", \"3510.2.1\"}, "
+            "{\"coremlc-version\", \"3505.4.1\"}, "
             "{\"coremltools-component-milinternal\", \"\"}, {\"coremltools-version\", \"9.0\"}})]\n{\n");
   std::string b = print(testprogs::conv_kernel(Dialect::kIos16));
   EXPECT_EQ(b.substr(0, b.find("    func")),
-            "program(1.0)\n[buildInfo = dict<tensor<string, []>, tensor<string, []>>({{\"coremlc-version\", \"3505.4.1\"}})]\n{\n");
-  EXPECT_NE(b.find("tensor<string, []> c_valid = const()[name = tensor<string, []>(\"c_valid\"), val = tensor<string, []>(\"valid\")];"),
+            "program(1.0)\n[buildInfo = dict<tensor<string, []>, tensor<string, []>>({{\"coremlc-version\", "
+            "\"3505.4.1\"}})]\n{\n");
+  EXPECT_NE(b.find("tensor<string, []> c_valid = const()[name = tensor<string, []>(\"c_valid\"), val = tensor<string, "
+                   "[]>(\"valid\")];"),
             std::string::npos);
-  EXPECT_NE(b.find("BLOBFILE(path = tensor<string, []>(\"@model_path/weights/wq.bin\"), offset = tensor<uint64, []>(64))"), std::string::npos);
+  EXPECT_NE(
+      b.find("BLOBFILE(path = tensor<string, []>(\"@model_path/weights/wq.bin\"), offset = tensor<uint64, []>(64))"),
+      std::string::npos);
   EXPECT_EQ(a.substr(a.size() - 18), "    } -> (out);\n}\n");
 }
 
@@ -106,7 +112,8 @@ TEST(MilPrinter, FloatConstantsPrintAsExactHexOrIntegers) {
   ProgramBuilder pb;
   auto& b = pb.function();
   auto x = b.input("x", tensor_type(DType::kFp16, {1, 4, 1, 32}));
-  auto y = b.add(b.mul(x, 1e-5), b.const_tensor(tensor_type(DType::kFp16, {1, 4, 1, 1}), {1e-5, -65504, 0.015625, 3.0}));
+  auto y =
+      b.add(b.mul(x, 1e-5), b.const_tensor(tensor_type(DType::kFp16, {1, 4, 1, 1}), {1e-5, -65504, 0.015625, 3.0}));
   b.output(b.mul(y, 0.001302));
   for (Dialect d : {Dialect::kIos18, Dialect::kIos16}) {
     Program p = pb.build(d);
@@ -117,9 +124,11 @@ TEST(MilPrinter, FloatConstantsPrintAsExactHexOrIntegers) {
     expect_round_trip(p, d);
   }
   // the scanner itself finds the old forms
-  EXPECT_EQ(test::bad_float_literals("fp16(1.0013580322265625e-05)"), std::vector<std::string>{"1.0013580322265625e-05"});
+  EXPECT_EQ(test::bad_float_literals("fp16(1.0013580322265625e-05)"),
+            std::vector<std::string>{"1.0013580322265625e-05"});
   EXPECT_EQ(test::bad_float_literals("val = tensor<fp32, [2]>([nan, -inf])").size(), 2u);
-  EXPECT_TRUE(test::bad_float_literals("fp16 c_fp16_1e5 = const()[name = string(\"c_1e5\"), val = fp16(0x1p-3)];").empty());
+  EXPECT_TRUE(
+      test::bad_float_literals("fp16 c_fp16_1e5 = const()[name = string(\"c_1e5\"), val = fp16(0x1p-3)];").empty());
 }
 
 TEST(MilPrinter, NanAndInfConstantsAreRejected) {
@@ -236,7 +245,9 @@ TEST(MilParse, ConstexprBracketFormAndInlineLiterals) {
   EXPECT_EQ(f.const_value("y_pad_type")->s, "valid");  // desugared inline literal
   EXPECT_EQ(f.const_value("lit")->f, (std::vector<double>{1.5, -2, 3e-3, 3.0}));
   std::string printed = print(p);
-  EXPECT_NE(printed.find("[axis = int32(0), name = string(\"W0\"), quantized_data = tensor<int8, [512, 512, 1, 1]>(BLOBFILE("), std::string::npos);
+  EXPECT_NE(printed.find(
+                "[axis = int32(0), name = string(\"W0\"), quantized_data = tensor<int8, [512, 512, 1, 1]>(BLOBFILE("),
+            std::string::npos);
   EXPECT_TRUE(parse(printed) == p);
 }
 

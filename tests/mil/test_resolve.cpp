@@ -38,7 +38,8 @@ TEST(MilResolve, ConvSamePaddingIsResolved) {
   FunctionBuilder b;
   auto x = b.input("x", f16({1, 8, 5, 8}));
   auto w = b.const_tensor(f16({4, 8, 3, 4}), std::vector<double>(4 * 8 * 12, 0.5));
-  b.conv(x, w, {.strides = {1, 2}, .dilations = {1, 1}, .pad = {0, 0, 0, 0}, .pad_type = "same", .groups = 1, .bias = {}});
+  b.conv(x, w,
+         {.strides = {1, 2}, .dilations = {1, 1}, .pad = {0, 0, 0, 0}, .pad_type = "same", .groups = 1, .bias = {}});
   const auto g = std::get<ConvGeometry>(resolve_last(b).params);
   // H: out 5, total (5-1)+3-5 = 2 -> 1/1. W: out ceil(8/2) = 4, total 3*2+4-8 = 2 -> 1/1.
   EXPECT_EQ((std::vector<int64_t>{g.pad[0], g.pad[1], g.pad[2], g.pad[3]}), (std::vector<int64_t>{1, 1, 1, 1}));
@@ -74,7 +75,8 @@ TEST(MilResolve, SliceAndTransposeAndBroadcast) {
   FunctionBuilder b;
   auto x = b.input("x", f16({1, 8, 1, 6}));
   auto y = b.input("y", f16({2, 1, 1, 1}));
-  b.slice_by_index(x, {0, -3, 0, 5}, {1, 8, 1, 0}, {.stride = {1, 2, 1, -2}, .begin_mask = {}, .end_mask = {}, .squeeze_mask = {}});
+  b.slice_by_index(x, {0, -3, 0, 5}, {1, 8, 1, 0},
+                   {.stride = {1, 2, 1, -2}, .begin_mask = {}, .end_mask = {}, .squeeze_mask = {}});
   const auto s = std::get<SliceGeometry>(resolve_last(b).params);
   EXPECT_EQ(s.begin, (std::vector<int64_t>{0, 5, 0, 5}));
   EXPECT_EQ(s.stride, (std::vector<int64_t>{1, 2, 1, -2}));

@@ -32,8 +32,8 @@ TEST(Blob, SingleFp16ChunkLayoutIsByteExact) {
   EXPECT_EQ(b[65], 0xBE);
   EXPECT_EQ(b[66], 0xAD);
   EXPECT_EQ(b[67], 0xDE);
-  EXPECT_EQ(u32(b, 68), 1u);    // mil_dtype Float16
-  EXPECT_EQ(u32(b, 72), 8u);    // sizeInBytes (uint64)
+  EXPECT_EQ(u32(b, 68), 1u);  // mil_dtype Float16
+  EXPECT_EQ(u32(b, 72), 8u);  // sizeInBytes (uint64)
   EXPECT_EQ(u32(b, 76), 0u);
   EXPECT_EQ(u32(b, 80), 128u);  // absolute payload offset (uint64)
   for (size_t i = 84; i < 128; ++i) EXPECT_EQ(b[i], 0) << i;

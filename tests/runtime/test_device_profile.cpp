@@ -70,11 +70,13 @@ TEST(DeviceProfile, MinimumSpatialFp32) {
 // the RoPE reshape reach exactly 65536 at S=1024.
 TEST(DeviceProfile, MaximumDimensionIsExclusive) {
   for (const std::string& dev : device_profile_names()) {
-    Status s = check_program(identity_program(DType::kFp16, 65536, 32, device_profile(dev).dialect), device_profile(dev));
+    Status s =
+        check_program(identity_program(DType::kFp16, 65536, 32, device_profile(dev).dialect), device_profile(dev));
     EXPECT_EQ(s.code(), Code::kLimitExceeded) << dev;
     EXPECT_NE(msg(s).find("65536"), std::string::npos) << msg(s);
-    EXPECT_TRUE(check_program(identity_program(DType::kFp16, 65535, 32, device_profile(dev).dialect), device_profile(dev))
-                    .is_ok())
+    EXPECT_TRUE(
+        check_program(identity_program(DType::kFp16, 65535, 32, device_profile(dev).dialect), device_profile(dev))
+            .is_ok())
         << dev;
   }
   EXPECT_EQ(max_dim_all_profiles(), 65535);
@@ -90,7 +92,8 @@ TEST(DeviceProfile, RowStrideRule) {
     EXPECT_EQ(st.code(), Code::kLimitExceeded) << s;
     EXPECT_NE(msg(st).find("row-stride rule"), std::string::npos) << msg(st);
   }
-  for (int64_t s : {32, 64, 96, 256}) EXPECT_TRUE(check_program(identity_program(DType::kFp16, 64, s), m4).is_ok()) << s;
+  for (int64_t s : {32, 64, 96, 256})
+    EXPECT_TRUE(check_program(identity_program(DType::kFp16, 64, s), m4).is_ok()) << s;
   EXPECT_TRUE(check_program(identity_program(DType::kFp32, 64, 16), m4).is_ok());
   EXPECT_FALSE(check_program(identity_program(DType::kFp32, 64, 24), m4).is_ok());
 
@@ -134,9 +137,8 @@ TEST(DeviceProfile, ChipFamilyMapsToProfile) {
   EXPECT_EQ(profile_for_ane_sub_type("H11"), "");
   // Issue 40 item 1: real chips report lowercase families (maderix/ANE PR #50: h16 on M4 and base M5,
   // h17 on M5 Max); any case, any suffix.
-  const std::pair<const char*, const char*> lower[] = {{"h13", "m1"}, {"h14", "m2"}, {"h15", "m3"},
-                                                       {"h16", "m4"}, {"h17", "m5"}, {"h16g", "m4"},
-                                                       {"H16G", "m4"}, {"h13G", "m1"}};
+  const std::pair<const char*, const char*> lower[] = {{"h13", "m1"}, {"h14", "m2"},  {"h15", "m3"},  {"h16", "m4"},
+                                                       {"h17", "m5"}, {"h16g", "m4"}, {"H16G", "m4"}, {"h13G", "m1"}};
   for (const auto& [sub, profile] : lower) EXPECT_EQ(profile_for_ane_sub_type(sub), profile) << sub;
   EXPECT_EQ(profile_for_ane_sub_type("h1"), "");
   EXPECT_EQ(profile_for_ane_sub_type("xh16"), "");
@@ -194,7 +196,8 @@ TEST(DeviceProfile, Ios18DialectRejectedOnOlderChips) {
   Status s = check_program(identity_program(DType::kFp16, 64, 32, mil::Dialect::kIos18), device_profile("m2"));
   EXPECT_FALSE(s.is_ok());
   EXPECT_NE(msg(s).find("ios16"), std::string::npos) << msg(s);
-  EXPECT_TRUE(check_program(identity_program(DType::kFp16, 64, 32, mil::Dialect::kIos16), device_profile("m2")).is_ok());
+  EXPECT_TRUE(
+      check_program(identity_program(DType::kFp16, 64, 32, mil::Dialect::kIos16), device_profile("m2")).is_ok());
 }
 
 TEST(DeviceProfile, SdpaMaskRejected) {
@@ -203,7 +206,9 @@ TEST(DeviceProfile, SdpaMaskRejected) {
   auto t = tensor_type(DType::kFp16, {1, 4, 32, 32});
   f.inputs = {{"q", t}, {"k", t}, {"v", t}, {"m", tensor_type(DType::kFp16, {1, 1, 32, 32})}};
   f.ops.push_back(make_op("scaled_dot_product_attention", "y", t,
-                          {{"query", mil::Arg::value("q")}, {"key", mil::Arg::value("k")}, {"value", mil::Arg::value("v")},
+                          {{"query", mil::Arg::value("q")},
+                           {"key", mil::Arg::value("k")},
+                           {"value", mil::Arg::value("v")},
                            {"attn_mask", mil::Arg::value("m")}}));
   f.outputs = {"y"};
   p.functions.push_back(f);
@@ -259,7 +264,8 @@ TEST(DeviceProfile, MultiInputSurfacesMustMatchLargest) {
   f.inputs = {{"a", small}, {"b", big}};
   f.ops.push_back(make_op("identity", "y", big, {{"x", mil::Arg::value("b")}}));
   f.outputs = {"y"};
-  Surface a(small, surface_alloc_bytes(small, m4)), b(big, surface_alloc_bytes(big, m4)), y(big, surface_alloc_bytes(big, m4));
+  Surface a(small, surface_alloc_bytes(small, m4)), b(big, surface_alloc_bytes(big, m4)),
+      y(big, surface_alloc_bytes(big, m4));
   Surface* ins[] = {&a, &b};
   Surface* outs[] = {&y};
   Status s = check_surfaces(f, ins, outs, m4);

@@ -10,10 +10,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "infer/server/http_server.h"
 
@@ -78,7 +77,8 @@ inline int connect_to(int port) {
 }
 
 inline std::string request(const std::string& method, const std::string& path, const std::string& body) {
-  return method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n" +
+  return method + " " + path +
+         " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n" +
          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
 }
 

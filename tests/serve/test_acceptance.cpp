@@ -3,18 +3,16 @@
 // `anelab infer generate` for the same seed / temperature / top-p / max tokens (run here for the
 // expected text); malformed requests get 4xx JSON; a 64-client load test passes with only 200/503 and
 // stable memory; SIGTERM exits 0. Skips when the shared data is absent.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "tests/common/test_data.h"
 
@@ -54,8 +52,12 @@ struct ServerProc {
   bool start(const std::vector<std::string>& extra) {
     dir = test::temp_dir("serve");
     const std::string port_file = (dir / "port").string(), log = (dir / "server.log").string();
-    std::vector<std::string> args = {kBin, "serve", "--model", test::data_path(kModel), "--tokenizer",
-                                     test::data_path(kTok), "--port", "0", "--port-file", port_file, "--no-log"};
+    std::vector<std::string> args = {kBin,          "serve",
+                                     "--model",     test::data_path(kModel),
+                                     "--tokenizer", test::data_path(kTok),
+                                     "--port",      "0",
+                                     "--port-file", port_file,
+                                     "--no-log"};
     args.insert(args.end(), extra.begin(), extra.end());
     pid = fork();
     if (pid == 0) {
@@ -151,9 +153,10 @@ class ServeAcceptance : public ::testing::Test {
   static std::string cli_generate(const std::string& prompt, int max_tokens, double t, double p, int seed) {
     int rc = 0;
     const std::string out = capture(kBin + " infer generate --backend cpu --model " + test::data_path(kModel) +
-                                    " --tokenizer " + test::data_path(kTok) + " --prompt " + sh_quote(prompt) +
-                                    " --max-tokens " + std::to_string(max_tokens) + " -t " + std::to_string(t) +
-                                    " -p " + std::to_string(p) + " -s " + std::to_string(seed) + " 2>/dev/null", &rc);
+                                        " --tokenizer " + test::data_path(kTok) + " --prompt " + sh_quote(prompt) +
+                                        " --max-tokens " + std::to_string(max_tokens) + " -t " + std::to_string(t) +
+                                        " -p " + std::to_string(p) + " -s " + std::to_string(seed) + " 2>/dev/null",
+                                    &rc);
     EXPECT_EQ(rc, 0);
     return out;
   }
@@ -173,13 +176,19 @@ TEST_F(ServeAcceptance, HealthAndModels) {
 }
 
 TEST_F(ServeAcceptance, CurlCompletionEqualsCli) {
-  struct Case { std::string prompt; int max_tokens; double t, p; int seed; };
+  struct Case {
+    std::string prompt;
+    int max_tokens;
+    double t, p;
+    int seed;
+  };
   for (const Case& c : {Case{"Once upon a time", 40, 0.8, 0.9, 42}, Case{"Lily saw a", 60, 1.0, 0.95, 7},
                         Case{"The dog", 25, 0.0, 0.9, 1}}) {
     SCOPED_TRACE(c.prompt);
     const std::string expected = cli_generate(c.prompt, c.max_tokens, c.t, c.p, c.seed);
     ASSERT_FALSE(expected.empty());
-    json req{{"prompt", c.prompt}, {"max_tokens", c.max_tokens}, {"temperature", c.t}, {"top_p", c.p}, {"seed", c.seed}};
+    json req{
+        {"prompt", c.prompt}, {"max_tokens", c.max_tokens}, {"temperature", c.t}, {"top_p", c.p}, {"seed", c.seed}};
     req["echo"] = true;  // run.c prints the prompt too
     auto [s1, b1] = curl("POST", "/v1/completions", req.dump());
     ASSERT_EQ(s1, 200) << b1;
@@ -206,15 +215,21 @@ TEST_F(ServeAcceptance, CurlCompletionEqualsCli) {
 
 TEST_F(ServeAcceptance, PythonStreamEqualsCli) {
   const std::string expected = cli_generate("Once upon a time", 50, 0.7, 0.9, 1234);
-  json req{{"prompt", "Once upon a time"}, {"max_tokens", 50}, {"temperature", 0.7}, {"top_p", 0.9}, {"seed", 1234},
-           {"stream", true}, {"echo", true}, {"stream_options", {{"include_usage", true}}}};
+  json req{{"prompt", "Once upon a time"},
+           {"max_tokens", 50},
+           {"temperature", 0.7},
+           {"top_p", 0.9},
+           {"seed", 1234},
+           {"stream", true},
+           {"echo", true},
+           {"stream_options", {{"include_usage", true}}}};
   const json s = py("POST", "/v1/completions", req.dump());
   ASSERT_EQ(s["status"], 200) << s.dump();
   EXPECT_TRUE(s["done"].get<bool>());
   EXPECT_EQ(s["text"].get<std::string>() + "\n", expected);
   const json& ev = s["events"];
   ASSERT_GE(ev.size(), 3u);
-  EXPECT_EQ(ev[ev.size() - 1]["usage"]["completion_tokens"], 50);   // include_usage chunk
+  EXPECT_EQ(ev[ev.size() - 1]["usage"]["completion_tokens"], 50);  // include_usage chunk
   EXPECT_EQ(ev[ev.size() - 2]["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(ev[0]["object"], "text_completion");
 }
@@ -223,8 +238,11 @@ TEST_F(ServeAcceptance, PythonStreamEqualsCli) {
 // simple form with `system`, are refused with a hint instead of silently getting the Qwen2.5 template;
 // /v1/models says it has no template.
 TEST_F(ServeAcceptance, BaseModelRefusesChatWithHint) {
-  json req{{"messages", {{{"role", "system"}, {"content", "You tell stories."}}, {{"role", "user"}, {"content", "A cat"}}}},
-           {"max_tokens", 30}, {"temperature", 0.9}, {"seed", 99}};
+  json req{
+      {"messages", {{{"role", "system"}, {"content", "You tell stories."}}, {{"role", "user"}, {"content", "A cat"}}}},
+      {"max_tokens", 30},
+      {"temperature", 0.9},
+      {"seed", 99}};
   for (bool stream : {false, true}) {
     req["stream"] = stream;
     auto [st, sb] = curl("POST", "/v1/chat/completions", req.dump());
@@ -243,7 +261,10 @@ TEST_F(ServeAcceptance, BaseModelRefusesChatWithHint) {
 }
 
 TEST_F(ServeAcceptance, MalformedRequestsGet4xxJson) {
-  struct Case { std::string method, path, body; int status; };
+  struct Case {
+    std::string method, path, body;
+    int status;
+  };
   const std::vector<Case> cases = {
       {"POST", "/v1/completions", "{\"prompt\": ", 400},
       {"POST", "/v1/completions", "[]", 400},
@@ -254,7 +275,7 @@ TEST_F(ServeAcceptance, MalformedRequestsGet4xxJson) {
       {"POST", "/v1/completions", "{\"prompt\": \"a\", \"logprobs\": 2}", 400},
       {"POST", "/v1/completions", "{\"prompt\": [1, 99999]}", 400},
       {"POST", "/v1/completions", "{\"prompt\": \"" + std::string(3000, 'a') + " b\"}", 400},  // over the context
-      {"POST", "/v1/completions", "{\"prompt\": \"Once\", \"max_tokens\": 512}", 400},        // prompt + max > ctx
+      {"POST", "/v1/completions", "{\"prompt\": \"Once\", \"max_tokens\": 512}", 400},         // prompt + max > ctx
       {"POST", "/v1/completions", "{\"prompt\": \"" + std::string(70000, 'a') + "\"}", 413},
       {"POST", "/v1/chat/completions", "{\"messages\": []}", 400},
       {"POST", "/v1/chat/completions", "{\"messages\": [{\"role\": \"robot\", \"content\": \"x\"}]}", 400},
@@ -315,7 +336,8 @@ TEST(ServeAcceptanceLifecycle, SigtermDuringStreamExitsZero) {
   // a stream in flight while the signal arrives
   std::thread client([&] {
     capture("/usr/bin/python3 " + sh_quote(test::source_path("tests/serve/client.py")) + " --port " +
-            std::to_string(p.port) + " --body '{\"prompt\": \"Once\", \"max_tokens\": 400, \"stream\": true}' >/dev/null");
+            std::to_string(p.port) +
+            " --body '{\"prompt\": \"Once\", \"max_tokens\": 400, \"stream\": true}' >/dev/null");
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(p.stop(), 0) << p.log();
@@ -329,14 +351,15 @@ TEST(ServeAcceptanceLifecycle, EmulatorBackendEqualsCli) {
   ServerProc p;
   ASSERT_TRUE(p.start({"--backend", "emulator", "--warmup", "32"})) << p.log();
   int rc = 0;
-  const std::string expected = capture(kBin + " infer generate --backend emulator --model " + test::data_path(kModel) +
-                                           " --tokenizer " + test::data_path(kTok) +
-                                           " --prompt 'Once upon a time' --max-tokens 30 -t 0.8 -p 0.9 -s 3 2>/dev/null",
-                                       &rc);
+  const std::string expected =
+      capture(kBin + " infer generate --backend emulator --model " + test::data_path(kModel) + " --tokenizer " +
+                  test::data_path(kTok) + " --prompt 'Once upon a time' --max-tokens 30 -t 0.8 -p 0.9 -s 3 2>/dev/null",
+              &rc);
   ASSERT_EQ(rc, 0);
-  const std::string body = R"({"prompt": "Once upon a time", "max_tokens": 30, "temperature": 0.8, "top_p": 0.9, "seed": 3, "echo": true})";
-  const std::string out = capture("curl -s -X POST --data-binary " + sh_quote(body) + " http://127.0.0.1:" +
-                                  std::to_string(p.port) + "/v1/completions");
+  const std::string body =
+      R"({"prompt": "Once upon a time", "max_tokens": 30, "temperature": 0.8, "top_p": 0.9, "seed": 3, "echo": true})";
+  const std::string out = capture("curl -s -X POST --data-binary " + sh_quote(body) +
+                                  " http://127.0.0.1:" + std::to_string(p.port) + "/v1/completions");
   const json r = json::parse(out, nullptr, false);
   ASSERT_TRUE(r.is_object()) << out;
   EXPECT_EQ(r["choices"][0]["text"].get<std::string>() + "\n", expected);

@@ -207,7 +207,8 @@ TEST(ServeApi, EnableThinking) {
 }
 
 TEST(ServeApi, DeepNestingIsRejectedBeforeParsing) {
-  const std::string deep = "{\"prompt\": \"a\", \"metadata\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  const std::string deep =
+      "{\"prompt\": \"a\", \"metadata\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
   auto p = comp(deep);
   expect_bad(p);
   EXPECT_NE(p.err->message.find("nested"), std::string::npos);

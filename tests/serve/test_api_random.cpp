@@ -4,9 +4,8 @@
 // throw; rejections are 4xx with well-formed error JSON; acceptances satisfy the limits.
 #include <gtest/gtest.h>
 
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "infer/server/api.h"
 
@@ -58,11 +57,21 @@ std::string mutate(std::string s, std::mt19937& rng) {
   for (int i = 0; i < edits; ++i) {
     const size_t pos = s.empty() ? 0 : rng() % s.size();
     switch (rng() % 5) {
-      case 0: if (!s.empty()) s[pos] = static_cast<char>(rng() & 0xFF); break;
-      case 1: s.insert(pos, 1, alphabet[rng() % alphabet.size()]); break;
-      case 2: if (!s.empty()) s.erase(pos, 1 + rng() % 8); break;
-      case 3: s.resize(pos); break;
-      default: if (!s.empty()) s.insert(pos, s.substr(rng() % s.size(), 1 + rng() % 16)); break;
+      case 0:
+        if (!s.empty()) s[pos] = static_cast<char>(rng() & 0xFF);
+        break;
+      case 1:
+        s.insert(pos, 1, alphabet[rng() % alphabet.size()]);
+        break;
+      case 2:
+        if (!s.empty()) s.erase(pos, 1 + rng() % 8);
+        break;
+      case 3:
+        s.resize(pos);
+        break;
+      default:
+        if (!s.empty()) s.insert(pos, s.substr(rng() % s.size(), 1 + rng() % 16));
+        break;
     }
   }
   return s;
@@ -70,13 +79,20 @@ std::string mutate(std::string s, std::mt19937& rng) {
 
 json random_value(std::mt19937& rng, int depth) {
   switch (rng() % (depth > 2 ? 7 : 9)) {
-    case 0: return nullptr;
-    case 1: return (rng() & 1) != 0;
-    case 2: return static_cast<int64_t>(rng() % 2000) - 1000;
-    case 3: return std::uniform_real_distribution<double>(-3, 3)(rng);
-    case 4: return std::string(rng() % 6, static_cast<char>('a' + rng() % 26));
-    case 5: return static_cast<uint64_t>(rng()) << 32 | rng();
-    case 6: return "user";
+    case 0:
+      return nullptr;
+    case 1:
+      return (rng() & 1) != 0;
+    case 2:
+      return static_cast<int64_t>(rng() % 2000) - 1000;
+    case 3:
+      return std::uniform_real_distribution<double>(-3, 3)(rng);
+    case 4:
+      return std::string(rng() % 6, static_cast<char>('a' + rng() % 26));
+    case 5:
+      return static_cast<uint64_t>(rng()) << 32 | rng();
+    case 6:
+      return "user";
     case 7: {
       json a = json::array();
       for (int i = static_cast<int>(rng() % 4); i > 0; --i) a.push_back(random_value(rng, depth + 1));
@@ -92,10 +108,31 @@ json random_value(std::mt19937& rng, int depth) {
 }
 
 json random_request(std::mt19937& rng) {
-  static const std::vector<std::string> fields = {
-      "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
-      "seed", "stop", "stream", "stream_options", "n", "echo", "system", "logprobs", "user", "model",
-      "presence_penalty", "logit_bias", "tools", "response_format", "best_of", "suffix", "bogus"};
+  static const std::vector<std::string> fields = {"prompt",
+                                                  "messages",
+                                                  "max_tokens",
+                                                  "max_completion_tokens",
+                                                  "temperature",
+                                                  "top_p",
+                                                  "top_k",
+                                                  "min_p",
+                                                  "seed",
+                                                  "stop",
+                                                  "stream",
+                                                  "stream_options",
+                                                  "n",
+                                                  "echo",
+                                                  "system",
+                                                  "logprobs",
+                                                  "user",
+                                                  "model",
+                                                  "presence_penalty",
+                                                  "logit_bias",
+                                                  "tools",
+                                                  "response_format",
+                                                  "best_of",
+                                                  "suffix",
+                                                  "bogus"};
   json o = json::object();
   for (const auto& f : fields)
     if (rng() % 8 == 0) o[f] = random_value(rng, 0);

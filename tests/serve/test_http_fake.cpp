@@ -46,7 +46,8 @@ TEST(ServeHttpFake, FullQueueAnswers503WithRetryAfter) {
   Running r(o);
   r.gen.hold = true;
   std::string first;
-  std::thread t([&] { first = roundtrip(r.port, request("POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 2})")); });
+  std::thread t(
+      [&] { first = roundtrip(r.port, request("POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 2})")); });
   while (r.gen.started.load() == 0) std::this_thread::sleep_for(1ms);
   auto busy = roundtrip(r.port, request("POST", "/v1/completions", R"({"prompt": "a"})"));
   EXPECT_EQ(status_of(busy), 503);
@@ -86,8 +87,9 @@ TEST(ServeHttpFake, StreamEndsWithDoneAndStopWaitsForIt) {
   Running r(o);
   std::string resp;
   std::thread t([&] {
-    resp = roundtrip(r.port, request("POST", "/v1/chat/completions",
-                                     R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 30, "stream": true})"));
+    resp = roundtrip(r.port,
+                     request("POST", "/v1/chat/completions",
+                             R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 30, "stream": true})"));
   });
   while (r.gen.started.load() == 0) std::this_thread::sleep_for(1ms);
   r.srv->stop();  // graceful: the running stream finishes
@@ -112,7 +114,8 @@ TEST(ServeHttpFake, StopAsAStreamStartsStillDeliversIt) {
     r.gen.period = 1ms;
     std::string resp;
     std::thread t([&] {
-      resp = roundtrip(r.port, request("POST", "/v1/completions", R"({"prompt": "hi", "max_tokens": 8, "stream": true})"));
+      resp =
+          roundtrip(r.port, request("POST", "/v1/completions", R"({"prompt": "hi", "max_tokens": 8, "stream": true})"));
     });
     while (r.gen.started.load() == 0) std::this_thread::yield();
     r.srv->stop();
@@ -162,9 +165,11 @@ TEST(ServeHttpFake, ResponseIdsAreUniqueAcrossServers) {
   for (int s = 0; s < 2; ++s) {
     Running r(ServerOptions{});
     for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
-      const auto resp = roundtrip(r.port, request("POST", path, std::string(path).find("chat") != std::string::npos
-                                                                    ? R"({"messages": [{"role": "user", "content": "a"}], "max_tokens": 1})"
-                                                                    : R"({"prompt": "a", "max_tokens": 1})"));
+      const auto resp =
+          roundtrip(r.port, request("POST", path,
+                                    std::string(path).find("chat") != std::string::npos
+                                        ? R"({"messages": [{"role": "user", "content": "a"}], "max_tokens": 1})"
+                                        : R"({"prompt": "a", "max_tokens": 1})"));
       ASSERT_EQ(status_of(resp), 200) << resp;
       const std::string id = body_json(resp)["id"];
       const std::string prefix = std::string(path).find("chat") != std::string::npos ? "chatcmpl-" : "cmpl-";
@@ -218,7 +223,8 @@ TEST(ServeHttpFake, MetricsInPrometheusFormatWithEnergy) {
     return s;
   };
   Running r(o);
-  ASSERT_EQ(status_of(roundtrip(r.port, request("POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 4})"))), 200);
+  ASSERT_EQ(status_of(roundtrip(r.port, request("POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 4})"))),
+            200);
   const std::string m = roundtrip(r.port, request("GET", "/metrics", ""));
   ASSERT_EQ(status_of(m), 200) << m;
   EXPECT_NE(m.find("Content-Type: text/plain; version=0.0.4"), std::string::npos) << m;

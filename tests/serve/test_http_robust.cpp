@@ -3,10 +3,9 @@
 // order, a bad Content-Length is answered at once, the connection cap answers 503, the api key is
 // required, and a mixed abusive load leaves RSS flat.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/time.h>
-
-#include <gtest/gtest.h>
 
 #include <cstring>
 #include <mutex>
@@ -83,7 +82,8 @@ TEST(ServeHttpRobust, SlowClientsDoNotStarveOthersAndAreCutOff) {
     EXPECT_EQ(status_of(h), 200) << "round " << round << " /health after " << ms_since(t0) << " ms";
     EXPECT_LT(ms_since(t0), 2000.0);
     t0 = Clock::now();
-    const auto c = timed_roundtrip(r.port, request("POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 3})"), 2000ms);
+    const auto c =
+        timed_roundtrip(r.port, request("POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 3})"), 2000ms);
     EXPECT_EQ(status_of(c), 200) << "round " << round << " completion after " << ms_since(t0) << " ms";
     EXPECT_LT(ms_since(t0), 2000.0);
   }
@@ -128,8 +128,10 @@ TEST(ServeHttpRobust, SteadyTrickleIsCutOffAtTheDeadline) {
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, 5) > 0) {
       const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-      if (n <= 0) closed = true;
-      else resp.append(buf, static_cast<size_t>(n));
+      if (n <= 0)
+        closed = true;
+      else
+        resp.append(buf, static_cast<size_t>(n));
     }
   }
   const double ms = ms_since(t0);
@@ -155,8 +157,10 @@ TEST(ServeHttpRobust, PipelinedRequestsAreAnsweredInOrder) {
     if (next == std::string::npos) break;
     const size_t end = resp.find("HTTP/1.1 ", next + 1);
     const std::string one = resp.substr(next, end == std::string::npos ? std::string::npos : end - next);
-    if (i % 3 == 2) EXPECT_EQ(status_of(one), 200) << i;
-    else EXPECT_NE(one.find("'m" + std::to_string(i) + "'"), std::string::npos) << "answer " << i << ": " << one;
+    if (i % 3 == 2)
+      EXPECT_EQ(status_of(one), 200) << i;
+    else
+      EXPECT_NE(one.find("'m" + std::to_string(i) + "'"), std::string::npos) << "answer " << i << ": " << one;
     ++answers;
     at = next + 1;
   }
@@ -167,11 +171,12 @@ TEST(ServeHttpRobust, PipelinedRequestsAreAnsweredInOrder) {
 TEST(ServeHttpRobust, BadContentLengthIsAnsweredAtOnce) {
   Running r(ServerOptions{});
   const std::pair<const char*, int> cases[] = {
-      {"-1", 400}, {"-999999999999", 400}, {"99999999999999999999999", 413}, {"2000000", 413}, {"abc", 400}, {"1e3", 400},
-      {"12 34", 400}};
+      {"-1", 400},  {"-999999999999", 400}, {"99999999999999999999999", 413}, {"2000000", 413}, {"abc", 400},
+      {"1e3", 400}, {"12 34", 400}};
   for (const auto& [len, want] : cases) {
     const auto t0 = Clock::now();
-    const std::string head = std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ") + len + "\r\n\r\n";
+    const std::string head =
+        std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ") + len + "\r\n\r\n";
     const std::string resp = timed_roundtrip(r.port, head, 5000ms);
     EXPECT_EQ(status_of(resp), want) << len << ": " << resp;
     EXPECT_LT(ms_since(t0), 1000.0) << len;
@@ -224,7 +229,8 @@ TEST(ServeHttpRobust, ConnectionCapAnswers503) {
   EXPECT_EQ(status_of(timed_roundtrip(r.port, request("GET", "/health", ""), 2000ms)), 200);
 }
 
-std::string with_auth(const std::string& method, const std::string& path, const std::string& body, const std::string& auth) {
+std::string with_auth(const std::string& method, const std::string& path, const std::string& body,
+                      const std::string& auth) {
   std::string q = request(method, path, body);
   return q.insert(q.find("\r\n") + 2, "Authorization: " + auth + "\r\n");
 }
@@ -237,13 +243,15 @@ TEST(ServeHttpRobust, ApiKeyIsRequiredExceptForHealth) {
   EXPECT_EQ(status_of(none), 401) << none;
   EXPECT_EQ(body_json(none)["error"]["code"], "invalid_api_key") << none;
   EXPECT_EQ(body_json(none)["error"]["type"], "invalid_request_error") << none;
-  for (const char* wrong : {"Bearer sekret-12", "Bearer sekret-1234", "sekret-123", "Bearer ", "Basic c2VrcmV0LTEyMw=="}) {
-    const auto w = timed_roundtrip(r.port, with_auth("POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 1})", wrong));
+  for (const char* wrong :
+       {"Bearer sekret-12", "Bearer sekret-1234", "sekret-123", "Bearer ", "Basic c2VrcmV0LTEyMw=="}) {
+    const auto w =
+        timed_roundtrip(r.port, with_auth("POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 1})", wrong));
     EXPECT_EQ(status_of(w), 401) << wrong;
   }
   EXPECT_EQ(status_of(timed_roundtrip(r.port, with_auth("GET", "/v1/models", "", "Bearer sekret-123"))), 200);
-  const auto ok = timed_roundtrip(r.port, with_auth("POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 2})",
-                                                    "Bearer sekret-123"));
+  const auto ok = timed_roundtrip(
+      r.port, with_auth("POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 2})", "Bearer sekret-123"));
   EXPECT_EQ(status_of(ok), 200) << ok;
   EXPECT_EQ(body_json(ok)["choices"][0]["text"], "xx");
   EXPECT_EQ(status_of(timed_roundtrip(r.port, request("GET", "/health", ""))), 200);  // open, as in llama.cpp
@@ -263,7 +271,9 @@ TEST(ServeHttpRobust, NonLoopbackHostWithoutKeyWarns) {
 // and leaves, garbage, a huge Content-Length, a truncated body, pipelined requests.
 void abuse_once(int port, int k) {
   switch (k % 7) {
-    case 0: (void)timed_roundtrip(port, request("POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 4})")); break;
+    case 0:
+      (void)timed_roundtrip(port, request("POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 4})"));
+      break;
     case 1: {
       const int fd = connect_to(port);
       const auto q = request("POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 40, "stream": true})");
@@ -283,8 +293,12 @@ void abuse_once(int port, int k) {
       ::close(fd);
       break;
     }
-    case 3: (void)timed_roundtrip(port, std::string(3000, '\x01') + "\r\n\r\n"); break;
-    case 4: (void)timed_roundtrip(port, "POST /v1/completions HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n"); break;
+    case 3:
+      (void)timed_roundtrip(port, std::string(3000, '\x01') + "\r\n\r\n");
+      break;
+    case 4:
+      (void)timed_roundtrip(port, "POST /v1/completions HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n");
+      break;
     case 5: {
       const int fd = connect_to(port);
       const std::string q = "POST /v1/completions HTTP/1.1\r\nContent-Length: 4000\r\n\r\n" + std::string(1000, 'x');
@@ -314,7 +328,8 @@ double rss_mb() {
 TEST(ServeHttpRobust, AbusiveLoadKeepsRssFlat) {
   if (rss_mb() < 0) GTEST_SKIP() << "no current RSS on this OS (" << platform::process_memory().reason << ")";
   // Under qemu-user the RSS is the emulator's: its translation cache grows as the load reaches new code.
-  if (const auto why = ::anelab::test::user_mode_emulation(); !why.empty()) GTEST_SKIP() << "RSS not the server's under " << why;
+  if (const auto why = ::anelab::test::user_mode_emulation(); !why.empty())
+    GTEST_SKIP() << "RSS not the server's under " << why;
   ServerOptions o;
   o.parallel = 4;
   o.request_timeout = 1000ms;

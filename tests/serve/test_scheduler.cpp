@@ -98,7 +98,8 @@ TEST(ServeScheduler, CancelStopsAtNextToken) {
   auto a = job();
   ASSERT_EQ(s.submit(a), Scheduler::Admit::kOk);
   bool done = false;
-  while (a->next(1000ms, done).empty() && !done) {}
+  while (a->next(1000ms, done).empty() && !done) {
+  }
   const auto t0 = Clock::now();
   a->cancel = true;
   const GenOutcome& o = a->wait();
@@ -140,7 +141,8 @@ TEST(ServeScheduler, ShutdownFinishesRunningAndRejectsQueued) {
   auto running = job(), queued = job();
   s.submit(running);
   bool done = false;
-  while (running->next(1000ms, done).empty() && !done) {}
+  while (running->next(1000ms, done).empty() && !done) {
+  }
   s.submit(queued);
   s.shutdown(5000ms);
   EXPECT_EQ(running->wait().stop_reason, "length");  // finished within the grace
@@ -155,7 +157,8 @@ TEST(ServeScheduler, ShutdownCancelsAfterGrace) {
   s.submit(a);
   s.submit(b);
   bool done = false;
-  while (a->next(1000ms, done).empty() && !done) {}
+  while (a->next(1000ms, done).empty() && !done) {
+  }
   const auto t0 = Clock::now();
   s.shutdown(50ms);
   EXPECT_LT(Clock::now() - t0, 2000ms);

@@ -1,12 +1,12 @@
 #include "tests/support/fake_shim.h"
 
+#include <unistd.h>  // mkdtemp (macOS declares it here, glibc in <stdlib.h>)
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-
-#include <unistd.h>  // mkdtemp (macOS declares it here, glibc in <stdlib.h>)
 
 #include "framework/ane/native_rules.h"
 #include "framework/core/file.h"
@@ -24,9 +24,9 @@ struct FakeShim::Model {
   rt::Weights weights;  // the dictionary as received (copies)
   std::string hex_id;
   bool compiled = false, loaded = false;
-  mil::Program program;                 // parsed at compile
+  mil::Program program;                   // parsed at compile
   std::vector<ProcedureSymbols> symbols;  // the "model attributes", set at compile
-  std::unique_ptr<rt::Kernel> kernel;   // emulator kernel
+  std::unique_ptr<rt::Kernel> kernel;     // emulator kernel
 };
 struct FakeShim::Surface {
   std::vector<uint8_t> bytes;  // [alloc] the IOSurface memory
@@ -40,15 +40,19 @@ struct FakeShim::Request {
 namespace {
 
 const char* selector_of(const std::string& call) {
-  static const std::map<std::string, const char*> m = {
-      {"ane_sub_type", sel::kSubType},        {"create_model", sel::kDescriptor},
-      {"hex_string_identifier", sel::kHexId}, {"compile", sel::kCompile},
-      {"compiled_model_exists", sel::kCompiledExists},
-      {"load", sel::kLoad},                   {"evaluate", sel::kEvaluate},
-      {"unload", sel::kUnload},               {"create_surface", sel::kSurfaceCreate},
-      {"procedure_symbols", sel::kProcedures},
-      {"lock_surface", sel::kSurfaceLock},    {"unlock_surface", sel::kSurfaceUnlock},
-      {"create_request", sel::kRequest}};
+  static const std::map<std::string, const char*> m = {{"ane_sub_type", sel::kSubType},
+                                                       {"create_model", sel::kDescriptor},
+                                                       {"hex_string_identifier", sel::kHexId},
+                                                       {"compile", sel::kCompile},
+                                                       {"compiled_model_exists", sel::kCompiledExists},
+                                                       {"load", sel::kLoad},
+                                                       {"evaluate", sel::kEvaluate},
+                                                       {"unload", sel::kUnload},
+                                                       {"create_surface", sel::kSurfaceCreate},
+                                                       {"procedure_symbols", sel::kProcedures},
+                                                       {"lock_surface", sel::kSurfaceLock},
+                                                       {"unlock_surface", sel::kSurfaceUnlock},
+                                                       {"create_request", sel::kRequest}};
   auto it = m.find(call);
   return it == m.end() ? "?" : it->second;
 }
@@ -56,7 +60,8 @@ const char* selector_of(const std::string& call) {
 std::string default_failure_text(const std::string& call) {
   if (call == "compile") return "_ANECompiler : ANECCompile() FAILED";
   if (call == "load") return "ANEProgramLoad() Failed: Program load failure (0x1d)";
-  if (call == "evaluate") return "ANEProgramProcessRequestDirect() Failed with status=0x1d : statusType=0x9: Program Inference error";
+  if (call == "evaluate")
+    return "ANEProgramProcessRequestDirect() Failed with status=0x1d : statusType=0x9: Program Inference error";
   if (call == "create_surface") return "IOSurfaceCreate returned NULL";
   return "injected failure of " + call;
 }
@@ -208,14 +213,15 @@ Result<ModelHandle> FakeShim::create_model(std::string_view mil_text, std::span<
   }
   ShimCall& c = record(std::move(rec));
   if (Status s = injected(c); !s) return s;
-  if (mil_text.empty())
-    return failed(c, shim_error(sel::kDescriptor, "returned nil (empty MIL text)", "fake", 0));
+  if (mil_text.empty()) return failed(c, shim_error(sel::kDescriptor, "returned nil (empty MIL text)", "fake", 0));
   auto m = std::make_unique<Model>();
   for (const WeightEntry& e : weights) {
     if (e.path.rfind("@model_path/", 0) != 0 || e.offset != 0 || e.data.empty())
       return failed(c, shim_error(sel::kDescriptor,
-                                  cat("returned nil (fake: weights entry '", e.path, "' needs an \"@model_path/\" key, "
-                                      "offset 0 and non-empty data)"), "fake", 0));
+                                  cat("returned nil (fake: weights entry '", e.path,
+                                      "' needs an \"@model_path/\" key, "
+                                      "offset 0 and non-empty data)"),
+                                  "fake", 0));
     m->weights[e.path] = std::make_shared<std::vector<uint8_t>>(e.data.begin(), e.data.end());
   }
   m->mil_text = std::string(mil_text);
@@ -271,12 +277,13 @@ Status FakeShim::compile(ModelHandle h, uint32_t qos) {
   if (!m) return failed(c, shim_error(sel::kCompile, "unknown model handle", "fake", 0));
   c.run_compile = next_run_compile();
   if (opts_.compile_failures.fails(c.run_compile))
-    return failed(c, shim_error(sel::kCompile, cat("_ANECompiler : ANECCompile() FAILED (fake: injected at compile ",
-                                                   c.run_compile, " of the run)"),
+    return failed(c, shim_error(sel::kCompile,
+                                cat("_ANECompiler : ANECCompile() FAILED (fake: injected at compile ", c.run_compile,
+                                    " of the run)"),
                                 "com.apple.appleneuralengine.compiler", 1));
   if (++compiles_ > opts_.compile_limit)  // the leak every repo hits (digest §1.11)
-    return failed(c, shim_error(sel::kCompile, "_ANECompiler : ANECCompile() FAILED",
-                                "com.apple.appleneuralengine.compiler", 1));
+    return failed(
+        c, shim_error(sel::kCompile, "_ANECompiler : ANECCompile() FAILED", "com.apple.appleneuralengine.compiler", 1));
   const fs::path dir = fs::path(temp_dir_) / m->hex_id;
   std::error_code ec;
   c.weights_dir = fs::is_directory(dir / "weights", ec);
@@ -301,7 +308,8 @@ Status FakeShim::build_kernel(Model& m) {
   try {
     m.program = mil::parse(m.mil_text, "model.mil");
   } catch (const Error& e) {
-    return shim_error(sel::kCompile, cat("InvalidMILProgram (fake: ", e.what(), ")"), "com.apple.appleneuralengine.compiler", 1);
+    return shim_error(sel::kCompile, cat("InvalidMILProgram (fake: ", e.what(), ")"),
+                      "com.apple.appleneuralengine.compiler", 1);
   }
   Result<std::unique_ptr<rt::Kernel>> k = emulator_->compile(m.program, m.weights);
   if (!k)
@@ -377,14 +385,17 @@ Status FakeShim::load(ModelHandle h, uint32_t qos) {
     // The daemon's cached program loads only from a model directory that holds model.mil and the
     // weights again (m0at/ANEtransformers training/ane_runtime.h writes them before this load).
     if (Status s = check_model_dir(*m, c); !s)
-      return failed(c, shim_error(sel::kLoad, cat("fake: the cached program ", m->hex_id, " cannot load: ", s.message()),
-                                  "com.apple.appleneuralengine", 1));
+      return failed(c,
+                    shim_error(sel::kLoad, cat("fake: the cached program ", m->hex_id, " cannot load: ", s.message()),
+                               "com.apple.appleneuralengine", 1));
     if (Status s = build_kernel(*m); !s) return failed(c, s);
     m->compiled = true;
   }
   if (!m || !m->compiled || m->loaded)
-    return failed(c, shim_error(sel::kLoad, !m ? "unknown model handle" : !m->compiled ? "model is not compiled"
-                                                                                       : "model is already loaded",
+    return failed(c, shim_error(sel::kLoad,
+                                !m             ? "unknown model handle"
+                                : !m->compiled ? "model is not compiled"
+                                               : "model is already loaded",
                                 "fake", 0));
   m->loaded = true;
   return Status::ok();
@@ -483,20 +494,25 @@ void FakeShim::release_request(RequestHandle h) {
 Status FakeShim::check_request(const Model& m, const Request& r) {
   const RequestSpec& s = r.spec;
   const auto nfn = static_cast<int64_t>(m.program.functions.size());
-  auto err = [&](const std::string& d, long code) { return shim_error(sel::kEvaluate, d, "com.apple.appleneuralengine", code); };
+  auto err = [&](const std::string& d, long code) {
+    return shim_error(sel::kEvaluate, d, "com.apple.appleneuralengine", code);
+  };
   if (s.procedure_index < 0 || s.procedure_index >= nfn)
     return err(cat("Program Inference error (fake: procedureIndex ", s.procedure_index, ", the program has ", nfn,
-                   " procedures)"), 2);
+                   " procedures)"),
+               2);
   const ProcedureSymbols& want = m.symbols.at(static_cast<size_t>(s.procedure_index));
   if (s.input_indices != want.inputs || s.output_indices != want.outputs)
     return err(cat("Program Inference error 0x2 (fake: procedure ", s.procedure_index,
-                   " needs its own input/output symbol indices, digest §1.9)"), 2);
+                   " needs its own input/output symbol indices, digest §1.9)"),
+               2);
   const mil::Function& f = m.program.functions[static_cast<size_t>(s.procedure_index)];
   size_t largest = 0;
   std::vector<size_t> need;
   for (const auto& [n, t] : f.inputs) need.push_back(layout(t).extent);
   for (const auto& o : f.outputs) need.push_back(layout(*f.type_of(o)).extent);
-  for (const auto& [n, t] : f.inputs) largest = std::max(largest, static_cast<size_t>(t.numel()) * mil::dtype_bytes(t.dtype));
+  for (const auto& [n, t] : f.inputs)
+    largest = std::max(largest, static_cast<size_t>(t.numel()) * mil::dtype_bytes(t.dtype));
   for (const auto& o : f.outputs)
     largest = std::max(largest, static_cast<size_t>(f.type_of(o)->numel()) * mil::dtype_bytes(f.type_of(o)->dtype));
   std::vector<SurfaceHandle> all = s.inputs;
@@ -506,9 +522,11 @@ Status FakeShim::check_request(const Model& m, const Request& r) {
     if (sf.locks) return err(cat("surface ", all[i].id, " is still locked"), 1);
     const size_t sz = sf.bytes.size();
     if (sz < need[i] || sz < opts_.min_surface_bytes || (all.size() > 2 && sz < largest))
-      return err(cat("fake: surface ", all[i].id, " has ", sz, " bytes; the tensor needs ", need[i], ", the ANE needs >= ",
-                     opts_.min_surface_bytes, all.size() > 2 ? cat(" and >= the largest I/O tensor (", largest, ")") : "",
-                     " — the real ANE returns zeros here"), 1);
+      return err(cat("fake: surface ", all[i].id, " has ", sz, " bytes; the tensor needs ", need[i],
+                     ", the ANE needs >= ", opts_.min_surface_bytes,
+                     all.size() > 2 ? cat(" and >= the largest I/O tensor (", largest, ")") : "",
+                     " — the real ANE returns zeros here"),
+                 1);
   }
   return Status::ok();
 }
@@ -546,8 +564,9 @@ Status FakeShim::evaluate(ModelHandle h, RequestHandle rh, uint32_t qos) {
   Model* m = model(h);
   auto rit = requests_.find(rh.id);
   if (!m || !m->loaded || rit == requests_.end())
-    return failed(c, shim_error(sel::kEvaluate, !m || rit == requests_.end() ? "unknown model or request" : "model is not loaded",
-                                "com.apple.appleneuralengine", 1));
+    return failed(
+        c, shim_error(sel::kEvaluate, !m || rit == requests_.end() ? "unknown model or request" : "model is not loaded",
+                      "com.apple.appleneuralengine", 1));
   if (Status s = check_request(*m, *rit->second); !s) return failed(c, s);
   if (Status s = run(*m, *rit->second); !s) return failed(c, s);
   return Status::ok();

@@ -51,12 +51,12 @@ namespace anelab::ane {
 
 // One recorded call. Fields not used by a call keep their defaults.
 struct ShimCall {
-  std::string call;                      // "create_model", "compile", "lock_surface", ...
+  std::string call;                              // "create_model", "compile", "lock_surface", ...
   uint64_t model = 0, surface = 0, request = 0;  // handle ids involved (the one returned, for create_*)
   uint32_t qos = 0;
-  size_t bytes = 0;                      // create_surface
-  bool read_only = false;                // lock/unlock_surface
-  std::vector<uint64_t> inputs, outputs;          // create_request: surface ids
+  size_t bytes = 0;                       // create_surface
+  bool read_only = false;                 // lock/unlock_surface
+  std::vector<uint64_t> inputs, outputs;  // create_request: surface ids
   std::vector<int64_t> input_indices, output_indices;
   int64_t procedure = -1;
   std::string mil_text;                  // create_model
@@ -64,34 +64,34 @@ struct ShimCall {
   std::vector<uint64_t> weight_offsets;
   std::vector<size_t> weight_sizes;
   std::vector<std::string> model_dir_files;  // compile: files under <tmp>/<hexId>/ (sorted, relative)
-  bool weights_dir = false;              // compile: <tmp>/<hexId>/weights/ is a directory
-  int64_t run_compile = 0;               // compile: its number in the run (FakeCompileFailures)
+  bool weights_dir = false;                  // compile: <tmp>/<hexId>/weights/ is a directory
+  int64_t run_compile = 0;                   // compile: its number in the run (FakeCompileFailures)
   bool ok = true;
-  std::string error;                     // the failure text when !ok
+  std::string error;  // the failure text when !ok
 };
 
 // Compiles of a run that fail (numbers counted from 1 over every process sharing `count_file`).
 struct FakeCompileFailures {
-  std::vector<int64_t> at;     // these compile numbers fail
-  double probability = 0;      // and each other one with this probability (a hash of seed and number)
+  std::vector<int64_t> at;  // these compile numbers fail
+  double probability = 0;   // and each other one with this probability (a hash of seed and number)
   uint64_t seed = 0;
-  std::string count_file;      // "" = counted in this FakeShim only
+  std::string count_file;  // "" = counted in this FakeShim only
   bool fails(int64_t n) const;
 };
 // "12,40,97" (scheduled) or "random:P:SEED" (each compile with probability P); throws naming the spec.
 FakeCompileFailures parse_compile_failures(const std::string& spec);
 
 struct FakeShimOptions {
-  std::string device = "m4";    // emulator profile the kernels run with
-  int compile_limit = 119;      // compiles that succeed in this fake "process"
+  std::string device = "m4";     // emulator profile the kernels run with
+  int compile_limit = 119;       // compiles that succeed in this fake "process"
   std::string sub_type = "h16";  // what M4 reports (lowercase, maderix/ANE PR #50)
-  std::string temp_dir;         // "" = a fresh directory under the system temp dir (removed by ~FakeShim)
+  std::string temp_dir;          // "" = a fresh directory under the system temp dir (removed by ~FakeShim)
   size_t min_surface_bytes = 49152;
-  int threads = 1;              // emulator threads
+  int threads = 1;  // emulator threads
   FakeCompileFailures compile_failures;
   // What this fake "device" does where the real one is only inferred; the defaults are the device
   // profile's assumptions, and `anelab probe --shim fake` with other values shows a discrepancy.
-  size_t row_align_bytes = 0;   // rows of I/O tensors start every this many bytes (0: the profile's)
+  size_t row_align_bytes = 0;  // rows of I/O tensors start every this many bytes (0: the profile's)
   // Symbol numbering behind procedure_symbols(): "declaration" numbers every function's inputs
   // (outputs) program-wide in declaration order; "by_name" numbers them in sorted-name order, as a
   // compiler's symbol table might.
@@ -163,7 +163,7 @@ class FakeShim : public Shim {
   Status run(Model& m, const Request& r);
   bool compiled_output_exists(const Model& m) const;
   std::filesystem::path daemon_cache_dir() const;  // <tmp>/.aned
-  Status build_kernel(Model& m);  // parse the MIL and compile it on the emulator
+  Status build_kernel(Model& m);                   // parse the MIL and compile it on the emulator
   int64_t next_run_compile();
   rt::SurfaceLayout layout(const mil::TensorType& t) const;  // this fake device's row layout
 

@@ -1,11 +1,10 @@
 // Shared helpers of the train tests: token files, events.jsonl readers, the PyTorch reference runner.
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "models/formats/model.h"
 #include "train/cpu_model.h"
@@ -21,8 +20,8 @@ std::vector<nlohmann::json> read_events(const std::string& dir, const std::strin
 // Writes config.json (model + optim), weights/<name>.npy and batches.npy ([n, B, T+1]) for
 // scripts/train_reference.py, then runs it in `mode`; returns false (with a message) when python fails.
 bool run_torch_reference(const std::string& dir, const train::ParamLayout& layout, const std::vector<float>& w,
-                         const std::vector<train::Batch>& batches, const nlohmann::json& optim,
-                         const std::string& mode, std::string* log);
+                         const std::vector<train::Batch>& batches, const nlohmann::json& optim, const std::string& mode,
+                         std::string* log);
 // ||a - b|| / ||b||
 double rel_err(const float* a, const float* b, int64_t n);
 // A small GQA config: rotate-half RoPE (theta 1e6), head_dim != dim / n_heads, untied classifier.
@@ -50,9 +49,9 @@ void expect_same_state(const std::string& a, const std::string& b);
 // checksum, or the header's own checksum when none is given; 1 and 2: JSON at 24, no header checksum).
 struct CheckpointBytes {
   uint32_t version = 0;
-  std::string header;          // the JSON text
-  uint64_t header_sum = 0;     // version 3
-  std::vector<uint8_t> data;   // weights, adam_m, adam_v
+  std::string header;         // the JSON text
+  uint64_t header_sum = 0;    // version 3
+  std::vector<uint8_t> data;  // weights, adam_m, adam_v
 };
 CheckpointBytes split_checkpoint(const std::vector<uint8_t>& file);
 std::vector<uint8_t> join_checkpoint(uint32_t version, const std::string& header, const std::vector<uint8_t>& data,

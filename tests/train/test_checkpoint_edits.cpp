@@ -46,7 +46,8 @@ std::vector<std::pair<std::string, json>> edits(const json& h) {
     if (v.is_number()) {
       const double d = v.get<double>();
       repl = {d + 1, d - 1, d * 2, 0, -1, 1e300, json(INT64_MAX), "NaN", nullptr};
-      if (v.is_number_integer()) repl.insert(repl.end(), {v.get<int64_t>() + 1, v.get<int64_t>() - 1, v.get<int64_t>() * 2});
+      if (v.is_number_integer())
+        repl.insert(repl.end(), {v.get<int64_t>() + 1, v.get<int64_t>() - 1, v.get<int64_t>() * 2});
     } else if (v.is_string()) {
       repl = {v.get<std::string>() + "x", "", "NaN", 0};
     } else if (v.is_boolean()) {
@@ -61,8 +62,10 @@ std::vector<std::pair<std::string, json>> edits(const json& h) {
     }
     json f = h;
     json& parent = f[p.parent_pointer()];
-    if (parent.is_array()) parent.erase(std::stoul(p.back()));
-    else parent.erase(p.back());
+    if (parent.is_array())
+      parent.erase(std::stoul(p.back()));
+    else
+      parent.erase(p.back());
     out.push_back({ptr + " removed", std::move(f)});
   }
   return out;
@@ -84,7 +87,8 @@ train::TrainConfig run_config(const std::string& dir, const std::string& data) {
     f();
   } catch (const Error& e) {
     const std::string m = e.what();
-    if (m.find('\n') != std::string::npos || (m.rfind("[checkpoint] ", 0) != 0 && m.rfind("[model] ", 0) != 0) || m.find(path) == std::string::npos)
+    if (m.find('\n') != std::string::npos || (m.rfind("[checkpoint] ", 0) != 0 && m.rfind("[model] ", 0) != 0) ||
+        m.find(path) == std::string::npos)
       return ::testing::AssertionFailure() << "error is not one [checkpoint]/[model] line naming the file: " << m;
     return ::testing::AssertionSuccess();
   }
@@ -93,7 +97,8 @@ train::TrainConfig run_config(const std::string& dir, const std::string& data) {
 
 // Plain write (no fsync: thousands of 3 MB files).
 void put_bytes(const std::string& path, const std::vector<uint8_t>& b) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
 }
 
 struct Fixture {

@@ -46,11 +46,12 @@ int run_fake(const std::string& data, const std::string& run_dir, const std::str
                           " ANELAB_ANE_SHIM=fake ANELAB_FAKE_ANE_DIR=" + q(fake_dir) +
                           " ANELAB_FAKE_ANE_FAIL_COMPILES=" + q(failures) +
                           (one_process ? " ANELAB_FAKE_ANE_COMPILE_LIMIT=100000" : "") + " ";
-  const std::string cmd = env + q(std::string(ANELAB_BINARY_DIR) + "/bin/anelab") + " train --preset stories260k --data " +
-                          q(data) + " --run-dir " + q(run_dir) + " --run t --steps " + std::to_string(kSteps) +
+  const std::string cmd = env + q(std::string(ANELAB_BINARY_DIR) + "/bin/anelab") +
+                          " train --preset stories260k --data " + q(data) + " --run-dir " + q(run_dir) +
+                          " --run t --steps " + std::to_string(kSteps) +
                           " --accum-steps 2 --batch-size 2 --seq-len 32 --lr 2e-3 --warmup-steps 2 --eval-batches 0"
-                          " --strategy static --backend ane" + (one_process ? " --compile-budget 100000" : "") +
-                          " --quiet > " + q(log) + " 2>&1";
+                          " --strategy static --backend ane" +
+                          (one_process ? " --compile-budget 100000" : "") + " --quiet > " + q(log) + " 2>&1";
   return std::system(cmd.c_str());
 }
 
@@ -119,7 +120,8 @@ TEST(CompileRestart, FailureRightAfterItsRestartIsAnErrorNotALoop) {
   EXPECT_NE(run_fake(data, dir + "/run", dir + "/fake", "50,51", dir + "/log.txt"), 0);
   const std::string log = read_file_text(dir + "/log.txt");
   EXPECT_NE(log.find("compile failed again right after the exec-restart for a compile failure at step 1"),
-            std::string::npos) << log;
+            std::string::npos)
+      << log;
   EXPECT_NE(log.find("injected at compile 51 of the run"), std::string::npos) << log;
   EXPECT_EQ(test::read_events(dir + "/run", "run_start").size(), 2u);
   EXPECT_EQ(test::read_events(dir + "/run", "restart").size(), 1u);

@@ -81,8 +81,8 @@ void check_grads(const models::ModelConfig& cfg, int64_t B, int64_t T, const std
     worst = std::max(worst, e);
     EXPECT_LT(e, 1e-4) << strategy << " " << p.name;
   }
-  std::printf("[%s %s] loss %.6f vs cpu %.6f, worst gradient NMSE %.2e\n", strategy.c_str(), cfg.arch.c_str(),
-              got.loss, ref.loss, worst);
+  std::printf("[%s %s] loss %.6f vs cpu %.6f, worst gradient NMSE %.2e\n", strategy.c_str(), cfg.arch.c_str(), got.loss,
+              ref.loss, worst);
   // A second micro-batch accumulates exactly like the CPU engine does (same tensors, same scale).
   const train::Batch b2 = random_batch(B, T, cfg.vocab_size, 5);
   std::vector<float> gc = ref.g, gk = got.g;
@@ -280,9 +280,11 @@ TEST(KernelEngine, StaticExecRestartsEqualUnrestartedRun) {
   // 5 layers: a process compiles 2 + 35 kernels for its first step and 35 per further update; a budget of
   // 75 fits two steps (72), so 8 steps take 4 processes (3 exec-restarts).
   const std::string cmd = std::string(ANELAB_BINARY_DIR) + "/bin/anelab train --preset stories260k --data " + data +
-                          " --run-dir " + dir + "/restarted --run t --steps 8 --accum-steps 2 --batch-size 2 "
+                          " --run-dir " + dir +
+                          "/restarted --run t --steps 8 --accum-steps 2 --batch-size 2 "
                           "--seq-len 32 --lr 2e-3 --warmup-steps 2 --eval-batches 0 --strategy static "
-                          "--compile-budget 75 --quiet > " + dir + "/log.txt 2>&1";
+                          "--compile-budget 75 --quiet > " +
+                          dir + "/log.txt 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << read_file_text(dir + "/log.txt");
   EXPECT_EQ(test::read_events(dir + "/restarted", "restart").size(), 3u);
   EXPECT_EQ(test::read_events(dir + "/restarted", "run_start").size(), 4u);

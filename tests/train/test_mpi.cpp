@@ -126,7 +126,8 @@ TEST(OverlappedSum, BucketsGiveTheBitsOfOneSum) {
   for (size_t i = 0; i < x.size(); ++i) x[i] = nd(rng), acc0[i] = nd(rng);
   std::vector<float> want(acc0);
   for (size_t i = 0; i < x.size(); ++i) want[i] += x[i];
-  for (const std::vector<int64_t>& reports : std::vector<std::vector<int64_t>>{{}, {950, 900, 600, 516, 99}, {0}, {516}}) {
+  for (const std::vector<int64_t>& reports :
+       std::vector<std::vector<int64_t>>{{}, {950, 900, 600, 516, 99}, {0}, {516}}) {
     for (bool overlap : {false, true}) {
       train::dist::OverlappedSum sum(*group, bounds, overlap);
       EXPECT_EQ(sum.overlap(), overlap);

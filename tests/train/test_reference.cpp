@@ -106,10 +106,17 @@ void check_trajectory_against_torch(const models::ModelConfig& cfg, int n_steps,
   train::Batcher bt(td, c.batch_size, c.seq_len, false, 0);
   std::vector<train::Batch> batches;
   for (int i = 0; i < c.steps * c.accum_steps; ++i) batches.push_back(bt.next());
-  const nlohmann::json optim = {{"lr", c.lr}, {"beta1", c.beta1}, {"beta2", c.beta2}, {"eps", c.eps},
-                                {"weight_decay", c.weight_decay}, {"steps", c.steps}, {"accum", c.accum_steps},
-                                {"warmup_steps", c.warmup_steps}, {"schedule", c.schedule},
-                                {"min_lr_frac", c.min_lr_frac}, {"grad_clip", c.grad_clip}};
+  const nlohmann::json optim = {{"lr", c.lr},
+                                {"beta1", c.beta1},
+                                {"beta2", c.beta2},
+                                {"eps", c.eps},
+                                {"weight_decay", c.weight_decay},
+                                {"steps", c.steps},
+                                {"accum", c.accum_steps},
+                                {"warmup_steps", c.warmup_steps},
+                                {"schedule", c.schedule},
+                                {"min_lr_frac", c.min_lr_frac},
+                                {"grad_clip", c.grad_clip}};
   std::string log;
   ASSERT_TRUE(test::run_torch_reference(dir + "/ref", layout, w0, batches, optim, "train", &log)) << log;
   const auto ref_losses = read_npy(dir + "/ref/out/losses.npy").data;

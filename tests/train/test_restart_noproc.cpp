@@ -81,8 +81,9 @@ TEST(RestartNoProc, StaticExecRestartsWithProcHiddenEqualUnrestartedRun) {
   straight_run(dir + "/straight", data, 8);
   // 5 layers: 37 compiles for a process's first step, 35 per further update; budget 75 fits two steps, so 8
   // steps take 4 processes (3 exec-restarts), each found without /proc.
-  const std::string cmd = with_hidden_proc(env_prefix() + "exec " + q(anelab_binary()) +
-                                           train_args(data, dir + "/restarted", 8)) + " > " + dir + "/log.txt 2>&1";
+  const std::string cmd =
+      with_hidden_proc(env_prefix() + "exec " + q(anelab_binary()) + train_args(data, dir + "/restarted", 8)) + " > " +
+      dir + "/log.txt 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << read_file_text(dir + "/log.txt");
   EXPECT_EQ(test::read_events(dir + "/restarted", "restart").size(), 3u);
   EXPECT_EQ(test::read_events(dir + "/restarted", "run_start").size(), 4u);
@@ -104,7 +105,9 @@ TEST(RestartNoProc, RelativeSymlinkAndPathInvocationsRestart) {
   fs::create_directories(dir + "/bin");
   fs::create_directories(dir + "/work/sub");
   fs::create_symlink(anelab_binary(), dir + "/bin/anelab-link");
-  const auto wrap = [&](const std::string& inner) { return why.empty() ? with_hidden_proc(inner) : "sh -c " + q(inner); };
+  const auto wrap = [&](const std::string& inner) {
+    return why.empty() ? with_hidden_proc(inner) : "sh -c " + q(inner);
+  };
   const std::string rel = wrap("cd " + q(dir + "/work/sub") + " && " + env_prefix() + "exec ../../bin/anelab-link" +
                                train_args(data, dir + "/rel", 4));
   ASSERT_EQ(std::system((rel + " > " + dir + "/rel.txt 2>&1").c_str()), 0) << read_file_text(dir + "/rel.txt");
@@ -123,8 +126,10 @@ TEST(RestartNoProc, RelativeSymlinkAndPathInvocationsRestart) {
 // cannot take the running executable's path away from an emulated process.
 std::string emulated_host() {
   const auto why = test::user_mode_emulation();
-  return why.empty() ? "" : "runs under " + why + ": qemu-user emulates readlink(/proc/self/exe), so the executable "
-                                                   "stays resolvable with /proc hidden";
+  return why.empty() ? ""
+                     : "runs under " + why +
+                           ": qemu-user emulates readlink(/proc/self/exe), so the executable "
+                           "stays resolvable with /proc hidden";
 }
 
 // argv[0] that names nothing on $PATH, with /proc hidden: the restart fails with one line naming both tries.
@@ -135,12 +140,13 @@ TEST(RestartNoProc, UnresolvableExecutableGivesOneLineError) {
   const std::string data = test::write_tokens(dir, 5000, 512, 6);
   // bash's `exec -a NAME` sets argv[0]; sh may be dash, so bash runs the exec.
   const std::string cmd = with_hidden_proc("exec bash -c " + q("exec -a no-such-anelab " + q(anelab_binary()) +
-                                                                train_args(data, dir + "/run", 4))) +
+                                                               train_args(data, dir + "/run", 4))) +
                           " > " + dir + "/log.txt 2>&1";
   EXPECT_NE(std::system(cmd.c_str()), 0);
   const std::string log = read_file_text(dir + "/log.txt");
   EXPECT_NE(log.find("[train] exec-restart: cannot find the running executable: readlink /proc/self/exe"),
-            std::string::npos) << log;
+            std::string::npos)
+      << log;
   EXPECT_NE(log.find("argv[0] 'no-such-anelab' not found in $PATH"), std::string::npos) << log;
   fs::remove_all(dir);
 }

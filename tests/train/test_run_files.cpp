@@ -2,7 +2,6 @@
 // and rename are removed when the run starts again (those of a live writer stay); a full disk (here a file
 // size limit) while appending events.jsonl leaves no torn line and fails with one line naming the file.
 #include <gtest/gtest.h>
-
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>

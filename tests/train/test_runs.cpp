@@ -27,8 +27,6 @@ train::TrainConfig small_run(const std::string& dir, const std::string& data) {
   return c;
 }
 
-
-
 TEST(TrainRuns, ResumeIsBitExact) {
   const auto dir = test::temp_dir("resume").string();
   const std::string data = test::write_tokens(dir, 5000, 512, 3);
@@ -52,9 +50,11 @@ TEST(TrainRuns, ExecRestartEqualsUnrestartedRun) {
   const std::string data = test::write_tokens(dir, 5000, 512, 4);
   train::run_training(small_run(dir + "/straight", data), {false, false});
   const std::string cmd = std::string(ANELAB_BINARY_DIR) + "/bin/anelab train --preset stories260k --data " + data +
-                          " --run-dir " + dir + "/restarted --run t --steps 8 --batch-size 2 --seq-len 32 "
+                          " --run-dir " + dir +
+                          "/restarted --run t --steps 8 --batch-size 2 --seq-len 32 "
                           "--accum-steps 2 --lr 1e-3 --warmup-steps 2 --loss-scale dynamic:256:3 --eval-every 4 "
-                          "--eval-batches 2 --compile-budget 3 --quiet > " + dir + "/log.txt 2>&1";
+                          "--eval-batches 2 --compile-budget 3 --quiet > " +
+                          dir + "/log.txt 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << read_file_text(dir + "/log.txt");
   const auto restarts = test::read_events(dir + "/restarted", "restart");
   EXPECT_EQ(restarts.size(), 2u);  // 8 steps at 3 (simulated) compiles per process: 3 + 3 + 2
@@ -85,10 +85,10 @@ TEST(TrainRuns, DynamicLossScaleSkipsOverflowingSteps) {
 TEST(TrainRuns, BadFlagsGiveOneLineAndNonZeroExit) {
   const auto dir = test::temp_dir("badflags").string();
   const std::string bin = std::string(ANELAB_BINARY_DIR) + "/bin/anelab train ";
-  for (const std::string& args : std::vector<std::string>{"--preset stories260k --data x.bin --strategy gpu",
-                                 "--preset stories260k --data x.bin --steps abc",
-                                 "--preset nope --data x.bin --run-dir " + dir + "/r",
-                                 "--preset stories260k --data /nonexistent.bin --run-dir " + dir + "/r2"}) {
+  for (const std::string& args : std::vector<std::string>{
+           "--preset stories260k --data x.bin --strategy gpu", "--preset stories260k --data x.bin --steps abc",
+           "--preset nope --data x.bin --run-dir " + dir + "/r",
+           "--preset stories260k --data /nonexistent.bin --run-dir " + dir + "/r2"}) {
     const std::string cmd = bin + args + " > " + dir + "/out.txt 2>&1";
     EXPECT_NE(std::system(cmd.c_str()), 0) << args;
     const std::string out = read_file_text(dir + "/out.txt");
@@ -115,7 +115,8 @@ TEST(TrainRuns, ResumeOfAFinishedRunChangesNothing) {
   c.resume = true;
   const auto o = train::run_training(c, {false, false});
   EXPECT_EQ(o.steps, 4);
-  for (size_t i = 0; i < files.size(); ++i) EXPECT_EQ(read_file_text(c.run_dir + "/" + files[i]), before[i]) << files[i];
+  for (size_t i = 0; i < files.size(); ++i)
+    EXPECT_EQ(read_file_text(c.run_dir + "/" + files[i]), before[i]) << files[i];
   EXPECT_EQ(test::read_events(c.run_dir, "run_end").size(), 1u);
   // The CLI says so on stdout and exits 0.
   const std::string cmd = std::string(ANELAB_BINARY_DIR) + "/bin/anelab train --run-dir " + c.run_dir + " --resume > " +
@@ -124,7 +125,8 @@ TEST(TrainRuns, ResumeOfAFinishedRunChangesNothing) {
   const std::string out = read_file_text(dir + "/out.txt");
   EXPECT_NE(out.find("already finished"), std::string::npos) << out;
   EXPECT_EQ(out.find("Efficiency Report"), std::string::npos) << out;
-  for (size_t i = 0; i < files.size(); ++i) EXPECT_EQ(read_file_text(c.run_dir + "/" + files[i]), before[i]) << files[i];
+  for (size_t i = 0; i < files.size(); ++i)
+    EXPECT_EQ(read_file_text(c.run_dir + "/" + files[i]), before[i]) << files[i];
   std::filesystem::remove_all(dir);
 }
 

@@ -133,8 +133,9 @@ TEST(TrainUnits, ConfigPathsResolveAgainstTheConfigFile) {
   const auto dir = test::temp_dir("tomlpaths");
   fs::create_directories(dir / "exp");
   const std::string p = (dir / "exp" / "x.toml").string();
-  write_file_atomic(p, "init = \"../models/m.bin\"\ndata = \"tok.bin\"\ntokenizer = \"~/t/tok512.bin\"\n"
-                       "run_dir = \"/abs/run\"\nschedule = \"cosine\"\n");
+  write_file_atomic(p,
+                    "init = \"../models/m.bin\"\ndata = \"tok.bin\"\ntokenizer = \"~/t/tok512.bin\"\n"
+                    "run_dir = \"/abs/run\"\nschedule = \"cosine\"\n");
   const fs::path cwd = fs::current_path();
   fs::current_path(fs::temp_directory_path());  // anywhere but the config's directory
   TrainConfig c;
@@ -152,16 +153,23 @@ TEST(TrainUnits, ConfigPathsResolveAgainstTheConfigFile) {
 }
 
 TEST(TrainUnits, ConsoleLineHasElapsedAndEtaAndReportAddsUpTrainTime) {
-  const nlohmann::json step = {{"event", "step"}, {"step", 10}, {"loss", 2.0}, {"ms", 5.0}, {"elapsed_s", 65.2}, {"eta_s", 3725.0}};
+  const nlohmann::json step = {{"event", "step"}, {"step", 10},        {"loss", 2.0},
+                               {"ms", 5.0},       {"elapsed_s", 65.2}, {"eta_s", 3725.0}};
   const std::string line = console_line(step, 100);
   EXPECT_NE(line.find("elapsed 1m05s"), std::string::npos) << line;
   EXPECT_NE(line.find("eta 1h02m"), std::string::npos) << line;
-  EXPECT_NE(console_line({{"event", "step"}, {"step", 1}, {"elapsed_s", 42.4}, {"eta_s", 0.2}}, 2).find("elapsed 42s  eta 0s"),
+  EXPECT_NE(console_line({{"event", "step"}, {"step", 1}, {"elapsed_s", 42.4}, {"eta_s", 0.2}}, 2)
+                .find("elapsed 42s  eta 0s"),
             std::string::npos);
   // An extended run: 300 steps in all, 100 of them in this process at 10 ms; 2.5 s of train time over
   // all processes. The report's train time is the cumulative one, not this process's mean x all steps.
-  const nlohmann::json end = {{"steps", 300}, {"wall_s", 10.0}, {"compile_s", 1.0}, {"train_s", 2.5},
-                              {"train_ms_per_step", 10.0}, {"steps_this_process", 100}, {"final_loss", 1.0}};
+  const nlohmann::json end = {{"steps", 300},
+                              {"wall_s", 10.0},
+                              {"compile_s", 1.0},
+                              {"train_s", 2.5},
+                              {"train_ms_per_step", 10.0},
+                              {"steps_this_process", 100},
+                              {"final_loss", 1.0}};
   const std::string rep = efficiency_report(end);
   EXPECT_NE(rep.find("Train time:    2.5 s (25.0%)"), std::string::npos) << rep;
 }

@@ -22,14 +22,27 @@ using Bytes = std::vector<uint8_t>;
 
 ModelConfig tiny_qwen() {  // the size of the tiny configs inside fuzz_read_safetensors
   ModelConfig c = preset("qwen2.5-0.5b");
-  c.dim = 8; c.hidden_dim = 16; c.n_layers = 1; c.n_heads = 2; c.n_kv_heads = 1; c.head_dim = 4;
-  c.vocab_size = 16; c.max_seq_len = 32; c.rope_theta = 10000.0f;
+  c.dim = 8;
+  c.hidden_dim = 16;
+  c.n_layers = 1;
+  c.n_heads = 2;
+  c.n_kv_heads = 1;
+  c.head_dim = 4;
+  c.vocab_size = 16;
+  c.max_seq_len = 32;
+  c.rope_theta = 10000.0f;
   return c;
 }
 ModelConfig tiny_llama() {
   ModelConfig c = preset("stories260k");
-  c.dim = 16; c.hidden_dim = 32; c.n_layers = 2; c.n_heads = 4; c.n_kv_heads = 2; c.head_dim = 4;
-  c.vocab_size = 32; c.max_seq_len = 8;
+  c.dim = 16;
+  c.hidden_dim = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 4;
+  c.vocab_size = 32;
+  c.max_seq_len = 8;
   return c;
 }
 
@@ -46,10 +59,13 @@ Bytes anelab_image() {
 Bytes llama2c_image() {
   const Model m = random_model(tiny_llama(), 2);
   const ModelConfig& c = m.config;
-  const int32_t h[7] = {int32_t(c.dim), int32_t(c.hidden_dim), int32_t(c.n_layers), int32_t(c.n_heads),
+  const int32_t h[7] = {int32_t(c.dim),        int32_t(c.hidden_dim), int32_t(c.n_layers),   int32_t(c.n_heads),
                         int32_t(c.n_kv_heads), int32_t(c.vocab_size), int32_t(c.max_seq_len)};
   Bytes b(reinterpret_cast<const uint8_t*>(h), reinterpret_cast<const uint8_t*>(h) + 28);
-  auto put = [&](const std::string& n) { const Tensor& t = m.tensor(n); b.insert(b.end(), t.data, t.data + t.nbytes); };
+  auto put = [&](const std::string& n) {
+    const Tensor& t = m.tensor(n);
+    b.insert(b.end(), t.data, t.data + t.nbytes);
+  };
   put("tok_embeddings");
   for (const char* n : {"attn_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w1", "w2", "w3"})
     for (int i = 0; i < c.n_layers; ++i) put("layers." + std::to_string(i) + "." + n);
@@ -67,12 +83,18 @@ Bytes safetensors_image() {
   };
   add("model.embed_tokens.weight", "tok_embeddings");
   add("model.norm.weight", "norm");
-  for (auto [hf, cn] : std::vector<std::pair<std::string, std::string>>{
-           {"input_layernorm.weight", "attn_norm"}, {"post_attention_layernorm.weight", "ffn_norm"},
-           {"self_attn.q_proj.weight", "wq"}, {"self_attn.k_proj.weight", "wk"}, {"self_attn.v_proj.weight", "wv"},
-           {"self_attn.o_proj.weight", "wo"}, {"self_attn.q_proj.bias", "bq"}, {"self_attn.k_proj.bias", "bk"},
-           {"self_attn.v_proj.bias", "bv"}, {"mlp.gate_proj.weight", "w1"}, {"mlp.down_proj.weight", "w2"},
-           {"mlp.up_proj.weight", "w3"}})
+  for (auto [hf, cn] : std::vector<std::pair<std::string, std::string>>{{"input_layernorm.weight", "attn_norm"},
+                                                                        {"post_attention_layernorm.weight", "ffn_norm"},
+                                                                        {"self_attn.q_proj.weight", "wq"},
+                                                                        {"self_attn.k_proj.weight", "wk"},
+                                                                        {"self_attn.v_proj.weight", "wv"},
+                                                                        {"self_attn.o_proj.weight", "wo"},
+                                                                        {"self_attn.q_proj.bias", "bq"},
+                                                                        {"self_attn.k_proj.bias", "bk"},
+                                                                        {"self_attn.v_proj.bias", "bv"},
+                                                                        {"mlp.gate_proj.weight", "w1"},
+                                                                        {"mlp.down_proj.weight", "w2"},
+                                                                        {"mlp.up_proj.weight", "w3"}})
     add("model.layers.0." + hf, "layers.0." + cn);
   return build_safetensors(w);
 }
@@ -102,8 +124,10 @@ Bytes cached() {
 
 std::vector<Reader> readers() {
   return {
-      {"anelab", cached<anelab_image>, [](const Bytes& b) { parse_anelab(b.data(), b.size(), nullptr, "t"); }, fuzz_read_anelab},
-      {"llama2c", cached<llama2c_image>, [](const Bytes& b) { parse_llama2c(b.data(), b.size(), nullptr, "t"); }, fuzz_read_llama2c},
+      {"anelab", cached<anelab_image>, [](const Bytes& b) { parse_anelab(b.data(), b.size(), nullptr, "t"); },
+       fuzz_read_anelab},
+      {"llama2c", cached<llama2c_image>, [](const Bytes& b) { parse_llama2c(b.data(), b.size(), nullptr, "t"); },
+       fuzz_read_llama2c},
       {"safetensors", cached<safetensors_image>,
        [](const Bytes& b) {
          hf_to_model(R"({"model_type":"qwen2","hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,

@@ -4,8 +4,8 @@
 
 #include <cstring>
 #include <fstream>
-#include <numbers>
 #include <nlohmann/json.hpp>
+#include <numbers>
 #include <sstream>
 
 #include "framework/core/error.h"
@@ -169,15 +169,26 @@ TEST(Gguf, Gpt2FusedQkvAndQwen2) {
   for (int i = 0; i < c.n_layers; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".", b = "blk." + std::to_string(i) + ".";
     std::vector<uint8_t> qkv, bqkv;
-    for (const char* n : {"wq", "wk", "wv"}) { auto x = bytes(p + n); qkv.insert(qkv.end(), x.begin(), x.end()); }
-    for (const char* n : {"bq", "bk", "bv"}) { auto x = bytes(p + n); bqkv.insert(bqkv.end(), x.begin(), x.end()); }
+    for (const char* n : {"wq", "wk", "wv"}) {
+      auto x = bytes(p + n);
+      qkv.insert(qkv.end(), x.begin(), x.end());
+    }
+    for (const char* n : {"bq", "bk", "bv"}) {
+      auto x = bytes(p + n);
+      bqkv.insert(bqkv.end(), x.begin(), x.end());
+    }
     w.add_tensor(b + "attn_qkv.weight", kGgmlF32, {c.dim, 3 * c.dim}, qkv);
     w.add_tensor(b + "attn_qkv.bias", kGgmlF32, {3 * c.dim}, bqkv);
-    for (auto [cn, gn] : std::vector<std::pair<std::string, std::string>>{
-             {"attn_norm", "attn_norm.weight"}, {"attn_norm_bias", "attn_norm.bias"}, {"wo", "attn_output.weight"},
-             {"bo", "attn_output.bias"}, {"ffn_norm", "ffn_norm.weight"}, {"ffn_norm_bias", "ffn_norm.bias"},
-             {"fc", "ffn_up.weight"}, {"fc_bias", "ffn_up.bias"}, {"proj", "ffn_down.weight"},
-             {"proj_bias", "ffn_down.bias"}})
+    for (auto [cn, gn] : std::vector<std::pair<std::string, std::string>>{{"attn_norm", "attn_norm.weight"},
+                                                                          {"attn_norm_bias", "attn_norm.bias"},
+                                                                          {"wo", "attn_output.weight"},
+                                                                          {"bo", "attn_output.bias"},
+                                                                          {"ffn_norm", "ffn_norm.weight"},
+                                                                          {"ffn_norm_bias", "ffn_norm.bias"},
+                                                                          {"fc", "ffn_up.weight"},
+                                                                          {"fc_bias", "ffn_up.bias"},
+                                                                          {"proj", "ffn_down.weight"},
+                                                                          {"proj_bias", "ffn_down.bias"}})
       w.add_tensor(b + gn, kGgmlF32, ne(p + cn), bytes(p + cn));
   }
   const Model b = from_image(w.build(64));
@@ -269,7 +280,6 @@ TEST(Gguf, Qwen2ExportPadsVocabAndKeepsPre) {
   EXPECT_EQ(sb.vocab->tokens, m.vocab->tokens);
 }
 
-
 // Exporting a model that carries llama2.c's tokenizer.bin (spaces stored as ' ') to GGUF writes the pieces
 // as llama.cpp's own Llama GGUF has them (U+2581 spaces, same scores, types and special ids), and the
 // exported vocab tokenizes "Once upon a time" and a TinyStories paragraph into SentencePiece's ids
@@ -358,7 +368,7 @@ TEST(Gguf, Llama3RopeFreqsWrittenAsLlamaCppDoesAndFittedBackOnRead) {
   const Model plain = random_model(preset("stories260k"), 5);
   const int64_t half = plain.config.head_dim / 2;
   EXPECT_THROW(from_image(without_scaling_keys(random_model(c, 5))), Error);  // one blended frequency: no fit
-  EXPECT_EQ(from_image(img).config, c);  // anelab's keys hold the parameters
+  EXPECT_EQ(from_image(img).config, c);                                       // anelab's keys hold the parameters
 
   ModelConfig l3 = c;  // Llama 3.2's RoPE (head_dim 64, theta 500000, factor 32, low 1, high 4, 8192) at a tiny width
   l3.dim = 128, l3.hidden_dim = 256, l3.n_layers = 1, l3.n_heads = 2, l3.n_kv_heads = 1, l3.head_dim = 64;
@@ -384,8 +394,10 @@ TEST(Gguf, Llama3RopeFreqsWrittenAsLlamaCppDoesAndFittedBackOnRead) {
       from_image(w.build());
       ADD_FAILURE() << "a GGUF with rope_freqs.weight read as unscaled";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("[model] mem: rope_freqs.weight is not llama3 RoPE scaling anelab can recover"),
-                std::string::npos) << e.what();
+      EXPECT_NE(
+          std::string(e.what()).find("[model] mem: rope_freqs.weight is not llama3 RoPE scaling anelab can recover"),
+          std::string::npos)
+          << e.what();
     }
   }
 }
@@ -403,7 +415,9 @@ TEST(Gguf, Gemma3KeysAnelabCannotRunAreNamed) {
   } cases[] = {
       {[](GgufWriter& w) { w.add_str("gemma3.rope.scaling.type", "yarn"); },
        "[model] mem: gemma3.rope.scaling.type 'yarn' is not supported for gemma3 (none, linear)"},
-      {[](GgufWriter& w) { w.add_i32_array("gemma3.attention.sliding_window_pattern", {1, 0}); },
+      {[](GgufWriter& w) {
+         w.add_i32_array("gemma3.attention.sliding_window_pattern", {1, 0});
+       },
        "[model] mem: gemma3.attention.sliding_window_pattern must be an integer (every Nth layer global)"},
       {[](GgufWriter& w) { w.add_f32("gemma3.rope.scaling.factor", -2.0f); },
        "[model] mem: gemma3.rope.scaling.factor must be positive, got -2"},

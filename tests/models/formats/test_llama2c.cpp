@@ -42,11 +42,22 @@ TEST(Llama2c, Stories260KBitExact) {
   std::memcpy(hdr, raw.data(), 28);
   const int64_t dim = hdr[0], hid = hdr[1], L = hdr[2], nh = hdr[3], nkv = hdr[4], V = hdr[5], seq = hdr[6];
   const int64_t hs = dim / nh, kv = nkv * hs;
-  struct Block { const char* name; int64_t per_layer; bool layered; };
-  const Block order[] = {{"tok_embeddings", V * dim, false}, {"attn_norm", dim, true}, {"wq", dim * dim, true},
-                         {"wk", kv * dim, true}, {"wv", kv * dim, true}, {"wo", dim * dim, true},
-                         {"ffn_norm", dim, true}, {"w1", hid * dim, true}, {"w2", dim * hid, true},
-                         {"w3", hid * dim, true}, {"norm", dim, false}};
+  struct Block {
+    const char* name;
+    int64_t per_layer;
+    bool layered;
+  };
+  const Block order[] = {{"tok_embeddings", V * dim, false},
+                         {"attn_norm", dim, true},
+                         {"wq", dim * dim, true},
+                         {"wk", kv * dim, true},
+                         {"wv", kv * dim, true},
+                         {"wo", dim * dim, true},
+                         {"ffn_norm", dim, true},
+                         {"w1", hid * dim, true},
+                         {"w2", dim * hid, true},
+                         {"w3", hid * dim, true},
+                         {"norm", dim, false}};
   const Model m = read_llama2c(path);
   int64_t off = 28, checked = 0;
   for (const Block& b : order) {
@@ -90,7 +101,7 @@ TEST(Llama2c, ExportVersion1) {
   std::vector<uint8_t> f(256, 0);
   const uint32_t magic = 0x616b3432;
   const int32_t ver = 1;
-  const int32_t hdr[7] = {int32_t(c.dim), int32_t(c.hidden_dim), int32_t(c.n_layers), int32_t(c.n_heads),
+  const int32_t hdr[7] = {int32_t(c.dim),        int32_t(c.hidden_dim), int32_t(c.n_layers),   int32_t(c.n_heads),
                           int32_t(c.n_kv_heads), int32_t(c.vocab_size), int32_t(c.max_seq_len)};
   std::memcpy(f.data(), &magic, 4);
   std::memcpy(f.data() + 4, &ver, 4);
@@ -114,8 +125,7 @@ TEST(Llama2c, ExportVersion1) {
   auto owner = std::make_shared<std::vector<uint8_t>>(f);
   const Model m = parse_llama2c(owner->data(), owner->size(), owner, "v1");
   EXPECT_FALSE(m.config.tied_embeddings);
-  for (const Tensor& t : src.tensors())
-    EXPECT_EQ(std::memcmp(m.tensor(t.name).data, t.data, t.nbytes), 0) << t.name;
+  for (const Tensor& t : src.tensors()) EXPECT_EQ(std::memcmp(m.tensor(t.name).data, t.data, t.nbytes), 0) << t.name;
   EXPECT_EQ(m.tensor("output").to_f32(), cls);
   // Version 2 is refused with a clear message.
   (*owner)[4] = 2;

@@ -63,7 +63,8 @@ bool optional_key(const std::string& k) {
 TEST(ModelConfigJson, EveryFieldDiffersFromTheDefault) {
   const json set = model_config_to_json(every_field_set()), def = model_config_to_json(ModelConfig{});
   ASSERT_EQ(set.size(), def.size());
-  for (const auto& [k, v] : set.items()) EXPECT_NE(v, def.at(k)) << k << " is at its default: the test cannot see it dropped";
+  for (const auto& [k, v] : set.items())
+    EXPECT_NE(v, def.at(k)) << k << " is at its default: the test cannot see it dropped";
 }
 
 TEST(ModelConfigJson, EveryFieldRoundTrips) {

@@ -36,7 +36,8 @@ TEST(QuantMix, Q4_K_MFollowsLlamaQuantize) {
   const std::set<int64_t> more = {0, 3, 6, 9, 10, 11};
   EXPECT_EQ(mix_dtype(c, "tok_embeddings", {32000, 768}, DType::kF32, QuantMix::kQ4_K_M), DType::kQ6_K);
   // Q5_K_M: the same with Q5_K for Q4_K.
-  for (const auto& [mix, base] : {std::pair{QuantMix::kQ4_K_M, DType::kQ4_K}, std::pair{QuantMix::kQ5_K_M, DType::kQ5_K}})
+  for (const auto& [mix, base] :
+       {std::pair{QuantMix::kQ4_K_M, DType::kQ4_K}, std::pair{QuantMix::kQ5_K_M, DType::kQ5_K}})
     for (int64_t l = 0; l < 12; ++l) {
       const std::string p = "layers." + std::to_string(l) + ".";
       const DType want = more.count(l) ? DType::kQ6_K : base;
@@ -105,7 +106,11 @@ TEST(QuantFormats, GgufKeepsBlockTypesAsViews) {
     const Model b = gguf_to_model(g, path);
     std::map<std::string, const uint8_t*> in_file;
     for (const auto& t : g.tensors) in_file[t.name] = t.data;
-    const int64_t ftype = mix == QuantMix::kQ8_0 ? 7 : mix == QuantMix::kQ4_0 ? 2 : mix == QuantMix::kQ4_K_M ? 15 : mix == QuantMix::kQ5_K_S ? 16 : 17;
+    const int64_t ftype = mix == QuantMix::kQ8_0     ? 7
+                          : mix == QuantMix::kQ4_0   ? 2
+                          : mix == QuantMix::kQ4_K_M ? 15
+                          : mix == QuantMix::kQ5_K_S ? 16
+                                                     : 17;
     EXPECT_EQ(g.get_int("general.file_type", int64_t{-1}), ftype);
     for (const Tensor& t : q.tensors()) {
       const Tensor& u = b.tensor(t.name);
@@ -194,7 +199,9 @@ TEST(QuantFormats, CorruptQuantizedTensorsNameTheTensor) {
   EXPECT_NE(e.find("truncated"), std::string::npos) << e;
   // Byte count that does not match the shape (an anelab view of a Q6_K tensor one block short).
   Model m;
-  e = error_of([&] { m.add_owned("layers.0.w2", DType::kQ6_K, {256, 512}, std::vector<uint8_t>(256 * 2 * 210 - 210)); });
+  e = error_of([&] {
+    m.add_owned("layers.0.w2", DType::kQ6_K, {256, 512}, std::vector<uint8_t>(256 * 2 * 210 - 210));
+  });
   EXPECT_NE(e.find("layers.0.w2"), std::string::npos) << e;
   EXPECT_NE(e.find("q6_k"), std::string::npos) << e;
 }

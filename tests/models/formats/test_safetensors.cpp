@@ -18,7 +18,11 @@ namespace anelab::models {
 namespace {
 using json = nlohmann::json;
 
-struct Raw { std::vector<int64_t> shape; std::vector<uint8_t> bytes; std::string dtype; };
+struct Raw {
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+  std::string dtype;
+};
 
 std::map<std::string, Raw> read_st(const std::string& dir) {
   std::vector<std::string> files;
@@ -40,8 +44,8 @@ std::map<std::string, Raw> read_st(const std::string& dir) {
       if (k == "__metadata__") continue;
       const auto o = v["data_offsets"];
       const size_t s = 8 + n + o[0].get<size_t>(), e = 8 + n + o[1].get<size_t>();
-      out[k] = Raw{v["shape"].get<std::vector<int64_t>>(), std::vector<uint8_t>(b.begin() + s, b.begin() + e),
-                   v["dtype"]};
+      out[k] =
+          Raw{v["shape"].get<std::vector<int64_t>>(), std::vector<uint8_t>(b.begin() + s, b.begin() + e), v["dtype"]};
     }
   }
   return out;
@@ -74,7 +78,8 @@ void check_gpt2(const Model& m, const std::map<std::string, Raw>& st) {
   const int64_t d = m.config.dim;
   const auto& wte = st.at("transformer.wte.weight");
   expect_bytes(m, "tok_embeddings", wte.bytes.data(), wte.bytes.size());
-  expect_bytes(m, "pos_embeddings", st.at("transformer.wpe.weight").bytes.data(), st.at("transformer.wpe.weight").bytes.size());
+  expect_bytes(m, "pos_embeddings", st.at("transformer.wpe.weight").bytes.data(),
+               st.at("transformer.wpe.weight").bytes.size());
   for (int64_t i = 0; i < m.config.n_layers; ++i) {
     const std::string h = "transformer.h." + std::to_string(i) + ".", p = "layers." + std::to_string(i) + ".";
     const auto qkv = transpose(st.at(h + "attn.c_attn.weight"));  // [3d, d]
@@ -91,10 +96,13 @@ void check_gpt2(const Model& m, const std::map<std::string, Raw>& st) {
     expect_bytes(m, p + "fc", fc.data(), fc.size());
     const auto pr = transpose(st.at(h + "mlp.c_proj.weight"));
     expect_bytes(m, p + "proj", pr.data(), pr.size());
-    for (auto [src, dst] : std::vector<std::pair<std::string, std::string>>{
-             {"attn.c_proj.bias", "bo"}, {"mlp.c_fc.bias", "fc_bias"}, {"mlp.c_proj.bias", "proj_bias"},
-             {"ln_1.weight", "attn_norm"}, {"ln_1.bias", "attn_norm_bias"}, {"ln_2.weight", "ffn_norm"},
-             {"ln_2.bias", "ffn_norm_bias"}})
+    for (auto [src, dst] : std::vector<std::pair<std::string, std::string>>{{"attn.c_proj.bias", "bo"},
+                                                                            {"mlp.c_fc.bias", "fc_bias"},
+                                                                            {"mlp.c_proj.bias", "proj_bias"},
+                                                                            {"ln_1.weight", "attn_norm"},
+                                                                            {"ln_1.bias", "attn_norm_bias"},
+                                                                            {"ln_2.weight", "ffn_norm"},
+                                                                            {"ln_2.bias", "ffn_norm_bias"}})
       expect_bytes(m, p + dst, st.at(h + src).bytes.data(), st.at(h + src).bytes.size());
   }
   expect_bytes(m, "norm", st.at("transformer.ln_f.weight").bytes.data(), d * 4);
@@ -130,11 +138,15 @@ void check_llama_like(const Model& m, const std::map<std::string, Raw>& st, bool
   if (!m.config.tied_embeddings) names["lm_head.weight"] = "output";
   for (int i = 0; i < m.config.n_layers; ++i) {
     const std::string h = "model.layers." + std::to_string(i) + ".", p = "layers." + std::to_string(i) + ".";
-    for (auto [s, d] : std::vector<std::pair<std::string, std::string>>{
-             {"input_layernorm.weight", "attn_norm"}, {"post_attention_layernorm.weight", "ffn_norm"},
-             {"self_attn.q_proj.weight", "wq"}, {"self_attn.k_proj.weight", "wk"}, {"self_attn.v_proj.weight", "wv"},
-             {"self_attn.o_proj.weight", "wo"}, {"mlp.gate_proj.weight", "w1"}, {"mlp.down_proj.weight", "w2"},
-             {"mlp.up_proj.weight", "w3"}})
+    for (auto [s, d] : std::vector<std::pair<std::string, std::string>>{{"input_layernorm.weight", "attn_norm"},
+                                                                        {"post_attention_layernorm.weight", "ffn_norm"},
+                                                                        {"self_attn.q_proj.weight", "wq"},
+                                                                        {"self_attn.k_proj.weight", "wk"},
+                                                                        {"self_attn.v_proj.weight", "wv"},
+                                                                        {"self_attn.o_proj.weight", "wo"},
+                                                                        {"mlp.gate_proj.weight", "w1"},
+                                                                        {"mlp.down_proj.weight", "w2"},
+                                                                        {"mlp.up_proj.weight", "w3"}})
       names[h + s] = p + d;
     if (biases)
       for (auto [s, d] : std::vector<std::pair<std::string, std::string>>{
@@ -233,7 +245,8 @@ TEST(Safetensors, Llama3RopeScalingBothConfigStyles) {
     arch.hf_config(bad, "cfg.json");
     ADD_FAILURE() << "accepted";
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), "[model] cfg.json: config.json rope_parameters.factor must be a number for rope_type llama3");
+    EXPECT_EQ(std::string(e.what()),
+              "[model] cfg.json: config.json rope_parameters.factor must be a number for rope_type llama3");
   }
   bad = cfg;
   bad["rope_parameters"]["rope_type"] = "yarn";

@@ -60,7 +60,8 @@ INSTANTIATE_TEST_SUITE_P(Tokenizers, LlamaCppVectors,
                                            VectorCase{"ggml-vocab-qwen2.gguf", "qwen/tokenizer.json"}),
                          [](const auto& info) {
                            std::string n = info.param.vectors;
-                           for (char& ch : n) if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           for (char& ch : n)
+                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            return n;
                          });
 
@@ -103,8 +104,7 @@ TEST_P(TinyStoriesParagraphs, EveryParagraphExactAndRoundTrips) {
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, TinyStoriesParagraphs,
                          ::testing::Values(ParagraphCase{"llama2_32k", "llama2c/tokenizer.bin"},
-                                           ParagraphCase{"tok512", "llama2c/tok512.bin"},
-                                           ParagraphCase{"gpt2", "gpt2"},
+                                           ParagraphCase{"tok512", "llama2c/tok512.bin"}, ParagraphCase{"gpt2", "gpt2"},
                                            ParagraphCase{"qwen", "qwen/tokenizer.json"}),
                          [](const auto& info) { return std::string(info.param.reference); });
 
@@ -126,8 +126,8 @@ TEST(Throughput, TinyStoriesPrefixAllTokenizers) {
     const double load = std::chrono::duration<double>(t1 - t0).count();
     const double enc = std::chrono::duration<double>(t2 - t1).count();
     const double dec = std::chrono::duration<double>(t3 - t2).count();
-    std::printf("[ throughput ] %-24s load %.3f s, encode %.3f s = %.2f MB/s (%zu tokens), decode %.1f MB/s\n", t,
-                load, enc, text.size() / enc / 1e6, ids.size(), back.size() / dec / 1e6);
+    std::printf("[ throughput ] %-24s load %.3f s, encode %.3f s = %.2f MB/s (%zu tokens), decode %.1f MB/s\n", t, load,
+                enc, text.size() / enc / 1e6, ids.size(), back.size() / dec / 1e6);
     EXPECT_LT(enc, 3.0) << t;
   }
 }

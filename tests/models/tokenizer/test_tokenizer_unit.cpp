@@ -6,9 +6,8 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "framework/core/error.h"
 #include "models/tokenizer/chat_template.h"
@@ -52,7 +51,10 @@ TEST(Unicode, Utf8DecoderRejectsMalformedSequences) {
                           "\xE2\x82", "\xF8\x88\x80\x80\x80"})
     EXPECT_EQ(utf8_decode(bad, 0, &cp), 0) << "accepted a malformed sequence of " << bad.size() << " bytes";
   EXPECT_EQ(utf8_find_invalid("ab\xC3\xA9z\xFFq"), 5u);
-  EXPECT_EQ(utf8_replace_invalid("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(utf8_replace_invalid("a\xFF"
+                                 "b"),
+            "a\xEF\xBF\xBD"
+            "b");
 }
 
 TEST(Unicode, ClassesMatchPythonUnicodedata) {
@@ -87,10 +89,11 @@ TEST(Unicode, ClassesMatchPythonUnicodedata) {
 TEST(Unicode, NfcMatchesPython) {
   // Random sequences over characters that exercise decomposition, reordering, composition, exclusions,
   // singletons and Hangul; normalized here and by Python, compared line by line.
-  const char32_t pool[] = {'a', 'e', 'o', 'A', ' ', 0x300, 0x301, 0x302, 0x308, 0x323, 0x327, 0x328, 0x31B, 0x345,
-                           0x3B1, 0x399, 0x1F00, 0xE9, 0x1EC7, 0x212B, 0x2126, 0x340, 0x344, 0x958, 0x915, 0x93C,
-                           0x1100, 0x1161, 0x11A8, 0xAC00, 0xAC01, 0x1B05, 0x1B35, 0x5D1, 0x5BC, 0xFB2C, 0x0F73,
-                           0x1D15E, 0x1D165, 0x4E2D, 0x0CC6, 0x0CC2, 0x0CD5, 0x3099, 0x304B, 0x30A6};
+  const char32_t pool[] = {'a',    'e',    'o',    'A',    ' ',    0x300,  0x301,  0x302,   0x308,   0x323,
+                           0x327,  0x328,  0x31B,  0x345,  0x3B1,  0x399,  0x1F00, 0xE9,    0x1EC7,  0x212B,
+                           0x2126, 0x340,  0x344,  0x958,  0x915,  0x93C,  0x1100, 0x1161,  0x11A8,  0xAC00,
+                           0xAC01, 0x1B05, 0x1B35, 0x5D1,  0x5BC,  0xFB2C, 0x0F73, 0x1D15E, 0x1D165, 0x4E2D,
+                           0x0CC6, 0x0CC2, 0x0CD5, 0x3099, 0x304B, 0x30A6};
   std::mt19937 rng(7);
   std::string input;
   std::vector<std::string> lines;
@@ -104,7 +107,8 @@ TEST(Unicode, NfcMatchesPython) {
   const std::string py =
       "import sys, unicodedata as u\n"
       "t=open(sys.argv[1],encoding='utf-8').read()\n"
-      "open(sys.argv[2],'w',encoding='utf-8').write(''.join(u.normalize('NFC',l)+'\\n' for l in t.split('\\n')[:-1]))\n";
+      "open(sys.argv[2],'w',encoding='utf-8').write(''.join(u.normalize('NFC',l)+'\\n' for l in "
+      "t.split('\\n')[:-1]))\n";
   const std::string want = run_python(py, input);
   ASSERT_NE(want, "<python failed>");
   std::istringstream w(want);
@@ -227,14 +231,21 @@ TEST(Tokenizer, InvalidUtf8IsAnErrorOrReplaced) {
     ANELAB_REQUIRE_DATA(t);
     const Tokenizer& tok = cached(t);
     try {
-      tok.encode("abc\xFF" "def");
+      tok.encode(
+          "abc\xFF"
+          "def");
       ADD_FAILURE() << t << ": no error for invalid UTF-8";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("byte offset 3"), std::string::npos) << e.what();
     }
     EncodeOptions rep;
     rep.invalid_utf8 = InvalidUtf8::kReplace;
-    EXPECT_EQ(tok.decode(tok.encode("abc\xFF" "def", rep)), "abc\xEF\xBF\xBD" "def") << t;
+    EXPECT_EQ(tok.decode(tok.encode("abc\xFF"
+                                    "def",
+                                    rep)),
+              "abc\xEF\xBF\xBD"
+              "def")
+        << t;
   }
 }
 
@@ -284,7 +295,8 @@ TEST(Tokenizer, GgufStyleVocabDataGivesSameIds) {
   ANELAB_REQUIRE_DATA("llama2c/tokenizer.bin");
   ANELAB_REQUIRE_DATA("qwen/tokenizer.json");
   ANELAB_REQUIRE_DATA("tokenizer-vectors/ggml-vocab-llama-spm.gguf.inp");
-  const auto inputs = test::read_vector_inputs(anelab::test::data_path("tokenizer-vectors/ggml-vocab-llama-spm.gguf.inp"));
+  const auto inputs =
+      test::read_vector_inputs(anelab::test::data_path("tokenizer-vectors/ggml-vocab-llama-spm.gguf.inp"));
   VocabData spm = load_vocab_llama2c(anelab::test::data_path("llama2c/tokenizer.bin"));
   for (auto& t : spm.tokens) {
     std::string r;
@@ -355,12 +367,12 @@ TEST(Loaders, EmptyTokenizerFileIsAnError) {
 }
 
 TEST(Loaders, MalformedJsonVocabs) {
-  for (std::string j : {"", "{", "[]", "{\"model\": 3}", "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}",
-                        R"({"model": {"vocab": {"a": 0}, "merges": []}})",  // no pre-tokenizer
-                        R"({"model": {"vocab": {"a": "x"}, "merges": []}})",
-                        R"({"model": {"vocab": {"a": 0, "b": 0}, "merges": []}})",
-                        R"({"model": {"vocab": {"a": 0}, "merges": [3]}, "pre_tokenizer": {"type": "ByteLevel"}})",
-                        R"({"model": {"vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "ByteLevel"}})"}) {
+  for (std::string j :
+       {"", "{", "[]", "{\"model\": 3}", "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}",
+        R"({"model": {"vocab": {"a": 0}, "merges": []}})",  // no pre-tokenizer
+        R"({"model": {"vocab": {"a": "x"}, "merges": []}})", R"({"model": {"vocab": {"a": 0, "b": 0}, "merges": []}})",
+        R"({"model": {"vocab": {"a": 0}, "merges": [3]}, "pre_tokenizer": {"type": "ByteLevel"}})",
+        R"({"model": {"vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "ByteLevel"}})"}) {
     EXPECT_THROW(make_tokenizer(parse_vocab_hf_json(j, "t.json")), Error) << j;
   }
   EXPECT_THROW(parse_vocab_gpt2("{\"a\": 5}", "#version: 0.2\na b\n", "g"), Error);
@@ -369,15 +381,15 @@ TEST(Loaders, MalformedJsonVocabs) {
   ANELAB_REQUIRE_DATA("gpt2/encoder.json");
   const std::string enc = read_file_text(anelab::test::data_path("gpt2/encoder.json"));
   EXPECT_THROW(make_tokenizer(parse_vocab_gpt2(enc, "#version: 0.2\nzzzqqq xx\n", "g")), Error);  // unknown merge
-  EXPECT_THROW(parse_vocab_gpt2(enc.substr(0, enc.size() / 2), "a b\n", "g"), Error);               // truncated JSON
+  EXPECT_THROW(parse_vocab_gpt2(enc.substr(0, enc.size() / 2), "a b\n", "g"), Error);             // truncated JSON
 }
 
 // ---- Chat template -------------------------------------------------------------------------------------
 
 TEST(ChatTemplate, Qwen25MatchesJinjaByHand) {
   // Expected strings derived by reading qwen2.5_chat_template.jinja (no tools branch).
-  EXPECT_EQ(apply_qwen25_chat_template({{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"},
-                                        {"user", "2+2?"}}, true),
+  EXPECT_EQ(apply_qwen25_chat_template(
+                {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "2+2?"}}, true),
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
             "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(apply_qwen25_chat_template({{"user", "Hi"}}, false),
@@ -410,15 +422,19 @@ TEST(ChatTemplate, Qwen3MatchesJinjaByHand) {
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
   // Reasoning before the last user query is dropped; after it, the reasoning block is kept (always for the
   // last message, even empty).
-  EXPECT_EQ(apply_chat_template(t, {{"user", "a"}, {"assistant", "<think>\nr1\n</think>\n\nA1"}, {"user", "b"},
-                                    {"assistant", "<think>r2</think>A2"}}, false),
+  EXPECT_EQ(apply_chat_template(t,
+                                {{"user", "a"},
+                                 {"assistant", "<think>\nr1\n</think>\n\nA1"},
+                                 {"user", "b"},
+                                 {"assistant", "<think>r2</think>A2"}},
+                                false),
             "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\nA1<|im_end|>\n<|im_start|>user\nb<|im_end|>\n"
             "<|im_start|>assistant\n<think>\nr2\n</think>\n\nA2<|im_end|>\n");
   EXPECT_EQ(apply_chat_template(t, {{"user", "a"}, {"assistant", "A"}}, false),
             "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nA<|im_end|>\n");
   // Tool responses group as in Qwen2.5 and do not count as the last query.
-  EXPECT_EQ(apply_chat_template(t, {{"user", "q"}, {"assistant", "<think>x</think>call"}, {"tool", "r"},
-                                    {"assistant", "done"}}, false),
+  EXPECT_EQ(apply_chat_template(
+                t, {{"user", "q"}, {"assistant", "<think>x</think>call"}, {"tool", "r"}, {"assistant", "done"}}, false),
             "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<think>\nx\n</think>\n\ncall<|im_end|>\n"
             "<|im_start|>user\n<tool_response>\nr\n</tool_response><|im_end|>\n"
             "<|im_start|>assistant\n<think>\n\n</think>\n\ndone<|im_end|>\n");
@@ -440,11 +456,13 @@ TEST(ChatTemplate, Qwen3ThinkingOffAddsAnEmptyThinkBlock) {
   EXPECT_EQ(apply_chat_template(t, m, true, true) + "<think>\n\n</think>\n\n", apply_chat_template(t, m, true, false));
   EXPECT_EQ(apply_chat_template(t, m, false, false), apply_chat_template(t, m, false, true));  // no generation prompt
   for (const auto other : {ChatTemplate::kQwen25, ChatTemplate::kLlama3, ChatTemplate::kGemma3})
-    EXPECT_EQ(apply_chat_template(other, {{"user", "a"}}, true, false), apply_chat_template(other, {{"user", "a"}}, true));
+    EXPECT_EQ(apply_chat_template(other, {{"user", "a"}}, true, false),
+              apply_chat_template(other, {{"user", "a"}}, true));
   ANELAB_REQUIRE_DATA("qwen/tokenizer_config.json");
   const std::string cfg = read_file_text(anelab::test::data_path("qwen/tokenizer_config.json"));
   // the JSON text of the Jinja: its newlines are \n, the Python string's escapes \\n
-  EXPECT_NE(cfg.find("enable_thinking is false %}\\n        {{- '<think>\\\\n\\\\n</think>\\\\n\\\\n' }}"), std::string::npos);
+  EXPECT_NE(cfg.find("enable_thinking is false %}\\n        {{- '<think>\\\\n\\\\n</think>\\\\n\\\\n' }}"),
+            std::string::npos);
 }
 
 TEST(ChatTemplate, Llama3MatchesJinjaByHand) {
@@ -500,7 +518,8 @@ TEST(ChatTemplate, ChosenByTheVocabularysControlTokens) {
     chat_template_for(*qwen25, "gemma3");
     ADD_FAILURE() << "accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("[chat] --chat-template gemma3: the vocabulary"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[chat] --chat-template gemma3: the vocabulary"), std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(chat_template_for(*llama3, "llama2"), Error);
   EXPECT_EQ(chat_stop_ids(ChatTemplate::kLlama3, *llama3), std::vector<int32_t>{llama3->token_to_id("<|eot_id|>")});
