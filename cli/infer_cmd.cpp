@@ -60,7 +60,8 @@ double cpu_ms() {
 }
 
 struct InferArgs {
-  std::string model, tokenizer, backend = "auto", device = "m4", dtype = "auto", sampler = "auto", ane_weights = "fp16";
+  std::string model, tokenizer, backend = "auto", device = rt::kDefaultDevice, dtype = "auto", sampler = "auto",
+                                ane_weights = "fp16";
   std::string chat_template = "auto", kv_type = "f32", mmap = "auto";
   bool quiet = false;
   int threads = 2;
@@ -85,7 +86,9 @@ void add_common(CLI::App* sub, InferArgs& a) {
   sub->add_option("--backend", a.backend, infer::kPrefillBackendHelp)
       ->capture_default_str()
       ->check(prefill_backend_check());
-  sub->add_option("--device", a.device, "Device profile for emulator/ane (m1..m5)")->capture_default_str();
+  sub->add_option("--device", a.device,
+                  "Device profile for emulator/ane (m1..m5, or auto: the ANE chip's, m4 on the emulator)")
+      ->capture_default_str();
   sub->add_option("--ane-weights", a.ane_weights,
                   "Weights of the MIL prefill kernels (emulator/ane): fp16, int8 (per-channel int8 weights), w8a8 "
                   "(int8 weights and activations, scales calibrated on the first prompt) or auto (the device "

@@ -147,7 +147,9 @@ void add_perplexity_command(CLI::App& app) {
                 "--kl-divergence-base file (its tokens and n_ctx are used): KL, top-1, "
                 "max |dlogp|");
   p->add_option("--backend", a->load.backend, infer::kPrefillBackendHelp)->capture_default_str();
-  p->add_option("--device", a->load.device, "Device profile for emulator/ane (m1..m5)")->capture_default_str();
+  p->add_option("--device", a->load.device,
+                "Device profile for emulator/ane (m1..m5, or auto: the ANE chip's, m4 on the emulator)")
+      ->capture_default_str();
   p->add_option("--dtype", a->load.dtype, "Compute dtype of the weight matrices: fp16, fp32 or auto")
       ->capture_default_str();
   p->add_option("--threads,-t", a->load.threads, "CPU threads (llama.cpp -t)")

@@ -382,6 +382,15 @@ void run_probe(const ProbeOptions& o) {
                 ane.info["reason"].get<std::string>().c_str());
   else
     std::printf("  ANE: %s\n", ane.info["shim_describe"].get<std::string>().c_str());
+  // The report is written after every section ("complete": false until the last), so a crash inside a
+  // private call leaves what was measured before it.
+  auto save = [&](const char* section) {
+    if (o.out.empty()) return;
+    report["complete"] = std::string(section) == "done";
+    report["last_section"] = section;
+    write_file_atomic(o.out, report.dump(2) + "\n");
+  };
+  save("host");
   rt::BackendOptions eo;
   eo.device = device;
   eo.threads = o.threads;
@@ -395,7 +404,11 @@ void run_probe(const ProbeOptions& o) {
   emu_fo.threads = o.threads;
   ane::FakeShim emu_shim(emu_fo);
   json emu_rules = run_rule_probes(emu_shim, profile, ro);
+  report["rules"] = compare_rules(rule_assumptions(profile, ro), emu_rules, nullptr);
+  save("rules_emulator");
   json ane_rules = ane.shim ? run_rule_probes(*ane.shim, profile, ro) : json(nullptr);
+  report["rules"] = compare_rules(rule_assumptions(profile, ro), emu_rules, ane_rules);
+  save("rules");
 
   report["cases"] = json::array();
   std::vector<Workload> cases = {
@@ -412,10 +425,12 @@ void run_probe(const ProbeOptions& o) {
     json c = run_case(w, *emu, ane.backend.get());
     print_case(c);
     report["cases"].push_back(std::move(c));
+    save("case");
   }
   json tk{{"shape", kern::probe_layer_shape().str()}, {"emulator", training_kernels(*emu, o.repeats, false)}};
   tk["ane"] = ane.backend ? training_kernels(*ane.backend, o.repeats, true) : json(nullptr);
   report["training_kernels"] = tk;
+  save("training_kernels");
   report["dispatch_overhead_ms"] = {{"emulator", dispatch_overhead_ms(*emu, o.repeats)}, {"ane", nullptr}};
   if (ane.backend) {
     try {
@@ -439,7 +454,7 @@ void run_probe(const ProbeOptions& o) {
   std::printf("  rules (profile %s):\n", device.c_str());
   for (const auto& r : report["rules"]) print_rule(r);
   if (!o.out.empty()) {
-    write_file_atomic(o.out, report.dump(2) + "\n");
+    save("done");
     std::printf("  report: %s\n", o.out.c_str());
   }
 }
@@ -471,6 +486,8 @@ void add_probe_command(CLI::App& app) {
   cmd->add_option("--fake-row-align", o->fake.row_align_bytes,
                   "--shim fake: row alignment (bytes) it reads and writes surfaces with (0: the profile's)")
       ->capture_default_str();
+  cmd->add_option("--fake-abort-at", o->fake.abort_at,
+                  "--shim fake: abort the process in this call (evaluate, load, ...), as a crash in a private call");
   cmd->add_option("--fake-symbol-order", o->fake.symbol_order,
                   "--shim fake: how it numbers procedure symbols (declaration | by_name)")
       ->capture_default_str()

@@ -295,11 +295,14 @@ json io_order(Raw& raw, const rt::DeviceProfile& p) {
   const int64_t S = kW, c0 = 32, c1 = 64, c2 = 96;  // ascending inputs, descending outputs (the M1 rule)
   mil::ProgramBuilder pb;
   auto& b = pb.function("main");
-  Value a = b.input("a", mil::tensor_type(DType::kFp16, {1, c0, 1, S}));
-  Value bb = b.input("b", mil::tensor_type(DType::kFp16, {1, c1, 1, S}));
-  Value c = b.input("c", mil::tensor_type(DType::kFp16, {1, c2, 1, S}));
-  b.output(b.concat({a, bb, c}, 1));
-  b.output(b.mul(a, 10.0));
+  // Names out of alphabetical order (inputs zeta, alpha, mid; outputs zz_cat, aa_scaled), so a device
+  // that binds by sorted name and one that binds by position give different results.
+  Value a = b.input("zeta", mil::tensor_type(DType::kFp16, {1, c0, 1, S}));
+  Value bb = b.input("alpha", mil::tensor_type(DType::kFp16, {1, c1, 1, S}));
+  Value c = b.input("mid", mil::tensor_type(DType::kFp16, {1, c2, 1, S}));
+  Value ten = b.scalar(DType::kFp16, 10.0);
+  b.output(b.named("zz_cat").concat({a, bb, c}, 1));
+  b.output(b.named("aa_scaled").mul(a, ten));
   Built m = print_for(pb, p);
   Result<size_t> h = raw.load(m.text);
   if (!h) return json{{"error", h.status().message()}};
@@ -399,6 +402,7 @@ json float_literals(Raw& raw, const rt::DeviceProfile& p) {
   const std::vector<std::tuple<std::string, std::string, float>> forms = {
       {"hex", "0x1.8p-3", 0.1875f},
       {"hex_long", "0x1.4f8b588e368f1p-17", round_fp16(1e-5f)},
+      {"hex_negative", "-0x1.8p-3", -0.1875f},
       {"fixed", "0.187500", 0.1875f},
       {"exponent", "1.875e-01", 0.1875f}};
   const size_t sz = rt::surface_alloc_bytes(mil::tensor_type(DType::kFp16, {1, 32, 1, kW}), p);
@@ -491,7 +495,8 @@ json rule_assumptions(const rt::DeviceProfile& p, const RuleProbeOptions& o) {
   for (int64_t d : {int64_t{32768}, int64_t{65536}, int64_t{131072}})
     r["max_dim"][std::to_string(d)] = {{"accepted", d <= p.max_dim}};
   r["float_literals"] = {{"hex", {{"accepted", true}, {"value_ok", true}}},
-                         {"hex_long", {{"accepted", true}, {"value_ok", true}}}};
+                         {"hex_long", {{"accepted", true}, {"value_ok", true}}},
+                         {"hex_negative", {{"accepted", true}, {"value_ok", true}}}};
   // the compile that fails: the one after the ~119 that succeed (digest §1.11; the profile's
   // compile_budget stays below it)
   if (o.compile_limit > 0) r["compile_limit"] = {{"compiles_until_failure", kReportedCompileLimit + 1}};

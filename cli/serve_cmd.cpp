@@ -131,7 +131,9 @@ void add_serve_command(CLI::App& app) {
        "auto (the model's own, by the control tokens of its vocabulary: Llama 3, Gemma 3, Qwen3 or Qwen2.5; base "
        "models have none, and chat requests get 400), qwen2.5 (= chatml), qwen3, llama3, gemma3, none")
       ->capture_default_str();
-  s->add_option("--device", a->model.device, "Device profile for emulator/ane (m1..m5)")->capture_default_str();
+  s->add_option("--device", a->model.device,
+                "Device profile for emulator/ane (m1..m5, or auto: the ANE chip's, m4 on the emulator)")
+      ->capture_default_str();
   s->add_option("--dtype", a->model.dtype, "Compute dtype: fp16, fp32 or auto (as `anelab infer`)")
       ->capture_default_str();
   s->add_option("--threads,-t", a->model.threads, "CPU threads per worker engine (llama.cpp -t)")

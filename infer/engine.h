@@ -25,6 +25,7 @@
 #include "framework/core/scratch.h"
 #include "framework/core/thread_pool.h"
 #include "framework/mil/ir.h"
+#include "framework/runtime/device_profile.h"
 #include "infer/cpu_attention.h"
 #include "infer/cpu_kernels.h"
 #include "models/formats/model.h"
@@ -45,8 +46,8 @@ std::string resolve_prefill_backend(const std::string& name);
 
 struct EngineOptions {
   std::string backend = "cpu";  // prefill backend: "auto" (resolved at construction) | "cpu" | "emulator" | "ane"
-  std::string device = "m4";    // device profile for emulator / ane
-  WType dtype = WType::kF16;    // compute dtype of the weight matrices (fp32 or fp16)
+  std::string device = rt::kDefaultDevice;  // device profile for emulator / ane ("auto": the chip's)
+  WType dtype = WType::kF16;                // compute dtype of the weight matrices (fp32 or fp16)
   bool keep_quantized =
       false;  // block-quantized matrices (q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k) used as they are, not converted
   int threads = 2;

@@ -18,7 +18,7 @@ namespace anelab::infer {
 
 struct LoadOptions {
   std::string model, tokenizer;  // tokenizer "": the model's own
-  std::string backend = "auto", device = "m4", dtype = "auto";
+  std::string backend = "auto", device = rt::kDefaultDevice, dtype = "auto";
   std::string ane_weights = "fp16";    // MIL prefill weights (EngineOptions::ane_weights)
   std::string chat_template = "auto";  // tok::chat_template_for
   int threads = 2;

@@ -70,6 +70,17 @@ Status wrap(Code code, const std::string& what, const Status& shim_error) {
   return Status(code, cat("[ane] ", what, ": ", shim_error.message()));
 }
 
+// After a load (compiled here or cached by the daemon): the procedures' symbol indices come from the
+// compiled model, not from our guess (digest §1.9).
+std::shared_ptr<LoadedModel> read_procedures(Shim& shim, std::shared_ptr<LoadedModel> m) {
+  Result<std::vector<ProcedureSymbols>> procs = shim.procedure_symbols(m->model);
+  if (procs)
+    m->procedures = std::move(*procs);
+  else
+    m->procedures_error = procs.status().message();
+  return m;
+}
+
 }  // namespace
 
 // ---- backend ------------------------------------------------------------------------------------
@@ -166,7 +177,7 @@ Result<std::shared_ptr<LoadedModel>> NativeBackend::compile_and_load(const mil::
   m->hex_id = *hex;
   const std::string root = native_.temp_root.empty() ? shim_->temporary_directory() : native_.temp_root;
   m->dir = (std::filesystem::path(root) / m->hex_id).string();
-  if (load_compiled(*m)) return m;
+  if (load_compiled(*m, text, weights)) return read_procedures(*shim_, std::move(m));
 
   if (Status s = take_compile(); !s) return s;
   if (Status s = write_model_dir(m->dir, text, weights); !s) return s;
@@ -184,18 +195,21 @@ Result<std::shared_ptr<LoadedModel>> NativeBackend::compile_and_load(const mil::
   load_ms_ += ms_since(t0);
   if (!loaded) return wrap(Code::kInternal, "loading " + what, loaded);
   m->loaded = true;
-  // The procedures' symbol indices come from the compiled model, not from our guess (digest §1.9).
-  Result<std::vector<ProcedureSymbols>> procs = shim_->procedure_symbols(m->model);
-  if (procs)
-    m->procedures = std::move(*procs);
-  else
-    m->procedures_error = procs.status().message();
-  return m;
+  return read_procedures(*shim_, std::move(m));
 }
 
-bool NativeBackend::load_compiled(LoadedModel& m) {
+bool NativeBackend::load_compiled(LoadedModel& m, const std::string& text, const rt::Weights& weights) {
   Result<bool> exists = shim_->compiled_model_exists(m.model);
   if (!exists || !*exists) return false;  // an error (e.g. no such selector) only means: compile
+  // The daemon's cache outlives our model directory (removed after every unload): the cached program
+  // loads from <tmp>/<hexId> with model.mil and the weights written again (m0at/ANEtransformers
+  // training/ane_runtime.h does the same before its load).
+  if (Status w = write_model_dir(m.dir, text, weights); !w) {
+    std::fprintf(stderr,
+                 "[ane] note: cannot rewrite the model directory of the compiled program %s (%s); compiling it\n",
+                 m.hex_id.c_str(), w.message().c_str());
+    return false;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   Status loaded = load_with_retry(m);
   load_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

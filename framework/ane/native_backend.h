@@ -81,7 +81,9 @@ class NativeBackend : public rt::Backend {
                 NativeOptions native);
   Result<std::shared_ptr<LoadedModel>> compile_and_load(const mil::Program& p, const std::string& text,
                                                         const rt::Weights& weights);
-  bool load_compiled(LoadedModel& m);  // step 3: true when the compiler's earlier output loaded
+  // Step 3: true when the compiler's earlier output (compiledModelExists) loaded, from a model directory
+  // written again with `text` and `weights`.
+  bool load_compiled(LoadedModel& m, const std::string& text, const rt::Weights& weights);
   Status load_with_retry(LoadedModel& m);
   void remember(const std::string& key, std::shared_ptr<LoadedModel> m);
 

@@ -77,7 +77,7 @@ class Shim {
   virtual ~Shim() = default;
   virtual std::string describe() const = 0;  // "AppleNeuralEngine.framework (dlopen)" / "fake shim"
 
-  // +[_ANEDeviceInfo aneSubType], e.g. "H16G" on M4.
+  // +[_ANEDeviceInfo aneSubType], e.g. "h16" on M4 and base M5, "h17" on M5 Max (maderix/ANE PR #50).
   virtual Result<std::string> ane_sub_type() = 0;
   // NSTemporaryDirectory() (the parent of the <hexStringIdentifier>/ model directories).
   virtual std::string temporary_directory() = 0;

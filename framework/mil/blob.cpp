@@ -7,39 +7,76 @@
 namespace anelab::mil {
 
 namespace {
-void put_u32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
+void put_u32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+void put_u64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
 uint32_t get_u32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = v << 8 | p[i];
   return v;
+}
+uint64_t get_u64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = v << 8 | p[i];
+  return v;
+}
+size_t align_up(size_t v) { return (v + kBlobAlignment - 1) / kBlobAlignment * kBlobAlignment; }
+const char* blob_dtype_name(uint32_t d) {
+  switch (d) {
+    case 1:
+      return "Float16";
+    case 2:
+      return "Float32";
+    case 3:
+      return "UInt8";
+    case 4:
+      return "Int8";
+    default:
+      return "unknown";
+  }
 }
 }  // namespace
 
-BlobWriter::BlobWriter() : buf_(kBlobFileHeader, 0) {
-  buf_[0] = 0x01;
-  buf_[4] = 0x02;
+BlobDType blob_dtype_for(DType t) {
+  switch (t) {
+    case DType::kFp16:
+      return BlobDType::kFloat16;
+    case DType::kFp32:
+      return BlobDType::kFloat32;
+    case DType::kUint8:
+      return BlobDType::kUInt8;
+    case DType::kInt8:
+      return BlobDType::kInt8;
+    default:
+      fail("blob", "no MIL blob data type for ", dtype_name(t), " (the format stores fp16, fp32, uint8, int8)");
+  }
 }
 
-uint8_t* BlobWriter::append_chunk(size_t payload_bytes, uint64_t* offset) {
-  ANELAB_CHECK(payload_bytes <= 0xFFFFFFFFull, "blob", "payload of ", payload_bytes,
-               " bytes exceeds the 32-bit data_size field");
-  size_t start = buf_.size();
-  ANELAB_CHECK(start + kBlobChunkHeader + payload_bytes <= 0xFFFFFFFFull, "blob",
-               "blob file would exceed 4 GiB (32-bit data_offset); split the weights over several files");
+BlobWriter::BlobWriter() : buf_(kBlobFileHeader, 0) {
+  put_u32(buf_.data() + 0, 0);  // count, updated by every chunk
+  put_u32(buf_.data() + 4, kBlobVersion);
+}
+
+uint8_t* BlobWriter::append_chunk(size_t payload_bytes, BlobDType dtype, uint64_t* offset) {
+  const size_t start = align_up(buf_.size());  // zero padding up to the next multiple of 64
   buf_.resize(start + kBlobChunkHeader + payload_bytes, 0);
   uint8_t* h = buf_.data() + start;
   put_u32(h + 0, kBlobChunkMagic);
-  h[4] = 0x01;
-  put_u32(h + 8, static_cast<uint32_t>(payload_bytes));
-  put_u32(h + 16, static_cast<uint32_t>(start + kBlobChunkHeader));
+  put_u32(h + 4, static_cast<uint32_t>(dtype));
+  put_u64(h + 8, payload_bytes);
+  put_u64(h + 16, start + kBlobChunkHeader);
   ++chunks_;
+  put_u32(buf_.data(), static_cast<uint32_t>(chunks_));
   *offset = start;
   return h + kBlobChunkHeader;
 }
 
 uint64_t BlobWriter::add_fp16(std::span<const float> values) {
   uint64_t off;
-  uint8_t* p = append_chunk(values.size() * 2, &off);
+  uint8_t* p = append_chunk(values.size() * 2, BlobDType::kFloat16, &off);
   std::vector<half_bits> tmp(values.size());
   float_to_half(values.data(), tmp.data(), values.size());
   std::memcpy(p, tmp.data(), values.size() * 2);
@@ -48,23 +85,23 @@ uint64_t BlobWriter::add_fp16(std::span<const float> values) {
 
 uint64_t BlobWriter::add_fp16_bits(std::span<const half_bits> values) {
   uint64_t off;
-  uint8_t* p = append_chunk(values.size() * 2, &off);
+  uint8_t* p = append_chunk(values.size() * 2, BlobDType::kFloat16, &off);
   std::memcpy(p, values.data(), values.size() * 2);
   return off;
 }
 
 uint64_t BlobWriter::add_int8(std::span<const int8_t> values) {
   uint64_t off;
-  uint8_t* p = append_chunk(values.size(), &off);
+  uint8_t* p = append_chunk(values.size(), BlobDType::kInt8, &off);
   std::memcpy(p, values.data(), values.size());
   return off;
 }
 
-uint64_t BlobWriter::add_uint8(std::span<const uint8_t> values) { return add_raw(values); }
+uint64_t BlobWriter::add_uint8(std::span<const uint8_t> values) { return add_raw(values, BlobDType::kUInt8); }
 
-uint64_t BlobWriter::add_raw(std::span<const uint8_t> payload) {
+uint64_t BlobWriter::add_raw(std::span<const uint8_t> payload, BlobDType dtype) {
   uint64_t off;
-  uint8_t* p = append_chunk(payload.size(), &off);
+  uint8_t* p = append_chunk(payload.size(), dtype, &off);
   if (!payload.empty()) std::memcpy(p, payload.data(), payload.size());
   return off;
 }
@@ -81,7 +118,11 @@ uint64_t BlobWriter::add_fp16_transposed(std::span<const float> w, int64_t rows,
 BlobReader::BlobReader(std::span<const uint8_t> bytes, std::string name) : bytes_(bytes), name_(std::move(name)) {
   ANELAB_CHECK(bytes_.size() >= kBlobFileHeader, "blob", name_, ": file is ", bytes_.size(),
                " bytes, shorter than the 64-byte file header");
-  ANELAB_CHECK(bytes_[0] == 0x01, "blob", name_, ": file header byte 0 is ", int(bytes_[0]), ", expected 1");
+  const uint32_t version = get_u32(bytes_.data() + 4);
+  ANELAB_CHECK(version == kBlobVersion, "blob", name_, ": storage header version is ", version, ", expected ",
+               kBlobVersion, " (MIL blob storage format)");
+  count_ = get_u32(bytes_.data());
+  ANELAB_CHECK(count_ >= 1, "blob", name_, ": storage header count is 0 (no blobs in the file)");
 }
 
 BlobChunk BlobReader::chunk_at(uint64_t offset) const {
@@ -93,24 +134,28 @@ BlobChunk BlobReader::chunk_at(uint64_t offset) const {
   uint32_t magic = get_u32(h);
   ANELAB_CHECK(magic == kBlobChunkMagic, "blob", name_, ": no chunk magic 0xDEADBEEF at offset ", offset,
                " (BLOBFILE offsets must point at the chunk header, not the payload)");
+  ANELAB_CHECK(offset % kBlobAlignment == 0, "blob", name_, ": chunk offset ", offset, " is not a multiple of ",
+               kBlobAlignment, " (blob metadata is 64-byte aligned)");
   BlobChunk c;
   c.offset = offset;
-  c.data_size = get_u32(h + 8);
-  c.data_offset = get_u32(h + 16);
+  c.dtype = get_u32(h + 4);
+  c.data_size = get_u64(h + 8);
+  c.data_offset = get_u64(h + 16);
   ANELAB_CHECK(c.data_offset >= offset + kBlobChunkHeader, "blob", name_, ": chunk at ", offset, " has data_offset ",
                c.data_offset, " inside its own header (expected ", offset + kBlobChunkHeader, ")");
-  ANELAB_CHECK(c.data_offset + c.data_size <= bytes_.size(), "blob", name_, ": chunk at ", offset, " payload [",
-               c.data_offset, ", +", c.data_size, ") runs past the end of the ", bytes_.size(), "-byte file");
+  ANELAB_CHECK(c.data_offset <= bytes_.size() && c.data_size <= bytes_.size() - c.data_offset, "blob", name_,
+               ": chunk at ", offset, " payload [", c.data_offset, ", +", c.data_size, ") runs past the end of the ",
+               bytes_.size(), "-byte file");
   return c;
 }
 
 std::vector<BlobChunk> BlobReader::chunks() const {
   std::vector<BlobChunk> out;
   uint64_t off = kBlobFileHeader;
-  while (off < bytes_.size()) {
+  for (uint32_t i = 0; i < count_; ++i) {
     BlobChunk c = chunk_at(off);
     out.push_back(c);
-    off = c.data_offset + c.data_size;
+    off = align_up(c.data_offset + c.data_size);
   }
   return out;
 }
@@ -120,6 +165,10 @@ std::span<const uint8_t> BlobReader::payload(uint64_t offset, const TensorType& 
   size_t want = static_cast<size_t>(type.numel()) * dtype_bytes(type.dtype);
   ANELAB_CHECK(c.data_size == want, "blob", name_, ": chunk at offset ", offset, " holds ", c.data_size,
                " bytes but the MIL const ", type.str(), " needs ", want);
+  const auto expect = static_cast<uint32_t>(blob_dtype_for(type.dtype));
+  ANELAB_CHECK(c.dtype == expect, "blob", name_, ": chunk at offset ", offset, " has data type ",
+               blob_dtype_name(c.dtype), " (", c.dtype, ") but the MIL const ", type.str(), " needs ",
+               blob_dtype_name(expect), " (", expect, ")");
   return bytes_.subspan(c.data_offset, c.data_size);
 }
 

@@ -1,19 +1,23 @@
-// ANE weight blob files (the "DEADBEEF" format; ../shared/reference/ane_digest.md §3).
+// ANE weight blob files: Apple's MIL blob storage format, version 2 (coremltools
+// mlmodel/src/MILBlob/Blob/StorageFormat.hpp; ../shared/reference/ane_digest.md §3). All integers
+// little-endian.
 //
-//   offset  size  field
-//   0       64    file header: byte 0 = 0x01, byte 4 = 0x02, rest 0
-//   then, per weight (chunk), with no padding between chunks:
-//   +0      4     chunk magic, uint32 LE 0xDEADBEEF (bytes EF BE AD DE)
-//   +4      1     0x01 (chunk flag/version)
-//   +8      4     uint32 LE data_size: payload bytes
-//   +16     4     uint32 LE data_offset: ABSOLUTE file offset of the payload (= chunk start + 64)
-//   (other bytes of the 64-byte chunk header are 0)
-//   +64     n     payload: fp16 (2 bytes/elt) or int8/uint8 (1 byte/elt), row-major
+//   offset  size  field (storage_header, 64 bytes)
+//   0       4     uint32 count: number of blobs in the file
+//   4       4     uint32 version = 2
+//   8       56    reserved, 0
+//   then, per blob, its 64-byte metadata at the next multiple of 64 (zero padding before it):
+//   +0      4     uint32 sentinel 0xDEADBEEF (bytes EF BE AD DE)
+//   +4      4     uint32 mil_dtype: Float16 = 1, Float32 = 2, UInt8 = 3, Int8 = 4 (BlobDataType)
+//   +8      8     uint64 sizeInBytes: payload bytes
+//   +16     8     uint64 offset: ABSOLUTE file offset of the payload (= metadata start + 64)
+//   +24     40    reserved, 0
+//   +64     n     payload, row-major
 //
-// MIL refers to a weight with BLOBFILE(path = "@model_path/weights/<file>", offset = <chunk start>):
-// the offset points at the chunk header, not at the payload. The payload's element type and shape are
-// given by the MIL const's type, not by the blob. Always fill data_size and data_offset (older chips
-// validate them; digest §3.4).
+// MIL refers to a weight with BLOBFILE(path = "@model_path/weights/<file>", offset = <metadata start>):
+// the offset points at the metadata, not at the payload. A single fp16 blob is the layout every
+// reference writes (count 1, dtype 1, metadata at 64, payload at 128); the writer here is byte-identical
+// to coremltools' StorageWriter for fp16, fp32, uint8 and int8 blobs.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -26,8 +30,15 @@
 namespace anelab::mil {
 
 constexpr uint32_t kBlobChunkMagic = 0xDEADBEEFu;
+constexpr uint32_t kBlobVersion = 2;
 constexpr size_t kBlobFileHeader = 64;
 constexpr size_t kBlobChunkHeader = 64;
+constexpr size_t kBlobAlignment = 64;  // every metadata (and so every payload) starts at a multiple of it
+
+// MILBlob's BlobDataType (values fixed by the format).
+enum class BlobDType : uint32_t { kFloat16 = 1, kFloat32 = 2, kUInt8 = 3, kInt8 = 4 };
+// The blob data type that stores a MIL const of dtype `t`; throws for types the format has no code for.
+BlobDType blob_dtype_for(DType t);
 
 class BlobWriter {
  public:
@@ -37,7 +48,7 @@ class BlobWriter {
   uint64_t add_fp16_bits(std::span<const half_bits> values);
   uint64_t add_int8(std::span<const int8_t> values);
   uint64_t add_uint8(std::span<const uint8_t> values);
-  uint64_t add_raw(std::span<const uint8_t> payload);
+  uint64_t add_raw(std::span<const uint8_t> payload, BlobDType dtype);
   // Transposed fp16: writes W^T for a row-major [rows, cols] matrix (payload [cols, rows]).
   uint64_t add_fp16_transposed(std::span<const float> w, int64_t rows, int64_t cols);
 
@@ -46,7 +57,7 @@ class BlobWriter {
   size_t chunks() const { return chunks_; }
 
  private:
-  uint8_t* append_chunk(size_t payload_bytes, uint64_t* offset);
+  uint8_t* append_chunk(size_t payload_bytes, BlobDType dtype, uint64_t* offset);
   std::vector<uint8_t> buf_;
   size_t chunks_ = 0;
 };
@@ -54,7 +65,8 @@ class BlobWriter {
 struct BlobChunk {
   uint64_t offset = 0;       // chunk header offset (the MIL BLOBFILE offset)
   uint64_t data_offset = 0;  // absolute payload offset
-  uint32_t data_size = 0;    // payload bytes
+  uint64_t data_size = 0;    // payload bytes
+  uint32_t dtype = 0;        // BlobDType code
 };
 
 // Read-only view of a blob file. Validates the file header on construction and each chunk on access;
@@ -64,9 +76,10 @@ class BlobReader {
   BlobReader(std::span<const uint8_t> bytes, std::string name);
   // The chunk whose header is at `offset`.
   BlobChunk chunk_at(uint64_t offset) const;
-  // All chunks, walking headers from offset 64 until the end of the file.
+  // All chunks: the header's count of them, each at the next multiple of 64 after the one before.
   std::vector<BlobChunk> chunks() const;
-  // Payload for a MIL const of `type` at BLOBFILE offset `offset`; checks data_size == numel*elt bytes.
+  // Payload for a MIL const of `type` at BLOBFILE offset `offset`; checks data_size == numel*elt bytes
+  // and that the blob's data type is the const's.
   std::span<const uint8_t> payload(uint64_t offset, const TensorType& type) const;
   // Decoded fp32 values of a payload of dtype fp16/fp32/int8/uint8.
   std::vector<float> read_f32(uint64_t offset, const TensorType& type) const;
@@ -74,6 +87,7 @@ class BlobReader {
  private:
   std::span<const uint8_t> bytes_;
   std::string name_;
+  uint32_t count_ = 0;  // storage_header count
 };
 
 }  // namespace anelab::mil

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <numeric>
+#include <string_view>
 
 #include "framework/runtime/surface.h"
 
@@ -15,7 +16,7 @@ std::vector<DeviceProfile> make_profiles() {
   std::vector<DeviceProfile> v;
   DeviceProfile m1;
   m1.name = "m1";
-  m1.description = "Apple M1 family (H13): program(1.0)/ios16 verbose MIL, fp16 I/O, no cast";
+  m1.description = "Apple M1 family (h13): program(1.0)/ios16 verbose MIL, fp16 I/O, no cast";
   m1.dialect = mil::Dialect::kIos16;
   m1.accepts_ios18 = false;
   m1.supports_cast = false;
@@ -23,23 +24,23 @@ std::vector<DeviceProfile> make_profiles() {
   m1.peak_fp16_tflops = 5.4;
   DeviceProfile m2 = m1;
   m2.name = "m2";
-  m2.description = "Apple M2 family (H14): program(1.0)/ios16 verbose MIL, fp16 I/O, no cast";
+  m2.description = "Apple M2 family (h14): program(1.0)/ios16 verbose MIL, fp16 I/O, no cast";
   m2.multi_io_slot_order = false;
   m2.peak_fp16_tflops = 8.0;
   DeviceProfile m3 = m2;
   m3.name = "m3";
-  m3.description = "Apple M3 family (H15): program(1.0)/ios16 verbose MIL";
+  m3.description = "Apple M3 family (h15): program(1.0)/ios16 verbose MIL";
   m3.supports_cast = true;
   m3.peak_fp16_tflops = 10.0;
   DeviceProfile m4;
   m4.name = "m4";
-  m4.description = "Apple M4 family (H16G): program(1.3)/ios18 shorthand MIL";
+  m4.description = "Apple M4 family (h16): program(1.3)/ios18 shorthand MIL";
   m4.dialect = mil::Dialect::kIos18;
   m4.peak_fp16_tflops = 18.6;
   m4.auto_weights = WeightPath::kW8A8;  // 35.1 vs 18.6 TOPS at 128 convs of 512 ch (digest §4.5)
   DeviceProfile m5 = m4;
   m5.name = "m5";
-  m5.description = "Apple M5 family (H17): program(1.3)/ios18 shorthand MIL";
+  m5.description = "Apple M5 family (h17): program(1.3)/ios18 shorthand MIL";
   m5.peak_fp16_tflops = 12.4;
   v = {m1, m2, m3, m4, m5};
   return v;
@@ -247,10 +248,18 @@ size_t surface_alloc_bytes(const mil::TensorType& t, const DeviceProfile& p) {
 }
 
 std::string profile_for_ane_sub_type(const std::string& sub) {
+  // Real chips report lowercase families ("h13" ... "h17", maderix/ANE PR #50; Apple's _ANEDeviceInfo
+  // compares with @"h13" ...); older tools print "H16G". Compare without case, any suffix allowed.
   static const std::pair<const char*, const char*> kFamilies[] = {
-      {"H13", "m1"}, {"H14", "m2"}, {"H15", "m3"}, {"H16", "m4"}, {"H17", "m5"}};
-  for (const auto& [prefix, profile] : kFamilies)
-    if (sub.rfind(prefix, 0) == 0) return profile;
+      {"h13", "m1"}, {"h14", "m2"}, {"h15", "m3"}, {"h16", "m4"}, {"h17", "m5"}};
+  auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
+  for (const auto& [prefix, profile] : kFamilies) {
+    const std::string_view pre(prefix);
+    if (sub.size() < pre.size()) continue;
+    bool same = true;
+    for (size_t i = 0; same && i < pre.size(); ++i) same = lower(sub[i]) == pre[i];
+    if (same) return profile;
+  }
   return "";
 }
 

@@ -103,8 +103,9 @@ SurfaceLayout surface_layout(const mil::TensorType& t, const DeviceProfile& prof
 // surface_layout(t, profile).alloc_bytes (digest §1.5, §4.3).
 size_t surface_alloc_bytes(const mil::TensorType& t, const DeviceProfile& profile);
 
-// Device profile for a chip family string from +[_ANEDeviceInfo aneSubType] ("H13..." → m1,
-// "H14" → m2, "H15" → m3, "H16" → m4, "H17" → m5); "" when the family is unknown.
+// Device profile for a chip family string from +[_ANEDeviceInfo aneSubType]: h13 → m1, h14 → m2,
+// h15 → m3, h16 → m4, h17 → m5, compared without case and with any suffix ("h16", "H16G"); "" when
+// the family is unknown.
 std::string profile_for_ane_sub_type(const std::string& sub_type);
 
 }  // namespace anelab::rt

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/runtime/device_profile.h"
 #include "infer/server/api.h"
 #include "infer/server/scheduler.h"
 
@@ -34,7 +35,7 @@ class Generator {
 
 struct ModelOptions {
   std::string model, tokenizer;
-  std::string backend = "auto", device = "m4", dtype = "auto";  // backend: infer::kPrefillBackends
+  std::string backend = "auto", device = rt::kDefaultDevice, dtype = "auto";  // backend: infer::kPrefillBackends
   std::string chat_template = "auto";  // tok::chat_template_for: chat requests are 400 for a model without one
   int threads = 2;
   int64_t ctx = 0;

@@ -7,9 +7,10 @@ scale, additive causal-mask blob, softmax, matmul, output conv, concat of six ta
 `anelab mil run` on seeded random weights, and compares every tap with an independent float64
 NumPy reference of the same program.
 
-The blob files are written here by an independent implementation of the format
-(ane_digest.md section 3): 64-byte file header (byte0=1, byte4=2), per chunk a 64-byte header
-with magic 0xDEADBEEF, 1 at +4, data_size at +8, absolute data_offset at +16.
+The blob files are written here by an independent implementation of the MIL blob storage format
+(coremltools MILBlob/Blob/StorageFormat.hpp): 64-byte storage header (uint32 count, uint32
+version 2), per blob at the next multiple of 64 a 64-byte metadata with sentinel 0xDEADBEEF,
+uint32 data type (Float16 = 1) at +4, uint64 size at +8, uint64 absolute data offset at +16.
 
 Tolerance: fp16 storage rounds every intermediate to 11 significant bits (unit roundoff
 u = 2^-11 ~ 4.9e-4). A chain of ~10 dependent fp16 roundings gives relative errors of a few u per
@@ -31,16 +32,14 @@ NMSE_LIMIT = 1e-5
 def blob(chunks):
     """Bytes of a blob file holding fp16 chunks (list of float arrays), and the MIL offsets."""
     out = bytearray(64)
-    out[0], out[4] = 1, 2
+    struct.pack_into("<II", out, 0, len(chunks), 2)
     offsets = []
     for arr in chunks:
         payload = np.asarray(arr, dtype=np.float16).tobytes()
+        out += bytes(-len(out) % 64)
         start = len(out)
         hdr = bytearray(64)
-        struct.pack_into("<I", hdr, 0, 0xDEADBEEF)
-        hdr[4] = 1
-        struct.pack_into("<I", hdr, 8, len(payload))
-        struct.pack_into("<I", hdr, 16, start + 64)
+        struct.pack_into("<IIQQ", hdr, 0, 0xDEADBEEF, 1, len(payload), start + 64)
         out += hdr + payload
         offsets.append(start)
     return bytes(out), offsets

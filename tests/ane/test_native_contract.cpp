@@ -111,10 +111,10 @@ TEST(NativeContract, WeightsDictionaryAndBlobHeaders) {
   for (const auto& [stem, elems] : std::vector<std::pair<std::string, size_t>>{{"wq", 64 * 64}, {"mask", 32 * 32}}) {
     auto b = read_file_bytes((dir / "weights" / (stem + ".bin")).string());
     ASSERT_EQ(b.size(), 128 + elems * 2) << stem;
-    EXPECT_EQ(b[0], 0x01);
-    EXPECT_EQ(b[4], 0x02);
+    EXPECT_EQ(le32(b, 0), 1u);  // MILBlob storage_header: count, version 2
+    EXPECT_EQ(le32(b, 4), 2u);
     EXPECT_EQ(le32(b, 64), 0xDEADBEEFu) << stem;
-    EXPECT_EQ(b[68], 0x01);
+    EXPECT_EQ(le32(b, 68), 1u);                 // mil_dtype Float16
     EXPECT_EQ(le32(b, 72), elems * 2) << stem;  // data_size
     EXPECT_EQ(le32(b, 80), 128u) << stem;       // absolute data_offset
   }

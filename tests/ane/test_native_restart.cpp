@@ -232,7 +232,8 @@ TEST(NativeRestartCompiledCache, NextProcessLoadsTheCompiledProgramWithoutCompil
   auto k2 = second.backend->compile(p.program, p.weights);
   ASSERT_TRUE(k2.is_ok()) << k2.status().message();
   EXPECT_EQ(second.fake->call_names(),
-            (std::vector<std::string>{"create_model", "hex_string_identifier", "compiled_model_exists", "load"}));
+            (std::vector<std::string>{"create_model", "hex_string_identifier", "compiled_model_exists", "load",
+                                      "procedure_symbols"}));
   EXPECT_EQ(second.fake->compiles(), 0);
   EXPECT_EQ(second.backend->compiles_used(), 0);
   EXPECT_EQ(second.backend->compiled_reuses(), 1);
@@ -253,7 +254,8 @@ TEST(NativeRestartCompiledCache, NextProcessLoadsTheCompiledProgramWithoutCompil
   fs::remove_all(dir);
 }
 
-// The temp directory of a program unloaded in the normal way is removed: nothing is left for a restart.
+// The temp directory of a program unloaded in the normal way is removed: only the (fake) daemon's cache,
+// which is not ours, is left.
 TEST(NativeRestartCompiledCache, UnloadedProgramsLeaveNothingBehind) {
   const auto dir = temp_dir("ane_reuse_clean");
   ane::FakeShimOptions fo;
@@ -263,8 +265,42 @@ TEST(NativeRestartCompiledCache, UnloadedProgramsLeaveNothingBehind) {
     Prog p = conv_prog(64, 64, 32, 7);
     ASSERT_TRUE(n.backend->compile(p.program, p.weights).is_ok());
   }
-  std::error_code ec;
-  EXPECT_TRUE(fs::is_empty(dir, ec));
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir)) left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{ane::FakeShim::kDaemonCacheDir});
+  fs::remove_all(dir);
+}
+
+// Issue 40 item 3: the daemon's cache outlives the process. The second run of a program, after the first
+// exited cleanly (its model directory removed), finds it (compiledModelExists), writes model.mil and the
+// weights back, and loads it without a compile.
+TEST(NativeRestartCompiledCache, SecondRunAfterACleanExitLoadsTheCachedProgram) {
+  const auto dir = temp_dir("ane_reuse_second_run");
+  ane::FakeShimOptions fo;
+  fo.temp_dir = dir.string();
+  Prog p = conv_prog(64, 64, 32, 7);
+  {
+    Native first = make_native("m4", -1, fo);
+    ASSERT_TRUE(first.backend->compile(p.program, p.weights).is_ok());
+    EXPECT_EQ(first.fake->compiles(), 1);
+  }                                          // clean exit: unloaded, model directory removed
+  Native second = make_native("m4", 0, fo);  // a budget of 0: any compile would fail
+  auto k = second.backend->compile(p.program, p.weights);
+  ASSERT_TRUE(k.is_ok()) << k.status().message();
+  EXPECT_EQ(second.fake->call_names(),
+            (std::vector<std::string>{"create_model", "hex_string_identifier", "compiled_model_exists", "load",
+                                      "procedure_symbols"}));
+  EXPECT_EQ(second.fake->compiles(), 0);
+  EXPECT_EQ(second.backend->compiled_reuses(), 1);
+  auto emu = make_emulator();
+  auto want = run_bytes(*emu, p, 0, 3);
+  auto ins = (*k)->make_inputs(0, second.backend->profile());
+  auto outs = (*k)->make_outputs(0, second.backend->profile());
+  fill_inputs(ins, 3);
+  ASSERT_TRUE(second.backend->evaluate(**k, 0, ptrs(ins), ptrs(outs)).is_ok());
+  EXPECT_EQ(0, std::memcmp(outs[0].data(), want[0].data(), want[0].size()));
+  k = Status(Code::kInternal, "released");
+  second.backend.reset();
   fs::remove_all(dir);
 }
 

@@ -284,6 +284,15 @@ TEST_F(InferCli, AneWeightsChooseTheKernelsWeights) {
   EXPECT_NE(r.err.find("--ane-weights"), std::string::npos) << r.err;
 }
 
+// Issue 40 item 1: the commands that run a model ask the chip for its profile by default.
+TEST_F(InferCli, RunningCommandsDefaultToDeviceAuto) {
+  for (const char* cmd : {"infer generate", "infer bench", "serve", "perplexity"}) {
+    const Out r = anelab(std::string(cmd) + " --help");
+    ASSERT_EQ(r.rc, 0) << cmd << ": " << r.err;
+    EXPECT_NE(r.out.find("--device TEXT=auto"), std::string::npos) << cmd << "\n" << r.out;
+  }
+}
+
 TEST_F(InferCli, BaseModelRefusesChatWithAHint) {
   const Out r = anelab("infer chat -m " + model());
   EXPECT_NE(r.rc, 0) << r.out;

@@ -128,7 +128,7 @@ TEST(KernelsW8, ConstexprOpPrintsInTheBracketAttributeForm) {
   EXPECT_EQ(m.q, (std::vector<int8_t>{64, -32, 127, 64, -127, 32}));
 }
 
-TEST(KernelsW8, Int8BlobHasTheFp16HeadersAndOneBytePerWeight) {
+TEST(KernelsW8, Int8BlobHasTheInt8DataTypeAndOneBytePerWeight) {
   const Case c = make_case(5);
   const kern::W8Matrix m = kern::quantize_w8(c.w, c.cout, c.cin);
   const LinearProg p8 = linear_prog(&m, nullptr, c.cin, c.cout, c.S, 0);
@@ -139,10 +139,10 @@ TEST(KernelsW8, Int8BlobHasTheFp16HeadersAndOneBytePerWeight) {
   auto le32 = [&](size_t o) {
     return uint32_t(b[o]) | uint32_t(b[o + 1]) << 8 | uint32_t(b[o + 2]) << 16 | uint32_t(b[o + 3]) << 24;
   };
-  EXPECT_EQ(b[0], 0x01);
-  EXPECT_EQ(b[4], 0x02);  // digest §3.1: int8 blobs use 2 as well
+  EXPECT_EQ(le32(0), 1u);  // MILBlob storage_header: count 1, version 2
+  EXPECT_EQ(le32(4), 2u);
   EXPECT_EQ(le32(64), 0xDEADBEEFu);
-  EXPECT_EQ(b[68], 0x01);
+  EXPECT_EQ(le32(68), 4u);    // mil_dtype Int8 (StorageFormat.hpp), not Float16
   EXPECT_EQ(le32(72), n);     // data_size: one byte per weight
   EXPECT_EQ(le32(80), 128u);  // absolute data_offset
   EXPECT_EQ(std::memcmp(b.data() + 128, m.q.data(), n), 0);

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "framework/core/error.h"
+#include "framework/core/fp16.h"
 #include "framework/mil/blob.h"
 
 namespace anelab::mil {
@@ -23,17 +24,18 @@ TEST(Blob, SingleFp16ChunkLayoutIsByteExact) {
   uint64_t off = w.add_fp16(vals);
   const auto& b = w.bytes();
   EXPECT_EQ(off, 64u);
-  ASSERT_EQ(b.size(), 128u + 8u);  // 64 file header + 64 chunk header + 4 fp16
-  EXPECT_EQ(b[0], 0x01);
-  EXPECT_EQ(b[4], 0x02);
-  for (size_t i : {1, 2, 3, 5, 6, 63}) EXPECT_EQ(b[i], 0) << i;
+  ASSERT_EQ(b.size(), 128u + 8u);  // 64 storage header + 64 metadata + 4 fp16
+  EXPECT_EQ(u32(b, 0), 1u);        // count
+  EXPECT_EQ(u32(b, 4), 2u);        // version
+  for (size_t i = 8; i < 64; ++i) EXPECT_EQ(b[i], 0) << i;
   EXPECT_EQ(b[64], 0xEF);
   EXPECT_EQ(b[65], 0xBE);
   EXPECT_EQ(b[66], 0xAD);
   EXPECT_EQ(b[67], 0xDE);
-  EXPECT_EQ(b[68], 0x01);
-  EXPECT_EQ(u32(b, 72), 8u);    // data_size
-  EXPECT_EQ(u32(b, 80), 128u);  // absolute data_offset
+  EXPECT_EQ(u32(b, 68), 1u);  // mil_dtype Float16
+  EXPECT_EQ(u32(b, 72), 8u);  // sizeInBytes (uint64)
+  EXPECT_EQ(u32(b, 76), 0u);
+  EXPECT_EQ(u32(b, 80), 128u);  // absolute payload offset (uint64)
   for (size_t i = 84; i < 128; ++i) EXPECT_EQ(b[i], 0) << i;
   // fp16 bit patterns: 1.0 = 0x3C00, -2.0 = 0xC000, 0.5 = 0x3800, 65504 = 0x7BFF
   const uint16_t expect[] = {0x3C00, 0xC000, 0x3800, 0x7BFF};
@@ -44,6 +46,56 @@ TEST(Blob, SingleFp16ChunkLayoutIsByteExact) {
   }
 }
 
+// Issue 40 item 5: an independent writer of coremltools' StorageFormat.hpp structs, as its
+// StorageWriter::WriteData lays them out: storage_header {count, version = 2, 7 reserved uint64},
+// then per blob, at the next 64-byte-aligned offset, blob_metadata {sentinel, mil_dtype,
+// sizeInBytes, offset, 5 reserved uint64} and the raw data.
+struct RefStorageHeader {
+  uint32_t count = 0, version = 2;
+  uint64_t reserved[7] = {};
+};
+struct RefBlobMetadata {
+  uint32_t sentinel = 0xDEADBEEF, mil_dtype = 0;
+  uint64_t size_in_bytes = 0, offset = 0;
+  uint64_t reserved[5] = {};
+};
+static_assert(sizeof(RefStorageHeader) == 64 && sizeof(RefBlobMetadata) == 64);
+struct RefWriter {
+  std::vector<uint8_t> file = std::vector<uint8_t>(64, 0);
+  RefStorageHeader header;
+  uint64_t write(uint32_t dtype, const void* data, size_t n) {
+    const size_t meta_at = (file.size() + 63) / 64 * 64;
+    RefBlobMetadata m;
+    m.mil_dtype = dtype, m.size_in_bytes = n, m.offset = meta_at + 64;
+    file.resize(meta_at + 64 + n, 0);
+    std::memcpy(file.data() + meta_at, &m, 64);  // little-endian host, as the tests run on
+    if (n) std::memcpy(file.data() + meta_at + 64, data, n);
+    ++header.count;
+    std::memcpy(file.data(), &header, 64);
+    return meta_at;
+  }
+};
+
+TEST(Blob, ByteIdenticalToTheMilBlobStorageWriterForFp16AndInt8) {
+  std::vector<float> q(5), k(7);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>(i) * 0.25f;
+  for (size_t i = 0; i < k.size(); ++i) k[i] = -static_cast<float>(i);
+  const std::vector<int8_t> qi = {-128, -1, 0, 1, 127};
+  BlobWriter w;
+  const uint64_t o1 = w.add_fp16(q), o2 = w.add_int8(qi), o3 = w.add_fp16(k);
+  RefWriter ref;
+  std::vector<half_bits> hq(q.size()), hk(k.size());
+  float_to_half(q.data(), hq.data(), q.size());
+  float_to_half(k.data(), hk.data(), k.size());
+  EXPECT_EQ(o1, ref.write(1, hq.data(), hq.size() * 2));
+  EXPECT_EQ(o2, ref.write(4, qi.data(), qi.size()));  // Int8 = 4, not Float16
+  EXPECT_EQ(o3, ref.write(1, hk.data(), hk.size() * 2));
+  EXPECT_EQ(w.bytes(), ref.file);
+  EXPECT_EQ(o2 % 64, 0u);  // 64-byte aligned entries, not back to back
+  EXPECT_EQ(o3 % 64, 0u);
+  EXPECT_EQ(u32(w.bytes(), 0), 3u);  // the count of blobs
+}
+
 TEST(Blob, SeveralChunksOffsetsAndReadBack) {
   BlobWriter w;
   std::vector<float> q(6), k(6);
@@ -51,17 +103,25 @@ TEST(Blob, SeveralChunksOffsetsAndReadBack) {
   std::vector<int8_t> qi = {-128, -1, 0, 1, 127};
   uint64_t o1 = w.add_fp16(q), o2 = w.add_fp16(k), o3 = w.add_int8(qi);
   EXPECT_EQ(o1, 64u);
-  EXPECT_EQ(o2, 64u + 64 + 12);  // chunk i starts at 64 + sum(64 + payload_j)
-  EXPECT_EQ(o3, o2 + 64 + 12);
+  EXPECT_EQ(o2, 192u);  // 64 + 64 + 12 rounded up to 64
+  EXPECT_EQ(o3, 320u);
   auto bytes = w.take();
-  EXPECT_EQ(u32(bytes, o2 + 16), o2 + 64);
+  EXPECT_EQ(u32(bytes, static_cast<size_t>(o2) + 16), o2 + 64);
   BlobReader r(bytes, "w.bin");
   auto chunks = r.chunks();
   ASSERT_EQ(chunks.size(), 3u);
   EXPECT_EQ(chunks[2].data_size, 5u);
+  EXPECT_EQ(chunks[2].dtype, 4u);
   EXPECT_EQ(r.read_f32(o2, tensor_type(DType::kFp16, {2, 3})), k);
   auto iv = r.read_f32(o3, tensor_type(DType::kInt8, {5}));
   EXPECT_EQ(iv, (std::vector<float>{-128, -1, 0, 1, 127}));
+  // The data type is checked against the const: int8 bytes read as uint8 are refused.
+  try {
+    r.payload(o3, tensor_type(DType::kUint8, {5}));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("data type Int8 (4)"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Blob, TransposedWeights) {
@@ -101,6 +161,15 @@ TEST(Blob, CorruptFilesAreRejected) {
   EXPECT_THROW(BlobReader(bad, "b.bin").payload(off, t), Error);
   bad = good;
   bad[72 + 2] = 0x08;  // the probes' hard-coded data_size (524288)
+  EXPECT_THROW(BlobReader(bad, "b.bin").payload(off, t), Error);
+  bad = good;
+  bad[68] = 4;  // Int8 data type under an fp16 const
+  EXPECT_THROW(BlobReader(bad, "b.bin").payload(off, t), Error);
+  bad = good;
+  bad[4] = 1;  // version 1 (Espresso blob_v1)
+  EXPECT_THROW(BlobReader(bad, "b.bin").payload(off, t), Error);
+  bad = good;
+  bad[0] = 0;  // count 0
   EXPECT_THROW(BlobReader(bad, "b.bin").payload(off, t), Error);
   bad = good;
   bad[80] = 10;  // data_offset inside the header

@@ -135,6 +135,13 @@ TEST(DeviceProfile, ChipFamilyMapsToProfile) {
   EXPECT_EQ(profile_for_ane_sub_type("H16G"), "m4");
   EXPECT_EQ(profile_for_ane_sub_type("H17S"), "m5");
   EXPECT_EQ(profile_for_ane_sub_type("H11"), "");
+  // Issue 40 item 1: real chips report lowercase families (maderix/ANE PR #50: h16 on M4 and base M5,
+  // h17 on M5 Max); any case, any suffix.
+  const std::pair<const char*, const char*> lower[] = {{"h13", "m1"}, {"h14", "m2"},  {"h15", "m3"},  {"h16", "m4"},
+                                                       {"h17", "m5"}, {"h16g", "m4"}, {"H16G", "m4"}, {"h13G", "m1"}};
+  for (const auto& [sub, profile] : lower) EXPECT_EQ(profile_for_ane_sub_type(sub), profile) << sub;
+  EXPECT_EQ(profile_for_ane_sub_type("h1"), "");
+  EXPECT_EQ(profile_for_ane_sub_type("xh16"), "");
   EXPECT_EQ(profile_for_ane_sub_type(""), "");
   EXPECT_EQ(device_profile("auto").name, "m4");
   EXPECT_EQ(std::string(kDefaultDevice), "auto");

@@ -3,6 +3,7 @@
 #include <unistd.h>  // mkdtemp (macOS declares it here, glibc in <stdlib.h>)
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -152,6 +153,11 @@ Status FakeShim::failed(ShimCall& c, Status s) {
 }
 
 Status FakeShim::injected(ShimCall& c) {
+  if (!opts_.abort_at.empty() && c.call == opts_.abort_at) {  // a crash inside a private call
+    std::fprintf(stderr, "[fake ane] aborting in %s (abort_at)\n", c.call.c_str());
+    std::fflush(stderr);
+    std::abort();
+  }
   auto it = failures_.find(c.call);
   if (it == failures_.end()) return Status::ok();
   FakeFailure& f = it->second;
@@ -283,11 +289,14 @@ Status FakeShim::compile(ModelHandle h, uint32_t qos) {
   c.weights_dir = fs::is_directory(dir / "weights", ec);
   if (Status s = check_model_dir(*m, c); !s) return failed(c, s);
   if (Status s = build_kernel(*m); !s) return failed(c, s);
-  // The compiler's output next to model.mil (what compiled_model_exists finds, also after an exec).
+  // The compiler's output next to model.mil, and the daemon's cache entry, which outlives the model
+  // directory and the process (what compiled_model_exists finds, also after an exec or a clean exit).
   const std::string plist = cat("fake net.plist for ", m->hex_id, "\n");
   try {
     write_file_atomic((dir / "net.plist").string(), plist);
     write_file_atomic((dir / "data").string(), "fake compiled program\n");
+    fs::create_directories(daemon_cache_dir());
+    write_file_atomic((daemon_cache_dir() / m->hex_id).string(), plist);
   } catch (const std::exception& e) {
     return failed(c, shim_error(sel::kCompile, cat("cannot write the compiled program: ", e.what()), "fake", 0));
   }
@@ -311,8 +320,10 @@ Status FakeShim::build_kernel(Model& m) {
   return Status::ok();
 }
 
+fs::path FakeShim::daemon_cache_dir() const { return fs::path(temp_dir_) / kDaemonCacheDir; }
+
 bool FakeShim::compiled_output_exists(const Model& m) const {
-  const fs::path p = fs::path(temp_dir_) / m.hex_id / "net.plist";
+  const fs::path p = daemon_cache_dir() / m.hex_id;
   std::error_code ec;
   if (!fs::is_regular_file(p, ec)) return false;
   try {
@@ -371,6 +382,12 @@ Status FakeShim::load(ModelHandle h, uint32_t qos) {
   if (Status s = injected(c); !s) return s;
   Model* m = model(h);
   if (m && !m->compiled && compiled_output_exists(*m)) {  // compiled by an earlier process: no compile
+    // The daemon's cached program loads only from a model directory that holds model.mil and the
+    // weights again (m0at/ANEtransformers training/ane_runtime.h writes them before this load).
+    if (Status s = check_model_dir(*m, c); !s)
+      return failed(c,
+                    shim_error(sel::kLoad, cat("fake: the cached program ", m->hex_id, " cannot load: ", s.message()),
+                               "com.apple.appleneuralengine", 1));
     if (Status s = build_kernel(*m); !s) return failed(c, s);
     m->compiled = true;
   }

@@ -12,9 +12,11 @@
 //                 every compile fails with "_ANECompiler : ANECCompile() FAILED" (digest §1.11)
 //                 On success it writes the compiler's output, <tmp>/<hexId>/net.plist and data (fake
 //                 contents naming the hexId), like the real compiler (digest §1.2).
-//   compiled_model_exists  <tmp>/<hexId>/net.plist exists and names this hexId (left by a compile of
-//                 this fake or of an earlier process that used the same temp dir)
-//   load          compiled (here, or compiled_model_exists), not loaded;    unload: loaded
+//   compiled_model_exists  the daemon's cache (<tmp>/.aned/<hexId>, written by every successful compile of
+//                 this fake or of an earlier process using the same temp dir) has this hexId; like aned's
+//                 cache it outlives the model directory and the process
+//   load          compiled (here), or cached (compiled_model_exists) with <tmp>/<hexId>/model.mil and the
+//                 weight files present and equal, as for a compile; not loaded;    unload: loaded
 //   create_surface  bytes > 0; lock/unlock: balanced, same mode
 //   procedure_symbols  loaded; the table of FakeShimOptions::symbol_order
 //   evaluate      loaded; request's procedure exists; indices are that procedure's entry of the
@@ -36,6 +38,7 @@
 // It lives with the tests' support code (target anelab_fake_shim); the anelab CLI links it for
 // `anelab probe` (the emulator half of its rule experiments, and --shim fake) and ANELAB_ANE_SHIM=fake.
 #pragma once
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -79,10 +82,10 @@ struct FakeCompileFailures {
 FakeCompileFailures parse_compile_failures(const std::string& spec);
 
 struct FakeShimOptions {
-  std::string device = "m4";  // emulator profile the kernels run with
-  int compile_limit = 119;    // compiles that succeed in this fake "process"
-  std::string sub_type = "H16G";
-  std::string temp_dir;  // "" = a fresh directory under the system temp dir (removed by ~FakeShim)
+  std::string device = "m4";     // emulator profile the kernels run with
+  int compile_limit = 119;       // compiles that succeed in this fake "process"
+  std::string sub_type = "h16";  // what M4 reports (lowercase, maderix/ANE PR #50)
+  std::string temp_dir;          // "" = a fresh directory under the system temp dir (removed by ~FakeShim)
   size_t min_surface_bytes = 49152;
   int threads = 1;  // emulator threads
   FakeCompileFailures compile_failures;
@@ -94,6 +97,7 @@ struct FakeShimOptions {
   // compiler's symbol table might.
   std::string symbol_order = "declaration";
   bool has_procedure_attributes = true;  // false: procedure_symbols() fails like a missing key
+  std::string abort_at;  // a call name ("evaluate", ...): the process aborts there, as a crash in a private call
 };
 
 struct FakeFailure {
@@ -106,6 +110,7 @@ struct FakeFailure {
 
 class FakeShim : public Shim {
  public:
+  static constexpr const char* kDaemonCacheDir = ".aned";  // under temporary_directory()
   explicit FakeShim(FakeShimOptions o = {});
   ~FakeShim() override;
 
@@ -157,7 +162,8 @@ class FakeShim : public Shim {
   Status check_request(const Model& m, const Request& r);
   Status run(Model& m, const Request& r);
   bool compiled_output_exists(const Model& m) const;
-  Status build_kernel(Model& m);  // parse the MIL and compile it on the emulator
+  std::filesystem::path daemon_cache_dir() const;  // <tmp>/.aned
+  Status build_kernel(Model& m);                   // parse the MIL and compile it on the emulator
   int64_t next_run_compile();
   rt::SurfaceLayout layout(const mil::TensorType& t) const;  // this fake device's row layout
 
