@@ -16,6 +16,7 @@
 // what it returns on a Mac is verified there only (docs/dashboard.md says how).
 #include <string>
 
+#include "framework/core/clock.h"
 #include "framework/core/power.h"
 
 #if defined(__APPLE__)
@@ -141,10 +142,6 @@ double unit_joules(const std::string& u) {
   if (u == "uJ" || u == "\xC2\xB5J") return 1e-6;
   if (u == "nJ") return 1e-9;
   return 0;
-}
-
-double steady_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 class IOReportSource final : public Source {

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "framework/core/clock.h"
 #include "framework/core/error.h"
 #include "framework/core/power.h"
 
@@ -115,9 +116,6 @@ class RaplSource final : public Source {
   double t0_ = 0;
 };
 
-double steady_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 }  // namespace
 
 Opened open_rapl(const std::string& root_arg, Clock clock) {
