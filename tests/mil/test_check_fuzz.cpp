@@ -176,6 +176,7 @@ TEST(MilFuzz, RandomByteFlipsNeverCrash) {
     }
   }
   EXPECT_GT(errors, 2000);
+  EXPECT_GT(parsed, 0) << "no mutation parsed: the print / re-parse round trip above was never exercised";
 }
 
 TEST(MilFuzz, PathologicalInputs) {
