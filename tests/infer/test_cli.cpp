@@ -6,7 +6,11 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <pty.h>
+#if defined(__APPLE__)
+#include <util.h>  // forkpty (macOS)
+#else
+#include <pty.h>  // forkpty (glibc)
+#endif
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
