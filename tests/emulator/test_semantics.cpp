@@ -8,46 +8,8 @@
 #include "framework/emulator/emulator.h"
 #include "tests/emulator/op_harness.h"
 
-// Counting allocator (test binary only): the global operator new replaced in every form, in portable
-// C++ (no glibc-only __libc_* entry points, so the test links on macOS too). The emulator is C++ and
-// allocates through operator new (std::vector, std::string, make_unique ...); plain malloc calls are not
-// counted, and the emulator makes none.
-static std::atomic<long> g_allocs{0};
-static std::atomic<bool> g_counting{false};
-static void* counted_new(std::size_t n, std::size_t align) {
-  if (g_counting.load(std::memory_order_relaxed)) ++g_allocs;
-  if (n == 0) n = 1;
-  void* p =
-      align > alignof(std::max_align_t) ? std::aligned_alloc(align, (n + align - 1) / align * align) : std::malloc(n);
-  if (!p) throw std::bad_alloc();
-  return p;
-}
-void* operator new(std::size_t n) { return counted_new(n, 0); }
-void* operator new[](std::size_t n) { return counted_new(n, 0); }
-void* operator new(std::size_t n, std::align_val_t a) { return counted_new(n, static_cast<std::size_t>(a)); }
-void* operator new[](std::size_t n, std::align_val_t a) { return counted_new(n, static_cast<std::size_t>(a)); }
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  try {
-    return counted_new(n, 0);
-  } catch (...) {
-    return nullptr;
-  }
-}
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
-  try {
-    return counted_new(n, 0);
-  } catch (...) {
-    return nullptr;
-  }
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+// evaluate() allocates nothing: tests/common/counting_new.h counts operator new (the emulator allocates through it).
+#include "tests/common/counting_new.h"
 
 namespace anelab::test {
 namespace {
@@ -114,11 +76,11 @@ TEST(EmulatorSemantics, EvaluateAllocatesNothing) {
   auto outs = (*k)->make_outputs(0, be->profile());
   std::vector<rt::Surface*> ip{&ins[0]}, op{&outs[0]};
   ASSERT_TRUE(be->evaluate(**k, 0, ip, op).is_ok());  // warm-up: thread pool
-  g_allocs = 0;
-  g_counting = true;
+  anelab::test::g_allocations = 0;
+  anelab::test::g_counting = true;
   for (int i = 0; i < 3; ++i) (void)be->evaluate(**k, 0, ip, op);
-  g_counting = false;
-  EXPECT_EQ(g_allocs.load(), 0) << "evaluate() allocated";
+  anelab::test::g_counting = false;
+  EXPECT_EQ(anelab::test::g_allocations.load(), 0) << "evaluate() allocated";
 }
 
 TEST(EmulatorSemantics, MissingWeightNamesPathAndKnownKeys) {
