@@ -7,6 +7,7 @@
 # that tests spawn themselves (anelab, exec-restart) through binfmt_misc. Environment:
 #   ANELAB_CROSS_BUILD_DIR  build directory (default: build-aarch64-linux)
 #   ANELAB_NO_APT=1         skip the package step
+#   ANELAB_CROSS_TARGETS    the targets to build, space-separated (default: all; `anelab` is always added)
 # Dependencies: the header-only libraries (Eigen, CLI11, nlohmann-json, toml++ as TOML_HEADER_ONLY) come from
 # the host's /usr/include through BUILD/deps/include, a directory of symlinks to exactly those directories;
 # the runtime libraries from arm64 multiarch packages; GoogleTest is compiled
@@ -107,7 +108,9 @@ stage_deps "$DEPS"
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/toolchains/aarch64-linux-gnu.cmake" -DANELAB_CROSS_DEPS="$DEPS" \
   "-DCMAKE_CROSSCOMPILING_EMULATOR=qemu-aarch64;-L;/" "${launcher[@]}" "${cmake_args[@]}" >/dev/null
-cmake --build "$BUILD" -j"$(nproc)"
+targets=()
+[[ -z "${ANELAB_CROSS_TARGETS:-}" ]] || read -ra targets <<<"anelab $ANELAB_CROSS_TARGETS"
+cmake --build "$BUILD" -j"$(nproc)" ${targets[@]+--target "${targets[@]}"}
 file -L "$BUILD/bin/anelab" | grep -q "ARM aarch64" || { log "$BUILD/bin/anelab is not an aarch64 ELF"; exit 1; }
 log "built $BUILD/bin/anelab (aarch64)"
 

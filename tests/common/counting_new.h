@@ -24,33 +24,37 @@ inline void* counted_new(std::size_t n, std::size_t align) {
 }
 }  // namespace anelab::test
 
-void* operator new(std::size_t n) { return anelab::test::counted_new(n, 0); }
-void* operator new[](std::size_t n) { return anelab::test::counted_new(n, 0); }
-void* operator new(std::size_t n, std::align_val_t a) {
+// Not inlined: GCC would otherwise see std::free applied (inlined) to what `new` returned in the same translation unit
+// and report -Wmismatched-new-delete, although the two replacements are a matched malloc / free pair.
+#define ANELAB_COUNTING_NEW [[gnu::noinline]]
+
+ANELAB_COUNTING_NEW void* operator new(std::size_t n) { return anelab::test::counted_new(n, 0); }
+ANELAB_COUNTING_NEW void* operator new[](std::size_t n) { return anelab::test::counted_new(n, 0); }
+ANELAB_COUNTING_NEW void* operator new(std::size_t n, std::align_val_t a) {
   return anelab::test::counted_new(n, static_cast<std::size_t>(a));
 }
-void* operator new[](std::size_t n, std::align_val_t a) {
+ANELAB_COUNTING_NEW void* operator new[](std::size_t n, std::align_val_t a) {
   return anelab::test::counted_new(n, static_cast<std::size_t>(a));
 }
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+ANELAB_COUNTING_NEW void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
   try {
     return anelab::test::counted_new(n, 0);
   } catch (...) {
     return nullptr;
   }
 }
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+ANELAB_COUNTING_NEW void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
   try {
     return anelab::test::counted_new(n, 0);
   } catch (...) {
     return nullptr;
   }
 }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+ANELAB_COUNTING_NEW void operator delete(void* p) noexcept { std::free(p); }
+ANELAB_COUNTING_NEW void operator delete[](void* p) noexcept { std::free(p); }
+ANELAB_COUNTING_NEW void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+ANELAB_COUNTING_NEW void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+ANELAB_COUNTING_NEW void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+ANELAB_COUNTING_NEW void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+ANELAB_COUNTING_NEW void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+ANELAB_COUNTING_NEW void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }

@@ -62,6 +62,13 @@ inline void put(const std::filesystem::path& path, const std::string& text) {
   f << text;
 }
 
+// s single-quoted for sh (a ' inside becomes '\'').
+inline std::string sh_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
 }  // namespace anelab::test
 
 #define ANELAB_REQUIRE_DATA(rel)                                                         \

@@ -2,7 +2,7 @@
 // (infer/prefill_mil.h, framework/kernels/w8.h), on stories260K:
 //   - a whole-layer W8 kernel is bit-identical to the fp16 kernel built from the folded weights
 //     fp16(q * scale): the int8 path changes the weights and nothing else (the per-product bound of
-//     that change is test_kernel_w8's);
+//     that change is test_w8.cpp's);
 //   - the baked matrix bytes halve;
 //   - the W8A8 kernel quantizes each distinct conv input once, in MDX's working form;
 //   - the engine picks the path from --ane-weights / the device profile, calibrates once and keeps the
@@ -24,7 +24,7 @@ namespace {
 
 constexpr const char* kModel = "llama2c/stories260K.bin";
 
-Engine make(const std::string& backend, const std::string& weights = "fp16", const std::string& device = "m4") {
+Engine make_w8(const std::string& backend, const std::string& weights = "fp16", const std::string& device = "m4") {
   EngineOptions o;
   o.backend = backend;
   o.device = device;
@@ -58,7 +58,7 @@ const char* const kMatrices[] = {"wq", "wk", "wv", "wo", "w1", "w2", "w3"};
 
 TEST(PrefillW8, LayerKernelEqualsTheFp16KernelOfTheFoldedWeights) {
   ANELAB_REQUIRE_DATA(kModel);
-  Engine e = make("cpu");
+  Engine e = make_w8("cpu");
   const auto& c = e.config();
   const int64_t S = 32;
   const LayerWeights& L = e.layer(1);
@@ -81,7 +81,7 @@ TEST(PrefillW8, LayerKernelEqualsTheFp16KernelOfTheFoldedWeights) {
 // requantizing per output channel: its W8 kernel is the W8 kernel of its dequantized matrices.
 TEST(PrefillW8, BlockQuantizedMatricesAreRequantizedPerChannel) {
   ANELAB_REQUIRE_DATA(kModel);
-  Engine e = make("cpu");
+  Engine e = make_w8("cpu");
   const auto& c = e.config();
   const LayerWeights& L = e.layer(0);
   LayerWeights qw = L, dq = L;
@@ -114,7 +114,7 @@ TEST(PrefillW8, BlockQuantizedMatricesAreRequantizedPerChannel) {
 
 TEST(PrefillW8, BakedMatrixBytesHalve) {
   ANELAB_REQUIRE_DATA(kModel);
-  Engine e = make("cpu");
+  Engine e = make_w8("cpu");
   const auto& c = e.config();
   const LayerKernelSource s16 = build_layer_kernel(c, e.layer(0), 64, mil::Dialect::kIos18);
   const LayerKernelSource s8 =
@@ -137,7 +137,7 @@ TEST(PrefillW8, BakedMatrixBytesHalve) {
 
 TEST(PrefillW8A8, EachConvInputIsQuantizedOnceInTheWorkingForm) {
   ANELAB_REQUIRE_DATA(kModel);
-  Engine e = make("cpu");
+  Engine e = make_w8("cpu");
   const std::map<std::string, float> scales = {
       {"attn_in", 0.25f}, {"attn_out", 0.125f}, {"ffn_in", 0.5f}, {"ffn_mid", 1.0f}};
   const LayerKernelSource s =
@@ -160,12 +160,12 @@ TEST(PrefillW8A8, AutoFollowsTheDeviceProfile) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"m4", "w8a8"}, {"m5", "w8a8"}, {"m1", "int8"}, {"m3", "int8"}};
   for (const auto& [dev, want] : cases) {
-    Engine e = make("emulator", "auto", dev);
+    Engine e = make_w8("emulator", "auto", dev);
     e.prefill(toks, 0);
     EXPECT_EQ(e.last_prefill().weights, want) << dev;
   }
-  EXPECT_THROW(make("emulator", "int4"), Error);
-  EXPECT_THROW(make("emulator", "w8a8", "m2"), Error);  // quantize / dequantize are iOS17 ops; m1-m3 print ios16
+  EXPECT_THROW(make_w8("emulator", "int4"), Error);
+  EXPECT_THROW(make_w8("emulator", "w8a8", "m2"), Error);  // quantize / dequantize are iOS17 ops; m1-m3 print ios16
 }
 
 // Relative max error: max |a-b| / max |b|.
@@ -205,15 +205,15 @@ TEST(PrefillW8A8, CalibratedOnceThenStatic) {
   EXPECT_EQ(e.mil_prefill()->act_scales(), want);
   e.prefill(b, 0, &lb);  // b does not recalibrate: the kernels of its bucket use a's scales
   EXPECT_EQ(e.mil_prefill()->act_scales(), want);
-  Engine cpu = make("cpu");
+  Engine cpu = make_w8("cpu");
   std::vector<float> ca, cb;
   cpu.prefill(a, 0, &ca);
   cpu.prefill(b, 0, &cb);
   // For the record (no tolerance: a whole model's error is not bounded by the per-product bounds):
   // the logits' max error relative to their range, next to the fp16 and int8-weight prefills'.
   std::vector<float> l16, l8;
-  make("emulator").prefill(a, 0, &l16);
-  make("emulator", "int8").prefill(a, 0, &l8);
+  make_w8("emulator").prefill(a, 0, &l16);
+  make_w8("emulator", "int8").prefill(a, 0, &l8);
   std::printf(
       "[infer] prefill vs cpu fp32, rel max err of the logits: fp16 %.3e, int8 %.3e, w8a8 %.3e "
       "(calibration prompt), w8a8 %.3e (another prompt)\n",

@@ -62,7 +62,7 @@ void whole_layer_case(const kern::TrainShape& s) {
   b.output(b.named("out").concat({t[0].second, t[1].second, t[2].second}, 1));
   const F32 got = eval_program(pb.build(mil::Dialect::kIos18), p.weights(), {L.x}).at(0);  // [D + 2 KVD, S]
 
-  // out: the attention half (o: 48 roundings, test_train_kernels) then the FFN half on the fp16 x2 (y: 24 + 1);
+  // out: the attention half (o: 48 roundings, test_train_kernels.cpp) then the FFN half on the fp16 x2 (y: 24 + 1);
   // |out| >= |x2| >= |o| through the residuals, so the sum of both limits bounds the whole layer.
   const F32 out(got.begin(), got.begin() + D * S);
   EXPECT_LT(nmse(out, L.fwd.out), fp16_nmse(48 + 25)) << s.str();

@@ -26,12 +26,6 @@ const std::string kBin = std::string(ANELAB_BINARY_DIR) + "/bin/anelab";
 const char* kModel = "llama2c/stories260K.bin";
 const char* kTok = "llama2c/tok512.bin";
 
-std::string sh_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 // Runs a shell command, returns stdout (exit status in *rc).
 std::string capture(const std::string& cmd, int* rc = nullptr) {
   std::string out;
@@ -50,11 +44,11 @@ struct ServerProc {
   fs::path dir;
   // Starts `anelab serve` on a free port (--port 0, the port comes back through --port-file).
   bool start(const std::vector<std::string>& extra) {
-    dir = test::temp_dir("serve");
+    dir = anelab::test::temp_dir("serve");
     const std::string port_file = (dir / "port").string(), log = (dir / "server.log").string();
     std::vector<std::string> args = {kBin,          "serve",
-                                     "--model",     test::data_path(kModel),
-                                     "--tokenizer", test::data_path(kTok),
+                                     "--model",     anelab::test::data_path(kModel),
+                                     "--tokenizer", anelab::test::data_path(kTok),
                                      "--port",      "0",
                                      "--port-file", port_file,
                                      "--no-log"};
@@ -112,7 +106,7 @@ struct ServerProc {
 class ServeAcceptance : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (!fs::exists(test::data_path(kModel)) || !fs::exists(test::data_path(kTok))) return;
+    if (!fs::exists(anelab::test::data_path(kModel)) || !fs::exists(anelab::test::data_path(kTok))) return;
     srv_ = new ServerProc;
     if (!srv_->start({"--backend", "cpu", "--parallel", "2", "--queue", "8", "--max-body", "65536"})) {
       ADD_FAILURE() << "server did not start:\n" << srv_->log();
@@ -136,7 +130,7 @@ class ServeAcceptance : public ::testing::Test {
     const fs::path f = srv_->dir / "body.json";
     std::ofstream(f, std::ios::binary) << body;
     std::string out = capture("curl -s -S -X " + method + " -H 'Content-Type: application/json' --data-binary @" +
-                              f.string() + " -w '\\n%{http_code}' " + sh_quote(url(path)));
+                              f.string() + " -w '\\n%{http_code}' " + anelab::test::sh_quote(url(path)));
     const size_t nl = out.rfind('\n');
     if (nl == std::string::npos) return {0, out};
     return {std::atoi(out.c_str() + nl + 1), out.substr(0, nl)};
@@ -144,17 +138,18 @@ class ServeAcceptance : public ::testing::Test {
   static json py(const std::string& method, const std::string& path, const std::string& body, int disconnect = 0) {
     const fs::path f = srv_->dir / "pybody.json";
     std::ofstream(f, std::ios::binary) << body;
-    const std::string cmd = "/usr/bin/python3 " + sh_quote(test::source_path("tests/serve/client.py")) + " --port " +
-                            std::to_string(srv_->port) + " --method " + method + " --path " + sh_quote(path) +
-                            (body.empty() ? "" : " --body-file " + f.string()) +
+    const std::string cmd = "/usr/bin/python3 " +
+                            anelab::test::sh_quote(anelab::test::source_path("tests/serve/client.py")) + " --port " +
+                            std::to_string(srv_->port) + " --method " + method + " --path " +
+                            anelab::test::sh_quote(path) + (body.empty() ? "" : " --body-file " + f.string()) +
                             (disconnect ? " --disconnect-after " + std::to_string(disconnect) : "");
     return json::parse(capture(cmd), nullptr, false);
   }
   static std::string cli_generate(const std::string& prompt, int max_tokens, double t, double p, int seed) {
     int rc = 0;
     const std::string out =
-        capture(kBin + " infer generate --backend cpu --model " + test::data_path(kModel) + " --tokenizer " +
-                    test::data_path(kTok) + " --prompt " + sh_quote(prompt) + " --max-tokens " +
+        capture(kBin + " infer generate --backend cpu --model " + anelab::test::data_path(kModel) + " --tokenizer " +
+                    anelab::test::data_path(kTok) + " --prompt " + anelab::test::sh_quote(prompt) + " --max-tokens " +
                     std::to_string(max_tokens) + " --temp " + std::to_string(t) + " --top-p " + std::to_string(p) +
                     " -s " + std::to_string(seed) + " 2>/dev/null",
                 &rc);
@@ -315,10 +310,11 @@ TEST_F(ServeAcceptance, DisconnectedStreamIsCancelled) {
 
 TEST_F(ServeAcceptance, LoadTest64Clients) {
   int rc = 0;
-  const std::string out = capture("/usr/bin/python3 " + sh_quote(test::source_path("scripts/serve_load_test.py")) +
-                                      " --port " + std::to_string(srv_->port) + " --pid " + std::to_string(srv_->pid) +
-                                      " --clients 64 --requests 320 --max-tokens 48 --retries 2",
-                                  &rc);
+  const std::string out =
+      capture("/usr/bin/python3 " + anelab::test::sh_quote(anelab::test::source_path("scripts/serve_load_test.py")) +
+                  " --port " + std::to_string(srv_->port) + " --pid " + std::to_string(srv_->pid) +
+                  " --clients 64 --requests 320 --max-tokens 48 --retries 2",
+              &rc);
   std::printf("%s", out.c_str());
   EXPECT_EQ(rc, 0) << out;
   const json s = json::parse(out, nullptr, false);
@@ -336,8 +332,8 @@ TEST(ServeAcceptanceLifecycle, SigtermDuringStreamExitsZero) {
   ASSERT_TRUE(p.start({"--backend", "cpu", "--shutdown-grace", "5"})) << p.log();
   // a stream in flight while the signal arrives
   std::thread client([&] {
-    capture("/usr/bin/python3 " + sh_quote(test::source_path("tests/serve/client.py")) + " --port " +
-            std::to_string(p.port) +
+    capture("/usr/bin/python3 " + anelab::test::sh_quote(anelab::test::source_path("tests/serve/client.py")) +
+            " --port " + std::to_string(p.port) +
             " --body '{\"prompt\": \"Once\", \"max_tokens\": 400, \"stream\": true}' >/dev/null");
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -353,14 +349,14 @@ TEST(ServeAcceptanceLifecycle, EmulatorBackendEqualsCli) {
   ASSERT_TRUE(p.start({"--backend", "emulator", "--warmup", "32"})) << p.log();
   int rc = 0;
   const std::string expected =
-      capture(kBin + " infer generate --backend emulator --model " + test::data_path(kModel) + " --tokenizer " +
-                  test::data_path(kTok) +
+      capture(kBin + " infer generate --backend emulator --model " + anelab::test::data_path(kModel) + " --tokenizer " +
+                  anelab::test::data_path(kTok) +
                   " --prompt 'Once upon a time' --max-tokens 30 --temp 0.8 --top-p 0.9 -s 3 2>/dev/null",
               &rc);
   ASSERT_EQ(rc, 0);
   const std::string body =
       R"({"prompt": "Once upon a time", "max_tokens": 30, "temperature": 0.8, "top_p": 0.9, "seed": 3, "echo": true})";
-  const std::string out = capture("curl -s -X POST --data-binary " + sh_quote(body) +
+  const std::string out = capture("curl -s -X POST --data-binary " + anelab::test::sh_quote(body) +
                                   " http://127.0.0.1:" + std::to_string(p.port) + "/v1/completions");
   const json r = json::parse(out, nullptr, false);
   ASSERT_TRUE(r.is_object()) << out;

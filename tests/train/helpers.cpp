@@ -139,6 +139,15 @@ std::vector<float> init_with_norm_noise(const train::ParamLayout& layout, uint64
   return w;
 }
 
+train::TrainConfig small_run(const std::string& dir, const std::string& data, const std::string& strategy) {
+  train::TrainConfig c;
+  c.preset = "stories260k", c.data = data, c.run_dir = dir, c.run = "t", c.strategy = strategy;
+  c.steps = 10, c.batch_size = 2, c.seq_len = 32, c.lr = 2e-3, c.warmup_steps = 2;
+  c.eval_batches = 0, c.compile_budget = 100000;
+  train::validate(c);
+  return c;
+}
+
 std::vector<double> losses(const std::string& dir) {
   std::vector<double> v;
   for (const auto& e : read_events(dir, "step")) v.push_back(e["loss"].get<double>());

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "models/formats/model.h"
+#include "train/config.h"
 #include "train/cpu_model.h"
 #include "train/params.h"
 
@@ -40,6 +41,9 @@ models::ModelConfig gemma3_test_config();
 std::vector<float> init_with_norm_noise(const train::ParamLayout& layout, uint64_t seed);
 // The loss of every step event of DIR/events.jsonl, in order.
 std::vector<double> losses(const std::string& dir);
+// A 10-step stories260k run of `strategy` on `data` into `dir` (batch 2, 32 tokens, lr 2e-3, 2 warm-up steps, no
+// eval, no compile limit), validated.
+train::TrainConfig small_run(const std::string& dir, const std::string& data, const std::string& strategy);
 // gtest expectations: the last.ckpt of run dirs a and b hold the same step, weights, moments, data and
 // loss-scale state, and their step losses are equal bitwise.
 void expect_same_state(const std::string& a, const std::string& b);

@@ -32,26 +32,20 @@ namespace fs = std::filesystem;
 
 constexpr int kSteps = 8;
 
-std::string q(const std::string& s) {
-  std::string r = "'";
-  for (char c : s) r += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return r + "'";
-}
-
 // The binary over the fake shim in fake_dir, failing the listed compiles of the run ("" = none). one_process:
 // no budget and no compile limit (the reference count of compiles without restarts).
 int run_fake(const std::string& data, const std::string& run_dir, const std::string& fake_dir,
              const std::string& failures, const std::string& log, bool one_process = false) {
   const std::string env = "ANELAB_THREADS=" + std::to_string(ThreadPool::global().size()) +
-                          " ANELAB_ANE_SHIM=fake ANELAB_FAKE_ANE_DIR=" + q(fake_dir) +
-                          " ANELAB_FAKE_ANE_FAIL_COMPILES=" + q(failures) +
+                          " ANELAB_ANE_SHIM=fake ANELAB_FAKE_ANE_DIR=" + test::sh_quote(fake_dir) +
+                          " ANELAB_FAKE_ANE_FAIL_COMPILES=" + test::sh_quote(failures) +
                           (one_process ? " ANELAB_FAKE_ANE_COMPILE_LIMIT=100000" : "") + " ";
-  const std::string cmd = env + q(std::string(ANELAB_BINARY_DIR) + "/bin/anelab") +
-                          " train --preset stories260k --data " + q(data) + " --run-dir " + q(run_dir) +
-                          " --run t --steps " + std::to_string(kSteps) +
-                          " --accum-steps 2 --batch-size 2 --seq-len 32 --lr 2e-3 --warmup-steps 2 --eval-batches 0"
-                          " --strategy static --backend ane" +
-                          (one_process ? " --compile-budget 100000" : "") + " --quiet > " + q(log) + " 2>&1";
+  const std::string cmd =
+      env + test::sh_quote(std::string(ANELAB_BINARY_DIR) + "/bin/anelab") + " train --preset stories260k --data " +
+      test::sh_quote(data) + " --run-dir " + test::sh_quote(run_dir) + " --run t --steps " + std::to_string(kSteps) +
+      " --accum-steps 2 --batch-size 2 --seq-len 32 --lr 2e-3 --warmup-steps 2 --eval-batches 0"
+      " --strategy static --backend ane" +
+      (one_process ? " --compile-budget 100000" : "") + " --quiet > " + test::sh_quote(log) + " 2>&1";
   return std::system(cmd.c_str());
 }
 

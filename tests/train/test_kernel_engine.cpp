@@ -1,6 +1,6 @@
 // The static / dynamic kernel strategies (train/kernel_engine.h) on the emulator backend: one-step gradients
-// against the fp32 CPU engine and PyTorch, loss trajectories against the CPU engine, exec-restart under a tiny
-// compile budget (real binary) == an unrestarted run bitwise, resume bit-exactness, compile accounting, errors.
+// against the fp32 CPU engine and PyTorch, loss trajectories against the CPU engine, resume bit-exactness, compile
+// accounting, errors. What runs the `anelab` binary is in test_kernel_engine_cli.cpp.
 //
 // Tolerance of the gradient comparison (NMSE = ||g - ref||² / ||ref||² per tensor): every kernel output is
 // rounded to fp16 (u = 2^-11; a rounding error is ~uniform, relative variance u²/3 = 8e-8) and each kernel
@@ -198,22 +198,13 @@ TEST(KernelEngine, SerialQueueRunsInOrderAndRethrows) {
 
 // ---- whole runs -------------------------------------------------------------------------------------
 
-train::TrainConfig small_run(const std::string& dir, const std::string& data, const std::string& strategy) {
-  train::TrainConfig c;
-  c.preset = "stories260k", c.data = data, c.run_dir = dir, c.run = "t", c.strategy = strategy;
-  c.steps = 10, c.batch_size = 2, c.seq_len = 32, c.lr = 2e-3, c.warmup_steps = 2;
-  c.eval_batches = 0, c.compile_budget = 100000;
-  train::validate(c);
-  return c;
-}
-
 // 10 steps of `anelab train` with each strategy on the same data (in DIR/cpu, DIR/static, DIR/dynamic); the kernels'
 // losses against the CPU engine's. `init`: a model file ("" = the stories260k preset); `margin`: how much the mean
 // of the last three losses must be below the first three (it learns; batches are random: means).
 void losses_track_cpu(const std::string& dir, const std::string& init, int64_t vocab, double lr, double margin) {
   const std::string data = test::write_tokens(dir, 5000, vocab, 8);
   for (const std::string s : {"cpu", "static", "dynamic"}) {
-    auto c = small_run(dir + "/" + s, data, s);
+    auto c = test::small_run(dir + "/" + s, data, s);
     if (!init.empty()) c.preset = "", c.init = init;
     c.lr = lr, c.warmup_steps = 1;
     train::validate(c);
@@ -250,7 +241,7 @@ TEST(KernelEngine, TenStepLossesTrackCpu) {
 }
 
 // Qwen3 (q/k norms in the kernels): the CPU engine's trajectory is checked against torch.optim.AdamW in
-// test_train_reference, so this closes the chain kernels -> CPU -> PyTorch; then one step's gradients at the
+// test_reference.cpp, so this closes the chain kernels -> CPU -> PyTorch; then one step's gradients at the
 // trained weights (norm weights moved off their init) against the CPU engine's.
 TEST(KernelEngine, Qwen3TenStepLossesTrackCpu) {
   const auto dir = test::temp_dir("ktraj_qwen3").string();
@@ -271,34 +262,10 @@ TEST(KernelEngine, Qwen3TenStepLossesTrackCpu) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(KernelEngine, StaticExecRestartsEqualUnrestartedRun) {
-  const auto dir = test::temp_dir("krestart").string();
-  const std::string data = test::write_tokens(dir, 5000, 512, 4);
-  auto c = small_run(dir + "/straight", data, "static");
-  c.steps = 8, c.accum_steps = 2;
-  train::run_training(c, {false, false});
-  // 5 layers: a process compiles 2 + 35 kernels for its first step and 35 per further update; a budget of
-  // 75 fits two steps (72), so 8 steps take 4 processes (3 exec-restarts).
-  const std::string cmd = std::string(ANELAB_BINARY_DIR) + "/bin/anelab train --preset stories260k --data " + data +
-                          " --run-dir " + dir +
-                          "/restarted --run t --steps 8 --accum-steps 2 --batch-size 2 "
-                          "--seq-len 32 --lr 2e-3 --warmup-steps 2 --eval-batches 0 --strategy static "
-                          "--compile-budget 75 --quiet > " +
-                          dir + "/log.txt 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << read_file_text(dir + "/log.txt");
-  EXPECT_EQ(test::read_events(dir + "/restarted", "restart").size(), 3u);
-  EXPECT_EQ(test::read_events(dir + "/restarted", "run_start").size(), 4u);
-  const auto compiles = test::read_events(dir + "/restarted", "compile");
-  ASSERT_EQ(compiles.size(), 8u);
-  for (size_t i = 0; i < compiles.size(); ++i) EXPECT_EQ(compiles[i]["kernels"].get<int>(), i % 2 ? 35 : 37) << i;
-  test::expect_same_state(dir + "/straight", dir + "/restarted");
-  std::filesystem::remove_all(dir);
-}
-
 TEST(KernelEngine, DynamicResumeIsBitExact) {
   const auto dir = test::temp_dir("kresume").string();
   const std::string data = test::write_tokens(dir, 5000, 512, 3);
-  auto c = small_run(dir + "/straight", data, "dynamic");
+  auto c = test::small_run(dir + "/straight", data, "dynamic");
   c.steps = 6, c.accum_steps = 2;
   train::run_training(c, {false, false});
   auto half = c;
@@ -315,7 +282,7 @@ TEST(KernelEngine, Qwen3DynamicResumeIsBitExact) {
   const auto dir = test::temp_dir("kresume_qwen3").string();
   const models::ModelConfig cfg = test::qwen3_test_config();
   const std::string data = test::write_tokens(dir, 3000, cfg.vocab_size, 3);
-  auto c = small_run(dir + "/straight", data, "dynamic");
+  auto c = test::small_run(dir + "/straight", data, "dynamic");
   c.preset = "", c.init = dir + "/init.anelab";
   models::write_random_model(cfg, c.init, 5);
   c.steps = 4;
@@ -347,29 +314,6 @@ TEST(KernelEngine, Gemma3IsRefusedWithAHint) {
           << e.what();
     }
   }
-}
-
-TEST(KernelEngine, AneBackendGivesClearError) {
-  const models::ModelConfig cfg = models::preset("stories260k");
-  train::TrainConfig c;
-  c.strategy = "dynamic", c.backend = "ane", c.seq_len = 32;
-  try {
-    train::make_engine(c, train::ParamLayout(cfg));
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("no Apple Neural Engine on this host"), std::string::npos) << e.what();
-  }
-  const auto dir = test::temp_dir("kane").string();
-  const std::string data = test::write_tokens(dir, 2000, 512, 1);
-  const std::string cmd = std::string(ANELAB_BINARY_DIR) + "/bin/anelab train --preset stories260k --data " + data +
-                          " --run-dir " + dir + "/r --steps 2 --seq-len 32 --strategy static --backend ane > " + dir +
-                          "/out.txt 2>&1";
-  EXPECT_NE(std::system(cmd.c_str()), 0);
-  const std::string out = read_file_text(dir + "/out.txt");
-  EXPECT_EQ(out.rfind("anelab: error: [", 0), 0u) << out;
-  EXPECT_NE(out.find("no Apple Neural Engine on this host"), std::string::npos) << out;
-  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

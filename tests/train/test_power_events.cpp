@@ -39,7 +39,7 @@ class ScriptedCounter final : public power::Source {
   int n_ = 0, fail_after_;
 };
 
-train::TrainConfig small_run(const std::string& dir, const std::string& data) {
+train::TrainConfig power_run(const std::string& dir, const std::string& data) {
   train::TrainConfig c;
   c.preset = "stories260k", c.data = data, c.run_dir = dir, c.run = "p";
   c.steps = 3, c.batch_size = 1, c.seq_len = 16, c.eval_every = 0, c.eval_batches = 0, c.lr = 1e-3;
@@ -56,7 +56,7 @@ train::RunHooks hooks(std::function<power::Selection()> p) {
 TEST(TrainPower, StepEnergyFromTheSource) {
   const auto dir = test::temp_dir("train_power").string();
   const std::string data = test::write_tokens(dir, 2000, 512, 5);
-  train::run_training(small_run(dir + "/run", data), hooks([] {
+  train::run_training(power_run(dir + "/run", data), hooks([] {
                         power::Selection s;
                         s.source = std::make_unique<ScriptedCounter>();
                         return s;
@@ -83,7 +83,7 @@ TEST(TrainPower, StepEnergyFromTheSource) {
 TEST(TrainPower, NoSourceIsNotAvailableNeverZero) {
   const auto dir = test::temp_dir("train_nopower").string();
   const std::string data = test::write_tokens(dir, 2000, 512, 5);
-  train::run_training(small_run(dir + "/run", data), hooks([] {
+  train::run_training(power_run(dir + "/run", data), hooks([] {
                         power::Selection s;
                         s.unavailable = {"rapl: no /fake/powercap"};
                         return s;
@@ -108,7 +108,7 @@ TEST(TrainPower, SourceFailingMidRunTurnsEnergyNull) {
   const auto dir = test::temp_dir("train_failpower").string();
   const std::string data = test::write_tokens(dir, 2000, 512, 5);
   // Reads: 1 = zero point, 2-3 = step 1; the 4th (step 2's start) fails.
-  train::run_training(small_run(dir + "/run", data), hooks([] {
+  train::run_training(power_run(dir + "/run", data), hooks([] {
                         power::Selection s;
                         s.source = std::make_unique<ScriptedCounter>(3);
                         return s;

@@ -24,13 +24,6 @@ namespace fs = std::filesystem;
 
 std::string anelab_binary() { return std::string(ANELAB_BINARY_DIR) + "/bin/anelab"; }
 
-// Single-quotes s for sh.
-std::string q(const std::string& s) {
-  std::string r = "'";
-  for (char c : s) r += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return r + "'";
-}
-
 // "" when `unshare -m` + a tmpfs over /proc works here, else why not.
 std::string hidden_proc_unavailable() {
   const std::string out = (fs::temp_directory_path() / "anelab_unshare_probe.txt").string();
@@ -51,15 +44,15 @@ std::string hidden_proc_unavailable() {
 
 // The shell command that runs `inner` (a sh command line) with /proc hidden.
 std::string with_hidden_proc(const std::string& inner) {
-  return "unshare -m sh -c " + q("mount -t tmpfs none /proc && " + inner);
+  return "unshare -m sh -c " + test::sh_quote("mount -t tmpfs none /proc && " + inner);
 }
 
 // Same thread count as this process's pool (the in-process reference run): results are bitwise only per count.
 std::string env_prefix() { return "ANELAB_THREADS=" + std::to_string(ThreadPool::global().size()) + " "; }
 
 std::string train_args(const std::string& data, const std::string& run_dir, int steps) {
-  return " train --preset stories260k --data " + q(data) + " --run-dir " + q(run_dir) + " --run t --steps " +
-         std::to_string(steps) +
+  return " train --preset stories260k --data " + test::sh_quote(data) + " --run-dir " + test::sh_quote(run_dir) +
+         " --run t --steps " + std::to_string(steps) +
          " --accum-steps 2 --batch-size 2 --seq-len 32 --lr 2e-3 --warmup-steps 2 --eval-batches 0"
          " --strategy static --compile-budget 75 --quiet";
 }
@@ -81,9 +74,9 @@ TEST(RestartNoProc, StaticExecRestartsWithProcHiddenEqualUnrestartedRun) {
   straight_run(dir + "/straight", data, 8);
   // 5 layers: 37 compiles for a process's first step, 35 per further update; budget 75 fits two steps, so 8
   // steps take 4 processes (3 exec-restarts), each found without /proc.
-  const std::string cmd =
-      with_hidden_proc(env_prefix() + "exec " + q(anelab_binary()) + train_args(data, dir + "/restarted", 8)) + " > " +
-      dir + "/log.txt 2>&1";
+  const std::string cmd = with_hidden_proc(env_prefix() + "exec " + test::sh_quote(anelab_binary()) +
+                                           train_args(data, dir + "/restarted", 8)) +
+                          " > " + dir + "/log.txt 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << read_file_text(dir + "/log.txt");
   EXPECT_EQ(test::read_events(dir + "/restarted", "restart").size(), 3u);
   EXPECT_EQ(test::read_events(dir + "/restarted", "run_start").size(), 4u);
@@ -106,13 +99,14 @@ TEST(RestartNoProc, RelativeSymlinkAndPathInvocationsRestart) {
   fs::create_directories(dir + "/work/sub");
   fs::create_symlink(anelab_binary(), dir + "/bin/anelab-link");
   const auto wrap = [&](const std::string& inner) {
-    return why.empty() ? with_hidden_proc(inner) : "sh -c " + q(inner);
+    return why.empty() ? with_hidden_proc(inner) : "sh -c " + test::sh_quote(inner);
   };
-  const std::string rel = wrap("cd " + q(dir + "/work/sub") + " && " + env_prefix() + "exec ../../bin/anelab-link" +
-                               train_args(data, dir + "/rel", 4));
+  const std::string rel = wrap("cd " + test::sh_quote(dir + "/work/sub") + " && " + env_prefix() +
+                               "exec ../../bin/anelab-link" + train_args(data, dir + "/rel", 4));
   ASSERT_EQ(std::system((rel + " > " + dir + "/rel.txt 2>&1").c_str()), 0) << read_file_text(dir + "/rel.txt");
-  const std::string via_path = wrap("cd " + q(dir + "/work") + " && PATH=" + q(dir + "/bin") + ":\"$PATH\" " +
-                                    env_prefix() + "exec anelab-link" + train_args(data, dir + "/path", 4));
+  const std::string via_path =
+      wrap("cd " + test::sh_quote(dir + "/work") + " && PATH=" + test::sh_quote(dir + "/bin") + ":\"$PATH\" " +
+           env_prefix() + "exec anelab-link" + train_args(data, dir + "/path", 4));
   ASSERT_EQ(std::system((via_path + " > " + dir + "/path.txt 2>&1").c_str()), 0) << read_file_text(dir + "/path.txt");
   for (const std::string r : {"rel", "path"}) {
     EXPECT_EQ(test::read_events(dir + "/" + r, "restart").size(), 1u) << r;
@@ -139,9 +133,10 @@ TEST(RestartNoProc, UnresolvableExecutableGivesOneLineError) {
   const auto dir = test::temp_dir("noproc_err").string();
   const std::string data = test::write_tokens(dir, 5000, 512, 6);
   // bash's `exec -a NAME` sets argv[0]; sh may be dash, so bash runs the exec.
-  const std::string cmd = with_hidden_proc("exec bash -c " + q("exec -a no-such-anelab " + q(anelab_binary()) +
-                                                               train_args(data, dir + "/run", 4))) +
-                          " > " + dir + "/log.txt 2>&1";
+  const std::string cmd =
+      with_hidden_proc("exec bash -c " + test::sh_quote("exec -a no-such-anelab " + test::sh_quote(anelab_binary()) +
+                                                        train_args(data, dir + "/run", 4))) +
+      " > " + dir + "/log.txt 2>&1";
   EXPECT_NE(std::system(cmd.c_str()), 0);
   const std::string log = read_file_text(dir + "/log.txt");
   EXPECT_NE(log.find("[train] exec-restart: cannot find the running executable: readlink /proc/self/exe"),

@@ -18,7 +18,7 @@
 namespace anelab {
 namespace {
 
-train::TrainConfig small_run(const std::string& dir, const std::string& data) {
+train::TrainConfig runs_config(const std::string& dir, const std::string& data) {
   train::TrainConfig c;
   c.preset = "stories260k", c.data = data, c.run_dir = dir, c.run = "t";
   c.steps = 8, c.batch_size = 2, c.seq_len = 32, c.accum_steps = 2, c.lr = 1e-3, c.warmup_steps = 2;
@@ -30,8 +30,8 @@ train::TrainConfig small_run(const std::string& dir, const std::string& data) {
 TEST(TrainRuns, ResumeIsBitExact) {
   const auto dir = test::temp_dir("resume").string();
   const std::string data = test::write_tokens(dir, 5000, 512, 3);
-  train::run_training(small_run(dir + "/straight", data), {false, false});
-  auto half = small_run(dir + "/split", data);
+  train::run_training(runs_config(dir + "/straight", data), {false, false});
+  auto half = runs_config(dir + "/split", data);
   half.stop_after = 4;
   const auto o1 = train::run_training(half, {false, false});
   EXPECT_FALSE(o1.finished);
@@ -48,7 +48,7 @@ TEST(TrainRuns, ResumeIsBitExact) {
 TEST(TrainRuns, ExecRestartEqualsUnrestartedRun) {
   const auto dir = test::temp_dir("restart").string();
   const std::string data = test::write_tokens(dir, 5000, 512, 4);
-  train::run_training(small_run(dir + "/straight", data), {false, false});
+  train::run_training(runs_config(dir + "/straight", data), {false, false});
   const std::string cmd = std::string(ANELAB_BINARY_DIR) + "/bin/anelab train --preset stories260k --data " + data +
                           " --run-dir " + dir +
                           "/restarted --run t --steps 8 --batch-size 2 --seq-len 32 "
@@ -66,7 +66,7 @@ TEST(TrainRuns, ExecRestartEqualsUnrestartedRun) {
 TEST(TrainRuns, DynamicLossScaleSkipsOverflowingSteps) {
   const auto dir = test::temp_dir("overflow").string();
   const std::string data = test::write_tokens(dir, 5000, 512, 5);
-  auto c = small_run(dir + "/run", data);
+  auto c = runs_config(dir + "/run", data);
   c.loss_scale = "dynamic:1e39:1000";  // > FLT_MAX: scaled gradients overflow to inf/NaN -> skip + halve
   c.steps = 4, c.eval_every = 0, c.eval_batches = 0;
   train::run_training(c, {false, false});
@@ -106,7 +106,7 @@ TEST(TrainRuns, BadFlagsGiveOneLineAndNonZeroExit) {
 TEST(TrainRuns, ResumeOfAFinishedRunChangesNothing) {
   const auto dir = test::temp_dir("resume_done").string();
   const std::string data = test::write_tokens(dir, 5000, 512, 6);
-  auto c = small_run(dir + "/run", data);
+  auto c = runs_config(dir + "/run", data);
   c.steps = 4;
   train::run_training(c, {false, false});
   const std::vector<std::string> files = {"events.jsonl", "config.json", "config.toml", "last.ckpt"};
@@ -135,7 +135,7 @@ TEST(TrainRuns, ResumeOfAFinishedRunChangesNothing) {
 TEST(TrainRuns, ExtendedRunAccountsTrainTimeOverProcesses) {
   const auto dir = test::temp_dir("extend").string();
   const std::string data = test::write_tokens(dir, 5000, 512, 7);
-  auto c = small_run(dir + "/run", data);
+  auto c = runs_config(dir + "/run", data);
   c.steps = 4;
   train::run_training(c, {false, false});
   c.resume = true;
