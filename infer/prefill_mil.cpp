@@ -135,7 +135,7 @@ kern::LayerDesc layer_desc(const models::ModelConfig& c, int64_t S) {
 int64_t prefill_bucket(int64_t n, int64_t context) {
   const int64_t m = rt::dense_width_multiple(mil::DType::kFp16);  // whole device rows (row-stride rule)
   const int64_t cap = (context + m - 1) / m * m;
-  int64_t s = 32;
+  int64_t s = m;
   while (s < n && s < cap) s *= 2;
   return std::min(s, cap);
 }

@@ -62,8 +62,9 @@ LayerKernelSource build_layer_kernel(const models::ModelConfig& c, const LayerWe
 // over the n real positions. Uses n_layers compiles of `backend`.
 ActScales calibrate_act_scales(Engine& e, std::span<const int32_t> tokens, rt::Backend& backend);
 
-// Bucket for n tokens: the smallest 32 * 2^k >= n, capped at the context rounded up to a multiple of
-// 32 columns (rt::dense_width_multiple: the device's rows are 64 bytes; the padding is masked out).
+// Bucket for n tokens: the smallest m * 2^k >= n, capped at the context rounded up to a multiple of m,
+// where m = rt::dense_width_multiple(fp16) columns fill whole device rows (64 columns: 128-byte rows);
+// the padding is masked out.
 int64_t prefill_bucket(int64_t n, int64_t context);
 
 class MilPrefill {

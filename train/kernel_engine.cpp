@@ -17,6 +17,16 @@
 namespace anelab::train {
 namespace {
 
+// The kernels evaluate one sequence of T tokens as the width of their fp16 I/O rows: T must fill whole
+// device rows (rt::dense_width_multiple, the row-stride rule of the device profiles).
+void check_seq_len(int64_t T, const std::string& strategy) {
+  const int64_t m = rt::dense_width_multiple(mil::DType::kFp16);
+  if (T < m || T % m != 0)
+    fail("train", "--seq-len ", T, ": the ", strategy, " strategy evaluates one sequence per kernel as rows of ",
+         "fp16 I/O, which must be a multiple of ", m, " columns (the device's ", 2 * m, "-byte rows); use --seq-len ",
+         (T + m - 1) / m * m, " or --strategy cpu");
+}
+
 using MatR = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using MapR = Eigen::Map<MatR>;
 using CMapR = Eigen::Map<const MatR>;
@@ -80,9 +90,7 @@ class KernelEngine final : public StepEngine {
     else
       fail("train", "--strategy ", o.strategy, ": the kernel engine runs static or dynamic");
     check_kernel_trainable(c_, o.strategy);
-    if (o.seq_len > 0 && o.seq_len < 32)
-      fail("train", "--seq-len ", o.seq_len, ": the ", o.strategy,
-           " strategy evaluates one sequence per kernel and needs T >= 32 (fp16 I/O, digest §4.3)");
+    if (o.seq_len > 0) check_seq_len(o.seq_len, o.strategy);
     rt::BackendOptions bo;
     if (!o.device.empty()) bo.device = o.device;
     bo.compile_budget = o.compile_budget;
@@ -187,12 +195,8 @@ kern::LayerWeights KernelEngine::layer_weights(const float* w, int64_t l) const 
 // Kernels current for T and the weights w; buffers sized for B sequences.
 void KernelEngine::prepare(const float* w, int64_t B, int64_t T) {
   if (!cache_ || T != T_) {
-    kern::TrainShape s;
-    s.dim = c_.dim, s.hidden = c_.hidden_dim, s.n_heads = c_.n_heads, s.n_kv_heads = c_.n_kv_heads;
-    s.head_dim = c_.head_dim, s.seq = T, s.rope_theta = c_.rope_theta, s.norm_eps = c_.norm_eps;
-    s.rope = c_.rope_style, s.rope_scaling = c_.rope_scaling, s.qk_norm = c_.qk_norm;
-    if (T < 32)
-      fail("train", "--seq-len ", T, ": the ", name(), " strategy evaluates one sequence per kernel and needs T >= 32");
+    check_seq_len(T, name());
+    const kern::TrainShape s = kernel_train_shape(c_, T);
     runners_.clear();
     cache_ = std::make_unique<kern::KernelCache>(*backend_, s, strategy_);
     T_ = T, B_ = 0, seen_ = 0, stale_ = true;
@@ -381,6 +385,14 @@ double KernelEngine::forward_backward(const float* w, const Batch& b, float grad
 }
 
 }  // namespace
+
+kern::TrainShape kernel_train_shape(const models::ModelConfig& c, int64_t T) {
+  kern::TrainShape s;
+  s.dim = c.dim, s.hidden = c.hidden_dim, s.n_heads = c.n_heads, s.n_kv_heads = c.n_kv_heads;
+  s.head_dim = c.head_dim, s.seq = T, s.rope_theta = c.rope_theta, s.norm_eps = c.norm_eps;
+  s.rope = c.rope_style, s.rope_scaling = c.rope_scaling, s.qk_norm = c.qk_norm;
+  return s;
+}
 
 std::unique_ptr<StepEngine> make_kernel_engine(const KernelEngineOptions& o, const ParamLayout& layout) {
   return std::make_unique<KernelEngine>(o, layout);

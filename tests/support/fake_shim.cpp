@@ -627,17 +627,21 @@ std::unique_ptr<FakeShim> fake_shim_from_env(const std::string& device) {
   std::error_code ec;
   fs::create_directories(o.temp_dir, ec);
   if (ec) fail("ane", "fake shim: cannot create ANELAB_FAKE_ANE_DIR ", o.temp_dir, ": ", ec.message());
-  if (const char* limit = std::getenv("ANELAB_FAKE_ANE_COMPILE_LIMIT"); limit && *limit) {
+  // A count >= 0 from the variable `name`, or `fallback` when it is unset or empty.
+  auto count = [](const char* name, const char* what, int fallback) {
+    const char* v = std::getenv(name);
+    if (!v || !*v) return fallback;
     size_t used = 0;
     int n = -1;
     try {
-      n = std::stoi(limit, &used);
+      n = std::stoi(v, &used);
     } catch (const std::logic_error&) {
     }
-    if (n < 0 || used != std::strlen(limit))
-      anelab::fail("ane", "ANELAB_FAKE_ANE_COMPILE_LIMIT '", limit, "' is not a compile count >= 0");
-    o.compile_limit = n;
-  }
+    if (n < 0 || used != std::strlen(v)) anelab::fail("ane", name, " '", v, "' is not ", what, " >= 0");
+    return n;
+  };
+  o.compile_limit = count("ANELAB_FAKE_ANE_COMPILE_LIMIT", "a compile count", o.compile_limit);
+  o.row_align_bytes = static_cast<size_t>(count("ANELAB_FAKE_ANE_ROW_ALIGN", "a byte count", 0));
   if (const char* spec = std::getenv("ANELAB_FAKE_ANE_FAIL_COMPILES"); spec && *spec)
     o.compile_failures = parse_compile_failures(spec);
   o.compile_failures.count_file = (fs::path(o.temp_dir) / "fake_compile_count").string();

@@ -186,8 +186,9 @@ class FakeShim : public Shim {
 //                                  <system temp>/anelab-fake-ane): compiled programs survive exec-restarts
 //   ANELAB_FAKE_ANE_FAIL_COMPILES  parse_compile_failures spec (unset or "": none)
 //   ANELAB_FAKE_ANE_COMPILE_LIMIT  compiles that succeed per process (default 119, FakeShimOptions)
+//   ANELAB_FAKE_ANE_ROW_ALIGN      FakeShimOptions::row_align_bytes (unset or 0: the profile's)
 // The compiles over every process using the directory are counted in <dir>/fake_compile_count.
-// Throws "[ane] ANELAB_FAKE_ANE_FAIL_COMPILES ..." for a bad spec.
+// Throws "[ane] ..." naming the variable for a bad value.
 std::unique_ptr<FakeShim> fake_shim_from_env(const std::string& device);
 // The same as a Shim, the form ane::install_fake_shim takes.
 std::unique_ptr<Shim> fake_shim_for_backend(const std::string& device);
