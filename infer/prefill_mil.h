@@ -81,12 +81,17 @@ class MilPrefill {
 
  private:
   bool ensure_bucket(int64_t S, PrefillStats& stats);
+  // Backend "ane", once: the silent-zeros self-check (framework/kernels/self_check.h) with the I/O types of
+  // the layer kernel `layer` at bucket S. A difference prints its line, writes <temp dir>/anelab-self-check.json
+  // and returns false: every prefill of this engine then runs on the CPU.
+  bool self_check(const mil::Program& layer, int64_t S);
   void calibrate(std::span<const int32_t> prompt);
   Engine& e_;
   bool quiet_;
   rt::WeightPath weights_ = rt::WeightPath::kFp16;
   ActScales act_;  // kW8A8: calibrated on the first run
   bool warned_ = false;
+  bool self_checked_ = false, self_check_failed_ = false;
   std::unique_ptr<rt::Backend> backend_;
   std::map<int64_t, std::vector<std::unique_ptr<rt::Kernel>>> kernels_;  // bucket -> per layer
 };

@@ -43,6 +43,10 @@ struct KernelEngineOptions {
   std::string device;       // device profile ("" = backend default)
   int compile_budget = -1;  // per-process compile budget (-1: the device profile's)
   int64_t seq_len = 0;      // T the kernels are built for (a batch with another T rebuilds them)
+  // Backend "ane": before the first step the self-check (framework/kernels/self_check.h) runs attn_fwd's
+  // I/O types on the device and on the emulator; a difference stops training, its report written here
+  // ("" = <temp dir>/anelab-self-check.json).
+  std::string self_check_report;
 };
 
 // The training kernels' shape for the layers of c at T tokens per sequence (kern::build_layer_kernels).

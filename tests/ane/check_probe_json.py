@@ -106,6 +106,14 @@ def main():
                 fail(f"{where}: fake shim + emulator differ from the emulator (max_rel_diff {d})")
         elif c.get("ane") is not None or c.get("max_rel_diff") is not None:
             fail(f"{where}: ane results without an ANE")
+    # the silent-zeros self-check (issue 40 item 4) is the summary line: agrees on the profile's layout,
+    # not on a device whose rows are 256 bytes apart
+    if ane["available"]:
+        sc = r.get("self_check") or fail("no self_check in the report")
+        if sc.get("agrees") is not (mode == "fake"):
+            fail(f"self_check: agrees {sc.get('agrees')} in mode {mode}: {sc}")
+        if "summary: [self-check]" not in run.stdout:
+            fail("stdout has no self-check summary line")
     check_kernels_and_rules(r, ane["available"], mode)
     print("probe report OK:", out)
 

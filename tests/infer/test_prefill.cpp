@@ -2,7 +2,9 @@
 // cache it leaves behind (checked through the next decode step), every bucket boundary, and run.c.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -136,6 +138,41 @@ TEST(InferPrefill, FakeAneEqualsTheEmulatorAtEveryRowAlignment) {
     }
   }
   ::unsetenv("ANELAB_FAKE_ANE_ROW_ALIGN");
+  ::unsetenv("ANELAB_ANE_SHIM");
+  ane::install_fake_shim(nullptr);
+}
+
+// Issue 40 item 4: on the ANE (the fake shim with a planted layout error: outputs one row further down, no error)
+// the self-check before the first prefill says so in one line (chip, kernel, max rel diff) and writes its
+// report; the prefill, this one and every later one, runs on the CPU and gives the CPU engine's logits.
+TEST(InferPrefill, AneSelfCheckSendsThePrefillToTheCpuOnAPlantedLayoutError) {
+  ANELAB_REQUIRE_DATA("llama2c/stories260K.bin");
+  const std::string dir = ::testing::TempDir() + "anelab-prefill-selfcheck";
+  ::setenv("ANELAB_ANE_SHIM", "fake", 1);
+  ::setenv("ANELAB_FAKE_ANE_DIR", dir.c_str(), 1);
+  ::setenv("ANELAB_FAKE_ANE_LAYOUT_ERROR", "1", 1);
+  ane::install_fake_shim(&ane::fake_shim_for_backend);
+  const std::string report = (std::filesystem::temp_directory_path() / "anelab-self-check.json").string();
+  std::filesystem::remove(report);
+  Engine cpu = make("cpu"), fake = make("ane");
+  const std::vector<int32_t> toks{1, 403, 407, 261, 378};
+  std::vector<float> want, got;
+  cpu.prefill(toks, 0, &want);
+  ::testing::internal::CaptureStderr();
+  fake.prefill(toks, 0, &got);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(fake.last_prefill().path, "cpu");
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  for (const char* part : {"[self-check] ane m4 prefill layer S=64", "DIFFERS from the emulator", "max rel diff",
+                           "prefill runs on the CPU", "anelab probe"})
+    EXPECT_NE(err.find(part), std::string::npos) << part << " in: " << err;
+  EXPECT_TRUE(std::filesystem::exists(report));
+  ::testing::internal::CaptureStderr();
+  fake.prefill(std::vector<int32_t>(70, 5), 0, &got);  // another bucket: no second check, still the CPU
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  EXPECT_EQ(fake.last_prefill().path, "cpu");
+  ::unsetenv("ANELAB_FAKE_ANE_LAYOUT_ERROR");
   ::unsetenv("ANELAB_ANE_SHIM");
   ane::install_fake_shim(nullptr);
 }

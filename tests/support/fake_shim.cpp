@@ -550,7 +550,12 @@ Status FakeShim::run(Model& m, const Request& r) {
                       "com.apple.appleneuralengine", 1);
   for (size_t j = 0; j < outs.size(); ++j) {
     std::vector<uint8_t>& dst = surfaces_.at(r.spec.outputs[j].id)->bytes;
-    rt::pack_rows(outs[j], layout(outs[j].type()), dst.data(), dst.size());
+    const rt::SurfaceLayout l = layout(outs[j].type());
+    rt::pack_rows(outs[j], l, dst.data(), dst.size());
+    if (opts_.layout_error && dst.size() > l.row_stride) {  // the planted error: one row further down
+      std::memmove(dst.data() + l.row_stride, dst.data(), dst.size() - l.row_stride);
+      std::fill_n(dst.begin(), l.row_stride, uint8_t{0});
+    }
   }
   return Status::ok();
 }
@@ -642,6 +647,7 @@ std::unique_ptr<FakeShim> fake_shim_from_env(const std::string& device) {
   };
   o.compile_limit = count("ANELAB_FAKE_ANE_COMPILE_LIMIT", "a compile count", o.compile_limit);
   o.row_align_bytes = static_cast<size_t>(count("ANELAB_FAKE_ANE_ROW_ALIGN", "a byte count", 0));
+  o.layout_error = count("ANELAB_FAKE_ANE_LAYOUT_ERROR", "0 or 1", 0) != 0;
   if (const char* spec = std::getenv("ANELAB_FAKE_ANE_FAIL_COMPILES"); spec && *spec)
     o.compile_failures = parse_compile_failures(spec);
   o.compile_failures.count_file = (fs::path(o.temp_dir) / "fake_compile_count").string();
