@@ -647,7 +647,11 @@ std::unique_ptr<FakeShim> fake_shim_from_env(const std::string& device) {
   };
   o.compile_limit = count("ANELAB_FAKE_ANE_COMPILE_LIMIT", "a compile count", o.compile_limit);
   o.row_align_bytes = static_cast<size_t>(count("ANELAB_FAKE_ANE_ROW_ALIGN", "a byte count", 0));
-  o.layout_error = count("ANELAB_FAKE_ANE_LAYOUT_ERROR", "0 or 1", 0) != 0;
+  if (const char* v = std::getenv("ANELAB_FAKE_ANE_LAYOUT_ERROR"); v && *v) {
+    if (std::strcmp(v, "0") != 0 && std::strcmp(v, "1") != 0)
+      anelab::fail("ane", "ANELAB_FAKE_ANE_LAYOUT_ERROR '", v, "' is not 0 or 1");
+    o.layout_error = *v == '1';
+  }
   if (const char* spec = std::getenv("ANELAB_FAKE_ANE_FAIL_COMPILES"); spec && *spec)
     o.compile_failures = parse_compile_failures(spec);
   o.compile_failures.count_file = (fs::path(o.temp_dir) / "fake_compile_count").string();
