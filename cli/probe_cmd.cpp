@@ -29,6 +29,7 @@
 #include "framework/ane/native_backend.h"
 #include "framework/core/file.h"
 #include "framework/kernels/runner.h"
+#include "framework/kernels/self_check.h"
 #include "framework/kernels/workloads.h"
 #include "tests/support/fake_shim.h"
 
@@ -409,6 +410,24 @@ void run_probe(const ProbeOptions& o) {
   json ane_rules = ane.shim ? run_rule_probes(*ane.shim, profile, ro) : json(nullptr);
   report["rules"] = compare_rules(rule_assumptions(profile, ro), emu_rules, ane_rules);
   save("rules");
+  // The silent-zeros self-check (framework/kernels/self_check.h) with the training layer's attn_fwd I/O
+  // types: the summary line, also what training and prefill run before their first ANE kernel.
+  // After the rules (which must see a fresh compiler), before the workloads.
+  std::string summary = "[self-check] n/a: no ANE";
+  if (ane.backend) {
+    const kern::KernelSpec spec =
+        kern::build_kernel(kern::KernelKind::kAttnFwd, kern::probe_layer_shape(), kern::Strategy::kDynamic);
+    try {
+      const kern::SelfCheck c = kern::run_self_check(*ane.backend, spec.name, spec.in.type(), spec.out.type());
+      report["self_check"] = json::parse(c.json());
+      summary = c.line();
+    } catch (const Error& e) {
+      report["self_check"] = {{"error", e.what()}, {"agrees", false}};
+      summary = e.what();
+    }
+    std::printf("  %s\n", summary.c_str());
+    save("self_check");
+  }
 
   report["cases"] = json::array();
   std::vector<Workload> cases = {
@@ -453,6 +472,7 @@ void run_probe(const ProbeOptions& o) {
   report["rules"] = compare_rules(rule_assumptions(profile, ro), emu_rules, ane_rules);
   std::printf("  rules (profile %s):\n", device.c_str());
   for (const auto& r : report["rules"]) print_rule(r);
+  std::printf("  summary: %s\n", summary.c_str());
   if (!o.out.empty()) {
     save("done");
     std::printf("  report: %s\n", o.out.c_str());
@@ -486,6 +506,8 @@ void add_probe_command(CLI::App& app) {
   cmd->add_option("--fake-row-align", o->fake.row_align_bytes,
                   "--shim fake: row alignment (bytes) it reads and writes surfaces with (0: the profile's)")
       ->capture_default_str();
+  cmd->add_flag("--fake-layout-error", o->fake.layout_error,
+                "--shim fake: plant a layout error (every output one row further down, silently)");
   cmd->add_option("--fake-abort-at", o->fake.abort_at,
                   "--shim fake: abort the process in this call (evaluate, load, ...), as a crash in a private call");
   cmd->add_option("--fake-symbol-order", o->fake.symbol_order,

@@ -163,9 +163,9 @@ Value identity_conv(mil::FunctionBuilder& b, const Value& x, int64_t c, rt::Weig
 }
 
 constexpr int64_t kRows = 16;  // channels of the layout probes
-// Width of every probe tensor that is not itself about widths: 64 fp16 columns = 128-byte rows, dense
-// whether the device aligns rows to 64 or to 128 bytes, so a row-stride discrepancy cannot spoil them.
-constexpr int64_t kW = 64;
+// Width of every probe tensor that is not itself about widths: 128 fp16 columns = 256-byte rows, dense
+// whether the device aligns rows to 64, 128 or 256 bytes, so a row-stride discrepancy cannot spoil them.
+constexpr int64_t kW = 128;
 constexpr size_t kBig = 49152 * 2;          // surface size large enough for any plausible stride
 constexpr int kPeriod = 2048;               // fp16 holds the integers 0..2048 exactly
 constexpr int kReportedCompileLimit = 119;  // compiles that succeed per process (digest §1.11)
@@ -261,12 +261,13 @@ json min_surface(Raw& raw, const rt::DeviceProfile& p) {
   mil::ProgramBuilder pb;
   auto& b = pb.function("main");
   rt::Weights w;
-  Value x = b.input("x", mil::tensor_type(DType::kFp16, {1, 16, 1, kW}));  // 2048 bytes
-  b.output(identity_conv(b, x, 16, w));
+  constexpr int64_t rows = 2048 / (2 * kW);
+  Value x = b.input("x", mil::tensor_type(DType::kFp16, {1, rows, 1, kW}));  // 2048 bytes
+  b.output(identity_conv(b, x, rows, w));
   Built m = print_for(pb, p);
   Result<size_t> h = raw.load(m.text, w);
   if (!h) return json{{"error", h.status().message()}};
-  std::vector<float> in(16 * kW);
+  std::vector<float> in(rows * kW);
   for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<float>(k % 997 + 1);
   for (size_t bytes : {size_t{2048}, size_t{16384}, size_t{49152}}) {
     auto out = raw.eval(*h, {f16_bytes(in, bytes)}, {bytes}, {bytes}, {{0}, {0}, 0});
@@ -428,7 +429,7 @@ json compile_limit(Raw& raw, const rt::DeviceProfile& p, int limit, int before) 
   for (int i = 0; i < limit; ++i) {
     mil::ProgramBuilder pb;  // a distinct program each time (no daemon cache hit)
     auto& b = pb.function("main");
-    b.output(b.add(b.input("x", mil::tensor_type(DType::kFp16, {1, 32, 1, 32})), static_cast<double>(i + 1)));
+    b.output(b.add(b.input("x", mil::tensor_type(DType::kFp16, {1, 32, 1, kW})), static_cast<double>(i + 1)));
     Result<size_t> h = raw.load(print_for(pb, p).text);
     if (!h)
       return json{{"compiles_in_probe", i + 1},

@@ -4,10 +4,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <set>
 
 #include "framework/core/error.h"
 #include "framework/kernels/layer.h"
+#include "framework/kernels/self_check.h"
 #include "framework/kernels/w8.h"
 #include "infer/engine.h"
 
@@ -135,7 +137,7 @@ kern::LayerDesc layer_desc(const models::ModelConfig& c, int64_t S) {
 int64_t prefill_bucket(int64_t n, int64_t context) {
   const int64_t m = rt::dense_width_multiple(mil::DType::kFp16);  // whole device rows (row-stride rule)
   const int64_t cap = (context + m - 1) / m * m;
-  int64_t s = 32;
+  int64_t s = m;
   while (s < n && s < cap) s *= 2;
   return std::min(s, cap);
 }
@@ -255,14 +257,36 @@ void MilPrefill::calibrate(std::span<const int32_t> prompt) {
 }
 MilPrefill::~MilPrefill() = default;
 
+bool MilPrefill::self_check(const mil::Program& layer, int64_t S) {
+  if (self_checked_ || backend_->name() != "ane") return true;
+  self_checked_ = true;
+  const mil::Function& f = layer.functions.at(0);
+  kern::SelfCheck c;
+  try {
+    c = kern::run_self_check(*backend_, cat("prefill layer S=", S), f.inputs.at(0).second, *f.type_of(f.outputs.at(0)));
+  } catch (const Error& e) {  // a compile or evaluation that fails outright: no MIL prefill either
+    self_check_failed_ = true;
+    std::fprintf(stderr, "%s; prefill runs on the CPU (run `anelab probe`, docs/macos.md)\n", e.what());
+    return false;
+  }
+  if (c.ok()) return true;
+  self_check_failed_ = true;
+  const std::string path = (std::filesystem::temp_directory_path() / "anelab-self-check.json").string();
+  const bool written = kern::write_self_check_report(c, path);
+  std::fprintf(stderr, "%s; report %s; prefill runs on the CPU (run `anelab probe`, docs/macos.md)\n", c.line().c_str(),
+               written ? path.c_str() : "not written");
+  return false;
+}
+
 bool MilPrefill::ensure_bucket(int64_t S, PrefillStats& stats) {
   if (kernels_.count(S)) return true;
   const int64_t L = e_.config().n_layers;
-  if (backend_->compiles_left() < L) {
+  const int64_t need = L + (self_checked_ || backend_->name() != "ane" ? 0 : 1);  // + the self-check's compile
+  if (backend_->compiles_left() < need) {
     if (!quiet_ && !warned_)
       std::fprintf(stderr, "[infer] %s: %d compiles left, bucket %lld needs %lld: prefill falls back to the CPU\n",
                    backend_->name().c_str(), backend_->compiles_left(), static_cast<long long>(S),
-                   static_cast<long long>(L));
+                   static_cast<long long>(need));
     warned_ = true;
     return false;
   }
@@ -275,6 +299,7 @@ bool MilPrefill::ensure_bucket(int64_t S, PrefillStats& stats) {
   for (int64_t l = 0; l < L; ++l) {
     KernelWeights kw{weights_, act_.empty() ? nullptr : &act_[static_cast<size_t>(l)]};
     LayerKernelSource src = build_layer_kernel(e_, l, S, kw);
+    if (l == 0 && !self_check(src.program, S)) return false;
     auto r = backend_->compile(src.program, src.weights);
     if (!r) {
       if (!quiet_)
@@ -294,7 +319,7 @@ bool MilPrefill::run(std::span<const int32_t> tokens, int64_t pos, std::vector<f
                      PrefillStats& stats) {
   const auto& c = e_.config();
   const int64_t n = static_cast<int64_t>(tokens.size()), D = c.dim, kvd = c.kv_dim();
-  if (pos != 0 || n > e_.context()) return false;
+  if (pos != 0 || n > e_.context() || self_check_failed_) return false;
   const int64_t S = prefill_bucket(n, e_.context());
   if (weights_ == rt::WeightPath::kW8A8 && act_.empty()) calibrate(tokens);
   if (!ensure_bucket(S, stats)) return false;

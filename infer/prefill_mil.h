@@ -62,8 +62,9 @@ LayerKernelSource build_layer_kernel(const models::ModelConfig& c, const LayerWe
 // over the n real positions. Uses n_layers compiles of `backend`.
 ActScales calibrate_act_scales(Engine& e, std::span<const int32_t> tokens, rt::Backend& backend);
 
-// Bucket for n tokens: the smallest 32 * 2^k >= n, capped at the context rounded up to a multiple of
-// 32 columns (rt::dense_width_multiple: the device's rows are 64 bytes; the padding is masked out).
+// Bucket for n tokens: the smallest m * 2^k >= n, capped at the context rounded up to a multiple of m,
+// where m = rt::dense_width_multiple(fp16) columns fill whole device rows (64 columns: 128-byte rows);
+// the padding is masked out.
 int64_t prefill_bucket(int64_t n, int64_t context);
 
 class MilPrefill {
@@ -80,12 +81,17 @@ class MilPrefill {
 
  private:
   bool ensure_bucket(int64_t S, PrefillStats& stats);
+  // Backend "ane", once: the silent-zeros self-check (framework/kernels/self_check.h) with the I/O types of
+  // the layer kernel `layer` at bucket S. A difference prints its line, writes <temp dir>/anelab-self-check.json
+  // and returns false: every prefill of this engine then runs on the CPU.
+  bool self_check(const mil::Program& layer, int64_t S);
   void calibrate(std::span<const int32_t> prompt);
   Engine& e_;
   bool quiet_;
   rt::WeightPath weights_ = rt::WeightPath::kFp16;
   ActScales act_;  // kW8A8: calibrated on the first run
   bool warned_ = false;
+  bool self_checked_ = false, self_check_failed_ = false;
   std::unique_ptr<rt::Backend> backend_;
   std::map<int64_t, std::vector<std::unique_ptr<rt::Kernel>>> kernels_;  // bucket -> per layer
 };

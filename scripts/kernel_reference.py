@@ -17,7 +17,7 @@ import sys
 
 SHAPES = {
     # name: dim, hidden, heads, kv_heads, head_dim, seq, rope style
-    "gqa": (64, 172, 8, 4, 8, 32, "adjacent"),
+    "gqa": (64, 172, 8, 4, 8, 64, "adjacent"),
     "mha_rotate_half": (64, 128, 4, 4, 16, 64, "rotate_half"),
 }
 

@@ -54,6 +54,7 @@ std::unique_ptr<StepEngine> make_engine(const TrainConfig& c, const ParamLayout&
     KernelEngineOptions o;
     o.strategy = c.strategy, o.backend = c.backend, o.device = c.device;
     o.compile_budget = int(c.compile_budget), o.seq_len = c.seq_len;
+    if (!c.run_dir.empty()) o.self_check_report = c.run_dir + "/self_check.json";
     return make_kernel_engine(o, layout);
   }
   fail("train", "--strategy ", c.strategy, ": unknown (cpu, static or dynamic)");

@@ -7,15 +7,27 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <filesystem>
 
 #include "framework/core/clock.h"
 #include "framework/core/error.h"
 #include "framework/kernels/runner.h"
+#include "framework/kernels/self_check.h"
 #include "framework/runtime/backend.h"
 #include "train/serial_queue.h"
 
 namespace anelab::train {
 namespace {
+
+// The kernels evaluate one sequence of T tokens as the width of their fp16 I/O rows: T must fill whole
+// device rows (rt::dense_width_multiple, the row-stride rule of the device profiles).
+void check_seq_len(int64_t T, const std::string& strategy) {
+  const int64_t m = rt::dense_width_multiple(mil::DType::kFp16);
+  if (T < m || T % m != 0)
+    fail("train", "--seq-len ", T, ": the ", strategy, " strategy evaluates one sequence per kernel as rows of ",
+         "fp16 I/O, which must be a multiple of ", m, " columns (the device's ", 2 * m, "-byte rows); use --seq-len ",
+         (T + m - 1) / m * m, " or --strategy cpu");
+}
 
 using MatR = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using MapR = Eigen::Map<MatR>;
@@ -80,9 +92,10 @@ class KernelEngine final : public StepEngine {
     else
       fail("train", "--strategy ", o.strategy, ": the kernel engine runs static or dynamic");
     check_kernel_trainable(c_, o.strategy);
-    if (o.seq_len > 0 && o.seq_len < 32)
-      fail("train", "--seq-len ", o.seq_len, ": the ", o.strategy,
-           " strategy evaluates one sequence per kernel and needs T >= 32 (fp16 I/O, digest §4.3)");
+    if (o.seq_len > 0) check_seq_len(o.seq_len, o.strategy);
+    self_check_report_ = o.self_check_report.empty()
+                             ? (std::filesystem::temp_directory_path() / "anelab-self-check.json").string()
+                             : o.self_check_report;
     rt::BackendOptions bo;
     if (!o.device.empty()) bo.device = o.device;
     bo.compile_budget = o.compile_budget;
@@ -99,8 +112,9 @@ class KernelEngine final : public StepEngine {
   std::string name() const override { return kern::strategy_name(strategy_); }
   int compiles_needed() const override {
     const int L = int(c_.n_layers);
-    if (!cache_ || T_ != seq_len_) return shared_ + per_layer_ * L;  // a fresh process (or a new T)
-    return stale_ ? per_layer_ * L : 0;                              // static: recompile after an update
+    if (!cache_ || T_ != seq_len_)  // a fresh process (or a new T); the ANE self-check compiles once first
+      return shared_ + per_layer_ * L + (self_check_pending() ? 1 : 0);
+    return stale_ ? per_layer_ * L : 0;  // static: recompile after an update
   }
   int compiles_left() const override { return backend_->compiles_left(); }
   int budget() const override { return backend_->compile_budget(); }
@@ -134,6 +148,8 @@ class KernelEngine final : public StepEngine {
   };
 
   kern::LayerWeights layer_weights(const float* w, int64_t l) const;
+  bool self_check_pending() const { return !self_checked_ && backend_->name() == "ane"; }
+  void self_check(const float* w, const kern::TrainShape& s);
   void prepare(const float* w, int64_t B, int64_t T);
   void submit_restage(const float* w);
   void forward(const Batch& b);
@@ -161,6 +177,8 @@ class KernelEngine final : public StepEngine {
   int64_t seq_len_ = 0, T_ = 0, B_ = 0;
   int shared_ = 0, per_layer_ = 0;  // compiles per process / per layer and update
   bool stale_ = true;
+  bool self_checked_ = false;
+  std::string self_check_report_;
   int compiles_ = 0, pending_ = 0, seen_ = 0;            // seen_: cache_->compiles() already counted
   double pending_ms_ = 0;                                // compile ms not yet taken
   std::vector<uint64_t> restage_ticket_;                 // [L] dynamic restaging tasks of this call
@@ -184,17 +202,27 @@ kern::LayerWeights KernelEngine::layer_weights(const float* w, int64_t l) const 
                              {p.q_norm, HD}, {p.k_norm, HD});
 }
 
+// The silent-zeros self-check on the ANE: attn_fwd's input and output types, device against emulator.
+// A difference throws before any kernel of the first step runs.
+void KernelEngine::self_check(const float* w, const kern::TrainShape& s) {
+  self_checked_ = true;
+  const kern::LayerWeights lw = layer_weights(w, 0);
+  const kern::KernelSpec spec = kern::build_kernel(kern::KernelKind::kAttnFwd, s, strategy_, &lw);
+  const kern::SelfCheck c = kern::run_self_check(*backend_, spec.name, spec.in.type(), spec.out.type());
+  if (c.ok()) return;
+  const bool written = kern::write_self_check_report(c, self_check_report_);
+  fail("train", c.line(), "; report ", written ? self_check_report_ : "not written (" + self_check_report_ + ")",
+       ". Training stops before its first step: train with --strategy cpu, and run `anelab probe` (docs/macos.md)");
+}
+
 // Kernels current for T and the weights w; buffers sized for B sequences.
 void KernelEngine::prepare(const float* w, int64_t B, int64_t T) {
   if (!cache_ || T != T_) {
-    kern::TrainShape s;
-    s.dim = c_.dim, s.hidden = c_.hidden_dim, s.n_heads = c_.n_heads, s.n_kv_heads = c_.n_kv_heads;
-    s.head_dim = c_.head_dim, s.seq = T, s.rope_theta = c_.rope_theta, s.norm_eps = c_.norm_eps;
-    s.rope = c_.rope_style, s.rope_scaling = c_.rope_scaling, s.qk_norm = c_.qk_norm;
-    if (T < 32)
-      fail("train", "--seq-len ", T, ": the ", name(), " strategy evaluates one sequence per kernel and needs T >= 32");
+    check_seq_len(T, name());
+    const kern::TrainShape s = kernel_train_shape(c_, T);
     runners_.clear();
     cache_ = std::make_unique<kern::KernelCache>(*backend_, s, strategy_);
+    if (self_check_pending()) self_check(w, s);  // before the first compile of a kernel
     T_ = T, B_ = 0, seen_ = 0, stale_ = true;
     const double t0 = now_ms();
     for (kern::KernelKind k : kern::kAllKernelKinds)
@@ -381,6 +409,14 @@ double KernelEngine::forward_backward(const float* w, const Batch& b, float grad
 }
 
 }  // namespace
+
+kern::TrainShape kernel_train_shape(const models::ModelConfig& c, int64_t T) {
+  kern::TrainShape s;
+  s.dim = c.dim, s.hidden = c.hidden_dim, s.n_heads = c.n_heads, s.n_kv_heads = c.n_kv_heads;
+  s.head_dim = c.head_dim, s.seq = T, s.rope_theta = c.rope_theta, s.norm_eps = c.norm_eps;
+  s.rope = c.rope_style, s.rope_scaling = c.rope_scaling, s.qk_norm = c.qk_norm;
+  return s;
+}
 
 std::unique_ptr<StepEngine> make_kernel_engine(const KernelEngineOptions& o, const ParamLayout& layout) {
   return std::make_unique<KernelEngine>(o, layout);

@@ -2,7 +2,8 @@
 // layers run as the per-layer MIL training kernels of framework/kernels on a backend (the emulator here,
 // the ANE on Apple hosts), with the rest of the step on the CPU.
 //
-// One micro-batch of B sequences of T tokens (each sequence is one kernel evaluation at S = T >= 32):
+// One micro-batch of B sequences of T tokens (each sequence is one kernel evaluation at S = T, a
+// multiple of rt::dense_width_multiple(fp16): whole device rows):
 //   CPU      embedding gather straight into the kernels' channel-first x [D, T] per sequence
 //   kernels  per layer: attn_fwd -> x2 = x + o (CPU) -> ffn_fwd -> x' = x2 + y (CPU); taps kept per (layer, seq)
 //   CPU      x_L [D, T] -> [N, D] (blocked transpose), CpuModel's head: final RMSNorm, classifier, cross-entropy,
@@ -30,6 +31,7 @@
 #include <memory>
 #include <string>
 
+#include "framework/kernels/train.h"
 #include "train/config.h"
 #include "train/engine.h"
 
@@ -41,7 +43,14 @@ struct KernelEngineOptions {
   std::string device;       // device profile ("" = backend default)
   int compile_budget = -1;  // per-process compile budget (-1: the device profile's)
   int64_t seq_len = 0;      // T the kernels are built for (a batch with another T rebuilds them)
+  // Backend "ane": before the first step the self-check (framework/kernels/self_check.h) runs attn_fwd's
+  // I/O types on the device and on the emulator; a difference stops training, its report written here
+  // ("" = <temp dir>/anelab-self-check.json).
+  std::string self_check_report;
 };
+
+// The training kernels' shape for the layers of c at T tokens per sequence (kern::build_layer_kernels).
+kern::TrainShape kernel_train_shape(const models::ModelConfig& c, int64_t T);
 
 // Throws "[backend] ane: no Apple Neural Engine on this host ..." etc. when the backend cannot be created.
 std::unique_ptr<StepEngine> make_kernel_engine(const KernelEngineOptions& o, const ParamLayout& layout);

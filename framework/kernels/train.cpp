@@ -28,7 +28,7 @@ void TrainShape::validate() const {
                " < 32 (fp16 I/O needs S >= 32, digest §4.3); pad the sequence");
   const int64_t m = rt::dense_width_multiple(mil::DType::kFp16);
   ANELAB_CHECK(seq % m == 0, "kernels", "train shape ", str(), ": seq ", seq, " is not a multiple of ", m,
-               " (the ANE starts I/O rows every 64 bytes: the row-stride rule of the device profile); use ",
+               " (the ANE starts I/O rows every ", m * 2, " bytes: the row-stride rule of the device profiles); use ",
                (seq + m - 1) / m * m);
   // sdpa_bwd1 returns dv, probs and dp in one output [1, KVD + 2*heads*S, 1, S]: its channels must fit one dimension.
   const int64_t channels = kv_dim() + 2 * n_heads * seq, cap = rt::max_dim_all_profiles();

@@ -65,7 +65,7 @@ struct TrainShape {
   int64_t n_heads = 0;     // query heads
   int64_t n_kv_heads = 0;  // key/value heads (GQA when < n_heads)
   int64_t head_dim = 0;    // HD (Qwen3: not dim / n_heads)
-  int64_t seq = 0;         // S (>= 32 for fp16 I/O)
+  int64_t seq = 0;         // S: a multiple of rt::dense_width_multiple(fp16) (whole device rows)
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
   RopeStyle rope = RopeStyle::kAdjacentPairs;
@@ -77,7 +77,7 @@ struct TrainShape {
   int64_t n_rep() const { return n_heads / n_kv_heads; }
   double attn_scale() const;  // 1 / sqrt(HD)
   void validate() const;      // throws "[kernels] ..." naming the bad field
-  std::string str() const;    // "D=64 H=172 heads=8/4 hd=8 S=32"
+  std::string str() const;    // "D=64 H=172 heads=8/4 hd=8 S=64"
 };
 
 enum class Strategy { kStatic, kDynamic };

@@ -74,7 +74,8 @@ Workload attention_block_workload(int64_t dim, int64_t heads, int64_t seq) {
 Workload dispatch_workload() {
   mil::ProgramBuilder pb;
   auto& b = pb.function("main");
-  b.output(b.identity(b.input("x", act_type(32, 32))));
+  const int64_t w = rt::dense_width_multiple(mil::DType::kFp16);  // the narrowest dense rows
+  b.output(b.identity(b.input("x", act_type(32, w))));
   return {"dispatch", pb.build(), {}, 0};
 }
 

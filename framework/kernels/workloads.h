@@ -9,7 +9,7 @@
 //                      below its saturation at 127 / 16 ~ 7.9)
 //   attention_core     q, k, v [1, H, S, HD] fp16 inputs -> softmax(q·kᵀ/sqrt(HD) + causal mask)·v
 //   attention_block    x [1, D, 1, S] -> Wq/Wk/Wv, heads, causal attention, merged heads, Wo ([D, D] each)
-//   dispatch           identity over [1, 32, 1, 32]: an evaluation with almost no work
+//   dispatch           identity over [1, 32, 1, 64]: an evaluation with almost no work
 //   training kernels   kern::build_kernel (train.h) over RandomLayer weights
 #pragma once
 #include <cstdint>
@@ -49,7 +49,7 @@ struct RandomLayer {
   RandomLayer& operator=(const RandomLayer&) = delete;
 };
 
-// The training layer shape of `anelab probe`: head dim 64, every width a multiple of 32 (the references'
+// The training layer shape of `anelab probe`: head dim 64, every width a multiple of 64 (the references'
 // shapes), small enough for the emulator.
 TrainShape probe_layer_shape();
 // GEMM flops of one evaluation of a training kernel at shape s (elementwise work not counted).

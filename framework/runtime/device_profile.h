@@ -33,10 +33,12 @@ struct DeviceProfile {
   int64_t min_spatial_fp32 = 16;     // same for fp32 I/O
   size_t min_surface_bytes = 49152;  // smallest working IOSurface allocation
   // IOSurface layout of an I/O tensor (surface_layout below). The rows (last dimension) of a tensor
-  // start every row_align_bytes bytes on the device: the stride is max(W, 32) fp16 columns in
-  // test_decode_attn.m, 49152 = 768·32·2 points at 64-byte rows, and every reference uses widths
-  // that are multiples of 32. `anelab probe` measures it (row_stride); change it here if it differs.
-  size_t row_align_bytes = 64;
+  // start every row_align_bytes bytes on the device. 128: maderix/ANE PR #35 reports 128-byte rows on
+  // M5, and every reference uses widths that are multiples of 64 fp16 columns (128 bytes); M1-M4 may
+  // take 64 (test_decode_attn.m's stride max(W, 32)). `anelab probe` measures it (row_stride); lower it
+  // in a profile only where the probe reports less. The generators pad every I/O row to it
+  // (dense_width_multiple).
+  size_t row_align_bytes = 128;
   int64_t channel_align = 64;         // allocations count channels rounded up to this (test_lm_head_ane.m)
   size_t surface_page_bytes = 16384;  // allocations are rounded up to whole pages (test_multi_input.m)
   // Largest accepted dimension of any tensor in the program, inclusive. The cap is reported as 65536
@@ -69,8 +71,9 @@ inline constexpr const char* kWeightPathChoices = "fp16, int8, w8a8, auto";
 
 // The largest dimension every profile accepts (kernel generators split tensors to stay within it).
 int64_t max_dim_all_profiles();
-// The last-dimension multiple that gives dense rows (surface_layout(...).dense()) on every profile:
-// 32 for fp16, 16 for fp32 with 64-byte rows. Generators pad I/O widths and buckets to it.
+// The last-dimension multiple that gives dense rows (surface_layout(...).dense()) on every profile,
+// derived from their row_align_bytes: 64 for fp16, 32 for fp32 with 128-byte rows. Generators pad I/O
+// widths and buckets to it.
 int64_t dense_width_multiple(mil::DType dtype);
 
 // Static checks of a whole program against a profile (all functions). Returns kLimitExceeded or

@@ -75,7 +75,7 @@ def main():
     print("--- train 4 steps (ANE kernels on the emulator)", flush=True)
     run_dir = os.path.join(work, "run")
     run(anelab, ["train", "--preset", "stories260k", "--data", tokens, "--tokenizer", tokenizer, "--run-dir", run_dir,
-                 "--strategy", "dynamic", "--steps", "4", "--batch-size", "2", "--seq-len", "32", "--eval-every", "0",
+                 "--strategy", "dynamic", "--steps", "4", "--batch-size", "2", "--seq-len", "64", "--eval-every", "0",
                  "--quiet"], work)
     events = [json.loads(l) for l in open(os.path.join(run_dir, "events.jsonl"), encoding="utf-8")]
     steps = [e for e in events if e.get("event") == "step"]

@@ -6,7 +6,7 @@ usage: check_probe_json.py <anelab binary> <out dir> system|fake|fake-discrepanc
           the emulator half of every rule probe agrees with the device profile;
   fake:   the ANE half runs through FakeShim (= the profile's model), so each case has ane timings,
           max_rel_diff == 0 and every rule agrees on both halves;
-  fake-discrepancy: FakeShim plays a device whose rows are 128 bytes apart and whose compiler numbers
+  fake-discrepancy: FakeShim plays a device whose rows are 256 bytes apart (the profiles say 128) and whose compiler numbers
           procedure symbols by name, with --compile-limit: the report must flag row_stride and
           procedures as differing from the profile (naming the fields), io_order as not agreeing (its
           names are not in alphabetical order), and count 120 compiles.
@@ -44,7 +44,7 @@ def main():
         os.remove(out)
     cmd = [anelab, "probe", "--out", out, "--repeats", "1", "--threads", "1", "--shim", shim]
     if mode == "fake-discrepancy":
-        cmd += ["--fake-row-align", "128", "--fake-symbol-order", "by_name", "--compile-limit", "130"]
+        cmd += ["--fake-row-align", "256", "--fake-symbol-order", "by_name", "--compile-limit", "130"]
     if mode == "fake-crash":
         cmd += ["--fake-abort-at", "evaluate"]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -106,6 +106,14 @@ def main():
                 fail(f"{where}: fake shim + emulator differ from the emulator (max_rel_diff {d})")
         elif c.get("ane") is not None or c.get("max_rel_diff") is not None:
             fail(f"{where}: ane results without an ANE")
+    # the silent-zeros self-check (issue 40 item 4) is the summary line: agrees on the profile's layout,
+    # not on a device whose rows are 256 bytes apart
+    if ane["available"]:
+        sc = r.get("self_check") or fail("no self_check in the report")
+        if sc.get("agrees") is not (mode == "fake"):
+            fail(f"self_check: agrees {sc.get('agrees')} in mode {mode}: {sc}")
+        if "summary: [self-check]" not in run.stdout:
+            fail("stdout has no self-check summary line")
     check_kernels_and_rules(r, ane["available"], mode)
     print("probe report OK:", out)
 
@@ -145,7 +153,7 @@ def check_kernels_and_rules(r, available, mode):
         if mode == "fake" and x.get("ane_agrees") is not True:
             fail(f"rule {name}: the fake (the profile's model) disagrees: {x.get('ane_differences')}")
     if mode == "fake-discrepancy":
-        for name, field in (("row_stride", "32.input_stride_bytes"), ("procedures", "symbols")):
+        for name, field in (("row_stride", "64.input_stride_bytes"), ("procedures", "symbols")):
             x = rules[name]
             diffs = " ".join(x.get("ane_differences", []))
             if x.get("ane_agrees") is not False or field not in diffs:

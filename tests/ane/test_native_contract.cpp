@@ -20,7 +20,7 @@ uint32_t le32(const std::vector<uint8_t>& b, size_t off) {
 
 TEST(NativeContract, CallSequenceOfCompileEvaluateAndTeardown) {
   Native n = make_native();
-  Prog p = conv_prog(64, 128, 32);
+  Prog p = conv_prog(64, 128, 64);
   {
     auto k = n.backend->compile(p.program, p.weights);
     ASSERT_TRUE(k.is_ok()) << k.status().message();
@@ -61,7 +61,7 @@ TEST(NativeContract, CallSequenceOfCompileEvaluateAndTeardown) {
 
 TEST(NativeContract, QosIs21OnEveryModelCall) {
   Native n = make_native();
-  Prog p = conv_prog(64, 64, 32);
+  Prog p = conv_prog(64, 64, 64);
   run_bytes(*n.backend, p, 0, 1);
   n.backend->clear_cache();
   int seen = 0;
@@ -76,7 +76,7 @@ TEST(NativeContract, QosIs21OnEveryModelCall) {
 TEST(NativeContract, MilTextIsThePrinterOutputInTheProfileDialect) {
   for (const char* dev : {"m4", "m5", "m1", "m3"}) {
     Native n = make_native(dev);
-    Prog p = conv_prog(64, 64, 32);
+    Prog p = conv_prog(64, 64, 64);
     ASSERT_TRUE(n.backend->compile(p.program, p.weights).is_ok()) << dev;
     const auto made = n.fake->calls_named("create_model");
     ASSERT_EQ(made.size(), 1u);
@@ -91,7 +91,7 @@ TEST(NativeContract, MilTextIsThePrinterOutputInTheProfileDialect) {
 
 TEST(NativeContract, WeightsDictionaryAndBlobHeaders) {
   Native n = make_native();
-  Prog p = attention_prog(64, 4, 32);
+  Prog p = attention_prog(64, 4, 64);
   auto k = n.backend->compile(p.program, p.weights);
   ASSERT_TRUE(k.is_ok()) << k.status().message();
   const ShimCall& c = *n.fake->calls_named("create_model").at(0);
@@ -108,7 +108,7 @@ TEST(NativeContract, WeightsDictionaryAndBlobHeaders) {
   // The files in the temp dir: digest §3.1 headers, checked field by field from raw bytes.
   const std::string hex = n.backend->shim().hex_string_identifier(ane::ModelHandle{c.model}).value();
   const fs::path dir = fs::path(n.fake->temporary_directory()) / hex;
-  for (const auto& [stem, elems] : std::vector<std::pair<std::string, size_t>>{{"wq", 64 * 64}, {"mask", 32 * 32}}) {
+  for (const auto& [stem, elems] : std::vector<std::pair<std::string, size_t>>{{"wq", 64 * 64}, {"mask", 64 * 64}}) {
     auto b = read_file_bytes((dir / "weights" / (stem + ".bin")).string());
     ASSERT_EQ(b.size(), 128 + elems * 2) << stem;
     EXPECT_EQ(le32(b, 0), 1u);  // MILBlob storage_header: count, version 2
@@ -122,7 +122,7 @@ TEST(NativeContract, WeightsDictionaryAndBlobHeaders) {
 
 TEST(NativeContract, TempDirLayoutExistsFromCompileUntilUnload) {
   Native n = make_native();
-  Prog p = conv_prog(64, 64, 32, 1, "weights/layer_00/wq.bin");  // subdirectory key (digest §1.3)
+  Prog p = conv_prog(64, 64, 64, 1, "weights/layer_00/wq.bin");  // subdirectory key (digest §1.3)
   auto k = n.backend->compile(p.program, p.weights);
   ASSERT_TRUE(k.is_ok()) << k.status().message();
   const ShimCall& comp = *n.fake->calls_named("compile").at(0);
@@ -150,7 +150,7 @@ TEST(NativeContract, SurfaceSizesFollowTheDeviceRules) {
   EXPECT_EQ(made[0]->bytes, 768u * 256 * 2);   // 393216 = 24 pages
   EXPECT_EQ(made[1]->bytes, 2048u * 256 * 2);  // 1 MiB
   n.fake->clear_calls();
-  run_bytes(*n.backend, conv_prog(64, 64, 32, 2), 0, 1);  // 4096-byte tensors -> the 49152 minimum
+  run_bytes(*n.backend, conv_prog(64, 64, 64, 2), 0, 1);  // 4096-byte tensors -> the 49152 minimum
   made = n.fake->calls_named("create_surface");
   ASSERT_EQ(made.size(), 2u);
   EXPECT_EQ(made[0]->bytes, 49152u);
@@ -165,7 +165,7 @@ TEST(NativeContract, SurfaceSizesFollowTheDeviceRules) {
 
 TEST(NativeContract, RequestIndicesOfATwoProcedureProgram) {
   Native n = make_native();
-  Prog p = two_function_prog(64, 32);
+  Prog p = two_function_prog(64, 64);
   auto emu = make_emulator();
   for (int fn : {1, 0}) {
     n.fake->clear_calls();
@@ -185,7 +185,7 @@ TEST(NativeContract, RequestIndicesOfATwoProcedureProgram) {
 
 TEST(NativeContract, MultiInputRequestIndicesAreZeroToN) {
   Native n = make_native();
-  run_bytes(*n.backend, two_input_prog(64, 128, 32), 0, 1);
+  run_bytes(*n.backend, two_input_prog(64, 128, 64), 0, 1);
   auto req = n.fake->calls_named("create_request");
   ASSERT_EQ(req.size(), 1u);
   EXPECT_EQ(req[0]->input_indices, (std::vector<int64_t>{0, 1}));
@@ -215,7 +215,7 @@ TEST(NativeContract, ResultsEqualTheEmulatorBitForBit) {
 TEST(NativeContract, M1PrintsIos16AndMatchesTheEmulatorOnIos16) {
   Native n = make_native("m1");
   auto emu = make_emulator("m1");
-  Prog p = attention_prog(64, 4, 32);
+  Prog p = attention_prog(64, 4, 64);
   Prog p16 = p;
   p16.program.dialect = mil::Dialect::kIos16;  // the emulator takes the program as printed for m1
   EXPECT_EQ(run_bytes(*n.backend, p, 0, 4), run_bytes(*emu, p16, 0, 4));
@@ -225,7 +225,7 @@ TEST(NativeContract, M1PrintsIos16AndMatchesTheEmulatorOnIos16) {
 TEST(NativeContract, CastIsRejectedOnM1AndM2WithoutCallingTheShim) {
   for (const char* dev : {"m1", "m2"}) {
     Native n = make_native(dev);
-    Prog p = conv_prog(64, 64, 32, 1, "weights/w.bin", mil::DType::kFp32);
+    Prog p = conv_prog(64, 64, 64, 1, "weights/w.bin", mil::DType::kFp32);
     auto k = n.backend->compile(p.program, p.weights);
     ASSERT_FALSE(k.is_ok()) << dev;
     EXPECT_EQ(k.status().code(), Code::kInvalidArgument);
@@ -236,7 +236,7 @@ TEST(NativeContract, CastIsRejectedOnM1AndM2WithoutCallingTheShim) {
     EXPECT_EQ(n.backend->compiles_used(), 0) << dev;
   }
   Native m3 = make_native("m3");  // M3 has cast: the same program compiles, ios16 text with cast
-  Prog p = conv_prog(64, 64, 32, 1, "weights/w.bin", mil::DType::kFp32);
+  Prog p = conv_prog(64, 64, 64, 1, "weights/w.bin", mil::DType::kFp32);
   ASSERT_TRUE(m3.backend->compile(p.program, p.weights).is_ok());
   EXPECT_TRUE(contains(m3.fake->calls_named("create_model").at(0)->mil_text, "cast("));
 }

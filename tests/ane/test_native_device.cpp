@@ -30,7 +30,7 @@ TEST(NativeDevice, AutoPicksTheProfileOfTheChipFamily) {
     EXPECT_TRUE(contains(n.backend->device_choice().note, "device profile " + profile))
         << n.backend->device_choice().note;
     // M1-M3 get the verbose program(1.0)/ios16 dialect without --device
-    Prog p = conv_prog(64, 64, 32);
+    Prog p = conv_prog(64, 64, 64);
     ASSERT_TRUE(n.backend->compile(p.program, p.weights).is_ok()) << sub;
     const auto made = n.fake->calls_named("create_model");
     ASSERT_EQ(made.size(), 1u);
@@ -78,9 +78,9 @@ TEST(NativeDevice, AnExplicitDeviceIsKeptAndTheChipIsNotAsked) {
 Prog renamed_two_function_prog() {
   mil::ProgramBuilder pb;
   auto& f0 = pb.function("f0");
-  f0.output(f0.mul(f0.input("b", kern::act_type(64, 32)), 2.0));
+  f0.output(f0.mul(f0.input("b", kern::act_type(64, 64)), 2.0));
   auto& f1 = pb.function("f1");
-  f1.output(f1.sigmoid(f1.input("a", kern::act_type(64, 32))));
+  f1.output(f1.sigmoid(f1.input("a", kern::act_type(64, 64))));
   return {pb.build(), {}};
 }
 
@@ -111,7 +111,7 @@ TEST(NativeProcedures, MissingAttributesFailAMultiProcedureProgramClearly) {
   fo.has_procedure_attributes = false;
   Native n = make_native("m4", -1, fo);
   // one procedure: the indices are @0..@n-1 either way
-  Prog one = conv_prog(64, 64, 32);
+  Prog one = conv_prog(64, 64, 64);
   auto emu = make_emulator();
   EXPECT_EQ(run_bytes(*n.backend, one, 0, 1), run_bytes(*emu, one, 0, 1));
   // several: no guessing
@@ -128,7 +128,7 @@ TEST(NativeProcedures, MissingAttributesFailAMultiProcedureProgramClearly) {
 }
 
 TEST(NativeProcedures, IndicesMustFitTheFunction) {
-  Prog p = two_function_prog(64, 32);
+  Prog p = two_function_prog(64, 64);
   std::vector<ane::ProcedureSymbols> table = {{0, {0}, {0}}, {1, {1, 2}, {1}}};
   auto r = ane::procedure_indices(p.program, 1, table);
   EXPECT_FALSE(r.is_ok());

@@ -17,10 +17,10 @@ namespace fs = std::filesystem;
 TEST(NativeBudget, SpentBudgetIsBudgetExhaustedWithoutCallingTheCompiler) {
   Native n = make_native("m4", 3);
   for (uint32_t i = 0; i < 3; ++i) {
-    Prog p = conv_prog(64, 64, 32, 100 + i);
+    Prog p = conv_prog(64, 64, 64, 100 + i);
     ASSERT_TRUE(n.backend->compile(p.program, p.weights).is_ok()) << i;
   }
-  Prog p = conv_prog(64, 64, 32, 200);
+  Prog p = conv_prog(64, 64, 64, 200);
   auto k = n.backend->compile(p.program, p.weights);
   ASSERT_FALSE(k.is_ok());
   EXPECT_EQ(k.status().code(), Code::kBudgetExhausted);
@@ -33,10 +33,10 @@ TEST(NativeBudget, CompilerFailureNearTheBudgetIsBudgetExhaustedWithTheNSErrorTe
   fo.compile_limit = 8;  // the real limit came earlier than the budget of 10 assumed
   Native n = make_native("m4", 10, fo);
   for (uint32_t i = 0; i < 8; ++i) {
-    Prog p = conv_prog(64, 64, 32, 300 + i);
+    Prog p = conv_prog(64, 64, 64, 300 + i);
     ASSERT_TRUE(n.backend->compile(p.program, p.weights).is_ok()) << i;
   }
-  Prog p = conv_prog(64, 64, 32, 400);
+  Prog p = conv_prog(64, 64, 64, 400);
   auto k = n.backend->compile(p.program, p.weights);  // compile 9 >= ceil(0.9 * 10)
   ASSERT_FALSE(k.is_ok());
   EXPECT_EQ(k.status().code(), Code::kBudgetExhausted) << k.status().message();
@@ -49,10 +49,10 @@ TEST(NativeBudget, EarlyCompilerFailureIsCompileFailed) {
   fo.compile_limit = 2;
   Native n = make_native("m4", 10, fo);
   for (uint32_t i = 0; i < 2; ++i) {
-    Prog p = conv_prog(64, 64, 32, 500 + i);
+    Prog p = conv_prog(64, 64, 64, 500 + i);
     ASSERT_TRUE(n.backend->compile(p.program, p.weights).is_ok());
   }
-  Prog p = conv_prog(64, 64, 32, 600);
+  Prog p = conv_prog(64, 64, 64, 600);
   auto k = n.backend->compile(p.program, p.weights);
   ASSERT_FALSE(k.is_ok());
   EXPECT_EQ(k.status().code(), Code::kCompileFailed);
@@ -72,7 +72,7 @@ TEST(NativeBudget, MapCompileFailureRule) {
 // ---- cache ----------------------------------------------------------------------------------------
 TEST(NativeCache, HitSharesTheLoadedModelWithoutBudgetOrCompiler) {
   Native n = make_native("m4", 1);
-  Prog p = conv_prog(64, 64, 32);
+  Prog p = conv_prog(64, 64, 64);
   auto k1 = n.backend->compile(p.program, p.weights);
   ASSERT_TRUE(k1.is_ok());
   n.fake->clear_calls();
@@ -93,7 +93,7 @@ TEST(NativeCache, HitSharesTheLoadedModelWithoutBudgetOrCompiler) {
     EXPECT_EQ(0, std::memcmp(outs[0].data(), want[0].data(), want[0].size()));
   }
   // different weights, same MIL: a miss
-  Prog q = conv_prog(64, 64, 32, 2);
+  Prog q = conv_prog(64, 64, 64, 2);
   auto k3 = n.backend->compile(q.program, q.weights);
   EXPECT_EQ(k3.status().code(), Code::kBudgetExhausted);
 }
@@ -102,7 +102,7 @@ TEST(NativeCache, EvictedModelsUnloadWhenTheirLastKernelGoes) {
   ane::NativeOptions no;
   no.cache_capacity = 1;
   Native n = make_native("m4", -1, {}, no);
-  Prog a = conv_prog(64, 64, 32, 1), b = conv_prog(64, 64, 32, 2);
+  Prog a = conv_prog(64, 64, 64, 1), b = conv_prog(64, 64, 64, 2);
   auto ka = n.backend->compile(a.program, a.weights);
   auto kb = n.backend->compile(b.program, b.weights);  // evicts a from the cache; ka still holds it
   EXPECT_EQ(n.fake->loaded_models(), 2u);
@@ -134,7 +134,7 @@ TEST_P(NativeCallFailure, SurfacesAsAClearStatusAndLeaksNothing) {
   f.domain = "com.example.test";
   f.code = 77;
   n.fake->fail(fc.call, f);
-  Prog p = conv_prog(64, 64, 32);
+  Prog p = conv_prog(64, 64, 64);
   Status st;
   std::string hex_dir;
   {
@@ -179,7 +179,7 @@ INSTANTIATE_TEST_SUITE_P(EveryCall, NativeCallFailure,
 TEST(NativeLoad, OneFailedLoadIsRetriedAfter100ms) {
   Native n = make_native();
   n.fake->fail("load", {});  // the first load fails once
-  Prog p = conv_prog(64, 64, 32);
+  Prog p = conv_prog(64, 64, 64);
   const auto t0 = std::chrono::steady_clock::now();
   auto k = n.backend->compile(p.program, p.weights);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -199,7 +199,7 @@ TEST(NativeLoad, TwoFailedLoadsNameBothFailures) {
   ane::FakeFailure f;
   f.times = 2;
   n.fake->fail("load", f);
-  Prog p = conv_prog(64, 64, 32);
+  Prog p = conv_prog(64, 64, 64);
   auto k = n.backend->compile(p.program, p.weights);
   ASSERT_FALSE(k.is_ok());
   EXPECT_TRUE(contains(k.status().message(), "failed twice")) << k.status().message();
@@ -209,7 +209,7 @@ TEST(NativeLoad, TwoFailedLoadsNameBothFailures) {
 TEST(NativeUnload, FailedUnloadInADestructorDoesNotThrowOrLeak) {
   Native n = make_native();
   n.fake->fail("unload", {});
-  Prog p = conv_prog(64, 64, 32);
+  Prog p = conv_prog(64, 64, 64);
   ASSERT_TRUE(n.backend->compile(p.program, p.weights).is_ok());
   testing::internal::CaptureStderr();
   n.backend->clear_cache();
@@ -221,7 +221,7 @@ TEST(NativeUnload, FailedUnloadInADestructorDoesNotThrowOrLeak) {
 // ---- checks before the shim ---------------------------------------------------------------------------
 TEST(NativeChecks, SmallSurfacesAreRejectedBeforeAnyShimCall) {
   Native n = make_native();
-  Prog p = conv_prog(64, 64, 32);
+  Prog p = conv_prog(64, 64, 64);
   auto k = n.backend->compile(p.program, p.weights);
   ASSERT_TRUE(k.is_ok());
   n.fake->clear_calls();
@@ -236,7 +236,7 @@ TEST(NativeChecks, SmallSurfacesAreRejectedBeforeAnyShimCall) {
 
 TEST(NativeChecks, MissingWeightIsRejectedBeforeTheCompiler) {
   Native n = make_native();
-  Prog p = conv_prog(64, 64, 32);
+  Prog p = conv_prog(64, 64, 64);
   p.weights.clear();
   auto k = n.backend->compile(p.program, p.weights);
   ASSERT_FALSE(k.is_ok());
@@ -258,15 +258,15 @@ TEST(NativeRules, ModelRelativePaths) {
 TEST(NativeRules, RequestIndicesAreProgramWideSymbolIndices) {
   mil::ProgramBuilder pb;  // f0: 2 inputs / 1 output, f1: 1 input / 2 outputs, f2: 1 / 1
   auto& f0 = pb.function("f0");
-  auto a = f0.input("a", kern::act_type(64, 32));
-  auto b = f0.input("b", kern::act_type(128, 32));
+  auto a = f0.input("a", kern::act_type(64, 64));
+  auto b = f0.input("b", kern::act_type(128, 64));
   f0.output(f0.concat({a, b}, 1));
   auto& f1 = pb.function("f1");
-  auto c = f1.input("c", kern::act_type(64, 32));
+  auto c = f1.input("c", kern::act_type(64, 64));
   f1.output(f1.concat({c, c}, 1));
   f1.output(f1.sigmoid(c));
   auto& f2 = pb.function("f2");
-  f2.output(f2.relu(f2.input("d", kern::act_type(64, 32))));
+  f2.output(f2.relu(f2.input("d", kern::act_type(64, 64))));
   mil::Program p = pb.build();
   auto r1 = ane::request_indices(p, 1), r2 = ane::request_indices(p, 2);
   EXPECT_EQ(r1.inputs, std::vector<int64_t>{2});
@@ -280,7 +280,7 @@ TEST(NativeRules, RequestIndicesAreProgramWideSymbolIndices) {
 // ---- the fake itself checks what the real API needs -------------------------------------------------
 TEST(FakeShimChecks, CompileWithoutTheTempDirFails) {
   ane::FakeShim fake;
-  Prog p = conv_prog(64, 64, 32);
+  Prog p = conv_prog(64, 64, 64);
   const std::string text = mil::print(p.program);
   auto entries = ane::weight_entries(p.weights);
   auto m = fake.create_model(text, entries);
@@ -302,7 +302,7 @@ TEST(FakeShimChecks, CompileWithoutTheTempDirFails) {
 
 TEST(FakeShimChecks, WrongProcedureIndicesAndSmallSurfacesFailAtEvaluate) {
   ane::FakeShim fake;
-  Prog p = two_function_prog(64, 32);
+  Prog p = two_function_prog(64, 64);
   const std::string text = mil::print(p.program);
   auto m = fake.create_model(text, ane::weight_entries(p.weights));
   ASSERT_TRUE(

@@ -33,7 +33,7 @@ TEST(NativeInt8, W8AndW8A8PassThroughUnchanged) {
       const std::string what = dev + (act > 0 ? " w8a8" : " w8");
       Native n = make_native(dev);
       const mil::Dialect d = rt::device_profile(dev).dialect;
-      Prog p = int8_conv_prog(128, 64, 32, act, d);
+      Prog p = int8_conv_prog(128, 64, 64, act, d);
       auto k = n.backend->compile(p.program, p.weights);
       ASSERT_TRUE(k.is_ok()) << what << ": " << k.status().message();
       const ane::ShimCall& c = *n.fake->calls_named("create_model").at(0);
@@ -53,7 +53,7 @@ TEST(NativeInt8, W8AndW8A8PassThroughUnchanged) {
 // quantize / dequantize are iOS17 ops: an ios16 program (M1-M3) with them is refused before the shim.
 TEST(NativeInt8, W8A8IsRefusedInIos16Programs) {
   Native n = make_native("m1");
-  Prog p = int8_conv_prog(128, 64, 32, 1.0f / 32, mil::Dialect::kIos16);
+  Prog p = int8_conv_prog(128, 64, 64, 1.0f / 32, mil::Dialect::kIos16);
   auto k = n.backend->compile(p.program, p.weights);
   ASSERT_FALSE(k.is_ok());
   EXPECT_NE(k.status().message().find("quantize 'quantize_0' is an iOS17 op"), std::string::npos)

@@ -50,10 +50,10 @@ TEST(NativeRestartBudget, DefaultBudgetStopsBeforeTheCompilersLimit) {
   Native n = make_native();  // fake compile_limit: 119, where the real compiler starts failing
   ASSERT_LT(n.backend->compile_budget(), n.fake->options().compile_limit);
   for (uint32_t i = 0; i < 100; ++i) {
-    Prog p = conv_prog(32, 32, 32, 1000 + i);
+    Prog p = conv_prog(32, 32, 64, 1000 + i);
     ASSERT_TRUE(n.backend->compile(p.program, p.weights).is_ok()) << i;
   }
-  Prog p = conv_prog(32, 32, 32, 5000);
+  Prog p = conv_prog(32, 32, 64, 5000);
   auto k = n.backend->compile(p.program, p.weights);
   EXPECT_EQ(k.status().code(), Code::kBudgetExhausted) << k.status().message();
   EXPECT_EQ(n.fake->compiles(), 100);  // the 101st never reached the compiler
@@ -63,7 +63,7 @@ TEST(NativeRestartBudget, DefaultBudgetStopsBeforeTheCompilersLimit) {
 // whatever the compile's number; a program the profile rejects is a plain Error (no restart would help).
 TEST(NativeRestartBudget, KernelCacheThrowsCompileErrorForAnyCompilerFailure) {
   kern::TrainShape s;
-  s.dim = 64, s.hidden = 128, s.n_heads = 2, s.n_kv_heads = 2, s.head_dim = 32, s.seq = 32;
+  s.dim = 64, s.hidden = 128, s.n_heads = 2, s.n_kv_heads = 2, s.head_dim = 32, s.seq = 64;
   Native n = make_native();
   n.fake->fail("compile", {});  // the first compile of the process fails (far below the budget)
   kern::KernelCache cache(*n.backend, s, kern::Strategy::kStatic);
@@ -106,7 +106,7 @@ TEST(NativeRestartCounter, AneBackendsOfOneProcessShareOneBudget) {
   auto b = rt::create_backend("ane", o);
   const int before = a->compiles_used();  // this test binary's process may have compiled already
   ASSERT_EQ(b->compiles_used(), before);
-  Prog p = conv_prog(32, 32, 32, 1), q = conv_prog(32, 32, 32, 2);
+  Prog p = conv_prog(32, 32, 64, 1), q = conv_prog(32, 32, 64, 2);
   ASSERT_TRUE(a->compile(p.program, p.weights).is_ok());
   ASSERT_TRUE(b->compile(q.program, q.weights).is_ok());
   EXPECT_EQ(a->compiles_used(), before + 2);
@@ -116,7 +116,7 @@ TEST(NativeRestartCounter, AneBackendsOfOneProcessShareOneBudget) {
   rt::BackendOptions tight = o;
   tight.compile_budget = before + 2;
   auto c = rt::create_backend("ane", tight);
-  Prog r = conv_prog(32, 32, 32, 3);
+  Prog r = conv_prog(32, 32, 64, 3);
   EXPECT_EQ(c->compile(r.program, r.weights).status().code(), Code::kBudgetExhausted);
   a.reset(), b.reset(), c.reset();
   fs::remove_all(dir);
@@ -131,7 +131,7 @@ TEST(NativeRestartCounter, SimulatedProcessesCountApart) {
     return std::make_unique<ane::NativeBackend>(std::make_unique<ane::FakeShim>(fo), o);
   };
   auto a = make(shared), b = make(shared), alone = make(nullptr);
-  Prog p = conv_prog(32, 32, 32, 1), q = conv_prog(32, 32, 32, 2);
+  Prog p = conv_prog(32, 32, 64, 1), q = conv_prog(32, 32, 64, 2);
   ASSERT_TRUE(a->compile(p.program, p.weights).is_ok());
   EXPECT_EQ(b->compile(q.program, q.weights).status().code(), Code::kBudgetExhausted);
   EXPECT_TRUE(alone->compile(q.program, q.weights).is_ok());
@@ -142,7 +142,7 @@ TEST(NativeRestartTeardown, LastUserUnloadsBeforeReleasingRequestAndSurfaces) {
   ane::NativeOptions no;
   no.cache_capacity = 0;  // the kernel is the model's only holder
   Native n = make_native("m4", -1, {}, no);
-  Prog p = conv_prog(64, 64, 32);
+  Prog p = conv_prog(64, 64, 64);
   {
     auto k = n.backend->compile(p.program, p.weights);
     ASSERT_TRUE(k.is_ok()) << k.status().message();
@@ -159,7 +159,7 @@ TEST(NativeRestartTeardown, LastUserUnloadsBeforeReleasingRequestAndSurfaces) {
 
 TEST(NativeRestartTeardown, DiscardDropsTheProgramFromTheCacheAndUnloadsFirst) {
   Native n = make_native();  // cache on (64)
-  Prog p = conv_prog(64, 64, 32);
+  Prog p = conv_prog(64, 64, 64);
   auto k = n.backend->compile(p.program, p.weights);
   ASSERT_TRUE(k.is_ok());
   auto ins = (*k)->make_inputs(0, n.backend->profile());
@@ -178,7 +178,7 @@ TEST(NativeRestartTeardown, DiscardDropsTheProgramFromTheCacheAndUnloadsFirst) {
 // and every old one was unloaded before the first compile of the new ones (maderix frees, then compiles).
 TEST(NativeRestartTeardown, StaticSetWeightsFreesOldWeightKernelsBeforeCompiling) {
   kern::TrainShape s;
-  s.dim = 64, s.hidden = 128, s.n_heads = 2, s.n_kv_heads = 2, s.head_dim = 32, s.seq = 32;
+  s.dim = 64, s.hidden = 128, s.n_heads = 2, s.n_kv_heads = 2, s.head_dim = 32, s.seq = 64;
   const size_t D = 64, H = 128;
   std::vector<std::vector<float>> a, b;
   for (size_t n : {D * D, D * D, D * D, D * D, H * D, H * D, D * H, D, D}) {
@@ -207,7 +207,7 @@ TEST(NativeRestartTeardown, StaticSetWeightsFreesOldWeightKernelsBeforeCompiling
 
 TEST(NativeRestartModelDir, WeightsDirectoryExistsAlsoWithoutWeights) {
   Native n = make_native();
-  Prog p = two_input_prog(64, 128, 32);  // no weights
+  Prog p = two_input_prog(64, 128, 64);  // no weights
   ASSERT_TRUE(p.weights.empty());
   ASSERT_TRUE(n.backend->compile(p.program, p.weights).is_ok());
   const auto compiles = n.fake->calls_named("compile");
@@ -223,7 +223,7 @@ TEST(NativeRestartCompiledCache, NextProcessLoadsTheCompiledProgramWithoutCompil
   ane::FakeShimOptions fo;
   fo.temp_dir = dir.string();
   Native first = make_native("m4", -1, fo);
-  Prog p = conv_prog(64, 64, 32, 7);
+  Prog p = conv_prog(64, 64, 64, 7);
   auto k1 = first.backend->compile(p.program, p.weights);
   ASSERT_TRUE(k1.is_ok());
   EXPECT_EQ(first.fake->compiles(), 1);
@@ -246,7 +246,7 @@ TEST(NativeRestartCompiledCache, NextProcessLoadsTheCompiledProgramWithoutCompil
   ASSERT_TRUE(second.backend->evaluate(**k2, 0, ptrs(ins), ptrs(outs)).is_ok());
   EXPECT_EQ(0, std::memcmp(outs[0].data(), want[0].data(), want[0].size()));
   // a different program (other weights) is not found and needs the budget
-  Prog q = conv_prog(64, 64, 32, 8);
+  Prog q = conv_prog(64, 64, 64, 8);
   EXPECT_EQ(second.backend->compile(q.program, q.weights).status().code(), Code::kBudgetExhausted);
   k1 = Status(Code::kInternal, "released");
   k2 = Status(Code::kInternal, "released");
@@ -262,7 +262,7 @@ TEST(NativeRestartCompiledCache, UnloadedProgramsLeaveNothingBehind) {
   fo.temp_dir = dir.string();
   {
     Native n = make_native("m4", -1, fo);
-    Prog p = conv_prog(64, 64, 32, 7);
+    Prog p = conv_prog(64, 64, 64, 7);
     ASSERT_TRUE(n.backend->compile(p.program, p.weights).is_ok());
   }
   std::vector<std::string> left;
@@ -278,7 +278,7 @@ TEST(NativeRestartCompiledCache, SecondRunAfterACleanExitLoadsTheCachedProgram) 
   const auto dir = temp_dir("ane_reuse_second_run");
   ane::FakeShimOptions fo;
   fo.temp_dir = dir.string();
-  Prog p = conv_prog(64, 64, 32, 7);
+  Prog p = conv_prog(64, 64, 64, 7);
   {
     Native first = make_native("m4", -1, fo);
     ASSERT_TRUE(first.backend->compile(p.program, p.weights).is_ok());
@@ -311,7 +311,7 @@ TEST(NativeRestartCompiledCache, AFailingLoadOfTheCompiledProgramFallsBackToACom
   ane::NativeOptions no;
   no.load_retry_delay_ms = 1;
   Native first = make_native("m4", -1, fo, no);
-  Prog p = conv_prog(64, 64, 32, 7);
+  Prog p = conv_prog(64, 64, 64, 7);
   auto k1 = first.backend->compile(p.program, p.weights);
   ASSERT_TRUE(k1.is_ok());
   Native second = make_native("m4", -1, fo, no);
@@ -353,11 +353,11 @@ TEST(FakeCompileFailures, CountedOverTheRunThroughTheCountFile) {
   fo.compile_failures.count_file = (dir / "count").string();
   {
     Native n = make_native("m4", -1, fo);
-    Prog p = conv_prog(32, 32, 32, 1);
+    Prog p = conv_prog(32, 32, 64, 1);
     EXPECT_TRUE(n.backend->compile(p.program, p.weights).is_ok());  // compile 1 of the run
   }
   Native n = make_native("m4", -1, fo);  // the next "process"
-  Prog q = conv_prog(32, 32, 32, 2);
+  Prog q = conv_prog(32, 32, 64, 2);
   auto k = n.backend->compile(q.program, q.weights);  // compile 2 of the run
   EXPECT_EQ(k.status().code(), Code::kCompileFailed) << k.status().message();
   EXPECT_TRUE(contains(k.status().message(), "injected at compile 2 of the run")) << k.status().message();

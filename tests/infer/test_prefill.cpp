@@ -2,16 +2,21 @@
 // cache it leaves behind (checked through the next decode step), every bucket boundary, and run.c.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "framework/ane/ane_backend.h"
 #include "infer/engine.h"
 #include "infer/prefill_mil.h"
 #include "models/formats/load_any.h"
+#include "models/presets.h"
 #include "tests/common/errors.h"
 #include "tests/common/test_data.h"
+#include "tests/support/fake_shim.h"
 
 namespace anelab::infer {
 namespace {
@@ -27,18 +32,23 @@ Engine make(const std::string& backend, WType dt = WType::kF32, int budget = -1)
   return Engine(models::load_any_model(test::data_path("llama2c/stories260K.bin")), o);
 }
 
+// Issue 40 item 2: every bucket is a multiple of 64 fp16 columns, rows of 128 bytes (the alignment M5
+// reports, maderix/ANE PR #35), for every preset's context and every prompt length.
 TEST(InferPrefill, Buckets) {
-  EXPECT_EQ(prefill_bucket(1, 512), 32);
-  EXPECT_EQ(prefill_bucket(32, 512), 32);
-  EXPECT_EQ(prefill_bucket(33, 512), 64);
+  EXPECT_EQ(prefill_bucket(1, 512), 64);
+  EXPECT_EQ(prefill_bucket(32, 512), 64);
+  EXPECT_EQ(prefill_bucket(64, 512), 64);
   EXPECT_EQ(prefill_bucket(65, 512), 128);
-  // a context that is not a multiple of 32: the last bucket is padded to whole 64-byte device rows
+  // a context that is not a multiple of 64: the last bucket is padded to whole 128-byte device rows
   // (the device's row-stride rule); the causal mask keeps the padding out of every real row
   EXPECT_EQ(prefill_bucket(300, 300), 320);
   EXPECT_EQ(prefill_bucket(257, 300), 320);
-  EXPECT_EQ(prefill_bucket(3, 20), 32);
-  for (int64_t ctx : {20, 100, 300, 512, 1000})
-    for (int64_t n = 1; n <= ctx; n += 7) EXPECT_EQ(prefill_bucket(n, ctx) % 32, 0) << n << " / " << ctx;
+  EXPECT_EQ(prefill_bucket(3, 20), 64);
+  std::vector<int64_t> contexts = {20, 100, 300, 512, 1000};
+  for (const auto& name : models::preset_names()) contexts.push_back(models::preset(name).max_seq_len);
+  for (int64_t ctx : contexts)
+    for (int64_t n = 1; n <= std::min<int64_t>(ctx, 70000); n += n < 4096 ? 1 : 61)
+      ASSERT_EQ(prefill_bucket(n, ctx) * 2 % 128, 0) << n << " / " << ctx;
 }
 
 TEST(InferPrefill, EmulatorMatchesCpuAtBucketBoundaries) {
@@ -94,13 +104,77 @@ TEST(InferPrefill, CompileBudgetFallsBackToCpu) {
   Engine small = make("emulator", WType::kF32, 7);
   small.prefill(toks, 0);
   EXPECT_EQ(small.last_prefill().path, "emulator");
-  std::vector<int32_t> longer(40, 5);
+  std::vector<int32_t> longer(70, 5);  // the 128 bucket (5 tokens use the 64 one)
   std::vector<float> a, b;
   small.prefill(longer, 0, &a);
   EXPECT_EQ(small.last_prefill().path, "cpu");
   Engine cpu = make("cpu");
   cpu.prefill(longer, 0, &b);
   EXPECT_EQ(a, b);
+}
+
+// Issue 40 item 2: the prefill on the "ane" backend over a FakeShim whose device starts I/O rows every 64
+// bytes, 128 bytes or packs them densely (1) gives the emulator's logits, bit for bit (the fake evaluates
+// the same program on the emulator): every bucket's rows are whole 128-byte rows.
+TEST(InferPrefill, FakeAneEqualsTheEmulatorAtEveryRowAlignment) {
+  ANELAB_REQUIRE_DATA("llama2c/stories260K.bin");
+  const std::string dir = ::testing::TempDir() + "anelab-prefill-rows";
+  ::setenv("ANELAB_ANE_SHIM", "fake", 1);
+  ::setenv("ANELAB_FAKE_ANE_DIR", dir.c_str(), 1);
+  ane::install_fake_shim(&ane::fake_shim_for_backend);
+  Engine emu = make("emulator");
+  for (const char* align : {"64", "128", "1"}) {
+    ::setenv("ANELAB_FAKE_ANE_ROW_ALIGN", align, 1);
+    Engine fake = make("ane");
+    for (int64_t n : {5, 100}) {
+      std::vector<int32_t> toks(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) toks[static_cast<size_t>(i)] = static_cast<int32_t>((i * 37 + 11) % 512);
+      toks[0] = 1;
+      std::vector<float> want, got;
+      emu.prefill(toks, 0, &want);
+      fake.prefill(toks, 0, &got);
+      EXPECT_EQ(fake.last_prefill().path, "ane") << align;
+      EXPECT_EQ(got, want) << "n=" << n << " at fake rows of " << align << " bytes";
+    }
+  }
+  ::unsetenv("ANELAB_FAKE_ANE_ROW_ALIGN");
+  ::unsetenv("ANELAB_ANE_SHIM");
+  ane::install_fake_shim(nullptr);
+}
+
+// Issue 40 item 4: on the ANE (the fake shim with a planted layout error: outputs one row further down, no error)
+// the self-check before the first prefill says so in one line (chip, kernel, max rel diff) and writes its
+// report; the prefill, this one and every later one, runs on the CPU and gives the CPU engine's logits.
+TEST(InferPrefill, AneSelfCheckSendsThePrefillToTheCpuOnAPlantedLayoutError) {
+  ANELAB_REQUIRE_DATA("llama2c/stories260K.bin");
+  const std::string dir = ::testing::TempDir() + "anelab-prefill-selfcheck";
+  ::setenv("ANELAB_ANE_SHIM", "fake", 1);
+  ::setenv("ANELAB_FAKE_ANE_DIR", dir.c_str(), 1);
+  ::setenv("ANELAB_FAKE_ANE_LAYOUT_ERROR", "1", 1);
+  ane::install_fake_shim(&ane::fake_shim_for_backend);
+  const std::string report = (std::filesystem::temp_directory_path() / "anelab-self-check.json").string();
+  std::filesystem::remove(report);
+  Engine cpu = make("cpu"), fake = make("ane");
+  const std::vector<int32_t> toks{1, 403, 407, 261, 378};
+  std::vector<float> want, got;
+  cpu.prefill(toks, 0, &want);
+  ::testing::internal::CaptureStderr();
+  fake.prefill(toks, 0, &got);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(fake.last_prefill().path, "cpu");
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  for (const char* part : {"[self-check] ane m4 prefill layer S=64", "DIFFERS from the emulator", "max rel diff",
+                           "prefill runs on the CPU", "anelab probe"})
+    EXPECT_NE(err.find(part), std::string::npos) << part << " in: " << err;
+  EXPECT_TRUE(std::filesystem::exists(report));
+  ::testing::internal::CaptureStderr();
+  fake.prefill(std::vector<int32_t>(70, 5), 0, &got);  // another bucket: no second check, still the CPU
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  EXPECT_EQ(fake.last_prefill().path, "cpu");
+  ::unsetenv("ANELAB_FAKE_ANE_LAYOUT_ERROR");
+  ::unsetenv("ANELAB_ANE_SHIM");
+  ane::install_fake_shim(nullptr);
 }
 
 }  // namespace

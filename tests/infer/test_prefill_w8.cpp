@@ -60,7 +60,7 @@ TEST(PrefillW8, LayerKernelEqualsTheFp16KernelOfTheFoldedWeights) {
   ANELAB_REQUIRE_DATA(kModel);
   Engine e = make_w8("cpu");
   const auto& c = e.config();
-  const int64_t S = 32;
+  const int64_t S = 64;
   const LayerWeights& L = e.layer(1);
   LayerWeights folded = L;
   std::vector<std::vector<float>> keep;
@@ -104,9 +104,9 @@ TEST(PrefillW8, BlockQuantizedMatricesAreRequantizedPerChannel) {
     const_cast<kern::Mat&>(dq.matrix(n)) = kern::Mat::f32(values.back(), m.rows, m.cols);
   }
   const KernelWeights w8{rt::WeightPath::kW8, nullptr};
-  const std::vector<float> x = rand_x(static_cast<size_t>(c.dim * 32));
-  const LayerKernelSource a = build_layer_kernel(c, qw, 32, mil::Dialect::kIos18, 0, w8);
-  const LayerKernelSource b = build_layer_kernel(c, dq, 32, mil::Dialect::kIos18, 0, w8);
+  const std::vector<float> x = rand_x(static_cast<size_t>(c.dim * 64));
+  const LayerKernelSource a = build_layer_kernel(c, qw, 64, mil::Dialect::kIos18, 0, w8);
+  const LayerKernelSource b = build_layer_kernel(c, dq, 64, mil::Dialect::kIos18, 0, w8);
   EXPECT_EQ(mil::print(a.program), mil::print(b.program));
   for (const auto& [k, blob] : a.weights) EXPECT_EQ(*blob, *b.weights.at(k)) << k;
   EXPECT_EQ(run_kernel(a, x), run_kernel(b, x));
@@ -141,7 +141,7 @@ TEST(PrefillW8A8, EachConvInputIsQuantizedOnceInTheWorkingForm) {
   const std::map<std::string, float> scales = {
       {"attn_in", 0.25f}, {"attn_out", 0.125f}, {"ffn_in", 0.5f}, {"ffn_mid", 1.0f}};
   const LayerKernelSource s =
-      build_layer_kernel(e.config(), e.layer(0), 32, mil::Dialect::kIos18, 0, {rt::WeightPath::kW8A8, &scales});
+      build_layer_kernel(e.config(), e.layer(0), 64, mil::Dialect::kIos18, 0, {rt::WeightPath::kW8A8, &scales});
   std::map<std::string, int> count;
   for (const auto& op : s.program.functions.at(0).ops) ++count[op.op];
   EXPECT_EQ(count["quantize"], 4);
@@ -151,7 +151,7 @@ TEST(PrefillW8A8, EachConvInputIsQuantizedOnceInTheWorkingForm) {
   EXPECT_NE(text.find("output_dtype = "), std::string::npos);
   EXPECT_NE(text.find("val = fp16(0x1p-3)"), std::string::npos);  // attn_out's scale, as MDX writes it
   EXPECT_THROW(
-      build_layer_kernel(e.config(), e.layer(0), 32, mil::Dialect::kIos18, 0, {rt::WeightPath::kW8A8, nullptr}), Error);
+      build_layer_kernel(e.config(), e.layer(0), 64, mil::Dialect::kIos18, 0, {rt::WeightPath::kW8A8, nullptr}), Error);
 }
 
 TEST(PrefillW8A8, AutoFollowsTheDeviceProfile) {
@@ -183,7 +183,7 @@ TEST(PrefillW8A8, CalibratedOnceThenStatic) {
   EngineOptions o;
   o.backend = "emulator", o.dtype = WType::kF32, o.ane_weights = "w8a8", o.quiet = true;
   Engine e(models::load_any_model(test::data_path(kModel)), o);
-  std::vector<int32_t> a(40), b(20);
+  std::vector<int32_t> a(70), b(20);  // buckets 128 and 64
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<int32_t>((i * 37 + 11) % 512);
   for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<int32_t>((i * 91 + 5) % 512);
   a[0] = b[0] = 1;

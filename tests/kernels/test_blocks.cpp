@@ -29,7 +29,7 @@ struct OneFn {
   }
 };
 
-constexpr int64_t D = 64, S = 32;
+constexpr int64_t D = 64, S = 64;
 
 TEST(KernelBlocks, RmsNormMatchesFloat64) {
   OneFn f;
@@ -80,7 +80,7 @@ TEST(KernelBlocks, LayerNormAndActivationsMatchFloat64) {
 
 TEST(KernelBlocks, LinearConvAndRuntimeMatricesAgree) {
   const int64_t OC =
-      96;  // != D (catches transposes), a multiple of 32 (the row-stride rule for the [1, D, 1, OC] input)
+      128;  // != D (catches transposes), a multiple of 64 (the row-stride rule for the [1, D, 1, OC] input)
   OneFn f;
   F32 x = rand_f16(D * S, 1.0, 6), w = rand_f16(OC * D, 0.2, 7), bias = rand_f16(OC, 0.5, 8);
   F32 wt(w.size());  // W^T [D, OC]

@@ -3,6 +3,7 @@
 // S >= 32, no SDPA mask) and, for the dynamic strategy, compiles on the emulator. Shapes/compile only.
 #include <cstdio>
 
+#include "framework/kernels/self_check.h"
 #include "framework/runtime/device_profile.h"
 #include "framework/runtime/weights.h"
 #include "tests/kernels/train_fixture.h"
@@ -50,6 +51,28 @@ void shape_case(const kern::TrainShape& s, const char* label) {
         EXPECT_TRUE(r.is_ok()) << ks.name << ": " << r.status().message();
       }
     }
+  }
+}
+
+// Issue 40 item 4: what the silent-zeros self-check costs before the first Stories110M step (attn_fwd's I/O
+// types; the emulator stands in for the device, so both halves are emulator compiles and evaluations, as over
+// the fake shim). Printed for docs/native_backend.md, next to a Stories110M step on the emulator.
+TEST(KernelShapes, SelfCheckOfStories110mAttnFwd) {
+  const kern::TrainShape s = stories110m();
+  LayerData L;
+  L.shape = s;
+  const int64_t D = s.dim, QD = s.q_dim(), KVD = s.kv_dim(), H = s.hidden;
+  L.wq = rand_f16(QD * D, 0.05, 1), L.wk = rand_f16(KVD * D, 0.05, 2), L.wv = rand_f16(KVD * D, 0.05, 3);
+  L.wo = rand_f16(D * QD, 0.05, 4), L.w1 = rand_f16(H * D, 0.05, 5), L.w3 = rand_f16(H * D, 0.05, 6);
+  L.w2 = rand_f16(D * H, 0.05, 7), L.rms_att = F32(D, 1.0f), L.rms_ffn = F32(D, 1.0f);
+  const kern::LayerWeights w = L.weights();
+  auto be = rt::create_backend("emulator");
+  for (kern::Strategy st : {kern::Strategy::kStatic, kern::Strategy::kDynamic}) {
+    const kern::KernelSpec ks = kern::build_kernel(kern::KernelKind::kAttnFwd, s, st, &w);
+    const kern::SelfCheck c = kern::run_self_check(*be, ks.name, ks.in.type(), ks.out.type());
+    EXPECT_TRUE(c.ok()) << c.line();
+    EXPECT_EQ(c.max_rel_diff, 0.0) << c.line();
+    std::printf("[self-check] stories110m %-7s %s: %.1f ms\n", kern::strategy_name(st), c.line().c_str(), c.ms);
   }
 }
 

@@ -43,7 +43,7 @@ LinearProg linear_prog(const kern::W8Matrix* w8, const F32* w16, int64_t cin, in
 F32 run(const LinearProg& p, const F32& x) { return eval_program(p.program, p.weights, {x}).at(0); }
 
 struct Case {
-  int64_t cin = 96, cout = 48, S = 32;
+  int64_t cin = 96, cout = 48, S = 64;
   F32 w, x;  // w [cout, cin] fp32; x [cin, S] fp16 values
 };
 Case make_case(uint32_t seed) {
@@ -97,14 +97,14 @@ TEST(KernelsW8, ActivationScaleIsTheSmallestPowerOfTwoCoveringAmax) {
 TEST(KernelsW8, QuantDequantRoundsTiesToEvenAndSaturates) {
   const F32 x = {0.5f, 1.5f, 2.5f, 3.5f, -0.5f, -1.5f, -2.5f, 126.5f, 127.5f, 300.0f, -128.5f, -300.0f, 0.49f, -0.51f};
   const F32 want = {0, 2, 2, 4, 0, -2, -2, 126, 127, 127, -128, -128, 0, -1};
-  F32 in(32 * 32, 0.0f);  // [1, 32, 1, 32]: row 0 holds the cases
+  F32 in(32 * 64, 0.0f);  // [1, 32, 1, 64]: row 0 holds the cases
   std::copy(x.begin(), x.end(), in.begin());
   for (float s : {1.0f, 0.25f}) {
     F32 scaled = in;
     for (float& v : scaled) v *= s;
     mil::ProgramBuilder pb;
     auto& b = pb.function("main");
-    b.output(kern::quant_dequant(b, b.input("x", kern::act_type(32, 32)), s));
+    b.output(kern::quant_dequant(b, b.input("x", kern::act_type(32, 64)), s));
     const F32 y = eval_program(pb.build(), {}, {scaled}).at(0);
     for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(y[i], want[i] * s) << "x = " << x[i] << " * " << s;
   }

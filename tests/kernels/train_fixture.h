@@ -12,7 +12,7 @@ namespace anelab::test {
 // GQA: 8 query heads share 4 kv heads (n_rep 2), adjacent-pair RoPE (llama2.c).
 inline kern::TrainShape gqa_shape() {
   kern::TrainShape s;
-  s.dim = 64, s.hidden = 172, s.n_heads = 8, s.n_kv_heads = 4, s.head_dim = 8, s.seq = 32;
+  s.dim = 64, s.hidden = 172, s.n_heads = 8, s.n_kv_heads = 4, s.head_dim = 8, s.seq = 64;
   return s;
 }
 // MHA with head_dim 16, rotate-half RoPE (HF) and S = 64.

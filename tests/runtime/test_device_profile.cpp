@@ -50,8 +50,8 @@ TEST(DeviceProfile, KnownProfilesAndDefault) {
 }
 
 TEST(DeviceProfile, AcceptsLegalProgram) {
-  EXPECT_TRUE(check_program(identity_program(DType::kFp16, 64, 32), device_profile("m4")).is_ok());
-  EXPECT_TRUE(check_program(identity_program(DType::kFp32, 64, 16), device_profile("m4")).is_ok());
+  EXPECT_TRUE(check_program(identity_program(DType::kFp16, 64, 64), device_profile("m4")).is_ok());
+  EXPECT_TRUE(check_program(identity_program(DType::kFp32, 64, 32), device_profile("m4")).is_ok());
 }
 
 TEST(DeviceProfile, MinimumSpatialFp16) {
@@ -71,31 +71,31 @@ TEST(DeviceProfile, MinimumSpatialFp32) {
 TEST(DeviceProfile, MaximumDimensionIsExclusive) {
   for (const std::string& dev : device_profile_names()) {
     Status s =
-        check_program(identity_program(DType::kFp16, 65536, 32, device_profile(dev).dialect), device_profile(dev));
+        check_program(identity_program(DType::kFp16, 65536, 64, device_profile(dev).dialect), device_profile(dev));
     EXPECT_EQ(s.code(), Code::kLimitExceeded) << dev;
     EXPECT_NE(msg(s).find("65536"), std::string::npos) << msg(s);
     EXPECT_TRUE(
-        check_program(identity_program(DType::kFp16, 65535, 32, device_profile(dev).dialect), device_profile(dev))
+        check_program(identity_program(DType::kFp16, 65535, 64, device_profile(dev).dialect), device_profile(dev))
             .is_ok())
         << dev;
   }
   EXPECT_EQ(max_dim_all_profiles(), 65535);
 }
 
-// Issue 17 item 3: rows of I/O tensors start every row_align_bytes (64) on the device: a width that is
-// not a multiple of 32 fp16 (16 fp32) columns is rejected, the layout pads rows, and allocations count
-// channels rounded up to 64 (test_lm_head_ane.m).
+// Issue 17 item 3, issue 40 item 2: rows of I/O tensors start every row_align_bytes (128) on the device:
+// a width that is not a multiple of 64 fp16 (32 fp32) columns is rejected, the layout pads rows, and
+// allocations count channels rounded up to 64 (test_lm_head_ane.m).
 TEST(DeviceProfile, RowStrideRule) {
+  for (const auto& name : device_profile_names()) EXPECT_EQ(device_profile(name).row_align_bytes, 128u) << name;
   const auto& m4 = device_profile("m4");
-  for (int64_t s : {33, 48, 100}) {
+  for (int64_t s : {32, 33, 48, 96, 100}) {
     Status st = check_program(identity_program(DType::kFp16, 64, s), m4);
     EXPECT_EQ(st.code(), Code::kLimitExceeded) << s;
     EXPECT_NE(msg(st).find("row-stride rule"), std::string::npos) << msg(st);
   }
-  for (int64_t s : {32, 64, 96, 256})
-    EXPECT_TRUE(check_program(identity_program(DType::kFp16, 64, s), m4).is_ok()) << s;
-  EXPECT_TRUE(check_program(identity_program(DType::kFp32, 64, 16), m4).is_ok());
-  EXPECT_FALSE(check_program(identity_program(DType::kFp32, 64, 24), m4).is_ok());
+  for (int64_t s : {64, 128, 256}) EXPECT_TRUE(check_program(identity_program(DType::kFp16, 64, s), m4).is_ok()) << s;
+  EXPECT_TRUE(check_program(identity_program(DType::kFp32, 64, 32), m4).is_ok());
+  EXPECT_FALSE(check_program(identity_program(DType::kFp32, 64, 16), m4).is_ok());
 
   const SurfaceLayout l33 = surface_layout(tensor_type(DType::kFp16, {1, 64, 1, 33}), m4);
   EXPECT_EQ(l33.rows, 64);
@@ -103,13 +103,14 @@ TEST(DeviceProfile, RowStrideRule) {
   EXPECT_EQ(l33.row_stride, 128u);
   EXPECT_EQ(l33.extent, 63u * 128 + 66);
   EXPECT_FALSE(l33.dense());
-  EXPECT_TRUE(surface_layout(tensor_type(DType::kFp16, {1, 64, 1, 32}), m4).dense());
-  // 49152 = 768 channels x 32 columns x 2 bytes: exactly the minimum
-  EXPECT_EQ(surface_alloc_bytes(tensor_type(DType::kFp16, {1, 768, 1, 32}), m4), 49152u);
+  EXPECT_FALSE(surface_layout(tensor_type(DType::kFp16, {1, 64, 1, 32}), m4).dense());
+  EXPECT_TRUE(surface_layout(tensor_type(DType::kFp16, {1, 64, 1, 64}), m4).dense());
+  // 49152 = 384 channels x 64 columns x 2 bytes: exactly the minimum
+  EXPECT_EQ(surface_alloc_bytes(tensor_type(DType::kFp16, {1, 384, 1, 64}), m4), 49152u);
   // 129 channels count as 192: 192 x 1024 x 2 = 393216 (dense C x S x 2 would give 278528)
   EXPECT_EQ(surface_alloc_bytes(tensor_type(DType::kFp16, {1, 129, 1, 1024}), m4), 393216u);
-  EXPECT_EQ(dense_width_multiple(DType::kFp16), 32);
-  EXPECT_EQ(dense_width_multiple(DType::kFp32), 16);
+  EXPECT_EQ(dense_width_multiple(DType::kFp16), 64);
+  EXPECT_EQ(dense_width_multiple(DType::kFp32), 32);
 }
 
 // An evaluate-time surface must span the rows at the device's stride.
@@ -120,6 +121,7 @@ TEST(DeviceProfile, SurfaceMustSpanStridedRows) {
   Surface in(fn.inputs[0].second, 49152), out(fn.inputs[0].second, 49152);
   Surface* ins[] = {&in};
   Surface* outs[] = {&out};
+  p.row_align_bytes = 64;  // 768 rows of 64 bytes: 49152 bytes
   EXPECT_TRUE(check_surfaces(fn, ins, outs, p).is_ok());
   p.row_align_bytes = 128;  // a profile whose rows are 128 bytes apart needs 767*128+64 bytes
   Status s = check_surfaces(fn, ins, outs, p);
@@ -150,7 +152,7 @@ TEST(DeviceProfile, ChipFamilyMapsToProfile) {
 // Issue 17 item 7: the ANE numbers input symbols program-wide; duplicate names across procedures are
 // rejected before the compiler sees them.
 TEST(DeviceProfile, DuplicateInputNamesAcrossProceduresAreRejected) {
-  mil::Program p = identity_program(DType::kFp16, 64, 32);
+  mil::Program p = identity_program(DType::kFp16, 64, 64);
   mil::Function f2 = p.functions[0];
   f2.name = "second";
   p.functions.push_back(f2);
@@ -165,11 +167,11 @@ TEST(DeviceProfile, DuplicateInputNamesAcrossProceduresAreRejected) {
 TEST(DeviceProfile, ConvInputChannels) {
   mil::Program p;
   mil::Function f;
-  f.inputs = {{"x", tensor_type(DType::kFp16, {1, 32000, 1, 32})}};
+  f.inputs = {{"x", tensor_type(DType::kFp16, {1, 32000, 1, 64})}};
   f.ops.push_back(make_op("const", "W", tensor_type(DType::kFp16, {64, 32000, 1, 1}), {},
                           {{"val", mil::ConstValue::blobfile(tensor_type(DType::kFp16, {64, 32000, 1, 1}),
                                                              "@model_path/weights/w.bin", 64)}}));
-  f.ops.push_back(make_op("conv", "y", tensor_type(DType::kFp16, {1, 64, 1, 32}),
+  f.ops.push_back(make_op("conv", "y", tensor_type(DType::kFp16, {1, 64, 1, 64}),
                           {{"weight", mil::Arg::value("W")}, {"x", mil::Arg::value("x")}}));
   f.outputs = {"y"};
   p.functions.push_back(f);
@@ -179,7 +181,7 @@ TEST(DeviceProfile, ConvInputChannels) {
 }
 
 TEST(DeviceProfile, CastRejectedOnM1M2) {
-  mil::Program p = identity_program(DType::kFp16, 64, 32, mil::Dialect::kIos16);
+  mil::Program p = identity_program(DType::kFp16, 64, 64, mil::Dialect::kIos16);
   p.functions[0].ops[0].op = "cast";
   EXPECT_EQ(check_program(p, device_profile("m1")).code(), Code::kInvalidArgument);
   EXPECT_NE(msg(check_program(p, device_profile("m2"))).find("cast is not supported"), std::string::npos);
@@ -193,18 +195,18 @@ TEST(DeviceProfile, Fp32IoRejectedWithoutCast) {
 }
 
 TEST(DeviceProfile, Ios18DialectRejectedOnOlderChips) {
-  Status s = check_program(identity_program(DType::kFp16, 64, 32, mil::Dialect::kIos18), device_profile("m2"));
+  Status s = check_program(identity_program(DType::kFp16, 64, 64, mil::Dialect::kIos18), device_profile("m2"));
   EXPECT_FALSE(s.is_ok());
   EXPECT_NE(msg(s).find("ios16"), std::string::npos) << msg(s);
   EXPECT_TRUE(
-      check_program(identity_program(DType::kFp16, 64, 32, mil::Dialect::kIos16), device_profile("m2")).is_ok());
+      check_program(identity_program(DType::kFp16, 64, 64, mil::Dialect::kIos16), device_profile("m2")).is_ok());
 }
 
 TEST(DeviceProfile, SdpaMaskRejected) {
   mil::Program p;
   mil::Function f;
-  auto t = tensor_type(DType::kFp16, {1, 4, 32, 32});
-  f.inputs = {{"q", t}, {"k", t}, {"v", t}, {"m", tensor_type(DType::kFp16, {1, 1, 32, 32})}};
+  auto t = tensor_type(DType::kFp16, {1, 4, 64, 64});
+  f.inputs = {{"q", t}, {"k", t}, {"v", t}, {"m", tensor_type(DType::kFp16, {1, 1, 64, 64})}};
   f.ops.push_back(make_op("scaled_dot_product_attention", "y", t,
                           {{"query", mil::Arg::value("q")},
                            {"key", mil::Arg::value("k")},
@@ -236,7 +238,7 @@ TEST(DeviceProfile, SlotOrderOnM1) {
 
 TEST(DeviceProfile, SurfaceRules) {
   const auto& m4 = device_profile("m4");
-  mil::Program p = identity_program(DType::kFp16, 64, 32);
+  mil::Program p = identity_program(DType::kFp16, 64, 64);
   const auto& fn = p.functions[0];
   auto t = fn.inputs[0].second;
   EXPECT_EQ(surface_alloc_bytes(t, m4), 49152u);

@@ -35,9 +35,9 @@ TEST(Surface, PackAndUnpackRowsAtTheDeviceStride) {
   unpack_rows(dev.data(), dev.size(), l, back);
   EXPECT_EQ(std::memcmp(back.data(), s.data(), s.bytes()), 0);
   EXPECT_THROW(pack_rows(s, l, dev.data(), l.extent - 1), Error);
-  const SurfaceLayout dense = surface_layout(mil::tensor_type(DType::kFp16, {1, 3, 1, 32}), p);
-  Surface d(mil::tensor_type(DType::kFp16, {1, 3, 1, 32}));
-  d.f16()[95] = float_to_half(7.0f);
+  const SurfaceLayout dense = surface_layout(mil::tensor_type(DType::kFp16, {1, 3, 1, 64}), p);
+  Surface d(mil::tensor_type(DType::kFp16, {1, 3, 1, 64}));
+  d.f16()[191] = float_to_half(7.0f);
   pack_rows(d, dense, dev.data(), dev.size());
   EXPECT_EQ(std::memcmp(dev.data(), d.data(), d.bytes()), 0);
 }

@@ -550,7 +550,12 @@ Status FakeShim::run(Model& m, const Request& r) {
                       "com.apple.appleneuralengine", 1);
   for (size_t j = 0; j < outs.size(); ++j) {
     std::vector<uint8_t>& dst = surfaces_.at(r.spec.outputs[j].id)->bytes;
-    rt::pack_rows(outs[j], layout(outs[j].type()), dst.data(), dst.size());
+    const rt::SurfaceLayout l = layout(outs[j].type());
+    rt::pack_rows(outs[j], l, dst.data(), dst.size());
+    if (opts_.layout_error && dst.size() > l.row_stride) {  // the planted error: one row further down
+      std::memmove(dst.data() + l.row_stride, dst.data(), dst.size() - l.row_stride);
+      std::fill_n(dst.begin(), l.row_stride, uint8_t{0});
+    }
   }
   return Status::ok();
 }
@@ -627,16 +632,25 @@ std::unique_ptr<FakeShim> fake_shim_from_env(const std::string& device) {
   std::error_code ec;
   fs::create_directories(o.temp_dir, ec);
   if (ec) fail("ane", "fake shim: cannot create ANELAB_FAKE_ANE_DIR ", o.temp_dir, ": ", ec.message());
-  if (const char* limit = std::getenv("ANELAB_FAKE_ANE_COMPILE_LIMIT"); limit && *limit) {
+  // A count >= 0 from the variable `name`, or `fallback` when it is unset or empty.
+  auto count = [](const char* name, const char* what, int fallback) {
+    const char* v = std::getenv(name);
+    if (!v || !*v) return fallback;
     size_t used = 0;
     int n = -1;
     try {
-      n = std::stoi(limit, &used);
+      n = std::stoi(v, &used);
     } catch (const std::logic_error&) {
     }
-    if (n < 0 || used != std::strlen(limit))
-      anelab::fail("ane", "ANELAB_FAKE_ANE_COMPILE_LIMIT '", limit, "' is not a compile count >= 0");
-    o.compile_limit = n;
+    if (n < 0 || used != std::strlen(v)) anelab::fail("ane", name, " '", v, "' is not ", what, " >= 0");
+    return n;
+  };
+  o.compile_limit = count("ANELAB_FAKE_ANE_COMPILE_LIMIT", "a compile count", o.compile_limit);
+  o.row_align_bytes = static_cast<size_t>(count("ANELAB_FAKE_ANE_ROW_ALIGN", "a byte count", 0));
+  if (const char* v = std::getenv("ANELAB_FAKE_ANE_LAYOUT_ERROR"); v && *v) {
+    if (std::strcmp(v, "0") != 0 && std::strcmp(v, "1") != 0)
+      anelab::fail("ane", "ANELAB_FAKE_ANE_LAYOUT_ERROR '", v, "' is not 0 or 1");
+    o.layout_error = *v == '1';
   }
   if (const char* spec = std::getenv("ANELAB_FAKE_ANE_FAIL_COMPILES"); spec && *spec)
     o.compile_failures = parse_compile_failures(spec);

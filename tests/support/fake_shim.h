@@ -23,7 +23,8 @@
 //                 procedure_symbols() table (else the real "0x2" failure, digest §1.9); surface count matches; no
 //                 surface locked; every surface >= 49152 bytes and, with > 2 I/O tensors, >= the
 //                 largest I/O tensor (digest §4.3: the real ANE returns zeros); I/O sizes fit; the
-//                 surfaces' bytes are read and written at the fake's row stride (row_align_bytes).
+//                 surfaces' bytes are read and written at the fake's row stride (row_align_bytes), and
+//                 with layout_error every output one row further down.
 // Failure injection: fail("load", {...}) makes the next `times` calls of that name (after `skip`
 // successful ones) fail with the given NSError-like text. Calls that can fail: ane_sub_type,
 // create_model, hex_string_identifier, compile, compiled_model_exists, load, evaluate, unload,
@@ -92,6 +93,9 @@ struct FakeShimOptions {
   // What this fake "device" does where the real one is only inferred; the defaults are the device
   // profile's assumptions, and `anelab probe --shim fake` with other values shows a discrepancy.
   size_t row_align_bytes = 0;  // rows of I/O tensors start every this many bytes (0: the profile's)
+  // A planted layout error: every output is written one row further down than the host reads it (the
+  // first row left zero), with no error, as a device with another layout would (the self-check's target).
+  bool layout_error = false;
   // Symbol numbering behind procedure_symbols(): "declaration" numbers every function's inputs
   // (outputs) program-wide in declaration order; "by_name" numbers them in sorted-name order, as a
   // compiler's symbol table might.
@@ -186,8 +190,10 @@ class FakeShim : public Shim {
 //                                  <system temp>/anelab-fake-ane): compiled programs survive exec-restarts
 //   ANELAB_FAKE_ANE_FAIL_COMPILES  parse_compile_failures spec (unset or "": none)
 //   ANELAB_FAKE_ANE_COMPILE_LIMIT  compiles that succeed per process (default 119, FakeShimOptions)
+//   ANELAB_FAKE_ANE_ROW_ALIGN      FakeShimOptions::row_align_bytes (unset or 0: the profile's)
+//   ANELAB_FAKE_ANE_LAYOUT_ERROR   1: FakeShimOptions::layout_error (outputs shifted by a row, silently)
 // The compiles over every process using the directory are counted in <dir>/fake_compile_count.
-// Throws "[ane] ANELAB_FAKE_ANE_FAIL_COMPILES ..." for a bad spec.
+// Throws "[ane] ..." naming the variable for a bad value.
 std::unique_ptr<FakeShim> fake_shim_from_env(const std::string& device);
 // The same as a Shim, the form ane::install_fake_shim takes.
 std::unique_ptr<Shim> fake_shim_for_backend(const std::string& device);

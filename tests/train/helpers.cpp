@@ -142,7 +142,7 @@ std::vector<float> init_with_norm_noise(const train::ParamLayout& layout, uint64
 train::TrainConfig small_run(const std::string& dir, const std::string& data, const std::string& strategy) {
   train::TrainConfig c;
   c.preset = "stories260k", c.data = data, c.run_dir = dir, c.run = "t", c.strategy = strategy;
-  c.steps = 10, c.batch_size = 2, c.seq_len = 32, c.lr = 2e-3, c.warmup_steps = 2;
+  c.steps = 20, c.batch_size = 2, c.seq_len = 64, c.lr = 2e-3, c.warmup_steps = 2;
   c.eval_batches = 0, c.compile_budget = 100000;
   train::validate(c);
   return c;

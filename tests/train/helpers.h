@@ -41,7 +41,7 @@ models::ModelConfig gemma3_test_config();
 std::vector<float> init_with_norm_noise(const train::ParamLayout& layout, uint64_t seed);
 // The loss of every step event of DIR/events.jsonl, in order.
 std::vector<double> losses(const std::string& dir);
-// A 10-step stories260k run of `strategy` on `data` into `dir` (batch 2, 32 tokens, lr 2e-3, 2 warm-up steps, no
+// A 20-step stories260k run of `strategy` on `data` into `dir` (batch 2, 64 tokens, lr 2e-3, 2 warm-up steps, no
 // eval, no compile limit), validated.
 train::TrainConfig small_run(const std::string& dir, const std::string& data, const std::string& strategy);
 // gtest expectations: the last.ckpt of run dirs a and b hold the same step, weights, moments, data and

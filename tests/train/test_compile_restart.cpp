@@ -43,7 +43,7 @@ int run_fake(const std::string& data, const std::string& run_dir, const std::str
   const std::string cmd =
       env + test::sh_quote(std::string(ANELAB_BINARY_DIR) + "/bin/anelab") + " train --preset stories260k --data " +
       test::sh_quote(data) + " --run-dir " + test::sh_quote(run_dir) + " --run t --steps " + std::to_string(kSteps) +
-      " --accum-steps 2 --batch-size 2 --seq-len 32 --lr 2e-3 --warmup-steps 2 --eval-batches 0"
+      " --accum-steps 2 --batch-size 2 --seq-len 64 --lr 2e-3 --warmup-steps 2 --eval-batches 0"
       " --strategy static --backend ane" +
       (one_process ? " --compile-budget 100000" : "") + " --quiet > " + test::sh_quote(log) + " 2>&1";
   return std::system(cmd.c_str());
@@ -58,7 +58,7 @@ int64_t run_compiles(const std::string& fake_dir) {
 void straight_run(const std::string& dir, const std::string& data) {
   train::TrainConfig c;
   c.preset = "stories260k", c.data = data, c.run_dir = dir, c.run = "t", c.strategy = "static";
-  c.steps = kSteps, c.accum_steps = 2, c.batch_size = 2, c.seq_len = 32, c.lr = 2e-3, c.warmup_steps = 2;
+  c.steps = kSteps, c.accum_steps = 2, c.batch_size = 2, c.seq_len = 64, c.lr = 2e-3, c.warmup_steps = 2;
   c.eval_batches = 0, c.compile_budget = 100000;
   train::validate(c);
   train::run_training(c, {false, false});

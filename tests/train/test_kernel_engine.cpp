@@ -92,18 +92,18 @@ void check_grads(const models::ModelConfig& cfg, int64_t B, int64_t T, const std
 }
 
 TEST(KernelEngine, GradientsMatchCpuStories260k) {
-  check_grads(models::preset("stories260k"), 2, 32, "dynamic");
+  check_grads(models::preset("stories260k"), 2, 64, "dynamic");
   check_grads(models::preset("stories260k"), 1, 64, "static");
 }
 
 TEST(KernelEngine, GradientsMatchCpuGqaHeadDimRotateHalfUntied) {
-  check_grads(test::gqa_test_config(), 2, 32, "static");  // head_dim 16 != dim 48 / 4 heads; GQA 4/2
-  check_grads(test::gqa_test_config(), 1, 32, "dynamic");
+  check_grads(test::gqa_test_config(), 2, 64, "static");  // head_dim 16 != dim 48 / 4 heads; GQA 4/2
+  check_grads(test::gqa_test_config(), 1, 64, "dynamic");
 }
 
 TEST(KernelEngine, GradientsMatchCpuQwen3QkNorm) {  // per-head q/k RMSNorm forward taps and backward in the kernels
-  check_grads(test::qwen3_test_config(), 2, 32, "dynamic", true);
-  check_grads(test::qwen3_test_config(), 1, 32, "static", true);
+  check_grads(test::qwen3_test_config(), 2, 64, "dynamic", true);
+  check_grads(test::qwen3_test_config(), 1, 64, "static", true);
 }
 
 // One step of the kernel engine against PyTorch autograd (fp32), independent of the CPU engine; prints the
@@ -134,7 +134,7 @@ void check_grads_against_torch(const models::ModelConfig& cfg, int64_t B, int64_
 
 TEST(KernelEngine, GradientsMatchTorch) {
   const models::ModelConfig cfg = models::preset("stories260k");
-  check_grads_against_torch(cfg, 2, 32, "dynamic", train::init_random(train::ParamLayout(cfg), 3), "260k");
+  check_grads_against_torch(cfg, 2, 64, "dynamic", train::init_random(train::ParamLayout(cfg), 3), "260k");
 }
 
 // llama3 RoPE scaling in the kernels' tables (original context 32 < the sequence 64).
@@ -146,16 +146,16 @@ TEST(KernelEngine, GradientsMatchTorchLlama3ScaledRope) {
 TEST(KernelEngine, GradientsMatchTorchQwen3QkNorm) {
   const models::ModelConfig cfg = test::qwen3_test_config();
   const std::vector<float> w = test::init_with_norm_noise(train::ParamLayout(cfg), 3);
-  check_grads_against_torch(cfg, 2, 32, "dynamic", w, "qwen3");
-  check_grads_against_torch(cfg, 1, 32, "static", w, "qwen3");
+  check_grads_against_torch(cfg, 2, 64, "dynamic", w, "qwen3");
+  check_grads_against_torch(cfg, 1, 64, "static", w, "qwen3");
 }
 
 TEST(KernelEngine, CompileAccounting) {
   const models::ModelConfig cfg = models::preset("stories260k");  // 5 layers
   const train::ParamLayout layout(cfg);
   const std::vector<float> w = train::init_random(layout, 1);
-  const train::Batch b = random_batch(1, 32, cfg.vocab_size, 1);
-  auto st = engine("static", layout, 32), dy = engine("dynamic", layout, 32);
+  const train::Batch b = random_batch(1, 64, cfg.vocab_size, 1);
+  auto st = engine("static", layout, 64), dy = engine("dynamic", layout, 64);
   EXPECT_EQ(st->compiles_needed(), 7 * 5 + 2);
   EXPECT_EQ(dy->compiles_needed(), 9);
   one_step(*st, w, b), one_step(*dy, w, b);
@@ -171,12 +171,12 @@ TEST(KernelEngine, CompileAccounting) {
   EXPECT_EQ(st->compiles_left(), 100000 - 72);
   EXPECT_EQ(dy->compiles_total(), 9);
   // A batch of another length rebuilds the kernels for it (and the gradients still match the CPU engine).
-  const train::Batch b64 = random_batch(1, 64, cfg.vocab_size, 2);
-  auto cpu = engine("cpu", layout, 32);
-  const Grads ref = one_step(*cpu, w, b64), got = one_step(*dy, w, b64);
+  const train::Batch b128 = random_batch(1, 128, cfg.vocab_size, 2);
+  auto cpu = engine("cpu", layout, 64);
+  const Grads ref = one_step(*cpu, w, b128), got = one_step(*dy, w, b128);
   EXPECT_EQ(dy->compiles_total(), 18);
   EXPECT_LT(nmse(got.g.data(), ref.g.data(), int64_t(ref.g.size())), 1e-4);
-  // T < 32 cannot be a kernel's spatial size: a clear error up front.
+  // T must fill whole 128-byte rows of the kernels' fp16 I/O (a multiple of 64): a clear error up front.
   try {
     engine("dynamic", layout, 16);
     ADD_FAILURE() << "no error for T=16";
@@ -211,8 +211,8 @@ void losses_track_cpu(const std::string& dir, const std::string& init, int64_t v
     train::run_training(c, {false, false});
   }
   const auto ref = test::losses(dir + "/cpu");
-  ASSERT_EQ(ref.size(), 10u);
-  EXPECT_LT(ref[7] + ref[8] + ref[9], ref[0] + ref[1] + ref[2] - margin);
+  ASSERT_EQ(ref.size(), 20u);
+  EXPECT_LT(ref[17] + ref[18] + ref[19], ref[0] + ref[1] + ref[2] - margin);
   for (const std::string s : {"static", "dynamic"}) {
     const auto got = test::losses(dir + "/" + s);
     ASSERT_EQ(got.size(), ref.size());
@@ -222,9 +222,10 @@ void losses_track_cpu(const std::string& dir, const std::string& init, int64_t v
       worst = std::max(worst, std::abs(got[i] / ref[i] - 1));
     }
     std::printf(" (worst relative %.1e)\n", worst);
-    // fp16 kernel gradients (NMSE ~5e-6) through 10 AdamW steps: Adam divides by sqrt(v), so the update of a
+    // fp16 kernel gradients (NMSE ~5e-6) through 20 AdamW steps: Adam divides by sqrt(v), so the update of a
     // small gradient component carries its fp16 noise at O(1) relative size, and the loss moves by ~lr times
-    // that; measured worst 9.2e-4 relative at lr 1e-2 (stories260k) and 6.4e-5 at lr 2e-3 (the qwen3 shape).
+    // that; measured worst 7.8e-4 relative at lr 3e-3 (stories260k, T = 64; 9.2e-4 at lr 1e-2 and T = 32 over
+    // 10 steps) and 6.3e-5 at lr 2e-3 (the qwen3 shape).
     // 3e-3 relative bounds both; wrong gradients are caught by the gradient tests (at lr 1e-2 the tiny qwen3
     // shape drifts to 6e-3 while its gradients at the trained weights still match to NMSE 8e-6: Adam's
     // amplification of its 16-value q/k norm weights' noise, not an error).
@@ -234,27 +235,27 @@ void losses_track_cpu(const std::string& dir, const std::string& init, int64_t v
   }
 }
 
-TEST(KernelEngine, TenStepLossesTrackCpu) {
+TEST(KernelEngine, LossesTrackCpu) {
   const auto dir = test::temp_dir("ktraj").string();
-  losses_track_cpu(dir, "", 512, 1e-2, 0.3);
+  losses_track_cpu(dir, "", 512, 3e-3, 0.3);
   std::filesystem::remove_all(dir);
 }
 
 // Qwen3 (q/k norms in the kernels): the CPU engine's trajectory is checked against torch.optim.AdamW in
 // test_reference.cpp, so this closes the chain kernels -> CPU -> PyTorch; then one step's gradients at the
 // trained weights (norm weights moved off their init) against the CPU engine's.
-TEST(KernelEngine, Qwen3TenStepLossesTrackCpu) {
+TEST(KernelEngine, Qwen3LossesTrackCpu) {
   const auto dir = test::temp_dir("ktraj_qwen3").string();
   const models::ModelConfig cfg = test::qwen3_test_config();
   models::write_random_model(cfg, dir + "/init.anelab", 11);
   losses_track_cpu(dir, dir + "/init.anelab", cfg.vocab_size, 2e-3, 0.05);
   const auto ck = train::read_checkpoint(dir + "/cpu/last.ckpt");
   const train::ParamLayout layout(cfg);
-  const train::Batch b = random_batch(2, 32, cfg.vocab_size, 99);
-  auto cpu = engine("cpu", layout, 32);
+  const train::Batch b = random_batch(2, 64, cfg.vocab_size, 99);
+  auto cpu = engine("cpu", layout, 64);
   const Grads ref = one_step(*cpu, ck.weights, b);
   for (const std::string s : {"static", "dynamic"}) {
-    auto ker = engine(s, layout, 32);
+    auto ker = engine(s, layout, 64);
     const Grads got = one_step(*ker, ck.weights, b);
     for (const auto& p : layout.params())
       EXPECT_LT(nmse(got.g.data() + p.offset, ref.g.data() + p.offset, p.numel), 1e-4) << s << " " << p.name;

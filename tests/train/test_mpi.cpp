@@ -41,7 +41,7 @@ std::string mpi_skip_reason() {
 train::TrainConfig base(const std::string& dir, const std::string& data, const std::string& strategy) {
   train::TrainConfig c;
   c.preset = "stories260k", c.data = data, c.run_dir = dir, c.run = "t", c.strategy = strategy;
-  c.steps = 10, c.batch_size = 2, c.seq_len = 32, c.accum_steps = 2, c.lr = 2e-3, c.warmup_steps = 2;
+  c.steps = 10, c.batch_size = 2, c.seq_len = 64, c.accum_steps = 2, c.lr = 2e-3, c.warmup_steps = 2;
   c.loss_scale = "dynamic:256:3", c.eval_batches = 0, c.launcher = "none";
   train::validate(c);
   return c;
@@ -52,7 +52,7 @@ std::string train_args(const std::string& dir, const std::string& data, const st
                        int accum = 1) {
   return std::string(ANELAB_BINARY_DIR) + "/bin/anelab train --preset stories260k --data " + data + " --run-dir " +
          dir + " --run t --strategy " + strategy + " --steps " + std::to_string(steps) +
-         " --batch-size 2 --seq-len 32 "
+         " --batch-size 2 --seq-len 64 "
          "--accum-steps " +
          std::to_string(accum) + " --lr 2e-3 --warmup-steps 2 --loss-scale dynamic:256:3 --eval-batches 0 --quiet";
 }

@@ -53,7 +53,7 @@ std::string env_prefix() { return "ANELAB_THREADS=" + std::to_string(ThreadPool:
 std::string train_args(const std::string& data, const std::string& run_dir, int steps) {
   return " train --preset stories260k --data " + test::sh_quote(data) + " --run-dir " + test::sh_quote(run_dir) +
          " --run t --steps " + std::to_string(steps) +
-         " --accum-steps 2 --batch-size 2 --seq-len 32 --lr 2e-3 --warmup-steps 2 --eval-batches 0"
+         " --accum-steps 2 --batch-size 2 --seq-len 64 --lr 2e-3 --warmup-steps 2 --eval-batches 0"
          " --strategy static --compile-budget 75 --quiet";
 }
 
@@ -61,7 +61,7 @@ std::string train_args(const std::string& data, const std::string& run_dir, int 
 void straight_run(const std::string& dir, const std::string& data, int steps) {
   train::TrainConfig c;
   c.preset = "stories260k", c.data = data, c.run_dir = dir, c.run = "t", c.strategy = "static";
-  c.steps = steps, c.accum_steps = 2, c.batch_size = 2, c.seq_len = 32, c.lr = 2e-3, c.warmup_steps = 2;
+  c.steps = steps, c.accum_steps = 2, c.batch_size = 2, c.seq_len = 64, c.lr = 2e-3, c.warmup_steps = 2;
   c.eval_batches = 0, c.compile_budget = 100000;
   train::validate(c);
   train::run_training(c, {false, false});
