@@ -112,6 +112,7 @@ struct Run {
   void emit_start(bool resumed);
   void check_same_setup();
   void check_data_vocabulary() const;
+  tok::VocabData run_vocab() const;
   void check_same_weights();
   Batch next_batch();
   void micro_batch(const Batch& b, float scale, uint64_t data_state, StepTimes* st, double* loss_sum,
@@ -210,12 +211,23 @@ void Run::setup() {
   if (!root()) return;                  // only rank 0 writes the run dir
   fs::create_directories(cfg.run_dir);  // only now: a start that fails before this leaves nothing behind
   // Saved with the run, so its checkpoints are models that carry their tokenizer (checkpoint_file.h).
-  if (tokenizer)
-    models::save_run_tokenizer(tokenizer->vocab(), (fs::path(cfg.run_dir) / models::kRunTokenizerFile).string());
+  if (tokenizer) models::save_run_tokenizer(run_vocab(), (fs::path(cfg.run_dir) / models::kRunTokenizerFile).string());
   events = std::make_unique<EventLog>((fs::path(cfg.run_dir) / "events.jsonl").string());
   const nlohmann::json cj = to_json(cfg);
   write_file_atomic((fs::path(cfg.run_dir) / "config.json").string(), cj.dump(2) + "\n");
   write_file_atomic((fs::path(cfg.run_dir) / "config.toml").string(), to_toml(cfg));
+}
+
+// The tokenizer saved with the run: its EOS is the token that separated the training documents (the model
+// learnt to emit it where a text ends; llama.cpp stops at EOS, and a BOS-separated corpus never shows the
+// vocabulary's own EOS). The separator is the sidecar's separator_id, or BOS for a flat llama2.c file that
+// starts with BOS (llama2.c's pretokenizer puts one before every story).
+tok::VocabData Run::run_vocab() const {
+  tok::VocabData v = tokenizer->vocab();
+  int32_t sep = data->source().separator_id;
+  if (data->format() == "uint16-flat" && data->n_tokens() > 0 && data->tokens()[0] == v.bos_id) sep = v.bos_id;
+  if (sep >= 0 && sep < static_cast<int32_t>(v.tokens.size())) v.eos_id = sep;
+  return v;
 }
 
 // Data made by another tokenizer than the model's trains without error but learns nothing useful: the
