@@ -29,6 +29,7 @@ train::TrainConfig resolve(const TrainArgs& a) {
     if (s.key == "config" && s.opt->count() > 0) train::apply_toml_file(c, s.value);
   train::apply_flags(c, a.slots);
   train::resolve_names(c);
+  if (c.resume_or_start && std::filesystem::exists(std::filesystem::path(c.run_dir) / "last.ckpt")) c.resume = true;
   if (c.resume) {  // the saved config is the base; explicit flags still override
     const std::string path = (std::filesystem::path(c.run_dir) / "config.json").string();
     if (!std::filesystem::exists(path))
