@@ -29,6 +29,7 @@
 #include "train/engine.h"
 #include "train/events.h"
 #include "train/optim.h"
+#include "train/run_dir.h"
 
 namespace anelab::train {
 namespace {
@@ -78,6 +79,7 @@ struct Run {
   std::unique_ptr<StepEngine> engine;
   std::unique_ptr<CpuModel> eval_model;
   std::unique_ptr<tok::Tokenizer> tokenizer;
+  RunDirLock lock;  // rank 0: DIR/run.lock, held until the process ends (or this run does)
   std::unique_ptr<EventLog> events;
   std::unique_ptr<power::Meter> meter;  // step energy; meter->available() false: "not available"
   std::string power_reason;             // why there is no energy (no source, or a read that failed)
@@ -165,10 +167,12 @@ void Run::load_model(bool resume, CheckpointState* ck) {
 // Loads and checks everything first and creates the run dir last, so a failed start leaves nothing
 // behind; a --resume of a finished run stops before anything is written.
 void Run::setup() {
+  if (root() && !cfg.resume) check_fresh_run_dir(cfg.run_dir, cfg.force);       // before run.lock is made there
+  if (root() && fs::is_directory(cfg.run_dir)) lock = RunDirLock(cfg.run_dir);  // one writer (train/run_dir.h)
   if (!cfg.resume && fs::exists(ckpt_path("last")))
     fail("train", "run dir ", cfg.run_dir,
          " already holds last.ckpt: pass --resume to continue it, or choose another --run-dir");
-  if (fs::is_directory(cfg.run_dir)) remove_stale_temp_files(cfg.run_dir);  // of writers killed mid-write
+  if (root() && fs::is_directory(cfg.run_dir)) remove_stale_temp_files(cfg.run_dir);  // of writers killed mid-write
   CheckpointState ck;
   load_model(cfg.resume, &ck);
   if (cfg.resume && ck.step >= cfg.steps) {
@@ -208,8 +212,9 @@ void Run::setup() {
   meter = std::make_unique<power::Meter>(hooks.power ? hooks.power() : power::select_source());
   if (!meter->available()) power_reason = meter->reason();
   check_same_setup();
-  if (!root()) return;                  // only rank 0 writes the run dir
-  fs::create_directories(cfg.run_dir);  // only now: a start that fails before this leaves nothing behind
+  if (!root()) return;                               // only rank 0 writes the run dir
+  fs::create_directories(cfg.run_dir);               // only now: a start that fails before this leaves nothing behind
+  if (!lock.held()) lock = RunDirLock(cfg.run_dir);  // a second start that created it too stops here
   // Saved with the run, so its checkpoints are models that carry their tokenizer (checkpoint_file.h).
   if (tokenizer) models::save_run_tokenizer(run_vocab(), (fs::path(cfg.run_dir) / models::kRunTokenizerFile).string());
   events = std::make_unique<EventLog>((fs::path(cfg.run_dir) / "events.jsonl").string());
