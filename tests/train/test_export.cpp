@@ -3,6 +3,10 @@
 // tokenizer and greedy text. Also: output names choose the format (unknown ones refused), version-1
 // files of both formats still load, and the checkpoint's tensors list is checked.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -179,6 +183,39 @@ TEST(Export, EndOfTextIsTheTrainingDataSeparator) {
     EXPECT_NE(read_file_text(out).find("bos 1, eos 1 (= bos: the training documents' separator)"), std::string::npos)
         << read_file_text(out);
   }
+  fs::remove_all(dir);
+}
+
+// Issue 34 item 8: a Hugging Face export that fails (here: a write past the file-size limit) leaves no
+// partial directory and no temporary one; an export over an existing directory replaces its files.
+TEST(Export, FailedHuggingFaceExportLeavesNoDirectory) {
+  const fs::path dir = test::temp_dir("export_hf_fail");
+  const models::Model ck = models::load_any_model(train_tiny(dir));
+  const std::string out = (dir / "m-hf").string();
+  const pid_t p = ::fork();
+  if (p == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    const rlimit rl{64 * 1024, 64 * 1024};  // model.safetensors of stories260k is ~1 MiB
+    if (::setrlimit(RLIMIT_FSIZE, &rl) != 0) ::_exit(3);
+    try {
+      models::export_model(ck, out, models::ExportFormat::kSafetensors);
+    } catch (const Error&) {
+      ::_exit(0);
+    }
+    ::_exit(2);
+  }
+  int st = 0;
+  ::waitpid(p, &st, 0);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "the export did not fail as set up: " << st;
+  for (const auto& e : fs::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().rfind("m-hf", 0), std::string::npos) << e.path();
+  models::export_model(ck, out + "/", models::ExportFormat::kSafetensors);
+  models::export_model(ck, out, models::ExportFormat::kSafetensors);  // over the existing directory
+  EXPECT_TRUE(fs::exists(dir / "m-hf" / "model.safetensors"));
+  EXPECT_TRUE(fs::exists(dir / "m-hf" / "tokenizer.json"));
+  EXPECT_EQ(models::load_any_model(out).config.dim, ck.config.dim);
+  for (const auto& e : fs::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
   fs::remove_all(dir);
 }
 
