@@ -81,7 +81,8 @@ std::string shell_word(const std::string& s) {
 
 // The "Next:" lines: each one a complete command (run verbatim by tests/acceptance/demo_next.py), so a
 // user can paste it. The longer run keeps the demo's learning rate, batch, warmup share and weight decay,
-// writes last.ckpt as it goes, and lives in its own run directory (running it again says how to resume).
+// writes last.ckpt as it goes, and lives in its own run directory; --resume-or-start makes the same command
+// continue it after a stop (and do nothing once it finished).
 void print_next_steps(const DemoLoopOptions& o, const train::TrainConfig& c, const std::string& tokens,
                       const std::string& tok_path, const std::string& ex, double seconds) {
   const std::string self = shell_word(platform::executable_path().value.value_or("anelab"));
@@ -98,7 +99,8 @@ void print_next_steps(const DemoLoopOptions& o, const train::TrainConfig& c, con
   const int64_t steps = 5 * c.steps;
   std::printf(
       "  %s train --preset %s --data %s --strategy %s --steps %lld --batch-size %lld --seq-len %lld --lr %g "
-      "--warmup-steps %lld --weight-decay %g --checkpoint-every %lld --run-dir %s   # longer: docs/training.md\n",
+      "--warmup-steps %lld --weight-decay %g --checkpoint-every %lld --run-dir %s --resume-or-start   # longer: "
+      "docs/training.md\n",
       self.c_str(), shell_word(o.preset).c_str(), shell_word(tokens).c_str(), shell_word(o.strategy).c_str(),
       static_cast<long long>(steps), static_cast<long long>(c.batch_size), static_cast<long long>(c.seq_len), c.lr,
       static_cast<long long>(std::max<int64_t>(1, steps / 20)), c.weight_decay,

@@ -8,7 +8,8 @@
 #include "tests/support/fake_shim.h"
 
 int main(int argc, char** argv) {
-  anelab::platform::save_argv(argc, argv);  // before anything can chdir: exec-restart re-runs exactly this
+  anelab::platform::save_argv(argc, argv);      // before anything can chdir: exec-restart re-runs exactly this
+  anelab::platform::ignore_file_size_signal();  // a write past `ulimit -f` fails (EFBIG) like a full disk
   anelab::ane::install_fake_shim(&anelab::ane::fake_shim_for_backend);  // ANELAB_ANE_SHIM=fake (test runs)
   CLI::App app{"anelab: train and run transformer language models on Apple's Neural Engine (or its emulator)"};
   app.require_subcommand(1);

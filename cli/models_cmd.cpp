@@ -127,9 +127,12 @@ void run_convert(const ConvertArgs& a) {
 }
 
 void print_vocab(const tok::VocabData& v) {
-  std::printf("tokenizer: %s, %zu tokens, %zu merges, %zu scores, pre '%s', bos %d, eos %d, add_bos %s\n",
+  // eos = bos: a model trained on documents separated by BOS (the trainer saves the separator as EOS) ends
+  // a text where the next one would start.
+  const char* eos_note = v.eos_id >= 0 && v.eos_id == v.bos_id ? " (= bos: the training documents' separator)" : "";
+  std::printf("tokenizer: %s, %zu tokens, %zu merges, %zu scores, pre '%s', bos %d, eos %d%s, add_bos %s\n",
               v.kind == tok::TokenizerKind::kSentencePiece ? "sentencepiece" : "byte_bpe", v.tokens.size(),
-              v.merges.size(), v.scores.size(), v.pre.c_str(), v.bos_id, v.eos_id, v.add_bos ? "yes" : "no");
+              v.merges.size(), v.scores.size(), v.pre.c_str(), v.bos_id, v.eos_id, eos_note, v.add_bos ? "yes" : "no");
 }
 
 void print_model(const Model& m) {

@@ -29,10 +29,18 @@ train::TrainConfig resolve(const TrainArgs& a) {
     if (s.key == "config" && s.opt->count() > 0) train::apply_toml_file(c, s.value);
   train::apply_flags(c, a.slots);
   train::resolve_names(c);
+  if (c.resume_or_start && std::filesystem::exists(std::filesystem::path(c.run_dir) / "last.ckpt")) c.resume = true;
   if (c.resume) {  // the saved config is the base; explicit flags still override
-    const std::string path = (std::filesystem::path(c.run_dir) / "config.json").string();
-    if (!std::filesystem::exists(path))
-      fail("train", "--resume: ", path, " not found (nothing to resume in run dir ", c.run_dir, ")");
+    namespace fs = std::filesystem;
+    const std::string path = (fs::path(c.run_dir) / "config.json").string();
+    if (!fs::exists(fs::path(c.run_dir) / "last.ckpt")) {  // before the first checkpoint: nothing to resume
+      const fs::path toml = fs::path(c.run_dir) / "config.toml";
+      fail("train", "--resume: run dir ", c.run_dir,
+           " has no checkpoint (last.ckpt) yet, so there is nothing to resume; ",
+           fs::exists(toml) ? "start it again with `anelab train --config " + toml.string() + "`"
+                            : std::string("start it with the same command without --resume"),
+           " (or add --resume-or-start, which resumes once a checkpoint exists)");
+    }
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(read_file_text(path));

@@ -129,6 +129,14 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::v
     gs.emplace(vocab, o.sampling);
   const bool spm = tk && tk->vocab().kind == tok::TokenizerKind::kSentencePiece;
 
+  const auto t0 = Clock::now();
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  const float* lp = e.prefill(std::span<const int32_t>(prompt).subspan(static_cast<size_t>(cached)), cached);
+  r.prefill = e.last_prefill();
+  r.prefill_ms = ms_since(t0);
+
+  // The prompt is echoed after the prefill, so that what the prefill prints on stderr (the MIL kernels'
+  // compile lines) comes before it and never inside the echoed line.
   StopFilter out(o.stop_strings, sink, r.text);
   if (o.echo_prompt && tk) {
     // run.c starts its echo after position 0 because that is the BOS it added. Vocabularies without BOS
@@ -141,12 +149,6 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::v
     }
   }
   out.flush();
-
-  const auto t0 = Clock::now();
-  std::vector<float> logits(static_cast<size_t>(vocab));
-  const float* lp = e.prefill(std::span<const int32_t>(prompt).subspan(static_cast<size_t>(cached)), cached);
-  r.prefill = e.last_prefill();
-  r.prefill_ms = ms_since(t0);
   std::vector<int32_t> history = prompt;
   int32_t token = prompt.back();
   r.stop_reason = "length";

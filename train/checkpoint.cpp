@@ -3,13 +3,16 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 #include "framework/core/platform.h"
+#include "train/run_dir.h"
 
 namespace anelab::train {
 namespace {
@@ -26,10 +29,11 @@ void write_all(int fd, const void* data, size_t n, const std::string& path) {
 }
 
 // The writer pid of a temp file named NAME.tmp.<pid> (as write_checkpoint and write_file_atomic name
-// them), or -1 for any other name.
+// them) where NAME is one of the trainer's own files (kRunFiles), or -1 for any other name.
 int64_t temp_file_pid(const std::string& name) {
   const size_t at = name.rfind(".tmp.");
   if (at == std::string::npos || at == 0) return -1;
+  if (std::find(std::begin(kRunFiles), std::end(kRunFiles), name.substr(0, at)) == std::end(kRunFiles)) return -1;
   const std::string digits = name.substr(at + 5);
   if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
   return std::stoll(digits);

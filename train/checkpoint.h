@@ -53,8 +53,9 @@ struct CheckpointState : models::CheckpointHeader {
 void write_checkpoint(const std::string& path, const CheckpointState& s);
 // Reads and validates (models::parse_checkpoint) a checkpoint, then copies its three arrays.
 CheckpointState read_checkpoint(const std::string& path);
-// Removes DIR/*.tmp.<pid> files whose writer process is no longer alive (platform::process_alive); returns
-// how many were removed. Files of live processes (another writer at work) are kept.
+// Removes DIR/NAME.tmp.<pid> files, NAME one of the trainer's own files (train/run_dir.h kRunFiles), whose
+// writer process is no longer alive (platform::process_alive); returns how many were removed. Files of live
+// processes and every other name (files that are not the trainer's) are kept.
 int remove_stale_temp_files(const std::string& dir);
 
 }  // namespace anelab::train

@@ -26,6 +26,11 @@ struct OptionDef {
   bool path = false;      // a file/dir path: relative in a config file = relative to that file's directory
 };
 
+// A path as the saved config holds it: absolute (relative ones would mean "next to this file"), "" kept.
+std::string saved_path(const std::string& p) {
+  return p.empty() ? p : std::filesystem::absolute(p).lexically_normal().string();
+}
+
 const std::vector<OptionDef>& table() {
   using C = TrainConfig;
   static const std::vector<OptionDef> t = {
@@ -40,6 +45,12 @@ const std::vector<OptionDef>& table() {
        "run directory for checkpoints, config and events.jsonl (default checkpoints/<run> in the current directory)",
        false, true},
       {"resume", &C::resume, "continue from <run-dir>/last.ckpt (bit-exact)", true},
+      {"resume_or_start", &C::resume_or_start,
+       "continue the run in --run-dir when it holds last.ckpt, else start it (a command to run again after a stop)",
+       true},
+      {"force", &C::force,
+       "start in a non-empty --run-dir that is not an anelab run (its other files are kept; the run's are written)",
+       true},
       {"steps", &C::steps, "total optimizer steps"},
       {"batch_size", &C::batch_size, "sequences per micro-batch"},
       {"seq_len", &C::seq_len, "tokens per sequence"},
@@ -251,7 +262,14 @@ nlohmann::json to_json(const TrainConfig& c) {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& o : table()) {
     if (o.cli_only && std::string(o.key) != "config") continue;
-    std::visit([&](auto p) { j[o.key] = c.*p; }, o.field);
+    std::visit(
+        [&](auto p) {
+          if constexpr (std::is_same_v<std::remove_cvref_t<decltype(c.*p)>, std::string>)
+            j[o.key] = o.path ? saved_path(c.*p) : c.*p;  // --resume from another directory finds them
+          else
+            j[o.key] = c.*p;
+        },
+        o.field);
   }
   return j;
 }
@@ -301,8 +319,7 @@ std::string to_toml(const TrainConfig& c) {
           using T = std::remove_cvref_t<decltype(c.*p)>;
           os << o.key << " = ";
           if constexpr (std::is_same_v<T, std::string>)  // paths absolute: relative ones would mean "next to this file"
-            os << toml_quote(o.path && !(c.*p).empty() ? std::filesystem::absolute(c.*p).lexically_normal().string()
-                                                       : c.*p);
+            os << toml_quote(o.path ? saved_path(c.*p) : c.*p);
           else if constexpr (std::is_same_v<T, bool>)
             os << (c.*p ? "true" : "false");
           else if constexpr (std::is_same_v<T, double>)

@@ -26,6 +26,8 @@ struct TrainConfig {
   std::string run;        // run name (default: config stem, else preset/init stem)
   std::string run_dir;    // default checkpoints/<run>
   bool resume = false;
+  bool resume_or_start = false;  // resume when run_dir holds last.ckpt, else start (cli/train_cmd.cpp)
+  bool force = false;            // a fresh start in a non-empty directory that is not a run (train/run_dir.h)
   // loop
   int64_t steps = 100;
   int64_t batch_size = 4;

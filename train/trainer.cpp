@@ -29,6 +29,7 @@
 #include "train/engine.h"
 #include "train/events.h"
 #include "train/optim.h"
+#include "train/run_dir.h"
 
 namespace anelab::train {
 namespace {
@@ -78,6 +79,7 @@ struct Run {
   std::unique_ptr<StepEngine> engine;
   std::unique_ptr<CpuModel> eval_model;
   std::unique_ptr<tok::Tokenizer> tokenizer;
+  RunDirLock lock;  // rank 0: DIR/run.lock, held until the process ends (or this run does)
   std::unique_ptr<EventLog> events;
   std::unique_ptr<power::Meter> meter;  // step energy; meter->available() false: "not available"
   std::string power_reason;             // why there is no energy (no source, or a read that failed)
@@ -112,6 +114,7 @@ struct Run {
   void emit_start(bool resumed);
   void check_same_setup();
   void check_data_vocabulary() const;
+  tok::VocabData run_vocab() const;
   void check_same_weights();
   Batch next_batch();
   void micro_batch(const Batch& b, float scale, uint64_t data_state, StepTimes* st, double* loss_sum,
@@ -164,10 +167,12 @@ void Run::load_model(bool resume, CheckpointState* ck) {
 // Loads and checks everything first and creates the run dir last, so a failed start leaves nothing
 // behind; a --resume of a finished run stops before anything is written.
 void Run::setup() {
+  if (root() && !cfg.resume) check_fresh_run_dir(cfg.run_dir, cfg.force);       // before run.lock is made there
+  if (root() && fs::is_directory(cfg.run_dir)) lock = RunDirLock(cfg.run_dir);  // one writer (train/run_dir.h)
   if (!cfg.resume && fs::exists(ckpt_path("last")))
     fail("train", "run dir ", cfg.run_dir,
          " already holds last.ckpt: pass --resume to continue it, or choose another --run-dir");
-  if (fs::is_directory(cfg.run_dir)) remove_stale_temp_files(cfg.run_dir);  // of writers killed mid-write
+  if (root() && fs::is_directory(cfg.run_dir)) remove_stale_temp_files(cfg.run_dir);  // of writers killed mid-write
   CheckpointState ck;
   load_model(cfg.resume, &ck);
   if (cfg.resume && ck.step >= cfg.steps) {
@@ -207,15 +212,27 @@ void Run::setup() {
   meter = std::make_unique<power::Meter>(hooks.power ? hooks.power() : power::select_source());
   if (!meter->available()) power_reason = meter->reason();
   check_same_setup();
-  if (!root()) return;                  // only rank 0 writes the run dir
-  fs::create_directories(cfg.run_dir);  // only now: a start that fails before this leaves nothing behind
+  if (!root()) return;                               // only rank 0 writes the run dir
+  fs::create_directories(cfg.run_dir);               // only now: a start that fails before this leaves nothing behind
+  if (!lock.held()) lock = RunDirLock(cfg.run_dir);  // a second start that created it too stops here
   // Saved with the run, so its checkpoints are models that carry their tokenizer (checkpoint_file.h).
-  if (tokenizer)
-    models::save_run_tokenizer(tokenizer->vocab(), (fs::path(cfg.run_dir) / models::kRunTokenizerFile).string());
+  if (tokenizer) models::save_run_tokenizer(run_vocab(), (fs::path(cfg.run_dir) / models::kRunTokenizerFile).string());
   events = std::make_unique<EventLog>((fs::path(cfg.run_dir) / "events.jsonl").string());
   const nlohmann::json cj = to_json(cfg);
   write_file_atomic((fs::path(cfg.run_dir) / "config.json").string(), cj.dump(2) + "\n");
   write_file_atomic((fs::path(cfg.run_dir) / "config.toml").string(), to_toml(cfg));
+}
+
+// The tokenizer saved with the run: its EOS is the token that separated the training documents (the model
+// learnt to emit it where a text ends; llama.cpp stops at EOS, and a BOS-separated corpus never shows the
+// vocabulary's own EOS). The separator is the sidecar's separator_id, or BOS for a flat llama2.c file that
+// starts with BOS (llama2.c's pretokenizer puts one before every story).
+tok::VocabData Run::run_vocab() const {
+  tok::VocabData v = tokenizer->vocab();
+  int32_t sep = data->source().separator_id;
+  if (data->format() == "uint16-flat" && data->n_tokens() > 0 && data->tokens()[0] == v.bos_id) sep = v.bos_id;
+  if (sep >= 0 && sep < static_cast<int32_t>(v.tokens.size())) v.eos_id = sep;
+  return v;
 }
 
 // Data made by another tokenizer than the model's trains without error but learns nothing useful: the

@@ -3,7 +3,7 @@
 //
 //   platform_posix.cpp   saved argv + initial cwd, argv[0] resolution (cwd, $PATH), load average
 //                        (getloadavg), process CPU seconds and peak RSS (getrusage), process_alive (kill 0),
-//                        anonymous memory (mmap MAP_ANONYMOUS)
+//                        anonymous memory (mmap MAP_ANONYMOUS), file locks (fcntl F_SETLK), SIGXFSZ
 //   platform_procfs.cpp  Linux procfs parsers with the root as a parameter (tests point them at fake trees;
 //                        they are plain file reads, so they compile and are tested on every OS)
 //   platform_linux.cpp   Linux: executable (/proc/self/exe, else argv[0]), RSS, CPU ticks, memory via procfs,
@@ -68,9 +68,33 @@ Reading<double> peak_rss_mb();
 // User + system CPU seconds of the current process (getrusage).
 double process_cpu_seconds();
 
+int64_t process_id();  // getpid()
+
 // True while a process with this pid exists (POSIX kill(pid, 0): alive, or alive but not ours); false
 // for pid <= 0 and for pids no process has. Used to tell a dead writer's temp file from a live one's.
 bool process_alive(int64_t pid);
+
+// ---- one writer per file ------------------------------------------------------------------------
+
+// An exclusive lock on a file (created when missing): a POSIX fcntl record lock over the whole file, taken
+// without waiting. It belongs to the process: the kernel drops it when the process dies (kill -9 included),
+// and it survives exec() because its descriptor is not close-on-exec, so an exec-restarted process still
+// holds it and taking it again there succeeds. Caveat of fcntl locks: closing ANY descriptor of the file in
+// the holding process releases it, so the holder must not open the file elsewhere.
+struct FileLock {
+  int fd = -1;             // >= 0: held; keep it open while the lock is needed (release_file_lock ends it)
+  int64_t holder_pid = 0;  // > 0: another process holds it (this pid)
+  std::string error;       // neither: why it could not be tried (open / fcntl error)
+};
+FileLock lock_file(const std::string& path);
+void release_file_lock(FileLock& l);  // closes the descriptor (no-op when not held)
+// The pid of the process holding an exclusive lock on `path` (fcntl F_GETLK), 0 when none holds it or the
+// file is missing, unavailable when it cannot be asked. Called from the holder itself it says 0.
+Reading<int64_t> file_lock_holder(const std::string& path);
+
+// Writes past the process's file-size limit (RLIMIT_FSIZE, `ulimit -f`) fail with EFBIG instead of killing the
+// process with SIGXFSZ, so they are reported like a full disk (one line, temp files removed).
+void ignore_file_size_signal();
 
 // ---- anonymous memory for large, read-mostly buffers (model weights) -------------------------------
 

@@ -3,6 +3,7 @@
 #include "framework/core/platform.h"
 
 #if defined(__unix__) || defined(__APPLE__)
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -164,6 +165,53 @@ void unmap_anonymous(AnonRegion& r) {
   if (r.base) ::munmap(r.base, r.mapped);
   r = AnonRegion{};
 }
+
+FileLock lock_file(const std::string& path) {
+  FileLock l;
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT, 0644);  // not O_CLOEXEC: the lock survives exec()
+  if (fd < 0) {
+    l.error = "cannot open " + path + ": " + std::strerror(errno);
+    return l;
+  }
+  struct flock fl {};
+  fl.l_type = F_WRLCK, fl.l_whence = SEEK_SET, fl.l_start = 0, fl.l_len = 0;
+  if (::fcntl(fd, F_SETLK, &fl) == 0) {
+    l.fd = fd;
+    return l;
+  }
+  const int e = errno;
+  struct flock q {};
+  q.l_type = F_WRLCK, q.l_whence = SEEK_SET, q.l_start = 0, q.l_len = 0;
+  if ((e == EACCES || e == EAGAIN) && ::fcntl(fd, F_GETLK, &q) == 0 && q.l_type != F_UNLCK)
+    l.holder_pid = q.l_pid > 0 ? q.l_pid : -1;
+  else
+    l.error = "cannot lock " + path + ": " + std::strerror(e);
+  ::close(fd);
+  return l;
+}
+
+void release_file_lock(FileLock& l) {
+  if (l.fd >= 0) ::close(l.fd);
+  l.fd = -1;
+}
+
+Reading<int64_t> file_lock_holder(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return errno == ENOENT ? Reading<int64_t>::ok(0)
+                           : Reading<int64_t>::unavailable("cannot open " + path + ": " + std::strerror(errno));
+  struct flock q {};
+  q.l_type = F_WRLCK, q.l_whence = SEEK_SET, q.l_start = 0, q.l_len = 0;
+  const int rc = ::fcntl(fd, F_GETLK, &q);
+  const int e = errno;
+  ::close(fd);
+  if (rc != 0) return Reading<int64_t>::unavailable("cannot query the lock of " + path + ": " + std::strerror(e));
+  return Reading<int64_t>::ok(q.l_type == F_UNLCK ? 0 : q.l_pid);
+}
+
+int64_t process_id() { return ::getpid(); }
+
+void ignore_file_size_signal() { ::signal(SIGXFSZ, SIG_IGN); }
 
 Reading<double> cpu_percent(const CpuTicks& before, const CpuTicks& after) {
   if (after.total <= before.total || after.busy < before.busy)

@@ -8,7 +8,8 @@
 // The weights section is memory-mapped: tensors are fp32 views in the checkpoint's canonical order
 // (the header's `tensors` list, version 2; version 1 files have none and use canonical_tensors order).
 // The tokenizer comes from `tokenizer.anetok` next to the checkpoint (the trainer saves the one it used,
-// see save_run_tokenizer); without it the model has none (pass --tokenizer).
+// see save_run_tokenizer, with the training documents' separator as EOS); without it the model has none
+// (pass --tokenizer).
 #pragma once
 #include <cstdint>
 #include <string>

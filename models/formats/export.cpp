@@ -9,6 +9,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
+#include "framework/core/platform.h"
 #include "models/arch/arch.h"
 #include "models/formats/gguf.h"
 #include "models/formats/safetensors.h"
@@ -135,7 +136,7 @@ std::string st_dtype(DType d) {
   }
 }
 
-std::vector<std::string> write_hf_dir(const Model& src, const std::string& dir) {
+std::vector<std::string> write_hf_files(const Model& src, const std::string& dir) {
   const Arch& arch = hf_exportable(src.config);
   const Model m = with_rope_style(src, RopeStyle::kRotateHalf);
   std::vector<std::string> notes;
@@ -151,7 +152,6 @@ std::vector<std::string> write_hf_dir(const Model& src, const std::string& dir) 
     }
     ts.push_back(std::move(w));
   }
-  fs::create_directories(dir);
   const std::vector<uint8_t> st = build_safetensors(ts);
   write_file_atomic((fs::path(dir) / "model.safetensors").string(), st.data(), st.size());
   write_file_atomic((fs::path(dir) / "config.json").string(), hf_config(m, arch).dump(2) + "\n");
@@ -175,6 +175,38 @@ std::vector<std::string> write_hf_dir(const Model& src, const std::string& dir) 
     if (v.pad_id >= 0) tc["pad_token"] = name(v.pad_id);
     if (!m.chat_template.empty()) tc["chat_template"] = m.chat_template;
     write_file_atomic((fs::path(dir) / "tokenizer_config.json").string(), tc.dump(2) + "\n");
+  }
+  return notes;
+}
+
+// The directory's files are written into OUT.tmp.<pid> first and moved into OUT once all of them are complete
+// (a rename of the directory when OUT does not exist, else one rename per file), so a failed export leaves no
+// partial directory and no partial file set.
+std::vector<std::string> write_hf_dir(const Model& src, const std::string& out) {
+  fs::path final_dir = fs::path(out).lexically_normal();
+  if (final_dir.filename().empty()) final_dir = final_dir.parent_path();                       // "OUT/"
+  const fs::path tmp = final_dir.string() + ".tmp." + std::to_string(platform::process_id());  // as write_file_atomic
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  std::vector<std::string> notes;
+  try {
+    fs::create_directories(tmp);
+    notes = write_hf_files(src, tmp.string());
+    for (std::string& n : notes)  // the notes name the directory the user asked for
+      if (n.rfind(tmp.string(), 0) == 0) n = out + n.substr(tmp.string().size());
+    if (!fs::exists(final_dir)) {
+      fs::rename(tmp, final_dir);
+      return notes;
+    }
+    if (!fs::is_directory(final_dir)) fail("export", out, " exists and is not a directory");
+    for (const auto& e : fs::directory_iterator(tmp)) fs::rename(e.path(), final_dir / e.path().filename());
+    fs::remove(tmp);
+  } catch (const fs::filesystem_error& e) {
+    fs::remove_all(tmp, ec);
+    fail("export", out, ": ", e.what());
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
   }
   return notes;
 }

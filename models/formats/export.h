@@ -5,7 +5,9 @@
 //   safetensors  OUT_DIR      a Hugging Face model directory loadable by transformers: config.json
 //                             (written by the architecture file, models/arch/), model.safetensors (q/k rows in
 //                             rotate-half order, as HF Llama expects), and for byte-level BPE vocabularies
-//                             tokenizer.json + tokenizer_config.json (chat_template when known)
+//                             tokenizer.json + tokenizer_config.json (chat_template when known); written into
+//                             OUT_DIR.tmp.<pid> and moved into place when complete (a failed export leaves
+//                             no partial directory)
 //   llama2c      OUT.bin      llama2.c legacy format (run.c), fp32; no tokenizer (pass --tokenizer when running it)
 //
 // The format comes from --format, else from the output name: .anelab, .gguf, .bin, or a name without an

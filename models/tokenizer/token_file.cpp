@@ -97,6 +97,11 @@ std::vector<int32_t> read_token_file(const std::string& path, TokenFileSource* s
     source->vocab_size = v.is_null() ? 0 : v.get<int64_t>();
     source->tokenizer =
         meta.contains("tokenizer") && meta["tokenizer"].is_string() ? meta["tokenizer"].get<std::string>() : "";
+    const auto& sep = meta.contains("separator_id") ? meta["separator_id"] : nlohmann::json();
+    ANELAB_CHECK(sep.is_null() || (sep.is_number_integer() && sep.get<int64_t>() >= -1 &&
+                                   sep.get<int64_t>() < (source->vocab_size ? source->vocab_size : INT32_MAX)),
+                 "tokenize", path, ".json: separator_id ", sep.dump(), " is not -1 or a token id of the vocabulary");
+    source->separator_id = sep.is_null() ? -1 : static_cast<int32_t>(sep.get<int64_t>());
   }
   const auto bytes = read_file_bytes(path);
   const int64_t n = meta.value("n_tokens", int64_t{-1});

@@ -44,11 +44,12 @@ TokenFileInfo write_token_file(const Tokenizer& tok, std::string_view text, cons
                                const std::string& tokenizer_label);
 // What a token file's sidecar says about the tokenizer that made it.
 struct TokenFileSource {
-  int64_t vocab_size = 0;  // the tokenizer's size (0: the sidecar does not say)
-  std::string tokenizer;   // its path as written by `anelab tokenize` ("" when absent)
+  int64_t vocab_size = 0;     // the tokenizer's size (0: the sidecar does not say)
+  std::string tokenizer;      // its path as written by `anelab tokenize` ("" when absent)
+  int32_t separator_id = -1;  // the token before each document (-1: none, or the sidecar does not say)
 };
 // Reads a token file written by write_token_file (validates the sidecar and the size); `source` (when
-// given) receives the sidecar's vocab_size and tokenizer.
+// given) receives the sidecar's vocab_size, tokenizer and separator_id.
 std::vector<int32_t> read_token_file(const std::string& path, TokenFileSource* source = nullptr);
 
 std::string encode_id_lines(const Tokenizer& tok, std::string_view text);

@@ -10,8 +10,9 @@ lines after "Next:" (each one a complete shell command) and runs each one with b
                    on SIGTERM (when its default port is taken by another program, --port 0 is appended)
   dashboard        stays up for a few seconds without an error (under xvfb-run when there is no display;
                    skipped, saying so, when neither is available)
-  train            exits 0 with a last.ckpt in its run directory; run a second time it says how to resume
-                   (--resume), and with --resume it finishes at once
+  train            stopped early (--stop-after appended, as by a kill after a checkpoint), then run again
+                   verbatim it continues the run to its --steps (a resumed run_start), and a third time it
+                   says the run is finished; each exits 0
 
 Usage: demo_next.py ANELAB_BINARY WORK_DIR [extra `anelab demo` arguments]
 Exit 0 when every line passed; the first failure prints the command and its output and exits 1.
@@ -134,21 +135,29 @@ def check_dashboard(line, cwd):
 
 
 def check_train(line, cwd):
-    rc, out, err = bash(line, cwd)
-    if rc != 0:
-        fail(f"`{line}` exited {rc}\nstdout:\n{out[-3000:]}\nstderr:\n{err}")
     m = re.search(r"--run-dir (\S+)", line)
-    if not m or not os.path.exists(os.path.join(cwd, m.group(1), "last.ckpt")):
-        fail(f"`{line}` names no run directory that holds last.ckpt afterwards")
-    print("  ok: trained, last.ckpt written")
+    steps = re.search(r"--steps (\d+)", line)
+    if not m or not steps:
+        fail(f"`{line}` names no --run-dir or --steps")
+    run = os.path.join(cwd, m.group(1))
+    rc, out, err = bash(line.split("#")[0].rstrip() + " --stop-after 2", cwd)
+    if rc != 0 or not os.path.exists(os.path.join(run, "last.ckpt")):
+        fail(f"`{line} --stop-after 2` exited {rc} (or wrote no last.ckpt)\nstdout:\n{out[-3000:]}\nstderr:\n{err}")
+    print("  ok: started, stopped after 2 steps with last.ckpt")
     rc, out, err = bash(line, cwd)
-    if rc == 0 or "--resume" not in err:
-        fail(f"`{line}` run a second time should stop and say how to resume: rc {rc}, stderr {err!r}")
-    print(f"  ok: again: {err.strip()}")
-    rc, out, err = bash(line.split("#")[0].rstrip() + " --resume", cwd)
     if rc != 0:
-        fail(f"`{line} --resume` exited {rc}\nstdout:\n{out[-3000:]}\nstderr:\n{err}")
-    print(f"  ok: with --resume: {out.strip().splitlines()[-1] if out.strip() else err.strip()}")
+        fail(f"`{line}` run again exited {rc}\nstdout:\n{out[-3000:]}\nstderr:\n{err}")
+    with open(os.path.join(run, "events.jsonl")) as f:
+        events = [json.loads(l) for l in f if l.strip()]
+    starts = [e for e in events if e.get("event", e.get("type")) == "run_start"]
+    last = [e for e in events if e.get("event", e.get("type")) == "step"]
+    if len(starts) != 2 or not starts[1].get("resumed") or not last or last[-1].get("step") != int(steps.group(1)):
+        fail(f"`{line}` run again did not continue the run to step {steps.group(1)}: {starts} ... {last[-1:]}")
+    print(f"  ok: again: resumed and finished at step {steps.group(1)}")
+    rc, out, err = bash(line, cwd)
+    if rc != 0 or "already finished" not in out:
+        fail(f"`{line}` a third time: rc {rc}, stdout {out!r}, stderr {err!r}")
+    print(f"  ok: a third time: {out.strip().splitlines()[-1]}")
 
 
 def main():

@@ -525,5 +525,19 @@ TEST_F(InferCli, SmallEdges) {
   EXPECT_EQ(r.err, "");
 }
 
+// Issue 33 item 8: the compile lines of the MIL prefill (stderr) never land inside the echoed prompt (stdout):
+// with both streams in one file, as on a terminal, every "[infer]" line starts a line.
+TEST_F(InferCli, CompileNoteIsNotInsideTheEchoedPrompt) {
+  const std::string both = (*dir_ / "both.txt").string();
+  const std::string cmd = kBin + " infer generate -m " + model() +
+                          " --backend emulator -n 2 --temp 0 -p 'Once upon a time' < /dev/null > " + both + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << read_file_text(both);
+  const std::string t = read_file_text(both);
+  ASSERT_NE(t.find("[infer] compiling"), std::string::npos) << t;
+  ASSERT_NE(t.find("Once upon a time"), std::string::npos) << t;
+  for (size_t at = t.find("[infer]"); at != std::string::npos; at = t.find("[infer]", at + 1))
+    EXPECT_TRUE(at == 0 || t[at - 1] == '\n') << "a note inside a line at byte " << at << ":\n" << t;
+}
+
 }  // namespace
 }  // namespace anelab

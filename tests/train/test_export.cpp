@@ -3,8 +3,13 @@
 // tokenizer and greedy text. Also: output names choose the format (unknown ones refused), version-1
 // files of both formats still load, and the checkpoint's tensors list is checked.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -137,6 +142,80 @@ TEST(Export, CheckpointIsAModelInEveryFormat) {
   EXPECT_TRUE(fs::exists(dir / "m-hf" / "config.json"));
   EXPECT_TRUE(fs::exists(dir / "m-hf" / "tokenizer.json"));
   EXPECT_TRUE(fs::exists(dir / "m-hf" / "tokenizer_config.json"));
+  fs::remove_all(dir);
+}
+
+// Issue 33 item 5: a model trained on stories each preceded by BOS (llama2.c's layout; the vocabulary's EOS
+// never occurs in the data) learnt to emit BOS where a story ends. Its exports name that token as EOS, so
+// llama.cpp stops there, and `anelab info` says so; for a token file with a sidecar (separator_id) and for
+// a flat llama2.c file that starts with BOS.
+TEST(Export, EndOfTextIsTheTrainingDataSeparator) {
+  ANELAB_REQUIRE_DATA("llama2c/tok512.bin");
+  const fs::path dir = test::temp_dir("export_eos");
+  const std::string tok_path = test::data_path("llama2c/tok512.bin");
+  const auto tk = tok::load_tokenizer(tok_path);
+  ASSERT_EQ(tk->bos_id(), 1);
+  ASSERT_EQ(tk->eos_id(), 2);
+  const std::string text = read_file_text(test::source_path("data/tinytales/corpus.txt")).substr(0, 8000);
+  const std::string with_sidecar = (dir / "sep.bin").string();
+  ASSERT_EQ(tok::write_token_file(*tk, text, with_sidecar, tok_path).separator_id, 1);
+  const std::vector<int32_t> ids = tok::encode_documents(*tk, text, nullptr);
+  std::vector<uint16_t> u16(ids.begin(), ids.end());
+  const std::string flat = (dir / "flat.bin").string();
+  write_file_atomic(flat, u16.data(), u16.size() * 2);
+  for (const std::string& data : {with_sidecar, flat}) {
+    SCOPED_TRACE(data);
+    train::TrainConfig c;
+    c.preset = "stories260k", c.data = data, c.tokenizer = tok_path, c.run = "eos";
+    c.run_dir = (dir / ("run_" + fs::path(data).stem().string())).string();
+    c.strategy = "cpu", c.steps = 1, c.batch_size = 1, c.seq_len = 16, c.eval_every = 0;
+    train::validate(c);
+    train::run_training(c, {false, false});
+    const std::string gguf = c.run_dir + "/m.gguf";
+    models::export_model(models::load_any_model(c.run_dir), gguf, models::ExportFormat::kGguf);
+    const models::Model m = models::load_any_model(gguf);
+    ASSERT_TRUE(m.vocab.has_value());
+    EXPECT_EQ(m.vocab->bos_id, 1);
+    EXPECT_EQ(m.vocab->eos_id, 1) << "EOS of the export is the data's document separator (BOS)";
+    const std::string out = c.run_dir + "/info.txt";
+    const std::string cmd = std::string(ANELAB_BINARY_DIR) + "/bin/anelab info " + gguf + " > " + out + " 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << read_file_text(out);
+    EXPECT_NE(read_file_text(out).find("bos 1, eos 1 (= bos: the training documents' separator)"), std::string::npos)
+        << read_file_text(out);
+  }
+  fs::remove_all(dir);
+}
+
+// Issue 34 item 8: a Hugging Face export that fails (here: a write past the file-size limit) leaves no
+// partial directory and no temporary one; an export over an existing directory replaces its files.
+TEST(Export, FailedHuggingFaceExportLeavesNoDirectory) {
+  const fs::path dir = test::temp_dir("export_hf_fail");
+  const models::Model ck = models::load_any_model(train_tiny(dir));
+  const std::string out = (dir / "m-hf").string();
+  const pid_t p = ::fork();
+  if (p == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    const rlimit rl{64 * 1024, 64 * 1024};  // model.safetensors of stories260k is ~1 MiB
+    if (::setrlimit(RLIMIT_FSIZE, &rl) != 0) ::_exit(3);
+    try {
+      models::export_model(ck, out, models::ExportFormat::kSafetensors);
+    } catch (const Error&) {
+      ::_exit(0);
+    }
+    ::_exit(2);
+  }
+  int st = 0;
+  ::waitpid(p, &st, 0);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "the export did not fail as set up: " << st;
+  for (const auto& e : fs::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().rfind("m-hf", 0), std::string::npos) << e.path();
+  models::export_model(ck, out + "/", models::ExportFormat::kSafetensors);
+  models::export_model(ck, out, models::ExportFormat::kSafetensors);  // over the existing directory
+  EXPECT_TRUE(fs::exists(dir / "m-hf" / "model.safetensors"));
+  EXPECT_TRUE(fs::exists(dir / "m-hf" / "tokenizer.json"));
+  EXPECT_EQ(models::load_any_model(out).config.dim, ck.config.dim);
+  for (const auto& e : fs::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
   fs::remove_all(dir);
 }
 

@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <tuple>
+#include <utility>
 
 #include "framework/core/file.h"
 #include "models/formats/llama2c.h"
@@ -127,6 +129,35 @@ TEST(TrainRuns, ResumeOfAFinishedRunChangesNothing) {
   EXPECT_EQ(out.find("Efficiency Report"), std::string::npos) << out;
   for (size_t i = 0; i < files.size(); ++i)
     EXPECT_EQ(read_file_text(c.run_dir + "/" + files[i]), before[i]) << files[i];
+  std::filesystem::remove_all(dir);
+}
+
+// Issue 33 item 7: one command line that can be run again (the demo's "longer run" suggestion): with
+// --resume-or-start it starts the run, continues it after a stop (here --stop-after), and does nothing
+// once the run is finished; each time it exits 0.
+TEST(TrainRuns, ResumeOrStartMakesACommandResumable) {
+  const auto dir = test::temp_dir("resume_or_start").string();
+  const std::string data = test::write_tokens(dir, 5000, 512, 8);
+  const std::string line = std::string(ANELAB_BINARY_DIR) + "/bin/anelab train --preset stories260k --data " + data +
+                           " --steps 4 --batch-size 2 --seq-len 32 --run-dir " + dir + "/run --resume-or-start";
+  auto run = [&](const std::string& extra) {
+    const std::string cmd = line + extra + " > " + dir + "/out.txt 2>&1";
+    const int rc = std::system(cmd.c_str());
+    return std::make_pair(rc, read_file_text(dir + "/out.txt"));
+  };
+  auto [rc, out] = run(" --stop-after 2");  // started, then stopped (as by a kill after a checkpoint)
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(train::read_checkpoint(dir + "/run/last.ckpt").step, 2);
+  std::tie(rc, out) = run("");  // the same command again continues the run
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(train::read_checkpoint(dir + "/run/last.ckpt").step, 4);
+  const auto starts = test::read_events(dir + "/run", "run_start");
+  ASSERT_EQ(starts.size(), 2u);
+  EXPECT_FALSE(starts[0]["resumed"].get<bool>());
+  EXPECT_TRUE(starts[1]["resumed"].get<bool>());
+  std::tie(rc, out) = run("");  // and once more: finished, nothing to do
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("already finished"), std::string::npos) << out;
   std::filesystem::remove_all(dir);
 }
 
