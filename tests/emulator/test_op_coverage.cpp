@@ -44,7 +44,7 @@ TEST(EmulatorOpCoverage, ExceptionsAreRegisteredAndGiveAReason) {
 // A registered but unlowered op is a compile error naming the op and the reason, not a crash.
 TEST(EmulatorOpCoverage, UnloweredOpFailsWithItsReason) {
   ProgramUnderTest p;
-  auto x = p.input("x", {1, 64, 1, 32}, Vec(64 * 32, 1.0));
+  auto x = p.input("x", {1, 32, 1, 64}, Vec(64 * 32, 1.0));
   p.b->output(p.b->layer_norm(x, {1}));
   auto be = rt::create_backend("emulator", {});
   auto k = be->compile(p.pb.build(), p.weights());

@@ -85,8 +85,8 @@ TEST(EmulatorSemantics, EvaluateAllocatesNothing) {
 
 TEST(EmulatorSemantics, MissingWeightNamesPathAndKnownKeys) {
   ProgramUnderTest p;
-  auto x = p.input("x", {1, 64, 1, 32}, Vec(2048, 1.0));
-  auto w = p.b->const_blob(mil::tensor_type(DType::kFp16, {1, 64, 1, 32}), "@model_path/weights/missing.bin", 64);
+  auto x = p.input("x", {1, 32, 1, 64}, Vec(2048, 1.0));
+  auto w = p.b->const_blob(mil::tensor_type(DType::kFp16, {1, 32, 1, 64}), "@model_path/weights/missing.bin", 64);
   p.b->output(p.b->add(x, w));
   (void)p.weight({1}, {1.0});  // makes w.bin known
   auto be = emu::make_emulator_backend({});
@@ -98,8 +98,8 @@ TEST(EmulatorSemantics, MissingWeightNamesPathAndKnownKeys) {
 
 TEST(EmulatorSemantics, TruncatedBlobIsRejected) {
   ProgramUnderTest p;
-  auto x = p.input("x", {1, 64, 1, 32}, Vec(2048, 1.0));
-  p.b->output(p.b->add(x, p.weight({1, 64, 1, 32}, Vec(2048, 0.5))));
+  auto x = p.input("x", {1, 32, 1, 64}, Vec(2048, 1.0));
+  p.b->output(p.b->add(x, p.weight({1, 32, 1, 64}, Vec(2048, 0.5))));
   rt::Weights w = p.weights();
   auto bytes = *w[kWeightsPath];
   bytes.resize(bytes.size() - 2);
@@ -112,7 +112,7 @@ TEST(EmulatorSemantics, TruncatedBlobIsRejected) {
 
 TEST(EmulatorSemantics, CompileBudgetIsEnforced) {
   ProgramUnderTest p;
-  p.b->output(p.b->identity(p.input("x", {1, 64, 1, 32}, Vec(2048, 1.0))));
+  p.b->output(p.b->identity(p.input("x", {1, 32, 1, 64}, Vec(2048, 1.0))));
   rt::BackendOptions o;
   o.compile_budget = 1;
   auto be = emu::make_emulator_backend(o);

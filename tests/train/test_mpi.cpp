@@ -80,7 +80,7 @@ TEST(Mpi, TwoRanksEqualOneProcessAccumulating) {
   EXPECT_EQ(start[0]["ranks"].get<int>(), 2);
   const auto steps = test::read_events(dir + "/two", "step");
   ASSERT_EQ(steps.size(), 10u);
-  EXPECT_EQ(steps[0]["tokens"].get<int64_t>(), 2 * 2 * 2 * 32);  // global: ranks x accum x batch x seq
+  EXPECT_EQ(steps[0]["tokens"].get<int64_t>(), 2 * 2 * 2 * 64);  // global: ranks x accum x batch x seq
   EXPECT_GT(steps[0]["ms_comm"].get<double>(), 0.0);
   std::filesystem::remove_all(dir);
 }
