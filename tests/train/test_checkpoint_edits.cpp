@@ -15,6 +15,7 @@
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 #include "models/formats/load_any.h"
+#include "models/presets.h"
 #include "tests/common/test_data.h"
 #include "tests/train/helpers.h"
 #include "train/checkpoint.h"
@@ -71,9 +72,20 @@ std::vector<std::pair<std::string, json>> edits(const json& h) {
   return out;
 }
 
-train::TrainConfig run_config(const std::string& dir, const std::string& data) {
+// A tiny Llama (the header has the fields of any Llama run; 2 layers of dim 32 keep the checkpoint at ~100 KB, so
+// the thousands of edited files below cost I/O of megabytes, not gigabytes).
+models::ModelConfig tiny_llama() {
+  models::ModelConfig m;
+  m.arch = "llama";
+  m.dim = 32, m.hidden_dim = 64, m.n_layers = 2, m.n_heads = 2, m.n_kv_heads = 2, m.head_dim = 16;
+  m.vocab_size = 97, m.max_seq_len = 64;
+  return m;
+}
+
+// `init`: the tiny model's file (written by trained()).
+train::TrainConfig run_config(const std::string& dir, const std::string& data, const std::string& init) {
   train::TrainConfig c;
-  c.preset = "stories260k", c.data = data, c.run_dir = dir, c.run = "t";
+  c.init = init, c.data = data, c.run_dir = dir, c.run = "t";
   c.steps = 2, c.batch_size = 2, c.seq_len = 16, c.accum_steps = 1, c.lr = 1e-3, c.warmup_steps = 1;
   c.loss_scale = "dynamic:256:3", c.eval_every = 0, c.eval_batches = 0;
   train::validate(c);
@@ -95,14 +107,14 @@ train::TrainConfig run_config(const std::string& dir, const std::string& data) {
   return ::testing::AssertionFailure() << "accepted";
 }
 
-// Plain write (no fsync: thousands of 3 MB files).
+// Plain write (no fsync: thousands of files).
 void put_bytes(const std::string& path, const std::vector<uint8_t>& b) {
   std::ofstream(path, std::ios::binary | std::ios::trunc)
       .write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
 }
 
 struct Fixture {
-  std::string dir, data;
+  std::string dir, data, init;
   std::vector<uint8_t> good;
   test::CheckpointBytes l;
   json header;
@@ -111,8 +123,11 @@ struct Fixture {
 Fixture trained(const std::string& tag) {
   Fixture f;
   f.dir = test::temp_dir(tag).string();
-  f.data = test::write_tokens(f.dir, 3000, 512, 11);
-  train::run_training(run_config(f.dir + "/run", f.data), {false, false});
+  const models::ModelConfig m = tiny_llama();
+  f.init = f.dir + "/init.anelab";
+  models::write_random_model(m, f.init, 5);
+  f.data = test::write_tokens(f.dir, 3000, m.vocab_size, 11);
+  train::run_training(run_config(f.dir + "/run", f.data, f.init), {false, false});
   f.good = read_file_bytes(f.dir + "/run/last.ckpt");
   f.l = test::split_checkpoint(f.good);
   f.header = json::parse(f.l.header);
@@ -125,7 +140,7 @@ TEST(CheckpointEdits, EveryHeaderEditIsRefusedOrHasNoEffect) {
   const uint64_t sum = f.l.header_sum;
   const std::string run = f.dir + "/edit", ck = run + "/last.ckpt";
   fs::create_directories(run);
-  auto cfg = run_config(run, f.data);
+  auto cfg = run_config(run, f.data, f.init);
   cfg.resume = true, cfg.steps = 3;
   int n = 0;
   for (const auto& [what, h] : edits(f.header)) {
@@ -178,7 +193,7 @@ void sweep_legacy(uint32_t version) {
     const auto m = models::load_any_model(ck);
     EXPECT_EQ(m.parameter_count(), models::parameter_count(s->model)) << what;
     if (what.rfind("/config/", 0) == 0 || what.rfind("/totals/", 0) == 0) continue;  // not read by --resume
-    auto cfg = run_config(run, f.data);
+    auto cfg = run_config(run, f.data, f.init);
     cfg.resume = true, cfg.steps = std::min<int64_t>(s->step + 1, int64_t{1} << 40);
     try {
       train::run_training(cfg, {false, false});
