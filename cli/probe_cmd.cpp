@@ -24,6 +24,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "cli/build_info.h"
 #include "cli/commands.h"
 #include "cli/probe_rules.h"
 #include "framework/ane/native_backend.h"
@@ -32,10 +33,6 @@
 #include "framework/kernels/self_check.h"
 #include "framework/kernels/workloads.h"
 #include "tests/support/fake_shim.h"
-
-#ifndef ANELAB_COMMIT  // set by framework/CMakeLists.txt (git describe at configure time)
-#define ANELAB_COMMIT "unknown"
-#endif
 
 namespace anelab::cli {
 namespace {
@@ -367,13 +364,13 @@ void run_probe(const ProbeOptions& o) {
   const std::string device = ane.backend ? ane.backend->profile().name : rt::device_profile(o.device).name;
   const rt::DeviceProfile& profile = rt::device_profile(device);
   json report{{"schema", "anelab.probe/2"},
-              {"anelab_commit", ANELAB_COMMIT},
+              {"anelab_commit", build_commit()},
               {"device_profile", device},
               {"device_profile_requested", o.device}};
   report["host"] = host_info();
   report["ane"] = ane.info;
   const json& h = report["host"];
-  std::printf("anelab probe (anelab %s)\n  host: %s %s (%s, %s), OS version %s\n", ANELAB_COMMIT,
+  std::printf("anelab probe (anelab %s)\n  host: %s %s (%s, %s), OS version %s\n", build_commit(),
               h.value("os", "?").c_str(), h.value("kernel", "?").c_str(), h.value("machine", "?").c_str(),
               h.value("chip", "?").c_str(), h.value("os_version", "?").c_str());
   std::printf("  ANE chip family: %s (device profile %s)\n", ane.info["chip_family"].get<std::string>().c_str(),

@@ -4,7 +4,7 @@
 # IOSurface stand-in (tests/ane/shim_syntax_check.sh, which the ctests ane_shim_syntax and
 # ane_shim_syntax_clang also run). This script installs what the checks need (Debian: gobjc++, clang,
 # libgnustep-base-dev) and, unlike the ctests, treats a skipped check as a failure: CI runs it.
-# A real compile of the shim needs Apple's SDK (docs/macos.md).
+# A real compile of the shim needs Apple's SDK (docs/macos.md). --install-only: install, check nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=()
@@ -19,6 +19,7 @@ if ((${#missing[@]})); then
     { "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=900 update -qq &&
       "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }
 fi
+[[ "${1:-}" == --install-only ]] && exit 0
 for kind in gcc clang; do
   rc=0
   tests/ane/shim_syntax_check.sh "$PWD" "$kind" || rc=$?

@@ -8,6 +8,7 @@
 #   scripts/fuzz.sh --ci                                           CI: the readers' smoke suites under ASan/UBSan, the
 #                                                                  kept regressions replayed, then 4 s per harness
 #   scripts/fuzz.sh --build-only
+#   scripts/fuzz.sh --install-only                                 install clang and its runtimes, build nothing
 #
 # Corpora: build-fuzz/fuzz/seeds/<target> is rebuilt on every run from fuzz_seeds (files written by the
 # project's writers), the repo's fixtures and, when present, ../shared/data (small files as they are, large
@@ -29,10 +30,11 @@ while (($#)); do
   case "$1" in
     --ci) mode=ci ;;
     --build-only) mode=build ;;
+    --install-only) mode=install ;;
     --time) time_s="$2"; shift ;;
     --runs) runs="$2"; shift ;;
     --fresh) fresh=1 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     -*) echo "[fuzz] unknown option $1 (see --help)" >&2; exit 2 ;;
     *) only+=("$1") ;;
   esac
@@ -205,6 +207,7 @@ run_all() {
 }
 
 case "$mode" in
+  install) install_clang ;;
   build) build ;;
   ci)
     build

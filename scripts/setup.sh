@@ -8,6 +8,8 @@
 #   ANELAB_SETUP_OS   the OS to plan for (default: uname -s)
 # scripts/setup.sh --plan: on macOS, print each Homebrew formula, whether it is installed and why it is
 # needed, then exit without installing or building (ANELAB_SETUP_OS=Darwin shows it on Linux).
+# scripts/setup.sh --packages: install what is missing, build nothing (CI: the packages first, then its other steps'
+# packages in the background while this build compiles).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CMAKE_ARGS=()
@@ -15,6 +17,8 @@ CMAKE_ARGS=()
 OS="${ANELAB_SETUP_OS:-$(uname -s)}"  # ANELAB_SETUP_OS=Darwin: show the macOS plan on another host (--plan)
 PLAN=0
 [[ "${1:-}" == --plan ]] && PLAN=1  # print what would be installed and why, install and build nothing
+PACKAGES_ONLY=0
+[[ "${1:-}" == --packages ]] && PACKAGES_ONLY=1
 
 if [[ "$OS" == Darwin ]]; then
   # Homebrew, one formula per line: "formula|why". Written for macOS's bash 3.2 (no associative arrays).
@@ -85,6 +89,7 @@ else
   fi
 fi
 
+((PACKAGES_ONLY)) && exit 0
 BUILD="${ANELAB_BUILD_DIR:-build}"
 # shellcheck disable=SC2086
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release "${CMAKE_ARGS[@]}" ${ANELAB_CMAKE_ARGS:-} >/dev/null

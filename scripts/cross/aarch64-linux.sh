@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Cross build for Linux aarch64 (called by scripts/cross-build.sh aarch64-linux):
 #   scripts/cross-build.sh aarch64-linux [CMAKE_ARGS...] [--test [CTEST_ARGS...]]
+#   scripts/cross-build.sh aarch64-linux --install-only     install the packages, build nothing (CI, ahead of time)
 # On Debian 12 (as root or with sudo) it installs what it needs, stages the dependencies, configures with
 # cmake/toolchains/aarch64-linux-gnu.cmake and builds everything into build-aarch64-linux/ (bin/anelab is an
 # aarch64 ELF). With --test it then runs ctest there: every test binary under qemu-user, and the binaries
@@ -16,9 +17,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD="${ANELAB_CROSS_BUILD_DIR:-build-aarch64-linux}"
 SYSROOT=/usr/aarch64-linux-gnu
-cmake_args=() ctest_args=() run_tests=0
+cmake_args=() ctest_args=() run_tests=0 install_only=0
 for a in "$@"; do
   if ((run_tests)); then ctest_args+=("$a")
+  elif [[ "$a" == --install-only ]]; then install_only=1
   elif [[ "$a" == --test ]]; then run_tests=1
   else cmake_args+=("$a"); fi
 done
@@ -96,6 +98,7 @@ EOF
 }
 
 [[ "${ANELAB_NO_APT:-0}" == 1 ]] || install_packages
+((install_only)) && exit 0
 binfmt_ok=1
 enable_binfmt || binfmt_ok=0
 launcher=()

@@ -16,6 +16,7 @@
 #      package files for them;
 #   4. GoogleTest built from /usr/src/googletest with the same toolchain, installed into the sysroot;
 #   5. anelab and the test executables (they cannot run here), or the targets in ANELAB_MACOS_TARGETS.
+# --install-only: steps 1 and 2 only (CI installs ahead of time).
 # Environment: ANELAB_MACOS_TARGETS (e.g. "anelab"), ANELAB_ZIG (another zig 0.11 binary), JOBS.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -55,6 +56,7 @@ fi
 # 2. Debian packages.
 apt_need cmake ninja-build file dpkg-dev xz-utils libeigen3-dev libcli11-dev nlohmann-json3-dev \
   libtomlplusplus-dev googletest
+[[ "${1:-}" == --install-only ]] && exit 0
 upstream_version() { dpkg-query -W -f='${Version}' "$1" | sed 's/^[0-9]*://; s/[-+~].*//'; }
 
 # 3. The staging sysroot.

@@ -2,9 +2,11 @@
 """stories15m from scratch reaches a clearly falling loss within a CI-sized budget.
 
 Tokenizes the TinyStories prefix with the Llama 2 tokenizer (`anelab tokenize`), trains the
-stories15m preset from a seeded random init for 40 steps (B=8, T=128, CPU strategy) and checks, from
+stories15m preset from a seeded random init for 40 steps (B=8, T=64, CPU strategy) and checks, from
 events.jsonl, that the validation loss falls at every evaluation and the last train losses sit well
-below the first (ln 32000 = 10.4 at init).
+below the first (ln 32000 = 10.4 at init). At T=64 (half the tokens of T=128, measured 2026-11-28): the last
+five train losses average 3.6 nats below the first five (the check asks for 2) and the validation loss falls at each
+of its four evaluations (6.76, 6.57, 6.46, 6.41).
 
 usage: check_scratch_15m.py ANELAB_BINARY DATA_DIR WORK_DIR   (exit 77 = skipped: data absent)
 """
@@ -28,7 +30,7 @@ def main():
     subprocess.run([binary, "tokenize", "--tokenizer", tok, text, tokens], check=True)
     run = os.path.join(work, "run")
     subprocess.run([binary, "train", "--preset", "stories15m", "--data", tokens, "--run-dir", run, "--steps", "40",
-                    "--batch-size", "8", "--seq-len", "128", "--lr", "2e-3", "--warmup-steps", "5",
+                    "--batch-size", "8", "--seq-len", "64", "--lr", "2e-3", "--warmup-steps", "5",
                     "--eval-every", "10", "--strategy", "cpu", "--seed", "1", "--quiet"], check=True)
     events = [json.loads(l) for l in open(os.path.join(run, "events.jsonl"))]
     train = [e["loss"] for e in events if e["event"] == "step"]
