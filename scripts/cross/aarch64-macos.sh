@@ -93,7 +93,10 @@ write_package tomlplusplus "$(upstream_version libtomlplusplus-dev)" tomlplusplu
 
 launcher=()
 if command -v ccache >/dev/null; then
-  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  # The compilers are the wrapper scripts in scripts/cross, whose mtime is the checkout's: ccache's default compiler
+  # check (mtime and size) would miss in every new clone, so it hashes their content (Zig itself is pinned to 0.11).
+  launcher=("-DCMAKE_C_COMPILER_LAUNCHER=env;CCACHE_COMPILERCHECK=content;ccache"
+            "-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_COMPILERCHECK=content;ccache")
 fi
 common=(-G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_TOOLCHAIN_FILE=$toolchain" "-DANELAB_MACOS_SYSROOT=$sysroot"
         "${launcher[@]}")
@@ -102,7 +105,9 @@ common=(-G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_TOOLCHAIN_FILE=$toolchain" 
 if [[ ! -f "$sysroot/lib/cmake/GTest/GTestConfig.cmake" ]]; then
   say "building GoogleTest from /usr/src/googletest"
   mkdir -p "$build/deps"
+  # Unoptimised: nothing built here runs, and Zig compiles gtest-all/gmock-all several times faster at -O0.
   cmake -S /usr/src/googletest -B "$build/deps/googletest" "${common[@]}" "-DCMAKE_INSTALL_PREFIX=$sysroot" \
+    -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O0 -g0" "-DCMAKE_C_FLAGS_DEBUG=-O0 -g0" \
     -DBUILD_GMOCK=ON -DINSTALL_GTEST=ON >"$build/deps/googletest.log" 2>&1 ||
     { tail -30 "$build/deps/googletest.log"; die "GoogleTest: configure failed"; }
   cmake --build "$build/deps/googletest" -j"$jobs" --target install >>"$build/deps/googletest.log" 2>&1 ||
