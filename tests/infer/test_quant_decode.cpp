@@ -219,8 +219,14 @@ void check_engine_tiles(models::QuantMix mix, WType tiled) {
   models::ModelConfig c = models::preset("stories15m");
   c.dim = 256, c.hidden_dim = 512, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 4, c.head_dim = 64;
   c.vocab_size = 512, c.max_seq_len = 64;
+  // Quantized once (Q4_K_M's scale search is most of this test's time, 30 s under qemu when it ran per engine);
+  // each engine gets its own copy of the bytes, as a freshly quantized model would have.
+  const models::Model base = models::quantize_model(models::random_model(c, 11), mix);
   const auto qm = [&] {
-    models::Model m = models::quantize_model(models::random_model(c, 11), mix);
+    models::Model m;
+    m.config = base.config;
+    for (const models::Tensor& t : base.tensors())
+      m.add_owned(t.name, t.dtype, t.shape, std::vector<uint8_t>(t.data, t.data + t.nbytes));
     m.private_memory = true;
     return m;
   };
