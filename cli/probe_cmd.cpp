@@ -10,6 +10,8 @@
 //              overhead (evaluate time of a 2 KiB identity program);
 //   rules      the layout / symbol / literal / dimension experiments of probe_rules.h, each next to the
 //              device profile's assumption and the emulator's answer (compile_limit with --compile-limit).
+//   seeds      sram, quant, io_size_order, direct_eval (probe_seeds.h): measurements of the device that
+//              settle open questions; "numbers" says whether the timings are the ANE's or the fake's.
 // --out writes JSON (schema "anelab.probe/2", docs/native_backend.md "Reading a probe report").
 // Without an ANE only the emulator half runs; --shim fake runs the ANE half through FakeShim.
 #include <sys/utsname.h>
@@ -27,6 +29,7 @@
 #include "cli/build_info.h"
 #include "cli/commands.h"
 #include "cli/probe_rules.h"
+#include "cli/probe_seeds.h"
 #include "framework/ane/native_backend.h"
 #include "framework/core/file.h"
 #include "framework/kernels/runner.h"
@@ -41,6 +44,9 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// What the fake shim's timings are (in the report's "numbers" fields and docs/macos.md).
+constexpr const char* kFakeNumbers = "fake shim: the emulator's timings on this CPU, not ANE numbers";
 
 struct ProbeOptions {
   std::string out;
@@ -359,6 +365,36 @@ void print_rule(const json& r) {
     for (const auto& d : r["ane_differences"]) std::printf("      %s\n", d.get<std::string>().c_str());
 }
 
+// The seed-style measurements (probe_seeds.h), each saved as it completes. They measure the device: without
+// an ANE each section is {"ane": null, "reason"}; through the fake shim the timings are the emulator's.
+void run_seed_sections(const ProbeOptions& o, AneSide& ane, ane::Shim& emu_shim, const rt::DeviceProfile& profile,
+                       json& report, const std::function<void(const char*)>& save, int& shim_compiles) {
+  const char* names[] = {"sram", "quant", "io_size_order", "direct_eval"};
+  if (!ane.backend) {
+    for (const char* n : names) {
+      report[n] = {{"ane", nullptr}, {"reason", "no ANE: this section measures the device"}};
+      save(n);
+    }
+    return;
+  }
+  const std::string numbers = o.shim == "fake" ? kFakeNumbers : "ane";
+  std::printf("  seed measurements (%s):\n", numbers.c_str());
+  report["sram"] = sram_probe(*ane.backend, o.repeats, numbers);
+  std::printf("    sram: %s\n", report["sram"]["answer"].get<std::string>().c_str());
+  save("sram");
+  report["quant"] = quant_probe(*ane.backend, o.repeats, numbers);
+  std::printf("    quant: %s\n", report["quant"]["answer"].get<std::string>().c_str());
+  save("quant");
+  report["io_size_order"] = io_size_order_probe(*ane.shim, emu_shim, profile, numbers);
+  shim_compiles += report["io_size_order"]["compiles"].get<int>();
+  std::printf("    io_size_order: %s\n", report["io_size_order"]["answer"].get<std::string>().c_str());
+  save("io_size_order");
+  report["direct_eval"] = direct_eval_probe(*ane.shim, profile, std::max(o.repeats, 10), numbers);
+  shim_compiles += report["direct_eval"]["compiles"].get<int>();
+  std::printf("    direct_eval: %s\n", report["direct_eval"]["answer"].get<std::string>().c_str());
+  save("direct_eval");
+}
+
 void run_probe(const ProbeOptions& o) {
   AneSide ane = make_ane(o);
   const std::string device = ane.backend ? ane.backend->profile().name : rt::device_profile(o.device).name;
@@ -367,6 +403,7 @@ void run_probe(const ProbeOptions& o) {
               {"anelab_commit", build_commit()},
               {"device_profile", device},
               {"device_profile_requested", o.device}};
+  report["numbers"] = o.shim == "fake" ? kFakeNumbers : "ane";
   report["host"] = host_info();
   report["ane"] = ane.info;
   const json& h = report["host"];
@@ -460,11 +497,15 @@ void run_probe(const ProbeOptions& o) {
     std::printf(", ane %.4f ms", report["dispatch_overhead_ms"]["ane"].get<double>());
   std::printf("\n");
 
+  int seed_compiles = 0;  // shim-level compiles of the seed sections (io_size_order, direct_eval)
+  run_seed_sections(o, ane, emu_shim, profile, report, save, seed_compiles);
+
   if (o.compile_limit > 0) {  // last: it leaves the compiler of this process exhausted
     emu_rules["compile_limit"] = run_compile_limit_probe(emu_shim, profile, o.compile_limit, emu_shim.compiles());
     if (ane.shim)
-      ane_rules["compile_limit"] = run_compile_limit_probe(
-          *ane.shim, profile, o.compile_limit, ane_rules["compiles"].get<int>() + ane.backend->compiles_used());
+      ane_rules["compile_limit"] =
+          run_compile_limit_probe(*ane.shim, profile, o.compile_limit,
+                                  ane_rules["compiles"].get<int>() + ane.backend->compiles_used() + seed_compiles);
   }
   report["rules"] = compare_rules(rule_assumptions(profile, ro), emu_rules, ane_rules);
   std::printf("  rules (profile %s):\n", device.c_str());
@@ -505,6 +546,9 @@ void add_probe_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--fake-layout-error", o->fake.layout_error,
                 "--shim fake: plant a layout error (every output one row further down, silently)");
+  cmd->add_flag("--fake-io-size-order", o->fake.io_size_order,
+                "--shim fake: plant the size-order rule of maderix/ANE #47 (inputs ascending, outputs descending, "
+                "else zeros)");
   cmd->add_option("--fake-abort-at", o->fake.abort_at,
                   "--shim fake: abort the process in this call (evaluate, load, ...), as a crash in a private call");
   cmd->add_option("--fake-symbol-order", o->fake.symbol_order,

@@ -31,6 +31,9 @@ class StepEngine {
   virtual int compiles_total() const = 0;
   // Compiles performed since the last call, with their wall ms (for the compile event).
   virtual std::pair<int, double> take_compile_batch() = 0;
+  // The ANE self-check that passed since the last call (framework/kernels/self_check.h, its JSON report),
+  // empty when none ran; its wall ms is reported apart from the step's, as compiles are.
+  virtual std::string take_self_check() { return {}; }
   // Mean loss of the batch; grads += d(loss)/dw * grad_scale.
   virtual double forward_backward(const float* w, const Batch& b, float grad_scale, float* grads, StepTimes* t) = 0;
   // Called after every optimizer update.

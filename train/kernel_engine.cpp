@@ -8,6 +8,7 @@
 #include <cmath>
 #include <exception>
 #include <filesystem>
+#include <utility>
 
 #include "framework/core/clock.h"
 #include "framework/core/error.h"
@@ -124,6 +125,7 @@ class KernelEngine final : public StepEngine {
     pending_ = 0, pending_ms_ = 0;
     return r;
   }
+  std::string take_self_check() override { return std::exchange(self_check_json_, {}); }
   void weights_updated() override {  // static: kernels of the old weights are never run again: free them now
     stale_ = true;                   // (so none is loaded, or kept on disk, across an exec-restart)
     if (strategy_ == kern::Strategy::kStatic)
@@ -179,6 +181,7 @@ class KernelEngine final : public StepEngine {
   bool stale_ = true;
   bool self_checked_ = false;
   std::string self_check_report_;
+  std::string self_check_json_;                          // the passed self-check's report, until take_self_check
   int compiles_ = 0, pending_ = 0, seen_ = 0;            // seen_: cache_->compiles() already counted
   double pending_ms_ = 0;                                // compile ms not yet taken
   std::vector<uint64_t> restage_ticket_;                 // [L] dynamic restaging tasks of this call
@@ -209,7 +212,10 @@ void KernelEngine::self_check(const float* w, const kern::TrainShape& s) {
   const kern::LayerWeights lw = layer_weights(w, 0);
   const kern::KernelSpec spec = kern::build_kernel(kern::KernelKind::kAttnFwd, s, strategy_, &lw);
   const kern::SelfCheck c = kern::run_self_check(*backend_, spec.name, spec.in.type(), spec.out.type());
-  if (c.ok()) return;
+  if (c.ok()) {
+    self_check_json_ = c.json();
+    return;
+  }
   const bool written = kern::write_self_check_report(c, self_check_report_);
   fail("train", c.line(), "; report ", written ? self_check_report_ : "not written (" + self_check_report_ + ")",
        ". Training stops before its first step: train with --strategy cpu, and run `anelab probe` (docs/macos.md)");

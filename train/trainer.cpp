@@ -427,12 +427,22 @@ void Run::train_step() {
   const uint64_t data_state = batcher->state();
   for (int64_t a = 0; a < cfg.accum_steps; ++a)
     micro_batch(next_batch(), float(scale), data_state, &st, &loss_sum, ms_comm);
-  double ms_compile = 0;  // compiles inside forward_backward (kernel strategies): reported apart, not as step time
+  double ms_compile = 0;  // compiles (and the ANE self-check) inside forward_backward: reported apart, not as step time
   if (auto [n, ms] = engine->take_compile_batch(); n > 0) {
     ms_compile = ms;
     compile_s += ms / 1000.0;
     emit("compile",
          {{"kernels", n}, {"ms", ms}, {"compiles_total", engine->compiles_total()}, {"budget", engine->budget()}});
+  }
+  if (const std::string sc = engine->take_self_check(); !sc.empty()) {  // the ANE self-check before the first step
+    nlohmann::json j = nlohmann::json::parse(sc);
+    ms_compile += j.value("ms", 0.0);  // a one-off like a compile: not step time
+    emit("self_check", {{"kernel", j["kernel"]},
+                        {"device_profile", j["device_profile"]},
+                        {"max_rel_diff", j["max_rel_diff"]},
+                        {"tolerance", j["tolerance"]},
+                        {"agrees", j["agrees"]},
+                        {"ms", j["ms"]}});
   }
   const double t_opt = now_s();
   const int64_t P = int64_t(g.size());

@@ -97,6 +97,10 @@ class Shim {
   virtual Result<bool> compiled_model_exists(ModelHandle m) = 0;
   virtual Status load(ModelHandle m, uint32_t qos) = 0;
   virtual Status evaluate(ModelHandle m, RequestHandle r, uint32_t qos) = 0;
+  // The same evaluation through -[_ANEClient doEvaluateDirectWithModel:options:request:qos:error:] on the
+  // shared client (digest §1.8: said to skip the daemon's XPC hop); only `anelab probe` calls it.
+  // Default (below): "not supported by this shim".
+  virtual Status evaluate_direct(ModelHandle m, RequestHandle r, uint32_t qos);
   virtual Status unload(ModelHandle m, uint32_t qos) = 0;
   virtual void release_model(ModelHandle m) = 0;
   // After load: the procedures' symbol indices from the model attributes (ProcedureSymbols), in the
@@ -125,6 +129,8 @@ inline constexpr const char* kCompile = "-[_ANEInMemoryModel compileWithQoS:opti
 inline constexpr const char* kCompiledExists = "-[_ANEInMemoryModel compiledModelExists]";
 inline constexpr const char* kLoad = "-[_ANEInMemoryModel loadWithQoS:options:error:]";
 inline constexpr const char* kEvaluate = "-[_ANEInMemoryModel evaluateWithQoS:options:request:error:]";
+inline constexpr const char* kClient = "+[_ANEClient sharedConnection]";
+inline constexpr const char* kEvaluateDirect = "-[_ANEClient doEvaluateDirectWithModel:options:request:qos:error:]";
 inline constexpr const char* kUnload = "-[_ANEInMemoryModel unloadWithQoS:error:]";
 inline constexpr const char* kProcedures = "-[_ANEModel modelAttributes][ANEFModelDescription][ANEFModelProcedures]";
 inline constexpr const char* kSurfaceCreate = "IOSurfaceCreate";
@@ -138,6 +144,10 @@ inline constexpr const char* kRequest =
 // The one error text format: "<selector> failed: <description> (domain <domain>, code <code>)".
 inline Status shim_error(const char* selector, const std::string& description, const std::string& domain, long code) {
   return Status(Code::kInternal, cat(selector, " failed: ", description, " (domain ", domain, ", code ", code, ")"));
+}
+
+inline Status Shim::evaluate_direct(ModelHandle, RequestHandle, uint32_t) {
+  return shim_error(sel::kEvaluateDirect, "not supported by this shim", "none", 0);
 }
 
 // The host's real shim: AppleShim on Apple hosts (dlopen of

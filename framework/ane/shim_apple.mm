@@ -50,6 +50,16 @@
 @protocol ANEShimDeviceInfoClass
 - (id)aneSubType;
 @end
+@protocol ANEShimClientClass
+- (id)sharedConnection;
+@end
+@protocol ANEShimClient <NSObject>
+- (BOOL)doEvaluateDirectWithModel:(id)model
+                          options:(NSDictionary*)options
+                          request:(id)request
+                              qos:(unsigned int)qos
+                            error:(NSError**)error;
+@end
 
 namespace anelab::ane {
 namespace {
@@ -103,6 +113,7 @@ class AppleShim : public Shim {
     request_ = NSClassFromString(@"_ANERequest");
     surface_object_ = NSClassFromString(@"_ANEIOSurfaceObject");
     device_info_ = NSClassFromString(@"_ANEDeviceInfo");  // optional
+    client_ = NSClassFromString(@"_ANEClient");           // optional: evaluate_direct only
     if (!descriptor_ || !model_ || !request_ || !surface_object_)
       why_ = "AppleNeuralEngine.framework loaded, but its private classes (_ANEInMemoryModelDescriptor, "
              "_ANEInMemoryModel, _ANERequest, _ANEIOSurfaceObject) are missing on this macOS version";
@@ -225,6 +236,32 @@ class AppleShim : public Shim {
       return Status::ok();
     } @catch (NSException* ex) {
       return from_exception(sel::kEvaluate, ex);
+    }
+  }
+
+  // digest §1.8: the shared client's direct evaluation, with the _ANEInMemoryModel and the same request.
+  Status evaluate_direct(ModelHandle m, RequestHandle r, uint32_t qos) override {
+    Pool pool;
+    id<ANEShimModel> model = find(m);
+    auto it = requests_.find(r.id);
+    if (!model || it == requests_.end())
+      return shim_error(sel::kEvaluateDirect, "unknown model or request handle", "none", 0);
+    if (!client_) return shim_error(sel::kClient, "class _ANEClient not found", "none", 0);
+    @try {
+      id<ANEShimClient> client = [(id<ANEShimClientClass>)client_ sharedConnection];
+      if (!client) return shim_error(sel::kClient, "returned nil", "none", 0);
+      if (![client respondsToSelector:@selector(doEvaluateDirectWithModel:options:request:qos:error:)])
+        return shim_error(sel::kEvaluateDirect, "_ANEClient does not respond to it on this macOS version", "none", 0);
+      NSError* e = nil;
+      if (![client doEvaluateDirectWithModel:model
+                                     options:[NSDictionary dictionary]
+                                     request:it->second
+                                         qos:qos
+                                       error:&e])
+        return from_nserror(sel::kEvaluateDirect, e, "returned NO");
+      return Status::ok();
+    } @catch (NSException* ex) {
+      return from_exception(sel::kEvaluateDirect, ex);
     }
   }
 
@@ -410,7 +447,7 @@ class AppleShim : public Shim {
 
   void* handle_ = nullptr;
   std::string why_;
-  Class descriptor_ = nil, model_ = nil, request_ = nil, surface_object_ = nil, device_info_ = nil;
+  Class descriptor_ = nil, model_ = nil, request_ = nil, surface_object_ = nil, device_info_ = nil, client_ = nil;
   std::map<uint64_t, ModelEntry> models_;
   std::map<uint64_t, SurfaceEntry> surfaces_;
   std::map<uint64_t, id> requests_;  // retained _ANERequest

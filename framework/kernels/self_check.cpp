@@ -69,6 +69,8 @@ std::string SelfCheck::json() const {
                    {"kernel", kernel},
                    {"input", input.str()},
                    {"output", output.str()},
+                   {"checked_input", checked_input.str()},
+                   {"checked_output", checked_output.str()},
                    {"max_rel_diff", max_rel_diff},
                    {"tolerance", tolerance},
                    {"agrees", ok()},
@@ -87,8 +89,11 @@ SelfCheck run_self_check(rt::Backend& backend, const std::string& kernel, const 
   SelfCheck c;
   c.backend = backend.name(), c.device = backend.profile().name, c.kernel = kernel;
   c.input = input, c.output = output, c.tolerance = kSelfCheckTolerance;
-  const mil::Program p = self_check_program(input, output);
-  std::vector<float> x(static_cast<size_t>(input.numel()));
+  c.checked_input = input, c.checked_output = output;  // same widths and dtype, at most kSelfCheckChannels rows
+  c.checked_input.shape[1] = std::min(input.shape[1], kSelfCheckChannels);
+  c.checked_output.shape[1] = std::min(output.shape[1], kSelfCheckChannels);
+  const mil::Program p = self_check_program(c.checked_input, c.checked_output);
+  std::vector<float> x(static_cast<size_t>(c.checked_input.numel()));
   for (size_t k = 0; k < std::min<size_t>(x.size(), 1024); ++k) x[k] = static_cast<float>(k) / 64.0f - 8.0f;
   for (size_t k = 1024; k < x.size(); k += 1024)
     std::copy_n(x.begin(), std::min<size_t>(1024, x.size() - k), x.begin() + k);

@@ -4,7 +4,10 @@
 // program with the I/O types of the kernel about to run goes through the backend and through the
 // emulator with the same device profile, and the outputs are compared.
 //
-// The program: x [1, Ci, 1, Si] (the kernel's input type) -> y [1, Co, 1, So] (its output type), So <= Si,
+// The program keeps the kernel's widths and dtype (what the row layout follows: row stride, padding) and at
+// most kSelfCheckChannels of its channels (rows), so that it costs well under 1 % of a training step (a
+// Stories110M attn_fwd input of 768 channels took 56 ms, 1.9-3.2 % of an emulator step; docs/macos.md):
+// x [1, Ci, 1, Si] (the kernel's input type, Ci capped) -> y [1, Co, 1, So] (its output type, Co capped), So <= Si,
 //   y[c, s] = x[c mod Ci, s] * 0.5 + 0.25
 // on inputs x[c, s] = ((c * Si + s) mod 1024) / 64 - 8: every value and every intermediate is an fp16
 // number (multiples of 2^-7 below 8 in magnitude), so a device that computes in fp16 matches the emulator
@@ -19,13 +22,14 @@
 namespace anelab::kern {
 
 struct SelfCheck {
-  std::string backend;  // "ane"
-  std::string device;   // device profile ("m4")
-  std::string kernel;   // the kernel whose I/O types were checked ("attn_fwd", "prefill layer S=64")
-  mil::TensorType input, output;
-  double max_rel_diff = 0;  // max |backend - emulator| / max |emulator| over the output
-  double tolerance = 0;     // kSelfCheckTolerance
-  double ms = 0;            // wall time of the whole check (both compiles and evaluations)
+  std::string backend;            // "ane"
+  std::string device;             // device profile ("m4")
+  std::string kernel;             // the kernel whose I/O types were checked ("attn_fwd", "prefill layer S=64")
+  mil::TensorType input, output;  // the kernel's I/O types
+  mil::TensorType checked_input, checked_output;  // the check program's: the same widths, <= kSelfCheckChannels
+  double max_rel_diff = 0;                        // max |backend - emulator| / max |emulator| over the output
+  double tolerance = 0;                           // kSelfCheckTolerance
+  double ms = 0;                                  // wall time of the whole check (both compiles and evaluations)
   bool ok() const { return max_rel_diff <= tolerance; }
   // One line: "[self-check] ane m4 attn_fwd (in ..., out ...): agrees with the emulator, max rel diff 0 (limit
   // 0.000977)" or "...: DIFFERS from the emulator, max rel diff 1.3 (limit 0.000977): the device reads or
@@ -35,6 +39,7 @@ struct SelfCheck {
 };
 
 inline constexpr double kSelfCheckTolerance = 1.0 / 1024;  // 2u, u = 2^-11 (fp16)
+inline constexpr int64_t kSelfCheckChannels = 64;          // rows of the check program's tensors (at most)
 
 // Runs the check on `backend` (a compile and one evaluation there and on a fresh emulator with the same
 // profile). `output` must have rank 4 and a last dimension <= input's. Throws "[self-check] ..." when a

@@ -97,6 +97,22 @@ TrainShape probe_layer_shape() {
   return s;
 }
 
+Workload conv_chain_workload(int64_t channels, int64_t seq, int n) {
+  mil::ProgramBuilder pb;
+  auto& b = pb.function("main");
+  BlobSet blobs;
+  mil::Value y = b.input("x", act_type(channels, seq));
+  const auto wt = mil::tensor_type(mil::DType::kFp16, {channels, channels, 1, 1});
+  for (int i = 0; i < n; ++i) {
+    const auto w = random_normal(static_cast<size_t>(channels * channels), 100 + static_cast<uint32_t>(i),
+                                 1.0f / std::sqrt(float(channels)));
+    y = b.conv(y, blobs.tensor(b, "w" + std::to_string(i), wt, w));
+  }
+  b.output(y);
+  return {"conv_chain", pb.build(), blobs.weights(),
+          2.0 * double(n) * double(channels) * double(channels) * double(seq)};
+}
+
 double kernel_flops(KernelKind k, const TrainShape& s) {
   const double D = double(s.dim), H = double(s.hidden), S = double(s.seq);
   const double QD = double(s.q_dim()), KVD = double(s.kv_dim());
@@ -126,6 +142,7 @@ std::vector<Workload> probe_workloads() {
   v.push_back(conv1x1_int8_workload(768, 2048, 256, true));
   v.push_back(attention_block_workload(768, 12, 256));
   v.push_back(dispatch_workload());
+  v.push_back(conv_chain_workload(1024, 64, 2));  // the sram section's program (n up to 32: the same ops)
   const TrainShape s = probe_layer_shape();
   for (KernelKind kind : kAllKernelKinds) {
     KernelSpec k = build_kernel(kind, s, Strategy::kDynamic);

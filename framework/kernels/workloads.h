@@ -10,6 +10,8 @@
 //   attention_core     q, k, v [1, H, S, HD] fp16 inputs -> softmax(q·kᵀ/sqrt(HD) + causal mask)·v
 //   attention_block    x [1, D, 1, S] -> Wq/Wk/Wv, heads, causal attention, merged heads, Wo ([D, D] each)
 //   dispatch           identity over [1, 32, 1, 64]: an evaluation with almost no work
+//   conv_chain         x [1, C, 1, S] -> n 1x1 convs C -> C in a row (distinct weights, sd 1/sqrt(C)): a working
+//                      set of n·C·C fp16 weights (`anelab probe`'s sram section)
 //   training kernels   kern::build_kernel (train.h) over RandomLayer weights
 #pragma once
 #include <cstdint>
@@ -38,6 +40,7 @@ Workload conv1x1_int8_workload(int64_t cin, int64_t cout, int64_t seq, bool w8a8
 Workload attention_core_workload(int64_t heads, int64_t seq, int64_t head_dim);
 Workload attention_block_workload(int64_t dim, int64_t heads, int64_t seq);
 Workload dispatch_workload();
+Workload conv_chain_workload(int64_t channels, int64_t seq, int n);
 
 // The weights of one random transformer layer of shape s: matrices N(0, 1/sqrt(fan_in)), norm weights
 // N(1, 0.1). `w` views the owned storage.
@@ -55,7 +58,8 @@ TrainShape probe_layer_shape();
 // GEMM flops of one evaluation of a training kernel at shape s (elementwise work not counted).
 double kernel_flops(KernelKind k, const TrainShape& s);
 // The programs `anelab probe` runs: conv1x1 768->2048 S=256 (fp16, int8 weights, w8a8), attention_block D=768 12 heads
-// S=256, dispatch, and each training kernel at probe_layer_shape() (dynamic strategy).
+// S=256, dispatch, conv_chain 1024 S=64 (two convs; the sram section runs up to 32), and each training kernel at
+// probe_layer_shape() (dynamic strategy).
 std::vector<Workload> probe_workloads();
 
 // Writes N(0, 1) values into every input surface (seed 1000 + the input's index).

@@ -148,7 +148,8 @@ TEST(GeneratedMil, PrefillBucketsOfEveryPreset) {
 
 TEST(GeneratedMil, ProbeWorkloadPrograms) {
   const std::vector<kern::Workload> v = kern::probe_workloads();
-  EXPECT_EQ(v.size(), 5u + kern::kAllKernelKinds.size());  // conv (fp16, w8, w8a8), attention, dispatch, training
+  EXPECT_EQ(v.size(), 6u + kern::kAllKernelKinds.size());  // conv (fp16, w8, w8a8), attention, dispatch, conv_chain,
+                                                           // training
   const kern::TrainShape s = kern::probe_layer_shape();    // item 9: reference-like shapes
   EXPECT_GE(s.head_dim, 32);
   for (int64_t d : {s.dim, s.hidden, s.head_dim, s.q_dim(), s.kv_dim(), s.seq}) EXPECT_EQ(d % 64, 0) << s.str();

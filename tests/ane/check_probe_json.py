@@ -12,6 +12,12 @@ usage: check_probe_json.py <anelab binary> <out dir> system|fake|fake-discrepanc
           names are not in alphabetical order), and count 120 compiles.
   fake-crash: FakeShim aborts the process in its first evaluate (a crash in a private call): the report
           written so far must be there, valid JSON with "complete": false, the host and the emulator's rules.
+  fake-crash-late: FakeShim aborts in its first evaluate_direct, in the last seed section (direct_eval): the
+          report must hold every section before it (sram, quant, io_size_order) with "complete": false.
+  fake-io-order: FakeShim plants maderix/ANE #47's size-order rule (inputs ascending, outputs descending, else
+          zeros): the io_size_order section must find the zeros and say that the order matters.
+The seed sections (sram, quant, io_size_order, direct_eval) are in every report: {"ane": null, "reason"}
+without an ANE, their fields through the fake, whose timings they (and the report) call not ANE numbers.
 Every complete report has "complete": true and "last_section": "done".
 """
 import json
@@ -47,6 +53,10 @@ def main():
         cmd += ["--fake-row-align", "256", "--fake-symbol-order", "by_name", "--compile-limit", "130"]
     if mode == "fake-crash":
         cmd += ["--fake-abort-at", "evaluate"]
+    if mode == "fake-crash-late":
+        cmd += ["--fake-abort-at", "evaluate_direct"]
+    if mode == "fake-io-order":
+        cmd += ["--fake-io-size-order"]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     print(run.stdout, run.stderr, sep="")
     if mode == "fake-crash":
@@ -61,6 +71,17 @@ def main():
         if not r.get("host") or not isinstance(r.get("rules"), list) or not r["rules"]:
             fail("partial report lacks the host or the emulator's rules")
         print("OK: the report written before the crash survives")
+        return
+    if mode == "fake-crash-late":
+        if run.returncode == 0 or not os.path.exists(out):
+            fail(f"the probe with --fake-abort-at evaluate_direct exited {run.returncode}, report there: "
+                 f"{os.path.exists(out)}")
+        with open(out) as f:
+            r = json.load(f)
+        if r.get("complete") is not False or r.get("last_section") != "io_size_order" or "direct_eval" in r:
+            fail(f"partial report: complete={r.get('complete')!r} last_section={r.get('last_section')!r}")
+        check_seeds(r, True, mode, sections=SEEDS[:3])
+        print("OK: the seed sections before the crash survive")
         return
     if run.returncode != 0:
         fail(f"{' '.join(cmd)} exited {run.returncode}")
@@ -110,12 +131,71 @@ def main():
     # not on a device whose rows are 256 bytes apart
     if ane["available"]:
         sc = r.get("self_check") or fail("no self_check in the report")
-        if sc.get("agrees") is not (mode == "fake"):
+        if sc.get("agrees") is not (mode in ("fake", "fake-io-order")):  # one input, one output: no order
             fail(f"self_check: agrees {sc.get('agrees')} in mode {mode}: {sc}")
         if "summary: [self-check]" not in run.stdout:
             fail("stdout has no self-check summary line")
     check_kernels_and_rules(r, ane["available"], mode)
+    check_seeds(r, ane["available"], mode)
     print("probe report OK:", out)
+
+
+SEEDS = ["sram", "quant", "io_size_order", "direct_eval"]
+NOT_ANE = "not ANE numbers"
+
+
+def check_seeds(r, available, mode, sections=SEEDS):
+    for name in sections:
+        x = r.get(name) or fail(f"no seed section {name}")
+        if not available:
+            if x.get("ane", 0) is not None or not x.get("reason"):
+                fail(f"{name} without an ANE: {x}")
+            continue
+        if NOT_ANE not in x.get("numbers", "") or NOT_ANE not in r.get("numbers", ""):
+            fail(f"{name}: the fake's timings are not called 'not ANE numbers': {x.get('numbers')!r}")
+        if not isinstance(x.get("answer"), str) or not x["answer"]:
+            fail(f"{name}: no answer")
+    if not available:
+        return
+    tolerant = mode == "fake-discrepancy"  # a device with other row strides may fail a program: recorded
+    if "sram" in sections:
+        sizes = r["sram"].get("sizes", [])
+        if [z.get("convs") for z in sizes] != [1, 2, 4, 8, 16, 32] or "knee" not in r["sram"]:
+            fail(f"sram: sizes {[z.get('convs') for z in sizes]}, knee present: {'knee' in r['sram']}")
+        for z in sizes:
+            if not (tolerant and "error" in z):
+                number(z, "tflops", "sram.sizes", positive=True)
+                number(z, "working_set_bytes", "sram.sizes", positive=True)
+    if "quant" in sections:
+        q = r["quant"]
+        for k in ("fp16", "int8"):
+            if not (tolerant and "error" in q[k]):
+                number(q[k], "tflops", "quant." + k, positive=True)
+        if not tolerant:
+            number(q, "int8_vs_fp16", "quant", positive=True)
+        if "not built" not in q["uint4"].get("status", "") or "not built" not in q["lut4"].get("status", ""):
+            fail(f"quant: uint4 / lut4 should say 'not built': {q['uint4']} {q['lut4']}")
+    if "io_size_order" in sections:
+        io = r["io_size_order"]
+        cases = ("inputs_ascending_outputs_descending", "inputs_descending", "outputs_ascending")
+        want_zero = {"fake-io-order": {"inputs_descending", "outputs_ascending"}}.get(mode, set())
+        for c in cases:
+            x = io.get(c) or fail(f"io_size_order: no case {c}")
+            if tolerant:
+                continue
+            if x.get("agrees") is not (c not in want_zero) or x.get("zeros") is not (c in want_zero):
+                fail(f"io_size_order.{c}: agrees {x.get('agrees')} zeros {x.get('zeros')} in mode {mode}: {x}")
+        if not tolerant and (io.get("inputs_any_order"), io.get("outputs_any_order")) != ((not want_zero),) * 2:
+            fail(f"io_size_order: inputs_any_order {io.get('inputs_any_order')}, outputs_any_order "
+                 f"{io.get('outputs_any_order')} in mode {mode}")
+        if mode == "fake-io-order" and "ascending size order" not in io["answer"]:
+            fail(f"io_size_order: the answer does not name the rule: {io['answer']}")
+    if "direct_eval" in sections:
+        d = r["direct_eval"]
+        for k in ("xpc", "direct"):
+            number(d.get(k, {}), "eval_ms", "direct_eval." + k, positive=True)
+        if d.get("outputs_equal") is not True:
+            fail(f"direct_eval: outputs of the two paths differ through the fake: {d}")
 
 
 RULES = ["row_stride", "min_surface", "io_order", "procedures", "max_dim", "float_literals"]

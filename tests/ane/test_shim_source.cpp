@@ -48,6 +48,10 @@ TEST(AppleShimSource, DeclaresTheDigestsSelectorsWithExactTypes) {
            "outputIndices:(NSArray*)outputIndices weightsBuffer:(id)weightsBuffer perfStats:(id)perfStats "
            "procedureIndex:(NSNumber*)procedureIndex;",
            "- (id)aneSubType;",
+           "NSClassFromString(@\"_ANEClient\")",
+           "- (id)sharedConnection;",  // digest §1.8, `anelab probe`'s direct_eval section
+           "- (BOOL)doEvaluateDirectWithModel:(id)model options:(NSDictionary*)options request:(id)request "
+           "qos:(unsigned int)qos error:(NSError**)error;",
            "weightsBuffer:nil perfStats:nil",
            "modelWithMILText:text weights:dict optionsPlist:nil",
            "@\"offset\", data, @\"data\"",

@@ -24,10 +24,12 @@
 //                 surface locked; every surface >= 49152 bytes and, with > 2 I/O tensors, >= the
 //                 largest I/O tensor (digest §4.3: the real ANE returns zeros); I/O sizes fit; the
 //                 surfaces' bytes are read and written at the fake's row stride (row_align_bytes), and
-//                 with layout_error every output one row further down.
+//                 with layout_error every output one row further down; with io_size_order every output
+//                 zero unless the inputs are declared in ascending size and the outputs in descending.
+//                 evaluate_direct: the same, recorded under its own name.
 // Failure injection: fail("load", {...}) makes the next `times` calls of that name (after `skip`
 // successful ones) fail with the given NSError-like text. Calls that can fail: ane_sub_type,
-// create_model, hex_string_identifier, compile, compiled_model_exists, load, evaluate, unload,
+// create_model, hex_string_identifier, compile, compiled_model_exists, load, evaluate, evaluate_direct, unload,
 // create_surface, lock_surface, unlock_surface, create_request.
 // Compile failures over a whole run (FakeCompileFailures): compiles are numbered 1, 2, ... across the
 // processes of a run (the count lives in a file when a run exec-restarts), and the scheduled or random
@@ -96,6 +98,9 @@ struct FakeShimOptions {
   // A planted layout error: every output is written one row further down than the host reads it (the
   // first row left zero), with no error, as a device with another layout would (the self-check's target).
   bool layout_error = false;
+  // A planted size-order rule (maderix/ANE issue #47): the function's inputs must be declared in ascending
+  // tensor size and its outputs in descending, else every output comes back zero, with no error.
+  bool io_size_order = false;
   // Symbol numbering behind procedure_symbols(): "declaration" numbers every function's inputs
   // (outputs) program-wide in declaration order; "by_name" numbers them in sorted-name order, as a
   // compiler's symbol table might.
@@ -142,6 +147,7 @@ class FakeShim : public Shim {
   Result<bool> compiled_model_exists(ModelHandle m) override;
   Status load(ModelHandle m, uint32_t qos) override;
   Status evaluate(ModelHandle m, RequestHandle r, uint32_t qos) override;
+  Status evaluate_direct(ModelHandle m, RequestHandle r, uint32_t qos) override;  // = evaluate, its own call name
   Status unload(ModelHandle m, uint32_t qos) override;
   void release_model(ModelHandle m) override;
   Result<std::vector<ProcedureSymbols>> procedure_symbols(ModelHandle m) override;
@@ -165,6 +171,8 @@ class FakeShim : public Shim {
   Status check_model_dir(const Model& m, ShimCall& c);
   Status check_request(const Model& m, const Request& r);
   Status run(Model& m, const Request& r);
+  Status evaluate_as(const char* call, ModelHandle h, RequestHandle rh, uint32_t qos);
+  bool sizes_ordered(const mil::Function& f) const;
   bool compiled_output_exists(const Model& m) const;
   std::filesystem::path daemon_cache_dir() const;  // <tmp>/.aned
   Status build_kernel(Model& m);                   // parse the MIL and compile it on the emulator

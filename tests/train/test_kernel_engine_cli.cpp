@@ -68,7 +68,7 @@ TEST(KernelEngine, AneBackendGivesClearError) {
 // Issue 40 item 4: on the ANE (the fake shim with a planted layout error: outputs one row further down, no error)
 // the self-check runs before the first step, says so in one line (chip, kernel, max rel diff) and stops the run
 // before any step, naming --strategy cpu and `anelab probe`, with its report in the run directory; without the
-// planted error the same run trains.
+// planted error the same run trains, with one `self_check` event (agrees, its ms).
 TEST(KernelEngine, AneSelfCheckStopsTrainingOnAPlantedLayoutError) {
   const auto dir = test::temp_dir("kselfcheck").string();
   const std::string data = test::write_tokens(dir, 2000, 512, 1);
@@ -84,6 +84,12 @@ TEST(KernelEngine, AneSelfCheckStopsTrainingOnAPlantedLayoutError) {
     if (!planted) {
       EXPECT_EQ(rc, 0) << out;
       EXPECT_EQ(test::losses(run).size(), 2u) << out;
+      const auto checks = test::read_events(run, "self_check");  // the passed check, once, before step 1
+      ASSERT_EQ(checks.size(), 1u) << out;
+      EXPECT_EQ(checks[0]["agrees"], true);
+      EXPECT_EQ(checks[0]["kernel"], "attn_fwd");
+      EXPECT_GT(checks[0]["ms"].get<double>(), 0.0);
+      EXPECT_LE(checks[0]["max_rel_diff"].get<double>(), checks[0]["tolerance"].get<double>());
       continue;
     }
     EXPECT_NE(rc, 0) << out;
