@@ -4,12 +4,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <system_error>
+#include <thread>
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
@@ -21,6 +24,30 @@ namespace anelab::models {
 namespace {
 using json = nlohmann::json;
 constexpr uint64_t kMaxHeader = 64ull << 20;
+constexpr int64_t kSumBlock = 1 << 20;  // the data checksum's block (anelab_file.h)
+
+// The version-5 data checksum of n bytes (anelab_file.h): blocks hashed on up to 8 threads, so that checking a
+// multi-GiB model costs a fraction of a second more than mapping it, not seconds of one core.
+uint64_t data_checksum(const uint8_t* p, int64_t n) {
+  const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
+  std::vector<uint64_t> digest(static_cast<size_t>(blocks));
+  std::atomic<int64_t> next{0};
+  auto work = [&] {
+    for (int64_t b; (b = next.fetch_add(1)) < blocks;)
+      digest[size_t(b)] = fnv1a64(kFnvOffset, p + b * kSumBlock, size_t(std::min(kSumBlock, n - b * kSumBlock)));
+  };
+  const int64_t helpers = std::min<int64_t>({blocks - 1, 7, std::max(1u, std::thread::hardware_concurrency()) - 1});
+  std::vector<std::thread> threads;
+  try {
+    for (int64_t i = 0; i < helpers; ++i) threads.emplace_back(work);
+  } catch (const std::system_error&) {  // no more threads (a process limit): this one does the rest
+  }
+  work();
+  for (std::thread& t : threads) t.join();
+  uint64_t sum = kFnvOffset;
+  for (const uint64_t d : digest) sum = fnv1a64(sum, &d, 8);
+  return sum;
+}
 
 const json& field(const json& j, const char* key, const std::string& where, const char* ctx) {
   if (!j.is_object() || !j.contains(key))
@@ -148,7 +175,7 @@ Model parse_anelab(const uint8_t* data, size_t size, std::shared_ptr<const void>
   if (data_size < 0 || data_off > static_cast<int64_t>(size) || data_size != static_cast<int64_t>(size) - data_off)
     fail("model", w, ": file is ", size, " bytes but the header promises ", data_off, " + data_size ", data_size,
          "; the file is truncated or has trailing bytes — re-convert it");
-  if (version >= 5 && fnv1a64(kFnvOffset, data + data_off, static_cast<size_t>(data_size)) != data_sum)
+  if (version >= 5 && data_checksum(data + data_off, data_size) != data_sum)
     fail("model", w, ": data checksum mismatch (the tensor data is corrupt); re-convert or download the model again");
   Model m;
   m.source_format = "anelab";
@@ -217,8 +244,22 @@ struct OutFile {
   std::string tmp, path;
   FILE* f = nullptr;
   int64_t pos = 0;
-  int64_t hash_from = -1;  // >= 0: bytes from this offset on go into `sum` (the data section)
-  uint64_t sum = kFnvOffset;
+  int64_t hash_from = -1;  // >= 0: bytes from this offset on go into the data checksum (the data section)
+  uint64_t sum = kFnvOffset, block_sum = kFnvOffset;  // data checksum so far; digest of the current block
+  int64_t block_fill = 0;                             // bytes in the current block
+  void hash(const uint8_t* p, int64_t n) {
+    while (n > 0) {
+      const int64_t k = std::min(n, kSumBlock - block_fill);
+      block_sum = fnv1a64(block_sum, p, size_t(k));
+      p += k, n -= k, block_fill += k;
+      if (block_fill == kSumBlock) end_block();
+    }
+  }
+  void end_block() {
+    if (block_fill == 0) return;
+    sum = fnv1a64(sum, &block_sum, 8);
+    block_sum = kFnvOffset, block_fill = 0;
+  }
   ~OutFile() {
     if (f) {
       std::fclose(f);
@@ -227,7 +268,7 @@ struct OutFile {
   }
   void write(const void* p, size_t n) {
     if (n && std::fwrite(p, 1, n, f) != n) fail("model", "cannot write ", tmp, ": ", std::strerror(errno));
-    if (hash_from >= 0 && pos >= hash_from) sum = fnv1a64(sum, p, n);
+    if (hash_from >= 0 && pos >= hash_from) hash(static_cast<const uint8_t*>(p), static_cast<int64_t>(n));
     pos += static_cast<int64_t>(n);
   }
   void pad_to(int64_t target) {
@@ -368,6 +409,7 @@ int64_t write_anelab_file(const std::string& path, const AnelabWriteInfo& info,
   }
   out.pad_to(data_off + off);
   const int64_t total = out.pos;
+  out.end_block();
   out.patch_u64(32, out.sum);
   out.commit();
   return total;

@@ -9,7 +9,9 @@
 //   offset 16  u64      header_len: length of the JSON header that follows (at most 64 MiB)
 //   version 5 only:
 //   offset 24  u64      header checksum: FNV-1a 64 of the header_len JSON bytes (checked before they are parsed)
-//   offset 32  u64      data checksum: FNV-1a 64 of the whole data section, padding included
+//   offset 32  u64      data checksum of the whole data section, padding included: FNV-1a 64 over the u64
+//                       FNV-1a 64 digests of its consecutive 1 MiB blocks (the last one shorter), so a reader
+//                       checks the blocks on several threads
 //   offset 24 (versions 1-4) or 40 (version 5): JSON header, UTF-8, header_len bytes
 //   zero padding up to data_offset = round_up(JSON offset + header_len, 64)
 //   data section: data_size bytes; every blob starts at data_offset + offset, offset % 64 == 0,

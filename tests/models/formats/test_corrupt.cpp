@@ -223,6 +223,26 @@ TEST(Corrupt, AnelabChecksums) {
   EXPECT_EQ(error_of(an, v4_flipped), "");
 }
 
+TEST(Corrupt, AnelabChecksumOverSeveralBlocks) {
+  // The data checksum hashes 1 MiB blocks (on several threads when reading): a file of 2-3 blocks round-trips, and
+  // a bit flipped in its middle block is found.
+  ModelConfig c = tiny_llama();
+  c.vocab_size = 8192;  // embeddings 8192 x 32 fp32 = 1 MiB: with the layers about 1.1 MiB, two blocks
+  c.dim = 32, c.head_dim = 8;
+  const auto dir = test::temp_dir("ck_blocks");
+  const std::string path = (dir / "m.anelab").string();
+  const Model m = random_model(c, 9);
+  save_model(m, path);
+  Bytes b = read_file_bytes(path);
+  ASSERT_GT(b.size(), size_t{1} << 20);
+  const Model back = parse_anelab(b.data(), b.size(), nullptr, "blocks");
+  for (const Tensor& t : m.tensors())
+    EXPECT_EQ(std::memcmp(back.tensor(t.name).data, t.data, size_t(t.nbytes)), 0) << t.name;
+  b[(size_t{1} << 20) + 4096] ^= 0x10;
+  const Reader an = readers()[0];
+  expect_error(an, b, "data checksum mismatch", "anelab bit flip past the first block");
+}
+
 TEST(Corrupt, OverlappingTensorsRefused) {
   const Reader gg = readers()[3], st = readers()[2];
   {  // GGUF: two F32 [8] tensors, the second's offset moved onto the first's bytes
