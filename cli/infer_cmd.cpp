@@ -29,6 +29,7 @@
 #include "framework/core/npy.h"
 #include "framework/core/platform.h"
 #include "framework/core/power.h"
+#include "framework/core/untrusted.h"
 #include "infer/engine.h"
 #include "infer/generate.h"
 #include "infer/load.h"
@@ -151,7 +152,7 @@ struct Loaded {
 Loaded load(const InferArgs& a, infer::TokenizerUse use) {
   Loaded l;
   const auto t0 = Clock::now();
-  if (!a.quiet) std::fprintf(stderr, "loading %s ...\n", a.model.c_str());
+  if (!a.quiet) std::fprintf(stderr, "loading %s ...\n", quote_untrusted(a.model).c_str());
   infer::LoadOptions o;
   o.model = a.model, o.tokenizer = a.tokenizer, o.backend = a.backend, o.device = a.device, o.dtype = a.dtype;
   o.ane_weights = a.ane_weights;
@@ -172,9 +173,9 @@ Loaded load(const InferArgs& a, infer::TokenizerUse use) {
                  static_cast<long long>(a.ctx), static_cast<long long>(trained), static_cast<long long>(trained));
   if (!a.quiet)
     std::fprintf(stderr, "loaded %s (%s, %lld layers, dim %lld) in %.1f s; prefill backend %s; weights %s\n",
-                 a.model.c_str(), l.engine->config().arch.c_str(), static_cast<long long>(l.engine->config().n_layers),
-                 static_cast<long long>(l.engine->config().dim), ms_since(t0) / 1e3,
-                 l.engine->options().backend.c_str(), l.weights_memory.c_str());
+                 quote_untrusted(a.model).c_str(), l.engine->config().arch.c_str(),
+                 static_cast<long long>(l.engine->config().n_layers), static_cast<long long>(l.engine->config().dim),
+                 ms_since(t0) / 1e3, l.engine->options().backend.c_str(), l.weights_memory.c_str());
   return l;
 }
 

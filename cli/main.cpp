@@ -1,10 +1,12 @@
 // anelab: one program, subcommands per area. Thin by design: parse, dispatch, report errors.
 #include <cstdio>
+#include <new>
 
 #include "cli/commands.h"
 #include "framework/ane/ane_backend.h"
 #include "framework/core/error.h"
 #include "framework/core/platform.h"
+#include "framework/core/untrusted.h"
 #include "tests/support/fake_shim.h"
 
 int main(int argc, char** argv) {
@@ -31,19 +33,21 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (const auto why = anelab::cli::usage_error(app, argc, argv)) {
-    std::fprintf(stderr, "anelab: error: %s\n", why->c_str());
+    std::fprintf(stderr, "anelab: error: %s\n", anelab::quote_untrusted(*why, true).c_str());
     return 2;
   }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);  // prints the help / version (0) or the usage error
-    return rc == 0 ? 0 : 2;      // usage errors exit 2, failures 1 (as the unknown-name check above)
-  } catch (const anelab::Error& e) {
-    std::fprintf(stderr, "anelab: error: %s\n", e.what());
+    const int rc = app.exit(e);      // prints the help / version (0) or the usage error
+    return rc == 0 ? 0 : 2;          // usage errors exit 2, failures 1 (as the unknown-name check above)
+  } catch (const std::bad_alloc&) {  // an allocation nobody named (the loaders and the engine name theirs)
+    std::fprintf(stderr,
+                 "anelab: error: out of memory (std::bad_alloc); for inference a smaller --ctx, --kv-type f16 or "
+                 "--mmap on needs less\n");
     return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "anelab: error: %s\n", e.what());
+  } catch (const std::exception& e) {  // anelab::Error and the rest; messages quote files and requests
+    std::fprintf(stderr, "anelab: error: %s\n", anelab::quote_untrusted(e.what(), true).c_str());
     return 1;
   }
   return 0;

@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "framework/core/error.h"
+#include "framework/core/untrusted.h"
 #include "infer/generate.h"
 #include "models/formats/anelab_file.h"
 #include "models/formats/export.h"
@@ -120,7 +121,7 @@ void run_convert(const ConvertArgs& a) {
     if (mix) m = quantize_model(m, *mix);
     notes = export_model(m, out, fmt, tmp.empty() ? dt : std::nullopt, progress_bar("converting"));
   }
-  for (const std::string& n : notes) std::fprintf(stderr, "note: %s\n", n.c_str());
+  for (const std::string& n : notes) std::fprintf(stderr, "note: %s\n", quote_untrusted(n).c_str());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("wrote %s (%s): %.1f MiB in %.2f s\n", out.c_str(), export_format_name(fmt),
               static_cast<double>(output_bytes(out)) / (1 << 20), s);
@@ -132,11 +133,13 @@ void print_vocab(const tok::VocabData& v) {
   const char* eos_note = v.eos_id >= 0 && v.eos_id == v.bos_id ? " (= bos: the training documents' separator)" : "";
   std::printf("tokenizer: %s, %zu tokens, %zu merges, %zu scores, pre '%s', bos %d, eos %d%s, add_bos %s\n",
               v.kind == tok::TokenizerKind::kSentencePiece ? "sentencepiece" : "byte_bpe", v.tokens.size(),
-              v.merges.size(), v.scores.size(), v.pre.c_str(), v.bos_id, v.eos_id, eos_note, v.add_bos ? "yes" : "no");
+              v.merges.size(), v.scores.size(), quote_untrusted(v.pre).c_str(), v.bos_id, v.eos_id, eos_note,
+              v.add_bos ? "yes" : "no");
 }
 
 void print_model(const Model& m) {
-  std::printf("architecture:\n%s", describe_config(m.config).c_str());
+  // Every string below that comes from the file goes through quote_untrusted (framework/core/untrusted.h).
+  std::printf("architecture:\n%s", quote_untrusted(describe_config(m.config), true).c_str());
   std::map<std::string, int> dtypes;
   for (const Tensor& t : m.tensors()) dtypes[dtype_name(t.dtype)]++;
   std::printf("tensors: %zu (", m.tensors().size());
@@ -150,13 +153,13 @@ void print_model(const Model& m) {
               static_cast<double>(m.parameter_count()) / 1e6, static_cast<long long>(m.total_bytes()),
               static_cast<double>(m.total_bytes()) / (1 << 20));
   if (m.vocab) print_vocab(*m.vocab);
-  if (!m.tokenizer_path.empty()) std::printf("tokenizer path: %s\n", m.tokenizer_path.c_str());
+  if (!m.tokenizer_path.empty()) std::printf("tokenizer path: %s\n", quote_untrusted(m.tokenizer_path).c_str());
   if (!m.chat_template.empty()) std::printf("chat template: %zu bytes\n", m.chat_template.size());
 }
 
 void run_info(const std::string& path) {
   const std::string fmt = detect_model_format(path);
-  std::printf("file: %s\nformat: %s\n", path.c_str(), fmt.c_str());
+  std::printf("file: %s\nformat: %s\n", quote_untrusted(path).c_str(), fmt.c_str());
   if (std::filesystem::is_regular_file(path))
     std::printf("file size: %lld bytes\n", static_cast<long long>(std::filesystem::file_size(path)));
   if (fmt == "gguf") {

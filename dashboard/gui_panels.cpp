@@ -357,6 +357,7 @@ void start_trainer(App& app, bool resume) {
   }
   std::string dir = app.run_dir_buf, cfg = app.cfg_buf;
   if (dir.empty()) return void(app.trainer_msg = "set a run directory first");
+  if (std::string busy = run_dir_busy(dir); !busy.empty()) return void(app.trainer_msg = std::move(busy));
   std::vector<std::string> argv = {self_executable(), "train", "--run-dir", dir};
   if (resume) {  // the trainer resumes from the run directory's saved config and last checkpoint
     if (!fs::exists(dir + "/config.json") && !fs::exists(dir + "/config.toml"))

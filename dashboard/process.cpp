@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "framework/core/platform.h"
+#include "train/run_dir.h"  // kRunLockFile only (header-only: no link to the trainer)
 
 extern char** environ;
 
@@ -152,6 +153,15 @@ int run_and_capture(const std::vector<std::string>& argv, std::string* out, int 
   }
   if (out) *out = p.output();
   return p.exit_status();
+}
+
+std::string run_dir_busy(const std::string& dir) {
+  const std::string lock = dir + "/" + train::kRunLockFile;
+  const platform::Reading<int64_t> holder = platform::file_lock_holder(lock);
+  if (!holder) return "cannot tell whether " + dir + " is in use: " + holder.reason;
+  if (*holder == 0) return "";
+  return "run dir " + dir + " is in use by another trainer (pid " + std::to_string(*holder) + ", holding " + lock +
+         "): stop it first or choose another run directory";
 }
 
 }  // namespace anelab::dashboard

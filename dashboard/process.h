@@ -49,6 +49,11 @@ class ChildProcess {
   std::vector<std::string> argv_;
 };
 
+// Why the Start / Resume buttons must not start a trainer in run directory `dir`: another process holds its
+// run.lock (the trainer's one-writer lock, train/run_dir.h), as one line naming that process's pid; or why the
+// lock could not be asked; "" when the directory is free (or has no run.lock yet).
+std::string run_dir_busy(const std::string& dir);
+
 // Runs a command to completion (with a timeout, killing it after) and returns its exit status;
 // captured output in *out. Used for capability checks such as `anelab infer generate --help`.
 int run_and_capture(const std::vector<std::string>& argv, std::string* out, int timeout_ms);

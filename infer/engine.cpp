@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <new>
 
 #include "framework/core/error.h"
 #include "framework/kernels/cpu_ops.h"
@@ -41,6 +42,24 @@ std::string resolve_prefill_backend(const std::string& name) {
   fail("infer", "unknown backend '", name, "' (choices: auto, cpu, emulator, ane)");
 }
 
+std::string kv_cache_refusal(int64_t positions, int64_t bytes_per_position, KvType kv_type, int64_t n_layers,
+                             int64_t max_seq_len, const platform::Reading<platform::MachineMemory>& available) {
+  if (!available) return "";  // unknown: nothing to compare with (the allocation itself still says what failed)
+  const double need_mib = static_cast<double>(positions) * static_cast<double>(bytes_per_position) / (1 << 20);
+  if (need_mib <= available->available_mb) return "";
+  const auto fits = static_cast<int64_t>(available->available_mb * (1 << 20) / static_cast<double>(bytes_per_position));
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "the KV cache of %lld positions x %lld bytes (keys and values of %lld layers, %s) = %.0f MiB does not "
+                "fit in the %.0f MiB of available memory: --ctx %lld or less fits%s (--ctx 0 means the model's %lld "
+                "positions)",
+                static_cast<long long>(positions), static_cast<long long>(bytes_per_position),
+                static_cast<long long>(n_layers), kv_type_name(kv_type), need_mib, available->available_mb,
+                static_cast<long long>(fits), kv_type == KvType::kF16 ? "" : "; --kv-type f16 halves the cache",
+                static_cast<long long>(max_seq_len));
+  return buf;
+}
+
 Engine::Engine(models::Model model, const EngineOptions& opt)
     : model_(std::move(model)), opt_(opt), pool_(std::max(1, opt.threads)) {
   opt_.backend = resolve_prefill_backend(opt_.backend);
@@ -48,10 +67,28 @@ Engine::Engine(models::Model model, const EngineOptions& opt)
   models::validate_config(c, "infer");
   ctx_ = opt.context > 0 ? std::min(opt.context, c.max_seq_len) : c.max_seq_len;
   chunk_ = std::max<int64_t>(1, std::min(opt.prefill_chunk, ctx_));
-  load_weights();
+  try {
+    load_weights();
+  } catch (const std::bad_alloc&) {
+    fail("infer", "out of memory preparing the model weights (", model_.total_bytes() >> 20, " MiB in the file, ",
+         opt_.dtype == WType::kF32 ? "converted to fp32" : "fp16 or kept in their blocks",
+         "): --dtype fp16 halves converted fp32 matrices; --mmap on maps the file instead of reading it into memory; "
+         "or use a smaller or more quantized model");
+  }
+  // The cache is reserved whole (its pages become resident only when written), so a context that could never
+  // be filled is refused here, in one line, rather than by the OS in the middle of a long generation.
+  const std::string refusal = kv_cache_refusal(ctx_, kv_bytes_per_position(), opt_.kv_type, c.n_layers, c.max_seq_len,
+                                               platform::machine_memory());
+  if (!refusal.empty()) fail("infer", refusal);
   const int64_t kv = ctx_ * kv_bytes_per_position() / 2;
-  kcache_.grow(kv);  // pages become resident only when written
-  vcache_.grow(kv);
+  try {
+    kcache_.grow(kv);
+    vcache_.grow(kv);
+  } catch (const std::bad_alloc&) {
+    fail("infer", "out of memory reserving the KV cache of ", ctx_, " positions x ", kv_bytes_per_position(),
+         " bytes = ", (ctx_ * kv_bytes_per_position()) >> 20, " MiB: a smaller --ctx shrinks it",
+         opt_.kv_type == KvType::kF16 ? "" : ", --kv-type f16 halves it");
+  }
   const auto n = static_cast<size_t>(chunk_);
   x_.grow(n * c.dim);
   xb_.grow(n * std::max(c.dim, c.q_dim()));

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/core/platform.h"
 #include "framework/core/scratch.h"
 #include "framework/core/thread_pool.h"
 #include "framework/mil/ir.h"
@@ -74,6 +75,13 @@ struct PrefillStats {
 };
 
 class MilPrefill;
+
+// Why a KV cache of `positions` x `bytes_per_position` (keys and values of every layer, of kv_type) cannot be
+// reserved when the machine has `available` memory: one line naming the size and the flags that shrink it
+// (--ctx, --kv-type f16), or "" when it fits or the available memory is unknown (then nothing is refused).
+// `max_seq_len` is the model's, what --ctx 0 means.
+std::string kv_cache_refusal(int64_t positions, int64_t bytes_per_position, KvType kv_type, int64_t n_layers,
+                             int64_t max_seq_len, const platform::Reading<platform::MachineMemory>& available);
 
 class Engine {
  public:

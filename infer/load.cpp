@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <new>
 #include <system_error>
 
 #include "framework/core/error.h"
@@ -62,7 +63,13 @@ LoadedModel load_model(const LoadOptions& o, TokenizerUse use) {
   LoadedModel l;
   std::string why;
   const FileAccess access = resolve_file_access(o.mmap, o.model, &why);
-  l.model = models::load_any_model(o.model, access);
+  try {
+    l.model = models::load_any_model(o.model, access);
+  } catch (const std::bad_alloc&) {
+    fail(o.component.c_str(), "out of memory loading ", o.model, " (", static_cast<int64_t>(model_bytes(o.model)) >> 20,
+         " MiB, ", access == FileAccess::kRead ? "read into memory: --mmap on maps it instead" : "mapped",
+         "); a smaller or more quantized model needs less");
+  }
   if (l.model.source_format == "checkpoint") {
     l.weights_memory = "fp32 matrices converted from the training checkpoint";
   } else if (access == FileAccess::kRead) {

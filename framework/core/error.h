@@ -11,11 +11,16 @@
 #include <utility>
 #include <variant>
 
+#include "framework/core/untrusted.h"
+
 namespace anelab {
 
+// The message is stored through quote_untrusted (newlines kept): many messages quote a file's or a request's
+// bytes (tensor names, metadata, JSON fields), and whoever prints what() (the CLI, the server, the dashboard)
+// then never passes a terminal control sequence on. Printable text, UTF-8 included, is unchanged.
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& msg) : std::runtime_error(msg) {}
+  explicit Error(const std::string& msg) : std::runtime_error(quote_untrusted(msg, true)) {}
 };
 
 // Builds "[component] a b c" from any streamable parts.

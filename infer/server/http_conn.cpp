@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "framework/core/error.h"
+#include "framework/core/untrusted.h"
 
 namespace anelab::serve {
 namespace {
@@ -347,7 +348,8 @@ void HttpConnServer::answer(Conn& c, int status, const std::string& message) {
   if (status == 503) r.set_header("Retry-After", "1");
   const std::string out = head_text(1, status, r, false, false, r.body.size()) + r.body;
   (void)!::send(c.fd, out.data(), out.size(), kSendFlags);  // small: fits the socket buffer of a new connection
-  if (opt_.log_requests) std::fprintf(stderr, "serve: connection answered %d: %s\n", status, message.c_str());
+  if (opt_.log_requests)
+    std::fprintf(stderr, "serve: connection answered %d: %s\n", status, quote_untrusted(message).c_str());
   ::shutdown(c.fd, SHUT_WR);
 }
 
@@ -394,7 +396,9 @@ bool HttpConnServer::respond(Conn& c, const HttpRequest& q) {
     r.status = 500;
     r.set_content(error_body_(500, e.what()), "application/json");
   }
-  if (opt_.log_requests) std::fprintf(stderr, "serve: %s %s -> %d\n", q.method.c_str(), q.path.c_str(), r.status);
+  if (opt_.log_requests)
+    std::fprintf(stderr, "serve: %s %s -> %d\n", quote_untrusted(q.method).c_str(), quote_untrusted(q.path).c_str(),
+                 r.status);
   const bool head_only = q.method == "HEAD";
   const bool chunked = r.stream && q.minor == 1 && !head_only;
   const bool keep_alive = q.keep_alive && (!r.stream || chunked) && !stopping_.load();

@@ -4,22 +4,50 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <system_error>
+#include <thread>
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 #include "models/formats/byte_reader.h"
+#include "models/formats/checkpoint_header.h"
 #include "models/formats/model_config_json.h"
 
 namespace anelab::models {
 namespace {
 using json = nlohmann::json;
 constexpr uint64_t kMaxHeader = 64ull << 20;
+constexpr int64_t kSumBlock = 1 << 20;  // the data checksum's block (anelab_file.h)
+
+// The version-5 data checksum of n bytes (anelab_file.h): blocks hashed on up to 8 threads, so that checking a
+// multi-GiB model costs a fraction of a second more than mapping it, not seconds of one core.
+uint64_t data_checksum(const uint8_t* p, int64_t n) {
+  const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
+  std::vector<uint64_t> digest(static_cast<size_t>(blocks));
+  std::atomic<int64_t> next{0};
+  auto work = [&] {
+    for (int64_t b; (b = next.fetch_add(1)) < blocks;)
+      digest[size_t(b)] = fnv1a64(kFnvOffset, p + b * kSumBlock, size_t(std::min(kSumBlock, n - b * kSumBlock)));
+  };
+  const int64_t helpers = std::min<int64_t>({blocks - 1, 7, std::max(1u, std::thread::hardware_concurrency()) - 1});
+  std::vector<std::thread> threads;
+  try {
+    for (int64_t i = 0; i < helpers; ++i) threads.emplace_back(work);
+  } catch (const std::system_error&) {  // no more threads (a process limit): this one does the rest
+  }
+  work();
+  for (std::thread& t : threads) t.join();
+  uint64_t sum = kFnvOffset;
+  for (const uint64_t d : digest) sum = fnv1a64(sum, &d, 8);
+  return sum;
+}
 
 const json& field(const json& j, const char* key, const std::string& where, const char* ctx) {
   if (!j.is_object() || !j.contains(key))
@@ -123,9 +151,17 @@ Model parse_anelab(const uint8_t* data, size_t size, std::shared_ptr<const void>
          kAnelabVersion, "); re-convert the model with this anelab");
   r.get<uint32_t>("reserved");
   const uint64_t hlen = r.get<uint64_t>("header_len");
+  uint64_t header_sum = 0, data_sum = 0;
+  if (version >= 5) {
+    header_sum = r.get<uint64_t>("header checksum");
+    data_sum = r.get<uint64_t>("data checksum");
+  }
+  const int64_t json_at = static_cast<int64_t>(r.pos());
   if (hlen > kMaxHeader || hlen > r.remaining())
     fail("model", w, ": header_len ", hlen, " exceeds the file (", r.remaining(), " bytes left) or 64 MiB limit");
   const char* hp = reinterpret_cast<const char*>(r.take(hlen, "JSON header"));
+  if (version >= 5 && fnv1a64(kFnvOffset, hp, hlen) != header_sum)
+    fail("model", w, ": header checksum mismatch (the header was edited or is corrupt); re-convert the model");
   json h;
   try {
     h = json::parse(hp, hp + hlen);
@@ -134,11 +170,13 @@ Model parse_anelab(const uint8_t* data, size_t size, std::shared_ptr<const void>
   }
   if (jstr(h, "format", w) != "anelab-model") fail("model", w, ": header field format is not \"anelab-model\"");
   if (jint(h, "version", w) != version) fail("model", w, ": header field version does not match the binary version");
-  const int64_t data_off = round_up(24 + static_cast<int64_t>(hlen), kAnelabAlign);
+  const int64_t data_off = round_up(json_at + static_cast<int64_t>(hlen), kAnelabAlign);
   const int64_t data_size = jint(h, "data_size", w);
   if (data_size < 0 || data_off > static_cast<int64_t>(size) || data_size != static_cast<int64_t>(size) - data_off)
     fail("model", w, ": file is ", size, " bytes but the header promises ", data_off, " + data_size ", data_size,
          "; the file is truncated or has trailing bytes — re-convert it");
+  if (version >= 5 && data_checksum(data + data_off, data_size) != data_sum)
+    fail("model", w, ": data checksum mismatch (the tensor data is corrupt); re-convert or download the model again");
   Model m;
   m.source_format = "anelab";
   m.source_path = w;
@@ -206,6 +244,22 @@ struct OutFile {
   std::string tmp, path;
   FILE* f = nullptr;
   int64_t pos = 0;
+  int64_t hash_from = -1;  // >= 0: bytes from this offset on go into the data checksum (the data section)
+  uint64_t sum = kFnvOffset, block_sum = kFnvOffset;  // data checksum so far; digest of the current block
+  int64_t block_fill = 0;                             // bytes in the current block
+  void hash(const uint8_t* p, int64_t n) {
+    while (n > 0) {
+      const int64_t k = std::min(n, kSumBlock - block_fill);
+      block_sum = fnv1a64(block_sum, p, size_t(k));
+      p += k, n -= k, block_fill += k;
+      if (block_fill == kSumBlock) end_block();
+    }
+  }
+  void end_block() {
+    if (block_fill == 0) return;
+    sum = fnv1a64(sum, &block_sum, 8);
+    block_sum = kFnvOffset, block_fill = 0;
+  }
   ~OutFile() {
     if (f) {
       std::fclose(f);
@@ -214,11 +268,18 @@ struct OutFile {
   }
   void write(const void* p, size_t n) {
     if (n && std::fwrite(p, 1, n, f) != n) fail("model", "cannot write ", tmp, ": ", std::strerror(errno));
+    if (hash_from >= 0 && pos >= hash_from) hash(static_cast<const uint8_t*>(p), static_cast<int64_t>(n));
     pos += static_cast<int64_t>(n);
   }
   void pad_to(int64_t target) {
     static const uint8_t zeros[kAnelabAlign] = {};
     while (pos < target) write(zeros, static_cast<size_t>(std::min<int64_t>(target - pos, kAnelabAlign)));
+  }
+  // Writes 8 bytes at `at` (before the current position), then returns to the end.
+  void patch_u64(int64_t at, uint64_t v) {
+    if (std::fseek(f, static_cast<long>(at), SEEK_SET) != 0 || std::fwrite(&v, 1, 8, f) != 8 ||
+        std::fseek(f, 0, SEEK_END) != 0)
+      fail("model", "cannot write ", tmp, ": ", std::strerror(errno));
   }
   void commit() {
     if (std::fflush(f) != 0 || ::fsync(fileno(f)) != 0)
@@ -280,9 +341,7 @@ uint32_t dtype_min_version(DType t) {
 int64_t write_anelab_file(const std::string& path, const AnelabWriteInfo& info,
                           const std::vector<TensorWriteSpec>& tensors, const ProgressFn& progress) {
   validate_config(info.config, path);
-  // The oldest version that holds every tensor's dtype, so older readers still read what they can.
-  uint32_t version = 2;
-  for (const auto& t : tensors) version = std::max(version, dtype_min_version(t.dtype));
+  const uint32_t version = kAnelabVersion;  // the checksums need version 5, whatever the dtypes
   json h{{"format", "anelab-model"},
          {"version", version},
          {"config", model_config_to_json(info.config)},
@@ -321,8 +380,8 @@ int64_t write_anelab_file(const std::string& path, const AnelabWriteInfo& info,
   } catch (const json::exception& e) {
     fail("model", "cannot encode the header of ", path, ": ", e.what(), " (non-UTF-8 text in a name or path?)");
   }
-  const uint64_t hlen = header.size();
-  const int64_t data_off = round_up(24 + static_cast<int64_t>(hlen), kAnelabAlign);
+  const uint64_t hlen = header.size(), header_sum = fnv1a64(kFnvOffset, header.data(), header.size());
+  const int64_t json_at = 40, data_off = round_up(json_at + static_cast<int64_t>(hlen), kAnelabAlign);
 
   OutFile out;
   out.path = path;
@@ -336,8 +395,12 @@ int64_t write_anelab_file(const std::string& path, const AnelabWriteInfo& info,
   out.write(&ver, 4);
   out.write(&reserved, 4);
   out.write(&hlen, 8);
+  out.write(&header_sum, 8);
+  const uint64_t data_sum_placeholder = 0;  // patched once the data section is written
+  out.write(&data_sum_placeholder, 8);
   out.write(header.data(), header.size());
   out.pad_to(data_off);
+  out.hash_from = data_off;
   out.write(vblob.data(), vblob.size());
   int64_t done = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -346,6 +409,8 @@ int64_t write_anelab_file(const std::string& path, const AnelabWriteInfo& info,
   }
   out.pad_to(data_off + off);
   const int64_t total = out.pos;
+  out.end_block();
+  out.patch_u64(32, out.sum);
   out.commit();
   return total;
 }

@@ -1,21 +1,25 @@
-// The anelab model file (.anelab), format version 4 (versions 1 to 3 are still read). Version 3 adds the
-// dtypes q4_0, q5_0, q4_k and q6_k, version 4 q5_1 and q5_k; a file is written as the oldest version its tensors
-// allow (2 without any of them). All integers
-// little-endian. A model file is self-contained: the tokenizer is embedded (as GGUF does), with the chat
-// template when the source had one.
+// The anelab model file (.anelab), format version 5 (versions 1 to 4 are still read). Version 3 added the
+// dtypes q4_0, q5_0, q4_k and q6_k, version 4 q5_1 and q5_k, version 5 the header and data checksums (as the
+// training checkpoint has them): every file is now written as version 5. All integers little-endian. A model file
+// is self-contained: the tokenizer is embedded (as GGUF does), with the chat template when the source had one.
 //
 //   offset 0   char[8]  magic "ANELABMF"
-//   offset 8   u32      format version (2; 3 with q4_0/q5_0/q4_k/q6_k tensors; 4 with q5_1/q5_k; readers accept 1 to 4)
+//   offset 8   u32      format version (5; readers accept 1 to 5)
 //   offset 12  u32      reserved (0)
 //   offset 16  u64      header_len: length of the JSON header that follows (at most 64 MiB)
-//   offset 24  JSON header, UTF-8, header_len bytes
-//   zero padding up to data_offset = round_up(24 + header_len, 64)
+//   version 5 only:
+//   offset 24  u64      header checksum: FNV-1a 64 of the header_len JSON bytes (checked before they are parsed)
+//   offset 32  u64      data checksum of the whole data section, padding included: FNV-1a 64 over the u64
+//                       FNV-1a 64 digests of its consecutive 1 MiB blocks (the last one shorter), so a reader
+//                       checks the blocks on several threads
+//   offset 24 (versions 1-4) or 40 (version 5): JSON header, UTF-8, header_len bytes
+//   zero padding up to data_offset = round_up(JSON offset + header_len, 64)
 //   data section: data_size bytes; every blob starts at data_offset + offset, offset % 64 == 0,
 //   so tensor data is 64-byte aligned when the file is mapped or read into (2 MiB-aligned) memory. The file
 //   ends there exactly.
 //
 // JSON header:
-//   {"format": "anelab-model", "version": 2 or 3,
+//   {"format": "anelab-model", "version": the binary version,
 //    "config": the model config, every field (models/formats/model_config_json.h),
 //    "tokenizer": {"path": "where it came from (provenance only when embedded; may be empty)",
 //                  "embedded": {"offset": O, "nbytes": N},       (optional: absent when the model has none)
@@ -32,8 +36,8 @@
 //   u32 n, n x str tokens; u32 n, n x f32 scores; u32 n, n x i32 types; u32 n, n x str merges.
 //   str = u32 length + bytes (no terminator).
 //
-// Loading validates every field (names it in the error) and checks the tensors against
-// canonical_tensors(config). Writing streams tensor by tensor into PATH.tmp.<pid>, fsyncs, renames.
+// Loading checks the checksums (version 5), validates every field (names it in the error) and checks the tensors
+// against canonical_tensors(config). Writing streams tensor by tensor into PATH.tmp.<pid>, fsyncs, renames.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -47,7 +51,7 @@
 namespace anelab::models {
 
 constexpr char kAnelabMagic[9] = "ANELABMF";
-constexpr uint32_t kAnelabVersion = 4;  // the newest written (the oldest the tensors allow); 1 to 3 are still read
+constexpr uint32_t kAnelabVersion = 5;  // the version written; 1 to 4 are still read
 // The first format version that holds dtype t: 3 for q4_0, q5_0, q4_k, q6_k; 4 for q5_1, q5_k; 1 otherwise.
 uint32_t dtype_min_version(DType t);
 constexpr int64_t kAnelabAlign = 64;

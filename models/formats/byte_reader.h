@@ -1,10 +1,14 @@
 // Bounds-checked little-endian cursor over a byte range, shared by every model-file reader.
 // Every read names the file and the field on failure ("truncated while reading FIELD at offset N").
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "framework/core/error.h"
 
@@ -63,5 +67,18 @@ class ByteReader {
 };
 
 inline int64_t round_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+// Of byte ranges [begin, end) (a file's tensors), the indices (i, j) of two non-empty ones that overlap, i's
+// range starting first; nullopt when none do. Readers refuse such files: one tensor's bytes must never be
+// another's.
+inline std::optional<std::pair<size_t, size_t>> first_overlap(const std::vector<std::pair<uint64_t, uint64_t>>& r) {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < r.size(); ++i)
+    if (r[i].second > r[i].first) order.push_back(i);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return r[a] < r[b]; });
+  for (size_t k = 1; k < order.size(); ++k)
+    if (r[order[k]].first < r[order[k - 1]].second) return std::pair{order[k - 1], order[k]};
+  return std::nullopt;
+}
 
 }  // namespace anelab::models

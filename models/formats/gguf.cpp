@@ -250,6 +250,13 @@ GgufFile parse_gguf(const uint8_t* data, size_t size, std::shared_ptr<const void
            " bytes) runs past the end of the file (", size, " bytes); the file is truncated");
     t.data = data + data_start + t.offset;
   }
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // [offset, end) of each tensor's bytes
+  for (const auto& t : g.tensors) ranges.emplace_back(t.offset, t.offset + static_cast<uint64_t>(t.nbytes));
+  if (const auto clash = first_overlap(ranges))
+    fail("model", w, ": tensor ", g.tensors[clash->second].name, " (bytes ", ranges[clash->second].first, "-",
+         ranges[clash->second].second, " of the data section) overlaps tensor ", g.tensors[clash->first].name,
+         " (bytes ", ranges[clash->first].first, "-", ranges[clash->first].second,
+         "); the file is corrupt or was crafted");
   return g;
 }
 

@@ -53,6 +53,8 @@ StTensorMap parse_safetensors(const uint8_t* data, size_t size, std::shared_ptr<
   const uint8_t* buf = data + 8 + n;
   const uint64_t buf_size = size - 8 - n;
   StTensorMap out;
+  std::vector<std::string> names;                     // tensors in header order
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // their [begin, end) in the data buffer
   for (const auto& [name, e] : h.items()) {
     if (name == "__metadata__") continue;
     if (!e.is_object() || !e.contains("dtype") || !e["dtype"].is_string() || !e.contains("shape") ||
@@ -82,8 +84,14 @@ StTensorMap parse_safetensors(const uint8_t* data, size_t size, std::shared_ptr<
     t.data = buf + b;
     t.nbytes = static_cast<int64_t>(end - b);
     t.owner = owner;
+    names.push_back(name);
+    ranges.emplace_back(b, end);
     out.emplace(name, std::move(t));
   }
+  if (const auto clash = first_overlap(ranges))
+    fail("model", w, ": tensor ", names[clash->second], " (data_offsets [", ranges[clash->second].first, ", ",
+         ranges[clash->second].second, "]) overlaps tensor ", names[clash->first], " ([", ranges[clash->first].first,
+         ", ", ranges[clash->first].second, "]); the file is corrupt or was crafted");
   return out;
 }
 

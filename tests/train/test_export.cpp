@@ -25,6 +25,7 @@
 #include "models/sampler.h"
 #include "models/tokenizer/token_file.h"
 #include "models/tokenizer/tokenizer.h"
+#include "tests/common/anelab_versions.h"
 #include "tests/common/test_data.h"
 #include "tests/train/helpers.h"
 #include "train/trainer.h"
@@ -87,21 +88,10 @@ std::string greedy(const models::Model& m, const tok::Tokenizer& tk) {
   return infer::generate(e, tk, "Once upon a time", go, [](std::string_view) {}).text;
 }
 
-// The JSON header of an anelab model file or checkpoint (u64 length at offset 16, text from offset 24).
-std::string header_of(const std::vector<uint8_t>& b) {
-  uint64_t n = 0;
-  std::memcpy(&n, b.data() + 16, 8);
-  return std::string(reinterpret_cast<const char*>(b.data()), 24 + n);
-}
-
-// Rewrites the u32 version at offset 8 and the header's "version":2 (same length) of an anelab file to 1.
+// Rewrites an anelab file (version 5) as format version 1 (tests/common/anelab_versions.h).
 void make_version_1(const std::string& path) {
-  std::vector<uint8_t> b = read_file_bytes(path);
-  const uint32_t one = 1;
-  std::memcpy(b.data() + 8, &one, 4);
-  const size_t at = header_of(b).find("\"version\":2");
-  ASSERT_NE(at, std::string::npos);
-  b[at + 10] = '1';
+  const std::vector<uint8_t> b = test::anelab_as_version(read_file_bytes(path), 1);
+  ASSERT_FALSE(b.empty());
   write_file_atomic(path, b.data(), b.size());
 }
 

@@ -10,10 +10,13 @@
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 #include "models/formats/anelab_file.h"
+#include "models/formats/byte_reader.h"
+#include "models/formats/checkpoint_header.h"
 #include "models/formats/gguf.h"
 #include "models/formats/llama2c.h"
 #include "models/formats/safetensors.h"
 #include "models/presets.h"
+#include "tests/common/anelab_versions.h"
 #include "tests/common/test_data.h"
 
 namespace anelab::models {
@@ -178,6 +181,113 @@ void expect_error(const Reader& r, const Bytes& b, const std::string& needle, co
   EXPECT_NE(e.find(needle), std::string::npos) << r.name << " / " << what << ": got '" << e << "'";
 }
 
+// Version 5 keeps an FNV-1a checksum of its JSON header at offset 24 (length at 16, JSON at 40): recomputed
+// here so that a test can reach the field checks behind it.
+void reseal_anelab_header(Bytes& b) {
+  uint64_t hlen = 0;
+  std::memcpy(&hlen, &b[16], 8);
+  const uint64_t sum = fnv1a64(kFnvOffset, &b[40], hlen);
+  std::memcpy(&b[24], &sum, 8);
+}
+
+TEST(Corrupt, AnelabChecksums) {
+  const Reader an = readers()[0];
+  const Bytes good = an.image();
+  uint32_t version = 0;
+  std::memcpy(&version, &good[8], 4);
+  EXPECT_EQ(version, kAnelabVersion);
+  Bytes b = good;
+  b[b.size() - 1] ^= 0x01;  // the last weight byte: no field check can see it
+  expect_error(an, b, "data checksum mismatch", "anelab data bit flip");
+  b = good;
+  {  // a byte of the JSON header that every parser accepts (inside the "source" string)
+    std::string s(b.begin(), b.end());
+    const size_t p = s.find("\"source\":\"");
+    ASSERT_NE(p, std::string::npos);
+    b[p + 10] = b[p + 10] == 'x' ? 'y' : 'x';
+    expect_error(an, b, "header checksum mismatch", "anelab header byte");
+  }
+  // Version 4 (no checksums) is still read, to the same tensors.
+  const Bytes v4 = test::anelab_as_version(good, 4);
+  ASSERT_FALSE(v4.empty());
+  const Model m4 = parse_anelab(v4.data(), v4.size(), nullptr, "v4");
+  const Model m5 = parse_anelab(good.data(), good.size(), nullptr, "v5");
+  ASSERT_EQ(m4.tensors().size(), m5.tensors().size());
+  for (const Tensor& t : m5.tensors()) {
+    const Tensor& u = m4.tensor(t.name);
+    ASSERT_EQ(u.nbytes, t.nbytes) << t.name;
+    EXPECT_EQ(std::memcmp(u.data, t.data, static_cast<size_t>(t.nbytes)), 0) << t.name;
+  }
+  Bytes v4_flipped = v4;
+  v4_flipped.back() ^= 0x01;  // no checksum in version 4: still read (the reason for version 5)
+  EXPECT_EQ(error_of(an, v4_flipped), "");
+}
+
+TEST(Corrupt, AnelabChecksumOverSeveralBlocks) {
+  // The data checksum hashes 1 MiB blocks (on several threads when reading): a file of 2-3 blocks round-trips, and
+  // a bit flipped in its middle block is found.
+  ModelConfig c = tiny_llama();
+  c.vocab_size = 8192;  // embeddings 8192 x 32 fp32 = 1 MiB: with the layers about 1.1 MiB, two blocks
+  c.dim = 32, c.head_dim = 8;
+  const auto dir = test::temp_dir("ck_blocks");
+  const std::string path = (dir / "m.anelab").string();
+  const Model m = random_model(c, 9);
+  save_model(m, path);
+  Bytes b = read_file_bytes(path);
+  ASSERT_GT(b.size(), size_t{1} << 20);
+  const Model back = parse_anelab(b.data(), b.size(), nullptr, "blocks");
+  for (const Tensor& t : m.tensors())
+    EXPECT_EQ(std::memcmp(back.tensor(t.name).data, t.data, size_t(t.nbytes)), 0) << t.name;
+  b[(size_t{1} << 20) + 4096] ^= 0x10;
+  const Reader an = readers()[0];
+  expect_error(an, b, "data checksum mismatch", "anelab bit flip past the first block");
+}
+
+TEST(Corrupt, OverlappingTensorsRefused) {
+  const Reader gg = readers()[3], st = readers()[2];
+  {  // GGUF: two F32 [8] tensors, the second's offset moved onto the first's bytes
+    GgufWriter w;
+    w.add_tensor("first.weight", ggml_type_of(DType::kF32), {8}, Bytes(32, 1));
+    w.add_tensor("second.weight", ggml_type_of(DType::kF32), {8}, Bytes(32, 2));
+    Bytes b = w.build();
+    EXPECT_NO_THROW(parse_gguf(b.data(), b.size(), nullptr, "t"));
+    const std::string s(b.begin(), b.end());
+    const size_t p = s.find("second.weight");
+    ASSERT_NE(p, std::string::npos);
+    const size_t off_at = p + 13 + 4 + 8 + 4;  // name, n_dims, one dim, type: then the u64 offset
+    uint64_t off = 0;
+    std::memcpy(&off, &b[off_at], 8);
+    ASSERT_EQ(off, 32u);
+    off = 0;
+    std::memcpy(&b[off_at], &off, 8);
+    try {
+      parse_gguf(b.data(), b.size(), nullptr, "crafted.gguf");
+      ADD_FAILURE() << "overlapping GGUF tensors accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("crafted.gguf: tensor second.weight (bytes 0-32 of the data section) "
+                                           "overlaps tensor first.weight"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  {  // safetensors: the second tensor's data_offsets made those of the first (same size, so they fit its shape)
+    Bytes b = build_safetensors({{"a.weight", "F32", {4}, Bytes(16, 1)}, {"b.weight", "F32", {4}, Bytes(16, 2)}});
+    std::string s(b.begin(), b.end());
+    const size_t p = s.find("[16,32]");
+    ASSERT_NE(p, std::string::npos);
+    s.replace(p, 7, "[0,16] ");
+    b.assign(s.begin(), s.end());
+    try {
+      parse_safetensors(b.data(), b.size(), nullptr, "crafted.safetensors");
+      ADD_FAILURE() << "overlapping safetensors tensors accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("crafted.safetensors: tensor "), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("overlaps tensor a.weight"), std::string::npos) << e.what();
+    }
+  }
+  (void)gg, (void)st;
+}
+
 TEST(Corrupt, HandMadeDefects) {
   const auto rs = readers();
   const Reader &an = rs[0], &l2 = rs[1], &st = rs[2], &gg = rs[3];
@@ -194,12 +304,14 @@ TEST(Corrupt, HandMadeDefects) {
   std::memset(&b[16], 0x7f, 8);
   expect_error(an, b, "header_len", "anelab huge header");
   b = an.image();
-  {  // change a tensor shape inside the JSON without changing the length
+  {  // change a tensor shape inside the JSON without changing the length (and seal the header again)
     std::string s(b.begin(), b.end());
     const size_t p = s.find("[32,16]");
     ASSERT_NE(p, std::string::npos);
     s.replace(p, 7, "[16,32]");
     b.assign(s.begin(), s.end());
+    expect_error(an, b, "header checksum mismatch", "anelab header edited");
+    reseal_anelab_header(b);
     expect_error(an, b, "tok_embeddings", "anelab shape mismatch");
   }
 
