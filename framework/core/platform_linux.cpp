@@ -3,7 +3,11 @@
 
 #if defined(__linux__)
 #include <sys/mman.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -49,6 +53,27 @@ Reading<std::string> advise_huge_pages(void* p, size_t bytes) {
 
 Reading<double> anon_huge_pages_mb() { return procfs::self_anon_huge_mb(procfs::kRoot); }
 Reading<CpuTicks> cpu_ticks() { return procfs::cpu_ticks(procfs::kRoot); }
+
+Reading<std::string> release_free_memory() {
+#ifdef __GLIBC__
+  ::malloc_trim(0);
+  return Reading<std::string>::ok("glibc malloc_trim");
+#else
+  return Reading<std::string>::unavailable("no malloc_trim in this C library (not glibc)");
+#endif
+}
+
+Reading<std::string> limit_heap_retention(size_t bytes) {
+#ifdef __GLIBC__
+  const int b = static_cast<int>(std::min<size_t>(bytes, size_t(1) << 30));
+  if (::mallopt(M_MMAP_THRESHOLD, b) != 1 || ::mallopt(M_TRIM_THRESHOLD, b) != 1)
+    return Reading<std::string>::unavailable("mallopt refused a threshold of " + std::to_string(b) + " bytes");
+  return Reading<std::string>::ok("glibc mallopt M_MMAP_THRESHOLD = M_TRIM_THRESHOLD = " + std::to_string(b));
+#else
+  (void)bytes;
+  return Reading<std::string>::unavailable("no mallopt thresholds in this C library (not glibc)");
+#endif
+}
 Reading<MachineMemory> machine_memory() { return procfs::machine_memory(procfs::kRoot); }
 
 }  // namespace anelab::platform
