@@ -124,8 +124,10 @@ Reading<std::string> transparent_huge_pages();
 Reading<std::string> advise_huge_pages(void* p, size_t bytes);
 // MiB of the process's anonymous memory that huge pages back now (Linux: smaps_rollup AnonHugePages).
 Reading<double> anon_huge_pages_mb();
-// Gives the allocator's free memory back to the OS (glibc: malloc_trim(0), which trims every arena, the
-// per-thread ones included), so that RSS returns near idle after a burst of large short-lived allocations.
+// Gives the allocator's free memory back to the OS, so that RSS returns near idle after a burst of many
+// short-lived allocations (glibc: malloc_trim(0), which gives back the free pages of every arena and the main
+// arena's free top, then a 96 KiB block freed in the calling thread's arena, which makes glibc trim that arena's
+// free top too; call it on the thread that did the allocating).
 // The allocator used ("glibc malloc_trim"), or why nothing was done (another libc, macOS, another OS).
 Reading<std::string> release_free_memory();
 // Makes the allocator give memory back as it is freed rather than keep it for reuse, for a long-running

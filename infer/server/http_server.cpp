@@ -121,6 +121,8 @@ bool stream_job(const std::shared_ptr<Job>& job, const ResponseMeta& meta, bool 
 // Allocations of at least this size get their own mapping and a free arena top above it goes back to the OS,
 // so that a burst of large bodies does not stay resident in the HTTP threads' arenas.
 constexpr size_t kHeapRetention = 128 * 1024;
+// A body at least this large has its parsed document's memory given back as soon as it is parsed.
+constexpr size_t kLargeBody = 64 * 1024;
 
 HttpServer::HttpServer(Generator& gen, const ServerOptions& o) : gen_(gen), opt_(o) {
   (void)platform::limit_heap_retention(kHeapRetention);
@@ -257,7 +259,8 @@ void HttpServer::handle_generate(Endpoint ep, const HttpRequest& q, HttpResponse
         res, ApiError{503, "The server is busy parsing other requests; retry later", "server_error", "", "overloaded"});
   }
   auto parsed = parse_request(ep, q.body, lim, cr);  // the document is freed on return; cr keeps what it needs
-  if (parse_budget_->give(q.body.size())) (void)platform::release_free_memory();  // after a burst of large bodies
+  // A large document's memory goes back at once, from this thread's arena; a burst of smaller ones when it ends.
+  if (parse_budget_->give(q.body.size()) || q.body.size() >= kLargeBody) (void)platform::release_free_memory();
   if (parsed) return send_error(res, *parsed);
   GenParams gp;
   if (auto e = gen_.prepare(cr, gp)) return send_error(res, *e);
