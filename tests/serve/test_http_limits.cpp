@@ -93,7 +93,21 @@ class RssSampler {
   std::thread th_;
 };
 
+// AddressSanitizer's allocator keeps freed memory in quarantine and ignores the heap tuning.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAsan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAsan = true;
+#else
+constexpr bool kAsan = false;
+#endif
+#else
+constexpr bool kAsan = false;
+#endif
+
 std::string skip_reason_for_rss() {
+  if (kAsan) return "RSS under AddressSanitizer is its allocator's, not the server's";
   if (current_rss_mib() < 0) return "no current RSS on this OS (" + platform::process_memory().reason + ")";
   if (const auto why = ::anelab::test::user_mode_emulation(); !why.empty()) return "RSS not the server's under " + why;
   return "";
