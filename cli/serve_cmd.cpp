@@ -32,7 +32,7 @@ struct ServeArgs {
   serve::ModelOptions model;
   serve::ServerOptions server;
   double grace_s = 10, request_timeout_s = 10;
-  int64_t max_tokens_cap = 0;
+  int64_t max_tokens_cap = serve::kDefaultMaxTokensCap;
   std::string port_file;
   bool quiet = false;
 };
@@ -71,7 +71,7 @@ void run_serve(ServeArgs& a) {
   if (!a.quiet) a.model.progress = [](const std::string& line) { std::fprintf(stderr, "serve: %s\n", line.c_str()); };
   serve::ModelPool pool(a.model, a.server.parallel);
   const int64_t ctx = pool.context();
-  a.server.limits.max_tokens_cap = a.max_tokens_cap > 0 ? std::min(a.max_tokens_cap, ctx) : ctx;
+  a.server.limits.max_tokens_cap = serve::effective_max_tokens_cap(a.max_tokens_cap, ctx);
   a.server.shutdown_grace = std::chrono::milliseconds(static_cast<int64_t>(a.grace_s * 1000));
   a.server.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.request_timeout_s * 1000));
   serve::HttpServer srv(pool, a.server);
@@ -170,9 +170,22 @@ void add_serve_command(CLI::App& app) {
                 "HTTP worker threads answering complete requests (0: 2*(parallel+queue)+8, >= 16)")
       ->capture_default_str()
       ->check(number_in(0, 4096));
-  s->add_option("--max-connections", a->server.max_connections, "Open connections; one more is answered 503 and closed")
+  s->add_option("--max-connections", a->server.max_connections,
+                "Open connections; beyond it idle ones are closed first, then only /health is answered")
       ->capture_default_str()
       ->check(number_in(1, 65536));
+  s->add_option("--max-connections-per-client", a->server.per_client,
+                "Open connections of one client address (0: half of --max-connections)")
+      ->capture_default_str()
+      ->check(number_in(0, 65536));
+  s->add_option("--max-buffered", a->server.max_buffered,
+                "Request bytes all connections may hold at once (at least --max-body); others wait unread")
+      ->capture_default_str()
+      ->check(number_in(1, 1ll << 40));
+  s->add_option("--parse-budget", a->server.parse_budget,
+                "JSON body bytes parsed at once (at least --max-body); others wait for their turn")
+      ->capture_default_str()
+      ->check(number_in(1, 1ll << 40));
   s->add_option("--request-timeout", a->request_timeout_s,
                 "Seconds a whole request (head + body) may take from its first byte (then 408, closed)")
       ->capture_default_str()
@@ -180,7 +193,8 @@ void add_serve_command(CLI::App& app) {
   s->add_option("--max-body", a->server.max_body, "Largest request body in bytes (then 413)")
       ->capture_default_str()
       ->check(number_in(1, 1 << 30));
-  s->add_option("--max-tokens-cap", a->max_tokens_cap, "Largest max_tokens a request may ask for (0: the context)")
+  s->add_option("--max-tokens-cap", a->max_tokens_cap,
+                "Largest max_tokens a request may ask for, at most the context (0: the whole context)")
       ->capture_default_str()
       ->check(number_in(0, kInf));
   s->add_option("--default-max-tokens", a->server.limits.default_max_tokens, "max_tokens when a request has none")

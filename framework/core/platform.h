@@ -7,7 +7,8 @@
 //   platform_procfs.cpp  Linux procfs parsers with the root as a parameter (tests point them at fake trees;
 //                        they are plain file reads, so they compile and are tested on every OS)
 //   platform_linux.cpp   Linux: executable (/proc/self/exe, else argv[0]), RSS, CPU ticks, memory via procfs,
-//                        transparent huge pages (madvise MADV_HUGEPAGE, sysfs THP mode, smaps_rollup)
+//                        transparent huge pages (madvise MADV_HUGEPAGE, sysfs THP mode, smaps_rollup),
+//                        free heap memory given back (glibc malloc_trim)
 //   platform_macos.cpp   macOS: _NSGetExecutablePath, mach_task_basic_info, host_processor_info,
 //                        hw.memsize + host_statistics64, proc_pidinfo
 //   platform_other.cpp   any other OS: everything "unavailable on this OS" except the POSIX parts
@@ -123,6 +124,18 @@ Reading<std::string> transparent_huge_pages();
 Reading<std::string> advise_huge_pages(void* p, size_t bytes);
 // MiB of the process's anonymous memory that huge pages back now (Linux: smaps_rollup AnonHugePages).
 Reading<double> anon_huge_pages_mb();
+// Gives the allocator's free memory back to the OS, so that RSS returns near idle after a burst of many
+// short-lived allocations (glibc: malloc_trim(0), which gives back the free pages of every arena and the main
+// arena's free top, then a 96 KiB block freed in the calling thread's arena, which makes glibc trim that arena's
+// free top too; call it on the thread that did the allocating).
+// The allocator used ("glibc malloc_trim"), or why nothing was done (another libc, macOS, another OS).
+Reading<std::string> release_free_memory();
+// Makes the allocator give memory back as it is freed rather than keep it for reuse, for a long-running
+// process whose bursts must not stay resident (glibc: M_MMAP_THRESHOLD and M_TRIM_THRESHOLD fixed at `bytes`,
+// which also stops glibc from raising them after large frees: blocks of at least `bytes` get their own
+// mapping, unmapped on free, and a free top of any arena, per-thread ones included, above `bytes` is
+// returned on free; malloc_trim cannot shrink those tops). The allocator tuned, or why nothing was done.
+Reading<std::string> limit_heap_retention(size_t bytes);
 
 // ---- the machine ------------------------------------------------------------------------------
 

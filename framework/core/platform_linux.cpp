@@ -3,8 +3,13 @@
 
 #if defined(__linux__)
 #include <sys/mman.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 namespace anelab::platform {
@@ -49,6 +54,36 @@ Reading<std::string> advise_huge_pages(void* p, size_t bytes) {
 
 Reading<double> anon_huge_pages_mb() { return procfs::self_anon_huge_mb(procfs::kRoot); }
 Reading<CpuTicks> cpu_ticks() { return procfs::cpu_ticks(procfs::kRoot); }
+
+Reading<std::string> release_free_memory() {
+#ifdef __GLIBC__
+  // Every arena: free chunks consolidated, their whole free pages given back, the main arena's top trimmed.
+  ::malloc_trim(0);
+  // A per-thread arena's free top is trimmed only by a free of >= 64 KiB that reaches it (glibc's heap_trim;
+  // malloc_trim leaves it), so one such block of the calling thread's arena is freed: below the 128 KiB mmap threshold
+  // of limit_heap_retention, it comes from the arena. Called through a volatile pointer so that it is not elided.
+  void* (*volatile alloc)(size_t) = std::malloc;
+  if (void* p = alloc(96 * 1024)) {
+    static_cast<volatile char*>(p)[0] = 0;
+    std::free(p);
+  }
+  return Reading<std::string>::ok("glibc malloc_trim + this thread's arena top");
+#else
+  return Reading<std::string>::unavailable("no malloc_trim in this C library (not glibc)");
+#endif
+}
+
+Reading<std::string> limit_heap_retention(size_t bytes) {
+#ifdef __GLIBC__
+  const int b = static_cast<int>(std::min<size_t>(bytes, size_t(1) << 30));
+  if (::mallopt(M_MMAP_THRESHOLD, b) != 1 || ::mallopt(M_TRIM_THRESHOLD, b) != 1)
+    return Reading<std::string>::unavailable("mallopt refused a threshold of " + std::to_string(b) + " bytes");
+  return Reading<std::string>::ok("glibc mallopt M_MMAP_THRESHOLD = M_TRIM_THRESHOLD = " + std::to_string(b));
+#else
+  (void)bytes;
+  return Reading<std::string>::unavailable("no mallopt thresholds in this C library (not glibc)");
+#endif
+}
 Reading<MachineMemory> machine_memory() { return procfs::machine_memory(procfs::kRoot); }
 
 }  // namespace anelab::platform

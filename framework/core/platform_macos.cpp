@@ -105,6 +105,13 @@ constexpr const char* kNoThp = "no transparent huge pages on macOS";
 Reading<std::string> transparent_huge_pages() { return Reading<std::string>::unavailable(kNoThp); }
 Reading<std::string> advise_huge_pages(void*, size_t) { return Reading<std::string>::unavailable(kNoThp); }
 Reading<double> anon_huge_pages_mb() { return Reading<double>::unavailable(kNoThp); }
+// macOS's malloc returns free pages to the OS by itself (madvise of free regions); nothing to ask here.
+Reading<std::string> release_free_memory() {
+  return Reading<std::string>::unavailable("not needed on macOS (its malloc gives free pages back itself)");
+}
+Reading<std::string> limit_heap_retention(size_t) {
+  return Reading<std::string>::unavailable("not needed on macOS (its malloc gives free pages back itself)");
+}
 
 }  // namespace anelab::platform
 #endif

@@ -19,6 +19,8 @@ Reading<MachineMemory> machine_memory() { return Reading<MachineMemory>::unavail
 Reading<std::string> transparent_huge_pages() { return Reading<std::string>::unavailable(kWhy); }
 Reading<std::string> advise_huge_pages(void*, size_t) { return Reading<std::string>::unavailable(kWhy); }
 Reading<double> anon_huge_pages_mb() { return Reading<double>::unavailable(kWhy); }
+Reading<std::string> release_free_memory() { return Reading<std::string>::unavailable(kWhy); }
+Reading<std::string> limit_heap_retention(size_t) { return Reading<std::string>::unavailable(kWhy); }
 
 }  // namespace anelab::platform
 #endif

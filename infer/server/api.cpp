@@ -360,12 +360,39 @@ int json_depth(std::string_view t, int cap) {
   return max_depth;
 }
 
+size_t json_elements(std::string_view t, size_t cap) {
+  size_t n = 1;
+  bool in_str = false;
+  for (size_t i = 0; i < t.size() && n <= cap; ++i) {
+    const char c = t[i];
+    if (in_str) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_str = false;
+      continue;
+    }
+    if (c == '"')
+      in_str = true;
+    else if (c == ',' || c == ':' || c == '[' || c == '{')
+      ++n;
+  }
+  return n;
+}
+
+int64_t effective_max_tokens_cap(int64_t flag, int64_t context) { return flag > 0 ? std::min(flag, context) : context; }
+
 std::optional<ApiError> parse_request(Endpoint ep, std::string_view body, const Limits& lim, CompletionRequest& out) {
   out = CompletionRequest{};
   try {
     if (body.empty()) return bad("empty body: send a JSON object");
     if (json_depth(body, lim.max_json_depth) > lim.max_json_depth)
       return bad("JSON nested deeper than " + std::to_string(lim.max_json_depth) + " levels");
+    if (json_elements(body, lim.max_json_elements) > lim.max_json_elements)
+      return ApiError{413,
+                      "JSON body has more than " + std::to_string(lim.max_json_elements) +
+                          " values and keys (send a shorter prompt or fewer messages)",
+                      "invalid_request_error", "", "payload_too_large"};
     json o;
     try {
       o = json::parse(body.begin(), body.end());

@@ -36,8 +36,17 @@ struct Limits {
   size_t max_stop = 4;              // stop strings
   size_t max_stop_bytes = 256;      // per stop string
   size_t max_messages = 512;
-  int max_json_depth = 32;  // nesting deeper than this is rejected before parsing
+  int max_json_depth = 32;  // nesting deeper than this is rejected before parsing (400)
+  // Values and keys of the JSON body, counted before parsing (json_elements); more -> 413. Bounds the parsed
+  // document's memory (tens of bytes per element) whatever the body's shape.
+  size_t max_json_elements = size_t(1) << 17;
 };
+
+// The server's default --max-tokens-cap: a request may ask for at most this many new tokens (or the context,
+// when smaller), so that one request cannot hold a worker for a whole large context.
+inline constexpr int64_t kDefaultMaxTokensCap = 512;
+// The cap in effect: `flag` (0: the whole context) clamped to the context.
+int64_t effective_max_tokens_cap(int64_t flag, int64_t context);
 
 struct Message {
   std::string role, content;
@@ -66,6 +75,9 @@ std::optional<ApiError> parse_request(Endpoint ep, std::string_view body, const 
 
 // The deepest [ / { nesting of a JSON text (strings skipped); stops counting past `cap`.
 int json_depth(std::string_view text, int cap);
+// An upper bound on the values and keys of a JSON text, counted without parsing it (1 + commas + colons +
+// opening brackets, strings skipped): [1,2,3] -> 4, {"a":1} -> 3; stops counting past `cap`.
+size_t json_elements(std::string_view text, size_t cap);
 
 // What a finished generation reports.
 struct Usage {

@@ -10,8 +10,17 @@
 //                    408 and the connection is closed (a slow client is cut off, however it trickles)
 //   idle_timeout     a kept-alive connection waiting for its next request is closed after this
 //   write_timeout    a response write that makes no progress for this long closes the connection
-//   max_connections  open connections (reading, queued and being answered); one more is answered 503
-//                    (JSON error, Retry-After) and closed at once
+//   max_connections  open connections (reading, queued and being answered), and per_client of them from one
+//                    client address. A connection over either cap first closes the oldest idle connection
+//                    (accepted or kept alive, no byte of a request yet) of that address (per-client cap) or of
+//                    any (total cap); with none idle it gets one of health_slots extra slots, where only
+//                    GET /health is answered (anything else 503 + Retry-After) within 1 s; with those full the
+//                    oldest such slot is answered 503 and closed to make room, so /health always gets in
+//   body budget      a request whose Content-Length is known reserves its bytes from one budget shared by
+//                    all connections (max_buffered) before its body is read; without room the connection is
+//                    not read (TCP holds the bytes) until room is freed, or its deadline answers 408
+//   peer_closed      while a request is answered, HttpRequest::peer_closed says whether the client has closed
+//                    its side, so the handler can stop work for a client that left
 //   pipelining       requests sent back to back on one connection are answered one after the other, in
 //                    order (the next is parsed from what is left once the previous answer is written)
 //   head/body limits a bad or too long head or a bad Content-Length is answered (400/413/431/501/505)
@@ -19,7 +28,11 @@
 //                    sends is then read and dropped for up to 2 s / 16 MiB before the close, so that it
 //                    reads the answer rather than a connection reset
 //
-// Memory: a connection holds at most max_head + max_body + 64 KiB (one read) of request bytes.
+// Memory: a connection reads at most max_head + 1 bytes before its head is parsed, and its body only into a
+// reservation of the body budget (the exact size, no growth), so the request bytes held at once are at most
+// max_buffered (never less than max_head + max_body) + 2 x (max_head + 1) per connection (string capacity).
+// Listening: a loopback host ("localhost", "127.0.0.1", "::1") is served on both 127.0.0.1 and ::1 (where the
+// machine has IPv6), so a client of "localhost" cannot reach another server on the other family's port.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -31,9 +44,11 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "infer/server/byte_budget.h"
 #include "infer/server/http_request.h"
 
 namespace anelab::serve {
@@ -55,6 +70,9 @@ struct HttpConnOptions {
   int port = 8080;  // 0: any free port
   size_t threads = 16;
   size_t max_connections = 256;
+  size_t per_client = 0;                   // connections of one client address; 0: max_connections / 2 (>= 1)
+  size_t health_slots = 32;                // extra connections beyond the caps, GET /health only
+  size_t max_buffered = size_t(32) << 20;  // request bytes reserved at once (raised to max_head + max_body)
   std::chrono::milliseconds request_timeout{10000}, idle_timeout{2000}, write_timeout{10000};
   HttpParseLimits limits;
   bool log_requests = true;  // "serve: METHOD PATH -> STATUS" on stderr
@@ -63,7 +81,11 @@ struct HttpConnOptions {
 // A listening socket on host:port (SO_REUSEADDR, never SO_REUSEPORT); throws "[serve] port P on H is already
 // in use ..." or naming the host and the reason.
 int listen_socket(const std::string& host, int port);
-// The same check without keeping the socket (port 0: nothing to check), so that `anelab serve` refuses a
+// The sockets a server on host:port listens on: for a loopback host both 127.0.0.1 and ::1 on one port (::1
+// left out where the machine has no IPv6; with port 0 the pair is retried until one port is free on both),
+// else the one of listen_socket. A port taken on either family throws naming that address.
+std::vector<int> listen_sockets(const std::string& host, int port);
+// The same check without keeping the sockets (port 0: nothing to check), so that `anelab serve` refuses a
 // taken port before it spends the time to load the model.
 void check_port_free(const std::string& host, int port);
 
@@ -84,6 +106,7 @@ class HttpConnServer {
   void stop();
   bool running() const { return running_.load(); }
   size_t open_connections() const { return open_.load(); }
+  const ByteBudget& body_budget() const { return body_budget_; }
 
  private:
   struct Conn;
@@ -93,12 +116,19 @@ class HttpConnServer {
     HttpRequest req;
   };
   void poll_loop();
-  void accept_all();
+  void accept_all(int listen_fd);
+  // Admits a new connection under the caps (see the header comment); false when it was answered 503.
+  bool admit(Conn& c);
+  Conn* oldest(const std::string* addr, bool idle);  // in reading_: oldest idle / health-slot connection
+  void count_open(const Conn& c, int delta);
   bool read_conn(Conn& c);  // false: the connection is closed or handed to a worker
   bool advance(Conn& c);    // parses what is buffered; false: closed or handed to a worker
   void answer(Conn& c, int status, const std::string& message);  // writes the error, ends our side
   void answer_and_close(Conn& c, int status, const std::string& message);
+  void refuse(Conn& c, int status, const std::string& message);  // answers, then reads and drops (lingers)
+  void reserve_body(Conn& c);  // takes c.need bytes of the body budget, else parks the connection
   void close_conn(Conn& c);
+  void release_body(Conn& c);  // gives the connection's body reservation back
   void worker();
   bool respond(Conn& c, const HttpRequest& q);
   bool write_all(int fd, std::string_view data);
@@ -107,9 +137,14 @@ class HttpConnServer {
   HttpConnOptions opt_;
   Handler handler_;
   ErrorBody error_body_;
-  int listen_fd_ = -1, wake_rd_ = -1, wake_wr_ = -1;
+  std::vector<int> listen_fds_;
+  int wake_rd_ = -1, wake_wr_ = -1;
   std::atomic<bool> running_{false}, stopping_{false};
   std::atomic<size_t> open_{0};
+  ByteBudget body_budget_;
+  std::mutex count_mu_;  // guards the counts below (connections close on any thread)
+  size_t normal_ = 0, in_health_slots_ = 0;
+  std::unordered_map<std::string, size_t> per_addr_;            // connections under the caps, by client address
   std::vector<std::unique_ptr<Conn>> reading_;                  // poller thread only
   std::chrono::steady_clock::time_point accept_pause_until_{};  // poller thread only
   std::mutex mu_;                                               // guards the fields below

@@ -206,6 +206,8 @@ const char* http_reason(int s) {
       return "Payload Too Large";
     case 431:
       return "Request Header Fields Too Large";
+    case 499:  // nginx's: the client closed the connection before the answer (never read by anyone)
+      return "Client Closed Request";
     case 500:
       return "Internal Server Error";
     case 501:

@@ -12,6 +12,7 @@
 //   505  an HTTP version other than 1.0 / 1.1
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -28,6 +29,9 @@ struct HttpRequest {
   std::string body;
   bool keep_alive = true;        // 1.1 unless "Connection: close"; 1.0 only with "Connection: keep-alive"
   bool expect_continue = false;  // "Expect: 100-continue"
+  // Set by the connection layer while the request is being answered (empty elsewhere): true once the client
+  // has closed its side of the connection, so that work for a client that left can be cancelled.
+  std::function<bool()> peer_closed;
 
   // The first header of that (lower-case) name, or "" when absent.
   std::string_view header(std::string_view lower_name) const;

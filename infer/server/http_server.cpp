@@ -11,6 +11,7 @@
 #include <random>
 
 #include "framework/core/error.h"
+#include "framework/core/platform.h"
 
 namespace anelab::serve {
 namespace {
@@ -81,14 +82,21 @@ std::string random_response_id(Endpoint ep) {
   return id;
 }
 
-// Streams a job's text as SSE; true when the stream ended normally.
+// How often a request waiting for its job asks whether its client has left.
+constexpr auto kPeerCheck = std::chrono::milliseconds(100);
+
+bool peer_closed(const HttpRequest& q) { return q.peer_closed && q.peer_closed(); }
+
+// Streams a job's text as SSE; true when the stream ended normally, false when a write failed or the client
+// closed its side (checked every kPeerCheck, also while the job is queued or in its prefill).
 bool stream_job(const std::shared_ptr<Job>& job, const ResponseMeta& meta, bool include_usage,
-                const std::function<bool(std::string_view)>& write) {
+                const std::function<bool(std::string_view)>& write, const std::function<bool()>& gone) {
   if (meta.endpoint == Endpoint::kChat && !write(sse_role(meta))) return false;
   std::string held;  // bytes of an incomplete UTF-8 character
   auto last_write = Clock::now();
   for (bool done = false; !done;) {
-    held += job->next(std::chrono::milliseconds(200), done);
+    held += job->next(kPeerCheck, done);
+    if (!done && gone && gone()) return false;
     const size_t k = done ? held.size() : utf8_complete_prefix(held);
     if (k > 0) {
       if (!write(sse_delta(meta, std::string_view(held).substr(0, k)))) return false;
@@ -110,13 +118,23 @@ bool stream_job(const std::shared_ptr<Job>& job, const ResponseMeta& meta, bool 
 
 }  // namespace
 
+// Allocations of at least this size get their own mapping and a free arena top above it goes back to the OS,
+// so that a burst of large bodies does not stay resident in the HTTP threads' arenas.
+constexpr size_t kHeapRetention = 128 * 1024;
+// A body at least this large has its parsed document's memory given back as soon as it is parsed.
+constexpr size_t kLargeBody = 64 * 1024;
+
 HttpServer::HttpServer(Generator& gen, const ServerOptions& o) : gen_(gen), opt_(o) {
+  (void)platform::limit_heap_retention(kHeapRetention);
   if (opt_.http_threads == 0) opt_.http_threads = std::max<size_t>(16, 2 * (opt_.parallel + opt_.queue) + 8);
   HttpConnOptions co;
   co.host = opt_.host;
   co.port = opt_.port;
   co.threads = opt_.http_threads;
   co.max_connections = opt_.max_connections;
+  co.per_client = opt_.per_client;
+  co.max_buffered = opt_.max_buffered;
+  parse_budget_ = std::make_unique<ByteBudget>(std::max(opt_.parse_budget, opt_.max_body));
   co.request_timeout = opt_.request_timeout;
   co.idle_timeout = std::chrono::seconds(opt_.keep_alive_s);
   co.limits.max_body = opt_.max_body;
@@ -223,10 +241,11 @@ MetricsSnapshot HttpServer::metrics() {
 namespace {
 // Cancels the job when the response is dropped before its stream ended (client gone, write failed).
 struct CancelUnlessDone {
+  Scheduler* sched = nullptr;
   std::shared_ptr<Job> job;
   bool done = false;
   ~CancelUnlessDone() {
-    if (!done) job->cancel.store(true);
+    if (!done) sched->cancel(job);
   }
 };
 }  // namespace
@@ -234,7 +253,15 @@ struct CancelUnlessDone {
 void HttpServer::handle_generate(Endpoint ep, const HttpRequest& q, HttpResponse& res) {
   CompletionRequest cr;
   Limits lim = opt_.limits;
-  if (auto e = parse_request(ep, q.body, lim, cr)) return send_error(res, *e);
+  if (!parse_budget_->take(q.body.size(), opt_.request_timeout)) {
+    res.set_header("Retry-After", std::to_string(opt_.retry_after_s));
+    return send_error(
+        res, ApiError{503, "The server is busy parsing other requests; retry later", "server_error", "", "overloaded"});
+  }
+  auto parsed = parse_request(ep, q.body, lim, cr);  // the document is freed on return; cr keeps what it needs
+  // A large document's memory goes back at once, from this thread's arena; a burst of smaller ones when it ends.
+  if (parse_budget_->give(q.body.size()) || q.body.size() >= kLargeBody) (void)platform::release_free_memory();
+  if (parsed) return send_error(res, *parsed);
   GenParams gp;
   if (auto e = gen_.prepare(cr, gp)) return send_error(res, *e);
   auto job = std::make_shared<Job>(std::move(gp));
@@ -256,6 +283,14 @@ void HttpServer::handle_generate(Endpoint ep, const HttpRequest& q, HttpResponse
   meta.created = static_cast<int64_t>(std::time(nullptr));
   meta.id = random_response_id(ep);
   if (!cr.stream) {
+    // The client is watched while the job waits or runs: one that has closed its side gets no more work (a
+    // queued job leaves the queue, a running one stops at its next token) and no answer.
+    while (!job->wait_for(kPeerCheck)) {
+      if (!peer_closed(q)) continue;
+      sched_->cancel(job);
+      return send_error(
+          res, ApiError{499, "the client closed the connection", "invalid_request_error", "", "client_closed_request"});
+    }
     const GenOutcome& o = job->wait();
     if (o.error) {
       if (o.error->status == 503) res.set_header("Retry-After", std::to_string(opt_.retry_after_s));
@@ -268,9 +303,10 @@ void HttpServer::handle_generate(Endpoint ep, const HttpRequest& q, HttpResponse
   res.set_header("Cache-Control", "no-cache");
   const bool include_usage = cr.include_usage;
   auto guard = std::make_shared<CancelUnlessDone>();
+  guard->sched = sched_.get();
   guard->job = job;
-  res.stream = [guard, meta, include_usage](const std::function<bool(std::string_view)>& write) {
-    guard->done = stream_job(guard->job, meta, include_usage, write);
+  res.stream = [guard, meta, include_usage, gone = q.peer_closed](const std::function<bool(std::string_view)>& write) {
+    guard->done = stream_job(guard->job, meta, include_usage, write, gone);
     return guard->done;
   };
 }

@@ -1,6 +1,8 @@
 // The HTTP front of `anelab serve`: routing over the connection layer (http_conn.h: POSIX sockets + poll,
 // whole-request deadlines, a connection cap, pipelining; no HTTP library).
 //
+// Bodies are parsed under a budget of bytes being parsed at once (parse_budget: a parsed document takes several
+// times its text), so a burst of large bodies is parsed a few at a time, not one per HTTP thread.
 // Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /v1/models/{id} (404
 // model_not_found for another id), GET /health, GET /metrics
 // (Prometheus text: request counters, tokens, and energy per rail when the machine has a power source,
@@ -30,12 +32,15 @@ namespace anelab::serve {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;               // 0: any free port (see bound_port())
-  size_t parallel = 1;           // generation workers (the Generator must have as many)
-  size_t queue = 16;             // requests waiting beyond the running ones
-  size_t max_body = 1 << 20;     // bytes; larger -> 413
-  size_t http_threads = 0;       // 0: 2 * (parallel + queue) + 8, at least 16
-  size_t max_connections = 256;  // open connections; one more -> 503 and closed
+  int port = 8080;                         // 0: any free port (see bound_port())
+  size_t parallel = 1;                     // generation workers (the Generator must have as many)
+  size_t queue = 16;                       // requests waiting beyond the running ones
+  size_t max_body = 1 << 20;               // bytes; larger -> 413
+  size_t http_threads = 0;                 // 0: 2 * (parallel + queue) + 8, at least 16
+  size_t max_connections = 256;            // open connections; beyond it idle ones are closed first, then /health only
+  size_t per_client = 0;                   // open connections of one client address; 0: max_connections / 2
+  size_t max_buffered = size_t(32) << 20;  // request bytes held at once by all connections (body budget)
+  size_t parse_budget = size_t(1) << 20;   // JSON bytes being parsed at once (at least one max_body)
   int retry_after_s = 1;
   std::chrono::milliseconds shutdown_grace{10000};
   std::chrono::milliseconds request_timeout{10000};  // whole request (head + body) from its first byte
@@ -61,6 +66,8 @@ class HttpServer {
   void stop();
   bool running() const;
   Scheduler& scheduler() { return *sched_; }
+  const ByteBudget& parse_budget() const { return *parse_budget_; }
+  const ByteBudget& body_budget() const { return conn_->body_budget(); }
 
  private:
   void route(const HttpRequest& q, HttpResponse& r);
@@ -70,6 +77,7 @@ class HttpServer {
   Generator& gen_;
   ServerOptions opt_;
   std::unique_ptr<HttpConnServer> conn_;
+  std::unique_ptr<ByteBudget> parse_budget_;
   std::unique_ptr<Scheduler> sched_;
   std::atomic<bool> stopping_{false};
   Clock::time_point started_;

@@ -1,5 +1,6 @@
 #include "infer/server/scheduler.h"
 
+#include <algorithm>
 #include <exception>
 
 namespace anelab::serve {
@@ -37,6 +38,11 @@ const GenOutcome& Job::wait() {
   return outcome_;
 }
 
+bool Job::wait_for(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  return cv_.wait_for(lk, timeout, [&] { return done_; });
+}
+
 bool Job::finished() const {
   std::lock_guard<std::mutex> lk(mu_);
   return done_;
@@ -68,6 +74,20 @@ Scheduler::Admit Scheduler::submit(const std::shared_ptr<Job>& job) {
   ++stats_.admitted;
   cv_.notify_one();
   return Admit::kOk;
+}
+
+void Scheduler::cancel(const std::shared_ptr<Job>& job) {
+  job->cancel.store(true);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = std::find(queue_.begin(), queue_.end(), job);
+    if (it == queue_.end()) return;  // running (it stops at its next token) or already done
+    queue_.erase(it);
+    ++stats_.cancelled;
+  }
+  GenOutcome o;
+  o.stop_reason = "cancelled";
+  job->finish(std::move(o));
 }
 
 void Scheduler::worker_loop(size_t w) {

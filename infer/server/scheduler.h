@@ -5,7 +5,8 @@
 //   - Each worker owns one generation context (for the model: one Engine + KV cache, see
 //     engine_adapter.h) and runs one job at a time through the RunFn; jobs are taken FIFO.
 //   - A job streams text through Job::push_text; the HTTP side reads it with Job::next(). Setting
-//     Job::cancel (client gone, shutdown) makes the RunFn stop at its next token.
+//     Job::cancel (client gone, shutdown) makes the RunFn stop at its next token; cancel() also takes a
+//     queued job out of the queue.
 //   - shutdown(grace): stop admitting, finish queued jobs with a 503 error, let running jobs run for up
 //     to `grace`, then cancel them, and join the workers.
 // The scheduler knows nothing about HTTP or models, so it is tested with a fake RunFn.
@@ -64,6 +65,8 @@ class Job {
   std::string next(std::chrono::milliseconds timeout, bool& done);
   // Waits for the end (non-streamed answers).
   const GenOutcome& wait();
+  // Waits up to `timeout` for the end; true when the job has finished.
+  bool wait_for(std::chrono::milliseconds timeout);
   bool finished() const;
 
  private:
@@ -85,6 +88,9 @@ class Scheduler {
 
   enum class Admit { kOk, kFull, kStopping };
   Admit submit(const std::shared_ptr<Job>& job);
+  // Sets the job's cancel flag (a running job stops at its next token); a job still queued leaves the queue
+  // at once and finishes as "cancelled", so that it holds no queue slot.
+  void cancel(const std::shared_ptr<Job>& job);
   void shutdown(std::chrono::milliseconds grace);
 
   struct Stats {

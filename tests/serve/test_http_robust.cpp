@@ -213,14 +213,19 @@ TEST(ServeHttpRobust, OversizedBodySentAnywayStillReads413) {
   }
 }
 
+// Over the cap (every connection with a request begun, none idle to close) a request other than /health is
+// answered 503 overloaded + Retry-After (tests/serve/test_http_limits.cpp: /health, idle ones closed first).
 TEST(ServeHttpRobust, ConnectionCapAnswers503) {
   ServerOptions o;
   o.max_connections = 8;
   Running r(o);
   std::vector<int> idle;
-  for (int i = 0; i < 8; ++i) idle.push_back(connect_to(r.port));
+  for (int i = 0; i < 8; ++i) {
+    idle.push_back(connect_to(r.port));
+    (void)!::send(idle.back(), "GET /he", 7, MSG_NOSIGNAL);
+  }
   std::this_thread::sleep_for(100ms);  // accepted by now
-  const auto busy = timed_roundtrip(r.port, request("GET", "/health", ""), 2000ms);
+  const auto busy = timed_roundtrip(r.port, request("GET", "/v1/models", ""), 2000ms);
   EXPECT_EQ(status_of(busy), 503) << busy;
   EXPECT_EQ(body_json(busy)["error"]["code"], "overloaded") << busy;
   EXPECT_NE(busy.find("Retry-After: 1"), std::string::npos) << busy;
