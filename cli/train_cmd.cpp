@@ -12,6 +12,7 @@
 #include "framework/core/file.h"
 #include "train/bench.h"
 #include "train/config.h"
+#include "train/run_dir.h"
 #include "train/trainer.h"
 
 namespace anelab::cli {
@@ -34,6 +35,8 @@ train::TrainConfig resolve(const TrainArgs& a) {
     namespace fs = std::filesystem;
     const std::string path = (fs::path(c.run_dir) / "config.json").string();
     if (!fs::exists(fs::path(c.run_dir) / "last.ckpt")) {  // before the first checkpoint: nothing to resume
+      // ... unless a trainer is at work there (before its first checkpoint): that is the one line to give.
+      if (fs::is_directory(c.run_dir)) train::RunDirLock probe(c.run_dir);
       const fs::path toml = fs::path(c.run_dir) / "config.toml";
       fail("train", "--resume: run dir ", c.run_dir,
            " has no checkpoint (last.ckpt) yet, so there is nothing to resume; ",

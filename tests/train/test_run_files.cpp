@@ -165,6 +165,38 @@ TEST(RunFiles, OneWriterPerRunDirectory) {
   fs::remove_all(dir);
 }
 
+// Item 1, before the first checkpoint: a --resume of a run whose trainer is still at its first steps (the lock held,
+// no last.ckpt yet) names the holder, not "nothing to resume".
+TEST(RunFiles, ResumeBeforeTheFirstCheckpointOfARunningTrainerNamesIt) {
+  const auto dir = test::temp_dir("one_writer_early").string();
+  const std::string run = dir + "/run";
+  fs::create_directories(run);
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t holder = ::fork();
+  if (holder == 0) {
+    platform::FileLock l = platform::lock_file(run + "/run.lock");
+    const char b = l.fd >= 0 ? 'y' : 'n';
+    if (::write(fds[1], &b, 1) != 1) ::_exit(2);
+    ::sleep(120);
+    ::_exit(0);
+  }
+  char b = 0;
+  ASSERT_EQ(::read(fds[0], &b, 1), 1);
+  ASSERT_EQ(b, 'y');
+  const Cli r = run_cli(dir, "--run-dir " + run + " --resume --steps 3");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_EQ(lines(r.out), 1) << r.out;
+  EXPECT_NE(r.out.find("in use by another trainer (pid " + std::to_string(holder)), std::string::npos) << r.out;
+  ::kill(holder, SIGKILL);
+  ::waitpid(holder, nullptr, 0);
+  ::close(fds[0]), ::close(fds[1]);
+  const Cli after = run_cli(dir, "--run-dir " + run + " --resume --steps 3");  // no trainer: nothing to resume
+  EXPECT_EQ(after.rc, 1) << after.out;
+  EXPECT_NE(after.out.find("has no checkpoint (last.ckpt) yet"), std::string::npos) << after.out;
+  fs::remove_all(dir);
+}
+
 // Item 2: a fresh start refuses a non-empty directory that is not a run (a Hugging Face model directory here)
 // and changes nothing in it; with --force it writes the run there, and deletes no file of another naming
 // scheme (a dead pid's "model.safetensors.tmp.<pid>" is not the trainer's).
