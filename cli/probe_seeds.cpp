@@ -20,8 +20,9 @@ double seed_ms_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
 
-// Compile on `be`, one warm-up evaluate, then the best of `repeats`: {"eval_ms", "tflops"} or {"error"}.
-json timed_workload(rt::Backend& be, const kern::Workload& w, int repeats) {
+// Compile on `be`, one warm-up evaluate, then the best of `repeats`: {"eval_ms", "tflops"} or {"error"}. With `out`,
+// the outputs of the last evaluate (fp32 values, outputs in order).
+json timed_workload(rt::Backend& be, const kern::Workload& w, int repeats, std::vector<float>* out = nullptr) {
   mil::Program p = w.program;
   p.dialect = be.profile().dialect;
   auto k = be.compile(p, w.weights);
@@ -38,7 +39,24 @@ json timed_workload(rt::Backend& be, const kern::Workload& w, int repeats) {
     if (Status s = be.evaluate(**k, 0, ip, op); !s) return json{{"error", "evaluate: " + s.message()}};
     if (r > 0) best = std::min(best, seed_ms_since(t));  // r == 0: warm-up
   }
+  if (out) {
+    out->clear();
+    for (auto& o : outs) {
+      std::vector<float> v(static_cast<size_t>(o.numel()));
+      o.read(v.data());
+      out->insert(out->end(), v.begin(), v.end());
+    }
+  }
   return json{{"eval_ms", best}, {"tflops", w.flops / (best * 1e9)}};
+}
+
+// max |a - ref| / max |ref| (infinite for different sizes or an empty reference).
+double seed_max_rel_diff(const std::vector<float>& a, const std::vector<float>& ref) {
+  if (a.size() != ref.size() || ref.empty()) return INFINITY;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    num = std::max(num, std::fabs(double(a[i]) - double(ref[i]))), den = std::max(den, std::fabs(double(ref[i])));
+  return den > 0 ? num / den : num;
 }
 
 }  // namespace
@@ -73,19 +91,47 @@ json sram_probe(rt::Backend& device, int repeats, const std::string& numbers) {
 }
 
 // ---- quant ----------------------------------------------------------------------------------------
+// The seed's five weight forms on one 1x1 conv, each on the device and on the emulator (same program, same inputs):
+// TFLOPS on the device, its speed against fp16, and max rel diff of the device's outputs against the emulator's.
 json quant_probe(rt::Backend& device, int repeats, const std::string& numbers) {
   constexpr int64_t C = 2048, S = 64;
-  json fp16 = timed_workload(device, kern::conv1x1_workload(C, C, S), repeats);
-  json int8 = timed_workload(device, kern::conv1x1_int8_workload(C, C, S, false), repeats);
-  json r{{"shape", "1x1 conv 2048->2048, S=64"}, {"numbers", numbers}, {"fp16", fp16}, {"int8", int8}};
-  const char* not_built = "not built: the MIL builder has no uint4 blob entries yet";
-  r["uint4"] = {{"status", not_built}};
-  r["lut4"] = {{"status", "not built: the MIL builder and the emulator have no constexpr_lut_to_dense yet"}};
-  r["int8_vs_fp16"] = nullptr;
+  rt::BackendOptions eo;
+  eo.device = device.profile().name;
+  auto emu = rt::create_backend("emulator", eo);
+  const std::pair<const char*, kern::Workload> forms[] = {
+      {"fp16", kern::conv1x1_workload(C, C, S)},
+      {"int8", kern::conv1x1_int8_workload(C, C, S, false)},
+      {"uint4", kern::conv1x1_4bit_workload(C, C, S, kern::FourBitForm::kUint4)},
+      {"uint4_block32", kern::conv1x1_4bit_workload(C, C, S, kern::FourBitForm::kBlock32)},
+      {"lut4", kern::conv1x1_4bit_workload(C, C, S, kern::FourBitForm::kLut4)},
+  };
+  json r{{"shape", "1x1 conv 2048->2048, S=64"},
+         {"numbers", numbers},
+         {"forms",
+          "fp16 baked; int8 constexpr_affine_dequantize; uint4 constexpr_affine_dequantize (per channel); "
+          "uint4_block32 constexpr_blockwise_shift_scale (block 32); lut4 constexpr_lut_to_dense (16 entries)"}};
+  for (const auto& [key, w] : forms) {
+    std::vector<float> dev_out, emu_out;
+    json m = timed_workload(device, w, repeats, &dev_out);
+    m["max_rel_diff_vs_emulator"] = nullptr;
+    if (m.contains("tflops")) {
+      json e = timed_workload(*emu, w, 0, &emu_out);
+      if (e.contains("error"))
+        m["emulator_error"] = e["error"];
+      else
+        m["max_rel_diff_vs_emulator"] = seed_max_rel_diff(dev_out, emu_out);
+    }
+    r[key] = std::move(m);
+  }
+  const double fp16_tf = r["fp16"].contains("tflops") ? r["fp16"]["tflops"].get<double>() : 0;
+  for (const auto& [key, w] : forms)
+    if (std::string(key) != "fp16")
+      r[key]["vs_fp16"] =
+          fp16_tf > 0 && r[key].contains("tflops") ? json(r[key]["tflops"].get<double>() / fp16_tf) : json(nullptr);
+  r["int8_vs_fp16"] = r["int8"]["vs_fp16"];
   r["answer"] = "n/a: a program failed";
-  if (fp16.contains("tflops") && int8.contains("tflops")) {
-    const double ratio = int8["tflops"].get<double>() / fp16["tflops"].get<double>();
-    r["int8_vs_fp16"] = ratio;
+  if (!r["int8_vs_fp16"].is_null()) {
+    const double ratio = r["int8_vs_fp16"].get<double>();
     r["answer"] = ratio >= 1.5   ? "int8 computes natively (faster than fp16)"
                   : ratio >= 0.8 ? "int8 weights are dequantized to fp16 (same speed)"
                                  : "int8 is slower than fp16";

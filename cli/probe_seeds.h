@@ -8,8 +8,10 @@
 //                  below kKneeFraction of the best smaller one (the on-chip memory then lies between the two)
 //   quant          a 1x1 conv 2048 -> 2048 at S = 64 with fp16 weights and with int8 weights
 //                  (constexpr_affine_dequantize): TFLOPS of each and int8 / fp16 (about 2: native int8
-//                  compute; about 1: dequantized to fp16 at load). uint4 and 4-bit LUT weights are listed as
-//                  not built: the MIL builder has no uint4 blob entries and no constexpr_lut_to_dense yet
+//                  compute; about 1: dequantized to fp16 at load), and the same conv with uint4 weights
+//                  (constexpr_affine_dequantize), uint4 blocks of 32 (constexpr_blockwise_shift_scale) and a
+//                  16-entry LUT (constexpr_lut_to_dense): per form TFLOPS, vs_fp16 and the max rel diff of
+//                  the device's outputs against the emulator's on the same program
 //   io_size_order  a kernel with two inputs and two outputs of different sizes (every surface as large as the
 //                  largest tensor, the multi-I/O rule), its inputs declared in ascending and in descending size
 //                  and its outputs both ways, each against the emulator (maderix/ANE #47: inputs ascending

@@ -7,7 +7,8 @@
 //   reduce.cpp       softmax, reduce_*
 //   linear.cpp       conv, matmul, scaled_dot_product_attention (on the GEMM of gemm.cpp)
 //   shape.cpp        reshape, identity, transpose, slice_by_size, slice_by_index, concat (views)
-//   quant.cpp        quantize, dequantize, constexpr_affine_dequantize
+//   quant.cpp        quantize, dequantize, constexpr_affine_dequantize, constexpr_blockwise_shift_scale,
+//                    constexpr_lut_to_dense
 // and lower.cpp holds const decoding, views, steps, the arena and the table of families. Registered
 // ops the emulator does not run are listed, with the reason, by unlowered_ops() (emulator.h).
 #pragma once

@@ -1,5 +1,6 @@
-// Quantisation ops: quantize, dequantize (per tensor or per axis) and constexpr_affine_dequantize
-// (folded into an fp16 const at compile time).
+// Quantisation ops: quantize, dequantize (per tensor or per axis), constexpr_affine_dequantize and the ios18
+// compressed weights constexpr_blockwise_shift_scale and constexpr_lut_to_dense (the constexpr ops are folded
+// into consts at compile time).
 #include <algorithm>
 #include <cmath>
 
@@ -98,10 +99,56 @@ void lower_affine_dequantize(Lowerer& l, const mil::Operation& op, const mil::Re
   l.set_const(op, std::move(qd));
 }
 
+// Row-major index into the per-block parameter of shape out.shape / block for output element i.
+size_t block_index(int64_t i, const Shape& out, const Shape& block) {
+  int64_t idx = 0, stride = 1;
+  for (size_t d = out.size(); d-- > 0;) {
+    const int64_t coord = i % out[d];
+    i /= out[d];
+    const int64_t pdim = out[d] / block[d];
+    idx += coord / block[d] * stride;
+    stride *= pdim;
+  }
+  return static_cast<size_t>(idx);
+}
+
+// constexpr_blockwise_shift_scale folded at compile time: y = scale[blk] * (data - offset[blk]), rounded to the
+// output dtype (the registry states the op, ops_decl.cpp).
+void lower_blockwise_shift_scale(Lowerer& l, const mil::Operation& op, const mil::Resolved& r) {
+  const Shape& block = std::get<mil::BlockwiseParams>(r.params).block;
+  const Shape& shape = op.type.shape;
+  std::vector<float> d = l.decode_const(*op.attr("data"), op), s = l.decode_const(*op.attr("scale"), op);
+  std::vector<float> o = op.attr("offset") ? l.decode_const(*op.attr("offset"), op) : std::vector<float>(s.size(), 0);
+  for (size_t i = 0; i < d.size(); ++i) {
+    const size_t b = block_index(static_cast<int64_t>(i), shape, block);
+    d[i] = s[b] * (d[i] - o[b]);
+  }
+  if (op.type.dtype == DType::kFp16) round_fp16_inplace(d.data(), d.size());
+  l.set_const(op, std::move(d));
+}
+
+// constexpr_lut_to_dense (scalar palettes) folded at compile time: y = lut[blk, indices, 0].
+void lower_lut_to_dense(Lowerer& l, const mil::Operation& op, const mil::Resolved& r) {
+  const Shape& block = std::get<mil::BlockwiseParams>(r.params).block;
+  const Shape& shape = op.type.shape;
+  const mil::ConstValue& lut_c = *op.attr("lut");
+  const auto k = static_cast<size_t>(lut_c.type.shape[shape.size()]);
+  std::vector<float> ix = l.decode_const(*op.attr("indices"), op), lut = l.decode_const(lut_c, op);
+  for (size_t i = 0; i < ix.size(); ++i) {
+    const size_t b = block_index(static_cast<int64_t>(i), shape, block);
+    const auto q = static_cast<size_t>(ix[i]);
+    ANELAB_CHECK(q < k, "emulator", l.where(op), ": index ", q, " at element ", i, " is past the ", k, "-entry lut");
+    ix[i] = lut[b * k + q];
+  }
+  l.set_const(op, std::move(ix));
+}
+
 constexpr LowerRule kQuantRules[] = {
     {"quantize", lower_quant<true>},
     {"dequantize", lower_quant<false>},
     {"constexpr_affine_dequantize", lower_affine_dequantize},
+    {"constexpr_blockwise_shift_scale", lower_blockwise_shift_scale},
+    {"constexpr_lut_to_dense", lower_lut_to_dense},
 };
 
 }  // namespace

@@ -1,11 +1,14 @@
 #include "framework/kernels/workloads.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <utility>
 
+#include "framework/core/fp16.h"
 #include "framework/kernels/blocks.h"
 #include "framework/kernels/w8.h"
+#include "framework/mil/blob.h"
 #include "framework/mil/builder.h"
 
 namespace anelab::kern {
@@ -37,6 +40,73 @@ Workload conv1x1_int8_workload(int64_t cin, int64_t cout, int64_t seq, bool w8a8
   auto xi = w8a8 ? quant_dequant(b, x, 1.0f / 16) : x;
   b.output(b.conv(xi, blobs.int8_matrix(b, "w", quantize_w8(w, cout, cin))));
   return {w8a8 ? "conv_w8a8" : "conv_w8", pb.build(), blobs.weights(), 2.0 * double(cin) * double(cout) * double(seq)};
+}
+
+Workload conv1x1_4bit_workload(int64_t cin, int64_t cout, int64_t seq, FourBitForm form) {
+  ANELAB_CHECK(cin % 32 == 0, "kernels", "4-bit conv: cin ", cin, " is not a multiple of the 32-channel block");
+  mil::ProgramBuilder pb;
+  auto& b = pb.function("main");
+  auto x = b.input("x", act_type(cin, seq));
+  const auto w = random_normal(static_cast<size_t>(cin * cout), 7, 1.0f / std::sqrt(float(cin)));
+  const int64_t group = form == FourBitForm::kBlock32 ? 32 : cin;  // inputs sharing one scale / LUT
+  const int64_t groups = cin / group;
+  std::vector<uint8_t> q(w.size());
+  std::vector<double> par;  // fp16 scales [cout, groups] or LUTs [cout, 16]
+  for (int64_t o = 0; o < cout; ++o)
+    for (int64_t g = 0; g < groups; ++g) {
+      const float* row = w.data() + o * cin + g * group;
+      float lo = row[0], hi = row[0], amax = 0;
+      for (int64_t i = 0; i < group; ++i)
+        lo = std::min(lo, row[i]), hi = std::max(hi, row[i]), amax = std::max(amax, std::fabs(row[i]));
+      uint8_t* qr = q.data() + o * cin + g * group;
+      if (form == FourBitForm::kLut4) {
+        const double step = (double(hi) - lo) / 15;
+        for (int k = 0; k < 16; ++k) par.push_back(double(round_fp16(static_cast<float>(lo + step * k))));
+        const double* lut = par.data() + par.size() - 16;
+        for (int64_t i = 0; i < group; ++i) {
+          int best = 0;
+          for (int k = 1; k < 16; ++k)
+            if (std::fabs(lut[k] - row[i]) < std::fabs(lut[best] - row[i])) best = k;
+          qr[i] = static_cast<uint8_t>(best);
+        }
+      } else {
+        const float scale = round_fp16(amax > 0 ? amax / 7 : 1.0f);
+        par.push_back(scale);
+        for (int64_t i = 0; i < group; ++i)
+          qr[i] = static_cast<uint8_t>(std::clamp(std::nearbyint(row[i] / scale) + 8.0f, 0.0f, 15.0f));
+      }
+    }
+  const std::string path = "@model_path/weights/w4.bin";
+  mil::BlobWriter bw;
+  const auto data =
+      mil::ConstValue::blobfile(mil::tensor_type(mil::DType::kUint4, {cout, cin, 1, 1}), path, bw.add_uint4(q));
+  const auto u4 = [](mil::Shape s, int64_t v) {
+    return mil::ConstValue{mil::tensor_type(mil::DType::kUint4, s),
+                           {},
+                           std::vector<int64_t>(size_t(mil::TensorType{mil::DType::kUint4, s}.numel()), v),
+                           {},
+                           {}};
+  };
+  mil::Value wv;
+  const char* name = "conv_uint4";
+  if (form == FourBitForm::kUint4) {
+    wv = b.named("w").constexpr_affine_dequantize(
+        data, mil::ConstValue::floats(mil::tensor_type(mil::DType::kFp16, {cout}), par),
+        mil::ConstValue{mil::scalar_type(mil::DType::kUint4), {}, {8}, {}, {}}, 0);
+  } else if (form == FourBitForm::kBlock32) {
+    name = "conv_q4_block32";
+    wv = b.named("w").constexpr_blockwise_shift_scale(
+        data, mil::ConstValue::floats(mil::tensor_type(mil::DType::kFp16, {cout, groups, 1, 1}), par),
+        u4({cout, groups, 1, 1}, 8));
+  } else {
+    name = "conv_lut4";
+    wv = b.named("w").constexpr_lut_to_dense(
+        data, mil::ConstValue::floats(mil::tensor_type(mil::DType::kFp16, {cout, 1, 1, 1, 16, 1}), par));
+  }
+  b.output(b.conv(x, wv));
+  rt::Weights weights;
+  weights[path] = std::make_shared<const std::vector<uint8_t>>(bw.take());
+  return {name, pb.build(), weights, 2.0 * double(cin) * double(cout) * double(seq)};
 }
 
 Workload attention_core_workload(int64_t heads, int64_t seq, int64_t head_dim) {

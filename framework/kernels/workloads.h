@@ -37,6 +37,14 @@ std::vector<float> random_normal(size_t n, uint32_t seed, float sd, float mean =
 
 Workload conv1x1_workload(int64_t cin, int64_t cout, int64_t seq);
 Workload conv1x1_int8_workload(int64_t cin, int64_t cout, int64_t seq, bool w8a8);
+// The same conv with 4-bit weights (ios18 forms, one uint4 blob), quantized here from the same random matrix:
+//   kUint4       constexpr_affine_dequantize, per output channel: scale = max|w| / 7, zero_point 8;
+//   kBlock32     constexpr_blockwise_shift_scale, blocks of 32 input channels: scale = max|w| / 7, offset 8
+//                (the layout of a GGUF Q4_0 block);
+//   kLut4        constexpr_lut_to_dense, one 16-entry LUT per output channel: 16 evenly spaced values from the
+//                row's min to its max, each weight its nearest entry (not k-means).
+enum class FourBitForm : uint8_t { kUint4, kBlock32, kLut4 };
+Workload conv1x1_4bit_workload(int64_t cin, int64_t cout, int64_t seq, FourBitForm form);
 Workload attention_core_workload(int64_t heads, int64_t seq, int64_t head_dim);
 Workload attention_block_workload(int64_t dim, int64_t heads, int64_t seq);
 Workload dispatch_workload();

@@ -34,6 +34,8 @@ const char* blob_dtype_name(uint32_t d) {
       return "UInt8";
     case 4:
       return "Int8";
+    case 11:
+      return "UInt4";
     default:
       return "unknown";
   }
@@ -50,9 +52,26 @@ BlobDType blob_dtype_for(DType t) {
       return BlobDType::kUInt8;
     case DType::kInt8:
       return BlobDType::kInt8;
+    case DType::kUint4:
+      return BlobDType::kUInt4;
     default:
-      fail("blob", "no MIL blob data type for ", dtype_name(t), " (the format stores fp16, fp32, uint8, int8)");
+      fail("blob", "no MIL blob data type for ", dtype_name(t), " (blobs here store fp16, fp32, uint8, int8, uint4)");
   }
+}
+
+size_t blob_payload_bytes(DType t, int64_t count) {
+  const auto n = static_cast<size_t>(count);
+  return t == DType::kUint4 ? (n + 1) / 2 : n * dtype_bytes(t);
+}
+
+std::vector<uint8_t> pack_uint4(std::span<const uint8_t> values) {
+  std::vector<uint8_t> out((values.size() + 1) / 2, 0);
+  for (size_t i = 0; i < values.size(); ++i) {
+    ANELAB_CHECK(values[i] < 16, "blob", "uint4 value ", static_cast<int>(values[i]), " at index ", i,
+                 " does not fit in 4 bits");
+    out[i / 2] |= static_cast<uint8_t>(values[i] << (4 * (i % 2)));
+  }
+  return out;
 }
 
 BlobWriter::BlobWriter() : buf_(kBlobFileHeader, 0) {
@@ -98,6 +117,10 @@ uint64_t BlobWriter::add_int8(std::span<const int8_t> values) {
 }
 
 uint64_t BlobWriter::add_uint8(std::span<const uint8_t> values) { return add_raw(values, BlobDType::kUInt8); }
+
+uint64_t BlobWriter::add_uint4(std::span<const uint8_t> values) {
+  return add_raw(pack_uint4(values), BlobDType::kUInt4);
+}
 
 uint64_t BlobWriter::add_raw(std::span<const uint8_t> payload, BlobDType dtype) {
   uint64_t off;
@@ -162,7 +185,7 @@ std::vector<BlobChunk> BlobReader::chunks() const {
 
 std::span<const uint8_t> BlobReader::payload(uint64_t offset, const TensorType& type) const {
   BlobChunk c = chunk_at(offset);
-  size_t want = static_cast<size_t>(type.numel()) * dtype_bytes(type.dtype);
+  size_t want = blob_payload_bytes(type.dtype, type.numel());
   ANELAB_CHECK(c.data_size == want, "blob", name_, ": chunk at offset ", offset, " holds ", c.data_size,
                " bytes but the MIL const ", type.str(), " needs ", want);
   const auto expect = static_cast<uint32_t>(blob_dtype_for(type.dtype));
@@ -192,6 +215,9 @@ std::vector<float> BlobReader::read_f32(uint64_t offset, const TensorType& type)
       break;
     case DType::kUint8:
       for (size_t i = 0; i < n; ++i) out[i] = p[i];
+      break;
+    case DType::kUint4:
+      for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>((p[i / 2] >> (4 * (i % 2))) & 0xF);
       break;
     default:
       fail("blob", name_, ": cannot decode a ", type.str(), " payload");

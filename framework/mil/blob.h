@@ -8,11 +8,12 @@
 //   8       56    reserved, 0
 //   then, per blob, its 64-byte metadata at the next multiple of 64 (zero padding before it):
 //   +0      4     uint32 sentinel 0xDEADBEEF (bytes EF BE AD DE)
-//   +4      4     uint32 mil_dtype: Float16 = 1, Float32 = 2, UInt8 = 3, Int8 = 4 (BlobDataType)
+//   +4      4     uint32 mil_dtype: Float16 = 1, Float32 = 2, UInt8 = 3, Int8 = 4, UInt4 = 11 (BlobDataType)
 //   +8      8     uint64 sizeInBytes: payload bytes
 //   +16     8     uint64 offset: ABSOLUTE file offset of the payload (= metadata start + 64)
 //   +24     40    reserved, 0
-//   +64     n     payload, row-major
+//   +64     n     payload, row-major; sub-byte types (UInt4) are packed, element i in bits
+//                 [4*(i%2), 4*(i%2)+4) of byte i/2 (low nibble first), n = ceil(count/2)
 //
 // MIL refers to a weight with BLOBFILE(path = "@model_path/weights/<file>", offset = <metadata start>):
 // the offset points at the metadata, not at the payload. A single fp16 blob is the layout every
@@ -35,10 +36,30 @@ constexpr size_t kBlobFileHeader = 64;
 constexpr size_t kBlobChunkHeader = 64;
 constexpr size_t kBlobAlignment = 64;  // every metadata (and so every payload) starts at a multiple of it
 
-// MILBlob's BlobDataType (values fixed by the format).
-enum class BlobDType : uint32_t { kFloat16 = 1, kFloat32 = 2, kUInt8 = 3, kInt8 = 4 };
-// The blob data type that stores a MIL const of dtype `t`; throws for types the format has no code for.
+// MILBlob's BlobDataType (values fixed by the format, coremltools MILBlob/Blob/BlobDataType.hpp).
+enum class BlobDType : uint32_t {
+  kFloat16 = 1,
+  kFloat32 = 2,
+  kUInt8 = 3,
+  kInt8 = 4,
+  kBFloat16 = 5,
+  kInt16 = 6,
+  kUInt16 = 7,
+  kInt4 = 8,
+  kUInt1 = 9,
+  kUInt2 = 10,
+  kUInt4 = 11,
+  kUInt3 = 12,
+  kUInt6 = 13,
+  kInt32 = 14,
+  kUInt32 = 15
+};
+// The blob data type that stores a MIL const of dtype `t`; throws for types the writer does not store.
 BlobDType blob_dtype_for(DType t);
+// Payload bytes of `count` elements of `t` in a blob (uint4: ceil(count / 2), packed).
+size_t blob_payload_bytes(DType t, int64_t count);
+// Packs 4-bit values (each < 16, checked) low nibble first, as MILBlob stores UInt4.
+std::vector<uint8_t> pack_uint4(std::span<const uint8_t> values);
 
 class BlobWriter {
  public:
@@ -48,6 +69,7 @@ class BlobWriter {
   uint64_t add_fp16_bits(std::span<const half_bits> values);
   uint64_t add_int8(std::span<const int8_t> values);
   uint64_t add_uint8(std::span<const uint8_t> values);
+  uint64_t add_uint4(std::span<const uint8_t> values);  // one value (0..15) per byte in, packed out
   uint64_t add_raw(std::span<const uint8_t> payload, BlobDType dtype);
   // Transposed fp16: writes W^T for a row-major [rows, cols] matrix (payload [cols, rows]).
   uint64_t add_fp16_transposed(std::span<const float> w, int64_t rows, int64_t cols);
@@ -81,7 +103,7 @@ class BlobReader {
   // Payload for a MIL const of `type` at BLOBFILE offset `offset`; checks data_size == numel*elt bytes
   // and that the blob's data type is the const's.
   std::span<const uint8_t> payload(uint64_t offset, const TensorType& type) const;
-  // Decoded fp32 values of a payload of dtype fp16/fp32/int8/uint8.
+  // Decoded fp32 values of a payload of dtype fp16/fp32/int8/uint8/uint4.
   std::vector<float> read_f32(uint64_t offset, const TensorType& type) const;
 
  private:

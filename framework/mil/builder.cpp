@@ -365,6 +365,30 @@ Value FunctionBuilder::constexpr_affine_dequantize(ConstValue qd, ConstValue sca
              {"zero_point", std::move(zp)}});
 }
 
+namespace {
+void round_fp16_literal(ConstValue& v) {
+  if (v.type.dtype == DType::kFp16)
+    for (double& d : v.f) d = static_cast<double>(round_fp16(static_cast<float>(d)));
+}
+}  // namespace
+
+Value FunctionBuilder::constexpr_blockwise_shift_scale(ConstValue data, ConstValue scale,
+                                                       std::optional<ConstValue> offset) {
+  round_fp16_literal(scale);
+  std::vector<std::pair<std::string, ConstValue>> attrs{{"data", std::move(data)}};
+  if (offset) {
+    round_fp16_literal(*offset);
+    attrs.emplace_back("offset", std::move(*offset));
+  }
+  attrs.emplace_back("scale", std::move(scale));
+  return op("constexpr_blockwise_shift_scale", {}, std::move(attrs));
+}
+
+Value FunctionBuilder::constexpr_lut_to_dense(ConstValue indices, ConstValue lut) {
+  round_fp16_literal(lut);
+  return op("constexpr_lut_to_dense", {}, {{"indices", std::move(indices)}, {"lut", std::move(lut)}});
+}
+
 Value FunctionBuilder::scaled_dot_product_attention(const Value& q, const Value& k, const Value& v,
                                                     const std::optional<Value>& mask) {
   std::vector<std::pair<std::string, OpArg>> a{{"query", q}, {"key", k}, {"value", v}};

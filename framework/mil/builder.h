@@ -120,6 +120,10 @@ class FunctionBuilder {
   Value dequantize(const Value& input, double scale, const QuantParams& q = {});
   Value constexpr_affine_dequantize(ConstValue quantized_data, ConstValue scale, ConstValue zero_point,
                                     int64_t axis = 0);
+  // ios18 compressed weights (bracket-attribute form, like constexpr_affine_dequantize); fp16 scale / lut values
+  // are rounded to fp16 here so the printed program holds exactly what the op reads.
+  Value constexpr_blockwise_shift_scale(ConstValue data, ConstValue scale, std::optional<ConstValue> offset = {});
+  Value constexpr_lut_to_dense(ConstValue indices, ConstValue lut);
   Value scaled_dot_product_attention(const Value& q, const Value& k, const Value& v,
                                      const std::optional<Value>& mask = {});
   Value layer_norm(const Value& x, std::vector<int64_t> axes, const std::optional<Value>& gamma = {},

@@ -79,6 +79,12 @@ struct AffineDequantParams {
   int axis = 0;
 };
 
+// constexpr_blockwise_shift_scale / constexpr_lut_to_dense (ios18): the block size along each axis of the
+// output (output dim / the per-block parameter's dim on that axis).
+struct BlockwiseParams {
+  Shape block;
+};
+
 // scaled_dot_product_attention: query [batch..., L, E], key [batch..., S, E], value [batch..., S, Ev].
 struct SdpaParams {
   Shape batch;
@@ -94,6 +100,6 @@ struct LayerNormParams {
 
 using OpParams = std::variant<NoParams, BroadcastParams, ConvGeometry, MatmulParams, AxisParams, ReduceParams,
                               PermParams, SliceGeometry, ConcatParams, CastParams, QuantizeParams, AffineDequantParams,
-                              SdpaParams, LayerNormParams>;
+                              BlockwiseParams, SdpaParams, LayerNormParams>;
 
 }  // namespace anelab::mil

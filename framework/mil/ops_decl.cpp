@@ -15,6 +15,7 @@ const std::vector<DType> kInt{D::kInt32};
 const std::vector<DType> kBoolT{D::kBool};
 const std::vector<DType> kStr{D::kString};
 const std::vector<DType> kQuant{D::kInt8, D::kUint8};
+const std::vector<DType> kPacked{D::kInt8, D::kUint8, D::kUint4};  // ios18 compressed weight data
 
 ArgSpec val(std::string n, std::vector<DType> d = {}, bool req = true) {
   return {std::move(n), req, ArgKind::kValue, std::move(d)};
@@ -297,6 +298,62 @@ Resolved resolve_constexpr_affine_dequantize(const OpContext& c) {
   return {{s.type.dtype, q.type.shape}, AffineDequantParams{*ax}};
 }
 
+// A compressed-weight literal: a tensor given as BLOBFILE or as a literal with every element.
+void check_weight_literal(const OpContext& c, const char* what, const ConstValue& v) {
+  if (v.type.rank() == 0) c.fail(what, " must be a tensor, got ", v.type.str());
+  const size_t n = v.blob ? 0 : (is_float(v.type.dtype) ? v.f.size() : v.i.size());
+  if (!v.blob && n != static_cast<size_t>(v.type.numel()))
+    c.fail(what, " literal has ", n, " elements for ", v.type.str());
+}
+
+// Block size per axis of `out` for the per-block parameter shape `p` (same rank): each output dim
+// must be a multiple of the parameter's.
+Shape block_sizes(const OpContext& c, const char* what, const Shape& out, const Shape& p) {
+  Shape block(out.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (p[i] <= 0 || out[i] % p[i] != 0)
+      c.fail(what, " ", shape_str(p), " does not divide the output ", shape_str(out), " on axis ", i);
+    block[i] = out[i] / p[i];
+  }
+  return block;
+}
+
+// ios18 constexpr_blockwise_shift_scale: out[i] = scale[b(i)] * (data[i] - offset[b(i)]), where b(i) is i divided
+// elementwise by the block size (data.shape / scale.shape per axis); offset absent = 0.
+Resolved resolve_constexpr_blockwise_shift_scale(const OpContext& c) {
+  const ConstValue &d = c.attr("data"), &s = c.attr("scale");
+  check_weight_literal(c, "data", d);
+  check_weight_literal(c, "scale", s);
+  if (s.type.rank() != d.type.rank()) c.fail("scale ", s.type.str(), " must have the rank of data ", d.type.str());
+  if (c.op().attr("offset")) {
+    const ConstValue& o = c.attr("offset");
+    check_weight_literal(c, "offset", o);
+    if (o.type.shape != s.type.shape) c.fail("offset ", o.type.str(), " must have the shape of scale ", s.type.str());
+    if (o.type.dtype != d.type.dtype && o.type.dtype != s.type.dtype)
+      c.fail("offset ", o.type.str(), " must have the dtype of data (", dtype_name(d.type.dtype), ") or of scale (",
+             dtype_name(s.type.dtype), ")");
+  }
+  return {{s.type.dtype, d.type.shape}, BlockwiseParams{block_sizes(c, "scale", d.type.shape, s.type.shape)}};
+}
+
+// ios18 constexpr_lut_to_dense with scalar palettes: indices [d0..dn-1] (uint4 / uint8), lut [p0..pn-1, K, 1];
+// out[i] = lut[b(i), indices[i], 0], b(i) as for blockwise_shift_scale. K must cover the index type (16 for uint4).
+Resolved resolve_constexpr_lut_to_dense(const OpContext& c) {
+  const ConstValue &ix = c.attr("indices"), &lut = c.attr("lut");
+  check_weight_literal(c, "indices", ix);
+  check_weight_literal(c, "lut", lut);
+  const int r = ix.type.rank();
+  if (lut.type.rank() != r + 2)
+    c.fail("lut ", lut.type.str(), " must have rank ", r + 2, " ([blocks per axis of indices..., K, 1]) for indices ",
+           ix.type.str());
+  const int64_t k = lut.type.shape[static_cast<size_t>(r)], vec = lut.type.shape[static_cast<size_t>(r) + 1];
+  if (vec != 1) c.fail("lut vector size ", vec, " is not supported (scalar palettes only: last dim 1)");
+  const int64_t need = ix.type.dtype == DType::kUint4 ? 16 : 256;
+  if (k != need) c.fail("lut has ", k, " entries per palette; ", dtype_name(ix.type.dtype), " indices need ", need);
+  const Shape pal(lut.type.shape.begin(), lut.type.shape.begin() + r);
+  return {{lut.type.dtype, ix.type.shape}, BlockwiseParams{block_sizes(c, "lut", ix.type.shape, pal)}};
+}
+
 Resolved resolve_sdpa(const OpContext& c) {
   const TensorType &q = c.type("query"), &k = c.type("key"), &v = c.type("value");
   if (q.rank() < 3 || k.rank() != q.rank() || v.rank() != q.rank())
@@ -425,12 +482,24 @@ std::vector<OpSpec> declare_ops() {
        {},
        resolve_dequantize,
        "(input - zero_point) * scale"});
-  ops.push_back(
-      {"constexpr_affine_dequantize",
-       {},
-       {{"axis", true, kInt}, {"quantized_data", true, kQuant}, {"scale", true, kFloat}, {"zero_point", true, kQuant}},
-       resolve_constexpr_affine_dequantize,
-       "(quantized_data - zero_point) * scale, all bracket attributes"});
+  ops.push_back({"constexpr_affine_dequantize",
+                 {},
+                 {{"axis", true, kInt},
+                  {"quantized_data", true, kPacked},
+                  {"scale", true, kFloat},
+                  {"zero_point", true, kPacked}},
+                 resolve_constexpr_affine_dequantize,
+                 "(quantized_data - zero_point) * scale, all bracket attributes"});
+  ops.push_back({"constexpr_blockwise_shift_scale",
+                 {},
+                 {{"data", true, kPacked}, {"offset", false, {}}, {"scale", true, kFloat}},
+                 resolve_constexpr_blockwise_shift_scale,
+                 "scale[blk] * (data - offset[blk]), blk = index / (data.shape / scale.shape); bracket attributes"});
+  ops.push_back({"constexpr_lut_to_dense",
+                 {},
+                 {{"indices", true, {D::kUint4, D::kUint8}}, {"lut", true, kFloat}},
+                 resolve_constexpr_lut_to_dense,
+                 "lut[blk, indices, 0], blk = index / (indices.shape / lut.shape[:-2]); bracket attributes"});
   ops.push_back({"scaled_dot_product_attention",
                  {val("query", kFloat), val("key", kFloat), val("value", kFloat), val("attn_mask", {}, false)},
                  {},

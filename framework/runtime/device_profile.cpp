@@ -144,15 +144,27 @@ Status check_ops(const mil::Function& fn, const DeviceProfile& p) {
 }
 
 // quantize / dequantize are iOS17 ops (coremltools defs/iOS17/quantization_ops.py); an ios16 program
-// (program(1.0), M1-M3) cannot use them. constexpr_affine_dequantize is iOS16 (defs/iOS16/constexpr_ops.py).
+// (program(1.0), M1-M3) cannot use them. constexpr_affine_dequantize is iOS16 (defs/iOS16/constexpr_ops.py) with
+// int8 / uint8 data; uint4 data, constexpr_blockwise_shift_scale and the scalar-palette constexpr_lut_to_dense
+// here are the iOS18 forms (defs/iOS18/compression.py). Whether a chip's ANE compiler accepts the iOS18 forms
+// is unknown on every chip (M0's probe wrote them as call arguments and failed, digest §2.5): `anelab probe`
+// (quant section) settles it, so they are not refused on ios18 profiles.
 Status check_opset(const mil::Function& fn, mil::Dialect dialect, const DeviceProfile& p) {
   if (dialect != mil::Dialect::kIos16) return Status::ok();
-  for (const auto& op : fn.ops)
+  for (const auto& op : fn.ops) {
+    const mil::ConstValue* qd = op.op == "constexpr_affine_dequantize" ? op.attr("quantized_data") : nullptr;
+    if (op.op == "constexpr_blockwise_shift_scale" || op.op == "constexpr_lut_to_dense" ||
+        (qd && qd->type.dtype == mil::DType::kUint4))
+      return Status(Code::kInvalidArgument,
+                    cat("[device] ", p.name, ": function '", fn.name, "': ", op.op, " '", op.name,
+                        "' is an iOS18 compressed-weight form (4-bit), but this program is ios16 (program(1.0)); "
+                        "use int8 weights (--ane-weights int8) or an ios18 profile"));
     if (op.op == "quantize" || op.op == "dequantize")
       return Status(Code::kInvalidArgument,
                     cat("[device] ", p.name, ": function '", fn.name, "': ", op.op, " '", op.name,
                         "' is an iOS17 op, but this program is ios16 (program(1.0)); int8 activations need an ios17+ "
                         "program (--ane-weights int8 keeps the int8 weights without them)"));
+  }
   return Status::ok();
 }
 

@@ -168,13 +168,18 @@ def check_seeds(r, available, mode, sections=SEEDS):
                 number(z, "working_set_bytes", "sram.sizes", positive=True)
     if "quant" in sections:
         q = r["quant"]
-        for k in ("fp16", "int8"):
-            if not (tolerant and "error" in q[k]):
-                number(q[k], "tflops", "quant." + k, positive=True)
+        for k in ("fp16", "int8", "uint4", "uint4_block32", "lut4"):
+            x = q.get(k) or fail(f"quant: no form {k}")
+            if tolerant and "error" in x:
+                continue
+            number(x, "tflops", "quant." + k, positive=True)
+            d = number(x, "max_rel_diff_vs_emulator", "quant." + k)
+            if mode == "fake" and d != 0:  # the fake shim runs the emulator: the same program gives the same bits
+                fail(f"quant.{k}: fake shim differs from the emulator (max_rel_diff_vs_emulator {d})")
+            if k != "fp16":
+                number(x, "vs_fp16", "quant." + k, positive=True)
         if not tolerant:
             number(q, "int8_vs_fp16", "quant", positive=True)
-        if "not built" not in q["uint4"].get("status", "") or "not built" not in q["lut4"].get("status", ""):
-            fail(f"quant: uint4 / lut4 should say 'not built': {q['uint4']} {q['lut4']}")
     if "io_size_order" in sections:
         io = r["io_size_order"]
         cases = ("inputs_ascending_outputs_descending", "inputs_descending", "outputs_ascending")

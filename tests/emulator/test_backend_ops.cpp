@@ -328,6 +328,69 @@ CaseResult affine_dequant_case(ProgramUnderTest& p) {
   return {{{want}, {ref::abs_vec(want)}, 1}, {1.01, 0, 1e-6}};
 }
 
+// 4-bit weights packed here by hand (MILBlob UInt4: element 2k in the low nibble of byte k), independent of
+// mil::pack_uint4, so a wrong nibble order in the writer or the reader fails these cases.
+std::vector<uint8_t> nibbles_by_hand(const std::vector<uint8_t>& v) {
+  std::vector<uint8_t> out;
+  for (size_t i = 0; i < v.size(); i += 2)
+    out.push_back(static_cast<uint8_t>(v[i] + 16 * (i + 1 < v.size() ? v[i + 1] : 0)));
+  return out;
+}
+
+std::vector<uint8_t> random_nibbles(size_t n, unsigned seed) {
+  std::vector<uint8_t> q(n);
+  std::mt19937 g(seed);
+  for (auto& v : q) v = static_cast<uint8_t>(g() % 16);
+  return q;
+}
+
+// The three 4-bit forms on W [1, C, 1, S]; the output is x + W with x = 0 (exact in fp16), so it is the
+// dequantized weight itself and must equal the op's definition evaluated here bit for bit.
+//   affine:    W[c, s] = fp16((q - zp) * scale[c])                       (constexpr_affine_dequantize, axis 1)
+//   blockwise: W[c, s] = fp16(scale[c, s / 32] * (q - offset[c, s / 32])) (constexpr_blockwise_shift_scale)
+//   lut:       W[c, s] = lut[c][q]                                         (constexpr_lut_to_dense, 16 entries)
+CaseResult uint4_weight_case(ProgramUnderTest& p, const std::string& form) {
+  const int64_t C = 8, S = 64, B = 32, NB = S / B;
+  const std::vector<uint8_t> q = random_nibbles(static_cast<size_t>(C * S), 31);
+  const uint64_t off = p.blob.add_raw(nibbles_by_hand(q), mil::BlobDType::kUInt4);
+  const auto data = mil::ConstValue::blobfile(mil::tensor_type(DType::kUint4, {1, C, 1, S}), kWeightsPath, off);
+  Vec per(static_cast<size_t>(C * NB * 16));  // scales / offsets / lut entries, fp16 values
+  std::mt19937 g(32);
+  for (auto& v : per) v = r16(std::uniform_real_distribution<double>(-1, 1)(g));
+  auto& b = *p.b;
+  Value X = p.input("x", {1, C, 1, S}, Vec(static_cast<size_t>(C * S), 0.0));
+  Value W;
+  Vec want(static_cast<size_t>(C * S));
+  auto at = [&](int64_t c, int64_t s) { return static_cast<size_t>(c * S + s); };
+  if (form == "affine") {
+    const Vec sc(per.begin(), per.begin() + C);
+    W = b.constexpr_affine_dequantize(data, mil::ConstValue::floats(mil::tensor_type(DType::kFp16, {C}), sc),
+                                      {mil::scalar_type(DType::kUint4), {}, {3}, {}, {}}, 1);
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t s = 0; s < S; ++s) want[at(c, s)] = r16((q[at(c, s)] - 3.0) * sc[static_cast<size_t>(c)]);
+  } else if (form == "blockwise") {
+    const Vec sc(per.begin(), per.begin() + C * NB);
+    std::vector<int64_t> offs(static_cast<size_t>(C * NB));
+    for (size_t i = 0; i < offs.size(); ++i) offs[i] = static_cast<int64_t>(i % 16);
+    W = b.constexpr_blockwise_shift_scale(
+        data, mil::ConstValue::floats(mil::tensor_type(DType::kFp16, {1, C, 1, NB}), sc),
+        mil::ConstValue{mil::tensor_type(DType::kUint4, {1, C, 1, NB}), {}, offs, {}, {}});
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t s = 0; s < S; ++s) {
+        const auto k = static_cast<size_t>(c * NB + s / B);
+        want[at(c, s)] = r16(sc[k] * (q[at(c, s)] - static_cast<double>(offs[k])));
+      }
+  } else {
+    const Vec lut(per.begin(), per.begin() + C * 16);
+    W = b.constexpr_lut_to_dense(data,
+                                 mil::ConstValue::floats(mil::tensor_type(DType::kFp16, {1, C, 1, 1, 16, 1}), lut));
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t s = 0; s < S; ++s) want[at(c, s)] = lut[static_cast<size_t>(c * 16 + q[at(c, s)])];
+  }
+  b.output(b.add(X, W));
+  return exact(want);
+}
+
 const std::map<std::string, CaseFn>& cases() {
   static const std::map<std::string, CaseFn> m = {
       {"add_bcast_channel",
@@ -415,6 +478,9 @@ const std::map<std::string, CaseFn>& cases() {
       {"quant_dequant_tensor", [](auto& p) { return quant_case(p, false); }},
       {"quant_dequant_channel", [](auto& p) { return quant_case(p, true); }},
       {"constexpr_affine_dequantize", [](auto& p) { return affine_dequant_case(p); }},
+      {"constexpr_affine_dequantize_uint4", [](auto& p) { return uint4_weight_case(p, "affine"); }},
+      {"constexpr_blockwise_shift_scale_uint4", [](auto& p) { return uint4_weight_case(p, "blockwise"); }},
+      {"constexpr_lut_to_dense_lut4", [](auto& p) { return uint4_weight_case(p, "lut"); }},
   };
   return m;
 }

@@ -90,6 +90,17 @@ inline Program every_op_program(Dialect d) {
   auto wb = b.constexpr_affine_dequantize(
       ConstValue::blobfile(tensor_type(DType::kUint8, {16, 16, 1, 1}), "@model_path/weights/q8.bin", 64),
       ConstValue::fp16(0x1p-3), ConstValue{scalar_type(DType::kUint8), {}, {128}, {}, {}}, 0);
+  // ios18 4-bit weights: blockwise shift-scale (block 32 along axis 1) and a 16-entry LUT per output channel.
+  std::vector<double> sc4(32), lut4(256);
+  for (size_t i = 0; i < sc4.size(); ++i) sc4[i] = 0x1p-6 * static_cast<double>(i + 1);
+  for (size_t i = 0; i < lut4.size(); ++i) lut4[i] = 0.25 * static_cast<double>(static_cast<int>(i % 16) - 8);
+  auto w4 = b.constexpr_blockwise_shift_scale(
+      ConstValue::blobfile(tensor_type(DType::kUint4, {16, 64, 1, 1}), "@model_path/weights/q4.bin", 64),
+      ConstValue::floats(f16({16, 2, 1, 1}), sc4),
+      ConstValue{tensor_type(DType::kUint4, {16, 2, 1, 1}), {}, std::vector<int64_t>(32, 8), {}, {}});
+  auto l4 = b.constexpr_lut_to_dense(
+      ConstValue::blobfile(tensor_type(DType::kUint4, {16, 16, 1, 1}), "@model_path/weights/lut4.bin", 64),
+      ConstValue::floats(f16({16, 1, 1, 1, 16, 1}), lut4));
   auto sm = b.softmax(b.matmul(h, h, true, false), -2);
   auto mask = b.const_tensor(tensor_type(DType::kBool, {1, 1, 16, 16}), std::vector<double>(256, 1));
   auto att = b.scaled_dot_product_attention(h, h, h, mask);
@@ -102,6 +113,8 @@ inline Program every_op_program(Dialect d) {
   b.output(b.conv(b.slice_by_size(x, {0, 0, 0, 0}, {1, 16, 1, 1}), wb));
   b.output(sm);
   b.output(red);
+  b.output(b.mul(w4, 2.0));
+  b.output(b.mul(l4, 2.0));
   return pb.build(d);
 }
 

@@ -251,5 +251,39 @@ TEST(MilParse, ConstexprBracketFormAndInlineLiterals) {
   EXPECT_TRUE(parse(printed) == p);
 }
 
+TEST(MilParse, Ios18CompressedWeightForms) {
+  const char* text = R"(program(1.3)
+{
+    func main<ios18>(tensor<fp16, [1, 64, 1, 8]> x) {
+        tensor<fp16, [16, 64, 1, 1]> W4 = constexpr_blockwise_shift_scale()[data = tensor<uint4, [16, 64, 1, 1]>(BLOBFILE(path = string("@model_path/weights/q4.bin"), offset = uint64(64))), name = string("W4"), offset = tensor<uint4, [16, 2, 1, 1]>(BLOBFILE(path = string("@model_path/weights/q4.bin"), offset = uint64(768))), scale = tensor<fp16, [16, 2, 1, 1]>(BLOBFILE(path = string("@model_path/weights/q4.bin"), offset = uint64(640)))];
+        tensor<fp16, [16, 64, 1, 1]> L4 = constexpr_lut_to_dense()[indices = tensor<uint4, [16, 64, 1, 1]>(BLOBFILE(path = string("@model_path/weights/q4.bin"), offset = uint64(832))), lut = tensor<fp16, [16, 1, 1, 1, 16, 1]>(BLOBFILE(path = string("@model_path/weights/q4.bin"), offset = uint64(1408))), name = string("L4")];
+        tensor<fp16, [1, 16, 1, 8]> y = conv(weight = W4, x = x)[name = string("y")];
+        tensor<fp16, [1, 16, 1, 8]> z = conv(weight = L4, x = x)[name = string("z")];
+    } -> (y, z);
+}
+)";
+  Program p = parse(text);
+  const Operation* w = p.main().producer("W4");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->attr("data")->type, tensor_type(DType::kUint4, {16, 64, 1, 1}));
+  EXPECT_EQ(w->attr("offset")->blob->offset, 768u);
+  EXPECT_EQ(p.main().producer("L4")->attr("lut")->blob->offset, 1408u);
+  const std::string printed = print(p);
+  EXPECT_NE(printed.find("constexpr_lut_to_dense()[indices = tensor<uint4, [16, 64, 1, 1]>(BLOBFILE("),
+            std::string::npos)
+      << printed;
+  EXPECT_TRUE(parse(printed) == p);
+  // The block must divide the weight: a [16, 3] scale for [16, 64] data is rejected naming both shapes.
+  std::string bad = text;
+  for (size_t at; (at = bad.find("[16, 2, 1, 1]")) != std::string::npos;) bad.replace(at, 13, "[16, 3, 1, 1]");
+  try {
+    parse(bad);
+    ADD_FAILURE() << "a non-dividing block was accepted";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("[16, 3, 1, 1] does not divide the output [16, 64, 1, 1]"), std::string::npos) << msg;
+  }
+}
+
 }  // namespace
 }  // namespace anelab::mil

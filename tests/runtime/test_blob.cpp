@@ -132,6 +132,28 @@ TEST(Blob, TransposedWeights) {
   EXPECT_EQ(r.read_f32(off, tensor_type(DType::kFp16, {3, 2})), (std::vector<float>{1, 4, 2, 5, 3, 6}));
 }
 
+TEST(Blob, Uint4ChunkIsPackedLowNibbleFirstWithDataType11) {
+  // MILBlob UInt4 (BlobDataType 11): element 2k in the low nibble of byte k, element 2k+1 in the high one; an
+  // odd count leaves the last high nibble 0. Reference bytes written by hand from that definition.
+  BlobWriter w;
+  const std::vector<uint8_t> vals = {0x1, 0xA, 0xF, 0x0, 0x7};
+  uint64_t off = w.add_uint4(vals);
+  const auto& b = w.bytes();
+  ASSERT_EQ(b.size(), 128u + 3u);
+  EXPECT_EQ(u32(b, off + 4), 11u);  // mil_dtype UInt4
+  EXPECT_EQ(u32(b, off + 8), 3u);   // sizeInBytes = ceil(5 / 2)
+  EXPECT_EQ(b[128], 0xA1);
+  EXPECT_EQ(b[129], 0x0F);
+  EXPECT_EQ(b[130], 0x07);
+  BlobReader r(b, "u4.bin");
+  EXPECT_EQ(r.read_f32(off, tensor_type(DType::kUint4, {5})), (std::vector<float>{1, 10, 15, 0, 7}));
+  // The byte count is the packed one: a uint4 [7] const needs 4 bytes, the chunk holds 3.
+  EXPECT_THROW(r.read_f32(off, tensor_type(DType::kUint4, {7})), Error);
+  // A 16 cannot be stored in 4 bits.
+  const std::vector<uint8_t> bad = {16};
+  EXPECT_THROW(w.add_uint4(bad), Error);
+}
+
 TEST(Blob, CorruptFilesAreRejected) {
   BlobWriter w;
   std::vector<float> v(16, 1.0f);

@@ -3,6 +3,7 @@
 // ignored SDPA mask, multi-input surface sizes and slot order, and the compile budget (emulator tests).
 #include <gtest/gtest.h>
 
+#include "framework/mil/builder.h"
 #include "framework/mil/ir.h"
 #include "framework/runtime/device_profile.h"
 #include "framework/runtime/surface.h"
@@ -200,6 +201,37 @@ TEST(DeviceProfile, Ios18DialectRejectedOnOlderChips) {
   EXPECT_NE(msg(s).find("ios16"), std::string::npos) << msg(s);
   EXPECT_TRUE(
       check_program(identity_program(DType::kFp16, 64, 64, mil::Dialect::kIos16), device_profile("m2")).is_ok());
+}
+
+// x + W with W a 4-bit compressed weight of `form` ("blockwise", "lut", "affine4"), in dialect d.
+mil::Program four_bit_program(const std::string& form, mil::Dialect d) {
+  mil::ProgramBuilder pb;
+  auto& b = pb.function("main");
+  const mil::Shape shape{1, 64, 1, 64};
+  auto x = b.input("x", mil::tensor_type(DType::kFp16, shape));
+  const auto data = mil::ConstValue::blobfile(mil::tensor_type(DType::kUint4, shape), "@model_path/weights/w.bin", 64);
+  mil::Value w;
+  if (form == "blockwise")
+    w = b.constexpr_blockwise_shift_scale(
+        data, mil::ConstValue::floats(mil::tensor_type(DType::kFp16, {1, 64, 1, 2}), std::vector<double>(128, 0.5)));
+  else if (form == "lut")
+    w = b.constexpr_lut_to_dense(data, mil::ConstValue::floats(mil::tensor_type(DType::kFp16, {1, 64, 1, 1, 16, 1}),
+                                                               std::vector<double>(1024, 1)));
+  else
+    w = b.constexpr_affine_dequantize(data, mil::ConstValue::fp16(0.5),
+                                      {mil::scalar_type(DType::kUint4), {}, {8}, {}, {}}, 1);
+  b.output(b.add(x, w));
+  return pb.build(d);
+}
+
+TEST(DeviceProfile, FourBitWeightFormsNeedAnIos18Program) {
+  for (const char* form : {"blockwise", "lut", "affine4"}) {
+    Status s = check_program(four_bit_program(form, mil::Dialect::kIos16), device_profile("m3"));
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << form;
+    EXPECT_NE(msg(s).find("iOS18 compressed-weight form"), std::string::npos) << msg(s);
+    // Unknown on the ios18 chips until `anelab probe` measures them: accepted there.
+    EXPECT_TRUE(check_program(four_bit_program(form, mil::Dialect::kIos18), device_profile("m4")).is_ok()) << form;
+  }
 }
 
 TEST(DeviceProfile, SdpaMaskRejected) {
