@@ -30,6 +30,7 @@
 #include "cli/commands.h"
 #include "cli/probe_rules.h"
 #include "cli/probe_seeds.h"
+#include "cli/probe_timing.h"
 #include "framework/ane/native_backend.h"
 #include "framework/core/file.h"
 #include "framework/kernels/runner.h"
@@ -101,34 +102,14 @@ struct Workload {
   std::function<void(rt::Backend& be, std::vector<float>& out, json& t)> run;
 };
 
-// Compile (timed), one warm-up evaluate, best of `repeats` timed evaluates; outputs of the last.
+// Compile (timed), one warm-up evaluate, best of `repeats` timed evaluates; outputs of the last (probe_timing.h).
 void run_program(rt::Backend& be, const mil::Program& p, const rt::Weights& w, int repeats, std::vector<float>& out,
                  json& t) {
-  mil::Program q = p;
-  q.dialect = be.profile().dialect;  // the workloads are built once; M1-M3 take them as ios16 programs
-  const auto t0 = Clock::now();
-  auto k = be.compile(q, w);
-  t["compile_ms"] = ms_since(t0);
-  if (!k) fail("probe", be.name(), ": compile failed: ", k.status().message());
-  auto ins = (*k)->make_inputs(0, be.profile());
-  auto outs = (*k)->make_outputs(0, be.profile());
-  kern::fill_random_inputs(ins);
-  std::vector<rt::Surface*> ip, op;
-  for (auto& s : ins) ip.push_back(&s);
-  for (auto& s : outs) op.push_back(&s);
-  double best = 1e300;
-  for (int r = 0; r <= repeats; ++r) {
-    const auto t1 = Clock::now();
-    if (Status s = be.evaluate(**k, 0, ip, op); !s) fail("probe", be.name(), ": evaluate failed: ", s.message());
-    if (r > 0) best = std::min(best, ms_since(t1));  // r == 0: warm-up
-  }
-  t["eval_ms"] = best;
-  out.clear();
-  for (auto& s : outs) {
-    std::vector<float> v(static_cast<size_t>(s.numel()));
-    s.read(v.data());
-    out.insert(out.end(), v.begin(), v.end());
-  }
+  TimedRun r = time_program(be, p, w, repeats);
+  t["compile_ms"] = r.compile_ms;
+  if (!r.error.empty()) fail("probe", be.name(), ": ", r.error);
+  t["eval_ms"] = r.eval_ms;
+  out = std::move(r.out);
 }
 
 // A program of framework/kernels/workloads.h run as one case.

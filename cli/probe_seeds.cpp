@@ -7,6 +7,7 @@
 #include <map>
 
 #include "cli/probe_raw.h"
+#include "cli/probe_timing.h"
 #include "framework/kernels/workloads.h"
 
 namespace anelab::cli {
@@ -16,38 +17,13 @@ using mil::DType;
 using mil::Value;
 using nlohmann::json;
 
-double seed_ms_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
-}
-
-// Compile on `be`, one warm-up evaluate, then the best of `repeats`: {"eval_ms", "tflops"} or {"error"}. With `out`,
-// the outputs of the last evaluate (fp32 values, outputs in order).
+// Compile on `be`, one warm-up evaluate, then the best of `repeats` (probe_timing.h): {"eval_ms", "tflops"} or
+// {"error"}. With `out`, the outputs of the last evaluate (fp32 values, outputs in order).
 json timed_workload(rt::Backend& be, const kern::Workload& w, int repeats, std::vector<float>* out = nullptr) {
-  mil::Program p = w.program;
-  p.dialect = be.profile().dialect;
-  auto k = be.compile(p, w.weights);
-  if (!k) return json{{"error", "compile: " + k.status().message()}};
-  auto ins = (*k)->make_inputs(0, be.profile());
-  auto outs = (*k)->make_outputs(0, be.profile());
-  kern::fill_random_inputs(ins);
-  std::vector<rt::Surface*> ip, op;
-  for (auto& s : ins) ip.push_back(&s);
-  for (auto& s : outs) op.push_back(&s);
-  double best = 1e300;
-  for (int r = 0; r <= repeats; ++r) {
-    const auto t = std::chrono::steady_clock::now();
-    if (Status s = be.evaluate(**k, 0, ip, op); !s) return json{{"error", "evaluate: " + s.message()}};
-    if (r > 0) best = std::min(best, seed_ms_since(t));  // r == 0: warm-up
-  }
-  if (out) {
-    out->clear();
-    for (auto& o : outs) {
-      std::vector<float> v(static_cast<size_t>(o.numel()));
-      o.read(v.data());
-      out->insert(out->end(), v.begin(), v.end());
-    }
-  }
-  return json{{"eval_ms", best}, {"tflops", w.flops / (best * 1e9)}};
+  TimedRun r = time_program(be, w.program, w.weights, repeats);
+  if (!r.error.empty()) return json{{"error", r.error}};
+  if (out) *out = std::move(r.out);
+  return json{{"eval_ms", r.eval_ms}, {"tflops", w.flops / (r.eval_ms * 1e9)}};
 }
 
 // max |a - ref| / max |ref| (infinite for different sizes or an empty reference).

@@ -1,7 +1,9 @@
 #include "infer/server/api.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <set>
@@ -336,10 +338,13 @@ std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
 
 }  // namespace
 
-int json_depth(std::string_view t, int cap) {
-  int depth = 0, max_depth = 0;
+// One pass over the text outside strings: the deepest nesting and the count of values and keys (each ',', ':', '['
+// and '{' starts one more; the document itself is the first). Stops once either passes its cap.
+JsonStructure json_structure(std::string_view t, int depth_cap, size_t element_cap) {
+  JsonStructure r{0, 1};
+  int depth = 0;
   bool in_str = false;
-  for (size_t i = 0; i < t.size(); ++i) {
+  for (size_t i = 0; i < t.size() && r.max_depth <= depth_cap && r.elements <= element_cap; ++i) {
     const char c = t[i];
     if (in_str) {
       if (c == '\\')
@@ -348,37 +353,22 @@ int json_depth(std::string_view t, int cap) {
         in_str = false;
       continue;
     }
-    if (c == '"')
+    if (c == '"') {
       in_str = true;
-    else if (c == '[' || c == '{') {
-      max_depth = std::max(max_depth, ++depth);
-      if (max_depth > cap) return max_depth;
+    } else if (c == '[' || c == '{') {
+      r.max_depth = std::max(r.max_depth, ++depth);
+      ++r.elements;
     } else if (c == ']' || c == '}') {
       depth = std::max(0, depth - 1);
+    } else if (c == ',' || c == ':') {
+      ++r.elements;
     }
   }
-  return max_depth;
+  return r;
 }
 
-size_t json_elements(std::string_view t, size_t cap) {
-  size_t n = 1;
-  bool in_str = false;
-  for (size_t i = 0; i < t.size() && n <= cap; ++i) {
-    const char c = t[i];
-    if (in_str) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        in_str = false;
-      continue;
-    }
-    if (c == '"')
-      in_str = true;
-    else if (c == ',' || c == ':' || c == '[' || c == '{')
-      ++n;
-  }
-  return n;
-}
+int json_depth(std::string_view t, int cap) { return json_structure(t, cap, SIZE_MAX).max_depth; }
+size_t json_elements(std::string_view t, size_t cap) { return json_structure(t, INT_MAX, cap).elements; }
 
 int64_t effective_max_tokens_cap(int64_t flag, int64_t context) { return flag > 0 ? std::min(flag, context) : context; }
 

@@ -73,6 +73,13 @@ struct CompletionRequest {
 // Parses and validates a request body. Returns the error when the body is bad (never throws).
 std::optional<ApiError> parse_request(Endpoint ep, std::string_view body, const Limits& lim, CompletionRequest& out);
 
+// The deepest [ / { nesting and an upper bound on the values and keys of a JSON text, from one pass without parsing
+// it (strings skipped); stops once either passes its cap.
+struct JsonStructure {
+  int max_depth;
+  size_t elements;
+};
+JsonStructure json_structure(std::string_view text, int depth_cap, size_t element_cap);
 // The deepest [ / { nesting of a JSON text (strings skipped); stops counting past `cap`.
 int json_depth(std::string_view text, int cap);
 // An upper bound on the values and keys of a JSON text, counted without parsing it (1 + commas + colons +
