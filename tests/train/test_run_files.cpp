@@ -125,6 +125,25 @@ train::TrainConfig tiny_run(const std::string& run_dir, const std::string& data)
   return c;
 }
 
+// A child process that holds DIR/run.lock (as a trainer at work does) until it is killed; its pid, or -1 when it
+// could not take the lock.
+pid_t hold_run_lock(const std::string& dir) {
+  int fds[2];
+  if (::pipe(fds) != 0) return -1;
+  const pid_t holder = ::fork();
+  if (holder == 0) {
+    platform::FileLock l = platform::lock_file(dir + "/run.lock");
+    const char b = l.fd >= 0 ? 'y' : 'n';
+    if (::write(fds[1], &b, 1) != 1) ::_exit(2);
+    ::sleep(120);
+    ::_exit(0);
+  }
+  char b = 0;
+  const bool ok = ::read(fds[0], &b, 1) == 1 && b == 'y';
+  ::close(fds[0]), ::close(fds[1]);
+  return ok ? holder : -1;
+}
+
 // Item 1: while another process holds the run directory's lock (as a trainer at work does), a --resume and a
 // fresh start refuse with one line naming its pid, and nothing is written; once it dies (kill -9), the
 // lock is gone and the run resumes.
@@ -133,19 +152,8 @@ TEST(RunFiles, OneWriterPerRunDirectory) {
   const std::string data = test::write_tokens(dir, 3000, 512, 13);
   auto c = tiny_run(dir + "/run", data);
   train::run_training(c, {false, false});
-  int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);
-  const pid_t holder = ::fork();
-  if (holder == 0) {
-    platform::FileLock l = platform::lock_file(c.run_dir + "/run.lock");
-    const char b = l.fd >= 0 ? 'y' : 'n';
-    if (::write(fds[1], &b, 1) != 1) ::_exit(2);
-    ::sleep(120);
-    ::_exit(0);
-  }
-  char b = 0;
-  ASSERT_EQ(::read(fds[0], &b, 1), 1);
-  ASSERT_EQ(b, 'y');
+  const pid_t holder = hold_run_lock(c.run_dir);
+  ASSERT_GT(holder, 0);
   const std::string events = read_file_text(c.run_dir + "/events.jsonl");
   for (const std::string& args : {"--run-dir " + c.run_dir + " --resume --steps 3 --lr 1e-3",
                                   "--preset stories260k --data " + data + " --run-dir " + c.run_dir}) {
@@ -159,7 +167,6 @@ TEST(RunFiles, OneWriterPerRunDirectory) {
   EXPECT_EQ(read_file_text(c.run_dir + "/events.jsonl"), events);
   ::kill(holder, SIGKILL);
   ::waitpid(holder, nullptr, 0);
-  ::close(fds[0]), ::close(fds[1]);
   EXPECT_EQ(train::run_training(c, {false, false}).steps, 2);
   EXPECT_EQ(test::read_events(c.run_dir, "run_start").size(), 2u);
   fs::remove_all(dir);
@@ -171,26 +178,14 @@ TEST(RunFiles, ResumeBeforeTheFirstCheckpointOfARunningTrainerNamesIt) {
   const auto dir = test::temp_dir("one_writer_early").string();
   const std::string run = dir + "/run";
   fs::create_directories(run);
-  int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);
-  const pid_t holder = ::fork();
-  if (holder == 0) {
-    platform::FileLock l = platform::lock_file(run + "/run.lock");
-    const char b = l.fd >= 0 ? 'y' : 'n';
-    if (::write(fds[1], &b, 1) != 1) ::_exit(2);
-    ::sleep(120);
-    ::_exit(0);
-  }
-  char b = 0;
-  ASSERT_EQ(::read(fds[0], &b, 1), 1);
-  ASSERT_EQ(b, 'y');
+  const pid_t holder = hold_run_lock(run);
+  ASSERT_GT(holder, 0);
   const Cli r = run_cli(dir, "--run-dir " + run + " --resume --steps 3");
   EXPECT_EQ(r.rc, 1) << r.out;
   EXPECT_EQ(lines(r.out), 1) << r.out;
   EXPECT_NE(r.out.find("in use by another trainer (pid " + std::to_string(holder)), std::string::npos) << r.out;
   ::kill(holder, SIGKILL);
   ::waitpid(holder, nullptr, 0);
-  ::close(fds[0]), ::close(fds[1]);
   const Cli after = run_cli(dir, "--run-dir " + run + " --resume --steps 3");  // no trainer: nothing to resume
   EXPECT_EQ(after.rc, 1) << after.out;
   EXPECT_NE(after.out.find("has no checkpoint (last.ckpt) yet"), std::string::npos) << after.out;
