@@ -11,10 +11,13 @@ namespace anelab {
 
 using half_bits = uint16_t;  // raw fp16 bits in memory
 
+// Scalar conversions, inlined through the SIMD layer (in its path's namespace: see framework/simd/simd.h).
+inline namespace ANELAB_SIMD_ABI {
 inline float half_to_float(half_bits h) { return simd::h2f(h); }
 inline half_bits float_to_half(float f) { return simd::f2h(f); }
 // Rounds a float to the nearest fp16-representable value (the emulator's storage semantics).
 inline float round_fp16(float f) { return half_to_float(float_to_half(f)); }
+}  // namespace ANELAB_SIMD_ABI
 
 constexpr float kFp16Max = 65504.0f;
 constexpr float kFp16Eps = 0.0009765625f;  // 2^-10: relative spacing at 1.0 (unit roundoff = eps/2)

@@ -9,6 +9,7 @@
 #include <cstring>
 
 namespace anelab::simd {
+inline namespace ANELAB_SIMD_ABI {
 
 constexpr const char* kName = "neon";
 constexpr int kWidth = 4;
@@ -255,4 +256,5 @@ inline I8 pack_i8(const GI32* v) {  // SQXTN: saturating narrows int32 -> int16 
           vreinterpretq_u8_s8(vqmovn_high_s16(vqmovn_s16(h2), h3))};
 }
 
+}  // namespace ANELAB_SIMD_ABI
 }  // namespace anelab::simd

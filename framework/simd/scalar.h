@@ -9,9 +9,10 @@
 #include <cstring>
 
 namespace anelab::simd {
-
 uint16_t soft_f2h(float x);
 float soft_h2f(uint16_t h);
+
+inline namespace ANELAB_SIMD_ABI {
 
 constexpr const char* kName = "scalar";
 constexpr int kWidth = 4;
@@ -277,4 +278,5 @@ inline I8 pack_i8(const GI32* v) {
   return r;
 }
 
+}  // namespace ANELAB_SIMD_ABI
 }  // namespace anelab::simd

@@ -53,18 +53,28 @@
 // Every lane-wise operation is IEEE fp32 with one rounding, so a kernel that applies the same operations
 // in the same order gives the same bits on every architecture; only reduce_add/reduce_max and a kernel's
 // own choice of accumulator count (summation order) differ between hosts.
+//
+// Each path's names live in its own inline namespace (ANELAB_SIMD_ABI: simd_avx512, simd_avx2, simd_neon,
+// simd_scalar), so code compiled for two paths links into one binary without sharing an inline function or a
+// constant: a build with ANELAB_SIMD_VARIANTS (CMakeLists.txt) links the SIMD kernel files compiled for another path
+// into extra test binaries beside the rest of the libraries compiled for this one.
 #pragma once
 #include <cstdint>
 
 #if defined(ANELAB_SIMD_SCALAR)
+#define ANELAB_SIMD_ABI simd_scalar
 #include "framework/simd/scalar.h"
 #elif defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define ANELAB_SIMD_ABI simd_avx512
 #include "framework/simd/x86_avx512.h"
 #elif defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define ANELAB_SIMD_ABI simd_avx2
 #include "framework/simd/x86_avx2.h"
 #elif defined(__aarch64__) && defined(__ARM_NEON)
+#define ANELAB_SIMD_ABI simd_neon
 #include "framework/simd/arm_neon.h"
 #else
+#define ANELAB_SIMD_ABI simd_scalar
 #include "framework/simd/scalar.h"
 #endif
 

@@ -7,6 +7,7 @@
 #include <cstring>
 
 namespace anelab::simd {
+inline namespace ANELAB_SIMD_ABI {
 
 constexpr const char* kName = "avx2";
 constexpr int kWidth = 8;
@@ -146,6 +147,7 @@ inline __m256i pack_i8(const GI32* v) {
   return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
+}  // namespace ANELAB_SIMD_ABI
 }  // namespace anelab::simd
 
 #include "framework/simd/x86_int8.h"

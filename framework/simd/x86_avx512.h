@@ -7,6 +7,7 @@
 #include <cstdint>
 
 namespace anelab::simd {
+inline namespace ANELAB_SIMD_ABI {
 
 constexpr const char* kName = "avx512";
 constexpr int kWidth = 16;
@@ -143,6 +144,7 @@ inline __m256i pack_i8(const GI32* v) {  // vpmovsdb: int32 -> int8 with signed 
   return _mm256_set_m128i(_mm512_maskz_cvtsepi32_epi8(0xFFFF, v[1]), _mm512_maskz_cvtsepi32_epi8(0xFFFF, v[0]));
 }
 
+}  // namespace ANELAB_SIMD_ABI
 }  // namespace anelab::simd
 
 #include "framework/simd/x86_int8.h"

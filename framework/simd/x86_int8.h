@@ -24,6 +24,7 @@
 #include <cstdint>
 
 namespace anelab::simd {
+inline namespace ANELAB_SIMD_ABI {
 
 using I8 = __m256i;
 using I32 = __m256i;
@@ -121,4 +122,5 @@ inline float qacc_sum(QAcc v) {
   return _mm_cvtss_f32(s);
 }
 
+}  // namespace ANELAB_SIMD_ABI
 }  // namespace anelab::simd

@@ -21,7 +21,11 @@ using test::put;
 
 bool contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
 
-std::string this_binary() { return fs::canonical(fs::path(ANELAB_BINARY_DIR) / "bin" / "test_core").string(); }
+// The executable ctest runs (ANELAB_TEST_BINARY, tests/CMakeLists.txt: test_core or a SIMD variant's twin).
+std::string this_binary() {
+  const char* name = std::getenv("ANELAB_TEST_BINARY");
+  return fs::canonical(fs::path(ANELAB_BINARY_DIR) / "bin" / (name && *name ? name : "test_core")).string();
+}
 
 // Restores argv / cwd / $PATH saved by an earlier save_argv call and the process's $PATH.
 class SavedState : public ::testing::Test {
