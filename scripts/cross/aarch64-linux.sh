@@ -88,10 +88,10 @@ if(NOT TARGET tomlplusplus::tomlplusplus)
 endif()
 EOF
   if [[ ! -f "$deps/lib/libgtest.a" ]]; then
-    log "building GoogleTest for aarch64 from /usr/src/googletest"
+    log "building GoogleTest for aarch64 from /usr/src/googletest (no GoogleMock: no test uses it)"
     cmake -S /usr/src/googletest -B "$deps/googletest-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/toolchains/aarch64-linux-gnu.cmake" -DANELAB_CROSS_DEPS="$deps" \
-      -DCMAKE_INSTALL_PREFIX="$deps" -DCMAKE_INSTALL_LIBDIR=lib "${launcher[@]}" >/dev/null
+      -DCMAKE_INSTALL_PREFIX="$deps" -DCMAKE_INSTALL_LIBDIR=lib -DBUILD_GMOCK=OFF "${launcher[@]}" >/dev/null
     cmake --build "$deps/googletest-build" -j"$(nproc)" >/dev/null
     cmake --install "$deps/googletest-build" >/dev/null
   fi
