@@ -10,8 +10,6 @@
 //              12 heads, S=256) in the static and/or dynamic weight strategy.
 // Per benchmark: median and best wall time of one evaluate(), process CPU time per evaluate (robust on
 // a loaded machine when --threads 1), GFLOP/s from the median (GEMM flops only) and % of the peak.
-#include <time.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -21,6 +19,7 @@
 #include <string_view>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "framework/core/error.h"
 #include "framework/core/platform.h"
 #include "framework/core/thread_pool.h"
@@ -32,12 +31,6 @@ namespace anelab::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
 
 // fp32 FMA peak: kChains independent accumulator chains of one SIMD vector per thread (enough to hide
 // the FMA latency on every FMA port: 12 on x86, 16 on Apple/Arm cores with 4 FMA pipes), 2 flops per lane
@@ -139,13 +132,13 @@ BenchResult time_program(const std::string& name, const mil::Program& p, const r
   for (auto& s : outs) op.push_back(&s);
   for (int r = 0; r < 2; ++r) be->evaluate(**k, 0, ip, op).throw_if_error();  // warm-up
   std::vector<double> ms;
-  const double c0 = cpu_seconds();
+  const double c0 = platform::process_cpu_ms() / 1e3;
   for (int r = 0; r < runs; ++r) {
     const auto t0 = Clock::now();
     be->evaluate(**k, 0, ip, op).throw_if_error();
     ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
-  const double cpu = (cpu_seconds() - c0) * 1e3 / runs;
+  const double cpu = (platform::process_cpu_ms() / 1e3 - c0) * 1e3 / runs;
   std::sort(ms.begin(), ms.end());
   BenchResult b{name, gflop, ms[ms.size() / 2], ms[0], cpu, 0};
   b.gflops = gflop > 0 ? gflop / (b.median_ms / 1e3) : 0;
@@ -166,7 +159,7 @@ BenchResult bench_kernel(kern::KernelKind kind, kern::Strategy st, int threads, 
 }
 
 struct Opts {
-  int threads = 0, runs = 20;
+  int threads = kDefaultThreads, runs = 20;
   bool json = false, no_peak = false, print_mil = false;
   std::vector<std::string> kernels;  // empty: conv + attention
   std::string strategy = "both";
@@ -211,7 +204,7 @@ std::vector<BenchResult> run_selected(const Opts& o, int threads) {
 }
 
 void run_bench(const Opts& o) {
-  const int threads = o.threads > 0 ? o.threads : ThreadPool::global().size();
+  const int threads = o.threads;
   const double peak = o.no_peak ? 0.0 : fma_peak_gflops(threads);
   const std::vector<BenchResult> rs = run_selected(o, threads);
   auto frac = [&](const BenchResult& r) { return peak > 0 ? r.gflops / peak : 0.0; };
@@ -247,7 +240,7 @@ void add_bench_commands(CLI::App& app) {
       "emulator",
       "Emulator speed (conv 768->2048 S=256; 12-head attention S=256; training kernels) vs the fp32 FMA peak");
   auto o = std::make_shared<Opts>();
-  emu->add_option("--threads", o->threads, "threads (0 = all hardware threads)")->capture_default_str();
+  add_threads_option(emu, o->threads);
   emu->add_option("--runs", o->runs, "timed evaluate() calls per benchmark (median reported)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -266,12 +259,12 @@ void add_bench_commands(CLI::App& app) {
   auto* mem =
       bench->add_subcommand("memory", "Read bandwidth of main memory (GB/s) at N threads: the bound of a decode GEMV");
   struct MemOpts {
-    int threads = 0, passes = 5;
+    int threads = kDefaultThreads, passes = 5;
     int64_t mib = 2048;
     bool json = false;
   };
   auto m = std::make_shared<MemOpts>();
-  mem->add_option("--threads", m->threads, "threads (0 = all hardware threads)")->capture_default_str();
+  add_threads_option(mem, m->threads);
   mem->add_option("--mib", m->mib, "buffer size in MiB (well above the last-level cache)")
       ->capture_default_str()
       ->check(CLI::Range(64, 1 << 20));
@@ -280,7 +273,7 @@ void add_bench_commands(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   mem->add_flag("--json", m->json, "machine-readable output");
   mem->callback([m] {
-    const int threads = m->threads > 0 ? m->threads : ThreadPool::global().size();
+    const int threads = m->threads;
     std::string pages;
     const double gbs = read_bandwidth_gbs(threads, m->mib << 20, m->passes, &pages);
     if (m->json)

@@ -32,8 +32,4 @@ CLI::Validator number_in(double lo, double hi, bool above_lo = false);
 CLI::Validator number_in(const infer::ParamRange& r);
 // The name in `names` closest to `word` (edit distance, prefixes count as close), or "" when none is close.
 std::string closest_name(const std::string& word, const std::vector<std::string>& names);
-// cli/infer_cmd.cpp: --kv-type f32|f16 into `kv_type` (infer, perplexity and serve; EngineOptions::kv_type).
-CLI::Option* add_kv_type_option(CLI::App* app, std::string& kv_type);
-// --mmap auto|on|off (infer::kMmapHelp) into `mmap`.
-CLI::Option* add_mmap_option(CLI::App* app, std::string& mmap);
 }  // namespace anelab::cli

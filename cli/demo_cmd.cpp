@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/demo_loop.h"
+#include "cli/options.h"
 #include "framework/kernels/runner.h"
 #include "framework/kernels/workloads.h"
 #include "framework/mil/printer.h"
@@ -186,7 +187,9 @@ void add_demo_command(CLI::App& app) {
   d->add_option("--seq-len", l->seq_len, "tokens per sequence")->capture_default_str();
   d->add_option("--lr", l->lr, "peak learning rate (cosine schedule)")->capture_default_str();
   d->add_option("--prompt", l->prompt, "prompt of the greedy sample")->capture_default_str();
+  add_threads_option(d, l->threads);
   d->callback([d, l] {
+    size_process_pool(*d, l->threads);
     if (d->get_subcommands().empty()) run_demo_loop(*l);
   });
 

@@ -169,6 +169,7 @@ void run_demo_loop(const DemoLoopOptions& o) {
   infer::LoadOptions lo;
   lo.model = c.run_dir;
   lo.backend = o.backend;
+  lo.threads = o.threads;
   if (!o.device.empty()) lo.device = o.device;
   lo.component = "demo";
   infer::LoadedModel loaded = infer::load_model(lo, infer::TokenizerUse::kRequired);

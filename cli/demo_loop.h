@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "cli/options.h"
+
 namespace anelab::cli {
 
 struct DemoLoopOptions {
@@ -19,6 +21,8 @@ struct DemoLoopOptions {
   double lr = 3e-3;
   std::string prompt = "Once upon a time";
   int64_t sample_tokens = 64;
+  int threads =
+      kDefaultThreads;  // -t: the training pool's (cli/options.h size_process_pool) and the generating engine's
 };
 
 void run_demo_loop(const DemoLoopOptions& o);

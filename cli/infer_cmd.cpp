@@ -11,8 +11,6 @@
 //             J/token of prefill and decode from this machine's power source (framework/core/power.h)
 //             or "not available on this machine: <why>".
 
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -24,6 +22,7 @@
 #include <random>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 #include "framework/core/npy.h"
@@ -42,104 +41,21 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// --backend: a clear error naming the choices (CLI11 prints it after "--backend: ").
-CLI::Validator prefill_backend_check() {
-  return CLI::Validator(
-      [](std::string& v) {
-        for (const char* c : infer::kPrefillBackends)
-          if (v == c) return std::string();
-        return "unknown backend '" + v + "' (choices: auto, cpu, emulator, ane)";
-      },
-      "auto|cpu|emulator|ane");
-}
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
-// CPU time of the whole process (all threads), ms: robust against a shared, loaded machine.
-double cpu_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
-}
 
 struct InferArgs {
-  std::string model, tokenizer, backend = "auto", device = rt::kDefaultDevice, dtype = "auto", sampler = "auto",
-                                ane_weights = "fp16";
-  std::string chat_template = "auto", kv_type = "f32", mmap = "auto";
+  infer::LoadOptions load;  // the model-loading group (cli/options.h); load.chat_template: chat's
+  SamplingArgs sampling;    // generate and chat
   bool quiet = false;
-  int threads = 2;
-  int64_t ctx = 0;
   std::string prompt, prompt_positional, prompt_file, system, prompt_ids, out;
   bool prompt_set = false, print_ids = false, no_think = false;
-  int64_t max_tokens = -1, steps = 256;
-  float temperature = 1.0f, top_p = 0.9f, min_p = 0.0f, repeat_penalty = 1.0f;
-  int32_t top_k = 0;
-  uint64_t seed = 0;
-  std::vector<std::string> stop;
-  bool ignore_eos = false;
   int64_t bench_prompt = 512, bench_gen = 128;
 };
 
 void add_common(CLI::App* sub, InferArgs& a) {
-  sub->add_option("--model,-m", a.model, "Model file: llama2.c .bin, safetensors file/dir, GGUF or .anelab")
-      ->required();
-  sub->add_option(
-      "--tokenizer", a.tokenizer,
-      "Tokenizer (when the model file has none): tokenizer.bin, tokenizer.json, a run's tokenizer.anetok, dir");
-  sub->add_option("--backend", a.backend, infer::kPrefillBackendHelp)
-      ->capture_default_str()
-      ->check(prefill_backend_check());
-  sub->add_option("--device", a.device,
-                  "Device profile for emulator/ane (m1..m5, or auto: the ANE chip's, m4 on the emulator)")
-      ->capture_default_str();
-  sub->add_option("--ane-weights", a.ane_weights,
-                  "Weights of the MIL prefill kernels (emulator/ane): fp16, int8 (per-channel int8 weights), w8a8 "
-                  "(int8 weights and activations, scales calibrated on the first prompt) or auto (the device "
-                  "profile's: w8a8 on m4/m5, int8 on m1-m3)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"fp16", "int8", "w8a8", "auto"}));
-  sub->add_option("--dtype", a.dtype,
-                  "Compute dtype of the weight matrices: fp16, fp32, or auto (fp32 when the file stores every matrix "
-                  "in fp32: llama2.c files, training checkpoints, fp32 exports; fp16 otherwise; "
-                  "q8_0/q4_0/q5_0/q5_1/q4_k/q5_k/q6_k matrices stay in their blocks, with int8 dot products)")
-      ->capture_default_str();
-  sub->add_option("--threads,-t", a.threads, "CPU threads (persistent pool; llama.cpp -t)")
-      ->capture_default_str()
-      ->check(number_in(infer::params::kThreads));
-  sub->add_option("--ctx,-c", a.ctx, "Context positions (0 = the model's max_seq_len)")
-      ->capture_default_str()
-      ->check(number_in(infer::params::kContext));
-  add_kv_type_option(sub, a.kv_type);
-  add_mmap_option(sub, a.mmap);
+  add_model_options(sub, a.load);
+  add_context_option(sub, a.load.ctx);
   sub->add_flag("--quiet,-q", a.quiet, "Nothing on stderr but errors (no model load, kernel compile or speed lines)");
-}
-
-void add_sampling(CLI::App* sub, InferArgs& a) {
-  sub->add_option(
-         "--max-tokens,-n", a.max_tokens,
-         "New tokens to generate (llama.cpp -n; 0: only echo the prompt; -1: run.c steps semantics, see --steps)")
-      ->capture_default_str()
-      ->check(number_in(-1, kInf));
-  sub->add_option("--steps", a.steps, "run.c -n: total positions including the prompt (0 = context)")
-      ->capture_default_str()
-      ->check(number_in(0, kInf));
-  sub->add_option("--temperature,--temp", a.temperature, "Sampling temperature (0 = greedy; llama.cpp --temp)")
-      ->capture_default_str()
-      ->check(number_in(infer::params::kTemperature));
-  sub->add_option("--top-p", a.top_p, "Top-p (nucleus) threshold (1 = off)")
-      ->capture_default_str()
-      ->check(number_in(infer::params::kTopP));
-  sub->add_option("--top-k", a.top_k, "Top-k (0 = off)")->capture_default_str()->check(number_in(infer::params::kTopK));
-  sub->add_option("--min-p", a.min_p, "Min-p relative to the top token (0 = off)")
-      ->capture_default_str()
-      ->check(number_in(infer::params::kMinP));
-  sub->add_option("--repeat-penalty", a.repeat_penalty, "Repetition penalty over the last 64 tokens (1 = off)")
-      ->capture_default_str()
-      ->check(number_in(infer::params::kRepeatPenalty));
-  sub->add_option("--seed,-s", a.seed, "Random seed (0 = time-based, like run.c)")->capture_default_str();
-  sub->add_option("--sampler", a.sampler, "auto | runc (llama2.c xorshift + top-p, bit-exact) | general")
-      ->capture_default_str();
-  sub->add_option("--stop", a.stop, "Stop string (repeatable)");
-  sub->add_flag("--ignore-eos", a.ignore_eos,
-                "Generate past the end-of-text token: its logit is -inf (llama.cpp --ignore-eos)");
 }
 
 struct Loaded {
@@ -152,12 +68,9 @@ struct Loaded {
 Loaded load(const InferArgs& a, infer::TokenizerUse use) {
   Loaded l;
   const auto t0 = Clock::now();
-  if (!a.quiet) std::fprintf(stderr, "loading %s ...\n", quote_untrusted(a.model).c_str());
-  infer::LoadOptions o;
-  o.model = a.model, o.tokenizer = a.tokenizer, o.backend = a.backend, o.device = a.device, o.dtype = a.dtype;
-  o.ane_weights = a.ane_weights;
-  o.chat_template = a.chat_template, o.threads = a.threads, o.ctx = a.ctx, o.quiet = a.quiet, o.kv_type = a.kv_type;
-  o.mmap = a.mmap;
+  if (!a.quiet) std::fprintf(stderr, "loading %s ...\n", quote_untrusted(a.load.model).c_str());
+  infer::LoadOptions o = a.load;
+  o.quiet = a.quiet;
   infer::LoadedModel m = infer::load_model(o, use);
   l.tok = std::move(m.tokenizer);
   l.weights_memory = std::move(m.weights_memory);
@@ -168,18 +81,18 @@ Loaded load(const InferArgs& a, infer::TokenizerUse use) {
     l.weights_memory += buf;
   }
   const int64_t trained = l.engine->config().max_seq_len;
-  if (a.ctx > trained && !a.quiet)  // llama.cpp warns here too (n_ctx above n_ctx_train); anelab caps it
+  if (a.load.ctx > trained && !a.quiet)  // llama.cpp warns here too (n_ctx above n_ctx_train); anelab caps it
     std::fprintf(stderr, "warning: --ctx %lld is above the model's trained context of %lld positions: capped to %lld\n",
-                 static_cast<long long>(a.ctx), static_cast<long long>(trained), static_cast<long long>(trained));
+                 static_cast<long long>(a.load.ctx), static_cast<long long>(trained), static_cast<long long>(trained));
   if (!a.quiet)
     std::fprintf(stderr, "loaded %s (%s, %lld layers, dim %lld) in %.1f s; prefill backend %s; weights %s\n",
-                 quote_untrusted(a.model).c_str(), l.engine->config().arch.c_str(),
+                 quote_untrusted(a.load.model).c_str(), l.engine->config().arch.c_str(),
                  static_cast<long long>(l.engine->config().n_layers), static_cast<long long>(l.engine->config().dim),
                  ms_since(t0) / 1e3, l.engine->options().backend.c_str(), l.weights_memory.c_str());
   return l;
 }
 
-infer::GenerateOptions gen_options(const InferArgs& a) {
+infer::GenerateOptions gen_options(const SamplingArgs& a) {
   infer::GenerateOptions o;
   o.steps = a.steps;
   o.max_new_tokens = a.max_tokens;
@@ -218,7 +131,7 @@ std::string read_prompt(const InferArgs& a) {
   if (!a.prompt_file.empty()) return read_file_text(a.prompt_file);
   if (a.prompt_set) return a.prompt;
   if (!a.prompt_positional.empty()) return a.prompt_positional;
-  if (::isatty(0))
+  if (platform::is_terminal(0))
     std::fprintf(stderr,
                  "generate: reading the prompt from the terminal until EOF (Ctrl-D); "
                  "or pass --prompt TEXT / --prompt-file FILE\n");
@@ -246,9 +159,9 @@ void run_generate(const InferArgs& a) {
   infer::GenerateResult r;
   if (by_ids) {
     const auto ids = infer::parse_token_ids(a.prompt_ids, "--prompt-ids", l.engine->config().vocab_size);
-    r = infer::generate_tokens(*l.engine, l.tok.get(), ids, 0, gen_options(a), sink);
+    r = infer::generate_tokens(*l.engine, l.tok.get(), ids, 0, gen_options(a.sampling), sink);
   } else {
-    r = infer::generate(*l.engine, *l.tok, prompt, gen_options(a), sink);
+    r = infer::generate(*l.engine, *l.tok, prompt, gen_options(a.sampling), sink);
   }
   if (a.print_ids) print_ids(r.new_tokens);
   if (r.stop_reason == "context" && !a.quiet)
@@ -256,7 +169,7 @@ void run_generate(const InferArgs& a) {
                  "stopped after %zu new tokens at position %lld: the context of %lld positions is full "
                  "(-n %lld asked for more; --ctx, at most the model's %lld)\n",
                  r.new_tokens.size(), static_cast<long long>(l.engine->context()),
-                 static_cast<long long>(l.engine->context()), static_cast<long long>(a.max_tokens),
+                 static_cast<long long>(l.engine->context()), static_cast<long long>(a.sampling.max_tokens),
                  static_cast<long long>(l.engine->config().max_seq_len));
   if (!a.quiet) print_stats(r);
 }
@@ -281,14 +194,14 @@ void run_logits(const InferArgs& a) {
   write_npy(a.out, {T, V}, logits.data());
   if (!a.quiet)
     std::fprintf(stderr, "logits [%lld, %lld] of %s (%s prefill, dtype %s) -> %s\n", static_cast<long long>(T),
-                 static_cast<long long>(V), a.model.c_str(), e.last_prefill().path.c_str(), a.dtype.c_str(),
+                 static_cast<long long>(V), a.load.model.c_str(), e.last_prefill().path.c_str(), a.load.dtype.c_str(),
                  a.out.c_str());
 }
 
 void run_chat(const InferArgs& a) {
   Loaded l = load(a, infer::TokenizerUse::kRequired);
-  const tok::ChatTemplate t = tok::chat_template_for(*l.tok, a.chat_template);
-  if (t == tok::ChatTemplate::kNone) fail("infer", tok::no_chat_template_hint(a.model));
+  const tok::ChatTemplate t = tok::chat_template_for(*l.tok, a.load.chat_template);
+  if (t == tok::ChatTemplate::kNone) fail("infer", tok::no_chat_template_hint(a.load.model));
   // no --system: the template's default (Qwen2.5's) or none
   infer::Chat chat(*l.engine, *l.tok, t, a.system, !a.no_think);
   std::fprintf(stderr, "chat: %s, template %s, context %lld; empty line or EOF ends\n", l.engine->config().arch.c_str(),
@@ -300,7 +213,7 @@ void run_chat(const InferArgs& a) {
     if (!std::getline(std::cin, line) || line.empty()) break;
     infer::GenerateResult info;
     chat.turn(
-        line, gen_options(a),
+        line, gen_options(a.sampling),
         [](std::string_view s) {
           std::fwrite(s.data(), 1, s.size(), stdout);
           std::fflush(stdout);
@@ -364,9 +277,9 @@ void run_bench(const InferArgs& a) {
   const double compile_ms = e.last_prefill().compile_ms;
   auto e1 = energy_now(meter);
   auto t1 = Clock::now();
-  double c1 = cpu_ms();
+  double c1 = platform::process_cpu_ms();
   e.prefill(prompt, 0);
-  const double pp_ms = ms_since(t1), pp_cpu = cpu_ms() - c1;
+  const double pp_ms = ms_since(t1), pp_cpu = platform::process_cpu_ms() - c1;
   const std::string pp_energy = energy_text(meter, e1, double(prompt.size()));
   const auto path = e.last_prefill().path;
   int64_t pos = static_cast<int64_t>(prompt.size());
@@ -374,17 +287,17 @@ void run_bench(const InferArgs& a) {
   e.decode(tok, pos++);  // warm-up
   e1 = energy_now(meter);
   t1 = Clock::now();
-  c1 = cpu_ms();
+  c1 = platform::process_cpu_ms();
   for (int64_t i = 0; i < a.bench_gen; ++i) {
     const float* lg = e.decode(tok, pos++);
     tok = models::argmax(std::span<const float>(lg, static_cast<size_t>(V)));
   }
-  const double tg_ms = ms_since(t1), tg_cpu = cpu_ms() - c1;
+  const double tg_ms = ms_since(t1), tg_cpu = platform::process_cpu_ms() - c1;
   const std::string tg_energy = energy_text(meter, e1, double(a.bench_gen));
   const double wbytes = static_cast<double>(e.weight_bytes());
   std::printf("model %s (%s, %lld layers, dim %lld, vocab %lld), dtype %s, %d threads, prefill backend %s\n",
-              a.model.c_str(), e.config().arch.c_str(), static_cast<long long>(e.config().n_layers),
-              static_cast<long long>(e.config().dim), static_cast<long long>(V), a.dtype.c_str(), a.threads,
+              a.load.model.c_str(), e.config().arch.c_str(), static_cast<long long>(e.config().n_layers),
+              static_cast<long long>(e.config().dim), static_cast<long long>(V), a.load.dtype.c_str(), a.load.threads,
               path.c_str());
   std::printf("load %.0f ms; cold start to first token %.0f ms (compile %.0f ms); weights %s\n", load_ms, ttft,
               compile_first, l.weights_memory.c_str());
@@ -407,18 +320,6 @@ void run_bench(const InferArgs& a) {
 
 }  // namespace
 
-CLI::Option* add_mmap_option(CLI::App* app, std::string& mmap) {
-  return app->add_option("--mmap", mmap, infer::kMmapHelp)
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "on", "off"}));
-}
-
-CLI::Option* add_kv_type_option(CLI::App* app, std::string& kv_type) {
-  return app->add_option("--kv-type", kv_type, infer::kKvTypeHelp)
-      ->capture_default_str()
-      ->check(CLI::IsMember(infer::kv_type_names()));
-}
-
 void add_infer_command(CLI::App& app) {
   auto a = std::make_shared<InferArgs>();
   CLI::App* inf = app.add_subcommand("infer", "Run a model: generate, chat, logits, bench");
@@ -426,7 +327,7 @@ void add_infer_command(CLI::App& app) {
 
   CLI::App* gen = inf->add_subcommand("generate", "Generate text; stdout = prompt + continuation (run.c format)");
   add_common(gen, *a);
-  add_sampling(gen, *a);
+  add_sampling_options(gen, a->sampling);
   gen->add_option("--prompt,-p,-i", a->prompt,
                   "Prompt text (else the positional PROMPT, --prompt-file, stdin); -i: "
                   "llama2.c run.c's spelling (llama.cpp's -i, interactive mode, is `anelab infer chat`)")
@@ -450,14 +351,9 @@ void add_infer_command(CLI::App& app) {
   CLI::App* chat =
       inf->add_subcommand("chat", "Interactive chat with the model's chat template, history kept within the context");
   add_common(chat, *a);
-  add_sampling(chat, *a);
+  add_sampling_options(chat, a->sampling);
   chat->add_option("--system", a->system, "System prompt (default: the template's: Qwen2.5's, none for the others)");
-  chat->add_option(
-          "--chat-template", a->chat_template,
-          "auto (the model's own, by the control tokens of its vocabulary: Llama 3, Gemma 3, Qwen3 or Qwen2.5; "
-          "base models have none), qwen2.5 (= chatml), qwen3, llama3, gemma3, none")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "qwen2.5", "chatml", "qwen3", "llama3", "gemma3", "none"}));
+  add_chat_template_option(chat, a->load.chat_template);
   chat->add_flag("--no-think", a->no_think,
                  "Thinking off (the template's enable_thinking false: Qwen3 answers after an empty <think></think>; "
                  "other templates have no thinking switch)");

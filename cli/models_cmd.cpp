@@ -3,8 +3,6 @@
 // anelab export CKPT|RUN_DIR|MODEL OUT [--format F] [--dtype D] [--tokenizer T]
 //   (the output format comes from --format or OUT's name: models/formats/export.h)
 // anelab info FILE
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -12,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "framework/core/error.h"
+#include "framework/core/platform.h"
 #include "framework/core/untrusted.h"
 #include "infer/generate.h"
 #include "models/formats/anelab_file.h"
@@ -29,7 +28,7 @@ using namespace anelab::models;
 
 // A progress bar on stderr, only when stderr is a terminal and the job is large.
 ProgressFn progress_bar(const std::string& label) {
-  if (!::isatty(2)) return {};
+  if (!platform::is_terminal(2)) return {};
   return [label, last = -1](int64_t done, int64_t total) mutable {
     if (total < (64 << 20)) return;
     const int pct = static_cast<int>(done * 100 / std::max<int64_t>(total, 1));
@@ -100,7 +99,7 @@ void run_convert(const ConvertArgs& a) {
     Model m;
     std::string tmp;
     if (!a.random.empty()) {  // other formats go through a temporary anelab file (streamed dtype conversion)
-      tmp = out + ".anelab.tmp." + std::to_string(::getpid());
+      tmp = out + ".anelab.tmp." + std::to_string(platform::process_id());
       write_random_model(random_config(a), tmp, a.seed, dt, progress_bar("writing"));
       m = read_anelab_file(tmp);
     } else {

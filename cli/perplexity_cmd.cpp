@@ -5,17 +5,17 @@
 // llama-perplexity's --kl-divergence-base file (infer/kl_base.h; then its tokens and chunk length are
 // scored, and --text, if given, is checked to tokenize to the same ids): mean KL divergence, top-1
 // agreement, max |Δ log p|. A progress bar goes to stderr, the figures to stdout.
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 #include "framework/core/npy.h"
+#include "framework/core/platform.h"
 #include "infer/engine.h"
 #include "infer/kl_base.h"
 #include "infer/load.h"
@@ -34,7 +34,7 @@ struct PerplexityArgs {
 void ppl_progress_bar(int64_t done, int64_t total, double ppl) {
   constexpr int kWidth = 30;
   const int filled = static_cast<int>(kWidth * done / total);
-  const bool tty = ::isatty(2);
+  const bool tty = platform::is_terminal(2);
   if (!tty && done < total && done * 10 / total == (done - 1) * 10 / total) return;
   std::fprintf(stderr, "%s[%s%s] %lld/%lld chunks, PPL %.4f%s", tty ? "\r" : "", std::string(filled, '#').c_str(),
                std::string(kWidth - filled, ' ').c_str(), static_cast<long long>(done), static_cast<long long>(total),
@@ -132,8 +132,7 @@ void add_perplexity_command(CLI::App& app) {
   auto* p = app.add_subcommand("perplexity",
                                "Perplexity of a text (llama-perplexity's method), and KL divergence "
                                "against a saved base run");
-  p->add_option("--model,-m", a->load.model, "Model file (any format infer reads)")->required();
-  p->add_option("--tokenizer", a->load.tokenizer, "Tokenizer (when the model file has none)");
+  add_model_options(p, a->load);
   p->add_option("--text,-f", a->text, "Text file to score (with a llama.cpp --kl-base file: compared with its tokens)");
   p->add_option("--ctx,-c", a->ctx, "Tokens per chunk (0: 512 or the model's context if smaller)")
       ->capture_default_str()
@@ -146,17 +145,6 @@ void add_perplexity_command(CLI::App& app) {
                 "Compare with a base run: a --save-logits file, or llama-perplexity's "
                 "--kl-divergence-base file (its tokens and n_ctx are used): KL, top-1, "
                 "max |dlogp|");
-  p->add_option("--backend", a->load.backend, infer::kPrefillBackendHelp)->capture_default_str();
-  p->add_option("--device", a->load.device,
-                "Device profile for emulator/ane (m1..m5, or auto: the ANE chip's, m4 on the emulator)")
-      ->capture_default_str();
-  p->add_option("--dtype", a->load.dtype, "Compute dtype of the weight matrices: fp16, fp32 or auto")
-      ->capture_default_str();
-  p->add_option("--threads,-t", a->load.threads, "CPU threads (llama.cpp -t)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  add_kv_type_option(p, a->load.kv_type);
-  add_mmap_option(p, a->load.mmap);
   p->add_flag("--quiet,-q", a->load.quiet, "No progress bar");
   p->callback([a] { run_perplexity(*a); });
 }

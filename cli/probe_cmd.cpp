@@ -14,11 +14,6 @@
 //              settle open questions; "numbers" says whether the timings are the ANE's or the fake's.
 // --out writes JSON (schema "anelab.probe/2", docs/native_backend.md "Reading a probe report").
 // Without an ANE only the emulator half runs; --shim fake runs the ANE half through FakeShim.
-#include <sys/utsname.h>
-#if defined(__APPLE__)
-#include <sys/sysctl.h>
-#endif
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -28,11 +23,13 @@
 
 #include "cli/build_info.h"
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/probe_rules.h"
 #include "cli/probe_seeds.h"
 #include "cli/probe_timing.h"
 #include "framework/ane/native_backend.h"
 #include "framework/core/file.h"
+#include "framework/core/platform.h"
 #include "framework/kernels/runner.h"
 #include "framework/kernels/self_check.h"
 #include "framework/kernels/workloads.h"
@@ -54,43 +51,21 @@ struct ProbeOptions {
   std::string shim = "system";  // system | fake
   std::string device = rt::kDefaultDevice;
   int repeats = 3;
-  int threads = 0;
+  int threads = kDefaultThreads;
   int compile_limit = 0;      // > 0: run the compile_limit probe (opt-in: it exhausts the compiler)
   ane::FakeShimOptions fake;  // --shim fake: what the stand-in device does (test hooks)
 };
 
 // ---- host -----------------------------------------------------------------------------------------
 json host_info() {
+  const platform::HostInfo i = platform::host_info();
   json h;
-  struct utsname u {};
-  if (uname(&u) == 0) {
-    h["os"] = u.sysname;
-    h["kernel"] = u.release;
-    h["machine"] = u.machine;
-    h["os_version"] = u.release;
-  }
-#if defined(__linux__)
-  // The distribution's name from /etc/os-release (PRETTY_NAME), e.g. "Debian GNU/Linux 12 (bookworm)".
-  try {
-    const std::string rel = read_file_text("/etc/os-release");
-    const size_t at = rel.find("PRETTY_NAME=");
-    if (at != std::string::npos) {
-      std::string v = rel.substr(at + 12, rel.find('\n', at) - at - 12);
-      if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
-      if (!v.empty()) h["os_version"] = v;
-    }
-  } catch (const Error&) {
-  }
-#endif
-#if defined(__APPLE__)
-  char ver[64] = {};
-  size_t n = sizeof ver;
-  if (sysctlbyname("kern.osproductversion", ver, &n, nullptr, 0) == 0) h["os_version"] = std::string(ver);
-  char brand[128] = {};
-  n = sizeof brand;
-  if (sysctlbyname("machdep.cpu.brand_string", brand, &n, nullptr, 0) == 0) h["chip"] = std::string(brand);
-#endif
-  if (!h.contains("chip")) h["chip"] = h.value("machine", "unknown");
+  for (const auto& [k, v] : {std::pair<const char*, const std::string&>{"os", i.os},
+                             {"kernel", i.kernel},
+                             {"machine", i.machine},
+                             {"os_version", i.os_version}})
+    if (!v.empty()) h[k] = v;
+  h["chip"] = i.chip.empty() ? "unknown" : i.chip;
   return h;
 }
 
@@ -515,7 +490,7 @@ void add_probe_command(CLI::App& app) {
   cmd->add_option("--repeats", o->repeats, "timed evaluations per workload (best reported)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--threads", o->threads, "emulator threads (0 = all hardware threads)")->capture_default_str();
+  add_threads_option(cmd, o->threads);
   cmd->add_option("--compile-limit", o->compile_limit,
                   "also count compiles until the compiler fails, up to this many (opt-in: the process cannot "
                   "compile afterwards)")

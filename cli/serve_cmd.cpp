@@ -1,8 +1,6 @@
 // anelab serve: OpenAI-style HTTP server (infer/server/, docs/server.md). The model is loaded and its
 // prefill kernels compiled once at start-up; SIGINT / SIGTERM stop it gracefully (exit 0).
-#include <pthread.h>
 #include <signal.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -16,8 +14,10 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "framework/core/error.h"
 #include "framework/core/file.h"
+#include "framework/core/platform.h"
 #include "infer/engine.h"
 #include "infer/server/engine_adapter.h"
 #include "infer/server/http_conn.h"
@@ -37,22 +37,10 @@ struct ServeArgs {
   bool quiet = false;
 };
 
-// Blocks SIGINT/SIGTERM in this thread (and so in every thread started after) and ignores SIGPIPE
-// (writes to a closed socket must fail with EPIPE, not kill the server).
-sigset_t block_stop_signals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-  return set;
-}
-
 // The --port-file must be writable: checked before the model loads, so a bad path fails at once.
 void check_port_file(const std::string& path) {
   if (path.empty()) return;
-  const std::string probe = path + ".tmp." + std::to_string(::getpid());
+  const std::string probe = path + ".tmp." + std::to_string(platform::process_id());
   std::FILE* f = std::fopen(probe.c_str(), "w");
   if (!f) fail("serve", "cannot write --port-file ", path, ": ", std::strerror(errno));
   std::fclose(f);
@@ -60,7 +48,10 @@ void check_port_file(const std::string& path) {
 }
 
 void run_serve(ServeArgs& a) {
-  const sigset_t set = block_stop_signals();
+  // SIGINT/SIGTERM blocked in this thread and so in every thread started after (the signal thread below takes
+  // them); SIGPIPE ignored: writes to a closed socket must fail with EPIPE, not kill the server.
+  platform::block_stop_signals();
+  platform::ignore_broken_pipe_signal();
   if (a.server.api_key.empty())
     if (const char* k = std::getenv("ANELAB_API_KEY")) a.server.api_key = k;
   if (const std::string w = serve::exposure_warning(a.server.host, a.server.api_key); !w.empty())
@@ -86,14 +77,9 @@ void run_serve(ServeArgs& a) {
 
   std::atomic<bool> done{false};
   std::thread sig([&] {
-    for (;;) {  // POSIX (macOS has no sigtimedwait): take SIGINT/SIGTERM once pending, else poll at 10 Hz
-      sigset_t pending;
-      sigemptyset(&pending);
-      int s = 0;
-      if (sigpending(&pending) == 0 && (sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM)))
-        sigwait(&set, &s);
-      else
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (;;) {  // take SIGINT/SIGTERM once pending, else poll at 10 Hz
+      const int s = platform::take_stop_signal();
+      if (s == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
       if (s == SIGINT || s == SIGTERM) {
         std::fprintf(stderr, "serve: %s received, shutting down\n", s == SIGINT ? "SIGINT" : "SIGTERM");
         // stop() only works once the listen loop runs.
@@ -119,31 +105,9 @@ void add_serve_command(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
   CLI::App* s = app.add_subcommand(
       "serve", "OpenAI-style HTTP server: /v1/completions, /v1/chat/completions, /v1/models, /health");
-  s->add_option("--model,-m", a->model.model, "Model file: llama2.c .bin, safetensors file/dir, GGUF or .anelab")
-      ->required();
-  s->add_option("--tokenizer", a->model.tokenizer, "Tokenizer (when the model file has none)");
-  s->add_option("--backend", a->model.backend, infer::kPrefillBackendHelp)
-      ->capture_default_str()
-      ->check(CLI::IsMember(
-          std::vector<std::string>(std::begin(infer::kPrefillBackends), std::end(infer::kPrefillBackends))));
-  s->add_option(
-       "--chat-template", a->model.chat_template,
-       "auto (the model's own, by the control tokens of its vocabulary: Llama 3, Gemma 3, Qwen3 or Qwen2.5; base "
-       "models have none, and chat requests get 400), qwen2.5 (= chatml), qwen3, llama3, gemma3, none")
-      ->capture_default_str();
-  s->add_option("--device", a->model.device,
-                "Device profile for emulator/ane (m1..m5, or auto: the ANE chip's, m4 on the emulator)")
-      ->capture_default_str();
-  s->add_option("--dtype", a->model.dtype, "Compute dtype: fp16, fp32 or auto (as `anelab infer`)")
-      ->capture_default_str();
-  s->add_option("--threads,-t", a->model.threads, "CPU threads per worker engine (llama.cpp -t)")
-      ->capture_default_str()
-      ->check(number_in(infer::params::kThreads));
-  s->add_option("--ctx,-c", a->model.ctx, "Context positions (0 = the model's max_seq_len)")
-      ->capture_default_str()
-      ->check(number_in(infer::params::kContext));
-  add_kv_type_option(s, a->model.kv_type);
-  add_mmap_option(s, a->model.mmap);
+  add_model_options(s, a->model.load);
+  add_context_option(s, a->model.load.ctx);
+  add_chat_template_option(s, a->model.load.chat_template, ", and chat requests get 400");
   s->add_option("--name", a->model.name, "Model id in responses (default: the model file's name)");
   s->add_option("--warmup", a->model.warmup_tokens,
                 "Compile the prefill kernels for prompts up to this many tokens at start-up (0: none)")

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 #include "train/bench.h"
@@ -22,6 +23,7 @@ struct TrainArgs {
   std::vector<train::FlagSlot> slots;
   bool bench = false;
   int bench_steps = 3;
+  int threads = kDefaultThreads;  // sizes the process-wide pool (cli/options.h size_process_pool)
 };
 
 train::TrainConfig resolve(const TrainArgs& a) {
@@ -68,13 +70,15 @@ void add_train_command(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   CLI::App* cmd = app.add_subcommand("train", "train a Llama-family model (CPU reference or ANE kernel strategies)");
   train::register_options(*cmd, &args->slots);
+  add_threads_option(cmd, args->threads)->group("Execution");
   cmd->add_flag("--bench", args->bench,
                 "benchmark: Stories110M step (B=1, T=256) vs a PyTorch fp32 step measured now, then exit")
       ->group("Benchmark");
   cmd->add_option("--bench-steps", args->bench_steps, "timed steps per side for --bench")
       ->capture_default_str()
       ->group("Benchmark");
-  cmd->callback([args] {
+  cmd->callback([cmd, args] {
+    size_process_pool(*cmd, args->threads);
     if (args->bench) {
       train::BenchOptions o;
       o.steps = args->bench_steps;
@@ -93,8 +97,11 @@ void add_train_command(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands([](CLI::App* s) { return s->get_name() == "bench"; })) {
     CLI::App* b = sub->add_subcommand("train", "Stories110M training step (B=1, T=256) vs PyTorch fp32");
     auto steps = std::make_shared<int>(3);
+    auto threads = std::make_shared<int>(kDefaultThreads);
     b->add_option("--steps", *steps, "timed steps per side")->capture_default_str();
-    b->callback([steps] {
+    add_threads_option(b, *threads);
+    b->callback([b, steps, threads] {
+      size_process_pool(*b, *threads);
       train::BenchOptions o;
       o.steps = *steps;
       std::printf("%s", train::bench_train(o).c_str());

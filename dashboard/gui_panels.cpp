@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "dashboard/gui_internal.h"
+#include "framework/core/platform.h"
 
 namespace anelab::dashboard {
 namespace fs = std::filesystem;
@@ -389,10 +390,10 @@ void stop_trainer(App& app) {
   }
   RunView* f = app.focused();
   if (f && f->data->status == RunStatus::running && f->data->pid > 0) {
-    int rc = ::kill(static_cast<pid_t>(f->data->pid), sig);
-    app.trainer_msg = rc == 0 ? std::string("sent ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + " to pid " +
-                                    std::to_string(f->data->pid) + " (" + f->data->name + ")"
-                              : "cannot signal pid " + std::to_string(f->data->pid) + ": " + std::strerror(errno);
+    const std::string why = platform::send_signal(f->data->pid, sig);
+    app.trainer_msg = why.empty() ? std::string("sent ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + " to pid " +
+                                        std::to_string(f->data->pid) + " (" + f->data->name + ")"
+                                  : "cannot signal pid " + std::to_string(f->data->pid) + ": " + why;
   } else {
     app.trainer_msg = "no running trainer to stop";
   }

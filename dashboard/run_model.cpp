@@ -1,13 +1,12 @@
 #include "dashboard/run_model.h"
 
-#include <signal.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+
+#include "framework/core/platform.h"
 
 namespace anelab::dashboard {
 namespace {
@@ -275,7 +274,7 @@ void RunData::refresh_status(double now_s) {
   if (status != RunStatus::running || pid <= 0) return;
   // Only meaningful when the trainer runs on this machine; a pid that does not exist means the
   // process ended without run_end/error (killed, crashed) -- unless events are still arriving.
-  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH && now_s - last_t > 5.0) status = RunStatus::stopped;
+  if (!platform::process_alive(pid) && now_s - last_t > 5.0) status = RunStatus::stopped;
 }
 
 }  // namespace anelab::dashboard

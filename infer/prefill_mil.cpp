@@ -235,7 +235,7 @@ MilPrefill::MilPrefill(Engine& e, const std::string& backend, const std::string&
     : e_(e), quiet_(quiet) {
   rt::BackendOptions bo;
   bo.device = device;
-  bo.threads = e.options().threads;
+  bo.pool = &e.pool();  // one pool per engine: the emulator's kernels run on the engine's threads
   bo.compile_budget = e.options().compile_budget;
   backend_ = rt::create_backend(backend, bo);
   weights_ = rt::parse_weight_path(ane_weights, backend_->profile());
@@ -251,7 +251,7 @@ void MilPrefill::calibrate(std::span<const int32_t> prompt) {
                  toks.size(), given.empty() ? "the first prompt" : "the calibration prompt");
   rt::BackendOptions bo;
   bo.device = backend_->profile().name;
-  bo.threads = e_.options().threads;
+  bo.pool = &e_.pool();
   auto emu = rt::create_backend("emulator", bo);
   act_ = calibrate_act_scales(e_, toks, *emu);
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the device machine, from the repo root: trains the models of docs/quantization.md's interop table on
+# On the device machine, from the repo root: trains the models of the interop tables of docs/benchmarks_history.md on
 # the GPU (scripts/train_shaped_model.py: a Stories110M-shaped and a Qwen2.5-0.5B-shaped model on the
 # TinyStories text, all paragraphs but the last 40, which are quant_interop.sh's held-out text) while anelab
 # and llama.cpp build (scripts/device_build.sh), then runs scripts/quant_interop.sh on both: each quantizer,

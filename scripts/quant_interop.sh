@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Quantized GGUF interop between anelab and llama.cpp (docs/quantization.md, "Interop with llama.cpp").
+# Quantized GGUF interop between anelab and llama.cpp (docs/benchmarks_history.md, the "interop" entries).
 #
 # Per model and per type (q8_0, q4_0, q4_k_m, q5_k_s, q5_k_m): the model is written once as an fp32 GGUF and
 # quantized by both sides (`anelab convert --dtype T` and `llama-quantize`); the two files' tensors are compared

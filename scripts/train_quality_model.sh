@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Trains the model of docs/quantization.md's quality table: the stories3m preset (dim 256, hidden 768,
+# Trains the model of the quality tables of docs/benchmarks_history.md: the stories3m preset (dim 256, hidden 768,
 # 4 layers, 8 heads, vocab 512: every matrix row is whole 256-blocks, so q4_k_m really is Q4_K + Q6_K)
 # from scratch, fp32 CPU strategy, on the TinyStories validation prefix tokenized with tok512, all
 # paragraphs but the last HELDOUT (those are OUT/heldout.txt, the text the quantized models are scored on).

@@ -3,7 +3,7 @@
 written by `anelab tokenize` (TinyStories), and saves it as a Hugging Face directory (fp32 safetensors,
 config.json, and the tokenizer.json when given) that `anelab convert` reads.
 
-Why: docs/quantization.md's interop check (scripts/quant_interop.sh) compares anelab's and llama.cpp's greedy
+Why: the interop check of docs/benchmarks_history.md (scripts/quant_interop.sh) compares anelab's and llama.cpp's greedy
 tokens on the same quantized GGUF. Random weights give near-flat logits, where the two programs' different
 activation rounding flips the arg-max within a few tokens; a trained model has the margins real models have.
 

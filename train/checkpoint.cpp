@@ -48,7 +48,7 @@ void write_checkpoint(const std::string& path, const CheckpointState& s) {
   for (const auto* a : {&s.weights, &s.m, &s.v}) sum = models::fnv1a64(sum, a->data(), P * 4);
   const std::vector<uint8_t> head = models::encode_checkpoint_header(s, int64_t(P), sum);
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const std::string tmp = path + ".tmp." + std::to_string(platform::process_id());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("checkpoint", "cannot create ", tmp, ": ", std::strerror(errno), " (does the run dir exist?)");
   try {

@@ -32,7 +32,7 @@ void EventLog::append_line(const std::string& line) {
   while (w < 0 && errno == EINTR);
   if (w == static_cast<ssize_t>(line.size())) return;
   const std::string why = w < 0 ? std::strerror(errno) : "short write (disk full or file size limit)";
-  const bool cut = before >= 0 && ::ftruncate(fd_, before) == 0;
+  const bool cut = before >= 0 && platform::truncate_file(fd_, before).empty();
   fail("train", "cannot append to ", path_, ": ", why,
        cut ? " (the partial line was removed)" : " (a partial line may remain)",
        "; free space and --resume from the last checkpoint");

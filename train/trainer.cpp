@@ -1,7 +1,5 @@
 #include "train/trainer.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -102,7 +100,7 @@ struct Run {
     if (!events) return;
     const auto e = events->emit(ev, step, std::move(f));
     if (hooks.console && !cfg.quiet) {
-      const bool tty = ::isatty(1);
+      const bool tty = platform::is_terminal(1);
       if (ev == "step" && !tty && step % 10 != 0 && step != 1 && step != cfg.steps) return;
       const std::string line = console_line(e, cfg.steps);
       if (!line.empty()) std::printf("%s\n", line.c_str()), std::fflush(stdout);
@@ -291,7 +289,7 @@ void Run::check_same_weights() {
 
 void Run::emit_start(bool resumed) {
   const auto& c = layout.config();
-  const double pid = double(::getpid());
+  const double pid = double(platform::process_id());
   std::vector<double> all(size_t(group->size()));
   group->allgather(&pid, 1, all.data());
   const std::vector<int64_t> pids(all.begin(), all.end());
@@ -299,7 +297,7 @@ void Run::emit_start(bool resumed) {
   model.update({{"preset", model_label}, {"seq_len", cfg.seq_len}, {"params", layout.total()}});
   emit("run_start", {{"schema", kEventsSchema},
                      {"run", cfg.run},
-                     {"pid", ::getpid()},
+                     {"pid", platform::process_id()},
                      {"resumed", resumed},
                      {"ranks", group->size()},
                      {"rank_pids", pids},
@@ -574,14 +572,11 @@ void Run::exec_restart() {
   const auto exe_path = platform::executable_path();
   if (!exe_path) fail("train", "exec-restart: cannot find the running executable: ", exe_path.reason);
   const std::string exe = *exe_path;
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
   std::fflush(stdout);
   std::fflush(stderr);
   events.reset();
-  ::execv(exe.c_str(), argv.data());
-  fail("train", "exec-restart: execv(", exe, ") failed: ", std::strerror(errno), "; resume by hand with --resume");
+  const std::string why = platform::exec_replace(exe, args);
+  fail("train", "exec-restart: execv(", exe, ") failed: ", why, "; resume by hand with --resume");
 }
 
 void Run::maybe_restart() {

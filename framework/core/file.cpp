@@ -1,7 +1,6 @@
 #include "framework/core/file.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "framework/core/error.h"
+#include "framework/core/platform.h"
 
 namespace anelab {
 
@@ -28,7 +28,7 @@ std::string read_file_text(const std::string& path) {
 }
 
 void write_file_atomic(const std::string& path, const void* data, size_t size) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::string tmp = path + ".tmp." + std::to_string(platform::process_id());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("file", "cannot create ", tmp, ": ", std::strerror(errno));
   const auto* p = static_cast<const uint8_t*>(data);
@@ -143,13 +143,12 @@ MappedFile::MappedFile(const std::string& path, FileAccess access) : path_(path)
     }
     data_ = dst;
   } else if (size_ > 0) {
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      int e = errno;
+    const auto p = platform::map_file_readonly(fd, size_);
+    if (!p) {
       ::close(fd);
-      fail("file", "cannot mmap ", path, ": ", std::strerror(e));
+      fail("file", "cannot mmap ", path, ": ", p.reason);
     }
-    data_ = static_cast<const uint8_t*>(p);
+    data_ = static_cast<const uint8_t*>(*p);
   }
   ::close(fd);
 }
@@ -182,7 +181,7 @@ void MappedFile::release() {
   if (region_.base)
     platform::unmap_anonymous(region_);
   else if (data_)
-    ::munmap(const_cast<uint8_t*>(data_), size_);
+    platform::unmap_file(data_, size_);
   data_ = nullptr;
   size_ = 0;
 }

@@ -1,15 +1,21 @@
 // The OS platform layer: every figure anelab asks the operating system for, per OS, behind one interface.
-// No other source names /proc, /sys or an OS-specific call (Mach, sysctl, libproc).
+// No other source names /proc, /sys or an OS-specific call (Mach, sysctl, libproc); docs/architecture.md lists
+// the POSIX calls made elsewhere (descriptor I/O, sockets, child processes) and why.
 //
 //   platform_posix.cpp   saved argv + initial cwd, argv[0] resolution (cwd, $PATH), load average
-//                        (getloadavg), process CPU seconds and peak RSS (getrusage), process_alive (kill 0),
-//                        anonymous memory (mmap MAP_ANONYMOUS), file locks (fcntl F_SETLK), SIGXFSZ
+//                        (getloadavg), process CPU seconds and peak RSS (getrusage), process CPU ms
+//                        (clock_gettime), isatty, uname, process_alive (kill 0),
+//                        anonymous memory (mmap MAP_ANONYMOUS), file locks (fcntl F_SETLK), SIGXFSZ,
+//                        SIGPIPE, the stop signals (sigmask), signals to other processes (kill), execv,
+//                        read-only file mappings (mmap), ftruncate
 //   platform_procfs.cpp  Linux procfs parsers with the root as a parameter (tests point them at fake trees;
 //                        they are plain file reads, so they compile and are tested on every OS)
 //   platform_linux.cpp   Linux: executable (/proc/self/exe, else argv[0]), RSS, CPU ticks, memory via procfs,
+//                        the distribution's name (/etc/os-release),
 //                        transparent huge pages (madvise MADV_HUGEPAGE, sysfs THP mode, smaps_rollup),
 //                        free heap memory given back (glibc malloc_trim)
-//   platform_macos.cpp   macOS: _NSGetExecutablePath, mach_task_basic_info, host_processor_info,
+//   platform_macos.cpp   macOS: _NSGetExecutablePath, mach_task_basic_info, host_processor_info, OS version
+//                        and chip (sysctl kern.osproductversion, machdep.cpu.brand_string),
 //                        hw.memsize + host_statistics64, proc_pidinfo
 //   platform_other.cpp   any other OS: everything "unavailable on this OS" except the POSIX parts
 //
@@ -68,12 +74,42 @@ Reading<ProcessMemory> process_memory(int64_t pid);
 Reading<double> peak_rss_mb();
 // User + system CPU seconds of the current process (getrusage).
 double process_cpu_seconds();
+// CPU time of the whole process (all threads) in ms at nanosecond resolution (clock_gettime
+// CLOCK_PROCESS_CPUTIME_ID): for timing short phases on a shared, loaded machine.
+double process_cpu_ms();
+// True when the descriptor (0 stdin, 1 stdout, 2 stderr) is a terminal (isatty).
+bool is_terminal(int fd);
+
+// What the host is: "os" (uname sysname), "kernel" (release), "machine" (arm64, x86_64), "os_version" (Linux:
+// /etc/os-release PRETTY_NAME; macOS: kern.osproductversion; else the release), "chip" (macOS:
+// machdep.cpu.brand_string; else the machine). Fields the OS does not give are left empty.
+struct HostInfo {
+  std::string os, kernel, machine, os_version, chip;
+};
+HostInfo host_info();
+HostInfo uname_host();  // host_info()'s POSIX part (uname), which each OS's file completes
 
 int64_t process_id();  // getpid()
 
 // True while a process with this pid exists (POSIX kill(pid, 0): alive, or alive but not ours); false
 // for pid <= 0 and for pids no process has. Used to tell a dead writer's temp file from a live one's.
 bool process_alive(int64_t pid);
+
+// Sends signal `sig` (SIGINT, SIGTERM, ...) to process `pid` (kill): "" when sent, else the reason.
+std::string send_signal(int64_t pid, int sig);
+// Replaces the running process with `exe` run with `argv` (argv[0] included; execv): returns only when that
+// fails, with the reason.
+std::string exec_replace(const std::string& exe, const std::vector<std::string>& argv);
+
+// ---- signals --------------------------------------------------------------------------------------
+
+// Writes to a closed pipe or socket fail with EPIPE instead of killing the process (SIGPIPE ignored).
+void ignore_broken_pipe_signal();
+// SIGINT and SIGTERM held pending in the calling thread and in every thread it starts after this (sigmask), so
+// that one thread can take them with take_stop_signal().
+void block_stop_signals();
+// A pending SIGINT / SIGTERM taken (sigwait): the signal, or 0 when none is pending. Never blocks.
+int take_stop_signal();
 
 // ---- one writer per file ------------------------------------------------------------------------
 
@@ -96,6 +132,13 @@ Reading<int64_t> file_lock_holder(const std::string& path);
 // Writes past the process's file-size limit (RLIMIT_FSIZE, `ulimit -f`) fail with EFBIG instead of killing the
 // process with SIGXFSZ, so they are reported like a full disk (one line, temp files removed).
 void ignore_file_size_signal();
+
+// Cuts the open file `fd` to `bytes` (ftruncate): "" when done, else the reason.
+std::string truncate_file(int fd, int64_t bytes);
+// Maps `bytes` (> 0) of the open file `fd` read-only and private (mmap): the address, or why not (the OS's
+// error). The mapping outlives the descriptor; give it back with unmap_file.
+Reading<const void*> map_file_readonly(int fd, size_t bytes);
+void unmap_file(const void* p, size_t bytes);
 
 // ---- anonymous memory for large, read-mostly buffers (model weights) -------------------------------
 

@@ -9,10 +9,31 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace anelab::platform {
+
+HostInfo host_info() {
+  HostInfo h = uname_host();
+  // The distribution's name from /etc/os-release (PRETTY_NAME), e.g. "Debian GNU/Linux 12 (bookworm)".
+  std::FILE* f = std::fopen("/etc/os-release", "r");
+  if (!f) return h;
+  char line[512];
+  while (std::fgets(line, sizeof line, f)) {
+    std::string v = line;
+    if (v.rfind("PRETTY_NAME=", 0) != 0) continue;
+    v = v.substr(12);
+    while (!v.empty() && (v.back() == '\n' || v.back() == '\r')) v.pop_back();
+    if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+    if (!v.empty()) h.os_version = v;
+    break;
+  }
+  std::fclose(f);
+  return h;
+}
 
 Reading<std::string> executable_path() {
   auto p = procfs::self_exe(procfs::kRoot);

@@ -26,6 +26,17 @@ mach_port_t host_port() {  // one send right for the process (mach_host_self() a
 
 }  // namespace
 
+HostInfo host_info() {
+  HostInfo h = uname_host();
+  char ver[64] = {};
+  size_t n = sizeof ver;
+  if (sysctlbyname("kern.osproductversion", ver, &n, nullptr, 0) == 0) h.os_version = ver;
+  char brand[128] = {};
+  n = sizeof brand;
+  if (sysctlbyname("machdep.cpu.brand_string", brand, &n, nullptr, 0) == 0) h.chip = brand;
+  return h;
+}
+
 Reading<std::string> executable_path() {
   using R = Reading<std::string>;
   uint32_t size = 0;

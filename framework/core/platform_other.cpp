@@ -8,6 +8,7 @@ const char* kWhy = "not implemented for this OS (framework/core/platform_*.cpp c
 }
 
 Reading<std::string> executable_path() { return executable_from_argv0(); }
+HostInfo host_info() { return uname_host(); }
 Reading<ProcessMemory> process_memory() {
   const auto peak = peak_rss_mb();
   if (!peak) return Reading<ProcessMemory>::unavailable(peak.reason);

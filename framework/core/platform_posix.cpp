@@ -4,10 +4,12 @@
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,7 +17,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <mutex>
+#include <vector>
 
 namespace anelab::platform {
 namespace {
@@ -212,6 +216,76 @@ Reading<int64_t> file_lock_holder(const std::string& path) {
 int64_t process_id() { return ::getpid(); }
 
 void ignore_file_size_signal() { ::signal(SIGXFSZ, SIG_IGN); }
+
+double process_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+bool is_terminal(int fd) { return ::isatty(fd) == 1; }
+
+HostInfo uname_host() {  // the POSIX part of host_info() (platform_*.cpp adds what its OS knows)
+  HostInfo h;
+  struct utsname u {};
+  if (uname(&u) == 0) h.os = u.sysname, h.kernel = u.release, h.machine = u.machine, h.os_version = u.release;
+  h.chip = h.machine;
+  return h;
+}
+
+void ignore_broken_pipe_signal() { ::signal(SIGPIPE, SIG_IGN); }
+
+namespace {
+sigset_t stop_signal_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
+}  // namespace
+
+void block_stop_signals() {
+  const sigset_t set = stop_signal_set();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+int take_stop_signal() {  // POSIX (macOS has no sigtimedwait): sigwait only once one is pending
+  sigset_t pending;
+  sigemptyset(&pending);
+  if (sigpending(&pending) != 0 || !(sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM))) return 0;
+  const sigset_t set = stop_signal_set();
+  int s = 0;
+  return sigwait(&set, &s) == 0 ? s : 0;
+}
+
+std::string send_signal(int64_t pid, int sig) {
+  if (pid <= 0 || pid > INT_MAX) return "no such process id " + std::to_string(pid);
+  return ::kill(static_cast<pid_t>(pid), sig) == 0 ? std::string() : std::strerror(errno);
+}
+
+std::string exec_replace(const std::string& exe, const std::vector<std::string>& argv) {
+  std::vector<std::string> copy = argv;
+  std::vector<char*> args;
+  for (auto& a : copy) args.push_back(a.data());
+  args.push_back(nullptr);
+  ::execv(exe.c_str(), args.data());
+  return std::strerror(errno);
+}
+
+std::string truncate_file(int fd, int64_t bytes) {
+  return ::ftruncate(fd, static_cast<off_t>(bytes)) == 0 ? std::string() : std::strerror(errno);
+}
+
+Reading<const void*> map_file_readonly(int fd, size_t bytes) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (p == MAP_FAILED) return Reading<const void*>::unavailable(std::strerror(errno));
+  return Reading<const void*>::ok(p);
+}
+
+void unmap_file(const void* p, size_t bytes) {
+  if (p) ::munmap(const_cast<void*>(p), bytes);
+}
 
 Reading<double> cpu_percent(const CpuTicks& before, const CpuTicks& after) {
   if (after.total <= before.total || after.busy < before.busy)

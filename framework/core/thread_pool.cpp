@@ -122,8 +122,25 @@ void ThreadPool::parallel_for(int64_t n, int64_t align, FunctionRef<void(int64_t
   });
 }
 
+namespace {
+std::atomic<int> g_requested_global{0};  // size_global(); 0: not asked
+std::atomic<bool> g_global_made{false};
+}  // namespace
+
+void ThreadPool::size_global(int n_threads) {
+  n_threads = std::max(1, n_threads);
+  if (g_global_made.load()) {
+    ANELAB_CHECK(global().size() == n_threads, "threads", "the process-wide pool already runs ", global().size(),
+                 " threads; cannot make it ", n_threads);
+    return;
+  }
+  g_requested_global.store(n_threads);
+}
+
 ThreadPool& ThreadPool::global() {
   static ThreadPool pool([] {
+    g_global_made.store(true);
+    if (const int n = g_requested_global.load(); n > 0) return n;
     if (const char* e = std::getenv("ANELAB_THREADS")) {
       int n = std::atoi(e);
       if (n > 0) return n;

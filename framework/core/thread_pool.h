@@ -59,8 +59,12 @@ class ThreadPool {
   // Splits [0, n) into chunks aligned to `align` (about 8 per worker) and calls fn(begin, end) per chunk.
   void parallel_for(int64_t n, int64_t align, FunctionRef<void(int64_t, int64_t)> fn);
 
-  // Process-wide pool sized to the hardware threads (ANELAB_THREADS overrides), created on first use.
+  // Process-wide pool, created on first use with the size given to size_global(), else ANELAB_THREADS, else
+  // the hardware threads.
   static ThreadPool& global();
+  // The size global() is created with (the CLI's -t of train, demo and bench). Throws when the pool already
+  // exists with another size.
+  static void size_global(int n_threads);
 
  private:
   void worker_loop(int id);

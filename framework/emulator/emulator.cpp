@@ -43,8 +43,11 @@ class EmuKernel : public rt::Kernel {
 class EmulatorBackend : public rt::Backend {
  public:
   explicit EmulatorBackend(const rt::BackendOptions& o) : Backend(o) {
-    // Default: the process-wide pool (all hardware threads); an explicit count gets its own pool.
-    if (o.threads <= 0) {
+    // The caller's pool when given; else the process-wide pool (all hardware threads); an explicit count
+    // gets its own pool.
+    if (o.pool) {
+      pool_ = o.pool;
+    } else if (o.threads <= 0) {
       pool_ = &ThreadPool::global();
     } else if (o.threads > 1) {
       own_pool_ = std::make_unique<ThreadPool>(o.threads);

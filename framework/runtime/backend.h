@@ -19,6 +19,10 @@
 #include "framework/runtime/device_profile.h"
 #include "framework/runtime/surface.h"
 
+namespace anelab {
+class ThreadPool;
+}
+
 namespace anelab::rt {
 
 using Blob = std::shared_ptr<const std::vector<uint8_t>>;
@@ -64,7 +68,10 @@ class CompileCounter {
 struct BackendOptions {
   std::string device = kDefaultDevice;  // device profile name
   int compile_budget = -1;              // -1: the profile's budget (tests override with small numbers)
-  int threads = 0;                      // 0: all hardware threads
+  int threads = 0;                      // 0: all hardware threads (ThreadPool::global())
+  // A pool the caller owns and keeps alive longer than the backend (an engine's: one pool per engine, shared
+  // with the emulator it drives); when set, the emulator runs on it and `threads` is not used.
+  ThreadPool* pool = nullptr;
   // Where compiles are counted; null: a counter of this backend's own (one simulated process). The
   // "ane" registry entry fills in CompileCounter::process().
   std::shared_ptr<CompileCounter> compile_counter;

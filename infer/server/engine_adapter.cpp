@@ -46,17 +46,7 @@ struct ModelPool::Impl {
 
   // One engine per worker; the tokenizer is loaded with the first.
   std::unique_ptr<infer::Engine> make_engine() {
-    infer::LoadOptions lo;
-    lo.model = opt.model;
-    lo.tokenizer = opt.tokenizer;
-    lo.backend = opt.backend;
-    lo.device = opt.device;
-    lo.dtype = opt.dtype;
-    lo.chat_template = opt.chat_template;
-    lo.threads = opt.threads;
-    lo.ctx = opt.ctx;
-    lo.kv_type = opt.kv_type;
-    lo.mmap = opt.mmap;
+    infer::LoadOptions lo = opt.load;
     lo.quiet = true;
     lo.component = "serve";
     infer::LoadedModel l = infer::load_model(lo, tk ? infer::TokenizerUse::kNone : infer::TokenizerUse::kRequired);
@@ -107,17 +97,17 @@ struct ModelPool::Impl {
 
 ModelPool::ModelPool(const ModelOptions& o, size_t workers) : impl_(std::make_unique<Impl>()) {
   impl_->opt = o;
-  if (impl_->opt.name.empty()) impl_->opt.name = std::filesystem::path(o.model).filename().string();
+  if (impl_->opt.name.empty()) impl_->opt.name = std::filesystem::path(o.load.model).filename().string();
   impl_->created = static_cast<int64_t>(std::time(nullptr));
   auto say = [&](const std::string& line) {
     if (o.progress) o.progress(line);
   };
   auto t0 = Clock::now();
   const size_t n = std::max<size_t>(1, workers);
-  if (n > 1 && impl_->opt.mmap == "auto") impl_->opt.mmap = "on";
+  if (n > 1 && impl_->opt.load.mmap == "auto") impl_->opt.load.mmap = "on";
   for (size_t w = 0; w < n; ++w) {
-    say("loading " + o.model + (n > 1 ? " (worker " + std::to_string(w + 1) + " of " + std::to_string(n) + ")" : "") +
-        " ...");
+    say("loading " + o.load.model +
+        (n > 1 ? " (worker " + std::to_string(w + 1) + " of " + std::to_string(n) + ")" : "") + " ...");
     impl_->engines.push_back(impl_->make_engine());
   }
   load_ms_ = ms_since(t0);
@@ -241,7 +231,7 @@ nlohmann::json ModelPool::info() const {
       {"backend", impl_->engines.front()->options().backend},
       {"chat_template", impl_->chat == tok::ChatTemplate::kNone ? nlohmann::json(nullptr)
                                                                 : nlohmann::json(tok::chat_template_name(impl_->chat))},
-      {"device", impl_->opt.device},
+      {"device", impl_->opt.load.device},
       {"tokenizer", impl_->tk->describe()}};
 }
 

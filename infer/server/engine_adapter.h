@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "framework/runtime/device_profile.h"
+#include "infer/load.h"
 #include "infer/server/api.h"
 #include "infer/server/scheduler.h"
 
@@ -34,14 +35,10 @@ class Generator {
 };
 
 struct ModelOptions {
-  std::string model, tokenizer;
-  std::string backend = "auto", device = rt::kDefaultDevice, dtype = "auto";  // backend: infer::kPrefillBackends
-  std::string chat_template = "auto";  // tok::chat_template_for: chat requests are 400 for a model without one
-  int threads = 2;
-  int64_t ctx = 0;
-  std::string kv_type = "f32";  // KV-cache element type, infer::kv_type_names()
-  std::string mmap = "auto";    // infer::LoadOptions::mmap; auto maps the file when there are several workers
-                                // (each worker's engine loads it: mapped pages are shared, read copies are not)
+  // model file, tokenizer, backend, device, dtype, chat template (chat requests are 400 for a model without
+  // one), threads, ctx, kv_type; mmap auto maps the file when there are several workers (each worker's engine
+  // loads it: mapped pages are shared, read copies are not). quiet and component are set by the pool.
+  infer::LoadOptions load;
   int64_t warmup_tokens = 512;  // compile the prefill buckets for prompts up to this many tokens at start
   std::string name;             // model id in responses (default: the model file's name)
   std::function<void(const std::string&)> progress;  // start-up progress lines (load, warm-up); empty: silent

@@ -66,7 +66,7 @@ std::string random_response_id(Endpoint ep) {
                       rd(),
                       rd(),
                       rd(),
-                      static_cast<unsigned>(::getpid()),
+                      static_cast<unsigned>(platform::process_id()),
                       static_cast<unsigned>(Clock::now().time_since_epoch().count())};
     return std::mt19937_64(seq);
   }();

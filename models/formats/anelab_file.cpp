@@ -16,6 +16,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
+#include "framework/core/platform.h"
 #include "models/formats/byte_reader.h"
 #include "models/formats/checkpoint_header.h"
 #include "models/formats/model_config_json.h"
@@ -385,7 +386,7 @@ int64_t write_anelab_file(const std::string& path, const AnelabWriteInfo& info,
 
   OutFile out;
   out.path = path;
-  out.tmp = path + ".tmp." + std::to_string(::getpid());
+  out.tmp = path + ".tmp." + std::to_string(platform::process_id());
   out.f = std::fopen(out.tmp.c_str(), "wb");
   if (!out.f) fail("model", "cannot create ", out.tmp, ": ", std::strerror(errno));
   std::vector<char> iobuf(4 << 20);

@@ -10,6 +10,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
+#include "framework/core/platform.h"
 #include "models/formats/byte_reader.h"
 
 namespace anelab::models {
@@ -388,7 +389,7 @@ int64_t GgufWriter::write(const std::string& path, uint32_t alignment) const {
   std::vector<uint64_t> offs;
   uint64_t data_bytes = 0;
   const std::vector<uint8_t> head = header(alignment, offs, data_bytes);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const std::string tmp = path + ".tmp." + std::to_string(platform::process_id());
   FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) fail("model", "cannot create ", tmp, ": ", std::strerror(errno));
   bool ok = std::fwrite(head.data(), 1, head.size(), f) == head.size();

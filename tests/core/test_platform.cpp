@@ -1,6 +1,7 @@
 // The platform layer (framework/core/platform.h): saved argv, executable path (direct and from argv[0] via a
 // relative path, a symlink and $PATH), RSS that grows with a touched allocation, load average, CPU ticks,
 // machine memory, and the procfs parsers against fake trees, malformed files included (a clear reason each).
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -292,6 +293,35 @@ TEST(Procfs, MissingAndMalformedFilesSayWhy) {
   EXPECT_TRUE(contains(procfs::sysfs_mode(r + "/thp").reason, "no [selected] mode"))
       << procfs::sysfs_mode(r + "/thp").reason;
   fs::remove_all(root);
+}
+
+// Issue 35 item 5: the OS calls the framework, train, serve and dashboard made themselves (ftruncate, mmap of a
+// file, kill, execv, SIGPIPE, the stop signals) are platform functions; each works and says why when it fails.
+TEST(Platform, FileTruncateAndReadOnlyMapping) {
+  const fs::path p = fs::path(test::temp_dir("platform_files")) / "f.bin";
+  put(p, "0123456789");
+  const int fd = ::open(p.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(truncate_file(fd, 4), "");
+  EXPECT_EQ(fs::file_size(p), 4u);
+  const auto m = map_file_readonly(fd, 4);
+  ASSERT_TRUE(m) << m.reason;
+  EXPECT_EQ(std::memcmp(*m, "0123", 4), 0);
+  unmap_file(*m, 4);
+  EXPECT_NE(truncate_file(-1, 0), "");  // a bad descriptor: the reason
+  EXPECT_FALSE(map_file_readonly(-1, 4));
+  EXPECT_NE(map_file_readonly(-1, 4).reason, "");
+  ::close(fd);
+  fs::remove_all(p.parent_path());
+}
+
+TEST(Platform, SignalsAndExecSayWhyNot) {
+  EXPECT_EQ(send_signal(process_id(), 0), "");  // signal 0: the process exists
+  EXPECT_NE(send_signal(0, 0), "");             // never the process group
+  EXPECT_NE(send_signal(-5, 0), "");
+  EXPECT_NE(exec_replace("/nonexistent/anelab-no-such-program", {"x"}), "");  // returns: it failed
+  ignore_broken_pipe_signal();
+  EXPECT_EQ(take_stop_signal(), 0);  // none pending: 0, without blocking
 }
 
 }  // namespace

@@ -7,12 +7,30 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <string>
 #include <vector>
 
+#include "framework/core/error.h"
 #include "framework/core/thread_pool.h"
 
 namespace anelab {
 namespace {
+
+// size_global (the CLI's -t of train, demo, bench) sizes the process-wide pool before it exists; once it
+// runs, asking for its own size is fine and another size is refused, naming both.
+TEST(ThreadPool, SizeGlobalOnceThePoolRuns) {
+  ThreadPool& g = ThreadPool::global();
+  EXPECT_NO_THROW(ThreadPool::size_global(g.size()));
+  try {
+    ThreadPool::size_global(g.size() + 1);
+    FAIL() << "a second size was taken";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("already runs " + std::to_string(g.size()) + " threads"), std::string::npos) << m;
+    EXPECT_NE(m.find(std::to_string(g.size() + 1)), std::string::npos) << m;
+  }
+  EXPECT_EQ(ThreadPool::global().size(), g.size());
+}
 
 TEST(ThreadPool, EveryChunkOnceAcrossBackToBackJobsOfDifferentSizes) {
   ThreadPool pool(12);

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "framework/ane/ane_backend.h"
+#include "framework/core/thread_pool.h"
 #include "infer/engine.h"
 #include "infer/prefill_mil.h"
 #include "models/formats/load_any.h"
@@ -49,6 +50,35 @@ TEST(InferPrefill, Buckets) {
   for (int64_t ctx : contexts)
     for (int64_t n = 1; n <= std::min<int64_t>(ctx, 70000); n += n < 4096 ? 1 : 61)
       ASSERT_EQ(prefill_bucket(n, ctx) * 2 % 128, 0) << n << " / " << ctx;
+}
+
+// Issue 35 item 3: an engine owns one thread pool, and the emulator it drives runs on it: making the engine
+// and its first MIL prefill start the pool's workers and no other thread. Before, the emulator backend made
+// a second pool of --threads workers. Threads are counted in /proc/self/task (Linux; skipped elsewhere).
+TEST(InferPrefill, EmulatorRunsOnTheEnginesPool) {
+  ANELAB_REQUIRE_DATA("llama2c/stories260K.bin");
+  auto thread_count = [] {
+    std::error_code ec;
+    int64_t n = 0;
+    for (auto it = std::filesystem::directory_iterator("/proc/self/task", ec); !ec && it != end(it); it.increment(ec))
+      ++n;
+    return ec ? int64_t(-1) : n;
+  };
+  if (thread_count() <= 0) GTEST_SKIP() << "no /proc/self/task on this OS";
+  ThreadPool::global();  // created first, in case anything below asks for it
+  models::Model m = models::load_any_model(test::data_path("llama2c/stories260K.bin"));
+  EngineOptions o;
+  o.backend = "emulator";
+  o.threads = 3;
+  o.quiet = true;
+  const int64_t before = thread_count();
+  Engine e(std::move(m), o);
+  const std::vector<int32_t> toks = {1, 2, 3, 4, 5, 6, 7, 8};
+  e.prefill(toks, 0);
+  ASSERT_EQ(e.last_prefill().path, "emulator");
+  ASSERT_EQ(e.pool().size(), 3);
+  EXPECT_EQ(thread_count() - before, e.pool().size() - 1)
+      << "threads started beside the engine pool's " << e.pool().size() - 1 << " workers";
 }
 
 TEST(InferPrefill, EmulatorMatchesCpuAtBucketBoundaries) {
