@@ -142,23 +142,11 @@ void Engine::store_kv(int64_t l, int64_t pos, const float* k, const float* v, in
 mil::Dialect Engine::backend_dialect() const { return mil_ ? mil_->backend().profile().dialect : mil::Dialect::kIos18; }
 
 namespace {
-WType block_wtype(DType d) {
-  switch (d) {
-    case DType::kQ8_0:
-      return WType::kQ8_0;
-    case DType::kQ4_0:
-      return WType::kQ4_0;
-    case DType::kQ5_0:
-      return WType::kQ5_0;
-    case DType::kQ5_1:
-      return WType::kQ5_1;
-    case DType::kQ4_K:
-      return WType::kQ4_K;
-    case DType::kQ5_K:
-      return WType::kQ5_K;
-    default:
-      return WType::kQ6_K;
-  }
+// The engine's weight type of a block-quantized tensor (the type table's row, quant/types.h).
+WType block_wtype(const models::Tensor& t) {
+  const std::optional<quant::BlockType> b = models::block_type_of(t.dtype);
+  ANELAB_CHECK(b.has_value(), "engine", "tensor ", t.name, " is ", models::dtype_name(t.dtype), ", not a block type");
+  return kern::wtype_of(*b);
 }
 }  // namespace
 
@@ -176,7 +164,7 @@ int64_t Engine::tiled_rows(const models::Tensor& t) {
     aliased |= &o != &t && o.data < t.data + t.nbytes && t.data < o.data + o.nbytes;
   }
   const bool sole = t.owner && t.owner.use_count() == holders && !aliased;
-  const quant::BlockType bt = block_type(block_wtype(t.dtype));
+  const quant::BlockType bt = block_type(block_wtype(t));
   const int64_t tiles = opt_.row_tiles && model_.private_memory && sole ? t.rows() / quant::kTileRows : 0;
   uint8_t* const rows = const_cast<uint8_t*>(t.data);  // private, sole-held memory: see above
   const int64_t tile_bytes = quant::kTileRows * (t.cols() / quant::block_info(bt).values * quant::block_info(bt).bytes);
@@ -193,7 +181,9 @@ Mat Engine::matrix(const std::string& name) {
   m.rows = t.rows();
   m.cols = t.cols();
   if (opt_.keep_quantized && models::is_block_quantized(t.dtype)) {  // used in place: a view of the mapping
-    m.type = block_wtype(t.dtype);
+    m.type = block_wtype(t);
+    ANELAB_CHECK(quant::takes(block_type(m.type), quant::kExecCpuBlocks), "engine", "tensor ", name, " is ",
+                 models::dtype_name(t.dtype), ", which the CPU engine does not compute on (quant/types.h)");
     m.data = t.data;
     if (quant::has_row_tiles(block_type(m.type))) m.tiled_rows = tiled_rows(t);
     weight_bytes_ += m.nbytes();

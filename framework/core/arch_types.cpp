@@ -14,7 +14,15 @@ const char* rope_style_name(RopeStyle r) {
   return "?";
 }
 const char* rope_scaling_name(RopeScalingType t) { return t == RopeScalingType::kLlama3 ? "llama3" : "none"; }
-const char* norm_type_name(NormType n) { return n == NormType::kRms ? "rms" : "layer"; }
+const char* norm_type_name(NormType n) {
+  switch (n) {
+    case NormType::kRms:
+      return "rms";
+    case NormType::kLayer:
+      return "layer";
+  }
+  return "?";
+}
 const char* activation_name(Activation a) {
   switch (a) {
     case Activation::kSilu:

@@ -20,13 +20,13 @@ Mat Mat::f32(std::span<const float> v, int64_t rows, int64_t cols) {
   return m;
 }
 
-bool is_quantized(WType t) {
-  return t == WType::kQ8_0 || t == WType::kQ4_0 || t == WType::kQ5_0 || t == WType::kQ5_1 || t == WType::kQ4_K ||
-         t == WType::kQ5_K || t == WType::kQ6_K;
-}
-
-quant::BlockType block_type(WType t) {
+std::optional<quant::BlockType> block_type_of(WType t) {
   switch (t) {
+    case WType::kF32:
+    case WType::kF16:
+      return std::nullopt;
+    case WType::kQ8_0:
+      return quant::BlockType::kQ8_0;
     case WType::kQ4_0:
       return quant::BlockType::kQ4_0;
     case WType::kQ5_0:
@@ -39,9 +39,42 @@ quant::BlockType block_type(WType t) {
       return quant::BlockType::kQ5_K;
     case WType::kQ6_K:
       return quant::BlockType::kQ6_K;
-    default:
-      return quant::BlockType::kQ8_0;
   }
+  fail("kernels", "weight type ", int(t), " is not a WType");
+}
+
+WType wtype_of(quant::BlockType t) {
+  switch (t) {
+    case quant::BlockType::kQ8_0:
+      return WType::kQ8_0;
+    case quant::BlockType::kQ4_0:
+      return WType::kQ4_0;
+    case quant::BlockType::kQ5_0:
+      return WType::kQ5_0;
+    case quant::BlockType::kQ5_1:
+      return WType::kQ5_1;
+    case quant::BlockType::kQ4_K:
+      return WType::kQ4_K;
+    case quant::BlockType::kQ5_K:
+      return WType::kQ5_K;
+    case quant::BlockType::kQ6_K:
+      return WType::kQ6_K;
+  }
+  fail("kernels", "block type ", int(t), " is not a quant::BlockType");
+}
+
+bool is_quantized(WType t) { return block_type_of(t).has_value(); }
+
+quant::BlockType block_type(WType t) {
+  const std::optional<quant::BlockType> b = block_type_of(t);
+  ANELAB_CHECK(b.has_value(), "kernels", "weight type ", wtype_name(t), " is not a block type");
+  return *b;
+}
+
+const char* wtype_name(WType t) {
+  if (t == WType::kF32) return "fp32";
+  if (t == WType::kF16) return "fp16";
+  return quant::traits(block_type(t)).name;
 }
 
 const uint8_t* Mat::row_blocks(int64_t r) const {
@@ -82,12 +115,15 @@ int64_t Mat::nbytes() const {
 
 std::vector<float> mat_values(const Mat& m) {
   std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
-  if (is_quantized(m.type))  // the MIL kernels take fp16/fp32 weights: dequantized here
+  if (is_quantized(m.type)) {  // the MIL kernels take fp16/fp32 weights: dequantized here
+    ANELAB_CHECK(quant::takes(block_type(m.type), quant::kExecMilFp16), "kernels", wtype_name(m.type),
+                 " weights: the MIL kernels do not take this type (quant/types.h)");
     for (int64_t r = 0; r < m.rows; ++r) m.row_values(r, out.data() + r * m.cols);
-  else if (m.type == WType::kF16)
+  } else if (m.type == WType::kF16) {
     half_to_float(m.f16(), out.data(), out.size());
-  else if (!out.empty())
+  } else if (!out.empty()) {
     std::memcpy(out.data(), m.f32(), out.size() * sizeof(float));
+  }
   return out;
 }
 

@@ -50,8 +50,12 @@ enum class WType : uint8_t {
   kQ5_1 = 7,
   kQ5_K = 8
 };
-bool is_quantized(WType t);            // a block type (framework/quant)
-quant::BlockType block_type(WType t);  // for block types
+// The block types are the rows of the type table (framework/quant/types.h); these convert through it.
+std::optional<quant::BlockType> block_type_of(WType t);  // nullopt for fp32 / fp16
+bool is_quantized(WType t);                              // a block type
+quant::BlockType block_type(WType t);                    // block types; throws "[kernels] ..." for fp32 / fp16
+WType wtype_of(quant::BlockType t);
+const char* wtype_name(WType t);  // "fp32", "fp16" or the table's name ("q8_0", ...)
 
 // A weight matrix [rows, cols] row-major (y = W x): fp32 or fp16 bits, or rows of blocks of a block type
 // (each row cols / block values blocks); the data is not owned. A Q8_0 or Q4_K matrix may hold its first

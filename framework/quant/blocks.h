@@ -40,12 +40,14 @@
 //   These are the algorithms of llama.cpp's reference quantizers (without an imatrix); a one-off comparison
 //   with ggml-quants.c's quantize_row_*_ref on 10^6 values gave identical blocks for the first five types; Q5_1 and
 //   Q5_K are checked against llama-quantize's files by scripts/quant_interop.sh (docs/quantization.md).
+//
+// BlockType and each type's name, GGUF id and geometry: the type table, framework/quant/types.h.
 #pragma once
 #include <cstdint>
 
-namespace anelab::quant {
+#include "framework/quant/types.h"
 
-enum class BlockType : uint8_t { kQ8_0 = 0, kQ4_0 = 1, kQ4_K = 2, kQ6_K = 3, kQ5_0 = 4, kQ5_1 = 5, kQ5_K = 6 };
+namespace anelab::quant {
 
 struct BlockQ8_0 {
   uint16_t d;  // fp16
@@ -82,34 +84,21 @@ struct BlockQ6_K {
   int8_t scales[16];
   uint16_t d;  // fp16
 };
-static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 &&
-              sizeof(BlockQ5_1) == 24 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 &&
-              sizeof(BlockQ6_K) == 210);
+// The table's block bytes are the structs' sizes.
+static_assert(traits(BlockType::kQ8_0).block_bytes == sizeof(BlockQ8_0) &&
+              traits(BlockType::kQ4_0).block_bytes == sizeof(BlockQ4_0) &&
+              traits(BlockType::kQ5_0).block_bytes == sizeof(BlockQ5_0) &&
+              traits(BlockType::kQ5_1).block_bytes == sizeof(BlockQ5_1) &&
+              traits(BlockType::kQ4_K).block_bytes == sizeof(BlockQ4_K) &&
+              traits(BlockType::kQ5_K).block_bytes == sizeof(BlockQ5_K) &&
+              traits(BlockType::kQ6_K).block_bytes == sizeof(BlockQ6_K));
 
 struct BlockInfo {
   int64_t values;  // values per block
   int64_t bytes;   // bytes per block
   const char* name;
 };
-constexpr BlockInfo block_info(BlockType t) {
-  switch (t) {
-    case BlockType::kQ8_0:
-      return {32, 34, "q8_0"};
-    case BlockType::kQ4_0:
-      return {32, 18, "q4_0"};
-    case BlockType::kQ5_0:
-      return {32, 22, "q5_0"};
-    case BlockType::kQ5_1:
-      return {32, 24, "q5_1"};
-    case BlockType::kQ5_K:
-      return {256, 176, "q5_k"};
-    case BlockType::kQ4_K:
-      return {256, 144, "q4_k"};
-    case BlockType::kQ6_K:
-      return {256, 210, "q6_k"};
-  }
-  return {1, 0, "?"};
-}
+constexpr BlockInfo block_info(BlockType t) { return {traits(t).block_values, traits(t).block_bytes, traits(t).name}; }
 
 // Q4_K / Q5_K: the (6-bit scale, 6-bit min) of sub-block j < 8 from the packed scales[12].
 inline void q4k_scale_min(int j, const uint8_t* s, int& sc, int& m) {

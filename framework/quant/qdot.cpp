@@ -479,27 +479,45 @@ void dot_q4_k_tiles(const uint8_t* tiles, int64_t n_tiles, const Q8Acts& a, floa
   }
 }
 
-bool has_row_tiles(BlockType t) { return t == BlockType::kQ8_0 || t == BlockType::kQ4_K; }
+bool has_row_tiles(BlockType t) { return takes(t, kExecCpuRowTiles); }
+
+namespace {
+// The tile kernels of t: Q8_0's or Q4_K's (one case per type, no default: a new type states whether it has tiles).
+enum class TileKind { kQ8_0, kQ4_K };
+TileKind tile_kind(BlockType t) {
+  switch (t) {
+    case BlockType::kQ8_0:
+      return TileKind::kQ8_0;
+    case BlockType::kQ4_K:
+      return TileKind::kQ4_K;
+    case BlockType::kQ4_0:
+    case BlockType::kQ5_0:
+    case BlockType::kQ5_1:
+    case BlockType::kQ5_K:
+    case BlockType::kQ6_K:
+      break;
+  }
+  fail("quant", block_info(t).name, " has no row tiles (the type table, quant/types.h, gives ", block_info(t).name,
+       " no kExecCpuRowTiles)");
+}
+}  // namespace
 
 void tile_rows(BlockType t, uint8_t* rows, int64_t n_tiles, int64_t cols) {
-  ANELAB_CHECK(has_row_tiles(t), "quant", block_info(t).name, " has no row tiles");
-  if (t == BlockType::kQ8_0)
+  if (tile_kind(t) == TileKind::kQ8_0)
     tile_q8_0(rows, n_tiles, cols);
   else
     tile_q4_k(rows, n_tiles, cols);
 }
 
 void tile_row(BlockType t, const uint8_t* tile, int64_t cols, int l, uint8_t* out) {
-  ANELAB_CHECK(has_row_tiles(t), "quant", block_info(t).name, " has no row tiles");
-  if (t == BlockType::kQ8_0)
+  if (tile_kind(t) == TileKind::kQ8_0)
     q8_0_tile_row(tile, cols, l, reinterpret_cast<BlockQ8_0*>(out));
   else
     q4_k_tile_row(tile, cols, l, reinterpret_cast<BlockQ4_K*>(out));
 }
 
 void dot_tiles(BlockType t, const uint8_t* tiles, int64_t n_tiles, const Q8Acts& a, float* y) {
-  ANELAB_CHECK(has_row_tiles(t), "quant", block_info(t).name, " has no row tiles");
-  if (t == BlockType::kQ8_0)
+  if (tile_kind(t) == TileKind::kQ8_0)
     dot_q8_0_tiles(tiles, n_tiles, a, y);
   else
     dot_q4_k_tiles(tiles, n_tiles, a, y);

@@ -70,11 +70,6 @@ constexpr int64_t kTileRows = 16;
 constexpr int64_t kQ8TileRows = kTileRows, kQ8TileBlockBytes = kTileRows * 34, kQ4KTileBlockBytes = kTileRows * 144;
 constexpr uint8_t kQ8TileFlip = simd::kDotU8Max >= 255 ? 0x80 : 0;
 
-enum ActsForm : unsigned { kActsQ8_0 = 1u, kActsQ8_K = 2u, kActsAll = 3u };
-constexpr ActsForm acts_form(BlockType t) {
-  return t == BlockType::kQ4_K || t == BlockType::kQ5_K || t == BlockType::kQ6_K ? kActsQ8_K : kActsQ8_0;
-}
-
 struct Q8Acts {
   int64_t n = 0;                 // values (a multiple of 32)
   unsigned forms = 0;            // ActsForm bits filled for this x

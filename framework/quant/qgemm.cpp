@@ -281,6 +281,24 @@ UnpackFn unpacker(BlockType t) {
   return unpack_q8_0;
 }
 
+// The unpacker of t's row tiles (qdot.h); nullptr for a type without tiles (gemm checks has_row_tiles first).
+using TileUnpackFn = void (*)(const uint8_t*, int64_t, int64_t, int, int64_t, int64_t, Panel&);
+TileUnpackFn tile_unpacker(BlockType t) {
+  switch (t) {
+    case BlockType::kQ8_0:
+      return unpack_q8_0_tiles;
+    case BlockType::kQ4_K:
+      return unpack_q4_k_tiles;
+    case BlockType::kQ4_0:
+    case BlockType::kQ5_0:
+    case BlockType::kQ5_1:
+    case BlockType::kQ5_K:
+    case BlockType::kQ6_K:
+      return nullptr;
+  }
+  return nullptr;
+}
+
 // ---- micro-kernel: Y[t0 + i, r0 + 0..nr) (+)= the panel's rows . token i's activations, i < MR ----
 struct Tile {
   const Panel* p;
@@ -401,6 +419,8 @@ void gemm(ThreadPool& pool, BlockType bt, const uint8_t* w, int64_t rows, int64_
                "gemm: ", tiled_rows, " tiled rows of a ", bi.name, " matrix of ", rows, " rows");
   const Recipe rc = recipe(bt);
   const UnpackFn unpack = unpacker(bt);
+  const TileUnpackFn unpack_tiles = tiled_rows > 0 ? tile_unpacker(bt) : nullptr;
+  ANELAB_CHECK(tiled_rows == 0 || unpack_tiles, "quant", "gemm: ", bi.name, " has no tile unpacker");
   const KernelTable& kern = kernels(rc);
   const int64_t row_bytes = cols / bi.values * bi.bytes;
   thread_local Acts caller_acts;  // the caller's, grown once; workers read it through this reference
@@ -417,7 +437,7 @@ void gemm(ThreadPool& pool, BlockType bt, const uint8_t* w, int64_t rows, int64_
         const int64_t r0 = p * kNR;
         const int nr = static_cast<int>(std::min<int64_t>(kNR, rows - r0));
         const int nt = static_cast<int>(std::clamp<int64_t>(tiled_rows - r0, 0, nr));  // rows from tiles
-        if (nt > 0) (bt == BlockType::kQ8_0 ? unpack_q8_0_tiles : unpack_q4_k_tiles)(w, cols, r0, nt, k0, kc, panel);
+        if (nt > 0) unpack_tiles(w, cols, r0, nt, k0, kc, panel);
         if (nt == 0 && bt == BlockType::kQ8_0 && nr == kNR)
           unpack_q8_0_panel(piece(r0, k0), row_bytes, kc, panel);
         else

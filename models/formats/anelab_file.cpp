@@ -334,9 +334,13 @@ uint32_t dtype_min_version(DType t) {
     case DType::kQ5_1:
     case DType::kQ5_K:
       return 4;
-    default:
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kQ8_0:
       return 1;
   }
+  fail("model", "dtype id ", int(t), " is not a DType");
 }
 
 int64_t write_anelab_file(const std::string& path, const AnelabWriteInfo& info,

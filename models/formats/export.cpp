@@ -131,9 +131,16 @@ std::string st_dtype(DType d) {
       return "F16";
     case DType::kBF16:
       return "BF16";
-    default:
-      return "";
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      return "";  // block types have no safetensors dtype
   }
+  return "";
 }
 
 std::vector<std::string> write_hf_files(const Model& src, const std::string& dir) {
@@ -144,7 +151,7 @@ std::vector<std::string> write_hf_files(const Model& src, const std::string& dir
   for (const TensorSpec& s : canonical_tensors(m.config)) {
     const Tensor& t = m.tensor(s.name);
     StWrite w{arch.hf_tensor_name(s.name), st_dtype(t.dtype), t.shape, {}};
-    if (w.dtype.empty()) {  // q8_0 has no safetensors dtype
+    if (w.dtype.empty()) {  // a block type: written as F32
       w.dtype = "F32";
       w.bytes = f32_bytes(t);
     } else {

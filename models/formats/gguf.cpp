@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -106,10 +107,15 @@ GgufValue read_value(ByteReader& r, GgufType t, const std::string& key, int dept
 // Bytes of a tensor of ggml type `type` with ne[0] = row and n elements; the error names the tensor.
 int64_t ggml_nbytes(uint32_t type, int64_t row, int64_t n, const std::string& name, const std::string& w) {
   const std::optional<DType> d = dtype_of_ggml(type);
-  if (!d)
-    fail("model", w, ": tensor ", name, " has ggml type ", type,
-         ", which is not supported (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K); re-quantise the model "
-         "to one of these");
+  if (!d) {
+    std::string names = "F32, F16, BF16";
+    for (const quant::TypeTraits& r : quant::kTypes) {
+      names += ", ";
+      for (const char* c = r.name; *c; ++c) names += static_cast<char>(std::toupper(static_cast<unsigned char>(*c)));
+    }
+    fail("model", w, ": tensor ", name, " has ggml type ", type, ", which is not supported (", names,
+         "); re-quantise the model to one of these");
+  }
   if (row % dtype_block(*d))
     fail("model", w, ": tensor ", name, " row length ", row, " is not a multiple of ", dtype_block(*d), " for ",
          dtype_name(*d));
@@ -118,56 +124,16 @@ int64_t ggml_nbytes(uint32_t type, int64_t row, int64_t n, const std::string& na
 }  // namespace
 
 std::optional<DType> dtype_of_ggml(uint32_t ggml_type) {
-  switch (ggml_type) {
-    case kGgmlF32:
-      return DType::kF32;
-    case kGgmlF16:
-      return DType::kF16;
-    case kGgmlBF16:
-      return DType::kBF16;
-    case kGgmlQ8_0:
-      return DType::kQ8_0;
-    case kGgmlQ4_0:
-      return DType::kQ4_0;
-    case kGgmlQ5_0:
-      return DType::kQ5_0;
-    case kGgmlQ5_1:
-      return DType::kQ5_1;
-    case kGgmlQ4_K:
-      return DType::kQ4_K;
-    case kGgmlQ5_K:
-      return DType::kQ5_K;
-    case kGgmlQ6_K:
-      return DType::kQ6_K;
-    default:
-      return std::nullopt;
-  }
+  if (ggml_type == kGgmlF32) return DType::kF32;
+  if (ggml_type == kGgmlF16) return DType::kF16;
+  if (ggml_type == kGgmlBF16) return DType::kBF16;
+  if (const std::optional<quant::BlockType> b = quant::find_ggml_type(ggml_type)) return dtype_of(*b);
+  return std::nullopt;
 }
 
 uint32_t ggml_type_of(DType t) {
-  switch (t) {
-    case DType::kF32:
-      return kGgmlF32;
-    case DType::kF16:
-      return kGgmlF16;
-    case DType::kBF16:
-      return kGgmlBF16;
-    case DType::kQ8_0:
-      return kGgmlQ8_0;
-    case DType::kQ4_0:
-      return kGgmlQ4_0;
-    case DType::kQ5_0:
-      return kGgmlQ5_0;
-    case DType::kQ5_1:
-      return kGgmlQ5_1;
-    case DType::kQ4_K:
-      return kGgmlQ4_K;
-    case DType::kQ5_K:
-      return kGgmlQ5_K;
-    case DType::kQ6_K:
-      return kGgmlQ6_K;
-  }
-  return kGgmlF32;
+  if (const std::optional<quant::BlockType> b = block_type_of(t)) return quant::traits(*b).ggml_type;
+  return t == DType::kF32 ? kGgmlF32 : t == DType::kF16 ? kGgmlF16 : kGgmlBF16;
 }
 
 bool GgufValue::is_int() const {

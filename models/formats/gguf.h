@@ -60,8 +60,8 @@ enum class GgufType : uint32_t {
   kI64 = 11,
   kF64 = 12,
 };
-constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ4_0 = 2, kGgmlQ5_0 = 6, kGgmlQ5_1 = 7, kGgmlQ8_0 = 8,
-                   kGgmlQ4_K = 12, kGgmlQ5_K = 13, kGgmlQ6_K = 14, kGgmlBF16 = 30;
+// ggml tensor type ids of the float types; the block types' ids are the type table's (quant::traits(t).ggml_type).
+constexpr uint32_t kGgmlF32 = 0, kGgmlF16 = 1, kGgmlBF16 = 30;
 std::optional<DType> dtype_of_ggml(uint32_t ggml_type);  // nullopt for types anelab does not read
 uint32_t ggml_type_of(DType t);
 

@@ -383,9 +383,14 @@ uint32_t file_type(const Model& m) {
       return 9;
     case DType::kQ6_K:
       return 18;
-    default:
+    case DType::kQ4_K:  // (returned above)
+      return 15;
+    case DType::kQ5_K:  // (returned above, 16 or 17)
+      return 16;
+    case DType::kF32:
       return 0;
   }
+  return 0;
 }
 
 std::vector<int64_t> ggml_ne(const std::vector<int64_t>& shape) { return {shape.rbegin(), shape.rend()}; }

@@ -11,40 +11,14 @@
 
 namespace anelab::models {
 
-const char* dtype_name(DType t) {
+std::optional<quant::BlockType> block_type_of(DType t) {
   switch (t) {
     case DType::kF32:
-      return "fp32";
     case DType::kF16:
-      return "fp16";
     case DType::kBF16:
-      return "bf16";
+      return std::nullopt;
     case DType::kQ8_0:
-      return "q8_0";
-    case DType::kQ4_0:
-      return "q4_0";
-    case DType::kQ5_0:
-      return "q5_0";
-    case DType::kQ5_1:
-      return "q5_1";
-    case DType::kQ4_K:
-      return "q4_k";
-    case DType::kQ5_K:
-      return "q5_k";
-    case DType::kQ6_K:
-      return "q6_k";
-  }
-  return "?";
-}
-
-bool is_block_quantized(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ5_0 || t == DType::kQ5_1 || t == DType::kQ4_K ||
-         t == DType::kQ5_K || t == DType::kQ6_K;
-}
-
-namespace {
-quant::BlockType block_type(DType t) {
-  switch (t) {
+      return quant::BlockType::kQ8_0;
     case DType::kQ4_0:
       return quant::BlockType::kQ4_0;
     case DType::kQ5_0:
@@ -57,48 +31,61 @@ quant::BlockType block_type(DType t) {
       return quant::BlockType::kQ5_K;
     case DType::kQ6_K:
       return quant::BlockType::kQ6_K;
-    default:
-      return quant::BlockType::kQ8_0;
   }
+  fail("model", "dtype id ", int(t), " is not a DType");
 }
-}  // namespace
 
-int64_t dtype_block(DType t) { return is_block_quantized(t) ? quant::block_info(block_type(t)).values : 1; }
+DType dtype_of(quant::BlockType t) {
+  switch (t) {
+    case quant::BlockType::kQ8_0:
+      return DType::kQ8_0;
+    case quant::BlockType::kQ4_0:
+      return DType::kQ4_0;
+    case quant::BlockType::kQ5_0:
+      return DType::kQ5_0;
+    case quant::BlockType::kQ5_1:
+      return DType::kQ5_1;
+    case quant::BlockType::kQ4_K:
+      return DType::kQ4_K;
+    case quant::BlockType::kQ5_K:
+      return DType::kQ5_K;
+    case quant::BlockType::kQ6_K:
+      return DType::kQ6_K;
+  }
+  fail("model", "block type ", int(t), " is not a quant::BlockType");
+}
+
+const char* dtype_name(DType t) {
+  if (t == DType::kF32) return "fp32";
+  if (t == DType::kF16) return "fp16";
+  if (t == DType::kBF16) return "bf16";
+  return quant::traits(*block_type_of(t)).name;
+}
+
+bool is_block_quantized(DType t) { return block_type_of(t).has_value(); }
+
+int64_t dtype_block(DType t) {
+  const std::optional<quant::BlockType> b = block_type_of(t);
+  return b ? quant::traits(*b).block_values : 1;
+}
 
 DType parse_dtype(std::string_view s) {
   if (s == "fp32" || s == "f32" || s == "float32" || s == "F32") return DType::kF32;
   if (s == "fp16" || s == "f16" || s == "float16" || s == "F16") return DType::kF16;
   if (s == "bf16" || s == "bfloat16" || s == "BF16") return DType::kBF16;
-  if (s == "q8_0" || s == "Q8_0") return DType::kQ8_0;
-  if (s == "q4_0" || s == "Q4_0") return DType::kQ4_0;
-  if (s == "q5_0" || s == "Q5_0") return DType::kQ5_0;
-  if (s == "q5_1" || s == "Q5_1") return DType::kQ5_1;
-  if (s == "q4_k" || s == "Q4_K") return DType::kQ4_K;
-  if (s == "q5_k" || s == "Q5_K") return DType::kQ5_K;
-  if (s == "q6_k" || s == "Q6_K") return DType::kQ6_K;
-  fail("model", "unknown dtype '", s, "': use one of fp32, fp16, bf16, q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k");
+  if (const std::optional<quant::BlockType> b = quant::find_type(s)) return dtype_of(*b);
+  std::string names;
+  for (const quant::TypeTraits& r : quant::kTypes) names += std::string(", ") + r.name;
+  fail("model", "unknown dtype '", s, "': use one of fp32, fp16, bf16", names);
 }
 
 int64_t dtype_nbytes(DType t, int64_t n) {
   if (n < 0) return -1;
-  switch (t) {
-    case DType::kF32:
-      return n * 4;
-    case DType::kF16:
-    case DType::kBF16:
-      return n * 2;
-    case DType::kQ8_0:
-    case DType::kQ4_0:
-    case DType::kQ5_0:
-    case DType::kQ5_1:
-    case DType::kQ4_K:
-    case DType::kQ5_K:
-    case DType::kQ6_K: {
-      const quant::BlockInfo b = quant::block_info(block_type(t));
-      return n % b.values ? -1 : n / b.values * b.bytes;
-    }
+  if (const std::optional<quant::BlockType> b = block_type_of(t)) {
+    const quant::TypeTraits& r = quant::traits(*b);
+    return n % r.block_values ? -1 : n / r.block_values * r.block_bytes;
   }
-  return -1;
+  return n * (t == DType::kF32 ? 4 : 2);
 }
 
 namespace {
@@ -307,7 +294,7 @@ void Tensor::to_f32(int64_t begin, int64_t count, float* out) const {
       if (begin % blk || count % blk)
         fail("model", "tensor ", name, ": ", dtype_name(dtype), " ranges must start and end on ", blk,
              "-element blocks");
-      quant::dequantize(block_type(dtype), data + dtype_nbytes(dtype, begin), out, count);
+      quant::dequantize(*block_type_of(dtype), data + dtype_nbytes(dtype, begin), out, count);
       return;
     }
   }
@@ -445,7 +432,7 @@ void f32_to_dtype(const float* src, DType t, uint8_t* dst, int64_t n) {
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K:
-      quant::quantize(block_type(t), src, dst, n);
+      quant::quantize(*block_type_of(t), src, dst, n);
       return;
   }
 }

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "framework/core/arch_types.h"
+#include "framework/quant/types.h"
 #include "models/tokenizer/vocab.h"
 
 namespace anelab::models {
@@ -50,10 +51,14 @@ enum class DType : uint8_t {
   kQ5_1 = 8,  // 32 values in 24 bytes: fp16 d, m + 32 high bits + 16 bytes of nibbles; x = d*q + m
   kQ5_K = 9,  // 256 values in 176 bytes: Q4_K's scales and nibbles + 32 bytes of 5th bits
 };
-const char* dtype_name(DType t);  // "fp32", "fp16", "bf16", "q8_0", "q4_0", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"
-DType parse_dtype(std::string_view s);  // accepts the names above (+ f32/f16/float32...), throws otherwise
-bool is_block_quantized(DType t);       // q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k
-int64_t dtype_block(DType t);           // values per block: 32 / 256 for block types, 1 otherwise
+// The block types are the rows of the type table (framework/quant/types.h: names, GGUF ids, block sizes); the
+// DType values above are the anelab file's ids (never renumbered) and convert through these two functions.
+std::optional<quant::BlockType> block_type_of(DType t);  // nullopt for fp32 / fp16 / bf16
+DType dtype_of(quant::BlockType t);
+const char* dtype_name(DType t);        // "fp32", "fp16", "bf16" or the table's name ("q8_0", "q4_k", ...)
+DType parse_dtype(std::string_view s);  // accepts the names above (+ f32/f16/float32..., upper case), throws otherwise
+bool is_block_quantized(DType t);       // a row of the type table
+int64_t dtype_block(DType t);           // values per block: the table's for block types, 1 otherwise
 // Bytes needed for n elements (block types: n must be a multiple of dtype_block); returns -1 when n is invalid.
 int64_t dtype_nbytes(DType t, int64_t n);
 

@@ -4,13 +4,19 @@
 // inside the block's range is at most half that block's step, and a value outside it lands on the end level.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "framework/quant/blocks.h"
 #include "framework/quant/qdot.h"
+#include "framework/quant/types.h"
 #include "framework/simd/simd.h"
 #include "tests/core/quant_golden_input.h"
 
@@ -462,8 +468,8 @@ TEST(QuantDot, MatchesDequantizedRowWithinActivationRounding) {
   const std::vector<float> x = test_values(n, 11), w_src = test_values(n * rows, 12);
   Q8Acts a;
   quantize_acts(x.data(), n, a);
-  for (BlockType t : {BlockType::kQ8_0, BlockType::kQ4_0, BlockType::kQ5_0, BlockType::kQ5_1, BlockType::kQ4_K,
-                      BlockType::kQ5_K, BlockType::kQ6_K}) {
+  for (const TypeTraits& row : kTypes) {  // every row of the type table
+    const BlockType t = row.type;
     const BlockInfo bi = block_info(t);
     const int64_t row_bytes = n / bi.values * bi.bytes;
     std::vector<uint8_t> q(static_cast<size_t>(rows * row_bytes));
@@ -493,6 +499,80 @@ TEST(QuantDot, MatchesDequantizedRowWithinActivationRounding) {
       EXPECT_GT(bound, 0.0);
       EXPECT_EQ(many[static_cast<size_t>(r)], static_cast<float>(got)) << bi.name << " row " << r;
     }
+  }
+}
+
+// ---- the type table (framework/quant/types.h): every row, so a new row is covered without editing these ----------
+
+// A row's name and GGUF id find it; block_info is the row; quantize writes exactly block_bytes per block_values
+// values (guard bytes after the output stay as they were); the row-tile flag says whether the tile kernels take it.
+TEST(QuantTable, RowsDescribeTheirBlocks) {
+  EXPECT_EQ(find_type("q9_9"), std::nullopt);
+  EXPECT_EQ(find_ggml_type(0), std::nullopt);  // F32 is no block type
+  for (const TypeTraits& r : kTypes) {
+    SCOPED_TRACE(r.name);
+    EXPECT_EQ(&traits(r.type), &r);
+    EXPECT_EQ(find_type(r.name), r.type);
+    std::string upper = r.name;
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    EXPECT_EQ(find_type(upper), r.type);
+    EXPECT_EQ(find_ggml_type(r.ggml_type), r.type);
+    EXPECT_EQ(block_info(r.type).values, r.block_values);
+    EXPECT_EQ(block_info(r.type).bytes, r.block_bytes);
+    const int64_t n = 2 * r.block_values, guard = 64;
+    const std::vector<float> x = test_values(std::max<int64_t>(n, 1280), 21);
+    std::vector<uint8_t> q(static_cast<size_t>(2 * r.block_bytes + guard), 0xA5);
+    quantize(r.type, x.data(), q.data(), n);
+    for (int64_t i = 2 * r.block_bytes; i < 2 * r.block_bytes + guard; ++i)
+      ASSERT_EQ(q[static_cast<size_t>(i)], 0xA5) << "byte " << i << " past 2 blocks was written";
+    EXPECT_ANY_THROW(quantize(r.type, x.data(), q.data(), r.block_values + 16));  // not whole blocks
+    // Row tiles: kTileRows rows of 1 block each become a tile, and tile_row gives each row's blocks back.
+    std::vector<uint8_t> rows(static_cast<size_t>(kTileRows * r.block_bytes));
+    std::vector<float> xr(static_cast<size_t>(kTileRows * r.block_values));
+    for (size_t i = 0; i < xr.size(); ++i) xr[i] = x[i % x.size()] * (1.0f + static_cast<float>(i % 7));
+    quantize(r.type, xr.data(), rows.data(), static_cast<int64_t>(xr.size()));
+    std::vector<uint8_t> tiles = rows, back(static_cast<size_t>(r.block_bytes));
+    EXPECT_EQ(has_row_tiles(r.type), takes(r.type, kExecCpuRowTiles));
+    if (!has_row_tiles(r.type)) {
+      EXPECT_ANY_THROW(tile_rows(r.type, tiles.data(), 1, r.block_values));
+      continue;
+    }
+    tile_rows(r.type, tiles.data(), 1, r.block_values);
+    for (int l = 0; l < kTileRows; ++l) {
+      tile_row(r.type, tiles.data(), r.block_values, l, back.data());
+      ASSERT_EQ(0, std::memcmp(back.data(), rows.data() + l * r.block_bytes, back.size())) << "tile row " << l;
+    }
+  }
+}
+
+// dequantize(quantize(x)) per block of block_values values: nearest-level rounding on a grid of 2^bits levels
+// spanning at most [-amax, amax] (amax: the block's largest |x|) is off by at most half a step, step = 2 amax /
+// (2^bits - 1). The bound allows a whole step: the other half covers the fp16 scales, the K types' 6-bit (8-bit for
+// Q6_K) sub-block scales and mins, and a value clipped to the end level (Q4_0 / Q5_0: the grid ends at 7/8 / 15/16
+// of amax on the side opposite the largest value, an error of amax / 8 = 15/16 step / amax / 16 = 31/32 step).
+TEST(QuantTable, RoundTripWithinOneStepOfTheLevelGrid) {
+  const int64_t n = 4096;
+  const std::vector<float> x = test_values(n, 22);
+  for (const TypeTraits& r : kTypes) {
+    SCOPED_TRACE(r.name);
+    std::vector<uint8_t> q(static_cast<size_t>(n / r.block_values * r.block_bytes));
+    std::vector<float> y(static_cast<size_t>(n));
+    quantize(r.type, x.data(), q.data(), n);
+    dequantize(r.type, q.data(), y.data(), n);
+    double worst = 0;  // the largest error as a fraction of the bound
+    for (int64_t b = 0; b < n / r.block_values; ++b) {
+      double amax = 0;
+      for (int64_t i = b * r.block_values; i < (b + 1) * r.block_values; ++i)
+        amax = std::max(amax, std::fabs(double(x[i])));
+      const double step = 2 * amax / double((1 << r.bits) - 1);
+      for (int64_t i = b * r.block_values; i < (b + 1) * r.block_values; ++i) {
+        const double e = std::fabs(double(y[i]) - double(x[i]));
+        ASSERT_LE(e, step) << "value " << i << " x " << x[i] << " got " << y[i];
+        if (step > 0) worst = std::max(worst, e / step);
+      }
+    }
+    EXPECT_GT(worst, 0.0);  // the blocks round something
+    std::printf("[quant table] %s: largest round-trip error %.3f steps\n", r.name, worst);
   }
 }
 

@@ -12,6 +12,7 @@
 #include "framework/core/error.h"
 #include "framework/quant/qdot.h"
 #include "framework/quant/qgemm.h"
+#include "framework/quant/types.h"
 #include "framework/simd/simd.h"
 #include "infer/cpu_kernels.h"
 #include "infer/engine.h"
@@ -57,7 +58,8 @@ TEST(QuantGemv, MatchesDequantizedGemvOnThePool) {
   for (float& v : bias) v = g(rng);
   quant::Q8Acts acts;
   quant::quantize_acts(x.data(), cols, acts);
-  for (WType t : {WType::kQ8_0, WType::kQ4_0, WType::kQ5_0, WType::kQ5_1, WType::kQ4_K, WType::kQ5_K, WType::kQ6_K}) {
+  for (const quant::TypeTraits& tr : quant::kTypes) {  // every row of the type table
+    const WType t = kern::wtype_of(tr.type);
     const QMat a = make_qmat(t, 300, cols, 1), b = make_qmat(t, 200, cols, 2);
     std::vector<float> ya(300), yb(200), ra(300), rb(200);
     gemv(pool, {GemvOut{&a.q, bias.data(), ya.data()}, GemvOut{&b.q, nullptr, yb.data()}}, x.data());
@@ -324,6 +326,26 @@ TEST(QuantGemv, PrefillMatchesDecodeOnQ4_K_M) {
     ASSERT_EQ(std::max_element(lp, lp + c.vocab_size) - lp, std::max_element(ld, ld + c.vocab_size) - ld) << pos;
   }
   EXPECT_LT(max_rel, 0.05);
+}
+
+// Every row of the type table is a WType and back; fp32 / fp16 are no block type, and asking for their block
+// type is an error naming the type (it was Q8_0's, silently).
+TEST(QuantGemv, WeightTypesConvertThroughTheTable) {
+  for (const quant::TypeTraits& r : quant::kTypes) {
+    const WType t = kern::wtype_of(r.type);
+    EXPECT_TRUE(is_quantized(t)) << r.name;
+    EXPECT_EQ(block_type(t), r.type) << r.name;
+    EXPECT_STREQ(kern::wtype_name(t), r.name);
+  }
+  for (WType t : {WType::kF32, WType::kF16}) {
+    EXPECT_FALSE(is_quantized(t));
+    try {
+      block_type(t);
+      ADD_FAILURE() << "block_type(" << kern::wtype_name(t) << ") returned";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(kern::wtype_name(t)), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

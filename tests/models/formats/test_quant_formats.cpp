@@ -10,6 +10,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
+#include "framework/quant/types.h"
 #include "models/formats/anelab_file.h"
 #include "models/formats/gguf.h"
 #include "models/presets.h"
@@ -172,7 +173,8 @@ TEST(QuantFormats, CorruptQuantizedTensorsNameTheTensor) {
   // Row length that is not whole Q4_K blocks.
   GgufWriter w;
   w.add_str("general.architecture", "llama");
-  w.add_tensor("blk.0.attn_q.weight", kGgmlQ4_K, {100, 2}, std::vector<uint8_t>(288));
+  w.add_tensor("blk.0.attn_q.weight", quant::traits(quant::BlockType::kQ4_K).ggml_type, {100, 2},
+               std::vector<uint8_t>(288));
   const auto img = w.build();
   std::string e = error_of([&] { parse_gguf(img.data(), img.size(), nullptr, "bad.gguf"); });
   EXPECT_NE(e.find("blk.0.attn_q.weight"), std::string::npos) << e;
@@ -192,6 +194,32 @@ TEST(QuantFormats, CorruptQuantizedTensorsNameTheTensor) {
   });
   EXPECT_NE(e.find("layers.0.w2"), std::string::npos) << e;
   EXPECT_NE(e.find("q6_k"), std::string::npos) << e;
+}
+
+// Every row of the type table (framework/quant/types.h) converts to a DType and back, keeps its name, GGUF id and
+// block geometry through the formats' functions, and the float dtypes are no row.
+TEST(QuantFormats, EveryTableTypeConvertsThroughDType) {
+  for (const quant::TypeTraits& r : quant::kTypes) {
+    SCOPED_TRACE(r.name);
+    const DType d = dtype_of(r.type);
+    EXPECT_EQ(block_type_of(d), r.type);
+    EXPECT_TRUE(is_block_quantized(d));
+    EXPECT_STREQ(dtype_name(d), r.name);
+    EXPECT_EQ(parse_dtype(r.name), d);
+    EXPECT_EQ(dtype_block(d), r.block_values);
+    EXPECT_EQ(dtype_nbytes(d, 3 * r.block_values), 3 * r.block_bytes);
+    EXPECT_EQ(dtype_nbytes(d, r.block_values + 1), -1);
+    EXPECT_EQ(dtype_of_ggml(r.ggml_type), d);
+    EXPECT_EQ(ggml_type_of(d), r.ggml_type);
+    EXPECT_GE(dtype_min_version(d), 1u);
+  }
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16}) {
+    EXPECT_EQ(block_type_of(d), std::nullopt) << dtype_name(d);
+    EXPECT_EQ(dtype_of_ggml(ggml_type_of(d)), d) << dtype_name(d);
+    EXPECT_EQ(dtype_block(d), 1);
+  }
+  const std::string e = error_of([] { parse_dtype("q3_k"); });
+  for (const quant::TypeTraits& r : quant::kTypes) EXPECT_NE(e.find(r.name), std::string::npos) << e;
 }
 
 }  // namespace
