@@ -35,7 +35,9 @@ bool same(float a, float b) { return bits(a) == bits(b); }
 
 TEST(Simd, ReportsItsArchitecture) {
   std::printf("[simd] %s: %d lanes, GEMM micro-tile %d x %d\n", W::kName, VW, W::kGemmMR, W::kGemmNR);
-#if defined(ANELAB_SIMD_SCALAR)
+#if defined(ANELAB_SIMD_VARIANT)  // a twin built for another path (CMakeLists.txt ANELAB_SIMD_VARIANTS) runs that path
+  EXPECT_STREQ(W::kName, ANELAB_SIMD_VARIANT);
+#elif defined(ANELAB_SIMD_SCALAR)
   EXPECT_STREQ(W::kName, "scalar");
 #elif defined(__aarch64__)
   EXPECT_STREQ(W::kName, "neon");
