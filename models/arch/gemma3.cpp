@@ -37,6 +37,8 @@
 #include "models/arch/common.h"
 
 namespace anelab::models {
+// The file-local hooks in a namespace of their own: the architecture files share a unity batch.
+namespace arch_gemma3 {
 namespace {
 using hf::json;
 
@@ -298,8 +300,10 @@ void validate(const ModelConfig& c, const std::string& where) {
          ", post_norms ", c.post_norms ? "true" : "false", ")");
 }
 }  // namespace
+}  // namespace arch_gemma3
 
 const Arch& gemma3_arch() {
+  using namespace arch_gemma3;
   static const Arch a = [] {
     Arch r;
     r.name = "gemma3";

@@ -14,6 +14,8 @@
 #include "models/arch/common.h"
 
 namespace anelab::models {
+// The file-local hooks in a namespace of their own: the architecture files share a unity batch.
+namespace arch_gpt2 {
 namespace {
 using hf::json;
 
@@ -140,8 +142,10 @@ void validate(const ModelConfig& c, const std::string& where) {
          ")");
 }
 }  // namespace
+}  // namespace arch_gpt2
 
 const Arch& gpt2_arch() {
+  using namespace arch_gpt2;
   static const Arch a = [] {
     Arch r;
     r.name = "gpt2";

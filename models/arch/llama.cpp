@@ -21,6 +21,8 @@
 #include "models/arch/common.h"
 
 namespace anelab::models {
+// The file-local hooks in a namespace of their own: the architecture files share a unity batch.
+namespace arch_llama {
 namespace {
 using hf::json;
 
@@ -117,8 +119,10 @@ void from_gguf(const GgufFile& g, ModelConfig* c, const std::string&) {
   c->rope_style = RopeStyle::kAdjacentPairs;
 }
 }  // namespace
+}  // namespace arch_llama
 
 const Arch& llama_arch() {
+  using namespace arch_llama;
   static const Arch a = [] {
     Arch r;
     r.name = "llama";

@@ -9,6 +9,8 @@
 #include "models/arch/common.h"
 
 namespace anelab::models {
+// The file-local hooks in a namespace of their own: the architecture files share a unity batch.
+namespace arch_qwen2 {
 namespace {
 using hf::json;
 
@@ -54,8 +56,10 @@ void from_gguf(const GgufFile& g, ModelConfig* c, const std::string&) {
   c->rope_style = RopeStyle::kRotateHalf;
 }
 }  // namespace
+}  // namespace arch_qwen2
 
 const Arch& qwen2_arch() {
+  using namespace arch_qwen2;
   static const Arch a = [] {
     Arch r;
     r.name = "qwen2";

@@ -11,6 +11,8 @@
 #include "models/arch/common.h"
 
 namespace anelab::models {
+// The file-local hooks in a namespace of their own: the architecture files share a unity batch.
+namespace arch_qwen3 {
 namespace {
 using hf::json;
 
@@ -74,8 +76,10 @@ void validate(const ModelConfig& c, const std::string& where) {
          ", rope_style ", rope_style_name(c.rope_style), ")");
 }
 }  // namespace
+}  // namespace arch_qwen3
 
 const Arch& qwen3_arch() {
+  using namespace arch_qwen3;
   static const Arch a = [] {
     Arch r;
     r.name = "qwen3";
