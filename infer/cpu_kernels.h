@@ -20,15 +20,15 @@
 
 #include "framework/core/fp16.h"
 #include "framework/core/thread_pool.h"
-#include "framework/kernels/layer.h"
+#include "framework/quant/mat.h"
 
 namespace anelab::infer {
 
-// Weight matrices (fp32, fp16 or block types, row-major [rows, cols]) as the kernels describe them.
-using kern::block_type;
-using kern::is_quantized;
-using kern::Mat;
-using kern::WType;
+// Weight matrices (fp32, fp16 or block types, row-major [rows, cols]): framework/quant/mat.h.
+using quant::block_type;
+using quant::is_quantized;
+using quant::Mat;
+using quant::WType;
 
 // One output segment of a fused GEMV: y[0..W.rows) = W x (+ bias when non-null).
 struct GemvOut {

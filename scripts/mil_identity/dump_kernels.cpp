@@ -11,6 +11,7 @@
 #include <fstream>
 #include <list>
 
+#include "framework/backends/registry.h"
 #include "framework/kernels/train.h"
 #include "framework/mil/printer.h"
 #include "framework/runtime/backend.h"
