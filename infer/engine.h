@@ -29,7 +29,7 @@
 #include "framework/mil/ir.h"
 #include "framework/runtime/device_profile.h"
 #include "infer/cpu_attention.h"
-#include "infer/cpu_kernels.h"
+#include "infer/cpu_math.h"
 #include "models/formats/model.h"
 
 namespace anelab::infer {

@@ -1,5 +1,5 @@
 // The CPU's weight matrix: fp32, fp16 or rows of quantized blocks (blocks.h), in place in a model file's
-// mapping. The CPU inference engine (infer/cpu_kernels.h) computes on it; the MIL kernels
+// mapping. The CPU inference engine (infer/cpu_math.h) computes on it; the MIL kernels
 // (framework/kernels/layer.h, LayerWeights) take it as the source of the weights they bake, dequantized on the
 // host (kern::mat_values).
 #pragma once

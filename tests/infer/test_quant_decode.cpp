@@ -14,7 +14,7 @@
 #include "framework/quant/qgemm.h"
 #include "framework/quant/types.h"
 #include "framework/simd/simd.h"
-#include "infer/cpu_kernels.h"
+#include "infer/cpu_math.h"
 #include "infer/engine.h"
 #include "models/presets.h"
 #include "models/quant/quant_mix.h"

@@ -1,5 +1,6 @@
-// CPU compute kernels of the inference engine, written against the SIMD layer (framework/simd: AVX-512,
-// AVX2, NEON or scalar); fp32 accumulation everywhere.
+// CPU math of the inference engine (GEMV, GEMM, softmax, ...; "kernels" in this tree are MIL programs,
+// framework/kernels), written against the SIMD layer (framework/simd: AVX-512, AVX2, NEON or scalar); fp32
+// accumulation everywhere.
 //
 // Matrices are row-major [rows, cols] like torch nn.Linear.weight (y = W x), stored fp32 or fp16.
 // fp16 weights are widened (vcvtph2ps on x86, FCVTL on arm64) and multiplied with fp32 FMA: decode is
