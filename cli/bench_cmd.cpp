@@ -20,6 +20,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "framework/backends/registry.h"
 #include "framework/core/error.h"
 #include "framework/core/platform.h"
 #include "framework/core/thread_pool.h"

@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/demo_loop.h"
 #include "cli/options.h"
+#include "framework/backends/registry.h"
 #include "framework/kernels/runner.h"
 #include "framework/kernels/workloads.h"
 #include "framework/mil/printer.h"
@@ -43,7 +44,7 @@ Reference reference(const kern::TrainShape& sh, const std::vector<float>& x, con
     double rr = 1.0 / std::sqrt(ss / D + sh.norm_eps);
     for (int64_t d = 0; d < D; ++d) r.xnorm[d * S + t] = x[d * S + t] * rr * w.attn_norm[d];
   }
-  auto matmul = [&](const kern::Mat& wm, int64_t out, Mat& y) {  // y[out, S] = W[out, D] · xnorm
+  auto matmul = [&](const quant::Mat& wm, int64_t out, Mat& y) {  // y[out, S] = W[out, D] · xnorm
     const std::vector<float> W = kern::mat_values(wm);
     y.assign(out * S, 0);
     for (int64_t o = 0; o < out; ++o)

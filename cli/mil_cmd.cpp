@@ -5,6 +5,7 @@
 #include <map>
 
 #include "cli/commands.h"
+#include "framework/backends/registry.h"
 #include "framework/core/file.h"
 #include "framework/core/npy.h"
 #include "framework/mil/parser.h"

@@ -28,6 +28,7 @@
 #include "cli/probe_seeds.h"
 #include "cli/probe_timing.h"
 #include "framework/ane/native_backend.h"
+#include "framework/backends/registry.h"
 #include "framework/core/file.h"
 #include "framework/core/platform.h"
 #include "framework/kernels/runner.h"

@@ -8,6 +8,7 @@
 
 #include "cli/probe_raw.h"
 #include "cli/probe_timing.h"
+#include "framework/backends/registry.h"
 #include "framework/kernels/workloads.h"
 
 namespace anelab::cli {

@@ -5,7 +5,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/fp16.h"
-#include "infer/cpu_kernels.h"
+#include "infer/cpu_math.h"
 
 namespace anelab::infer {
 
@@ -26,14 +26,14 @@ int64_t first_key(const AttentionShape& s, int64_t p) {
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 // Cache rows of either type read as fp32: whole vectors and scalars; partial fp16 vectors (lanes >= n are 0)
-// for the fp16 dot / axpy (the fp32 ones are cpu_kernels.h's).
+// for the fp16 dot / axpy (the fp32 ones are cpu_math.h's).
 inline W::F32 load_kv(const float* p) { return W::load(p); }
 inline W::F32 load_kv(const half_bits* p) { return W::load_h(p); }
 inline W::F32 load_kv_n(const half_bits* p, int64_t n) { return W::load_h_n(p, n); }
 inline float kv_f32(float x) { return x; }
 inline float kv_f32(half_bits h) { return W::h2f(h); }
 
-// q . k over n values (the operations and order of infer/cpu_kernels.h's dot, which serves fp32 rows).
+// q . k over n values (the operations and order of infer/cpu_math.h's dot, which serves fp32 rows).
 template <typename T>
 float dot_kv(const float* q, const T* k, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
@@ -45,7 +45,7 @@ float dot_kv(const float* q, const T* k, int64_t n) {
   }
 }
 
-// y += a x over n values (as infer/cpu_kernels.h's axpy, which serves fp32 rows).
+// y += a x over n values (as infer/cpu_math.h's axpy, which serves fp32 rows).
 template <typename T>
 void axpy_kv(float a, const T* x, float* y, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {

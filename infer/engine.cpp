@@ -7,6 +7,7 @@
 #include <cstring>
 #include <new>
 
+#include "framework/backends/registry.h"
 #include "framework/core/error.h"
 #include "framework/kernels/cpu_ops.h"
 #include "framework/quant/qdot.h"
@@ -146,7 +147,7 @@ namespace {
 WType block_wtype(const models::Tensor& t) {
   const std::optional<quant::BlockType> b = models::block_type_of(t.dtype);
   ANELAB_CHECK(b.has_value(), "engine", "tensor ", t.name, " is ", models::dtype_name(t.dtype), ", not a block type");
-  return kern::wtype_of(*b);
+  return quant::wtype_of(*b);
 }
 }  // namespace
 

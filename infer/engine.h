@@ -25,10 +25,11 @@
 #include "framework/core/platform.h"
 #include "framework/core/scratch.h"
 #include "framework/core/thread_pool.h"
+#include "framework/kernels/layer.h"
 #include "framework/mil/ir.h"
 #include "framework/runtime/device_profile.h"
 #include "infer/cpu_attention.h"
-#include "infer/cpu_kernels.h"
+#include "infer/cpu_math.h"
 #include "models/formats/model.h"
 
 namespace anelab::infer {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <set>
 
+#include "framework/backends/registry.h"
 #include "framework/core/error.h"
 #include "framework/kernels/layer.h"
 #include "framework/kernels/self_check.h"
@@ -44,7 +45,7 @@ class PrefillParams : public kern::LayerParams {
         x_(b.input("x", kern::act_type(c.dim, S))) {}
   Value input(const std::string&) override { return x_; }
   Value project(const std::string& w, const Value& x) override {
-    const kern::Mat& m = L_.matrix(w);
+    const quant::Mat& m = L_.matrix(w);
     const std::string in = kern::act_input_of(w);
     if (record_ && recorded_.insert(in).second) record_->emplace_back(in, x);
     const std::vector<float> v = kern::mat_values(m);

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "framework/backends/registry.h"
 #include "framework/core/clock.h"
 #include "framework/core/error.h"
 #include "framework/kernels/runner.h"

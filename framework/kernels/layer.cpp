@@ -7,119 +7,16 @@
 #include <functional>
 
 #include "framework/core/error.h"
-#include "framework/quant/qdot.h"
 
 namespace anelab::kern {
 
-Mat Mat::f32(std::span<const float> v, int64_t rows, int64_t cols) {
-  ANELAB_CHECK(static_cast<int64_t>(v.size()) == rows * cols, "kernels", "matrix of ", v.size(), " values is not [",
-               rows, ", ", cols, "]");
-  Mat m;
-  m.type = WType::kF32;
-  m.rows = rows, m.cols = cols, m.data = v.data();
-  return m;
-}
-
-std::optional<quant::BlockType> block_type_of(WType t) {
-  switch (t) {
-    case WType::kF32:
-    case WType::kF16:
-      return std::nullopt;
-    case WType::kQ8_0:
-      return quant::BlockType::kQ8_0;
-    case WType::kQ4_0:
-      return quant::BlockType::kQ4_0;
-    case WType::kQ5_0:
-      return quant::BlockType::kQ5_0;
-    case WType::kQ5_1:
-      return quant::BlockType::kQ5_1;
-    case WType::kQ4_K:
-      return quant::BlockType::kQ4_K;
-    case WType::kQ5_K:
-      return quant::BlockType::kQ5_K;
-    case WType::kQ6_K:
-      return quant::BlockType::kQ6_K;
-  }
-  fail("kernels", "weight type ", int(t), " is not a WType");
-}
-
-WType wtype_of(quant::BlockType t) {
-  switch (t) {
-    case quant::BlockType::kQ8_0:
-      return WType::kQ8_0;
-    case quant::BlockType::kQ4_0:
-      return WType::kQ4_0;
-    case quant::BlockType::kQ5_0:
-      return WType::kQ5_0;
-    case quant::BlockType::kQ5_1:
-      return WType::kQ5_1;
-    case quant::BlockType::kQ4_K:
-      return WType::kQ4_K;
-    case quant::BlockType::kQ5_K:
-      return WType::kQ5_K;
-    case quant::BlockType::kQ6_K:
-      return WType::kQ6_K;
-  }
-  fail("kernels", "block type ", int(t), " is not a quant::BlockType");
-}
-
-bool is_quantized(WType t) { return block_type_of(t).has_value(); }
-
-quant::BlockType block_type(WType t) {
-  const std::optional<quant::BlockType> b = block_type_of(t);
-  ANELAB_CHECK(b.has_value(), "kernels", "weight type ", wtype_name(t), " is not a block type");
-  return *b;
-}
-
-const char* wtype_name(WType t) {
-  if (t == WType::kF32) return "fp32";
-  if (t == WType::kF16) return "fp16";
-  return quant::traits(block_type(t)).name;
-}
-
-const uint8_t* Mat::row_blocks(int64_t r) const {
-  ANELAB_CHECK(r >= tiled_rows, "kernels", "row ", r, " of a matrix is inside its row tiles (rows < ", tiled_rows,
-               "): read it with row_values or tile()");
-  const quant::BlockInfo b = quant::block_info(block_type(type));
-  return static_cast<const uint8_t*>(data) + r * (cols / b.values * b.bytes);
-}
-
-const uint8_t* Mat::tile(int64_t t) const {
-  ANELAB_CHECK(t >= 0 && quant::kTileRows * (t + 1) <= tiled_rows, "kernels", "tile ", t, " past the ", tiled_rows,
-               " tiled rows");
-  const quant::BlockInfo b = quant::block_info(block_type(type));
-  return static_cast<const uint8_t*>(data) + t * quant::kTileRows * (cols / b.values * b.bytes);
-}
-
-void Mat::row_values(int64_t r, float* out) const {
-  if (r < tiled_rows) {
-    const quant::BlockType bt = block_type(type);
-    thread_local std::vector<uint8_t> blocks;
-    blocks.resize(static_cast<size_t>(cols / quant::block_info(bt).values * quant::block_info(bt).bytes));
-    quant::tile_row(bt, tile(r / quant::kTileRows), cols, static_cast<int>(r % quant::kTileRows), blocks.data());
-    quant::dequantize(bt, blocks.data(), out, cols);
-  } else if (is_quantized(type)) {
-    quant::dequantize(block_type(type), row_blocks(r), out, cols);
-  } else if (type == WType::kF16) {
-    half_to_float(f16() + r * cols, out, static_cast<size_t>(cols));
-  } else {
-    std::memcpy(out, f32() + r * cols, static_cast<size_t>(cols) * sizeof(float));
-  }
-}
-
-int64_t Mat::nbytes() const {
-  if (!is_quantized(type)) return rows * cols * (type == WType::kF16 ? 2 : 4);
-  const quant::BlockInfo b = quant::block_info(block_type(type));
-  return rows * (cols / b.values * b.bytes);
-}
-
-std::vector<float> mat_values(const Mat& m) {
+std::vector<float> mat_values(const quant::Mat& m) {
   std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
-  if (is_quantized(m.type)) {  // the MIL kernels take fp16/fp32 weights: dequantized here
-    ANELAB_CHECK(quant::takes(block_type(m.type), quant::kExecMilFp16), "kernels", wtype_name(m.type),
+  if (quant::is_quantized(m.type)) {  // the MIL kernels take fp16/fp32 weights: dequantized here
+    ANELAB_CHECK(quant::takes(quant::block_type(m.type), quant::kExecMilFp16), "kernels", quant::wtype_name(m.type),
                  " weights: the MIL kernels do not take this type (quant/types.h)");
     for (int64_t r = 0; r < m.rows; ++r) m.row_values(r, out.data() + r * m.cols);
-  } else if (m.type == WType::kF16) {
+  } else if (m.type == quant::WType::kF16) {
     half_to_float(m.f16(), out.data(), out.size());
   } else if (!out.empty()) {
     std::memcpy(out.data(), m.f32(), out.size() * sizeof(float));
@@ -127,7 +24,7 @@ std::vector<float> mat_values(const Mat& m) {
   return out;
 }
 
-const Mat& LayerWeights::matrix(const std::string& n) const {
+const quant::Mat& LayerWeights::matrix(const std::string& n) const {
   if (n == "wq") return wq;
   if (n == "wk") return wk;
   if (n == "wv") return wv;

@@ -22,7 +22,8 @@
 // xnorm} (its backward kernels read them); the prefill asks the whole layer for {out k_rope v} (the KV cache).
 //
 // One layer's weights (LayerWeights) are described once here for the kernels, the inference engine and
-// the trainer: matrices in nn.Linear order [out, in] row-major, fp32 or fp16, not owned.
+// the trainer: matrices in nn.Linear order [out, in] row-major (quant::Mat, framework/quant/mat.h: fp32, fp16 or
+// quantized blocks), not owned.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -33,69 +34,33 @@
 
 #include "framework/core/fp16.h"
 #include "framework/kernels/blocks.h"
-#include "framework/quant/blocks.h"
+#include "framework/quant/mat.h"
 
 namespace anelab::kern {
 
 // ---- weights --------------------------------------------------------------------------------------
 
-enum class WType : uint8_t {
-  kF32 = 0,
-  kF16 = 1,
-  kQ8_0 = 2,
-  kQ4_0 = 3,
-  kQ4_K = 4,
-  kQ6_K = 5,
-  kQ5_0 = 6,
-  kQ5_1 = 7,
-  kQ5_K = 8
-};
-// The block types are the rows of the type table (framework/quant/types.h); these convert through it.
-std::optional<quant::BlockType> block_type_of(WType t);  // nullopt for fp32 / fp16
-bool is_quantized(WType t);                              // a block type
-quant::BlockType block_type(WType t);                    // block types; throws "[kernels] ..." for fp32 / fp16
-WType wtype_of(quant::BlockType t);
-const char* wtype_name(WType t);  // "fp32", "fp16" or the table's name ("q8_0", ...)
-
-// A weight matrix [rows, cols] row-major (y = W x): fp32 or fp16 bits, or rows of blocks of a block type
-// (each row cols / block values blocks); the data is not owned. A Q8_0 or Q4_K matrix may hold its first
-// tiled_rows rows (a multiple of 16) as row tiles (quant::tile_rows, the decode layout), in the bytes those rows
-// take.
-struct Mat {
-  WType type = WType::kF32;
-  int64_t rows = 0, cols = 0;
-  const void* data = nullptr;
-  int64_t tiled_rows = 0;
-  const float* f32() const { return static_cast<const float*>(data); }
-  const half_bits* f16() const { return static_cast<const half_bits*>(data); }
-  const uint8_t* row_blocks(int64_t r) const;    // block types: the blocks of row r (r >= tiled_rows)
-  const uint8_t* tile(int64_t t) const;          // tile t (rows 16t..16t+15 < tiled_rows)
-  void row_values(int64_t r, float* out) const;  // row r as fp32 (fp16 widened, blocks and tiles dequantized)
-  int64_t nbytes() const;                        // bytes of the whole matrix
-  bool empty() const { return data == nullptr; }
-  // An fp32 view of v as [rows, cols]; throws "[kernels] ..." when the sizes differ.
-  static Mat f32(std::span<const float> v, int64_t rows, int64_t cols);
-};
-// The values of m as fp32 (fp16 widened, block types dequantized).
-std::vector<float> mat_values(const Mat& m);
+// The values of m as fp32 (fp16 widened, block types dequantized): the MIL kernels take fp16 / fp32 weights;
+// throws "[kernels] ..." for a block type the type table does not give the MIL kernels (quant::kExecMilFp16).
+std::vector<float> mat_values(const quant::Mat& m);
 
 // One transformer layer's weights (not owned). Vectors are empty when the model has no such tensor.
 // The kernels name them: wq wk wv wo w1 w2 w3, norms attn_norm / ffn_norm (training's rms_att / rms_ffn).
 struct LayerWeights {
-  Mat wq;                                                // [QD, D]
-  Mat wk, wv;                                            // [KVD, D]
-  Mat wo;                                                // [D, QD]
-  Mat w1, w3;                                            // [H, D] (SwiGLU gate / up; GELU: w1 = fc, no w3)
-  Mat w2;                                                // [D, H] (down; GELU: proj)
-  std::span<const float> attn_norm, ffn_norm;            // [D]
-  std::span<const float> attn_norm_b, ffn_norm_b;        // [D] LayerNorm biases
-  std::span<const float> bq;                             // [QD]
-  std::span<const float> bk, bv;                         // [KVD]
-  std::span<const float> bo, b2;                         // [D]
-  std::span<const float> b1;                             // [H]
-  std::span<const float> q_norm, k_norm;                 // [HD] per-head RMSNorm of q and k (before RoPE)
-  std::span<const float> attn_post_norm, ffn_post_norm;  // [D] norms of the attention / MLP outputs
-  const Mat& matrix(const std::string& name) const;      // "wq" ... "w3"; throws for others
+  quant::Mat wq;                                            // [QD, D]
+  quant::Mat wk, wv;                                        // [KVD, D]
+  quant::Mat wo;                                            // [D, QD]
+  quant::Mat w1, w3;                                        // [H, D] (SwiGLU gate / up; GELU: w1 = fc, no w3)
+  quant::Mat w2;                                            // [D, H] (down; GELU: proj)
+  std::span<const float> attn_norm, ffn_norm;               // [D]
+  std::span<const float> attn_norm_b, ffn_norm_b;           // [D] LayerNorm biases
+  std::span<const float> bq;                                // [QD]
+  std::span<const float> bk, bv;                            // [KVD]
+  std::span<const float> bo, b2;                            // [D]
+  std::span<const float> b1;                                // [H]
+  std::span<const float> q_norm, k_norm;                    // [HD] per-head RMSNorm of q and k (before RoPE)
+  std::span<const float> attn_post_norm, ffn_post_norm;     // [D] norms of the attention / MLP outputs
+  const quant::Mat& matrix(const std::string& name) const;  // "wq" ... "w3"; throws for others
 };
 
 // ---- the layer description --------------------------------------------------------------------------

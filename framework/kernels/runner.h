@@ -25,6 +25,7 @@
 #include <memory>
 #include <vector>
 
+#include "framework/backends/registry.h"
 #include "framework/kernels/train.h"
 #include "framework/runtime/backend.h"
 #include "framework/runtime/surface.h"

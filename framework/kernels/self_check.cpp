@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "framework/backends/registry.h"
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 #include "framework/mil/builder.h"

@@ -97,8 +97,9 @@ std::span<const float> train_weight(const LayerWeights& w, const std::string& n)
   if (n == "rms_ffn") return w.ffn_norm;
   if (n == "q_norm") return w.q_norm;
   if (n == "k_norm") return w.k_norm;
-  const Mat& m = w.matrix(n);
-  ANELAB_CHECK(m.type == WType::kF32, "kernels", "layer weight ", n, " is fp16; training kernels take fp32 weights");
+  const quant::Mat& m = w.matrix(n);
+  ANELAB_CHECK(m.type == quant::WType::kF32, "kernels", "layer weight ", n,
+               " is fp16; training kernels take fp32 weights");
   return {m.f32(), static_cast<size_t>(m.rows * m.cols)};
 }
 
@@ -117,6 +118,7 @@ LayerWeights train_weights(const TrainShape& s, std::span<const float> wq, std::
                            std::span<const float> rms_ffn, std::span<const float> q_norm,
                            std::span<const float> k_norm) {
   LayerWeights w;
+  using quant::Mat;
   w.wq = Mat::f32(wq, s.q_dim(), s.dim), w.wk = Mat::f32(wk, s.kv_dim(), s.dim), w.wv = Mat::f32(wv, s.kv_dim(), s.dim);
   w.wo = Mat::f32(wo, s.dim, s.q_dim());
   w.w1 = Mat::f32(w1, s.hidden, s.dim), w.w3 = Mat::f32(w3, s.hidden, s.dim), w.w2 = Mat::f32(w2, s.dim, s.hidden);
@@ -130,7 +132,7 @@ void validate_train_weights(const LayerWeights& w, const TrainShape& s) {
     if (head_norm && !s.qk_norm) continue;
     auto [o, i] = weight_dims(n, s);
     if (n[0] == 'w') {
-      const Mat& m = w.matrix(n);
+      const quant::Mat& m = w.matrix(n);
       ANELAB_CHECK(m.rows == o && m.cols == i, "kernels", "layer weight ", n, " is [", m.rows, ", ", m.cols,
                    "], shape ", s.str(), " needs [", o, ", ", i, "]");
     }

@@ -96,7 +96,7 @@ const B& block(const uint8_t* w, int64_t row_bytes, int r, int64_t b) {
 
 // Weight rows stream from memory (a mapped file). Each block read prefetches the bytes kPrefetchAhead further
 // on in the matrix (its rows are contiguous: past a row's end, the next rows' blocks), as the fp16 GEMV does
-// (infer/cpu_kernels.cpp); every cache line of the stream gets one hint, since no block is longer than the
+// (infer/cpu_math.cpp); every cache line of the stream gets one hint, since no block is longer than the
 // lines it covers. On the device machine's Xeon the hardware prefetcher alone left the Q8_0 GEMV at half the
 // fp16 GEMV's bytes per second; 4 KiB ahead with two accumulator chains (rows_32) decoded stories110m /
 // qwen2.5-0.5b q8_0 10-15 % faster than 2 KiB with one chain there (1 and 8 KiB: slower or no better). A hint

@@ -1,6 +1,6 @@
 // The quantization-type table: one row per block type (the ggml layouts of framework/quant/blocks.h), the one
 // place that states a type's name, GGUF id, block geometry, the activations its CPU dot takes and which
-// executors take it. The other type enums convert through it (kern::WType in framework/kernels/layer.h,
+// executors take it. The other type enums convert through it (quant::WType in framework/quant/mat.h,
 // models::DType in models/formats/model.h, each with one switch without `default:`), the formats look names and
 // GGUF ids up in it, and the kernels (quantize / dequantize in blocks.cpp, dot_row / dot_rows in qdot.cpp, gemm's
 // recipes in qgemm.cpp) dispatch on BlockType with switches without `default:`, which GCC's -Wswitch (-Werror)

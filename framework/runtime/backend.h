@@ -1,6 +1,7 @@
 // Backend: a small interface in the style of executorch's backend interface. A backend compiles a MIL
 // program plus its weights dictionary into a Kernel and evaluates a Kernel's function on surfaces.
-// Backends are chosen by name at run time through the registry (create_backend("emulator")).
+// Backends are chosen by name at run time through the registry (framework/backends/registry.h,
+// create_backend("emulator")).
 //
 //   weights: exactly what the private API receives (digest §1.3): keys are BLOBFILE paths such as
 //   "@model_path/weights/wq.bin", values are the blob files' bytes (framework/mil/blob.h format).
@@ -115,19 +116,5 @@ class CompileError : public Error {
   CompileError(Code code, const std::string& msg) : Error(msg), code(code) {}
   Code code;
 };
-
-// ---- registry ---------------------------------------------------------------------------------
-struct BackendInfo {
-  std::string name;
-  std::string description;
-  std::function<bool(std::string* why_not)> available;
-  std::function<std::unique_ptr<Backend>(const BackendOptions&)> create;
-};
-
-// Known backends: "emulator" (always), "ane" (Apple hosts only; elsewhere unavailable with a reason).
-const std::vector<BackendInfo>& backends();
-// Creates a backend by name; throws anelab::Error naming the known backends, or the reason a known
-// backend is unavailable on this host ("[backend] ane: no Apple Neural Engine on this host (...)").
-std::unique_ptr<Backend> create_backend(const std::string& name, const BackendOptions& opts = {});
 
 }  // namespace anelab::rt

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "framework/emulator/plan.h"
-#include "infer/cpu_kernels.h"
+#include "infer/cpu_math.h"
 namespace anelab::emu {
 AlignedFloats::AlignedFloats(size_t n) : n_(n) {
   const size_t bytes = (n * sizeof(float) + 63) / 64 * 64;

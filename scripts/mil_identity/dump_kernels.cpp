@@ -1,14 +1,17 @@
 // Before/after check of the generated MIL (scripts/mil_identity/run.sh): writes every training kernel (every
-// trainable preset, both RoPE styles, both strategies, S = 64) and every prefill layer kernel (every preset,
-// S = 32 and 64) as MIL text (<name>.mil) with a hash of its weights and of the emulator's output bytes for
-// deterministic inputs and weights (<name>.hash). Builds against a tree before or after LayerWeights moved to
-// framework/kernels/layer.h.
+// trainable preset but those with post norms, both RoPE styles, both strategies, S = 64) and every prefill layer kernel
+// (every preset, S = 64 and 128) as MIL text (<name>.mil) with a hash of its weights and of the emulator's output bytes
+// for deterministic inputs and weights (<name>.hash). Built in each tree as the CMake target mil_identity_dump
+// (tests/acceptance/CMakeLists.txt, not part of `all`). A kernel that fails to build, compile or evaluate is one
+// line on stderr naming it, and the exit status is 1.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <list>
 
+#include "framework/backends/registry.h"
 #include "framework/kernels/train.h"
 #include "framework/mil/printer.h"
 #include "framework/runtime/backend.h"
@@ -43,10 +46,7 @@ static uint64_t whash(const rt::Weights& w) {
 static std::unique_ptr<rt::Backend> be;
 static uint64_t run(const mil::Program& p, const rt::Weights& w) {
   auto k = be->compile(p, w);
-  if (!k) {
-    std::fprintf(stderr, "compile: %s\n", k.status().message().c_str());
-    return 0;
-  }
+  if (!k) fail("mil_identity", "emulator compile: ", k.status().message());
   auto in = k.value()->make_inputs(0, be->profile());
   auto out = k.value()->make_outputs(0, be->profile());
   st = 7;
@@ -65,79 +65,93 @@ static void emit(const std::string& dir, const std::string& name, const mil::Pro
                 (unsigned long long)(eval ? run(p, w) : 0));
   std::ofstream(dir + "/" + name + ".hash") << buf;
 }
-int main(int argc, char** argv) {
-  const std::string dir = argv[1];
-  be = rt::create_backend("emulator");
+static int failures = 0;
+// Runs one kernel's build-and-emit; an exception is reported with the kernel's name and counted.
+template <class F>
+static void guarded(const std::string& what, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[mil_identity] %s: %s\n", what.c_str(), e.what());
+    ++failures;
+  }
+}
+static void dump_all(const std::string& dir) {
   for (const std::string& name : models::preset_names()) {
     const models::ModelConfig& c = models::preset(name);
     const bool small = c.dim <= 288;
     // prefill
-    for (int64_t S : {int64_t{32}, int64_t{64}}) {
-      st = 3;
-      const int64_t D = c.dim, QD = c.q_dim(), KVD = c.kv_dim(), H = c.hidden_dim;
-      std::list<std::vector<float>> keep;
-      auto mat = [&](int64_t r, int64_t cc) {
-        keep.push_back(rv(r * cc, 1.0f / std::sqrt(float(cc))));
-        infer::Mat m;
-        m.type = infer::WType::kF32;
-        m.rows = r;
-        m.cols = cc;
-        m.data = keep.back().data();
-        return m;
-      };
-      auto vec = [&](int64_t n, float off) {
-        keep.push_back(rv(n, 0.2f, off));
-        return keep.back();
-      };
-      infer::LayerWeights L;
-#if __has_include("framework/kernels/layer.h")
-      std::list<std::vector<float>>& V = keep;
-      auto vec2 = [&](int64_t n, float off) {
-        V.push_back(rv(n, 0.2f, off));
-        return std::span<const float>(V.back());
-      };
-#define vec vec2
-#endif
-      L.wq = mat(QD, D), L.wk = mat(KVD, D), L.wv = mat(KVD, D), L.wo = mat(D, QD), L.w1 = mat(H, D), L.w2 = mat(D, H);
-      if (c.activation == models::Activation::kSilu) L.w3 = mat(H, D);
-      L.attn_norm = vec(D, 1), L.ffn_norm = vec(D, 1);
-      if (c.norm != models::NormType::kRms) L.attn_norm_b = vec(D, 0), L.ffn_norm_b = vec(D, 0);
-      if (c.qkv_bias) L.bq = vec(QD, 0), L.bk = vec(KVD, 0), L.bv = vec(KVD, 0);
-      if (c.attn_out_bias) L.bo = vec(D, 0);
-      if (c.mlp_bias) L.b1 = vec(H, 0), L.b2 = vec(D, 0);
-#if __has_include("framework/kernels/layer.h")
-#undef vec
-#endif
-      auto src = infer::build_layer_kernel(c, L, S, mil::Dialect::kIos18);
-      emit(dir, "prefill_" + name + "_s" + std::to_string(S), src.program, src.weights, true);
-    }
+    for (int64_t S : {int64_t{64}, int64_t{128}})  // the default profile (m4) takes S = 64k
+      guarded("prefill_" + name + "_s" + std::to_string(S), [&] {
+        st = 3;
+        const int64_t D = c.dim, QD = c.q_dim(), KVD = c.kv_dim(), H = c.hidden_dim;
+        std::list<std::vector<float>> keep;
+        auto mat = [&](int64_t r, int64_t cc) {
+          keep.push_back(rv(r * cc, 1.0f / std::sqrt(float(cc))));
+          infer::Mat m;
+          m.type = infer::WType::kF32;
+          m.rows = r;
+          m.cols = cc;
+          m.data = keep.back().data();
+          return m;
+        };
+        auto vec = [&](int64_t n, float off) {
+          keep.push_back(rv(n, 0.2f, off));
+          return std::span<const float>(keep.back());
+        };
+        infer::LayerWeights L;
+        L.wq = mat(QD, D), L.wk = mat(KVD, D), L.wv = mat(KVD, D), L.wo = mat(D, QD), L.w1 = mat(H, D),
+        L.w2 = mat(D, H);
+        if (gated_mlp(c.activation)) L.w3 = mat(H, D);
+        L.attn_norm = vec(D, 1), L.ffn_norm = vec(D, 1);
+        if (c.norm != models::NormType::kRms) L.attn_norm_b = vec(D, 0), L.ffn_norm_b = vec(D, 0);
+        if (c.qkv_bias) L.bq = vec(QD, 0), L.bk = vec(KVD, 0), L.bv = vec(KVD, 0);
+        if (c.attn_out_bias) L.bo = vec(D, 0);
+        if (c.mlp_bias) L.b1 = vec(H, 0), L.b2 = vec(D, 0);
+        if (c.qk_norm) L.q_norm = vec(c.head_dim, 1), L.k_norm = vec(c.head_dim, 1);
+        if (c.post_norms) L.attn_post_norm = vec(D, 1), L.ffn_post_norm = vec(D, 1);
+        auto src = infer::build_layer_kernel(c, L, S, mil::Dialect::kIos18);
+        emit(dir, "prefill_" + name + "_s" + std::to_string(S), src.program, src.weights, true);
+      });
     try {
       train::check_trainable(c);
     } catch (const Error&) {
       continue;
     }
-    if (c.qk_norm || c.post_norms) continue;  // trainable later (qwen3, gemma3): no training kernels in older trees
+    if (c.post_norms) continue;  // TrainShape has no post norms (gemma3): its training kernels are not dumped
     kern::TrainShape s;
     s.dim = c.dim, s.hidden = c.hidden_dim, s.n_heads = c.n_heads, s.n_kv_heads = c.n_kv_heads;
     s.head_dim = c.head_dim, s.seq = 64, s.rope_theta = c.rope_theta, s.norm_eps = c.norm_eps;
+    s.qk_norm = c.qk_norm;
     for (auto rs : {kern::RopeStyle::kAdjacentPairs, kern::RopeStyle::kRotateHalf}) {
       s.rope = rs;
       st = 5;
       const int64_t D = s.dim, QD = s.q_dim(), KVD = s.kv_dim(), H = s.hidden;
       auto wq = rv(QD * D, 0.1f), wk = rv(KVD * D, 0.1f), wv = rv(KVD * D, 0.1f), wo = rv(D * QD, 0.1f);
       auto w1 = rv(H * D, 0.1f), w3 = rv(H * D, 0.1f), w2 = rv(D * H, 0.1f), ra = rv(D, 0.2f, 1), rf = rv(D, 0.2f, 1);
-#if __has_include("framework/kernels/layer.h")
-      kern::LayerWeights w = kern::train_weights(s, wq, wk, wv, wo, w1, w3, w2, ra, rf);
-#else
-      kern::LayerWeights w{wq, wk, wv, wo, w1, w3, w2, ra, rf};
-#endif
+      std::vector<float> qn, kn;  // [HD] (qk_norm only)
+      if (s.qk_norm) qn = rv(s.head_dim, 0.2f, 1), kn = rv(s.head_dim, 0.2f, 1);
+      kern::LayerWeights w = kern::train_weights(s, wq, wk, wv, wo, w1, w3, w2, ra, rf, qn, kn);
       for (auto strat : {kern::Strategy::kStatic, kern::Strategy::kDynamic})
         for (auto k : kern::kAllKernelKinds) {
-          auto ks = kern::build_kernel(k, s, strat, &w);
-          emit(dir,
-               "train_" + name + "_" + kern::rope_style_name(rs) + "_" + kern::strategy_name(strat) + "_" + ks.name,
-               ks.program, ks.weights, small);
+          const std::string base = "train_" + name + "_" + kern::rope_style_name(rs) + "_" + kern::strategy_name(strat);
+          guarded(base + "_kind" + std::to_string(int(k)), [&] {
+            auto ks = kern::build_kernel(k, s, strat, &w);
+            emit(dir, base + "_" + ks.name, ks.program, ks.weights, small);
+          });
         }
     }
   }
+}
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
+    return 2;
+  }
+  rt::BackendOptions o;
+  o.compile_budget = 1 << 30;  // every kernel of every preset in one process
+  be = rt::create_backend("emulator", o);
+  dump_all(argv[1]);
+  if (failures) std::fprintf(stderr, "[mil_identity] %d kernel(s) failed\n", failures);
+  return failures ? 1 : 0;
 }

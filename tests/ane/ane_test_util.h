@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "framework/ane/native_backend.h"
+#include "framework/backends/registry.h"
 #include "framework/kernels/blocks.h"
 #include "framework/mil/blob.h"
 #include "framework/mil/builder.h"

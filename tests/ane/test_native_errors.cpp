@@ -6,6 +6,7 @@
 
 #include "framework/ane/ane_backend.h"
 #include "framework/ane/native_rules.h"
+#include "framework/backends/registry.h"
 #include "tests/ane/ane_test_util.h"
 
 namespace anelab::test {

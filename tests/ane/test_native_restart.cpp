@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "framework/ane/ane_backend.h"
+#include "framework/backends/registry.h"
 #include "framework/kernels/runner.h"
 #include "framework/runtime/device_profile.h"
 #include "tests/ane/ane_test_util.h"

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/backends/registry.h"
 #include "framework/core/fp16.h"
 #include "framework/mil/blob.h"
 #include "framework/mil/builder.h"

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "framework/backends/registry.h"
 #include "framework/emulator/emulator.h"
 #include "framework/runtime/backend.h"
 #include "tests/emulator/op_harness.h"

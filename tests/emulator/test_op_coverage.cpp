@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "framework/backends/registry.h"
 #include "framework/emulator/emulator.h"
 #include "framework/mil/ops.h"
 #include "tests/emulator/op_harness.h"

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "framework/backends/registry.h"
 #include "framework/core/error.h"
 #include "framework/runtime/backend.h"
 #include "infer/engine.h"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "framework/core/fp16.h"
-#include "infer/cpu_kernels.h"
+#include "infer/cpu_math.h"
 #include "infer/engine.h"
 #include "models/presets.h"
 

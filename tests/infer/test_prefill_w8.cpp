@@ -11,6 +11,7 @@
 
 #include <cmath>
 
+#include "framework/backends/registry.h"
 #include "framework/kernels/w8.h"
 #include "framework/mil/printer.h"
 #include "framework/quant/blocks.h"
@@ -65,9 +66,9 @@ TEST(PrefillW8, LayerKernelEqualsTheFp16KernelOfTheFoldedWeights) {
   LayerWeights folded = L;
   std::vector<std::vector<float>> keep;
   for (const char* n : kMatrices) {
-    const kern::Mat& m = L.matrix(n);
+    const quant::Mat& m = L.matrix(n);
     keep.push_back(kern::dequantize_w8(kern::quantize_w8(kern::mat_values(m), m.rows, m.cols)));
-    const_cast<kern::Mat&>(folded.matrix(n)) = kern::Mat::f32(keep.back(), m.rows, m.cols);
+    const_cast<quant::Mat&>(folded.matrix(n)) = quant::Mat::f32(keep.back(), m.rows, m.cols);
   }
   const std::vector<float> x = rand_x(static_cast<size_t>(c.dim * S));
   const auto y8 = run_kernel(build_layer_kernel(c, L, S, mil::Dialect::kIos18, 1, {rt::WeightPath::kW8, nullptr}), x);
@@ -88,20 +89,20 @@ TEST(PrefillW8, BlockQuantizedMatricesAreRequantizedPerChannel) {
   std::vector<std::vector<uint8_t>> blocks;
   std::vector<std::vector<float>> values;
   for (const char* n : kMatrices) {
-    const kern::Mat& m = L.matrix(n);
+    const quant::Mat& m = L.matrix(n);
     if (m.cols % 32 != 0) continue;  // w2's rows (172) are not whole blocks: it stays fp32
-    const kern::WType t = std::string(n) == "w1" ? kern::WType::kQ4_0 : kern::WType::kQ8_0;
-    const quant::BlockInfo bi = quant::block_info(kern::block_type(t));
+    const quant::WType t = std::string(n) == "w1" ? quant::WType::kQ4_0 : quant::WType::kQ8_0;
+    const quant::BlockInfo bi = quant::block_info(quant::block_type(t));
     blocks.emplace_back(static_cast<size_t>(m.rows * (m.cols / bi.values) * bi.bytes));
     const std::vector<float> v = kern::mat_values(m);
     for (int64_t r = 0; r < m.rows; ++r)
-      quant::quantize(kern::block_type(t), v.data() + r * m.cols,
+      quant::quantize(quant::block_type(t), v.data() + r * m.cols,
                       blocks.back().data() + r * (m.cols / bi.values) * bi.bytes, m.cols);
-    kern::Mat q = m;
+    quant::Mat q = m;
     q.type = t, q.data = blocks.back().data();
-    const_cast<kern::Mat&>(qw.matrix(n)) = q;
+    const_cast<quant::Mat&>(qw.matrix(n)) = q;
     values.push_back(kern::mat_values(q));
-    const_cast<kern::Mat&>(dq.matrix(n)) = kern::Mat::f32(values.back(), m.rows, m.cols);
+    const_cast<quant::Mat&>(dq.matrix(n)) = quant::Mat::f32(values.back(), m.rows, m.cols);
   }
   const KernelWeights w8{rt::WeightPath::kW8, nullptr};
   const std::vector<float> x = rand_x(static_cast<size_t>(c.dim * 64));

@@ -14,7 +14,7 @@
 #include "framework/quant/qgemm.h"
 #include "framework/quant/types.h"
 #include "framework/simd/simd.h"
-#include "infer/cpu_kernels.h"
+#include "infer/cpu_math.h"
 #include "infer/engine.h"
 #include "models/presets.h"
 #include "models/quant/quant_mix.h"
@@ -59,7 +59,7 @@ TEST(QuantGemv, MatchesDequantizedGemvOnThePool) {
   quant::Q8Acts acts;
   quant::quantize_acts(x.data(), cols, acts);
   for (const quant::TypeTraits& tr : quant::kTypes) {  // every row of the type table
-    const WType t = kern::wtype_of(tr.type);
+    const WType t = quant::wtype_of(tr.type);
     const QMat a = make_qmat(t, 300, cols, 1), b = make_qmat(t, 200, cols, 2);
     std::vector<float> ya(300), yb(200), ra(300), rb(200);
     gemv(pool, {GemvOut{&a.q, bias.data(), ya.data()}, GemvOut{&b.q, nullptr, yb.data()}}, x.data());
@@ -332,18 +332,18 @@ TEST(QuantGemv, PrefillMatchesDecodeOnQ4_K_M) {
 // type is an error naming the type (it was Q8_0's, silently).
 TEST(QuantGemv, WeightTypesConvertThroughTheTable) {
   for (const quant::TypeTraits& r : quant::kTypes) {
-    const WType t = kern::wtype_of(r.type);
+    const WType t = quant::wtype_of(r.type);
     EXPECT_TRUE(is_quantized(t)) << r.name;
     EXPECT_EQ(block_type(t), r.type) << r.name;
-    EXPECT_STREQ(kern::wtype_name(t), r.name);
+    EXPECT_STREQ(quant::wtype_name(t), r.name);
   }
   for (WType t : {WType::kF32, WType::kF16}) {
     EXPECT_FALSE(is_quantized(t));
     try {
       block_type(t);
-      ADD_FAILURE() << "block_type(" << kern::wtype_name(t) << ") returned";
+      ADD_FAILURE() << "block_type(" << quant::wtype_name(t) << ") returned";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(kern::wtype_name(t)), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(quant::wtype_name(t)), std::string::npos) << e.what();
     }
   }
 }

@@ -4,6 +4,8 @@
 #include <map>
 #include <mutex>
 
+#include "framework/backends/registry.h"
+
 namespace anelab::test {
 
 std::vector<F32> eval_program(const mil::Program& p, const rt::Weights& w, const std::vector<F32>& inputs) {

@@ -3,6 +3,7 @@
 // S >= 32, no SDPA mask) and, for the dynamic strategy, compiles on the emulator. Shapes/compile only.
 #include <cstdio>
 
+#include "framework/backends/registry.h"
 #include "framework/kernels/self_check.h"
 #include "framework/runtime/device_profile.h"
 #include "framework/runtime/weights.h"

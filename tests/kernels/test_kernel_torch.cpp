@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "framework/backends/registry.h"
 #include "framework/core/npy.h"
 #include "tests/kernels/train_fixture.h"
 

@@ -3,6 +3,7 @@
 // adds; taps come back in the order asked; a tap a block cannot give is named with the ones it can.
 #include <gtest/gtest.h>
 
+#include "framework/backends/registry.h"
 #include "framework/core/error.h"
 #include "framework/kernels/layer.h"
 #include "tests/kernels/train_fixture.h"
@@ -18,7 +19,7 @@ class BlobParams : public kern::LayerParams {
   }
   mil::Value input(const std::string&) override { return x_; }
   mil::Value project(const std::string& w, const mil::Value& x) override {
-    const kern::Mat& m = weights_.matrix(w);
+    const quant::Mat& m = weights_.matrix(w);
     return kern::linear(b_, x, bs_.matrix(b_, w, {m.f32(), size_t(m.rows * m.cols)}, m.rows, m.cols));
   }
   mil::Value norm_weight(const std::string& n) override {

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <random>
 
+#include "framework/backends/registry.h"
 #include "tests/kernels/train_fixture.h"
 
 namespace anelab::test {

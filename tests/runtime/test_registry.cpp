@@ -1,6 +1,7 @@
 // Backends are chosen by name at run time; unknown names and unavailable backends give clear errors.
 #include <gtest/gtest.h>
 
+#include "framework/backends/registry.h"
 #include "framework/runtime/backend.h"
 
 namespace anelab::rt {

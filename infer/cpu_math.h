@@ -1,5 +1,6 @@
-// CPU compute kernels of the inference engine, written against the SIMD layer (framework/simd: AVX-512,
-// AVX2, NEON or scalar); fp32 accumulation everywhere.
+// CPU math of the inference engine (GEMV, GEMM, softmax, ...; "kernels" in this tree are MIL programs,
+// framework/kernels), written against the SIMD layer (framework/simd: AVX-512, AVX2, NEON or scalar); fp32
+// accumulation everywhere.
 //
 // Matrices are row-major [rows, cols] like torch nn.Linear.weight (y = W x), stored fp32 or fp16.
 // fp16 weights are widened (vcvtph2ps on x86, FCVTL on arm64) and multiplied with fp32 FMA: decode is
@@ -20,15 +21,15 @@
 
 #include "framework/core/fp16.h"
 #include "framework/core/thread_pool.h"
-#include "framework/kernels/layer.h"
+#include "framework/quant/mat.h"
 
 namespace anelab::infer {
 
-// Weight matrices (fp32, fp16 or block types, row-major [rows, cols]) as the kernels describe them.
-using kern::block_type;
-using kern::is_quantized;
-using kern::Mat;
-using kern::WType;
+// Weight matrices (fp32, fp16 or block types, row-major [rows, cols]): framework/quant/mat.h.
+using quant::block_type;
+using quant::is_quantized;
+using quant::Mat;
+using quant::WType;
 
 // One output segment of a fused GEMV: y[0..W.rows) = W x (+ bias when non-null).
 struct GemvOut {

@@ -1,4 +1,4 @@
-#include "infer/cpu_kernels.h"
+#include "infer/cpu_math.h"
 
 #include <algorithm>
 #include <array>

@@ -1,7 +1,8 @@
-// The backend registry: names -> factories, chosen at run time (--backend emulator|ane).
+// The backend registry (see registry.h).
+#include "framework/backends/registry.h"
+
 #include "framework/ane/ane_backend.h"
 #include "framework/emulator/emulator.h"
-#include "framework/runtime/backend.h"
 
 namespace anelab::rt {
 
