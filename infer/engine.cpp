@@ -66,6 +66,8 @@ Engine::Engine(models::Model model, const EngineOptions& opt)
   opt_.backend = resolve_prefill_backend(opt_.backend);
   const auto& c = model_.config;
   models::validate_config(c, "infer");
+  desc_ = models::describe_model(c);
+  check_supported();
   ctx_ = opt.context > 0 ? std::min(opt.context, c.max_seq_len) : c.max_seq_len;
   chunk_ = std::max<int64_t>(1, std::min(opt.prefill_chunk, ctx_));
   try {
@@ -100,25 +102,74 @@ Engine::Engine(models::Model model, const EngineOptions& opt)
   h1_.grow(n * c.hidden_dim);
   h3_.grow(n * c.hidden_dim);
   attn_.reserve(pool_.size(), ctx_);
-  if (c.rope_style != models::RopeStyle::kNone) {  // run.c / HF: frequencies and angles in fp32
-    rope_freq_ = kern::cpu::rope_freqs(c.head_dim, c.rope_theta, kern::cpu::Numerics::kRunc, c.rope_scaling,
-                                       c.rope_linear_factor);
-    if (c.sliding_window > 0)
-      rope_freq_local_ = kern::cpu::rope_freqs(
-          c.head_dim, c.rope_local_theta > 0.0f ? c.rope_local_theta : c.rope_theta, kern::cpu::Numerics::kRunc);
-  }
-  rope_cos_.resize(n * (c.head_dim / 2));
-  rope_sin_.resize(n * (c.head_dim / 2));
-  if (c.sliding_window > 0) {
-    rope_cos_local_.resize(n * (c.head_dim / 2));
-    rope_sin_local_.resize(n * (c.head_dim / 2));
-  }
+  plan_rope();
   logits_.resize(static_cast<size_t>(c.vocab_size));
   if (opt_.backend != "cpu")
     mil_ = std::make_unique<MilPrefill>(*this, opt_.backend, opt_.device, opt_.ane_weights, opt_.quiet);
 }
 
 Engine::~Engine() = default;
+
+namespace {
+constexpr const char* kExecutor = "the CPU inference engine";
+}  // namespace
+
+void Engine::check_supported() const {
+  const auto& c = model_.config;
+  for (size_t l = 0; l < desc_.layers.size(); ++l) {
+    bool seen[2] = {false, false};
+    for (const models::Step& s : desc_.layers[l].steps) {
+      auto refuse = [&](const std::string& what) {
+        models::unsupported("infer", kExecutor, static_cast<int64_t>(l), s.kind, what);
+      };
+      bool& twice = seen[static_cast<size_t>(s.kind)];
+      if (twice) refuse("a second step of this kind in one layer (one set of weights per layer)");
+      twice = true;
+      if (s.post_norm && !s.post_norm->bias.empty()) refuse("a post-norm with a bias (" + s.post_norm->bias + ")");
+      switch (s.kind) {
+        case models::StepKind::kAttention: {
+          const models::AttnDesc& a = s.attn;
+          if (a.score_softcap > 0.0f) refuse(cat("score soft-capping (cap ", a.score_softcap, ")"));
+          if (a.n_heads * a.head_dim != c.q_dim() || a.n_kv_heads * a.head_dim != c.kv_dim())
+            refuse(cat(a.n_heads, " heads / ", a.n_kv_heads, " kv heads of ", a.head_dim,
+                       " (the KV cache and scratch are sized by the model's)"));
+          for (const auto* qk : {&a.q_norm, &a.k_norm})
+            if (*qk && (*qk)->kind != models::NormType::kRms) refuse("a q/k norm other than RMSNorm");
+          break;
+        }
+        case models::StepKind::kFfn:
+          if (s.ffn.hidden != c.hidden_dim)
+            refuse(cat("an FFN of width ", s.ffn.hidden, " (scratch is sized by the model's)"));
+          break;
+      }
+    }
+  }
+}
+
+// The distinct RoPEs of the layers, their frequencies (run.c / HF: in fp32) and angle buffers.
+void Engine::plan_rope() {
+  layer_rope_.assign(desc_.layers.size(), -1);
+  for (size_t l = 0; l < desc_.layers.size(); ++l) {
+    for (const models::Step& s : desc_.layers[l].steps) {
+      if (s.kind != models::StepKind::kAttention || s.attn.rope.style == models::RopeStyle::kNone) continue;
+      const models::AttnDesc& a = s.attn;
+      auto it = std::find_if(ropes_.begin(), ropes_.end(),
+                             [&](const RopeTable& t) { return t.rope == a.rope && t.head_dim == a.head_dim; });
+      if (it == ropes_.end()) {
+        RopeTable t;
+        t.rope = a.rope;
+        t.head_dim = a.head_dim;
+        t.freq = kern::cpu::rope_freqs(a.head_dim, a.rope.theta, kern::cpu::Numerics::kRunc, a.rope.scaling,
+                                       a.rope.linear_factor);
+        t.cos.resize(static_cast<size_t>(chunk_ * (a.head_dim / 2)));
+        t.sin.resize(static_cast<size_t>(chunk_ * (a.head_dim / 2)));
+        ropes_.push_back(std::move(t));
+        it = ropes_.end() - 1;
+      }
+      layer_rope_[l] = static_cast<int>(it - ropes_.begin());
+    }
+  }
+}
 
 int64_t Engine::kv_bytes_per_position() const {
   return 2 * config().n_layers * config().kv_dim() * kv_type_bytes(opt_.kv_type);
@@ -220,69 +271,87 @@ Mat Engine::matrix(const std::string& name) {
   return m;
 }
 
-std::span<const float> Engine::vec(const std::string& name, bool optional) {
+std::span<const float> Engine::vec(const std::string& name) {
+  if (name.empty()) return {};
   const models::Tensor* t = model_.find(name);
-  if (!t) {
-    ANELAB_CHECK(optional, "infer", model_.source_path, ": model has no tensor ", name);
-    return {};
-  }
+  ANELAB_CHECK(t != nullptr, "infer", model_.source_path, ": model has no tensor ", name);
   return vecs_.emplace_back(t->to_f32());
 }
 
-// A norm weight as the kernels multiply by: (norm_offset + w), added in fp32 (Gemma: 1 + w).
-std::span<const float> Engine::norm_vec(const std::string& name, bool optional) {
-  const std::span<const float> v = vec(name, optional);
-  const float off = model_.config.norm_offset;
-  if (off == 0.0f || v.empty()) return v;
+// A norm weight as the kernels multiply by: (offset + w), added in fp32 (Gemma: 1 + w).
+std::span<const float> Engine::norm_weight(const std::optional<models::NormDesc>& n) {
+  if (!n) return {};
+  const std::span<const float> v = vec(n->weight);
+  if (n->offset == 0.0f) return v;
   std::vector<float>& w = vecs_.back();
-  for (float& x : w) x += off;
+  for (float& x : w) x += n->offset;
   return w;
 }
 
-void Engine::load_weights() {
-  const auto& c = model_.config;
-  tok_emb_ = matrix("tok_embeddings");
-  weight_bytes_ -= tok_emb_.nbytes();  // one row per token
-  if (c.learned_pos) pos_emb_ = matrix("pos_embeddings");
-  out_ = c.tied_embeddings ? tok_emb_ : matrix("output");
-  if (c.tied_embeddings) weight_bytes_ += out_.nbytes();
-  norm_ = norm_vec("norm", false);
-  norm_b_ = vec("norm_bias", true);
-  layers_.resize(static_cast<size_t>(c.n_layers));
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    const std::string p = "layers." + std::to_string(l) + ".";
-    LayerWeights& L = layers_[static_cast<size_t>(l)];
-    L.wq = matrix(p + "wq");
-    L.wk = matrix(p + "wk");
-    L.wv = matrix(p + "wv");
-    L.wo = matrix(p + "wo");
-    if (gated_mlp(c.activation)) {
-      L.w1 = matrix(p + "w1");
-      L.w2 = matrix(p + "w2");
-      L.w3 = matrix(p + "w3");
-    } else {
-      L.w1 = matrix(p + "fc");
-      L.w2 = matrix(p + "proj");
-      L.b1 = vec(p + "fc_bias", true);
-      L.b2 = vec(p + "proj_bias", true);
+// The weights of one step into the layer's LayerWeights (the MIL prefill reads them there too).
+void Engine::load_step(const models::Step& s, LayerWeights& L) {
+  switch (s.kind) {
+    case models::StepKind::kAttention: {
+      const models::AttnDesc& a = s.attn;
+      L.wq = matrix(a.wq);
+      L.wk = matrix(a.wk);
+      L.wv = matrix(a.wv);
+      L.wo = matrix(a.wo);
+      L.attn_norm = norm_weight(s.pre_norm);
+      L.attn_norm_b = s.pre_norm ? vec(s.pre_norm->bias) : std::span<const float>{};
+      L.bq = vec(a.bq);
+      L.bk = vec(a.bk);
+      L.bv = vec(a.bv);
+      L.bo = vec(a.bo);
+      L.q_norm = norm_weight(a.q_norm);
+      L.k_norm = norm_weight(a.k_norm);
+      L.attn_post_norm = norm_weight(s.post_norm);
+      break;
     }
-    L.attn_norm = norm_vec(p + "attn_norm", false);
-    L.attn_norm_b = vec(p + "attn_norm_bias", true);
-    L.ffn_norm = norm_vec(p + "ffn_norm", false);
-    L.ffn_norm_b = vec(p + "ffn_norm_bias", true);
-    L.bq = vec(p + "bq", true);
-    L.bk = vec(p + "bk", true);
-    L.bv = vec(p + "bv", true);
-    L.bo = vec(p + "bo", true);
-    L.q_norm = norm_vec(p + "q_norm", true);
-    L.k_norm = norm_vec(p + "k_norm", true);
-    L.attn_post_norm = norm_vec(p + "attn_post_norm", true);
-    L.ffn_post_norm = norm_vec(p + "ffn_post_norm", true);
+    case models::StepKind::kFfn: {
+      const models::FfnDesc& f = s.ffn;
+      L.w1 = matrix(f.w_in);
+      L.w2 = matrix(f.w_out);
+      if (!f.w_up.empty()) L.w3 = matrix(f.w_up);
+      L.b1 = vec(f.b_in);
+      L.b2 = vec(f.b_out);
+      L.ffn_norm = norm_weight(s.pre_norm);
+      L.ffn_norm_b = s.pre_norm ? vec(s.pre_norm->bias) : std::span<const float>{};
+      L.ffn_post_norm = norm_weight(s.post_norm);
+      break;
+    }
   }
+}
+
+void Engine::load_weights() {
+  tok_emb_ = matrix(desc_.embed.tokens);
+  weight_bytes_ -= tok_emb_.nbytes();  // one row per token
+  if (!desc_.embed.positions.empty()) pos_emb_ = matrix(desc_.embed.positions);
+  out_ = desc_.head.tied ? tok_emb_ : matrix(desc_.head.weight);
+  if (desc_.head.tied) weight_bytes_ += out_.nbytes();
+  norm_ = norm_weight(desc_.head.norm);
+  norm_b_ = vec(desc_.head.norm.bias);
+  layers_.resize(desc_.layers.size());
+  for (size_t l = 0; l < desc_.layers.size(); ++l)
+    for (const models::Step& s : desc_.layers[l].steps) load_step(s, layers_[l]);
 }
 
 namespace {
 const float* opt_ptr(std::span<const float> v) { return v.empty() ? nullptr : v.data(); }
+
+// Where a step's norm weights live in its layer's LayerWeights (load_step puts them there).
+struct StepNorms {
+  std::span<const float> pre, pre_bias, post;
+};
+StepNorms step_norms(const LayerWeights& L, models::StepKind k) {
+  switch (k) {
+    case models::StepKind::kAttention:
+      return {L.attn_norm, L.attn_norm_b, L.attn_post_norm};
+    case models::StepKind::kFfn:
+      return {L.ffn_norm, L.ffn_norm_b, L.ffn_post_norm};
+  }
+  return {};
+}
 }  // namespace
 
 void Engine::embed(std::span<const int32_t> tokens, int64_t pos, float* x) {
@@ -293,26 +362,32 @@ void Engine::embed(std::span<const int32_t> tokens, int64_t pos, float* x) {
     ANELAB_CHECK(t >= 0 && t < c.vocab_size, "infer", "token id ", t, " out of range [0, ", c.vocab_size, ")");
     float* xi = x + static_cast<int64_t>(i) * c.dim;
     mat_row(tok_emb_, t, xi);
-    if (c.learned_pos) {
+    if (!desc_.embed.positions.empty()) {
       mat_row(pos_emb_, pos + static_cast<int64_t>(i), row);
       for (int64_t d = 0; d < c.dim; ++d) xi[d] += row[d];
     }
-    if (c.embed_scale != 1.0f)
-      for (int64_t d = 0; d < c.dim; ++d) xi[d] *= c.embed_scale;
+    if (const float scale = desc_.embed.scale; scale != 1.0f)
+      for (int64_t d = 0; d < c.dim; ++d) xi[d] *= scale;
   }
 }
 
-void Engine::norm_rows(const float* x, std::span<const float> w, std::span<const float> b, int64_t n, float* out) {
-  const auto& c = model_.config;
+// The norm nd (weight w, bias b) of rows x [n, dim] into out (may be x).
+void Engine::norm_rows(const float* x, const models::NormDesc& nd, std::span<const float> w, std::span<const float> b,
+                       int64_t n, float* out) {
+  const int64_t D = desc_.dim;
   auto rows = [&](int64_t r0, int64_t r1) {
     for (int64_t i = r0; i < r1; ++i) {
-      if (c.norm == models::NormType::kRms)
-        kern::cpu::rms_norm(x + i * c.dim, w.data(), c.norm_eps, c.dim, out + i * c.dim, kern::cpu::Numerics::kRunc);
-      else
-        kern::cpu::layer_norm(x + i * c.dim, w.data(), opt_ptr(b), c.norm_eps, c.dim, out + i * c.dim);
+      switch (nd.kind) {
+        case models::NormType::kRms:
+          kern::cpu::rms_norm(x + i * D, w.data(), nd.eps, D, out + i * D, kern::cpu::Numerics::kRunc);
+          break;
+        case models::NormType::kLayer:
+          kern::cpu::layer_norm(x + i * D, w.data(), opt_ptr(b), nd.eps, D, out + i * D);
+          break;
+      }
     }
   };
-  if (n * c.dim >= (1 << 14))
+  if (n * D >= (1 << 14))
     pool_.parallel_for(n, 1, rows);
   else
     rows(0, n);
@@ -326,129 +401,142 @@ void Engine::elementwise(int64_t count, FunctionRef<void(int64_t, int64_t)> fn) 
     fn(0, count);
 }
 
-// Rotates q or k rows [n, heads*head_dim] by the tables forward_cpu filled (local: the sliding layers').
-void Engine::rope_rows(float* x, int64_t n, int64_t heads, bool local) {
-  const auto& c = model_.config;
-  const int64_t half = c.head_dim / 2;
-  const auto style = c.rope_style == models::RopeStyle::kAdjacentPairs ? kern::RopeStyle::kAdjacentPairs
+// Rotates q or k rows [n, heads*head_dim] by the angles of t that forward_cpu filled.
+void Engine::rope_rows(float* x, int64_t n, int64_t heads, const RopeTable& t) {
+  const int64_t hd = t.head_dim, half = hd / 2;
+  const auto style = t.rope.style == models::RopeStyle::kAdjacentPairs ? kern::RopeStyle::kAdjacentPairs
                                                                        : kern::RopeStyle::kRotateHalf;
   auto rows = [&](int64_t r0, int64_t r1) {
     for (int64_t i = r0; i < r1; ++i)
-      kern::cpu::rope_row(x + i * heads * c.head_dim, heads, c.head_dim, style,
-                          (local ? rope_cos_local_ : rope_cos_).data() + i * half,
-                          (local ? rope_sin_local_ : rope_sin_).data() + i * half, kern::cpu::Numerics::kRunc);
+      kern::cpu::rope_row(x + i * heads * hd, heads, hd, style, t.cos.data() + i * half, t.sin.data() + i * half,
+                          kern::cpu::Numerics::kRunc);
   };
-  if (n * heads * c.head_dim >= (1 << 14))
+  if (n * heads * hd >= (1 << 14))
     pool_.parallel_for(n, 1, rows);
   else
     rows(0, n);
 }
 
-// RMSNorm of rows of head_dim in place (Qwen3 / Gemma 3 q and k norms), on the pool when the batch is large.
-void Engine::head_norm_rows(float* v, const float* w, int64_t rows) {
-  const auto& c = model_.config;
+// The RMSNorm nd of rows of head_dim in place (q and k norms; check_supported refuses other kinds), on the pool
+// when the batch is large.
+void Engine::head_norm_rows(float* v, const models::NormDesc& nd, std::span<const float> w, int64_t rows,
+                            int64_t head_dim) {
   auto body = [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
-      kern::cpu::rms_norm(v + r * c.head_dim, w, c.norm_eps, c.head_dim, v + r * c.head_dim,
-                          kern::cpu::Numerics::kRunc);
+      kern::cpu::rms_norm(v + r * head_dim, w.data(), nd.eps, head_dim, v + r * head_dim, kern::cpu::Numerics::kRunc);
   };
-  if (rows * c.head_dim >= (1 << 14))
+  if (rows * head_dim >= (1 << 14))
     pool_.parallel_for(rows, 8, body);
   else
     body(0, rows);
 }
 
-// x += y over count values (the residual adds), on the pool when the batch is large.
-void Engine::add_rows(float* x, const float* y, int64_t count) {
-  elementwise(count, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) x[i] += y[i];
-  });
+// x += scale * y over count values (the residual adds), on the pool when the batch is large.
+void Engine::add_rows(float* x, const float* y, int64_t count, float scale) {
+  if (scale == 1.0f)
+    elementwise(count, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) x[i] += y[i];
+    });
+  else
+    elementwise(count, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) x[i] += scale * y[i];
+    });
 }
 
-namespace {
-// The score scale: the config's (Gemma: query_pre_attn_scalar^-0.5) or 1 / sqrt(head_dim).
-float score_scale(const models::ModelConfig& c) {
-  return c.attn_scale > 0.0f ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-}
-}  // namespace
-
-// Causal attention of the n new tokens (positions pos..pos+n-1) over the cache (on sliding layers only
-// the last sliding_window positions); att_ [n, q_dim]. Kernels: infer/cpu_attention.h (register-tiled
-// blocked path for prefill batches of >= 8 tokens, head_dim 64/128/192/256; one query at a time otherwise).
-void Engine::attention(int64_t l, int64_t pos, int64_t n) {
-  const auto& c = model_.config;
-  const int64_t window = c.sliding_layer(l) ? c.sliding_window : 0;
-  const AttentionShape s{c.n_heads, c.n_kv_heads, c.head_dim, score_scale(c), window};
+// Attention of layer l (a) on the branch xb_ [n, dim] of the n new tokens (positions pos..pos+n-1), over
+// the cache (on sliding layers only the last a.window positions); the output projection back into xb_.
+// Kernels: infer/cpu_attention.h (register-tiled blocked path for prefill batches of >= 8 tokens, head_dim
+// 64/128/192/256; one query at a time otherwise).
+void Engine::attention(int64_t l, const models::AttnDesc& a, int64_t pos, int64_t n) {
+  const LayerWeights& L = layers_[static_cast<size_t>(l)];
+  if (n == 1) {
+    gemv(pool_,
+         {{&L.wq, opt_ptr(L.bq), q_.data()}, {&L.wk, opt_ptr(L.bk), k_.data()}, {&L.wv, opt_ptr(L.bv), v_.data()}},
+         xb_.data());
+  } else {
+    gemm(pool_, L.wq, opt_ptr(L.bq), xb_.data(), n, q_.data());
+    gemm(pool_, L.wk, opt_ptr(L.bk), xb_.data(), n, k_.data());
+    gemm(pool_, L.wv, opt_ptr(L.bv), xb_.data(), n, v_.data());
+  }
+  if (a.q_norm) head_norm_rows(q_.data(), *a.q_norm, L.q_norm, n * a.n_heads, a.head_dim);  // before RoPE
+  if (a.k_norm) head_norm_rows(k_.data(), *a.k_norm, L.k_norm, n * a.n_kv_heads, a.head_dim);
+  if (const int r = layer_rope_[static_cast<size_t>(l)]; r >= 0) {
+    rope_rows(q_.data(), n, a.n_heads, ropes_[static_cast<size_t>(r)]);
+    rope_rows(k_.data(), n, a.n_kv_heads, ropes_[static_cast<size_t>(r)]);
+  }
+  store_kv(l, pos, k_.data(), v_.data(), n);
+  const AttentionShape s{a.n_heads, a.n_kv_heads, a.head_dim, a.score_scale, a.window};
   attn_.run(pool_, s, q_.data(), kv_rows(l), pos, n, att_.data());
+  gemm(pool_, L.wo, opt_ptr(L.bo), att_.data(), n, xb_.data());
+}
+
+// The feed-forward network f on the branch xb_ [n, dim], back into xb_.
+void Engine::ffn(const models::FfnDesc& f, const LayerWeights& L, int64_t n) {
+  const int64_t H = f.hidden;
+  auto gate_up = [&] {  // h1 = w_in·x, h3 = w_up·x
+    if (n == 1)
+      gemv(pool_, {{&L.w1, opt_ptr(L.b1), h1_.data()}, {&L.w3, nullptr, h3_.data()}}, xb_.data());
+    else {
+      gemm(pool_, L.w1, opt_ptr(L.b1), xb_.data(), n, h1_.data());
+      gemm(pool_, L.w3, nullptr, xb_.data(), n, h3_.data());
+    }
+  };
+  switch (f.activation) {
+    case models::Activation::kSilu:  // SwiGLU: silu(h1) * h3
+      gate_up();
+      elementwise(n * H, [&](int64_t b, int64_t e) { silu_mul(h1_.data() + b, h3_.data() + b, e - b); });
+      break;
+    case models::Activation::kGeluTanhGated:  // GeGLU: gelu_tanh(h1) * h3
+      gate_up();
+      elementwise(n * H, [&](int64_t b, int64_t e) {
+        gelu_tanh_inplace(h1_.data() + b, e - b);
+        for (int64_t i = b; i < e; ++i) h1_[i] *= h3_[i];
+      });
+      break;
+    case models::Activation::kGeluTanh:  // GPT-2 MLP: gelu_tanh(h1)
+      gemm(pool_, L.w1, opt_ptr(L.b1), xb_.data(), n, h1_.data());
+      elementwise(n * H, [&](int64_t b, int64_t e) { gelu_tanh_inplace(h1_.data() + b, e - b); });
+      break;
+  }
+  gemm(pool_, L.w2, opt_ptr(L.b2), h1_.data(), n, xb_.data());
+}
+
+// One residual step of layer l on x_ [n, dim]: branch = pre_norm(x); branch = op(branch);
+// branch = post_norm(branch); x += residual_scale * branch.
+void Engine::run_step(int64_t l, const models::Step& s, int64_t pos, int64_t n) {
+  const LayerWeights& L = layers_[static_cast<size_t>(l)];
+  const StepNorms w = step_norms(L, s.kind);
+  const int64_t D = desc_.dim;
+  float* x = x_.data();
+  if (s.pre_norm)
+    norm_rows(x, *s.pre_norm, w.pre, w.pre_bias, n, xb_.data());
+  else
+    std::memcpy(xb_.data(), x, static_cast<size_t>(n * D) * sizeof(float));
+  switch (s.kind) {
+    case models::StepKind::kAttention:
+      attention(l, s.attn, pos, n);
+      break;
+    case models::StepKind::kFfn:
+      ffn(s.ffn, L, n);
+      break;
+  }
+  if (s.post_norm) norm_rows(xb_.data(), *s.post_norm, w.post, {}, n, xb_.data());
+  add_rows(x, xb_.data(), n * D, s.residual_scale);
 }
 
 void Engine::forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits) {
-  const auto& c = model_.config;
   const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t D = c.dim, H = c.hidden_dim;
-  float* x = x_.data();
-  embed(tokens, pos, x);
-  if (c.rope_style != models::RopeStyle::kNone) {
-    kern::cpu::rope_half_tables(n, rope_freq_, pos, kern::cpu::Numerics::kRunc, rope_cos_.data(), rope_sin_.data());
-    if (c.sliding_window > 0)
-      kern::cpu::rope_half_tables(n, rope_freq_local_, pos, kern::cpu::Numerics::kRunc, rope_cos_local_.data(),
-                                  rope_sin_local_.data());
-  }
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& L = layers_[static_cast<size_t>(l)];
-    norm_rows(x, L.attn_norm, L.attn_norm_b, n, xb_.data());
-    if (n == 1) {
-      gemv(pool_,
-           {{&L.wq, opt_ptr(L.bq), q_.data()}, {&L.wk, opt_ptr(L.bk), k_.data()}, {&L.wv, opt_ptr(L.bv), v_.data()}},
-           xb_.data());
-    } else {
-      gemm(pool_, L.wq, opt_ptr(L.bq), xb_.data(), n, q_.data());
-      gemm(pool_, L.wk, opt_ptr(L.bk), xb_.data(), n, k_.data());
-      gemm(pool_, L.wv, opt_ptr(L.bv), xb_.data(), n, v_.data());
-    }
-    if (c.qk_norm) {  // per-head RMSNorm of q and k (rows of head_dim), before RoPE
-      head_norm_rows(q_.data(), L.q_norm.data(), n * c.n_heads);
-      head_norm_rows(k_.data(), L.k_norm.data(), n * c.n_kv_heads);
-    }
-    if (c.rope_style != models::RopeStyle::kNone) {
-      rope_rows(q_.data(), n, c.n_heads, c.sliding_layer(l));
-      rope_rows(k_.data(), n, c.n_kv_heads, c.sliding_layer(l));
-    }
-    store_kv(l, pos, k_.data(), v_.data(), n);
-    attention(l, pos, n);
-    gemm(pool_, L.wo, opt_ptr(L.bo), att_.data(), n, xb_.data());
-    if (!L.attn_post_norm.empty()) norm_rows(xb_.data(), L.attn_post_norm, {}, n, xb_.data());
-    add_rows(x, xb_.data(), n * D);
-
-    norm_rows(x, L.ffn_norm, L.ffn_norm_b, n, xb_.data());
-    if (gated_mlp(c.activation)) {
-      if (n == 1)
-        gemv(pool_, {{&L.w1, nullptr, h1_.data()}, {&L.w3, nullptr, h3_.data()}}, xb_.data());
-      else {
-        gemm(pool_, L.w1, nullptr, xb_.data(), n, h1_.data());
-        gemm(pool_, L.w3, nullptr, xb_.data(), n, h3_.data());
-      }
-      if (c.activation == models::Activation::kSilu)
-        elementwise(n * H, [&](int64_t b, int64_t e) { silu_mul(h1_.data() + b, h3_.data() + b, e - b); });
-      else  // GeGLU: gelu_tanh(h1) * h3
-        elementwise(n * H, [&](int64_t b, int64_t e) {
-          gelu_tanh_inplace(h1_.data() + b, e - b);
-          for (int64_t i = b; i < e; ++i) h1_[i] *= h3_[i];
-        });
-    } else {
-      gemm(pool_, L.w1, opt_ptr(L.b1), xb_.data(), n, h1_.data());
-      elementwise(n * H, [&](int64_t b, int64_t e) { gelu_tanh_inplace(h1_.data() + b, e - b); });
-    }
-    gemm(pool_, L.w2, opt_ptr(L.b2), h1_.data(), n, xb_.data());
-    if (!L.ffn_post_norm.empty()) norm_rows(xb_.data(), L.ffn_post_norm, {}, n, xb_.data());
-    add_rows(x, xb_.data(), n * D);
-  }
-  head(x, n, all_logits != nullptr, all_logits);
+  embed(tokens, pos, x_.data());
+  for (RopeTable& t : ropes_)
+    kern::cpu::rope_half_tables(n, t.freq, pos, kern::cpu::Numerics::kRunc, t.cos.data(), t.sin.data());
+  for (size_t l = 0; l < desc_.layers.size(); ++l)
+    for (const models::Step& s : desc_.layers[l].steps) run_step(static_cast<int64_t>(l), s, pos, n);
+  head(x_.data(), n, all_logits != nullptr, all_logits);
 }
 
 // logits = cap * tanh(logits / cap) when the model soft-caps its logits (Gemma's final_logit_softcapping).
 void Engine::soft_cap(float* logits, int64_t count) {
-  const float cap = model_.config.logit_softcap;
+  const float cap = desc_.head.softcap;
   if (cap <= 0.0f) return;
   elementwise(count, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
@@ -459,7 +547,7 @@ void Engine::head(const float* x, int64_t n, bool all, std::vector<float>* all_l
   const auto& c = model_.config;
   const int64_t first = all ? 0 : n - 1;
   const int64_t m = n - first;
-  norm_rows(x + first * c.dim, norm_, norm_b_, m, xb_.data());
+  norm_rows(x + first * c.dim, desc_.head.norm, norm_, norm_b_, m, xb_.data());
   if (all) {
     const size_t old = all_logits->size();
     all_logits->resize(old + static_cast<size_t>(m * c.vocab_size));

@@ -1,5 +1,7 @@
-// The inference engine: one transformer forward for every architecture of models/arch/ (the layout
-// its models::ModelConfig describes: norm, RoPE or learned positions, MLP, biases), with a KV cache.
+// The inference engine: one transformer forward for every architecture of models/arch/, with a KV cache. The
+// CPU path walks the model's description (models/layer_desc.h, built by its architecture): each step kind
+// (attention, FFN) and each norm, RoPE and activation kind is implemented once here, and no architecture flag
+// of the config is read; a step or parameter it does not implement is refused at construction in one line.
 //
 //   - decode(token, pos): one token on the CPU (fused GEMVs over a persistent 2-thread pool), logits out;
 //   - prefill(tokens, pos): many tokens at once. With backend "cpu" a batched CPU GEMM path (the
@@ -31,6 +33,7 @@
 #include "infer/cpu_attention.h"
 #include "infer/cpu_math.h"
 #include "models/formats/model.h"
+#include "models/layer_desc.h"
 
 namespace anelab::infer {
 
@@ -91,6 +94,7 @@ class Engine {
 
   const models::ModelConfig& config() const { return model_.config; }
   const models::Model& model() const { return model_; }
+  const models::ModelDesc& desc() const { return desc_; }  // what the CPU path walks
   const EngineOptions& options() const { return opt_; }
   int64_t context() const { return ctx_; }
   ThreadPool& pool() { return pool_; }
@@ -123,21 +127,36 @@ class Engine {
   const MilPrefill* mil_prefill() const { return mil_.get(); }  // null with the cpu backend
 
  private:
+  // One RoPE of the model (the distinct RopeDescs of its layers: Gemma 3 has a global and a sliding one).
+  struct RopeTable {
+    models::RopeDesc rope;
+    int64_t head_dim = 0;
+    std::vector<double> freq;     // [head_dim/2] frequencies (fp32 values, run.c / HF order)
+    std::vector<float> cos, sin;  // [chunk, head_dim/2] angles of the current forward's positions
+  };
+
+  void check_supported() const;  // throws naming the first step or parameter the CPU path does not implement
   void load_weights();
+  void load_step(const models::Step& s, LayerWeights& L);
+  void plan_rope();
   Mat matrix(const std::string& name);
   int64_t tiled_rows(const models::Tensor& t);
-  std::span<const float> vec(const std::string& name, bool optional);       // kept in vecs_; empty when absent
-  std::span<const float> norm_vec(const std::string& name, bool optional);  // vec + config().norm_offset
+  std::span<const float> vec(const std::string& name);                           // kept in vecs_; empty when name is ""
+  std::span<const float> norm_weight(const std::optional<models::NormDesc>& n);  // (offset + w); empty when absent
   void forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits);
-  void attention(int64_t l, int64_t pos, int64_t n);
+  void run_step(int64_t l, const models::Step& s, int64_t pos, int64_t n);
+  void attention(int64_t l, const models::AttnDesc& a, int64_t pos, int64_t n);
+  void ffn(const models::FfnDesc& f, const LayerWeights& L, int64_t n);
   void elementwise(int64_t count, FunctionRef<void(int64_t, int64_t)> fn);
-  void rope_rows(float* x, int64_t n, int64_t heads, bool local);
-  void add_rows(float* x, const float* y, int64_t count);
-  void head_norm_rows(float* v, const float* w, int64_t rows);
+  void rope_rows(float* x, int64_t n, int64_t heads, const RopeTable& t);
+  void add_rows(float* x, const float* y, int64_t count, float scale);
+  void head_norm_rows(float* v, const models::NormDesc& nd, std::span<const float> w, int64_t rows, int64_t head_dim);
   void soft_cap(float* logits, int64_t count);
-  void norm_rows(const float* x, std::span<const float> w, std::span<const float> b, int64_t n, float* out);
+  void norm_rows(const float* x, const models::NormDesc& nd, std::span<const float> w, std::span<const float> b,
+                 int64_t n, float* out);
 
   models::Model model_;
+  models::ModelDesc desc_;  // built from model_.config by its architecture
   EngineOptions opt_;
   ThreadPool pool_;
   int64_t ctx_ = 0;
@@ -154,11 +173,10 @@ class Engine {
   // Scratch, [chunk, *] row-major (token-major).
   // Not value-initialised: a decode-only run keeps only the first row of each resident.
   Scratch<float> x_, xb_, q_, k_, v_, att_, h1_, h3_;
-  CpuAttention attn_;                                // attention kernels and their workspaces (keys transposed, scores)
-  std::vector<double> rope_freq_, rope_freq_local_;  // [head_dim/2] RoPE frequencies (global, sliding layers)
-  std::vector<float> rope_cos_, rope_sin_;           // [chunk, head_dim/2] (global layers)
-  std::vector<float> rope_cos_local_, rope_sin_local_;  // [chunk, head_dim/2] sliding layers' base (when a window)
-  std::vector<float> logits_;                           // [vocab]
+  CpuAttention attn_;             // attention kernels and their workspaces (keys transposed, scores)
+  std::vector<RopeTable> ropes_;  // the distinct RoPEs of the layers
+  std::vector<int> layer_rope_;   // [n_layers] index into ropes_; -1: the layer has no RoPE
+  std::vector<float> logits_;     // [vocab]
   PrefillStats stats_;
   std::unique_ptr<MilPrefill> mil_;
 };

@@ -20,6 +20,38 @@ namespace {
 
 using mil::Value;
 
+// A layer as the MIL layer kernel computes it (framework/kernels/layer.h): an attention step then an FFN step,
+// both pre-normed, post-norms on both or neither, q and k norms together, plain residual adds. Anything else in
+// the description is refused naming the layer, the step and this executor.
+struct MilLayer {
+  const models::Step& attn;
+  const models::Step& ffn;
+};
+
+MilLayer mil_layer(const models::ModelDesc& d, int64_t layer) {
+  ANELAB_CHECK(layer >= 0 && layer < static_cast<int64_t>(d.layers.size()), "infer", "MIL prefill: layer ", layer,
+               " of a model of ", d.layers.size(), " layers");
+  const auto& steps = d.layers[static_cast<size_t>(layer)].steps;
+  constexpr const char* kMilExecutor = "the MIL prefill";
+  const models::StepKind order[2] = {models::StepKind::kAttention, models::StepKind::kFfn};
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const models::Step& s = steps[i];
+    auto refuse = [&](const std::string& what) { models::unsupported("infer", kMilExecutor, layer, s.kind, what); };
+    if (i >= 2 || s.kind != order[i]) refuse(cat("step ", i, " of the layer (the kernel is attention then ffn)"));
+    if (!s.pre_norm) refuse("a step without a pre-norm");
+    if (s.post_norm.has_value() != steps[0].post_norm.has_value()) refuse("a post-norm on one step only");
+    if (s.post_norm && !s.post_norm->bias.empty()) refuse("a post-norm with a bias");
+    if (s.residual_scale != 1.0f) refuse(cat("residual scale ", s.residual_scale));
+    if (s.kind == models::StepKind::kAttention) {
+      if (s.attn.score_softcap > 0.0f) refuse(cat("score soft-capping (cap ", s.attn.score_softcap, ")"));
+      if (s.attn.q_norm.has_value() != s.attn.k_norm.has_value()) refuse("a q norm without a k norm or back");
+    }
+  }
+  ANELAB_CHECK(steps.size() == 2, "infer", "layer ", layer, ": ", steps.size(),
+               " steps are not supported by the MIL prefill (attention then ffn)");
+  return {steps[0], steps[1]};
+}
+
 std::optional<Value> opt_vec(mil::FunctionBuilder& b, kern::BlobSet& bs, const std::string& stem,
                              std::span<const float> v) {
   if (v.empty()) return std::nullopt;
@@ -33,10 +65,10 @@ std::optional<Value> opt_vec(mil::FunctionBuilder& b, kern::BlobSet& bs, const s
 // With `record` set, each conv input is recorded once under its kern::act_input_of name (calibration).
 class PrefillParams : public kern::LayerParams {
  public:
-  PrefillParams(mil::FunctionBuilder& b, const models::ModelConfig& c, const LayerWeights& L, int64_t S, int64_t layer,
-                const KernelWeights& kw, kern::Taps* record = nullptr)
+  PrefillParams(mil::FunctionBuilder& b, const models::ModelConfig& c, const models::AttnDesc& a, const LayerWeights& L,
+                int64_t S, int64_t layer, const KernelWeights& kw, kern::Taps* record = nullptr)
       : b_(b),
-        c_(c),
+        a_(a),
         L_(L),
         S_(S),
         layer_(layer),
@@ -68,24 +100,21 @@ class PrefillParams : public kern::LayerParams {
     return opt_vec(b_, bs_, norm + "_b", norm == "attn_norm" ? L_.attn_norm_b : L_.ffn_norm_b);
   }
   Value mask() override {
-    const int64_t window = c_.sliding_layer(layer_) ? c_.sliding_window : 0;
-    return bs_.tensor(b_, "mask", mil::tensor_type(mil::DType::kFp16, {1, 1, S_, S_}), kern::causal_mask(S_, window));
+    return bs_.tensor(b_, "mask", mil::tensor_type(mil::DType::kFp16, {1, 1, S_, S_}),
+                      kern::causal_mask(S_, a_.window));
   }
   Value rope_table(const std::string& which) override {
-    if (!rope_) {
-      const bool local = c_.sliding_layer(layer_);
-      const double theta = local && c_.rope_local_theta > 0.0f ? c_.rope_local_theta : c_.rope_theta;
-      rope_ = kern::rope_tables(S_, c_.head_dim, theta, rope_style(c_), 0, local ? RopeScaling{} : c_.rope_scaling,
-                                local ? 1.0 : c_.rope_linear_factor);
-    }
-    return bs_.tensor(b_, "rope_" + which, mil::tensor_type(mil::DType::kFp16, {1, 1, S_, c_.head_dim}),
+    if (!rope_)
+      rope_ = kern::rope_tables(S_, a_.head_dim, a_.rope.theta, rope_style(a_.rope), 0, a_.rope.scaling,
+                                a_.rope.linear_factor);
+    return bs_.tensor(b_, "rope_" + which, mil::tensor_type(mil::DType::kFp16, {1, 1, S_, a_.head_dim}),
                       which == "cos" ? rope_->cos : rope_->sin);
   }
   const rt::Weights& weights() const { return bs_.weights(); }
 
-  static kern::RopeStyle rope_style(const models::ModelConfig& c) {
-    return c.rope_style == models::RopeStyle::kAdjacentPairs ? kern::RopeStyle::kAdjacentPairs
-                                                             : kern::RopeStyle::kRotateHalf;
+  static kern::RopeStyle rope_style(const models::RopeDesc& r) {
+    return r.style == models::RopeStyle::kAdjacentPairs ? kern::RopeStyle::kAdjacentPairs
+                                                        : kern::RopeStyle::kRotateHalf;
   }
 
  private:
@@ -106,7 +135,7 @@ class PrefillParams : public kern::LayerParams {
     return {};
   }
   mil::FunctionBuilder& b_;
-  const models::ModelConfig& c_;
+  const models::AttnDesc& a_;  // the layer's attention (window, RoPE)
   const LayerWeights& L_;
   int64_t S_;
   int64_t layer_;
@@ -119,17 +148,29 @@ class PrefillParams : public kern::LayerParams {
   std::optional<kern::RopeTables> rope_;
 };
 
-kern::LayerDesc layer_desc(const models::ModelConfig& c, int64_t S) {
+// The MIL kernel's parameters of one layer, from its description (the score scale is the config's raw value:
+// the kernel resolves 0 to 1 / sqrt(head_dim) in double itself).
+kern::LayerDesc layer_desc(const models::ModelConfig& c, const MilLayer& ml, int64_t S) {
+  const models::AttnDesc& a = ml.attn.attn;
+  const models::FfnDesc& f = ml.ffn.ffn;
   kern::LayerDesc d;
-  d.dim = c.dim, d.hidden = c.hidden_dim, d.n_heads = c.n_heads, d.n_kv_heads = c.n_kv_heads, d.head_dim = c.head_dim;
-  d.seq = S, d.norm_eps = c.norm_eps, d.rope_theta = c.rope_theta;
-  d.layer_norm = c.norm == models::NormType::kLayer;
-  d.gelu = c.activation == models::Activation::kGeluTanh;
-  d.geglu = c.activation == models::Activation::kGeluTanhGated;
-  d.qk_norm = c.qk_norm;
-  d.post_norms = c.post_norms;
+  d.dim = c.dim, d.hidden = f.hidden, d.n_heads = a.n_heads, d.n_kv_heads = a.n_kv_heads, d.head_dim = a.head_dim;
+  d.seq = S, d.norm_eps = ml.attn.pre_norm->eps, d.rope_theta = a.rope.theta;
+  d.layer_norm = ml.attn.pre_norm->kind == models::NormType::kLayer;
+  switch (f.activation) {
+    case models::Activation::kSilu:
+      break;
+    case models::Activation::kGeluTanh:
+      d.gelu = true;
+      break;
+    case models::Activation::kGeluTanhGated:
+      d.geglu = true;
+      break;
+  }
+  d.qk_norm = a.q_norm.has_value();
+  d.post_norms = ml.attn.post_norm.has_value();
   d.score_scale = c.attn_scale;
-  if (c.rope_style != models::RopeStyle::kNone) d.rope = PrefillParams::rope_style(c);
+  if (a.rope.style != models::RopeStyle::kNone) d.rope = PrefillParams::rope_style(a.rope);
   return d;
 }
 
@@ -149,10 +190,12 @@ LayerKernelSource build_layer_kernel(const Engine& e, int64_t layer, int64_t S, 
 
 LayerKernelSource build_layer_kernel(const models::ModelConfig& c, const LayerWeights& L, int64_t S,
                                      mil::Dialect dialect, int64_t layer, const KernelWeights& kw) {
+  const models::ModelDesc md = models::describe_model(c);
+  const MilLayer ml = mil_layer(md, layer);
   mil::ProgramBuilder pb;
   auto& b = pb.function("main");
-  PrefillParams p(b, c, L, S, layer, kw);
-  const kern::Taps t = kern::layer_block(b, layer_desc(c, S), p, {"k_rope", "v"});  // out, k_rope, v
+  PrefillParams p(b, c, ml.attn.attn, L, S, layer, kw);
+  const kern::Taps t = kern::layer_block(b, layer_desc(c, ml, S), p, {"k_rope", "v"});  // out, k_rope, v
   b.output(b.named("out").concat({t[0].second, t[1].second, t[2].second}, 1));
   LayerKernelSource src;
   src.program = pb.build(dialect);
@@ -183,8 +226,9 @@ CalibKernel build_calib_kernel(const Engine& e, int64_t layer, int64_t S) {
   auto& b = pb.function("main");
   kern::Taps rec;
   const KernelWeights fp16;
-  PrefillParams p(b, e.config(), e.layer(layer), S, layer, fp16, &rec);
-  const kern::Taps t = kern::layer_block(b, layer_desc(e.config(), S), p, {});
+  const MilLayer ml = mil_layer(e.desc(), layer);
+  PrefillParams p(b, e.config(), ml.attn.attn, e.layer(layer), S, layer, fp16, &rec);
+  const kern::Taps t = kern::layer_block(b, layer_desc(e.config(), ml, S), p, {});
   CalibKernel k;
   std::vector<Value> outs{t[0].second};
   for (const auto& [name, v] : rec) {

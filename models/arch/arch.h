@@ -24,6 +24,7 @@
 #include "models/formats/gguf.h"
 #include "models/formats/model.h"
 #include "models/formats/safetensors.h"
+#include "models/layer_desc.h"
 
 namespace anelab::models {
 
@@ -52,6 +53,11 @@ struct Arch {
   std::optional<RopeStyle> gguf_rope;  // q/k row order llama.cpp's graph for this arch expects (nullopt: as stored)
   bool gguf_fused_qkv = false;         // written as one blk.N.attn_qkv (q, k, v row blocks)
   bool gguf_explicit_output = false;   // output.weight written even when the head is tied
+
+  // ---- the layers ----
+  // What each layer computes, in order, with its weights (models/layer_desc.h): the one description every
+  // executor walks. The Llama-like architectures share decoder_desc (common.h).
+  ModelDesc (*describe)(const ModelConfig& c) = nullptr;
 
   // ---- presets and rules ----
   std::vector<std::pair<std::string, ModelConfig>> presets;  // name -> config (models/presets.h)

@@ -1,5 +1,6 @@
 #include "models/arch/common.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <regex>
@@ -156,3 +157,93 @@ std::string hf_decoder_name_default(const std::string& canonical) {
 }
 
 }  // namespace anelab::models::hf
+
+namespace anelab::models {
+
+namespace {
+NormDesc norm_desc(const ModelConfig& c, NormType kind, const std::string& weight, bool with_bias) {
+  const bool bias = with_bias && kind == NormType::kLayer;
+  return NormDesc{kind, c.norm_eps, c.norm_offset, weight, bias ? weight + "_bias" : ""};
+}
+
+// The RoPE of layer l: sliding layers use their own base and no scaling.
+RopeDesc rope_desc(const ModelConfig& c, int64_t l) {
+  if (c.rope_style == RopeStyle::kNone) return {};
+  if (c.sliding_layer(l))
+    return RopeDesc{c.rope_style, c.rope_local_theta > 0.0f ? c.rope_local_theta : c.rope_theta, {}, 1.0f};
+  return RopeDesc{c.rope_style, c.rope_theta, c.rope_scaling, c.rope_linear_factor};
+}
+
+Step attention_step(const ModelConfig& c, int64_t l, const std::string& p) {
+  Step s;
+  s.kind = StepKind::kAttention;
+  s.pre_norm = norm_desc(c, c.norm, p + "attn_norm", true);
+  if (c.post_norms) s.post_norm = norm_desc(c, c.norm, p + "attn_post_norm", false);
+  AttnDesc& a = s.attn;
+  a.n_heads = c.n_heads;
+  a.n_kv_heads = c.n_kv_heads;
+  a.head_dim = c.head_dim;
+  a.score_scale = c.attn_scale > 0.0f ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  a.window = c.sliding_layer(l) ? c.sliding_window : 0;
+  a.rope = rope_desc(c, l);
+  if (c.qk_norm) {
+    a.q_norm = norm_desc(c, NormType::kRms, p + "q_norm", false);
+    a.k_norm = norm_desc(c, NormType::kRms, p + "k_norm", false);
+  }
+  a.wq = p + "wq";
+  a.wk = p + "wk";
+  a.wv = p + "wv";
+  a.wo = p + "wo";
+  if (c.qkv_bias) {
+    a.bq = p + "bq";
+    a.bk = p + "bk";
+    a.bv = p + "bv";
+  }
+  if (c.attn_out_bias) a.bo = p + "bo";
+  return s;
+}
+
+Step ffn_step(const ModelConfig& c, const std::string& p) {
+  Step s;
+  s.kind = StepKind::kFfn;
+  s.pre_norm = norm_desc(c, c.norm, p + "ffn_norm", true);
+  if (c.post_norms) s.post_norm = norm_desc(c, c.norm, p + "ffn_post_norm", false);
+  FfnDesc& f = s.ffn;
+  f.activation = c.activation;
+  f.hidden = c.hidden_dim;
+  if (gated_mlp(c.activation)) {
+    f.w_in = p + "w1";
+    f.w_up = p + "w3";
+    f.w_out = p + "w2";
+  } else {
+    f.w_in = p + "fc";
+    f.w_out = p + "proj";
+    if (c.mlp_bias) {
+      f.b_in = p + "fc_bias";
+      f.b_out = p + "proj_bias";
+    }
+  }
+  return s;
+}
+}  // namespace
+
+ModelDesc decoder_desc(const ModelConfig& c) {
+  ModelDesc d;
+  d.arch = c.arch;
+  d.dim = c.dim;
+  d.vocab_size = c.vocab_size;
+  d.embed.positions = c.learned_pos ? "pos_embeddings" : "";
+  d.embed.scale = c.embed_scale;
+  d.layers.resize(static_cast<size_t>(c.n_layers));
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    d.layers[static_cast<size_t>(l)].steps = {attention_step(c, l, p), ffn_step(c, p)};
+  }
+  d.head.norm = norm_desc(c, c.norm, "norm", true);
+  d.head.tied = c.tied_embeddings;
+  d.head.weight = c.tied_embeddings ? d.embed.tokens : "output";
+  d.head.softcap = c.logit_softcap;
+  return d;
+}
+
+}  // namespace anelab::models

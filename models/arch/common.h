@@ -46,3 +46,14 @@ std::string hf_decoder_name_default(const std::string& canonical);
 void add_st(Model& m, const std::string& name, const StTensor& t);
 
 }  // namespace anelab::models::hf
+
+namespace anelab::models {
+
+// The layer description of the decoder family every architecture of the table belongs to (Llama, Qwen 2/3,
+// GPT-2, Gemma 3): per layer an attention step and an FFN step, each pre-normed, with what the config sets —
+// norm kind/eps/offset, LayerNorm biases, q/k/v/o and MLP biases, q/k norms, post-norms, RoPE (style, theta,
+// Llama 3 and linear scaling; sliding layers' own base) or learned positions, sliding windows by layer,
+// score scale, embedding scale, final soft-cap, tied head.
+ModelDesc decoder_desc(const ModelConfig& c);
+
+}  // namespace anelab::models

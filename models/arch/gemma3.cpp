@@ -316,6 +316,7 @@ const Arch& gemma3_arch() {
     r.gguf_config = from_gguf;
     r.gguf_write = to_gguf;
     r.gguf_rope = RopeStyle::kRotateHalf;
+    r.describe = decoder_desc;
     r.presets = {{"gemma3-270m", preset(640, 2048, 18)}, {"gemma3-1b", preset(1152, 6912, 26)}};
     r.validate = validate;
     return r;

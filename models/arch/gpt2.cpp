@@ -156,6 +156,7 @@ const Arch& gpt2_arch() {
     r.gguf_config = from_gguf;
     r.gguf_fused_qkv = true;
     r.gguf_explicit_output = true;
+    r.describe = decoder_desc;
     r.presets = {{"gpt2-124m", gpt2_124m()}};
     r.validate = validate;
     return r;

@@ -134,6 +134,7 @@ const Arch& llama_arch() {
     r.hf_tensor_name = hf::hf_decoder_name_default;
     r.gguf_config = from_gguf;
     r.gguf_rope = RopeStyle::kAdjacentPairs;
+    r.describe = decoder_desc;
     r.presets = {{"stories260k", stories(64, 172, 5, 8, 4, 512, 512)},
                  {"stories15m", stories(288, 768, 6, 6, 6, 32000, 256)},
                  {"stories42m", stories(512, 1376, 8, 8, 8, 32000, 1024)},

@@ -70,6 +70,7 @@ const Arch& qwen2_arch() {
     r.hf_export_config = to_hf;
     r.hf_tensor_name = hf::hf_decoder_name_default;
     r.gguf_config = from_gguf;
+    r.describe = decoder_desc;
     r.presets = {{"qwen2.5-0.5b", preset(896, 4864, 24, 14, 2, 64, 32768, true)},
                  {"qwen3-0.6b-shape", preset(1024, 3072, 28, 16, 8, 128, 40960, false)}};
     return r;

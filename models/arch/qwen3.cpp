@@ -91,6 +91,7 @@ const Arch& qwen3_arch() {
     r.hf_tensor_name = hf_name;
     r.gguf_config = from_gguf;
     r.gguf_rope = RopeStyle::kRotateHalf;
+    r.describe = decoder_desc;
     r.presets = {{"qwen3-0.6b", qwen3_06b()}};
     r.validate = validate;
     return r;

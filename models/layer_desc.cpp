@@ -1,0 +1,28 @@
+#include "models/layer_desc.h"
+
+#include "framework/core/error.h"
+#include "models/arch/arch.h"
+
+namespace anelab::models {
+
+const char* step_kind_name(StepKind k) {
+  switch (k) {
+    case StepKind::kAttention:
+      return "attention";
+    case StepKind::kFfn:
+      return "ffn";
+  }
+  return "?";
+}
+
+ModelDesc describe_model(const ModelConfig& c) {
+  const Arch& a = arch_of(c.arch, "describe");
+  ANELAB_CHECK(a.describe != nullptr, "model", "architecture ", c.arch, " has no layer description (Arch::describe)");
+  return a.describe(c);
+}
+
+void unsupported(const char* component, const char* executor, int64_t layer, StepKind step, const std::string& what) {
+  fail(component, "layer ", layer, " ", step_kind_name(step), ": ", what, " is not supported by ", executor);
+}
+
+}  // namespace anelab::models

@@ -1,0 +1,127 @@
+// A model as one description: what each layer computes, in order, with the names of its weights. An
+// architecture builds it from its config (Arch::describe, models/arch/<arch>.cpp); an executor walks it and
+// implements each step kind once, so no executor reads an architecture flag of the ModelConfig.
+//
+// A layer is a sequence of residual steps. Each step reads the residual stream x [n, dim] and adds to it:
+//   branch = pre_norm ? norm(x) : x     (the sub-layer's input norm; absent: the stream itself)
+//   branch = op(branch)                 (the step's kind: attention, or the feed-forward network)
+//   branch = post_norm(branch)          (when present: Gemma 3's sandwich norms, before the add)
+//   x     += residual_scale * branch
+// A Llama layer is [attention, ffn], both pre-normed; Gemma 3 adds both post-norms.
+//
+// Executors today: infer/engine.cpp (CPU inference) walks it; the MIL prefill (infer/prefill_mil.cpp) takes its
+// kernel parameters from it (all but the raw score scale, which framework/kernels/layer.cpp resolves itself); CPU
+// training (train/cpu_model.cpp) and MIL training (framework/kernels/train.cpp) still read the config.
+// An executor that meets a step or parameter it does not implement throws one line naming the layer, the
+// step and the executor (unsupported()).
+//
+// Weight names are canonical tensor names (models/formats/model.h); "" means the weight is absent.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "framework/core/arch_types.h"
+
+namespace anelab::models {
+
+struct ModelConfig;
+
+// A norm over the last axis: RMSNorm, or LayerNorm (with a bias when `bias` names one). The kernels multiply
+// by (offset + weight), the offset added once in fp32 at load (Gemma: 1).
+struct NormDesc {
+  NormType kind = NormType::kRms;
+  float eps = 1e-5f;
+  float offset = 0.0f;
+  std::string weight;  // [width] (dim, or head_dim for q/k norms)
+  std::string bias;    // [width] or "" (RMSNorm has none)
+  bool operator==(const NormDesc&) const = default;
+};
+
+// Rotary positions of q and k (style kNone: none, the model has learned positions). inv_freq(i) =
+// theta^(-2i/head_dim), scaled by `scaling` (Llama 3) and divided by `linear_factor` (linear scaling).
+struct RopeDesc {
+  RopeStyle style = RopeStyle::kNone;
+  float theta = 10000.0f;
+  RopeScaling scaling;
+  float linear_factor = 1.0f;
+  bool operator==(const RopeDesc&) const = default;
+};
+
+// Causal self-attention with grouped-query heads (query head h reads kv head h / (n_heads / n_kv_heads)).
+//   q, k, v = x·wq^T + bq, x·wk^T + bk, x·wv^T + bv;  q/k norms per head (before RoPE);  RoPE;
+//   scores = q·k * score_scale (soft-capped: cap * tanh(s / cap) when score_softcap > 0);
+//   keys limited to the last `window` positions when window > 0 (sliding layers);  out = softmax·v·wo^T + bo.
+struct AttnDesc {
+  int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  float score_scale = 0.0f;    // the resolved scale (1 / sqrt(head_dim) unless the architecture says otherwise)
+  float score_softcap = 0.0f;  // 0: none
+  int64_t window = 0;          // 0: global (full causal)
+  RopeDesc rope;
+  std::optional<NormDesc> q_norm, k_norm;  // per-head norms of q and k (Qwen3, Gemma 3)
+  std::string wq, wk, wv, wo;              // [n_heads*head_dim, dim], [kv_dim, dim] x2, [dim, n_heads*head_dim]
+  std::string bq, bk, bv, bo;              // biases or ""
+};
+
+// The feed-forward network, by activation (framework/core/arch_types.h):
+//   kSilu (SwiGLU) / kGeluTanhGated (GeGLU): w_out · (act(w_in · x) * (w_up · x))
+//   kGeluTanh (GPT-2 MLP):                   w_out · gelu_tanh(w_in · x + b_in) + b_out
+struct FfnDesc {
+  Activation activation = Activation::kSilu;
+  int64_t hidden = 0;
+  std::string w_in;         // [hidden, dim]: the gate (w1) or fc
+  std::string w_up;         // [hidden, dim]: w3 of the gated kinds, "" otherwise
+  std::string w_out;        // [dim, hidden]: w2 or proj
+  std::string b_in, b_out;  // biases or ""
+};
+
+enum class StepKind : uint8_t { kAttention, kFfn };
+const char* step_kind_name(StepKind k);  // "attention", "ffn"
+
+struct Step {
+  StepKind kind = StepKind::kAttention;
+  std::optional<NormDesc> pre_norm;   // norm of the residual stream into the step
+  std::optional<NormDesc> post_norm;  // norm of the step's output, before the residual add
+  float residual_scale = 1.0f;
+  AttnDesc attn;  // kind kAttention
+  FfnDesc ffn;    // kind kFfn
+};
+
+struct LayerDesc {
+  std::vector<Step> steps;  // in order
+};
+
+// x = embed_scale * (tokens[t] + positions[pos]) (positions "" without learned positions).
+struct EmbedDesc {
+  std::string tokens = "tok_embeddings";  // [vocab, dim]
+  std::string positions;                  // [max_seq_len, dim] or ""
+  float scale = 1.0f;
+};
+
+// logits = softcap(norm(x) · weight^T); the weight is the token embeddings when tied.
+struct HeadDesc {
+  NormDesc norm;
+  std::string weight;  // [vocab, dim]: "output", or EmbedDesc::tokens when tied
+  bool tied = false;
+  float softcap = 0.0f;  // logits = cap * tanh(logits / cap) when > 0
+};
+
+struct ModelDesc {
+  std::string arch;
+  int64_t dim = 0, vocab_size = 0;
+  EmbedDesc embed;
+  std::vector<LayerDesc> layers;  // [n_layers]
+  HeadDesc head;
+};
+
+// The description of c, built by its architecture (Arch::describe); throws naming the architecture when it
+// has no builder.
+ModelDesc describe_model(const ModelConfig& c);
+
+// "[COMPONENT] layer L STEP: WHAT is not supported by EXECUTOR" — thrown by an executor that meets a step or
+// parameter it does not implement (executor: "the CPU inference engine", ...).
+[[noreturn]] void unsupported(const char* component, const char* executor, int64_t layer, StepKind step,
+                              const std::string& what);
+
+}  // namespace anelab::models
