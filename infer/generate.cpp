@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "framework/core/error.h"
+#include "models/grammar/token_constraint.h"
 
 namespace anelab::infer {
 
@@ -158,6 +159,13 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::v
     std::copy(lp, lp + vocab, logits.begin());
     if (o.ignore_eos && tk && tk->eos_id() >= 0 && tk->eos_id() < vocab)
       logits[static_cast<size_t>(tk->eos_id())] = -std::numeric_limits<float>::infinity();
+    if (o.constraint) {
+      if (o.constraint->finished()) {
+        r.stop_reason = "grammar";
+        break;
+      }
+      o.constraint->mask(logits);
+    }
     const int32_t next = runc ? rs->sample(logits) : gs->sample(logits, history);
     if (pos == n) r.ttft_ms = ms_since(t0);
     if (tk && !o.ignore_eos && next == (spm ? tk->bos_id() : tk->eos_id())) {
@@ -168,6 +176,7 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::v
       r.stop_reason = "stop_token";
       break;
     }
+    if (o.constraint) o.constraint->accept(next);
     if (tk && next >= tk->vocab_size())
       fail("infer", "vocabulary mismatch: the model produced token id ", next, " but the tokenizer (", tk->describe(),
            ") has only ", tk->vocab_size(), " tokens: it belongs to another model (pass the model's own --tokenizer)");
@@ -175,7 +184,9 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::v
     history.push_back(next);
     const std::string p = tk ? tk->decode_token(token, next) : std::string();
     token = next;
-    if (safe_piece(p) && out.push(p)) {
+    // run.c's filter drops lone non-printable bytes; under a grammar every byte is part of the text it accepted
+    // (UTF-8 it validated), so all are kept.
+    if ((o.constraint ? !p.empty() : safe_piece(p)) && out.push(p)) {
       r.stop_reason = "stop_string";
       break;
     }

@@ -20,6 +20,10 @@
 #include "models/tokenizer/chat_template.h"
 #include "models/tokenizer/tokenizer.h"
 
+namespace anelab::grammar {
+class GrammarConstraint;
+}
+
 namespace anelab::infer {
 
 enum class SamplerKind { kAuto, kRunc, kGeneral };  // auto: run.c's for llama2.c files when no top-k/min-p/penalty
@@ -34,12 +38,15 @@ struct GenerateOptions {
   bool ignore_eos = false;    // llama.cpp --ignore-eos: the end-of-text token's logit is -inf, no eos stop
   bool echo_prompt = true;    // print the prompt's pieces (run.c does)
   bool final_newline = true;  // run.c prints "\n" at the end
+  // Grammar-constrained sampling (models/grammar/token_constraint.h): tokens it does not allow are masked before
+  // each draw, and generation stops (stop_reason "grammar") once nothing more can follow. Not owned.
+  grammar::GrammarConstraint* constraint = nullptr;
 };
 
 struct GenerateResult {
   std::vector<int32_t> prompt_tokens, new_tokens;
   std::string text;         // everything that was emitted (prompt echo + continuation)
-  std::string stop_reason;  // "length", "eos", "stop_token", "stop_string", "context"
+  std::string stop_reason;  // "length", "eos", "stop_token", "stop_string", "context", "grammar"
   double prefill_ms = 0, decode_ms = 0, ttft_ms = 0;
   PrefillStats prefill;
 };

@@ -9,6 +9,8 @@
 #include <set>
 
 #include "infer/params_check.h"
+#include "models/grammar/gbnf.h"
+#include "models/grammar/json_schema.h"
 
 namespace anelab::serve {
 namespace {
@@ -153,11 +155,6 @@ std::optional<ApiError> check_unsupported(const json& o, Endpoint ep) {
     for (const char* f : {"tools", "functions"})
       if (auto it = o.find(f); it != o.end() && !it->is_null() && !(it->is_array() && it->empty()))
         return unsupported(f);
-    if (auto it = o.find("response_format"); it != o.end() && !it->is_null()) {
-      if (!it->is_object()) return wrong_type("response_format", "an object", *it);
-      auto t = it->find("type");
-      if (t == it->end() || *t != "text") return unsupported("response_format");
-    }
   }
   if (auto it = o.find("logit_bias"); it != o.end() && !it->is_null()) {
     if (!it->is_object()) return wrong_type("logit_bias", "an object", *it);
@@ -269,19 +266,79 @@ const std::set<std::string, std::less<>>& known_fields(Endpoint ep) {
                                                             "logprobs"};
   static const std::set<std::string, std::less<>> comp = [] {
     auto s = common;
-    s.insert({"prompt", "system", "echo", "suffix", "best_of"});
+    s.insert({"prompt", "system", "echo", "suffix", "best_of", "response_format", "json_schema", "grammar"});
     return s;
   }();
   static const std::set<std::string, std::less<>> chat = [] {
     auto s = common;
     s.insert({"messages", "max_completion_tokens", "top_logprobs", "response_format", "tools", "tool_choice",
-              "functions", "function_call", "enable_thinking", "chat_template_kwargs"});
+              "functions", "function_call", "enable_thinking", "chat_template_kwargs", "json_schema", "grammar"});
     return s;
   }();
   return ep == Endpoint::kChat ? chat : comp;
 }
 
-std::optional<ApiError> parse_object(Endpoint ep, const json& o, const Limits& lim, CompletionRequest& r) {
+// Structured output: response_format (OpenAI), json_schema or grammar (llama.cpp), at most one; the schema is read
+// from `ordered` (the body parsed keeping key order) so that properties come out in the order they are listed.
+std::optional<ApiError> parse_structured(const json& o, const nlohmann::ordered_json* ordered, CompletionRequest& r) {
+  std::string gbnf, field;
+  auto present = [&](const char* f) { return o.contains(f) && !o[f].is_null(); };
+  int given = 0;
+  for (const char* f : {"response_format", "json_schema", "grammar"}) given += present(f);
+  if (given > 1) return bad("send at most one of 'response_format', 'json_schema' and 'grammar'", "response_format");
+  try {
+    if (present("grammar")) {
+      field = "grammar";
+      if (!o["grammar"].is_string()) return wrong_type("grammar", "a string (GBNF)", o["grammar"]);
+      gbnf = o["grammar"].get<std::string>();
+      if (gbnf.empty()) return std::nullopt;  // llama.cpp: "" is no grammar
+    } else if (present("json_schema")) {
+      field = "json_schema";
+      if (!o["json_schema"].is_object())
+        return wrong_type("json_schema", "an object (a JSON schema)", o["json_schema"]);
+      gbnf = grammar::json_schema_to_gbnf(ordered->at("json_schema"));
+    } else if (present("response_format")) {
+      field = "response_format";
+      const json& f = o["response_format"];
+      if (!f.is_object()) return wrong_type("response_format", "an object", f);
+      auto t = f.find("type");
+      if (t == f.end() || !t->is_string())
+        return bad("'response_format.type' must be one of text, json_object, json_schema", "response_format.type");
+      if (*t == "text") return std::nullopt;
+      if (*t == "json_object") {
+        gbnf = grammar::json_object_gbnf();
+      } else if (*t == "json_schema") {
+        field = "response_format.json_schema";
+        auto js = f.find("json_schema");
+        if (js == f.end() || !js->is_object())
+          return bad("'response_format.json_schema' must be an object {name, schema, strict}", field);
+        for (auto k = js->begin(); k != js->end(); ++k)
+          if (k.key() != "name" && k.key() != "schema" && k.key() != "strict" && k.key() != "description")
+            return bad("unrecognized field response_format.json_schema." + k.key(), field + "." + k.key());
+        if (!js->contains("schema") || (*js)["schema"].is_null()) {
+          gbnf = grammar::json_object_gbnf();
+        } else {
+          field += ".schema";
+          if (!(*js)["schema"].is_object()) return wrong_type(field, "an object (a JSON schema)", (*js)["schema"]);
+          gbnf = grammar::json_schema_to_gbnf(ordered->at("response_format").at("json_schema").at("schema"));
+        }
+      } else {
+        return bad("'response_format.type' must be one of text, json_object, json_schema (got " + t->dump() + ")",
+                   "response_format.type");
+      }
+    } else {
+      return std::nullopt;
+    }
+    r.grammar = std::make_shared<const grammar::Grammar>(grammar::Grammar::parse(gbnf));
+  } catch (const std::exception& e) {
+    return bad("'" + field + "': " + e.what(), field,
+               "invalid_" + std::string(field == "grammar" ? "grammar" : "schema"));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_object(Endpoint ep, const json& o, const Limits& lim, CompletionRequest& r,
+                                     const nlohmann::ordered_json* ordered) {
   for (auto it = o.begin(); it != o.end(); ++it)
     if (!known_fields(ep).count(it.key()) && !kIgnoredFields.count(it.key()))
       return bad("Unrecognized request argument supplied: " + it.key(), it.key(), "unknown_parameter");
@@ -321,7 +378,7 @@ std::optional<ApiError> parse_object(Endpoint ep, const json& o, const Limits& l
   if (auto e = get_bool(o, "stream", r.stream)) return e;
   if (auto it = o.find("stream_options"); it != o.end() && it->is_object())
     if (auto e = get_bool(*it, "include_usage", r.include_usage)) return e;
-  return std::nullopt;
+  return parse_structured(o, ordered, r);
 }
 
 double tps(int64_t n, double ms) { return ms > 0 ? static_cast<double>(n) / (ms / 1e3) : 0.0; }
@@ -390,7 +447,11 @@ std::optional<ApiError> parse_request(Endpoint ep, std::string_view body, const 
       return bad(std::string("malformed JSON body: ") + e.what(), "", "invalid_json");
     }
     if (!o.is_object()) return bad(std::string("the body must be a JSON object (got ") + type_name(o) + ")");
-    return parse_object(ep, o, lim, out);
+    // A schema keeps its key order (properties are generated in the order they are listed): parse it again.
+    std::optional<nlohmann::ordered_json> ordered;
+    if (o.contains("json_schema") || o.contains("response_format"))
+      ordered = nlohmann::ordered_json::parse(body.begin(), body.end());
+    return parse_object(ep, o, lim, out, ordered ? &*ordered : nullptr);
   } catch (const std::exception& e) {  // e.g. invalid UTF-8 inside a string we copy out
     return bad(std::string("bad request: ") + e.what());
   }

@@ -8,14 +8,22 @@
 //   both: model, max_tokens (max_completion_tokens on chat), temperature, top_p, top_k, min_p,
 //         repeat_penalty, seed, stop (string | [string], at most 4), stream, stream_options.include_usage,
 //         n (must be 1), user (ignored), ...; see kIgnoredFields / check_unsupported in api.cpp.
+//         Structured output (at most one of): response_format {"type": "text" | "json_object" | "json_schema",
+//         "json_schema": {"name", "schema", "strict"}} (OpenAI), json_schema (a schema, llama.cpp), grammar (GBNF
+//         text, llama.cpp); compiled here (models/grammar/), a bad schema or grammar is a 400 naming it.
 // Unknown fields are rejected (400, param = the field), like OpenAI's "Unrecognized request argument".
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+namespace anelab::grammar {
+class Grammar;
+}
 
 namespace anelab::serve {
 
@@ -68,6 +76,7 @@ struct CompletionRequest {
   std::optional<uint64_t> seed;  // absent or 0: random
   std::vector<std::string> stop;
   bool stream = false, include_usage = false, echo = false;
+  std::shared_ptr<const grammar::Grammar> grammar;  // structured output: the answer must be a sentence of it
 };
 
 // Parses and validates a request body. Returns the error when the body is bad (never throws).

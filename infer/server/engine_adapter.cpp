@@ -10,6 +10,7 @@
 #include "infer/generate.h"
 #include "infer/load.h"
 #include "infer/prefill_mil.h"
+#include "models/grammar/token_constraint.h"
 #include "models/tokenizer/chat_template.h"
 #include "models/tokenizer/tokenizer.h"
 
@@ -43,6 +44,7 @@ struct ModelPool::Impl {
   std::vector<int32_t> chat_stops;  // tok::chat_stop_ids
   tok::ChatTemplate chat = tok::ChatTemplate::kNone;
   int64_t created = 0;
+  std::shared_ptr<const grammar::TokenPieces> pieces;  // for structured output, built once at load
 
   // One engine per worker; the tokenizer is loaded with the first.
   std::unique_ptr<infer::Engine> make_engine() {
@@ -112,6 +114,7 @@ ModelPool::ModelPool(const ModelOptions& o, size_t workers) : impl_(std::make_un
   }
   load_ms_ = ms_since(t0);
   impl_->chat_stops = tok::chat_stop_ids(impl_->chat, *impl_->tk);
+  impl_->pieces = std::make_shared<const grammar::TokenPieces>(*impl_->tk, impl_->engines.front()->config().vocab_size);
   t0 = Clock::now();
   if (o.warmup_tokens > 0)
     for (auto& e : impl_->engines) {
@@ -176,6 +179,7 @@ std::optional<ApiError> ModelPool::prepare(const CompletionRequest& r, GenParams
   out.seed = (r.seed && *r.seed != 0) ? *r.seed : random_seed();
   out.stop = r.stop;
   out.echo = r.echo;
+  out.grammar = r.grammar;
   return std::nullopt;
 }
 
@@ -194,6 +198,15 @@ GenOutcome ModelPool::run(size_t w, Job& job) {
   o.stop_tokens = p.stop_tokens;
   o.echo_prompt = p.echo;
   o.final_newline = false;
+  std::optional<grammar::GrammarConstraint> constraint;
+  if (p.grammar) {
+    const tok::Tokenizer& tk = *impl_->tk;
+    std::vector<int32_t> ends = p.stop_tokens;
+    for (int32_t id : {tk.eos_id(), tk.vocab().kind == tok::TokenizerKind::kSentencePiece ? tk.bos_id() : -1})
+      if (id >= 0) ends.push_back(id);
+    constraint.emplace(p.grammar, impl_->pieces, std::move(ends), p.prompt.back());
+    o.constraint = &*constraint;
+  }
   GenOutcome out;
   out.usage.queue_ms = std::chrono::duration<double, std::milli>(job.started - job.enqueued).count();
   out.usage.prompt_tokens = static_cast<int64_t>(p.prompt.size());

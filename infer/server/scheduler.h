@@ -26,6 +26,10 @@
 
 #include "infer/server/api.h"
 
+namespace anelab::grammar {
+class Grammar;
+}
+
 namespace anelab::serve {
 
 using Clock = std::chrono::steady_clock;
@@ -39,7 +43,8 @@ struct GenParams {
   uint64_t seed = 1;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_tokens;
-  bool echo = false;  // emit the prompt's pieces first (run.c's output)
+  bool echo = false;                                // emit the prompt's pieces first (run.c's output)
+  std::shared_ptr<const grammar::Grammar> grammar;  // structured output (CompletionRequest::grammar) or null
 };
 
 struct GenOutcome {

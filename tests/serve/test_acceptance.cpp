@@ -295,6 +295,38 @@ TEST_F(ServeAcceptance, MalformedRequestsGet4xxJson) {
   EXPECT_EQ(hs, 200) << "the server died after malformed requests";
 }
 
+// Structured output over HTTP: the story model answers a json_schema request with JSON of that schema, streamed
+// or not (the same text for the same seed), and a bad schema is a 400 naming the field.
+TEST_F(ServeAcceptance, JsonSchemaOverHttp) {
+  const json schema = json::parse(R"({"type": "object", "properties": {"hero": {"type": "string", "maxLength": 12},
+      "mood": {"enum": ["happy", "sad"]}, "steps": {"type": "integer"}}, "required": ["hero", "mood", "steps"]})");
+  json req = {{"prompt", "Once upon a time"},
+              {"max_tokens", 200},
+              {"temperature", 0.8},
+              {"seed", 5},
+              {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "story"}, {"schema", schema}}}}}};
+  auto [st, body] = curl("POST", "/v1/completions", req.dump());
+  ASSERT_EQ(st, 200) << body;
+  const json r = json::parse(body);
+  const std::string text = r["choices"][0]["text"];
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop") << text;
+  const json v = json::parse(text, nullptr, false);
+  ASSERT_TRUE(v.is_object()) << text;
+  EXPECT_TRUE(v["hero"].is_string() && v["hero"].get<std::string>().size() <= 12) << text;
+  EXPECT_TRUE(v["mood"] == "happy" || v["mood"] == "sad") << text;
+  EXPECT_TRUE(v["steps"].is_number_integer()) << text;
+  req["stream"] = true;
+  const json s = py("POST", "/v1/completions", req.dump());
+  ASSERT_TRUE(s.is_object()) << "client failed";
+  EXPECT_EQ(s["text"], text);
+  req.erase("stream");
+  req["response_format"]["json_schema"]["schema"]["properties"]["hero"]["pattern"] = "^[A-Z]";
+  auto [bs, bb] = curl("POST", "/v1/completions", req.dump());
+  EXPECT_EQ(bs, 400) << bb;
+  EXPECT_EQ(json::parse(bb)["error"]["param"], "response_format.json_schema.schema") << bb;
+  EXPECT_NE(bb.find("'pattern' is not supported"), std::string::npos) << bb;
+}
+
 TEST_F(ServeAcceptance, DisconnectedStreamIsCancelled) {
   const json before = json::parse(curl("GET", "/health", "").second);
   // 500 new tokens; the client leaves after 2 events. On this tiny model the whole generation may

@@ -185,8 +185,8 @@ TEST(ServeApi, ChatMessages) {
   expect_bad(chat(R"({"messages": [{"role": "user", "content": "x", "extra": 1}]})"), "messages[0].extra");
   expect_bad(chat(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})"), "logprobs");
   expect_bad(chat(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})"), "tools");
-  expect_bad(chat(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})"),
-             "response_format");
+  expect_bad(chat(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}})"),
+             "response_format.type");
 }
 
 // The chat template's thinking switch: a top-level "enable_thinking" or chat_template_kwargs (vLLM's and
