@@ -121,7 +121,8 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::v
   // sampler
   bool runc = o.sampler == SamplerKind::kRunc;
   if (o.sampler == SamplerKind::kAuto)
-    runc = is_llama2c(e) && o.sampling.top_k == 0 && o.sampling.min_p == 0.0f && o.sampling.repeat_penalty == 1.0f;
+    runc = is_llama2c(e) && o.sampling.top_k == 0 && o.sampling.min_p == 0.0f && o.sampling.repeat_penalty == 1.0f &&
+           o.sampling.frequency_penalty == 0.0f && o.sampling.presence_penalty == 0.0f;
   std::optional<models::RuncSampler> rs;
   std::optional<models::Sampler> gs;
   if (runc)

@@ -107,6 +107,20 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
       logits[t] = logits[t] > 0 ? logits[t] / o_.repeat_penalty : logits[t] * o_.repeat_penalty;
     }
   }
+  if (o_.frequency_penalty != 0.0f || o_.presence_penalty != 0.0f) {
+    const size_t from =
+        history.size() > static_cast<size_t>(o_.penalty_last_n) ? history.size() - o_.penalty_last_n : 0;
+    std::vector<std::pair<int32_t, int32_t>> counts;  // (token, count) over the window, sorted by token
+    for (size_t i = from; i < history.size(); ++i)
+      if (history[i] >= 0 && history[i] < n) counts.emplace_back(history[i], 1);
+    std::sort(counts.begin(), counts.end());
+    for (size_t i = 0; i < counts.size();) {
+      size_t j = i;
+      while (j < counts.size() && counts[j].first == counts[i].first) ++j;
+      logits[counts[i].first] -= static_cast<float>(j - i) * o_.frequency_penalty + o_.presence_penalty;
+      i = j;
+    }
+  }
   if (o_.temperature <= 0.0f) return argmax(logits);
   cand_.clear();
   for (int32_t i = 0; i < n; ++i) cand_.emplace_back(logits[i] / o_.temperature, i);

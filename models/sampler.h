@@ -8,8 +8,8 @@
 // else sample_mult. The float operations happen in run.c's order.
 //
 // Sampler is the general one: repetition penalty (HF/llama.cpp style: positive logits divided,
-// negative multiplied, over the last `penalty_last_n` tokens), temperature, top-k, top-p, min-p,
-// then a draw from std::mt19937_64(seed). Temperature 0 = greedy (argmax, lowest id on ties).
+// negative multiplied, over the last `penalty_last_n` tokens), frequency/presence penalties, temperature, top-k, top-p,
+// min-p, then a draw from std::mt19937_64(seed). Temperature 0 = greedy (argmax, lowest id on ties).
 #pragma once
 #include <cstdint>
 #include <span>
@@ -44,6 +44,9 @@ struct SamplerOptions {
   float top_p = 1.0f;  // 1 = off
   float min_p = 0.0f;  // 0 = off
   float repeat_penalty = 1.0f;
+  // OpenAI's penalties (llama.cpp's window): logit -= count * frequency_penalty + (count > 0) * presence_penalty,
+  // count over the last penalty_last_n tokens, after the repetition penalty.
+  float frequency_penalty = 0.0f, presence_penalty = 0.0f;
   int32_t penalty_last_n = 64;
   uint64_t seed = 0;
 };

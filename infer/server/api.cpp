@@ -131,11 +131,6 @@ std::optional<ApiError> check_unsupported(const json& o, Endpoint ep) {
   auto unsupported = [](const std::string& f) {
     return bad("'" + f + "' is not supported by this server", f, "unsupported_parameter");
   };
-  for (const char* f : {"presence_penalty", "frequency_penalty"}) {
-    double v = 0;
-    if (auto e = get_number(o, f, -2.0, 2.0, v)) return e;
-    if (v != 0.0) return unsupported(f);
-  }
   int64_t n = 1;
   if (auto e = get_int(o, "n", 1, 1, n)) return bad("'n' must be 1 (one choice per request)", "n");
   if (ep == Endpoint::kCompletions) {
@@ -373,6 +368,8 @@ std::optional<ApiError> parse_object(Endpoint ep, const json& o, const Limits& l
   if (auto e = get_param(o, P::kRepeatPenalty, r.repeat_penalty)) return e;
   if (auto e = get_int(o, "top_k", static_cast<int64_t>(P::kTopK.lo), static_cast<int64_t>(P::kTopK.hi), r.top_k))
     return e;
+  if (auto e = get_number(o, "frequency_penalty", -2.0, 2.0, r.frequency_penalty)) return e;
+  if (auto e = get_number(o, "presence_penalty", -2.0, 2.0, r.presence_penalty)) return e;
   if (auto e = parse_seed(o, r)) return e;
   if (auto e = parse_stop(o, lim, r)) return e;
   if (auto e = get_bool(o, "stream", r.stream)) return e;
@@ -429,6 +426,40 @@ size_t json_elements(std::string_view t, size_t cap) { return json_structure(t, 
 
 int64_t effective_max_tokens_cap(int64_t flag, int64_t context) { return flag > 0 ? std::min(flag, context) : context; }
 
+// llama.cpp's /completion body -> the /v1/completions one. Its sampling fields keep their names; n_predict is
+// max_tokens (-1 or absent: up to the cap and the context); seed -1 is random; fields that only steer llama.cpp's
+// own machinery are ignored, like every unknown field there; samplers anelab lacks are refused unless neutral.
+std::optional<ApiError> llama_to_openai(const json& o, const Limits& lim, json& c) {
+  c = json::object();
+  for (const char* f : {"prompt", "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "stop", "stream",
+                        "grammar", "json_schema", "response_format", "frequency_penalty", "presence_penalty"})
+    if (o.contains(f)) c[f] = o[f];
+  if (o.contains("seed") && !(o["seed"].is_number_integer() && o["seed"].get<int64_t>() == -1)) c["seed"] = o["seed"];
+  if (auto it = o.find("n_predict"); it != o.end() && !it->is_null()) {
+    if (!it->is_number_integer()) return wrong_type("n_predict", "an integer", *it);
+    const int64_t n = it->get<int64_t>();
+    if (n < -1 || n == 0) return bad("'n_predict' must be -1 (no limit) or at least 1", "n_predict");
+    if (n > 0) c["max_tokens"] = std::min(n, lim.max_tokens_cap);
+  }
+  struct Neutral {
+    const char* field;
+    double value;
+  };
+  for (const Neutral& n :
+       {Neutral{"n_probs", 0}, Neutral{"mirostat", 0}, Neutral{"typical_p", 1}, Neutral{"dynatemp_range", 0},
+        Neutral{"xtc_probability", 0}, Neutral{"dry_multiplier", 0}, Neutral{"top_n_sigma", -1}}) {
+    auto it = o.find(n.field);
+    if (it == o.end() || it->is_null()) continue;
+    if (!it->is_number()) return wrong_type(n.field, "a number", *it);
+    if (it->get<double>() != n.value)
+      return bad("'" + std::string(n.field) + "' is not supported by this server (only " + json(n.value).dump() + ")",
+                 n.field, "unsupported_parameter");
+  }
+  if (auto it = o.find("ignore_eos"); it != o.end() && it->is_boolean() && it->get<bool>())
+    return bad("'ignore_eos' is not supported by this server", "ignore_eos", "unsupported_parameter");
+  return std::nullopt;
+}
+
 std::optional<ApiError> parse_request(Endpoint ep, std::string_view body, const Limits& lim, CompletionRequest& out) {
   out = CompletionRequest{};
   try {
@@ -447,6 +478,20 @@ std::optional<ApiError> parse_request(Endpoint ep, std::string_view body, const 
       return bad(std::string("malformed JSON body: ") + e.what(), "", "invalid_json");
     }
     if (!o.is_object()) return bad(std::string("the body must be a JSON object (got ") + type_name(o) + ")");
+    if (ep == Endpoint::kLlama) {
+      json c;
+      if (auto e = llama_to_openai(o, lim, c)) return e;
+      std::optional<nlohmann::ordered_json> ordered;
+      if (c.contains("json_schema") || c.contains("response_format")) {
+        ordered = nlohmann::ordered_json::parse(body.begin(), body.end());
+        for (auto it = ordered->begin(); it != ordered->end();)  // keep only the translated fields' order
+          it = c.contains(it.key()) ? std::next(it) : ordered->erase(it);
+      }
+      auto e = parse_object(Endpoint::kCompletions, c, lim, out, ordered ? &*ordered : nullptr);
+      out.endpoint = Endpoint::kLlama;
+      if (!c.contains("max_tokens")) out.max_tokens = lim.max_tokens_cap;  // n_predict -1: until the cap / context
+      return e;
+    }
     // A schema keeps its key order (properties are generated in the order they are listed): parse it again.
     std::optional<nlohmann::ordered_json> ordered;
     if (o.contains("json_schema") || o.contains("response_format"))
@@ -499,6 +544,7 @@ json completion_json(const ResponseMeta& m, const std::string& text, const std::
   j["prompt_tokens"] = u.prompt_tokens;
   j["gen_tokens"] = u.completion_tokens;
   for (const char* k : {"prefill_tps", "decode_tps", "ttft_ms", "total_ms"}) j[k] = t[k];
+  if (!m.note.empty()) j["note"] = m.note;
   return j;
 }
 
@@ -530,6 +576,7 @@ std::string sse_final(const ResponseMeta& m, const std::string& finish, const Us
   j["choices"] = json::array({choice});
   j["usage"] = usage_json(u);
   j["timings"] = timings_json(u);
+  if (!m.note.empty()) j["note"] = m.note;
   std::string out = sse(j);
   if (usage_chunk) {  // stream_options.include_usage: OpenAI's extra chunk with empty choices
     json k = meta_base(m, true);
@@ -541,6 +588,76 @@ std::string sse_final(const ResponseMeta& m, const std::string& finish, const Us
 }
 
 std::string sse_error(const ApiError& e) { return "data: " + error_json(e) + "\n\n"; }
+
+namespace {
+const char* llama_stop_type(const std::string& stop_reason) {
+  if (stop_reason == "length" || stop_reason == "context") return "limit";
+  if (stop_reason == "stop_string") return "word";
+  return "eos";
+}
+}  // namespace
+
+json llama_completion_json(const ResponseMeta& m, const std::string& text, const std::string& stop_reason,
+                           const Usage& u) {
+  const double pms = u.prefill_ms, dms = u.decode_ms;
+  const int64_t pn = u.prompt_tokens, dn = u.completion_tokens;
+  json t{{"prompt_n", pn},
+         {"prompt_ms", pms},
+         {"prompt_per_token_ms", pn > 0 ? pms / static_cast<double>(pn) : 0.0},
+         {"prompt_per_second", tps(pn, pms)},
+         {"predicted_n", dn},
+         {"predicted_ms", dms},
+         {"predicted_per_token_ms", dn > 0 ? dms / static_cast<double>(dn) : 0.0},
+         {"predicted_per_second", tps(dn, dms)}};
+  json j{{"content", text},        {"stop", true},
+         {"model", m.model},       {"stop_type", llama_stop_type(stop_reason)},
+         {"stopping_word", ""},    {"tokens_predicted", dn},
+         {"tokens_evaluated", pn}, {"tokens_cached", 0},
+         {"truncated", false},     {"timings", t}};
+  if (!m.note.empty()) j["note"] = m.note;
+  return j;
+}
+
+std::string llama_sse_delta(std::string_view text) {
+  return sse(json{{"content", std::string(text)}, {"stop", false}});
+}
+
+std::string llama_sse_final(const ResponseMeta& m, const std::string& stop_reason, const Usage& u) {
+  json j = llama_completion_json(m, "", stop_reason, u);
+  return sse(j);
+}
+
+std::optional<ApiError> parse_tokenize(std::string_view body, const Limits& lim, TokenizeRequest& out) {
+  out = TokenizeRequest{};
+  if (json_elements(body, lim.max_json_elements) > lim.max_json_elements ||
+      json_depth(body, lim.max_json_depth) > lim.max_json_depth)
+    return bad("JSON body too large or too deep");
+  json o = json::parse(body.begin(), body.end(), nullptr, false);
+  if (!o.is_object()) return bad("the body must be a JSON object {\"content\": string}");
+  auto it = o.find("content");
+  if (it == o.end() || !it->is_string()) return bad("'content' must be a string", "content");
+  out.content = it->get<std::string>();
+  if (auto e = get_bool(o, "add_special", out.add_special)) return e;
+  if (auto e = get_bool(o, "with_pieces", out.with_pieces)) return e;
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_detokenize(std::string_view body, const Limits& lim, std::vector<int64_t>& out) {
+  out.clear();
+  if (json_elements(body, lim.max_json_elements) > lim.max_json_elements ||
+      json_depth(body, lim.max_json_depth) > lim.max_json_depth)
+    return bad("JSON body too large or too deep");
+  json o = json::parse(body.begin(), body.end(), nullptr, false);
+  if (!o.is_object()) return bad("the body must be a JSON object {\"tokens\": [ids]}");
+  auto it = o.find("tokens");
+  if (it == o.end() || !it->is_array()) return bad("'tokens' must be an array of token ids", "tokens");
+  for (const auto& v : *it) {
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX))
+      return bad("'tokens' must hold integers", "tokens");
+    out.push_back(v.get<int64_t>());
+  }
+  return std::nullopt;
+}
 
 size_t utf8_complete_prefix(std::string_view s) {
   // Look back at most 3 bytes for a lead byte whose sequence runs past the end.

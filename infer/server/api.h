@@ -27,7 +27,8 @@ class Grammar;
 
 namespace anelab::serve {
 
-enum class Endpoint { kCompletions, kChat };
+// kLlama: llama.cpp's native POST /completion (its field names and answer; unknown fields ignored, as there).
+enum class Endpoint { kCompletions, kChat, kLlama };
 
 // An OpenAI-style error: {"error": {"message", "type", "param", "code"}} with an HTTP status.
 struct ApiError {
@@ -76,7 +77,8 @@ struct CompletionRequest {
   std::optional<uint64_t> seed;  // absent or 0: random
   std::vector<std::string> stop;
   bool stream = false, include_usage = false, echo = false;
-  std::shared_ptr<const grammar::Grammar> grammar;  // structured output: the answer must be a sentence of it
+  std::shared_ptr<const grammar::Grammar> grammar;         // structured output: the answer must be a sentence of it
+  double frequency_penalty = 0.0, presence_penalty = 0.0;  // OpenAI's: minus count * f + (count > 0) * p
 };
 
 // Parses and validates a request body. Returns the error when the body is bad (never throws).
@@ -106,7 +108,24 @@ struct ResponseMeta {
   std::string id, model;
   int64_t created = 0;
   Endpoint endpoint = Endpoint::kCompletions;
+  std::string note;  // "note" in the answer when not empty (a request field adjusted, e.g. max_tokens clamped)
 };
+
+// llama.cpp's /completion answer (non-streamed, and the final stream event when `final`): content, stop,
+// stop_type ("eos" | "limit" | "word"), tokens_predicted, tokens_evaluated, timings {prompt_n, prompt_ms,
+// prompt_per_second, predicted_n, predicted_ms, predicted_per_second, ...}; a stream event is {content, stop:false}.
+nlohmann::json llama_completion_json(const ResponseMeta& m, const std::string& text, const std::string& stop_reason,
+                                     const Usage& u);
+std::string llama_sse_delta(std::string_view text);
+std::string llama_sse_final(const ResponseMeta& m, const std::string& stop_reason, const Usage& u);
+
+// llama.cpp's /tokenize {content, add_special (false), with_pieces (false)} and /detokenize {tokens}.
+struct TokenizeRequest {
+  std::string content;
+  bool add_special = false, with_pieces = false;
+};
+std::optional<ApiError> parse_tokenize(std::string_view body, const Limits& lim, TokenizeRequest& out);
+std::optional<ApiError> parse_detokenize(std::string_view body, const Limits& lim, std::vector<int64_t>& out);
 
 std::string error_json(const ApiError& e);
 // Non-streamed answer: OpenAI fields + the seeds' flat extras (text, prompt_tokens, gen_tokens,

@@ -164,17 +164,23 @@ std::optional<ApiError> ModelPool::prepare(const CompletionRequest& r, GenParams
   }
   const int64_t n = static_cast<int64_t>(out.prompt.size()), ctx = context();
   if (n < 1) return bad_request("the prompt has no tokens", "prompt", "");
-  // Generation fills positions n .. n + max - 1 <= ctx (the last token needs no cache slot).
-  if (n > ctx || (r.max_tokens_set && n + r.max_tokens - 1 > ctx))
+  // Generation fills positions n .. n + max - 1 <= ctx (the last token needs no cache slot). A prompt over the
+  // context is refused; max_tokens past what it leaves is clamped, with a note in the answer (llama.cpp clamps too).
+  if (n > ctx)
     return bad_request("This model's maximum context length is " + std::to_string(ctx) + " tokens; the prompt has " +
-                           std::to_string(n) + " tokens" +
-                           (r.max_tokens_set ? " and max_tokens asks for " + std::to_string(r.max_tokens) : ""),
+                           std::to_string(n) + " tokens",
                        r.endpoint == Endpoint::kChat ? "messages" : "prompt", "context_length_exceeded");
   out.max_new_tokens = std::min<int64_t>(r.max_tokens, ctx - n + 1);
+  if (r.max_tokens_set && out.max_new_tokens < r.max_tokens)
+    out.note = "max_tokens " + std::to_string(r.max_tokens) + " was clamped to " + std::to_string(out.max_new_tokens) +
+               ": the prompt's " + std::to_string(n) + " tokens leave that much of the context of " +
+               std::to_string(ctx);
   out.temperature = static_cast<float>(r.temperature);
   out.top_p = static_cast<float>(r.top_p);
   out.min_p = static_cast<float>(r.min_p);
   out.repeat_penalty = static_cast<float>(r.repeat_penalty);
+  out.frequency_penalty = static_cast<float>(r.frequency_penalty);
+  out.presence_penalty = static_cast<float>(r.presence_penalty);
   out.top_k = static_cast<int32_t>(r.top_k);
   out.seed = (r.seed && *r.seed != 0) ? *r.seed : random_seed();
   out.stop = r.stop;
@@ -193,6 +199,8 @@ GenOutcome ModelPool::run(size_t w, Job& job) {
   o.sampling.top_k = p.top_k;
   o.sampling.min_p = p.min_p;
   o.sampling.repeat_penalty = p.repeat_penalty;
+  o.sampling.frequency_penalty = p.frequency_penalty;
+  o.sampling.presence_penalty = p.presence_penalty;
   o.sampling.seed = p.seed;
   o.stop_strings = p.stop;
   o.stop_tokens = p.stop_tokens;
@@ -227,6 +235,46 @@ GenOutcome ModelPool::run(size_t w, Job& job) {
   }
   out.usage.total_ms = out.usage.queue_ms + ms_since(t0);
   return out;
+}
+
+std::optional<ApiError> Generator::tokenize(const std::string&, bool, std::vector<int32_t>&,
+                                            std::vector<std::string>*) const {
+  return ApiError{501, "this server has no tokenizer", "server_error", "", "not_implemented"};
+}
+
+std::optional<ApiError> Generator::detokenize(const std::vector<int64_t>&, std::string&) const {
+  return ApiError{501, "this server has no tokenizer", "server_error", "", "not_implemented"};
+}
+
+std::optional<ApiError> ModelPool::tokenize(const std::string& text, bool add_special, std::vector<int32_t>& ids,
+                                            std::vector<std::string>* pieces) const {
+  const tok::Tokenizer& tk = *impl_->tk;
+  try {
+    tok::EncodeOptions eo;
+    eo.add_bos = add_special && (tk.vocab().kind == tok::TokenizerKind::kSentencePiece || tk.vocab().add_bos);
+    ids = tk.encode(text, eo);
+  } catch (const std::exception& e) {
+    return bad_request(std::string("cannot tokenize 'content': ") + e.what(), "content", "");
+  }
+  if (pieces) {
+    pieces->clear();
+    for (size_t i = 0; i < ids.size(); ++i) pieces->push_back(tk.decode_token(i ? ids[i - 1] : -2, ids[i]));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ModelPool::detokenize(const std::vector<int64_t>& ids, std::string& text) const {
+  const tok::Tokenizer& tk = *impl_->tk;
+  std::vector<int32_t> v;
+  for (int64_t id : ids) {
+    if (id < 0 || id >= tk.vocab_size())
+      return bad_request(
+          "token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(tk.vocab_size()) + ")",
+          "tokens", "");
+    v.push_back(static_cast<int32_t>(id));
+  }
+  text = tk.decode(v);
+  return std::nullopt;
 }
 
 nlohmann::json ModelPool::info() const {

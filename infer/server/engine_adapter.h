@@ -32,6 +32,12 @@ class Generator {
   // job.cancel is set (stop_reason "cancelled").
   virtual GenOutcome run(size_t w, Job& job) = 0;
   virtual nlohmann::json info() const = 0;  // for /v1/models and /health
+  // llama.cpp's /tokenize and /detokenize: the ids of text (add_special: BOS where the tokenizer adds one),
+  // with each id's piece when pieces is given; the text of ids (ids outside the vocabulary are a 400). A
+  // generator without a tokenizer answers 501.
+  virtual std::optional<ApiError> tokenize(const std::string& text, bool add_special, std::vector<int32_t>& ids,
+                                           std::vector<std::string>* pieces) const;
+  virtual std::optional<ApiError> detokenize(const std::vector<int64_t>& ids, std::string& text) const;
 };
 
 struct ModelOptions {
@@ -52,6 +58,9 @@ class ModelPool final : public Generator {
   std::optional<ApiError> prepare(const CompletionRequest& r, GenParams& out) const override;
   GenOutcome run(size_t w, Job& job) override;
   nlohmann::json info() const override;
+  std::optional<ApiError> tokenize(const std::string& text, bool add_special, std::vector<int32_t>& ids,
+                                   std::vector<std::string>* pieces) const override;
+  std::optional<ApiError> detokenize(const std::vector<int64_t>& ids, std::string& text) const override;
   double load_ms() const { return load_ms_; }
   double warmup_ms() const { return warmup_ms_; }
 

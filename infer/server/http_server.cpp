@@ -91,6 +91,7 @@ bool peer_closed(const HttpRequest& q) { return q.peer_closed && q.peer_closed()
 // closed its side (checked every kPeerCheck, also while the job is queued or in its prefill).
 bool stream_job(const std::shared_ptr<Job>& job, const ResponseMeta& meta, bool include_usage,
                 const std::function<bool(std::string_view)>& write, const std::function<bool()>& gone) {
+  const bool llama = meta.endpoint == Endpoint::kLlama;  // llama.cpp's events: {content, stop}, no [DONE]
   if (meta.endpoint == Endpoint::kChat && !write(sse_role(meta))) return false;
   std::string held;  // bytes of an incomplete UTF-8 character
   auto last_write = Clock::now();
@@ -99,7 +100,8 @@ bool stream_job(const std::shared_ptr<Job>& job, const ResponseMeta& meta, bool 
     if (!done && gone && gone()) return false;
     const size_t k = done ? held.size() : utf8_complete_prefix(held);
     if (k > 0) {
-      if (!write(sse_delta(meta, std::string_view(held).substr(0, k)))) return false;
+      const std::string_view piece = std::string_view(held).substr(0, k);
+      if (!write(llama ? llama_sse_delta(piece) : sse_delta(meta, piece))) return false;
       held.erase(0, k);
       last_write = Clock::now();
     } else if (Clock::now() - last_write > std::chrono::seconds(2)) {
@@ -111,9 +113,11 @@ bool stream_job(const std::shared_ptr<Job>& job, const ResponseMeta& meta, bool 
   if (o.error) {
     if (!write(sse_error(*o.error))) return false;
   } else if (o.stop_reason != "cancelled") {
-    if (!write(sse_final(meta, finish_reason(o.stop_reason), o.usage, include_usage))) return false;
+    if (!write(llama ? llama_sse_final(meta, o.stop_reason, o.usage)
+                     : sse_final(meta, finish_reason(o.stop_reason), o.usage, include_usage)))
+      return false;
   }
-  return write(kSseDone);
+  return llama || write(kSseDone);
 }
 
 }  // namespace
@@ -172,9 +176,20 @@ void HttpServer::route(const HttpRequest& q, HttpResponse& r) {
     }
   }
   const bool get = q.method == "GET" || q.method == "HEAD";
-  if (p == "/v1/completions" || p == "/v1/chat/completions") {
+  if (p == "/v1/completions" || p == "/v1/chat/completions" || p == "/completion") {
     if (q.method != "POST") return not_allowed(q, r, "POST");
-    return handle_generate(p == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChat, q, r);
+    return handle_generate(p == "/v1/completions" ? Endpoint::kCompletions
+                           : p == "/completion"   ? Endpoint::kLlama
+                                                  : Endpoint::kChat,
+                           q, r);
+  }
+  if (p == "/tokenize" || p == "/detokenize") {
+    if (q.method != "POST") return not_allowed(q, r, "POST");
+    return p == "/tokenize" ? handle_tokenize(q, r) : handle_detokenize(q, r);
+  }
+  if (p == "/props" || p == "/slots") {
+    if (!get) return not_allowed(q, r, "GET, HEAD");
+    return p == "/props" ? props(r) : slots(r);
   }
   const bool model_by_id = p.rfind("/v1/models/", 0) == 0 && p.size() > 11;
   if (p != "/v1/models" && p != "/health" && p != "/metrics" && !model_by_id) return send_error(r, not_found(q));
@@ -194,6 +209,76 @@ void HttpServer::route(const HttpRequest& q, HttpResponse& r) {
   } else {
     r.set_content(prometheus_metrics(metrics()), kPrometheusContentType);
   }
+}
+
+void HttpServer::handle_tokenize(const HttpRequest& q, HttpResponse& r) {
+  TokenizeRequest t;
+  if (auto e = parse_tokenize(q.body, opt_.limits, t)) return send_error(r, *e);
+  std::vector<int32_t> ids;
+  std::vector<std::string> pieces;
+  if (auto e = gen_.tokenize(t.content, t.add_special, ids, t.with_pieces ? &pieces : nullptr))
+    return send_error(r, *e);
+  nlohmann::json tokens = nlohmann::json::array();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!t.with_pieces) {
+      tokens.push_back(ids[i]);
+      continue;
+    }
+    // llama.cpp: the piece as a string when it is whole UTF-8, else its bytes.
+    const std::string& pc = pieces[i];
+    nlohmann::json piece;
+    if (utf8_complete_prefix(pc) == pc.size() && nlohmann::json::accept("\"" + pc + "\"")) {
+      piece = pc;
+    } else {
+      piece = nlohmann::json::array();
+      for (unsigned char c : pc) piece.push_back(c);
+    }
+    tokens.push_back({{"id", ids[i]}, {"piece", piece}});
+  }
+  r.set_content(dump(nlohmann::json{{"tokens", tokens}}), kJson);
+}
+
+void HttpServer::handle_detokenize(const HttpRequest& q, HttpResponse& r) {
+  std::vector<int64_t> ids;
+  if (auto e = parse_detokenize(q.body, opt_.limits, ids)) return send_error(r, *e);
+  std::string text;
+  if (auto e = gen_.detokenize(ids, text)) return send_error(r, *e);
+  r.set_content(dump(nlohmann::json{{"content", text}}), kJson);
+}
+
+// llama.cpp's /props: the defaults a request starts from, the slots and the model.
+void HttpServer::props(HttpResponse& r) {
+  const nlohmann::json info = gen_.info();
+  const Limits& l = opt_.limits;
+  nlohmann::json params{{"n_predict", l.default_max_tokens},
+                        {"temperature", 1.0},
+                        {"top_k", 0},
+                        {"top_p", 1.0},
+                        {"min_p", 0.0},
+                        {"repeat_penalty", 1.0},
+                        {"repeat_last_n", 64},
+                        {"frequency_penalty", 0.0},
+                        {"presence_penalty", 0.0},
+                        {"seed", -1},
+                        {"max_tokens_cap", l.max_tokens_cap}};
+  r.set_content(dump(nlohmann::json{{"default_generation_settings", {{"n_ctx", gen_.context()}, {"params", params}}},
+                                    {"total_slots", opt_.parallel},
+                                    {"model_path", info.value("id", "")},
+                                    {"chat_template", info.value("chat_template", nlohmann::json(nullptr))},
+                                    {"modalities", {{"vision", false}, {"audio", false}}},
+                                    {"build_info", "anelab"}}),
+                kJson);
+}
+
+void HttpServer::slots(HttpResponse& r) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& s : sched_->slots())
+    out.push_back({{"id", s.id},
+                   {"n_ctx", gen_.context()},
+                   {"is_processing", s.busy},
+                   {"n_prompt_tokens", s.prompt_tokens},
+                   {"n_predict", s.max_new_tokens}});
+  r.set_content(dump(out), kJson);
 }
 
 void HttpServer::health(HttpResponse& r) {
@@ -264,6 +349,7 @@ void HttpServer::handle_generate(Endpoint ep, const HttpRequest& q, HttpResponse
   if (parsed) return send_error(res, *parsed);
   GenParams gp;
   if (auto e = gen_.prepare(cr, gp)) return send_error(res, *e);
+  const std::string note = gp.note;
   auto job = std::make_shared<Job>(std::move(gp));
   switch (sched_->submit(job)) {
     case Scheduler::Admit::kOk:
@@ -282,6 +368,7 @@ void HttpServer::handle_generate(Endpoint ep, const HttpRequest& q, HttpResponse
   meta.model = gen_.info()["id"].get<std::string>();
   meta.created = static_cast<int64_t>(std::time(nullptr));
   meta.id = random_response_id(ep);
+  meta.note = note;
   if (!cr.stream) {
     // The client is watched while the job waits or runs: one that has closed its side gets no more work (a
     // queued job leaves the queue, a running one stops at its next token) and no answer.
@@ -296,7 +383,9 @@ void HttpServer::handle_generate(Endpoint ep, const HttpRequest& q, HttpResponse
       if (o.error->status == 503) res.set_header("Retry-After", std::to_string(opt_.retry_after_s));
       return send_error(res, *o.error);
     }
-    res.set_content(dump(completion_json(meta, o.text, finish_reason(o.stop_reason), o.usage)), kJson);
+    res.set_content(dump(ep == Endpoint::kLlama ? llama_completion_json(meta, o.text, o.stop_reason, o.usage)
+                                                : completion_json(meta, o.text, finish_reason(o.stop_reason), o.usage)),
+                    kJson);
     return;
   }
   res.content_type = "text/event-stream";

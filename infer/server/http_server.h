@@ -4,7 +4,8 @@
 // Bodies are parsed under a budget of bytes being parsed at once (parse_budget: a parsed document takes several
 // times its text), so a burst of large bodies is parsed a few at a time, not one per HTTP thread.
 // Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /v1/models/{id} (404
-// model_not_found for another id), GET /health, GET /metrics
+// model_not_found for another id), GET /health, GET /metrics; llama.cpp's POST /completion (its fields and
+// answer), POST /tokenize, POST /detokenize, GET /props, GET /slots
 // (Prometheus text: request counters, tokens, and energy per rail when the machine has a power source,
 // framework/core/power.h); another method
 // on those paths -> 405 (+ Allow), any other path -> 404, bodies over max_body -> 413, all as
@@ -72,6 +73,10 @@ class HttpServer {
  private:
   void route(const HttpRequest& q, HttpResponse& r);
   void health(HttpResponse& r);
+  void props(HttpResponse& r);
+  void slots(HttpResponse& r);
+  void handle_tokenize(const HttpRequest& q, HttpResponse& r);
+  void handle_detokenize(const HttpRequest& q, HttpResponse& r);
   void handle_generate(Endpoint ep, const HttpRequest& q, HttpResponse& res);
   MetricsSnapshot metrics();
   Generator& gen_;

@@ -164,4 +164,20 @@ Scheduler::Stats Scheduler::stats() const {
   return s;
 }
 
+std::vector<Scheduler::Slot> Scheduler::slots() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<Slot> out;
+  for (size_t w = 0; w < running_.size(); ++w) {
+    Slot s;
+    s.id = w;
+    if (const auto& j = running_[w]) {
+      s.busy = true;
+      s.prompt_tokens = static_cast<int64_t>(j->params.prompt.size());
+      s.max_new_tokens = j->params.max_new_tokens;
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
 }  // namespace anelab::serve

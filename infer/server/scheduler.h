@@ -39,12 +39,14 @@ struct GenParams {
   std::vector<int32_t> prompt;  // token ids, BOS included where the tokenizer wants it
   int64_t max_new_tokens = 16;
   float temperature = 1.0f, top_p = 1.0f, min_p = 0.0f, repeat_penalty = 1.0f;
+  float frequency_penalty = 0.0f, presence_penalty = 0.0f;
   int32_t top_k = 0;
   uint64_t seed = 1;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_tokens;
   bool echo = false;                                // emit the prompt's pieces first (run.c's output)
   std::shared_ptr<const grammar::Grammar> grammar;  // structured output (CompletionRequest::grammar) or null
+  std::string note;  // said in the answer (ResponseMeta::note): e.g. max_tokens clamped to the context
 };
 
 struct GenOutcome {
@@ -103,6 +105,13 @@ class Scheduler {
     uint64_t admitted = 0, rejected = 0, completed = 0, cancelled = 0, failed = 0;
   };
   Stats stats() const;
+  // Per worker (llama.cpp's /slots): whether it runs a job, and that job's prompt length and token budget.
+  struct Slot {
+    size_t id = 0;
+    bool busy = false;
+    int64_t prompt_tokens = 0, max_new_tokens = 0;
+  };
+  std::vector<Slot> slots() const;
 
  private:
   void worker_loop(size_t w);

@@ -271,7 +271,6 @@ TEST_F(ServeAcceptance, MalformedRequestsGet4xxJson) {
       {"POST", "/v1/completions", "{\"prompt\": \"a\", \"logprobs\": 2}", 400},
       {"POST", "/v1/completions", "{\"prompt\": [1, 99999]}", 400},
       {"POST", "/v1/completions", "{\"prompt\": \"" + std::string(3000, 'a') + " b\"}", 400},  // over the context
-      {"POST", "/v1/completions", "{\"prompt\": \"Once\", \"max_tokens\": 512}", 400},         // prompt + max > ctx
       {"POST", "/v1/completions", "{\"prompt\": \"" + std::string(70000, 'a') + "\"}", 413},
       {"POST", "/v1/chat/completions", "{\"messages\": []}", 400},
       {"POST", "/v1/chat/completions", "{\"messages\": [{\"role\": \"robot\", \"content\": \"x\"}]}", 400},
@@ -325,6 +324,82 @@ TEST_F(ServeAcceptance, JsonSchemaOverHttp) {
   EXPECT_EQ(bs, 400) << bb;
   EXPECT_EQ(json::parse(bb)["error"]["param"], "response_format.json_schema.schema") << bb;
   EXPECT_NE(bb.find("'pattern' is not supported"), std::string::npos) << bb;
+}
+
+// max_tokens past what the prompt leaves of the context is clamped with a note (llama.cpp clamps too), not refused.
+TEST_F(ServeAcceptance, MaxTokensPastTheContextIsClamped) {
+  auto [st, body] = curl("POST", "/v1/completions", R"({"prompt": "Once", "max_tokens": 512, "temperature": 0})");
+  ASSERT_EQ(st, 200) << body;
+  const json r = json::parse(body);
+  EXPECT_NE(r.value("note", "").find("max_tokens 512 was clamped to"), std::string::npos) << body;
+  EXPECT_LE(r["usage"]["prompt_tokens"].get<int>() + r["usage"]["completion_tokens"].get<int>() - 1, 512);
+}
+
+// llama.cpp's native routes: /completion gives the /v1/completions text for the same request (streamed too, as
+// {content, stop} events without [DONE]), /tokenize and /detokenize invert each other, /props and /slots answer.
+TEST_F(ServeAcceptance, LlamaCppRoutes) {
+  const std::string prompt = "Once upon a time";
+  auto [s1, b1] = curl("POST", "/v1/completions",
+                       json{{"prompt", prompt}, {"max_tokens", 24}, {"temperature", 0.8}, {"seed", 9}}.dump());
+  ASSERT_EQ(s1, 200) << b1;
+  const std::string want = json::parse(b1)["choices"][0]["text"];
+  auto [s2, b2] = curl("POST", "/completion",
+                       json{{"prompt", prompt},
+                            {"n_predict", 24},
+                            {"temperature", 0.8},
+                            {"seed", 9},
+                            {"cache_prompt", true},
+                            {"n_probs", 0},
+                            {"some_future_field", 1}}
+                           .dump());
+  ASSERT_EQ(s2, 200) << b2;
+  const json l = json::parse(b2);
+  EXPECT_EQ(l["content"], want);
+  EXPECT_EQ(l["stop"], true);
+  EXPECT_EQ(l["tokens_predicted"], 24);
+  EXPECT_EQ(l["stop_type"], "limit");
+  EXPECT_GT(l["timings"]["predicted_per_second"].get<double>(), 0.0);
+  const json ls =
+      py("POST", "/completion",
+         json{{"prompt", prompt}, {"n_predict", 24}, {"temperature", 0.8}, {"seed", 9}, {"stream", true}}.dump());
+  ASSERT_TRUE(ls.is_object()) << "client failed";
+  std::string streamed;
+  bool final_stop = false;
+  for (const auto& e : ls["events"]) {
+    if (!e.is_object()) continue;
+    streamed += e.value("content", "");
+    final_stop = e.value("stop", false);
+  }
+  EXPECT_EQ(streamed, want);
+  EXPECT_TRUE(final_stop);
+  EXPECT_FALSE(ls.value("done", false)) << "llama.cpp's stream has no [DONE]";
+  auto [bs, bb] = curl("POST", "/completion", json{{"prompt", prompt}, {"mirostat", 2}}.dump());
+  EXPECT_EQ(bs, 400) << bb;
+  EXPECT_EQ(json::parse(bb)["error"]["param"], "mirostat");
+
+  auto [ts, tb] = curl("POST", "/tokenize", json{{"content", prompt}, {"with_pieces", true}}.dump());
+  ASSERT_EQ(ts, 200) << tb;
+  json ids = json::array();
+  std::string joined;
+  const json tj = json::parse(tb);
+  for (const auto& t : tj["tokens"]) {
+    ids.push_back(t["id"]);
+    joined += t["piece"].get<std::string>();
+  }
+  EXPECT_EQ(joined, prompt);
+  auto [ds, db] = curl("POST", "/detokenize", json{{"tokens", ids}}.dump());
+  ASSERT_EQ(ds, 200) << db;
+  EXPECT_EQ(json::parse(db)["content"], prompt);
+  auto [bt, btb] = curl("POST", "/detokenize", R"({"tokens": [1, 99999]})");
+  EXPECT_EQ(bt, 400) << btb;
+  EXPECT_NE(btb.find("99999"), std::string::npos);
+  auto [ps, pb] = curl("GET", "/props", "");
+  ASSERT_EQ(ps, 200) << pb;
+  EXPECT_EQ(json::parse(pb)["total_slots"], 2);
+  EXPECT_EQ(json::parse(pb)["default_generation_settings"]["n_ctx"], 512);
+  auto [ss, sb] = curl("GET", "/slots", "");
+  ASSERT_EQ(ss, 200) << sb;
+  EXPECT_EQ(json::parse(sb).size(), 2u);
 }
 
 TEST_F(ServeAcceptance, DisconnectedStreamIsCancelled) {

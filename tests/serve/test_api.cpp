@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "infer/server/api.h"
+#include "models/sampler.h"
 
 namespace anelab::serve {
 namespace {
@@ -152,7 +153,8 @@ TEST(ServeApi, UnknownAndUnsupportedFields) {
   expect_bad(comp(R"({"prompt": "a", "n": 2})"), "n");
   expect_bad(comp(R"({"prompt": "a", "best_of": 3})"), "best_of");
   expect_bad(comp(R"({"prompt": "a", "logprobs": 5})"), "logprobs");
-  expect_bad(comp(R"({"prompt": "a", "presence_penalty": 1})"), "presence_penalty");
+  expect_bad(comp(R"({"prompt": "a", "presence_penalty": 2.5})"), "presence_penalty");  // OpenAI's range [-2, 2]
+  EXPECT_FALSE(comp(R"({"prompt": "a", "presence_penalty": 1, "frequency_penalty": -0.5})").err);
   expect_bad(comp(R"({"prompt": "a", "logit_bias": {"5": 10}})"), "logit_bias");
   expect_bad(comp(R"({"prompt": "a", "suffix": "tail"})"), "suffix");
   // chat-only fields are unknown on completions and vice versa
@@ -283,3 +285,30 @@ TEST(ServeApi, FinishReason) {
 
 }  // namespace
 }  // namespace anelab::serve
+
+namespace anelab::models {
+namespace {
+// OpenAI's penalties as the server passes them to the sampler: logit -= count * frequency + presence over the
+// window of the last penalty_last_n tokens (llama.cpp's), so a token seen twice drops by 2f + p.
+TEST(SamplerPenalties, FrequencyAndPresenceSubtractPerCount) {
+  SamplerOptions o;
+  o.temperature = 0.0f;
+  o.frequency_penalty = 0.5f;
+  o.presence_penalty = 0.25f;
+  o.penalty_last_n = 3;
+  Sampler s(5, o);
+  std::vector<float> logits = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f};
+  const std::vector<int32_t> history = {4, 2, 2, 1};  // 4 is outside the window of 3
+  EXPECT_EQ(s.sample(logits, history), 0);            // the first unpenalised id (ties go to the lowest)
+  EXPECT_FLOAT_EQ(logits[0], 1.0f);
+  EXPECT_FLOAT_EQ(logits[1], 1.0f - 0.75f);
+  EXPECT_FLOAT_EQ(logits[2], 1.0f - 1.25f);
+  EXPECT_FLOAT_EQ(logits[4], 1.0f);
+  o.frequency_penalty = -1.0f;  // negative: encourages repetition
+  o.presence_penalty = 0.0f;
+  Sampler t(5, o);
+  std::vector<float> l2 = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f};
+  EXPECT_EQ(t.sample(l2, history), 2);
+}
+}  // namespace
+}  // namespace anelab::models
