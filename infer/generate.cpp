@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <optional>
 
@@ -17,6 +18,28 @@ using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 bool is_llama2c(const Engine& e) { return e.model().source_format == "llama2c"; }
+
+// log-softmax of logits at `id`, and the `top` most likely ids (fp64 sums in index order).
+TokenLogprob token_logprob(const float* logits, int32_t vocab, int32_t id, int32_t top) {
+  float mx = logits[0];
+  for (int32_t i = 1; i < vocab; ++i) mx = std::max(mx, logits[i]);
+  double sum = 0;
+  for (int32_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
+  const double lse = mx + std::log(sum);
+  TokenLogprob t;
+  t.id = id;
+  t.logprob = static_cast<float>(logits[id] - lse);
+  if (top > 0) {
+    std::vector<int32_t> idx(static_cast<size_t>(vocab));
+    for (int32_t i = 0; i < vocab; ++i) idx[static_cast<size_t>(i)] = i;
+    const auto k = static_cast<std::ptrdiff_t>(std::min(top, vocab));
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                      [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    for (std::ptrdiff_t i = 0; i < k; ++i)
+      t.top.emplace_back(idx[static_cast<size_t>(i)], static_cast<float>(logits[idx[static_cast<size_t>(i)]] - lse));
+  }
+  return t;
+}
 
 // run.c safe_printf: a piece that is one byte must be printable or whitespace.
 bool safe_piece(const std::string& p) {
@@ -182,6 +205,7 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::v
       fail("infer", "vocabulary mismatch: the model produced token id ", next, " but the tokenizer (", tk->describe(),
            ") has only ", tk->vocab_size(), " tokens: it belongs to another model (pass the model's own --tokenizer)");
     r.new_tokens.push_back(next);
+    if (o.logprobs >= 0) r.logprobs.push_back(token_logprob(lp, vocab, next, o.logprobs));
     history.push_back(next);
     const std::string p = tk ? tk->decode_token(token, next) : std::string();
     token = next;

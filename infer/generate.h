@@ -41,12 +41,22 @@ struct GenerateOptions {
   // Grammar-constrained sampling (models/grammar/token_constraint.h): tokens it does not allow are masked before
   // each draw, and generation stops (stop_reason "grammar") once nothing more can follow. Not owned.
   grammar::GrammarConstraint* constraint = nullptr;
+  // >= 0: record each generated token's log-probability under the model (log-softmax of the engine's logits, before
+  // penalties, temperature, masks) and this many most likely alternatives (GenerateResult::logprobs).
+  int32_t logprobs = -1;
+};
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // (id, logprob), most likely first
 };
 
 struct GenerateResult {
   std::vector<int32_t> prompt_tokens, new_tokens;
-  std::string text;         // everything that was emitted (prompt echo + continuation)
-  std::string stop_reason;  // "length", "eos", "stop_token", "stop_string", "context", "grammar"
+  std::vector<TokenLogprob> logprobs;  // [new_tokens] when GenerateOptions::logprobs >= 0
+  std::string text;                    // everything that was emitted (prompt echo + continuation)
+  std::string stop_reason;             // "length", "eos", "stop_token", "stop_string", "context", "grammar"
   double prefill_ms = 0, decode_ms = 0, ttft_ms = 0;
   PrefillStats prefill;
 };

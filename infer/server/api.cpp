@@ -136,15 +136,11 @@ std::optional<ApiError> check_unsupported(const json& o, Endpoint ep) {
   if (ep == Endpoint::kCompletions) {
     int64_t best_of = 1;
     if (auto e = get_int(o, "best_of", 1, 1, best_of)) return bad("'best_of' must be 1", "best_of");
-    if (auto it = o.find("logprobs"); it != o.end() && !it->is_null()) return unsupported("logprobs");
     if (auto it = o.find("suffix");
         it != o.end() && !it->is_null() && !(it->is_string() && it->get_ref<const std::string&>().empty()))
       return unsupported("suffix");
   } else {
-    bool lp = false;
-    if (auto e = get_bool(o, "logprobs", lp)) return e;
-    if (lp) return unsupported("logprobs");
-    for (const char* f : {"top_logprobs", "tool_choice", "function_call"})
+    for (const char* f : {"tool_choice", "function_call"})
       if (auto it = o.find(f); it != o.end() && !it->is_null() && !(it->is_string() && *it == "none"))
         return unsupported(f);
     for (const char* f : {"tools", "functions"})
@@ -273,6 +269,30 @@ const std::set<std::string, std::less<>>& known_fields(Endpoint ep) {
   return ep == Endpoint::kChat ? chat : comp;
 }
 
+// Completions: logprobs (an integer 0..20: alternatives per token). Chat: logprobs (boolean) and top_logprobs
+// (0..20, needs logprobs). Given in non-streamed answers only.
+std::optional<ApiError> parse_logprobs(const json& o, Endpoint ep, CompletionRequest& r) {
+  if (ep == Endpoint::kChat) {
+    bool on = false;
+    if (auto e = get_bool(o, "logprobs", on)) return e;
+    int64_t top = 0;
+    bool top_set = false;
+    if (auto e = get_int(o, "top_logprobs", 0, 20, top, &top_set)) return e;
+    if (top_set && !on) return bad("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+    if (on) r.logprobs = top;
+  } else {
+    int64_t n = -1;
+    if (auto e = get_int(o, "logprobs", 0, 20, n)) return e;
+    r.logprobs = n;
+  }
+  bool stream = false;
+  (void)get_bool(o, "stream", stream);
+  if (r.logprobs >= 0 && stream)
+    return bad("'logprobs' is given in non-streamed answers only (send stream: false)", "logprobs",
+               "unsupported_parameter");
+  return std::nullopt;
+}
+
 // Structured output: response_format (OpenAI), json_schema or grammar (llama.cpp), at most one; the schema is read
 // from `ordered` (the body parsed keeping key order) so that properties come out in the order they are listed.
 std::optional<ApiError> parse_structured(const json& o, const nlohmann::ordered_json* ordered, CompletionRequest& r) {
@@ -368,6 +388,7 @@ std::optional<ApiError> parse_object(Endpoint ep, const json& o, const Limits& l
   if (auto e = get_param(o, P::kRepeatPenalty, r.repeat_penalty)) return e;
   if (auto e = get_int(o, "top_k", static_cast<int64_t>(P::kTopK.lo), static_cast<int64_t>(P::kTopK.hi), r.top_k))
     return e;
+  if (auto e = parse_logprobs(o, ep, r)) return e;
   if (auto e = get_number(o, "frequency_penalty", -2.0, 2.0, r.frequency_penalty)) return e;
   if (auto e = get_number(o, "presence_penalty", -2.0, 2.0, r.presence_penalty)) return e;
   if (auto e = parse_seed(o, r)) return e;
@@ -526,7 +547,38 @@ json timings_json(const Usage& u) {
               {"decode_tps", dec}};
 }
 
-json completion_json(const ResponseMeta& m, const std::string& text, const std::string& finish, const Usage& u) {
+json logprobs_json(Endpoint ep, const std::vector<TokenLogprobText>& lps) {
+  auto bytes = [](const std::string& p) {
+    json b = json::array();
+    for (unsigned char c : p) b.push_back(c);
+    return b;
+  };
+  if (ep == Endpoint::kChat) {
+    json content = json::array();
+    for (const auto& t : lps) {
+      json top = json::array();
+      for (const auto& [p, lp] : t.top) top.push_back({{"token", p}, {"logprob", lp}, {"bytes", bytes(p)}});
+      content.push_back({{"token", t.piece}, {"logprob", t.logprob}, {"bytes", bytes(t.piece)}, {"top_logprobs", top}});
+    }
+    return json{{"content", content}, {"refusal", nullptr}};
+  }
+  json tokens = json::array(), token_lps = json::array(), tops = json::array(), offsets = json::array();
+  size_t offset = 0;
+  for (const auto& t : lps) {
+    tokens.push_back(t.piece);
+    token_lps.push_back(t.logprob);
+    json top = json::object();
+    for (const auto& [p, lp] : t.top)
+      if (!top.contains(p)) top[p] = lp;  // two ids may print alike: the likelier one is kept
+    tops.push_back(top);
+    offsets.push_back(offset);
+    offset += t.piece.size();
+  }
+  return json{{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+json completion_json(const ResponseMeta& m, const std::string& text, const std::string& finish, const Usage& u,
+                     const json& logprobs) {
   json j = meta_base(m, false);
   json choice{{"index", 0}, {"finish_reason", finish}};
   if (m.endpoint == Endpoint::kChat) {
@@ -534,7 +586,7 @@ json completion_json(const ResponseMeta& m, const std::string& text, const std::
   } else {
     choice["text"] = text;
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = logprobs;
   j["choices"] = json::array({choice});
   j["usage"] = usage_json(u);
   const json t = timings_json(u);

@@ -79,6 +79,7 @@ struct CompletionRequest {
   bool stream = false, include_usage = false, echo = false;
   std::shared_ptr<const grammar::Grammar> grammar;         // structured output: the answer must be a sentence of it
   double frequency_penalty = 0.0, presence_penalty = 0.0;  // OpenAI's: minus count * f + (count > 0) * p
+  int64_t logprobs = -1;  // >= 0: per-token log-probabilities with this many alternatives (non-streamed answers)
 };
 
 // Parses and validates a request body. Returns the error when the body is bad (never throws).
@@ -127,11 +128,21 @@ struct TokenizeRequest {
 std::optional<ApiError> parse_tokenize(std::string_view body, const Limits& lim, TokenizeRequest& out);
 std::optional<ApiError> parse_detokenize(std::string_view body, const Limits& lim, std::vector<int64_t>& out);
 
+// One generated token's log-probability (infer::TokenLogprob with the text of each id).
+struct TokenLogprobText {
+  std::string piece;
+  float logprob = 0.0f;
+  std::vector<std::pair<std::string, float>> top;
+};
+// The choice's "logprobs": completions' {tokens, token_logprobs, top_logprobs: [{piece: logprob}], text_offset}
+// (text_offset counts bytes of the answer), chat's {content: [{token, logprob, bytes, top_logprobs: [...]}]}.
+nlohmann::json logprobs_json(Endpoint ep, const std::vector<TokenLogprobText>& lps);
+
 std::string error_json(const ApiError& e);
 // Non-streamed answer: OpenAI fields + the seeds' flat extras (text, prompt_tokens, gen_tokens,
 // prefill_tps, decode_tps, ttft_ms, total_ms, ...) + timings.
 nlohmann::json completion_json(const ResponseMeta& m, const std::string& text, const std::string& finish_reason,
-                               const Usage& u);
+                               const Usage& u, const nlohmann::json& logprobs = nullptr);
 // One SSE event "data: {...}\n\n": a text delta (finish_reason empty), the role opener (chat), or the
 // final chunk (finish_reason set; carries usage and timings).
 std::string sse_delta(const ResponseMeta& m, std::string_view text);

@@ -186,6 +186,7 @@ std::optional<ApiError> ModelPool::prepare(const CompletionRequest& r, GenParams
   out.stop = r.stop;
   out.echo = r.echo;
   out.grammar = r.grammar;
+  out.logprobs = static_cast<int32_t>(r.logprobs);
   return std::nullopt;
 }
 
@@ -206,6 +207,7 @@ GenOutcome ModelPool::run(size_t w, Job& job) {
   o.stop_tokens = p.stop_tokens;
   o.echo_prompt = p.echo;
   o.final_newline = false;
+  o.logprobs = p.logprobs;
   std::optional<grammar::GrammarConstraint> constraint;
   if (p.grammar) {
     const tok::Tokenizer& tk = *impl_->tk;
@@ -227,6 +229,15 @@ GenOutcome ModelPool::run(size_t w, Job& job) {
     });
     out.stop_reason = r.stop_reason;
     out.usage.completion_tokens = static_cast<int64_t>(r.new_tokens.size());
+    const tok::Tokenizer& tk = *impl_->tk;
+    auto piece = [&](int32_t prev, int32_t id) { return id < tk.vocab_size() ? tk.decode_token(prev, id) : ""; };
+    for (size_t i = 0; i < r.logprobs.size(); ++i) {
+      const infer::TokenLogprob& t = r.logprobs[i];
+      const int32_t prev = i ? r.new_tokens[i - 1] : p.prompt.back();
+      TokenLogprobText x{piece(prev, t.id), t.logprob, {}};
+      for (const auto& [id, lp] : t.top) x.top.emplace_back(piece(prev, id), lp);
+      out.logprobs.push_back(std::move(x));
+    }
     out.usage.prefill_ms = r.prefill_ms;
     out.usage.decode_ms = r.decode_ms;
     out.usage.ttft_ms = r.ttft_ms + out.usage.queue_ms;

@@ -383,9 +383,12 @@ void HttpServer::handle_generate(Endpoint ep, const HttpRequest& q, HttpResponse
       if (o.error->status == 503) res.set_header("Retry-After", std::to_string(opt_.retry_after_s));
       return send_error(res, *o.error);
     }
-    res.set_content(dump(ep == Endpoint::kLlama ? llama_completion_json(meta, o.text, o.stop_reason, o.usage)
-                                                : completion_json(meta, o.text, finish_reason(o.stop_reason), o.usage)),
-                    kJson);
+    res.set_content(
+        dump(ep == Endpoint::kLlama ? llama_completion_json(meta, o.text, o.stop_reason, o.usage)
+                                    : completion_json(meta, o.text, finish_reason(o.stop_reason), o.usage,
+                                                      job->params.logprobs >= 0 ? logprobs_json(ep, o.logprobs)
+                                                                                : nlohmann::json(nullptr))),
+        kJson);
     return;
   }
   res.content_type = "text/event-stream";

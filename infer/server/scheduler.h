@@ -46,14 +46,16 @@ struct GenParams {
   std::vector<int32_t> stop_tokens;
   bool echo = false;                                // emit the prompt's pieces first (run.c's output)
   std::shared_ptr<const grammar::Grammar> grammar;  // structured output (CompletionRequest::grammar) or null
-  std::string note;  // said in the answer (ResponseMeta::note): e.g. max_tokens clamped to the context
+  std::string note;       // said in the answer (ResponseMeta::note): e.g. max_tokens clamped to the context
+  int32_t logprobs = -1;  // CompletionRequest::logprobs
 };
 
 struct GenOutcome {
   std::string text;         // everything emitted
   std::string stop_reason;  // generation's ("eos", "length", ...), or "cancelled"
   Usage usage;
-  std::optional<ApiError> error;  // set when the job failed (status 500 / 503)
+  std::optional<ApiError> error;           // set when the job failed (status 500 / 503)
+  std::vector<TokenLogprobText> logprobs;  // per generated token when GenParams::logprobs >= 0
 };
 
 class Job {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -268,7 +269,7 @@ TEST_F(ServeAcceptance, MalformedRequestsGet4xxJson) {
       {"POST", "/v1/completions", "{\"prompt\": \"a\", \"max_tokens\": 100000}", 400},
       {"POST", "/v1/completions", "{\"prompt\": \"a\", \"whatever\": 1}", 400},
       {"POST", "/v1/completions", "{\"prompt\": \"a\", \"n\": 3}", 400},
-      {"POST", "/v1/completions", "{\"prompt\": \"a\", \"logprobs\": 2}", 400},
+      {"POST", "/v1/completions", "{\"prompt\": \"a\", \"logprobs\": 2, \"stream\": true}", 400},
       {"POST", "/v1/completions", "{\"prompt\": [1, 99999]}", 400},
       {"POST", "/v1/completions", "{\"prompt\": \"" + std::string(3000, 'a') + " b\"}", 400},  // over the context
       {"POST", "/v1/completions", "{\"prompt\": \"" + std::string(70000, 'a') + "\"}", 413},
@@ -324,6 +325,48 @@ TEST_F(ServeAcceptance, JsonSchemaOverHttp) {
   EXPECT_EQ(bs, 400) << bb;
   EXPECT_EQ(json::parse(bb)["error"]["param"], "response_format.json_schema.schema") << bb;
   EXPECT_NE(bb.find("'pattern' is not supported"), std::string::npos) << bb;
+}
+
+// logprobs: at temperature 0 each token is the likeliest of its alternatives, the pieces spell the text, and the
+// values are run.c's log-softmax (runc_260K_greedy64_logits.json) within the server's fp16-weight error: InferRunc
+// bounds a logit's error by 0.1 at fp16, so a log-probability (logit minus log-sum-exp) is within 0.2.
+TEST_F(ServeAcceptance, LogprobsMatchRunc) {
+  ANELAB_REQUIRE_DATA("reference/runc_260K_greedy64_logits.json");
+  auto [st, body] = curl("POST", "/v1/completions",
+                         R"({"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0, "logprobs": 3})");
+  ASSERT_EQ(st, 200) << body;
+  const json r = json::parse(body);
+  const json& lp = r["choices"][0]["logprobs"];
+  ASSERT_TRUE(lp.is_object()) << body;
+  ASSERT_EQ(lp["tokens"].size(), 12u);
+  std::string joined;
+  for (const auto& t : lp["tokens"]) joined += t.get<std::string>();
+  EXPECT_EQ(joined, r["choices"][0]["text"]);
+  std::ifstream f(anelab::test::data_path("reference/runc_260K_greedy64_logits.json"));
+  const json ref = json::parse(f);
+  int compared = 0;
+  for (size_t i = 0; i < 12; ++i) {
+    const double got = lp["token_logprobs"][i].get<double>();
+    EXPECT_LE(got, 0.0);
+    ASSERT_LE(lp["top_logprobs"][i].size(), 3u);
+    double best = -1e9;
+    for (const auto& [piece, v] : lp["top_logprobs"][i].items()) best = std::max(best, v.get<double>());
+    EXPECT_DOUBLE_EQ(best, got) << "greedy: the chosen token is the likeliest";
+    const json* step = nullptr;
+    for (const auto& s : ref["steps"])
+      if (s["pos"] == static_cast<int>(4 + i) && s.contains("logits")) step = &s;
+    if (!step) continue;
+    const auto logits = (*step)["logits"].get<std::vector<double>>();
+    const int next = (*step)["next"];
+    double mx = -1e30, sum = 0;
+    for (double v : logits) mx = std::max(mx, v);
+    for (double v : logits) sum += std::exp(v - mx);
+    EXPECT_NEAR(got, logits[static_cast<size_t>(next)] - mx - std::log(sum), 0.2) << "token " << i;
+    ++compared;
+  }
+  EXPECT_GE(compared, 3);
+  auto [bs, bb] = curl("POST", "/v1/completions", R"({"prompt": "Once", "logprobs": 2, "stream": true})");
+  EXPECT_EQ(bs, 400) << bb;
 }
 
 // max_tokens past what the prompt leaves of the context is clamped with a note (llama.cpp clamps too), not refused.

@@ -152,7 +152,7 @@ TEST(ServeApi, UnknownAndUnsupportedFields) {
   EXPECT_FALSE(comp(R"({"prompt": "a", "best_of": 1, "suffix": null})").err);
   expect_bad(comp(R"({"prompt": "a", "n": 2})"), "n");
   expect_bad(comp(R"({"prompt": "a", "best_of": 3})"), "best_of");
-  expect_bad(comp(R"({"prompt": "a", "logprobs": 5})"), "logprobs");
+  expect_bad(comp(R"({"prompt": "a", "logprobs": 50})"), "logprobs");                   // OpenAI's range 0..20
   expect_bad(comp(R"({"prompt": "a", "presence_penalty": 2.5})"), "presence_penalty");  // OpenAI's range [-2, 2]
   EXPECT_FALSE(comp(R"({"prompt": "a", "presence_penalty": 1, "frequency_penalty": -0.5})").err);
   expect_bad(comp(R"({"prompt": "a", "logit_bias": {"5": 10}})"), "logit_bias");
@@ -185,7 +185,7 @@ TEST(ServeApi, ChatMessages) {
   expect_bad(chat(R"({"messages": [{"role": "user", "content": 5}]})"), "messages[0].content");
   expect_bad(chat(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})"), "messages[0].content");
   expect_bad(chat(R"({"messages": [{"role": "user", "content": "x", "extra": 1}]})"), "messages[0].extra");
-  expect_bad(chat(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})"), "logprobs");
+  expect_bad(chat(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "stream": true})"), "logprobs");
   expect_bad(chat(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})"), "tools");
   expect_bad(chat(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}})"),
              "response_format.type");
@@ -312,3 +312,36 @@ TEST(SamplerPenalties, FrequencyAndPresenceSubtractPerCount) {
 }
 }  // namespace
 }  // namespace anelab::models
+
+namespace anelab::serve {
+namespace {
+TEST(ServeApi, LogprobsFields) {
+  Limits lim;
+  CompletionRequest r;
+  EXPECT_FALSE(parse_request(Endpoint::kCompletions, R"({"prompt": "a", "logprobs": 5})", lim, r));
+  EXPECT_EQ(r.logprobs, 5);
+  EXPECT_FALSE(parse_request(Endpoint::kCompletions, R"({"prompt": "a"})", lim, r));
+  EXPECT_EQ(r.logprobs, -1);
+  EXPECT_FALSE(parse_request(Endpoint::kChat, R"({"messages": [{"role": "user", "content": "q"}], "logprobs": true,
+                                                 "top_logprobs": 4})",
+                             lim, r));
+  EXPECT_EQ(r.logprobs, 4);
+  auto param = [&](Endpoint ep, const std::string& body) {
+    auto e = parse_request(ep, body, lim, r);
+    return e ? e->param : std::string("accepted");
+  };
+  EXPECT_EQ(param(Endpoint::kCompletions, R"({"prompt": "a", "logprobs": 21})"), "logprobs");
+  EXPECT_EQ(param(Endpoint::kCompletions, R"({"prompt": "a", "logprobs": 1, "stream": true})"), "logprobs");
+  EXPECT_EQ(param(Endpoint::kChat, R"({"messages": [{"role": "user", "content": "q"}], "top_logprobs": 2})"),
+            "top_logprobs");
+  // The JSON forms: completions' parallel arrays with byte offsets, chat's content list with bytes.
+  const std::vector<TokenLogprobText> lps = {{"He", -0.5f, {{"He", -0.5f}, {"It", -1.5f}}}, {"llo", -0.25f, {}}};
+  const auto c = logprobs_json(Endpoint::kCompletions, lps);
+  EXPECT_EQ(c["text_offset"], nlohmann::json::parse("[0, 2]"));
+  EXPECT_EQ(c["top_logprobs"][0]["It"], -1.5);
+  const auto h = logprobs_json(Endpoint::kChat, lps);
+  EXPECT_EQ(h["content"][1]["bytes"], nlohmann::json::parse("[108, 108, 111]"));
+  EXPECT_EQ(h["content"][0]["top_logprobs"][1]["token"], "It");
+}
+}  // namespace
+}  // namespace anelab::serve
