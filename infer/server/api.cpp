@@ -1,6 +1,7 @@
 #include "infer/server/api.h"
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -140,12 +141,14 @@ std::optional<ApiError> check_unsupported(const json& o, Endpoint ep) {
         it != o.end() && !it->is_null() && !(it->is_string() && it->get_ref<const std::string&>().empty()))
       return unsupported("suffix");
   } else {
-    for (const char* f : {"tool_choice", "function_call"})
-      if (auto it = o.find(f); it != o.end() && !it->is_null() && !(it->is_string() && *it == "none"))
-        return unsupported(f);
-    for (const char* f : {"tools", "functions"})
-      if (auto it = o.find(f); it != o.end() && !it->is_null() && !(it->is_array() && it->empty()))
-        return unsupported(f);
+    if (auto it = o.find("function_call"); it != o.end() && !it->is_null() && !(it->is_string() && *it == "none"))
+      return unsupported("function_call");
+    if (auto it = o.find("functions"); it != o.end() && !it->is_null() && !(it->is_array() && it->empty()))
+      return unsupported("functions");
+    if (auto it = o.find("tool_choice");
+        it != o.end() && !it->is_null() && !(it->is_string() && (*it == "none" || *it == "auto")))
+      return bad("'tool_choice' must be \"auto\" or \"none\" (a forced call is not supported by this server)",
+                 "tool_choice", "unsupported_parameter");
   }
   if (auto it = o.find("logit_bias"); it != o.end() && !it->is_null()) {
     if (!it->is_object()) return wrong_type("logit_bias", "an object", *it);
@@ -198,8 +201,30 @@ std::optional<ApiError> parse_messages(const json& o, const Limits& lim, Complet
     if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool")
       return bad(p + ".role '" + msg.role + "' is not one of system, user, assistant, tool", p + ".role");
     for (auto f = m.begin(); f != m.end(); ++f)
-      if (f.key() != "role" && f.key() != "content" && f.key() != "name" && f.key() != "tool_call_id")
+      if (f.key() != "role" && f.key() != "content" && f.key() != "name" && f.key() != "tool_call_id" &&
+          f.key() != "tool_calls")
         return bad("unrecognized field " + p + "." + f.key(), p + "." + f.key());
+    if (auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null()) {
+      if (msg.role != "assistant" || !tc->is_array())
+        return bad(p + ".tool_calls must be an array on an assistant message", p + ".tool_calls");
+      for (size_t k = 0; k < tc->size(); ++k) {
+        const json& c = (*tc)[k];
+        const std::string q = p + ".tool_calls[" + std::to_string(k) + "]";
+        const json* fn = c.is_object() && c.contains("function") ? &c["function"] : nullptr;
+        if (!fn || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string())
+          return bad(q + ".function.name must be a string", q + ".function");
+        ToolCallText call{(*fn)["name"].get<std::string>(), "{}"};
+        if (fn->contains("arguments") && !(*fn)["arguments"].is_null()) {
+          const json& a = (*fn)["arguments"];  // OpenAI sends a JSON text; an object is taken as is
+          nlohmann::ordered_json parsed = a.is_string()
+                                              ? nlohmann::ordered_json::parse(a.get<std::string>(), nullptr, false)
+                                              : nlohmann::ordered_json::parse(a.dump());
+          if (parsed.is_discarded()) return bad(q + ".function.arguments is not JSON", q + ".function.arguments");
+          call.arguments = python_json(parsed);
+        }
+        msg.tool_calls.push_back(std::move(call));
+      }
+    }
     auto c = m.find("content");
     if (c == m.end() || c->is_null()) {
       if (msg.role != "assistant") return bad(p + ".content is required", p + ".content");
@@ -352,6 +377,32 @@ std::optional<ApiError> parse_structured(const json& o, const nlohmann::ordered_
   return std::nullopt;
 }
 
+// tools: [{"type": "function", "function": {"name", "description"?, "parameters"?}}], printed as the templates'
+// tojson prints each (from `ordered`, the body in its key order); tool_choice "none" drops them.
+std::optional<ApiError> parse_tools(const json& o, const nlohmann::ordered_json* ordered, CompletionRequest& r) {
+  auto it = o.find("tools");
+  if (it == o.end() || it->is_null()) return std::nullopt;
+  if (!it->is_array()) return wrong_type("tools", "an array", *it);
+  if (o.contains("tool_choice") && o["tool_choice"] == "none") return std::nullopt;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& t = (*it)[i];
+    const std::string p = "tools[" + std::to_string(i) + "]";
+    if (!t.is_object() || t.value("type", json()) != "function" || !t.contains("function") ||
+        !t["function"].is_object())
+      return bad(p + " must be {\"type\": \"function\", \"function\": {...}}", p);
+    const json& f = t["function"];
+    if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty())
+      return bad(p + ".function.name must be a non-empty string", p + ".function.name");
+    for (const char ch : f["name"].get<std::string>())
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '-' && ch != '.')
+        return bad(p + ".function.name may hold letters, digits, '_', '-' and '.' only", p + ".function.name");
+    if (f.contains("parameters") && !f["parameters"].is_object())
+      return wrong_type(p + ".function.parameters", "an object (a JSON schema)", f["parameters"]);
+    r.tools.push_back(python_json(ordered->at("tools").at(i)));
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> parse_object(Endpoint ep, const json& o, const Limits& lim, CompletionRequest& r,
                                      const nlohmann::ordered_json* ordered) {
   for (auto it = o.begin(); it != o.end(); ++it)
@@ -371,6 +422,7 @@ std::optional<ApiError> parse_object(Endpoint ep, const json& o, const Limits& l
   } else {
     if (auto e = parse_messages(o, lim, r)) return e;
     if (auto e = parse_thinking(o, r)) return e;
+    if (auto e = parse_tools(o, ordered, r)) return e;
   }
   r.max_tokens = lim.default_max_tokens;
   const char* mt =
@@ -515,7 +567,7 @@ std::optional<ApiError> parse_request(Endpoint ep, std::string_view body, const 
     }
     // A schema keeps its key order (properties are generated in the order they are listed): parse it again.
     std::optional<nlohmann::ordered_json> ordered;
-    if (o.contains("json_schema") || o.contains("response_format"))
+    if (o.contains("json_schema") || o.contains("response_format") || o.contains("tools"))
       ordered = nlohmann::ordered_json::parse(body.begin(), body.end());
     return parse_object(ep, o, lim, out, ordered ? &*ordered : nullptr);
   } catch (const std::exception& e) {  // e.g. invalid UTF-8 inside a string we copy out
@@ -545,6 +597,80 @@ json timings_json(const Usage& u) {
               {"decode_ms", u.decode_ms}, {"ttft_ms", u.ttft_ms},
               {"total_ms", u.total_ms},   {"prefill_tps", tps(u.prompt_tokens, u.prefill_ms)},
               {"decode_tps", dec}};
+}
+
+std::string python_json(const nlohmann::ordered_json& j) {
+  if (j.is_object()) {
+    std::string out = "{";
+    bool first = true;
+    for (const auto& [k, v] : j.items()) {
+      out += (first ? "" : ", ") + nlohmann::ordered_json(k).dump(-1, ' ', false, json::error_handler_t::replace) +
+             ": " + python_json(v);
+      first = false;
+    }
+    return out + "}";
+  }
+  if (j.is_array()) {
+    std::string out = "[";
+    for (size_t i = 0; i < j.size(); ++i) out += (i ? ", " : "") + python_json(j[i]);
+    return out + "]";
+  }
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+namespace {
+constexpr std::string_view kCallOpen = "<tool_call>", kCallClose = "</tool_call>";
+
+std::string trim_space(std::string_view s) {
+  const size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string_view::npos) return "";
+  const size_t e = s.find_last_not_of(" \t\r\n");
+  return std::string(s.substr(b, e - b + 1));
+}
+}  // namespace
+
+ParsedToolCalls parse_tool_calls(const std::string& text) {
+  ParsedToolCalls out;
+  std::string rest;
+  size_t at = 0;
+  for (;;) {
+    const size_t open = text.find(kCallOpen, at);
+    if (open == std::string::npos) break;
+    const size_t close = text.find(kCallClose, open);
+    if (close == std::string::npos) break;
+    const std::string body = text.substr(open + kCallOpen.size(), close - open - kCallOpen.size());
+    const json j = json::parse(body, nullptr, false);
+    if (j.is_object() && j.contains("name") && j["name"].is_string() &&
+        (!j.contains("arguments") || j["arguments"].is_object())) {
+      rest += text.substr(at, open - at);
+      out.calls.push_back({j["name"].get<std::string>(), j.contains("arguments") ? dump(j["arguments"]) : "{}"});
+    } else {
+      rest += text.substr(at, close + kCallClose.size() - at);  // not a call: kept as text
+    }
+    at = close + kCallClose.size();
+  }
+  rest += text.substr(at);
+  out.content = out.calls.empty() ? text : trim_space(rest);
+  return out;
+}
+
+size_t tool_call_holdback(std::string_view text) {
+  if (const size_t open = text.find(kCallOpen); open != std::string_view::npos) return open;
+  for (size_t k = std::min(text.size(), kCallOpen.size() - 1); k > 0; --k)  // a tail that may start "<tool_call>"
+    if (kCallOpen.substr(0, k) == text.substr(text.size() - k)) return text.size() - k;
+  return text.size();
+}
+
+std::string sse_tool_calls(const ResponseMeta& m, const std::vector<ToolCallText>& calls) {
+  json j = meta_base(m, true);
+  json tc = json::array();
+  for (size_t i = 0; i < calls.size(); ++i)
+    tc.push_back({{"index", i},
+                  {"id", m.id + "-call-" + std::to_string(i)},
+                  {"type", "function"},
+                  {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}});
+  j["choices"] = json::array({json{{"index", 0}, {"delta", {{"tool_calls", tc}}}, {"finish_reason", nullptr}}});
+  return sse(j);
 }
 
 json logprobs_json(Endpoint ep, const std::vector<TokenLogprobText>& lps) {
@@ -581,7 +707,20 @@ json completion_json(const ResponseMeta& m, const std::string& text, const std::
                      const json& logprobs) {
   json j = meta_base(m, false);
   json choice{{"index", 0}, {"finish_reason", finish}};
-  if (m.endpoint == Endpoint::kChat) {
+  if (m.endpoint == Endpoint::kChat && m.tools) {
+    const ParsedToolCalls p = parse_tool_calls(text);
+    choice["message"] = json{{"role", "assistant"}, {"content", text}};
+    if (!p.calls.empty()) {
+      json tc = json::array();
+      for (size_t i = 0; i < p.calls.size(); ++i)
+        tc.push_back({{"id", m.id + "-call-" + std::to_string(i)},
+                      {"type", "function"},
+                      {"function", {{"name", p.calls[i].name}, {"arguments", p.calls[i].arguments}}}});
+      choice["message"] = json{
+          {"role", "assistant"}, {"content", p.content.empty() ? json(nullptr) : json(p.content)}, {"tool_calls", tc}};
+      choice["finish_reason"] = "tool_calls";
+    }
+  } else if (m.endpoint == Endpoint::kChat) {
     choice["message"] = json{{"role", "assistant"}, {"content", text}};
   } else {
     choice["text"] = text;

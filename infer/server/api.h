@@ -57,8 +57,15 @@ inline constexpr int64_t kDefaultMaxTokensCap = 512;
 // The cap in effect: `flag` (0: the whole context) clamped to the context.
 int64_t effective_max_tokens_cap(int64_t flag, int64_t context);
 
+// A tool call: the function's name and its arguments as JSON text (in a request: re-printed the way the
+// templates' tojson prints it; in an answer: compact, as OpenAI sends it).
+struct ToolCallText {
+  std::string name, arguments;
+};
+
 struct Message {
   std::string role, content;
+  std::vector<ToolCallText> tool_calls;  // assistant messages that called tools
 };
 
 struct CompletionRequest {
@@ -80,7 +87,23 @@ struct CompletionRequest {
   std::shared_ptr<const grammar::Grammar> grammar;         // structured output: the answer must be a sentence of it
   double frequency_penalty = 0.0, presence_penalty = 0.0;  // OpenAI's: minus count * f + (count > 0) * p
   int64_t logprobs = -1;  // >= 0: per-token log-probabilities with this many alternatives (non-streamed answers)
+  // Chat tools (tool_choice "auto"; "none" clears them): each definition as the templates' tojson prints it.
+  std::vector<std::string> tools;
 };
+
+// Python's json.dumps(ensure_ascii=False) form, the chat templates' `tojson`: ", " and ": " separators, keys in
+// the order given.
+std::string python_json(const nlohmann::ordered_json& j);
+
+// An answer of a model given tools, split into its text and its <tool_call>{"name": N, "arguments": {...}}
+// </tool_call> blocks (the Qwen templates' form). A block that is not such JSON stays in the text.
+struct ParsedToolCalls {
+  std::string content;  // the text outside the blocks, trimmed
+  std::vector<ToolCallText> calls;
+};
+ParsedToolCalls parse_tool_calls(const std::string& text);
+// Where a streamed answer's text must be held back: the first "<tool_call>", or a tail that may begin one.
+size_t tool_call_holdback(std::string_view text);
 
 // Parses and validates a request body. Returns the error when the body is bad (never throws).
 std::optional<ApiError> parse_request(Endpoint ep, std::string_view body, const Limits& lim, CompletionRequest& out);
@@ -109,7 +132,8 @@ struct ResponseMeta {
   std::string id, model;
   int64_t created = 0;
   Endpoint endpoint = Endpoint::kCompletions;
-  std::string note;  // "note" in the answer when not empty (a request field adjusted, e.g. max_tokens clamped)
+  bool tools = false;  // chat with tools: <tool_call> blocks become tool_calls (finish_reason "tool_calls")
+  std::string note;    // "note" in the answer when not empty (a request field adjusted, e.g. max_tokens clamped)
 };
 
 // llama.cpp's /completion answer (non-streamed, and the final stream event when `final`): content, stop,
@@ -149,6 +173,8 @@ std::string sse_delta(const ResponseMeta& m, std::string_view text);
 std::string sse_role(const ResponseMeta& m);
 std::string sse_final(const ResponseMeta& m, const std::string& finish_reason, const Usage& u, bool usage_chunk);
 std::string sse_error(const ApiError& e);
+// A chat stream's chunk with the answer's tool calls (delta.tool_calls with index, id, type, function).
+std::string sse_tool_calls(const ResponseMeta& m, const std::vector<ToolCallText>& calls);
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 
 nlohmann::json usage_json(const Usage& u);

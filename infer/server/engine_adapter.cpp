@@ -90,10 +90,11 @@ struct ModelPool::Impl {
     return ids;
   }
 
-  std::vector<int32_t> encode_chat(const std::vector<tok::ChatMessage>& msgs, bool enable_thinking) const {
+  std::vector<int32_t> encode_chat(const std::vector<tok::ChatMessage>& msgs, bool enable_thinking,
+                                   const std::vector<std::string>& tools) const {
     tok::EncodeOptions eo;
     eo.allow_special = true;  // as infer::Chat
-    return tk->encode(tok::apply_chat_template(chat, msgs, true, enable_thinking), eo);
+    return tk->encode(tok::apply_chat_template(chat, msgs, true, enable_thinking, tools), eo);
   }
 };
 
@@ -140,12 +141,16 @@ std::optional<ApiError> ModelPool::prepare(const CompletionRequest& r, GenParams
                            r.endpoint == Endpoint::kChat ? "messages" : "system", "no_chat_template");
       std::vector<tok::ChatMessage> msgs;
       if (r.endpoint == Endpoint::kChat) {
-        for (const auto& x : r.messages) msgs.push_back({x.role, x.content});
+        for (const auto& x : r.messages) {
+          tok::ChatMessage cm{x.role, x.content, {}};
+          for (const auto& c : x.tool_calls) cm.tool_calls.push_back({c.name, c.arguments});
+          msgs.push_back(std::move(cm));
+        }
       } else {
         if (r.prompt_is_ids) return bad_request("'system' needs a text prompt", "system", "");
         msgs = {{"system", *r.system}, {"user", r.prompt}};
       }
-      out.prompt = m.encode_chat(msgs, r.enable_thinking);
+      out.prompt = m.encode_chat(msgs, r.enable_thinking, r.tools);
       out.stop_tokens.insert(out.stop_tokens.end(), m.chat_stops.begin(), m.chat_stops.end());
     } else if (r.prompt_is_ids) {
       for (int64_t id : r.prompt_ids) {

@@ -93,12 +93,30 @@ bool stream_job(const std::shared_ptr<Job>& job, const ResponseMeta& meta, bool 
                 const std::function<bool(std::string_view)>& write, const std::function<bool()>& gone) {
   const bool llama = meta.endpoint == Endpoint::kLlama;  // llama.cpp's events: {content, stop}, no [DONE]
   if (meta.endpoint == Endpoint::kChat && !write(sse_role(meta))) return false;
-  std::string held;  // bytes of an incomplete UTF-8 character
+  std::string held;  // bytes not yet sent: an incomplete UTF-8 character, or (with tools) a possible tool call
   auto last_write = Clock::now();
   for (bool done = false; !done;) {
     held += job->next(kPeerCheck, done);
     if (!done && gone && gone()) return false;
-    const size_t k = done ? held.size() : utf8_complete_prefix(held);
+    size_t k = done ? held.size() : utf8_complete_prefix(held);
+    if (meta.tools) {  // text from the first "<tool_call>" on waits for the end, where it is parsed
+      k = std::min(k, tool_call_holdback(held));
+      if (done) {
+        const ParsedToolCalls p = parse_tool_calls(held);
+        if (!p.calls.empty()) {
+          const std::string before = held.substr(0, held.find("<tool_call>"));
+          if (!before.empty() && !write(sse_delta(meta, before))) return false;
+          if (!write(sse_tool_calls(meta, p.calls))) return false;
+          held.clear();
+          const GenOutcome& o = job->wait();
+          if (!o.error && o.stop_reason != "cancelled" && !write(sse_final(meta, "tool_calls", o.usage, include_usage)))
+            return false;
+          if (o.error && !write(sse_error(*o.error))) return false;
+          return write(kSseDone);
+        }
+        k = held.size();
+      }
+    }
     if (k > 0) {
       const std::string_view piece = std::string_view(held).substr(0, k);
       if (!write(llama ? llama_sse_delta(piece) : sse_delta(meta, piece))) return false;
@@ -369,6 +387,7 @@ void HttpServer::handle_generate(Endpoint ep, const HttpRequest& q, HttpResponse
   meta.created = static_cast<int64_t>(std::time(nullptr));
   meta.id = random_response_id(ep);
   meta.note = note;
+  meta.tools = ep == Endpoint::kChat && !cr.tools.empty();
   if (!cr.stream) {
     // The client is watched while the job waits or runs: one that has closed its side gets no more work (a
     // queued job leaves the queue, a running one stops at its next token) and no answer.

@@ -25,6 +25,24 @@ void chatml_tool(const std::vector<ChatMessage>& m, size_t i, std::string& out) 
   if (i + 1 == m.size() || m[i + 1].role != "tool") out += "<|im_end|>\n";
 }
 
+const char* kToolsHead =
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function "
+    "signatures within <tools></tools> XML tags:\n<tools>";
+const char* kToolsTail =
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+    "<args-json-object>}\n</tool_call><|im_end|>\n";
+
+std::string tools_block(const std::vector<std::string>& tools) {
+  std::string out = kToolsHead;
+  for (const auto& t : tools) out += "\n" + t;
+  return out + kToolsTail;
+}
+
+std::string tool_call_text(const ToolCall& c) {
+  return "<tool_call>\n{\"name\": \"" + c.name + "\", \"arguments\": " + c.arguments + "}\n</tool_call>";
+}
+
 // Qwen3: the index of the last user message that is not a wrapped tool response (else the last index).
 size_t qwen3_last_query(const std::vector<ChatMessage>& m) {
   for (size_t k = m.size(); k-- > 0;) {
@@ -50,12 +68,21 @@ std::string qwen3_assistant(const std::vector<ChatMessage>& m, size_t i, size_t 
     out += "<think>\n" + strip(reasoning, "\n") + "\n</think>\n\n" + strip(content, "\n", true, false);
   else
     out += content;
+  for (size_t k = 0; k < m[i].tool_calls.size(); ++k) {
+    if (k > 0 || !content.empty()) out += "\n";
+    out += tool_call_text(m[i].tool_calls[k]);
+  }
   return out + "<|im_end|>\n";
 }
 
-std::string qwen3(const std::vector<ChatMessage>& m, bool add_generation_prompt, bool enable_thinking) {
+std::string qwen3(const std::vector<ChatMessage>& m, bool add_generation_prompt, bool enable_thinking,
+                  const std::vector<std::string>& tools) {
   std::string out;
-  if (!m.empty() && m[0].role == "system") out += "<|im_start|>system\n" + m[0].content + "<|im_end|>\n";
+  if (!tools.empty())
+    out += "<|im_start|>system\n" + (!m.empty() && m[0].role == "system" ? m[0].content + "\n\n" : "") +
+           tools_block(tools);
+  else if (!m.empty() && m[0].role == "system")
+    out += "<|im_start|>system\n" + m[0].content + "<|im_end|>\n";
   const size_t last_query = qwen3_last_query(m);
   for (size_t i = 0; i < m.size(); ++i) {
     const std::string& role = m[i].role;
@@ -132,13 +159,19 @@ const char* chat_template_name(ChatTemplate t) {
   return "none";
 }
 
-std::string apply_qwen25_chat_template(const std::vector<ChatMessage>& m, bool add_generation_prompt) {
+std::string apply_qwen25_chat_template(const std::vector<ChatMessage>& m, bool add_generation_prompt,
+                                       const std::vector<std::string>& tools) {
   std::string out = "<|im_start|>system\n";
   out += !m.empty() && m[0].role == "system" ? m[0].content : std::string(kQwen25DefaultSystem);
-  out += "<|im_end|>\n";
+  out += tools.empty() ? std::string("<|im_end|>\n") : "\n\n" + tools_block(tools);
   for (size_t i = 0; i < m.size(); ++i) {
     const std::string& role = m[i].role;
-    if (role == "user" || (role == "system" && i > 0) || role == "assistant") {
+    if (role == "assistant" && !m[i].tool_calls.empty()) {
+      out += "<|im_start|>assistant";
+      if (!m[i].content.empty()) out += "\n" + m[i].content;
+      for (const auto& c : m[i].tool_calls) out += "\n" + tool_call_text(c);
+      out += "<|im_end|>\n";
+    } else if (role == "user" || (role == "system" && i > 0) || role == "assistant") {
       out += "<|im_start|>" + role + "\n" + m[i].content + "<|im_end|>\n";
     } else if (role == "tool") {
       chatml_tool(m, i, out);
@@ -151,12 +184,16 @@ std::string apply_qwen25_chat_template(const std::vector<ChatMessage>& m, bool a
 }
 
 std::string apply_chat_template(ChatTemplate t, const std::vector<ChatMessage>& m, bool add_generation_prompt,
-                                bool enable_thinking) {
+                                bool enable_thinking, const std::vector<std::string>& tools) {
+  bool calls = false;
+  for (const auto& x : m) calls = calls || !x.tool_calls.empty();
+  if ((!tools.empty() || calls) && t != ChatTemplate::kQwen25 && t != ChatTemplate::kQwen3)
+    fail("chat", "the ", chat_template_name(t), " template has no tool calling (tools work with qwen2.5 and qwen3)");
   switch (t) {
     case ChatTemplate::kQwen25:
-      return apply_qwen25_chat_template(m, add_generation_prompt);
+      return apply_qwen25_chat_template(m, add_generation_prompt, tools);
     case ChatTemplate::kQwen3:
-      return qwen3(m, add_generation_prompt, enable_thinking);
+      return qwen3(m, add_generation_prompt, enable_thinking, tools);
     case ChatTemplate::kLlama3:
       return llama3(m, add_generation_prompt);
     case ChatTemplate::kGemma3:

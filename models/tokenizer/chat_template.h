@@ -25,8 +25,12 @@
 //   <start_of_turn>{role}\n{content, trimmed}<end_of_turn>\n; a first system message becomes "{system}\n\n"
 //   at the start of the first user turn; <start_of_turn>model\n when add_generation_prompt.
 // An empty conversation yields the template's preamble only. Unknown roles throw (the Jinja silently drops
-// them); Gemma 3 throws as its Jinja does when the roles do not alternate. Tool definitions and assistant
-// tool_calls are not supported.
+// them); Gemma 3 throws as its Jinja does when the roles do not alternate.
+// Tools (Qwen2.5 and Qwen3 only): the system turn gains "# Tools" with one `tojson` line per tool inside
+// <tools></tools> and the <tool_call> instructions (Qwen2.5: after the system message or its default; Qwen3: after
+// "{system}\n\n" when there is one); an assistant message's tool_calls follow its content as
+// "\n<tool_call>\n{"name": "N", "arguments": A}\n</tool_call>" (Qwen3: the first without "\n" when the content is
+// empty). The model answers a call in the same form (parsed by the server, infer/server/api.h).
 //
 // Which template a model gets (chat_template_for): a template only when the model has one. "auto" means the
 // model's own, decided by the control tokens its vocabulary defines: <|start_header_id|>/<|end_header_id|>/
@@ -40,9 +44,16 @@
 
 namespace anelab::tok {
 
+// An assistant message's call of a tool: the function's name and its arguments as JSON text (Python json.dumps
+// form, as the templates' tojson prints it).
+struct ToolCall {
+  std::string name, arguments;
+};
+
 struct ChatMessage {
   std::string role;  // "system" | "user" | "assistant" | "tool"
   std::string content;
+  std::vector<ToolCall> tool_calls;  // assistant messages only
 };
 
 inline constexpr const char* kQwen25DefaultSystem =
@@ -51,9 +62,12 @@ inline constexpr const char* kQwen25DefaultSystem =
 enum class ChatTemplate { kNone, kQwen25, kQwen3, kLlama3, kGemma3 };
 const char* chat_template_name(ChatTemplate t);  // "none", "qwen2.5", "qwen3", "llama3", "gemma3"
 
+// tools: the tool definitions, each as its templates' `tool | tojson` text (non-empty: the Qwen templates' "# Tools"
+// system block; the other templates throw "[chat] the TEMPLATE template has no tool calling").
 std::string apply_chat_template(ChatTemplate t, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                                bool enable_thinking = true);
-std::string apply_qwen25_chat_template(const std::vector<ChatMessage>& messages, bool add_generation_prompt);
+                                bool enable_thinking = true, const std::vector<std::string>& tools = {});
+std::string apply_qwen25_chat_template(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                       const std::vector<std::string>& tools = {});
 
 class Tokenizer;
 // The template for a model with tokenizer `tk`, given --chat-template `requested` (auto | qwen2.5 | chatml |

@@ -31,6 +31,7 @@ class FakeGen final : public Generator {
   std::atomic<int> cancelled{0}, started{0};
   std::atomic<bool> hold{false};  // runs block until released
   std::chrono::milliseconds period{2ms};
+  std::string script;  // non-empty: the answer's text, one byte per token (else "x" per token)
   int64_t context() const override { return 64; }
   std::optional<ApiError> prepare(const CompletionRequest& r, GenParams& out) const override {
     out.prompt = {1, 2, 3};
@@ -42,18 +43,20 @@ class FakeGen final : public Generator {
     while (hold.load() && !job.cancel.load()) std::this_thread::sleep_for(1ms);
     GenOutcome o;
     o.usage.prompt_tokens = 3;
-    for (int64_t i = 0; i < job.params.max_new_tokens; ++i) {
+    const int64_t n = script.empty() ? job.params.max_new_tokens : static_cast<int64_t>(script.size());
+    for (int64_t i = 0; i < n; ++i) {
       if (job.cancel.load()) {
         ++cancelled;
         o.stop_reason = "cancelled";
         return o;
       }
-      job.push_text("x");
-      o.text += "x";
+      const std::string t = script.empty() ? "x" : script.substr(static_cast<size_t>(i), 1);
+      job.push_text(t);
+      o.text += t;
       ++o.usage.completion_tokens;
       std::this_thread::sleep_for(period);
     }
-    o.stop_reason = "length";
+    o.stop_reason = script.empty() ? "length" : "eos";
     return o;
   }
   json info() const override { return json{{"id", "fake"}, {"object", "model"}}; }

@@ -186,7 +186,9 @@ TEST(ServeApi, ChatMessages) {
   expect_bad(chat(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})"), "messages[0].content");
   expect_bad(chat(R"({"messages": [{"role": "user", "content": "x", "extra": 1}]})"), "messages[0].extra");
   expect_bad(chat(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "stream": true})"), "logprobs");
-  expect_bad(chat(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})"), "tools");
+  expect_bad(chat(R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})"), "tools[0]");
+  expect_bad(chat(R"({"messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": "required"})"),
+             "tool_choice");
   expect_bad(chat(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}})"),
              "response_format.type");
 }
@@ -342,6 +344,50 @@ TEST(ServeApi, LogprobsFields) {
   const auto h = logprobs_json(Endpoint::kChat, lps);
   EXPECT_EQ(h["content"][1]["bytes"], nlohmann::json::parse("[108, 108, 111]"));
   EXPECT_EQ(h["content"][0]["top_logprobs"][1]["token"], "It");
+}
+}  // namespace
+}  // namespace anelab::serve
+
+namespace anelab::serve {
+namespace {
+// Tools: definitions printed as the templates' tojson prints them (Python's separators, the request's key order),
+// an assistant's earlier calls re-printed the same way, and the answer's <tool_call> blocks parsed out.
+TEST(ServeTools, DefinitionsAndCallsAreParsed) {
+  Limits lim;
+  CompletionRequest r;
+  ASSERT_FALSE(parse_request(Endpoint::kChat, R"({"messages": [{"role": "user", "content": "weather?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\",\"days\":2}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "sunny"}],
+    "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather é",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]})",
+                             lim, r));
+  ASSERT_EQ(r.tools.size(), 1u);
+  EXPECT_EQ(r.tools[0],
+            R"({"type": "function", "function": {"name": "get_weather", "description": "Weather é", "parameters": )"
+            R"({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}})");
+  ASSERT_EQ(r.messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(r.messages[1].tool_calls[0].arguments, R"({"city": "Paris", "days": 2})");
+  CompletionRequest none;
+  ASSERT_FALSE(parse_request(Endpoint::kChat, R"({"messages": [{"role": "user", "content": "q"}], "tool_choice": "none",
+      "tools": [{"type": "function", "function": {"name": "f"}}]})",
+                             lim, none));
+  EXPECT_TRUE(none.tools.empty());
+
+  const ParsedToolCalls p = parse_tool_calls(
+      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+      "<tool_call>\n{\"name\": \"now\"}\n</tool_call>");
+  ASSERT_EQ(p.calls.size(), 2u);
+  EXPECT_EQ(p.calls[0].name, "get_weather");
+  EXPECT_EQ(p.calls[0].arguments, R"({"city":"Paris"})");
+  EXPECT_EQ(p.calls[1].arguments, "{}");
+  EXPECT_EQ(p.content, "Let me check.");
+  const ParsedToolCalls bad = parse_tool_calls("<tool_call>not json</tool_call>");
+  EXPECT_TRUE(bad.calls.empty());
+  EXPECT_EQ(bad.content, "<tool_call>not json</tool_call>");
+  EXPECT_EQ(tool_call_holdback("abc <tool"), 4u);
+  EXPECT_EQ(tool_call_holdback("abc <tool_call>{"), 4u);
+  EXPECT_EQ(tool_call_holdback("abc <b>"), 7u);
 }
 }  // namespace
 }  // namespace anelab::serve

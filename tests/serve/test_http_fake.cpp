@@ -81,6 +81,37 @@ TEST(ServeHttpFake, ClientDisconnectCancelsStream) {
   EXPECT_EQ(r.srv->scheduler().stats().cancelled, 1u);
 }
 
+// A chat with tools whose answer is a <tool_call> block: tool_calls with finish_reason "tool_calls", non-streamed and
+// streamed (the text before the block as content deltas, the block never as text).
+TEST(ServeHttpFake, ToolCallAnswersBecomeToolCalls) {
+  ServerOptions o;
+  Running r(o);
+  r.gen.period = 0ms;
+  r.gen.script = "On it.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  const std::string body = R"({"messages": [{"role": "user", "content": "weather?"}],
+      "tools": [{"type": "function", "function": {"name": "get_weather"}}])";
+  auto ans = roundtrip(r.port, request("POST", "/v1/chat/completions", body + "}"));
+  ASSERT_EQ(status_of(ans), 200) << ans;
+  const json j = body_json(ans);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "On it.");
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], R"({"city":"Paris"})");
+  auto st = roundtrip(r.port, request("POST", "/v1/chat/completions", body + R"(, "stream": true})"));
+  EXPECT_EQ(st.find("tool_call>"), std::string::npos) << st;
+  EXPECT_NE(st.find(R"("tool_calls":[{"function":{"arguments":"{\"city\":\"Paris\"}","name":"get_weather"})"),
+            std::string::npos)
+      << st;
+  EXPECT_NE(st.find(R"("finish_reason":"tool_calls")"), std::string::npos);
+  EXPECT_NE(st.find("data: [DONE]"), std::string::npos);
+  std::string content;  // the streamed content deltas
+  for (size_t at = 0; (at = st.find(R"("delta":{"content":")", at)) != std::string::npos;) {
+    at += 20;
+    content += st.substr(at, st.find('"', at) - at);
+  }
+  EXPECT_EQ(content, "On it.\\n");
+}
+
 TEST(ServeHttpFake, StreamEndsWithDoneAndStopWaitsForIt) {
   ServerOptions o;
   o.shutdown_grace = 5000ms;

@@ -465,6 +465,41 @@ TEST(ChatTemplate, Qwen3ThinkingOffAddsAnEmptyThinkBlock) {
             std::string::npos);
 }
 
+// Tools, by hand from the Qwen2.5 Jinja (../shared/data/qwen/qwen2.5_chat_template.jinja) and Qwen3's
+// tokenizer_config.json: the "# Tools" system block, an assistant's tool_calls, the tool's answer.
+TEST(ChatTemplate, QwenToolsMatchJinjaByHand) {
+  const std::string tool = R"({"type": "function", "function": {"name": "get_weather"}})";
+  const std::vector<ChatMessage> m = {{"system", "S", {}},
+                                      {"user", "U", {}},
+                                      {"assistant", "", {{"get_weather", R"({"city": "Paris"})"}}},
+                                      {"tool", "sunny", {}}};
+  const std::string tools_block =
+      "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function "
+      "signatures within <tools></tools> XML tags:\n<tools>\n" +
+      tool +
+      "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+      "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+      "<args-json-object>}\n</tool_call><|im_end|>\n";
+  const std::string call =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  const std::string tail = "<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant";
+  const std::string after =
+      "<|im_end|>\n<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>\n"
+      "<|im_start|>assistant\n";
+  EXPECT_EQ(apply_chat_template(ChatTemplate::kQwen25, m, true, true, {tool}),
+            "<|im_start|>system\nS\n\n" + tools_block + tail + "\n" + call + after);
+  EXPECT_EQ(apply_chat_template(ChatTemplate::kQwen3, m, true, true, {tool}),
+            "<|im_start|>system\nS\n\n" + tools_block + tail + "\n" + call + after);
+  // Without a system message: Qwen2.5 writes its default one, Qwen3 none.
+  const std::vector<ChatMessage> u = {{"user", "U", {}}};
+  EXPECT_EQ(apply_chat_template(ChatTemplate::kQwen25, u, false, true, {tool}),
+            "<|im_start|>system\n" + std::string(kQwen25DefaultSystem) + "\n\n" + tools_block +
+                "<|im_start|>user\nU<|im_end|>\n");
+  EXPECT_EQ(apply_chat_template(ChatTemplate::kQwen3, u, false, true, {tool}),
+            "<|im_start|>system\n" + tools_block + "<|im_start|>user\nU<|im_end|>\n");
+  EXPECT_THROW(apply_chat_template(ChatTemplate::kLlama3, u, true, true, {tool}), Error);
+}
+
 TEST(ChatTemplate, Llama3MatchesJinjaByHand) {
   const auto t = ChatTemplate::kLlama3;
   EXPECT_EQ(apply_chat_template(t, {{"system", " Be brief.\n"}, {"user", "Hi"}, {"assistant", "Hello!"}}, true),
