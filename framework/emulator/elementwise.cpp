@@ -18,7 +18,7 @@ namespace {
 enum BinOp : int { kAdd, kSub, kMul, kDiv, kPow };
 enum UnOp : int { kSigmoid, kTanh, kExp, kRelu };
 
-// ---- kernels --------------------------------------------------------------------------------------
+// ---- step functions --------------------------------------------------------------------------------------
 inline float apply_bin(int op, float a, float b) {
   switch (op) {
     case kAdd:

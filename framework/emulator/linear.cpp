@@ -14,7 +14,7 @@ using mil::Shape;
 
 namespace {
 
-// ---- kernels --------------------------------------------------------------------------------------
+// ---- step functions --------------------------------------------------------------------------------------
 // in: x [N, Cin, H, W], weight [Cout, Cin/groups, kh, kw], (bias [Cout]); scratch: im2col columns.
 void k_conv(const Step& s, const ExecCtx& ctx) {
   const ConvArgs& p = step_args<ConvArgs>(s);

@@ -132,7 +132,7 @@ void Lowerer::set_const(const mil::Operation& op, std::vector<float> data) {
 }
 
 // ---- steps and arena ------------------------------------------------------------------------------
-Step& Lowerer::new_step(const mil::Operation& op, KernelFn fn, std::vector<const ValueInfo*> ins, StepArgs args) {
+Step& Lowerer::new_step(const mil::Operation& op, StepFn fn, std::vector<const ValueInfo*> ins, StepArgs args) {
   Step s;
   s.run = fn;
   s.args = std::move(args);

@@ -2,7 +2,7 @@
 //
 // The Lowerer walks the ops in SSA order. For each op it asks the registry (mil::resolve_op) for the
 // inferred type and the op's typed parameters, checks the declared type against it, and hands both to
-// the op's lowering rule. The rules live with their kernels, one file per op family:
+// the op's lowering rule. The rules live with their step functions, one file per op family:
 //   elementwise.cpp  binary / unary ops, cast
 //   reduce.cpp       softmax, reduce_*
 //   linear.cpp       conv, matmul, scaled_dot_product_attention (on the GEMM of gemm.cpp)
@@ -65,8 +65,8 @@ class Lowerer {
   void set_view(const mil::Operation& op, const ValueInfo& x, std::vector<int64_t> strides, int64_t off);
   // The op's output is a compile-time const (folded).
   void set_const(const mil::Operation& op, std::vector<float> data);
-  // Appends a step writing the op's output; `args` are the kernel's arguments.
-  Step& new_step(const mil::Operation& op, KernelFn fn, std::vector<const ValueInfo*> ins, StepArgs args = {});
+  // Appends a step writing the op's output; `args` are the step function's arguments.
+  Step& new_step(const mil::Operation& op, StepFn fn, std::vector<const ValueInfo*> ins, StepArgs args = {});
   void set_scratch(Step& s, size_t n);
   const FunctionPlan& plan() const { return plan_; }
 

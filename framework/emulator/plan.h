@@ -6,8 +6,8 @@
 //   - consts (inline, BLOBFILE, constexpr_affine_dequantize) are decoded once into `consts`;
 //   - op outputs and per-op scratch live in one arena allocated at compile time; slots are reused by
 //     liveness (a slot is freed after the last op that reads it);
-//   - each op becomes a Step: a kernel function pointer plus resolved input/output/scratch pointers and
-//     the kernel's typed arguments (one struct per kernel, below). evaluate() walks the steps; nothing
+//   - each op becomes a Step: a step function pointer plus resolved input/output/scratch pointers and
+//     the step function's typed arguments (one struct per step function, below). evaluate() walks the steps; nothing
 //     is allocated while it runs.
 #pragma once
 #include <cmath>
@@ -96,7 +96,7 @@ inline void par_workers(const ExecCtx& ctx, int64_t n, F&& body) {
 }
 
 struct Step;
-using KernelFn = void (*)(const Step&, const ExecCtx&);
+using StepFn = void (*)(const Step&, const ExecCtx&);
 
 // A reference to a value's storage before the arena exists: arena slot, or const pool entry.
 struct Ref {
@@ -105,7 +105,7 @@ struct Ref {
   int64_t off = 0;  // element offset into the buffer (aliases: reshape, views)
 };
 
-// ---- kernel arguments (worked out at lowering from the registry's typed op parameters) ----------
+// ---- step function arguments (worked out at lowering from the registry's typed op parameters) ----------
 // shape.cpp: contiguous copy of a strided view: out[i...] = in[base + sum(i_d * strides[d])].
 struct StridedArgs {
   std::vector<int64_t> shape, strides;  // [rank] each
@@ -154,7 +154,7 @@ using StepArgs = std::variant<std::monostate, StridedArgs, ConcatArgs, BinaryArg
                               ReduceArgs, QuantArgs, ConvArgs, SdpaArgs>;
 
 struct Step {
-  KernelFn run = nullptr;
+  StepFn run = nullptr;
   std::string op, name;  // for error messages
   std::vector<Ref> in_refs;
   Ref out_ref, scratch_ref;
@@ -168,11 +168,11 @@ struct Step {
   mil::Shape out_shape;
   mil::DType out_dtype = mil::DType::kFp16;
   int64_t out_n = 0;
-  StepArgs args;                // the kernel's arguments
+  StepArgs args;                // the step function's arguments
   std::vector<GemmPlan> gemms;  // conv / matmul / sdpa
 };
 
-// The kernel's own argument struct (set by its lowering; kernels run only on steps they were given).
+// The step function's own argument struct (set by its lowering; a step function runs only on steps it was given).
 template <typename T>
 inline const T& step_args(const Step& s) {
   return *std::get_if<T>(&s.args);
@@ -199,7 +199,8 @@ struct FunctionPlan {
   float* mut_ptr(const Ref& r);
 };
 
-// ---- shared kernel helpers (kernels.cpp, gemm.cpp, reduce.cpp, shape.cpp) --------------------------
+// ---- helpers shared by the step functions (step_common.cpp, gemm.cpp, reduce.cpp, shape.cpp)
+// --------------------------
 void run_gemm(const GemmPlan& g, const float* a, const float* b, float* c, const ExecCtx& ctx,
               const float* bias = nullptr);
 void exp_inplace_fp32(float* x, int64_t n);  // vectorised exp, ~1 ulp-level accurate fp32
@@ -214,5 +215,5 @@ inline void round_range(float* x, int64_t n, mil::DType t) {
 void round_to_dtype(float* x, int64_t n, mil::DType t, const ExecCtx& ctx);  // round_range over the pool
 void softmax_rows(float* x, int64_t rows, int64_t len, const ExecCtx& ctx);  // in place, fp32, then fp16-rounded
 void k_strided(const Step&, const ExecCtx&);  // StridedArgs: contiguous copy of a view (shape.cpp)
-constexpr int64_t kParMin = 1 << 15;          // elements below which a kernel stays single-threaded
+constexpr int64_t kParMin = 1 << 15;          // elements below which a step function stays single-threaded
 }  // namespace anelab::emu

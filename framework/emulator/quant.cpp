@@ -15,7 +15,7 @@ using mil::Shape;
 
 namespace {
 
-// ---- kernels --------------------------------------------------------------------------------------
+// ---- step functions --------------------------------------------------------------------------------------
 // quantize: q = clamp(round_half_even(x / scale) + zp, qmin, qmax).
 void k_quantize(const Step& s, const ExecCtx&) {
   const QuantArgs& p = step_args<QuantArgs>(s);

@@ -15,7 +15,7 @@ namespace {
 
 enum ReduceKind : int { kSum, kRMax };
 
-// ---- kernels --------------------------------------------------------------------------------------
+// ---- step functions --------------------------------------------------------------------------------------
 
 void k_softmax(const Step& s, const ExecCtx& ctx) {
   const SoftmaxArgs& a = step_args<SoftmaxArgs>(s);

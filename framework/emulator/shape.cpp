@@ -11,7 +11,7 @@ namespace anelab::emu {
 
 using mil::Shape;
 
-// ---- kernels --------------------------------------------------------------------------------------
+// ---- step functions --------------------------------------------------------------------------------------
 namespace {
 
 // reshape / identity with a dtype change (fp16 -> fp32 reads): copy and round to the declared dtype.

@@ -15,7 +15,7 @@ trap 'rm -rf "$W"' EXIT
 mkdir -p "$W/old"
 git archive "$REV" framework infer | tar -x -C "$W/old"
 F=(-std=c++20 -O3 -march=native -fno-tree-slp-vectorize)
-SRCS=(framework/emulator/kernels.cpp framework/core/fp16.cpp framework/core/thread_pool.cpp
+SRCS=(framework/emulator/step_common.cpp framework/core/fp16.cpp framework/core/thread_pool.cpp
       framework/core/error.cpp framework/mil/types.cpp infer/cpu_math.cpp)
 gemm_src() { [[ -f "$1/framework/emulator/gemm.cpp" ]] && echo gemm.cpp || echo linear.cpp; }  # the GEMM's file at that revision
 for f in framework/emulator/GEMM "${SRCS[@]}"; do

@@ -1,7 +1,7 @@
-// Helpers shared by the family kernels: the vectorised fp32 exp, row softmax (softmax, sdpa) and
+// Helpers shared by the step functions of the op families: the vectorised fp32 exp, row softmax (softmax, sdpa) and
 // rounding to a dtype over the thread pool.
 //
-// Every kernel reads fp32 arrays that hold dtype-exact values and writes its result rounded to the
+// Every step function reads fp32 arrays that hold dtype-exact values and writes its result rounded to the
 // op's declared dtype (fp16: round-to-nearest-even, overflow to +-inf). Arithmetic is fp32; reductions
 // and softmax accumulate in fp32 in a fixed order, so results do not depend on the thread count.
 #include <algorithm>
