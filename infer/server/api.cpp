@@ -279,7 +279,8 @@ const std::set<std::string, std::less<>>& known_fields(Endpoint ep) {
                                                             "presence_penalty",
                                                             "frequency_penalty",
                                                             "logit_bias",
-                                                            "logprobs"};
+                                                            "logprobs",
+                                                            "cache_prompt"};
   static const std::set<std::string, std::less<>> comp = [] {
     auto s = common;
     s.insert({"prompt", "system", "echo", "suffix", "best_of", "response_format", "json_schema", "grammar"});
@@ -441,6 +442,7 @@ std::optional<ApiError> parse_object(Endpoint ep, const json& o, const Limits& l
   if (auto e = get_int(o, "top_k", static_cast<int64_t>(P::kTopK.lo), static_cast<int64_t>(P::kTopK.hi), r.top_k))
     return e;
   if (auto e = parse_logprobs(o, ep, r)) return e;
+  if (auto e = get_bool(o, "cache_prompt", r.cache_prompt)) return e;
   if (auto e = get_number(o, "frequency_penalty", -2.0, 2.0, r.frequency_penalty)) return e;
   if (auto e = get_number(o, "presence_penalty", -2.0, 2.0, r.presence_penalty)) return e;
   if (auto e = parse_seed(o, r)) return e;
@@ -504,8 +506,9 @@ int64_t effective_max_tokens_cap(int64_t flag, int64_t context) { return flag > 
 // own machinery are ignored, like every unknown field there; samplers anelab lacks are refused unless neutral.
 std::optional<ApiError> llama_to_openai(const json& o, const Limits& lim, json& c) {
   c = json::object();
-  for (const char* f : {"prompt", "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "stop", "stream",
-                        "grammar", "json_schema", "response_format", "frequency_penalty", "presence_penalty"})
+  for (const char* f :
+       {"prompt", "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "stop", "stream", "grammar",
+        "json_schema", "response_format", "frequency_penalty", "presence_penalty", "cache_prompt"})
     if (o.contains(f)) c[f] = o[f];
   if (o.contains("seed") && !(o["seed"].is_number_integer() && o["seed"].get<int64_t>() == -1)) c["seed"] = o["seed"];
   if (auto it = o.find("n_predict"); it != o.end() && !it->is_null()) {
@@ -587,7 +590,8 @@ std::string error_json(const ApiError& e) {
 json usage_json(const Usage& u) {
   return json{{"prompt_tokens", u.prompt_tokens},
               {"completion_tokens", u.completion_tokens},
-              {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+              {"total_tokens", u.prompt_tokens + u.completion_tokens},
+              {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
 json timings_json(const Usage& u) {
@@ -919,6 +923,9 @@ std::string prometheus_metrics(const MetricsSnapshot& m) {
               one(double(m.prompt_tokens)));
   prom_metric(o, "anelab_completion_tokens_total", "counter", "Generated tokens of finished requests.",
               one(double(m.completion_tokens)));
+  prom_metric(o, "anelab_prompt_tokens_cached_total", "counter",
+              "Prompt tokens of finished requests taken from the prompt cache (not prefilled again).",
+              one(double(m.cached_tokens)));
   prom_metric(o, "anelab_power_available", "gauge",
               "1 when the server measures energy (see anelab_energy_joules_total).",
               one(m.power_available ? 1.0 : 0.0));

@@ -86,7 +86,8 @@ struct CompletionRequest {
   bool stream = false, include_usage = false, echo = false;
   std::shared_ptr<const grammar::Grammar> grammar;         // structured output: the answer must be a sentence of it
   double frequency_penalty = 0.0, presence_penalty = 0.0;  // OpenAI's: minus count * f + (count > 0) * p
-  int64_t logprobs = -1;  // >= 0: per-token log-probabilities with this many alternatives (non-streamed answers)
+  int64_t logprobs = -1;     // >= 0: per-token log-probabilities with this many alternatives (non-streamed answers)
+  bool cache_prompt = true;  // reuse the worker's KV cache for the longest common prefix (llama.cpp's field)
   // Chat tools (tool_choice "auto"; "none" clears them): each definition as the templates' tojson prints it.
   std::vector<std::string> tools;
 };
@@ -124,6 +125,7 @@ size_t json_elements(std::string_view text, size_t cap);
 // What a finished generation reports.
 struct Usage {
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens whose KV came from the prompt cache (not prefilled again)
   double queue_ms = 0, prefill_ms = 0, decode_ms = 0, ttft_ms = 0, total_ms = 0;
 };
 
@@ -194,6 +196,7 @@ struct MetricsSnapshot {
   size_t workers = 0, queue_max = 0, running = 0, waiting = 0;
   uint64_t admitted = 0, rejected = 0, completed = 0, cancelled = 0, failed = 0;
   uint64_t prompt_tokens = 0, completion_tokens = 0;
+  uint64_t cached_tokens = 0;  // prompt tokens served from the prompt cache
   bool power_available = false;
   std::string power_source, power_reason;
   std::vector<std::pair<std::string, double>> energy_j;  // (rail, joules) for the rails the source has

@@ -45,6 +45,9 @@ struct ModelPool::Impl {
   tok::ChatTemplate chat = tok::ChatTemplate::kNone;
   int64_t created = 0;
   std::shared_ptr<const grammar::TokenPieces> pieces;  // for structured output, built once at load
+  // The prompt cache: per worker, the tokens whose K/V its engine holds at positions 0.. (touched only by that
+  // worker's thread).
+  std::vector<std::vector<int32_t>> cached;
 
   // One engine per worker; the tokenizer is loaded with the first.
   std::unique_ptr<infer::Engine> make_engine() {
@@ -114,6 +117,7 @@ ModelPool::ModelPool(const ModelOptions& o, size_t workers) : impl_(std::make_un
     impl_->engines.push_back(impl_->make_engine());
   }
   load_ms_ = ms_since(t0);
+  impl_->cached.resize(n);
   impl_->chat_stops = tok::chat_stop_ids(impl_->chat, *impl_->tk);
   impl_->pieces = std::make_shared<const grammar::TokenPieces>(*impl_->tk, impl_->engines.front()->config().vocab_size);
   t0 = Clock::now();
@@ -192,6 +196,7 @@ std::optional<ApiError> ModelPool::prepare(const CompletionRequest& r, GenParams
   out.echo = r.echo;
   out.grammar = r.grammar;
   out.logprobs = static_cast<int32_t>(r.logprobs);
+  out.cache_prompt = r.cache_prompt;
   return std::nullopt;
 }
 
@@ -226,12 +231,21 @@ GenOutcome ModelPool::run(size_t w, Job& job) {
   out.usage.queue_ms = std::chrono::duration<double, std::milli>(job.started - job.enqueued).count();
   out.usage.prompt_tokens = static_cast<int64_t>(p.prompt.size());
   const auto t0 = Clock::now();
+  // The prompt cache: the longest common prefix with what this worker's engine holds is not prefilled again (at
+  // least the last prompt token is, for its logits).
+  std::vector<int32_t>& held = impl_->cached[w];
+  size_t reuse = 0;
+  if (p.cache_prompt)
+    while (reuse < held.size() && reuse + 1 < p.prompt.size() && held[reuse] == p.prompt[reuse]) ++reuse;
+  held.clear();  // until this generation has finished, the engine's K/V are in flux
+  out.usage.cached_tokens = static_cast<int64_t>(reuse);
   try {
-    const infer::GenerateResult r = infer::generate_tokens(e, *impl_->tk, p.prompt, 0, o, [&](std::string_view s) {
-      if (job.cancel.load(std::memory_order_relaxed)) throw Cancelled{};
-      out.text.append(s);
-      job.push_text(s);
-    });
+    const infer::GenerateResult r =
+        infer::generate_tokens(e, *impl_->tk, p.prompt, static_cast<int64_t>(reuse), o, [&](std::string_view s) {
+          if (job.cancel.load(std::memory_order_relaxed)) throw Cancelled{};
+          out.text.append(s);
+          job.push_text(s);
+        });
     out.stop_reason = r.stop_reason;
     out.usage.completion_tokens = static_cast<int64_t>(r.new_tokens.size());
     const tok::Tokenizer& tk = *impl_->tk;
@@ -246,6 +260,9 @@ GenOutcome ModelPool::run(size_t w, Job& job) {
     out.usage.prefill_ms = r.prefill_ms;
     out.usage.decode_ms = r.decode_ms;
     out.usage.ttft_ms = r.ttft_ms + out.usage.queue_ms;
+    // K/V now hold the prompt and every generated token but the last (sampled, never decoded).
+    held = p.prompt;
+    if (!r.new_tokens.empty()) held.insert(held.end(), r.new_tokens.begin(), r.new_tokens.end() - 1);
   } catch (const Cancelled&) {
     out.stop_reason = "cancelled";
   }

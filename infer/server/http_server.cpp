@@ -167,6 +167,7 @@ HttpServer::HttpServer(Generator& gen, const ServerOptions& o) : gen_(gen), opt_
   sched_ = std::make_unique<Scheduler>(opt_.parallel, opt_.queue, [this](size_t w, Job& job) {
     GenOutcome o = gen_.run(w, job);
     prompt_tokens_ += uint64_t(std::max<int64_t>(0, o.usage.prompt_tokens));
+    cached_tokens_ += uint64_t(std::max<int64_t>(0, o.usage.cached_tokens));
     completion_tokens_ += uint64_t(std::max<int64_t>(0, o.usage.completion_tokens));
     return o;
   });
@@ -326,6 +327,7 @@ MetricsSnapshot HttpServer::metrics() {
   m.admitted = st.admitted, m.rejected = st.rejected, m.completed = st.completed, m.cancelled = st.cancelled;
   m.failed = st.failed;
   m.prompt_tokens = prompt_tokens_.load(), m.completion_tokens = completion_tokens_.load();
+  m.cached_tokens = cached_tokens_.load();
   m.power_available = meter_->available();
   m.power_reason = meter_->reason();
   if (m.power_available) {

@@ -46,8 +46,9 @@ struct GenParams {
   std::vector<int32_t> stop_tokens;
   bool echo = false;                                // emit the prompt's pieces first (run.c's output)
   std::shared_ptr<const grammar::Grammar> grammar;  // structured output (CompletionRequest::grammar) or null
-  std::string note;       // said in the answer (ResponseMeta::note): e.g. max_tokens clamped to the context
-  int32_t logprobs = -1;  // CompletionRequest::logprobs
+  std::string note;          // said in the answer (ResponseMeta::note): e.g. max_tokens clamped to the context
+  int32_t logprobs = -1;     // CompletionRequest::logprobs
+  bool cache_prompt = true;  // CompletionRequest::cache_prompt
 };
 
 struct GenOutcome {
