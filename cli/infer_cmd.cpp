@@ -104,6 +104,8 @@ infer::GenerateOptions gen_options(const SamplingArgs& a) {
   o.sampling.seed = a.seed ? a.seed : static_cast<uint64_t>(std::time(nullptr));
   o.stop_strings = a.stop;
   o.ignore_eos = a.ignore_eos;
+  o.draft_max = a.draft_max;
+  o.draft_ngram = a.draft_ngram;
   if (a.sampler == "runc")
     o.sampler = infer::SamplerKind::kRunc;
   else if (a.sampler == "general")
@@ -122,6 +124,11 @@ void print_stats(const infer::GenerateResult& r) {
                r.prefill.bucket ? cat(", bucket ", r.prefill.bucket).c_str() : "",
                r.prompt_tokens.size() / std::max(1e-9, r.prefill_ms / 1e3), n_dec, r.decode_ms,
                n_dec > 1 ? (n_dec - 1) / std::max(1e-9, r.decode_ms / 1e3) : 0.0, r.ttft_ms);
+  if (r.drafted > 0)
+    std::fprintf(stderr, "speculative (prompt lookup): %lld drafted, %lld accepted (%.0f %%) in %lld batched passes\n",
+                 static_cast<long long>(r.drafted), static_cast<long long>(r.accepted),
+                 100.0 * static_cast<double>(r.accepted) / static_cast<double>(r.drafted),
+                 static_cast<long long>(r.batched_passes));
 }
 
 std::string read_prompt(const InferArgs& a) {

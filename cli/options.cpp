@@ -134,6 +134,16 @@ void add_sampling_options(CLI::App* app, SamplingArgs& s) {
   app->add_flag("--ignore-eos", s.ignore_eos,
                 "Generate past the end-of-text token: its logit is -inf (llama.cpp --ignore-eos)")
       ->group(g);
+  app->add_option("--draft-max", s.draft_max,
+                  "Speculative decoding with prompt-lookup drafts: up to N drafted tokens checked per batched pass "
+                  "(0 = off; --backend cpu; the output is plain decoding's)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64))
+      ->group(g);
+  app->add_option("--draft-ngram", s.draft_ngram, "Longest n-gram the prompt lookup matches (down to 1)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16))
+      ->group(g);
 }
 
 }  // namespace anelab::cli

@@ -49,6 +49,7 @@ struct SamplingArgs {
   std::string sampler = "auto";
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  int32_t draft_max = 0, draft_ngram = 3;  // speculative decoding with prompt-lookup drafts (0: off)
 };
 void add_sampling_options(CLI::App* app, SamplingArgs& s);
 

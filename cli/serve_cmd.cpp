@@ -113,6 +113,11 @@ void add_serve_command(CLI::App& app) {
                 "Compile the prefill kernels for prompts up to this many tokens at start-up (0: none)")
       ->capture_default_str()
       ->check(number_in(0, kInf));
+  s->add_option("--draft-max", a->model.draft_max,
+                "Speculative decoding with prompt-lookup drafts: up to N drafted tokens checked per batched pass "
+                "(0 = off; needs --backend cpu; answers are plain decoding's)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
   s->add_option("--host", a->server.host,
                 "Address to bind (loopback by default; another one without --api-key prints a warning)")
       ->capture_default_str();

@@ -96,6 +96,23 @@ class StopFilter {
   std::string pending_;
 };
 
+// Prompt lookup: the tokens that followed an earlier occurrence of history's last n tokens (n from ngram down to
+// ngram_min), at most max of them: the latest occurrence that has max tokens after it, else the one with most.
+std::vector<int32_t> lookup_drafts(const std::vector<int32_t>& h, int32_t ngram, int32_t ngram_min, int64_t max) {
+  const auto size = static_cast<int64_t>(h.size());
+  for (int64_t n = std::min<int64_t>(ngram, size - 1); n >= std::max(1, ngram_min); --n) {
+    const int32_t* tail = h.data() + size - n;
+    int64_t best_from = -1, best = 0;
+    for (int64_t i = size - n - 1; i >= 0 && best < max; --i) {  // occurrences h[i .. i+n), latest first
+      if (!std::equal(tail, tail + n, h.data() + i)) continue;
+      const int64_t from = i + n, count = std::min(max, size - from);  // a repeat close to the end drafts few:
+      if (count > best) best_from = from, best = count;                // an earlier one may continue further
+    }
+    if (best > 0) return std::vector<int32_t>(h.begin() + best_from, h.begin() + best_from + best);
+  }
+  return {};
+}
+
 }  // namespace
 
 void check_vocab_fits(int64_t tokenizer_vocab, const std::string& tokenizer_name, int64_t model_vocab,
@@ -177,9 +194,37 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::v
   std::vector<int32_t> history = prompt;
   int32_t token = prompt.back();
   r.stop_reason = "length";
+  // Speculative decoding: logits of positions spec_from.. computed in one pass for the tokens spec_in (the
+  // sampled token, then drafts); a row is used while the tokens sampled so far equal spec_in.
+  ANELAB_CHECK(o.draft_max <= 0 || e.options().backend == "cpu", "infer",
+               "speculative decoding (--draft-max) needs the CPU prefill backend (--backend cpu); this engine's is ",
+               e.options().backend);
+  std::vector<float> spec_rows;
+  std::vector<int32_t> spec_in;
+  int64_t spec_from = -1;
+  auto logits_after = [&](int32_t tok, int64_t p) -> const float* {  // logits after tok at position p
+    const int64_t i = p - spec_from;
+    if (spec_from >= 0 && i > 0 && i < static_cast<int64_t>(spec_in.size()) && spec_in[static_cast<size_t>(i)] == tok) {
+      ++r.accepted;
+      return spec_rows.data() + i * vocab;
+    }
+    spec_from = -1;
+    const int64_t room = steps - p - 1;  // positions after p that generation may still fill
+    std::vector<int32_t> drafts;
+    if (o.draft_max > 0 && room > 0)
+      drafts = lookup_drafts(history, o.draft_ngram, o.draft_ngram_min, std::min<int64_t>(o.draft_max, room));
+    if (drafts.empty()) return e.decode(tok, p);
+    spec_in.assign(1, tok);
+    spec_in.insert(spec_in.end(), drafts.begin(), drafts.end());
+    e.prefill(spec_in, p, &spec_rows);
+    spec_from = p;
+    r.drafted += static_cast<int64_t>(drafts.size());
+    ++r.batched_passes;
+    return spec_rows.data();
+  };
   const auto t1 = Clock::now();
   for (int64_t pos = n; pos <= steps; ++pos) {  // logits of position pos-1 -> token at pos
-    if (pos > n) lp = e.decode(token, pos - 1);
+    if (pos > n) lp = logits_after(token, pos - 1);
     std::copy(lp, lp + vocab, logits.begin());
     if (o.ignore_eos && tk && tk->eos_id() >= 0 && tk->eos_id() < vocab)
       logits[static_cast<size_t>(tk->eos_id())] = -std::numeric_limits<float>::infinity();

@@ -44,6 +44,14 @@ struct GenerateOptions {
   // >= 0: record each generated token's log-probability under the model (log-softmax of the engine's logits, before
   // penalties, temperature, masks) and this many most likely alternatives (GenerateResult::logprobs).
   int32_t logprobs = -1;
+  // > 0: speculative decoding with prompt-lookup drafts (CPU prefill backend only). After each token, the tokens
+  // that followed the latest earlier occurrence of the last n tokens (n = draft_ngram .. 1... see draft_ngram_min)
+  // are drafted, up to draft_max, and checked in one batched pass (Engine::prefill over [token, drafts] with all
+  // logits); each position is still sampled once, in order, from its own logits, and the drafts are used while
+  // they equal what was sampled. The output is plain decoding's (the same draws of the same sampler), up to the
+  // rounding difference between a batched pass and one-token decode.
+  int32_t draft_max = 0;
+  int32_t draft_ngram = 3, draft_ngram_min = 2;
 };
 
 struct TokenLogprob {
@@ -55,6 +63,8 @@ struct TokenLogprob {
 struct GenerateResult {
   std::vector<int32_t> prompt_tokens, new_tokens;
   std::vector<TokenLogprob> logprobs;  // [new_tokens] when GenerateOptions::logprobs >= 0
+  int64_t drafted = 0, accepted = 0;   // speculative decoding: drafted tokens, and those the samples agreed with
+  int64_t batched_passes = 0;          // speculative decoding: batched verification passes
   std::string text;                    // everything that was emitted (prompt echo + continuation)
   std::string stop_reason;             // "length", "eos", "stop_token", "stop_string", "context", "grammar"
   double prefill_ms = 0, decode_ms = 0, ttft_ms = 0;

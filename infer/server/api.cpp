@@ -597,10 +597,10 @@ json usage_json(const Usage& u) {
 json timings_json(const Usage& u) {
   // decode tok/s over the tokens after the first (the first comes out of the prefill), as the CLI does.
   const double dec = u.completion_tokens > 1 ? tps(u.completion_tokens - 1, u.decode_ms) : 0.0;
-  return json{{"queue_ms", u.queue_ms},   {"prefill_ms", u.prefill_ms},
-              {"decode_ms", u.decode_ms}, {"ttft_ms", u.ttft_ms},
-              {"total_ms", u.total_ms},   {"prefill_tps", tps(u.prompt_tokens, u.prefill_ms)},
-              {"decode_tps", dec}};
+  return json{
+      {"queue_ms", u.queue_ms}, {"prefill_ms", u.prefill_ms}, {"decode_ms", u.decode_ms},
+      {"ttft_ms", u.ttft_ms},   {"total_ms", u.total_ms},     {"prefill_tps", tps(u.prompt_tokens, u.prefill_ms)},
+      {"decode_tps", dec},      {"draft_n", u.drafted},       {"draft_n_accepted", u.accepted}};
 }
 
 std::string python_json(const nlohmann::ordered_json& j) {
@@ -926,6 +926,11 @@ std::string prometheus_metrics(const MetricsSnapshot& m) {
   prom_metric(o, "anelab_prompt_tokens_cached_total", "counter",
               "Prompt tokens of finished requests taken from the prompt cache (not prefilled again).",
               one(double(m.cached_tokens)));
+  prom_metric(o, "anelab_draft_tokens_total", "counter", "Tokens drafted by prompt lookup (--draft-max).",
+              one(double(m.drafted)));
+  prom_metric(o, "anelab_draft_tokens_accepted_total", "counter",
+              "Drafted tokens that equalled what was sampled (acceptance = accepted / drafted).",
+              one(double(m.accepted)));
   prom_metric(o, "anelab_power_available", "gauge",
               "1 when the server measures energy (see anelab_energy_joules_total).",
               one(m.power_available ? 1.0 : 0.0));

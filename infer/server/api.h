@@ -125,7 +125,8 @@ size_t json_elements(std::string_view text, size_t cap);
 // What a finished generation reports.
 struct Usage {
   int64_t prompt_tokens = 0, completion_tokens = 0;
-  int64_t cached_tokens = 0;  // prompt tokens whose KV came from the prompt cache (not prefilled again)
+  int64_t cached_tokens = 0;          // prompt tokens whose KV came from the prompt cache (not prefilled again)
+  int64_t drafted = 0, accepted = 0;  // speculative decoding (--draft-max): drafted tokens, and those used
   double queue_ms = 0, prefill_ms = 0, decode_ms = 0, ttft_ms = 0, total_ms = 0;
 };
 
@@ -196,7 +197,8 @@ struct MetricsSnapshot {
   size_t workers = 0, queue_max = 0, running = 0, waiting = 0;
   uint64_t admitted = 0, rejected = 0, completed = 0, cancelled = 0, failed = 0;
   uint64_t prompt_tokens = 0, completion_tokens = 0;
-  uint64_t cached_tokens = 0;  // prompt tokens served from the prompt cache
+  uint64_t cached_tokens = 0;          // prompt tokens served from the prompt cache
+  uint64_t drafted = 0, accepted = 0;  // speculative decoding
   bool power_available = false;
   std::string power_source, power_reason;
   std::vector<std::pair<std::string, double>> energy_j;  // (rail, joules) for the rails the source has

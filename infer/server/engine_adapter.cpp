@@ -118,6 +118,9 @@ ModelPool::ModelPool(const ModelOptions& o, size_t workers) : impl_(std::make_un
   }
   load_ms_ = ms_since(t0);
   impl_->cached.resize(n);
+  ANELAB_CHECK(o.draft_max == 0 || impl_->engines.front()->options().backend == "cpu", "serve",
+               "--draft-max needs --backend cpu (speculative drafts are checked by the CPU prefill); the backend is ",
+               impl_->engines.front()->options().backend);
   impl_->chat_stops = tok::chat_stop_ids(impl_->chat, *impl_->tk);
   impl_->pieces = std::make_shared<const grammar::TokenPieces>(*impl_->tk, impl_->engines.front()->config().vocab_size);
   t0 = Clock::now();
@@ -218,6 +221,7 @@ GenOutcome ModelPool::run(size_t w, Job& job) {
   o.echo_prompt = p.echo;
   o.final_newline = false;
   o.logprobs = p.logprobs;
+  o.draft_max = impl_->opt.draft_max;
   std::optional<grammar::GrammarConstraint> constraint;
   if (p.grammar) {
     const tok::Tokenizer& tk = *impl_->tk;
@@ -260,6 +264,8 @@ GenOutcome ModelPool::run(size_t w, Job& job) {
     out.usage.prefill_ms = r.prefill_ms;
     out.usage.decode_ms = r.decode_ms;
     out.usage.ttft_ms = r.ttft_ms + out.usage.queue_ms;
+    out.usage.drafted = r.drafted;
+    out.usage.accepted = r.accepted;
     // K/V now hold the prompt and every generated token but the last (sampled, never decoded).
     held = p.prompt;
     if (!r.new_tokens.empty()) held.insert(held.end(), r.new_tokens.begin(), r.new_tokens.end() - 1);

@@ -47,6 +47,7 @@ struct ModelOptions {
   infer::LoadOptions load;
   int64_t warmup_tokens = 512;  // compile the prefill buckets for prompts up to this many tokens at start
   std::string name;             // model id in responses (default: the model file's name)
+  int32_t draft_max = 0;        // speculative decoding with prompt-lookup drafts (infer::GenerateOptions)
   std::function<void(const std::string&)> progress;  // start-up progress lines (load, warm-up); empty: silent
 };
 

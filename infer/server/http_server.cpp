@@ -168,6 +168,8 @@ HttpServer::HttpServer(Generator& gen, const ServerOptions& o) : gen_(gen), opt_
     GenOutcome o = gen_.run(w, job);
     prompt_tokens_ += uint64_t(std::max<int64_t>(0, o.usage.prompt_tokens));
     cached_tokens_ += uint64_t(std::max<int64_t>(0, o.usage.cached_tokens));
+    drafted_ += uint64_t(std::max<int64_t>(0, o.usage.drafted));
+    accepted_ += uint64_t(std::max<int64_t>(0, o.usage.accepted));
     completion_tokens_ += uint64_t(std::max<int64_t>(0, o.usage.completion_tokens));
     return o;
   });
@@ -328,6 +330,7 @@ MetricsSnapshot HttpServer::metrics() {
   m.failed = st.failed;
   m.prompt_tokens = prompt_tokens_.load(), m.completion_tokens = completion_tokens_.load();
   m.cached_tokens = cached_tokens_.load();
+  m.drafted = drafted_.load(), m.accepted = accepted_.load();
   m.power_available = meter_->available();
   m.power_reason = meter_->reason();
   if (m.power_available) {

@@ -88,7 +88,7 @@ class HttpServer {
   Clock::time_point started_;
   std::unique_ptr<power::Meter> meter_;
   power::Reading energy0_;  // at start: /metrics reports energy since then
-  std::atomic<uint64_t> prompt_tokens_{0}, completion_tokens_{0}, cached_tokens_{0};
+  std::atomic<uint64_t> prompt_tokens_{0}, completion_tokens_{0}, cached_tokens_{0}, drafted_{0}, accepted_{0};
 };
 
 // True for loopback hosts ("127.x.x.x", "::1", "localhost").

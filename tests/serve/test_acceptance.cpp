@@ -369,6 +369,33 @@ TEST_F(ServeAcceptance, LogprobsMatchRunc) {
   EXPECT_EQ(bs, 400) << bb;
 }
 
+// Speculative decoding in the server (--draft-max): the same answer as a server without it, with the drafts counted in
+// timings and /metrics.
+TEST_F(ServeAcceptance, SpeculativeServerAnswersTheSame) {
+  ServerProc spec;
+  ASSERT_TRUE(spec.start({"--backend", "cpu", "--draft-max", "8"})) << spec.log();
+  const json req = {{"prompt",
+                     "Once upon a time, there was a little girl named Lily. Lily liked to play. Once upon a "
+                     "time, there was a little girl named Lily."},
+                    {"max_tokens", 120},
+                    {"temperature", 0.7},
+                    {"seed", 11}};
+  auto [s1, b1] = curl("POST", "/v1/completions", req.dump());
+  ASSERT_EQ(s1, 200) << b1;
+  const std::string port_url = "http://127.0.0.1:" + std::to_string(spec.port);
+  const std::string f = (spec.dir / "req.json").string();
+  std::ofstream(f) << req.dump();
+  const std::string out = capture("curl -s -S -X POST -H 'Content-Type: application/json' --data-binary @" + f + " " +
+                                  port_url + "/v1/completions");
+  const json a = json::parse(b1), b = json::parse(out);
+  EXPECT_EQ(b["choices"][0]["text"], a["choices"][0]["text"]);
+  EXPECT_GT(b["timings"]["draft_n"].get<int>(), 0) << out;
+  EXPECT_GT(b["timings"]["draft_n_accepted"].get<int>(), 0) << out;
+  const std::string metrics = capture("curl -s " + port_url + "/metrics");
+  EXPECT_NE(metrics.find("anelab_draft_tokens_accepted_total"), std::string::npos);
+  EXPECT_EQ(spec.stop(), 0);
+}
+
 // max_tokens past what the prompt leaves of the context is clamped with a note (llama.cpp clamps too), not refused.
 TEST_F(ServeAcceptance, MaxTokensPastTheContextIsClamped) {
   auto [st, body] = curl("POST", "/v1/completions", R"({"prompt": "Once", "max_tokens": 512, "temperature": 0})");
