@@ -48,8 +48,9 @@ struct GenerateOptions {
   // that followed the latest earlier occurrence of the last n tokens (n = draft_ngram .. 1... see draft_ngram_min)
   // are drafted, up to draft_max, and checked in one batched pass (Engine::prefill over [token, drafts] with all
   // logits); each position is still sampled once, in order, from its own logits, and the drafts are used while
-  // they equal what was sampled. The output is plain decoding's (the same draws of the same sampler), up to the
-  // rounding difference between a batched pass and one-token decode.
+  // they equal what was sampled. The output is plain decoding's (the same draws of the same sampler) where the
+  // batched pass computes what a decode step computes (f32/f16 weights); with block-quantized weights the batched
+  // path quantizes activations differently and greedy output can differ (docs/inference.md, measured).
   int32_t draft_max = 0;
   int32_t draft_ngram = 3, draft_ngram_min = 2;
 };
