@@ -145,10 +145,17 @@ std::optional<ApiError> check_unsupported(const json& o, Endpoint ep) {
       return unsupported("function_call");
     if (auto it = o.find("functions"); it != o.end() && !it->is_null() && !(it->is_array() && it->empty()))
       return unsupported("functions");
-    if (auto it = o.find("tool_choice");
-        it != o.end() && !it->is_null() && !(it->is_string() && (*it == "none" || *it == "auto")))
-      return bad("'tool_choice' must be \"auto\" or \"none\" (a forced call is not supported by this server)",
-                 "tool_choice", "unsupported_parameter");
+    if (auto it = o.find("tool_choice"); it != o.end() && !it->is_null()) {
+      const bool word = it->is_string() && (*it == "none" || *it == "auto" || *it == "required");
+      const bool named = it->is_object() && it->value("type", json()) == "function" && it->contains("function") &&
+                         (*it)["function"].is_object() && (*it)["function"].contains("name") &&
+                         (*it)["function"]["name"].is_string();
+      if (!word && !named)
+        return bad(
+            "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": "
+            "{\"name\": ...}}",
+            "tool_choice");
+    }
   }
   if (auto it = o.find("logit_bias"); it != o.end() && !it->is_null()) {
     if (!it->is_object()) return wrong_type("logit_bias", "an object", *it);
@@ -404,6 +411,39 @@ std::optional<ApiError> parse_tools(const json& o, const nlohmann::ordered_json*
   return std::nullopt;
 }
 
+// tool_choice "required" or a named function: the answer must be one <tool_call> of the tools (or that one), its
+// arguments following the tool's parameters schema: a grammar over {"name": const, "arguments": parameters}.
+std::optional<ApiError> parse_forced_tool(const json& o, const nlohmann::ordered_json* ordered, CompletionRequest& r) {
+  auto it = o.find("tool_choice");
+  if (it == o.end() || it->is_null() || (it->is_string() && *it != "required")) return std::nullopt;
+  if (r.tools.empty()) return bad("'tool_choice' forces a call but 'tools' is empty", "tool_choice");
+  if (r.grammar) return bad("a forced tool call cannot be combined with 'response_format' or 'grammar'", "tool_choice");
+  const std::string want = it->is_object() ? (*it)["function"]["name"].get<std::string>() : "";
+  nlohmann::ordered_json any = nlohmann::ordered_json::array();
+  for (const auto& t : ordered->at("tools")) {
+    const auto& f = t.at("function");
+    const std::string name = f.at("name").get<std::string>();
+    if (!want.empty() && name != want) continue;
+    nlohmann::ordered_json call = {
+        {"type", "object"},
+        {"properties",
+         {{"name", {{"const", name}}},
+          {"arguments", f.contains("parameters") ? f["parameters"] : nlohmann::ordered_json{{"type", "object"}}}}},
+        {"required", {"name", "arguments"}}};
+    any.push_back(std::move(call));
+  }
+  if (any.empty()) return bad("'tool_choice' names function '" + want + "', which is not in 'tools'", "tool_choice");
+  try {
+    std::string g = grammar::json_schema_to_gbnf(nlohmann::ordered_json{{"anyOf", any}});
+    g.replace(0, g.find("::="), "tool-call-json ");
+    g = "root ::= \"<tool_call>\\n\" tool-call-json \"\\n</tool_call>\"\n" + g;
+    r.grammar = std::make_shared<const grammar::Grammar>(grammar::Grammar::parse(g));
+  } catch (const std::exception& e) {
+    return bad(std::string("'tools': a parameters schema cannot be enforced: ") + e.what(), "tools", "invalid_schema");
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> parse_object(Endpoint ep, const json& o, const Limits& lim, CompletionRequest& r,
                                      const nlohmann::ordered_json* ordered) {
   for (auto it = o.begin(); it != o.end(); ++it)
@@ -450,7 +490,8 @@ std::optional<ApiError> parse_object(Endpoint ep, const json& o, const Limits& l
   if (auto e = get_bool(o, "stream", r.stream)) return e;
   if (auto it = o.find("stream_options"); it != o.end() && it->is_object())
     if (auto e = get_bool(*it, "include_usage", r.include_usage)) return e;
-  return parse_structured(o, ordered, r);
+  if (auto e = parse_structured(o, ordered, r)) return e;
+  return parse_forced_tool(o, ordered, r);
 }
 
 double tps(int64_t n, double ms) { return ms > 0 ? static_cast<double>(n) / (ms / 1e3) : 0.0; }

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "infer/server/api.h"
+#include "models/grammar/gbnf.h"
 #include "models/sampler.h"
 
 namespace anelab::serve {
@@ -373,6 +374,41 @@ TEST(ServeTools, DefinitionsAndCallsAreParsed) {
       "tools": [{"type": "function", "function": {"name": "f"}}]})",
                              lim, none));
   EXPECT_TRUE(none.tools.empty());
+
+  // A forced call: tool_choice "required" (any tool) or a named function: a grammar over the calls.
+  const std::string tools2 = R"("tools": [{"type": "function", "function": {"name": "get_weather", "parameters":
+      {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+      {"type": "function", "function": {"name": "now"}}])";
+  auto accepts = [](const CompletionRequest& q, const std::string& text) {
+    grammar::Matcher m(*q.grammar);
+    return m.accept_bytes(text) && m.can_end();
+  };
+  CompletionRequest req;
+  ASSERT_FALSE(parse_request(
+      Endpoint::kChat, R"({"messages": [{"role": "user", "content": "q"}], "tool_choice": "required", )" + tools2 + "}",
+      lim, req));
+  ASSERT_TRUE(req.grammar);
+  EXPECT_TRUE(
+      accepts(req, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"));
+  EXPECT_TRUE(accepts(req, "<tool_call>\n{\"name\":\"now\",\"arguments\":{}}\n</tool_call>"));
+  EXPECT_FALSE(accepts(req, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>"));  // city
+  EXPECT_FALSE(accepts(req, "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_FALSE(accepts(req, "Sure!"));
+  ASSERT_FALSE(parse_request(Endpoint::kChat,
+                             R"({"messages": [{"role": "user", "content": "q"}], "tool_choice": {"type": "function",
+                                 "function": {"name": "now"}}, )" +
+                                 tools2 + "}",
+                             lim, req));
+  EXPECT_FALSE(
+      accepts(req, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"P\"}}\n</tool_call>"));
+  EXPECT_TRUE(accepts(req, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
+  auto e = parse_request(Endpoint::kChat,
+                         R"({"messages": [{"role": "user", "content": "q"}], "tool_choice": {"type": "function",
+                             "function": {"name": "missing"}}, )" +
+                             tools2 + "}",
+                         lim, req);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->param, "tool_choice");
 
   const ParsedToolCalls p = parse_tool_calls(
       "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
