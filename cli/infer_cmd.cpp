@@ -33,6 +33,9 @@
 #include "infer/generate.h"
 #include "infer/load.h"
 #include "infer/logits.h"
+#include "models/grammar/gbnf.h"
+#include "models/grammar/json_schema.h"
+#include "models/grammar/token_constraint.h"
 #include "models/tokenizer/chat_template.h"
 
 namespace anelab::cli {
@@ -48,6 +51,7 @@ struct InferArgs {
   SamplingArgs sampling;    // generate and chat
   bool quiet = false;
   std::string prompt, prompt_positional, prompt_file, system, prompt_ids, out;
+  std::string grammar_file, json_schema;  // generate: constrained output (llama.cpp's --grammar-file, -j)
   bool prompt_set = false, print_ids = false, no_think = false;
   int64_t bench_prompt = 512, bench_gen = 128;
 };
@@ -164,11 +168,35 @@ void run_generate(const InferArgs& a) {
       std::fflush(stdout);
     };
   infer::GenerateResult r;
+  infer::GenerateOptions go = gen_options(a.sampling);
+  std::optional<grammar::GrammarConstraint> constraint;
+  if (!a.grammar_file.empty() || !a.json_schema.empty()) {
+    ANELAB_CHECK(a.grammar_file.empty() || a.json_schema.empty(), "infer",
+                 "--grammar-file and --json-schema are exclusive: pass one");
+    ANELAB_CHECK(l.tok, "infer",
+                 "--grammar-file/--json-schema need a tokenizer (the model has none: pass --tokenizer)");
+    std::string gbnf;
+    if (!a.grammar_file.empty()) {
+      gbnf = read_file_text(a.grammar_file);
+    } else {
+      const std::string text = a.json_schema.starts_with("{") ? a.json_schema : read_file_text(a.json_schema);
+      const auto schema = nlohmann::ordered_json::parse(text, nullptr, false);
+      ANELAB_CHECK(!schema.is_discarded(), "infer", "--json-schema: not JSON (a schema object, or a file holding one)");
+      gbnf = grammar::json_schema_to_gbnf(schema);
+    }
+    auto g = std::make_shared<const grammar::Grammar>(grammar::Grammar::parse(gbnf));
+    auto pieces = std::make_shared<const grammar::TokenPieces>(*l.tok, l.engine->config().vocab_size);
+    std::vector<int32_t> ends;
+    for (int32_t id : {l.tok->eos_id(), l.tok->bos_id()})
+      if (id >= 0) ends.push_back(id);
+    constraint.emplace(g, pieces, ends, -1);
+    go.constraint = &*constraint;
+  }
   if (by_ids) {
     const auto ids = infer::parse_token_ids(a.prompt_ids, "--prompt-ids", l.engine->config().vocab_size);
-    r = infer::generate_tokens(*l.engine, l.tok.get(), ids, 0, gen_options(a.sampling), sink);
+    r = infer::generate_tokens(*l.engine, l.tok.get(), ids, 0, go, sink);
   } else {
-    r = infer::generate(*l.engine, *l.tok, prompt, gen_options(a.sampling), sink);
+    r = infer::generate(*l.engine, *l.tok, prompt, go, sink);
   }
   if (a.print_ids) print_ids(r.new_tokens);
   if (r.stop_reason == "context" && !a.quiet)
@@ -340,6 +368,10 @@ void add_infer_command(CLI::App& app) {
                   "llama2.c run.c's spelling (llama.cpp's -i, interactive mode, is `anelab infer chat`)")
       ->each([a](const std::string&) { a->prompt_set = true; });
   gen->add_option("prompt_text", a->prompt_positional, "Prompt text as the last argument (as --prompt)");
+  gen->add_option("--grammar-file", a->grammar_file,
+                  "Constrain the continuation to a GBNF grammar (llama.cpp's syntax; docs/server.md)");
+  gen->add_option("--json-schema,-j", a->json_schema,
+                  "Constrain the continuation to JSON of this schema (the schema, or a file holding it)");
   gen->add_option("--prompt-file,-f", a->prompt_file, "Read the prompt from a file (llama.cpp -f)");
   gen->add_option("--prompt-ids", a->prompt_ids,
                   "Prompt as token ids (\"1 2 3\"; no tokenizer needed: without one, "

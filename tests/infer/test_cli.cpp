@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "framework/core/file.h"
@@ -537,6 +538,32 @@ TEST_F(InferCli, CompileNoteIsNotInsideTheEchoedPrompt) {
   ASSERT_NE(t.find("Once upon a time"), std::string::npos) << t;
   for (size_t at = t.find("[infer]"); at != std::string::npos; at = t.find("[infer]", at + 1))
     EXPECT_TRUE(at == 0 || t[at - 1] == '\n') << "a note inside a line at byte " << at << ":\n" << t;
+}
+
+// infer generate --json-schema / --grammar-file: the continuation after the echoed prompt is a sentence of the
+// grammar (stories260K writes stories by itself); a keyword the grammar cannot enforce is one line, exit 1.
+TEST(InferCliGrammar, GenerateWithJsonSchemaAndGrammar) {
+  ANELAB_REQUIRE_DATA("llama2c/stories260K.bin");
+  ANELAB_REQUIRE_DATA("llama2c/tok512.bin");
+  const std::string model = "--backend cpu --model " + test::data_path("llama2c/stories260K.bin") + " --tokenizer " +
+                            test::data_path("llama2c/tok512.bin") + " -q --prompt 'Once upon a time' -n 120 ";
+  const auto r = test::anelab("infer generate " + model +
+                              "--temp 0.8 -s 5 -j '{\"type\": \"object\", \"properties\": {\"name\": {\"type\": "
+                              "\"string\", \"maxLength\": 10}, "
+                              "\"age\": {\"type\": \"integer\"}}, \"required\": [\"name\", \"age\"]}'");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  ASSERT_EQ(r.out.rfind("Once upon a time", 0), 0u) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(16), nullptr, false);  // the echo, then the JSON and "\n"
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_TRUE(j["name"].is_string() && j["age"].is_number_integer()) << r.out;
+  const std::string g = (test::temp_dir("cli_grammar") / "yes.gbnf").string();
+  write_file_atomic(g, "root ::= (\" yes\" | \" no\") \"!\"\n");
+  const auto y = test::anelab("infer generate " + model + "--temp 1 -s 2 --grammar-file " + g);
+  ASSERT_EQ(y.rc, 0) << y.err;
+  EXPECT_TRUE(y.out == "Once upon a time yes!\n" || y.out == "Once upon a time no!\n") << y.out;
+  const auto bad = test::anelab("infer generate " + model + "-j '{\"type\": \"string\", \"pattern\": \"a\"}'");
+  EXPECT_EQ(bad.rc, 1);
+  EXPECT_NE(bad.err.find("keyword 'pattern' is not supported"), std::string::npos) << bad.err;
 }
 
 }  // namespace
