@@ -37,9 +37,6 @@ void check_shape(const DeltaShape& s) {
 }  // namespace
 }  // namespace deltanet_detail
 
-using deltanet_detail::dot_n;
-using deltanet_detail::state_t_times;
-
 void delta_rule_step(const DeltaShape& s, float* state, const float* q, const float* k, const float* v, const float* g,
                      const float* beta, float* out) {
   const int64_t group = s.n_v_heads / s.n_k_heads, dk = s.dk, dv = s.dv;
@@ -51,14 +48,14 @@ void delta_rule_step(const DeltaShape& s, float* state, const float* q, const fl
     float* oh = out + h * dv;
     // S = decay S; pred = S^T k (out serves as the scratch of pred, then of the output).
     for (int64_t i = 0; i < dk * dv; ++i) S[i] *= decay;
-    state_t_times(S, kh, dk, dv, oh);
+    deltanet_detail::state_t_times(S, kh, dk, dv, oh);
     for (int64_t b = 0; b < dv; ++b) oh[b] = beta[h] * (v[h * dv + b] - oh[b]);  // delta
     for (int64_t a = 0; a < dk; ++a) {
       const float ka = kh[a];
       float* row = S + a * dv;
       for (int64_t b = 0; b < dv; ++b) row[b] += ka * oh[b];
     }
-    state_t_times(S, qh, dk, dv, oh);
+    deltanet_detail::state_t_times(S, qh, dk, dv, oh);
   }
 }
 
@@ -90,11 +87,11 @@ void DeltaRuleChunked::run(float* state, const float* q, const float* k, const f
         const float bi = beta[(start + i) * nh + h];
         const float* vi = v + (start + i) * v_row + h * dv;
         float* ui = U + i * dv;
-        state_t_times(S, krow(i), dk, dv, t);
+        deltanet_detail::state_t_times(S, krow(i), dk, dv, t);
         const float ec = std::exp(c[i]);
         for (int64_t b = 0; b < dv; ++b) ui[b] = bi * (vi[b] - ec * t[b]);
         for (int64_t j = 0; j < i; ++j) {
-          const float a = bi * dot_n(krow(i), krow(j), dk) * std::exp(c[i] - c[j]);
+          const float a = bi * deltanet_detail::dot_n(krow(i), krow(j), dk) * std::exp(c[i] - c[j]);
           const float* uj = U + j * dv;
           for (int64_t b = 0; b < dv; ++b) ui[b] -= a * uj[b];
         }
@@ -102,11 +99,11 @@ void DeltaRuleChunked::run(float* state, const float* q, const float* k, const f
       // Outputs from the state at the chunk start and the chunk's own U.
       for (int64_t i = 0; i < L; ++i) {
         float* oi = out + (start + i) * v_row + h * dv;
-        state_t_times(S, qrow(i), dk, dv, oi);
+        deltanet_detail::state_t_times(S, qrow(i), dk, dv, oi);
         const float ec = std::exp(c[i]);
         for (int64_t b = 0; b < dv; ++b) oi[b] *= ec;
         for (int64_t j = 0; j <= i; ++j) {
-          const float a = dot_n(qrow(i), krow(j), dk) * std::exp(c[i] - c[j]);
+          const float a = deltanet_detail::dot_n(qrow(i), krow(j), dk) * std::exp(c[i] - c[j]);
           const float* uj = U + j * dv;
           for (int64_t b = 0; b < dv; ++b) oi[b] += a * uj[b];
         }
@@ -146,7 +143,7 @@ void conv1d_silu_step(int64_t channels, int64_t kernel, float* conv_state, const
 void l2_normalize_rows(float* x, int64_t n, int64_t d, float eps, float scale) {
   for (int64_t i = 0; i < n; ++i) {
     float* r = x + i * d;
-    const float f = scale / std::sqrt(dot_n(r, r, d) + eps);
+    const float f = scale / std::sqrt(deltanet_detail::dot_n(r, r, d) + eps);
     for (int64_t j = 0; j < d; ++j) r[j] *= f;
   }
 }
