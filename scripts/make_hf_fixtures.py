@@ -27,10 +27,18 @@ the model exercises; prompts of 40, 8 and 1 tokens; 24-token greedy continuation
                   query_pre_attn_scalar 24 (!= head_dim), final_logit_softcapping 4, rope_theta 1e6 for
                   full attention and rope_local_base_freq 1e4 for sliding attention, GeGLU (tanh GELU),
                   norms stored as offsets from 1 (perturbed around 0)
+  qwen35_bf16/    Qwen3_5ForCausalLM (Qwen3_5TextConfig), the hybrid Qwen3.5 dense text model: 4 layers with
+                  layer_types linear, linear, linear, full; Gated DeltaNet layers with 2 key heads of dim 16 and
+                  4 value heads of dim 16 (each key head serves 2 value heads), conv kernel 4, A_log = log of
+                  U(0.1, 1) and dt_bias around 1 (per-step decays 0.3..0.9, so the state remembers the prompt);
+                  the full-attention layer: 4 heads, 2 kv heads, head_dim 32, output gate, q/k norm,
+                  partial_rotary_factor 0.25 (RoPE on 8 of 32 dims), rope_theta 1e7; intermediate 64; norms
+                  stored as offsets from 1 (perturbed around 0) except the gated norm of the DeltaNet (around 1).
+                  The 40-token prompt is one chunk of transformers' chunked delta rule (chunk 64).
 
 Made with torch 2.11.0+cu130 and transformers 5.17.0 on the device machine (the versions are recorded
 in every reference file); logits span about [-3.5, 3.5] and the smallest top-1/top-2 margin of a greedy
-step is 0.004 (Qwen3), 0.006 (Llama 3), 0.04 (Gemma 3): an fp32 engine must reproduce the ids, an fp16
+step is 0.004 (Qwen3), 0.006 (Llama 3), 0.04 (Gemma 3), 0.006 (Qwen3.5): an fp32 engine must reproduce the ids, an fp16
 one may not; the configs are passed in transformers 5.x style (rope_parameters) and fall back to the 4.x
 keywords (rope_theta, rope_scaling, rope_local_base_freq) on an older transformers.
 
@@ -167,6 +175,33 @@ def make_gemma3():
     return m
 
 
+def make_qwen35():
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+    common = dict(vocab_size=512, hidden_size=64, intermediate_size=64, num_hidden_layers=4,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=256,
+                  rms_norm_eps=1e-6, tie_word_embeddings=True, attention_bias=False, initializer_range=0.1,
+                  hidden_act="silu", attention_dropout=0.0, linear_conv_kernel_dim=4, linear_key_head_dim=16,
+                  linear_value_head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+                  layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+                  bos_token_id=0, eos_token_id=1)
+    rope = {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25}
+    cfg = make_config(Qwen3_5TextConfig, dict(common, rope_parameters=rope),
+                      dict(common, rope_theta=1e7, partial_rotary_factor=0.25))
+    set_seed(3535)
+    m = Qwen3_5ForCausalLM(cfg)
+    randomise_norms(m, 3536, weight_base=0.0)  # Qwen3_5RMSNorm scales by (1 + weight)
+    g = torch.Generator().manual_seed(3537)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if name.endswith("linear_attn.norm.weight"):  # the gated norm scales by weight itself
+                p.copy_(1.0 + torch.randn(p.shape, generator=g) * 0.1)
+            elif name.endswith("A_log"):
+                p.copy_(torch.empty(p.shape).uniform_(0.1, 1.0, generator=g).log())
+            elif name.endswith("dt_bias"):
+                p.copy_(1.0 + torch.randn(p.shape, generator=g) * 0.1)
+    return m
+
+
 def randomise_norms(model, seed, weight_base=1.0):
     """Norm weights default to ones (biases to zeros); perturb them so transposition/mapping bugs show."""
     g = torch.Generator().manual_seed(seed)
@@ -211,6 +246,9 @@ NEW_MODELS = [
      "< the 40-token prompt), GQA 4/2, tied, bf16"),
     ("gemma3_bf16", make_gemma3, "Gemma 3 text: sliding_window 4 < prompts, layer_types sliding/sliding/full, "
      "query_pre_attn_scalar 24, final_logit_softcapping 4, rope 1e6 global / 1e4 local, GQA 4/1, tied, bf16"),
+    ("qwen35_bf16", make_qwen35, "Qwen3.5: layer_types linear x3 + full; Gated DeltaNet 2 key heads / 4 value "
+     "heads of dim 16, conv kernel 4; gated attention 4/2 heads, head_dim 32, partial RoPE 0.25, rope_theta 1e7; "
+     "(1 + w) norms, tied, bf16"),
 ]
 
 
