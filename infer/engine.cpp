@@ -114,8 +114,9 @@ namespace {
 constexpr const char* kExecutor = "the CPU inference engine";
 }  // namespace
 
-void Engine::check_supported() const {
-  const auto& c = model_.config;
+void Engine::check_supported() const { check_engine_supports(desc_, model_.config); }
+
+void check_engine_supports(const models::ModelDesc& desc_, const models::ModelConfig& c) {
   for (size_t l = 0; l < desc_.layers.size(); ++l) {
     bool seen[2] = {false, false};
     for (const models::Step& s : desc_.layers[l].steps) {

@@ -188,4 +188,8 @@ WType parse_wtype(const std::string& s);
 // EngineOptions::keep_quantized, so block-quantized matrices stay in their blocks.
 WType auto_wtype(const models::Model& m);
 
+// Throws "[infer] layer L STEP: WHAT is not supported by the CPU inference engine" for the first step or parameter
+// of `desc` the engine does not implement (Engine's constructor calls it with its model's description).
+void check_engine_supports(const models::ModelDesc& desc, const models::ModelConfig& config);
+
 }  // namespace anelab::infer

@@ -8,13 +8,16 @@
 
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 
 #include "framework/core/error.h"
+#include "infer/engine.h"
 #include "models/formats/load_any.h"
 #include "models/layer_desc.h"
+#include "models/presets.h"
 #include "tests/common/test_data.h"
 
 namespace anelab::models {
@@ -155,3 +158,39 @@ TEST(LayerDesc, RefusalNamesTheLayerStepAndExecutor) {
 
 }  // namespace
 }  // namespace anelab::models
+
+namespace anelab::infer {
+namespace {
+// The CPU engine refuses, in one line naming the layer, the step and itself, what its step implementations lack:
+// descriptions edited here the way a future architecture would write them.
+TEST(EngineRefusal, UnsupportedStepsAreNamed) {
+  const models::ModelConfig c = models::preset("stories260k");
+  const models::ModelDesc base = models::describe_model(c);
+  EXPECT_NO_THROW(check_engine_supports(base, c));
+  auto message = [&](const std::function<void(models::ModelDesc&)>& edit) {
+    models::ModelDesc d = base;
+    edit(d);
+    try {
+      check_engine_supports(d, c);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const std::string softcap = message([](models::ModelDesc& d) { d.layers[1].steps[0].attn.score_softcap = 50.0f; });
+  EXPECT_NE(softcap.find("layer 1"), std::string::npos) << softcap;
+  EXPECT_NE(softcap.find("attention"), std::string::npos) << softcap;
+  EXPECT_NE(softcap.find("score soft-capping"), std::string::npos) << softcap;
+  EXPECT_NE(softcap.find("the CPU inference engine"), std::string::npos) << softcap;
+  const std::string twice =
+      message([](models::ModelDesc& d) { d.layers[0].steps.push_back(d.layers[0].steps.back()); });
+  EXPECT_NE(twice.find("a second step of this kind"), std::string::npos) << twice;
+  const std::string norm = message([](models::ModelDesc& d) {
+    models::NormDesc n;
+    n.kind = models::NormType::kLayer;
+    d.layers[2].steps[0].attn.q_norm = n;
+  });
+  EXPECT_NE(norm.find("a q/k norm other than RMSNorm"), std::string::npos) << norm;
+}
+}  // namespace
+}  // namespace anelab::infer
