@@ -954,6 +954,12 @@ std::string prometheus_metrics(const MetricsSnapshot& m) {
               one(double(m.queue_max)));
   prom_metric(o, "anelab_requests_running", "gauge", "Requests being generated now.", one(double(m.running)));
   prom_metric(o, "anelab_requests_waiting", "gauge", "Requests queued now.", one(double(m.waiting)));
+  if (!m.slot_busy.empty()) {
+    std::vector<std::pair<std::string, double>> slots;
+    for (size_t i = 0; i < m.slot_busy.size(); ++i)
+      slots.emplace_back("{slot=\"" + std::to_string(i) + "\"}", double(m.slot_busy[i]));
+    prom_metric(o, "anelab_slot_busy", "gauge", "Per worker (llama.cpp's slot): 1 while it generates.", slots);
+  }
   prom_metric(o, "anelab_requests_total", "counter", "Generation requests by outcome.",
               {{"{outcome=\"admitted\"}", double(m.admitted)},
                {"{outcome=\"rejected\"}", double(m.rejected)},

@@ -199,6 +199,7 @@ struct MetricsSnapshot {
   uint64_t prompt_tokens = 0, completion_tokens = 0;
   uint64_t cached_tokens = 0;          // prompt tokens served from the prompt cache
   uint64_t drafted = 0, accepted = 0;  // speculative decoding
+  std::vector<int> slot_busy;          // per worker: 1 while it generates
   bool power_available = false;
   std::string power_source, power_reason;
   std::vector<std::pair<std::string, double>> energy_j;  // (rail, joules) for the rails the source has

@@ -328,6 +328,7 @@ MetricsSnapshot HttpServer::metrics() {
   m.workers = st.workers, m.queue_max = st.max_queue, m.running = st.running, m.waiting = st.waiting;
   m.admitted = st.admitted, m.rejected = st.rejected, m.completed = st.completed, m.cancelled = st.cancelled;
   m.failed = st.failed;
+  for (const auto& slot : sched_->slots()) m.slot_busy.push_back(slot.busy ? 1 : 0);
   m.prompt_tokens = prompt_tokens_.load(), m.completion_tokens = completion_tokens_.load();
   m.cached_tokens = cached_tokens_.load();
   m.drafted = drafted_.load(), m.accepted = accepted_.load();

@@ -263,6 +263,8 @@ TEST(ServeHttpFake, MetricsInPrometheusFormatWithEnergy) {
   EXPECT_EQ(prom_value(m, "anelab_completion_tokens_total"), "4") << m;
   EXPECT_EQ(prom_value(m, "anelab_prompt_tokens_total"), "3") << m;
   EXPECT_EQ(prom_value(m, "anelab_power_available"), "1") << m;
+  EXPECT_EQ(prom_value(m, "anelab_slot_busy{slot=\"0\"}"), "0") << m;  // idle after the request
+  EXPECT_EQ(prom_value(m, "anelab_prompt_tokens_cached_total"), "0") << m;
   EXPECT_NE(m.find("# TYPE anelab_energy_joules_total counter"), std::string::npos) << m;
   // Readings: 1 = the meter's zero point, 2 = the server's start, 3 = this scrape: 2 J since the start.
   EXPECT_EQ(prom_value(m, "anelab_energy_joules_total{rail=\"cpu\",source=\"counting\"}"), "2") << m;
