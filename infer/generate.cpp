@@ -250,7 +250,10 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::v
       fail("infer", "vocabulary mismatch: the model produced token id ", next, " but the tokenizer (", tk->describe(),
            ") has only ", tk->vocab_size(), " tokens: it belongs to another model (pass the model's own --tokenizer)");
     r.new_tokens.push_back(next);
-    if (o.logprobs >= 0) r.logprobs.push_back(token_logprob(lp, vocab, next, o.logprobs));
+    if (o.logprobs >= 0) {
+      r.logprobs.push_back(token_logprob(lp, vocab, next, o.logprobs));
+      if (o.on_logprob) o.on_logprob(r.logprobs.back());
+    }
     history.push_back(next);
     const std::string p = tk ? tk->decode_token(token, next) : std::string();
     token = next;

@@ -28,6 +28,12 @@ namespace anelab::infer {
 
 enum class SamplerKind { kAuto, kRunc, kGeneral };  // auto: run.c's for llama2.c files when no top-k/min-p/penalty
 
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // (id, logprob), most likely first
+};
+
 struct GenerateOptions {
   int64_t steps = 256;          // run.c -n (0 or > context: the context)
   int64_t max_new_tokens = -1;  // >= 0 overrides steps
@@ -44,6 +50,8 @@ struct GenerateOptions {
   // >= 0: record each generated token's log-probability under the model (log-softmax of the engine's logits, before
   // penalties, temperature, masks) and this many most likely alternatives (GenerateResult::logprobs).
   int32_t logprobs = -1;
+  // With logprobs >= 0: called with each generated token's entry as it is produced (streamed answers).
+  std::function<void(const TokenLogprob&)> on_logprob;
   // > 0: speculative decoding with prompt-lookup drafts (CPU prefill backend only). After each token, the tokens
   // that followed the latest earlier occurrence of the last n tokens (n = draft_ngram .. 1... see draft_ngram_min)
   // are drafted, up to draft_max, and checked in one batched pass (Engine::prefill over [token, drafts] with all
@@ -53,12 +61,6 @@ struct GenerateOptions {
   // path quantizes activations differently and greedy output can differ (docs/inference.md, measured).
   int32_t draft_max = 0;
   int32_t draft_ngram = 3, draft_ngram_min = 2;
-};
-
-struct TokenLogprob {
-  int32_t id = 0;
-  float logprob = 0.0f;
-  std::vector<std::pair<int32_t, float>> top;  // (id, logprob), most likely first
 };
 
 struct GenerateResult {

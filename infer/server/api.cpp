@@ -303,7 +303,7 @@ const std::set<std::string, std::less<>>& known_fields(Endpoint ep) {
 }
 
 // Completions: logprobs (an integer 0..20: alternatives per token). Chat: logprobs (boolean) and top_logprobs
-// (0..20, needs logprobs). Given in non-streamed answers only.
+// (0..20, needs logprobs). Streamed answers carry each chunk's entries.
 std::optional<ApiError> parse_logprobs(const json& o, Endpoint ep, CompletionRequest& r) {
   if (ep == Endpoint::kChat) {
     bool on = false;
@@ -318,11 +318,6 @@ std::optional<ApiError> parse_logprobs(const json& o, Endpoint ep, CompletionReq
     if (auto e = get_int(o, "logprobs", 0, 20, n)) return e;
     r.logprobs = n;
   }
-  bool stream = false;
-  (void)get_bool(o, "stream", stream);
-  if (r.logprobs >= 0 && stream)
-    return bad("'logprobs' is given in non-streamed answers only (send stream: false)", "logprobs",
-               "unsupported_parameter");
   return std::nullopt;
 }
 
@@ -784,13 +779,15 @@ json completion_json(const ResponseMeta& m, const std::string& text, const std::
   return j;
 }
 
-std::string sse_delta(const ResponseMeta& m, std::string_view text) {
+std::string sse_delta(const ResponseMeta& m, std::string_view text, const json& logprobs) {
   json j = meta_base(m, true);
   json choice{{"index", 0}, {"finish_reason", nullptr}};
-  if (m.endpoint == Endpoint::kChat)
+  if (m.endpoint == Endpoint::kChat) {
     choice["delta"] = json{{"content", std::string(text)}};
-  else
-    choice["text"] = std::string(text), choice["logprobs"] = nullptr;
+    if (!logprobs.is_null()) choice["logprobs"] = logprobs;
+  } else {
+    choice["text"] = std::string(text), choice["logprobs"] = logprobs;
+  }
   j["choices"] = json::array({choice});
   return sse(j);
 }

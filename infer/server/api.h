@@ -135,8 +135,9 @@ struct ResponseMeta {
   std::string id, model;
   int64_t created = 0;
   Endpoint endpoint = Endpoint::kCompletions;
-  bool tools = false;  // chat with tools: <tool_call> blocks become tool_calls (finish_reason "tool_calls")
-  std::string note;    // "note" in the answer when not empty (a request field adjusted, e.g. max_tokens clamped)
+  bool tools = false;     // chat with tools: <tool_call> blocks become tool_calls (finish_reason "tool_calls")
+  bool logprobs = false;  // stream chunks carry their tokens' logprob entries
+  std::string note;       // "note" in the answer when not empty (a request field adjusted, e.g. max_tokens clamped)
 };
 
 // llama.cpp's /completion answer (non-streamed, and the final stream event when `final`): content, stop,
@@ -172,7 +173,7 @@ nlohmann::json completion_json(const ResponseMeta& m, const std::string& text, c
                                const Usage& u, const nlohmann::json& logprobs = nullptr);
 // One SSE event "data: {...}\n\n": a text delta (finish_reason empty), the role opener (chat), or the
 // final chunk (finish_reason set; carries usage and timings).
-std::string sse_delta(const ResponseMeta& m, std::string_view text);
+std::string sse_delta(const ResponseMeta& m, std::string_view text, const nlohmann::json& logprobs = nullptr);
 std::string sse_role(const ResponseMeta& m);
 std::string sse_final(const ResponseMeta& m, const std::string& finish_reason, const Usage& u, bool usage_chunk);
 std::string sse_error(const ApiError& e);

@@ -222,6 +222,16 @@ GenOutcome ModelPool::run(size_t w, Job& job) {
   o.final_newline = false;
   o.logprobs = p.logprobs;
   o.draft_max = impl_->opt.draft_max;
+  int32_t lp_prev = p.prompt.back();
+  if (p.logprobs >= 0)  // streamed answers read them as they come (non-streamed ones from the outcome)
+    o.on_logprob = [&](const infer::TokenLogprob& t) {
+      const tok::Tokenizer& tk = *impl_->tk;
+      auto piece = [&](int32_t id) { return id < tk.vocab_size() ? tk.decode_token(lp_prev, id) : ""; };
+      TokenLogprobText x{piece(t.id), t.logprob, {}};
+      for (const auto& [id, lp] : t.top) x.top.emplace_back(piece(id), lp);
+      lp_prev = t.id;
+      job.push_logprob(std::move(x));
+    };
   std::optional<grammar::GrammarConstraint> constraint;
   if (p.grammar) {
     const tok::Tokenizer& tk = *impl_->tk;

@@ -119,7 +119,10 @@ bool stream_job(const std::shared_ptr<Job>& job, const ResponseMeta& meta, bool 
     }
     if (k > 0) {
       const std::string_view piece = std::string_view(held).substr(0, k);
-      if (!write(llama ? llama_sse_delta(piece) : sse_delta(meta, piece))) return false;
+      nlohmann::json lps = nullptr;  // the logprob entries produced so far (a token's may precede its text)
+      if (meta.logprobs)
+        if (auto t = job->take_logprobs(); !t.empty()) lps = logprobs_json(meta.endpoint, t);
+      if (!write(llama ? llama_sse_delta(piece) : sse_delta(meta, piece, lps))) return false;
       held.erase(0, k);
       last_write = Clock::now();
     } else if (Clock::now() - last_write > std::chrono::seconds(2)) {
@@ -127,6 +130,9 @@ bool stream_job(const std::shared_ptr<Job>& job, const ResponseMeta& meta, bool 
       last_write = Clock::now();
     }
   }
+  if (meta.logprobs)  // entries whose text went out with an earlier chunk than they did
+    if (auto t = job->take_logprobs(); !t.empty() && !write(sse_delta(meta, "", logprobs_json(meta.endpoint, t))))
+      return false;
   const GenOutcome& o = job->wait();
   if (o.error) {
     if (!write(sse_error(*o.error))) return false;
@@ -394,6 +400,7 @@ void HttpServer::handle_generate(Endpoint ep, const HttpRequest& q, HttpResponse
   meta.id = random_response_id(ep);
   meta.note = note;
   meta.tools = ep == Endpoint::kChat && !cr.tools.empty();
+  meta.logprobs = cr.logprobs >= 0 && ep != Endpoint::kLlama;
   if (!cr.stream) {
     // The client is watched while the job waits or runs: one that has closed its side gets no more work (a
     // queued job leaves the queue, a running one stops at its next token) and no answer.

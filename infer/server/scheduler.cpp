@@ -23,6 +23,18 @@ void Job::finish(GenOutcome o) {
   cv_.notify_all();
 }
 
+void Job::push_logprob(TokenLogprobText t) {
+  std::lock_guard<std::mutex> lk(mu_);
+  pending_lp_.push_back(std::move(t));
+}
+
+std::vector<TokenLogprobText> Job::take_logprobs() {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<TokenLogprobText> out;
+  out.swap(pending_lp_);
+  return out;
+}
+
 std::string Job::next(std::chrono::milliseconds timeout, bool& done) {
   std::unique_lock<std::mutex> lk(mu_);
   cv_.wait_for(lk, timeout, [&] { return done_ || !pending_.empty(); });

@@ -69,10 +69,13 @@ class Job {
 
   // Worker side.
   void push_text(std::string_view s);
+  void push_logprob(TokenLogprobText t);  // streamed logprobs: read with take_logprobs
   void finish(GenOutcome o);
   // Reader side: waits up to `timeout` for text or the end. Returns the text that arrived (possibly
   // empty on timeout); sets done when the job has finished and everything was read.
   std::string next(std::chrono::milliseconds timeout, bool& done);
+  // The logprob entries pushed since the last call.
+  std::vector<TokenLogprobText> take_logprobs();
   // Waits for the end (non-streamed answers).
   const GenOutcome& wait();
   // Waits up to `timeout` for the end; true when the job has finished.
@@ -83,6 +86,7 @@ class Job {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::string pending_;
+  std::vector<TokenLogprobText> pending_lp_;
   bool done_ = false;
   GenOutcome outcome_;
 };
