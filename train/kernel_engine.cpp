@@ -93,7 +93,7 @@ class KernelEngine final : public StepEngine {
       strategy_ = kern::Strategy::kDynamic;
     else
       fail("train", "--strategy ", o.strategy, ": the kernel engine runs static or dynamic");
-    check_kernel_trainable(c_, o.strategy);
+    check_kernel_steps(models::describe_model(c_), o.strategy);
     if (o.seq_len > 0) check_seq_len(o.seq_len, o.strategy);
     self_check_report_ = o.self_check_report.empty()
                              ? (std::filesystem::temp_directory_path() / "anelab-self-check.json").string()

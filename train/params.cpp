@@ -1,6 +1,8 @@
 #include "train/params.h"
 
+#include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "framework/core/error.h"
 #include "models/presets.h"
@@ -34,19 +36,44 @@ void check_trainable(const models::ModelConfig& c) {
         "docs/training.md)");
 }
 
-void check_kernel_trainable(const models::ModelConfig& c, const std::string& strategy) {
-  const std::string lacks = listed(
-      {{c.norm_offset != 0.0f, "(1+w) RMSNorm"},
-       {c.post_norms, "sandwich (post-attention / post-MLP) norms"},
-       {c.activation != models::Activation::kSilu, "a GeGLU MLP"},
-       {c.embed_scale != 1.0f, "an embedding scale"},
-       {c.attn_scale != 0.0f, "a query_pre_attn_scalar score scale"},
-       {c.sliding_window > 0, "sliding-window layers"},
-       {c.rope_local_theta != 0.0f || c.rope_linear_factor != 1.0f, "per-layer RoPE bases / linear RoPE scaling"},
-       {c.logit_softcap > 0.0f, "logit soft-capping"}});
-  if (!lacks.empty())
-    fail("train", "--strategy ", strategy, ": model '", c.arch, "' has ", lacks,
-         ", which the training kernels do not implement; train it with --strategy cpu (docs/training.md)");
+void check_kernel_steps(const models::ModelDesc& d, const std::string& strategy) {
+  const std::string executor = "the MIL training kernels (--strategy " + strategy + "; --strategy cpu has it)";
+  const char* ex = executor.c_str();
+  // The kernels implement pre-normed RMSNorm steps (weight w, no offset) and nothing after the step's op.
+  auto norms = [&](int64_t l, const models::Step& s) {
+    if (s.pre_norm && s.pre_norm->offset != 0.0f) models::unsupported("train", ex, l, s.kind, "a (1+w) RMSNorm");
+    if (s.post_norm) models::unsupported("train", ex, l, s.kind, "a post-norm (sandwich norm)");
+  };
+  std::optional<float> rope_theta;  // the first attention step's: the kernels take one RoPE base
+  for (size_t li = 0; li < d.layers.size(); ++li) {
+    const auto l = static_cast<int64_t>(li);
+    for (const models::Step& s : d.layers[li].steps) {
+      switch (s.kind) {
+        case models::StepKind::kAttention: {
+          norms(l, s);
+          const models::AttnDesc& a = s.attn;
+          if ((a.q_norm && a.q_norm->offset != 0.0f) || (a.k_norm && a.k_norm->offset != 0.0f))
+            models::unsupported("train", ex, l, s.kind, "a (1+w) q/k RMSNorm");
+          if (a.window > 0)
+            models::unsupported("train", ex, l, s.kind, "a sliding window (" + std::to_string(a.window) + " keys)");
+          if (a.score_scale != 1.0f / std::sqrt(static_cast<float>(a.head_dim)))
+            models::unsupported("train", ex, l, s.kind, "a score scale other than 1/sqrt(head_dim)");
+          if (a.score_softcap > 0.0f) models::unsupported("train", ex, l, s.kind, "score soft-capping");
+          if (!rope_theta) rope_theta = a.rope.theta;
+          if (a.rope.theta != *rope_theta || a.rope.linear_factor != 1.0f)
+            models::unsupported("train", ex, l, s.kind, "a per-layer RoPE base / linear RoPE scaling");
+          break;
+        }
+        case models::StepKind::kFfn:
+          norms(l, s);
+          if (s.ffn.activation != models::Activation::kSilu)
+            models::unsupported("train", ex, l, s.kind, "an MLP other than SwiGLU");
+          break;
+      }
+    }
+  }
+  if (d.embed.scale != 1.0f) fail("train", "the embedding scale is not supported by ", executor);
+  if (d.head.softcap > 0.0f) fail("train", "logit soft-capping is not supported by ", executor);
 }
 
 ParamLayout::ParamLayout(const models::ModelConfig& c) : config_(c) {

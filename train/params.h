@@ -4,14 +4,15 @@
 //
 // Supported for training: RMSNorm + SwiGLU or GeGLU, no biases, no learned positions, RoPE adjacent_pairs
 // (llama2.c) or rotate_half with or without llama3 frequency scaling; Qwen3's per-head q/k RMSNorm; tied or
-// untied classifier; GQA (n_heads % n_kv_heads == 0); Gemma 3's parts on the CPU engine (check_kernel_trainable
-// names what the kernel strategies lack).
+// untied classifier; GQA (n_heads % n_kv_heads == 0); Gemma 3's parts on the CPU engine (check_kernel_steps
+// names the first step the kernel strategies lack).
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "models/formats/model.h"
+#include "models/layer_desc.h"
 
 namespace anelab::train {
 
@@ -63,9 +64,11 @@ class ParamLayout {
 // Throws one line "[train] model 'ARCH': ... not supported for training ..." naming every feature of c the
 // trainer lacks (LayerNorm, a GELU MLP, biases, learned positions) when c cannot be trained at all.
 void check_trainable(const models::ModelConfig& c);
-// The kernel strategies (static / dynamic) on top: throws one line "[train] --strategy S: model 'ARCH' has ...
-// which the training kernels do not implement; use --strategy cpu" naming every Gemma 3 part c has.
-void check_kernel_trainable(const models::ModelConfig& c, const std::string& strategy);
+// The kernel strategies (static / dynamic) on top: walks the description and throws, at the first step or
+// parameter the training kernels do not implement, one line "[train] layer L STEP: WHAT is not supported by the
+// MIL training kernels (--strategy S; --strategy cpu has it)" (models::unsupported); the embedding scale and
+// the logit soft-cap are refused in one line naming the executor too.
+void check_kernel_steps(const models::ModelDesc& d, const std::string& strategy);
 
 // Initialisation into a flat buffer of layout.total() floats.
 std::vector<float> init_random(const ParamLayout& layout, uint64_t seed);               // models::random_init

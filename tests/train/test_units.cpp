@@ -227,7 +227,8 @@ TEST(TrainUnits, Qwen3HeadNormsAreParametersAndCheckpointed) {
   EXPECT_EQ(r.v, s.v);
 }
 
-// Refusals are one line naming every missing part: GPT-2 for training at all, Gemma 3 for the kernel strategies.
+// Refusals are one line: GPT-2 for training at all naming every missing part; for the kernel strategies the
+// first step of the description the training kernels lack, naming the layer, the step and the executor.
 TEST(TrainUnits, RefusalsAreOneLineNamingWhatIsMissing) {
   auto message = [](const std::function<void()>& f) -> std::string {
     try {
@@ -239,18 +240,54 @@ TEST(TrainUnits, RefusalsAreOneLineNamingWhatIsMissing) {
   };
   EXPECT_NO_THROW(check_trainable(models::preset("qwen3-0.6b")));
   EXPECT_NO_THROW(check_trainable(models::preset("gemma3-270m")));
-  EXPECT_NO_THROW(check_kernel_trainable(models::preset("qwen3-0.6b"), "dynamic"));
-  const std::string g = message([] { check_kernel_trainable(models::preset("gemma3-270m"), "static"); });
+  EXPECT_NO_THROW(check_kernel_steps(models::describe_model(models::preset("qwen3-0.6b")), "dynamic"));
+  const std::string g =
+      message([] { check_kernel_steps(models::describe_model(models::preset("gemma3-270m")), "static"); });
   EXPECT_EQ(g.find('\n'), std::string::npos) << g;
-  EXPECT_EQ(g.rfind("[train] --strategy static: model 'gemma3' has ", 0), 0u) << g;
-  for (const char* part :
-       {"(1+w) RMSNorm", "sandwich", "GeGLU", "embedding scale", "score scale", "sliding-window", "--strategy cpu"})
-    EXPECT_NE(g.find(part), std::string::npos) << part << " in: " << g;
+  EXPECT_EQ(g.rfind("[train] layer 0 attention: a (1+w) RMSNorm is not supported by the MIL training kernels "
+                    "(--strategy static; --strategy cpu has it)",
+                    0),
+            0u)
+      << g;
   const std::string p = message([] { check_trainable(models::preset("gpt2-124m")); });
   EXPECT_EQ(p.find('\n'), std::string::npos) << p;
   for (const char* part :
        {"[train] model 'gpt2': ", "LayerNorm", "a GELU MLP", "bias tensors", "learned positions", "inference-only"})
     EXPECT_NE(p.find(part), std::string::npos) << part << " in: " << p;
+}
+
+// The kernel strategies walk the description: a step or parameter they lack, put into a Qwen3 description
+// they otherwise train, is refused in one line naming the layer, the step and the executor.
+TEST(TrainUnits, KernelStrategiesRefuseAnEditedDescriptionNamingLayerStepAndExecutor) {
+  const models::ModelDesc base = models::describe_model(models::preset("qwen3-0.6b"));
+  ASSERT_GE(base.layers.size(), 3u);
+  ASSERT_EQ(base.layers[2].steps.size(), 2u);
+  ASSERT_EQ(base.layers[2].steps[0].kind, models::StepKind::kAttention);
+  ASSERT_EQ(base.layers[2].steps[1].kind, models::StepKind::kFfn);
+  auto refusal = [](const models::ModelDesc& d) -> std::string {
+    try {
+      check_kernel_steps(d, "dynamic");
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  const std::string ex = " is not supported by the MIL training kernels (--strategy dynamic; --strategy cpu has it)";
+  models::ModelDesc d = base;
+  d.layers[2].steps[0].attn.score_softcap = 50.0f;
+  EXPECT_EQ(refusal(d), "[train] layer 2 attention: score soft-capping" + ex);
+  d = base;
+  d.layers[2].steps[0].attn.window = 512;
+  EXPECT_EQ(refusal(d), "[train] layer 2 attention: a sliding window (512 keys)" + ex);
+  d = base;
+  d.layers[2].steps[1].post_norm = d.layers[2].steps[1].pre_norm;
+  EXPECT_EQ(refusal(d), "[train] layer 2 ffn: a post-norm (sandwich norm)" + ex);
+  d = base;
+  d.layers[2].steps[1].ffn.activation = models::Activation::kGeluTanhGated;
+  EXPECT_EQ(refusal(d), "[train] layer 2 ffn: an MLP other than SwiGLU" + ex);
+  d = base;
+  d.head.softcap = 30.0f;
+  EXPECT_EQ(refusal(d), "[train] logit soft-capping" + ex);
 }
 
 TEST(TrainUnits, CorruptAndTruncatedCheckpointsAreRejected) {
