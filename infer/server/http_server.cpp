@@ -381,6 +381,7 @@ void HttpServer::handle_generate(Endpoint ep, const HttpRequest& q, HttpResponse
   if (auto e = gen_.prepare(cr, gp)) return send_error(res, *e);
   const std::string note = gp.note;
   auto job = std::make_shared<Job>(std::move(gp));
+  job->client_gone = q.peer_closed;
   switch (sched_->submit(job)) {
     case Scheduler::Admit::kOk:
       break;

@@ -115,7 +115,7 @@ void Scheduler::worker_loop(size_t w) {
     }
     job->started = Clock::now();
     GenOutcome o;
-    if (job->cancel.load()) {
+    if (job->cancel.load() || (job->client_gone && job->client_gone())) {
       o.stop_reason = "cancelled";
     } else {
       try {

@@ -64,6 +64,9 @@ class Job {
   explicit Job(GenParams p) : params(std::move(p)), enqueued(Clock::now()) {}
   const GenParams params;
   std::atomic<bool> cancel{false};
+  // Set before submit (optional): whether the client has gone. A worker asks it before starting the job, so a
+  // queued job of a client that left is not started even before its HTTP thread has noticed.
+  std::function<bool()> client_gone;
   const Clock::time_point enqueued;
   Clock::time_point started{};
 

@@ -258,7 +258,9 @@ TEST(ServeLimits, AbandonedNonStreamedRequestsAreCancelled) {
   while (busy() > 0 && Clock::now() - t0 < 5s) std::this_thread::sleep_for(5ms);
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
   EXPECT_LT(s, 1.0) << "abandoned requests kept the worker busy";
-  EXPECT_EQ(r.gen.started.load(), 1) << "a queued request of a client that left was generated";
+  // The first may start before its client's close is seen; no queued one may (the worker asks the job's
+  // client_gone before starting it, so a close its HTTP thread has not polled yet still counts).
+  EXPECT_LE(r.gen.started.load(), 1) << "a queued request of a client that left was generated";
   EXPECT_EQ(r.srv->scheduler().stats().cancelled, 3u);
 }
 
