@@ -860,13 +860,22 @@ std::string llama_sse_final(const ResponseMeta& m, const std::string& stop_reaso
   return sse(j);
 }
 
-std::optional<ApiError> parse_tokenize(std::string_view body, const Limits& lim, TokenizeRequest& out) {
-  out = TokenizeRequest{};
+namespace {
+// A small route's body: within the limits (counted before parsing), a JSON object; else the error naming `shape`.
+std::optional<ApiError> parse_body_object(std::string_view body, const Limits& lim, const char* shape, json& o) {
   if (json_elements(body, lim.max_json_elements) > lim.max_json_elements ||
       json_depth(body, lim.max_json_depth) > lim.max_json_depth)
     return bad("JSON body too large or too deep");
-  json o = json::parse(body.begin(), body.end(), nullptr, false);
-  if (!o.is_object()) return bad("the body must be a JSON object {\"content\": string}");
+  o = json::parse(body.begin(), body.end(), nullptr, false);
+  if (!o.is_object()) return bad(std::string("the body must be a JSON object ") + shape);
+  return std::nullopt;
+}
+}  // namespace
+
+std::optional<ApiError> parse_tokenize(std::string_view body, const Limits& lim, TokenizeRequest& out) {
+  out = TokenizeRequest{};
+  json o;
+  if (auto e = parse_body_object(body, lim, "{\"content\": string}", o)) return e;
   auto it = o.find("content");
   if (it == o.end() || !it->is_string()) return bad("'content' must be a string", "content");
   out.content = it->get<std::string>();
@@ -877,11 +886,8 @@ std::optional<ApiError> parse_tokenize(std::string_view body, const Limits& lim,
 
 std::optional<ApiError> parse_detokenize(std::string_view body, const Limits& lim, std::vector<int64_t>& out) {
   out.clear();
-  if (json_elements(body, lim.max_json_elements) > lim.max_json_elements ||
-      json_depth(body, lim.max_json_depth) > lim.max_json_depth)
-    return bad("JSON body too large or too deep");
-  json o = json::parse(body.begin(), body.end(), nullptr, false);
-  if (!o.is_object()) return bad("the body must be a JSON object {\"tokens\": [ids]}");
+  json o;
+  if (auto e = parse_body_object(body, lim, "{\"tokens\": [ids]}", o)) return e;
   auto it = o.find("tokens");
   if (it == o.end() || !it->is_array()) return bad("'tokens' must be an array of token ids", "tokens");
   for (const auto& v : *it) {

@@ -200,6 +200,7 @@ std::optional<ApiError> ModelPool::prepare(const CompletionRequest& r, GenParams
   out.grammar = r.grammar;
   out.logprobs = static_cast<int32_t>(r.logprobs);
   out.cache_prompt = r.cache_prompt;
+  out.stream = r.stream;
   return std::nullopt;
 }
 
@@ -222,15 +223,19 @@ GenOutcome ModelPool::run(size_t w, Job& job) {
   o.final_newline = false;
   o.logprobs = p.logprobs;
   o.draft_max = impl_->opt.draft_max;
+  GenOutcome out;
   int32_t lp_prev = p.prompt.back();
-  if (p.logprobs >= 0)  // streamed answers read them as they come (non-streamed ones from the outcome)
+  if (p.logprobs >= 0)  // each token's entry with its text: to the stream as it comes, else into the outcome
     o.on_logprob = [&](const infer::TokenLogprob& t) {
       const tok::Tokenizer& tk = *impl_->tk;
       auto piece = [&](int32_t id) { return id < tk.vocab_size() ? tk.decode_token(lp_prev, id) : ""; };
       TokenLogprobText x{piece(t.id), t.logprob, {}};
       for (const auto& [id, lp] : t.top) x.top.emplace_back(piece(id), lp);
       lp_prev = t.id;
-      job.push_logprob(std::move(x));
+      if (p.stream)
+        job.push_logprob(std::move(x));
+      else
+        out.logprobs.push_back(std::move(x));
     };
   std::optional<grammar::GrammarConstraint> constraint;
   if (p.grammar) {
@@ -241,7 +246,6 @@ GenOutcome ModelPool::run(size_t w, Job& job) {
     constraint.emplace(p.grammar, impl_->pieces, std::move(ends), p.prompt.back());
     o.constraint = &*constraint;
   }
-  GenOutcome out;
   out.usage.queue_ms = std::chrono::duration<double, std::milli>(job.started - job.enqueued).count();
   out.usage.prompt_tokens = static_cast<int64_t>(p.prompt.size());
   const auto t0 = Clock::now();
@@ -262,15 +266,6 @@ GenOutcome ModelPool::run(size_t w, Job& job) {
         });
     out.stop_reason = r.stop_reason;
     out.usage.completion_tokens = static_cast<int64_t>(r.new_tokens.size());
-    const tok::Tokenizer& tk = *impl_->tk;
-    auto piece = [&](int32_t prev, int32_t id) { return id < tk.vocab_size() ? tk.decode_token(prev, id) : ""; };
-    for (size_t i = 0; i < r.logprobs.size(); ++i) {
-      const infer::TokenLogprob& t = r.logprobs[i];
-      const int32_t prev = i ? r.new_tokens[i - 1] : p.prompt.back();
-      TokenLogprobText x{piece(prev, t.id), t.logprob, {}};
-      for (const auto& [id, lp] : t.top) x.top.emplace_back(piece(prev, id), lp);
-      out.logprobs.push_back(std::move(x));
-    }
     out.usage.prefill_ms = r.prefill_ms;
     out.usage.decode_ms = r.decode_ms;
     out.usage.ttft_ms = r.ttft_ms + out.usage.queue_ms;

@@ -49,6 +49,7 @@ struct GenParams {
   std::string note;          // said in the answer (ResponseMeta::note): e.g. max_tokens clamped to the context
   int32_t logprobs = -1;     // CompletionRequest::logprobs
   bool cache_prompt = true;  // CompletionRequest::cache_prompt
+  bool stream = false;       // CompletionRequest::stream: logprob entries go to the job as they come
 };
 
 struct GenOutcome {
@@ -56,7 +57,7 @@ struct GenOutcome {
   std::string stop_reason;  // generation's ("eos", "length", ...), or "cancelled"
   Usage usage;
   std::optional<ApiError> error;           // set when the job failed (status 500 / 503)
-  std::vector<TokenLogprobText> logprobs;  // per generated token when GenParams::logprobs >= 0
+  std::vector<TokenLogprobText> logprobs;  // per generated token when GenParams::logprobs >= 0, not streamed
 };
 
 class Job {

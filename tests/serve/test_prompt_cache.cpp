@@ -11,6 +11,7 @@
 #include "infer/server/api.h"
 #include "infer/server/engine_adapter.h"
 #include "tests/common/test_data.h"
+#include "tests/serve/stories_pool.h"
 
 namespace anelab::serve {
 namespace {
@@ -28,20 +29,13 @@ GenOutcome run_request(ModelPool& pool, const std::string& body) {
 }
 
 TEST(PromptCache, SharedPrefixIsNotPrefilledAgainAndAnswersTheSame) {
-  const std::string model = anelab::test::data_path("llama2c/stories260K.bin"),
-                    tok = anelab::test::data_path("llama2c/tok512.bin"),
-                    text = anelab::test::data_path("tinystories/tinystories_valid_prefix.txt");
-  if (!std::filesystem::exists(model) || !std::filesystem::exists(tok) || !std::filesystem::exists(text))
-    GTEST_SKIP() << "shared data absent: " << model;
+  const std::string text = anelab::test::data_path("tinystories/tinystories_valid_prefix.txt");
+  auto made = test::stories_pool();
+  if (!made || !std::filesystem::exists(text)) GTEST_SKIP() << "shared data absent: stories260K or " << text;
+  ModelPool& pool = *made;
   std::ifstream f(text);
   std::string story((std::istreambuf_iterator<char>(f)), {});
   story = story.substr(0, 700);  // about 350 tokens of tok512 (context 512)
-  ModelOptions o;
-  o.load.model = model;
-  o.load.tokenizer = tok;
-  o.load.backend = "cpu";
-  o.warmup_tokens = 0;
-  ModelPool pool(o, 1);
   auto body = [&](const std::string& tail, bool cache) {
     return nlohmann::json{{"prompt", story + tail}, {"max_tokens", 16}, {"temperature", 0}, {"cache_prompt", cache}}
         .dump();

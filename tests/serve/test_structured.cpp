@@ -20,6 +20,7 @@
 #include "models/grammar/token_constraint.h"
 #include "models/tokenizer/tokenizer.h"
 #include "tests/common/test_data.h"
+#include "tests/serve/stories_pool.h"
 
 namespace anelab::grammar {
 namespace {
@@ -414,15 +415,9 @@ TEST(StructuredRequest, FieldsAreParsedAndBadOnesNamed) {
 // 200 requests to stories260K (a story model: it would never write JSON by itself), each answer sampled under its
 // schema's grammar at temperature 1: every answer parses and validates.
 TEST(StructuredGeneration, TwoHundredSchemaAnswersValidate) {
-  const std::string model = anelab::test::data_path("llama2c/stories260K.bin"),
-                    tok = anelab::test::data_path("llama2c/tok512.bin");
-  if (!std::filesystem::exists(model) || !std::filesystem::exists(tok)) GTEST_SKIP() << "shared data absent: " << model;
-  ModelOptions o;
-  o.load.model = model;
-  o.load.tokenizer = tok;
-  o.load.backend = "cpu";
-  o.warmup_tokens = 0;
-  ModelPool pool(o, 1);
+  auto made = test::stories_pool();
+  if (!made) GTEST_SKIP() << "shared data absent: " << anelab::test::data_path("llama2c/stories260K.bin");
+  ModelPool& pool = *made;
   Limits lim;
   lim.max_tokens_cap = 400;
   int valid_answers = 0, grammar_ends = 0;
