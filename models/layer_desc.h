@@ -9,9 +9,10 @@
 //   x     += residual_scale * branch
 // A Llama layer is [attention, ffn], both pre-normed; Gemma 3 adds both post-norms.
 //
-// Executors today: infer/engine.cpp (CPU inference) walks it; the MIL prefill (infer/prefill_mil.cpp) takes its
-// kernel parameters from it (all but the raw score scale, which framework/kernels/layer.cpp resolves itself); CPU
-// training (train/cpu_model.cpp) and MIL training (framework/kernels/train.cpp) still read the config.
+// Executors today: infer/engine.cpp (CPU inference) and train/cpu_model.cpp (CPU training: one forward and one
+// backward per step kind) walk it; the MIL prefill (infer/prefill_mil.cpp) takes its kernel parameters from it (all
+// but the raw score scale, which framework/kernels/layer.cpp resolves itself); the MIL training kernels
+// (framework/kernels/train.cpp) still read the config, behind check_kernel_steps (train/params.h).
 // An executor that meets a step or parameter it does not implement throws one line naming the layer, the
 // step and the executor (unsupported()).
 //

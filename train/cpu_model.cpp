@@ -1,10 +1,14 @@
 #include "train/cpu_model.h"
 
 #include <Eigen/Dense>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
+#include <string>
+#include <utility>
 
 #include "framework/core/clock.h"
 #include "framework/core/error.h"
@@ -111,18 +115,80 @@ void add_into(float* y, const float* a, const float* b, int64_t n) {
 
 }  // namespace
 
-// The weights a norm multiplies by: w itself, or (norm_offset + w) in fp32 (Gemma: 1 + w) kept in the norm's own
-// buffer. The weight gradient is the same for both (d(offset + w)/dw = 1).
-const float* CpuModel::norm_w(const float* w, int64_t n, std::vector<float>& buf) const {
-  if (c_.norm_offset == 0.0f) return w;
-  buf.resize(size_t(n));
-  for (int64_t i = 0; i < n; ++i) buf[size_t(i)] = c_.norm_offset + w[i];
+// The weights a norm multiplies by: w itself, or (offset + w) in fp32 (Gemma: 1 + w) kept in the caller's buffer.
+// The weight gradient is the same for both (d(offset + w)/dw = 1).
+const float* CpuModel::norm_w(const models::NormDesc& n, const float* w, int64_t len, std::vector<float>& buf) const {
+  if (n.offset == 0.0f) return w;
+  buf.resize(size_t(len));
+  for (int64_t i = 0; i < len; ++i) buf[size_t(i)] = n.offset + w[i];
   return buf.data();
 }
 
-CpuModel::CpuModel(const ParamLayout& layout) : layout_(layout), c_(layout.config()) {
+CpuModel::CpuModel(const ParamLayout& layout) : CpuModel(layout, models::describe_model(layout.config())) {}
+
+CpuModel::CpuModel(const ParamLayout& layout, models::ModelDesc d) : layout_(layout), d_(std::move(d)) {
   eigen_single_thread();
-  acts_.resize(static_cast<size_t>(c_.n_layers));
+  plan();
+}
+
+// Walks the description once: every step's weights as offsets, the distinct RoPEs, and a one-line refusal
+// (models::unsupported) of the first thing this executor does not implement.
+void CpuModel::plan() {
+  static const char* kEx = "the CPU training executor (--strategy cpu)";
+  auto off = [&](const std::string& name) { return name.empty() ? int64_t(-1) : layout_.find(name).offset; };
+  auto rms = [&](int64_t l, const models::Step& s, const std::optional<models::NormDesc>& n, const char* which) {
+    if (n && n->kind != models::NormType::kRms)
+      models::unsupported("train", kEx, l, s.kind, std::string("a LayerNorm ") + which);
+    if (n && !n->bias.empty()) models::unsupported("train", kEx, l, s.kind, std::string("a ") + which + " bias");
+    return n ? off(n->weight) : int64_t(-1);
+  };
+  if (!d_.embed.positions.empty()) fail("train", "learned positions are not supported by ", kEx);
+  if (d_.head.norm.kind != models::NormType::kRms) fail("train", "a LayerNorm head norm is not supported by ", kEx);
+  for (size_t li = 0; li < d_.layers.size(); ++li) {
+    const auto l = static_cast<int64_t>(li);
+    layer_first_.push_back(int64_t(steps_.size()));
+    int64_t first = std::numeric_limits<int64_t>::max();
+    for (const models::Step& s : d_.layers[li].steps) {
+      StepPlan sp;
+      sp.s = &s;
+      sp.layer = l;
+      sp.pre = rms(l, s, s.pre_norm, "pre-norm");
+      sp.post = rms(l, s, s.post_norm, "post-norm");
+      switch (s.kind) {
+        case models::StepKind::kAttention: {
+          const models::AttnDesc& at = s.attn;
+          if (!at.bq.empty() || !at.bk.empty() || !at.bv.empty() || !at.bo.empty())
+            models::unsupported("train", kEx, l, s.kind, "q/k/v/o biases");
+          if (at.score_softcap > 0.0f) models::unsupported("train", kEx, l, s.kind, "score soft-capping");
+          if (at.rope.style != models::RopeStyle::kNone && at.head_dim % 2 != 0)
+            models::unsupported("train", kEx, l, s.kind, "RoPE of an odd head_dim");
+          sp.qn = rms(l, s, at.q_norm, "q-norm");
+          sp.kn = rms(l, s, at.k_norm, "k-norm");
+          sp.wq = off(at.wq), sp.wk = off(at.wk), sp.wv = off(at.wv), sp.wo = off(at.wo);
+          if (at.rope.style != models::RopeStyle::kNone) {
+            size_t r = 0;
+            while (r < ropes_.size() && !(ropes_[r].desc == at.rope && ropes_[r].head_dim == at.head_dim)) ++r;
+            if (r == ropes_.size()) ropes_.push_back({at.rope, at.head_dim, {}, {}});
+            sp.rope = int(r);
+          }
+          break;
+        }
+        case models::StepKind::kFfn: {
+          const models::FfnDesc& f = s.ffn;
+          if (f.activation != models::Activation::kSilu && f.activation != models::Activation::kGeluTanhGated)
+            models::unsupported("train", kEx, l, s.kind, std::string("the ") + activation_name(f.activation) + " MLP");
+          if (!f.b_in.empty() || !f.b_out.empty()) models::unsupported("train", kEx, l, s.kind, "MLP biases");
+          sp.w_in = off(f.w_in), sp.w_up = off(f.w_up), sp.w_out = off(f.w_out);
+          break;
+        }
+      }
+      for (int64_t o : {sp.pre, sp.post, sp.wq, sp.wk, sp.wv, sp.wo, sp.qn, sp.kn, sp.w_in, sp.w_up, sp.w_out})
+        if (o >= 0) first = std::min(first, o);
+      steps_.push_back(sp);
+    }
+    layer_grads_.push_back(first);
+  }
+  acts_.resize(steps_.size());
 }
 
 double CpuModel::step_flops(const models::ModelConfig& c, int64_t B, int64_t T) {
@@ -137,9 +203,9 @@ void CpuModel::prepare_head(int64_t B, int64_t T) {
   if (B == head_B_ && T == head_T_) return;
   head_B_ = B;
   head_T_ = T;
-  const size_t N = size_t(B * T), D = size_t(c_.dim);
-  xL_.resize(N * D), rrmsf_.resize(N), xf_.resize(N * D), logits_.resize(N * size_t(c_.vocab_size));
-  if (c_.logit_softcap > 0.0f) capped_.resize(logits_.size());
+  const size_t N = size_t(B * T), D = size_t(d_.dim);
+  xL_.resize(N * D), rrmsf_.resize(N), xf_.resize(N * D), logits_.resize(N * size_t(d_.vocab_size));
+  if (d_.head.softcap > 0.0f) capped_.resize(logits_.size());
   inputs_.resize(N);
 }
 
@@ -148,55 +214,58 @@ void CpuModel::prepare(int64_t B, int64_t T) {
   if (B == B_ && T == T_) return;
   B_ = B;
   T_ = T;
-  const size_t N = size_t(B * T), D = size_t(c_.dim), F = size_t(c_.hidden_dim);
-  const size_t QD = size_t(c_.q_dim()), KD = size_t(c_.kv_dim());
-  for (auto& a : acts_) {
-    a.x.resize(N * D), a.rrms1.resize(N), a.xn.resize(N * D), a.q.resize(N * QD), a.k.resize(N * KD);
-    a.v.resize(N * KD), a.p.resize(size_t(B * c_.n_heads) * size_t(T * T)), a.att.resize(N * QD);
-    a.x2.resize(N * D), a.rrms2.resize(N), a.xn2.resize(N * D), a.h1.resize(N * F), a.h3.resize(N * F);
-    a.g.resize(N * F);
-    if (c_.qk_norm)
-      a.qp.resize(N * QD), a.kp.resize(N * KD), a.rrmsq.resize(N * size_t(c_.n_heads)),
-          a.rrmsk.resize(N * size_t(c_.n_kv_heads));
-    if (c_.post_norms) a.o.resize(N * D), a.rrmso.resize(N), a.y.resize(N * D), a.rrmsy.resize(N);
+  const size_t N = size_t(B * T), D = size_t(d_.dim);
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const models::Step& s = *steps_[i].s;
+    StepActs& a = acts_[i];
+    a.x.resize(N * D), a.rrms.resize(N), a.xn.resize(N * D);
+    if (s.post_norm) a.o.resize(N * D), a.rrmso.resize(N);
+    switch (s.kind) {
+      case models::StepKind::kAttention: {
+        const models::AttnDesc& at = s.attn;
+        const size_t QD = size_t(at.n_heads * at.head_dim), KD = size_t(at.n_kv_heads * at.head_dim);
+        a.q.resize(N * QD), a.k.resize(N * KD), a.v.resize(N * KD), a.att.resize(N * QD);
+        a.p.resize(size_t(B * at.n_heads) * size_t(T * T));
+        if (at.q_norm) a.qp.resize(N * QD), a.rrmsq.resize(N * size_t(at.n_heads));
+        if (at.k_norm) a.kp.resize(N * KD), a.rrmsk.resize(N * size_t(at.n_kv_heads));
+        break;
+      }
+      case models::StepKind::kFfn: {
+        const size_t F = size_t(s.ffn.hidden);
+        a.h1.resize(N * F), a.h3.resize(N * F), a.g.resize(N * F);
+        break;
+      }
+    }
   }
-  const int64_t half = c_.head_dim / 2;
-  cos_.resize(size_t(T * half)), sin_.resize(size_t(T * half));
-  kern::cpu::rope_half_tables(T, c_.head_dim, c_.rope_theta, 0, kern::cpu::Numerics::kReference, cos_.data(),
-                              sin_.data(), c_.rope_scaling, c_.rope_linear_factor);
-  if (c_.sliding_window > 0) {  // sliding layers: their own base, no scaling
-    cosl_.resize(cos_.size()), sinl_.resize(sin_.size());
-    kern::cpu::rope_half_tables(T, c_.head_dim, c_.rope_local_theta > 0.0f ? c_.rope_local_theta : c_.rope_theta, 0,
-                                kern::cpu::Numerics::kReference, cosl_.data(), sinl_.data());
+  for (RopeTable& r : ropes_) {
+    const int64_t half = r.head_dim / 2;
+    r.cos.resize(size_t(T * half)), r.sin.resize(size_t(T * half));
+    kern::cpu::rope_half_tables(T, r.head_dim, r.desc.theta, 0, kern::cpu::Numerics::kReference, r.cos.data(),
+                                r.sin.data(), r.desc.scaling, r.desc.linear_factor);
   }
 }
 
-// Rotates every head of x [rows, heads*hd] by +angle (sign = 1) or -angle (sign = -1, the backward), with the
-// tables of layer l (sliding layers: cosl_ / sinl_).
-void CpuModel::rope(float* x, int64_t rows, int64_t heads, int64_t T, float sign, int64_t l) const {
-  const bool local = c_.sliding_layer(l);
-  const float* cs = local ? cosl_.data() : cos_.data();
-  const float* sn = local ? sinl_.data() : sin_.data();
-  const int64_t hd = c_.head_dim, half = hd / 2;
-  const auto style = c_.rope_style == models::RopeStyle::kAdjacentPairs ? kern::RopeStyle::kAdjacentPairs
-                                                                        : kern::RopeStyle::kRotateHalf;
+// Rotates every head of x [rows, heads*hd] by +angle (sign = 1) or -angle (sign = -1, the backward) with the
+// step's RoPE; nothing without one.
+void CpuModel::rope(const StepPlan& sp, float* x, int64_t rows, int64_t heads, int64_t T, float sign) const {
+  if (sp.rope < 0) return;
+  const RopeTable& r = ropes_[size_t(sp.rope)];
+  const int64_t hd = r.head_dim, half = hd / 2;
+  const auto style = r.desc.style == models::RopeStyle::kAdjacentPairs ? kern::RopeStyle::kAdjacentPairs
+                                                                       : kern::RopeStyle::kRotateHalf;
   parallel_rows(rows, rows * heads * hd, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n)
-      kern::cpu::rope_row(x + n * heads * hd, heads, hd, style, cs + (n % T) * half, sn + (n % T) * half,
-                          kern::cpu::Numerics::kReference, sign);
+      kern::cpu::rope_row(x + n * heads * hd, heads, hd, style, r.cos.data() + (n % T) * half,
+                          r.sin.data() + (n % T) * half, kern::cpu::Numerics::kReference, sign);
   });
 }
 
-float CpuModel::score_scale() const {
-  return c_.attn_scale > 0.0f ? c_.attn_scale : 1.0f / std::sqrt(float(c_.head_dim));
-}
-
-// Query i of layer l sees keys [j0, i]: j0 = 0, or i - sliding_window + 1 in a sliding layer.
-void CpuModel::attention_forward(LayerActs& a, int64_t B, int64_t T, int64_t l) {
-  const int64_t H = c_.n_heads, G = c_.n_heads / c_.n_kv_heads, hd = c_.head_dim;
-  const int64_t QD = c_.q_dim(), KD = c_.kv_dim();
-  const int64_t W = c_.sliding_layer(l) ? c_.sliding_window : T;
-  const float scale = score_scale();
+// Query i sees keys [j0, i]: j0 = 0, or i - window + 1 when the step has a window.
+void CpuModel::scores_forward(const models::AttnDesc& at, StepActs& a, int64_t B, int64_t T) {
+  const int64_t H = at.n_heads, G = at.n_heads / at.n_kv_heads, hd = at.head_dim;
+  const int64_t QD = H * hd, KD = at.n_kv_heads * hd;
+  const int64_t W = at.window > 0 ? at.window : T;
+  const float scale = at.score_scale;
   parallel_rows(B * H, B * H * T * T * hd, [&](int64_t bh0, int64_t bh1) {
     for (int64_t bh = bh0; bh < bh1; ++bh) {
       const int64_t b = bh / H, h = bh % H, kvh = h / G;
@@ -225,11 +294,11 @@ void CpuModel::attention_forward(LayerActs& a, int64_t B, int64_t T, int64_t l) 
   });
 }
 
-void CpuModel::attention_backward(LayerActs& a, int64_t B, int64_t T, const float* datt, float* dq, float* dk,
-                                  float* dv) {
-  const int64_t H = c_.n_heads, KVH = c_.n_kv_heads, G = H / KVH, hd = c_.head_dim;
-  const int64_t QD = c_.q_dim(), KD = c_.kv_dim();
-  const float scale = score_scale();  // P is 0 outside each query's window, so are its gradients
+void CpuModel::scores_backward(const models::AttnDesc& at, StepActs& a, int64_t B, int64_t T, const float* datt,
+                               float* dq, float* dk, float* dv) {
+  const int64_t H = at.n_heads, KVH = at.n_kv_heads, G = H / KVH, hd = at.head_dim;
+  const int64_t QD = H * hd, KD = KVH * hd;
+  const float scale = at.score_scale;  // P is 0 outside each query's window, so are its gradients
   // One task per (b, kv head): the G query heads sharing it accumulate dK/dV in a fixed order.
   parallel_rows(B * KVH, B * H * T * T * hd, [&](int64_t bk0, int64_t bk1) {
     for (int64_t bk = bk0; bk < bk1; ++bk) {
@@ -264,86 +333,105 @@ void CpuModel::attention_backward(LayerActs& a, int64_t B, int64_t T, const floa
   });
 }
 
-// qk_norm: a.q / a.k (the projections) -> a.qp / a.kp, then every head row [hd] of them normed back into a.q / a.k
-// (the [N, H*hd] buffers are [N*H, hd] rows).
-void CpuModel::head_norms_forward(LayerActs& a, const LayerPtrs& p, int64_t N) {
-  const int64_t hd = c_.head_dim;
-  a.qp.swap(a.q), a.kp.swap(a.k);
-  std::vector<float> bq, bk;
-  rmsnorm(a.qp.data(), norm_w(p.q_norm, hd, bq), a.q.data(), a.rrmsq.data(), N * c_.n_heads, hd, c_.norm_eps);
-  rmsnorm(a.kp.data(), norm_w(p.k_norm, hd, bk), a.k.data(), a.rrmsk.data(), N * c_.n_kv_heads, hd, c_.norm_eps);
-}
-
-// qk_norm: dq / dk (gradients w.r.t. the normed q / k) -> gradients w.r.t. the projections; g.q_norm / k_norm += ...
-void CpuModel::head_norms_backward(LayerActs& a, const LayerPtrs& p, const LayerPtrs& g, int64_t N,
-                                   std::vector<float>& dq, std::vector<float>& dk) {
-  const int64_t hd = c_.head_dim;
-  std::vector<float> d(dq.size()), bq, bk;
-  rmsnorm_backward(a.qp.data(), norm_w(p.q_norm, hd, bq), a.rrmsq.data(), dq.data(), d.data(), g.q_norm, N * c_.n_heads,
-                   hd, false);
-  dq.swap(d);
-  d.resize(dk.size());
-  rmsnorm_backward(a.kp.data(), norm_w(p.k_norm, hd, bk), a.rrmsk.data(), dk.data(), d.data(), g.k_norm,
-                   N * c_.n_kv_heads, hd, false);
-  dk.swap(d);
-}
-
-void CpuModel::layer_forward(const float* w, int64_t l, int64_t B, int64_t T) {
-  LayerActs& a = acts_[size_t(l)];
-  const LayerPtrs p = layout_.layer(const_cast<float*>(w), l);
-  const int64_t N = B * T, D = c_.dim, F = c_.hidden_dim, QD = c_.q_dim(), KD = c_.kv_dim();
-  const bool post = c_.post_norms, geglu = c_.activation == models::Activation::kGeluTanhGated;
+// x [N, D] of step i (acts_[i].x) -> out [N, D] (the next step's x, or xL_).
+void CpuModel::step_forward(const float* w, size_t i, int64_t B, int64_t T, float* out) {
+  const StepPlan& sp = steps_[i];
+  const models::Step& s = *sp.s;
+  StepActs& a = acts_[i];
+  const int64_t N = B * T, D = d_.dim;
   std::vector<float> nb;  // (offset + w) of the norm at hand
-  rmsnorm(a.x.data(), norm_w(p.attn_norm, D, nb), a.xn.data(), a.rrms1.data(), N, D, c_.norm_eps);
-  matmul_wt(a.xn.data(), p.wq, a.q.data(), N, D, QD);
-  matmul_wt(a.xn.data(), p.wk, a.k.data(), N, D, KD);
-  matmul_wt(a.xn.data(), p.wv, a.v.data(), N, D, KD);
-  if (c_.qk_norm) head_norms_forward(a, p, N);
-  rope(a.q.data(), N, c_.n_heads, T, 1.0f, l);
-  rope(a.k.data(), N, c_.n_kv_heads, T, 1.0f, l);
-  attention_forward(a, B, T, l);
-  matmul_wt(a.att.data(), p.wo, post ? a.o.data() : a.x2.data(), N, QD, D);
-  if (post) rmsnorm(a.o.data(), norm_w(p.attn_post_norm, D, nb), a.x2.data(), a.rrmso.data(), N, D, c_.norm_eps);
-  add_into(a.x2.data(), a.x2.data(), a.x.data(), N * D);
-  rmsnorm(a.x2.data(), norm_w(p.ffn_norm, D, nb), a.xn2.data(), a.rrms2.data(), N, D, c_.norm_eps);
-  matmul_wt(a.xn2.data(), p.w1, a.h1.data(), N, D, F);
-  matmul_wt(a.xn2.data(), p.w3, a.h3.data(), N, D, F);
+  const float* in = a.x.data();
+  if (s.pre_norm) {
+    rmsnorm(a.x.data(), norm_w(*s.pre_norm, w + sp.pre, D, nb), a.xn.data(), a.rrms.data(), N, D, s.pre_norm->eps);
+    in = a.xn.data();
+  }
+  float* branch = s.post_norm ? a.o.data() : out;
+  switch (s.kind) {
+    case models::StepKind::kAttention:
+      attention_forward(sp, a, w, in, B, T, branch);
+      break;
+    case models::StepKind::kFfn:
+      ffn_forward(sp, a, w, in, N, branch);
+      break;
+  }
+  if (s.post_norm)
+    rmsnorm(a.o.data(), norm_w(*s.post_norm, w + sp.post, D, nb), out, a.rrmso.data(), N, D, s.post_norm->eps);
+  if (s.residual_scale == 1.0f)
+    add_into(out, out, a.x.data(), N * D);
+  else
+    parallel_rows(N * D, N * D, [&](int64_t i0, int64_t i1) {
+      for (int64_t j = i0; j < i1; ++j) out[j] = a.x[size_t(j)] + s.residual_scale * out[j];
+    });
+}
+
+// in [N, D] -> out [N, D] = attention(in) · Woᵀ; q/k/v, the q/k norms' inputs and the probabilities kept in a.
+void CpuModel::attention_forward(const StepPlan& sp, StepActs& a, const float* w, const float* in, int64_t B, int64_t T,
+                                 float* out) {
+  const models::AttnDesc& at = sp.s->attn;
+  const int64_t N = B * T, D = d_.dim, hd = at.head_dim, QD = at.n_heads * hd, KD = at.n_kv_heads * hd;
+  matmul_wt(in, w + sp.wq, a.q.data(), N, D, QD);
+  matmul_wt(in, w + sp.wk, a.k.data(), N, D, KD);
+  matmul_wt(in, w + sp.wv, a.v.data(), N, D, KD);
+  std::vector<float> nb;
+  if (at.q_norm) {  // every head row [hd] of the projection (a.qp) normed back into a.q
+    a.qp.swap(a.q);
+    rmsnorm(a.qp.data(), norm_w(*at.q_norm, w + sp.qn, hd, nb), a.q.data(), a.rrmsq.data(), N * at.n_heads, hd,
+            at.q_norm->eps);
+  }
+  if (at.k_norm) {
+    a.kp.swap(a.k);
+    rmsnorm(a.kp.data(), norm_w(*at.k_norm, w + sp.kn, hd, nb), a.k.data(), a.rrmsk.data(), N * at.n_kv_heads, hd,
+            at.k_norm->eps);
+  }
+  rope(sp, a.q.data(), N, at.n_heads, T, 1.0f);
+  rope(sp, a.k.data(), N, at.n_kv_heads, T, 1.0f);
+  scores_forward(at, a, B, T);
+  matmul_wt(a.att.data(), w + sp.wo, out, N, QD, D);
+}
+
+// in [N, D] -> out [N, D] = (act(in W_inᵀ) ⊙ in W_upᵀ) W_outᵀ.
+void CpuModel::ffn_forward(const StepPlan& sp, StepActs& a, const float* w, const float* in, int64_t N, float* out) {
+  const int64_t D = d_.dim, F = sp.s->ffn.hidden;
+  const bool geglu = sp.s->ffn.activation == models::Activation::kGeluTanhGated;
+  matmul_wt(in, w + sp.w_in, a.h1.data(), N, D, F);
+  matmul_wt(in, w + sp.w_up, a.h3.data(), N, D, F);
   parallel_rows(N * F, N * F, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const float h1 = a.h1[size_t(i)];
       a.g[size_t(i)] = (geglu ? gelu_tanh(h1) : h1 * sigmoidf(h1)) * a.h3[size_t(i)];
     }
   });
-  float* out = l + 1 < c_.n_layers ? acts_[size_t(l + 1)].x.data() : xL_.data();
-  matmul_wt(a.g.data(), p.w2, post ? a.y.data() : out, N, F, D);
-  if (post) rmsnorm(a.y.data(), norm_w(p.ffn_post_norm, D, nb), out, a.rrmsy.data(), N, D, c_.norm_eps);
-  add_into(out, out, a.x2.data(), N * D);
+  matmul_wt(a.g.data(), w + sp.w_out, out, N, F, D);
 }
 
 void CpuModel::forward(const float* w, const int32_t* tokens, int64_t B, int64_t T, int64_t row_stride) {
   prepare(B, T);
-  const int64_t D = c_.dim, V = c_.vocab_size;
+  const int64_t D = d_.dim, V = d_.vocab_size;
   const float* emb = layout_.embedding(const_cast<float*>(w));
+  const float scale = d_.embed.scale;
+  float* x0 = steps_.empty() ? xL_.data() : acts_[0].x.data();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) {
       const int32_t id = tokens[b * row_stride + t];
       if (id < 0 || id >= V) fail("train", "token id ", id, " out of range for vocab_size ", V);
       inputs_[size_t(b * T + t)] = id;
-      float* x = acts_[0].x.data() + (b * T + t) * D;
+      float* x = x0 + (b * T + t) * D;
       std::memcpy(x, emb + int64_t(id) * D, size_t(D) * 4);
-      if (c_.embed_scale != 1.0f)
-        for (int64_t i = 0; i < D; ++i) x[i] *= c_.embed_scale;
+      if (scale != 1.0f)
+        for (int64_t i = 0; i < D; ++i) x[i] *= scale;
     }
-  for (int64_t l = 0; l < c_.n_layers; ++l) layer_forward(w, l, B, T);
+  for (size_t i = 0; i < steps_.size(); ++i)
+    step_forward(w, i, B, T, i + 1 < steps_.size() ? acts_[i + 1].x.data() : xL_.data());
   head_forward(w, xL_.data(), B * T);
 }
 
 void CpuModel::head_forward(const float* w, const float* xL, int64_t N) {
-  const int64_t D = c_.dim, V = c_.vocab_size;
+  const int64_t D = d_.dim, V = d_.vocab_size;
   std::vector<float> nb;
-  rmsnorm(xL, norm_w(layout_.final_norm(const_cast<float*>(w)), D, nb), xf_.data(), rrmsf_.data(), N, D, c_.norm_eps);
+  rmsnorm(xL, norm_w(d_.head.norm, layout_.final_norm(const_cast<float*>(w)), D, nb), xf_.data(), rrmsf_.data(), N, D,
+          d_.head.norm.eps);
   matmul_wt(xf_.data(), layout_.output(const_cast<float*>(w)), logits_.data(), N, D, V);
-  const float cap = c_.logit_softcap;
+  const float cap = d_.head.softcap;
   if (cap > 0.0f)  // logits = cap * tanh(z / cap); capped_ keeps tanh(z / cap) for the backward
     parallel_rows(N * V, N * V, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
@@ -355,12 +443,12 @@ void CpuModel::head_forward(const float* w, const float* xL, int64_t N) {
 
 // logits_ holds dlogits; dxL = final-norm backward of dlogits · Wout (final norm grads += ...).
 void CpuModel::head_backward(const float* w, const float* xL, float* gr, float* dxL, int64_t N) {
-  const int64_t D = c_.dim, V = c_.vocab_size;
+  const int64_t D = d_.dim, V = d_.vocab_size;
   dxf_.resize(size_t(N * D));
   matmul_dx(logits_.data(), layout_.output(const_cast<float*>(w)), dxf_.data(), N, D, V, false);
   std::vector<float> nb;
-  rmsnorm_backward(xL, norm_w(layout_.final_norm(const_cast<float*>(w)), D, nb), rrmsf_.data(), dxf_.data(), dxL,
-                   layout_.final_norm(gr), N, D, false);
+  rmsnorm_backward(xL, norm_w(d_.head.norm, layout_.final_norm(const_cast<float*>(w)), D, nb), rrmsf_.data(),
+                   dxf_.data(), dxL, layout_.final_norm(gr), N, D, false);
 }
 
 double CpuModel::head_forward_backward(const float* w, const Batch& b, const float* xL, float grad_scale, float* grads,
@@ -375,11 +463,11 @@ double CpuModel::head_forward_backward(const float* w, const Batch& b, const flo
 }
 
 void CpuModel::head_classifier_dw(float* grads) {
-  matmul_dw(logits_.data(), xf_.data(), layout_.output(grads), head_B_ * head_T_, c_.dim, c_.vocab_size);
+  matmul_dw(logits_.data(), xf_.data(), layout_.output(grads), head_B_ * head_T_, d_.dim, d_.vocab_size);
 }
 
 double CpuModel::cross_entropy(const int32_t* tokens, int64_t B, int64_t T, float grad_scale, bool want_grad) {
-  const int64_t N = B * T, V = c_.vocab_size;
+  const int64_t N = B * T, V = d_.vocab_size;
   std::vector<double> row_loss(static_cast<size_t>(N));
   const float gs = grad_scale / float(N);
   parallel_rows(N, N * V, [&](int64_t n0, int64_t n1) {
@@ -396,7 +484,7 @@ double CpuModel::cross_entropy(const int32_t* tokens, int64_t B, int64_t T, floa
         const float inv = static_cast<float>(1.0 / sum);
         for (int64_t j = 0; j < V; ++j) row[j] = std::exp(row[j] - mx) * inv * gs;
         if (tgt >= 0 && tgt < V) row[tgt] -= gs;
-        if (c_.logit_softcap > 0.0f)  // d(cap tanh(z / cap))/dz = 1 - tanh²
+        if (d_.head.softcap > 0.0f)  // d(cap tanh(z / cap))/dz = 1 - tanh²
           for (int64_t j = 0; j < V; ++j) row[j] *= 1.0f - capped_[size_t(n * V + j)] * capped_[size_t(n * V + j)];
       }
     }
@@ -417,26 +505,20 @@ double CpuModel::loss(const float* w, const Batch& b) {
 
 void CpuModel::last_logits(const float* w, const int32_t* tokens, int64_t n, std::vector<float>* out) {
   forward(w, tokens, 1, n, n);
-  const int64_t V = c_.vocab_size;
+  const int64_t V = d_.vocab_size;
   out->assign(logits_.begin() + (n - 1) * V, logits_.begin() + n * V);
 }
 
-// The MLP half's backward: dy [N, D] = d(loss)/d(layer output); dx2 [N, D] += its path to x2. Returns dW ms.
-double CpuModel::ffn_backward(LayerActs& a, const LayerPtrs& p, const LayerPtrs& g, int64_t N, const float* dy,
-                              float* dx2) {
-  const int64_t D = c_.dim, F = c_.hidden_dim;
-  const bool geglu = c_.activation == models::Activation::kGeluTanhGated;
-  std::vector<float> dg(size_t(N * F)), dh3(size_t(N * F)), dxn(size_t(N * D)), nb, dyr;
-  if (c_.post_norms) {  // y' = rmsnorm(y) * (offset + ffn_post_norm)
-    dyr.resize(size_t(N * D));
-    rmsnorm_backward(a.y.data(), norm_w(p.ffn_post_norm, D, nb), a.rrmsy.data(), dy, dyr.data(), g.ffn_post_norm, N, D,
-                     false);
-    dy = dyr.data();
-  }
+// dout [N, D] = d(loss)/d(the ffn's output) -> din [N, D] = d(loss)/d(in) (overwritten); dW into g.
+void CpuModel::ffn_backward(const StepPlan& sp, StepActs& a, const float* w, float* g, const float* dout,
+                            const float* in, int64_t N, float* din, double* tdw) {
+  const int64_t D = d_.dim, F = sp.s->ffn.hidden;
+  const bool geglu = sp.s->ffn.activation == models::Activation::kGeluTanhGated;
+  std::vector<float> dg(size_t(N * F)), dh3(size_t(N * F));
   double t0 = now_ms();
-  matmul_dw(dy, a.g.data(), g.w2, N, F, D);
-  double tdw = now_ms() - t0;
-  matmul_dx(dy, p.w2, dg.data(), N, F, D, false);
+  matmul_dw(dout, a.g.data(), g + sp.w_out, N, F, D);
+  *tdw += now_ms() - t0;
+  matmul_dx(dout, w + sp.w_out, dg.data(), N, F, D, false);
   parallel_rows(N * F, N * F, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const float h1 = a.h1[size_t(i)], d = dg[size_t(i)];
@@ -451,51 +533,83 @@ double CpuModel::ffn_backward(LayerActs& a, const LayerPtrs& p, const LayerPtrs&
     }
   });
   t0 = now_ms();
-  matmul_dw(dg.data(), a.xn2.data(), g.w1, N, D, F);
-  matmul_dw(dh3.data(), a.xn2.data(), g.w3, N, D, F);
-  tdw += now_ms() - t0;
-  matmul_dx(dg.data(), p.w1, dxn.data(), N, D, F, false);
-  matmul_dx(dh3.data(), p.w3, dxn.data(), N, D, F, true);
-  rmsnorm_backward(a.x2.data(), norm_w(p.ffn_norm, D, nb), a.rrms2.data(), dxn.data(), dx2, g.ffn_norm, N, D, true);
-  return tdw;
+  matmul_dw(dg.data(), in, g + sp.w_in, N, D, F);
+  matmul_dw(dh3.data(), in, g + sp.w_up, N, D, F);
+  *tdw += now_ms() - t0;
+  matmul_dx(dg.data(), w + sp.w_in, din, N, D, F, false);
+  matmul_dx(dh3.data(), w + sp.w_up, din, N, D, F, true);
 }
 
-void CpuModel::layer_backward(const float* w, float* gr, int64_t l, int64_t B, int64_t T, float* dx, CpuTimes* t) {
-  // dx: [N, D] gradient w.r.t. this layer's output on entry, w.r.t. its input on exit.
-  LayerActs& a = acts_[size_t(l)];
-  const LayerPtrs p = layout_.layer(const_cast<float*>(w), l);
-  const LayerPtrs g = layout_.layer(gr, l);
-  const int64_t N = B * T, D = c_.dim, QD = c_.q_dim(), KD = c_.kv_dim();
-  std::vector<float> dxn(size_t(N * D)), dx2(dx, dx + N * D), nb;
-  double tdw = ffn_backward(a, p, g, N, dx, dx2.data());
-  // attention block: dx2 is d(loss)/d(x2) = d(loss)/d(o) (post_norms: of rmsnorm(o) * (offset + attn_post_norm))
-  std::vector<float> datt(size_t(N * QD)), dq(size_t(N * QD)), dk(size_t(N * KD)), dv(size_t(N * KD)), dor;
-  const float* d_o = dx2.data();
-  if (c_.post_norms) {
-    dor.resize(size_t(N * D));
-    rmsnorm_backward(a.o.data(), norm_w(p.attn_post_norm, D, nb), a.rrmso.data(), dx2.data(), dor.data(),
-                     g.attn_post_norm, N, D, false);
-    d_o = dor.data();
-  }
+// dout [N, D] = d(loss)/d(the attention's output) -> din [N, D] = d(loss)/d(in) (overwritten); dW into g.
+void CpuModel::attention_backward(const StepPlan& sp, StepActs& a, const float* w, float* g, const float* dout,
+                                  int64_t B, int64_t T, float* din, double* tdw) {
+  const models::AttnDesc& at = sp.s->attn;
+  const int64_t N = B * T, D = d_.dim, hd = at.head_dim, QD = at.n_heads * hd, KD = at.n_kv_heads * hd;
+  const float* in = sp.s->pre_norm ? a.xn.data() : a.x.data();
+  std::vector<float> datt(size_t(N * QD)), dq(size_t(N * QD)), dk(size_t(N * KD)), dv(size_t(N * KD)), nb;
   double t0 = now_ms();
-  matmul_dw(d_o, a.att.data(), g.wo, N, QD, D);
-  tdw += now_ms() - t0;
-  matmul_dx(d_o, p.wo, datt.data(), N, QD, D, false);
-  attention_backward(a, B, T, datt.data(), dq.data(), dk.data(), dv.data());
-  rope(dq.data(), N, c_.n_heads, T, -1.0f, l);
-  rope(dk.data(), N, c_.n_kv_heads, T, -1.0f, l);
-  if (c_.qk_norm) head_norms_backward(a, p, g, N, dq, dk);
+  matmul_dw(dout, a.att.data(), g + sp.wo, N, QD, D);
+  *tdw += now_ms() - t0;
+  matmul_dx(dout, w + sp.wo, datt.data(), N, QD, D, false);
+  scores_backward(at, a, B, T, datt.data(), dq.data(), dk.data(), dv.data());
+  rope(sp, dq.data(), N, at.n_heads, T, -1.0f);
+  rope(sp, dk.data(), N, at.n_kv_heads, T, -1.0f);
+  if (at.q_norm) {  // gradients w.r.t. the normed q -> w.r.t. the projection
+    std::vector<float> d(dq.size());
+    rmsnorm_backward(a.qp.data(), norm_w(*at.q_norm, w + sp.qn, hd, nb), a.rrmsq.data(), dq.data(), d.data(), g + sp.qn,
+                     N * at.n_heads, hd, false);
+    dq.swap(d);
+  }
+  if (at.k_norm) {
+    std::vector<float> d(dk.size());
+    rmsnorm_backward(a.kp.data(), norm_w(*at.k_norm, w + sp.kn, hd, nb), a.rrmsk.data(), dk.data(), d.data(), g + sp.kn,
+                     N * at.n_kv_heads, hd, false);
+    dk.swap(d);
+  }
   t0 = now_ms();
-  matmul_dw(dq.data(), a.xn.data(), g.wq, N, D, QD);
-  matmul_dw(dk.data(), a.xn.data(), g.wk, N, D, KD);
-  matmul_dw(dv.data(), a.xn.data(), g.wv, N, D, KD);
-  tdw += now_ms() - t0;
-  matmul_dx(dq.data(), p.wq, dxn.data(), N, D, QD, false);
-  matmul_dx(dk.data(), p.wk, dxn.data(), N, D, KD, true);
-  matmul_dx(dv.data(), p.wv, dxn.data(), N, D, KD, true);
-  std::memcpy(dx, dx2.data(), size_t(N * D) * 4);
-  rmsnorm_backward(a.x.data(), norm_w(p.attn_norm, D, nb), a.rrms1.data(), dxn.data(), dx, g.attn_norm, N, D, true);
-  if (t) t->dw += tdw;
+  matmul_dw(dq.data(), in, g + sp.wq, N, D, QD);
+  matmul_dw(dk.data(), in, g + sp.wk, N, D, KD);
+  matmul_dw(dv.data(), in, g + sp.wv, N, D, KD);
+  *tdw += now_ms() - t0;
+  matmul_dx(dq.data(), w + sp.wq, din, N, D, QD, false);
+  matmul_dx(dk.data(), w + sp.wk, din, N, D, KD, true);
+  matmul_dx(dv.data(), w + sp.wv, din, N, D, KD, true);
+}
+
+// dx [N, D]: d(loss)/d(step i's output) on entry, d(loss)/d(its input x) on exit (the residual path plus the
+// branch's); weight gradients added into g.
+void CpuModel::step_backward(const float* w, float* g, size_t i, int64_t B, int64_t T, float* dx, double* tdw) {
+  const StepPlan& sp = steps_[i];
+  const models::Step& s = *sp.s;
+  StepActs& a = acts_[i];
+  const int64_t N = B * T, D = d_.dim;
+  std::vector<float> nb, scaled, dpost, din(size_t(N * D));
+  const float* db = dx;  // d(loss)/d(the branch) = residual_scale * dx
+  if (s.residual_scale != 1.0f) {
+    scaled.resize(size_t(N * D));
+    for (int64_t j = 0; j < N * D; ++j) scaled[size_t(j)] = s.residual_scale * dx[j];
+    db = scaled.data();
+  }
+  if (s.post_norm) {  // b = rmsnorm(o) * (offset + post_norm)
+    dpost.resize(size_t(N * D));
+    rmsnorm_backward(a.o.data(), norm_w(*s.post_norm, w + sp.post, D, nb), a.rrmso.data(), db, dpost.data(),
+                     g + sp.post, N, D, false);
+    db = dpost.data();
+  }
+  const float* in = s.pre_norm ? a.xn.data() : a.x.data();
+  switch (s.kind) {
+    case models::StepKind::kAttention:
+      attention_backward(sp, a, w, g, db, B, T, din.data(), tdw);
+      break;
+    case models::StepKind::kFfn:
+      ffn_backward(sp, a, w, g, db, in, N, din.data(), tdw);
+      break;
+  }
+  if (s.pre_norm)
+    rmsnorm_backward(a.x.data(), norm_w(*s.pre_norm, w + sp.pre, D, nb), a.rrms.data(), din.data(), dx, g + sp.pre, N,
+                     D, true);
+  else
+    add_into(dx, dx, din.data(), N * D);
 }
 
 double CpuModel::forward_backward(const float* w, const Batch& b, float grad_scale, float* gr, CpuTimes* t) {
@@ -505,27 +619,29 @@ double CpuModel::forward_backward(const float* w, const Batch& b, float grad_sca
   forward(w, b.tokens.data(), b.B, b.T, b.T + 1);
   double t1 = now_ms();
   const double loss = cross_entropy(b.tokens.data(), b.B, b.T, grad_scale, true);
-  const int64_t N = b.B * b.T, D = c_.dim;
+  const int64_t N = b.B * b.T, D = d_.dim;
   double t2 = now_ms();
   head_classifier_dw(gr);
   double t3 = now_ms();
   std::vector<float> dxl(size_t(N * D));
   head_backward(w, xL_.data(), gr, dxl.data(), N);
   if (grads_final_) grads_final_(layout_.final_norm(gr) - gr);
-  for (int64_t l = c_.n_layers - 1; l >= 0; --l) {
-    layer_backward(w, gr, l, b.B, b.T, dxl.data(), t);
-    if (grads_final_) grads_final_(layout_.layer(gr, l).attn_norm - gr);
+  double tdw = 0;
+  for (int64_t l = int64_t(layer_first_.size()) - 1; l >= 0; --l) {
+    const size_t end = size_t(l) + 1 < layer_first_.size() ? size_t(layer_first_[size_t(l) + 1]) : steps_.size();
+    for (size_t i = end; i-- > size_t(layer_first_[size_t(l)]);) step_backward(w, gr, i, b.B, b.T, dxl.data(), &tdw);
+    if (grads_final_) grads_final_(layer_grads_[size_t(l)]);
   }
   float* demb = layout_.embedding(gr);
   for (int64_t n = 0; n < N; ++n) {
     float* row = demb + int64_t(inputs_[size_t(n)]) * D;
     const float* src = dxl.data() + n * D;
-    for (int64_t i = 0; i < D; ++i) row[i] += src[i] * c_.embed_scale;
+    for (int64_t i = 0; i < D; ++i) row[i] += src[i] * d_.embed.scale;
   }
   if (t) {
     t->fwd += t1 - t0;
     t->cls += t3 - t1;
-    t->dw += t3 - t2;
+    t->dw += t3 - t2 + tdw;
     t->bwd += now_ms() - t3;
   }
   return loss;

@@ -9,18 +9,21 @@
 // a fixed order, so results are bitwise reproducible for a given thread count (resume and exec-restart equality
 // rely on this).
 //
-// Math (per layer, eps = config.norm_eps, hd = head_dim, G = n_heads / n_kv_heads):
-//   xn = rmsnorm(x) * attn_norm;  q = xn Wqᵀ, k = xn Wkᵀ, v = xn Wvᵀ;
-//   qk_norm (Qwen3): every head of q and k -> rmsnorm over hd * q_norm / k_norm;  RoPE(q, k) at position t = row % T
-//   (RoPE frequencies with the config's scaling: llama3's via kern::cpu::rope_inv_freq)
-//   head h attends with kv head h / G (llama2.c, HF);  a = softmax(q kᵀ / √hd + causal) v;  x2 = x + a Woᵀ
-//   xn2 = rmsnorm(x2) * ffn_norm;  x' = x2 + (silu(xn2 W1ᵀ) ⊙ xn2 W3ᵀ) W2ᵀ
-//   logits = rmsnorm(x_L) * norm · Woutᵀ;  loss = mean over tokens of −log softmax(logits)[target]
-// Gemma 3 (each with its ModelConfig field): norms multiply by (norm_offset + w); x0 = embedding * embed_scale;
-// scores scaled by attn_scale; sliding layers (ModelConfig::sliding_layer) see the last sliding_window keys and
-// rotate by rope_local_theta, global ones by rope_theta with positions / rope_linear_factor; post_norms:
-// x2 = x + rmsnorm(a Woᵀ) * attn_post_norm, x' = x2 + rmsnorm(mlp) * ffn_post_norm; GeGLU: gelu_tanh(h1) ⊙ h3;
-// logits = cap * tanh(logits / cap) with logit_softcap.
+// The model is its description (models/layer_desc.h, built from the config by the architecture): every layer is
+// walked step by step, and each step kind has one forward and one backward here. A step reads the residual
+// stream x [N, D] and adds to it (eps, offset, RoPE, window and scales from the step's descriptors):
+//   xn = rmsnorm(x) * (offset + pre_norm);   b = op(xn);   b = rmsnorm(b) * (offset + post_norm) when present;
+//   x' = x + residual_scale * b
+// attention: q = xn Wqᵀ, k = xn Wkᵀ, v = xn Wvᵀ; q/k norms per head (when present) over hd; RoPE(q, k) at
+//   position t = row % T with the step's RopeDesc (llama3 / linear scaling via kern::cpu::rope_half_tables);
+//   head h attends with kv head h / G (llama2.c, HF); a = softmax(q kᵀ * score_scale + causal, keys within the
+//   step's window when it has one) v;  b = a Woᵀ
+// ffn: b = (act(xn W_inᵀ) ⊙ xn W_upᵀ) W_outᵀ with act = silu (SwiGLU) or gelu_tanh (GeGLU)
+// x0 = embedding * embed.scale;  logits = rmsnorm(x_L) * (offset + norm) · Woutᵀ, soft-capped (cap * tanh(z / cap))
+// when the head says so;  loss = mean over tokens of −log softmax(logits)[target].
+// What the description holds and this executor lacks (LayerNorm, biases, a plain GELU MLP, learned positions,
+// score soft-capping, other step kinds) is refused when the model is built, in one line naming the layer, the
+// step and the executor (models::unsupported).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -42,7 +45,10 @@ struct CpuTimes {  // milliseconds, accumulated by forward_backward
 
 class CpuModel {
  public:
-  explicit CpuModel(const ParamLayout& layout);
+  explicit CpuModel(const ParamLayout& layout);  // the description of layout.config() (models::describe_model)
+  // A description of one's own over the layout's tensors (its weight names must be in the layout); throws one
+  // line naming the layer, the step and this executor at the first part it does not implement.
+  CpuModel(const ParamLayout& layout, models::ModelDesc d);
 
   // Mean cross-entropy over the B*T targets. Adds d(loss)/dw * grad_scale into grads (same layout as w).
   double forward_backward(const float* w, const Batch& b, float grad_scale, float* grads, CpuTimes* t = nullptr);
@@ -66,37 +72,60 @@ class CpuModel {
   static double step_flops(const models::ModelConfig& c, int64_t B, int64_t T);
 
  private:
-  struct LayerActs {
-    std::vector<float> x, rrms1, xn, q, k, v, p, att, x2, rrms2, xn2, h1, h3, g;
-    std::vector<float> qp, kp, rrmsq, rrmsk;  // qk_norm: q / k before the head norms [N, QD] / [N, KVD]; [N*H], [N*KVH]
-    std::vector<float> o, rrmso, y, rrmsy;    // post_norms: Wo·attn and W2·gate before their norms [N, D]; [N]
+  // One step of the description with its weights resolved to offsets into the flat buffers (-1: absent).
+  struct StepPlan {
+    const models::Step* s = nullptr;
+    int64_t layer = 0;
+    int64_t pre = -1, post = -1;                                   // norm weights [D]
+    int64_t wq = -1, wk = -1, wv = -1, wo = -1, qn = -1, kn = -1;  // attention (q/k norms [hd])
+    int64_t w_in = -1, w_up = -1, w_out = -1;                      // ffn
+    int rope = -1;                                                 // index into ropes_ (-1: no RoPE)
   };
+  // The activations of one step kept for its backward.
+  struct StepActs {
+    std::vector<float> x, rrms, xn;           // the stream into the step [N, D]; pre-norm 1/rms [N]; normed [N, D]
+    std::vector<float> o, rrmso;              // post_norm: the op's output before its norm [N, D]; [N]
+    std::vector<float> q, k, v, p, att;       // attention [N, QD], [N, KD] x2, [B*H, T, T], [N, QD]
+    std::vector<float> qp, kp, rrmsq, rrmsk;  // q/k norms: q / k before them [N, QD] / [N, KD]; [N*H], [N*KVH]
+    std::vector<float> h1, h3, g;             // ffn [N, F] x3
+  };
+  struct RopeTable {  // cos / sin [T, hd/2] of one RopeDesc and head_dim
+    models::RopeDesc desc;
+    int64_t head_dim = 0;
+    std::vector<float> cos, sin;
+  };
+  void plan();  // steps_ and ropes_ from d_; refuses what this executor lacks
   void forward(const float* w, const int32_t* tokens, int64_t B, int64_t T, int64_t row_stride);
-  void layer_forward(const float* w, int64_t l, int64_t B, int64_t T);
-  void layer_backward(const float* w, float* g, int64_t l, int64_t B, int64_t T, float* dx, CpuTimes* t);
-  void attention_forward(LayerActs& a, int64_t B, int64_t T, int64_t l);
-  double ffn_backward(LayerActs& a, const LayerPtrs& p, const LayerPtrs& g, int64_t N, const float* dy, float* dx2);
-  float score_scale() const;
-  const float* norm_w(const float* w, int64_t n, std::vector<float>& buf) const;
-  void attention_backward(LayerActs& a, int64_t B, int64_t T, const float* datt, float* dq, float* dk, float* dv);
+  void step_forward(const float* w, size_t i, int64_t B, int64_t T, float* out);
+  void step_backward(const float* w, float* g, size_t i, int64_t B, int64_t T, float* dx, double* tdw);
+  void attention_forward(const StepPlan& sp, StepActs& a, const float* w, const float* in, int64_t B, int64_t T,
+                         float* out);
+  void attention_backward(const StepPlan& sp, StepActs& a, const float* w, float* g, const float* dout, int64_t B,
+                          int64_t T, float* din, double* tdw);
+  void ffn_forward(const StepPlan& sp, StepActs& a, const float* w, const float* in, int64_t N, float* out);
+  void ffn_backward(const StepPlan& sp, StepActs& a, const float* w, float* g, const float* dout, const float* in,
+                    int64_t N, float* din, double* tdw);
+  void scores_forward(const models::AttnDesc& at, StepActs& a, int64_t B, int64_t T);
+  void scores_backward(const models::AttnDesc& at, StepActs& a, int64_t B, int64_t T, const float* datt, float* dq,
+                       float* dk, float* dv);
+  const float* norm_w(const models::NormDesc& n, const float* w, int64_t len, std::vector<float>& buf) const;
   double cross_entropy(const int32_t* tokens, int64_t B, int64_t T, float grad_scale, bool want_grad);
-  void rope(float* x, int64_t rows, int64_t heads, int64_t T, float sign, int64_t l) const;
-  void head_norms_forward(LayerActs& a, const LayerPtrs& p, int64_t N);
-  void head_norms_backward(LayerActs& a, const LayerPtrs& p, const LayerPtrs& g, int64_t N, std::vector<float>& dq,
-                           std::vector<float>& dk);
+  void rope(const StepPlan& sp, float* x, int64_t rows, int64_t heads, int64_t T, float sign) const;
   void prepare(int64_t B, int64_t T);
   void prepare_head(int64_t B, int64_t T);
   void head_forward(const float* w, const float* xL, int64_t N);                          // xf_, rrmsf_, logits_
   void head_backward(const float* w, const float* xL, float* gr, float* dxL, int64_t N);  // from dlogits_ in logits_
 
   ParamLayout layout_;
-  models::ModelConfig c_;
+  models::ModelDesc d_;
+  std::vector<StepPlan> steps_;       // every layer's steps, in order
+  std::vector<int64_t> layer_first_;  // [L] index in steps_ of layer l's first step
+  std::vector<int64_t> layer_grads_;  // [L] offset of layer l's first tensor (grads_final_)
+  std::vector<RopeTable> ropes_;      // the distinct RoPEs of the attention steps
   int64_t B_ = 0, T_ = 0;
-  std::vector<LayerActs> acts_;
+  std::vector<StepActs> acts_;          // [steps_.size()]
   std::vector<float> xL_, rrmsf_, xf_;  // [N, D], [N], [N, D]
   std::vector<float> logits_;           // [N, V] (overwritten by dlogits in backward)
-  std::vector<float> cos_, sin_;        // [T, hd/2] (global layers: rope_theta, scaling, linear factor)
-  std::vector<float> cosl_, sinl_;      // [T, hd/2] sliding layers (rope_local_theta)
   std::vector<float> capped_;           // [N, V] tanh(z / logit_softcap) of the last head_forward (soft-capping)
   std::vector<int32_t> inputs_;         // [N]
   std::vector<float> dxf_;              // [N, D] head backward scratch

@@ -1,5 +1,6 @@
 #include "train/params.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -12,28 +13,42 @@ namespace {
 constexpr int kLayerFields = 13;  // LayerPtrs' fields
 }  // namespace
 
-namespace {
-// "a, b, c" of the names whose flag is set.
-std::string listed(std::initializer_list<std::pair<bool, const char*>> parts) {
-  std::string out;
-  for (const auto& [set, what] : parts)
-    if (set) out += (out.empty() ? "" : ", ") + std::string(what);
-  return out;
-}
-}  // namespace
-
 void check_trainable(const models::ModelConfig& c) {
   models::validate_config(c, "train");
-  const std::string lacks = listed({{c.norm != models::NormType::kRms, "LayerNorm"},
-                                    {c.activation == models::Activation::kGeluTanh, "a GELU MLP"},
-                                    {c.learned_pos || c.rope_style == models::RopeStyle::kNone, "learned positions"},
-                                    {c.qkv_bias || c.attn_out_bias || c.mlp_bias, "bias tensors"},
-                                    {c.head_dim % 2 != 0, "an odd head_dim (RoPE rotates pairs)"}});
-  if (!lacks.empty())
-    fail(
-        "train", "model '", c.arch, "': ", lacks,
-        " not supported for training (trainable: Llama 2/3.x, Qwen2/2.5, Qwen3, Gemma 3; this model is inference-only, "
-        "docs/training.md)");
+  // Every part of the description that no training executor implements, once each, in the order met.
+  const models::ModelDesc d = models::describe_model(c);
+  std::vector<std::string> lacks;
+  auto lack = [&](bool set, const char* what) {
+    if (set && std::find(lacks.begin(), lacks.end(), what) == lacks.end()) lacks.emplace_back(what);
+  };
+  auto norm = [&](const std::optional<models::NormDesc>& n) {
+    lack(n && n->kind != models::NormType::kRms, "LayerNorm");
+  };
+  lack(!d.embed.positions.empty(), "learned positions");
+  for (const models::LayerDesc& layer : d.layers)
+    for (const models::Step& s : layer.steps) {
+      norm(s.pre_norm), norm(s.post_norm);
+      switch (s.kind) {
+        case models::StepKind::kAttention: {
+          const models::AttnDesc& a = s.attn;
+          lack(a.rope.style == models::RopeStyle::kNone && d.embed.positions.empty(), "attention without positions");
+          lack(!a.bq.empty() || !a.bk.empty() || !a.bv.empty() || !a.bo.empty(), "bias tensors");
+          lack(a.head_dim % 2 != 0, "an odd head_dim (RoPE rotates pairs)");
+          norm(a.q_norm), norm(a.k_norm);
+          break;
+        }
+        case models::StepKind::kFfn:
+          lack(s.ffn.activation == models::Activation::kGeluTanh, "a GELU MLP");
+          lack(!s.ffn.b_in.empty() || !s.ffn.b_out.empty(), "bias tensors");
+          break;
+      }
+    }
+  if (lacks.empty()) return;
+  std::string list;
+  for (const std::string& w : lacks) list += (list.empty() ? "" : ", ") + w;
+  fail("train", "model '", c.arch, "': ", list,
+       " not supported for training (trainable: Llama 2/3.x, Qwen2/2.5, Qwen3, Gemma 3; this model is inference-only, "
+       "docs/training.md)");
 }
 
 void check_kernel_steps(const models::ModelDesc& d, const std::string& strategy) {
@@ -87,20 +102,23 @@ ParamLayout::ParamLayout(const models::ModelConfig& c) : config_(c) {
       "attn_norm",     "wq", "wk", "wv", "wo", "q_norm", "k_norm", "ffn_norm", "attn_post_norm",
       "ffn_post_norm", "w1", "w2", "w3"};
   for (int64_t l = 0; l < c.n_layers; ++l)
-    for (const char* f : kFields) {
-      const std::string n = f;
-      const bool absent = (!c.qk_norm && (n == "q_norm" || n == "k_norm")) ||
-                          (!c.post_norms && (n == "attn_post_norm" || n == "ffn_post_norm"));
-      layer_offsets_.push_back(absent ? -1 : find("layers." + std::to_string(l) + "." + f).offset);
+    for (const char* f : kFields) {  // a tensor the architecture does not have: -1
+      const ParamInfo* p = lookup("layers." + std::to_string(l) + "." + f);
+      layer_offsets_.push_back(p ? p->offset : -1);
     }
   emb_ = find("tok_embeddings").offset;
   norm_ = find("norm").offset;
   out_ = c.tied_embeddings ? emb_ : find("output").offset;
 }
 
-const ParamInfo& ParamLayout::find(const std::string& name) const {
+const ParamInfo* ParamLayout::lookup(const std::string& name) const {
   for (const auto& p : params_)
-    if (p.name == name) return p;
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+const ParamInfo& ParamLayout::find(const std::string& name) const {
+  if (const ParamInfo* p = lookup(name)) return *p;
   fail("train", "no parameter '", name, "' in the ", config_.arch, " layout (", params_.size(), " tensors)");
 }
 

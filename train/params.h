@@ -2,10 +2,10 @@
 // fp32 master weights in ONE flat buffer, in canonical order. Gradients and AdamW moments use the same
 // layout (same offsets), so optimizer, clipping and checkpoints work on flat spans.
 //
-// Supported for training: RMSNorm + SwiGLU or GeGLU, no biases, no learned positions, RoPE adjacent_pairs
-// (llama2.c) or rotate_half with or without llama3 frequency scaling; Qwen3's per-head q/k RMSNorm; tied or
-// untied classifier; GQA (n_heads % n_kv_heads == 0); Gemma 3's parts on the CPU engine (check_kernel_steps
-// names the first step the kernel strategies lack).
+// What trains is decided by walking the model description (models/layer_desc.h): check_trainable names the
+// parts no training executor has; CpuModel (train/cpu_model.h) and check_kernel_steps refuse, per executor, the
+// first step they lack. Today: RMSNorm steps (offset, post norms, per-head q/k norms), SwiGLU or GeGLU, RoPE of any
+// base / scaling per step, sliding windows, GQA, tied or untied classifier, logit soft-capping on the CPU.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -31,11 +31,11 @@ struct LayerPtrs {
   float* wk;              // [Hkv*hd, D]
   float* wv;              // [Hkv*hd, D]
   float* wo;              // [D, Hq*hd]
-  float* q_norm;          // [hd] per-head RMSNorm of q (null without qk_norm)
-  float* k_norm;          // [hd] per-head RMSNorm of k (null without qk_norm)
+  float* q_norm;          // [hd] per-head RMSNorm of q (null when the architecture has none)
+  float* k_norm;          // [hd] per-head RMSNorm of k (null when the architecture has none)
   float* ffn_norm;        // [D]
-  float* attn_post_norm;  // [D] norm of Wo·attn (null without post_norms)
-  float* ffn_post_norm;   // [D] norm of W2·gate (null without post_norms)
+  float* attn_post_norm;  // [D] norm of Wo·attn (null when the architecture has none)
+  float* ffn_post_norm;   // [D] norm of W2·gate (null when the architecture has none)
   float* w1;              // [F, D]
   float* w2;              // [D, F]
   float* w3;              // [F, D]
@@ -48,7 +48,8 @@ class ParamLayout {
   const models::ModelConfig& config() const { return config_; }
   const std::vector<ParamInfo>& params() const { return params_; }
   int64_t total() const { return total_; }
-  const ParamInfo& find(const std::string& name) const;  // throws naming the known tensors
+  const ParamInfo& find(const std::string& name) const;    // throws naming the known tensors
+  const ParamInfo* lookup(const std::string& name) const;  // nullptr when absent
   LayerPtrs layer(float* base, int64_t l) const;
   float* embedding(float* base) const { return base + emb_; }    // [V, D]
   float* final_norm(float* base) const { return base + norm_; }  // [D]
@@ -61,8 +62,9 @@ class ParamLayout {
   std::vector<int64_t> layer_offsets_;  // [L * 13] offsets in LayerPtrs field order (-1: no such tensor)
 };
 
-// Throws one line "[train] model 'ARCH': ... not supported for training ..." naming every feature of c the
-// trainer lacks (LayerNorm, a GELU MLP, biases, learned positions) when c cannot be trained at all.
+// Throws one line "[train] model 'ARCH': ... not supported for training ..." naming every part of c's description
+// that no training executor implements (LayerNorm, a GELU MLP, biases, learned positions) when c cannot be trained
+// at all.
 void check_trainable(const models::ModelConfig& c);
 // The kernel strategies (static / dynamic) on top: walks the description and throws, at the first step or
 // parameter the training kernels do not implement, one line "[train] layer L STEP: WHAT is not supported by the
