@@ -1,49 +1,15 @@
-// StepEngine: who computes forward + backward of a micro-batch. The trainer owns weights, gradients and
-// the optimizer; an engine only turns (weights, batch) into loss + accumulated gradients, and reports
-// its compile needs so the trainer can checkpoint + exec-restart before a per-process budget runs out.
+// The step engines (the interface: train/step_engine.h), made by strategy:
 //   cpu      CpuEngine: the fp32 reference (train/cpu_model.h). With --compile-budget N > 0 it simulates
 //            the static strategy's budget: every weight update "needs" kernels_per_update compiles.
 //   static   kernels with baked weights, recompiled after every update (train/kernel_engine.h)
 //   dynamic  kernels compiled once, weights restaged into the input surfaces after updates (same)
 #pragma once
-#include <functional>
 #include <memory>
-#include <string>
 
 #include "train/config.h"
-#include "train/cpu_model.h"
+#include "train/step_engine.h"
 
 namespace anelab::train {
-
-struct StepTimes {  // ms of one optimizer step, split as docs/events.md's step event
-  double kernel = 0, cpu_dw = 0, staging = 0, fwd = 0, bwd = 0, cls = 0;
-};
-
-class StepEngine {
- public:
-  virtual ~StepEngine() = default;
-  virtual std::string name() const = 0;
-  // Compiles the next forward_backward will perform (0 when kernels are current).
-  virtual int compiles_needed() const = 0;
-  // Compiles left in this process (-1: unlimited), and the per-process budget (-1: none).
-  virtual int compiles_left() const = 0;
-  virtual int budget() const = 0;
-  virtual int compiles_total() const = 0;
-  // Compiles performed since the last call, with their wall ms (for the compile event).
-  virtual std::pair<int, double> take_compile_batch() = 0;
-  // The ANE self-check that passed since the last call (framework/kernels/self_check.h, its JSON report),
-  // empty when none ran; its wall ms is reported apart from the step's, as compiles are.
-  virtual std::string take_self_check() { return {}; }
-  // Mean loss of the batch; grads += d(loss)/dw * grad_scale.
-  virtual double forward_backward(const float* w, const Batch& b, float grad_scale, float* grads, StepTimes* t) = 0;
-  // Called after every optimizer update.
-  virtual void weights_updated() = 0;
-  // f(from) is called when grads[from, P) of the running forward_backward hold their final values (after the
-  // head, then after each layer, from the last layer down; from decreases within a call), on the calling
-  // thread or an engine worker thread, one call at a time; the trainer starts their sum over the ranks
-  // (train/dist_overlap.h). Empty: no calls.
-  virtual void set_grads_final_hook(std::function<void(int64_t from)> f) = 0;
-};
 
 std::unique_ptr<StepEngine> make_engine(const TrainConfig& c, const ParamLayout& layout);
 

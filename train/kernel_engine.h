@@ -33,7 +33,7 @@
 
 #include "framework/kernels/train.h"
 #include "train/config.h"
-#include "train/engine.h"
+#include "train/step_engine.h"
 
 namespace anelab::train {
 
