@@ -13,6 +13,7 @@
 #include "framework/quant/qdot.h"
 #include "framework/runtime/backend.h"
 #include "infer/prefill_mil.h"
+#include "models/arch/arch.h"
 
 namespace anelab::infer {
 

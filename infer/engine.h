@@ -32,8 +32,8 @@
 #include "framework/runtime/device_profile.h"
 #include "infer/cpu_attention.h"
 #include "infer/cpu_math.h"
+#include "models/arch/layer_desc.h"
 #include "models/formats/model.h"
-#include "models/layer_desc.h"
 
 namespace anelab::infer {
 

@@ -8,7 +8,7 @@
 #include "framework/core/error.h"
 #include "framework/core/platform.h"
 #include "infer/generate.h"
-#include "models/formats/load_any.h"
+#include "models/io/load_any.h"
 
 namespace anelab::infer {
 

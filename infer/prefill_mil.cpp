@@ -13,6 +13,7 @@
 #include "framework/kernels/self_check.h"
 #include "framework/kernels/w8.h"
 #include "infer/engine.h"
+#include "models/arch/arch.h"
 
 namespace anelab::infer {
 

@@ -12,6 +12,7 @@
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 #include "framework/core/platform.h"
+#include "models/arch/arch.h"
 #include "train/run_dir.h"
 
 namespace anelab::train {
@@ -76,6 +77,7 @@ void write_checkpoint(const std::string& path, const CheckpointState& s) {
 CheckpointState read_checkpoint(const std::string& path) {
   const MappedFile f(path);
   const models::CheckpointView v = models::parse_checkpoint(f.data(), f.size(), path);
+  models::validate_config(v.header.model, path);  // the reader checked the generic fields; the architecture here
   CheckpointState s;
   static_cast<models::CheckpointHeader&>(s) = v.header;
   const size_t P = size_t(v.n_params);

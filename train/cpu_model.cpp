@@ -13,6 +13,7 @@
 #include "framework/core/clock.h"
 #include "framework/core/error.h"
 #include "framework/kernels/cpu_ops.h"
+#include "models/arch/arch.h"
 #include "train/parallel.h"
 
 namespace anelab::train {

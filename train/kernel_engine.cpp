@@ -16,6 +16,7 @@
 #include "framework/kernels/runner.h"
 #include "framework/kernels/self_check.h"
 #include "framework/runtime/backend.h"
+#include "models/arch/arch.h"
 #include "train/serial_queue.h"
 
 namespace anelab::train {

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "framework/core/error.h"
+#include "models/arch/arch.h"
 #include "models/presets.h"
 
 namespace anelab::train {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "models/arch/layer_desc.h"
 #include "models/formats/model.h"
-#include "models/layer_desc.h"
 
 namespace anelab::train {
 

@@ -21,10 +21,10 @@
 #include <utility>
 #include <vector>
 
+#include "models/arch/layer_desc.h"
 #include "models/formats/gguf.h"
 #include "models/formats/model.h"
 #include "models/formats/safetensors.h"
-#include "models/layer_desc.h"
 
 namespace anelab::models {
 
@@ -61,7 +61,7 @@ struct Arch {
 
   // ---- presets and rules ----
   std::vector<std::pair<std::string, ModelConfig>> presets;  // name -> config (models/presets.h)
-  // Rules beyond validate_config's generic ones (nullptr: none); throws naming the field and `where`.
+  // Rules beyond validate_config_fields' generic ones (nullptr: none); throws naming the field and `where`.
   void (*validate)(const ModelConfig& c, const std::string& where) = nullptr;
 };
 
@@ -71,6 +71,12 @@ const Arch* find_arch(std::string_view name);  // nullptr when unknown
 // Throws "[model] WHERE: architecture 'X' is not supported (use llama, ...)".
 const Arch& arch_of(std::string_view name, const std::string& where);
 std::string arch_names();  // "llama, qwen2, gpt2" (table order)
+// validate_config_fields (models/formats/model.h), then the architecture: throws "[model] WHERE: architecture 'X'
+// is not supported (use llama, ...)" or the architecture's own rule (Arch::validate) naming the field.
+void validate_config(const ModelConfig& c, const std::string& where);
+// The description of c (models/arch/layer_desc.h), built by its architecture (Arch::describe); throws naming the
+// architecture when it has none.
+ModelDesc describe_model(const ModelConfig& c);
 // The architecture a Hugging Face config.json names (model_type, else architectures[0]); throws naming `where`.
 const Arch& arch_for_hf(const nlohmann::json& config, const std::string& where);
 

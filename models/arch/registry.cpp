@@ -30,6 +30,18 @@ const Arch& arch_of(std::string_view name, const std::string& where) {
   fail("model", where, ": architecture '", name, "' is not supported (use ", arch_names(), ")");
 }
 
+void validate_config(const ModelConfig& c, const std::string& where) {
+  const Arch& arch = arch_of(c.arch, where);
+  validate_config_fields(c, where);
+  if (arch.validate) arch.validate(c, where);
+}
+
+ModelDesc describe_model(const ModelConfig& c) {
+  const Arch& a = arch_of(c.arch, "describe");
+  ANELAB_CHECK(a.describe != nullptr, "model", "architecture ", c.arch, " has no layer description (Arch::describe)");
+  return a.describe(c);
+}
+
 const Arch& arch_for_hf(const nlohmann::json& j, const std::string& where) {
   if (j.contains("model_type") && j["model_type"].is_string()) {
     const std::string t = j["model_type"].get<std::string>();

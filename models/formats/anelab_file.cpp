@@ -345,7 +345,7 @@ uint32_t dtype_min_version(DType t) {
 
 int64_t write_anelab_file(const std::string& path, const AnelabWriteInfo& info,
                           const std::vector<TensorWriteSpec>& tensors, const ProgressFn& progress) {
-  validate_config(info.config, path);
+  validate_config_fields(info.config, path);
   const uint32_t version = kAnelabVersion;  // the checksums need version 5, whatever the dtypes
   json h{{"format", "anelab-model"},
          {"version", version},

@@ -39,9 +39,9 @@ std::string shown(const json& v) {
 
 // Strict readers of one header field: the JSON type must be exactly the expected one (no bool -> int, no
 // float -> int, no string -> number) and the value inside [lo, hi]. `key` is the dotted path for errors.
-class Fields {
+class HeaderFields {
  public:
-  Fields(const json& obj, std::string prefix, const std::string& where)
+  HeaderFields(const json& obj, std::string prefix, const std::string& where)
       : obj_(obj), prefix_(std::move(prefix)), where_(where) {
     if (!obj_.is_object()) bad(prefix_.empty() ? "header" : prefix_.substr(0, prefix_.size() - 1), "is not an object");
   }
@@ -94,16 +94,16 @@ class Fields {
   const std::string& where_;
 };
 
-void read_training_fields(const Fields& f, const std::string& where, CheckpointHeader* h) {
+void read_training_fields(const HeaderFields& f, const std::string& where, CheckpointHeader* h) {
   h->step = f.integer("step", 0, kMaxCount);
   h->adam_t = f.integer("adam_t", 0, h->step);
-  const Fields ls(f.at("loss_scale"), "loss_scale.", where);
+  const HeaderFields ls(f.at("loss_scale"), "loss_scale.", where);
   h->ls_dynamic = ls.boolean("dynamic");
   h->ls_scale = ls.number("scale", std::numeric_limits<double>::min(), std::numeric_limits<double>::max());
   h->ls_interval = ls.number("interval", 1, double(kMaxCount));  // versions 1-2 wrote it as a float
   if (std::floor(h->ls_interval) != h->ls_interval) ls.bad("interval", ls.at("interval"), "is not a whole number");
   h->ls_good_steps = ls.integer("good_steps", 0, kMaxCount);
-  const Fields d(f.at("data"), "data.", where);
+  const HeaderFields d(f.at("data"), "data.", where);
   h->batching = d.string("batching");
   if (h->batching != "random" && h->batching != "sequential")
     d.bad("batching", json(h->batching), "is not random or sequential");
@@ -112,7 +112,7 @@ void read_training_fields(const Fields& f, const std::string& where, CheckpointH
     h->best_val_loss = f.number("best_val_loss", 0, std::numeric_limits<double>::max());
   h->restarts = f.integer("restarts", 0, kMaxCount);
   h->tokens = f.integer("tokens", 0, kMaxCount);
-  const Fields t(f.at("totals"), "totals.", where);
+  const HeaderFields t(f.at("totals"), "totals.", where);
   h->wall_s = t.number("wall_s", 0, kMaxSeconds);
   h->compile_s = t.number("compile_s", 0, kMaxSeconds);
   h->train_s = t.number("train_s", 0, kMaxSeconds);
@@ -167,7 +167,7 @@ CheckpointView parse_checkpoint(const uint8_t* d, size_t n, const std::string& w
   const Prefix p = read_prefix(d, n, where);
   const json j = json::parse(d + p.json_at, d + p.json_at + p.header_len, nullptr, false);
   if (j.is_discarded()) fail("checkpoint", where, ": header is not valid JSON");
-  const Fields f(j, "", where);
+  const HeaderFields f(j, "", where);
   if (f.string("format") != "anelab-checkpoint") f.bad("format", f.at("format"), "is not anelab-checkpoint");
   if (f.integer("version", 1, kCheckpointVersion) != p.version)
     f.bad("version", f.at("version"), "differs from the file's version " + std::to_string(p.version));

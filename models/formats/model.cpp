@@ -7,7 +7,6 @@
 #include "framework/core/error.h"
 #include "framework/core/fp16.h"
 #include "framework/quant/blocks.h"
-#include "models/arch/arch.h"
 
 namespace anelab::models {
 
@@ -108,8 +107,8 @@ void validate_rope_scaling(const RopeScaling& s, const std::string& where) {
 }
 }  // namespace
 
-void validate_config(const ModelConfig& c, const std::string& where) {
-  const Arch& arch = arch_of(c.arch, where);
+void validate_config_fields(const ModelConfig& c, const std::string& where) {
+  if (c.arch.empty()) fail("model", where, ": config field arch is empty");
   check_range(where, "dim", c.dim, 1, 1 << 16);
   check_range(where, "hidden_dim", c.hidden_dim, 1, 1 << 18);
   check_range(where, "n_layers", c.n_layers, 1, 1024);
@@ -142,7 +141,6 @@ void validate_config(const ModelConfig& c, const std::string& where) {
   finite_in("logit_softcap", c.logit_softcap, 0.0f, 1e6f);
   finite_in("rope_linear_factor", c.rope_linear_factor, 1e-3f, 1e6f);
   if (c.rope_local_theta != 0.0f) finite_in("rope_local_theta", c.rope_local_theta, 1.0f, 1e12f);
-  if (arch.validate) arch.validate(c, where);
 }
 
 namespace {
@@ -232,7 +230,7 @@ std::vector<TensorSpec> canonical_tensors(const ModelConfig& c) {
 }
 
 int64_t checked_parameter_count(const ModelConfig& c, const std::string& where) {
-  validate_config(c, where);
+  validate_config_fields(c, where);
   int64_t n = 0;
   for (const auto& s : canonical_tensors(c)) {
     int64_t k = 1;

@@ -34,7 +34,7 @@
 
 #include "framework/core/arch_types.h"
 #include "framework/quant/types.h"
-#include "models/tokenizer/vocab.h"
+#include "models/formats/vocab.h"
 
 namespace anelab::models {
 
@@ -110,12 +110,12 @@ struct ModelConfig {
   bool operator==(const ModelConfig&) const = default;
 };
 
-// Throws anelab::Error naming the field, its value and the accepted range when a config is unusable
-// (unknown arch, non-positive or absurd sizes, n_heads % n_kv_heads != 0, inconsistent flags, the
-// architecture's own rules, ...).
-void validate_config(const ModelConfig& c, const std::string& where);
+// Throws anelab::Error naming the field, its value and the accepted range when a config is unusable by any
+// architecture (non-positive or absurd sizes, n_heads % n_kv_heads != 0, inconsistent flags, ...).
+// validate_config (models/arch/arch.h) adds the architecture's name and its own rules.
+void validate_config_fields(const ModelConfig& c, const std::string& where);
 // The one size check of every model-file reader (anelab, llama2.c, GGUF, safetensors/HF, checkpoint), called
-// before any size or offset is computed from a config: validate_config, then the parameter count of
+// before any size or offset is computed from a config: validate_config_fields, then the parameter count of
 // canonical_tensors(c) with overflow-checked arithmetic; throws naming `where` above kMaxParams.
 constexpr int64_t kMaxParams = int64_t{1} << 36;
 int64_t checked_parameter_count(const ModelConfig& c, const std::string& where);

@@ -30,7 +30,7 @@ enum class ConfigKeys {
   kCheckpoint,  // the norm / activation / bias / learned_pos keys may be absent (older checkpoints)
 };
 // Errors are one line: "[COMPONENT] WHERE: header field PREFIXKEY ..." (e.g. "[model] m.anelab: header
-// field config.dim is missing"), or validate_config's "[model] WHERE: ..." for a field out of range.
+// field config.dim is missing"), or validate_config_fields' "[model] WHERE: ..." for a field out of range.
 ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& where, const char* component,
                                    const std::string& prefix, ConfigKeys keys = ConfigKeys::kAll);
 

@@ -1,14 +1,12 @@
-// Hugging Face safetensors checkpoints (+ config.json) read into the canonical Model.
+// The safetensors container (Hugging Face checkpoints): parsing, the shard index, and a writer. Reading a
+// model directory (config.json + tensors -> the canonical Model) is models/io/hf_model.h.
 //
 // safetensors file: u64 N (little-endian), N bytes of JSON {"NAME": {"dtype": "F32"|"F16"|"BF16"|...,
 //   "shape": [...], "data_offsets": [begin, end]}, "__metadata__": {...}}, then the data buffer; offsets are
 //   relative to the byte after the header. Sharded checkpoints have model.safetensors.index.json with
 //   {"weight_map": {"NAME": "model-0000k-of-0000n.safetensors"}}.
 //
-// The architecture comes from config.json (model_type, else architectures[0]) through the architecture
-// table (models/arch/arch.h): each models/arch/<name>.cpp maps its config keys and tensor names (and
-// documents them). Llama-family q/k weights are kept unpermuted and the config records rope_style rotate_half.
-// dtypes F32/F16/BF16 are kept as stored (tensors are views of the mapping, except transposed ones).
+// dtypes F32/F16/BF16 are kept as stored (tensors are views of the mapping).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -34,14 +32,9 @@ using StTensorMap = std::map<std::string, StTensor>;
 // Parses one safetensors image (validated: header length, JSON, dtypes, shapes, offsets in bounds).
 StTensorMap parse_safetensors(const uint8_t* data, size_t size, std::shared_ptr<const void> owner,
                               const std::string& where);
-// Reads a .safetensors file, a model.safetensors.index.json, or a directory holding either; the
-// config.json next to them selects the architecture.
-Model read_hf_safetensors(const std::string& path, FileAccess access = FileAccess::kMap);
 // The weight_map of a model.safetensors.index.json (tensor name -> shard file name; validated: an object,
 // string entries, plain file names in the same directory).
 std::map<std::string, std::string> parse_safetensors_index(std::string_view text, const std::string& where);
-// Maps HF tensors + parsed config.json (as text) to a Model; `where` names the source in errors.
-Model hf_to_model(const std::string& config_json, const StTensorMap& tensors, const std::string& where);
 bool looks_like_safetensors(const uint8_t* data, size_t size);
 
 // Builds a safetensors image (for tests and tools): tensors written in the given order.
@@ -52,7 +45,5 @@ struct StWrite {
   std::vector<uint8_t> bytes;
 };
 std::vector<uint8_t> build_safetensors(const std::vector<StWrite>& tensors);
-
-int fuzz_read_safetensors(const uint8_t* data, size_t size);
 
 }  // namespace anelab::models

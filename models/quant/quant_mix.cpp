@@ -4,7 +4,7 @@
 
 #include "framework/core/thread_pool.h"
 #include "models/arch/arch.h"
-#include "models/formats/export.h"
+#include "models/io/export.h"
 
 namespace anelab::models {
 namespace {

@@ -9,6 +9,7 @@
 
 #include "framework/core/error.h"
 #include "models/tokenizer/pretokenize.h"
+#include "models/tokenizer/tokenizer.h"
 #include "models/tokenizer/tokenizer_impl.h"
 #include "models/tokenizer/unicode.h"
 

@@ -25,7 +25,7 @@
 #include <string_view>
 #include <vector>
 
-#include "models/tokenizer/vocab.h"
+#include "models/formats/vocab.h"
 
 namespace anelab::tok {
 

@@ -6,7 +6,12 @@
 #include <string_view>
 #include <vector>
 
-#include "models/tokenizer/tokenizer.h"
+#include "models/formats/vocab.h"
+
+namespace anelab::tok {
+class Tokenizer;         // models/tokenizer/tokenizer.h (the implementations include it)
+enum class InvalidUtf8;  // the same
+}  // namespace anelab::tok
 
 namespace anelab::tok::detail {
 

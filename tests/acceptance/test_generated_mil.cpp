@@ -20,6 +20,7 @@
 #include "framework/runtime/device_profile.h"
 #include "infer/engine.h"
 #include "infer/prefill_mil.h"
+#include "models/arch/arch.h"
 #include "models/presets.h"
 #include "tests/common/mil_text_checks.h"
 #include "train/kernel_engine.h"

@@ -11,6 +11,8 @@
 #include "models/formats/gguf.h"
 #include "models/formats/llama2c.h"
 #include "models/formats/safetensors.h"
+#include "models/io/gguf_model.h"
+#include "models/io/hf_model.h"
 #include "models/tokenizer/tokenizer.h"
 #include "tests/fuzz/targets.h"
 #include "train/checkpoint.h"

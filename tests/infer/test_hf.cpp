@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "infer/engine.h"
-#include "models/formats/load_any.h"
+#include "models/io/load_any.h"
 #include "models/sampler.h"
 #include "tests/common/test_data.h"
 #include "tests/infer/hf_reference.h"

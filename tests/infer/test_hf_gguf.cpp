@@ -10,9 +10,10 @@
 #include <memory>
 
 #include "infer/engine.h"
-#include "models/formats/export.h"
 #include "models/formats/gguf.h"
-#include "models/formats/load_any.h"
+#include "models/io/export.h"
+#include "models/io/gguf_model.h"
+#include "models/io/load_any.h"
 #include "tests/common/test_data.h"
 #include "tests/infer/hf_reference.h"
 

@@ -17,7 +17,7 @@
 
 #include "framework/core/fp16.h"
 #include "infer/engine.h"
-#include "models/formats/load_any.h"
+#include "models/io/load_any.h"
 #include "models/presets.h"
 #include "models/sampler.h"
 #include "tests/common/errors.h"

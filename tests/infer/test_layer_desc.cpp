@@ -15,8 +15,9 @@
 
 #include "framework/core/error.h"
 #include "infer/engine.h"
-#include "models/formats/load_any.h"
-#include "models/layer_desc.h"
+#include "models/arch/arch.h"
+#include "models/arch/layer_desc.h"
+#include "models/io/load_any.h"
 #include "models/presets.h"
 #include "tests/common/test_data.h"
 

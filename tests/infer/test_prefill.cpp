@@ -13,7 +13,7 @@
 #include "framework/core/thread_pool.h"
 #include "infer/engine.h"
 #include "infer/prefill_mil.h"
-#include "models/formats/load_any.h"
+#include "models/io/load_any.h"
 #include "models/presets.h"
 #include "tests/common/errors.h"
 #include "tests/common/test_data.h"

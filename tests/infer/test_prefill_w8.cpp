@@ -17,7 +17,7 @@
 #include "framework/quant/blocks.h"
 #include "infer/engine.h"
 #include "infer/prefill_mil.h"
-#include "models/formats/load_any.h"
+#include "models/io/load_any.h"
 #include "tests/common/test_data.h"
 
 namespace anelab::infer {

@@ -10,7 +10,7 @@
 #include "framework/core/file.h"
 #include "infer/engine.h"
 #include "infer/generate.h"
-#include "models/formats/load_any.h"
+#include "models/io/load_any.h"
 #include "tests/common/test_data.h"
 
 namespace anelab::infer {

@@ -6,7 +6,7 @@
 #include "framework/core/error.h"
 #include "infer/engine.h"
 #include "infer/generate.h"
-#include "models/formats/load_any.h"
+#include "models/io/load_any.h"
 #include "tests/common/test_data.h"
 
 namespace anelab::infer {

@@ -20,7 +20,7 @@
 
 #include "framework/core/npy.h"
 #include "models/formats/anelab_file.h"
-#include "models/formats/load_any.h"
+#include "models/io/load_any.h"
 #include "models/presets.h"
 #include "tests/common/test_data.h"
 #include "tests/train/helpers.h"

@@ -10,6 +10,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
+#include "models/arch/arch.h"
 #include "models/presets.h"
 #include "tests/common/test_data.h"
 #include "train/checkpoint.h"

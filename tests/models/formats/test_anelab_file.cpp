@@ -8,8 +8,9 @@
 #include "framework/core/error.h"
 #include "framework/core/fp16.h"
 #include "framework/quant/blocks.h"
+#include "models/arch/arch.h"
 #include "models/formats/anelab_file.h"
-#include "models/formats/load_any.h"
+#include "models/io/load_any.h"
 #include "models/presets.h"
 #include "tests/common/test_data.h"
 

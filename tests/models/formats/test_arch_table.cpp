@@ -13,9 +13,11 @@
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 #include "models/arch/arch.h"
-#include "models/formats/export.h"
 #include "models/formats/gguf.h"
 #include "models/formats/safetensors.h"
+#include "models/io/export.h"
+#include "models/io/gguf_model.h"
+#include "models/io/hf_model.h"
 #include "models/presets.h"
 #include "tests/common/test_data.h"
 

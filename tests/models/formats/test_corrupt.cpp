@@ -15,6 +15,8 @@
 #include "models/formats/gguf.h"
 #include "models/formats/llama2c.h"
 #include "models/formats/safetensors.h"
+#include "models/io/gguf_model.h"
+#include "models/io/hf_model.h"
 #include "models/presets.h"
 #include "tests/common/anelab_versions.h"
 #include "tests/common/test_data.h"

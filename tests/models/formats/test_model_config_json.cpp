@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "framework/core/error.h"
+#include "models/arch/arch.h"
 #include "models/formats/anelab_file.h"
 #include "models/formats/checkpoint_header.h"
 #include "models/formats/model_config_json.h"
@@ -178,9 +179,18 @@ TEST(ModelConfigJson, BadValuesAreOneLineNamingTheField) {
   j = model_config_to_json(every_field_set());
   j["dim"] = 1.5;
   EXPECT_THROW(model_config_from_json(j, "m.anelab", "model", "config."), Error);
+  // The architecture's name and rules are the architecture table's (above the file formats): the JSON reader
+  // takes any name, validate_config refuses an unknown one in one line.
   j = model_config_to_json(every_field_set());
   j["arch"] = "nope";
-  EXPECT_THROW(model_config_from_json(j, "m.anelab", "model", "config."), Error);
+  const ModelConfig nope = model_config_from_json(j, "m.anelab", "model", "config.");
+  try {
+    validate_config(nope, "m.anelab");
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "[model] m.anelab: architecture 'nope' is not supported (use " + arch_names() + ")");
+  }
 }
 
 }  // namespace

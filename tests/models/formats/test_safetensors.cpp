@@ -11,7 +11,7 @@
 #include "framework/core/file.h"
 #include "models/arch/arch.h"
 #include "models/formats/anelab_file.h"
-#include "models/formats/load_any.h"
+#include "models/io/load_any.h"
 #include "tests/common/test_data.h"
 
 namespace anelab::models {

@@ -1,4 +1,4 @@
-#include "models/formats/export.h"
+#include "models/io/export.h"
 
 #include <cmath>
 #include <cstdio>
@@ -13,6 +13,7 @@
 #include "models/arch/arch.h"
 #include "models/formats/gguf.h"
 #include "models/formats/safetensors.h"
+#include "models/io/gguf_model.h"
 #include "models/tokenizer/pretokenize.h"
 #include "models/tokenizer/tokenizer.h"
 

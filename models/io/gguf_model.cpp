@@ -1,4 +1,6 @@
-// GGUF <-> canonical Model and VocabData (names and rules in gguf.h).
+// GGUF <-> canonical Model and VocabData (names and rules in gguf_model.h).
+#include "models/io/gguf_model.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -7,7 +9,6 @@
 
 #include "framework/core/error.h"
 #include "models/arch/arch.h"
-#include "models/formats/gguf.h"
 #include "models/tokenizer/pretokenize.h"
 
 namespace anelab::models {

@@ -1,14 +1,17 @@
-#include "models/formats/load_any.h"
+#include "models/io/load_any.h"
 
 #include <filesystem>
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
+#include "models/arch/arch.h"
 #include "models/formats/anelab_file.h"
 #include "models/formats/checkpoint_file.h"
 #include "models/formats/gguf.h"
 #include "models/formats/llama2c.h"
 #include "models/formats/safetensors.h"
+#include "models/io/gguf_model.h"
+#include "models/io/hf_model.h"
 
 namespace anelab::models {
 
@@ -42,6 +45,7 @@ Model read_model(const std::string& path, const std::string& fmt, FileAccess acc
 Model load_any_model(const std::string& path, FileAccess access) {
   const std::string fmt = detect_model_format(path);
   Model m = read_model(path, fmt, access);
+  validate_config(m.config, path);  // the readers check the generic fields; the architecture's rules here
   m.private_memory = access == FileAccess::kRead && fmt != "checkpoint";  // read into own memory (checkpoints map)
   return m;
 }

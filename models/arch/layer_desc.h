@@ -27,8 +27,6 @@
 
 namespace anelab::models {
 
-struct ModelConfig;
-
 // A norm over the last axis: RMSNorm, or LayerNorm (with a bias when `bias` names one). The kernels multiply
 // by (offset + weight), the offset added once in fp32 at load (Gemma: 1).
 struct NormDesc {
@@ -115,10 +113,6 @@ struct ModelDesc {
   std::vector<LayerDesc> layers;  // [n_layers]
   HeadDesc head;
 };
-
-// The description of c, built by its architecture (Arch::describe); throws naming the architecture when it
-// has no builder.
-ModelDesc describe_model(const ModelConfig& c);
 
 // "[COMPONENT] layer L STEP: WHAT is not supported by EXECUTOR" — thrown by an executor that meets a step or
 // parameter it does not implement (executor: "the CPU inference engine", ...).

@@ -1,7 +1,6 @@
-#include "models/layer_desc.h"
+#include "models/arch/layer_desc.h"
 
 #include "framework/core/error.h"
-#include "models/arch/arch.h"
 
 namespace anelab::models {
 
@@ -13,12 +12,6 @@ const char* step_kind_name(StepKind k) {
       return "ffn";
   }
   return "?";
-}
-
-ModelDesc describe_model(const ModelConfig& c) {
-  const Arch& a = arch_of(c.arch, "describe");
-  ANELAB_CHECK(a.describe != nullptr, "model", "architecture ", c.arch, " has no layer description (Arch::describe)");
-  return a.describe(c);
 }
 
 void unsupported(const char* component, const char* executor, int64_t layer, StepKind step, const std::string& what) {
