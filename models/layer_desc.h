@@ -9,9 +9,9 @@
 //   x     += residual_scale * branch
 // A Llama layer is [attention, ffn], both pre-normed; Gemma 3 adds both post-norms.
 //
-// Executors today: infer/engine.cpp (CPU inference) walks it; the MIL prefill (infer/prefill_mil.cpp) takes its
-// kernel parameters from it (all but the raw score scale, which framework/kernels/layer.cpp resolves itself); CPU
-// training (train/cpu_model.cpp) and MIL training (framework/kernels/train.cpp) still read the config.
+// Executors today: infer/engine.cpp (CPU inference) walks it; the MIL prefill (infer/prefill_mil.cpp) fills its
+// kernel parameters (kern::LayerParams, framework/kernels/layer.h) from it, and MIL training its kernels' shape
+// (train/kernel_engine.cpp: kernel_train_shape); CPU training (train/cpu_model.cpp) still reads the config.
 // An executor that meets a step or parameter it does not implement throws one line naming the layer, the
 // step and the executor (unsupported()).
 //
