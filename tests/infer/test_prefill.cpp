@@ -274,12 +274,12 @@ TEST(InferPrefill, EachNormTakesItsOwnEpsFromTheDescription) {
   const std::string q = text([](models::ModelDesc& d) { d.layers[0].steps[0].attn.q_norm->eps = 0.25f; });
   const std::string k = text([](models::ModelDesc& d) { d.layers[0].steps[0].attn.k_norm->eps = 0.25f; });
   const std::string f = text([](models::ModelDesc& d) { d.layers[0].steps[1].pre_norm->eps = 0.25f; });
-  EXPECT_EQ(same, text([](models::ModelDesc&) {}));
-  EXPECT_NE(q, same);
-  EXPECT_NE(k, same);
-  EXPECT_NE(f, same);
-  EXPECT_NE(q, k);
-  EXPECT_NE(q, f);
+  // (EXPECT_TRUE, not EXPECT_NE: a failure names the case without printing two whole programs)
+  EXPECT_TRUE(same == text([](models::ModelDesc&) {})) << "the same description gave another program";
+  EXPECT_TRUE(q != same) << "the q norm's eps did not reach the program";
+  EXPECT_TRUE(k != same) << "the k norm's eps did not reach the program";
+  EXPECT_TRUE(f != same) << "the FFN pre-norm's eps did not reach the program";
+  EXPECT_TRUE(q != k && q != f) << "two norms' eps changed the same part of the program";
 }
 
 }  // namespace
