@@ -1,7 +1,7 @@
 // anelab convert IN OUT [--format F] [--dtype D] [--tokenizer T]
 // anelab convert --random PRESET OUT [--seed N] [--shape JSON]
 // anelab export CKPT|RUN_DIR|MODEL OUT [--format F] [--dtype D] [--tokenizer T]
-//   (the output format comes from --format or OUT's name: models/formats/export.h)
+//   (the output format comes from --format or OUT's name: models/io/export.h)
 // anelab info FILE
 #include <chrono>
 #include <cstdio>
@@ -76,7 +76,7 @@ ModelConfig random_config(const ConvertArgs& a) {
 }
 
 // convert and export: IN (any model file, checkpoint or run dir) or a random preset -> OUT in the format
-// its name or --format says (models/formats/export.h).
+// its name or --format says (models/io/export.h).
 void run_convert(const ConvertArgs& a) {
   std::optional<DType> dt;
   const std::optional<QuantMix> mix = parse_quant_mix(a.dtype);  // llama-quantize's per-tensor mix

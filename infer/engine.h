@@ -1,5 +1,5 @@
 // The inference engine: one transformer forward for every architecture of models/arch/, with a KV cache. The
-// CPU path walks the model's description (models/layer_desc.h, built by its architecture): each step kind
+// CPU path walks the model's description (models/arch/layer_desc.h, built by its architecture): each step kind
 // (attention, FFN) and each norm, RoPE and activation kind is implemented once here, and no architecture flag
 // of the config is read; a step or parameter it does not implement is refused at construction in one line.
 //

@@ -1,5 +1,5 @@
 // One loader for everything that runs a model (the CLI's `infer` commands and the HTTP server): the model
-// file (any format, models/formats/load_any.h), its tokenizer (--tokenizer, else the one embedded in the
+// file (any format, models/io/load_any.h), its tokenizer (--tokenizer, else the one embedded in the
 // file, else the file the model names), the chat template the tokenizer supports, and the engine options
 // (--dtype auto resolved against the file). Errors start with the caller's component ("[infer]",
 // "[serve]") and name the model file.

@@ -22,8 +22,8 @@ namespace {
 using mil::Value;
 
 // A layer as the MIL layer kernel computes it (framework/kernels/layer.h): an attention step then an FFN step,
-// both pre-normed, post-norms on both or neither, q and k norms together, plain residual adds. Anything else in
-// the description is refused naming the layer, the step and this executor.
+// both pre-normed, post-norms without a bias, RMSNorm q / k norms, plain residual adds, no score soft-capping.
+// Anything else in the description is refused naming the layer, the step and this executor.
 struct MilLayer {
   const models::Step& attn;
   const models::Step& ffn;
@@ -40,12 +40,12 @@ MilLayer mil_layer(const models::ModelDesc& d, int64_t layer) {
     auto refuse = [&](const std::string& what) { models::unsupported("infer", kMilExecutor, layer, s.kind, what); };
     if (i >= 2 || s.kind != order[i]) refuse(cat("step ", i, " of the layer (the kernel is attention then ffn)"));
     if (!s.pre_norm) refuse("a step without a pre-norm");
-    if (s.post_norm.has_value() != steps[0].post_norm.has_value()) refuse("a post-norm on one step only");
     if (s.post_norm && !s.post_norm->bias.empty()) refuse("a post-norm with a bias");
     if (s.residual_scale != 1.0f) refuse(cat("residual scale ", s.residual_scale));
     if (s.kind == models::StepKind::kAttention) {
       if (s.attn.score_softcap > 0.0f) refuse(cat("score soft-capping (cap ", s.attn.score_softcap, ")"));
-      if (s.attn.q_norm.has_value() != s.attn.k_norm.has_value()) refuse("a q norm without a k norm or back");
+      for (const auto& n : {s.attn.q_norm, s.attn.k_norm})
+        if (n && n->kind != models::NormType::kRms) refuse("a q/k norm other than RMSNorm");
     }
   }
   ANELAB_CHECK(steps.size() == 2, "infer", "layer ", layer, ": ", steps.size(),
@@ -59,23 +59,16 @@ std::optional<Value> opt_vec(mil::FunctionBuilder& b, kern::BlobSet& bs, const s
   return bs.vector(b, stem, v);
 }
 
-// The prefill's layer parameters: every weight a BLOBFILE const of the layer's kernel, named by the
+// The prefill's layer source: every weight a BLOBFILE const of the layer's kernel, named by the
 // model's tensor (wq, wq_bias, attn_norm, attn_norm_b, ...); the input is the residual stream x. Weight
 // matrices are fp16 consts, or int8 (W8 / W8A8, kern::quantize_w8) with W8A8's conv inputs through
 // quantize/dequantize at the layer's calibrated scales (each input once, shared by its projections).
 // With `record` set, each conv input is recorded once under its kern::act_input_of name (calibration).
-class PrefillParams : public kern::LayerParams {
+class PrefillSource : public kern::LayerSource {
  public:
-  PrefillParams(mil::FunctionBuilder& b, const models::ModelConfig& c, const models::AttnDesc& a, const LayerWeights& L,
-                int64_t S, int64_t layer, const KernelWeights& kw, kern::Taps* record = nullptr)
-      : b_(b),
-        a_(a),
-        L_(L),
-        S_(S),
-        layer_(layer),
-        kw_(kw),
-        record_(record),
-        x_(b.input("x", kern::act_type(c.dim, S))) {}
+  PrefillSource(mil::FunctionBuilder& b, int64_t dim, const models::AttnDesc& a, const LayerWeights& L, int64_t S,
+                int64_t layer, const KernelWeights& kw, kern::Taps* record = nullptr)
+      : b_(b), a_(a), L_(L), S_(S), layer_(layer), kw_(kw), record_(record), x_(b.input("x", kern::act_type(dim, S))) {}
   Value input(const std::string&) override { return x_; }
   Value project(const std::string& w, const Value& x) override {
     const quant::Mat& m = L_.matrix(w);
@@ -97,12 +90,14 @@ class PrefillParams : public kern::LayerParams {
                                                                 : L_.ffn_post_norm;
     return bs_.vector(b_, norm, w);
   }
-  std::optional<Value> norm_bias(const std::string& norm) override {
-    return opt_vec(b_, bs_, norm + "_b", norm == "attn_norm" ? L_.attn_norm_b : L_.ffn_norm_b);
+  std::optional<Value> norm_bias(const std::string& norm) override {  // the pre-norms have biases (LayerNorm)
+    return opt_vec(b_, bs_, norm + "_b",
+                   norm == "attn_norm"  ? L_.attn_norm_b
+                   : norm == "ffn_norm" ? L_.ffn_norm_b
+                                        : std::span<const float>{});
   }
-  Value mask() override {
-    return bs_.tensor(b_, "mask", mil::tensor_type(mil::DType::kFp16, {1, 1, S_, S_}),
-                      kern::causal_mask(S_, a_.window));
+  Value mask(int64_t window) override {
+    return bs_.tensor(b_, "mask", mil::tensor_type(mil::DType::kFp16, {1, 1, S_, S_}), kern::causal_mask(S_, window));
   }
   Value rope_table(const std::string& which) override {
     if (!rope_)
@@ -113,7 +108,7 @@ class PrefillParams : public kern::LayerParams {
   }
   const rt::Weights& weights() const { return bs_.weights(); }
 
-  static kern::RopeStyle rope_style(const models::RopeDesc& r) {
+  static kern::RopeStyle rope_style(const models::RopeDesc& r) {  // kNone (no RoPE) never asks for a table
     return r.style == models::RopeStyle::kAdjacentPairs ? kern::RopeStyle::kAdjacentPairs
                                                         : kern::RopeStyle::kRotateHalf;
   }
@@ -136,7 +131,7 @@ class PrefillParams : public kern::LayerParams {
     return {};
   }
   mil::FunctionBuilder& b_;
-  const models::AttnDesc& a_;  // the layer's attention (window, RoPE)
+  const models::AttnDesc& a_;  // the layer's attention (its RoPE tables)
   const LayerWeights& L_;
   int64_t S_;
   int64_t layer_;
@@ -149,29 +144,33 @@ class PrefillParams : public kern::LayerParams {
   std::optional<kern::RopeTables> rope_;
 };
 
-// The MIL kernel's parameters of one layer, from its description (the score scale is the config's raw value:
-// the kernel resolves 0 to 1 / sqrt(head_dim) in double itself).
-kern::LayerDesc layer_desc(const models::ModelConfig& c, const MilLayer& ml, int64_t S) {
-  const models::AttnDesc& a = ml.attn.attn;
-  const models::FfnDesc& f = ml.ffn.ffn;
-  kern::LayerDesc d;
-  d.dim = c.dim, d.hidden = f.hidden, d.n_heads = a.n_heads, d.n_kv_heads = a.n_kv_heads, d.head_dim = a.head_dim;
-  d.seq = S, d.norm_eps = ml.attn.pre_norm->eps, d.rope_theta = a.rope.theta;
-  d.layer_norm = ml.attn.pre_norm->kind == models::NormType::kLayer;
-  switch (f.activation) {
-    case models::Activation::kSilu:
-      break;
-    case models::Activation::kGeluTanh:
-      d.gelu = true;
-      break;
-    case models::Activation::kGeluTanhGated:
-      d.geglu = true;
-      break;
-  }
-  d.qk_norm = a.q_norm.has_value();
-  d.post_norms = ml.attn.post_norm.has_value();
-  d.score_scale = c.attn_scale;
-  if (a.rope.style != models::RopeStyle::kNone) d.rope = PrefillParams::rope_style(a.rope);
+kern::NormParams norm_params(const models::NormDesc& n) { return {n.kind, n.eps}; }
+std::optional<kern::NormParams> norm_params(const std::optional<models::NormDesc>& n) {
+  if (!n) return std::nullopt;
+  return norm_params(*n);
+}
+
+// The MIL kernel's parameters of one layer, from its description (weights come from the source; a norm's offset
+// is in its weight already).
+kern::LayerParams layer_params(const models::ModelDesc& md, const MilLayer& ml) {
+  const models::AttnDesc& ad = ml.attn.attn;
+  const models::FfnDesc& fd = ml.ffn.ffn;
+  kern::LayerParams d;
+  d.dim = md.dim;
+  kern::AttnParams& a = d.attn;
+  a.pre_norm = norm_params(*ml.attn.pre_norm);
+  a.post_norm = norm_params(ml.attn.post_norm);
+  a.n_heads = ad.n_heads, a.n_kv_heads = ad.n_kv_heads, a.head_dim = ad.head_dim;
+  a.q_norm = norm_params(ad.q_norm);
+  a.k_norm = norm_params(ad.k_norm);
+  if (ad.rope.style != models::RopeStyle::kNone) a.rope = PrefillSource::rope_style(ad.rope);
+  a.window = ad.window;
+  a.score_scale = ad.score_scale;
+  kern::FfnParams& f = d.ffn;
+  f.pre_norm = norm_params(*ml.ffn.pre_norm);
+  f.post_norm = norm_params(ml.ffn.post_norm);
+  f.hidden = fd.hidden;
+  f.activation = fd.activation;
   return d;
 }
 
@@ -186,17 +185,21 @@ int64_t prefill_bucket(int64_t n, int64_t context) {
 }
 
 LayerKernelSource build_layer_kernel(const Engine& e, int64_t layer, int64_t S, const KernelWeights& kw) {
-  return build_layer_kernel(e.config(), e.layer(layer), S, e.backend_dialect(), layer, kw);
+  return build_layer_kernel(e.desc(), e.layer(layer), S, e.backend_dialect(), layer, kw);
 }
 
 LayerKernelSource build_layer_kernel(const models::ModelConfig& c, const LayerWeights& L, int64_t S,
                                      mil::Dialect dialect, int64_t layer, const KernelWeights& kw) {
-  const models::ModelDesc md = models::describe_model(c);
+  return build_layer_kernel(models::describe_model(c), L, S, dialect, layer, kw);
+}
+
+LayerKernelSource build_layer_kernel(const models::ModelDesc& md, const LayerWeights& L, int64_t S,
+                                     mil::Dialect dialect, int64_t layer, const KernelWeights& kw) {
   const MilLayer ml = mil_layer(md, layer);
   mil::ProgramBuilder pb;
   auto& b = pb.function("main");
-  PrefillParams p(b, c, ml.attn.attn, L, S, layer, kw);
-  const kern::Taps t = kern::layer_block(b, layer_desc(c, ml, S), p, {"k_rope", "v"});  // out, k_rope, v
+  PrefillSource p(b, md.dim, ml.attn.attn, L, S, layer, kw);
+  const kern::Taps t = kern::layer_block(b, layer_params(md, ml), p, {"k_rope", "v"});  // out, k_rope, v
   b.output(b.named("out").concat({t[0].second, t[1].second, t[2].second}, 1));
   LayerKernelSource src;
   src.program = pb.build(dialect);
@@ -228,8 +231,8 @@ CalibKernel build_calib_kernel(const Engine& e, int64_t layer, int64_t S) {
   kern::Taps rec;
   const KernelWeights fp16;
   const MilLayer ml = mil_layer(e.desc(), layer);
-  PrefillParams p(b, e.config(), ml.attn.attn, e.layer(layer), S, layer, fp16, &rec);
-  const kern::Taps t = kern::layer_block(b, layer_desc(e.config(), ml, S), p, {});
+  PrefillSource p(b, e.desc().dim, ml.attn.attn, e.layer(layer), S, layer, fp16, &rec);
+  const kern::Taps t = kern::layer_block(b, layer_params(e.desc(), ml), p, {});
   CalibKernel k;
   std::vector<Value> outs{t[0].second};
   for (const auto& [name, v] : rec) {

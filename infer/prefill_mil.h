@@ -29,6 +29,7 @@
 #include "framework/kernels/layer.h"
 #include "framework/mil/ir.h"
 #include "framework/runtime/backend.h"
+#include "models/arch/layer_desc.h"
 #include "models/formats/model.h"
 
 namespace anelab::infer {
@@ -52,8 +53,12 @@ struct LayerKernelSource {
   rt::Weights weights;
 };
 LayerKernelSource build_layer_kernel(const Engine& e, int64_t layer, int64_t S, const KernelWeights& kw = {});
-// The same from a config and one layer's weights (what the engine passes; tests use it directly); `layer`
-// picks a sliding-window layer's mask and RoPE base.
+// The same from the model description and one layer's weights (what the engine passes; tests use it directly):
+// the kernel's parameters are layer `layer`'s steps (its norms, q / k norms, window, RoPE, MLP). A step or parameter
+// the kernel lacks throws one line naming the layer, the step and "the MIL prefill" (models::unsupported).
+LayerKernelSource build_layer_kernel(const models::ModelDesc& d, const LayerWeights& L, int64_t S, mil::Dialect dialect,
+                                     int64_t layer = 0, const KernelWeights& kw = {});
+// The same for the description of config c (models::describe_model).
 LayerKernelSource build_layer_kernel(const models::ModelConfig& c, const LayerWeights& L, int64_t S,
                                      mil::Dialect dialect, int64_t layer = 0, const KernelWeights& kw = {});
 

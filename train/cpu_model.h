@@ -9,7 +9,7 @@
 // a fixed order, so results are bitwise reproducible for a given thread count (resume and exec-restart equality
 // rely on this).
 //
-// The model is its description (models/layer_desc.h, built from the config by the architecture): every layer is
+// The model is its description (models/arch/layer_desc.h, built from the config by the architecture): every layer is
 // walked step by step, and each step kind has one forward and one backward here. A step reads the residual
 // stream x [N, D] and adds to it (eps, offset, RoPE, window and scales from the step's descriptors):
 //   xn = rmsnorm(x) * (offset + pre_norm);   b = op(xn);   b = rmsnorm(b) * (offset + post_norm) when present;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <exception>
 #include <filesystem>
+#include <optional>
 #include <utility>
 
 #include "framework/backends/registry.h"
@@ -53,7 +54,7 @@ void dw_acc(float* dW, const std::vector<float>& dY, const std::vector<float>& X
 }
 
 // RMSNorm weight gradient on [heads * D, S], each head normed over its D channels with the shared weight [D]
-// (heads = 1: the layer norms; n_heads / n_kv_heads: qk_norm's q_norm / k_norm over HD):
+// (heads = 1: the layer norms; n_heads / n_kv_heads: the q / k norms over HD):
 // dw[i] += Σ_h Σ_t dy[h·D+i, t]·x[h·D+i, t]·r[h, t], r[h, t] = 1/sqrt(mean_i x[h·D+i, t]² + eps)
 // (x = the norm's input, dy = dL/d(normalised output); double sums like CpuModel's rmsnorm_backward).
 void rms_dw_acc(float* dw, const std::vector<float>& dy, const std::vector<float>& x, int64_t heads, int64_t D,
@@ -87,14 +88,14 @@ void add_into(std::vector<float>& y, const std::vector<float>& a, const std::vec
 class KernelEngine final : public StepEngine {
  public:
   KernelEngine(const KernelEngineOptions& o, const ParamLayout& layout)
-      : layout_(layout), c_(layout.config()), head_(layout), seq_len_(o.seq_len) {
+      : layout_(layout), c_(layout.config()), desc_(models::describe_model(c_)), head_(layout), seq_len_(o.seq_len) {
     if (o.strategy == "static")
       strategy_ = kern::Strategy::kStatic;
     else if (o.strategy == "dynamic")
       strategy_ = kern::Strategy::kDynamic;
     else
       fail("train", "--strategy ", o.strategy, ": the kernel engine runs static or dynamic");
-    check_kernel_steps(models::describe_model(c_), o.strategy);
+    check_kernel_steps(desc_, o.strategy);
     if (o.seq_len > 0) check_seq_len(o.seq_len, o.strategy);
     self_check_report_ = o.self_check_report.empty()
                              ? (std::filesystem::temp_directory_path() / "anelab-self-check.json").string()
@@ -147,7 +148,7 @@ class KernelEngine final : public StepEngine {
     kern::FfnGrads ffn;      // dx [D] = dL/d xnorm2, dh1 / dh3 [H]
     std::vector<float> dx2;  // [D, S] dL/d x2
     std::vector<float> da;   // [QD, S]
-    kern::SdpaGrads sdpa;    // dq [QD], dk / dv [KVD], pre-RoPE (+ dq_proj / dk_proj with qk_norm)
+    kern::SdpaGrads sdpa;    // dq [QD], dk / dv [KVD], pre-RoPE (+ dq_proj / dk_proj with q/k norms)
     std::vector<float> dxn;  // [D, S] dL/d xnorm
   };
 
@@ -172,6 +173,7 @@ class KernelEngine final : public StepEngine {
 
   ParamLayout layout_;
   models::ModelConfig c_;
+  models::ModelDesc desc_;  // what the kernels' shape is taken from (kernel_train_shape)
   kern::Strategy strategy_ = kern::Strategy::kDynamic;
   std::unique_ptr<rt::Backend> backend_;
   std::unique_ptr<kern::KernelCache> cache_;
@@ -201,7 +203,7 @@ class KernelEngine final : public StepEngine {
 kern::LayerWeights KernelEngine::layer_weights(const float* w, int64_t l) const {
   const LayerPtrs p = layout_.layer(const_cast<float*>(w), l);
   const size_t D = size_t(c_.dim), H = size_t(c_.hidden_dim), QD = size_t(c_.q_dim()), KD = size_t(c_.kv_dim());
-  const size_t HD = c_.qk_norm ? size_t(c_.head_dim) : 0;  // q_norm / k_norm (null without qk_norm)
+  const size_t HD = cache_->shape().q_norm ? size_t(c_.head_dim) : 0;  // q_norm / k_norm (null without them)
   return kern::train_weights(cache_->shape(), {p.wq, QD * D}, {p.wk, KD * D}, {p.wv, KD * D}, {p.wo, D * QD},
                              {p.w1, H * D}, {p.w3, H * D}, {p.w2, D * H}, {p.attn_norm, D}, {p.ffn_norm, D},
                              {p.q_norm, HD}, {p.k_norm, HD});
@@ -227,7 +229,7 @@ void KernelEngine::self_check(const float* w, const kern::TrainShape& s) {
 void KernelEngine::prepare(const float* w, int64_t B, int64_t T) {
   if (!cache_ || T != T_) {
     check_seq_len(T, name());
-    const kern::TrainShape s = kernel_train_shape(c_, T);
+    const kern::TrainShape s = kernel_train_shape(desc_, T);
     runners_.clear();
     cache_ = std::make_unique<kern::KernelCache>(*backend_, s, strategy_);
     if (self_check_pending()) self_check(w, s);  // before the first compile of a kernel
@@ -300,29 +302,29 @@ void KernelEngine::forward(const Batch& b) {
     }
 }
 
-// dWq, dWk, dWv (and with qk_norm the q_norm / k_norm gradients) of one sequence, on the worker.
+// dWq, dWk, dWv (and with q/k norms their weight gradients) of one sequence, on the worker.
 void KernelEngine::submit_qkv_dw(const SeqActs& a, const SeqGrads& s, const LayerPtrs& gl) {
-  const int64_t S = T_, D = c_.dim, QD = c_.q_dim(), KD = c_.kv_dim(), HD = c_.head_dim;
-  const int64_t Hq = c_.n_heads, Hkv = c_.n_kv_heads;
-  const float eps = c_.norm_eps;
-  const bool qk = c_.qk_norm;
-  queue_.submit([&a, &s, gl, D, QD, KD, S, HD, Hq, Hkv, eps, qk] {
-    dw_acc(gl.wq, qk ? s.sdpa.dq_proj : s.sdpa.dq, a.attn.xnorm, QD, D, S);
-    dw_acc(gl.wk, qk ? s.sdpa.dk_proj : s.sdpa.dk, a.attn.xnorm, KD, D, S);
+  const kern::TrainShape& sh = cache_->shape();
+  const int64_t S = T_, D = sh.dim, QD = sh.q_dim(), KD = sh.kv_dim(), HD = sh.head_dim;
+  const int64_t Hq = sh.n_heads, Hkv = sh.n_kv_heads;
+  const std::optional<kern::NormParams> qn = sh.q_norm, kn = sh.k_norm;  // both or neither (TrainShape::validate)
+  queue_.submit([&a, &s, gl, D, QD, KD, S, HD, Hq, Hkv, qn, kn] {
+    dw_acc(gl.wq, qn ? s.sdpa.dq_proj : s.sdpa.dq, a.attn.xnorm, QD, D, S);
+    dw_acc(gl.wk, kn ? s.sdpa.dk_proj : s.sdpa.dk, a.attn.xnorm, KD, D, S);
     dw_acc(gl.wv, s.sdpa.dv, a.attn.xnorm, KD, D, S);
-    if (!qk) return;
-    rms_dw_acc(gl.q_norm, s.sdpa.dq, a.attn.q, Hq, HD, S, eps);
-    rms_dw_acc(gl.k_norm, s.sdpa.dk, a.attn.k, Hkv, HD, S, eps);
+    if (qn) rms_dw_acc(gl.q_norm, s.sdpa.dq, a.attn.q, Hq, HD, S, static_cast<float>(qn->eps));
+    if (kn) rms_dw_acc(gl.k_norm, s.sdpa.dk, a.attn.k, Hkv, HD, S, static_cast<float>(kn->eps));
   });
 }
 
 // One layer's backward for every sequence; dW / norm-weight gradients go to the worker.
 void KernelEngine::layer_backward(int64_t l, int64_t B, float* g, double* wait_ms) {
-  const int64_t S = T_, D = c_.dim, H = c_.hidden_dim, QD = c_.q_dim();
-  const float eps = c_.norm_eps;
+  const kern::TrainShape& sh = cache_->shape();
+  const int64_t S = T_, D = sh.dim, H = sh.hidden, QD = sh.q_dim();
+  const float eps = static_cast<float>(sh.norm_eps);
   const size_t p = size_t(l % 2), q = 1 - p;
   const LayerPtrs gl = layout_.layer(g, l);
-  const bool qk = c_.qk_norm;
+  const bool qk = sh.q_norm.has_value();  // qkv_bwd also returns dq_proj / dk_proj
   kern::LayerRunner& r = runners_[size_t(l)];
   wait(last_ticket_[p], wait_ms);  // layer l+2's tasks still read grads_[p]
   for (int64_t bi = 0; bi < B; ++bi) {
@@ -418,11 +420,58 @@ double KernelEngine::forward_backward(const float* w, const Batch& b, float grad
 
 }  // namespace
 
-kern::TrainShape kernel_train_shape(const models::ModelConfig& c, int64_t T) {
+namespace {
+std::optional<kern::NormParams> head_norm_params(const std::optional<models::NormDesc>& n) {
+  if (!n) return std::nullopt;
+  return kern::NormParams{n->kind, n->eps};
+}
+
+// The shape of layer l's steps (check_kernel_steps has refused the parts the kernels lack).
+kern::TrainShape layer_train_shape(const models::ModelDesc& d, int64_t l, int64_t T) {
+  constexpr const char* kExecutor = "the MIL training kernels";
   kern::TrainShape s;
-  s.dim = c.dim, s.hidden = c.hidden_dim, s.n_heads = c.n_heads, s.n_kv_heads = c.n_kv_heads;
-  s.head_dim = c.head_dim, s.seq = T, s.rope_theta = c.rope_theta, s.norm_eps = c.norm_eps;
-  s.rope = c.rope_style, s.rope_scaling = c.rope_scaling, s.qk_norm = c.qk_norm;
+  s.dim = d.dim, s.seq = T;
+  std::optional<float> eps;  // the kernels take one eps for both pre-norms
+  for (const models::Step& st : d.layers[static_cast<size_t>(l)].steps) {
+    if (!st.pre_norm) models::unsupported("train", kExecutor, l, st.kind, "a step without a pre-norm");
+    if (eps && st.pre_norm->eps != *eps)
+      models::unsupported("train", kExecutor, l, st.kind, "pre-norms of different eps in one layer");
+    eps = st.pre_norm->eps;
+    switch (st.kind) {
+      case models::StepKind::kAttention: {
+        const models::AttnDesc& a = st.attn;
+        s.n_heads = a.n_heads, s.n_kv_heads = a.n_kv_heads, s.head_dim = a.head_dim;
+        s.rope = a.rope.style, s.rope_theta = a.rope.theta, s.rope_scaling = a.rope.scaling;
+        s.q_norm = head_norm_params(a.q_norm);
+        s.k_norm = head_norm_params(a.k_norm);
+        break;
+      }
+      case models::StepKind::kFfn:
+        s.hidden = st.ffn.hidden;
+        break;
+    }
+  }
+  if (eps) s.norm_eps = *eps;
+  return s;
+}
+
+bool same_norm(const std::optional<kern::NormParams>& a, const std::optional<kern::NormParams>& b) {
+  return a.has_value() == b.has_value() && (!a || (a->kind == b->kind && a->eps == b->eps));
+}
+}  // namespace
+
+kern::TrainShape kernel_train_shape(const models::ModelDesc& d, int64_t T) {
+  if (d.layers.empty()) fail("train", "model '", d.arch, "' has no layers");
+  const kern::TrainShape s = layer_train_shape(d, 0, T);
+  for (int64_t l = 1; l < static_cast<int64_t>(d.layers.size()); ++l) {  // the kernels are shared by every layer
+    const kern::TrainShape o = layer_train_shape(d, l, T);
+    const bool same = o.str() == s.str() && o.norm_eps == s.norm_eps && o.rope == s.rope &&
+                      o.rope_theta == s.rope_theta && o.rope_scaling == s.rope_scaling &&
+                      same_norm(o.q_norm, s.q_norm) && same_norm(o.k_norm, s.k_norm);
+    if (!same)
+      fail("train", "layer ", l, " has the shape ", o.str(), ", layer 0 ", s.str(),
+           ": the MIL training kernels take one shape (sizes, norms, RoPE) for every layer");
+  }
   return s;
 }
 

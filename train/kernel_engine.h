@@ -32,6 +32,7 @@
 #include <string>
 
 #include "framework/kernels/train.h"
+#include "models/arch/layer_desc.h"
 #include "train/config.h"
 #include "train/step_engine.h"
 
@@ -49,8 +50,10 @@ struct KernelEngineOptions {
   std::string self_check_report;
 };
 
-// The training kernels' shape for the layers of c at T tokens per sequence (kern::build_layer_kernels).
-kern::TrainShape kernel_train_shape(const models::ModelConfig& c, int64_t T);
+// The training kernels' shape for the layers of the description d at T tokens per sequence
+// (kern::build_layer_kernels): sizes, the pre-norms' eps, RoPE and the q / k norms of its steps. Throws naming the
+// layer when a layer's shape differs from layer 0's (the kernels are shared by every layer).
+kern::TrainShape kernel_train_shape(const models::ModelDesc& d, int64_t T);
 
 // Throws "[backend] ane: no Apple Neural Engine on this host ..." etc. when the backend cannot be created.
 std::unique_ptr<StepEngine> make_kernel_engine(const KernelEngineOptions& o, const ParamLayout& layout);

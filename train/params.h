@@ -2,7 +2,7 @@
 // fp32 master weights in ONE flat buffer, in canonical order. Gradients and AdamW moments use the same
 // layout (same offsets), so optimizer, clipping and checkpoints work on flat spans.
 //
-// What trains is decided by walking the model description (models/layer_desc.h): check_trainable names the
+// What trains is decided by walking the model description (models/arch/layer_desc.h): check_trainable names the
 // parts no training executor has; CpuModel (train/cpu_model.h) and check_kernel_steps refuse, per executor, the
 // first step they lack. Today: RMSNorm steps (offset, post norms, per-head q/k norms), SwiGLU or GeGLU, RoPE of any
 // base / scaling per step, sliding windows, GQA, tied or untied classifier, logit soft-capping on the CPU.

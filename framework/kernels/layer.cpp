@@ -35,7 +35,7 @@ const quant::Mat& LayerWeights::matrix(const std::string& n) const {
   fail("kernels", "unknown layer matrix '", n, "' (known: wq wk wv wo w1 w2 w3)");
 }
 
-double LayerDesc::attn_scale() const {
+double AttnParams::scale() const {
   return score_scale > 0.0 ? score_scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
 }
 
@@ -59,21 +59,26 @@ Taps pick(const char* block, const std::vector<std::pair<std::string, TapFn>>& k
   return out;
 }
 
-// norm(x) with the norm's weights fetched before x (the order every generator has used).
-Value norm(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, const std::string& which,
+// The norm `which` of x (its kind and eps from n), its weights fetched before x (the order every generator has used).
+Value norm(FunctionBuilder& b, const NormParams& n, LayerSource& p, const std::string& which,
            const std::function<Value()>& x) {
   Value g = p.norm_weight(which);
-  std::optional<Value> beta = d.layer_norm ? p.norm_bias(which) : std::nullopt;
+  std::optional<Value> beta = n.kind == NormType::kLayer ? p.norm_bias(which) : std::nullopt;
   Value xv = x();
-  return d.layer_norm ? layer_norm(b, xv, g, beta, d.norm_eps) : rms_norm(b, xv, g, d.norm_eps);
+  switch (n.kind) {
+    case NormType::kRms:
+      return rms_norm(b, xv, g, n.eps);
+    case NormType::kLayer:
+      return layer_norm(b, xv, g, beta, n.eps);
+  }
+  fail("kernels", "norm '", which, "': unknown norm kind ", static_cast<int>(n.kind));
 }
 
-// RMSNorm of each head of x [1, heads*HD, 1, S]: the heads as the batch [heads, HD, 1, S], normed over HD.
-Value head_norm(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, const std::string& which, const Value& x,
-                int64_t heads) {
-  Value g = p.norm_weight(which);
-  Value xh = b.reshape(x, {heads, d.head_dim, 1, x.dim(3)});
-  return b.reshape(rms_norm(b, xh, g, d.norm_eps), {1, heads * d.head_dim, 1, x.dim(3)});
+// The norm `which` of each head of x [1, heads*HD, 1, S]: the heads as the batch [heads, HD, 1, S], normed over HD.
+Value head_norm(FunctionBuilder& b, const NormParams& n, LayerSource& p, const std::string& which, const Value& x,
+                int64_t heads, int64_t head_dim) {
+  Value y = norm(b, n, p, which, [&] { return b.reshape(x, {heads, head_dim, 1, x.dim(3)}); });
+  return b.reshape(y, {1, heads * head_dim, 1, x.dim(3)});
 }
 
 struct Attention {
@@ -81,15 +86,13 @@ struct Attention {
   Value xn, q, k, v, qh, kh, attn, o;
 };
 
-Attention attention(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, const std::function<Value()>& x) {
+Attention attention(FunctionBuilder& b, const AttnParams& d, LayerSource& p, const std::function<Value()>& x) {
   Attention a;
-  a.xn = norm(b, d, p, "attn_norm", x);
+  a.xn = norm(b, d.pre_norm, p, "attn_norm", x);
   Value q = a.q = p.project("wq", a.xn);
   Value k = a.k = p.project("wk", a.xn);
-  if (d.qk_norm) {
-    q = head_norm(b, d, p, "q_norm", q, d.n_heads);
-    k = head_norm(b, d, p, "k_norm", k, d.n_kv_heads);
-  }
+  if (d.q_norm) q = head_norm(b, *d.q_norm, p, "q_norm", q, d.n_heads, d.head_dim);
+  if (d.k_norm) k = head_norm(b, *d.k_norm, p, "k_norm", k, d.n_kv_heads, d.head_dim);
   a.qh = split_heads(b, q, d.n_heads);
   a.kh = split_heads(b, k, d.n_kv_heads);
   a.v = p.project("wv", a.xn);
@@ -100,12 +103,12 @@ Attention attention(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, cons
     a.qh = rope(b, a.qh, cs, sn, *d.rope);
     a.kh = rope(b, a.kh, cs, sn, *d.rope);
   }
-  Value mask = p.mask();
+  Value mask = p.mask(d.window);
   Value ve = gqa_expand(b, vh, d.n_rep());
   Value ke = gqa_expand(b, a.kh, d.n_rep());
-  a.attn = merge_heads(b, causal_attention(b, a.qh, ke, ve, mask, d.attn_scale()));
+  a.attn = merge_heads(b, causal_attention(b, a.qh, ke, ve, mask, d.scale()));
   a.o = p.project("wo", a.attn);
-  if (d.post_norms) a.o = norm(b, d, p, "attn_post_norm", [&] { return a.o; });
+  if (d.post_norm) a.o = norm(b, *d.post_norm, p, "attn_post_norm", [&] { return a.o; });
   return a;
 }
 
@@ -126,47 +129,51 @@ struct Ffn {
   Value xn, h1, h3, gate, y;
 };
 
-Ffn ffn(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, const std::function<Value()>& x) {
+Ffn ffn(FunctionBuilder& b, const FfnParams& d, LayerSource& p, const std::function<Value()>& x) {
   Ffn f;
-  f.xn = norm(b, d, p, "ffn_norm", x);
+  f.xn = norm(b, d.pre_norm, p, "ffn_norm", x);
   f.h1 = p.project("w1", f.xn);
-  if (d.gelu) {
-    f.gate = gelu_tanh(b, f.h1);
-  } else if (d.geglu) {
-    f.h3 = p.project("w3", f.xn);
-    f.gate = b.mul(gelu_tanh(b, f.h1), f.h3);
-  } else {
-    f.h3 = p.project("w3", f.xn);
-    f.gate = b.mul(silu(b, f.h1), f.h3);
+  switch (d.activation) {
+    case Activation::kGeluTanh:
+      f.gate = gelu_tanh(b, f.h1);
+      break;
+    case Activation::kGeluTanhGated:
+      f.h3 = p.project("w3", f.xn);
+      f.gate = b.mul(gelu_tanh(b, f.h1), f.h3);
+      break;
+    case Activation::kSilu:
+      f.h3 = p.project("w3", f.xn);
+      f.gate = b.mul(silu(b, f.h1), f.h3);
+      break;
   }
   f.y = p.project("w2", f.gate);
-  if (d.post_norms) f.y = norm(b, d, p, "ffn_post_norm", [&] { return f.y; });
+  if (d.post_norm) f.y = norm(b, *d.post_norm, p, "ffn_post_norm", [&] { return f.y; });
   return f;
 }
 
 }  // namespace
 
-Taps attention_block(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, const std::vector<std::string>& taps) {
+Taps attention_block(FunctionBuilder& b, const AttnParams& d, LayerSource& p, const std::vector<std::string>& taps) {
   const Attention a = attention(b, d, p, [&] { return p.input("x"); });
   return attention_taps(b, a, taps);
 }
 
-Taps ffn_block(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, const std::vector<std::string>& taps) {
+Taps ffn_block(FunctionBuilder& b, const FfnParams& d, LayerSource& p, const std::vector<std::string>& taps) {
   const Ffn f = ffn(b, d, p, [&] { return p.input("x"); });
   std::vector<std::pair<std::string, TapFn>> known = {{"y", [&] { return f.y; }},
                                                       {"h1", [&] { return f.h1; }},
                                                       {"gate", [&] { return f.gate; }},
                                                       {"xnorm", [&] { return f.xn; }}};
-  if (!d.gelu) known.insert(known.begin() + 2, {"h3", [&] { return f.h3; }});
+  if (gated_mlp(d.activation)) known.insert(known.begin() + 2, {"h3", [&] { return f.h3; }});
   return pick("ffn_block", known, taps);
 }
 
-Taps layer_block(FunctionBuilder& b, const LayerDesc& d, LayerParams& p, const std::vector<std::string>& attn_taps) {
+Taps layer_block(FunctionBuilder& b, const LayerParams& d, LayerSource& p, const std::vector<std::string>& attn_taps) {
   Value x;
-  const Attention a = attention(b, d, p, [&] { return x = p.input("x"); });
+  const Attention a = attention(b, d.attn, p, [&] { return x = p.input("x"); });
   Taps out = attention_taps(b, a, attn_taps);
   Value x2 = b.add(x, a.o);
-  const Ffn f = ffn(b, d, p, [&] { return x2; });
+  const Ffn f = ffn(b, d.ffn, p, [&] { return x2; });
   out.insert(out.begin(), {"out", b.add(x2, f.y)});
   return out;
 }

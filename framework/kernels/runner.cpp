@@ -148,7 +148,7 @@ void LayerRunner::run(KernelKind k, std::initializer_list<In> ins, std::initiali
 }
 
 void LayerRunner::attn_forward(const float* x, AttnTaps& o) {
-  if (cache_->shape().qk_norm)
+  if (cache_->shape().q_norm)  // with k_norm (TrainShape::validate)
     run(KernelKind::kAttnFwd, {{"x", x}},
         {{"o", &o.o},
          {"attn", &o.attn},
@@ -192,13 +192,13 @@ void LayerRunner::sdpa_backward(const AttnTaps& f, const float* da, SdpaGrads& o
 }
 
 void LayerRunner::qkv_backward(const SdpaGrads& g, std::vector<float>& dxn) {
-  ANELAB_CHECK(!cache_->shape().qk_norm, "kernels", "qkv_backward: shape ", cache_->shape().str(),
+  ANELAB_CHECK(!cache_->shape().q_norm, "kernels", "qkv_backward: shape ", cache_->shape().str(),
                " has q/k norms; pass the attention taps (qkv_backward(fwd, g, dxn))");
   run(KernelKind::kQkvBwd, {{"dq", g.dq.data()}, {"dk", g.dk.data()}, {"dv", g.dv.data()}}, {{"dx", &dxn}});
 }
 
 void LayerRunner::qkv_backward(const AttnTaps& f, SdpaGrads& g, std::vector<float>& dxn) {
-  if (!cache_->shape().qk_norm) return qkv_backward(g, dxn);
+  if (!cache_->shape().q_norm) return qkv_backward(g, dxn);
   run(KernelKind::kQkvBwd,
       {{"dq", g.dq.data()}, {"dk", g.dk.data()}, {"dv", g.dv.data()}, {"q", f.q.data()}, {"k", f.k.data()}},
       {{"dx", &dxn}, {"dq_proj", &g.dq_proj}, {"dk_proj", &g.dk_proj}});

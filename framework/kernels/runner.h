@@ -15,10 +15,10 @@
 //   layers[l].rms_backward(KernelKind::kRmsFfnBwd, fg.dx.data(), x2, dx2);  dx2 += dy (CPU)
 //   layers[l].wo_backward(dx2, da);
 //   layers[l].sdpa_backward(attn, da.data(), sg);     // sg.dq / dk pre-RoPE, dk / dv GQA-reduced
-//   layers[l].qkv_backward(attn, sg, dxn);            // qk_norm: also sg.dq_proj / dk_proj (per-head norm backward)
+//   layers[l].qkv_backward(attn, sg, dxn);            // q/k norms: also sg.dq_proj / dk_proj (their backward)
 //   layers[l].rms_backward(KernelKind::kRmsAttBwd, dxn.data(), x, dx);   dx += dx2 (CPU)
 //   dW on the CPU: dWo = dx2·attnᵀ, dW2 = dy·gateᵀ, dW1 = dh1·xnorm2ᵀ, dW3 = dh3·xnorm2ᵀ,
-//   dWq = dq·xnormᵀ, dWk = dk·xnormᵀ (qk_norm: dq_proj, dk_proj), dWv = dv·xnormᵀ, d rms weights (and q_norm /
+//   dWq = dq·xnormᵀ, dWk = dk·xnormᵀ (q/k norms: dq_proj, dk_proj), dWv = dv·xnormᵀ, d rms weights (and q_norm /
 //   k_norm: per head) from x, r and the upstream grads.
 #pragma once
 #include <array>
@@ -39,7 +39,7 @@ struct AttnTaps {             // attn_fwd outputs, fp32 [C, S]
   std::vector<float> k_rope;  // [KVD]
   std::vector<float> v;       // [KVD]
   std::vector<float> xnorm;   // [D]
-  std::vector<float> q, k;    // [QD], [KVD] qk_norm only: Wq·xnorm, Wk·xnorm before the head norms
+  std::vector<float> q, k;    // [QD], [KVD] q/k norms only: Wq·xnorm, Wk·xnorm before the head norms
 };
 struct FfnTaps {              // ffn_fwd outputs
   std::vector<float> y;       // [D]  W2 · gate
@@ -52,10 +52,10 @@ struct FfnGrads {
   std::vector<float> dh1, dh3;  // [H]
 };
 struct SdpaGrads {
-  std::vector<float> dq;       // [QD]  dL/d(Wq·xnorm), pre-RoPE (qk_norm: dL/d of the normed q)
+  std::vector<float> dq;       // [QD]  dL/d(Wq·xnorm), pre-RoPE (q/k norms: dL/d of the normed q)
   std::vector<float> dk, dv;   // [KVD] pre-RoPE, reduced over the GQA groups
-  std::vector<float> dq_proj;  // [QD]  qk_norm only (qkv_backward): dL/d(Wq·xnorm)
-  std::vector<float> dk_proj;  // [KVD] qk_norm only: dL/d(Wk·xnorm)
+  std::vector<float> dq_proj;  // [QD]  q/k norms only (qkv_backward): dL/d(Wq·xnorm)
+  std::vector<float> dk_proj;  // [KVD] q/k norms only: dL/d(Wk·xnorm)
 };
 
 // Compiled kernels shared by every layer of one model: the weight-free sdpa_bwd1/2 (both strategies) and,
@@ -103,8 +103,8 @@ class LayerRunner {
   void ffn_backward(const float* dy, const FfnTaps& fwd, FfnGrads& out);  // dy [D, S]
   void wo_backward(const float* dx2, std::vector<float>& da);             // da [QD, S]
   void sdpa_backward(const AttnTaps& fwd, const float* da, SdpaGrads& out);
-  void qkv_backward(const SdpaGrads& g, std::vector<float>& dxn);  // dxn [D, S] (no qk_norm)
-  // Either shape; with qk_norm it reads fwd.q / fwd.k and also fills g.dq_proj / g.dk_proj.
+  void qkv_backward(const SdpaGrads& g, std::vector<float>& dxn);  // dxn [D, S] (no q/k norms)
+  // Either shape; with q/k norms it reads fwd.q / fwd.k and also fills g.dq_proj / g.dk_proj.
   void qkv_backward(const AttnTaps& fwd, SdpaGrads& g, std::vector<float>& dxn);
   // which = kRmsAttBwd | kRmsFfnBwd; dy = dL/d xnorm, x = the norm's input; dx [D, S]
   void rms_backward(KernelKind which, const float* dy, const float* x, std::vector<float>& dx);

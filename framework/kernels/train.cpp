@@ -24,6 +24,11 @@ void TrainShape::validate() const {
   ANELAB_CHECK(n_heads % n_kv_heads == 0, "kernels", "train shape ", str(), ": n_heads ", n_heads,
                " is not a multiple of n_kv_heads ", n_kv_heads);
   ANELAB_CHECK(head_dim % 2 == 0, "kernels", "train shape ", str(), ": head_dim ", head_dim, " must be even for RoPE");
+  ANELAB_CHECK(q_norm.has_value() == k_norm.has_value(), "kernels", "train shape ", str(),
+               ": a q norm without a k norm or back (the kernels take both or neither)");
+  for (const auto& n : {q_norm, k_norm})
+    ANELAB_CHECK(!n || n->kind == NormType::kRms, "kernels", "train shape ", str(),
+                 ": a q/k norm other than RMSNorm (the backward kernels are RMSNorm's)");
   ANELAB_CHECK(seq >= 32, "kernels", "train shape ", str(), ": seq ", seq,
                " < 32 (fp16 I/O needs S >= 32, digest §4.3); pad the sequence");
   const int64_t m = rt::dense_width_multiple(mil::DType::kFp16);
@@ -41,7 +46,7 @@ std::string TrainShape::str() const {
   std::ostringstream o;
   o << "D=" << dim << " H=" << hidden << " heads=" << n_heads << "/" << n_kv_heads << " hd=" << head_dim
     << " S=" << seq;
-  if (qk_norm) o << " qk_norm";
+  if (q_norm || k_norm) o << " q/k norms";
   return o.str();
 }
 
@@ -105,10 +110,17 @@ std::span<const float> train_weight(const LayerWeights& w, const std::string& n)
 
 }  // namespace
 
-LayerDesc layer_desc(const TrainShape& s) {
-  LayerDesc d;
-  d.dim = s.dim, d.hidden = s.hidden, d.n_heads = s.n_heads, d.n_kv_heads = s.n_kv_heads, d.head_dim = s.head_dim;
-  d.seq = s.seq, d.norm_eps = s.norm_eps, d.rope = s.rope, d.rope_theta = s.rope_theta, d.qk_norm = s.qk_norm;
+LayerParams layer_params(const TrainShape& s) {
+  LayerParams d;
+  d.dim = s.dim;
+  AttnParams& a = d.attn;
+  a.pre_norm = {NormType::kRms, s.norm_eps};
+  a.n_heads = s.n_heads, a.n_kv_heads = s.n_kv_heads, a.head_dim = s.head_dim;
+  a.q_norm = s.q_norm, a.k_norm = s.k_norm;
+  a.rope = s.rope;
+  d.ffn.pre_norm = {NormType::kRms, s.norm_eps};
+  d.ffn.hidden = s.hidden;
+  d.ffn.activation = Activation::kSilu;
   return d;
 }
 
@@ -129,7 +141,7 @@ LayerWeights train_weights(const TrainShape& s, std::span<const float> wq, std::
 void validate_train_weights(const LayerWeights& w, const TrainShape& s) {
   for (const char* n : {"wq", "wk", "wv", "wo", "w1", "w2", "w3", "rms_att", "rms_ffn", "q_norm", "k_norm"}) {
     const bool head_norm = std::string(n) == "q_norm" || std::string(n) == "k_norm";
-    if (head_norm && !s.qk_norm) continue;
+    if (head_norm && !(n[0] == 'q' ? s.q_norm : s.k_norm)) continue;
     auto [o, i] = weight_dims(n, s);
     if (n[0] == 'w') {
       const quant::Mat& m = w.matrix(n);
@@ -165,7 +177,7 @@ namespace {
 // ---- the generator --------------------------------------------------------------------------------
 // Phase 1 declares input activations and weights (act / mat / vec); begin() fixes the input layout and
 // creates the input; phase 2 builds the body (in / apply / vec_value / tables); finish() packs outputs.
-class KernelGen : public LayerParams {
+class KernelGen : public LayerSource {
  public:
   KernelGen(KernelKind kind, const TrainShape& s, Strategy st, const LayerWeights* w)
       : kind_(kind),
@@ -194,9 +206,9 @@ class KernelGen : public LayerParams {
   Value in(const std::string& slot) { return b_.slice_slot(x_, in_, slot); }
   Value apply(const std::string& weight, const Value& x);
   Value vec_value(const std::string& weight);
-  Value mask() override;
+  Value mask(int64_t window) override;                  // training kernels: window 0 (TrainShape has none)
   Value rope_table(const std::string& which) override;  // "cos" | "sin" | "nsin"
-  // LayerParams (the forward kernels' layer generator): norms are rms_att / rms_ffn, no biases.
+  // LayerSource (the forward kernels' layer generator): norms are rms_att / rms_ffn, no biases.
   Value input(const std::string& slot) override { return in(slot); }
   Value project(const std::string& weight, const Value& x) override { return apply(weight, x); }
   Value norm_weight(const std::string& norm) override {  // attn_norm / ffn_norm are rms_att / rms_ffn
@@ -224,6 +236,7 @@ class KernelGen : public LayerParams {
   IOLayout in_;
   Value x_;
   std::optional<Value> mask_;
+  int64_t mask_window_ = 0;
   std::map<std::string, Value> tables_;
 };
 
@@ -283,9 +296,13 @@ Value KernelGen::vec_value(const std::string& weight) {
   return blobs_.vector(b_, weight, train_weight(*w_, weight));
 }
 
-Value KernelGen::mask() {
+Value KernelGen::mask(int64_t window) {
+  ANELAB_CHECK(!mask_ || window == mask_window_, "kernels", kernel_name(kind_), ": masks of windows ", mask_window_,
+               " and ", window, " in one kernel");
   if (!mask_)
-    mask_ = blobs_.tensor(b_, "mask", mil::tensor_type(DType::kFp16, {1, 1, s_.seq, s_.seq}), causal_mask(s_.seq));
+    mask_ =
+        blobs_.tensor(b_, "mask", mil::tensor_type(DType::kFp16, {1, 1, s_.seq, s_.seq}), causal_mask(s_.seq, window));
+  mask_window_ = window;
   return *mask_;
 }
 
@@ -326,12 +343,14 @@ KernelSpec gen_attn_fwd(KernelGen& g) {
   const TrainShape& s = g.s();
   g.act("x", s.dim);
   g.vec("rms_att");
-  if (s.qk_norm) g.vec("q_norm"), g.vec("k_norm");
+  if (s.q_norm) g.vec("q_norm");
+  if (s.k_norm) g.vec("k_norm");
   for (const char* w : {"wq", "wk", "wv", "wo"}) g.mat(w, false);
   g.begin();
   std::vector<std::string> taps = {"o", "attn", "q_rope", "k_rope", "v", "xnorm"};
-  if (s.qk_norm) taps.insert(taps.end(), {"q", "k"});
-  return g.finish(attention_block(g.b(), layer_desc(s), g, taps));
+  if (s.q_norm) taps.push_back("q");
+  if (s.k_norm) taps.push_back("k");
+  return g.finish(attention_block(g.b(), layer_params(s).attn, g, taps));
 }
 
 KernelSpec gen_ffn_fwd(KernelGen& g) {
@@ -340,7 +359,7 @@ KernelSpec gen_ffn_fwd(KernelGen& g) {
   g.vec("rms_ffn");
   for (const char* w : {"w1", "w3", "w2"}) g.mat(w, false);
   g.begin();
-  return g.finish(ffn_block(g.b(), layer_desc(s), g, {"y", "h1", "h3", "gate", "xnorm"}));
+  return g.finish(ffn_block(g.b(), layer_params(s).ffn, g, {"y", "h1", "h3", "gate", "xnorm"}));
 }
 
 KernelSpec gen_ffn_bwd(KernelGen& g) {
@@ -382,7 +401,7 @@ KernelSpec gen_sdpa_bwd1(KernelGen& g) {
   Value k = gqa_expand(b, split_heads(b, g.in("k_rope"), s.n_kv_heads), s.n_rep());
   Value v = gqa_expand(b, split_heads(b, g.in("v"), s.n_kv_heads), s.n_rep());
   Value da = split_heads(b, g.in("da"), H);
-  Value p = attention_probs(b, q, k, g.mask(), s.attn_scale());  // [1, H, S, S]
+  Value p = attention_probs(b, q, k, g.mask(0), s.attn_scale());  // [1, H, S, S]
   Value dv = gqa_reduce(b, b.matmul(p, da, true, false), s.n_rep());
   Value dp = b.matmul(da, v, false, true);
   return g.finish(
@@ -419,13 +438,15 @@ Value rms_norm_backward(FunctionBuilder& b, const Value& x, const Value& r, cons
   return b.mul(r, b.sub(gw, b.mul(x, b.mul(m, b.mul(r, r)))));
 }
 
-// The per-head RMSNorm backward of qk_norm: dy, x [1, heads*HD, 1, S] as [heads, HD, 1, S], normed over HD.
-Value head_norm_backward(KernelGen& g, const Value& dy, const Value& x, const char* weight, int64_t heads) {
+// The backward of the per-head RMSNorm n (q_norm / k_norm): dy, x [1, heads*HD, 1, S] as [heads, HD, 1, S], normed
+// over HD.
+Value head_norm_backward(KernelGen& g, const NormParams& n, const Value& dy, const Value& x, const char* weight,
+                         int64_t heads) {
   auto& b = g.b();
   const TrainShape& s = g.s();
   const std::vector<int64_t> split = {heads, s.head_dim, 1, s.seq}, merged = {1, heads * s.head_dim, 1, s.seq};
   Value xh = b.reshape(x, split);
-  Value r = rms_rrms(b, xh, s.norm_eps);
+  Value r = rms_rrms(b, xh, n.eps);
   Value w = g.vec_value(weight);
   Value dyh = b.reshape(dy, split);
   Value gw = b.mul(dyh, w);
@@ -438,23 +459,23 @@ KernelSpec gen_qkv_bwd(KernelGen& g) {
   g.act("dq", s.q_dim());
   g.act("dk", s.kv_dim());
   g.act("dv", s.kv_dim());
-  if (s.qk_norm) {
+  if (s.q_norm) {  // with k_norm (TrainShape::validate)
     g.act("q", s.q_dim());
     g.act("k", s.kv_dim());
     g.vec("q_norm"), g.vec("k_norm");
   }
   for (const char* w : {"wq", "wk", "wv"}) g.mat(w, true);
   g.begin();
-  if (!s.qk_norm) {
+  if (!s.q_norm) {
     Value dx = b.add(b.add(g.apply("wq", g.in("dq")), g.apply("wk", g.in("dk"))), g.apply("wv", g.in("dv")));
     return g.finish({{"dx", dx}});
   }
   Value dq_in = g.in("dq");
   Value q = g.in("q");
-  Value dq = head_norm_backward(g, dq_in, q, "q_norm", s.n_heads);
+  Value dq = head_norm_backward(g, *s.q_norm, dq_in, q, "q_norm", s.n_heads);
   Value dk_in = g.in("dk");
   Value k = g.in("k");
-  Value dk = head_norm_backward(g, dk_in, k, "k_norm", s.n_kv_heads);
+  Value dk = head_norm_backward(g, *s.k_norm, dk_in, k, "k_norm", s.n_kv_heads);
   Value dxq = g.apply("wq", dq);
   Value dxk = g.apply("wk", dk);
   Value dxv = g.apply("wv", g.in("dv"));

@@ -2,8 +2,9 @@
 //
 // One layer  x -> x2 = x + Wo·attn(rope(Wq·n1), rope(Wk·n1), Wv·n1) -> y = x2 + W2·(silu(W1·n2) * W3·n2)
 // with n1 = rmsnorm(x; rms_att), n2 = rmsnorm(x2; rms_ffn), RoPE (theta, style, frequency scaling from TrainShape),
-// GQA (query head h reads kv head h / n_rep), causal attention with an additive mask. With qk_norm (Qwen3) every
-// head of Wq·n1 / Wk·n1 is RMS-normed over HD with the weights q_norm / k_norm [HD] before RoPE.
+// GQA (query head h reads kv head h / n_rep), causal attention with an additive mask. With q / k norms (TrainShape's
+// q_norm / k_norm, both or neither; Qwen3) every head of Wq·n1 / Wk·n1 is RMS-normed over HD with the weights
+// q_norm / k_norm [HD] before RoPE.
 //
 // attn_fwd and ffn_fwd are the two halves of the one layer generator (framework/kernels/layer.h), asked for
 // the taps below; the backward kernels are written here.
@@ -23,7 +24,7 @@
 //   qkv_bwd     dq[QD] dk[KVD] dv[KVD]              dx[D]                                    wqᵀ wkᵀ wvᵀ
 //   rms_bwd     dy[D] x[D]                          dx[D]                                    rms (att or ffn)
 //
-// With qk_norm: attn_fwd also returns q[QD] k[KVD] (the projections before the head norms) and reads the weights
+// With q / k norms: attn_fwd also returns q[QD] k[KVD] (the projections before the head norms) and reads the weights
 // q_norm k_norm; qkv_bwd also reads q[QD] k[KVD] and q_norm k_norm, turns dq / dk (gradients w.r.t. the normed
 // q / k) into gradients w.r.t. the projections by the per-head RMSNorm backward, and returns them after dx:
 //   qkv_bwd     dq[QD] dk[KVD] dv[KVD] q[QD] k[KVD]  dx[D] dq_proj[QD] dk_proj[KVD]   wqᵀ wkᵀ wvᵀ q_norm k_norm
@@ -33,7 +34,7 @@
 // sdpa_bwd1 recomputes the probabilities; dv is already reduced over the n_rep query heads of each kv
 // head. sdpa_bwd2 computes dS = P·(dP − rowsum(P·dP))·scale, dQ = dS·K, dK = dSᵀ·Q, reduces dK over
 // the GQA groups and applies the inverse RoPE in-kernel (rope with −sin), so dq / dk are gradients
-// w.r.t. the pre-RoPE q, k: the projections q = Wq·xnorm, k = Wk·xnorm (dWq = dq·xnormᵀ), or with qk_norm the
+// w.r.t. the pre-RoPE q, k: the projections q = Wq·xnorm, k = Wk·xnorm (dWq = dq·xnormᵀ), or with q / k norms the
 // normed heads (dWq = dq_proj·xnormᵀ; the q_norm / k_norm weight gradients are left to the CPU).
 //
 // Weight strategies:
@@ -48,6 +49,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -69,15 +71,15 @@ struct TrainShape {
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
   RopeStyle rope = RopeStyle::kAdjacentPairs;
-  RopeScaling rope_scaling;  // frequency scaling of the RoPE tables (arch_types.h)
-  bool qk_norm = false;      // per-head RMSNorm of q and k before RoPE (weights q_norm / k_norm [HD])
+  RopeScaling rope_scaling;                  // frequency scaling of the RoPE tables (arch_types.h)
+  std::optional<NormParams> q_norm, k_norm;  // per-head RMSNorms of q and k before RoPE (weights [HD]); both or neither
 
   int64_t q_dim() const { return n_heads * head_dim; }      // QD
   int64_t kv_dim() const { return n_kv_heads * head_dim; }  // KVD
   int64_t n_rep() const { return n_heads / n_kv_heads; }
   double attn_scale() const;  // 1 / sqrt(HD)
   void validate() const;      // throws "[kernels] ..." naming the bad field
-  std::string str() const;    // "D=64 H=172 heads=8/4 hd=8 S=64"
+  std::string str() const;    // "D=64 H=172 heads=8/4 hd=8 S=64" (+ " q/k norms")
 };
 
 enum class Strategy { kStatic, kDynamic };
@@ -93,13 +95,13 @@ bool kernel_has_weights(KernelKind k);
 // Must the kernel be recompiled for each layer / after each update? (static + has weights)
 inline bool kernel_per_layer(KernelKind k, Strategy s) { return s == Strategy::kStatic && kernel_has_weights(k); }
 
-// The layer description of a training shape (RMSNorm, SwiGLU, RoPE, optional q/k norms, no biases) for layer.h.
-LayerDesc layer_desc(const TrainShape& s);
+// The layer parameters of a training shape (RMSNorm, SwiGLU, RoPE, the shape's q/k norms, no biases) for layer.h.
+LayerParams layer_params(const TrainShape& s);
 // Training reads fp32 weights (LayerWeights, layer.h): throws "[kernels] ..." naming the weight whose type
 // or shape does not match `s` (matrices [out, in], norms [D]).
 void validate_train_weights(const LayerWeights& w, const TrainShape& s);
 // fp32 layer weights from row-major values with the shapes of `s` (wq [QD, D] ... rms_att / rms_ffn [D];
-// q_norm / k_norm [HD] with qk_norm, else empty).
+// q_norm / k_norm [HD] when the shape has them, else empty).
 LayerWeights train_weights(const TrainShape& s, std::span<const float> wq, std::span<const float> wk,
                            std::span<const float> wv, std::span<const float> wo, std::span<const float> w1,
                            std::span<const float> w3, std::span<const float> w2, std::span<const float> rms_att,

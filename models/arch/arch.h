@@ -55,7 +55,7 @@ struct Arch {
   bool gguf_explicit_output = false;   // output.weight written even when the head is tied
 
   // ---- the layers ----
-  // What each layer computes, in order, with its weights (models/layer_desc.h): the one description every
+  // What each layer computes, in order, with its weights (models/arch/layer_desc.h): the one description every
   // executor walks. The Llama-like architectures share decoder_desc (common.h).
   ModelDesc (*describe)(const ModelConfig& c) = nullptr;
 

@@ -10,9 +10,9 @@
 // A Llama layer is [attention, ffn], both pre-normed; Gemma 3 adds both post-norms.
 //
 // Executors today: infer/engine.cpp (CPU inference) and train/cpu_model.cpp (CPU training: one forward and one
-// backward per step kind) walk it; the MIL prefill (infer/prefill_mil.cpp) takes its kernel parameters from it (all
-// but the raw score scale, which framework/kernels/layer.cpp resolves itself); the MIL training kernels
-// (framework/kernels/train.cpp) still read the config, behind check_kernel_steps (train/params.h).
+// backward per step kind) walk it; the MIL prefill (infer/prefill_mil.cpp) fills its kernel parameters
+// (kern::LayerParams, framework/kernels/layer.h) from it, and MIL training its kernels' shape
+// (train/kernel_engine.cpp: kernel_train_shape, behind check_kernel_steps in train/params.h).
 // An executor that meets a step or parameter it does not implement throws one line naming the layer, the
 // step and the executor (unsupported()).
 //

@@ -122,15 +122,15 @@ static void dump_all(const std::string& dir) {
     kern::TrainShape s;
     s.dim = c.dim, s.hidden = c.hidden_dim, s.n_heads = c.n_heads, s.n_kv_heads = c.n_kv_heads;
     s.head_dim = c.head_dim, s.seq = 64, s.rope_theta = c.rope_theta, s.norm_eps = c.norm_eps;
-    s.qk_norm = c.qk_norm;
+    if (c.qk_norm) s.q_norm = s.k_norm = kern::NormParams{NormType::kRms, s.norm_eps};
     for (auto rs : {kern::RopeStyle::kAdjacentPairs, kern::RopeStyle::kRotateHalf}) {
       s.rope = rs;
       st = 5;
       const int64_t D = s.dim, QD = s.q_dim(), KVD = s.kv_dim(), H = s.hidden;
       auto wq = rv(QD * D, 0.1f), wk = rv(KVD * D, 0.1f), wv = rv(KVD * D, 0.1f), wo = rv(D * QD, 0.1f);
       auto w1 = rv(H * D, 0.1f), w3 = rv(H * D, 0.1f), w2 = rv(D * H, 0.1f), ra = rv(D, 0.2f, 1), rf = rv(D, 0.2f, 1);
-      std::vector<float> qn, kn;  // [HD] (qk_norm only)
-      if (s.qk_norm) qn = rv(s.head_dim, 0.2f, 1), kn = rv(s.head_dim, 0.2f, 1);
+      std::vector<float> qn, kn;  // [HD] (q/k norms only)
+      if (s.q_norm) qn = rv(s.head_dim, 0.2f, 1), kn = rv(s.head_dim, 0.2f, 1);
       kern::LayerWeights w = kern::train_weights(s, wq, wk, wv, wo, w1, w3, w2, ra, rf, qn, kn);
       for (auto strat : {kern::Strategy::kStatic, kern::Strategy::kDynamic})
         for (auto k : kern::kAllKernelKinds) {

@@ -74,7 +74,7 @@ TEST(GeneratedMil, TrainingKernelsOfEveryPreset) {
     }
     for (int64_t T : {int64_t{64}, int64_t{256}, int64_t{1024}}) {
       if (T > c.max_seq_len) continue;
-      const kern::TrainShape s = train::kernel_train_shape(c, T);
+      const kern::TrainShape s = train::kernel_train_shape(models::describe_model(c), T);
       if (s.kv_dim() + 2 * s.n_heads * T > rt::max_dim_all_profiles()) {  // sdpa_bwd1's output: refused up front
         EXPECT_THROW(s.validate(), Error) << name << " T=" << T;
         continue;
@@ -85,7 +85,7 @@ TEST(GeneratedMil, TrainingKernelsOfEveryPreset) {
       ASSERT_LE(std::max({QD * D, KVD * D, H * D}), zeros().size());
       const kern::LayerWeights w = kern::train_weights(
           s, {z, QD * D}, {z, KVD * D}, {z, KVD * D}, {z, D * QD}, {z, H * D}, {z, H * D}, {z, D * H}, {z, D}, {z, D},
-          {z, s.qk_norm ? size_t(s.head_dim) : 0}, {z, s.qk_norm ? size_t(s.head_dim) : 0});
+          {z, s.q_norm ? size_t(s.head_dim) : 0}, {z, s.k_norm ? size_t(s.head_dim) : 0});
       for (kern::Strategy st : {kern::Strategy::kStatic, kern::Strategy::kDynamic})
         for (kern::KernelKind k : kern::kAllKernelKinds) {
           const kern::KernelSpec ks = kern::build_kernel(k, s, st, &w);

@@ -6,13 +6,16 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "framework/ane/ane_backend.h"
 #include "framework/core/thread_pool.h"
+#include "framework/mil/printer.h"
 #include "infer/engine.h"
 #include "infer/prefill_mil.h"
+#include "models/arch/arch.h"
 #include "models/io/load_any.h"
 #include "models/presets.h"
 #include "tests/common/errors.h"
@@ -205,6 +208,79 @@ TEST(InferPrefill, AneSelfCheckSendsThePrefillToTheCpuOnAPlantedLayoutError) {
   ::unsetenv("ANELAB_FAKE_ANE_LAYOUT_ERROR");
   ::unsetenv("ANELAB_ANE_SHIM");
   ane::install_fake_shim(nullptr);
+}
+
+// The MIL prefill takes its kernel parameters from the model description and refuses, in one line naming the
+// layer, the step and itself, what its layer kernel lacks: descriptions edited as a future architecture would
+// write them. (Before, a LayerNorm q/k norm was built as an RMSNorm without a word.)
+TEST(InferPrefill, UnsupportedStepsOfTheDescriptionAreNamed) {
+  ANELAB_REQUIRE_DATA("llama2c/stories260K.bin");
+  const Engine e = make("cpu");
+  const models::ModelDesc base = e.desc();
+  auto refusal_of = [&](const std::function<void(models::ModelDesc&)>& edit, int64_t layer) {
+    models::ModelDesc d = base;
+    edit(d);
+    try {
+      build_layer_kernel(d, e.layer(layer), 64, mil::Dialect::kIos18, layer);
+    } catch (const Error& err) {
+      return std::string(err.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(refusal_of([](models::ModelDesc&) {}, 1), "accepted");
+  const std::string ex = " is not supported by the MIL prefill";
+  EXPECT_EQ(refusal_of([](models::ModelDesc& d) { d.layers[1].steps[0].attn.score_softcap = 50.0f; }, 1),
+            "[infer] layer 1 attention: score soft-capping (cap 50)" + ex);
+  EXPECT_EQ(refusal_of(
+                [](models::ModelDesc& d) {
+                  models::NormDesc n;
+                  n.kind = models::NormType::kLayer;
+                  d.layers[2].steps[0].attn.q_norm = d.layers[2].steps[0].attn.k_norm = n;
+                },
+                2),
+            "[infer] layer 2 attention: a q/k norm other than RMSNorm" + ex);
+  EXPECT_EQ(refusal_of([](models::ModelDesc& d) { d.layers[0].steps[1].residual_scale = 0.5f; }, 0),
+            "[infer] layer 0 ffn: residual scale 0.5" + ex);
+  EXPECT_EQ(refusal_of([](models::ModelDesc& d) { d.layers[3].steps[1].pre_norm.reset(); }, 3),
+            "[infer] layer 3 ffn: a step without a pre-norm" + ex);
+}
+
+// Each norm of the layer kernel takes its own eps from the description: changing the q norm's (or the k norm's,
+// or the FFN pre-norm's) eps changes the program, and each its own part of it. (Before, every norm of the kernel
+// took the attention pre-norm's eps.)
+TEST(InferPrefill, EachNormTakesItsOwnEpsFromTheDescription) {
+  models::ModelConfig c = models::preset("qwen3-0.6b");
+  c.dim = 64, c.hidden_dim = 96, c.n_layers = 1, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 16;
+  c.vocab_size = 64, c.max_seq_len = 64;
+  const int64_t D = c.dim, QD = c.q_dim(), KVD = c.kv_dim(), H = c.hidden_dim;
+  std::vector<std::vector<float>> keep;
+  auto values = [&](int64_t n) -> std::span<const float> {
+    keep.emplace_back(static_cast<size_t>(n), 0.5f);
+    return keep.back();
+  };
+  keep.reserve(16);  // the spans point into keep: no reallocation
+  auto mat = [&](int64_t rows, int64_t cols) { return quant::Mat::f32(values(rows * cols), rows, cols); };
+  LayerWeights L;
+  L.wq = mat(QD, D), L.wk = mat(KVD, D), L.wv = mat(KVD, D), L.wo = mat(D, QD);
+  L.w1 = mat(H, D), L.w3 = mat(H, D), L.w2 = mat(D, H);
+  L.attn_norm = values(D), L.ffn_norm = values(D), L.q_norm = values(c.head_dim), L.k_norm = values(c.head_dim);
+  const models::ModelDesc base = models::describe_model(c);
+  ASSERT_TRUE(base.layers[0].steps[0].attn.q_norm && base.layers[0].steps[0].attn.k_norm);
+  auto text = [&](const std::function<void(models::ModelDesc&)>& edit) {
+    models::ModelDesc d = base;
+    edit(d);
+    return mil::print(build_layer_kernel(d, L, 64, mil::Dialect::kIos18).program, mil::Dialect::kIos18);
+  };
+  const std::string same = text([](models::ModelDesc&) {});
+  const std::string q = text([](models::ModelDesc& d) { d.layers[0].steps[0].attn.q_norm->eps = 0.25f; });
+  const std::string k = text([](models::ModelDesc& d) { d.layers[0].steps[0].attn.k_norm->eps = 0.25f; });
+  const std::string f = text([](models::ModelDesc& d) { d.layers[0].steps[1].pre_norm->eps = 0.25f; });
+  // (EXPECT_TRUE, not EXPECT_NE: a failure names the case without printing two whole programs)
+  EXPECT_TRUE(same == text([](models::ModelDesc&) {})) << "the same description gave another program";
+  EXPECT_TRUE(q != same) << "the q norm's eps did not reach the program";
+  EXPECT_TRUE(k != same) << "the k norm's eps did not reach the program";
+  EXPECT_TRUE(f != same) << "the FFN pre-norm's eps did not reach the program";
+  EXPECT_TRUE(q != k && q != f) << "two norms' eps changed the same part of the program";
 }
 
 }  // namespace

@@ -12,9 +12,9 @@ namespace anelab::test {
 namespace {
 
 // Static weights from the fixture's layer (as the prefill bakes them); the input is the function input x.
-class BlobParams : public kern::LayerParams {
+class BlobSource : public kern::LayerSource {
  public:
-  BlobParams(mil::FunctionBuilder& b, const LayerData& L) : b_(b), L_(L), s_(L.shape) {
+  BlobSource(mil::FunctionBuilder& b, const LayerData& L) : b_(b), L_(L), s_(L.shape) {
     x_ = b.input("x", kern::act_type(s_.dim, s_.seq));
   }
   mil::Value input(const std::string&) override { return x_; }
@@ -26,9 +26,9 @@ class BlobParams : public kern::LayerParams {
     return bs_.vector(b_, n, n == "attn_norm" ? L_.rms_att : L_.rms_ffn);
   }
   std::optional<mil::Value> norm_bias(const std::string&) override { return std::nullopt; }
-  mil::Value mask() override {
+  mil::Value mask(int64_t window) override {
     return bs_.tensor(b_, "mask", mil::tensor_type(mil::DType::kFp16, {1, 1, s_.seq, s_.seq}),
-                      kern::causal_mask(s_.seq));
+                      kern::causal_mask(s_.seq, window));
   }
   mil::Value rope_table(const std::string& which) override {
     const kern::RopeTables t = kern::rope_tables(s_.seq, s_.head_dim, s_.rope_theta, s_.rope);
@@ -57,8 +57,8 @@ void whole_layer_case(const kern::TrainShape& s) {
   const int64_t D = s.dim, KVD = s.kv_dim(), S = s.seq;
   mil::ProgramBuilder pb;
   auto& b = pb.function("main");
-  BlobParams p(b, L);
-  const kern::Taps t = kern::layer_block(b, kern::layer_desc(s), p, {"k_rope", "v"});
+  BlobSource p(b, L);
+  const kern::Taps t = kern::layer_block(b, kern::layer_params(s), p, {"k_rope", "v"});
   ASSERT_EQ(names(t), (std::vector<std::string>{"out", "k_rope", "v"}));
   b.output(b.named("out").concat({t[0].second, t[1].second, t[2].second}, 1));
   const F32 got = eval_program(pb.build(mil::Dialect::kIos18), p.weights(), {L.x}).at(0);  // [D + 2 KVD, S]
@@ -89,20 +89,21 @@ TEST(LayerBlock, TapsComeInTheOrderAskedAndUnknownOnesAreNamed) {
   const LayerData L = make_layer(s, 301);
   mil::ProgramBuilder pb;
   auto& b = pb.function("main");
-  BlobParams p(b, L);
-  kern::LayerDesc d = kern::layer_desc(s);
-  EXPECT_EQ(names(kern::attention_block(b, d, p, {"v", "xnorm", "o"})), (std::vector<std::string>{"v", "xnorm", "o"}));
+  BlobSource p(b, L);
+  kern::LayerParams d = kern::layer_params(s);
+  EXPECT_EQ(names(kern::attention_block(b, d.attn, p, {"v", "xnorm", "o"})),
+            (std::vector<std::string>{"v", "xnorm", "o"}));
   try {
-    kern::attention_block(b, d, p, {"qkv"});
+    kern::attention_block(b, d.attn, p, {"qkv"});
     ADD_FAILURE() << "tap qkv accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown tap 'qkv' (known: o attn q_rope k_rope q k v xnorm)"),
               std::string::npos)
         << e.what();
   }
-  d.gelu = true;  // a GELU MLP has no h3
+  d.ffn.activation = Activation::kGeluTanh;  // a GELU MLP has no h3
   try {
-    kern::ffn_block(b, d, p, {"y", "h3"});
+    kern::ffn_block(b, d.ffn, p, {"y", "h3"});
     ADD_FAILURE() << "tap h3 accepted for a GELU MLP";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown tap 'h3' (known: y h1 gate xnorm)"), std::string::npos) << e.what();

@@ -23,6 +23,7 @@
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 #include "framework/core/npy.h"
+#include "models/arch/arch.h"
 #include "models/presets.h"
 #include "tests/common/test_data.h"
 #include "tests/train/helpers.h"
@@ -316,6 +317,52 @@ TEST(KernelEngine, Gemma3IsRefusedWithAHint) {
                 std::string::npos)
           << m;
     }
+  }
+}
+
+// The kernels' shape comes from the model description: its sizes, pre-norm eps, RoPE and q / k norms (with their
+// own eps); the kernels are shared by every layer, so a layer whose steps differ from layer 0's is refused naming it.
+TEST(KernelEngine, TrainShapeIsTakenFromTheDescription) {
+  models::ModelConfig c = models::preset("qwen3-0.6b");
+  c.n_layers = 3;
+  const models::ModelDesc base = models::describe_model(c);
+  const models::AttnDesc& a = base.layers[0].steps[0].attn;
+  const kern::TrainShape s = train::kernel_train_shape(base, 64);
+  EXPECT_EQ(s.dim, base.dim);
+  EXPECT_EQ(s.hidden, base.layers[0].steps[1].ffn.hidden);
+  EXPECT_EQ(s.n_heads, a.n_heads);
+  EXPECT_EQ(s.n_kv_heads, a.n_kv_heads);
+  EXPECT_EQ(s.head_dim, a.head_dim);
+  EXPECT_EQ(s.rope, a.rope.style);
+  EXPECT_EQ(s.rope_theta, a.rope.theta);
+  EXPECT_EQ(s.norm_eps, base.layers[0].steps[0].pre_norm->eps);
+  ASSERT_TRUE(s.q_norm && s.k_norm);
+  EXPECT_EQ(s.q_norm->eps, a.q_norm->eps);
+
+  models::ModelDesc d = base;
+  for (auto& l : d.layers) l.steps[0].attn.q_norm->eps = 0.25f;  // the q norm's own eps reaches the kernels' shape
+  EXPECT_EQ(train::kernel_train_shape(d, 64).q_norm->eps, 0.25);
+  EXPECT_EQ(train::kernel_train_shape(d, 64).k_norm->eps, a.k_norm->eps);
+  d.layers[1].steps[0].attn.q_norm->eps = 0.5f;  // on one layer only: refused (the kernels are shared)
+  EXPECT_THROW(train::kernel_train_shape(d, 64), Error);
+  d = base;
+  d.layers[2].steps[0].attn.n_kv_heads = a.n_heads;
+  try {
+    train::kernel_train_shape(d, 64);
+    ADD_FAILURE() << "a layer of another shape accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[train] layer 2 has the shape "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("take one shape (sizes, norms, RoPE) for every layer"), std::string::npos)
+        << e.what();
+  }
+  d = base;
+  d.layers[1].steps[1].pre_norm.reset();
+  try {
+    train::kernel_train_shape(d, 64);
+    ADD_FAILURE() << "a step without a pre-norm accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "[train] layer 1 ffn: a step without a pre-norm is not supported by the MIL training kernels");
   }
 }
 
