@@ -2,7 +2,7 @@
 // shim, the device profile it maps to) and runs, on the ANE (when there is one) and on the emulator:
 //   workloads  a 1x1 conv 768->2048 at S=256 (fp16, int8 weights, W8A8 where the profile prints ios17+
 //              programs: whether this chip compiles the int8 forms, and their speed), a 12-head causal
-//              attention block (D=768, S=256, built from framework/kernels blocks) and one training
+//              attention block (D=768, S=256, built from framework/kernels/nn.h) and one training
 //              layer forward + backward (LayerRunner, dynamic weights, reference-like shape: head dim 64,
 //              widths multiples of 32), with compile /
 //              load / evaluate times, throughput and max |ane - emu| / max |emu|;

@@ -32,6 +32,8 @@
 #include "framework/runtime/device_profile.h"
 #include "infer/cpu_attention.h"
 #include "infer/cpu_math.h"
+#include "infer/engine_options.h"
+#include "infer/prefill_mil.h"
 #include "models/arch/layer_desc.h"
 #include "models/formats/model.h"
 
@@ -49,36 +51,9 @@ inline constexpr const char* kKvTypeHelp =
 // unknown names throw "[infer] unknown backend 'X' (choices: auto, cpu, emulator, ane)".
 std::string resolve_prefill_backend(const std::string& name);
 
-struct EngineOptions {
-  std::string backend = "cpu";  // prefill backend: "auto" (resolved at construction) | "cpu" | "emulator" | "ane"
-  std::string device = rt::kDefaultDevice;  // device profile for emulator / ane ("auto": the chip's)
-  WType dtype = WType::kF16;                // compute dtype of the weight matrices (fp32 or fp16)
-  bool keep_quantized =
-      false;  // block-quantized matrices (q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k) used as they are, not converted
-  int threads = 2;
-  int64_t context = 0;            // KV-cache positions; 0 = the model's max_seq_len
-  KvType kv_type = KvType::kF32;  // KV-cache element type: fp32, or fp16 (half the memory; rounded when written)
-  int64_t prefill_chunk = 256;    // CPU prefill processes at most this many tokens per pass
-  bool quiet = false;             // no notes or progress lines (kernel compiles) on stderr
-  int compile_budget = -1;        // backend compile budget override (-1: the device profile's)
-  std::string ane_weights =
-      "fp16";  // MIL prefill weights: fp16 | int8 | w8a8 | auto (the device profile's), prefill_mil.h
-  std::vector<int32_t> calibration_tokens;  // w8a8 activation calibration prompt (empty: the first prompt)
-  bool row_tiles = true;                    // keep_quantized Q8_0 / Q4_K matrices become row tiles (Engine::tiled_rows)
-};
-
 // One layer's weights (framework/kernels/layer.h): matrices in the compute dtype, norm weights and biases
 // fp32 (held by the engine).
 using kern::LayerWeights;
-
-struct PrefillStats {
-  std::string path;  // "cpu" or "emulator"/"ane" (+ bucket)
-  int64_t bucket = 0;
-  double compile_ms = 0, run_ms = 0;
-  std::string weights;  // MIL path: the kernels' weights, "fp16" | "int8" | "w8a8" (rt::weight_path_name)
-};
-
-class MilPrefill;
 
 // Why a KV cache of `positions` x `bytes_per_position` (keys and values of every layer, of kv_type) cannot be
 // reserved when the machine has `available` memory: one line naming the size and the flags that shrink it
@@ -87,17 +62,18 @@ class MilPrefill;
 std::string kv_cache_refusal(int64_t positions, int64_t bytes_per_position, KvType kv_type, int64_t n_layers,
                              int64_t max_seq_len, const platform::Reading<platform::MachineMemory>& available);
 
-class Engine {
+// The MIL prefill (infer/prefill_mil.h) runs for the engine through the PrefillHost part of its interface.
+class Engine final : public PrefillHost {
  public:
   Engine(models::Model model, const EngineOptions& opt);
   ~Engine();
 
-  const models::ModelConfig& config() const { return model_.config; }
+  const models::ModelConfig& config() const override { return model_.config; }
   const models::Model& model() const { return model_; }
-  const models::ModelDesc& desc() const { return desc_; }  // what the CPU path walks
-  const EngineOptions& options() const { return opt_; }
-  int64_t context() const { return ctx_; }
-  ThreadPool& pool() { return pool_; }
+  const models::ModelDesc& desc() const override { return desc_; }  // what the CPU path walks
+  const EngineOptions& options() const override { return opt_; }
+  int64_t context() const override { return ctx_; }
+  ThreadPool& pool() override { return pool_; }
 
   // Runs tokens at positions [pos, pos + n), filling the KV cache. Returns the logits of the last token
   // ([vocab], valid until the next call). all_logits (optional) receives [n, vocab].
@@ -114,16 +90,16 @@ class Engine {
   // Layer l's rows from position 0, as the attention kernels read them.
   KvView kv_rows(int64_t l) const;
   // Writes rows pos..pos+n-1 of layer l from k, v [n, kv_dim] fp32 (rounded to nearest even when fp16).
-  void store_kv(int64_t l, int64_t pos, const float* k, const float* v, int64_t n);
+  void store_kv(int64_t l, int64_t pos, const float* k, const float* v, int64_t n) override;
   // Cache bytes per position, keys and values of every layer: 2 * n_layers * kv_dim * element bytes.
   int64_t kv_bytes_per_position() const;
 
   // Internal pieces used by the MIL prefill path.
-  const LayerWeights& layer(int64_t l) const { return layers_[static_cast<size_t>(l)]; }
+  const LayerWeights& layer(int64_t l) const override { return layers_[static_cast<size_t>(l)]; }
   // Final norm + LM head for rows [0, n) of x [n, dim] (only the rows asked for); logits [n, vocab].
-  void head(const float* x, int64_t n, bool all, std::vector<float>* all_logits);
-  void embed(std::span<const int32_t> tokens, int64_t pos, float* x);  // x [n, dim]
-  mil::Dialect backend_dialect() const;                         // MIL dialect of the prefill backend's device profile
+  void head(const float* x, int64_t n, bool all, std::vector<float>* all_logits) override;
+  void embed(std::span<const int32_t> tokens, int64_t pos, float* x) override;  // x [n, dim]
+  mil::Dialect backend_dialect() const override;                // MIL dialect of the prefill backend's device profile
   const MilPrefill* mil_prefill() const { return mil_.get(); }  // null with the cpu backend
 
  private:

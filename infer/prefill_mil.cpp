@@ -12,7 +12,6 @@
 #include "framework/kernels/layer.h"
 #include "framework/kernels/self_check.h"
 #include "framework/kernels/w8.h"
-#include "infer/engine.h"
 #include "models/arch/arch.h"
 
 namespace anelab::infer {
@@ -184,7 +183,7 @@ int64_t prefill_bucket(int64_t n, int64_t context) {
   return std::min(s, cap);
 }
 
-LayerKernelSource build_layer_kernel(const Engine& e, int64_t layer, int64_t S, const KernelWeights& kw) {
+LayerKernelSource build_layer_kernel(const PrefillHost& e, int64_t layer, int64_t S, const KernelWeights& kw) {
   return build_layer_kernel(e.desc(), e.layer(layer), S, e.backend_dialect(), layer, kw);
 }
 
@@ -199,7 +198,7 @@ LayerKernelSource build_layer_kernel(const models::ModelDesc& md, const LayerWei
   mil::ProgramBuilder pb;
   auto& b = pb.function("main");
   PrefillSource p(b, md.dim, ml.attn.attn, L, S, layer, kw);
-  const kern::Taps t = kern::layer_block(b, layer_params(md, ml), p, {"k_rope", "v"});  // out, k_rope, v
+  const kern::Taps t = kern::build_layer(b, layer_params(md, ml), p, {"k_rope", "v"});  // out, k_rope, v
   b.output(b.named("out").concat({t[0].second, t[1].second, t[2].second}, 1));
   LayerKernelSource src;
   src.program = pb.build(dialect);
@@ -210,7 +209,7 @@ LayerKernelSource build_layer_kernel(const models::ModelDesc& md, const LayerWei
 namespace {
 
 // The embeddings of tokens (positions 0..n-1) channel-major, zero-padded to S: [D, S].
-std::vector<float> stage_embeddings(Engine& e, std::span<const int32_t> tokens, int64_t S) {
+std::vector<float> stage_embeddings(PrefillHost& e, std::span<const int32_t> tokens, int64_t S) {
   const int64_t n = static_cast<int64_t>(tokens.size()), D = e.config().dim;
   std::vector<float> xt(static_cast<size_t>(n * D)), xs(static_cast<size_t>(D * S), 0.0f);
   e.embed(tokens, 0, xt.data());
@@ -225,14 +224,14 @@ struct CalibKernel {
   std::vector<std::pair<std::string, int64_t>> inputs;  // act_input_of name, channels (in output order)
 };
 
-CalibKernel build_calib_kernel(const Engine& e, int64_t layer, int64_t S) {
+CalibKernel build_calib_kernel(const PrefillHost& e, int64_t layer, int64_t S) {
   mil::ProgramBuilder pb;
   auto& b = pb.function("main");
   kern::Taps rec;
   const KernelWeights fp16;
   const MilLayer ml = mil_layer(e.desc(), layer);
   PrefillSource p(b, e.desc().dim, ml.attn.attn, e.layer(layer), S, layer, fp16, &rec);
-  const kern::Taps t = kern::layer_block(b, layer_params(e.desc(), ml), p, {});
+  const kern::Taps t = kern::build_layer(b, layer_params(e.desc(), ml), p, {});
   CalibKernel k;
   std::vector<Value> outs{t[0].second};
   for (const auto& [name, v] : rec) {
@@ -247,7 +246,7 @@ CalibKernel build_calib_kernel(const Engine& e, int64_t layer, int64_t S) {
 
 }  // namespace
 
-ActScales calibrate_act_scales(Engine& e, std::span<const int32_t> tokens, rt::Backend& be) {
+ActScales calibrate_act_scales(PrefillHost& e, std::span<const int32_t> tokens, rt::Backend& be) {
   const auto& c = e.config();
   const int64_t n = static_cast<int64_t>(tokens.size()), D = c.dim;
   ANELAB_CHECK(n > 0 && n <= e.context(), "infer", "w8a8 calibration: ", n, " tokens for a context of ", e.context());
@@ -279,8 +278,8 @@ ActScales calibrate_act_scales(Engine& e, std::span<const int32_t> tokens, rt::B
   return scales;
 }
 
-MilPrefill::MilPrefill(Engine& e, const std::string& backend, const std::string& device, const std::string& ane_weights,
-                       bool quiet)
+MilPrefill::MilPrefill(PrefillHost& e, const std::string& backend, const std::string& device,
+                       const std::string& ane_weights, bool quiet)
     : e_(e), quiet_(quiet) {
   rt::BackendOptions bo;
   bo.device = device;

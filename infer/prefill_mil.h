@@ -4,7 +4,7 @@
 // Kernel of layer l at bucket S (fp16 I/O, channel-major [1, C, 1, S] surfaces, ane_digest §4.1):
 //   input  x   [1, dim, 1, S]                      the residual stream, tokens zero-padded to S
 //   output out [1, dim + 2*kv_dim, 1, S]           [ x + attn + ffn ; k (after RoPE) ; v ]  (taps)
-//   body: kern::layer_block (framework/kernels/layer.h), the layer the training forward kernels use too,
+//   body: kern::build_layer (framework/kernels/layer.h), the layer the training forward kernels use too,
 //         asked for the taps k_rope and v: RMSNorm or LayerNorm -> q/k/v 1x1 convs (+bias) -> RoPE in the
 //         model's own style (cos/sin tables [1,1,S,hd] baked as consts) -> GQA attention (each kv head
 //         repeated for its query heads) with the causal mask (0 / -65504) -> wo conv (+bias) -> residual
@@ -26,17 +26,39 @@
 #include <string>
 #include <vector>
 
+#include "framework/core/thread_pool.h"
 #include "framework/kernels/layer.h"
 #include "framework/mil/ir.h"
 #include "framework/runtime/backend.h"
+#include "infer/engine_options.h"
 #include "models/arch/layer_desc.h"
 #include "models/formats/model.h"
 
 namespace anelab::infer {
 
-class Engine;
-struct PrefillStats;
 using kern::LayerWeights;
+
+// What the MIL prefill needs from the engine it runs for (infer::Engine is one): the model, its description and
+// weights, the thread pool, the KV cache it fills and the LM head it ends with.
+class PrefillHost {
+ public:
+  virtual const models::ModelConfig& config() const = 0;
+  virtual const models::ModelDesc& desc() const = 0;
+  virtual const EngineOptions& options() const = 0;
+  virtual int64_t context() const = 0;  // KV-cache positions
+  virtual ThreadPool& pool() = 0;
+  virtual const LayerWeights& layer(int64_t l) const = 0;
+  virtual mil::Dialect backend_dialect() const = 0;  // of the prefill backend's device profile
+  // x [n, dim] = the embeddings of tokens at positions pos..
+  virtual void embed(std::span<const int32_t> tokens, int64_t pos, float* x) = 0;
+  // Keys and values [n, kv_dim] of layer l at positions pos.. into the KV cache.
+  virtual void store_kv(int64_t l, int64_t pos, const float* k, const float* v, int64_t n) = 0;
+  // The final norm and LM head of x [n, dim]: the last row's logits, or every row's into all_logits when all.
+  virtual void head(const float* x, int64_t n, bool all, std::vector<float>* all_logits) = 0;
+
+ protected:
+  ~PrefillHost() = default;
+};
 
 // W8A8 activation scales: per layer, the scale of each conv input (kern::act_input_of names).
 using ActScales = std::vector<std::map<std::string, float>>;  // [layer] input -> scale
@@ -52,7 +74,7 @@ struct LayerKernelSource {
   mil::Program program;
   rt::Weights weights;
 };
-LayerKernelSource build_layer_kernel(const Engine& e, int64_t layer, int64_t S, const KernelWeights& kw = {});
+LayerKernelSource build_layer_kernel(const PrefillHost& e, int64_t layer, int64_t S, const KernelWeights& kw = {});
 // The same from the model description and one layer's weights (what the engine passes; tests use it directly):
 // the kernel's parameters are layer `layer`'s steps (its norms, q / k norms, window, RoPE, MLP). A step or parameter
 // the kernel lacks throws one line naming the layer, the step and "the MIL prefill" (models::unsupported).
@@ -65,7 +87,7 @@ LayerKernelSource build_layer_kernel(const models::ModelConfig& c, const LayerWe
 // W8A8 calibration: tokens (at positions 0..n-1, n <= the context) through the fp16 layer kernels on
 // `backend`, one layer after the other; each layer's scales are act_scale(max |x|) of its conv inputs
 // over the n real positions. Uses n_layers compiles of `backend`.
-ActScales calibrate_act_scales(Engine& e, std::span<const int32_t> tokens, rt::Backend& backend);
+ActScales calibrate_act_scales(PrefillHost& e, std::span<const int32_t> tokens, rt::Backend& backend);
 
 // Bucket for n tokens: the smallest m * 2^k >= n, capped at the context rounded up to a multiple of m,
 // where m = rt::dense_width_multiple(fp16) columns fill whole device rows (64 columns: 128-byte rows);
@@ -75,7 +97,7 @@ int64_t prefill_bucket(int64_t n, int64_t context);
 class MilPrefill {
  public:
   // ane_weights: "fp16" | "int8" | "w8a8" | "auto" (the device profile's auto_weights).
-  MilPrefill(Engine& e, const std::string& backend, const std::string& device, const std::string& ane_weights,
+  MilPrefill(PrefillHost& e, const std::string& backend, const std::string& device, const std::string& ane_weights,
              bool quiet);
   ~MilPrefill();
   // Runs the prefill when it can (pos == 0, the bucket compiles); false = caller uses the CPU path.
@@ -91,7 +113,7 @@ class MilPrefill {
   // and returns false: every prefill of this engine then runs on the CPU.
   bool self_check(const mil::Program& layer, int64_t S);
   void calibrate(std::span<const int32_t> prompt);
-  Engine& e_;
+  PrefillHost& e_;
   bool quiet_;
   rt::WeightPath weights_ = rt::WeightPath::kFp16;
   ActScales act_;  // kW8A8: calibrated on the first run

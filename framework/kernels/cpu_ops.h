@@ -1,6 +1,6 @@
 // The transformer's position and norm arithmetic on the CPU, written once for the inference engine
 // (infer/engine.cpp), the CPU training reference (train/cpu_model.cpp) and the MIL RoPE tables
-// (blocks.h rope_tables). Plain scalar C++ on one row at a time; callers split rows over their threads.
+// (nn.h rope_tables). Plain scalar C++ on one row at a time; callers split rows over their threads.
 //
 // Two conventions, because each side reproduces its own independent reference bit for bit:
 //   kRunc       RoPE frequency and angle in fp32, RMSNorm sum in fp32, rotation operands in llama2.c run.c's
@@ -16,7 +16,7 @@
 #include <span>
 #include <vector>
 
-#include "framework/kernels/blocks.h"
+#include "framework/kernels/nn.h"
 
 namespace anelab::kern::cpu {
 

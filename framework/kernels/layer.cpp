@@ -113,7 +113,7 @@ Attention attention(FunctionBuilder& b, const AttnParams& d, LayerSource& p, con
 }
 
 Taps attention_taps(FunctionBuilder& b, const Attention& a, const std::vector<std::string>& want) {
-  return pick("attention_block",
+  return pick("build_attention",
               {{"o", [&] { return a.o; }},
                {"attn", [&] { return a.attn; }},
                {"q_rope", [&] { return merge_heads(b, a.qh); }},
@@ -153,22 +153,22 @@ Ffn ffn(FunctionBuilder& b, const FfnParams& d, LayerSource& p, const std::funct
 
 }  // namespace
 
-Taps attention_block(FunctionBuilder& b, const AttnParams& d, LayerSource& p, const std::vector<std::string>& taps) {
+Taps build_attention(FunctionBuilder& b, const AttnParams& d, LayerSource& p, const std::vector<std::string>& taps) {
   const Attention a = attention(b, d, p, [&] { return p.input("x"); });
   return attention_taps(b, a, taps);
 }
 
-Taps ffn_block(FunctionBuilder& b, const FfnParams& d, LayerSource& p, const std::vector<std::string>& taps) {
+Taps build_ffn(FunctionBuilder& b, const FfnParams& d, LayerSource& p, const std::vector<std::string>& taps) {
   const Ffn f = ffn(b, d, p, [&] { return p.input("x"); });
   std::vector<std::pair<std::string, TapFn>> known = {{"y", [&] { return f.y; }},
                                                       {"h1", [&] { return f.h1; }},
                                                       {"gate", [&] { return f.gate; }},
                                                       {"xnorm", [&] { return f.xn; }}};
   if (gated_mlp(d.activation)) known.insert(known.begin() + 2, {"h3", [&] { return f.h3; }});
-  return pick("ffn_block", known, taps);
+  return pick("build_ffn", known, taps);
 }
 
-Taps layer_block(FunctionBuilder& b, const LayerParams& d, LayerSource& p, const std::vector<std::string>& attn_taps) {
+Taps build_layer(FunctionBuilder& b, const LayerParams& d, LayerSource& p, const std::vector<std::string>& attn_taps) {
   Value x;
   const Attention a = attention(b, d.attn, p, [&] { return x = p.input("x"); });
   Taps out = attention_taps(b, a, attn_taps);

@@ -13,13 +13,13 @@
 //   whole layer     x2 = x + o(x);  out = x2 + y(x2)
 // Each norm is RMSNorm (norm weight) or LayerNorm (weight and optional bias), by its NormParams; the mask keeps
 // the last `window` keys when the attention has a window. Activations are channel-first [1, C, 1, S] fp16
-// (blocks.h); every tap is a [1, C, 1, S] value.
+// (nn.h); every tap is a [1, C, 1, S] value.
 //
 // Taps (the values a caller may ask for, returned in the order asked):
-//   attention_block: o [D], attn [QD], q_rope [QD], k_rope [KVD], q [QD], k [KVD], v [KVD], xnorm [D]
+//   build_attention: o [D], attn [QD], q_rope [QD], k_rope [KVD], q [QD], k [KVD], v [KVD], xnorm [D]
 //                    (q_rope / k_rope after the q/k norms and RoPE; q / k the projections Wq·xnorm, Wk·xnorm)
-//   ffn_block:       y [D], h1 [H], h3 [H] (gated MLPs only), gate [H], xnorm [D]
-//   layer_block:     out [D] followed by the attention taps asked for
+//   build_ffn:       y [D], h1 [H], h3 [H] (gated MLPs only), gate [H], xnorm [D]
+//   build_layer:     out [D] followed by the attention taps asked for
 // Training asks attn_fwd for {o attn q_rope k_rope v xnorm} (+ {q k} with q/k norms) and ffn_fwd for {y h1 h3 gate
 // xnorm} (its backward kernels read them); the prefill asks the whole layer for {out k_rope v} (the KV cache).
 //
@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "framework/core/fp16.h"
-#include "framework/kernels/blocks.h"
+#include "framework/kernels/nn.h"
 #include "framework/quant/mat.h"
 
 namespace anelab::kern {
@@ -129,10 +129,10 @@ class LayerSource {
 using Taps = std::vector<std::pair<std::string, Value>>;
 
 // The attention half on input slot "x"; returns the taps asked for (names above), in that order.
-Taps attention_block(FunctionBuilder& b, const AttnParams& a, LayerSource& p, const std::vector<std::string>& taps);
+Taps build_attention(FunctionBuilder& b, const AttnParams& a, LayerSource& p, const std::vector<std::string>& taps);
 // The feed-forward half on input slot "x".
-Taps ffn_block(FunctionBuilder& b, const FfnParams& f, LayerSource& p, const std::vector<std::string>& taps);
+Taps build_ffn(FunctionBuilder& b, const FfnParams& f, LayerSource& p, const std::vector<std::string>& taps);
 // The whole layer with both residual adds on input slot "x": "out", then the attention taps asked for.
-Taps layer_block(FunctionBuilder& b, const LayerParams& d, LayerSource& p, const std::vector<std::string>& attn_taps);
+Taps build_layer(FunctionBuilder& b, const LayerParams& d, LayerSource& p, const std::vector<std::string>& attn_taps);
 
 }  // namespace anelab::kern

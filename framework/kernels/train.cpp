@@ -350,7 +350,7 @@ KernelSpec gen_attn_fwd(KernelGen& g) {
   std::vector<std::string> taps = {"o", "attn", "q_rope", "k_rope", "v", "xnorm"};
   if (s.q_norm) taps.push_back("q");
   if (s.k_norm) taps.push_back("k");
-  return g.finish(attention_block(g.b(), layer_params(s).attn, g, taps));
+  return g.finish(build_attention(g.b(), layer_params(s).attn, g, taps));
 }
 
 KernelSpec gen_ffn_fwd(KernelGen& g) {
@@ -359,7 +359,7 @@ KernelSpec gen_ffn_fwd(KernelGen& g) {
   g.vec("rms_ffn");
   for (const char* w : {"w1", "w3", "w2"}) g.mat(w, false);
   g.begin();
-  return g.finish(ffn_block(g.b(), layer_params(s).ffn, g, {"y", "h1", "h3", "gate", "xnorm"}));
+  return g.finish(build_ffn(g.b(), layer_params(s).ffn, g, {"y", "h1", "h3", "gate", "xnorm"}));
 }
 
 KernelSpec gen_ffn_bwd(KernelGen& g) {

@@ -54,8 +54,8 @@
 #include <string>
 #include <vector>
 
-#include "framework/kernels/blocks.h"
 #include "framework/kernels/layer.h"
+#include "framework/kernels/nn.h"
 #include "framework/mil/io_layout.h"
 #include "framework/runtime/backend.h"
 

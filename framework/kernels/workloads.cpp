@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "framework/core/fp16.h"
-#include "framework/kernels/blocks.h"
+#include "framework/kernels/nn.h"
 #include "framework/kernels/w8.h"
 #include "framework/mil/blob.h"
 #include "framework/mil/builder.h"

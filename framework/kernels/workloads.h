@@ -8,7 +8,7 @@
 //                      w8a8 x also goes through quantize/dequantize at scale 2^-4 (N(0, 1) inputs stay
 //                      below its saturation at 127 / 16 ~ 7.9)
 //   attention_core     q, k, v [1, H, S, HD] fp16 inputs -> softmax(q·kᵀ/sqrt(HD) + causal mask)·v
-//   attention_block    x [1, D, 1, S] -> Wq/Wk/Wv, heads, causal attention, merged heads, Wo ([D, D] each)
+//   build_attention    x [1, D, 1, S] -> Wq/Wk/Wv, heads, causal attention, merged heads, Wo ([D, D] each)
 //   dispatch           identity over [1, 32, 1, 64]: an evaluation with almost no work
 //   conv_chain         x [1, C, 1, S] -> n 1x1 convs C -> C in a row (distinct weights, sd 1/sqrt(C)): a working
 //                      set of n·C·C fp16 weights (`anelab probe`'s sram section)
@@ -65,7 +65,7 @@ struct RandomLayer {
 TrainShape probe_layer_shape();
 // GEMM flops of one evaluation of a training kernel at shape s (elementwise work not counted).
 double kernel_flops(KernelKind k, const TrainShape& s);
-// The programs `anelab probe` runs: conv1x1 768->2048 S=256 (fp16, int8 weights, w8a8), attention_block D=768 12 heads
+// The programs `anelab probe` runs: conv1x1 768->2048 S=256 (fp16, int8 weights, w8a8), build_attention D=768 12 heads
 // S=256, dispatch, conv_chain 1024 S=64 (two convs; the sram section runs up to 32), and each training kernel at
 // probe_layer_shape() (dynamic strategy).
 std::vector<Workload> probe_workloads();

@@ -10,7 +10,7 @@
 
 #include "framework/ane/native_backend.h"
 #include "framework/backends/registry.h"
-#include "framework/kernels/blocks.h"
+#include "framework/kernels/nn.h"
 #include "framework/mil/blob.h"
 #include "framework/mil/builder.h"
 #include "framework/mil/printer.h"

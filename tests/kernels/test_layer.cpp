@@ -58,7 +58,7 @@ void whole_layer_case(const kern::TrainShape& s) {
   mil::ProgramBuilder pb;
   auto& b = pb.function("main");
   BlobSource p(b, L);
-  const kern::Taps t = kern::layer_block(b, kern::layer_params(s), p, {"k_rope", "v"});
+  const kern::Taps t = kern::build_layer(b, kern::layer_params(s), p, {"k_rope", "v"});
   ASSERT_EQ(names(t), (std::vector<std::string>{"out", "k_rope", "v"}));
   b.output(b.named("out").concat({t[0].second, t[1].second, t[2].second}, 1));
   const F32 got = eval_program(pb.build(mil::Dialect::kIos18), p.weights(), {L.x}).at(0);  // [D + 2 KVD, S]
@@ -91,10 +91,10 @@ TEST(LayerBlock, TapsComeInTheOrderAskedAndUnknownOnesAreNamed) {
   auto& b = pb.function("main");
   BlobSource p(b, L);
   kern::LayerParams d = kern::layer_params(s);
-  EXPECT_EQ(names(kern::attention_block(b, d.attn, p, {"v", "xnorm", "o"})),
+  EXPECT_EQ(names(kern::build_attention(b, d.attn, p, {"v", "xnorm", "o"})),
             (std::vector<std::string>{"v", "xnorm", "o"}));
   try {
-    kern::attention_block(b, d.attn, p, {"qkv"});
+    kern::build_attention(b, d.attn, p, {"qkv"});
     ADD_FAILURE() << "tap qkv accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown tap 'qkv' (known: o attn q_rope k_rope q k v xnorm)"),
@@ -103,7 +103,7 @@ TEST(LayerBlock, TapsComeInTheOrderAskedAndUnknownOnesAreNamed) {
   }
   d.ffn.activation = Activation::kGeluTanh;  // a GELU MLP has no h3
   try {
-    kern::ffn_block(b, d.ffn, p, {"y", "h3"});
+    kern::build_ffn(b, d.ffn, p, {"y", "h3"});
     ADD_FAILURE() << "tap h3 accepted for a GELU MLP";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown tap 'h3' (known: y h1 gate xnorm)"), std::string::npos) << e.what();

@@ -14,7 +14,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "framework/kernels/blocks.h"
+#include "framework/kernels/nn.h"
 #include "framework/kernels/w8.h"
 #include "framework/mil/printer.h"
 #include "tests/kernels/kern_util.h"

@@ -1,9 +1,9 @@
-// Building blocks (framework/kernels/blocks.h) on the emulator against independent float64 loops.
+// Building blocks (framework/kernels/nn.h) on the emulator against independent float64 loops.
 // Inputs are fp16-exact, so the only error is fp16 rounding inside the block; limits are NMSE with
 // the number of chained roundings k stated per check (kern_util.h).
 #include <cmath>
 
-#include "framework/kernels/blocks.h"
+#include "framework/kernels/nn.h"
 #include "framework/runtime/device_profile.h"
 #include "tests/kernels/kern_util.h"
 
@@ -31,7 +31,7 @@ struct OneFn {
 
 constexpr int64_t D = 64, S = 64;
 
-TEST(KernelBlocks, RmsNormMatchesFloat64) {
+TEST(KernelNn, RmsNormMatchesFloat64) {
   OneFn f;
   F32 x = rand_f16(D * S, 2.0, 1), w = rand_f16(D, 1.0, 2);
   auto y = f.run(kern::rms_norm(f.b, f.in("x", D, S, x), f.blobs.vector(f.b, "rms", w), 1e-5))[0];
@@ -48,7 +48,7 @@ TEST(KernelBlocks, RmsNormMatchesFloat64) {
   EXPECT_LT(e, fp16_nmse(8));
 }
 
-TEST(KernelBlocks, LayerNormAndActivationsMatchFloat64) {
+TEST(KernelNn, LayerNormAndActivationsMatchFloat64) {
   OneFn f;
   F32 x = rand_f16(D * S, 3.0, 3), g = rand_f16(D, 1.0, 4), bt = rand_f16(D, 0.5, 5);
   Value xv = f.in("x", D, S, x);
@@ -78,7 +78,7 @@ TEST(KernelBlocks, LayerNormAndActivationsMatchFloat64) {
   }
 }
 
-TEST(KernelBlocks, LinearConvAndRuntimeMatricesAgree) {
+TEST(KernelNn, LinearConvAndRuntimeMatricesAgree) {
   const int64_t OC =
       128;  // != D (catches transposes), a multiple of 64 (the row-stride rule for the [1, D, 1, OC] input)
   OneFn f;
@@ -144,15 +144,15 @@ void rope_case(RopeStyle style, int64_t H = 4, int64_t HD = 16, int64_t S = test
   EXPECT_LT(e, fp16_nmse(6));
   EXPECT_LT(ei, fp16_nmse(12));
 }
-TEST(KernelBlocks, RopeAdjacentPairsMatchesLlama2c) { rope_case(RopeStyle::kAdjacentPairs); }
-TEST(KernelBlocks, RopeRotateHalfMatchesHf) { rope_case(RopeStyle::kRotateHalf); }
+TEST(KernelNn, RopeAdjacentPairsMatchesLlama2c) { rope_case(RopeStyle::kAdjacentPairs); }
+TEST(KernelNn, RopeRotateHalfMatchesHf) { rope_case(RopeStyle::kRotateHalf); }
 // Issue 17 item 8: at S=1024, HD=128 the pairs view [1, H, S*HD/2, 2] would have a dimension of 65536
 // (the cap, taken as exclusive): the [H, S, HD/2, 2] view must give the same rotation.
-TEST(KernelBlocks, RopeAdjacentPairsPastTheDimensionCap) { rope_case(RopeStyle::kAdjacentPairs, 1, 128, 1024); }
+TEST(KernelNn, RopeAdjacentPairsPastTheDimensionCap) { rope_case(RopeStyle::kAdjacentPairs, 1, 128, 1024); }
 
 // Issue 17 item 8: gqa_expand / gqa_reduce and the RoPE pairs view at S=1024 keep every dimension of
 // every op below 65536 and pass the device checks of every profile.
-TEST(KernelBlocks, GqaAndRopeStayBelowTheDimensionCapAtS1024) {
+TEST(KernelNn, GqaAndRopeStayBelowTheDimensionCapAtS1024) {
   const int64_t KVH = 2, REP = 2, HD = 128, SL = 1024;
   mil::ProgramBuilder pb;
   auto& b = pb.function("main");
@@ -176,7 +176,7 @@ TEST(KernelBlocks, GqaAndRopeStayBelowTheDimensionCapAtS1024) {
 }
 
 // GQA: query head h must read kv head h / n_rep (contiguous repeat), and gqa_reduce is its adjoint.
-TEST(KernelBlocks, GqaExpandRepeatsEachKvHeadContiguously) {
+TEST(KernelNn, GqaExpandRepeatsEachKvHeadContiguously) {
   const int64_t KVH = 4, REP = 2, HD = 8;
   OneFn f;
   F32 kv(KVH * HD * S);
@@ -192,7 +192,7 @@ TEST(KernelBlocks, GqaExpandRepeatsEachKvHeadContiguously) {
   for (size_t i = 0; i < kv.size(); ++i) ASSERT_EQ(y[off + i], round_fp16(REP * kv[i]));
 }
 
-TEST(KernelBlocks, CausalAttentionWithGqaMatchesFloat64) {
+TEST(KernelNn, CausalAttentionWithGqaMatchesFloat64) {
   const int64_t H = 4, KVH = 2, HD = 16;
   OneFn f;
   F32 q = rand_f16(H * HD * S, 1.0, 10), k = rand_f16(KVH * HD * S, 1.0, 11), v = rand_f16(KVH * HD * S, 1.0, 12);

@@ -1,7 +1,7 @@
-// Building blocks of Llama/GPT-style transformer kernels, as compositions of a few MIL ops on the
-// typed builder (framework/mil/builder.h). The transformer layer built from them is layer.h (used by the
-// training kernels, framework/kernels/train.h, and the inference prefill); the backward kernels use them
-// directly. Every block takes and returns builder Values; shapes are checked
+// The nn functions of Llama/GPT-style transformer kernels (norms, linear, activations, RoPE, attention), as
+// compositions of a few MIL ops on the typed builder (framework/mil/builder.h). The transformer layer built
+// from them is layer.h (used by the training kernels, framework/kernels/train.h, and the inference prefill);
+// the backward kernels use them directly. Every function takes and returns builder Values; shapes are checked
 // by the builder, so a wrong shape throws here, naming the op.
 //
 // Layouts (ane_digest §4.1): activations are channel-first [1, C, 1, S]; attention works on heads
@@ -70,7 +70,7 @@ class BlobSet {
 std::vector<float> causal_mask(int64_t seq, int64_t window = 0);
 
 using anelab::rope_style_name;
-using anelab::RopeStyle;  // framework/core/arch_types.h (kNone is not a rotation: blocks treat it as kRotateHalf)
+using anelab::RopeStyle;  // framework/core/arch_types.h (kNone is not a rotation: rope() treats it as kRotateHalf)
 
 // cos / sin tables [S, HD] (row-major, position-major) for positions pos0 .. pos0+S-1, laid out for
 // `style`: adjacent pairs duplicate angle i at columns 2i and 2i+1; rotate-half at i and i + HD/2.
@@ -83,7 +83,7 @@ struct RopeTables {
 RopeTables rope_tables(int64_t seq, int64_t head_dim, double theta, RopeStyle style, int64_t pos0 = 0,
                        const RopeScaling& scaling = {}, double linear = 1.0);
 
-// ---- blocks -------------------------------------------------------------------------------------
+// ---- functions ----------------------------------------------------------------------------------
 // RMSNorm over channels as the ANE code does (digest §5.3): x*x, reduce_sum(axis 1), *1/D, +eps,
 // pow(-0.5), x*r, *w.  x [1, D, 1, S], w [1, D, 1, 1] (const or slice). Returns [1, D, 1, S].
 Value rms_norm(FunctionBuilder& b, const Value& x, const Value& w, double eps);

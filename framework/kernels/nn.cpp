@@ -1,5 +1,5 @@
-// Transformer building blocks as MIL compositions (see blocks.h).
-#include "framework/kernels/blocks.h"
+// The nn functions of a transformer as MIL compositions (see nn.h).
+#include "framework/kernels/nn.h"
 
 #include <cmath>
 #include <memory>
