@@ -42,7 +42,10 @@ MilLayer mil_layer(const models::ModelDesc& d, int64_t layer) {
     if (s.post_norm.has_value() != steps[0].post_norm.has_value()) refuse("a post-norm on one step only");
     if (s.post_norm && !s.post_norm->bias.empty()) refuse("a post-norm with a bias");
     if (s.residual_scale != 1.0f) refuse(cat("residual scale ", s.residual_scale));
+    if (s.kind == models::StepKind::kLinearAttention) refuse("a Gated DeltaNet mixer (its MIL prefill is not written)");
     if (s.kind == models::StepKind::kAttention) {
+      if (s.attn.output_gate) refuse("an attention output gate");
+      if (s.attn.rope.dims != 0 && s.attn.rope.dims != s.attn.head_dim) refuse("partial RoPE");
       if (s.attn.score_softcap > 0.0f) refuse(cat("score soft-capping (cap ", s.attn.score_softcap, ")"));
       if (s.attn.q_norm.has_value() != s.attn.k_norm.has_value()) refuse("a q norm without a k norm or back");
     }

@@ -28,7 +28,8 @@ void check_trainable(const models::ModelConfig& c) {
                                     {c.activation == models::Activation::kGeluTanh, "a GELU MLP"},
                                     {c.learned_pos || c.rope_style == models::RopeStyle::kNone, "learned positions"},
                                     {c.qkv_bias || c.attn_out_bias || c.mlp_bias, "bias tensors"},
-                                    {c.head_dim % 2 != 0, "an odd head_dim (RoPE rotates pairs)"}});
+                                    {c.head_dim % 2 != 0, "an odd head_dim (RoPE rotates pairs)"},
+                                    {c.full_attention_interval > 0, "linear-attention (Gated DeltaNet) layers"}});
   if (!lacks.empty())
     fail(
         "train", "model '", c.arch, "': ", lacks,
@@ -69,6 +70,8 @@ void check_kernel_steps(const models::ModelDesc& d, const std::string& strategy)
           if (s.ffn.activation != models::Activation::kSilu)
             models::unsupported("train", ex, l, s.kind, "an MLP other than SwiGLU");
           break;
+        case models::StepKind::kLinearAttention:
+          models::unsupported("train", ex, l, s.kind, "a Gated DeltaNet mixer");
       }
     }
   }
