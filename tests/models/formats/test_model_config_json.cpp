@@ -91,6 +91,15 @@ TEST(ModelConfigJson, EveryKeyIsWrittenAndRead) {
   for (const auto& [k, v] : j.items()) {
     json cut = j;
     cut.erase(k);
+    if (k.starts_with("linear_")) {  // optional, but a model with linear-attention layers needs every one of them
+      try {
+        model_config_from_json(cut, "m.anelab", "model", "config.");
+        ADD_FAILURE() << k << " absent with full_attention_interval set was accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(k), std::string::npos) << e.what();
+      }
+      continue;
+    }
     if (k == "qk_norm" || optional_key(k)) {  // optional everywhere (older files lack it): absent reads as the default
       EXPECT_NE(model_config_from_json(cut, "m.anelab", "model", "config."), c);
       continue;
