@@ -73,8 +73,7 @@ void Engine::begin_state(int64_t pos) {
     std::fill(cstate_.data(), cstate_.data() + cstate_.size(), 0.0f);
   } else if (pos != state_pos_) {
     fail("infer", "the linear-attention state holds positions [0, ", state_pos_, "); a forward from position ", pos,
-         " would need it at that position (a recurrent state cannot rewind: no prompt-cache prefix reuse or "
-         "speculative rollback on linear-attention models; start again from position 0)");
+         " would need it at that position (a recurrent state cannot rewind: start again from position 0)");
   }
 }
 
