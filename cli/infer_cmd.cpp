@@ -349,6 +349,12 @@ void run_bench(const InferArgs& a) {
       "of %lld)\n",
       infer::kv_type_name(e.options().kv_type), kv_pos / 1024, kv_pos * pos / (1 << 20), static_cast<long long>(pos),
       kv_pos * e.context() / (1 << 20), static_cast<long long>(e.context()));
+  if (e.state_bytes() > 0)  // linear-attention layers: a fixed-size recurrent state instead of KV rows
+    std::printf(
+        "recurrent state f32: %.1f MiB (%lld linear-attention layers, any context); KV + state for the context "
+        "of %lld: %.1f MiB\n",
+        static_cast<double>(e.state_bytes()) / (1 << 20), static_cast<long long>(e.config().n_layers - e.kv_layers()),
+        static_cast<long long>(e.context()), (kv_pos * e.context() + static_cast<double>(e.state_bytes())) / (1 << 20));
   std::printf("peak RSS %.1f MiB; weight matrices %.1f MiB (ratio %.2f)\n", peak_rss_kb() / 1024.0, wbytes / (1 << 20),
               peak_rss_kb() * 1024.0 / std::max(1.0, static_cast<double>(e.model().total_bytes())));
 }

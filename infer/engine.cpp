@@ -71,6 +71,7 @@ Engine::Engine(models::Model model, const EngineOptions& opt)
   check_supported();
   ctx_ = opt.context > 0 ? std::min(opt.context, c.max_seq_len) : c.max_seq_len;
   chunk_ = std::max<int64_t>(1, std::min(opt.prefill_chunk, ctx_));
+  plan_layers();
   try {
     load_weights();
   } catch (const std::bad_alloc&) {
@@ -81,7 +82,7 @@ Engine::Engine(models::Model model, const EngineOptions& opt)
   }
   // The cache is reserved whole (its pages become resident only when written), so a context that could never
   // be filled is refused here, in one line, rather than by the OS in the middle of a long generation.
-  const std::string refusal = kv_cache_refusal(ctx_, kv_bytes_per_position(), opt_.kv_type, c.n_layers, c.max_seq_len,
+  const std::string refusal = kv_cache_refusal(ctx_, kv_bytes_per_position(), opt_.kv_type, n_kv_layers_, c.max_seq_len,
                                                platform::machine_memory());
   if (!refusal.empty()) fail("infer", refusal);
   const int64_t kv = ctx_ * kv_bytes_per_position() / 2;
@@ -119,7 +120,8 @@ void Engine::check_supported() const { check_engine_supports(desc_, model_.confi
 
 void check_engine_supports(const models::ModelDesc& desc_, const models::ModelConfig& c) {
   for (size_t l = 0; l < desc_.layers.size(); ++l) {
-    bool seen[2] = {false, false};
+    bool seen[models::kStepKinds] = {};
+    bool mixers = false;  // an attention or linear-attention step: one mixer per layer
     for (const models::Step& s : desc_.layers[l].steps) {
       auto refuse = [&](const std::string& what) {
         models::unsupported("infer", kExecutor, static_cast<int64_t>(l), s.kind, what);
@@ -127,6 +129,10 @@ void check_engine_supports(const models::ModelDesc& desc_, const models::ModelCo
       bool& twice = seen[static_cast<size_t>(s.kind)];
       if (twice) refuse("a second step of this kind in one layer (one set of weights per layer)");
       twice = true;
+      if (s.kind != models::StepKind::kFfn) {
+        if (mixers) refuse("attention and linear attention in one layer (one set of weights per layer)");
+        mixers = true;
+      }
       if (s.post_norm && !s.post_norm->bias.empty()) refuse("a post-norm with a bias (" + s.post_norm->bias + ")");
       switch (s.kind) {
         case models::StepKind::kAttention: {
@@ -137,6 +143,18 @@ void check_engine_supports(const models::ModelDesc& desc_, const models::ModelCo
                        " (the KV cache and scratch are sized by the model's)"));
           for (const auto* qk : {&a.q_norm, &a.k_norm})
             if (*qk && (*qk)->kind != models::NormType::kRms) refuse("a q/k norm other than RMSNorm");
+          if (a.output_gate && !a.bq.empty()) refuse("an output gate with a q bias");
+          if (a.rope.dims < 0 || a.rope.dims > a.head_dim || a.rope.dims % 2)
+            refuse(cat("RoPE on ", a.rope.dims, " of ", a.head_dim, " dims (an even count up to head_dim)"));
+          break;
+        }
+        case models::StepKind::kLinearAttention: {
+          const models::DeltaNetDesc& d = s.deltanet;
+          if (d.n_k_heads != c.linear_k_heads || d.n_v_heads != c.linear_v_heads || d.k_dim != c.linear_k_dim ||
+              d.v_dim != c.linear_v_dim || d.conv_kernel != c.linear_conv_kernel)
+            refuse(cat(d.n_k_heads, " key heads of ", d.k_dim, ", ", d.n_v_heads, " value heads of ", d.v_dim,
+                       ", conv kernel ", d.conv_kernel, " (the state and scratch are sized by the model's)"));
+          if (d.norm.kind != models::NormType::kRms || !d.norm.bias.empty()) refuse("a gated norm other than RMSNorm");
           break;
         }
         case models::StepKind::kFfn:
@@ -161,10 +179,11 @@ void Engine::plan_rope() {
         RopeTable t;
         t.rope = a.rope;
         t.head_dim = a.head_dim;
-        t.freq = kern::cpu::rope_freqs(a.head_dim, a.rope.theta, kern::cpu::Numerics::kRunc, a.rope.scaling,
+        t.dims = a.rope.dims > 0 ? a.rope.dims : a.head_dim;
+        t.freq = kern::cpu::rope_freqs(t.dims, a.rope.theta, kern::cpu::Numerics::kRunc, a.rope.scaling,
                                        a.rope.linear_factor);
-        t.cos.resize(static_cast<size_t>(chunk_ * (a.head_dim / 2)));
-        t.sin.resize(static_cast<size_t>(chunk_ * (a.head_dim / 2)));
+        t.cos.resize(static_cast<size_t>(chunk_ * (t.dims / 2)));
+        t.sin.resize(static_cast<size_t>(chunk_ * (t.dims / 2)));
         ropes_.push_back(std::move(t));
         it = ropes_.end() - 1;
       }
@@ -174,16 +193,20 @@ void Engine::plan_rope() {
 }
 
 int64_t Engine::kv_bytes_per_position() const {
-  return 2 * config().n_layers * config().kv_dim() * kv_type_bytes(opt_.kv_type);
+  return 2 * n_kv_layers_ * config().kv_dim() * kv_type_bytes(opt_.kv_type);
 }
 
 KvView Engine::kv_rows(int64_t l) const {
-  const int64_t off = l * ctx_ * config().kv_dim() * kv_type_bytes(opt_.kv_type);
+  const int64_t slot = kv_slot_[static_cast<size_t>(l)];
+  ANELAB_CHECK(slot >= 0, "infer", "layer ", l, " has no KV cache rows (a linear-attention layer)");
+  const int64_t off = slot * ctx_ * config().kv_dim() * kv_type_bytes(opt_.kv_type);
   return {kcache_.data() + off, vcache_.data() + off, opt_.kv_type};
 }
 
 void Engine::store_kv(int64_t l, int64_t pos, const float* k, const float* v, int64_t n) {
-  const int64_t kvd = config().kv_dim(), count = n * kvd, off = (l * ctx_ + pos) * kvd;
+  const int64_t slot = kv_slot_[static_cast<size_t>(l)];
+  ANELAB_CHECK(slot >= 0, "infer", "layer ", l, " has no KV cache rows (a linear-attention layer)");
+  const int64_t kvd = config().kv_dim(), count = n * kvd, off = (slot * ctx_ + pos) * kvd;
   if (opt_.kv_type == KvType::kF16) {
     float_to_half(k, reinterpret_cast<half_bits*>(kcache_.data()) + off, static_cast<size_t>(count));
     float_to_half(v, reinterpret_cast<half_bits*>(vcache_.data()) + off, static_cast<size_t>(count));
@@ -322,6 +345,11 @@ void Engine::load_step(const models::Step& s, LayerWeights& L) {
       L.ffn_post_norm = norm_weight(s.post_norm);
       break;
     }
+    case models::StepKind::kLinearAttention:  // the mixer's norms where an attention step's go; weights: load_deltanet
+      L.attn_norm = norm_weight(s.pre_norm);
+      L.attn_norm_b = s.pre_norm ? vec(s.pre_norm->bias) : std::span<const float>{};
+      L.attn_post_norm = norm_weight(s.post_norm);
+      break;
   }
 }
 
@@ -334,8 +362,12 @@ void Engine::load_weights() {
   norm_ = norm_weight(desc_.head.norm);
   norm_b_ = vec(desc_.head.norm.bias);
   layers_.resize(desc_.layers.size());
+  delta_.resize(desc_.layers.size());
   for (size_t l = 0; l < desc_.layers.size(); ++l)
-    for (const models::Step& s : desc_.layers[l].steps) load_step(s, layers_[l]);
+    for (const models::Step& s : desc_.layers[l].steps) {
+      load_step(s, layers_[l]);
+      if (s.kind == models::StepKind::kLinearAttention) load_deltanet(s.deltanet, delta_[l]);
+    }
 }
 
 namespace {
@@ -348,6 +380,7 @@ struct StepNorms {
 StepNorms step_norms(const LayerWeights& L, models::StepKind k) {
   switch (k) {
     case models::StepKind::kAttention:
+    case models::StepKind::kLinearAttention:
       return {L.attn_norm, L.attn_norm_b, L.attn_post_norm};
     case models::StepKind::kFfn:
       return {L.ffn_norm, L.ffn_norm_b, L.ffn_post_norm};
@@ -403,15 +436,22 @@ void Engine::elementwise(int64_t count, FunctionRef<void(int64_t, int64_t)> fn) 
     fn(0, count);
 }
 
-// Rotates q or k rows [n, heads*head_dim] by the angles of t that forward_cpu filled.
+// Rotates q or k rows [n, heads*head_dim] by the angles of t that forward_cpu filled: the first t.dims of each head
+// (all of them unless the RoPE is partial).
 void Engine::rope_rows(float* x, int64_t n, int64_t heads, const RopeTable& t) {
-  const int64_t hd = t.head_dim, half = hd / 2;
+  const int64_t hd = t.head_dim, half = t.dims / 2;
   const auto style = t.rope.style == models::RopeStyle::kAdjacentPairs ? kern::RopeStyle::kAdjacentPairs
                                                                        : kern::RopeStyle::kRotateHalf;
   auto rows = [&](int64_t r0, int64_t r1) {
-    for (int64_t i = r0; i < r1; ++i)
-      kern::cpu::rope_row(x + i * heads * hd, heads, hd, style, t.cos.data() + i * half, t.sin.data() + i * half,
-                          kern::cpu::Numerics::kRunc);
+    for (int64_t i = r0; i < r1; ++i) {
+      const float* cs = t.cos.data() + i * half;
+      const float* sn = t.sin.data() + i * half;
+      if (t.dims == hd)
+        kern::cpu::rope_row(x + i * heads * hd, heads, hd, style, cs, sn, kern::cpu::Numerics::kRunc);
+      else
+        for (int64_t h = 0; h < heads; ++h)
+          kern::cpu::rope_row(x + (i * heads + h) * hd, 1, t.dims, style, cs, sn, kern::cpu::Numerics::kRunc);
+    }
   };
   if (n * heads * hd >= (1 << 14))
     pool_.parallel_for(n, 1, rows);
@@ -451,15 +491,19 @@ void Engine::add_rows(float* x, const float* y, int64_t count, float scale) {
 // 64/128/192/256; one query at a time otherwise).
 void Engine::attention(int64_t l, const models::AttnDesc& a, int64_t pos, int64_t n) {
   const LayerWeights& L = layers_[static_cast<size_t>(l)];
+  float* const qp = a.output_gate ? qg_.data() : q_.data();  // gated: per head [q | gate], split below
   if (n == 1) {
-    gemv(pool_,
-         {{&L.wq, opt_ptr(L.bq), q_.data()}, {&L.wk, opt_ptr(L.bk), k_.data()}, {&L.wv, opt_ptr(L.bv), v_.data()}},
+    gemv(pool_, {{&L.wq, opt_ptr(L.bq), qp}, {&L.wk, opt_ptr(L.bk), k_.data()}, {&L.wv, opt_ptr(L.bv), v_.data()}},
          xb_.data());
   } else {
-    gemm(pool_, L.wq, opt_ptr(L.bq), xb_.data(), n, q_.data());
+    gemm(pool_, L.wq, opt_ptr(L.bq), xb_.data(), n, qp);
     gemm(pool_, L.wk, opt_ptr(L.bk), xb_.data(), n, k_.data());
     gemm(pool_, L.wv, opt_ptr(L.bv), xb_.data(), n, v_.data());
   }
+  const int64_t hd = a.head_dim;
+  if (a.output_gate)
+    for (int64_t r = 0; r < n * a.n_heads; ++r)
+      std::memcpy(q_.data() + r * hd, qg_.data() + r * 2 * hd, static_cast<size_t>(hd) * sizeof(float));
   if (a.q_norm) head_norm_rows(q_.data(), *a.q_norm, L.q_norm, n * a.n_heads, a.head_dim);  // before RoPE
   if (a.k_norm) head_norm_rows(k_.data(), *a.k_norm, L.k_norm, n * a.n_kv_heads, a.head_dim);
   if (const int r = layer_rope_[static_cast<size_t>(l)]; r >= 0) {
@@ -469,6 +513,13 @@ void Engine::attention(int64_t l, const models::AttnDesc& a, int64_t pos, int64_
   store_kv(l, pos, k_.data(), v_.data(), n);
   const AttentionShape s{a.n_heads, a.n_kv_heads, a.head_dim, a.score_scale, a.window};
   attn_.run(pool_, s, q_.data(), kv_rows(l), pos, n, att_.data());
+  if (a.output_gate)  // att *= sigmoid(gate), per head
+    elementwise(n * a.n_heads * hd, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const float g = qg_[(i / hd) * 2 * hd + hd + i % hd];
+        att_[i] *= 1.0f / (1.0f + std::exp(-g));
+      }
+    });
   gemm(pool_, L.wo, opt_ptr(L.bo), att_.data(), n, xb_.data());
 }
 
@@ -521,6 +572,9 @@ void Engine::run_step(int64_t l, const models::Step& s, int64_t pos, int64_t n) 
     case models::StepKind::kFfn:
       ffn(s.ffn, L, n);
       break;
+    case models::StepKind::kLinearAttention:
+      linear_attention(l, s.deltanet, n);
+      break;
   }
   if (s.post_norm) norm_rows(xb_.data(), *s.post_norm, w.post, {}, n, xb_.data());
   add_rows(x, xb_.data(), n * D, s.residual_scale);
@@ -528,11 +582,13 @@ void Engine::run_step(int64_t l, const models::Step& s, int64_t pos, int64_t n) 
 
 void Engine::forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits) {
   const int64_t n = static_cast<int64_t>(tokens.size());
+  begin_state(pos);
   embed(tokens, pos, x_.data());
   for (RopeTable& t : ropes_)
     kern::cpu::rope_half_tables(n, t.freq, pos, kern::cpu::Numerics::kRunc, t.cos.data(), t.sin.data());
   for (size_t l = 0; l < desc_.layers.size(); ++l)
     for (const models::Step& s : desc_.layers[l].steps) run_step(static_cast<int64_t>(l), s, pos, n);
+  state_pos_ = pos + n;
   head(x_.data(), n, all_logits != nullptr, all_logits);
 }
 

@@ -1,7 +1,8 @@
 // The inference engine: one transformer forward for every architecture of models/arch/, with a KV cache. The
 // CPU path walks the model's description (models/arch/layer_desc.h, built by its architecture): each step kind
-// (attention, FFN) and each norm, RoPE and activation kind is implemented once here, and no architecture flag
-// of the config is read; a step or parameter it does not implement is refused at construction in one line.
+// (attention, FFN, linear attention: infer/engine_linear.cpp) and each norm, RoPE and activation kind is implemented
+// once here, and no architecture flag of the config is read; a step or parameter it does not implement is refused
+// at construction in one line. Linear-attention layers keep a recurrent state next to the KV cache (state_bytes).
 //
 //   - decode(token, pos): one token on the CPU (fused GEMVs over a persistent 2-thread pool), logits out;
 //   - prefill(tokens, pos): many tokens at once. With backend "cpu" a batched CPU GEMM path (the
@@ -31,6 +32,7 @@
 #include "framework/mil/ir.h"
 #include "framework/runtime/device_profile.h"
 #include "infer/cpu_attention.h"
+#include "infer/cpu_deltanet.h"
 #include "infer/cpu_math.h"
 #include "infer/engine_options.h"
 #include "infer/prefill_mil.h"
@@ -85,14 +87,21 @@ class Engine final : public PrefillHost {
   int64_t weight_bytes() const { return weight_bytes_; }
   int64_t tiled_bytes() const { return tiled_bytes_; }  // bytes of matrices held as row tiles (tiled_rows)
 
-  // The KV cache: the one place that knows its layout, [n_layers, context, kv_dim] of options().kv_type for
-  // the keys and again for the values.
-  // Layer l's rows from position 0, as the attention kernels read them.
+  // The KV cache: the one place that knows its layout, [attention layers, context, kv_dim] of options().kv_type for
+  // the keys and again for the values (a linear-attention layer has no rows: its state is below).
+  // Layer l's rows from position 0, as the attention kernels read them (l an attention layer).
   KvView kv_rows(int64_t l) const;
   // Writes rows pos..pos+n-1 of layer l from k, v [n, kv_dim] fp32 (rounded to nearest even when fp16).
   void store_kv(int64_t l, int64_t pos, const float* k, const float* v, int64_t n) override;
-  // Cache bytes per position, keys and values of every layer: 2 * n_layers * kv_dim * element bytes.
+  // Cache bytes per position, keys and values of every attention layer: 2 * kv_layers() * kv_dim * element bytes.
   int64_t kv_bytes_per_position() const;
+  int64_t kv_layers() const { return n_kv_layers_; }  // layers with an attention step (all but linear-attention ones)
+  // The recurrent state of the linear-attention layers, kept with the KV cache: per such layer the delta-rule state
+  // [n_v_heads, k_dim, v_dim] and the conv state [conv_kernel - 1, conv_dim], fp32, independent of the context.
+  // It holds positions [0, state_pos()): a forward from position 0 resets it, one from state_pos() continues it, any
+  // other position is refused (a rewind cannot be undone from a recurrent state).
+  int64_t state_bytes() const;
+  int64_t state_pos() const { return state_pos_; }
 
   // Internal pieces used by the MIL prefill path.
   const LayerWeights& layer(int64_t l) const override { return layers_[static_cast<size_t>(l)]; }
@@ -107,8 +116,9 @@ class Engine final : public PrefillHost {
   struct RopeTable {
     models::RopeDesc rope;
     int64_t head_dim = 0;
-    std::vector<double> freq;     // [head_dim/2] frequencies (fp32 values, run.c / HF order)
-    std::vector<float> cos, sin;  // [chunk, head_dim/2] angles of the current forward's positions
+    int64_t dims = 0;             // rotated leading dims of each head (head_dim unless partial)
+    std::vector<double> freq;     // [dims/2] frequencies (fp32 values, run.c / HF order)
+    std::vector<float> cos, sin;  // [chunk, dims/2] angles of the current forward's positions
   };
 
   void check_supported() const;  // throws naming the first step or parameter the CPU path does not implement
@@ -123,6 +133,15 @@ class Engine final : public PrefillHost {
   void run_step(int64_t l, const models::Step& s, int64_t pos, int64_t n);
   void attention(int64_t l, const models::AttnDesc& a, int64_t pos, int64_t n);
   void ffn(const models::FfnDesc& f, const LayerWeights& L, int64_t n);
+  // A Gated DeltaNet layer's weights (the CPU engine's own: the MIL kernels have no such layer).
+  struct DeltaWeights {
+    Mat qkv, z, b, a, out;                              // [conv_dim, dim], [v, dim], [Hv, dim] x2, [dim, v]
+    std::span<const float> conv, a_log, dt_bias, norm;  // [conv_dim, K], [Hv], [Hv], [v_dim]
+  };
+  void plan_layers();  // kv_slot_, lin_slot_ and the linear-attention scratch and state
+  void load_deltanet(const models::DeltaNetDesc& d, DeltaWeights& W);
+  void linear_attention(int64_t l, const models::DeltaNetDesc& d, int64_t n);
+  void begin_state(int64_t pos);  // resets or checks the linear-attention state for a forward from pos
   void elementwise(int64_t count, FunctionRef<void(int64_t, int64_t)> fn);
   void rope_rows(float* x, int64_t n, int64_t heads, const RopeTable& t);
   void add_rows(float* x, const float* y, int64_t count, float scale);
@@ -153,6 +172,19 @@ class Engine final : public PrefillHost {
   std::vector<RopeTable> ropes_;  // the distinct RoPEs of the layers
   std::vector<int> layer_rope_;   // [n_layers] index into ropes_; -1: the layer has no RoPE
   std::vector<float> logits_;     // [vocab]
+  // Layer kinds: the cache slot of each attention layer and the state slot of each linear-attention layer (-1: none).
+  std::vector<int64_t> kv_slot_, lin_slot_;  // [n_layers]
+  int64_t n_kv_layers_ = 0, n_lin_layers_ = 0;
+  Scratch<float> qg_;  // [chunk, 2*q_dim]: a gated attention's q projection, per head [q | gate]
+  // The linear-attention layers (all of one shape, models::DeltaNetDesc; C = conv_dim, V = Hv*v_dim, Q = Hk*k_dim):
+  std::vector<DeltaWeights> delta_;                 // [n_layers], filled for the linear-attention layers
+  models::DeltaNetDesc lin_;                        // their shape (the first one's)
+  Scratch<float> dstate_;                           // [n_lin, Hv, k_dim, v_dim] delta-rule states
+  Scratch<float> cstate_;                           // [n_lin, K-1, C] conv states (oldest input first)
+  Scratch<float> lqkv_, lmix_, lq_, lk_, lv_, lz_;  // [chunk, C] x2, [chunk, Q] x2, [chunk, V] x2
+  Scratch<float> lb_, la_, lo_;                     // [chunk, Hv] beta, [chunk, Hv] g, [chunk, V] output
+  std::unique_ptr<DeltaRuleChunked> chunked_;       // the prefill's chunked delta rule and its scratch
+  int64_t state_pos_ = 0;
   PrefillStats stats_;
   std::unique_ptr<MilPrefill> mil_;
 };

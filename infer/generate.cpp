@@ -146,6 +146,10 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer& tk, const std::v
   return generate_tokens(e, &tk, prompt, cached, o, sink);
 }
 
+int64_t reusable_prefix(const Engine& e, int64_t common) {
+  return e.state_bytes() > 0 && common != e.state_pos() ? 0 : common;
+}
+
 GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::vector<int32_t>& prompt, int64_t cached,
                                const GenerateOptions& o, const TextSink& sink) {
   GenerateResult r;
@@ -173,6 +177,7 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::v
 
   const auto t0 = Clock::now();
   std::vector<float> logits(static_cast<size_t>(vocab));
+  cached = reusable_prefix(e, cached);
   const float* lp = e.prefill(std::span<const int32_t>(prompt).subspan(static_cast<size_t>(cached)), cached);
   r.prefill = e.last_prefill();
   r.prefill_ms = ms_since(t0);
@@ -199,6 +204,9 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::v
   ANELAB_CHECK(o.draft_max <= 0 || e.options().backend == "cpu", "infer",
                "speculative decoding (--draft-max) needs the CPU prefill backend (--backend cpu); this engine's is ",
                e.options().backend);
+  ANELAB_CHECK(o.draft_max <= 0 || e.state_bytes() == 0, "infer",
+               "speculative decoding (--draft-max) is not supported on ", e.config().arch,
+               ": its linear-attention layers' recurrent state cannot roll back rejected drafts");
   std::vector<float> spec_rows;
   std::vector<int32_t> spec_in;
   int64_t spec_from = -1;

@@ -90,8 +90,12 @@ void check_vocab_fits(int64_t tokenizer_vocab, const std::string& tokenizer_name
 // its vocab asks for it.
 GenerateResult generate(Engine& e, const tok::Tokenizer& tk, std::string_view prompt, const GenerateOptions& o,
                         const TextSink& sink);
+// How much of a common prefix of `common` tokens the engine's cache can continue from: all of it, except on a model
+// with linear-attention layers, whose recurrent state resumes only where it stopped (Engine::state_pos): then 0
+// (prefilled again from position 0) unless common is that position.
+int64_t reusable_prefix(const Engine& e, int64_t common);
 // Token prompt continuing a KV cache that already holds `cached` (a prefix of `prompt`): only the
-// new suffix is prefilled. Used by chat.
+// new suffix is prefilled (cached passes through reusable_prefix first). Used by chat.
 GenerateResult generate_tokens(Engine& e, const tok::Tokenizer& tk, const std::vector<int32_t>& prompt, int64_t cached,
                                const GenerateOptions& o, const TextSink& sink);
 // The same for a model without a tokenizer (tk null: ids only, as `infer generate --prompt-ids` on a bare

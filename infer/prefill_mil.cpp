@@ -41,7 +41,10 @@ MilLayer mil_layer(const models::ModelDesc& d, int64_t layer) {
     if (!s.pre_norm) refuse("a step without a pre-norm");
     if (s.post_norm && !s.post_norm->bias.empty()) refuse("a post-norm with a bias");
     if (s.residual_scale != 1.0f) refuse(cat("residual scale ", s.residual_scale));
+    if (s.kind == models::StepKind::kLinearAttention) refuse("a Gated DeltaNet mixer (its MIL prefill is not written)");
     if (s.kind == models::StepKind::kAttention) {
+      if (s.attn.output_gate) refuse("an attention output gate");
+      if (s.attn.rope.dims != 0 && s.attn.rope.dims != s.attn.head_dim) refuse("partial RoPE");
       if (s.attn.score_softcap > 0.0f) refuse(cat("score soft-capping (cap ", s.attn.score_softcap, ")"));
       for (const auto& n : {s.attn.q_norm, s.attn.k_norm})
         if (n && n->kind != models::NormType::kRms) refuse("a q/k norm other than RMSNorm");

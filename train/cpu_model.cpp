@@ -161,6 +161,9 @@ void CpuModel::plan() {
           if (!at.bq.empty() || !at.bk.empty() || !at.bv.empty() || !at.bo.empty())
             models::unsupported("train", kEx, l, s.kind, "q/k/v/o biases");
           if (at.score_softcap > 0.0f) models::unsupported("train", kEx, l, s.kind, "score soft-capping");
+          if (at.output_gate) models::unsupported("train", kEx, l, s.kind, "an output gate");
+          if (at.rope.dims != 0 && at.rope.dims != at.head_dim)
+            models::unsupported("train", kEx, l, s.kind, "partial RoPE (" + std::to_string(at.rope.dims) + " dims)");
           if (at.rope.style != models::RopeStyle::kNone && at.head_dim % 2 != 0)
             models::unsupported("train", kEx, l, s.kind, "RoPE of an odd head_dim");
           sp.qn = rms(l, s, at.q_norm, "q-norm");
@@ -182,6 +185,8 @@ void CpuModel::plan() {
           sp.w_in = off(f.w_in), sp.w_up = off(f.w_up), sp.w_out = off(f.w_out);
           break;
         }
+        case models::StepKind::kLinearAttention:
+          models::unsupported("train", kEx, l, s.kind, "Gated DeltaNet linear attention");
       }
       for (int64_t o : {sp.pre, sp.post, sp.wq, sp.wk, sp.wv, sp.wo, sp.qn, sp.kn, sp.w_in, sp.w_up, sp.w_out})
         if (o >= 0) first = std::min(first, o);
@@ -236,6 +241,8 @@ void CpuModel::prepare(int64_t B, int64_t T) {
         a.h1.resize(N * F), a.h3.resize(N * F), a.g.resize(N * F);
         break;
       }
+      case models::StepKind::kLinearAttention:  // refused by plan()
+        break;
     }
   }
   for (RopeTable& r : ropes_) {
@@ -354,6 +361,8 @@ void CpuModel::step_forward(const float* w, size_t i, int64_t B, int64_t T, floa
     case models::StepKind::kFfn:
       ffn_forward(sp, a, w, in, N, branch);
       break;
+    case models::StepKind::kLinearAttention:  // refused by plan()
+      fail("train", "layer ", sp.layer, ": a linear-attention step reached the CPU training executor");
   }
   if (s.post_norm)
     rmsnorm(a.o.data(), norm_w(*s.post_norm, w + sp.post, D, nb), out, a.rrmso.data(), N, D, s.post_norm->eps);
@@ -605,6 +614,8 @@ void CpuModel::step_backward(const float* w, float* g, size_t i, int64_t B, int6
     case models::StepKind::kFfn:
       ffn_backward(sp, a, w, g, db, in, N, din.data(), tdw);
       break;
+    case models::StepKind::kLinearAttention:  // refused by plan()
+      fail("train", "layer ", sp.layer, ": a linear-attention step reached the CPU training executor");
   }
   if (s.pre_norm)
     rmsnorm_backward(a.x.data(), norm_w(*s.pre_norm, w + sp.pre, D, nb), a.rrms.data(), din.data(), dx, g + sp.pre, N,

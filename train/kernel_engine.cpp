@@ -449,6 +449,8 @@ kern::TrainShape layer_train_shape(const models::ModelDesc& d, int64_t l, int64_
       case models::StepKind::kFfn:
         s.hidden = st.ffn.hidden;
         break;
+      case models::StepKind::kLinearAttention:  // check_kernel_steps refuses it first
+        models::unsupported("train", kExecutor, l, st.kind, "a Gated DeltaNet mixer");
     }
   }
   if (eps) s.norm_eps = *eps;

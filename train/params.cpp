@@ -35,12 +35,17 @@ void check_trainable(const models::ModelConfig& c) {
           lack(a.rope.style == models::RopeStyle::kNone && d.embed.positions.empty(), "attention without positions");
           lack(!a.bq.empty() || !a.bk.empty() || !a.bv.empty() || !a.bo.empty(), "bias tensors");
           lack(a.head_dim % 2 != 0, "an odd head_dim (RoPE rotates pairs)");
+          lack(a.rope.dims != 0 && a.rope.dims != a.head_dim, "partial RoPE");
+          lack(a.output_gate, "an attention output gate");
           norm(a.q_norm), norm(a.k_norm);
           break;
         }
         case models::StepKind::kFfn:
           lack(s.ffn.activation == models::Activation::kGeluTanh, "a GELU MLP");
           lack(!s.ffn.b_in.empty() || !s.ffn.b_out.empty(), "bias tensors");
+          break;
+        case models::StepKind::kLinearAttention:
+          lack(true, "linear-attention (Gated DeltaNet) layers");
           break;
       }
     }
@@ -75,6 +80,9 @@ void check_kernel_steps(const models::ModelDesc& d, const std::string& strategy)
           if (a.score_scale != 1.0f / std::sqrt(static_cast<float>(a.head_dim)))
             models::unsupported("train", ex, l, s.kind, "a score scale other than 1/sqrt(head_dim)");
           if (a.score_softcap > 0.0f) models::unsupported("train", ex, l, s.kind, "score soft-capping");
+          if (a.output_gate) models::unsupported("train", ex, l, s.kind, "an output gate");
+          if (a.rope.dims != 0 && a.rope.dims != a.head_dim)
+            models::unsupported("train", ex, l, s.kind, "partial RoPE");
           if (!rope_theta) rope_theta = a.rope.theta;
           if (a.rope.theta != *rope_theta || a.rope.linear_factor != 1.0f)
             models::unsupported("train", ex, l, s.kind, "a per-layer RoPE base / linear RoPE scaling");
@@ -85,6 +93,8 @@ void check_kernel_steps(const models::ModelDesc& d, const std::string& strategy)
           if (s.ffn.activation != models::Activation::kSilu)
             models::unsupported("train", ex, l, s.kind, "an MLP other than SwiGLU");
           break;
+        case models::StepKind::kLinearAttention:
+          models::unsupported("train", ex, l, s.kind, "a Gated DeltaNet mixer");
       }
     }
   }

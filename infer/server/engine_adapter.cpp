@@ -255,6 +255,7 @@ GenOutcome ModelPool::run(size_t w, Job& job) {
   size_t reuse = 0;
   if (p.cache_prompt)
     while (reuse < held.size() && reuse + 1 < p.prompt.size() && held[reuse] == p.prompt[reuse]) ++reuse;
+  reuse = static_cast<size_t>(infer::reusable_prefix(e, static_cast<int64_t>(reuse)));
   held.clear();  // until this generation has finished, the engine's K/V are in flux
   out.usage.cached_tokens = static_cast<int64_t>(reuse);
   try {

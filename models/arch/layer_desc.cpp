@@ -10,6 +10,8 @@ const char* step_kind_name(StepKind k) {
       return "attention";
     case StepKind::kFfn:
       return "ffn";
+    case StepKind::kLinearAttention:
+      return "linear attention";
   }
   return "?";
 }

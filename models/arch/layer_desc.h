@@ -7,7 +7,8 @@
 //   branch = op(branch)                 (the step's kind: attention, or the feed-forward network)
 //   branch = post_norm(branch)          (when present: Gemma 3's sandwich norms, before the add)
 //   x     += residual_scale * branch
-// A Llama layer is [attention, ffn], both pre-normed; Gemma 3 adds both post-norms.
+// A Llama layer is [attention, ffn], both pre-normed; Gemma 3 adds both post-norms; Qwen3.5's linear layers are
+// [linear attention, ffn].
 //
 // Executors today: infer/engine.cpp (CPU inference) and train/cpu_model.cpp (CPU training: one forward and one
 // backward per step kind) walk it; the MIL prefill (infer/prefill_mil.cpp) fills its kernel parameters
@@ -39,12 +40,14 @@ struct NormDesc {
 };
 
 // Rotary positions of q and k (style kNone: none, the model has learned positions). inv_freq(i) =
-// theta^(-2i/head_dim), scaled by `scaling` (Llama 3) and divided by `linear_factor` (linear scaling).
+// theta^(-2i/dims), scaled by `scaling` (Llama 3) and divided by `linear_factor` (linear scaling); the first `dims`
+// of each head rotate (partial RoPE, Qwen3.5: head_dim / 4), the rest pass through; dims 0 means head_dim.
 struct RopeDesc {
   RopeStyle style = RopeStyle::kNone;
   float theta = 10000.0f;
   RopeScaling scaling;
   float linear_factor = 1.0f;
+  int64_t dims = 0;
   bool operator==(const RopeDesc&) const = default;
 };
 
@@ -52,6 +55,8 @@ struct RopeDesc {
 //   q, k, v = x·wq^T + bq, x·wk^T + bk, x·wv^T + bv;  q/k norms per head (before RoPE);  RoPE;
 //   scores = q·k * score_scale (soft-capped: cap * tanh(s / cap) when score_softcap > 0);
 //   keys limited to the last `window` positions when window > 0 (sliding layers);  out = softmax·v·wo^T + bo.
+// With output_gate (Qwen3.5), wq's rows are per head [q (head_dim) | gate (head_dim)] and the attention output is
+// multiplied by sigmoid(gate) before wo.
 struct AttnDesc {
   int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
   float score_scale = 0.0f;    // the resolved scale (1 / sqrt(head_dim) unless the architecture says otherwise)
@@ -61,6 +66,25 @@ struct AttnDesc {
   std::optional<NormDesc> q_norm, k_norm;  // per-head norms of q and k (Qwen3, Gemma 3)
   std::string wq, wk, wv, wo;              // [n_heads*head_dim, dim], [kv_dim, dim] x2, [dim, n_heads*head_dim]
   std::string bq, bk, bv, bo;              // biases or ""
+  bool output_gate = false;                // wq [2*n_heads*head_dim, dim], per head [q | gate]
+};
+
+// A Gated DeltaNet mixer (Qwen3.5's "linear_attention" layers; the math: infer/cpu_deltanet.h):
+//   [q|k|v] = silu(causal_conv1d(x·w_qkv^T, conv))        (depthwise, kernel conv_kernel, zero history)
+//   q, k = L2-normalised per head (q also * k_dim^-0.5);  beta = sigmoid(x·w_b^T);
+//   g = -exp(a_log) * softplus(x·w_a^T + dt_bias);  the delta rule per value head (state [k_dim, v_dim]);
+//   o = norm(o) * silu(x·w_z^T) per value head (the gated RMSNorm, weight [v_dim]);  out = o·w_out^T.
+struct DeltaNetDesc {
+  int64_t n_k_heads = 0, n_v_heads = 0;  // each key head serves n_v_heads / n_k_heads consecutive value heads
+  int64_t k_dim = 0, v_dim = 0, conv_kernel = 0;
+  NormDesc norm;               // the gated RMSNorm over each value head's output
+  std::string w_qkv;           // [2*n_k_heads*k_dim + n_v_heads*v_dim, dim]: rows [q | k | v]
+  std::string w_z;             // [n_v_heads*v_dim, dim]
+  std::string w_b, w_a;        // [n_v_heads, dim]
+  std::string conv;            // [2*n_k_heads*k_dim + n_v_heads*v_dim, conv_kernel]
+  std::string a_log, dt_bias;  // [n_v_heads]
+  std::string w_out;           // [dim, n_v_heads*v_dim]
+  int64_t conv_dim() const { return 2 * n_k_heads * k_dim + n_v_heads * v_dim; }
 };
 
 // The feed-forward network, by activation (framework/core/arch_types.h):
@@ -75,16 +99,18 @@ struct FfnDesc {
   std::string b_in, b_out;  // biases or ""
 };
 
-enum class StepKind : uint8_t { kAttention, kFfn };
-const char* step_kind_name(StepKind k);  // "attention", "ffn"
+enum class StepKind : uint8_t { kAttention, kFfn, kLinearAttention };
+constexpr int kStepKinds = 3;
+const char* step_kind_name(StepKind k);  // "attention", "ffn", "linear attention"
 
 struct Step {
   StepKind kind = StepKind::kAttention;
   std::optional<NormDesc> pre_norm;   // norm of the residual stream into the step
   std::optional<NormDesc> post_norm;  // norm of the step's output, before the residual add
   float residual_scale = 1.0f;
-  AttnDesc attn;  // kind kAttention
-  FfnDesc ffn;    // kind kFfn
+  AttnDesc attn;          // kind kAttention
+  FfnDesc ffn;            // kind kFfn
+  DeltaNetDesc deltanet;  // kind kLinearAttention
 };
 
 struct LayerDesc {

@@ -8,8 +8,8 @@
 namespace anelab::models {
 
 const std::vector<const Arch*>& architectures() {
-  static const std::vector<const Arch*> all = {&llama_arch(), &qwen2_arch(), &gpt2_arch(), &qwen3_arch(),
-                                               &gemma3_arch()};
+  static const std::vector<const Arch*> all = {&llama_arch(), &qwen2_arch(),  &gpt2_arch(),
+                                               &qwen3_arch(), &gemma3_arch(), &qwen35_arch()};
   return all;
 }
 

@@ -141,6 +141,21 @@ void validate_config_fields(const ModelConfig& c, const std::string& where) {
   finite_in("logit_softcap", c.logit_softcap, 0.0f, 1e6f);
   finite_in("rope_linear_factor", c.rope_linear_factor, 1e-3f, 1e6f);
   if (c.rope_local_theta != 0.0f) finite_in("rope_local_theta", c.rope_local_theta, 1.0f, 1e12f);
+  finite_in("rope_fraction", c.rope_fraction, 0.0f, 1.0f);
+  if (c.rope_style != RopeStyle::kNone && (c.rope_fraction <= 0.0f || int64_t(c.rope_fraction * c.head_dim) % 2))
+    fail("model", where, ": rope_fraction ", c.rope_fraction, " of head_dim ", c.head_dim,
+         " must rotate an even, non-zero number of dims");
+  check_range(where, "full_attention_interval", c.full_attention_interval, 0, 1024);
+  if (c.full_attention_interval > 0) {
+    check_range(where, "linear_k_heads", c.linear_k_heads, 1, 1024);
+    check_range(where, "linear_v_heads", c.linear_v_heads, 1, 4096);
+    check_range(where, "linear_k_dim", c.linear_k_dim, 1, 4096);
+    check_range(where, "linear_v_dim", c.linear_v_dim, 1, 4096);
+    check_range(where, "linear_conv_kernel", c.linear_conv_kernel, 2, 64);
+    if (c.linear_v_heads % c.linear_k_heads)
+      fail("model", where, ": linear_v_heads ", c.linear_v_heads, " is not a multiple of linear_k_heads ",
+           c.linear_k_heads);
+  }
 }
 
 namespace {
@@ -175,6 +190,12 @@ std::string describe_config(const ModelConfig& c) {
        << "th layer global; local rope theta " << (c.rope_local_theta != 0.0f ? c.rope_local_theta : c.rope_theta)
        << ")\n";
   if (c.rope_linear_factor != 1.0f) os << "  rope linear     factor " << c.rope_linear_factor << " (global layers)\n";
+  if (c.rope_fraction != 1.0f) os << "  rope fraction   " << c.rope_fraction << " of head_dim\n";
+  if (c.attn_output_gate) os << "  attention       sigmoid output gate\n";
+  if (c.full_attention_interval > 0)
+    os << "  linear attn     Gated DeltaNet on layers l with (l + 1) % " << c.full_attention_interval
+       << " != 0: " << c.linear_k_heads << " key heads of " << c.linear_k_dim << ", " << c.linear_v_heads
+       << " value heads of " << c.linear_v_dim << ", conv kernel " << c.linear_conv_kernel << "\n";
   return os.str();
 }
 
@@ -194,19 +215,32 @@ std::vector<TensorSpec> canonical_tensors(const ModelConfig& c) {
     const std::string p = "layers." + std::to_string(i) + ".";
     v.push_back({p + "attn_norm", {d}});
     if (ln) v.push_back({p + "attn_norm_bias", {d}});
-    v.push_back({p + "wq", {c.q_dim(), d}});
-    v.push_back({p + "wk", {c.kv_dim(), d}});
-    v.push_back({p + "wv", {c.kv_dim(), d}});
-    v.push_back({p + "wo", {d, c.q_dim()}});
-    if (c.qkv_bias) {
-      v.push_back({p + "bq", {c.q_dim()}});
-      v.push_back({p + "bk", {c.kv_dim()}});
-      v.push_back({p + "bv", {c.kv_dim()}});
-    }
-    if (c.attn_out_bias) v.push_back({p + "bo", {d}});
-    if (c.qk_norm) {
-      v.push_back({p + "q_norm", {c.head_dim}});
-      v.push_back({p + "k_norm", {c.head_dim}});
+    if (c.linear_layer(i)) {
+      const int64_t cd = c.linear_conv_dim(), vd = c.linear_value_dim(), hv = c.linear_v_heads;
+      v.push_back({p + "ssm_qkv", {cd, d}});
+      v.push_back({p + "ssm_z", {vd, d}});
+      v.push_back({p + "ssm_b", {hv, d}});
+      v.push_back({p + "ssm_a", {hv, d}});
+      v.push_back({p + "ssm_conv", {cd, c.linear_conv_kernel}});
+      v.push_back({p + "ssm_a_log", {hv}});
+      v.push_back({p + "ssm_dt_bias", {hv}});
+      v.push_back({p + "ssm_norm", {c.linear_v_dim}});
+      v.push_back({p + "ssm_out", {d, vd}});
+    } else {
+      v.push_back({p + "wq", {c.attn_output_gate ? 2 * c.q_dim() : c.q_dim(), d}});
+      v.push_back({p + "wk", {c.kv_dim(), d}});
+      v.push_back({p + "wv", {c.kv_dim(), d}});
+      v.push_back({p + "wo", {d, c.q_dim()}});
+      if (c.qkv_bias) {
+        v.push_back({p + "bq", {c.q_dim()}});
+        v.push_back({p + "bk", {c.kv_dim()}});
+        v.push_back({p + "bv", {c.kv_dim()}});
+      }
+      if (c.attn_out_bias) v.push_back({p + "bo", {d}});
+      if (c.qk_norm) {
+        v.push_back({p + "q_norm", {c.head_dim}});
+        v.push_back({p + "k_norm", {c.head_dim}});
+      }
     }
     if (c.post_norms) v.push_back({p + "attn_post_norm", {d}});
     v.push_back({p + "ffn_norm", {d}});

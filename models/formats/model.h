@@ -17,6 +17,11 @@
 //   SwiGLU (silu) / GeGLU (gelu_tanh_gated): layers.{i}.w1 [hidden, dim] gate, .w2 [dim, hidden] down, .w3 [hidden,
 //   dim] up GELU MLP (gelu_tanh): layers.{i}.fc [hidden, dim] + fc_bias [hidden], .proj [dim, hidden] + proj_bias [dim]
 //   layers.{i}.ffn_post_norm    [dim]                          when post_norms (after the MLP, before the residual add)
+//   Linear-attention layers (ModelConfig::linear_layer(i), Qwen3.5's Gated DeltaNet) replace the attention tensors
+//   (attn_norm stays) with, C = linear_conv_dim(), Vd = linear_value_dim(), Hv = linear_v_heads:
+//   layers.{i}.ssm_qkv [C, dim], ssm_z [Vd, dim], ssm_b [Hv, dim], ssm_a [Hv, dim], ssm_conv [C, conv_kernel],
+//   ssm_a_log [Hv], ssm_dt_bias [Hv], ssm_norm [linear_v_dim], ssm_out [dim, Vd]
+//   With attn_output_gate, wq is [2*n_heads*head_dim, dim] (per head [q | gate] rows).
 //   norm                        [dim]        (+ norm_bias [dim] for LayerNorm)
 //   output                      [vocab, dim]                  absent when tied_embeddings
 // canonical_tensors(config) lists exactly these, in this order; every reader checks a model against it.
@@ -101,9 +106,22 @@ struct ModelConfig {
   int64_t sliding_pattern = 0;  // with a window: layer l is global (full causal) iff (l + 1) % pattern == 0; 0: none is
   float rope_local_theta = 0.0f;    // sliding layers' RoPE base (0: rope_theta)
   float rope_linear_factor = 1.0f;  // global layers' positions are divided by this (linear RoPE scaling)
+  // Qwen3.5's hybrid (Gated DeltaNet linear-attention layers between gated full-attention layers; 0 / false leave
+  // every other architecture as it was):
+  int64_t full_attention_interval = 0;  // > 0: layer l is full attention iff (l + 1) % interval == 0, else linear
+  int64_t linear_k_heads = 0, linear_v_heads = 0;  // DeltaNet key (and query) heads, value heads (a multiple)
+  int64_t linear_k_dim = 0, linear_v_dim = 0;      // their head dims
+  int64_t linear_conv_kernel = 0;                  // the short causal conv1d's kernel over [q | k | v]
+  float rope_fraction = 1.0f;                      // RoPE rotates the first rope_fraction * head_dim dims of a head
+  bool attn_output_gate = false;  // wq rows per head [q | gate]; attention out *= sigmoid(gate) before wo
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
+  bool linear_layer(int64_t l) const { return full_attention_interval > 0 && (l + 1) % full_attention_interval != 0; }
+  int64_t linear_qk_dim() const { return linear_k_heads * linear_k_dim; }               // q and k widths
+  int64_t linear_value_dim() const { return linear_v_heads * linear_v_dim; }            // v, z and the output's width
+  int64_t linear_conv_dim() const { return 2 * linear_qk_dim() + linear_value_dim(); }  // [q | k | v]
+
   bool sliding_layer(int64_t l) const {
     return sliding_window > 0 && !(sliding_pattern > 0 && (l + 1) % sliding_pattern == 0);
   }

@@ -46,7 +46,15 @@ json model_config_to_json(const ModelConfig& c) {
           {"sliding_window", c.sliding_window},
           {"sliding_pattern", c.sliding_pattern},
           {"rope_local_theta", c.rope_local_theta},
-          {"rope_linear_factor", c.rope_linear_factor}};
+          {"rope_linear_factor", c.rope_linear_factor},
+          {"full_attention_interval", c.full_attention_interval},
+          {"linear_k_heads", c.linear_k_heads},
+          {"linear_v_heads", c.linear_v_heads},
+          {"linear_k_dim", c.linear_k_dim},
+          {"linear_v_dim", c.linear_v_dim},
+          {"linear_conv_kernel", c.linear_conv_kernel},
+          {"rope_fraction", c.rope_fraction},
+          {"attn_output_gate", c.attn_output_gate}};
 }
 
 namespace {
@@ -166,6 +174,15 @@ ModelConfig model_config_from_json(const json& j, const std::string& where, cons
   c.sliding_pattern = f.integer("sliding_pattern", true, c.sliding_pattern);
   c.rope_local_theta = f.number("rope_local_theta", true, c.rope_local_theta);
   c.rope_linear_factor = f.number("rope_linear_factor", true, c.rope_linear_factor);
+  // Qwen3.5's fields, absent in files written before they existed (no linear-attention layers, full RoPE).
+  c.full_attention_interval = f.integer("full_attention_interval", true, c.full_attention_interval);
+  c.linear_k_heads = f.integer("linear_k_heads", true, c.linear_k_heads);
+  c.linear_v_heads = f.integer("linear_v_heads", true, c.linear_v_heads);
+  c.linear_k_dim = f.integer("linear_k_dim", true, c.linear_k_dim);
+  c.linear_v_dim = f.integer("linear_v_dim", true, c.linear_v_dim);
+  c.linear_conv_kernel = f.integer("linear_conv_kernel", true, c.linear_conv_kernel);
+  c.rope_fraction = f.number("rope_fraction", true, c.rope_fraction);
+  f.boolean("attn_output_gate", true, &c.attn_output_gate);
   checked_parameter_count(c, where);
   return c;
 }

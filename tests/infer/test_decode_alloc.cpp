@@ -33,6 +33,7 @@ models::ModelConfig small(const std::string& preset) {
   c.n_kv_heads = std::max<int64_t>(1, 4 / group);
   c.vocab_size = 512, c.max_seq_len = 64;
   if (c.sliding_window > 0) c.sliding_window = 8;
+  if (c.full_attention_interval > 0) c.full_attention_interval = 2;  // one linear-attention and one attention layer
   return c;
 }
 
@@ -61,7 +62,7 @@ TEST(DecodeAlloc, CounterSeesAnAllocation) {
 }
 
 TEST(DecodeAlloc, DecodeStepsAllocateNothing) {
-  for (const char* preset : {"stories15m", "qwen2.5-0.5b", "gpt2-124m", "gemma3-270m"}) {
+  for (const char* preset : {"stories15m", "qwen2.5-0.5b", "gpt2-124m", "gemma3-270m", "qwen3.5-0.8b"}) {
     const models::Model base = models::random_model(small(preset), 5);
     struct Case {
       const char* name;

@@ -71,6 +71,13 @@ std::multiset<std::string> desc_weight_names(const ModelDesc& d) {
         case StepKind::kFfn:
           for (const std::string* n : {&s.ffn.w_in, &s.ffn.w_up, &s.ffn.w_out, &s.ffn.b_in, &s.ffn.b_out}) add(*n);
           break;
+        case StepKind::kLinearAttention: {
+          const DeltaNetDesc& g = s.deltanet;
+          for (const std::string* n : {&g.w_qkv, &g.w_z, &g.w_b, &g.w_a, &g.conv, &g.a_log, &g.dt_bias, &g.w_out})
+            add(*n);
+          add_norm(g.norm);
+          break;
+        }
       }
     }
   add_norm(d.head.norm);
@@ -119,6 +126,48 @@ TEST_P(LayerDescTest, StepsNormsAndWeightsMatchTheFixture) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, LayerDescTest, ::testing::ValuesIn(kDescFixtures),
                          [](const ::testing::TestParamInfo<DescFixture>& info) { return info.param.name; });
+
+// Qwen3.5: its config.json layer_types decide which layers are Gated DeltaNets (the gated norm scales by w, every
+// other norm by 1 + w) and which gated, partially rotated full attention; the weights named are the model's tensors.
+TEST(LayerDesc, Qwen35LinearAndFullLayersFollowLayerTypes) {
+  const std::string dir = test::source_path("tests/fixtures/hf/qwen35_bf16");
+  std::ifstream in(dir + "/config.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  const Model m = load_any_model(dir);
+  const ModelDesc d = describe_model(m.config);
+  EXPECT_EQ(d.arch, "qwen35");
+  const auto& types = j["layer_types"];
+  ASSERT_EQ(d.layers.size(), types.size());
+  for (size_t l = 0; l < types.size(); ++l) {
+    const auto& steps = d.layers[l].steps;
+    ASSERT_EQ(steps.size(), 2u);
+    EXPECT_EQ(steps[1].kind, StepKind::kFfn);
+    ASSERT_TRUE(steps[0].pre_norm.has_value());
+    EXPECT_EQ(steps[0].pre_norm->offset, 1.0f) << "layer " << l;
+    if (types[l] == "linear_attention") {
+      ASSERT_EQ(steps[0].kind, StepKind::kLinearAttention) << "layer " << l;
+      const DeltaNetDesc& g = steps[0].deltanet;
+      EXPECT_EQ(g.n_k_heads, j["linear_num_key_heads"].get<int64_t>());
+      EXPECT_EQ(g.n_v_heads, j["linear_num_value_heads"].get<int64_t>());
+      EXPECT_EQ(g.k_dim, j["linear_key_head_dim"].get<int64_t>());
+      EXPECT_EQ(g.v_dim, j["linear_value_head_dim"].get<int64_t>());
+      EXPECT_EQ(g.conv_kernel, j["linear_conv_kernel_dim"].get<int64_t>());
+      EXPECT_EQ(g.norm.offset, 0.0f);
+    } else {
+      ASSERT_EQ(steps[0].kind, StepKind::kAttention) << "layer " << l;
+      const AttnDesc& a = steps[0].attn;
+      EXPECT_TRUE(a.output_gate);
+      EXPECT_EQ(a.rope.dims,
+                static_cast<int64_t>(j["head_dim"].get<double>() * j["partial_rotary_factor"].get<double>()));
+      EXPECT_EQ(a.rope.theta, j["rope_parameters"]["rope_theta"].get<float>());
+      ASSERT_TRUE(a.q_norm.has_value());
+      EXPECT_EQ(a.q_norm->offset, 1.0f);
+    }
+  }
+  std::multiset<std::string> have;
+  for (const Tensor& t : m.tensors()) have.insert(t.name);
+  EXPECT_EQ(desc_weight_names(d), have);
+}
 
 // Gemma 3: its config.json layer_types decide which layers slide (window sliding_window, RoPE base
 // rope_parameters.sliding_attention) and which are global (no window, full_attention's base); the head soft-caps

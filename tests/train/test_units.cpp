@@ -255,6 +255,8 @@ TEST(TrainUnits, RefusalsAreOneLineNamingWhatIsMissing) {
   for (const char* part :
        {"[train] model 'gpt2': ", "LayerNorm", "a GELU MLP", "bias tensors", "learned positions", "inference-only"})
     EXPECT_NE(p.find(part), std::string::npos) << part << " in: " << p;
+  const std::string q = message([] { check_trainable(models::preset("qwen3.5-0.8b")); });
+  EXPECT_NE(q.find("[train] model 'qwen35': linear-attention (Gated DeltaNet) layers"), std::string::npos) << q;
 }
 
 // The kernel strategies walk the description: a step or parameter they lack, put into a Qwen3 description

@@ -50,13 +50,24 @@ ModelConfig every_field_set() {
   c.sliding_pattern = 2;
   c.rope_local_theta = 100.0f;
   c.rope_linear_factor = 4.0f;
+  c.full_attention_interval = 2;
+  c.linear_k_heads = 2;
+  c.linear_v_heads = 4;
+  c.linear_k_dim = 8;
+  c.linear_v_dim = 6;
+  c.linear_conv_kernel = 3;
+  c.rope_fraction = 0.5f;
+  c.attn_output_gate = true;
   return c;
 }
 
-// Gemma 3's fields: optional in every file (absent reads as the default, which leaves other models as they were).
+// Gemma 3's and Qwen3.5's fields: optional in every file (absent reads as the default, which leaves other models as
+// they were).
 bool optional_key(const std::string& k) {
-  for (const char* o : {"norm_offset", "post_norms", "embed_scale", "attn_scale", "logit_softcap", "sliding_window",
-                        "sliding_pattern", "rope_local_theta", "rope_linear_factor"})
+  for (const char* o :
+       {"norm_offset", "post_norms", "embed_scale", "attn_scale", "logit_softcap", "sliding_window", "sliding_pattern",
+        "rope_local_theta", "rope_linear_factor", "full_attention_interval", "linear_k_heads", "linear_v_heads",
+        "linear_k_dim", "linear_v_dim", "linear_conv_kernel", "rope_fraction", "attn_output_gate"})
     if (k == o) return true;
   return false;
 }
@@ -77,10 +88,19 @@ TEST(ModelConfigJson, EveryFieldRoundTrips) {
 TEST(ModelConfigJson, EveryKeyIsWrittenAndRead) {
   const ModelConfig c = every_field_set();
   const json j = model_config_to_json(c);
-  EXPECT_EQ(j.size(), 30u) << "a ModelConfig field was added or removed: update model_config_json and this test";
+  EXPECT_EQ(j.size(), 38u) << "a ModelConfig field was added or removed: update model_config_json and this test";
   for (const auto& [k, v] : j.items()) {
     json cut = j;
     cut.erase(k);
+    if (k.starts_with("linear_")) {  // optional, but a model with linear-attention layers needs every one of them
+      try {
+        model_config_from_json(cut, "m.anelab", "model", "config.");
+        ADD_FAILURE() << k << " absent with full_attention_interval set was accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(k), std::string::npos) << e.what();
+      }
+      continue;
+    }
     if (k == "qk_norm" || optional_key(k)) {  // optional everywhere (older files lack it): absent reads as the default
       EXPECT_NE(model_config_from_json(cut, "m.anelab", "model", "config."), c);
       continue;

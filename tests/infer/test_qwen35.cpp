@@ -1,0 +1,257 @@
+// Qwen3.5 (models/arch/qwen35.cpp) on the CPU engine: the tiny Hugging Face fixture tests/fixtures/hf/qwen35_bf16
+// (3 Gated DeltaNet layers + 1 gated full-attention layer, scripts/make_hf_fixtures.py) against transformers' fp32
+// logits (reference_qwen35_bf16.json) at every position, prefill and token-by-token decode; greedy continuations;
+// the chunked prefill against the recurrent decode of the same prompt; the recurrent state's refusal to rewind;
+// the state and KV bytes of a 4096 context; config.json in both styles and its malformed forms; the anelab config
+// JSON round trip.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "framework/core/error.h"
+#include "infer/engine.h"
+#include "infer/generate.h"
+#include "models/arch/arch.h"
+#include "models/formats/model_config_json.h"
+#include "models/io/load_any.h"
+#include "models/presets.h"
+#include "models/sampler.h"
+#include "tests/common/test_data.h"
+#include "tests/infer/hf_reference.h"
+
+namespace anelab::infer {
+namespace {
+
+const nlohmann::json& q35_reference() {
+  return test::hf_reference("reference_qwen35_bf16.json")["models"]["qwen35_bf16"];
+}
+
+Engine q35_engine(int64_t prefill_chunk = 256, int64_t context = 0) {
+  EngineOptions o;
+  o.backend = "cpu";
+  o.dtype = WType::kF32;
+  o.quiet = true;
+  o.prefill_chunk = prefill_chunk;
+  o.context = context;
+  return Engine(models::load_any_model(test::source_path("tests/fixtures/hf/qwen35_bf16")), o);
+}
+
+// The fp32 engine against transformers' fp32 logits (both from the same bf16 weights): what differs is the fp32
+// summation order, as for the other fixtures (hf_reference.h: 1e-5 of the logit range).
+TEST(Qwen35, CpuFp32PrefillLogitsMatchTransformers) {
+  Engine e = q35_engine();
+  const auto& m = q35_reference();
+  const int64_t V = e.config().vocab_size;
+  for (size_t p = 0; p < m["prompts"].size(); ++p) {
+    const auto prompt = m["prompts"][p].get<std::vector<int32_t>>();
+    std::vector<float> all;
+    e.prefill(prompt, 0, &all);
+    for (size_t t = 0; t < prompt.size(); ++t)
+      EXPECT_LT(test::hf_rel_err(all.data() + t * V, m["logits"][p][t].get<std::vector<float>>()),
+                test::hf_fp32_tol("qwen35_bf16"))
+          << "prompt " << p << " pos " << t;
+  }
+}
+
+TEST(Qwen35, CpuFp32DecodeLogitsMatchTransformers) {
+  Engine e = q35_engine();
+  const auto& m = q35_reference();
+  for (size_t p = 0; p < m["prompts"].size(); ++p) {
+    const auto prompt = m["prompts"][p].get<std::vector<int32_t>>();
+    for (size_t t = 0; t < prompt.size(); ++t) {
+      const float* lg = e.decode(prompt[t], static_cast<int64_t>(t));
+      EXPECT_LT(test::hf_rel_err(lg, m["logits"][p][t].get<std::vector<float>>()), test::hf_fp32_tol("qwen35_bf16"))
+          << "prompt " << p << " pos " << t;
+    }
+  }
+}
+
+TEST(Qwen35, GreedyContinuationCpuFp32) {
+  Engine e = q35_engine();
+  const auto& m = q35_reference();
+  const int64_t V = e.config().vocab_size;
+  for (size_t p = 0; p < m["prompts"].size(); ++p) {
+    const auto prompt = m["prompts"][p].get<std::vector<int32_t>>();
+    const auto want = m["greedy"][p].get<std::vector<int32_t>>();
+    const float* lg = e.prefill(prompt, 0);
+    std::vector<int32_t> got;
+    int64_t pos = static_cast<int64_t>(prompt.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      got.push_back(models::argmax(std::span<const float>(lg, static_cast<size_t>(V))));
+      if (i + 1 < want.size()) lg = e.decode(got.back(), pos++);
+    }
+    EXPECT_EQ(got, want) << "prompt " << p;
+  }
+}
+
+// A 150-token prompt (chunks of the delta rule: 64, 64, 22) prefilled whole and in engine passes of 37 tokens (the
+// state carried from pass to pass) against token-by-token decode (the recurrent step). The same real numbers in a
+// different fp32 order: per layer dot products of at most max(dim, conv_dim, 64-token chunks) terms, unit roundoff
+// 2^-24, over n_layers layers, relative to the logit range.
+TEST(Qwen35, ChunkedPrefillEqualsRecurrentDecode) {
+  std::mt19937 rng(36);
+  std::vector<int32_t> prompt(150);
+  Engine dec = q35_engine();
+  for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(dec.config().vocab_size));
+  const auto& c = dec.config();
+  const double terms = static_cast<double>(std::max({c.dim, c.linear_conv_dim(), int64_t{64}}));
+  const double tol = static_cast<double>(c.n_layers) * terms * std::ldexp(1.0, -24);
+  const int64_t V = c.vocab_size;
+  std::vector<float> ref;
+  for (size_t t = 0; t < prompt.size(); ++t) {
+    const float* lg = dec.decode(prompt[t], static_cast<int64_t>(t));
+    ref.insert(ref.end(), lg, lg + V);
+  }
+  for (int64_t chunk : {256, 37}) {
+    Engine e = q35_engine(chunk);
+    std::vector<float> all;
+    e.prefill(prompt, 0, &all);
+    ASSERT_EQ(all.size(), ref.size());
+    for (size_t t = 0; t < prompt.size(); ++t) {
+      const std::vector<float> want(ref.begin() + static_cast<int64_t>(t) * V,
+                                    ref.begin() + static_cast<int64_t>(t + 1) * V);
+      EXPECT_LT(test::hf_rel_err(all.data() + static_cast<int64_t>(t) * V, want), tol)
+          << "engine pass " << chunk << " pos " << t;
+    }
+    EXPECT_EQ(e.state_pos(), static_cast<int64_t>(prompt.size()));
+  }
+}
+
+TEST(Qwen35, RecurrentStateRefusesToRewind) {
+  Engine e = q35_engine();
+  const std::vector<int32_t> prompt = {5, 6, 7, 8, 9};
+  e.prefill(prompt, 0);
+  try {
+    e.decode(3, 3);
+    FAIL() << "a decode at position 3 after 5 tokens was accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("cannot rewind"), std::string::npos) << err.what();
+  }
+  e.prefill(prompt, 0);  // from position 0 the state starts again
+  EXPECT_EQ(e.state_pos(), 5);
+}
+
+// Continuing a conversation (chat, the server's prompt cache): a common prefix is reused only where the state
+// stopped; a shorter one is prefilled again from 0, so the continuation equals a fresh run's. Speculative decoding,
+// which rolls back rejected drafts, is refused in one line.
+TEST(Qwen35, GenerationReusesOnlyTheStatesOwnPrefix) {
+  const std::vector<int32_t> first = {11, 12, 13, 14, 15, 16}, second = {11, 12, 13, 14, 40, 41, 42};
+  GenerateOptions o;
+  o.max_new_tokens = 6;
+  o.sampling.temperature = 0.0f;
+  auto quiet = [](std::string_view) {};
+  Engine fresh = q35_engine();
+  const GenerateResult want = generate_tokens(fresh, nullptr, second, 0, o, quiet);
+  Engine e = q35_engine();
+  generate_tokens(e, nullptr, first, 0, o, quiet);
+  EXPECT_EQ(reusable_prefix(e, 4), 0);
+  EXPECT_EQ(reusable_prefix(e, e.state_pos()), e.state_pos());
+  EXPECT_EQ(generate_tokens(e, nullptr, second, 4, o, quiet).new_tokens, want.new_tokens);
+  o.draft_max = 4;
+  try {
+    generate_tokens(e, nullptr, second, 0, o, quiet);
+    FAIL() << "speculative decoding was accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("cannot roll back"), std::string::npos) << err.what();
+  }
+}
+
+// What a 4096-token context holds: keys and values of the full-attention layers only, and per linear-attention
+// layer the delta-rule state [Hv, dk, dv] and the conv state [K-1, conv_dim], fp32.
+TEST(Qwen35, StateAndKvBytesOfA4096ContextAreWhatTheConfigImplies) {
+  Engine e = q35_engine(256, 4096);
+  const auto& c = e.config();
+  ASSERT_EQ(e.context(), std::min<int64_t>(4096, c.max_seq_len));
+  int64_t full = 0;
+  for (int64_t l = 0; l < c.n_layers; ++l) full += (l + 1) % c.full_attention_interval == 0;
+  const int64_t linear = c.n_layers - full;
+  EXPECT_EQ(e.kv_layers(), full);
+  EXPECT_EQ(e.kv_bytes_per_position() * e.context(), 2 * full * c.n_kv_heads * c.head_dim * 4 * e.context());
+  EXPECT_EQ(e.state_bytes(), linear *
+                                 (c.linear_v_heads * c.linear_k_dim * c.linear_v_dim +
+                                  (c.linear_conv_kernel - 1) *
+                                      (2 * c.linear_k_heads * c.linear_k_dim + c.linear_v_heads * c.linear_v_dim)) *
+                                 4);
+}
+
+nlohmann::json flat_config() {
+  std::ifstream f(test::source_path("tests/fixtures/hf/qwen35_bf16/config.json"));
+  return nlohmann::json::parse(f);
+}
+
+models::ModelConfig hf_config(const nlohmann::json& j) {
+  return models::arch_for_hf(j, "config.json").hf_config(j, "config.json");
+}
+
+std::string hf_error(const nlohmann::json& j) {
+  try {
+    hf_config(j);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Qwen35, ConfigFlatAndNestedAgree) {
+  const nlohmann::json flat = flat_config();
+  const models::ModelConfig c = hf_config(flat);
+  EXPECT_EQ(c.arch, "qwen35");
+  EXPECT_EQ(c.full_attention_interval, 4);
+  EXPECT_EQ(c.linear_k_heads, 2);
+  EXPECT_EQ(c.linear_v_heads, 4);
+  EXPECT_EQ(c.linear_conv_kernel, 4);
+  EXPECT_FLOAT_EQ(c.rope_fraction, 0.25f);
+  EXPECT_TRUE(c.attn_output_gate);
+  nlohmann::json text = flat;
+  text.erase("architectures");
+  text.erase("tie_word_embeddings");
+  const nlohmann::json nested = {{"architectures", {"Qwen3_5ForConditionalGeneration"}},
+                                 {"model_type", "qwen3_5"},
+                                 {"tie_word_embeddings", true},
+                                 {"vision_config", {{"depth", 2}}},
+                                 {"text_config", text}};
+  EXPECT_EQ(hf_config(nested), c);
+  // layer_types absent: full_attention_interval decides.
+  nlohmann::json by_interval = flat;
+  by_interval.erase("layer_types");
+  by_interval["full_attention_interval"] = 4;
+  EXPECT_EQ(hf_config(by_interval), c);
+}
+
+TEST(Qwen35, MalformedConfigIsRefusedNamingTheField) {
+  nlohmann::json j = flat_config();
+  j.erase("linear_key_head_dim");
+  EXPECT_NE(hf_error(j).find("linear_key_head_dim"), std::string::npos) << hf_error(j);
+  j = flat_config();
+  j["layer_types"][2] = "full_attention";  // full at 3 and 4: no fixed interval
+  EXPECT_NE(hf_error(j).find("layer_types[3]"), std::string::npos) << hf_error(j);
+  j = flat_config();
+  j["layer_types"][0] = "sliding_attention";
+  EXPECT_NE(hf_error(j).find("layer_types[0] is \"sliding_attention\""), std::string::npos) << hf_error(j);
+  j = flat_config();
+  j["linear_num_value_heads"] = 3;  // not a multiple of the 2 key heads
+  const std::string e = hf_error(j);
+  EXPECT_EQ(e, "");  // hf_config reads it; validate_config names it
+  EXPECT_THROW(models::validate_config(hf_config(j), "config.json"), Error);
+  try {
+    models::validate_config(hf_config(j), "config.json");
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("linear_v_heads 3"), std::string::npos) << err.what();
+  }
+}
+
+TEST(Qwen35, AnelabConfigJsonRoundTripsAndOldFilesLoad) {
+  const models::ModelConfig c = hf_config(flat_config());
+  EXPECT_EQ(models::model_config_from_json(models::model_config_to_json(c), "t", "model", "config."), c);
+  nlohmann::json old = models::model_config_to_json(models::preset("qwen3-0.6b"));
+  for (const char* k : {"full_attention_interval", "linear_k_heads", "linear_v_heads", "linear_k_dim", "linear_v_dim",
+                        "linear_conv_kernel", "rope_fraction", "attn_output_gate"})
+    old.erase(k);
+  EXPECT_EQ(models::model_config_from_json(old, "t", "model", "config."), models::preset("qwen3-0.6b"));
+}
+
+}  // namespace
+}  // namespace anelab::infer
