@@ -42,7 +42,7 @@ Reference reference(const kern::TrainShape& sh, const std::vector<float>& x, con
     double ss = 0;
     for (int64_t d = 0; d < D; ++d) ss += double(x[d * S + t]) * x[d * S + t];
     double rr = 1.0 / std::sqrt(ss / D + sh.norm_eps);
-    for (int64_t d = 0; d < D; ++d) r.xnorm[d * S + t] = x[d * S + t] * rr * w.attn_norm[d];
+    for (int64_t d = 0; d < D; ++d) r.xnorm[d * S + t] = x[d * S + t] * rr * w.norm("attn_norm")[d];
   }
   auto matmul = [&](const quant::Mat& wm, int64_t out, Mat& y) {  // y[out, S] = W[out, D] · xnorm
     const std::vector<float> W = kern::mat_values(wm);

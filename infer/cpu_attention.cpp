@@ -18,7 +18,7 @@ constexpr int CV = CpuAttention::kTileCols;
 constexpr int64_t KB = CV * VW;  // keys per score block (divides 64, so blocks never pass kt's row end)
 static_assert(64 % KB == 0, "score blocks tile the 64-key rows of kt");
 
-// The first key a query at position p sees: p - window + 1 with a sliding window, else 0.
+// The first key a query at position p sees: p - window + 1 with a key window, else 0.
 int64_t first_key(const AttentionShape& s, int64_t p) {
   return s.window > 0 ? std::max<int64_t>(0, p - s.window + 1) : 0;
 }

@@ -1,5 +1,5 @@
 // CPU attention of the inference engine (fp32, written against framework/simd): causal attention of n new
-// query rows at positions pos..pos+n-1 over the KV-cache rows [0, pos+n), optionally limited to a sliding
+// query rows at positions pos..pos+n-1 over the KV-cache rows [0, pos+n), optionally limited to a key
 // window, with grouped-query heads (query head h reads kv head h / (n_heads / n_kv_heads)).
 //
 //   - rows: one query (token, head) at a time: a dot product per key, vectorised softmax, one axpy per
@@ -8,7 +8,7 @@
 //     transposed once per call into kt [kv_dim][ld]; each work item is a tile of kTileRows consecutive
 //     tokens of one head. Scores are register tiles of kTileRows queries x (kTileCols vectors of keys), so
 //     every key vector loaded from kt serves all the tile's queries; only the key blocks some query of the
-//     tile sees are visited (causal end, sliding-window start). Softmax is vectorised per row (the tile's
+//     tile sees are visited (causal end, key-window start). Softmax is vectorised per row (the tile's
 //     keys outside a row's range get weight 0), then P V accumulates kTileRows x (kTileCols vectors of
 //     head_dim) in registers, so each V vector loaded serves all the tile's queries too.
 // Both compute each score as an fp32 dot product over head_dim times the scale and accumulate P V in fp32,

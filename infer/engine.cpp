@@ -313,8 +313,16 @@ std::span<const float> Engine::norm_weight(const std::optional<models::NormDesc>
   return w;
 }
 
-// The weights of one step into the layer's LayerWeights (the MIL prefill reads them there too).
+// The weights of one step into the layer's LayerWeights (the MIL prefill reads them there too); its norms by their
+// weight names (NormDesc::weight / bias), the offset added.
 void Engine::load_step(const models::Step& s, LayerWeights& L) {
+  auto put_norm = [&](const std::optional<models::NormDesc>& n) {
+    if (!n) return;
+    L.set_norm(n->weight, norm_weight(n));
+    if (!n->bias.empty()) L.set_norm(n->bias, vec(n->bias));
+  };
+  put_norm(s.pre_norm);
+  put_norm(s.post_norm);
   switch (s.kind) {
     case models::StepKind::kAttention: {
       const models::AttnDesc& a = s.attn;
@@ -322,15 +330,12 @@ void Engine::load_step(const models::Step& s, LayerWeights& L) {
       L.wk = matrix(a.wk);
       L.wv = matrix(a.wv);
       L.wo = matrix(a.wo);
-      L.attn_norm = norm_weight(s.pre_norm);
-      L.attn_norm_b = s.pre_norm ? vec(s.pre_norm->bias) : std::span<const float>{};
       L.bq = vec(a.bq);
       L.bk = vec(a.bk);
       L.bv = vec(a.bv);
       L.bo = vec(a.bo);
-      L.q_norm = norm_weight(a.q_norm);
-      L.k_norm = norm_weight(a.k_norm);
-      L.attn_post_norm = norm_weight(s.post_norm);
+      put_norm(a.q_norm);
+      put_norm(a.k_norm);
       break;
     }
     case models::StepKind::kFfn: {
@@ -340,15 +345,9 @@ void Engine::load_step(const models::Step& s, LayerWeights& L) {
       if (!f.w_up.empty()) L.w3 = matrix(f.w_up);
       L.b1 = vec(f.b_in);
       L.b2 = vec(f.b_out);
-      L.ffn_norm = norm_weight(s.pre_norm);
-      L.ffn_norm_b = s.pre_norm ? vec(s.pre_norm->bias) : std::span<const float>{};
-      L.ffn_post_norm = norm_weight(s.post_norm);
       break;
     }
-    case models::StepKind::kLinearAttention:  // the mixer's norms where an attention step's go; weights: load_deltanet
-      L.attn_norm = norm_weight(s.pre_norm);
-      L.attn_norm_b = s.pre_norm ? vec(s.pre_norm->bias) : std::span<const float>{};
-      L.attn_post_norm = norm_weight(s.post_norm);
+    case models::StepKind::kLinearAttention:  // weights: load_deltanet
       break;
   }
 }
@@ -373,19 +372,15 @@ void Engine::load_weights() {
 namespace {
 const float* opt_ptr(std::span<const float> v) { return v.empty() ? nullptr : v.data(); }
 
-// Where a step's norm weights live in its layer's LayerWeights (load_step puts them there).
+// A step's norm weights in its layer's LayerWeights (load_step puts them there), by name.
 struct StepNorms {
   std::span<const float> pre, pre_bias, post;
 };
-StepNorms step_norms(const LayerWeights& L, models::StepKind k) {
-  switch (k) {
-    case models::StepKind::kAttention:
-    case models::StepKind::kLinearAttention:
-      return {L.attn_norm, L.attn_norm_b, L.attn_post_norm};
-    case models::StepKind::kFfn:
-      return {L.ffn_norm, L.ffn_norm_b, L.ffn_post_norm};
-  }
-  return {};
+StepNorms step_norms(const LayerWeights& L, const models::Step& s) {
+  StepNorms w;
+  if (s.pre_norm) w.pre = L.norm(s.pre_norm->weight), w.pre_bias = L.norm(s.pre_norm->bias);
+  if (s.post_norm) w.post = L.norm(s.post_norm->weight);
+  return w;
 }
 }  // namespace
 
@@ -504,8 +499,8 @@ void Engine::attention(int64_t l, const models::AttnDesc& a, int64_t pos, int64_
   if (a.output_gate)
     for (int64_t r = 0; r < n * a.n_heads; ++r)
       std::memcpy(q_.data() + r * hd, qg_.data() + r * 2 * hd, static_cast<size_t>(hd) * sizeof(float));
-  if (a.q_norm) head_norm_rows(q_.data(), *a.q_norm, L.q_norm, n * a.n_heads, a.head_dim);  // before RoPE
-  if (a.k_norm) head_norm_rows(k_.data(), *a.k_norm, L.k_norm, n * a.n_kv_heads, a.head_dim);
+  if (a.q_norm) head_norm_rows(q_.data(), *a.q_norm, L.norm(a.q_norm->weight), n * a.n_heads, a.head_dim);  // pre-RoPE
+  if (a.k_norm) head_norm_rows(k_.data(), *a.k_norm, L.norm(a.k_norm->weight), n * a.n_kv_heads, a.head_dim);
   if (const int r = layer_rope_[static_cast<size_t>(l)]; r >= 0) {
     rope_rows(q_.data(), n, a.n_heads, ropes_[static_cast<size_t>(r)]);
     rope_rows(k_.data(), n, a.n_kv_heads, ropes_[static_cast<size_t>(r)]);
@@ -558,7 +553,7 @@ void Engine::ffn(const models::FfnDesc& f, const LayerWeights& L, int64_t n) {
 // branch = post_norm(branch); x += residual_scale * branch.
 void Engine::run_step(int64_t l, const models::Step& s, int64_t pos, int64_t n) {
   const LayerWeights& L = layers_[static_cast<size_t>(l)];
-  const StepNorms w = step_norms(L, s.kind);
+  const StepNorms w = step_norms(L, s);
   const int64_t D = desc_.dim;
   float* x = x_.data();
   if (s.pre_norm)

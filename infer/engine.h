@@ -1,5 +1,5 @@
 // The inference engine: one transformer forward for every architecture of models/arch/, with a KV cache. The
-// CPU path walks the model's description (models/arch/layer_desc.h, built by its architecture): each step kind
+// CPU path walks the model's description (framework/core/model_desc.h, built by its architecture): each step kind
 // (attention, FFN, linear attention: infer/engine_linear.cpp) and each norm, RoPE and activation kind is implemented
 // once here, and no architecture flag of the config is read; a step or parameter it does not implement is refused
 // at construction in one line. Linear-attention layers keep a recurrent state next to the KV cache (state_bytes).
@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "framework/core/model_desc.h"
 #include "framework/core/platform.h"
 #include "framework/core/scratch.h"
 #include "framework/core/thread_pool.h"
@@ -36,7 +37,6 @@
 #include "infer/cpu_math.h"
 #include "infer/engine_options.h"
 #include "infer/prefill_mil.h"
-#include "models/arch/layer_desc.h"
 #include "models/formats/model.h"
 
 namespace anelab::infer {
@@ -112,7 +112,8 @@ class Engine final : public PrefillHost {
   const MilPrefill* mil_prefill() const { return mil_.get(); }  // null with the cpu backend
 
  private:
-  // One RoPE of the model (the distinct RopeDescs of its layers: Gemma 3 has a global and a sliding one).
+  // One RoPE of the model (the distinct RopeDescs of its layers: Gemma 3 has one for its global and one for its local
+  // layers).
   struct RopeTable {
     models::RopeDesc rope;
     int64_t head_dim = 0;

@@ -20,39 +20,12 @@ namespace {
 
 using mil::Value;
 
-// A layer as the MIL layer kernel computes it (framework/kernels/layer.h): an attention step then an FFN step,
-// both pre-normed, post-norms without a bias, RMSNorm q / k norms, plain residual adds, no score soft-capping.
-// Anything else in the description is refused naming the layer, the step and this executor.
-struct MilLayer {
-  const models::Step& attn;
-  const models::Step& ffn;
-};
-
-MilLayer mil_layer(const models::ModelDesc& d, int64_t layer) {
+// Layer `layer` of d as the MIL layer kernel takes it (kern::check_layer refuses what it lacks, naming the layer, the
+// step and this executor).
+kern::LayerSteps mil_layer(const models::ModelDesc& d, int64_t layer) {
   ANELAB_CHECK(layer >= 0 && layer < static_cast<int64_t>(d.layers.size()), "infer", "MIL prefill: layer ", layer,
                " of a model of ", d.layers.size(), " layers");
-  const auto& steps = d.layers[static_cast<size_t>(layer)].steps;
-  constexpr const char* kMilExecutor = "the MIL prefill";
-  const models::StepKind order[2] = {models::StepKind::kAttention, models::StepKind::kFfn};
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const models::Step& s = steps[i];
-    auto refuse = [&](const std::string& what) { models::unsupported("infer", kMilExecutor, layer, s.kind, what); };
-    if (i >= 2 || s.kind != order[i]) refuse(cat("step ", i, " of the layer (the kernel is attention then ffn)"));
-    if (!s.pre_norm) refuse("a step without a pre-norm");
-    if (s.post_norm && !s.post_norm->bias.empty()) refuse("a post-norm with a bias");
-    if (s.residual_scale != 1.0f) refuse(cat("residual scale ", s.residual_scale));
-    if (s.kind == models::StepKind::kLinearAttention) refuse("a Gated DeltaNet mixer (its MIL prefill is not written)");
-    if (s.kind == models::StepKind::kAttention) {
-      if (s.attn.output_gate) refuse("an attention output gate");
-      if (s.attn.rope.dims != 0 && s.attn.rope.dims != s.attn.head_dim) refuse("partial RoPE");
-      if (s.attn.score_softcap > 0.0f) refuse(cat("score soft-capping (cap ", s.attn.score_softcap, ")"));
-      for (const auto& n : {s.attn.q_norm, s.attn.k_norm})
-        if (n && n->kind != models::NormType::kRms) refuse("a q/k norm other than RMSNorm");
-    }
-  }
-  ANELAB_CHECK(steps.size() == 2, "infer", "layer ", layer, ": ", steps.size(),
-               " steps are not supported by the MIL prefill (attention then ffn)");
-  return {steps[0], steps[1]};
+  return kern::check_layer(d.layers[static_cast<size_t>(layer)], layer, "infer", "the MIL prefill");
 }
 
 std::optional<Value> opt_vec(mil::FunctionBuilder& b, kern::BlobSet& bs, const std::string& stem,
@@ -83,20 +56,11 @@ class PrefillSource : public kern::LayerSource {
     return kern::linear(b_, kw_.path == rt::WeightPath::kW8A8 ? act_input(in, x) : x, wq,
                         opt_vec(b_, bs_, w + "_bias", bias(w)));
   }
-  Value norm_weight(const std::string& norm) override {  // (norm_offset + w) already (Engine::norm_vec)
-    const std::span<const float> w = norm == "attn_norm"        ? L_.attn_norm
-                                     : norm == "ffn_norm"       ? L_.ffn_norm
-                                     : norm == "q_norm"         ? L_.q_norm
-                                     : norm == "k_norm"         ? L_.k_norm
-                                     : norm == "attn_post_norm" ? L_.attn_post_norm
-                                                                : L_.ffn_post_norm;
-    return bs_.vector(b_, norm, w);
+  Value norm_weight(const std::string& name, const models::NormDesc& n) override {  // (offset + w) already
+    return bs_.vector(b_, name, L_.norm(n.weight));
   }
-  std::optional<Value> norm_bias(const std::string& norm) override {  // the pre-norms have biases (LayerNorm)
-    return opt_vec(b_, bs_, norm + "_b",
-                   norm == "attn_norm"  ? L_.attn_norm_b
-                   : norm == "ffn_norm" ? L_.ffn_norm_b
-                                        : std::span<const float>{});
+  std::optional<Value> norm_bias(const std::string& name, const models::NormDesc& n) override {
+    return opt_vec(b_, bs_, name + "_b", L_.norm(n.bias));
   }
   Value mask(int64_t window) override {
     return bs_.tensor(b_, "mask", mil::tensor_type(mil::DType::kFp16, {1, 1, S_, S_}), kern::causal_mask(S_, window));
@@ -146,36 +110,6 @@ class PrefillSource : public kern::LayerSource {
   std::optional<kern::RopeTables> rope_;
 };
 
-kern::NormParams norm_params(const models::NormDesc& n) { return {n.kind, n.eps}; }
-std::optional<kern::NormParams> norm_params(const std::optional<models::NormDesc>& n) {
-  if (!n) return std::nullopt;
-  return norm_params(*n);
-}
-
-// The MIL kernel's parameters of one layer, from its description (weights come from the source; a norm's offset
-// is in its weight already).
-kern::LayerParams layer_params(const models::ModelDesc& md, const MilLayer& ml) {
-  const models::AttnDesc& ad = ml.attn.attn;
-  const models::FfnDesc& fd = ml.ffn.ffn;
-  kern::LayerParams d;
-  d.dim = md.dim;
-  kern::AttnParams& a = d.attn;
-  a.pre_norm = norm_params(*ml.attn.pre_norm);
-  a.post_norm = norm_params(ml.attn.post_norm);
-  a.n_heads = ad.n_heads, a.n_kv_heads = ad.n_kv_heads, a.head_dim = ad.head_dim;
-  a.q_norm = norm_params(ad.q_norm);
-  a.k_norm = norm_params(ad.k_norm);
-  if (ad.rope.style != models::RopeStyle::kNone) a.rope = PrefillSource::rope_style(ad.rope);
-  a.window = ad.window;
-  a.score_scale = ad.score_scale;
-  kern::FfnParams& f = d.ffn;
-  f.pre_norm = norm_params(*ml.ffn.pre_norm);
-  f.post_norm = norm_params(ml.ffn.post_norm);
-  f.hidden = fd.hidden;
-  f.activation = fd.activation;
-  return d;
-}
-
 }  // namespace
 
 int64_t prefill_bucket(int64_t n, int64_t context) {
@@ -197,11 +131,11 @@ LayerKernelSource build_layer_kernel(const models::ModelConfig& c, const LayerWe
 
 LayerKernelSource build_layer_kernel(const models::ModelDesc& md, const LayerWeights& L, int64_t S,
                                      mil::Dialect dialect, int64_t layer, const KernelWeights& kw) {
-  const MilLayer ml = mil_layer(md, layer);
+  const kern::LayerSteps ml = mil_layer(md, layer);
   mil::ProgramBuilder pb;
   auto& b = pb.function("main");
   PrefillSource p(b, md.dim, ml.attn.attn, L, S, layer, kw);
-  const kern::Taps t = kern::build_layer(b, layer_params(md, ml), p, {"k_rope", "v"});  // out, k_rope, v
+  const kern::Taps t = kern::build_layer(b, ml, p, {"k_rope", "v"});  // out, k_rope, v
   b.output(b.named("out").concat({t[0].second, t[1].second, t[2].second}, 1));
   LayerKernelSource src;
   src.program = pb.build(dialect);
@@ -232,9 +166,9 @@ CalibKernel build_calib_kernel(const PrefillHost& e, int64_t layer, int64_t S) {
   auto& b = pb.function("main");
   kern::Taps rec;
   const KernelWeights fp16;
-  const MilLayer ml = mil_layer(e.desc(), layer);
+  const kern::LayerSteps ml = mil_layer(e.desc(), layer);
   PrefillSource p(b, e.desc().dim, ml.attn.attn, e.layer(layer), S, layer, fp16, &rec);
-  const kern::Taps t = kern::build_layer(b, layer_params(e.desc(), ml), p, {});
+  const kern::Taps t = kern::build_layer(b, ml, p, {});
   CalibKernel k;
   std::vector<Value> outs{t[0].second};
   for (const auto& [name, v] : rec) {

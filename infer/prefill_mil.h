@@ -26,12 +26,12 @@
 #include <string>
 #include <vector>
 
+#include "framework/core/model_desc.h"
 #include "framework/core/thread_pool.h"
 #include "framework/kernels/layer.h"
 #include "framework/mil/ir.h"
 #include "framework/runtime/backend.h"
 #include "infer/engine_options.h"
-#include "models/arch/layer_desc.h"
 #include "models/formats/model.h"
 
 namespace anelab::infer {

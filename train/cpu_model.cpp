@@ -1,3 +1,18 @@
+// The math of each step (the model is its description, framework/core/model_desc.h, walked step by step; one forward
+// and one backward per step kind). A step reads the residual
+// stream x [N, D] and adds to it (eps, offset, RoPE, window and scales from the step's descriptors):
+//   xn = rmsnorm(x) * (offset + pre_norm);   b = op(xn);   b = rmsnorm(b) * (offset + post_norm) when present;
+//   x' = x + residual_scale * b
+// attention: q = xn Wqᵀ, k = xn Wkᵀ, v = xn Wvᵀ; q/k norms per head (when present) over hd; RoPE(q, k) at
+//   position t = row % T with the step's RopeDesc (llama3 / linear scaling via kern::cpu::rope_half_tables);
+//   head h attends with kv head h / G (llama2.c, HF); a = softmax(q kᵀ * score_scale + causal, keys within the
+//   step's window when it has one) v;  b = a Woᵀ
+// ffn: b = (act(xn W_inᵀ) ⊙ xn W_upᵀ) W_outᵀ with act = silu (SwiGLU) or gelu_tanh (GeGLU)
+// x0 = embedding * embed.scale;  logits = rmsnorm(x_L) * (offset + norm) · Woutᵀ, soft-capped (cap * tanh(z / cap))
+// when the head says so;  loss = mean over tokens of −log softmax(logits)[target].
+// What the description holds and this executor lacks (LayerNorm, biases, a plain GELU MLP, learned positions,
+// score soft-capping, other step kinds) is refused when the model is built, in one line naming the layer, the
+// step and the executor (models::unsupported).
 #include "train/cpu_model.h"
 
 #include <Eigen/Dense>

@@ -9,21 +9,10 @@
 // a fixed order, so results are bitwise reproducible for a given thread count (resume and exec-restart equality
 // rely on this).
 //
-// The model is its description (models/arch/layer_desc.h, built from the config by the architecture): every layer is
-// walked step by step, and each step kind has one forward and one backward here. A step reads the residual
-// stream x [N, D] and adds to it (eps, offset, RoPE, window and scales from the step's descriptors):
-//   xn = rmsnorm(x) * (offset + pre_norm);   b = op(xn);   b = rmsnorm(b) * (offset + post_norm) when present;
-//   x' = x + residual_scale * b
-// attention: q = xn Wqᵀ, k = xn Wkᵀ, v = xn Wvᵀ; q/k norms per head (when present) over hd; RoPE(q, k) at
-//   position t = row % T with the step's RopeDesc (llama3 / linear scaling via kern::cpu::rope_half_tables);
-//   head h attends with kv head h / G (llama2.c, HF); a = softmax(q kᵀ * score_scale + causal, keys within the
-//   step's window when it has one) v;  b = a Woᵀ
-// ffn: b = (act(xn W_inᵀ) ⊙ xn W_upᵀ) W_outᵀ with act = silu (SwiGLU) or gelu_tanh (GeGLU)
-// x0 = embedding * embed.scale;  logits = rmsnorm(x_L) * (offset + norm) · Woutᵀ, soft-capped (cap * tanh(z / cap))
-// when the head says so;  loss = mean over tokens of −log softmax(logits)[target].
-// What the description holds and this executor lacks (LayerNorm, biases, a plain GELU MLP, learned positions,
-// score soft-capping, other step kinds) is refused when the model is built, in one line naming the layer, the
-// step and the executor (models::unsupported).
+// The model is its description (framework/core/model_desc.h, built from the config by the architecture): every layer
+// is walked step by step, and each step kind has one forward and one backward (cpu_model.cpp states the math).
+// What the description holds and this executor lacks is refused when the model is built, in one line naming the
+// layer, the step and the executor (models::unsupported).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -84,7 +73,7 @@ class CpuModel {
   // The activations of one step kept for its backward.
   struct StepActs {
     std::vector<float> x, rrms, xn;           // the stream into the step [N, D]; pre-norm 1/rms [N]; normed [N, D]
-    std::vector<float> o, rrmso;              // post_norm: the op's output before its norm [N, D]; [N]
+    std::vector<float> o, rrmso;              // the op's output before the step's closing norm [N, D]; its 1/rms [N]
     std::vector<float> q, k, v, p, att;       // attention [N, QD], [N, KD] x2, [B*H, T, T], [N, QD]
     std::vector<float> qp, kp, rrmsq, rrmsk;  // q/k norms: q / k before them [N, QD] / [N, KD]; [N*H], [N*KVH]
     std::vector<float> h1, h3, g;             // ffn [N, F] x3
@@ -126,7 +115,7 @@ class CpuModel {
   std::vector<StepActs> acts_;          // [steps_.size()]
   std::vector<float> xL_, rrmsf_, xf_;  // [N, D], [N], [N, D]
   std::vector<float> logits_;           // [N, V] (overwritten by dlogits in backward)
-  std::vector<float> capped_;           // [N, V] tanh(z / logit_softcap) of the last head_forward (soft-capping)
+  std::vector<float> capped_;           // [N, V] tanh(z / cap) of the last head_forward (the head's cap)
   std::vector<int32_t> inputs_;         // [N]
   std::vector<float> dxf_;              // [N, D] head backward scratch
   int64_t head_B_ = 0, head_T_ = 0;

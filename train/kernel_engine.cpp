@@ -307,7 +307,7 @@ void KernelEngine::submit_qkv_dw(const SeqActs& a, const SeqGrads& s, const Laye
   const kern::TrainShape& sh = cache_->shape();
   const int64_t S = T_, D = sh.dim, QD = sh.q_dim(), KD = sh.kv_dim(), HD = sh.head_dim;
   const int64_t Hq = sh.n_heads, Hkv = sh.n_kv_heads;
-  const std::optional<kern::NormParams> qn = sh.q_norm, kn = sh.k_norm;  // both or neither (TrainShape::validate)
+  const std::optional<models::NormDesc> qn = sh.q_norm, kn = sh.k_norm;  // both or neither (TrainShape::validate)
   queue_.submit([&a, &s, gl, D, QD, KD, S, HD, Hq, Hkv, qn, kn] {
     dw_acc(gl.wq, qn ? s.sdpa.dq_proj : s.sdpa.dq, a.attn.xnorm, QD, D, S);
     dw_acc(gl.wk, kn ? s.sdpa.dk_proj : s.sdpa.dk, a.attn.xnorm, KD, D, S);
@@ -421,9 +421,10 @@ double KernelEngine::forward_backward(const float* w, const Batch& b, float grad
 }  // namespace
 
 namespace {
-std::optional<kern::NormParams> head_norm_params(const std::optional<models::NormDesc>& n) {
+// A q / k norm as the shape keeps it: its kind and eps (layer_steps names its weight).
+std::optional<models::NormDesc> head_norm_params(const std::optional<models::NormDesc>& n) {
   if (!n) return std::nullopt;
-  return kern::NormParams{n->kind, n->eps};
+  return models::NormDesc{n->kind, n->eps};
 }
 
 // The shape of layer l's steps (check_kernel_steps has refused the parts the kernels lack).
@@ -457,7 +458,7 @@ kern::TrainShape layer_train_shape(const models::ModelDesc& d, int64_t l, int64_
   return s;
 }
 
-bool same_norm(const std::optional<kern::NormParams>& a, const std::optional<kern::NormParams>& b) {
+bool same_norm(const std::optional<models::NormDesc>& a, const std::optional<models::NormDesc>& b) {
   return a.has_value() == b.has_value() && (!a || (a->kind == b->kind && a->eps == b->eps));
 }
 }  // namespace

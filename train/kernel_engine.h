@@ -31,8 +31,8 @@
 #include <memory>
 #include <string>
 
+#include "framework/core/model_desc.h"
 #include "framework/kernels/train.h"
-#include "models/arch/layer_desc.h"
 #include "train/config.h"
 #include "train/step_engine.h"
 

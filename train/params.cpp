@@ -11,7 +11,7 @@
 
 namespace anelab::train {
 namespace {
-constexpr int kLayerFields = 13;  // LayerPtrs' fields
+constexpr int kLayerFields = 11;  // LayerPtrs' fields
 }  // namespace
 
 void check_trainable(const models::ModelConfig& c) {
@@ -109,9 +109,8 @@ ParamLayout::ParamLayout(const models::ModelConfig& c) : config_(c) {
     total_ += p.numel;
     params_.push_back(std::move(p));
   }
-  static const char* kFields[kLayerFields] = {
-      "attn_norm",     "wq", "wk", "wv", "wo", "q_norm", "k_norm", "ffn_norm", "attn_post_norm",
-      "ffn_post_norm", "w1", "w2", "w3"};
+  static const char* kFields[kLayerFields] = {"attn_norm", "wq",       "wk", "wv", "wo", "q_norm",
+                                              "k_norm",    "ffn_norm", "w1", "w2", "w3"};
   for (int64_t l = 0; l < c.n_layers; ++l)
     for (const char* f : kFields) {  // a tensor the architecture does not have: -1
       const ParamInfo* p = lookup("layers." + std::to_string(l) + "." + f);
@@ -136,7 +135,7 @@ const ParamInfo& ParamLayout::find(const std::string& name) const {
 LayerPtrs ParamLayout::layer(float* b, int64_t l) const {
   const int64_t* o = &layer_offsets_.at(static_cast<size_t>(l * kLayerFields));
   auto at = [&](int i) { return o[i] < 0 ? nullptr : b + o[i]; };
-  return {at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7), at(8), at(9), at(10), at(11), at(12)};
+  return {at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7), at(8), at(9), at(10)};
 }
 
 std::vector<float> init_random(const ParamLayout& layout, uint64_t seed) {

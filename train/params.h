@@ -2,16 +2,16 @@
 // fp32 master weights in ONE flat buffer, in canonical order. Gradients and AdamW moments use the same
 // layout (same offsets), so optimizer, clipping and checkpoints work on flat spans.
 //
-// What trains is decided by walking the model description (models/arch/layer_desc.h): check_trainable names the
+// What trains is decided by walking the model description (framework/core/model_desc.h): check_trainable names the
 // parts no training executor has; CpuModel (train/cpu_model.h) and check_kernel_steps refuse, per executor, the
 // first step they lack. Today: RMSNorm steps (offset, post norms, per-head q/k norms), SwiGLU or GeGLU, RoPE of any
-// base / scaling per step, sliding windows, GQA, tied or untied classifier, logit soft-capping on the CPU.
+// base / scaling per step, key windows, GQA, tied or untied classifier, logit soft-capping on the CPU.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "models/arch/layer_desc.h"
+#include "framework/core/model_desc.h"
 #include "models/formats/model.h"
 
 namespace anelab::train {
@@ -24,21 +24,20 @@ struct ParamInfo {
   bool decay = true;  // weight decay applies (false for norm weights)
 };
 
-// Pointers into a flat buffer for one transformer layer (weights or gradients).
+// Pointers into a flat buffer for the tensors of one Llama-shaped layer that the MIL training kernels take (weights
+// or gradients); other tensors of a layer by name (ParamLayout::lookup).
 struct LayerPtrs {
-  float* attn_norm;       // [D]
-  float* wq;              // [Hq*hd, D]
-  float* wk;              // [Hkv*hd, D]
-  float* wv;              // [Hkv*hd, D]
-  float* wo;              // [D, Hq*hd]
-  float* q_norm;          // [hd] per-head RMSNorm of q (null when the architecture has none)
-  float* k_norm;          // [hd] per-head RMSNorm of k (null when the architecture has none)
-  float* ffn_norm;        // [D]
-  float* attn_post_norm;  // [D] norm of Wo·attn (null when the architecture has none)
-  float* ffn_post_norm;   // [D] norm of W2·gate (null when the architecture has none)
-  float* w1;              // [F, D]
-  float* w2;              // [D, F]
-  float* w3;              // [F, D]
+  float* attn_norm;  // [D]
+  float* wq;         // [Hq*hd, D]
+  float* wk;         // [Hkv*hd, D]
+  float* wv;         // [Hkv*hd, D]
+  float* wo;         // [D, Hq*hd]
+  float* q_norm;     // [hd] per-head RMSNorm of q (null when the architecture has none)
+  float* k_norm;     // [hd] per-head RMSNorm of k (null when the architecture has none)
+  float* ffn_norm;   // [D]
+  float* w1;         // [F, D]
+  float* w2;         // [D, F]
+  float* w3;         // [F, D]
 };
 
 class ParamLayout {
@@ -59,7 +58,7 @@ class ParamLayout {
   models::ModelConfig config_;
   std::vector<ParamInfo> params_;
   int64_t total_ = 0, emb_ = 0, norm_ = 0, out_ = 0;
-  std::vector<int64_t> layer_offsets_;  // [L * 13] offsets in LayerPtrs field order (-1: no such tensor)
+  std::vector<int64_t> layer_offsets_;  // [L * 11] offsets in LayerPtrs field order (-1: no such tensor)
 };
 
 // Throws one line "[train] model 'ARCH': ... not supported for training ..." naming every part of c's description

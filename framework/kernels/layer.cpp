@@ -35,8 +35,44 @@ const quant::Mat& LayerWeights::matrix(const std::string& n) const {
   fail("kernels", "unknown layer matrix '", n, "' (known: wq wk wv wo w1 w2 w3)");
 }
 
-double AttnParams::scale() const {
-  return score_scale > 0.0 ? score_scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+std::span<const float> LayerWeights::norm(const std::string& name) const {
+  if (name.empty()) return {};
+  for (const auto& [n, v] : norms)
+    if (n == name) return v;
+  return {};
+}
+
+void LayerWeights::set_norm(const std::string& name, std::span<const float> v) {
+  for (auto& [n, w] : norms)
+    if (n == name) {
+      w = v;
+      return;
+    }
+  norms.emplace_back(name, v);
+}
+
+LayerSteps check_layer(const models::LayerDesc& ld, int64_t layer, const char* component, const char* executor) {
+  const auto& steps = ld.steps;
+  const models::StepKind order[2] = {models::StepKind::kAttention, models::StepKind::kFfn};
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const models::Step& s = steps[i];
+    auto refuse = [&](const std::string& what) { models::unsupported(component, executor, layer, s.kind, what); };
+    if (i >= 2 || s.kind != order[i]) refuse(cat("step ", i, " of the layer (the kernel is attention then ffn)"));
+    if (!s.pre_norm) refuse("a step without a pre-norm");
+    if (s.post_norm && !s.post_norm->bias.empty()) refuse("a post-norm with a bias");
+    if (s.residual_scale != 1.0f) refuse(cat("residual scale ", s.residual_scale));
+    if (s.kind == models::StepKind::kLinearAttention) refuse("a Gated DeltaNet mixer (its MIL prefill is not written)");
+    if (s.kind == models::StepKind::kAttention) {
+      if (s.attn.output_gate) refuse("an attention output gate");
+      if (s.attn.rope.dims != 0 && s.attn.rope.dims != s.attn.head_dim) refuse("partial RoPE");
+      if (s.attn.score_softcap > 0.0f) refuse(cat("score soft-capping (cap ", s.attn.score_softcap, ")"));
+      for (const auto& n : {s.attn.q_norm, s.attn.k_norm})
+        if (n && n->kind != NormType::kRms) refuse("a q/k norm other than RMSNorm");
+    }
+  }
+  ANELAB_CHECK(steps.size() == 2, component, "layer ", layer, ": ", steps.size(), " steps are not supported by ",
+               executor, " (attention then ffn)");
+  return {steps[0], steps[1]};
 }
 
 namespace {
@@ -60,10 +96,10 @@ Taps pick(const char* block, const std::vector<std::pair<std::string, TapFn>>& k
 }
 
 // The norm `which` of x (its kind and eps from n), its weights fetched before x (the order every generator has used).
-Value norm(FunctionBuilder& b, const NormParams& n, LayerSource& p, const std::string& which,
+Value norm(FunctionBuilder& b, const models::NormDesc& n, LayerSource& p, const std::string& which,
            const std::function<Value()>& x) {
-  Value g = p.norm_weight(which);
-  std::optional<Value> beta = n.kind == NormType::kLayer ? p.norm_bias(which) : std::nullopt;
+  Value g = p.norm_weight(which, n);
+  std::optional<Value> beta = n.kind == NormType::kLayer ? p.norm_bias(which, n) : std::nullopt;
   Value xv = x();
   switch (n.kind) {
     case NormType::kRms:
@@ -75,7 +111,7 @@ Value norm(FunctionBuilder& b, const NormParams& n, LayerSource& p, const std::s
 }
 
 // The norm `which` of each head of x [1, heads*HD, 1, S]: the heads as the batch [heads, HD, 1, S], normed over HD.
-Value head_norm(FunctionBuilder& b, const NormParams& n, LayerSource& p, const std::string& which, const Value& x,
+Value head_norm(FunctionBuilder& b, const models::NormDesc& n, LayerSource& p, const std::string& which, const Value& x,
                 int64_t heads, int64_t head_dim) {
   Value y = norm(b, n, p, which, [&] { return b.reshape(x, {heads, head_dim, 1, x.dim(3)}); });
   return b.reshape(y, {1, heads * head_dim, 1, x.dim(3)});
@@ -86,9 +122,22 @@ struct Attention {
   Value xn, q, k, v, qh, kh, attn, o;
 };
 
-Attention attention(FunctionBuilder& b, const AttnParams& d, LayerSource& p, const std::function<Value()>& x) {
+// The scores' scale: the description's, or 1 / sqrt(HD) computed in double when it leaves it 0 (training's shape).
+double score_scale(const models::AttnDesc& d) {
+  return d.score_scale > 0.0f ? d.score_scale : 1.0 / std::sqrt(static_cast<double>(d.head_dim));
+}
+
+// The RoPE of the tables (LayerSource::rope_table), or none.
+std::optional<RopeStyle> rope_style(const models::RopeDesc& r) {
+  if (r.style == RopeStyle::kNone) return std::nullopt;
+  return r.style;
+}
+
+Attention attention(FunctionBuilder& b, const models::Step& s, LayerSource& p, const std::function<Value()>& x) {
+  const models::AttnDesc& d = s.attn;
+  const int64_t n_rep = d.n_heads / d.n_kv_heads;
   Attention a;
-  a.xn = norm(b, d.pre_norm, p, "attn_norm", x);
+  a.xn = norm(b, *s.pre_norm, p, "attn_norm", x);
   Value q = a.q = p.project("wq", a.xn);
   Value k = a.k = p.project("wk", a.xn);
   if (d.q_norm) q = head_norm(b, *d.q_norm, p, "q_norm", q, d.n_heads, d.head_dim);
@@ -97,18 +146,18 @@ Attention attention(FunctionBuilder& b, const AttnParams& d, LayerSource& p, con
   a.kh = split_heads(b, k, d.n_kv_heads);
   a.v = p.project("wv", a.xn);
   Value vh = split_heads(b, a.v, d.n_kv_heads);
-  if (d.rope) {
+  if (const std::optional<RopeStyle> style = rope_style(d.rope)) {
     Value sn = p.rope_table("sin");
     Value cs = p.rope_table("cos");
-    a.qh = rope(b, a.qh, cs, sn, *d.rope);
-    a.kh = rope(b, a.kh, cs, sn, *d.rope);
+    a.qh = rope(b, a.qh, cs, sn, *style);
+    a.kh = rope(b, a.kh, cs, sn, *style);
   }
   Value mask = p.mask(d.window);
-  Value ve = gqa_expand(b, vh, d.n_rep());
-  Value ke = gqa_expand(b, a.kh, d.n_rep());
-  a.attn = merge_heads(b, causal_attention(b, a.qh, ke, ve, mask, d.scale()));
+  Value ve = gqa_expand(b, vh, n_rep);
+  Value ke = gqa_expand(b, a.kh, n_rep);
+  a.attn = merge_heads(b, causal_attention(b, a.qh, ke, ve, mask, score_scale(d)));
   a.o = p.project("wo", a.attn);
-  if (d.post_norm) a.o = norm(b, *d.post_norm, p, "attn_post_norm", [&] { return a.o; });
+  if (s.post_norm) a.o = norm(b, *s.post_norm, p, "attn_post_norm", [&] { return a.o; });
   return a;
 }
 
@@ -129,9 +178,10 @@ struct Ffn {
   Value xn, h1, h3, gate, y;
 };
 
-Ffn ffn(FunctionBuilder& b, const FfnParams& d, LayerSource& p, const std::function<Value()>& x) {
+Ffn ffn(FunctionBuilder& b, const models::Step& s, LayerSource& p, const std::function<Value()>& x) {
+  const models::FfnDesc& d = s.ffn;
   Ffn f;
-  f.xn = norm(b, d.pre_norm, p, "ffn_norm", x);
+  f.xn = norm(b, *s.pre_norm, p, "ffn_norm", x);
   f.h1 = p.project("w1", f.xn);
   switch (d.activation) {
     case Activation::kGeluTanh:
@@ -147,33 +197,33 @@ Ffn ffn(FunctionBuilder& b, const FfnParams& d, LayerSource& p, const std::funct
       break;
   }
   f.y = p.project("w2", f.gate);
-  if (d.post_norm) f.y = norm(b, *d.post_norm, p, "ffn_post_norm", [&] { return f.y; });
+  if (s.post_norm) f.y = norm(b, *s.post_norm, p, "ffn_post_norm", [&] { return f.y; });
   return f;
 }
 
 }  // namespace
 
-Taps build_attention(FunctionBuilder& b, const AttnParams& d, LayerSource& p, const std::vector<std::string>& taps) {
-  const Attention a = attention(b, d, p, [&] { return p.input("x"); });
+Taps build_attention(FunctionBuilder& b, const models::Step& s, LayerSource& p, const std::vector<std::string>& taps) {
+  const Attention a = attention(b, s, p, [&] { return p.input("x"); });
   return attention_taps(b, a, taps);
 }
 
-Taps build_ffn(FunctionBuilder& b, const FfnParams& d, LayerSource& p, const std::vector<std::string>& taps) {
-  const Ffn f = ffn(b, d, p, [&] { return p.input("x"); });
+Taps build_ffn(FunctionBuilder& b, const models::Step& s, LayerSource& p, const std::vector<std::string>& taps) {
+  const Ffn f = ffn(b, s, p, [&] { return p.input("x"); });
   std::vector<std::pair<std::string, TapFn>> known = {{"y", [&] { return f.y; }},
                                                       {"h1", [&] { return f.h1; }},
                                                       {"gate", [&] { return f.gate; }},
                                                       {"xnorm", [&] { return f.xn; }}};
-  if (gated_mlp(d.activation)) known.insert(known.begin() + 2, {"h3", [&] { return f.h3; }});
+  if (gated_mlp(s.ffn.activation)) known.insert(known.begin() + 2, {"h3", [&] { return f.h3; }});
   return pick("build_ffn", known, taps);
 }
 
-Taps build_layer(FunctionBuilder& b, const LayerParams& d, LayerSource& p, const std::vector<std::string>& attn_taps) {
+Taps build_layer(FunctionBuilder& b, const LayerSteps& l, LayerSource& p, const std::vector<std::string>& attn_taps) {
   Value x;
-  const Attention a = attention(b, d.attn, p, [&] { return x = p.input("x"); });
+  const Attention a = attention(b, l.attn, p, [&] { return x = p.input("x"); });
   Taps out = attention_taps(b, a, attn_taps);
   Value x2 = b.add(x, a.o);
-  const Ffn f = ffn(b, d.ffn, p, [&] { return x2; });
+  const Ffn f = ffn(b, l.ffn, p, [&] { return x2; });
   out.insert(out.begin(), {"out", b.add(x2, f.y)});
   return out;
 }

@@ -1,17 +1,17 @@
 // The transformer layer as MIL, written once: the inference prefill (infer/prefill_mil.h) and the
 // training forward kernels (framework/kernels/train.h) both emit their layer here; they differ only in
-// where the weights come from (LayerSource) and in the taps they ask for; what the layer computes is a
-// LayerParams (below), shaped like a layer of the model description (models/arch/layer_desc.h).
+// where the weights come from (LayerSource) and in the taps they ask for; what the layer computes is a layer
+// of the model description (framework/core/model_desc.h: its attention step and its FFN step), read as it is.
 //
 //   attention half  x -> xnorm = norm(x) -> q = Wq·xnorm (+bq), k = Wk·xnorm (+bk), v = Wv·xnorm (+bv)
 //                   -> [q_norm / k_norm: per-head norms of q and k] -> RoPE(q, k) -> softmax(q kᵀ * scale + mask) v
-//                   (query head h reads kv head h / n_rep) -> attn -> o = Wo·attn (+bo) [post_norm: norm(o)]
+//                   (query head h reads kv head h / n_rep) -> attn -> o = Wo·attn (+bo) [the step's norm of o]
 //   ffn half        x -> xnorm = norm(x) -> SwiGLU: h1 = W1·xnorm, h3 = W3·xnorm, gate = silu(h1) * h3
 //                                         or tanh-GELU: h1 = W1·xnorm (+b1), gate = gelu(h1)
 //                                         or GeGLU: h1 = W1·xnorm, h3 = W3·xnorm, gate = gelu(h1) * h3
-//                   -> y = W2·gate (+b2) [post_norm: norm(y)]
+//                   -> y = W2·gate (+b2) [the step's norm of y]
 //   whole layer     x2 = x + o(x);  out = x2 + y(x2)
-// Each norm is RMSNorm (norm weight) or LayerNorm (weight and optional bias), by its NormParams; the mask keeps
+// Each norm is RMSNorm (norm weight) or LayerNorm (weight and optional bias), by its NormDesc; the mask keeps
 // the last `window` keys when the attention has a window. Activations are channel-first [1, C, 1, S] fp16
 // (nn.h); every tap is a [1, C, 1, S] value.
 //
@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "framework/core/fp16.h"
+#include "framework/core/model_desc.h"
 #include "framework/kernels/nn.h"
 #include "framework/quant/mat.h"
 
@@ -47,68 +48,37 @@ namespace anelab::kern {
 std::vector<float> mat_values(const quant::Mat& m);
 
 // One transformer layer's weights (not owned). Vectors are empty when the model has no such tensor.
-// The kernels name them: wq wk wv wo w1 w2 w3, norms attn_norm / ffn_norm (training's rms_att / rms_ffn).
+// The kernels name the matrices wq wk wv wo w1 w2 w3; the norm vectors are kept by the name of the norm's weight in
+// the description (NormDesc::weight: the engine's canonical tensor names, training's "attn_norm" ... "k_norm").
 struct LayerWeights {
-  quant::Mat wq;                                            // [QD, D]
-  quant::Mat wk, wv;                                        // [KVD, D]
-  quant::Mat wo;                                            // [D, QD]
-  quant::Mat w1, w3;                                        // [H, D] (SwiGLU gate / up; GELU: w1 = fc, no w3)
-  quant::Mat w2;                                            // [D, H] (down; GELU: proj)
-  std::span<const float> attn_norm, ffn_norm;               // [D]
-  std::span<const float> attn_norm_b, ffn_norm_b;           // [D] LayerNorm biases
-  std::span<const float> bq;                                // [QD]
-  std::span<const float> bk, bv;                            // [KVD]
-  std::span<const float> bo, b2;                            // [D]
-  std::span<const float> b1;                                // [H]
-  std::span<const float> q_norm, k_norm;                    // [HD] per-head RMSNorm of q and k (before RoPE)
-  std::span<const float> attn_post_norm, ffn_post_norm;     // [D] norms of the attention / MLP outputs
-  const quant::Mat& matrix(const std::string& name) const;  // "wq" ... "w3"; throws for others
+  quant::Mat wq;                  // [QD, D]
+  quant::Mat wk, wv;              // [KVD, D]
+  quant::Mat wo;                  // [D, QD]
+  quant::Mat w1, w3;              // [H, D] (SwiGLU gate / up; GELU: w1 = fc, no w3)
+  quant::Mat w2;                  // [D, H] (down; GELU: proj)
+  std::span<const float> bq;      // [QD]
+  std::span<const float> bk, bv;  // [KVD]
+  std::span<const float> bo, b2;  // [D]
+  std::span<const float> b1;      // [H]
+  // Norm weights (offset added: what the kernels multiply by) and LayerNorm biases, by tensor name: [D] or [HD].
+  std::vector<std::pair<std::string, std::span<const float>>> norms;
+  const quant::Mat& matrix(const std::string& name) const;           // "wq" ... "w3"; throws for others
+  std::span<const float> norm(const std::string& name) const;        // empty when absent (or name empty)
+  void set_norm(const std::string& name, std::span<const float> v);  // adds or replaces
 };
 
-// ---- the layer's parameters ------------------------------------------------------------------------
-// What the layer computes, shaped like one layer of the model description (models/arch/layer_desc.h: an attention
-// step and an FFN step, each with its pre-norm and optional post-norm). The caller fills it: the prefill from the
-// description (infer/prefill_mil.cpp), training from its shape (layer_params, train.h). An optional part is
-// emitted when present; the generator reads no architecture.
+// ---- the layer, from its description ----------------------------------------------------------------
+// build_layer takes a layer of the model description as it is: an attention step then an FFN step, each
+// pre-normed, with an optional post-norm, optional q / k norms, RoPE or none, a window, a score scale and an
+// activation. check_layer refuses everything else (one line naming the layer, the step and the executor).
 
-// A norm over the channels (q / k norms: over each head's HD channels): RMSNorm, or LayerNorm with the bias
-// the source has (LayerSource::norm_bias). Its weight is LayerSource::norm_weight(<the norm's name>).
-struct NormParams {
-  NormType kind = NormType::kRms;
-  double eps = 1e-5;
+// Throws models::unsupported(component, executor, layer, ...) at the first step or parameter of `l` the MIL layer
+// does not implement; returns its attention and FFN steps.
+struct LayerSteps {
+  const models::Step& attn;
+  const models::Step& ffn;
 };
-
-// The attention step: x -> pre_norm ("attn_norm") -> attention -> post_norm ("attn_post_norm", when present).
-struct AttnParams {
-  NormParams pre_norm;
-  std::optional<NormParams> post_norm;       // of o = Wo·attn, before the residual add
-  int64_t n_heads = 0;                       // query heads
-  int64_t n_kv_heads = 0;                    // key/value heads (GQA when < n_heads)
-  int64_t head_dim = 0;                      // HD
-  std::optional<NormParams> q_norm, k_norm;  // per head of q / k before RoPE ("q_norm" / "k_norm" [HD])
-  std::optional<RopeStyle> rope;             // none: no RoPE (learned positions)
-  int64_t window = 0;                        // keys limited to the last `window` positions (LayerSource::mask); 0: all
-  double score_scale = 0.0;                  // scores = q·k * score_scale; 0: 1 / sqrt(HD)
-
-  int64_t q_dim() const { return n_heads * head_dim; }
-  int64_t kv_dim() const { return n_kv_heads * head_dim; }
-  int64_t n_rep() const { return n_heads / n_kv_heads; }
-  double scale() const;  // score_scale, or 1 / sqrt(HD)
-};
-
-// The FFN step: x -> pre_norm ("ffn_norm") -> MLP of `activation` -> post_norm ("ffn_post_norm", when present).
-struct FfnParams {
-  NormParams pre_norm;
-  std::optional<NormParams> post_norm;  // of y = W2·gate, before the residual add
-  int64_t hidden = 0;                   // H
-  Activation activation = Activation::kSilu;
-};
-
-struct LayerParams {
-  int64_t dim = 0;  // D
-  AttnParams attn;
-  FfnParams ffn;
-};
+LayerSteps check_layer(const models::LayerDesc& l, int64_t layer, const char* component, const char* executor);
 
 // Where a layer kernel's inputs and weights come from: the prefill bakes weights as BLOBFILE consts,
 // training bakes them (static) or slices them from the input surface (dynamic).
@@ -118,9 +88,10 @@ class LayerSource {
   virtual Value input(const std::string& slot) = 0;  // an activation input, [1, C, 1, S]
   // y = W x (+ the bias of W when the model has one) for "wq" ... "w3"
   virtual Value project(const std::string& weight, const Value& x) = 0;
-  // a norm's weight by the norm's name (NormParams above): [1, D, 1, 1]; "q_norm" | "k_norm": [1, HD, 1, 1]
-  virtual Value norm_weight(const std::string& norm) = 0;
-  virtual std::optional<Value> norm_bias(const std::string& norm) = 0;  // a LayerNorm's bias, if any
+  // The weight of norm n ([1, D, 1, 1]; q / k norms: [1, HD, 1, 1]) as the const `name` (the kernel's name for the
+  // norm: "attn_norm", "q_norm", ...), and a LayerNorm's bias (n.bias), if any.
+  virtual Value norm_weight(const std::string& name, const models::NormDesc& n) = 0;
+  virtual std::optional<Value> norm_bias(const std::string& name, const models::NormDesc& n) = 0;
   // [1, 1, S, S] additive causal mask, keys limited to the last `window` positions when > 0 (causal_mask)
   virtual Value mask(int64_t window) = 0;
   virtual Value rope_table(const std::string& which) = 0;  // "cos" | "sin": [1, 1, S, HD] (rope_tables)
@@ -128,11 +99,12 @@ class LayerSource {
 
 using Taps = std::vector<std::pair<std::string, Value>>;
 
-// The attention half on input slot "x"; returns the taps asked for (names above), in that order.
-Taps build_attention(FunctionBuilder& b, const AttnParams& a, LayerSource& p, const std::vector<std::string>& taps);
-// The feed-forward half on input slot "x".
-Taps build_ffn(FunctionBuilder& b, const FfnParams& f, LayerSource& p, const std::vector<std::string>& taps);
-// The whole layer with both residual adds on input slot "x": "out", then the attention taps asked for.
-Taps build_layer(FunctionBuilder& b, const LayerParams& d, LayerSource& p, const std::vector<std::string>& attn_taps);
+// The attention step on input slot "x"; returns the taps asked for (names above), in that order.
+Taps build_attention(FunctionBuilder& b, const models::Step& s, LayerSource& p, const std::vector<std::string>& taps);
+// The FFN step on input slot "x".
+Taps build_ffn(FunctionBuilder& b, const models::Step& s, LayerSource& p, const std::vector<std::string>& taps);
+// The whole layer (check_layer's steps) with both residual adds on input slot "x": "out", then the attention taps
+// asked for.
+Taps build_layer(FunctionBuilder& b, const LayerSteps& l, LayerSource& p, const std::vector<std::string>& attn_taps);
 
 }  // namespace anelab::kern

@@ -66,7 +66,7 @@ class BlobSet {
 
 // ---- host-side tables ---------------------------------------------------------------------------
 // Additive causal mask [S, S]: 0 on and below the diagonal, -65504 above (digest §2.6.4); with a window
-// > 0 also -65504 where i - j >= window (a sliding-window layer: query i sees keys i - window < j <= i).
+// > 0 also -65504 where i - j >= window (a windowed layer: query i sees keys i - window < j <= i).
 std::vector<float> causal_mask(int64_t seq, int64_t window = 0);
 
 using anelab::rope_style_name;

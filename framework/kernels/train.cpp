@@ -98,10 +98,9 @@ namespace {
 
 // The fp32 values of a training weight by its kernel name (rms_att / rms_ffn are the norm weights).
 std::span<const float> train_weight(const LayerWeights& w, const std::string& n) {
-  if (n == "rms_att") return w.attn_norm;
-  if (n == "rms_ffn") return w.ffn_norm;
-  if (n == "q_norm") return w.q_norm;
-  if (n == "k_norm") return w.k_norm;
+  if (n == "rms_att") return w.norm("attn_norm");
+  if (n == "rms_ffn") return w.norm("ffn_norm");
+  if (n == "q_norm" || n == "k_norm") return w.norm(n);
   const quant::Mat& m = w.matrix(n);
   ANELAB_CHECK(m.type == quant::WType::kF32, "kernels", "layer weight ", n,
                " is fp16; training kernels take fp32 weights");
@@ -110,18 +109,26 @@ std::span<const float> train_weight(const LayerWeights& w, const std::string& n)
 
 }  // namespace
 
-LayerParams layer_params(const TrainShape& s) {
-  LayerParams d;
-  d.dim = s.dim;
-  AttnParams& a = d.attn;
-  a.pre_norm = {NormType::kRms, s.norm_eps};
+models::LayerDesc layer_steps(const TrainShape& s) {
+  auto rms = [&](const char* weight) {
+    return models::NormDesc{NormType::kRms, static_cast<float>(s.norm_eps), 0.0f, weight, ""};
+  };
+  models::LayerDesc l;
+  models::Step& at = l.steps.emplace_back();
+  at.kind = models::StepKind::kAttention;
+  at.pre_norm = rms("attn_norm");
+  models::AttnDesc& a = at.attn;
   a.n_heads = s.n_heads, a.n_kv_heads = s.n_kv_heads, a.head_dim = s.head_dim;
   a.q_norm = s.q_norm, a.k_norm = s.k_norm;
-  a.rope = s.rope;
-  d.ffn.pre_norm = {NormType::kRms, s.norm_eps};
-  d.ffn.hidden = s.hidden;
-  d.ffn.activation = Activation::kSilu;
-  return d;
+  if (a.q_norm) a.q_norm->weight = "q_norm";
+  if (a.k_norm) a.k_norm->weight = "k_norm";
+  a.rope.style = s.rope;
+  models::Step& ff = l.steps.emplace_back();
+  ff.kind = models::StepKind::kFfn;
+  ff.pre_norm = rms("ffn_norm");
+  ff.ffn.hidden = s.hidden;
+  ff.ffn.activation = Activation::kSilu;
+  return l;
 }
 
 LayerWeights train_weights(const TrainShape& s, std::span<const float> wq, std::span<const float> wk,
@@ -134,7 +141,9 @@ LayerWeights train_weights(const TrainShape& s, std::span<const float> wq, std::
   w.wq = Mat::f32(wq, s.q_dim(), s.dim), w.wk = Mat::f32(wk, s.kv_dim(), s.dim), w.wv = Mat::f32(wv, s.kv_dim(), s.dim);
   w.wo = Mat::f32(wo, s.dim, s.q_dim());
   w.w1 = Mat::f32(w1, s.hidden, s.dim), w.w3 = Mat::f32(w3, s.hidden, s.dim), w.w2 = Mat::f32(w2, s.dim, s.hidden);
-  w.attn_norm = rms_att, w.ffn_norm = rms_ffn, w.q_norm = q_norm, w.k_norm = k_norm;
+  w.set_norm("attn_norm", rms_att), w.set_norm("ffn_norm", rms_ffn);
+  if (!q_norm.empty()) w.set_norm("q_norm", q_norm);
+  if (!k_norm.empty()) w.set_norm("k_norm", k_norm);
   return w;
 }
 
@@ -211,10 +220,10 @@ class KernelGen : public LayerSource {
   // LayerSource (the forward kernels' layer generator): norms are rms_att / rms_ffn, no biases.
   Value input(const std::string& slot) override { return in(slot); }
   Value project(const std::string& weight, const Value& x) override { return apply(weight, x); }
-  Value norm_weight(const std::string& norm) override {  // attn_norm / ffn_norm are rms_att / rms_ffn
+  Value norm_weight(const std::string& norm, const models::NormDesc&) override {  // attn / ffn: rms_att / rms_ffn
     return vec_value(norm == "attn_norm" ? "rms_att" : norm == "ffn_norm" ? "rms_ffn" : norm);
   }
-  std::optional<Value> norm_bias(const std::string&) override { return std::nullopt; }
+  std::optional<Value> norm_bias(const std::string&, const models::NormDesc&) override { return std::nullopt; }
   KernelSpec finish(const Taps& outputs);
 
  private:
@@ -350,7 +359,7 @@ KernelSpec gen_attn_fwd(KernelGen& g) {
   std::vector<std::string> taps = {"o", "attn", "q_rope", "k_rope", "v", "xnorm"};
   if (s.q_norm) taps.push_back("q");
   if (s.k_norm) taps.push_back("k");
-  return g.finish(build_attention(g.b(), layer_params(s).attn, g, taps));
+  return g.finish(build_attention(g.b(), layer_steps(s).steps[0], g, taps));
 }
 
 KernelSpec gen_ffn_fwd(KernelGen& g) {
@@ -359,7 +368,7 @@ KernelSpec gen_ffn_fwd(KernelGen& g) {
   g.vec("rms_ffn");
   for (const char* w : {"w1", "w3", "w2"}) g.mat(w, false);
   g.begin();
-  return g.finish(build_ffn(g.b(), layer_params(s).ffn, g, {"y", "h1", "h3", "gate", "xnorm"}));
+  return g.finish(build_ffn(g.b(), layer_steps(s).steps[1], g, {"y", "h1", "h3", "gate", "xnorm"}));
 }
 
 KernelSpec gen_ffn_bwd(KernelGen& g) {
@@ -440,7 +449,7 @@ Value rms_norm_backward(FunctionBuilder& b, const Value& x, const Value& r, cons
 
 // The backward of the per-head RMSNorm n (q_norm / k_norm): dy, x [1, heads*HD, 1, S] as [heads, HD, 1, S], normed
 // over HD.
-Value head_norm_backward(KernelGen& g, const NormParams& n, const Value& dy, const Value& x, const char* weight,
+Value head_norm_backward(KernelGen& g, const models::NormDesc& n, const Value& dy, const Value& x, const char* weight,
                          int64_t heads) {
   auto& b = g.b();
   const TrainShape& s = g.s();

@@ -71,8 +71,8 @@ struct TrainShape {
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
   RopeStyle rope = RopeStyle::kAdjacentPairs;
-  RopeScaling rope_scaling;                  // frequency scaling of the RoPE tables (arch_types.h)
-  std::optional<NormParams> q_norm, k_norm;  // per-head RMSNorms of q and k before RoPE (weights [HD]); both or neither
+  RopeScaling rope_scaling;                        // frequency scaling of the RoPE tables (arch_types.h)
+  std::optional<models::NormDesc> q_norm, k_norm;  // per-head RMSNorms of q and k before RoPE ([HD]); both or neither
 
   int64_t q_dim() const { return n_heads * head_dim; }      // QD
   int64_t kv_dim() const { return n_kv_heads * head_dim; }  // KVD
@@ -95,8 +95,10 @@ bool kernel_has_weights(KernelKind k);
 // Must the kernel be recompiled for each layer / after each update? (static + has weights)
 inline bool kernel_per_layer(KernelKind k, Strategy s) { return s == Strategy::kStatic && kernel_has_weights(k); }
 
-// The layer parameters of a training shape (RMSNorm, SwiGLU, RoPE, the shape's q/k norms, no biases) for layer.h.
-LayerParams layer_params(const TrainShape& s);
+// The layer of a training shape as the model description has it (RMSNorm pre-norms, SwiGLU, RoPE, the shape's q/k
+// norms, no biases, score scale 0: 1 / sqrt(HD)), for layer.h; the norms' weights are named "attn_norm", "ffn_norm",
+// "q_norm", "k_norm" (LayerWeights::norm).
+models::LayerDesc layer_steps(const TrainShape& s);
 // Training reads fp32 weights (LayerWeights, layer.h): throws "[kernels] ..." naming the weight whose type
 // or shape does not match `s` (matrices [out, in], norms [D]).
 void validate_train_weights(const LayerWeights& w, const TrainShape& s);

@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "models/arch/layer_desc.h"
+#include "framework/core/model_desc.h"
 #include "models/formats/gguf.h"
 #include "models/formats/model.h"
 #include "models/formats/safetensors.h"
@@ -55,7 +55,7 @@ struct Arch {
   bool gguf_explicit_output = false;   // output.weight written even when the head is tied
 
   // ---- the layers ----
-  // What each layer computes, in order, with its weights (models/arch/layer_desc.h): the one description every
+  // What each layer computes, in order, with its weights (framework/core/model_desc.h): the one description every
   // executor walks. The Llama-like architectures share decoder_desc (common.h).
   ModelDesc (*describe)(const ModelConfig& c) = nullptr;
 
@@ -74,7 +74,7 @@ std::string arch_names();  // "llama, qwen2, gpt2" (table order)
 // validate_config_fields (models/formats/model.h), then the architecture: throws "[model] WHERE: architecture 'X'
 // is not supported (use llama, ...)" or the architecture's own rule (Arch::validate) naming the field.
 void validate_config(const ModelConfig& c, const std::string& where);
-// The description of c (models/arch/layer_desc.h), built by its architecture (Arch::describe); throws naming the
+// The description of c (framework/core/model_desc.h), built by its architecture (Arch::describe); throws naming the
 // architecture when it has none.
 ModelDesc describe_model(const ModelConfig& c);
 // The architecture a Hugging Face config.json names (model_type, else architectures[0]); throws naming `where`.

@@ -9,7 +9,7 @@
 //     the first partial_rotary_factor * head_dim dims, attention output * sigmoid(gate) before o_proj;
 //   - linear attention: in_proj_qkv, the short causal conv1d + SiLU, L2-normalised q/k, beta = sigmoid(in_proj_b x),
 //     g = -exp(A_log) softplus(in_proj_a x + dt_bias), the delta rule, the gated RMSNorm with silu(in_proj_z x),
-//     out_proj (models/arch/layer_desc.h DeltaNetDesc).
+//     out_proj (framework/core/model_desc.h DeltaNetDesc).
 // config.json: flat (Qwen3_5ForCausalLM) or nested under "text_config" (Qwen3_5ForConditionalGeneration, whose
 // vision tower "model.visual.*" and multi-token-prediction head "mtp.*" are not loaded; its language model's
 // tensors are "model.language_model.*"). No GGUF mapping and no Hugging Face export yet.

@@ -17,6 +17,7 @@
 #include "framework/runtime/backend.h"
 #include "infer/engine.h"
 #include "infer/prefill_mil.h"
+#include "models/arch/arch.h"
 #include "models/presets.h"
 #include "train/params.h"
 using namespace anelab;
@@ -82,6 +83,8 @@ static void dump_all(const std::string& dir) {
     const bool small = c.dim <= 288;
     // prefill (an architecture whose layers it refuses, Qwen3.5's linear attention, has no kernels to dump)
     if (c.full_attention_interval > 0) continue;
+    const models::ModelDesc md = models::describe_model(c);
+    const models::LayerDesc& layer0 = md.layers[0];
     for (int64_t S : {int64_t{64}, int64_t{128}})  // the default profile (m4) takes S = 64k
       guarded("prefill_" + name + "_s" + std::to_string(S), [&] {
         st = 3;
@@ -104,13 +107,18 @@ static void dump_all(const std::string& dir) {
         L.wq = mat(QD, D), L.wk = mat(KVD, D), L.wv = mat(KVD, D), L.wo = mat(D, QD), L.w1 = mat(H, D),
         L.w2 = mat(D, H);
         if (gated_mlp(c.activation)) L.w3 = mat(H, D);
-        L.attn_norm = vec(D, 1), L.ffn_norm = vec(D, 1);
-        if (c.norm != models::NormType::kRms) L.attn_norm_b = vec(D, 0), L.ffn_norm_b = vec(D, 0);
+        const models::Step& at = layer0.steps[0];  // the norms by the description's names, in the dump's order
+        const models::Step& ff = layer0.steps[1];
+        L.set_norm(at.pre_norm->weight, vec(D, 1)), L.set_norm(ff.pre_norm->weight, vec(D, 1));
+        if (!at.pre_norm->bias.empty())
+          L.set_norm(at.pre_norm->bias, vec(D, 0)), L.set_norm(ff.pre_norm->bias, vec(D, 0));
         if (c.qkv_bias) L.bq = vec(QD, 0), L.bk = vec(KVD, 0), L.bv = vec(KVD, 0);
         if (c.attn_out_bias) L.bo = vec(D, 0);
         if (c.mlp_bias) L.b1 = vec(H, 0), L.b2 = vec(D, 0);
-        if (c.qk_norm) L.q_norm = vec(c.head_dim, 1), L.k_norm = vec(c.head_dim, 1);
-        if (c.post_norms) L.attn_post_norm = vec(D, 1), L.ffn_post_norm = vec(D, 1);
+        if (at.attn.q_norm)
+          L.set_norm(at.attn.q_norm->weight, vec(c.head_dim, 1)),
+              L.set_norm(at.attn.k_norm->weight, vec(c.head_dim, 1));
+        if (at.post_norm) L.set_norm(at.post_norm->weight, vec(D, 1)), L.set_norm(ff.post_norm->weight, vec(D, 1));
         auto src = infer::build_layer_kernel(c, L, S, mil::Dialect::kIos18);
         emit(dir, "prefill_" + name + "_s" + std::to_string(S), src.program, src.weights, true);
       });
@@ -119,11 +127,12 @@ static void dump_all(const std::string& dir) {
     } catch (const Error&) {
       continue;
     }
-    if (c.post_norms) continue;  // TrainShape has no post norms (gemma3): its training kernels are not dumped
+    if (layer0.steps[0].post_norm)
+      continue;  // TrainShape has no post norms (gemma3): its training kernels are not dumped
     kern::TrainShape s;
     s.dim = c.dim, s.hidden = c.hidden_dim, s.n_heads = c.n_heads, s.n_kv_heads = c.n_kv_heads;
     s.head_dim = c.head_dim, s.seq = 64, s.rope_theta = c.rope_theta, s.norm_eps = c.norm_eps;
-    if (c.qk_norm) s.q_norm = s.k_norm = kern::NormParams{NormType::kRms, s.norm_eps};
+    if (layer0.steps[0].attn.q_norm) s.q_norm = s.k_norm = models::NormDesc{NormType::kRms, c.norm_eps};
     for (auto rs : {kern::RopeStyle::kAdjacentPairs, kern::RopeStyle::kRotateHalf}) {
       s.rope = rs;
       st = 5;

@@ -127,10 +127,15 @@ TEST(GeneratedMil, PrefillBucketsOfEveryPreset) {
     if (gated_mlp(c.activation)) L.w3 = zero_mat(H, D);
     const std::vector<float> ones(size_t(std::max(D, c.head_dim)), 1.0f);
     const std::span<const float> z = zeros();
-    L.attn_norm = L.ffn_norm = std::span(ones).first(size_t(D));
-    if (c.qk_norm) L.q_norm = L.k_norm = std::span(ones).first(size_t(c.head_dim));
-    if (c.post_norms) L.attn_post_norm = L.ffn_post_norm = L.attn_norm;
-    if (c.norm != models::NormType::kRms) L.attn_norm_b = L.ffn_norm_b = z.first(size_t(D));
+    const models::ModelDesc md = models::describe_model(c);
+    for (const models::LayerDesc& ld : md.layers)  // every norm of the description (ones; LayerNorm biases zeros)
+      for (const models::Step& st : ld.steps)
+        for (const auto& n : {st.pre_norm, st.post_norm, st.attn.q_norm, st.attn.k_norm}) {
+          if (!n) continue;
+          const bool head = n == st.attn.q_norm || n == st.attn.k_norm;
+          L.set_norm(n->weight, std::span(ones).first(size_t(head ? c.head_dim : D)));
+          if (!n->bias.empty()) L.set_norm(n->bias, z.first(size_t(D)));
+        }
     if (c.qkv_bias) L.bq = z.first(size_t(QD)), L.bk = L.bv = z.first(size_t(KVD));
     if (c.attn_out_bias) L.bo = z.first(size_t(D));
     if (c.mlp_bias) L.b1 = z.first(size_t(H)), L.b2 = z.first(size_t(D));

@@ -1,4 +1,4 @@
-// The layer description (models/arch/layer_desc.h) of every architecture the repository has a fixture for, checked
+// The layer description (framework/core/model_desc.h) of every architecture the repository has a fixture for, checked
 // against what the fixture is, not against the config flags the builder reads: the steps of each layer, the norms
 // (LayerNorm with biases for GPT-2, post-norms exactly for Gemma 3), the q/k norms (Qwen3, Gemma 3), Gemma 3's
 // sliding/global layers from its config.json layer_types and their RoPE bases, learned positions (GPT-2), the
@@ -14,9 +14,9 @@
 #include <string>
 
 #include "framework/core/error.h"
+#include "framework/core/model_desc.h"
 #include "infer/engine.h"
 #include "models/arch/arch.h"
-#include "models/arch/layer_desc.h"
 #include "models/io/load_any.h"
 #include "models/presets.h"
 #include "tests/common/test_data.h"

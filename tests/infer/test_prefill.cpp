@@ -263,9 +263,11 @@ TEST(InferPrefill, EachNormTakesItsOwnEpsFromTheDescription) {
   LayerWeights L;
   L.wq = mat(QD, D), L.wk = mat(KVD, D), L.wv = mat(KVD, D), L.wo = mat(D, QD);
   L.w1 = mat(H, D), L.w3 = mat(H, D), L.w2 = mat(D, H);
-  L.attn_norm = values(D), L.ffn_norm = values(D), L.q_norm = values(c.head_dim), L.k_norm = values(c.head_dim);
   const models::ModelDesc base = models::describe_model(c);
   ASSERT_TRUE(base.layers[0].steps[0].attn.q_norm && base.layers[0].steps[0].attn.k_norm);
+  const models::Step& at = base.layers[0].steps[0];
+  L.set_norm(at.pre_norm->weight, values(D)), L.set_norm(base.layers[0].steps[1].pre_norm->weight, values(D));
+  L.set_norm(at.attn.q_norm->weight, values(c.head_dim)), L.set_norm(at.attn.k_norm->weight, values(c.head_dim));
   auto text = [&](const std::function<void(models::ModelDesc&)>& edit) {
     models::ModelDesc d = base;
     edit(d);

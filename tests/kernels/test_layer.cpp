@@ -22,10 +22,10 @@ class BlobSource : public kern::LayerSource {
     const quant::Mat& m = weights_.matrix(w);
     return kern::linear(b_, x, bs_.matrix(b_, w, {m.f32(), size_t(m.rows * m.cols)}, m.rows, m.cols));
   }
-  mil::Value norm_weight(const std::string& n) override {
+  mil::Value norm_weight(const std::string& n, const models::NormDesc&) override {
     return bs_.vector(b_, n, n == "attn_norm" ? L_.rms_att : L_.rms_ffn);
   }
-  std::optional<mil::Value> norm_bias(const std::string&) override { return std::nullopt; }
+  std::optional<mil::Value> norm_bias(const std::string&, const models::NormDesc&) override { return std::nullopt; }
   mil::Value mask(int64_t window) override {
     return bs_.tensor(b_, "mask", mil::tensor_type(mil::DType::kFp16, {1, 1, s_.seq, s_.seq}),
                       kern::causal_mask(s_.seq, window));
@@ -58,7 +58,8 @@ void whole_layer_case(const kern::TrainShape& s) {
   mil::ProgramBuilder pb;
   auto& b = pb.function("main");
   BlobSource p(b, L);
-  const kern::Taps t = kern::build_layer(b, kern::layer_params(s), p, {"k_rope", "v"});
+  const models::LayerDesc ld = kern::layer_steps(s);
+  const kern::Taps t = kern::build_layer(b, {ld.steps[0], ld.steps[1]}, p, {"k_rope", "v"});
   ASSERT_EQ(names(t), (std::vector<std::string>{"out", "k_rope", "v"}));
   b.output(b.named("out").concat({t[0].second, t[1].second, t[2].second}, 1));
   const F32 got = eval_program(pb.build(mil::Dialect::kIos18), p.weights(), {L.x}).at(0);  // [D + 2 KVD, S]
@@ -90,20 +91,20 @@ TEST(LayerBlock, TapsComeInTheOrderAskedAndUnknownOnesAreNamed) {
   mil::ProgramBuilder pb;
   auto& b = pb.function("main");
   BlobSource p(b, L);
-  kern::LayerParams d = kern::layer_params(s);
-  EXPECT_EQ(names(kern::build_attention(b, d.attn, p, {"v", "xnorm", "o"})),
+  models::LayerDesc d = kern::layer_steps(s);
+  EXPECT_EQ(names(kern::build_attention(b, d.steps[0], p, {"v", "xnorm", "o"})),
             (std::vector<std::string>{"v", "xnorm", "o"}));
   try {
-    kern::build_attention(b, d.attn, p, {"qkv"});
+    kern::build_attention(b, d.steps[0], p, {"qkv"});
     ADD_FAILURE() << "tap qkv accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown tap 'qkv' (known: o attn q_rope k_rope q k v xnorm)"),
               std::string::npos)
         << e.what();
   }
-  d.ffn.activation = Activation::kGeluTanh;  // a GELU MLP has no h3
+  d.steps[1].ffn.activation = Activation::kGeluTanh;  // a GELU MLP has no h3
   try {
-    kern::build_ffn(b, d.ffn, p, {"y", "h3"});
+    kern::build_ffn(b, d.steps[1], p, {"y", "h3"});
     ADD_FAILURE() << "tap h3 accepted for a GELU MLP";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown tap 'h3' (known: y h1 gate xnorm)"), std::string::npos) << e.what();

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "framework/core/error.h"
+#include "framework/core/model_desc.h"
 #include "models/arch/arch.h"
-#include "models/arch/layer_desc.h"
 #include "models/presets.h"
 #include "train/cpu_model.h"
 

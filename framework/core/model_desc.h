@@ -1,6 +1,8 @@
 // A model as one description: what each layer computes, in order, with the names of its weights. An
 // architecture builds it from its config (Arch::describe, models/arch/<arch>.cpp); an executor walks it and
-// implements each step kind once, so no executor reads an architecture flag of the ModelConfig.
+// implements each step kind once, so no executor reads an architecture flag of the ModelConfig. It lives in
+// framework/core (in namespace models, the vocabulary of the model layer) so that every executor, the MIL kernels
+// of framework/kernels included, takes it as it is.
 //
 // A layer is a sequence of residual steps. Each step reads the residual stream x [n, dim] and adds to it:
 //   branch = pre_norm ? norm(x) : x     (the sub-layer's input norm; absent: the stream itself)
@@ -10,10 +12,11 @@
 // A Llama layer is [attention, ffn], both pre-normed; Gemma 3 adds both post-norms; Qwen3.5's linear layers are
 // [linear attention, ffn].
 //
-// Executors today: infer/engine.cpp (CPU inference) and train/cpu_model.cpp (CPU training: one forward and one
-// backward per step kind) walk it; the MIL prefill (infer/prefill_mil.cpp) fills its kernel parameters
-// (kern::LayerParams, framework/kernels/layer.h) from it, and MIL training its kernels' shape
-// (train/kernel_engine.cpp: kernel_train_shape, behind check_kernel_steps in train/params.h).
+// Executors, each implementing a step kind once: infer/engine.cpp (CPU inference), train/cpu_model.cpp (CPU
+// training: one forward and one backward per step kind), framework/kernels/layer.cpp (the MIL layer of the
+// prefill, infer/prefill_mil.cpp, and of the training forward kernels) and the MIL training kernels
+// (framework/kernels/train.cpp, their shape from the description in train/kernel_engine.cpp behind
+// check_kernel_steps, train/params.h).
 // An executor that meets a step or parameter it does not implement throws one line naming the layer, the
 // step and the executor (unsupported()).
 //

@@ -1,4 +1,4 @@
-#include "models/arch/layer_desc.h"
+#include "framework/core/model_desc.h"
 
 #include "framework/core/error.h"
 
