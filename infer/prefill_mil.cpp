@@ -49,8 +49,12 @@ class PrefillSource : public kern::LayerSource {
     const quant::Mat& m = L_.matrix(w);
     const std::string in = kern::act_input_of(w);
     if (record_ && recorded_.insert(in).second) record_->emplace_back(in, x);
+    // q4: the file's Q4_0 bits (others quantized to Q4_0); a row that is not whole blocks of 32 stays fp16 (as
+    // llama-quantize falls back for such rows).
+    if (kw_.path == rt::WeightPath::kQ4 && m.cols % 32 == 0)
+      return kern::linear(b_, x, bs_.q4_matrix(b_, w, m), opt_vec(b_, bs_, w + "_bias", bias(w)));
     const std::vector<float> v = kern::mat_values(m);
-    if (kw_.path == rt::WeightPath::kFp16)
+    if (kw_.path == rt::WeightPath::kFp16 || kw_.path == rt::WeightPath::kQ4)
       return kern::linear(b_, x, bs_.matrix(b_, w, v, m.rows, m.cols), opt_vec(b_, bs_, w + "_bias", bias(w)));
     Value wq = bs_.int8_matrix(b_, w, kern::quantize_w8(v, m.rows, m.cols));
     return kern::linear(b_, kw_.path == rt::WeightPath::kW8A8 ? act_input(in, x) : x, wq,
@@ -141,6 +145,17 @@ LayerKernelSource build_layer_kernel(const models::ModelDesc& md, const LayerWei
   src.program = pb.build(dialect);
   src.weights = p.weights();
   return src;
+}
+
+MatrixBytes matrix_bytes(const LayerKernelSource& src, const LayerWeights& L) {
+  MatrixBytes m;
+  for (const char* w : {"wq", "wk", "wv", "wo", "w1", "w2", "w3"}) {
+    const auto it = src.weights.find(std::string("@model_path/weights/") + w + ".bin");
+    if (it == src.weights.end()) continue;
+    m.bytes += static_cast<int64_t>(it->second->size());
+    m.weights += L.matrix(w).rows * L.matrix(w).cols;
+  }
+  return m;
 }
 
 namespace {
@@ -281,9 +296,12 @@ bool MilPrefill::ensure_bucket(int64_t S, PrefillStats& stats) {
         stderr, "[infer] compiling %lld %s prefill kernels (%s weights) for prompts of up to %lld tokens ...\n",
         static_cast<long long>(L), backend_->name().c_str(), rt::weight_path_name(weights_), static_cast<long long>(S));
   std::vector<std::unique_ptr<rt::Kernel>> ks;
+  MatrixBytes mb;
   for (int64_t l = 0; l < L; ++l) {
     KernelWeights kw{weights_, act_.empty() ? nullptr : &act_[static_cast<size_t>(l)]};
     LayerKernelSource src = build_layer_kernel(e_, l, S, kw);
+    const MatrixBytes lb = matrix_bytes(src, e_.layer(l));
+    mb.bytes += lb.bytes, mb.weights += lb.weights;
     if (l == 0 && !self_check(src.program, S)) return false;
     auto r = backend_->compile(src.program, src.weights);
     if (!r) {
@@ -295,8 +313,11 @@ bool MilPrefill::ensure_bucket(int64_t S, PrefillStats& stats) {
     ks.push_back(std::move(r.value()));
   }
   kernels_[S] = std::move(ks);
+  matrix_bytes_per_weight_ = mb.weights > 0 ? static_cast<double>(mb.bytes) / static_cast<double>(mb.weights) : 0.0;
   stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  if (!quiet_) std::fprintf(stderr, "[infer] compiled in %.1f s\n", stats.compile_ms / 1e3);
+  if (!quiet_)
+    std::fprintf(stderr, "[infer] compiled in %.1f s (%s weight matrices: %.4f bytes per weight)\n",
+                 stats.compile_ms / 1e3, rt::weight_path_name(weights_), matrix_bytes_per_weight_);
   return true;
 }
 
@@ -334,6 +355,7 @@ bool MilPrefill::run(std::span<const int32_t> tokens, int64_t pos, std::vector<f
     for (int64_t d = 0; d < D; ++d) xt[static_cast<size_t>(t * D + d)] = o[static_cast<size_t>(d * S + t)];
   stats.path = backend_->name();
   stats.weights = rt::weight_path_name(weights_);
+  stats.matrix_bytes_per_weight = matrix_bytes_per_weight_;
   stats.bucket = S;
   const int64_t chunk = e_.options().prefill_chunk;
   if (all_logits) {

@@ -74,6 +74,11 @@ struct LayerKernelSource {
   mil::Program program;
   rt::Weights weights;
 };
+// The bytes of the weight-matrix blobs (wq ... w3) of a layer kernel and the elements of those matrices in L.
+struct MatrixBytes {
+  int64_t bytes = 0, weights = 0;
+};
+MatrixBytes matrix_bytes(const LayerKernelSource& src, const LayerWeights& L);
 LayerKernelSource build_layer_kernel(const PrefillHost& e, int64_t layer, int64_t S, const KernelWeights& kw = {});
 // The same from the model description and one layer's weights (what the engine passes; tests use it directly):
 // the kernel's parameters are layer `layer`'s steps (its norms, q / k norms, window, RoPE, MLP). A step or parameter
@@ -116,7 +121,8 @@ class MilPrefill {
   PrefillHost& e_;
   bool quiet_;
   rt::WeightPath weights_ = rt::WeightPath::kFp16;
-  ActScales act_;  // kW8A8: calibrated on the first run
+  ActScales act_;                       // kW8A8: calibrated on the first run
+  double matrix_bytes_per_weight_ = 0;  // of the kernels compiled last (fp16: ~2, int8: ~1, q4: 0.5625 + headers)
   bool warned_ = false;
   bool self_checked_ = false, self_check_failed_ = false;
   std::unique_ptr<rt::Backend> backend_;

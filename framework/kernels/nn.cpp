@@ -2,12 +2,15 @@
 #include "framework/kernels/nn.h"
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 
 #include "framework/core/error.h"
 #include "framework/kernels/cpu_ops.h"
 #include "framework/kernels/w8.h"
 #include "framework/mil/blob.h"
+#include "framework/quant/blocks.h"
+#include "framework/quant/mat.h"
 #include "framework/runtime/device_profile.h"
 
 namespace anelab::kern {
@@ -66,6 +69,50 @@ Value BlobSet::int8_matrix(FunctionBuilder& b, const std::string& stem, const W8
   Value v = b.named(stem).constexpr_affine_dequantize(
       mil::ConstValue::blobfile(qt, path, off),
       mil::ConstValue::floats(mil::tensor_type(DType::kFp16, {m.rows}), std::move(scale)), mil::ConstValue::int8(0), 0);
+  made_[key] = v;
+  return v;
+}
+
+Value BlobSet::q4_matrix(FunctionBuilder& b, const std::string& stem, const quant::Mat& m) {
+  const int64_t R = m.rows, C = m.cols, G = C / 32;
+  ANELAB_CHECK(C % 32 == 0, "kernels", "q4 matrix '", stem, "' [", R, ", ", C, "]: ", C,
+               " input channels are not a multiple of 32 (the blocks of Q4_0)");
+  auto key = std::make_pair(static_cast<const FunctionBuilder*>(&b), stem);
+  ANELAB_CHECK(!made_.count(key), "kernels", "q4 matrix '", stem, "' added twice");
+  constexpr int64_t kBlockBytes = sizeof(quant::BlockQ4_0);
+  const bool own_bits = m.type == quant::WType::kQ4_0 && m.tiled_rows == 0;
+  std::vector<uint8_t> q(static_cast<size_t>(R * C));    // [R, C] nibbles
+  std::vector<half_bits> d(static_cast<size_t>(R * G));  // [R, G] block scales
+  std::vector<float> values(own_bits ? 0 : static_cast<size_t>(C));
+  std::vector<uint8_t> requantized(own_bits ? 0 : static_cast<size_t>(G * kBlockBytes));
+  for (int64_t r = 0; r < R; ++r) {
+    const uint8_t* blocks = nullptr;
+    if (own_bits) {
+      blocks = m.row_blocks(r);
+    } else {
+      m.row_values(r, values.data());
+      quant::quantize(quant::BlockType::kQ4_0, values.data(), requantized.data(), C);
+      blocks = requantized.data();
+    }
+    for (int64_t g = 0; g < G; ++g) {
+      quant::BlockQ4_0 blk;
+      std::memcpy(&blk, blocks + g * kBlockBytes, sizeof blk);
+      d[static_cast<size_t>(r * G + g)] = blk.d;
+      uint8_t* qr = q.data() + r * C + g * 32;
+      for (int j = 0; j < 16; ++j) qr[j] = blk.qs[j] & 15, qr[16 + j] = static_cast<uint8_t>(blk.qs[j] >> 4);
+    }
+  }
+  const std::string path = "@model_path/weights/" + stem + ".bin";
+  mil::BlobWriter w;
+  const uint64_t q_off = w.add_uint4(q);
+  const uint64_t d_off = w.add_fp16_bits(d);
+  const uint64_t o_off = w.add_uint4(std::vector<uint8_t>(static_cast<size_t>(R * G), 8));
+  add_file(stem, path, w.take());
+  const mil::Shape blocks_shape = {R, G, 1, 1};
+  Value v = b.named(stem).constexpr_blockwise_shift_scale(
+      mil::ConstValue::blobfile(mil::tensor_type(DType::kUint4, {R, C, 1, 1}), path, q_off),
+      mil::ConstValue::blobfile(mil::tensor_type(DType::kFp16, blocks_shape), path, d_off),
+      mil::ConstValue::blobfile(mil::tensor_type(DType::kUint4, blocks_shape), path, o_off));
   made_[key] = v;
   return v;
 }

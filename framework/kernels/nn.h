@@ -36,6 +36,11 @@ using mil::Value;
 mil::TensorType act_type(int64_t channels, int64_t seq, mil::DType dt = mil::DType::kFp16);
 
 struct W8Matrix;  // w8.h
+}  // namespace anelab::kern
+namespace anelab::quant {
+struct Mat;  // framework/quant/mat.h
+}  // namespace anelab::quant
+namespace anelab::kern {
 
 // ---- weights dictionary -------------------------------------------------------------------------
 // Collects BLOBFILE consts into the weights dictionary a backend compiles with (digest §1.3): one blob
@@ -52,6 +57,11 @@ class BlobSet {
   // The same conv weight [out, in, 1, 1] from int8 per-output-channel weights (w8.h): an int8 blob and
   // a constexpr_affine_dequantize op (scale tensor<fp16, [out]> along axis 0, zero_point int8(0)).
   Value int8_matrix(FunctionBuilder& b, const std::string& stem, const W8Matrix& m);
+  // The same conv weight as 4-bit blocks of 32 input channels, ggml's Q4_0 (x = d * (q - 8)): uint4 data q
+  // [out, in, 1, 1], an fp16 scale d per block [out, in/32, 1, 1] and offset 8 (uint4, the same shape), through
+  // constexpr_blockwise_shift_scale (iOS18). A Q4_0 matrix is baked with its own bits (its d and nibbles);
+  // any other type is quantized to Q4_0 first (quant::quantize, ggml's reference quantizer). in % 32 == 0.
+  Value q4_matrix(FunctionBuilder& b, const std::string& stem, const quant::Mat& m);
   // Per-channel vector as [1, C, 1, 1] (norm weights, biases).
   Value vector(FunctionBuilder& b, const std::string& stem, std::span<const float> v);
 

@@ -172,21 +172,27 @@ Status check_opset(const mil::Function& fn, mil::Dialect dialect, const DevicePr
 
 const char* weight_path_name(WeightPath w) {
   switch (w) {
+    case WeightPath::kFp16:
+      return "fp16";
     case WeightPath::kW8:
       return "int8";
     case WeightPath::kW8A8:
       return "w8a8";
-    default:
-      return "fp16";
+    case WeightPath::kQ4:
+      return "q4";
   }
+  return "?";
 }
 
 WeightPath parse_weight_path(const std::string& name, const DeviceProfile& profile) {
   if (name == "auto") return profile.auto_weights;
-  for (WeightPath w : {WeightPath::kFp16, WeightPath::kW8, WeightPath::kW8A8}) {
+  for (WeightPath w : {WeightPath::kFp16, WeightPath::kW8, WeightPath::kW8A8, WeightPath::kQ4}) {
     if (name != weight_path_name(w)) continue;
     ANELAB_CHECK(w != WeightPath::kW8A8 || profile.dialect != mil::Dialect::kIos16, "device", profile.name,
                  ": w8a8 needs quantize/dequantize, iOS17 ops, and this chip's programs are ios16: use int8");
+    ANELAB_CHECK(w != WeightPath::kQ4 || profile.dialect != mil::Dialect::kIos16, "device", profile.name,
+                 ": q4 needs constexpr_blockwise_shift_scale, an iOS18 op, and this chip's programs are ios16: use "
+                 "int8");
     return w;
   }
   fail("device", "unknown weight path '", name, "' (choices: ", kWeightPathChoices, ")");

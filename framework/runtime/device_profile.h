@@ -19,9 +19,12 @@ class Surface;
 //   kFp16  fp16 BLOBFILE consts (the reference);
 //   kW8    int8 per-output-channel weights through constexpr_affine_dequantize (fp16 at compile time);
 //   kW8A8  kW8 plus quantize/dequantize (int8) around every conv input: the form MDX ane_int8_bench.m
-//          measured at 1.88x fp16 on M4 (digest §4.5, §2.6 item 5).
-enum class WeightPath : uint8_t { kFp16, kW8, kW8A8 };
-const char* weight_path_name(WeightPath w);  // "fp16" | "int8" | "w8a8"
+//          measured at 1.88x fp16 on M4 (digest §4.5, §2.6 item 5);
+//   kQ4    4-bit blocks of 32 input channels, ggml's Q4_0 (fp16 scale, offset 8) through
+//          constexpr_blockwise_shift_scale (iOS18): a GGUF Q4_0 matrix with the file's own bits, others quantized
+//          to Q4_0 (kern::BlobSet::q4_matrix). Whether a chip's ANE compiler takes it: `anelab probe` (quant).
+enum class WeightPath : uint8_t { kFp16, kW8, kW8A8, kQ4 };
+const char* weight_path_name(WeightPath w);  // "fp16" | "int8" | "w8a8" | "q4"
 
 struct DeviceProfile {
   std::string name;                  // "m1" ... "m5"
@@ -63,11 +66,12 @@ const DeviceProfile& device_profile(const std::string& name);
 std::vector<std::string> device_profile_names();
 inline const char* kDefaultDevice = "auto";
 inline const char* kFallbackDevice = "m4";
-// --ane-weights: "fp16" | "int8" | "w8a8", or "auto" (profile.auto_weights); throws
-// "[device] unknown weight path 'X' (choices: fp16, int8, w8a8, auto)" for others, and for w8a8 on an
-// ios16 profile (quantize / dequantize are iOS17 ops: check_program refuses them in ios16 programs).
+// --ane-weights: "fp16" | "int8" | "w8a8" | "q4", or "auto" (profile.auto_weights); throws
+// "[device] unknown weight path 'X' (choices: fp16, int8, w8a8, q4, auto)" for others, for w8a8 on an
+// ios16 profile (quantize / dequantize are iOS17 ops: check_program refuses them in ios16 programs) and for q4 on one
+// (constexpr_blockwise_shift_scale is an iOS18 op).
 WeightPath parse_weight_path(const std::string& name, const DeviceProfile& profile);
-inline constexpr const char* kWeightPathChoices = "fp16, int8, w8a8, auto";
+inline constexpr const char* kWeightPathChoices = "fp16, int8, w8a8, q4, auto";
 
 // The largest dimension every profile accepts (kernel generators split tensors to stay within it).
 int64_t max_dim_all_profiles();
