@@ -21,6 +21,7 @@ void add_serve_command(CLI::App& app);       // cli/serve_cmd.cpp:    anelab ser
 void add_dashboard_command(CLI::App& app);   // cli/dashboard_cmd.cpp: anelab dashboard
 void add_probe_command(CLI::App& app);       // cli/probe_cmd.cpp:    anelab probe
 void add_power_command(CLI::App& app);       // cli/power_cmd.cpp:    anelab power
+void add_estimate_command(CLI::App& app);    // cli/estimate_cmd.cpp: anelab estimate train|infer|mil, --calibrate
 
 // cli/usage.cpp: an unknown subcommand or option in argv, as one line naming the closest known
 // name ("unknown command 'trian'; did you mean 'train'? ..."), or nullopt; checked before CLI11 parses.
