@@ -61,7 +61,7 @@ Chip family_chip(const std::string& fam) {
   } else if (fam == "m5") {
     c.peak_fp16_tflops = peak_from(12.2, 64);  // fitted: M5 inmem_peak 12.2 TFLOPS (maderix report)
     c.int8_speedup = 35.1 / 18.6;              // M4's ratio (M5 Max's 35.61 / 19.27 held out)
-    c.dram_gbps = 56;     // fitted: ane-infer's fused FFN (2048 -> 6144 -> 2048, S = 64) at 3.6 TFLOPS on M5
+    c.dram_gbps = 59.8;   // fitted: ane-infer's fused FFN (2048 -> 6144 -> 2048, S = 64) at 3.6 TFLOPS on M5
     c.sram_mb = 32;       // m0at/ANEtransformers (M5): perf cliff at a 32 MB working set
     c.host_gflops = 922;  // per P-cluster; fitted: M5 Max Stories110M dynamic 73.5 ms/step (maderix/ANE PR #50)
     c.host_gbps = 120;
