@@ -191,6 +191,13 @@ void run_infer(const EstimateOptions& o) {
   std::printf("  largest: the S=%lld bucket, %.1f ms for %lld layers\n",
               static_cast<long long>(ic.prefill[worst].tokens), ic.prefill[worst].ms,
               static_cast<long long>(c.n_layers));
+  std::vector<const cost::OpCost*> ops;
+  for (const auto& op : layer[worst].ops) ops.push_back(&op);
+  std::sort(ops.begin(), ops.end(), [](auto* a, auto* b) { return a->ms > b->ms; });
+  std::printf("  its largest ops (compute time):");
+  for (size_t i = 0; i < std::min<size_t>(ops.size(), 4); ++i)
+    std::printf("%s %s '%s' %.3f ms", i ? "," : "", ops[i]->op.c_str(), ops[i]->name.c_str(), ops[i]->ms);
+  std::printf("%s\n", layer[worst].spills ? "; the attention scores exceed the SRAM: the layer spills" : "");
 }
 
 void run_mil(const EstimateOptions& o) {
@@ -239,10 +246,13 @@ void run_calibrate(const EstimateOptions& o, const std::string& dev) {
     for (const auto& c : cal.changed)
       ch.push_back({{"param", c.param}, {"from", c.from_section}, {"before", c.before}, {"after", c.after}});
     for (const auto& [p, why] : cal.not_fitted) nf.push_back({{"param", p}, {"why", why}});
-    std::printf("%s\n", json{{"device", cal.after.name}, {"changed", ch}, {"not_fitted", nf}}.dump(2).c_str());
+    std::printf("%s\n", json{{"device", cal.after.name}, {"numbers", cal.numbers}, {"changed", ch}, {"not_fitted", nf}}
+                            .dump(2)
+                            .c_str());
     return;
   }
-  std::printf("estimate --calibrate %s: device %s\n", o.calibrate.c_str(), cal.after.name.c_str());
+  std::printf("estimate --calibrate %s: device %s%s%s\n", o.calibrate.c_str(), cal.after.name.c_str(),
+              cal.numbers.empty() ? "" : "; the report says: ", cal.numbers.c_str());
   for (const auto& c : cal.changed)
     std::printf("  %-18s %10.4g -> %-10.4g (from %s)\n", c.param.c_str(), c.before, c.after, c.from_section.c_str());
   for (const auto& [p, why] : cal.not_fitted) std::printf("  %-18s not fitted: %s\n", p.c_str(), why.c_str());

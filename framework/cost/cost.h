@@ -160,6 +160,7 @@ InferCost infer_cost(const std::vector<int64_t>& buckets, const std::vector<Prog
 // and after, and the parameters it cannot measure with why.
 struct Calibration {
   Chip before, after;
+  std::string numbers;  // the report's own note on whose timings they are (the fake shim's: the emulator's)
   struct Change {
     std::string param, from_section;
     double before = 0, after = 0;
