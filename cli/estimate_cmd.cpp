@@ -206,7 +206,7 @@ void run_mil(const EstimateOptions& o) {
   json fns = json::array();
   for (const auto& f : p.functions) {
     const cost::ProgramCost pc = cost::program_cost(p, chip, f.name);
-    const cost::FusionCost fc = cost::fusion_cost(p, chip);
+    const cost::FusionCost fc = cost::fusion_cost(p, chip, f.name);
     if (o.json) {
       json j = program_json(pc);
       j["function"] = f.name, j["split_ms"] = fc.split_ms;

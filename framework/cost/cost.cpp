@@ -269,9 +269,9 @@ ProgramCost program_cost(const mil::Program& p, const Chip& chip, const std::str
   return pc;
 }
 
-FusionCost fusion_cost(const mil::Program& p, const Chip& chip) {
+FusionCost fusion_cost(const mil::Program& p, const Chip& chip, const std::string& fn) {
   FusionCost f;
-  const ProgramCost whole = program_cost(p, chip);
+  const ProgramCost whole = program_cost(p, chip, fn);
   f.fused_ms = whole.ms;
   // Split: every non-free op its own program: its own dispatch, its weights and its input / output through DRAM.
   for (const auto& oc : whole.ops) {

@@ -100,7 +100,7 @@ ProgramCost program_cost(const mil::Program& p, const Chip& chip, const std::str
 struct FusionCost {
   double fused_ms = 0, split_ms = 0;
 };
-FusionCost fusion_cost(const mil::Program& p, const Chip& chip);
+FusionCost fusion_cost(const mil::Program& p, const Chip& chip, const std::string& fn = "");
 
 // ---- workloads ------------------------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 // `anelab estimate` through the binary (train / infer JSON, one-line errors) and the calibration from a probe report.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
