@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "infer/params_check.h"
+#include "models/formats/model.h"
 
 namespace anelab::cli {
 void add_mil_commands(CLI::App& app);        // cli/mil_cmd.cpp:      anelab mil check|print|run
@@ -33,4 +34,8 @@ CLI::Validator number_in(double lo, double hi, bool above_lo = false);
 CLI::Validator number_in(const infer::ParamRange& r);
 // The name in `names` closest to `word` (edit distance, prefixes count as close), or "" when none is close.
 std::string closest_name(const std::string& word, const std::vector<std::string>& names);
+// cli/estimate_cmd.cpp: one line with the cost model's prefill tok/s for `prompt_tokens` and decode tok/s of config c
+// on `device` ("auto": the fallback profile's chip), or "no estimate: <why>" (`infer bench` prints it next to its
+// numbers).
+std::string estimate_infer_note(const models::ModelConfig& c, int64_t prompt_tokens, const std::string& device);
 }  // namespace anelab::cli

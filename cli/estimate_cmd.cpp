@@ -260,6 +260,22 @@ void run_calibrate(const EstimateOptions& o, const std::string& dev) {
 
 }  // namespace
 
+std::string estimate_infer_note(const models::ModelConfig& c, int64_t prompt_tokens, const std::string& device) {
+  const std::string dev = device == "auto" || device.empty() ? rt::kFallbackDevice : device;
+  try {
+    const cost::Chip& chip = cost::chip(dev);
+    const int64_t S = infer::prefill_bucket(prompt_tokens, c.max_seq_len);
+    const cost::ProgramCost layer = prefill_layer_cost(c, S, chip);
+    const cost::ProgramCost decode = prefill_layer_cost(c, infer::prefill_bucket(1, c.max_seq_len), chip);
+    const cost::InferCost ic = cost::infer_cost({S}, {layer}, c.n_layers, c.dim, c.vocab_size, decode, chip);
+    return cat("estimate on the ANE of ", chip.description, " (docs/estimate.md): prefill pp", prompt_tokens, " ",
+               static_cast<int64_t>(double(prompt_tokens) / ic.prefill[0].ms * 1e3), " tok/s (bucket ", S, "), decode ",
+               static_cast<int64_t>(ic.decode_tok_per_s), " tok/s");
+  } catch (const std::exception& e) {  // a model the MIL prefill refuses, a device without cost parameters
+    return cat("no estimate: ", e.what());
+  }
+}
+
 void add_estimate_command(CLI::App& app) {
   auto* est = app.add_subcommand("estimate",
                                  "Estimate what training, inference or a MIL program costs on an Apple chip"

@@ -132,6 +132,23 @@ TEST(EstimateCli, InferMatchesAneForge) {
   EXPECT_NEAR(s128 / 8600, 1.0, 0.3);
 }
 
+// `infer bench` prints the estimate next to what it measures.
+TEST(EstimateCli, InferBenchShowsTheEstimate) {
+  const std::string model = std::string(ANELAB_DATA_DIR) + "/llama2c/stories260K.bin";
+  const std::string cmd = std::string(ANELAB_BINARY_DIR) + "/bin/anelab infer bench -m " + model +
+                          " -q --prompt-len 8 --gen-len 4 --ctx 64 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  EXPECT_EQ(pclose(p), 0) << out;
+  EXPECT_NE(out.find("estimate on the ANE of Apple M4 (one P-cluster of 4) (docs/estimate.md): prefill pp8 "),
+            std::string::npos)
+      << out;
+}
+
 TEST(EstimateCli, BadInputIsOneLine) {
   for (const char* args : {"train --preset stories110m --strategy sideways", "train --preset nope",
                            "train --preset stories110m --device m9", "", "mil /nonexistent.mil",
