@@ -38,4 +38,7 @@ std::string closest_name(const std::string& word, const std::vector<std::string>
 // on `device` ("auto": the fallback profile's chip), or "no estimate: <why>" (`infer bench` prints it next to its
 // numbers).
 std::string estimate_infer_note(const models::ModelConfig& c, int64_t prompt_tokens, const std::string& device);
+// The same for a training step of `preset` under each of the strategies named in `strategies` ("dynamic,static"; "cpu"
+// gives ""), one line each (`bench train` prints them under its measurements).
+std::string estimate_train_note(const std::string& preset, const std::string& strategies, int64_t seq);
 }  // namespace anelab::cli

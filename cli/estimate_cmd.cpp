@@ -276,6 +276,30 @@ std::string estimate_infer_note(const models::ModelConfig& c, int64_t prompt_tok
   }
 }
 
+std::string estimate_train_note(const std::string& preset, const std::string& strategies, int64_t seq) {
+  std::string out;
+  for (const std::string st : {"dynamic", "static"}) {
+    if (strategies.find(st) == std::string::npos) continue;
+    try {
+      const models::ModelConfig& c = models::preset(preset);
+      cost::TrainModel m;
+      m.shape = train::kernel_train_shape(models::describe_model(c), seq);
+      m.n_layers = c.n_layers;
+      m.vocab = c.vocab_size;
+      const cost::Chip& chip = cost::chip(rt::kFallbackDevice);
+      const cost::StepCost s =
+          cost::estimate_train(m, st == "static" ? kern::Strategy::kStatic : kern::Strategy::kDynamic, chip);
+      char nums[160];
+      std::snprintf(nums, sizeof nums, "%.1f ms/step (ANE %.1f, staging %.1f, host %.1f)", s.ms_per_step(), s.ane_ms,
+                    s.staging_ms, s.host_ms());
+      out += cat("estimate ", st, " on the ANE of ", chip.description, " (docs/estimate.md): ", nums, "\n");
+    } catch (const std::exception& e) {
+      out += cat("no ", st, " estimate: ", e.what(), "\n");
+    }
+  }
+  return out;
+}
+
 void add_estimate_command(CLI::App& app) {
   auto* est = app.add_subcommand("estimate",
                                  "Estimate what training, inference or a MIL program costs on an Apple chip"
