@@ -180,9 +180,9 @@ OpClass op_class(const std::string& op) {
   return OpClass::kElementwise;
 }
 
-// The fraction of the conv peak each class reaches. kMatmul: ane-infer measured runtime-operand matmuls at
-// ~60 % of conv throughput is not published; 0.6 is an assumption the M4 dynamic figures are consistent with.
-// The vector unit: one element per 16 MACs of the conv array (assumed; reductions count their input).
+// The fraction of the conv peak each class reaches. None is published: all are assumptions (docs/estimate.md).
+// kMatmul (runtime operands) 0.6; the vector unit (elementwise, reductions, which count their input) 1/8 and data
+// movement 1/16 of the conv rate, counted per element.
 double class_efficiency(OpClass c) {
   switch (c) {
     case OpClass::kConv:
