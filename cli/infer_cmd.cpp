@@ -341,6 +341,7 @@ void run_bench(const InferArgs& a) {
   std::printf("decode tg%lld: %.2f tok/s (%.2f ms/token, cpu %.2f ms/token, %.1f GB/s of weights)\n",
               static_cast<long long>(a.bench_gen), a.bench_gen / (tg_ms / 1e3), tg_ms / a.bench_gen,
               tg_cpu / a.bench_gen, wbytes * a.bench_gen / (tg_ms / 1e3) / 1e9);
+  std::printf("%s\n", estimate_infer_note(e.config(), static_cast<int64_t>(prompt.size()), a.load.device).c_str());
   std::printf("energy pp%zu: %s\nenergy tg%lld: %s\n", prompt.size(), pp_energy.c_str(),
               static_cast<long long>(a.bench_gen), tg_energy.c_str());
   const double kv_pos = static_cast<double>(e.kv_bytes_per_position());  // pos: the positions filled

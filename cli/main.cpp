@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   anelab::cli::add_dashboard_command(app);
   anelab::cli::add_probe_command(app);
   anelab::cli::add_power_command(app);
+  anelab::cli::add_estimate_command(app);
   if (argc == 1) {  // bare `anelab`: what it can do, not "A subcommand is required"
     std::printf("%s", app.help().c_str());
     return 0;

@@ -86,6 +86,7 @@ void add_train_command(CLI::App& app) {
       train::apply_flags(c, args->slots);
       o.strategy = c.strategy;
       std::printf("%s", train::bench_train(o).c_str());
+      std::printf("%s", estimate_train_note(o.preset, o.strategy, o.seq).c_str());
       return;
     }
     if (train::run_training(resolve(*args)).restart) {  // under MPI: the launcher loop reruns the job with --resume

@@ -1,0 +1,344 @@
+// anelab estimate train|infer|mil, anelab estimate --calibrate: what a training step, a prefill / decode or a MIL
+// program costs on an Apple chip, from the cost model of framework/cost (docs/estimate.md). Thin: builds the
+// programs (the training kernels, the MIL prefill's layer kernels, a parsed file), asks the model, prints.
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "framework/core/error.h"
+#include "framework/core/file.h"
+#include "framework/cost/train_cost.h"
+#include "framework/mil/parser.h"
+#include "infer/prefill_mil.h"
+#include "models/arch/arch.h"
+#include "models/io/load_any.h"
+#include "models/presets.h"
+#include "train/kernel_engine.h"
+#include "train/params.h"
+
+namespace anelab::cli {
+
+namespace {
+
+using nlohmann::json;
+
+struct EstimateOptions {
+  std::string preset, model, program, device = "m4", strategy = "dynamic", calibrate;
+  int64_t seq = 256;  // training tokens per sequence (maderix's SEQ)
+  int accum = 10;     // steps per update
+  std::vector<int64_t> buckets;
+  bool json = false;
+};
+
+json program_json(const cost::ProgramCost& p) {
+  return {{"ms", p.ms},
+          {"compute_ms", p.compute_ms},
+          {"memory_ms", p.memory_ms},
+          {"dispatch_ms", p.dispatch_ms},
+          {"gflop", p.flops * 1e-9},
+          {"tflops", p.tflops()},
+          {"weight_mb", p.weight_bytes / 1048576.0},
+          {"io_mb", p.io_bytes / 1048576.0},
+          {"spills", p.spills},
+          {"int8", p.int8}};
+}
+
+void print_program_row(const std::string& name, const cost::ProgramCost& p, int64_t calls) {
+  std::printf(
+      "  %-12s %5lld x %8.3f ms = %8.2f ms  (compute %.3f, memory %.3f, %6.2f GFLOP, %5.2f TFLOPS, weights %.1f "
+      "MB%s)\n",
+      name.c_str(), static_cast<long long>(calls), p.ms, p.ms * double(calls), p.compute_ms, p.memory_ms,
+      p.flops * 1e-9, p.tflops(), p.weight_bytes / 1048576.0, p.spills ? ", spills" : "");
+}
+
+const models::ModelConfig& preset_or_model(const EstimateOptions& o, models::Model& keep) {
+  ANELAB_CHECK(o.preset.empty() != o.model.empty(), "estimate", "give exactly one of --preset NAME or --model FILE");
+  if (!o.preset.empty()) return models::preset(o.preset);
+  keep = models::load_any_model(o.model);
+  return keep.config;
+}
+
+void run_train(const EstimateOptions& o) {
+  ANELAB_CHECK(o.strategy == "static" || o.strategy == "dynamic", "estimate", "--strategy '", o.strategy,
+               "' (use static or dynamic)");
+  models::Model keep;
+  const models::ModelConfig& c = preset_or_model(o, keep);
+  train::check_trainable(c);
+  cost::TrainModel m;
+  m.shape = train::kernel_train_shape(models::describe_model(c), o.seq);
+  m.n_layers = c.n_layers;
+  m.vocab = c.vocab_size;
+  m.accum_steps = o.accum;
+  const auto strat = o.strategy == "static" ? kern::Strategy::kStatic : kern::Strategy::kDynamic;
+  const cost::Chip& chip = cost::chip(o.device);
+  const cost::StepCost s = cost::estimate_train(m, strat, chip);
+  std::vector<const cost::KernelRow*> by_cost;
+  for (const auto& k : s.kernels) by_cost.push_back(&k);
+  std::sort(by_cost.begin(), by_cost.end(), [](auto* a, auto* b) { return a->total_ms() > b->total_ms(); });
+  if (o.json) {
+    json ks = json::array();
+    for (const auto& k : s.kernels) {
+      json j = program_json(k.cost);
+      j["name"] = k.name, j["calls"] = k.calls, j["total_ms"] = k.total_ms(),
+      j["staging_mb"] = k.staging_bytes / 1048576.0;
+      ks.push_back(j);
+    }
+    json out{{"device", chip.name},
+             {"model", o.preset.empty() ? o.model : o.preset},
+             {"strategy", o.strategy},
+             {"shape", m.shape.str()},
+             {"layers", m.n_layers},
+             {"ms_per_step", s.ms_per_step()},
+             {"ms_per_step_with_compile", s.ms_per_step_with_compile()},
+             {"ane_ms", s.ane_ms},
+             {"staging_ms", s.staging_ms},
+             {"host_ms", s.host_ms()},
+             {"classifier_ms", s.cls_ms},
+             {"dw_ms", s.dw_ms},
+             {"dw_exposed_ms", s.dw_exposed_ms},
+             {"adam_ms", s.adam_ms},
+             {"compile_ms_per_step", s.compile_ms},
+             {"largest", by_cost.front()->name},
+             {"kernels", ks}};
+    std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
+  std::printf("estimate train: %s, %s strategy, %s, %lld layers, on %s\n",
+              (o.preset.empty() ? o.model : o.preset).c_str(), o.strategy.c_str(), m.shape.str().c_str(),
+              static_cast<long long>(m.n_layers), chip.description.c_str());
+  for (const auto* k : by_cost) print_program_row(k->name, k->cost, k->calls);
+  std::printf(
+      "  ANE %.1f ms + staging %.1f ms + host %.1f ms (classifier %.1f, dW %.1f of which %.1f exposed, Adam %.1f)"
+      " = %.1f ms/step",
+      s.ane_ms, s.staging_ms, s.host_ms(), s.cls_ms, s.dw_ms, s.dw_exposed_ms, s.adam_ms, s.ms_per_step());
+  if (strat == kern::Strategy::kStatic)
+    std::printf("; + recompiles %.1f ms/step (%d steps per update) = %.1f ms/step", s.compile_ms, o.accum,
+                s.ms_per_step_with_compile());
+  std::printf("\n  largest: %s (%.1f ms), %s (%.1f ms)\n", by_cost[0]->name.c_str(), by_cost[0]->total_ms(),
+              by_cost[1]->name.c_str(), by_cost[1]->total_ms());
+}
+
+// The MIL prefill's layer program of config c at bucket S, with zero weights (the cost reads shapes only).
+cost::ProgramCost prefill_layer_cost(const models::ModelConfig& c, int64_t S, const cost::Chip& chip) {
+  const int64_t D = c.dim, QD = c.q_dim(), KVD = c.kv_dim(), H = c.hidden_dim;
+  const std::vector<float> zeros(size_t(std::max({QD * D, KVD * D, H * D})), 0.f), ones(size_t(std::max(D, QD)), 1.f);
+  auto mat = [&](int64_t r, int64_t cc) {
+    infer::Mat m;
+    m.type = infer::WType::kF32;
+    m.rows = r;
+    m.cols = cc;
+    m.data = zeros.data();
+    return m;
+  };
+  auto vec = [&](int64_t n) { return std::span<const float>(ones.data(), size_t(n)); };
+  infer::LayerWeights L;
+  L.wq = mat(QD, D), L.wk = mat(KVD, D), L.wv = mat(KVD, D), L.wo = mat(D, QD), L.w1 = mat(H, D), L.w2 = mat(D, H);
+  if (gated_mlp(c.activation)) L.w3 = mat(H, D);
+  L.attn_norm = vec(D), L.ffn_norm = vec(D);
+  if (c.norm != models::NormType::kRms) L.attn_norm_b = vec(D), L.ffn_norm_b = vec(D);
+  if (c.qkv_bias) L.bq = vec(QD), L.bk = vec(KVD), L.bv = vec(KVD);
+  if (c.attn_out_bias) L.bo = vec(D);
+  if (c.mlp_bias) L.b1 = vec(H), L.b2 = vec(D);
+  if (c.qk_norm) L.q_norm = vec(c.head_dim), L.k_norm = vec(c.head_dim);
+  if (c.post_norms) L.attn_post_norm = vec(D), L.ffn_post_norm = vec(D);
+  const auto& prof = rt::device_profile(chip.family);
+  auto src = infer::build_layer_kernel(c, L, S, prof.dialect);
+  return cost::program_cost(src.program, chip);
+}
+
+void run_infer(const EstimateOptions& o) {
+  models::Model keep;
+  const models::ModelConfig& c = preset_or_model(o, keep);
+  const cost::Chip& chip = cost::chip(o.device);
+  std::vector<int64_t> buckets = o.buckets;
+  if (buckets.empty())
+    for (int64_t S = 64; S <= std::min<int64_t>(c.max_seq_len, 2048); S *= 2) buckets.push_back(S);
+  for (int64_t S : buckets)
+    ANELAB_CHECK(S > 0 && S == infer::prefill_bucket(S, c.max_seq_len), "estimate", "--bucket ", S,
+                 " is not a prefill bucket of this model (64 x 2^k up to the context ", c.max_seq_len, ")");
+  std::vector<cost::ProgramCost> layer;
+  for (int64_t S : buckets) layer.push_back(prefill_layer_cost(c, S, chip));
+  const cost::ProgramCost decode = prefill_layer_cost(c, buckets.front(), chip);
+  const cost::InferCost ic = cost::infer_cost(buckets, layer, c.n_layers, c.dim, c.vocab_size, decode, chip);
+  if (o.json) {
+    json b = json::array();
+    for (size_t i = 0; i < ic.prefill.size(); ++i) {
+      json j = program_json(layer[i]);
+      j["tokens"] = ic.prefill[i].tokens, j["layer_ms"] = ic.prefill[i].layer_ms, j["prefill_ms"] = ic.prefill[i].ms,
+      j["tok_per_s"] = ic.prefill[i].tok_per_s;
+      b.push_back(j);
+    }
+    json out{{"device", chip.name},       {"model", o.preset.empty() ? o.model : o.preset},
+             {"layers", c.n_layers},      {"prefill", b},
+             {"decode_ms", ic.decode_ms}, {"decode_tok_per_s", ic.decode_tok_per_s}};
+    std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
+  std::printf("estimate infer: %s (%lld layers, D=%lld, H=%lld) on %s\n",
+              (o.preset.empty() ? o.model : o.preset).c_str(), static_cast<long long>(c.n_layers),
+              static_cast<long long>(c.dim), static_cast<long long>(c.hidden_dim), chip.description.c_str());
+  size_t worst = 0;
+  for (size_t i = 0; i < ic.prefill.size(); ++i) {
+    const auto& b = ic.prefill[i];
+    std::printf("  prefill S=%-5lld layer %8.3f ms (compute %.3f, memory %.3f%s)  all %8.2f ms  %8.0f tok/s\n",
+                static_cast<long long>(b.tokens), b.layer_ms, layer[i].compute_ms, layer[i].memory_ms,
+                layer[i].spills ? ", spills" : "", b.ms, b.tok_per_s);
+    if (b.ms > ic.prefill[worst].ms) worst = i;
+  }
+  std::printf("  decode (one layer program per token at S=%lld): %.2f ms/token, %.1f tok/s\n",
+              static_cast<long long>(buckets.front()), ic.decode_ms, ic.decode_tok_per_s);
+  std::printf("  largest: the S=%lld bucket, %.1f ms for %lld layers\n",
+              static_cast<long long>(ic.prefill[worst].tokens), ic.prefill[worst].ms,
+              static_cast<long long>(c.n_layers));
+  std::vector<const cost::OpCost*> ops;
+  for (const auto& op : layer[worst].ops) ops.push_back(&op);
+  std::sort(ops.begin(), ops.end(), [](auto* a, auto* b) { return a->ms > b->ms; });
+  std::printf("  its largest ops (compute time):");
+  for (size_t i = 0; i < std::min<size_t>(ops.size(), 4); ++i)
+    std::printf("%s %s '%s' %.3f ms", i ? "," : "", ops[i]->op.c_str(), ops[i]->name.c_str(), ops[i]->ms);
+  std::printf("%s\n", layer[worst].spills ? "; the attention scores exceed the SRAM: the layer spills" : "");
+}
+
+void run_mil(const EstimateOptions& o) {
+  const mil::Program p = mil::parse(read_file_text(o.program), o.program);
+  const cost::Chip& chip = cost::chip(o.device);
+  json fns = json::array();
+  for (const auto& f : p.functions) {
+    const cost::ProgramCost pc = cost::program_cost(p, chip, f.name);
+    const cost::FusionCost fc = cost::fusion_cost(p, chip, f.name);
+    if (o.json) {
+      json j = program_json(pc);
+      j["function"] = f.name, j["split_ms"] = fc.split_ms;
+      json ops = json::array();
+      for (const auto& op : pc.ops)
+        ops.push_back({{"op", op.op},
+                       {"name", op.name},
+                       {"class", cost::op_class_name(op.cls)},
+                       {"ms", op.ms},
+                       {"gflop", op.flops * 1e-9}});
+      j["ops"] = ops;
+      fns.push_back(j);
+      continue;
+    }
+    std::printf("estimate mil: %s function %s on %s\n", o.program.c_str(), f.name.c_str(), chip.description.c_str());
+    std::vector<const cost::OpCost*> ops;
+    for (const auto& op : pc.ops) ops.push_back(&op);
+    std::sort(ops.begin(), ops.end(), [](auto* a, auto* b) { return a->ms > b->ms; });
+    for (size_t i = 0; i < std::min<size_t>(ops.size(), 8); ++i)
+      std::printf("  %-24s %-12s %-11s %8.4f ms %8.3f GFLOP\n", ops[i]->name.c_str(), ops[i]->op.c_str(),
+                  cost::op_class_name(ops[i]->cls), ops[i]->ms, ops[i]->flops * 1e-9);
+    std::printf(
+        "  %.3f ms per evaluation (dispatch %.3f + max(compute %.3f, memory %.3f)), %.3f GFLOP, %.2f TFLOPS%s;"
+        " split into one program per op: %.3f ms\n",
+        pc.ms, pc.dispatch_ms, pc.compute_ms, pc.memory_ms, pc.flops * 1e-9, pc.tflops(), pc.spills ? ", spills" : "",
+        fc.split_ms);
+  }
+  if (o.json)
+    std::printf("%s\n", json{{"device", chip.name}, {"program", o.program}, {"functions", fns}}.dump(2).c_str());
+}
+
+// `device` "" = the report's device profile.
+void run_calibrate(const EstimateOptions& o, const std::string& dev) {
+  const cost::Calibration cal = cost::calibrate(read_file_text(o.calibrate), o.calibrate, dev);
+  if (o.json) {
+    json ch = json::array(), nf = json::array();
+    for (const auto& c : cal.changed)
+      ch.push_back({{"param", c.param}, {"from", c.from_section}, {"before", c.before}, {"after", c.after}});
+    for (const auto& [p, why] : cal.not_fitted) nf.push_back({{"param", p}, {"why", why}});
+    std::printf("%s\n", json{{"device", cal.after.name}, {"numbers", cal.numbers}, {"changed", ch}, {"not_fitted", nf}}
+                            .dump(2)
+                            .c_str());
+    return;
+  }
+  std::printf("estimate --calibrate %s: device %s%s%s\n", o.calibrate.c_str(), cal.after.name.c_str(),
+              cal.numbers.empty() ? "" : "; the report says: ", cal.numbers.c_str());
+  for (const auto& c : cal.changed)
+    std::printf("  %-18s %10.4g -> %-10.4g (from %s)\n", c.param.c_str(), c.before, c.after, c.from_section.c_str());
+  for (const auto& [p, why] : cal.not_fitted) std::printf("  %-18s not fitted: %s\n", p.c_str(), why.c_str());
+}
+
+}  // namespace
+
+std::string estimate_infer_note(const models::ModelConfig& c, int64_t prompt_tokens, const std::string& device) {
+  const std::string dev = device == "auto" || device.empty() ? rt::kFallbackDevice : device;
+  try {
+    const cost::Chip& chip = cost::chip(dev);
+    const int64_t S = infer::prefill_bucket(prompt_tokens, c.max_seq_len);
+    const cost::ProgramCost layer = prefill_layer_cost(c, S, chip);
+    const cost::ProgramCost decode = prefill_layer_cost(c, infer::prefill_bucket(1, c.max_seq_len), chip);
+    const cost::InferCost ic = cost::infer_cost({S}, {layer}, c.n_layers, c.dim, c.vocab_size, decode, chip);
+    return cat("estimate on the ANE of ", chip.description, " (docs/estimate.md): prefill pp", prompt_tokens, " ",
+               static_cast<int64_t>(double(prompt_tokens) / ic.prefill[0].ms * 1e3), " tok/s (bucket ", S, "), decode ",
+               static_cast<int64_t>(ic.decode_tok_per_s), " tok/s");
+  } catch (const std::exception& e) {  // a model the MIL prefill refuses, a device without cost parameters
+    return cat("no estimate: ", e.what());
+  }
+}
+
+std::string estimate_train_note(const std::string& preset, const std::string& strategies, int64_t seq) {
+  std::string out;
+  for (const std::string st : {"dynamic", "static"}) {
+    if (strategies.find(st) == std::string::npos) continue;
+    try {
+      const models::ModelConfig& c = models::preset(preset);
+      cost::TrainModel m;
+      m.shape = train::kernel_train_shape(models::describe_model(c), seq);
+      m.n_layers = c.n_layers;
+      m.vocab = c.vocab_size;
+      const cost::Chip& chip = cost::chip(rt::kFallbackDevice);
+      const cost::StepCost s =
+          cost::estimate_train(m, st == "static" ? kern::Strategy::kStatic : kern::Strategy::kDynamic, chip);
+      char nums[160];
+      std::snprintf(nums, sizeof nums, "%.1f ms/step (ANE %.1f, staging %.1f, host %.1f)", s.ms_per_step(), s.ane_ms,
+                    s.staging_ms, s.host_ms());
+      out += cat("estimate ", st, " on the ANE of ", chip.description, " (docs/estimate.md): ", nums, "\n");
+    } catch (const std::exception& e) {
+      out += cat("no ", st, " estimate: ", e.what(), "\n");
+    }
+  }
+  return out;
+}
+
+void add_estimate_command(CLI::App& app) {
+  auto* est = app.add_subcommand("estimate",
+                                 "Estimate what training, inference or a MIL program costs on an Apple chip"
+                                 " (cost model: docs/estimate.md)");
+  auto o = std::make_shared<EstimateOptions>();
+  const std::string devices = [] {
+    std::string s;
+    for (const auto& n : cost::chip_names()) s += (s.empty() ? "" : ", ") + n;
+    return s;
+  }();
+  est->add_option("--calibrate", o->calibrate, "refit the chip's parameters from an `anelab probe --out` report");
+  est->add_option("--device", o->device, "chip: " + devices)->capture_default_str();
+  est->add_flag("--json", o->json, "JSON output");
+  auto* tr = est->add_subcommand("train", "a training step: per-kernel table and ms/step");
+  tr->add_option("--preset", o->preset, "model preset");
+  tr->add_option("--model", o->model, "model file (its config)");
+  tr->add_option("--strategy", o->strategy, "static | dynamic")->capture_default_str();
+  tr->add_option("--seq", o->seq, "tokens per sequence")->capture_default_str()->check(CLI::Range(64, 65536));
+  tr->add_option("--accum", o->accum, "steps per weight update (Adam, static recompiles)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  auto* inf = est->add_subcommand("infer", "prefill tok/s per bucket and decode tok/s");
+  inf->add_option("--preset", o->preset, "model preset");
+  inf->add_option("--model", o->model, "model file (its config)");
+  inf->add_option("--bucket", o->buckets, "prefill buckets (default 64, 128, ... up to 2048 or the context)");
+  auto* mil = est->add_subcommand("mil", "a MIL program file: per-op table and time per evaluation");
+  mil->add_option("program", o->program, "MIL program file")->required();
+  for (auto* sub : {tr, inf, mil}) {
+    sub->add_option("--device", o->device, "chip: " + devices)->capture_default_str();
+    sub->add_flag("--json", o->json, "JSON output");
+  }
+  tr->callback([o] { run_train(*o); });
+  inf->callback([o] { run_infer(*o); });
+  mil->callback([o] { run_mil(*o); });
+  est->callback([o, est] {
+    if (!o->calibrate.empty()) return run_calibrate(*o, est->count("--device") ? o->device : "");
+    ANELAB_CHECK(!est->get_subcommands().empty(), "estimate",
+                 "give a subcommand (train, infer, mil) or --calibrate probe.json");
+  });
+}
+
+}  // namespace anelab::cli

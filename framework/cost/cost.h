@@ -1,0 +1,175 @@
+// Cost model of the ANE per chip (issue 41, docs/estimate.md): what a MIL program, a training step and a
+// prefill / decode will take on an Apple chip, from the program's op shapes and a few per-chip parameters
+// calibrated on published measurements (../shared/reference/ane_digest.md §4.6, §5.7, §8).
+//
+//   op time       roofline: max(flops / (peak · class efficiency · spatial efficiency), DRAM bytes / bandwidth)
+//                 spatial efficiency eff(S) = S / (S + s_half)  (S: the op's last dimension; the ANE fills
+//                 its lanes along the spatial axis: M3 Pro 9.98 TFLOPS at S = 64 vs 16.77 at S = 2048)
+//   program time  dispatch + Σ op time; weights (BLOBFILE consts) are streamed from DRAM on every evaluation
+//                 (a step evaluates dozens of programs: none stays resident) and the program's I/O surfaces
+//                 are read / written once; intermediates stay on chip unless the working set exceeds the SRAM,
+//                 then they go to DRAM and back (the spill)
+//   int8          a program with quantize ops (W8A8) runs its convs / matmuls int8_speedup times faster;
+//                 constexpr_affine_dequantize weights stream one byte per element
+//   train step    ANE (every kernel once per layer) + IOSurface staging (every surface byte once, host
+//                 memcpy) + the host's critical path (classifier, the dW GEMMs beyond what hides under the
+//                 ANE, Adam amortised over the accumulation); the static strategy also recompiles
+//   prefill       one whole-layer program per layer at the bucket + the classifier on the host
+//   decode        one layer program per layer and token at the smallest bucket (weights streamed each token)
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "framework/mil/ir.h"
+
+namespace anelab::cost {
+
+// The parameters of one chip. ANE terms come from the chip's family (M1 Pro and M1 share the M1's
+// 16-core ANE; every M4 shares the M4's); host terms from its CPU.
+struct Chip {
+  std::string name;             // "m4", "m4-max", ...
+  std::string family;           // device profile: "m1" ... "m5"
+  std::string description;      // "Apple M4 (4 P-cores)"
+  double peak_fp16_tflops = 0;  // ANE fp16 at unbounded spatial extent (class kConv)
+  double s_half = 46;           // spatial extent at which the ANE reaches half its peak
+  double int8_speedup = 1;      // W8A8 convs / matmuls vs fp16 (1: no int8 datapath reported)
+  double dram_gbps = 0;         // DRAM bandwidth the ANE streams weights and surfaces with
+  double sram_mb = 32;          // on-chip working memory
+  double dispatch_us = 70;      // one evaluation's fixed cost (request, driver, completion)
+  double compile_ms = 25;       // one program's compile + load (static training recompiles)
+  double host_gflops = 0;       // host fp32 GEMM throughput (Accelerate / AMX): dW, classifier
+  double host_gbps = 0;         // host memory bandwidth: Adam's streams
+  double staging_gbps = 25;     // host writes / reads of IOSurfaces (fp16 conversion, packing)
+};
+
+// Every known chip (m1, m1-pro, m2, m3, m3-pro, m4, m4-pro, m4-max, m5, m5-max).
+const std::vector<Chip>& chips();
+// The named chip; throws "[cost] unknown device 'X' (known: ...)".
+const Chip& chip(const std::string& name);
+std::vector<std::string> chip_names();
+
+// Per-op efficiency classes: the fraction of peak an op of the class reaches at large spatial extent.
+enum class OpClass : uint8_t {
+  kConv,         // conv with const weights (the ANE's native op)
+  kMatmul,       // matmul: runtime operands (attention, dynamic weights)
+  kElementwise,  // add, mul, silu, exp, rsqrt, ... on the vector unit
+  kReduce,       // reduce_*, softmax
+  kMove,         // reshape, transpose, slice, concat, split, cast: data movement
+  kFree,         // const, constexpr_*: no run-time work
+};
+const char* op_class_name(OpClass c);
+OpClass op_class(const std::string& op);
+double class_efficiency(OpClass c);  // kConv 1.0, kMatmul 0.6, ...
+
+struct OpCost {
+  std::string op, name;
+  OpClass cls = OpClass::kFree;
+  double flops = 0;         // multiply-adds count 2
+  double weight_bytes = 0;  // const weights the op streams
+  double act_bytes = 0;     // the op's output bytes
+  double ms = 0;
+};
+
+struct ProgramCost {
+  std::string name;
+  double flops = 0;
+  double weight_bytes = 0;  // const weights (streamed from DRAM every evaluation)
+  double io_bytes = 0;      // input + output surfaces
+  double working_set = 0;   // weights + the largest live activations: compared with the SRAM
+  bool spills = false;      // an op's weights + live activations exceed the SRAM: intermediates go through DRAM
+  bool int8 = false;        // quantize ops: W8A8
+  double compute_ms = 0;    // Σ op time (roofline of each op)
+  double memory_ms = 0;     // weights + I/O (+ spilled intermediates) over the DRAM bandwidth
+  double dispatch_ms = 0;
+  double ms = 0;  // dispatch + max(compute, memory)
+  double tflops() const { return ms > 0 ? flops / (ms * 1e9) : 0; }
+  std::vector<OpCost> ops;
+};
+
+struct CostOptions {
+  // The program runs in a loop alone (a benchmark): weights that fit the SRAM stay there between evaluations.
+  // Off for steps and generations, which evaluate many programs in turn.
+  bool resident = false;
+};
+// The cost of evaluating function `fn` ("" = the first) of `p` once on `chip`.
+ProgramCost program_cost(const mil::Program& p, const Chip& chip, const std::string& fn = "", CostOptions opt = {});
+
+// Several programs fused into one vs the same work split into single programs (one dispatch each):
+// the time of each and the fused speedup.
+struct FusionCost {
+  double fused_ms = 0, split_ms = 0;
+};
+FusionCost fusion_cost(const mil::Program& p, const Chip& chip, const std::string& fn = "");
+
+// ---- workloads ------------------------------------------------------------------------------------------
+
+// One kernel of a workload: its cost and how often it runs per step / token.
+struct KernelRow {
+  std::string name;
+  ProgramCost cost;
+  int64_t calls = 0;         // evaluations per step (training) or per bucket (prefill)
+  double staging_bytes = 0;  // host bytes written + read per call (IOSurface staging)
+  double total_ms() const { return cost.ms * double(calls); }
+};
+
+// A training step: per-kernel table plus the host terms. B = 1 sequence of `tokens` tokens.
+struct TrainShapeInfo {
+  int64_t n_layers = 0, dim = 0, vocab = 0, tokens = 0;
+  double layer_params = 0;  // weights of one layer (the dW GEMMs' size)
+  double total_params = 0;  // all trainable parameters (Adam)
+  int accum_steps = 10;     // steps per weight update (maderix ACCUM: Adam and static recompiles amortised)
+  bool static_weights = false;
+  int64_t kernels_per_update = 0;  // static: programs recompiled after every update
+};
+
+struct StepCost {
+  std::vector<KernelRow> kernels;
+  double ane_ms = 0;         // Σ kernel time
+  double staging_ms = 0;     // IOSurface writes + reads on the host
+  double cls_ms = 0;         // classifier forward + backward on the host
+  double dw_ms = 0;          // dW GEMMs on the worker thread
+  double dw_exposed_ms = 0;  // the part of dw_ms the ANE time does not hide
+  double adam_ms = 0;        // optimizer, per step (amortised)
+  double compile_ms = 0;     // static: recompiles per step (amortised)
+  double host_ms() const { return cls_ms + dw_exposed_ms + adam_ms; }
+  double ms_per_step() const { return ane_ms + staging_ms + host_ms(); }  // steady state (what maderix reports)
+  double ms_per_step_with_compile() const { return ms_per_step() + compile_ms; }
+};
+StepCost train_step_cost(std::vector<KernelRow> kernels, const TrainShapeInfo& s, const Chip& chip);
+
+struct InferCost {
+  struct Bucket {
+    int64_t tokens = 0;
+    double layer_ms = 0;  // one layer program
+    double ms = 0;        // all layers + the last position's classifier
+    double tok_per_s = 0;
+  };
+  std::vector<Bucket> prefill;
+  double decode_ms = 0;  // per token
+  double decode_tok_per_s = 0;
+};
+// One layer program cost per bucket (same order as `buckets`), `decode_layer` the program of the smallest
+// bucket used for one token; the classifier (dim x vocab) runs on the host.
+InferCost infer_cost(const std::vector<int64_t>& buckets, const std::vector<ProgramCost>& layer, int64_t n_layers,
+                     int64_t dim, int64_t vocab, const ProgramCost& decode_layer, const Chip& chip);
+
+// ---- calibration from `anelab probe` ---------------------------------------------------------------------
+
+// What `anelab estimate --calibrate probe.json` refits: each parameter the probe measures, its value before
+// and after, and the parameters it cannot measure with why.
+struct Calibration {
+  Chip before, after;
+  std::string numbers;  // the report's own note on whose timings they are (the fake shim's: the emulator's)
+  struct Change {
+    std::string param, from_section;
+    double before = 0, after = 0;
+  };
+  std::vector<Change> changed;
+  std::vector<std::pair<std::string, std::string>> not_fitted;  // parameter, why
+};
+// `json_text` is a probe report (schema anelab.probe/2); `device` ("" = the report's device_profile) names
+// the chip to refit. Throws "[cost] <source>: ..." naming the field for a report it cannot read.
+Calibration calibrate(const std::string& json_text, const std::string& source, const std::string& device);
+
+}  // namespace anelab::cost

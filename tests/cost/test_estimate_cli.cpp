@@ -1,0 +1,169 @@
+// `anelab estimate` through the binary (train / infer JSON, one-line errors) and the calibration from a probe report.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "framework/core/error.h"
+#include "framework/cost/cost.h"
+
+namespace anelab::cost {
+namespace {
+
+struct CliRun {
+  int rc = 0;
+  std::string out;  // stdout + stderr
+};
+
+CliRun estimate_cli_run(const std::string& args) {
+  const std::string cmd = std::string(ANELAB_BINARY_DIR) + "/bin/anelab estimate " + args + " 2>&1";
+  CliRun r;
+  FILE* p = popen(cmd.c_str(), "r");
+  EXPECT_NE(p, nullptr);
+  if (!p) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = pclose(p);
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::string estimate_cli_tmp(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// A probe report in the form cli/probe_cmd.cpp writes (schema anelab.probe/2), with the sections calibrate reads.
+nlohmann::json estimate_cli_probe() {
+  using nlohmann::json;
+  json sizes = json::array();
+  for (int i = 0; i < 4; ++i) {
+    const double wb = double(1 << (21 + i));  // 2, 4, 8, 16 MiB of weights; the last two past the knee
+    sizes.push_back({{"weight_bytes", wb}, {"working_set_bytes", wb + 262144}, {"eval_ms", i < 2 ? 0.1 : wb / 50e6}});
+  }
+  return {{"schema", "anelab.probe/2"},
+          {"device_profile", "m4"},
+          {"dispatch_overhead_ms", {{"ane", 0.03}}},
+          {"cases",
+           {{{"name", "conv"},
+             {"shape", "1x1 conv 768->2048, S=256, fp16"},
+             {"gflop", 0.805306368},
+             {"ane", {{"eval_ms", 0.2}, {"compile_ms", 20.0}, {"load_ms", 1.5}}}},
+            {{"name", "conv_w8a8"}, {"gflop", 0.805306368}, {"ane", {{"eval_ms", 0.12}}}}}},
+          {"sram", {{"knee", {{"last_fast_bytes", 4456448.0}, {"first_slow_bytes", 8650752.0}}}, {"sizes", sizes}}}};
+}
+
+TEST(EstimateCalibrate, RefitsWhatTheProbeMeasures) {
+  const Calibration c = calibrate(estimate_cli_probe().dump(), "probe.json", "");
+  EXPECT_EQ(c.after.name, "m4");
+  EXPECT_DOUBLE_EQ(c.after.dispatch_us, 30.0);
+  // (0.2 - 0.03) ms for 0.805 GFLOP at S = 256: 4.74 TFLOPS / eff(256); W8A8 (0.12 - 0.03) ms
+  EXPECT_NEAR(c.after.peak_fp16_tflops, 0.805306368 / 0.17 / (256.0 / (256 + 46)), 1e-9);
+  EXPECT_NEAR(c.after.int8_speedup, 0.17 / 0.09, 1e-9);
+  EXPECT_NEAR(c.after.sram_mb, (4456448.0 + 8650752.0) / 2 / 1048576, 1e-9);
+  EXPECT_NEAR(c.after.dram_gbps, 50.0, 1e-6);  // the sizes past the knee take weight_bytes / 50 GB/s
+  EXPECT_DOUBLE_EQ(c.after.compile_ms, 21.5);
+  EXPECT_EQ(c.changed.size(), 6u);
+  // Unchanged: what a probe does not measure, each with its reason.
+  EXPECT_EQ(c.after.host_gflops, c.before.host_gflops);
+  EXPECT_EQ(c.after.s_half, c.before.s_half);
+  std::string nf;
+  for (const auto& [p, why] : c.not_fitted) nf += p + ";";
+  EXPECT_EQ(nf, "s_half;host_gflops;host_gbps;");
+  // --device picks another chip to refit
+  EXPECT_EQ(calibrate(estimate_cli_probe().dump(), "probe.json", "m5").after.name, "m5");
+}
+
+TEST(EstimateCalibrate, ReportWithoutAneTimings) {
+  nlohmann::json r = estimate_cli_probe();
+  r["cases"][0]["ane"] = nullptr;  // no ANE on the host: the probe reports the emulator half only
+  r.erase("sram");
+  const Calibration c = calibrate(r.dump(), "probe.json", "");
+  EXPECT_EQ(c.after.peak_fp16_tflops, c.before.peak_fp16_tflops);
+  std::string nf;
+  for (const auto& [p, why] : c.not_fitted) nf += p + ";";
+  EXPECT_EQ(nf, "peak_fp16_tflops;int8_speedup;compile_ms;sram_mb;dram_gbps;s_half;host_gflops;host_gbps;");
+}
+
+TEST(EstimateCalibrate, BadReports) {
+  auto error_of = [](const std::string& text) -> std::string {
+    try {
+      calibrate(text, "p.json", "");
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_NE(error_of("{").find("[cost] p.json: not JSON"), std::string::npos);
+  EXPECT_NE(error_of(R"({"schema": "other/1"})").find("[cost] p.json: not an anelab probe report (schema 'other/1'"),
+            std::string::npos);
+  nlohmann::json r = estimate_cli_probe();
+  r["cases"][0]["gflop"] = -1;
+  EXPECT_NE(error_of(r.dump()).find("[cost] p.json: cases[conv].gflop is not a positive number"), std::string::npos);
+}
+
+TEST(EstimateCli, TrainJson) {
+  const CliRun r = estimate_cli_run("train --preset stories110m --strategy static --device m4 --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["ms_per_step"].get<double>(), 0);
+  EXPECT_EQ(j["kernels"].size(), 9u);
+  EXPECT_EQ(j["kernels"][0]["calls"].get<int>(), 12);
+  EXPECT_GT(j["ms_per_step_with_compile"].get<double>(), j["ms_per_step"].get<double>());
+}
+
+TEST(EstimateCli, InferMatchesAneForge) {
+  // ANEForge (arXiv 2606.17090): Qwen3-0.6B decode ~75 tok/s (fitted: M4's DRAM bandwidth), prefill ~8600 tok/s
+  // (held out; the prompt length is not in our notes: the S=128 bucket).
+  const CliRun r = estimate_cli_run("infer --preset qwen3-0.6b --device m4 --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_NEAR(j["decode_tok_per_s"].get<double>(), 75, 0.75);
+  double s128 = 0;
+  for (const auto& b : j["prefill"])
+    if (b["tokens"] == 128) s128 = b["tok_per_s"].get<double>();
+  std::printf("Qwen3-0.6B m4: prefill S=128 %.0f tok/s (published ~8600), decode %.1f tok/s (published ~75)\n", s128,
+              j["decode_tok_per_s"].get<double>());
+  EXPECT_NEAR(s128 / 8600, 1.0, 0.3);
+}
+
+// `infer bench` prints the estimate next to what it measures.
+TEST(EstimateCli, InferBenchShowsTheEstimate) {
+  const std::string model = std::string(ANELAB_DATA_DIR) + "/llama2c/stories260K.bin";
+  const std::string cmd = std::string(ANELAB_BINARY_DIR) + "/bin/anelab infer bench -m " + model +
+                          " -q --prompt-len 8 --gen-len 4 --ctx 64 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  EXPECT_EQ(pclose(p), 0) << out;
+  EXPECT_NE(out.find("estimate on the ANE of Apple M4 (one P-cluster of 4) (docs/estimate.md): prefill pp8 "),
+            std::string::npos)
+      << out;
+}
+
+TEST(EstimateCli, BadInputIsOneLine) {
+  for (const char* args : {"train --preset stories110m --strategy sideways", "train --preset nope",
+                           "train --preset stories110m --device m9", "", "mil /nonexistent.mil",
+                           "infer --preset qwen2.5-0.5b --bucket 100", "--calibrate /nonexistent.json"}) {
+    const CliRun r = estimate_cli_run(args);
+    EXPECT_NE(r.rc, 0) << args;
+    ASSERT_FALSE(r.out.empty()) << args;
+    EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << args << ": " << r.out;
+    EXPECT_EQ(r.out.rfind("anelab: error: ", 0), 0u) << args << ": " << r.out;
+  }
+  const std::string bad = estimate_cli_tmp("estimate_bad.json", "{\"schema\": 3");
+  const CliRun r = estimate_cli_run("--calibrate " + bad);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("[cost] " + bad + ": not JSON"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace anelab::cost
