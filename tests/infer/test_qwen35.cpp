@@ -3,10 +3,12 @@
 // logits (reference_qwen35_bf16.json) at every position, prefill and token-by-token decode; greedy continuations;
 // the chunked prefill against the recurrent decode of the same prompt; the recurrent state's refusal to rewind;
 // the state and KV bytes of a 4096 context; config.json in both styles and its malformed forms; the anelab config
-// JSON round trip.
+// JSON round trip; the GGUF export (llama.cpp's qwen35 layout) run bit-identically at f32 and f16 storage.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -16,6 +18,7 @@
 #include "infer/generate.h"
 #include "models/arch/arch.h"
 #include "models/formats/model_config_json.h"
+#include "models/io/export.h"
 #include "models/io/load_any.h"
 #include "models/presets.h"
 #include "models/sampler.h"
@@ -53,6 +56,44 @@ TEST(Qwen35, CpuFp32PrefillLogitsMatchTransformers) {
       EXPECT_LT(test::hf_rel_err(all.data() + t * V, m["logits"][p][t].get<std::vector<float>>()),
                 test::hf_fp32_tol("qwen35_bf16"))
           << "prompt " << p << " pos " << t;
+  }
+}
+
+// The fixture through anelab's GGUF export (llama.cpp's qwen35 layout: value heads tiled, A = -exp(A_log), norms
+// 1 + w) and back runs bit-identically: with f32 and with f16 matrices stored, against the fixture itself on an
+// engine of that weight dtype (the same values reach the same arithmetic).
+TEST(Qwen35, GgufExportRunsBitIdenticallyAtF32AndF16Storage) {
+  const models::Model src = models::load_any_model(test::source_path("tests/fixtures/hf/qwen35_bf16"));
+  const auto& ref = q35_reference();
+  const std::filesystem::path dir = test::temp_dir("q35gguf");
+  const struct {
+    models::DType stored;
+    WType engine;
+  } cases[] = {{models::DType::kF32, WType::kF32}, {models::DType::kF16, WType::kF16}};
+  for (const auto& k : cases) {
+    const std::string path = (dir / (std::string(models::dtype_name(k.stored)) + ".gguf")).string();
+    models::export_model(src, path, models::ExportFormat::kGguf, k.stored);
+    EngineOptions o;
+    o.backend = "cpu";
+    o.dtype = k.engine;
+    o.quiet = true;
+    Engine a(models::load_any_model(test::source_path("tests/fixtures/hf/qwen35_bf16")), o);
+    Engine b(models::load_any_model(path), o);
+    ASSERT_EQ(b.config().arch, "qwen35");
+    const int64_t V = a.config().vocab_size;
+    for (size_t p = 0; p < ref["prompts"].size(); ++p) {
+      const auto prompt = ref["prompts"][p].get<std::vector<int32_t>>();
+      std::vector<float> la, lb;
+      a.prefill(prompt, 0, &la);
+      b.prefill(prompt, 0, &lb);
+      ASSERT_EQ(la.size(), prompt.size() * static_cast<size_t>(V));
+      ASSERT_EQ(lb.size(), la.size());
+      EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * 4), 0) << models::dtype_name(k.stored) << " prompt " << p;
+      const float* da = a.decode(7, static_cast<int64_t>(prompt.size()));
+      const std::vector<float> keep(da, da + V);
+      const float* db = b.decode(7, static_cast<int64_t>(prompt.size()));
+      EXPECT_EQ(std::memcmp(keep.data(), db, static_cast<size_t>(V) * 4), 0) << models::dtype_name(k.stored);
+    }
   }
 }
 
