@@ -294,8 +294,13 @@ Model gguf_to_model(const GgufFile& g, const std::string& w) {
   m.config.qkv_bias = m.has("layers.0.bq");
   m.config.attn_out_bias = m.has("layers.0.bo");
   m.config.mlp_bias = m.has("layers.0.fc_bias");
-  m.config.qk_norm = false;  // any attention layer's (a hybrid's layer 0 may have none)
-  for (int64_t l = 0; l < m.config.n_layers; ++l) m.config.qk_norm |= m.has("layers." + std::to_string(l) + ".q_norm");
+  // q/k norms as the first attention layer has them (a hybrid's layer 0 may be another kind; with no attention layer
+  // the architecture's value stays)
+  for (int64_t l = 0; l < m.config.n_layers; ++l)
+    if (const std::string p = "layers." + std::to_string(l) + "."; m.has(p + "wq")) {
+      m.config.qk_norm = m.has(p + "q_norm");
+      break;
+    }
   m.config.post_norms = m.has("layers.0.attn_post_norm");
   const Tensor* emb = m.find("tok_embeddings");
   if (!emb) fail("model", w, ": GGUF has no token_embd.weight");
