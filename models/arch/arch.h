@@ -47,6 +47,9 @@ struct Arch {
   // Export (nullptr: no Hugging Face export): config.json of c, and the HF name of a canonical tensor.
   nlohmann::json (*hf_export_config)(const ModelConfig& c) = nullptr;
   std::string (*hf_tensor_name)(const std::string& canonical) = nullptr;
+  // The HF shape of a canonical tensor where it differs, the bytes the same (nullptr: none differs; qwen35's conv1d
+  // [C, 1, K] held as [C, K]).
+  std::vector<int64_t> (*hf_tensor_shape)(const std::string& canonical, const std::vector<int64_t>& shape) = nullptr;
 
   // ---- GGUF ----
   // After the generic sizes are read from "<name>.*": the fields the architecture decides (norm and its

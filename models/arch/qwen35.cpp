@@ -12,7 +12,8 @@
 //     out_proj (models/arch/layer_desc.h DeltaNetDesc).
 // config.json: flat (Qwen3_5ForCausalLM) or nested under "text_config" (Qwen3_5ForConditionalGeneration, whose
 // vision tower "model.visual.*" and multi-token-prediction head "mtp.*" are not loaded; its language model's
-// tensors are "model.language_model.*"). No Hugging Face export yet.
+// tensors are "model.language_model.*"). Hugging Face export: the flat Qwen3_5ForCausalLM config.json (transformers
+// 5.x keys: rope_parameters, layer_types) and its tensor names, conv1d written [C, 1, K].
 //
 // GGUF ("qwen35", llama.cpp's layout; facts from llama.cpp (2026-08 mainline) src/llama-arch.cpp (key and tensor
 // names), src/models/qwen35.cpp (load_arch_hparams, load_arch_tensors, the graph), conversion/qwen.py
@@ -117,7 +118,8 @@ int64_t full_interval(const json& t, int64_t n_layers, const std::string& w) {
   int64_t every = 0;
   for (int64_t l = 0; l < n_layers && every == 0; ++l)
     if (lt[static_cast<size_t>(l)] == "full_attention") every = l + 1;
-  if (every == 0) every = n_layers + 1;  // no full layer at all
+  if (every == 0) every = hf::hf_int(t, "full_attention_interval", w, n_layers + 1);  // no full layer at all
+  if (every <= 0) fail("model", w, ": config.json full_attention_interval must be positive, got ", every);
   for (int64_t l = 0; l < n_layers; ++l) {
     const json& v = lt[static_cast<size_t>(l)];
     const char* want = (l + 1) % every == 0 ? "full_attention" : "linear_attention";
@@ -168,6 +170,40 @@ void hf_tensors(Model& m, const StTensorMap& ts, const std::string& w) {
     else
       m.add_view(t.name, t.dtype, t.shape, t.data, t.nbytes, t.owner);
   }
+}
+
+// config.json as transformers 5.x writes a Qwen3_5ForCausalLM's (flat, model_type qwen3_5_text, RoPE in
+// rope_parameters, the layer pattern as layer_types).
+json to_hf(const ModelConfig& c) {
+  json j = hf::hf_decoder_export_config(c);
+  const json theta = j["rope_theta"];
+  j.erase("rope_theta");
+  j["architectures"] = json::array({"Qwen3_5ForCausalLM"});
+  j["model_type"] = "qwen3_5_text";
+  j["attention_bias"] = false;
+  j["attn_output_gate"] = c.attn_output_gate;
+  j["full_attention_interval"] = c.full_attention_interval;
+  json types = json::array();
+  for (int64_t l = 0; l < c.n_layers; ++l) types.push_back(c.linear_layer(l) ? "linear_attention" : "full_attention");
+  j["layer_types"] = types;
+  j["linear_conv_kernel_dim"] = c.linear_conv_kernel;
+  j["linear_key_head_dim"] = c.linear_k_dim;
+  j["linear_num_key_heads"] = c.linear_k_heads;
+  j["linear_num_value_heads"] = c.linear_v_heads;
+  j["linear_value_head_dim"] = c.linear_v_dim;
+  j["partial_rotary_factor"] = c.rope_fraction;
+  j["rope_parameters"] = {{"partial_rotary_factor", c.rope_fraction}, {"rope_theta", theta}, {"rope_type", "default"}};
+  return j;
+}
+
+std::string hf_name(const std::string& canonical) {
+  static const auto names = layer_names();
+  return hf::hf_decoder_name(canonical, names);
+}
+
+std::vector<int64_t> hf_shape(const std::string& canonical, const std::vector<int64_t>& shape) {
+  if (canonical.ends_with(".ssm_conv") && shape.size() == 2) return {shape[0], 1, shape[1]};
+  return shape;
 }
 
 // decoder_desc's layers with the gated, partially rotated attention, and the linear-attention layers' first step
@@ -386,6 +422,9 @@ const Arch& qwen35_arch() {
     r.hf_class_prefixes = {"Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"};
     r.hf_config = from_hf;
     r.hf_tensors = hf_tensors;
+    r.hf_export_config = to_hf;
+    r.hf_tensor_name = hf_name;
+    r.hf_tensor_shape = hf_shape;
     r.gguf_config = from_gguf;
     r.gguf_write = to_gguf;
     r.gguf_rope = RopeStyle::kRotateHalf;

@@ -97,6 +97,42 @@ TEST(Qwen35, GgufExportRunsBitIdenticallyAtF32AndF16Storage) {
   }
 }
 
+// The fixture exported as a Hugging Face directory: config.json holds the fixture's own keys and values (what
+// transformers 5.x wrote for it), and the directory runs bit-identically to the fixture.
+TEST(Qwen35, HfExportHasTransformersConfigAndRunsBitIdentically) {
+  const std::string fix = test::source_path("tests/fixtures/hf/qwen35_bf16");
+  const std::filesystem::path dir = test::temp_dir("q35hf");
+  const std::string out = (dir / "q35").string();
+  models::export_model(models::load_any_model(fix), out, models::ExportFormat::kSafetensors);
+  const nlohmann::json want = nlohmann::json::parse(std::ifstream(fix + "/config.json"));
+  const nlohmann::json got = nlohmann::json::parse(std::ifstream(out + "/config.json"));
+  for (const auto& [k, v] : want.items()) {
+    // (training-time and bookkeeping keys: dtype and the ids come from the weights and the vocab)
+    if (k == "dtype" || k == "transformers_version" || k == "use_cache" || k == "attention_dropout" ||
+        k == "initializer_range" || k == "pad_token_id" || k == "bos_token_id" || k == "eos_token_id")
+      continue;
+    ASSERT_TRUE(got.contains(k)) << k;
+    EXPECT_EQ(got[k], v) << k;
+  }
+  EXPECT_FALSE(got.contains("rope_theta"));  // 5.x: inside rope_parameters
+  EngineOptions o;
+  o.backend = "cpu";
+  o.dtype = WType::kF32;
+  o.quiet = true;
+  Engine a(models::load_any_model(fix), o), b(models::load_any_model(out), o);
+  const auto& ref = q35_reference();
+  const int64_t V = a.config().vocab_size;
+  for (size_t p = 0; p < ref["prompts"].size(); ++p) {
+    const auto prompt = ref["prompts"][p].get<std::vector<int32_t>>();
+    std::vector<float> la, lb;
+    a.prefill(prompt, 0, &la);
+    b.prefill(prompt, 0, &lb);
+    ASSERT_EQ(la.size(), prompt.size() * static_cast<size_t>(V));
+    ASSERT_EQ(lb.size(), la.size());
+    EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * 4), 0) << "prompt " << p;
+  }
+}
+
 TEST(Qwen35, CpuFp32DecodeLogitsMatchTransformers) {
   Engine e = q35_engine();
   const auto& m = q35_reference();

@@ -111,11 +111,15 @@ TEST(ArchTable, EveryExportableArchitectureRoundTripsThroughHuggingFace) {
     // transformers 5.x writes the RoPE base inside rope_parameters
     const std::string cfg = out + "/config.json";
     nlohmann::json j = nlohmann::json::parse(read_file_text(cfg));
-    if (j.contains("rope_parameters")) {  // written in the 5.x style (gemma3, per layer type): the 4.x keys too
+    if (j.contains("rope_parameters") && j["rope_parameters"].contains("full_attention")) {
+      // written in the 5.x style (gemma3, per layer type): the 4.x keys too
       j["rope_theta"] = j["rope_parameters"]["full_attention"]["rope_theta"];
       j["rope_local_base_freq"] = j["rope_parameters"]["sliding_attention"]["rope_theta"];
       j.erase("rope_parameters");
       j.erase("layer_types");
+    } else if (j.contains("rope_parameters")) {  // 5.x, one RoPE (qwen35): the 4.x key
+      j["rope_theta"] = j["rope_parameters"]["rope_theta"];
+      j.erase("rope_parameters");
     } else {
       j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", j.at("rope_theta")}};
       j.erase("rope_theta");
