@@ -45,6 +45,14 @@
 // Presets (Qwen/Qwen3.5-0.8B's config.json text_config):
 //   qwen3.5-0.8b  1024/3584, 24 layers (18 linear + 6 full), 8 heads, 2 kv, head_dim 256, linear 16 key heads and
 //                 16 value heads of 128, conv 4, vocab 248320, ctx 262144, rope_theta 1e7 on 64 of 256 dims, tied
+//   qwen3.5-27b   5120/17408, 64 layers (48 linear + 16 full), 24 heads, 4 kv, vocab 248320 (llama.cpp
+//                 tests/snapshots/qwen3.6-27b.schema, "# Model: Qwen3.5-27B"); head_dim 256, 64 of 256 dims rotated,
+//                 rope_theta 1e7, eps 1e-6, untied (THUDM/slime scripts/models/qwen3.5-27B.sh); ctx 262144
+//                 (paiml/aprender contracts/model-families/qwen3_5.yaml, 27b); linear 16 key heads and 48 value heads
+//                 of 128, conv 4 (Modular MAX's Qwen3_5Config defaults, docs.modular.com
+//                 max/api/python/pipelines.architectures.qwen3_5)
+// (qwen3.5-2b, -4b, -9b: their full config.json - intermediate size, head counts, linear heads, tying - is not
+// established from public facts here yet.)
 #include <cmath>
 #include <cstring>
 
@@ -82,6 +90,18 @@ ModelConfig qwen35_08b() {
   c.linear_conv_kernel = 4;
   c.rope_fraction = 0.25f;
   c.attn_output_gate = true;
+  return c;
+}
+
+ModelConfig qwen35_27b() {
+  ModelConfig c = qwen35_08b();
+  c.dim = 5120;
+  c.hidden_dim = 17408;
+  c.n_layers = 64;
+  c.n_heads = 24;
+  c.n_kv_heads = 4;
+  c.linear_v_heads = 48;
+  c.tied_embeddings = false;
   return c;
 }
 
@@ -441,7 +461,7 @@ const Arch& qwen35_arch() {
     r.gguf_export_tensor = export_tensor;
     r.gguf_import_tensor = import_tensor;
     r.describe = describe;
-    r.presets = {{"qwen3.5-0.8b", qwen35_08b()}};
+    r.presets = {{"qwen3.5-0.8b", qwen35_08b()}, {"qwen3.5-27b", qwen35_27b()}};
     r.validate = validate;
     return r;
   }();
