@@ -23,8 +23,10 @@
 //     rope.freq_base, rope.dimension_count (the rotated dims, head_dim * partial_rotary_factor),
 //     rope.dimension_sections (4 x i32, interleaved M-RoPE: for text every position component is the token's, so
 //     the rotation is rotate-half on the first dimension_count dims; written as llama.cpp's converter default
-//     [11, 11, 10, 0] split to the rotated pairs: ceil(p/3), ceil((p - t)/2), the rest, 0), full_attention_interval
-//     (absent: 4), ssm.conv_kernel, ssm.state_size (linear key head dim), ssm.group_count (linear key heads),
+//     [11, 11, 10, 0], or for a head_dim under 32 (ggml needs the sum <= head_dim) the rotated pairs p split as
+//     ceil(p/3), ceil((p - t)/2), the rest, 0; refused on read when a rotated pair would take the 4th component),
+//     full_attention_interval (absent: 4), ssm.conv_kernel, ssm.state_size (linear key head dim), ssm.group_count
+//     (linear key heads),
 //     ssm.time_step_rank (linear value heads), ssm.inner_size (value heads * value head dim: llama.cpp's graph takes
 //     the value head dim from it, its loader from state_size, so it runs only key dim = value dim);
 //   tensors: attention layers as the generic table (attn_q holds q_proj's per-head [q | gate] rows as they are,
@@ -298,8 +300,8 @@ void from_gguf(const GgufFile& g, ModelConfig* c, const std::string& w) {
     fail("model", w, ": GGUF metadata ", a, "rope.dimension_sections is missing or not 4 integers");
   int64_t sec[4], total = 0;
   for (int k = 0; k < 4; ++k) total += sec[k] = static_cast<int64_t>(sv->nums[static_cast<size_t>(k)]);
-  if (total <= 0 || total > rot)
-    fail("model", w, ": ", a, "rope.dimension_sections sum ", total, " is not in (0, ", rot, "]");
+  if (total <= 0 || total > c->head_dim)  // (ggml_rope_multi asserts the sum <= the head's width)
+    fail("model", w, ": ", a, "rope.dimension_sections sum ", total, " is not in (0, key_length ", c->head_dim, "]");
   for (int64_t i = 0; i < rot / 2; ++i) {
     const int64_t sector = i % total, part = sector % 3;
     if (sector >= 3 * sec[part])
@@ -308,8 +310,10 @@ void from_gguf(const GgufFile& g, ModelConfig* c, const std::string& w) {
   }
 }
 
-// The rotated pairs split into llama.cpp's three text sections ([11, 11, 10] for 32 pairs).
+// llama.cpp's converter default [11, 11, 10, 0] where ggml can take it (sum <= head_dim), else the rotated pairs
+// split the same way.
 std::vector<int32_t> rope_sections(const ModelConfig& c) {
+  if (c.head_dim >= 32) return {11, 11, 10, 0};
   const auto pairs = static_cast<int32_t>(std::lround(c.rope_fraction * static_cast<float>(c.head_dim)) / 2);
   const int32_t t = (pairs + 2) / 3, h = (pairs - t + 1) / 2;
   return {t, h, pairs - t - h, 0};

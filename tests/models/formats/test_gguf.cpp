@@ -476,9 +476,8 @@ TEST(Gguf, Qwen35ExportHasLlamaCppsKeysTensorNamesAndShapes) {
   }
   EXPECT_NEAR(g.find("qwen35.attention.layer_norm_rms_epsilon")->num, 1e-6, 1e-12);
   EXPECT_EQ(g.get_str("general.architecture", "mem"), "qwen35");
-  // rope.dimension_sections: the converter's default [11, 11, 10, 0] is for 32 rotated pairs; this model rotates 4
-  // (8 dims), split the same way (2, 1, 1).
-  EXPECT_EQ(g.find("qwen35.rope.dimension_sections")->nums, (std::vector<double>{2, 1, 1, 0}));
+  // rope.dimension_sections: the converter's default (no mrope_section in the config's rope_parameters)
+  EXPECT_EQ(g.find("qwen35.rope.dimension_sections")->nums, (std::vector<double>{11, 11, 10, 0}));
   for (const auto& [k, v] : g.kv)
     if (k.starts_with("qwen35.")) EXPECT_TRUE(keys.count(k) || k.ends_with("epsilon") || k.ends_with("sections")) << k;
 
