@@ -235,7 +235,7 @@ void run_logits(const InferArgs& a) {
 
 void run_chat(const InferArgs& a) {
   Loaded l = load(a, infer::TokenizerUse::kRequired);
-  const tok::ChatTemplate t = tok::chat_template_for(*l.tok, a.load.chat_template);
+  const tok::ChatTemplate t = tok::chat_template_for(*l.tok, a.load.chat_template, l.engine->config().arch);
   if (t == tok::ChatTemplate::kNone) fail("infer", tok::no_chat_template_hint(a.load.model));
   // no --system: the template's default (Qwen2.5's) or none
   infer::Chat chat(*l.engine, *l.tok, t, a.system, !a.no_think);

@@ -99,11 +99,11 @@ CLI::Option* add_context_option(CLI::App* app, int64_t& ctx) {
 CLI::Option* add_chat_template_option(CLI::App* app, std::string& chat_template, const std::string& extra) {
   return app
       ->add_option("--chat-template", chat_template,
-                   "auto (the model's own, by the control tokens of its vocabulary: Llama 3, Gemma 3, Qwen3 or "
-                   "Qwen2.5; base models have none" +
-                       extra + "), qwen2.5 (= chatml), qwen3, llama3, gemma3, none")
+                   "auto (the model's own, by the control tokens of its vocabulary: Llama 3, Gemma 3, Qwen3 (Qwen3.5 "
+                   "for a qwen35 model) or Qwen2.5; base models have none" +
+                       extra + "), qwen2.5 (= chatml), qwen3, qwen3.5, llama3, gemma3, none")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "qwen2.5", "chatml", "qwen3", "llama3", "gemma3", "none"}));
+      ->check(CLI::IsMember({"auto", "qwen2.5", "chatml", "qwen3", "qwen3.5", "llama3", "gemma3", "none"}));
 }
 
 void add_sampling_options(CLI::App* app, SamplingArgs& s) {

@@ -86,7 +86,7 @@ LoadedModel load_model(const LoadOptions& o, TokenizerUse use) {
     fail(o.component.c_str(), o.model, " has no tokenizer: pass --tokenizer PATH");
   if (l.tokenizer) {
     check_tokenizer_fits(*l.tokenizer, l.tokenizer_source, l.model.config.vocab_size, o.model);
-    l.chat = tok::chat_template_for(*l.tokenizer, o.chat_template);
+    l.chat = tok::chat_template_for(*l.tokenizer, o.chat_template, l.model.config.arch);
   }
   l.model.vocab.reset();  // the tokenizer holds its own copy; the engine needs none (Qwen2.5's: ~10 MB)
   EngineOptions& eo = l.engine;

@@ -28,6 +28,12 @@
 
 namespace anelab::models {
 
+// A tensor's bytes in another layout than the model holds (Arch::gguf_export_tensor / gguf_import_tensor).
+struct GgufTensorBytes {
+  DType dtype = DType::kF32;
+  std::vector<uint8_t> bytes;
+};
+
 struct Arch {
   std::string name;  // ModelConfig::arch; GGUF general.architecture and key prefix ("<name>.block_count")
 
@@ -41,6 +47,9 @@ struct Arch {
   // Export (nullptr: no Hugging Face export): config.json of c, and the HF name of a canonical tensor.
   nlohmann::json (*hf_export_config)(const ModelConfig& c) = nullptr;
   std::string (*hf_tensor_name)(const std::string& canonical) = nullptr;
+  // The HF shape of a canonical tensor where it differs, the bytes the same (nullptr: none differs; qwen35's conv1d
+  // [C, 1, K] held as [C, K]).
+  std::vector<int64_t> (*hf_tensor_shape)(const std::string& canonical, const std::vector<int64_t>& shape) = nullptr;
 
   // ---- GGUF ----
   // After the generic sizes are read from "<name>.*": the fields the architecture decides (norm and its
@@ -53,6 +62,14 @@ struct Arch {
   std::optional<RopeStyle> gguf_rope;  // q/k row order llama.cpp's graph for this arch expects (nullopt: as stored)
   bool gguf_fused_qkv = false;         // written as one blk.N.attn_qkv (q, k, v row blocks)
   bool gguf_explicit_output = false;   // output.weight written even when the head is tied
+  // Layer tensors the architecture names its own way in GGUF: canonical leaf -> llama.cpp's name after "blk.N."
+  // (with its suffix: "attn_qkv.weight", "ssm_a"); looked up before the generic table, both ways.
+  std::vector<std::pair<std::string, std::string>> gguf_layer_names;
+  // The bytes llama.cpp stores for canonical tensor t when they are not anelab's (nullopt: stored as held), and the
+  // inverse on read (`stored` carries the canonical name and the file's dtype, shape and bytes); the shape is kept.
+  std::optional<GgufTensorBytes> (*gguf_export_tensor)(const ModelConfig& c, const Tensor& t) = nullptr;
+  std::optional<GgufTensorBytes> (*gguf_import_tensor)(const ModelConfig& c, const Tensor& stored,
+                                                       const std::string& where) = nullptr;
 
   // ---- the layers ----
   // What each layer computes, in order, with its weights (framework/core/model_desc.h): the one description every

@@ -12,12 +12,51 @@
 //     out_proj (framework/core/model_desc.h DeltaNetDesc).
 // config.json: flat (Qwen3_5ForCausalLM) or nested under "text_config" (Qwen3_5ForConditionalGeneration, whose
 // vision tower "model.visual.*" and multi-token-prediction head "mtp.*" are not loaded; its language model's
-// tensors are "model.language_model.*"). No GGUF mapping and no Hugging Face export yet.
+// tensors are "model.language_model.*"). Hugging Face export: the flat Qwen3_5ForCausalLM config.json (transformers
+// 5.x keys: rope_parameters, layer_types) and its tensor names, conv1d written [C, 1, K].
+//
+// GGUF ("qwen35", llama.cpp's layout; facts from llama.cpp (2026-08 mainline) src/llama-arch.cpp (key and tensor
+// names), src/models/qwen35.cpp (load_arch_hparams, load_arch_tensors, the graph), conversion/qwen.py
+// (Qwen3NextModel.set_gguf_parameters / modify_tensors, _LinearAttentionVReorderBase, _Qwen35MRopeMixin) and
+// gguf-py/gguf/constants.py (MODEL_ARCH.QWEN35's tensor list)):
+//   keys: the generic sizes (key_length = value_length = head_dim), attention.layer_norm_rms_epsilon,
+//     rope.freq_base, rope.dimension_count (the rotated dims, head_dim * partial_rotary_factor),
+//     rope.dimension_sections (4 x i32, interleaved M-RoPE: for text every position component is the token's, so
+//     the rotation is rotate-half on the first dimension_count dims; written as llama.cpp's converter default
+//     [11, 11, 10, 0], or for a head_dim under 32 (ggml needs the sum <= head_dim) the rotated pairs p split as
+//     ceil(p/3), ceil((p - t)/2), the rest, 0; refused on read when a rotated pair would take the 4th component),
+//     full_attention_interval (absent: 4), ssm.conv_kernel, ssm.state_size (linear key head dim), ssm.group_count
+//     (linear key heads),
+//     ssm.time_step_rank (linear value heads), ssm.inner_size (value heads * value head dim: llama.cpp's graph takes
+//     the value head dim from it, its loader from state_size, so it runs only key dim = value dim);
+//   tensors: attention layers as the generic table (attn_q holds q_proj's per-head [q | gate] rows as they are,
+//     attn_q_norm / attn_k_norm), post_attention_layernorm -> blk.N.post_attention_norm (the MLP's input norm);
+//     linear layers: in_proj_qkv -> attn_qkv, in_proj_z -> attn_gate, in_proj_b -> ssm_beta, in_proj_a ->
+//     ssm_alpha, conv1d [C, 1, K] -> ssm_conv1d ggml {K, C}, A_log -> ssm_a F32 = -exp(A_log), dt_bias ->
+//     ssm_dt.bias, norm -> ssm_norm, out_proj -> ssm_out;
+//   norms: every one but ssm_norm stored as F32 1 + w (the converter's "+ 1"; llama.cpp multiplies by the stored
+//     weight); ssm_norm, ssm_dt, ssm_a and ssm_conv1d F32 as the converter stores them (1-D tensors, conv kernels);
+//   value heads: with fewer key heads than value heads, llama.cpp stores the value heads tiled by key head
+//     (v head j of key head g at j * Hk + g) where HF groups them (at g * Hv/Hk + j): the rows of attn_qkv's v
+//     part, attn_gate, ssm_beta, ssm_alpha, ssm_a, ssm_dt, ssm_conv1d's v channels and the columns of ssm_out are
+//     permuted on export and back on read (a column permutation needs whole quant blocks per head).
+//   Reading ssm_a back: A_log = log(-A) in fp32 (a stored A >= 0 is refused); the engine's -exp(A_log) then gives A
+//     back (glibc's expf and logf: no mismatch over every 7th float with |A_log| in [2^-30, 16)); A_log itself
+//     is not always recovered (near 0, exp loses its low bits), only the A the engine computes from it.
 //
 // Presets (Qwen/Qwen3.5-0.8B's config.json text_config):
 //   qwen3.5-0.8b  1024/3584, 24 layers (18 linear + 6 full), 8 heads, 2 kv, head_dim 256, linear 16 key heads and
 //                 16 value heads of 128, conv 4, vocab 248320, ctx 262144, rope_theta 1e7 on 64 of 256 dims, tied
+//   qwen3.5-27b   5120/17408, 64 layers (48 linear + 16 full), 24 heads, 4 kv, vocab 248320 (llama.cpp
+//                 tests/snapshots/qwen3.6-27b.schema, "# Model: Qwen3.5-27B"); head_dim 256, 64 of 256 dims rotated,
+//                 rope_theta 1e7, eps 1e-6, untied (THUDM/slime scripts/models/qwen3.5-27B.sh); ctx 262144
+//                 (paiml/aprender contracts/model-families/qwen3_5.yaml, 27b); linear 16 key heads and 48 value heads
+//                 of 128, conv 4 (Modular MAX's Qwen3_5Config defaults, docs.modular.com
+//                 max/api/python/pipelines.architectures.qwen3_5)
+// (qwen3.5-2b, -4b, -9b: their full config.json - intermediate size, head counts, linear heads, tying - is not
+// established from public facts here yet.)
 #include <cmath>
+#include <cstring>
 
 #include "framework/core/error.h"
 #include "models/arch/arch_list.h"
@@ -56,6 +95,18 @@ ModelConfig qwen35_08b() {
   return c;
 }
 
+ModelConfig qwen35_27b() {
+  ModelConfig c = qwen35_08b();
+  c.dim = 5120;
+  c.hidden_dim = 17408;
+  c.n_layers = 64;
+  c.n_heads = 24;
+  c.n_kv_heads = 4;
+  c.linear_v_heads = 48;
+  c.tied_embeddings = false;
+  return c;
+}
+
 // The linear-attention layer's HF leaves -> canonical leaves (conv1d.weight is reshaped [C, 1, K] -> [C, K]).
 const std::map<std::string, std::string>& linear_names() {
   static const std::map<std::string, std::string> names = {
@@ -89,7 +140,8 @@ int64_t full_interval(const json& t, int64_t n_layers, const std::string& w) {
   int64_t every = 0;
   for (int64_t l = 0; l < n_layers && every == 0; ++l)
     if (lt[static_cast<size_t>(l)] == "full_attention") every = l + 1;
-  if (every == 0) every = n_layers + 1;  // no full layer at all
+  if (every == 0) every = hf::hf_int(t, "full_attention_interval", w, n_layers + 1);  // no full layer at all
+  if (every <= 0) fail("model", w, ": config.json full_attention_interval must be positive, got ", every);
   for (int64_t l = 0; l < n_layers; ++l) {
     const json& v = lt[static_cast<size_t>(l)];
     const char* want = (l + 1) % every == 0 ? "full_attention" : "linear_attention";
@@ -142,6 +194,40 @@ void hf_tensors(Model& m, const StTensorMap& ts, const std::string& w) {
   }
 }
 
+// config.json as transformers 5.x writes a Qwen3_5ForCausalLM's (flat, model_type qwen3_5_text, RoPE in
+// rope_parameters, the layer pattern as layer_types).
+json to_hf(const ModelConfig& c) {
+  json j = hf::hf_decoder_export_config(c);
+  const json theta = j["rope_theta"];
+  j.erase("rope_theta");
+  j["architectures"] = json::array({"Qwen3_5ForCausalLM"});
+  j["model_type"] = "qwen3_5_text";
+  j["attention_bias"] = false;
+  j["attn_output_gate"] = c.attn_output_gate;
+  j["full_attention_interval"] = c.full_attention_interval;
+  json types = json::array();
+  for (int64_t l = 0; l < c.n_layers; ++l) types.push_back(c.linear_layer(l) ? "linear_attention" : "full_attention");
+  j["layer_types"] = types;
+  j["linear_conv_kernel_dim"] = c.linear_conv_kernel;
+  j["linear_key_head_dim"] = c.linear_k_dim;
+  j["linear_num_key_heads"] = c.linear_k_heads;
+  j["linear_num_value_heads"] = c.linear_v_heads;
+  j["linear_value_head_dim"] = c.linear_v_dim;
+  j["partial_rotary_factor"] = c.rope_fraction;
+  j["rope_parameters"] = {{"partial_rotary_factor", c.rope_fraction}, {"rope_theta", theta}, {"rope_type", "default"}};
+  return j;
+}
+
+std::string hf_name(const std::string& canonical) {
+  static const auto names = layer_names();
+  return hf::hf_decoder_name(canonical, names);
+}
+
+std::vector<int64_t> hf_shape(const std::string& canonical, const std::vector<int64_t>& shape) {
+  if (canonical.ends_with(".ssm_conv") && shape.size() == 2) return {shape[0], 1, shape[1]};
+  return shape;
+}
+
 // decoder_desc's layers with the gated, partially rotated attention, and the linear-attention layers' first step
 // a Gated DeltaNet.
 ModelDesc describe(const ModelConfig& c) {
@@ -176,6 +262,169 @@ ModelDesc describe(const ModelConfig& c) {
   return d;
 }
 
+// ---- GGUF ----
+
+// llama.cpp's keys -> the fields only qwen35 has (the generic sizes are read already).
+void from_gguf(const GgufFile& g, ModelConfig* c, const std::string& w) {
+  const std::string a = c->arch + ".";
+  const auto num = [&](const std::string& key) {
+    if (!g.find(key)) fail("model", w, ": GGUF metadata ", key, " is missing");
+    return g.get_num(key, 0.0);
+  };
+  c->norm_eps = static_cast<float>(num(a + "attention.layer_norm_rms_epsilon"));
+  c->rope_style = RopeStyle::kRotateHalf;
+  c->qk_norm = true;
+  c->norm_offset = 1.0f;
+  c->attn_output_gate = true;
+  c->full_attention_interval = g.get_int(a + "full_attention_interval", int64_t{4});
+  if (g.find(a + "attention.recurrent_layers"))
+    fail("model", w, ": ", a, "attention.recurrent_layers is not supported (anelab takes ", a,
+         "full_attention_interval)");
+  c->linear_conv_kernel = g.get_int(a + "ssm.conv_kernel", w);
+  c->linear_k_dim = g.get_int(a + "ssm.state_size", w);
+  c->linear_k_heads = g.get_int(a + "ssm.group_count", w);
+  c->linear_v_heads = g.get_int(a + "ssm.time_step_rank", w);
+  const int64_t inner = g.get_int(a + "ssm.inner_size", w);
+  if (c->linear_v_heads <= 0 || inner <= 0 || inner % c->linear_v_heads != 0)
+    fail("model", w, ": ", a, "ssm.inner_size (", inner, ") must be a positive multiple of ", a, "ssm.time_step_rank (",
+         c->linear_v_heads, ")");
+  c->linear_v_dim = inner / c->linear_v_heads;
+  const int64_t rot = g.get_int(a + "rope.dimension_count", c->head_dim);
+  if (rot <= 0 || rot > c->head_dim || rot % 2 != 0)
+    fail("model", w, ": ", a, "rope.dimension_count ", rot, " must be even and in (0, key_length ", c->head_dim, "]");
+  c->rope_fraction = static_cast<float>(rot) / static_cast<float>(c->head_dim);
+  // Interleaved M-RoPE: rotated pair i takes section (i % S) % 3's position when below 3x that section's size, else
+  // the 4th ("e", 0 for text). Text runs rotate every pair by the token's position only when no pair falls to "e".
+  const GgufValue* sv = g.find(a + "rope.dimension_sections");
+  if (!sv || sv->type != GgufType::kArray || sv->nums.size() != 4)
+    fail("model", w, ": GGUF metadata ", a, "rope.dimension_sections is missing or not 4 integers");
+  int64_t sec[4], total = 0;
+  for (int k = 0; k < 4; ++k) total += sec[k] = static_cast<int64_t>(sv->nums[static_cast<size_t>(k)]);
+  if (total <= 0 || total > c->head_dim)  // (ggml_rope_multi asserts the sum <= the head's width)
+    fail("model", w, ": ", a, "rope.dimension_sections sum ", total, " is not in (0, key_length ", c->head_dim, "]");
+  for (int64_t i = 0; i < rot / 2; ++i) {
+    const int64_t sector = i % total, part = sector % 3;
+    if (sector >= 3 * sec[part])
+      fail("model", w, ": ", a, "rope.dimension_sections leaves rotated pair ", i,
+           " to the 4th position component; anelab runs text positions only");
+  }
+}
+
+// llama.cpp's converter default [11, 11, 10, 0] where ggml can take it (sum <= head_dim), else the rotated pairs
+// split the same way.
+std::vector<int32_t> rope_sections(const ModelConfig& c) {
+  if (c.head_dim >= 32) return {11, 11, 10, 0};
+  const auto pairs = static_cast<int32_t>(std::lround(c.rope_fraction * static_cast<float>(c.head_dim)) / 2);
+  const int32_t t = (pairs + 2) / 3, h = (pairs - t + 1) / 2;
+  return {t, h, pairs - t - h, 0};
+}
+
+void to_gguf(GgufWriter& g, const ModelConfig& c, std::vector<std::string>* notes) {
+  const std::string a = c.arch + ".";
+  g.add_u32(a + "rope.dimension_count",
+            static_cast<uint32_t>(std::lround(c.rope_fraction * static_cast<float>(c.head_dim))));
+  g.add_i32_array(a + "rope.dimension_sections", rope_sections(c));
+  g.add_u32(a + "full_attention_interval", static_cast<uint32_t>(c.full_attention_interval));
+  g.add_u32(a + "ssm.conv_kernel", static_cast<uint32_t>(c.linear_conv_kernel));
+  g.add_u32(a + "ssm.state_size", static_cast<uint32_t>(c.linear_k_dim));
+  g.add_u32(a + "ssm.group_count", static_cast<uint32_t>(c.linear_k_heads));
+  g.add_u32(a + "ssm.time_step_rank", static_cast<uint32_t>(c.linear_v_heads));
+  g.add_u32(a + "ssm.inner_size", static_cast<uint32_t>(c.linear_value_dim()));
+  if (c.linear_k_dim != c.linear_v_dim)
+    notes->push_back(cat("qwen35: llama.cpp's loader takes the linear value head dim from ssm.state_size (",
+                         c.linear_k_dim, "), this model's is ", c.linear_v_dim, ": llama.cpp will refuse its tensors"));
+  if (!c.attn_output_gate)
+    notes->push_back("qwen35: llama.cpp's graph always gates attention (q_proj [q | gate]); this model has no gate");
+}
+
+// The value-head permutation between HF's grouped order and llama.cpp's tiled one, over `count` units of `unit`
+// elements starting at element `first` along rows (columns = false) or within every row (columns = true).
+std::vector<uint8_t> permute_v_heads(const ModelConfig& c, const Tensor& t, int64_t first, int64_t unit, bool columns,
+                                     bool to_tiled, const std::string& w) {
+  const int64_t hk = c.linear_k_heads, hv = c.linear_v_heads, r = hv / hk;
+  const int64_t rows = t.rows(), cols = t.cols(), row_bytes = t.nbytes / rows;
+  const int64_t span = columns ? cols : rows;  // elements along the permuted axis
+  const int64_t elem_num = columns ? row_bytes : t.nbytes, unit_bytes = elem_num * unit / span;
+  if ((elem_num * unit) % span != 0 || (columns && unit % dtype_block(t.dtype) != 0) || first + hv * unit > span)
+    fail("model", w, ": qwen35 GGUF: ", t.name, " ", t.shape_str(), " ", dtype_name(t.dtype),
+         " cannot have its value heads reordered (llama.cpp's tiled order; needs whole quant blocks per head)");
+  std::vector<uint8_t> out(t.data, t.data + t.nbytes);
+  const int64_t first_bytes = elem_num * first / span;
+  for (int64_t i = 0; i < (columns ? rows : 1); ++i) {
+    const int64_t base = i * row_bytes + first_bytes;
+    for (int64_t g = 0; g < hk; ++g)
+      for (int64_t j = 0; j < r; ++j) {
+        const int64_t grouped = g * r + j, tiled = j * hk + g;
+        const int64_t src = to_tiled ? grouped : tiled, dst = to_tiled ? tiled : grouped;
+        std::memcpy(out.data() + base + dst * unit_bytes, t.data + base + src * unit_bytes,
+                    static_cast<size_t>(unit_bytes));
+      }
+  }
+  return out;
+}
+
+// A_log <-> llama.cpp's A = -exp(A_log), F32.
+std::vector<uint8_t> f32_bytes(const std::vector<float>& f) {
+  std::vector<uint8_t> b(f.size() * 4);
+  std::memcpy(b.data(), f.data(), b.size());
+  return b;
+}
+
+// The value-head layout of one linear-layer tensor: (first element, unit, columns), or nullopt when it has none.
+struct VHeadLayout {
+  int64_t first, unit;
+  bool columns;
+};
+std::optional<VHeadLayout> v_head_layout(const ModelConfig& c, const std::string& leaf) {
+  if (c.linear_k_heads == c.linear_v_heads) return std::nullopt;
+  if (leaf == "ssm_qkv" || leaf == "ssm_conv") return VHeadLayout{2 * c.linear_qk_dim(), c.linear_v_dim, false};
+  if (leaf == "ssm_z") return VHeadLayout{0, c.linear_v_dim, false};
+  if (leaf == "ssm_a" || leaf == "ssm_b" || leaf == "ssm_a_log" || leaf == "ssm_dt_bias")
+    return VHeadLayout{0, 1, false};
+  if (leaf == "ssm_out") return VHeadLayout{0, c.linear_v_dim, true};
+  return std::nullopt;
+}
+
+std::optional<GgufTensorBytes> export_tensor(const ModelConfig& c, const Tensor& t) {
+  const std::string leaf = t.name.substr(t.name.rfind('.') + 1);
+  Tensor cur = t;
+  std::optional<GgufTensorBytes> out;
+  // F32 as llama.cpp's converter stores them (1-D tensors, ssm_conv1d); ssm_a as -exp(A_log).
+  if (leaf == "ssm_a_log" ||
+      ((leaf == "ssm_conv" || leaf == "ssm_dt_bias" || leaf == "ssm_norm") && t.dtype != DType::kF32)) {
+    std::vector<float> f = t.to_f32();
+    if (leaf == "ssm_a_log")
+      for (float& x : f) x = -std::exp(x);
+    out = GgufTensorBytes{DType::kF32, f32_bytes(f)};
+    cur.dtype = DType::kF32, cur.data = out->bytes.data(), cur.nbytes = static_cast<int64_t>(out->bytes.size());
+  }
+  if (const auto v = v_head_layout(c, leaf)) {
+    std::vector<uint8_t> b = permute_v_heads(c, cur, v->first, v->unit, v->columns, true, "GGUF export");
+    out = GgufTensorBytes{cur.dtype, std::move(b)};
+  }
+  return out;
+}
+
+std::optional<GgufTensorBytes> import_tensor(const ModelConfig& c, const Tensor& stored, const std::string& w) {
+  const std::string leaf = stored.name.substr(stored.name.rfind('.') + 1);
+  std::optional<GgufTensorBytes> out;
+  if (const auto v = v_head_layout(c, leaf))
+    out = GgufTensorBytes{stored.dtype, permute_v_heads(c, stored, v->first, v->unit, v->columns, false, w)};
+  if (leaf == "ssm_a_log") {
+    Tensor cur = stored;
+    if (out) cur.data = out->bytes.data();
+    std::vector<float> f = cur.to_f32();
+    for (float& x : f) {
+      if (!(x < 0.0f))
+        fail("model", w, ": GGUF tensor ", stored.name.substr(0, stored.name.rfind('.')), " ssm_a holds ", x,
+             "; llama.cpp's A = -exp(A_log) is negative");
+      x = std::log(-x);
+    }
+    out = GgufTensorBytes{DType::kF32, f32_bytes(f)};
+  }
+  return out;
+}
+
 void validate(const ModelConfig& c, const std::string& where) {
   if (c.full_attention_interval <= 0 || !c.qk_norm || c.norm != NormType::kRms || c.activation != Activation::kSilu ||
       c.learned_pos)
@@ -197,8 +446,26 @@ const Arch& qwen35_arch() {
     r.hf_class_prefixes = {"Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"};
     r.hf_config = from_hf;
     r.hf_tensors = hf_tensors;
+    r.hf_export_config = to_hf;
+    r.hf_tensor_name = hf_name;
+    r.hf_tensor_shape = hf_shape;
+    r.gguf_config = from_gguf;
+    r.gguf_write = to_gguf;
+    r.gguf_rope = RopeStyle::kRotateHalf;
+    r.gguf_layer_names = {{"ffn_norm", "post_attention_norm.weight"},
+                          {"ssm_qkv", "attn_qkv.weight"},
+                          {"ssm_z", "attn_gate.weight"},
+                          {"ssm_b", "ssm_beta.weight"},
+                          {"ssm_a", "ssm_alpha.weight"},
+                          {"ssm_conv", "ssm_conv1d.weight"},
+                          {"ssm_a_log", "ssm_a"},
+                          {"ssm_dt_bias", "ssm_dt.bias"},
+                          {"ssm_norm", "ssm_norm.weight"},
+                          {"ssm_out", "ssm_out.weight"}};
+    r.gguf_export_tensor = export_tensor;
+    r.gguf_import_tensor = import_tensor;
     r.describe = describe;
-    r.presets = {{"qwen3.5-0.8b", qwen35_08b()}};
+    r.presets = {{"qwen3.5-0.8b", qwen35_08b()}, {"qwen3.5-27b", qwen35_27b()}};
     r.validate = validate;
     return r;
   }();

@@ -151,7 +151,10 @@ std::vector<std::string> write_hf_files(const Model& src, const std::string& dir
   std::vector<StWrite> ts;
   for (const TensorSpec& s : canonical_tensors(m.config)) {
     const Tensor& t = m.tensor(s.name);
-    StWrite w{arch.hf_tensor_name(s.name), st_dtype(t.dtype), t.shape, {}};
+    StWrite w{arch.hf_tensor_name(s.name),
+              st_dtype(t.dtype),
+              arch.hf_tensor_shape ? arch.hf_tensor_shape(s.name, t.shape) : t.shape,
+              {}};
     if (w.dtype.empty()) {  // a block type: written as F32
       w.dtype = "F32";
       w.bytes = f32_bytes(t);

@@ -80,7 +80,27 @@ std::string canonical_name(const std::string& n, const ModelConfig& c, const std
 // A norm's scale (not its bias): attn_norm, ffn_norm, q_norm, k_norm, attn_post_norm, ffn_post_norm, norm.
 bool is_norm_weight(const std::string& canonical) {
   const std::string leaf = canonical.substr(canonical.rfind('.') + 1);
-  return leaf == "norm" || leaf.ends_with("_norm");
+  // (the Gated DeltaNet's gated norm ssm_norm scales by w itself, whatever the model's other norms do)
+  return leaf == "norm" || (leaf.ends_with("_norm") && leaf != "ssm_norm");
+}
+
+// A layer tensor the architecture names its own way (Arch::gguf_layer_names): the canonical name of GGUF `n`, or
+// the GGUF name of canonical `n`; "" when the generic table names it.
+std::string own_canonical_name(const Arch& arch, const std::string& n) {
+  static const std::regex re(R"(blk\.(\d+)\.(.+))");
+  std::smatch m;
+  if (arch.gguf_layer_names.empty() || !std::regex_match(n, m, re)) return "";
+  for (const auto& [canon, gguf] : arch.gguf_layer_names)
+    if (gguf == m[2].str()) return "layers." + m[1].str() + "." + canon;
+  return "";
+}
+std::string own_gguf_name(const Arch& arch, const std::string& n) {
+  static const std::regex re(R"(layers\.(\d+)\.(.+))");
+  std::smatch m;
+  if (arch.gguf_layer_names.empty() || !std::regex_match(n, m, re)) return "";
+  for (const auto& [canon, gguf] : arch.gguf_layer_names)
+    if (canon == m[2].str()) return "blk." + m[1].str() + "." + gguf;
+  return "";
 }
 
 // llama.cpp multiplies by a norm weight as stored; a model whose norms multiply by (norm_offset + w)
@@ -221,10 +241,26 @@ Model gguf_to_model(const GgufFile& g, const std::string& w) {
     fail("model", w, ": this GGUF has no tensors (a vocab-only file?); it holds a tokenizer, not a model");
   Model m;
   m.config = gguf_config(g, w);
+  const Arch& arch = arch_of(m.config.arch, w);
   const int64_t d = m.config.dim;
   for (const auto& t : g.tensors) {
     const DType dt = dtype_of(t.ggml_type, t.name, w);
     std::vector<int64_t> shape(t.ne.rbegin(), t.ne.rend());
+    Tensor stored;
+    stored.name = own_canonical_name(arch, t.name);
+    stored.dtype = dt, stored.shape = shape, stored.data = t.data, stored.nbytes = t.nbytes;
+    if (!stored.name.empty()) {
+      if (arch.gguf_import_tensor)
+        if (auto b = arch.gguf_import_tensor(m.config, stored, w)) {
+          m.add_owned(stored.name, b->dtype, shape, std::move(b->bytes));
+          continue;
+        }
+      if (m.config.norm_offset != 0.0f && is_norm_weight(stored.name))
+        m.add_owned(stored.name, DType::kF32, shape, shifted_f32(stored, -m.config.norm_offset));
+      else
+        m.add_view(stored.name, dt, shape, t.data, t.nbytes, g.owner);
+      continue;
+    }
     static const std::regex qkv(R"(blk\.(\d+)\.attn_qkv\.(weight|bias))");
     std::smatch mt;
     if (std::regex_match(t.name, mt, qkv)) {  // fused [3*d, d]: q, k, v row blocks
@@ -258,7 +294,13 @@ Model gguf_to_model(const GgufFile& g, const std::string& w) {
   m.config.qkv_bias = m.has("layers.0.bq");
   m.config.attn_out_bias = m.has("layers.0.bo");
   m.config.mlp_bias = m.has("layers.0.fc_bias");
-  m.config.qk_norm = m.has("layers.0.q_norm");
+  // q/k norms as the first attention layer has them (a hybrid's layer 0 may be another kind; with no attention layer
+  // the architecture's value stays)
+  for (int64_t l = 0; l < m.config.n_layers; ++l)
+    if (const std::string p = "layers." + std::to_string(l) + "."; m.has(p + "wq")) {
+      m.config.qk_norm = m.has(p + "q_norm");
+      break;
+    }
   m.config.post_norms = m.has("layers.0.attn_post_norm");
   const Tensor* emb = m.find("tok_embeddings");
   if (!emb) fail("model", w, ": GGUF has no token_embd.weight");
@@ -479,10 +521,16 @@ GgufWriter gguf_writer_for(const Model& m, std::vector<std::string>* notes) {
       if (leaf == "wq" || leaf == "bq") add_fused_qkv(w, m, std::stoll(t.name.substr(7)), leaf == "bq");
       if (leaf == "wq" || leaf == "wk" || leaf == "wv" || leaf == "bq" || leaf == "bk" || leaf == "bv") continue;
     }
+    const std::string own = own_gguf_name(arch, t.name), name = own.empty() ? gguf_name(t.name) : own;
+    if (arch.gguf_export_tensor)
+      if (auto b = arch.gguf_export_tensor(c, t)) {
+        w.add_tensor(name, ggml_of(b->dtype), ggml_ne(t.shape), std::move(b->bytes));
+        continue;
+      }
     if (c.norm_offset != 0.0f && is_norm_weight(t.name))
-      w.add_tensor(gguf_name(t.name), kGgmlF32, ggml_ne(t.shape), shifted_f32(t, c.norm_offset));
+      w.add_tensor(name, kGgmlF32, ggml_ne(t.shape), shifted_f32(t, c.norm_offset));
     else
-      w.add_tensor_view(gguf_name(t.name), ggml_of(t.dtype), ggml_ne(t.shape), t.data, t.nbytes);
+      w.add_tensor_view(name, ggml_of(t.dtype), ggml_ne(t.shape), t.data, t.nbytes);
   }
   if (c.rope_scaling.type == RopeScalingType::kLlama3) add_rope_freqs(w, c);
   if (arch.gguf_explicit_output && !m.has("output")) {  // llama.cpp's graph for this arch requires output.weight

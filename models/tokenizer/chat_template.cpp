@@ -100,6 +100,48 @@ std::string qwen3(const std::vector<ChatMessage>& m, bool add_generation_prompt,
   return out;
 }
 
+// Qwen3.5 (its chat_template, llama.cpp models/templates/Qwen3.5-4B.jinja): every content trimmed; an assistant
+// message's reasoning split off at "</think>" always, and written back in a "<think>" block (empty or not) only
+// after the last user query; the generation prompt opens the reasoning ("<think>\n") or closes an empty one.
+std::string qwen35(const std::vector<ChatMessage>& m, bool add_generation_prompt, bool enable_thinking) {
+  if (m.empty()) fail("chat", "the qwen3.5 template needs at least one message");
+  std::string out;
+  if (m[0].role == "system") out += "<|im_start|>system\n" + strip(m[0].content) + "<|im_end|>\n";
+  size_t last_query = m.size();
+  for (size_t k = m.size(); k-- > 0 && last_query == m.size();) {
+    const std::string c = strip(m[k].content);
+    if (m[k].role == "user" && !(c.starts_with("<tool_response>") && c.ends_with("</tool_response>"))) last_query = k;
+  }
+  if (last_query == m.size()) fail("chat", "the qwen3.5 template needs a user message (none found)");
+  for (size_t i = 0; i < m.size(); ++i) {
+    const std::string& role = m[i].role;
+    std::string content = strip(m[i].content);
+    if (role == "system") {
+      if (i > 0) fail("chat", "message ", i, ": the qwen3.5 template takes a system message only first");
+    } else if (role == "user") {
+      out += "<|im_start|>user\n" + content + "<|im_end|>\n";
+    } else if (role == "assistant") {
+      std::string reasoning;
+      if (const size_t close = content.find("</think>"); close != std::string::npos) {
+        const std::string before = strip(content.substr(0, close), "\n", false, true);
+        const size_t open = before.rfind("<think>");
+        reasoning = strip(open == std::string::npos ? before : before.substr(open + 7), "\n", true, false);
+        content = strip(content.substr(content.rfind("</think>") + 8), "\n", true, false);
+      }
+      out += "<|im_start|>assistant\n";
+      if (i > last_query) out += "<think>\n" + strip(reasoning) + "\n</think>\n\n";
+      out += content + "<|im_end|>\n";
+    } else if (role == "tool") {
+      chatml_tool(m, i, out);
+    } else {
+      bad_role(i, role, "system, user, assistant or tool");
+    }
+  }
+  if (add_generation_prompt)
+    out += enable_thinking ? "<|im_start|>assistant\n<think>\n" : "<|im_start|>assistant\n<think>\n\n</think>\n\n";
+  return out;
+}
+
 std::string llama3(const std::vector<ChatMessage>& m, bool add_generation_prompt) {
   std::string out;
   for (size_t i = 0; i < m.size(); ++i) {
@@ -141,6 +183,7 @@ const std::vector<Family>& families() {
        {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|begin_of_text|>"}},
       {ChatTemplate::kGemma3, "gemma3", {"<start_of_turn>", "<end_of_turn>", "<bos>"}},
       {ChatTemplate::kQwen3, "qwen3", {"<|im_start|>", "<|im_end|>", "<think>", "</think>"}},
+      {ChatTemplate::kQwen35, "qwen3.5", {"<|im_start|>", "<|im_end|>", "<think>", "</think>"}},
       {ChatTemplate::kQwen25, "qwen2.5", {"<|im_start|>", "<|im_end|>"}}};
   return f;
 }
@@ -194,6 +237,8 @@ std::string apply_chat_template(ChatTemplate t, const std::vector<ChatMessage>& 
       return apply_qwen25_chat_template(m, add_generation_prompt, tools);
     case ChatTemplate::kQwen3:
       return qwen3(m, add_generation_prompt, enable_thinking, tools);
+    case ChatTemplate::kQwen35:
+      return qwen35(m, add_generation_prompt, enable_thinking);
     case ChatTemplate::kLlama3:
       return llama3(m, add_generation_prompt);
     case ChatTemplate::kGemma3:
@@ -204,11 +249,13 @@ std::string apply_chat_template(ChatTemplate t, const std::vector<ChatMessage>& 
   fail("chat", "the model has no chat template");
 }
 
-ChatTemplate chat_template_for(const Tokenizer& tk, const std::string& requested) {
+ChatTemplate chat_template_for(const Tokenizer& tk, const std::string& requested, std::string_view arch) {
   if (requested == "none") return ChatTemplate::kNone;
   if (requested == "auto") {
+    // Qwen3.5's control tokens are Qwen3's: the architecture tells the two apart.
+    const ChatTemplate skip = arch == "qwen35" ? ChatTemplate::kQwen3 : ChatTemplate::kQwen35;
     for (const Family& f : families())
-      if (has_tokens(tk, f)) return f.t;
+      if (f.t != skip && has_tokens(tk, f)) return f.t;
     return ChatTemplate::kNone;
   }
   const std::string name = requested == "chatml" ? "qwen2.5" : requested;
@@ -222,7 +269,8 @@ ChatTemplate chat_template_for(const Tokenizer& tk, const std::string& requested
     }
     return f.t;
   }
-  fail("chat", "unknown --chat-template '", requested, "' (auto, qwen2.5, chatml, qwen3, llama3, gemma3, none)");
+  fail("chat", "unknown --chat-template '", requested,
+       "' (auto, qwen2.5, chatml, qwen3, qwen3.5, llama3, gemma3, none)");
 }
 
 std::vector<int32_t> chat_stop_ids(ChatTemplate t, const Tokenizer& tk) {

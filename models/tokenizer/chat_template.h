@@ -17,6 +17,13 @@
 // template's variable: infer chat --no-think, the server's request field) "<|im_start|>assistant\n<think>\n\n
 // </think>\n\n", an empty reasoning block the model continues after. The other templates ignore it, as their
 // Jinja does.
+// Qwen3.5 (Qwen3.5's chat_template; llama.cpp models/templates/Qwen3.5-4B.jinja), "qwen3.5": ChatML, every
+// content trimmed, a system message only first (else it throws, as the Jinja does), at least one user message; an
+// assistant message's reasoning (before "</think>") is always split off its answer, and written back as
+// "<think>\n{reasoning}\n</think>\n\n{answer}" only after the last user query (an empty block included); the
+// generation prompt is "<|im_start|>assistant\n<think>\n" with thinking on (the model writes its reasoning first)
+// and "<|im_start|>assistant\n<think>\n\n</think>\n\n" with enable_thinking false. No tool definitions yet (its
+// calls are XML <function=...> blocks, not Qwen3's JSON): tools throw.
 // Llama 3 (Meta-Llama-3-Instruct), "llama3":
 //   <|begin_of_text|> then per message <|start_header_id|>{role}<|end_header_id|>\n\n{content, trimmed}<|eot_id|>
 //   <|start_header_id|>assistant<|end_header_id|>\n\n  when add_generation_prompt
@@ -35,11 +42,13 @@
 // Which template a model gets (chat_template_for): a template only when the model has one. "auto" means the
 // model's own, decided by the control tokens its vocabulary defines: <|start_header_id|>/<|end_header_id|>/
 // <|eot_id|> -> llama3; <start_of_turn>/<end_of_turn> -> gemma3; <|im_start|>/<|im_end|> with <think>/</think>
-// -> qwen3, without -> qwen2.5. Base models (llama2.c stories, GPT-2) have none, and chat refuses them with a
-// hint. A family named explicitly must still find its control tokens in the vocabulary; "none" turns chat off.
+// -> qwen3 (qwen3.5 for a qwen35 model: the same tokens), without -> qwen2.5. Base models (llama2.c stories, GPT-2)
+// have none, and chat refuses them with a hint. A family named explicitly must still find its control tokens in the
+// vocabulary; "none" turns chat off.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace anelab::tok {
@@ -59,8 +68,8 @@ struct ChatMessage {
 inline constexpr const char* kQwen25DefaultSystem =
     "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 
-enum class ChatTemplate { kNone, kQwen25, kQwen3, kLlama3, kGemma3 };
-const char* chat_template_name(ChatTemplate t);  // "none", "qwen2.5", "qwen3", "llama3", "gemma3"
+enum class ChatTemplate { kNone, kQwen25, kQwen3, kQwen35, kLlama3, kGemma3 };
+const char* chat_template_name(ChatTemplate t);  // "none", "qwen2.5", "qwen3", "qwen3.5", "llama3", "gemma3"
 
 // tools: the tool definitions, each as its templates' `tool | tojson` text (non-empty: the Qwen templates' "# Tools"
 // system block; the other templates throw "[chat] the TEMPLATE template has no tool calling").
@@ -70,10 +79,11 @@ std::string apply_qwen25_chat_template(const std::vector<ChatMessage>& messages,
                                        const std::vector<std::string>& tools = {});
 
 class Tokenizer;
-// The template for a model with tokenizer `tk`, given --chat-template `requested` (auto | qwen2.5 | chatml |
-// qwen3 | llama3 | gemma3 | none). Throws "[chat] unknown --chat-template X (...)" or, for a named family whose
-// control tokens the vocabulary lacks, "[chat] --chat-template llama3: the vocabulary ... has no ...".
-ChatTemplate chat_template_for(const Tokenizer& tk, const std::string& requested);
+// The template for a model of architecture `arch` with tokenizer `tk`, given --chat-template `requested` (auto |
+// qwen2.5 | chatml | qwen3 | qwen3.5 | llama3 | gemma3 | none). Throws "[chat] unknown --chat-template X (...)" or, for
+// a named family whose control tokens the vocabulary lacks, "[chat] --chat-template llama3: the vocabulary ... has no
+// ...".
+ChatTemplate chat_template_for(const Tokenizer& tk, const std::string& requested, std::string_view arch = "");
 // The ids that end an assistant turn (<|im_end|>, <|eot_id|>, <end_of_turn>) in tk's vocabulary.
 std::vector<int32_t> chat_stop_ids(ChatTemplate t, const Tokenizer& tk);
 // The one-line refusal for a model without a template ("<model> has no chat template: ...; use ...").

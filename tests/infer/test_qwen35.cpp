@@ -3,10 +3,13 @@
 // logits (reference_qwen35_bf16.json) at every position, prefill and token-by-token decode; greedy continuations;
 // the chunked prefill against the recurrent decode of the same prompt; the recurrent state's refusal to rewind;
 // the state and KV bytes of a 4096 context; config.json in both styles and its malformed forms; the anelab config
-// JSON round trip.
+// JSON round trip; the GGUF export (llama.cpp's qwen35 layout) run bit-identically at f32 and f16 storage.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -16,6 +19,7 @@
 #include "infer/generate.h"
 #include "models/arch/arch.h"
 #include "models/formats/model_config_json.h"
+#include "models/io/export.h"
 #include "models/io/load_any.h"
 #include "models/presets.h"
 #include "models/sampler.h"
@@ -54,6 +58,113 @@ TEST(Qwen35, CpuFp32PrefillLogitsMatchTransformers) {
                 test::hf_fp32_tol("qwen35_bf16"))
           << "prompt " << p << " pos " << t;
   }
+}
+
+// The fixture through anelab's GGUF export (llama.cpp's qwen35 layout: value heads tiled, A = -exp(A_log), norms
+// 1 + w) and back runs bit-identically: with f32 and with f16 matrices stored, against the fixture itself on an
+// engine of that weight dtype (the same values reach the same arithmetic).
+TEST(Qwen35, GgufExportRunsBitIdenticallyAtF32AndF16Storage) {
+  const models::Model src = models::load_any_model(test::source_path("tests/fixtures/hf/qwen35_bf16"));
+  const auto& ref = q35_reference();
+  const std::filesystem::path dir = test::temp_dir("q35gguf");
+  const struct {
+    models::DType stored;
+    WType engine;
+  } cases[] = {{models::DType::kF32, WType::kF32}, {models::DType::kF16, WType::kF16}};
+  for (const auto& k : cases) {
+    const std::string path = (dir / (std::string(models::dtype_name(k.stored)) + ".gguf")).string();
+    models::export_model(src, path, models::ExportFormat::kGguf, k.stored);
+    EngineOptions o;
+    o.backend = "cpu";
+    o.dtype = k.engine;
+    o.quiet = true;
+    Engine a(models::load_any_model(test::source_path("tests/fixtures/hf/qwen35_bf16")), o);
+    Engine b(models::load_any_model(path), o);
+    ASSERT_EQ(b.config().arch, "qwen35");
+    const int64_t V = a.config().vocab_size;
+    for (size_t p = 0; p < ref["prompts"].size(); ++p) {
+      const auto prompt = ref["prompts"][p].get<std::vector<int32_t>>();
+      std::vector<float> la, lb;
+      a.prefill(prompt, 0, &la);
+      b.prefill(prompt, 0, &lb);
+      ASSERT_EQ(la.size(), prompt.size() * static_cast<size_t>(V));
+      ASSERT_EQ(lb.size(), la.size());
+      EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * 4), 0) << models::dtype_name(k.stored) << " prompt " << p;
+      const float* da = a.decode(7, static_cast<int64_t>(prompt.size()));
+      const std::vector<float> keep(da, da + V);
+      const float* db = b.decode(7, static_cast<int64_t>(prompt.size()));
+      EXPECT_EQ(std::memcmp(keep.data(), db, static_cast<size_t>(V) * 4), 0) << models::dtype_name(k.stored);
+    }
+  }
+}
+
+// The fixture exported as a Hugging Face directory: config.json holds the fixture's own keys and values (what
+// transformers 5.x wrote for it), and the directory runs bit-identically to the fixture.
+TEST(Qwen35, HfExportHasTransformersConfigAndRunsBitIdentically) {
+  const std::string fix = test::source_path("tests/fixtures/hf/qwen35_bf16");
+  const std::filesystem::path dir = test::temp_dir("q35hf");
+  const std::string out = (dir / "q35").string();
+  models::export_model(models::load_any_model(fix), out, models::ExportFormat::kSafetensors);
+  const nlohmann::json want = nlohmann::json::parse(std::ifstream(fix + "/config.json"));
+  const nlohmann::json got = nlohmann::json::parse(std::ifstream(out + "/config.json"));
+  for (const auto& [k, v] : want.items()) {
+    // (training-time and bookkeeping keys: dtype and the ids come from the weights and the vocab)
+    if (k == "dtype" || k == "transformers_version" || k == "use_cache" || k == "attention_dropout" ||
+        k == "initializer_range" || k == "pad_token_id" || k == "bos_token_id" || k == "eos_token_id")
+      continue;
+    ASSERT_TRUE(got.contains(k)) << k;
+    EXPECT_EQ(got[k], v) << k;
+  }
+  EXPECT_FALSE(got.contains("rope_theta"));  // 5.x: inside rope_parameters
+  EngineOptions o;
+  o.backend = "cpu";
+  o.dtype = WType::kF32;
+  o.quiet = true;
+  Engine a(models::load_any_model(fix), o), b(models::load_any_model(out), o);
+  const auto& ref = q35_reference();
+  const int64_t V = a.config().vocab_size;
+  for (size_t p = 0; p < ref["prompts"].size(); ++p) {
+    const auto prompt = ref["prompts"][p].get<std::vector<int32_t>>();
+    std::vector<float> la, lb;
+    a.prefill(prompt, 0, &la);
+    b.prefill(prompt, 0, &lb);
+    ASSERT_EQ(la.size(), prompt.size() * static_cast<size_t>(V));
+    ASSERT_EQ(lb.size(), la.size());
+    EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * 4), 0) << "prompt " << p;
+  }
+}
+
+// fp16 weight matrices (the engine's f16 GEMV) against the same fp32 reference, prefill (chunked) and decode
+// (recurrent), within the tolerance the other fixtures' fp16 runs use (hf_reference.h: per-weight rounding 2^-11,
+// about 1e-3 of the logit range; 1e-2). (The fixture's bf16 weights are exact in fp16: what this measures is the
+// f16 path itself, 4.2e-6 of the range when written.)
+TEST(Qwen35, CpuFp16LogitsMatchTransformers) {
+  EngineOptions o;
+  o.backend = "cpu";
+  o.dtype = WType::kF16;
+  o.quiet = true;
+  Engine e(models::load_any_model(test::source_path("tests/fixtures/hf/qwen35_bf16")), o);
+  const auto& m = q35_reference();
+  const int64_t V = e.config().vocab_size;
+  double worst = 0;
+  for (size_t p = 0; p < m["prompts"].size(); ++p) {
+    const auto prompt = m["prompts"][p].get<std::vector<int32_t>>();
+    std::vector<float> all;
+    e.prefill(prompt, 0, &all);
+    for (size_t t = 0; t < prompt.size(); ++t) {
+      const auto ref = m["logits"][p][t].get<std::vector<float>>();
+      const double err = test::hf_rel_err(all.data() + t * V, ref);
+      worst = std::max(worst, err);
+      EXPECT_LT(err, test::kHfFp16Tol) << "prefill prompt " << p << " pos " << t;
+    }
+    for (size_t t = 0; t < prompt.size(); ++t) {
+      const float* lg = e.decode(prompt[t], static_cast<int64_t>(t));
+      const double err = test::hf_rel_err(lg, m["logits"][p][t].get<std::vector<float>>());
+      worst = std::max(worst, err);
+      EXPECT_LT(err, test::kHfFp16Tol) << "decode prompt " << p << " pos " << t;
+    }
+  }
+  std::printf("qwen35 fp16 weights: worst max|err| / max|ref| = %.3g\n", worst);
 }
 
 TEST(Qwen35, CpuFp32DecodeLogitsMatchTransformers) {

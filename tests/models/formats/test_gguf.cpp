@@ -2,6 +2,7 @@
 // tokenizer.bin), and small models written with GgufWriter (f32, f16, q8_0, fused gpt2 qkv) read back.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -433,6 +434,222 @@ TEST(Gguf, Gemma3KeysAnelabCannotRunAreNamed) {
       EXPECT_NE(std::string(e.what()).find(k.want), std::string::npos) << e.what();
       EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
     }
+  }
+}
+
+// ---- qwen35 (models/arch/qwen35.cpp) ----
+
+const Model& q35_fixture() {
+  static const Model m = load_any_model(test::source_path("tests/fixtures/hf/qwen35_bf16"));
+  return m;
+}
+
+// The keys and tensors llama.cpp's converter (conversion/qwen.py Qwen3_5TextModel on its base TextModel) writes for
+// the fixture's config.json (hidden 64, 4 layers with the 4th full, 4 heads / 2 kv of 32, partial_rotary_factor
+// 0.25, linear 2 key heads and 4 value heads of 16, conv 4, intermediate 64, vocab 512, tied), written out by
+// hand: name -> (ggml ne, ggml type; 1-D tensors, norms and ssm_conv1d F32, matrices as stored: BF16).
+TEST(Gguf, Qwen35ExportHasLlamaCppsKeysTensorNamesAndShapes) {
+  const GgufFile g = [] {
+    auto img = std::make_shared<std::vector<uint8_t>>(model_to_gguf(q35_fixture()));
+    return parse_gguf(img->data(), img->size(), img, "mem");
+  }();
+  const std::map<std::string, double> keys = {{"qwen35.context_length", 256},
+                                              {"qwen35.embedding_length", 64},
+                                              {"qwen35.block_count", 4},
+                                              {"qwen35.feed_forward_length", 64},
+                                              {"qwen35.attention.head_count", 4},
+                                              {"qwen35.attention.head_count_kv", 2},
+                                              {"qwen35.attention.key_length", 32},
+                                              {"qwen35.attention.value_length", 32},
+                                              {"qwen35.rope.freq_base", 1e7},
+                                              {"qwen35.rope.dimension_count", 8},
+                                              {"qwen35.full_attention_interval", 4},
+                                              {"qwen35.ssm.conv_kernel", 4},
+                                              {"qwen35.ssm.state_size", 16},
+                                              {"qwen35.ssm.group_count", 2},
+                                              {"qwen35.ssm.time_step_rank", 4},
+                                              {"qwen35.ssm.inner_size", 64},
+                                              {"qwen35.vocab_size", 512}};
+  for (const auto& [k, v] : keys) {
+    ASSERT_TRUE(g.find(k)) << k;
+    EXPECT_EQ(g.find(k)->num, v) << k;
+  }
+  EXPECT_NEAR(g.find("qwen35.attention.layer_norm_rms_epsilon")->num, 1e-6, 1e-12);
+  EXPECT_EQ(g.get_str("general.architecture", "mem"), "qwen35");
+  // rope.dimension_sections: the converter's default (no mrope_section in the config's rope_parameters)
+  EXPECT_EQ(g.find("qwen35.rope.dimension_sections")->nums, (std::vector<double>{11, 11, 10, 0}));
+  for (const auto& [k, v] : g.kv)
+    if (k.starts_with("qwen35.")) EXPECT_TRUE(keys.count(k) || k.ends_with("epsilon") || k.ends_with("sections")) << k;
+
+  constexpr uint32_t F32 = kGgmlF32, BF16 = kGgmlBF16;
+  std::map<std::string, std::pair<std::vector<int64_t>, uint32_t>> want = {{"token_embd.weight", {{64, 512}, BF16}},
+                                                                           {"output_norm.weight", {{64}, F32}}};
+  for (int l = 0; l < 4; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    want[b + "attn_norm.weight"] = {{64}, F32};
+    want[b + "post_attention_norm.weight"] = {{64}, F32};
+    want[b + "ffn_gate.weight"] = {{64, 64}, BF16};
+    want[b + "ffn_up.weight"] = {{64, 64}, BF16};
+    want[b + "ffn_down.weight"] = {{64, 64}, BF16};
+    if (l == 3) {
+      want[b + "attn_q.weight"] = {{64, 256}, BF16};  // per head [q | gate] of 32
+      want[b + "attn_k.weight"] = {{64, 64}, BF16};
+      want[b + "attn_v.weight"] = {{64, 64}, BF16};
+      want[b + "attn_output.weight"] = {{128, 64}, BF16};
+      want[b + "attn_q_norm.weight"] = {{32}, F32};
+      want[b + "attn_k_norm.weight"] = {{32}, F32};
+      continue;
+    }
+    want[b + "attn_qkv.weight"] = {{64, 128}, BF16};  // q 32, k 32, v 64
+    want[b + "attn_gate.weight"] = {{64, 64}, BF16};
+    want[b + "ssm_beta.weight"] = {{64, 4}, BF16};
+    want[b + "ssm_alpha.weight"] = {{64, 4}, BF16};
+    want[b + "ssm_conv1d.weight"] = {{4, 128}, F32};
+    want[b + "ssm_a"] = {{4}, F32};
+    want[b + "ssm_dt.bias"] = {{4}, F32};
+    want[b + "ssm_norm.weight"] = {{16}, F32};
+    want[b + "ssm_out.weight"] = {{64, 64}, BF16};
+  }
+  std::map<std::string, std::pair<std::vector<int64_t>, uint32_t>> got;
+  for (const auto& t : g.tensors) got[t.name] = {t.ne, t.ggml_type};
+  EXPECT_EQ(got, want);
+}
+
+// The values llama.cpp's converter stores, from the fixture's own: norms 1 + w, ssm_a = -exp(A_log), the value heads
+// tiled (HF's head g * 2 + j of key head g at j * 2 + g: heads 0 1 2 3 -> 0 2 1 3), conv1d squeezed.
+TEST(Gguf, Qwen35ExportValuesAreLlamaCpps) {
+  const Model& m = q35_fixture();
+  auto img = std::make_shared<std::vector<uint8_t>>(model_to_gguf(m));
+  const GgufFile g = parse_gguf(img->data(), img->size(), img, "mem");
+  const auto stored = [&](const std::string& name) {
+    for (const auto& t : g.tensors)
+      if (t.name == name) {
+        Tensor x;
+        x.name = name, x.dtype = *dtype_of_ggml(t.ggml_type), x.shape = {t.ne.rbegin(), t.ne.rend()};
+        x.data = t.data, x.nbytes = t.nbytes;
+        return x.to_f32();
+      }
+    ADD_FAILURE() << "no " << name;
+    return std::vector<float>{};
+  };
+  const std::vector<float> norm = m.tensor("layers.3.ffn_norm").to_f32(),
+                           post = stored("blk.3.post_attention_norm.weight");
+  for (size_t i = 0; i < norm.size(); ++i) EXPECT_EQ(post[i], norm[i] + 1.0f) << i;
+  const std::vector<float> ssm_norm = m.tensor("layers.0.ssm_norm").to_f32();
+  EXPECT_EQ(stored("blk.0.ssm_norm.weight"), ssm_norm);  // the gated norm: no + 1
+  const int perm[4] = {0, 2, 1, 3};                      // tiled position -> HF head
+  const std::vector<float> a_log = m.tensor("layers.1.ssm_a_log").to_f32(), a = stored("blk.1.ssm_a");
+  const std::vector<float> dt = m.tensor("layers.1.ssm_dt_bias").to_f32(), sdt = stored("blk.1.ssm_dt.bias");
+  for (int p = 0; p < 4; ++p) {
+    EXPECT_EQ(a[size_t(p)], -std::exp(a_log[size_t(perm[p])])) << p;
+    EXPECT_EQ(sdt[size_t(p)], dt[size_t(perm[p])]) << p;
+  }
+  // attn_qkv rows: q and k (64 rows) as they are, then v heads of 16 rows in tiled order.
+  const std::vector<float> qkv = m.tensor("layers.2.ssm_qkv").to_f32(), sq = stored("blk.2.attn_qkv.weight");
+  for (int64_t r = 0; r < 128; ++r) {
+    const int64_t src = r < 64 ? r : 64 + perm[(r - 64) / 16] * 16 + (r - 64) % 16;
+    for (int64_t c = 0; c < 64; ++c) ASSERT_EQ(sq[size_t(r * 64 + c)], qkv[size_t(src * 64 + c)]) << r << " " << c;
+  }
+  // ssm_out columns: value heads of 16 in tiled order.
+  const std::vector<float> out = m.tensor("layers.0.ssm_out").to_f32(), so = stored("blk.0.ssm_out.weight");
+  for (int64_t r = 0; r < 64; ++r)
+    for (int64_t c = 0; c < 64; ++c)
+      ASSERT_EQ(so[size_t(r * 64 + c)], out[size_t(r * 64 + perm[c / 16] * 16 + c % 16)]) << r << " " << c;
+}
+
+// Three value heads per key head (grouped g * 3 + j, tiled j * 2 + g): the direction of the permutation shows.
+TEST(Gguf, Qwen35ValueHeadsTiledWithThreePerKeyHead) {
+  ModelConfig c = q35_fixture().config;
+  c.linear_v_heads = 6;
+  const Model m = random_model(c, 5);
+  auto img = std::make_shared<std::vector<uint8_t>>(model_to_gguf(m));
+  const GgufFile g = parse_gguf(img->data(), img->size(), img, "mem");
+  const std::vector<float> dt = m.tensor("layers.0.ssm_dt_bias").to_f32();
+  for (const auto& t : g.tensors)
+    if (t.name == "blk.0.ssm_dt.bias") {
+      ASSERT_EQ(t.ggml_type, kGgmlF32);
+      std::vector<float> got(6);
+      std::memcpy(got.data(), t.data, 24);
+      for (int gk = 0; gk < 2; ++gk)
+        for (int j = 0; j < 3; ++j) EXPECT_EQ(got[size_t(j * 2 + gk)], dt[size_t(gk * 3 + j)]) << gk << " " << j;
+    }
+  const Model b = from_image(*img);
+  EXPECT_EQ(b.config, m.config);
+  for (const Tensor& t : m.tensors()) {
+    if (t.name.ends_with("ssm_a_log")) continue;
+    EXPECT_EQ(b.tensor(t.name).to_f32(), t.to_f32()) << t.name;
+  }
+}
+
+// GGUF -> anelab restores every tensor's values (the HF fixture's bf16 as written, A_log as the float whose -exp is
+// the stored A) and the config.
+TEST(Gguf, Qwen35RoundTripRestoresConfigAndValues) {
+  const Model& m = q35_fixture();
+  const Model b = from_image(model_to_gguf(m));
+  EXPECT_EQ(b.config, m.config);
+  ASSERT_EQ(b.tensors().size(), m.tensors().size());
+  for (const Tensor& t : m.tensors()) {
+    const std::vector<float> want = t.to_f32(), got = b.tensor(t.name).to_f32();
+    ASSERT_EQ(got.size(), want.size()) << t.name;
+    for (size_t i = 0; i < want.size(); ++i)
+      if (t.name.ends_with("ssm_a_log"))
+        EXPECT_EQ(-std::exp(got[i]), -std::exp(want[i])) << t.name << " " << i;
+      else
+        EXPECT_EQ(got[i], want[i]) << t.name << " " << i;
+  }
+}
+
+// A qwen35 GGUF missing a key llama.cpp requires, or holding what anelab cannot run, is refused in one line naming it.
+TEST(Gguf, Qwen35MissingOrBadKeysAreNamed) {
+  const std::vector<uint8_t> img = model_to_gguf(q35_fixture());
+  const struct {
+    std::string key;
+    std::optional<GgufValue> value;  // nullopt: removed
+    std::string want;
+  } cases[] = {
+      {"qwen35.ssm.conv_kernel", std::nullopt, "[model] mem: GGUF metadata qwen35.ssm.conv_kernel is missing"},
+      {"qwen35.ssm.state_size", std::nullopt, "[model] mem: GGUF metadata qwen35.ssm.state_size is missing"},
+      {"qwen35.ssm.group_count", std::nullopt, "[model] mem: GGUF metadata qwen35.ssm.group_count is missing"},
+      {"qwen35.ssm.time_step_rank", std::nullopt, "[model] mem: GGUF metadata qwen35.ssm.time_step_rank is missing"},
+      {"qwen35.ssm.inner_size", std::nullopt, "[model] mem: GGUF metadata qwen35.ssm.inner_size is missing"},
+      {"qwen35.attention.layer_norm_rms_epsilon", std::nullopt,
+       "[model] mem: GGUF metadata qwen35.attention.layer_norm_rms_epsilon is missing"},
+      {"qwen35.rope.dimension_sections", std::nullopt,
+       "[model] mem: GGUF metadata qwen35.rope.dimension_sections is missing or not 4 integers"},
+      {"qwen35.ssm.inner_size", GgufValue{GgufType::kU32, GgufType::kU32, 66},
+       "[model] mem: qwen35.ssm.inner_size (66) must be a positive multiple of qwen35.ssm.time_step_rank (4)"},
+      {"qwen35.rope.dimension_count", GgufValue{GgufType::kU32, GgufType::kU32, 7},
+       "[model] mem: qwen35.rope.dimension_count 7 must be even and in (0, key_length 32]"},
+  };
+  for (const auto& k : cases) {
+    auto owner = std::make_shared<std::vector<uint8_t>>(img);
+    GgufFile g = parse_gguf(owner->data(), owner->size(), owner, "mem");
+    if (k.value)
+      g.kv[k.key] = *k.value;
+    else
+      ASSERT_EQ(g.kv.erase(k.key), 1u) << k.key;
+    try {
+      gguf_to_model(g, "mem");
+      ADD_FAILURE() << "accepted: " << k.want;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(k.want), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    }
+  }
+  // A positive stored A (llama.cpp's -exp(A_log) is negative) is named with its tensor.
+  auto owner = std::make_shared<std::vector<uint8_t>>(img);
+  GgufFile g = parse_gguf(owner->data(), owner->size(), owner, "mem");
+  for (auto& t : g.tensors)
+    if (t.name == "blk.0.ssm_a") {
+      const float one = 1.0f;
+      std::memcpy(owner->data() + (t.data - owner->data()), &one, 4);
+    }
+  try {
+    gguf_to_model(g, "mem");
+    ADD_FAILURE() << "accepted a positive ssm_a";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[model] mem: GGUF tensor layers.0 ssm_a holds 1"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -465,6 +465,32 @@ TEST(ChatTemplate, Qwen3ThinkingOffAddsAnEmptyThinkBlock) {
             std::string::npos);
 }
 
+// Qwen3.5, by hand from its Jinja (llama.cpp models/templates/Qwen3.5-4B.jinja, Qwen3.5's chat_template): a 2-turn
+// chat with thinking on and off. The first answer's reasoning (before the last user query) is dropped; the
+// generation prompt opens the reasoning block (on) or writes an empty one (off); contents are trimmed.
+TEST(ChatTemplate, Qwen35TwoTurnChatWithAndWithoutThinking) {
+  const auto t = ChatTemplate::kQwen35;
+  const std::vector<ChatMessage> m = {{"system", " Be brief.\n"},
+                                      {"user", "What is 2+2?"},
+                                      {"assistant", "<think>\nAdd them.\n</think>\n\n4"},
+                                      {"user", " And 3+3? "}};
+  const std::string history =
+      "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
+      "<|im_start|>assistant\n4<|im_end|>\n<|im_start|>user\nAnd 3+3?<|im_end|>\n";
+  EXPECT_EQ(apply_chat_template(t, m, true, true), history + "<|im_start|>assistant\n<think>\n");
+  EXPECT_EQ(apply_chat_template(t, m, true, false), history + "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  EXPECT_EQ(apply_chat_template(t, m, false, false), history);
+  // After the last user query every assistant turn carries its reasoning block, an empty one included.
+  EXPECT_EQ(apply_chat_template(t, {{"user", "q"}, {"assistant", "A"}}, false),
+            "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nA<|im_end|>\n");
+  EXPECT_EQ(apply_chat_template(t, {{"user", "q"}, {"assistant", "<think>r</think>A"}}, false),
+            "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<think>\nr\n</think>\n\nA<|im_end|>\n");
+  // What the Jinja raises: no user query, a later system message; tools are not done for it.
+  EXPECT_THROW(apply_chat_template(t, {{"system", "s"}}, true), Error);
+  EXPECT_THROW(apply_chat_template(t, {{"user", "a"}, {"system", "s"}}, true), Error);
+  EXPECT_THROW(apply_chat_template(t, {{"user", "a"}}, true, true, {"{}"}), Error);
+}
+
 // Tools, by hand from the Qwen2.5 Jinja (../shared/data/qwen/qwen2.5_chat_template.jinja) and Qwen3's
 // tokenizer_config.json: the "# Tools" system block, an assistant's tool_calls, the tool's answer.
 TEST(ChatTemplate, QwenToolsMatchJinjaByHand) {
@@ -545,6 +571,9 @@ TEST(ChatTemplate, ChosenByTheVocabularysControlTokens) {
   EXPECT_EQ(chat_template_for(*llama3, "auto"), ChatTemplate::kLlama3);
   EXPECT_EQ(chat_template_for(*gemma3, "auto"), ChatTemplate::kGemma3);
   EXPECT_EQ(chat_template_for(*qwen3, "auto"), ChatTemplate::kQwen3);
+  EXPECT_EQ(chat_template_for(*qwen3, "auto", "qwen35"), ChatTemplate::kQwen35);  // the same tokens, by the arch
+  EXPECT_EQ(chat_template_for(*qwen3, "qwen3.5"), ChatTemplate::kQwen35);
+  EXPECT_EQ(chat_template_for(*qwen25, "auto", "qwen35"), ChatTemplate::kQwen25);  // no <think>: not Qwen3.5's
   EXPECT_EQ(chat_template_for(*qwen25, "auto"), ChatTemplate::kQwen25);
   EXPECT_EQ(chat_template_for(*base, "auto"), ChatTemplate::kNone);
   EXPECT_EQ(chat_template_for(*qwen3, "qwen2.5"), ChatTemplate::kQwen25);  // named: any family whose tokens exist
