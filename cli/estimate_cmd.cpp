@@ -135,13 +135,17 @@ cost::ProgramCost prefill_layer_cost(const models::ModelConfig& c, int64_t S, co
   infer::LayerWeights L;
   L.wq = mat(QD, D), L.wk = mat(KVD, D), L.wv = mat(KVD, D), L.wo = mat(D, QD), L.w1 = mat(H, D), L.w2 = mat(D, H);
   if (gated_mlp(c.activation)) L.w3 = mat(H, D);
-  L.attn_norm = vec(D), L.ffn_norm = vec(D);
-  if (c.norm != models::NormType::kRms) L.attn_norm_b = vec(D), L.ffn_norm_b = vec(D);
   if (c.qkv_bias) L.bq = vec(QD), L.bk = vec(KVD), L.bv = vec(KVD);
   if (c.attn_out_bias) L.bo = vec(D);
   if (c.mlp_bias) L.b1 = vec(H), L.b2 = vec(D);
-  if (c.qk_norm) L.q_norm = vec(c.head_dim), L.k_norm = vec(c.head_dim);
-  if (c.post_norms) L.attn_post_norm = vec(D), L.ffn_post_norm = vec(D);
+  const models::ModelDesc md = models::describe_model(c);
+  for (const models::Step& st : md.layers.at(0).steps)  // every norm of layer 0 by its description name
+    for (const auto* n : {&st.pre_norm, &st.post_norm, &st.attn.q_norm, &st.attn.k_norm}) {
+      if (!*n) continue;
+      const bool head = n == &st.attn.q_norm || n == &st.attn.k_norm;
+      L.set_norm((*n)->weight, vec(head ? c.head_dim : D));
+      if (!(*n)->bias.empty()) L.set_norm((*n)->bias, vec(D));
+    }
   const auto& prof = rt::device_profile(chip.family);
   auto src = infer::build_layer_kernel(c, L, S, prof.dialect);
   return cost::program_cost(src.program, chip);

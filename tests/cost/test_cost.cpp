@@ -77,7 +77,7 @@ double cost_test_step(const char* chip_name, int64_t D, int64_t H, int64_t heads
   TrainModel m;
   m.shape.dim = D, m.shape.hidden = H, m.shape.n_heads = heads, m.shape.n_kv_heads = kv, m.shape.head_dim = hd;
   m.shape.seq = 256;  // maderix's SEQ
-  if (q_norm) m.shape.q_norm = m.shape.k_norm = kern::NormParams{NormType::kRms, 1e-6};
+  if (q_norm) m.shape.q_norm = m.shape.k_norm = models::NormDesc{NormType::kRms, 1e-6f};
   m.n_layers = L, m.vocab = V;
   return estimate_train(m, s, chip(chip_name)).ms_per_step();
 }
