@@ -27,6 +27,13 @@ WType parse_wtype(const std::string& s) {
        "blocks, fp16/fp32 convert every matrix)");
 }
 
+bool has_recurrent_state(const models::ModelConfig& c) {
+  for (const models::LayerDesc& l : models::describe_model(c).layers)
+    for (const models::Step& s : l.steps)
+      if (s.kind == models::StepKind::kLinearAttention) return true;
+  return false;
+}
+
 WType auto_wtype(const models::Model& m) {
   for (const models::Tensor& t : m.tensors())
     if (t.shape.size() >= 2 && t.dtype != models::DType::kF32) return WType::kF16;

@@ -213,6 +213,9 @@ class Engine final : public PrefillHost {
   std::unique_ptr<MilPrefill> mil_;
 };
 
+// Whether the model has layers with a recurrent state (linear attention): then an engine holds one sequence.
+bool has_recurrent_state(const models::ModelConfig& c);
+
 // Parses "fp16"/"f16" or "fp32"/"f32" (other model dtypes are converted at load to one of these).
 WType parse_wtype(const std::string& s);
 // `--dtype auto`: fp32 when every weight matrix of the model is stored in fp32 (llama2.c files, training
