@@ -10,10 +10,9 @@
 //     cancelled) is no longer waited for, so its place is free at the next step;
 //   - a prefill that asks for all its logits (speculative drafts: a few tokens) runs whole in one step.
 //
-// The decode rows of a step of B >= 2 slots do not depend on one another (Engine::decode_batch), nor do the prefill
-// chunks (each is the same Engine::prefill call whatever else runs), so a generation gives the same tokens next to
-// others as alone, except where a step of one slot (decode's GEMV) and one of several (the GEMM) round a logit
-// differently and that flips a choice (an argmax within fp32 rounding of a tie).
+// A decode row of a step is bit for bit the engine's single-sequence decode (Engine::decode_batch), and a prefill
+// chunk is the same Engine::prefill call whatever else runs, so a generation gives the same tokens next to others
+// as alone (given the same prompt-cache reuse).
 #pragma once
 #include <condition_variable>
 #include <cstdint>

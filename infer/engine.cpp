@@ -510,9 +510,10 @@ void Engine::add_rows(float* x, const float* y, int64_t count, float scale) {
 void Engine::attention(int64_t l, const models::AttnDesc& a, int64_t pos, int64_t n) {
   const LayerWeights& L = layers_[static_cast<size_t>(l)];
   float* const qp = a.output_gate ? qg_.data() : q_.data();  // gated: per head [q | gate], split below
-  if (n == 1) {
-    gemv(pool_, {{&L.wq, opt_ptr(L.bq), qp}, {&L.wk, opt_ptr(L.bk), k_.data()}, {&L.wv, opt_ptr(L.bv), v_.data()}},
-         xb_.data());
+  if (n == 1 || !batch_pos_.empty()) {
+    gemv_batch(pool_,
+               {{&L.wq, opt_ptr(L.bq), qp}, {&L.wk, opt_ptr(L.bk), k_.data()}, {&L.wv, opt_ptr(L.bv), v_.data()}},
+               xb_.data(), n);
   } else {
     gemm(pool_, L.wq, opt_ptr(L.bq), xb_.data(), n, qp);
     gemm(pool_, L.wk, opt_ptr(L.bk), xb_.data(), n, k_.data());
@@ -547,15 +548,23 @@ void Engine::attention(int64_t l, const models::AttnDesc& a, int64_t pos, int64_
         att_[i] *= 1.0f / (1.0f + std::exp(-g));
       }
     });
-  gemm(pool_, L.wo, opt_ptr(L.bo), att_.data(), n, xb_.data());
+  project(L.wo, opt_ptr(L.bo), att_.data(), n, xb_.data());
+}
+
+// y [n, w.rows] = x [n, w.cols] W^T (+ bias): the GEMM, or in a batched decode step the GEMV of each row.
+void Engine::project(const Mat& w, const float* bias, const float* x, int64_t n, float* y) {
+  if (batch_pos_.empty())
+    gemm(pool_, w, bias, x, n, y);
+  else
+    gemv_batch(pool_, {{&w, bias, y}}, x, n);
 }
 
 // The feed-forward network f on the branch xb_ [n, dim], back into xb_.
 void Engine::ffn(const models::FfnDesc& f, const LayerWeights& L, int64_t n) {
   const int64_t H = f.hidden;
   auto gate_up = [&] {  // h1 = w_in·x, h3 = w_up·x
-    if (n == 1)
-      gemv(pool_, {{&L.w1, opt_ptr(L.b1), h1_.data()}, {&L.w3, nullptr, h3_.data()}}, xb_.data());
+    if (n == 1 || !batch_pos_.empty())
+      gemv_batch(pool_, {{&L.w1, opt_ptr(L.b1), h1_.data()}, {&L.w3, nullptr, h3_.data()}}, xb_.data(), n);
     else {
       gemm(pool_, L.w1, opt_ptr(L.b1), xb_.data(), n, h1_.data());
       gemm(pool_, L.w3, nullptr, xb_.data(), n, h3_.data());
@@ -574,11 +583,11 @@ void Engine::ffn(const models::FfnDesc& f, const LayerWeights& L, int64_t n) {
       });
       break;
     case models::Activation::kGeluTanh:  // GPT-2 MLP: gelu_tanh(h1)
-      gemm(pool_, L.w1, opt_ptr(L.b1), xb_.data(), n, h1_.data());
+      project(L.w1, opt_ptr(L.b1), xb_.data(), n, h1_.data());
       elementwise(n * H, [&](int64_t b, int64_t e) { gelu_tanh_inplace(h1_.data() + b, e - b); });
       break;
   }
-  gemm(pool_, L.w2, opt_ptr(L.b2), h1_.data(), n, xb_.data());
+  project(L.w2, opt_ptr(L.b2), h1_.data(), n, xb_.data());
 }
 
 // One residual step of layer l on x_ [n, dim]: branch = pre_norm(x); branch = op(branch);
@@ -706,7 +715,7 @@ const float* Engine::decode_batch(std::span<const int32_t> tokens, std::span<con
   batch_pos_ = {};
   batch_slot_ = {};
   norm_rows(x_.data(), desc_.head.norm, norm_, norm_b_, n, xb_.data());
-  gemm(pool_, out_, nullptr, xb_.data(), n, batch_logits_.data());
+  gemv_batch(pool_, {{&out_, nullptr, batch_logits_.data()}}, xb_.data(), n);
   soft_cap(batch_logits_.data(), n * c.vocab_size);
   return batch_logits_.data();
 }

@@ -87,13 +87,12 @@ class Engine final : public PrefillHost {
   void use_slot(int64_t slot);
   int64_t slot() const { return slot_; }
   // The batched decode step: one new token for each of B = tokens.size() distinct slots, token i at position pos[i]
-  // of slot slots[i] (whose cache holds positions < pos[i]). Every weight matrix is applied once to the B rows (the
-  // GEMM paths; B = 1 is decode itself), attention runs per row against its slot's cache. Returns the logits
-  // [B, vocab], valid until the next call. B >= 2 is refused for a model with linear-attention layers (one recurrent
-  // state; such a model has one slot: the constructor refuses more).
-  // Row i equals decode(tokens[i], pos[i]) on slot slots[i] within the GEMM's fp32 rounding (gemm sums k in order,
-  // the GEMV in kGemvNV partial sums; Q8_0 / K-quant panels fold per group: framework/quant/qgemm.h); a row does not
-  // depend on the other rows of a step of B >= 2 (each output element accumulates alone).
+  // of slot slots[i] (whose cache holds positions < pos[i]). Every weight matrix is read once for the B rows
+  // (infer/cpu_math.h gemv_batch: each block of rows applied to every token while in cache), attention runs per row
+  // against its slot's cache. Returns the logits [B, vocab], valid until the next call. Each row is computed by
+  // decode's own kernels, so row i is bit for bit decode(tokens[i], pos[i]) on slot slots[i], whatever the other rows.
+  // B >= 2 is refused for a model with linear-attention layers (one recurrent state; the constructor refuses several
+  // slots for such a model).
   const float* decode_batch(std::span<const int32_t> tokens, std::span<const int64_t> pos,
                             std::span<const int64_t> slots);
   const PrefillStats& last_prefill() const { return stats_; }
@@ -152,6 +151,7 @@ class Engine final : public PrefillHost {
   void run_step(int64_t l, const models::Step& s, int64_t pos, int64_t n);
   void attention(int64_t l, const models::AttnDesc& a, int64_t pos, int64_t n);
   void ffn(const models::FfnDesc& f, const LayerWeights& L, int64_t n);
+  void project(const Mat& w, const float* bias, const float* x, int64_t n, float* y);
   // A Gated DeltaNet layer's weights (the CPU engine's own: the MIL kernels have no such layer).
   struct DeltaWeights {
     Mat qkv, z, b, a, out;                              // [conv_dim, dim], [v, dim], [Hv, dim] x2, [dim, v]
