@@ -136,7 +136,7 @@ ModelPool::ModelPool(const ModelOptions& o, size_t workers) : impl_(std::make_un
   };
   auto t0 = Clock::now();
   const size_t n = std::max<size_t>(1, workers);
-  say("loading " + o.load.model + (n > 1 ? " (one engine, " + std::to_string(n) + " slots)" : "") + " ...");
+  say("loading " + o.load.model + (n > 1 ? " (" + std::to_string(n) + " slots)" : "") + " ...");
   impl_->engines.push_back(impl_->make_engine(static_cast<int64_t>(n)));
   if (impl_->engines.front()->options().slots == static_cast<int64_t>(n)) {
     impl_->batcher = std::make_unique<infer::Batcher>(*impl_->engines.front(), o.batch_chunk);

@@ -2,7 +2,9 @@
 // driven by curl and a standard-library Python client (tests/serve/client.py). Answers must equal
 // `anelab infer generate` for the same seed / temperature / top-p / max tokens (run here for the
 // expected text); malformed requests get 4xx JSON; a 64-client load test passes with only 200/503 and
-// stable memory; SIGTERM exits 0. Skips when the shared data is absent.
+// stable memory; SIGTERM exits 0. Continuous batching (ServeBatching, a random-weight model made with `convert
+// --random`): concurrent greedy requests answer what each answers alone, in shared steps; a client that goes away
+// frees its slot. Skips when the shared data is absent.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
