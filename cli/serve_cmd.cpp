@@ -129,7 +129,9 @@ void add_serve_command(CLI::App& app) {
   s->add_option("--api-key", a->server.api_key,
                 "Require 'Authorization: Bearer KEY' on every route but /health (else 401); default: $ANELAB_API_KEY");
   s->add_option("--parallel", a->server.parallel,
-                "Generation workers, each with its own engine + KV cache (memory x N)")
+                "Generation slots: one engine whose decode steps run the active slots together (continuous "
+                "batching), a KV cache per slot (cache memory x N); a model with linear-attention layers gets an "
+                "engine per slot")
       ->capture_default_str()
       ->check(number_in(1, 256));
   s->add_option("--queue", a->server.queue, "Requests that may wait beyond the running ones (then 503)")

@@ -221,6 +221,44 @@ void gemv(ThreadPool& pool, std::initializer_list<GemvOut> outs, const float* x)
     pool.parallel_for(total, quant::kTileRows, body);  // whole row tiles where the matrices' rows allow
 }
 
+void gemv_batch(ThreadPool& pool, std::initializer_list<GemvOut> outs, const float* x, int64_t n_tok) {
+  if (n_tok == 1) return gemv(pool, outs, x);
+  int64_t total = 0, work = 0;
+  unsigned forms = 0;
+  const int64_t cols = outs.begin()->w->cols;
+  for (const auto& o : outs) {
+    total += o.w->rows;
+    work += o.w->rows * o.w->cols;
+    if (is_quantized(o.w->type)) forms |= quant::acts_form(block_type(o.w->type));
+  }
+  // One activation buffer per token, the caller's (grown once to the most tokens and the widest input, then reused).
+  thread_local std::vector<quant::Q8Acts> caller_acts;
+  std::vector<quant::Q8Acts>& acts = caller_acts;
+  if (static_cast<int64_t>(acts.size()) < n_tok) acts.resize(static_cast<size_t>(n_tok));
+  if (forms)
+    for (int64_t t = 0; t < n_tok; ++t) quant::quantize_acts(x + t * cols, cols, forms, acts[static_cast<size_t>(t)]);
+  constexpr int64_t kBlock = 4 * quant::kTileRows;  // rows applied to every token in turn (a multiple of the tiles)
+  auto body = [&](int64_t b, int64_t e) {
+    for (int64_t sb = b; sb < e; sb += kBlock) {
+      const int64_t se = std::min(e, sb + kBlock);
+      for (int64_t t = 0; t < n_tok; ++t) {
+        int64_t base = 0;
+        for (const auto& o : outs) {
+          const int64_t lo = std::max(sb, base), hi = std::min(se, base + o.w->rows);
+          if (lo < hi)
+            gemv_range(GemvOut{o.w, o.bias, o.y + t * o.w->rows}, x + t * cols, acts[static_cast<size_t>(t)], lo - base,
+                       hi - base);
+          base += o.w->rows;
+        }
+      }
+    }
+  };
+  if (work < kMinParallelWork)
+    body(0, total);
+  else
+    pool.parallel_for(total, quant::kTileRows, body);
+}
+
 void gemm(ThreadPool& pool, const Mat& w, const float* bias, const float* x, int64_t n_tok, float* y) {
   if (n_tok == 1) {
     gemv(pool, w, bias, x, y);

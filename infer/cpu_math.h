@@ -45,6 +45,13 @@ inline void gemv(ThreadPool& pool, const Mat& w, const float* bias, const float*
   gemv(pool, {GemvOut{&w, bias, y}}, x);
 }
 
+// The GEMV of a few tokens at once (the server's batched decode step): for each output, y [n_tok, w->rows] =
+// W X[t, :] (+ bias) for t < n_tok, X [n_tok, cols]. Each row of each token is computed by the GEMV's own kernels
+// (the same bits as gemv of that token alone), and the weights are read from memory once: every block of 64 rows is
+// applied to all the tokens while it is in cache (a GEMV is memory-bound; the GEMM's panel unpacking costs more than
+// it saves for a few tokens). n_tok = 1 is gemv.
+void gemv_batch(ThreadPool& pool, std::initializer_list<GemvOut> outs, const float* x, int64_t n_tok);
+
 // Batched: Y[t, :] = W X[t, :] (+ bias) for t < n_tok. X [n_tok, W.cols], Y [n_tok, W.rows], row-major.
 void gemm(ThreadPool& pool, const Mat& w, const float* bias, const float* x, int64_t n_tok, float* y);
 

@@ -27,6 +27,13 @@ WType parse_wtype(const std::string& s) {
        "blocks, fp16/fp32 convert every matrix)");
 }
 
+bool has_recurrent_state(const models::ModelConfig& c) {
+  for (const models::LayerDesc& l : models::describe_model(c).layers)
+    for (const models::Step& s : l.steps)
+      if (s.kind == models::StepKind::kLinearAttention) return true;
+  return false;
+}
+
 WType auto_wtype(const models::Model& m) {
   for (const models::Tensor& t : m.tensors())
     if (t.shape.size() >= 2 && t.dtype != models::DType::kF32) return WType::kF16;
@@ -71,7 +78,12 @@ Engine::Engine(models::Model model, const EngineOptions& opt)
   check_supported();
   ctx_ = opt.context > 0 ? std::min(opt.context, c.max_seq_len) : c.max_seq_len;
   chunk_ = std::max<int64_t>(1, std::min(opt.prefill_chunk, ctx_));
+  ANELAB_CHECK(opt_.slots >= 1, "infer", "slots must be at least 1, got ", opt_.slots);
+  rows_ = std::max(chunk_, opt_.slots);
   plan_layers();
+  if (opt_.slots > 1 && n_lin_layers_ > 0)
+    fail("infer", "several slots in one engine (", opt_.slots,
+         ") are not supported for a model with linear-attention layers: their recurrent state holds one sequence");
   try {
     load_weights();
   } catch (const std::bad_alloc&) {
@@ -82,19 +94,19 @@ Engine::Engine(models::Model model, const EngineOptions& opt)
   }
   // The cache is reserved whole (its pages become resident only when written), so a context that could never
   // be filled is refused here, in one line, rather than by the OS in the middle of a long generation.
-  const std::string refusal = kv_cache_refusal(ctx_, kv_bytes_per_position(), opt_.kv_type, n_kv_layers_, c.max_seq_len,
-                                               platform::machine_memory());
+  const std::string refusal = kv_cache_refusal(ctx_ * opt_.slots, kv_bytes_per_position(), opt_.kv_type, n_kv_layers_,
+                                               c.max_seq_len, platform::machine_memory());
   if (!refusal.empty()) fail("infer", refusal);
-  const int64_t kv = ctx_ * kv_bytes_per_position() / 2;
+  const int64_t kv = opt_.slots * ctx_ * kv_bytes_per_position() / 2;
   try {
     kcache_.grow(kv);
     vcache_.grow(kv);
   } catch (const std::bad_alloc&) {
-    fail("infer", "out of memory reserving the KV cache of ", ctx_, " positions x ", kv_bytes_per_position(),
-         " bytes = ", (ctx_ * kv_bytes_per_position()) >> 20, " MiB: a smaller --ctx shrinks it",
-         opt_.kv_type == KvType::kF16 ? "" : ", --kv-type f16 halves it");
+    fail("infer", "out of memory reserving the KV cache of ", opt_.slots * ctx_, " positions x ",
+         kv_bytes_per_position(), " bytes = ", (opt_.slots * ctx_ * kv_bytes_per_position()) >> 20,
+         " MiB: a smaller --ctx shrinks it", opt_.kv_type == KvType::kF16 ? "" : ", --kv-type f16 halves it");
   }
-  const auto n = static_cast<size_t>(chunk_);
+  const auto n = static_cast<size_t>(rows_);
   x_.grow(n * c.dim);
   xb_.grow(n * std::max(c.dim, c.q_dim()));
   q_.grow(n * c.q_dim());
@@ -106,6 +118,7 @@ Engine::Engine(models::Model model, const EngineOptions& opt)
   attn_.reserve(pool_.size(), ctx_);
   plan_rope();
   logits_.resize(static_cast<size_t>(c.vocab_size));
+  batch_logits_.resize(static_cast<size_t>(opt_.slots * c.vocab_size));
   if (opt_.backend != "cpu")
     mil_ = std::make_unique<MilPrefill>(*this, opt_.backend, opt_.device, opt_.ane_weights, opt_.quiet);
 }
@@ -182,8 +195,8 @@ void Engine::plan_rope() {
         t.dims = a.rope.dims > 0 ? a.rope.dims : a.head_dim;
         t.freq = kern::cpu::rope_freqs(t.dims, a.rope.theta, kern::cpu::Numerics::kRunc, a.rope.scaling,
                                        a.rope.linear_factor);
-        t.cos.resize(static_cast<size_t>(chunk_ * (t.dims / 2)));
-        t.sin.resize(static_cast<size_t>(chunk_ * (t.dims / 2)));
+        t.cos.resize(static_cast<size_t>(rows_ * (t.dims / 2)));
+        t.sin.resize(static_cast<size_t>(rows_ * (t.dims / 2)));
         ropes_.push_back(std::move(t));
         it = ropes_.end() - 1;
       }
@@ -196,17 +209,22 @@ int64_t Engine::kv_bytes_per_position() const {
   return 2 * n_kv_layers_ * config().kv_dim() * kv_type_bytes(opt_.kv_type);
 }
 
-KvView Engine::kv_rows(int64_t l) const {
+void Engine::use_slot(int64_t slot) {
+  ANELAB_CHECK(slot >= 0 && slot < opt_.slots, "infer", "slot ", slot, " outside the engine's ", opt_.slots, " slots");
+  slot_ = slot;
+}
+
+KvView Engine::kv_rows(int64_t l, int64_t seq) const {
   const int64_t slot = kv_slot_[static_cast<size_t>(l)];
   ANELAB_CHECK(slot >= 0, "infer", "layer ", l, " has no KV cache rows (a linear-attention layer)");
-  const int64_t off = slot * ctx_ * config().kv_dim() * kv_type_bytes(opt_.kv_type);
+  const int64_t off = (seq * n_kv_layers_ + slot) * ctx_ * config().kv_dim() * kv_type_bytes(opt_.kv_type);
   return {kcache_.data() + off, vcache_.data() + off, opt_.kv_type};
 }
 
-void Engine::store_kv(int64_t l, int64_t pos, const float* k, const float* v, int64_t n) {
+void Engine::store_kv(int64_t l, int64_t seq, int64_t pos, const float* k, const float* v, int64_t n) {
   const int64_t slot = kv_slot_[static_cast<size_t>(l)];
   ANELAB_CHECK(slot >= 0, "infer", "layer ", l, " has no KV cache rows (a linear-attention layer)");
-  const int64_t kvd = config().kv_dim(), count = n * kvd, off = (slot * ctx_ + pos) * kvd;
+  const int64_t kvd = config().kv_dim(), count = n * kvd, off = ((seq * n_kv_layers_ + slot) * ctx_ + pos) * kvd;
   if (opt_.kv_type == KvType::kF16) {
     float_to_half(k, reinterpret_cast<half_bits*>(kcache_.data()) + off, static_cast<size_t>(count));
     float_to_half(v, reinterpret_cast<half_bits*>(vcache_.data()) + off, static_cast<size_t>(count));
@@ -487,9 +505,10 @@ void Engine::add_rows(float* x, const float* y, int64_t count, float scale) {
 void Engine::attention(int64_t l, const models::AttnDesc& a, int64_t pos, int64_t n) {
   const LayerWeights& L = layers_[static_cast<size_t>(l)];
   float* const qp = a.output_gate ? qg_.data() : q_.data();  // gated: per head [q | gate], split below
-  if (n == 1) {
-    gemv(pool_, {{&L.wq, opt_ptr(L.bq), qp}, {&L.wk, opt_ptr(L.bk), k_.data()}, {&L.wv, opt_ptr(L.bv), v_.data()}},
-         xb_.data());
+  if (n == 1 || !batch_pos_.empty()) {
+    gemv_batch(pool_,
+               {{&L.wq, opt_ptr(L.bq), qp}, {&L.wk, opt_ptr(L.bk), k_.data()}, {&L.wv, opt_ptr(L.bv), v_.data()}},
+               xb_.data(), n);
   } else {
     gemm(pool_, L.wq, opt_ptr(L.bq), xb_.data(), n, qp);
     gemm(pool_, L.wk, opt_ptr(L.bk), xb_.data(), n, k_.data());
@@ -505,9 +524,18 @@ void Engine::attention(int64_t l, const models::AttnDesc& a, int64_t pos, int64_
     rope_rows(q_.data(), n, a.n_heads, ropes_[static_cast<size_t>(r)]);
     rope_rows(k_.data(), n, a.n_kv_heads, ropes_[static_cast<size_t>(r)]);
   }
-  store_kv(l, pos, k_.data(), v_.data(), n);
   const AttentionShape s{a.n_heads, a.n_kv_heads, a.head_dim, a.score_scale, a.window};
-  attn_.run(pool_, s, q_.data(), kv_rows(l), pos, n, att_.data());
+  if (batch_pos_.empty()) {
+    store_kv(l, pos, k_.data(), v_.data(), n);
+    attn_.run(pool_, s, q_.data(), kv_rows(l), pos, n, att_.data());
+  } else {  // decode_batch: row i is one token of slot batch_slot_[i] at batch_pos_[i]
+    const int64_t kvd = a.n_kv_heads * hd, qd = a.n_heads * hd;
+    for (int64_t i = 0; i < n; ++i) {
+      const auto r = static_cast<size_t>(i);
+      store_kv(l, batch_slot_[r], batch_pos_[r], k_.data() + i * kvd, v_.data() + i * kvd, 1);
+      attn_.run(pool_, s, q_.data() + i * qd, kv_rows(l, batch_slot_[r]), batch_pos_[r], 1, att_.data() + i * qd);
+    }
+  }
   if (a.output_gate)  // att *= sigmoid(gate), per head
     elementwise(n * a.n_heads * hd, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
@@ -515,15 +543,23 @@ void Engine::attention(int64_t l, const models::AttnDesc& a, int64_t pos, int64_
         att_[i] *= 1.0f / (1.0f + std::exp(-g));
       }
     });
-  gemm(pool_, L.wo, opt_ptr(L.bo), att_.data(), n, xb_.data());
+  project(L.wo, opt_ptr(L.bo), att_.data(), n, xb_.data());
+}
+
+// y [n, w.rows] = x [n, w.cols] W^T (+ bias): the GEMM, or in a batched decode step the GEMV of each row.
+void Engine::project(const Mat& w, const float* bias, const float* x, int64_t n, float* y) {
+  if (batch_pos_.empty())
+    gemm(pool_, w, bias, x, n, y);
+  else
+    gemv_batch(pool_, {{&w, bias, y}}, x, n);
 }
 
 // The feed-forward network f on the branch xb_ [n, dim], back into xb_.
 void Engine::ffn(const models::FfnDesc& f, const LayerWeights& L, int64_t n) {
   const int64_t H = f.hidden;
   auto gate_up = [&] {  // h1 = w_in·x, h3 = w_up·x
-    if (n == 1)
-      gemv(pool_, {{&L.w1, opt_ptr(L.b1), h1_.data()}, {&L.w3, nullptr, h3_.data()}}, xb_.data());
+    if (n == 1 || !batch_pos_.empty())
+      gemv_batch(pool_, {{&L.w1, opt_ptr(L.b1), h1_.data()}, {&L.w3, nullptr, h3_.data()}}, xb_.data(), n);
     else {
       gemm(pool_, L.w1, opt_ptr(L.b1), xb_.data(), n, h1_.data());
       gemm(pool_, L.w3, nullptr, xb_.data(), n, h3_.data());
@@ -542,11 +578,11 @@ void Engine::ffn(const models::FfnDesc& f, const LayerWeights& L, int64_t n) {
       });
       break;
     case models::Activation::kGeluTanh:  // GPT-2 MLP: gelu_tanh(h1)
-      gemm(pool_, L.w1, opt_ptr(L.b1), xb_.data(), n, h1_.data());
+      project(L.w1, opt_ptr(L.b1), xb_.data(), n, h1_.data());
       elementwise(n * H, [&](int64_t b, int64_t e) { gelu_tanh_inplace(h1_.data() + b, e - b); });
       break;
   }
-  gemm(pool_, L.w2, opt_ptr(L.b2), h1_.data(), n, xb_.data());
+  project(L.w2, opt_ptr(L.b2), h1_.data(), n, xb_.data());
 }
 
 // One residual step of layer l on x_ [n, dim]: branch = pre_norm(x); branch = op(branch);
@@ -629,6 +665,54 @@ const float* Engine::prefill(std::span<const int32_t> tokens, int64_t pos, std::
   }
   stats_.run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return logits_.data();
+}
+
+const float* Engine::decode_batch(std::span<const int32_t> tokens, std::span<const int64_t> pos,
+                                  std::span<const int64_t> slots) {
+  const auto& c = model_.config;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  ANELAB_CHECK(n >= 1 && n <= opt_.slots && pos.size() == tokens.size() && slots.size() == tokens.size(), "infer",
+               "a batched decode step takes 1 to ", opt_.slots, " tokens with a position and a slot each, got ",
+               tokens.size(), " / ", pos.size(), " / ", slots.size());
+  if (n == 1) {  // decode itself (its fused GEMVs), on the row's slot
+    const int64_t keep = slot_;
+    use_slot(slots[0]);
+    const float* l = decode(tokens[0], pos[0]);
+    slot_ = keep;
+    std::memcpy(batch_logits_.data(), l, static_cast<size_t>(c.vocab_size) * sizeof(float));
+    return batch_logits_.data();
+  }
+  ANELAB_CHECK(n_lin_layers_ == 0, "infer",
+               "a batched decode step is not supported for a model with linear-attention "
+               "layers (their recurrent state holds one sequence)");
+  for (int64_t i = 0; i < n; ++i) {
+    const auto r = static_cast<size_t>(i);
+    ANELAB_CHECK(slots[r] >= 0 && slots[r] < opt_.slots, "infer", "slot ", slots[r], " outside the engine's ",
+                 opt_.slots, " slots");
+    ANELAB_CHECK(pos[r] >= 0 && pos[r] < ctx_, "infer", "position ", pos[r], " outside the context of ", ctx_,
+                 " positions");
+    for (int64_t j = 0; j < i; ++j)
+      ANELAB_CHECK(slots[static_cast<size_t>(j)] != slots[r], "infer", "slot ", slots[r], " twice in one batched step");
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const auto r = static_cast<size_t>(i);
+    embed(tokens.subspan(r, 1), pos[r], x_.data() + i * c.dim);
+    for (RopeTable& t : ropes_) {
+      const int64_t half = t.dims / 2;
+      kern::cpu::rope_half_tables(1, t.freq, pos[r], kern::cpu::Numerics::kRunc, t.cos.data() + i * half,
+                                  t.sin.data() + i * half);
+    }
+  }
+  batch_pos_ = pos;
+  batch_slot_ = slots;
+  for (size_t l = 0; l < desc_.layers.size(); ++l)
+    for (const models::Step& s : desc_.layers[l].steps) run_step(static_cast<int64_t>(l), s, 0, n);
+  batch_pos_ = {};
+  batch_slot_ = {};
+  norm_rows(x_.data(), desc_.head.norm, norm_, norm_b_, n, xb_.data());
+  gemv_batch(pool_, {{&out_, nullptr, batch_logits_.data()}}, xb_.data(), n);
+  soft_cap(batch_logits_.data(), n * c.vocab_size);
+  return batch_logits_.data();
 }
 
 const float* Engine::decode(int32_t token, int64_t pos) {

@@ -82,6 +82,19 @@ class Engine final : public PrefillHost {
   const float* prefill(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits = nullptr);
   // One token at position pos (the cache must hold positions < pos).
   const float* decode(int32_t token, int64_t pos);
+  // Slots (options().slots): sequences of their own, each with a KV cache of context() positions. prefill and
+  // decode run on the slot chosen here (0 until then); the choice stays until the next call.
+  void use_slot(int64_t slot);
+  int64_t slot() const { return slot_; }
+  // The batched decode step: one new token for each of B = tokens.size() distinct slots, token i at position pos[i]
+  // of slot slots[i] (whose cache holds positions < pos[i]). Every weight matrix is read once for the B rows
+  // (infer/cpu_math.h gemv_batch: each block of rows applied to every token while in cache), attention runs per row
+  // against its slot's cache. Returns the logits [B, vocab], valid until the next call. Each row is computed by
+  // decode's own kernels, so row i is bit for bit decode(tokens[i], pos[i]) on slot slots[i], whatever the other rows.
+  // B >= 2 is refused for a model with linear-attention layers (one recurrent state; the constructor refuses several
+  // slots for such a model).
+  const float* decode_batch(std::span<const int32_t> tokens, std::span<const int64_t> pos,
+                            std::span<const int64_t> slots);
   const PrefillStats& last_prefill() const { return stats_; }
   // Bytes of weight matrices the engine reads per token (for bandwidth figures).
   int64_t weight_bytes() const { return weight_bytes_; }
@@ -89,10 +102,15 @@ class Engine final : public PrefillHost {
 
   // The KV cache: the one place that knows its layout, [attention layers, context, kv_dim] of options().kv_type for
   // the keys and again for the values (a linear-attention layer has no rows: its state is below).
-  // Layer l's rows from position 0, as the attention kernels read them (l an attention layer).
-  KvView kv_rows(int64_t l) const;
-  // Writes rows pos..pos+n-1 of layer l from k, v [n, kv_dim] fp32 (rounded to nearest even when fp16).
-  void store_kv(int64_t l, int64_t pos, const float* k, const float* v, int64_t n) override;
+  // The cache is [slots, attention layers, context, kv_dim] (per slot, per layer, per position a row).
+  // Layer l's rows from position 0 in the current slot, as the attention kernels read them (l an attention layer).
+  KvView kv_rows(int64_t l) const { return kv_rows(l, slot_); }
+  KvView kv_rows(int64_t l, int64_t slot) const;
+  // Writes rows pos..pos+n-1 of layer l (current slot) from k, v [n, kv_dim] fp32 (rounded to nearest even when fp16).
+  void store_kv(int64_t l, int64_t pos, const float* k, const float* v, int64_t n) override {
+    store_kv(l, slot_, pos, k, v, n);
+  }
+  void store_kv(int64_t l, int64_t slot, int64_t pos, const float* k, const float* v, int64_t n);
   // Cache bytes per position, keys and values of every attention layer: 2 * kv_layers() * kv_dim * element bytes.
   int64_t kv_bytes_per_position() const;
   int64_t kv_layers() const { return n_kv_layers_; }  // layers with an attention step (all but linear-attention ones)
@@ -119,7 +137,7 @@ class Engine final : public PrefillHost {
     int64_t head_dim = 0;
     int64_t dims = 0;             // rotated leading dims of each head (head_dim unless partial)
     std::vector<double> freq;     // [dims/2] frequencies (fp32 values, run.c / HF order)
-    std::vector<float> cos, sin;  // [chunk, dims/2] angles of the current forward's positions
+    std::vector<float> cos, sin;  // [rows_, dims/2] angles of the current forward's positions
   };
 
   void check_supported() const;  // throws naming the first step or parameter the CPU path does not implement
@@ -134,6 +152,7 @@ class Engine final : public PrefillHost {
   void run_step(int64_t l, const models::Step& s, int64_t pos, int64_t n);
   void attention(int64_t l, const models::AttnDesc& a, int64_t pos, int64_t n);
   void ffn(const models::FfnDesc& f, const LayerWeights& L, int64_t n);
+  void project(const Mat& w, const float* bias, const float* x, int64_t n, float* y);
   // A Gated DeltaNet layer's weights (the CPU engine's own: the MIL kernels have no such layer).
   struct DeltaWeights {
     Mat qkv, z, b, a, out;                              // [conv_dim, dim], [v, dim], [Hv, dim] x2, [dim, v]
@@ -157,6 +176,11 @@ class Engine final : public PrefillHost {
   ThreadPool pool_;
   int64_t ctx_ = 0;
   int64_t chunk_ = 0;
+  int64_t rows_ = 0;  // scratch rows: max(chunk_, slots)
+  int64_t slot_ = 0;  // the slot prefill / decode run on
+  // During decode_batch: per row its position and slot ([B]); empty otherwise.
+  std::span<const int64_t> batch_pos_, batch_slot_;
+  std::vector<float> batch_logits_;  // [slots, vocab]
   int64_t weight_bytes_ = 0;
   int64_t tiled_bytes_ = 0;
   std::vector<std::shared_ptr<void>> owned_;           // converted matrices
@@ -165,7 +189,7 @@ class Engine final : public PrefillHost {
   std::deque<std::vector<float>> vecs_;   // the norm weights and biases the layers point into
   Mat tok_emb_, pos_emb_, out_;           // [vocab, dim], [max_seq, dim], [vocab, dim]
   std::span<const float> norm_, norm_b_;  // [dim] (in vecs_)
-  Scratch<std::byte> kcache_, vcache_;    // [L, ctx, kv_dim] fp32 or fp16 (pages resident only when written)
+  Scratch<std::byte> kcache_, vcache_;    // [slots, L, ctx, kv_dim] fp32 or fp16 (pages resident only when written)
   // Scratch, [chunk, *] row-major (token-major).
   // Not value-initialised: a decode-only run keeps only the first row of each resident.
   Scratch<float> x_, xb_, q_, k_, v_, att_, h1_, h3_;
@@ -189,6 +213,9 @@ class Engine final : public PrefillHost {
   PrefillStats stats_;
   std::unique_ptr<MilPrefill> mil_;
 };
+
+// Whether the model has layers with a recurrent state (linear attention): then an engine holds one sequence.
+bool has_recurrent_state(const models::ModelConfig& c);
 
 // Parses "fp16"/"f16" or "fp32"/"f32" (other model dtypes are converted at load to one of these).
 WType parse_wtype(const std::string& s);

@@ -21,8 +21,9 @@ struct EngineOptions {
   int64_t context = 0;            // KV-cache positions; 0 = the model's max_seq_len
   KvType kv_type = KvType::kF32;  // KV-cache element type: fp32, or fp16 (half the memory; rounded when written)
   int64_t prefill_chunk = 256;    // CPU prefill processes at most this many tokens per pass
-  bool quiet = false;             // no notes or progress lines (kernel compiles) on stderr
-  int compile_budget = -1;        // backend compile budget override (-1: the device profile's)
+  int64_t slots = 1;   // sequences with their own KV cache (Engine::use_slot, decode_batch): the server's --parallel
+  bool quiet = false;  // no notes or progress lines (kernel compiles) on stderr
+  int compile_budget = -1;  // backend compile budget override (-1: the device profile's)
   std::string ane_weights =
       "fp16";  // MIL prefill weights: fp16 | int8 | w8a8 | q4 | auto (the device profile's), prefill_mil.h
   std::vector<int32_t> calibration_tokens;  // w8a8 activation calibration prompt (empty: the first prompt)

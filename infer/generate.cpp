@@ -178,8 +178,11 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::v
   const auto t0 = Clock::now();
   std::vector<float> logits(static_cast<size_t>(vocab));
   cached = reusable_prefix(e, cached);
-  const float* lp = e.prefill(std::span<const int32_t>(prompt).subspan(static_cast<size_t>(cached)), cached);
-  r.prefill = e.last_prefill();
+  auto prefill = [&](std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all) {
+    return o.forward ? o.forward->prefill(tokens, pos, all) : e.prefill(tokens, pos, all);
+  };
+  const float* lp = prefill(std::span<const int32_t>(prompt).subspan(static_cast<size_t>(cached)), cached, nullptr);
+  r.prefill = o.forward ? o.forward->last_prefill() : e.last_prefill();
   r.prefill_ms = ms_since(t0);
 
   // The prompt is echoed after the prefill, so that what the prefill prints on stderr (the MIL kernels'
@@ -221,10 +224,10 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::v
     std::vector<int32_t> drafts;
     if (o.draft_max > 0 && room > 0)
       drafts = lookup_drafts(history, o.draft_ngram, o.draft_ngram_min, std::min<int64_t>(o.draft_max, room));
-    if (drafts.empty()) return e.decode(tok, p);
+    if (drafts.empty()) return o.forward ? o.forward->decode(tok, p) : e.decode(tok, p);
     spec_in.assign(1, tok);
     spec_in.insert(spec_in.end(), drafts.begin(), drafts.end());
-    e.prefill(spec_in, p, &spec_rows);
+    prefill(spec_in, p, &spec_rows);
     spec_from = p;
     r.drafted += static_cast<int64_t>(drafts.size());
     ++r.batched_passes;

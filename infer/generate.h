@@ -34,6 +34,17 @@ struct TokenLogprob {
   std::vector<std::pair<int32_t, float>> top;  // (id, logprob), most likely first
 };
 
+// Where generation's forwards run (GenerateOptions::forward): the engine's own prefill / decode when none is given;
+// the server passes a slot of a Batcher (infer/batch.h), so that concurrent generations share batched decode steps.
+class Forward {
+ public:
+  virtual ~Forward() = default;
+  // As Engine::prefill / Engine::decode on this forward's sequence; the logits stay valid until its next call.
+  virtual const float* prefill(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits) = 0;
+  virtual const float* decode(int32_t token, int64_t pos) = 0;
+  virtual PrefillStats last_prefill() const = 0;
+};
+
 struct GenerateOptions {
   int64_t steps = 256;          // run.c -n (0 or > context: the context)
   int64_t max_new_tokens = -1;  // >= 0 overrides steps
@@ -61,6 +72,7 @@ struct GenerateOptions {
   // path quantizes activations differently and greedy output can differ (docs/inference.md, measured).
   int32_t draft_max = 0;
   int32_t draft_ngram = 3, draft_ngram_min = 2;
+  Forward* forward = nullptr;  // not owned; null: the engine's own forwards
 };
 
 struct GenerateResult {

@@ -12,6 +12,13 @@ byte at a time, garbage, a huge Content-Length, streams left mid-way, pipelined 
 clients' rules stay the same. --api-key KEY sends "Authorization: Bearer KEY".
 
   scripts/serve_load_test.py --port 8080 --pid $(pgrep -n anelab) --clients 64 --requests 320 [--abuse 16]
+
+With --bench 1,8 it measures throughput instead: for each client count C, C threads each send --bench-rounds
+streamed greedy requests of --max-tokens tokens one after another (distinct prompts), and it prints one JSON line
+with, per C, the aggregate decode rate (generated tokens of all clients / wall time of the phase), the time to first
+token (p50, p99, max) and the ratio of each rate to the first C's (continuous batching: 8 clients share steps).
+
+  scripts/serve_load_test.py --port 8080 --bench 1,8 --max-tokens 128 --bench-rounds 2
 """
 import argparse
 import http.client
@@ -108,6 +115,67 @@ def one_attempt(host, port, i, max_tokens, timeout):
         conn.close()
 
 
+def bench_request(host, port, i, max_tokens, timeout):
+    """One streamed greedy request: (time to first token s, generated tokens, total s)."""
+    words = ["time", "cat", "river", "house", "green", "small", "happy", "north", "stone", "light"]
+    prompt = "Story %d: the %s %s and the %s" % (i, words[i % 10], words[(i * 3 + 1) % 10], words[(i * 7 + 2) % 10])
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    t0 = time.perf_counter()
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("POST", "/v1/completions", body=json.dumps(body), headers=HEADERS)
+        resp = conn.getresponse()
+        if resp.status != 200:
+            raise RuntimeError("status %d: %s" % (resp.status, resp.read()[:200]))
+        ttft, tokens = None, None
+        while True:
+            line = resp.readline()
+            if not line:
+                break
+            line = line.strip()
+            if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                continue
+            ev = json.loads(line[6:])
+            if ttft is None and ev.get("choices") and ev["choices"][0].get("text"):
+                ttft = time.perf_counter() - t0
+            if ev.get("usage"):
+                tokens = ev["usage"]["completion_tokens"]
+        total = time.perf_counter() - t0
+        return (ttft if ttft is not None else total, tokens or 0, total)
+    finally:
+        conn.close()
+
+
+def bench(a):
+    phases = []
+    for c in [int(x) for x in a.bench.split(",")]:
+        results, lock = [], threading.Lock()
+
+        def client(k):
+            for r in range(a.bench_rounds):
+                res = bench_request(a.host, a.port, 1000 * c + k * a.bench_rounds + r, a.max_tokens, a.timeout)
+                with lock:
+                    results.append(res)
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(c)]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t0
+        tokens = sum(r[1] for r in results)
+        ttft = [r[0] * 1e3 for r in results]
+        phases.append({"clients": c, "requests": len(results), "tokens": tokens, "wall_s": round(wall, 3),
+                       "decode_tok_s": round(tokens / wall, 2),
+                       "ttft_ms": {"p50": round(percentile(ttft, 50), 1), "p99": round(percentile(ttft, 99), 1),
+                                   "max": round(max(ttft), 1)}})
+    for p in phases:
+        p["ratio_to_first"] = round(p["decode_tok_s"] / phases[0]["decode_tok_s"], 3)
+    print(json.dumps({"bench": phases, "max_tokens": a.max_tokens, "rounds": a.bench_rounds}))
+
+
 def percentile(xs, p):
     if not xs:
         return 0.0
@@ -129,6 +197,8 @@ def main():
     ap.add_argument("--retries", type=int, default=0, help="retry a 503 this often (50-250 ms pause)")
     ap.add_argument("--abuse", type=int, default=0, help="hostile threads while the load runs")
     ap.add_argument("--api-key", default="", help="sent as 'Authorization: Bearer KEY'")
+    ap.add_argument("--bench", default="", help="client counts, e.g. 1,8: measure decode tok/s and time to first token")
+    ap.add_argument("--bench-rounds", type=int, default=2, help="--bench: requests per client, one after another")
     a = ap.parse_args()
     if a.host not in ("127.0.0.1", "localhost", "::1"):
         sys.exit("serve_load_test: loopback only")
@@ -139,6 +209,9 @@ def main():
     c = http.client.HTTPConnection(a.host, a.port, timeout=10)
     c.request("GET", "/v1/models", headers=HEADERS)
     CHAT = json.loads(c.getresponse().read())["data"][0].get("chat_template", "qwen2.5") is not None
+    if a.bench:
+        bench_request(a.host, a.port, 0, 8, a.timeout)  # warm-up
+        return bench(a)
     for i in range(3):  # warm-up (first requests allocate per-worker buffers)
         one_request(a.host, a.port, -1 - i, a.max_tokens, a.timeout)
     rss0 = rss_kib(a.pid)

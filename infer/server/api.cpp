@@ -963,6 +963,28 @@ std::string prometheus_metrics(const MetricsSnapshot& m) {
       slots.emplace_back("{slot=\"" + std::to_string(i) + "\"}", double(m.slot_busy[i]));
     prom_metric(o, "anelab_slot_busy", "gauge", "Per worker (llama.cpp's slot): 1 while it generates.", slots);
   }
+  if (const BatchFigures& b = m.batch; b.batched) {
+    prom_metric(o, "anelab_batch_steps_total", "counter", "Batched decode steps (continuous batching).",
+                one(double(b.steps)));
+    prom_metric(o, "anelab_batch_decode_tokens_total", "counter",
+                "Tokens decoded by the batched steps (divided by the steps: tokens per step).",
+                one(double(b.decode_tokens)));
+    prom_metric(o, "anelab_batch_tokens_per_step", "gauge", "Tokens (slots) of the latest batched decode step.",
+                one(double(b.last_batch)));
+    std::vector<std::pair<std::string, double>> sizes;
+    for (size_t i = 1; i < b.batch_sizes.size(); ++i)
+      sizes.emplace_back("{size=\"" + std::to_string(i) + "\"}", double(b.batch_sizes[i]));
+    prom_metric(o, "anelab_batch_steps_by_size_total", "counter", "Batched decode steps by their number of tokens.",
+                sizes);
+    prom_metric(o, "anelab_batch_prefill_tokens_total", "counter", "Prompt tokens prefilled in chunks between steps.",
+                one(double(b.prefill_tokens)));
+    std::vector<std::pair<std::string, double>> states;
+    for (size_t i = 0; i < b.slots.size(); ++i)
+      for (const char* st : {"idle", "prefill", "decode", "sampling"})
+        states.emplace_back("{slot=\"" + std::to_string(i) + "\",state=\"" + st + "\"}",
+                            b.slots[i].state == st ? 1.0 : 0.0);
+    prom_metric(o, "anelab_slot_state", "gauge", "Per slot: 1 for its state (continuous batching).", states);
+  }
   prom_metric(o, "anelab_requests_total", "counter", "Generation requests by outcome.",
               {{"{outcome=\"admitted\"}", double(m.admitted)},
                {"{outcome=\"rejected\"}", double(m.rejected)},

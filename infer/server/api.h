@@ -193,6 +193,21 @@ size_t utf8_complete_prefix(std::string_view s);
 // GET /metrics: Prometheus text exposition format (version 0.0.4). Counters end in _total; energy is
 // per rail of the server's power source (framework/core/power.h) since the server started, and absent
 // (with anelab_power_available 0 and the reason as a comment) when there is none: never 0 J.
+// Continuous batching (one engine, --parallel slots: infer/batch.h): its steps and each slot's state.
+struct BatchFigures {
+  bool batched = false;  // false: the workers run engines of their own (a model with a recurrent state)
+  uint64_t steps = 0, decode_tokens = 0;  // decode steps, and their rows (decode_tokens / steps: tokens per step)
+  uint64_t prefill_tokens = 0, prefill_chunks = 0;
+  int64_t last_batch = 0;             // rows of the latest step
+  std::vector<uint64_t> batch_sizes;  // [slots + 1]: steps of each batch size
+  struct Slot {
+    std::string state;  // "idle", "prefill", "decode", "sampling" (between two steps)
+    int64_t pos = 0;    // the next position of its sequence
+    uint64_t decoded = 0, prefilled = 0;
+  };
+  std::vector<Slot> slots;
+};
+
 struct MetricsSnapshot {
   double uptime_s = 0;
   size_t workers = 0, queue_max = 0, running = 0, waiting = 0;
@@ -201,6 +216,7 @@ struct MetricsSnapshot {
   uint64_t cached_tokens = 0;          // prompt tokens served from the prompt cache
   uint64_t drafted = 0, accepted = 0;  // speculative decoding
   std::vector<int> slot_busy;          // per worker: 1 while it generates
+  BatchFigures batch;
   bool power_available = false;
   std::string power_source, power_reason;
   std::vector<std::pair<std::string, double>> energy_j;  // (rail, joules) for the rails the source has

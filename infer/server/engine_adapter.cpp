@@ -6,6 +6,7 @@
 #include <random>
 
 #include "framework/core/error.h"
+#include "infer/batch.h"
 #include "infer/engine.h"
 #include "infer/generate.h"
 #include "infer/load.h"
@@ -19,7 +20,30 @@ namespace {
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-struct Cancelled {};  // thrown from the text sink to leave generate_tokens at the next token
+struct Cancelled {};  // thrown from the text sink or a forward to leave generate_tokens at the next token
+
+// A batcher slot that stops at the next step once the job is cancelled (client gone, streamed or not; shutdown), so
+// the slot is free for the next job without waiting for a token that prints.
+class CancellableForward final : public infer::Forward {
+ public:
+  CancellableForward(infer::Forward& f, const Job& job) : f_(f), job_(job) {}
+  const float* prefill(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits) override {
+    check();
+    return f_.prefill(tokens, pos, all_logits);
+  }
+  const float* decode(int32_t token, int64_t pos) override {
+    check();
+    return f_.decode(token, pos);
+  }
+  infer::PrefillStats last_prefill() const override { return f_.last_prefill(); }
+
+ private:
+  void check() const {
+    if (job_.cancel.load(std::memory_order_relaxed)) throw Cancelled{};
+  }
+  infer::Forward& f_;
+  const Job& job_;
+};
 
 ApiError bad_request(std::string msg, std::string param, std::string code) {
   return ApiError{400, std::move(msg), "invalid_request_error", std::move(param), std::move(code)};
@@ -39,7 +63,8 @@ uint64_t random_seed() {
 struct ModelPool::Impl {
   ModelOptions opt;
   std::unique_ptr<tok::Tokenizer> tk;
-  std::vector<std::unique_ptr<infer::Engine>> engines;  // one per worker
+  std::vector<std::unique_ptr<infer::Engine>> engines;  // one with a slot per worker, or one per worker
+  std::unique_ptr<infer::Batcher> batcher;              // over engines[0] when it has the slots; else null
   std::string arch, source_format;
   std::vector<int32_t> chat_stops;  // tok::chat_stop_ids
   tok::ChatTemplate chat = tok::ChatTemplate::kNone;
@@ -49,12 +74,13 @@ struct ModelPool::Impl {
   // worker's thread).
   std::vector<std::vector<int32_t>> cached;
 
-  // One engine per worker; the tokenizer is loaded with the first.
-  std::unique_ptr<infer::Engine> make_engine() {
+  // An engine with `slots` slots (1 for a model with a recurrent state); the tokenizer is loaded with the first.
+  std::unique_ptr<infer::Engine> make_engine(int64_t slots) {
     infer::LoadOptions lo = opt.load;
     lo.quiet = true;
     lo.component = "serve";
     infer::LoadedModel l = infer::load_model(lo, tk ? infer::TokenizerUse::kNone : infer::TokenizerUse::kRequired);
+    l.engine.slots = infer::has_recurrent_state(l.model.config) ? 1 : slots;
     if (!tk) {
       tk = std::move(l.tokenizer);
       chat = l.chat;
@@ -110,11 +136,18 @@ ModelPool::ModelPool(const ModelOptions& o, size_t workers) : impl_(std::make_un
   };
   auto t0 = Clock::now();
   const size_t n = std::max<size_t>(1, workers);
-  if (n > 1 && impl_->opt.load.mmap == "auto") impl_->opt.load.mmap = "on";
-  for (size_t w = 0; w < n; ++w) {
-    say("loading " + o.load.model +
-        (n > 1 ? " (worker " + std::to_string(w + 1) + " of " + std::to_string(n) + ")" : "") + " ...");
-    impl_->engines.push_back(impl_->make_engine());
+  say("loading " + o.load.model + (n > 1 ? " (" + std::to_string(n) + " slots)" : "") + " ...");
+  impl_->engines.push_back(impl_->make_engine(static_cast<int64_t>(n)));
+  if (impl_->engines.front()->options().slots == static_cast<int64_t>(n)) {
+    impl_->batcher = std::make_unique<infer::Batcher>(*impl_->engines.front(), o.batch_chunk);
+  } else {  // a recurrent state holds one sequence: an engine per worker
+    if (impl_->opt.load.mmap == "auto") impl_->opt.load.mmap = "on";
+    say("the model's linear-attention layers keep one recurrent state per engine: " + std::to_string(n) +
+        " engines, one per worker, without batching");
+    for (size_t w = 1; w < n; ++w) {
+      say("loading " + o.load.model + " (worker " + std::to_string(w + 1) + " of " + std::to_string(n) + ")" + " ...");
+      impl_->engines.push_back(impl_->make_engine(1));
+    }
   }
   load_ms_ = ms_since(t0);
   impl_->cached.resize(n);
@@ -205,7 +238,7 @@ std::optional<ApiError> ModelPool::prepare(const CompletionRequest& r, GenParams
 }
 
 GenOutcome ModelPool::run(size_t w, Job& job) {
-  infer::Engine& e = *impl_->engines.at(w);
+  infer::Engine& e = *impl_->engines.at(impl_->batcher ? 0 : w);
   const GenParams& p = job.params;
   infer::GenerateOptions o;
   o.max_new_tokens = p.max_new_tokens;
@@ -258,6 +291,13 @@ GenOutcome ModelPool::run(size_t w, Job& job) {
   reuse = static_cast<size_t>(infer::reusable_prefix(e, static_cast<int64_t>(reuse)));
   held.clear();  // until this generation has finished, the engine's K/V are in flux
   out.usage.cached_tokens = static_cast<int64_t>(reuse);
+  std::optional<infer::Batcher::Active> active;  // this worker's slot takes part in the steps while it generates
+  std::optional<CancellableForward> forward;
+  if (impl_->batcher) {
+    active.emplace(*impl_->batcher, static_cast<int64_t>(w));
+    forward.emplace(impl_->batcher->slot(static_cast<int64_t>(w)), job);
+    o.forward = &*forward;
+  }
   try {
     const infer::GenerateResult r =
         infer::generate_tokens(e, *impl_->tk, p.prompt, static_cast<int64_t>(reuse), o, [&](std::string_view s) {
@@ -320,6 +360,20 @@ std::optional<ApiError> ModelPool::detokenize(const std::vector<int64_t>& ids, s
   }
   text = tk.decode(v);
   return std::nullopt;
+}
+
+BatchFigures ModelPool::batch() const {
+  BatchFigures f;
+  if (!impl_->batcher) return f;
+  const infer::Batcher::Stats st = impl_->batcher->stats();
+  f.batched = true;
+  f.steps = st.steps, f.decode_tokens = st.decode_tokens;
+  f.prefill_tokens = st.prefill_tokens, f.prefill_chunks = st.prefill_chunks;
+  f.last_batch = st.last_batch;
+  f.batch_sizes = st.batch_sizes;
+  for (const auto& s : st.slots)
+    f.slots.push_back({infer::Batcher::state_name(s.state), s.pos, s.decoded, s.prefilled});
+  return f;
 }
 
 nlohmann::json ModelPool::info() const {

@@ -1,10 +1,11 @@
 // The one place where `anelab serve` touches the inference API (infer/engine.h, infer/generate.h,
 // models/tokenizer/chat_template.h).
 //
-// Generator is what the HTTP layer needs from a model; ModelPool implements it over N Engines, one per
-// generation worker (each Engine owns its KV cache, scratch and thread pool, so workers never share
-// mutable state; the tokenizer is shared — it is thread-safe). Memory: weights converted at load
-// (e.g. fp32 llama2.c -> fp16) and the KV cache are per Engine, so --parallel N costs N times that.
+// Generator is what the HTTP layer needs from a model; ModelPool implements it over one Engine with N slots (a KV cache
+// each, EngineOptions::slots) shared by the N generation workers through continuous batching (infer/batch.h: the
+// workers' decode steps run together, prompts are prefilled in chunks between them); the tokenizer is shared (it is
+// thread-safe). Memory: the weights once, the KV cache N times. A model with linear-attention layers (one recurrent
+// state per engine) gets N engines instead, one per worker, each with its weights and KV cache.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -31,7 +32,8 @@ class Generator {
   // Runs a job on worker w; streams text through job.push_text; stops at the next token once
   // job.cancel is set (stop_reason "cancelled").
   virtual GenOutcome run(size_t w, Job& job) = 0;
-  virtual nlohmann::json info() const = 0;  // for /v1/models and /health
+  virtual nlohmann::json info() const = 0;           // for /v1/models and /health
+  virtual BatchFigures batch() const { return {}; }  // for /metrics and /slots
   // llama.cpp's /tokenize and /detokenize: the ids of text (add_special: BOS where the tokenizer adds one),
   // with each id's piece when pieces is given; the text of ids (ids outside the vocabulary are a 400). A
   // generator without a tokenizer answers 501.
@@ -48,6 +50,7 @@ struct ModelOptions {
   int64_t warmup_tokens = 512;  // compile the prefill buckets for prompts up to this many tokens at start
   std::string name;             // model id in responses (default: the model file's name)
   int32_t draft_max = 0;        // speculative decoding with prompt-lookup drafts (infer::GenerateOptions)
+  int64_t batch_chunk = 128;    // continuous batching: the most prompt tokens of one slot prefilled per step
   std::function<void(const std::string&)> progress;  // start-up progress lines (load, warm-up); empty: silent
 };
 
@@ -59,6 +62,7 @@ class ModelPool final : public Generator {
   std::optional<ApiError> prepare(const CompletionRequest& r, GenParams& out) const override;
   GenOutcome run(size_t w, Job& job) override;
   nlohmann::json info() const override;
+  BatchFigures batch() const override;
   std::optional<ApiError> tokenize(const std::string& text, bool add_special, std::vector<int32_t>& ids,
                                    std::vector<std::string>* pieces) const override;
   std::optional<ApiError> detokenize(const std::vector<int64_t>& ids, std::string& text) const override;

@@ -299,12 +299,19 @@ void HttpServer::props(HttpResponse& r) {
 
 void HttpServer::slots(HttpResponse& r) {
   nlohmann::json out = nlohmann::json::array();
-  for (const auto& s : sched_->slots())
-    out.push_back({{"id", s.id},
-                   {"n_ctx", gen_.context()},
-                   {"is_processing", s.busy},
-                   {"n_prompt_tokens", s.prompt_tokens},
-                   {"n_predict", s.max_new_tokens}});
+  const BatchFigures b = gen_.batch();
+  for (const auto& s : sched_->slots()) {
+    nlohmann::json j{{"id", s.id},
+                     {"n_ctx", gen_.context()},
+                     {"is_processing", s.busy},
+                     {"n_prompt_tokens", s.prompt_tokens},
+                     {"n_predict", s.max_new_tokens}};
+    if (s.id < b.slots.size()) {  // continuous batching: where the slot's sequence is
+      const BatchFigures::Slot& x = b.slots[s.id];
+      j["state"] = x.state, j["n_past"] = x.pos, j["n_decoded_total"] = x.decoded, j["n_prefilled_total"] = x.prefilled;
+    }
+    out.push_back(std::move(j));
+  }
   r.set_content(dump(out), kJson);
 }
 
@@ -335,6 +342,7 @@ MetricsSnapshot HttpServer::metrics() {
   m.admitted = st.admitted, m.rejected = st.rejected, m.completed = st.completed, m.cancelled = st.cancelled;
   m.failed = st.failed;
   for (const auto& slot : sched_->slots()) m.slot_busy.push_back(slot.busy ? 1 : 0);
+  m.batch = gen_.batch();
   m.prompt_tokens = prompt_tokens_.load(), m.completion_tokens = completion_tokens_.load();
   m.cached_tokens = cached_tokens_.load();
   m.drafted = drafted_.load(), m.accepted = accepted_.load();

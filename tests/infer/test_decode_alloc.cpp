@@ -90,5 +90,39 @@ TEST(DecodeAlloc, DecodeStepsAllocateNothing) {
   }
 }
 
+// The batched decode step (Engine::decode_batch) of 3 slots allocates nothing either.
+TEST(DecodeAlloc, BatchedStepsAllocateNothing) {
+  for (const char* preset : {"qwen2.5-0.5b", "gemma3-270m"}) {
+    for (const bool q8 : {false, true}) {
+      const models::Model base = models::random_model(small(preset), 5);
+      models::Model m = q8 ? models::quantize_model(base, models::QuantMix::kQ8_0) : base;
+      EngineOptions o;
+      o.keep_quantized = q8;
+      o.threads = 2;
+      o.quiet = true;
+      o.slots = 3;
+      Engine e(std::move(m), o);
+      const std::vector<int32_t> prompt = {1, 7, 42, 300, 5};
+      for (int64_t s = 0; s < 3; ++s) {
+        e.use_slot(s);
+        e.prefill(std::span<const int32_t>(prompt).first(static_cast<size_t>(3 + s)), 0);
+      }
+      std::vector<int32_t> tok = {11, 12, 13};
+      std::vector<int64_t> pos = {3, 4, 5};
+      const std::vector<int64_t> slots = {2, 0, 1};
+      auto step = [&] {
+        e.decode_batch(tok, pos, slots);
+        for (size_t i = 0; i < tok.size(); ++i) tok[i] = (tok[i] * 37 + 3) % 512, ++pos[i];
+      };
+      step(), step();
+      g_allocations = 0;
+      g_counting = true;
+      for (int i = 0; i < 8; ++i) step();
+      g_counting = false;
+      EXPECT_EQ(g_allocations.load(), 0) << preset << (q8 ? " q8_0" : " fp16");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace anelab::infer

@@ -2,7 +2,9 @@
 // driven by curl and a standard-library Python client (tests/serve/client.py). Answers must equal
 // `anelab infer generate` for the same seed / temperature / top-p / max tokens (run here for the
 // expected text); malformed requests get 4xx JSON; a 64-client load test passes with only 200/503 and
-// stable memory; SIGTERM exits 0. Skips when the shared data is absent.
+// stable memory; SIGTERM exits 0. Continuous batching (ServeBatching, a random-weight model made with `convert
+// --random`): concurrent greedy requests answer what each answers alone, in shared steps; a client that goes away
+// frees its slot. Skips when the shared data is absent.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -43,16 +45,14 @@ struct ServerProc {
   pid_t pid = -1;
   int port = 0;
   fs::path dir;
+  std::string model = anelab::test::data_path(kModel);  // the model served
   // Starts `anelab serve` on a free port (--port 0, the port comes back through --port-file).
   bool start(const std::vector<std::string>& extra) {
     dir = anelab::test::temp_dir("serve");
     const std::string port_file = (dir / "port").string(), log = (dir / "server.log").string();
-    std::vector<std::string> args = {kBin,          "serve",
-                                     "--model",     anelab::test::data_path(kModel),
-                                     "--tokenizer", anelab::test::data_path(kTok),
-                                     "--port",      "0",
-                                     "--port-file", port_file,
-                                     "--no-log"};
+    std::vector<std::string> args = {
+        kBin,     "serve", "--model",     model,     "--tokenizer", anelab::test::data_path(kTok),
+        "--port", "0",     "--port-file", port_file, "--no-log"};
     args.insert(args.end(), extra.begin(), extra.end());
     pid = fork();
     if (pid == 0) {
@@ -548,6 +548,141 @@ TEST(ServeAcceptanceLifecycle, EmulatorBackendEqualsCli) {
   ASSERT_TRUE(r.is_object()) << out;
   EXPECT_EQ(r["choices"][0]["text"].get<std::string>() + "\n", expected);
   EXPECT_EQ(p.stop(), 0);
+}
+
+}  // namespace
+}  // namespace anelab::serve
+
+namespace anelab::serve {
+namespace {
+
+// Continuous batching (one engine, --parallel slots, infer/batch.h) on a random-weight model slow enough that requests
+// overlap (dim 512, 6 layers: a few ms per token here): concurrent greedy requests answer what each answers alone,
+// the steps really batch them (/metrics), and a client that goes away frees its slot at the next step.
+class ServeBatching : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!fs::exists(anelab::test::data_path(kTok))) return;
+    const fs::path dir = anelab::test::temp_dir("serve_batch");
+    const std::string m = (dir / "random.gguf").string();
+    int rc = 0;
+    const std::string out = capture(
+        kBin + " convert --random qwen2.5-0.5b " + m + " --dtype fp16 --shape " +
+            anelab::test::sh_quote(R"({"dim": 512, "hidden_dim": 1536, "n_layers": 6, "n_heads": 8, "n_kv_heads": 2, )"
+                                   R"("head_dim": 64, "vocab_size": 512, "max_seq_len": 1024})") +
+            " 2>&1",
+        &rc);
+    if (rc != 0) {
+      ADD_FAILURE() << "convert --random failed:\n" << out;
+      return;
+    }
+    srv_ = new ServerProc;
+    srv_->model = m;
+    if (!srv_->start({"--backend", "cpu", "--parallel", "4", "--queue", "8", "--threads", "2"})) {
+      ADD_FAILURE() << "server did not start:\n" << srv_->log();
+      delete srv_;
+      srv_ = nullptr;
+    }
+  }
+  static void TearDownTestSuite() {
+    delete srv_;
+    srv_ = nullptr;
+  }
+  void SetUp() override {
+    ANELAB_REQUIRE_DATA(kTok);
+    if (!srv_) GTEST_SKIP() << "no server";
+  }
+  static std::string batch_url(const std::string& path) {
+    return "http://127.0.0.1:" + std::to_string(srv_->port) + path;
+  }
+  static std::string get(const std::string& path) {
+    return capture("curl -s -S " + anelab::test::sh_quote(batch_url(path)));
+  }
+  static json complete(const json& body, const std::string& tag) {
+    const fs::path f = srv_->dir / ("batch_" + tag + ".json");
+    std::ofstream(f, std::ios::binary) << body.dump();
+    return json::parse(capture("curl -s -S -H 'Content-Type: application/json' --data-binary @" + f.string() + " " +
+                               anelab::test::sh_quote(batch_url("/v1/completions"))),
+                       nullptr, false);
+  }
+  // A counter or gauge of /metrics (the sum of its series whose labels contain `label`).
+  static double metric(const std::string& name, const std::string& label = "") {
+    const std::string text = get("/metrics");
+    double sum = 0;
+    for (size_t at = 0; (at = text.find(name, at)) != std::string::npos; at += name.size()) {
+      if (at > 0 && text[at - 1] != '\n') continue;
+      const size_t eol = text.find('\n', at);
+      const std::string line = text.substr(at, eol - at);
+      const size_t sp = line.rfind(' ');
+      const std::string key = line.substr(0, sp);
+      if (key != name && key.rfind(name + "{", 0) != 0) continue;
+      if (!label.empty() && key.find(label) == std::string::npos) continue;
+      sum += std::atof(line.c_str() + sp + 1);
+    }
+    return sum;
+  }
+  static bool all_slots_idle() {
+    const json s = json::parse(get("/slots"), nullptr, false);
+    if (!s.is_array()) return false;
+    for (const auto& x : s)
+      if (x.value("is_processing", true) || x.value("state", "") != "idle") return false;
+    return true;
+  }
+  static inline ServerProc* srv_ = nullptr;
+};
+
+TEST_F(ServeBatching, ConcurrentGreedyRequestsAnswerWhatEachAnswersAlone) {
+  const std::vector<std::string> prompts = {"Once upon a time", "The cat sat", "Lily and Tom went", "A big red ball"};
+  auto body = [&](size_t i) {
+    return json{{"prompt", prompts[i]}, {"max_tokens", 96}, {"temperature", 0}, {"cache_prompt", false}};
+  };
+  std::vector<json> alone(prompts.size()), together(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) alone[i] = complete(body(i), "alone" + std::to_string(i));
+  const double multi0 =
+      metric("anelab_batch_steps_by_size_total") - metric("anelab_batch_steps_by_size_total", "size=\"1\"");
+  std::vector<std::thread> ts;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    ts.emplace_back([&, i] { together[i] = complete(body(i), "together" + std::to_string(i)); });
+  for (auto& t : ts) t.join();
+  const double multi1 =
+      metric("anelab_batch_steps_by_size_total") - metric("anelab_batch_steps_by_size_total", "size=\"1\"");
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(alone[i].contains("choices")) << alone[i].dump();
+    ASSERT_TRUE(together[i].contains("choices")) << together[i].dump();
+    EXPECT_EQ(together[i]["choices"][0]["text"], alone[i]["choices"][0]["text"]) << prompts[i];
+    EXPECT_EQ(together[i]["usage"]["completion_tokens"], alone[i]["usage"]["completion_tokens"]) << prompts[i];
+  }
+  // The concurrent requests shared steps of 2 or more tokens (one engine, batched), not one step per request.
+  EXPECT_GT(multi1 - multi0, 10.0) << get("/metrics");
+  EXPECT_GT(metric("anelab_batch_decode_tokens_total"), metric("anelab_batch_steps_total"));
+}
+
+TEST_F(ServeBatching, ClientThatGoesAwayFreesItsSlot) {
+  // 500 tokens take seconds here; each client leaves early: a stream after 2 events, a plain request after 0.5 s.
+  const double decoded0 = metric("anelab_batch_decode_tokens_total");
+  const json req{{"prompt", "Once"}, {"max_tokens", 500}, {"temperature", 0}, {"stream", true}};
+  const fs::path f = srv_->dir / "batch_cancel.json";
+  std::ofstream(f, std::ios::binary) << req.dump();
+  capture("/usr/bin/python3 " + anelab::test::sh_quote(anelab::test::source_path("tests/serve/client.py")) +
+          " --port " + std::to_string(srv_->port) + " --method POST --path /v1/completions --body-file " + f.string() +
+          " --disconnect-after 2");
+  json plain = req;
+  plain["stream"] = false;
+  const fs::path g = srv_->dir / "batch_cancel_plain.json";
+  std::ofstream(g, std::ios::binary) << plain.dump();
+  capture("curl -s -m 0.5 -H 'Content-Type: application/json' --data-binary @" + g.string() + " " +
+          anelab::test::sh_quote(batch_url("/v1/completions")) + " >/dev/null 2>&1");
+  bool idle = false;
+  for (int i = 0; i < 50 && !(idle = all_slots_idle()); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(idle) << get("/slots");
+  // Fewer than the 1000 tokens asked for were decoded: both generations stopped when their client left.
+  EXPECT_LT(metric("anelab_batch_decode_tokens_total") - decoded0, 500.0);
+  const json h = json::parse(get("/health"), nullptr, false);
+  EXPECT_GE(h.value("cancelled", 0), 2) << h.dump();
+  // and the slots serve again
+  const json r = complete(json{{"prompt", "Once"}, {"max_tokens", 8}, {"temperature", 0}}, "after");
+  EXPECT_GE(r["usage"].value("completion_tokens", 0), 1) << r.dump();
 }
 
 }  // namespace

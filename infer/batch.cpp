@@ -1,0 +1,202 @@
+#include "infer/batch.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "framework/core/error.h"
+
+namespace anelab::infer {
+
+Batcher::Batcher(Engine& e, int64_t prefill_chunk)
+    : e_(e), chunk_(std::max<int64_t>(1, prefill_chunk)), slots_(static_cast<size_t>(e.options().slots)) {
+  const auto n = slots_.size();
+  for (size_t s = 0; s < n; ++s) {
+    slots_[s].logits.resize(static_cast<size_t>(e.config().vocab_size));
+    slots_[s].forward = std::make_unique<SlotForward>(*this, static_cast<int64_t>(s));
+  }
+  stats_.batch_sizes.assign(n + 1, 0);
+  stats_.slots.resize(n);
+  dec_tok_.reserve(n), dec_pos_.reserve(n), dec_slot_.reserve(n), pre_slot_.reserve(n);
+  thread_ = std::thread([this] { loop(); });
+}
+
+Batcher::~Batcher() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  step_cv_.notify_all();
+  thread_.join();
+}
+
+Forward& Batcher::slot(int64_t s) {
+  ANELAB_CHECK(s >= 0 && s < slots(), "batch", "slot ", s, " outside the ", slots(), " slots");
+  return *slots_[static_cast<size_t>(s)].forward;
+}
+
+void Batcher::begin(int64_t s) {
+  ANELAB_CHECK(s >= 0 && s < slots(), "batch", "slot ", s, " outside the ", slots(), " slots");
+  std::lock_guard<std::mutex> lk(mu_);
+  Slot& sl = slots_[static_cast<size_t>(s)];
+  ANELAB_CHECK(!sl.active, "batch", "slot ", s, " is already running a generation");
+  sl.active = true;
+  sl.req = Request{};
+  sl.info.state = SlotState::kSampling;
+}
+
+void Batcher::end(int64_t s) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    Slot& sl = slots_[static_cast<size_t>(s)];
+    sl.active = false;
+    sl.info.state = SlotState::kIdle;
+  }
+  step_cv_.notify_all();  // the others no longer wait for this slot
+}
+
+const char* Batcher::state_name(SlotState s) {
+  switch (s) {
+    case SlotState::kIdle:
+      return "idle";
+    case SlotState::kPrefill:
+      return "prefill";
+    case SlotState::kDecode:
+      return "decode";
+    case SlotState::kSampling:
+      return "sampling";
+  }
+  return "?";
+}
+
+Batcher::Stats Batcher::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  Stats st = stats_;
+  for (size_t s = 0; s < slots_.size(); ++s) st.slots[s] = slots_[s].info;
+  return st;
+}
+
+const float* Batcher::submit(int64_t s, const Request& r) {
+  std::unique_lock<std::mutex> lk(mu_);
+  Slot& sl = slots_[static_cast<size_t>(s)];
+  ANELAB_CHECK(sl.active, "batch", "slot ", s, " runs a forward outside begin() .. end()");
+  sl.req = r;
+  sl.info.state = r.kind == Kind::kDecode ? SlotState::kDecode : SlotState::kPrefill;
+  step_cv_.notify_all();
+  done_cv_.wait(lk, [&] { return sl.req.complete; });
+  sl.req.kind = Kind::kNone;
+  sl.info.state = SlotState::kSampling;
+  if (sl.req.error) std::rethrow_exception(sl.req.error);
+  return sl.logits.data();
+}
+
+const float* Batcher::SlotForward::prefill(std::span<const int32_t> tokens, int64_t pos,
+                                           std::vector<float>* all_logits) {
+  ANELAB_CHECK(!tokens.empty(), "batch", "prefill needs at least one token");
+  Request r;
+  r.kind = Kind::kPrefill;
+  r.tokens = tokens;
+  r.pos = pos;
+  r.all_logits = all_logits;
+  return b_.submit(s_, r);
+}
+
+const float* Batcher::SlotForward::decode(int32_t token, int64_t pos) {
+  Request r;
+  r.kind = Kind::kDecode;
+  r.token = token;
+  r.pos = pos;
+  return b_.submit(s_, r);
+}
+
+PrefillStats Batcher::SlotForward::last_prefill() const {
+  std::lock_guard<std::mutex> lk(b_.mu_);
+  return b_.slots_[static_cast<size_t>(s_)].prefill_stats;
+}
+
+bool Batcher::ready() const {
+  bool any = false;
+  for (const Slot& sl : slots_) {
+    if (!sl.active) continue;
+    if (sl.req.kind == Kind::kNone || sl.req.complete) return false;
+    any = true;
+  }
+  return any;
+}
+
+void Batcher::loop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  const int64_t V = e_.config().vocab_size;
+  for (;;) {
+    step_cv_.wait(lk, [&] { return stop_ || ready(); });
+    if (stop_) return;
+    dec_tok_.clear(), dec_pos_.clear(), dec_slot_.clear(), pre_slot_.clear();
+    for (size_t s = 0; s < slots_.size(); ++s) {
+      const Slot& sl = slots_[s];
+      if (!sl.active) continue;
+      if (sl.req.kind == Kind::kDecode) {
+        dec_tok_.push_back(sl.req.token), dec_pos_.push_back(sl.req.pos);
+        dec_slot_.push_back(static_cast<int64_t>(s));
+      } else {
+        pre_slot_.push_back(static_cast<int64_t>(s));
+      }
+    }
+    lk.unlock();
+    // The requests are not touched by their threads while incomplete, so the step reads and writes them unlocked.
+    if (!dec_tok_.empty()) {
+      try {
+        const float* l = e_.decode_batch(dec_tok_, dec_pos_, dec_slot_);
+        for (size_t i = 0; i < dec_slot_.size(); ++i)
+          std::memcpy(slots_[static_cast<size_t>(dec_slot_[i])].logits.data(), l + static_cast<int64_t>(i) * V,
+                      static_cast<size_t>(V) * sizeof(float));
+      } catch (...) {
+        for (int64_t s : dec_slot_) slots_[static_cast<size_t>(s)].req.error = std::current_exception();
+      }
+    }
+    int64_t prefilled = 0;
+    for (int64_t s : pre_slot_) {
+      Request& r = slots_[static_cast<size_t>(s)].req;
+      const int64_t n = static_cast<int64_t>(r.tokens.size());
+      const int64_t m = r.all_logits ? n : std::min(chunk_, n - r.done);
+      try {
+        e_.use_slot(s);
+        const float* l = e_.prefill(r.tokens.subspan(static_cast<size_t>(r.done), static_cast<size_t>(m)),
+                                    r.pos + r.done, r.all_logits);
+        r.done += m;
+        if (r.done == n)
+          std::memcpy(slots_[static_cast<size_t>(s)].logits.data(), l, static_cast<size_t>(V) * sizeof(float));
+      } catch (...) {
+        r.error = std::current_exception();
+      }
+      prefilled += m;
+    }
+    lk.lock();
+    const auto B = static_cast<int64_t>(dec_slot_.size());
+    if (B > 0) {
+      ++stats_.steps;
+      stats_.decode_tokens += static_cast<uint64_t>(B);
+      ++stats_.batch_sizes[static_cast<size_t>(B)];
+      stats_.last_batch = B;
+    }
+    stats_.prefill_tokens += static_cast<uint64_t>(prefilled);
+    stats_.prefill_chunks += pre_slot_.size();
+    for (int64_t s : dec_slot_) {
+      Slot& sl = slots_[static_cast<size_t>(s)];
+      sl.req.complete = true;
+      ++sl.info.decoded;
+      sl.info.pos = sl.req.pos + 1;
+    }
+    for (int64_t s : pre_slot_) {
+      Slot& sl = slots_[static_cast<size_t>(s)];
+      Request& r = sl.req;
+      sl.info.prefilled += static_cast<uint64_t>(r.done - sl.info.pos + r.pos);
+      sl.info.pos = r.pos + r.done;
+      if (r.error || r.done == static_cast<int64_t>(r.tokens.size())) {
+        r.complete = true;
+        sl.prefill_stats = e_.last_prefill();
+      }
+    }
+    done_cv_.notify_all();
+  }
+}
+
+}  // namespace anelab::infer
