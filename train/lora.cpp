@@ -2,13 +2,17 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <utility>
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 #include "models/arch/arch.h"
+#include "models/formats/checkpoint_file.h"
 #include "models/formats/safetensors.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
 #include "train/cpu_model.h"
 #include "train/data.h"
 
@@ -30,26 +34,6 @@ const char* lora_target_name(LoraTarget t) {
       return "up";
     case LoraTarget::kDown:
       return "down";
-  }
-  return "?";
-}
-
-const char* lora_peft_module(LoraTarget t) {
-  switch (t) {
-    case LoraTarget::kQ:
-      return "self_attn.q_proj";
-    case LoraTarget::kK:
-      return "self_attn.k_proj";
-    case LoraTarget::kV:
-      return "self_attn.v_proj";
-    case LoraTarget::kO:
-      return "self_attn.o_proj";
-    case LoraTarget::kGate:
-      return "mlp.gate_proj";
-    case LoraTarget::kUp:
-      return "mlp.up_proj";
-    case LoraTarget::kDown:
-      return "mlp.down_proj";
   }
   return "?";
 }
@@ -134,7 +118,7 @@ std::vector<float> lora_init(const LoraLayout& l, uint64_t seed) {
 }
 
 namespace {
-// The canonical tensor (train/params.h names) a target adapts in layer l.
+// The canonical tensor (models/formats/model.h names) a target adapts in layer l.
 std::string lora_base_tensor(int64_t l, LoraTarget t) {
   const char* n = "";
   switch (t) {
@@ -211,6 +195,51 @@ void read_lora_state(const std::string& path, const LoraLayout& l, std::vector<f
       std::memcpy(dst->data() + p.offset, it->second.data, size_t(p.numel) * 4);
     }
   }
+}
+
+models::LoraAdapter to_lora_adapter(const LoraLayout& l, const float* w, const std::string& base_model) {
+  models::LoraAdapter a;
+  a.rank = l.lora().rank, a.alpha = float(l.lora().alpha), a.base_model = base_model;
+  for (const LoraSlot& s : l.slots())
+    a.pairs.push_back({lora_base_tensor(s.layer, s.target), s.in, s.out,
+                       std::vector<float>(w + s.a, w + s.a + l.lora().rank * s.in),
+                       std::vector<float>(w + s.b, w + s.b + s.out * l.lora().rank)});
+  return a;
+}
+
+namespace {
+// The run directory of RUN (a directory, or a checkpoint file in one) and its saved configuration.
+TrainConfig lora_run_config(const std::string& run, std::string* ckpt) {
+  *ckpt = models::checkpoint_path(run);
+  const std::string cj = (std::filesystem::path(*ckpt).parent_path() / "config.json").string();
+  TrainConfig c;
+  if (std::filesystem::exists(cj)) apply_json(c, nlohmann::json::parse(read_file_text(cj)));
+  return c;
+}
+}  // namespace
+
+bool is_lora_run(const std::string& run) {
+  std::string ckpt;
+  return lora_run_config(run, &ckpt).lora;
+}
+
+void export_run_adapter(const std::string& run, const std::string& out) {
+  std::string ckpt;
+  const TrainConfig c = lora_run_config(run, &ckpt);
+  if (!c.lora) fail("train", run, ": not a --lora run (its config.json has no lora = true): no adapter to export");
+  const models::CheckpointHeader h = read_checkpoint(ckpt);
+  LoraConfig lc;
+  lc.rank = c.lora_rank, lc.alpha = c.lora_alpha, lc.dropout = c.lora_dropout;
+  lc.targets = parse_lora_targets(c.lora_targets);
+  const LoraLayout l(h.model, lc);
+  std::vector<float> w, m, v;
+  const std::filesystem::path cp(ckpt);
+  read_lora_state((cp.parent_path() / (cp.stem().string() + ".lora")).string(), l, &w, &m, &v);
+  const models::LoraAdapter a = to_lora_adapter(l, w.data(), !c.preset.empty() ? c.preset : c.init);
+  if (out.ends_with(".gguf"))
+    models::write_gguf_adapter(a, h.model, out);
+  else
+    models::write_peft_adapter(a, h.model, out);
 }
 
 LoraEngine::LoraEngine(const ParamLayout& layout, std::vector<float> base, const LoraLayout& lora, uint64_t seed)

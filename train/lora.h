@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "models/io/adapter.h"
 #include "train/params.h"
 #include "train/step_engine.h"
 
@@ -23,14 +24,13 @@ namespace anelab::train {
 enum class LoraTarget { kQ, kK, kV, kO, kGate, kUp, kDown };
 constexpr int kLoraTargets = 7;
 const char* lora_target_name(LoraTarget t);  // "q" .. "down" (the --lora-targets spelling)
-const char* lora_peft_module(LoraTarget t);  // "self_attn.q_proj" .. "mlp.down_proj"
 
 struct LoraConfig {
   int64_t rank = 8;
   double alpha = 16;
-  double dropout = 0;                        // on the adapter's input, training only
-  std::array<bool, kLoraTargets> targets{};  // by LoraTarget
-  double scale() const { return alpha / double(rank); }
+  double dropout = 0;                                         // on the adapter's input, training only
+  std::array<bool, kLoraTargets> targets{};                   // by LoraTarget
+  float scale() const { return float(alpha) / float(rank); }  // as models::LoraAdapter::scale (equal merges)
 };
 // "q,k,v,o,gate,up,down" (any non-empty subset, any order) -> targets; throws naming the bad entry.
 std::array<bool, kLoraTargets> parse_lora_targets(const std::string& list);
@@ -87,6 +87,15 @@ void write_lora_state(const std::string& path, const LoraLayout& l, const std::v
                       const std::vector<float>& m, const std::vector<float>& v);
 void read_lora_state(const std::string& path, const LoraLayout& l, std::vector<float>* w, std::vector<float>* m,
                      std::vector<float>* v);
+
+// The adapters as an adapter file holds them (models/io/adapter.h), base_model its name when known.
+models::LoraAdapter to_lora_adapter(const LoraLayout& l, const float* w, const std::string& base_model);
+// `anelab export RUN OUT --adapter`: the adapter of a --lora run (RUN_DIR, or its checkpoint file: the KIND.lora
+// next to the checkpoint models::checkpoint_path picks) as a GGUF LoRA adapter when OUT ends in .gguf, else a PEFT
+// directory. Throws one line naming RUN when it is not a --lora run.
+void export_run_adapter(const std::string& run, const std::string& out);
+// True when RUN (a run directory or checkpoint file) was trained with --lora (its run's config.json says so).
+bool is_lora_run(const std::string& run);
 
 // What CpuModel needs for one forward_backward with adapters: the layout, the adapter weights, their gradients
 // (nullptr: forward only), and the dropout stream (a counter-based hash of seed and micro-batch index, so a

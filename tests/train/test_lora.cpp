@@ -12,11 +12,18 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <memory>
 
 #include "framework/core/error.h"
+#include "framework/core/file.h"
 #include "framework/core/npy.h"
 #include "models/formats/anelab_file.h"
+#include "models/formats/gguf.h"
+#include "models/formats/safetensors.h"
+#include "models/io/adapter.h"
 #include "models/io/load_any.h"
+#include "models/presets.h"
 #include "tests/common/test_data.h"
 #include "tests/train/helpers.h"
 #include "train/checkpoint.h"
@@ -177,6 +184,72 @@ TEST(Lora, ResumeIsBitExactWithDropout) {
   ASSERT_EQ(s2.size(), 6u);
   for (size_t i = 0; i < 6; ++i) EXPECT_EQ(s1[i]["loss"].get<double>(), s2[i]["loss"].get<double>()) << i;
   std::filesystem::remove_all(dir);
+}
+
+void expect_same_adapter(const models::LoraAdapter& a, const models::LoraAdapter& b, const std::string& what) {
+  EXPECT_EQ(a.rank, b.rank) << what;
+  EXPECT_EQ(a.alpha, b.alpha) << what;
+  ASSERT_EQ(a.pairs.size(), b.pairs.size()) << what;
+  std::map<std::string, const models::LoraPair*> by;
+  for (const auto& p : b.pairs) by[p.tensor] = &p;
+  for (const auto& p : a.pairs) {
+    ASSERT_TRUE(by.count(p.tensor)) << what << " " << p.tensor;
+    EXPECT_TRUE(p.a == by[p.tensor]->a) << what << " " << p.tensor << " A";
+    EXPECT_TRUE(p.b == by[p.tensor]->b) << what << " " << p.tensor << " B";
+  }
+}
+
+// export --adapter as PEFT and GGUF, read back with equal tensors (q/k rows through each file's RoPE order), and the
+// adapter merged at load (infer --lora) equals the run's merged checkpoint (export --fuse) tensor for tensor.
+void check_adapter_files(const models::ModelConfig& cfg, const std::string& tag) {
+  const auto dir = test::temp_dir("lora_files_" + tag).string();
+  train::TrainConfig c = lora_test_run(dir, cfg, 3);
+  c.lora_targets = "q,k,v,o,gate,up,down";
+  train::validate(c);
+  train::run_training(c, {false, false});
+  const train::LoraLayout ll = lora_test_layout(cfg);
+  std::vector<float> aw, am, av;
+  train::read_lora_state(c.run_dir + "/last.lora", ll, &aw, &am, &av);
+  const models::LoraAdapter want = train::to_lora_adapter(ll, aw.data(), c.init);
+  train::export_run_adapter(c.run_dir, dir + "/peft");
+  train::export_run_adapter(c.run_dir, dir + "/a.gguf");
+  const models::LoraAdapter peft = models::read_lora_adapter(dir + "/peft", cfg);
+  const models::LoraAdapter gguf = models::read_lora_adapter(dir + "/a.gguf", cfg);
+  expect_same_adapter(want, peft, "peft");
+  expect_same_adapter(want, gguf, "gguf");
+  EXPECT_EQ(peft.base_model, c.init);
+  // The files' own layouts: PEFT keys and config, llama.cpp's GGUF keys and ne.
+  const auto cj = nlohmann::json::parse(read_file_text(dir + "/peft/adapter_config.json"));
+  EXPECT_EQ(cj["r"], kLoraTestRank);
+  EXPECT_EQ(cj["lora_alpha"], kLoraTestAlpha);
+  EXPECT_EQ(cj["target_modules"].size(), 7u);
+  auto bytes = std::make_shared<std::vector<uint8_t>>(read_file_bytes(dir + "/peft/adapter_model.safetensors"));
+  const auto st = models::parse_safetensors(bytes->data(), bytes->size(), bytes, "peft");
+  ASSERT_TRUE(st.count("base_model.model.model.layers.1.self_attn.q_proj.lora_A.weight"));
+  EXPECT_EQ(st.at("base_model.model.model.layers.1.mlp.down_proj.lora_B.weight").shape,
+            (std::vector<int64_t>{cfg.dim, kLoraTestRank}));
+  const models::GgufFile g = models::read_gguf_file(dir + "/a.gguf");
+  EXPECT_EQ(g.get_str("general.type", "g"), "adapter");
+  EXPECT_EQ(g.get_str("adapter.type", "g"), "lora");
+  EXPECT_EQ(g.get_num("adapter.lora.alpha", 0.0), kLoraTestAlpha);
+  bool seen = false;
+  for (const auto& t : g.tensors)
+    if (t.name == "blk.0.ffn_gate.weight.lora_a") {
+      EXPECT_EQ(t.ne, (std::vector<int64_t>{cfg.dim, kLoraTestRank}));  // [in, r]: model.ne[0] == a.ne[0]
+      seen = true;
+    }
+  EXPECT_TRUE(seen);
+  models::Model base = models::load_any_model(c.init);
+  models::merge_lora(base, peft, 1.0f);
+  const models::Model fused = models::load_any_model(c.run_dir);
+  for (const auto& t : fused.tensors()) EXPECT_TRUE(t.to_f32() == base.tensor(t.name).to_f32()) << t.name;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Lora, AdapterFilesRoundTripLlama3) { check_adapter_files(test::llama3_test_config(), "llama3"); }
+TEST(Lora, AdapterFilesRoundTripQwen3) { check_adapter_files(test::qwen3_test_config(), "qwen3"); }
+TEST(Lora, AdapterFilesRoundTripStories260kAdjacentPairs) {
+  check_adapter_files(models::preset("stories260k"), "260k");
 }
 
 TEST(Lora, OtherStrategiesAndBadTargetsAreRefusedInOneLine) {
