@@ -87,6 +87,9 @@ const std::vector<OptionDef>& table() {
       {"lora_alpha", &C::lora_alpha, "LoRA alpha (the adapters are scaled by alpha / r)"},
       {"lora_dropout", &C::lora_dropout, "dropout on the adapters' input during training"},
       {"lora_targets", &C::lora_targets, "LoRA target modules: a comma list of q,k,v,o,gate,up,down"},
+      {"mask_prompt", &C::mask_prompt,
+       "JSONL data (--data FILE.jsonl: text, prompt/completion or chat messages): loss on the completions only "
+       "(false: on every token)"},
       {"val_frac", &C::val_frac, "fraction of the data (tail) held out for validation"},
       {"eval_every", &C::eval_every, "validate every N steps (0 = only at the end)"},
       {"eval_batches", &C::eval_batches, "validation batches per evaluation"},

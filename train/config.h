@@ -58,6 +58,7 @@ struct TrainConfig {
   double lora_alpha = 16;
   double lora_dropout = 0;
   std::string lora_targets = "q,k,v,o,gate,up,down";
+  bool mask_prompt = true;  // JSONL data: loss on completion tokens only
   // evaluation / output
   double val_frac = 0.05;
   int64_t eval_every = 0;  // 0 = only at the end

@@ -537,7 +537,7 @@ double CpuModel::head_forward_backward(const float* w, const Batch& b, const flo
     fail("train", "batch of ", b.tokens.size(), " tokens does not hold B=", b.B, " x (T+1)=", b.T + 1);
   prepare_head(b.B, b.T);
   head_forward(w, xL, b.B * b.T);
-  const double loss = cross_entropy(b.tokens.data(), b.B, b.T, grad_scale, true);
+  const double loss = cross_entropy(b, grad_scale, true);
   head_backward(w, xL, grads, dxL, b.B * b.T);
   return loss;
 }
@@ -547,14 +547,24 @@ void CpuModel::head_classifier_dw(float* grads) {
   matmul_dw(logits_.data(), xf_.data(), layout_.output(grads), head_B_ * head_T_, d_.dim, d_.vocab_size);
 }
 
-double CpuModel::cross_entropy(const int32_t* tokens, int64_t B, int64_t T, float grad_scale, bool want_grad) {
-  const int64_t N = B * T, V = d_.vocab_size;
+double CpuModel::cross_entropy(const Batch& b, float grad_scale, bool want_grad) {
+  const int32_t* tokens = b.tokens.data();
+  const int64_t B = b.B, T = b.T, N = B * T, V = d_.vocab_size;
+  const uint8_t* mask = b.mask.empty() ? nullptr : b.mask.data();
+  if (mask && int64_t(b.mask.size()) != N) fail("train", "batch mask of ", b.mask.size(), " targets for B*T = ", N);
+  int64_t counted = N;
+  if (mask) counted = std::count_if(b.mask.begin(), b.mask.end(), [](uint8_t m) { return m != 0; });
   std::vector<double> row_loss(static_cast<size_t>(N));
-  const float gs = grad_scale / float(N);
+  const float gs = grad_scale / float(std::max<int64_t>(counted, 1));
   parallel_rows(N, N * V, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       const int32_t tgt = tokens[(n / T) * (T + 1) + (n % T) + 1];
       float* row = logits_.data() + n * V;
+      if (mask && !mask[n]) {  // not a target: no loss, no gradient
+        row_loss[size_t(n)] = 0;
+        if (want_grad) std::fill(row, row + V, 0.0f);
+        continue;
+      }
       float mx = row[0];
       for (int64_t j = 1; j < V; ++j) mx = std::max(mx, row[j]);
       double sum = 0;
@@ -576,12 +586,12 @@ double CpuModel::cross_entropy(const int32_t* tokens, int64_t B, int64_t T, floa
   }
   double total = 0;
   for (double v : row_loss) total += v;
-  return total / double(N);
+  return counted > 0 ? total / double(counted) : 0.0;
 }
 
 double CpuModel::loss(const float* w, const Batch& b) {
   forward(w, b.tokens.data(), b.B, b.T, b.T + 1);
-  return cross_entropy(b.tokens.data(), b.B, b.T, 0.0f, false);
+  return cross_entropy(b, 0.0f, false);
 }
 
 void CpuModel::last_logits(const float* w, const int32_t* tokens, int64_t n, std::vector<float>* out) {
@@ -687,7 +697,7 @@ double CpuModel::forward_backward(const float* w, const Batch& b, float grad_sca
   double t0 = now_ms();
   forward(w, b.tokens.data(), b.B, b.T, b.T + 1);
   double t1 = now_ms();
-  const double loss = cross_entropy(b.tokens.data(), b.B, b.T, grad_scale, true);
+  const double loss = cross_entropy(b, grad_scale, true);
   const int64_t N = b.B * b.T, D = d_.dim;
   double t2 = now_ms();
   head_classifier_dw(gr);

@@ -40,6 +40,9 @@ enum class LoraTarget;  // train/lora.h
 struct Batch {
   int64_t B = 0, T = 0;
   std::vector<int32_t> tokens;  // [B, T+1]
+  // [B, T] 1 where target t of sequence b counts in the loss, 0 where it does not (prompt tokens of
+  // --mask-prompt data); empty: every target counts. The loss is the mean over the counted targets.
+  std::vector<uint8_t> mask;
 };
 
 struct CpuTimes {  // milliseconds, accumulated by forward_backward
@@ -127,7 +130,7 @@ class CpuModel {
   void scores_backward(const models::AttnDesc& at, StepActs& a, int64_t B, int64_t T, const float* datt, float* dq,
                        float* dk, float* dv);
   const float* norm_w(const models::NormDesc& n, const float* w, int64_t len, std::vector<float>& buf) const;
-  double cross_entropy(const int32_t* tokens, int64_t B, int64_t T, float grad_scale, bool want_grad);
+  double cross_entropy(const Batch& b, float grad_scale, bool want_grad);
   void rope(const StepPlan& sp, float* x, int64_t rows, int64_t heads, int64_t T, float sign) const;
   void prepare(int64_t B, int64_t T);
   void prepare_head(int64_t B, int64_t T);

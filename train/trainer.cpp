@@ -212,7 +212,13 @@ void Run::setup() {
   opt = lora ? std::make_unique<AdamW>(lora->params(), lora->total(), ac) : std::make_unique<AdamW>(layout, ac);
   scaler = LossScaler::parse(cfg.loss_scale);
   sched = ScheduleConfig{cfg.lr, cfg.min_lr_frac, cfg.warmup_steps, cfg.steps, cfg.schedule == "cosine"};
-  data = std::make_unique<TokenData>(cfg.data, cfg.val_frac, cfg.seq_len);
+  if (cfg.data.ends_with(".jsonl")) {  // MLX-LM's forms, with the model's tokenizer and chat template
+    const tok::ChatTemplate chat = tokenizer ? tok::chat_template_for(*tokenizer, "auto") : tok::ChatTemplate::kNone;
+    data = std::make_unique<TokenData>(cfg.data, cfg.val_frac, cfg.seq_len,
+                                       JsonlOptions{tokenizer.get(), chat, cfg.mask_prompt});
+  } else {
+    data = std::make_unique<TokenData>(cfg.data, cfg.val_frac, cfg.seq_len);
+  }
   check_data_vocabulary();
   if (data->max_id() >= layout.config().vocab_size)
     fail("train", "data file ", cfg.data, " holds token id ", data->max_id(), " >= the model's vocab_size ",

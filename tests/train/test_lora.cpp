@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -24,6 +25,7 @@
 #include "models/io/adapter.h"
 #include "models/io/load_any.h"
 #include "models/presets.h"
+#include "models/tokenizer/tokenizer.h"
 #include "tests/common/test_data.h"
 #include "tests/train/helpers.h"
 #include "train/checkpoint.h"
@@ -250,6 +252,76 @@ TEST(Lora, AdapterFilesRoundTripLlama3) { check_adapter_files(test::llama3_test_
 TEST(Lora, AdapterFilesRoundTripQwen3) { check_adapter_files(test::qwen3_test_config(), "qwen3"); }
 TEST(Lora, AdapterFilesRoundTripStories260kAdjacentPairs) {
   check_adapter_files(models::preset("stories260k"), "260k");
+}
+
+// MLX-LM's JSONL forms (train/data.h): packed with BOS/EOS, prompt tokens masked out of the loss by default.
+TEST(LoraData, JsonlPromptCompletionMasksThePrompt) {
+  const auto dir = test::temp_dir("jsonl").string();
+  const auto tk = tok::load_tokenizer(test::data_path("llama2c/tok512.bin"));
+  std::string rows;
+  for (int i = 0; i < 40; ++i)
+    rows += R"({"prompt": "Once upon a time", "completion": " there was a cat."})"
+            "\n"
+            R"({"text": "Lily ran home."})"
+            "\n";
+  write_file_atomic(dir + "/d.jsonl", rows);
+  const train::TokenData d(dir + "/d.jsonl", 0.0, 16, train::JsonlOptions{tk.get(), tok::ChatTemplate::kNone, true});
+  tok::EncodeOptions bos, eos, both;
+  bos.add_bos = true, eos.add_eos = true, both.add_bos = both.add_eos = true;
+  const auto p = tk->encode("Once upon a time", bos), c = tk->encode(" there was a cat.", eos);
+  const auto t = tk->encode("Lily ran home.", both);
+  const size_t per = p.size() + c.size() + t.size();
+  ASSERT_EQ(d.n_tokens(), int64_t(40 * per));
+  const auto& m = d.target_mask();
+  ASSERT_EQ(m.size(), 40 * per);
+  for (size_t i = 0; i < per; ++i) EXPECT_EQ(m[i], i < p.size() ? 0 : 1) << i;
+  EXPECT_EQ(d.tokens()[0], p[0]);
+  EXPECT_EQ(d.tokens()[p.size()], c[0]);
+  const train::TokenData all(dir + "/d.jsonl", 0.0, 16, train::JsonlOptions{tk.get(), tok::ChatTemplate::kNone, false});
+  EXPECT_TRUE(std::all_of(all.target_mask().begin(), all.target_mask().end(), [](uint8_t v) { return v == 1; }));
+  // The batcher's mask is the targets' (tokens pos+1 .. pos+T).
+  train::Batcher bt(d, 1, 16, false, 0);
+  const train::Batch b = bt.next();
+  ASSERT_EQ(b.mask.size(), 16u);
+  for (size_t i = 0; i < 16; ++i) EXPECT_EQ(b.mask[i], m[i + 1]) << i;
+  write_file_atomic(dir + "/bad.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n");
+  try {
+    train::TokenData(dir + "/bad.jsonl", 0.0, 16, train::JsonlOptions{tk.get(), tok::ChatTemplate::kNone, true});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.jsonl:1"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// A masked loss is the mean cross-entropy of the counted targets alone: with one target counted it equals that
+// position's -log softmax, computed from the causal prefix (last_logits) independently.
+TEST(LoraData, MaskedLossIsTheMeanOfTheCountedTargets) {
+  const models::ModelConfig cfg = test::llama3_test_config();
+  const train::ParamLayout layout(cfg);
+  const std::vector<float> w = train::init_random(layout, 5);
+  train::Rng rng{3};
+  const int64_t T = 12;
+  train::Batch b{1, T, std::vector<int32_t>(size_t(T + 1)), {}};
+  for (auto& t : b.tokens) t = int32_t(rng.next() % uint64_t(cfg.vocab_size));
+  train::CpuModel model(layout);
+  const double full = model.loss(w.data(), b);
+  b.mask.assign(size_t(T), 1);
+  EXPECT_EQ(model.loss(w.data(), b), full);
+  double sum = 0;
+  for (int64_t pos : {4, 9}) {
+    std::vector<float> logits;
+    model.last_logits(w.data(), b.tokens.data(), pos + 1, &logits);
+    double mx = logits[0], z = 0;
+    for (float v : logits) mx = std::max(mx, double(v));
+    for (float v : logits) z += std::exp(double(v) - mx);
+    sum += std::log(z) + mx - logits[size_t(b.tokens[size_t(pos + 1)])];
+  }
+  std::fill(b.mask.begin(), b.mask.end(), 0);
+  b.mask[4] = b.mask[9] = 1;
+  EXPECT_NEAR(model.loss(w.data(), b), sum / 2, 1e-5 * sum);
+  std::vector<float> g(w.size(), 0.0f);
+  EXPECT_NEAR(model.forward_backward(w.data(), b, 1.0f, g.data()), sum / 2, 1e-5 * sum);
 }
 
 TEST(Lora, OtherStrategiesAndBadTargetsAreRefusedInOneLine) {
