@@ -294,6 +294,34 @@ TEST(LoraData, JsonlPromptCompletionMasksThePrompt) {
   std::filesystem::remove_all(dir);
 }
 
+// Chat messages through the model's template (the Qwen tokenizer of ../shared/data/qwen): only the last assistant turn
+// is a target.
+TEST(LoraData, JsonlMessagesTrainTheLastAssistantTurn) {
+  const auto dir = test::temp_dir("jsonl_chat").string();
+  const auto tk = tok::load_tokenizer(test::data_path("qwen/tokenizer.json"));
+  const tok::ChatTemplate chat = tok::chat_template_for(*tk, "auto");
+  ASSERT_NE(chat, tok::ChatTemplate::kNone);
+  std::string rows;
+  for (int i = 0; i < 20; ++i)
+    rows += R"({"messages": [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "Red."}]})"
+            "\n";
+  write_file_atomic(dir + "/c.jsonl", rows);
+  const train::TokenData d(dir + "/c.jsonl", 0.0, 16, train::JsonlOptions{tk.get(), chat, true});
+  const auto& m = d.target_mask();
+  const int64_t per = d.n_tokens() / 20;
+  std::vector<int32_t> counted;
+  for (int64_t i = 0; i < per; ++i)
+    if (m[size_t(i)]) counted.push_back(d.tokens()[i]);
+  const std::string reply = tk->decode(counted, true);
+  // The assistant turn after the generation prompt "<|im_start|>assistant\n": the reply (after Qwen3's empty
+  // reasoning block when the template is qwen3) and the end of turn.
+  EXPECT_NE(reply.find("Red.<|im_end|>"), std::string::npos) << "[" << reply << "]";
+  EXPECT_EQ(reply.find("assistant"), std::string::npos) << "[" << reply << "]";
+  EXPECT_EQ(reply.find("Name a colour"), std::string::npos) << reply;  // nothing of the prompt
+  EXPECT_LT(int64_t(counted.size()), per / 2);
+  std::filesystem::remove_all(dir);
+}
+
 // A masked loss is the mean cross-entropy of the counted targets alone: with one target counted it equals that
 // position's -log softmax, computed from the causal prefix (last_logits) independently.
 TEST(LoraData, MaskedLossIsTheMeanOfTheCountedTargets) {
