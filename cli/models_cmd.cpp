@@ -22,6 +22,7 @@
 #include "models/presets.h"
 #include "models/quant/quant_mix.h"
 #include "models/tokenizer/tokenizer.h"
+#include "train/lora.h"
 
 namespace anelab::cli {
 namespace {
@@ -46,6 +47,7 @@ struct ConvertArgs {
   std::vector<std::string> paths;
   std::string random, dtype, tokenizer, format, shape;
   uint64_t seed = 1;
+  bool adapter = false, fuse = false;  // export of a --lora run: the adapter alone / base + adapter merged
 };
 
 int64_t output_bytes(const std::string& out) {
@@ -216,7 +218,21 @@ void add_model_commands(CLI::App& app) {
                   "dtype of matrices in the output: fp32|fp16|bf16|q8_0|q4_0|q4_k_m|q5_k_s|q5_k_m (default: fp32 for a "
                   "checkpoint)");
   exp->add_option("--tokenizer", eargs->tokenizer, tok_help);
-  exp->callback([eargs] { run_convert(*eargs); });
+  exp->add_flag("--adapter", eargs->adapter,
+                "a --lora run's adapter alone: a GGUF LoRA adapter (llama.cpp --lora) when OUT ends in .gguf, else a "
+                "PEFT directory (adapter_config.json + adapter_model.safetensors)");
+  exp->add_flag("--fuse", eargs->fuse,
+                "a --lora run's base with the adapter merged (W + alpha/r * B.A in fp32), in any format above (the "
+                "run's checkpoints hold the merged model)");
+  exp->callback([eargs] {
+    if (eargs->adapter && eargs->fuse) fail("cli", "export: --adapter and --fuse exclude each other");
+    if ((eargs->adapter || eargs->fuse) && !train::is_lora_run(eargs->paths[0]))
+      fail("cli", "export ", eargs->paths[0], ": --", eargs->adapter ? "adapter" : "fuse",
+           " needs a run trained with --lora");
+    if (!eargs->adapter) return run_convert(*eargs);
+    train::export_run_adapter(eargs->paths[0], eargs->paths[1]);
+    std::printf("wrote the LoRA adapter of %s to %s\n", eargs->paths[0].c_str(), eargs->paths[1].c_str());
+  });
 
   auto path = std::make_shared<std::string>();
   auto* info = app.add_subcommand(

@@ -62,6 +62,12 @@ void add_model_options(CLI::App* app, infer::LoadOptions& o) {
          "--tokenizer", o.tokenizer,
          "Tokenizer (when the model file has none): tokenizer.bin, tokenizer.json, a run's tokenizer.anetok, dir")
       ->group(g);
+  app->add_option(
+         "--lora", o.lora,
+         "LoRA adapter (a PEFT directory or a GGUF LoRA adapter; repeatable), merged into the weights when the "
+         "model loads: W + S * alpha/r * B.A computed in fp32, the adapted matrices kept in fp32")
+      ->group(g);
+  app->add_option("--lora-scale", o.lora_scale, "Scale S of each --lora, in order (default 1)")->group(g);
   app->add_option("--backend", o.backend, infer::kPrefillBackendHelp)
       ->capture_default_str()
       ->check(prefill_backend_check())

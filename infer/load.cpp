@@ -8,6 +8,7 @@
 #include "framework/core/error.h"
 #include "framework/core/platform.h"
 #include "infer/generate.h"
+#include "models/io/adapter.h"
 #include "models/io/load_any.h"
 
 namespace anelab::infer {
@@ -70,6 +71,11 @@ LoadedModel load_model(const LoadOptions& o, TokenizerUse use) {
          " MiB, ", access == FileAccess::kRead ? "read into memory: --mmap on maps it instead" : "mapped",
          "); a smaller or more quantized model needs less");
   }
+  if (o.lora_scale.size() > o.lora.size())
+    fail(o.component.c_str(), "--lora-scale given ", o.lora_scale.size(), " times for ", o.lora.size(), " --lora");
+  for (size_t i = 0; i < o.lora.size(); ++i)  // merged in the order given (the sum does not depend on it but rounding)
+    models::merge_lora(l.model, models::read_lora_adapter(o.lora[i], l.model.config),
+                       i < o.lora_scale.size() ? o.lora_scale[i] : 1.0f);
   if (l.model.source_format == "checkpoint") {
     l.weights_memory = "fp32 matrices converted from the training checkpoint";
   } else if (access == FileAccess::kRead) {

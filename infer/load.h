@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "framework/core/file.h"
 #include "infer/engine.h"
@@ -27,6 +28,10 @@ struct LoadOptions {
   std::string mmap = "auto";    // on | off | auto: how the weights come into memory (resolve_file_access)
   bool quiet = false;
   std::string component = "infer";  // error prefix
+  // LoRA adapters (models/io/adapter.h: PEFT directories or GGUF adapters) merged into the weights at load:
+  // W + lora_scale[i] * alpha/r * B·A in fp32; the adapted matrices stay fp32 (the others as stored).
+  std::vector<std::string> lora;
+  std::vector<float> lora_scale;  // per adapter (missing: 1)
 };
 
 struct LoadedModel {

@@ -12,6 +12,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
+#include "train/lora.h"
 
 namespace anelab::train {
 namespace {
@@ -79,6 +80,16 @@ const std::vector<OptionDef>& table() {
        "data-parallel group: auto (MPI when started by mpirun/mpiexec) | mpi | none (docs/training.md)", true},
       {"comm_overlap", &C::comm_overlap,
        "with several ranks, sum each layer's gradients while the lower layers' backward runs: on | off (same bits)"},
+      {"lora", &C::lora,
+       "LoRA fine-tuning: train adapters on the targeted projections, the base frozen (--strategy cpu; a quantized "
+       "base is dequantized to fp32 once at load)"},
+      {"lora_rank", &C::lora_rank, "LoRA rank r"},
+      {"lora_alpha", &C::lora_alpha, "LoRA alpha (the adapters are scaled by alpha / r)"},
+      {"lora_dropout", &C::lora_dropout, "dropout on the adapters' input during training"},
+      {"lora_targets", &C::lora_targets, "LoRA target modules: a comma list of q,k,v,o,gate,up,down"},
+      {"mask_prompt", &C::mask_prompt,
+       "JSONL data (--data FILE.jsonl: text, prompt/completion or chat messages): loss on the completions only "
+       "(false: on every token)"},
       {"val_frac", &C::val_frac, "fraction of the data (tail) held out for validation"},
       {"eval_every", &C::eval_every, "validate every N steps (0 = only at the end)"},
       {"eval_batches", &C::eval_batches, "validation batches per evaluation"},
@@ -369,6 +380,14 @@ void validate(const TrainConfig& c) {
   need(c.sample_every >= 0, "--sample-every", c.sample_every, "must be >= 0");
   need(c.sample_tokens > 0, "--sample-tokens", c.sample_tokens, "must be > 0");
   need(c.checkpoint_every >= 0, "--checkpoint-every", c.checkpoint_every, "must be >= 0");
+  if (!c.lora) return;
+  need(c.strategy == "cpu", "--lora: --strategy", c.strategy,
+       "LoRA trains on --strategy cpu only (the kernel strategies have no adapters yet)");
+  need(c.lora_rank > 0 && c.lora_rank <= 65536, "--lora-rank", c.lora_rank, "must be in [1, 65536]");
+  need(c.lora_alpha > 0 && std::isfinite(c.lora_alpha), "--lora-alpha", c.lora_alpha, "must be a positive number");
+  need(c.lora_dropout >= 0 && c.lora_dropout < 1, "--lora-dropout", c.lora_dropout, "must be in [0, 1)");
+  need(c.compile_budget <= 0, "--lora: --compile-budget", c.compile_budget, "is not simulated for LoRA");
+  parse_lora_targets(c.lora_targets);  // throws naming the bad entry
 }
 
 void resolve_names(TrainConfig& c) {

@@ -52,6 +52,13 @@ struct TrainConfig {
   std::string device;               // device profile ("" = backend default)
   std::string launcher = "auto";    // data-parallel group (train/dist.h): auto | mpi | none
   std::string comm_overlap = "on";  // gradient sum during the backward (train/dist_overlap.h): on | off
+  // LoRA (train/lora.h): adapters trained, the base frozen
+  bool lora = false;
+  int64_t lora_rank = 8;
+  double lora_alpha = 16;
+  double lora_dropout = 0;
+  std::string lora_targets = "q,k,v,o,gate,up,down";
+  bool mask_prompt = true;  // JSONL data: loss on completion tokens only
   // evaluation / output
   double val_frac = 0.05;
   int64_t eval_every = 0;  // 0 = only at the end

@@ -29,6 +29,7 @@
 #include "framework/core/error.h"
 #include "framework/kernels/cpu_ops.h"
 #include "models/arch/arch.h"
+#include "train/lora.h"
 #include "train/parallel.h"
 
 namespace anelab::train {
@@ -86,7 +87,7 @@ void rmsnorm(const float* x, const float* w, float* y, float* rrms, int64_t N, i
   });
 }
 
-// dx (+)= rmsnorm backward of dy; dw += Σ_rows dy ⊙ x ⊙ rrms.
+// dx (+)= rmsnorm backward of dy; dw += Σ_rows dy ⊙ x ⊙ rrms (dw nullptr: not computed).
 void rmsnorm_backward(const float* x, const float* w, const float* rrms, const float* dy, float* dx, float* dw,
                       int64_t N, int64_t D, bool add) {
   parallel_rows(N, N * D, [&](int64_t n0, int64_t n1) {
@@ -104,6 +105,7 @@ void rmsnorm_backward(const float* x, const float* w, const float* rrms, const f
       }
     }
   });
+  if (!dw) return;
   parallel_rows(D, N * D, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       double s = 0;
@@ -138,6 +140,74 @@ const float* CpuModel::norm_w(const models::NormDesc& n, const float* w, int64_t
   buf.resize(size_t(len));
   for (int64_t i = 0; i < len; ++i) buf[size_t(i)] = n.offset + w[i];
   return buf.data();
+}
+
+void CpuModel::project(const StepPlan& sp, StepActs& a, LoraTarget t, const float* x, const float* W, float* y,
+                       int64_t N, int64_t in, int64_t out) {
+  matmul_wt(x, W, y, N, in, out);
+  const int64_t si = lora_ ? lora_->layout->slot(sp.layer, t) : -1;
+  if (si < 0) return;
+  const LoraSlot& s = lora_->layout->slots()[size_t(si)];
+  const LoraConfig& lc = lora_->layout->lora();
+  const int64_t r = lc.rank, ti = int64_t(t);
+  if (a.lt.empty()) a.lt.resize(kLoraTargets), a.lmask.resize(kLoraTargets), a.lx.resize(kLoraTargets);
+  const float* xd = x;
+  if (lora_->train && lc.dropout > 0) {  // PEFT: lora_B(lora_A(dropout(x))); inverted dropout, 1/(1-p) kept
+    std::vector<float>&mask = a.lmask[size_t(ti)], &xm = a.lx[size_t(ti)];
+    mask.resize(size_t(N * in)), xm.resize(size_t(N * in));
+    const float keep = float(1.0 / (1.0 - lc.dropout));
+    const uint64_t stream = lora_->seed ^ (lora_->micro_batch * 0x9E3779B97F4A7C15ull) ^ (uint64_t(si) << 40);
+    parallel_rows(N, N * in, [&](int64_t n0, int64_t n1) {
+      for (int64_t i = n0 * in; i < n1 * in; ++i) {
+        const double u = double(lora_uniform_bits(stream, uint64_t(i)) >> 11) * 0x1.0p-53;
+        mask[size_t(i)] = u < lc.dropout ? 0.0f : keep;
+        xm[size_t(i)] = x[i] * mask[size_t(i)];
+      }
+    });
+    xd = xm.data();
+  }
+  std::vector<float>& lt = a.lt[size_t(ti)];
+  lt.resize(size_t(N * r));
+  matmul_wt(xd, lora_->w + s.a, lt.data(), N, in, r);
+  std::vector<float> d(size_t(N * out));
+  matmul_wt(lt.data(), lora_->w + s.b, d.data(), N, r, out);
+  const float scale = float(lc.scale());
+  parallel_rows(N, N * out, [&](int64_t n0, int64_t n1) {
+    for (int64_t i = n0 * out; i < n1 * out; ++i) y[i] += d[size_t(i)] * scale;
+  });
+}
+
+void CpuModel::project_backward(const StepPlan& sp, StepActs& a, LoraTarget t, const float* dy, const float* x,
+                                const float* W, float* g, int64_t w_off, float* dx, int64_t N, int64_t in, int64_t out,
+                                bool add, double* tdw) {
+  if (!lora_) {
+    const double t0 = now_ms();
+    matmul_dw(dy, x, g + w_off, N, in, out);
+    *tdw += now_ms() - t0;
+  }
+  matmul_dx(dy, W, dx, N, in, out, add);
+  const int64_t si = lora_ ? lora_->layout->slot(sp.layer, t) : -1;
+  if (si < 0 || !lora_->g) return;
+  const LoraSlot& s = lora_->layout->slots()[size_t(si)];
+  const LoraConfig& lc = lora_->layout->lora();
+  const int64_t r = lc.rank, ti = int64_t(t);
+  const bool drop = lora_->train && lc.dropout > 0;
+  const float* xd = drop ? a.lx[size_t(ti)].data() : x;
+  const float scale = float(lc.scale());
+  std::vector<float> dys(size_t(N * out)), dt(size_t(N * r)), dxd(size_t(N * in));
+  parallel_rows(N, N * out, [&](int64_t n0, int64_t n1) {
+    for (int64_t i = n0 * out; i < n1 * out; ++i) dys[size_t(i)] = dy[i] * scale;
+  });
+  const double t0 = now_ms();
+  matmul_dw(dys.data(), a.lt[size_t(ti)].data(), lora_->g + s.b, N, r, out);  // dB += (s dy)ᵀ t
+  matmul_dx(dys.data(), lora_->w + s.b, dt.data(), N, r, out, false);         // dt = s dy B
+  matmul_dw(dt.data(), xd, lora_->g + s.a, N, in, r);                         // dA += dtᵀ xd
+  *tdw += now_ms() - t0;
+  matmul_dx(dt.data(), lora_->w + s.a, dxd.data(), N, in, r, false);  // d(xd) = dt A
+  const float* mask = drop ? a.lmask[size_t(ti)].data() : nullptr;
+  parallel_rows(N, N * in, [&](int64_t n0, int64_t n1) {
+    for (int64_t i = n0 * in; i < n1 * in; ++i) dx[i] += mask ? dxd[size_t(i)] * mask[i] : dxd[size_t(i)];
+  });
 }
 
 CpuModel::CpuModel(const ParamLayout& layout) : CpuModel(layout, models::describe_model(layout.config())) {}
@@ -394,9 +464,9 @@ void CpuModel::attention_forward(const StepPlan& sp, StepActs& a, const float* w
                                  float* out) {
   const models::AttnDesc& at = sp.s->attn;
   const int64_t N = B * T, D = d_.dim, hd = at.head_dim, QD = at.n_heads * hd, KD = at.n_kv_heads * hd;
-  matmul_wt(in, w + sp.wq, a.q.data(), N, D, QD);
-  matmul_wt(in, w + sp.wk, a.k.data(), N, D, KD);
-  matmul_wt(in, w + sp.wv, a.v.data(), N, D, KD);
+  project(sp, a, LoraTarget::kQ, in, w + sp.wq, a.q.data(), N, D, QD);
+  project(sp, a, LoraTarget::kK, in, w + sp.wk, a.k.data(), N, D, KD);
+  project(sp, a, LoraTarget::kV, in, w + sp.wv, a.v.data(), N, D, KD);
   std::vector<float> nb;
   if (at.q_norm) {  // every head row [hd] of the projection (a.qp) normed back into a.q
     a.qp.swap(a.q);
@@ -411,22 +481,22 @@ void CpuModel::attention_forward(const StepPlan& sp, StepActs& a, const float* w
   rope(sp, a.q.data(), N, at.n_heads, T, 1.0f);
   rope(sp, a.k.data(), N, at.n_kv_heads, T, 1.0f);
   scores_forward(at, a, B, T);
-  matmul_wt(a.att.data(), w + sp.wo, out, N, QD, D);
+  project(sp, a, LoraTarget::kO, a.att.data(), w + sp.wo, out, N, QD, D);
 }
 
 // in [N, D] -> out [N, D] = (act(in W_inᵀ) ⊙ in W_upᵀ) W_outᵀ.
 void CpuModel::ffn_forward(const StepPlan& sp, StepActs& a, const float* w, const float* in, int64_t N, float* out) {
   const int64_t D = d_.dim, F = sp.s->ffn.hidden;
   const bool geglu = sp.s->ffn.activation == models::Activation::kGeluTanhGated;
-  matmul_wt(in, w + sp.w_in, a.h1.data(), N, D, F);
-  matmul_wt(in, w + sp.w_up, a.h3.data(), N, D, F);
+  project(sp, a, LoraTarget::kGate, in, w + sp.w_in, a.h1.data(), N, D, F);
+  project(sp, a, LoraTarget::kUp, in, w + sp.w_up, a.h3.data(), N, D, F);
   parallel_rows(N * F, N * F, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const float h1 = a.h1[size_t(i)];
       a.g[size_t(i)] = (geglu ? gelu_tanh(h1) : h1 * sigmoidf(h1)) * a.h3[size_t(i)];
     }
   });
-  matmul_wt(a.g.data(), w + sp.w_out, out, N, F, D);
+  project(sp, a, LoraTarget::kDown, a.g.data(), w + sp.w_out, out, N, F, D);
 }
 
 void CpuModel::forward(const float* w, const int32_t* tokens, int64_t B, int64_t T, int64_t row_stride) {
@@ -473,7 +543,7 @@ void CpuModel::head_backward(const float* w, const float* xL, float* gr, float* 
   matmul_dx(logits_.data(), layout_.output(const_cast<float*>(w)), dxf_.data(), N, D, V, false);
   std::vector<float> nb;
   rmsnorm_backward(xL, norm_w(d_.head.norm, layout_.final_norm(const_cast<float*>(w)), D, nb), rrmsf_.data(),
-                   dxf_.data(), dxL, layout_.final_norm(gr), N, D, false);
+                   dxf_.data(), dxL, lora_ ? nullptr : layout_.final_norm(gr), N, D, false);
 }
 
 double CpuModel::head_forward_backward(const float* w, const Batch& b, const float* xL, float grad_scale, float* grads,
@@ -482,23 +552,34 @@ double CpuModel::head_forward_backward(const float* w, const Batch& b, const flo
     fail("train", "batch of ", b.tokens.size(), " tokens does not hold B=", b.B, " x (T+1)=", b.T + 1);
   prepare_head(b.B, b.T);
   head_forward(w, xL, b.B * b.T);
-  const double loss = cross_entropy(b.tokens.data(), b.B, b.T, grad_scale, true);
+  const double loss = cross_entropy(b, grad_scale, true);
   head_backward(w, xL, grads, dxL, b.B * b.T);
   return loss;
 }
 
 void CpuModel::head_classifier_dw(float* grads) {
+  if (lora_) return;  // the base is frozen
   matmul_dw(logits_.data(), xf_.data(), layout_.output(grads), head_B_ * head_T_, d_.dim, d_.vocab_size);
 }
 
-double CpuModel::cross_entropy(const int32_t* tokens, int64_t B, int64_t T, float grad_scale, bool want_grad) {
-  const int64_t N = B * T, V = d_.vocab_size;
+double CpuModel::cross_entropy(const Batch& b, float grad_scale, bool want_grad) {
+  const int32_t* tokens = b.tokens.data();
+  const int64_t B = b.B, T = b.T, N = B * T, V = d_.vocab_size;
+  const uint8_t* mask = b.mask.empty() ? nullptr : b.mask.data();
+  if (mask && int64_t(b.mask.size()) != N) fail("train", "batch mask of ", b.mask.size(), " targets for B*T = ", N);
+  int64_t counted = N;
+  if (mask) counted = std::count_if(b.mask.begin(), b.mask.end(), [](uint8_t m) { return m != 0; });
   std::vector<double> row_loss(static_cast<size_t>(N));
-  const float gs = grad_scale / float(N);
+  const float gs = grad_scale / float(std::max<int64_t>(counted, 1));
   parallel_rows(N, N * V, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       const int32_t tgt = tokens[(n / T) * (T + 1) + (n % T) + 1];
       float* row = logits_.data() + n * V;
+      if (mask && !mask[n]) {  // not a target: no loss, no gradient
+        row_loss[size_t(n)] = 0;
+        if (want_grad) std::fill(row, row + V, 0.0f);
+        continue;
+      }
       float mx = row[0];
       for (int64_t j = 1; j < V; ++j) mx = std::max(mx, row[j]);
       double sum = 0;
@@ -520,12 +601,12 @@ double CpuModel::cross_entropy(const int32_t* tokens, int64_t B, int64_t T, floa
   }
   double total = 0;
   for (double v : row_loss) total += v;
-  return total / double(N);
+  return counted > 0 ? total / double(counted) : 0.0;
 }
 
 double CpuModel::loss(const float* w, const Batch& b) {
   forward(w, b.tokens.data(), b.B, b.T, b.T + 1);
-  return cross_entropy(b.tokens.data(), b.B, b.T, 0.0f, false);
+  return cross_entropy(b, 0.0f, false);
 }
 
 void CpuModel::last_logits(const float* w, const int32_t* tokens, int64_t n, std::vector<float>* out) {
@@ -540,10 +621,8 @@ void CpuModel::ffn_backward(const StepPlan& sp, StepActs& a, const float* w, flo
   const int64_t D = d_.dim, F = sp.s->ffn.hidden;
   const bool geglu = sp.s->ffn.activation == models::Activation::kGeluTanhGated;
   std::vector<float> dg(size_t(N * F)), dh3(size_t(N * F));
-  double t0 = now_ms();
-  matmul_dw(dout, a.g.data(), g + sp.w_out, N, F, D);
-  *tdw += now_ms() - t0;
-  matmul_dx(dout, w + sp.w_out, dg.data(), N, F, D, false);
+  project_backward(sp, a, LoraTarget::kDown, dout, a.g.data(), w + sp.w_out, g, sp.w_out, dg.data(), N, F, D, false,
+                   tdw);
   parallel_rows(N * F, N * F, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const float h1 = a.h1[size_t(i)], d = dg[size_t(i)];
@@ -557,12 +636,8 @@ void CpuModel::ffn_backward(const StepPlan& sp, StepActs& a, const float* w, flo
       dg[size_t(i)] = d * a.h3[size_t(i)] * s * (1.0f + h1 * (1.0f - s));  // dh1
     }
   });
-  t0 = now_ms();
-  matmul_dw(dg.data(), in, g + sp.w_in, N, D, F);
-  matmul_dw(dh3.data(), in, g + sp.w_up, N, D, F);
-  *tdw += now_ms() - t0;
-  matmul_dx(dg.data(), w + sp.w_in, din, N, D, F, false);
-  matmul_dx(dh3.data(), w + sp.w_up, din, N, D, F, true);
+  project_backward(sp, a, LoraTarget::kGate, dg.data(), in, w + sp.w_in, g, sp.w_in, din, N, D, F, false, tdw);
+  project_backward(sp, a, LoraTarget::kUp, dh3.data(), in, w + sp.w_up, g, sp.w_up, din, N, D, F, true, tdw);
 }
 
 // dout [N, D] = d(loss)/d(the attention's output) -> din [N, D] = d(loss)/d(in) (overwritten); dW into g.
@@ -572,33 +647,25 @@ void CpuModel::attention_backward(const StepPlan& sp, StepActs& a, const float* 
   const int64_t N = B * T, D = d_.dim, hd = at.head_dim, QD = at.n_heads * hd, KD = at.n_kv_heads * hd;
   const float* in = sp.s->pre_norm ? a.xn.data() : a.x.data();
   std::vector<float> datt(size_t(N * QD)), dq(size_t(N * QD)), dk(size_t(N * KD)), dv(size_t(N * KD)), nb;
-  double t0 = now_ms();
-  matmul_dw(dout, a.att.data(), g + sp.wo, N, QD, D);
-  *tdw += now_ms() - t0;
-  matmul_dx(dout, w + sp.wo, datt.data(), N, QD, D, false);
+  project_backward(sp, a, LoraTarget::kO, dout, a.att.data(), w + sp.wo, g, sp.wo, datt.data(), N, QD, D, false, tdw);
   scores_backward(at, a, B, T, datt.data(), dq.data(), dk.data(), dv.data());
   rope(sp, dq.data(), N, at.n_heads, T, -1.0f);
   rope(sp, dk.data(), N, at.n_kv_heads, T, -1.0f);
   if (at.q_norm) {  // gradients w.r.t. the normed q -> w.r.t. the projection
     std::vector<float> d(dq.size());
-    rmsnorm_backward(a.qp.data(), norm_w(*at.q_norm, w + sp.qn, hd, nb), a.rrmsq.data(), dq.data(), d.data(), g + sp.qn,
-                     N * at.n_heads, hd, false);
+    rmsnorm_backward(a.qp.data(), norm_w(*at.q_norm, w + sp.qn, hd, nb), a.rrmsq.data(), dq.data(), d.data(),
+                     base_grad(g, sp.qn), N * at.n_heads, hd, false);
     dq.swap(d);
   }
   if (at.k_norm) {
     std::vector<float> d(dk.size());
-    rmsnorm_backward(a.kp.data(), norm_w(*at.k_norm, w + sp.kn, hd, nb), a.rrmsk.data(), dk.data(), d.data(), g + sp.kn,
-                     N * at.n_kv_heads, hd, false);
+    rmsnorm_backward(a.kp.data(), norm_w(*at.k_norm, w + sp.kn, hd, nb), a.rrmsk.data(), dk.data(), d.data(),
+                     base_grad(g, sp.kn), N * at.n_kv_heads, hd, false);
     dk.swap(d);
   }
-  t0 = now_ms();
-  matmul_dw(dq.data(), in, g + sp.wq, N, D, QD);
-  matmul_dw(dk.data(), in, g + sp.wk, N, D, KD);
-  matmul_dw(dv.data(), in, g + sp.wv, N, D, KD);
-  *tdw += now_ms() - t0;
-  matmul_dx(dq.data(), w + sp.wq, din, N, D, QD, false);
-  matmul_dx(dk.data(), w + sp.wk, din, N, D, KD, true);
-  matmul_dx(dv.data(), w + sp.wv, din, N, D, KD, true);
+  project_backward(sp, a, LoraTarget::kQ, dq.data(), in, w + sp.wq, g, sp.wq, din, N, D, QD, false, tdw);
+  project_backward(sp, a, LoraTarget::kK, dk.data(), in, w + sp.wk, g, sp.wk, din, N, D, KD, true, tdw);
+  project_backward(sp, a, LoraTarget::kV, dv.data(), in, w + sp.wv, g, sp.wv, din, N, D, KD, true, tdw);
 }
 
 // dx [N, D]: d(loss)/d(step i's output) on entry, d(loss)/d(its input x) on exit (the residual path plus the
@@ -618,7 +685,7 @@ void CpuModel::step_backward(const float* w, float* g, size_t i, int64_t B, int6
   if (s.post_norm) {  // b = rmsnorm(o) * (offset + post_norm)
     dpost.resize(size_t(N * D));
     rmsnorm_backward(a.o.data(), norm_w(*s.post_norm, w + sp.post, D, nb), a.rrmso.data(), db, dpost.data(),
-                     g + sp.post, N, D, false);
+                     base_grad(g, sp.post), N, D, false);
     db = dpost.data();
   }
   const float* in = s.pre_norm ? a.xn.data() : a.x.data();
@@ -633,8 +700,8 @@ void CpuModel::step_backward(const float* w, float* g, size_t i, int64_t B, int6
       fail("train", "layer ", sp.layer, ": a linear-attention step reached the CPU training executor");
   }
   if (s.pre_norm)
-    rmsnorm_backward(a.x.data(), norm_w(*s.pre_norm, w + sp.pre, D, nb), a.rrms.data(), din.data(), dx, g + sp.pre, N,
-                     D, true);
+    rmsnorm_backward(a.x.data(), norm_w(*s.pre_norm, w + sp.pre, D, nb), a.rrms.data(), din.data(), dx,
+                     base_grad(g, sp.pre), N, D, true);
   else
     add_into(dx, dx, din.data(), N * D);
 }
@@ -645,22 +712,22 @@ double CpuModel::forward_backward(const float* w, const Batch& b, float grad_sca
   double t0 = now_ms();
   forward(w, b.tokens.data(), b.B, b.T, b.T + 1);
   double t1 = now_ms();
-  const double loss = cross_entropy(b.tokens.data(), b.B, b.T, grad_scale, true);
+  const double loss = cross_entropy(b, grad_scale, true);
   const int64_t N = b.B * b.T, D = d_.dim;
   double t2 = now_ms();
   head_classifier_dw(gr);
   double t3 = now_ms();
   std::vector<float> dxl(size_t(N * D));
   head_backward(w, xL_.data(), gr, dxl.data(), N);
-  if (grads_final_) grads_final_(layout_.final_norm(gr) - gr);
+  if (grads_final_ && !lora_) grads_final_(layout_.final_norm(gr) - gr);
   double tdw = 0;
   for (int64_t l = int64_t(layer_first_.size()) - 1; l >= 0; --l) {
     const size_t end = size_t(l) + 1 < layer_first_.size() ? size_t(layer_first_[size_t(l) + 1]) : steps_.size();
     for (size_t i = end; i-- > size_t(layer_first_[size_t(l)]);) step_backward(w, gr, i, b.B, b.T, dxl.data(), &tdw);
-    if (grads_final_) grads_final_(layer_grads_[size_t(l)]);
+    if (grads_final_ && !lora_) grads_final_(layer_grads_[size_t(l)]);
   }
-  float* demb = layout_.embedding(gr);
-  for (int64_t n = 0; n < N; ++n) {
+  float* demb = lora_ ? nullptr : layout_.embedding(gr);
+  for (int64_t n = 0; n < N && demb; ++n) {
     float* row = demb + int64_t(inputs_[size_t(n)]) * D;
     const float* src = dxl.data() + n * D;
     for (int64_t i = 0; i < D; ++i) row[i] += src[i] * d_.embed.scale;

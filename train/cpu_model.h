@@ -22,10 +22,16 @@
 
 namespace anelab::train {
 
+struct LoraStep;        // train/lora.h
+enum class LoraTarget;  // train/lora.h
+
 // B sequences of T+1 tokens: inputs tokens[b*(T+1) + t], targets tokens[b*(T+1) + t + 1], t < T.
 struct Batch {
   int64_t B = 0, T = 0;
   std::vector<int32_t> tokens;  // [B, T+1]
+  // [B, T] 1 where target t of sequence b counts in the loss, 0 where it does not (prompt tokens of
+  // --mask-prompt data); empty: every target counts. The loss is the mean over the counted targets.
+  std::vector<uint8_t> mask;
 };
 
 struct CpuTimes {  // milliseconds, accumulated by forward_backward
@@ -44,6 +50,10 @@ class CpuModel {
   // f(from): grads[from, P) are final during forward_backward (after the head, then after each layer: the
   // offset of layer l's first tensor), on the calling thread (StepEngine::set_grads_final_hook).
   void set_grads_final_hook(std::function<void(int64_t from)> f) { grads_final_ = std::move(f); }
+  // LoRA (train/lora.h): with l set, every call adds the adapters of l->layout to their projections, and
+  // forward_backward adds d(loss)/d(adapters) * grad_scale into l->g and computes NO gradient of the base: every
+  // base weight-gradient product is skipped and `grads` is not touched (it may be nullptr). nullptr: no adapters.
+  void set_lora(const LoraStep* l) { lora_ = l; }
   // Mean cross-entropy only.
   double loss(const float* w, const Batch& b);
   // Logits of the last position of one sequence of n tokens: out [V].
@@ -77,6 +87,8 @@ class CpuModel {
     std::vector<float> q, k, v, p, att;       // attention [N, QD], [N, KD] x2, [B*H, T, T], [N, QD]
     std::vector<float> qp, kp, rrmsq, rrmsk;  // q/k norms: q / k before them [N, QD] / [N, KD]; [N*H], [N*KVH]
     std::vector<float> h1, h3, g;             // ffn [N, F] x3
+    // LoRA, by LoraTarget: t = xd Aᵀ [N, r]; with dropout the mask (0 or 1/(1-p)) [N, in] and xd = x ⊙ mask [N, in]
+    std::vector<std::vector<float>> lt, lmask, lx;
   };
   struct RopeTable {  // cos / sin [T, hd/2] of one RopeDesc and head_dim
     models::RopeDesc desc;
@@ -94,11 +106,20 @@ class CpuModel {
   void ffn_forward(const StepPlan& sp, StepActs& a, const float* w, const float* in, int64_t N, float* out);
   void ffn_backward(const StepPlan& sp, StepActs& a, const float* w, float* g, const float* dout, const float* in,
                     int64_t N, float* din, double* tdw);
+  // y [N, out] = x Wᵀ, plus scale * (xd Aᵀ) Bᵀ when (sp.layer, t) has an adapter.
+  void project(const StepPlan& sp, StepActs& a, LoraTarget t, const float* x, const float* W, float* y, int64_t N,
+               int64_t in, int64_t out);
+  // Its backward: dx (+)= dy W (+ the adapter's path); dW (g + w_off) += dyᵀ x unless the base is frozen; the
+  // adapter's dA, dB into lora_->g.
+  void project_backward(const StepPlan& sp, StepActs& a, LoraTarget t, const float* dy, const float* x, const float* W,
+                        float* g, int64_t w_off, float* dx, int64_t N, int64_t in, int64_t out, bool add, double* tdw);
+  // g + off, or nullptr when the base is frozen (LoRA): no base gradient is written.
+  float* base_grad(float* g, int64_t off) const { return lora_ ? nullptr : g + off; }
   void scores_forward(const models::AttnDesc& at, StepActs& a, int64_t B, int64_t T);
   void scores_backward(const models::AttnDesc& at, StepActs& a, int64_t B, int64_t T, const float* datt, float* dq,
                        float* dk, float* dv);
   const float* norm_w(const models::NormDesc& n, const float* w, int64_t len, std::vector<float>& buf) const;
-  double cross_entropy(const int32_t* tokens, int64_t B, int64_t T, float grad_scale, bool want_grad);
+  double cross_entropy(const Batch& b, float grad_scale, bool want_grad);
   void rope(const StepPlan& sp, float* x, int64_t rows, int64_t heads, int64_t T, float sign) const;
   void prepare(int64_t B, int64_t T);
   void prepare_head(int64_t B, int64_t T);
@@ -120,6 +141,7 @@ class CpuModel {
   std::vector<float> dxf_;              // [N, D] head backward scratch
   int64_t head_B_ = 0, head_T_ = 0;
   std::function<void(int64_t)> grads_final_;
+  const LoraStep* lora_ = nullptr;
 };
 
 }  // namespace anelab::train

@@ -4,18 +4,33 @@
 //   random:     pos uniform in [0, n_train - T - 1] from a splitmix64 generator whose state is checkpointed;
 //   sequential: consecutive windows from the start (pos += T), wrapping to 0 (for reference comparisons).
 // Validation reads consecutive windows from the start of the held-out tail.
+// JSONL (a path ending in .jsonl, MLX-LM's data forms): one JSON object per line, {"text": ...},
+// {"prompt": ..., "completion": ...} or {"messages": [{"role", "content"}...]}, tokenized with the model's tokenizer
+// and packed one after another (BOS + text + EOS where the vocabulary has them). prompt/completion goes through the
+// model's chat template as a user and an assistant turn when it has one, else prompt + completion; messages need a
+// chat template. With mask_prompt (--mask-prompt, default on) only completion tokens (the last assistant turn of
+// messages, after the template's generation prompt) are loss targets: Batch::mask says which.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "models/tokenizer/chat_template.h"
 #include "models/tokenizer/token_file.h"
+#include "models/tokenizer/tokenizer.h"
 #include "train/cpu_model.h"
 
 namespace anelab::train {
 
+struct JsonlOptions {
+  const tok::Tokenizer* tokenizer = nullptr;
+  tok::ChatTemplate chat = tok::ChatTemplate::kNone;
+  bool mask_prompt = true;
+};
+
 class TokenData {
  public:
+  TokenData(const std::string& path, double val_frac, int64_t seq_len, const JsonlOptions& o);  // JSONL
   // val_frac in [0, 0.5]; the tail ceil(n * val_frac) tokens are held out (at least T+1 when val_frac > 0).
   TokenData(const std::string& path, double val_frac, int64_t seq_len);
   explicit TokenData(std::vector<int32_t> tokens, double val_frac, int64_t seq_len);  // tests
@@ -27,10 +42,13 @@ class TokenData {
   // The tokenizer that made the data, as an anelab token file's sidecar says (vocab_size 0: not said).
   const tok::TokenFileSource& source() const { return source_; }
   const int32_t* tokens() const { return tokens_.data(); }
+  // [n_tokens] 1 where token i counts as a loss target (JSONL with mask_prompt), empty when every token does.
+  const std::vector<uint8_t>& target_mask() const { return mask_; }
 
  private:
   void split(double val_frac, int64_t seq_len, const std::string& where);
   std::vector<int32_t> tokens_;
+  std::vector<uint8_t> mask_;
   int64_t n_train_ = 0;
   int32_t max_id_ = 0;
   std::string format_;
@@ -58,6 +76,7 @@ class Batcher {
 
  private:
   int64_t next_pos();  // start of the next window
+  void fill_mask(Batch* b, const std::vector<int64_t>& pos) const;
   const TokenData* data_;
   int64_t B_, T_;
   bool random_;

@@ -17,8 +17,10 @@ double learning_rate(const ScheduleConfig& s, int64_t step) {
   return min_lr + 0.5 * (s.max_lr - min_lr) * (1.0 + std::cos(std::numbers::pi * progress));
 }
 
-AdamW::AdamW(const ParamLayout& layout, AdamWConfig cfg)
-    : layout_(&layout), cfg_(cfg), m_(size_t(layout.total()), 0.0f), v_(size_t(layout.total()), 0.0f) {}
+AdamW::AdamW(const ParamLayout& layout, AdamWConfig cfg) : AdamW(layout.params(), layout.total(), cfg) {}
+
+AdamW::AdamW(const std::vector<ParamInfo>& params, int64_t total, AdamWConfig cfg)
+    : params_(&params), cfg_(cfg), m_(size_t(total), 0.0f), v_(size_t(total), 0.0f) {}
 
 void AdamW::update(float* w, const float* g, double lr) {
   ++t_;
@@ -26,7 +28,7 @@ void AdamW::update(float* w, const float* g, double lr) {
   const double bc1 = 1.0 - std::pow(cfg_.beta1, double(t_));
   const double bc2 = 1.0 - std::pow(cfg_.beta2, double(t_));
   const float step_size = float(lr / bc1), bc2_sqrt = float(std::sqrt(bc2));
-  for (const auto& p : layout_->params()) {
+  for (const auto& p : *params_) {
     const float decay = p.decay ? float(1.0 - lr * cfg_.weight_decay) : 1.0f;
     float* wp = w + p.offset;
     const float* gp = g + p.offset;

@@ -27,6 +27,8 @@ struct AdamWConfig {
 class AdamW {
  public:
   AdamW(const ParamLayout& layout, AdamWConfig cfg);
+  // Over any flat buffer of `total` floats described by params (e.g. the LoRA adapters, train/lora.h).
+  AdamW(const std::vector<ParamInfo>& params, int64_t total, AdamWConfig cfg);
   // One update with gradients g (already unscaled and clipped); increments t().
   void update(float* w, const float* g, double lr);
   int64_t t() const { return t_; }
@@ -35,7 +37,7 @@ class AdamW {
   void set_t(int64_t t) { t_ = t; }
 
  private:
-  const ParamLayout* layout_;
+  const std::vector<ParamInfo>* params_;
   AdamWConfig cfg_;
   int64_t t_ = 0;
   std::vector<float> m_, v_;

@@ -18,7 +18,8 @@ namespace anelab::train {
 
 inline constexpr const char* kRunLockFile = "run.lock";
 // The files the trainer writes atomically into a run directory (events.jsonl is appended, never renamed).
-inline constexpr const char* kRunFiles[] = {"last.ckpt", "best.ckpt", "config.json", "config.toml", "tokenizer.anetok"};
+inline constexpr const char* kRunFiles[] = {"last.ckpt",        "best.ckpt", "config.json", "config.toml",
+                                            "tokenizer.anetok", "last.lora", "best.lora"};
 
 // DIR/run.lock held for the life of this object. The constructor (DIR must exist) throws "[train] run dir DIR
 // is in use by another trainer (pid N, ...)" when another process holds it, or names the file and the OS

@@ -26,6 +26,7 @@
 #include "train/dist_overlap.h"
 #include "train/engine.h"
 #include "train/events.h"
+#include "train/lora.h"
 #include "train/optim.h"
 #include "train/run_dir.h"
 
@@ -66,7 +67,10 @@ struct Run {
   TrainConfig cfg;
   RunHooks hooks;
   ParamLayout layout;
-  std::vector<float> w, g;                   // [P] master weights, gradients
+  std::vector<float> w, g;                   // [P] master weights, gradients (--lora: the adapters' [PA])
+  std::unique_ptr<LoraLayout> lora;          // --lora: the adapters (w, g, the optimizer's moments)
+  std::vector<float> lora_base;              // --lora: [P] the frozen base until the engine takes it
+  LoraEngine* lora_engine = nullptr;         // --lora: the engine, which holds the base
   std::vector<float> gm;                     // [P] one micro-batch's gradients (empty: one micro-batch per step)
   std::unique_ptr<dist::OverlappedSum> sum;  // g += gm over the ranks (with gm; destroyed after the engine)
   std::unique_ptr<AdamW> opt;
@@ -108,6 +112,8 @@ struct Run {
   }
 
   void load_model(bool resume, CheckpointState* ck);
+  void setup_lora(bool resume, std::vector<float>* m, std::vector<float>* v);
+  std::vector<float> model_weights() const;
   void setup();
   void emit_start(bool resumed);
   void check_same_setup();
@@ -134,8 +140,8 @@ struct Run {
 
 void Run::load_model(bool resume, CheckpointState* ck) {
   std::optional<models::Model> m;
-  if (resume) {
-    *ck = read_checkpoint(ckpt_path("last"));
+  if (resume) *ck = read_checkpoint(ckpt_path("last"));
+  if (resume && !cfg.lora) {  // (a LoRA run's checkpoint holds the merged model: the base is loaded again below)
     layout = ParamLayout(ck->model);
     w = std::move(ck->weights);
   } else if (!cfg.preset.empty()) {
@@ -162,6 +168,28 @@ void Run::load_model(bool resume, CheckpointState* ck) {
     fail("train", "--seq-len ", cfg.seq_len, " exceeds the model's context length ", layout.config().max_seq_len);
 }
 
+// --lora: the base (w as load_model left it) becomes the engine's frozen copy, w the adapters: fresh (lora_init)
+// or, on resume, RUN_DIR/last.lora with the optimizer's moments into *m, *v.
+void Run::setup_lora(bool resume, std::vector<float>* m, std::vector<float>* v) {
+  LoraConfig lc;
+  lc.rank = cfg.lora_rank, lc.alpha = cfg.lora_alpha, lc.dropout = cfg.lora_dropout;
+  lc.targets = parse_lora_targets(cfg.lora_targets);
+  lora = std::make_unique<LoraLayout>(layout.config(), lc);
+  lora_base = std::move(w);
+  if (resume)
+    read_lora_state((fs::path(cfg.run_dir) / "last.lora").string(), *lora, &w, m, v);
+  else
+    w = lora_init(*lora, uint64_t(cfg.seed));
+}
+
+// The model's weights [P]: w, or with --lora the base with the adapters merged (W + alpha/r * B·A, fp32).
+std::vector<float> Run::model_weights() const {
+  if (!lora) return w;
+  std::vector<float> m = lora_engine->base();
+  lora_merge(layout, *lora, w.data(), float(lora->lora().scale()), m.data());
+  return m;
+}
+
 // Loads and checks everything first and creates the run dir last, so a failed start leaves nothing
 // behind; a --resume of a finished run stops before anything is written.
 void Run::setup() {
@@ -173,16 +201,24 @@ void Run::setup() {
   if (root() && fs::is_directory(cfg.run_dir)) remove_stale_temp_files(cfg.run_dir);  // of writers killed mid-write
   CheckpointState ck;
   load_model(cfg.resume, &ck);
+  if (cfg.lora) setup_lora(cfg.resume, &ck.m, &ck.v);
   if (cfg.resume && ck.step >= cfg.steps) {
     step = ck.step, best_val = ck.best_val_loss;
     already_finished = true;
     return;
   }
   g.assign(w.size(), 0.0f);
-  opt = std::make_unique<AdamW>(layout, AdamWConfig{cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay});
+  const AdamWConfig ac{cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay};
+  opt = lora ? std::make_unique<AdamW>(lora->params(), lora->total(), ac) : std::make_unique<AdamW>(layout, ac);
   scaler = LossScaler::parse(cfg.loss_scale);
   sched = ScheduleConfig{cfg.lr, cfg.min_lr_frac, cfg.warmup_steps, cfg.steps, cfg.schedule == "cosine"};
-  data = std::make_unique<TokenData>(cfg.data, cfg.val_frac, cfg.seq_len);
+  if (cfg.data.ends_with(".jsonl")) {  // MLX-LM's forms, with the model's tokenizer and chat template
+    const tok::ChatTemplate chat = tokenizer ? tok::chat_template_for(*tokenizer, "auto") : tok::ChatTemplate::kNone;
+    data = std::make_unique<TokenData>(cfg.data, cfg.val_frac, cfg.seq_len,
+                                       JsonlOptions{tokenizer.get(), chat, cfg.mask_prompt});
+  } else {
+    data = std::make_unique<TokenData>(cfg.data, cfg.val_frac, cfg.seq_len);
+  }
   check_data_vocabulary();
   if (data->max_id() >= layout.config().vocab_size)
     fail("train", "data file ", cfg.data, " holds token id ", data->max_id(), " >= the model's vocab_size ",
@@ -200,11 +236,19 @@ void Run::setup() {
     step = ck.step, best_val = ck.best_val_loss, restarts = ck.restarts, tokens = ck.tokens;
     prior_wall = ck.wall_s, prior_compile = ck.compile_s, prior_train = ck.train_s, prior_compiles = ck.compiles;
   }
-  engine = make_engine(cfg, layout);
+  if (lora) {
+    auto e = std::make_unique<LoraEngine>(layout, std::move(lora_base), *lora, uint64_t(cfg.seed));
+    e->set_micro_batches(uint64_t(step * cfg.accum_steps));  // the dropout stream where the run left it
+    lora_engine = e.get();
+    engine = std::move(e);
+  } else {
+    engine = make_engine(cfg, layout);
+  }
   if (cfg.accum_steps * group->size() > 1) {
     gm.assign(w.size(), 0.0f);
-    const bool overlap = cfg.comm_overlap == "on" && group->size() > 1 && group->any_thread();
-    sum = std::make_unique<dist::OverlappedSum>(*group, dist::backward_bounds(layout), overlap);
+    const bool overlap = !lora && cfg.comm_overlap == "on" && group->size() > 1 && group->any_thread();
+    sum = std::make_unique<dist::OverlappedSum>(
+        *group, lora ? std::vector<int64_t>{int64_t(w.size()), 0} : dist::backward_bounds(layout), overlap);
     if (overlap) engine->set_grads_final_hook([s = sum.get()](int64_t from) { s->final_from(from); });
   }
   meter = std::make_unique<power::Meter>(hooks.power ? hooks.power() : power::select_source());
@@ -499,7 +543,8 @@ double Run::evaluate() {  // rank 0 only
   double sum = 0;
   int64_t n = 0;
   Batch b;
-  for (int64_t i = 0; i < cfg.eval_batches && batcher->val_batch(i, &b); ++i, ++n) sum += eval_model->loss(w.data(), b);
+  for (int64_t i = 0; i < cfg.eval_batches && batcher->val_batch(i, &b); ++i, ++n)
+    sum += lora_engine ? lora_engine->loss(w.data(), b) : eval_model->loss(w.data(), b);
   if (n == 0) return std::nan("");
   const double v = sum / double(n);
   last_val = v;
@@ -521,9 +566,10 @@ void Run::sample() {  // rank 0 only
   std::vector<int32_t> ids = {tokenizer && tokenizer->bos_id() >= 0 ? tokenizer->bos_id() : 1};
   std::vector<float> logits;
   std::string text;
+  const std::vector<float> mw = model_weights();
   const int64_t n = std::min(cfg.sample_tokens, cfg.seq_len - 1);
   for (int64_t i = 0; i < n; ++i) {
-    eval_model->last_logits(w.data(), ids.data(), int64_t(ids.size()), &logits);
+    eval_model->last_logits(mw.data(), ids.data(), int64_t(ids.size()), &logits);
     const int32_t next = sampler.sample(logits, ids);
     text += tokenizer ? tokenizer->decode_token(ids.back(), next) : (i ? " " : "") + std::to_string(next);
     ids.push_back(next);
@@ -543,13 +589,19 @@ CheckpointState Run::make_state() const {
   s.train_s = prior_train + train_s;
   s.compiles = prior_compiles + engine->compiles_total();
   s.config = to_json(cfg);
-  s.weights = w, s.m = opt->m(), s.v = opt->v();
+  if (lora)  // the merged model (what `infer RUN` and `export RUN` read); the adapters' state in KIND.lora
+    s.weights = model_weights(), s.m.assign(s.weights.size(), 0.0f), s.v.assign(s.weights.size(), 0.0f);
+  else
+    s.weights = w, s.m = opt->m(), s.v = opt->v();
   return s;
 }
 
 void Run::checkpoint(bool best) {  // rank 0 only
   if (!root()) return;
   const std::string path = ckpt_path(best ? "best" : "last");
+  if (lora)  // first: a checkpoint is only ever next to its adapters
+    write_lora_state((fs::path(cfg.run_dir) / (best ? "best.lora" : "last.lora")).string(), *lora, w, opt->m(),
+                     opt->v());
   write_checkpoint(path, make_state());
   nlohmann::json f = {{"path", path}, {"kind", best ? "best" : "last"}};
   if (best && best_val) f["val_loss"] = *best_val;

@@ -58,9 +58,6 @@ ExportFormat export_format_for(const std::string& out, const std::string& format
        "name without an extension for Hugging Face safetensors, or --format)");
 }
 
-namespace {
-
-// Row permutation of a q/k projection (or its bias) between RoPE styles, per head of head_dim rows.
 Tensor permute_rope_rows(const Tensor& t, int64_t head_dim, RopeStyle from, RopeStyle to) {
   const int64_t rows = t.rows(), half = head_dim / 2, row_bytes = t.nbytes / rows;
   std::vector<uint8_t> out(static_cast<size_t>(t.nbytes));
@@ -78,6 +75,8 @@ Tensor permute_rope_rows(const Tensor& t, int64_t head_dim, RopeStyle from, Rope
   r.owner = owned;
   return r;
 }
+
+namespace {
 
 // Matrices converted to dtype (stored_dtype's rule); in memory.
 Model with_dtype(const Model& m, std::optional<DType> dtype) {

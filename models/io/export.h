@@ -37,6 +37,9 @@ ExportFormat export_format_for(const std::string& out, const std::string& format
 std::vector<std::string> export_model(const Model& m, const std::string& out, ExportFormat f,
                                       std::optional<DType> dtype = {}, const ProgressFn& progress = {});
 
+// Row permutation of a q/k projection (or its bias, or a LoRA B [out, r]) between RoPE styles, per head of head_dim
+// rows (an owned copy).
+Tensor permute_rope_rows(const Tensor& t, int64_t head_dim, RopeStyle from, RopeStyle to);
 // The model with its q/k rows permuted into `target` RoPE order (views of m where nothing changes).
 Model with_rope_style(const Model& m, RopeStyle target);
 // A model with m's config, tokenizer, chat template and source, and no tensors (converters add theirs).

@@ -51,7 +51,7 @@ std::vector<nlohmann::json> read_events(const std::string& dir, const std::strin
 
 bool run_torch_reference(const std::string& dir, const train::ParamLayout& layout, const std::vector<float>& w,
                          const std::vector<train::Batch>& batches, const nlohmann::json& optim, const std::string& mode,
-                         std::string* log) {
+                         std::string* log, const std::string& script) {
   fs::create_directories(dir + "/weights");
   nlohmann::json cfg = models::model_config_to_json(layout.config());
   cfg["optim"] = optim;
@@ -65,8 +65,8 @@ bool run_torch_reference(const std::string& dir, const train::ParamLayout& layou
   std::vector<float> toks;
   for (const auto& b : batches) toks.insert(toks.end(), b.tokens.begin(), b.tokens.end());
   write_npy(dir + "/batches.npy", {int64_t(batches.size()), b0.B, b0.T + 1}, toks.data());
-  const std::string cmd = "/usr/bin/python3 " + std::string(ANELAB_SOURCE_DIR) + "/scripts/train_reference.py " + dir +
-                          " " + mode + " 2>&1";
+  const std::string cmd =
+      "/usr/bin/python3 " + std::string(ANELAB_SOURCE_DIR) + "/scripts/" + script + " " + dir + " " + mode + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   char buf[4096];
   while (size_t n = std::fread(buf, 1, sizeof buf, p)) log->append(buf, n);

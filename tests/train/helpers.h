@@ -19,10 +19,11 @@ std::vector<int32_t> read_tokens_u16(const std::string& path);
 // Every event of the given type from DIR/events.jsonl, in order.
 std::vector<nlohmann::json> read_events(const std::string& dir, const std::string& type);
 // Writes config.json (model + optim), weights/<name>.npy and batches.npy ([n, B, T+1]) for
-// scripts/train_reference.py, then runs it in `mode`; returns false (with a message) when python fails.
+// scripts/train_reference.py (or scripts/SCRIPT, e.g. lora_reference.py), then runs it in `mode`; returns false (with
+// a message) when python fails.
 bool run_torch_reference(const std::string& dir, const train::ParamLayout& layout, const std::vector<float>& w,
                          const std::vector<train::Batch>& batches, const nlohmann::json& optim, const std::string& mode,
-                         std::string* log);
+                         std::string* log, const std::string& script = "train_reference.py");
 // ||a - b|| / ||b||
 double rel_err(const float* a, const float* b, int64_t n);
 // A small GQA config: rotate-half RoPE (theta 1e6), head_dim != dim / n_heads, untied classifier.
