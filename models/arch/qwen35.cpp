@@ -44,7 +44,7 @@ ModelConfig qwen35_08b() {
   c.rope_theta = 1e7f;
   c.rope_style = RopeStyle::kRotateHalf;
   c.qk_norm = true;
-  c.norm_offset = 1.0f;
+  set_param(&c, kNormOffset, 1.0);
   c.full_attention_interval = 4;
   c.linear_k_heads = 16;
   c.linear_v_heads = 16;
@@ -108,7 +108,7 @@ ModelConfig from_hf(const json& j, const std::string& w) {
   if (hf::hf_bool(t, "attention_bias", w, false))
     fail("model", w, ": config.json attention_bias true is not supported");
   c.qk_norm = true;
-  c.norm_offset = 1.0f;
+  set_param(&c, kNormOffset, 1.0);
   c.attn_output_gate = hf::hf_bool(t, "attn_output_gate", w, true);
   double frac = hf::hf_num(t, "partial_rotary_factor", w, 0.25);
   if (t.contains("rope_parameters") && t["rope_parameters"].is_object())
@@ -198,6 +198,7 @@ const Arch& qwen35_arch() {
     r.hf_config = from_hf;
     r.hf_tensors = hf_tensors;
     r.describe = describe;
+    r.params = {&kNormOffset};
     r.presets = {{"qwen3.5-0.8b", qwen35_08b()}};
     r.validate = validate;
     return r;

@@ -245,10 +245,10 @@ Model gguf_to_model(const GgufFile& g, const std::string& w) {
     }
     const std::string name = canonical_name(t.name, m.config, w);
     if (name.empty()) continue;
-    if (m.config.norm_offset != 0.0f && is_norm_weight(name)) {
+    if (const float offset = param(m.config, kNormOffset); offset != 0.0f && is_norm_weight(name)) {
       Tensor stored;
       stored.dtype = dt, stored.shape = shape, stored.data = t.data, stored.nbytes = t.nbytes;
-      m.add_owned(name, DType::kF32, shape, shifted_f32(stored, -m.config.norm_offset));
+      m.add_owned(name, DType::kF32, shape, shifted_f32(stored, -offset));
       continue;
     }
     m.add_view(name, dt, shape, t.data, t.nbytes, g.owner);
@@ -479,8 +479,8 @@ GgufWriter gguf_writer_for(const Model& m, std::vector<std::string>* notes) {
       if (leaf == "wq" || leaf == "bq") add_fused_qkv(w, m, std::stoll(t.name.substr(7)), leaf == "bq");
       if (leaf == "wq" || leaf == "wk" || leaf == "wv" || leaf == "bq" || leaf == "bk" || leaf == "bv") continue;
     }
-    if (c.norm_offset != 0.0f && is_norm_weight(t.name))
-      w.add_tensor(gguf_name(t.name), kGgmlF32, ggml_ne(t.shape), shifted_f32(t, c.norm_offset));
+    if (param(c, kNormOffset) != 0.0f && is_norm_weight(t.name))
+      w.add_tensor(gguf_name(t.name), kGgmlF32, ggml_ne(t.shape), shifted_f32(t, param(c, kNormOffset)));
     else
       w.add_tensor_view(gguf_name(t.name), ggml_of(t.dtype), ggml_ne(t.shape), t.data, t.nbytes);
   }
