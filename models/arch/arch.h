@@ -50,6 +50,9 @@ void set_param(ModelConfig* c, const ParamSpec& p, double v);
 // The same by name, through the table of c's architecture (for tests and tools): throws naming a parameter the
 // architecture does not have.
 double param_named(const ModelConfig& c, std::string_view name);
+// One line per parameter of c's architecture, from its table: name, value (the default when c does not set it)
+// and what it does; for `anelab info` after describe_config. "" for an architecture without parameters.
+std::string describe_params(const ModelConfig& c);
 void set_param_named(ModelConfig* c, std::string_view name, double v);
 
 // The RMSNorm offset (every norm multiplies by (norm_offset + w), added in fp32): a parameter of Gemma 3 and

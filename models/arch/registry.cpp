@@ -1,5 +1,6 @@
 // The table of architectures: the one list naming every models/arch/<name>.cpp.
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "framework/core/error.h"
 #include "models/arch/arch.h"
@@ -99,6 +100,22 @@ double param_named(const ModelConfig& c, std::string_view name) {
 }
 
 void set_param_named(ModelConfig* c, std::string_view name, double v) { set_param(c, named_param(*c, name), v); }
+
+std::string describe_params(const ModelConfig& c) {
+  const Arch* a = find_arch(c.arch);
+  if (!a) return "";
+  std::ostringstream os;
+  for (const ParamSpec* p : a->params) {
+    const std::string name = p->name;
+    os << "  " << name << std::string(name.size() < 16 ? 16 - name.size() : 1, ' ');
+    if (p->integer)
+      os << param_int(c, *p);
+    else
+      os << param(c, *p);
+    os << " (" << p->what << ")\n";
+  }
+  return os.str();
+}
 
 void validate_config(const ModelConfig& c, const std::string& where) {
   const Arch& arch = arch_of(c.arch, where);

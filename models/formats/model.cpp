@@ -177,14 +177,6 @@ std::string describe_config(const ModelConfig& c) {
      << "\n  biases          qkv " << (c.qkv_bias ? "yes" : "no") << ", attn_out " << (c.attn_out_bias ? "yes" : "no")
      << ", mlp " << (c.mlp_bias ? "yes" : "no") << "\n  qk_norm         " << (c.qk_norm ? "yes" : "no") << "\n";
   if (c.post_norms) os << "  norms           post-attention and post-MLP norms\n";
-  // The architecture's parameters (models/arch/arch.h Arch::params), by name, as the config sets them.
-  for (const auto& [name, v] : c.params) {
-    os << "  " << name << std::string(name.size() < 16 ? 16 - name.size() : 1, ' ');
-    if (v.integer)
-      os << v.i << "\n";
-    else
-      os << v.f << "\n";
-  }
   if (c.rope_fraction != 1.0f) os << "  rope fraction   " << c.rope_fraction << " of head_dim\n";
   if (c.attn_output_gate) os << "  attention       sigmoid output gate\n";
   if (c.full_attention_interval > 0)

@@ -142,7 +142,8 @@ void validate_config_fields(const ModelConfig& c, const std::string& where);
 // canonical_tensors(c) with overflow-checked arithmetic; throws naming `where` above kMaxParams.
 constexpr int64_t kMaxParams = int64_t{1} << 36;
 int64_t checked_parameter_count(const ModelConfig& c, const std::string& where);
-std::string describe_config(const ModelConfig& c);  // one line per field, for `anelab info`
+// One line per field, for `anelab info` (the architecture's parameters: describe_params, models/arch/arch.h).
+std::string describe_config(const ModelConfig& c);
 
 struct TensorSpec {
   std::string name;

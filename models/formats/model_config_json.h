@@ -15,7 +15,7 @@
 // absent flag reads as the ModelConfig default (the Llama layout those checkpoints held). "qk_norm" is
 // optional in every file (files written before it existed lack it: false).
 // Files written before "rope_scaling" existed lack it: absent reads as no scaling (what they computed).
-// "post_norms" and the Qwen3.5 fields ("full_attention_interval", "linear_k_heads", "linear_v_heads",
+// The sandwich-norm flag and the Qwen3.5 fields ("full_attention_interval", "linear_k_heads", "linear_v_heads",
 // "linear_k_dim", "linear_v_dim", "linear_conv_kernel" (integers), "rope_fraction" (number), "attn_output_gate"
 // (boolean)) are optional likewise: absent reads as the default.
 //

@@ -3,6 +3,7 @@
 // written before the flags were stored still read, with the Llama defaults.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <vector>
 
@@ -314,13 +315,18 @@ TEST(ModelConfigJson, UnknownOrOutOfRangeParameterIsOneLineNamingIt) {
   }
 }
 
-// `anelab info` (describe_config) lists the parameters a config sets, one line each.
-TEST(ModelConfigJson, DescribeConfigListsTheParameters) {
-  const std::string text = describe_config(gemma3_params_set());
-  EXPECT_NE(text.find("\n  sliding_window  8\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("\n  logit_softcap   30\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("\n  rope_linear_factor 4\n"), std::string::npos) << text;
-  EXPECT_EQ(describe_config(preset("stories260k")).find("softcap"), std::string::npos);
+// `anelab info` lists the architecture's parameters from its table (describe_params), one line each with the
+// config's value or the default; describe_config (models/formats) names none.
+TEST(ModelConfigJson, DescribeParamsListsTheTable) {
+  ModelConfig c = gemma3_params_set();
+  c.params.erase("logit_softcap");  // not set: the table's default
+  const std::string text = describe_params(c);
+  EXPECT_NE(text.find("\n  sliding_window  8 ("), std::string::npos) << text;
+  EXPECT_NE(text.find("\n  logit_softcap   0 ("), std::string::npos) << text;
+  EXPECT_NE(text.find("\n  rope_linear_factor 4 ("), std::string::npos) << text;
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 8) << text;
+  EXPECT_EQ(describe_config(c).find("sliding"), std::string::npos);
+  EXPECT_EQ(describe_params(preset("stories260k")), "");
 }
 
 }  // namespace
