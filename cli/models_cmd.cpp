@@ -13,6 +13,7 @@
 #include "framework/core/platform.h"
 #include "framework/core/untrusted.h"
 #include "infer/generate.h"
+#include "models/arch/arch.h"
 #include "models/formats/anelab_file.h"
 #include "models/formats/gguf.h"
 #include "models/formats/model_config_json.h"
@@ -141,7 +142,8 @@ void print_vocab(const tok::VocabData& v) {
 
 void print_model(const Model& m) {
   // Every string below that comes from the file goes through quote_untrusted (framework/core/untrusted.h).
-  std::printf("architecture:\n%s", quote_untrusted(describe_config(m.config), true).c_str());
+  std::printf("architecture:\n%s",
+              quote_untrusted(describe_config(m.config) + describe_params(m.config), true).c_str());
   std::map<std::string, int> dtypes;
   for (const Tensor& t : m.tensors()) dtypes[dtype_name(t.dtype)]++;
   std::printf("tensors: %zu (", m.tensors().size());

@@ -80,6 +80,7 @@ CheckpointState read_checkpoint(const std::string& path) {
   models::validate_config(v.header.model, path);  // the reader checked the generic fields; the architecture here
   CheckpointState s;
   static_cast<models::CheckpointHeader&>(s) = v.header;
+  models::drop_legacy_params(&s.model);
   const size_t P = size_t(v.n_params);
   for (auto [dst, i] : {std::pair{&s.weights, 0}, {&s.m, 1}, {&s.v, 2}}) {
     dst->resize(P);

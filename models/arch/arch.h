@@ -33,6 +33,37 @@ struct GgufTensorBytes {
   DType dtype = DType::kF32;
   std::vector<uint8_t> bytes;
 };
+// One architecture parameter (Arch::params): a number the architecture's layers use beyond the generic config
+// fields (Gemma 3's norm offset, scales, attention window, ...). Its value lives in ModelConfig::params under
+// `name` (absent: `def`); the JSON form writes it as a top-level key of that name; validate_config refuses a
+// value outside [lo, hi] (and, for an integer parameter, a non-integer) naming it. `zero_allowed`: 0 is accepted
+// besides [lo, hi] (0 meaning "none" / "the generic value"). The architecture's own Hugging Face and GGUF code map
+// it to and from those formats' keys.
+struct ParamSpec {
+  const char* name;
+  bool integer;  // an integer (JSON integer), else a number kept in fp32
+  double def, lo, hi;
+  bool zero_allowed;
+  const char* what;  // one line for `anelab info` and the docs
+};
+// The value of p in c (its default when c does not set it); param_int for integer parameters.
+float param(const ModelConfig& c, const ParamSpec& p);
+int64_t param_int(const ModelConfig& c, const ParamSpec& p);
+// Sets p in c (a number is kept in fp32, as the executors read it).
+void set_param(ModelConfig* c, const ParamSpec& p, double v);
+
+// The same by name, through the table of c's architecture (for tests and tools): throws naming a parameter the
+// architecture does not have.
+double param_named(const ModelConfig& c, std::string_view name);
+// One line per parameter of c's architecture, from its table: name, value (the default when c does not set it)
+// and what it does; for `anelab info` after describe_config. "" for an architecture without parameters.
+std::string describe_params(const ModelConfig& c);
+void set_param_named(ModelConfig* c, std::string_view name, double v);
+
+// The RMSNorm offset (every norm multiplies by (norm_offset + w), added in fp32): a parameter of Gemma 3 and
+// Qwen3.5 (1), read by decoder_desc (common.h) and by the GGUF code (llama.cpp stores such norms as w + offset).
+inline constexpr ParamSpec kNormOffset{
+    "norm_offset", false, 0.0, -16.0, 16.0, false, "every RMSNorm multiplies by (norm_offset + w)"};
 
 struct Arch {
   std::string name;  // ModelConfig::arch; GGUF general.architecture and key prefix ("<name>.block_count")
@@ -76,6 +107,11 @@ struct Arch {
   // executor walks. The Llama-like architectures share decoder_desc (common.h).
   ModelDesc (*describe)(const ModelConfig& c) = nullptr;
 
+  // ---- parameters ----
+  // The parameters this architecture reads (ParamSpec above), each declared once in its file; any other key in
+  // ModelConfig::params is refused by validate_config (legacy keys at their no-op value aside: common.h).
+  std::vector<const ParamSpec*> params;
+
   // ---- presets and rules ----
   std::vector<std::pair<std::string, ModelConfig>> presets;  // name -> config (models/presets.h)
   // Rules beyond validate_config_fields' generic ones (nullptr: none); throws naming the field and `where`.
@@ -89,8 +125,13 @@ const Arch* find_arch(std::string_view name);  // nullptr when unknown
 const Arch& arch_of(std::string_view name, const std::string& where);
 std::string arch_names();  // "llama, qwen2, gpt2" (table order)
 // validate_config_fields (models/formats/model.h), then the architecture: throws "[model] WHERE: architecture 'X'
-// is not supported (use llama, ...)" or the architecture's own rule (Arch::validate) naming the field.
+// is not supported (use llama, ...)", a parameter the architecture does not have or out of its range (Arch::params,
+// one line naming it), or the architecture's own rule (Arch::validate) naming the field.
 void validate_config(const ModelConfig& c, const std::string& where);
+// Removes the parameters of c its architecture does not have and that files written before the parameter tables
+// carried at their no-op value (validate_config accepts them; the readers of models/io call this, so a config
+// loaded from such a file equals the one the architecture builds).
+void drop_legacy_params(ModelConfig* c);
 // The description of c (framework/core/model_desc.h), built by its architecture (Arch::describe); throws naming the
 // architecture when it has none.
 ModelDesc describe_model(const ModelConfig& c);

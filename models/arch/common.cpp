@@ -163,18 +163,15 @@ namespace anelab::models {
 namespace {
 NormDesc norm_desc(const ModelConfig& c, NormType kind, const std::string& weight, bool with_bias) {
   const bool bias = with_bias && kind == NormType::kLayer;
-  return NormDesc{kind, c.norm_eps, c.norm_offset, weight, bias ? weight + "_bias" : ""};
+  return NormDesc{kind, c.norm_eps, param(c, kNormOffset), weight, bias ? weight + "_bias" : ""};
 }
 
-// The RoPE of layer l: sliding layers use their own base and no scaling.
-RopeDesc rope_desc(const ModelConfig& c, int64_t l) {
+RopeDesc rope_desc(const ModelConfig& c) {
   if (c.rope_style == RopeStyle::kNone) return {};
-  if (c.sliding_layer(l))
-    return RopeDesc{c.rope_style, c.rope_local_theta > 0.0f ? c.rope_local_theta : c.rope_theta, {}, 1.0f};
-  return RopeDesc{c.rope_style, c.rope_theta, c.rope_scaling, c.rope_linear_factor};
+  return RopeDesc{c.rope_style, c.rope_theta, c.rope_scaling, 1.0f};
 }
 
-Step attention_step(const ModelConfig& c, int64_t l, const std::string& p) {
+Step attention_step(const ModelConfig& c, const std::string& p) {
   Step s;
   s.kind = StepKind::kAttention;
   s.pre_norm = norm_desc(c, c.norm, p + "attn_norm", true);
@@ -183,9 +180,8 @@ Step attention_step(const ModelConfig& c, int64_t l, const std::string& p) {
   a.n_heads = c.n_heads;
   a.n_kv_heads = c.n_kv_heads;
   a.head_dim = c.head_dim;
-  a.score_scale = c.attn_scale > 0.0f ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  a.window = c.sliding_layer(l) ? c.sliding_window : 0;
-  a.rope = rope_desc(c, l);
+  a.score_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  a.rope = rope_desc(c);
   if (c.qk_norm) {
     a.q_norm = norm_desc(c, NormType::kRms, p + "q_norm", false);
     a.k_norm = norm_desc(c, NormType::kRms, p + "k_norm", false);
@@ -233,16 +229,14 @@ ModelDesc decoder_desc(const ModelConfig& c) {
   d.dim = c.dim;
   d.vocab_size = c.vocab_size;
   d.embed.positions = c.learned_pos ? "pos_embeddings" : "";
-  d.embed.scale = c.embed_scale;
   d.layers.resize(static_cast<size_t>(c.n_layers));
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
-    d.layers[static_cast<size_t>(l)].steps = {attention_step(c, l, p), ffn_step(c, p)};
+    d.layers[static_cast<size_t>(l)].steps = {attention_step(c, p), ffn_step(c, p)};
   }
   d.head.norm = norm_desc(c, c.norm, "norm", true);
   d.head.tied = c.tied_embeddings;
   d.head.weight = c.tied_embeddings ? d.embed.tokens : "output";
-  d.head.softcap = c.logit_softcap;
   return d;
 }
 

@@ -51,9 +51,9 @@ namespace anelab::models {
 
 // The layer description of the decoder family every architecture of the table belongs to (Llama, Qwen 2/3,
 // GPT-2, Gemma 3): per layer an attention step and an FFN step, each pre-normed, with what the config sets —
-// norm kind/eps/offset, LayerNorm biases, q/k/v/o and MLP biases, q/k norms, post-norms, RoPE (style, theta,
-// Llama 3 and linear scaling; sliding layers' own base) or learned positions, sliding windows by layer,
-// score scale, embedding scale, final soft-cap, tied head.
+// norm kind/eps/offset (kNormOffset, arch.h), LayerNorm biases, q/k/v/o and MLP biases, q/k norms, post-norms, RoPE
+// (style, theta, Llama 3 scaling) or learned positions, score scale 1 / sqrt(head_dim), tied head. An
+// architecture with more (Gemma 3's attention windows and scales) edits the result in its describe().
 ModelDesc decoder_desc(const ModelConfig& c);
 
 }  // namespace anelab::models

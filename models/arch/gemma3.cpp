@@ -42,6 +42,55 @@ namespace arch_gemma3 {
 namespace {
 using hf::json;
 
+// Gemma 3's parameters (ModelConfig::params; Arch::params below), with kNormOffset (common.h, 1 here). The
+// defaults are the values that change nothing (files written before the table carried them for every
+// architecture); the ranges are what validate_config accepts.
+constexpr ParamSpec kEmbedScale{
+    "embed_scale", false, 1.0, 1e-6, 1e6, false, "token embeddings times this (sqrt(dim) in the weights' dtype)"};
+constexpr ParamSpec kAttnScale{"attn_scale",
+                               false,
+                               0.0,
+                               0.0,
+                               1e3,
+                               false,
+                               "scores = q.k * attn_scale (0: 1 / sqrt(head_dim)); query_pre_attn_scalar^-0.5"};
+constexpr ParamSpec kLogitSoftcap{"logit_softcap",
+                                  false,
+                                  0.0,
+                                  0.0,
+                                  1e6,
+                                  false,
+                                  "logits = cap * tanh(logits / cap) when > 0 (final_logit_softcapping)"};
+constexpr ParamSpec kSlidingWindow{"sliding_window",
+                                   true,
+                                   0.0,
+                                   0.0,
+                                   double(1 << 22),
+                                   false,
+                                   "> 0: a sliding layer's query at i sees keys j with i - j < window"};
+constexpr ParamSpec kSlidingPattern{"sliding_pattern",
+                                    true,
+                                    0.0,
+                                    0.0,
+                                    1024.0,
+                                    false,
+                                    "with a window: layer l is global iff (l + 1) % pattern == 0 (0: none is)"};
+constexpr ParamSpec kRopeLocalTheta{
+    "rope_local_theta", false, 0.0, 1.0, 1e12, true, "sliding layers' RoPE base (0: rope_theta)"};
+constexpr ParamSpec kRopeLinearFactor{"rope_linear_factor",
+                                      false,
+                                      1.0,
+                                      1e-3,
+                                      1e6,
+                                      false,
+                                      "global layers' RoPE positions divided by this (linear scaling)"};
+
+// Whether layer l is a sliding-window layer.
+bool sliding_layer(const ModelConfig& c, int64_t l) {
+  const int64_t pattern = param_int(c, kSlidingPattern);
+  return param_int(c, kSlidingWindow) > 0 && !(pattern > 0 && (l + 1) % pattern == 0);
+}
+
 // x rounded to the checkpoint's dtype ("bfloat16" / "float16"; anything else keeps fp32), as HF casts
 // the embedding scale to the weights' dtype.
 float in_dtype(float x, const std::string& dtype) {
@@ -69,16 +118,18 @@ ModelConfig preset(int64_t dim, int64_t hidden, int64_t layers) {
   c.max_seq_len = 32768;
   c.norm_eps = 1e-6f;
   c.rope_theta = 1e6f;
-  c.rope_local_theta = 1e4f;
   c.rope_style = RopeStyle::kRotateHalf;
   c.activation = Activation::kGeluTanhGated;
   c.qk_norm = true;
-  c.norm_offset = 1.0f;
   c.post_norms = true;
-  c.embed_scale = in_dtype(std::sqrt(static_cast<float>(dim)), "bfloat16");
-  c.attn_scale = 1.0f / 16.0f;  // query_pre_attn_scalar 256
-  c.sliding_window = 512;
-  c.sliding_pattern = 6;
+  set_param(&c, kNormOffset, 1.0);
+  set_param(&c, kEmbedScale, in_dtype(std::sqrt(static_cast<float>(dim)), "bfloat16"));
+  set_param(&c, kAttnScale, 1.0f / 16.0f);  // query_pre_attn_scalar 256
+  set_param(&c, kLogitSoftcap, 0.0);
+  set_param(&c, kSlidingWindow, 512);
+  set_param(&c, kSlidingPattern, 6);
+  set_param(&c, kRopeLocalTheta, 1e4f);
+  set_param(&c, kRopeLinearFactor, 1.0);
   return c;
 }
 
@@ -99,18 +150,18 @@ float linear_factor(const json& r, const std::string& key, const std::string& w)
 // rope_theta / rope_local_base_freq / rope_scaling (global layers only).
 void read_rope(const json& j, const std::string& w, ModelConfig* c) {
   c->rope_theta = static_cast<float>(hf::hf_num(j, "rope_theta", w, 1e6));
-  c->rope_local_theta = static_cast<float>(hf::hf_num(j, "rope_local_base_freq", w, 1e4));
+  set_param(c, kRopeLocalTheta, static_cast<float>(hf::hf_num(j, "rope_local_base_freq", w, 1e4)));
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
-    c->rope_linear_factor = linear_factor(j["rope_scaling"], "rope_scaling", w);
+    set_param(c, kRopeLinearFactor, linear_factor(j["rope_scaling"], "rope_scaling", w));
   if (!j.contains("rope_parameters") || j["rope_parameters"].is_null()) return;
   const json& rp = j["rope_parameters"];
   const bool per_type = rp.is_object() && rp.contains("full_attention");
   const json& full = per_type ? rp["full_attention"] : rp;
   c->rope_theta = static_cast<float>(hf::hf_num(full, "rope_theta", w, c->rope_theta));
-  c->rope_linear_factor = linear_factor(full, "rope_parameters.full_attention", w);
+  set_param(c, kRopeLinearFactor, linear_factor(full, "rope_parameters.full_attention", w));
   if (per_type && rp.contains("sliding_attention")) {
     const json& loc = rp["sliding_attention"];
-    c->rope_local_theta = static_cast<float>(hf::hf_num(loc, "rope_theta", w, c->rope_local_theta));
+    set_param(c, kRopeLocalTheta, static_cast<float>(hf::hf_num(loc, "rope_theta", w, param(*c, kRopeLocalTheta))));
     if (linear_factor(loc, "rope_parameters.sliding_attention", w) != 1.0f)
       fail("model", w, ": config.json rope_parameters.sliding_attention: only rope_type default is supported");
   }
@@ -119,28 +170,28 @@ void read_rope(const json& j, const std::string& w, ModelConfig* c) {
 // Which layers slide: 5.x layer_types (must repeat with one period: every Nth layer global) or 4.x
 // sliding_window_pattern.
 void read_layer_types(const json& j, const std::string& w, ModelConfig* c) {
-  c->sliding_window = hf::hf_int(j, "sliding_window", w, 4096);
+  set_param(c, kSlidingWindow, static_cast<double>(hf::hf_int(j, "sliding_window", w, 4096)));
   if (!j.contains("layer_types") || j["layer_types"].is_null()) {
-    c->sliding_pattern = hf::hf_int(j, "sliding_window_pattern", w, 6);
+    set_param(c, kSlidingPattern, static_cast<double>(hf::hf_int(j, "sliding_window_pattern", w, 6)));
     return;
   }
   const json& lt = j["layer_types"];
   if (!lt.is_array() || static_cast<int64_t>(lt.size()) != c->n_layers)
     fail("model", w, ": config.json layer_types must list ", c->n_layers, " layers, got ", lt.dump().substr(0, 80));
   // No global layer listed: the 4.x key if present (a pattern longer than the model), else none.
-  c->sliding_pattern = hf::hf_int(j, "sliding_window_pattern", w, 0);
+  set_param(c, kSlidingPattern, static_cast<double>(hf::hf_int(j, "sliding_window_pattern", w, 0)));
   for (size_t i = 0; i < lt.size(); ++i)
     if (lt[i] == "full_attention") {
-      c->sliding_pattern = static_cast<int64_t>(i) + 1;
+      set_param(c, kSlidingPattern, static_cast<double>(i) + 1);
       break;
     }
   for (size_t i = 0; i < lt.size(); ++i) {
     if (lt[i] != "full_attention" && lt[i] != "sliding_attention")
       fail("model", w, ": config.json layer_types[", i, "] = ", lt[i].dump(),
            " is not sliding_attention or full_attention");
-    if ((lt[i] == "sliding_attention") != c->sliding_layer(static_cast<int64_t>(i)))
+    if ((lt[i] == "sliding_attention") != sliding_layer(*c, static_cast<int64_t>(i)))
       fail("model", w, ": config.json layer_types: layer ", i, " breaks the pattern of one global layer every ",
-           c->sliding_pattern, " (other layouts are not supported)");
+           param_int(*c, kSlidingPattern), " (other layouts are not supported)");
   }
 }
 
@@ -165,12 +216,12 @@ ModelConfig from_hf(const json& j, const std::string& w) {
     fail("model", w, ": config.json use_bidirectional_attention true is not supported (causal decoders only)");
   if (hf::hf_num(j, "attn_logit_softcapping", w, 0.0) != 0.0)
     fail("model", w, ": config.json attn_logit_softcapping is not supported (Gemma 3 has none)");
-  c.logit_softcap = static_cast<float>(hf::hf_num(j, "final_logit_softcapping", w, 0.0));
+  set_param(&c, kLogitSoftcap, hf::hf_num(j, "final_logit_softcapping", w, 0.0));
   const double qpas = hf::hf_num(j, "query_pre_attn_scalar", w, 256.0);
   if (!(qpas > 0)) fail("model", w, ": config.json query_pre_attn_scalar must be positive, got ", qpas);
-  c.attn_scale = static_cast<float>(std::pow(qpas, -0.5));
+  set_param(&c, kAttnScale, std::pow(qpas, -0.5));
   const std::string dtype = hf::hf_str(j, "dtype", w, hf::hf_str(j, "torch_dtype", w, "float32"));
-  c.embed_scale = in_dtype(std::sqrt(static_cast<float>(c.dim)), dtype);
+  set_param(&c, kEmbedScale, in_dtype(std::sqrt(static_cast<float>(c.dim)), dtype));
   read_rope(j, w, &c);
   read_layer_types(j, w, &c);
   return c;
@@ -204,25 +255,27 @@ json to_hf(const ModelConfig& c) {
   const float root = std::sqrt(static_cast<float>(c.dim));
   std::string dtype;
   for (const char* d : {"bfloat16", "float16", "float32"})
-    if (dtype.empty() && in_dtype(root, d) == c.embed_scale) dtype = d;
+    if (dtype.empty() && in_dtype(root, d) == param(c, kEmbedScale)) dtype = d;
   if (dtype.empty())
-    fail("export", "gemma3: embed_scale ", c.embed_scale, " is not sqrt(hidden_size) = ", root,
+    fail("export", "gemma3: embed_scale ", param(c, kEmbedScale), " is not sqrt(hidden_size) = ", root,
          " in bf16, fp16 or fp32; Hugging Face cannot express it");
   j["dtype"] = dtype;
   j["hidden_activation"] = "gelu_pytorch_tanh";
-  j["query_pre_attn_scalar"] = 1.0 / (double(c.attn_scale) * c.attn_scale);
-  j["final_logit_softcapping"] = c.logit_softcap > 0 ? json(c.logit_softcap) : json(nullptr);
+  const float attn_scale = param(c, kAttnScale), softcap = param(c, kLogitSoftcap);
+  j["query_pre_attn_scalar"] = 1.0 / (double(attn_scale) * attn_scale);
+  j["final_logit_softcapping"] = softcap > 0 ? json(softcap) : json(nullptr);
   j["attn_logit_softcapping"] = nullptr;
-  j["sliding_window"] = c.sliding_window;
+  j["sliding_window"] = param_int(c, kSlidingWindow);
   json types = json::array();
-  for (int64_t l = 0; l < c.n_layers; ++l) types.push_back(c.sliding_layer(l) ? "sliding_attention" : "full_attention");
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    types.push_back(sliding_layer(c, l) ? "sliding_attention" : "full_attention");
   j["layer_types"] = types;
-  j["sliding_window_pattern"] = c.sliding_pattern;  // 4.x; 5.x reads layer_types
+  j["sliding_window_pattern"] = param_int(c, kSlidingPattern);  // 4.x; 5.x reads layer_types
+  const float linear = param(c, kRopeLinearFactor);
   json full = {{"rope_type", "default"}, {"rope_theta", c.rope_theta}};
-  if (c.rope_linear_factor != 1.0f)
-    full = {{"rope_type", "linear"}, {"rope_theta", c.rope_theta}, {"factor", c.rope_linear_factor}};
+  if (linear != 1.0f) full = {{"rope_type", "linear"}, {"rope_theta", c.rope_theta}, {"factor", linear}};
   j["rope_parameters"] = {{"full_attention", full},
-                          {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", c.rope_local_theta}}}};
+                          {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", param(c, kRopeLocalTheta)}}}};
   return j;
 }
 
@@ -243,14 +296,16 @@ void from_gguf(const GgufFile& g, ModelConfig* c, const std::string& w) {
   c->norm_eps = static_cast<float>(g.get_num(a + "attention.layer_norm_rms_epsilon", 1e-6));
   c->rope_style = RopeStyle::kRotateHalf;
   c->activation = Activation::kGeluTanhGated;
-  c->norm_offset = 1.0f;
-  c->sliding_window = g.get_int(a + "attention.sliding_window", int64_t{0});
+  set_param(c, kNormOffset, 1.0);
+  const int64_t window = g.get_int(a + "attention.sliding_window", int64_t{0});
+  set_param(c, kSlidingWindow, static_cast<double>(window));
   if (const GgufValue* p = g.find(a + "attention.sliding_window_pattern"); p && !p->is_int())
     fail("model", w, ": ", a,
          "attention.sliding_window_pattern must be an integer (every Nth layer global); "
          "per-layer arrays are not supported");
-  c->sliding_pattern = c->sliding_window > 0 ? g.get_int(a + "attention.sliding_window_pattern", int64_t{6}) : 0;
-  c->rope_local_theta = static_cast<float>(g.get_num(a + "rope.freq_base_swa", 10000.0));
+  set_param(c, kSlidingPattern,
+            window > 0 ? static_cast<double>(g.get_int(a + "attention.sliding_window_pattern", int64_t{6})) : 0.0);
+  set_param(c, kRopeLocalTheta, g.get_num(a + "rope.freq_base_swa", 10000.0));
   // llama.cpp: rope.scaling.type defaults to linear; the factor is rope.scaling.factor (or the older
   // rope.scale_linear), 0 or absent meaning none.
   std::string type = "linear";
@@ -259,35 +314,59 @@ void from_gguf(const GgufFile& g, ModelConfig* c, const std::string& w) {
   if (type != "linear" && type != "none")
     fail("model", w, ": ", a, "rope.scaling.type '", type, "' is not supported for gemma3 (none, linear)");
   if (factor < 0) fail("model", w, ": ", a, "rope.scaling.factor must be positive, got ", factor);
-  c->rope_linear_factor = type == "linear" && factor > 0 ? static_cast<float>(factor) : 1.0f;
-  c->logit_softcap = static_cast<float>(g.get_num(a + "final_logit_softcapping", 0.0));
-  c->embed_scale = static_cast<float>(g.get_num(a + "embedding_scale", llama_cpp_embed_scale(*c)));
-  c->attn_scale = static_cast<float>(g.get_num(a + "attention.scale", llama_cpp_attn_scale(*c)));
+  set_param(c, kRopeLinearFactor, type == "linear" && factor > 0 ? factor : 1.0);
+  set_param(c, kLogitSoftcap, g.get_num(a + "final_logit_softcapping", 0.0));
+  set_param(c, kEmbedScale, g.get_num(a + "embedding_scale", llama_cpp_embed_scale(*c)));
+  set_param(c, kAttnScale, g.get_num(a + "attention.scale", llama_cpp_attn_scale(*c)));
 }
 
 void to_gguf(GgufWriter& g, const ModelConfig& c, std::vector<std::string>* notes) {
   const std::string a = c.arch + ".";
-  if (c.sliding_window > 0) {
-    g.add_u32(a + "attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
-    g.add_u32(a + "attention.sliding_window_pattern", static_cast<uint32_t>(c.sliding_pattern));
+  if (param_int(c, kSlidingWindow) > 0) {
+    g.add_u32(a + "attention.sliding_window", static_cast<uint32_t>(param_int(c, kSlidingWindow)));
+    g.add_u32(a + "attention.sliding_window_pattern", static_cast<uint32_t>(param_int(c, kSlidingPattern)));
   }
-  g.add_f32(a + "rope.freq_base_swa", c.rope_local_theta > 0 ? c.rope_local_theta : c.rope_theta);
-  if (c.rope_linear_factor != 1.0f) {
+  const float local_theta = param(c, kRopeLocalTheta), linear = param(c, kRopeLinearFactor);
+  const float softcap = param(c, kLogitSoftcap), embed_scale = param(c, kEmbedScale);
+  g.add_f32(a + "rope.freq_base_swa", local_theta > 0 ? local_theta : c.rope_theta);
+  if (linear != 1.0f) {
     g.add_str(a + "rope.scaling.type", "linear");
-    g.add_f32(a + "rope.scaling.factor", c.rope_linear_factor);
+    g.add_f32(a + "rope.scaling.factor", linear);
   }
-  if (c.logit_softcap > 0) g.add_f32(a + "final_logit_softcapping", c.logit_softcap);
-  const float attn = c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  g.add_f32(a + "embedding_scale", c.embed_scale);
+  if (softcap > 0) g.add_f32(a + "final_logit_softcapping", softcap);
+  const float attn = param(c, kAttnScale) > 0 ? param(c, kAttnScale) : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  g.add_f32(a + "embedding_scale", embed_scale);
   g.add_f32(a + "attention.scale", attn);
-  if (c.embed_scale != llama_cpp_embed_scale(c))
+  if (embed_scale != llama_cpp_embed_scale(c))
     notes->push_back(cat("gemma3: llama.cpp scales the embeddings by sqrt(dim) = ", llama_cpp_embed_scale(c),
-                         ", this model by ", c.embed_scale,
+                         ", this model by ", embed_scale,
                          " (anelab reads gemma3.embedding_scale; llama.cpp's "
                          "logits will differ slightly)"));
   if (attn != llama_cpp_attn_scale(c))
     notes->push_back(cat("gemma3: llama.cpp scales attention scores by ", llama_cpp_attn_scale(c), ", this model by ",
                          attn, " (anelab reads gemma3.attention.scale; llama.cpp will compute another model)"));
+}
+
+// decoder_desc's layers with Gemma 3's parameters: the embedding and score scales, the final soft-cap, and per
+// layer the sliding window with the sliding layers' own RoPE base (no scaling) or the global layers' linear
+// RoPE scaling.
+ModelDesc describe(const ModelConfig& c) {
+  ModelDesc d = decoder_desc(c);
+  d.embed.scale = param(c, kEmbedScale);
+  d.head.softcap = param(c, kLogitSoftcap);
+  const float attn_scale = param(c, kAttnScale), local_theta = param(c, kRopeLocalTheta);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    AttnDesc& a = d.layers[static_cast<size_t>(l)].steps[0].attn;
+    if (attn_scale > 0.0f) a.score_scale = attn_scale;
+    if (sliding_layer(c, l)) {
+      a.window = param_int(c, kSlidingWindow);
+      if (c.rope_style != RopeStyle::kNone)
+        a.rope = RopeDesc{c.rope_style, local_theta > 0.0f ? local_theta : c.rope_theta, {}, 1.0f};
+    } else if (c.rope_style != RopeStyle::kNone) {
+      a.rope.linear_factor = param(c, kRopeLinearFactor);
+    }
+  }
+  return d;
 }
 
 void validate(const ModelConfig& c, const std::string& where) {
@@ -316,7 +395,9 @@ const Arch& gemma3_arch() {
     r.gguf_config = from_gguf;
     r.gguf_write = to_gguf;
     r.gguf_rope = RopeStyle::kRotateHalf;
-    r.describe = decoder_desc;
+    r.describe = describe;
+    r.params = {&kNormOffset,    &kEmbedScale,     &kAttnScale,      &kLogitSoftcap,
+                &kSlidingWindow, &kSlidingPattern, &kRopeLocalTheta, &kRopeLinearFactor};
     r.presets = {{"gemma3-270m", preset(640, 2048, 18)}, {"gemma3-1b", preset(1152, 6912, 26)}};
     r.validate = validate;
     return r;

@@ -83,7 +83,7 @@ ModelConfig qwen35_08b() {
   c.rope_theta = 1e7f;
   c.rope_style = RopeStyle::kRotateHalf;
   c.qk_norm = true;
-  c.norm_offset = 1.0f;
+  set_param(&c, kNormOffset, 1.0);
   c.full_attention_interval = 4;
   c.linear_k_heads = 16;
   c.linear_v_heads = 16;
@@ -160,7 +160,7 @@ ModelConfig from_hf(const json& j, const std::string& w) {
   if (hf::hf_bool(t, "attention_bias", w, false))
     fail("model", w, ": config.json attention_bias true is not supported");
   c.qk_norm = true;
-  c.norm_offset = 1.0f;
+  set_param(&c, kNormOffset, 1.0);
   c.attn_output_gate = hf::hf_bool(t, "attn_output_gate", w, true);
   double frac = hf::hf_num(t, "partial_rotary_factor", w, 0.25);
   if (t.contains("rope_parameters") && t["rope_parameters"].is_object())
@@ -274,7 +274,7 @@ void from_gguf(const GgufFile& g, ModelConfig* c, const std::string& w) {
   c->norm_eps = static_cast<float>(num(a + "attention.layer_norm_rms_epsilon"));
   c->rope_style = RopeStyle::kRotateHalf;
   c->qk_norm = true;
-  c->norm_offset = 1.0f;
+  set_param(c, kNormOffset, 1.0);
   c->attn_output_gate = true;
   c->full_attention_interval = g.get_int(a + "full_attention_interval", int64_t{4});
   if (g.find(a + "attention.recurrent_layers"))
@@ -465,6 +465,7 @@ const Arch& qwen35_arch() {
     r.gguf_export_tensor = export_tensor;
     r.gguf_import_tensor = import_tensor;
     r.describe = describe;
+    r.params = {&kNormOffset};
     r.presets = {{"qwen3.5-0.8b", qwen35_08b()}, {"qwen3.5-27b", qwen35_27b()}};
     r.validate = validate;
     return r;

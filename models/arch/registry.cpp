@@ -1,5 +1,6 @@
 // The table of architectures: the one list naming every models/arch/<name>.cpp.
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "framework/core/error.h"
 #include "models/arch/arch.h"
@@ -30,10 +31,104 @@ const Arch& arch_of(std::string_view name, const std::string& where) {
   fail("model", where, ": architecture '", name, "' is not supported (use ", arch_names(), ")");
 }
 
+float param(const ModelConfig& c, const ParamSpec& p) {
+  auto it = c.params.find(p.name);
+  return static_cast<float>(it == c.params.end() ? p.def : it->second.value());
+}
+
+int64_t param_int(const ModelConfig& c, const ParamSpec& p) {
+  auto it = c.params.find(p.name);
+  return it == c.params.end() ? static_cast<int64_t>(p.def) : static_cast<int64_t>(it->second.value());
+}
+
+void set_param(ModelConfig* c, const ParamSpec& p, double v) {
+  c->params[p.name] =
+      p.integer ? ParamValue{true, static_cast<int64_t>(v), 0.0f} : ParamValue{false, 0, static_cast<float>(v)};
+}
+
+namespace {
+const ParamSpec* find_param(const Arch& a, std::string_view name) {
+  for (const ParamSpec* p : a.params)
+    if (name == p->name) return p;
+  return nullptr;
+}
+
+// Files written before the parameter tables carried every architecture's parameters as config fields, at their
+// no-op value where the architecture had none: a parameter another architecture declares, at that declaration's
+// default, is such a key.
+bool legacy_noop(std::string_view name, const ParamValue& v) {
+  for (const Arch* a : architectures())
+    if (const ParamSpec* p = find_param(*a, name)) return v.value() == p->def;
+  return false;
+}
+
+void validate_params(const Arch& arch, const ModelConfig& c, const std::string& where) {
+  for (const auto& [name, v] : c.params) {
+    const ParamSpec* p = find_param(arch, name);
+    if (!p) {
+      if (legacy_noop(name, v)) continue;
+      std::string known;
+      for (const ParamSpec* q : arch.params) known += (known.empty() ? "" : ", ") + std::string(q->name);
+      fail("model", where, ": config parameter ", name, " is not a parameter of architecture ", arch.name, " (",
+           known.empty() ? std::string("it has none") : "it has " + known, ")");
+    }
+    const double x = v.value();
+    if (p->integer && !v.integer) fail("model", where, ": config field ", name, " = ", x, " is not an integer");
+    if (p->zero_allowed && x == 0.0) continue;
+    if (!(x >= p->lo && x <= p->hi)) {
+      if (p->integer)
+        fail("model", where, ": config field ", name, " = ", v.i, " is outside [", static_cast<int64_t>(p->lo), ", ",
+             static_cast<int64_t>(p->hi), "]", p->zero_allowed ? " (or 0)" : "");
+      fail("model", where, ": config field ", name, " = ", v.f, " is outside [", p->lo, ", ", p->hi, "]",
+           p->zero_allowed ? " (or 0)" : "");
+    }
+  }
+}
+}  // namespace
+
+namespace {
+const ParamSpec& named_param(const ModelConfig& c, std::string_view name) {
+  const Arch& a = arch_of(c.arch, "config");
+  if (const ParamSpec* p = find_param(a, name)) return *p;
+  fail("model", "architecture ", a.name, " has no parameter ", name);
+}
+}  // namespace
+
+double param_named(const ModelConfig& c, std::string_view name) {
+  const ParamSpec& p = named_param(c, name);
+  return p.integer ? static_cast<double>(param_int(c, p)) : static_cast<double>(param(c, p));
+}
+
+void set_param_named(ModelConfig* c, std::string_view name, double v) { set_param(c, named_param(*c, name), v); }
+
+std::string describe_params(const ModelConfig& c) {
+  const Arch* a = find_arch(c.arch);
+  if (!a) return "";
+  std::ostringstream os;
+  for (const ParamSpec* p : a->params) {
+    const std::string name = p->name;
+    os << "  " << name << std::string(name.size() < 16 ? 16 - name.size() : 1, ' ');
+    if (p->integer)
+      os << param_int(c, *p);
+    else
+      os << param(c, *p);
+    os << " (" << p->what << ")\n";
+  }
+  return os.str();
+}
+
 void validate_config(const ModelConfig& c, const std::string& where) {
   const Arch& arch = arch_of(c.arch, where);
   validate_config_fields(c, where);
+  validate_params(arch, c, where);
   if (arch.validate) arch.validate(c, where);
+}
+
+void drop_legacy_params(ModelConfig* c) {
+  const Arch* arch = find_arch(c->arch);
+  if (!arch) return;
+  std::erase_if(c->params,
+                [&](const auto& kv) { return !find_param(*arch, kv.first) && legacy_noop(kv.first, kv.second); });
 }
 
 ModelDesc describe_model(const ModelConfig& c) {

@@ -129,18 +129,15 @@ void validate_config_fields(const ModelConfig& c, const std::string& where) {
   if (c.learned_pos != (c.rope_style == RopeStyle::kNone))
     fail("model", where, ": learned positions and rope_style '", rope_style_name(c.rope_style),
          "' contradict each other (exactly one positional scheme is needed)");
-  check_range(where, "sliding_window", c.sliding_window, 0, 1 << 22);
-  check_range(where, "sliding_pattern", c.sliding_pattern, 0, 1024);
   auto finite_in = [&](const char* field, float v, float lo, float hi) {
     if (!(std::isfinite(v) && v >= lo && v <= hi))
       fail("model", where, ": config field ", field, " = ", v, " is outside [", lo, ", ", hi, "]");
   };
-  finite_in("norm_offset", c.norm_offset, -16.0f, 16.0f);
-  finite_in("embed_scale", c.embed_scale, 1e-6f, 1e6f);
-  finite_in("attn_scale", c.attn_scale, 0.0f, 1e3f);
-  finite_in("logit_softcap", c.logit_softcap, 0.0f, 1e6f);
-  finite_in("rope_linear_factor", c.rope_linear_factor, 1e-3f, 1e6f);
-  if (c.rope_local_theta != 0.0f) finite_in("rope_local_theta", c.rope_local_theta, 1.0f, 1e12f);
+  // The architecture parameters' ranges are the architecture's table's (validate_config); here only what any
+  // number must be.
+  for (const auto& [name, v] : c.params)
+    if (!std::isfinite(v.value()))
+      fail("model", where, ": config parameter ", name, " = ", v.value(), " is not finite");
   finite_in("rope_fraction", c.rope_fraction, 0.0f, 1.0f);
   if (c.rope_style != RopeStyle::kNone && (c.rope_fraction <= 0.0f || int64_t(c.rope_fraction * c.head_dim) % 2))
     fail("model", where, ": rope_fraction ", c.rope_fraction, " of head_dim ", c.head_dim,
@@ -179,17 +176,7 @@ std::string describe_config(const ModelConfig& c) {
      << rope_scaling_text(c.rope_scaling) << ")\n  tied_embeddings " << (c.tied_embeddings ? "yes" : "no")
      << "\n  biases          qkv " << (c.qkv_bias ? "yes" : "no") << ", attn_out " << (c.attn_out_bias ? "yes" : "no")
      << ", mlp " << (c.mlp_bias ? "yes" : "no") << "\n  qk_norm         " << (c.qk_norm ? "yes" : "no") << "\n";
-  if (c.norm_offset != 0.0f || c.post_norms)
-    os << "  norms           (" << c.norm_offset << " + w)"
-       << (c.post_norms ? ", post-attention and post-MLP norms" : "") << "\n";
-  if (c.embed_scale != 1.0f) os << "  embed_scale     " << c.embed_scale << "\n";
-  if (c.attn_scale != 0.0f) os << "  attn_scale      " << c.attn_scale << "\n";
-  if (c.logit_softcap != 0.0f) os << "  logit_softcap   " << c.logit_softcap << "\n";
-  if (c.sliding_window > 0)
-    os << "  sliding_window  " << c.sliding_window << " (every " << c.sliding_pattern
-       << "th layer global; local rope theta " << (c.rope_local_theta != 0.0f ? c.rope_local_theta : c.rope_theta)
-       << ")\n";
-  if (c.rope_linear_factor != 1.0f) os << "  rope linear     factor " << c.rope_linear_factor << " (global layers)\n";
+  if (c.post_norms) os << "  norms           post-attention and post-MLP norms\n";
   if (c.rope_fraction != 1.0f) os << "  rope fraction   " << c.rope_fraction << " of head_dim\n";
   if (c.attn_output_gate) os << "  attention       sigmoid output gate\n";
   if (c.full_attention_interval > 0)

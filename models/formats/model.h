@@ -74,6 +74,17 @@ using anelab::RopeScaling;
 using anelab::RopeScalingType;
 using anelab::RopeStyle;
 
+// The value of one architecture parameter (ModelConfig::params): an integer, or a number kept in fp32 (the
+// precision the executors read it in). The JSON form writes an integer as a JSON integer, a number as a JSON
+// number.
+struct ParamValue {
+  bool integer = false;
+  int64_t i = 0;   // when integer
+  float f = 0.0f;  // otherwise
+  double value() const { return integer ? static_cast<double>(i) : static_cast<double>(f); }
+  bool operator==(const ParamValue&) const = default;
+};
+
 struct ModelConfig {
   std::string arch = "llama";  // a name in the architecture table (models/arch/arch.h)
   int64_t dim = 0;             // model width (embedding size)
@@ -96,16 +107,13 @@ struct ModelConfig {
   Activation activation = Activation::kSilu;
   bool learned_pos = false;  // pos_embeddings present (then rope_style is kNone)
   bool qk_norm = false;      // per-head RMSNorm of q and k (weights q_norm/k_norm [head_dim], eps norm_eps) before RoPE
-  // Gemma 3 (the defaults leave every other architecture as it was):
-  float norm_offset = 0.0f;     // every RMSNorm multiplies by (norm_offset + w), added in fp32 (Gemma: 1)
-  bool post_norms = false;      // attn_post_norm / ffn_post_norm on the attention and MLP outputs (sandwich norms)
-  float embed_scale = 1.0f;     // token embeddings are multiplied by this (Gemma: sqrt(dim) in the weights' dtype)
-  float attn_scale = 0.0f;      // scores = q·k * attn_scale; 0: 1 / sqrt(head_dim) (Gemma: query_pre_attn_scalar^-0.5)
-  float logit_softcap = 0.0f;   // logits = cap * tanh(logits / cap) when > 0
-  int64_t sliding_window = 0;   // > 0: sliding layers' query at i sees keys j with i - j < sliding_window
-  int64_t sliding_pattern = 0;  // with a window: layer l is global (full causal) iff (l + 1) % pattern == 0; 0: none is
-  float rope_local_theta = 0.0f;    // sliding layers' RoPE base (0: rope_theta)
-  float rope_linear_factor = 1.0f;  // global layers' positions are divided by this (linear RoPE scaling)
+  bool post_norms = false;   // attn_post_norm / ffn_post_norm on the attention and MLP outputs (sandwich norms)
+  // The architecture's own parameters (Gemma 3's norm offset, scales, attention window, ...): each
+  // architecture declares its parameters once, with kind, default and range (Arch::params, models/arch/arch.h);
+  // a config holds the values it sets, by name (absent: the table's default). The generic code (the JSON
+  // form, `anelab info`) writes and reads them by iterating this map and names none of them; the
+  // architecture's table validates them (validate_config) and its code reads them (models/arch/arch.h param()).
+  std::map<std::string, ParamValue> params;
   // Qwen3.5's hybrid (Gated DeltaNet linear-attention layers between gated full-attention layers; 0 / false leave
   // every other architecture as it was):
   int64_t full_attention_interval = 0;  // > 0: layer l is full attention iff (l + 1) % interval == 0, else linear
@@ -122,9 +130,6 @@ struct ModelConfig {
   int64_t linear_value_dim() const { return linear_v_heads * linear_v_dim; }            // v, z and the output's width
   int64_t linear_conv_dim() const { return 2 * linear_qk_dim() + linear_value_dim(); }  // [q | k | v]
 
-  bool sliding_layer(int64_t l) const {
-    return sliding_window > 0 && !(sliding_pattern > 0 && (l + 1) % sliding_pattern == 0);
-  }
   bool operator==(const ModelConfig&) const = default;
 };
 
@@ -137,7 +142,8 @@ void validate_config_fields(const ModelConfig& c, const std::string& where);
 // canonical_tensors(c) with overflow-checked arithmetic; throws naming `where` above kMaxParams.
 constexpr int64_t kMaxParams = int64_t{1} << 36;
 int64_t checked_parameter_count(const ModelConfig& c, const std::string& where);
-std::string describe_config(const ModelConfig& c);  // one line per field, for `anelab info`
+// One line per field, for `anelab info` (the architecture's parameters: describe_params, models/arch/arch.h).
+std::string describe_config(const ModelConfig& c);
 
 struct TensorSpec {
   std::string name;

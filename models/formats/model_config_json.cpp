@@ -17,44 +17,42 @@ json rope_scaling_to_json(const RopeScaling& s) {
 }  // namespace
 
 json model_config_to_json(const ModelConfig& c) {
-  return {{"arch", c.arch},
-          {"dim", c.dim},
-          {"hidden_dim", c.hidden_dim},
-          {"n_layers", c.n_layers},
-          {"n_heads", c.n_heads},
-          {"n_kv_heads", c.n_kv_heads},
-          {"head_dim", c.head_dim},
-          {"vocab_size", c.vocab_size},
-          {"max_seq_len", c.max_seq_len},
-          {"norm_eps", c.norm_eps},
-          {"rope_theta", c.rope_theta},
-          {"rope_style", rope_style_name(c.rope_style)},
-          {"rope_scaling", rope_scaling_to_json(c.rope_scaling)},
-          {"norm", norm_type_name(c.norm)},
-          {"activation", activation_name(c.activation)},
-          {"tied_embeddings", c.tied_embeddings},
-          {"qkv_bias", c.qkv_bias},
-          {"attn_out_bias", c.attn_out_bias},
-          {"mlp_bias", c.mlp_bias},
-          {"learned_pos", c.learned_pos},
-          {"qk_norm", c.qk_norm},
-          {"norm_offset", c.norm_offset},
-          {"post_norms", c.post_norms},
-          {"embed_scale", c.embed_scale},
-          {"attn_scale", c.attn_scale},
-          {"logit_softcap", c.logit_softcap},
-          {"sliding_window", c.sliding_window},
-          {"sliding_pattern", c.sliding_pattern},
-          {"rope_local_theta", c.rope_local_theta},
-          {"rope_linear_factor", c.rope_linear_factor},
-          {"full_attention_interval", c.full_attention_interval},
-          {"linear_k_heads", c.linear_k_heads},
-          {"linear_v_heads", c.linear_v_heads},
-          {"linear_k_dim", c.linear_k_dim},
-          {"linear_v_dim", c.linear_v_dim},
-          {"linear_conv_kernel", c.linear_conv_kernel},
-          {"rope_fraction", c.rope_fraction},
-          {"attn_output_gate", c.attn_output_gate}};
+  json j = {{"arch", c.arch},
+            {"dim", c.dim},
+            {"hidden_dim", c.hidden_dim},
+            {"n_layers", c.n_layers},
+            {"n_heads", c.n_heads},
+            {"n_kv_heads", c.n_kv_heads},
+            {"head_dim", c.head_dim},
+            {"vocab_size", c.vocab_size},
+            {"max_seq_len", c.max_seq_len},
+            {"norm_eps", c.norm_eps},
+            {"rope_theta", c.rope_theta},
+            {"rope_style", rope_style_name(c.rope_style)},
+            {"rope_scaling", rope_scaling_to_json(c.rope_scaling)},
+            {"norm", norm_type_name(c.norm)},
+            {"activation", activation_name(c.activation)},
+            {"tied_embeddings", c.tied_embeddings},
+            {"qkv_bias", c.qkv_bias},
+            {"attn_out_bias", c.attn_out_bias},
+            {"mlp_bias", c.mlp_bias},
+            {"learned_pos", c.learned_pos},
+            {"qk_norm", c.qk_norm},
+            {"post_norms", c.post_norms},
+            {"full_attention_interval", c.full_attention_interval},
+            {"linear_k_heads", c.linear_k_heads},
+            {"linear_v_heads", c.linear_v_heads},
+            {"linear_k_dim", c.linear_k_dim},
+            {"linear_v_dim", c.linear_v_dim},
+            {"linear_conv_kernel", c.linear_conv_kernel},
+            {"rope_fraction", c.rope_fraction},
+            {"attn_output_gate", c.attn_output_gate}};
+  // The architecture's parameters: top-level keys of their own (the layout files had before the table).
+  for (const auto& [name, v] : c.params) {
+    if (j.contains(name)) fail("model", "config parameter ", name, " collides with the config field of that name");
+    j[name] = v.integer ? json(v.i) : json(v.f);
+  }
+  return j;
 }
 
 namespace {
@@ -163,17 +161,8 @@ ModelConfig model_config_from_json(const json& j, const std::string& where, cons
   f.boolean("attn_out_bias", flags_optional, &c.attn_out_bias);
   f.boolean("mlp_bias", flags_optional, &c.mlp_bias);
   f.boolean("learned_pos", flags_optional, &c.learned_pos);
-  f.boolean("qk_norm", true, &c.qk_norm);  // absent in files written before it existed
-  // Gemma 3's fields, absent in files written before they existed.
-  c.norm_offset = f.number("norm_offset", true, c.norm_offset);
-  f.boolean("post_norms", true, &c.post_norms);
-  c.embed_scale = f.number("embed_scale", true, c.embed_scale);
-  c.attn_scale = f.number("attn_scale", true, c.attn_scale);
-  c.logit_softcap = f.number("logit_softcap", true, c.logit_softcap);
-  c.sliding_window = f.integer("sliding_window", true, c.sliding_window);
-  c.sliding_pattern = f.integer("sliding_pattern", true, c.sliding_pattern);
-  c.rope_local_theta = f.number("rope_local_theta", true, c.rope_local_theta);
-  c.rope_linear_factor = f.number("rope_linear_factor", true, c.rope_linear_factor);
+  f.boolean("qk_norm", true, &c.qk_norm);        // absent in files written before it existed
+  f.boolean("post_norms", true, &c.post_norms);  // likewise (Gemma 3's sandwich norms)
   // Qwen3.5's fields, absent in files written before they existed (no linear-attention layers, full RoPE).
   c.full_attention_interval = f.integer("full_attention_interval", true, c.full_attention_interval);
   c.linear_k_heads = f.integer("linear_k_heads", true, c.linear_k_heads);
@@ -183,6 +172,18 @@ ModelConfig model_config_from_json(const json& j, const std::string& where, cons
   c.linear_conv_kernel = f.integer("linear_conv_kernel", true, c.linear_conv_kernel);
   c.rope_fraction = f.number("rope_fraction", true, c.rope_fraction);
   f.boolean("attn_output_gate", true, &c.attn_output_gate);
+  // Every other key is an architecture parameter (ModelConfig::params): a number, which the architecture's
+  // table checks by name and range (validate_config, models/arch/arch.h).
+  const json fields = model_config_to_json(ModelConfig{});
+  for (const auto& [key, v] : j.items()) {
+    if (fields.contains(key)) continue;
+    if (v.is_number_integer())
+      c.params[key] = ParamValue{true, v.get<int64_t>(), 0.0f};
+    else if (v.is_number())
+      c.params[key] = ParamValue{false, 0, static_cast<float>(v.get<double>())};
+    else
+      f.bad(key.c_str(), v, "is not a number (an architecture parameter)");
+  }
   checked_parameter_count(c, where);
   return c;
 }

@@ -15,9 +15,17 @@
 // absent flag reads as the ModelConfig default (the Llama layout those checkpoints held). "qk_norm" is
 // optional in every file (files written before it existed lack it: false).
 // Files written before "rope_scaling" existed lack it: absent reads as no scaling (what they computed).
-// The Gemma 3 fields (norm_offset ... rope_linear_factor) and the Qwen3.5 ones ("full_attention_interval",
-// "linear_k_heads", "linear_v_heads", "linear_k_dim", "linear_v_dim", "linear_conv_kernel" (integers),
-// "rope_fraction" (number), "attn_output_gate" (boolean)) are optional likewise: absent reads as the default.
+// The sandwich-norm flag and the Qwen3.5 fields ("full_attention_interval", "linear_k_heads", "linear_v_heads",
+// "linear_k_dim", "linear_v_dim", "linear_conv_kernel" (integers), "rope_fraction" (number), "attn_output_gate"
+// (boolean)) are optional likewise: absent reads as the default.
+//
+// The architecture's parameters (ModelConfig::params: each architecture's table, Arch::params in
+// models/arch/arch.h) are top-level keys of their own names, an integer parameter a JSON integer, a number a JSON
+// number. This code names none of them: it writes every entry of the map and reads every key that is not one of
+// the fields above into it (a non-number refused naming the key); validate_config checks them against the
+// architecture's table (unknown name or out of range: one line naming it). Files written before the tables
+// carried Gemma 3's parameters for every architecture, at their no-op values: they read, and validate_config
+// accepts those (drop_legacy_params removes them).
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>

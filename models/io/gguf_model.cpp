@@ -255,8 +255,8 @@ Model gguf_to_model(const GgufFile& g, const std::string& w) {
           m.add_owned(stored.name, b->dtype, shape, std::move(b->bytes));
           continue;
         }
-      if (m.config.norm_offset != 0.0f && is_norm_weight(stored.name))
-        m.add_owned(stored.name, DType::kF32, shape, shifted_f32(stored, -m.config.norm_offset));
+      if (param(m.config, kNormOffset) != 0.0f && is_norm_weight(stored.name))
+        m.add_owned(stored.name, DType::kF32, shape, shifted_f32(stored, -param(m.config, kNormOffset)));
       else
         m.add_view(stored.name, dt, shape, t.data, t.nbytes, g.owner);
       continue;
@@ -281,10 +281,10 @@ Model gguf_to_model(const GgufFile& g, const std::string& w) {
     }
     const std::string name = canonical_name(t.name, m.config, w);
     if (name.empty()) continue;
-    if (m.config.norm_offset != 0.0f && is_norm_weight(name)) {
+    if (const float offset = param(m.config, kNormOffset); offset != 0.0f && is_norm_weight(name)) {
       Tensor stored;
       stored.dtype = dt, stored.shape = shape, stored.data = t.data, stored.nbytes = t.nbytes;
-      m.add_owned(name, DType::kF32, shape, shifted_f32(stored, -m.config.norm_offset));
+      m.add_owned(name, DType::kF32, shape, shifted_f32(stored, -offset));
       continue;
     }
     m.add_view(name, dt, shape, t.data, t.nbytes, g.owner);
@@ -527,8 +527,8 @@ GgufWriter gguf_writer_for(const Model& m, std::vector<std::string>* notes) {
         w.add_tensor(name, ggml_of(b->dtype), ggml_ne(t.shape), std::move(b->bytes));
         continue;
       }
-    if (c.norm_offset != 0.0f && is_norm_weight(t.name))
-      w.add_tensor(name, kGgmlF32, ggml_ne(t.shape), shifted_f32(t, c.norm_offset));
+    if (param(c, kNormOffset) != 0.0f && is_norm_weight(t.name))
+      w.add_tensor(name, kGgmlF32, ggml_ne(t.shape), shifted_f32(t, param(c, kNormOffset)));
     else
       w.add_tensor_view(name, ggml_of(t.dtype), ggml_ne(t.shape), t.data, t.nbytes);
   }

@@ -46,6 +46,7 @@ Model load_any_model(const std::string& path, FileAccess access) {
   const std::string fmt = detect_model_format(path);
   Model m = read_model(path, fmt, access);
   validate_config(m.config, path);  // the readers check the generic fields; the architecture's rules here
+  drop_legacy_params(&m.config);
   m.private_memory = access == FileAccess::kRead && fmt != "checkpoint";  // read into own memory (checkpoints map)
   return m;
 }

@@ -147,8 +147,10 @@ TEST(GeneratedMil, PrefillBucketsOfEveryPreset) {
     }
     for (int64_t S : buckets) {
       EXPECT_EQ(S % 64, 0) << name << " bucket " << S;
-      for (int64_t layer : {int64_t{0}, c.sliding_pattern - 1}) {  // a sliding and a global layer (Gemma)
-        if (layer < 0 || (layer > 0 && c.sliding_window == 0)) continue;
+      // a sliding and a global layer (Gemma: the architecture's parameters sliding_pattern, sliding_window)
+      const auto arch_param = [&](const char* k) { return c.params.contains(k) ? models::param_named(c, k) : 0.0; };
+      for (int64_t layer : {int64_t{0}, static_cast<int64_t>(arch_param("sliding_pattern")) - 1}) {
+        if (layer < 0 || (layer > 0 && arch_param("sliding_window") == 0)) continue;
         const infer::LayerKernelSource src = infer::build_layer_kernel(c, L, S, mil::Dialect::kIos18, layer);
         expect_device_legal(src.program, cat(name, " layer ", layer, " prefill bucket ", S));
         ++programs;

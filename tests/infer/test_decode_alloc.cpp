@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "infer/engine.h"
+#include "models/arch/arch.h"
 #include "models/presets.h"
 #include "models/quant/quant_mix.h"
 #include "tests/common/counting_new.h"
@@ -32,7 +33,7 @@ models::ModelConfig small(const std::string& preset) {
   c.dim = 256, c.hidden_dim = 512, c.n_layers = 2, c.head_dim = 64, c.n_heads = 4,
   c.n_kv_heads = std::max<int64_t>(1, 4 / group);
   c.vocab_size = 512, c.max_seq_len = 64;
-  if (c.sliding_window > 0) c.sliding_window = 8;
+  if (c.params.contains("sliding_window")) models::set_param_named(&c, "sliding_window", 8);
   if (c.full_attention_interval > 0) c.full_attention_interval = 2;  // one linear-attention and one attention layer
   return c;
 }

@@ -83,7 +83,7 @@ TEST(HfThroughGguf, Gemma3FileHasLlamaCppsConventions) {
   EXPECT_EQ(g.get_num("gemma3.rope.freq_base", 0), 1e6);
   EXPECT_EQ(g.get_num("gemma3.rope.freq_base_swa", 0), 1e4);
   EXPECT_EQ(g.get_int("gemma3.attention.key_length", "t"), 32);
-  EXPECT_EQ(g.get_num("gemma3.attention.scale", 0), static_cast<double>(hf.config.attn_scale));  // 24^-0.5
+  EXPECT_EQ(g.get_num("gemma3.attention.scale", 0), models::param_named(hf.config, "attn_scale"));  // 24^-0.5
   // The fixture has no tokenizer: llama.cpp's "no vocabulary" model of vocab_size dummy tokens.
   EXPECT_EQ(g.get_str("tokenizer.ggml.model", "t"), "none");
   EXPECT_EQ(g.get_int("gemma3.vocab_size", "t"), 512);

@@ -11,6 +11,7 @@
 #include "framework/core/fp16.h"
 #include "infer/cpu_math.h"
 #include "infer/engine.h"
+#include "models/arch/arch.h"
 #include "models/presets.h"
 
 namespace anelab::infer {
@@ -142,7 +143,8 @@ TEST(InferKernels, PrefillMatchesTokenByTokenDecode) {
     c.dim = 128, c.hidden_dim = 256, c.n_layers = 2, c.n_heads = 2, c.head_dim = 64, c.vocab_size = 300;
     c.n_kv_heads = c.arch == "gpt2" ? 2 : 1;
     c.max_seq_len = 128;
-    if (c.sliding_window > 0) c.sliding_window = 7, c.sliding_pattern = 2;
+    if (c.params.contains("sliding_window"))
+      models::set_param_named(&c, "sliding_window", 7), models::set_param_named(&c, "sliding_pattern", 2);
     EngineOptions o;
     o.dtype = WType::kF32;
     o.prefill_chunk = 24;  // 53 tokens: chunks of 24, 24, 5 (the last on the per-position path)

@@ -17,6 +17,7 @@
 
 #include "framework/core/fp16.h"
 #include "infer/engine.h"
+#include "models/arch/arch.h"
 #include "models/io/load_any.h"
 #include "models/presets.h"
 #include "models/sampler.h"
@@ -86,7 +87,8 @@ TEST(InferKvCache, Fp16CacheOnRandomModelsWithinRoundingOfFp32) {
     models::ModelConfig c = models::preset(preset);
     c.dim = 128, c.hidden_dim = 256, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 64;
     c.vocab_size = 300, c.max_seq_len = 128;
-    if (c.sliding_window > 0) c.sliding_window = 7, c.sliding_pattern = 2;
+    if (c.params.contains("sliding_window"))
+      models::set_param_named(&c, "sliding_window", 7), models::set_param_named(&c, "sliding_pattern", 2);
     EngineOptions o32 = options(KvType::kF32), o16 = options(KvType::kF16);
     o32.prefill_chunk = o16.prefill_chunk = 24;
     Engine e32(models::random_model(c, 9), o32), e16(models::random_model(c, 9), o16);

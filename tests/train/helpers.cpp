@@ -10,6 +10,7 @@
 
 #include "framework/core/file.h"
 #include "framework/core/npy.h"
+#include "models/arch/arch.h"
 #include "models/formats/checkpoint_file.h"
 #include "models/formats/model_config_json.h"
 #include "train/checkpoint.h"
@@ -119,12 +120,20 @@ models::ModelConfig gemma3_test_config() {
   models::ModelConfig c;
   c.arch = "gemma3";
   c.dim = 48, c.hidden_dim = 80, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 1, c.head_dim = 16;
-  c.vocab_size = 97, c.max_seq_len = 128, c.norm_eps = 1e-6f, c.rope_theta = 1e6f, c.rope_local_theta = 1e4f;
-  c.rope_linear_factor = 2.0f, c.rope_style = models::RopeStyle::kRotateHalf;
+  c.vocab_size = 97, c.max_seq_len = 128, c.norm_eps = 1e-6f, c.rope_theta = 1e6f;
+  c.rope_style = models::RopeStyle::kRotateHalf;
   c.activation = models::Activation::kGeluTanhGated;
-  c.qk_norm = true, c.post_norms = true, c.norm_offset = 1.0f;
-  c.embed_scale = std::sqrt(48.0f), c.attn_scale = 1.0f / std::sqrt(32.0f);  // query_pre_attn_scalar 32
-  c.sliding_window = 8, c.sliding_pattern = 2, c.logit_softcap = 0.5f;
+  c.qk_norm = true, c.post_norms = true;
+  // Gemma 3's parameters (its table, models/arch/gemma3.cpp)
+  for (auto [name, v] : {std::pair<const char*, double>{"rope_local_theta", 1e4},
+                         {"rope_linear_factor", 2.0},
+                         {"norm_offset", 1.0},
+                         {"embed_scale", std::sqrt(48.0f)},
+                         {"attn_scale", 1.0f / std::sqrt(32.0f)},  // query_pre_attn_scalar 32
+                         {"sliding_window", 8},
+                         {"sliding_pattern", 2},
+                         {"logit_softcap", 0.5}})
+    models::set_param_named(&c, name, v);
   c.tied_embeddings = true;
   return c;
 }

@@ -35,8 +35,8 @@ ModelConfig tiny(const Arch& a) {
   const bool gqa = c.n_kv_heads < c.n_heads;
   c.dim = 32, c.hidden_dim = 64, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = gqa ? 2 : 4, c.head_dim = 8;
   c.vocab_size = 40, c.max_seq_len = 16;
-  if (c.embed_scale != 1.0f) c.embed_scale = std::sqrt(32.0f);  // Gemma: sqrt(dim), here in fp32
-  if (c.sliding_window > 0) c.sliding_window = 4;
+  if (c.params.contains("embed_scale")) set_param_named(&c, "embed_scale", std::sqrt(32.0f));  // Gemma: sqrt(dim)
+  if (c.params.contains("sliding_window")) set_param_named(&c, "sliding_window", 4);
   return c;
 }
 

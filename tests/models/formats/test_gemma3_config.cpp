@@ -18,6 +18,13 @@ using json = nlohmann::json;
 
 ModelConfig from_hf(const json& j) { return arch_for_hf(j, "config.json").hf_config(j, "config.json"); }
 
+// Gemma 3's parameters (ModelConfig::params, its table in models/arch/gemma3.cpp), by name.
+float g3cfg_param(const ModelConfig& c, const char* name) { return static_cast<float>(param_named(c, name)); }
+// Whether layer l slides: its description's attention has a window.
+bool g3cfg_slides(const ModelConfig& c, int64_t l) {
+  return describe_model(c).layers[static_cast<size_t>(l)].steps[0].attn.window > 0;
+}
+
 json fixture_config() {
   return json::parse(read_file_text(test::source_path("tests/fixtures/hf/gemma3_bf16/config.json")));
 }
@@ -29,16 +36,16 @@ TEST(Gemma3Config, TransformersFiveFixture) {
   EXPECT_EQ(c.n_kv_heads, 1);
   EXPECT_EQ(c.activation, Activation::kGeluTanhGated);
   EXPECT_TRUE(c.qk_norm && c.post_norms && c.tied_embeddings);
-  EXPECT_EQ(c.norm_offset, 1.0f);
-  EXPECT_EQ(c.embed_scale, 8.0f);
-  EXPECT_EQ(c.attn_scale, static_cast<float>(std::pow(24.0, -0.5)));
-  EXPECT_EQ(c.logit_softcap, 4.0f);
-  EXPECT_EQ(c.sliding_window, 4);
-  EXPECT_EQ(c.sliding_pattern, 3);  // sliding, sliding, full
-  EXPECT_TRUE(c.sliding_layer(0) && c.sliding_layer(1) && !c.sliding_layer(2));
+  EXPECT_EQ(g3cfg_param(c, "norm_offset"), 1.0f);
+  EXPECT_EQ(g3cfg_param(c, "embed_scale"), 8.0f);
+  EXPECT_EQ(g3cfg_param(c, "attn_scale"), static_cast<float>(std::pow(24.0, -0.5)));
+  EXPECT_EQ(g3cfg_param(c, "logit_softcap"), 4.0f);
+  EXPECT_EQ(g3cfg_param(c, "sliding_window"), 4);
+  EXPECT_EQ(g3cfg_param(c, "sliding_pattern"), 3);  // sliding, sliding, full
+  EXPECT_TRUE(g3cfg_slides(c, 0) && g3cfg_slides(c, 1) && !g3cfg_slides(c, 2));
   EXPECT_EQ(c.rope_theta, 1e6f);
-  EXPECT_EQ(c.rope_local_theta, 1e4f);
-  EXPECT_EQ(c.rope_linear_factor, 1.0f);
+  EXPECT_EQ(g3cfg_param(c, "rope_local_theta"), 1e4f);
+  EXPECT_EQ(g3cfg_param(c, "rope_linear_factor"), 1.0f);
 }
 
 TEST(Gemma3Config, TransformersFourStyleWithLinearScaling) {
@@ -54,11 +61,11 @@ TEST(Gemma3Config, TransformersFourStyleWithLinearScaling) {
   j["torch_dtype"] = "bfloat16";
   j.erase("dtype");
   const ModelConfig c = from_hf(j);
-  EXPECT_EQ(c.sliding_pattern, 6);
-  for (int64_t l = 0; l < 12; ++l) EXPECT_EQ(c.sliding_layer(l), l != 5 && l != 11) << l;
-  EXPECT_EQ(c.rope_linear_factor, 8.0f);
-  EXPECT_EQ(c.rope_local_theta, 1e4f);
-  EXPECT_EQ(c.embed_scale, 34.0f);  // sqrt(1152) = 33.94 in bf16, as HF casts it to the weights' dtype
+  EXPECT_EQ(g3cfg_param(c, "sliding_pattern"), 6);
+  for (int64_t l = 0; l < 12; ++l) EXPECT_EQ(g3cfg_slides(c, l), l != 5 && l != 11) << l;
+  EXPECT_EQ(g3cfg_param(c, "rope_linear_factor"), 8.0f);
+  EXPECT_EQ(g3cfg_param(c, "rope_local_theta"), 1e4f);
+  EXPECT_EQ(g3cfg_param(c, "embed_scale"), 34.0f);  // sqrt(1152) = 33.94 in bf16, as HF casts it to the weights' dtype
 }
 
 TEST(Gemma3Config, UnsupportedLayoutsAreNamedInOneLine) {

@@ -11,6 +11,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
+#include "models/arch/arch.h"
 #include "models/formats/anelab_file.h"
 #include "models/formats/gguf.h"
 #include "models/formats/llama2c.h"
@@ -408,7 +409,8 @@ TEST(Gguf, Llama3RopeFreqsWrittenAsLlamaCppDoesAndFittedBackOnRead) {
 TEST(Gguf, Gemma3KeysAnelabCannotRunAreNamed) {
   ModelConfig c = preset("gemma3-1b");
   c.dim = 32, c.hidden_dim = 64, c.n_layers = 2, c.head_dim = 8, c.vocab_size = 40, c.max_seq_len = 16;
-  c.sliding_window = 0, c.sliding_pattern = 0;  // no pattern key written: the cases add their own
+  set_param_named(&c, "sliding_window", 0);  // no pattern key written: the cases add their own
+  set_param_named(&c, "sliding_pattern", 0);
   const Model m = random_model(c, 7);
   EXPECT_EQ(from_image(model_to_gguf(m)).config, c);
   const struct {

@@ -3,6 +3,7 @@
 // written before the flags were stored still read, with the Llama defaults.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <vector>
 
@@ -41,15 +42,7 @@ ModelConfig every_field_set() {
   c.activation = Activation::kGeluTanh;
   c.learned_pos = true;
   c.qk_norm = true;
-  c.norm_offset = 1.0f;
   c.post_norms = true;
-  c.embed_scale = 6.0f;
-  c.attn_scale = 0.25f;
-  c.logit_softcap = 30.0f;
-  c.sliding_window = 8;
-  c.sliding_pattern = 2;
-  c.rope_local_theta = 100.0f;
-  c.rope_linear_factor = 4.0f;
   c.full_attention_interval = 2;
   c.linear_k_heads = 2;
   c.linear_v_heads = 4;
@@ -61,13 +54,11 @@ ModelConfig every_field_set() {
   return c;
 }
 
-// Gemma 3's and Qwen3.5's fields: optional in every file (absent reads as the default, which leaves other models as
-// they were).
+// post_norms and Qwen3.5's fields: optional in every file (absent reads as the default, which leaves other models
+// as they were). The architecture parameters (ModelConfig::params) are tested below.
 bool optional_key(const std::string& k) {
-  for (const char* o :
-       {"norm_offset", "post_norms", "embed_scale", "attn_scale", "logit_softcap", "sliding_window", "sliding_pattern",
-        "rope_local_theta", "rope_linear_factor", "full_attention_interval", "linear_k_heads", "linear_v_heads",
-        "linear_k_dim", "linear_v_dim", "linear_conv_kernel", "rope_fraction", "attn_output_gate"})
+  for (const char* o : {"post_norms", "full_attention_interval", "linear_k_heads", "linear_v_heads", "linear_k_dim",
+                        "linear_v_dim", "linear_conv_kernel", "rope_fraction", "attn_output_gate"})
     if (k == o) return true;
   return false;
 }
@@ -88,7 +79,7 @@ TEST(ModelConfigJson, EveryFieldRoundTrips) {
 TEST(ModelConfigJson, EveryKeyIsWrittenAndRead) {
   const ModelConfig c = every_field_set();
   const json j = model_config_to_json(c);
-  EXPECT_EQ(j.size(), 38u) << "a ModelConfig field was added or removed: update model_config_json and this test";
+  EXPECT_EQ(j.size(), 30u) << "a ModelConfig field was added or removed: update model_config_json and this test";
   for (const auto& [k, v] : j.items()) {
     json cut = j;
     cut.erase(k);
@@ -211,6 +202,131 @@ TEST(ModelConfigJson, BadValuesAreOneLineNamingTheField) {
     EXPECT_EQ(std::string(e.what()),
               "[model] m.anelab: architecture 'nope' is not supported (use " + arch_names() + ")");
   }
+}
+
+// A Gemma 3 config small enough to write: every one of its parameters set off its table default.
+ModelConfig gemma3_params_set() {
+  ModelConfig c = preset("gemma3-270m");
+  c.dim = 32, c.hidden_dim = 64, c.n_layers = 3, c.n_heads = 2, c.head_dim = 16, c.vocab_size = 40;
+  c.max_seq_len = 24;
+  set_param_named(&c, "embed_scale", 6.0);
+  set_param_named(&c, "attn_scale", 0.25);
+  set_param_named(&c, "logit_softcap", 30.0);
+  set_param_named(&c, "sliding_window", 8);
+  set_param_named(&c, "sliding_pattern", 2);
+  set_param_named(&c, "rope_local_theta", 100.0);
+  set_param_named(&c, "rope_linear_factor", 4.0);
+  return c;
+}
+
+// The architecture's parameters are top-level keys, written and read by iterating ModelConfig::params: integers
+// as JSON integers, numbers as JSON numbers; a round trip gives the same config and the same JSON.
+TEST(ModelConfigJson, ArchParamsAreTopLevelKeysAndRoundTrip) {
+  const ModelConfig c = gemma3_params_set();
+  const json j = model_config_to_json(c);
+  EXPECT_EQ(j.size(), 30u + 8u);
+  EXPECT_TRUE(j.at("sliding_window").is_number_integer());
+  EXPECT_EQ(j.at("sliding_window"), 8);
+  EXPECT_TRUE(j.at("logit_softcap").is_number_float());
+  EXPECT_EQ(j.at("logit_softcap"), 30.0);
+  EXPECT_EQ(j.at("norm_offset"), 1.0);
+  const ModelConfig back = model_config_from_json(j, "m.anelab", "model", "config.");
+  EXPECT_EQ(back, c);
+  EXPECT_EQ(model_config_to_json(back), j);
+  validate_config(back, "m.anelab");
+  const auto dir = test::temp_dir("config_params");
+  const std::string path = (dir / "m.anelab").string();
+  write_random_model(c, path, 7);
+  EXPECT_EQ(read_anelab_file(path).config, c);
+  std::filesystem::remove_all(dir);
+}
+
+// The config JSON of files written before the parameter tables: every architecture's file carried "qk_norm",
+// "post_norms" and Gemma 3's fields, at their no-op values where the architecture has none.
+json pre_table_json(const std::string& arch) {
+  json j = model_config_to_json(arch == "gemma3" ? gemma3_params_set() : preset("stories260k"));
+  if (arch == "gemma3") return j;  // every key, as before
+  for (auto [k, v] : std::initializer_list<std::pair<const char*, json>>{{"norm_offset", 0.0},
+                                                                         {"embed_scale", 1.0},
+                                                                         {"attn_scale", 0.0},
+                                                                         {"logit_softcap", 0.0},
+                                                                         {"sliding_window", 0},
+                                                                         {"sliding_pattern", 0},
+                                                                         {"rope_local_theta", 0.0},
+                                                                         {"rope_linear_factor", 1.0}})
+    j[k] = v;
+  return j;
+}
+
+TEST(ModelConfigJson, FilesWrittenBeforeTheParameterTablesLoad) {
+  const json old = pre_table_json("llama");
+  EXPECT_TRUE(old.at("qk_norm") == false && old.at("post_norms") == false);
+  ModelConfig c = model_config_from_json(old, "old.anelab", "model", "config.");
+  EXPECT_EQ(model_config_to_json(c), old);  // read and written again: the same JSON
+  validate_config(c, "old.anelab");         // the no-op keys of another architecture's parameters are accepted
+  drop_legacy_params(&c);                   // and dropped by the loaders (load_any_model, read_checkpoint)
+  EXPECT_EQ(c, preset("stories260k"));
+  const json old_gemma = pre_table_json("gemma3");
+  const ModelConfig g = model_config_from_json(old_gemma, "old.anelab", "model", "config.");
+  validate_config(g, "old.anelab");
+  EXPECT_EQ(g, gemma3_params_set());
+  EXPECT_EQ(param_named(g, "logit_softcap"), 30.0);
+}
+
+// A parameter the architecture does not have, or outside its table's range, is refused in one line naming it.
+TEST(ModelConfigJson, UnknownOrOutOfRangeParameterIsOneLineNamingIt) {
+  const struct {
+    std::string arch, key;
+    json value;
+    std::string want;
+  } cases[] = {
+      {"gemma3", "window_size", 8,
+       "[model] m.anelab: config parameter window_size is not a parameter of architecture gemma3 (it has "
+       "norm_offset, embed_scale, attn_scale, logit_softcap, sliding_window, sliding_pattern, rope_local_theta, "
+       "rope_linear_factor)"},
+      {"llama", "logit_softcap", 30.0,
+       "[model] m.anelab: config parameter logit_softcap is not a parameter of architecture llama (it has none)"},
+      {"gemma3", "sliding_window", -1, "[model] m.anelab: config field sliding_window = -1 is outside [0, 4194304]"},
+      {"gemma3", "sliding_pattern", 2.5, "[model] m.anelab: config field sliding_pattern = 2.5 is not an integer"},
+      {"gemma3", "logit_softcap", -2.0, "[model] m.anelab: config field logit_softcap = -2 is outside [0, 1e+06]"},
+      {"gemma3", "rope_local_theta", 0.5,
+       "[model] m.anelab: config field rope_local_theta = 0.5 is outside [1, 1e+12] (or 0)"},
+  };
+  for (const auto& k : cases) {
+    json j = pre_table_json(k.arch);
+    j[k.key] = k.value;
+    const ModelConfig c = model_config_from_json(j, "m.anelab", "model", "config.");
+    try {
+      validate_config(c, "m.anelab");
+      ADD_FAILURE() << k.key << " = " << k.value << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), k.want);
+    }
+  }
+  json j = pre_table_json("gemma3");
+  j["logit_softcap"] = "30";
+  try {
+    model_config_from_json(j, "m.anelab", "model", "config.");
+    ADD_FAILURE() << "a string parameter accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "[model] m.anelab: header field config.logit_softcap = \"30\" is not a number (an architecture "
+              "parameter)");
+  }
+}
+
+// `anelab info` lists the architecture's parameters from its table (describe_params), one line each with the
+// config's value or the default; describe_config (models/formats) names none.
+TEST(ModelConfigJson, DescribeParamsListsTheTable) {
+  ModelConfig c = gemma3_params_set();
+  c.params.erase("logit_softcap");  // not set: the table's default
+  const std::string text = describe_params(c);
+  EXPECT_NE(text.find("\n  sliding_window  8 ("), std::string::npos) << text;
+  EXPECT_NE(text.find("\n  logit_softcap   0 ("), std::string::npos) << text;
+  EXPECT_NE(text.find("\n  rope_linear_factor 4 ("), std::string::npos) << text;
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 8) << text;
+  EXPECT_EQ(describe_config(c).find("sliding"), std::string::npos);
+  EXPECT_EQ(describe_params(preset("stories260k")), "");
 }
 
 }  // namespace
