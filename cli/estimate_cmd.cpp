@@ -140,11 +140,9 @@ cost::ProgramCost prefill_layer_cost(const models::ModelConfig& c, int64_t S, co
   if (c.mlp_bias) L.b1 = vec(H), L.b2 = vec(D);
   const models::ModelDesc md = models::describe_model(c);
   for (const models::Step& st : md.layers.at(0).steps)  // every norm of layer 0 by its description name
-    for (const auto* n : {&st.pre_norm, &st.post_norm, &st.attn.q_norm, &st.attn.k_norm}) {
-      if (!*n) continue;
-      const bool head = n == &st.attn.q_norm || n == &st.attn.k_norm;
-      L.set_norm((*n)->weight, vec(head ? c.head_dim : D));
-      if (!(*n)->bias.empty()) L.set_norm((*n)->bias, vec(D));
+    for (const models::StepNorm& n : models::step_norms(st, D)) {
+      L.set_norm(n.norm->weight, vec(n.width));
+      if (!n.norm->bias.empty()) L.set_norm(n.norm->bias, vec(n.width));
     }
   const auto& prof = rt::device_profile(chip.family);
   auto src = infer::build_layer_kernel(c, L, S, prof.dialect);

@@ -143,6 +143,14 @@ struct ModelDesc {
   HeadDesc head;
 };
 
+// Every norm of step s (its pre- and post-norm, an attention's q / k norms, a DeltaNet's gated norm), those present,
+// with its width: `dim` for the step's own norms, the head dim for the per-head ones.
+struct StepNorm {
+  const NormDesc* norm;
+  int64_t width;
+};
+std::vector<StepNorm> step_norms(const Step& s, int64_t dim);
+
 // "[COMPONENT] layer L STEP: WHAT is not supported by EXECUTOR" — thrown by an executor that meets a step or
 // parameter it does not implement (executor: "the CPU inference engine", ...).
 [[noreturn]] void unsupported(const char* component, const char* executor, int64_t layer, StepKind step,

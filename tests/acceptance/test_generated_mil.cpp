@@ -130,11 +130,9 @@ TEST(GeneratedMil, PrefillBucketsOfEveryPreset) {
     const models::ModelDesc md = models::describe_model(c);
     for (const models::LayerDesc& ld : md.layers)  // every norm of the description (ones; LayerNorm biases zeros)
       for (const models::Step& st : ld.steps)
-        for (const auto& n : {st.pre_norm, st.post_norm, st.attn.q_norm, st.attn.k_norm}) {
-          if (!n) continue;
-          const bool head = n == st.attn.q_norm || n == st.attn.k_norm;
-          L.set_norm(n->weight, std::span(ones).first(size_t(head ? c.head_dim : D)));
-          if (!n->bias.empty()) L.set_norm(n->bias, z.first(size_t(D)));
+        for (const models::StepNorm& n : models::step_norms(st, D)) {
+          L.set_norm(n.norm->weight, std::span(ones).first(size_t(n.width)));
+          if (!n.norm->bias.empty()) L.set_norm(n.norm->bias, z.first(size_t(n.width)));
         }
     if (c.qkv_bias) L.bq = z.first(size_t(QD)), L.bk = L.bv = z.first(size_t(KVD));
     if (c.attn_out_bias) L.bo = z.first(size_t(D));

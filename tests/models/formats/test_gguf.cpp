@@ -480,8 +480,11 @@ TEST(Gguf, Qwen35ExportHasLlamaCppsKeysTensorNamesAndShapes) {
   EXPECT_EQ(g.get_str("general.architecture", "mem"), "qwen35");
   // rope.dimension_sections: the converter's default (no mrope_section in the config's rope_parameters)
   EXPECT_EQ(g.find("qwen35.rope.dimension_sections")->nums, (std::vector<double>{11, 11, 10, 0}));
-  for (const auto& [k, v] : g.kv)
-    if (k.starts_with("qwen35.")) EXPECT_TRUE(keys.count(k) || k.ends_with("epsilon") || k.ends_with("sections")) << k;
+  for (const auto& [k, v] : g.kv) {
+    if (k.starts_with("qwen35.")) {
+      EXPECT_TRUE(keys.count(k) || k.ends_with("epsilon") || k.ends_with("sections")) << k;
+    }
+  }
 
   constexpr uint32_t F32 = kGgmlF32, BF16 = kGgmlBF16;
   std::map<std::string, std::pair<std::vector<int64_t>, uint32_t>> want = {{"token_embd.weight", {{64, 512}, BF16}},
