@@ -14,6 +14,8 @@
 #     --pp N --tg N         prompt / generated tokens (default 512 / 128)
 #     --rounds N            alternating rounds (llama.cpp, anelab) per point; medians reported (default 3)
 #     --pin                 pin each run with taskset to the first N physical cores of NUMA node 0
+#     --shape JSON          config overrides for every preset (convert --random --shape), e.g. a vocabulary that
+#                           fits the tokenizer at hand: '{"vocab_size":151936}' for qwen3.5-0.8b with Qwen2.5's
 #
 # Per preset: X.anelab (`anelab convert --random PRESET --dtype fp16`), X-f16.gguf (anelab's export with a
 # tokenizer), then X-TYPE.gguf per type. Per (file, threads): `anelab bench memory` (read GB/s at those
@@ -27,7 +29,7 @@ set -euo pipefail
 
 LLAMA="" ANELAB="build/bin/anelab" WORK="/tmp/anelab_bench_quant"
 MODELS="stories110m qwen2.5-0.5b" TYPES="q8_0 q4_k_m" QUANTIZER=llama THREADS="2"
-PP=512 TG=128 ROUNDS=3 PIN=0
+PP=512 TG=128 ROUNDS=3 PIN=0 SHAPE=""
 DATA="${ANELAB_DATA:-/work/shared/data}"
 
 usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
@@ -43,6 +45,7 @@ while (($#)); do
     --tg) TG="$2"; shift 2 ;;
     --rounds) ROUNDS="$2"; shift 2 ;;
     --pin) PIN=1; shift ;;
+    --shape) SHAPE="$2"; shift 2 ;;
     -h|--help) usage 0 ;;
     -*) echo "bench_quant_peers: unknown option $1" >&2; usage 2 ;;
     *) LLAMA="$1"; shift ;;
@@ -83,7 +86,7 @@ row() { ROWS+=("$(printf '%-13s %-7s %3s %-10s %9s %9s %6s  %s' "$@")"); }
 
 for preset in $MODELS; do
   an="$WORK/$preset.anelab" f16="$WORK/$preset-f16.gguf"
-  [[ -f "$an" ]] || "$ANELAB" convert --random "$preset" "$an" --dtype fp16 >&2
+  [[ -f "$an" ]] || "$ANELAB" convert --random "$preset" "$an" --dtype fp16 ${SHAPE:+--shape "$SHAPE"} >&2
   tok=$(tokenizer_for "$preset")
   [[ -f "$f16" ]] || "$ANELAB" convert "$an" "$f16" ${tok:+--tokenizer "$tok"} >&2
   for type in $TYPES; do
