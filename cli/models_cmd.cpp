@@ -23,7 +23,7 @@
 #include "models/presets.h"
 #include "models/quant/quant_mix.h"
 #include "models/tokenizer/tokenizer.h"
-#include "train/lora.h"
+#include "train/lora_run.h"
 
 namespace anelab::cli {
 namespace {

@@ -26,7 +26,7 @@
 #include "train/dist_overlap.h"
 #include "train/engine.h"
 #include "train/events.h"
-#include "train/lora.h"
+#include "train/lora_run.h"
 #include "train/optim.h"
 #include "train/run_dir.h"
 

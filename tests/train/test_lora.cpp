@@ -31,7 +31,7 @@
 #include "train/checkpoint.h"
 #include "train/cpu_model.h"
 #include "train/data.h"
-#include "train/lora.h"
+#include "train/lora_run.h"
 #include "train/trainer.h"
 
 namespace anelab {

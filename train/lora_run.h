@@ -1,0 +1,65 @@
+// The run side of `anelab train --lora` (train/lora.h has the adapters themselves): LoraEngine, the step engine
+// (base weights held inside, the trainer's w/g are the adapters), the adapter state files next to the checkpoints,
+// and `anelab export RUN OUT --adapter`.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "train/cpu_model.h"
+#include "train/lora.h"
+#include "train/step_engine.h"
+
+namespace anelab::train {
+
+// A: Kaiming-uniform bound 1/sqrt(in) from a seeded generator, B: zeros.
+std::vector<float> lora_init(const LoraLayout& l, uint64_t seed);
+
+// The adapter training state of a run (RUN_DIR/last.lora, best.lora next to the checkpoints): a safetensors file
+// of F32 tensors NAME, adam_m.NAME, adam_v.NAME for every LoraLayout parameter NAME. Written atomically; read
+// back with every name and shape checked against the layout ("[train] PATH: ..." on a mismatch).
+void write_lora_state(const std::string& path, const LoraLayout& l, const std::vector<float>& w,
+                      const std::vector<float>& m, const std::vector<float>& v);
+void read_lora_state(const std::string& path, const LoraLayout& l, std::vector<float>* w, std::vector<float>* m,
+                     std::vector<float>* v);
+
+// `anelab export RUN OUT --adapter`: the adapter of a --lora run (RUN_DIR, or its checkpoint file: the KIND.lora
+// next to the checkpoint models::checkpoint_path picks) as a GGUF LoRA adapter when OUT ends in .gguf, else a PEFT
+// directory. Throws one line naming RUN when it is not a --lora run.
+void export_run_adapter(const std::string& run, const std::string& out);
+// True when RUN (a run directory or checkpoint file) was trained with --lora (its run's config.json says so).
+bool is_lora_run(const std::string& run);
+
+// The step engine of `anelab train --lora --strategy cpu`: base weights frozen inside (fp32, as init_from_model or
+// init_random gave them), w and g of forward_backward are the adapters and their gradients. No base gradient is
+// computed or stored: CpuModel skips every weight-gradient product of the base when it has adapters.
+class LoraEngine final : public StepEngine {
+ public:
+  LoraEngine(const ParamLayout& layout, std::vector<float> base, const LoraLayout& lora, uint64_t seed);
+  std::string name() const override { return "cpu-lora"; }
+  int compiles_needed() const override { return 0; }
+  int compiles_left() const override { return -1; }
+  int budget() const override { return -1; }
+  int compiles_total() const override { return 0; }
+  std::pair<int, double> take_compile_batch() override { return {0, 0.0}; }
+  double forward_backward(const float* w, const Batch& b, float grad_scale, float* grads, StepTimes* t) override;
+  void weights_updated() override {}
+  void set_grads_final_hook(std::function<void(int64_t)>) override {}
+  // The dropout stream's position (micro-batches done): restored on resume.
+  uint64_t micro_batches() const { return micro_; }
+  void set_micro_batches(uint64_t n) { micro_ = n; }
+  const std::vector<float>& base() const { return base_; }
+  // Mean loss with the adapters, no dropout (evaluation).
+  double loss(const float* w, const Batch& b);
+
+ private:
+  std::unique_ptr<CpuModel> model_;
+  std::vector<float> base_;  // [P] frozen base weights
+  const LoraLayout* lora_;
+  uint64_t seed_, micro_ = 0;
+};
+
+}  // namespace anelab::train
