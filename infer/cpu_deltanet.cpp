@@ -59,24 +59,35 @@ void delta_rule_step(const DeltaShape& s, float* state, const float* q, const fl
   }
 }
 
-DeltaRuleChunked::DeltaRuleChunked(const DeltaShape& s) : s_(s) {
+DeltaRuleChunked::DeltaRuleChunked(const DeltaShape& s, int workers) : s_(s), workers_(std::max(1, workers)) {
   deltanet_detail::check_shape(s);
-  u_.assign(static_cast<size_t>(kChunk * s.dv), 0.0f);
-  c_.assign(kChunk, 0.0f);
-  t_.assign(static_cast<size_t>(s.dv), 0.0f);
+  u_.assign(static_cast<size_t>(workers_ * kChunk * s.dv), 0.0f);
+  c_.assign(static_cast<size_t>(workers_ * kChunk), 0.0f);
+  t_.assign(static_cast<size_t>(workers_ * s.dv), 0.0f);
 }
 
 void DeltaRuleChunked::run(float* state, const float* q, const float* k, const float* v, const float* g,
-                           const float* beta, int64_t n, float* out) {
+                           const float* beta, int64_t n, float* out, ThreadPool* pool) {
+  if (pool && pool->size() > 1) {
+    ANELAB_CHECK(pool->size() <= workers_, "infer", "chunked delta rule: a pool of ", pool->size(),
+                 " threads, scratch for ", workers_);
+    pool->run_chunks(s_.n_v_heads, [&](int64_t h, int w) { run_head(h, w, state, q, k, v, g, beta, n, out); });
+    return;
+  }
+  for (int64_t h = 0; h < s_.n_v_heads; ++h) run_head(h, 0, state, q, k, v, g, beta, n, out);
+}
+
+void DeltaRuleChunked::run_head(int64_t h, int worker, float* state, const float* q, const float* k, const float* v,
+                                const float* g, const float* beta, int64_t n, float* out) {
   const int64_t group = s_.n_v_heads / s_.n_k_heads, dk = s_.dk, dv = s_.dv;
   const int64_t qk_row = s_.n_k_heads * dk, v_row = s_.n_v_heads * dv, nh = s_.n_v_heads;
-  float* U = u_.data();
-  float* c = c_.data();
-  float* t = t_.data();
+  float* U = u_.data() + worker * kChunk * dv;
+  float* c = c_.data() + worker * kChunk;
+  float* t = t_.data() + worker * dv;
+  float* S = state + h * dk * dv;
   for (int64_t start = 0; start < n; start += kChunk) {
     const int64_t L = std::min(kChunk, n - start);
-    for (int64_t h = 0; h < nh; ++h) {
-      float* S = state + h * dk * dv;
+    {
       const int64_t kq_off = (h / group) * dk;
       auto krow = [&](int64_t i) { return k + (start + i) * qk_row + kq_off; };
       auto qrow = [&](int64_t i) { return q + (start + i) * qk_row + kq_off; };

@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "framework/core/thread_pool.h"
+
 namespace anelab::infer {
 
 struct DeltaShape {
@@ -35,17 +37,24 @@ void delta_rule_step(const DeltaShape& s, float* state, const float* q, const fl
 class DeltaRuleChunked {
  public:
   static constexpr int64_t kChunk = 64;
-  explicit DeltaRuleChunked(const DeltaShape& s);
+  // workers: the threads of the pool run() may be given (scratch for each, allocated here).
+  explicit DeltaRuleChunked(const DeltaShape& s, int workers = 1);
   // n tokens, rows of the layouts of delta_rule_step (q/k rows n_k_heads*dk, v/out rows n_v_heads*dv, g/beta rows
-  // n_v_heads); the state is read as the state before the first token and left as the one after the last.
+  // n_v_heads); the state is read as the state before the first token and left as the one after the last. The value
+  // heads are independent: with a pool (of at most `workers` threads) they run in parallel, each head's chunks in
+  // order, so the result is the same bits as without one.
   void run(float* state, const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t n,
-           float* out);
+           float* out, ThreadPool* pool = nullptr);
 
  private:
+  // Value head h over all n tokens, chunk after chunk, with the scratch of `worker`.
+  void run_head(int64_t h, int worker, float* state, const float* q, const float* k, const float* v, const float* g,
+                const float* beta, int64_t n, float* out);
   DeltaShape s_;
-  std::vector<float> u_;  // [kChunk, dv]: U of the current chunk and head
-  std::vector<float> c_;  // [kChunk]: cumulative log decay within the chunk
-  std::vector<float> t_;  // [dv]: S0^T x
+  int workers_ = 1;
+  std::vector<float> u_;  // [workers, kChunk, dv]: U of the current chunk and head
+  std::vector<float> c_;  // [workers, kChunk]: cumulative log decay within the chunk
+  std::vector<float> t_;  // [workers, dv]: S0^T x
 };
 
 // Depthwise causal conv + SiLU for one token: y[c] = silu(sum_{j<K} w[c, j] * x_{t-K+1+j}[c]) with the K-1

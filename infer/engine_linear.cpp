@@ -54,7 +54,7 @@ void Engine::plan_layers() {
   lo_.grow(n * V);
   lb_.grow(n * Hv);
   la_.grow(n * Hv);
-  chunked_ = std::make_unique<DeltaRuleChunked>(DeltaShape{lin_.n_k_heads, Hv, lin_.k_dim, lin_.v_dim});
+  chunked_ = std::make_unique<DeltaRuleChunked>(DeltaShape{lin_.n_k_heads, Hv, lin_.k_dim, lin_.v_dim}, pool_.size());
   std::fill(dstate_.data(), dstate_.data() + dstate_.size(), 0.0f);
   std::fill(cstate_.data(), cstate_.data() + cstate_.size(), 0.0f);
 }
@@ -133,7 +133,7 @@ void Engine::linear_attention(int64_t l, const models::DeltaNetDesc& d, int64_t 
     delta_rule_step(DeltaShape{d.n_k_heads, Hv, d.k_dim, d.v_dim}, S, lq_.data(), lk_.data(), lv_.data(), la_.data(),
                     lb_.data(), lo_.data());
   else
-    chunked_->run(S, lq_.data(), lk_.data(), lv_.data(), la_.data(), lb_.data(), n, lo_.data());
+    chunked_->run(S, lq_.data(), lk_.data(), lv_.data(), la_.data(), lb_.data(), n, lo_.data(), &pool_);
   // The gated RMSNorm per value head: norm(o) * w * silu(z).
   for (int64_t r = 0; r < n * Hv; ++r) {
     float* o = lo_.data() + r * d.v_dim;

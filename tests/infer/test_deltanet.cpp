@@ -10,6 +10,8 @@
 #include <random>
 #include <vector>
 
+#include "framework/core/error.h"
+#include "framework/core/thread_pool.h"
 #include "infer/cpu_deltanet.h"
 
 namespace anelab::infer {
@@ -113,6 +115,29 @@ TEST(DeltaNet, ChunkedPrefillMatchesRecurrence) {
   EXPECT_GT(max_abs(ref), 0.1);  // the outputs are not vanishing: the comparison measures something
   std::printf("[deltanet] chunked vs double recurrence: max |diff| %.3g (tol %.3g, max |o| %.3g)\n", worst, tol,
               max_abs(ref));
+}
+
+TEST(DeltaNet, ChunkedOnAPoolIsTheSameBitsAsOnOneThread) {
+  // The value heads run in parallel on a pool (each head's chunks in order): outputs and state bit for bit those of
+  // one thread, for a pool of fewer workers than heads and of more.
+  const DeltaInputs in = delta_inputs(2 * DeltaRuleChunked::kChunk + 9);
+  std::vector<float> s1 = in.state0, o1(static_cast<size_t>(in.n * in.s.n_v_heads * in.s.dv));
+  DeltaRuleChunked one(in.s);
+  one.run(s1.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), in.n, o1.data());
+  for (int threads : {2, 3, int(in.s.n_v_heads) + 2}) {
+    ThreadPool pool(threads);
+    DeltaRuleChunked par(in.s, threads);
+    std::vector<float> sp = in.state0, op(o1.size());
+    par.run(sp.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), in.n, op.data(), &pool);
+    EXPECT_EQ(op, o1) << threads << " threads";
+    EXPECT_EQ(sp, s1) << threads << " threads";
+  }
+  ThreadPool big(4);
+  DeltaRuleChunked small(in.s, 2);  // scratch for 2 workers, a pool of 4: refused, not overrun
+  std::vector<float> sb = in.state0, ob(o1.size());
+  EXPECT_THROW(
+      small.run(sb.data(), in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), in.n, ob.data(), &big),
+      Error);
 }
 
 TEST(DeltaNet, ChunkedInTwoCallsContinuesTheState) {
