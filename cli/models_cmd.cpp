@@ -14,6 +14,7 @@
 #include "framework/core/untrusted.h"
 #include "infer/generate.h"
 #include "models/arch/arch.h"
+#include "models/arch/tensors.h"
 #include "models/formats/anelab_file.h"
 #include "models/formats/gguf.h"
 #include "models/formats/model_config_json.h"

@@ -6,6 +6,7 @@
 #include "framework/core/error.h"
 #include "framework/core/thread_pool.h"
 #include "models/arch/arch.h"
+#include "models/arch/tensors.h"
 
 namespace anelab::models {
 namespace {

@@ -5,7 +5,7 @@ Reads DIR/config.json, DIR/weights/<name>.npy (canonical tensor names, [out, in]
 ([n_micro, B, T+1] token ids stored as float32), implements the Llama model itself (RMSNorm, RoPE in
 adjacent-pair (llama2.c, complex multiply) or rotate-half form, Llama 3.x "llama3" frequency scaling
 (transformers' _compute_llama3_parameters, written out here), Qwen3's per-head RMSNorm of q and k before
-RoPE (qk_norm: weights q_norm / k_norm [head_dim]), GQA via repeat_interleave, SwiGLU, tied/untied
+RoPE (when the weights hold q_norm / k_norm [head_dim]), GQA via repeat_interleave, SwiGLU, tied/untied
 classifier; Gemma 3's parts as transformers' Gemma3 writes them: (norm_offset + w) norms, post-attention /
 post-MLP norms, GeGLU with tanh-GELU, the embedding scale, the score scale, sliding-window layers with their
 own RoPE base, global layers' linear RoPE scaling, final logit soft-capping) and writes:
@@ -72,6 +72,9 @@ class Llama(torch.nn.Module):
     def w(self, name):
         return self.p[name.replace(".", "__")]
 
+    def has(self, name):
+        return name.replace(".", "__") in self.p
+
     def forward(self, tokens, targets):
         c = self.cfg
         B, T = tokens.shape
@@ -90,7 +93,7 @@ class Llama(torch.nn.Module):
         x = emb[tokens] * c.get("embed_scale", 1.0)
         eps, off = c["norm_eps"], c.get("norm_offset", 0.0)
         scale = c.get("attn_scale", 0.0) or 1.0 / math.sqrt(hd)
-        post = c.get("post_norms", False)
+        post = self.has("layers.0.attn_post_norm")  # the architecture implies its norms: read off the weights
         for l in range(c["n_layers"]):
             pre = "layers.%d." % l
             pattern = c.get("sliding_pattern", 0)
@@ -100,7 +103,7 @@ class Llama(torch.nn.Module):
             q = (xn @ self.w(pre + "wq").T).view(B, T, H, hd)
             k = (xn @ self.w(pre + "wk").T).view(B, T, KV, hd)
             v = (xn @ self.w(pre + "wv").T).view(B, T, KV, hd)
-            if c.get("qk_norm", False):
+            if self.has(pre + "q_norm"):
                 q = rms_norm(q, self.w(pre + "q_norm"), eps, off)
                 k = rms_norm(k, self.w(pre + "k_norm"), eps, off)
             q, k = rope(q, cs, sn, c["rope_style"]), rope(k, cs, sn, c["rope_style"])

@@ -13,6 +13,7 @@
 #include "framework/core/file.h"
 #include "framework/core/platform.h"
 #include "models/arch/arch.h"
+#include "models/arch/tensors.h"
 #include "train/run_dir.h"
 
 namespace anelab::train {
@@ -47,7 +48,10 @@ void write_checkpoint(const std::string& path, const CheckpointState& s) {
   if (s.m.size() != P || s.v.size() != P) fail("checkpoint", path, ": moment sizes differ from the weights");
   uint64_t sum = models::kFnvOffset;
   for (const auto* a : {&s.weights, &s.m, &s.v}) sum = models::fnv1a64(sum, a->data(), P * 4);
-  const std::vector<uint8_t> head = models::encode_checkpoint_header(s, int64_t(P), sum);
+  const std::vector<models::TensorSpec> tensors = models::canonical_tensors(s.model);
+  if (models::checked_numel(tensors, path) != int64_t(P))
+    fail("checkpoint", path, ": ", P, " weights, but the model config implies ", models::checked_numel(tensors, path));
+  const std::vector<uint8_t> head = models::encode_checkpoint_header(s, tensors, sum);
 
   const std::string tmp = path + ".tmp." + std::to_string(platform::process_id());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -76,7 +80,7 @@ void write_checkpoint(const std::string& path, const CheckpointState& s) {
 
 CheckpointState read_checkpoint(const std::string& path) {
   const MappedFile f(path);
-  const models::CheckpointView v = models::parse_checkpoint(f.data(), f.size(), path);
+  const models::CheckpointView v = models::parse_checkpoint(f.data(), f.size(), path, models::canonical_tensors);
   models::validate_config(v.header.model, path);  // the reader checked the generic fields; the architecture here
   CheckpointState s;
   static_cast<models::CheckpointHeader&>(s) = v.header;

@@ -7,6 +7,7 @@
 
 #include "framework/core/error.h"
 #include "models/arch/arch.h"
+#include "models/arch/tensors.h"
 #include "models/presets.h"
 
 namespace anelab::train {
@@ -22,13 +23,11 @@ void check_trainable(const models::ModelConfig& c) {
   auto lack = [&](bool set, const char* what) {
     if (set && std::find(lacks.begin(), lacks.end(), what) == lacks.end()) lacks.emplace_back(what);
   };
-  auto norm = [&](const std::optional<models::NormDesc>& n) {
-    lack(n && n->kind != models::NormType::kRms, "LayerNorm");
-  };
   lack(!d.embed.positions.empty(), "learned positions");
   for (const models::LayerDesc& layer : d.layers)
     for (const models::Step& s : layer.steps) {
-      norm(s.pre_norm), norm(s.post_norm);
+      for (const models::StepNorm& n : models::step_norms(s, d.dim))
+        lack(n.norm->kind != models::NormType::kRms, "LayerNorm");
       switch (s.kind) {
         case models::StepKind::kAttention: {
           const models::AttnDesc& a = s.attn;
@@ -37,7 +36,6 @@ void check_trainable(const models::ModelConfig& c) {
           lack(a.head_dim % 2 != 0, "an odd head_dim (RoPE rotates pairs)");
           lack(a.rope.dims != 0 && a.rope.dims != a.head_dim, "partial RoPE");
           lack(a.output_gate, "an attention output gate");
-          norm(a.q_norm), norm(a.k_norm);
           break;
         }
         case models::StepKind::kFfn:
@@ -60,10 +58,17 @@ void check_trainable(const models::ModelConfig& c) {
 void check_kernel_steps(const models::ModelDesc& d, const std::string& strategy) {
   const std::string executor = "the MIL training kernels (--strategy " + strategy + "; --strategy cpu has it)";
   const char* ex = executor.c_str();
-  // The kernels implement pre-normed RMSNorm steps (weight w, no offset) and nothing after the step's op.
+  // The kernels normalise a step's input and an attention's q and k (RMSNorm, weight w, no offset): any other norm
+  // of a step (step_norms) is refused naming its weight.
   auto norms = [&](int64_t l, const models::Step& s) {
-    if (s.pre_norm && s.pre_norm->offset != 0.0f) models::unsupported("train", ex, l, s.kind, "a (1+w) RMSNorm");
-    if (s.post_norm) models::unsupported("train", ex, l, s.kind, "a post-norm (sandwich norm)");
+    for (const models::StepNorm& n : models::step_norms(s, d.dim)) {
+      auto is = [&](const std::optional<models::NormDesc>& o) { return o && n.norm == &*o; };
+      const bool qk = s.kind == models::StepKind::kAttention && (is(s.attn.q_norm) || is(s.attn.k_norm));
+      if (!is(s.pre_norm) && !qk)
+        models::unsupported("train", ex, l, s.kind, "the norm " + n.norm->weight + " (only input and q/k norms)");
+      if (n.norm->offset != 0.0f)
+        models::unsupported("train", ex, l, s.kind, "a (1+w) RMSNorm (" + n.norm->weight + ")");
+    }
   };
   std::optional<float> rope_theta;  // the first attention step's: the kernels take one RoPE base
   for (size_t li = 0; li < d.layers.size(); ++li) {
@@ -73,8 +78,6 @@ void check_kernel_steps(const models::ModelDesc& d, const std::string& strategy)
         case models::StepKind::kAttention: {
           norms(l, s);
           const models::AttnDesc& a = s.attn;
-          if ((a.q_norm && a.q_norm->offset != 0.0f) || (a.k_norm && a.k_norm->offset != 0.0f))
-            models::unsupported("train", ex, l, s.kind, "a (1+w) q/k RMSNorm");
           if (a.window > 0)
             models::unsupported("train", ex, l, s.kind, "a sliding window (" + std::to_string(a.window) + " keys)");
           if (a.score_scale != 1.0f / std::sqrt(static_cast<float>(a.head_dim)))

@@ -123,7 +123,8 @@ struct LayerDesc {
 // x = embed_scale * (tokens[t] + positions[pos]) (positions "" without learned positions).
 struct EmbedDesc {
   std::string tokens = "tok_embeddings";  // [vocab, dim]
-  std::string positions;                  // [max_seq_len, dim] or ""
+  std::string positions;                  // [n_positions, dim] or ""
+  int64_t n_positions = 0;                // rows of positions (the context length), 0 without them
   float scale = 1.0f;
 };
 
@@ -150,6 +151,20 @@ struct StepNorm {
   int64_t width;
 };
 std::vector<StepNorm> step_norms(const Step& s, int64_t dim);
+
+// A weight with its shape ([out, in] for matrices).
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t numel() const;
+};
+// Every weight d names, with the shape its descriptors give it, in the canonical order (the anelab file's, the
+// checkpoint's and training's parameter layout): tok_embeddings (and the positions); per layer, each step's
+// pre-norm (+ bias), then its kind's weights — an attention's wq, wk, wv, wo, bq, bk, bv, bo, q/k norms; a DeltaNet's
+// w_qkv, w_z, w_b, w_a, conv, a_log, dt_bias, norm, w_out; an FFN's w_in, b_in, w_out, b_out, w_up — then its
+// post-norm; the head's norm (+ bias) and its untied weight. models::canonical_tensors (models/arch/tensors.h) is
+// this list for a config.
+std::vector<TensorSpec> desc_weights(const ModelDesc& d);
 
 // "[COMPONENT] layer L STEP: WHAT is not supported by EXECUTOR" — thrown by an executor that meets a step or
 // parameter it does not implement (executor: "the CPU inference engine", ...).

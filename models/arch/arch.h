@@ -56,7 +56,8 @@ void set_param(ModelConfig* c, const ParamSpec& p, double v);
 // architecture does not have.
 double param_named(const ModelConfig& c, std::string_view name);
 // One line per parameter of c's architecture, from its table: name, value (the default when c does not set it)
-// and what it does; for `anelab info` after describe_config. "" for an architecture without parameters.
+// and what it does, then one line naming the norms of layer 0 (from its description); for `anelab info` after
+// describe_config.
 std::string describe_params(const ModelConfig& c);
 void set_param_named(ModelConfig* c, std::string_view name, double v);
 
@@ -111,6 +112,12 @@ struct Arch {
   // The parameters this architecture reads (ParamSpec above), each declared once in its file; any other key in
   // ModelConfig::params is refused by validate_config (legacy keys at their no-op value aside: common.h).
   std::vector<const ParamSpec*> params;
+
+  // Config keys that files of earlier versions carried as booleans for what the architecture now implies by its
+  // description (the optional tensors: "qk_norm" for q/k norms, ...): those it implies true. Such a key read from
+  // a file (ModelConfig::params, 0 / 1) is accepted at 1 by an architecture that lists it and at 0 by any other,
+  // refused otherwise naming it, and dropped (drop_legacy_params).
+  std::vector<const char*> implied_flags;
 
   // ---- presets and rules ----
   std::vector<std::pair<std::string, ModelConfig>> presets;  // name -> config (models/presets.h)

@@ -160,11 +160,12 @@ std::string hf_decoder_name_default(const std::string& canonical) {
 
 namespace anelab::models {
 
-namespace {
 NormDesc norm_desc(const ModelConfig& c, NormType kind, const std::string& weight, bool with_bias) {
   const bool bias = with_bias && kind == NormType::kLayer;
   return NormDesc{kind, c.norm_eps, param(c, kNormOffset), weight, bias ? weight + "_bias" : ""};
 }
+
+namespace {
 
 RopeDesc rope_desc(const ModelConfig& c) {
   if (c.rope_style == RopeStyle::kNone) return {};
@@ -175,17 +176,12 @@ Step attention_step(const ModelConfig& c, const std::string& p) {
   Step s;
   s.kind = StepKind::kAttention;
   s.pre_norm = norm_desc(c, c.norm, p + "attn_norm", true);
-  if (c.post_norms) s.post_norm = norm_desc(c, c.norm, p + "attn_post_norm", false);
   AttnDesc& a = s.attn;
   a.n_heads = c.n_heads;
   a.n_kv_heads = c.n_kv_heads;
   a.head_dim = c.head_dim;
   a.score_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   a.rope = rope_desc(c);
-  if (c.qk_norm) {
-    a.q_norm = norm_desc(c, NormType::kRms, p + "q_norm", false);
-    a.k_norm = norm_desc(c, NormType::kRms, p + "k_norm", false);
-  }
   a.wq = p + "wq";
   a.wk = p + "wk";
   a.wv = p + "wv";
@@ -203,7 +199,6 @@ Step ffn_step(const ModelConfig& c, const std::string& p) {
   Step s;
   s.kind = StepKind::kFfn;
   s.pre_norm = norm_desc(c, c.norm, p + "ffn_norm", true);
-  if (c.post_norms) s.post_norm = norm_desc(c, c.norm, p + "ffn_post_norm", false);
   FfnDesc& f = s.ffn;
   f.activation = c.activation;
   f.hidden = c.hidden_dim;
@@ -229,6 +224,7 @@ ModelDesc decoder_desc(const ModelConfig& c) {
   d.dim = c.dim;
   d.vocab_size = c.vocab_size;
   d.embed.positions = c.learned_pos ? "pos_embeddings" : "";
+  d.embed.n_positions = c.learned_pos ? c.max_seq_len : 0;
   d.layers.resize(static_cast<size_t>(c.n_layers));
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
@@ -237,6 +233,22 @@ ModelDesc decoder_desc(const ModelConfig& c) {
   d.head.norm = norm_desc(c, c.norm, "norm", true);
   d.head.tied = c.tied_embeddings;
   d.head.weight = c.tied_embeddings ? d.embed.tokens : "output";
+  return d;
+}
+
+void add_qk_norms(ModelDesc* d, const ModelConfig& c) {
+  for (size_t l = 0; l < d->layers.size(); ++l)
+    for (Step& s : d->layers[l].steps) {
+      if (s.kind != StepKind::kAttention) continue;
+      const std::string p = "layers." + std::to_string(l) + ".";
+      s.attn.q_norm = norm_desc(c, NormType::kRms, p + "q_norm", false);
+      s.attn.k_norm = norm_desc(c, NormType::kRms, p + "k_norm", false);
+    }
+}
+
+ModelDesc qk_norm_decoder_desc(const ModelConfig& c) {
+  ModelDesc d = decoder_desc(c);
+  add_qk_norms(&d, c);
   return d;
 }
 

@@ -51,9 +51,16 @@ namespace anelab::models {
 
 // The layer description of the decoder family every architecture of the table belongs to (Llama, Qwen 2/3,
 // GPT-2, Gemma 3): per layer an attention step and an FFN step, each pre-normed, with what the config sets —
-// norm kind/eps/offset (kNormOffset, arch.h), LayerNorm biases, q/k/v/o and MLP biases, q/k norms, post-norms, RoPE
-// (style, theta, Llama 3 scaling) or learned positions, score scale 1 / sqrt(head_dim), tied head. An
-// architecture with more (Gemma 3's attention windows and scales) edits the result in its describe().
+// norm kind/eps/offset (kNormOffset, arch.h), LayerNorm biases, q/k/v/o and MLP biases, RoPE (style, theta, Llama 3
+// scaling) or learned positions, score scale 1 / sqrt(head_dim), tied head. An architecture with more (q/k norms,
+// Gemma 3's sandwich norms, windows and scales) adds it in its describe().
 ModelDesc decoder_desc(const ModelConfig& c);
+// A norm of the config's epsilon and offset over weight `weight` (with its "<weight>_bias" for a LayerNorm when
+// with_bias).
+NormDesc norm_desc(const ModelConfig& c, NormType kind, const std::string& weight, bool with_bias);
+// Per-head RMSNorms of q and k before RoPE (weights layers.N.q_norm / k_norm [head_dim]) on every attention step
+// (Qwen3, Qwen3.5, Gemma 3); qk_norm_decoder_desc is decoder_desc with them.
+void add_qk_norms(ModelDesc* d, const ModelConfig& c);
+ModelDesc qk_norm_decoder_desc(const ModelConfig& c);
 
 }  // namespace anelab::models

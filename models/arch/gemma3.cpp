@@ -120,8 +120,6 @@ ModelConfig preset(int64_t dim, int64_t hidden, int64_t layers) {
   c.rope_theta = 1e6f;
   c.rope_style = RopeStyle::kRotateHalf;
   c.activation = Activation::kGeluTanhGated;
-  c.qk_norm = true;
-  c.post_norms = true;
   set_param(&c, kNormOffset, 1.0);
   set_param(&c, kEmbedScale, in_dtype(std::sqrt(static_cast<float>(dim)), "bfloat16"));
   set_param(&c, kAttnScale, 1.0f / 16.0f);  // query_pre_attn_scalar 256
@@ -351,12 +349,16 @@ void to_gguf(GgufWriter& g, const ModelConfig& c, std::vector<std::string>* note
 // layer the sliding window with the sliding layers' own RoPE base (no scaling) or the global layers' linear
 // RoPE scaling.
 ModelDesc describe(const ModelConfig& c) {
-  ModelDesc d = decoder_desc(c);
+  ModelDesc d = qk_norm_decoder_desc(c);
   d.embed.scale = param(c, kEmbedScale);
   d.head.softcap = param(c, kLogitSoftcap);
   const float attn_scale = param(c, kAttnScale), local_theta = param(c, kRopeLocalTheta);
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    AttnDesc& a = d.layers[static_cast<size_t>(l)].steps[0].attn;
+    auto& steps = d.layers[static_cast<size_t>(l)].steps;  // [attention, ffn], each with its sandwich norm
+    const std::string p = "layers." + std::to_string(l) + ".";
+    steps[0].post_norm = norm_desc(c, c.norm, p + "attn_post_norm", false);
+    steps[1].post_norm = norm_desc(c, c.norm, p + "ffn_post_norm", false);
+    AttnDesc& a = steps[0].attn;
     if (attn_scale > 0.0f) a.score_scale = attn_scale;
     if (sliding_layer(c, l)) {
       a.window = param_int(c, kSlidingWindow);
@@ -370,13 +372,12 @@ ModelDesc describe(const ModelConfig& c) {
 }
 
 void validate(const ModelConfig& c, const std::string& where) {
-  if (c.norm != NormType::kRms || c.activation != Activation::kGeluTanhGated || !c.qk_norm || !c.post_norms ||
-      c.rope_style == RopeStyle::kNone || c.qkv_bias || c.attn_out_bias || c.mlp_bias)
+  if (c.norm != NormType::kRms || c.activation != Activation::kGeluTanhGated || c.rope_style == RopeStyle::kNone ||
+      c.qkv_bias || c.attn_out_bias || c.mlp_bias)
     fail("model", where,
-         ": a gemma3 model has RMSNorm, q/k and post norms, a GeGLU MLP (gelu_tanh_gated), RoPE and no "
-         "biases (this config has ",
-         norm_type_name(c.norm), ", ", activation_name(c.activation), ", qk_norm ", c.qk_norm ? "true" : "false",
-         ", post_norms ", c.post_norms ? "true" : "false", ")");
+         ": a gemma3 model has RMSNorm, a GeGLU MLP (gelu_tanh_gated), RoPE and no biases (this config has ",
+         norm_type_name(c.norm), ", ", activation_name(c.activation), ", rope_style ", rope_style_name(c.rope_style),
+         c.qkv_bias || c.attn_out_bias || c.mlp_bias ? ", biases" : "", ")");
 }
 }  // namespace
 }  // namespace arch_gemma3
@@ -395,7 +396,9 @@ const Arch& gemma3_arch() {
     r.gguf_config = from_gguf;
     r.gguf_write = to_gguf;
     r.gguf_rope = RopeStyle::kRotateHalf;
+    r.gguf_layer_names = {{"attn_post_norm", "post_attention_norm.weight"}, {"ffn_post_norm", "post_ffw_norm.weight"}};
     r.describe = describe;
+    r.implied_flags = {"qk_norm", "post_norms"};
     r.params = {&kNormOffset,    &kEmbedScale,     &kAttnScale,      &kLogitSoftcap,
                 &kSlidingWindow, &kSlidingPattern, &kRopeLocalTheta, &kRopeLinearFactor};
     r.presets = {{"gemma3-270m", preset(640, 2048, 18)}, {"gemma3-1b", preset(1152, 6912, 26)}};

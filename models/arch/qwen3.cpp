@@ -30,7 +30,6 @@ ModelConfig qwen3_06b() {
   c.norm_eps = 1e-6f;
   c.rope_theta = 1e6f;
   c.rope_style = RopeStyle::kRotateHalf;
-  c.qk_norm = true;
   return c;
 }
 
@@ -44,7 +43,6 @@ std::map<std::string, std::string> layer_names() {
 ModelConfig from_hf(const json& j, const std::string& w) {
   ModelConfig c = hf::hf_decoder_config(j, "qwen3", w);
   c.qkv_bias = c.attn_out_bias = hf::hf_bool(j, "attention_bias", w, false);
-  c.qk_norm = true;
   return c;
 }
 
@@ -70,10 +68,9 @@ void from_gguf(const GgufFile& g, ModelConfig* c, const std::string&) {
 }
 
 void validate(const ModelConfig& c, const std::string& where) {
-  if (!c.qk_norm || c.norm != NormType::kRms || c.activation != Activation::kSilu || c.learned_pos)
-    fail("model", where, ": a qwen3 model has RMSNorm, per-head q/k norms, a SwiGLU MLP and RoPE (this config has ",
-         norm_type_name(c.norm), ", qk_norm ", c.qk_norm ? "true" : "false", ", ", activation_name(c.activation),
-         ", rope_style ", rope_style_name(c.rope_style), ")");
+  if (c.norm != NormType::kRms || c.activation != Activation::kSilu || c.learned_pos)
+    fail("model", where, ": a qwen3 model has RMSNorm, a SwiGLU MLP and RoPE (this config has ", norm_type_name(c.norm),
+         ", ", activation_name(c.activation), ", rope_style ", rope_style_name(c.rope_style), ")");
 }
 }  // namespace
 }  // namespace arch_qwen3
@@ -91,7 +88,8 @@ const Arch& qwen3_arch() {
     r.hf_tensor_name = hf_name;
     r.gguf_config = from_gguf;
     r.gguf_rope = RopeStyle::kRotateHalf;
-    r.describe = decoder_desc;
+    r.describe = qk_norm_decoder_desc;  // per-head q/k norms on every layer
+    r.implied_flags = {"qk_norm"};
     r.presets = {{"qwen3-0.6b", qwen3_06b()}};
     r.validate = validate;
     return r;

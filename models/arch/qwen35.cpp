@@ -82,7 +82,6 @@ ModelConfig qwen35_08b() {
   c.norm_eps = 1e-6f;
   c.rope_theta = 1e7f;
   c.rope_style = RopeStyle::kRotateHalf;
-  c.qk_norm = true;
   set_param(&c, kNormOffset, 1.0);
   c.full_attention_interval = 4;
   c.linear_k_heads = 16;
@@ -159,7 +158,6 @@ ModelConfig from_hf(const json& j, const std::string& w) {
   if (nested) c.tied_embeddings = hf::hf_bool(j, "tie_word_embeddings", w, c.tied_embeddings);
   if (hf::hf_bool(t, "attention_bias", w, false))
     fail("model", w, ": config.json attention_bias true is not supported");
-  c.qk_norm = true;
   set_param(&c, kNormOffset, 1.0);
   c.attn_output_gate = hf::hf_bool(t, "attn_output_gate", w, true);
   double frac = hf::hf_num(t, "partial_rotary_factor", w, 0.25);
@@ -231,7 +229,7 @@ std::vector<int64_t> hf_shape(const std::string& canonical, const std::vector<in
 // decoder_desc's layers with the gated, partially rotated attention, and the linear-attention layers' first step
 // a Gated DeltaNet.
 ModelDesc describe(const ModelConfig& c) {
-  ModelDesc d = decoder_desc(c);
+  ModelDesc d = qk_norm_decoder_desc(c);
   const auto rot = static_cast<int64_t>(std::lround(c.rope_fraction * static_cast<float>(c.head_dim)));
   for (int64_t l = 0; l < c.n_layers; ++l) {
     Step& s = d.layers[static_cast<size_t>(l)].steps[0];
@@ -273,7 +271,6 @@ void from_gguf(const GgufFile& g, ModelConfig* c, const std::string& w) {
   };
   c->norm_eps = static_cast<float>(num(a + "attention.layer_norm_rms_epsilon"));
   c->rope_style = RopeStyle::kRotateHalf;
-  c->qk_norm = true;
   set_param(c, kNormOffset, 1.0);
   c->attn_output_gate = true;
   c->full_attention_interval = g.get_int(a + "full_attention_interval", int64_t{4});
@@ -426,13 +423,11 @@ std::optional<GgufTensorBytes> import_tensor(const ModelConfig& c, const Tensor&
 }
 
 void validate(const ModelConfig& c, const std::string& where) {
-  if (c.full_attention_interval <= 0 || !c.qk_norm || c.norm != NormType::kRms || c.activation != Activation::kSilu ||
-      c.learned_pos)
+  if (c.full_attention_interval <= 0 || c.norm != NormType::kRms || c.activation != Activation::kSilu || c.learned_pos)
     fail("model", where,
-         ": a qwen35 model has linear-attention layers (full_attention_interval > 0), RMSNorm, q/k norms, a SwiGLU "
-         "MLP and RoPE (this config has full_attention_interval ",
-         c.full_attention_interval, ", ", norm_type_name(c.norm), ", qk_norm ", c.qk_norm ? "true" : "false", ", ",
-         activation_name(c.activation), ")");
+         ": a qwen35 model has linear-attention layers (full_attention_interval > 0), RMSNorm, a SwiGLU MLP and RoPE "
+         "(this config has full_attention_interval ",
+         c.full_attention_interval, ", ", norm_type_name(c.norm), ", ", activation_name(c.activation), ")");
 }
 }  // namespace
 }  // namespace arch_qwen35
@@ -465,6 +460,7 @@ const Arch& qwen35_arch() {
     r.gguf_export_tensor = export_tensor;
     r.gguf_import_tensor = import_tensor;
     r.describe = describe;
+    r.implied_flags = {"qk_norm"};
     r.params = {&kNormOffset};
     r.presets = {{"qwen3.5-0.8b", qwen35_08b()}, {"qwen3.5-27b", qwen35_27b()}};
     r.validate = validate;

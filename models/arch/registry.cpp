@@ -1,4 +1,5 @@
 // The table of architectures: the one list naming every models/arch/<name>.cpp.
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -38,7 +39,10 @@ float param(const ModelConfig& c, const ParamSpec& p) {
 
 int64_t param_int(const ModelConfig& c, const ParamSpec& p) {
   auto it = c.params.find(p.name);
-  return it == c.params.end() ? static_cast<int64_t>(p.def) : static_cast<int64_t>(it->second.value());
+  const double v = it == c.params.end() ? p.def : it->second.value();
+  // Saturated: a file's value is read (and the description built from it) before validate_config refuses it.
+  constexpr double kLim = 9.0e18;
+  return v >= kLim ? INT64_MAX : v <= -kLim ? INT64_MIN : v == v ? static_cast<int64_t>(v) : 0;
 }
 
 void set_param(ModelConfig* c, const ParamSpec& p, double v) {
@@ -62,10 +66,29 @@ bool legacy_noop(std::string_view name, const ParamValue& v) {
   return false;
 }
 
+bool implies(const Arch& a, std::string_view flag) {
+  for (const char* f : a.implied_flags)
+    if (flag == f) return true;
+  return false;
+}
+// A flag of Arch::implied_flags of some architecture: nullopt when `name` is none, else whether value v agrees with
+// architecture a (1 where a implies it, 0 where it does not).
+std::optional<bool> implied_flag_agrees(const Arch& a, std::string_view name, const ParamValue& v) {
+  bool known = false;
+  for (const Arch* b : architectures()) known = known || implies(*b, name);
+  if (!known) return std::nullopt;
+  return v.integer && v.i == (implies(a, name) ? 1 : 0);
+}
+
 void validate_params(const Arch& arch, const ModelConfig& c, const std::string& where) {
   for (const auto& [name, v] : c.params) {
     const ParamSpec* p = find_param(arch, name);
     if (!p) {
+      if (const auto agrees = implied_flag_agrees(arch, name, v)) {
+        if (*agrees) continue;
+        fail("model", where, ": config field ", name, " = ", v.value(), " contradicts architecture ", arch.name,
+             ", which ", implies(arch, name) ? "implies it" : "does not have it", " (the file is corrupt or edited)");
+      }
       if (legacy_noop(name, v)) continue;
       std::string known;
       for (const ParamSpec* q : arch.params) known += (known.empty() ? "" : ", ") + std::string(q->name);
@@ -114,6 +137,15 @@ std::string describe_params(const ModelConfig& c) {
       os << param(c, *p);
     os << " (" << p->what << ")\n";
   }
+  if (a->describe) {
+    const ModelDesc d = a->describe(c);
+    std::string names;
+    if (!d.layers.empty())
+      for (const Step& st : d.layers[0].steps)
+        for (const StepNorm& n : step_norms(st, d.dim))
+          names += (names.empty() ? "" : ", ") + n.norm->weight.substr(n.norm->weight.find('.', 7) + 1);
+    os << "  layer norms     " << names << " (layer 0)\n";
+  }
   return os.str();
 }
 
@@ -127,8 +159,10 @@ void validate_config(const ModelConfig& c, const std::string& where) {
 void drop_legacy_params(ModelConfig* c) {
   const Arch* arch = find_arch(c->arch);
   if (!arch) return;
-  std::erase_if(c->params,
-                [&](const auto& kv) { return !find_param(*arch, kv.first) && legacy_noop(kv.first, kv.second); });
+  std::erase_if(c->params, [&](const auto& kv) {
+    return !find_param(*arch, kv.first) &&
+           (implied_flag_agrees(*arch, kv.first, kv.second).value_or(false) || legacy_noop(kv.first, kv.second));
+  });
 }
 
 ModelDesc describe_model(const ModelConfig& c) {

@@ -214,6 +214,7 @@ Model parse_anelab(const uint8_t* data, size_t size, std::shared_ptr<const void>
       if (!d.is_number_integer()) fail("model", w, ": ", ctx, "shape entries must be integers");
       shape.push_back(d.get<int64_t>());
     }
+    checked_numel({{name, shape}}, w);
     auto [off, nb] = blob(e, ctx.c_str());
     try {
       m.add_view(name, dt, shape, data + data_off + off, nb, owner);
@@ -221,7 +222,6 @@ Model parse_anelab(const uint8_t* data, size_t size, std::shared_ptr<const void>
       fail("model", w, ": ", err.what());
     }
   }
-  m.check_complete(w);
   return m;
 }
 
@@ -427,21 +427,4 @@ DType stored_dtype(DType src, const std::vector<int64_t>& shape, std::optional<D
   return *target;
 }
 
-int64_t save_model(const Model& m, const std::string& path, std::optional<DType> target, const ProgressFn& progress) {
-  m.check_complete(m.source_path.empty() ? path : m.source_path);
-  std::vector<TensorWriteSpec> specs;
-  for (const auto& s : canonical_tensors(m.config)) {
-    const Tensor& t = m.tensor(s.name);
-    TensorWriteSpec w{t.name, stored_dtype(t.dtype, t.shape, target), t.shape, nullptr, {}};
-    if (w.dtype == t.dtype) {
-      w.raw = t.data;
-    } else {
-      w.fill = [&t](int64_t b, int64_t n, float* out) { t.to_f32(b, n, out); };
-    }
-    specs.push_back(std::move(w));
-  }
-  AnelabWriteInfo info{m.config, m.vocab ? &*m.vocab : nullptr, m.tokenizer_path, m.chat_template,
-                       m.source_format + ":" + m.source_path};
-  return write_anelab_file(path, info, specs, progress);
-}
 }  // namespace anelab::models

@@ -36,8 +36,9 @@
 //   u32 n, n x str tokens; u32 n, n x f32 scores; u32 n, n x i32 types; u32 n, n x str merges.
 //   str = u32 length + bytes (no terminator).
 //
-// Loading checks the checksums (version 5), validates every field (names it in the error) and checks the tensors
-// against canonical_tensors(config). Writing streams tensor by tensor into PATH.tmp.<pid>, fsyncs, renames.
+// Loading checks the checksums (version 5) and validates every field (names it in the error); whether the tensors
+// are the ones the config's architecture needs is the loader's check above (check_complete, models/arch/tensors.h).
+// Writing streams tensor by tensor into PATH.tmp.<pid>, fsyncs, renames.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -89,11 +90,8 @@ struct AnelabWriteInfo {
 int64_t write_anelab_file(const std::string& path, const AnelabWriteInfo& info,
                           const std::vector<TensorWriteSpec>& tensors, const ProgressFn& progress = {});
 
-// Saves a Model. target dtype (when given) applies to 2-D tensors; 1-D tensors (norms, biases) stay
-// fp32; block types need rows whose length is a multiple of their block (other matrices fall back to fp16).
-int64_t save_model(const Model& m, const std::string& path, std::optional<DType> target = {},
-                   const ProgressFn& progress = {});
-// The dtype a tensor of this shape gets in save_model (src = the tensor's current dtype).
+// The dtype a tensor of this shape gets when saved with a target dtype (save_model, models/io/export.h; src = the
+// tensor's current dtype): 1-D tensors fp32, rows not a multiple of the target's block fp16.
 DType stored_dtype(DType src, const std::vector<int64_t>& shape, std::optional<DType> target);
 
 std::vector<uint8_t> serialize_vocab(const tok::VocabData& v);

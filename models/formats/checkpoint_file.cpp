@@ -32,14 +32,14 @@ std::string checkpoint_path(const std::string& path) {
   fail("model", path, ": a directory without best.ckpt or last.ckpt is not a run directory");
 }
 
-Model read_checkpoint_model(const std::string& path) {
+Model read_checkpoint_model(const std::string& path, TensorsOf tensors_of) {
   const std::string file = checkpoint_path(path);
   auto mf = std::make_shared<MappedFile>(file);
-  const CheckpointView v = parse_checkpoint(mf->data(), mf->size(), file);
+  const CheckpointView v = parse_checkpoint(mf->data(), mf->size(), file, tensors_of);
   Model m;
   m.config = v.header.model;
   const uint8_t* w = v.weights;
-  for (const TensorSpec& s : canonical_tensors(m.config)) {
+  for (const TensorSpec& s : v.tensors) {
     m.add_view(s.name, DType::kF32, s.shape, w, s.numel() * 4, mf);
     w += s.numel() * 4;
   }
@@ -50,7 +50,6 @@ Model read_checkpoint_model(const std::string& path) {
     m.vocab = read_run_tokenizer(tok.string());
     m.tokenizer_path = tok.string();
   }
-  m.check_complete(file);
   return m;
 }
 

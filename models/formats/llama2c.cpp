@@ -42,8 +42,19 @@ ModelConfig to_config(const Header& h, bool tied, const std::string& w) {
   c.rope_theta = 10000.0f;
   c.rope_style = RopeStyle::kAdjacentPairs;
   c.tied_embeddings = tied;
-  checked_parameter_count(c, w);
+  validate_config_fields(c, w);
   return c;
+}
+
+// The tensors of the format (a Llama layout, fp32): their element count, checked (checked_numel), is the file's
+// weight count.
+int64_t llama2c_weights(const ModelConfig& c, const std::string& w) {
+  const int64_t L = c.n_layers;
+  std::vector<TensorSpec> t = {{"tok_embeddings", {c.vocab_size, c.dim}},   {"attn_norm, ffn_norm", {L, 2, c.dim}},
+                               {"wq, wo", {L, 2, c.q_dim(), c.dim}},        {"wk, wv", {L, 2, c.kv_dim(), c.dim}},
+                               {"w1, w2, w3", {L, 3, c.hidden_dim, c.dim}}, {"norm", {c.dim}}};
+  if (!c.tied_embeddings) t.push_back({"output", {c.vocab_size, c.dim}});
+  return checked_numel(t, w);
 }
 
 // Adds one fp32 tensor (or L stacked per-layer tensors when `layered`) at the reader's position.
@@ -60,7 +71,7 @@ void take(ByteReader& r, Model& m, const std::shared_ptr<const void>& owner, con
 }
 
 int64_t expected_size(const ModelConfig& c, int64_t header_bytes, bool freq_tables) {
-  int64_t n = checked_parameter_count(c, "llama2.c header");
+  int64_t n = llama2c_weights(c, "llama2.c header");
   if (freq_tables) n += c.max_seq_len * c.head_dim;  // real + imag, each seq_len * head_size / 2
   return header_bytes + n * 4;
 }
@@ -160,7 +171,6 @@ Model parse_llama2c(const uint8_t* data, size_t size, std::shared_ptr<const void
   if (r.remaining() != 0) fail("model", where, ": ", r.remaining(), " unexplained bytes at the end of the file");
   m.source_format = "llama2c";
   m.source_path = where;
-  m.check_complete(where);
   return m;
 }
 

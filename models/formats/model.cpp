@@ -175,8 +175,7 @@ std::string describe_config(const ModelConfig& c) {
      << (c.learned_pos ? "learned" : std::string("rope ") + rope_style_name(c.rope_style)) << " (theta " << c.rope_theta
      << rope_scaling_text(c.rope_scaling) << ")\n  tied_embeddings " << (c.tied_embeddings ? "yes" : "no")
      << "\n  biases          qkv " << (c.qkv_bias ? "yes" : "no") << ", attn_out " << (c.attn_out_bias ? "yes" : "no")
-     << ", mlp " << (c.mlp_bias ? "yes" : "no") << "\n  qk_norm         " << (c.qk_norm ? "yes" : "no") << "\n";
-  if (c.post_norms) os << "  norms           post-attention and post-MLP norms\n";
+     << ", mlp " << (c.mlp_bias ? "yes" : "no") << "\n";
   if (c.rope_fraction != 1.0f) os << "  rope fraction   " << c.rope_fraction << " of head_dim\n";
   if (c.attn_output_gate) os << "  attention       sigmoid output gate\n";
   if (c.full_attention_interval > 0)
@@ -186,74 +185,9 @@ std::string describe_config(const ModelConfig& c) {
   return os.str();
 }
 
-int64_t TensorSpec::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-std::vector<TensorSpec> canonical_tensors(const ModelConfig& c) {
-  std::vector<TensorSpec> v;
-  const int64_t d = c.dim, h = c.hidden_dim;
-  const bool ln = c.norm == NormType::kLayer;
-  v.push_back({"tok_embeddings", {c.vocab_size, d}});
-  if (c.learned_pos) v.push_back({"pos_embeddings", {c.max_seq_len, d}});
-  for (int64_t i = 0; i < c.n_layers; ++i) {
-    const std::string p = "layers." + std::to_string(i) + ".";
-    v.push_back({p + "attn_norm", {d}});
-    if (ln) v.push_back({p + "attn_norm_bias", {d}});
-    if (c.linear_layer(i)) {
-      const int64_t cd = c.linear_conv_dim(), vd = c.linear_value_dim(), hv = c.linear_v_heads;
-      v.push_back({p + "ssm_qkv", {cd, d}});
-      v.push_back({p + "ssm_z", {vd, d}});
-      v.push_back({p + "ssm_b", {hv, d}});
-      v.push_back({p + "ssm_a", {hv, d}});
-      v.push_back({p + "ssm_conv", {cd, c.linear_conv_kernel}});
-      v.push_back({p + "ssm_a_log", {hv}});
-      v.push_back({p + "ssm_dt_bias", {hv}});
-      v.push_back({p + "ssm_norm", {c.linear_v_dim}});
-      v.push_back({p + "ssm_out", {d, vd}});
-    } else {
-      v.push_back({p + "wq", {c.attn_output_gate ? 2 * c.q_dim() : c.q_dim(), d}});
-      v.push_back({p + "wk", {c.kv_dim(), d}});
-      v.push_back({p + "wv", {c.kv_dim(), d}});
-      v.push_back({p + "wo", {d, c.q_dim()}});
-      if (c.qkv_bias) {
-        v.push_back({p + "bq", {c.q_dim()}});
-        v.push_back({p + "bk", {c.kv_dim()}});
-        v.push_back({p + "bv", {c.kv_dim()}});
-      }
-      if (c.attn_out_bias) v.push_back({p + "bo", {d}});
-      if (c.qk_norm) {
-        v.push_back({p + "q_norm", {c.head_dim}});
-        v.push_back({p + "k_norm", {c.head_dim}});
-      }
-    }
-    if (c.post_norms) v.push_back({p + "attn_post_norm", {d}});
-    v.push_back({p + "ffn_norm", {d}});
-    if (ln) v.push_back({p + "ffn_norm_bias", {d}});
-    if (gated_mlp(c.activation)) {
-      v.push_back({p + "w1", {h, d}});
-      v.push_back({p + "w2", {d, h}});
-      v.push_back({p + "w3", {h, d}});
-    } else {
-      v.push_back({p + "fc", {h, d}});
-      if (c.mlp_bias) v.push_back({p + "fc_bias", {h}});
-      v.push_back({p + "proj", {d, h}});
-      if (c.mlp_bias) v.push_back({p + "proj_bias", {d}});
-    }
-    if (c.post_norms) v.push_back({p + "ffn_post_norm", {d}});
-  }
-  v.push_back({"norm", {d}});
-  if (ln) v.push_back({"norm_bias", {d}});
-  if (!c.tied_embeddings) v.push_back({"output", {c.vocab_size, d}});
-  return v;
-}
-
-int64_t checked_parameter_count(const ModelConfig& c, const std::string& where) {
-  validate_config_fields(c, where);
+int64_t checked_numel(const std::vector<TensorSpec>& specs, const std::string& where) {
   int64_t n = 0;
-  for (const auto& s : canonical_tensors(c)) {
+  for (const auto& s : specs) {
     int64_t k = 1;
     for (int64_t d : s.shape) {
       if (d <= 0 || k > kMaxParams / d)
@@ -266,8 +200,6 @@ int64_t checked_parameter_count(const ModelConfig& c, const std::string& where) 
   }
   return n;
 }
-
-int64_t parameter_count(const ModelConfig& c) { return checked_parameter_count(c, "model config"); }
 
 // ---- Tensor ----
 
@@ -376,27 +308,6 @@ void Model::add_owned(std::string name, DType dtype, std::vector<int64_t> shape,
   const uint8_t* p = buf->data();
   const auto n = static_cast<int64_t>(buf->size());
   add_view(std::move(name), dtype, std::move(shape), p, n, std::move(buf));
-}
-
-void Model::check_complete(const std::string& where) const {
-  checked_parameter_count(config, where);
-  const auto specs = canonical_tensors(config);
-  for (const auto& s : specs) {
-    const Tensor* t = find(s.name);
-    if (!t)
-      fail("model", where, ": tensor ", s.name, " is missing (the ", config.arch,
-           " config needs it); the file is incomplete or its config does not match its tensors");
-    if (t->shape != s.shape)
-      fail("model", where, ": tensor ", s.name, " has shape ", t->shape_str(), " but the config implies ",
-           shape_string(s.shape));
-  }
-  if (specs.size() != tensors_.size()) {
-    for (const auto& t : tensors_) {
-      bool known = false;
-      for (const auto& s : specs) known = known || s.name == t.name;
-      if (!known) fail("model", where, ": unexpected tensor ", t.name, " for this config");
-    }
-  }
 }
 
 int64_t Model::parameter_count() const {

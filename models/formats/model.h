@@ -10,13 +10,14 @@
 //   layers.{i}.wq               [n_heads*head_dim, dim]
 //   layers.{i}.wk, .wv          [n_kv_heads*head_dim, dim]
 //   layers.{i}.wo               [dim, n_heads*head_dim]
-//   layers.{i}.q_norm, k_norm   [head_dim]                     when qk_norm (RMSNorm of each head of q and k before
-//   RoPE) layers.{i}.bq / bk / bv     [rows of wq / wk / wv]        when qkv_bias layers.{i}.bo               [dim]
-//   when attn_out_bias layers.{i}.ffn_norm         [dim]        (+ layers.{i}.ffn_norm_bias [dim] for LayerNorm)
-//   layers.{i}.attn_post_norm   [dim]                          when post_norms (after wo, before the residual add)
-//   SwiGLU (silu) / GeGLU (gelu_tanh_gated): layers.{i}.w1 [hidden, dim] gate, .w2 [dim, hidden] down, .w3 [hidden,
-//   dim] up GELU MLP (gelu_tanh): layers.{i}.fc [hidden, dim] + fc_bias [hidden], .proj [dim, hidden] + proj_bias [dim]
-//   layers.{i}.ffn_post_norm    [dim]                          when post_norms (after the MLP, before the residual add)
+//   layers.{i}.bq / bk / bv     [rows of wq / wk / wv]        when qkv_bias
+//   layers.{i}.bo               [dim]                          when attn_out_bias
+//   per-head norms of q and k  [head_dim]                     where the architecture has them (models/arch/<arch>.cpp)
+//   layers.{i}.ffn_norm         [dim]        (+ layers.{i}.ffn_norm_bias [dim] for LayerNorm)
+//   SwiGLU (silu) / GeGLU (gelu_tanh_gated): layers.{i}.w1 [hidden, dim] gate, .w2 [dim, hidden] down,
+//   .w3 [hidden, dim] up; GELU MLP (gelu_tanh): layers.{i}.fc [hidden, dim] + fc_bias [hidden], .proj [dim, hidden]
+//   + proj_bias [dim]
+//   norms of a step's output before its residual add [dim]    where the architecture has them (Gemma 3)
 //   Linear-attention layers (ModelConfig::linear_layer(i), Qwen3.5's Gated DeltaNet) replace the attention tensors
 //   (attn_norm stays) with, C = linear_conv_dim(), Vd = linear_value_dim(), Hv = linear_v_heads:
 //   layers.{i}.ssm_qkv [C, dim], ssm_z [Vd, dim], ssm_b [Hv, dim], ssm_a [Hv, dim], ssm_conv [C, conv_kernel],
@@ -24,7 +25,8 @@
 //   With attn_output_gate, wq is [2*n_heads*head_dim, dim] (per head [q | gate] rows).
 //   norm                        [dim]        (+ norm_bias [dim] for LayerNorm)
 //   output                      [vocab, dim]                  absent when tied_embeddings
-// canonical_tensors(config) lists exactly these, in this order; every reader checks a model against it.
+// Which of them a model has, in which order, is its architecture's description's (models/arch/tensors.h:
+// canonical_tensors, check_complete); the readers here check a file against itself.
 //
 // RoPE: kAdjacentPairs rotates (x[2j], x[2j+1]) (llama2.c, GGUF llama); kRotateHalf rotates
 // (x[j], x[j+head_dim/2]) (Hugging Face). q/k weights are stored as the source has them.
@@ -38,6 +40,7 @@
 #include <vector>
 
 #include "framework/core/arch_types.h"
+#include "framework/core/model_desc.h"
 #include "framework/quant/types.h"
 #include "models/formats/vocab.h"
 
@@ -106,8 +109,6 @@ struct ModelConfig {
   NormType norm = NormType::kRms;
   Activation activation = Activation::kSilu;
   bool learned_pos = false;  // pos_embeddings present (then rope_style is kNone)
-  bool qk_norm = false;      // per-head RMSNorm of q and k (weights q_norm/k_norm [head_dim], eps norm_eps) before RoPE
-  bool post_norms = false;   // attn_post_norm / ffn_post_norm on the attention and MLP outputs (sandwich norms)
   // The architecture's own parameters (Gemma 3's norm offset, scales, attention window, ...): each
   // architecture declares its parameters once, with kind, default and range (Arch::params, models/arch/arch.h);
   // a config holds the values it sets, by name (absent: the table's default). The generic code (the JSON
@@ -137,21 +138,14 @@ struct ModelConfig {
 // architecture (non-positive or absurd sizes, n_heads % n_kv_heads != 0, inconsistent flags, ...).
 // validate_config (models/arch/arch.h) adds the architecture's name and its own rules.
 void validate_config_fields(const ModelConfig& c, const std::string& where);
-// The one size check of every model-file reader (anelab, llama2.c, GGUF, safetensors/HF, checkpoint), called
-// before any size or offset is computed from a config: validate_config_fields, then the parameter count of
-// canonical_tensors(c) with overflow-checked arithmetic; throws naming `where` above kMaxParams.
+// The element count of a tensor list with overflow-checked arithmetic: throws naming `where` and the tensor when a
+// dimension is not positive or the count passes kMaxParams. Every reader calls it (on its file's tensor table, or
+// through checked_parameter_count, models/arch/tensors.h) before a size or offset is computed from it.
 constexpr int64_t kMaxParams = int64_t{1} << 36;
-int64_t checked_parameter_count(const ModelConfig& c, const std::string& where);
+int64_t checked_numel(const std::vector<TensorSpec>& specs, const std::string& where);
 // One line per field, for `anelab info` (the architecture's parameters: describe_params, models/arch/arch.h).
 std::string describe_config(const ModelConfig& c);
 
-struct TensorSpec {
-  std::string name;
-  std::vector<int64_t> shape;  // [out, in] for matrices
-  int64_t numel() const;
-};
-std::vector<TensorSpec> canonical_tensors(const ModelConfig& c);
-int64_t parameter_count(const ModelConfig& c);                // checked_parameter_count(c, "model config")
 std::string shape_string(const std::vector<int64_t>& shape);  // "[64, 172]"
 
 struct Tensor {
@@ -196,9 +190,6 @@ class Model {
                 std::shared_ptr<const void> owner);
   // Adds a tensor that owns its bytes.
   void add_owned(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes);
-  // Checks that the tensor set is exactly canonical_tensors(config) with matching shapes;
-  // the error names the first missing / unexpected / mis-shaped tensor and `where`.
-  void check_complete(const std::string& where) const;
   int64_t parameter_count() const;
   int64_t total_bytes() const;
 

@@ -37,8 +37,6 @@ json model_config_to_json(const ModelConfig& c) {
             {"attn_out_bias", c.attn_out_bias},
             {"mlp_bias", c.mlp_bias},
             {"learned_pos", c.learned_pos},
-            {"qk_norm", c.qk_norm},
-            {"post_norms", c.post_norms},
             {"full_attention_interval", c.full_attention_interval},
             {"linear_k_heads", c.linear_k_heads},
             {"linear_v_heads", c.linear_v_heads},
@@ -161,8 +159,6 @@ ModelConfig model_config_from_json(const json& j, const std::string& where, cons
   f.boolean("attn_out_bias", flags_optional, &c.attn_out_bias);
   f.boolean("mlp_bias", flags_optional, &c.mlp_bias);
   f.boolean("learned_pos", flags_optional, &c.learned_pos);
-  f.boolean("qk_norm", true, &c.qk_norm);        // absent in files written before it existed
-  f.boolean("post_norms", true, &c.post_norms);  // likewise (Gemma 3's sandwich norms)
   // Qwen3.5's fields, absent in files written before they existed (no linear-attention layers, full RoPE).
   c.full_attention_interval = f.integer("full_attention_interval", true, c.full_attention_interval);
   c.linear_k_heads = f.integer("linear_k_heads", true, c.linear_k_heads);
@@ -173,7 +169,9 @@ ModelConfig model_config_from_json(const json& j, const std::string& where, cons
   c.rope_fraction = f.number("rope_fraction", true, c.rope_fraction);
   f.boolean("attn_output_gate", true, &c.attn_output_gate);
   // Every other key is an architecture parameter (ModelConfig::params): a number, which the architecture's
-  // table checks by name and range (validate_config, models/arch/arch.h).
+  // table checks by name and range (validate_config, models/arch/arch.h). A boolean is kept as the integer 0 / 1:
+  // files written before the architectures implied their optional tensors carried such flags, which the
+  // architecture table checks against what it implies (Arch::implied_flags).
   const json fields = model_config_to_json(ModelConfig{});
   for (const auto& [key, v] : j.items()) {
     if (fields.contains(key)) continue;
@@ -181,10 +179,12 @@ ModelConfig model_config_from_json(const json& j, const std::string& where, cons
       c.params[key] = ParamValue{true, v.get<int64_t>(), 0.0f};
     else if (v.is_number())
       c.params[key] = ParamValue{false, 0, static_cast<float>(v.get<double>())};
+    else if (v.is_boolean())
+      c.params[key] = ParamValue{true, v.get<bool>() ? 1 : 0, 0.0f};
     else
-      f.bad(key.c_str(), v, "is not a number (an architecture parameter)");
+      f.bad(key.c_str(), v, "is not a number or boolean (an architecture parameter)");
   }
-  checked_parameter_count(c, where);
+  validate_config_fields(c, where);
   return c;
 }
 

@@ -7,25 +7,25 @@
 //    "rope_scaling": {"type": "none"} | {"type": "llama3", "factor", "low_freq_factor", "high_freq_factor"
 //                    (numbers), "original_max_pos" (integer)}, "norm": "rms"|"layer",
 //    "activation": "silu"|"gelu_tanh", "tied_embeddings", "qkv_bias", "attn_out_bias", "mlp_bias",
-//    "learned_pos", "qk_norm" (booleans)}
+//    "learned_pos" (booleans)}
 //
 // Every field is written. Reading checks each field's JSON type exactly (no bool -> int, no float -> int)
-// and then the config as a whole (checked_parameter_count). Checkpoints written before they stored the
+// and then the config's generic fields (validate_config_fields). Checkpoints written before they stored the
 // norm, activation, bias and learned-position flags lack those keys: with ConfigKeys::kCheckpoint an
-// absent flag reads as the ModelConfig default (the Llama layout those checkpoints held). "qk_norm" is
-// optional in every file (files written before it existed lack it: false).
+// absent flag reads as the ModelConfig default (the Llama layout those checkpoints held).
 // Files written before "rope_scaling" existed lack it: absent reads as no scaling (what they computed).
-// The sandwich-norm flag and the Qwen3.5 fields ("full_attention_interval", "linear_k_heads", "linear_v_heads",
+// The Qwen3.5 fields ("full_attention_interval", "linear_k_heads", "linear_v_heads",
 // "linear_k_dim", "linear_v_dim", "linear_conv_kernel" (integers), "rope_fraction" (number), "attn_output_gate"
 // (boolean)) are optional likewise: absent reads as the default.
 //
 // The architecture's parameters (ModelConfig::params: each architecture's table, Arch::params in
 // models/arch/arch.h) are top-level keys of their own names, an integer parameter a JSON integer, a number a JSON
 // number. This code names none of them: it writes every entry of the map and reads every key that is not one of
-// the fields above into it (a non-number refused naming the key); validate_config checks them against the
-// architecture's table (unknown name or out of range: one line naming it). Files written before the tables
-// carried Gemma 3's parameters for every architecture, at their no-op values: they read, and validate_config
-// accepts those (drop_legacy_params removes them).
+// the fields above into it (a boolean as the integer 0 / 1, anything else but a number refused naming the key);
+// validate_config checks them against the architecture's table (unknown name or out of range: one line naming it).
+// Files written before the tables carried Gemma 3's parameters for every architecture, at their no-op values, and
+// the boolean flags for the optional norms the architectures imply today (Arch::implied_flags): they read, and
+// validate_config accepts those that agree with the architecture (drop_legacy_params removes them).
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>

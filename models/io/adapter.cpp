@@ -12,6 +12,7 @@
 #include "framework/core/file.h"
 #include "framework/core/platform.h"
 #include "models/arch/arch.h"
+#include "models/arch/tensors.h"
 #include "models/formats/gguf.h"
 #include "models/formats/safetensors.h"
 #include "models/io/export.h"

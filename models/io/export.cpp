@@ -11,6 +11,7 @@
 #include "framework/core/file.h"
 #include "framework/core/platform.h"
 #include "models/arch/arch.h"
+#include "models/arch/tensors.h"
 #include "models/formats/gguf.h"
 #include "models/formats/safetensors.h"
 #include "models/io/gguf_model.h"
@@ -74,6 +75,24 @@ Tensor permute_rope_rows(const Tensor& t, int64_t head_dim, RopeStyle from, Rope
   r.data = owned->data();
   r.owner = owned;
   return r;
+}
+
+int64_t save_model(const Model& m, const std::string& path, std::optional<DType> target, const ProgressFn& progress) {
+  check_complete(m, m.source_path.empty() ? path : m.source_path);
+  std::vector<TensorWriteSpec> specs;
+  for (const auto& s : canonical_tensors(m.config)) {
+    const Tensor& t = m.tensor(s.name);
+    TensorWriteSpec w{t.name, stored_dtype(t.dtype, t.shape, target), t.shape, nullptr, {}};
+    if (w.dtype == t.dtype) {
+      w.raw = t.data;
+    } else {
+      w.fill = [&t](int64_t b, int64_t n, float* out) { t.to_f32(b, n, out); };
+    }
+    specs.push_back(std::move(w));
+  }
+  AnelabWriteInfo info{m.config, m.vocab ? &*m.vocab : nullptr, m.tokenizer_path, m.chat_template,
+                       m.source_format + ":" + m.source_path};
+  return write_anelab_file(path, info, specs, progress);
 }
 
 namespace {
@@ -359,7 +378,7 @@ std::string vocab_to_hf_tokenizer_json(const tok::VocabData& v) {
 
 std::vector<std::string> export_model(const Model& src, const std::string& out, ExportFormat f,
                                       std::optional<DType> dtype, const ProgressFn& progress) {
-  src.check_complete(src.source_path.empty() ? out : src.source_path);
+  check_complete(src, src.source_path.empty() ? out : src.source_path);
   // Every export carries its tokenizer: one the model only names by path is read and embedded here, so the
   // output never depends on a file relative to the directory it was made in.
   Model named;

@@ -37,6 +37,13 @@ ExportFormat export_format_for(const std::string& out, const std::string& format
 std::vector<std::string> export_model(const Model& m, const std::string& out, ExportFormat f,
                                       std::optional<DType> dtype = {}, const ProgressFn& progress = {});
 
+// Saves m as an anelab file (atomically): its tensors checked against canonical_tensors (check_complete,
+// models/arch/tensors.h) and written in that order. target dtype (when given) applies to 2-D tensors; 1-D tensors
+// (norms, biases) stay fp32; block types need rows whose length is a multiple of their block (other matrices fall
+// back to fp16: stored_dtype).
+int64_t save_model(const Model& m, const std::string& path, std::optional<DType> target = {},
+                   const ProgressFn& progress = {});
+
 // Row permutation of a q/k projection (or its bias, or a LoRA B [out, r]) between RoPE styles, per head of head_dim
 // rows (an owned copy).
 Tensor permute_rope_rows(const Tensor& t, int64_t head_dim, RopeStyle from, RopeStyle to);

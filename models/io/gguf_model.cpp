@@ -9,6 +9,7 @@
 
 #include "framework/core/error.h"
 #include "models/arch/arch.h"
+#include "models/arch/tensors.h"
 #include "models/tokenizer/pretokenize.h"
 
 namespace anelab::models {
@@ -65,9 +66,7 @@ std::string canonical_name(const std::string& n, const ModelConfig& c, const std
       {"attn_output", {"wo", "bo"}},
       {"ffn_gate", {"w1", ""}},
       {"attn_q_norm", {"q_norm", ""}},
-      {"attn_k_norm", {"k_norm", ""}},
-      {"post_attention_norm", {"attn_post_norm", ""}},
-      {"post_ffw_norm", {"ffn_post_norm", ""}}};
+      {"attn_k_norm", {"k_norm", ""}}};
   if (auto it = blk.find(what); it != blk.end() && !(bias && it->second.second.empty()))
     return p + (bias ? it->second.second : it->second.first);
   if (what == "ffn_down" || what == "ffn_up") {
@@ -77,7 +76,7 @@ std::string canonical_name(const std::string& n, const ModelConfig& c, const std
   fail("model", w, ": unexpected GGUF tensor ", n, " for architecture ", c.arch);
 }
 
-// A norm's scale (not its bias): attn_norm, ffn_norm, q_norm, k_norm, attn_post_norm, ffn_post_norm, norm.
+// A norm's scale (not its bias): attn_norm, ffn_norm, q_norm, k_norm, any other layer "*_norm", norm.
 bool is_norm_weight(const std::string& canonical) {
   const std::string leaf = canonical.substr(canonical.rfind('.') + 1);
   // (the Gated DeltaNet's gated norm ssm_norm scales by w itself, whatever the model's other norms do)
@@ -289,19 +288,12 @@ Model gguf_to_model(const GgufFile& g, const std::string& w) {
     }
     m.add_view(name, dt, shape, t.data, t.nbytes, g.owner);
   }
-  // Which optional tensors the file has decides the flags (check_complete then checks every layer).
+  // Which optional tensors the file has decides the flags (check_complete then checks every layer against what the
+  // architecture's description names).
   m.config.tied_embeddings = !m.has("output");
   m.config.qkv_bias = m.has("layers.0.bq");
   m.config.attn_out_bias = m.has("layers.0.bo");
   m.config.mlp_bias = m.has("layers.0.fc_bias");
-  // q/k norms as the first attention layer has them (a hybrid's layer 0 may be another kind; with no attention layer
-  // the architecture's value stays)
-  for (int64_t l = 0; l < m.config.n_layers; ++l)
-    if (const std::string p = "layers." + std::to_string(l) + "."; m.has(p + "wq")) {
-      m.config.qk_norm = m.has(p + "q_norm");
-      break;
-    }
-  m.config.post_norms = m.has("layers.0.attn_post_norm");
   const Tensor* emb = m.find("tok_embeddings");
   if (!emb) fail("model", w, ": GGUF has no token_embd.weight");
   m.config.vocab_size = emb->shape[0];
@@ -309,7 +301,7 @@ Model gguf_to_model(const GgufFile& g, const std::string& w) {
   if (g.find("tokenizer.chat_template")) m.chat_template = g.get_str("tokenizer.chat_template", w);
   m.source_format = "gguf";
   m.source_path = w;
-  m.check_complete(w);
+  check_complete(m, w);
   return m;
 }
 
@@ -377,8 +369,6 @@ std::string gguf_name(const std::string& name) {
                                                          {"proj_bias", "ffn_down.bias"},
                                                          {"q_norm", "attn_q_norm.weight"},
                                                          {"k_norm", "attn_k_norm.weight"},
-                                                         {"attn_post_norm", "post_attention_norm.weight"},
-                                                         {"ffn_post_norm", "post_ffw_norm.weight"},
                                                          {"tok_embeddings", "token_embd.weight"},
                                                          {"pos_embeddings", "position_embd.weight"},
                                                          {"norm", "output_norm.weight"},

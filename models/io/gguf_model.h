@@ -7,12 +7,11 @@
 //   output -> output (absent = tied), blk.N.attn_norm -> layers.N.attn_norm(_bias),
 //   blk.N.attn_q/k/v -> wq/wk/wv (+ .bias -> bq/bk/bv), blk.N.attn_qkv (fused) -> split into wq/wk/wv,
 //   blk.N.attn_output -> wo (+ bo), blk.N.attn_q_norm/attn_k_norm -> q_norm/k_norm, blk.N.ffn_norm -> ffn_norm(_bias),
-//   blk.N.ffn_gate/down/up -> w1/w2/w3 (SwiGLU, GeGLU); GELU MLP: ffn_up -> fc(_bias), ffn_down -> proj(_bias),
-//   blk.N.post_attention_norm / post_ffw_norm -> attn_post_norm / ffn_post_norm (Gemma's sandwich norms).
+//   blk.N.ffn_gate/down/up -> w1/w2/w3 (SwiGLU, GeGLU); GELU MLP: ffn_up -> fc(_bias), ffn_down -> proj(_bias).
 // An architecture may name some layer tensors its own way and store them otherwise (Arch::gguf_layer_names,
-// gguf_export_tensor / gguf_import_tensor: qwen35's linear-attention tensors, models/arch/qwen35.cpp).
-// The optional tensors present decide qkv_bias, attn_out_bias, mlp_bias, qk_norm, post_norms and
-// tied_embeddings.
+// gguf_export_tensor / gguf_import_tensor: Gemma 3's sandwich norms, qwen35's linear-attention tensors).
+// The optional tensors present decide qkv_bias, attn_out_bias, mlp_bias and tied_embeddings; the rest the
+// architecture implies (its description), and the tensors are checked against it (check_complete).
 // RoPE: llama.cpp's converter permutes q/k of some architectures so that its graph uses the "normal"
 // (adjacent pairs) rope (Arch::gguf_rope); the others use NEOX (rotate half) on unpermuted weights.
 // Llama 3.1+ RoPE scaling is llama.cpp's rope_freqs.weight (F32 per-frequency divisors), with the exact

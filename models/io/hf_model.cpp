@@ -6,6 +6,7 @@
 
 #include "framework/core/error.h"
 #include "models/arch/arch.h"
+#include "models/arch/tensors.h"
 #include "models/tokenizer/tokenizer.h"
 
 namespace anelab::models {
@@ -31,7 +32,7 @@ Model hf_to_model(const std::string& config_json, const StTensorMap& ts, const s
   arch.hf_tensors(m, ts, w);
   m.source_format = "safetensors";
   m.source_path = w;
-  m.check_complete(w);
+  check_complete(m, w);
   return m;
 }
 

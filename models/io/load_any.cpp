@@ -5,6 +5,7 @@
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 #include "models/arch/arch.h"
+#include "models/arch/tensors.h"
 #include "models/formats/anelab_file.h"
 #include "models/formats/checkpoint_file.h"
 #include "models/formats/gguf.h"
@@ -35,7 +36,7 @@ std::string detect_model_format(const std::string& path) {
 namespace {
 Model read_model(const std::string& path, const std::string& fmt, FileAccess access) {
   if (fmt == "anelab") return read_anelab_file(path, access);
-  if (fmt == "checkpoint") return read_checkpoint_model(path);
+  if (fmt == "checkpoint") return read_checkpoint_model(path, canonical_tensors);
   if (fmt == "gguf") return read_gguf(path, access);
   if (fmt == "safetensors") return read_hf_safetensors(path, access);
   return read_llama2c(path, access);
@@ -47,6 +48,7 @@ Model load_any_model(const std::string& path, FileAccess access) {
   Model m = read_model(path, fmt, access);
   validate_config(m.config, path);  // the readers check the generic fields; the architecture's rules here
   drop_legacy_params(&m.config);
+  if (fmt == "anelab" || fmt == "llama2c") check_complete(m, path);       // the GGUF / HF / checkpoint readers check
   m.private_memory = access == FileAccess::kRead && fmt != "checkpoint";  // read into own memory (checkpoints map)
   return m;
 }

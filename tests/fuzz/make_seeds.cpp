@@ -13,6 +13,7 @@
 #include "framework/core/npy.h"
 #include "framework/mil/blob.h"
 #include "framework/mil/printer.h"
+#include "models/arch/tensors.h"
 #include "models/formats/anelab_file.h"
 #include "models/formats/checkpoint_file.h"
 #include "models/formats/gguf.h"

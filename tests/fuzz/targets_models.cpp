@@ -6,6 +6,8 @@
 #include <string>
 
 #include "framework/core/file.h"
+#include "models/arch/arch.h"
+#include "models/arch/tensors.h"
 #include "models/formats/anelab_file.h"
 #include "models/formats/checkpoint_file.h"
 #include "models/formats/gguf.h"
@@ -62,6 +64,8 @@ int run_anelab(const uint8_t* data, size_t size) {
   return accepted([&] {
     const models::Model m = models::parse_anelab(data, size, nullptr, "<fuzz>");
     if (m.vocab) tokenizer_roundtrip(*m.vocab);
+    models::validate_config(m.config, "<fuzz>");  // then the loader's checks (load_any_model)
+    models::check_complete(m, "<fuzz>");
   });
 }
 
@@ -100,7 +104,7 @@ int run_checkpoint(const uint8_t* data, size_t size) {
   static const TempFile tmp;
   const std::string path = tmp.put("last.ckpt", data, size);
   const int trainer = accepted([&] { train::read_checkpoint(path); });
-  const int model = accepted([&] { models::read_checkpoint_model(path); });
+  const int model = accepted([&] { models::read_checkpoint_model(path, models::canonical_tensors); });
   return trainer | model;  // 1 when either rejects it
 }
 

@@ -11,6 +11,7 @@
 
 #include "framework/core/file.h"
 #include "models/formats/anelab_file.h"
+#include "models/io/export.h"
 #include "models/presets.h"
 #include "models/tokenizer/tokenizer.h"
 

@@ -11,6 +11,7 @@
 #include "infer/engine.h"
 #include "models/formats/anelab_file.h"
 #include "models/formats/gguf.h"
+#include "models/io/export.h"
 #include "models/io/gguf_model.h"
 #include "models/presets.h"
 #include "tests/common/test_data.h"

@@ -8,8 +8,10 @@
 #include "framework/core/error.h"
 #include "infer/engine.h"
 #include "infer/load.h"
+#include "models/arch/tensors.h"
 #include "models/formats/anelab_file.h"
 #include "models/io/adapter.h"
+#include "models/io/export.h"
 #include "models/io/load_any.h"
 #include "tests/common/test_data.h"
 

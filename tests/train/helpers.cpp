@@ -111,7 +111,6 @@ models::ModelConfig qwen3_test_config() {
   c.dim = 48, c.hidden_dim = 80, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 16;
   c.vocab_size = 97, c.max_seq_len = 128, c.norm_eps = 1e-6f, c.rope_theta = 1e6f;
   c.rope_style = models::RopeStyle::kRotateHalf;
-  c.qk_norm = true;
   c.tied_embeddings = true;
   return c;
 }
@@ -123,7 +122,6 @@ models::ModelConfig gemma3_test_config() {
   c.vocab_size = 97, c.max_seq_len = 128, c.norm_eps = 1e-6f, c.rope_theta = 1e6f;
   c.rope_style = models::RopeStyle::kRotateHalf;
   c.activation = models::Activation::kGeluTanhGated;
-  c.qk_norm = true, c.post_norms = true;
   // Gemma 3's parameters (its table, models/arch/gemma3.cpp)
   for (auto [name, v] : {std::pair<const char*, double>{"rope_local_theta", 1e4},
                          {"rope_linear_factor", 2.0},

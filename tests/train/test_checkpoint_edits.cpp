@@ -14,6 +14,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
+#include "models/arch/tensors.h"
 #include "models/io/load_any.h"
 #include "models/presets.h"
 #include "tests/common/test_data.h"

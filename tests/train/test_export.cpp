@@ -18,6 +18,7 @@
 #include "framework/core/file.h"
 #include "infer/engine.h"
 #include "infer/generate.h"
+#include "models/arch/tensors.h"
 #include "models/formats/checkpoint_file.h"
 #include "models/io/export.h"
 #include "models/io/load_any.h"
@@ -247,7 +248,8 @@ TEST(Export, VersionOneFilesStillLoadAndTheTensorsListIsChecked) {
   const std::string c1 = (dir / "v1.ckpt").string();
   const auto v1 = test::join_checkpoint(1, h1.dump(), cb.data);
   write_file_atomic(c1, v1.data(), v1.size());
-  EXPECT_EQ(models::read_checkpoint_model(c1).tensor("norm").to_f32(), ck.tensor("norm").to_f32());
+  EXPECT_EQ(models::read_checkpoint_model(c1, models::canonical_tensors).tensor("norm").to_f32(),
+            ck.tensor("norm").to_f32());
   // a tensors list that does not match the model (header checksum valid) is an error naming the entry.
   std::string h = cb.header;
   const size_t at = h.find("\"tok_embeddings\"");
@@ -257,13 +259,13 @@ TEST(Export, VersionOneFilesStillLoadAndTheTensorsListIsChecked) {
   const auto b = test::join_checkpoint(3, h, cb.data);
   write_file_atomic(bad, b.data(), b.size());
   try {
-    models::read_checkpoint_model(bad);
+    models::read_checkpoint_model(bad, models::canonical_tensors);
     ADD_FAILURE() << "a wrong tensors list was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("tensors[0]"), std::string::npos) << e.what();
   }
   // A directory without checkpoints is not a run directory.
-  EXPECT_THROW(models::read_checkpoint_model(dir.string()), Error);
+  EXPECT_THROW(models::read_checkpoint_model(dir.string(), models::canonical_tensors), Error);
   fs::remove_all(dir);
 }
 

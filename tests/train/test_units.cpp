@@ -11,6 +11,7 @@
 #include "framework/core/error.h"
 #include "framework/core/file.h"
 #include "models/arch/arch.h"
+#include "models/arch/tensors.h"
 #include "models/presets.h"
 #include "tests/common/test_data.h"
 #include "train/checkpoint.h"
@@ -245,8 +246,8 @@ TEST(TrainUnits, RefusalsAreOneLineNamingWhatIsMissing) {
   const std::string g =
       message([] { check_kernel_steps(models::describe_model(models::preset("gemma3-270m")), "static"); });
   EXPECT_EQ(g.find('\n'), std::string::npos) << g;
-  EXPECT_EQ(g.rfind("[train] layer 0 attention: a (1+w) RMSNorm is not supported by the MIL training kernels "
-                    "(--strategy static; --strategy cpu has it)",
+  EXPECT_EQ(g.rfind("[train] layer 0 attention: a (1+w) RMSNorm (layers.0.attn_norm) is not supported by the MIL "
+                    "training kernels (--strategy static; --strategy cpu has it)",
                     0),
             0u)
       << g;
@@ -284,7 +285,12 @@ TEST(TrainUnits, KernelStrategiesRefuseAnEditedDescriptionNamingLayerStepAndExec
   EXPECT_EQ(refusal(d), "[train] layer 2 attention: a sliding window (512 keys)" + ex);
   d = base;
   d.layers[2].steps[1].post_norm = d.layers[2].steps[1].pre_norm;
-  EXPECT_EQ(refusal(d), "[train] layer 2 ffn: a post-norm (sandwich norm)" + ex);
+  d.layers[2].steps[1].post_norm->weight = "layers.2.ffn_post_norm";
+  EXPECT_EQ(refusal(d), "[train] layer 2 ffn: the norm layers.2.ffn_post_norm (only input and q/k norms)" + ex);
+  d = base;  // a norm the kernels lack, wherever the description puts it, is refused by the same rule
+  d.layers[2].steps[0].attn.k_norm.reset();
+  d.layers[2].steps[0].post_norm = d.layers[2].steps[0].attn.q_norm;
+  EXPECT_EQ(refusal(d), "[train] layer 2 attention: the norm layers.2.q_norm (only input and q/k norms)" + ex);
   d = base;
   d.layers[2].steps[1].ffn.activation = models::Activation::kGeluTanhGated;
   EXPECT_EQ(refusal(d), "[train] layer 2 ffn: an MLP other than SwiGLU" + ex);

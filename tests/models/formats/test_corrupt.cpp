@@ -9,12 +9,15 @@
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
+#include "models/arch/arch.h"
+#include "models/arch/tensors.h"
 #include "models/formats/anelab_file.h"
 #include "models/formats/byte_reader.h"
 #include "models/formats/checkpoint_header.h"
 #include "models/formats/gguf.h"
 #include "models/formats/llama2c.h"
 #include "models/formats/safetensors.h"
+#include "models/io/export.h"
 #include "models/io/gguf_model.h"
 #include "models/io/hf_model.h"
 #include "models/presets.h"
@@ -129,7 +132,12 @@ Bytes cached() {
 
 std::vector<Reader> readers() {
   return {
-      {"anelab", cached<anelab_image>, [](const Bytes& b) { parse_anelab(b.data(), b.size(), nullptr, "t"); },
+      {"anelab", cached<anelab_image>,
+       [](const Bytes& b) {  // the reader, then the loader's checks (load_any_model)
+         const Model m = parse_anelab(b.data(), b.size(), nullptr, "t");
+         validate_config(m.config, "t");
+         check_complete(m, "t");
+       },
        fuzz_read_anelab},
       {"llama2c", cached<llama2c_image>, [](const Bytes& b) { parse_llama2c(b.data(), b.size(), nullptr, "t"); },
        fuzz_read_llama2c},

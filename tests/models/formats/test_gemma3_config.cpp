@@ -35,7 +35,10 @@ TEST(Gemma3Config, TransformersFiveFixture) {
   EXPECT_EQ(c.head_dim, 32);
   EXPECT_EQ(c.n_kv_heads, 1);
   EXPECT_EQ(c.activation, Activation::kGeluTanhGated);
-  EXPECT_TRUE(c.qk_norm && c.post_norms && c.tied_embeddings);
+  EXPECT_TRUE(c.tied_embeddings);
+  const ModelDesc d = describe_model(c);  // the architecture implies q/k norms and sandwich norms
+  EXPECT_TRUE(d.layers[0].steps[0].attn.q_norm && d.layers[0].steps[0].attn.k_norm);
+  EXPECT_TRUE(d.layers[0].steps[0].post_norm && d.layers[0].steps[1].post_norm);
   EXPECT_EQ(g3cfg_param(c, "norm_offset"), 1.0f);
   EXPECT_EQ(g3cfg_param(c, "embed_scale"), 8.0f);
   EXPECT_EQ(g3cfg_param(c, "attn_scale"), static_cast<float>(std::pow(24.0, -0.5)));

@@ -6,8 +6,10 @@
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
+#include "models/arch/tensors.h"
 #include "models/formats/anelab_file.h"
 #include "models/formats/llama2c.h"
+#include "models/io/export.h"
 #include "tests/common/test_data.h"
 
 namespace anelab::models {

@@ -9,6 +9,7 @@
 
 #include "framework/core/error.h"
 #include "models/arch/arch.h"
+#include "models/arch/tensors.h"
 #include "models/formats/anelab_file.h"
 #include "models/formats/checkpoint_header.h"
 #include "models/formats/model_config_json.h"
@@ -41,8 +42,6 @@ ModelConfig every_field_set() {
   c.norm = NormType::kLayer;
   c.activation = Activation::kGeluTanh;
   c.learned_pos = true;
-  c.qk_norm = true;
-  c.post_norms = true;
   c.full_attention_interval = 2;
   c.linear_k_heads = 2;
   c.linear_v_heads = 4;
@@ -54,11 +53,11 @@ ModelConfig every_field_set() {
   return c;
 }
 
-// post_norms and Qwen3.5's fields: optional in every file (absent reads as the default, which leaves other models
+// Qwen3.5's fields: optional in every file (absent reads as the default, which leaves other models
 // as they were). The architecture parameters (ModelConfig::params) are tested below.
 bool optional_key(const std::string& k) {
-  for (const char* o : {"post_norms", "full_attention_interval", "linear_k_heads", "linear_v_heads", "linear_k_dim",
-                        "linear_v_dim", "linear_conv_kernel", "rope_fraction", "attn_output_gate"})
+  for (const char* o : {"full_attention_interval", "linear_k_heads", "linear_v_heads", "linear_k_dim", "linear_v_dim",
+                        "linear_conv_kernel", "rope_fraction", "attn_output_gate"})
     if (k == o) return true;
   return false;
 }
@@ -79,7 +78,7 @@ TEST(ModelConfigJson, EveryFieldRoundTrips) {
 TEST(ModelConfigJson, EveryKeyIsWrittenAndRead) {
   const ModelConfig c = every_field_set();
   const json j = model_config_to_json(c);
-  EXPECT_EQ(j.size(), 30u) << "a ModelConfig field was added or removed: update model_config_json and this test";
+  EXPECT_EQ(j.size(), 28u) << "a ModelConfig field was added or removed: update model_config_json and this test";
   for (const auto& [k, v] : j.items()) {
     json cut = j;
     cut.erase(k);
@@ -127,9 +126,10 @@ TEST(ModelConfigJson, CheckpointHeaderKeepsEveryField) {
   h.model = every_field_set();
   const int64_t n = parameter_count(h.model);
   const std::vector<uint8_t> data(size_t(n) * 12, 0);
-  std::vector<uint8_t> file = encode_checkpoint_header(h, n, fnv1a64(kFnvOffset, data.data(), data.size()));
+  std::vector<uint8_t> file =
+      encode_checkpoint_header(h, canonical_tensors(h.model), fnv1a64(kFnvOffset, data.data(), data.size()));
   file.insert(file.end(), data.begin(), data.end());
-  EXPECT_EQ(parse_checkpoint(file.data(), file.size(), "t.ckpt").header.model, h.model);
+  EXPECT_EQ(parse_checkpoint(file.data(), file.size(), "t.ckpt", canonical_tensors).header.model, h.model);
 }
 
 TEST(ModelConfigJson, OlderCheckpointModelObjectsReadAsLlama) {
@@ -224,7 +224,7 @@ ModelConfig gemma3_params_set() {
 TEST(ModelConfigJson, ArchParamsAreTopLevelKeysAndRoundTrip) {
   const ModelConfig c = gemma3_params_set();
   const json j = model_config_to_json(c);
-  EXPECT_EQ(j.size(), 30u + 8u);
+  EXPECT_EQ(j.size(), 28u + 8u);
   EXPECT_TRUE(j.at("sliding_window").is_number_integer());
   EXPECT_EQ(j.at("sliding_window"), 8);
   EXPECT_TRUE(j.at("logit_softcap").is_number_float());
@@ -245,7 +245,8 @@ TEST(ModelConfigJson, ArchParamsAreTopLevelKeysAndRoundTrip) {
 // "post_norms" and Gemma 3's fields, at their no-op values where the architecture has none.
 json pre_table_json(const std::string& arch) {
   json j = model_config_to_json(arch == "gemma3" ? gemma3_params_set() : preset("stories260k"));
-  if (arch == "gemma3") return j;  // every key, as before
+  j["qk_norm"] = j["post_norms"] = arch == "gemma3";  // the flags of the norms the architecture now implies
+  if (arch == "gemma3") return j;                     // every key, as before
   for (auto [k, v] : std::initializer_list<std::pair<const char*, json>>{{"norm_offset", 0.0},
                                                                          {"embed_scale", 1.0},
                                                                          {"attn_scale", 0.0},
@@ -262,15 +263,50 @@ TEST(ModelConfigJson, FilesWrittenBeforeTheParameterTablesLoad) {
   const json old = pre_table_json("llama");
   EXPECT_TRUE(old.at("qk_norm") == false && old.at("post_norms") == false);
   ModelConfig c = model_config_from_json(old, "old.anelab", "model", "config.");
-  EXPECT_EQ(model_config_to_json(c), old);  // read and written again: the same JSON
-  validate_config(c, "old.anelab");         // the no-op keys of another architecture's parameters are accepted
-  drop_legacy_params(&c);                   // and dropped by the loaders (load_any_model, read_checkpoint)
+  validate_config(c, "old.anelab");  // the no-op keys of another architecture's parameters are accepted
+  drop_legacy_params(&c);            // and dropped by the loaders (load_any_model, read_checkpoint)
   EXPECT_EQ(c, preset("stories260k"));
+  json written = old;  // written again: the same JSON without the legacy keys
+  for (const char* k : {"qk_norm", "post_norms", "norm_offset", "embed_scale", "attn_scale", "logit_softcap",
+                        "sliding_window", "sliding_pattern", "rope_local_theta", "rope_linear_factor"})
+    written.erase(k);
+  EXPECT_EQ(model_config_to_json(c), written);
   const json old_gemma = pre_table_json("gemma3");
-  const ModelConfig g = model_config_from_json(old_gemma, "old.anelab", "model", "config.");
-  validate_config(g, "old.anelab");
+  ModelConfig g = model_config_from_json(old_gemma, "old.anelab", "model", "config.");
+  validate_config(g, "old.anelab");  // its flags agree with what gemma3 implies
+  drop_legacy_params(&g);
   EXPECT_EQ(g, gemma3_params_set());
   EXPECT_EQ(param_named(g, "logit_softcap"), 30.0);
+}
+
+// A legacy flag that contradicts what the architecture implies (q/k norms on a Llama, a Gemma 3 without its
+// sandwich norms) is refused in one line naming it; a flag of no architecture is an unknown parameter.
+TEST(ModelConfigJson, LegacyNormFlagsMustAgreeWithTheArchitecture) {
+  const struct {
+    std::string arch, key;
+    json value;
+    std::string want;
+  } cases[] = {
+      {"llama", "qk_norm", true,
+       "[model] m.anelab: config field qk_norm = 1 contradicts architecture llama, which does not have it (the file "
+       "is corrupt or edited)"},
+      {"gemma3", "post_norms", false,
+       "[model] m.anelab: config field post_norms = 0 contradicts architecture gemma3, which implies it (the file is "
+       "corrupt or edited)"},
+      {"llama", "bias_norms", false,
+       "[model] m.anelab: config parameter bias_norms is not a parameter of architecture llama (it has none)"},
+  };
+  for (const auto& k : cases) {
+    json j = pre_table_json(k.arch);
+    j[k.key] = k.value;
+    const ModelConfig c = model_config_from_json(j, "m.anelab", "model", "config.");
+    try {
+      validate_config(c, "m.anelab");
+      ADD_FAILURE() << k.arch << " " << k.key << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), k.want);
+    }
+  }
 }
 
 // A parameter the architecture does not have, or outside its table's range, is refused in one line naming it.
@@ -310,13 +346,14 @@ TEST(ModelConfigJson, UnknownOrOutOfRangeParameterIsOneLineNamingIt) {
     ADD_FAILURE() << "a string parameter accepted";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()),
-              "[model] m.anelab: header field config.logit_softcap = \"30\" is not a number (an architecture "
-              "parameter)");
+              "[model] m.anelab: header field config.logit_softcap = \"30\" is not a number or boolean (an "
+              "architecture parameter)");
   }
 }
 
 // `anelab info` lists the architecture's parameters from its table (describe_params), one line each with the
-// config's value or the default; describe_config (models/formats) names none.
+// config's value or the default, and the norms of layer 0 from the description; describe_config (models/formats)
+// names none.
 TEST(ModelConfigJson, DescribeParamsListsTheTable) {
   ModelConfig c = gemma3_params_set();
   c.params.erase("logit_softcap");  // not set: the table's default
@@ -324,9 +361,13 @@ TEST(ModelConfigJson, DescribeParamsListsTheTable) {
   EXPECT_NE(text.find("\n  sliding_window  8 ("), std::string::npos) << text;
   EXPECT_NE(text.find("\n  logit_softcap   0 ("), std::string::npos) << text;
   EXPECT_NE(text.find("\n  rope_linear_factor 4 ("), std::string::npos) << text;
-  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 8) << text;
+  EXPECT_NE(text.find("\n  layer norms     attn_norm, attn_post_norm, q_norm, k_norm, ffn_norm, ffn_post_norm "
+                      "(layer 0)\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 9) << text;
   EXPECT_EQ(describe_config(c).find("sliding"), std::string::npos);
-  EXPECT_EQ(describe_params(preset("stories260k")), "");
+  EXPECT_EQ(describe_params(preset("stories260k")), "  layer norms     attn_norm, ffn_norm (layer 0)\n");
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "framework/core/error.h"
+#include "models/arch/tensors.h"
 #include "models/formats/anelab_file.h"
 #include "models/presets.h"
 #include "tests/common/test_data.h"

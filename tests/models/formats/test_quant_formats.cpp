@@ -13,6 +13,7 @@
 #include "framework/quant/types.h"
 #include "models/formats/anelab_file.h"
 #include "models/formats/gguf.h"
+#include "models/io/export.h"
 #include "models/io/gguf_model.h"
 #include "models/presets.h"
 #include "models/quant/quant_mix.h"

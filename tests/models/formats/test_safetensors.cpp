@@ -11,6 +11,7 @@
 #include "framework/core/file.h"
 #include "models/arch/arch.h"
 #include "models/formats/anelab_file.h"
+#include "models/io/export.h"
 #include "models/io/load_any.h"
 #include "tests/common/test_data.h"
 
