@@ -385,21 +385,22 @@ void Engine::load_weights() {
       load_step(s, layers_[l]);
       if (s.kind == models::StepKind::kLinearAttention) load_deltanet(s.deltanet, delta_[l]);
     }
+  // Each step's norms resolved once, by their weight names, from the layer's LayerWeights.
+  step_norms_.resize(desc_.layers.size());
+  for (size_t l = 0; l < desc_.layers.size(); ++l)
+    for (const models::Step& s : desc_.layers[l].steps) {
+      const LayerWeights& L = layers_[l];
+      auto span = [&](const std::optional<models::NormDesc>& n, bool bias = false) {
+        return n ? L.norm(bias ? n->bias : n->weight) : std::span<const float>{};
+      };
+      StepNormSpans w{span(s.pre_norm), span(s.pre_norm, true), span(s.post_norm), {}, {}};
+      if (s.kind == models::StepKind::kAttention) w.q = span(s.attn.q_norm), w.k = span(s.attn.k_norm);
+      step_norms_[l].push_back(w);
+    }
 }
 
 namespace {
 const float* opt_ptr(std::span<const float> v) { return v.empty() ? nullptr : v.data(); }
-
-// A step's norm weights in its layer's LayerWeights (load_step puts them there), by name.
-struct StepNorms {
-  std::span<const float> pre, pre_bias, post;
-};
-StepNorms step_norms(const LayerWeights& L, const models::Step& s) {
-  StepNorms w;
-  if (s.pre_norm) w.pre = L.norm(s.pre_norm->weight), w.pre_bias = L.norm(s.pre_norm->bias);
-  if (s.post_norm) w.post = L.norm(s.post_norm->weight);
-  return w;
-}
 }  // namespace
 
 void Engine::embed(std::span<const int32_t> tokens, int64_t pos, float* x) {
@@ -502,7 +503,7 @@ void Engine::add_rows(float* x, const float* y, int64_t count, float scale) {
 // the cache (on sliding layers only the last a.window positions); the output projection back into xb_.
 // Kernels: infer/cpu_attention.h (register-tiled blocked path for prefill batches of >= 8 tokens, head_dim
 // 64/128/192/256; one query at a time otherwise).
-void Engine::attention(int64_t l, const models::AttnDesc& a, int64_t pos, int64_t n) {
+void Engine::attention(int64_t l, const models::AttnDesc& a, const StepNormSpans& w, int64_t pos, int64_t n) {
   const LayerWeights& L = layers_[static_cast<size_t>(l)];
   float* const qp = a.output_gate ? qg_.data() : q_.data();  // gated: per head [q | gate], split below
   if (n == 1 || !batch_pos_.empty()) {
@@ -518,8 +519,8 @@ void Engine::attention(int64_t l, const models::AttnDesc& a, int64_t pos, int64_
   if (a.output_gate)
     for (int64_t r = 0; r < n * a.n_heads; ++r)
       std::memcpy(q_.data() + r * hd, qg_.data() + r * 2 * hd, static_cast<size_t>(hd) * sizeof(float));
-  if (a.q_norm) head_norm_rows(q_.data(), *a.q_norm, L.norm(a.q_norm->weight), n * a.n_heads, a.head_dim);  // pre-RoPE
-  if (a.k_norm) head_norm_rows(k_.data(), *a.k_norm, L.norm(a.k_norm->weight), n * a.n_kv_heads, a.head_dim);
+  if (a.q_norm) head_norm_rows(q_.data(), *a.q_norm, w.q, n * a.n_heads, a.head_dim);  // pre-RoPE
+  if (a.k_norm) head_norm_rows(k_.data(), *a.k_norm, w.k, n * a.n_kv_heads, a.head_dim);
   if (const int r = layer_rope_[static_cast<size_t>(l)]; r >= 0) {
     rope_rows(q_.data(), n, a.n_heads, ropes_[static_cast<size_t>(r)]);
     rope_rows(k_.data(), n, a.n_kv_heads, ropes_[static_cast<size_t>(r)]);
@@ -587,9 +588,10 @@ void Engine::ffn(const models::FfnDesc& f, const LayerWeights& L, int64_t n) {
 
 // One residual step of layer l on x_ [n, dim]: branch = pre_norm(x); branch = op(branch);
 // branch = post_norm(branch); x += residual_scale * branch.
-void Engine::run_step(int64_t l, const models::Step& s, int64_t pos, int64_t n) {
+void Engine::run_step(int64_t l, size_t i, int64_t pos, int64_t n) {
+  const models::Step& s = desc_.layers[static_cast<size_t>(l)].steps[i];
   const LayerWeights& L = layers_[static_cast<size_t>(l)];
-  const StepNorms w = step_norms(L, s);
+  const StepNormSpans& w = step_norms_[static_cast<size_t>(l)][i];
   const int64_t D = desc_.dim;
   float* x = x_.data();
   if (s.pre_norm)
@@ -598,7 +600,7 @@ void Engine::run_step(int64_t l, const models::Step& s, int64_t pos, int64_t n) 
     std::memcpy(xb_.data(), x, static_cast<size_t>(n * D) * sizeof(float));
   switch (s.kind) {
     case models::StepKind::kAttention:
-      attention(l, s.attn, pos, n);
+      attention(l, s.attn, w, pos, n);
       break;
     case models::StepKind::kFfn:
       ffn(s.ffn, L, n);
@@ -618,7 +620,7 @@ void Engine::forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vect
   for (RopeTable& t : ropes_)
     kern::cpu::rope_half_tables(n, t.freq, pos, kern::cpu::Numerics::kRunc, t.cos.data(), t.sin.data());
   for (size_t l = 0; l < desc_.layers.size(); ++l)
-    for (const models::Step& s : desc_.layers[l].steps) run_step(static_cast<int64_t>(l), s, pos, n);
+    for (size_t i = 0; i < desc_.layers[l].steps.size(); ++i) run_step(static_cast<int64_t>(l), i, pos, n);
   state_pos_ = pos + n;
   head(x_.data(), n, all_logits != nullptr, all_logits);
 }
@@ -706,7 +708,7 @@ const float* Engine::decode_batch(std::span<const int32_t> tokens, std::span<con
   batch_pos_ = pos;
   batch_slot_ = slots;
   for (size_t l = 0; l < desc_.layers.size(); ++l)
-    for (const models::Step& s : desc_.layers[l].steps) run_step(static_cast<int64_t>(l), s, 0, n);
+    for (size_t i = 0; i < desc_.layers[l].steps.size(); ++i) run_step(static_cast<int64_t>(l), i, 0, n);
   batch_pos_ = {};
   batch_slot_ = {};
   norm_rows(x_.data(), desc_.head.norm, norm_, norm_b_, n, xb_.data());

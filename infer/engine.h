@@ -149,8 +149,13 @@ class Engine final : public PrefillHost {
   std::span<const float> vec(const std::string& name);                           // kept in vecs_; empty when name is ""
   std::span<const float> norm_weight(const std::optional<models::NormDesc>& n);  // (offset + w); empty when absent
   void forward_cpu(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits);
-  void run_step(int64_t l, const models::Step& s, int64_t pos, int64_t n);
-  void attention(int64_t l, const models::AttnDesc& a, int64_t pos, int64_t n);
+  // A step's norm weights (offset added), resolved at load from its layer's LayerWeights by their names.
+  struct StepNormSpans {
+    std::span<const float> pre, pre_bias, post;  // [dim]
+    std::span<const float> q, k;                 // [head_dim] (attention steps with q/k norms)
+  };
+  void run_step(int64_t l, size_t step, int64_t pos, int64_t n);  // desc_.layers[l].steps[step]
+  void attention(int64_t l, const models::AttnDesc& a, const StepNormSpans& w, int64_t pos, int64_t n);
   void ffn(const models::FfnDesc& f, const LayerWeights& L, int64_t n);
   void project(const Mat& w, const float* bias, const float* x, int64_t n, float* y);
   // A Gated DeltaNet layer's weights (the CPU engine's own: the MIL kernels have no such layer).
@@ -186,10 +191,11 @@ class Engine final : public PrefillHost {
   std::vector<std::shared_ptr<void>> owned_;           // converted matrices
   std::map<std::string, int64_t, std::less<>> tiled_;  // Q8_0 tensors rewritten as row tiles: their tiled rows
   std::vector<LayerWeights> layers_;
-  std::deque<std::vector<float>> vecs_;   // the norm weights and biases the layers point into
-  Mat tok_emb_, pos_emb_, out_;           // [vocab, dim], [max_seq, dim], [vocab, dim]
-  std::span<const float> norm_, norm_b_;  // [dim] (in vecs_)
-  Scratch<std::byte> kcache_, vcache_;    // [slots, L, ctx, kv_dim] fp32 or fp16 (pages resident only when written)
+  std::vector<std::vector<StepNormSpans>> step_norms_;  // [n_layers][steps of the layer]
+  std::deque<std::vector<float>> vecs_;                 // the norm weights and biases the layers point into
+  Mat tok_emb_, pos_emb_, out_;                         // [vocab, dim], [max_seq, dim], [vocab, dim]
+  std::span<const float> norm_, norm_b_;                // [dim] (in vecs_)
+  Scratch<std::byte> kcache_, vcache_;  // [slots, L, ctx, kv_dim] fp32 or fp16 (pages resident only when written)
   // Scratch, [chunk, *] row-major (token-major).
   // Not value-initialised: a decode-only run keeps only the first row of each resident.
   Scratch<float> x_, xb_, q_, k_, v_, att_, h1_, h3_;
