@@ -25,8 +25,9 @@ using nlohmann::json;
 
 struct EstimateOptions {
   std::string preset, model, program, device = "m4", strategy = "dynamic", calibrate;
-  int64_t seq = 256;  // training tokens per sequence (maderix's SEQ)
-  int accum = 10;     // steps per update
+  int64_t seq = 256;      // training tokens per sequence (maderix's SEQ)
+  int64_t cls_vocab = 0;  // classifier rows (0: the model's vocabulary, as anelab's trainer computes it)
+  int accum = 10;         // steps per update
   std::vector<int64_t> buckets;
   bool json = false;
 };
@@ -69,6 +70,9 @@ void run_train(const EstimateOptions& o) {
   m.shape = train::kernel_train_shape(models::describe_model(c), o.seq);
   m.n_layers = c.n_layers;
   m.vocab = c.vocab_size;
+  ANELAB_CHECK(o.cls_vocab <= c.vocab_size, "estimate", "--cls-vocab ", o.cls_vocab, " exceeds the vocabulary (",
+               c.vocab_size, ")");
+  m.cls_vocab = o.cls_vocab;
   m.accum_steps = o.accum;
   const auto strat = o.strategy == "static" ? kern::Strategy::kStatic : kern::Strategy::kDynamic;
   const cost::Chip& chip = cost::chip(o.device);
@@ -323,6 +327,10 @@ void add_estimate_command(CLI::App& app) {
   tr->add_option("--accum", o->accum, "steps per weight update (Adam, static recompiles)")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
+  tr->add_option("--cls-vocab", o->cls_vocab,
+                 "classifier rows, for a trainer that compacts the vocabulary to the tokens its data uses (maderix's "
+                 "dynamic pipeline: 9200); default the whole vocabulary")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 24));
   auto* inf = est->add_subcommand("infer", "prefill tok/s per bucket and decode tok/s");
   inf->add_option("--preset", o->preset, "model preset");
   inf->add_option("--model", o->model, "model file (its config)");
