@@ -25,6 +25,9 @@ using nlohmann::json;
 
 struct EstimateOptions {
   std::string preset, model, program, device = "m4", strategy = "dynamic", calibrate;
+  std::string save;         // --calibrate: write the refit chip here (anelab.chip/1)
+  std::string device_file;  // a chip file written by --save, instead of a built-in --device
+  bool device_given = false;
   int64_t seq = 256;      // training tokens per sequence (maderix's SEQ)
   int64_t cls_vocab = 0;  // classifier rows (0: the model's vocabulary, as anelab's trainer computes it)
   int accum = 10;         // steps per update
@@ -53,6 +56,13 @@ void print_program_row(const std::string& name, const cost::ProgramCost& p, int6
       p.flops * 1e-9, p.tflops(), p.weight_bytes / 1048576.0, p.spills ? ", spills" : "");
 }
 
+// The chip to estimate on: the --device-file's parameters, else the built-in --device.
+cost::Chip chip_of(const EstimateOptions& o) {
+  if (o.device_file.empty()) return cost::chip(o.device);
+  ANELAB_CHECK(!o.device_given, "estimate", "give --device or --device-file, not both");
+  return cost::load_chip(o.device_file);
+}
+
 const models::ModelConfig& preset_or_model(const EstimateOptions& o, models::Model& keep) {
   ANELAB_CHECK(o.preset.empty() != o.model.empty(), "estimate", "give exactly one of --preset NAME or --model FILE");
   if (!o.preset.empty()) return models::preset(o.preset);
@@ -75,7 +85,7 @@ void run_train(const EstimateOptions& o) {
   m.cls_vocab = o.cls_vocab;
   m.accum_steps = o.accum;
   const auto strat = o.strategy == "static" ? kern::Strategy::kStatic : kern::Strategy::kDynamic;
-  const cost::Chip& chip = cost::chip(o.device);
+  const cost::Chip chip = chip_of(o);
   const cost::StepCost s = cost::estimate_train(m, strat, chip);
   std::vector<const cost::KernelRow*> by_cost;
   for (const auto& k : s.kernels) by_cost.push_back(&k);
@@ -156,7 +166,7 @@ cost::ProgramCost prefill_layer_cost(const models::ModelConfig& c, int64_t S, co
 void run_infer(const EstimateOptions& o) {
   models::Model keep;
   const models::ModelConfig& c = preset_or_model(o, keep);
-  const cost::Chip& chip = cost::chip(o.device);
+  const cost::Chip chip = chip_of(o);
   std::vector<int64_t> buckets = o.buckets;
   if (buckets.empty())
     for (int64_t S = 64; S <= std::min<int64_t>(c.max_seq_len, 2048); S *= 2) buckets.push_back(S);
@@ -208,7 +218,7 @@ void run_infer(const EstimateOptions& o) {
 
 void run_mil(const EstimateOptions& o) {
   const mil::Program p = mil::parse(read_file_text(o.program), o.program);
-  const cost::Chip& chip = cost::chip(o.device);
+  const cost::Chip chip = chip_of(o);
   json fns = json::array();
   for (const auto& f : p.functions) {
     const cost::ProgramCost pc = cost::program_cost(p, chip, f.name);
@@ -247,6 +257,7 @@ void run_mil(const EstimateOptions& o) {
 // `device` "" = the report's device profile.
 void run_calibrate(const EstimateOptions& o, const std::string& dev) {
   const cost::Calibration cal = cost::calibrate(read_file_text(o.calibrate), o.calibrate, dev);
+  if (!o.save.empty()) cost::save_chip(cal.after, o.save);
   if (o.json) {
     json ch = json::array(), nf = json::array();
     for (const auto& c : cal.changed)
@@ -262,6 +273,9 @@ void run_calibrate(const EstimateOptions& o, const std::string& dev) {
   for (const auto& c : cal.changed)
     std::printf("  %-18s %10.4g -> %-10.4g (from %s)\n", c.param.c_str(), c.before, c.after, c.from_section.c_str());
   for (const auto& [p, why] : cal.not_fitted) std::printf("  %-18s not fitted: %s\n", p.c_str(), why.c_str());
+  if (!o.save.empty())
+    std::printf("  saved to %s: estimate with it by `anelab estimate train|infer|mil --device-file %s`\n",
+                o.save.c_str(), o.save.c_str());
 }
 
 }  // namespace
@@ -317,6 +331,7 @@ void add_estimate_command(CLI::App& app) {
     return s;
   }();
   est->add_option("--calibrate", o->calibrate, "refit the chip's parameters from an `anelab probe --out` report");
+  est->add_option("--save", o->save, "with --calibrate: write the refit chip parameters to this file (JSON)");
   est->add_option("--device", o->device, "chip: " + devices)->capture_default_str();
   est->add_flag("--json", o->json, "JSON output");
   auto* tr = est->add_subcommand("train", "a training step: per-kernel table and ms/step");
@@ -339,12 +354,16 @@ void add_estimate_command(CLI::App& app) {
   mil->add_option("program", o->program, "MIL program file")->required();
   for (auto* sub : {tr, inf, mil}) {
     sub->add_option("--device", o->device, "chip: " + devices)->capture_default_str();
+    sub->add_option("--device-file", o->device_file,
+                    "chip parameters from a file written by `estimate --calibrate probe.json --save FILE`");
     sub->add_flag("--json", o->json, "JSON output");
   }
-  tr->callback([o] { run_train(*o); });
-  inf->callback([o] { run_infer(*o); });
-  mil->callback([o] { run_mil(*o); });
+  auto given = [o, est](CLI::App* sub) { o->device_given = sub->count("--device") + est->count("--device") > 0; };
+  tr->callback([o, tr, given] { given(tr), run_train(*o); });
+  inf->callback([o, inf, given] { given(inf), run_infer(*o); });
+  mil->callback([o, mil, given] { given(mil), run_mil(*o); });
   est->callback([o, est] {
+    ANELAB_CHECK(o->save.empty() || !o->calibrate.empty(), "estimate", "--save needs --calibrate probe.json");
     if (!o->calibrate.empty()) return run_calibrate(*o, est->count("--device") ? o->device : "");
     ANELAB_CHECK(!est->get_subcommands().empty(), "estimate",
                  "give a subcommand (train, infer, mil) or --calibrate probe.json");

@@ -106,6 +106,14 @@ struct FusionCost {
 };
 FusionCost fusion_cost(const mil::Program& p, const Chip& chip, const std::string& fn = "");
 
+// Chip parameter files (schema anelab.chip/1, framework/cost/chip_file.cpp): `estimate --calibrate --save` writes
+// the refit chip, `--device-file` reads it instead of a built-in chip. save_chip writes atomically; chip_from_json /
+// load_chip throw "[cost] <source>: field 'X' is ..., expected ..." naming the first bad field.
+std::string chip_to_json(const Chip& c);
+Chip chip_from_json(const std::string& text, const std::string& source);
+void save_chip(const Chip& c, const std::string& path);
+Chip load_chip(const std::string& path);
+
 // ---- workloads ------------------------------------------------------------------------------------------
 
 // One kernel of a workload: its cost and how often it runs per step / token.
