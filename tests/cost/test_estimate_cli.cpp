@@ -249,9 +249,11 @@ TEST(EstimateCli, InferBenchShowsTheEstimate) {
 }
 
 TEST(EstimateCli, BadInputIsOneLine) {
-  for (const char* args : {"train --preset stories110m --strategy sideways", "train --preset nope",
-                           "train --preset stories110m --device m9", "", "mil /nonexistent.mil",
-                           "infer --preset qwen2.5-0.5b --bucket 100", "--calibrate /nonexistent.json"}) {
+  for (const char* args :
+       {"train --preset stories110m --strategy sideways", "train --preset nope",
+        "train --preset stories110m --device m9", "", "mil /nonexistent.mil",
+        "infer --preset qwen2.5-0.5b --bucket 100", "--calibrate /nonexistent.json", "--save /tmp/never_written.json",
+        "train --preset stories110m --device-file /nonexistent.json", "train --preset stories110m --cls-vocab 40000"}) {
     const CliRun r = estimate_cli_run(args);
     EXPECT_NE(r.rc, 0) << args;
     ASSERT_FALSE(r.out.empty()) << args;
