@@ -39,6 +39,8 @@ json program_json(const cost::ProgramCost& p) {
   return {{"ms", p.ms},
           {"compute_ms", p.compute_ms},
           {"memory_ms", p.memory_ms},
+          {"fill_ms", p.fill_ms},
+          {"drain_ms", p.drain_ms},
           {"dispatch_ms", p.dispatch_ms},
           {"gflop", p.flops * 1e-9},
           {"tflops", p.tflops()},
@@ -245,10 +247,10 @@ void run_mil(const EstimateOptions& o) {
       std::printf("  %-24s %-12s %-11s %8.4f ms %8.3f GFLOP\n", ops[i]->name.c_str(), ops[i]->op.c_str(),
                   cost::op_class_name(ops[i]->cls), ops[i]->ms, ops[i]->flops * 1e-9);
     std::printf(
-        "  %.3f ms per evaluation (dispatch %.3f + max(compute %.3f, memory %.3f)), %.3f GFLOP, %.2f TFLOPS%s;"
-        " split into one program per op: %.3f ms\n",
-        pc.ms, pc.dispatch_ms, pc.compute_ms, pc.memory_ms, pc.flops * 1e-9, pc.tflops(), pc.spills ? ", spills" : "",
-        fc.split_ms);
+        "  %.3f ms per evaluation (dispatch %.3f + fill %.3f + max(compute %.3f, rest of memory %.3f) + drain %.3f), "
+        "%.3f GFLOP, %.2f TFLOPS%s; split into one program per op: %.3f ms\n",
+        pc.ms, pc.dispatch_ms, pc.fill_ms, pc.compute_ms, pc.memory_ms - pc.fill_ms - pc.drain_ms, pc.drain_ms,
+        pc.flops * 1e-9, pc.tflops(), pc.spills ? ", spills" : "", fc.split_ms);
   }
   if (o.json)
     std::printf("%s\n", json{{"device", chip.name}, {"program", o.program}, {"functions", fns}}.dump(2).c_str());

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -213,6 +214,13 @@ TEST(EstimateCli, TrainJson) {
   EXPECT_GT(j["ms_per_step"].get<double>(), 0);
   EXPECT_EQ(j["kernels"].size(), 9u);
   EXPECT_EQ(j["kernels"][0]["calls"].get<int>(), 12);
+  for (const auto& k : j["kernels"]) {  // the program time's terms (cost.h): dispatch + fill + max(...) + drain
+    const double fill = k["fill_ms"].get<double>(), drain = k["drain_ms"].get<double>();
+    const double want = k["dispatch_ms"].get<double>() + fill + drain +
+                        std::max(k["compute_ms"].get<double>(), k["memory_ms"].get<double>() - fill - drain);
+    EXPECT_NEAR(k["ms"].get<double>(), want, 1e-12) << k["name"];
+    EXPECT_GT(fill, 0.0) << k["name"];
+  }
   EXPECT_GT(j["ms_per_step_with_compile"].get<double>(), j["ms_per_step"].get<double>());
 }
 
