@@ -107,9 +107,15 @@ struct FusionCost {
 };
 FusionCost fusion_cost(const mil::Program& p, const Chip& chip, const std::string& fn = "");
 
-// Chip parameter files (schema anelab.chip/1, framework/cost/chip_file.cpp): `estimate --calibrate --save` writes
-// the refit chip, `--device-file` reads it instead of a built-in chip. save_chip writes atomically; chip_from_json /
-// load_chip throw "[cost] <source>: field 'X' is ..., expected ..." naming the first bad field.
+// Chip parameter files: `estimate --calibrate probe.json --save chip.json` writes the refit chip, `--device-file
+// chip.json` reads it instead of a built-in chip. Format (framework/cost/chip_file.cpp), one JSON object:
+//   "schema": "anelab.chip/1"                     the version: any other value is refused
+//   "name", "family", "description": strings      family one of m1 ... m5 (the device profile)
+//   every number of Chip under its field name     peak_fp16_tflops, s_half, int8_speedup, dram_gbps, sram_mb,
+//                                                 dispatch_us, compile_ms, host_gflops, host_gbps, staging_gbps:
+//                                                 each present, finite and > 0
+// and no other key. save_chip writes atomically (temp file + fsync + rename); chip_from_json / load_chip throw
+// "[cost] <source>: field 'X' is <value>, expected ..." naming the first bad field.
 std::string chip_to_json(const Chip& c);
 Chip chip_from_json(const std::string& text, const std::string& source);
 void save_chip(const Chip& c, const std::string& path);
