@@ -25,8 +25,12 @@ using nlohmann::json;
 
 struct EstimateOptions {
   std::string preset, model, program, device = "m4", strategy = "dynamic", calibrate;
-  int64_t seq = 256;  // training tokens per sequence (maderix's SEQ)
-  int accum = 10;     // steps per update
+  std::string save;         // --calibrate: write the refit chip here (anelab.chip/1)
+  std::string device_file;  // a chip file written by --save, instead of a built-in --device
+  bool device_given = false;
+  int64_t seq = 256;      // training tokens per sequence (maderix's SEQ)
+  int64_t cls_vocab = 0;  // classifier rows (0: the model's vocabulary, as anelab's trainer computes it)
+  int accum = 10;         // steps per update
   std::vector<int64_t> buckets;
   bool json = false;
 };
@@ -35,6 +39,8 @@ json program_json(const cost::ProgramCost& p) {
   return {{"ms", p.ms},
           {"compute_ms", p.compute_ms},
           {"memory_ms", p.memory_ms},
+          {"fill_ms", p.fill_ms},
+          {"drain_ms", p.drain_ms},
           {"dispatch_ms", p.dispatch_ms},
           {"gflop", p.flops * 1e-9},
           {"tflops", p.tflops()},
@@ -50,6 +56,13 @@ void print_program_row(const std::string& name, const cost::ProgramCost& p, int6
       "MB%s)\n",
       name.c_str(), static_cast<long long>(calls), p.ms, p.ms * double(calls), p.compute_ms, p.memory_ms,
       p.flops * 1e-9, p.tflops(), p.weight_bytes / 1048576.0, p.spills ? ", spills" : "");
+}
+
+// The chip to estimate on: the --device-file's parameters, else the built-in --device.
+cost::Chip chip_of(const EstimateOptions& o) {
+  if (o.device_file.empty()) return cost::chip(o.device);
+  ANELAB_CHECK(!o.device_given, "estimate", "give --device or --device-file, not both");
+  return cost::load_chip(o.device_file);
 }
 
 const models::ModelConfig& preset_or_model(const EstimateOptions& o, models::Model& keep) {
@@ -69,9 +82,12 @@ void run_train(const EstimateOptions& o) {
   m.shape = train::kernel_train_shape(models::describe_model(c), o.seq);
   m.n_layers = c.n_layers;
   m.vocab = c.vocab_size;
+  ANELAB_CHECK(o.cls_vocab <= c.vocab_size, "estimate", "--cls-vocab ", o.cls_vocab, " exceeds the vocabulary (",
+               c.vocab_size, ")");
+  m.cls_vocab = o.cls_vocab;
   m.accum_steps = o.accum;
   const auto strat = o.strategy == "static" ? kern::Strategy::kStatic : kern::Strategy::kDynamic;
-  const cost::Chip& chip = cost::chip(o.device);
+  const cost::Chip chip = chip_of(o);
   const cost::StepCost s = cost::estimate_train(m, strat, chip);
   std::vector<const cost::KernelRow*> by_cost;
   for (const auto& k : s.kernels) by_cost.push_back(&k);
@@ -152,7 +168,7 @@ cost::ProgramCost prefill_layer_cost(const models::ModelConfig& c, int64_t S, co
 void run_infer(const EstimateOptions& o) {
   models::Model keep;
   const models::ModelConfig& c = preset_or_model(o, keep);
-  const cost::Chip& chip = cost::chip(o.device);
+  const cost::Chip chip = chip_of(o);
   std::vector<int64_t> buckets = o.buckets;
   if (buckets.empty())
     for (int64_t S = 64; S <= std::min<int64_t>(c.max_seq_len, 2048); S *= 2) buckets.push_back(S);
@@ -204,7 +220,7 @@ void run_infer(const EstimateOptions& o) {
 
 void run_mil(const EstimateOptions& o) {
   const mil::Program p = mil::parse(read_file_text(o.program), o.program);
-  const cost::Chip& chip = cost::chip(o.device);
+  const cost::Chip chip = chip_of(o);
   json fns = json::array();
   for (const auto& f : p.functions) {
     const cost::ProgramCost pc = cost::program_cost(p, chip, f.name);
@@ -231,10 +247,10 @@ void run_mil(const EstimateOptions& o) {
       std::printf("  %-24s %-12s %-11s %8.4f ms %8.3f GFLOP\n", ops[i]->name.c_str(), ops[i]->op.c_str(),
                   cost::op_class_name(ops[i]->cls), ops[i]->ms, ops[i]->flops * 1e-9);
     std::printf(
-        "  %.3f ms per evaluation (dispatch %.3f + max(compute %.3f, memory %.3f)), %.3f GFLOP, %.2f TFLOPS%s;"
-        " split into one program per op: %.3f ms\n",
-        pc.ms, pc.dispatch_ms, pc.compute_ms, pc.memory_ms, pc.flops * 1e-9, pc.tflops(), pc.spills ? ", spills" : "",
-        fc.split_ms);
+        "  %.3f ms per evaluation (dispatch %.3f + fill %.3f + max(compute %.3f, rest of memory %.3f) + drain %.3f), "
+        "%.3f GFLOP, %.2f TFLOPS%s; split into one program per op: %.3f ms\n",
+        pc.ms, pc.dispatch_ms, pc.fill_ms, pc.compute_ms, pc.memory_ms - pc.fill_ms - pc.drain_ms, pc.drain_ms,
+        pc.flops * 1e-9, pc.tflops(), pc.spills ? ", spills" : "", fc.split_ms);
   }
   if (o.json)
     std::printf("%s\n", json{{"device", chip.name}, {"program", o.program}, {"functions", fns}}.dump(2).c_str());
@@ -243,6 +259,7 @@ void run_mil(const EstimateOptions& o) {
 // `device` "" = the report's device profile.
 void run_calibrate(const EstimateOptions& o, const std::string& dev) {
   const cost::Calibration cal = cost::calibrate(read_file_text(o.calibrate), o.calibrate, dev);
+  if (!o.save.empty()) cost::save_chip(cal.after, o.save);
   if (o.json) {
     json ch = json::array(), nf = json::array();
     for (const auto& c : cal.changed)
@@ -258,6 +275,9 @@ void run_calibrate(const EstimateOptions& o, const std::string& dev) {
   for (const auto& c : cal.changed)
     std::printf("  %-18s %10.4g -> %-10.4g (from %s)\n", c.param.c_str(), c.before, c.after, c.from_section.c_str());
   for (const auto& [p, why] : cal.not_fitted) std::printf("  %-18s not fitted: %s\n", p.c_str(), why.c_str());
+  if (!o.save.empty())
+    std::printf("  saved to %s: estimate with it by `anelab estimate train|infer|mil --device-file %s`\n",
+                o.save.c_str(), o.save.c_str());
 }
 
 }  // namespace
@@ -313,6 +333,7 @@ void add_estimate_command(CLI::App& app) {
     return s;
   }();
   est->add_option("--calibrate", o->calibrate, "refit the chip's parameters from an `anelab probe --out` report");
+  est->add_option("--save", o->save, "with --calibrate: write the refit chip parameters to this file (JSON)");
   est->add_option("--device", o->device, "chip: " + devices)->capture_default_str();
   est->add_flag("--json", o->json, "JSON output");
   auto* tr = est->add_subcommand("train", "a training step: per-kernel table and ms/step");
@@ -323,6 +344,10 @@ void add_estimate_command(CLI::App& app) {
   tr->add_option("--accum", o->accum, "steps per weight update (Adam, static recompiles)")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
+  tr->add_option("--cls-vocab", o->cls_vocab,
+                 "classifier rows, for a trainer that compacts the vocabulary to the tokens its data uses (maderix's "
+                 "dynamic pipeline: 9200); default the whole vocabulary")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 24));
   auto* inf = est->add_subcommand("infer", "prefill tok/s per bucket and decode tok/s");
   inf->add_option("--preset", o->preset, "model preset");
   inf->add_option("--model", o->model, "model file (its config)");
@@ -331,12 +356,16 @@ void add_estimate_command(CLI::App& app) {
   mil->add_option("program", o->program, "MIL program file")->required();
   for (auto* sub : {tr, inf, mil}) {
     sub->add_option("--device", o->device, "chip: " + devices)->capture_default_str();
+    sub->add_option("--device-file", o->device_file,
+                    "chip parameters from a file written by `estimate --calibrate probe.json --save FILE`");
     sub->add_flag("--json", o->json, "JSON output");
   }
-  tr->callback([o] { run_train(*o); });
-  inf->callback([o] { run_infer(*o); });
-  mil->callback([o] { run_mil(*o); });
+  auto given = [o, est](CLI::App* sub) { o->device_given = sub->count("--device") + est->count("--device") > 0; };
+  tr->callback([o, tr, given] { given(tr), run_train(*o); });
+  inf->callback([o, inf, given] { given(inf), run_infer(*o); });
+  mil->callback([o, mil, given] { given(mil), run_mil(*o); });
   est->callback([o, est] {
+    ANELAB_CHECK(o->save.empty() || !o->calibrate.empty(), "estimate", "--save needs --calibrate probe.json");
     if (!o->calibrate.empty()) return run_calibrate(*o, est->count("--device") ? o->device : "");
     ANELAB_CHECK(!est->get_subcommands().empty(), "estimate",
                  "give a subcommand (train, infer, mil) or --calibrate probe.json");

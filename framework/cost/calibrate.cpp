@@ -52,6 +52,7 @@ Calibration calibrate(const std::string& text, const std::string& src, const std
   cal.before = cal.after = chip(dev);
   if (r.contains("numbers") && r["numbers"].is_string()) cal.numbers = r["numbers"].get<std::string>();
   Chip& c = cal.after;
+  c.description += ", calibrated on " + src;
   auto set = [&](const char* param, const char* section, double& field, double v) {
     cal.changed.push_back({param, section, field, v});
     field = v;

@@ -55,15 +55,19 @@ Chip family_chip(const std::string& fam) {
     // in our notes): a token streams every layer's weights. caiovicentino/ane-inference-engine measured 22-26 GB/s
     // through CoreML on an M4 mini: the private path reaches more.
     c.dram_gbps = 110;
-    c.sram_mb = 32;        // thebasedcapital/ane-infer, m0at/ANEtransformers: ~32 MB, spilling to DRAM beyond
-    c.host_gflops = 1330;  // per P-cluster; fitted: Stories110M dynamic 91 ms/step on M4 (maderix/ANE README)
+    c.sram_mb = 32;  // thebasedcapital/ane-infer, m0at/ANEtransformers: ~32 MB, spilling to DRAM beyond
+    // per P-cluster; fitted: Stories110M dynamic 91 ms/step on M4 (maderix/ANE README), its classifier over the
+    // 9.2K compacted vocabulary (training/README.md)
+    c.host_gflops = 890;
     c.host_gbps = 100;
   } else if (fam == "m5") {
     c.peak_fp16_tflops = peak_from(12.2, 64);  // fitted: M5 inmem_peak 12.2 TFLOPS (maderix report)
     c.int8_speedup = 35.1 / 18.6;              // M4's ratio (M5 Max's 35.61 / 19.27 held out)
-    c.dram_gbps = 59.8;   // fitted: ane-infer's fused FFN (2048 -> 6144 -> 2048, S = 64) at 3.6 TFLOPS on M5
-    c.sram_mb = 32;       // m0at/ANEtransformers (M5): perf cliff at a 32 MB working set
-    c.host_gflops = 922;  // per P-cluster; fitted: M5 Max Stories110M dynamic 73.5 ms/step (maderix/ANE PR #50)
+    // fitted: ane-infer's fused FFN (fp32 surfaces, 2048 -> 6144 -> 2048, S = 64) at 3.6 TFLOPS on M5
+    c.dram_gbps = 60.2;
+    c.sram_mb = 32;  // m0at/ANEtransformers (M5): perf cliff at a 32 MB working set
+    // per P-cluster; fitted: M5 Max Stories110M dynamic 73.5 ms/step (maderix/ANE PR #50), classifier compacted
+    c.host_gflops = 616;
     c.host_gbps = 120;
   } else {
     fail("cost", "no parameters for chip family '", fam, "'");
@@ -226,10 +230,12 @@ ProgramCost program_cost(const mil::Program& p, const Chip& chip, const std::str
   pc.name = fn.name;
   for (const auto& op : fn.ops)
     if (op.op == "quantize") pc.int8 = true;
-  for (const auto& [n, t] : fn.inputs) pc.io_bytes += bytes_of(t);
+  double in_bytes = 0, out_bytes = 0;
+  for (const auto& [n, t] : fn.inputs) in_bytes += bytes_of(t);
   for (const auto& o : fn.outputs)
-    if (const mil::TensorType* t = fn.type_of(o)) pc.io_bytes += bytes_of(*t);
-  double max_act = 0, act_total = 0;
+    if (const mil::TensorType* t = fn.type_of(o)) out_bytes += bytes_of(*t);
+  pc.io_bytes = in_bytes + out_bytes;
+  double max_act = 0, act_total = 0, first_weights = -1;
   const double peak = chip.peak_fp16_tflops * 1e12;
   for (const auto& op : fn.ops) {
     OpCost oc;
@@ -248,6 +254,7 @@ ProgramCost program_cost(const mil::Program& p, const Chip& chip, const std::str
     oc.ms = oc.flops / rate * 1e3;
     pc.flops += (oc.cls == OpClass::kConv || oc.cls == OpClass::kMatmul) ? oc.flops : 0;
     pc.weight_bytes += oc.weight_bytes;
+    if (first_weights < 0 && oc.weight_bytes > 0) first_weights = oc.weight_bytes;
     pc.compute_ms += oc.ms;
     max_act = std::max(max_act, oc.act_bytes);
     act_total += oc.act_bytes;
@@ -263,9 +270,17 @@ ProgramCost program_cost(const mil::Program& p, const Chip& chip, const std::str
   pc.spills = max_op_weights + 2 * max_act > sram;
   const bool resident = opt.resident && pc.weight_bytes <= sram;
   const double dram_bytes = (resident ? 0 : pc.weight_bytes) + pc.io_bytes + (pc.spills ? 2 * act_total : 0);
-  pc.memory_ms = dram_bytes / (chip.dram_gbps * 1e9) * 1e3;
+  const double ms_per_byte = 1e3 / (chip.dram_gbps * 1e9);
+  pc.memory_ms = dram_bytes * ms_per_byte;
+  // Pipeline fill and drain: the first weight-bearing op starts once the input surfaces and its weights are on
+  // chip, and the output surfaces leave after the last op. Only the rest of the traffic streams under the compute.
+  // A single-op program pays dispatch + its whole traffic + its compute; a long fused chain hides all but the
+  // first op's weights (ane-infer's single-op conv at 1.1 TFLOPS vs 3.6 for the fused FFN, docs/estimate.md).
+  const double fill_bytes = in_bytes + (resident ? 0 : std::max(0.0, first_weights));
+  pc.fill_ms = fill_bytes * ms_per_byte;
+  pc.drain_ms = out_bytes * ms_per_byte;
   pc.dispatch_ms = chip.dispatch_us * 1e-3;
-  pc.ms = pc.dispatch_ms + std::max(pc.compute_ms, pc.memory_ms);
+  pc.ms = pc.dispatch_ms + pc.fill_ms + std::max(pc.compute_ms, pc.memory_ms - pc.fill_ms - pc.drain_ms) + pc.drain_ms;
   return pc;
 }
 
@@ -273,11 +288,11 @@ FusionCost fusion_cost(const mil::Program& p, const Chip& chip, const std::strin
   FusionCost f;
   const ProgramCost whole = program_cost(p, chip, fn);
   f.fused_ms = whole.ms;
-  // Split: every non-free op its own program: its own dispatch, its weights and its input / output through DRAM.
-  for (const auto& oc : whole.ops) {
-    const double bytes = oc.weight_bytes + 2 * oc.act_bytes;
-    f.split_ms += chip.dispatch_us * 1e-3 + std::max(oc.ms, bytes / (chip.dram_gbps * 1e9) * 1e3);
-  }
+  // Split: every non-free op its own program: its own dispatch, its weights and input (about its output's size)
+  // in before it computes, its output out after (program_cost's fill and drain with nothing to overlap).
+  const double ms_per_byte = 1e3 / (chip.dram_gbps * 1e9);
+  for (const auto& oc : whole.ops)
+    f.split_ms += chip.dispatch_us * 1e-3 + (oc.weight_bytes + 2 * oc.act_bytes) * ms_per_byte + oc.ms;
   return f;
 }
 
@@ -291,8 +306,10 @@ StepCost train_step_cost(std::vector<KernelRow> kernels, const TrainShapeInfo& s
   sc.kernels = std::move(kernels);
   const double host = chip.host_gflops * 1e9, N = double(s.tokens);
   sc.staging_ms = staging_bytes / (chip.staging_gbps * 1e9) * 1e3;
-  // Classifier on the host: logits = h·Eᵀ, dh = dlogits·E, dE = dlogitsᵀ·h: three N x D x V GEMMs.
-  sc.cls_ms = 3 * 2 * N * double(s.dim) * double(s.vocab) / host * 1e3;
+  // Classifier on the host: logits = h·Eᵀ, dh = dlogits·E, dE = dlogitsᵀ·h: three N x D x V GEMMs over the rows
+  // it computes (cls_vocab: the compacted vocabulary where the trainer compacts it).
+  const double cls_rows = double(s.cls_vocab > 0 ? s.cls_vocab : s.vocab);
+  sc.cls_ms = 3 * 2 * N * double(s.dim) * cls_rows / host * 1e3;
   // dW = dY·Xᵀ for every layer matrix on the worker, hidden under the ANE's kernels but for the excess.
   sc.dw_ms = 2 * N * s.layer_params * double(s.n_layers) / host * 1e3;
   sc.dw_exposed_ms = std::max(0.0, sc.dw_ms - sc.ane_ms);

@@ -5,10 +5,12 @@
 //   op time       roofline: max(flops / (peak · class efficiency · spatial efficiency), DRAM bytes / bandwidth)
 //                 spatial efficiency eff(S) = S / (S + s_half)  (S: the op's last dimension; the ANE fills
 //                 its lanes along the spatial axis: M3 Pro 9.98 TFLOPS at S = 64 vs 16.77 at S = 2048)
-//   program time  dispatch + Σ op time; weights (BLOBFILE consts) are streamed from DRAM on every evaluation
-//                 (a step evaluates dozens of programs: none stays resident) and the program's I/O surfaces
-//                 are read / written once; intermediates stay on chip unless the working set exceeds the SRAM,
-//                 then they go to DRAM and back (the spill)
+//   program time  dispatch + fill + max(Σ op time, the rest of the DRAM traffic) + drain; weights (BLOBFILE
+//                 consts) are streamed from DRAM on every evaluation (a step evaluates dozens of programs: none
+//                 stays resident) and the program's I/O surfaces are read / written once; intermediates stay on
+//                 chip unless the working set exceeds the SRAM, then they go to DRAM and back (the spill).
+//                 fill: the input surfaces and the first weight-bearing op's weights arrive before any compute;
+//                 drain: the output surfaces leave after it (nothing overlaps them)
 //   int8          a program with quantize ops (W8A8) runs its convs / matmuls int8_speedup times faster;
 //                 constexpr_affine_dequantize weights stream one byte per element
 //   train step    ANE (every kernel once per layer) + IOSurface staging (every surface byte once, host
@@ -81,15 +83,18 @@ struct ProgramCost {
   bool int8 = false;        // quantize ops: W8A8
   double compute_ms = 0;    // Σ op time (roofline of each op)
   double memory_ms = 0;     // weights + I/O (+ spilled intermediates) over the DRAM bandwidth
+  double fill_ms = 0;       // the part of memory_ms before the first op: input surfaces + its weights
+  double drain_ms = 0;      // the part of memory_ms after the last op: output surfaces
   double dispatch_ms = 0;
-  double ms = 0;  // dispatch + max(compute, memory)
+  double ms = 0;  // dispatch + fill + max(compute, memory - fill - drain) + drain
   double tflops() const { return ms > 0 ? flops / (ms * 1e9) : 0; }
   std::vector<OpCost> ops;
 };
 
 struct CostOptions {
-  // The program runs in a loop alone (a benchmark): weights that fit the SRAM stay there between evaluations.
-  // Off for steps and generations, which evaluate many programs in turn.
+  // What-if: weights that fit the SRAM stay there between evaluations. Off everywhere the model is checked: even a
+  // benchmark loop of one program restreams them (ane-infer's single-op conv, 2 MB: 1.1 TFLOPS measured, 1.49
+  // resident). The tests use it to read a chain's compute term alone.
   bool resident = false;
 };
 // The cost of evaluating function `fn` ("" = the first) of `p` once on `chip`.
@@ -101,6 +106,20 @@ struct FusionCost {
   double fused_ms = 0, split_ms = 0;
 };
 FusionCost fusion_cost(const mil::Program& p, const Chip& chip, const std::string& fn = "");
+
+// Chip parameter files: `estimate --calibrate probe.json --save chip.json` writes the refit chip, `--device-file
+// chip.json` reads it instead of a built-in chip. Format (framework/cost/chip_file.cpp), one JSON object:
+//   "schema": "anelab.chip/1"                     the version: any other value is refused
+//   "name", "family", "description": strings      family one of m1 ... m5 (the device profile)
+//   every number of Chip under its field name     peak_fp16_tflops, s_half, int8_speedup, dram_gbps, sram_mb,
+//                                                 dispatch_us, compile_ms, host_gflops, host_gbps, staging_gbps:
+//                                                 each present, finite and > 0
+// and no other key. save_chip writes atomically (temp file + fsync + rename); chip_from_json / load_chip throw
+// "[cost] <source>: field 'X' is <value>, expected ..." naming the first bad field.
+std::string chip_to_json(const Chip& c);
+Chip chip_from_json(const std::string& text, const std::string& source);
+void save_chip(const Chip& c, const std::string& path);
+Chip load_chip(const std::string& path);
 
 // ---- workloads ------------------------------------------------------------------------------------------
 
@@ -116,6 +135,9 @@ struct KernelRow {
 // A training step: per-kernel table plus the host terms. B = 1 sequence of `tokens` tokens.
 struct TrainShapeInfo {
   int64_t n_layers = 0, dim = 0, vocab = 0, tokens = 0;
+  // Rows the host classifier computes: the vocabulary, or fewer where the trainer compacts it to the tokens its
+  // data uses (maderix's dynamic pipeline: 9.2K of 32K-152K; its static one and anelab's trainer: all). 0 = vocab.
+  int64_t cls_vocab = 0;
   double layer_params = 0;  // weights of one layer (the dW GEMMs' size)
   double total_params = 0;  // all trainable parameters (Adam)
   int accum_steps = 10;     // steps per weight update (maderix ACCUM: Adam and static recompiles amortised)

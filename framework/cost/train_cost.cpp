@@ -45,6 +45,7 @@ StepCost estimate_train(const TrainModel& m, kern::Strategy strategy, const Chip
   info.n_layers = m.n_layers;
   info.dim = D;
   info.vocab = m.vocab;
+  info.cls_vocab = m.cls_vocab;
   info.tokens = s.seq;
   info.layer_params = double(2 * QD * D + 2 * KVD * D + 3 * H * D + 2 * D);
   info.total_params = info.layer_params * double(m.n_layers) + double(m.vocab * D + D);

@@ -13,7 +13,8 @@ struct TrainModel {
   kern::TrainShape shape;
   int64_t n_layers = 0;
   int64_t vocab = 0;
-  int accum_steps = 10;  // steps per weight update (Adam, static recompiles)
+  int64_t cls_vocab = 0;  // classifier rows (TrainShapeInfo::cls_vocab; 0 = vocab)
+  int accum_steps = 10;   // steps per weight update (Adam, static recompiles)
 };
 
 StepCost estimate_train(const TrainModel& m, kern::Strategy strategy, const Chip& chip);

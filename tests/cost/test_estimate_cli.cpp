@@ -1,14 +1,19 @@
-// `anelab estimate` through the binary (train / infer JSON, one-line errors) and the calibration from a probe report.
+// `anelab estimate` through the binary (train / infer JSON, one-line errors), the calibration from a probe report and
+// the chip parameter files (--calibrate --save, --device-file).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "framework/core/error.h"
+#include "framework/core/file.h"
 #include "framework/cost/cost.h"
+#include "framework/cost/train_cost.h"
 
 namespace anelab::cost {
 namespace {
@@ -107,6 +112,101 @@ TEST(EstimateCalibrate, BadReports) {
   EXPECT_NE(error_of(r.dump()).find("[cost] p.json: cases[conv].gflop is not a positive number"), std::string::npos);
 }
 
+// Chip parameter files: every field survives the round trip; a malformed file is refused naming its field.
+TEST(EstimateChipFile, RoundTrip) {
+  const Chip& m4 = chip("m4");
+  const Chip back = chip_from_json(chip_to_json(m4), "m4.json");
+  EXPECT_EQ(back.name, m4.name);
+  EXPECT_EQ(back.family, m4.family);
+  EXPECT_EQ(back.description, m4.description);
+  // JSON numbers print with 17 significant digits: the doubles come back exactly
+  for (double Chip::*f :
+       {&Chip::peak_fp16_tflops, &Chip::s_half, &Chip::int8_speedup, &Chip::dram_gbps, &Chip::sram_mb,
+        &Chip::dispatch_us, &Chip::compile_ms, &Chip::host_gflops, &Chip::host_gbps, &Chip::staging_gbps})
+    EXPECT_EQ(back.*f, m4.*f);
+  const std::string path = ::testing::TempDir() + "/estimate_chip_rt.json";
+  save_chip(m4, path);
+  EXPECT_EQ(load_chip(path).dram_gbps, m4.dram_gbps);
+}
+
+TEST(EstimateChipFile, MalformedFilesNameTheField) {
+  auto error_of = [](const nlohmann::json& j) -> std::string {
+    try {
+      chip_from_json(j.dump(), "chip.json");
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  const nlohmann::json good = nlohmann::json::parse(chip_to_json(chip("m5")));
+  EXPECT_EQ(error_of(good), "no error");
+  struct Bad {
+    const char* key;
+    nlohmann::json value;  // null: the key removed
+    const char* expect;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"schema", "anelab.chip/0",
+            "[cost] chip.json: field 'schema' is \"anelab.chip/0\", expected \"anelab.chip/1\""},
+           {"dram_gbps", "fast", "[cost] chip.json: field 'dram_gbps' is \"fast\", expected a positive number"},
+           {"peak_fp16_tflops", -3, "[cost] chip.json: field 'peak_fp16_tflops' is -3, expected a positive number"},
+           {"host_gflops", nullptr, "[cost] chip.json: field 'host_gflops' is missing, expected a positive number"},
+           {"family", "m9", "[cost] chip.json: field 'family' is 'm9', not a chip family"},
+           {"name", 4, "[cost] chip.json: field 'name' is 4, expected a string"},
+           {"dram_gbs", 100, "[cost] chip.json: unknown field 'dram_gbs'"}}) {
+    nlohmann::json j = good;
+    if (b.value.is_null())
+      j.erase(b.key);
+    else
+      j[b.key] = b.value;
+    EXPECT_EQ(error_of(j).rfind(b.expect, 0), 0u) << b.key << ": " << error_of(j);
+  }
+  EXPECT_NE(error_of(nlohmann::json::array()).find("[cost] chip.json: not a chip parameter file"), std::string::npos);
+}
+
+// A probe report from the binary with the fake shim, calibrated and saved; `--device-file` estimates with exactly the
+// refit parameters: the step cost is the model's with Calibration::after, not the built-in M4's.
+TEST(EstimateCli, CalibrateSaveAndUse) {
+  const std::string dir = ::testing::TempDir();
+  const std::string probe = dir + "/estimate_fake_probe.json", saved = dir + "/estimate_fake_chip.json";
+  const std::string cmd =
+      std::string(ANELAB_BINARY_DIR) + "/bin/anelab probe --shim fake --out " + probe + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::remove(saved.c_str());
+  const CliRun cal = estimate_cli_run("--calibrate " + probe + " --device m4 --save " + saved);
+  ASSERT_EQ(cal.rc, 0) << cal.out;
+  EXPECT_NE(cal.out.find("saved to " + saved), std::string::npos) << cal.out;
+  const Calibration refit = calibrate(read_file_text(probe), probe, "m4");
+  const Chip loaded = load_chip(saved);
+  EXPECT_EQ(loaded.peak_fp16_tflops, refit.after.peak_fp16_tflops);
+  EXPECT_EQ(loaded.dispatch_us, refit.after.dispatch_us);
+  EXPECT_EQ(loaded.host_gflops, chip("m4").host_gflops);  // not measured by a probe: unchanged
+  EXPECT_NE(loaded.peak_fp16_tflops, chip("m4").peak_fp16_tflops);
+
+  const CliRun a = estimate_cli_run("train --preset stories110m --strategy static --device m4 --json");
+  const CliRun b = estimate_cli_run("train --preset stories110m --strategy static --device-file " + saved + " --json");
+  ASSERT_EQ(a.rc, 0) << a.out;
+  ASSERT_EQ(b.rc, 0) << b.out;
+  const auto ja = nlohmann::json::parse(a.out), jb = nlohmann::json::parse(b.out);
+  // The model with the refit chip, in process (Stories110M: D 768, H 2048, 12 heads of 64, 12 layers, S 256).
+  TrainModel m;
+  m.shape.dim = 768, m.shape.hidden = 2048, m.shape.n_heads = 12, m.shape.n_kv_heads = 12, m.shape.head_dim = 64;
+  m.shape.seq = 256, m.n_layers = 12, m.vocab = 32000;
+  const StepCost want = estimate_train(m, kern::Strategy::kStatic, refit.after);
+  EXPECT_NEAR(jb["ms_per_step"].get<double>(), want.ms_per_step(), 1e-9 * want.ms_per_step());
+  EXPECT_NEAR(jb["ane_ms"].get<double>(), want.ane_ms, 1e-9 * want.ane_ms);
+  EXPECT_NE(jb["ane_ms"].get<double>(), ja["ane_ms"].get<double>());
+  // the host terms are not what a probe measures: the same on both
+  EXPECT_EQ(jb["classifier_ms"].get<double>(), ja["classifier_ms"].get<double>());
+  // a malformed file: one line naming the field
+  const std::string bad = estimate_cli_tmp("estimate_bad_chip.json", R"({"schema": "anelab.chip/1"})");
+  const CliRun r2 = estimate_cli_run("infer --preset qwen2.5-0.5b --device-file " + bad);
+  EXPECT_NE(r2.rc, 0);
+  EXPECT_EQ(r2.out, "anelab: error: [cost] " + bad + ": field 'name' is missing, expected a string\n");
+  const CliRun both = estimate_cli_run("train --preset stories110m --device m5 --device-file " + saved);
+  EXPECT_EQ(both.out, "anelab: error: [estimate] give --device or --device-file, not both\n");
+}
+
 TEST(EstimateCli, TrainJson) {
   const CliRun r = estimate_cli_run("train --preset stories110m --strategy static --device m4 --json");
   ASSERT_EQ(r.rc, 0) << r.out;
@@ -114,6 +214,13 @@ TEST(EstimateCli, TrainJson) {
   EXPECT_GT(j["ms_per_step"].get<double>(), 0);
   EXPECT_EQ(j["kernels"].size(), 9u);
   EXPECT_EQ(j["kernels"][0]["calls"].get<int>(), 12);
+  for (const auto& k : j["kernels"]) {  // the program time's terms (cost.h): dispatch + fill + max(...) + drain
+    const double fill = k["fill_ms"].get<double>(), drain = k["drain_ms"].get<double>();
+    const double want = k["dispatch_ms"].get<double>() + fill + drain +
+                        std::max(k["compute_ms"].get<double>(), k["memory_ms"].get<double>() - fill - drain);
+    EXPECT_NEAR(k["ms"].get<double>(), want, 1e-12) << k["name"];
+    EXPECT_GT(fill, 0.0) << k["name"];
+  }
   EXPECT_GT(j["ms_per_step_with_compile"].get<double>(), j["ms_per_step"].get<double>());
 }
 
@@ -150,9 +257,11 @@ TEST(EstimateCli, InferBenchShowsTheEstimate) {
 }
 
 TEST(EstimateCli, BadInputIsOneLine) {
-  for (const char* args : {"train --preset stories110m --strategy sideways", "train --preset nope",
-                           "train --preset stories110m --device m9", "", "mil /nonexistent.mil",
-                           "infer --preset qwen2.5-0.5b --bucket 100", "--calibrate /nonexistent.json"}) {
+  for (const char* args :
+       {"train --preset stories110m --strategy sideways", "train --preset nope",
+        "train --preset stories110m --device m9", "", "mil /nonexistent.mil",
+        "infer --preset qwen2.5-0.5b --bucket 100", "--calibrate /nonexistent.json", "--save /tmp/never_written.json",
+        "train --preset stories110m --device-file /nonexistent.json", "train --preset stories110m --cls-vocab 40000"}) {
     const CliRun r = estimate_cli_run(args);
     EXPECT_NE(r.rc, 0) << args;
     ASSERT_FALSE(r.out.empty()) << args;
