@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "framework/core/error.h"
 #include "framework/core/npy.h"
 #include "models/formats/anelab_file.h"
 #include "models/io/load_any.h"
@@ -160,6 +161,44 @@ TEST(TrainQwen35, TenStepTrajectoryMatchesAutogradAdamW) {
   for (const auto& p : layout.params()) {
     const NpyArray ref = read_npy(dir + "/ref/out/final." + p.name + ".npy");
     EXPECT_LT(test::rel_err(ck.weights.data() + p.offset, ref.data.data(), p.numel), 1e-3) << p.name;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// `anelab train --preset qwen3.5-0.8b --shape {...}`: a run stopped after 3 steps and resumed from its checkpoint (the
+// qwen35 config and weights read back) ends in the state of the run that never stopped, bit for bit; the loss falls.
+TEST(TrainQwen35, PresetWithShapeResumesBitExact) {
+  const auto dir = test::temp_dir("qwen35_resume").string();
+  const std::string data = test::write_tokens(dir, 5000, 97, 3);
+  auto run = [&](const std::string& sub) {
+    train::TrainConfig c;
+    c.preset = "qwen3.5-0.8b", c.data = data, c.run_dir = dir + "/" + sub, c.run = "q";
+    c.shape = R"({"dim": 64, "hidden_dim": 96, "n_layers": 4, "n_heads": 4, "n_kv_heads": 2, "head_dim": 16,
+                  "vocab_size": 97, "max_seq_len": 64, "linear_k_heads": 2, "linear_v_heads": 4, "linear_k_dim": 8,
+                  "linear_v_dim": 12})";
+    c.steps = 6, c.batch_size = 2, c.seq_len = 32, c.lr = 3e-3, c.warmup_steps = 1, c.eval_batches = 0;
+    train::validate(c);
+    return c;
+  };
+  train::run_training(run("straight"), {false, false});
+  auto half = run("split");
+  half.stop_after = 3;
+  EXPECT_FALSE(train::run_training(half, {false, false}).finished);
+  half.resume = true, half.stop_after = 0;
+  EXPECT_TRUE(train::run_training(half, {false, false}).finished);
+  test::expect_same_state(dir + "/straight", dir + "/split");
+  const auto ck = train::read_checkpoint(dir + "/split/last.ckpt");
+  EXPECT_TRUE(ck.model == qwen35_small_config());
+  const auto l = test::losses(dir + "/straight");
+  EXPECT_LT(l.back(), l.front());
+  train::TrainConfig bad = run("bad");
+  bad.preset.clear(), bad.init = dir + "/x.anelab";
+  try {
+    train::validate(bad);
+    ADD_FAILURE() << "--shape without --preset accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("[train] --shape {", 0), 0u) << e.what();
+    EXPECT_NE(std::string(e.what()).find(": goes with --preset NAME"), std::string::npos) << e.what();
   }
   std::filesystem::remove_all(dir);
 }
