@@ -69,7 +69,8 @@ void DeltaNetStep::forward(const models::DeltaNetDesc& d, const DeltaNetWeights&
   q_.resize(size_t(N * Q)), k_.resize(size_t(N * Q)), rq_.resize(size_t(N * Hk)), rk_.resize(size_t(N * Hk));
   z_.resize(size_t(N * V)), beta_.resize(size_t(N * Hv)), ga_.resize(size_t(N * Hv)), g_.resize(size_t(N * Hv));
   o_.resize(size_t(N * V)), ro_.resize(size_t(N * Hv)), on_.resize(size_t(N * V)), y_.resize(size_t(N * V));
-  states_.resize(size_t(B * Hv * (T + 1) * d.k_dim * d.v_dim));
+  stride_ = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(T)))));
+  states_.resize(size_t(B * Hv * ((T + stride_ - 1) / stride_) * d.k_dim * d.v_dim));
   matmul_wt(in, w.qkv, p_.data(), N, D, C);
   // The causal depthwise conv within each sequence, then SiLU.
   parallel_rows(N, N * C * K, [&](int64_t n0, int64_t n1) {
@@ -106,33 +107,48 @@ void DeltaNetStep::forward(const models::DeltaNetDesc& d, const DeltaNetWeights&
   matmul_wt(y_.data(), w.out, out, N, V, D);
 }
 
+// S = exp(g) prev + beta k uᵀ with u = v - (exp(g) prev)ᵀ k, for token n and value head h (S and prev apart). The
+// forward and the backward's recomputation of a stretch both run this, so they make the same bits.
+void DeltaNetStep::state_step(const models::DeltaNetDesc& d, int64_t n, int64_t h, const float* prev, float* S,
+                              float* u) const {
+  const int64_t Hv = d.n_v_heads, dk = d.k_dim, dv = d.v_dim, kh = h / (Hv / d.n_k_heads);
+  const int64_t Q = d.n_k_heads * dk;
+  const float* k = k_.data() + n * Q + kh * dk;
+  const float* v = mix_.data() + n * d.conv_dim() + 2 * Q + h * dv;
+  const float e = std::exp(g_[size_t(n * Hv + h)]), beta = beta_[size_t(n * Hv + h)];
+  for (int64_t i = 0; i < dk * dv; ++i) S[i] = e * prev[i];  // S' = exp(g) S_{t-1}
+  for (int64_t j = 0; j < dv; ++j) u[j] = v[j];              // u = v - S'ᵀ k
+  for (int64_t i = 0; i < dk; ++i)
+    for (int64_t j = 0; j < dv; ++j) u[j] -= S[i * dv + j] * k[i];
+  for (int64_t i = 0; i < dk; ++i)  // S = S' + beta k uᵀ
+    for (int64_t j = 0; j < dv; ++j) S[i * dv + j] += beta * k[i] * u[j];
+}
+
+// Per (sequence, value head): the states of one stretch of `stride_` tokens at a time in a scratch, o = Sᵀ q from
+// each, the state before every stretch kept in states_.
 void DeltaNetStep::recurrence(const models::DeltaNetDesc& d, int64_t B, int64_t T) {
   const int64_t Hk = d.n_k_heads, Hv = d.n_v_heads, dk = d.k_dim, dv = d.v_dim, rep = Hv / Hk;
-  const int64_t C = d.conv_dim(), Q = Hk * dk, V = Hv * dv, SS = dk * dv;
+  const int64_t Q = Hk * dk, V = Hv * dv, SS = dk * dv, L = stride_, nck = (T + L - 1) / L;
   parallel_rows(B * Hv, B * Hv * T * SS * 4, [&](int64_t i0, int64_t i1) {
-    std::vector<float> u(static_cast<size_t>(dv));
+    std::vector<float> u(static_cast<size_t>(dv)), sc(static_cast<size_t>((L + 1) * SS));
     for (int64_t bh = i0; bh < i1; ++bh) {
       const int64_t b = bh / Hv, h = bh % Hv, kh = h / rep;
-      float* st = states_.data() + bh * (T + 1) * SS;
-      std::fill(st, st + SS, 0.0f);
-      for (int64_t t = 0; t < T; ++t) {
-        const int64_t n = b * T + t;
-        const float* prev = st + t * SS;
-        float* S = st + (t + 1) * SS;
-        const float* k = k_.data() + n * Q + kh * dk;
-        const float* q = q_.data() + n * Q + kh * dk;
-        const float* v = mix_.data() + n * C + 2 * Q + h * dv;
-        const float e = std::exp(g_[size_t(n * Hv + h)]), beta = beta_[size_t(n * Hv + h)];
-        for (int64_t i = 0; i < SS; ++i) S[i] = e * prev[i];   // S' = exp(g) S_{t-1}
-        for (int64_t j = 0; j < dv; ++j) u[size_t(j)] = v[j];  // u = v - S'ᵀ k
-        for (int64_t i = 0; i < dk; ++i)
-          for (int64_t j = 0; j < dv; ++j) u[size_t(j)] -= S[i * dv + j] * k[i];
-        for (int64_t i = 0; i < dk; ++i)  // S = S' + beta k uᵀ
-          for (int64_t j = 0; j < dv; ++j) S[i * dv + j] += beta * k[i] * u[size_t(j)];
-        float* o = o_.data() + n * V + h * dv;  // o = Sᵀ q
-        std::fill(o, o + dv, 0.0f);
-        for (int64_t i = 0; i < dk; ++i)
-          for (int64_t j = 0; j < dv; ++j) o[j] += S[i * dv + j] * q[i];
+      float* ck = states_.data() + bh * nck * SS;
+      std::fill(sc.begin(), sc.begin() + SS, 0.0f);
+      for (int64_t c = 0; c < nck; ++c) {
+        std::copy(sc.begin(), sc.begin() + SS, ck + c * SS);
+        const int64_t t0 = c * L, t1 = std::min(T, t0 + L);
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t n = b * T + t;
+          const float* S = sc.data() + (t - t0 + 1) * SS;
+          state_step(d, n, h, sc.data() + (t - t0) * SS, sc.data() + (t - t0 + 1) * SS, u.data());
+          const float* q = q_.data() + n * Q + kh * dk;
+          float* o = o_.data() + n * V + h * dv;  // o = Sᵀ q
+          std::fill(o, o + dv, 0.0f);
+          for (int64_t i = 0; i < dk; ++i)
+            for (int64_t j = 0; j < dv; ++j) o[j] += S[i * dv + j] * q[i];
+        }
+        std::copy(sc.begin() + (t1 - t0) * SS, sc.begin() + (t1 - t0 + 1) * SS, sc.begin());
       }
     }
   });
@@ -165,16 +181,23 @@ void DeltaNetStep::backward(const models::DeltaNetDesc& d, const DeltaNetWeights
   // The delta rule backward through time, per (sequence, value head): dq, dk per value head, dv into dmix.
   std::vector<float> dqv(size_t(N * Hv * dk)), dkv(size_t(N * Hv * dk)), dmix(size_t(N * C));
   std::vector<float> dbeta(size_t(N * Hv)), dg(size_t(N * Hv));
-  parallel_rows(B * Hv, B * Hv * T * SS * 8, [&](int64_t i0, int64_t i1) {
+  const int64_t L = stride_, nck = (T + L - 1) / L;
+  parallel_rows(B * Hv, B * Hv * T * SS * 12, [&](int64_t i0, int64_t i1) {
     std::vector<float> dS(static_cast<size_t>(SS)), u(static_cast<size_t>(dv)), dd(static_cast<size_t>(dv));
+    std::vector<float> sc(static_cast<size_t>((L + 1) * SS));  // the states of the stretch at hand
     for (int64_t bh = i0; bh < i1; ++bh) {
       const int64_t b = bh / Hv, h = bh % Hv, kh = h / rep;
-      const float* st = states_.data() + bh * (T + 1) * SS;
       std::fill(dS.begin(), dS.end(), 0.0f);
       for (int64_t t = T - 1; t >= 0; --t) {
-        const int64_t n = b * T + t, nh = n * Hv + h;
-        const float* prev = st + t * SS;
-        const float* S = st + (t + 1) * SS;
+        const int64_t n = b * T + t, nh = n * Hv + h, t0 = t / L * L;
+        if (t == T - 1 || t % L == L - 1) {  // recompute the stretch's states from the one kept before it
+          const float* ck = states_.data() + (bh * nck + t / L) * SS;
+          std::copy(ck, ck + SS, sc.begin());
+          for (int64_t r = t0; r <= t; ++r)
+            state_step(d, b * T + r, h, sc.data() + (r - t0) * SS, sc.data() + (r - t0 + 1) * SS, u.data());
+        }
+        const float* prev = sc.data() + (t - t0) * SS;
+        const float* S = sc.data() + (t - t0 + 1) * SS;
         const float* k = k_.data() + n * Q + kh * dk;
         const float* q = q_.data() + n * Q + kh * dk;
         const float* v = mix_.data() + n * C + 2 * Q + h * dv;

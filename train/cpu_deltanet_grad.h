@@ -14,7 +14,8 @@
 // Backward through time, per value head, from dS = 0 after the last token, t = T-1 .. 0:
 //   dq_t = S_t do_t;  dS += q_t do_tᵀ;  dδ = dSᵀ k_t (δ = beta u);  dk_t = dS δ_t;  dbeta_t = dδ · u_t;
 //   dv_t = beta dδ;  dS' = dS - beta k_t dδᵀ;  dk_t -= beta S'_t dδ;  dg_t = Σ dS' ⊙ S'_t;  dS = exp(g_t) dS'
-// the states S_t of the forward kept for it ([B, Hv, T+1, dk, dv]: S_{-1} = 0 first). The q/k gradients of the value
+// the states it reads recomputed by stretches of L = ceil(sqrt(T)) tokens from the state before each stretch, which
+// the forward keeps ([B, Hv, ceil(T/L), dk, dv]: O(sqrt T) states per head, not T). The q/k gradients of the value
 // heads sharing a key head are added in head order; then the L2 norms', the SiLU's and the conv's backward, and the
 // four input projections'.
 #pragma once
@@ -56,6 +57,9 @@ class DeltaNetStep {
  private:
   // The delta rule over every (sequence, value head) from q_, k_, mix_'s v, beta_, g_ into o_ and states_.
   void recurrence(const models::DeltaNetDesc& d, int64_t B, int64_t T);
+  // One token's state update S = f(prev) (row n, value head h); u [dv] scratch.
+  void state_step(const models::DeltaNetDesc& d, int64_t n, int64_t h, const float* prev, float* S, float* u) const;
+  int64_t stride_ = 1;          // L: tokens per stretch between kept states
   std::vector<float> p_;        // [N, C] the qkv projection (the conv's input)
   std::vector<float> pre_;      // [N, C] the conv's output (SiLU's input)
   std::vector<float> mix_;      // [N, C] silu(pre): [q | k | v] before the L2 norms
@@ -69,7 +73,7 @@ class DeltaNetStep {
   std::vector<float> ro_;       // [N*Hv] its RMSNorm's 1/rms
   std::vector<float> on_;       // [N, Hv*dv] rmsnorm(o) * w_norm
   std::vector<float> y_;        // [N, Hv*dv] on * silu(z) (out_proj's input)
-  std::vector<float> states_;   // [B, Hv, T+1, dk, dv] S_{-1} = 0, S_0 .. S_{T-1}
+  std::vector<float> states_;   // [B, Hv, ceil(T/L), dk, dv] the state before each stretch (S_{-1} = 0 first)
 };
 
 }  // namespace anelab::train

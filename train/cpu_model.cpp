@@ -246,10 +246,18 @@ void CpuModel::plan() {
 
 double CpuModel::step_flops(const models::ModelConfig& c, int64_t B, int64_t T) {
   const double N = double(B) * double(T), D = double(c.dim), F = double(c.hidden_dim);
-  const double lin = 2.0 * N * (D * c.q_dim() * 2 + D * c.kv_dim() * 2 + 3 * D * F);
+  const double q_rows = double(c.q_dim()) * (c.attn_output_gate ? 2 : 1);  // wq with the gate's rows
+  const double lin = 2.0 * N * (D * q_rows + D * c.q_dim() + D * c.kv_dim() * 2 + 3 * D * F);
   const double attn = 2.0 * 2.0 * double(B) * double(c.n_heads) * double(T) * double(T) * double(c.head_dim);
+  // A Gated DeltaNet layer: its five projections and the MLP; the delta rule's three [dk, dv] products per token
+  // and value head (S'ᵀk, k uᵀ, Sᵀq).
+  const double Cd = double(c.linear_conv_dim()), Vd = double(c.linear_value_dim()), Hv = double(c.linear_v_heads);
+  const double delta_lin = 2.0 * N * (D * (Cd + Vd + 2 * Hv) + Vd * D + 3 * D * F);
+  const double delta = 2.0 * 3.0 * N * Hv * double(c.linear_k_dim) * double(c.linear_v_dim);
+  double layers = 0;
+  for (int64_t l = 0; l < c.n_layers; ++l) layers += c.linear_layer(l) ? delta_lin + delta : lin + attn;
   const double cls = 2.0 * N * D * double(c.vocab_size);
-  return 3.0 * (double(c.n_layers) * (lin + attn) + cls);
+  return 3.0 * (layers + cls);
 }
 
 void CpuModel::prepare_head(int64_t B, int64_t T) {
