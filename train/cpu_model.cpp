@@ -206,6 +206,10 @@ void CpuModel::plan() {
           sp.qn = rms(l, s, at.q_norm, "q-norm");
           sp.kn = rms(l, s, at.k_norm, "k-norm");
           sp.wq = off(at.wq), sp.wk = off(at.wk), sp.wv = off(at.wv), sp.wo = off(at.wo);
+          if (const int64_t rows = at.n_heads * at.head_dim * (at.output_gate ? 2 : 1);
+              layout_.find(at.wq).shape.at(0) != rows)  // (an output gate's rows are in wq)
+            fail("train", "layer ", l, " attention: ", at.wq, " has ", layout_.find(at.wq).shape.at(0),
+                 " rows, the description ", rows, at.output_gate ? " (with the output gate's)" : "");
           if (at.rope.style != models::RopeStyle::kNone) {
             size_t r = 0;
             while (r < ropes_.size() && !(ropes_[r].desc == at.rope && ropes_[r].head_dim == at.head_dim)) ++r;
