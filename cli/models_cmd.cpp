@@ -61,23 +61,8 @@ int64_t output_bytes(const std::string& out) {
   return n;
 }
 
-// The preset of --random with the fields of --shape (a JSON object of model config keys,
-// models/formats/model_config_json.h) replaced, checked as any model file's config.
-ModelConfig random_config(const ConvertArgs& a) {
-  if (a.shape.empty()) return preset(a.random);
-  nlohmann::json j = model_config_to_json(preset(a.random)), o;
-  try {
-    o = nlohmann::json::parse(a.shape);
-  } catch (const nlohmann::json::exception& e) {
-    fail("cli", "--shape is not JSON: ", e.what());
-  }
-  if (!o.is_object()) fail("cli", "--shape must be a JSON object of model config fields, got ", a.shape);
-  for (const auto& [k, v] : o.items()) {
-    if (!j.contains(k)) fail("cli", "--shape: '", k, "' is not a model config field (", j.dump().substr(0, 60), "...)");
-    j[k] = v;
-  }
-  return model_config_from_json(j, "--shape", "cli", "");
-}
+// The preset of --random with the fields of --shape replaced (models::preset_with_shape).
+ModelConfig random_config(const ConvertArgs& a) { return preset_with_shape(a.random, a.shape, "cli"); }
 
 // convert and export: IN (any model file, checkpoint or run dir) or a random preset -> OUT in the format
 // its name or --format says (models/io/export.h).

@@ -7,6 +7,7 @@
 #include "framework/core/thread_pool.h"
 #include "models/arch/arch.h"
 #include "models/arch/tensors.h"
+#include "models/formats/model_config_json.h"
 
 namespace anelab::models {
 namespace {
@@ -48,6 +49,23 @@ const ModelConfig& preset(const std::string& name) {
     fail("model", "unknown preset '", name, "' (known: ", known, ")");
   }
   return it->second;
+}
+
+ModelConfig preset_with_shape(const std::string& name, const std::string& shape, const char* component) {
+  if (shape.empty()) return preset(name);
+  nlohmann::json j = model_config_to_json(preset(name)), o;
+  try {
+    o = nlohmann::json::parse(shape);
+  } catch (const nlohmann::json::exception& e) {
+    fail(component, "--shape is not JSON: ", e.what());
+  }
+  if (!o.is_object()) fail(component, "--shape must be a JSON object of model config fields, got ", shape);
+  for (const auto& [k, v] : o.items()) {
+    if (!j.contains(k))
+      fail(component, "--shape: '", k, "' is not a model config field (", j.dump().substr(0, 60), "...)");
+    j[k] = v;
+  }
+  return model_config_from_json(j, "--shape", component, "");
 }
 
 std::vector<std::string> preset_names() {

@@ -21,6 +21,10 @@ namespace anelab::models {
 // The preset registry. preset() throws "[model] unknown preset X (known: a, b, ...)".
 const ModelConfig& preset(const std::string& name);
 std::vector<std::string> preset_names();
+// The preset with the fields of `shape` (a JSON object of model config keys, models/formats/model_config_json.h:
+// `--shape` of convert --random and train --preset) replaced, checked as any model file's config; "" is the preset.
+// Errors are one line "[COMPONENT] --shape ...".
+ModelConfig preset_with_shape(const std::string& name, const std::string& shape, const char* component);
 
 // Fills out[0..count) with the random init of element `begin..` of tensor `spec` (index in canonical order).
 void random_init(const TensorSpec& spec, uint64_t seed, size_t tensor_index, int64_t begin, int64_t count, float* out);

@@ -36,6 +36,15 @@ Reads a Hugging Face directory (config.json, flat or with "text_config"; model.s
 prints the largest |ours - transformers| / logit range over every position of every prompt of the reference
 file and whether the greedy continuations agree; exits 1 above --tol (1e-5). --self-test checks the chunked
 form of the delta rule against the recurrent one on random inputs.
+
+  /usr/bin/python3 scripts/qwen35_reference.py --train DIR grads|train
+
+is the training oracle of anelab's CPU strategy (tests/train/test_qwen35_train.cpp, the directory layout of
+scripts/train_reference.py: DIR/config.json as anelab writes a ModelConfig plus "tensors" and "optim",
+DIR/weights/<canonical name>.npy, DIR/batches.npy [n_micro, B, T+1]): the same model in float64 with autograd,
+  "grads": DIR/out/loss.npy [1] (mean cross-entropy of the first micro-batch) and DIR/out/grad.<name>.npy;
+  "train": DIR/out/losses.npy [steps] and DIR/out/final.<name>.npy after `steps` torch.optim.AdamW steps (float64;
+           train_reference.py's schedule, decay groups, clipping and gradient accumulation).
 """
 import argparse
 import json
@@ -248,6 +257,97 @@ def self_test():
     return err < 1e-12
 
 
+# ---- the training oracle (--train) ----
+
+# anelab's canonical layer leaves (models/arch/qwen35.cpp layer_names) -> the Hugging Face leaves used above.
+CANONICAL_LEAVES = {
+    "attn_norm": "input_layernorm.weight", "ffn_norm": "post_attention_layernorm.weight",
+    "wq": "self_attn.q_proj.weight", "wk": "self_attn.k_proj.weight", "wv": "self_attn.v_proj.weight",
+    "wo": "self_attn.o_proj.weight", "q_norm": "self_attn.q_norm.weight", "k_norm": "self_attn.k_norm.weight",
+    "w1": "mlp.gate_proj.weight", "w2": "mlp.down_proj.weight", "w3": "mlp.up_proj.weight",
+    "ssm_qkv": "linear_attn.in_proj_qkv.weight", "ssm_z": "linear_attn.in_proj_z.weight",
+    "ssm_b": "linear_attn.in_proj_b.weight", "ssm_a": "linear_attn.in_proj_a.weight",
+    "ssm_conv": "linear_attn.conv1d.weight", "ssm_a_log": "linear_attn.A_log", "ssm_dt_bias": "linear_attn.dt_bias",
+    "ssm_norm": "linear_attn.norm.weight", "ssm_out": "linear_attn.out_proj.weight"}
+CANONICAL_TOP = {"tok_embeddings": "model.embed_tokens.weight", "norm": "model.norm.weight", "output": "lm_head.weight"}
+
+
+def hf_name(canonical):
+    if canonical in CANONICAL_TOP:
+        return CANONICAL_TOP[canonical]
+    _, layer, leaf = canonical.split(".", 2)
+    return "model.layers.%s.%s" % (layer, CANONICAL_LEAVES[leaf])
+
+
+def config_from_anelab(c):
+    """anelab's ModelConfig JSON (models/formats/model_config_json.cpp) -> the config keys used above."""
+    if c["arch"] != "qwen35":
+        sys.exit("--train: config.json arch is %s, expected qwen35" % c["arch"])
+    every = c["full_attention_interval"]
+    return {"num_attention_heads": c["n_heads"], "num_key_value_heads": c["n_kv_heads"], "head_dim": c["head_dim"],
+            "rms_norm_eps": c["norm_eps"], "rope_theta_": c["rope_theta"],
+            "partial_rotary_factor_": c["rope_fraction"],
+            "layer_types": ["full_attention" if (i + 1) % every == 0 else "linear_attention"
+                            for i in range(c["n_layers"])],
+            "linear_num_key_heads": c["linear_k_heads"], "linear_num_value_heads": c["linear_v_heads"],
+            "linear_key_head_dim": c["linear_k_dim"], "linear_value_head_dim": c["linear_v_dim"],
+            "linear_conv_kernel_dim": c["linear_conv_kernel"]}
+
+
+def batch_loss(cfg, w, batch):
+    """Mean cross-entropy over every target of batch [B, T+1] (each sequence from position 0)."""
+    logits = torch.cat([forward(cfg, w, row[:-1].tolist()) for row in batch])
+    return torch.nn.functional.cross_entropy(logits, batch[:, 1:].reshape(-1))
+
+
+def train_oracle(d, mode):
+    import numpy as np
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from train_reference import lr_at  # the schedule anelab's trainer follows (one place)
+    torch.set_num_threads(1)
+    with open(os.path.join(d, "config.json")) as f:
+        c = json.load(f)
+    cfg = config_from_anelab(c)
+    names = c["tensors"]
+    params = {n: torch.tensor(np.load(os.path.join(d, "weights", n + ".npy")), dtype=D, requires_grad=True)
+              for n in names}
+    w = {hf_name(n): t for n, t in params.items()}
+    batches = torch.tensor(np.load(os.path.join(d, "batches.npy"))).long()
+    out = os.path.join(d, "out")
+    os.makedirs(out, exist_ok=True)
+    if mode == "grads":
+        loss = batch_loss(cfg, w, batches[0])
+        loss.backward()
+        np.save(os.path.join(out, "loss.npy"), np.array([loss.item()], dtype=np.float64))
+        for n in names:
+            np.save(os.path.join(out, "grad." + n + ".npy"), params[n].grad.numpy().astype(np.float32))
+        return
+    if mode != "train":
+        sys.exit("--train: mode %s is not grads or train" % mode)
+    o = c["optim"]
+    plist = [params[n] for n in names]
+    opt = torch.optim.AdamW([{"params": [p for p in plist if p.ndim >= 2], "weight_decay": o["weight_decay"]},
+                             {"params": [p for p in plist if p.ndim < 2], "weight_decay": 0.0}],
+                            lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"], foreach=False)
+    losses = []
+    for step in range(o["steps"]):
+        opt.zero_grad(set_to_none=False)
+        total = 0.0
+        for a in range(o["accum"]):
+            loss = batch_loss(cfg, w, batches[step * o["accum"] + a])
+            (loss / o["accum"]).backward()
+            total += loss.item()
+        if o["grad_clip"] > 0:
+            torch.nn.utils.clip_grad_norm_(plist, o["grad_clip"])
+        for g in opt.param_groups:
+            g["lr"] = lr_at(o, step)
+        opt.step()
+        losses.append(total / o["accum"])
+    np.save(os.path.join(out, "losses.npy"), np.array(losses, dtype=np.float64))
+    for n in names:
+        np.save(os.path.join(out, "final." + n + ".npy"), params[n].detach().numpy().astype(np.float32))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model_dir", nargs="?")
@@ -255,7 +355,11 @@ def main():
     ap.add_argument("--tol", type=float, default=1e-5, help="largest |diff| / logit range accepted")
     ap.add_argument("--chunked", action="store_true", help="use the chunked delta rule (else recurrent)")
     ap.add_argument("--self-test", action="store_true")
+    ap.add_argument("--train", nargs=2, metavar=("DIR", "MODE"), help="the training oracle (see above)")
     args = ap.parse_args()
+    if args.train:
+        train_oracle(*args.train)
+        return
     if args.self_test:
         sys.exit(0 if self_test() else 1)
     if not args.model_dir:

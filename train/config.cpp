@@ -39,6 +39,8 @@ const std::vector<OptionDef>& table() {
       {"init", &C::init, "model file to start from (llama2.c .bin, .anelab, ...)", false, true},
       {"preset", &C::preset,
        "model preset for a seeded random init (stories260k, stories15m, stories110m, qwen3-0.6b-shape, ...)"},
+      {"shape", &C::shape,
+       "with --preset: a JSON object of model config fields replacing the preset's (as convert --random's --shape)"},
       {"data", &C::data, "token file: flat uint16 (llama2.c) or anelab tokens (with .json sidecar)", false, true},
       {"tokenizer", &C::tokenizer, "tokenizer for samples (default: none -> samples show ids)", false, true},
       {"run", &C::run, "run name (default: config file stem, else preset / init file stem)"},
@@ -350,6 +352,7 @@ void validate(const TrainConfig& c) {
   };
   need(c.init.empty() != c.preset.empty() || c.resume, "--init/--preset", c.init + c.preset,
        "give exactly one of --init FILE or --preset NAME");
+  need(c.shape.empty() || !c.preset.empty(), "--shape", c.shape, "goes with --preset NAME");
   need(!c.data.empty(), "--data", "''", "a token file is required");
   need(c.steps > 0, "--steps", c.steps, "must be > 0");
   need(c.batch_size > 0 && c.batch_size <= 4096, "--batch-size", c.batch_size, "must be in [1, 4096]");

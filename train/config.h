@@ -21,6 +21,7 @@ struct TrainConfig {
   std::string config;     // --config file it came from (informational)
   std::string init;       // model file (llama2.c / anelab / ...) to start from
   std::string preset;     // or a preset name for a seeded random init
+  std::string shape;      // with preset: a JSON object of model config fields replacing the preset's
   std::string data;       // token file
   std::string tokenizer;  // for samples (default: the model's embedded/side tokenizer)
   std::string run;        // run name (default: config stem, else preset/init stem)

@@ -6,12 +6,14 @@
 // attention: q = xn Wqᵀ, k = xn Wkᵀ, v = xn Wvᵀ; q/k norms per head (when present) over hd; RoPE(q, k) at
 //   position t = row % T with the step's RopeDesc (llama3 / linear scaling via kern::cpu::rope_half_tables);
 //   head h attends with kv head h / G (llama2.c, HF); a = softmax(q kᵀ * score_scale + causal, keys within the
-//   step's window when it has one) v;  b = a Woᵀ
+//   step's window when it has one) v;  b = a Woᵀ.  Partial RoPE (rope.dims < hd): the first dims of each head rotate.
+//   With an output gate (Qwen3.5) Wq's rows are per head [q | gate] and b = (a ⊙ sigmoid(gate)) Woᵀ.
 // ffn: b = (act(xn W_inᵀ) ⊙ xn W_upᵀ) W_outᵀ with act = silu (SwiGLU) or gelu_tanh (GeGLU)
+// linear attention (Qwen3.5's Gated DeltaNet): train/cpu_deltanet_grad.h, its forward and backward through time.
 // x0 = embedding * embed.scale;  logits = rmsnorm(x_L) * (offset + norm) · Woutᵀ, soft-capped (cap * tanh(z / cap))
 // when the head says so;  loss = mean over tokens of −log softmax(logits)[target].
 // What the description holds and this executor lacks (LayerNorm, biases, a plain GELU MLP, learned positions,
-// score soft-capping, other step kinds) is refused when the model is built, in one line naming the layer, the
+// score soft-capping) is refused when the model is built, in one line naming the layer, the
 // step and the executor (models::unsupported).
 #include "train/cpu_model.h"
 
@@ -29,6 +31,7 @@
 #include "framework/core/error.h"
 #include "framework/kernels/cpu_ops.h"
 #include "models/arch/arch.h"
+#include "train/cpu_linalg.h"
 #include "train/lora.h"
 #include "train/parallel.h"
 
@@ -49,70 +52,6 @@ void eigen_single_thread() {
     return true;
   }();
   (void)once;
-}
-
-// The three products, each split over blocks of the output on the thread pool (parallel_blocks): a block is one
-// single-threaded Eigen product on column or row bands of the operands.
-// y[N, out] = x[N, in] · W[out, in]ᵀ   (blocks: columns of y = rows of W)
-void matmul_wt(const float* x, const float* W, float* y, int64_t N, int64_t in, int64_t out) {
-  parallel_blocks(out, N * in * out, [&](int64_t c0, int64_t c1) {
-    SMapR(y + c0, N, c1 - c0, Eigen::OuterStride<>(out)).noalias() =
-        CMapR(x, N, in) * CMapR(W + c0 * in, c1 - c0, in).transpose();
-  });
-}
-// dx[N, in] (+)= dy[N, out] · W[out, in]   (blocks: columns of dx = columns of W)
-void matmul_dx(const float* dy, const float* W, float* dx, int64_t N, int64_t in, int64_t out, bool add) {
-  parallel_blocks(in, N * in * out, [&](int64_t c0, int64_t c1) {
-    SMapR d(dx + c0, N, c1 - c0, Eigen::OuterStride<>(in));
-    const CSMapR w(W + c0, out, c1 - c0, Eigen::OuterStride<>(in));
-    if (add)
-      d.noalias() += CMapR(dy, N, out) * w;
-    else
-      d.noalias() = CMapR(dy, N, out) * w;
-  });
-}
-// dW[out, in] += dy[N, out]ᵀ · x[N, in]   (blocks: rows of dW = columns of dy)
-void matmul_dw(const float* dy, const float* x, float* dW, int64_t N, int64_t in, int64_t out) {
-  parallel_blocks(out, N * in * out, [&](int64_t r0, int64_t r1) {
-    MapR(dW + r0 * in, r1 - r0, in).noalias() +=
-        CSMapR(dy + r0, N, r1 - r0, Eigen::OuterStride<>(out)).transpose() * CMapR(x, N, in);
-  });
-}
-
-// y = x * rrms * w per row; rrms[n] = 1/sqrt(mean(x^2) + eps)
-void rmsnorm(const float* x, const float* w, float* y, float* rrms, int64_t N, int64_t D, float eps) {
-  parallel_rows(N, N * D, [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n)
-      rrms[n] = kern::cpu::rms_norm(x + n * D, w, eps, D, y + n * D, kern::cpu::Numerics::kReference);
-  });
-}
-
-// dx (+)= rmsnorm backward of dy; dw += Σ_rows dy ⊙ x ⊙ rrms (dw nullptr: not computed).
-void rmsnorm_backward(const float* x, const float* w, const float* rrms, const float* dy, float* dx, float* dw,
-                      int64_t N, int64_t D, bool add) {
-  parallel_rows(N, N * D, [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n) {
-      const float* xr = x + n * D;
-      const float* dr = dy + n * D;
-      double dot = 0;
-      for (int64_t i = 0; i < D; ++i) dot += double(dr[i]) * w[i] * xr[i];
-      const float r = rrms[n];
-      const float c = static_cast<float>(dot / double(D)) * r * r * r;
-      float* o = dx + n * D;
-      for (int64_t i = 0; i < D; ++i) {
-        const float v = r * w[i] * dr[i] - xr[i] * c;
-        o[i] = add ? o[i] + v : v;
-      }
-    }
-  });
-  if (!dw) return;
-  parallel_rows(D, N * D, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      double s = 0;
-      for (int64_t n = 0; n < N; ++n) s += double(dy[n * D + i]) * x[n * D + i] * rrms[n];
-      dw[i] += static_cast<float>(s);
-    }
-  });
 }
 
 inline float sigmoidf(float x) { return 1.0f / (1.0f + std::exp(-x)); }
@@ -140,6 +79,19 @@ const float* CpuModel::norm_w(const models::NormDesc& n, const float* w, int64_t
   buf.resize(size_t(len));
   for (int64_t i = 0; i < len; ++i) buf[size_t(i)] = n.offset + w[i];
   return buf.data();
+}
+
+DeltaNetWeights CpuModel::deltanet_weights(const StepPlan& sp, const float* w, std::vector<float>& nb) const {
+  const models::DeltaNetDesc& n = sp.s->deltanet;
+  return {w + sp.qkv,  w + sp.z,     w + sp.b,       w + sp.a,
+          w + sp.conv, w + sp.a_log, w + sp.dt_bias, norm_w(n.norm, w + sp.gnorm, n.v_dim, nb),
+          w + sp.sout};
+}
+
+DeltaNetGrads CpuModel::deltanet_grads(const StepPlan& sp, float* g) const {
+  if (!g) return {};
+  return {g + sp.qkv,   g + sp.z,       g + sp.b,     g + sp.a,   g + sp.conv,
+          g + sp.a_log, g + sp.dt_bias, g + sp.gnorm, g + sp.sout};
 }
 
 void CpuModel::project(const StepPlan& sp, StepActs& a, LoraTarget t, const float* x, const float* W, float* y,
@@ -246,18 +198,22 @@ void CpuModel::plan() {
           if (!at.bq.empty() || !at.bk.empty() || !at.bv.empty() || !at.bo.empty())
             models::unsupported("train", kEx, l, s.kind, "q/k/v/o biases");
           if (at.score_softcap > 0.0f) models::unsupported("train", kEx, l, s.kind, "score soft-capping");
-          if (at.output_gate) models::unsupported("train", kEx, l, s.kind, "an output gate");
-          if (at.rope.dims != 0 && at.rope.dims != at.head_dim)
-            models::unsupported("train", kEx, l, s.kind, "partial RoPE (" + std::to_string(at.rope.dims) + " dims)");
+          if (at.rope.dims < 0 || at.rope.dims > at.head_dim || at.rope.dims % 2 != 0)
+            models::unsupported("train", kEx, l, s.kind,
+                                "RoPE on " + std::to_string(at.rope.dims) + " dims (an even count up to head_dim)");
           if (at.rope.style != models::RopeStyle::kNone && at.head_dim % 2 != 0)
             models::unsupported("train", kEx, l, s.kind, "RoPE of an odd head_dim");
           sp.qn = rms(l, s, at.q_norm, "q-norm");
           sp.kn = rms(l, s, at.k_norm, "k-norm");
           sp.wq = off(at.wq), sp.wk = off(at.wk), sp.wv = off(at.wv), sp.wo = off(at.wo);
+          if (const int64_t rows = at.n_heads * at.head_dim * (at.output_gate ? 2 : 1);
+              layout_.find(at.wq).shape.at(0) != rows)  // (an output gate's rows are in wq)
+            fail("train", "layer ", l, " attention: ", at.wq, " has ", layout_.find(at.wq).shape.at(0),
+                 " rows, the description ", rows, at.output_gate ? " (with the output gate's)" : "");
           if (at.rope.style != models::RopeStyle::kNone) {
             size_t r = 0;
             while (r < ropes_.size() && !(ropes_[r].desc == at.rope && ropes_[r].head_dim == at.head_dim)) ++r;
-            if (r == ropes_.size()) ropes_.push_back({at.rope, at.head_dim, {}, {}});
+            if (r == ropes_.size()) ropes_.push_back({at.rope, at.head_dim, at.rope.dims ? at.rope.dims : at.head_dim});
             sp.rope = int(r);
           }
           break;
@@ -270,10 +226,20 @@ void CpuModel::plan() {
           sp.w_in = off(f.w_in), sp.w_up = off(f.w_up), sp.w_out = off(f.w_out);
           break;
         }
-        case models::StepKind::kLinearAttention:
-          models::unsupported("train", kEx, l, s.kind, "Gated DeltaNet linear attention");
+        case models::StepKind::kLinearAttention: {
+          const models::DeltaNetDesc& n = s.deltanet;
+          if (n.n_k_heads <= 0 || n.n_v_heads % n.n_k_heads != 0)
+            models::unsupported("train", kEx, l, s.kind,
+                                "value heads (" + std::to_string(n.n_v_heads) + ") not a multiple of the key heads (" +
+                                    std::to_string(n.n_k_heads) + ")");
+          sp.gnorm = rms(l, s, n.norm, "gated norm");
+          sp.qkv = off(n.w_qkv), sp.z = off(n.w_z), sp.b = off(n.w_b), sp.a = off(n.w_a), sp.conv = off(n.conv);
+          sp.a_log = off(n.a_log), sp.dt_bias = off(n.dt_bias), sp.sout = off(n.w_out);
+          break;
+        }
       }
-      for (int64_t o : {sp.pre, sp.post, sp.wq, sp.wk, sp.wv, sp.wo, sp.qn, sp.kn, sp.w_in, sp.w_up, sp.w_out})
+      for (int64_t o : {sp.pre,   sp.post, sp.wq, sp.wk, sp.wv, sp.wo,   sp.qn,    sp.kn,      sp.w_in,  sp.w_up,
+                        sp.w_out, sp.qkv,  sp.z,  sp.b,  sp.a,  sp.conv, sp.a_log, sp.dt_bias, sp.gnorm, sp.sout})
         if (o >= 0) first = std::min(first, o);
       steps_.push_back(sp);
     }
@@ -284,10 +250,18 @@ void CpuModel::plan() {
 
 double CpuModel::step_flops(const models::ModelConfig& c, int64_t B, int64_t T) {
   const double N = double(B) * double(T), D = double(c.dim), F = double(c.hidden_dim);
-  const double lin = 2.0 * N * (D * c.q_dim() * 2 + D * c.kv_dim() * 2 + 3 * D * F);
+  const double q_rows = double(c.q_dim()) * (c.attn_output_gate ? 2 : 1);  // wq with the gate's rows
+  const double lin = 2.0 * N * (D * q_rows + D * c.q_dim() + D * c.kv_dim() * 2 + 3 * D * F);
   const double attn = 2.0 * 2.0 * double(B) * double(c.n_heads) * double(T) * double(T) * double(c.head_dim);
+  // A Gated DeltaNet layer: its five projections and the MLP; the delta rule's three [dk, dv] products per token
+  // and value head (S'ᵀk, k uᵀ, Sᵀq).
+  const double Cd = double(c.linear_conv_dim()), Vd = double(c.linear_value_dim()), Hv = double(c.linear_v_heads);
+  const double delta_lin = 2.0 * N * (D * (Cd + Vd + 2 * Hv) + Vd * D + 3 * D * F);
+  const double delta = 2.0 * 3.0 * N * Hv * double(c.linear_k_dim) * double(c.linear_v_dim);
+  double layers = 0;
+  for (int64_t l = 0; l < c.n_layers; ++l) layers += c.linear_layer(l) ? delta_lin + delta : lin + attn;
   const double cls = 2.0 * N * D * double(c.vocab_size);
-  return 3.0 * (double(c.n_layers) * (lin + attn) + cls);
+  return 3.0 * (layers + cls);
 }
 
 void CpuModel::prepare_head(int64_t B, int64_t T) {
@@ -319,6 +293,7 @@ void CpuModel::prepare(int64_t B, int64_t T) {
         a.p.resize(size_t(B * at.n_heads) * size_t(T * T));
         if (at.q_norm) a.qp.resize(N * QD), a.rrmsq.resize(N * size_t(at.n_heads));
         if (at.k_norm) a.kp.resize(N * KD), a.rrmsk.resize(N * size_t(at.n_kv_heads));
+        if (at.output_gate) a.gate.resize(N * QD), a.gated.resize(N * QD);
         break;
       }
       case models::StepKind::kFfn: {
@@ -326,30 +301,37 @@ void CpuModel::prepare(int64_t B, int64_t T) {
         a.h1.resize(N * F), a.h3.resize(N * F), a.g.resize(N * F);
         break;
       }
-      case models::StepKind::kLinearAttention:  // refused by plan()
+      case models::StepKind::kLinearAttention:  // DeltaNetStep sizes its own
         break;
     }
   }
   for (RopeTable& r : ropes_) {
-    const int64_t half = r.head_dim / 2;
+    const int64_t half = r.dims / 2;
     r.cos.resize(size_t(T * half)), r.sin.resize(size_t(T * half));
-    kern::cpu::rope_half_tables(T, r.head_dim, r.desc.theta, 0, kern::cpu::Numerics::kReference, r.cos.data(),
-                                r.sin.data(), r.desc.scaling, r.desc.linear_factor);
+    kern::cpu::rope_half_tables(T, r.dims, r.desc.theta, 0, kern::cpu::Numerics::kReference, r.cos.data(), r.sin.data(),
+                                r.desc.scaling, r.desc.linear_factor);
   }
 }
 
 // Rotates every head of x [rows, heads*hd] by +angle (sign = 1) or -angle (sign = -1, the backward) with the
-// step's RoPE; nothing without one.
+// step's RoPE; nothing without one. Partial RoPE (dims < hd): the first dims of each head rotate as a head of
+// dims would (frequencies theta^(-2i/dims), HF's partial_rotary_factor), the rest pass through.
 void CpuModel::rope(const StepPlan& sp, float* x, int64_t rows, int64_t heads, int64_t T, float sign) const {
   if (sp.rope < 0) return;
   const RopeTable& r = ropes_[size_t(sp.rope)];
-  const int64_t hd = r.head_dim, half = hd / 2;
+  const int64_t hd = r.head_dim, rd = r.dims, half = rd / 2;
   const auto style = r.desc.style == models::RopeStyle::kAdjacentPairs ? kern::RopeStyle::kAdjacentPairs
                                                                        : kern::RopeStyle::kRotateHalf;
   parallel_rows(rows, rows * heads * hd, [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n)
-      kern::cpu::rope_row(x + n * heads * hd, heads, hd, style, r.cos.data() + (n % T) * half,
-                          r.sin.data() + (n % T) * half, kern::cpu::Numerics::kReference, sign);
+    for (int64_t n = n0; n < n1; ++n) {
+      const float* c = r.cos.data() + (n % T) * half;
+      const float* s = r.sin.data() + (n % T) * half;
+      if (rd == hd)
+        kern::cpu::rope_row(x + n * heads * hd, heads, hd, style, c, s, kern::cpu::Numerics::kReference, sign);
+      else
+        for (int64_t h = 0; h < heads; ++h)
+          kern::cpu::rope_row(x + (n * heads + h) * hd, 1, rd, style, c, s, kern::cpu::Numerics::kReference, sign);
+    }
   });
 }
 
@@ -446,8 +428,11 @@ void CpuModel::step_forward(const float* w, size_t i, int64_t B, int64_t T, floa
     case models::StepKind::kFfn:
       ffn_forward(sp, a, w, in, N, branch);
       break;
-    case models::StepKind::kLinearAttention:  // refused by plan()
-      fail("train", "layer ", sp.layer, ": a linear-attention step reached the CPU training executor");
+    case models::StepKind::kLinearAttention: {
+      std::vector<float> gb;
+      a.dn.forward(s.deltanet, deltanet_weights(sp, w, gb), in, B, T, D, branch);
+      break;
+    }
   }
   if (s.post_norm)
     rmsnorm(a.o.data(), norm_w(*s.post_norm, w + sp.post, D, nb), out, a.rrmso.data(), N, D, s.post_norm->eps);
@@ -464,7 +449,16 @@ void CpuModel::attention_forward(const StepPlan& sp, StepActs& a, const float* w
                                  float* out) {
   const models::AttnDesc& at = sp.s->attn;
   const int64_t N = B * T, D = d_.dim, hd = at.head_dim, QD = at.n_heads * hd, KD = at.n_kv_heads * hd;
-  project(sp, a, LoraTarget::kQ, in, w + sp.wq, a.q.data(), N, D, QD);
+  if (at.output_gate) {  // wq's rows per head [q | gate]: split into a.q and a.gate
+    std::vector<float> qg(size_t(N * 2 * QD));
+    project(sp, a, LoraTarget::kQ, in, w + sp.wq, qg.data(), N, D, 2 * QD);
+    for (int64_t r = 0; r < N * at.n_heads; ++r) {
+      std::memcpy(a.q.data() + r * hd, qg.data() + 2 * r * hd, size_t(hd) * 4);
+      std::memcpy(a.gate.data() + r * hd, qg.data() + (2 * r + 1) * hd, size_t(hd) * 4);
+    }
+  } else {
+    project(sp, a, LoraTarget::kQ, in, w + sp.wq, a.q.data(), N, D, QD);
+  }
   project(sp, a, LoraTarget::kK, in, w + sp.wk, a.k.data(), N, D, KD);
   project(sp, a, LoraTarget::kV, in, w + sp.wv, a.v.data(), N, D, KD);
   std::vector<float> nb;
@@ -481,7 +475,11 @@ void CpuModel::attention_forward(const StepPlan& sp, StepActs& a, const float* w
   rope(sp, a.q.data(), N, at.n_heads, T, 1.0f);
   rope(sp, a.k.data(), N, at.n_kv_heads, T, 1.0f);
   scores_forward(at, a, B, T);
-  project(sp, a, LoraTarget::kO, a.att.data(), w + sp.wo, out, N, QD, D);
+  if (at.output_gate)  // o = att * sigmoid(gate)
+    parallel_rows(N * QD, N * QD, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) a.gated[size_t(i)] = a.att[size_t(i)] * sigmoidf(a.gate[size_t(i)]);
+    });
+  project(sp, a, LoraTarget::kO, at.output_gate ? a.gated.data() : a.att.data(), w + sp.wo, out, N, QD, D);
 }
 
 // in [N, D] -> out [N, D] = (act(in W_inᵀ) ⊙ in W_upᵀ) W_outᵀ.
@@ -647,7 +645,19 @@ void CpuModel::attention_backward(const StepPlan& sp, StepActs& a, const float* 
   const int64_t N = B * T, D = d_.dim, hd = at.head_dim, QD = at.n_heads * hd, KD = at.n_kv_heads * hd;
   const float* in = sp.s->pre_norm ? a.xn.data() : a.x.data();
   std::vector<float> datt(size_t(N * QD)), dq(size_t(N * QD)), dk(size_t(N * KD)), dv(size_t(N * KD)), nb;
-  project_backward(sp, a, LoraTarget::kO, dout, a.att.data(), w + sp.wo, g, sp.wo, datt.data(), N, QD, D, false, tdw);
+  project_backward(sp, a, LoraTarget::kO, dout, at.output_gate ? a.gated.data() : a.att.data(), w + sp.wo, g, sp.wo,
+                   datt.data(), N, QD, D, false, tdw);
+  std::vector<float> dgate;
+  if (at.output_gate) {  // d(att * s) : datt * s into datt, datt * att * s (1 - s) into dgate
+    dgate.resize(size_t(N * QD));
+    parallel_rows(N * QD, N * QD, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const float s = sigmoidf(a.gate[size_t(i)]), d = datt[size_t(i)];
+        dgate[size_t(i)] = d * a.att[size_t(i)] * s * (1.0f - s);
+        datt[size_t(i)] = d * s;
+      }
+    });
+  }
   scores_backward(at, a, B, T, datt.data(), dq.data(), dk.data(), dv.data());
   rope(sp, dq.data(), N, at.n_heads, T, -1.0f);
   rope(sp, dk.data(), N, at.n_kv_heads, T, -1.0f);
@@ -663,7 +673,16 @@ void CpuModel::attention_backward(const StepPlan& sp, StepActs& a, const float* 
                      base_grad(g, sp.kn), N * at.n_kv_heads, hd, false);
     dk.swap(d);
   }
-  project_backward(sp, a, LoraTarget::kQ, dq.data(), in, w + sp.wq, g, sp.wq, din, N, D, QD, false, tdw);
+  if (at.output_gate) {  // back into wq's per-head [q | gate] rows
+    std::vector<float> dqg(size_t(N * 2 * QD));
+    for (int64_t r = 0; r < N * at.n_heads; ++r) {
+      std::memcpy(dqg.data() + 2 * r * hd, dq.data() + r * hd, size_t(hd) * 4);
+      std::memcpy(dqg.data() + (2 * r + 1) * hd, dgate.data() + r * hd, size_t(hd) * 4);
+    }
+    project_backward(sp, a, LoraTarget::kQ, dqg.data(), in, w + sp.wq, g, sp.wq, din, N, D, 2 * QD, false, tdw);
+  } else {
+    project_backward(sp, a, LoraTarget::kQ, dq.data(), in, w + sp.wq, g, sp.wq, din, N, D, QD, false, tdw);
+  }
   project_backward(sp, a, LoraTarget::kK, dk.data(), in, w + sp.wk, g, sp.wk, din, N, D, KD, true, tdw);
   project_backward(sp, a, LoraTarget::kV, dv.data(), in, w + sp.wv, g, sp.wv, din, N, D, KD, true, tdw);
 }
@@ -696,8 +715,12 @@ void CpuModel::step_backward(const float* w, float* g, size_t i, int64_t B, int6
     case models::StepKind::kFfn:
       ffn_backward(sp, a, w, g, db, in, N, din.data(), tdw);
       break;
-    case models::StepKind::kLinearAttention:  // refused by plan()
-      fail("train", "layer ", sp.layer, ": a linear-attention step reached the CPU training executor");
+    case models::StepKind::kLinearAttention: {
+      std::vector<float> gb;
+      const DeltaNetGrads dg = deltanet_grads(sp, g);
+      a.dn.backward(s.deltanet, deltanet_weights(sp, w, gb), lora_ ? nullptr : &dg, in, db, B, T, D, din.data(), tdw);
+      break;
+    }
   }
   if (s.pre_norm)
     rmsnorm_backward(a.x.data(), norm_w(*s.pre_norm, w + sp.pre, D, nb), a.rrms.data(), din.data(), dx,

@@ -18,6 +18,7 @@
 #include <functional>
 #include <vector>
 
+#include "train/cpu_deltanet_grad.h"
 #include "train/params.h"
 
 namespace anelab::train {
@@ -79,6 +80,8 @@ class CpuModel {
     int64_t wq = -1, wk = -1, wv = -1, wo = -1, qn = -1, kn = -1;  // attention (q/k norms [hd])
     int64_t w_in = -1, w_up = -1, w_out = -1;                      // ffn
     int rope = -1;                                                 // index into ropes_ (-1: no RoPE)
+    // linear attention (models::DeltaNetDesc's weights, in its order)
+    int64_t qkv = -1, z = -1, b = -1, a = -1, conv = -1, a_log = -1, dt_bias = -1, gnorm = -1, sout = -1;
   };
   // The activations of one step kept for its backward.
   struct StepActs {
@@ -86,13 +89,15 @@ class CpuModel {
     std::vector<float> o, rrmso;              // the op's output before the step's closing norm [N, D]; its 1/rms [N]
     std::vector<float> q, k, v, p, att;       // attention [N, QD], [N, KD] x2, [B*H, T, T], [N, QD]
     std::vector<float> qp, kp, rrmsq, rrmsk;  // q/k norms: q / k before them [N, QD] / [N, KD]; [N*H], [N*KVH]
+    std::vector<float> gate, gated;           // output gate: its logits [N, QD]; att * sigmoid(gate) [N, QD]
     std::vector<float> h1, h3, g;             // ffn [N, F] x3
     // LoRA, by LoraTarget: t = xd Aᵀ [N, r]; with dropout the mask (0 or 1/(1-p)) [N, in] and xd = x ⊙ mask [N, in]
     std::vector<std::vector<float>> lt, lmask, lx;
+    DeltaNetStep dn;  // linear attention: its activations (train/cpu_deltanet_grad.h)
   };
-  struct RopeTable {  // cos / sin [T, hd/2] of one RopeDesc and head_dim
+  struct RopeTable {  // cos / sin [T, dims/2] of one RopeDesc and head_dim (the first `dims` of each head rotate)
     models::RopeDesc desc;
-    int64_t head_dim = 0;
+    int64_t head_dim = 0, dims = 0;
     std::vector<float> cos, sin;
   };
   void plan();  // steps_ and ropes_ from d_; refuses what this executor lacks
@@ -103,6 +108,10 @@ class CpuModel {
                          float* out);
   void attention_backward(const StepPlan& sp, StepActs& a, const float* w, float* g, const float* dout, int64_t B,
                           int64_t T, float* din, double* tdw);
+  // A linear-attention step's weights in w (its gated norm's (offset + w) kept in nb), and their gradients in g
+  // (the step is train/cpu_deltanet_grad.h's DeltaNetStep).
+  DeltaNetWeights deltanet_weights(const StepPlan& sp, const float* w, std::vector<float>& nb) const;
+  DeltaNetGrads deltanet_grads(const StepPlan& sp, float* g) const;
   void ffn_forward(const StepPlan& sp, StepActs& a, const float* w, const float* in, int64_t N, float* out);
   void ffn_backward(const StepPlan& sp, StepActs& a, const float* w, float* g, const float* dout, const float* in,
                     int64_t N, float* din, double* tdw);

@@ -79,7 +79,9 @@ LoraLayout::LoraLayout(const models::ModelConfig& c, const LoraConfig& lc) : lc_
       switch (st.kind) {
         case models::StepKind::kAttention: {
           const int64_t QD = st.attn.n_heads * st.attn.head_dim, KD = st.attn.n_kv_heads * st.attn.head_dim;
-          add(LoraTarget::kQ, d.dim, QD), add(LoraTarget::kK, d.dim, KD), add(LoraTarget::kV, d.dim, KD);
+          // (with an output gate, q_proj's rows are per head [q | gate]: the adapter covers them all, as PEFT's)
+          add(LoraTarget::kQ, d.dim, st.attn.output_gate ? 2 * QD : QD), add(LoraTarget::kK, d.dim, KD);
+          add(LoraTarget::kV, d.dim, KD);
           add(LoraTarget::kO, QD, d.dim);
           break;
         }
@@ -87,7 +89,7 @@ LoraLayout::LoraLayout(const models::ModelConfig& c, const LoraConfig& lc) : lc_
           add(LoraTarget::kGate, d.dim, st.ffn.hidden), add(LoraTarget::kUp, d.dim, st.ffn.hidden);
           add(LoraTarget::kDown, st.ffn.hidden, d.dim);
           break;
-        case models::StepKind::kLinearAttention:  // refused by the CPU executor (CpuModel::plan)
+        case models::StepKind::kLinearAttention:  // no adapter targets (its projections stay frozen)
           break;
       }
     }

@@ -34,16 +34,13 @@ void check_trainable(const models::ModelConfig& c) {
           lack(a.rope.style == models::RopeStyle::kNone && d.embed.positions.empty(), "attention without positions");
           lack(!a.bq.empty() || !a.bk.empty() || !a.bv.empty() || !a.bo.empty(), "bias tensors");
           lack(a.head_dim % 2 != 0, "an odd head_dim (RoPE rotates pairs)");
-          lack(a.rope.dims != 0 && a.rope.dims != a.head_dim, "partial RoPE");
-          lack(a.output_gate, "an attention output gate");
           break;
         }
         case models::StepKind::kFfn:
           lack(s.ffn.activation == models::Activation::kGeluTanh, "a GELU MLP");
           lack(!s.ffn.b_in.empty() || !s.ffn.b_out.empty(), "bias tensors");
           break;
-        case models::StepKind::kLinearAttention:
-          lack(true, "linear-attention (Gated DeltaNet) layers");
+        case models::StepKind::kLinearAttention:  // the CPU executor has it (train/cpu_deltanet_grad.h)
           break;
       }
     }
@@ -51,7 +48,8 @@ void check_trainable(const models::ModelConfig& c) {
   std::string list;
   for (const std::string& w : lacks) list += (list.empty() ? "" : ", ") + w;
   fail("train", "model '", c.arch, "': ", list,
-       " not supported for training (trainable: Llama 2/3.x, Qwen2/2.5, Qwen3, Gemma 3; this model is inference-only, "
+       " not supported for training (trainable: Llama 2/3.x, Qwen2/2.5, Qwen3, Qwen3.5, Gemma 3; this model is "
+       "inference-only, "
        "docs/training.md)");
 }
 

@@ -5,7 +5,8 @@
 // What trains is decided by walking the model description (framework/core/model_desc.h): check_trainable names the
 // parts no training executor has; CpuModel (train/cpu_model.h) and check_kernel_steps refuse, per executor, the
 // first step they lack. Today: RMSNorm steps (offset, post norms, per-head q/k norms), SwiGLU or GeGLU, RoPE of any
-// base / scaling per step, key windows, GQA, tied or untied classifier, logit soft-capping on the CPU.
+// base / scaling per step, key windows, GQA, tied or untied classifier, logit soft-capping on the CPU; partial RoPE,
+// the attention output gate and Gated DeltaNet steps (Qwen3.5) on the CPU only.
 #pragma once
 #include <cstdint>
 #include <string>

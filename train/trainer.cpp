@@ -145,7 +145,7 @@ void Run::load_model(bool resume, CheckpointState* ck) {
     layout = ParamLayout(ck->model);
     w = std::move(ck->weights);
   } else if (!cfg.preset.empty()) {
-    models::ModelConfig mc = models::preset(cfg.preset);
+    models::ModelConfig mc = models::preset_with_shape(cfg.preset, cfg.shape, "train");
     layout = ParamLayout(mc);
     w = init_random(layout, uint64_t(cfg.seed));
   } else {

@@ -48,11 +48,17 @@ TEST(TrainCpuDesc, RefusesWhatItLacksNamingLayerStepAndExecutor) {
   d.layers[0].steps[1].ffn.activation = models::Activation::kGeluTanh;
   EXPECT_EQ(cpu_refusal(layout, d), "[train] layer 0 ffn: the gelu_tanh MLP" + ex);
   d = base;
-  d.layers[1].steps[0].attn.output_gate = true;  // Qwen3.5's gated attention
-  EXPECT_EQ(cpu_refusal(layout, d), "[train] layer 1 attention: an output gate" + ex);
+  d.layers[1].steps[0].attn.rope.dims = 3;  // partial RoPE rotates pairs
+  EXPECT_EQ(cpu_refusal(layout, d), "[train] layer 1 attention: RoPE on 3 dims (an even count up to head_dim)" + ex);
+  d = base;
+  d.layers[1].steps[0].attn.output_gate = true;  // Qwen3.5's gate needs wq's gate rows, which this layout lacks
+  EXPECT_EQ(cpu_refusal(layout, d),
+            "[train] layer 1 attention: layers.1.wq has 32 rows, the description 64 (with the output gate's)");
   d = base;
   d.layers[0].steps[1].kind = models::StepKind::kLinearAttention;
-  EXPECT_EQ(cpu_refusal(layout, d), "[train] layer 0 linear attention: Gated DeltaNet linear attention" + ex);
+  d.layers[0].steps[1].deltanet.n_k_heads = 2, d.layers[0].steps[1].deltanet.n_v_heads = 3;
+  EXPECT_EQ(cpu_refusal(layout, d),
+            "[train] layer 0 linear attention: value heads (3) not a multiple of the key heads (2)" + ex);
   d = base;
   d.layers[0].steps[0].attn.bq = "layers.0.bq";  // a weight the layout lacks is refused too
   EXPECT_EQ(cpu_refusal(layout, d), "[train] layer 0 attention: q/k/v/o biases" + ex);
