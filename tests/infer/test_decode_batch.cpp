@@ -42,7 +42,8 @@ struct BatchCase {
   KvType kv;
 };
 
-// For B = 1..5: slots prefilled with prompts of different lengths, then three batched steps; each row against the
+// For B = 1..9 (past quant::kBatchTokens, the tile kernel's tokens per pass): slots prefilled with prompts of
+// different lengths, then three batched steps; each row against the
 // single-sequence decode of its slot on a reference engine.
 TEST(DecodeBatch, RowsEqualSingleSequenceDecode) {
   for (const char* preset : {"qwen2.5-0.5b", "gpt2-124m", "gemma3-270m"}) {
@@ -51,17 +52,24 @@ TEST(DecodeBatch, RowsEqualSingleSequenceDecode) {
          {BatchCase{"fp32", WType::kF32, {}, KvType::kF32}, BatchCase{"fp16", WType::kF16, {}, KvType::kF16},
           BatchCase{"q8_0", WType::kF32, models::QuantMix::kQ8_0, KvType::kF32},
           BatchCase{"q4_k_m", WType::kF32, models::QuantMix::kQ4_K_M, KvType::kF16}}) {
-      const models::Model m = k.mix ? models::quantize_model(base, *k.mix) : base;
+      const auto own_model = [&] {  // a copy of its own per engine, private: its Q8_0 / Q4_K matrices become row tiles
+        models::Model m = k.mix ? models::quantize_model(base, *k.mix) : base;
+        m.private_memory = true;
+        return m;
+      };
       EngineOptions o;
       o.dtype = k.dtype;
       o.keep_quantized = k.mix.has_value();
       o.kv_type = k.kv;
       o.threads = 2;
       o.quiet = true;
-      o.slots = 5;
-      Engine batched(m, o), ref(m, o);
+      o.slots = 9;
+      Engine batched(own_model(), o), ref(own_model(), o);
+      if (k.mix) {
+        ASSERT_GT(batched.tiled_bytes(), 0);
+      }
       const int64_t V = base.config.vocab_size;
-      for (int64_t B = 1; B <= 5; ++B) {
+      for (int64_t B = 1; B <= 9; ++B) {
         SCOPED_TRACE(std::string(preset) + " " + k.name + " B=" + std::to_string(B));
         std::vector<int32_t> tok(static_cast<size_t>(B));
         std::vector<int64_t> pos(static_cast<size_t>(B)), slots(static_cast<size_t>(B));
