@@ -5,7 +5,7 @@
 #   - anelab serve --parallel 8: 1 client, then 8 clients x ROUNDS streamed greedy requests of 128 tokens
 #     (scripts/serve_batch_bench.sh: aggregate decode tok/s, ratio to one client's, time to first token p50/p99);
 #   - llama-server -np 8 -cb on the same GGUF with the same client script (scripts/serve_load_test.py --bench 1,8);
-#   - speculative decoding (prompt lookup, --draft-max 8) against plain decoding on a repetitive prompt:
+#   - speculative decoding (prompt lookup, --draft-max 7: 8 rows, one pass of the tile kernel) against plain decoding on a repetitive prompt:
 #     `anelab generate` decode tok/s of both and whether the greedy token ids are identical.
 #
 #   stage here:  scripts/bench_ab/stage.sh && rm -rf .devbin/old-src;
@@ -44,14 +44,14 @@ for D in q8_0 f16; do
   M="$W/qwen2.5-0.5b-random-$D.gguf"
   echo "[serve_peers] $D: llama-server -np 8 -cb"
   llama_bench "$M" "$D" | tee "$OUT/llama_server_$D.json"
-  for draft in 0 8; do
+  for draft in 0 7; do
     "$A" infer generate --model "$M" --tokenizer "$TOK" --backend cpu --threads "$T" --temp 0 --max-tokens 256 \
       --draft-max "$draft" --print-ids --prompt "$PROMPT" >"$W/spec_${D}_$draft.ids" 2>"$W/spec_${D}_$draft.err" ||
       tail -5 "$W/spec_${D}_$draft.err"
     echo "[serve_peers] $D draft-max $draft: $(grep -E 'decode:|speculative' "$W/spec_${D}_$draft.err" | tr '\n' ' ')" |
       tee -a "$OUT/speculative.txt"
   done
-  if cmp -s "$W/spec_${D}_0.ids" "$W/spec_${D}_8.ids"; then same=identical; else same=DIFFERENT; fi
+  if cmp -s "$W/spec_${D}_0.ids" "$W/spec_${D}_7.ids"; then same=identical; else same=DIFFERENT; fi
   echo "[serve_peers] $D speculative vs plain token ids: $same ($(wc -w <"$W/spec_${D}_0.ids") ids)" |
     tee -a "$OUT/speculative.txt"
 done
