@@ -119,6 +119,7 @@ Engine::Engine(models::Model model, const EngineOptions& opt)
   plan_rope();
   logits_.resize(static_cast<size_t>(c.vocab_size));
   batch_logits_.resize(static_cast<size_t>(opt_.slots * c.vocab_size));
+  batch_kv_.reserve(static_cast<size_t>(rows_));
   if (opt_.backend != "cpu")
     mil_ = std::make_unique<MilPrefill>(*this, opt_.backend, opt_.device, opt_.ane_weights, opt_.quiet);
 }
@@ -529,12 +530,16 @@ void Engine::attention(int64_t l, const models::AttnDesc& a, int64_t pos, int64_
     store_kv(l, pos, k_.data(), v_.data(), n);
     attn_.run(pool_, s, q_.data(), kv_rows(l), pos, n, att_.data());
   } else {  // decode_batch: row i is one token of slot batch_slot_[i] at batch_pos_[i]
-    const int64_t kvd = a.n_kv_heads * hd, qd = a.n_heads * hd;
+    // Every row's keys and values first (a row reads only positions <= its own, so a slot's later rows stored before
+    // its earlier rows attend change nothing), then all rows' attention in one pass over the pool.
+    const int64_t kvd = a.n_kv_heads * hd;
+    batch_kv_.clear();
     for (int64_t i = 0; i < n; ++i) {
       const auto r = static_cast<size_t>(i);
       store_kv(l, batch_slot_[r], batch_pos_[r], k_.data() + i * kvd, v_.data() + i * kvd, 1);
-      attn_.run(pool_, s, q_.data() + i * qd, kv_rows(l, batch_slot_[r]), batch_pos_[r], 1, att_.data() + i * qd);
+      batch_kv_.push_back(kv_rows(l, batch_slot_[r]));
     }
+    attn_.rows_batch(pool_, s, q_.data(), batch_kv_, batch_pos_, att_.data());
   }
   if (a.output_gate)  // att *= sigmoid(gate), per head
     elementwise(n * a.n_heads * hd, [&](int64_t b, int64_t e) {

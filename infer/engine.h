@@ -188,6 +188,7 @@ class Engine final : public PrefillHost {
   // During decode_batch: per row its position and slot ([B]); empty otherwise.
   std::span<const int64_t> batch_pos_, batch_slot_;
   std::vector<int64_t> run_pos_, run_slot_;  // decode_run's positions and slots (grown once)
+  std::vector<KvView> batch_kv_;             // during decode_batch: each row's cache rows in the current layer
   std::vector<float> batch_logits_;          // [rows of the largest batched step so far (slots at first), vocab]
   int64_t weight_bytes_ = 0;
   int64_t tiled_bytes_ = 0;
