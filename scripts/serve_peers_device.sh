@@ -4,7 +4,9 @@
 # (Q8_0, f16; a random-weight model of Qwen2.5-0.5B's shape, the same GGUF for both programs, THREADS threads):
 #   - anelab serve --parallel 8: 1 client, then 8 clients x ROUNDS streamed greedy requests of 128 tokens
 #     (scripts/serve_batch_bench.sh: aggregate decode tok/s, ratio to one client's, time to first token p50/p99);
-#   - llama-server -np 8 -cb on the same GGUF with the same client script (scripts/serve_load_test.py --bench 1,8);
+#   - llama-server -np 8 -cb on the same GGUF with the same client script (scripts/serve_load_test.py --bench 1,8;
+#     with ignore_eos, so that its answers run to 128 tokens as anelab's do on this model);
+#   - the engine's batched step without the server (scripts/gemv_batch_bench/step.cpp);
 #   - speculative decoding (prompt lookup, --draft-max 7: 8 rows, one pass of the tile kernel) against plain decoding on a repetitive prompt:
 #     `anelab generate` decode tok/s of both and whether the greedy token ids are identical.
 #
@@ -34,7 +36,7 @@ llama_bench() {  # llama_bench GGUF LABEL
     sleep 0.2
   done
   python3 scripts/serve_load_test.py --port "$PORT" --bench 1,8 --max-tokens 128 --bench-rounds "$ROUNDS" \
-    --timeout 600 || tail -20 "$W/llama-server-$2.log"
+    --timeout 600 --extra-body '{"ignore_eos": true}' || tail -20 "$W/llama-server-$2.log"
   kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
 }
 PROMPT=$(python3 -c 'print(" ".join(["The river runs past the old stone house, and the green field lies to the north of it."] * 12))')
@@ -44,6 +46,8 @@ for D in q8_0 f16; do
   M="$W/qwen2.5-0.5b-random-$D.gguf"
   echo "[serve_peers] $D: llama-server -np 8 -cb"
   llama_bench "$M" "$D" | tee "$OUT/llama_server_$D.json"
+  echo "[serve_peers] $D: the engine's batched step alone (Engine::decode_batch, B = 1, 2, 4, 8)"
+  PROG=step scripts/gemv_batch_bench/run.sh /tmp/dev-anelab "$M" "$T" 2>&1 | tee "$OUT/step_$D.txt"
   for draft in 0 7; do
     "$A" infer generate --model "$M" --tokenizer "$TOK" --backend cpu --threads "$T" --temp 0 --max-tokens 256 \
       --draft-max "$draft" --print-ids --prompt "$PROMPT" >"$W/spec_${D}_$draft.ids" 2>"$W/spec_${D}_$draft.err" ||

@@ -3,14 +3,14 @@
 # build tree's libraries (test_infer's: anelab_infer and its dependencies) with the same flags.
 #
 #   scripts/gemv_batch_bench/run.sh [BUILD_DIR=build] [THREADS=1] [REPS=20] [ROWS=896] [COLS=4864]
+#   PROG=step scripts/gemv_batch_bench/run.sh [BUILD_DIR=build] MODEL.gguf [THREADS=8]   (the engine's step: step.cpp)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${1:-build}
 shift || true
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-libs=()
-for l in anelab_infer anelab_models anelab_core; do [[ -f $B/lib/lib$l.a ]] && libs+=("$B/lib/lib$l.a"); done
-c++ -std=c++20 -O3 -march=native -fno-tree-slp-vectorize -I. scripts/gemv_batch_bench/main.cpp \
-  -Wl,--start-group "${libs[@]}" $(ls "$B"/lib/*.a | grep -v -e fake_shim -e cli_probe) -Wl,--end-group -lpthread -o "$out/bench"
+c++ -std=c++20 -O3 -march=native -fno-tree-slp-vectorize -I. "scripts/gemv_batch_bench/${PROG:-main}.cpp" \
+  -Wl,--start-group $(ls "$B"/lib/*.a | grep -v -e fake_shim -e cli_probe -e dashboard -e imgui) -Wl,--end-group \
+  -lpthread -ldl -o "$out/bench"
 "$out/bench" "$@"
