@@ -143,7 +143,7 @@ void add_sampling_options(CLI::App* app, SamplingArgs& s) {
       ->group(g);
   app->add_option("--draft-max", s.draft_max,
                   "Speculative decoding with prompt-lookup drafts: up to N drafted tokens checked per batched pass "
-                  "(0 = off; --backend cpu; the output is plain decoding's)")
+                  "(0 = off; the output is plain decoding's)")
       ->capture_default_str()
       ->check(CLI::Range(0, 64))
       ->group(g);

@@ -115,7 +115,7 @@ void add_serve_command(CLI::App& app) {
       ->check(number_in(0, kInf));
   s->add_option("--draft-max", a->model.draft_max,
                 "Speculative decoding with prompt-lookup drafts: up to N drafted tokens checked per batched pass "
-                "(0 = off; needs --backend cpu; answers are plain decoding's)")
+                "(0 = off; answers are plain decoding's)")
       ->capture_default_str()
       ->check(CLI::Range(0, 64));
   s->add_option("--host", a->server.host,

@@ -86,7 +86,7 @@ const float* Batcher::submit(int64_t s, const Request& r) {
   sl.req.kind = Kind::kNone;
   sl.info.state = SlotState::kSampling;
   if (sl.req.error) std::rethrow_exception(sl.req.error);
-  return sl.logits.data();
+  return r.kind == Kind::kDecode && !r.tokens.empty() ? sl.run_logits.data() : sl.logits.data();
 }
 
 const float* Batcher::SlotForward::prefill(std::span<const int32_t> tokens, int64_t pos,
@@ -104,6 +104,21 @@ const float* Batcher::SlotForward::decode(int32_t token, int64_t pos) {
   Request r;
   r.kind = Kind::kDecode;
   r.token = token;
+  r.pos = pos;
+  return b_.submit(s_, r);
+}
+
+const float* Batcher::SlotForward::decode_run(std::span<const int32_t> tokens, int64_t pos) {
+  ANELAB_CHECK(!tokens.empty(), "batch", "a decode run needs at least one token");
+  {
+    std::lock_guard<std::mutex> lk(b_.mu_);
+    std::vector<float>& out = b_.slots_[static_cast<size_t>(s_)].run_logits;
+    const auto need = tokens.size() * static_cast<size_t>(b_.e_.config().vocab_size);
+    if (out.size() < need) out.resize(need);
+  }
+  Request r;
+  r.kind = Kind::kDecode;
+  r.tokens = tokens;
   r.pos = pos;
   return b_.submit(s_, r);
 }
@@ -133,9 +148,14 @@ void Batcher::loop() {
     for (size_t s = 0; s < slots_.size(); ++s) {
       const Slot& sl = slots_[s];
       if (!sl.active) continue;
-      if (sl.req.kind == Kind::kDecode) {
+      if (sl.req.kind == Kind::kDecode && sl.req.tokens.empty()) {
         dec_tok_.push_back(sl.req.token), dec_pos_.push_back(sl.req.pos);
         dec_slot_.push_back(static_cast<int64_t>(s));
+      } else if (sl.req.kind == Kind::kDecode) {  // a run: rows at consecutive positions
+        for (size_t i = 0; i < sl.req.tokens.size(); ++i) {
+          dec_tok_.push_back(sl.req.tokens[i]), dec_pos_.push_back(sl.req.pos + static_cast<int64_t>(i));
+          dec_slot_.push_back(static_cast<int64_t>(s));
+        }
       } else {
         pre_slot_.push_back(static_cast<int64_t>(s));
       }
@@ -144,10 +164,18 @@ void Batcher::loop() {
     // The requests are not touched by their threads while incomplete, so the step reads and writes them unlocked.
     if (!dec_tok_.empty()) {
       try {
-        const float* l = e_.decode_batch(dec_tok_, dec_pos_, dec_slot_);
-        for (size_t i = 0; i < dec_slot_.size(); ++i)
-          std::memcpy(slots_[static_cast<size_t>(dec_slot_[i])].logits.data(), l + static_cast<int64_t>(i) * V,
-                      static_cast<size_t>(V) * sizeof(float));
+        const size_t rows = dec_tok_.size(), most = static_cast<size_t>(e_.max_batch_rows());
+        for (size_t b = 0; b < rows; b += most) {
+          const size_t m = std::min(most, rows - b);
+          const float* l = e_.decode_batch(std::span(dec_tok_).subspan(b, m), std::span(dec_pos_).subspan(b, m),
+                                           std::span(dec_slot_).subspan(b, m));
+          for (size_t i = b; i < b + m; ++i) {
+            Slot& sl = slots_[static_cast<size_t>(dec_slot_[i])];
+            float* out =
+                sl.req.tokens.empty() ? sl.logits.data() : sl.run_logits.data() + (dec_pos_[i] - sl.req.pos) * V;
+            std::memcpy(out, l + static_cast<int64_t>(i - b) * V, static_cast<size_t>(V) * sizeof(float));
+          }
+        }
       } catch (...) {
         for (int64_t s : dec_slot_) slots_[static_cast<size_t>(s)].req.error = std::current_exception();
       }
@@ -174,16 +202,17 @@ void Batcher::loop() {
     if (B > 0) {
       ++stats_.steps;
       stats_.decode_tokens += static_cast<uint64_t>(B);
+      if (stats_.batch_sizes.size() <= static_cast<size_t>(B)) stats_.batch_sizes.resize(static_cast<size_t>(B) + 1);
       ++stats_.batch_sizes[static_cast<size_t>(B)];
       stats_.last_batch = B;
     }
     stats_.prefill_tokens += static_cast<uint64_t>(prefilled);
     stats_.prefill_chunks += pre_slot_.size();
-    for (int64_t s : dec_slot_) {
-      Slot& sl = slots_[static_cast<size_t>(s)];
+    for (size_t i = 0; i < dec_slot_.size(); ++i) {
+      Slot& sl = slots_[static_cast<size_t>(dec_slot_[i])];
       sl.req.complete = true;
       ++sl.info.decoded;
-      sl.info.pos = sl.req.pos + 1;
+      sl.info.pos = dec_pos_[i] + 1;
     }
     for (int64_t s : pre_slot_) {
       Slot& sl = slots_[static_cast<size_t>(s)];

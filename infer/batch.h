@@ -8,7 +8,8 @@
 //     others for its whole length: they decode a token between two of its chunks);
 //   - a slot that begins between two steps joins the next one; a slot that ends (its generation finished or was
 //     cancelled) is no longer waited for, so its place is free at the next step;
-//   - a prefill that asks for all its logits (speculative drafts: a few tokens) runs whole in one step.
+//   - a decode run (Forward::decode_run: speculative drafts verified) puts its tokens as rows of its slot at
+//     consecutive positions into the step's batch (in decode_batch calls of at most Engine::max_batch_rows rows).
 //
 // A decode row of a step is bit for bit the engine's single-sequence decode (Engine::decode_batch), and a prefill
 // chunk is the same Engine::prefill call whatever else runs, so a generation gives the same tokens next to others
@@ -67,7 +68,7 @@ class Batcher {
     uint64_t prefill_tokens = 0;  // prompt tokens prefilled
     uint64_t prefill_chunks = 0;
     int64_t last_batch = 0;             // rows of the latest step
-    std::vector<uint64_t> batch_sizes;  // [slots + 1]: steps of each batch size
+    std::vector<uint64_t> batch_sizes;  // [slots + 1, more with decode runs]: steps of each batch size (rows)
     std::vector<SlotInfo> slots;        // [slots]
   };
   Stats stats() const;
@@ -79,6 +80,7 @@ class Batcher {
     SlotForward(Batcher& b, int64_t s) : b_(b), s_(s) {}
     const float* prefill(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits) override;
     const float* decode(int32_t token, int64_t pos) override;
+    const float* decode_run(std::span<const int32_t> tokens, int64_t pos) override;
     PrefillStats last_prefill() const override;
 
    private:
@@ -91,7 +93,7 @@ class Batcher {
     bool complete = false;
     int32_t token = 0;
     int64_t pos = 0;
-    std::span<const int32_t> tokens;  // prefill: all of them; done: how many ran
+    std::span<const int32_t> tokens;  // prefill: all of them; done: how many ran. decode: a run (empty: token)
     int64_t done = 0;
     std::vector<float>* all_logits = nullptr;
     std::exception_ptr error;
@@ -99,7 +101,8 @@ class Batcher {
   struct Slot {
     bool active = false;
     Request req;
-    std::vector<float> logits;  // [vocab] the latest result
+    std::vector<float> logits;      // [vocab] the latest result
+    std::vector<float> run_logits;  // [run tokens, vocab] the latest decode run's (grown by decode_run)
     PrefillStats prefill_stats;
     SlotInfo info;
     std::unique_ptr<SlotForward> forward;

@@ -213,31 +213,61 @@ void CpuAttention::run(ThreadPool& pool, const AttentionShape& s, const float* q
     rows(pool, s, q, kv, pos, n, out);
 }
 
+namespace {
+// Head h of one query at position p (q: its row [q_dim]) over cache rows k, v (of either type) into o [head_dim]:
+// scores into sc [p + 1], softmax, the weighted values. rows() and rows_batch() run every (query, head) through it.
+template <typename T>
+void query_head(const AttentionShape& s, const float* q, const T* k, const T* v, int64_t p, int64_t h, float* sc,
+                float* o) {
+  const int64_t hd = s.head_dim, kvd = s.kv_dim(), group = s.n_heads / s.n_kv_heads, t0 = first_key(s, p);
+  const float* qi = q + h * hd;
+  const T* kc = k + (h / group) * hd;
+  const T* vc = v + (h / group) * hd;
+  for (int64_t t = t0; t <= p; ++t) sc[t] = dot_kv(qi, kc + t * kvd, hd) * s.scale;
+  const float inv_sum = 1.0f / exp_sub_sum(sc + t0, max_of(sc + t0, p + 1 - t0), p + 1 - t0);
+  std::fill(o, o + hd, 0.0f);
+  for (int64_t t = t0; t <= p; ++t) axpy_kv(sc[t] * inv_sum, vc + t * kvd, o, hd);
+}
+}  // namespace
+
 void CpuAttention::rows(ThreadPool& pool, const AttentionShape& s, const float* q, const KvView& kv, int64_t pos,
                         int64_t n, float* out) {
-  const int64_t hd = s.head_dim, kvd = s.kv_dim(), group = s.n_heads / s.n_kv_heads, ld = round_up(pos + n, 64);
+  const int64_t hd = s.head_dim, ld = round_up(pos + n, 64);
   scores_.grow(pool.size() * ld);
   const int64_t items = n * s.n_heads;
   // Tiny attention (short contexts, small heads) stays on the caller: a wake-up costs more.
   const bool serial = items * (pos + n) * hd < (1 << 15);
   with_rows(kv, [&](auto k, auto v) {
     auto body = [&](int64_t it, int w) {
-      float* sc = scores_.data() + static_cast<int64_t>(w) * ld;
-      const int64_t i = it / s.n_heads, h = it % s.n_heads, p = pos + i, t0 = first_key(s, p);
-      const float* qi = q + i * s.q_dim() + h * hd;
-      const auto* kc = k + (h / group) * hd;
-      const auto* vc = v + (h / group) * hd;
-      for (int64_t t = t0; t <= p; ++t) sc[t] = dot_kv(qi, kc + t * kvd, hd) * s.scale;
-      const float inv_sum = 1.0f / exp_sub_sum(sc + t0, max_of(sc + t0, p + 1 - t0), p + 1 - t0);
-      float* o = out + i * s.q_dim() + h * hd;
-      std::fill(o, o + hd, 0.0f);
-      for (int64_t t = t0; t <= p; ++t) axpy_kv(sc[t] * inv_sum, vc + t * kvd, o, hd);
+      const int64_t i = it / s.n_heads, h = it % s.n_heads;
+      query_head(s, q + i * s.q_dim(), k, v, pos + i, h, scores_.data() + static_cast<int64_t>(w) * ld,
+                 out + i * s.q_dim() + h * hd);
     };
     if (serial)
       for (int64_t it = 0; it < items; ++it) body(it, 0);
     else
       pool.run_chunks(items, body);
   });
+}
+
+void CpuAttention::rows_batch(ThreadPool& pool, const AttentionShape& s, const float* q, std::span<const KvView> kv,
+                              std::span<const int64_t> pos, float* out) {
+  const auto n = static_cast<int64_t>(pos.size());
+  int64_t keys = 0, longest = 0;
+  for (int64_t p : pos) keys += p + 1, longest = std::max(longest, p + 1);
+  const int64_t ld = round_up(longest, 64);
+  scores_.grow(pool.size() * ld);
+  auto body = [&](int64_t it, int w) {
+    const int64_t i = it / s.n_heads, h = it % s.n_heads;
+    with_rows(kv[static_cast<size_t>(i)], [&](auto k, auto v) {
+      query_head(s, q + i * s.q_dim(), k, v, pos[static_cast<size_t>(i)], h,
+                 scores_.data() + static_cast<int64_t>(w) * ld, out + i * s.q_dim() + h * s.head_dim);
+    });
+  };
+  if (keys * s.n_heads * s.head_dim < (1 << 15))  // as rows(): tiny work stays on the caller
+    for (int64_t it = 0; it < n * s.n_heads; ++it) body(it, 0);
+  else
+    pool.run_chunks(n * s.n_heads, body);
 }
 
 void CpuAttention::blocked(ThreadPool& pool, const AttentionShape& s, const float* q, const KvView& kv, int64_t pos,

@@ -25,6 +25,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,10 @@ class CpuAttention {
             float* out);
   void blocked(ThreadPool& pool, const AttentionShape& s, const float* q, const KvView& kv, int64_t pos, int64_t n,
                float* out);
+  // The rows of a batched decode step in one pass over the pool: query i (q [B, q_dim]) at position pos[i] over its
+  // own cache kv[i] (rows [pos[i] + 1, kv_dim]) into out [B, q_dim]; each (query, head) as rows() computes it.
+  void rows_batch(ThreadPool& pool, const AttentionShape& s, const float* q, std::span<const KvView> kv,
+                  std::span<const int64_t> pos, float* out);
 
  private:
   // Scratch whose contents do not outlive a call: sized for the whole context by reserve() (decode allocates

@@ -112,6 +112,79 @@ void gemv_range(const GemvOut& o, const float* x, const quant::Q8Acts& acts, int
     gemv_rows(o.w->f32(), o.w->cols, x, o.bias, o.y, r0, r1);
 }
 
+// gemv_rows for n_tok inputs x [n_tok, cols] into y + t ldy: rows of gemv_rows' 4-row groups one at a time, each
+// row's kGemvNV accumulator chains per token, the row's weight vectors loaded once per step for up to kTokens tokens
+// (kTokens x kGemvNV accumulators, half the registers); rows past the last group of 4 as gemv_rows' tail. Per token and
+// row the operations of gemv_rows in its order: the same bits.
+template <typename T>
+void gemv_rows_tokens(const T* w, int64_t cols, const float* x, int64_t n_tok, const float* bias, float* y, int64_t ldy,
+                      int64_t r0, int64_t r1) {
+  constexpr int NV = W::kGemvNV;
+  constexpr int kTokens = std::max(1, W::kRegs / 2 / NV);
+  constexpr int64_t kStep = NV * VW, kAhead = 2048 / sizeof(T);
+  const int64_t main = cols / kStep * kStep, grouped = r0 + (r1 - r0) / 4 * 4;
+  for (int64_t r = r0; r < grouped; ++r) {
+    const T* wr = w + r * cols;
+    for (int64_t t0 = 0; t0 < n_tok; t0 += kTokens) {
+      const int nt = static_cast<int>(std::min<int64_t>(kTokens, n_tok - t0));
+      const float* xt = x + t0 * cols;
+      W::F32 acc[kTokens][NV];
+      for (int t = 0; t < kTokens; ++t)
+        for (int v = 0; v < NV; ++v) acc[t][v] = W::zero();
+      int64_t k = 0;
+      for (; k < main; k += kStep) {
+        W::prefetch(wr + k + kAhead);
+        W::F32 wv[NV];
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) wv[v] = load_w(wr + k + v * VW);
+#pragma GCC unroll 16
+        for (int t = 0; t < kTokens; ++t)
+          if (t < nt)
+#pragma GCC unroll 8
+            for (int v = 0; v < NV; ++v) acc[t][v] = W::fmadd(wv[v], W::load(xt + t * cols + k + v * VW), acc[t][v]);
+      }
+      for (; k < cols; k += VW) {
+        const W::F32 wv = load_w_n(wr + k, cols - k);
+        for (int t = 0; t < nt; ++t) acc[t][0] = W::fmadd(wv, W::load_n(xt + t * cols + k, cols - k), acc[t][0]);
+      }
+      for (int t = 0; t < nt; ++t) {
+        W::F32 s = acc[t][0];
+        for (int v = 1; v < NV; ++v) s = W::add(s, acc[t][v]);
+        y[(t0 + t) * ldy + r] = W::reduce_add(s) + (bias ? bias[r] : 0.0f);
+      }
+    }
+  }
+  for (int64_t t = 0; t < n_tok; ++t)
+    if (grouped < r1) gemv_rows(w, cols, x + t * cols, bias, y + t * ldy, grouped, r1);
+}
+
+// gemv_range for n_tok inputs (x [n_tok, cols], acts [n_tok] their quantized forms) into o.y + t o.w->rows: whole row
+// tiles through quant::dot_tiles_tokens (each tile block read once for the tokens), the rest per token as gemv_range.
+void gemv_range_tokens(const GemvOut& o, const float* x, int64_t cols, const quant::Q8Acts* acts, int64_t n_tok,
+                       int64_t r0, int64_t r1) {
+  const int64_t ldy = o.w->rows;
+  if (is_quantized(o.w->type)) {
+    const quant::BlockType bt = block_type(o.w->type);
+    constexpr int64_t kT = quant::kTileRows;
+    const int64_t tr = std::min(r1, o.w->tiled_rows);
+    const int64_t first = std::min(tr, (r0 + kT - 1) / kT * kT), last = std::max(first, tr / kT * kT);
+    if (first < last) {
+      quant::dot_tiles_tokens(bt, o.w->tile(first / kT), (last - first) / kT, acts, n_tok, o.y + first, ldy);
+      if (o.bias)
+        for (int64_t t = 0; t < n_tok; ++t)
+          for (int64_t r = first; r < last; ++r) o.y[t * ldy + r] += o.bias[r];
+    }
+    for (int64_t t = 0; t < n_tok; ++t) {  // partial tiles and untiled rows: per token
+      const GemvOut ot{o.w, o.bias, o.y + t * ldy};
+      if (r0 < first) gemv_range(ot, x + t * cols, acts[t], r0, first);
+      if (std::max(r0, last) < r1) gemv_range(ot, x + t * cols, acts[t], std::max(r0, last), r1);
+    }
+  } else if (o.w->type == WType::kF16)
+    gemv_rows_tokens(o.w->f16(), cols, x, n_tok, o.bias, o.y, ldy, r0, r1);
+  else
+    gemv_rows_tokens(o.w->f32(), cols, x, n_tok, o.bias, o.y, ldy, r0, r1);
+}
+
 // ---- GEMM: Y[t, r] = sum_k X[t, k] W[r, k] (+ bias[r]) ----
 // Outer-product form: W is packed per (kNR-row panel, kc-column block) into fp32 [kc][kNR] (converted and
 // transposed once, then reused from L1 by every token of the chunk), and a micro-kernel keeps an
@@ -241,15 +314,11 @@ void gemv_batch(ThreadPool& pool, std::initializer_list<GemvOut> outs, const flo
   auto body = [&](int64_t b, int64_t e) {
     for (int64_t sb = b; sb < e; sb += kBlock) {
       const int64_t se = std::min(e, sb + kBlock);
-      for (int64_t t = 0; t < n_tok; ++t) {
-        int64_t base = 0;
-        for (const auto& o : outs) {
-          const int64_t lo = std::max(sb, base), hi = std::min(se, base + o.w->rows);
-          if (lo < hi)
-            gemv_range(GemvOut{o.w, o.bias, o.y + t * o.w->rows}, x + t * cols, acts[static_cast<size_t>(t)], lo - base,
-                       hi - base);
-          base += o.w->rows;
-        }
+      int64_t base = 0;
+      for (const auto& o : outs) {
+        const int64_t lo = std::max(sb, base), hi = std::min(se, base + o.w->rows);
+        if (lo < hi) gemv_range_tokens(o, x, cols, acts.data(), n_tok, lo - base, hi - base);
+        base += o.w->rows;
       }
     }
   };

@@ -119,6 +119,7 @@ Engine::Engine(models::Model model, const EngineOptions& opt)
   plan_rope();
   logits_.resize(static_cast<size_t>(c.vocab_size));
   batch_logits_.resize(static_cast<size_t>(opt_.slots * c.vocab_size));
+  batch_kv_.reserve(static_cast<size_t>(rows_));
   if (opt_.backend != "cpu")
     mil_ = std::make_unique<MilPrefill>(*this, opt_.backend, opt_.device, opt_.ane_weights, opt_.quiet);
 }
@@ -530,12 +531,16 @@ void Engine::attention(int64_t l, const models::AttnDesc& a, const StepNormSpans
     store_kv(l, pos, k_.data(), v_.data(), n);
     attn_.run(pool_, s, q_.data(), kv_rows(l), pos, n, att_.data());
   } else {  // decode_batch: row i is one token of slot batch_slot_[i] at batch_pos_[i]
-    const int64_t kvd = a.n_kv_heads * hd, qd = a.n_heads * hd;
+    // Every row's keys and values first (a row reads only positions <= its own, so a slot's later rows stored before
+    // its earlier rows attend change nothing), then all rows' attention in one pass over the pool.
+    const int64_t kvd = a.n_kv_heads * hd;
+    batch_kv_.clear();
     for (int64_t i = 0; i < n; ++i) {
       const auto r = static_cast<size_t>(i);
       store_kv(l, batch_slot_[r], batch_pos_[r], k_.data() + i * kvd, v_.data() + i * kvd, 1);
-      attn_.run(pool_, s, q_.data() + i * qd, kv_rows(l, batch_slot_[r]), batch_pos_[r], 1, att_.data() + i * qd);
+      batch_kv_.push_back(kv_rows(l, batch_slot_[r]));
     }
+    attn_.rows_batch(pool_, s, q_.data(), batch_kv_, batch_pos_, att_.data());
   }
   if (a.output_gate)  // att *= sigmoid(gate), per head
     elementwise(n * a.n_heads * hd, [&](int64_t b, int64_t e) {
@@ -673,8 +678,8 @@ const float* Engine::decode_batch(std::span<const int32_t> tokens, std::span<con
                                   std::span<const int64_t> slots) {
   const auto& c = model_.config;
   const int64_t n = static_cast<int64_t>(tokens.size());
-  ANELAB_CHECK(n >= 1 && n <= opt_.slots && pos.size() == tokens.size() && slots.size() == tokens.size(), "infer",
-               "a batched decode step takes 1 to ", opt_.slots, " tokens with a position and a slot each, got ",
+  ANELAB_CHECK(n >= 1 && n <= rows_ && pos.size() == tokens.size() && slots.size() == tokens.size(), "infer",
+               "a batched decode step takes 1 to ", rows_, " tokens with a position and a slot each, got ",
                tokens.size(), " / ", pos.size(), " / ", slots.size());
   if (n == 1) {  // decode itself (its fused GEMVs), on the row's slot
     const int64_t keep = slot_;
@@ -693,9 +698,16 @@ const float* Engine::decode_batch(std::span<const int32_t> tokens, std::span<con
                  opt_.slots, " slots");
     ANELAB_CHECK(pos[r] >= 0 && pos[r] < ctx_, "infer", "position ", pos[r], " outside the context of ", ctx_,
                  " positions");
-    for (int64_t j = 0; j < i; ++j)
-      ANELAB_CHECK(slots[static_cast<size_t>(j)] != slots[r], "infer", "slot ", slots[r], " twice in one batched step");
+    for (int64_t j = i - 1; j >= 0; --j)  // the slot's latest earlier row: this row must be its next position
+      if (slots[static_cast<size_t>(j)] == slots[r]) {
+        ANELAB_CHECK(pos[r] == pos[static_cast<size_t>(j)] + 1, "infer", "slot ", slots[r], " at position ", pos[r],
+                     " after its row at position ", pos[static_cast<size_t>(j)],
+                     " in one batched step (a slot's rows take consecutive positions)");
+        break;
+      }
   }
+  if (static_cast<int64_t>(batch_logits_.size()) < n * c.vocab_size)
+    batch_logits_.resize(static_cast<size_t>(n * c.vocab_size));  // more rows than slots: a slot's run of positions
   for (int64_t i = 0; i < n; ++i) {
     const auto r = static_cast<size_t>(i);
     embed(tokens.subspan(r, 1), pos[r], x_.data() + i * c.dim);
@@ -715,6 +727,14 @@ const float* Engine::decode_batch(std::span<const int32_t> tokens, std::span<con
   gemv_batch(pool_, {{&out_, nullptr, batch_logits_.data()}}, xb_.data(), n);
   soft_cap(batch_logits_.data(), n * c.vocab_size);
   return batch_logits_.data();
+}
+
+const float* Engine::decode_run(std::span<const int32_t> tokens, int64_t pos) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  run_pos_.resize(tokens.size());
+  run_slot_.assign(tokens.size(), slot_);
+  for (int64_t i = 0; i < n; ++i) run_pos_[static_cast<size_t>(i)] = pos + i;
+  return decode_batch(tokens, run_pos_, run_slot_);
 }
 
 const float* Engine::decode(int32_t token, int64_t pos) {

@@ -92,9 +92,16 @@ class Engine final : public PrefillHost {
   // against its slot's cache. Returns the logits [B, vocab], valid until the next call. Each row is computed by
   // decode's own kernels, so row i is bit for bit decode(tokens[i], pos[i]) on slot slots[i], whatever the other rows.
   // B >= 2 is refused for a model with linear-attention layers (one recurrent state; the constructor refuses several
-  // slots for such a model).
+  // slots for such a model). A slot may have several rows, at consecutive positions in row order (speculative drafts
+  // verified: decode_run): each row stores its keys and values before the next row of its slot attends, as
+  // consecutive decode calls do. B is at most max(slots, prefill chunk).
   const float* decode_batch(std::span<const int32_t> tokens, std::span<const int64_t> pos,
                             std::span<const int64_t> slots);
+  // decode of tokens[i] at position pos + i for each i, on the current slot, as one batched step (decode_batch): the
+  // logits [n, vocab] of each of n consecutive decode calls, bit for bit, with each weight matrix read once. The
+  // verification pass of speculative decoding (infer/generate.h draft_max).
+  const float* decode_run(std::span<const int32_t> tokens, int64_t pos);
+  int64_t max_batch_rows() const { return rows_; }  // the most rows of one decode_batch / decode_run
   const PrefillStats& last_prefill() const { return stats_; }
   // Bytes of weight matrices the engine reads per token (for bandwidth figures).
   int64_t weight_bytes() const { return weight_bytes_; }
@@ -185,7 +192,9 @@ class Engine final : public PrefillHost {
   int64_t slot_ = 0;  // the slot prefill / decode run on
   // During decode_batch: per row its position and slot ([B]); empty otherwise.
   std::span<const int64_t> batch_pos_, batch_slot_;
-  std::vector<float> batch_logits_;  // [slots, vocab]
+  std::vector<int64_t> run_pos_, run_slot_;  // decode_run's positions and slots (grown once)
+  std::vector<KvView> batch_kv_;             // during decode_batch: each row's cache rows in the current layer
+  std::vector<float> batch_logits_;          // [rows of the largest batched step so far (slots at first), vocab]
   int64_t weight_bytes_ = 0;
   int64_t tiled_bytes_ = 0;
   std::vector<std::shared_ptr<void>> owned_;           // converted matrices

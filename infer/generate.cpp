@@ -204,34 +204,32 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::v
   r.stop_reason = "length";
   // Speculative decoding: logits of positions spec_from.. computed in one pass for the tokens spec_in (the
   // sampled token, then drafts); a row is used while the tokens sampled so far equal spec_in.
-  ANELAB_CHECK(o.draft_max <= 0 || e.options().backend == "cpu", "infer",
-               "speculative decoding (--draft-max) needs the CPU prefill backend (--backend cpu); this engine's is ",
-               e.options().backend);
   ANELAB_CHECK(o.draft_max <= 0 || e.state_bytes() == 0, "infer",
                "speculative decoding (--draft-max) is not supported on ", e.config().arch,
                ": its linear-attention layers' recurrent state cannot roll back rejected drafts");
-  std::vector<float> spec_rows;
+  const float* spec_rows = nullptr;  // [spec_in, vocab]: the engine's (or forward's) rows, valid until its next call
   std::vector<int32_t> spec_in;
   int64_t spec_from = -1;
   auto logits_after = [&](int32_t tok, int64_t p) -> const float* {  // logits after tok at position p
     const int64_t i = p - spec_from;
     if (spec_from >= 0 && i > 0 && i < static_cast<int64_t>(spec_in.size()) && spec_in[static_cast<size_t>(i)] == tok) {
       ++r.accepted;
-      return spec_rows.data() + i * vocab;
+      return spec_rows + i * vocab;
     }
     spec_from = -1;
     const int64_t room = steps - p - 1;  // positions after p that generation may still fill
     std::vector<int32_t> drafts;
     if (o.draft_max > 0 && room > 0)
-      drafts = lookup_drafts(history, o.draft_ngram, o.draft_ngram_min, std::min<int64_t>(o.draft_max, room));
+      drafts = lookup_drafts(history, o.draft_ngram, o.draft_ngram_min,
+                             std::min({int64_t{o.draft_max}, room, e.max_batch_rows() - 1}));
     if (drafts.empty()) return o.forward ? o.forward->decode(tok, p) : e.decode(tok, p);
     spec_in.assign(1, tok);
     spec_in.insert(spec_in.end(), drafts.begin(), drafts.end());
-    prefill(spec_in, p, &spec_rows);
+    spec_rows = o.forward ? o.forward->decode_run(spec_in, p) : e.decode_run(spec_in, p);
     spec_from = p;
     r.drafted += static_cast<int64_t>(drafts.size());
     ++r.batched_passes;
-    return spec_rows.data();
+    return spec_rows;
   };
   const auto t1 = Clock::now();
   for (int64_t pos = n; pos <= steps; ++pos) {  // logits of position pos-1 -> token at pos

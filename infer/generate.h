@@ -42,6 +42,8 @@ class Forward {
   // As Engine::prefill / Engine::decode on this forward's sequence; the logits stay valid until its next call.
   virtual const float* prefill(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits) = 0;
   virtual const float* decode(int32_t token, int64_t pos) = 0;
+  // As Engine::decode_run: the logits [n, vocab] of decode(tokens[i], pos + i) for each i, in one batched step.
+  virtual const float* decode_run(std::span<const int32_t> tokens, int64_t pos) = 0;
   virtual PrefillStats last_prefill() const = 0;
 };
 
@@ -63,13 +65,12 @@ struct GenerateOptions {
   int32_t logprobs = -1;
   // With logprobs >= 0: called with each generated token's entry as it is produced (streamed answers).
   std::function<void(const TokenLogprob&)> on_logprob;
-  // > 0: speculative decoding with prompt-lookup drafts (CPU prefill backend only). After each token, the tokens
-  // that followed the latest earlier occurrence of the last n tokens (n = draft_ngram .. 1... see draft_ngram_min)
-  // are drafted, up to draft_max, and checked in one batched pass (Engine::prefill over [token, drafts] with all
-  // logits); each position is still sampled once, in order, from its own logits, and the drafts are used while
-  // they equal what was sampled. The output is plain decoding's (the same draws of the same sampler) where the
-  // batched pass computes what a decode step computes (f32/f16 weights); with block-quantized weights the batched
-  // path quantizes activations differently and greedy output can differ (docs/inference.md, measured).
+  // > 0: speculative decoding with prompt-lookup drafts. After each token, the tokens that followed the latest earlier
+  // occurrence of the last n tokens (n = draft_ngram .. draft_ngram_min) are drafted, up to draft_max, and checked in
+  // one batched pass (Engine::decode_run over [token, drafts]: decode's kernels for each position, every weight matrix
+  // read once); each position is still sampled once, in order, from its own logits, and the drafts are used while they
+  // equal what was sampled. Every row of the pass is the logits plain decoding computes there, bit for bit at every
+  // weight type, so the output is plain decoding's (the same draws of the same sampler).
   int32_t draft_max = 0;
   int32_t draft_ngram = 3, draft_ngram_min = 2;
   Forward* forward = nullptr;  // not owned; null: the engine's own forwards

@@ -6,6 +6,7 @@
 #   stage here:  scripts/bench_ab/stage.sh (header-only deps in .devbin/deps, libs in .devbin/lib), then
 #                .devbin/llsrc.tgz  (llama.cpp: CMakeLists.txt cmake common ggml include licenses src tools vendor)
 #   on device:   scripts/device_build.sh LLAMA_TARGET...   (e.g. llama-bench llama-quantize llama-completion)
+#                (LLAMA_SERVER=ON for llama-server: the archive then also needs llama.cpp's scripts/ui-assets.cmake)
 # Used by scripts/bench_peers_device.sh and scripts/interop_trained_device.sh; callers set LD_LIBRARY_PATH to
 # .devbin/lib for the anelab binary.
 set -euo pipefail
@@ -22,7 +23,7 @@ t0=$(date +%s)
   if [[ ! -f /tmp/dev-llama/build/build.ninja ]]; then
     mkdir -p /tmp/dev-llama && tar -xzf .devbin/llsrc.tgz -C /tmp/dev-llama
     cmake -S /tmp/dev-llama -B /tmp/dev-llama/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
-      -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_MTMD=OFF >/tmp/dev-llama.cfg.log 2>&1 ||
+      -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER="${LLAMA_SERVER:-OFF}" -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_MTMD=OFF >/tmp/dev-llama.cfg.log 2>&1 ||
       { tail -20 /tmp/dev-llama.cfg.log; exit 1; }
   fi
   cmake --build /tmp/dev-llama/build -j"$J" --target "$@" >/tmp/dev-llama.log 2>&1 ||

@@ -115,12 +115,13 @@ def one_attempt(host, port, i, max_tokens, timeout):
         conn.close()
 
 
-def bench_request(host, port, i, max_tokens, timeout):
+def bench_request(host, port, i, max_tokens, timeout, extra=None):
     """One streamed greedy request: (time to first token s, generated tokens, total s)."""
     words = ["time", "cat", "river", "house", "green", "small", "happy", "north", "stone", "light"]
     prompt = "Story %d: the %s %s and the %s" % (i, words[i % 10], words[(i * 3 + 1) % 10], words[(i * 7 + 2) % 10])
     body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}}
+    body.update(extra or {})
     t0 = time.perf_counter()
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
@@ -154,7 +155,8 @@ def bench(a):
 
         def client(k):
             for r in range(a.bench_rounds):
-                res = bench_request(a.host, a.port, 1000 * c + k * a.bench_rounds + r, a.max_tokens, a.timeout)
+                res = bench_request(a.host, a.port, 1000 * c + k * a.bench_rounds + r, a.max_tokens, a.timeout,
+                                    json.loads(a.extra_body))
                 with lock:
                     results.append(res)
 
@@ -167,7 +169,8 @@ def bench(a):
         wall = time.perf_counter() - t0
         tokens = sum(r[1] for r in results)
         ttft = [r[0] * 1e3 for r in results]
-        phases.append({"clients": c, "requests": len(results), "tokens": tokens, "wall_s": round(wall, 3),
+        phases.append({"clients": c, "requests": len(results), "tokens": tokens,
+                       "short": sum(1 for r in results if r[1] < a.max_tokens), "wall_s": round(wall, 3),
                        "decode_tok_s": round(tokens / wall, 2),
                        "ttft_ms": {"p50": round(percentile(ttft, 50), 1), "p99": round(percentile(ttft, 99), 1),
                                    "max": round(max(ttft), 1)}})
@@ -199,6 +202,8 @@ def main():
     ap.add_argument("--api-key", default="", help="sent as 'Authorization: Bearer KEY'")
     ap.add_argument("--bench", default="", help="client counts, e.g. 1,8: measure decode tok/s and time to first token")
     ap.add_argument("--bench-rounds", type=int, default=2, help="--bench: requests per client, one after another")
+    ap.add_argument("--extra-body", default="{}",
+                    help='--bench: JSON fields added to each request (e.g. \'{"ignore_eos": true}\' for llama-server)')
     a = ap.parse_args()
     if a.host not in ("127.0.0.1", "localhost", "::1"):
         sys.exit("serve_load_test: loopback only")

@@ -1,9 +1,11 @@
 #include "framework/quant/qdot.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "framework/core/error.h"
 #include "framework/simd/simd.h"
@@ -521,6 +523,143 @@ void dot_tiles(BlockType t, const uint8_t* tiles, int64_t n_tiles, const Q8Acts&
     dot_q8_0_tiles(tiles, n_tiles, a, y);
   else
     dot_q4_k_tiles(tiles, n_tiles, a, y);
+}
+
+namespace {
+
+// dot_q8_0_tiles for NT token vectors at once: each W8 group of a tile block is loaded once and multiplied with every
+// token's 4 activations; per token and row the arithmetic is dot_q8_0_tiles' (exact int32 per block, then the same
+// fp32 multiply and multiply-add per block, blocks in order), so each output has its bits.
+template <int NT>
+void q8_0_tiles_tokens(const uint8_t* tiles, int64_t n_tiles, const Q8Acts* a, float* y, int64_t ldy) {
+  constexpr int kV = static_cast<int>(kQ8TileRows) / S::kWidth;
+  constexpr int32_t kOffset = kQ8TileFlip ? -128 : 0;
+  const int64_t nb = a[0].n / 32;
+  for (int64_t t = 0; t < n_tiles; ++t) {
+    const uint8_t* p = tiles + t * nb * kQ8TileBlockBytes;
+    S::F32 acc[NT][kV];
+    for (int k = 0; k < NT; ++k)
+      for (int v = 0; v < kV; ++v) acc[k][v] = S::zero();
+    for (int64_t b = 0; b < nb; ++b, p += kQ8TileBlockBytes) {
+      prefetch_tile_block<kQ8TileBlockBytes>(p);
+      const auto ub = static_cast<size_t>(b);
+      S::GI32 s[NT][kV];
+      for (int k = 0; k < NT; ++k)
+        for (int v = 0; v < kV; ++v) s[k][v] = S::set1_i32(kOffset * a[k].sums32[ub]);
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        int32_t a4[NT];
+        for (int k = 0; k < NT; ++k) std::memcpy(&a4[k], a[k].q.data() + 32 * b + 4 * j, 4);
+#pragma GCC unroll 4
+        for (int v = 0; v < kV; ++v) {
+          const S::W8 w = S::load_w8(p + 32 + 64 * j + 4 * S::kWidth * v);
+#pragma GCC unroll 8
+          for (int k = 0; k < NT; ++k)
+            s[k][v] = kQ8TileFlip ? S::dot4_u8(s[k][v], w, a4[k]) : S::dot4_s8(s[k][v], w, a4[k]);
+        }
+      }
+      const auto* dw = reinterpret_cast<const uint16_t*>(p);
+      for (int v = 0; v < kV; ++v)
+#pragma GCC unroll 8
+        for (int k = 0; k < NT; ++k)
+          acc[k][v] =
+              S::fmadd(S::to_f32(s[k][v]), S::mul(S::load_h(dw + S::kWidth * v), S::set1(a[k].d[ub])), acc[k][v]);
+    }
+    for (int k = 0; k < NT; ++k)
+      for (int v = 0; v < kV; ++v) S::store(y + k * ldy + kQ8TileRows * t + S::kWidth * v, acc[k][v]);
+  }
+}
+
+// dot_q4_k_tiles for NT token vectors at once: each pair of W8 groups is loaded and split into nibbles once, the
+// rows' scales and mins widened once per sub-block, for every token; per token and row dot_q4_k_tiles' arithmetic.
+template <int NT>
+void q4_k_tiles_tokens(const uint8_t* tiles, int64_t n_tiles, const Q8Acts* a, float* y, int64_t ldy) {
+  constexpr int kV = static_cast<int>(kTileRows) / S::kWidth;
+  const int64_t nb = a[0].n / 256;
+  for (int64_t t = 0; t < n_tiles; ++t) {
+    const uint8_t* p = tiles + t * nb * kQ4KTileBlockBytes;
+    S::F32 acc[NT][kV];
+    for (int k = 0; k < NT; ++k)
+      for (int v = 0; v < kV; ++v) acc[k][v] = S::zero();
+    for (int64_t b = 0; b < nb; ++b, p += kQ4KTileBlockBytes) {
+      prefetch_tile_block<kQ4KTileBlockBytes>(p);
+      S::GI32 sum[NT][kV], mins[NT][kV];
+      for (int k = 0; k < NT; ++k)
+        for (int v = 0; v < kV; ++v) sum[k][v] = mins[k][v] = S::set1_i32(0);
+      for (int s = 0; s < 8; ++s) {
+        S::GI32 is[NT][kV];
+        for (int k = 0; k < NT; ++k)
+          for (int v = 0; v < kV; ++v) is[k][v] = S::set1_i32(0);
+#pragma GCC unroll 4
+        for (int pp = 0; pp < 4; ++pp) {
+          int32_t a0[NT], a1[NT];
+          for (int k = 0; k < NT; ++k) {
+            const int8_t* const aq = a[k].qk.data() + 256 * b + 32 * s + 8 * pp;
+            std::memcpy(&a0[k], aq, 4);
+            std::memcpy(&a1[k], aq + 4, 4);
+          }
+#pragma GCC unroll 4
+          for (int v = 0; v < kV; ++v) {
+            const S::W8 w = S::load_w8(p + 256 + 256 * s + 64 * pp + 4 * S::kWidth * v);
+            const S::W8 lo = S::lo4_w8(w), hi = S::hi4_w8(w);
+#pragma GCC unroll 8
+            for (int k = 0; k < NT; ++k) is[k][v] = S::dot4_u8(S::dot4_u8(is[k][v], lo, a0[k]), hi, a1[k]);
+          }
+        }
+        for (int v = 0; v < kV; ++v) {
+          const S::GI32 lo = S::load_u8_gi32(p + 64 + 16 * s + S::kWidth * v);
+          const S::GI32 hi8 = S::load_u8_gi32(p + 192 + 16 * (s / 2) + S::kWidth * v);
+          const S::GI32 hi = s % 2 ? S::shr_gi32<4>(hi8) : S::and_gi32(hi8, 15);
+          const S::GI32 sc = S::and_gi32(lo, 63), m = S::or_gi32(S::shr_gi32<6>(lo), S::shl_gi32<2>(hi));
+#pragma GCC unroll 8
+          for (int k = 0; k < NT; ++k) {
+            sum[k][v] = S::add_gi32(sum[k][v], S::mullo_gi32(is[k][v], sc));
+            mins[k][v] =
+                S::add_gi32(mins[k][v], S::mullo_gi32(m, S::set1_i32(a[k].bsums32[static_cast<size_t>(8 * b + s)])));
+          }
+        }
+      }
+      for (int v = 0; v < kV; ++v) {
+        const auto* h = reinterpret_cast<const uint16_t*>(p) + S::kWidth * v;
+#pragma GCC unroll 8
+        for (int k = 0; k < NT; ++k) {
+          const S::F32 da = S::set1(a[k].dk[static_cast<size_t>(b)]);
+          acc[k][v] = S::fmadd(S::to_f32(sum[k][v]), S::mul(S::load_h(h), da), acc[k][v]);
+          acc[k][v] = S::fnmadd(S::to_f32(mins[k][v]), S::mul(S::load_h(h + kTileRows), da), acc[k][v]);
+        }
+      }
+    }
+    for (int k = 0; k < NT; ++k)
+      for (int v = 0; v < kV; ++v) S::store(y + k * ldy + kTileRows * t + S::kWidth * v, acc[k][v]);
+  }
+}
+
+using TilesTokensFn = void (*)(const uint8_t*, int64_t, const Q8Acts*, float*, int64_t);  // one per token count
+template <int... I>
+constexpr std::array<TilesTokensFn, sizeof...(I)> q8_0_token_table(std::integer_sequence<int, I...>) {
+  return {&q8_0_tiles_tokens<I + 1>...};
+}
+template <int... I>
+constexpr std::array<TilesTokensFn, sizeof...(I)> q4_k_token_table(std::integer_sequence<int, I...>) {
+  return {&q4_k_tiles_tokens<I + 1>...};
+}
+
+}  // namespace
+
+void dot_tiles_tokens(BlockType t, const uint8_t* tiles, int64_t n_tiles, const Q8Acts* a, int64_t n_tok, float* y,
+                      int64_t ldy) {
+  for (int64_t k = 0; k < n_tok; ++k) {
+    check_form(t, a[k]);
+    ANELAB_CHECK(a[k].n == a[0].n, "quant", "tile dot products of ", n_tok, " tokens: token ", k, " has ", a[k].n,
+                 " values, token 0 ", a[0].n);
+  }
+  static constexpr auto kQ8 = q8_0_token_table(std::make_integer_sequence<int, kBatchTokens>{});
+  static constexpr auto kQ4K = q4_k_token_table(std::make_integer_sequence<int, kBatchTokens>{});
+  const auto& table = tile_kind(t) == TileKind::kQ8_0 ? kQ8 : kQ4K;
+  for (int64_t k = 0; k < n_tok; k += kBatchTokens) {
+    const int64_t m = std::min<int64_t>(kBatchTokens, n_tok - k);
+    table[static_cast<size_t>(m - 1)](tiles, n_tiles, a + k, y + k * ldy, ldy);
+  }
 }
 
 void quantize_acts(const float* x, int64_t n, unsigned forms, Q8Acts& a) {

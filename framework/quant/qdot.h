@@ -116,4 +116,13 @@ void tile_rows(BlockType t, uint8_t* rows, int64_t n_tiles, int64_t cols);
 void tile_row(BlockType t, const uint8_t* tile, int64_t cols, int l, uint8_t* out);
 void dot_tiles(BlockType t, const uint8_t* tiles, int64_t n_tiles, const Q8Acts& a, float* y);
 
+// The row-tile dot products of n_tok activation vectors at once (the batched decode GEMV): a[k] for k < n_tok, each
+// in the form of t with a[k].n = cols; y[k ldy + 16 i + l] = dot_tiles(t, tiles, n_tiles, a[k]) for row l of tile i,
+// bit for bit. Each tile block is read once for up to kBatchTokens tokens: its weight groups are loaded (Q4_K: split
+// into nibbles, scales widened) once and multiplied with every token's activations, where dot_tiles of each token
+// loads them again; more tokens run kBatchTokens at a time.
+constexpr int kBatchTokens = 8;
+void dot_tiles_tokens(BlockType t, const uint8_t* tiles, int64_t n_tiles, const Q8Acts* a, int64_t n_tok, float* y,
+                      int64_t ldy);
+
 }  // namespace anelab::quant

@@ -35,6 +35,10 @@ class CancellableForward final : public infer::Forward {
     check();
     return f_.decode(token, pos);
   }
+  const float* decode_run(std::span<const int32_t> tokens, int64_t pos) override {
+    check();
+    return f_.decode_run(tokens, pos);
+  }
   infer::PrefillStats last_prefill() const override { return f_.last_prefill(); }
 
  private:
@@ -151,9 +155,6 @@ ModelPool::ModelPool(const ModelOptions& o, size_t workers) : impl_(std::make_un
   }
   load_ms_ = ms_since(t0);
   impl_->cached.resize(n);
-  ANELAB_CHECK(o.draft_max == 0 || impl_->engines.front()->options().backend == "cpu", "serve",
-               "--draft-max needs --backend cpu (speculative drafts are checked by the CPU prefill); the backend is ",
-               impl_->engines.front()->options().backend);
   impl_->chat_stops = tok::chat_stop_ids(impl_->chat, *impl_->tk);
   impl_->pieces = std::make_shared<const grammar::TokenPieces>(*impl_->tk, impl_->engines.front()->config().vocab_size);
   t0 = Clock::now();

@@ -502,6 +502,38 @@ TEST(QuantDot, MatchesDequantizedRowWithinActivationRounding) {
   }
 }
 
+// dot_tiles_tokens (the batched decode GEMV's tile kernel) against dot_tiles of each token alone: every output the same
+// bits, for 1 to 2 kBatchTokens + 1 tokens (more than kBatchTokens run in groups), tokens of different scales.
+TEST(QuantDot, TileTokensEqualEachTokenAlone) {
+  const int64_t cols = 512, n_tiles = 3, rows = n_tiles * kTileRows, max_tok = 2 * kBatchTokens + 1;
+  const std::vector<float> w = test_values(rows * cols, 31);
+  for (BlockType t : {BlockType::kQ8_0, BlockType::kQ4_K}) {
+    const BlockInfo& bi = block_info(t);
+    SCOPED_TRACE(bi.name);
+    std::vector<uint8_t> tiles(static_cast<size_t>(rows * cols / bi.values * bi.bytes));
+    quantize(t, w.data(), tiles.data(), rows * cols);
+    tile_rows(t, tiles.data(), n_tiles, cols);
+    std::vector<Q8Acts> acts(static_cast<size_t>(max_tok));
+    for (int64_t k = 0; k < max_tok; ++k) {
+      std::vector<float> x = test_values(std::max<int64_t>(cols, 1280), 40 + static_cast<uint32_t>(k));
+      for (float& v : x) v *= 1.0f + 0.25f * static_cast<float>(k);
+      quantize_acts(x.data(), cols, acts[static_cast<size_t>(k)]);
+    }
+    for (int64_t n_tok = 1; n_tok <= max_tok; ++n_tok) {
+      const int64_t ldy = rows + 5;  // a stride past the rows: outputs land at k ldy + row
+      std::vector<float> got(static_cast<size_t>(n_tok * ldy), -1.0f), one(static_cast<size_t>(rows));
+      dot_tiles_tokens(t, tiles.data(), n_tiles, acts.data(), n_tok, got.data(), ldy);
+      for (int64_t k = 0; k < n_tok; ++k) {
+        dot_tiles(t, tiles.data(), n_tiles, acts[static_cast<size_t>(k)], one.data());
+        for (int64_t r = 0; r < rows; ++r)
+          ASSERT_EQ(got[static_cast<size_t>(k * ldy + r)], one[static_cast<size_t>(r)])
+              << n_tok << " tokens: token " << k << " row " << r;
+        for (int64_t r = rows; r < ldy && k + 1 < n_tok; ++r) ASSERT_EQ(got[static_cast<size_t>(k * ldy + r)], -1.0f);
+      }
+    }
+  }
+}
+
 // ---- the type table (framework/quant/types.h): every row, so a new row is covered without editing these ----------
 
 // A row's name and GGUF id find it; block_info is the row; quantize writes exactly block_bytes per block_values

@@ -9,9 +9,12 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "infer/batch.h"
 #include "infer/engine.h"
+#include "infer/generate.h"
 #include "models/arch/arch.h"
 #include "models/presets.h"
 #include "models/quant/quant_mix.h"
@@ -42,7 +45,8 @@ struct BatchCase {
   KvType kv;
 };
 
-// For B = 1..5: slots prefilled with prompts of different lengths, then three batched steps; each row against the
+// For B = 1..9 (past quant::kBatchTokens, the tile kernel's tokens per pass): slots prefilled with prompts of
+// different lengths, then three batched steps; each row against the
 // single-sequence decode of its slot on a reference engine.
 TEST(DecodeBatch, RowsEqualSingleSequenceDecode) {
   for (const char* preset : {"qwen2.5-0.5b", "gpt2-124m", "gemma3-270m"}) {
@@ -51,17 +55,24 @@ TEST(DecodeBatch, RowsEqualSingleSequenceDecode) {
          {BatchCase{"fp32", WType::kF32, {}, KvType::kF32}, BatchCase{"fp16", WType::kF16, {}, KvType::kF16},
           BatchCase{"q8_0", WType::kF32, models::QuantMix::kQ8_0, KvType::kF32},
           BatchCase{"q4_k_m", WType::kF32, models::QuantMix::kQ4_K_M, KvType::kF16}}) {
-      const models::Model m = k.mix ? models::quantize_model(base, *k.mix) : base;
+      const auto own_model = [&] {  // a copy of its own per engine, private: its Q8_0 / Q4_K matrices become row tiles
+        models::Model m = k.mix ? models::quantize_model(base, *k.mix) : base;
+        m.private_memory = true;
+        return m;
+      };
       EngineOptions o;
       o.dtype = k.dtype;
       o.keep_quantized = k.mix.has_value();
       o.kv_type = k.kv;
       o.threads = 2;
       o.quiet = true;
-      o.slots = 5;
-      Engine batched(m, o), ref(m, o);
+      o.slots = 9;
+      Engine batched(own_model(), o), ref(own_model(), o);
+      if (k.mix) {
+        ASSERT_GT(batched.tiled_bytes(), 0);
+      }
       const int64_t V = base.config.vocab_size;
-      for (int64_t B = 1; B <= 5; ++B) {
+      for (int64_t B = 1; B <= 9; ++B) {
         SCOPED_TRACE(std::string(preset) + " " + k.name + " B=" + std::to_string(B));
         std::vector<int32_t> tok(static_cast<size_t>(B));
         std::vector<int64_t> pos(static_cast<size_t>(B)), slots(static_cast<size_t>(B));
@@ -125,6 +136,110 @@ TEST(DecodeBatch, RowIndependentOfTheOtherRows) {
   }
 }
 
+// A slot's run of positions (speculative verification, Engine::decode_run) in one batched step, alone and next to
+// another slot's row: each row is bit for bit the decode of its token after the earlier ones, at fp16 and Q8_0 (row
+// tiles), 1 to 9 rows.
+TEST(DecodeBatch, RunEqualsConsecutiveDecodes) {
+  const models::Model base = models::random_model(batch_test_config("qwen2.5-0.5b"), 5);
+  for (const bool q8 : {false, true}) {
+    const auto own_model = [&] {
+      models::Model m = q8 ? models::quantize_model(base, models::QuantMix::kQ8_0) : base;
+      m.private_memory = true;
+      return m;
+    };
+    EngineOptions o;
+    o.dtype = WType::kF16;
+    o.keep_quantized = q8;
+    o.threads = 2;
+    o.quiet = true;
+    o.slots = 2;
+    Engine batched(own_model(), o), ref(own_model(), o);
+    const int64_t V = base.config.vocab_size;
+    for (int64_t n = 1; n <= 9; ++n) {
+      SCOPED_TRACE(std::string(q8 ? "q8_0" : "fp16") + " run of " + std::to_string(n));
+      const std::vector<int32_t> p0 = batch_test_prompt(0), p1 = batch_test_prompt(1);
+      for (Engine* e : {&batched, &ref}) {
+        e->use_slot(0), e->prefill(p0, 0);
+        e->use_slot(1), e->prefill(p1, 0);
+      }
+      std::vector<int32_t> run;
+      for (int64_t i = 0; i < n; ++i) run.push_back(static_cast<int32_t>((i * 37 + 11) % V));
+      const auto pos0 = static_cast<int64_t>(p0.size()), pos1 = static_cast<int64_t>(p1.size());
+      // The run on slot 0 alone, then again (the same positions rewritten) with slot 1's next token as the first row.
+      batched.use_slot(0);
+      const float* l = batched.decode_run(run, pos0);
+      const std::vector<float> alone(l, l + n * V);
+      std::vector<int32_t> tok = {7};
+      std::vector<int64_t> pos = {pos1}, slots = {1};
+      for (int64_t i = 0; i < n; ++i)
+        tok.push_back(run[static_cast<size_t>(i)]), pos.push_back(pos0 + i), slots.push_back(0);
+      l = batched.decode_batch(tok, pos, slots);
+      const std::vector<float> mixed(l, l + (n + 1) * V);
+      ref.use_slot(1);
+      const float* r1 = ref.decode(7, pos1);
+      for (int64_t j = 0; j < V; ++j) ASSERT_EQ(mixed[static_cast<size_t>(j)], r1[j]) << "slot 1 logit " << j;
+      ref.use_slot(0);
+      for (int64_t i = 0; i < n; ++i) {
+        const float* r = ref.decode(run[static_cast<size_t>(i)], pos0 + i);
+        for (int64_t j = 0; j < V; ++j) {
+          ASSERT_EQ(alone[static_cast<size_t>(i * V + j)], r[j]) << "alone: row " << i << " logit " << j;
+          ASSERT_EQ(mixed[static_cast<size_t>((i + 1) * V + j)], r[j]) << "mixed: row " << i << " logit " << j;
+        }
+      }
+    }
+  }
+}
+
+// Speculative decoding through the Batcher (the server's path: Forward::decode_run puts a slot's token and drafts into
+// the step's batch as rows of that slot): slot 0 with drafts next to slot 1 without, at the same time, give the tokens
+// and log-probabilities (bits) of each prompt's plain greedy generation on an engine of its own.
+TEST(DecodeBatch, SpeculativeThroughTheBatcherEqualsPlainDecoding) {
+  models::Model m =
+      models::quantize_model(models::random_model(batch_test_config("qwen2.5-0.5b"), 11), models::QuantMix::kQ8_0);
+  EngineOptions o;
+  o.dtype = WType::kF16;
+  o.keep_quantized = true;
+  o.threads = 2;
+  o.quiet = true;
+  std::vector<int32_t> rep;  // a repetitive prompt: drafts found by the lookup
+  for (int r = 0; r < 3; ++r)
+    for (int32_t t : {5, 77, 301, 12, 9, 140}) rep.push_back(t);
+  const std::vector<std::vector<int32_t>> prompts = {rep, batch_test_prompt(3)};
+  GenerateOptions g;
+  g.max_new_tokens = 24;
+  g.sampling.temperature = 0.0f;
+  g.sampler = SamplerKind::kGeneral;
+  g.logprobs = 1;
+  g.echo_prompt = false;
+  g.final_newline = false;
+  std::vector<GenerateResult> alone;
+  {
+    Engine e(m, o);
+    for (const auto& p : prompts) alone.push_back(generate_tokens(e, nullptr, p, 0, g, {}));
+  }
+  o.slots = 2;
+  Engine e(m, o);
+  Batcher b(e, 64);
+  std::vector<GenerateResult> together(2);
+  std::vector<std::thread> ts;
+  for (int64_t s = 0; s < 2; ++s)
+    ts.emplace_back([&, s] {
+      Batcher::Active active(b, s);
+      GenerateOptions gs = g;
+      gs.forward = &b.slot(s);
+      gs.draft_max = s == 0 ? 4 : 0;
+      together[static_cast<size_t>(s)] = generate_tokens(e, nullptr, prompts[static_cast<size_t>(s)], 0, gs, {});
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_GT(together[0].drafted, 0);
+  for (size_t s = 0; s < 2; ++s) {
+    EXPECT_EQ(together[s].new_tokens, alone[s].new_tokens) << "slot " << s;
+    ASSERT_EQ(together[s].logprobs.size(), alone[s].logprobs.size());
+    for (size_t i = 0; i < alone[s].logprobs.size(); ++i)
+      EXPECT_EQ(together[s].logprobs[i].logprob, alone[s].logprobs[i].logprob) << "slot " << s << " token " << i;
+  }
+}
+
 // Bad calls are refused in one line; a model with linear-attention layers refuses several slots.
 TEST(DecodeBatch, Refusals) {
   const models::Model m = models::random_model(batch_test_config("qwen2.5-0.5b"), 3);
@@ -135,7 +250,7 @@ TEST(DecodeBatch, Refusals) {
   Engine e(m, o);
   const std::vector<int32_t> tok = {1, 2};
   const std::vector<int64_t> pos = {0, 0}, same = {1, 1}, out = {0, 2};
-  EXPECT_THROW(e.decode_batch(tok, pos, same), std::exception);
+  EXPECT_THROW(e.decode_batch(tok, pos, same), std::exception);  // a slot's second row must be its next position
   EXPECT_THROW(e.decode_batch(tok, pos, out), std::exception);
   EXPECT_THROW(e.use_slot(2), std::exception);
   models::ModelConfig c = batch_test_config("qwen3.5-0.8b");

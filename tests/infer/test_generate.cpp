@@ -3,12 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
+#include <vector>
 
 #include "framework/backends/registry.h"
 #include "framework/core/error.h"
 #include "framework/runtime/backend.h"
 #include "infer/engine.h"
 #include "infer/generate.h"
+#include "models/sampler.h"
 #include "models/tokenizer/chat_template.h"
 #include "tests/infer/test_cli_helpers.h"
 
@@ -26,6 +29,31 @@ Engine random_engine(int64_t vocab = 512, const std::string& backend = "cpu") {
 
 // run.c skips position 0 of the echo because it is the BOS it added; a GPT-2/Qwen prompt has no BOS, so
 // skipping it dropped the first word ("Hello, my name is" printed ", my name is").
+// models::argmax (greedy sampling) is the first index of the largest value with NaN values skipped: the scan
+// `if (x > best)` written here, on lengths around its vector width, with ties, NaN (first too), infinities and zeros
+// of both signs.
+TEST(InferGenerate, ArgmaxIsTheFirstLargestSkippingNaN) {
+  const auto scan = [](const std::vector<float>& v) {
+    int32_t best = 0;
+    for (size_t i = 1; i < v.size(); ++i)
+      if (v[i] > v[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
+    return best;
+  };
+  uint32_t state = 12345;
+  const auto next = [&state] { return state = state * 1664525u + 1013904223u; };
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float special[] = {nan, inf, -inf, 0.0f, -0.0f, 3.0f, 3.0f};
+  for (size_t n : {1u, 2u, 15u, 16u, 17u, 33u, 100u, 1000u}) {
+    for (int trial = 0; trial < 200; ++trial) {
+      std::vector<float> v(n);
+      for (float& x : v) x = static_cast<float>(next() % 7) - 3.0f;  // many ties
+      for (int k = 0; k < trial % 4; ++k) v[next() % n] = special[next() % 7];
+      if (trial % 9 == 0) v[0] = special[next() % 7];
+      ASSERT_EQ(models::argmax(v), scan(v)) << "n " << n << " trial " << trial;
+    }
+  }
+}
+
 TEST(InferGenerate, EchoKeepsTheFirstTokenWithoutBos) {
   Engine e = random_engine();
   const auto tk = tok::make_tokenizer(test::byte_vocab(512));
