@@ -74,10 +74,26 @@ std::vector<std::string> preset_names() {
   return v;
 }
 
-void random_init(const TensorSpec& spec, uint64_t seed, size_t tensor_index, int64_t begin, int64_t count, float* out) {
+std::vector<float> norm_offsets(const ModelConfig& c) {
+  const ModelDesc d = describe_model(c);
+  std::map<std::string, float, std::less<>> offset;
+  offset[d.head.norm.weight] = d.head.norm.offset;
+  for (const LayerDesc& l : d.layers)
+    for (const Step& s : l.steps)
+      for (const StepNorm& n : step_norms(s, d.dim)) offset[n.norm->weight] = n.norm->offset;
+  std::vector<float> v;
+  for (const TensorSpec& t : desc_weights(d)) {
+    auto it = offset.find(t.name);
+    v.push_back(it == offset.end() ? 0.0f : it->second);
+  }
+  return v;
+}
+
+void random_init(const TensorSpec& spec, float norm_offset, uint64_t seed, size_t tensor_index, int64_t begin,
+                 int64_t count, float* out) {
   const Init init = init_of(spec.name);
   if (init != Init::kNormal) {
-    std::fill(out, out + count, init == Init::kOnes ? 1.0f : 0.0f);
+    std::fill(out, out + count, init == Init::kOnes ? 1.0f - norm_offset : 0.0f);
     return;
   }
   const uint64_t key = splitmix64(seed ^ splitmix64(0x51ed270b0a5ull + tensor_index));
@@ -101,10 +117,13 @@ int64_t write_random_model(const ModelConfig& c, const std::string& path, uint64
                            const ProgressFn& progress) {
   validate_config(c, "random model");
   const auto specs = canonical_tensors(c);
+  const std::vector<float> off = norm_offsets(c);
   std::vector<TensorWriteSpec> ws;
   for (size_t i = 0; i < specs.size(); ++i) {
     TensorWriteSpec w{specs[i].name, stored_dtype(DType::kF32, specs[i].shape, dtype), specs[i].shape, nullptr, {}};
-    w.fill = [spec = specs[i], seed, i](int64_t b, int64_t n, float* out) { random_init(spec, seed, i, b, n, out); };
+    w.fill = [spec = specs[i], o = off[i], seed, i](int64_t b, int64_t n, float* out) {
+      random_init(spec, o, seed, i, b, n, out);
+    };
     ws.push_back(std::move(w));
   }
   AnelabWriteInfo info{c, nullptr, "", "", "random seed " + std::to_string(seed)};
@@ -117,10 +136,11 @@ Model random_model(const ModelConfig& c, uint64_t seed) {
   m.config = c;
   m.source_format = "random";
   const auto specs = canonical_tensors(c);
+  const std::vector<float> off = norm_offsets(c);
   for (size_t i = 0; i < specs.size(); ++i) {
     const int64_t n = specs[i].numel();
     std::vector<uint8_t> bytes(static_cast<size_t>(n) * 4);
-    random_init(specs[i], seed, i, 0, n, reinterpret_cast<float*>(bytes.data()));
+    random_init(specs[i], off[i], seed, i, 0, n, reinterpret_cast<float*>(bytes.data()));
     m.add_owned(specs[i].name, DType::kF32, specs[i].shape, std::move(bytes));
   }
   return m;

@@ -26,8 +26,14 @@ std::vector<std::string> preset_names();
 // Errors are one line "[COMPONENT] --shape ...".
 ModelConfig preset_with_shape(const std::string& name, const std::string& shape, const char* component);
 
-// Fills out[0..count) with the random init of element `begin..` of tensor `spec` (index in canonical order).
-void random_init(const TensorSpec& spec, uint64_t seed, size_t tensor_index, int64_t begin, int64_t count, float* out);
+// Fills out[0..count) with the random init of element `begin..` of tensor `spec` (index in canonical order):
+// normal(0, 0.02) for matrices and embeddings, 0 for biases, and for a norm weight the value that makes the norm
+// multiply by 1: 1 - norm_offset (norm_offset: the NormDesc offset it is added to, 0 for a plain norm; Gemma's and
+// Qwen3.5's (1 + w) norms start at 0, as Hugging Face initialises them).
+void random_init(const TensorSpec& spec, float norm_offset, uint64_t seed, size_t tensor_index, int64_t begin,
+                 int64_t count, float* out);
+// Per tensor of canonical_tensors(c), the offset of the norm it is the weight of (0 for the others).
+std::vector<float> norm_offsets(const ModelConfig& c);
 
 // Streams a random-weight model of config c into an anelab file; returns the file size.
 int64_t write_random_model(const ModelConfig& c, const std::string& path, uint64_t seed,

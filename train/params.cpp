@@ -142,9 +142,10 @@ LayerPtrs ParamLayout::layer(float* b, int64_t l) const {
 std::vector<float> init_random(const ParamLayout& layout, uint64_t seed) {
   std::vector<float> w(static_cast<size_t>(layout.total()));
   const auto specs = models::canonical_tensors(layout.config());
+  const std::vector<float> off = models::norm_offsets(layout.config());
   for (size_t i = 0; i < specs.size(); ++i) {
     const auto& p = layout.params()[i];
-    models::random_init(specs[i], seed, i, 0, p.numel, w.data() + p.offset);
+    models::random_init(specs[i], off[i], seed, i, 0, p.numel, w.data() + p.offset);
   }
   return w;
 }
