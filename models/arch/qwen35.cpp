@@ -53,8 +53,7 @@
 //                 (paiml/aprender contracts/model-families/qwen3_5.yaml, 27b); linear 16 key heads and 48 value heads
 //                 of 128, conv 4 (Modular MAX's Qwen3_5Config defaults, docs.modular.com
 //                 max/api/python/pipelines.architectures.qwen3_5)
-// (qwen3.5-2b, -4b, -9b: their full config.json - intermediate size, head counts, linear heads, tying - is not
-// established from public facts here yet.)
+// (qwen3.5-2b, -4b, -9b: from public re-implementations that list their config.json, see qwen35_2b below.)
 #include <cmath>
 #include <cstring>
 
@@ -102,6 +101,39 @@ ModelConfig qwen35_27b() {
   c.n_heads = 24;
   c.n_kv_heads = 4;
   c.linear_v_heads = 48;
+  c.tied_embeddings = false;
+  return c;
+}
+
+// The dense 2B / 4B / 9B text models. Sizes from public re-implementations that list Qwen/Qwen3.5-*'s config.json
+// text_config: a JAX port's spec table (hidden / layers / heads / KV heads / intermediate / linear value heads /
+// tied head per size, the rest transformers' Qwen3_5TextConfig defaults: head_dim 256, linear key heads 16 of
+// 128, value heads of 128, conv kernel 4), a Lean port's Qwen3.5-9B defaults (4096 / 12288 / 32 layers / 16 heads /
+// 4 KV / 16 key and 32 value linear heads, untied) and a Rust test's whole Qwen3.5-2B text_config (rope_theta 1e7,
+// partial_rotary_factor 0.25, tied). rope_theta 1e7 for 4B and 9B as for 0.8B, 2B and 27B (not seen in their own
+// config.json).
+ModelConfig qwen35_2b() {
+  ModelConfig c = qwen35_08b();
+  c.dim = 2048;
+  c.hidden_dim = 6144;
+  return c;
+}
+
+ModelConfig qwen35_4b() {
+  ModelConfig c = qwen35_08b();
+  c.dim = 2560;
+  c.hidden_dim = 9216;
+  c.n_layers = 32;
+  c.n_heads = 16;
+  c.n_kv_heads = 4;
+  c.linear_v_heads = 32;
+  return c;
+}
+
+ModelConfig qwen35_9b() {
+  ModelConfig c = qwen35_4b();
+  c.dim = 4096;
+  c.hidden_dim = 12288;
   c.tied_embeddings = false;
   return c;
 }
@@ -462,7 +494,11 @@ const Arch& qwen35_arch() {
     r.describe = describe;
     r.implied_flags = {"qk_norm"};
     r.params = {&kNormOffset};
-    r.presets = {{"qwen3.5-0.8b", qwen35_08b()}, {"qwen3.5-27b", qwen35_27b()}};
+    r.presets = {{"qwen3.5-0.8b", qwen35_08b()},
+                 {"qwen3.5-2b", qwen35_2b()},
+                 {"qwen3.5-4b", qwen35_4b()},
+                 {"qwen3.5-9b", qwen35_9b()},
+                 {"qwen3.5-27b", qwen35_27b()}};
     r.validate = validate;
     return r;
   }();
