@@ -77,7 +77,8 @@ void add_model_options(CLI::App* app, infer::LoadOptions& o) {
       ->capture_default_str()
       ->group(g);
   app->add_option("--ane-weights", o.ane_weights,
-                  "Weights of the MIL prefill kernels (emulator/ane): fp16, int8 (per-channel int8 weights), w8a8 "
+                  "Weights of the MIL prefill kernels (emulator/ane): fp16, int8 (per-channel int8 weights; a Q8_0 "
+                  "matrix's own blocks on m4/m5), w8a8 "
                   "(int8 weights and activations, scales calibrated on the first prompt), q4 (Q4_0 blocks of 32 "
                   "through constexpr_blockwise_shift_scale, m4/m5: a Q4_0 file's own bits, other types quantized to "
                   "Q4_0; 0.56 bytes per weight) or auto (the device profile's: w8a8 on m4/m5, int8 on m1-m3)")

@@ -42,8 +42,16 @@ std::optional<Value> opt_vec(mil::FunctionBuilder& b, kern::BlobSet& bs, const s
 class PrefillSource : public kern::LayerSource {
  public:
   PrefillSource(mil::FunctionBuilder& b, int64_t dim, const models::AttnDesc& a, const LayerWeights& L, int64_t S,
-                int64_t layer, const KernelWeights& kw, kern::Taps* record = nullptr)
-      : b_(b), a_(a), L_(L), S_(S), layer_(layer), kw_(kw), record_(record), x_(b.input("x", kern::act_type(dim, S))) {}
+                int64_t layer, const KernelWeights& kw, mil::Dialect dialect, kern::Taps* record = nullptr)
+      : b_(b),
+        a_(a),
+        L_(L),
+        S_(S),
+        layer_(layer),
+        kw_(kw),
+        dialect_(dialect),
+        record_(record),
+        x_(b.input("x", kern::act_type(dim, S))) {}
   Value input(const std::string&) override { return x_; }
   Value project(const std::string& w, const Value& x) override {
     const quant::Mat& m = L_.matrix(w);
@@ -53,6 +61,11 @@ class PrefillSource : public kern::LayerSource {
     // llama-quantize falls back for such rows).
     if (kw_.path == rt::WeightPath::kQ4 && m.cols % 32 == 0)
       return kern::linear(b_, x, bs_.q4_matrix(b_, w, m), opt_vec(b_, bs_, w + "_bias", bias(w)));
+    // int8 of a Q8_0 matrix on an ios18 program: the file's own bits as blockwise int8 (block 32, fp16 d, no
+    // offset); other types, and every type on ios16 (no constexpr_blockwise_shift_scale), per-channel int8 below.
+    if (kw_.path == rt::WeightPath::kW8 && m.type == quant::WType::kQ8_0 && m.cols % 32 == 0 &&
+        dialect_ != mil::Dialect::kIos16)
+      return kern::linear(b_, x, bs_.q8_matrix(b_, w, m), opt_vec(b_, bs_, w + "_bias", bias(w)));
     const std::vector<float> v = kern::mat_values(m);
     if (kw_.path == rt::WeightPath::kFp16 || kw_.path == rt::WeightPath::kQ4)
       return kern::linear(b_, x, bs_.matrix(b_, w, v, m.rows, m.cols), opt_vec(b_, bs_, w + "_bias", bias(w)));
@@ -106,6 +119,7 @@ class PrefillSource : public kern::LayerSource {
   int64_t S_;
   int64_t layer_;
   const KernelWeights& kw_;
+  mil::Dialect dialect_;  // of the program (ios16 has no blockwise int8)
   kern::Taps* record_;
   std::set<std::string> recorded_;
   std::map<std::string, Value> quantized_;  // W8A8 conv inputs by act_input_of name
@@ -138,7 +152,7 @@ LayerKernelSource build_layer_kernel(const models::ModelDesc& md, const LayerWei
   const kern::LayerSteps ml = mil_layer(md, layer);
   mil::ProgramBuilder pb;
   auto& b = pb.function("main");
-  PrefillSource p(b, md.dim, ml.attn.attn, L, S, layer, kw);
+  PrefillSource p(b, md.dim, ml.attn.attn, L, S, layer, kw, dialect);
   const kern::Taps t = kern::build_layer(b, ml, p, {"k_rope", "v"});  // out, k_rope, v
   b.output(b.named("out").concat({t[0].second, t[1].second, t[2].second}, 1));
   LayerKernelSource src;
@@ -182,7 +196,7 @@ CalibKernel build_calib_kernel(const PrefillHost& e, int64_t layer, int64_t S) {
   kern::Taps rec;
   const KernelWeights fp16;
   const kern::LayerSteps ml = mil_layer(e.desc(), layer);
-  PrefillSource p(b, e.desc().dim, ml.attn.attn, e.layer(layer), S, layer, fp16, &rec);
+  PrefillSource p(b, e.desc().dim, ml.attn.attn, e.layer(layer), S, layer, fp16, e.backend_dialect(), &rec);
   const kern::Taps t = kern::build_layer(b, ml, p, {});
   CalibKernel k;
   std::vector<Value> outs{t[0].second};
