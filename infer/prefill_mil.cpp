@@ -59,6 +59,8 @@ class PrefillSource : public kern::LayerSource {
     if (record_ && recorded_.insert(in).second) record_->emplace_back(in, x);
     // q4: the file's Q4_0 bits (others quantized to Q4_0); a row that is not whole blocks of 32 stays fp16 (as
     // llama-quantize falls back for such rows).
+    if (kw_.path == rt::WeightPath::kLut4 || kw_.path == rt::WeightPath::kLut6)
+      return kern::linear(b_, x, bs_.lut_matrix(b_, w, palette(w)), opt_vec(b_, bs_, w + "_bias", bias(w)));
     if (kw_.path == rt::WeightPath::kQ4 && m.cols % 32 == 0)
       return kern::linear(b_, x, bs_.q4_matrix(b_, w, m), opt_vec(b_, bs_, w + "_bias", bias(w)));
     // int8 of a Q8_0 matrix on an ios18 program: the file's own bits as blockwise int8 (block 32, fp16 d, no
@@ -103,6 +105,16 @@ class PrefillSource : public kern::LayerSource {
     ANELAB_CHECK(kw_.act_scales && kw_.act_scales->count(in), "infer", "w8a8 kernel of layer ", layer_,
                  ": no calibrated scale for its input '", in, "'");
     return quantized_[in] = kern::quant_dequant(b_, x, kw_.act_scales->at(in));
+  }
+  // The model file's palette of matrix w with the path's bits; refused in one line when the file has none.
+  const quant::Palette& palette(const std::string& w) const {
+    const int bits = kw_.path == rt::WeightPath::kLut4 ? 4 : 6;
+    const quant::Palette* p = L_.palette(w);
+    ANELAB_CHECK(p && p->bits == bits, "infer", "--ane-weights ", rt::weight_path_name(kw_.path), ": layer ", layer_,
+                 "'s ", w, " has ", p ? "a " + std::to_string(p->bits) + "-bit palette" : std::string("no palette"),
+                 " in the model file; palettize it once with `anelab convert IN OUT --palettize ",
+                 rt::weight_path_name(kw_.path), "`");
+    return *p;
   }
   std::span<const float> bias(const std::string& w) const {
     if (w == "wq") return L_.bq;

@@ -11,6 +11,7 @@
 #include "framework/mil/blob.h"
 #include "framework/quant/blocks.h"
 #include "framework/quant/mat.h"
+#include "framework/quant/palette.h"
 #include "framework/quant/qdot.h"
 #include "framework/runtime/device_profile.h"
 
@@ -157,6 +158,23 @@ Value BlobSet::q8_matrix(FunctionBuilder& b, const std::string& stem, const quan
   Value v = b.named(stem).constexpr_blockwise_shift_scale(
       mil::ConstValue::blobfile(mil::tensor_type(DType::kInt8, {R, C, 1, 1}), path, q_off),
       mil::ConstValue::blobfile(mil::tensor_type(DType::kFp16, {R, G, 1, 1}), path, d_off));
+  made_[key] = v;
+  return v;
+}
+
+Value BlobSet::lut_matrix(FunctionBuilder& b, const std::string& stem, const quant::Palette& p) {
+  quant::check_palette(p, stem);
+  auto key = std::make_pair(static_cast<const FunctionBuilder*>(&b), stem);
+  ANELAB_CHECK(!made_.count(key), "kernels", "lut matrix '", stem, "' added twice");
+  const std::string path = "@model_path/weights/" + stem + ".bin";
+  mil::BlobWriter w;
+  const uint64_t ix_off = p.bits == 4 ? w.add_uint4(p.indices) : w.add_uint6(p.indices);
+  const uint64_t lut_off = w.add_fp16_bits(p.lut);
+  add_file(stem, path, w.take());
+  Value v = b.named(stem).constexpr_lut_to_dense(
+      mil::ConstValue::blobfile(mil::tensor_type(p.bits == 4 ? DType::kUint4 : DType::kUint6, {p.rows, p.cols, 1, 1}),
+                                path, ix_off),
+      mil::ConstValue::blobfile(mil::tensor_type(DType::kFp16, {p.tables(), 1, 1, 1, p.entries(), 1}), path, lut_off));
   made_[key] = v;
   return v;
 }
