@@ -21,10 +21,12 @@ std::vector<double> kmeans_1d(const std::vector<float>& v, int64_t k) {
   }
   // Seeds: the quantiles (j + 1/2) / k of the density p^(1/3), p the values' histogram over kSeedBins bins of
   // [min, max] (the point density of the MSE-optimal quantizer at high resolution: Panter & Dite 1951), so that
-  // Lloyd starts near its optimum and not at the plain quantiles, which crowd the centroids into the bulk.
-  constexpr int64_t kSeedBins = 4096;
+  // Lloyd starts near its optimum and not at the plain quantiles, which crowd the centroids into the bulk. About 8
+  // values per bin (at least 4k bins, at most 4096): a histogram of mostly empty bins would be flat under the cube
+  // root and give the plain quantiles back.
+  const int64_t kSeedBins = std::clamp<int64_t>(n / 8, 4 * k, 4096);
   const double lo = v.front(), width = (static_cast<double>(v.back()) - lo) / kSeedBins;
-  std::vector<double> cdf(kSeedBins + 1, 0.0);
+  std::vector<double> cdf(static_cast<size_t>(kSeedBins + 1), 0.0);
   for (int64_t i = 0, b = 0; b < kSeedBins; ++b) {
     int64_t cnt = 0;
     const double edge = b + 1 == kSeedBins ? v.back() : lo + width * static_cast<double>(b + 1);
