@@ -35,7 +35,7 @@ struct PrefillStats {
   int64_t bucket = 0;
   double compile_ms = 0, run_ms = 0;
   std::string weights;  // MIL path: the kernels' weights, "fp16" | "int8" | "w8a8" | "q4" | "lut4" | "lut6"
-                        // (rt::weight_path_name)
+                        // (rt::weight_path_name); auto with an FFN class: "w8a8 (ffn lut4)"
   double matrix_bytes_per_weight = 0;  // MIL path: bytes of the baked weight-matrix blobs per matrix element
 };
 

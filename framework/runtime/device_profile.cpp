@@ -38,6 +38,7 @@ std::vector<DeviceProfile> make_profiles() {
   m4.dialect = mil::Dialect::kIos18;
   m4.peak_fp16_tflops = 18.6;
   m4.auto_weights = WeightPath::kW8A8;  // 35.1 vs 18.6 TOPS at 128 convs of 512 ch (digest §4.5)
+  m4.auto_ffn_4bit = true;              // the iOS18 4-bit forms (whether the ANE compiles them: `anelab probe`)
   DeviceProfile m5 = m4;
   m5.name = "m5";
   m5.description = "Apple M5 family (h17): program(1.3)/ios18 shorthand MIL";

@@ -60,6 +60,11 @@ struct DeviceProfile {
   // W8 elsewhere, where int8 weights only halve the baked bytes. Neither is confirmed off M4 (M0 reports
   // every int8 form failing with its call-argument syntax, digest §2.6 item 5): `anelab probe` tries both.
   WeightPath auto_weights = WeightPath::kW8;
+  // "auto" per matrix class, as Anemll ships its models (4-bit FFN, 6-bit head, attention in 8 bits): with this set
+  // (the ios18 profiles), the FFN matrices (w1, w2, w3) take 4 bits where the model file has them as the same numbers
+  // the CPU reads: lut4 when the file stores 4-bit palettes for them, q4 when they are Q4_0; otherwise, and for the
+  // attention matrices, auto_weights. The head stays on the CPU in the prefill (infer/prefill_mil.h).
+  bool auto_ffn_4bit = false;
 };
 
 // Known profiles: m1, m2, m3, m4, m5, and "auto": the ane backend picks the profile of the chip it

@@ -123,5 +123,36 @@ TEST(PrefillLut, AModelWithoutThePalettesIsRefused) {
   }
 }
 
+// --ane-weights auto per matrix class (rt::DeviceProfile::auto_ffn_4bit): on m4 / m5 the FFN takes 4 bits where the
+// file has them (lut4 palettes, else Q4_0 blocks) and the attention the profile's auto_weights; m1-m3 stay int8.
+TEST(PrefillLut, AutoPicksPerMatrixClass) {
+  const std::vector<int32_t> toks = {1, 40, 7, 300, 12};
+  const std::pair<models::Model, std::string> cases[] = {
+      {models::palettize_model(lut_base(), 4, 16), "w8a8 (ffn lut4)"},
+      {models::quantize_model(lut_base(), models::QuantMix::kQ4_0), "w8a8 (ffn q4)"},
+      {models::palettize_model(lut_base(), 6, 0), "w8a8"},  // 6-bit palettes are not auto's 4-bit FFN
+      {lut_base(), "w8a8"}};
+  for (const auto& [m, want] : cases) {
+    EngineOptions o;
+    o.backend = "emulator", o.device = "m4", o.dtype = WType::kF32, o.keep_quantized = true, o.quiet = true;
+    o.ane_weights = "auto";
+    Engine e(m, o);
+    e.prefill(toks, 0);
+    EXPECT_EQ(e.last_prefill().weights, want);
+    o.device = "m1";
+    Engine e1(m, o);
+    e1.prefill(toks, 0);
+    EXPECT_EQ(e1.last_prefill().weights, "int8");
+  }
+  Engine e = make_lut(models::palettize_model(lut_base(), 4, 16), "cpu", "fp16");
+  const KernelWeights kw{rt::WeightPath::kW8, nullptr, rt::WeightPath::kLut4};
+  const std::string text =
+      mil::print(build_layer_kernel(e.desc(), e.layer(0), 64, mil::Dialect::kIos18, 0, kw).program);
+  for (const char* w : {"wq", "wk", "wv", "wo"})
+    EXPECT_NE(text.find(std::string("> ") + w + " = constexpr_affine_dequantize"), std::string::npos) << w;
+  for (const char* w : {"w1", "w2", "w3"})
+    EXPECT_NE(text.find(std::string("> ") + w + " = constexpr_lut_to_dense"), std::string::npos) << w;
+}
+
 }  // namespace
 }  // namespace anelab::infer
