@@ -48,6 +48,8 @@ ProgressFn progress_bar(const std::string& label) {
 struct ConvertArgs {
   std::vector<std::string> paths;
   std::string random, dtype, tokenizer, format, shape;
+  std::string palettize;  // "", "lut4" or "lut6": k-means palettes of the layer matrices (anelab output only)
+  int64_t lut_group = 0;  // rows per palette table (0: one table per tensor)
   uint64_t seed = 1;
   bool adapter = false, fuse = false;  // export of a --lora run: the adapter alone / base + adapter merged
 };
@@ -82,8 +84,12 @@ void run_convert(const ConvertArgs& a) {
     out = a.paths[1];
   }
   const ExportFormat fmt = export_format_for(out, a.format);
+  if (!a.palettize.empty() && fmt != ExportFormat::kAnelab)
+    fail("cli", "--palettize ", a.palettize, ": palettes are stored in anelab files only, and ", out, " is ",
+         export_format_name(fmt));
+  if (a.lut_group != 0 && a.palettize.empty()) fail("cli", "--lut-group goes with --palettize lut4|lut6");
   std::vector<std::string> notes;
-  if (!a.random.empty() && fmt == ExportFormat::kAnelab && a.tokenizer.empty() && !mix) {
+  if (!a.random.empty() && fmt == ExportFormat::kAnelab && a.tokenizer.empty() && !mix && a.palettize.empty()) {
     write_random_model(random_config(a), out, a.seed, dt, progress_bar("writing"));  // streamed, any size
   } else {
     Model m;
@@ -108,6 +114,7 @@ void run_convert(const ConvertArgs& a) {
       m.tokenizer_path = std::filesystem::absolute(a.tokenizer).lexically_normal().string();
     }
     if (mix) m = quantize_model(m, *mix);
+    if (!a.palettize.empty()) m = palettize_model(m, a.palettize == "lut4" ? 4 : 6, a.lut_group);
     notes = export_model(m, out, fmt, tmp.empty() ? dt : std::nullopt, progress_bar("converting"));
   }
   for (const std::string& n : notes) std::fprintf(stderr, "note: %s\n", quote_untrusted(n).c_str());
@@ -193,6 +200,16 @@ void add_model_commands(CLI::App& app) {
                    "docs/quantization.md); default: "
                    "keep the source's; 1-D tensors stay as they are");
   conv->add_option("--tokenizer", args->tokenizer, tok_help);
+  conv->add_option("--palettize", args->palettize,
+                   "k-means palettes of the layer matrices (wq ... w3), stored in the anelab output for --ane-weights "
+                   "lut4|lut6: lut4 (16 fp16 entries) or lut6 (64); each matrix becomes fp16 holding exactly its "
+                   "palette's values (docs/quantization.md)")
+      ->check(CLI::IsMember({"lut4", "lut6"}));
+  conv->add_option("--lut-group", args->lut_group,
+                   "with --palettize: output rows sharing one table (0: one table per tensor; a tensor whose rows it "
+                   "does not divide gets one table)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   conv->callback([args] { run_convert(*args); });
 
   auto eargs = std::make_shared<ConvertArgs>();

@@ -77,12 +77,15 @@ void add_model_options(CLI::App* app, infer::LoadOptions& o) {
       ->capture_default_str()
       ->group(g);
   app->add_option("--ane-weights", o.ane_weights,
-                  "Weights of the MIL prefill kernels (emulator/ane): fp16, int8 (per-channel int8 weights), w8a8 "
+                  "Weights of the MIL prefill kernels (emulator/ane): fp16, int8 (per-channel int8 weights; a Q8_0 "
+                  "matrix's own blocks on m4/m5), w8a8 "
                   "(int8 weights and activations, scales calibrated on the first prompt), q4 (Q4_0 blocks of 32 "
                   "through constexpr_blockwise_shift_scale, m4/m5: a Q4_0 file's own bits, other types quantized to "
-                  "Q4_0; 0.56 bytes per weight) or auto (the device profile's: w8a8 on m4/m5, int8 on m1-m3)")
+                  "Q4_0; 0.56 bytes per weight), lut4 / lut6 (the model file's palettes, `anelab convert --palettize`, "
+                  "through constexpr_lut_to_dense, m4/m5) or auto (per chip and matrix class: m4/m5 attention w8a8 "
+                  "and FFN lut4 / q4 where the file has 4-bit palettes / Q4_0 blocks, else w8a8; m1-m3 int8)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"fp16", "int8", "w8a8", "q4", "auto"}))
+      ->check(CLI::IsMember({"fp16", "int8", "w8a8", "q4", "lut4", "lut6", "auto"}))
       ->group(g);
   app->add_option("--dtype", o.dtype,
                   "Compute dtype of the weight matrices: fp16, fp32, or auto (fp32 when the file stores every matrix "

@@ -68,8 +68,11 @@ json sram_probe(rt::Backend& device, int repeats, const std::string& numbers) {
 }
 
 // ---- quant ----------------------------------------------------------------------------------------
-// The seed's five weight forms on one 1x1 conv, each on the device and on the emulator (same program, same inputs):
-// TFLOPS on the device, its speed against fp16, and max rel diff of the device's outputs against the emulator's.
+// The seed's five weight forms and lut6 on one 1x1 conv (every form from the same random matrix), each on the device
+// and on the emulator (same program, same inputs): TFLOPS on the device, its speed against fp16, max rel diff of the
+// device's outputs against the emulator's, and max rel diff of the form's outputs against the fp16 program's on the
+// device (max_rel_diff_vs_fp16) and on the emulator (max_rel_diff_vs_fp16_emulator): the accuracy the compression
+// costs.
 json quant_probe(rt::Backend& device, int repeats, const std::string& numbers) {
   constexpr int64_t C = 2048, S = 64;
   rt::BackendOptions eo;
@@ -81,23 +84,29 @@ json quant_probe(rt::Backend& device, int repeats, const std::string& numbers) {
       {"uint4", kern::conv1x1_4bit_workload(C, C, S, kern::FourBitForm::kUint4)},
       {"uint4_block32", kern::conv1x1_4bit_workload(C, C, S, kern::FourBitForm::kBlock32)},
       {"lut4", kern::conv1x1_4bit_workload(C, C, S, kern::FourBitForm::kLut4)},
+      {"lut6", kern::conv1x1_lut6_workload(C, C, S)},
   };
   json r{{"shape", "1x1 conv 2048->2048, S=64"},
          {"numbers", numbers},
          {"forms",
           "fp16 baked; int8 constexpr_affine_dequantize; uint4 constexpr_affine_dequantize (per channel); "
-          "uint4_block32 constexpr_blockwise_shift_scale (block 32); lut4 constexpr_lut_to_dense (16 entries)"}};
+          "uint4_block32 constexpr_blockwise_shift_scale (block 32); lut4 constexpr_lut_to_dense (16 entries, evenly "
+          "spaced); lut6 constexpr_lut_to_dense (uint6, 64 k-means entries per output channel)"}};
+  std::vector<float> dev_fp16, emu_fp16;  // the fp16 program's outputs (forms[0])
   for (const auto& [key, w] : forms) {
     std::vector<float> dev_out, emu_out;
     json m = timed_workload(device, w, repeats, &dev_out);
+    json e = timed_workload(*emu, w, 0, &emu_out);
+    if (std::string(key) == "fp16") dev_fp16 = dev_out, emu_fp16 = emu_out;
     m["max_rel_diff_vs_emulator"] = nullptr;
-    if (m.contains("tflops")) {
-      json e = timed_workload(*emu, w, 0, &emu_out);
-      if (e.contains("error"))
-        m["emulator_error"] = e["error"];
-      else
-        m["max_rel_diff_vs_emulator"] = seed_max_rel_diff(dev_out, emu_out);
-    }
+    if (e.contains("error"))
+      m["emulator_error"] = e["error"];
+    else if (m.contains("tflops"))
+      m["max_rel_diff_vs_emulator"] = seed_max_rel_diff(dev_out, emu_out);
+    m["max_rel_diff_vs_fp16"] =
+        m.contains("tflops") && !dev_fp16.empty() ? json(seed_max_rel_diff(dev_out, dev_fp16)) : json(nullptr);
+    m["max_rel_diff_vs_fp16_emulator"] =
+        !e.contains("error") && !emu_fp16.empty() ? json(seed_max_rel_diff(emu_out, emu_fp16)) : json(nullptr);
     r[key] = std::move(m);
   }
   const double fp16_tf = r["fp16"].contains("tflops") ? r["fp16"]["tflops"].get<double>() : 0;

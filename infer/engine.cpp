@@ -342,6 +342,17 @@ void Engine::load_step(const models::Step& s, LayerWeights& L) {
   };
   put_norm(s.pre_norm);
   put_norm(s.post_norm);
+  auto put_palette = [&](const char* m, const std::string& tensor) {
+    if (const auto it = model_.palettes.find(tensor); it != model_.palettes.end()) L.palettes[m] = it->second;
+  };
+  for (const auto& [m, tensor] : {std::pair<const char*, const std::string&>{"wq", s.attn.wq},
+                                  {"wk", s.attn.wk},
+                                  {"wv", s.attn.wv},
+                                  {"wo", s.attn.wo},
+                                  {"w1", s.ffn.w_in},
+                                  {"w2", s.ffn.w_out},
+                                  {"w3", s.ffn.w_up}})
+    if (!tensor.empty()) put_palette(m, tensor);
   switch (s.kind) {
     case models::StepKind::kAttention: {
       const models::AttnDesc& a = s.attn;

@@ -23,9 +23,9 @@ struct EngineOptions {
   int64_t prefill_chunk = 256;    // CPU prefill processes at most this many tokens per pass
   int64_t slots = 1;   // sequences with their own KV cache (Engine::use_slot, decode_batch): the server's --parallel
   bool quiet = false;  // no notes or progress lines (kernel compiles) on stderr
-  int compile_budget = -1;  // backend compile budget override (-1: the device profile's)
-  std::string ane_weights =
-      "fp16";  // MIL prefill weights: fp16 | int8 | w8a8 | q4 | auto (the device profile's), prefill_mil.h
+  int compile_budget = -1;           // backend compile budget override (-1: the device profile's)
+  std::string ane_weights = "fp16";  // MIL prefill weights: fp16 | int8 | w8a8 | q4 | lut4 | lut6 | auto (the device
+                                     // profile's), prefill_mil.h
   std::vector<int32_t> calibration_tokens;  // w8a8 activation calibration prompt (empty: the first prompt)
   bool row_tiles = true;                    // keep_quantized Q8_0 / Q4_K matrices become row tiles (Engine::tiled_rows)
 };
@@ -34,7 +34,8 @@ struct PrefillStats {
   std::string path;  // "cpu" or "emulator"/"ane" (+ bucket)
   int64_t bucket = 0;
   double compile_ms = 0, run_ms = 0;
-  std::string weights;  // MIL path: the kernels' weights, "fp16" | "int8" | "w8a8" | "q4" (rt::weight_path_name)
+  std::string weights;  // MIL path: the kernels' weights, "fp16" | "int8" | "w8a8" | "q4" | "lut4" | "lut6"
+                        // (rt::weight_path_name); auto with an FFN class: "w8a8 (ffn lut4)"
   double matrix_bytes_per_weight = 0;  // MIL path: bytes of the baked weight-matrix blobs per matrix element
 };
 

@@ -42,22 +42,38 @@ std::optional<Value> opt_vec(mil::FunctionBuilder& b, kern::BlobSet& bs, const s
 class PrefillSource : public kern::LayerSource {
  public:
   PrefillSource(mil::FunctionBuilder& b, int64_t dim, const models::AttnDesc& a, const LayerWeights& L, int64_t S,
-                int64_t layer, const KernelWeights& kw, kern::Taps* record = nullptr)
-      : b_(b), a_(a), L_(L), S_(S), layer_(layer), kw_(kw), record_(record), x_(b.input("x", kern::act_type(dim, S))) {}
+                int64_t layer, const KernelWeights& kw, mil::Dialect dialect, kern::Taps* record = nullptr)
+      : b_(b),
+        a_(a),
+        L_(L),
+        S_(S),
+        layer_(layer),
+        kw_(kw),
+        dialect_(dialect),
+        record_(record),
+        x_(b.input("x", kern::act_type(dim, S))) {}
   Value input(const std::string&) override { return x_; }
   Value project(const std::string& w, const Value& x) override {
     const quant::Mat& m = L_.matrix(w);
     const std::string in = kern::act_input_of(w);
     if (record_ && recorded_.insert(in).second) record_->emplace_back(in, x);
+    const rt::WeightPath path = kw_.ffn && (w == "w1" || w == "w2" || w == "w3") ? *kw_.ffn : kw_.path;
+    if (path == rt::WeightPath::kLut4 || path == rt::WeightPath::kLut6)
+      return kern::linear(b_, x, bs_.lut_matrix(b_, w, palette(w, path)), opt_vec(b_, bs_, w + "_bias", bias(w)));
     // q4: the file's Q4_0 bits (others quantized to Q4_0); a row that is not whole blocks of 32 stays fp16 (as
     // llama-quantize falls back for such rows).
-    if (kw_.path == rt::WeightPath::kQ4 && m.cols % 32 == 0)
+    if (path == rt::WeightPath::kQ4 && m.cols % 32 == 0)
       return kern::linear(b_, x, bs_.q4_matrix(b_, w, m), opt_vec(b_, bs_, w + "_bias", bias(w)));
+    // int8 of a Q8_0 matrix on an ios18 program: the file's own bits as blockwise int8 (block 32, fp16 d, no
+    // offset); other types, and every type on ios16 (no constexpr_blockwise_shift_scale), per-channel int8 below.
+    if (path == rt::WeightPath::kW8 && m.type == quant::WType::kQ8_0 && m.cols % 32 == 0 &&
+        dialect_ != mil::Dialect::kIos16)
+      return kern::linear(b_, x, bs_.q8_matrix(b_, w, m), opt_vec(b_, bs_, w + "_bias", bias(w)));
     const std::vector<float> v = kern::mat_values(m);
-    if (kw_.path == rt::WeightPath::kFp16 || kw_.path == rt::WeightPath::kQ4)
+    if (path == rt::WeightPath::kFp16 || path == rt::WeightPath::kQ4)
       return kern::linear(b_, x, bs_.matrix(b_, w, v, m.rows, m.cols), opt_vec(b_, bs_, w + "_bias", bias(w)));
     Value wq = bs_.int8_matrix(b_, w, kern::quantize_w8(v, m.rows, m.cols));
-    return kern::linear(b_, kw_.path == rt::WeightPath::kW8A8 ? act_input(in, x) : x, wq,
+    return kern::linear(b_, path == rt::WeightPath::kW8A8 ? act_input(in, x) : x, wq,
                         opt_vec(b_, bs_, w + "_bias", bias(w)));
   }
   Value norm_weight(const std::string& name, const models::NormDesc& n) override {  // (offset + w) already
@@ -91,6 +107,16 @@ class PrefillSource : public kern::LayerSource {
                  ": no calibrated scale for its input '", in, "'");
     return quantized_[in] = kern::quant_dequant(b_, x, kw_.act_scales->at(in));
   }
+  // The model file's palette of matrix w with the path's bits; refused in one line when the file has none.
+  const quant::Palette& palette(const std::string& w, rt::WeightPath path) const {
+    const int bits = path == rt::WeightPath::kLut4 ? 4 : 6;
+    const quant::Palette* p = L_.palette(w);
+    ANELAB_CHECK(p && p->bits == bits, "infer", "--ane-weights ", rt::weight_path_name(path), ": layer ", layer_, "'s ",
+                 w, " has ", p ? "a " + std::to_string(p->bits) + "-bit palette" : std::string("no palette"),
+                 " in the model file; palettize it once with `anelab convert IN OUT --palettize ",
+                 rt::weight_path_name(path), "`");
+    return *p;
+  }
   std::span<const float> bias(const std::string& w) const {
     if (w == "wq") return L_.bq;
     if (w == "wk") return L_.bk;
@@ -106,6 +132,7 @@ class PrefillSource : public kern::LayerSource {
   int64_t S_;
   int64_t layer_;
   const KernelWeights& kw_;
+  mil::Dialect dialect_;  // of the program (ios16 has no blockwise int8)
   kern::Taps* record_;
   std::set<std::string> recorded_;
   std::map<std::string, Value> quantized_;  // W8A8 conv inputs by act_input_of name
@@ -138,7 +165,7 @@ LayerKernelSource build_layer_kernel(const models::ModelDesc& md, const LayerWei
   const kern::LayerSteps ml = mil_layer(md, layer);
   mil::ProgramBuilder pb;
   auto& b = pb.function("main");
-  PrefillSource p(b, md.dim, ml.attn.attn, L, S, layer, kw);
+  PrefillSource p(b, md.dim, ml.attn.attn, L, S, layer, kw, dialect);
   const kern::Taps t = kern::build_layer(b, ml, p, {"k_rope", "v"});  // out, k_rope, v
   b.output(b.named("out").concat({t[0].second, t[1].second, t[2].second}, 1));
   LayerKernelSource src;
@@ -182,7 +209,7 @@ CalibKernel build_calib_kernel(const PrefillHost& e, int64_t layer, int64_t S) {
   kern::Taps rec;
   const KernelWeights fp16;
   const kern::LayerSteps ml = mil_layer(e.desc(), layer);
-  PrefillSource p(b, e.desc().dim, ml.attn.attn, e.layer(layer), S, layer, fp16, &rec);
+  PrefillSource p(b, e.desc().dim, ml.attn.attn, e.layer(layer), S, layer, fp16, e.backend_dialect(), &rec);
   const kern::Taps t = kern::build_layer(b, ml, p, {});
   CalibKernel k;
   std::vector<Value> outs{t[0].second};
@@ -239,6 +266,34 @@ MilPrefill::MilPrefill(PrefillHost& e, const std::string& backend, const std::st
   bo.compile_budget = e.options().compile_budget;
   backend_ = rt::create_backend(backend, bo);
   weights_ = rt::parse_weight_path(ane_weights, backend_->profile());
+  if (ane_weights == "auto" && backend_->profile().auto_ffn_4bit) {
+    // auto's FFN class (rt::DeviceProfile::auto_ffn_4bit): 4 bits where every FFN matrix has them as the numbers the
+    // CPU reads (the file's 4-bit palettes, else Q4_0 blocks); otherwise the attention's path.
+    bool lut4 = true, q4 = true;
+    for (int64_t l = 0; l < static_cast<int64_t>(e_.desc().layers.size()); ++l)
+      for (const char* w : {"w1", "w2", "w3"}) {
+        const LayerWeights& L = e_.layer(l);
+        if (L.matrix(w).empty()) continue;
+        const quant::Palette* p = L.palette(w);
+        lut4 = lut4 && p && p->bits == 4;
+        q4 = q4 && L.matrix(w).type == quant::WType::kQ4_0;
+      }
+    if (lut4 || q4) ffn_weights_ = lut4 ? rt::WeightPath::kLut4 : rt::WeightPath::kQ4;
+    if (!quiet_)
+      std::fprintf(stderr,
+                   "[infer] --ane-weights auto on %s: attention %s, ffn %s%s, head on the CPU (the prefill's)\n",
+                   backend_->profile().name.c_str(), rt::weight_path_name(weights_),
+                   rt::weight_path_name(ffn_weights_.value_or(weights_)),
+                   lut4 ? " (the file's 4-bit palettes)"
+                   : q4 ? " (the file's Q4_0 blocks)"
+                        : " (the file has no 4-bit FFN: anelab convert --palettize lut4)");
+  }
+}
+
+std::string MilPrefill::weights_name() const {
+  std::string n = rt::weight_path_name(weights_);
+  if (ffn_weights_) n += std::string(" (ffn ") + rt::weight_path_name(*ffn_weights_) + ")";
+  return n;
 }
 
 void MilPrefill::calibrate(std::span<const int32_t> prompt) {
@@ -294,11 +349,11 @@ bool MilPrefill::ensure_bucket(int64_t S, PrefillStats& stats) {
   if (!quiet_)  // compiles take seconds: say what is happening (the CLI's -q turns this off)
     std::fprintf(
         stderr, "[infer] compiling %lld %s prefill kernels (%s weights) for prompts of up to %lld tokens ...\n",
-        static_cast<long long>(L), backend_->name().c_str(), rt::weight_path_name(weights_), static_cast<long long>(S));
+        static_cast<long long>(L), backend_->name().c_str(), weights_name().c_str(), static_cast<long long>(S));
   std::vector<std::unique_ptr<rt::Kernel>> ks;
   MatrixBytes mb;
   for (int64_t l = 0; l < L; ++l) {
-    KernelWeights kw{weights_, act_.empty() ? nullptr : &act_[static_cast<size_t>(l)]};
+    KernelWeights kw{weights_, act_.empty() ? nullptr : &act_[static_cast<size_t>(l)], ffn_weights_};
     LayerKernelSource src = build_layer_kernel(e_, l, S, kw);
     const MatrixBytes lb = matrix_bytes(src, e_.layer(l));
     mb.bytes += lb.bytes, mb.weights += lb.weights;
@@ -317,7 +372,7 @@ bool MilPrefill::ensure_bucket(int64_t S, PrefillStats& stats) {
   stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (!quiet_)
     std::fprintf(stderr, "[infer] compiled in %.1f s (%s weight matrices: %.4f bytes per weight)\n",
-                 stats.compile_ms / 1e3, rt::weight_path_name(weights_), matrix_bytes_per_weight_);
+                 stats.compile_ms / 1e3, weights_name().c_str(), matrix_bytes_per_weight_);
   return true;
 }
 
@@ -354,7 +409,7 @@ bool MilPrefill::run(std::span<const int32_t> tokens, int64_t pos, std::vector<f
   for (int64_t t = 0; t < n; ++t)
     for (int64_t d = 0; d < D; ++d) xt[static_cast<size_t>(t * D + d)] = o[static_cast<size_t>(d * S + t)];
   stats.path = backend_->name();
-  stats.weights = rt::weight_path_name(weights_);
+  stats.weights = weights_name();
   stats.matrix_bytes_per_weight = matrix_bytes_per_weight_;
   stats.bucket = S;
   const int64_t chunk = e_.options().prefill_chunk;

@@ -67,6 +67,7 @@ using ActScales = std::vector<std::map<std::string, float>>;  // [layer] input -
 struct KernelWeights {
   rt::WeightPath path = rt::WeightPath::kFp16;
   const std::map<std::string, float>* act_scales = nullptr;
+  std::optional<rt::WeightPath> ffn;  // the FFN matrices' (w1, w2, w3) path when it is not `path` (auto's table)
 };
 
 // Builds the whole-layer program for layer l at bucket S, plus its weights dictionary.
@@ -101,7 +102,8 @@ int64_t prefill_bucket(int64_t n, int64_t context);
 
 class MilPrefill {
  public:
-  // ane_weights: "fp16" | "int8" | "w8a8" | "auto" (the device profile's auto_weights).
+  // ane_weights: "fp16" | "int8" | "w8a8" | "q4" | "lut4" | "lut6" | "auto" (the device profile's auto_weights, and
+  // with auto_ffn_4bit the FFN in 4 bits where the model has them: lut4 palettes, else Q4_0; printed once).
   MilPrefill(PrefillHost& e, const std::string& backend, const std::string& device, const std::string& ane_weights,
              bool quiet);
   ~MilPrefill();
@@ -121,7 +123,9 @@ class MilPrefill {
   PrefillHost& e_;
   bool quiet_;
   rt::WeightPath weights_ = rt::WeightPath::kFp16;
-  ActScales act_;                       // kW8A8: calibrated on the first run
+  std::optional<rt::WeightPath> ffn_weights_;  // auto's FFN class when it differs from weights_
+  std::string weights_name() const;            // "w8a8", or "w8a8 (ffn lut4)" with an FFN class
+  ActScales act_;                              // kW8A8: calibrated on the first run
   double matrix_bytes_per_weight_ = 0;  // of the kernels compiled last (fp16: ~2, int8: ~1, q4: 0.5625 + headers)
   bool warned_ = false;
   bool self_checked_ = false, self_check_failed_ = false;

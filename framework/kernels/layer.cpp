@@ -35,6 +35,11 @@ const quant::Mat& LayerWeights::matrix(const std::string& n) const {
   fail("kernels", "unknown layer matrix '", n, "' (known: wq wk wv wo w1 w2 w3)");
 }
 
+const quant::Palette* LayerWeights::palette(const std::string& name) const {
+  const auto it = palettes.find(name);
+  return it == palettes.end() ? nullptr : it->second.get();
+}
+
 std::span<const float> LayerWeights::norm(const std::string& name) const {
   if (name.empty()) return {};
   for (const auto& [n, v] : norms)

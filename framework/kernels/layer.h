@@ -28,6 +28,8 @@
 // quantized blocks), not owned.
 #pragma once
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -38,6 +40,7 @@
 #include "framework/core/model_desc.h"
 #include "framework/kernels/nn.h"
 #include "framework/quant/mat.h"
+#include "framework/quant/palette.h"
 
 namespace anelab::kern {
 
@@ -62,6 +65,10 @@ struct LayerWeights {
   std::span<const float> b1;      // [H]
   // Norm weights (offset added: what the kernels multiply by) and LayerNorm biases, by tensor name: [D] or [HD].
   std::vector<std::pair<std::string, std::span<const float>>> norms;
+  // Palettes of the matrices (lut4 / lut6, quant/palette.h) by "wq" ... "w3", when the model file stores them; the
+  // matrices above then hold exactly their values (models/formats/anelab_file.h).
+  std::map<std::string, std::shared_ptr<const quant::Palette>> palettes;
+  const quant::Palette* palette(const std::string& name) const;      // nullptr when absent
   const quant::Mat& matrix(const std::string& name) const;           // "wq" ... "w3"; throws for others
   std::span<const float> norm(const std::string& name) const;        // empty when absent (or name empty)
   void set_norm(const std::string& name, std::span<const float> v);  // adds or replaces

@@ -11,6 +11,8 @@
 #include "framework/mil/blob.h"
 #include "framework/quant/blocks.h"
 #include "framework/quant/mat.h"
+#include "framework/quant/palette.h"
+#include "framework/quant/qdot.h"
 #include "framework/runtime/device_profile.h"
 
 namespace anelab::kern {
@@ -73,30 +75,42 @@ Value BlobSet::int8_matrix(FunctionBuilder& b, const std::string& stem, const W8
   return v;
 }
 
+namespace {
+
+// Row r of m as blocks of type t (cols / 32 of them): the matrix's own blocks when it is of type t (a row held in a
+// row tile copied out of it), else its values quantized to t (quant::quantize, ggml's reference quantizer).
+const uint8_t* row_as_blocks(const quant::Mat& m, int64_t r, quant::BlockType t, std::vector<uint8_t>& scratch,
+                             std::vector<float>& values) {
+  const auto own = quant::block_type_of(m.type);
+  if (own == t && r >= m.tiled_rows) return m.row_blocks(r);
+  scratch.resize(static_cast<size_t>(m.cols / 32 * quant::traits(t).block_bytes));
+  if (own == t) {
+    quant::tile_row(t, m.tile(r / quant::kTileRows), m.cols, static_cast<int>(r % quant::kTileRows), scratch.data());
+    return scratch.data();
+  }
+  values.resize(static_cast<size_t>(m.cols));
+  m.row_values(r, values.data());
+  quant::quantize(t, values.data(), scratch.data(), m.cols);
+  return scratch.data();
+}
+
+}  // namespace
+
 Value BlobSet::q4_matrix(FunctionBuilder& b, const std::string& stem, const quant::Mat& m) {
   const int64_t R = m.rows, C = m.cols, G = C / 32;
   ANELAB_CHECK(C % 32 == 0, "kernels", "q4 matrix '", stem, "' [", R, ", ", C, "]: ", C,
                " input channels are not a multiple of 32 (the blocks of Q4_0)");
   auto key = std::make_pair(static_cast<const FunctionBuilder*>(&b), stem);
   ANELAB_CHECK(!made_.count(key), "kernels", "q4 matrix '", stem, "' added twice");
-  constexpr int64_t kBlockBytes = sizeof(quant::BlockQ4_0);
-  const bool own_bits = m.type == quant::WType::kQ4_0 && m.tiled_rows == 0;
   std::vector<uint8_t> q(static_cast<size_t>(R * C));    // [R, C] nibbles
   std::vector<half_bits> d(static_cast<size_t>(R * G));  // [R, G] block scales
-  std::vector<float> values(own_bits ? 0 : static_cast<size_t>(C));
-  std::vector<uint8_t> requantized(own_bits ? 0 : static_cast<size_t>(G * kBlockBytes));
+  std::vector<uint8_t> scratch;
+  std::vector<float> values;
   for (int64_t r = 0; r < R; ++r) {
-    const uint8_t* blocks = nullptr;
-    if (own_bits) {
-      blocks = m.row_blocks(r);
-    } else {
-      m.row_values(r, values.data());
-      quant::quantize(quant::BlockType::kQ4_0, values.data(), requantized.data(), C);
-      blocks = requantized.data();
-    }
+    const uint8_t* blocks = row_as_blocks(m, r, quant::BlockType::kQ4_0, scratch, values);
     for (int64_t g = 0; g < G; ++g) {
       quant::BlockQ4_0 blk;
-      std::memcpy(&blk, blocks + g * kBlockBytes, sizeof blk);
+      std::memcpy(&blk, blocks + g * static_cast<int64_t>(sizeof blk), sizeof blk);
       d[static_cast<size_t>(r * G + g)] = blk.d;
       uint8_t* qr = q.data() + r * C + g * 32;
       for (int j = 0; j < 16; ++j) qr[j] = blk.qs[j] & 15, qr[16 + j] = static_cast<uint8_t>(blk.qs[j] >> 4);
@@ -113,6 +127,54 @@ Value BlobSet::q4_matrix(FunctionBuilder& b, const std::string& stem, const quan
       mil::ConstValue::blobfile(mil::tensor_type(DType::kUint4, {R, C, 1, 1}), path, q_off),
       mil::ConstValue::blobfile(mil::tensor_type(DType::kFp16, blocks_shape), path, d_off),
       mil::ConstValue::blobfile(mil::tensor_type(DType::kUint4, blocks_shape), path, o_off));
+  made_[key] = v;
+  return v;
+}
+
+Value BlobSet::q8_matrix(FunctionBuilder& b, const std::string& stem, const quant::Mat& m) {
+  const int64_t R = m.rows, C = m.cols, G = C / 32;
+  ANELAB_CHECK(C % 32 == 0, "kernels", "q8 matrix '", stem, "' [", R, ", ", C, "]: ", C,
+               " input channels are not a multiple of 32 (the blocks of Q8_0)");
+  auto key = std::make_pair(static_cast<const FunctionBuilder*>(&b), stem);
+  ANELAB_CHECK(!made_.count(key), "kernels", "q8 matrix '", stem, "' added twice");
+  std::vector<int8_t> q(static_cast<size_t>(R * C));     // [R, C] int8
+  std::vector<half_bits> d(static_cast<size_t>(R * G));  // [R, G] block scales
+  std::vector<uint8_t> scratch;
+  std::vector<float> values;
+  for (int64_t r = 0; r < R; ++r) {
+    const uint8_t* blocks = row_as_blocks(m, r, quant::BlockType::kQ8_0, scratch, values);
+    for (int64_t g = 0; g < G; ++g) {
+      quant::BlockQ8_0 blk;
+      std::memcpy(&blk, blocks + g * static_cast<int64_t>(sizeof blk), sizeof blk);
+      d[static_cast<size_t>(r * G + g)] = blk.d;
+      std::memcpy(q.data() + r * C + g * 32, blk.qs, 32);
+    }
+  }
+  const std::string path = "@model_path/weights/" + stem + ".bin";
+  mil::BlobWriter w;
+  const uint64_t q_off = w.add_int8(q);
+  const uint64_t d_off = w.add_fp16_bits(d);
+  add_file(stem, path, w.take());
+  Value v = b.named(stem).constexpr_blockwise_shift_scale(
+      mil::ConstValue::blobfile(mil::tensor_type(DType::kInt8, {R, C, 1, 1}), path, q_off),
+      mil::ConstValue::blobfile(mil::tensor_type(DType::kFp16, {R, G, 1, 1}), path, d_off));
+  made_[key] = v;
+  return v;
+}
+
+Value BlobSet::lut_matrix(FunctionBuilder& b, const std::string& stem, const quant::Palette& p) {
+  quant::check_palette(p, stem);
+  auto key = std::make_pair(static_cast<const FunctionBuilder*>(&b), stem);
+  ANELAB_CHECK(!made_.count(key), "kernels", "lut matrix '", stem, "' added twice");
+  const std::string path = "@model_path/weights/" + stem + ".bin";
+  mil::BlobWriter w;
+  const uint64_t ix_off = p.bits == 4 ? w.add_uint4(p.indices) : w.add_uint6(p.indices);
+  const uint64_t lut_off = w.add_fp16_bits(p.lut);
+  add_file(stem, path, w.take());
+  Value v = b.named(stem).constexpr_lut_to_dense(
+      mil::ConstValue::blobfile(mil::tensor_type(p.bits == 4 ? DType::kUint4 : DType::kUint6, {p.rows, p.cols, 1, 1}),
+                                path, ix_off),
+      mil::ConstValue::blobfile(mil::tensor_type(DType::kFp16, {p.tables(), 1, 1, 1, p.entries(), 1}), path, lut_off));
   made_[key] = v;
   return v;
 }

@@ -38,7 +38,8 @@ mil::TensorType act_type(int64_t channels, int64_t seq, mil::DType dt = mil::DTy
 struct W8Matrix;  // w8.h
 }  // namespace anelab::kern
 namespace anelab::quant {
-struct Mat;  // framework/quant/mat.h
+struct Mat;      // framework/quant/mat.h
+struct Palette;  // framework/quant/palette.h
 }  // namespace anelab::quant
 namespace anelab::kern {
 
@@ -62,6 +63,15 @@ class BlobSet {
   // constexpr_blockwise_shift_scale (iOS18). A Q4_0 matrix is baked with its own bits (its d and nibbles);
   // any other type is quantized to Q4_0 first (quant::quantize, ggml's reference quantizer). in % 32 == 0.
   Value q4_matrix(FunctionBuilder& b, const std::string& stem, const quant::Mat& m);
+  // The same conv weight as 8-bit blocks of 32 input channels, ggml's Q8_0 (x = d * q): int8 data q [out, in, 1, 1]
+  // and an fp16 scale d per block [out, in/32, 1, 1], no offset, through constexpr_blockwise_shift_scale (iOS18;
+  // coremltools defs/iOS18/compression.py: data int4/uint4/int8/uint8, offset optional). A Q8_0 matrix is baked
+  // with its own bits (rows held in row tiles copied out of them); any other type is quantized to Q8_0 first.
+  // in % 32 == 0.
+  Value q8_matrix(FunctionBuilder& b, const std::string& stem, const quant::Mat& m);
+  // The same conv weight from a palette (quant/palette.h): uint4 (lut4) or uint6 (lut6) indices [out, in, 1, 1] and
+  // an fp16 table per group of rows, lut [out / group, 1, 1, 1, 2^bits, 1], through constexpr_lut_to_dense (iOS18).
+  Value lut_matrix(FunctionBuilder& b, const std::string& stem, const quant::Palette& p);
   // Per-channel vector as [1, C, 1, 1] (norm weights, biases).
   Value vector(FunctionBuilder& b, const std::string& stem, std::span<const float> v);
 

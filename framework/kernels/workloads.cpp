@@ -10,6 +10,7 @@
 #include "framework/kernels/w8.h"
 #include "framework/mil/blob.h"
 #include "framework/mil/builder.h"
+#include "framework/quant/palette.h"
 
 namespace anelab::kern {
 
@@ -107,6 +108,16 @@ Workload conv1x1_4bit_workload(int64_t cin, int64_t cout, int64_t seq, FourBitFo
   rt::Weights weights;
   weights[path] = std::make_shared<const std::vector<uint8_t>>(bw.take());
   return {name, pb.build(), weights, 2.0 * double(cin) * double(cout) * double(seq)};
+}
+
+Workload conv1x1_lut6_workload(int64_t cin, int64_t cout, int64_t seq) {
+  mil::ProgramBuilder pb;
+  auto& b = pb.function("main");
+  BlobSet blobs;
+  auto x = b.input("x", act_type(cin, seq));
+  const auto w = random_normal(static_cast<size_t>(cin * cout), 7, 1.0f / std::sqrt(float(cin)));
+  b.output(b.conv(x, blobs.lut_matrix(b, "w", quant::palettize(w, cout, cin, 6, 1))));
+  return {"conv_lut6", pb.build(), blobs.weights(), 2.0 * double(cin) * double(cout) * double(seq)};
 }
 
 Workload attention_core_workload(int64_t heads, int64_t seq, int64_t head_dim) {

@@ -45,6 +45,9 @@ Workload conv1x1_int8_workload(int64_t cin, int64_t cout, int64_t seq, bool w8a8
 //                row's min to its max, each weight its nearest entry (not k-means).
 enum class FourBitForm : uint8_t { kUint4, kBlock32, kLut4 };
 Workload conv1x1_4bit_workload(int64_t cin, int64_t cout, int64_t seq, FourBitForm form);
+// The same conv palettized to 6 bits (lut6): k-means tables of 64 fp16 entries, one per output channel
+// (quant::palettize), through constexpr_lut_to_dense with uint6 indices (BlobSet::lut_matrix).
+Workload conv1x1_lut6_workload(int64_t cin, int64_t cout, int64_t seq);
 Workload attention_core_workload(int64_t heads, int64_t seq, int64_t head_dim);
 Workload attention_block_workload(int64_t dim, int64_t heads, int64_t seq);
 Workload dispatch_workload();

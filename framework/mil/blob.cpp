@@ -54,14 +54,19 @@ BlobDType blob_dtype_for(DType t) {
       return BlobDType::kInt8;
     case DType::kUint4:
       return BlobDType::kUInt4;
+    case DType::kUint6:
+      return BlobDType::kUInt6;
     default:
-      fail("blob", "no MIL blob data type for ", dtype_name(t), " (blobs here store fp16, fp32, uint8, int8, uint4)");
+      fail("blob", "no MIL blob data type for ", dtype_name(t),
+           " (blobs here store fp16, fp32, uint8, int8, uint4, uint6)");
   }
 }
 
 size_t blob_payload_bytes(DType t, int64_t count) {
   const auto n = static_cast<size_t>(count);
-  return t == DType::kUint4 ? (n + 1) / 2 : n * dtype_bytes(t);
+  if (t == DType::kUint4) return (n + 1) / 2;
+  if (t == DType::kUint6) return (n * 6 + 7) / 8;
+  return n * dtype_bytes(t);
 }
 
 std::vector<uint8_t> pack_uint4(std::span<const uint8_t> values) {
@@ -72,6 +77,25 @@ std::vector<uint8_t> pack_uint4(std::span<const uint8_t> values) {
     out[i / 2] |= static_cast<uint8_t>(values[i] << (4 * (i % 2)));
   }
   return out;
+}
+
+std::vector<uint8_t> pack_uint6(std::span<const uint8_t> values) {
+  std::vector<uint8_t> out((values.size() * 6 + 7) / 8, 0);
+  for (size_t i = 0; i < values.size(); ++i) {
+    ANELAB_CHECK(values[i] < 64, "blob", "uint6 value ", static_cast<int>(values[i]), " at index ", i,
+                 " does not fit in 6 bits");
+    const size_t bit = i * 6, byte = bit / 8, shift = bit % 8;
+    out[byte] |= static_cast<uint8_t>(values[i] << shift);
+    if (shift > 2) out[byte + 1] |= static_cast<uint8_t>(values[i] >> (8 - shift));
+  }
+  return out;
+}
+
+uint8_t unpack_uint6(std::span<const uint8_t> packed, size_t i) {
+  const size_t bit = i * 6, byte = bit / 8, shift = bit % 8;
+  unsigned v = packed[byte] >> shift;
+  if (shift > 2) v |= static_cast<unsigned>(packed[byte + 1]) << (8 - shift);
+  return static_cast<uint8_t>(v & 63);
 }
 
 BlobWriter::BlobWriter() : buf_(kBlobFileHeader, 0) {
@@ -120,6 +144,10 @@ uint64_t BlobWriter::add_uint8(std::span<const uint8_t> values) { return add_raw
 
 uint64_t BlobWriter::add_uint4(std::span<const uint8_t> values) {
   return add_raw(pack_uint4(values), BlobDType::kUInt4);
+}
+
+uint64_t BlobWriter::add_uint6(std::span<const uint8_t> values) {
+  return add_raw(pack_uint6(values), BlobDType::kUInt6);
 }
 
 uint64_t BlobWriter::add_raw(std::span<const uint8_t> payload, BlobDType dtype) {
@@ -218,6 +246,9 @@ std::vector<float> BlobReader::read_f32(uint64_t offset, const TensorType& type)
       break;
     case DType::kUint4:
       for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>((p[i / 2] >> (4 * (i % 2))) & 0xF);
+      break;
+    case DType::kUint6:
+      for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(unpack_uint6(p, i));
       break;
     default:
       fail("blob", name_, ": cannot decode a ", type.str(), " payload");

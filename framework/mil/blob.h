@@ -56,10 +56,15 @@ enum class BlobDType : uint32_t {
 };
 // The blob data type that stores a MIL const of dtype `t`; throws for types the writer does not store.
 BlobDType blob_dtype_for(DType t);
-// Payload bytes of `count` elements of `t` in a blob (uint4: ceil(count / 2), packed).
+// Payload bytes of `count` elements of `t` in a blob (uint4: ceil(count / 2), uint6: ceil(6 count / 8), packed).
 size_t blob_payload_bytes(DType t, int64_t count);
 // Packs 4-bit values (each < 16, checked) low nibble first, as MILBlob stores UInt4.
 std::vector<uint8_t> pack_uint4(std::span<const uint8_t> values);
+// Packs 6-bit values (each < 64, checked) as MILBlob packs a sub-byte type that is not byte aligned
+// (MILBlob/SubByteTypes.cpp): element i at bits [6i, 6i + 6) of the payload read as a little-endian bit stream, its
+// low bits first, spilling into the next byte (the rule that puts uint4's element 0 in the low nibble).
+std::vector<uint8_t> pack_uint6(std::span<const uint8_t> values);
+uint8_t unpack_uint6(std::span<const uint8_t> packed, size_t i);  // element i of pack_uint6's bytes
 
 class BlobWriter {
  public:
@@ -70,6 +75,7 @@ class BlobWriter {
   uint64_t add_int8(std::span<const int8_t> values);
   uint64_t add_uint8(std::span<const uint8_t> values);
   uint64_t add_uint4(std::span<const uint8_t> values);  // one value (0..15) per byte in, packed out
+  uint64_t add_uint6(std::span<const uint8_t> values);  // one value (0..63) per byte in, packed (pack_uint6) out
   uint64_t add_raw(std::span<const uint8_t> payload, BlobDType dtype);
   // Transposed fp16: writes W^T for a row-major [rows, cols] matrix (payload [cols, rows]).
   uint64_t add_fp16_transposed(std::span<const float> w, int64_t rows, int64_t cols);
@@ -103,7 +109,7 @@ class BlobReader {
   // Payload for a MIL const of `type` at BLOBFILE offset `offset`; checks data_size == numel*elt bytes
   // and that the blob's data type is the const's.
   std::span<const uint8_t> payload(uint64_t offset, const TensorType& type) const;
-  // Decoded fp32 values of a payload of dtype fp16/fp32/int8/uint8/uint4.
+  // Decoded fp32 values of a payload of dtype fp16/fp32/int8/uint8/uint4/uint6.
   std::vector<float> read_f32(uint64_t offset, const TensorType& type) const;
 
  private:

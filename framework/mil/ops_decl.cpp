@@ -336,8 +336,9 @@ Resolved resolve_constexpr_blockwise_shift_scale(const OpContext& c) {
   return {{s.type.dtype, d.type.shape}, BlockwiseParams{block_sizes(c, "scale", d.type.shape, s.type.shape)}};
 }
 
-// ios18 constexpr_lut_to_dense with scalar palettes: indices [d0..dn-1] (uint4 / uint8), lut [p0..pn-1, K, 1];
-// out[i] = lut[b(i), indices[i], 0], b(i) as for blockwise_shift_scale. K must cover the index type (16 for uint4).
+// ios18 constexpr_lut_to_dense with scalar palettes: indices [d0..dn-1] (uint4 / uint6 / uint8), lut [p0..pn-1, K, 1];
+// out[i] = lut[b(i), indices[i], 0], b(i) as for blockwise_shift_scale. K = 2^bits of the index type (16, 64, 256):
+// coremltools defs/iOS18/compression.py (IndicesT uint1, 2, 3, 4, 6, 8; NUM_PALETTES = 2^nbits).
 Resolved resolve_constexpr_lut_to_dense(const OpContext& c) {
   const ConstValue &ix = c.attr("indices"), &lut = c.attr("lut");
   check_weight_literal(c, "indices", ix);
@@ -348,7 +349,7 @@ Resolved resolve_constexpr_lut_to_dense(const OpContext& c) {
            ix.type.str());
   const int64_t k = lut.type.shape[static_cast<size_t>(r)], vec = lut.type.shape[static_cast<size_t>(r) + 1];
   if (vec != 1) c.fail("lut vector size ", vec, " is not supported (scalar palettes only: last dim 1)");
-  const int64_t need = ix.type.dtype == DType::kUint4 ? 16 : 256;
+  const int64_t need = ix.type.dtype == DType::kUint4 ? 16 : ix.type.dtype == DType::kUint6 ? 64 : 256;
   if (k != need) c.fail("lut has ", k, " entries per palette; ", dtype_name(ix.type.dtype), " indices need ", need);
   const Shape pal(lut.type.shape.begin(), lut.type.shape.begin() + r);
   return {{lut.type.dtype, ix.type.shape}, BlockwiseParams{block_sizes(c, "lut", ix.type.shape, pal)}};
@@ -497,7 +498,7 @@ std::vector<OpSpec> declare_ops() {
                  "scale[blk] * (data - offset[blk]), blk = index / (data.shape / scale.shape); bracket attributes"});
   ops.push_back({"constexpr_lut_to_dense",
                  {},
-                 {{"indices", true, {D::kUint4, D::kUint8}}, {"lut", true, kFloat}},
+                 {{"indices", true, {D::kUint4, D::kUint6, D::kUint8}}, {"lut", true, kFloat}},
                  resolve_constexpr_lut_to_dense,
                  "lut[blk, indices, 0], blk = index / (indices.shape / lut.shape[:-2]); bracket attributes"});
   ops.push_back({"scaled_dot_product_attention",

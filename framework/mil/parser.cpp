@@ -330,6 +330,9 @@ class Parser {
         case DType::kUint4:
           hi = 15;
           break;
+        case DType::kUint6:
+          hi = 63;
+          break;
         default:
           break;
       }

@@ -10,7 +10,7 @@ struct DTypeInfo {
   std::string_view name;
   size_t bytes;
 };
-constexpr std::array<DTypeInfo, 11> kDTypes{{
+constexpr std::array<DTypeInfo, 12> kDTypes{{
     {DType::kFp16, "fp16", 2},
     {DType::kFp32, "fp32", 4},
     {DType::kInt32, "int32", 4},
@@ -22,6 +22,7 @@ constexpr std::array<DTypeInfo, 11> kDTypes{{
     {DType::kBool, "bool", 1},
     {DType::kString, "string", 0},
     {DType::kUint64, "uint64", 8},
+    {DType::kUint6, "uint6", 1},
 }};
 }  // namespace
 

@@ -9,15 +9,28 @@
 
 namespace anelab::mil {
 
-enum class DType : uint8_t { kFp16, kFp32, kInt32, kInt16, kInt8, kUint8, kUint16, kUint4, kBool, kString, kUint64 };
+enum class DType : uint8_t {
+  kFp16,
+  kFp32,
+  kInt32,
+  kInt16,
+  kInt8,
+  kUint8,
+  kUint16,
+  kUint4,
+  kBool,
+  kString,
+  kUint64,
+  kUint6
+};
 
 std::string_view dtype_name(DType t);                  // "fp16", "int32", ...
 std::optional<DType> parse_dtype(std::string_view s);  // inverse of dtype_name
-size_t dtype_bytes(DType t);                           // storage bytes per element (uint4: 1, string: 0)
+size_t dtype_bytes(DType t);                           // storage bytes per element (uint4, uint6: 1, string: 0)
 inline bool is_float(DType t) { return t == DType::kFp16 || t == DType::kFp32; }
 inline bool is_integer(DType t) {
   return t == DType::kInt32 || t == DType::kInt16 || t == DType::kInt8 || t == DType::kUint8 || t == DType::kUint16 ||
-         t == DType::kUint4 || t == DType::kUint64;
+         t == DType::kUint4 || t == DType::kUint64 || t == DType::kUint6;
 }
 
 using Shape = std::vector<int64_t>;

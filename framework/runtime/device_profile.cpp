@@ -38,6 +38,7 @@ std::vector<DeviceProfile> make_profiles() {
   m4.dialect = mil::Dialect::kIos18;
   m4.peak_fp16_tflops = 18.6;
   m4.auto_weights = WeightPath::kW8A8;  // 35.1 vs 18.6 TOPS at 128 convs of 512 ch (digest §4.5)
+  m4.auto_ffn_4bit = true;              // the iOS18 4-bit forms (whether the ANE compiles them: `anelab probe`)
   DeviceProfile m5 = m4;
   m5.name = "m5";
   m5.description = "Apple M5 family (h17): program(1.3)/ios18 shorthand MIL";
@@ -180,19 +181,28 @@ const char* weight_path_name(WeightPath w) {
       return "w8a8";
     case WeightPath::kQ4:
       return "q4";
+    case WeightPath::kLut4:
+      return "lut4";
+    case WeightPath::kLut6:
+      return "lut6";
   }
   return "?";
 }
 
 WeightPath parse_weight_path(const std::string& name, const DeviceProfile& profile) {
   if (name == "auto") return profile.auto_weights;
-  for (WeightPath w : {WeightPath::kFp16, WeightPath::kW8, WeightPath::kW8A8, WeightPath::kQ4}) {
+  for (WeightPath w :
+       {WeightPath::kFp16, WeightPath::kW8, WeightPath::kW8A8, WeightPath::kQ4, WeightPath::kLut4, WeightPath::kLut6}) {
     if (name != weight_path_name(w)) continue;
     ANELAB_CHECK(w != WeightPath::kW8A8 || profile.dialect != mil::Dialect::kIos16, "device", profile.name,
                  ": w8a8 needs quantize/dequantize, iOS17 ops, and this chip's programs are ios16: use int8");
     ANELAB_CHECK(w != WeightPath::kQ4 || profile.dialect != mil::Dialect::kIos16, "device", profile.name,
                  ": q4 needs constexpr_blockwise_shift_scale, an iOS18 op, and this chip's programs are ios16: use "
                  "int8");
+    ANELAB_CHECK((w != WeightPath::kLut4 && w != WeightPath::kLut6) || profile.dialect != mil::Dialect::kIos16,
+                 "device", profile.name, ": ", weight_path_name(w),
+                 " needs constexpr_lut_to_dense with scalar palettes, an iOS18 form, and this chip's programs are "
+                 "ios16: use int8");
     return w;
   }
   fail("device", "unknown weight path '", name, "' (choices: ", kWeightPathChoices, ")");

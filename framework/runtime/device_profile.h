@@ -22,9 +22,12 @@ class Surface;
 //          measured at 1.88x fp16 on M4 (digest §4.5, §2.6 item 5);
 //   kQ4    4-bit blocks of 32 input channels, ggml's Q4_0 (fp16 scale, offset 8) through
 //          constexpr_blockwise_shift_scale (iOS18): a GGUF Q4_0 matrix with the file's own bits, others quantized
-//          to Q4_0 (kern::BlobSet::q4_matrix). Whether a chip's ANE compiler takes it: `anelab probe` (quant).
-enum class WeightPath : uint8_t { kFp16, kW8, kW8A8, kQ4 };
-const char* weight_path_name(WeightPath w);  // "fp16" | "int8" | "w8a8" | "q4"
+//          to Q4_0 (kern::BlobSet::q4_matrix). Whether a chip's ANE compiler takes it: `anelab probe` (quant);
+//   kLut4, kLut6  the model file's k-means palettes (16 / 64 fp16 entries per group of rows, quant/palette.h; `anelab
+//          convert --palettize`) through constexpr_lut_to_dense with uint4 / uint6 indices (iOS18,
+//          kern::BlobSet::lut_matrix); a model without them is refused.
+enum class WeightPath : uint8_t { kFp16, kW8, kW8A8, kQ4, kLut4, kLut6 };
+const char* weight_path_name(WeightPath w);  // "fp16" | "int8" | "w8a8" | "q4" | "lut4" | "lut6"
 
 struct DeviceProfile {
   std::string name;                  // "m1" ... "m5"
@@ -57,6 +60,11 @@ struct DeviceProfile {
   // W8 elsewhere, where int8 weights only halve the baked bytes. Neither is confirmed off M4 (M0 reports
   // every int8 form failing with its call-argument syntax, digest §2.6 item 5): `anelab probe` tries both.
   WeightPath auto_weights = WeightPath::kW8;
+  // "auto" per matrix class, as Anemll ships its models (4-bit FFN, 6-bit head, attention in 8 bits): with this set
+  // (the ios18 profiles), the FFN matrices (w1, w2, w3) take 4 bits where the model file has them as the same numbers
+  // the CPU reads: lut4 when the file stores 4-bit palettes for them, q4 when they are Q4_0; otherwise, and for the
+  // attention matrices, auto_weights. The head stays on the CPU in the prefill (infer/prefill_mil.h).
+  bool auto_ffn_4bit = false;
 };
 
 // Known profiles: m1, m2, m3, m4, m5, and "auto": the ane backend picks the profile of the chip it
@@ -71,7 +79,7 @@ inline const char* kFallbackDevice = "m4";
 // ios16 profile (quantize / dequantize are iOS17 ops: check_program refuses them in ios16 programs) and for q4 on one
 // (constexpr_blockwise_shift_scale is an iOS18 op).
 WeightPath parse_weight_path(const std::string& name, const DeviceProfile& profile);
-inline constexpr const char* kWeightPathChoices = "fp16, int8, w8a8, q4, auto";
+inline constexpr const char* kWeightPathChoices = "fp16, int8, w8a8, q4, lut4, lut6, auto";
 
 // The largest dimension every profile accepts (kernel generators split tensors to stay within it).
 int64_t max_dim_all_profiles();

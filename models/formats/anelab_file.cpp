@@ -141,15 +141,57 @@ bool looks_like_anelab(const uint8_t* data, size_t size) {
   return size >= 8 && std::memcmp(data, kAnelabMagic, 8) == 0;
 }
 
+namespace {
+
+// One entry of the palettes section (anelab_file.h) into m.palettes, checked field by field and against the values
+// of its tensor; every error is one line naming the tensor.
+template <typename Blob>
+void read_palette(const json& e, Model& m, const uint8_t* data, const Blob& blob, const std::string& w) {
+  const std::string name = jstr(e, "name", w, "palettes[].");
+  const std::string ctx = "palette of tensor " + name + ": ";
+  const Tensor* t = m.find(name);
+  if (!t || t->shape.size() != 2 || (t->dtype != DType::kF16 && t->dtype != DType::kF32))
+    fail("model", w, ": ", ctx, "no such 2-D fp16 / fp32 tensor in the file");
+  if (m.palettes.count(name)) fail("model", w, ": ", ctx, "listed twice");
+  quant::Palette p;
+  p.bits = static_cast<int>(jint(e, "bits", w, ctx.c_str()));
+  p.group = jint(e, "group", w, ctx.c_str());
+  p.rows = t->rows(), p.cols = t->cols();
+  if ((p.bits != 4 && p.bits != 6) || p.group <= 0 || p.rows % p.group != 0)
+    fail("model", w, ": ", ctx, "bits ", p.bits, " / group ", p.group, " (4 or 6 bits, a group dividing ", p.rows,
+         " rows expected)");
+  auto [ioff, inb] = blob(field(e, "indices", w, ctx.c_str()), (ctx + "indices ").c_str());
+  auto [loff, lnb] = blob(field(e, "lut", w, ctx.c_str()), (ctx + "lut ").c_str());
+  if (inb != p.rows * p.cols || lnb != p.tables() * p.entries() * 2)
+    fail("model", w, ": ", ctx, "indices ", inb, " bytes / lut ", lnb, " bytes, expected ", p.rows * p.cols, " / ",
+         p.tables() * p.entries() * 2, " (the section is short or corrupt)");
+  p.indices.assign(data + ioff, data + ioff + inb);
+  p.lut.resize(static_cast<size_t>(lnb / 2));
+  std::memcpy(p.lut.data(), data + loff, static_cast<size_t>(lnb));
+  try {
+    quant::check_palette(p, name);
+  } catch (const Error& err) {
+    fail("model", w, ": ", err.what());
+  }
+  const std::vector<float> want = quant::palette_values(p), have = t->to_f32();
+  for (size_t i = 0; i < want.size(); ++i)
+    if (std::memcmp(&want[i], &have[i], sizeof(float)) != 0)
+      fail("model", w, ": ", ctx, "element ", i, " of the tensor is ", have[i], " but its palette gives ", want[i],
+           " (corrupt palette or tensor data)");
+  m.palettes[name] = std::make_shared<const quant::Palette>(std::move(p));
+}
+
+}  // namespace
+
 Model parse_anelab(const uint8_t* data, size_t size, std::shared_ptr<const void> owner, const std::string& w) {
   ByteReader r(data, size, w);
   if (!looks_like_anelab(data, size))
     fail("model", w, ": not an anelab model file (magic ANELABMF missing); use `anelab info` to identify it");
   r.take(8, "magic");
   const uint32_t version = r.get<uint32_t>("format version");
-  if (version < 1 || version > kAnelabVersion)
+  if (version < 1 || version > kAnelabPaletteVersion)
     fail("model", w, ": anelab format version ", version, " is not supported (this build reads versions 1 to ",
-         kAnelabVersion, "); re-convert the model with this anelab");
+         kAnelabPaletteVersion, "); re-convert the model with this anelab");
   r.get<uint32_t>("reserved");
   const uint64_t hlen = r.get<uint64_t>("header_len");
   uint64_t header_sum = 0, data_sum = 0;
@@ -221,6 +263,14 @@ Model parse_anelab(const uint8_t* data, size_t size, std::shared_ptr<const void>
     } catch (const Error& err) {
       fail("model", w, ": ", err.what());
     }
+  }
+  if (h.contains("palettes")) {
+    if (version < kAnelabPaletteVersion)
+      fail("model", w, ": header field palettes needs format version ", kAnelabPaletteVersion, " (the file says ",
+           version, ")");
+    const json& ps = h["palettes"];
+    if (!ps.is_array()) fail("model", w, ": header field palettes must be an array");
+    for (const json& e : ps) read_palette(e, m, data + data_off, blob, w);
   }
   return m;
 }
@@ -346,7 +396,8 @@ uint32_t dtype_min_version(DType t) {
 int64_t write_anelab_file(const std::string& path, const AnelabWriteInfo& info,
                           const std::vector<TensorWriteSpec>& tensors, const ProgressFn& progress) {
   validate_config_fields(info.config, path);
-  const uint32_t version = kAnelabVersion;  // the checksums need version 5, whatever the dtypes
+  const bool palettes = info.palettes && !info.palettes->empty();
+  const uint32_t version = palettes ? kAnelabPaletteVersion : kAnelabVersion;  // 5: the checksums, whatever the dtypes
   json h{{"format", "anelab-model"},
          {"version", version},
          {"config", model_config_to_json(info.config)},
@@ -378,6 +429,27 @@ int64_t write_anelab_file(const std::string& path, const AnelabWriteInfo& info,
     off = round_up(off + nb, kAnelabAlign);
   }
   h["tensors"] = std::move(tj);
+  struct PaletteAt {
+    const quant::Palette* p;
+    int64_t indices, lut;
+  };
+  std::vector<PaletteAt> pals;
+  if (palettes) {
+    json pj = json::array();
+    for (const auto& [name, p] : *info.palettes) {
+      quant::check_palette(*p, name);
+      const int64_t inb = static_cast<int64_t>(p->indices.size()), lnb = static_cast<int64_t>(p->lut.size()) * 2;
+      const int64_t ioff = off, loff = round_up(ioff + inb, kAnelabAlign);
+      pj.push_back(json{{"name", name},
+                        {"bits", p->bits},
+                        {"group", p->group},
+                        {"indices", {{"offset", ioff}, {"nbytes", inb}}},
+                        {"lut", {{"offset", loff}, {"nbytes", lnb}}}});
+      pals.push_back({p.get(), ioff, loff});
+      off = round_up(loff + lnb, kAnelabAlign);
+    }
+    h["palettes"] = std::move(pj);
+  }
   h["data_size"] = off;
   std::string header;
   try {
@@ -411,6 +483,12 @@ int64_t write_anelab_file(const std::string& path, const AnelabWriteInfo& info,
   for (size_t i = 0; i < tensors.size(); ++i) {
     out.pad_to(data_off + offsets[i]);
     write_tensor_data(out, tensors[i], numels[i], done, off, progress);
+  }
+  for (const PaletteAt& pa : pals) {
+    out.pad_to(data_off + pa.indices);
+    out.write(pa.p->indices.data(), pa.p->indices.size());
+    out.pad_to(data_off + pa.lut);
+    out.write(pa.p->lut.data(), pa.p->lut.size() * 2);
   }
   out.pad_to(data_off + off);
   const int64_t total = out.pos;

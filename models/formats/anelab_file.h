@@ -1,18 +1,19 @@
-// The anelab model file (.anelab), format version 5 (versions 1 to 4 are still read). Version 3 added the
-// dtypes q4_0, q5_0, q4_k and q6_k, version 4 q5_1 and q5_k, version 5 the header and data checksums (as the
-// training checkpoint has them): every file is now written as version 5. All integers little-endian. A model file
+// The anelab model file (.anelab), format version 5, or 6 when it holds palettes (versions 1 to 4 are still read).
+// Version 3 added the dtypes q4_0, q5_0, q4_k and q6_k, version 4 q5_1 and q5_k, version 5 the header and data
+// checksums (as the training checkpoint has them), version 6 the palettes section: every file is now written as
+// version 5, or 6 when the model has palettes (Model::palettes). All integers little-endian. A model file
 // is self-contained: the tokenizer is embedded (as GGUF does), with the chat template when the source had one.
 //
 //   offset 0   char[8]  magic "ANELABMF"
-//   offset 8   u32      format version (5; readers accept 1 to 5)
+//   offset 8   u32      format version (5 or 6; readers accept 1 to 6)
 //   offset 12  u32      reserved (0)
 //   offset 16  u64      header_len: length of the JSON header that follows (at most 64 MiB)
-//   version 5 only:
+//   versions 5 and 6:
 //   offset 24  u64      header checksum: FNV-1a 64 of the header_len JSON bytes (checked before they are parsed)
 //   offset 32  u64      data checksum of the whole data section, padding included: FNV-1a 64 over the u64
 //                       FNV-1a 64 digests of its consecutive 1 MiB blocks (the last one shorter), so a reader
 //                       checks the blocks on several threads
-//   offset 24 (versions 1-4) or 40 (version 5): JSON header, UTF-8, header_len bytes
+//   offset 24 (versions 1-4) or 40 (versions 5, 6): JSON header, UTF-8, header_len bytes
 //   zero padding up to data_offset = round_up(JSON offset + header_len, 64)
 //   data section: data_size bytes; every blob starts at data_offset + offset, offset % 64 == 0,
 //   so tensor data is 64-byte aligned when the file is mapped or read into (2 MiB-aligned) memory. The file
@@ -27,6 +28,11 @@
 //    "tensors": [{"name": canonical name (models/formats/model.h), "dtype": "fp32"|"fp16"|"bf16"|"q8_0"|
 //                 "q4_0"|"q5_0"|"q5_1"|"q4_k"|"q5_k"|"q6_k" (block layouts of framework/quant/blocks.h, whole blocks
 //                 per row), "shape": [out, in] or [n], "offset": O, "nbytes": N}, ...],   canonical order
+//    "palettes": [{"name": a tensor above (2-D, fp16 or fp32), "bits": 4 | 6, "group": rows per table (divides the
+//                  tensor's rows), "indices": {"offset": O, "nbytes": rows * cols} (one u8 per element, row-major,
+//                  each < 2^bits), "lut": {"offset": O, "nbytes": rows / group * 2^bits * 2} (fp16 tables)}, ...],
+//                 (optional; version 6: framework/quant/palette.h. The tensor holds exactly lut[r / group][index] of
+//                 each element, checked on load, so a reader that ignores the palettes computes on the same numbers)
 //    "data_size": bytes of the data section,
 //    "source": free-form provenance string}
 //
@@ -36,12 +42,14 @@
 //   u32 n, n x str tokens; u32 n, n x f32 scores; u32 n, n x i32 types; u32 n, n x str merges.
 //   str = u32 length + bytes (no terminator).
 //
-// Loading checks the checksums (version 5) and validates every field (names it in the error); whether the tensors
-// are the ones the config's architecture needs is the loader's check above (check_complete, models/arch/tensors.h).
-// Writing streams tensor by tensor into PATH.tmp.<pid>, fsyncs, renames.
+// Loading checks the checksums (versions 5, 6) and validates every field (names it in the error); whether the
+// tensors are the ones the config's architecture needs is the loader's check above (check_complete,
+// models/arch/tensors.h). Writing streams tensor by tensor into PATH.tmp.<pid>, fsyncs, renames.
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -52,7 +60,8 @@
 namespace anelab::models {
 
 constexpr char kAnelabMagic[9] = "ANELABMF";
-constexpr uint32_t kAnelabVersion = 5;  // the version written; 1 to 4 are still read
+constexpr uint32_t kAnelabVersion = 5;         // the version written for a model without palettes; 1 to 4 are read
+constexpr uint32_t kAnelabPaletteVersion = 6;  // the version written with palettes; the newest read
 // The first format version that holds dtype t: 3 for q4_0, q5_0, q4_k, q6_k; 4 for q5_1, q5_k; 1 otherwise.
 uint32_t dtype_min_version(DType t);
 constexpr int64_t kAnelabAlign = 64;
@@ -84,6 +93,7 @@ struct AnelabWriteInfo {
   std::string tokenizer_path;
   std::string chat_template;
   std::string source;
+  const std::map<std::string, std::shared_ptr<const quant::Palette>>* palettes = nullptr;  // by tensor name
 };
 
 // Writes the file atomically; returns the file size.

@@ -41,6 +41,7 @@
 
 #include "framework/core/arch_types.h"
 #include "framework/core/model_desc.h"
+#include "framework/quant/palette.h"
 #include "framework/quant/types.h"
 #include "models/formats/vocab.h"
 
@@ -177,6 +178,10 @@ class Model {
   // Every tensor's bytes are this process's own writable memory (files read, FileAccess::kRead, or converted), not
   // a shared file mapping: an engine holding the model alone may rewrite them in place (infer::Engine's Q8_0 tiles).
   bool private_memory = false;
+  // Palettes (lut4 / lut6, framework/quant/palette.h) of some matrices, by tensor name: `anelab convert
+  // --palettize` computes them once and the anelab file stores them (anelab_file.h); the tensor itself then holds
+  // exactly the palette's values, so every reader that ignores the palette computes on the same numbers.
+  std::map<std::string, std::shared_ptr<const quant::Palette>> palettes;
 
   const Tensor& tensor(std::string_view name) const;  // throws "[model] no tensor NAME (has: ...)"
   const Tensor* find(std::string_view name) const;    // nullptr when absent

@@ -82,7 +82,9 @@ int64_t save_model(const Model& m, const std::string& path, std::optional<DType>
   std::vector<TensorWriteSpec> specs;
   for (const auto& s : canonical_tensors(m.config)) {
     const Tensor& t = m.tensor(s.name);
-    TensorWriteSpec w{t.name, stored_dtype(t.dtype, t.shape, target), t.shape, nullptr, {}};
+    // A palettized tensor keeps its dtype (it holds exactly its palette's values, anelab_file.h).
+    const bool palettized = m.palettes.count(t.name) > 0;
+    TensorWriteSpec w{t.name, palettized ? t.dtype : stored_dtype(t.dtype, t.shape, target), t.shape, nullptr, {}};
     if (w.dtype == t.dtype) {
       w.raw = t.data;
     } else {
@@ -90,8 +92,8 @@ int64_t save_model(const Model& m, const std::string& path, std::optional<DType>
     }
     specs.push_back(std::move(w));
   }
-  AnelabWriteInfo info{m.config, m.vocab ? &*m.vocab : nullptr, m.tokenizer_path, m.chat_template,
-                       m.source_format + ":" + m.source_path};
+  AnelabWriteInfo info{m.config,        m.vocab ? &*m.vocab : nullptr,         m.tokenizer_path,
+                       m.chat_template, m.source_format + ":" + m.source_path, &m.palettes};
   return write_anelab_file(path, info, specs, progress);
 }
 

@@ -99,4 +99,39 @@ Model quantize_model(const Model& m, QuantMix mix) {
   return r;
 }
 
+Model palettize_model(const Model& m, int bits, int64_t group) {
+  std::vector<const Tensor*> todo;
+  for (const Tensor& t : m.tensors()) {
+    const std::string leaf = leaf_of(t.name).first;
+    if (t.name.starts_with("layers.") && t.shape.size() == 2 &&
+        (leaf == "wq" || leaf == "wk" || leaf == "wv" || leaf == "wo" || leaf == "w1" || leaf == "w2" || leaf == "w3"))
+      todo.push_back(&t);
+  }
+  std::map<std::string, std::shared_ptr<const quant::Palette>> pal;
+  std::vector<std::shared_ptr<const quant::Palette>> made(todo.size());
+  ThreadPool::global().parallel_for(static_cast<int64_t>(todo.size()), 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const Tensor& t = *todo[static_cast<size_t>(i)];
+      const int64_t g = group > 0 && t.rows() % group == 0 ? group : t.rows();
+      made[static_cast<size_t>(i)] =
+          std::make_shared<const quant::Palette>(quant::palettize(t.to_f32(), t.rows(), t.cols(), bits, g));
+    }
+  });
+  for (size_t i = 0; i < todo.size(); ++i) pal[todo[i]->name] = made[i];
+  Model r = copy_header(m);
+  for (const Tensor& t : m.tensors()) {
+    const auto it = pal.find(t.name);
+    if (it == pal.end()) {
+      r.add_view(t.name, t.dtype, t.shape, t.data, t.nbytes, t.owner);
+      continue;
+    }
+    const std::vector<float> v = quant::palette_values(*it->second);
+    std::vector<uint8_t> bytes(static_cast<size_t>(dtype_nbytes(DType::kF16, t.numel())));
+    f32_to_dtype(v.data(), DType::kF16, bytes.data(), t.numel());  // exact: the values are fp16 table entries
+    r.add_owned(t.name, DType::kF16, t.shape, std::move(bytes));
+  }
+  r.palettes = std::move(pal);
+  return r;
+}
+
 }  // namespace anelab::models

@@ -31,4 +31,10 @@ DType mix_dtype(const ModelConfig& c, const std::string& name, const std::vector
 // The model with every tensor converted to mix_dtype (in memory; rows quantized on the shared thread pool).
 Model quantize_model(const Model& m, QuantMix mix);
 
+// The layer matrices the MIL prefill bakes (layers.N.wq, wk, wv, wo, w1, w2, w3) palettized with `bits` (4: lut4, 6:
+// lut6) and `group` rows per table (0: one table per tensor; a tensor whose rows `group` does not divide gets one
+// table), k-means as framework/quant/palette.h says: each such tensor becomes fp16 holding exactly its palette's
+// values, and m.palettes holds the palette (the anelab file stores both, anelab_file.h). Other tensors stay views.
+Model palettize_model(const Model& m, int bits, int64_t group);
+
 }  // namespace anelab::models

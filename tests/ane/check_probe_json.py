@@ -168,7 +168,7 @@ def check_seeds(r, available, mode, sections=SEEDS):
                 number(z, "working_set_bytes", "sram.sizes", positive=True)
     if "quant" in sections:
         q = r["quant"]
-        for k in ("fp16", "int8", "uint4", "uint4_block32", "lut4"):
+        for k in ("fp16", "int8", "uint4", "uint4_block32", "lut4", "lut6"):
             x = q.get(k) or fail(f"quant: no form {k}")
             if tolerant and "error" in x:
                 continue
@@ -176,6 +176,14 @@ def check_seeds(r, available, mode, sections=SEEDS):
             d = number(x, "max_rel_diff_vs_emulator", "quant." + k)
             if mode == "fake" and d != 0:  # the fake shim runs the emulator: the same program gives the same bits
                 fail(f"quant.{k}: fake shim differs from the emulator (max_rel_diff_vs_emulator {d})")
+            # The form's outputs against the fp16 program's: 0 for fp16 itself; for the compressed forms the
+            # weights' rounding, > 0 and below 0.5 (4 bits of a normal matrix: about 0.1); the emulator's the same.
+            for f in ("max_rel_diff_vs_fp16", "max_rel_diff_vs_fp16_emulator"):
+                v = number(x, f, "quant." + k)
+                if (k == "fp16") != (v == 0) or v >= 0.5:
+                    fail(f"quant.{k}: {f} {v} (0 for fp16, in (0, 0.5) for a compressed form)")
+                if mode == "fake" and v != x["max_rel_diff_vs_fp16_emulator"]:
+                    fail(f"quant.{k}: the fake shim's diff vs fp16 {v} differs from the emulator's")
             if k != "fp16":
                 number(x, "vs_fp16", "quant." + k, positive=True)
         if not tolerant:

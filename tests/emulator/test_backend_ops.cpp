@@ -392,6 +392,56 @@ CaseResult uint4_weight_case(ProgramUnderTest& p, const std::string& form) {
   return exact(want);
 }
 
+// 6-bit values packed bit by bit, as MILBlob packs a sub-byte type that is not byte aligned (SubByteTypes.cpp): bit b
+// of element i is bit (6 i + b) of the payload, bytes low bit first.
+std::vector<uint8_t> sixes_by_hand(const std::vector<uint8_t>& v) {
+  std::vector<uint8_t> out((v.size() * 6 + 7) / 8, 0);
+  for (size_t i = 0; i < v.size(); ++i)
+    for (size_t bit = 0; bit < 6; ++bit)
+      if ((v[i] >> bit) & 1) out[(6 * i + bit) / 8] |= static_cast<uint8_t>(1u << ((6 * i + bit) % 8));
+  return out;
+}
+
+// The issue-39 forms beyond 4 bits, checked like uint4_weight_case:
+//   lut6:  W[c, s] = lut[c / 4][q]  (constexpr_lut_to_dense, uint6 indices, 64 entries, one table per 4 channels)
+//   int8 blockwise: W[c, s] = fp16(scale[c, s / 32] * q)  (constexpr_blockwise_shift_scale, int8 data, no offset:
+//   GGUF Q8_0's d * q)
+CaseResult wide_weight_case(ProgramUnderTest& p, const std::string& form) {
+  const int64_t C = 8, S = 64, B = 32, NB = S / B, G = 4;
+  std::mt19937 g(33);
+  auto& b = *p.b;
+  Value X = p.input("x", {1, C, 1, S}, Vec(static_cast<size_t>(C * S), 0.0));
+  Value W;
+  Vec want(static_cast<size_t>(C * S));
+  auto at = [&](int64_t c, int64_t s) { return static_cast<size_t>(c * S + s); };
+  if (form == "lut6") {
+    std::vector<uint8_t> q(static_cast<size_t>(C * S));
+    for (auto& v : q) v = static_cast<uint8_t>(g() % 64);
+    const uint64_t off = p.blob.add_raw(sixes_by_hand(q), mil::BlobDType::kUInt6);
+    Vec lut(static_cast<size_t>(C / G * 64));
+    for (auto& v : lut) v = r16(std::uniform_real_distribution<double>(-1, 1)(g));
+    W = b.constexpr_lut_to_dense(
+        mil::ConstValue::blobfile(mil::tensor_type(DType::kUint6, {1, C, 1, S}), kWeightsPath, off),
+        mil::ConstValue::floats(mil::tensor_type(DType::kFp16, {1, C / G, 1, 1, 64, 1}), lut));
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t s = 0; s < S; ++s) want[at(c, s)] = lut[static_cast<size_t>(c / G * 64 + q[at(c, s)])];
+  } else {
+    std::vector<uint8_t> q(static_cast<size_t>(C * S));
+    for (auto& v : q) v = static_cast<uint8_t>(g() % 256);
+    const uint64_t off = p.blob.add_raw(q, mil::BlobDType::kInt8);
+    Vec sc(static_cast<size_t>(C * NB));
+    for (auto& v : sc) v = r16(std::uniform_real_distribution<double>(-0.01, 0.01)(g));
+    W = b.constexpr_blockwise_shift_scale(
+        mil::ConstValue::blobfile(mil::tensor_type(DType::kInt8, {1, C, 1, S}), kWeightsPath, off),
+        mil::ConstValue::floats(mil::tensor_type(DType::kFp16, {1, C, 1, NB}), sc));
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t s = 0; s < S; ++s)
+        want[at(c, s)] = r16(sc[static_cast<size_t>(c * NB + s / B)] * static_cast<int8_t>(q[at(c, s)]));
+  }
+  b.output(b.add(X, W));
+  return exact(want);
+}
+
 const std::map<std::string, CaseFn>& cases() {
   static const std::map<std::string, CaseFn> m = {
       {"add_bcast_channel",
@@ -482,6 +532,8 @@ const std::map<std::string, CaseFn>& cases() {
       {"constexpr_affine_dequantize_uint4", [](auto& p) { return uint4_weight_case(p, "affine"); }},
       {"constexpr_blockwise_shift_scale_uint4", [](auto& p) { return uint4_weight_case(p, "blockwise"); }},
       {"constexpr_lut_to_dense_lut4", [](auto& p) { return uint4_weight_case(p, "lut"); }},
+      {"constexpr_lut_to_dense_lut6_grouped", [](auto& p) { return wide_weight_case(p, "lut6"); }},
+      {"constexpr_blockwise_shift_scale_int8", [](auto& p) { return wide_weight_case(p, "int8"); }},
   };
   return m;
 }

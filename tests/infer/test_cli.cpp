@@ -230,6 +230,29 @@ TEST_F(InferCli, ConvertQuantizesWithTheQ4_K_MMix) {
   EXPECT_NE(r.err.find("q3_k_m"), std::string::npos) << r.err;
 }
 
+// `convert --palettize lut4|lut6 [--lut-group G]` (issue 39): an anelab file with palettes that `--ane-weights lut4`
+// runs on; palettes in another format, --lut-group alone and a bad value are refused in one line.
+TEST_F(InferCli, ConvertPalettizesForTheLutWeights) {
+  const std::string out = (*dir_ / "lut4.anelab").string();
+  Out r = anelab("convert " + model() + " " + out + " --palettize lut4 --lut-group 16");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  r = anelab("infer generate -m " + out + " -i hello -n 4 --temp 0 --backend emulator --ane-weights lut4");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("lut4 weights"), std::string::npos) << r.err;
+  r = anelab("infer generate -m " + model() + " -i hello -n 4 --backend emulator --ane-weights lut6");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("--palettize lut6"), std::string::npos) << r.err;
+  r = anelab("convert " + model() + " " + (*dir_ / "lut.gguf").string() + " --palettize lut6");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("palettes are stored in anelab files only"), std::string::npos) << r.err;
+  r = anelab("convert " + model() + " " + (*dir_ / "g.anelab").string() + " --lut-group 16");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("--lut-group goes with --palettize"), std::string::npos) << r.err;
+  r = anelab("convert " + model() + " " + (*dir_ / "g.anelab").string() + " --palettize lut5");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("lut5"), std::string::npos) << r.err;
+}
+
 // `convert --random PRESET --shape JSON`: the preset with those config fields replaced (the GGUF export
 // notes where llama.cpp computes a gemma3 otherwise); a field that is not one, bad JSON, a value out of range
 // or --shape without --random are refused in one line.

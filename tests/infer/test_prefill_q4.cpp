@@ -24,6 +24,7 @@
 #include "models/presets.h"
 #include "models/quant/quant_mix.h"
 #include "tests/common/errors.h"
+#include "tests/infer/prefill_test_helpers.h"
 
 namespace anelab::infer {
 namespace {
@@ -51,35 +52,13 @@ Engine make_q4(models::Model m, const std::string& backend, const std::string& w
   return Engine(std::move(m), o);
 }
 
-std::vector<float> run_layer(const LayerKernelSource& src, const std::vector<float>& x) {
-  auto be = rt::create_backend("emulator");
-  auto k = be->compile(src.program, src.weights);
-  k.status().throw_if_error();
-  auto in = k.value()->make_inputs(0, be->profile()), out = k.value()->make_outputs(0, be->profile());
-  in[0].write(x.data());
-  rt::Surface* ip[1] = {&in[0]};
-  rt::Surface* op[1] = {&out[0]};
-  be->evaluate(*k.value(), 0, ip, op).throw_if_error();
-  std::vector<float> y(static_cast<size_t>(out[0].numel()));
-  out[0].read(y.data());
-  return y;
-}
-
-std::vector<float> q4_rand_x(size_t n) {
-  std::vector<float> x(n);
-  for (size_t i = 0; i < n; ++i) x[i] = round_fp16(static_cast<float>(std::sin(0.41 * static_cast<double>(i))));
-  return x;
-}
-
-const char* const kQ4Matrices[] = {"wq", "wk", "wv", "wo", "w1", "w2", "w3"};
-
 TEST(PrefillQ4, LayerKernelEqualsTheFp16KernelOfTheDequantizedBlocks) {
   Engine e = make_q4(q4_model(), "cpu");
   const models::ModelDesc& d = e.desc();
   const LayerWeights& L = e.layer(1);
   LayerWeights dequantized = L;
   std::vector<std::vector<float>> keep;
-  for (const char* n : kQ4Matrices) {
+  for (const char* n : prefill_test::kLayerMatrices) {
     const quant::Mat& m = L.matrix(n);
     ASSERT_EQ(m.type, WType::kQ4_0) << n;
     keep.emplace_back(static_cast<size_t>(m.rows * m.cols));
@@ -87,12 +66,12 @@ TEST(PrefillQ4, LayerKernelEqualsTheFp16KernelOfTheDequantizedBlocks) {
     const_cast<quant::Mat&>(dequantized.matrix(n)) = quant::Mat::f32(keep.back(), m.rows, m.cols);
   }
   const int64_t S = 64;
-  const std::vector<float> x = q4_rand_x(static_cast<size_t>(d.dim * S));
+  const std::vector<float> x = prefill_test::sin_input(static_cast<size_t>(d.dim * S), 0.41);
   const LayerKernelSource q4 = build_layer_kernel(d, L, S, mil::Dialect::kIos18, 1, {rt::WeightPath::kQ4, nullptr});
   const std::string text = mil::print(q4.program, mil::Dialect::kIos18);
   EXPECT_NE(text.find("constexpr_blockwise_shift_scale"), std::string::npos);
-  const auto y4 = run_layer(q4, x);
-  const auto y16 = run_layer(build_layer_kernel(d, dequantized, S, mil::Dialect::kIos18, 1), x);
+  const auto y4 = prefill_test::run_layer_kernel(q4, x);
+  const auto y16 = prefill_test::run_layer_kernel(build_layer_kernel(d, dequantized, S, mil::Dialect::kIos18, 1), x);
   EXPECT_EQ(y4, y16);
 }
 
@@ -129,7 +108,7 @@ TEST(PrefillQ4, BakedMatrixBytesAreNineSixteenthsOfAByte) {
   EXPECT_EQ(q4.weights, f16.weights);
   // Per weight: 4 bits of data + an fp16 scale and a 4-bit offset per 32 = 0.578125 B, plus the blob headers.
   int64_t expect = 0;
-  for (const char* n : kQ4Matrices) expect += q4_blob_bytes(L.matrix(n).rows, L.matrix(n).cols);
+  for (const char* n : prefill_test::kLayerMatrices) expect += q4_blob_bytes(L.matrix(n).rows, L.matrix(n).cols);
   EXPECT_EQ(q4.bytes, expect);
   const double payload = 0.5 + 2.0 / 32 + 0.5 / 32;
   std::printf("[prefill-q4] %lld matrix weights: %.4f bytes per weight baked (payload %.6f; fp16 %.4f)\n",
@@ -151,7 +130,7 @@ void expect_prefill_matches_cpu(const std::function<models::Model()>& load, cons
   ASSERT_EQ(emu.last_prefill().weights, "q4") << what;
   int64_t bytes = 0, weights = 0;  // the engine's report is q4_blob_bytes over both layers' matrices
   for (int64_t l = 0; l < cpu.config().n_layers; ++l)
-    for (const char* m : kQ4Matrices) {
+    for (const char* m : prefill_test::kLayerMatrices) {
       const quant::Mat& w = cpu.layer(l).matrix(m);
       bytes += q4_blob_bytes(w.rows, w.cols), weights += w.rows * w.cols;
     }

@@ -19,6 +19,7 @@
 #include "infer/prefill_mil.h"
 #include "models/io/load_any.h"
 #include "tests/common/test_data.h"
+#include "tests/infer/prefill_test_helpers.h"
 
 namespace anelab::infer {
 namespace {
@@ -35,28 +36,6 @@ Engine make_w8(const std::string& backend, const std::string& weights = "fp16", 
   return Engine(models::load_any_model(test::data_path(kModel)), o);
 }
 
-std::vector<float> run_kernel(const LayerKernelSource& src, const std::vector<float>& x) {
-  auto be = rt::create_backend("emulator");
-  auto k = be->compile(src.program, src.weights);
-  k.status().throw_if_error();
-  auto in = k.value()->make_inputs(0, be->profile()), out = k.value()->make_outputs(0, be->profile());
-  in[0].write(x.data());
-  rt::Surface* ip[1] = {&in[0]};
-  rt::Surface* op[1] = {&out[0]};
-  be->evaluate(*k.value(), 0, ip, op).throw_if_error();
-  std::vector<float> y(static_cast<size_t>(out[0].numel()));
-  out[0].read(y.data());
-  return y;
-}
-
-std::vector<float> rand_x(size_t n) {
-  std::vector<float> x(n);
-  for (size_t i = 0; i < n; ++i) x[i] = round_fp16(static_cast<float>(std::sin(0.37 * static_cast<double>(i))));
-  return x;
-}
-
-const char* const kMatrices[] = {"wq", "wk", "wv", "wo", "w1", "w2", "w3"};
-
 TEST(PrefillW8, LayerKernelEqualsTheFp16KernelOfTheFoldedWeights) {
   ANELAB_REQUIRE_DATA(kModel);
   Engine e = make_w8("cpu");
@@ -65,22 +44,24 @@ TEST(PrefillW8, LayerKernelEqualsTheFp16KernelOfTheFoldedWeights) {
   const LayerWeights& L = e.layer(1);
   LayerWeights folded = L;
   std::vector<std::vector<float>> keep;
-  for (const char* n : kMatrices) {
+  for (const char* n : prefill_test::kLayerMatrices) {
     const quant::Mat& m = L.matrix(n);
     keep.push_back(kern::dequantize_w8(kern::quantize_w8(kern::mat_values(m), m.rows, m.cols)));
     const_cast<quant::Mat&>(folded.matrix(n)) = quant::Mat::f32(keep.back(), m.rows, m.cols);
   }
-  const std::vector<float> x = rand_x(static_cast<size_t>(c.dim * S));
-  const auto y8 = run_kernel(build_layer_kernel(c, L, S, mil::Dialect::kIos18, 1, {rt::WeightPath::kW8, nullptr}), x);
-  const auto y16 = run_kernel(build_layer_kernel(c, folded, S, mil::Dialect::kIos18, 1), x);
+  const std::vector<float> x = prefill_test::sin_input(static_cast<size_t>(c.dim * S), 0.37);
+  const auto y8 = prefill_test::run_layer_kernel(
+      build_layer_kernel(c, L, S, mil::Dialect::kIos18, 1, {rt::WeightPath::kW8, nullptr}), x);
+  const auto y16 = prefill_test::run_layer_kernel(build_layer_kernel(c, folded, S, mil::Dialect::kIos18, 1), x);
   EXPECT_EQ(y8, y16);
-  const auto y_orig = run_kernel(build_layer_kernel(c, L, S, mil::Dialect::kIos18, 1), x);
+  const auto y_orig = prefill_test::run_layer_kernel(build_layer_kernel(c, L, S, mil::Dialect::kIos18, 1), x);
   EXPECT_NE(y8, y_orig);  // the weights did change
 }
 
-// A block-quantized model (Q8_0 / Q4_0 matrices kept in their blocks) feeds the int8 path by
-// requantizing per output channel: its W8 kernel is the W8 kernel of its dequantized matrices.
-TEST(PrefillW8, BlockQuantizedMatricesAreRequantizedPerChannel) {
+// A block-quantized model (Q8_0 / Q4_0 matrices kept in their blocks) feeds the int8 path of an ios16 program (no
+// blockwise op there) by requantizing per output channel: its W8 kernel is the W8 kernel of its dequantized matrices.
+// (On ios18 a Q8_0 matrix keeps its blocks: test_prefill_q8.cpp.)
+TEST(PrefillW8, BlockQuantizedMatricesAreRequantizedPerChannelOnIos16) {
   ANELAB_REQUIRE_DATA(kModel);
   Engine e = make_w8("cpu");
   const auto& c = e.config();
@@ -88,7 +69,7 @@ TEST(PrefillW8, BlockQuantizedMatricesAreRequantizedPerChannel) {
   LayerWeights qw = L, dq = L;
   std::vector<std::vector<uint8_t>> blocks;
   std::vector<std::vector<float>> values;
-  for (const char* n : kMatrices) {
+  for (const char* n : prefill_test::kLayerMatrices) {
     const quant::Mat& m = L.matrix(n);
     if (m.cols % 32 != 0) continue;  // w2's rows (172) are not whole blocks: it stays fp32
     const quant::WType t = std::string(n) == "w1" ? quant::WType::kQ4_0 : quant::WType::kQ8_0;
@@ -105,12 +86,12 @@ TEST(PrefillW8, BlockQuantizedMatricesAreRequantizedPerChannel) {
     const_cast<quant::Mat&>(dq.matrix(n)) = quant::Mat::f32(values.back(), m.rows, m.cols);
   }
   const KernelWeights w8{rt::WeightPath::kW8, nullptr};
-  const std::vector<float> x = rand_x(static_cast<size_t>(c.dim * 64));
-  const LayerKernelSource a = build_layer_kernel(c, qw, 64, mil::Dialect::kIos18, 0, w8);
-  const LayerKernelSource b = build_layer_kernel(c, dq, 64, mil::Dialect::kIos18, 0, w8);
+  const std::vector<float> x = prefill_test::sin_input(static_cast<size_t>(c.dim * 64), 0.37);
+  const LayerKernelSource a = build_layer_kernel(c, qw, 64, mil::Dialect::kIos16, 0, w8);
+  const LayerKernelSource b = build_layer_kernel(c, dq, 64, mil::Dialect::kIos16, 0, w8);
   EXPECT_EQ(mil::print(a.program), mil::print(b.program));
   for (const auto& [k, blob] : a.weights) EXPECT_EQ(*blob, *b.weights.at(k)) << k;
-  EXPECT_EQ(run_kernel(a, x), run_kernel(b, x));
+  EXPECT_EQ(prefill_test::run_layer_kernel(a, x), prefill_test::run_layer_kernel(b, x));
 }
 
 TEST(PrefillW8, BakedMatrixBytesHalve) {
@@ -126,7 +107,7 @@ TEST(PrefillW8, BakedMatrixBytesHalve) {
     return n;
   };
   size_t elems = 0;
-  for (const char* n : kMatrices) {
+  for (const char* n : prefill_test::kLayerMatrices) {
     const std::string key = std::string("@model_path/weights/") + n + ".bin";
     const size_t p16 = s16.weights.at(key)->size() - 128, p8 = s8.weights.at(key)->size() - 128;
     EXPECT_EQ(p16, 2 * p8) << n;

@@ -251,6 +251,41 @@ TEST(MilParse, ConstexprBracketFormAndInlineLiterals) {
   EXPECT_TRUE(parse(printed) == p);
 }
 
+// Issue 39's wider forms: uint6 indices into 64-entry tables (lut6, one table per 8 output channels) and blockwise
+// int8 data with no offset (GGUF Q8_0): parsed, typed, printed and parsed back to the same program; a uint6 literal
+// above 63 and a 16-entry table for uint6 indices are refused.
+TEST(MilParse, Ios18Lut6AndInt8BlockwiseForms) {
+  const char* text = R"(program(1.3)
+{
+    func main<ios18>(tensor<fp16, [1, 64, 1, 8]> x) {
+        tensor<fp16, [16, 64, 1, 1]> L6 = constexpr_lut_to_dense()[indices = tensor<uint6, [16, 64, 1, 1]>(BLOBFILE(path = string("@model_path/weights/w.bin"), offset = uint64(64))), lut = tensor<fp16, [2, 1, 1, 1, 64, 1]>(BLOBFILE(path = string("@model_path/weights/w.bin"), offset = uint64(960))), name = string("L6")];
+        tensor<fp16, [16, 64, 1, 1]> W8 = constexpr_blockwise_shift_scale()[data = tensor<int8, [16, 64, 1, 1]>(BLOBFILE(path = string("@model_path/weights/w.bin"), offset = uint64(1280))), name = string("W8"), scale = tensor<fp16, [16, 2, 1, 1]>(BLOBFILE(path = string("@model_path/weights/w.bin"), offset = uint64(2368)))];
+        tensor<fp16, [1, 16, 1, 8]> y = conv(weight = L6, x = x)[name = string("y")];
+        tensor<fp16, [1, 16, 1, 8]> z = conv(weight = W8, x = x)[name = string("z")];
+    } -> (y, z);
+}
+)";
+  Program p = parse(text);
+  EXPECT_EQ(p.main().producer("L6")->attr("indices")->type, tensor_type(DType::kUint6, {16, 64, 1, 1}));
+  EXPECT_EQ(p.main().producer("W8")->attr("data")->type, tensor_type(DType::kInt8, {16, 64, 1, 1}));
+  EXPECT_EQ(p.main().producer("W8")->attr("offset"), nullptr);
+  const std::string printed = print(p);
+  EXPECT_NE(printed.find("indices = tensor<uint6, [16, 64, 1, 1]>(BLOBFILE("), std::string::npos) << printed;
+  EXPECT_TRUE(parse(printed) == p);
+  std::string bad = text;
+  bad.replace(bad.find("[2, 1, 1, 1, 64, 1]"), 19, "[2, 1, 1, 1, 16, 1]");
+  try {
+    parse(bad);
+    ADD_FAILURE() << "a 16-entry table for uint6 indices parsed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("uint6 indices need 64"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(
+      parse("program(1.3)\n{\n    func main<ios18>(tensor<fp16, [1, 4, 1, 1]> x) {\n        tensor<uint6, [2]> "
+            "c = const()[name = string(\"c\"), val = tensor<uint6, [2]>([1, 64])];\n    } -> (x);\n}\n"),
+      Error);
+}
+
 TEST(MilParse, Ios18CompressedWeightForms) {
   const char* text = R"(program(1.3)
 {
