@@ -144,6 +144,9 @@ class KernelEngine final : public StepEngine {
     if (strategy_ != kern::Strategy::kStatic)
       fail("train", "--lora --strategy ", o.strategy, ": LoRA runs on --strategy static or cpu (the dynamic kernels ",
            "have no adapter inputs)");
+    if (lora.lora().dropout > 0)
+      fail("train", "--lora-dropout ", lora.lora().dropout, ": must be 0 with --strategy ", o.strategy,
+           " (the kernels take the adapters' input without dropout)");
     base_ = base, lora_ = &lora;
   }
   ~KernelEngine() override {
