@@ -404,8 +404,8 @@ void KernelEngine::layer_backward(int64_t l, int64_t B, float* g, double* wait_m
   const int64_t S = T_, D = sh.dim, H = sh.hidden, QD = sh.q_dim();
   const float eps = static_cast<float>(sh.norm_eps);
   const size_t p = size_t(l % 2), q = 1 - p;
-  const LayerPtrs gl = layout_.layer(g, l);
-  const bool qk = sh.q_norm.has_value();  // qkv_bwd also returns dq_proj / dk_proj
+  const LayerPtrs gl = lora_ ? LayerPtrs{} : layout_.layer(g, l);  // LoRA: g holds the adapters' gradients
+  const bool qk = sh.q_norm.has_value();                           // qkv_bwd also returns dq_proj / dk_proj
   kern::LayerRunner& r = runners_[size_t(l)];
   wait(last_ticket_[p], wait_ms);  // layer l+2's tasks still read grads_[p]
   for (int64_t bi = 0; bi < B; ++bi) {
