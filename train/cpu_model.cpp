@@ -120,12 +120,14 @@ void CpuModel::project(const StepPlan& sp, StepActs& a, LoraTarget t, const floa
   }
   std::vector<float>& lt = a.lt[size_t(ti)];
   lt.resize(size_t(N * r));
-  matmul_wt(xd, lora_->w + s.a, lt.data(), N, in, r);
-  std::vector<float> d(size_t(N * out));
-  matmul_wt(lt.data(), lora_->w + s.b, d.data(), N, r, out);
+  // t = xd Aᵀ [N, r], y += s t Bᵀ: split over rows (the r-wide products have too few output columns for
+  // matmul_wt's column blocks: one block, one thread), no [N, out] temporary.
   const float scale = float(lc.scale());
-  parallel_rows(N, N * out, [&](int64_t n0, int64_t n1) {
-    for (int64_t i = n0 * out; i < n1 * out; ++i) y[i] += d[size_t(i)] * scale;
+  const CMapR A(lora_->w + s.a, r, in), B(lora_->w + s.b, out, r);
+  parallel_rows(N, N * (in + out) * r, [&](int64_t n0, int64_t n1) {
+    MapR t(lt.data() + n0 * r, n1 - n0, r);
+    t.noalias() = CMapR(xd + n0 * in, n1 - n0, in) * A.transpose();
+    MapR(y + n0 * out, n1 - n0, out).noalias() += scale * (t * B.transpose());
   });
 }
 
@@ -146,20 +148,32 @@ void CpuModel::project_backward(const StepPlan& sp, StepActs& a, LoraTarget t, c
   const bool drop = lora_->train && lc.dropout > 0;
   const float* xd = drop ? a.lx[size_t(ti)].data() : x;
   const float scale = float(lc.scale());
-  std::vector<float> dys(size_t(N * out)), dt(size_t(N * r)), dxd(size_t(N * in));
-  parallel_rows(N, N * out, [&](int64_t n0, int64_t n1) {
-    for (int64_t i = n0 * out; i < n1 * out; ++i) dys[size_t(i)] = dy[i] * scale;
+  // The r-wide products split over rows (dt, dx) or over the long side of the gradient (dB rows, dA columns): the
+  // column blocks of matmul_* would give them one block, one thread.
+  std::vector<float> dt(size_t(N * r));
+  const CMapR A(lora_->w + s.a, r, in), B(lora_->w + s.b, out, r), T(a.lt[size_t(ti)].data(), N, r);
+  const float* mask = drop ? a.lmask[size_t(ti)].data() : nullptr;
+  parallel_rows(N, N * (in + out) * r, [&](int64_t n0, int64_t n1) {
+    MapR d(dt.data() + n0 * r, n1 - n0, r);
+    d.noalias() = scale * (CMapR(dy + n0 * out, n1 - n0, out) * B);  // dt = s dy B
+    MapR dxr(dx + n0 * in, n1 - n0, in);
+    if (!mask) {
+      dxr.noalias() += d * A;  // d(xd) = dt A, xd = x
+      return;
+    }
+    MatR dxd = d * A;  // d(xd), then through the dropout mask
+    dxr.array() += dxd.array() * CMapR(mask + n0 * in, n1 - n0, in).array();
   });
   const double t0 = now_ms();
-  matmul_dw(dys.data(), a.lt[size_t(ti)].data(), lora_->g + s.b, N, r, out);  // dB += (s dy)ᵀ t
-  matmul_dx(dys.data(), lora_->w + s.b, dt.data(), N, r, out, false);         // dt = s dy B
-  matmul_dw(dt.data(), xd, lora_->g + s.a, N, in, r);                         // dA += dtᵀ xd
-  *tdw += now_ms() - t0;
-  matmul_dx(dt.data(), lora_->w + s.a, dxd.data(), N, in, r, false);  // d(xd) = dt A
-  const float* mask = drop ? a.lmask[size_t(ti)].data() : nullptr;
-  parallel_rows(N, N * in, [&](int64_t n0, int64_t n1) {
-    for (int64_t i = n0 * in; i < n1 * in; ++i) dx[i] += mask ? dxd[size_t(i)] * mask[i] : dxd[size_t(i)];
+  parallel_blocks(out, N * out * r, [&](int64_t r0, int64_t r1) {  // dB += s dyᵀ t
+    MapR(lora_->g + s.b + r0 * r, r1 - r0, r).noalias() +=
+        scale * (CSMapR(dy + r0, N, r1 - r0, Eigen::OuterStride<>(out)).transpose() * T);
   });
+  parallel_blocks(in, N * in * r, [&](int64_t c0, int64_t c1) {  // dA += dtᵀ xd
+    SMapR(lora_->g + s.a + c0, r, c1 - c0, Eigen::OuterStride<>(in)).noalias() +=
+        CMapR(dt.data(), N, r).transpose() * CSMapR(xd + c0, N, c1 - c0, Eigen::OuterStride<>(in));
+  });
+  *tdw += now_ms() - t0;
 }
 
 CpuModel::CpuModel(const ParamLayout& layout) : CpuModel(layout, models::describe_model(layout.config())) {}

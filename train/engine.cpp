@@ -48,15 +48,17 @@ class CpuEngine final : public StepEngine {
 
 }  // namespace
 
+KernelEngineOptions kernel_engine_options(const TrainConfig& c) {
+  KernelEngineOptions o;
+  o.strategy = c.strategy, o.backend = c.backend, o.device = c.device;
+  o.compile_budget = int(c.compile_budget), o.seq_len = c.seq_len;
+  if (!c.run_dir.empty()) o.self_check_report = c.run_dir + "/self_check.json";
+  return o;
+}
+
 std::unique_ptr<StepEngine> make_engine(const TrainConfig& c, const ParamLayout& layout) {
   if (c.strategy == "cpu") return std::make_unique<CpuEngine>(layout, int(c.compile_budget));
-  if (c.strategy == "static" || c.strategy == "dynamic") {
-    KernelEngineOptions o;
-    o.strategy = c.strategy, o.backend = c.backend, o.device = c.device;
-    o.compile_budget = int(c.compile_budget), o.seq_len = c.seq_len;
-    if (!c.run_dir.empty()) o.self_check_report = c.run_dir + "/self_check.json";
-    return make_kernel_engine(o, layout);
-  }
+  if (c.strategy == "static" || c.strategy == "dynamic") return make_kernel_engine(kernel_engine_options(c), layout);
   fail("train", "--strategy ", c.strategy, ": unknown (cpu, static or dynamic)");
 }
 

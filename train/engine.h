@@ -7,10 +7,13 @@
 #include <memory>
 
 #include "train/config.h"
+#include "train/kernel_engine.h"
 #include "train/step_engine.h"
 
 namespace anelab::train {
 
 std::unique_ptr<StepEngine> make_engine(const TrainConfig& c, const ParamLayout& layout);
+// The kernel strategies' options of a run's config (strategy, backend, device, budget, T, self-check report).
+KernelEngineOptions kernel_engine_options(const TrainConfig& c);
 
 }  // namespace anelab::train

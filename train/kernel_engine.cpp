@@ -77,6 +77,38 @@ void rms_dw_acc(float* dw, const std::vector<float>& dy, const std::vector<float
   }
 }
 
+// The adapter gradients of one projection and sequence (LoRA): Z = A X [r, S], dB [out, r] += s·dY·Zᵀ,
+// dA [r, in] += s·(Bᵀ dY)·Xᵀ; X [in, S] the projection's input, dY [out, S] the gradient of its output.
+void lora_grad_acc(const LoraSlot& sl, int64_t r, float scale, const float* w, float* g, const std::vector<float>& dY,
+                   const std::vector<float>& X, int64_t S) {
+  const CMapR A(w + sl.a, r, sl.in), B(w + sl.b, sl.out, r), x(X.data(), sl.in, S), dy(dY.data(), sl.out, S);
+  const MatR z = A * x;
+  MapR(g + sl.b, sl.out, r).noalias() += scale * (dy * z.transpose());
+  const MatR u = B.transpose() * dy;
+  MapR(g + sl.a, r, sl.in).noalias() += scale * (u * x.transpose());
+}
+
+// The kernels' name of the projection a LoRA target adapts.
+const char* lora_kernel_weight(LoraTarget t) {
+  switch (t) {
+    case LoraTarget::kQ:
+      return "wq";
+    case LoraTarget::kK:
+      return "wk";
+    case LoraTarget::kV:
+      return "wv";
+    case LoraTarget::kO:
+      return "wo";
+    case LoraTarget::kGate:
+      return "w1";
+    case LoraTarget::kUp:
+      return "w3";
+    case LoraTarget::kDown:
+      return "w2";
+  }
+  fail("train", "unknown LoRA target");
+}
+
 void add_inplace(std::vector<float>& y, const std::vector<float>& a) {
   for (size_t i = 0; i < y.size(); ++i) y[i] += a[i];
 }
@@ -106,6 +138,17 @@ class KernelEngine final : public StepEngine {
     backend_ = rt::create_backend(o.backend, bo);
     for (kern::KernelKind k : kern::kAllKernelKinds) (kern::kernel_per_layer(k, strategy_) ? per_layer_ : shared_) += 1;
   }
+  // LoRA on the static strategy (make_kernel_lora_engine): base baked once, adapters as kernel inputs.
+  KernelEngine(const KernelEngineOptions& o, const ParamLayout& layout, const float* base, const LoraLayout& lora)
+      : KernelEngine(o, layout) {
+    if (strategy_ != kern::Strategy::kStatic)
+      fail("train", "--lora --strategy ", o.strategy, ": LoRA runs on --strategy static or cpu (the dynamic kernels ",
+           "have no adapter inputs)");
+    if (lora.lora().dropout > 0)
+      fail("train", "--lora-dropout ", lora.lora().dropout, ": must be 0 with --strategy ", o.strategy,
+           " (the kernels take the adapters' input without dropout)");
+    base_ = base, lora_ = &lora;
+  }
   ~KernelEngine() override {
     try {
       queue_.drain();
@@ -130,6 +173,7 @@ class KernelEngine final : public StepEngine {
   }
   std::string take_self_check() override { return std::exchange(self_check_json_, {}); }
   void weights_updated() override {  // static: kernels of the old weights are never run again: free them now
+    if (lora_) return;               // LoRA: the base never changes; the adapters are restaged every call
     stale_ = true;                   // (so none is loaded, or kept on disk, across an exec-restart)
     if (strategy_ == kern::Strategy::kStatic)
       for (auto& r : runners_) r.release_static_kernels();
@@ -153,6 +197,13 @@ class KernelEngine final : public StepEngine {
   };
 
   kern::LayerWeights layer_weights(const float* w, int64_t l) const;
+  kern::TrainShape train_shape(int64_t T) const;
+  void stage_adapters(const float* a);
+  // LoRA: adapter gradients of (layer l, target t) from X and dY (on the worker); no-op when t is not adapted.
+  void lora_acc(int64_t l, LoraTarget t, const std::vector<float>& dY, const std::vector<float>& X) const {
+    const int64_t i = lora_->slot(l, t);
+    if (i >= 0) lora_grad_acc(lora_->slots()[size_t(i)], lora_->lora().rank, lora_->lora().scale(), w_, lg_, dY, X, T_);
+  }
   bool self_check_pending() const { return !self_checked_ && backend_->name() == "ane"; }
   void self_check(const float* w, const kern::TrainShape& s);
   void prepare(const float* w, int64_t B, int64_t T);
@@ -196,7 +247,12 @@ class KernelEngine final : public StepEngine {
   std::array<std::vector<SeqGrads>, 2> grads_;           // [layer parity][B]
   std::array<uint64_t, 2> dy_ticket_{}, last_ticket_{};  // last queue task reading grads_[p] dy / any field
   std::vector<float> rows_, drows_;                      // [N, D] head input / its gradient
-  const float* w_ = nullptr;                             // weights of the current forward_backward
+  const float* w_ = nullptr;                             // weights of the current forward_backward (LoRA: adapters)
+  const float* wb_ = nullptr;                            // the base's weights of the call (w_ without LoRA)
+  float* lg_ = nullptr;                                  // LoRA: adapter gradients of the call
+  const float* base_ = nullptr;                          // LoRA: [P] the frozen base (the caller's)
+  const LoraLayout* lora_ = nullptr;                     // LoRA: the adapters (nullptr: full training)
+  LoraStep head_lora_;                                   // LoRA: makes the CPU head skip the base's gradients
   std::function<void(int64_t)> grads_final_;             // called on the worker after the dW tasks it follows
 };
 
@@ -207,6 +263,31 @@ kern::LayerWeights KernelEngine::layer_weights(const float* w, int64_t l) const 
   return kern::train_weights(cache_->shape(), {p.wq, QD * D}, {p.wk, KD * D}, {p.wv, KD * D}, {p.wo, D * QD},
                              {p.w1, H * D}, {p.w3, H * D}, {p.w2, D * H}, {p.attn_norm, D}, {p.ffn_norm, D},
                              {p.q_norm, HD}, {p.k_norm, HD});
+}
+
+kern::TrainShape KernelEngine::train_shape(int64_t T) const {
+  kern::TrainShape s = kernel_train_shape(desc_, T);
+  if (!lora_) return s;
+  s.lora_rank = lora_->lora().rank, s.lora_scale = lora_->lora().scale();
+  for (int t = 0; t < kLoraTargets; ++t)
+    if (lora_->lora().targets[size_t(t)]) s.lora_targets.push_back(lora_kernel_weight(LoraTarget(t)));
+  return s;
+}
+
+// LoRA: A and B of every adapted projection into the bands of its layer's kernels (no compile).
+void KernelEngine::stage_adapters(const float* a) {
+  for (int64_t l = 0; l < c_.n_layers; ++l)
+    runners_[size_t(l)].set_adapters([&](const std::string& w) {
+      for (int t = 0; t < kLoraTargets; ++t)
+        if (w == lora_kernel_weight(LoraTarget(t))) {
+          const int64_t i = lora_->slot(l, LoraTarget(t));
+          ANELAB_CHECK(i >= 0, "train", "layer ", l, " has no adapter on ", w);
+          const LoraSlot& sl = lora_->slots()[size_t(i)];
+          const size_t r = size_t(lora_->lora().rank);
+          return kern::LayerRunner::Adapter{{a + sl.a, r * size_t(sl.in)}, {a + sl.b, size_t(sl.out) * r}};
+        }
+      fail("train", "no LoRA target for the kernels' weight ", w);
+    });
 }
 
 // The silent-zeros self-check on the ANE: attn_fwd's input and output types, device against emulator.
@@ -229,7 +310,7 @@ void KernelEngine::self_check(const float* w, const kern::TrainShape& s) {
 void KernelEngine::prepare(const float* w, int64_t B, int64_t T) {
   if (!cache_ || T != T_) {
     check_seq_len(T, name());
-    const kern::TrainShape s = kernel_train_shape(desc_, T);
+    const kern::TrainShape s = train_shape(T);
     runners_.clear();
     cache_ = std::make_unique<kern::KernelCache>(*backend_, s, strategy_);
     if (self_check_pending()) self_check(w, s);  // before the first compile of a kernel
@@ -280,7 +361,7 @@ void KernelEngine::submit_restage(const float* w) {
 // Embedding -> every layer on the kernels (taps kept per layer and sequence) -> xout_.
 void KernelEngine::forward(const Batch& b) {
   const int64_t B = b.B, T = b.T, D = c_.dim, V = c_.vocab_size, L = c_.n_layers;
-  const float* emb = layout_.embedding(const_cast<float*>(w_));
+  const float* emb = layout_.embedding(const_cast<float*>(wb_));
   for (int64_t bi = 0; bi < B; ++bi) {  // gather rows [T, D], then one blocked transpose to [D, T]
     float* rows = rows_.data() + bi * T * D;
     for (int64_t t = 0; t < T; ++t) {
@@ -323,8 +404,8 @@ void KernelEngine::layer_backward(int64_t l, int64_t B, float* g, double* wait_m
   const int64_t S = T_, D = sh.dim, H = sh.hidden, QD = sh.q_dim();
   const float eps = static_cast<float>(sh.norm_eps);
   const size_t p = size_t(l % 2), q = 1 - p;
-  const LayerPtrs gl = layout_.layer(g, l);
-  const bool qk = sh.q_norm.has_value();  // qkv_bwd also returns dq_proj / dk_proj
+  const LayerPtrs gl = lora_ ? LayerPtrs{} : layout_.layer(g, l);  // LoRA: g holds the adapters' gradients
+  const bool qk = sh.q_norm.has_value();                           // qkv_bwd also returns dq_proj / dk_proj
   kern::LayerRunner& r = runners_[size_t(l)];
   wait(last_ticket_[p], wait_ms);  // layer l+2's tasks still read grads_[p]
   for (int64_t bi = 0; bi < B; ++bi) {
@@ -332,26 +413,45 @@ void KernelEngine::layer_backward(int64_t l, int64_t B, float* g, double* wait_m
     SeqGrads& s = grads_[p][size_t(bi)];
     SeqGrads& nx = grads_[q][size_t(bi)];  // its dy receives dL/d(layer input)
     r.ffn_backward(s.dy.data(), a.ffn, s.ffn);
-    dy_ticket_[p] = queue_.submit([&a, &s, gl, D, H, S] {
-      dw_acc(gl.w2, s.dy, a.ffn.gate, D, H, S);
-      dw_acc(gl.w1, s.ffn.dh1, a.ffn.xnorm, H, D, S);
-      dw_acc(gl.w3, s.ffn.dh3, a.ffn.xnorm, H, D, S);
-    });
+    if (lora_)
+      dy_ticket_[p] = queue_.submit([this, &a, &s, l] {
+        lora_acc(l, LoraTarget::kDown, s.dy, a.ffn.gate);
+        lora_acc(l, LoraTarget::kGate, s.ffn.dh1, a.ffn.xnorm);
+        lora_acc(l, LoraTarget::kUp, s.ffn.dh3, a.ffn.xnorm);
+      });
+    else
+      dy_ticket_[p] = queue_.submit([&a, &s, gl, D, H, S] {
+        dw_acc(gl.w2, s.dy, a.ffn.gate, D, H, S);
+        dw_acc(gl.w1, s.ffn.dh1, a.ffn.xnorm, H, D, S);
+        dw_acc(gl.w3, s.ffn.dh3, a.ffn.xnorm, H, D, S);
+      });
     r.rms_backward(kern::KernelKind::kRmsFfnBwd, s.ffn.dx.data(), a.x2.data(), s.dx2);
     add_inplace(s.dx2, s.dy);
-    queue_.submit([&a, &s, gl, D, QD, S, eps] {
-      dw_acc(gl.wo, s.dx2, a.attn.attn, D, QD, S);
-      rms_dw_acc(gl.ffn_norm, s.ffn.dx, a.x2, 1, D, S, eps);
-    });
+    if (lora_)
+      queue_.submit([this, &a, &s, l] { lora_acc(l, LoraTarget::kO, s.dx2, a.attn.attn); });
+    else
+      queue_.submit([&a, &s, gl, D, QD, S, eps] {
+        dw_acc(gl.wo, s.dx2, a.attn.attn, D, QD, S);
+        rms_dw_acc(gl.ffn_norm, s.ffn.dx, a.x2, 1, D, S, eps);
+      });
     r.wo_backward(s.dx2.data(), s.da);
     r.sdpa_backward(a.attn, s.da.data(), s.sdpa);
-    if (!qk) submit_qkv_dw(a, s, gl);
+    if (!qk && !lora_) submit_qkv_dw(a, s, gl);
     r.qkv_backward(a.attn, s.sdpa, s.dxn);
-    if (qk) submit_qkv_dw(a, s, gl);            // dWq / dWk need qkv_bwd's dq_proj / dk_proj
+    if (qk && !lora_) submit_qkv_dw(a, s, gl);  // dWq / dWk need qkv_bwd's dq_proj / dk_proj
+    if (lora_)
+      queue_.submit([this, &a, &s, l, qk] {
+        lora_acc(l, LoraTarget::kQ, qk ? s.sdpa.dq_proj : s.sdpa.dq, a.attn.xnorm);
+        lora_acc(l, LoraTarget::kK, qk ? s.sdpa.dk_proj : s.sdpa.dk, a.attn.xnorm);
+        lora_acc(l, LoraTarget::kV, s.sdpa.dv, a.attn.xnorm);
+      });
     if (bi == 0) wait(dy_ticket_[q], wait_ms);  // layer l+1's dW2 task reads grads_[q] dy
     r.rms_backward(kern::KernelKind::kRmsAttBwd, s.dxn.data(), a.x.data(), nx.dy);
     add_inplace(nx.dy, s.dx2);
-    last_ticket_[p] = queue_.submit([&a, &s, gl, D, S, eps] { rms_dw_acc(gl.attn_norm, s.dxn, a.x, 1, D, S, eps); });
+    if (lora_)
+      last_ticket_[p] = queue_.submit([] {});
+    else
+      last_ticket_[p] = queue_.submit([&a, &s, gl, D, S, eps] { rms_dw_acc(gl.attn_norm, s.dxn, a.x, 1, D, S, eps); });
   }
 }
 
@@ -361,20 +461,22 @@ double KernelEngine::step(const float* w, const Batch& b, float grad_scale, floa
   forward(b);
   double t1 = now_ms();
   for (int64_t bi = 0; bi < B; ++bi) transpose_blocked(xout_[size_t(bi)].data(), D, T, T, rows_.data() + bi * T * D, D);
-  const double loss = head_.head_forward_backward(w, b, rows_.data(), grad_scale, g, drows_.data());
-  queue_.submit([this, g] { head_.head_classifier_dw(g); });
-  submit_grads_final(layout_.final_norm(g) - g);
+  const double loss = head_.head_forward_backward(wb_, b, rows_.data(), grad_scale, lora_ ? nullptr : g, drows_.data());
+  if (!lora_) {
+    queue_.submit([this, g] { head_.head_classifier_dw(g); });
+    submit_grads_final(layout_.final_norm(g) - g);
+  }
   const size_t top = size_t((L - 1) % 2);
   for (int64_t bi = 0; bi < B; ++bi)
     transpose_blocked(drows_.data() + bi * T * D, T, D, D, grads_[top][size_t(bi)].dy.data(), T);
   double t2 = now_ms();
   for (int64_t l = L - 1; l >= 0; --l) {
     layer_backward(l, B, g, &wait_ms);
-    submit_grads_final(layout_.layer(g, l).attn_norm - g);
+    if (!lora_) submit_grads_final(layout_.layer(g, l).attn_norm - g);
   }
   wait(queue_.submit([] {}), &wait_ms);  // every dW (and the classifier's: tied embeddings) is in g now
-  float* demb = layout_.embedding(g);
-  for (int64_t bi = 0; bi < B; ++bi) {  // dL/d(layer 0 input) sits in grads_[1] (parity of layer -1)
+  float* demb = lora_ ? nullptr : layout_.embedding(g);
+  for (int64_t bi = 0; demb && bi < B; ++bi) {  // dL/d(layer 0 input) sits in grads_[1] (parity of layer -1)
     float* rows = rows_.data() + bi * T * D;
     transpose_blocked(grads_[1][size_t(bi)].dy.data(), D, T, T, rows, D);
     for (int64_t tt = 0; tt < T; ++tt) {
@@ -392,14 +494,20 @@ double KernelEngine::step(const float* w, const Batch& b, float grad_scale, floa
 double KernelEngine::forward_backward(const float* w, const Batch& b, float grad_scale, float* g, StepTimes* t) {
   if (b.B <= 0 || b.T <= 0 || int64_t(b.tokens.size()) != b.B * (b.T + 1))
     fail("train", "batch of ", b.tokens.size(), " tokens does not hold B=", b.B, " x (T+1)=", b.T + 1);
-  prepare(w, b.B, b.T);
-  w_ = w;
+  wb_ = lora_ ? base_ : w;
+  w_ = w, lg_ = lora_ ? g : nullptr;
+  if (lora_) {
+    head_lora_ = LoraStep{lora_, w, g, 0, 0, false};
+    head_.set_lora(&head_lora_);  // the head: no final-norm or classifier gradient
+  }
+  prepare(wb_, b.B, b.T);
+  if (lora_) stage_adapters(w);
   double stage0 = 0, eval0 = 0;
   for (auto& r : runners_) stage0 += r.times().stage_ms, eval0 += r.times().eval_ms;
   restage_ticket_.clear(), restage_hidden_.clear(), restage_wait_ms_ = 0;
   double loss = 0;
   try {
-    if (stale_) submit_restage(w);
+    if (stale_) submit_restage(wb_);
     loss = step(w, b, grad_scale, g, t);
   } catch (...) {
     stale_ = true;  // a failed restage leaves the surfaces undefined
@@ -480,6 +588,11 @@ kern::TrainShape kernel_train_shape(const models::ModelDesc& d, int64_t T) {
 
 std::unique_ptr<StepEngine> make_kernel_engine(const KernelEngineOptions& o, const ParamLayout& layout) {
   return std::make_unique<KernelEngine>(o, layout);
+}
+
+std::unique_ptr<StepEngine> make_kernel_lora_engine(const KernelEngineOptions& o, const ParamLayout& layout,
+                                                    const float* base, const LoraLayout& lora) {
+  return std::make_unique<KernelEngine>(o, layout, base, lora);
 }
 
 }  // namespace anelab::train

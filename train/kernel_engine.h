@@ -34,6 +34,7 @@
 #include "framework/core/model_desc.h"
 #include "framework/kernels/train.h"
 #include "train/config.h"
+#include "train/lora.h"
 #include "train/step_engine.h"
 
 namespace anelab::train {
@@ -57,5 +58,15 @@ kern::TrainShape kernel_train_shape(const models::ModelDesc& d, int64_t T);
 
 // Throws "[backend] ane: no Apple Neural Engine on this host ..." etc. when the backend cannot be created.
 std::unique_ptr<StepEngine> make_kernel_engine(const KernelEngineOptions& o, const ParamLayout& layout);
+
+// `train --lora --strategy static`: the frozen base (`base` [P], kept alive by the caller) is baked into the 7·L
+// weight-bearing kernels ONCE (compiles_needed() is 0 after the first step: weights_updated() recompiles nothing);
+// the adapters enter those kernels as input bands (kern::TrainShape::lora_rank: y = W x + s·B(A x) in MIL, and
+// Wᵀ + s·AᵀBᵀ in the backward kernels), restaged before every forward. forward_backward's w / g are the adapters
+// and their gradients (LoraLayout's flat buffer): dA, dB come from the kernels' taps on the worker
+// (dB += s·dY·(A X)ᵀ, dA += s·(Bᵀ dY)·Xᵀ, X the projection's input, dY the gradient of its output); no base
+// gradient is computed (no dW, norm, classifier or embedding gradient). Adapter dropout is not in the kernels.
+std::unique_ptr<StepEngine> make_kernel_lora_engine(const KernelEngineOptions& o, const ParamLayout& layout,
+                                                    const float* base, const LoraLayout& lora);
 
 }  // namespace anelab::train

@@ -39,19 +39,27 @@ bool is_lora_run(const std::string& run);
 class LoraEngine final : public StepEngine {
  public:
   LoraEngine(const ParamLayout& layout, std::vector<float> base, const LoraLayout& lora, uint64_t seed);
-  std::string name() const override { return "cpu-lora"; }
-  int compiles_needed() const override { return 0; }
-  int compiles_left() const override { return -1; }
-  int budget() const override { return -1; }
-  int compiles_total() const override { return 0; }
-  std::pair<int, double> take_compile_batch() override { return {0, 0.0}; }
+  std::string name() const override { return steps_ ? steps_->name() + "-lora" : "cpu-lora"; }
+  int compiles_needed() const override { return steps_ ? steps_->compiles_needed() : 0; }
+  int compiles_left() const override { return steps_ ? steps_->compiles_left() : -1; }
+  int budget() const override { return steps_ ? steps_->budget() : -1; }
+  int compiles_total() const override { return steps_ ? steps_->compiles_total() : 0; }
+  std::pair<int, double> take_compile_batch() override {
+    return steps_ ? steps_->take_compile_batch() : std::pair<int, double>{0, 0.0};
+  }
+  std::string take_self_check() override { return steps_ ? steps_->take_self_check() : std::string(); }
   double forward_backward(const float* w, const Batch& b, float grad_scale, float* grads, StepTimes* t) override;
-  void weights_updated() override {}
+  void weights_updated() override {
+    if (steps_) steps_->weights_updated();
+  }
   void set_grads_final_hook(std::function<void(int64_t)>) override {}
   // The dropout stream's position (micro-batches done): restored on resume.
   uint64_t micro_batches() const { return micro_; }
   void set_micro_batches(uint64_t n) { micro_ = n; }
   const std::vector<float>& base() const { return base_; }
+  // The steps run on `e` from now on (`train --lora --strategy static`: make_kernel_lora_engine over base()); the
+  // compile counts are e's; loss() stays on the CPU.
+  void set_step_engine(std::unique_ptr<StepEngine> e) { steps_ = std::move(e); }
   // Mean loss with the adapters, no dropout (evaluation).
   double loss(const float* w, const Batch& b);
 
@@ -60,6 +68,7 @@ class LoraEngine final : public StepEngine {
   std::vector<float> base_;  // [P] frozen base weights
   const LoraLayout* lora_;
   uint64_t seed_, micro_ = 0;
+  std::unique_ptr<StepEngine> steps_;  // nullptr: the steps run on model_ (--strategy cpu)
 };
 
 }  // namespace anelab::train

@@ -26,6 +26,7 @@
 #include "train/dist_overlap.h"
 #include "train/engine.h"
 #include "train/events.h"
+#include "train/kernel_engine.h"
 #include "train/lora_run.h"
 #include "train/optim.h"
 #include "train/run_dir.h"
@@ -239,6 +240,8 @@ void Run::setup() {
   if (lora) {
     auto e = std::make_unique<LoraEngine>(layout, std::move(lora_base), *lora, uint64_t(cfg.seed));
     e->set_micro_batches(uint64_t(step * cfg.accum_steps));  // the dropout stream where the run left it
+    if (cfg.strategy == "static")
+      e->set_step_engine(make_kernel_lora_engine(kernel_engine_options(cfg), layout, e->base().data(), *lora));
     lora_engine = e.get();
     engine = std::move(e);
   } else {

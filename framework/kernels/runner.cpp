@@ -126,6 +126,26 @@ void LayerRunner::set_weights(const LayerWeights& w) {
   }
 }
 
+void LayerRunner::set_adapters(const std::function<Adapter(const std::string&)>& adapter) {
+  const TrainShape& sh = cache_->shape();
+  ANELAB_CHECK(sh.lora_rank > 0 && has_weights_, "kernels",
+               "set_adapters: needs a LoRA shape and set_weights() first (shape ", sh.str(), ")");
+  const double t0 = now_ms();
+  std::vector<float> buf;
+  for (KernelKind k : kAllKernelKinds) {
+    if (!kernel_has_weights(k)) continue;
+    Slot& s = slot(k);
+    for (const WeightSlot& ws : s.spec->weight_slots) {
+      const std::string w = lora_slot_weight(ws);
+      if (w.empty()) continue;
+      const Adapter ad = adapter(w);
+      lora_slot_values(ws, ad.a, ad.b, sh, buf);
+      rt::stage_in(s.in[0], s.spec->in, ws.slot, buf.data());
+    }
+  }
+  times_.stage_ms += now_ms() - t0;
+}
+
 void LayerRunner::run(KernelKind k, std::initializer_list<In> ins, std::initializer_list<Out> outs) {
   Slot& s = slot(k);
   const double t0 = now_ms();

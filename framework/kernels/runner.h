@@ -22,7 +22,10 @@
 //   k_norm: per head) from x, r and the upstream grads.
 #pragma once
 #include <array>
+#include <functional>
 #include <memory>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "framework/backends/registry.h"
@@ -97,6 +100,13 @@ class LayerRunner {
   // static: discards the weight-bearing kernels now (before the recompiles of every layer, as maderix
   // frees all layer kernels first); set_weights() must follow before the next run().
   void release_static_kernels();
+  // LoRA (shape lora_rank > 0, static, after set_weights): stages the layer's adapters into the LoRA bands of its
+  // weight-bearing kernels; adapter(w) gives A [r, in] and B [out, r] row-major of projection w ("wq" ... "w2").
+  // No compile: the kernels read the bands at every evaluation.
+  struct Adapter {
+    std::span<const float> a, b;
+  };
+  void set_adapters(const std::function<Adapter(const std::string&)>& adapter);
 
   void attn_forward(const float* x, AttnTaps& out);                       // x [D, S]
   void ffn_forward(const float* x2, FfnTaps& out);                        // x2 [D, S]

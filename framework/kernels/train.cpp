@@ -47,7 +47,16 @@ std::string TrainShape::str() const {
   o << "D=" << dim << " H=" << hidden << " heads=" << n_heads << "/" << n_kv_heads << " hd=" << head_dim
     << " S=" << seq;
   if (q_norm || k_norm) o << " q/k norms";
+  if (lora_rank > 0) {
+    o << " lora r=" << lora_rank << " (";
+    for (size_t i = 0; i < lora_targets.size(); ++i) o << (i ? "," : "") << lora_targets[i];
+    o << ")";
+  }
   return o.str();
+}
+
+bool TrainShape::lora_on(const std::string& weight) const {
+  return lora_rank > 0 && std::find(lora_targets.begin(), lora_targets.end(), weight) != lora_targets.end();
 }
 
 const char* strategy_name(Strategy s) { return s == Strategy::kStatic ? "static" : "dynamic"; }
@@ -163,6 +172,34 @@ void validate_train_weights(const LayerWeights& w, const TrainShape& s) {
   }
 }
 
+std::string lora_slot_weight(const WeightSlot& ws) {
+  for (const char* suffix : {".lora_a", ".lora_bt"}) {
+    const std::string sf(suffix);
+    if (ws.weight.size() > sf.size() && ws.weight.compare(ws.weight.size() - sf.size(), sf.size(), sf) == 0)
+      return ws.weight.substr(0, ws.weight.size() - sf.size());
+  }
+  return "";
+}
+
+bool lora_slot_values(const WeightSlot& ws, std::span<const float> a, std::span<const float> b, const TrainShape& s,
+                      std::vector<float>& out) {
+  const std::string w = lora_slot_weight(ws);
+  if (w.empty()) return false;
+  auto [o, i] = weight_dims(w, s);
+  const int64_t r = s.lora_rank;
+  ANELAB_CHECK(static_cast<int64_t>(a.size()) == r * i && static_cast<int64_t>(b.size()) == o * r, "kernels",
+               "adapter of ", w, ": A has ", a.size(), " values, B ", b.size(), "; rank ", r, " needs ", r * i, " and ",
+               o * r);
+  if (ws.weight.back() == 'a') {  // A [r, in] as it is
+    out.assign(a.begin(), a.end());
+    return true;
+  }
+  out.resize(static_cast<size_t>(r * o));  // Bᵀ [r, out] from B [out, r]
+  for (int64_t row = 0; row < o; ++row)
+    for (int64_t c = 0; c < r; ++c) out[static_cast<size_t>(c * o + row)] = b[static_cast<size_t>(row * r + c)];
+  return true;
+}
+
 void weight_slot_values(const WeightSlot& ws, const LayerWeights& w, const TrainShape& s, std::vector<float>& out) {
   std::span<const float> src = train_weight(w, ws.weight);
   auto [o, i] = weight_dims(ws.weight, s);
@@ -192,9 +229,12 @@ class KernelGen : public LayerSource {
       : kind_(kind),
         s_(s),
         dyn_(st == Strategy::kDynamic && kernel_has_weights(kind)),
+        lora_(st == Strategy::kStatic && kernel_has_weights(kind) && s.lora_rank > 0),
         w_(w),
         b_(pb_.function("main")) {
     s.validate();
+    ANELAB_CHECK(s.lora_rank == 0 || st == Strategy::kStatic, "kernels", kernel_name(kind),
+                 ": LoRA adapters are inputs of the static strategy's kernels only");
     if (st == Strategy::kStatic && kernel_has_weights(kind)) {
       ANELAB_CHECK(w != nullptr, "kernels", kernel_name(kind), ": static strategy needs the layer weights");
       validate_train_weights(*w, s);
@@ -234,6 +274,7 @@ class KernelGen : public LayerSource {
   KernelKind kind_;
   TrainShape s_;
   bool dyn_;
+  bool lora_;  // static with adapters: activations and the adapters' bands are spatial bands of the input
   const LayerWeights* w_;
   mil::ProgramBuilder pb_;
   mil::FunctionBuilder& b_;
@@ -254,7 +295,7 @@ void KernelGen::begin() {
   int64_t c_act = 0;
   for (const auto& [slot, ch] : acts_) c_act = std::max(c_act, ch);
   for (const auto& [slot, ch] : acts_) {
-    if (dyn_)
+    if (dyn_ || lora_)
       in_.add_spatial(slot, ch, s_.seq);
     else
       in_.add_channels(slot, ch, s_.seq);
@@ -285,6 +326,17 @@ void KernelGen::begin() {
     }
     in_.pad_spatial(rt::dense_width_multiple(in_.dtype()));  // dense device rows (row-stride rule)
   }
+  if (lora_) {  // A [r, in] and Bᵀ [r, out] of every targeted projection: r rows, never wider than the activations
+    for (const auto& name : order_) {
+      if (!s_.lora_on(name)) continue;
+      auto [o, i] = weight_dims(name, s_);
+      in_.add_spatial(name + ".lora_a", s_.lora_rank, i);
+      in_.add_spatial(name + ".lora_bt", s_.lora_rank, o);
+      slots_.push_back({name + ".lora_a", name + ".lora_a", false});
+      slots_.push_back({name + ".lora_bt", name + ".lora_bt", false});
+    }
+    in_.pad_spatial(rt::dense_width_multiple(in_.dtype()));
+  }
   x_ = b_.input("x", in_.type());
 }
 
@@ -297,7 +349,14 @@ Value KernelGen::apply(const std::string& weight, const Value& x) {
     Value band = in(weight);
     return m.holds_mt ? linear_runtime_t(b_, x, band) : linear_runtime(b_, x, band);
   }
-  return linear(b_, x, blobs_.matrix(b_, m.tprod ? weight + "_t" : weight, train_weight(*w_, weight), o, i, m.tprod));
+  Value y =
+      linear(b_, x, blobs_.matrix(b_, m.tprod ? weight + "_t" : weight, train_weight(*w_, weight), o, i, m.tprod));
+  if (!lora_ || !s_.lora_on(weight)) return y;
+  Value a = in(weight + ".lora_a"), bt = in(weight + ".lora_bt");  // A [1, r, 1, in], Bᵀ [1, r, 1, out]
+  // W x + s B (A x): A is M [r, in], then B = (Bᵀ)ᵀ; Wᵀ x + s Aᵀ (Bᵀ x): Bᵀ is M [r, out], then Aᵀ
+  Value d =
+      m.tprod ? linear_runtime_t(b_, linear_runtime(b_, x, bt), a) : linear_runtime_t(b_, linear_runtime(b_, x, a), bt);
+  return b_.add(y, b_.mul(d, s_.lora_scale));
 }
 
 Value KernelGen::vec_value(const std::string& weight) {

@@ -354,12 +354,12 @@ TEST(LoraData, MaskedLossIsTheMeanOfTheCountedTargets) {
 
 TEST(Lora, OtherStrategiesAndBadTargetsAreRefusedInOneLine) {
   train::TrainConfig c;
-  c.preset = "stories260k", c.data = "x.bin", c.lora = true, c.strategy = "static";
+  c.preset = "stories260k", c.data = "x.bin", c.lora = true, c.strategy = "dynamic";
   try {
     train::validate(c);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--strategy static"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--strategy dynamic"), std::string::npos) << e.what();
   }
   c.strategy = "cpu", c.lora_targets = "q,x";
   try {
