@@ -18,6 +18,7 @@
 #include "infer/engine.h"
 #include "infer/prefill_mil.h"
 #include "models/formats/anelab_file.h"
+#include "models/io/export.h"
 #include "models/io/load_any.h"
 #include "models/presets.h"
 #include "models/quant/quant_mix.h"

@@ -20,6 +20,7 @@
 #include "models/formats/anelab_file.h"
 #include "models/formats/byte_reader.h"
 #include "models/formats/checkpoint_header.h"
+#include "models/io/export.h"
 #include "models/presets.h"
 #include "models/quant/quant_mix.h"
 #include "tests/common/test_data.h"
