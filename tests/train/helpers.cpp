@@ -50,6 +50,28 @@ std::vector<nlohmann::json> read_events(const std::string& dir, const std::strin
   return out;
 }
 
+nlohmann::json reference_optim(const train::TrainConfig& c) {
+  return {{"lr", c.lr},
+          {"beta1", c.beta1},
+          {"beta2", c.beta2},
+          {"eps", c.eps},
+          {"weight_decay", c.weight_decay},
+          {"steps", c.steps},
+          {"accum", c.accum_steps},
+          {"warmup_steps", c.warmup_steps},
+          {"schedule", c.schedule},
+          {"min_lr_frac", c.min_lr_frac},
+          {"grad_clip", c.grad_clip}};
+}
+
+std::vector<train::Batch> sequential_batches(const train::TrainConfig& c) {
+  train::TokenData td(c.data, c.val_frac, c.seq_len);
+  train::Batcher bt(td, c.batch_size, c.seq_len, false, 0);
+  std::vector<train::Batch> batches;
+  for (int i = 0; i < c.steps * c.accum_steps; ++i) batches.push_back(bt.next());
+  return batches;
+}
+
 bool run_torch_reference(const std::string& dir, const train::ParamLayout& layout, const std::vector<float>& w,
                          const std::vector<train::Batch>& batches, const nlohmann::json& optim, const std::string& mode,
                          std::string* log, const std::string& script) {

@@ -24,6 +24,10 @@ std::vector<nlohmann::json> read_events(const std::string& dir, const std::strin
 bool run_torch_reference(const std::string& dir, const train::ParamLayout& layout, const std::vector<float>& w,
                          const std::vector<train::Batch>& batches, const nlohmann::json& optim, const std::string& mode,
                          std::string* log, const std::string& script = "train_reference.py");
+// The reference scripts' "optim" object of run config c (AdamW, schedule, accumulation, clipping).
+nlohmann::json reference_optim(const train::TrainConfig& c);
+// The micro-batches a sequential run of c reads, in order (steps x accum_steps windows of c.data).
+std::vector<train::Batch> sequential_batches(const train::TrainConfig& c);
 // ||a - b|| / ||b||
 double rel_err(const float* a, const float* b, int64_t n);
 // A small GQA config: rotate-half RoPE (theta 1e6), head_dim != dim / n_heads, untied classifier.

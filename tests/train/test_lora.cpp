@@ -121,22 +121,9 @@ TEST(Lora, TwentyStepTrajectoryMatchesTorch) {
   const auto w0 = train::init_from_model(layout, models::load_any_model(c.init));
   const train::LoraLayout ll = lora_test_layout(cfg);
   write_lora_npys(dir + "/ref", ll, train::lora_init(ll, uint64_t(c.seed)));
-  train::TokenData td(c.data, c.val_frac, c.seq_len);
-  train::Batcher bt(td, c.batch_size, c.seq_len, false, 0);
-  std::vector<train::Batch> batches;
-  for (int i = 0; i < c.steps * c.accum_steps; ++i) batches.push_back(bt.next());
+  const std::vector<train::Batch> batches = test::sequential_batches(c);
   nlohmann::json optim = lora_test_optim();
-  optim.update({{"lr", c.lr},
-                {"beta1", c.beta1},
-                {"beta2", c.beta2},
-                {"eps", c.eps},
-                {"weight_decay", c.weight_decay},
-                {"steps", c.steps},
-                {"accum", c.accum_steps},
-                {"warmup_steps", c.warmup_steps},
-                {"schedule", c.schedule},
-                {"min_lr_frac", c.min_lr_frac},
-                {"grad_clip", c.grad_clip}});
+  optim.update(test::reference_optim(c));
   std::string log;
   ASSERT_TRUE(test::run_torch_reference(dir + "/ref", layout, w0, batches, optim, "train", &log, "lora_reference.py"))
       << log;

@@ -102,21 +102,8 @@ void check_trajectory_against_torch(const models::ModelConfig& cfg, int n_steps,
   // The same windows the sequential batcher produced, in order.
   const train::ParamLayout layout(cfg);
   const auto w0 = train::init_from_model(layout, models::load_any_model(init));
-  train::TokenData td(data, c.val_frac, c.seq_len);
-  train::Batcher bt(td, c.batch_size, c.seq_len, false, 0);
-  std::vector<train::Batch> batches;
-  for (int i = 0; i < c.steps * c.accum_steps; ++i) batches.push_back(bt.next());
-  const nlohmann::json optim = {{"lr", c.lr},
-                                {"beta1", c.beta1},
-                                {"beta2", c.beta2},
-                                {"eps", c.eps},
-                                {"weight_decay", c.weight_decay},
-                                {"steps", c.steps},
-                                {"accum", c.accum_steps},
-                                {"warmup_steps", c.warmup_steps},
-                                {"schedule", c.schedule},
-                                {"min_lr_frac", c.min_lr_frac},
-                                {"grad_clip", c.grad_clip}};
+  const std::vector<train::Batch> batches = test::sequential_batches(c);
+  const nlohmann::json optim = test::reference_optim(c);
   std::string log;
   ASSERT_TRUE(test::run_torch_reference(dir + "/ref", layout, w0, batches, optim, "train", &log)) << log;
   const auto ref_losses = read_npy(dir + "/ref/out/losses.npy").data;
