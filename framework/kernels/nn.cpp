@@ -96,6 +96,26 @@ const uint8_t* row_as_blocks(const quant::Mat& m, int64_t r, quant::BlockType t,
 
 }  // namespace
 
+namespace {
+// The 32-wide blocks of every row of m as Block (row_as_blocks: other types quantized to it): each block's fp16
+// scale into d [R, C/32] and its 32 values, unpacked by unpack(block, q + r*C + g*32), into q [R, C].
+template <class Block, class Q, class Unpack>
+void split_blocks(const quant::Mat& m, quant::BlockType t, Q* q, half_bits* d, Unpack unpack) {
+  const int64_t C = m.cols, G = C / 32;
+  std::vector<uint8_t> scratch;
+  std::vector<float> values;
+  for (int64_t r = 0; r < m.rows; ++r) {
+    const uint8_t* blocks = row_as_blocks(m, r, t, scratch, values);
+    for (int64_t g = 0; g < G; ++g) {
+      Block blk;
+      std::memcpy(&blk, blocks + g * static_cast<int64_t>(sizeof blk), sizeof blk);
+      d[r * G + g] = blk.d;
+      unpack(blk, q + r * C + g * 32);
+    }
+  }
+}
+}  // namespace
+
 Value BlobSet::q4_matrix(FunctionBuilder& b, const std::string& stem, const quant::Mat& m) {
   const int64_t R = m.rows, C = m.cols, G = C / 32;
   ANELAB_CHECK(C % 32 == 0, "kernels", "q4 matrix '", stem, "' [", R, ", ", C, "]: ", C,
@@ -104,18 +124,11 @@ Value BlobSet::q4_matrix(FunctionBuilder& b, const std::string& stem, const quan
   ANELAB_CHECK(!made_.count(key), "kernels", "q4 matrix '", stem, "' added twice");
   std::vector<uint8_t> q(static_cast<size_t>(R * C));    // [R, C] nibbles
   std::vector<half_bits> d(static_cast<size_t>(R * G));  // [R, G] block scales
-  std::vector<uint8_t> scratch;
-  std::vector<float> values;
-  for (int64_t r = 0; r < R; ++r) {
-    const uint8_t* blocks = row_as_blocks(m, r, quant::BlockType::kQ4_0, scratch, values);
-    for (int64_t g = 0; g < G; ++g) {
-      quant::BlockQ4_0 blk;
-      std::memcpy(&blk, blocks + g * static_cast<int64_t>(sizeof blk), sizeof blk);
-      d[static_cast<size_t>(r * G + g)] = blk.d;
-      uint8_t* qr = q.data() + r * C + g * 32;
-      for (int j = 0; j < 16; ++j) qr[j] = blk.qs[j] & 15, qr[16 + j] = static_cast<uint8_t>(blk.qs[j] >> 4);
-    }
-  }
+  split_blocks<quant::BlockQ4_0>(m, quant::BlockType::kQ4_0, q.data(), d.data(),
+                                 [](const quant::BlockQ4_0& blk, uint8_t* qr) {
+                                   for (int j = 0; j < 16; ++j)
+                                     qr[j] = blk.qs[j] & 15, qr[16 + j] = static_cast<uint8_t>(blk.qs[j] >> 4);
+                                 });
   const std::string path = "@model_path/weights/" + stem + ".bin";
   mil::BlobWriter w;
   const uint64_t q_off = w.add_uint4(q);
@@ -139,17 +152,8 @@ Value BlobSet::q8_matrix(FunctionBuilder& b, const std::string& stem, const quan
   ANELAB_CHECK(!made_.count(key), "kernels", "q8 matrix '", stem, "' added twice");
   std::vector<int8_t> q(static_cast<size_t>(R * C));     // [R, C] int8
   std::vector<half_bits> d(static_cast<size_t>(R * G));  // [R, G] block scales
-  std::vector<uint8_t> scratch;
-  std::vector<float> values;
-  for (int64_t r = 0; r < R; ++r) {
-    const uint8_t* blocks = row_as_blocks(m, r, quant::BlockType::kQ8_0, scratch, values);
-    for (int64_t g = 0; g < G; ++g) {
-      quant::BlockQ8_0 blk;
-      std::memcpy(&blk, blocks + g * static_cast<int64_t>(sizeof blk), sizeof blk);
-      d[static_cast<size_t>(r * G + g)] = blk.d;
-      std::memcpy(q.data() + r * C + g * 32, blk.qs, 32);
-    }
-  }
+  split_blocks<quant::BlockQ8_0>(m, quant::BlockType::kQ8_0, q.data(), d.data(),
+                                 [](const quant::BlockQ8_0& blk, int8_t* qr) { std::memcpy(qr, blk.qs, 32); });
   const std::string path = "@model_path/weights/" + stem + ".bin";
   mil::BlobWriter w;
   const uint64_t q_off = w.add_int8(q);
