@@ -229,9 +229,11 @@ RopeTables rope_tables(int64_t seq, int64_t hd, double theta, RopeStyle style, i
 
 Value rms_rrms(FunctionBuilder& b, const Value& x, double eps) {
   ANELAB_CHECK(x.rank() == 4, "kernels", "rms_norm: x ", mil::shape_str(x.shape()), " is not [1, D, 1, S]");
-  const double inv_d = 1.0 / static_cast<double>(x.dim(1));
-  Value ss = b.reduce_sum(b.mul(x, x), {1}, true);
-  return b.pow(b.add(b.mul(ss, inv_d), eps), -0.5);
+  // mean(x^2) as the sum of (x / sqrt(D))^2: the fp16 sum of x^2 itself passes 65504 once the stream's RMS passes
+  // sqrt(65504 / D) (16 at D = 256, common in trained models), and inf here zeroes the norm's output.
+  Value xs = b.mul(x, 1.0 / std::sqrt(static_cast<double>(x.dim(1))));
+  Value ms = b.reduce_sum(b.mul(xs, xs), {1}, true);
+  return b.pow(b.add(ms, eps), -0.5);
 }
 
 Value rms_norm(FunctionBuilder& b, const Value& x, const Value& w, double eps) {
@@ -242,7 +244,8 @@ Value layer_norm(FunctionBuilder& b, const Value& x, const Value& gamma, const s
   const double inv_d = 1.0 / static_cast<double>(x.dim(1));
   Value mean = b.mul(b.reduce_sum(x, {1}, true), inv_d);
   Value xc = b.sub(x, mean);
-  Value var = b.mul(b.reduce_sum(b.mul(xc, xc), {1}, true), inv_d);
+  Value xcs = b.mul(xc, std::sqrt(inv_d));  // the variance as a sum of (xc / sqrt(D))^2: no fp16 overflow (rms_rrms)
+  Value var = b.reduce_sum(b.mul(xcs, xcs), {1}, true);
   Value y = b.mul(b.mul(xc, b.pow(b.add(var, eps), -0.5)), gamma);
   return beta ? b.add(y, *beta) : y;
 }

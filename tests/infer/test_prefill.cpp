@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -283,6 +284,52 @@ TEST(InferPrefill, EachNormTakesItsOwnEpsFromTheDescription) {
   EXPECT_TRUE(k != same) << "the k norm's eps did not reach the program";
   EXPECT_TRUE(f != same) << "the FFN pre-norm's eps did not reach the program";
   EXPECT_TRUE(q != k && q != f) << "two norms' eps changed the same part of the program";
+}
+
+}  // namespace
+}  // namespace anelab::infer
+
+namespace anelab::infer {
+namespace {
+
+// A residual stream whose RMS passes sqrt(65504 / dim) (here about 100 against 32 at dim 64, as in trained models):
+// the norms' mean of squares must not overflow fp16 in the MIL layer, where it once went inf and zeroed the norm
+// (logits off by 10-30 % of their range). RMSNorm (stories260K's shape) and LayerNorm (GPT-2's).
+TEST(InferPrefill, NormsOfALargeResidualStreamDoNotOverflowFp16) {
+  for (const char* preset : {"stories260k", "gpt2-124m"}) {
+    models::ModelConfig c = models::preset(preset);
+    c.dim = 64, c.hidden_dim = 128, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 4, c.head_dim = 16;
+    c.vocab_size = 96, c.max_seq_len = 64;
+    models::Model src = models::random_model(c, 5);
+    models::Model m;
+    m.config = c;
+    for (const models::Tensor& t : src.tensors()) {
+      std::vector<float> v = t.to_f32();
+      // N(0, 0.02) -> RMS 100: the embeddings, and the branches' output projections, so that every step's output is
+      // as large as the stream it adds to (a norm that outputs 0 then changes the logits)
+      const bool big =
+          t.name == "tok_embeddings" || t.name.ends_with(".wo") || t.name.ends_with(".w2") || t.name.ends_with(".proj");
+      if (big)
+        for (float& x : v) x *= 5000.0f;
+      std::vector<uint8_t> bytes(v.size() * sizeof(float));
+      std::memcpy(bytes.data(), v.data(), bytes.size());
+      m.add_owned(t.name, models::DType::kF32, t.shape, std::move(bytes));
+    }
+    EngineOptions o;
+    o.quiet = true;
+    o.backend = "cpu";
+    Engine cpu(m, o);
+    o.backend = "emulator";
+    Engine emu(m, o);
+    std::vector<int32_t> toks(20);
+    for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>((i * 29 + 3) % 96);
+    std::vector<float> a, b;
+    cpu.prefill(toks, 0, &a);
+    emu.prefill(toks, 0, &b);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t t = 0; t < toks.size(); ++t)
+      EXPECT_LT(rel_err(b.data() + t * 96, a.data() + t * 96, 96), 2e-2) << preset << " pos " << t;
+  }
 }
 
 }  // namespace
