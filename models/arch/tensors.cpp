@@ -18,8 +18,9 @@ int64_t checked_parameter_count(const ModelConfig& c, const std::string& where) 
 int64_t parameter_count(const ModelConfig& c) { return checked_parameter_count(c, "model config"); }
 
 void check_complete(const Model& m, const std::string& where) {
-  checked_parameter_count(m.config, where);
+  validate_config_fields(m.config, where);
   const auto specs = canonical_tensors(m.config, where);
+  checked_numel(specs, where);  // as checked_parameter_count, on the list described once
   for (const auto& s : specs) {
     const Tensor* t = m.find(s.name);
     if (!t)

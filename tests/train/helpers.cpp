@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include "models/arch/arch.h"
 #include "models/formats/checkpoint_file.h"
 #include "models/formats/model_config_json.h"
+#include "tests/common/test_data.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 
@@ -103,6 +105,33 @@ double rel_err(const float* a, const float* b, int64_t n) {
     den += double(b[i]) * b[i];
   }
   return std::sqrt(num / std::max(den, 1e-300));
+}
+
+void expect_grads_match_reference(const train::ParamLayout& layout, const std::vector<float>& w, const train::Batch& b,
+                                  const std::string& tag, double bound, const std::string& script) {
+  const auto dir = temp_dir("grads_" + tag).string();
+  train::CpuModel model(layout);
+  std::vector<float> g(w.size(), 0.0f);
+  const double loss = model.forward_backward(w.data(), b, 1.0f, g.data());
+  std::string log;
+  ASSERT_TRUE(run_torch_reference(dir, layout, w, {b}, nlohmann::json::object(), "grads", &log, script)) << log;
+  const double ref_loss = read_npy(dir + "/out/loss.npy").data.at(0);
+  EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss));
+  double worst = 0;
+  std::string each;
+  for (const auto& p : layout.params()) {
+    const NpyArray ref = read_npy(dir + "/out/grad." + p.name + ".npy");
+    ASSERT_EQ(ref.numel(), p.numel) << p.name;
+    const double e = rel_err(g.data() + p.offset, ref.data.data(), p.numel);
+    worst = std::max(worst, e);
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " %s %.1e", p.name.c_str(), e);
+    each += buf;
+    EXPECT_LT(e, bound) << p.name;
+  }
+  std::printf("[%s] loss %.6f vs reference %.6f, worst gradient relative error %.2e; per tensor:%s\n", tag.c_str(),
+              loss, ref_loss, worst, each.c_str());
+  std::filesystem::remove_all(dir);
 }
 
 models::ModelConfig gqa_test_config() {

@@ -30,6 +30,12 @@ nlohmann::json reference_optim(const train::TrainConfig& c);
 std::vector<train::Batch> sequential_batches(const train::TrainConfig& c);
 // ||a - b|| / ||b||
 double rel_err(const float* a, const float* b, int64_t n);
+// gtest expectations: the CPU strategy's loss and every parameter gradient of weights w on batch b against
+// scripts/SCRIPT's ("grads" mode): loss to 1e-5 relative, each tensor's gradient to `bound` relative L2 (the
+// callers' comments derive their bounds); prints the worst and per-tensor errors under `tag`.
+void expect_grads_match_reference(const train::ParamLayout& layout, const std::vector<float>& w, const train::Batch& b,
+                                  const std::string& tag, double bound = 1e-4,
+                                  const std::string& script = "train_reference.py");
 // A small GQA config: rotate-half RoPE (theta 1e6), head_dim != dim / n_heads, untied classifier.
 models::ModelConfig gqa_test_config();
 // A small Llama 3.x config: GQA, rotate-half RoPE with llama3 frequency scaling whose original context (32) is

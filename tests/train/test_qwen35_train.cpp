@@ -86,35 +86,12 @@ constexpr const char* kQwen35Oracle = "qwen35_reference.py --train";
 // Every gradient of a batch of B sequences of T tokens against the float64 oracle (bounds above).
 void qwen35_check_grads(int64_t B, int64_t T, const std::string& tag) {
   const models::ModelConfig cfg = qwen35_small_config();
-  const auto dir = test::temp_dir("qwen35_grads_" + tag).string();
   const train::ParamLayout layout(cfg);
   const std::vector<float> w = qwen35_train_init(layout, 36);
   train::Rng rng{77};
   train::Batch b{B, T, std::vector<int32_t>(size_t(B * (T + 1)))};
   for (auto& t : b.tokens) t = int32_t(rng.next() % uint64_t(cfg.vocab_size));
-  train::CpuModel model(layout);
-  std::vector<float> g(w.size(), 0.0f);
-  const double loss = model.forward_backward(w.data(), b, 1.0f, g.data());
-  std::string log;
-  ASSERT_TRUE(test::run_torch_reference(dir, layout, w, {b}, nlohmann::json::object(), "grads", &log, kQwen35Oracle))
-      << log;
-  const double ref_loss = read_npy(dir + "/out/loss.npy").data.at(0);
-  EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss));
-  double worst = 0;
-  std::string each;
-  for (const auto& p : layout.params()) {
-    const NpyArray ref = read_npy(dir + "/out/grad." + p.name + ".npy");
-    ASSERT_EQ(ref.numel(), p.numel) << p.name;
-    const double e = test::rel_err(g.data() + p.offset, ref.data.data(), p.numel);
-    worst = std::max(worst, e);
-    char buf[96];
-    std::snprintf(buf, sizeof buf, " %s %.1e", p.name.c_str(), e);
-    each += buf;
-    EXPECT_LT(e, 1e-4) << p.name;
-  }
-  std::printf("[qwen35 %s] loss %.6f vs float64 %.6f, worst gradient relative error %.2e; per tensor:%s\n", tag.c_str(),
-              loss, ref_loss, worst, each.c_str());
-  std::filesystem::remove_all(dir);
+  test::expect_grads_match_reference(layout, w, b, "qwen35_" + tag, 1e-4, kQwen35Oracle);
 }
 
 TEST(TrainQwen35, GradientsMatchAutogradFloat64) { qwen35_check_grads(2, 16, "2x16"); }

@@ -33,34 +33,12 @@ namespace {
 
 void check_grads_against_torch(const models::ModelConfig& cfg, int64_t B, int64_t T, const std::string& tag,
                                bool norm_noise = false) {
-  const auto dir = test::temp_dir("grads_" + tag).string();
   const train::ParamLayout layout(cfg);
   const std::vector<float> w = norm_noise ? test::init_with_norm_noise(layout, 7) : train::init_random(layout, 7);
   train::Rng rng{99};
   train::Batch b{B, T, std::vector<int32_t>(size_t(B * (T + 1)))};
   for (auto& t : b.tokens) t = int32_t(rng.next() % uint64_t(cfg.vocab_size));
-  train::CpuModel model(layout);
-  std::vector<float> g(w.size(), 0.0f);
-  const double loss = model.forward_backward(w.data(), b, 1.0f, g.data());
-  std::string log;
-  ASSERT_TRUE(test::run_torch_reference(dir, layout, w, {b}, nlohmann::json::object(), "grads", &log)) << log;
-  const double ref_loss = read_npy(dir + "/out/loss.npy").data.at(0);
-  EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss));
-  double worst = 0;
-  std::string each;
-  for (const auto& p : layout.params()) {
-    const NpyArray ref = read_npy(dir + "/out/grad." + p.name + ".npy");
-    ASSERT_EQ(ref.numel(), p.numel) << p.name;
-    const double e = test::rel_err(g.data() + p.offset, ref.data.data(), p.numel);
-    worst = std::max(worst, e);
-    char buf[96];
-    std::snprintf(buf, sizeof buf, " %s %.1e", p.name.c_str(), e);
-    each += buf;
-    EXPECT_LT(e, 1e-4) << p.name;
-  }
-  std::printf("[%s] loss %.6f vs torch %.6f, worst gradient relative error %.2e; per tensor:%s\n", tag.c_str(), loss,
-              ref_loss, worst, each.c_str());
-  std::filesystem::remove_all(dir);
+  test::expect_grads_match_reference(layout, w, b, tag);
 }
 
 TEST(TrainReference, GradientsMatchTorchStories260kShape) {

@@ -281,12 +281,27 @@ TEST(ModelConfigJson, FilesWrittenBeforeTheParameterTablesLoad) {
 
 // A legacy flag that contradicts what the architecture implies (q/k norms on a Llama, a Gemma 3 without its
 // sandwich norms) is refused in one line naming it; a flag of no architecture is an unknown parameter.
+// One key set on a file of architecture `arch` that validate_config must refuse with the line `want`.
+struct ConfigKeyCase {
+  std::string arch, key;
+  json value;
+  std::string want;
+};
+
+void expect_config_key_refused(const ConfigKeyCase& k) {
+  json j = pre_table_json(k.arch);
+  j[k.key] = k.value;
+  const ModelConfig c = model_config_from_json(j, "m.anelab", "model", "config.");
+  try {
+    validate_config(c, "m.anelab");
+    ADD_FAILURE() << k.arch << ": " << k.key << " = " << k.value << " accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), k.want);
+  }
+}
+
 TEST(ModelConfigJson, LegacyNormFlagsMustAgreeWithTheArchitecture) {
-  const struct {
-    std::string arch, key;
-    json value;
-    std::string want;
-  } cases[] = {
+  const ConfigKeyCase cases[] = {
       {"llama", "qk_norm", true,
        "[model] m.anelab: config field qk_norm = 1 contradicts architecture llama, which does not have it (the file "
        "is corrupt or edited)"},
@@ -296,26 +311,12 @@ TEST(ModelConfigJson, LegacyNormFlagsMustAgreeWithTheArchitecture) {
       {"llama", "bias_norms", false,
        "[model] m.anelab: config parameter bias_norms is not a parameter of architecture llama (it has none)"},
   };
-  for (const auto& k : cases) {
-    json j = pre_table_json(k.arch);
-    j[k.key] = k.value;
-    const ModelConfig c = model_config_from_json(j, "m.anelab", "model", "config.");
-    try {
-      validate_config(c, "m.anelab");
-      ADD_FAILURE() << k.arch << " " << k.key << " was accepted";
-    } catch (const Error& e) {
-      EXPECT_EQ(std::string(e.what()), k.want);
-    }
-  }
+  for (const auto& k : cases) expect_config_key_refused(k);
 }
 
 // A parameter the architecture does not have, or outside its table's range, is refused in one line naming it.
 TEST(ModelConfigJson, UnknownOrOutOfRangeParameterIsOneLineNamingIt) {
-  const struct {
-    std::string arch, key;
-    json value;
-    std::string want;
-  } cases[] = {
+  const ConfigKeyCase cases[] = {
       {"gemma3", "window_size", 8,
        "[model] m.anelab: config parameter window_size is not a parameter of architecture gemma3 (it has "
        "norm_offset, embed_scale, attn_scale, logit_softcap, sliding_window, sliding_pattern, rope_local_theta, "
@@ -328,17 +329,7 @@ TEST(ModelConfigJson, UnknownOrOutOfRangeParameterIsOneLineNamingIt) {
       {"gemma3", "rope_local_theta", 0.5,
        "[model] m.anelab: config field rope_local_theta = 0.5 is outside [1, 1e+12] (or 0)"},
   };
-  for (const auto& k : cases) {
-    json j = pre_table_json(k.arch);
-    j[k.key] = k.value;
-    const ModelConfig c = model_config_from_json(j, "m.anelab", "model", "config.");
-    try {
-      validate_config(c, "m.anelab");
-      ADD_FAILURE() << k.key << " = " << k.value << " accepted";
-    } catch (const Error& e) {
-      EXPECT_EQ(std::string(e.what()), k.want);
-    }
-  }
+  for (const auto& k : cases) expect_config_key_refused(k);
   json j = pre_table_json("gemma3");
   j["logit_softcap"] = "30";
   try {
