@@ -3,6 +3,8 @@
 //   - scale 0 (the default) gives the base's logits bit for bit;
 //   - scale 1 gives the merged model's (models::merge_lora, what `export --fuse` writes) within fp32 rounding;
 //   - two slots with different adapters in one batched decode step each give their single-sequence logits bit for bit;
+//   - with the emulator prefill backend a slot with a nonzero scale prefills on the CPU (the MIL kernels hold the base
+//     alone), one with every scale 0 on the MIL kernels;
 //   - an adapter that does not fit the model, and a scale that is not finite, are refused naming them.
 #include <gtest/gtest.h>
 
@@ -43,14 +45,15 @@ models::LoraAdapter lora_rt_adapter(const models::ModelConfig& c, int64_t rank, 
 }
 
 // stories260K as loaded by `infer` (fp32), optionally with `merge` merged at scale 1; null when the data is absent.
-std::unique_ptr<infer::Engine> lora_rt_engine(const models::LoraAdapter* merge, int64_t slots = 1) {
+std::unique_ptr<infer::Engine> lora_rt_engine(const models::LoraAdapter* merge, int64_t slots = 1,
+                                              const std::string& backend = "cpu") {
   const std::string path = test::data_path("llama2c/stories260K.bin");
   if (!std::filesystem::exists(path)) return nullptr;
   infer::LoadOptions o;
   o.model = path, o.quiet = true;
   infer::LoadedModel l = infer::load_model(o, infer::TokenizerUse::kNone);
   if (merge) models::merge_lora(l.model, *merge, 1.0f);
-  l.engine.quiet = true, l.engine.backend = "cpu", l.engine.slots = slots;
+  l.engine.quiet = true, l.engine.backend = backend, l.engine.slots = slots;
   l.engine.dtype = quant::WType::kF32;
   return std::make_unique<infer::Engine>(std::move(l.model), l.engine);
 }
@@ -136,6 +139,25 @@ TEST(LoraRuntime, TwoSlotsWithDifferentAdaptersInOneBatchEachEqualTheirSingleSeq
       EXPECT_TRUE(std::equal(l + s * V, l + (s + 1) * V, alone[s].begin() + i * V))
           << "slot " << s << " step " << i << " differs from its single-sequence decode";
   }
+}
+
+TEST(LoraRuntime, TheMilPrefillServesOnlySlotsWithoutAdapters) {
+  auto cpu = lora_rt_engine(nullptr);
+  if (!cpu) GTEST_SKIP() << "shared data absent: llama2c/stories260K.bin";
+  const models::LoraAdapter a = lora_rt_adapter(cpu->config(), 4, 12345);
+  cpu->add_lora(a);
+  cpu->set_lora_scales(0, std::vector<float>{1.0f});
+  std::vector<float> want;
+  cpu->prefill(kLoraRtPrompt, 0, &want);
+  auto emu = lora_rt_engine(nullptr, 1, "emulator");
+  emu->add_lora(a);
+  emu->prefill(kLoraRtPrompt, 0);
+  EXPECT_EQ(emu->last_prefill().path, "emulator");  // scale 0: the base, on the kernels
+  emu->set_lora_scales(0, std::vector<float>{1.0f});
+  std::vector<float> got;
+  emu->prefill(kLoraRtPrompt, 0, &got);
+  EXPECT_EQ(emu->last_prefill().path, "cpu");
+  EXPECT_TRUE(got == want) << "a slot with an adapter must prefill with it";
 }
 
 TEST(LoraRuntime, AdaptersThatDoNotFitAndScalesThatAreNotFiniteAreRefused) {
