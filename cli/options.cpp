@@ -64,8 +64,9 @@ void add_model_options(CLI::App* app, infer::LoadOptions& o) {
       ->group(g);
   app->add_option(
          "--lora", o.lora,
-         "LoRA adapter (a PEFT directory or a GGUF LoRA adapter; repeatable), merged into the weights when the "
-         "model loads: W + S * alpha/r * B.A computed in fp32, the adapted matrices kept in fp32")
+         "LoRA adapter (a PEFT directory or a GGUF LoRA adapter; repeatable). infer / perplexity merge it into the "
+         "weights when the model loads (W + S * alpha/r * B.A in fp32, the adapted matrices kept in fp32); serve "
+         "applies it at run time, per request (GET / POST /lora-adapters, the request's lora field)")
       ->group(g);
   app->add_option("--lora-scale", o.lora_scale, "Scale S of each --lora, in order (default 1)")->group(g);
   app->add_option("--backend", o.backend, infer::kPrefillBackendHelp)

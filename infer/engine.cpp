@@ -120,6 +120,7 @@ Engine::Engine(models::Model model, const EngineOptions& opt)
   logits_.resize(static_cast<size_t>(c.vocab_size));
   batch_logits_.resize(static_cast<size_t>(opt_.slots * c.vocab_size));
   batch_kv_.reserve(static_cast<size_t>(rows_));
+  lora_scale_.resize(static_cast<size_t>(opt_.slots));
   if (opt_.backend != "cpu")
     mil_ = std::make_unique<MilPrefill>(*this, opt_.backend, opt_.device, opt_.ane_weights, opt_.quiet);
 }
@@ -527,6 +528,9 @@ void Engine::attention(int64_t l, const models::AttnDesc& a, const StepNormSpans
     gemm(pool_, L.wk, opt_ptr(L.bk), xb_.data(), n, k_.data());
     gemm(pool_, L.wv, opt_ptr(L.bv), xb_.data(), n, v_.data());
   }
+  lora_apply(l, LoraSite::kQ, xb_.data(), n, qp);
+  lora_apply(l, LoraSite::kK, xb_.data(), n, k_.data());
+  lora_apply(l, LoraSite::kV, xb_.data(), n, v_.data());
   const int64_t hd = a.head_dim;
   if (a.output_gate)
     for (int64_t r = 0; r < n * a.n_heads; ++r)
@@ -561,6 +565,7 @@ void Engine::attention(int64_t l, const models::AttnDesc& a, const StepNormSpans
       }
     });
   project(L.wo, opt_ptr(L.bo), att_.data(), n, xb_.data());
+  lora_apply(l, LoraSite::kO, att_.data(), n, xb_.data());
 }
 
 // y [n, w.rows] = x [n, w.cols] W^T (+ bias): the GEMM, or in a batched decode step the GEMV of each row.
@@ -572,7 +577,7 @@ void Engine::project(const Mat& w, const float* bias, const float* x, int64_t n,
 }
 
 // The feed-forward network f on the branch xb_ [n, dim], back into xb_.
-void Engine::ffn(const models::FfnDesc& f, const LayerWeights& L, int64_t n) {
+void Engine::ffn(int64_t l, const models::FfnDesc& f, const LayerWeights& L, int64_t n) {
   const int64_t H = f.hidden;
   auto gate_up = [&] {  // h1 = w_in·x, h3 = w_up·x
     if (n == 1 || !batch_pos_.empty())
@@ -581,6 +586,8 @@ void Engine::ffn(const models::FfnDesc& f, const LayerWeights& L, int64_t n) {
       gemm(pool_, L.w1, opt_ptr(L.b1), xb_.data(), n, h1_.data());
       gemm(pool_, L.w3, nullptr, xb_.data(), n, h3_.data());
     }
+    lora_apply(l, LoraSite::kIn, xb_.data(), n, h1_.data());
+    lora_apply(l, LoraSite::kUp, xb_.data(), n, h3_.data());
   };
   switch (f.activation) {
     case models::Activation::kSilu:  // SwiGLU: silu(h1) * h3
@@ -596,10 +603,12 @@ void Engine::ffn(const models::FfnDesc& f, const LayerWeights& L, int64_t n) {
       break;
     case models::Activation::kGeluTanh:  // GPT-2 MLP: gelu_tanh(h1)
       project(L.w1, opt_ptr(L.b1), xb_.data(), n, h1_.data());
+      lora_apply(l, LoraSite::kIn, xb_.data(), n, h1_.data());
       elementwise(n * H, [&](int64_t b, int64_t e) { gelu_tanh_inplace(h1_.data() + b, e - b); });
       break;
   }
   project(L.w2, opt_ptr(L.b2), h1_.data(), n, xb_.data());
+  lora_apply(l, LoraSite::kOut, h1_.data(), n, xb_.data());
 }
 
 // One residual step of layer l on x_ [n, dim]: branch = pre_norm(x); branch = op(branch);
@@ -619,7 +628,7 @@ void Engine::run_step(int64_t l, size_t i, int64_t pos, int64_t n) {
       attention(l, s.attn, w, pos, n);
       break;
     case models::StepKind::kFfn:
-      ffn(s.ffn, L, n);
+      ffn(l, s.ffn, L, n);
       break;
     case models::StepKind::kLinearAttention:
       linear_attention(l, s.deltanet, n);
@@ -676,7 +685,7 @@ const float* Engine::prefill(std::span<const int32_t> tokens, int64_t pos, std::
   if (all_logits) all_logits->clear();
   const auto t0 = std::chrono::steady_clock::now();
   stats_ = PrefillStats{"cpu", 0, 0, 0};
-  if (mil_ && mil_->run(tokens, pos, all_logits, stats_)) return logits_.data();
+  if (mil_ && !lora_on(slot_) && mil_->run(tokens, pos, all_logits, stats_)) return logits_.data();
   for (int64_t b = 0; b < n; b += chunk_) {
     const int64_t m = std::min(chunk_, n - b);
     forward_cpu(tokens.subspan(static_cast<size_t>(b), static_cast<size_t>(m)), pos + b, all_logits);

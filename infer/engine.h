@@ -38,6 +38,7 @@
 #include "infer/engine_options.h"
 #include "infer/prefill_mil.h"
 #include "models/formats/model.h"
+#include "models/io/adapter.h"
 
 namespace anelab::infer {
 
@@ -102,6 +103,21 @@ class Engine final : public PrefillHost {
   // verification pass of speculative decoding (infer/generate.h draft_max).
   const float* decode_run(std::span<const int32_t> tokens, int64_t pos);
   int64_t max_batch_rows() const { return rows_; }  // the most rows of one decode_batch / decode_run
+  // Runtime LoRA adapters (models/io/adapter.h), applied next to the base products and never merged into the
+  // weights: an adapted projection W [out, in] (wq wk wv wo of an attention step, w_in w_up w_out of an FFN step)
+  // gives, for a row x of slot s, y = W x (+ bias) + sum_j c_sj * (alpha_j / r_j) * B_j (A_j x) in fp32, c_sj being
+  // slot s's scale of adapter j (lora_scales; 0 until set). The slots of one decode_batch may so use different
+  // adapters and scales, each row as its slot alone; a slot whose scales are all 0 computes the base's bits. The MIL
+  // prefill runs only for a slot whose scales are all 0 (its kernels hold the base alone); others prefill on the CPU.
+  // add_lora returns the adapter's id (0, 1, ... in order); every tensor of it must be a projection the engine
+  // computes, of its shape, else "[infer] ..." naming the tensor.
+  int64_t add_lora(models::LoraAdapter a);
+  int64_t lora_count() const { return static_cast<int64_t>(loras_.size()); }
+  const models::LoraAdapter& lora(int64_t id) const { return loras_.at(static_cast<size_t>(id)); }
+  // Slot s's scale of each adapter, [lora_count()] (refused, naming the value, when the count differs or a scale is
+  // not finite). Only between forwards that involve the slot (the server sets it before its slot joins the batch).
+  void set_lora_scales(int64_t slot, std::span<const float> scales);
+  std::span<const float> lora_scales(int64_t slot) const;
   const PrefillStats& last_prefill() const { return stats_; }
   // Bytes of weight matrices the engine reads per token (for bandwidth figures).
   int64_t weight_bytes() const { return weight_bytes_; }
@@ -163,7 +179,13 @@ class Engine final : public PrefillHost {
   };
   void run_step(int64_t l, size_t step, int64_t pos, int64_t n);  // desc_.layers[l].steps[step]
   void attention(int64_t l, const models::AttnDesc& a, const StepNormSpans& w, int64_t pos, int64_t n);
-  void ffn(const models::FfnDesc& f, const LayerWeights& L, int64_t n);
+  void ffn(int64_t l, const models::FfnDesc& f, const LayerWeights& L, int64_t n);
+  // The adapted projections, by site (LoRA on wq wk wv wo, w_in w_up w_out).
+  enum class LoraSite { kQ, kK, kV, kO, kIn, kUp, kOut };
+  static constexpr int64_t kLoraSites = 7;
+  // y [n, out] += each row's adapters' products on x [n, in] (rows of stride in / out) at site of layer l.
+  void lora_apply(int64_t l, LoraSite site, const float* x, int64_t n, float* y);
+  bool lora_on(int64_t slot) const;  // any nonzero scale
   void project(const Mat& w, const float* bias, const float* x, int64_t n, float* y);
   // A Gated DeltaNet layer's weights (the CPU engine's own: the MIL kernels have no such layer).
   struct DeltaWeights {
@@ -224,6 +246,12 @@ class Engine final : public PrefillHost {
   Scratch<float> lqkv_, lmix_, lq_, lk_, lv_, lz_;  // [chunk, C] x2, [chunk, Q] x2, [chunk, V] x2
   Scratch<float> lb_, la_, lo_;                     // [chunk, Hv] beta, [chunk, Hv] g, [chunk, V] output
   std::unique_ptr<DeltaRuleChunked> chunked_;       // the prefill's chunked delta rule and its scratch
+  // Runtime LoRA (add_lora): the adapters, and for each (adapter, layer, site) its pair or null.
+  std::deque<models::LoraAdapter> loras_;
+  std::vector<const models::LoraPair*> lora_pair_;  // [adapters, n_layers, kLoraSites]
+  std::vector<std::vector<float>> lora_scale_;      // [slots][adapters]
+  Scratch<float> lora_t_;                           // [rows_, lora_rank_max_]: A x of each row
+  int64_t lora_rank_max_ = 0;
   int64_t state_pos_ = 0;
   PrefillStats stats_;
   std::unique_ptr<MilPrefill> mil_;

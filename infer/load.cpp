@@ -73,9 +73,14 @@ LoadedModel load_model(const LoadOptions& o, TokenizerUse use) {
   }
   if (o.lora_scale.size() > o.lora.size())
     fail(o.component.c_str(), "--lora-scale given ", o.lora_scale.size(), " times for ", o.lora.size(), " --lora");
-  for (size_t i = 0; i < o.lora.size(); ++i)  // merged in the order given (the sum does not depend on it but rounding)
-    models::merge_lora(l.model, models::read_lora_adapter(o.lora[i], l.model.config),
-                       i < o.lora_scale.size() ? o.lora_scale[i] : 1.0f);
+  for (size_t i = 0; i < o.lora.size();
+       ++i) {  // merged in the order given (the sum does not depend on it but rounding)
+    models::LoraAdapter a = models::read_lora_adapter(o.lora[i], l.model.config);
+    if (o.lora_runtime)
+      l.adapters.push_back(std::move(a));
+    else
+      models::merge_lora(l.model, a, i < o.lora_scale.size() ? o.lora_scale[i] : 1.0f);
+  }
   if (l.model.source_format == "checkpoint") {
     l.weights_memory = "fp32 matrices converted from the training checkpoint";
   } else if (access == FileAccess::kRead) {

@@ -32,6 +32,9 @@ struct LoadOptions {
   // W + lora_scale[i] * alpha/r * B·A in fp32; the adapted matrices stay fp32 (the others as stored).
   std::vector<std::string> lora;
   std::vector<float> lora_scale;  // per adapter (missing: 1)
+  // Read the adapters into LoadedModel::adapters instead of merging them (the server's runtime adapters:
+  // Engine::add_lora); the weights stay the base's.
+  bool lora_runtime = false;
 };
 
 struct LoadedModel {
@@ -41,6 +44,7 @@ struct LoadedModel {
   tok::ChatTemplate chat = tok::ChatTemplate::kNone;
   EngineOptions engine;        // for Engine(std::move(model), engine)
   std::string weights_memory;  // how the file came in: "mmap" or "read, THP madvise: 506 MiB in huge pages"
+  std::vector<models::LoraAdapter> adapters;  // LoadOptions::lora, read, when lora_runtime (in --lora order)
 };
 
 // --mmap: "on" maps the model file (pages shared with the page cache, brought in on first touch), "off" reads

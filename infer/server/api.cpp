@@ -287,7 +287,8 @@ const std::set<std::string, std::less<>>& known_fields(Endpoint ep) {
                                                             "frequency_penalty",
                                                             "logit_bias",
                                                             "logprobs",
-                                                            "cache_prompt"};
+                                                            "cache_prompt",
+                                                            "lora"};
   static const std::set<std::string, std::less<>> comp = [] {
     auto s = common;
     s.insert({"prompt", "system", "echo", "suffix", "best_of", "response_format", "json_schema", "grammar"});
@@ -478,6 +479,10 @@ std::optional<ApiError> parse_object(Endpoint ep, const json& o, const Limits& l
     return e;
   if (auto e = parse_logprobs(o, ep, r)) return e;
   if (auto e = get_bool(o, "cache_prompt", r.cache_prompt)) return e;
+  if (auto it = o.find("lora"); it != o.end() && !it->is_null()) {
+    r.lora.emplace();
+    if (auto e = parse_lora_list(*it, "lora", *r.lora)) return e;
+  }
   if (auto e = get_number(o, "frequency_penalty", -2.0, 2.0, r.frequency_penalty)) return e;
   if (auto e = get_number(o, "presence_penalty", -2.0, 2.0, r.presence_penalty)) return e;
   if (auto e = parse_seed(o, r)) return e;
@@ -544,7 +549,7 @@ std::optional<ApiError> llama_to_openai(const json& o, const Limits& lim, json& 
   c = json::object();
   for (const char* f :
        {"prompt", "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "stop", "stream", "grammar",
-        "json_schema", "response_format", "frequency_penalty", "presence_penalty", "cache_prompt"})
+        "json_schema", "response_format", "frequency_penalty", "presence_penalty", "cache_prompt", "lora"})
     if (o.contains(f)) c[f] = o[f];
   if (o.contains("seed") && !(o["seed"].is_number_integer() && o["seed"].get<int64_t>() == -1)) c["seed"] = o["seed"];
   if (auto it = o.find("n_predict"); it != o.end() && !it->is_null()) {
@@ -570,6 +575,41 @@ std::optional<ApiError> llama_to_openai(const json& o, const Limits& lim, json& 
   if (auto it = o.find("ignore_eos"); it != o.end() && it->is_boolean() && it->get<bool>())
     return bad("'ignore_eos' is not supported by this server", "ignore_eos", "unsupported_parameter");
   return std::nullopt;
+}
+
+std::optional<ApiError> parse_lora_list(const json& v, const std::string& field, std::vector<LoraScale>& out) {
+  const std::string name = field.empty() ? "the body" : "'" + field + "'";
+  if (!v.is_array())
+    return bad(name + " must be an array of {\"id\": integer, \"scale\": number} (got " + type_name(v) + ")", field);
+  out.clear();
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string p = field + "[" + std::to_string(i) + "]";
+    const json& x = v[i];
+    if (!x.is_object()) return bad(p + " must be an object {\"id\": integer, \"scale\": number}", p);
+    for (auto it = x.begin(); it != x.end(); ++it)
+      if (it.key() != "id" && it.key() != "scale")
+        return bad("unrecognized field " + p + "." + it.key(), p + "." + it.key());
+    const auto id = x.find("id");
+    if (id == x.end() || !id->is_number_integer() || (!id->is_number_unsigned() && id->get<int64_t>() < 0))
+      return bad(p + ".id must be an integer >= 0 (an id of GET /lora-adapters)", p + ".id");
+    const auto sc = x.find("scale");
+    if (sc == x.end() || !sc->is_number() || !std::isfinite(static_cast<float>(sc->get<double>())))
+      return bad(p + ".scale must be a finite number (an fp32 value)", p + ".scale");
+    out.push_back({id->get<int64_t>(), sc->get<double>()});
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_lora_adapters(std::string_view body, const Limits& lim, std::vector<LoraScale>& out) {
+  if (json_depth(body, lim.max_json_depth) > lim.max_json_depth || json_elements(body, 4096) > 4096)
+    return bad("the body is too large for a list of LoRA scales");
+  json o;
+  try {
+    o = json::parse(body.begin(), body.end());
+  } catch (const json::exception& e) {
+    return bad(std::string("malformed JSON body: ") + e.what(), "", "invalid_json");
+  }
+  return parse_lora_list(o, "", out);
 }
 
 std::optional<ApiError> parse_request(Endpoint ep, std::string_view body, const Limits& lim, CompletionRequest& out) {

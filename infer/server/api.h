@@ -68,6 +68,13 @@ struct Message {
   std::vector<ToolCallText> tool_calls;  // assistant messages that called tools
 };
 
+// One entry of llama.cpp's LoRA lists: the per-request `lora` field and the POST /lora-adapters body,
+// [{"id": i, "scale": s}] (i an adapter of GET /lora-adapters; an adapter not listed gets scale 0).
+struct LoraScale {
+  int64_t id = 0;
+  double scale = 0;
+};
+
 struct CompletionRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;                // as sent (any value accepted)
@@ -90,6 +97,8 @@ struct CompletionRequest {
   bool cache_prompt = true;  // reuse the worker's KV cache for the longest common prefix (llama.cpp's field)
   // Chat tools (tool_choice "auto"; "none" clears them): each definition as the templates' tojson prints it.
   std::vector<std::string> tools;
+  // llama.cpp's per-request adapters (every endpoint); absent: the server's global scales (POST /lora-adapters).
+  std::optional<std::vector<LoraScale>> lora;
 };
 
 // Python's json.dumps(ensure_ascii=False) form, the chat templates' `tojson`: ", " and ": " separators, keys in
@@ -147,6 +156,12 @@ nlohmann::json llama_completion_json(const ResponseMeta& m, const std::string& t
                                      const Usage& u);
 std::string llama_sse_delta(std::string_view text);
 std::string llama_sse_final(const ResponseMeta& m, const std::string& stop_reason, const Usage& u);
+
+// A LoRA list (`field` is "lora" in a request, "" for the POST /lora-adapters body): an array of {"id": integer >= 0,
+// "scale": finite number}; a bad entry is a 400 naming it (lora[1].scale). Ids are checked against the adapters by
+// the generator.
+std::optional<ApiError> parse_lora_list(const nlohmann::json& v, const std::string& field, std::vector<LoraScale>& out);
+std::optional<ApiError> parse_lora_adapters(std::string_view body, const Limits& lim, std::vector<LoraScale>& out);
 
 // llama.cpp's /tokenize {content, add_special (false), with_pieces (false)} and /detokenize {tokens}.
 struct TokenizeRequest {

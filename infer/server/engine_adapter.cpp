@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <mutex>
 #include <random>
 
 #include "framework/core/error.h"
@@ -53,6 +54,15 @@ ApiError bad_request(std::string msg, std::string param, std::string code) {
   return ApiError{400, std::move(msg), "invalid_request_error", std::move(param), std::move(code)};
 }
 
+// The 400 of a LoRA list entry (`field` "lora[i]" or "[i]") whose id is not one of the `count` adapters.
+ApiError lora_id_error(const std::string& field, int64_t id, size_t count) {
+  return bad_request(field + ".id " + std::to_string(id) + " is not an adapter (" +
+                         (count == 0 ? std::string("the server has none: --lora FILE loads one")
+                                     : "ids 0.." + std::to_string(count - 1)) +
+                         ")",
+                     field + ".id", "");
+}
+
 uint64_t random_seed() {
   static std::mutex mu;
   static std::mt19937_64 rng(std::random_device{}());
@@ -77,12 +87,17 @@ struct ModelPool::Impl {
   // The prompt cache: per worker, the tokens whose K/V its engine holds at positions 0.. (touched only by that
   // worker's thread).
   std::vector<std::vector<int32_t>> cached;
+  std::vector<std::vector<float>> cached_lora;  // [workers]: the LoRA scales the held K/V were computed with
+  // The runtime adapters (LoadOptions::lora, in order) and their global scales (POST /lora-adapters).
+  mutable std::mutex lora_mu;
+  std::vector<float> lora_global;  // [adapters], under lora_mu
 
   // An engine with `slots` slots (1 for a model with a recurrent state); the tokenizer is loaded with the first.
   std::unique_ptr<infer::Engine> make_engine(int64_t slots) {
     infer::LoadOptions lo = opt.load;
     lo.quiet = true;
     lo.component = "serve";
+    lo.lora_runtime = true;
     infer::LoadedModel l = infer::load_model(lo, tk ? infer::TokenizerUse::kNone : infer::TokenizerUse::kRequired);
     l.engine.slots = infer::has_recurrent_state(l.model.config) ? 1 : slots;
     if (!tk) {
@@ -91,7 +106,9 @@ struct ModelPool::Impl {
     }
     arch = l.model.config.arch;
     source_format = l.model.source_format;
-    return std::make_unique<infer::Engine>(std::move(l.model), l.engine);
+    auto e = std::make_unique<infer::Engine>(std::move(l.model), l.engine);
+    for (models::LoraAdapter& a : l.adapters) e->add_lora(std::move(a));
+    return e;
   }
 
   // Compiles the prefill kernels of every bucket up to warmup_tokens (MIL backends compile on first use).
@@ -155,6 +172,9 @@ ModelPool::ModelPool(const ModelOptions& o, size_t workers) : impl_(std::make_un
   }
   load_ms_ = ms_since(t0);
   impl_->cached.resize(n);
+  impl_->cached_lora.resize(n);
+  for (size_t i = 0; i < o.load.lora.size(); ++i)
+    impl_->lora_global.push_back(i < o.load.lora_scale.size() ? o.load.lora_scale[i] : 1.0f);
   impl_->chat_stops = tok::chat_stop_ids(impl_->chat, *impl_->tk);
   impl_->pieces = std::make_shared<const grammar::TokenPieces>(*impl_->tk, impl_->engines.front()->config().vocab_size);
   t0 = Clock::now();
@@ -235,6 +255,44 @@ std::optional<ApiError> ModelPool::prepare(const CompletionRequest& r, GenParams
   out.logprobs = static_cast<int32_t>(r.logprobs);
   out.cache_prompt = r.cache_prompt;
   out.stream = r.stream;
+  {
+    std::lock_guard<std::mutex> lk(m.lora_mu);
+    out.lora = m.lora_global;
+  }
+  if (r.lora) {  // llama.cpp: the listed adapters at their scales, every other one at 0
+    std::fill(out.lora.begin(), out.lora.end(), 0.0f);
+    for (size_t i = 0; i < r.lora->size(); ++i) {
+      const LoraScale& x = (*r.lora)[i];
+      if (x.id >= static_cast<int64_t>(out.lora.size()))
+        return lora_id_error("lora[" + std::to_string(i) + "]", x.id, out.lora.size());
+      out.lora[static_cast<size_t>(x.id)] = static_cast<float>(x.scale);
+    }
+  }
+  return std::nullopt;
+}
+
+nlohmann::json ModelPool::lora_adapters() const {
+  std::lock_guard<std::mutex> lk(impl_->lora_mu);
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t i = 0; i < impl_->lora_global.size(); ++i)
+    out.push_back({{"id", i}, {"path", impl_->opt.load.lora[i]}, {"scale", impl_->lora_global[i]}});
+  return out;
+}
+
+std::optional<ApiError> Generator::set_lora(const std::vector<LoraScale>& scales) {
+  if (scales.empty()) return std::nullopt;
+  return lora_id_error("[0]", scales[0].id, 0);
+}
+
+std::optional<ApiError> ModelPool::set_lora(const std::vector<LoraScale>& scales) {
+  std::lock_guard<std::mutex> lk(impl_->lora_mu);
+  std::vector<float> g(impl_->lora_global.size(), 0.0f);
+  for (size_t i = 0; i < scales.size(); ++i) {
+    if (scales[i].id >= static_cast<int64_t>(g.size()))
+      return lora_id_error("[" + std::to_string(i) + "]", scales[i].id, g.size());
+    g[static_cast<size_t>(scales[i].id)] = static_cast<float>(scales[i].scale);
+  }
+  impl_->lora_global = std::move(g);
   return std::nullopt;
 }
 
@@ -286,12 +344,15 @@ GenOutcome ModelPool::run(size_t w, Job& job) {
   // The prompt cache: the longest common prefix with what this worker's engine holds is not prefilled again (at
   // least the last prompt token is, for its logits).
   std::vector<int32_t>& held = impl_->cached[w];
+  std::vector<float>& held_lora = impl_->cached_lora[w];
   size_t reuse = 0;
-  if (p.cache_prompt)
+  if (p.cache_prompt && held_lora == p.lora)  // K/V computed with other adapters are not this request's
     while (reuse < held.size() && reuse + 1 < p.prompt.size() && held[reuse] == p.prompt[reuse]) ++reuse;
   reuse = static_cast<size_t>(infer::reusable_prefix(e, static_cast<int64_t>(reuse)));
   held.clear();  // until this generation has finished, the engine's K/V are in flux
   out.usage.cached_tokens = static_cast<int64_t>(reuse);
+  e.set_lora_scales(impl_->batcher ? static_cast<int64_t>(w) : 0, p.lora);  // before the slot joins the steps
+  held_lora = p.lora;
   std::optional<infer::Batcher::Active> active;  // this worker's slot takes part in the steps while it generates
   std::optional<CancellableForward> forward;
   if (impl_->batcher) {

@@ -6,6 +6,9 @@
 // workers' decode steps run together, prompts are prefilled in chunks between them); the tokenizer is shared (it is
 // thread-safe). Memory: the weights once, the KV cache N times. A model with linear-attention layers (one recurrent
 // state per engine) gets N engines instead, one per worker, each with its weights and KV cache.
+// LoRA adapters (--lora) are runtime products of the engines (Engine::add_lora), not merged: each request runs with
+// its own scales (its `lora` field, else the global ones of POST /lora-adapters) on its slot, so requests with
+// different adapters share a batch; a worker's prompt cache is reused only by a request with the same scales.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -40,6 +43,11 @@ class Generator {
   virtual std::optional<ApiError> tokenize(const std::string& text, bool add_special, std::vector<int32_t>& ids,
                                            std::vector<std::string>* pieces) const;
   virtual std::optional<ApiError> detokenize(const std::vector<int64_t>& ids, std::string& text) const;
+  // llama.cpp's /lora-adapters: the adapters loaded with --lora, [{"id", "path", "scale"}] with their global scales
+  // (what a request without a `lora` field uses: --lora-scale, default 1); set_lora sets the global scales from
+  // [{id, scale}], an adapter not listed getting 0 (an id that is not an adapter: 400 naming the entry).
+  virtual nlohmann::json lora_adapters() const { return nlohmann::json::array(); }
+  virtual std::optional<ApiError> set_lora(const std::vector<LoraScale>& scales);
 };
 
 struct ModelOptions {
@@ -66,6 +74,8 @@ class ModelPool final : public Generator {
   std::optional<ApiError> tokenize(const std::string& text, bool add_special, std::vector<int32_t>& ids,
                                    std::vector<std::string>* pieces) const override;
   std::optional<ApiError> detokenize(const std::vector<int64_t>& ids, std::string& text) const override;
+  nlohmann::json lora_adapters() const override;
+  std::optional<ApiError> set_lora(const std::vector<LoraScale>& scales) override;
   double load_ms() const { return load_ms_; }
   double warmup_ms() const { return warmup_ms_; }
 

@@ -214,6 +214,14 @@ void HttpServer::route(const HttpRequest& q, HttpResponse& r) {
     if (q.method != "POST") return not_allowed(q, r, "POST");
     return p == "/tokenize" ? handle_tokenize(q, r) : handle_detokenize(q, r);
   }
+  if (p == "/lora-adapters") {  // llama.cpp's: GET the adapters, POST [{id, scale}] their global scales
+    if (get) return r.set_content(dump(gen_.lora_adapters()), kJson);
+    if (q.method != "POST") return not_allowed(q, r, "GET, HEAD, POST");
+    std::vector<LoraScale> scales;
+    if (auto e = parse_lora_adapters(q.body, opt_.limits, scales)) return send_error(r, *e);
+    if (auto e = gen_.set_lora(scales)) return send_error(r, *e);
+    return r.set_content(dump(nlohmann::json{{"success", true}}), kJson);
+  }
   if (p == "/props" || p == "/slots") {
     if (!get) return not_allowed(q, r, "GET, HEAD");
     return p == "/props" ? props(r) : slots(r);

@@ -50,6 +50,7 @@ struct GenParams {
   int32_t logprobs = -1;     // CompletionRequest::logprobs
   bool cache_prompt = true;  // CompletionRequest::cache_prompt
   bool stream = false;       // CompletionRequest::stream: logprob entries go to the job as they come
+  std::vector<float> lora;   // the scale of each runtime LoRA adapter ([adapters]: the request's, else the global ones)
 };
 
 struct GenOutcome {
