@@ -25,7 +25,7 @@ using nlohmann::json;
 
 struct EstimateOptions {
   std::string preset, model, program, device = "m4", strategy = "dynamic", calibrate;
-  std::string save;         // --calibrate: write the refit chip here (anelab.chip/1)
+  std::string save;         // --calibrate: write the refit chip here (anelab.chip/2)
   std::string device_file;  // a chip file written by --save, instead of a built-in --device
   bool device_given = false;
   int64_t seq = 256;      // training tokens per sequence (maderix's SEQ)
