@@ -79,7 +79,7 @@ TEST(EstimateCalibrate, RefitsWhatTheProbeMeasures) {
   EXPECT_EQ(c.after.s_half, c.before.s_half);
   std::string nf;
   for (const auto& [p, why] : c.not_fitted) nf += p + ";";
-  EXPECT_EQ(nf, "s_half;host_gflops;host_gemm_units;host_gbps;");
+  EXPECT_EQ(nf, "s_half;host_gflops;host_gemm_units;host_gbps;staging_gbps;");
   // --device picks another chip to refit
   EXPECT_EQ(calibrate(estimate_cli_probe().dump(), "probe.json", "m5").after.name, "m5");
 }
@@ -93,7 +93,8 @@ TEST(EstimateCalibrate, ReportWithoutAneTimings) {
   std::string nf;
   for (const auto& [p, why] : c.not_fitted) nf += p + ";";
   EXPECT_EQ(nf,
-            "peak_fp16_tflops;int8_speedup;compile_ms;sram_mb;dram_gbps;s_half;host_gflops;host_gemm_units;host_gbps;");
+            "peak_fp16_tflops;int8_speedup;compile_ms;sram_mb;dram_gbps;s_half;host_gflops;host_gemm_units;host_gbps;"
+            "staging_gbps;");
 }
 
 TEST(EstimateCalibrate, BadReports) {
