@@ -25,7 +25,7 @@ using nlohmann::json;
 
 struct EstimateOptions {
   std::string preset, model, program, device = "m4", strategy = "dynamic", calibrate;
-  std::string save;         // --calibrate: write the refit chip here (anelab.chip/1)
+  std::string save;         // --calibrate: write the refit chip here (anelab.chip/2)
   std::string device_file;  // a chip file written by --save, instead of a built-in --device
   bool device_given = false;
   int64_t seq = 256;      // training tokens per sequence (maderix's SEQ)
@@ -125,7 +125,8 @@ void run_train(const EstimateOptions& o) {
               static_cast<long long>(m.n_layers), chip.description.c_str());
   for (const auto* k : by_cost) print_program_row(k->name, k->cost, k->calls);
   std::printf(
-      "  ANE %.1f ms + staging %.1f ms + host %.1f ms (classifier %.1f, dW %.1f of which %.1f exposed, Adam %.1f)"
+      "  ANE %.1f ms + staging %.1f ms + host %.1f ms (classifier %.1f, worker dW + dE %.1f of which %.1f exposed, "
+      "Adam %.1f)"
       " = %.1f ms/step",
       s.ane_ms, s.staging_ms, s.host_ms(), s.cls_ms, s.dw_ms, s.dw_exposed_ms, s.adam_ms, s.ms_per_step());
   if (strat == kern::Strategy::kStatic)

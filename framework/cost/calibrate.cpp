@@ -116,7 +116,9 @@ Calibration calibrate(const std::string& text, const std::string& src, const std
   }
   skip("s_half", "the probe times one spatial extent (S=256): the efficiency curve needs two");
   skip("host_gflops", "the probe times no host GEMM (dW, classifier): fit it from a `train` run's timings");
-  skip("host_gbps", "the probe times no IOSurface staging");
+  skip("host_gemm_units", "the chip's CPU clusters, not a timing: kept from the built-in chip");
+  skip("host_gbps", "the probe times no host memory stream (Adam's)");
+  skip("staging_gbps", "the probe times no IOSurface staging");
   return cal;
 }
 

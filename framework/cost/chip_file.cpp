@@ -1,4 +1,4 @@
-// Chip parameter files (schema anelab.chip/1): what `anelab estimate --calibrate probe.json --save chip.json` writes
+// Chip parameter files (schema anelab.chip/2): what `anelab estimate --calibrate probe.json --save chip.json` writes
 // and `--device-file chip.json` reads back. One JSON object: schema, name, family, description and every number of
 // Chip (cost.h), each a positive number. Unknown keys are refused, so a misspelt field does not fall back silently.
 #include <cmath>
@@ -14,7 +14,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kChipSchema = "anelab.chip/1";
+constexpr const char* kChipSchema = "anelab.chip/2";
 
 // Every number of Chip with its JSON key, in the order the file lists them.
 struct ChipField {
@@ -30,6 +30,7 @@ constexpr ChipField kChipFields[] = {
     {"dispatch_us", &Chip::dispatch_us},
     {"compile_ms", &Chip::compile_ms},
     {"host_gflops", &Chip::host_gflops},
+    {"host_gemm_units", &Chip::host_gemm_units},
     {"host_gbps", &Chip::host_gbps},
     {"staging_gbps", &Chip::staging_gbps},
 };
@@ -74,6 +75,9 @@ Chip chip_from_json(const std::string& text, const std::string& src) {
                  ", expected a positive number");
     c.*f.field = j[f.key].get<double>();
   }
+  ANELAB_CHECK(c.host_gemm_units == 1 || c.host_gemm_units == 2, "cost", src, ": field 'host_gemm_units' is ",
+               j["host_gemm_units"].dump(),
+               ", expected 1 or 2 (the matrix units the trainer's two GEMM threads reach)");
   for (const auto& [k, v] : j.items()) {
     bool known = k == "schema" || k == "name" || k == "family" || k == "description";
     for (const ChipField& f : kChipFields) known = known || k == f.key;

@@ -21,31 +21,34 @@ double spatial_eff(double s, double s_half) { return s / (s + s_half); }
 // peak such that a program at spatial extent s measures `tflops`.
 double peak_from(double tflops, double s) { return tflops / spatial_eff(s, kSHalf); }
 
+// IOSurface staging is one host thread's work (fp16 conversion, packing) at the M4's P-core clock, fitted on
+// maderix/ANE commit cb474e1's M4 dynamic timing line: io_fwd 12 + io_bwd 15 ms for what anelab's Stories110M dynamic
+// kernels stage (~670 MB per step). Other chips scale it by their fastest cores' clock.
+constexpr double kM4CoreGhz = 4.4;
+constexpr double kM4StagingGbps = 25;
+
 Chip family_chip(const std::string& fam) {
   Chip c;
   c.family = fam;
   c.name = fam;
   c.s_half = kSHalf;
-  // fitted: maderix/ANE commit cb474e1's M4 dynamic timing lines, io_fwd 12 + io_bwd 15 ms for what anelab's
-  // Stories110M dynamic kernels stage (~670 MB per step); assumed the same on every chip (no other figure)
-  c.staging_gbps = 25;
   if (fam == "m1") {
     c.peak_fp16_tflops = peak_from(5.40, 64);  // fitted: M1 inmem_peak 5.40 TFLOPS (dev-erik/ANE bec6651)
     c.dram_gbps = 110 * 68.0 / 120;            // assumed: M4's scaled by the memory (68 vs 120 GB/s)
     c.sram_mb = 16;                            // dev-erik/ANE internals table: A14/M1 ~16 MB (not measured)
-    c.host_gflops = 386;  // per P-cluster; fitted: M1 (Air) static Stories110M 228.5 ms/step (dev-erik/ANE bec6651)
+    c.host_gflops = 395;  // one unit; fitted: M1 (Air) static Stories110M 228.5 ms/step (dev-erik/ANE bec6651)
     c.host_gbps = 60;
   } else if (fam == "m2") {
     c.peak_fp16_tflops = peak_from(5.40, 64) * 15.8 / 11.0;  // assumed: Apple's rated 15.8 vs 11 TOPS
     c.dram_gbps = 110 * 100.0 / 120;                         // assumed: M4's scaled by the memory (100 vs 120 GB/s)
     c.sram_mb = 24;                                          // dev-erik/ANE internals table: M2 ~24 MB (not measured)
-    c.host_gflops = 386 * 1.2;                               // assumed: M1 + 20 %
+    c.host_gflops = 395 * 1.2;                               // assumed: M1 + 20 %
     c.host_gbps = 70;
   } else if (fam == "m3") {
     c.peak_fp16_tflops = peak_from(16.77, 2048);  // fitted: M3 Pro 16.77 TFLOPS at S = 2048 (maderix report)
     c.dram_gbps = 110 * 100.0 / 120;              // assumed: M4's scaled by the memory (100 vs 120 GB/s)
     c.sram_mb = 32;
-    c.host_gflops = 386 * 1.4;  // assumed: M1 + 40 %
+    c.host_gflops = 395 * 1.4;  // assumed: M1 + 40 %
     c.host_gbps = 80;
   } else if (fam == "m4") {
     // fitted: 18.6 TFLOPS for 128 convs of 512 ch over 64x64 (maderix/ANE README, ane_int8_bench.m), W8A8 35.1 TOPS
@@ -56,7 +59,7 @@ Chip family_chip(const std::string& fam) {
     // through CoreML on an M4 mini: the private path reaches more.
     c.dram_gbps = 110;
     c.sram_mb = 32;  // thebasedcapital/ane-infer, m0at/ANEtransformers: ~32 MB, spilling to DRAM beyond
-    // per P-cluster; fitted: Stories110M dynamic 91 ms/step on M4 (maderix/ANE README), its classifier over the
+    // one unit; fitted: Stories110M dynamic 91 ms/step on M4 (maderix/ANE README), its classifier over the
     // 9.2K compacted vocabulary (training/README.md)
     c.host_gflops = 890;
     c.host_gbps = 100;
@@ -66,8 +69,9 @@ Chip family_chip(const std::string& fam) {
     // fitted: ane-infer's fused FFN (fp32 surfaces, 2048 -> 6144 -> 2048, S = 64) at 3.6 TFLOPS on M5
     c.dram_gbps = 60.2;
     c.sram_mb = 32;  // m0at/ANEtransformers (M5): perf cliff at a 32 MB working set
-    // per P-cluster; fitted: M5 Max Stories110M dynamic 73.5 ms/step (maderix/ANE PR #50), classifier compacted
-    c.host_gflops = 616;
+    // one unit; fitted: M5 Max Stories110M dynamic 73.5 ms/step (maderix/ANE PR #50) on two units, classifier
+    // compacted
+    c.host_gflops = 1040;
     c.host_gbps = 120;
   } else {
     fail("cost", "no parameters for chip family '", fam, "'");
@@ -75,27 +79,39 @@ Chip family_chip(const std::string& fam) {
   return c;
 }
 
-// A variant: the family's ANE, its own CPU. The host GEMMs run on the matrix units (AMX / SME), one per P-core
-// cluster: the clusters multiply the host GEMM rate.
-Chip variant(const std::string& name, const std::string& fam, int p_clusters, const std::string& what) {
+// A chip: its family's ANE, its own CPU. `gemm_units`: the matrix units (AMX / SME, one per CPU cluster) the
+// trainer's host GEMMs reach. Both trainers (maderix/ANE train_large.m and training_dynamic/train.m, anelab's
+// train/kernel_engine.h) issue them from two threads: the main thread (the classifier's logits and dh) and one
+// serial worker queue (every dW and the classifier's dE). A thread's GEMM runs on its own cluster's unit, so a chip
+// with two or more clusters of large cores gives the two threads a unit each; a chip with one cluster makes them
+// share it. A second unit does not speed up either thread's own GEMMs. `core_ghz`: the clock of its fastest cores,
+// which sets staging (one thread).
+Chip variant(const std::string& name, const std::string& fam, int gemm_units, double core_ghz,
+             const std::string& what) {
   Chip c = family_chip(fam);
   c.name = name;
   c.description = what;
-  c.host_gflops *= p_clusters;
+  c.host_gemm_units = gemm_units;
+  c.staging_gbps = kM4StagingGbps * core_ghz / kM4CoreGhz;
   return c;
 }
 
+// Apple's published CPU configurations (apple.com/newsroom; the M5 family's naming: the former performance cores
+// are "super" cores, M5 Pro / Max add 12 new mid-size "performance" cores and no efficiency cores) and the fastest
+// cores' clocks (notebookcheck.net spec pages). maderix/ANE PR #50 calls the M5 Max "6P + 12E", macOS's two
+// performance levels: 6 super + 12 performance cores.
 std::vector<Chip> make_chips() {
-  return {variant("m1", "m1", 1, "Apple M1 (one P-cluster of 4)"),
-          variant("m1-pro", "m1", 2, "Apple M1 Pro (two P-clusters of 4)"),
-          variant("m2", "m2", 1, "Apple M2 (one P-cluster of 4)"),
-          variant("m3", "m3", 1, "Apple M3 (one P-cluster of 4)"),
-          variant("m3-pro", "m3", 1, "Apple M3 Pro (one P-cluster of 6)"),
-          variant("m4", "m4", 1, "Apple M4 (one P-cluster of 4)"),
-          variant("m4-pro", "m4", 2, "Apple M4 Pro (two P-clusters, 10 P-cores)"),
-          variant("m4-max", "m4", 2, "Apple M4 Max (two P-clusters, 12 P-cores)"),
-          variant("m5", "m5", 1, "Apple M5 (one P-cluster of 4)"),
-          variant("m5-max", "m5", 2, "Apple M5 Max (two P-clusters, assumed)")};
+  return {variant("m1", "m1", 1, 3.2, "Apple M1 (4 P + 4 E cores, one P-cluster)"),
+          variant("m1-pro", "m1", 2, 3.2, "Apple M1 Pro (8 P + 2 E cores, two P-clusters)"),
+          variant("m2", "m2", 1, 3.49, "Apple M2 (4 P + 4 E cores, one P-cluster)"),
+          variant("m3", "m3", 1, 4.05, "Apple M3 (4 P + 4 E cores, one P-cluster)"),
+          variant("m3-pro", "m3", 1, 4.05, "Apple M3 Pro (6 P + 6 E cores, one P-cluster)"),
+          variant("m4", "m4", 1, 4.4, "Apple M4 (4 P + 6 E cores, one P-cluster)"),
+          variant("m4-pro", "m4", 2, 4.51, "Apple M4 Pro (10 P + 4 E cores, two P-clusters)"),
+          variant("m4-max", "m4", 2, 4.51, "Apple M4 Max (12 P + 4 E cores, two P-clusters)"),
+          variant("m5", "m5", 1, 4.61, "Apple M5 (4 super + 6 efficiency cores, one super cluster)"),
+          variant("m5-max", "m5", 2, 4.61,
+                  "Apple M5 Max (6 super + 12 performance cores: clusters for both GEMM threads)")};
 }
 
 double bytes_of(const mil::TensorType& t) { return double(t.numel()) * double(mil::dtype_bytes(t.dtype)); }
@@ -306,13 +322,16 @@ StepCost train_step_cost(std::vector<KernelRow> kernels, const TrainShapeInfo& s
   sc.kernels = std::move(kernels);
   const double host = chip.host_gflops * 1e9, N = double(s.tokens);
   sc.staging_ms = staging_bytes / (chip.staging_gbps * 1e9) * 1e3;
-  // Classifier on the host: logits = h·Eᵀ, dh = dlogits·E, dE = dlogitsᵀ·h: three N x D x V GEMMs over the rows
-  // it computes (cls_vocab: the compacted vocabulary where the trainer compacts it).
+  // Classifier on the host: logits = h·Eᵀ, dh = dlogits·E on the main thread, dE = dlogitsᵀ·h on the worker: N x D
+  // x V GEMMs over the rows it computes (cls_vocab: the compacted vocabulary where the trainer compacts it).
   const double cls_rows = double(s.cls_vocab > 0 ? s.cls_vocab : s.vocab);
-  sc.cls_ms = 3 * 2 * N * double(s.dim) * cls_rows / host * 1e3;
-  // dW = dY·Xᵀ for every layer matrix on the worker, hidden under the ANE's kernels but for the excess.
-  sc.dw_ms = 2 * N * s.layer_params * double(s.n_layers) / host * 1e3;
-  sc.dw_exposed_ms = std::max(0.0, sc.dw_ms - sc.ane_ms);
+  const double cls_gemm_ms = 2 * N * double(s.dim) * cls_rows / host * 1e3;
+  sc.cls_ms = 2 * cls_gemm_ms;
+  // dW = dY·Xᵀ for every layer matrix and dE on the worker. It runs while the main thread waits on the ANE; with a
+  // matrix unit of its own also while the main thread runs its classifier GEMMs. The excess is exposed.
+  sc.dw_ms = 2 * N * s.layer_params * double(s.n_layers) / host * 1e3 + cls_gemm_ms;
+  const double hidden_under = sc.ane_ms + (chip.host_gemm_units >= 2 ? sc.cls_ms : 0.0);
+  sc.dw_exposed_ms = std::max(0.0, sc.dw_ms - hidden_under);
   // Adam: reads params, grads, m, v and writes params, m, v (fp32): 28 bytes per parameter, once per update.
   sc.adam_ms = 28 * s.total_params / (chip.host_gbps * 1e9) * 1e3 / std::max(1, s.accum_steps);
   if (s.static_weights) sc.compile_ms = double(s.kernels_per_update) * chip.compile_ms / std::max(1, s.accum_steps);

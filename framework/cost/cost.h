@@ -14,8 +14,10 @@
 //   int8          a program with quantize ops (W8A8) runs its convs / matmuls int8_speedup times faster;
 //                 constexpr_affine_dequantize weights stream one byte per element
 //   train step    ANE (every kernel once per layer) + IOSurface staging (every surface byte once, host
-//                 memcpy) + the host's critical path (classifier, the dW GEMMs beyond what hides under the
-//                 ANE, Adam amortised over the accumulation); the static strategy also recompiles
+//                 memcpy) + the host's critical path (the main thread's classifier GEMMs, the worker thread's dW
+//                 GEMMs beyond what hides under the ANE, Adam amortised over the accumulation); the static strategy
+//                 also recompiles. Each of the two threads' GEMMs runs on one matrix unit: with two units the
+//                 worker also runs under the main thread's GEMMs, with one it waits for them
 //   prefill       one whole-layer program per layer at the bucket + the classifier on the host
 //   decode        one layer program per layer and token at the smallest bucket (weights streamed each token)
 #pragma once
@@ -32,7 +34,7 @@ namespace anelab::cost {
 struct Chip {
   std::string name;             // "m4", "m4-max", ...
   std::string family;           // device profile: "m1" ... "m5"
-  std::string description;      // "Apple M4 (4 P-cores)"
+  std::string description;      // "Apple M4 (4 P + 6 E cores, one P-cluster)"
   double peak_fp16_tflops = 0;  // ANE fp16 at unbounded spatial extent (class kConv)
   double s_half = 46;           // spatial extent at which the ANE reaches half its peak
   double int8_speedup = 1;      // W8A8 convs / matmuls vs fp16 (1: no int8 datapath reported)
@@ -40,9 +42,10 @@ struct Chip {
   double sram_mb = 32;          // on-chip working memory
   double dispatch_us = 70;      // one evaluation's fixed cost (request, driver, completion)
   double compile_ms = 25;       // one program's compile + load (static training recompiles)
-  double host_gflops = 0;       // host fp32 GEMM throughput (Accelerate / AMX): dW, classifier
+  double host_gflops = 0;       // one host thread's fp32 GEMM throughput (Accelerate on one AMX / SME unit)
+  double host_gemm_units = 1;   // matrix units the trainer's two GEMM threads reach: 1 (one cluster), 2
   double host_gbps = 0;         // host memory bandwidth: Adam's streams
-  double staging_gbps = 25;     // host writes / reads of IOSurfaces (fp16 conversion, packing)
+  double staging_gbps = 25;     // one host thread's writes / reads of IOSurfaces (fp16 conversion, packing)
 };
 
 // Every known chip (m1, m1-pro, m2, m3, m3-pro, m4, m4-pro, m4-max, m5, m5-max).
@@ -109,10 +112,11 @@ FusionCost fusion_cost(const mil::Program& p, const Chip& chip, const std::strin
 
 // Chip parameter files: `estimate --calibrate probe.json --save chip.json` writes the refit chip, `--device-file
 // chip.json` reads it instead of a built-in chip. Format (framework/cost/chip_file.cpp), one JSON object:
-//   "schema": "anelab.chip/1"                     the version: any other value is refused
+//   "schema": "anelab.chip/2"                     the version: any other value is refused
 //   "name", "family", "description": strings      family one of m1 ... m5 (the device profile)
 //   every number of Chip under its field name     peak_fp16_tflops, s_half, int8_speedup, dram_gbps, sram_mb,
-//                                                 dispatch_us, compile_ms, host_gflops, host_gbps, staging_gbps:
+//                                                 dispatch_us, compile_ms, host_gflops, host_gemm_units, host_gbps,
+//                                                 staging_gbps:
 //                                                 each present, finite and > 0
 // and no other key. save_chip writes atomically (temp file + fsync + rename); chip_from_json / load_chip throw
 // "[cost] <source>: field 'X' is <value>, expected ..." naming the first bad field.
@@ -149,9 +153,9 @@ struct StepCost {
   std::vector<KernelRow> kernels;
   double ane_ms = 0;         // Σ kernel time
   double staging_ms = 0;     // IOSurface writes + reads on the host
-  double cls_ms = 0;         // classifier forward + backward on the host
-  double dw_ms = 0;          // dW GEMMs on the worker thread
-  double dw_exposed_ms = 0;  // the part of dw_ms the ANE time does not hide
+  double cls_ms = 0;         // the main thread's classifier GEMMs: logits = h·Eᵀ and dh = dlogits·E
+  double dw_ms = 0;          // the worker thread's GEMMs: every layer's dW and the classifier's dE = dlogitsᵀ·h
+  double dw_exposed_ms = 0;  // the part of dw_ms the main thread's ANE waits (and, on two units, GEMMs) do not hide
   double adam_ms = 0;        // optimizer, per step (amortised)
   double compile_ms = 0;     // static: recompiles per step (amortised)
   double host_ms() const { return cls_ms + dw_exposed_ms + adam_ms; }

@@ -79,7 +79,7 @@ TEST(EstimateCalibrate, RefitsWhatTheProbeMeasures) {
   EXPECT_EQ(c.after.s_half, c.before.s_half);
   std::string nf;
   for (const auto& [p, why] : c.not_fitted) nf += p + ";";
-  EXPECT_EQ(nf, "s_half;host_gflops;host_gbps;");
+  EXPECT_EQ(nf, "s_half;host_gflops;host_gemm_units;host_gbps;staging_gbps;");
   // --device picks another chip to refit
   EXPECT_EQ(calibrate(estimate_cli_probe().dump(), "probe.json", "m5").after.name, "m5");
 }
@@ -92,7 +92,9 @@ TEST(EstimateCalibrate, ReportWithoutAneTimings) {
   EXPECT_EQ(c.after.peak_fp16_tflops, c.before.peak_fp16_tflops);
   std::string nf;
   for (const auto& [p, why] : c.not_fitted) nf += p + ";";
-  EXPECT_EQ(nf, "peak_fp16_tflops;int8_speedup;compile_ms;sram_mb;dram_gbps;s_half;host_gflops;host_gbps;");
+  EXPECT_EQ(nf,
+            "peak_fp16_tflops;int8_speedup;compile_ms;sram_mb;dram_gbps;s_half;host_gflops;host_gemm_units;host_gbps;"
+            "staging_gbps;");
 }
 
 TEST(EstimateCalibrate, BadReports) {
@@ -120,9 +122,9 @@ TEST(EstimateChipFile, RoundTrip) {
   EXPECT_EQ(back.family, m4.family);
   EXPECT_EQ(back.description, m4.description);
   // JSON numbers print with 17 significant digits: the doubles come back exactly
-  for (double Chip::*f :
-       {&Chip::peak_fp16_tflops, &Chip::s_half, &Chip::int8_speedup, &Chip::dram_gbps, &Chip::sram_mb,
-        &Chip::dispatch_us, &Chip::compile_ms, &Chip::host_gflops, &Chip::host_gbps, &Chip::staging_gbps})
+  for (double Chip::*f : {&Chip::peak_fp16_tflops, &Chip::s_half, &Chip::int8_speedup, &Chip::dram_gbps, &Chip::sram_mb,
+                          &Chip::dispatch_us, &Chip::compile_ms, &Chip::host_gflops, &Chip::host_gemm_units,
+                          &Chip::host_gbps, &Chip::staging_gbps})
     EXPECT_EQ(back.*f, m4.*f);
   const std::string path = ::testing::TempDir() + "/estimate_chip_rt.json";
   save_chip(m4, path);
@@ -146,11 +148,12 @@ TEST(EstimateChipFile, MalformedFilesNameTheField) {
     const char* expect;
   };
   for (const Bad& b : std::vector<Bad>{
-           {"schema", "anelab.chip/0",
-            "[cost] chip.json: field 'schema' is \"anelab.chip/0\", expected \"anelab.chip/1\""},
+           {"schema", "anelab.chip/1",
+            "[cost] chip.json: field 'schema' is \"anelab.chip/1\", expected \"anelab.chip/2\""},
            {"dram_gbps", "fast", "[cost] chip.json: field 'dram_gbps' is \"fast\", expected a positive number"},
            {"peak_fp16_tflops", -3, "[cost] chip.json: field 'peak_fp16_tflops' is -3, expected a positive number"},
            {"host_gflops", nullptr, "[cost] chip.json: field 'host_gflops' is missing, expected a positive number"},
+           {"host_gemm_units", 3, "[cost] chip.json: field 'host_gemm_units' is 3, expected 1 or 2"},
            {"family", "m9", "[cost] chip.json: field 'family' is 'm9', not a chip family"},
            {"name", 4, "[cost] chip.json: field 'name' is 4, expected a string"},
            {"dram_gbs", 100, "[cost] chip.json: unknown field 'dram_gbs'"}}) {
@@ -199,7 +202,7 @@ TEST(EstimateCli, CalibrateSaveAndUse) {
   // the host terms are not what a probe measures: the same on both
   EXPECT_EQ(jb["classifier_ms"].get<double>(), ja["classifier_ms"].get<double>());
   // a malformed file: one line naming the field
-  const std::string bad = estimate_cli_tmp("estimate_bad_chip.json", R"({"schema": "anelab.chip/1"})");
+  const std::string bad = estimate_cli_tmp("estimate_bad_chip.json", R"({"schema": "anelab.chip/2"})");
   const CliRun r2 = estimate_cli_run("infer --preset qwen2.5-0.5b --device-file " + bad);
   EXPECT_NE(r2.rc, 0);
   EXPECT_EQ(r2.out, "anelab: error: [cost] " + bad + ": field 'name' is missing, expected a string\n");
@@ -251,8 +254,9 @@ TEST(EstimateCli, InferBenchShowsTheEstimate) {
   size_t n;
   while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
   EXPECT_EQ(pclose(p), 0) << out;
-  EXPECT_NE(out.find("estimate on the ANE of Apple M4 (one P-cluster of 4) (docs/estimate.md): prefill pp8 "),
-            std::string::npos)
+  EXPECT_NE(
+      out.find("estimate on the ANE of Apple M4 (4 P + 6 E cores, one P-cluster) (docs/estimate.md): prefill pp8 "),
+      std::string::npos)
       << out;
 }
 
