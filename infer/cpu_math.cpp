@@ -405,6 +405,15 @@ void silu_mul(float* a, const float* b, int64_t n) {
   }
 }
 
+// a = silu(a) = a / (1 + exp(-a)).
+void silu_inplace(float* a, int64_t n) {
+  const W::F32 one = W::set1(1.0f);
+  for (int64_t k = 0; k < n; k += VW) {
+    const W::F32 v = W::load_n(a + k, n - k);
+    W::store_n(a + k, W::div(v, W::add(one, exp_v(W::sub(W::zero(), v)))), n - k);
+  }
+}
+
 // GELU (tanh form): 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3).
 void gelu_tanh_inplace(float* a, int64_t n) {
   const W::F32 one = W::set1(1.0f), c0 = W::set1(-2.0f * 0.7978845608028654f), c1 = W::set1(0.044715f);

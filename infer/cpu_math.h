@@ -65,6 +65,7 @@ void exp_inplace(float* x, int64_t n);
 float exp_sub_sum(float* x, float sub, int64_t n);  // x = exp(x - sub); returns the sum
 float max_of(const float* x, int64_t n);
 void silu_mul(float* a, const float* b, int64_t n);  // a = silu(a) * b
+void silu_inplace(float* a, int64_t n);              // a = silu(a)
 void gelu_tanh_inplace(float* a, int64_t n);
 
 // Row of an embedding-like matrix as fp32 (block types dequantized).

@@ -17,7 +17,6 @@ namespace {
 // torch.nn.functional.softplus (beta 1, threshold 20).
 float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-float silu_of(float x) { return x * sigmoid(x); }
 constexpr float kL2Eps = 1e-6f;  // transformers' l2norm eps for q and k
 }  // namespace
 }  // namespace engine_linear_detail
@@ -110,11 +109,11 @@ void Engine::linear_attention(int64_t l, const models::DeltaNetDesc& d, int64_t 
     gemm(pool_, W.b, nullptr, xb_.data(), n, lb_.data());
     gemm(pool_, W.a, nullptr, xb_.data(), n, la_.data());
   }
-  // The causal conv + SiLU, token by token through the conv state; then q | k | v apart.
+  // The causal conv + SiLU through the conv state; then q | k | v apart.
   float* cs = cstate_.data() + slot * (K - 1) * C;
+  conv1d_silu_rows(C, K, cs, W.conv.data(), lqkv_.data(), n, lmix_.data(), &pool_);
   for (int64_t t = 0; t < n; ++t) {
-    float* m = lmix_.data() + t * C;
-    conv1d_silu_step(C, K, cs, W.conv.data(), lqkv_.data() + t * C, m);
+    const float* m = lmix_.data() + t * C;
     std::memcpy(lq_.data() + t * Q, m, static_cast<size_t>(Q) * sizeof(float));
     std::memcpy(lk_.data() + t * Q, m + Q, static_cast<size_t>(Q) * sizeof(float));
     std::memcpy(lv_.data() + t * V, m + 2 * Q, static_cast<size_t>(V) * sizeof(float));
@@ -131,17 +130,22 @@ void Engine::linear_attention(int64_t l, const models::DeltaNetDesc& d, int64_t 
   float* S = dstate_.data() + slot * Hv * d.k_dim * d.v_dim;
   if (n == 1)
     delta_rule_step(DeltaShape{d.n_k_heads, Hv, d.k_dim, d.v_dim}, S, lq_.data(), lk_.data(), lv_.data(), la_.data(),
-                    lb_.data(), lo_.data());
+                    lb_.data(), lo_.data(), &pool_);
   else
     chunked_->run(S, lq_.data(), lk_.data(), lv_.data(), la_.data(), lb_.data(), n, lo_.data(), &pool_);
-  // The gated RMSNorm per value head: norm(o) * w * silu(z).
-  for (int64_t r = 0; r < n * Hv; ++r) {
-    float* o = lo_.data() + r * d.v_dim;
-    const float* z = lz_.data() + r * d.v_dim;
-    kern::cpu::rms_norm(o, W.norm.data(), d.norm.eps, d.v_dim, o, kern::cpu::Numerics::kRunc);
-    for (int64_t j = 0; j < d.v_dim; ++j) o[j] *= silu_of(z[j]);
-  }
-  gemm(pool_, W.out, nullptr, lo_.data(), n, xb_.data());
+  // The gated RMSNorm per value head: silu(z) * norm(o) * w, into lz_.
+  auto gated_norm = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* o = lo_.data() + r * d.v_dim;
+      kern::cpu::rms_norm(o, W.norm.data(), d.norm.eps, d.v_dim, o, kern::cpu::Numerics::kRunc);
+      silu_mul(lz_.data() + r * d.v_dim, o, d.v_dim);
+    }
+  };
+  if (n > 1)
+    pool_.parallel_for(n * Hv, 1, gated_norm);
+  else
+    gated_norm(0, Hv);
+  gemm(pool_, W.out, nullptr, lz_.data(), n, xb_.data());
 }
 
 }  // namespace anelab::infer

@@ -175,6 +175,47 @@ TEST(DeltaNet, ConvStepIsTheCausalDepthwiseConvWithSilu) {
   }
 }
 
+TEST(DeltaNet, ConvOfManyTokensIsTheSameBitsAsTokenSteps) {
+  // The prefill's conv of n tokens at once (on a pool: channel ranges on its threads) = n decode steps, outputs and
+  // the conv state left behind; a second call continues from that state (a history longer than one call's tokens and
+  // shorter); 70 channels (vector tails) and kernels 4 and 6.
+  for (const int64_t K : {int64_t(4), int64_t(6)}) {
+    const int64_t C = 70, T = 13;
+    std::mt19937 rng(static_cast<unsigned>(91 + K));
+    std::normal_distribution<float> nd;
+    std::vector<float> w(C * K), x(T * C), s_step((K - 1) * C), y_step(T * C);
+    for (float& v : w) v = nd(rng);
+    for (float& v : x) v = nd(rng);
+    for (float& v : s_step) v = nd(rng);
+    std::vector<float> s_rows = s_step, s_pool = s_step, y_rows(T * C), y_pool(T * C);
+    for (int64_t t = 0; t < T; ++t) conv1d_silu_step(C, K, s_step.data(), w.data(), &x[t * C], &y_step[t * C]);
+    const int64_t a = 2;  // tokens of the first call (fewer than the history of K - 1)
+    conv1d_silu_rows(C, K, s_rows.data(), w.data(), x.data(), a, y_rows.data());
+    conv1d_silu_rows(C, K, s_rows.data(), w.data(), &x[a * C], T - a, &y_rows[a * C]);
+    ThreadPool pool(3);
+    conv1d_silu_rows(C, K, s_pool.data(), w.data(), x.data(), T, y_pool.data(), &pool);
+    EXPECT_EQ(y_rows, y_step) << "kernel " << K;
+    EXPECT_EQ(s_rows, s_step) << "kernel " << K;
+    EXPECT_EQ(y_pool, y_step) << "kernel " << K;
+    EXPECT_EQ(s_pool, s_step) << "kernel " << K;
+  }
+}
+
+TEST(DeltaNet, RecurrentStepOnAPoolIsTheSameBitsAsOnOneThread) {
+  const DeltaInputs in = delta_inputs(5);
+  const int64_t qk = in.s.n_k_heads * in.s.dk, vr = in.s.n_v_heads * in.s.dv, nh = in.s.n_v_heads;
+  std::vector<float> s1 = in.state0, sp = in.state0, o1(in.n * vr), op(in.n * vr);
+  ThreadPool pool(3);
+  for (int64_t t = 0; t < in.n; ++t) {
+    delta_rule_step(in.s, s1.data(), &in.q[t * qk], &in.k[t * qk], &in.v[t * vr], &in.g[t * nh], &in.beta[t * nh],
+                    &o1[t * vr]);
+    delta_rule_step(in.s, sp.data(), &in.q[t * qk], &in.k[t * qk], &in.v[t * vr], &in.g[t * nh], &in.beta[t * nh],
+                    &op[t * vr], &pool);
+  }
+  EXPECT_EQ(op, o1);
+  EXPECT_EQ(sp, s1);
+}
+
 TEST(DeltaNet, BadShapeIsRefusedInOneLine) {
   try {
     DeltaRuleChunked bad({3, 4, 16, 8});
