@@ -25,6 +25,7 @@
 #include "models/io/adapter.h"
 #include "models/io/load_any.h"
 #include "models/presets.h"
+#include "models/tokenizer/token_file.h"
 #include "models/tokenizer/tokenizer.h"
 #include "tests/common/test_data.h"
 #include "tests/train/helpers.h"
@@ -278,6 +279,28 @@ TEST(LoraData, JsonlPromptCompletionMasksThePrompt) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("bad.jsonl:1"), std::string::npos) << e.what();
   }
+  std::filesystem::remove_all(dir);
+}
+
+// The fine-tuning example's training stream (`anelab tokenize --whole`) is the token stream `anelab perplexity`
+// scores (the text encoded with BOS first, cli/perplexity_cmd.cpp): a LoRA trained on held-out-like text then
+// lowers the measured loss. The default layout (BOS per blank-line paragraph) puts a BOS inside every
+// multi-paragraph story and drops the "\n\n" tokens the measurement scores: a LoRA fitted to it raised the
+// held-out TinyStories NLL by 5 % (docs/finetuning.md).
+TEST(LoraData, WholeTokenFileIsThePerplexityStream) {
+  const auto dir = test::temp_dir("whole").string();
+  const auto tk = tok::load_tokenizer(test::data_path("llama2c/tok512.bin"));
+  std::string text;
+  for (int i = 0; i < 30; ++i)
+    text += "Once upon a time, there was a cat.\n\nThe cat ran home. It was happy.\n\nLily saw a red ball.\n\n";
+  tok::write_token_file(*tk, text, dir + "/w.bin", "tok512", true);
+  tok::EncodeOptions bos;
+  bos.add_bos = true;
+  const std::vector<int32_t> scored = tk->encode(text, bos);
+  const train::TokenData d(dir + "/w.bin", 0.0, 16);
+  ASSERT_EQ(d.n_tokens(), int64_t(scored.size()));
+  EXPECT_TRUE(std::equal(scored.begin(), scored.end(), d.tokens()));
+  EXPECT_EQ(std::count(d.tokens(), d.tokens() + d.n_tokens(), tk->bos_id()), 1);
   std::filesystem::remove_all(dir);
 }
 
