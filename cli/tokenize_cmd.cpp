@@ -16,7 +16,7 @@ namespace {
 
 struct TokenizeArgs {
   std::string tokenizer, in, out;
-  bool ids = false, decode = false;
+  bool ids = false, decode = false, whole = false;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -25,6 +25,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 void run_tokenize(const TokenizeArgs& a) {
   ANELAB_CHECK(!(a.ids && a.decode), "tokenize", "--ids and --decode are exclusive");
+  ANELAB_CHECK(!(a.whole && (a.ids || a.decode)), "tokenize",
+               "--whole writes a token file: not with --ids or --decode");
   auto t0 = std::chrono::steady_clock::now();
   const auto tok = tok::load_tokenizer(a.tokenizer);
   const double load_s = seconds_since(t0);
@@ -41,8 +43,8 @@ void run_tokenize(const TokenizeArgs& a) {
     write_file_atomic(a.out, lines);
   } else {
     // The sidecar names the tokenizer by absolute path: `anelab train` finds it from any directory.
-    const auto info =
-        tok::write_token_file(*tok, input, a.out, std::filesystem::absolute(a.tokenizer).lexically_normal().string());
+    const auto info = tok::write_token_file(
+        *tok, input, a.out, std::filesystem::absolute(a.tokenizer).lexically_normal().string(), a.whole);
     summary = cat(info.n_documents, " documents -> ", info.n_tokens, " tokens (", info.dtype, ", separator ",
                   info.separator_id, ") in ", a.out, " + .json");
   }
@@ -64,6 +66,10 @@ void add_tokenize_command(CLI::App& app) {
                   "llama2.c tokenizer.bin, HF tokenizer.json, or a directory with encoder.json + vocab.bpe")
       ->required();
   sub->add_flag("--ids", args->ids, "write space-separated ids, one line per paragraph, no BOS (default: off)");
+  sub->add_flag(
+      "--whole", args->whole,
+      "the file as one document: the separator, then the whole text's tokens with its blank lines (the stream "
+      "`anelab perplexity` scores) (default: off)");
   sub->add_flag("--decode", args->decode, "IN holds id lines; write the decoded paragraphs (default: off)");
   sub->add_option("input", args->in, "input file")->required();
   sub->add_option("output", args->out, "output file (written atomically)")->required();

@@ -139,7 +139,7 @@ void CpuModel::project_backward(const StepPlan& sp, StepActs& a, LoraTarget t, c
     matmul_dw(dy, x, g + w_off, N, in, out);
     *tdw += now_ms() - t0;
   }
-  matmul_dx(dy, W, dx, N, in, out, add);
+  if (dx) matmul_dx(dy, W, dx, N, in, out, add);
   const int64_t si = lora_ ? lora_->layout->slot(sp.layer, t) : -1;
   if (si < 0 || !lora_->g) return;
   const LoraSlot& s = lora_->layout->slots()[size_t(si)];
@@ -156,6 +156,7 @@ void CpuModel::project_backward(const StepPlan& sp, StepActs& a, LoraTarget t, c
   parallel_rows(N, N * (in + out) * r, [&](int64_t n0, int64_t n1) {
     MapR d(dt.data() + n0 * r, n1 - n0, r);
     d.noalias() = scale * (CMapR(dy + n0 * out, n1 - n0, out) * B);  // dt = s dy B
+    if (!dx) return;
     MapR dxr(dx + n0 * in, n1 - n0, in);
     if (!mask) {
       dxr.noalias() += d * A;  // d(xd) = dt A, xd = x
@@ -703,13 +704,15 @@ void CpuModel::attention_backward(const StepPlan& sp, StepActs& a, const float* 
 
 // dx [N, D]: d(loss)/d(step i's output) on entry, d(loss)/d(its input x) on exit (the residual path plus the
 // branch's); weight gradients added into g.
-void CpuModel::step_backward(const float* w, float* g, size_t i, int64_t B, int64_t T, float* dx, double* tdw) {
+void CpuModel::step_backward(const float* w, float* g, size_t i, int64_t B, int64_t T, float* dx, double* tdw,
+                             bool need_dx) {
   const StepPlan& sp = steps_[i];
   const models::Step& s = *sp.s;
   StepActs& a = acts_[i];
   const int64_t N = B * T, D = d_.dim;
-  std::vector<float> nb, scaled, dpost, din(size_t(N * D));
-  const float* db = dx;  // d(loss)/d(the branch) = residual_scale * dx
+  std::vector<float> nb, scaled, dpost, din(need_dx ? size_t(N * D) : 0);
+  float* dbranch = need_dx ? din.data() : nullptr;  // d(loss)/d(the branch's input), or not computed
+  const float* db = dx;                             // d(loss)/d(the branch) = residual_scale * dx
   if (s.residual_scale != 1.0f) {
     scaled.resize(size_t(N * D));
     for (int64_t j = 0; j < N * D; ++j) scaled[size_t(j)] = s.residual_scale * dx[j];
@@ -724,23 +727,41 @@ void CpuModel::step_backward(const float* w, float* g, size_t i, int64_t B, int6
   const float* in = s.pre_norm ? a.xn.data() : a.x.data();
   switch (s.kind) {
     case models::StepKind::kAttention:
-      attention_backward(sp, a, w, g, db, B, T, din.data(), tdw);
+      attention_backward(sp, a, w, g, db, B, T, dbranch, tdw);
       break;
     case models::StepKind::kFfn:
-      ffn_backward(sp, a, w, g, db, in, N, din.data(), tdw);
+      ffn_backward(sp, a, w, g, db, in, N, dbranch, tdw);
       break;
-    case models::StepKind::kLinearAttention: {
+    case models::StepKind::kLinearAttention: {  // never adapted: need_dx is true here
       std::vector<float> gb;
       const DeltaNetGrads dg = deltanet_grads(sp, g);
       a.dn.backward(s.deltanet, deltanet_weights(sp, w, gb), lora_ ? nullptr : &dg, in, db, B, T, D, din.data(), tdw);
       break;
     }
   }
+  if (!need_dx) return;
   if (s.pre_norm)
     rmsnorm_backward(a.x.data(), norm_w(*s.pre_norm, w + sp.pre, D, nb), a.rrms.data(), din.data(), dx,
                      base_grad(g, sp.pre), N, D, true);
   else
     add_into(dx, dx, din.data(), N * D);
+}
+
+size_t CpuModel::lowest_adapted_step() const {
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    auto has = [&](LoraTarget t) { return lora_->layout->slot(steps_[i].layer, t) >= 0; };
+    switch (steps_[i].s->kind) {
+      case models::StepKind::kAttention:
+        if (has(LoraTarget::kQ) || has(LoraTarget::kK) || has(LoraTarget::kV) || has(LoraTarget::kO)) return i;
+        break;
+      case models::StepKind::kFfn:
+        if (has(LoraTarget::kGate) || has(LoraTarget::kUp) || has(LoraTarget::kDown)) return i;
+        break;
+      case models::StepKind::kLinearAttention:  // its projections take no adapter (train/lora.cpp)
+        break;
+    }
+  }
+  return steps_.size();
 }
 
 double CpuModel::forward_backward(const float* w, const Batch& b, float grad_scale, float* gr, CpuTimes* t) {
@@ -758,9 +779,12 @@ double CpuModel::forward_backward(const float* w, const Batch& b, float grad_sca
   head_backward(w, xL_.data(), gr, dxl.data(), N);
   if (grads_final_ && !lora_) grads_final_(layout_.final_norm(gr) - gr);
   double tdw = 0;
+  // LoRA: the steps below the lowest adapter have nothing to compute, and its own dx is not needed.
+  const size_t lowest = lora_ ? lowest_adapted_step() : 0;
   for (int64_t l = int64_t(layer_first_.size()) - 1; l >= 0; --l) {
     const size_t end = size_t(l) + 1 < layer_first_.size() ? size_t(layer_first_[size_t(l) + 1]) : steps_.size();
-    for (size_t i = end; i-- > size_t(layer_first_[size_t(l)]);) step_backward(w, gr, i, b.B, b.T, dxl.data(), &tdw);
+    for (size_t i = end; i-- > std::max(size_t(layer_first_[size_t(l)]), lowest);)
+      step_backward(w, gr, i, b.B, b.T, dxl.data(), &tdw, i > lowest || !lora_);
     if (grads_final_ && !lora_) grads_final_(layer_grads_[size_t(l)]);
   }
   float* demb = lora_ ? nullptr : layout_.embedding(gr);

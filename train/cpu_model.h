@@ -103,7 +103,13 @@ class CpuModel {
   void plan();  // steps_ and ropes_ from d_; refuses what this executor lacks
   void forward(const float* w, const int32_t* tokens, int64_t B, int64_t T, int64_t row_stride);
   void step_forward(const float* w, size_t i, int64_t B, int64_t T, float* out);
-  void step_backward(const float* w, float* g, size_t i, int64_t B, int64_t T, float* dx, double* tdw);
+  // need_dx false: d(loss)/d(the step's input) is not computed (dx is left as it came); the branch's weight or
+  // adapter gradients are.
+  void step_backward(const float* w, float* g, size_t i, int64_t B, int64_t T, float* dx, double* tdw,
+                     bool need_dx = true);
+  // With adapters: the index in steps_ of the lowest step holding one (steps_.size() when none). Below it nothing
+  // has a gradient to compute (the base is frozen), so the backward stops there and skips that step's dx.
+  size_t lowest_adapted_step() const;
   void attention_forward(const StepPlan& sp, StepActs& a, const float* w, const float* in, int64_t B, int64_t T,
                          float* out);
   void attention_backward(const StepPlan& sp, StepActs& a, const float* w, float* g, const float* dout, int64_t B,
@@ -118,8 +124,8 @@ class CpuModel {
   // y [N, out] = x Wᵀ, plus scale * (xd Aᵀ) Bᵀ when (sp.layer, t) has an adapter.
   void project(const StepPlan& sp, StepActs& a, LoraTarget t, const float* x, const float* W, float* y, int64_t N,
                int64_t in, int64_t out);
-  // Its backward: dx (+)= dy W (+ the adapter's path); dW (g + w_off) += dyᵀ x unless the base is frozen; the
-  // adapter's dA, dB into lora_->g.
+  // Its backward: dx (+)= dy W (+ the adapter's path), skipped when dx is nullptr; dW (g + w_off) += dyᵀ x unless
+  // the base is frozen; the adapter's dA, dB into lora_->g.
   void project_backward(const StepPlan& sp, StepActs& a, LoraTarget t, const float* dy, const float* x, const float* W,
                         float* g, int64_t w_off, float* dx, int64_t N, int64_t in, int64_t out, bool add, double* tdw);
   // g + off, or nullptr when the base is frozen (LoRA): no base gradient is written.

@@ -30,11 +30,11 @@ int32_t document_separator(const Tokenizer& tok) {
   return tok.eos_id();
 }
 
-std::vector<int32_t> encode_documents(const Tokenizer& tok, std::string_view text, int64_t* n_documents) {
+std::vector<int32_t> encode_documents(const Tokenizer& tok, std::string_view text, int64_t* n_documents, bool whole) {
   const int32_t sep = document_separator(tok);
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3);
-  const auto paras = split_paragraphs(text);
+  const auto paras = whole ? std::vector<std::string_view>{text} : split_paragraphs(text);
   for (size_t i = 0; i < paras.size(); ++i) {
     if (sep >= 0) ids.push_back(sep);
     try {
@@ -49,9 +49,9 @@ std::vector<int32_t> encode_documents(const Tokenizer& tok, std::string_view tex
 }
 
 TokenFileInfo write_token_file(const Tokenizer& tok, std::string_view text, const std::string& out_path,
-                               const std::string& tokenizer_label) {
+                               const std::string& tokenizer_label, bool whole) {
   TokenFileInfo info;
-  const auto ids = encode_documents(tok, text, &info.n_documents);
+  const auto ids = encode_documents(tok, text, &info.n_documents, whole);
   info.n_tokens = static_cast<int64_t>(ids.size());
   info.separator_id = document_separator(tok);
   const bool wide = tok.vocab_size() > 65536;

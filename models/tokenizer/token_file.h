@@ -12,6 +12,8 @@
 //   OUT.bin.json  {"format":"anelab-tokens","version":1,"dtype":"uint16"|"uint32","vocab_size":N,
 //                  "tokenizer":PATH,"n_tokens":N,"n_documents":N,"separator_id":ID|-1}
 //   Both are written atomically (temp file + rename), the data file first.
+//   With `whole` the text is not split: one document, the separator then the whole text's tokens ("\n\n"
+//   kept as text), the stream `anelab perplexity` scores (llama-perplexity tokenizes a file so).
 //
 // Id text (--ids): one line per paragraph, ids separated by single spaces, no BOS/special tokens, every
 // line ends with "\n" (an empty paragraph gives an empty line). decode_id_lines() is the inverse: each line
@@ -38,10 +40,11 @@ struct TokenFileInfo {
 // The separator token used before each document (see above), or -1.
 int32_t document_separator(const Tokenizer& tok);
 // Encodes text into token ids per the layout above (ids of all documents, separators included).
-std::vector<int32_t> encode_documents(const Tokenizer& tok, std::string_view text, int64_t* n_documents);
+std::vector<int32_t> encode_documents(const Tokenizer& tok, std::string_view text, int64_t* n_documents,
+                                      bool whole = false);
 // Writes OUT.bin + OUT.bin.json.
 TokenFileInfo write_token_file(const Tokenizer& tok, std::string_view text, const std::string& out_path,
-                               const std::string& tokenizer_label);
+                               const std::string& tokenizer_label, bool whole = false);
 // What a token file's sidecar says about the tokenizer that made it.
 struct TokenFileSource {
   int64_t vocab_size = 0;     // the tokenizer's size (0: the sidecar does not say)

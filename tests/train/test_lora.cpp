@@ -25,6 +25,7 @@
 #include "models/io/adapter.h"
 #include "models/io/load_any.h"
 #include "models/presets.h"
+#include "models/tokenizer/token_file.h"
 #include "models/tokenizer/tokenizer.h"
 #include "tests/common/test_data.h"
 #include "tests/train/helpers.h"
@@ -40,10 +41,11 @@ namespace {
 constexpr int64_t kLoraTestRank = 4;
 constexpr double kLoraTestAlpha = 8;
 
-train::LoraLayout lora_test_layout(const models::ModelConfig& cfg) {
+train::LoraLayout lora_test_layout(const models::ModelConfig& cfg,
+                                   const std::string& targets = "q,k,v,o,gate,up,down") {
   train::LoraConfig lc;
   lc.rank = kLoraTestRank, lc.alpha = kLoraTestAlpha;
-  lc.targets = train::parse_lora_targets("q,k,v,o,gate,up,down");
+  lc.targets = train::parse_lora_targets(targets);
   return train::LoraLayout(cfg, lc);
 }
 
@@ -55,11 +57,12 @@ void write_lora_npys(const std::string& dir, const train::LoraLayout& l, const s
 
 nlohmann::json lora_test_optim() { return {{"lora", {{"rank", kLoraTestRank}, {"alpha", kLoraTestAlpha}}}}; }
 
-void check_lora_grads(const models::ModelConfig& cfg, int64_t B, int64_t T, const std::string& tag) {
+void check_lora_grads(const models::ModelConfig& cfg, int64_t B, int64_t T, const std::string& tag,
+                      const std::string& targets = "q,k,v,o,gate,up,down") {
   const auto dir = test::temp_dir("lora_grads_" + tag).string();
   const train::ParamLayout layout(cfg);
   const std::vector<float> w = test::init_with_norm_noise(layout, 7);
-  const train::LoraLayout ll = lora_test_layout(cfg);
+  const train::LoraLayout ll = lora_test_layout(cfg, targets);
   std::vector<float> a = train::lora_init(ll, 3);
   train::Rng rng{17};
   for (const auto& s : ll.slots())  // B away from its zero init, so dA (= s Bᵀ ...) is not zero
@@ -96,6 +99,13 @@ TEST(Lora, GradientsMatchTorchLlama3Gqa) { check_lora_grads(test::llama3_test_co
 
 // Qwen3: per-head q/k RMSNorm between the q/k adapters and the attention.
 TEST(Lora, GradientsMatchTorchQwen3QkNorm) { check_lora_grads(test::qwen3_test_config(), 2, 32, "qwen3"); }
+
+// The backward stops at the lowest adapted step (CpuModel::lowest_adapted_step): with FFN targets alone layer 0's
+// attention step is not run backward at all, with o alone layer 0's attention computes no input gradient.
+TEST(Lora, GradientsMatchTorchBelowTheLowestAdapter) {
+  check_lora_grads(test::llama3_test_config(), 2, 32, "llama3_ffn", "gate,up,down");
+  check_lora_grads(test::llama3_test_config(), 2, 32, "llama3_o", "o");
+}
 
 train::TrainConfig lora_test_run(const std::string& dir, const models::ModelConfig& cfg, int64_t steps) {
   const std::string init = dir + "/init.anelab";
@@ -278,6 +288,28 @@ TEST(LoraData, JsonlPromptCompletionMasksThePrompt) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("bad.jsonl:1"), std::string::npos) << e.what();
   }
+  std::filesystem::remove_all(dir);
+}
+
+// The fine-tuning example's training stream (`anelab tokenize --whole`) is the token stream `anelab perplexity`
+// scores (the text encoded with BOS first, cli/perplexity_cmd.cpp): a LoRA trained on held-out-like text then
+// lowers the measured loss. The default layout (BOS per blank-line paragraph) puts a BOS inside every
+// multi-paragraph story and drops the "\n\n" tokens the measurement scores: a LoRA fitted to it raised the
+// held-out TinyStories NLL by 5 % (docs/finetuning.md).
+TEST(LoraData, WholeTokenFileIsThePerplexityStream) {
+  const auto dir = test::temp_dir("whole").string();
+  const auto tk = tok::load_tokenizer(test::data_path("llama2c/tok512.bin"));
+  std::string text;
+  for (int i = 0; i < 30; ++i)
+    text += "Once upon a time, there was a cat.\n\nThe cat ran home. It was happy.\n\nLily saw a red ball.\n\n";
+  tok::write_token_file(*tk, text, dir + "/w.bin", "tok512", true);
+  tok::EncodeOptions bos;
+  bos.add_bos = true;
+  const std::vector<int32_t> scored = tk->encode(text, bos);
+  const train::TokenData d(dir + "/w.bin", 0.0, 16);
+  ASSERT_EQ(d.n_tokens(), int64_t(scored.size()));
+  EXPECT_TRUE(std::equal(scored.begin(), scored.end(), d.tokens()));
+  EXPECT_EQ(std::count(d.tokens(), d.tokens() + d.n_tokens(), tk->bos_id()), 1);
   std::filesystem::remove_all(dir);
 }
 

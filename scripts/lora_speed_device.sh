@@ -1,0 +1,45 @@
+#!/bin/bash
+# On the device machine: a full-training step against a LoRA step (--strategy cpu, r 8, every target) of stories110m
+# (B 4, T 256) and of the Qwen2.5-0.5B shape without q/k/v bias (B 1, T 256), in one run; prints the mean of steps
+# 2-5 of each (ms, forward, backward, head, dW, optimizer) and the process's peak RSS (docs/finetuning.md).
+#   stage here (git-ignored): DIR/anelab (this tree's build; or build it on the device), DIR/lib/ (the non-glibc
+#   shared libraries ldd lists), DIR/rand32k.bin (flat uint16 random tokens < 32000), DIR/rand152k.bin + .json
+#   (anelab-tokens uint32 < 151936)
+#   on device:   OUT=dir scripts/lora_speed_device.sh DIR
+set -u
+D=$(realpath "$1")
+export LD_LIBRARY_PATH=$D/lib
+A=$D/anelab
+if ! $A --help >/dev/null 2>&1; then
+  echo "[lora_speed_device] DIR/anelab does not start: $($A --help 2>&1 | head -2)"; exit 3
+fi
+lscpu | grep -E "Model name|^CPU\(s\)"
+bench() {
+  local name=$1; shift
+  local dir=/tmp/r_$name; rm -rf $dir
+  taskset -c 0-7 $A train "$@" --threads 8 --run-dir $dir --eval-batches 0 --quiet --steps 100 > /tmp/$name.log 2>&1 &
+  local pid=$! n=0 hwm=0 t0=$(date +%s)
+  while kill -0 $pid 2>/dev/null; do
+    n=$(grep -c '"event":"step"' $dir/events.jsonl 2>/dev/null); n=${n:-0}
+    hwm=$(awk '/VmHWM/{print $2}' /proc/$pid/status 2>/dev/null || echo $hwm)
+    [ "$n" -ge 5 ] && break
+    [ $(( $(date +%s) - t0 )) -gt 70 ] && break
+    sleep 0.3
+  done
+  kill $pid 2>/dev/null; wait $pid 2>/dev/null
+  cp $dir/events.jsonl $OUT/$name.events.jsonl 2>/dev/null; cp /tmp/$name.log $OUT/$name.log
+  ${PYTHON:-/opt/torch/.venv/bin/python3} - "$name" "$dir/events.jsonl" "$hwm" <<'PY'
+import json, sys
+name, path, hwm = sys.argv[1], sys.argv[2], sys.argv[3]
+ev = [json.loads(l) for l in open(path) if '"event":"step"' in l]
+s = ev[1:5]
+k = ['ms', 'ms_fwd', 'ms_bwd', 'ms_cls', 'ms_cpu_dw', 'ms_optim']
+print(name, 'steps', len(ev), ' '.join('%s %.0f' % (x, sum(e[x] for e in s) / len(s)) for x in k), 'peak_rss_mb %.0f' % (int(hwm) / 1024))
+PY
+}
+S110="--preset stories110m --data $D/rand32k.bin --batch-size 4 --seq-len 256"
+Q05="--preset qwen2.5-0.5b --shape {\"qkv_bias\":false} --data $D/rand152k.bin --batch-size 1 --seq-len 256"
+bench s110_full $S110
+bench s110_lora $S110 --lora
+bench q05_full $Q05
+bench q05_lora $Q05 --lora
