@@ -1,0 +1,151 @@
+// Issue 36: Qwen3.5's MIL prefill on the emulator (the Gated DeltaNet layer kernels of framework/kernels/deltanet.h and
+// the gated, partially rotated full-attention layer), on the tiny Hugging Face fixture tests/fixtures/hf/qwen35_bf16
+// (3 DeltaNet layers of 2 key / 4 value heads of 16, conv 4; 1 gated attention layer, 4/2 heads of 32, RoPE on 8):
+// its logits against transformers' and against the CPU engine's recurrent decode (fp32, itself checked against
+// transformers in test_qwen35.cpp) at every position of a prompt of several chunks that is not whole chunks, the
+// recurrent states it hands to the CPU decode, the decode that continues from them, and every kernel of the model
+// within the device rules of m1..m5.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "framework/backends/registry.h"
+#include "framework/runtime/device_profile.h"
+#include "framework/runtime/weights.h"
+#include "infer/engine.h"
+#include "infer/prefill_mil.h"
+#include "models/io/load_any.h"
+#include "tests/common/errors.h"
+#include "tests/common/test_data.h"
+#include "tests/infer/hf_reference.h"
+
+namespace anelab::infer {
+namespace {
+
+// The emulator prefill's tolerance of the other architectures (test_prefill.cpp EmulatorMatchesCpuAtBucketBoundaries,
+// EmulatorLogitsMatchRunc): fp16 activations and weights through the layers, ~1e-2 of the largest logit.
+constexpr double kQ35EmuTol = 2e-2;
+
+Engine q35_mil_engine(const std::string& backend, int64_t prefill_chunk = 256) {
+  EngineOptions o;
+  o.backend = backend;
+  o.dtype = WType::kF32;
+  o.quiet = true;
+  o.prefill_chunk = prefill_chunk;
+  return Engine(models::load_any_model(test::source_path("tests/fixtures/hf/qwen35_bf16")), o);
+}
+
+std::vector<int32_t> q35_random_prompt(size_t n, int64_t vocab) {
+  std::mt19937 rng(3636);
+  std::vector<int32_t> p(n);
+  for (int32_t& t : p) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+  return p;
+}
+
+int32_t q35_argmax(const float* l, int64_t n) { return static_cast<int32_t>(std::max_element(l, l + n) - l); }
+
+// The fixture's prompts (40, 8 and 1 tokens: one chunk) through the emulator prefill against transformers' fp32
+// logits at every position.
+TEST(Qwen35MilPrefill, EmulatorLogitsMatchTransformers) {
+  Engine e = q35_mil_engine("emulator");
+  const auto& m = test::hf_reference("reference_qwen35_bf16.json")["models"]["qwen35_bf16"];
+  const int64_t V = e.config().vocab_size;
+  for (size_t p = 0; p < m["prompts"].size(); ++p) {
+    const auto prompt = m["prompts"][p].get<std::vector<int32_t>>();
+    std::vector<float> all;
+    e.prefill(prompt, 0, &all);
+    ASSERT_EQ(e.last_prefill().path, "emulator") << "prompt " << p;
+    double worst = 0;
+    for (size_t t = 0; t < prompt.size(); ++t) {
+      const auto want = m["logits"][p][t].get<std::vector<float>>();
+      const double err = test::rel_err(all.data() + t * V, want.data(), want.size());
+      EXPECT_LT(err, kQ35EmuTol) << "prompt " << p << " pos " << t;
+      worst = std::max(worst, err);
+    }
+    std::printf("[qwen35 emulator prefill] prompt %zu (%zu tokens): worst error vs transformers %.2e\n", p,
+                prompt.size(), worst);
+  }
+}
+
+// A prompt of 150 tokens (bucket 256: four chunks of 64, the last two partly or wholly padding): the emulator prefill's
+// logits at every position against the CPU's token-by-token recurrent decode, and the states it leaves (delta rule and
+// conv, every DeltaNet layer) against the decode's; then the decode continuing from each gives the same greedy tokens.
+TEST(Qwen35MilPrefill, SeveralChunksMatchTheRecurrentDecodeAndHandOverTheState) {
+  Engine emu = q35_mil_engine("emulator"), dec = q35_mil_engine("cpu");
+  const int64_t V = dec.config().vocab_size;
+  const std::vector<int32_t> prompt = q35_random_prompt(150, V);
+  std::vector<float> ref;
+  for (size_t t = 0; t < prompt.size(); ++t) {
+    const float* lg = dec.decode(prompt[t], static_cast<int64_t>(t));
+    ref.insert(ref.end(), lg, lg + V);
+  }
+  std::vector<float> all;
+  emu.prefill(prompt, 0, &all);
+  ASSERT_EQ(emu.last_prefill().path, "emulator");
+  ASSERT_EQ(emu.last_prefill().bucket, 256);
+  ASSERT_EQ(all.size(), ref.size());
+  double worst = 0;
+  for (size_t t = 0; t < prompt.size(); ++t) {
+    const double err = test::rel_err(all.data() + t * V, ref.data() + t * V, static_cast<size_t>(V));
+    EXPECT_LT(err, kQ35EmuTol) << "pos " << t;
+    worst = std::max(worst, err);
+  }
+  std::printf("[qwen35 emulator prefill] 150 tokens: worst logit error vs the recurrent decode %.2e\n", worst);
+  EXPECT_EQ(emu.state_pos(), static_cast<int64_t>(prompt.size()));
+  int64_t linear = 0;
+  for (int64_t l = 0; l < emu.config().n_layers; ++l) {
+    if (!is_deltanet_layer(emu.desc(), l)) continue;
+    ++linear;
+    const auto a = emu.delta_state(l), b = dec.delta_state(l);
+    const double es = test::rel_err(a.data(), b.data(), a.size());
+    EXPECT_LT(es, kQ35EmuTol) << "delta-rule state of layer " << l;
+    const auto ca = emu.conv_state(l), cb = dec.conv_state(l);
+    const double ec = test::rel_err(ca.data(), cb.data(), ca.size());
+    EXPECT_LT(ec, kQ35EmuTol) << "conv state of layer " << l;
+    std::printf("[qwen35 emulator prefill] layer %lld: state error %.2e, conv state error %.2e\n",
+                static_cast<long long>(l), es, ec);
+  }
+  EXPECT_EQ(linear, 3);
+  // Greedy decode from both: the same tokens, each step's logits within the tolerance.
+  int32_t ta = q35_argmax(all.data() + (prompt.size() - 1) * V, V);
+  int32_t tb = q35_argmax(ref.data() + (prompt.size() - 1) * V, V);
+  for (int64_t pos = static_cast<int64_t>(prompt.size()); pos < static_cast<int64_t>(prompt.size()) + 16; ++pos) {
+    ASSERT_EQ(ta, tb) << "greedy token at position " << pos;
+    const float* la = emu.decode(ta, pos);
+    const std::vector<float> keep(la, la + V);
+    const float* lb = dec.decode(tb, pos);
+    EXPECT_LT(test::rel_err(keep.data(), lb, static_cast<size_t>(V)), kQ35EmuTol) << "decode at position " << pos;
+    ta = q35_argmax(keep.data(), V);
+    tb = q35_argmax(lb, V);
+  }
+}
+
+// Every layer kernel of the model (3 DeltaNet, 1 gated attention) at buckets 64 and 256 passes the device rules of
+// each profile m1..m5 (in its own dialect) and compiles on the emulator with that profile.
+TEST(Qwen35MilPrefill, EveryKernelPassesTheDeviceRulesOfM1ToM5) {
+  const Engine e = q35_mil_engine("cpu");
+  for (const std::string& name : rt::device_profile_names()) {
+    const rt::DeviceProfile& prof = rt::device_profile(name);
+    rt::BackendOptions bo;
+    bo.device = name;
+    auto be = rt::create_backend("emulator", bo);
+    for (int64_t S : {64, 256})
+      for (int64_t l = 0; l < e.config().n_layers; ++l) {
+        const LayerKernelSource src =
+            is_deltanet_layer(e.desc(), l)
+                ? build_deltanet_layer_kernel(e.desc(), e.layer(l), e.deltanet(l), S, prof.dialect, l)
+                : build_layer_kernel(e.desc(), e.layer(l), S, prof.dialect, l);
+        const Status chk = rt::check_program(src.program, prof);
+        EXPECT_TRUE(chk.is_ok()) << name << " layer " << l << " S " << S << ": " << chk.message();
+        EXPECT_TRUE(rt::check_weights(src.program, src.weights).is_ok()) << name << " layer " << l;
+        auto r = be->compile(src.program, src.weights);
+        EXPECT_TRUE(r.is_ok()) << name << " layer " << l << " S " << S << ": " << r.status().message();
+      }
+  }
+}
+
+}  // namespace
+}  // namespace anelab::infer
