@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <span>
 
 #include "framework/backends/registry.h"
 #include "framework/runtime/device_profile.h"
@@ -45,6 +46,11 @@ std::vector<int32_t> q35_random_prompt(size_t n, int64_t vocab) {
   return p;
 }
 
+// test::rel_err passes NaN by (std::max drops it): every value is checked finite first.
+bool q35_all_finite(std::span<const float> v) {
+  return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
+}
+
 int32_t q35_argmax(const float* l, int64_t n) { return static_cast<int32_t>(std::max_element(l, l + n) - l); }
 
 // The fixture's prompts (40, 8 and 1 tokens: one chunk) through the emulator prefill against transformers' fp32
@@ -58,6 +64,7 @@ TEST(Qwen35MilPrefill, EmulatorLogitsMatchTransformers) {
     std::vector<float> all;
     e.prefill(prompt, 0, &all);
     ASSERT_EQ(e.last_prefill().path, "emulator") << "prompt " << p;
+    ASSERT_TRUE(q35_all_finite(all)) << "prompt " << p;
     double worst = 0;
     for (size_t t = 0; t < prompt.size(); ++t) {
       const auto want = m["logits"][p][t].get<std::vector<float>>();
@@ -87,6 +94,7 @@ TEST(Qwen35MilPrefill, SeveralChunksMatchTheRecurrentDecodeAndHandOverTheState) 
   ASSERT_EQ(emu.last_prefill().path, "emulator");
   ASSERT_EQ(emu.last_prefill().bucket, 256);
   ASSERT_EQ(all.size(), ref.size());
+  ASSERT_TRUE(q35_all_finite(all));
   double worst = 0;
   for (size_t t = 0; t < prompt.size(); ++t) {
     const double err = test::rel_err(all.data() + t * V, ref.data() + t * V, static_cast<size_t>(V));
@@ -100,6 +108,7 @@ TEST(Qwen35MilPrefill, SeveralChunksMatchTheRecurrentDecodeAndHandOverTheState) 
     if (!is_deltanet_layer(emu.desc(), l)) continue;
     ++linear;
     const auto a = emu.delta_state(l), b = dec.delta_state(l);
+    ASSERT_TRUE(q35_all_finite(a) && q35_all_finite(emu.conv_state(l))) << "layer " << l;
     const double es = test::rel_err(a.data(), b.data(), a.size());
     EXPECT_LT(es, kQ35EmuTol) << "delta-rule state of layer " << l;
     const auto ca = emu.conv_state(l), cb = dec.conv_state(l);
