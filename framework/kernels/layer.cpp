@@ -66,7 +66,8 @@ LayerSteps check_layer(const models::LayerDesc& ld, int64_t layer, const char* c
     if (!s.pre_norm) refuse("a step without a pre-norm");
     if (s.post_norm && !s.post_norm->bias.empty()) refuse("a post-norm with a bias");
     if (s.residual_scale != 1.0f) refuse(cat("residual scale ", s.residual_scale));
-    if (s.kind == models::StepKind::kLinearAttention) refuse("a Gated DeltaNet mixer (its MIL prefill is not written)");
+    if (s.kind == models::StepKind::kLinearAttention)
+      refuse("a Gated DeltaNet mixer in the transformer layer kernel (the prefill's is kern::build_deltanet)");
     if (s.kind == models::StepKind::kAttention) {
       if (s.attn.rope.dims < 0 || s.attn.rope.dims > s.attn.head_dim || s.attn.rope.dims % 2)
         refuse(cat("RoPE on ", s.attn.rope.dims, " of ", s.attn.head_dim, " dims"));

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <random>
 #include <span>
 
@@ -18,7 +19,9 @@
 #include "framework/runtime/weights.h"
 #include "infer/engine.h"
 #include "infer/prefill_mil.h"
+#include "models/arch/arch.h"
 #include "models/io/load_any.h"
+#include "models/presets.h"
 #include "tests/common/errors.h"
 #include "tests/common/test_data.h"
 #include "tests/infer/hf_reference.h"
@@ -153,6 +156,74 @@ TEST(Qwen35MilPrefill, EveryKernelPassesTheDeviceRulesOfM1ToM5) {
         auto r = be->compile(src.program, src.weights);
         EXPECT_TRUE(r.is_ok()) << name << " layer " << l << " S " << S << ": " << r.status().message();
       }
+  }
+}
+
+// Item 3: the layer kernels of the Qwen3.5-0.8B shape (preset qwen3.5-0.8b: dim 1024, DeltaNet 16 key / 16 value heads
+// of 128, conv 4 over 6144 channels; gated attention 8 / 2 heads of 256, RoPE on 64; FFN 3584), random weights, at
+// buckets 64 and 512: a DeltaNet layer (0) and a full-attention layer (3) pass the device rules of m1..m5 and compile
+// on the emulator. Shapes and compile only.
+TEST(Qwen35MilPrefill, ZeroPointEightBShapeKernelsPassTheDeviceRulesOfM1ToM5) {
+  const models::ModelConfig& c = models::preset("qwen3.5-0.8b");
+  const models::ModelDesc d = models::describe_model(c);
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> u(-0.02f, 0.02f);
+  std::deque<std::vector<float>> store;
+  auto rnd = [&](int64_t n) -> std::span<const float> {
+    store.emplace_back(static_cast<size_t>(n));
+    for (float& x : store.back()) x = u(rng);
+    return store.back();
+  };
+  auto mat = [&](int64_t rows, int64_t cols) { return quant::Mat::f32(rnd(rows * cols), rows, cols); };
+  auto ones = [&](int64_t n) -> std::span<const float> { return store.emplace_back(static_cast<size_t>(n), 1.0f); };
+  const int64_t D = c.dim, H = c.hidden_dim;
+  for (int64_t layer : {0, 3}) {
+    LayerWeights L;
+    kern::DeltaNetWeights W;
+    for (const models::Step& s : d.layers[static_cast<size_t>(layer)].steps) {
+      if (s.pre_norm) L.set_norm(s.pre_norm->weight, ones(D));
+      if (s.kind == models::StepKind::kFfn) {
+        L.w1 = mat(H, D), L.w3 = mat(H, D), L.w2 = mat(D, H);
+      } else if (s.kind == models::StepKind::kAttention) {
+        const models::AttnDesc& a = s.attn;
+        const int64_t QD = a.n_heads * a.head_dim, KVD = a.n_kv_heads * a.head_dim;
+        L.wq = mat(a.output_gate ? 2 * QD : QD, D), L.wk = mat(KVD, D), L.wv = mat(KVD, D), L.wo = mat(D, QD);
+        if (a.q_norm) L.set_norm(a.q_norm->weight, ones(a.head_dim));
+        if (a.k_norm) L.set_norm(a.k_norm->weight, ones(a.head_dim));
+      } else {
+        const models::DeltaNetDesc& n = s.deltanet;
+        const int64_t C = n.conv_dim(), V = n.n_v_heads * n.v_dim;
+        W.qkv = mat(C, D), W.z = mat(V, D), W.b = mat(n.n_v_heads, D), W.a = mat(n.n_v_heads, D), W.out = mat(D, V);
+        W.conv = rnd(C * n.conv_kernel), W.a_log = rnd(n.n_v_heads), W.dt_bias = rnd(n.n_v_heads);
+        W.norm = ones(n.v_dim);
+      }
+    }
+    for (int64_t S : {64, 512}) {
+      std::string passed;
+      for (const std::string& name : rt::device_profile_names()) {
+        const rt::DeviceProfile& prof = rt::device_profile(name);
+        const LayerKernelSource src = is_deltanet_layer(d, layer)
+                                          ? build_deltanet_layer_kernel(d, L, W, S, prof.dialect, layer)
+                                          : build_layer_kernel(d, L, S, prof.dialect, layer);
+        const Status chk = rt::check_program(src.program, prof);
+        EXPECT_TRUE(chk.is_ok()) << name << " layer " << layer << " S " << S << ": " << chk.message();
+        EXPECT_TRUE(rt::check_weights(src.program, src.weights).is_ok()) << name << " layer " << layer;
+        if (chk.is_ok()) passed += " " + name;
+        if (name == "m4") {
+          rt::BackendOptions bo;
+          bo.device = name;
+          auto be = rt::create_backend("emulator", bo);
+          auto r = be->compile(src.program, src.weights);
+          EXPECT_TRUE(r.is_ok()) << "layer " << layer << " S " << S << ": " << r.status().message();
+          const mil::Function& f = src.program.functions.at(0);
+          std::printf("[qwen3.5-0.8b] layer %lld (%s) S %lld: %zu ops, output %s, compiled on the m4 emulator\n",
+                      static_cast<long long>(layer), is_deltanet_layer(d, layer) ? "deltanet" : "attention",
+                      static_cast<long long>(S), f.ops.size(), f.type_of(f.outputs.at(0))->str().c_str());
+        }
+      }
+      std::printf("[qwen3.5-0.8b] layer %lld S %lld: device rules pass on%s\n", static_cast<long long>(layer),
+                  static_cast<long long>(S), passed.c_str());
+    }
   }
 }
 
