@@ -10,10 +10,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <random>
 #include <span>
 
+#include "framework/ane/ane_backend.h"
 #include "framework/backends/registry.h"
 #include "framework/runtime/device_profile.h"
 #include "framework/runtime/weights.h"
@@ -25,6 +27,7 @@
 #include "tests/common/errors.h"
 #include "tests/common/test_data.h"
 #include "tests/infer/hf_reference.h"
+#include "tests/support/fake_shim.h"
 
 namespace anelab::infer {
 namespace {
@@ -133,6 +136,38 @@ TEST(Qwen35MilPrefill, SeveralChunksMatchTheRecurrentDecodeAndHandOverTheState) 
     ta = q35_argmax(keep.data(), V);
     tb = q35_argmax(lb, V);
   }
+}
+
+// The "ane" backend over the fake shim (tests/support/fake_shim.h: the emulator behind the device's row-strided
+// surfaces), at device rows of 64, 128 and 1 bytes, runs the DeltaNet kernels' two inputs and their state rows as the
+// emulator does: the same logits and states bit for bit.
+TEST(Qwen35MilPrefill, FakeAneEqualsTheEmulatorAtEveryRowAlignment) {
+  const std::string dir = ::testing::TempDir() + "anelab-q35-rows";
+  ::setenv("ANELAB_ANE_SHIM", "fake", 1);
+  ::setenv("ANELAB_FAKE_ANE_DIR", dir.c_str(), 1);
+  ane::install_fake_shim(&ane::fake_shim_for_backend);
+  Engine emu = q35_mil_engine("emulator");
+  const std::vector<int32_t> prompt = q35_random_prompt(100, emu.config().vocab_size);
+  std::vector<float> want;
+  emu.prefill(prompt, 0, &want);
+  for (const char* align : {"64", "128", "1"}) {
+    ::setenv("ANELAB_FAKE_ANE_ROW_ALIGN", align, 1);
+    Engine fake = q35_mil_engine("ane");
+    std::vector<float> got;
+    fake.prefill(prompt, 0, &got);
+    EXPECT_EQ(fake.last_prefill().path, "ane") << align;
+    EXPECT_EQ(got, want) << "at fake rows of " << align << " bytes";
+    for (int64_t l = 0; l < emu.config().n_layers; ++l) {
+      if (!is_deltanet_layer(emu.desc(), l)) continue;
+      const auto a = fake.delta_state(l), b = emu.delta_state(l);
+      EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin())) << "layer " << l << " at rows of " << align;
+      const auto ca = fake.conv_state(l), cb = emu.conv_state(l);
+      EXPECT_TRUE(std::equal(ca.begin(), ca.end(), cb.begin())) << "layer " << l << " at rows of " << align;
+    }
+  }
+  ::unsetenv("ANELAB_FAKE_ANE_ROW_ALIGN");
+  ::unsetenv("ANELAB_ANE_SHIM");
+  ane::install_fake_shim(nullptr);
 }
 
 // Every layer kernel of the model (3 DeltaNet, 1 gated attention) at buckets 64 and 256 passes the device rules of
