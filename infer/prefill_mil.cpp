@@ -349,6 +349,14 @@ MilPrefill::MilPrefill(PrefillHost& e, const std::string& backend, const std::st
   bo.compile_budget = e.options().compile_budget;
   backend_ = rt::create_backend(backend, bo);
   weights_ = rt::parse_weight_path(ane_weights, backend_->profile());
+  // w8a8 calibrates its activation scales through the transformer layer kernel, which a DeltaNet layer is not: refused
+  // when asked for, int8 weights instead when auto chose it.
+  for (int64_t l = 0; l < static_cast<int64_t>(e_.desc().layers.size()) && weights_ == rt::WeightPath::kW8A8; ++l) {
+    if (!is_deltanet_layer(e_.desc(), l)) continue;
+    ANELAB_CHECK(ane_weights == "auto", "infer", "--ane-weights w8a8: layer ", l,
+                 " is a Gated DeltaNet layer, whose MIL kernel has no w8a8 calibration; use fp16 or int8");
+    weights_ = rt::WeightPath::kW8;
+  }
   if (ane_weights == "auto" && backend_->profile().auto_ffn_4bit) {
     // auto's FFN class (rt::DeviceProfile::auto_ffn_4bit): 4 bits where every FFN matrix has them as the numbers the
     // CPU reads (the file's 4-bit palettes, else Q4_0 blocks); otherwise the attention's path.

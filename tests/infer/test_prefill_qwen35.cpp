@@ -17,6 +17,7 @@
 
 #include "framework/ane/ane_backend.h"
 #include "framework/backends/registry.h"
+#include "framework/core/error.h"
 #include "framework/runtime/device_profile.h"
 #include "framework/runtime/weights.h"
 #include "infer/engine.h"
@@ -168,6 +169,32 @@ TEST(Qwen35MilPrefill, FakeAneEqualsTheEmulatorAtEveryRowAlignment) {
   ::unsetenv("ANELAB_FAKE_ANE_ROW_ALIGN");
   ::unsetenv("ANELAB_ANE_SHIM");
   ane::install_fake_shim(nullptr);
+}
+
+// w8a8 calibrates through the transformer layer kernel: asked for on a model with DeltaNet layers, refused in one line
+// naming the layer; auto, which picks w8a8 on m4, takes int8 weights there.
+TEST(Qwen35MilPrefill, W8a8IsRefusedAndAutoTakesInt8) {
+  auto with = [](const std::string& weights) {
+    EngineOptions o;
+    o.backend = "emulator";
+    o.device = "m4";
+    o.ane_weights = weights;
+    o.quiet = true;
+    return Engine(models::load_any_model(test::source_path("tests/fixtures/hf/qwen35_bf16")), o);
+  };
+  try {
+    with("w8a8");
+    ADD_FAILURE() << "w8a8 accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "[infer] --ane-weights w8a8: layer 0 is a Gated DeltaNet layer, whose MIL kernel has no w8a8 "
+                 "calibration; use fp16 or int8");
+  }
+  Engine a = with("auto");
+  const std::vector<int32_t> prompt = q35_random_prompt(20, a.config().vocab_size);
+  a.prefill(prompt, 0);
+  EXPECT_EQ(a.last_prefill().path, "emulator");
+  EXPECT_EQ(a.last_prefill().weights, "int8");
 }
 
 // Every layer kernel of the model (3 DeltaNet, 1 gated attention) at buckets 64 and 256 passes the device rules of
