@@ -63,11 +63,6 @@ Value chunk(FunctionBuilder& b, const Value& x, int64_t i) {
 }  // namespace
 }  // namespace deltanet_mil
 
-int64_t state_rows_count(const models::DeltaNetDesc& d, int64_t S) {
-  const int64_t n = d.n_v_heads * d.k_dim * d.v_dim;
-  return (n + S - 1) / S;
-}
-
 Value state_rows(FunctionBuilder& b, const Value& state, int64_t S) {
   const int64_t n = state.dim(0) * state.dim(1) * state.dim(2) * state.dim(3), rows = (n + S - 1) / S;
   if (n % S == 0) return b.reshape(state, {1, rows, 1, S});

@@ -67,6 +67,5 @@ DeltaNetTaps build_deltanet(FunctionBuilder& b, const models::DeltaNetDesc& d, c
 // The state [Hv, 1, dk, dv] as rows of S columns, [1, R, 1, S] (R = ceil(Hv*dk*dv / S), zeros after the state), the
 // layout a prefill kernel's output carries it in; read back row-major, its first Hv*dk*dv values are the state.
 Value state_rows(FunctionBuilder& b, const Value& state, int64_t S);
-int64_t state_rows_count(const models::DeltaNetDesc& d, int64_t S);
 
 }  // namespace anelab::kern
