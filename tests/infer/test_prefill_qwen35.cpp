@@ -18,6 +18,7 @@
 #include "framework/ane/ane_backend.h"
 #include "framework/backends/registry.h"
 #include "framework/core/error.h"
+#include "framework/core/fp16.h"
 #include "framework/runtime/device_profile.h"
 #include "framework/runtime/weights.h"
 #include "infer/engine.h"
@@ -169,6 +170,64 @@ TEST(Qwen35MilPrefill, FakeAneEqualsTheEmulatorAtEveryRowAlignment) {
   ::unsetenv("ANELAB_FAKE_ANE_ROW_ALIGN");
   ::unsetenv("ANELAB_ANE_SHIM");
   ane::install_fake_shim(nullptr);
+}
+
+// The DeltaNet layer kernel of layer 0 run on the emulator at bucket S with n real positions of x [dim, S] (the rest
+// zeros): its output [dim + conv_dim + R, S].
+std::vector<float> q35_run_deltanet_kernel(const Engine& e, int64_t S, int64_t n, const std::vector<float>& x) {
+  const LayerKernelSource src =
+      build_deltanet_layer_kernel(e.desc(), e.layer(0), e.deltanet(0), S, mil::Dialect::kIos18, 0);
+  auto be = rt::create_backend("emulator");
+  auto k = be->compile(src.program, src.weights);
+  k.status().throw_if_error();
+  auto in = k.value()->make_inputs(0, be->profile()), out = k.value()->make_outputs(0, be->profile());
+  std::vector<float> valid(static_cast<size_t>(S), 0.0f);
+  std::fill(valid.begin(), valid.begin() + n, 1.0f);
+  in[0].write(valid.data());
+  in[1].write(x.data());
+  rt::Surface* ip[2] = {&in[0], &in[1]};
+  rt::Surface* op[1] = {&out[0]};
+  be->evaluate(*k.value(), 0, ip, op).throw_if_error();
+  std::vector<float> y(static_cast<size_t>(out[0].numel()));
+  out[0].read(y.data());
+  return y;
+}
+
+// The padding of a bucket leaves the state as the last real token's, bit for bit: 100 real positions at bucket 1024
+// (the state's 1024 values one row of S) and at bucket 2048 (half a row, padded with zeros) give the same outputs at
+// the real positions and the same state, the rest of the padded row zeros.
+TEST(Qwen35MilPrefill, PaddingChunksLeaveTheStateAsItIs) {
+  const Engine e = q35_mil_engine("cpu");
+  const models::DeltaNetDesc& d = e.desc().layers[0].steps[0].deltanet;
+  const int64_t D = e.config().dim, C = d.conv_dim(), ns = d.n_v_heads * d.k_dim * d.v_dim, n = 100;
+  ASSERT_EQ(ns, 1024);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> xt(static_cast<size_t>(n * D));
+  for (float& v : xt) v = round_fp16(u(rng));
+  std::vector<std::vector<float>> outs;
+  for (int64_t S : {1024, 2048}) {
+    std::vector<float> x(static_cast<size_t>(D * S), 0.0f);
+    for (int64_t c = 0; c < D; ++c)
+      for (int64_t t = 0; t < n; ++t) x[static_cast<size_t>(c * S + t)] = xt[static_cast<size_t>(c * n + t)];
+    outs.push_back(q35_run_deltanet_kernel(e, S, n, x));
+    ASSERT_TRUE(q35_all_finite(outs.back())) << S;
+  }
+  const std::vector<float>&a = outs[0], &b = outs[1];
+  ASSERT_EQ(a.size(), static_cast<size_t>((D + C + 1) * 1024));
+  ASSERT_EQ(b.size(), static_cast<size_t>((D + C + 1) * 2048));
+  for (int64_t c = 0; c < D + C; ++c)
+    for (int64_t t = 0; t < n; ++t)
+      ASSERT_EQ(a[static_cast<size_t>(c * 1024 + t)], b[static_cast<size_t>(c * 2048 + t)])
+          << "channel " << c << " pos " << t;
+  for (int64_t i = 0; i < ns; ++i)
+    ASSERT_EQ(a[static_cast<size_t>((D + C) * 1024 + i)], b[static_cast<size_t>((D + C) * 2048 + i)]) << "state " << i;
+  for (int64_t i = ns; i < 2048; ++i)
+    ASSERT_EQ(b[static_cast<size_t>((D + C) * 2048 + i)], 0.0f) << "row padding " << i;
+  double amax = 0;
+  for (int64_t i = 0; i < ns; ++i)
+    amax = std::max(amax, std::abs(static_cast<double>(a[static_cast<size_t>((D + C) * 1024 + i)])));
+  EXPECT_GT(amax, 0.0) << "a state of zeros";
 }
 
 // w8a8 calibrates through the transformer layer kernel: asked for on a model with DeltaNet layers, refused in one line
