@@ -146,6 +146,12 @@ class Engine final : public PrefillHost {
 
   // Internal pieces used by the MIL prefill path.
   const LayerWeights& layer(int64_t l) const override { return layers_[static_cast<size_t>(l)]; }
+  const kern::DeltaNetWeights& deltanet(int64_t l) const override;  // engine_linear.cpp
+  void store_state(int64_t l, const float* delta_state, const float* conv_state, int64_t n) override;
+  // The delta-rule state [n_v_heads, k_dim, v_dim] and the conv state [conv_kernel - 1, conv_dim] of linear-attention
+  // layer l (engine_linear.cpp; throws for another layer).
+  std::span<const float> delta_state(int64_t l) const;
+  std::span<const float> conv_state(int64_t l) const;
   // Final norm + LM head for rows [0, n) of x [n, dim] (only the rows asked for); logits [n, vocab].
   void head(const float* x, int64_t n, bool all, std::vector<float>* all_logits) override;
   void embed(std::span<const int32_t> tokens, int64_t pos, float* x) override;  // x [n, dim]
@@ -187,11 +193,8 @@ class Engine final : public PrefillHost {
   void lora_apply(int64_t l, LoraSite site, const float* x, int64_t n, float* y);
   bool lora_on(int64_t slot) const;  // any nonzero scale
   void project(const Mat& w, const float* bias, const float* x, int64_t n, float* y);
-  // A Gated DeltaNet layer's weights (the CPU engine's own: the MIL kernels have no such layer).
-  struct DeltaWeights {
-    Mat qkv, z, b, a, out;                              // [conv_dim, dim], [v, dim], [Hv, dim] x2, [dim, v]
-    std::span<const float> conv, a_log, dt_bias, norm;  // [conv_dim, K], [Hv], [Hv], [v_dim]
-  };
+  // A Gated DeltaNet layer's weights (framework/kernels/deltanet.h: the MIL prefill's DeltaNet kernel reads them too).
+  using DeltaWeights = kern::DeltaNetWeights;
   void plan_layers();  // kv_slot_, lin_slot_ and the linear-attention scratch and state
   void load_deltanet(const models::DeltaNetDesc& d, DeltaWeights& W);
   void linear_attention(int64_t l, const models::DeltaNetDesc& d, int64_t n);

@@ -17,7 +17,6 @@ namespace {
 // torch.nn.functional.softplus (beta 1, threshold 20).
 float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-constexpr float kL2Eps = 1e-6f;  // transformers' l2norm eps for q and k
 }  // namespace
 }  // namespace engine_linear_detail
 
@@ -76,6 +75,35 @@ void Engine::begin_state(int64_t pos) {
   }
 }
 
+const kern::DeltaNetWeights& Engine::deltanet(int64_t l) const {
+  ANELAB_CHECK(l >= 0 && l < static_cast<int64_t>(lin_slot_.size()) && lin_slot_[static_cast<size_t>(l)] >= 0, "infer",
+               "layer ", l, " is not a linear-attention layer");
+  return delta_[static_cast<size_t>(l)];
+}
+
+// The MIL prefill's states of layer l after n tokens from position 0 (infer/prefill_mil.h): the layer's delta-rule and
+// conv states as a CPU prefill of those tokens would leave them; the state position follows the prefill.
+void Engine::store_state(int64_t l, const float* delta_state, const float* conv_state, int64_t n) {
+  (void)deltanet(l);  // throws for a layer without a state
+  const int64_t slot = lin_slot_[static_cast<size_t>(l)];
+  const int64_t ns = lin_.n_v_heads * lin_.k_dim * lin_.v_dim, nc = (lin_.conv_kernel - 1) * lin_.conv_dim();
+  std::memcpy(dstate_.data() + slot * ns, delta_state, static_cast<size_t>(ns) * sizeof(float));
+  std::memcpy(cstate_.data() + slot * nc, conv_state, static_cast<size_t>(nc) * sizeof(float));
+  state_pos_ = n;
+}
+
+std::span<const float> Engine::delta_state(int64_t l) const {
+  (void)deltanet(l);
+  const int64_t ns = lin_.n_v_heads * lin_.k_dim * lin_.v_dim;
+  return {dstate_.data() + lin_slot_[static_cast<size_t>(l)] * ns, static_cast<size_t>(ns)};
+}
+
+std::span<const float> Engine::conv_state(int64_t l) const {
+  (void)deltanet(l);
+  const int64_t nc = (lin_.conv_kernel - 1) * lin_.conv_dim();
+  return {cstate_.data() + lin_slot_[static_cast<size_t>(l)] * nc, static_cast<size_t>(nc)};
+}
+
 void Engine::load_deltanet(const models::DeltaNetDesc& d, DeltaWeights& W) {
   W.qkv = matrix(d.w_qkv);
   W.z = matrix(d.w_z);
@@ -118,8 +146,9 @@ void Engine::linear_attention(int64_t l, const models::DeltaNetDesc& d, int64_t 
     std::memcpy(lk_.data() + t * Q, m + Q, static_cast<size_t>(Q) * sizeof(float));
     std::memcpy(lv_.data() + t * V, m + 2 * Q, static_cast<size_t>(V) * sizeof(float));
   }
-  l2_normalize_rows(lq_.data(), n * d.n_k_heads, d.k_dim, kL2Eps, 1.0f / std::sqrt(static_cast<float>(d.k_dim)));
-  l2_normalize_rows(lk_.data(), n * d.n_k_heads, d.k_dim, kL2Eps, 1.0f);
+  l2_normalize_rows(lq_.data(), n * d.n_k_heads, d.k_dim, kern::kDeltaL2Eps,
+                    1.0f / std::sqrt(static_cast<float>(d.k_dim)));
+  l2_normalize_rows(lk_.data(), n * d.n_k_heads, d.k_dim, kern::kDeltaL2Eps, 1.0f);
   // beta = sigmoid(b) in lb_, g = -exp(a_log) softplus(a + dt_bias) in la_.
   for (int64_t t = 0; t < n; ++t)
     for (int64_t h = 0; h < Hv; ++h) {

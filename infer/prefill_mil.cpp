@@ -86,13 +86,14 @@ class PrefillSource : public kern::LayerSource {
     return bs_.tensor(b_, "mask", mil::tensor_type(mil::DType::kFp16, {1, 1, S_, S_}), kern::causal_mask(S_, window));
   }
   Value rope_table(const std::string& which) override {
+    const int64_t rd = a_.rope.dims > 0 ? a_.rope.dims : a_.head_dim;  // the rotated dims (partial RoPE)
     if (!rope_)
-      rope_ = kern::rope_tables(S_, a_.head_dim, a_.rope.theta, rope_style(a_.rope), 0, a_.rope.scaling,
-                                a_.rope.linear_factor);
-    return bs_.tensor(b_, "rope_" + which, mil::tensor_type(mil::DType::kFp16, {1, 1, S_, a_.head_dim}),
+      rope_ = kern::rope_tables(S_, rd, a_.rope.theta, rope_style(a_.rope), 0, a_.rope.scaling, a_.rope.linear_factor);
+    return bs_.tensor(b_, "rope_" + which, mil::tensor_type(mil::DType::kFp16, {1, 1, S_, rd}),
                       which == "cos" ? rope_->cos : rope_->sin);
   }
   const rt::Weights& weights() const { return bs_.weights(); }
+  kern::BlobSet& blobs() { return bs_; }  // the kernel's weights dictionary (the DeltaNet mixer's consts join it)
 
   static kern::RopeStyle rope_style(const models::RopeDesc& r) {  // kNone (no RoPE) never asks for a table
     return r.style == models::RopeStyle::kAdjacentPairs ? kern::RopeStyle::kAdjacentPairs
@@ -141,7 +142,87 @@ class PrefillSource : public kern::LayerSource {
   std::optional<kern::RopeTables> rope_;
 };
 
+// A LayerSource whose input is `x` (a value of the kernel), everything else from `base`: the FFN step of a DeltaNet
+// layer kernel reads the residual stream after the mixer.
+class InputOf : public kern::LayerSource {
+ public:
+  InputOf(kern::LayerSource& base, Value x) : base_(base), x_(std::move(x)) {}
+  Value input(const std::string&) override { return x_; }
+  Value project(const std::string& w, const Value& x) override { return base_.project(w, x); }
+  Value norm_weight(const std::string& name, const models::NormDesc& n) override { return base_.norm_weight(name, n); }
+  std::optional<Value> norm_bias(const std::string& name, const models::NormDesc& n) override {
+    return base_.norm_bias(name, n);
+  }
+  Value mask(int64_t window) override { return base_.mask(window); }
+  Value rope_table(const std::string& which) override { return base_.rope_table(which); }
+
+ private:
+  kern::LayerSource& base_;
+  Value x_;
+};
+
+// Layer `layer` of d as the DeltaNet layer kernel takes it: a linear-attention step then an FFN step, each pre-normed,
+// no post-norm on the mixer, residual scales 1 (models::unsupported names what else it meets).
+struct DeltaLayerSteps {
+  const models::Step& mixer;
+  const models::Step& ffn;
+};
+DeltaLayerSteps deltanet_layer(const models::ModelDesc& d, int64_t layer) {
+  ANELAB_CHECK(layer >= 0 && layer < static_cast<int64_t>(d.layers.size()), "infer", "MIL prefill: layer ", layer,
+               " of a model of ", d.layers.size(), " layers");
+  const auto& steps = d.layers[static_cast<size_t>(layer)].steps;
+  const models::StepKind order[2] = {models::StepKind::kLinearAttention, models::StepKind::kFfn};
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const models::Step& s = steps[i];
+    auto refuse = [&](const std::string& what) {
+      models::unsupported("infer", "the MIL prefill", layer, s.kind, what);
+    };
+    if (i >= 2 || s.kind != order[i])
+      refuse(cat("step ", i, " of a linear-attention layer (the kernel is the DeltaNet mixer then ffn)"));
+    if (!s.pre_norm) refuse("a step without a pre-norm");
+    if (i == 0 && s.post_norm) refuse("a post-norm of the DeltaNet mixer");
+    if (s.post_norm && !s.post_norm->bias.empty()) refuse("a post-norm with a bias");
+    if (s.residual_scale != 1.0f) refuse(cat("residual scale ", s.residual_scale));
+  }
+  ANELAB_CHECK(steps.size() == 2, "infer", "layer ", layer, ": ", steps.size(),
+               " steps are not supported by the MIL prefill (the DeltaNet mixer then ffn)");
+  return {steps[0], steps[1]};
+}
+
 }  // namespace
+
+bool is_deltanet_layer(const models::ModelDesc& d, int64_t layer) {
+  const auto& steps = d.layers.at(static_cast<size_t>(layer)).steps;
+  return !steps.empty() && steps[0].kind == models::StepKind::kLinearAttention;
+}
+
+LayerKernelSource build_deltanet_layer_kernel(const models::ModelDesc& md, const LayerWeights& L,
+                                              const kern::DeltaNetWeights& W, int64_t S, mil::Dialect dialect,
+                                              int64_t layer, const KernelWeights& kw) {
+  const DeltaLayerSteps st = deltanet_layer(md, layer);
+  const models::DeltaNetDesc& d = st.mixer.deltanet;
+  mil::ProgramBuilder pb;
+  auto& b = pb.function("main");
+  Value valid = b.input("valid", kern::act_type(1, S));  // first: the smaller input (M1's ascending input sizes)
+  static const models::AttnDesc kNoAttention;
+  PrefillSource p(b, md.dim, kNoAttention, L, S, layer, kw, dialect);
+  Value x = p.input("x");
+  const models::NormDesc& pn = *st.mixer.pre_norm;
+  Value nw = p.norm_weight("attn_norm", pn);
+  std::optional<Value> nb = pn.kind == NormType::kLayer ? p.norm_bias("attn_norm", pn) : std::nullopt;
+  Value xn = pn.kind == NormType::kRms ? kern::rms_norm(b, x, nw, pn.eps) : kern::layer_norm(b, x, nw, nb, pn.eps);
+  const kern::DeltaNetTaps t = kern::build_deltanet(b, d, W, p.blobs(), xn, valid);
+  Value x2 = b.add(x, t.out);
+  InputOf fp(p, x2);
+  const kern::Taps f = kern::build_ffn(b, st.ffn, fp, {"y"});
+  Value out = b.add(x2, f[0].second);
+  Value rows = kern::state_rows(b, t.state, S);
+  b.output(b.named("out").concat({out, t.qkv, rows}, 1));
+  LayerKernelSource src;
+  src.program = pb.build(dialect);
+  src.weights = p.weights();
+  return src;
+}
 
 int64_t prefill_bucket(int64_t n, int64_t context) {
   const int64_t m = rt::dense_width_multiple(mil::DType::kFp16);  // whole device rows (row-stride rule)
@@ -152,6 +233,8 @@ int64_t prefill_bucket(int64_t n, int64_t context) {
 }
 
 LayerKernelSource build_layer_kernel(const PrefillHost& e, int64_t layer, int64_t S, const KernelWeights& kw) {
+  if (is_deltanet_layer(e.desc(), layer))
+    return build_deltanet_layer_kernel(e.desc(), e.layer(layer), e.deltanet(layer), S, e.backend_dialect(), layer, kw);
   return build_layer_kernel(e.desc(), e.layer(layer), S, e.backend_dialect(), layer, kw);
 }
 
@@ -266,6 +349,14 @@ MilPrefill::MilPrefill(PrefillHost& e, const std::string& backend, const std::st
   bo.compile_budget = e.options().compile_budget;
   backend_ = rt::create_backend(backend, bo);
   weights_ = rt::parse_weight_path(ane_weights, backend_->profile());
+  // w8a8 calibrates its activation scales through the transformer layer kernel, which a DeltaNet layer is not: refused
+  // when asked for, int8 weights instead when auto chose it.
+  for (int64_t l = 0; l < static_cast<int64_t>(e_.desc().layers.size()) && weights_ == rt::WeightPath::kW8A8; ++l) {
+    if (!is_deltanet_layer(e_.desc(), l)) continue;
+    ANELAB_CHECK(ane_weights == "auto", "infer", "--ane-weights w8a8: layer ", l,
+                 " is a Gated DeltaNet layer, whose MIL kernel has no w8a8 calibration; use fp16 or int8");
+    weights_ = rt::WeightPath::kW8;
+  }
   if (ane_weights == "auto" && backend_->profile().auto_ffn_4bit) {
     // auto's FFN class (rt::DeviceProfile::auto_ffn_4bit): 4 bits where every FFN matrix has them as the numbers the
     // CPU reads (the file's 4-bit palettes, else Q4_0 blocks); otherwise the attention's path.
@@ -318,7 +409,8 @@ bool MilPrefill::self_check(const mil::Program& layer, int64_t S) {
   const mil::Function& f = layer.functions.at(0);
   kern::SelfCheck c;
   try {
-    c = kern::run_self_check(*backend_, cat("prefill layer S=", S), f.inputs.at(0).second, *f.type_of(f.outputs.at(0)));
+    const auto& x = f.inputs.back();  // the residual stream x (a DeltaNet layer's valid comes before it)
+    c = kern::run_self_check(*backend_, cat("prefill layer S=", S), x.second, *f.type_of(f.outputs.at(0)));
   } catch (const Error& e) {  // a compile or evaluation that fails outright: no MIL prefill either
     self_check_failed_ = true;
     std::fprintf(stderr, "%s; prefill runs on the CPU (run `anelab probe`, docs/macos.md)\n", e.what());
@@ -387,24 +479,48 @@ bool MilPrefill::run(std::span<const int32_t> tokens, int64_t pos, std::vector<f
   const auto t0 = std::chrono::steady_clock::now();
   auto& ks = kernels_[S];
   const auto& prof = backend_->profile();
-  std::vector<rt::Surface> in = ks[0]->make_inputs(0, prof), out = ks[0]->make_outputs(0, prof);
-  in[0].write(stage_embeddings(e_, tokens, S).data());
+  const models::ModelDesc& md = e_.desc();
   std::vector<float> xt(static_cast<size_t>(n * D));
-  std::vector<float> o(static_cast<size_t>((D + 2 * kvd) * S));
+  std::vector<float> o;
   std::vector<float> kr(static_cast<size_t>(n * kvd)), vr(static_cast<size_t>(n * kvd));  // [n, kv_dim]
+  std::vector<float> valid(static_cast<size_t>(S), 0.0f);  // DeltaNet layers: 1 at the prompt's positions
+  std::fill(valid.begin(), valid.begin() + n, 1.0f);
+  std::vector<float> xs = stage_embeddings(e_, tokens, S);  // [D, S], the residual stream between the layers
+  std::vector<float> dstate, cstate;
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    rt::Surface* ip[1] = {&in[0]};
-    rt::Surface* op[1] = {&out[0]};
-    backend_->evaluate(*ks[static_cast<size_t>(l)], 0, ip, op).throw_if_error();
+    rt::Kernel& k = *ks[static_cast<size_t>(l)];
+    std::vector<rt::Surface> in = k.make_inputs(0, prof), out = k.make_outputs(0, prof);
+    const bool delta = is_deltanet_layer(md, l);
+    if (delta) in[0].write(valid.data());
+    in[delta ? 1 : 0].write(xs.data());
+    std::vector<rt::Surface*> ip, op;
+    for (auto& s : in) ip.push_back(&s);
+    for (auto& s : out) op.push_back(&s);
+    backend_->evaluate(k, 0, ip, op).throw_if_error();
+    o.resize(static_cast<size_t>(out[0].numel()));
     out[0].read(o.data());
-    for (int64_t t = 0; t < n; ++t)  // taps [kv_dim, S] -> token-major rows -> KV cache
-      for (int64_t j = 0; j < kvd; ++j) {
-        kr[static_cast<size_t>(t * kvd + j)] = o[static_cast<size_t>((D + j) * S + t)];
-        vr[static_cast<size_t>(t * kvd + j)] = o[static_cast<size_t>((D + kvd + j) * S + t)];
+    if (delta) {  // taps [conv_dim, S] then the state rows -> the engine's recurrent states
+      const models::DeltaNetDesc& dd = md.layers[static_cast<size_t>(l)].steps[0].deltanet;
+      const int64_t C = dd.conv_dim(), K = dd.conv_kernel, ns = dd.n_v_heads * dd.k_dim * dd.v_dim;
+      dstate.assign(o.begin() + (D + C) * S, o.begin() + (D + C) * S + ns);
+      cstate.assign(static_cast<size_t>((K - 1) * C), 0.0f);
+      for (int64_t r = 0; r < K - 1; ++r) {  // row r: position n - (K - 1) + r, zeros before position 0
+        const int64_t t = n - (K - 1) + r;
+        if (t < 0) continue;
+        for (int64_t j = 0; j < C; ++j)
+          cstate[static_cast<size_t>(r * C + j)] = o[static_cast<size_t>((D + j) * S + t)];
       }
-    e_.store_kv(l, 0, kr.data(), vr.data(), n);
-    // residual stream (first D channels) becomes the next layer's input, fp16 bits copied as they are
-    std::memcpy(in[0].data(), out[0].data(), static_cast<size_t>(D * S) * mil::dtype_bytes(in[0].dtype()));
+      e_.store_state(l, dstate.data(), cstate.data(), n);
+    } else {
+      for (int64_t t = 0; t < n; ++t)  // taps [kv_dim, S] -> token-major rows -> KV cache
+        for (int64_t j = 0; j < kvd; ++j) {
+          kr[static_cast<size_t>(t * kvd + j)] = o[static_cast<size_t>((D + j) * S + t)];
+          vr[static_cast<size_t>(t * kvd + j)] = o[static_cast<size_t>((D + kvd + j) * S + t)];
+        }
+      e_.store_kv(l, 0, kr.data(), vr.data(), n);
+    }
+    // the residual stream (first D channels, fp16 values as they are) becomes the next layer's input
+    std::copy(o.begin(), o.begin() + D * S, xs.begin());
   }
   for (int64_t t = 0; t < n; ++t)
     for (int64_t d = 0; d < D; ++d) xt[static_cast<size_t>(t * D + d)] = o[static_cast<size_t>(d * S + t)];

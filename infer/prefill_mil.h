@@ -14,7 +14,17 @@
 //         per-tensor scale (framework/kernels/w8.h). The w8a8 scales come from a calibration prompt
 //         (EngineOptions::calibration_tokens, else the first prompt) run through the fp16 kernels on the
 //         emulator: per layer and conv input, act_scale(max |x| over the prompt's positions).
-// Padding positions sit after the prompt, so the causal mask keeps them out of every real row.
+// A Gated DeltaNet layer (Qwen3.5's linear attention, framework/kernels/deltanet.h) is a kernel of its own:
+//   inputs valid [1, 1, 1, S] (1 at the prompt's positions, 0 at the padding), x [1, dim, 1, S]
+//   output out [1, dim + conv_dim + R, 1, S]   [ x + mixer + ffn ; qkv (the conv's input) ; the final delta-rule
+//          state as R rows of S (kern::state_rows) ]
+//   body: norm -> kern::build_deltanet (in-projections, causal conv + SiLU, the chunked delta rule with the
+//         inter-chunk recurrence unrolled over the bucket's chunks, gated RMSNorm, out projection; its matrices fp16
+//         whatever --ane-weights says) -> residual -> the FFN (build_ffn, the weight path's matrices) -> residual.
+//   The host hands the state and the conv state (the last conv_kernel - 1 real columns of qkv) to the engine
+//   (store_state), so decode continues from the prefill as after a CPU prefill.
+// Padding positions sit after the prompt, so the causal mask (attention) and the causal conv and recurrence
+// (DeltaNet, whose padding has beta = g = 0: an identity update) keep them out of every real row and state.
 // The LM head runs on the CPU (engine.head); only the positions asked for are projected.
 // Compile budget: one compile per layer per bucket; when Backend::compiles_left() cannot cover a
 // bucket the prefill falls back to the CPU path and says so once on stderr.
@@ -28,6 +38,7 @@
 
 #include "framework/core/model_desc.h"
 #include "framework/core/thread_pool.h"
+#include "framework/kernels/deltanet.h"
 #include "framework/kernels/layer.h"
 #include "framework/mil/ir.h"
 #include "framework/runtime/backend.h"
@@ -53,6 +64,11 @@ class PrefillHost {
   virtual void embed(std::span<const int32_t> tokens, int64_t pos, float* x) = 0;
   // Keys and values [n, kv_dim] of layer l at positions pos.. into the KV cache.
   virtual void store_kv(int64_t l, int64_t pos, const float* k, const float* v, int64_t n) = 0;
+  // The Gated DeltaNet weights of linear-attention layer l (kern::DeltaNetWeights; throws for another layer).
+  virtual const kern::DeltaNetWeights& deltanet(int64_t l) const = 0;
+  // The recurrent states of linear-attention layer l after a prefill of n tokens from position 0: the delta-rule
+  // state [n_v_heads, k_dim, v_dim] and the conv state [conv_kernel - 1, conv_dim] (oldest input first), fp32.
+  virtual void store_state(int64_t l, const float* delta_state, const float* conv_state, int64_t n) = 0;
   // The final norm and LM head of x [n, dim]: the last row's logits, or every row's into all_logits when all.
   virtual void head(const float* x, int64_t n, bool all, std::vector<float>* all_logits) = 0;
 
@@ -86,6 +102,14 @@ LayerKernelSource build_layer_kernel(const PrefillHost& e, int64_t layer, int64_
 // the kernel lacks throws one line naming the layer, the step and "the MIL prefill" (models::unsupported).
 LayerKernelSource build_layer_kernel(const models::ModelDesc& d, const LayerWeights& L, int64_t S, mil::Dialect dialect,
                                      int64_t layer = 0, const KernelWeights& kw = {});
+// Whether layer `layer` of d is a linear-attention (Gated DeltaNet) layer: its kernel is build_deltanet_layer_kernel's.
+bool is_deltanet_layer(const models::ModelDesc& d, int64_t layer);
+// The DeltaNet layer kernel of layer `layer` (the layout above) at bucket S, from its mixer's weights W and the
+// layer's LayerWeights (its norms and FFN). A step or parameter the kernel lacks throws one line naming the layer, the
+// step and "the MIL prefill".
+LayerKernelSource build_deltanet_layer_kernel(const models::ModelDesc& d, const LayerWeights& L,
+                                              const kern::DeltaNetWeights& W, int64_t S, mil::Dialect dialect,
+                                              int64_t layer, const KernelWeights& kw = {});
 // The same for the description of config c (models::describe_model).
 LayerKernelSource build_layer_kernel(const models::ModelConfig& c, const LayerWeights& L, int64_t S,
                                      mil::Dialect dialect, int64_t layer = 0, const KernelWeights& kw = {});

@@ -1,5 +1,5 @@
 // Elementwise ops: broadcasting binary ops (add, sub, mul, real_div, pow; operands read through their
-// view strides), unary ops (sigmoid, tanh, exp, relu) and cast. Arithmetic is fp32, rounded once to the
+// view strides), unary ops (sigmoid, tanh, exp, relu, softplus) and cast. Arithmetic is fp32, rounded once to the
 // declared dtype.
 #include <algorithm>
 #include <cmath>
@@ -16,7 +16,7 @@ using mil::Shape;
 namespace {
 
 enum BinOp : int { kAdd, kSub, kMul, kDiv, kPow };
-enum UnOp : int { kSigmoid, kTanh, kExp, kRelu };
+enum UnOp : int { kSigmoid, kTanh, kExp, kRelu, kSoftplus };
 
 // ---- step functions --------------------------------------------------------------------------------------
 inline float apply_bin(int op, float a, float b) {
@@ -42,6 +42,8 @@ inline float apply_un(int op, float a) {
       return std::tanh(a);
     case kExp:
       return std::exp(a);
+    case kSoftplus:  // log1p(exp(a)), a itself past 20 (torch's threshold; exp(a) would swamp the 1 in fp32 anyway)
+      return a > 20.0f ? a : std::log1p(std::exp(a));
     default:
       return a > 0.0f ? a : 0.0f;
   }
@@ -179,11 +181,10 @@ void lower_cast(Lowerer& l, const mil::Operation& op, const mil::Resolved& r) {
 }
 
 constexpr LowerRule kElementwiseRules[] = {
-    {"add", lower_binary<kAdd>},  {"sub", lower_binary<kSub>},
-    {"mul", lower_binary<kMul>},  {"real_div", lower_binary<kDiv>},
-    {"pow", lower_binary<kPow>},  {"sigmoid", lower_unary<kSigmoid>},
-    {"tanh", lower_unary<kTanh>}, {"exp", lower_unary<kExp>},
-    {"relu", lower_unary<kRelu>}, {"cast", lower_cast},
+    {"add", lower_binary<kAdd>},          {"sub", lower_binary<kSub>}, {"mul", lower_binary<kMul>},
+    {"real_div", lower_binary<kDiv>},     {"pow", lower_binary<kPow>}, {"sigmoid", lower_unary<kSigmoid>},
+    {"tanh", lower_unary<kTanh>},         {"exp", lower_unary<kExp>},  {"relu", lower_unary<kRelu>},
+    {"softplus", lower_unary<kSoftplus>}, {"cast", lower_cast},
 };
 
 }  // namespace

@@ -66,10 +66,11 @@ LayerSteps check_layer(const models::LayerDesc& ld, int64_t layer, const char* c
     if (!s.pre_norm) refuse("a step without a pre-norm");
     if (s.post_norm && !s.post_norm->bias.empty()) refuse("a post-norm with a bias");
     if (s.residual_scale != 1.0f) refuse(cat("residual scale ", s.residual_scale));
-    if (s.kind == models::StepKind::kLinearAttention) refuse("a Gated DeltaNet mixer (its MIL prefill is not written)");
+    if (s.kind == models::StepKind::kLinearAttention)
+      refuse("a Gated DeltaNet mixer in the transformer layer kernel (the prefill's is kern::build_deltanet)");
     if (s.kind == models::StepKind::kAttention) {
-      if (s.attn.output_gate) refuse("an attention output gate");
-      if (s.attn.rope.dims != 0 && s.attn.rope.dims != s.attn.head_dim) refuse("partial RoPE");
+      if (s.attn.rope.dims < 0 || s.attn.rope.dims > s.attn.head_dim || s.attn.rope.dims % 2)
+        refuse(cat("RoPE on ", s.attn.rope.dims, " of ", s.attn.head_dim, " dims"));
       if (s.attn.score_softcap > 0.0f) refuse(cat("score soft-capping (cap ", s.attn.score_softcap, ")"));
       for (const auto& n : {s.attn.q_norm, s.attn.k_norm})
         if (n && n->kind != NormType::kRms) refuse("a q/k norm other than RMSNorm");
@@ -138,12 +139,34 @@ std::optional<RopeStyle> rope_style(const models::RopeDesc& r) {
   return r.style;
 }
 
+// RoPE on the first `dims` of each head of h [1, H, S, HD] (all of them when dims is 0 or HD; tables [1, 1, S, dims]),
+// the rest passed through (HF's partial_rotary_factor).
+Value partial_rope(FunctionBuilder& b, const Value& h, const Value& cs, const Value& sn, RopeStyle style,
+                   int64_t dims) {
+  const int64_t HD = h.dim(3);
+  if (dims == 0 || dims == HD) return rope(b, h, cs, sn, style);
+  Value rot = b.slice_by_size(h, {0, 0, 0, 0}, {h.dim(0), h.dim(1), h.dim(2), dims});
+  Value pass = b.slice_by_size(h, {0, 0, 0, dims}, {h.dim(0), h.dim(1), h.dim(2), HD - dims});
+  Value r = rope(b, rot, cs, sn, style);
+  return b.concat({r, pass}, 3);
+}
+
 Attention attention(FunctionBuilder& b, const models::Step& s, LayerSource& p, const std::function<Value()>& x) {
   const models::AttnDesc& d = s.attn;
   const int64_t n_rep = d.n_heads / d.n_kv_heads;
   Attention a;
   a.xn = norm(b, *s.pre_norm, p, "attn_norm", x);
-  Value q = a.q = p.project("wq", a.xn);
+  Value q = p.project("wq", a.xn);
+  std::optional<Value> gate;
+  if (d.output_gate) {  // wq's rows per head [q | gate]: the heads as the batch [H, 2 HD, 1, S], each half sliced
+    const int64_t S = q.dim(3);
+    Value qg = b.reshape(q, {d.n_heads, 2 * d.head_dim, 1, S});
+    Value qs = b.slice_by_size(qg, {0, 0, 0, 0}, {d.n_heads, d.head_dim, 1, S});
+    Value gs = b.slice_by_size(qg, {0, d.head_dim, 0, 0}, {d.n_heads, d.head_dim, 1, S});
+    q = b.reshape(qs, {1, d.n_heads * d.head_dim, 1, S});
+    gate = b.reshape(gs, {1, d.n_heads * d.head_dim, 1, S});
+  }
+  a.q = q;
   Value k = a.k = p.project("wk", a.xn);
   if (d.q_norm) q = head_norm(b, *d.q_norm, p, "q_norm", q, d.n_heads, d.head_dim);
   if (d.k_norm) k = head_norm(b, *d.k_norm, p, "k_norm", k, d.n_kv_heads, d.head_dim);
@@ -154,13 +177,17 @@ Attention attention(FunctionBuilder& b, const models::Step& s, LayerSource& p, c
   if (const std::optional<RopeStyle> style = rope_style(d.rope)) {
     Value sn = p.rope_table("sin");
     Value cs = p.rope_table("cos");
-    a.qh = rope(b, a.qh, cs, sn, *style);
-    a.kh = rope(b, a.kh, cs, sn, *style);
+    a.qh = partial_rope(b, a.qh, cs, sn, *style, d.rope.dims);
+    a.kh = partial_rope(b, a.kh, cs, sn, *style, d.rope.dims);
   }
   Value mask = p.mask(d.window);
   Value ve = gqa_expand(b, vh, n_rep);
   Value ke = gqa_expand(b, a.kh, n_rep);
   a.attn = merge_heads(b, causal_attention(b, a.qh, ke, ve, mask, score_scale(d)));
+  if (gate) {  // the output gate: attn * sigmoid(gate) before wo
+    Value sg = b.sigmoid(*gate);
+    a.attn = b.mul(a.attn, sg);
+  }
   a.o = p.project("wo", a.attn);
   if (s.post_norm) a.o = norm(b, *s.post_norm, p, "attn_post_norm", [&] { return a.o; });
   return a;

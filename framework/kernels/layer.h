@@ -4,8 +4,11 @@
 // of the model description (framework/core/model_desc.h: its attention step and its FFN step), read as it is.
 //
 //   attention half  x -> xnorm = norm(x) -> q = Wq·xnorm (+bq), k = Wk·xnorm (+bk), v = Wv·xnorm (+bv)
-//                   -> [q_norm / k_norm: per-head norms of q and k] -> RoPE(q, k) -> softmax(q kᵀ * scale + mask) v
-//                   (query head h reads kv head h / n_rep) -> attn -> o = Wo·attn (+bo) [the step's norm of o]
+//                   [output gate: Wq's rows per head [q | gate], split]
+//                   -> [q_norm / k_norm: per-head norms of q and k] -> RoPE(q, k) (on the first rope.dims of each
+//                   head when partial) -> softmax(q kᵀ * scale + mask) v
+//                   (query head h reads kv head h / n_rep) -> attn [* sigmoid(gate)] -> o = Wo·attn (+bo)
+//                   [the step's norm of o]
 //   ffn half        x -> xnorm = norm(x) -> SwiGLU: h1 = W1·xnorm, h3 = W3·xnorm, gate = silu(h1) * h3
 //                                         or tanh-GELU: h1 = W1·xnorm (+b1), gate = gelu(h1)
 //                                         or GeGLU: h1 = W1·xnorm, h3 = W3·xnorm, gate = gelu(h1) * h3
@@ -101,7 +104,8 @@ class LayerSource {
   virtual std::optional<Value> norm_bias(const std::string& name, const models::NormDesc& n) = 0;
   // [1, 1, S, S] additive causal mask, keys limited to the last `window` positions when > 0 (causal_mask)
   virtual Value mask(int64_t window) = 0;
-  virtual Value rope_table(const std::string& which) = 0;  // "cos" | "sin": [1, 1, S, HD] (rope_tables)
+  // "cos" | "sin": [1, 1, S, R] (rope_tables), R the rotated dims (rope.dims, or HD when 0)
+  virtual Value rope_table(const std::string& which) = 0;
 };
 
 using Taps = std::vector<std::pair<std::string, Value>>;

@@ -318,6 +318,7 @@ Value FunctionBuilder::sigmoid(const Value& x) { return unary("sigmoid", x); }
 Value FunctionBuilder::tanh(const Value& x) { return unary("tanh", x); }
 Value FunctionBuilder::exp(const Value& x) { return unary("exp", x); }
 Value FunctionBuilder::relu(const Value& x) { return unary("relu", x); }
+Value FunctionBuilder::softplus(const Value& x) { return unary("softplus", x); }
 Value FunctionBuilder::identity(const Value& x) { return unary("identity", x); }
 
 Value FunctionBuilder::cast(const Value& x, DType to) {

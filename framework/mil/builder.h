@@ -112,6 +112,7 @@ class FunctionBuilder {
   Value tanh(const Value& x);
   Value exp(const Value& x);
   Value relu(const Value& x);
+  Value softplus(const Value& x);  // log(1 + exp(x))
   Value identity(const Value& x);
   Value cast(const Value& x, DType to);
   Value quantize(const Value& input, DType output_dtype, const Value& scale, const QuantParams& q = {});

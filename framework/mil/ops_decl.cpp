@@ -469,6 +469,8 @@ std::vector<OpSpec> declare_ops() {
   ops.push_back(unary("tanh", kFloat, "tanh(x)"));
   ops.push_back(unary("exp", kFloat, "exp(x)"));
   ops.push_back(unary("relu", kFloat, "max(x, 0)"));
+  // coremltools defs/iOS15/activation.py softplus (Qwen3.5's Gated DeltaNet decay, framework/kernels/deltanet.h)
+  ops.push_back(unary("softplus", kFloat, "log(1 + exp(x))"));
   ops.push_back(unary("identity", {}, "x"));
   ops.push_back({"cast", {scal("dtype", kStr), val("x")}, {}, resolve_cast, "convert to dtype (string const)"});
   ops.push_back({"quantize",

@@ -49,11 +49,12 @@ CaseResult unary_case(ProgramUnderTest& p, const char* op, double lo, double hi,
   Value x = p.input("x", {1, 32, 1, 64}, xv);
   auto& b = *p.b;
   std::string o = op;
-  b.output(o == "sigmoid" ? b.sigmoid(x)
-           : o == "tanh"  ? b.tanh(x)
-           : o == "exp"   ? b.exp(x)
-           : o == "relu"  ? b.relu(x)
-                          : b.identity(x));
+  b.output(o == "sigmoid"    ? b.sigmoid(x)
+           : o == "tanh"     ? b.tanh(x)
+           : o == "exp"      ? b.exp(x)
+           : o == "relu"     ? b.relu(x)
+           : o == "softplus" ? b.softplus(x)
+                             : b.identity(x));
   Vec want(xv.size());
   for (size_t i = 0; i < xv.size(); ++i) want[i] = f(xv[i]);
   return {{{want}, {ref::abs_vec(want)}, 1}, {1.02, 0, 1e-6}};
@@ -470,6 +471,8 @@ const std::map<std::string, CaseFn>& cases() {
       {"exp", [](auto& p) { return unary_case(p, "exp", -8, 8, [](double a) { return std::exp(a); }); }},
       {"identity", [](auto& p) { return unary_case(p, "identity", -8, 8, [](double a) { return a; }); }},
       {"relu", [](auto& p) { return unary_case(p, "relu", -4, 4, [](double a) { return std::max(a, 0.0); }); }},
+      {"softplus",
+       [](auto& p) { return unary_case(p, "softplus", -24, 24, [](double a) { return std::log1p(std::exp(a)); }); }},
       {"conv_1x1",
        [](auto& p) {
          return conv_case(p, geom(64, 1, 64, 96, 1, 1, 1, 1), "valid", {0, 0, 0, 0}, false);

@@ -70,7 +70,7 @@ inline Program every_op_program(Dialect d) {
                    .pad_type = "custom",
                    .groups = 4,
                    .bias = b.const_tensor(f16({16}), std::vector<double>(16, 0.1))});
-  auto e = b.exp(b.tanh(b.relu(b.sigmoid(c))));
+  auto e = b.exp(b.tanh(b.relu(b.softplus(b.sigmoid(c)))));
   auto r = b.real_div(b.sub(e, 0.5), b.add(b.identity(e), 2.0));
   auto m = b.reduce_max(b.pow(r, 2.0), {1, -1}, true);
   auto s = b.slice_by_index(x, {0, 1, 0, 0}, {1, 32, 4, 16},

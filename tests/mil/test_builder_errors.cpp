@@ -108,7 +108,7 @@ TEST_F(Fixture, Binary) {
   expect_error([&] { b.pow(i8, 2.0); }, {"pow", "int8", "expected dtype fp16/fp32"});
 }
 TEST_F(Fixture, Unary) {
-  for (const char* op : {"sigmoid", "tanh", "exp", "relu"})
+  for (const char* op : {"sigmoid", "tanh", "exp", "relu", "softplus"})
     expect_error([&] { b.op(op, {{"x", i8}}); }, {op, "argument x = i8 has type tensor<int8, [1, 768, 1, 256]>"});
   expect_error([&] { b.op("identity", {}); }, {"identity", "missing required argument 'x'"});
 }
