@@ -50,6 +50,7 @@ struct GenParams {
   int32_t logprobs = -1;     // CompletionRequest::logprobs
   bool cache_prompt = true;  // CompletionRequest::cache_prompt
   bool stream = false;       // CompletionRequest::stream: logprob entries go to the job as they come
+  tok::ToolCallForm tool_form = tok::ToolCallForm::kTagged;  // the chat template's form of a tool call
 };
 
 struct GenOutcome {

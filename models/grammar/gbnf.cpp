@@ -548,6 +548,10 @@ bool Utf8Decoder::span(uint32_t& lo, uint32_t& hi) const {
   const uint32_t min = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
   lo = std::max(value << (6 * need), min);
   hi = std::min((value << (6 * need)) | ((1u << (6 * need)) - 1), 0x10FFFFu);
+  // Surrogates are not code points: 0xED 0xA0 can only become one (a dead end a token mask must not enter), and
+  // 0xED alone only U+D000..U+D7FF.
+  if (lo >= 0xD800 && lo <= 0xDFFF) lo = 0xE000;
+  if (hi >= 0xD800 && hi <= 0xDFFF) hi = 0xD7FF;
   return lo <= hi;
 }
 

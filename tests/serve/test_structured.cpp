@@ -19,6 +19,7 @@
 #include "models/grammar/json_schema.h"
 #include "models/grammar/token_constraint.h"
 #include "models/tokenizer/tokenizer.h"
+#include "models/tokenizer/unicode.h"
 #include "tests/common/test_data.h"
 #include "tests/serve/stories_pool.h"
 
@@ -103,7 +104,10 @@ TEST(Gbnf, PartialUtf8AcrossTokens) {
   EXPECT_TRUE(b.allows("{"));
   const Grammar any = Grammar::parse("root ::= .\n");
   Matcher a(any);
-  EXPECT_FALSE(a.allows("\xED\xA0\x80"));      // a surrogate
+  EXPECT_FALSE(a.allows("\xED\xA0\x80"));  // a surrogate
+  EXPECT_FALSE(a.allows("\xED\xA0"));      // can only become a surrogate: a dead end for the next token
+  EXPECT_TRUE(a.allows("\xED\x9F"));       // U+D7C0..U+D7FF
+  EXPECT_TRUE(a.allows("\xED"));
   EXPECT_FALSE(a.allows("\xF4\x90\x80\x80"));  // past U+10FFFF
   EXPECT_TRUE(a.allows("\xF0\x9F\x98\x80"));   // U+1F600
 }
@@ -357,6 +361,59 @@ TEST(TokenConstraint, MaskOverQwenVocabulary) {
     }
     EXPECT_EQ(n, allowed);
     EXPECT_GT(allowed, 0);
+  }
+}
+
+// A byte-level vocabulary (256 byte tokens) with multi-byte added tokens (Qwen's non-special <tool_call> and
+// </tool_call>, 11 and 12 bytes): under a string of at most 8 characters no 12-byte token fits, and at every step
+// the mask allows exactly the tokens whose piece the recognizer accepts (Matcher::allows, the reference), and some
+// token always stays allowed until the text can end.
+TEST(TokenConstraint, MaskOfLongPiecesUnderBoundedRepetitions) {
+  tok::VocabData v;
+  v.kind = tok::TokenizerKind::kByteBpe;
+  v.pre = "gpt2";
+  for (int b = 0; b < 256; ++b) {
+    std::string t;
+    tok::utf8_append(t, tok::byte_to_unicode(static_cast<uint8_t>(b)));
+    v.tokens.push_back(t), v.types.push_back(tok::TokenType::kNormal);
+  }
+  for (const char* t : {"<|endoftext|>", "<tool_call>", "</tool_call>", "abcdefgh"}) {
+    v.tokens.push_back(t);
+    v.types.push_back(std::string(t) == "<|endoftext|>" ? tok::TokenType::kControl : tok::TokenType::kUserDefined);
+  }
+  v.eos_id = 256;
+  v.add_space_prefix = false;
+  auto tk = tok::make_tokenizer(std::move(v));
+  auto pieces = std::make_shared<const TokenPieces>(*tk, tk->vocab_size());
+  std::mt19937 rng(38);
+  for (const char* schema : {R"({"type": "string", "maxLength": 8})", R"({"type": "array", "items": {"type": "string",
+                                  "maxLength": 3}, "maxItems": 2})",
+                             R"({"enum": ["</tool_call>", "<tool"]})"}) {
+    auto g = std::make_shared<const Grammar>(Grammar::parse(json_schema_to_gbnf(ojson::parse(schema))));
+    for (int walk = 0; walk < 300; ++walk) {
+      GrammarConstraint c(g, pieces, {256}, -1);
+      Matcher ref(*g);
+      std::string text;
+      for (int step = 0; step < 64 && !c.finished(); ++step) {
+        std::vector<float> logits(static_cast<size_t>(tk->vocab_size()), 0.0f);
+        c.mask(logits);
+        std::vector<int32_t> ok;
+        for (int32_t id = 0; id < tk->vocab_size(); ++id) {
+          const bool want = id == 256 ? ref.can_end() : ref.allows(tk->decode_token(0, id));
+          ASSERT_EQ(logits[static_cast<size_t>(id)] == 0.0f, want)
+              << "token " << id << " '" << tk->decode_token(0, id) << "' after '" << text << "' (" << schema << ")";
+          if (want && id != 256) ok.push_back(id);
+        }
+        // A byte token may begin a UTF-8 sequence: the mask must never enter one that cannot complete (0xED 0xA0
+        // leads only to surrogates), which would leave the next step nothing to sample.
+        ASSERT_TRUE(!ok.empty() || ref.can_end()) << "dead end after '" << text << "' (" << schema << ")";
+        if (ok.empty()) break;
+        const int32_t id = ok[rng() % ok.size()];
+        c.accept(id);
+        ASSERT_TRUE(ref.accept_bytes(tk->decode_token(0, id)));
+        text += tk->decode_token(0, id);
+      }
+    }
   }
 }
 
