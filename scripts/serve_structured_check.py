@@ -18,9 +18,10 @@ numbers at most 38 characters in the grammar, no recursion): max_tokens is that 
 end always ends before it. An answer cut by max_tokens (finish_reason "length") is a failure, never a pass.
 
 Keywords the generator uses: type (one or a list), enum, const, properties, required, additionalProperties false,
-items, prefixItems (with items false), minItems, maxItems, minLength, maxLength, anyOf, oneOf (branches of disjoint
-types), allOf of one schema, $ref to #/$defs. Refused by the converter (checked to be a 400): minimum, maximum,
-exclusiveMinimum, multipleOf, pattern, format, uniqueItems, not, patternProperties, minProperties.
+items, prefixItems (with items false), minItems, maxItems, minLength, maxLength, minimum / maximum /
+exclusiveMinimum / exclusiveMaximum on integers, anyOf, oneOf (branches of disjoint types), allOf of one schema,
+$ref to #/$defs. Refused by the converter (checked to be a 400): ranges on numbers or untyped values, multipleOf,
+pattern, format, uniqueItems, not, patternProperties, minProperties.
 
   scripts/serve_structured_check.py --anelab build/bin/anelab [--count 200] [--tool-rounds 3] [--work DIR]
 Exit status 0 when every check holds, 1 otherwise (each failure printed on one line).
@@ -188,6 +189,11 @@ def valid(v, s, root):
         return False
     if "enum" in s and not any(json_equal(v, e) for e in s["enum"]):
         return False
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        if ("minimum" in s and v < s["minimum"]) or ("maximum" in s and v > s["maximum"]) or \
+                ("exclusiveMinimum" in s and v <= s["exclusiveMinimum"]) or \
+                ("exclusiveMaximum" in s and v >= s["exclusiveMaximum"]):
+            return False
     if isinstance(v, str):
         if len(v) < s.get("minLength", 0) or ("maxLength" in s and len(v) > s["maxLength"]):
             return False
@@ -240,8 +246,16 @@ class SchemaGen:
             if self.rng.random() < 0.3:
                 s["minLength"] = self.rng.randint(0, s["maxLength"])
             return s
-        if r < 0.38:
+        if r < 0.30:
             return {"type": "integer"}
+        if r < 0.38:  # a range: both ends, one end, exclusive ends, fractional ends
+            lo = self.rng.randint(-2000, 2000)
+            hi = lo + self.rng.choice([0, 1, 9, 10, 99, 12345])
+            return self.rng.choice([{"type": "integer", "minimum": lo, "maximum": hi},
+                                    {"type": "integer", "minimum": lo},
+                                    {"type": "integer", "maximum": hi},
+                                    {"type": "integer", "exclusiveMinimum": lo - 1, "exclusiveMaximum": hi + 1},
+                                    {"type": "integer", "minimum": lo - 0.5, "maximum": hi + 0.25}])
         if r < 0.52:
             return {"type": "number"}
         if r < 0.6:
@@ -325,7 +339,9 @@ def longest(s, root):
     if t == "string":
         return 2 + 6 * s["maxLength"]  # each character at most 6 bytes (\uXXXX)
     if t == "integer":
-        return 17  # "-" and 16 digits
+        lo = s.get("minimum", s.get("exclusiveMinimum", -10 ** 16))
+        hi = s.get("maximum", s.get("exclusiveMaximum", 10 ** 16))
+        return min(17, max(len(str(int(lo))), len(str(int(hi))), 1) + 1)  # "-" and 16 digits at most
     if t == "number":
         return 38  # "-", 16 digits, ".", 16 digits, "e-12"
     if t == "boolean":
@@ -345,12 +361,17 @@ def longest(s, root):
     raise ValueError("unbounded schema: %s" % compact(s))
 
 
-REFUSED = [("minimum", {"type": "integer", "minimum": 0}), ("maximum", {"type": "number", "maximum": 9}),
-           ("exclusiveMinimum", {"type": "integer", "exclusiveMinimum": 0}),
-           ("multipleOf", {"type": "integer", "multipleOf": 3}), ("pattern", {"type": "string", "pattern": "^a$"}),
-           ("format", {"type": "string", "format": "date"}), ("uniqueItems", {"type": "array", "uniqueItems": True}),
-           ("not", {"not": {"type": "null"}}), ("patternProperties", {"type": "object", "patternProperties": {}}),
-           ("minProperties", {"type": "object", "minProperties": 1})]
+REFUSED = [  # (keyword, schema, what the one-line 400 must say)
+    ("minimum on a number", {"type": "number", "minimum": 0}, "integers only"),
+    ("maximum on a number", {"type": "number", "maximum": 9}, "integers only"),
+    ("exclusiveMinimum without a type", {"exclusiveMinimum": 0}, "integers only"),
+    ("multipleOf", {"type": "integer", "multipleOf": 3}, "'multipleOf'"),
+    ("pattern", {"type": "string", "pattern": "^a$"}, "'pattern'"),
+    ("format", {"type": "string", "format": "date"}, "'format'"),
+    ("uniqueItems", {"type": "array", "uniqueItems": True}, "'uniqueItems'"),
+    ("not", {"not": {"type": "null"}}, "'not'"),
+    ("patternProperties", {"type": "object", "patternProperties": {}}, "'patternProperties'"),
+    ("minProperties", {"type": "object", "minProperties": 1}, "'minProperties'")]
 
 # ---------------------------------------------------------------- the checks
 
@@ -375,11 +396,13 @@ def validator_self_test(failures):
     s = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"enum": [1, "x", None]},
                                           "c": {"type": "array", "items": {"type": "string", "maxLength": 2},
                                                 "minItems": 1, "maxItems": 2},
-                                          "d": {"oneOf": [{"type": "integer"}, {"type": "number"}]}},
+                                          "d": {"oneOf": [{"type": "integer"}, {"type": "number"}]},
+                                          "r": {"type": "integer", "minimum": -2, "exclusiveMaximum": 5}},
          "required": ["a"], "additionalProperties": False}
-    good = [{"a": 1}, {"a": 2.0, "b": None}, {"a": -3, "c": ["ab"]}, {"a": 0, "d": 1.5}]
+    good = [{"a": 1}, {"a": 2.0, "b": None}, {"a": -3, "c": ["ab"]}, {"a": 0, "d": 1.5}, {"a": 0, "r": -2},
+            {"a": 0, "r": 4}]
     bad = [{}, {"a": 1.5}, {"a": True}, {"a": 1, "b": True}, {"a": 1, "b": "y"}, {"a": 1, "c": []},
-           {"a": 1, "c": ["abc"]}, {"a": 1, "c": ["a", "b", "c"]}, {"a": 1, "d": 2}, {"a": 1, "e": 0}, [1]]
+           {"a": 1, "c": ["abc"]}, {"a": 1, "c": ["a", "b", "c"]}, {"a": 1, "d": 2}, {"a": 1, "e": 0}, [1], {"a": 0, "r": -3}, {"a": 0, "r": 5}]
     for v in good:
         if not valid(v, s, s):
             failures.append("validator self-test: rejects %s" % compact(v))
@@ -443,12 +466,12 @@ def check_schemas(port, count, seed, failures):
             continue
         ok += 1
     refused = 0
-    for kw, s in REFUSED:
+    for kw, s, said in REFUSED:
         status, data = post(port, "/v1/completions", {"prompt": "{", "max_tokens": 8,
                                                       "response_format": {"type": "json_schema",
-                                                                          "json_schema": {"name": kw, "schema": s}}})
+                                                                          "json_schema": {"name": "r", "schema": s}}})
         msg = json.loads(data).get("error", {}).get("message", "") if status == 400 else ""
-        if status == 400 and "'%s'" % kw in msg and "\n" not in msg:
+        if status == 400 and said in msg and "\n" not in msg:
             refused += 1
         else:
             failures.append("refused keyword %s: HTTP %d %s" % (kw, status, data[:200]))

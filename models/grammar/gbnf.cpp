@@ -116,8 +116,9 @@ class GrammarBuilder {
   }
 
   uint32_t new_rule(const std::string& base, Alts alts) {
+    // '#' is no name character (it starts a comment), so a rule the text defines later cannot take this name.
     std::string name;
-    do name = base + "-" + std::to_string(++generated_);
+    do name = base + "#" + std::to_string(++generated_);
     while (ids_.count(name));
     const uint32_t r = rule_id(name, pos_);
     alts_[r] = std::move(alts);
@@ -429,10 +430,10 @@ class GrammarBuilder {
       if (state[r] == 0) dfs(r);
   }
 
-  // A generated rule ("value-3") is reported by the rule it was written in.
+  // A generated rule ("value#3") is reported by the rule it was written in.
   std::string user_name(uint32_t r) const {
     const std::string& s = names_[r];
-    const size_t dash = s.rfind('-');
+    const size_t dash = s.rfind('#');
     if (dash != std::string::npos && dash + 1 < s.size() &&
         std::all_of(s.begin() + static_cast<std::ptrdiff_t>(dash + 1), s.end(),
                     [](char c) { return c >= '0' && c <= '9'; }))

@@ -125,6 +125,8 @@ TEST(Gbnf, ErrorsNameTheRuleAndLine) {
   EXPECT_NE(error_of("root ::= \"a\"{3,1}\n").find("n < m"), std::string::npos);
   EXPECT_NE(error_of("root ::= \"a\"\nroot ::= \"b\"\n").find("defined twice"), std::string::npos);
   EXPECT_EQ(error_of("root ::= (\"a\"\n  | \"b\")\n"), "");  // newlines inside parentheses continue the rule
+  // A repetition's generated rule never takes the name of a rule defined after it (the converter names rules x-2).
+  EXPECT_EQ(error_of("root ::= x-1 x\nx ::= \"a\"{0,1}\nx-1 ::= \"b\"\nx-2 ::= \"c\"\n"), "");
   // A repeated literal is copied: 31 characters x 10000 is past the bound (a group repeats one rule reference).
   EXPECT_NE(error_of("root ::= \"0123456789012345678901234567890\"{10000}\n").find("more than 200000 elements"),
             std::string::npos);
@@ -310,6 +312,34 @@ TEST(JsonSchemaGrammar, AcceptsValidAndRejectsInvalidDocuments) {
   EXPECT_FALSE(accepts(any, R"({"a":1,})"));
 }
 
+// minimum / maximum on integers: every integer of a window (and the edges of the 16-digit range) is accepted exactly
+// when it lies in the range, written without leading zeros or "-0".
+TEST(JsonSchemaGrammar, IntegerRangesAcceptExactlyTheirIntegers) {
+  struct Case {
+    const char* schema;
+    int64_t lo, hi;
+  };
+  const int64_t big = 9999999999999999;
+  for (const Case& c :
+       std::vector<Case>{{R"({"type": "integer", "minimum": 0, "maximum": 100})", 0, 100},
+                         {R"({"type": "integer", "minimum": -37, "maximum": 1234})", -37, 1234},
+                         {R"({"type": "integer", "minimum": -905, "maximum": -17})", -905, -17},
+                         {R"({"type": "integer", "minimum": 7, "maximum": 7})", 7, 7},
+                         {R"({"type": "integer", "exclusiveMinimum": 9, "exclusiveMaximum": 1000})", 10, 999},
+                         {R"({"type": "integer", "minimum": 2.5, "maximum": 19.9})", 3, 19},
+                         {R"({"type": "integer", "minimum": 990})", 990, big},
+                         {R"({"type": "integer", "maximum": -1})", -big, -1}}) {
+    const Grammar g = Grammar::parse(json_schema_to_gbnf(ojson::parse(c.schema)));
+    std::vector<int64_t> probes = {-big, -big + 1, big - 1, big, c.lo - 1, c.lo, c.hi, c.hi + 1};
+    for (int64_t x = -1200; x <= 1200; ++x) probes.push_back(x);
+    for (const int64_t x : probes)
+      ASSERT_EQ(accepts(g, std::to_string(x)), x >= c.lo && x <= c.hi) << x << " for " << c.schema;
+    EXPECT_FALSE(accepts(g, "-0")) << c.schema;
+    EXPECT_FALSE(accepts(g, "0" + std::to_string(std::max<int64_t>(c.lo, 1)))) << c.schema;  // a leading zero
+    EXPECT_FALSE(accepts(g, std::to_string(c.lo) + ".0")) << c.schema;
+  }
+}
+
 TEST(JsonSchemaGrammar, UnsupportedKeywordsAreRefusedByName) {
   auto error = [](const std::string& s) {
     try {
@@ -320,7 +350,9 @@ TEST(JsonSchemaGrammar, UnsupportedKeywordsAreRefusedByName) {
     return std::string();
   };
   EXPECT_NE(error(R"({"type": "string", "pattern": "^a+$"})").find("'pattern' is not supported"), std::string::npos);
-  EXPECT_NE(error(R"({"type": "integer", "minimum": 0})").find("'minimum'"), std::string::npos);
+  EXPECT_NE(error(R"({"type": "number", "minimum": 0})").find("integers only"), std::string::npos);
+  EXPECT_NE(error(R"({"type": "integer", "minimum": 5, "maximum": 4})").find("no integer lies"), std::string::npos);
+  EXPECT_NE(error(R"({"type": "integer", "multipleOf": 2})").find("'multipleOf'"), std::string::npos);
   EXPECT_NE(error(R"({"properties": {"a": {"format": "date"}}})").find("at #/properties/a"), std::string::npos);
   EXPECT_NE(error(R"({"$ref": "#/$defs/missing"})").find("#/$defs/missing"), std::string::npos);
   EXPECT_NE(error(R"({"type": "object", "required": ["x"], "properties": {}})").find("'x' is not in properties"),
