@@ -415,25 +415,17 @@ std::optional<ApiError> parse_forced_tool(const json& o, const nlohmann::ordered
   if (r.tools.empty()) return bad("'tool_choice' forces a call but 'tools' is empty", "tool_choice");
   if (r.grammar) return bad("a forced tool call cannot be combined with 'response_format' or 'grammar'", "tool_choice");
   const std::string want = it->is_object() ? (*it)["function"]["name"].get<std::string>() : "";
-  nlohmann::ordered_json any = nlohmann::ordered_json::array();
+  nlohmann::ordered_json forced = nlohmann::ordered_json::object();
   for (const auto& t : ordered->at("tools")) {
     const auto& f = t.at("function");
     const std::string name = f.at("name").get<std::string>();
     if (!want.empty() && name != want) continue;
-    nlohmann::ordered_json call = {
-        {"type", "object"},
-        {"properties",
-         {{"name", {{"const", name}}},
-          {"arguments", f.contains("parameters") ? f["parameters"] : nlohmann::ordered_json{{"type", "object"}}}}},
-        {"required", {"name", "arguments"}}};
-    any.push_back(std::move(call));
+    forced[name] = f.contains("parameters") ? f["parameters"] : nlohmann::ordered_json{{"type", "object"}};
   }
-  if (any.empty()) return bad("'tool_choice' names function '" + want + "', which is not in 'tools'", "tool_choice");
+  if (forced.empty()) return bad("'tool_choice' names function '" + want + "', which is not in 'tools'", "tool_choice");
   try {
-    std::string g = grammar::json_schema_to_gbnf(nlohmann::ordered_json{{"anyOf", any}});
-    g.replace(0, g.find("::="), "tool-call-json ");
-    g = "root ::= \"<tool_call>\\n\" tool-call-json \"\\n</tool_call>\"\n" + g;
-    r.grammar = std::make_shared<const grammar::Grammar>(grammar::Grammar::parse(g));
+    r.grammar = forced_tool_grammar(tok::ToolCallForm::kTagged, forced);
+    r.forced_tools = std::move(forced);
   } catch (const std::exception& e) {
     return bad(std::string("'tools': a parameters schema cannot be enforced: ") + e.what(), "tools", "invalid_schema");
   }
@@ -698,6 +690,20 @@ std::string python_json(const nlohmann::ordered_json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+std::shared_ptr<const grammar::Grammar> forced_tool_grammar(tok::ToolCallForm form,
+                                                            const nlohmann::ordered_json& tools) {
+  const bool bare = form == tok::ToolCallForm::kJson;
+  nlohmann::ordered_json any = nlohmann::ordered_json::array();
+  for (const auto& [name, params] : tools.items())
+    any.push_back({{"type", "object"},
+                   {"properties", {{"name", {{"const", name}}}, {bare ? "parameters" : "arguments", params}}},
+                   {"required", {"name", bare ? "parameters" : "arguments"}}});
+  std::string g = grammar::json_schema_to_gbnf(nlohmann::ordered_json{{"anyOf", any}});
+  g.replace(0, g.find("::="), "tool-call-json ");
+  g = (bare ? "root ::= tool-call-json\n" : "root ::= \"<tool_call>\\n\" tool-call-json \"\\n</tool_call>\"\n") + g;
+  return std::make_shared<const grammar::Grammar>(grammar::Grammar::parse(g));
+}
+
 namespace {
 constexpr std::string_view kCallOpen = "<tool_call>", kCallClose = "</tool_call>";
 
@@ -709,8 +715,18 @@ std::string trim_space(std::string_view s) {
 }
 }  // namespace
 
-ParsedToolCalls parse_tool_calls(const std::string& text) {
+ParsedToolCalls parse_tool_calls(const std::string& text, tok::ToolCallForm form) {
   ParsedToolCalls out;
+  if (form == tok::ToolCallForm::kJson) {
+    const json j = json::parse(text, nullptr, false);  // spaces around it are allowed
+    const char* args = j.is_object() && j.contains("parameters") ? "parameters" : "arguments";
+    if (j.is_object() && j.size() <= 2 && j.contains("name") && j["name"].is_string() &&
+        (!j.contains(args) || j[args].is_object()) && (j.size() == 1 || j.contains(args)))
+      out.calls.push_back({j["name"].get<std::string>(), j.contains(args) ? dump(j[args]) : "{}"});
+    else
+      out.content = text;
+    return out;
+  }
   std::string rest;
   size_t at = 0;
   for (;;) {
@@ -734,11 +750,19 @@ ParsedToolCalls parse_tool_calls(const std::string& text) {
   return out;
 }
 
-size_t tool_call_holdback(std::string_view text) {
+size_t tool_call_holdback(std::string_view text, tok::ToolCallForm form) {
+  if (form == tok::ToolCallForm::kJson) {
+    const size_t b = text.find_first_not_of(" \t\r\n");
+    return b == std::string_view::npos || text[b] == '{' ? 0 : text.size();
+  }
   if (const size_t open = text.find(kCallOpen); open != std::string_view::npos) return open;
   for (size_t k = std::min(text.size(), kCallOpen.size() - 1); k > 0; --k)  // a tail that may start "<tool_call>"
     if (kCallOpen.substr(0, k) == text.substr(text.size() - k)) return text.size() - k;
   return text.size();
+}
+
+std::string text_before_calls(const std::string& text, tok::ToolCallForm form) {
+  return form == tok::ToolCallForm::kJson ? "" : text.substr(0, text.find(kCallOpen));
 }
 
 std::string sse_tool_calls(const ResponseMeta& m, const std::vector<ToolCallText>& calls) {
@@ -788,7 +812,7 @@ json completion_json(const ResponseMeta& m, const std::string& text, const std::
   json j = meta_base(m, false);
   json choice{{"index", 0}, {"finish_reason", finish}};
   if (m.endpoint == Endpoint::kChat && m.tools) {
-    const ParsedToolCalls p = parse_tool_calls(text);
+    const ParsedToolCalls p = parse_tool_calls(text, m.tool_form);
     choice["message"] = json{{"role", "assistant"}, {"content", text}};
     if (!p.calls.empty()) {
       json tc = json::array();

@@ -21,6 +21,8 @@
 #include <string_view>
 #include <vector>
 
+#include "models/tokenizer/chat_template.h"
+
 namespace anelab::grammar {
 class Grammar;
 }
@@ -99,21 +101,34 @@ struct CompletionRequest {
   std::vector<std::string> tools;
   // llama.cpp's per-request adapters (every endpoint); absent: the server's global scales (POST /lora-adapters).
   std::optional<std::vector<LoraScale>> lora;
+  // tool_choice "required" or a named function: {name: parameters schema} of the tools it allows (`grammar` then
+  // holds their kTagged forced_tool_grammar; a kJson template's model gets the other, ModelPool::prepare).
+  nlohmann::ordered_json forced_tools;
 };
+
+// The grammar of a forced call of one of `tools` ({name: parameters schema}) in a template's form: kTagged
+// "<tool_call>\n" OBJECT "\n</tool_call>", kJson the object alone; OBJECT is {"name": N, "arguments" (kTagged) |
+// "parameters" (kJson): A} with A following N's schema. Throws the converter's error for a schema it refuses.
+std::shared_ptr<const grammar::Grammar> forced_tool_grammar(tok::ToolCallForm form,
+                                                            const nlohmann::ordered_json& tools);
 
 // Python's json.dumps(ensure_ascii=False) form, the chat templates' `tojson`: ", " and ": " separators, keys in
 // the order given.
 std::string python_json(const nlohmann::ordered_json& j);
 
-// An answer of a model given tools, split into its text and its <tool_call>{"name": N, "arguments": {...}}
-// </tool_call> blocks (the Qwen templates' form). A block that is not such JSON stays in the text.
+// An answer of a model given tools, split into its text and its calls. kTagged (Qwen): its <tool_call>{"name": N,
+// "arguments": {...}}</tool_call> blocks, a block that is not such JSON staying in the text. kJson (Llama 3.1,
+// Gemma 3): an answer that is, spaces trimmed, one JSON object {"name": N, "parameters" (or "arguments"): {...}}.
 struct ParsedToolCalls {
   std::string content;  // the text outside the blocks, trimmed
   std::vector<ToolCallText> calls;
 };
-ParsedToolCalls parse_tool_calls(const std::string& text);
-// Where a streamed answer's text must be held back: the first "<tool_call>", or a tail that may begin one.
-size_t tool_call_holdback(std::string_view text);
+ParsedToolCalls parse_tool_calls(const std::string& text, tok::ToolCallForm form = tok::ToolCallForm::kTagged);
+// Where a streamed answer's text must be held back: kTagged the first "<tool_call>", or a tail that may begin one;
+// kJson the whole answer while it is spaces or starts with "{" (it may be a call), else nothing.
+size_t tool_call_holdback(std::string_view text, tok::ToolCallForm form = tok::ToolCallForm::kTagged);
+// The text of an answer before its first call (streamed ahead of the calls).
+std::string text_before_calls(const std::string& text, tok::ToolCallForm form);
 
 // Parses and validates a request body. Returns the error when the body is bad (never throws).
 std::optional<ApiError> parse_request(Endpoint ep, std::string_view body, const Limits& lim, CompletionRequest& out);
@@ -144,9 +159,10 @@ struct ResponseMeta {
   std::string id, model;
   int64_t created = 0;
   Endpoint endpoint = Endpoint::kCompletions;
-  bool tools = false;     // chat with tools: <tool_call> blocks become tool_calls (finish_reason "tool_calls")
-  bool logprobs = false;  // stream chunks carry their tokens' logprob entries
-  std::string note;       // "note" in the answer when not empty (a request field adjusted, e.g. max_tokens clamped)
+  bool tools = false;  // chat with tools: the answer's calls become tool_calls (finish_reason "tool_calls")
+  tok::ToolCallForm tool_form = tok::ToolCallForm::kTagged;  // the model's chat template's form of a call
+  bool logprobs = false;                                     // stream chunks carry their tokens' logprob entries
+  std::string note;  // "note" in the answer when not empty (a request field adjusted, e.g. max_tokens clamped)
 };
 
 // llama.cpp's /completion answer (non-streamed, and the final stream event when `final`): content, stop,

@@ -252,6 +252,15 @@ std::optional<ApiError> ModelPool::prepare(const CompletionRequest& r, GenParams
   out.stop = r.stop;
   out.echo = r.echo;
   out.grammar = r.grammar;
+  out.tool_form = tok::tool_call_form(m.chat);
+  if (!r.forced_tools.empty() && out.tool_form != tok::ToolCallForm::kTagged) {
+    try {
+      out.grammar = forced_tool_grammar(out.tool_form, r.forced_tools);
+    } catch (const std::exception& e) {  // parse_request built the tagged form of the same schemas: not reached
+      return bad_request(std::string("'tools': a parameters schema cannot be enforced: ") + e.what(), "tools",
+                         "invalid_schema");
+    }
+  }
   out.logprobs = static_cast<int32_t>(r.logprobs);
   out.cache_prompt = r.cache_prompt;
   out.stream = r.stream;

@@ -99,12 +99,12 @@ bool stream_job(const std::shared_ptr<Job>& job, const ResponseMeta& meta, bool 
     held += job->next(kPeerCheck, done);
     if (!done && gone && gone()) return false;
     size_t k = done ? held.size() : utf8_complete_prefix(held);
-    if (meta.tools) {  // text from the first "<tool_call>" on waits for the end, where it is parsed
-      k = std::min(k, tool_call_holdback(held));
+    if (meta.tools) {  // text that may be a call (tool_call_holdback) waits for the end, where it is parsed
+      k = std::min(k, tool_call_holdback(held, meta.tool_form));
       if (done) {
-        const ParsedToolCalls p = parse_tool_calls(held);
+        const ParsedToolCalls p = parse_tool_calls(held, meta.tool_form);
         if (!p.calls.empty()) {
-          const std::string before = held.substr(0, held.find("<tool_call>"));
+          const std::string before = text_before_calls(held, meta.tool_form);
           if (!before.empty() && !write(sse_delta(meta, before))) return false;
           if (!write(sse_tool_calls(meta, p.calls))) return false;
           held.clear();
@@ -396,6 +396,7 @@ void HttpServer::handle_generate(Endpoint ep, const HttpRequest& q, HttpResponse
   GenParams gp;
   if (auto e = gen_.prepare(cr, gp)) return send_error(res, *e);
   const std::string note = gp.note;
+  const tok::ToolCallForm tool_form = gp.tool_form;
   auto job = std::make_shared<Job>(std::move(gp));
   job->client_gone = q.peer_closed;
   switch (sched_->submit(job)) {
@@ -417,6 +418,7 @@ void HttpServer::handle_generate(Endpoint ep, const HttpRequest& q, HttpResponse
   meta.id = random_response_id(ep);
   meta.note = note;
   meta.tools = ep == Endpoint::kChat && !cr.tools.empty();
+  meta.tool_form = tool_form;
   meta.logprobs = cr.logprobs >= 0 && ep != Endpoint::kLlama;
   if (!cr.stream) {
     // The client is watched while the job waits or runs: one that has closed its side gets no more work (a

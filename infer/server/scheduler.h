@@ -51,6 +51,7 @@ struct GenParams {
   bool cache_prompt = true;  // CompletionRequest::cache_prompt
   bool stream = false;       // CompletionRequest::stream: logprob entries go to the job as they come
   std::vector<float> lora;   // the scale of each runtime LoRA adapter ([adapters]: the request's, else the global ones)
+  tok::ToolCallForm tool_form = tok::ToolCallForm::kTagged;  // the chat template's form of a tool call
 };
 
 struct GenOutcome {

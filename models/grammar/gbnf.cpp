@@ -116,8 +116,9 @@ class GrammarBuilder {
   }
 
   uint32_t new_rule(const std::string& base, Alts alts) {
+    // '#' is no name character (it starts a comment), so a rule the text defines later cannot take this name.
     std::string name;
-    do name = base + "-" + std::to_string(++generated_);
+    do name = base + "#" + std::to_string(++generated_);
     while (ids_.count(name));
     const uint32_t r = rule_id(name, pos_);
     alts_[r] = std::move(alts);
@@ -429,10 +430,10 @@ class GrammarBuilder {
       if (state[r] == 0) dfs(r);
   }
 
-  // A generated rule ("value-3") is reported by the rule it was written in.
+  // A generated rule ("value#3") is reported by the rule it was written in.
   std::string user_name(uint32_t r) const {
     const std::string& s = names_[r];
-    const size_t dash = s.rfind('-');
+    const size_t dash = s.rfind('#');
     if (dash != std::string::npos && dash + 1 < s.size() &&
         std::all_of(s.begin() + static_cast<std::ptrdiff_t>(dash + 1), s.end(),
                     [](char c) { return c >= '0' && c <= '9'; }))
@@ -548,6 +549,10 @@ bool Utf8Decoder::span(uint32_t& lo, uint32_t& hi) const {
   const uint32_t min = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
   lo = std::max(value << (6 * need), min);
   hi = std::min((value << (6 * need)) | ((1u << (6 * need)) - 1), 0x10FFFFu);
+  // Surrogates are not code points: 0xED 0xA0 can only become one (a dead end a token mask must not enter), and
+  // 0xED alone only U+D000..U+D7FF.
+  if (lo >= 0xD800 && lo <= 0xDFFF) lo = 0xE000;
+  if (hi >= 0xD800 && hi <= 0xDFFF) hi = 0xD7FF;
   return lo <= hi;
 }
 

@@ -68,7 +68,7 @@ struct Utf8Decoder {
   int len = 0;         // length of the sequence being decoded
   // 1: a code point is complete (value); 0: more bytes are needed; -1: not UTF-8.
   int feed(unsigned char b);
-  // The code points a pending sequence can still become, [lo, hi]; false when none.
+  // The code points a pending sequence can still become, [lo, hi] (surrogates cut off its ends); false when none.
   bool span(uint32_t& lo, uint32_t& hi) const;
 };
 

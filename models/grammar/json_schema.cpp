@@ -1,6 +1,7 @@
 #include "models/grammar/json_schema.h"
 
 #include <cctype>
+#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -118,10 +119,26 @@ class Converter {
       bad(path, "the schema `false` matches nothing");
     }
     if (!s.is_object()) bad(path, "a schema must be an object or a boolean, got " + s.dump());
-    static const std::set<std::string> known = {
-        "type",  "enum",        "const",    "properties", "required",  "additionalProperties",
-        "items", "prefixItems", "minItems", "maxItems",   "minLength", "maxLength",
-        "anyOf", "oneOf",       "allOf",    "$ref"};
+    static const std::set<std::string> known = {"type",
+                                                "enum",
+                                                "const",
+                                                "properties",
+                                                "required",
+                                                "additionalProperties",
+                                                "items",
+                                                "prefixItems",
+                                                "minItems",
+                                                "maxItems",
+                                                "minLength",
+                                                "maxLength",
+                                                "anyOf",
+                                                "oneOf",
+                                                "allOf",
+                                                "$ref",
+                                                "minimum",
+                                                "maximum",
+                                                "exclusiveMinimum",
+                                                "exclusiveMaximum"};
     for (const auto& [k, v] : s.items())
       if (!known.count(k) && !is_annotation(k))
         bad(path, "keyword '" + k + "' is not supported (anelab's grammar cannot enforce it)");
@@ -169,8 +186,14 @@ class Converter {
     } else if (s.contains("items") || s.contains("prefixItems")) {
       type = "array";
     }
+    const bool ranged = s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
+                        s.contains("exclusiveMaximum");
+    if (ranged && (type == "number" || type.empty()))  // (on strings, booleans, ... they constrain nothing)
+      bad(path, "minimum / maximum / exclusiveMinimum / exclusiveMaximum are supported on integers only (type '" +
+                    (type.empty() ? std::string("any") : type) + "')");
     if (type.empty()) return use("value");
     if (type == "string") return string_rule(s, hint, path);
+    if (type == "integer" && ranged) return integer_range(s, hint, path);
     if (type == "integer" || type == "number" || type == "boolean" || type == "null") return use(type);
     if (type == "object") return object_rule(s, hint, path);
     if (type == "array") return array_rule(s, hint, path);
@@ -184,6 +207,70 @@ class Converter {
     const int64_t v = s[key].get<int64_t>();
     if (v > 10000) bad(path + "/" + key, std::string(key) + " over 10000 is not supported");
     return v;
+  }
+
+  // An integer in [lo, hi] (JSON Schema's minimum / maximum, the exclusive ones moved in by one; fractional bounds
+  // rounded inward), in the digits the `integer` rule writes: no leading zero, no "-0", at most 16 digits, so an
+  // open side stops at -(10^16 - 1) or 10^16 - 1.
+  std::string integer_range(const ojson& s, const std::string& hint, const std::string& path) {
+    constexpr int64_t kMax = 9999999999999999;  // 16 digits
+    int64_t lo = -kMax, hi = kMax;
+    auto bound = [&](const char* key, bool upper, bool exclusive) {
+      if (!s.contains(key)) return;
+      const ojson& v = s[key];
+      if (!v.is_number()) bad(path + "/" + key, std::string(key) + " must be a number, got " + v.dump());
+      const double x = v.get<double>();
+      if (!std::isfinite(x) || std::fabs(x) > 1e16) bad(path + "/" + key, std::string(key) + " beyond 16 digits");
+      int64_t b;
+      if (upper) {
+        b = static_cast<int64_t>(std::floor(x));
+        if (exclusive && static_cast<double>(b) == x) --b;
+        hi = std::min(hi, b);
+      } else {
+        b = static_cast<int64_t>(std::ceil(x));
+        if (exclusive && static_cast<double>(b) == x) ++b;
+        lo = std::max(lo, b);
+      }
+    };
+    bound("minimum", false, false);
+    bound("exclusiveMinimum", false, true);
+    bound("maximum", true, false);
+    bound("exclusiveMaximum", true, true);
+    if (lo > hi) bad(path, "no integer lies between the minimum and the maximum");
+    std::string body;
+    auto alt = [&](const std::string& a) { body += (body.empty() ? "" : " | ") + a; };
+    if (lo < 0) alt("\"-\" (" + natural_range(hi < 0 ? -hi : 1, -lo) + ")");
+    if (hi >= 0) alt(natural_range(std::max<int64_t>(lo, 0), hi));
+    return rule(hint, body);
+  }
+
+  // The decimal numbers a..b (0 <= a <= b), without leading zeros: one alternative per digit count.
+  static std::string natural_range(int64_t a, int64_t b) {
+    std::string out;
+    int64_t low = 0, high = 9;  // the numbers of this many digits
+    for (int digits = 1; low <= b; ++digits, low = high + 1, high = high * 10 + 9) {
+      const int64_t x = std::max(a, low), y = std::min(b, high);
+      if (x > y) continue;
+      out += (out.empty() ? "" : " | ") + same_length(std::to_string(x), std::to_string(y));
+    }
+    return out;
+  }
+
+  // The digit strings of one length from lo to hi (lo <= hi): a shared first digit, then the rest; otherwise lo's
+  // first digit with the rest from lo's up, the digits between with any rest, hi's first with the rest up to hi's.
+  static std::string same_length(const std::string& lo, const std::string& hi) {
+    const size_t n = lo.size();
+    if (lo == hi) return "\"" + lo + "\"";
+    const bool all_low = lo.find_first_not_of('0', 1) == std::string::npos;
+    const bool all_high = hi.find_first_not_of('9', 1) == std::string::npos;
+    const std::string rest_any = n > 1 ? " [0-9]{" + std::to_string(n - 1) + "}" : "";
+    if (all_low && all_high) return "[" + lo.substr(0, 1) + "-" + hi.substr(0, 1) + "]" + rest_any;
+    if (lo[0] == hi[0]) return "\"" + lo.substr(0, 1) + "\" (" + same_length(lo.substr(1), hi.substr(1)) + ")";
+    std::string out = "\"" + lo.substr(0, 1) + "\" (" + same_length(lo.substr(1), std::string(n - 1, '9')) + ")";
+    if (hi[0] - lo[0] > 1)
+      out += " | [" + std::string(1, static_cast<char>(lo[0] + 1)) + "-" +
+             std::string(1, static_cast<char>(hi[0] - 1)) + "]" + rest_any;
+    return out + " | \"" + hi.substr(0, 1) + "\" (" + same_length(std::string(n - 1, '0'), hi.substr(1)) + ")";
   }
 
   std::string string_rule(const ojson& s, const std::string& hint, const std::string& path) {

@@ -9,9 +9,10 @@
 // Supported keywords: type (one or a list), enum, const, properties, required, additionalProperties (false or
 // absent: no other keys; true or a schema: any further keys after the listed ones), items, prefixItems,
 // minItems, maxItems, minLength, maxLength, anyOf, oneOf, allOf of one schema, $ref to #/$defs/... or
-// #/definitions/..., and the annotations (title, description, default, examples, $schema, $id, $comment,
-// strict). Any other keyword (pattern, format, minimum, multipleOf, uniqueItems, not, ...) is refused by name:
-// a grammar that silently ignored it would produce answers the schema rejects.
+// #/definitions/..., minimum / maximum / exclusiveMinimum / exclusiveMaximum on integers (a digit-range grammar),
+// and the annotations (title, description, default, examples, $schema, $id, $comment, strict). Any other keyword
+// (pattern, format, multipleOf, uniqueItems, not, ...), and a range on a number, is refused by name: a grammar
+// that silently ignored it would produce answers the schema rejects.
 #pragma once
 #include <nlohmann/json_fwd.hpp>
 #include <string>

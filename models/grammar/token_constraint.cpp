@@ -88,6 +88,9 @@ int64_t GrammarConstraint::mask(std::span<float> logits) const {
     else
       logits[i] = ninf;
   }
+  // Every logit -inf would leave the sampler a token the grammar refuses: name the dead end instead.
+  if (allowed == 0)
+    fail("grammar", "no token can continue the text here (a dead end of the grammar over this vocabulary)");
   return allowed;
 }
 

@@ -43,8 +43,8 @@ class GrammarConstraint {
   // generated (the prompt's last; -1 for none).
   GrammarConstraint(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenPieces> pieces,
                     std::vector<int32_t> end_tokens, int32_t prev);
-  // Sets logits[id] = -inf for every id not allowed next (at least one stays allowed unless finished()).
-  // Returns the number of allowed ids.
+  // Sets logits[id] = -inf for every id not allowed next. Returns the number of allowed ids; throws when none is (a
+  // vocabulary that cannot spell what the grammar needs next).
   int64_t mask(std::span<float> logits) const;
   // Advances over the drawn token; throws naming the token when the grammar does not allow it.
   void accept(int32_t token);

@@ -1,5 +1,7 @@
 #include "models/tokenizer/chat_template.h"
 
+#include <nlohmann/json.hpp>
+
 #include "framework/core/error.h"
 #include "models/tokenizer/tokenizer.h"
 
@@ -38,6 +40,15 @@ std::string tools_block(const std::vector<std::string>& tools) {
   for (const auto& t : tools) out += "\n" + t;
   return out + kToolsTail;
 }
+
+// Llama 3.1's words before the tools (its Jinja; "value}." and "Do not" are written without a space between).
+const char* kLlama3ToolsHead =
+    "Given the following functions, please respond with a JSON for a function call with its proper arguments that "
+    "best answers the given prompt.\n\nRespond in the format {\"name\": function name, \"parameters\": dictionary of "
+    "argument name and its value}.Do not use variables.\n\n";
+const char* kGemma3ToolsHead =
+    "You have access to the following functions. To call one, respond with nothing but a JSON object in the format "
+    "{\"name\": function name, \"parameters\": dictionary of argument name and its value}.\n\n";
 
 std::string tool_call_text(const ToolCall& c) {
   return "<tool_call>\n{\"name\": \"" + c.name + "\", \"arguments\": " + c.arguments + "}\n</tool_call>";
@@ -142,29 +153,86 @@ std::string qwen35(const std::vector<ChatMessage>& m, bool add_generation_prompt
   return out;
 }
 
-std::string llama3(const std::vector<ChatMessage>& m, bool add_generation_prompt) {
+// A tool definition as Jinja's `tojson(indent=4)` prints it (Python's json.dumps with indent=4: ", " becomes ","
+// and a newline, keys in their order).
+std::string tojson_indent4(const std::string& tool) {
+  const auto j = nlohmann::ordered_json::parse(tool, nullptr, false);
+  if (j.is_discarded()) fail("chat", "a tool definition is not JSON: ", tool.substr(0, 100));
+  return j.dump(4, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+// The JSON call both Llama 3.1's template and the Gemma 3 form below write: {"name": "N", "parameters": A}.
+std::string json_call_text(const ToolCall& c) {
+  return "{\"name\": \"" + c.name + "\", \"parameters\": " + c.arguments + "}";
+}
+
+const ToolCall& single_call(const ChatMessage& msg, size_t i, const char* family) {
+  if (msg.tool_calls.size() != 1)
+    fail("chat", "message ", i, ": the ", family, " template takes one tool call per assistant message (got ",
+         msg.tool_calls.size(), ")");
+  return msg.tool_calls[0];
+}
+
+// Llama 3; with tools, Llama 3.1's "tools in the first user message" form (Meta-Llama-3.1-8B-Instruct's
+// tokenizer_config.json): that message starts with the instructions and each tool as tojson(indent=4), an
+// assistant's call is the JSON {"name": N, "parameters": A}, a tool's answer an "ipython" turn. The 3.1
+// template's system preamble ("Environment: ipython", the knowledge dates) is not written: Llama 3's has none.
+std::string llama3(const std::vector<ChatMessage>& m, bool add_generation_prompt,
+                   const std::vector<std::string>& tools) {
   std::string out;
+  bool tools_said = tools.empty();
   for (size_t i = 0; i < m.size(); ++i) {
     const std::string& role = m[i].role;
-    if (role != "system" && role != "user" && role != "assistant") bad_role(i, role, "system, user or assistant");
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool")
+      bad_role(i, role, "system, user, assistant or tool");
     if (i == 0) out += "<|begin_of_text|>";
-    out += "<|start_header_id|>" + role + "<|end_header_id|>\n\n" + strip(m[i].content) + "<|eot_id|>";
+    if (role == "tool") {
+      out += "<|start_header_id|>ipython<|end_header_id|>\n\n" + m[i].content + "<|eot_id|>";
+    } else if (role == "assistant" && !m[i].tool_calls.empty()) {
+      out += "<|start_header_id|>assistant<|end_header_id|>\n\n" + json_call_text(single_call(m[i], i, "llama3")) +
+             "<|eot_id|>";
+    } else if (role == "user" && !tools_said) {
+      out += "<|start_header_id|>user<|end_header_id|>\n\n" + std::string(kLlama3ToolsHead);
+      for (const auto& t : tools) out += tojson_indent4(t) + "\n\n";
+      out += strip(m[i].content) + "<|eot_id|>";
+      tools_said = true;
+    } else {
+      out += "<|start_header_id|>" + role + "<|end_header_id|>\n\n" + strip(m[i].content) + "<|eot_id|>";
+    }
   }
+  if (!tools_said) fail("chat", "the llama3 template puts the tools in the first user message: there is none");
   if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
   return out;
 }
 
-std::string gemma3(const std::vector<ChatMessage>& m, bool add_generation_prompt) {
+// Gemma 3; with tools (its template has none: the form of Google's Gemma function-calling guide), the first user
+// turn starts with the instructions and one tojson line per tool, an assistant's call is the JSON {"name": N,
+// "parameters": A}, and a tool's answer is a user turn (so that the roles still alternate).
+std::string gemma3(const std::vector<ChatMessage>& m, bool add_generation_prompt,
+                   const std::vector<std::string>& tools) {
   std::string out = "<bos>", prefix;
   size_t first = 0;
   if (!m.empty() && m[0].role == "system") prefix = m[0].content + "\n\n", first = 1;
+  if (!tools.empty()) {
+    std::string t = kGemma3ToolsHead;
+    for (const auto& x : tools) t += x + "\n";
+    prefix = t + "\n" + prefix;
+  }
   for (size_t i = first; i < m.size(); ++i) {
     const std::string& role = m[i].role;
-    if (role != "system" && role != "user" && role != "assistant") bad_role(i, role, "system, user or assistant");
-    if ((role == "user") != ((i - first) % 2 == 0))
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool")
+      bad_role(i, role, "system, user, assistant or tool");
+    const bool user_side = role == "user" || role == "tool";
+    if (user_side != ((i - first) % 2 == 0))
       fail("chat", "message ", i, " (", role, "): Gemma 3's conversation roles must alternate user/assistant/user/...");
-    out += "<start_of_turn>" + (role == "assistant" ? std::string("model") : role) + "\n" + (i == first ? prefix : "") +
-           strip(m[i].content) + "<end_of_turn>\n";
+    const std::string content = role == "assistant" && !m[i].tool_calls.empty()
+                                    ? json_call_text(single_call(m[i], i, "gemma3"))
+                                    : strip(m[i].content);
+    out += "<start_of_turn>" +
+           (user_side             ? std::string("user")
+            : role == "assistant" ? std::string("model")
+                                  : role) +
+           "\n" + (i == first ? prefix : "") + content + "<end_of_turn>\n";
   }
   if (add_generation_prompt) out += "<start_of_turn>model\n";
   return out;
@@ -230,8 +298,9 @@ std::string apply_chat_template(ChatTemplate t, const std::vector<ChatMessage>& 
                                 bool enable_thinking, const std::vector<std::string>& tools) {
   bool calls = false;
   for (const auto& x : m) calls = calls || !x.tool_calls.empty();
-  if ((!tools.empty() || calls) && t != ChatTemplate::kQwen25 && t != ChatTemplate::kQwen3)
-    fail("chat", "the ", chat_template_name(t), " template has no tool calling (tools work with qwen2.5 and qwen3)");
+  if ((!tools.empty() || calls) && t == ChatTemplate::kQwen35)
+    fail("chat", "the ", chat_template_name(t),
+         " template has no tool calling (tools work with qwen2.5, qwen3, llama3 and gemma3)");
   switch (t) {
     case ChatTemplate::kQwen25:
       return apply_qwen25_chat_template(m, add_generation_prompt, tools);
@@ -240,9 +309,9 @@ std::string apply_chat_template(ChatTemplate t, const std::vector<ChatMessage>& 
     case ChatTemplate::kQwen35:
       return qwen35(m, add_generation_prompt, enable_thinking);
     case ChatTemplate::kLlama3:
-      return llama3(m, add_generation_prompt);
+      return llama3(m, add_generation_prompt, tools);
     case ChatTemplate::kGemma3:
-      return gemma3(m, add_generation_prompt);
+      return gemma3(m, add_generation_prompt, tools);
     case ChatTemplate::kNone:
       break;
   }
@@ -279,6 +348,20 @@ std::vector<int32_t> chat_stop_ids(ChatTemplate t, const Tokenizer& tk) {
                                                   : "<|im_end|>";
   const int32_t id = t == ChatTemplate::kNone ? -1 : tk.token_to_id(stop);
   return id >= 0 ? std::vector<int32_t>{id} : std::vector<int32_t>{};
+}
+
+ToolCallForm tool_call_form(ChatTemplate t) {
+  switch (t) {
+    case ChatTemplate::kLlama3:
+    case ChatTemplate::kGemma3:
+      return ToolCallForm::kJson;
+    case ChatTemplate::kNone:
+    case ChatTemplate::kQwen25:
+    case ChatTemplate::kQwen3:
+    case ChatTemplate::kQwen35:
+      break;
+  }
+  return ToolCallForm::kTagged;
 }
 
 std::string no_chat_template_hint(const std::string& model) {

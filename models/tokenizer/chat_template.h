@@ -27,17 +27,22 @@
 // Llama 3 (Meta-Llama-3-Instruct), "llama3":
 //   <|begin_of_text|> then per message <|start_header_id|>{role}<|end_header_id|>\n\n{content, trimmed}<|eot_id|>
 //   <|start_header_id|>assistant<|end_header_id|>\n\n  when add_generation_prompt
-//   (Llama 3.1/3.2's templates also add a system block with "Cutting Knowledge Date" and tool text: not done.)
+//   (Llama 3.1/3.2's templates also add a system block with "Cutting Knowledge Date": not done; their tools are,
+//   below.)
 // Gemma 3 (gemma-3-*-it), "gemma3": <bos>, roles user / model alternating (assistant is written "model"):
 //   <start_of_turn>{role}\n{content, trimmed}<end_of_turn>\n; a first system message becomes "{system}\n\n"
 //   at the start of the first user turn; <start_of_turn>model\n when add_generation_prompt.
 // An empty conversation yields the template's preamble only. Unknown roles throw (the Jinja silently drops
 // them); Gemma 3 throws as its Jinja does when the roles do not alternate.
-// Tools (Qwen2.5 and Qwen3 only): the system turn gains "# Tools" with one `tojson` line per tool inside
+// Tools, Qwen2.5 and Qwen3: the system turn gains "# Tools" with one `tojson` line per tool inside
 // <tools></tools> and the <tool_call> instructions (Qwen2.5: after the system message or its default; Qwen3: after
 // "{system}\n\n" when there is one); an assistant message's tool_calls follow its content as
 // "\n<tool_call>\n{"name": "N", "arguments": A}\n</tool_call>" (Qwen3: the first without "\n" when the content is
 // empty). The model answers a call in the same form (parsed by the server, infer/server/api.h).
+// Tools, Llama 3 (Llama 3.1's JSON tool calling, tools in the first user message) and Gemma 3 (no tools in its
+// template: the form of Google's Gemma function-calling guide): the first user turn starts with instructions and the
+// tools; a call is a bare JSON object {"name": "N", "parameters": A}, one per assistant message; a tool's answer is
+// Llama's "ipython" turn, Gemma's user turn. Qwen3.5 refuses tools.
 //
 // Which template a model gets (chat_template_for): a template only when the model has one. "auto" means the
 // model's own, decided by the control tokens its vocabulary defines: <|start_header_id|>/<|end_header_id|>/
@@ -72,11 +77,17 @@ enum class ChatTemplate { kNone, kQwen25, kQwen3, kQwen35, kLlama3, kGemma3 };
 const char* chat_template_name(ChatTemplate t);  // "none", "qwen2.5", "qwen3", "qwen3.5", "llama3", "gemma3"
 
 // tools: the tool definitions, each as its templates' `tool | tojson` text (non-empty: the Qwen templates' "# Tools"
-// system block; the other templates throw "[chat] the TEMPLATE template has no tool calling").
+// system block, Llama 3's and Gemma 3's first-user-turn instructions; qwen3.5 throws "[chat] the qwen3.5 template
+// has no tool calling").
 std::string apply_chat_template(ChatTemplate t, const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                                 bool enable_thinking = true, const std::vector<std::string>& tools = {});
 std::string apply_qwen25_chat_template(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                                        const std::vector<std::string>& tools = {});
+
+// How a template's model writes a tool call: kTagged "<tool_call>\n{"name": N, "arguments": A}\n</tool_call>" blocks
+// (Qwen), kJson an answer that is one {"name": N, "parameters": A} object (Llama 3.1, Gemma 3).
+enum class ToolCallForm { kTagged, kJson };
+ToolCallForm tool_call_form(ChatTemplate t);
 
 class Tokenizer;
 // The template for a model of architecture `arch` with tokenizer `tk`, given --chat-template `requested` (auto |

@@ -126,6 +126,9 @@ void pretokenize(std::string_view text, PreTokenizer kind, std::vector<std::pair
     out.emplace_back(c.off[i], c.off[j]);
     i = j;
   }
+  // The buffers are kept for the next text of this thread, but not a long one's (9 bytes a character, doubled by
+  // growth): a server's every HTTP thread would otherwise hold the largest prompt it ever split, for good.
+  if (c.cp.capacity() > (size_t(1) << 16)) c = Chars{};
 }
 
 }  // namespace anelab::tok

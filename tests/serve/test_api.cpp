@@ -425,5 +425,48 @@ TEST(ServeTools, DefinitionsAndCallsAreParsed) {
   EXPECT_EQ(tool_call_holdback("abc <tool_call>{"), 4u);
   EXPECT_EQ(tool_call_holdback("abc <b>"), 7u);
 }
+
+// The JSON form of Llama 3.1 and Gemma 3 (tok::ToolCallForm::kJson): the answer is one {"name", "parameters"} object;
+// the forced grammar writes that object alone, with the tool's parameters schema.
+TEST(ServeTools, JsonFormCallsAreParsedAndForced) {
+  using tok::ToolCallForm;
+  const ParsedToolCalls p =
+      parse_tool_calls(" {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}\n", ToolCallForm::kJson);
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(p.calls[0].name, "get_weather");
+  EXPECT_EQ(p.calls[0].arguments, R"({"city":"Paris"})");
+  EXPECT_EQ(p.content, "");
+  EXPECT_EQ(parse_tool_calls(R"({"name": "now", "arguments": {}})", ToolCallForm::kJson).calls.size(), 1u);
+  EXPECT_EQ(parse_tool_calls(R"({"name": "now"})", ToolCallForm::kJson).calls.size(), 1u);
+  for (const char* not_call : {R"({"name": "f", "parameters": 3})", R"({"name": "f", "x": 1})", R"({"city": "P"})",
+                               "It is sunny.", R"({"name": "f"} and more)"}) {
+    const ParsedToolCalls q = parse_tool_calls(not_call, ToolCallForm::kJson);
+    EXPECT_TRUE(q.calls.empty()) << not_call;
+    EXPECT_EQ(q.content, not_call);
+  }
+  // The tagged form's text is not a call in the JSON form, and the JSON form's not one in the tagged form.
+  EXPECT_TRUE(parse_tool_calls("<tool_call>\n{\"name\": \"f\"}\n</tool_call>", ToolCallForm::kJson).calls.empty());
+  EXPECT_TRUE(parse_tool_calls(R"({"name": "f", "parameters": {}})", ToolCallForm::kTagged).calls.empty());
+  EXPECT_EQ(tool_call_holdback("  ", ToolCallForm::kJson), 0u);
+  EXPECT_EQ(tool_call_holdback(" {\"na", ToolCallForm::kJson), 0u);
+  EXPECT_EQ(tool_call_holdback("Sure {", ToolCallForm::kJson), 6u);
+
+  const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(
+      R"({"get_weather": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+          "now": {"type": "object"}})");
+  auto accepts = [](const grammar::Grammar& g, const std::string& text) {
+    grammar::Matcher m(g);
+    return m.accept_bytes(text) && m.can_end();
+  };
+  const auto json_form = forced_tool_grammar(ToolCallForm::kJson, tools);
+  EXPECT_TRUE(accepts(*json_form, R"({"name": "get_weather", "parameters": {"city": "Paris"}})"));
+  EXPECT_TRUE(accepts(*json_form, R"({"name":"now","parameters":{}})"));
+  EXPECT_FALSE(accepts(*json_form, R"({"name": "get_weather", "arguments": {"city": "Paris"}})"));
+  EXPECT_FALSE(accepts(*json_form, R"({"name": "get_weather", "parameters": {}})"));
+  EXPECT_FALSE(accepts(*json_form, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
+  const auto tagged = forced_tool_grammar(ToolCallForm::kTagged, tools);
+  EXPECT_TRUE(accepts(*tagged, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_FALSE(accepts(*tagged, R"({"name":"now","parameters":{}})"));
+}
 }  // namespace
 }  // namespace anelab::serve

@@ -42,12 +42,19 @@ std::string timed_roundtrip(int port, const std::string& raw, std::chrono::milli
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
+// The checks below run with one generation worker and with four (--parallel 4): the HTTP layer's answers must not
+// depend on how many workers take the jobs. (scripts/serve_robust_batched.py runs them against the real binary
+// with continuous batching.)
+class ServeHttpRobustWorkers : public ::testing::TestWithParam<size_t> {};
+INSTANTIATE_TEST_SUITE_P(Parallel, ServeHttpRobustWorkers, ::testing::Values(size_t{1}, size_t{4}));
+
 // 64 sockets send a request one byte every 200 ms (the default HTTP thread count is 42 here, so a server
 // that gives each connection a thread until its request is read would have none left). A normal client's
 // /health and completion must each be answered within 2 s meanwhile, and the slow sockets are closed
 // (408) once their request has taken longer than request_timeout.
-TEST(ServeHttpRobust, SlowClientsDoNotStarveOthersAndAreCutOff) {
+TEST_P(ServeHttpRobustWorkers, SlowClientsDoNotStarveOthersAndAreCutOff) {
   ServerOptions o;
+  o.parallel = GetParam();
   o.request_timeout = 1500ms;
   Running r(o);
   const std::string slow_req = request("POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 2})");
@@ -141,8 +148,10 @@ TEST(ServeHttpRobust, SteadyTrickleIsCutOffAtTheDeadline) {
 }
 
 // 200 requests in one send() on one connection: 200 answers, in the order asked (each names its model id).
-TEST(ServeHttpRobust, PipelinedRequestsAreAnsweredInOrder) {
-  Running r(ServerOptions{});
+TEST_P(ServeHttpRobustWorkers, PipelinedRequestsAreAnsweredInOrder) {
+  ServerOptions o;
+  o.parallel = GetParam();
+  Running r(o);
   std::string raw;
   const int n = 200;
   for (int i = 0; i < n; ++i) {
@@ -168,8 +177,10 @@ TEST(ServeHttpRobust, PipelinedRequestsAreAnsweredInOrder) {
 }
 
 // A bad Content-Length is answered from the head alone: no body is waited for (< 1 s; the deadline is 10 s).
-TEST(ServeHttpRobust, BadContentLengthIsAnsweredAtOnce) {
-  Running r(ServerOptions{});
+TEST_P(ServeHttpRobustWorkers, BadContentLengthIsAnsweredAtOnce) {
+  ServerOptions o;
+  o.parallel = GetParam();
+  Running r(o);
   const std::pair<const char*, int> cases[] = {
       {"-1", 400},  {"-999999999999", 400}, {"99999999999999999999999", 413}, {"2000000", 413}, {"abc", 400},
       {"1e3", 400}, {"12 34", 400}};
@@ -188,8 +199,9 @@ TEST(ServeHttpRobust, BadContentLengthIsAnsweredAtOnce) {
 // body before reading, and a failed send is an error to it) still reads the 413: what it sends after the
 // answer is read and dropped before the close. Closed at once, the server's side would answer the next
 // piece with a reset.
-TEST(ServeHttpRobust, OversizedBodySentAnywayStillReads413) {
+TEST_P(ServeHttpRobustWorkers, OversizedBodySentAnywayStillReads413) {
   ServerOptions o;
+  o.parallel = GetParam();
   o.max_body = 1000;
   Running r(o);
   for (int i = 0; i < 3; ++i) {
@@ -215,8 +227,9 @@ TEST(ServeHttpRobust, OversizedBodySentAnywayStillReads413) {
 
 // Over the cap (every connection with a request begun, none idle to close) a request other than /health is
 // answered 503 overloaded + Retry-After (tests/serve/test_http_limits.cpp: /health, idle ones closed first).
-TEST(ServeHttpRobust, ConnectionCapAnswers503) {
+TEST_P(ServeHttpRobustWorkers, ConnectionCapAnswers503) {
   ServerOptions o;
+  o.parallel = GetParam();
   o.max_connections = 8;
   Running r(o);
   std::vector<int> idle;
@@ -240,8 +253,9 @@ std::string with_auth(const std::string& method, const std::string& path, const 
   return q.insert(q.find("\r\n") + 2, "Authorization: " + auth + "\r\n");
 }
 
-TEST(ServeHttpRobust, ApiKeyIsRequiredExceptForHealth) {
+TEST_P(ServeHttpRobustWorkers, ApiKeyIsRequiredExceptForHealth) {
   ServerOptions o;
+  o.parallel = GetParam();
   o.api_key = "sekret-123";
   Running r(o);
   const auto none = timed_roundtrip(r.port, request("GET", "/v1/models", ""));

@@ -19,6 +19,7 @@
 #include "models/grammar/json_schema.h"
 #include "models/grammar/token_constraint.h"
 #include "models/tokenizer/tokenizer.h"
+#include "models/tokenizer/unicode.h"
 #include "tests/common/test_data.h"
 #include "tests/serve/stories_pool.h"
 
@@ -103,7 +104,10 @@ TEST(Gbnf, PartialUtf8AcrossTokens) {
   EXPECT_TRUE(b.allows("{"));
   const Grammar any = Grammar::parse("root ::= .\n");
   Matcher a(any);
-  EXPECT_FALSE(a.allows("\xED\xA0\x80"));      // a surrogate
+  EXPECT_FALSE(a.allows("\xED\xA0\x80"));  // a surrogate
+  EXPECT_FALSE(a.allows("\xED\xA0"));      // can only become a surrogate: a dead end for the next token
+  EXPECT_TRUE(a.allows("\xED\x9F"));       // U+D7C0..U+D7FF
+  EXPECT_TRUE(a.allows("\xED"));
   EXPECT_FALSE(a.allows("\xF4\x90\x80\x80"));  // past U+10FFFF
   EXPECT_TRUE(a.allows("\xF0\x9F\x98\x80"));   // U+1F600
 }
@@ -121,6 +125,8 @@ TEST(Gbnf, ErrorsNameTheRuleAndLine) {
   EXPECT_NE(error_of("root ::= \"a\"{3,1}\n").find("n < m"), std::string::npos);
   EXPECT_NE(error_of("root ::= \"a\"\nroot ::= \"b\"\n").find("defined twice"), std::string::npos);
   EXPECT_EQ(error_of("root ::= (\"a\"\n  | \"b\")\n"), "");  // newlines inside parentheses continue the rule
+  // A repetition's generated rule never takes the name of a rule defined after it (the converter names rules x-2).
+  EXPECT_EQ(error_of("root ::= x-1 x\nx ::= \"a\"{0,1}\nx-1 ::= \"b\"\nx-2 ::= \"c\"\n"), "");
   // A repeated literal is copied: 31 characters x 10000 is past the bound (a group repeats one rule reference).
   EXPECT_NE(error_of("root ::= \"0123456789012345678901234567890\"{10000}\n").find("more than 200000 elements"),
             std::string::npos);
@@ -306,6 +312,34 @@ TEST(JsonSchemaGrammar, AcceptsValidAndRejectsInvalidDocuments) {
   EXPECT_FALSE(accepts(any, R"({"a":1,})"));
 }
 
+// minimum / maximum on integers: every integer of a window (and the edges of the 16-digit range) is accepted exactly
+// when it lies in the range, written without leading zeros or "-0".
+TEST(JsonSchemaGrammar, IntegerRangesAcceptExactlyTheirIntegers) {
+  struct Case {
+    const char* schema;
+    int64_t lo, hi;
+  };
+  const int64_t big = 9999999999999999;
+  for (const Case& c :
+       std::vector<Case>{{R"({"type": "integer", "minimum": 0, "maximum": 100})", 0, 100},
+                         {R"({"type": "integer", "minimum": -37, "maximum": 1234})", -37, 1234},
+                         {R"({"type": "integer", "minimum": -905, "maximum": -17})", -905, -17},
+                         {R"({"type": "integer", "minimum": 7, "maximum": 7})", 7, 7},
+                         {R"({"type": "integer", "exclusiveMinimum": 9, "exclusiveMaximum": 1000})", 10, 999},
+                         {R"({"type": "integer", "minimum": 2.5, "maximum": 19.9})", 3, 19},
+                         {R"({"type": "integer", "minimum": 990})", 990, big},
+                         {R"({"type": "integer", "maximum": -1})", -big, -1}}) {
+    const Grammar g = Grammar::parse(json_schema_to_gbnf(ojson::parse(c.schema)));
+    std::vector<int64_t> probes = {-big, -big + 1, big - 1, big, c.lo - 1, c.lo, c.hi, c.hi + 1};
+    for (int64_t x = -1200; x <= 1200; ++x) probes.push_back(x);
+    for (const int64_t x : probes)
+      ASSERT_EQ(accepts(g, std::to_string(x)), x >= c.lo && x <= c.hi) << x << " for " << c.schema;
+    EXPECT_FALSE(accepts(g, "-0")) << c.schema;
+    EXPECT_FALSE(accepts(g, "0" + std::to_string(std::max<int64_t>(c.lo, 1)))) << c.schema;  // a leading zero
+    EXPECT_FALSE(accepts(g, std::to_string(c.lo) + ".0")) << c.schema;
+  }
+}
+
 TEST(JsonSchemaGrammar, UnsupportedKeywordsAreRefusedByName) {
   auto error = [](const std::string& s) {
     try {
@@ -316,7 +350,9 @@ TEST(JsonSchemaGrammar, UnsupportedKeywordsAreRefusedByName) {
     return std::string();
   };
   EXPECT_NE(error(R"({"type": "string", "pattern": "^a+$"})").find("'pattern' is not supported"), std::string::npos);
-  EXPECT_NE(error(R"({"type": "integer", "minimum": 0})").find("'minimum'"), std::string::npos);
+  EXPECT_NE(error(R"({"type": "number", "minimum": 0})").find("integers only"), std::string::npos);
+  EXPECT_NE(error(R"({"type": "integer", "minimum": 5, "maximum": 4})").find("no integer lies"), std::string::npos);
+  EXPECT_NE(error(R"({"type": "integer", "multipleOf": 2})").find("'multipleOf'"), std::string::npos);
   EXPECT_NE(error(R"({"properties": {"a": {"format": "date"}}})").find("at #/properties/a"), std::string::npos);
   EXPECT_NE(error(R"({"$ref": "#/$defs/missing"})").find("#/$defs/missing"), std::string::npos);
   EXPECT_NE(error(R"({"type": "object", "required": ["x"], "properties": {}})").find("'x' is not in properties"),
@@ -357,6 +393,59 @@ TEST(TokenConstraint, MaskOverQwenVocabulary) {
     }
     EXPECT_EQ(n, allowed);
     EXPECT_GT(allowed, 0);
+  }
+}
+
+// A byte-level vocabulary (256 byte tokens) with multi-byte added tokens (Qwen's non-special <tool_call> and
+// </tool_call>, 11 and 12 bytes): under a string of at most 8 characters no 12-byte token fits, and at every step
+// the mask allows exactly the tokens whose piece the recognizer accepts (Matcher::allows, the reference), and some
+// token always stays allowed until the text can end.
+TEST(TokenConstraint, MaskOfLongPiecesUnderBoundedRepetitions) {
+  tok::VocabData v;
+  v.kind = tok::TokenizerKind::kByteBpe;
+  v.pre = "gpt2";
+  for (int b = 0; b < 256; ++b) {
+    std::string t;
+    tok::utf8_append(t, tok::byte_to_unicode(static_cast<uint8_t>(b)));
+    v.tokens.push_back(t), v.types.push_back(tok::TokenType::kNormal);
+  }
+  for (const char* t : {"<|endoftext|>", "<tool_call>", "</tool_call>", "abcdefgh"}) {
+    v.tokens.push_back(t);
+    v.types.push_back(std::string(t) == "<|endoftext|>" ? tok::TokenType::kControl : tok::TokenType::kUserDefined);
+  }
+  v.eos_id = 256;
+  v.add_space_prefix = false;
+  auto tk = tok::make_tokenizer(std::move(v));
+  auto pieces = std::make_shared<const TokenPieces>(*tk, tk->vocab_size());
+  std::mt19937 rng(38);
+  for (const char* schema : {R"({"type": "string", "maxLength": 8})", R"({"type": "array", "items": {"type": "string",
+                                  "maxLength": 3}, "maxItems": 2})",
+                             R"({"enum": ["</tool_call>", "<tool"]})"}) {
+    auto g = std::make_shared<const Grammar>(Grammar::parse(json_schema_to_gbnf(ojson::parse(schema))));
+    for (int walk = 0; walk < 300; ++walk) {
+      GrammarConstraint c(g, pieces, {256}, -1);
+      Matcher ref(*g);
+      std::string text;
+      for (int step = 0; step < 64 && !c.finished(); ++step) {
+        std::vector<float> logits(static_cast<size_t>(tk->vocab_size()), 0.0f);
+        c.mask(logits);
+        std::vector<int32_t> ok;
+        for (int32_t id = 0; id < tk->vocab_size(); ++id) {
+          const bool want = id == 256 ? ref.can_end() : ref.allows(tk->decode_token(0, id));
+          ASSERT_EQ(logits[static_cast<size_t>(id)] == 0.0f, want)
+              << "token " << id << " '" << tk->decode_token(0, id) << "' after '" << text << "' (" << schema << ")";
+          if (want && id != 256) ok.push_back(id);
+        }
+        // A byte token may begin a UTF-8 sequence: the mask must never enter one that cannot complete (0xED 0xA0
+        // leads only to surrogates), which would leave the next step nothing to sample.
+        ASSERT_TRUE(!ok.empty() || ref.can_end()) << "dead end after '" << text << "' (" << schema << ")";
+        if (ok.empty()) break;
+        const int32_t id = ok[rng() % ok.size()];
+        c.accept(id);
+        ASSERT_TRUE(ref.accept_bytes(tk->decode_token(0, id)));
+        text += tk->decode_token(0, id);
+      }
+    }
   }
 }
 

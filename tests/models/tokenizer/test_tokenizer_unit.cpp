@@ -523,7 +523,7 @@ TEST(ChatTemplate, QwenToolsMatchJinjaByHand) {
                 "<|im_start|>user\nU<|im_end|>\n");
   EXPECT_EQ(apply_chat_template(ChatTemplate::kQwen3, u, false, true, {tool}),
             "<|im_start|>system\n" + tools_block + "<|im_start|>user\nU<|im_end|>\n");
-  EXPECT_THROW(apply_chat_template(ChatTemplate::kLlama3, u, true, true, {tool}), Error);
+  EXPECT_THROW(apply_chat_template(ChatTemplate::kQwen35, u, true, true, {tool}), Error);  // llama3, gemma3: below
 }
 
 TEST(ChatTemplate, Llama3MatchesJinjaByHand) {
@@ -535,7 +535,10 @@ TEST(ChatTemplate, Llama3MatchesJinjaByHand) {
             "<|start_header_id|>assistant<|end_header_id|>\n\n");
   EXPECT_EQ(apply_chat_template(t, {{"user", "Hi"}}, false),
             "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
-  EXPECT_THROW(apply_chat_template(t, {{"tool", "x"}}, false), Error);
+  EXPECT_THROW(apply_chat_template(t, {{"robot", "x"}}, false), Error);
+  // A tool's answer is Llama 3.1's "ipython" turn.
+  EXPECT_EQ(apply_chat_template(t, {{"tool", " x "}}, false),
+            "<|begin_of_text|><|start_header_id|>ipython<|end_header_id|>\n\n x <|eot_id|>");
 }
 
 TEST(ChatTemplate, Gemma3MatchesJinjaByHand) {
@@ -547,6 +550,45 @@ TEST(ChatTemplate, Gemma3MatchesJinjaByHand) {
             "<start_of_turn>user\n2+2?<end_of_turn>\n<start_of_turn>model\n");
   EXPECT_THROW(apply_chat_template(t, {{"assistant", "x"}}, false), Error);            // must start with user
   EXPECT_THROW(apply_chat_template(t, {{"user", "a"}, {"user", "b"}}, false), Error);  // must alternate
+}
+
+// Tools in Llama 3 (Llama 3.1's JSON tool calling: Meta-Llama-3.1-8B-Instruct's tokenizer_config.json, its "tools in
+// the first user message" branch read by hand) and Gemma 3 (anelab's form after Google's function-calling guide).
+TEST(ChatTemplate, Llama3AndGemma3ToolsByHand) {
+  const std::string tool = R"({"type": "function", "function": {"name": "now", "parameters": {"type": "object"}}})";
+  const std::vector<ChatMessage> m = {{"system", "S", {}},
+                                      {"user", " U ", {}},
+                                      {"assistant", "", {{"now", R"({"tz": "UTC"})"}}},
+                                      {"tool", "12:00", {}}};
+  EXPECT_EQ(
+      apply_chat_template(ChatTemplate::kLlama3, m, true, true, {tool}),
+      "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|>"
+      "<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, please respond with a JSON for a "
+      "function call with its proper arguments that best answers the given prompt.\n\nRespond in the format "
+      "{\"name\": function name, \"parameters\": dictionary of argument name and its value}.Do not use "
+      "variables.\n\n{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"now\",\n        "
+      "\"parameters\": {\n            \"type\": \"object\"\n        }\n    }\n}\n\nU<|eot_id|>"
+      "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"now\", \"parameters\": {\"tz\": "
+      "\"UTC\"}}<|eot_id|>"
+      "<|start_header_id|>ipython<|end_header_id|>\n\n12:00<|eot_id|>"
+      "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(apply_chat_template(ChatTemplate::kGemma3, m, true, true, {tool}),
+            "<bos><start_of_turn>user\nYou have access to the following functions. To call one, respond with nothing "
+            "but a JSON object in the format {\"name\": function name, \"parameters\": dictionary of argument name and "
+            "its value}.\n\n" +
+                tool +
+                "\n\nS\n\nU<end_of_turn>\n<start_of_turn>model\n{\"name\": \"now\", \"parameters\": {\"tz\": "
+                "\"UTC\"}}<end_of_turn>\n<start_of_turn>user\n12:00<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_EQ(tool_call_form(ChatTemplate::kLlama3), ToolCallForm::kJson);
+  EXPECT_EQ(tool_call_form(ChatTemplate::kGemma3), ToolCallForm::kJson);
+  EXPECT_EQ(tool_call_form(ChatTemplate::kQwen3), ToolCallForm::kTagged);
+  // Llama 3.1 takes one call per message and the tools need a user message; Qwen3.5 has no tools here.
+  EXPECT_THROW(
+      apply_chat_template(ChatTemplate::kLlama3, {{"user", "u", {}}, {"assistant", "", {{"a", "{}"}, {"b", "{}"}}}},
+                          false, true, {tool}),
+      Error);
+  EXPECT_THROW(apply_chat_template(ChatTemplate::kLlama3, {{"system", "s", {}}}, true, true, {tool}), Error);
+  EXPECT_THROW(apply_chat_template(ChatTemplate::kQwen35, {{"user", "u", {}}}, true, true, {tool}), Error);
 }
 
 TEST(ChatTemplate, ChosenByTheVocabularysControlTokens) {
