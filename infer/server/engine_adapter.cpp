@@ -77,6 +77,11 @@ struct ModelPool::Impl {
   // The prompt cache: per worker, the tokens whose K/V its engine holds at positions 0.. (touched only by that
   // worker's thread).
   std::vector<std::vector<int32_t>> cached;
+  // The draft model (ModelOptions::draft_model): an engine with a slot per worker and its batcher, whose slot w a
+  // worker joins only while drafting; per worker the tokens its slot holds (infer::DraftModel::held).
+  std::unique_ptr<infer::Engine> draft;
+  std::unique_ptr<infer::Batcher> draft_batcher;
+  std::vector<std::vector<int32_t>> draft_held;
 
   // An engine with `slots` slots (1 for a model with a recurrent state); the tokenizer is loaded with the first.
   std::unique_ptr<infer::Engine> make_engine(int64_t slots) {
@@ -152,6 +157,24 @@ ModelPool::ModelPool(const ModelOptions& o, size_t workers) : impl_(std::make_un
       say("loading " + o.load.model + " (worker " + std::to_string(w + 1) + " of " + std::to_string(n) + ")" + " ...");
       impl_->engines.push_back(impl_->make_engine(1));
     }
+  }
+  if (!o.draft_model.empty()) {
+    infer::Engine& target = *impl_->engines.front();
+    ANELAB_CHECK(impl_->batcher, "serve", "--model-draft: ", o.load.model,
+                 " has linear-attention layers (speculative decoding cannot roll back their recurrent state)");
+    say("loading the draft model " + o.draft_model + " ...");
+    infer::LoadOptions lo = impl_->opt.load;
+    lo.quiet = true;
+    lo.component = "serve";
+    infer::LoadedModel d = infer::load_draft_model(lo, o.draft_model, target.context(), static_cast<int64_t>(n),
+                                                   target.model(), impl_->tk.get());
+    impl_->draft = std::make_unique<infer::Engine>(std::move(d.model), d.engine);
+    ANELAB_CHECK(impl_->draft->context() >= target.context(), "serve", "the draft model ", o.draft_model,
+                 " has a context of ", impl_->draft->context(), " positions, less than the ", target.context(), " of ",
+                 o.load.model, " (pass a smaller --ctx)");
+    impl_->draft_batcher = std::make_unique<infer::Batcher>(*impl_->draft, o.batch_chunk);
+    impl_->draft_held.resize(n);
+    if (impl_->opt.draft_max == 0) impl_->opt.draft_max = infer::kDefaultDraftMax;
   }
   load_ms_ = ms_since(t0);
   impl_->cached.resize(n);
@@ -298,6 +321,15 @@ GenOutcome ModelPool::run(size_t w, Job& job) {
     active.emplace(*impl_->batcher, static_cast<int64_t>(w));
     forward.emplace(impl_->batcher->slot(static_cast<int64_t>(w)), job);
     o.forward = &*forward;
+  }
+  if (impl_->draft_batcher) {
+    infer::Batcher& db = *impl_->draft_batcher;
+    const auto s = static_cast<int64_t>(w);
+    o.draft.forward = &db.slot(s);
+    o.draft.vocab = impl_->draft->config().vocab_size;
+    o.draft.held = &impl_->draft_held[w];
+    o.draft.begin = [&db, s] { db.begin(s); };
+    o.draft.end = [&db, s] { db.end(s); };
   }
   try {
     const infer::GenerateResult r =
