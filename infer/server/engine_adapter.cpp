@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <mutex>
 #include <random>
 
 #include "framework/core/error.h"
@@ -74,9 +75,11 @@ struct ModelPool::Impl {
   tok::ChatTemplate chat = tok::ChatTemplate::kNone;
   int64_t created = 0;
   std::shared_ptr<const grammar::TokenPieces> pieces;  // for structured output, built once at load
-  // The prompt cache: per worker, the tokens whose K/V its engine holds at positions 0.. (touched only by that
-  // worker's thread).
+  // The prompt cache: per worker, the tokens whose K/V its slot holds at positions 0.. (empty while it generates: its
+  // K/V are in flux then). Under cache_mu: a worker reads the others' to take the longest cached prefix of its prompt
+  // from any idle slot (Engine::copy_kv into its own), and changes its own only there.
   std::vector<std::vector<int32_t>> cached;
+  std::mutex cache_mu;
   // The draft model (ModelOptions::draft_model): an engine with a slot per worker and its batcher, whose slot w a
   // worker joins only while drafting; per worker the tokens its slot holds (infer::DraftModel::held).
   std::unique_ptr<infer::Engine> draft;
@@ -308,12 +311,26 @@ GenOutcome ModelPool::run(size_t w, Job& job) {
   const auto t0 = Clock::now();
   // The prompt cache: the longest common prefix with what this worker's engine holds is not prefilled again (at
   // least the last prompt token is, for its logits).
+  // With slots (one engine), a longer prefix held by another idle slot is copied into this worker's slot first.
   std::vector<int32_t>& held = impl_->cached[w];
   size_t reuse = 0;
-  if (p.cache_prompt)
-    while (reuse < held.size() && reuse + 1 < p.prompt.size() && held[reuse] == p.prompt[reuse]) ++reuse;
-  reuse = static_cast<size_t>(infer::reusable_prefix(e, static_cast<int64_t>(reuse)));
-  held.clear();  // until this generation has finished, the engine's K/V are in flux
+  {
+    std::lock_guard<std::mutex> lk(impl_->cache_mu);
+    auto common = [&](const std::vector<int32_t>& h) {
+      size_t c = 0;
+      while (c < h.size() && c + 1 < p.prompt.size() && h[c] == p.prompt[c]) ++c;
+      return c;
+    };
+    if (p.cache_prompt) reuse = common(held);
+    if (p.cache_prompt && impl_->batcher) {
+      size_t from = w;
+      for (size_t v = 0; v < impl_->cached.size(); ++v)
+        if (const size_t c = common(impl_->cached[v]); v != w && c > reuse) reuse = c, from = v;
+      if (from != w) e.copy_kv(static_cast<int64_t>(from), static_cast<int64_t>(w), static_cast<int64_t>(reuse));
+    }
+    reuse = static_cast<size_t>(infer::reusable_prefix(e, static_cast<int64_t>(reuse)));
+    held.clear();  // until this generation has finished, the slot's K/V are in flux
+  }
   out.usage.cached_tokens = static_cast<int64_t>(reuse);
   std::optional<infer::Batcher::Active> active;  // this worker's slot takes part in the steps while it generates
   std::optional<CancellableForward> forward;
@@ -346,6 +363,7 @@ GenOutcome ModelPool::run(size_t w, Job& job) {
     out.usage.drafted = r.drafted;
     out.usage.accepted = r.accepted;
     // K/V now hold the prompt and every generated token but the last (sampled, never decoded).
+    std::lock_guard<std::mutex> lk(impl_->cache_mu);
     held = p.prompt;
     if (!r.new_tokens.empty()) held.insert(held.end(), r.new_tokens.begin(), r.new_tokens.end() - 1);
   } catch (const Cancelled&) {
