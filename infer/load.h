@@ -70,7 +70,8 @@ LoadedModel load_model(const LoadOptions& o, TokenizerUse use);
 std::unique_ptr<tok::Tokenizer> model_tokenizer(const models::Model& m, const LoadOptions& o, std::string* source);
 
 // A draft model for `target` (--model-draft): the same vocab_size and, when both have a tokenizer, the same token
-// texts; else throws "[component] the draft model D does not share the vocabulary of T: ..." naming both files.
+// texts (ids both define); else throws "[component] the draft model D does not share the vocabulary of T: ..." naming
+// both files.
 void check_draft_vocabulary(const models::Model& target, const tok::Tokenizer* target_tk,
                             const std::string& target_name, const models::Model& draft, const tok::Tokenizer* draft_tk,
                             const std::string& draft_name, const std::string& component);
