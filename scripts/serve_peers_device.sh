@@ -16,7 +16,7 @@
 #     the f16 target drafted by its own random weights in Q8_0 (the same seed: a draft that agrees, half the bytes),
 #     the Q8_0 target by a smaller random model of the same vocabulary (dim 256, 4 layers: a draft that disagrees).
 # ANELAB=path: a prebuilt anelab (its shared libraries in .devbin/lib), only llama-server is built; STEP=0 skips the
-# engine-step bench (it needs an anelab build tree).
+# engine-step bench (it needs an anelab build tree); SERVE_ONLY=1 runs only the two servers' benches.
 #
 #   stage here:  scripts/bench_ab/stage.sh && rm -rf .devbin/old-src;
 #                .devbin/llsrc.tgz = llama.cpp's `git archive HEAD CMakeLists.txt cmake common ggml include licenses src
@@ -58,6 +58,7 @@ for D in q8_0 f16; do
     echo "[serve_peers] $D: the engine's batched step alone (Engine::decode_batch, B = 1, 2, 4, 8)"
     PROG=step scripts/gemv_batch_bench/run.sh /tmp/dev-anelab "$M" "$T" 2>&1 | tee "$OUT/step_$D.txt"
   fi
+  [[ ${SERVE_ONLY:-0} == 0 ]] || continue
   echo "[serve_peers] $D: a request sharing a 1024-token prefix with the one before it"
   scripts/serve_prefix_ttft.sh "$A" "$TOK" "$W" "$T" "$D" 1024 2 | grep '^{' | tee "$OUT/prefix_ttft_$D.json"
   for draft in 0 7; do
@@ -71,6 +72,7 @@ for D in q8_0 f16; do
   echo "[serve_peers] $D speculative vs plain token ids: $same ($(wc -w <"$W/spec_${D}_0.ids") ids)" |
     tee -a "$OUT/speculative.txt"
 done
+[[ ${SERVE_ONLY:-0} == 0 ]] || exit 0
 # Speculative decoding with a draft model: greedy, token ids against plain decoding (spec_*_0.ids above).
 "$A" convert --random qwen2.5-0.5b "$W/draft-small-q8_0.gguf" --dtype q8_0 --tokenizer "$TOK" \
   --shape '{"dim": 256, "hidden_dim": 1024, "n_layers": 4, "n_heads": 4, "n_kv_heads": 2, "head_dim": 64}' >/dev/null
