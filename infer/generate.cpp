@@ -143,8 +143,12 @@ class Drafter {
     while (common < held_.size() && common + 1 < n && held_[common] == h[common]) ++common;
     held_.resize(common);
     const auto fresh = std::span<const int32_t>(h).subspan(common);
-    const float* l = fresh.size() == 1 ? d_.forward->decode(h.back(), static_cast<int64_t>(common))
-                                       : d_.forward->prefill(fresh, static_cast<int64_t>(common), nullptr);
+    // One token, or two after a pass whose drafts were all kept: decode's kernels (a prefill past position 0 would
+    // leave a MIL backend for the CPU with a note each time); more (a new prompt): a prefill.
+    const auto at = static_cast<int64_t>(common);
+    const float* l = fresh.size() == 1   ? d_.forward->decode(h.back(), at)
+                     : fresh.size() == 2 ? d_.forward->decode_run(fresh, at) + vocab_
+                                         : d_.forward->prefill(fresh, at, nullptr);
     held_ = h;
     if (q_.size() < static_cast<size_t>(k * vocab_)) q_.resize(static_cast<size_t>(k * vocab_));
     std::vector<int32_t> drafts, hist = h;
