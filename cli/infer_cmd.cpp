@@ -52,6 +52,7 @@ struct InferArgs {
   bool quiet = false;
   std::string prompt, prompt_positional, prompt_file, system, prompt_ids, out;
   std::string grammar_file, json_schema;  // generate: constrained output (llama.cpp's --grammar-file, -j)
+  std::string model_draft;                // generate: speculative decoding with this draft model
   bool prompt_set = false, print_ids = false, no_think = false;
   int64_t bench_prompt = 512, bench_gen = 128;
 };
@@ -119,7 +120,7 @@ infer::GenerateOptions gen_options(const SamplingArgs& a) {
   return o;
 }
 
-void print_stats(const infer::GenerateResult& r) {
+void print_stats(const infer::GenerateResult& r, const char* drafts = "prompt lookup") {
   const double n_dec = static_cast<double>(r.new_tokens.size());
   std::fprintf(stderr,
                "prefill: %zu tokens in %.1f ms (%s%s) = %.1f tok/s; decode: %.0f tokens in %.1f ms = %.2f tok/s; "
@@ -129,7 +130,7 @@ void print_stats(const infer::GenerateResult& r) {
                r.prompt_tokens.size() / std::max(1e-9, r.prefill_ms / 1e3), n_dec, r.decode_ms,
                n_dec > 1 ? (n_dec - 1) / std::max(1e-9, r.decode_ms / 1e3) : 0.0, r.ttft_ms);
   if (r.drafted > 0)
-    std::fprintf(stderr, "speculative (prompt lookup): %lld drafted, %lld accepted (%.0f %%) in %lld batched passes\n",
+    std::fprintf(stderr, "speculative (%s): %lld drafted, %lld accepted (%.0f %%) in %lld batched passes\n", drafts,
                  static_cast<long long>(r.drafted), static_cast<long long>(r.accepted),
                  100.0 * static_cast<double>(r.accepted) / static_cast<double>(r.drafted),
                  static_cast<long long>(r.batched_passes));
@@ -169,6 +170,28 @@ void run_generate(const InferArgs& a) {
     };
   infer::GenerateResult r;
   infer::GenerateOptions go = gen_options(a.sampling);
+  std::unique_ptr<infer::Engine> draft;  // --model-draft
+  std::optional<infer::EngineForward> draft_forward;
+  if (!a.model_draft.empty()) {
+    const auto t0 = Clock::now();
+    infer::LoadOptions lo = a.load;
+    lo.quiet = a.quiet;
+    infer::LoadedModel m =
+        infer::load_draft_model(lo, a.model_draft, l.engine->context(), 1, l.engine->model(), l.tok.get());
+    draft = std::make_unique<infer::Engine>(std::move(m.model), m.engine);
+    ANELAB_CHECK(draft->context() >= l.engine->context(), "infer", "the draft model ", a.model_draft,
+                 " has a context of ", draft->context(), " positions, less than the ", l.engine->context(), " of ",
+                 a.load.model, " (pass a smaller --ctx)");
+    if (go.draft_max == 0) go.draft_max = infer::kDefaultDraftMax;
+    draft_forward.emplace(*draft);
+    go.draft.forward = &*draft_forward;
+    go.draft.vocab = draft->config().vocab_size;
+    if (!a.quiet)
+      std::fprintf(stderr, "draft model %s (%s, %lld layers, dim %lld) loaded in %.1f s; --draft-max %d\n",
+                   quote_untrusted(a.model_draft).c_str(), draft->config().arch.c_str(),
+                   static_cast<long long>(draft->config().n_layers), static_cast<long long>(draft->config().dim),
+                   ms_since(t0) / 1e3, go.draft_max);
+  }
   std::optional<grammar::GrammarConstraint> constraint;
   if (!a.grammar_file.empty() || !a.json_schema.empty()) {
     ANELAB_CHECK(a.grammar_file.empty() || a.json_schema.empty(), "infer",
@@ -206,7 +229,7 @@ void run_generate(const InferArgs& a) {
                  r.new_tokens.size(), static_cast<long long>(l.engine->context()),
                  static_cast<long long>(l.engine->context()), static_cast<long long>(a.sampling.max_tokens),
                  static_cast<long long>(l.engine->config().max_seq_len));
-  if (!a.quiet) print_stats(r);
+  if (!a.quiet) print_stats(r, draft ? "draft model" : "prompt lookup");
 }
 
 // Teacher-forced logits of --ids (or the encoded --prompt) -> --out [T, vocab] float32 .npy.
@@ -383,6 +406,10 @@ void add_infer_command(CLI::App& app) {
   gen->add_option("--prompt-ids", a->prompt_ids,
                   "Prompt as token ids (\"1 2 3\"; no tokenizer needed: without one, "
                   "nothing is echoed and only the length ends generation; with one, as --prompt)");
+  gen->add_option("--model-draft", a->model_draft,
+                  "Speculative decoding with this draft model (llama.cpp's --model-draft): a smaller model of the same "
+                  "vocabulary drafts --draft-max tokens (0: 16, llama.cpp's default) that the model verifies in one "
+                  "batched pass; greedy output is plain decoding's, sampled output follows the model's distribution");
   gen->add_flag("--print-ids", a->print_ids, "Print the generated token ids on one line instead of the text");
   gen->callback([a] { run_generate(*a); });
 

@@ -118,6 +118,10 @@ void add_serve_command(CLI::App& app) {
                 "(0 = off; answers are plain decoding's)")
       ->capture_default_str()
       ->check(CLI::Range(0, 64));
+  s->add_option("--model-draft", a->model.draft_model,
+                "Speculative decoding with this draft model (llama.cpp's --model-draft): a smaller model of the same "
+                "vocabulary, a slot per --parallel slot, drafts --draft-max tokens (0: 16) verified in one batched "
+                "pass; greedy answers are plain decoding's, sampled ones follow the model's distribution");
   s->add_option("--host", a->server.host,
                 "Address to bind (loopback by default; another one without --api-key prints a warning)")
       ->capture_default_str();

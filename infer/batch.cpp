@@ -86,7 +86,7 @@ const float* Batcher::submit(int64_t s, const Request& r) {
   sl.req.kind = Kind::kNone;
   sl.info.state = SlotState::kSampling;
   if (sl.req.error) std::rethrow_exception(sl.req.error);
-  return r.kind == Kind::kDecode && !r.tokens.empty() ? sl.run_logits.data() : sl.logits.data();
+  return sl.result;
 }
 
 const float* Batcher::SlotForward::prefill(std::span<const int32_t> tokens, int64_t pos,
@@ -171,9 +171,15 @@ void Batcher::loop() {
                                            std::span(dec_slot_).subspan(b, m));
           for (size_t i = b; i < b + m; ++i) {
             Slot& sl = slots_[static_cast<size_t>(dec_slot_[i])];
+            const float* row = l + static_cast<int64_t>(i - b) * V;
+            if (rows <= most) {  // one call: each slot reads its rows in place (a run's are consecutive)
+              if (dec_pos_[i] == sl.req.pos) sl.result = row;
+              continue;
+            }
             float* out =
                 sl.req.tokens.empty() ? sl.logits.data() : sl.run_logits.data() + (dec_pos_[i] - sl.req.pos) * V;
-            std::memcpy(out, l + static_cast<int64_t>(i - b) * V, static_cast<size_t>(V) * sizeof(float));
+            std::memcpy(out, row, static_cast<size_t>(V) * sizeof(float));
+            sl.result = sl.req.tokens.empty() ? sl.logits.data() : sl.run_logits.data();
           }
         }
       } catch (...) {
@@ -190,8 +196,11 @@ void Batcher::loop() {
         const float* l = e_.prefill(r.tokens.subspan(static_cast<size_t>(r.done), static_cast<size_t>(m)),
                                     r.pos + r.done, r.all_logits);
         r.done += m;
-        if (r.done == n)
-          std::memcpy(slots_[static_cast<size_t>(s)].logits.data(), l, static_cast<size_t>(V) * sizeof(float));
+        if (r.done == n) {
+          Slot& sl = slots_[static_cast<size_t>(s)];
+          std::memcpy(sl.logits.data(), l, static_cast<size_t>(V) * sizeof(float));
+          sl.result = sl.logits.data();
+        }
       } catch (...) {
         r.error = std::current_exception();
       }

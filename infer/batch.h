@@ -103,6 +103,9 @@ class Batcher {
     Request req;
     std::vector<float> logits;      // [vocab] the latest result
     std::vector<float> run_logits;  // [run tokens, vocab] the latest decode run's (grown by decode_run)
+    // The latest request's logits: its rows of the step's Engine::decode_batch result when the step's rows took one
+    // call (valid until the next step, which waits for this slot's next request), else logits / run_logits.
+    const float* result = nullptr;
     PrefillStats prefill_stats;
     SlotInfo info;
     std::unique_ptr<SlotForward> forward;

@@ -236,6 +236,20 @@ void Engine::store_kv(int64_t l, int64_t seq, int64_t pos, const float* k, const
   }
 }
 
+void Engine::copy_kv(int64_t from, int64_t to, int64_t n) {
+  ANELAB_CHECK(from >= 0 && from < opt_.slots && to >= 0 && to < opt_.slots, "infer", "copy_kv: slots ", from, ", ", to,
+               " outside the engine's ", opt_.slots);
+  ANELAB_CHECK(n >= 0 && n <= ctx_, "infer", "copy_kv: ", n, " positions outside the context of ", ctx_);
+  if (from == to || n == 0) return;
+  const auto row = static_cast<size_t>(config().kv_dim() * kv_type_bytes(opt_.kv_type));
+  for (int64_t s = 0; s < n_kv_layers_; ++s) {
+    const size_t src = static_cast<size_t>((from * n_kv_layers_ + s) * ctx_) * row,
+                 dst = static_cast<size_t>((to * n_kv_layers_ + s) * ctx_) * row;
+    std::memcpy(kcache_.data() + dst, kcache_.data() + src, static_cast<size_t>(n) * row);
+    std::memcpy(vcache_.data() + dst, vcache_.data() + src, static_cast<size_t>(n) * row);
+  }
+}
+
 mil::Dialect Engine::backend_dialect() const { return mil_ ? mil_->backend().profile().dialect : mil::Dialect::kIos18; }
 
 namespace {

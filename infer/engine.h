@@ -134,6 +134,9 @@ class Engine final : public PrefillHost {
     store_kv(l, slot_, pos, k, v, n);
   }
   void store_kv(int64_t l, int64_t slot, int64_t pos, const float* k, const float* v, int64_t n);
+  // Copies positions [0, n) of every attention layer's keys and values from slot `from` to slot `to` (the prompt cache
+  // across slots: a prefix another slot computed). Not for a model with linear-attention layers (one slot).
+  void copy_kv(int64_t from, int64_t to, int64_t n);
   // Cache bytes per position, keys and values of every attention layer: 2 * kv_layers() * kv_dim * element bytes.
   int64_t kv_bytes_per_position() const;
   int64_t kv_layers() const { return n_kv_layers_; }  // layers with an attention step (all but linear-attention ones)

@@ -113,6 +113,75 @@ std::vector<int32_t> lookup_drafts(const std::vector<int32_t>& h, int32_t ngram,
   return {};
 }
 
+// The draft model's side of speculative decoding (GenerateOptions::draft): keeps its sequence in step with the
+// tokens so far and drafts tokens after them, each sampled from its logits (q rows kept for the acceptance rule).
+class Drafter {
+ public:
+  Drafter(const DraftModel& d, const models::SamplerOptions& so, int32_t vocab)
+      : d_(d), sampler_(vocab, with_seed(so)), vocab_(vocab) {
+    if (d_.held) held_.swap(*d_.held);
+  }
+  ~Drafter() {
+    if (d_.held) d_.held->swap(held_);
+  }
+  Drafter(const Drafter&) = delete;
+  Drafter& operator=(const Drafter&) = delete;
+
+  // Up to k >= 1 drafts after history (its last token at position history.size() - 1).
+  std::vector<int32_t> draft(const std::vector<int32_t>& h, int64_t k) {
+    struct Scope {  // the draft batcher's begin / end around one drafting
+      const DraftModel& d;
+      explicit Scope(const DraftModel& dm) : d(dm) {
+        if (d.begin) d.begin();
+      }
+      ~Scope() {
+        if (d.end) d.end();
+      }
+    } scope(d_);
+    const size_t n = h.size();
+    size_t common = 0;  // what its sequence holds of h; at least the last token is run, for its logits
+    while (common < held_.size() && common + 1 < n && held_[common] == h[common]) ++common;
+    held_.resize(common);
+    const auto fresh = std::span<const int32_t>(h).subspan(common);
+    // One token, or two after a pass whose drafts were all kept: decode's kernels (a prefill past position 0 would
+    // leave a MIL backend for the CPU with a note each time); more (a new prompt): a prefill.
+    const auto at = static_cast<int64_t>(common);
+    const float* l = fresh.size() == 1   ? d_.forward->decode(h.back(), at)
+                     : fresh.size() == 2 ? d_.forward->decode_run(fresh, at) + vocab_
+                                         : d_.forward->prefill(fresh, at, nullptr);
+    held_ = h;
+    if (q_.size() < static_cast<size_t>(k * vocab_)) q_.resize(static_cast<size_t>(k * vocab_));
+    std::vector<int32_t> drafts, hist = h;
+    for (int64_t j = 0; j < k; ++j) {
+      buf_.assign(l, l + vocab_);
+      const std::span<float> q(q_.data() + j * vocab_, static_cast<size_t>(vocab_));
+      sampler_.distribution(buf_, hist, q);
+      const int32_t t = sampler_.temperature() <= 0.0f
+                            ? static_cast<int32_t>(std::max_element(q.begin(), q.end()) - q.begin())
+                            : sampler_.draw(q);
+      drafts.push_back(t);
+      hist.push_back(t);
+      if (j + 1 == k) break;
+      held_.clear();  // until the forward has run
+      l = d_.forward->decode(t, static_cast<int64_t>(n) + j);
+      held_.assign(hist.begin(), hist.end());
+    }
+    return drafts;
+  }
+  const float* q(int64_t j) const { return q_.data() + j * vocab_; }  // draft j's distribution [vocab]
+
+ private:
+  static models::SamplerOptions with_seed(models::SamplerOptions so) {
+    so.seed ^= 0x9E3779B97F4A7C15ull;  // a stream of its own, not the target sampler's
+    return so;
+  }
+  const DraftModel& d_;
+  models::Sampler sampler_;
+  int64_t vocab_;
+  std::vector<int32_t> held_;
+  std::vector<float> q_, buf_;  // [k, vocab] the drafts' distributions; [vocab]
+};
+
 }  // namespace
 
 void check_vocab_fits(int64_t tokenizer_vocab, const std::string& tokenizer_name, int64_t model_vocab,
@@ -210,6 +279,17 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::v
   const float* spec_rows = nullptr;  // [spec_in, vocab]: the engine's (or forward's) rows, valid until its next call
   std::vector<int32_t> spec_in;
   int64_t spec_from = -1;
+  std::optional<Drafter> drafter;
+  if (o.draft_max > 0 && o.draft.forward) {
+    ANELAB_CHECK(o.draft.vocab == vocab, "infer", "the draft model's vocab_size ", o.draft.vocab,
+                 " is not the target's ", vocab);
+    drafter.emplace(o.draft, o.sampling, vocab);
+  }
+  // The standard acceptance rule (GenerateOptions::draft) where sampling draws at random; else each position is
+  // sampled from its own logits.
+  const bool accept_rule = drafter && !runc && o.sampling.temperature > 0.0f;
+  std::vector<float> p_row, residual;  // [vocab] the target's distribution at a verified position, max(0, p - q)
+  if (accept_rule) p_row.resize(static_cast<size_t>(vocab)), residual.resize(static_cast<size_t>(vocab));
   auto logits_after = [&](int32_t tok, int64_t p) -> const float* {  // logits after tok at position p
     const int64_t i = p - spec_from;
     if (spec_from >= 0 && i > 0 && i < static_cast<int64_t>(spec_in.size()) && spec_in[static_cast<size_t>(i)] == tok) {
@@ -219,9 +299,11 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::v
     spec_from = -1;
     const int64_t room = steps - p - 1;  // positions after p that generation may still fill
     std::vector<int32_t> drafts;
-    if (o.draft_max > 0 && room > 0)
-      drafts = lookup_drafts(history, o.draft_ngram, o.draft_ngram_min,
-                             std::min({int64_t{o.draft_max}, room, e.max_batch_rows() - 1}));
+    const int64_t most = std::min({int64_t{o.draft_max}, room, e.max_batch_rows() - 1});
+    if (o.draft_max > 0 && room > 0 && drafter)
+      drafts = drafter->draft(history, most);
+    else if (o.draft_max > 0 && room > 0)
+      drafts = lookup_drafts(history, o.draft_ngram, o.draft_ngram_min, most);
     if (drafts.empty()) return o.forward ? o.forward->decode(tok, p) : e.decode(tok, p);
     spec_in.assign(1, tok);
     spec_in.insert(spec_in.end(), drafts.begin(), drafts.end());
@@ -244,7 +326,23 @@ GenerateResult generate_tokens(Engine& e, const tok::Tokenizer* tk, const std::v
       }
       o.constraint->mask(logits);
     }
-    const int32_t next = runc ? rs->sample(logits) : gs->sample(logits, history);
+    const int64_t verify = spec_from >= 0 ? pos - spec_from : 0;  // spec_in[verify]: the draft for position pos
+    int32_t next = 0;
+    if (accept_rule && verify > 0 && verify < static_cast<int64_t>(spec_in.size())) {
+      const int32_t d = spec_in[static_cast<size_t>(verify)];
+      const float* q = drafter->q(verify - 1);
+      gs->distribution(logits, history, p_row);
+      const float pd = p_row[static_cast<size_t>(d)], qd = q[d];
+      if (pd >= qd || gs->uniform() * qd < pd) {  // kept with probability min(1, p(d) / q(d))
+        next = d;
+      } else {
+        for (int32_t i = 0; i < vocab; ++i)
+          residual[static_cast<size_t>(i)] = std::max(0.0f, p_row[static_cast<size_t>(i)] - q[i]);
+        next = gs->draw(residual);
+      }
+    } else {
+      next = runc ? rs->sample(logits) : gs->sample(logits, history);
+    }
     if (pos == n) r.ttft_ms = ms_since(t0);
     if (tk && !o.ignore_eos && next == (spm ? tk->bos_id() : tk->eos_id())) {
       r.stop_reason = "eos";

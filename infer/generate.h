@@ -47,6 +47,37 @@ class Forward {
   virtual PrefillStats last_prefill() const = 0;
 };
 
+// An engine's own forwards on its current slot (Engine::use_slot), as a Forward.
+class EngineForward final : public Forward {
+ public:
+  explicit EngineForward(Engine& e) : e_(e) {}
+  const float* prefill(std::span<const int32_t> tokens, int64_t pos, std::vector<float>* all_logits) override {
+    return e_.prefill(tokens, pos, all_logits);
+  }
+  const float* decode(int32_t token, int64_t pos) override { return e_.decode(token, pos); }
+  const float* decode_run(std::span<const int32_t> tokens, int64_t pos) override { return e_.decode_run(tokens, pos); }
+  PrefillStats last_prefill() const override { return e_.last_prefill(); }
+
+ private:
+  Engine& e_;
+};
+
+// A draft model for speculative decoding (GenerateOptions::draft): a smaller model with the target's vocabulary, run
+// on a sequence of its own.
+struct DraftModel {
+  Forward* forward = nullptr;  // its forwards (an EngineForward, or a Batcher slot of its engine); not owned
+  int64_t vocab = 0;           // its vocab_size: must be the target's
+  // The tokens its sequence holds at positions 0.. (not owned; null: none held at the start). Kept up to date, so
+  // that a later generation on the same sequence prefills only what follows their common prefix (its prompt cache).
+  std::vector<int32_t>* held = nullptr;
+  // Called around each drafting (null: nothing): a Batcher slot takes part in the draft engine's steps only while it
+  // drafts, so the two batchers never wait for each other.
+  std::function<void()> begin, end;
+};
+
+// The drafts per pass with a draft model when --draft-max is 0 (llama.cpp's --draft-max default).
+inline constexpr int32_t kDefaultDraftMax = 16;
+
 struct GenerateOptions {
   int64_t steps = 256;          // run.c -n (0 or > context: the context)
   int64_t max_new_tokens = -1;  // >= 0 overrides steps
@@ -73,6 +104,15 @@ struct GenerateOptions {
   // weight type, so the output is plain decoding's (the same draws of the same sampler).
   int32_t draft_max = 0;
   int32_t draft_ngram = 3, draft_ngram_min = 2;
+  // draft_max > 0 with draft.forward set: the drafts come from a draft model instead of prompt lookup. After each
+  // sampled token it drafts K = draft_max tokens (fewer near the end), each sampled from its own logits with this
+  // sampler's settings (distribution q), verified as above in one decode_run of the target (distribution p), and
+  // accepted by the standard rule of speculative sampling (Leviathan et al. 2023; Chen et al. 2023): draft d is kept
+  // with probability min(1, p(d) / q(d)); at the first rejection the token is drawn from max(0, p - q) normalised and
+  // the later drafts are dropped; after K kept drafts one more token is sampled from the last row. The tokens follow
+  // the target's distribution. At temperature 0, and with the run.c sampler, each position is sampled from its own
+  // logits instead (the prompt-lookup rule): then the tokens are plain decoding's, bit for bit.
+  DraftModel draft;
   Forward* forward = nullptr;  // not owned; null: the engine's own forwards
 };
 

@@ -1,5 +1,6 @@
 #include "infer/load.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <new>
@@ -110,6 +111,39 @@ LoadedModel load_model(const LoadOptions& o, TokenizerUse use) {
   eo.threads = o.threads;
   eo.context = o.ctx;
   eo.kv_type = parse_kv_type(o.kv_type);
+  return l;
+}
+
+void check_draft_vocabulary(const models::Model& target, const tok::Tokenizer* target_tk,
+                            const std::string& target_name, const models::Model& draft, const tok::Tokenizer* draft_tk,
+                            const std::string& draft_name, const std::string& component) {
+  auto refuse = [&](const std::string& why) {
+    fail(component.c_str(), "the draft model ", draft_name, " does not share the vocabulary of ", target_name, ": ",
+         why, " (a draft model must be of the target's family: the same tokenizer)");
+  };
+  if (draft.config.vocab_size != target.config.vocab_size)
+    refuse(cat("vocab_size ", draft.config.vocab_size, " against ", target.config.vocab_size));
+  if (!target_tk || !draft_tk) return;
+  const auto& a = target_tk->vocab().tokens;
+  const auto& b = draft_tk->vocab().tokens;
+  // Token texts compared where both tokenizers define them (a GGUF pads its list to vocab_size, a tokenizer.json not).
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    if (a[i] != b[i]) refuse(cat("token ", i, " differs"));
+}
+
+LoadedModel load_draft_model(const LoadOptions& target, const std::string& draft, int64_t ctx, int64_t slots,
+                             const models::Model& target_model, const tok::Tokenizer* target_tk) {
+  LoadOptions o = target;
+  o.model = draft;
+  o.tokenizer.clear();
+  o.lora.clear(), o.lora_scale.clear();
+  o.ctx = ctx;
+  LoadedModel l = load_model(o, TokenizerUse::kIfAny);
+  check_draft_vocabulary(target_model, target_tk, target.model, l.model, l.tokenizer.get(), draft, o.component);
+  if (has_recurrent_state(l.model.config))
+    fail(o.component.c_str(), "the draft model ", draft, " (", l.model.config.arch,
+         ") has linear-attention layers: their recurrent state cannot drop rejected drafts");
+  l.engine.slots = slots;
   return l;
 }
 

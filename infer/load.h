@@ -73,4 +73,17 @@ LoadedModel load_model(const LoadOptions& o, TokenizerUse use);
 // path; null (no throw) when there is none. `source` receives where it came from.
 std::unique_ptr<tok::Tokenizer> model_tokenizer(const models::Model& m, const LoadOptions& o, std::string* source);
 
+// A draft model for `target` (--model-draft): the same vocab_size and, when both have a tokenizer, the same token
+// texts (ids both define); else throws "[component] the draft model D does not share the vocabulary of T: ..." naming
+// both files.
+void check_draft_vocabulary(const models::Model& target, const tok::Tokenizer* target_tk,
+                            const std::string& target_name, const models::Model& draft, const tok::Tokenizer* draft_tk,
+                            const std::string& draft_name, const std::string& component);
+// The draft model of speculative decoding (infer/generate.h GenerateOptions::draft): the file `draft` loaded with the
+// target's options (backend, dtype, threads, KV type, component; its own tokenizer if it has one, no LoRA), the
+// context `ctx` (the target engine's), checked against the target (check_draft_vocabulary). A draft model with
+// linear-attention layers is refused (its recurrent state cannot drop rejected drafts). `slots` as EngineOptions.
+LoadedModel load_draft_model(const LoadOptions& target, const std::string& draft, int64_t ctx, int64_t slots,
+                             const models::Model& target_model, const tok::Tokenizer* target_tk);
+
 }  // namespace anelab::infer

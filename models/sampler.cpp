@@ -103,7 +103,7 @@ double Sampler::uniform() {
   return static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);
 }
 
-int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
+size_t Sampler::candidates(std::span<float> logits, std::span<const int32_t> history, double& sum) {
   const int32_t n = static_cast<int32_t>(logits.size());
   if (o_.repeat_penalty != 1.0f) {
     const size_t from =
@@ -130,7 +130,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
       i = j;
     }
   }
-  if (o_.temperature <= 0.0f) return argmax(logits);
+  if (o_.temperature <= 0.0f) return 0;
   cand_.clear();
   for (int32_t i = 0; i < n; ++i) cand_.emplace_back(logits[i] / o_.temperature, i);
   auto by_logit = [](const auto& a, const auto& b) {
@@ -145,7 +145,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
   }
   cand_.resize(keep);
   const float mx = cand_[0].first;
-  double sum = 0;
+  sum = 0;
   for (auto& c : cand_) sum += (c.first = std::exp(c.first - mx));
   if (o_.min_p > 0.0f) {  // keep tokens with p >= min_p * p_max (p_max = 1/sum after exp(0))
     size_t k = 0;
@@ -165,6 +165,12 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
     sum = 0;
     for (auto& c : cand_) sum += c.first;
   }
+  return cand_.size();
+}
+
+int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
+  double sum = 0;
+  if (candidates(logits, history, sum) == 0) return argmax(logits);
   const double r = uniform() * sum;
   double cdf = 0;
   for (const auto& c : cand_) {
@@ -172,6 +178,31 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
     if (r < cdf) return c.second;
   }
   return cand_.back().second;
+}
+
+void Sampler::distribution(std::span<float> logits, std::span<const int32_t> history, std::span<float> p) {
+  std::fill(p.begin(), p.end(), 0.0f);
+  double sum = 0;
+  if (candidates(logits, history, sum) == 0) {
+    p[static_cast<size_t>(argmax(logits))] = 1.0f;
+    return;
+  }
+  for (const auto& c : cand_) p[static_cast<size_t>(c.second)] = static_cast<float>(c.first / sum);
+}
+
+int32_t Sampler::draw(std::span<const float> weights) {
+  double sum = 0;
+  for (float w : weights) sum += w;
+  const double r = uniform() * sum;
+  double cdf = 0;
+  int32_t last = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    if (weights[i] <= 0.0f) continue;
+    cdf += weights[i];
+    last = static_cast<int32_t>(i);
+    if (r < cdf) return last;
+  }
+  return last;
 }
 
 }  // namespace anelab::models

@@ -56,12 +56,22 @@ class Sampler {
   Sampler(int32_t vocab, const SamplerOptions& o);
   // history: tokens so far (for the repetition penalty); logits modified in place.
   int32_t sample(std::span<float> logits, std::span<const int32_t> history);
+  // The distribution sample() draws from, dense over the vocabulary: p[i] the probability of token i after the
+  // penalties, temperature, top-k, min-p and top-p (0 for the tokens they drop); temperature 0: 1 at the argmax.
+  // logits are modified in place as by sample(); nothing is drawn.
+  void distribution(std::span<float> logits, std::span<const int32_t> history, std::span<float> p);
+  // A token drawn with probability weights[i] / sum(weights) (weights >= 0, not all 0): one uniform().
+  int32_t draw(std::span<const float> weights);
+  double uniform();  // the generator's next value in [0, 1)
+  float temperature() const { return o_.temperature; }
 
  private:
+  // Penalties into logits, then (temperature > 0) the kept candidates in cand_ as (exp(logit / T - max), id), most
+  // likely first, their sum in `sum`; returns how many (0 at temperature 0: the argmax of logits is the token).
+  size_t candidates(std::span<float> logits, std::span<const int32_t> history, double& sum);
   SamplerOptions o_;
   uint64_t rng_;
   std::vector<std::pair<float, int32_t>> cand_;
-  double uniform();
 };
 
 }  // namespace anelab::models

@@ -15,6 +15,7 @@ export LD_LIBRARY_PATH="$PWD/.devbin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 J=$(nproc)
 t0=$(date +%s)
 (
+  [[ -n ${ANELAB_PREBUILT:-} ]] && exit 0  # a binary built elsewhere is used: only llama.cpp here
   cmake -S . -B /tmp/dev-anelab -G Ninja -DCMAKE_BUILD_TYPE=Release -DANELAB_BUILD_TESTS=OFF \
     "-DCMAKE_PREFIX_PATH=$PWD/.devbin/deps" >/tmp/dev-anelab.cfg.log 2>&1 || { tail -20 /tmp/dev-anelab.cfg.log; exit 1; }
   cmake --build /tmp/dev-anelab -j"$J" --target anelab >/tmp/dev-anelab.log 2>&1 || { grep -m5 -A5 error /tmp/dev-anelab.log; exit 1; }

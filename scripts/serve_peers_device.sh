@@ -10,6 +10,14 @@
 #   - speculative decoding (prompt lookup, --draft-max 7: 8 rows, one pass of the tile kernel) against plain decoding on a repetitive prompt:
 #     `anelab generate` decode tok/s of both and whether the greedy token ids are identical.
 #
+#   - the prompt cache: a request sharing a 1024-token prefix with the one before it, its time to first token against
+#     the first's (scripts/serve_prefix_ttft.sh, target <= 15 %);
+#   - speculative decoding with a draft model (--model-draft, --draft-max 4), greedy, token ids against plain decoding:
+#     the f16 target drafted by its own random weights in Q8_0 (the same seed: a draft that agrees, half the bytes),
+#     the Q8_0 target by a smaller random model of the same vocabulary (dim 256, 4 layers: a draft that disagrees).
+# ANELAB=path: a prebuilt anelab (its shared libraries in .devbin/lib), only llama-server is built; STEP=0 skips the
+# engine-step bench (it needs an anelab build tree); SERVE_ONLY=1 runs only the two servers' benches.
+#
 #   stage here:  scripts/bench_ab/stage.sh && rm -rf .devbin/old-src;
 #                .devbin/llsrc.tgz = llama.cpp's `git archive HEAD CMakeLists.txt cmake common ggml include licenses src
 #                  tools vendor scripts/ui-assets.cmake` (the server's UI target runs that script; no UI is built);
@@ -20,9 +28,9 @@ cd "$(dirname "$0")/.."
 OUT=$1 T=${2:-8} ROUNDS=${3:-2}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$PWD/.devbin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-LLAMA_SERVER=ON scripts/device_build.sh llama-server 2>&1 | tee "$OUT/build.txt" || true  # anelab's runs need only it
+ANELAB_PREBUILT=${ANELAB:-} LLAMA_SERVER=ON scripts/device_build.sh llama-server 2>&1 | tee "$OUT/build.txt" || true
 lscpu | grep -E 'Model name|^CPU\(s\)|Thread|NUMA node\(s\)|L3' | sed 's/^/[serve_peers] /' | tee "$OUT/cpu.txt"
-A=/tmp/dev-anelab/bin/anelab LS=/tmp/dev-llama/build/bin/llama-server TOK=$PWD/.devbin/data/qwen/tokenizer.json
+A=${ANELAB:-/tmp/dev-anelab/bin/anelab} LS=/tmp/dev-llama/build/bin/llama-server TOK=$PWD/.devbin/data/qwen/tokenizer.json
 W=/tmp/serve-peers
 mkdir -p "$W"
 PORT=18438
@@ -46,8 +54,13 @@ for D in q8_0 f16; do
   M="$W/qwen2.5-0.5b-random-$D.gguf"
   echo "[serve_peers] $D: llama-server -np 8 -cb"
   llama_bench "$M" "$D" | tee "$OUT/llama_server_$D.json"
-  echo "[serve_peers] $D: the engine's batched step alone (Engine::decode_batch, B = 1, 2, 4, 8)"
-  PROG=step scripts/gemv_batch_bench/run.sh /tmp/dev-anelab "$M" "$T" 2>&1 | tee "$OUT/step_$D.txt"
+  if [[ ${STEP:-1} != 0 ]]; then
+    echo "[serve_peers] $D: the engine's batched step alone (Engine::decode_batch, B = 1, 2, 4, 8)"
+    PROG=step scripts/gemv_batch_bench/run.sh /tmp/dev-anelab "$M" "$T" 2>&1 | tee "$OUT/step_$D.txt"
+  fi
+  [[ ${SERVE_ONLY:-0} == 0 ]] || continue
+  echo "[serve_peers] $D: a request sharing a 1024-token prefix with the one before it"
+  scripts/serve_prefix_ttft.sh "$A" "$TOK" "$W" "$T" "$D" 1024 2 | grep '^{' | tee "$OUT/prefix_ttft_$D.json"
   for draft in 0 7; do
     "$A" infer generate --model "$M" --tokenizer "$TOK" --backend cpu --threads "$T" --temp 0 --max-tokens 256 \
       --draft-max "$draft" --print-ids --prompt "$PROMPT" >"$W/spec_${D}_$draft.ids" 2>"$W/spec_${D}_$draft.err" ||
@@ -57,5 +70,19 @@ for D in q8_0 f16; do
   done
   if cmp -s "$W/spec_${D}_0.ids" "$W/spec_${D}_7.ids"; then same=identical; else same=DIFFERENT; fi
   echo "[serve_peers] $D speculative vs plain token ids: $same ($(wc -w <"$W/spec_${D}_0.ids") ids)" |
+    tee -a "$OUT/speculative.txt"
+done
+[[ ${SERVE_ONLY:-0} == 0 ]] || exit 0
+# Speculative decoding with a draft model: greedy, token ids against plain decoding (spec_*_0.ids above).
+"$A" convert --random qwen2.5-0.5b "$W/draft-small-q8_0.gguf" --dtype q8_0 --tokenizer "$TOK" \
+  --shape '{"dim": 256, "hidden_dim": 1024, "n_layers": 4, "n_heads": 4, "n_kv_heads": 2, "head_dim": 64}' >/dev/null
+for pair in "f16 $W/qwen2.5-0.5b-random-q8_0.gguf own-weights-q8_0" "q8_0 $W/draft-small-q8_0.gguf small-random"; do
+  read -r D DM NAME <<<"$pair"
+  M="$W/qwen2.5-0.5b-random-$D.gguf"
+  "$A" infer generate --model "$M" --tokenizer "$TOK" --backend cpu --threads "$T" --temp 0 --max-tokens 256 \
+    --model-draft "$DM" --draft-max 4 --print-ids --prompt "$PROMPT" >"$W/draft_${D}.ids" 2>"$W/draft_${D}.err" ||
+    tail -5 "$W/draft_${D}.err"
+  if cmp -s "$W/spec_${D}_0.ids" "$W/draft_${D}.ids"; then same=identical; else same=DIFFERENT; fi
+  echo "[serve_peers] $D draft model $NAME: $(grep -E 'decode:|speculative' "$W/draft_${D}.err" | tr '\n' ' ') ids vs plain: $same" |
     tee -a "$OUT/speculative.txt"
 done

@@ -84,13 +84,20 @@ struct ModelPool::Impl {
   tok::ChatTemplate chat = tok::ChatTemplate::kNone;
   int64_t created = 0;
   std::shared_ptr<const grammar::TokenPieces> pieces;  // for structured output, built once at load
-  // The prompt cache: per worker, the tokens whose K/V its engine holds at positions 0.. (touched only by that
-  // worker's thread).
+  // The prompt cache: per worker, the tokens whose K/V its slot holds at positions 0.. (empty while it generates: its
+  // K/V are in flux then). Under cache_mu: a worker reads the others' to take the longest cached prefix of its prompt
+  // from any idle slot (Engine::copy_kv into its own), and changes its own only there.
   std::vector<std::vector<int32_t>> cached;
   std::vector<std::vector<float>> cached_lora;  // [workers]: the LoRA scales the held K/V were computed with
   // The runtime adapters (LoadOptions::lora, in order) and their global scales (POST /lora-adapters).
   mutable std::mutex lora_mu;
   std::vector<float> lora_global;  // [adapters], under lora_mu
+  std::mutex cache_mu;
+  // The draft model (ModelOptions::draft_model): an engine with a slot per worker and its batcher, whose slot w a
+  // worker joins only while drafting; per worker the tokens its slot holds (infer::DraftModel::held).
+  std::unique_ptr<infer::Engine> draft;
+  std::unique_ptr<infer::Batcher> draft_batcher;
+  std::vector<std::vector<int32_t>> draft_held;
 
   // An engine with `slots` slots (1 for a model with a recurrent state); the tokenizer is loaded with the first.
   std::unique_ptr<infer::Engine> make_engine(int64_t slots) {
@@ -169,6 +176,24 @@ ModelPool::ModelPool(const ModelOptions& o, size_t workers) : impl_(std::make_un
       say("loading " + o.load.model + " (worker " + std::to_string(w + 1) + " of " + std::to_string(n) + ")" + " ...");
       impl_->engines.push_back(impl_->make_engine(1));
     }
+  }
+  if (!o.draft_model.empty()) {
+    infer::Engine& target = *impl_->engines.front();
+    ANELAB_CHECK(impl_->batcher, "serve", "--model-draft: ", o.load.model,
+                 " has linear-attention layers (speculative decoding cannot roll back their recurrent state)");
+    say("loading the draft model " + o.draft_model + " ...");
+    infer::LoadOptions lo = impl_->opt.load;
+    lo.quiet = true;
+    lo.component = "serve";
+    infer::LoadedModel d = infer::load_draft_model(lo, o.draft_model, target.context(), static_cast<int64_t>(n),
+                                                   target.model(), impl_->tk.get());
+    impl_->draft = std::make_unique<infer::Engine>(std::move(d.model), d.engine);
+    ANELAB_CHECK(impl_->draft->context() >= target.context(), "serve", "the draft model ", o.draft_model,
+                 " has a context of ", impl_->draft->context(), " positions, less than the ", target.context(), " of ",
+                 o.load.model, " (pass a smaller --ctx)");
+    impl_->draft_batcher = std::make_unique<infer::Batcher>(*impl_->draft, o.batch_chunk);
+    impl_->draft_held.resize(n);
+    if (impl_->opt.draft_max == 0) impl_->opt.draft_max = infer::kDefaultDraftMax;
   }
   load_ms_ = ms_since(t0);
   impl_->cached.resize(n);
@@ -352,22 +377,48 @@ GenOutcome ModelPool::run(size_t w, Job& job) {
   const auto t0 = Clock::now();
   // The prompt cache: the longest common prefix with what this worker's engine holds is not prefilled again (at
   // least the last prompt token is, for its logits).
+  // With slots (one engine), a longer prefix held by another idle slot is copied into this worker's slot first.
   std::vector<int32_t>& held = impl_->cached[w];
   std::vector<float>& held_lora = impl_->cached_lora[w];
   size_t reuse = 0;
-  if (p.cache_prompt && held_lora == p.lora)  // K/V computed with other adapters are not this request's
-    while (reuse < held.size() && reuse + 1 < p.prompt.size() && held[reuse] == p.prompt[reuse]) ++reuse;
-  reuse = static_cast<size_t>(infer::reusable_prefix(e, static_cast<int64_t>(reuse)));
-  held.clear();  // until this generation has finished, the engine's K/V are in flux
+  {
+    std::lock_guard<std::mutex> lk(impl_->cache_mu);
+    auto common = [&](const std::vector<int32_t>& h) {
+      size_t c = 0;
+      while (c < h.size() && c + 1 < p.prompt.size() && h[c] == p.prompt[c]) ++c;
+      return c;
+    };
+    // K/V computed with other adapter scales are not this request's: only a slot of the same scales is reused.
+    if (p.cache_prompt && held_lora == p.lora) reuse = common(held);
+    if (p.cache_prompt && impl_->batcher) {
+      size_t from = w;
+      for (size_t v = 0; v < impl_->cached.size(); ++v) {
+        if (v == w || impl_->cached_lora[v] != p.lora) continue;
+        if (const size_t c = common(impl_->cached[v]); c > reuse) reuse = c, from = v;
+      }
+      if (from != w) e.copy_kv(static_cast<int64_t>(from), static_cast<int64_t>(w), static_cast<int64_t>(reuse));
+    }
+    reuse = static_cast<size_t>(infer::reusable_prefix(e, static_cast<int64_t>(reuse)));
+    held.clear();  // until this generation has finished, the slot's K/V are in flux
+    held_lora = p.lora;
+  }
   out.usage.cached_tokens = static_cast<int64_t>(reuse);
   e.set_lora_scales(impl_->batcher ? static_cast<int64_t>(w) : 0, p.lora);  // before the slot joins the steps
-  held_lora = p.lora;
   std::optional<infer::Batcher::Active> active;  // this worker's slot takes part in the steps while it generates
   std::optional<CancellableForward> forward;
   if (impl_->batcher) {
     active.emplace(*impl_->batcher, static_cast<int64_t>(w));
     forward.emplace(impl_->batcher->slot(static_cast<int64_t>(w)), job);
     o.forward = &*forward;
+  }
+  if (impl_->draft_batcher) {
+    infer::Batcher& db = *impl_->draft_batcher;
+    const auto s = static_cast<int64_t>(w);
+    o.draft.forward = &db.slot(s);
+    o.draft.vocab = impl_->draft->config().vocab_size;
+    o.draft.held = &impl_->draft_held[w];
+    o.draft.begin = [&db, s] { db.begin(s); };
+    o.draft.end = [&db, s] { db.end(s); };
   }
   try {
     const infer::GenerateResult r =
@@ -384,6 +435,7 @@ GenOutcome ModelPool::run(size_t w, Job& job) {
     out.usage.drafted = r.drafted;
     out.usage.accepted = r.accepted;
     // K/V now hold the prompt and every generated token but the last (sampled, never decoded).
+    std::lock_guard<std::mutex> lk(impl_->cache_mu);
     held = p.prompt;
     if (!r.new_tokens.empty()) held.insert(held.end(), r.new_tokens.begin(), r.new_tokens.end() - 1);
   } catch (const Cancelled&) {

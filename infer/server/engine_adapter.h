@@ -58,6 +58,7 @@ struct ModelOptions {
   int64_t warmup_tokens = 512;  // compile the prefill buckets for prompts up to this many tokens at start
   std::string name;             // model id in responses (default: the model file's name)
   int32_t draft_max = 0;        // speculative decoding with prompt-lookup drafts (infer::GenerateOptions)
+  std::string draft_model;      // with a draft model instead (--model-draft; draft_max 0: infer::kDefaultDraftMax)
   int64_t batch_chunk = 128;    // continuous batching: the most prompt tokens of one slot prefilled per step
   std::function<void(const std::string&)> progress;  // start-up progress lines (load, warm-up); empty: silent
 };

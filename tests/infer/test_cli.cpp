@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -587,6 +588,30 @@ TEST(InferCliGrammar, GenerateWithJsonSchemaAndGrammar) {
   const auto bad = test::anelab("infer generate " + model + "-j '{\"type\": \"string\", \"pattern\": \"a\"}'");
   EXPECT_EQ(bad.rc, 1);
   EXPECT_NE(bad.err.find("keyword 'pattern' is not supported"), std::string::npos) << bad.err;
+}
+
+// --model-draft: a draft of another vocabulary (another vocab_size, or other token texts) is refused in one line naming
+// both files; the model as its own draft gives plain decoding's greedy ids with the drafts counted.
+TEST_F(InferCli, ModelDraftOfAnotherVocabularyIsRefusedNamingBothFiles) {
+  const std::string run = "infer generate --backend cpu -q --temp 0 -n 12 --print-ids --prompt-ids '72 101 108' -m " +
+                          model() + " --model-draft ";
+  test::write_byte_vocab_model(model("v600.anelab"), test::byte_vocab(512), 600);  // the same tokens, 600 rows
+  for (const char* other : {"v600.anelab", "llama3.anelab"}) {
+    const Out r = anelab(run + model(other));
+    EXPECT_NE(r.rc, 0) << other;
+    EXPECT_NE(r.err.find("[infer] the draft model " + model(other) + " does not share the vocabulary of " + model()),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  const Out plain =
+      anelab("infer generate --backend cpu -q --temp 0 -n 12 --print-ids --prompt-ids '72 101 108' -m " + model());
+  const Out self = anelab("infer generate --backend cpu --temp 0 -n 12 --print-ids --prompt-ids '72 101 108' -m " +
+                          model() + " --model-draft " + model() + " --draft-max 3");
+  ASSERT_EQ(plain.rc, 0) << plain.err;
+  ASSERT_EQ(self.rc, 0) << self.err;
+  EXPECT_EQ(self.out, plain.out);
+  EXPECT_NE(self.err.find("speculative (draft model): "), std::string::npos) << self.err;
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// A one-worker ModelPool over stories260K + tok512 on the CPU, for in-process server tests (test_structured,
-// test_prompt_cache); null when the shared data is absent (the caller skips).
+// A ModelPool (one worker unless asked) over stories260K + tok512 on the CPU, for in-process server tests
+// (test_structured, test_prompt_cache); null when the shared data is absent (the caller skips).
 #pragma once
 #include <filesystem>
 #include <memory>
@@ -9,7 +9,7 @@
 
 namespace anelab::serve::test {
 
-inline std::unique_ptr<ModelPool> stories_pool() {
+inline std::unique_ptr<ModelPool> stories_pool(size_t workers = 1) {
   const std::string model = anelab::test::data_path("llama2c/stories260K.bin"),
                     tok = anelab::test::data_path("llama2c/tok512.bin");
   if (!std::filesystem::exists(model) || !std::filesystem::exists(tok)) return nullptr;
@@ -18,7 +18,7 @@ inline std::unique_ptr<ModelPool> stories_pool() {
   o.load.tokenizer = tok;
   o.load.backend = "cpu";
   o.warmup_tokens = 0;
-  return std::make_unique<ModelPool>(o, 1);
+  return std::make_unique<ModelPool>(o, workers);
 }
 
 }  // namespace anelab::serve::test

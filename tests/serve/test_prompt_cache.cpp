@@ -16,7 +16,7 @@
 namespace anelab::serve {
 namespace {
 
-GenOutcome run_request(ModelPool& pool, const std::string& body) {
+GenOutcome run_request(ModelPool& pool, const std::string& body, size_t worker = 0) {
   Limits lim;
   CompletionRequest r;
   auto e = parse_request(Endpoint::kCompletions, body, lim, r);
@@ -25,7 +25,7 @@ GenOutcome run_request(ModelPool& pool, const std::string& body) {
   EXPECT_FALSE(pool.prepare(r, p));
   Job job(p);
   job.started = std::chrono::steady_clock::now();
-  return pool.run(0, job);
+  return pool.run(worker, job);
 }
 
 TEST(PromptCache, SharedPrefixIsNotPrefilledAgainAndAnswersTheSame) {
@@ -56,6 +56,33 @@ TEST(PromptCache, SharedPrefixIsNotPrefilledAgainAndAnswersTheSame) {
   std::printf("[prompt cache] %lld-token prompt: prefill %.2f ms fresh, %.2f ms with %lld cached tokens\n",
               static_cast<long long>(fresh.usage.prompt_tokens), fresh.usage.prefill_ms, second.usage.prefill_ms,
               static_cast<long long>(second.usage.cached_tokens));
+}
+
+// Slots of one engine (--parallel 3): a request on worker 2 takes the prefix worker 0 computed (its K/V copied across
+// slots, Engine::copy_kv), and answers what a fresh prefill on worker 1 answers; a worker's own longer prefix is not
+// replaced by another's shorter one.
+TEST(PromptCache, PrefixOfAnotherSlotIsReused) {
+  const std::string text = anelab::test::data_path("tinystories/tinystories_valid_prefix.txt");
+  auto made = test::stories_pool(3);
+  if (!made || !std::filesystem::exists(text)) GTEST_SKIP() << "shared data absent: stories260K or " << text;
+  ModelPool& pool = *made;
+  std::ifstream f(text);
+  std::string story((std::istreambuf_iterator<char>(f)), {});
+  story = story.substr(0, 700);
+  auto body = [&](const std::string& tail, bool cache) {
+    return nlohmann::json{{"prompt", story + tail}, {"max_tokens", 16}, {"temperature", 0}, {"cache_prompt", cache}}
+        .dump();
+  };
+  const GenOutcome first = run_request(pool, body(" Then", true), 0);
+  EXPECT_EQ(first.usage.cached_tokens, 0);
+  const GenOutcome other = run_request(pool, body(" One day", true), 2);
+  EXPECT_GE(other.usage.cached_tokens, first.usage.prompt_tokens - 3) << "the prefix of slot 0 is not reused on slot 2";
+  const GenOutcome fresh = run_request(pool, body(" One day", false), 1);
+  EXPECT_EQ(fresh.usage.cached_tokens, 0);
+  EXPECT_EQ(other.text, fresh.text) << "the copied K/V answer differently from a fresh prefill";
+  std::printf("[prompt cache] %lld-token prompt on another slot: prefill %.2f ms fresh, %.2f ms with %lld cached\n",
+              static_cast<long long>(fresh.usage.prompt_tokens), fresh.usage.prefill_ms, other.usage.prefill_ms,
+              static_cast<long long>(other.usage.cached_tokens));
 }
 
 }  // namespace
