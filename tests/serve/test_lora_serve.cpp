@@ -151,6 +151,20 @@ TEST(LoraServe, ConcurrentRequestsWithDifferentAdaptersEachAnswerAsAlone) {
   std::filesystem::remove_all(f->dir);
 }
 
+// The cross-slot prompt cache copies a prefix only from a slot whose K/V were computed with the request's scales.
+TEST(LoraServe, AnotherSlotsPrefixIsReusedOnlyWithTheSameScales) {
+  auto f = lora_serve_files();
+  if (!f) GTEST_SKIP() << "shared data absent: llama2c/stories260K.bin";
+  auto pool = lora_serve_pool(f->model, f->tok, {f->a0}, 2);
+  const std::string base_body = lora_serve_body({{{"id", 0}, {"scale", 0}}});
+  const GenOutcome first = lora_serve_run(*pool, base_body, 0);  // slot 0: the prompt at scale 0
+  const GenOutcome other = lora_serve_run(*pool, lora_serve_body({{{"id", 0}, {"scale", 1}}}), 1);
+  EXPECT_EQ(other.usage.cached_tokens, 0) << "slot 1 copied K/V of scale 0 for a request at scale 1";
+  const GenOutcome again = lora_serve_run(*pool, base_body, 1);  // slot 1 holds scale 1; slot 0 scale 0
+  EXPECT_GT(again.usage.cached_tokens, 0) << "slot 0's prefix of the same scales was not reused";
+  EXPECT_EQ(again.text, first.text);
+}
+
 TEST(LoraServe, BadIdsAndScalesAreRefusedNamingTheField) {
   auto f = lora_serve_files();
   if (!f) GTEST_SKIP() << "shared data absent: llama2c/stories260K.bin";
