@@ -629,9 +629,7 @@ CheckpointState Run::make_state() const {
   s.train_s = prior_train + train_s;
   s.compiles = prior_compiles + engine->compiles_total();
   s.config = to_json(cfg);
-  if (!lora)  // (a --lora run's weights and moments: Run::checkpoint)
-    s.weights = w, s.m = opt->m(), s.v = opt->v();
-  return s;
+  return s;  // (the weights and moments: Run::checkpoint)
 }
 
 void Run::checkpoint(bool best) {  // rank 0 only
@@ -647,8 +645,18 @@ void Run::checkpoint(bool best) {  // rank 0 only
       std::memcpy(out, base + off, size_t(n) * sizeof(float));
       lora_merge_range(layout, *lora, w.data(), float(lora->lora().scale()), off, n, out);
     });
-  } else {
-    write_checkpoint(path, make_state());
+  } else {  // w and the moments lent to the state for the write (swapped in and back, not copied: no [P] copies)
+    CheckpointState s = make_state();
+    std::vector<float>* held[3] = {&w, &opt->m(), &opt->v()};
+    std::vector<float>* lent[3] = {&s.weights, &s.m, &s.v};
+    for (int i = 0; i < 3; ++i) held[i]->swap(*lent[i]);
+    try {
+      write_checkpoint(path, s);
+    } catch (...) {
+      for (int i = 0; i < 3; ++i) held[i]->swap(*lent[i]);
+      throw;
+    }
+    for (int i = 0; i < 3; ++i) held[i]->swap(*lent[i]);
   }
   nlohmann::json f = {{"path", path}, {"kind", best ? "best" : "last"}};
   if (best && best_val) f["val_loss"] = *best_val;
