@@ -389,16 +389,19 @@ void Run::emit_memory() {
   const int64_t moments = int64_t((opt->m().size() + opt->v().size()) * sizeof(float));
   const int64_t acts = engine->activation_bytes(cfg.batch_size, cfg.seq_len);
   const int64_t file = init_file_bytes(cfg.init);
-  emit("memory", {{"lora", bool(lora)},
-                  {"batch_size", cfg.batch_size},
-                  {"seq_len", cfg.seq_len},
-                  {"base_bytes", base},
-                  {"trained_bytes", trained},
-                  {"grad_bytes", grads},
-                  {"optimizer_bytes", moments},
-                  {"activation_bytes", acts >= 0 ? nlohmann::json(acts) : nlohmann::json(nullptr)},
-                  {"total_bytes", base + trained + grads + moments + std::max<int64_t>(acts, 0)},
-                  {"file_bytes", file >= 0 ? nlohmann::json(file) : nlohmann::json(nullptr)}});
+  nlohmann::json f = {{"lora", bool(lora)},
+                      {"batch_size", cfg.batch_size},
+                      {"seq_len", cfg.seq_len},
+                      {"base_bytes", base},
+                      {"trained_bytes", trained},
+                      {"grad_bytes", grads},
+                      {"optimizer_bytes", moments},
+                      {"activation_bytes", acts >= 0 ? nlohmann::json(acts) : nlohmann::json(nullptr)},
+                      {"total_bytes", base + trained + grads + moments + std::max<int64_t>(acts, 0)},
+                      {"file_bytes", file >= 0 ? nlohmann::json(file) : nlohmann::json(nullptr)}};
+  add_rss(&f);  // after the activations were sized, before the first step
+  add_peak_rss(&f);
+  emit("memory", std::move(f));
 }
 
 nlohmann::json Run::power_json() const {
