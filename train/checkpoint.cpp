@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <iterator>
 
 #include "framework/core/error.h"
@@ -43,14 +44,31 @@ int64_t temp_file_pid(const std::string& name) {
 
 }  // namespace
 
-void write_checkpoint(const std::string& path, const CheckpointState& s) {
-  const size_t P = s.weights.size();
-  if (s.m.size() != P || s.v.size() != P) fail("checkpoint", path, ": moment sizes differ from the weights");
-  uint64_t sum = models::kFnvOffset;
-  for (const auto* a : {&s.weights, &s.m, &s.v}) sum = models::fnv1a64(sum, a->data(), P * 4);
+void write_checkpoint(const std::string& path, const CheckpointState& s, const WeightSource& weights) {
   const std::vector<models::TensorSpec> tensors = models::canonical_tensors(s.model);
-  if (models::checked_numel(tensors, path) != int64_t(P))
-    fail("checkpoint", path, ": ", P, " weights, but the model config implies ", models::checked_numel(tensors, path));
+  const auto P = size_t(models::checked_numel(tensors, path));
+  if (weights ? !s.weights.empty() : s.weights.size() != P)
+    fail("checkpoint", path, ": ", weights ? s.weights.size() : P, " weights, but the model config implies ", P);
+  const bool zero_moments = s.m.empty() && s.v.empty();
+  if (!zero_moments && (s.m.size() != P || s.v.size() != P))
+    fail("checkpoint", path, ": moment sizes differ from the weights");
+  // The data section (weights, m, v) in chunks: the weights made by `weights` or read from s.weights, the moments
+  // zeros when none are given; each chunk goes to `put`. Two passes: the checksum (in the header), then the file.
+  std::vector<float> chunk(std::min<size_t>(P, size_t(1) << 20), 0.0f);
+  auto data = [&](const std::function<void(const float*, size_t)>& put) {
+    for (size_t i = 0; i < P; i += chunk.size()) {
+      const size_t n = std::min(chunk.size(), P - i);
+      if (weights)
+        weights(int64_t(i), int64_t(n), chunk.data()), put(chunk.data(), n);
+      else
+        put(s.weights.data() + i, n);
+    }
+    if (!zero_moments) return put(s.m.data(), P), put(s.v.data(), P);
+    std::fill(chunk.begin(), chunk.end(), 0.0f);
+    for (size_t i = 0; i < 2 * P; i += chunk.size()) put(chunk.data(), std::min(chunk.size(), 2 * P - i));
+  };
+  uint64_t sum = models::kFnvOffset;
+  data([&](const float* p, size_t n) { sum = models::fnv1a64(sum, p, n * 4); });
   const std::vector<uint8_t> head = models::encode_checkpoint_header(s, tensors, sum);
 
   const std::string tmp = path + ".tmp." + std::to_string(platform::process_id());
@@ -58,7 +76,7 @@ void write_checkpoint(const std::string& path, const CheckpointState& s) {
   if (fd < 0) fail("checkpoint", "cannot create ", tmp, ": ", std::strerror(errno), " (does the run dir exist?)");
   try {
     write_all(fd, head.data(), head.size(), tmp);
-    for (const auto* a : {&s.weights, &s.m, &s.v}) write_all(fd, a->data(), P * 4, tmp);
+    data([&](const float* p, size_t n) { write_all(fd, p, n * 4, tmp); });
     if (::fsync(fd) != 0) fail("checkpoint", "fsync ", tmp, ": ", std::strerror(errno));
   } catch (...) {
     ::close(fd);

@@ -39,6 +39,7 @@
 // remove_stale_temp_files when the run starts again.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -47,10 +48,15 @@
 namespace anelab::train {
 
 struct CheckpointState : models::CheckpointHeader {
-  std::vector<float> weights, m, v;  // [P] each
+  std::vector<float> weights, m, v;  // [P] each; m and v empty: zeros are written (no [P] buffer of zeros held)
 };
 
-void write_checkpoint(const std::string& path, const CheckpointState& s);
+// A checkpoint's weights made on the fly, never held whole (a --lora run's merged model): fills out[0, n) with the
+// weights [off, off + n) (any range, called twice per range: the checksum pass, then the write).
+using WeightSource = std::function<void(int64_t off, int64_t n, float* out)>;
+// Written atomically (temp file + fsync + rename). With `weights` given, s.weights is empty and the weights come from
+// it in chunks; m and v empty: zeros are written (chunks too).
+void write_checkpoint(const std::string& path, const CheckpointState& s, const WeightSource& weights = {});
 // Reads and validates (models::parse_checkpoint) a checkpoint, then copies its three arrays.
 CheckpointState read_checkpoint(const std::string& path);
 // Removes DIR/NAME.tmp.<pid> files, NAME one of the trainer's own files (train/run_dir.h kRunFiles), whose

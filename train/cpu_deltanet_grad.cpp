@@ -60,6 +60,14 @@ void l2_heads_backward(const float* m, const HeadRows& hr, const float* r, const
 }  // namespace
 }  // namespace deltanet_grad_detail
 
+int64_t DeltaNetStep::held_bytes() const {
+  int64_t n = 0;
+  for (const std::vector<float>* v :
+       {&p_, &pre_, &mix_, &q_, &k_, &rq_, &rk_, &z_, &beta_, &ga_, &g_, &o_, &ro_, &on_, &y_, &states_})
+    n += int64_t(v->capacity() * sizeof(float));
+  return n;
+}
+
 void DeltaNetStep::forward(const models::DeltaNetDesc& d, const DeltaNetWeights& w, const float* in, int64_t B,
                            int64_t T, int64_t D, float* out) {
   using namespace deltanet_grad_detail;

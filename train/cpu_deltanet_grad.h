@@ -53,6 +53,8 @@ class DeltaNetStep {
   // weight gradients added into g (nullptr: a frozen base, none computed); *tdw += their milliseconds.
   void backward(const models::DeltaNetDesc& d, const DeltaNetWeights& w, const DeltaNetGrads* g, const float* in,
                 const float* dout, int64_t B, int64_t T, int64_t D, float* din, double* tdw);
+  // Bytes its buffers hold (sized by its first forward: 0 before).
+  int64_t held_bytes() const;
 
  private:
   // The delta rule over every (sequence, value head) from q_, k_, mix_'s v, beta_, g_ into o_ and states_.

@@ -25,6 +25,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "framework/core/clock.h"
@@ -102,11 +103,9 @@ void CpuModel::project(const StepPlan& sp, StepActs& a, LoraTarget t, const floa
   const LoraSlot& s = lora_->layout->slots()[size_t(si)];
   const LoraConfig& lc = lora_->layout->lora();
   const int64_t r = lc.rank, ti = int64_t(t);
-  if (a.lt.empty()) a.lt.resize(kLoraTargets), a.lmask.resize(kLoraTargets), a.lx.resize(kLoraTargets);
   const float* xd = x;
   if (lora_->train && lc.dropout > 0) {  // PEFT: lora_B(lora_A(dropout(x))); inverted dropout, 1/(1-p) kept
-    std::vector<float>&mask = a.lmask[size_t(ti)], &xm = a.lx[size_t(ti)];
-    mask.resize(size_t(N * in)), xm.resize(size_t(N * in));
+    std::vector<float>&mask = a.lmask[size_t(ti)], &xm = a.lx[size_t(ti)];  // [N, in] (prepare_lora)
     const float keep = float(1.0 / (1.0 - lc.dropout));
     const uint64_t stream = lora_->seed ^ (lora_->micro_batch * 0x9E3779B97F4A7C15ull) ^ (uint64_t(si) << 40);
     parallel_rows(N, N * in, [&](int64_t n0, int64_t n1) {
@@ -118,8 +117,7 @@ void CpuModel::project(const StepPlan& sp, StepActs& a, LoraTarget t, const floa
     });
     xd = xm.data();
   }
-  std::vector<float>& lt = a.lt[size_t(ti)];
-  lt.resize(size_t(N * r));
+  std::vector<float>& lt = a.lt[size_t(ti)];  // [N, r] (prepare_lora)
   // t = xd Aᵀ [N, r], y += s t Bᵀ: split over rows (the r-wide products have too few output columns for
   // matmul_wt's column blocks: one block, one thread), no [N, out] temporary.
   const float scale = float(lc.scale());
@@ -285,12 +283,14 @@ void CpuModel::prepare_head(int64_t B, int64_t T) {
   head_T_ = T;
   const size_t N = size_t(B * T), D = size_t(d_.dim);
   xL_.resize(N * D), rrmsf_.resize(N), xf_.resize(N * D), logits_.resize(N * size_t(d_.vocab_size));
+  dxf_.resize(N * D);
   if (d_.head.softcap > 0.0f) capped_.resize(logits_.size());
   inputs_.resize(N);
 }
 
 void CpuModel::prepare(int64_t B, int64_t T) {
   prepare_head(B, T);
+  if (lora_) prepare_lora(B * T);
   if (B == B_ && T == T_) return;
   B_ = B;
   T_ = T;
@@ -326,6 +326,50 @@ void CpuModel::prepare(int64_t B, int64_t T) {
     kern::cpu::rope_half_tables(T, r.dims, r.desc.theta, 0, kern::cpu::Numerics::kReference, r.cos.data(), r.sin.data(),
                                 r.desc.scaling, r.desc.linear_factor);
   }
+}
+
+// Each adapted projection of step i: t [N, r]; with dropout in training its mask and x ⊙ mask [N, in].
+void CpuModel::prepare_lora(int64_t N) {
+  const LoraLayout& l = *lora_->layout;
+  const bool drop = lora_->train && l.lora().dropout > 0;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    StepActs& a = acts_[i];
+    for (int ti = 0; ti < kLoraTargets; ++ti) {
+      const int64_t si = l.slot(steps_[i].layer, LoraTarget(ti));
+      const models::StepKind k = steps_[i].s->kind;  // (project() runs in attention and ffn steps only)
+      const bool here = (k == models::StepKind::kAttention && ti <= int(LoraTarget::kO)) ||
+                        (k == models::StepKind::kFfn && ti > int(LoraTarget::kO));
+      if (si < 0 || !here) continue;
+      if (a.lt.empty()) a.lt.resize(kLoraTargets), a.lmask.resize(kLoraTargets), a.lx.resize(kLoraTargets);
+      a.lt[size_t(ti)].resize(size_t(N * l.lora().rank));
+      if (drop) {
+        const size_t in = size_t(N * l.slots()[size_t(si)].in);
+        a.lmask[size_t(ti)].resize(in), a.lx[size_t(ti)].resize(in);
+      }
+    }
+  }
+}
+
+int64_t CpuModel::activation_bytes(int64_t B, int64_t T) {
+  prepare(B, T);
+  auto held = [](const auto& v) {
+    return int64_t(v.capacity() * sizeof(typename std::decay_t<decltype(v)>::value_type));
+  };
+  int64_t n = 0;
+  for (const StepActs& a : acts_) {
+    for (const std::vector<float>* v : {&a.x, &a.rrms, &a.xn, &a.o, &a.rrmso, &a.q, &a.k, &a.v, &a.p, &a.att, &a.qp,
+                                        &a.kp, &a.rrmsq, &a.rrmsk, &a.gate, &a.gated, &a.h1, &a.h3, &a.g})
+      n += held(*v);
+    for (const std::vector<std::vector<float>>* vv : {&a.lt, &a.lmask, &a.lx}) {
+      n += held(*vv);
+      for (const std::vector<float>& v : *vv) n += held(v);
+    }
+    n += a.dn.held_bytes();
+  }
+  for (const std::vector<float>* v : {&xL_, &rrmsf_, &xf_, &logits_, &capped_, &dxf_}) n += held(*v);
+  n += held(inputs_);
+  for (const RopeTable& r : ropes_) n += held(r.cos) + held(r.sin);
+  return n;
 }
 
 // Rotates every head of x [rows, heads*hd] by +angle (sign = 1) or -angle (sign = -1, the backward) with the
@@ -552,7 +596,6 @@ void CpuModel::head_forward(const float* w, const float* xL, int64_t N) {
 // logits_ holds dlogits; dxL = final-norm backward of dlogits · Wout (final norm grads += ...).
 void CpuModel::head_backward(const float* w, const float* xL, float* gr, float* dxL, int64_t N) {
   const int64_t D = d_.dim, V = d_.vocab_size;
-  dxf_.resize(size_t(N * D));
   matmul_dx(logits_.data(), layout_.output(const_cast<float*>(w)), dxf_.data(), N, D, V, false);
   std::vector<float> nb;
   rmsnorm_backward(xL, norm_w(d_.head.norm, layout_.final_norm(const_cast<float*>(w)), D, nb), rrmsf_.data(),

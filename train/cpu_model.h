@@ -68,6 +68,12 @@ class CpuModel {
                                float* dxL);
   void head_classifier_dw(float* grads);  // grads(output) += dlogitsᵀ · xf of the last head_forward_backward
 
+  // Bytes of the activations kept for the backward of one micro-batch of B sequences of T tokens: what prepare(B, T)
+  // sizes (every step's StepActs, the head's buffers, the RoPE tables; with adapters set, their t, dropout mask and
+  // x ⊙ mask), sized now as the first forward_backward would and summed as held (capacity). A linear-attention
+  // step's buffers are its own, sized by its first forward (counted once it ran).
+  int64_t activation_bytes(int64_t B, int64_t T);
+
   // Model FLOPs of one forward+backward on B*T tokens (matmuls + attention, 3x forward), for reports.
   static double step_flops(const models::ModelConfig& c, int64_t B, int64_t T);
 
@@ -137,6 +143,7 @@ class CpuModel {
   double cross_entropy(const Batch& b, float grad_scale, bool want_grad);
   void rope(const StepPlan& sp, float* x, int64_t rows, int64_t heads, int64_t T, float sign) const;
   void prepare(int64_t B, int64_t T);
+  void prepare_lora(int64_t N);  // with adapters set: every adapted step's lt (and dropout's lmask, lx)
   void prepare_head(int64_t B, int64_t T);
   void head_forward(const float* w, const float* xL, int64_t N);                          // xf_, rrmsf_, logits_
   void head_backward(const float* w, const float* xL, float* gr, float* dxL, int64_t N);  // from dlogits_ in logits_

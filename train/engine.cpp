@@ -38,6 +38,7 @@ class CpuEngine final : public StepEngine {
   }
   void weights_updated() override { dirty_ = true; }
   void set_grads_final_hook(std::function<void(int64_t)> f) override { model_.set_grads_final_hook(std::move(f)); }
+  int64_t activation_bytes(int64_t B, int64_t T) override { return model_.activation_bytes(B, T); }
 
  private:
   CpuModel model_;

@@ -87,6 +87,18 @@ std::string console_line(const nlohmann::json& ev, int64_t total) {
   if (e == "compile")
     return fmt("compiled %lld kernels in %.1f ms (%lld of %lld this process)", (long long)num(ev, "kernels"),
                num(ev, "ms"), (long long)num(ev, "compiles_total"), (long long)num(ev, "budget"));
+  if (e == "memory") {
+    const auto mb = [&](const char* k) { return ev.contains(k) && ev[k].is_number() ? num(ev, k) / 1048576.0 : -1.0; };
+    std::string line = fmt("memory: %s%.1f MB trained + %.1f MB grads + %.1f MB AdamW + ",
+                           ev.value("lora", false) ? fmt("%.1f MB frozen base + ", mb("base_bytes")).c_str() : "",
+                           mb("trained_bytes"), mb("grad_bytes"), mb("optimizer_bytes"));
+    line += mb("activation_bytes") >= 0 ? fmt("%.1f MB activations", mb("activation_bytes"))
+                                        : std::string("activations not counted by this engine");
+    line += fmt(" (batch %lld x seq %lld) = %.1f MB", (long long)num(ev, "batch_size"), (long long)num(ev, "seq_len"),
+                mb("total_bytes"));
+    if (mb("file_bytes") >= 0) line += fmt("; model file %.1f MB", mb("file_bytes"));
+    return line;
+  }
   if (e == "run_start")
     return fmt("run %s: %s %s, %lld params, strategy %s%s", ev.value("run", "").c_str(),
                ev["model"].value("arch", "").c_str(), ev["model"].value("preset", "").c_str(),
@@ -129,6 +141,11 @@ void add_rss(nlohmann::json* ev) {
   const auto m = platform::process_memory();
   (*ev)["rss_mb"] = m ? nlohmann::json(m->rss_mb) : nlohmann::json(nullptr);
   if (m && m->peak) (*ev)["rss_is_peak"] = true;
+}
+
+void add_peak_rss(nlohmann::json* ev) {
+  const auto m = platform::peak_rss_mb();
+  (*ev)["peak_rss_mb"] = m ? nlohmann::json(*m) : nlohmann::json(nullptr);
 }
 
 double cpu_seconds() { return platform::process_cpu_seconds(); }

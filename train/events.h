@@ -40,6 +40,8 @@ std::string efficiency_report(const nlohmann::json& run_end);
 // Process resource use into an event: "rss_mb" = the resident set (MiB), null when the OS gives none; where only
 // the peak is known (Linux with procfs hidden) it is the peak and "rss_is_peak" is true.
 void add_rss(nlohmann::json* ev);
+// "peak_rss_mb": the process's peak resident set so far (MiB, platform::peak_rss_mb), null when the OS gives none.
+void add_peak_rss(nlohmann::json* ev);
 // CPU seconds (user + system) of this process so far.
 double cpu_seconds();
 double unix_time();

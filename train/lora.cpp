@@ -1,5 +1,6 @@
 #include "train/lora.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -129,16 +130,23 @@ std::string lora_base_tensor(int64_t l, LoraTarget t) {
 }  // namespace
 
 void lora_merge(const ParamLayout& layout, const LoraLayout& l, const float* adapters, float s, float* w) {
+  lora_merge_range(layout, l, adapters, s, 0, layout.total(), w);
+}
+
+void lora_merge_range(const ParamLayout& layout, const LoraLayout& l, const float* adapters, float s, int64_t off,
+                      int64_t n, float* out) {
   const int64_t r = l.lora().rank;
   for (const LoraSlot& sl : l.slots()) {
     const ParamInfo& p = layout.find(lora_base_tensor(sl.layer, sl.target));
     if (p.numel != sl.in * sl.out)
       fail("train", "LoRA ", p.name, ": adapter shape [", sl.out, ", ", sl.in, "] does not fit the tensor");
-    float* W = w + p.offset;
+    const int64_t e0 = std::max(off, p.offset) - p.offset, e1 = std::min(off + n, p.offset + p.numel) - p.offset;
+    if (e0 >= e1) continue;  // W [out, in] elements [e0, e1) are in the range
+    float* W = out + (p.offset - off);
     const float* A = adapters + sl.a;
     const float* B = adapters + sl.b;
-    for (int64_t o = 0; o < sl.out; ++o)
-      for (int64_t i = 0; i < sl.in; ++i) {
+    for (int64_t o = e0 / sl.in; o * sl.in < e1; ++o)
+      for (int64_t i = std::max<int64_t>(0, e0 - o * sl.in); i < std::min(sl.in, e1 - o * sl.in); ++i) {
         float acc = 0;
         for (int64_t k = 0; k < r; ++k) acc += B[o * r + k] * A[k * sl.in + i];
         W[o * sl.in + i] += s * acc;

@@ -76,6 +76,10 @@ inline uint64_t lora_uniform_bits(uint64_t stream, uint64_t i) {
 // W[out, in] += s * B · A for every slot (fp32), into full weights of `layout` (the merge of infer --lora and
 // export --fuse).
 void lora_merge(const ParamLayout& layout, const LoraLayout& l, const float* adapters, float s, float* w);
+// The same merge of the weights [off, off + n) only, any range (slots' tensors cut at its ends): out [n] holds them
+// (out[0] is weight off) and gets the adapters' s * B · A added, element for element as lora_merge adds them.
+void lora_merge_range(const ParamLayout& layout, const LoraLayout& l, const float* adapters, float s, int64_t off,
+                      int64_t n, float* out);
 
 // The adapters as an adapter file holds them (models/io/adapter.h), base_model its name when known.
 models::LoraAdapter to_lora_adapter(const LoraLayout& l, const float* w, const std::string& base_model);

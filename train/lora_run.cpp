@@ -109,6 +109,15 @@ double LoraEngine::forward_backward(const float* w, const Batch& b, float grad_s
   return loss;
 }
 
+int64_t LoraEngine::activation_bytes(int64_t B, int64_t T) {
+  if (steps_) return steps_->activation_bytes(B, T);
+  LoraStep st{lora_, nullptr, nullptr, seed_, 0, true};  // a training step's buffers (dropout's too)
+  model_->set_lora(&st);
+  const int64_t n = model_->activation_bytes(B, T);
+  model_->set_lora(nullptr);
+  return n;
+}
+
 double LoraEngine::loss(const float* w, const Batch& b) {
   LoraStep st{lora_, w, nullptr, seed_, 0, false};
   model_->set_lora(&st);

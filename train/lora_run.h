@@ -53,6 +53,8 @@ class LoraEngine final : public StepEngine {
     if (steps_) steps_->weights_updated();
   }
   void set_grads_final_hook(std::function<void(int64_t)>) override {}
+  // The CPU model's, with the adapters' own buffers (-1 on a kernel engine: set_step_engine).
+  int64_t activation_bytes(int64_t B, int64_t T) override;
   // The dropout stream's position (micro-batches done): restored on resume.
   uint64_t micro_batches() const { return micro_; }
   void set_micro_batches(uint64_t n) { micro_ = n; }

@@ -39,6 +39,9 @@ class StepEngine {
   // thread or an engine worker thread, one call at a time; the trainer starts their sum over the ranks
   // (train/dist_overlap.h). Empty: no calls.
   virtual void set_grads_final_hook(std::function<void(int64_t from)> f) = 0;
+  // Bytes of the activations this engine keeps for the backward of one micro-batch of B sequences of T tokens
+  // (sizing them now, as the first step would); -1 when it does not say (the kernel engines).
+  virtual int64_t activation_bytes(int64_t /*B*/, int64_t /*T*/) { return -1; }
 };
 
 }  // namespace anelab::train

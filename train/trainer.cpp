@@ -117,6 +117,7 @@ struct Run {
   std::vector<float> model_weights() const;
   void setup();
   void emit_start(bool resumed);
+  void emit_memory();
   void check_same_setup();
   void check_data_vocabulary() const;
   tok::VocabData run_vocab() const;
@@ -363,6 +364,44 @@ void Run::emit_start(bool resumed) {
                        {"train_tokens", data->n_train()},
                        {"val_tokens", data->n_val()}}},
                      {"power", power_json()}});
+  emit_memory();
+}
+
+// The bytes of the model's weights file (--init): the file, or the *.safetensors of a Hugging Face directory; -1
+// with --preset (no file).
+int64_t init_file_bytes(const std::string& init) {
+  if (init.empty() || !fs::exists(init)) return -1;
+  if (!fs::is_directory(init)) return int64_t(fs::file_size(init));
+  int64_t n = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(init))
+    if (e.is_regular_file() && e.path().extension() == ".safetensors") n += int64_t(e.file_size());
+  return n;
+}
+
+// What this process holds for training, in bytes, from the buffers themselves: the frozen base (--lora), the
+// trained weights (the master weights [P], or the adapters), their gradients (g, and gm with accumulation or
+// ranks), AdamW's two moments, and the activations the engine keeps for one micro-batch (its own count,
+// StepEngine::activation_bytes: null when it gives none). The peak RSS is in every step and in run_end.
+void Run::emit_memory() {
+  const int64_t base = lora_engine ? int64_t(lora_engine->base().size() * sizeof(float)) : 0;
+  const int64_t trained = int64_t(w.size() * sizeof(float));
+  const int64_t grads = int64_t((g.size() + gm.size()) * sizeof(float));
+  const int64_t moments = int64_t((opt->m().size() + opt->v().size()) * sizeof(float));
+  const int64_t acts = engine->activation_bytes(cfg.batch_size, cfg.seq_len);
+  const int64_t file = init_file_bytes(cfg.init);
+  nlohmann::json f = {{"lora", bool(lora)},
+                      {"batch_size", cfg.batch_size},
+                      {"seq_len", cfg.seq_len},
+                      {"base_bytes", base},
+                      {"trained_bytes", trained},
+                      {"grad_bytes", grads},
+                      {"optimizer_bytes", moments},
+                      {"activation_bytes", acts >= 0 ? nlohmann::json(acts) : nlohmann::json(nullptr)},
+                      {"total_bytes", base + trained + grads + moments + std::max<int64_t>(acts, 0)},
+                      {"file_bytes", file >= 0 ? nlohmann::json(file) : nlohmann::json(nullptr)}};
+  add_rss(&f);  // after the activations were sized, before the first step
+  add_peak_rss(&f);
+  emit("memory", std::move(f));
 }
 
 nlohmann::json Run::power_json() const {
@@ -536,6 +575,7 @@ void Run::train_step() {
       // remaining steps at this process's wall time per step (compiles excluded: they do not recur)
       {"eta_s", double(cfg.steps - step) * std::max(0.0, t1 - t_loop - compile_s) / double(steps_here)}};
   add_rss(&f);
+  add_peak_rss(&f);
   add_step_energy(e0, ntok, &f);
   emit("step", std::move(f));
 }
@@ -592,11 +632,7 @@ CheckpointState Run::make_state() const {
   s.train_s = prior_train + train_s;
   s.compiles = prior_compiles + engine->compiles_total();
   s.config = to_json(cfg);
-  if (lora)  // the merged model (what `infer RUN` and `export RUN` read); the adapters' state in KIND.lora
-    s.weights = model_weights(), s.m.assign(s.weights.size(), 0.0f), s.v.assign(s.weights.size(), 0.0f);
-  else
-    s.weights = w, s.m = opt->m(), s.v = opt->v();
-  return s;
+  return s;  // (the weights and moments: Run::checkpoint)
 }
 
 void Run::checkpoint(bool best) {  // rank 0 only
@@ -605,7 +641,26 @@ void Run::checkpoint(bool best) {  // rank 0 only
   if (lora)  // first: a checkpoint is only ever next to its adapters
     write_lora_state((fs::path(cfg.run_dir) / (best ? "best.lora" : "last.lora")).string(), *lora, w, opt->m(),
                      opt->v());
-  write_checkpoint(path, make_state());
+  if (lora) {  // the merged model (what `infer RUN` and `export RUN` read), made in chunks as it is written (no
+               // second [P] copy of the base); zero moments. The adapters' state is in KIND.lora.
+    const float* base = lora_engine->base().data();
+    write_checkpoint(path, make_state(), [&](int64_t off, int64_t n, float* out) {
+      std::memcpy(out, base + off, size_t(n) * sizeof(float));
+      lora_merge_range(layout, *lora, w.data(), float(lora->lora().scale()), off, n, out);
+    });
+  } else {  // w and the moments lent to the state for the write (swapped in and back, not copied: no [P] copies)
+    CheckpointState s = make_state();
+    std::vector<float>* held[3] = {&w, &opt->m(), &opt->v()};
+    std::vector<float>* lent[3] = {&s.weights, &s.m, &s.v};
+    for (int i = 0; i < 3; ++i) held[i]->swap(*lent[i]);
+    try {
+      write_checkpoint(path, s);
+    } catch (...) {
+      for (int i = 0; i < 3; ++i) held[i]->swap(*lent[i]);
+      throw;
+    }
+    for (int i = 0; i < 3; ++i) held[i]->swap(*lent[i]);
+  }
   nlohmann::json f = {{"path", path}, {"kind", best ? "best" : "last"}};
   if (best && best_val) f["val_loss"] = *best_val;
   emit("checkpoint", f);
@@ -682,7 +737,7 @@ TrainOutcome Run::finish(bool finished) {
   const bool energy_ok = energy_tokens > 0 && power_reason.empty();  // every step of this process measured
   const double flops =
       CpuModel::step_flops(layout.config(), cfg.batch_size, cfg.seq_len) * double(cfg.accum_steps * group->size());
-  const nlohmann::json end = {
+  nlohmann::json end = {
       {"steps", step},
       {"wall_s", prior_wall + (now_s() - t_start)},
       {"compile_s", prior_compile + compile_s},
@@ -696,6 +751,7 @@ TrainOutcome Run::finish(bool finished) {
       {"energy_j", energy_ok ? nlohmann::json(energy_j) : nlohmann::json(nullptr)},
       {"j_per_token", energy_ok ? nlohmann::json(energy_j / double(energy_tokens)) : nlohmann::json(nullptr)},
       {"power", power_json()}};
+  add_peak_rss(&end);
   emit("run_end", end);
   if (hooks.console && !cfg.quiet && root()) std::printf("%s", efficiency_report(end).c_str());
   return o;
