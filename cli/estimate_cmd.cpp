@@ -136,10 +136,22 @@ void run_train(const EstimateOptions& o) {
               by_cost[1]->name.c_str(), by_cost[1]->total_ms());
 }
 
-// The MIL prefill's layer program of config c at bucket S, with zero weights (the cost reads shapes only).
-cost::ProgramCost prefill_layer_cost(const models::ModelConfig& c, int64_t S, const cost::Chip& chip) {
-  const int64_t D = c.dim, QD = c.q_dim(), KVD = c.kv_dim(), H = c.hidden_dim;
-  const std::vector<float> zeros(size_t(std::max({QD * D, KVD * D, H * D})), 0.f), ones(size_t(std::max(D, QD)), 1.f);
+// The MIL prefill's kernel of layer l of md at bucket S (infer::build_layer_kernel, or build_deltanet_layer_kernel for
+// a linear-attention layer), with zero weights of the shapes its steps give them (the cost reads shapes only).
+cost::ProgramCost prefill_layer_cost(const models::ModelDesc& md, int64_t l, int64_t S, const cost::Chip& chip) {
+  const int64_t D = md.dim;
+  const models::LayerDesc& ld = md.layers.at(size_t(l));
+  int64_t big = 0, wide = D;  // the largest matrix and vector
+  for (const models::Step& st : ld.steps) {
+    const auto& a = st.attn;
+    const auto& dn = st.deltanet;
+    const int64_t qr = a.n_heads * a.head_dim * (a.output_gate ? 2 : 1), kvd = a.n_kv_heads * a.head_dim;
+    const int64_t C = dn.conv_dim(), V = dn.n_v_heads * dn.v_dim;
+    for (int64_t r : {qr, kvd, st.ffn.hidden, C, V, dn.n_v_heads}) big = std::max(big, r * D), wide = std::max(wide, r);
+    big = std::max(big, C * dn.conv_kernel);
+    wide = std::max(wide, a.head_dim);
+  }
+  const std::vector<float> zeros(size_t(big), 0.f), ones(size_t(wide), 1.f);
   auto mat = [&](int64_t r, int64_t cc) {
     infer::Mat m;
     m.type = infer::WType::kF32;
@@ -150,20 +162,112 @@ cost::ProgramCost prefill_layer_cost(const models::ModelConfig& c, int64_t S, co
   };
   auto vec = [&](int64_t n) { return std::span<const float>(ones.data(), size_t(n)); };
   infer::LayerWeights L;
-  L.wq = mat(QD, D), L.wk = mat(KVD, D), L.wv = mat(KVD, D), L.wo = mat(D, QD), L.w1 = mat(H, D), L.w2 = mat(D, H);
-  if (gated_mlp(c.activation)) L.w3 = mat(H, D);
-  if (c.qkv_bias) L.bq = vec(QD), L.bk = vec(KVD), L.bv = vec(KVD);
-  if (c.attn_out_bias) L.bo = vec(D);
-  if (c.mlp_bias) L.b1 = vec(H), L.b2 = vec(D);
-  const models::ModelDesc md = models::describe_model(c);
-  for (const models::Step& st : md.layers.at(0).steps)  // every norm of layer 0 by its description name
-    for (const models::StepNorm& n : models::step_norms(st, D)) {
+  kern::DeltaNetWeights W;
+  for (const models::Step& st : ld.steps) {
+    switch (st.kind) {
+      case models::StepKind::kAttention: {
+        const auto& a = st.attn;
+        const int64_t QD = a.n_heads * a.head_dim, QR = a.output_gate ? 2 * QD : QD, KVD = a.n_kv_heads * a.head_dim;
+        L.wq = mat(QR, D), L.wk = mat(KVD, D), L.wv = mat(KVD, D), L.wo = mat(D, QD);
+        if (!a.bq.empty()) L.bq = vec(QR);
+        if (!a.bk.empty()) L.bk = vec(KVD);
+        if (!a.bv.empty()) L.bv = vec(KVD);
+        if (!a.bo.empty()) L.bo = vec(D);
+        break;
+      }
+      case models::StepKind::kFfn: {
+        const auto& f = st.ffn;
+        L.w1 = mat(f.hidden, D), L.w2 = mat(D, f.hidden);
+        if (!f.w_up.empty()) L.w3 = mat(f.hidden, D);
+        if (!f.b_in.empty()) L.b1 = vec(f.hidden);
+        if (!f.b_out.empty()) L.b2 = vec(D);
+        break;
+      }
+      case models::StepKind::kLinearAttention: {
+        const auto& dn = st.deltanet;
+        const int64_t C = dn.conv_dim(), V = dn.n_v_heads * dn.v_dim, Hv = dn.n_v_heads;
+        W.qkv = mat(C, D), W.z = mat(V, D), W.b = mat(Hv, D), W.a = mat(Hv, D), W.out = mat(D, V);
+        W.conv = std::span<const float>(zeros.data(), size_t(C * dn.conv_kernel));
+        W.a_log = std::span<const float>(zeros.data(), size_t(Hv));
+        W.dt_bias = std::span<const float>(zeros.data(), size_t(Hv));
+        W.norm = vec(dn.v_dim);
+        break;
+      }
+    }
+    for (const models::StepNorm& n : models::step_norms(st, D)) {  // every norm of the layer by its description name
       L.set_norm(n.norm->weight, vec(n.width));
       if (!n.norm->bias.empty()) L.set_norm(n.norm->bias, vec(n.width));
     }
+  }
   const auto& prof = rt::device_profile(chip.family);
-  auto src = infer::build_layer_kernel(c, L, S, prof.dialect);
+  const infer::LayerKernelSource src = infer::is_deltanet_layer(md, l)
+                                           ? infer::build_deltanet_layer_kernel(md, L, W, S, prof.dialect, l)
+                                           : infer::build_layer_kernel(md, L, S, prof.dialect, l);
   return cost::program_cost(src.program, chip);
+}
+
+// The kinds of layer kernel of md: layers whose steps have the same kinds and shapes build programs of the same cost,
+// so each kind is costed once (at its first layer) and counted. The name says what the kernel runs: "deltanet",
+// "attention", "sliding attention" (a window), with " #2" ... when two kinds of one name differ in their shapes.
+struct LayerKind {
+  std::string name;
+  int64_t first = 0, count = 0;
+};
+std::vector<LayerKind> layer_kinds(const models::ModelDesc& md) {
+  std::vector<LayerKind> kinds;
+  std::vector<std::string> keys;
+  for (int64_t l = 0; l < static_cast<int64_t>(md.layers.size()); ++l) {
+    std::string name, key;
+    for (const models::Step& st : md.layers[size_t(l)].steps) {
+      const auto& a = st.attn;
+      const auto& dn = st.deltanet;
+      switch (st.kind) {
+        case models::StepKind::kAttention:
+          name = a.window > 0 ? "sliding attention" : "attention";
+          key += cat("attention ", a.n_heads, "x", a.head_dim, " kv ", a.n_kv_heads, " window ", a.window, " gate ",
+                     a.output_gate, " qk-norm ", a.q_norm.has_value(), ";");
+          break;
+        case models::StepKind::kFfn:
+          key += cat("ffn ", int(st.ffn.activation), " ", st.ffn.hidden, " bias ", !st.ffn.b_in.empty(), ";");
+          break;
+        case models::StepKind::kLinearAttention:
+          name = "deltanet";
+          key += cat("deltanet ", dn.n_k_heads, "x", dn.k_dim, " ", dn.n_v_heads, "x", dn.v_dim, " conv ",
+                     dn.conv_kernel, ";");
+          break;
+      }
+      key += cat("post-norm ", st.post_norm.has_value(), ";");
+    }
+    if (name.empty()) name = "layer";
+    const auto it = std::find(keys.begin(), keys.end(), key);
+    if (it != keys.end()) {
+      ++kinds[size_t(it - keys.begin())].count;
+      continue;
+    }
+    int64_t same = 1;
+    for (const LayerKind& k : kinds) same += k.name.rfind(name, 0) == 0;
+    kinds.push_back({same > 1 ? cat(name, " #", same) : name, l, 1});
+    keys.push_back(key);
+  }
+  return kinds;
+}
+
+// Each kind of layer kernel of c costed at every bucket, its decode program at decode_bucket.
+std::vector<cost::LayerKernelCost> prefill_kernel_costs(const models::ModelConfig& c,
+                                                        const std::vector<int64_t>& buckets, int64_t decode_bucket,
+                                                        const cost::Chip& chip) {
+  const models::ModelDesc md = models::describe_model(c);
+  std::vector<cost::LayerKernelCost> out;
+  for (const LayerKind& k : layer_kinds(md)) {
+    cost::LayerKernelCost kc;
+    kc.name = k.name;
+    kc.count = k.count;
+    for (int64_t S : buckets) kc.prefill.push_back(prefill_layer_cost(md, k.first, S, chip));
+    kc.decode =
+        decode_bucket == buckets.front() ? kc.prefill.front() : prefill_layer_cost(md, k.first, decode_bucket, chip);
+    out.push_back(std::move(kc));
+  }
+  return out;
 }
 
 void run_infer(const EstimateOptions& o) {
@@ -176,17 +280,23 @@ void run_infer(const EstimateOptions& o) {
   for (int64_t S : buckets)
     ANELAB_CHECK(S > 0 && S == infer::prefill_bucket(S, c.max_seq_len), "estimate", "--bucket ", S,
                  " is not a prefill bucket of this model (64 x 2^k up to the context ", c.max_seq_len, ")");
-  std::vector<cost::ProgramCost> layer;
-  for (int64_t S : buckets) layer.push_back(prefill_layer_cost(c, S, chip));
-  const cost::ProgramCost decode = prefill_layer_cost(c, buckets.front(), chip);
-  const cost::InferCost ic = cost::infer_cost(buckets, layer, c.n_layers, c.dim, c.vocab_size, decode, chip);
+  const std::vector<cost::LayerKernelCost> kernels = prefill_kernel_costs(c, buckets, buckets.front(), chip);
+  const cost::InferCost ic = cost::infer_cost(buckets, kernels, c.dim, c.vocab_size, chip);
   if (o.json) {
     json b = json::array();
     for (size_t i = 0; i < ic.prefill.size(); ++i) {
-      json j = program_json(layer[i]);
-      j["tokens"] = ic.prefill[i].tokens, j["layer_ms"] = ic.prefill[i].layer_ms, j["prefill_ms"] = ic.prefill[i].ms,
-      j["tok_per_s"] = ic.prefill[i].tok_per_s;
-      b.push_back(j);
+      json ks = json::array();
+      for (size_t k = 0; k < kernels.size(); ++k) {
+        json j = program_json(kernels[k].prefill[i]);
+        j["name"] = kernels[k].name, j["count"] = kernels[k].count, j["total_ms"] = ic.prefill[i].kernel_ms[k];
+        ks.push_back(j);
+      }
+      b.push_back({{"tokens", ic.prefill[i].tokens},
+                   {"layers_ms", ic.prefill[i].layers_ms},
+                   {"classifier_ms", ic.prefill[i].classifier_ms},
+                   {"prefill_ms", ic.prefill[i].ms},
+                   {"tok_per_s", ic.prefill[i].tok_per_s},
+                   {"kernels", ks}});
     }
     json out{{"device", chip.name},       {"model", o.preset.empty() ? o.model : o.preset},
              {"layers", c.n_layers},      {"prefill", b},
@@ -200,23 +310,33 @@ void run_infer(const EstimateOptions& o) {
   size_t worst = 0;
   for (size_t i = 0; i < ic.prefill.size(); ++i) {
     const auto& b = ic.prefill[i];
-    std::printf("  prefill S=%-5lld layer %8.3f ms (compute %.3f, memory %.3f%s)  all %8.2f ms  %8.0f tok/s\n",
-                static_cast<long long>(b.tokens), b.layer_ms, layer[i].compute_ms, layer[i].memory_ms,
-                layer[i].spills ? ", spills" : "", b.ms, b.tok_per_s);
+    std::printf("  prefill S=%-5lld all %8.2f ms  %8.0f tok/s  (", static_cast<long long>(b.tokens), b.ms, b.tok_per_s);
+    for (size_t k = 0; k < kernels.size(); ++k) {
+      const cost::ProgramCost& p = kernels[k].prefill[i];
+      std::printf("%s %lld x %.3f ms%s, ", kernels[k].name.c_str(), static_cast<long long>(kernels[k].count), p.ms,
+                  p.spills ? " (spills)" : "");
+    }
+    std::printf("classifier %.3f ms)\n", b.classifier_ms);
     if (b.ms > ic.prefill[worst].ms) worst = i;
   }
   std::printf("  decode (one layer program per token at S=%lld): %.2f ms/token, %.1f tok/s\n",
               static_cast<long long>(buckets.front()), ic.decode_ms, ic.decode_tok_per_s);
-  std::printf("  largest: the S=%lld bucket, %.1f ms for %lld layers\n",
-              static_cast<long long>(ic.prefill[worst].tokens), ic.prefill[worst].ms,
-              static_cast<long long>(c.n_layers));
+  size_t big = 0;  // the kernel that costs the most of the worst bucket
+  for (size_t k = 0; k < kernels.size(); ++k)
+    if (ic.prefill[worst].kernel_ms[k] > ic.prefill[worst].kernel_ms[big]) big = k;
+  const cost::ProgramCost& layer = kernels[big].prefill[worst];
+  std::printf(
+      "  largest: the S=%lld bucket, %.1f ms for %lld layers; its %s kernel %.1f ms (compute %.3f, memory %.3f "
+      "per layer)\n",
+      static_cast<long long>(ic.prefill[worst].tokens), ic.prefill[worst].ms, static_cast<long long>(c.n_layers),
+      kernels[big].name.c_str(), ic.prefill[worst].kernel_ms[big], layer.compute_ms, layer.memory_ms);
   std::vector<const cost::OpCost*> ops;
-  for (const auto& op : layer[worst].ops) ops.push_back(&op);
+  for (const auto& op : layer.ops) ops.push_back(&op);
   std::sort(ops.begin(), ops.end(), [](auto* a, auto* b) { return a->ms > b->ms; });
   std::printf("  its largest ops (compute time):");
   for (size_t i = 0; i < std::min<size_t>(ops.size(), 4); ++i)
     std::printf("%s %s '%s' %.3f ms", i ? "," : "", ops[i]->op.c_str(), ops[i]->name.c_str(), ops[i]->ms);
-  std::printf("%s\n", layer[worst].spills ? "; the attention scores exceed the SRAM: the layer spills" : "");
+  std::printf("%s\n", layer.spills ? "; the intermediates exceed the SRAM: the layer spills" : "");
 }
 
 void run_mil(const EstimateOptions& o) {
@@ -288,9 +408,9 @@ std::string estimate_infer_note(const models::ModelConfig& c, int64_t prompt_tok
   try {
     const cost::Chip& chip = cost::chip(dev);
     const int64_t S = infer::prefill_bucket(prompt_tokens, c.max_seq_len);
-    const cost::ProgramCost layer = prefill_layer_cost(c, S, chip);
-    const cost::ProgramCost decode = prefill_layer_cost(c, infer::prefill_bucket(1, c.max_seq_len), chip);
-    const cost::InferCost ic = cost::infer_cost({S}, {layer}, c.n_layers, c.dim, c.vocab_size, decode, chip);
+    const std::vector<cost::LayerKernelCost> kernels =
+        prefill_kernel_costs(c, {S}, infer::prefill_bucket(1, c.max_seq_len), chip);
+    const cost::InferCost ic = cost::infer_cost({S}, kernels, c.dim, c.vocab_size, chip);
     return cat("estimate on the ANE of ", chip.description, " (docs/estimate.md): prefill pp", prompt_tokens, " ",
                static_cast<int64_t>(double(prompt_tokens) / ic.prefill[0].ms * 1e3), " tok/s (bucket ", S, "), decode ",
                static_cast<int64_t>(ic.decode_tok_per_s), " tok/s");

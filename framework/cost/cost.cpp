@@ -338,23 +338,30 @@ StepCost train_step_cost(std::vector<KernelRow> kernels, const TrainShapeInfo& s
   return sc;
 }
 
-InferCost infer_cost(const std::vector<int64_t>& buckets, const std::vector<ProgramCost>& layer, int64_t n_layers,
-                     int64_t dim, int64_t vocab, const ProgramCost& decode_layer, const Chip& chip) {
-  ANELAB_CHECK(buckets.size() == layer.size(), "cost", "infer_cost: ", buckets.size(), " buckets but ", layer.size(),
-               " layer programs");
+InferCost infer_cost(const std::vector<int64_t>& buckets, const std::vector<LayerKernelCost>& kernels, int64_t dim,
+                     int64_t vocab, const Chip& chip) {
+  for (const LayerKernelCost& k : kernels)
+    ANELAB_CHECK(k.prefill.size() == buckets.size(), "cost", "infer_cost: ", buckets.size(), " buckets but ",
+                 k.prefill.size(), " programs of layer kernel '", k.name, "'");
   InferCost ic;
   const double cls_ms = 2.0 * double(dim) * double(vocab) / (chip.host_gflops * 1e9) * 1e3;
   // The classifier reads E (fp16 or fp32) once per token: memory-bound on the host.
   const double cls_mem_ms = 2.0 * double(dim) * double(vocab) / (chip.host_gbps * 1e9) * 1e3;
+  const double classifier_ms = std::max(cls_ms, cls_mem_ms);
   for (size_t i = 0; i < buckets.size(); ++i) {
     InferCost::Bucket b;
     b.tokens = buckets[i];
-    b.layer_ms = layer[i].ms;
-    b.ms = layer[i].ms * double(n_layers) + std::max(cls_ms, cls_mem_ms);
+    for (const LayerKernelCost& k : kernels) {
+      b.kernel_ms.push_back(k.prefill[i].ms * double(k.count));
+      b.layers_ms += b.kernel_ms.back();
+    }
+    b.classifier_ms = classifier_ms;
+    b.ms = b.layers_ms + classifier_ms;
     b.tok_per_s = double(b.tokens) / b.ms * 1e3;
     ic.prefill.push_back(b);
   }
-  ic.decode_ms = decode_layer.ms * double(n_layers) + std::max(cls_ms, cls_mem_ms);
+  ic.decode_ms = classifier_ms;
+  for (const LayerKernelCost& k : kernels) ic.decode_ms += k.decode.ms * double(k.count);
   ic.decode_tok_per_s = 1e3 / ic.decode_ms;
   return ic;
 }

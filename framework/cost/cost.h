@@ -164,21 +164,33 @@ struct StepCost {
 };
 StepCost train_step_cost(std::vector<KernelRow> kernels, const TrainShapeInfo& s, const Chip& chip);
 
+// One layer kernel of the MIL prefill and the layers that run it: a model whose layers differ (Qwen3.5's DeltaNet and
+// gated-attention layers) has one per kind of layer, each costed once.
+struct LayerKernelCost {
+  std::string name;                  // "attention", "deltanet", ...
+  int64_t count = 0;                 // layers of this kind
+  std::vector<ProgramCost> prefill;  // its program per bucket (the order of the buckets)
+  ProgramCost decode;                // its program one token's decode runs (the smallest bucket's)
+};
+
 struct InferCost {
   struct Bucket {
     int64_t tokens = 0;
-    double layer_ms = 0;  // one layer program
-    double ms = 0;        // all layers + the last position's classifier
+    std::vector<double> kernel_ms;  // per LayerKernelCost: count x its program
+    double layers_ms = 0;           // Σ kernel_ms: every layer
+    double classifier_ms = 0;       // the last position's classifier on the host
+    double ms = 0;                  // layers_ms + classifier_ms
     double tok_per_s = 0;
   };
   std::vector<Bucket> prefill;
   double decode_ms = 0;  // per token
   double decode_tok_per_s = 0;
 };
-// One layer program cost per bucket (same order as `buckets`), `decode_layer` the program of the smallest
-// bucket used for one token; the classifier (dim x vocab) runs on the host.
-InferCost infer_cost(const std::vector<int64_t>& buckets, const std::vector<ProgramCost>& layer, int64_t n_layers,
-                     int64_t dim, int64_t vocab, const ProgramCost& decode_layer, const Chip& chip);
+// The prefill per bucket: each layer kernel's program times its count, summed, plus the classifier (dim x vocab) on
+// the host; decode the same with each kernel's decode program. Throws "[cost] ..." when a kernel's programs are not
+// one per bucket.
+InferCost infer_cost(const std::vector<int64_t>& buckets, const std::vector<LayerKernelCost>& kernels, int64_t dim,
+                     int64_t vocab, const Chip& chip);
 
 // ---- calibration from `anelab probe` ---------------------------------------------------------------------
 

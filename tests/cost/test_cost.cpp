@@ -250,6 +250,33 @@ TEST(CostModel, HostGemmThreads) {
   EXPECT_NEAR(chip("m1").staging_gbps / chip("m4").staging_gbps, 3.2 / 4.4, 1e-12);
 }
 
+// The prefill of a model with two kinds of layer kernel: each kernel's program times its count, summed, plus the
+// classifier 2·D·V flops (or bytes) on the host; decode the same with each kernel's decode program.
+TEST(CostModel, InferSumsEachLayerKernel) {
+  Chip c = chip("m4");
+  c.host_gflops = 100, c.host_gbps = 1e6;  // the classifier compute-bound: 2·64·1000 / 1e8 = 0.00128 ms
+  LayerKernelCost a, b;
+  a.name = "deltanet", a.count = 18, b.name = "attention", b.count = 6;
+  a.prefill.resize(2), b.prefill.resize(2);
+  a.prefill[0].ms = 0.5, a.prefill[1].ms = 2.0, b.prefill[0].ms = 0.25, b.prefill[1].ms = 1.5;
+  a.decode.ms = 0.4, b.decode.ms = 0.3;
+  const InferCost ic = infer_cost({64, 256}, {a, b}, 64, 1000, c);
+  const double cls = 2.0 * 64 * 1000 / 1e8;
+  ASSERT_EQ(ic.prefill.size(), 2u);
+  EXPECT_EQ(ic.prefill[1].kernel_ms, (std::vector<double>{36.0, 9.0}));
+  EXPECT_DOUBLE_EQ(ic.prefill[0].layers_ms, 18 * 0.5 + 6 * 0.25);
+  EXPECT_NEAR(ic.prefill[1].ms, 45.0 + cls, 1e-12);
+  EXPECT_NEAR(ic.prefill[1].tok_per_s, 256 / (45.0 + cls) * 1e3, 1e-9);
+  EXPECT_NEAR(ic.decode_ms, 18 * 0.4 + 6 * 0.3 + cls, 1e-12);
+  b.prefill.pop_back();
+  try {
+    infer_cost({64, 256}, {a, b}, 64, 1000, c);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "[cost] infer_cost: 2 buckets but 1 programs of layer kernel 'attention'");
+  }
+}
+
 TEST(CostModel, OpClassesAndErrors) {
   EXPECT_EQ(op_class("conv"), OpClass::kConv);
   EXPECT_EQ(op_class("matmul"), OpClass::kMatmul);

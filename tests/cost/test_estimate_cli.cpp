@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "framework/core/error.h"
@@ -240,6 +241,51 @@ TEST(EstimateCli, InferMatchesAneForge) {
   std::printf("Qwen3-0.6B m4: prefill S=128 %.0f tok/s (published ~8600), decode %.1f tok/s (published ~75)\n", s128,
               j["decode_tok_per_s"].get<double>());
   EXPECT_NEAR(s128 / 8600, 1.0, 0.3);
+}
+
+// A model whose layers differ costs each kind of layer kernel and counts its layers: Qwen3.5-0.8B has 18 Gated DeltaNet
+// layers and 6 gated-attention layers (every 4th, full_attention_interval 4: models/arch/qwen35.cpp), Gemma 3 270M 15
+// sliding-window layers and 3 global ones (every 6th, sliding_window_pattern 6). Each bucket's prefill is the sum of
+// its kernel rows (count x one program) plus the classifier, on every chip.
+TEST(EstimateCli, InferCostsEveryKindOfLayer) {
+  struct KindCase {
+    const char* preset;
+    std::map<std::string, int64_t> counts;
+  };
+  for (const KindCase& kc : {KindCase{"qwen3.5-0.8b", {{"deltanet", 18}, {"attention", 6}}},
+                             KindCase{"gemma3-270m", {{"sliding attention", 15}, {"attention", 3}}}})
+    for (const char* dev : {"m1", "m2", "m3", "m4", "m5"}) {
+      const std::string what = std::string(kc.preset) + " on " + dev;
+      const CliRun r = estimate_cli_run(std::string("infer --preset ") + kc.preset + " --device " + dev +
+                                        " --bucket 64 --bucket 512 --json");
+      ASSERT_EQ(r.rc, 0) << what << ": " << r.out;
+      const auto j = nlohmann::json::parse(r.out);
+      ASSERT_EQ(j["prefill"].size(), 2u) << what;
+      for (const auto& b : j["prefill"]) {
+        std::map<std::string, int64_t> counts;
+        double sum = 0;
+        for (const auto& k : b["kernels"]) {
+          counts[k["name"].get<std::string>()] = k["count"].get<int64_t>();
+          EXPECT_GT(k["ms"].get<double>(), 0) << what;
+          EXPECT_NEAR(k["total_ms"].get<double>(), k["ms"].get<double>() * k["count"].get<double>(),
+                      1e-12 * k["total_ms"].get<double>())
+              << what;
+          sum += k["total_ms"].get<double>();
+        }
+        EXPECT_EQ(counts, kc.counts) << what << " S=" << b["tokens"];
+        const double layers = b["layers_ms"].get<double>(), total = b["prefill_ms"].get<double>();
+        EXPECT_NEAR(layers, sum, 1e-12 * sum) << what;
+        EXPECT_NEAR(total, sum + b["classifier_ms"].get<double>(), 1e-12 * total) << what;
+        EXPECT_NEAR(b["tok_per_s"].get<double>(), b["tokens"].get<double>() / total * 1e3, 1e-9 * 1e6) << what;
+      }
+      EXPECT_GT(j["decode_tok_per_s"].get<double>(), 0) << what;
+    }
+  // The DeltaNet kernel and the attention kernel are different programs (not layer 0's costed 24 times).
+  const auto j =
+      nlohmann::json::parse(estimate_cli_run("infer --preset qwen3.5-0.8b --device m4 --bucket 256 --json").out);
+  const auto& ks = j["prefill"][0]["kernels"];
+  ASSERT_EQ(ks.size(), 2u);
+  EXPECT_NE(ks[0]["gflop"].get<double>(), ks[1]["gflop"].get<double>());
 }
 
 // `infer bench` prints the estimate next to what it measures.
