@@ -16,87 +16,13 @@
 #include <vector>
 
 #include "models/presets.h"
+#include "tests/common/counting_new.h"  // this binary's only operator new: the live bytes
 #include "tests/common/test_data.h"
 #include "tests/train/helpers.h"
 #include "train/cpu_model.h"
 #include "train/lora.h"
 #include "train/lora_run.h"
 #include "train/trainer.h"
-
-// ---- live bytes of operator new (this binary's only replacement) ---------------------------------------------------
-// Each block carries a header (its size, and whether it was allocated while counting); g_mem_live is the bytes of the
-// blocks allocated while counting and not yet freed.
-namespace anelab::test {
-inline std::atomic<bool> g_mem_counting{false};
-inline std::atomic<int64_t> g_mem_live{0};
-constexpr std::size_t kMemHeader = 2 * alignof(std::max_align_t);  // keeps the block's alignment
-
-struct MemHeader {
-  std::size_t n;
-  bool counted;
-};
-
-inline void* mem_new(std::size_t n, std::size_t align) {
-  const std::size_t pad = align > kMemHeader ? align : kMemHeader;
-  const std::size_t total = (n + pad + pad - 1) / pad * pad;
-  void* raw = pad > alignof(std::max_align_t) ? std::aligned_alloc(pad, total) : std::malloc(total);
-  if (!raw) throw std::bad_alloc();
-  char* p = static_cast<char*>(raw) + pad;
-  const bool counted = g_mem_counting.load(std::memory_order_relaxed);
-  new (p - sizeof(MemHeader)) MemHeader{n, counted};
-  if (counted) g_mem_live.fetch_add(int64_t(n), std::memory_order_relaxed);
-  return p;
-}
-
-inline void mem_delete(void* p, std::size_t align) {
-  if (!p) return;
-  const std::size_t pad = align > kMemHeader ? align : kMemHeader;
-  const auto* h = reinterpret_cast<const MemHeader*>(static_cast<char*>(p) - sizeof(MemHeader));
-  if (h->counted) g_mem_live.fetch_sub(int64_t(h->n), std::memory_order_relaxed);
-  std::free(static_cast<char*>(p) - pad);
-}
-}  // namespace anelab::test
-
-// Not inlined: GCC would otherwise pair the inlined std::free with `new` and warn (-Wmismatched-new-delete).
-#define ANELAB_MEM_NEW [[gnu::noinline]]
-ANELAB_MEM_NEW void* operator new(std::size_t n) { return anelab::test::mem_new(n, 0); }
-ANELAB_MEM_NEW void* operator new[](std::size_t n) { return anelab::test::mem_new(n, 0); }
-ANELAB_MEM_NEW void* operator new(std::size_t n, std::align_val_t a) {
-  return anelab::test::mem_new(n, std::size_t(a));
-}
-ANELAB_MEM_NEW void* operator new[](std::size_t n, std::align_val_t a) {
-  return anelab::test::mem_new(n, std::size_t(a));
-}
-ANELAB_MEM_NEW void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  try {
-    return anelab::test::mem_new(n, 0);
-  } catch (...) {
-    return nullptr;
-  }
-}
-ANELAB_MEM_NEW void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
-  try {
-    return anelab::test::mem_new(n, 0);
-  } catch (...) {
-    return nullptr;
-  }
-}
-ANELAB_MEM_NEW void operator delete(void* p) noexcept { anelab::test::mem_delete(p, 0); }
-ANELAB_MEM_NEW void operator delete[](void* p) noexcept { anelab::test::mem_delete(p, 0); }
-ANELAB_MEM_NEW void operator delete(void* p, std::size_t) noexcept { anelab::test::mem_delete(p, 0); }
-ANELAB_MEM_NEW void operator delete[](void* p, std::size_t) noexcept { anelab::test::mem_delete(p, 0); }
-ANELAB_MEM_NEW void operator delete(void* p, std::align_val_t a) noexcept {
-  anelab::test::mem_delete(p, std::size_t(a));
-}
-ANELAB_MEM_NEW void operator delete[](void* p, std::align_val_t a) noexcept {
-  anelab::test::mem_delete(p, std::size_t(a));
-}
-ANELAB_MEM_NEW void operator delete(void* p, std::size_t, std::align_val_t a) noexcept {
-  anelab::test::mem_delete(p, std::size_t(a));
-}
-ANELAB_MEM_NEW void operator delete[](void* p, std::size_t, std::align_val_t a) noexcept {
-  anelab::test::mem_delete(p, std::size_t(a));
-}
 
 namespace anelab {
 namespace {
@@ -114,11 +40,11 @@ int64_t mem_kept_by_first_step(const train::ParamLayout& layout, const std::vect
   std::vector<float> g(w.size(), 0.0f);
   train::CpuModel m(layout);
   m.set_lora(lora);
-  test::g_mem_live = 0;
-  test::g_mem_counting = true;
+  test::g_live_bytes = 0;
+  test::g_counting = true;
   m.forward_backward(w.data(), b, 1.0f, lora ? nullptr : g.data());
-  test::g_mem_counting = false;
-  return test::g_mem_live.load();
+  test::g_counting = false;
+  return test::g_live_bytes.load();
 }
 
 // The formula, from the sizes of llama3_test_config (a Llama: no q/k or post norms, no soft-cap, one RoPE over the
