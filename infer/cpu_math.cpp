@@ -116,18 +116,21 @@ void gemv_range(const GemvOut& o, const float* x, const quant::Q8Acts& acts, int
 // tokens in blocks of kTokBlock, columns in blocks of kColBlock; over a column block the group's rows run in register
 // tiles of kTileR rows x kTileT tokens, each (row, token) with its own kGemvNV accumulator chains (kTileR kTileT
 // kGemvNV accumulators, about 3/4 of the registers): per step each weight vector is loaded and converted once for the
-// kTileT tokens and each input vector loaded once for the kTileR rows (the token block's inputs over a column block
-// stay in L1). The accumulators wait between column blocks in a small buffer. Rows past the last group of 4 as
-// gemv_rows' tail. Per token and row the operations of gemv_rows in its order: the same bits.
-// (Converting a group's fp16 block once into an fp32 L1 buffer for all tokens measured slower on Zen 4 than this
-// conversion per token tile: 1.3-1.7x against 2.0x over 8 single calls, scripts/gemv_batch_bench.)
+// kTileT tokens and each input vector loaded once for the kTileR rows (a token tile's inputs over a column block,
+// kTileT x kColBlock floats, 12 KiB on AVX-512, stay in L1 while the group's row tiles run over them). The
+// accumulators wait between column blocks in a small buffer. Rows past the last group of 4 as gemv_rows' tail. Per
+// token and row the operations of gemv_rows in its order: the same bits.
+// Measured (scripts/gemv_batch_bench, 896 x 4864 fp16, 1 thread, Zen 4 AVX-512): 8 tokens 2.1x faster than 8 single
+// calls (the previous one-row kernel 1.24x: one input load per FMA). Converting a group's fp16 block once into an fp32
+// L1 buffer for all the tokens measured slower than this conversion per token tile (1.3-1.7x); column blocks of 256
+// slower than 1024 (1.95x).
 template <typename T>
 void gemv_rows_tokens(const T* w, int64_t cols, const float* x, int64_t n_tok, const float* bias, float* y, int64_t ldy,
                       int64_t r0, int64_t r1) {
   constexpr int NV = W::kGemvNV;
   constexpr int kTileR = W::kRegs >= 32 && NV <= 2 ? 4 : 2;  // divides 4: the 4-row groups hold whole tiles
   constexpr int kTileT = std::max(1, W::kRegs * 3 / 4 / (kTileR * NV));
-  constexpr int64_t kStep = NV * VW, kAhead = 2048 / sizeof(T), kRowGroup = 8, kColBlock = 256, kTokBlock = 4 * kTileT;
+  constexpr int64_t kStep = NV * VW, kAhead = 2048 / sizeof(T), kRowGroup = 8, kColBlock = 1024, kTokBlock = 4 * kTileT;
   static_assert(kColBlock % kStep == 0 && kRowGroup % kTileR == 0);
   const int64_t main = cols / kStep * kStep, grouped = r0 + (r1 - r0) / 4 * 4;
   W::F32 saved[kRowGroup][kTokBlock][NV];  // the accumulators between column blocks

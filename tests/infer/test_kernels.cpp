@@ -126,7 +126,7 @@ TEST(InferKernels, GemvBatchEqualsGemvOfEachToken) {
   for (int threads : {1, 2}) {
     ThreadPool pool(threads);
     for (WType t : {WType::kF16, WType::kF32})
-      for (int64_t cols : {int64_t{1000}, int64_t{100}}) {
+      for (int64_t cols : {int64_t{2100}, int64_t{100}}) {  // 2100: two whole column blocks, a partial one, a tail
         const int64_t r1 = 72, r2 = 37, max_tok = 17;
         const Weights w1 = make_weights(r1, cols, 11), w2 = make_weights(r2, cols, 12);
         const auto x = random_vec(static_cast<size_t>(max_tok * cols), 13);
