@@ -58,6 +58,10 @@ inline F32 fmadd(F32 a, F32 b, F32 c) { return vfmaq_f32(c, a, b); }
 inline F32 fnmadd(F32 a, F32 b, F32 c) { return vfmsq_f32(c, a, b); }
 inline F32 round_even(F32 v) { return vrndnq_f32(v); }
 inline F32 abs(F32 v) { return vabsq_f32(v); }
+inline F32 in_reg(F32 v) {  // an empty asm that needs v in a register
+  asm("" : "+w"(v));
+  return v;
+}
 // p * 2^n in two exact power-of-two steps (each 2^k a normal float), so only the last product rounds.
 inline F32 ldexp(F32 p, F32 n) {
   const int32x4_t k = vcvtnq_s32_f32(n), k1 = vshrq_n_s32(k, 1), k2 = vsubq_s32(k, k1);

@@ -66,6 +66,7 @@ inline F32 fmadd(F32 a, F32 b, F32 c) { ANELAB_SIMD_LANES(std::fma(a.v[i], b.v[i
 inline F32 fnmadd(F32 a, F32 b, F32 c) { ANELAB_SIMD_LANES(std::fma(-a.v[i], b.v[i], c.v[i])); }
 inline F32 round_even(F32 v) { ANELAB_SIMD_LANES(std::nearbyint(v.v[i])); }  // default mode: ties to even
 inline F32 abs(F32 v) { ANELAB_SIMD_LANES(std::fabs(v.v[i])); }
+inline F32 in_reg(F32 v) { return v; }
 inline F32 ldexp(F32 p, F32 n) {  // NaN n (from a NaN input) propagates; the cast would be undefined
   ANELAB_SIMD_LANES(std::isnan(n.v[i]) ? p.v[i] + n.v[i] : std::ldexp(p.v[i], static_cast<int>(n.v[i])));
 }

@@ -18,6 +18,8 @@
 //   fmadd(a, b, c) = a*b + c, fnmadd(a, b, c) = c - a*b   (one rounding)
 //   round_even(v)                         nearest integer, ties to even
 //   abs(v)                                |v| (the sign bit cleared)
+//   in_reg(v)                             v, kept in a register: a value loaded once for several FMAs is not
+//                                         folded into each as its memory operand (loaded again each time)
 //   ldexp(p, n)                           p * 2^n for integral n in [-150, 128], one rounding (as vscalefps)
 //   round_fp16(v)                         to the nearest fp16 value (ties to even, overflow to +-inf), as fp32
 //   ge(a, b) -> Mask, select(m, t, f)     lane-wise a >= b (false on NaN); m ? t : f

@@ -50,6 +50,10 @@ inline F32 fmadd(F32 a, F32 b, F32 c) { return _mm256_fmadd_ps(a, b, c); }
 inline F32 fnmadd(F32 a, F32 b, F32 c) { return _mm256_fnmadd_ps(a, b, c); }
 inline F32 round_even(F32 v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 inline F32 abs(F32 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
+inline F32 in_reg(F32 v) {  // an empty asm that needs v in a register
+  asm("" : "+x"(v));
+  return v;
+}
 // p * 2^n in two exact power-of-two steps (each 2^k a normal float), so only the last product rounds.
 inline F32 ldexp(F32 p, F32 n) {
   const __m256i k = _mm256_cvtps_epi32(n), k1 = _mm256_srai_epi32(k, 1), k2 = _mm256_sub_epi32(k, k1);

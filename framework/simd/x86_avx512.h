@@ -51,6 +51,10 @@ inline F32 fmadd(F32 a, F32 b, F32 c) { return _mm512_fmadd_ps(a, b, c); }
 inline F32 fnmadd(F32 a, F32 b, F32 c) { return _mm512_fnmadd_ps(a, b, c); }
 inline F32 round_even(F32 v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 inline F32 abs(F32 v) { return _mm512_abs_ps(v); }
+inline F32 in_reg(F32 v) {  // an empty asm that needs v in a register
+  asm("" : "+v"(v));
+  return v;
+}
 inline F32 ldexp(F32 p, F32 n) { return _mm512_scalef_ps(p, n); }
 inline F32 round_fp16(F32 v) {
   return _mm512_maskz_cvtph_ps(0xFFFF, _mm512_maskz_cvtps_ph(0xFFFF, v, _MM_FROUND_TO_NEAREST_INT));

@@ -118,6 +118,40 @@ TEST(InferKernels, FusedGemvMatchesReference) {
     }
 }
 
+// gemv_batch (decode's batched GEMV: register tiles of rows x tokens over column blocks) against gemv of each token
+// alone: the same bits for 1 to 17 tokens (token tiles and blocks with remainders), fp16 and fp32 weights, fused
+// outputs (37 rows: a 1-row tail), columns with a partial column block and a tail of less than one vector, 1 and 2
+// threads.
+TEST(InferKernels, GemvBatchEqualsGemvOfEachToken) {
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    for (WType t : {WType::kF16, WType::kF32})
+      for (int64_t cols : {int64_t{2100}, int64_t{100}}) {  // 2100: two whole column blocks, a partial one, a tail
+        const int64_t r1 = 72, r2 = 37, max_tok = 17;
+        const Weights w1 = make_weights(r1, cols, 11), w2 = make_weights(r2, cols, 12);
+        const auto x = random_vec(static_cast<size_t>(max_tok * cols), 13);
+        const auto b1 = random_vec(static_cast<size_t>(r1), 14);
+        const Mat m1 = w1.mat(t, r1, cols), m2 = w2.mat(t, r2, cols);
+        for (int64_t n = 1; n <= max_tok; ++n) {
+          std::vector<float> y1(static_cast<size_t>(n * r1)), y2(static_cast<size_t>(n * r2));
+          gemv_batch(pool, {{&m1, b1.data(), y1.data()}, {&m2, nullptr, y2.data()}}, x.data(), n);
+          for (int64_t k = 0; k < n; ++k) {
+            std::vector<float> o1(static_cast<size_t>(r1)), o2(static_cast<size_t>(r2));
+            gemv(pool, {{&m1, b1.data(), o1.data()}, {&m2, nullptr, o2.data()}}, x.data() + k * cols);
+            for (int64_t r = 0; r < r1; ++r)
+              ASSERT_EQ(y1[static_cast<size_t>(k * r1 + r)], o1[static_cast<size_t>(r)])
+                  << (t == WType::kF16 ? "f16" : "f32") << " cols " << cols << " threads " << threads << " " << n
+                  << " tokens: token " << k << " out 1 row " << r;
+            for (int64_t r = 0; r < r2; ++r)
+              ASSERT_EQ(y2[static_cast<size_t>(k * r2 + r)], o2[static_cast<size_t>(r)])
+                  << (t == WType::kF16 ? "f16" : "f32") << " cols " << cols << " threads " << threads << " " << n
+                  << " tokens: token " << k << " out 2 row " << r;
+          }
+        }
+      }
+  }
+}
+
 TEST(InferKernels, VectorExpSiluGelu) {
   std::vector<float> x;
   for (float v = -90.0f; v <= 88.0f; v += 0.37f) x.push_back(v);
