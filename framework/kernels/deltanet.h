@@ -20,8 +20,9 @@
 //   head, zero before the first chunk):
 //     U = U0 - W S0;  O = O0 + Qm S0;  S0 = exp(c_L) S0 + Kw^T U
 //   o = gated RMSNorm(O per value head) * silu(z);  out = Wout o [D]
-// fp16 care: the L2 and RMS norms take their statistics of x / max|x| (a small head's squares would be subnormal: the
-// fixture's ~1e-2 outputs lost 3 % of the logits that way), and the decay exponents c_i - c_j are summed directly
+// fp16 care: the L2 and RMS norms take their statistics of x / (max|x| + sqrt(eps)) (a small head's squares would be
+// subnormal: the fixture's ~1e-2 outputs lost 3 % of the logits that way; and eps / max|x|^2 overflowed for a head
+// below sqrt(eps) / 256), and the decay exponents c_i - c_j are summed directly
 // (an fp16 difference of two cumulative sums of hundreds is off by ~0.1).
 // This equals infer/cpu_deltanet.h's forward substitution in real arithmetic ((I + A) U = beta (v - exp(c) S0^T k)).
 //
