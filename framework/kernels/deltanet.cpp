@@ -2,6 +2,7 @@
 // every compiler.
 #include "framework/kernels/deltanet.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -24,10 +25,15 @@ Value fp16_const(FunctionBuilder& b, BlobSet& bs, const std::string& stem, mil::
 
 // x [H, d, 1, S] / sqrt(stat + eps) per head (axis 1) and position, stat the mean (RMSNorm) or the sum (L2 norm) of
 // x^2 over d. The statistic of x itself underflows fp16 for a small head (the delta rule's outputs and the fixture's q,
-// k are ~1e-2: (x / sqrt(d))^2 ~ 1e-5 is subnormal, with few bits), so it is taken of y = x / m, m = max |x| (+ 2^-24,
-// so that a zero head, the bucket's padding, gives 0, not 0 / 0): x / sqrt(stat(x) + eps) = y / sqrt(stat(y) +
-// (sqrt(eps) / m)^2), stat(y) in [1 / d, 1] (mean) or [1, d] (sum). (sqrt(eps) / m)^2 overflows fp16 only for
-// m < sqrt(eps) / 256 (4e-6 at eps 1e-6), where the result, below 4e-3 of y, becomes 0.)
+// k are ~1e-2: (x / sqrt(d))^2 ~ 1e-5 is subnormal, with few bits), so it is taken of y = x / m, m = max |x| +
+// sqrt(eps): x / sqrt(stat(x) + eps) = y / sqrt(stat(y) + (sqrt(eps) / m)^2) for any m > 0, and this m keeps both
+// terms in range: |y| <= 1 with max |y| >= 1/2 where max |x| >= sqrt(eps) (stat(y) in [1 / 4d, 1] (mean) or
+// [1 / 4, d] (sum)), and (sqrt(eps) / m)^2 <= 1. (With m = max |x| alone, (sqrt(eps) / m)^2 overflowed fp16 for
+// max |x| < sqrt(eps) / 256, 4e-6 at eps 1e-6, and zeroed the head; where the delta rule's outputs are ~1e-6 (the
+// Qwen3.5-0.8B mixer with weights of +-0.01, test_prefill_qwen35.cpp), eps dominates the gated norm and such a head's
+// output is as large as the others': the mixer came out 6.9e-2 off, 2.9e-3 with this m. Where eps dominates, y is
+// x / sqrt(eps) and stat(y) adds little to the ~1 of (sqrt(eps) / m)^2, so its underflow costs nothing; a zero head,
+// the bucket's padding, gives 0.)
 Value scaled_norm(FunctionBuilder& b, const Value& x, double eps, bool mean) {
   const double d = static_cast<double>(x.dim(1));
   Value pos = b.relu(x);
@@ -35,7 +41,7 @@ Value scaled_norm(FunctionBuilder& b, const Value& x, double eps, bool mean) {
   Value neg = b.relu(nx);
   Value ax = b.add(pos, neg);
   Value mx = b.reduce_max(ax, {1}, true);
-  Value m = b.add(mx, 0x1p-24);
+  Value m = b.add(mx, std::max(std::sqrt(eps), 0x1p-24));  // 2^-24: a zero head gives 0, not 0 / 0, at eps 0
   Value y = b.real_div(x, m);
   Value ys = mean ? b.mul(y, 1.0 / std::sqrt(d)) : y;
   Value sq = b.mul(ys, ys);

@@ -19,6 +19,9 @@
 #include "framework/backends/registry.h"
 #include "framework/core/error.h"
 #include "framework/core/fp16.h"
+#include "framework/kernels/deltanet.h"
+#include "framework/kernels/layer.h"
+#include "framework/kernels/nn.h"
 #include "framework/runtime/device_profile.h"
 #include "framework/runtime/weights.h"
 #include "infer/engine.h"
@@ -345,6 +348,186 @@ TEST(Qwen35MilPrefill, ZeroPointEightBShapeKernelsPassTheDeviceRulesOfM1ToM5) {
       std::printf("[qwen3.5-0.8b] layer %lld S %lld: device rules pass on%s\n", static_cast<long long>(layer),
                   static_cast<long long>(S), passed.c_str());
     }
+  }
+}
+
+// Issue 36: the Qwen3.5-0.8B shape (preset qwen3.5-0.8b) cut to 4 layers (3 DeltaNet, 1 gated attention) and a
+// vocabulary of 4096, random weights (models::random_model): the emulator prefill of 150 tokens (bucket 256: two whole
+// chunks, one partial, one of padding) against the CPU's token-by-token recurrent decode at every position, and the
+// delta-rule states it hands over. The tolerance is the other architectures' emulator prefill tolerance.
+TEST(Qwen35MilPrefill, ZeroPointEightBShapeFourLayersMatchTheRecurrentDecode) {
+  const models::ModelConfig c =
+      models::preset_with_shape("qwen3.5-0.8b", R"({"n_layers": 4, "vocab_size": 4096})", "test");
+  auto engine = [&](const std::string& backend) {
+    EngineOptions o;
+    o.backend = backend;
+    o.dtype = WType::kF32;
+    o.quiet = true;
+    o.prefill_chunk = 256;
+    return Engine(models::random_model(c, 36), o);
+  };
+  Engine emu = engine("emulator"), dec = engine("cpu");
+  const int64_t V = c.vocab_size;
+  const std::vector<int32_t> prompt = q35_random_prompt(150, V);
+  std::vector<float> ref;
+  for (size_t t = 0; t < prompt.size(); ++t) {
+    const float* lg = dec.decode(prompt[t], static_cast<int64_t>(t));
+    ref.insert(ref.end(), lg, lg + V);
+  }
+  std::vector<float> all;
+  emu.prefill(prompt, 0, &all);
+  ASSERT_EQ(emu.last_prefill().path, "emulator");
+  ASSERT_EQ(emu.last_prefill().bucket, 256);
+  ASSERT_EQ(all.size(), ref.size());
+  ASSERT_TRUE(q35_all_finite(all));
+  double worst = 0, first = 0;
+  for (size_t t = 0; t < prompt.size(); ++t) {
+    const double err = test::rel_err(all.data() + t * V, ref.data() + t * V, static_cast<size_t>(V));
+    EXPECT_LT(err, kQ35EmuTol) << "pos " << t;
+    worst = std::max(worst, err);
+    if (t == 0) first = err;
+  }
+  std::printf("[qwen3.5-0.8b 4 layers] 150 tokens: logit error vs the recurrent decode: first token %.2e, worst %.2e\n",
+              first, worst);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    if (!is_deltanet_layer(emu.desc(), l)) continue;
+    const auto a = emu.delta_state(l), b = dec.delta_state(l);
+    ASSERT_TRUE(q35_all_finite(a)) << "layer " << l;
+    const double es = test::rel_err(a.data(), b.data(), a.size());
+    EXPECT_LT(es, kQ35EmuTol) << "delta-rule state of layer " << l;
+    std::printf("[qwen3.5-0.8b 4 layers] layer %lld: state error %.2e\n", static_cast<long long>(l), es);
+  }
+}
+
+// The Gated DeltaNet mixer (HF Qwen3_5GatedDeltaNet, token by token: torch_recurrent_gated_delta_rule's recurrence)
+// in fp64 on xn [D, n] (row-major, channel-major) and fp16-rounded weights w: out [D, n].
+std::vector<double> q35dn_reference(const models::DeltaNetDesc& d, const kern::DeltaNetWeights& w, int64_t D,
+                                    const std::vector<float>& xn, int64_t n) {
+  const int64_t Hk = d.n_k_heads, Hv = d.n_v_heads, dk = d.k_dim, dv = d.v_dim, K = d.conv_kernel, C = d.conv_dim();
+  const int64_t Q = Hk * dk, V = Hv * dv;
+  auto mv = [&](const quant::Mat& m, int64_t rows, int64_t t) {  // m [rows, D] times column t of xn
+    const std::vector<float> mw = kern::mat_values(m);
+    std::vector<double> y(static_cast<size_t>(rows), 0.0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < D; ++c)
+        y[static_cast<size_t>(r)] += double{mw[static_cast<size_t>(r * D + c)]} * xn[static_cast<size_t>(c * n + t)];
+    return y;
+  };
+  auto silu = [](double x) { return x / (1 + std::exp(-x)); };
+  std::vector<std::vector<double>> qkv;
+  std::vector<double> state(static_cast<size_t>(Hv * dk * dv), 0.0), out(static_cast<size_t>(D * n), 0.0);
+  for (int64_t t = 0; t < n; ++t) {
+    qkv.push_back(mv(w.qkv, C, t));
+    const std::vector<double> z = mv(w.z, V, t), bb = mv(w.b, Hv, t), aa = mv(w.a, Hv, t);
+    std::vector<double> mix(static_cast<size_t>(C));
+    for (int64_t c = 0; c < C; ++c) {
+      double acc = 0;
+      for (int64_t i = 0; i < K; ++i)
+        if (t - (K - 1) + i >= 0)
+          acc += double{w.conv[static_cast<size_t>(c * K + i)]} * qkv[static_cast<size_t>(t - (K - 1) + i)][c];
+      mix[static_cast<size_t>(c)] = silu(acc);
+    }
+    for (int64_t h = 0; h < 2 * Hk; ++h) {  // l2 norm of each q and k head, q also * dk^-0.5
+      double ss = 0;
+      for (int64_t i = 0; i < dk; ++i)
+        ss += mix[static_cast<size_t>(h * dk + i)] * mix[static_cast<size_t>(h * dk + i)];
+      const double f = 1 / std::sqrt(ss + kern::kDeltaL2Eps) / (h < Hk ? std::sqrt(double(dk)) : 1.0);
+      for (int64_t i = 0; i < dk; ++i) mix[static_cast<size_t>(h * dk + i)] *= f;
+    }
+    std::vector<double> gated(static_cast<size_t>(V));
+    for (int64_t h = 0; h < Hv; ++h) {
+      const double* q = &mix[static_cast<size_t>(h / (Hv / Hk) * dk)];
+      const double* k = &mix[static_cast<size_t>(Q + h / (Hv / Hk) * dk)];
+      const double* v = &mix[static_cast<size_t>(2 * Q + h * dv)];
+      const double beta = 1 / (1 + std::exp(-bb[static_cast<size_t>(h)]));
+      const double x = aa[static_cast<size_t>(h)] + w.dt_bias[static_cast<size_t>(h)];
+      const double g = -std::exp(double{w.a_log[static_cast<size_t>(h)]}) * (x > 20 ? x : std::log1p(std::exp(x)));
+      double* st = &state[static_cast<size_t>(h * dk * dv)];  // [dk, dv]
+      for (int64_t i = 0; i < dk * dv; ++i) st[i] *= std::exp(g);
+      std::vector<double> o(static_cast<size_t>(dv), 0.0);
+      for (int64_t j = 0; j < dv; ++j) {
+        double kv = 0;
+        for (int64_t i = 0; i < dk; ++i) kv += st[i * dv + j] * k[i];
+        const double delta = (v[j] - kv) * beta;
+        for (int64_t i = 0; i < dk; ++i) st[i * dv + j] += k[i] * delta;
+        for (int64_t i = 0; i < dk; ++i) o[static_cast<size_t>(j)] += st[i * dv + j] * q[i];
+      }
+      double ms = 0;
+      for (double y : o) ms += y * y / static_cast<double>(dv);
+      for (int64_t j = 0; j < dv; ++j)
+        gated[static_cast<size_t>(h * dv + j)] = o[static_cast<size_t>(j)] / std::sqrt(ms + d.norm.eps) *
+                                                 w.norm[static_cast<size_t>(j)] *
+                                                 silu(z[static_cast<size_t>(h * dv + j)]);
+    }
+    const std::vector<float> ow = kern::mat_values(w.out);
+    for (int64_t r = 0; r < D; ++r)
+      for (int64_t c = 0; c < V; ++c)
+        out[static_cast<size_t>(r * n + t)] +=
+            double{ow[static_cast<size_t>(r * V + c)]} * gated[static_cast<size_t>(c)];
+  }
+  return out;
+}
+
+// Issue 36: kern::build_deltanet alone at the Qwen3.5-0.8B mixer shape (16 / 16 heads of 128, conv 4 over 6144
+// channels, dim 1024), one chunk of 64 real positions, weights uniform in +-scale (fp16-rounded), against the fp64
+// recurrence above. At scale 0.01 the delta rule's outputs are ~1e-6, far below the gated norm's sqrt(eps) = 1e-3
+// (eps dominates the norm, as in a model fresh from random init); at 0.1 they are not. The tolerance is fp16's: the
+// path from xn to out is ~35 ops, each rounding to fp16 (unit roundoff u = 2^-11, an error of rms u / sqrt(3)), so
+// ~3.4u rms, and the largest of the 64K outputs within ~4 of that: 16u.
+TEST(Qwen35MilPrefill, DeltaNetMixerAtTheZeroPointEightBShapeIsWithinFp16Rounding) {
+  const models::ModelDesc md = models::describe_model(models::preset("qwen3.5-0.8b"));
+  const models::DeltaNetDesc* dp = nullptr;
+  for (const models::Step& st : md.layers[0].steps)
+    if (st.kind == models::StepKind::kLinearAttention) dp = &st.deltanet;
+  ASSERT_NE(dp, nullptr);
+  const models::DeltaNetDesc& d = *dp;
+  const int64_t D = md.dim, S = kern::kDeltaChunk, n = S, C = d.conv_dim(), V = d.n_v_heads * d.v_dim;
+  const double tol = 16 * 0x1p-11;
+  for (float scale : {0.01f, 0.1f}) {
+    std::mt19937 rng(36);
+    std::uniform_real_distribution<float> u(-scale, scale), ux(-2.0f, 2.0f);
+    std::deque<std::vector<float>> store;
+    auto rnd = [&](int64_t k) -> std::span<const float> {
+      store.emplace_back(static_cast<size_t>(k));
+      for (float& x : store.back()) x = round_fp16(u(rng));
+      return store.back();
+    };
+    auto mat = [&](int64_t rows, int64_t cols) { return quant::Mat::f32(rnd(rows * cols), rows, cols); };
+    kern::DeltaNetWeights W;
+    W.qkv = mat(C, D), W.z = mat(V, D), W.b = mat(d.n_v_heads, D), W.a = mat(d.n_v_heads, D), W.out = mat(D, V);
+    W.conv = rnd(C * d.conv_kernel), W.a_log = rnd(d.n_v_heads), W.dt_bias = rnd(d.n_v_heads);
+    W.norm = store.emplace_back(static_cast<size_t>(d.v_dim), 1.0f);
+    std::vector<float> xn(static_cast<size_t>(D * S));
+    for (float& x : xn) x = round_fp16(ux(rng));
+    mil::ProgramBuilder pb;
+    auto& b = pb.function("main");
+    kern::BlobSet bs;
+    mil::Value valid = b.input("valid", kern::act_type(1, S));
+    mil::Value x = b.input("xn", kern::act_type(D, S));
+    b.output(kern::build_deltanet(b, d, W, bs, x, valid).out);
+    auto be = rt::create_backend("emulator");
+    auto k = be->compile(pb.build(mil::Dialect::kIos18), bs.weights());
+    k.status().throw_if_error();
+    auto in = k.value()->make_inputs(0, be->profile()), out = k.value()->make_outputs(0, be->profile());
+    const std::vector<float> ones(static_cast<size_t>(S), 1.0f);
+    in[0].write(ones.data());
+    in[1].write(xn.data());
+    rt::Surface* ip[2] = {&in[0], &in[1]};
+    rt::Surface* op[1] = {&out[0]};
+    be->evaluate(*k.value(), 0, ip, op).throw_if_error();
+    std::vector<float> got(static_cast<size_t>(out[0].numel()));
+    out[0].read(got.data());
+    ASSERT_EQ(got.size(), static_cast<size_t>(D * S));
+    ASSERT_TRUE(q35_all_finite(got));
+    const std::vector<double> want = q35dn_reference(d, W, D, xn, n);
+    double e = 0, m = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      e = std::max(e, std::abs(got[i] - want[i]));
+      m = std::max(m, std::abs(want[i]));
+    }
+    std::printf("[qwen3.5-0.8b mixer] weights +-%.2f: max |out| %.2e, error %.2e of it (tolerance %.2e)\n", scale, m,
+                e / m, tol);
+    EXPECT_LT(e / m, tol) << "weights +-" << scale;
   }
 }
 
