@@ -17,31 +17,14 @@
 #include "infer/load.h"
 #include "models/arch/tensors.h"
 #include "models/io/adapter.h"
+#include "tests/common/lora_adapter.h"
 #include "tests/common/test_data.h"
 
 namespace anelab {
 namespace {
 
-// A rank-`rank` adapter on every projection of every layer of `c`, seeded values (B non-zero: it changes the model).
 models::LoraAdapter lora_rt_adapter(const models::ModelConfig& c, int64_t rank, uint64_t seed) {
-  models::LoraAdapter a;
-  a.rank = rank, a.alpha = 2.0f * float(rank);
-  uint64_t s = seed;
-  auto next = [&] {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    return float(double(s >> 11) * 0x1.0p-53 - 0.5) * 0.2f;
-  };
-  for (const models::TensorSpec& t : models::canonical_tensors(c)) {
-    const std::string leaf = t.name.substr(t.name.rfind('.') + 1);
-    if (!t.name.starts_with("layers.") || t.shape.size() != 2 ||
-        !(leaf == "wq" || leaf == "wk" || leaf == "wv" || leaf == "wo" || leaf == "w1" || leaf == "w2" || leaf == "w3"))
-      continue;
-    models::LoraPair p{t.name, t.shape[1], t.shape[0], {}, {}};
-    for (int64_t i = 0; i < a.rank * p.in; ++i) p.a.push_back(next());
-    for (int64_t i = 0; i < p.out * a.rank; ++i) p.b.push_back(next());
-    a.pairs.push_back(std::move(p));
-  }
-  return a;
+  return test::seeded_lora_adapter(c, rank, 2.0f * float(rank), seed, 0.2f);
 }
 
 // stories260K as loaded by `infer` (fp32), optionally with `merge` merged at scale 1; null when the data is absent.

@@ -20,32 +20,16 @@
 #include "models/io/adapter.h"
 #include "models/io/export.h"
 #include "models/io/load_any.h"
+#include "tests/common/lora_adapter.h"
 #include "tests/common/test_data.h"
 #include "tests/serve/http_test_helpers.h"
 
 namespace anelab::serve {
 namespace {
 
-// A rank-4 adapter on every projection of `c` (seeded; B non-zero), strong enough to change greedy answers.
+// Strong enough to change greedy answers.
 models::LoraAdapter lora_serve_adapter(const models::ModelConfig& c, uint64_t seed) {
-  models::LoraAdapter a;
-  a.rank = 4, a.alpha = 8;
-  uint64_t s = seed;
-  auto next = [&] {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    return float(double(s >> 11) * 0x1.0p-53 - 0.5) * 0.3f;
-  };
-  for (const models::TensorSpec& t : models::canonical_tensors(c)) {
-    const std::string leaf = t.name.substr(t.name.rfind('.') + 1);
-    if (!t.name.starts_with("layers.") || t.shape.size() != 2 ||
-        !(leaf == "wq" || leaf == "wk" || leaf == "wv" || leaf == "wo" || leaf == "w1" || leaf == "w2" || leaf == "w3"))
-      continue;
-    models::LoraPair p{t.name, t.shape[1], t.shape[0], {}, {}};
-    for (int64_t i = 0; i < a.rank * p.in; ++i) p.a.push_back(next());
-    for (int64_t i = 0; i < p.out * a.rank; ++i) p.b.push_back(next());
-    a.pairs.push_back(std::move(p));
-  }
-  return a;
+  return anelab::test::seeded_lora_adapter(c, 4, 8.0f, seed, 0.3f);
 }
 
 struct LoraServeFiles {
