@@ -248,7 +248,7 @@ class Converter {
   static std::string natural_range(int64_t a, int64_t b) {
     std::string out;
     int64_t low = 0, high = 9;  // the numbers of this many digits
-    for (int digits = 1; low <= b; ++digits, low = high + 1, high = high * 10 + 9) {
+    for (; low <= b; low = high + 1, high = high * 10 + 9) {
       const int64_t x = std::max(a, low), y = std::min(b, high);
       if (x > y) continue;
       out += (out.empty() ? "" : " | ") + same_length(std::to_string(x), std::to_string(y));
