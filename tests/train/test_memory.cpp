@@ -20,6 +20,7 @@
 #include "tests/common/test_data.h"
 #include "tests/train/helpers.h"
 #include "train/cpu_model.h"
+#include "train/data.h"
 #include "train/lora.h"
 #include "train/lora_run.h"
 #include "train/trainer.h"
