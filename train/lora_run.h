@@ -43,6 +43,8 @@ class LoraEngine final : public StepEngine {
   LoraEngine(const ParamLayout& layout, FrozenBase base, const LoraLayout& lora, uint64_t seed);
   LoraEngine(const ParamLayout& layout, std::vector<float> base, const LoraLayout& lora, uint64_t seed)
       : LoraEngine(layout, FrozenBase(layout, std::move(base)), lora, seed) {}
+  LoraEngine(const LoraEngine&) = delete;  // (the model holds a pointer to base_)
+  LoraEngine& operator=(const LoraEngine&) = delete;
   std::string name() const override { return steps_ ? steps_->name() + "-lora" : "cpu-lora"; }
   int compiles_needed() const override { return steps_ ? steps_->compiles_needed() : 0; }
   int compiles_left() const override { return steps_ ? steps_->compiles_left() : -1; }
