@@ -936,6 +936,40 @@ std::optional<ApiError> parse_body_object(std::string_view body, const Limits& l
 }
 }  // namespace
 
+std::optional<ApiError> parse_slot_action(std::string_view path, std::string_view target, std::string_view body,
+                                          const Limits& lim, SlotActionRequest& out) {
+  out = SlotActionRequest{};
+  const std::string_view id = path.substr(std::string_view("/slots/").size());
+  if (id.empty() || id.size() > 6 || id.find_first_not_of("0123456789") != std::string_view::npos)
+    return bad("id_slot '" + std::string(id) + "' in the path is not a slot number", "id_slot");
+  out.slot = std::stoul(std::string(id));
+  std::string_view action;
+  if (const size_t q = target.find('?'); q != std::string_view::npos)
+    for (std::string_view rest = target.substr(q + 1); !rest.empty();) {
+      const size_t amp = rest.find('&');
+      const std::string_view kv = rest.substr(0, amp);
+      if (kv.substr(0, 7) == "action=") action = kv.substr(7);
+      rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+    }
+  if (action == "save") {
+    out.action = SlotAction::kSave;
+  } else if (action == "restore") {
+    out.action = SlotAction::kRestore;
+  } else if (action == "erase") {
+    out.action = SlotAction::kErase;
+    return std::nullopt;
+  } else {
+    return bad(
+        "action '" + std::string(action) + "' is not a slot action (save, restore, erase: /slots/ID?action=save)",
+        "action");
+  }
+  json o;
+  if (auto e = parse_body_object(body, lim, "{\"filename\": NAME}", o)) return e;
+  if (!o.contains("filename") || !o["filename"].is_string()) return bad("'filename' must be a string", "filename");
+  out.filename = o["filename"].get<std::string>();
+  return std::nullopt;
+}
+
 std::optional<ApiError> parse_tokenize(std::string_view body, const Limits& lim, TokenizeRequest& out) {
   out = TokenizeRequest{};
   json o;
@@ -1062,6 +1096,24 @@ std::string prometheus_metrics(const MetricsSnapshot& m) {
   prom_metric(o, "anelab_prompt_tokens_cached_total", "counter",
               "Prompt tokens of finished requests taken from the prompt cache (not prefilled again).",
               one(double(m.cached_tokens)));
+  if (const PromptCacheFigures& c = m.prompt_cache; c.enabled) {
+    prom_metric(o, "anelab_prompt_store_capacity_bytes", "gauge", "The prompt store's bound (--cache-ram).",
+                one(double(c.capacity_bytes)));
+    prom_metric(o, "anelab_prompt_store_bytes", "gauge",
+                "Bytes held by the prompt store (K/V rows, recurrent states, tokens and LoRA scales of its entries).",
+                one(double(c.bytes)));
+    prom_metric(o, "anelab_prompt_store_entries", "gauge", "Sequences held by the prompt store.",
+                one(double(c.entries)));
+    prom_metric(o, "anelab_prompt_store_hits_total", "counter",
+                "Requests whose cached prefix came from the prompt store.", one(double(c.hits)));
+    prom_metric(o, "anelab_prompt_store_hit_tokens_total", "counter",
+                "Prompt tokens taken from the prompt store (not prefilled again).", one(double(c.hit_tokens)));
+    prom_metric(o, "anelab_prompt_store_stored_total", "counter",
+                "Sequences moved into the prompt store from a slot taken for another prompt.", one(double(c.stored)));
+    prom_metric(o, "anelab_prompt_store_evicted_total", "counter",
+                "Sequences dropped from the prompt store, least recently used first, to stay within its bound.",
+                one(double(c.evicted)));
+  }
   prom_metric(o, "anelab_draft_tokens_total", "counter", "Tokens drafted by prompt lookup (--draft-max).",
               one(double(m.drafted)));
   prom_metric(o, "anelab_draft_tokens_accepted_total", "counter",
