@@ -897,8 +897,10 @@ const char* llama_stop_type(const std::string& stop_reason) {
 json llama_completion_json(const ResponseMeta& m, const std::string& text, const std::string& stop_reason,
                            const Usage& u) {
   const double pms = u.prefill_ms, dms = u.decode_ms;
-  const int64_t pn = u.prompt_tokens, dn = u.completion_tokens;
-  json t{{"prompt_n", pn},
+  // llama.cpp's timings: prompt_n the prompt tokens evaluated, cache_n those taken from the prompt cache.
+  const int64_t pn = u.prompt_tokens - u.cached_tokens, dn = u.completion_tokens;
+  json t{{"cache_n", u.cached_tokens},
+         {"prompt_n", pn},
          {"prompt_ms", pms},
          {"prompt_per_token_ms", pn > 0 ? pms / static_cast<double>(pn) : 0.0},
          {"prompt_per_second", tps(pn, pms)},
@@ -906,11 +908,16 @@ json llama_completion_json(const ResponseMeta& m, const std::string& text, const
          {"predicted_ms", dms},
          {"predicted_per_token_ms", dn > 0 ? dms / static_cast<double>(dn) : 0.0},
          {"predicted_per_second", tps(dn, dms)}};
-  json j{{"content", text},        {"stop", true},
-         {"model", m.model},       {"stop_type", llama_stop_type(stop_reason)},
-         {"stopping_word", ""},    {"tokens_predicted", dn},
-         {"tokens_evaluated", pn}, {"tokens_cached", 0},
-         {"truncated", false},     {"timings", t}};
+  json j{{"content", text},
+         {"stop", true},
+         {"model", m.model},
+         {"stop_type", llama_stop_type(stop_reason)},
+         {"stopping_word", ""},
+         {"tokens_predicted", dn},
+         {"tokens_evaluated", u.prompt_tokens},
+         {"tokens_cached", u.cached_tokens},
+         {"truncated", false},
+         {"timings", t}};
   if (!m.note.empty()) j["note"] = m.note;
   return j;
 }

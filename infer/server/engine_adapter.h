@@ -9,6 +9,9 @@
 // LoRA adapters (--lora) are runtime products of the engines (Engine::add_lora), not merged: each request runs with
 // its own scales (its `lora` field, else the global ones of POST /lora-adapters) on its slot, so requests with
 // different adapters share a batch; a worker's prompt cache is reused only by a request with the same scales.
+// Prompt cache: a request takes the longest cached prefix of its prompt among its slot, the other idle slots and the
+// prompt store of --cache-ram (infer/server/prompt_store.h), into which a slot's sequence moves when the slot is taken
+// for another prompt; --slot-save-path saves and restores a slot's sequence to a file (slot_action).
 #pragma once
 #include <cstdint>
 #include <functional>

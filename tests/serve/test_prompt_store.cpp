@@ -307,6 +307,18 @@ TEST(SlotFile, HttpRoutesSlotsPropsAndMetrics) {
       roundtrip(port, request("POST", "/completion",
                               R"({"prompt": "Once upon a time", "n_predict": 4, "lora": [{"id": 0, "scale": 0.25}]})"));
   EXPECT_EQ(status_of(resp), 200);
+  // Another prompt takes the slot, then the first comes back from the store: llama.cpp's tokens_cached, and
+  // timings.cache_n / prompt_n (tokens taken from the cache / evaluated).
+  const std::string lora = R"("lora": [{"id": 0, "scale": 0.25}])";
+  roundtrip(port, request("POST", "/completion", R"({"prompt": "The dog ran", "n_predict": 2, )" + lora + "}"));
+  resp = roundtrip(
+      port, request("POST", "/completion", R"({"prompt": "Once upon a time, there", "n_predict": 4, )" + lora + "}"));
+  const nlohmann::json back = body_json(resp);
+  EXPECT_GE(back["tokens_cached"].get<int64_t>(), 4) << back.dump();
+  EXPECT_EQ(back["timings"]["cache_n"], back["tokens_cached"]);
+  EXPECT_EQ(back["timings"]["prompt_n"].get<int64_t>(),
+            back["tokens_evaluated"].get<int64_t>() - back["tokens_cached"].get<int64_t>());
+  EXPECT_EQ(pool->prompt_cache().hits, 1u);
   resp = roundtrip(port, request("GET", "/slots", ""));
   EXPECT_EQ(body_json(resp)[0]["params"]["lora"], (nlohmann::json::array({{{"id", 0}, {"scale", 0.25}}})));
   EXPECT_GT(body_json(resp)[0]["n_cached"].get<int64_t>(), 4);
