@@ -8,6 +8,7 @@
 
 #include "framework/core/error.h"
 #include "framework/core/file.h"
+#include "framework/quant/mat.h"
 #include "models/formats/checkpoint_header.h"
 
 namespace anelab::serve {
@@ -112,7 +113,7 @@ nlohmann::ordered_json fingerprint_json(const SlotFingerprint& f) {
           {"kv_dim", f.kv_dim},
           {"kv_layers", f.kv_layers},
           {"kv_type", f.kv_type},
-          {"context", f.context},
+          {"dtype", f.dtype},
           {"delta_floats", f.delta_floats},
           {"conv_floats", f.conv_floats},
           {"weights", f.weights}};
@@ -140,6 +141,7 @@ SlotFingerprint slot_fingerprint(const infer::Engine& e) {
   SlotFingerprint f;
   f.arch = c.arch;
   f.kv_type = infer::kv_type_name(e.options().kv_type);
+  f.dtype = quant::wtype_name(e.options().dtype);
   f.vocab_size = c.vocab_size, f.n_layers = c.n_layers, f.dim = c.dim, f.kv_dim = c.kv_dim();
   f.kv_layers = e.kv_layers(), f.context = e.context();
   for (const models::LayerDesc& l : e.desc().layers)  // the state sizes of save_seq (infer/engine.h)

@@ -10,7 +10,7 @@
 //   - slot files, `--slot-save-path DIR` (POST /slots/{id}?action=save|restore): one slot's sequence in a versioned
 //     file, written atomically (framework/core/file.h), little-endian:
 //       magic "ANESLOT\0" (8 bytes), u32 version (kSlotFileVersion), u32 H, H bytes of a JSON header
-//         {"model": {"arch", "vocab_size", "n_layers", "dim", "kv_dim", "kv_layers", "kv_type", "context",
+//         {"model": {"arch", "vocab_size", "n_layers", "dim", "kv_dim", "kv_layers", "kv_type", "dtype",
 //                    "delta_floats", "conv_floats", "weights"},        (SlotFingerprint; weights: hex of a hash)
 //          "n_tokens", "lora": [scale of each adapter], "k_bytes", "v_bytes"},
 //       i32 tokens [n_tokens], K rows then V rows ([kv_layers, n_tokens, kv_dim] of kv_type each), f32 delta-rule
@@ -71,8 +71,9 @@ class PromptStore {
 
 // What identifies the model a slot file's sequence belongs to (the "model" object of its header).
 struct SlotFingerprint {
-  std::string arch, kv_type;
-  int64_t vocab_size = 0, n_layers = 0, dim = 0, kv_dim = 0, kv_layers = 0, context = 0;
+  std::string arch, kv_type, dtype;  // dtype: the engine's compute type of the weight matrices
+  int64_t vocab_size = 0, n_layers = 0, dim = 0, kv_dim = 0, kv_layers = 0;
+  int64_t context = 0;  // not a field of the file: a sequence of up to this many positions fits
   int64_t delta_floats = 0, conv_floats = 0;
   std::string weights;  // hex FNV-1a 64 over each tensor's name, dtype, shape and its first and last 4 KiB
 };

@@ -283,6 +283,12 @@ TEST(SlotFile, SaveRestoreContinuesTheSameAndRefusesBadFiles) {
   pstore_run(*merged, a);
   ASSERT_FALSE(merged->slot_action(0, SlotAction::kSave, "merged.bin", out));
   refused(*pool, SlotAction::kRestore, "merged.bin", "model.weights is");
+  ModelOptions o16;  // the same model with an fp16 KV cache
+  o16.load.model = anelab::test::data_path("llama2c/stories260K.bin");
+  o16.load.tokenizer = anelab::test::data_path("llama2c/tok512.bin");
+  o16.load.backend = "cpu", o16.load.kv_type = "f16", o16.warmup_tokens = 0, o16.slot_save_path = dir;
+  ModelPool f16(o16, 1);
+  refused(f16, SlotAction::kRestore, "a.bin", R"(model.kv_type is "f32", this server's model has "f16")");
   auto no_dir = pstore_pool(0);
   const auto e = no_dir->slot_action(0, SlotAction::kSave, "a.bin", out);
   ASSERT_TRUE(e);
