@@ -187,6 +187,79 @@ TEST(PromptStore, StaysWithinItsBoundOverDistinctPrompts) {
               static_cast<unsigned long long>(f.evicted));
 }
 
+// A request of token ids on worker w.
+GenOutcome pstore_run_ids(ModelPool& pool, const std::vector<int32_t>& ids, int64_t max_tokens, size_t w,
+                          bool cache = true) {
+  const nlohmann::json b{{"prompt", ids}, {"max_tokens", max_tokens}, {"temperature", 0}, {"cache_prompt", cache}};
+  CompletionRequest r;
+  auto e = parse_request(Endpoint::kCompletions, b.dump(), Limits{}, r);
+  EXPECT_FALSE(e) << (e ? e->message : "");
+  GenParams p;
+  EXPECT_FALSE(pool.prepare(r, p));
+  Job job(p);
+  job.started = std::chrono::steady_clock::now();
+  return pool.run(w, job);
+}
+
+std::vector<int32_t> pstore_ids(ModelPool& pool, const std::string& text, bool bos) {
+  std::vector<int32_t> ids;
+  EXPECT_FALSE(pool.tokenize(text, bos, ids, nullptr));
+  return ids;
+}
+
+template <class... T>
+std::vector<int32_t> pstore_cat(const std::vector<int32_t>& a, const T&... rest) {
+  std::vector<int32_t> out = a;
+  (out.insert(out.end(), rest.begin(), rest.end()), ...);
+  return out;
+}
+
+// Qwen3.5 (the tiny Hugging Face fixture with tok512, whose vocabulary of 512 it shares): an engine per worker, each
+// with one recurrent state. A sequence worker 0 computed moves into the store when its slot is taken for another
+// prompt, and worker 1 (another engine) continues it from the store, K/V and DeltaNet states restored: the greedy
+// answer is the one worker 0 gives without the cache. A prompt that shares only part of a cached sequence is prefilled
+// from 0 (a recurrent state exists only at the end of its sequence). A slot file carries the states to another server.
+// Requests of 1 token leave the slot holding exactly the prompt.
+TEST(PromptStore, Qwen35StatesComeBackFromTheStoreAndSlotFiles) {
+  const std::string tok = anelab::test::data_path("llama2c/tok512.bin"), story = pstore_story();
+  if (!std::filesystem::exists(tok) || story.empty()) GTEST_SKIP() << "shared data absent: tok512 or tinystories";
+  const std::string dir = anelab::test::temp_dir("prompt_store_q35").string();
+  ModelOptions o;
+  o.load.model = anelab::test::source_path("tests/fixtures/hf/qwen35_bf16");
+  o.load.tokenizer = tok, o.load.backend = "cpu", o.warmup_tokens = 0, o.cache_ram_mib = 16, o.slot_save_path = dir;
+  ModelPool pool(o, 2);
+  const std::vector<int32_t> a = pstore_ids(pool, story.substr(0, 300), true),
+                             b = pstore_ids(pool, story.substr(1000, 200), true),
+                             x = pstore_ids(pool, " Then they went home.", false);
+  ASSERT_LT(a.size() + x.size() + 16, 256u);
+  pstore_run_ids(pool, a, 1, 0);
+  pstore_run_ids(pool, b, 1, 0);  // a's sequence (K/V and states at its end) moves into the store
+  const GenOutcome from_store = pstore_run_ids(pool, pstore_cat(a, x), 16, 1);
+  EXPECT_EQ(from_store.usage.cached_tokens, static_cast<int64_t>(a.size())) << "a did not come from the store";
+  EXPECT_EQ(pool.prompt_cache().hits, 1u);
+  const GenOutcome fresh = pstore_run_ids(pool, pstore_cat(a, x), 16, 0, false);
+  EXPECT_EQ(fresh.usage.cached_tokens, 0);
+  EXPECT_EQ(from_store.text, fresh.text) << "the restored states answer differently from a fresh prefill";
+  // Part of a cached sequence only: no state there, prefilled from 0.
+  const std::vector<int32_t> part = pstore_cat(std::vector<int32_t>(a.begin(), a.end() - 5), x);
+  EXPECT_EQ(pstore_run_ids(pool, part, 1, 1).usage.cached_tokens, 0);
+  // Slot 1 now holds `part`, its states at its end: saved, restored into another server, continued.
+  nlohmann::json out;
+  ASSERT_FALSE(pool.slot_action(1, SlotAction::kSave, "q.bin", out));
+  EXPECT_EQ(out["n_saved"], part.size());
+  o.cache_ram_mib = 0;
+  ModelPool other(o, 1);
+  ASSERT_FALSE(other.slot_action(0, SlotAction::kRestore, "q.bin", out));
+  const GenOutcome restored = pstore_run_ids(other, pstore_cat(part, x), 16, 0);
+  EXPECT_EQ(restored.usage.cached_tokens, static_cast<int64_t>(part.size()));
+  EXPECT_EQ(restored.text, pstore_run_ids(pool, pstore_cat(part, x), 16, 0, false).text);
+  std::printf(
+      "[prompt store] qwen35: %zu-token prompt, prefill %.2f ms fresh, %.2f ms with %lld tokens and the "
+      "states from the store\n",
+      a.size() + x.size(), fresh.usage.prefill_ms, from_store.usage.prefill_ms,
+      static_cast<long long>(from_store.usage.cached_tokens));
+}
+
 // The LoRA adapter file and a model with it merged (another model's weights, same shapes).
 struct PstoreFiles {
   std::string dir, adapter, merged;
