@@ -184,9 +184,9 @@ void add_serve_command(CLI::App& app) {
       ->check(number_in(0, 3600));
   s->add_option("--cache-ram", a->model.cache_ram_mib,
                 "Prompt store in host RAM, MiB (llama.cpp's --cache-ram): a slot taken for another prompt moves its "
-                "cached sequence there (K/V, and recurrent states), an LRU bounded in bytes; 0: off")
+                "cached sequence there (K/V, and recurrent states), an LRU bounded in bytes; 0: off, -1: no bound")
       ->capture_default_str()
-      ->check(number_in(0, 1 << 24));
+      ->check(number_in(-1, 1 << 24));
   s->add_option("--slot-save-path", a->model.slot_save_path,
                 "Directory of slot files for POST /slots/{id}?action=save|restore (llama.cpp's; default: off)");
   s->add_flag("!--no-log", a->server.log_requests, "Do not log one line per request on stderr");

@@ -73,7 +73,7 @@ struct ModelOptions {
   int32_t draft_max = 0;        // speculative decoding with prompt-lookup drafts (infer::GenerateOptions)
   std::string draft_model;      // with a draft model instead (--model-draft; draft_max 0: infer::kDefaultDraftMax)
   int64_t batch_chunk = 128;    // continuous batching: the most prompt tokens of one slot prefilled per step
-  int64_t cache_ram_mib = 0;    // --cache-ram: the prompt store's bound in MiB (infer/server/prompt_store.h); 0: off
+  int64_t cache_ram_mib = 0;    // --cache-ram: the prompt store's bound in MiB (prompt_store.h); 0: off, -1: no bound
   std::string slot_save_path;   // --slot-save-path: the directory of slot files; empty: slot save / restore refused
   std::function<void(const std::string&)> progress;  // start-up progress lines (load, warm-up); empty: silent
 };
