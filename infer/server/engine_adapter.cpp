@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 #include <random>
 
@@ -245,8 +246,8 @@ ModelPool::ModelPool(const ModelOptions& o, size_t workers) : impl_(std::make_un
   impl_->cached.resize(n);
   impl_->cached_lora.resize(n);
   impl_->busy.assign(n, 0);
-  impl_->store =
-      std::make_unique<PromptStore>(o.cache_ram_mib * (int64_t(1) << 20), impl_->engines.front()->state_bytes() > 0);
+  const int64_t store_bytes = o.cache_ram_mib < 0 ? std::numeric_limits<int64_t>::max() : o.cache_ram_mib << 20;
+  impl_->store = std::make_unique<PromptStore>(store_bytes, impl_->engines.front()->state_bytes() > 0);
   impl_->fingerprint = slot_fingerprint(*impl_->engines.front());
   for (size_t i = 0; i < o.load.lora.size(); ++i)
     impl_->lora_global.push_back(i < o.load.lora_scale.size() ? o.load.lora_scale[i] : 1.0f);

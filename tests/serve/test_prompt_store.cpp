@@ -13,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -159,6 +160,9 @@ TEST(PromptStore, PrefixEvictedFromTheSlotIsReusedFromTheStore) {
   EXPECT_EQ(back.text, fresh.text) << "the stored K/V answer differently from a fresh prefill";
   const PromptCacheFigures f = pool->prompt_cache();
   EXPECT_TRUE(f.enabled);
+  EXPECT_EQ(f.capacity_bytes, int64_t(64) << 20);
+  EXPECT_EQ(pstore_pool(-1)->prompt_cache().capacity_bytes, std::numeric_limits<int64_t>::max()) << "-1: no bound";
+  EXPECT_FALSE(plain->prompt_cache().enabled);
   EXPECT_EQ(f.hits, 1u);
   EXPECT_EQ(f.hit_tokens, static_cast<uint64_t>(back.usage.cached_tokens));
   EXPECT_EQ(f.stored, 2u);  // a's sequence, then other's when a came back
