@@ -596,11 +596,12 @@ std::optional<ApiError> ModelPool::slot_action(size_t w, SlotAction a, const std
       return bad_request("filename '" + filename + "': no such file in --slot-save-path", "filename", "");
     PromptStore::Entry x;
     const int64_t read = read_slot_file(path, m.fingerprint, x);
-    std::lock_guard<std::mutex> lk(m.cache_mu);
-    if (x.lora.size() != m.lora_global.size())
+    const size_t adapters = m.opt.load.lora.size();
+    if (x.lora.size() != adapters)
       return bad_request("slot file " + filename + ": lora holds " + std::to_string(x.lora.size()) +
-                             " scales, this server has " + std::to_string(m.lora_global.size()) + " adapters",
+                             " scales, this server has " + std::to_string(adapters) + " adapters",
                          "filename", "");
+    std::lock_guard<std::mutex> lk(m.cache_mu);
     if (m.busy[w]) return busy();
     e.restore_seq(slot, x.seq);
     m.cached[w] = x.tokens;

@@ -22,6 +22,7 @@
 #include "infer/server/engine_adapter.h"
 #include "infer/server/http_server.h"
 #include "infer/server/prompt_store.h"
+#include "models/formats/checkpoint_header.h"
 #include "models/io/adapter.h"
 #include "models/io/export.h"
 #include "models/io/load_any.h"
@@ -356,6 +357,21 @@ TEST(SlotFile, SaveRestoreContinuesTheSameAndRefusesBadFiles) {
   refused(*pool, SlotAction::kRestore, "v9.bin", "version 9");
   write_file_atomic(dir + "/short.bin", good.data(), 20);
   refused(*pool, SlotAction::kRestore, "short.bin", "not a slot file");
+  {  // a header field out of range, the checksum made right again: the field is named
+    const uint32_t hlen =
+        uint32_t(good[12]) | uint32_t(good[13]) << 8 | uint32_t(good[14]) << 16 | uint32_t(good[15]) << 24;
+    nlohmann::json h = nlohmann::json::parse(good.begin() + 16, good.begin() + 16 + hlen);
+    h["n_tokens"] = 9999;
+    const std::string hs = h.dump();
+    std::vector<uint8_t> f(good.begin(), good.begin() + 12);
+    for (int i = 0; i < 4; ++i) f.push_back(static_cast<uint8_t>(hs.size() >> (8 * i)));
+    f.insert(f.end(), hs.begin(), hs.end());
+    f.insert(f.end(), good.begin() + 16 + hlen, good.end() - 8);
+    const uint64_t sum = models::fnv1a64(models::kFnvOffset, f.data(), f.size());
+    for (int i = 0; i < 8; ++i) f.push_back(static_cast<uint8_t>(sum >> (8 * i)));
+    write_file_atomic(dir + "/n.bin", f.data(), f.size());
+    refused(*pool, SlotAction::kRestore, "n.bin", "n_tokens 9999 outside [1, 512]");
+  }
   auto merged = pstore_pool(0, dir, {}, files->merged);  // same shapes, other weights
   pstore_run(*merged, a);
   ASSERT_FALSE(merged->slot_action(0, SlotAction::kSave, "merged.bin", out));
