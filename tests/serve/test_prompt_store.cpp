@@ -10,6 +10,7 @@
 //     /metrics the store.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -382,6 +383,20 @@ TEST(SlotFile, SaveRestoreContinuesTheSameAndRefusesBadFiles) {
   o16.load.backend = "cpu", o16.load.kv_type = "f16", o16.warmup_tokens = 0, o16.slot_save_path = dir;
   ModelPool f16(o16, 1);
   refused(f16, SlotAction::kRestore, "a.bin", R"(model.kv_type is "f32", this server's model has "f16")");
+  // A slot that is generating is a 409 (polled while a 350-token prompt runs on it).
+  std::atomic<bool> done{false};
+  std::thread gen([&] {
+    pstore_run(*pool, a + " Then", false);
+    done = true;
+  });
+  int busy = 0;
+  while (!done) {
+    nlohmann::json o;
+    if (const auto be = pool->slot_action(0, SlotAction::kErase, "", o); be && be->status == 409) ++busy;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  gen.join();
+  EXPECT_GT(busy, 0) << "no 409 while the slot generated";
   auto no_dir = pstore_pool(0);
   const auto e = no_dir->slot_action(0, SlotAction::kSave, "a.bin", out);
   ASSERT_TRUE(e);
