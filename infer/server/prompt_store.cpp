@@ -105,7 +105,7 @@ std::string hex64(uint64_t v) {
   return b;
 }
 
-nlohmann::ordered_json fingerprint_json(const SlotFingerprint& f) {
+nlohmann::json fingerprint_json(const SlotFingerprint& f) {
   return {{"arch", f.arch},
           {"vocab_size", f.vocab_size},
           {"n_layers", f.n_layers},
@@ -171,11 +171,11 @@ int64_t write_slot_file(const std::string& path, const SlotFingerprint& fp, cons
                         const std::vector<float>& lora, const infer::Engine::SeqSnapshot& seq) {
   ANELAB_CHECK(static_cast<int64_t>(tokens.size()) == seq.n, "serve", "slot file ", path, ": ", tokens.size(),
                " tokens for a sequence of ", seq.n);
-  const nlohmann::ordered_json header{{"model", fingerprint_json(fp)},
-                                      {"n_tokens", seq.n},
-                                      {"lora", lora},
-                                      {"k_bytes", seq.k.size()},
-                                      {"v_bytes", seq.v.size()}};
+  const nlohmann::json header{{"model", fingerprint_json(fp)},
+                              {"n_tokens", seq.n},
+                              {"lora", lora},
+                              {"k_bytes", seq.k.size()},
+                              {"v_bytes", seq.v.size()}};
   const std::string h = header.dump();
   std::vector<uint8_t> out;
   out.reserve(static_cast<size_t>(seq.bytes()) + h.size() + tokens.size() * 4 + 32);
@@ -219,7 +219,7 @@ int64_t read_slot_file(const std::string& path, const SlotFingerprint& fp, Promp
     bad(std::string("header is not JSON: ") + e.what());
   }
   // Each field of the model, against this server's: the first that differs is named.
-  const nlohmann::ordered_json mine = fingerprint_json(fp);
+  const nlohmann::json mine = fingerprint_json(fp);
   if (!h.contains("model") || !h["model"].is_object()) bad("header has no \"model\" object");
   for (const auto& [k, v] : mine.items()) {
     const nlohmann::json& theirs = h["model"].contains(k) ? h["model"][k] : nlohmann::json(nullptr);
