@@ -136,7 +136,23 @@ void put_bytes(std::vector<uint8_t>& out, const void* p, size_t n) {
 
 }  // namespace
 
-SlotFingerprint slot_fingerprint(const infer::Engine& e) {
+std::string slot_weights_hash(const models::Model& m) {
+  uint64_t h = models::kFnvOffset;
+  for (const models::Tensor& t : m.tensors()) {
+    h = models::fnv1a64(h, t.name.data(), t.name.size());
+    const auto dt = static_cast<int64_t>(t.dtype);
+    h = models::fnv1a64(h, &dt, sizeof dt);
+    for (int64_t d : t.shape) h = models::fnv1a64(h, &d, sizeof d);
+    const auto n = static_cast<size_t>(t.nbytes), edge = std::min(n, kSlotHashEdge);
+    if (t.data) {
+      h = models::fnv1a64(h, t.data, edge);
+      h = models::fnv1a64(h, t.data + (n - edge), edge);
+    }
+  }
+  return hex64(h);
+}
+
+SlotFingerprint slot_fingerprint(const infer::Engine& e, std::string weights_hash) {
   const models::ModelConfig& c = e.config();
   SlotFingerprint f;
   f.arch = c.arch;
@@ -151,19 +167,7 @@ SlotFingerprint slot_fingerprint(const infer::Engine& e) {
         f.delta_floats += d.n_v_heads * d.k_dim * d.v_dim;
         f.conv_floats += (d.conv_kernel - 1) * d.conv_dim();
       }
-  uint64_t h = models::kFnvOffset;
-  for (const models::Tensor& t : e.model().tensors()) {
-    h = models::fnv1a64(h, t.name.data(), t.name.size());
-    const auto dt = static_cast<int64_t>(t.dtype);
-    h = models::fnv1a64(h, &dt, sizeof dt);
-    for (int64_t d : t.shape) h = models::fnv1a64(h, &d, sizeof d);
-    const auto n = static_cast<size_t>(t.nbytes), edge = std::min(n, kSlotHashEdge);
-    if (t.data) {
-      h = models::fnv1a64(h, t.data, edge);
-      h = models::fnv1a64(h, t.data + (n - edge), edge);
-    }
-  }
-  f.weights = hex64(h);
+  f.weights = std::move(weights_hash);
   return f;
 }
 

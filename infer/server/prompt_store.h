@@ -75,9 +75,13 @@ struct SlotFingerprint {
   int64_t vocab_size = 0, n_layers = 0, dim = 0, kv_dim = 0, kv_layers = 0;
   int64_t context = 0;  // not a field of the file: a sequence of up to this many positions fits
   int64_t delta_floats = 0, conv_floats = 0;
-  std::string weights;  // hex FNV-1a 64 over each tensor's name, dtype, shape and its first and last 4 KiB
+  std::string weights;  // slot_weights_hash of the model as loaded
 };
-SlotFingerprint slot_fingerprint(const infer::Engine& e);
+// Hex FNV-1a 64 over each tensor's name, dtype, shape and its first and last 4 KiB, taken before an engine holds the
+// model (Engine::tiled_rows may rewrite Q8_0 / Q4_K bytes in place, depending on how the file was loaded). The
+// adapters of --lora are not part of it (a slot file records their scales, and is refused for another count).
+std::string slot_weights_hash(const models::Model& m);
+SlotFingerprint slot_fingerprint(const infer::Engine& e, std::string weights_hash);
 
 inline constexpr uint32_t kSlotFileVersion = 1;
 // Writes `seq` with its tokens and scales to path atomically; returns the bytes written. Throws anelab::Error.
