@@ -173,6 +173,41 @@ TEST(PromptStore, PrefixEvictedFromTheSlotIsReusedFromTheStore) {
               static_cast<long long>(back.usage.cached_tokens));
 }
 
+// Slots of one engine (--parallel 2, continuous batching): a sequence saved from slot 0 is restored into slot 1 (the
+// store holds rows of one slot, not its place in the cache), next to another sequence on slot 0.
+TEST(PromptStore, SequenceOfOneSlotComesBackIntoAnother) {
+  const std::string story = pstore_story();
+  auto made = [] {
+    ModelOptions o;
+    o.load.model = anelab::test::data_path("llama2c/stories260K.bin");
+    o.load.tokenizer = anelab::test::data_path("llama2c/tok512.bin");
+    o.load.backend = "cpu", o.warmup_tokens = 0, o.cache_ram_mib = 64;
+    return std::filesystem::exists(o.load.model) && std::filesystem::exists(o.load.tokenizer)
+               ? std::make_unique<ModelPool>(o, 2)
+               : nullptr;
+  }();
+  if (!made || story.empty()) GTEST_SKIP() << "shared data absent: stories260K or tinystories";
+  ModelPool& pool = *made;
+  auto run_on = [&](const std::string& prompt, size_t w, bool cache) {
+    const nlohmann::json b{{"prompt", prompt}, {"max_tokens", 16}, {"temperature", 0}, {"cache_prompt", cache}};
+    CompletionRequest r;
+    EXPECT_FALSE(parse_request(Endpoint::kCompletions, b.dump(), Limits{}, r));
+    GenParams p;
+    EXPECT_FALSE(pool.prepare(r, p));
+    Job job(p);
+    job.started = std::chrono::steady_clock::now();
+    return pool.run(w, job);
+  };
+  const std::string a = story.substr(0, 700);
+  run_on(a + " Then", 0, true);
+  run_on(story.substr(1000, 500), 1, true);
+  run_on(story.substr(2000, 500), 0, true);  // slot 0 taken: a's sequence moves into the store
+  const GenOutcome back = run_on(a + " One day", 1, true);
+  EXPECT_GE(back.usage.cached_tokens, back.usage.prompt_tokens - 8) << "a did not come back into slot 1";
+  EXPECT_EQ(pool.prompt_cache().hits, 1u);
+  EXPECT_EQ(back.text, run_on(a + " One day", 0, false).text) << "restored into slot 1, a answers differently";
+}
+
 TEST(PromptStore, StaysWithinItsBoundOverDistinctPrompts) {
   auto pool = pstore_pool(1);  // 1 MiB: a few sequences of stories260K (kv 1280 bytes a position)
   const std::string story = pstore_story();
