@@ -59,8 +59,8 @@ class LoraEngine final : public StepEngine {
   uint64_t micro_batches() const { return micro_; }
   void set_micro_batches(uint64_t n) { micro_ = n; }
   const std::vector<float>& base() const { return base_; }
-  // The steps run on `e` from now on (`train --lora --strategy static`: make_kernel_lora_engine over base()); the
-  // compile counts are e's; loss() stays on the CPU.
+  // The steps run on `e` from now on (`train --lora --strategy static | dynamic`: make_kernel_lora_engine over base());
+  // the compile counts are e's; loss() stays on the CPU.
   void set_step_engine(std::unique_ptr<StepEngine> e) { steps_ = std::move(e); }
   // Mean loss with the adapters, no dropout (evaluation).
   double loss(const float* w, const Batch& b);

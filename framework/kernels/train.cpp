@@ -229,12 +229,10 @@ class KernelGen : public LayerSource {
       : kind_(kind),
         s_(s),
         dyn_(st == Strategy::kDynamic && kernel_has_weights(kind)),
-        lora_(st == Strategy::kStatic && kernel_has_weights(kind) && s.lora_rank > 0),
+        lora_(kernel_has_weights(kind) && s.lora_rank > 0),
         w_(w),
         b_(pb_.function("main")) {
     s.validate();
-    ANELAB_CHECK(s.lora_rank == 0 || st == Strategy::kStatic, "kernels", kernel_name(kind),
-                 ": LoRA adapters are inputs of the static strategy's kernels only");
     if (st == Strategy::kStatic && kernel_has_weights(kind)) {
       ANELAB_CHECK(w != nullptr, "kernels", kernel_name(kind), ": static strategy needs the layer weights");
       validate_train_weights(*w, s);
@@ -274,7 +272,7 @@ class KernelGen : public LayerSource {
   KernelKind kind_;
   TrainShape s_;
   bool dyn_;
-  bool lora_;  // static with adapters: activations and the adapters' bands are spatial bands of the input
+  bool lora_;  // adapters: the adapters' bands (and the activations) are spatial bands of the input
   const LayerWeights* w_;
   mil::ProgramBuilder pb_;
   mil::FunctionBuilder& b_;
@@ -324,9 +322,8 @@ void KernelGen::begin() {
       in_.add_spatial(name, weight_dims(name, s_).first, 1);
       slots_.push_back({name, name, false});
     }
-    in_.pad_spatial(rt::dense_width_multiple(in_.dtype()));  // dense device rows (row-stride rule)
   }
-  if (lora_) {  // A [r, in] and Bᵀ [r, out] of every targeted projection: r rows, never wider than the activations
+  if (lora_) {  // A [r, in] and Bᵀ [r, out] of every targeted projection (after the weights' bands when dynamic)
     for (const auto& name : order_) {
       if (!s_.lora_on(name)) continue;
       auto [o, i] = weight_dims(name, s_);
@@ -335,8 +332,8 @@ void KernelGen::begin() {
       slots_.push_back({name + ".lora_a", name + ".lora_a", false});
       slots_.push_back({name + ".lora_bt", name + ".lora_bt", false});
     }
-    in_.pad_spatial(rt::dense_width_multiple(in_.dtype()));
   }
+  if (dyn_ || lora_) in_.pad_spatial(rt::dense_width_multiple(in_.dtype()));  // dense device rows (row-stride rule)
   x_ = b_.input("x", in_.type());
 }
 
@@ -345,12 +342,13 @@ Value KernelGen::apply(const std::string& weight, const Value& x) {
   ANELAB_CHECK(it != mats_.end(), "kernels", kernel_name(kind_), ": weight '", weight, "' was not declared");
   const Mat& m = it->second;
   auto [o, i] = weight_dims(weight, s_);
+  Value y;  // W x (or Wᵀ x): from the weight's band (dynamic) or its baked blob (static)
   if (dyn_) {
     Value band = in(weight);
-    return m.holds_mt ? linear_runtime_t(b_, x, band) : linear_runtime(b_, x, band);
+    y = m.holds_mt ? linear_runtime_t(b_, x, band) : linear_runtime(b_, x, band);
+  } else {
+    y = linear(b_, x, blobs_.matrix(b_, m.tprod ? weight + "_t" : weight, train_weight(*w_, weight), o, i, m.tprod));
   }
-  Value y =
-      linear(b_, x, blobs_.matrix(b_, m.tprod ? weight + "_t" : weight, train_weight(*w_, weight), o, i, m.tprod));
   if (!lora_ || !s_.lora_on(weight)) return y;
   Value a = in(weight + ".lora_a"), bt = in(weight + ".lora_bt");  // A [1, r, 1, in], Bᵀ [1, r, 1, out]
   // W x + s B (A x): A is M [r, in], then B = (Bᵀ)ᵀ; Wᵀ x + s Aᵀ (Bᵀ x): Bᵀ is M [r, out], then Aᵀ
