@@ -146,10 +146,11 @@ struct LayerKernels {
 LayerKernels build_layer_kernels(const TrainShape& shape, Strategy strategy, const LayerWeights* w = nullptr);
 
 // LoRA bands (TrainShape::lora_rank > 0, either strategy): a weight-bearing kernel's input surface holds, for each
-// targeted projection W it multiplies, the spatial bands "W.lora_a" = A [r, in] and "W.lora_bt" = Bᵀ [r, out]
-// (WeightSlot weight names the same; activations are then spatial bands of width S too; under kDynamic they follow
-// the base weights' bands). Values of such a slot from A [r, in] and B [out, r] row-major; false when ws is not a
-// LoRA band.
+// targeted projection W it multiplies, the spatial bands "W.lora_a" (A) and "W.lora_bt" (B), each r columns wide
+// where its rows fit the surface's channels: Aᵀ [in, r] and B [out, r] (WeightSlot::transposed), else r rows high:
+// A [r, in] and Bᵀ [r, out] (WeightSlot weight names the same as the slots; activations are then spatial bands of
+// width S too; under kDynamic the LoRA bands follow the base weights' bands). Values of such a slot from A [r, in] and
+// B [out, r] row-major; false when ws is not a LoRA band.
 bool lora_slot_values(const WeightSlot& ws, std::span<const float> a, std::span<const float> b, const TrainShape& s,
                       std::vector<float>& out);
 // "wq" of "wq.lora_a" / "wq.lora_bt"; "" for a slot that is not a LoRA band.

@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "framework/core/error.h"
+#include "framework/kernels/train.h"
+#include "framework/runtime/device_profile.h"
 #include "models/formats/anelab_file.h"
 #include "tests/common/test_data.h"
 #include "tests/train/helpers.h"
@@ -230,6 +232,37 @@ TEST(LoraKernels, OverBudgetModelTrainsOnDynamic) {
   EXPECT_EQ(test::read_events(c.run_dir, "step").size(), 10u);
   EXPECT_TRUE(test::read_events(c.run_dir, "restart").empty());
   std::filesystem::remove_all(dir);
+}
+
+// The LoRA bands of the Qwen2.5-0.5B layer shape (D 896, H 4864, 14 / 2 heads of 64, r 8, every target) on the
+// dynamic kernels: they leave the surface's channels as they are, and where a band's in / out rows fit them it is r
+// columns wide: the backward kernels (whose surfaces are as high as every in / out they multiply) grow by 2r columns
+// per adapted projection, rounded up to the device's row multiple. (Bands r rows high would widen ffn_bwd by
+// 3·(896 + 4864) columns of 4864 channels: 168 MB per layer.)
+TEST(LoraKernels, LoraBandsAreUprightWhereTheyFit) {
+  kern::TrainShape s;
+  s.dim = 896, s.hidden = 4864, s.n_heads = 14, s.n_kv_heads = 2, s.head_dim = 64, s.seq = 64, s.rope_theta = 1e6;
+  kern::TrainShape l = s;
+  l.lora_rank = 8, l.lora_scale = 2, l.lora_targets = {"wq", "wk", "wv", "wo", "w1", "w3", "w2"};
+  const int64_t m = rt::dense_width_multiple(mil::DType::kFp16);
+  for (const auto& [kind, n] : {std::pair{kern::KernelKind::kFfnBwd, 3},
+                                {kern::KernelKind::kWoBwd, 1},
+                                {kern::KernelKind::kQkvBwd, 3},
+                                {kern::KernelKind::kAttnFwd, 4},
+                                {kern::KernelKind::kFfnFwd, 3}}) {
+    const kern::KernelSpec base = kern::build_kernel(kind, s, kern::Strategy::kDynamic);
+    const kern::KernelSpec lora = kern::build_kernel(kind, l, kern::Strategy::kDynamic);
+    EXPECT_EQ(lora.in.channels(), base.in.channels()) << lora.name;
+    int64_t bands = 0;
+    for (const kern::WeightSlot& ws : lora.weight_slots)
+      if (!kern::lora_slot_weight(ws).empty()) ++bands;
+    EXPECT_EQ(bands, 2 * n) << lora.name;
+    if (kind == kern::KernelKind::kAttnFwd || kind == kern::KernelKind::kFfnFwd) continue;  // some bands r rows high
+    EXPECT_LE(lora.in.spatial(), (base.in.spatial() + 2 * 8 * n + m - 1) / m * m) << lora.name;
+    std::printf("[lora bands %s] surface [%lld, %lld] -> [%lld, %lld]\n", lora.name.c_str(),
+                (long long)base.in.channels(), (long long)base.in.spatial(), (long long)lora.in.channels(),
+                (long long)lora.in.spatial());
+  }
 }
 
 // The kernel strategies take --lora, not adapter dropout.
