@@ -65,8 +65,8 @@ class LoraEngine final : public StepEngine {
   uint64_t micro_batches() const { return micro_; }
   void set_micro_batches(uint64_t n) { micro_ = n; }
   const FrozenBase& base() const { return base_; }
-  // The steps run on `e` from now on (`train --lora --strategy static`: make_kernel_lora_engine over base()); the
-  // compile counts are e's; loss() stays on the CPU. (A dense base: base().dense_data().)
+  // The steps run on `e` from now on (`train --lora --strategy static | dynamic`: make_kernel_lora_engine over base());
+  // the compile counts are e's; loss() stays on the CPU. (A dense base: base().dense_data().)
   void set_step_engine(std::unique_ptr<StepEngine> e) { steps_ = std::move(e); }
   // Mean loss with the adapters, no dropout (evaluation).
   double loss(const float* w, const Batch& b);

@@ -246,7 +246,7 @@ void Run::setup() {
     auto e = std::make_unique<LoraEngine>(layout, std::move(*lora_base), *lora, uint64_t(cfg.seed));
     lora_base.reset();
     e->set_micro_batches(uint64_t(step * cfg.accum_steps));  // the dropout stream where the run left it
-    if (cfg.strategy == "static")
+    if (cfg.strategy == "static" || cfg.strategy == "dynamic")
       e->set_step_engine(make_kernel_lora_engine(kernel_engine_options(cfg), layout, e->base().dense_data(), *lora));
     lora_engine = e.get();
     engine = std::move(e);
