@@ -5,15 +5,16 @@
 //   - a step starts when every active slot (begin() .. end()) has a request waiting: the slots waiting for a decode
 //     run together in one Engine::decode_batch (every weight matrix applied once to their rows), then each slot
 //     waiting for a prefill gets its next chunk of at most prefill_chunk tokens (so a long prompt does not stall the
-//     others for its whole length: they decode a token between two of its chunks);
+//     others for its whole length: they decode a token between two of its chunks); the chunks of several slots run
+//     together in one Engine::prefill_batch (each weight matrix read once for all their rows);
 //   - a slot that begins between two steps joins the next one; a slot that ends (its generation finished or was
 //     cancelled) is no longer waited for, so its place is free at the next step;
 //   - a decode run (Forward::decode_run: speculative drafts verified) puts its tokens as rows of its slot at
 //     consecutive positions into the step's batch (in decode_batch calls of at most Engine::max_batch_rows rows).
 //
 // A decode row of a step is bit for bit the engine's single-sequence decode (Engine::decode_batch), and a prefill
-// chunk is the same Engine::prefill call whatever else runs, so a generation gives the same tokens next to others
-// as alone (given the same prompt-cache reuse).
+// chunk's logits are Engine::prefill's bits whatever else runs (Engine::prefill_batch), so a generation gives the
+// same tokens next to others as alone (given the same prompt-cache reuse).
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -124,6 +125,7 @@ class Batcher {
   // The stepping thread's lists for one step (sized once: a step allocates nothing).
   std::vector<int32_t> dec_tok_;
   std::vector<int64_t> dec_pos_, dec_slot_, pre_slot_;
+  std::vector<Engine::PrefillSeg> pre_seg_;  // the step's prompt chunks for Engine::prefill_batch
   std::thread thread_;
 };
 
