@@ -1,11 +1,20 @@
 #include "infer/batch.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <optional>
 
 #include "framework/core/error.h"
 
 namespace anelab::infer {
+
+namespace {
+using BatchClock = std::chrono::steady_clock;
+double batch_seconds(BatchClock::time_point a, BatchClock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+}  // namespace
 
 Batcher::Batcher(Engine& e, int64_t prefill_chunk)
     : e_(e), chunk_(std::max<int64_t>(1, prefill_chunk)), slots_(static_cast<size_t>(e.options().slots)) {
@@ -50,6 +59,10 @@ void Batcher::end(int64_t s) {
     Slot& sl = slots_[static_cast<size_t>(s)];
     sl.active = false;
     sl.info.state = SlotState::kIdle;
+    if (std::none_of(slots_.begin(), slots_.end(), [](const Slot& o) { return o.active; }) && step_end_) {
+      stats_.between_s += batch_seconds(*step_end_, BatchClock::now());  // the last active slot: idle from here
+      step_end_.reset();
+    }
   }
   step_cv_.notify_all();  // the others no longer wait for this slot
 }
@@ -144,6 +157,8 @@ void Batcher::loop() {
   for (;;) {
     step_cv_.wait(lk, [&] { return stop_ || ready(); });
     if (stop_) return;
+    const BatchClock::time_point t0 = BatchClock::now();
+    if (step_end_) stats_.between_s += batch_seconds(*step_end_, t0);
     dec_tok_.clear(), dec_pos_.clear(), dec_slot_.clear(), pre_slot_.clear();
     for (size_t s = 0; s < slots_.size(); ++s) {
       const Slot& sl = slots_[s];
@@ -186,6 +201,7 @@ void Batcher::loop() {
         for (int64_t s : dec_slot_) slots_[static_cast<size_t>(s)].req.error = std::current_exception();
       }
     }
+    const BatchClock::time_point t1 = BatchClock::now();
     int64_t prefilled = 0;
     // A slot's next chunk of its prompt; done: the chunk ran (l: the logits of its last token).
     const auto chunk_done = [&](int64_t s, int64_t m, const float* l) {
@@ -237,7 +253,9 @@ void Batcher::loop() {
           slots_[static_cast<size_t>(g.slot)].req.error = std::current_exception();
       }
     }
+    const BatchClock::time_point t2 = BatchClock::now();
     lk.lock();
+    stats_.decode_s += batch_seconds(t0, t1), stats_.prefill_s += batch_seconds(t1, t2);
     const auto B = static_cast<int64_t>(dec_slot_.size());
     if (B > 0) {
       ++stats_.steps;
@@ -264,6 +282,10 @@ void Batcher::loop() {
         sl.prefill_stats = e_.last_prefill();
       }
     }
+    step_end_.reset();
+    for (const Slot& sl : slots_)
+      if (sl.active) step_end_ = BatchClock::now();
+    if (step_end_) stats_.between_s += batch_seconds(t2, *step_end_);
     done_cv_.notify_all();
   }
 }

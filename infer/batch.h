@@ -16,11 +16,13 @@
 // chunk's logits are Engine::prefill's bits whatever else runs (Engine::prefill_batch), so a generation gives the
 // same tokens next to others as alone (given the same prompt-cache reuse).
 #pragma once
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -68,6 +70,10 @@ class Batcher {
     uint64_t decode_tokens = 0;   // rows of those steps (decode_tokens / steps: the mean batch)
     uint64_t prefill_tokens = 0;  // prompt tokens prefilled
     uint64_t prefill_chunks = 0;
+    // Seconds of the stepping thread: in the decode steps' Engine::decode_batch calls, in the prompt chunks' prefills,
+    // and in the rest of its steps (while at least one slot is active: waiting for the slots' next requests, handing
+    // results back). Their shares of a busy period split its time into the engine's and the server's.
+    double decode_s = 0, prefill_s = 0, between_s = 0;
     int64_t last_batch = 0;             // rows of the latest step
     std::vector<uint64_t> batch_sizes;  // [slots + 1, more with decode runs]: steps of each batch size (rows)
     std::vector<SlotInfo> slots;        // [slots]
@@ -126,6 +132,8 @@ class Batcher {
   std::vector<int32_t> dec_tok_;
   std::vector<int64_t> dec_pos_, dec_slot_, pre_slot_;
   std::vector<Engine::PrefillSeg> pre_seg_;  // the step's prompt chunks for Engine::prefill_batch
+  // The end of the latest step while a slot is active (Stats::between_s from there; reset when none is).
+  std::optional<std::chrono::steady_clock::time_point> step_end_;
   std::thread thread_;
 };
 
