@@ -19,6 +19,7 @@
 #include "models/arch/arch.h"
 #include "models/presets.h"
 #include "models/quant/quant_mix.h"
+#include "tests/common/lora_adapter.h"
 
 namespace anelab::infer {
 namespace {
@@ -302,6 +303,46 @@ TEST(PrefillBatch, ChunksEqualPrefillAlone) {
         for (int64_t j = 0; j < V; ++j) ASSERT_EQ(got[static_cast<size_t>(j)], r[j]) << "decode on slot " << s;
       }
     }
+  }
+}
+
+// Slots with runtime LoRA adapters of their own in one batched prefill (each row takes its slot's scales, as prefill
+// takes the current slot's): each chunk's logits and the next decode bit for bit prefill alone on that slot.
+TEST(PrefillBatch, SlotsWithTheirOwnAdapters) {
+  const models::ModelConfig c = batch_test_config("qwen2.5-0.5b");
+  const models::Model m = models::random_model(c, 5);
+  EngineOptions o;
+  o.threads = 2;
+  o.quiet = true;
+  o.slots = 3;
+  Engine batched(m, o), ref(m, o);
+  const std::vector<std::vector<float>> scales = {{1.0f, 0.0f}, {0.0f, 0.0f}, {0.5f, -0.75f}};
+  for (Engine* e : {&batched, &ref}) {
+    e->add_lora(test::seeded_lora_adapter(c, 4, 8.0f, 21, 0.2f));
+    e->add_lora(test::seeded_lora_adapter(c, 2, 4.0f, 22, 0.2f));
+    for (int64_t s = 0; s < 3; ++s) e->set_lora_scales(s, scales[static_cast<size_t>(s)]);
+  }
+  std::vector<std::vector<int32_t>> prompt(3);
+  for (int64_t s = 0; s < 3; ++s)
+    for (int64_t i = 0; i < 6 + 3 * s; ++i)
+      prompt[static_cast<size_t>(s)].push_back(static_cast<int32_t>((s * 53 + i * 29 + 7) % c.vocab_size));
+  const std::vector<Engine::PrefillSeg> segs = {{2, prompt[2], 0}, {0, prompt[0], 0}, {1, prompt[1], 0}};
+  const float* lb = batched.prefill_batch(segs);
+  const std::vector<float> got(lb, lb + 3 * c.vocab_size);
+  for (size_t i = 0; i < segs.size(); ++i) {
+    ref.use_slot(segs[i].slot);
+    const float* lr = ref.prefill(segs[i].tokens, 0);
+    for (int64_t j = 0; j < c.vocab_size; ++j)
+      ASSERT_EQ(got[i * static_cast<size_t>(c.vocab_size) + static_cast<size_t>(j)], lr[j])
+          << "slot " << segs[i].slot << " logit " << j;
+  }
+  for (int64_t s = 0; s < 3; ++s) {
+    const auto p = static_cast<int64_t>(prompt[static_cast<size_t>(s)].size());
+    batched.use_slot(s), ref.use_slot(s);
+    const float* a = batched.decode(3, p);
+    const std::vector<float> next(a, a + c.vocab_size);
+    const float* r = ref.decode(3, p);
+    for (int64_t j = 0; j < c.vocab_size; ++j) ASSERT_EQ(next[static_cast<size_t>(j)], r[j]) << "decode on slot " << s;
   }
 }
 
