@@ -116,7 +116,7 @@ class Engine final : public PrefillHost {
     int64_t pos = 0;
   };
   const float* prefill_batch(std::span<const PrefillSeg> segs);
-  // Whether prefill_batch runs the CPU path prefill takes for the slot (no MIL prefill, no recurrent state).
+  // Whether prefill_batch runs for this engine: prefill on the CPU (no MIL prefill backend), no recurrent state.
   bool prefill_batch_takes() const { return !mil_ && n_lin_layers_ == 0; }
   // Runtime LoRA adapters (models/io/adapter.h), applied next to the base products and never merged into the
   // weights: an adapted projection W [out, in] (wq wk wv wo of an attention step, w_in w_up w_out of an FFN step)
