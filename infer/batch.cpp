@@ -1,11 +1,20 @@
 #include "infer/batch.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <optional>
 
 #include "framework/core/error.h"
 
 namespace anelab::infer {
+
+namespace {
+using BatchClock = std::chrono::steady_clock;
+double batch_seconds(BatchClock::time_point a, BatchClock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+}  // namespace
 
 Batcher::Batcher(Engine& e, int64_t prefill_chunk)
     : e_(e), chunk_(std::max<int64_t>(1, prefill_chunk)), slots_(static_cast<size_t>(e.options().slots)) {
@@ -16,7 +25,7 @@ Batcher::Batcher(Engine& e, int64_t prefill_chunk)
   }
   stats_.batch_sizes.assign(n + 1, 0);
   stats_.slots.resize(n);
-  dec_tok_.reserve(n), dec_pos_.reserve(n), dec_slot_.reserve(n), pre_slot_.reserve(n);
+  dec_tok_.reserve(n), dec_pos_.reserve(n), dec_slot_.reserve(n), pre_slot_.reserve(n), pre_seg_.reserve(n);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -50,6 +59,10 @@ void Batcher::end(int64_t s) {
     Slot& sl = slots_[static_cast<size_t>(s)];
     sl.active = false;
     sl.info.state = SlotState::kIdle;
+    if (std::none_of(slots_.begin(), slots_.end(), [](const Slot& o) { return o.active; }) && step_end_) {
+      stats_.between_s += batch_seconds(*step_end_, BatchClock::now());  // the last active slot: idle from here
+      step_end_.reset();
+    }
   }
   step_cv_.notify_all();  // the others no longer wait for this slot
 }
@@ -144,6 +157,8 @@ void Batcher::loop() {
   for (;;) {
     step_cv_.wait(lk, [&] { return stop_ || ready(); });
     if (stop_) return;
+    const BatchClock::time_point t0 = BatchClock::now();
+    if (step_end_) stats_.between_s += batch_seconds(*step_end_, t0);
     dec_tok_.clear(), dec_pos_.clear(), dec_slot_.clear(), pre_slot_.clear();
     for (size_t s = 0; s < slots_.size(); ++s) {
       const Slot& sl = slots_[s];
@@ -186,27 +201,61 @@ void Batcher::loop() {
         for (int64_t s : dec_slot_) slots_[static_cast<size_t>(s)].req.error = std::current_exception();
       }
     }
+    const BatchClock::time_point t1 = BatchClock::now();
     int64_t prefilled = 0;
+    // A slot's next chunk of its prompt; done: the chunk ran (l: the logits of its last token).
+    const auto chunk_done = [&](int64_t s, int64_t m, const float* l) {
+      Slot& sl = slots_[static_cast<size_t>(s)];
+      sl.req.done += m;
+      if (sl.req.done == static_cast<int64_t>(sl.req.tokens.size())) {
+        std::memcpy(sl.logits.data(), l, static_cast<size_t>(V) * sizeof(float));
+        sl.result = sl.logits.data();
+      }
+      prefilled += m;
+    };
+    // Chunks of 2 or more tokens go through one Engine::prefill_batch per group of at most max_batch_rows rows (every
+    // weight matrix read once for all of them, each chunk's logits prefill's bits); a chunk alone, one token, or a
+    // request for every position's logits through Engine::prefill.
+    pre_seg_.clear();
     for (int64_t s : pre_slot_) {
       Request& r = slots_[static_cast<size_t>(s)].req;
       const int64_t n = static_cast<int64_t>(r.tokens.size());
       const int64_t m = r.all_logits ? n : std::min(chunk_, n - r.done);
+      if (e_.prefill_batch_takes() && !r.all_logits && m >= 2 && m <= e_.max_batch_rows()) {
+        pre_seg_.push_back({s, r.tokens.subspan(static_cast<size_t>(r.done), static_cast<size_t>(m)), r.pos + r.done});
+        continue;
+      }
       try {
         e_.use_slot(s);
-        const float* l = e_.prefill(r.tokens.subspan(static_cast<size_t>(r.done), static_cast<size_t>(m)),
-                                    r.pos + r.done, r.all_logits);
-        r.done += m;
-        if (r.done == n) {
-          Slot& sl = slots_[static_cast<size_t>(s)];
-          std::memcpy(sl.logits.data(), l, static_cast<size_t>(V) * sizeof(float));
-          sl.result = sl.logits.data();
-        }
+        chunk_done(s, m,
+                   e_.prefill(r.tokens.subspan(static_cast<size_t>(r.done), static_cast<size_t>(m)), r.pos + r.done,
+                              r.all_logits));
       } catch (...) {
         r.error = std::current_exception();
       }
-      prefilled += m;
     }
+    for (size_t b = 0, e = 0; b < pre_seg_.size(); b = e) {
+      int64_t rows = 0;
+      for (e = b; e < pre_seg_.size() && rows + static_cast<int64_t>(pre_seg_[e].tokens.size()) <= e_.max_batch_rows();)
+        rows += static_cast<int64_t>(pre_seg_[e++].tokens.size());
+      const std::span<const Engine::PrefillSeg> group = std::span(pre_seg_).subspan(b, e - b);
+      try {
+        if (group.size() == 1) {
+          e_.use_slot(group[0].slot);
+          chunk_done(group[0].slot, rows, e_.prefill(group[0].tokens, group[0].pos));
+        } else {
+          const float* l = e_.prefill_batch(group);
+          for (size_t i = 0; i < group.size(); ++i)
+            chunk_done(group[i].slot, static_cast<int64_t>(group[i].tokens.size()), l + static_cast<int64_t>(i) * V);
+        }
+      } catch (...) {
+        for (const Engine::PrefillSeg& g : group)
+          slots_[static_cast<size_t>(g.slot)].req.error = std::current_exception();
+      }
+    }
+    const BatchClock::time_point t2 = BatchClock::now();
     lk.lock();
+    stats_.decode_s += batch_seconds(t0, t1), stats_.prefill_s += batch_seconds(t1, t2);
     const auto B = static_cast<int64_t>(dec_slot_.size());
     if (B > 0) {
       ++stats_.steps;
@@ -233,6 +282,10 @@ void Batcher::loop() {
         sl.prefill_stats = e_.last_prefill();
       }
     }
+    step_end_.reset();
+    for (const Slot& sl : slots_)
+      if (sl.active) step_end_ = BatchClock::now();
+    if (step_end_) stats_.between_s += batch_seconds(t2, *step_end_);
     done_cv_.notify_all();
   }
 }

@@ -5,21 +5,24 @@
 //   - a step starts when every active slot (begin() .. end()) has a request waiting: the slots waiting for a decode
 //     run together in one Engine::decode_batch (every weight matrix applied once to their rows), then each slot
 //     waiting for a prefill gets its next chunk of at most prefill_chunk tokens (so a long prompt does not stall the
-//     others for its whole length: they decode a token between two of its chunks);
+//     others for its whole length: they decode a token between two of its chunks); the chunks of several slots run
+//     together in one Engine::prefill_batch (each weight matrix read once for all their rows);
 //   - a slot that begins between two steps joins the next one; a slot that ends (its generation finished or was
 //     cancelled) is no longer waited for, so its place is free at the next step;
 //   - a decode run (Forward::decode_run: speculative drafts verified) puts its tokens as rows of its slot at
 //     consecutive positions into the step's batch (in decode_batch calls of at most Engine::max_batch_rows rows).
 //
 // A decode row of a step is bit for bit the engine's single-sequence decode (Engine::decode_batch), and a prefill
-// chunk is the same Engine::prefill call whatever else runs, so a generation gives the same tokens next to others
-// as alone (given the same prompt-cache reuse).
+// chunk's logits are Engine::prefill's bits whatever else runs (Engine::prefill_batch), so a generation gives the
+// same tokens next to others as alone (given the same prompt-cache reuse).
 #pragma once
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -67,6 +70,10 @@ class Batcher {
     uint64_t decode_tokens = 0;   // rows of those steps (decode_tokens / steps: the mean batch)
     uint64_t prefill_tokens = 0;  // prompt tokens prefilled
     uint64_t prefill_chunks = 0;
+    // Seconds of the stepping thread: in the decode steps' Engine::decode_batch calls, in the prompt chunks' prefills,
+    // and in the rest of its steps (while at least one slot is active: waiting for the slots' next requests, handing
+    // results back). Their shares of a busy period split its time into the engine's and the server's.
+    double decode_s = 0, prefill_s = 0, between_s = 0;
     int64_t last_batch = 0;             // rows of the latest step
     std::vector<uint64_t> batch_sizes;  // [slots + 1, more with decode runs]: steps of each batch size (rows)
     std::vector<SlotInfo> slots;        // [slots]
@@ -124,6 +131,9 @@ class Batcher {
   // The stepping thread's lists for one step (sized once: a step allocates nothing).
   std::vector<int32_t> dec_tok_;
   std::vector<int64_t> dec_pos_, dec_slot_, pre_slot_;
+  std::vector<Engine::PrefillSeg> pre_seg_;  // the step's prompt chunks for Engine::prefill_batch
+  // The end of the latest step while a slot is active (Stats::between_s from there; reset when none is).
+  std::optional<std::chrono::steady_clock::time_point> step_end_;
   std::thread thread_;
 };
 

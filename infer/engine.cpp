@@ -606,7 +606,16 @@ void Engine::attention(int64_t l, const models::AttnDesc& a, const StepNormSpans
     rope_rows(k_.data(), n, a.n_kv_heads, ropes_[static_cast<size_t>(r)]);
   }
   const AttentionShape s{a.n_heads, a.n_kv_heads, a.head_dim, a.score_scale, a.window};
-  if (batch_pos_.empty()) {
+  if (!prefill_segs_.empty()) {  // prefill_batch: each chunk as prefill runs it, against its slot's cache
+    const int64_t kvd = a.n_kv_heads * hd, qd = a.n_heads * hd;
+    int64_t off = 0;
+    for (const PrefillSeg& g : prefill_segs_) {
+      const auto m = static_cast<int64_t>(g.tokens.size());
+      store_kv(l, g.slot, g.pos, k_.data() + off * kvd, v_.data() + off * kvd, m);
+      attn_.run(pool_, s, q_.data() + off * qd, kv_rows(l, g.slot), g.pos, m, att_.data() + off * qd);
+      off += m;
+    }
+  } else if (batch_pos_.empty()) {
     store_kv(l, pos, k_.data(), v_.data(), n);
     attn_.run(pool_, s, q_.data(), kv_rows(l), pos, n, att_.data());
   } else {  // decode_batch: row i is one token of slot batch_slot_[i] at batch_pos_[i]
@@ -811,6 +820,61 @@ const float* Engine::decode_batch(std::span<const int32_t> tokens, std::span<con
   gemv_batch(pool_, {{&out_, nullptr, batch_logits_.data()}}, xb_.data(), n);
   soft_cap(batch_logits_.data(), n * c.vocab_size);
   return batch_logits_.data();
+}
+
+const float* Engine::prefill_batch(std::span<const PrefillSeg> segs) {
+  const auto& c = model_.config;
+  const auto ns = static_cast<int64_t>(segs.size());
+  ANELAB_CHECK(prefill_batch_takes(), "infer",
+               "a batched prefill runs on the CPU path only (no MIL prefill backend, no linear-attention layers)");
+  int64_t n = 0;
+  for (int64_t i = 0; i < ns; ++i) {
+    const PrefillSeg& g = segs[static_cast<size_t>(i)];
+    const auto m = static_cast<int64_t>(g.tokens.size());
+    ANELAB_CHECK(g.slot >= 0 && g.slot < opt_.slots, "infer", "slot ", g.slot, " outside the engine's ", opt_.slots,
+                 " slots");
+    ANELAB_CHECK(m >= 2 && g.pos >= 0 && g.pos + m <= ctx_, "infer", "a batched prefill chunk of ", m,
+                 " tokens at position ", g.pos, " (2 or more tokens within the context of ", ctx_, " positions)");
+    for (int64_t j = 0; j < i; ++j)
+      ANELAB_CHECK(segs[static_cast<size_t>(j)].slot != g.slot, "infer", "slot ", g.slot,
+                   " has two chunks in one batched prefill");
+    n += m;
+  }
+  ANELAB_CHECK(ns >= 1 && n <= rows_, "infer", "a batched prefill takes 1 to ", rows_, " rows, got ", n, " in ", ns,
+               " chunks");
+  const auto t0 = std::chrono::steady_clock::now();
+  prefill_slot_.clear();
+  int64_t off = 0;
+  for (const PrefillSeg& g : segs) {  // each chunk's embeddings and angles where prefill puts them, at its rows
+    const auto m = static_cast<int64_t>(g.tokens.size());
+    embed(g.tokens, g.pos, x_.data() + off * c.dim);
+    for (RopeTable& t : ropes_) {
+      const int64_t half = t.dims / 2;
+      kern::cpu::rope_half_tables(m, t.freq, g.pos, kern::cpu::Numerics::kRunc, t.cos.data() + off * half,
+                                  t.sin.data() + off * half);
+    }
+    prefill_slot_.insert(prefill_slot_.end(), static_cast<size_t>(m), g.slot);
+    off += m;
+  }
+  prefill_segs_ = segs;
+  batch_slot_ = prefill_slot_;
+  for (size_t l = 0; l < desc_.layers.size(); ++l)
+    for (size_t i = 0; i < desc_.layers[l].steps.size(); ++i) run_step(static_cast<int64_t>(l), i, 0, n);
+  prefill_segs_ = {};
+  batch_slot_ = {};
+  // The head on each chunk's last row, as prefill's head(): its norm, then the GEMV (gemv_batch: each row gemv's bits).
+  if (static_cast<int64_t>(prefill_logits_.size()) < ns * c.vocab_size)
+    prefill_logits_.resize(static_cast<size_t>(ns * c.vocab_size));
+  off = 0;
+  for (int64_t i = 0; i < ns; ++i) {
+    off += static_cast<int64_t>(segs[static_cast<size_t>(i)].tokens.size());
+    norm_rows(x_.data() + (off - 1) * c.dim, desc_.head.norm, norm_, norm_b_, 1, xb_.data() + i * c.dim);
+  }
+  gemv_batch(pool_, {{&out_, nullptr, prefill_logits_.data()}}, xb_.data(), ns);
+  soft_cap(prefill_logits_.data(), ns * c.vocab_size);
+  stats_ = PrefillStats{"cpu", 0, 0, 0};
+  stats_.run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return prefill_logits_.data();
 }
 
 const float* Engine::decode_run(std::span<const int32_t> tokens, int64_t pos) {

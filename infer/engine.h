@@ -102,7 +102,22 @@ class Engine final : public PrefillHost {
   // logits [n, vocab] of each of n consecutive decode calls, bit for bit, with each weight matrix read once. The
   // verification pass of speculative decoding (infer/generate.h draft_max).
   const float* decode_run(std::span<const int32_t> tokens, int64_t pos);
-  int64_t max_batch_rows() const { return rows_; }  // the most rows of one decode_batch / decode_run
+  int64_t max_batch_rows() const { return rows_; }  // the most rows of one decode_batch / decode_run / prefill_batch
+  // Prompt chunks of several slots in one forward (the server's batched prefill): chunk i is the tokens of segs[i] at
+  // positions [pos, pos + n) of slot segs[i].slot, every weight matrix applied once to all the chunks' rows (prefill's
+  // GEMM, which computes each row alone), attention and the cache per chunk as prefill runs them. Returns the logits of
+  // each chunk's last token, [segs, vocab], valid until the next prefill_batch: row i is bit for bit
+  // prefill(segs[i].tokens, segs[i].pos) on slot segs[i].slot, whatever the other chunks. Each chunk has 2 or more
+  // tokens (one token is decode's kernels), distinct slots, at most max_batch_rows() rows in all; the CPU path only
+  // (prefill_batch_takes).
+  struct PrefillSeg {
+    int64_t slot = 0;
+    std::span<const int32_t> tokens;
+    int64_t pos = 0;
+  };
+  const float* prefill_batch(std::span<const PrefillSeg> segs);
+  // Whether prefill_batch runs for this engine: prefill on the CPU (no MIL prefill backend), no recurrent state.
+  bool prefill_batch_takes() const { return !mil_ && n_lin_layers_ == 0; }
   // Runtime LoRA adapters (models/io/adapter.h), applied next to the base products and never merged into the
   // weights: an adapted projection W [out, in] (wq wk wv wo of an attention step, w_in w_up w_out of an FFN step)
   // gives, for a row x of slot s, y = W x (+ bias) + sum_j c_sj * (alpha_j / r_j) * B_j (A_j x) in fp32, c_sj being
@@ -239,9 +254,12 @@ class Engine final : public PrefillHost {
   int64_t slot_ = 0;  // the slot prefill / decode run on
   // During decode_batch: per row its position and slot ([B]); empty otherwise.
   std::span<const int64_t> batch_pos_, batch_slot_;
-  std::vector<int64_t> run_pos_, run_slot_;  // decode_run's positions and slots (grown once)
-  std::vector<KvView> batch_kv_;             // during decode_batch: each row's cache rows in the current layer
-  std::vector<float> batch_logits_;          // [rows of the largest batched step so far (slots at first), vocab]
+  std::vector<int64_t> run_pos_, run_slot_;   // decode_run's positions and slots (grown once)
+  std::vector<KvView> batch_kv_;              // during decode_batch: each row's cache rows in the current layer
+  std::vector<float> batch_logits_;           // [rows of the largest batched step so far (slots at first), vocab]
+  std::span<const PrefillSeg> prefill_segs_;  // during prefill_batch: the chunks, their rows in order; empty otherwise
+  std::vector<int64_t> prefill_slot_;         // during prefill_batch: each row's slot (batch_slot_ views it, for LoRA)
+  std::vector<float> prefill_logits_;         // [chunks of the largest prefill_batch so far, vocab]
   int64_t weight_bytes_ = 0;
   int64_t tiled_bytes_ = 0;
   std::vector<std::shared_ptr<void>> owned_;           // converted matrices

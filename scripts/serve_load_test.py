@@ -16,7 +16,9 @@ clients' rules stay the same. --api-key KEY sends "Authorization: Bearer KEY".
 With --bench 1,8 it measures throughput instead: for each client count C, C threads each send --bench-rounds
 streamed greedy requests of --max-tokens tokens one after another (distinct prompts), and it prints one JSON line
 with, per C, the aggregate decode rate (generated tokens of all clients / wall time of the phase), the time to first
-token (p50, p99, max) and the ratio of each rate to the first C's (continuous batching: 8 clients share steps).
+token (p50, p99, max) and the ratio of each rate to the first C's (continuous batching: 8 clients share steps); with
+anelab, server_s splits each phase's time from /metrics: the engine's decode steps, its prompt chunks, and the time
+between steps (anelab_batch_*_seconds_total).
 
   scripts/serve_load_test.py --port 8080 --bench 1,8 --max-tokens 128 --bench-rounds 2
 """
@@ -148,9 +150,31 @@ def bench_request(host, port, i, max_tokens, timeout, extra=None):
         conn.close()
 
 
+BATCH_SECONDS = ("decode", "prefill", "between")
+
+
+def batch_seconds(host, port):
+    """anelab's stepping-thread seconds from /metrics (anelab_batch_<what>_seconds_total), or None (another server)."""
+    try:
+        conn = http.client.HTTPConnection(host, port, timeout=10)
+        conn.request("GET", "/metrics", headers=HEADERS)
+        resp = conn.getresponse()
+        text = resp.read().decode("utf-8", "replace") if resp.status == 200 else ""
+        conn.close()
+    except OSError:
+        return None
+    out = {}
+    for line in text.splitlines():
+        for w in BATCH_SECONDS:
+            if line.startswith("anelab_batch_%s_seconds_total " % w):
+                out[w] = float(line.split()[1])
+    return out if len(out) == len(BATCH_SECONDS) else None
+
+
 def bench(a):
     phases = []
     for c in [int(x) for x in a.bench.split(",")]:
+        before = batch_seconds(a.host, a.port)
         results, lock = [], threading.Lock()
 
         def client(k):
@@ -174,6 +198,9 @@ def bench(a):
                        "decode_tok_s": round(tokens / wall, 2),
                        "ttft_ms": {"p50": round(percentile(ttft, 50), 1), "p99": round(percentile(ttft, 99), 1),
                                    "max": round(max(ttft), 1)}})
+        after = batch_seconds(a.host, a.port)
+        if before and after:  # the phase's wall split: the engine's decode steps and prefills, the rest between steps
+            phases[-1]["server_s"] = {w: round(after[w] - before[w], 3) for w in BATCH_SECONDS}
     for p in phases:
         p["ratio_to_first"] = round(p["decode_tok_s"] / phases[0]["decode_tok_s"], 3)
     print(json.dumps({"bench": phases, "max_tokens": a.max_tokens, "rounds": a.bench_rounds}))

@@ -1083,6 +1083,13 @@ std::string prometheus_metrics(const MetricsSnapshot& m) {
                 sizes);
     prom_metric(o, "anelab_batch_prefill_tokens_total", "counter", "Prompt tokens prefilled in chunks between steps.",
                 one(double(b.prefill_tokens)));
+    prom_metric(o, "anelab_batch_decode_seconds_total", "counter",
+                "Seconds of the engine's batched decode steps (Engine::decode_batch).", one(b.decode_s));
+    prom_metric(o, "anelab_batch_prefill_seconds_total", "counter",
+                "Seconds of the engine's prompt chunks between the decode steps.", one(b.prefill_s));
+    prom_metric(o, "anelab_batch_between_seconds_total", "counter",
+                "Seconds between two steps while a slot is active (the slots sampling and streaming, new requests).",
+                one(b.between_s));
     std::vector<std::pair<std::string, double>> states;
     for (size_t i = 0; i < b.slots.size(); ++i)
       for (const char* st : {"idle", "prefill", "decode", "sampling"})

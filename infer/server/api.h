@@ -240,8 +240,9 @@ struct BatchFigures {
   bool batched = false;  // false: the workers run engines of their own (a model with a recurrent state)
   uint64_t steps = 0, decode_tokens = 0;  // decode steps, and their rows (decode_tokens / steps: tokens per step)
   uint64_t prefill_tokens = 0, prefill_chunks = 0;
-  int64_t last_batch = 0;             // rows of the latest step
-  std::vector<uint64_t> batch_sizes;  // [slots + 1]: steps of each batch size
+  double decode_s = 0, prefill_s = 0, between_s = 0;  // the stepping thread's seconds (infer::Batcher::Stats)
+  int64_t last_batch = 0;                             // rows of the latest step
+  std::vector<uint64_t> batch_sizes;                  // [slots + 1]: steps of each batch size
   struct Slot {
     std::string state;  // "idle", "prefill", "decode", "sampling" (between two steps)
     int64_t pos = 0;    // the next position of its sequence

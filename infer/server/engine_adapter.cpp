@@ -535,6 +535,7 @@ BatchFigures ModelPool::batch() const {
   f.batched = true;
   f.steps = st.steps, f.decode_tokens = st.decode_tokens;
   f.prefill_tokens = st.prefill_tokens, f.prefill_chunks = st.prefill_chunks;
+  f.decode_s = st.decode_s, f.prefill_s = st.prefill_s, f.between_s = st.between_s;
   f.last_batch = st.last_batch;
   f.batch_sizes = st.batch_sizes;
   for (const auto& s : st.slots)

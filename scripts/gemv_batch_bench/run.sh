@@ -4,6 +4,7 @@
 #
 #   scripts/gemv_batch_bench/run.sh [BUILD_DIR=build] [THREADS=1] [REPS=20] [ROWS=896] [COLS=4864]
 #   PROG=step scripts/gemv_batch_bench/run.sh [BUILD_DIR=build] MODEL.gguf [THREADS=8]   (the engine's step: step.cpp)
+#   PROG=split scripts/gemv_batch_bench/run.sh [BUILD_DIR=build] MODEL.gguf [THREADS=8] [REPS=15]   (its time per component)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${1:-build}

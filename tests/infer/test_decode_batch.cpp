@@ -3,7 +3,8 @@
 // each slot (Engine::use_slot + decode), on a second engine fed the same tokens. The step computes each row with
 // decode's kernels (gemv_batch runs the GEMV's row kernels per token over blocks of rows; norms, RoPE, attention per
 // row), so every logit is bit-identical, for fp32, fp16, Q8_0 and Q4_K_M weights and both KV-cache types; and a
-// row does not depend on the other rows of its step (slot 0's row in batches of 2 and of 5).
+// row does not depend on the other rows of its step (slot 0's row in batches of 2 and of 5). The batched prefill
+// (Engine::prefill_batch) likewise against Engine::prefill of each chunk alone.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "models/arch/arch.h"
 #include "models/presets.h"
 #include "models/quant/quant_mix.h"
+#include "tests/common/lora_adapter.h"
 
 namespace anelab::infer {
 namespace {
@@ -240,6 +242,110 @@ TEST(DecodeBatch, SpeculativeThroughTheBatcherEqualsPlainDecoding) {
   }
 }
 
+// The batched prefill (Engine::prefill_batch, the server's prompt chunks of several slots in one forward): chunks of
+// 2 to 12 tokens (short ones on attention's row path, 8 and more on its blocked path), first chunks and later ones of
+// a prompt, in another order than the slots; each chunk's last logits against Engine::prefill of that chunk alone on
+// a reference engine, bit for bit, and then a decode step of every slot (the caches the chunks left) bit for bit.
+TEST(PrefillBatch, ChunksEqualPrefillAlone) {
+  for (const char* preset : {"qwen2.5-0.5b", "gpt2-124m", "gemma3-270m"}) {
+    const models::Model base = models::random_model(batch_test_config(preset), 11);
+    for (const BatchCase& k :
+         {BatchCase{"fp32", WType::kF32, {}, KvType::kF32}, BatchCase{"fp16", WType::kF16, {}, KvType::kF16},
+          BatchCase{"q8_0", WType::kF32, models::QuantMix::kQ8_0, KvType::kF32},
+          BatchCase{"q4_k_m", WType::kF32, models::QuantMix::kQ4_K_M, KvType::kF16}}) {
+      SCOPED_TRACE(std::string(preset) + " " + k.name);
+      const auto own_model = [&] {
+        models::Model m = k.mix ? models::quantize_model(base, *k.mix) : base;
+        m.private_memory = true;
+        return m;
+      };
+      EngineOptions o;
+      o.dtype = k.dtype;
+      o.keep_quantized = k.mix.has_value();
+      o.kv_type = k.kv;
+      o.threads = 2;
+      o.quiet = true;
+      o.slots = 5;
+      Engine batched(own_model(), o), ref(own_model(), o);
+      ASSERT_TRUE(batched.prefill_batch_takes());
+      const int64_t V = base.config.vocab_size;
+      std::vector<std::vector<int32_t>> prompt(5);
+      for (int64_t s = 0; s < 5; ++s)
+        for (int64_t i = 0; i < 24; ++i)
+          prompt[static_cast<size_t>(s)].push_back(static_cast<int32_t>((s * 89 + i * 37 + 3) % V));
+      // Two rounds of chunks: round 0 from position 0, round 1 continuing each slot's prompt.
+      const int64_t len[2][5] = {{2, 9, 5, 12, 3}, {7, 2, 10, 4, 8}};
+      std::vector<int64_t> at(5, 0);
+      for (int round = 0; round < 2; ++round) {
+        std::vector<Engine::PrefillSeg> segs;
+        for (int64_t s : {3, 0, 4, 1, 2})
+          segs.push_back(
+              {s,
+               std::span(prompt[static_cast<size_t>(s)])
+                   .subspan(static_cast<size_t>(at[static_cast<size_t>(s)]), static_cast<size_t>(len[round][s])),
+               at[static_cast<size_t>(s)]});
+        const float* lb = batched.prefill_batch(segs);
+        const std::vector<float> got(lb, lb + static_cast<int64_t>(segs.size()) * V);
+        for (size_t i = 0; i < segs.size(); ++i) {
+          ref.use_slot(segs[i].slot);
+          const float* lr = ref.prefill(segs[i].tokens, segs[i].pos);
+          for (int64_t j = 0; j < V; ++j)
+            ASSERT_EQ(got[i * static_cast<size_t>(V) + static_cast<size_t>(j)], lr[j])
+                << "round " << round << " slot " << segs[i].slot << " logit " << j;
+          at[static_cast<size_t>(segs[i].slot)] += static_cast<int64_t>(segs[i].tokens.size());
+        }
+      }
+      for (int64_t s = 0; s < 5; ++s) {  // the caches: a decode on each slot
+        batched.use_slot(s), ref.use_slot(s);
+        const float* a = batched.decode(7, at[static_cast<size_t>(s)]);
+        const std::vector<float> got(a, a + V);
+        const float* r = ref.decode(7, at[static_cast<size_t>(s)]);
+        for (int64_t j = 0; j < V; ++j) ASSERT_EQ(got[static_cast<size_t>(j)], r[j]) << "decode on slot " << s;
+      }
+    }
+  }
+}
+
+// Slots with runtime LoRA adapters of their own in one batched prefill (each row takes its slot's scales, as prefill
+// takes the current slot's): each chunk's logits and the next decode bit for bit prefill alone on that slot.
+TEST(PrefillBatch, SlotsWithTheirOwnAdapters) {
+  const models::ModelConfig c = batch_test_config("qwen2.5-0.5b");
+  const models::Model m = models::random_model(c, 5);
+  EngineOptions o;
+  o.threads = 2;
+  o.quiet = true;
+  o.slots = 3;
+  Engine batched(m, o), ref(m, o);
+  const std::vector<std::vector<float>> scales = {{1.0f, 0.0f}, {0.0f, 0.0f}, {0.5f, -0.75f}};
+  for (Engine* e : {&batched, &ref}) {
+    e->add_lora(test::seeded_lora_adapter(c, 4, 8.0f, 21, 0.2f));
+    e->add_lora(test::seeded_lora_adapter(c, 2, 4.0f, 22, 0.2f));
+    for (int64_t s = 0; s < 3; ++s) e->set_lora_scales(s, scales[static_cast<size_t>(s)]);
+  }
+  std::vector<std::vector<int32_t>> prompt(3);
+  for (int64_t s = 0; s < 3; ++s)
+    for (int64_t i = 0; i < 6 + 3 * s; ++i)
+      prompt[static_cast<size_t>(s)].push_back(static_cast<int32_t>((s * 53 + i * 29 + 7) % c.vocab_size));
+  const std::vector<Engine::PrefillSeg> segs = {{2, prompt[2], 0}, {0, prompt[0], 0}, {1, prompt[1], 0}};
+  const float* lb = batched.prefill_batch(segs);
+  const std::vector<float> got(lb, lb + 3 * c.vocab_size);
+  for (size_t i = 0; i < segs.size(); ++i) {
+    ref.use_slot(segs[i].slot);
+    const float* lr = ref.prefill(segs[i].tokens, 0);
+    for (int64_t j = 0; j < c.vocab_size; ++j)
+      ASSERT_EQ(got[i * static_cast<size_t>(c.vocab_size) + static_cast<size_t>(j)], lr[j])
+          << "slot " << segs[i].slot << " logit " << j;
+  }
+  for (int64_t s = 0; s < 3; ++s) {
+    const auto p = static_cast<int64_t>(prompt[static_cast<size_t>(s)].size());
+    batched.use_slot(s), ref.use_slot(s);
+    const float* a = batched.decode(3, p);
+    const std::vector<float> next(a, a + c.vocab_size);
+    const float* r = ref.decode(3, p);
+    for (int64_t j = 0; j < c.vocab_size; ++j) ASSERT_EQ(next[static_cast<size_t>(j)], r[j]) << "decode on slot " << s;
+  }
+}
+
 // Bad calls are refused in one line; a model with linear-attention layers refuses several slots.
 TEST(DecodeBatch, Refusals) {
   const models::Model m = models::random_model(batch_test_config("qwen2.5-0.5b"), 3);
@@ -253,6 +359,12 @@ TEST(DecodeBatch, Refusals) {
   EXPECT_THROW(e.decode_batch(tok, pos, same), std::exception);  // a slot's second row must be its next position
   EXPECT_THROW(e.decode_batch(tok, pos, out), std::exception);
   EXPECT_THROW(e.use_slot(2), std::exception);
+  const std::vector<int32_t> two = {1, 2};
+  const std::vector<Engine::PrefillSeg> one_token = {{0, std::span(two).first(1), 0}},
+                                        same_slot = {{1, two, 0}, {1, two, 2}}, outside = {{0, two, 63}};
+  EXPECT_THROW(e.prefill_batch(one_token), std::exception);  // one token: decode's kernels, not prefill's
+  EXPECT_THROW(e.prefill_batch(same_slot), std::exception);
+  EXPECT_THROW(e.prefill_batch(outside), std::exception);  // past the context of 64
   models::ModelConfig c = batch_test_config("qwen3.5-0.8b");
   c.full_attention_interval = 2;
   try {

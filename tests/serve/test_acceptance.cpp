@@ -659,6 +659,9 @@ TEST_F(ServeBatching, ConcurrentGreedyRequestsAnswerWhatEachAnswersAlone) {
   // The concurrent requests shared steps of 2 or more tokens (one engine, batched), not one step per request.
   EXPECT_GT(multi1 - multi0, 10.0) << get("/metrics");
   EXPECT_GT(metric("anelab_batch_decode_tokens_total"), metric("anelab_batch_steps_total"));
+  // The stepping thread's time: in the decode steps and the prompt chunks, both run here.
+  EXPECT_GT(metric("anelab_batch_decode_seconds_total"), 0.0) << get("/metrics");
+  EXPECT_GT(metric("anelab_batch_prefill_seconds_total"), 0.0) << get("/metrics");
 }
 
 TEST_F(ServeBatching, ClientThatGoesAwayFreesItsSlot) {
