@@ -10,6 +10,7 @@
 #include "framework/core/file.h"
 #include "framework/cost/train_cost.h"
 #include "framework/mil/parser.h"
+#include "infer/cpu_math.h"
 #include "infer/prefill_mil.h"
 #include "models/arch/arch.h"
 #include "models/io/load_any.h"

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iterator>
 #include <limits>
 #include <memory>
@@ -57,6 +58,8 @@ void run_serve(ServeArgs& a) {
   if (const std::string w = serve::exposure_warning(a.server.host, a.server.api_key); !w.empty())
     std::fprintf(stderr, "%s\n", w.c_str());
   check_port_file(a.port_file);
+  if (!a.model.slot_save_path.empty() && !std::filesystem::is_directory(a.model.slot_save_path))
+    fail("serve", "--slot-save-path ", a.model.slot_save_path, " is not a directory");
   serve::check_port_free(a.server.host, a.server.port);  // before the model loads; bind() below keeps it
   const auto t0 = std::chrono::steady_clock::now();
   if (!a.quiet) a.model.progress = [](const std::string& line) { std::fprintf(stderr, "serve: %s\n", line.c_str()); };
@@ -179,6 +182,13 @@ void add_serve_command(CLI::App& app) {
                 "Seconds running requests may finish after SIGINT/SIGTERM before they are cancelled")
       ->capture_default_str()
       ->check(number_in(0, 3600));
+  s->add_option("--cache-ram", a->model.cache_ram_mib,
+                "Prompt store in host RAM, MiB (llama.cpp's --cache-ram): a slot taken for another prompt moves its "
+                "cached sequence there (K/V, and recurrent states), an LRU bounded in bytes; 0: off, -1: no bound")
+      ->capture_default_str()
+      ->check(number_in(-1, 1 << 24));
+  s->add_option("--slot-save-path", a->model.slot_save_path,
+                "Directory of slot files for POST /slots/{id}?action=save|restore (llama.cpp's; default: off)");
   s->add_flag("!--no-log", a->server.log_requests, "Do not log one line per request on stderr");
   s->add_flag("--quiet,-q", a->quiet, "No start-up progress lines on stderr (model load, warm-up)");
   s->callback([a] { run_serve(*a); });

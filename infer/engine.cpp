@@ -250,6 +250,56 @@ void Engine::copy_kv(int64_t from, int64_t to, int64_t n) {
   }
 }
 
+Engine::SeqSnapshot Engine::save_seq(int64_t slot, int64_t n) const {
+  ANELAB_CHECK(slot >= 0 && slot < opt_.slots, "infer", "save_seq: slot ", slot, " outside the engine's ", opt_.slots);
+  ANELAB_CHECK(n >= 1 && n <= ctx_, "infer", "save_seq: ", n, " positions outside [1, ", ctx_, "]");
+  ANELAB_CHECK(n_lin_layers_ == 0 || n == state_pos_, "infer",
+               "save_seq: the linear-attention state holds positions [0, ", state_pos_, "), not [0, ", n,
+               ") (a recurrent state is valid only at its own position)");
+  SeqSnapshot s;
+  s.n = n;
+  const auto row = static_cast<size_t>(config().kv_dim() * kv_type_bytes(opt_.kv_type)),
+             len = static_cast<size_t>(n) * row;
+  s.k.resize(static_cast<size_t>(n_kv_layers_) * len);
+  s.v.resize(s.k.size());
+  for (int64_t l = 0; l < n_kv_layers_; ++l) {
+    const size_t src = static_cast<size_t>((slot * n_kv_layers_ + l) * ctx_) * row, dst = static_cast<size_t>(l) * len;
+    std::memcpy(s.k.data() + dst, kcache_.data() + src, len);
+    std::memcpy(s.v.data() + dst, vcache_.data() + src, len);
+  }
+  if (n_lin_layers_ > 0) {
+    s.delta.assign(dstate_.data(), dstate_.data() + n_lin_layers_ * lin_.n_v_heads * lin_.k_dim * lin_.v_dim);
+    s.conv.assign(cstate_.data(), cstate_.data() + n_lin_layers_ * (lin_.conv_kernel - 1) * lin_.conv_dim());
+  }
+  return s;
+}
+
+void Engine::restore_seq(int64_t slot, const SeqSnapshot& s) {
+  ANELAB_CHECK(slot >= 0 && slot < opt_.slots, "infer", "restore_seq: slot ", slot, " outside the engine's ",
+               opt_.slots);
+  ANELAB_CHECK(s.n >= 1 && s.n <= ctx_, "infer", "restore_seq: n ", s.n, " outside this engine's context [1, ", ctx_,
+               "]");
+  const auto row = static_cast<size_t>(config().kv_dim() * kv_type_bytes(opt_.kv_type)),
+             len = static_cast<size_t>(s.n) * row;
+  ANELAB_CHECK(s.k.size() == static_cast<size_t>(n_kv_layers_) * len && s.v.size() == s.k.size(), "infer",
+               "restore_seq: k/v hold ", s.k.size(), " / ", s.v.size(), " bytes, this engine's ", s.n,
+               " positions take ", static_cast<size_t>(n_kv_layers_) * len);
+  const auto nd = static_cast<size_t>(n_lin_layers_ * lin_.n_v_heads * lin_.k_dim * lin_.v_dim),
+             nc = static_cast<size_t>(n_lin_layers_ * (lin_.conv_kernel - 1) * lin_.conv_dim());
+  ANELAB_CHECK(s.delta.size() == nd && s.conv.size() == nc, "infer", "restore_seq: delta/conv states of ",
+               s.delta.size(), " / ", s.conv.size(), " floats, this engine's are ", nd, " / ", nc);
+  for (int64_t l = 0; l < n_kv_layers_; ++l) {
+    const size_t dst = static_cast<size_t>((slot * n_kv_layers_ + l) * ctx_) * row, src = static_cast<size_t>(l) * len;
+    std::memcpy(kcache_.data() + dst, s.k.data() + src, len);
+    std::memcpy(vcache_.data() + dst, s.v.data() + src, len);
+  }
+  if (n_lin_layers_ > 0) {
+    std::memcpy(dstate_.data(), s.delta.data(), nd * sizeof(float));
+    std::memcpy(cstate_.data(), s.conv.data(), nc * sizeof(float));
+    state_pos_ = s.n;
+  }
+}
+
 mil::Dialect Engine::backend_dialect() const { return mil_ ? mil_->backend().profile().dialect : mil::Dialect::kIos18; }
 
 namespace {

@@ -137,6 +137,25 @@ class Engine final : public PrefillHost {
   // Copies positions [0, n) of every attention layer's keys and values from slot `from` to slot `to` (the prompt cache
   // across slots: a prefix another slot computed). Not for a model with linear-attention layers (one slot).
   void copy_kv(int64_t from, int64_t to, int64_t n);
+  // A slot's sequence at its first n positions, copied out of the engine (the server's prompt store, slot files) and
+  // back into a slot of an engine of the same model and options (save_seq / restore_seq). A model with
+  // linear-attention layers keeps one recurrent state, valid only at exactly state_pos(): its snapshot is taken only
+  // with n == state_pos(), and so restores only that whole prefix.
+  struct SeqSnapshot {
+    int64_t n = 0;
+    std::vector<std::byte> k, v;  // [kv_layers, n, kv_dim] of options().kv_type, the slot's rows 0..n-1
+    std::vector<float> delta;     // [linear layers, n_v_heads, k_dim, v_dim] the delta-rule states at n (else empty)
+    std::vector<float> conv;      // [linear layers, conv_kernel - 1, conv_dim] the conv states at n (else empty)
+    int64_t bytes() const {       // what it holds, exactly
+      return static_cast<int64_t>(k.size() + v.size() + (delta.size() + conv.size()) * sizeof(float));
+    }
+  };
+  // Refused ("[infer] ...", naming the values) for a slot outside the engine, n outside [1, context()], or, with
+  // linear-attention layers, n != state_pos().
+  SeqSnapshot save_seq(int64_t slot, int64_t n) const;
+  // Writes s into `slot` (its rows 0..s.n-1, and the recurrent state with state_pos() = s.n); refused, naming the
+  // field, when its sizes are not this engine's (another model, kv_type or context).
+  void restore_seq(int64_t slot, const SeqSnapshot& s);
   // Cache bytes per position, keys and values of every attention layer: 2 * kv_layers() * kv_dim * element bytes.
   int64_t kv_bytes_per_position() const;
   int64_t kv_layers() const { return n_kv_layers_; }  // layers with an attention step (all but linear-attention ones)

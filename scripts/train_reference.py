@@ -33,8 +33,8 @@ def rms_norm(x, w, eps, offset=0.0):
 def rope(x, pos_cos, pos_sin, style):
     # x [B, T, H, hd]; pos_cos/sin [T, hd/2]
     if style == "adjacent_pairs":
-        xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
-        f = torch.complex(pos_cos, pos_sin)[None, :, None, :]
+        xc = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2).contiguous())  # in x's precision (fp64: lora_reference)
+        f = torch.complex(pos_cos.to(x.dtype), pos_sin.to(x.dtype))[None, :, None, :]
         return torch.view_as_real(xc * f).flatten(3)
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]

@@ -83,9 +83,9 @@ const std::vector<OptionDef>& table() {
       {"comm_overlap", &C::comm_overlap,
        "with several ranks, sum each layer's gradients while the lower layers' backward runs: on | off (same bits)"},
       {"lora", &C::lora,
-       "LoRA fine-tuning: train adapters on the targeted projections, the base frozen (--strategy cpu, or static: the "
-       "base compiled into the kernels once, the adapters their inputs; a quantized base is dequantized to fp32 once "
-       "at load)"},
+       "LoRA fine-tuning: train adapters on the targeted projections, the base frozen (--strategy cpu; static: the "
+       "base compiled into the kernels once; dynamic: the base staged into the kernels' inputs once; on both the "
+       "adapters are kernel inputs; a quantized base is dequantized to fp32 once at load)"},
       {"lora_rank", &C::lora_rank, "LoRA rank r"},
       {"lora_alpha", &C::lora_alpha, "LoRA alpha (the adapters are scaled by alpha / r)"},
       {"lora_dropout", &C::lora_dropout, "dropout on the adapters' input during training"},
@@ -387,15 +387,13 @@ void validate(const TrainConfig& c) {
   need(c.sample_tokens > 0, "--sample-tokens", c.sample_tokens, "must be > 0");
   need(c.checkpoint_every >= 0, "--checkpoint-every", c.checkpoint_every, "must be >= 0");
   if (!c.lora) return;
-  need(c.strategy == "cpu" || c.strategy == "static", "--lora: --strategy", c.strategy,
-       "LoRA trains on --strategy cpu or static (the dynamic kernels have no adapter inputs)");
   need(c.lora_rank > 0 && c.lora_rank <= 65536, "--lora-rank", c.lora_rank, "must be in [1, 65536]");
   need(c.lora_alpha > 0 && std::isfinite(c.lora_alpha), "--lora-alpha", c.lora_alpha, "must be a positive number");
   need(c.lora_dropout >= 0 && c.lora_dropout < 1, "--lora-dropout", c.lora_dropout, "must be in [0, 1)");
-  need(c.compile_budget <= 0 || c.strategy == "static", "--lora: --compile-budget", c.compile_budget,
+  need(c.compile_budget <= 0 || c.strategy != "cpu", "--lora: --compile-budget", c.compile_budget,
        "is not simulated for LoRA on --strategy cpu");
   need(c.lora_dropout == 0 || c.strategy == "cpu", "--lora-dropout", c.lora_dropout,
-       "must be 0 with --strategy static (the kernels take the adapters' input without dropout)");
+       "must be 0 with --strategy static or dynamic (the kernels take the adapters' input without dropout)");
   parse_lora_targets(c.lora_targets);  // throws naming the bad entry
 }
 

@@ -2,6 +2,9 @@
 #include "train/cpu_linalg.h"
 
 #include <Eigen/Dense>
+#include <algorithm>
+#include <numeric>
+#include <vector>
 
 #include "framework/kernels/cpu_ops.h"
 #include "train/parallel.h"
@@ -40,6 +43,52 @@ void matmul_dw(const float* dy, const float* x, float* dW, int64_t N, int64_t in
     LinMap(dW + r0 * in, r1 - r0, in).noalias() +=
         LinCSMap(dy + r0, N, r1 - r0, Eigen::OuterStride<>(out)).transpose() * LinCMap(x, N, in);
   });
+}
+
+namespace {
+constexpr int64_t kTileFloats = int64_t(1) << 18;  // a converted tile: 1 MiB (a core's L2)
+// Rows of a tile `width` wide: a multiple of 16 (Eigen's register tile), at least 16.
+int64_t lin_tile_rows(int64_t width) {
+  return std::max<int64_t>(16, kTileFloats / std::max<int64_t>(width, 1) / 16 * 16);
+}
+}  // namespace
+
+void matmul_wt(const float* x, const models::Tensor& W, float* y, int64_t N, int64_t in, int64_t out) {
+  if (W.dtype == models::DType::kF32) return matmul_wt(x, W.f32(), y, N, in, out);
+  const int64_t rows = lin_tile_rows(in);
+  parallel_blocks(out, N * in * out, [&](int64_t c0, int64_t c1) {  // columns of y = rows of W, whole rows converted
+    std::vector<float> tile(size_t(std::min(rows, c1 - c0) * in));
+    for (int64_t r0 = c0; r0 < c1; r0 += rows) {
+      const int64_t r1 = std::min(c1, r0 + rows);
+      W.to_f32(r0 * in, (r1 - r0) * in, tile.data());
+      LinSMap(y + r0, N, r1 - r0, Eigen::OuterStride<>(out)).noalias() =
+          LinCMap(x, N, in) * LinCMap(tile.data(), r1 - r0, in).transpose();
+    }
+  });
+}
+
+void matmul_dx(const float* dy, const models::Tensor& W, float* dx, int64_t N, int64_t in, int64_t out, bool add) {
+  if (W.dtype == models::DType::kF32) return matmul_dx(dy, W.f32(), dx, N, in, out, add);
+  // columns of dx = columns of W, on whole blocks of the type (a row of W is whole blocks); rows of W tile by tile
+  const int64_t align = std::lcm(int64_t(16), models::dtype_block(W.dtype));
+  auto block = [&](int64_t c0, int64_t c1) {
+    const int64_t width = c1 - c0, rows = lin_tile_rows(width);
+    std::vector<float> tile(size_t(std::min(rows, out) * width));
+    LinSMap d(dx + c0, N, width, Eigen::OuterStride<>(in));
+    for (int64_t r0 = 0; r0 < out; r0 += rows) {
+      const int64_t r1 = std::min(out, r0 + rows);
+      for (int64_t r = r0; r < r1; ++r) W.to_f32(r * in + c0, width, tile.data() + (r - r0) * width);
+      const LinCSMap dyt(dy + r0, N, r1 - r0, Eigen::OuterStride<>(out));
+      if (r0 == 0 && !add)
+        d.noalias() = dyt * LinCMap(tile.data(), r1 - r0, width);
+      else
+        d.noalias() += dyt * LinCMap(tile.data(), r1 - r0, width);
+    }
+  };
+  if (N * in * out < (int64_t(1) << 20))
+    block(0, in);
+  else
+    split_on_pool(in, align, 2 * int64_t(ThreadPool::global().size()), block);
 }
 
 // y = x * rrms * w per row; rrms[n] = 1/sqrt(mean(x^2) + eps)

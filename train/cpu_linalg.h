@@ -5,12 +5,21 @@
 #pragma once
 #include <cstdint>
 
+#include "models/formats/model.h"
+
 namespace anelab::train {
 
 // y[N, out] = x[N, in] · W[out, in]ᵀ
 void matmul_wt(const float* x, const float* W, float* y, int64_t N, int64_t in, int64_t out);
 // dx[N, in] (+)= dy[N, out] · W[out, in]   (add: accumulate, else overwrite)
 void matmul_dx(const float* dy, const float* W, float* dx, int64_t N, int64_t in, int64_t out, bool add);
+// The same two products with W a tensor of any type (a frozen base kept in its file's type, train/frozen_base.h):
+// fp32 as above; any other type converted to fp32 one tile of W at a time (models::Tensor::to_f32, inference's
+// dequantization) into a scratch of each block (about 1 MiB), then the fp32 product on the tile. The conversion is
+// O(in * out) per product against O(N * in * out) multiply-adds; the result is the fp32 product of the dequantized
+// W up to the order of its sums (Eigen blocks a tile's product by its own sizes; dx adds over `out` tile by tile).
+void matmul_wt(const float* x, const models::Tensor& W, float* y, int64_t N, int64_t in, int64_t out);
+void matmul_dx(const float* dy, const models::Tensor& W, float* dx, int64_t N, int64_t in, int64_t out, bool add);
 // dW[out, in] += dy[N, out]ᵀ · x[N, in]
 void matmul_dw(const float* dy, const float* x, float* dW, int64_t N, int64_t in, int64_t out);
 

@@ -34,6 +34,7 @@
 #include "framework/kernels/cpu_ops.h"
 #include "models/arch/arch.h"
 #include "train/cpu_linalg.h"
+#include "train/frozen_base.h"
 #include "train/lora.h"
 #include "train/parallel.h"
 
@@ -96,6 +97,30 @@ DeltaNetGrads CpuModel::deltanet_grads(const StepPlan& sp, float* g) const {
           g + sp.a_log, g + sp.dt_bias, g + sp.gnorm, g + sp.sout};
 }
 
+const float* CpuModel::wp(const float* w, int64_t off) const { return base_ ? base_->f32(off) : w + off; }
+
+void CpuModel::base_wt(const float* w, int64_t off, const float* x, float* y, int64_t N, int64_t in,
+                       int64_t out) const {
+  if (const models::Tensor* t = base_ ? base_->typed(off) : nullptr)
+    matmul_wt(x, *t, y, N, in, out);
+  else
+    matmul_wt(x, wp(w, off), y, N, in, out);
+}
+
+void CpuModel::base_dx(const float* w, int64_t off, const float* dy, float* dx, int64_t N, int64_t in, int64_t out,
+                       bool add) const {
+  if (const models::Tensor* t = base_ ? base_->typed(off) : nullptr)
+    matmul_dx(dy, *t, dx, N, in, out, add);
+  else
+    matmul_dx(dy, wp(w, off), dx, N, in, out, add);
+}
+
+void CpuModel::set_base(const FrozenBase* b) {
+  if (b && b->dense_data()) fail("train", "CpuModel::set_base: a dense base is passed as w");
+  if (b && !(b->layout().config() == layout_.config())) fail("train", "CpuModel::set_base: the base has another model");
+  base_ = b;
+}
+
 namespace {
 LoraTarget deltanet_lora_target(DeltaNetProj p) {
   switch (p) {
@@ -123,9 +148,9 @@ DeltaNetAdapters CpuModel::deltanet_adapters(const StepPlan& sp, StepActs& a, in
           }};
 }
 
-void CpuModel::project(const StepPlan& sp, StepActs& a, LoraTarget t, const float* x, const float* W, float* y,
-                       int64_t N, int64_t in, int64_t out) {
-  matmul_wt(x, W, y, N, in, out);
+void CpuModel::project(const StepPlan& sp, StepActs& a, LoraTarget t, const float* x, const float* w, int64_t w_off,
+                       float* y, int64_t N, int64_t in, int64_t out) {
+  base_wt(w, w_off, x, y, N, in, out);
   lora_forward(sp, a, t, x, y, N, in, out);
 }
 
@@ -163,14 +188,14 @@ void CpuModel::lora_forward(const StepPlan& sp, StepActs& a, LoraTarget t, const
 }
 
 void CpuModel::project_backward(const StepPlan& sp, StepActs& a, LoraTarget t, const float* dy, const float* x,
-                                const float* W, float* g, int64_t w_off, float* dx, int64_t N, int64_t in, int64_t out,
+                                const float* w, float* g, int64_t w_off, float* dx, int64_t N, int64_t in, int64_t out,
                                 bool add, double* tdw) {
-  if (!lora_) {
+  if (float* gw = base_grad(g, w_off)) {
     const double t0 = now_ms();
-    matmul_dw(dy, x, g + w_off, N, in, out);
+    matmul_dw(dy, x, gw, N, in, out);
     *tdw += now_ms() - t0;
   }
-  if (dx) matmul_dx(dy, W, dx, N, in, out, add);
+  if (dx) base_dx(w, w_off, dy, dx, N, in, out, add);
   lora_backward(sp, a, t, dy, x, dx, N, in, out, tdw);
 }
 
@@ -218,6 +243,8 @@ CpuModel::CpuModel(const ParamLayout& layout) : CpuModel(layout, models::describ
 CpuModel::CpuModel(const ParamLayout& layout, models::ModelDesc d) : layout_(layout), d_(std::move(d)) {
   eigen_single_thread();
   plan();
+  emb_off_ = layout_.find(d_.embed.tokens).offset, norm_off_ = layout_.find(d_.head.norm.weight).offset;
+  out_off_ = layout_.find(d_.head.weight).offset;
 }
 
 // Walks the description once: every step's weights as offsets, the distinct RoPEs, and a one-line refusal
@@ -511,7 +538,7 @@ void CpuModel::step_forward(const float* w, size_t i, int64_t B, int64_t T, floa
   std::vector<float> nb;  // (offset + w) of the norm at hand
   const float* in = a.x.data();
   if (s.pre_norm) {
-    rmsnorm(a.x.data(), norm_w(*s.pre_norm, w + sp.pre, D, nb), a.xn.data(), a.rrms.data(), N, D, s.pre_norm->eps);
+    rmsnorm(a.x.data(), norm_w(*s.pre_norm, wp(w, sp.pre), D, nb), a.xn.data(), a.rrms.data(), N, D, s.pre_norm->eps);
     in = a.xn.data();
   }
   float* branch = s.post_norm ? a.o.data() : out;
@@ -530,7 +557,7 @@ void CpuModel::step_forward(const float* w, size_t i, int64_t B, int64_t T, floa
     }
   }
   if (s.post_norm)
-    rmsnorm(a.o.data(), norm_w(*s.post_norm, w + sp.post, D, nb), out, a.rrmso.data(), N, D, s.post_norm->eps);
+    rmsnorm(a.o.data(), norm_w(*s.post_norm, wp(w, sp.post), D, nb), out, a.rrmso.data(), N, D, s.post_norm->eps);
   if (s.residual_scale == 1.0f)
     add_into(out, out, a.x.data(), N * D);
   else
@@ -546,25 +573,25 @@ void CpuModel::attention_forward(const StepPlan& sp, StepActs& a, const float* w
   const int64_t N = B * T, D = d_.dim, hd = at.head_dim, QD = at.n_heads * hd, KD = at.n_kv_heads * hd;
   if (at.output_gate) {  // wq's rows per head [q | gate]: split into a.q and a.gate
     std::vector<float> qg(size_t(N * 2 * QD));
-    project(sp, a, LoraTarget::kQ, in, w + sp.wq, qg.data(), N, D, 2 * QD);
+    project(sp, a, LoraTarget::kQ, in, w, sp.wq, qg.data(), N, D, 2 * QD);
     for (int64_t r = 0; r < N * at.n_heads; ++r) {
       std::memcpy(a.q.data() + r * hd, qg.data() + 2 * r * hd, size_t(hd) * 4);
       std::memcpy(a.gate.data() + r * hd, qg.data() + (2 * r + 1) * hd, size_t(hd) * 4);
     }
   } else {
-    project(sp, a, LoraTarget::kQ, in, w + sp.wq, a.q.data(), N, D, QD);
+    project(sp, a, LoraTarget::kQ, in, w, sp.wq, a.q.data(), N, D, QD);
   }
-  project(sp, a, LoraTarget::kK, in, w + sp.wk, a.k.data(), N, D, KD);
-  project(sp, a, LoraTarget::kV, in, w + sp.wv, a.v.data(), N, D, KD);
+  project(sp, a, LoraTarget::kK, in, w, sp.wk, a.k.data(), N, D, KD);
+  project(sp, a, LoraTarget::kV, in, w, sp.wv, a.v.data(), N, D, KD);
   std::vector<float> nb;
   if (at.q_norm) {  // every head row [hd] of the projection (a.qp) normed back into a.q
     a.qp.swap(a.q);
-    rmsnorm(a.qp.data(), norm_w(*at.q_norm, w + sp.qn, hd, nb), a.q.data(), a.rrmsq.data(), N * at.n_heads, hd,
+    rmsnorm(a.qp.data(), norm_w(*at.q_norm, wp(w, sp.qn), hd, nb), a.q.data(), a.rrmsq.data(), N * at.n_heads, hd,
             at.q_norm->eps);
   }
   if (at.k_norm) {
     a.kp.swap(a.k);
-    rmsnorm(a.kp.data(), norm_w(*at.k_norm, w + sp.kn, hd, nb), a.k.data(), a.rrmsk.data(), N * at.n_kv_heads, hd,
+    rmsnorm(a.kp.data(), norm_w(*at.k_norm, wp(w, sp.kn), hd, nb), a.k.data(), a.rrmsk.data(), N * at.n_kv_heads, hd,
             at.k_norm->eps);
   }
   rope(sp, a.q.data(), N, at.n_heads, T, 1.0f);
@@ -574,28 +601,29 @@ void CpuModel::attention_forward(const StepPlan& sp, StepActs& a, const float* w
     parallel_rows(N * QD, N * QD, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) a.gated[size_t(i)] = a.att[size_t(i)] * sigmoidf(a.gate[size_t(i)]);
     });
-  project(sp, a, LoraTarget::kO, at.output_gate ? a.gated.data() : a.att.data(), w + sp.wo, out, N, QD, D);
+  project(sp, a, LoraTarget::kO, at.output_gate ? a.gated.data() : a.att.data(), w, sp.wo, out, N, QD, D);
 }
 
 // in [N, D] -> out [N, D] = (act(in W_inᵀ) ⊙ in W_upᵀ) W_outᵀ.
 void CpuModel::ffn_forward(const StepPlan& sp, StepActs& a, const float* w, const float* in, int64_t N, float* out) {
   const int64_t D = d_.dim, F = sp.s->ffn.hidden;
   const bool geglu = sp.s->ffn.activation == models::Activation::kGeluTanhGated;
-  project(sp, a, LoraTarget::kGate, in, w + sp.w_in, a.h1.data(), N, D, F);
-  project(sp, a, LoraTarget::kUp, in, w + sp.w_up, a.h3.data(), N, D, F);
+  project(sp, a, LoraTarget::kGate, in, w, sp.w_in, a.h1.data(), N, D, F);
+  project(sp, a, LoraTarget::kUp, in, w, sp.w_up, a.h3.data(), N, D, F);
   parallel_rows(N * F, N * F, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const float h1 = a.h1[size_t(i)];
       a.g[size_t(i)] = (geglu ? gelu_tanh(h1) : h1 * sigmoidf(h1)) * a.h3[size_t(i)];
     }
   });
-  project(sp, a, LoraTarget::kDown, a.g.data(), w + sp.w_out, out, N, F, D);
+  project(sp, a, LoraTarget::kDown, a.g.data(), w, sp.w_out, out, N, F, D);
 }
 
 void CpuModel::forward(const float* w, const int32_t* tokens, int64_t B, int64_t T, int64_t row_stride) {
   prepare(B, T);
   const int64_t D = d_.dim, V = d_.vocab_size;
-  const float* emb = layout_.embedding(const_cast<float*>(w));
+  const models::Tensor* typed_emb = base_ ? base_->typed(emb_off_) : nullptr;
+  const float* emb = typed_emb ? nullptr : wp(w, emb_off_);
   const float scale = d_.embed.scale;
   float* x0 = steps_.empty() ? xL_.data() : acts_[0].x.data();
   for (int64_t b = 0; b < B; ++b)
@@ -604,7 +632,10 @@ void CpuModel::forward(const float* w, const int32_t* tokens, int64_t B, int64_t
       if (id < 0 || id >= V) fail("train", "token id ", id, " out of range for vocab_size ", V);
       inputs_[size_t(b * T + t)] = id;
       float* x = x0 + (b * T + t) * D;
-      std::memcpy(x, emb + int64_t(id) * D, size_t(D) * 4);
+      if (typed_emb)
+        typed_emb->to_f32(int64_t(id) * D, D, x);  // one row: whole blocks of its type
+      else
+        std::memcpy(x, emb + int64_t(id) * D, size_t(D) * 4);
       if (scale != 1.0f)
         for (int64_t i = 0; i < D; ++i) x[i] *= scale;
     }
@@ -616,9 +647,8 @@ void CpuModel::forward(const float* w, const int32_t* tokens, int64_t B, int64_t
 void CpuModel::head_forward(const float* w, const float* xL, int64_t N) {
   const int64_t D = d_.dim, V = d_.vocab_size;
   std::vector<float> nb;
-  rmsnorm(xL, norm_w(d_.head.norm, layout_.final_norm(const_cast<float*>(w)), D, nb), xf_.data(), rrmsf_.data(), N, D,
-          d_.head.norm.eps);
-  matmul_wt(xf_.data(), layout_.output(const_cast<float*>(w)), logits_.data(), N, D, V);
+  rmsnorm(xL, norm_w(d_.head.norm, wp(w, norm_off_), D, nb), xf_.data(), rrmsf_.data(), N, D, d_.head.norm.eps);
+  base_wt(w, out_off_, xf_.data(), logits_.data(), N, D, V);
   const float cap = d_.head.softcap;
   if (cap > 0.0f)  // logits = cap * tanh(z / cap); capped_ keeps tanh(z / cap) for the backward
     parallel_rows(N * V, N * V, [&](int64_t i0, int64_t i1) {
@@ -632,10 +662,10 @@ void CpuModel::head_forward(const float* w, const float* xL, int64_t N) {
 // logits_ holds dlogits; dxL = final-norm backward of dlogits · Wout (final norm grads += ...).
 void CpuModel::head_backward(const float* w, const float* xL, float* gr, float* dxL, int64_t N) {
   const int64_t D = d_.dim, V = d_.vocab_size;
-  matmul_dx(logits_.data(), layout_.output(const_cast<float*>(w)), dxf_.data(), N, D, V, false);
+  base_dx(w, out_off_, logits_.data(), dxf_.data(), N, D, V, false);
   std::vector<float> nb;
-  rmsnorm_backward(xL, norm_w(d_.head.norm, layout_.final_norm(const_cast<float*>(w)), D, nb), rrmsf_.data(),
-                   dxf_.data(), dxL, lora_ ? nullptr : layout_.final_norm(gr), N, D, false);
+  rmsnorm_backward(xL, norm_w(d_.head.norm, wp(w, norm_off_), D, nb), rrmsf_.data(), dxf_.data(), dxL,
+                   base_grad(gr, norm_off_), N, D, false);
 }
 
 double CpuModel::head_forward_backward(const float* w, const Batch& b, const float* xL, float grad_scale, float* grads,
@@ -713,8 +743,7 @@ void CpuModel::ffn_backward(const StepPlan& sp, StepActs& a, const float* w, flo
   const int64_t D = d_.dim, F = sp.s->ffn.hidden;
   const bool geglu = sp.s->ffn.activation == models::Activation::kGeluTanhGated;
   std::vector<float> dg(size_t(N * F)), dh3(size_t(N * F));
-  project_backward(sp, a, LoraTarget::kDown, dout, a.g.data(), w + sp.w_out, g, sp.w_out, dg.data(), N, F, D, false,
-                   tdw);
+  project_backward(sp, a, LoraTarget::kDown, dout, a.g.data(), w, g, sp.w_out, dg.data(), N, F, D, false, tdw);
   parallel_rows(N * F, N * F, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const float h1 = a.h1[size_t(i)], d = dg[size_t(i)];
@@ -728,8 +757,8 @@ void CpuModel::ffn_backward(const StepPlan& sp, StepActs& a, const float* w, flo
       dg[size_t(i)] = d * a.h3[size_t(i)] * s * (1.0f + h1 * (1.0f - s));  // dh1
     }
   });
-  project_backward(sp, a, LoraTarget::kGate, dg.data(), in, w + sp.w_in, g, sp.w_in, din, N, D, F, false, tdw);
-  project_backward(sp, a, LoraTarget::kUp, dh3.data(), in, w + sp.w_up, g, sp.w_up, din, N, D, F, true, tdw);
+  project_backward(sp, a, LoraTarget::kGate, dg.data(), in, w, g, sp.w_in, din, N, D, F, false, tdw);
+  project_backward(sp, a, LoraTarget::kUp, dh3.data(), in, w, g, sp.w_up, din, N, D, F, true, tdw);
 }
 
 // dout [N, D] = d(loss)/d(the attention's output) -> din [N, D] = d(loss)/d(in) (overwritten); dW into g.
@@ -739,7 +768,7 @@ void CpuModel::attention_backward(const StepPlan& sp, StepActs& a, const float* 
   const int64_t N = B * T, D = d_.dim, hd = at.head_dim, QD = at.n_heads * hd, KD = at.n_kv_heads * hd;
   const float* in = sp.s->pre_norm ? a.xn.data() : a.x.data();
   std::vector<float> datt(size_t(N * QD)), dq(size_t(N * QD)), dk(size_t(N * KD)), dv(size_t(N * KD)), nb;
-  project_backward(sp, a, LoraTarget::kO, dout, at.output_gate ? a.gated.data() : a.att.data(), w + sp.wo, g, sp.wo,
+  project_backward(sp, a, LoraTarget::kO, dout, at.output_gate ? a.gated.data() : a.att.data(), w, g, sp.wo,
                    datt.data(), N, QD, D, false, tdw);
   std::vector<float> dgate;
   if (at.output_gate) {  // d(att * s) : datt * s into datt, datt * att * s (1 - s) into dgate
@@ -757,13 +786,13 @@ void CpuModel::attention_backward(const StepPlan& sp, StepActs& a, const float* 
   rope(sp, dk.data(), N, at.n_kv_heads, T, -1.0f);
   if (at.q_norm) {  // gradients w.r.t. the normed q -> w.r.t. the projection
     std::vector<float> d(dq.size());
-    rmsnorm_backward(a.qp.data(), norm_w(*at.q_norm, w + sp.qn, hd, nb), a.rrmsq.data(), dq.data(), d.data(),
+    rmsnorm_backward(a.qp.data(), norm_w(*at.q_norm, wp(w, sp.qn), hd, nb), a.rrmsq.data(), dq.data(), d.data(),
                      base_grad(g, sp.qn), N * at.n_heads, hd, false);
     dq.swap(d);
   }
   if (at.k_norm) {
     std::vector<float> d(dk.size());
-    rmsnorm_backward(a.kp.data(), norm_w(*at.k_norm, w + sp.kn, hd, nb), a.rrmsk.data(), dk.data(), d.data(),
+    rmsnorm_backward(a.kp.data(), norm_w(*at.k_norm, wp(w, sp.kn), hd, nb), a.rrmsk.data(), dk.data(), d.data(),
                      base_grad(g, sp.kn), N * at.n_kv_heads, hd, false);
     dk.swap(d);
   }
@@ -773,12 +802,12 @@ void CpuModel::attention_backward(const StepPlan& sp, StepActs& a, const float* 
       std::memcpy(dqg.data() + 2 * r * hd, dq.data() + r * hd, size_t(hd) * 4);
       std::memcpy(dqg.data() + (2 * r + 1) * hd, dgate.data() + r * hd, size_t(hd) * 4);
     }
-    project_backward(sp, a, LoraTarget::kQ, dqg.data(), in, w + sp.wq, g, sp.wq, din, N, D, 2 * QD, false, tdw);
+    project_backward(sp, a, LoraTarget::kQ, dqg.data(), in, w, g, sp.wq, din, N, D, 2 * QD, false, tdw);
   } else {
-    project_backward(sp, a, LoraTarget::kQ, dq.data(), in, w + sp.wq, g, sp.wq, din, N, D, QD, false, tdw);
+    project_backward(sp, a, LoraTarget::kQ, dq.data(), in, w, g, sp.wq, din, N, D, QD, false, tdw);
   }
-  project_backward(sp, a, LoraTarget::kK, dk.data(), in, w + sp.wk, g, sp.wk, din, N, D, KD, true, tdw);
-  project_backward(sp, a, LoraTarget::kV, dv.data(), in, w + sp.wv, g, sp.wv, din, N, D, KD, true, tdw);
+  project_backward(sp, a, LoraTarget::kK, dk.data(), in, w, g, sp.wk, din, N, D, KD, true, tdw);
+  project_backward(sp, a, LoraTarget::kV, dv.data(), in, w, g, sp.wv, din, N, D, KD, true, tdw);
 }
 
 // dx [N, D]: d(loss)/d(step i's output) on entry, d(loss)/d(its input x) on exit (the residual path plus the
@@ -799,7 +828,7 @@ void CpuModel::step_backward(const float* w, float* g, size_t i, int64_t B, int6
   }
   if (s.post_norm) {  // b = rmsnorm(o) * (offset + post_norm)
     dpost.resize(size_t(N * D));
-    rmsnorm_backward(a.o.data(), norm_w(*s.post_norm, w + sp.post, D, nb), a.rrmso.data(), db, dpost.data(),
+    rmsnorm_backward(a.o.data(), norm_w(*s.post_norm, wp(w, sp.post), D, nb), a.rrmso.data(), db, dpost.data(),
                      base_grad(g, sp.post), N, D, false);
     db = dpost.data();
   }
@@ -822,7 +851,7 @@ void CpuModel::step_backward(const float* w, float* g, size_t i, int64_t B, int6
   }
   if (!need_dx) return;
   if (s.pre_norm)
-    rmsnorm_backward(a.x.data(), norm_w(*s.pre_norm, w + sp.pre, D, nb), a.rrms.data(), din.data(), dx,
+    rmsnorm_backward(a.x.data(), norm_w(*s.pre_norm, wp(w, sp.pre), D, nb), a.rrms.data(), din.data(), dx,
                      base_grad(g, sp.pre), N, D, true);
   else
     add_into(dx, dx, din.data(), N * D);
@@ -851,6 +880,7 @@ size_t CpuModel::lowest_adapted_step() const {
 }
 
 double CpuModel::forward_backward(const float* w, const Batch& b, float grad_scale, float* gr, CpuTimes* t) {
+  if (base_ && !lora_) fail("train", "a frozen base (CpuModel::set_base) trains adapters only: set_lora first");
   if (b.B <= 0 || b.T <= 0 || int64_t(b.tokens.size()) != b.B * (b.T + 1))
     fail("train", "batch of ", b.tokens.size(), " tokens does not hold B=", b.B, " x (T+1)=", b.T + 1);
   double t0 = now_ms();

@@ -25,6 +25,7 @@ namespace anelab::train {
 
 struct LoraStep;        // train/lora.h
 enum class LoraTarget;  // train/lora.h
+class FrozenBase;       // train/frozen_base.h
 
 // B sequences of T+1 tokens: inputs tokens[b*(T+1) + t], targets tokens[b*(T+1) + t + 1], t < T.
 struct Batch {
@@ -55,6 +56,10 @@ class CpuModel {
   // forward_backward adds d(loss)/d(adapters) * grad_scale into l->g and computes NO gradient of the base: every
   // base weight-gradient product is skipped and `grads` is not touched (it may be nullptr). nullptr: no adapters.
   void set_lora(const LoraStep* l) { lora_ = l; }
+  // A frozen base held in its own types (train/frozen_base.h, not dense): with b set, every weight is read from b
+  // (matrices converted tile by tile in the products, train/cpu_linalg.h) and the `w` arguments are ignored (pass
+  // nullptr); forward_backward needs adapters (set_lora). nullptr: the weights are the fp32 `w`.
+  void set_base(const FrozenBase* b);
   // Mean cross-entropy only.
   double loss(const float* w, const Batch& b);
   // Logits of the last position of one sequence of n tokens: out [V].
@@ -127,12 +132,12 @@ class CpuModel {
   void ffn_forward(const StepPlan& sp, StepActs& a, const float* w, const float* in, int64_t N, float* out);
   void ffn_backward(const StepPlan& sp, StepActs& a, const float* w, float* g, const float* dout, const float* in,
                     int64_t N, float* din, double* tdw);
-  // y [N, out] = x Wᵀ, plus scale * (xd Aᵀ) Bᵀ when (sp.layer, t) has an adapter.
-  void project(const StepPlan& sp, StepActs& a, LoraTarget t, const float* x, const float* W, float* y, int64_t N,
-               int64_t in, int64_t out);
+  // y [N, out] = x Wᵀ (W the base matrix at w_off), plus scale * (xd Aᵀ) Bᵀ when (sp.layer, t) has an adapter.
+  void project(const StepPlan& sp, StepActs& a, LoraTarget t, const float* x, const float* w, int64_t w_off, float* y,
+               int64_t N, int64_t in, int64_t out);
   // Its backward: dx (+)= dy W (+ the adapter's path), skipped when dx is nullptr; dW (g + w_off) += dyᵀ x unless
   // the base is frozen; the adapter's dA, dB into lora_->g.
-  void project_backward(const StepPlan& sp, StepActs& a, LoraTarget t, const float* dy, const float* x, const float* W,
+  void project_backward(const StepPlan& sp, StepActs& a, LoraTarget t, const float* dy, const float* x, const float* w,
                         float* g, int64_t w_off, float* dx, int64_t N, int64_t in, int64_t out, bool add, double* tdw);
   // The adapter's part of both: y += scale * (xd Aᵀ) Bᵀ; and dx += the adapter path's input gradient (dx nullptr:
   // none), dA, dB into lora_->g. Nothing when (sp.layer, t) has no adapter.
@@ -143,8 +148,15 @@ class CpuModel {
   // A linear-attention step's adapters (lora_forward / lora_backward on its projections) for N rows.
   DeltaNetAdapters deltanet_adapters(const StepPlan& sp, StepActs& a, int64_t N, double* tdw);
   static bool step_has_target(const models::Step& s, LoraTarget t);  // s runs the projection t adapts
+  // The base's weights at layout offset off: w + off, or the frozen base's fp32 copy of them (norms).
+  const float* wp(const float* w, int64_t off) const;
+  // y [N, out] = x Wᵀ and dx [N, in] (+)= dy W of the base matrix W [out, in] at layout offset off (w + off, or the
+  // frozen base's tensor in its own type).
+  void base_wt(const float* w, int64_t off, const float* x, float* y, int64_t N, int64_t in, int64_t out) const;
+  void base_dx(const float* w, int64_t off, const float* dy, float* dx, int64_t N, int64_t in, int64_t out,
+               bool add) const;
   // g + off, or nullptr when the base is frozen (LoRA): no base gradient is written.
-  float* base_grad(float* g, int64_t off) const { return lora_ ? nullptr : g + off; }
+  float* base_grad(float* g, int64_t off) const { return lora_ || base_ ? nullptr : g + off; }
   void scores_forward(const models::AttnDesc& at, StepActs& a, int64_t B, int64_t T);
   void scores_backward(const models::AttnDesc& at, StepActs& a, int64_t B, int64_t T, const float* datt, float* dq,
                        float* dk, float* dv);
@@ -173,6 +185,8 @@ class CpuModel {
   int64_t head_B_ = 0, head_T_ = 0;
   std::function<void(int64_t)> grads_final_;
   const LoraStep* lora_ = nullptr;
+  const FrozenBase* base_ = nullptr;
+  int64_t emb_off_ = 0, norm_off_ = 0, out_off_ = 0;  // layout offsets of the embedding, final norm, classifier
 };
 
 }  // namespace anelab::train

@@ -145,15 +145,13 @@ class KernelEngine final : public StepEngine {
     backend_ = rt::create_backend(o.backend, bo);
     for (kern::KernelKind k : kern::kAllKernelKinds) (kern::kernel_per_layer(k, strategy_) ? per_layer_ : shared_) += 1;
   }
-  // LoRA on the static strategy (make_kernel_lora_engine): base baked once, adapters as kernel inputs.
+  // LoRA (make_kernel_lora_engine): the base baked (static) or staged (dynamic) once, the adapters kernel inputs.
   KernelEngine(const KernelEngineOptions& o, const ParamLayout& layout, const float* base, const LoraLayout& lora)
       : KernelEngine(o, layout) {
-    if (strategy_ != kern::Strategy::kStatic)
-      fail("train", "--lora --strategy ", o.strategy, ": LoRA runs on --strategy static or cpu (the dynamic kernels ",
-           "have no adapter inputs)");
     if (lora.lora().dropout > 0)
       fail("train", "--lora-dropout ", lora.lora().dropout, ": must be 0 with --strategy ", o.strategy,
            " (the kernels take the adapters' input without dropout)");
+    check_static_lora_budget();
     base_ = base, lora_ = &lora;
   }
   ~KernelEngine() override {
@@ -205,7 +203,8 @@ class KernelEngine final : public StepEngine {
 
   kern::LayerWeights layer_weights(const float* w, int64_t l) const;
   kern::TrainShape train_shape(int64_t T) const;
-  void stage_adapters(const float* a);
+  void stage_adapters(int64_t l, const float* a);
+  void check_static_lora_budget() const;
   // LoRA: adapter gradients of (layer l, target t) from X and dY (on the worker); no-op when t is not adapted.
   void lora_acc(int64_t l, LoraTarget t, const std::vector<float>& dY, const std::vector<float>& X) const {
     const int64_t i = lora_->slot(l, t);
@@ -214,7 +213,7 @@ class KernelEngine final : public StepEngine {
   bool self_check_pending() const { return !self_checked_ && backend_->name() == "ane"; }
   void self_check(const float* w, const kern::TrainShape& s);
   void prepare(const float* w, int64_t B, int64_t T);
-  void submit_restage(const float* w);
+  void submit_restage(const float* base, const float* adapters);
   void forward(const Batch& b);
   void layer_backward(int64_t l, int64_t B, float* g, double* wait_ms);
   void submit_qkv_dw(const SeqActs& a, const SeqGrads& s, const LayerPtrs& gl);
@@ -282,20 +281,31 @@ kern::TrainShape KernelEngine::train_shape(int64_t T) const {
   return s;
 }
 
-// LoRA: A and B of every adapted projection into the bands of its layer's kernels (no compile).
-void KernelEngine::stage_adapters(const float* a) {
-  for (int64_t l = 0; l < c_.n_layers; ++l)
-    runners_[size_t(l)].set_adapters([&](const std::string& w) {
-      for (int t = 0; t < kLoraTargets; ++t)
-        if (const char* kw = lora_kernel_weight(LoraTarget(t)); kw && w == kw) {
-          const int64_t i = lora_->slot(l, LoraTarget(t));
-          ANELAB_CHECK(i >= 0, "train", "layer ", l, " has no adapter on ", w);
-          const LoraSlot& sl = lora_->slots()[size_t(i)];
-          const size_t r = size_t(lora_->lora().rank);
-          return kern::LayerRunner::Adapter{{a + sl.a, r * size_t(sl.in)}, {a + sl.b, size_t(sl.out) * r}};
-        }
-      fail("train", "no LoRA target for the kernels' weight ", w);
-    });
+// LoRA: A and B of every adapted projection of layer l into the bands of its kernels (no compile).
+void KernelEngine::stage_adapters(int64_t l, const float* a) {
+  runners_[size_t(l)].set_adapters([&](const std::string& w) {
+    for (int t = 0; t < kLoraTargets; ++t)
+      if (const char* kw = lora_kernel_weight(LoraTarget(t)); kw && w == kw) {
+        const int64_t i = lora_->slot(l, LoraTarget(t));
+        ANELAB_CHECK(i >= 0, "train", "layer ", l, " has no adapter on ", w);
+        const LoraSlot& sl = lora_->slots()[size_t(i)];
+        const size_t r = size_t(lora_->lora().rank);
+        return kern::LayerRunner::Adapter{{a + sl.a, r * size_t(sl.in)}, {a + sl.b, size_t(sl.out) * r}};
+      }
+    fail("train", "no LoRA target for the kernels' weight ", w);
+  });
+}
+
+// LoRA on the static strategy compiles 2 + 7·L kernels once and can never compile fewer: when that is over the
+// process's compile budget an exec-restart cannot help, so say so before the first compile (and what dynamic needs).
+void KernelEngine::check_static_lora_budget() const {
+  const int left = backend_->compiles_left(), need = compiles_needed();
+  if (strategy_ != kern::Strategy::kStatic || need <= left) return;
+  const int extra = self_check_pending() ? 1 : 0, dyn = int(kern::kAllKernelKinds.size()) + extra;
+  fail("train", "--lora --strategy static: ", c_.n_layers, " layers need ", need, " compiles (", shared_, " + ",
+       per_layer_, " x ", c_.n_layers, extra ? " + the self-check" : "", "), over the ", left,
+       " left of the compile budget ", backend_->compile_budget(), " (device ", backend_->profile().name,
+       "); --strategy dynamic compiles ", dyn, dyn <= left ? " and fits" : ", over it too");
 }
 
 // The silent-zeros self-check on the ANE: attn_fwd's input and output types, device against emulator.
@@ -351,19 +361,21 @@ void KernelEngine::prepare(const float* w, int64_t B, int64_t T) {
   }
 }
 
-// Dynamic: restaging layer l (transposes + fp16 conversion into its own input surfaces) runs on the worker
-// while the kernels of layers < l evaluate; forward() waits for layer l's ticket before its first kernel.
-void KernelEngine::submit_restage(const float* w) {
+// Restaging layer l (transposes + fp16 conversion into its own input surfaces) runs on the worker while the kernels
+// of layers < l evaluate; forward() waits for layer l's ticket before its first kernel. `base` (dynamic, when stale:
+// the weights' bands) and `adapters` (LoRA: their bands, every call) may each be null.
+void KernelEngine::submit_restage(const float* base, const float* adapters) {
   restage_ticket_.assign(size_t(c_.n_layers), 0);
   restage_hidden_.assign(size_t(c_.n_layers), 0.0);
   for (int64_t l = 0; l < c_.n_layers; ++l)
-    restage_ticket_[size_t(l)] = queue_.submit([this, w, l] {
+    restage_ticket_[size_t(l)] = queue_.submit([this, base, adapters, l] {
       kern::LayerRunner& r = runners_[size_t(l)];
       const double s0 = r.times().stage_ms;
-      r.set_weights(layer_weights(w, l));
+      if (base) r.set_weights(layer_weights(base, l));
+      if (adapters) stage_adapters(l, adapters);
       restage_hidden_[size_t(l)] = r.times().stage_ms - s0;  // runner-timed; replaced by the wait below
     });
-  stale_ = false;
+  if (base) stale_ = false;
 }
 
 // Embedding -> every layer on the kernels (taps kept per layer and sequence) -> xout_.
@@ -509,13 +521,12 @@ double KernelEngine::forward_backward(const float* w, const Batch& b, float grad
     head_.set_lora(&head_lora_);  // the head: no final-norm or classifier gradient
   }
   prepare(wb_, b.B, b.T);
-  if (lora_) stage_adapters(w);
   double stage0 = 0, eval0 = 0;
   for (auto& r : runners_) stage0 += r.times().stage_ms, eval0 += r.times().eval_ms;
   restage_ticket_.clear(), restage_hidden_.clear(), restage_wait_ms_ = 0;
   double loss = 0;
   try {
-    if (stale_) submit_restage(wb_);
+    if (stale_ || lora_) submit_restage(stale_ ? wb_ : nullptr, lora_ ? w : nullptr);  // LoRA: the base once
     loss = step(w, b, grad_scale, g, t);
   } catch (...) {
     stale_ = true;  // a failed restage leaves the surfaces undefined

@@ -59,13 +59,17 @@ kern::TrainShape kernel_train_shape(const models::ModelDesc& d, int64_t T);
 // Throws "[backend] ane: no Apple Neural Engine on this host ..." etc. when the backend cannot be created.
 std::unique_ptr<StepEngine> make_kernel_engine(const KernelEngineOptions& o, const ParamLayout& layout);
 
-// `train --lora --strategy static`: the frozen base (`base` [P], kept alive by the caller) is baked into the 7·L
-// weight-bearing kernels ONCE (compiles_needed() is 0 after the first step: weights_updated() recompiles nothing);
-// the adapters enter those kernels as input bands (kern::TrainShape::lora_rank: y = W x + s·B(A x) in MIL, and
-// Wᵀ + s·AᵀBᵀ in the backward kernels), restaged before every forward. forward_backward's w / g are the adapters
-// and their gradients (LoraLayout's flat buffer): dA, dB come from the kernels' taps on the worker
-// (dB += s·dY·(A X)ᵀ, dA += s·(Bᵀ dY)·Xᵀ, X the projection's input, dY the gradient of its output); no base
-// gradient is computed (no dW, norm, classifier or embedding gradient). Adapter dropout is not in the kernels.
+// `train --lora --strategy static | dynamic`: the frozen base (`base` [P], kept alive by the caller) is baked into
+// the 7·L weight-bearing kernels ONCE (static: 2 + 7·L compiles) or staged ONCE into the weight bands of the 9
+// shared kernels' per-layer input surfaces (dynamic: 9 compiles); compiles_needed() is 0 after the first step and
+// weights_updated() neither recompiles nor restages anything. The adapters enter the weight-bearing kernels as
+// input bands (kern::TrainShape::lora_rank: y = W x + s·B(A x) in MIL, and Wᵀ + s·AᵀBᵀ in the backward kernels),
+// restaged on the worker before every forward. forward_backward's w / g are the adapters and their gradients
+// (LoraLayout's flat buffer): dA, dB come from the kernels' taps on the worker (dB += s·dY·(A X)ᵀ,
+// dA += s·(Bᵀ dY)·Xᵀ, X the projection's input, dY the gradient of its output); no base gradient is computed (no dW,
+// norm, classifier or embedding gradient). Adapter dropout is not in the kernels. Static throws, before any
+// compile, when 2 + 7·L is over the compile budget left (LoRA has nothing to gain from an exec-restart), naming
+// what dynamic needs.
 std::unique_ptr<StepEngine> make_kernel_lora_engine(const KernelEngineOptions& o, const ParamLayout& layout,
                                                     const float* base, const LoraLayout& lora);
 

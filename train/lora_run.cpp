@@ -95,15 +95,17 @@ void export_run_adapter(const std::string& run, const std::string& out) {
     models::write_peft_adapter(a, h.model, out);
 }
 
-LoraEngine::LoraEngine(const ParamLayout& layout, std::vector<float> base, const LoraLayout& lora, uint64_t seed)
-    : model_(std::make_unique<CpuModel>(layout)), base_(std::move(base)), lora_(&lora), seed_(seed) {}
+LoraEngine::LoraEngine(const ParamLayout& layout, FrozenBase base, const LoraLayout& lora, uint64_t seed)
+    : model_(std::make_unique<CpuModel>(layout)), base_(std::move(base)), lora_(&lora), seed_(seed) {
+  if (!base_.dense_data()) model_->set_base(&base_);  // held in its own types: the model reads it (w is ignored)
+}
 
 double LoraEngine::forward_backward(const float* w, const Batch& b, float grad_scale, float* grads, StepTimes* t) {
   if (steps_) return ++micro_, steps_->forward_backward(w, b, grad_scale, grads, t);
   LoraStep st{lora_, w, grads, seed_, micro_++, true};
   model_->set_lora(&st);
   CpuTimes ct;
-  const double loss = model_->forward_backward(base_.data(), b, grad_scale, nullptr, &ct);
+  const double loss = model_->forward_backward(base_.dense_data(), b, grad_scale, nullptr, &ct);
   model_->set_lora(nullptr);
   if (t) t->cpu_dw += ct.dw, t->fwd += ct.fwd, t->bwd += ct.bwd, t->cls += ct.cls;
   return loss;
@@ -121,7 +123,7 @@ int64_t LoraEngine::activation_bytes(int64_t B, int64_t T) {
 double LoraEngine::loss(const float* w, const Batch& b) {
   LoraStep st{lora_, w, nullptr, seed_, 0, false};
   model_->set_lora(&st);
-  const double v = model_->loss(base_.data(), b);
+  const double v = model_->loss(base_.dense_data(), b);
   model_->set_lora(nullptr);
   return v;
 }

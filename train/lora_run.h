@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "train/cpu_model.h"
+#include "train/frozen_base.h"
 #include "train/lora.h"
 #include "train/step_engine.h"
 
@@ -33,12 +34,17 @@ void export_run_adapter(const std::string& run, const std::string& out);
 // True when RUN (a run directory or checkpoint file) was trained with --lora (its run's config.json says so).
 bool is_lora_run(const std::string& run);
 
-// The step engine of `anelab train --lora --strategy cpu`: base weights frozen inside (fp32, as init_from_model or
-// init_random gave them), w and g of forward_backward are the adapters and their gradients. No base gradient is
-// computed or stored: CpuModel skips every weight-gradient product of the base when it has adapters.
+// The step engine of `anelab train --lora --strategy cpu`: the frozen base inside (train/frozen_base.h: the model
+// file's types, or fp32 [P] as init_random gave it), w and g of forward_backward are the adapters and their
+// gradients. No base gradient is computed or stored: CpuModel skips every weight-gradient product of the base when
+// it has adapters.
 class LoraEngine final : public StepEngine {
  public:
-  LoraEngine(const ParamLayout& layout, std::vector<float> base, const LoraLayout& lora, uint64_t seed);
+  LoraEngine(const ParamLayout& layout, FrozenBase base, const LoraLayout& lora, uint64_t seed);
+  LoraEngine(const ParamLayout& layout, std::vector<float> base, const LoraLayout& lora, uint64_t seed)
+      : LoraEngine(layout, FrozenBase(layout, std::move(base)), lora, seed) {}
+  LoraEngine(const LoraEngine&) = delete;  // (the model holds a pointer to base_)
+  LoraEngine& operator=(const LoraEngine&) = delete;
   std::string name() const override { return steps_ ? steps_->name() + "-lora" : "cpu-lora"; }
   int compiles_needed() const override { return steps_ ? steps_->compiles_needed() : 0; }
   int compiles_left() const override { return steps_ ? steps_->compiles_left() : -1; }
@@ -58,16 +64,16 @@ class LoraEngine final : public StepEngine {
   // The dropout stream's position (micro-batches done): restored on resume.
   uint64_t micro_batches() const { return micro_; }
   void set_micro_batches(uint64_t n) { micro_ = n; }
-  const std::vector<float>& base() const { return base_; }
-  // The steps run on `e` from now on (`train --lora --strategy static`: make_kernel_lora_engine over base()); the
-  // compile counts are e's; loss() stays on the CPU.
+  const FrozenBase& base() const { return base_; }
+  // The steps run on `e` from now on (`train --lora --strategy static | dynamic`: make_kernel_lora_engine over base());
+  // the compile counts are e's; loss() stays on the CPU. (A dense base: base().dense_data().)
   void set_step_engine(std::unique_ptr<StepEngine> e) { steps_ = std::move(e); }
   // Mean loss with the adapters, no dropout (evaluation).
   double loss(const float* w, const Batch& b);
 
  private:
   std::unique_ptr<CpuModel> model_;
-  std::vector<float> base_;  // [P] frozen base weights
+  FrozenBase base_;  // the frozen base weights
   const LoraLayout* lora_;
   uint64_t seed_, micro_ = 0;
   std::unique_ptr<StepEngine> steps_;  // nullptr: the steps run on model_ (--strategy cpu)

@@ -70,7 +70,7 @@ struct Run {
   ParamLayout layout;
   std::vector<float> w, g;                   // [P] master weights, gradients (--lora: the adapters' [PA])
   std::unique_ptr<LoraLayout> lora;          // --lora: the adapters (w, g, the optimizer's moments)
-  std::vector<float> lora_base;              // --lora: [P] the frozen base until the engine takes it
+  std::unique_ptr<FrozenBase> lora_base;     // --lora: the frozen base until the engine takes it
   LoraEngine* lora_engine = nullptr;         // --lora: the engine, which holds the base
   std::vector<float> gm;                     // [P] one micro-batch's gradients (empty: one micro-batch per step)
   std::unique_ptr<dist::OverlappedSum> sum;  // g += gm over the ranks (with gm; destroyed after the engine)
@@ -153,7 +153,10 @@ void Run::load_model(bool resume, CheckpointState* ck) {
   } else {
     m = models::load_any_model(cfg.init);
     layout = ParamLayout(m->config);
-    w = init_from_model(layout, *m);
+    if (cfg.lora && cfg.strategy == "cpu")  // the base in the file's types (QLoRA for a quantized file)
+      lora_base = std::make_unique<FrozenBase>(layout, *m);
+    else
+      w = init_from_model(layout, *m);
   }
   model_label = !cfg.preset.empty() ? cfg.preset : fs::path(cfg.init).filename().string();
   const fs::path saved_tok = fs::path(cfg.run_dir) / models::kRunTokenizerFile;
@@ -170,14 +173,15 @@ void Run::load_model(bool resume, CheckpointState* ck) {
     fail("train", "--seq-len ", cfg.seq_len, " exceeds the model's context length ", layout.config().max_seq_len);
 }
 
-// --lora: the base (w as load_model left it) becomes the engine's frozen copy, w the adapters: fresh (lora_init)
-// or, on resume, RUN_DIR/last.lora with the optimizer's moments into *m, *v.
+// --lora: the base (as load_model left it: the file's tensors, or w in fp32) becomes the engine's frozen base, w the
+// adapters: fresh (lora_init) or, on resume, RUN_DIR/last.lora with the optimizer's moments into *m, *v.
 void Run::setup_lora(bool resume, std::vector<float>* m, std::vector<float>* v) {
   LoraConfig lc;
   lc.rank = cfg.lora_rank, lc.alpha = cfg.lora_alpha, lc.dropout = cfg.lora_dropout;
   lc.targets = parse_lora_targets(cfg.lora_targets);
   lora = std::make_unique<LoraLayout>(layout.config(), lc);
-  lora_base = std::move(w);
+  if (!lora_base) lora_base = std::make_unique<FrozenBase>(layout, std::move(w));
+  w.clear();
   if (resume)
     read_lora_state((fs::path(cfg.run_dir) / "last.lora").string(), *lora, &w, m, v);
   else
@@ -187,7 +191,7 @@ void Run::setup_lora(bool resume, std::vector<float>* m, std::vector<float>* v) 
 // The model's weights [P]: w, or with --lora the base with the adapters merged (W + alpha/r * B·A, fp32).
 std::vector<float> Run::model_weights() const {
   if (!lora) return w;
-  std::vector<float> m = lora_engine->base();
+  std::vector<float> m = lora_engine->base().to_f32();
   lora_merge(layout, *lora, w.data(), float(lora->lora().scale()), m.data());
   return m;
 }
@@ -239,10 +243,11 @@ void Run::setup() {
     prior_wall = ck.wall_s, prior_compile = ck.compile_s, prior_train = ck.train_s, prior_compiles = ck.compiles;
   }
   if (lora) {
-    auto e = std::make_unique<LoraEngine>(layout, std::move(lora_base), *lora, uint64_t(cfg.seed));
+    auto e = std::make_unique<LoraEngine>(layout, std::move(*lora_base), *lora, uint64_t(cfg.seed));
+    lora_base.reset();
     e->set_micro_batches(uint64_t(step * cfg.accum_steps));  // the dropout stream where the run left it
-    if (cfg.strategy == "static")
-      e->set_step_engine(make_kernel_lora_engine(kernel_engine_options(cfg), layout, e->base().data(), *lora));
+    if (cfg.strategy == "static" || cfg.strategy == "dynamic")
+      e->set_step_engine(make_kernel_lora_engine(kernel_engine_options(cfg), layout, e->base().dense_data(), *lora));
     lora_engine = e.get();
     engine = std::move(e);
   } else {
@@ -383,7 +388,7 @@ int64_t init_file_bytes(const std::string& init) {
 // ranks), AdamW's two moments, and the activations the engine keeps for one micro-batch (its own count,
 // StepEngine::activation_bytes: null when it gives none). The peak RSS is in every step and in run_end.
 void Run::emit_memory() {
-  const int64_t base = lora_engine ? int64_t(lora_engine->base().size() * sizeof(float)) : 0;
+  const int64_t base = lora_engine ? lora_engine->base().held_bytes() : 0;
   const int64_t trained = int64_t(w.size() * sizeof(float));
   const int64_t grads = int64_t((g.size() + gm.size()) * sizeof(float));
   const int64_t moments = int64_t((opt->m().size() + opt->v().size()) * sizeof(float));
@@ -393,6 +398,7 @@ void Run::emit_memory() {
                       {"batch_size", cfg.batch_size},
                       {"seq_len", cfg.seq_len},
                       {"base_bytes", base},
+                      {"base_types", lora_engine ? lora_engine->base().types() : ""},
                       {"trained_bytes", trained},
                       {"grad_bytes", grads},
                       {"optimizer_bytes", moments},
@@ -643,9 +649,9 @@ void Run::checkpoint(bool best) {  // rank 0 only
                      opt->v());
   if (lora) {  // the merged model (what `infer RUN` and `export RUN` read), made in chunks as it is written (no
                // second [P] copy of the base); zero moments. The adapters' state is in KIND.lora.
-    const float* base = lora_engine->base().data();
+    const FrozenBase& base = lora_engine->base();
     write_checkpoint(path, make_state(), [&](int64_t off, int64_t n, float* out) {
-      std::memcpy(out, base + off, size_t(n) * sizeof(float));
+      base.to_f32(off, n, out);
       lora_merge_range(layout, *lora, w.data(), float(lora->lora().scale()), off, n, out);
     });
   } else {  // w and the moments lent to the state for the write (swapped in and back, not copied: no [P] copies)

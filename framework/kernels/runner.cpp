@@ -116,9 +116,10 @@ void LayerRunner::set_weights(const LayerWeights& w) {
       s->kernel = s->own_kernel.get();
       continue;
     }
-    Slot& s = slot(k);  // dynamic: restage the weight bands of this layer's input surface
+    Slot& s = slot(k);  // dynamic: restage the weight bands of this layer's input surface (not the LoRA bands)
     const double t0 = now_ms();
     for (const WeightSlot& ws : s.spec->weight_slots) {
+      if (!lora_slot_weight(ws).empty()) continue;
       weight_slot_values(ws, w, sh, buf);
       rt::stage_in(s.in[0], s.spec->in, ws.slot, buf.data());
     }

@@ -95,14 +95,14 @@ class LayerRunner {
   ~LayerRunner();
 
   // static: discards the layer's weight-bearing kernels (Backend::discard), then compiles them from w;
-  // dynamic: restages w into the kernels' weight bands.
+  // dynamic: restages w into the kernels' weight bands (the LoRA bands are set_adapters').
   void set_weights(const LayerWeights& w);
   // static: discards the weight-bearing kernels now (before the recompiles of every layer, as maderix
   // frees all layer kernels first); set_weights() must follow before the next run().
   void release_static_kernels();
-  // LoRA (shape lora_rank > 0, static, after set_weights): stages the layer's adapters into the LoRA bands of its
-  // weight-bearing kernels; adapter(w) gives A [r, in] and B [out, r] row-major of projection w ("wq" ... "w2").
-  // No compile: the kernels read the bands at every evaluation.
+  // LoRA (shape lora_rank > 0, either strategy, after set_weights): stages the layer's adapters into the LoRA bands
+  // of its weight-bearing kernels; adapter(w) gives A [r, in] and B [out, r] row-major of projection w ("wq" ...
+  // "w2"). No compile: the kernels read the bands at every evaluation (dynamic: set_weights leaves them alone).
   struct Adapter {
     std::span<const float> a, b;
   };

@@ -190,13 +190,17 @@ bool lora_slot_values(const WeightSlot& ws, std::span<const float> a, std::span<
   ANELAB_CHECK(static_cast<int64_t>(a.size()) == r * i && static_cast<int64_t>(b.size()) == o * r, "kernels",
                "adapter of ", w, ": A has ", a.size(), " values, B ", b.size(), "; rank ", r, " needs ", r * i, " and ",
                o * r);
-  if (ws.weight.back() == 'a') {  // A [r, in] as it is
-    out.assign(a.begin(), a.end());
+  const bool is_a = ws.weight.back() == 'a';
+  const std::span<const float> src = is_a ? a : b;  // A [r, in] or B [out, r]
+  if (is_a == ws.transposed) {                      // Aᵀ [in, r] or Bᵀ [r, out]: src transposed
+    const int64_t rows = is_a ? r : o, cols = is_a ? i : r;
+    out.resize(src.size());
+    for (int64_t row = 0; row < rows; ++row)
+      for (int64_t c = 0; c < cols; ++c)
+        out[static_cast<size_t>(c * rows + row)] = src[static_cast<size_t>(row * cols + c)];
     return true;
   }
-  out.resize(static_cast<size_t>(r * o));  // Bᵀ [r, out] from B [out, r]
-  for (int64_t row = 0; row < o; ++row)
-    for (int64_t c = 0; c < r; ++c) out[static_cast<size_t>(c * o + row)] = b[static_cast<size_t>(row * r + c)];
+  out.assign(src.begin(), src.end());  // A [r, in] or B [out, r] as it is
   return true;
 }
 
@@ -229,12 +233,10 @@ class KernelGen : public LayerSource {
       : kind_(kind),
         s_(s),
         dyn_(st == Strategy::kDynamic && kernel_has_weights(kind)),
-        lora_(st == Strategy::kStatic && kernel_has_weights(kind) && s.lora_rank > 0),
+        lora_(kernel_has_weights(kind) && s.lora_rank > 0),
         w_(w),
         b_(pb_.function("main")) {
     s.validate();
-    ANELAB_CHECK(s.lora_rank == 0 || st == Strategy::kStatic, "kernels", kernel_name(kind),
-                 ": LoRA adapters are inputs of the static strategy's kernels only");
     if (st == Strategy::kStatic && kernel_has_weights(kind)) {
       ANELAB_CHECK(w != nullptr, "kernels", kernel_name(kind), ": static strategy needs the layer weights");
       validate_train_weights(*w, s);
@@ -271,16 +273,21 @@ class KernelGen : public LayerSource {
     bool tprod = false;     // y = Wᵀ x
     bool holds_mt = false;  // dynamic: slot holds Mᵀ ([IC, OC]) rather than M ([OC, IC]), M = W or Wᵀ
   };
+  struct LoraBands {   // a targeted projection's LoRA slots (their WeightSlot::transposed)
+    bool a_t = false;  // "W.lora_a" holds Aᵀ [in, r] (else A [r, in])
+    bool b = false;    // "W.lora_bt" holds B [out, r] (else Bᵀ [r, out])
+  };
   KernelKind kind_;
   TrainShape s_;
   bool dyn_;
-  bool lora_;  // static with adapters: activations and the adapters' bands are spatial bands of the input
+  bool lora_;  // adapters: the adapters' bands (and the activations) are spatial bands of the input
   const LayerWeights* w_;
   mil::ProgramBuilder pb_;
   mil::FunctionBuilder& b_;
   BlobSet blobs_;
   std::vector<std::pair<std::string, int64_t>> acts_;
   std::map<std::string, Mat> mats_;
+  std::map<std::string, LoraBands> lora_bands_;
   std::vector<std::string> order_, vecs_;
   std::vector<WeightSlot> slots_;
   IOLayout in_;
@@ -324,19 +331,21 @@ void KernelGen::begin() {
       in_.add_spatial(name, weight_dims(name, s_).first, 1);
       slots_.push_back({name, name, false});
     }
-    in_.pad_spatial(rt::dense_width_multiple(in_.dtype()));  // dense device rows (row-stride rule)
   }
-  if (lora_) {  // A [r, in] and Bᵀ [r, out] of every targeted projection: r rows, never wider than the activations
+  if (lora_) {  // A and B of every targeted projection (after the weights' bands when dynamic), r columns wide
+    const int64_t c = in_.channels(), r = s_.lora_rank;  // (Aᵀ [in, r], B [out, r]) where in / out fit the channels
     for (const auto& name : order_) {
       if (!s_.lora_on(name)) continue;
       auto [o, i] = weight_dims(name, s_);
-      in_.add_spatial(name + ".lora_a", s_.lora_rank, i);
-      in_.add_spatial(name + ".lora_bt", s_.lora_rank, o);
-      slots_.push_back({name + ".lora_a", name + ".lora_a", false});
-      slots_.push_back({name + ".lora_bt", name + ".lora_bt", false});
+      LoraBands& lb = lora_bands_[name];
+      lb.a_t = i <= c, lb.b = o <= c;
+      in_.add_spatial(name + ".lora_a", lb.a_t ? i : r, lb.a_t ? r : i);
+      in_.add_spatial(name + ".lora_bt", lb.b ? o : r, lb.b ? r : o);
+      slots_.push_back({name + ".lora_a", name + ".lora_a", lb.a_t});
+      slots_.push_back({name + ".lora_bt", name + ".lora_bt", lb.b});
     }
-    in_.pad_spatial(rt::dense_width_multiple(in_.dtype()));
   }
+  if (dyn_ || lora_) in_.pad_spatial(rt::dense_width_multiple(in_.dtype()));  // dense device rows (row-stride rule)
   x_ = b_.input("x", in_.type());
 }
 
@@ -345,17 +354,22 @@ Value KernelGen::apply(const std::string& weight, const Value& x) {
   ANELAB_CHECK(it != mats_.end(), "kernels", kernel_name(kind_), ": weight '", weight, "' was not declared");
   const Mat& m = it->second;
   auto [o, i] = weight_dims(weight, s_);
+  Value y;  // W x (or Wᵀ x): from the weight's band (dynamic) or its baked blob (static)
   if (dyn_) {
     Value band = in(weight);
-    return m.holds_mt ? linear_runtime_t(b_, x, band) : linear_runtime(b_, x, band);
+    y = m.holds_mt ? linear_runtime_t(b_, x, band) : linear_runtime(b_, x, band);
+  } else {
+    y = linear(b_, x, blobs_.matrix(b_, m.tprod ? weight + "_t" : weight, train_weight(*w_, weight), o, i, m.tprod));
   }
-  Value y =
-      linear(b_, x, blobs_.matrix(b_, m.tprod ? weight + "_t" : weight, train_weight(*w_, weight), o, i, m.tprod));
   if (!lora_ || !s_.lora_on(weight)) return y;
-  Value a = in(weight + ".lora_a"), bt = in(weight + ".lora_bt");  // A [1, r, 1, in], Bᵀ [1, r, 1, out]
-  // W x + s B (A x): A is M [r, in], then B = (Bᵀ)ᵀ; Wᵀ x + s Aᵀ (Bᵀ x): Bᵀ is M [r, out], then Aᵀ
-  Value d =
-      m.tprod ? linear_runtime_t(b_, linear_runtime(b_, x, bt), a) : linear_runtime_t(b_, linear_runtime(b_, x, a), bt);
+  const LoraBands& lb = lora_bands_.at(weight);
+  Value a = in(weight + ".lora_a"), bt = in(weight + ".lora_bt");  // A or Aᵀ, Bᵀ or B (LoraBands)
+  // v times the matrix M that `band` holds as M (holds_m) or as Mᵀ
+  auto mul = [&](const Value& v, const Value& band, bool holds_m) {
+    return holds_m ? linear_runtime(b_, v, band) : linear_runtime_t(b_, v, band);
+  };
+  // W x + s B (A x); Wᵀ x + s Aᵀ (Bᵀ x)
+  Value d = m.tprod ? mul(mul(x, bt, !lb.b), a, lb.a_t) : mul(mul(x, a, !lb.a_t), bt, lb.b);
   return b_.add(y, b_.mul(d, s_.lora_scale));
 }
 

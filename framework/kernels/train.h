@@ -73,10 +73,10 @@ struct TrainShape {
   RopeStyle rope = RopeStyle::kAdjacentPairs;
   RopeScaling rope_scaling;                        // frequency scaling of the RoPE tables (arch_types.h)
   std::optional<models::NormDesc> q_norm, k_norm;  // per-head RMSNorms of q and k before RoPE ([HD]); both or neither
-  // LoRA (kStatic only; lora_rank 0: none): every projection named in lora_targets ("wq" ... "w2") computes
-  // y = W x + lora_scale * B (A x) with W baked and A [r, in], B [out, r] read from bands of the kernel's input
-  // surface (staged every step by LoraBands, so the base compiles once); the transposed products of the backward
-  // kernels use Wᵀ + lora_scale * Aᵀ Bᵀ.
+  // LoRA (lora_rank 0: none): every projection named in lora_targets ("wq" ... "w2") computes
+  // y = W x + lora_scale * B (A x) with W baked (kStatic) or read from its band (kDynamic) and A [r, in], B [out, r]
+  // read from bands of the kernel's input surface (staged every step, so nothing is recompiled for new adapters);
+  // the transposed products of the backward kernels use Wᵀ + lora_scale * Aᵀ Bᵀ.
   int64_t lora_rank = 0;
   double lora_scale = 0;
   std::vector<std::string> lora_targets;
@@ -145,10 +145,12 @@ struct LayerKernels {
 };
 LayerKernels build_layer_kernels(const TrainShape& shape, Strategy strategy, const LayerWeights* w = nullptr);
 
-// LoRA bands (TrainShape::lora_rank > 0): a weight-bearing kernel's input surface holds, for each targeted
-// projection W it multiplies, the spatial bands "W.lora_a" = A [r, in] and "W.lora_bt" = Bᵀ [r, out] (WeightSlot
-// weight names the same; activations are then spatial bands of width S too). Values of such a slot from A [r, in]
-// and B [out, r] row-major; false when ws is not a LoRA band.
+// LoRA bands (TrainShape::lora_rank > 0, either strategy): a weight-bearing kernel's input surface holds, for each
+// targeted projection W it multiplies, the spatial bands "W.lora_a" (A) and "W.lora_bt" (B), each r columns wide
+// where its rows fit the surface's channels: Aᵀ [in, r] and B [out, r] (WeightSlot::transposed), else r rows high:
+// A [r, in] and Bᵀ [r, out] (WeightSlot weight names the same as the slots; activations are then spatial bands of
+// width S too; under kDynamic the LoRA bands follow the base weights' bands). Values of such a slot from A [r, in] and
+// B [out, r] row-major; false when ws is not a LoRA band.
 bool lora_slot_values(const WeightSlot& ws, std::span<const float> a, std::span<const float> b, const TrainShape& s,
                       std::vector<float>& out);
 // "wq" of "wq.lora_a" / "wq.lora_bt"; "" for a slot that is not a LoRA band.

@@ -897,8 +897,10 @@ const char* llama_stop_type(const std::string& stop_reason) {
 json llama_completion_json(const ResponseMeta& m, const std::string& text, const std::string& stop_reason,
                            const Usage& u) {
   const double pms = u.prefill_ms, dms = u.decode_ms;
-  const int64_t pn = u.prompt_tokens, dn = u.completion_tokens;
-  json t{{"prompt_n", pn},
+  // llama.cpp's timings: prompt_n the prompt tokens evaluated, cache_n those taken from the prompt cache.
+  const int64_t pn = u.prompt_tokens - u.cached_tokens, dn = u.completion_tokens;
+  json t{{"cache_n", u.cached_tokens},
+         {"prompt_n", pn},
          {"prompt_ms", pms},
          {"prompt_per_token_ms", pn > 0 ? pms / static_cast<double>(pn) : 0.0},
          {"prompt_per_second", tps(pn, pms)},
@@ -906,11 +908,16 @@ json llama_completion_json(const ResponseMeta& m, const std::string& text, const
          {"predicted_ms", dms},
          {"predicted_per_token_ms", dn > 0 ? dms / static_cast<double>(dn) : 0.0},
          {"predicted_per_second", tps(dn, dms)}};
-  json j{{"content", text},        {"stop", true},
-         {"model", m.model},       {"stop_type", llama_stop_type(stop_reason)},
-         {"stopping_word", ""},    {"tokens_predicted", dn},
-         {"tokens_evaluated", pn}, {"tokens_cached", 0},
-         {"truncated", false},     {"timings", t}};
+  json j{{"content", text},
+         {"stop", true},
+         {"model", m.model},
+         {"stop_type", llama_stop_type(stop_reason)},
+         {"stopping_word", ""},
+         {"tokens_predicted", dn},
+         {"tokens_evaluated", u.prompt_tokens},
+         {"tokens_cached", u.cached_tokens},
+         {"truncated", false},
+         {"timings", t}};
   if (!m.note.empty()) j["note"] = m.note;
   return j;
 }
@@ -935,6 +942,40 @@ std::optional<ApiError> parse_body_object(std::string_view body, const Limits& l
   return std::nullopt;
 }
 }  // namespace
+
+std::optional<ApiError> parse_slot_action(std::string_view path, std::string_view target, std::string_view body,
+                                          const Limits& lim, SlotActionRequest& out) {
+  out = SlotActionRequest{};
+  const std::string_view id = path.substr(std::string_view("/slots/").size());
+  if (id.empty() || id.size() > 6 || id.find_first_not_of("0123456789") != std::string_view::npos)
+    return bad("id_slot '" + std::string(id) + "' in the path is not a slot number", "id_slot");
+  out.slot = std::stoul(std::string(id));
+  std::string_view action;
+  if (const size_t q = target.find('?'); q != std::string_view::npos)
+    for (std::string_view rest = target.substr(q + 1); !rest.empty();) {
+      const size_t amp = rest.find('&');
+      const std::string_view kv = rest.substr(0, amp);
+      if (kv.substr(0, 7) == "action=") action = kv.substr(7);
+      rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+    }
+  if (action == "save") {
+    out.action = SlotAction::kSave;
+  } else if (action == "restore") {
+    out.action = SlotAction::kRestore;
+  } else if (action == "erase") {
+    out.action = SlotAction::kErase;
+    return std::nullopt;
+  } else {
+    return bad(
+        "action '" + std::string(action) + "' is not a slot action (save, restore, erase: /slots/ID?action=save)",
+        "action");
+  }
+  json o;
+  if (auto e = parse_body_object(body, lim, "{\"filename\": NAME}", o)) return e;
+  if (!o.contains("filename") || !o["filename"].is_string()) return bad("'filename' must be a string", "filename");
+  out.filename = o["filename"].get<std::string>();
+  return std::nullopt;
+}
 
 std::optional<ApiError> parse_tokenize(std::string_view body, const Limits& lim, TokenizeRequest& out) {
   out = TokenizeRequest{};
@@ -1062,6 +1103,24 @@ std::string prometheus_metrics(const MetricsSnapshot& m) {
   prom_metric(o, "anelab_prompt_tokens_cached_total", "counter",
               "Prompt tokens of finished requests taken from the prompt cache (not prefilled again).",
               one(double(m.cached_tokens)));
+  if (const PromptCacheFigures& c = m.prompt_cache; c.enabled) {
+    prom_metric(o, "anelab_prompt_store_capacity_bytes", "gauge", "The prompt store's bound (--cache-ram).",
+                one(double(c.capacity_bytes)));
+    prom_metric(o, "anelab_prompt_store_bytes", "gauge",
+                "Bytes held by the prompt store (K/V rows, recurrent states, tokens and LoRA scales of its entries).",
+                one(double(c.bytes)));
+    prom_metric(o, "anelab_prompt_store_entries", "gauge", "Sequences held by the prompt store.",
+                one(double(c.entries)));
+    prom_metric(o, "anelab_prompt_store_hits_total", "counter",
+                "Requests whose cached prefix came from the prompt store.", one(double(c.hits)));
+    prom_metric(o, "anelab_prompt_store_hit_tokens_total", "counter",
+                "Prompt tokens taken from the prompt store (not prefilled again).", one(double(c.hit_tokens)));
+    prom_metric(o, "anelab_prompt_store_stored_total", "counter",
+                "Sequences moved into the prompt store from a slot taken for another prompt.", one(double(c.stored)));
+    prom_metric(o, "anelab_prompt_store_evicted_total", "counter",
+                "Sequences dropped from the prompt store, least recently used first, to stay within its bound.",
+                one(double(c.evicted)));
+  }
   prom_metric(o, "anelab_draft_tokens_total", "counter", "Tokens drafted by prompt lookup (--draft-max).",
               one(double(m.drafted)));
   prom_metric(o, "anelab_draft_tokens_accepted_total", "counter",

@@ -187,6 +187,17 @@ struct TokenizeRequest {
 std::optional<ApiError> parse_tokenize(std::string_view body, const Limits& lim, TokenizeRequest& out);
 std::optional<ApiError> parse_detokenize(std::string_view body, const Limits& lim, std::vector<int64_t>& out);
 
+// llama.cpp's POST /slots/{id}?action=save|restore|erase, body {"filename": NAME} (save and restore; erase takes no
+// body). A path id that is not a number, an unknown action or a missing filename is a 400 naming it.
+enum class SlotAction { kSave, kRestore, kErase };
+struct SlotActionRequest {
+  size_t slot = 0;
+  SlotAction action = SlotAction::kSave;
+  std::string filename;
+};
+std::optional<ApiError> parse_slot_action(std::string_view path, std::string_view target, std::string_view body,
+                                          const Limits& lim, SlotActionRequest& out);
+
 // One generated token's log-probability (infer::TokenLogprob with the text of each id).
 struct TokenLogprobText {
   std::string piece;
@@ -239,6 +250,13 @@ struct BatchFigures {
   std::vector<Slot> slots;
 };
 
+// The prompt store (--cache-ram, infer/server/prompt_store.h): its bound and contents, and what it served.
+struct PromptCacheFigures {
+  bool enabled = false;
+  int64_t capacity_bytes = 0, bytes = 0, entries = 0;
+  uint64_t hits = 0, hit_tokens = 0, stored = 0, evicted = 0;
+};
+
 struct MetricsSnapshot {
   double uptime_s = 0;
   size_t workers = 0, queue_max = 0, running = 0, waiting = 0;
@@ -248,6 +266,7 @@ struct MetricsSnapshot {
   uint64_t drafted = 0, accepted = 0;  // speculative decoding
   std::vector<int> slot_busy;          // per worker: 1 while it generates
   BatchFigures batch;
+  PromptCacheFigures prompt_cache;
   bool power_available = false;
   std::string power_source, power_reason;
   std::vector<std::pair<std::string, double>> energy_j;  // (rail, joules) for the rails the source has

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 #include <random>
 
@@ -12,6 +13,7 @@
 #include "infer/generate.h"
 #include "infer/load.h"
 #include "infer/prefill_mil.h"
+#include "infer/server/prompt_store.h"
 #include "models/grammar/token_constraint.h"
 #include "models/tokenizer/chat_template.h"
 #include "models/tokenizer/tokenizer.h"
@@ -93,6 +95,10 @@ struct ModelPool::Impl {
   mutable std::mutex lora_mu;
   std::vector<float> lora_global;  // [adapters], under lora_mu
   std::mutex cache_mu;
+  std::unique_ptr<PromptStore> store;  // --cache-ram: sequences evicted from the slots (under cache_mu)
+  std::vector<char> busy;              // [workers] under cache_mu: 1 while the worker runs a job
+  std::string weights_hash;            // slot_weights_hash of the model as loaded
+  SlotFingerprint fingerprint;         // of the model, for slot files (--slot-save-path)
   // The draft model (ModelOptions::draft_model): an engine with a slot per worker and its batcher, whose slot w a
   // worker joins only while drafting; per worker the tokens its slot holds (infer::DraftModel::held).
   std::unique_ptr<infer::Engine> draft;
@@ -113,6 +119,7 @@ struct ModelPool::Impl {
     }
     arch = l.model.config.arch;
     source_format = l.model.source_format;
+    if (weights_hash.empty()) weights_hash = slot_weights_hash(l.model);  // before the engine may tile its bytes
     auto e = std::make_unique<infer::Engine>(std::move(l.model), l.engine);
     for (models::LoraAdapter& a : l.adapters) e->add_lora(std::move(a));
     return e;
@@ -134,6 +141,48 @@ struct ModelPool::Impl {
       n = b + 1;
     }
   }
+
+  // Under cache_mu, before worker w's job: makes the slot of w (in engine e) hold the longest cached prefix of
+  // p.prompt with p's LoRA scales, from the slot itself, another idle slot of the engine (Engine::copy_kv) or the
+  // store (Engine::restore_seq), and returns its length. The sequence the slot held moves into the store first when
+  // the job would overwrite some of it (a recurrent state only when it is at that sequence's end).
+  size_t take_prefix(infer::Engine& e, size_t w, const GenParams& p) {
+    const int64_t slot = batcher ? static_cast<int64_t>(w) : 0;
+    std::vector<int32_t>& held = cached[w];
+    auto common = [&](const std::vector<int32_t>& h) {
+      size_t c = 0;
+      while (c < h.size() && c + 1 < p.prompt.size() && h[c] == p.prompt[c]) ++c;
+      return c;
+    };
+    // K/V computed with other adapter scales are not this request's: only a sequence of the same scales is reused.
+    size_t reuse = p.cache_prompt && cached_lora[w] == p.lora ? common(held) : 0;
+    reuse = static_cast<size_t>(infer::reusable_prefix(e, static_cast<int64_t>(reuse)));
+    size_t from = w;
+    if (p.cache_prompt && batcher)
+      for (size_t v = 0; v < cached.size(); ++v) {  // a slot that generates holds no tokens (cached[v] empty)
+        if (v == w || cached_lora[v] != p.lora) continue;
+        if (const size_t c = common(cached[v]); c > reuse) reuse = c, from = v;
+      }
+    std::shared_ptr<const PromptStore::Entry> entry;
+    if (p.cache_prompt && store->enabled())
+      if (auto [x, c] = store->find(p.prompt, p.lora); x && c > reuse) entry = std::move(x), reuse = c;
+    const size_t kept = entry || from != w ? 0 : reuse;  // the slot's own tokens that stay
+    if (store->enabled() && kept < held.size() &&
+        (e.state_bytes() == 0 || static_cast<int64_t>(held.size()) == e.state_pos()) &&
+        !store->covers(held, cached_lora[w]))
+      store->put({held, cached_lora[w], e.save_seq(slot, static_cast<int64_t>(held.size()))});
+    if (entry) {
+      e.restore_seq(slot, entry->seq);
+      store->count_hit(reuse);
+    } else if (from != w) {
+      e.copy_kv(static_cast<int64_t>(from), slot, static_cast<int64_t>(reuse));
+    }
+    held.clear();  // until this generation has finished, the slot's K/V are in flux
+    cached_lora[w] = p.lora;
+    return reuse;
+  }
+
+  infer::Engine& engine_of(size_t w) { return *engines.at(batcher ? 0 : w); }
 
   std::vector<int32_t> encode_text(const std::string& text) const {
     // As infer::generate(): BOS for SentencePiece vocabularies or when the vocab asks for it.
@@ -198,6 +247,10 @@ ModelPool::ModelPool(const ModelOptions& o, size_t workers) : impl_(std::make_un
   load_ms_ = ms_since(t0);
   impl_->cached.resize(n);
   impl_->cached_lora.resize(n);
+  impl_->busy.assign(n, 0);
+  const int64_t store_bytes = o.cache_ram_mib < 0 ? std::numeric_limits<int64_t>::max() : o.cache_ram_mib << 20;
+  impl_->store = std::make_unique<PromptStore>(store_bytes, impl_->engines.front()->state_bytes() > 0);
+  impl_->fingerprint = slot_fingerprint(*impl_->engines.front(), impl_->weights_hash);
   for (size_t i = 0; i < o.load.lora.size(); ++i)
     impl_->lora_global.push_back(i < o.load.lora_scale.size() ? o.load.lora_scale[i] : 1.0f);
   impl_->chat_stops = tok::chat_stop_ids(impl_->chat, *impl_->tk);
@@ -375,33 +428,23 @@ GenOutcome ModelPool::run(size_t w, Job& job) {
   out.usage.queue_ms = std::chrono::duration<double, std::milli>(job.started - job.enqueued).count();
   out.usage.prompt_tokens = static_cast<int64_t>(p.prompt.size());
   const auto t0 = Clock::now();
-  // The prompt cache: the longest common prefix with what this worker's engine holds is not prefilled again (at
-  // least the last prompt token is, for its logits).
-  // With slots (one engine), a longer prefix held by another idle slot is copied into this worker's slot first.
+  // The prompt cache: the longest cached prefix of the prompt is not prefilled again (at least the last prompt token
+  // is, for its logits): Impl::take_prefix.
   std::vector<int32_t>& held = impl_->cached[w];
-  std::vector<float>& held_lora = impl_->cached_lora[w];
   size_t reuse = 0;
   {
     std::lock_guard<std::mutex> lk(impl_->cache_mu);
-    auto common = [&](const std::vector<int32_t>& h) {
-      size_t c = 0;
-      while (c < h.size() && c + 1 < p.prompt.size() && h[c] == p.prompt[c]) ++c;
-      return c;
-    };
-    // K/V computed with other adapter scales are not this request's: only a slot of the same scales is reused.
-    if (p.cache_prompt && held_lora == p.lora) reuse = common(held);
-    if (p.cache_prompt && impl_->batcher) {
-      size_t from = w;
-      for (size_t v = 0; v < impl_->cached.size(); ++v) {
-        if (v == w || impl_->cached_lora[v] != p.lora) continue;
-        if (const size_t c = common(impl_->cached[v]); c > reuse) reuse = c, from = v;
-      }
-      if (from != w) e.copy_kv(static_cast<int64_t>(from), static_cast<int64_t>(w), static_cast<int64_t>(reuse));
-    }
-    reuse = static_cast<size_t>(infer::reusable_prefix(e, static_cast<int64_t>(reuse)));
-    held.clear();  // until this generation has finished, the slot's K/V are in flux
-    held_lora = p.lora;
+    impl_->busy[w] = 1;
+    reuse = impl_->take_prefix(e, w, p);
   }
+  struct NotBusy {  // however the job ends
+    Impl& m;
+    size_t w;
+    ~NotBusy() {
+      std::lock_guard<std::mutex> lk(m.cache_mu);
+      m.busy[w] = 0;
+    }
+  } not_busy{*impl_, w};
   out.usage.cached_tokens = static_cast<int64_t>(reuse);
   e.set_lora_scales(impl_->batcher ? static_cast<int64_t>(w) : 0, p.lora);  // before the slot joins the steps
   std::optional<infer::Batcher::Active> active;  // this worker's slot takes part in the steps while it generates
@@ -496,6 +539,110 @@ BatchFigures ModelPool::batch() const {
   f.batch_sizes = st.batch_sizes;
   for (const auto& s : st.slots)
     f.slots.push_back({infer::Batcher::state_name(s.state), s.pos, s.decoded, s.prefilled});
+  return f;
+}
+
+std::optional<ApiError> Generator::slot_action(size_t, SlotAction, const std::string&, nlohmann::json&) {
+  return ApiError{501, "this server has no slot files", "server_error", "", "not_supported"};
+}
+
+std::optional<ApiError> ModelPool::slot_action(size_t w, SlotAction a, const std::string& filename,
+                                               nlohmann::json& out) {
+  Impl& m = *impl_;
+  if (w >= m.cached.size())
+    return bad_request(
+        "id_slot " + std::to_string(w) + " is not a slot (ids 0.." + std::to_string(m.cached.size() - 1) + ")",
+        "id_slot", "");
+  auto busy = [&] {
+    return ApiError{409, "slot " + std::to_string(w) + " is generating: retry once it is idle", "invalid_request_error",
+                    "id_slot", "slot_busy"};
+  };
+  const auto t0 = Clock::now();
+  infer::Engine& e = m.engine_of(w);
+  const int64_t slot = m.batcher ? static_cast<int64_t>(w) : 0;
+  if (a == SlotAction::kErase) {  // the slot's cached tokens are forgotten (its rows are overwritten by the next job)
+    std::lock_guard<std::mutex> lk(m.cache_mu);
+    if (m.busy[w]) return busy();
+    out = {{"id_slot", w}, {"n_erased", m.cached[w].size()}};
+    m.cached[w].clear();
+    return std::nullopt;
+  }
+  if (m.opt.slot_save_path.empty())
+    return ApiError{501, "slot save and restore are off: start the server with --slot-save-path DIR", "server_error",
+                    "", "not_supported"};
+  if (const std::string why = slot_filename_problem(filename); !why.empty())
+    return bad_request("filename '" + filename + "' " + why, "filename", "");
+  const std::string path = (std::filesystem::path(m.opt.slot_save_path) / filename).string();
+  try {
+    if (a == SlotAction::kSave) {
+      PromptStore::Entry x;
+      {
+        std::lock_guard<std::mutex> lk(m.cache_mu);
+        if (m.busy[w]) return busy();
+        if (m.cached[w].empty())
+          return bad_request("slot " + std::to_string(w) + " holds no cached tokens: nothing to save", "id_slot", "");
+        if (e.state_bytes() > 0 && static_cast<int64_t>(m.cached[w].size()) != e.state_pos())
+          return bad_request("slot " + std::to_string(w) + "'s recurrent state is not at the end of its tokens",
+                             "id_slot", "");
+        x = {m.cached[w], m.cached_lora[w], e.save_seq(slot, static_cast<int64_t>(m.cached[w].size()))};
+      }
+      const int64_t written = write_slot_file(path, m.fingerprint, x.tokens, x.lora, x.seq);
+      out = {{"id_slot", w},
+             {"filename", filename},
+             {"n_saved", x.tokens.size()},
+             {"n_written", written},
+             {"timings", {{"save_ms", ms_since(t0)}}}};
+      return std::nullopt;
+    }
+    if (!std::filesystem::exists(path))
+      return bad_request("filename '" + filename + "': no such file in --slot-save-path", "filename", "");
+    PromptStore::Entry x;
+    const int64_t read = read_slot_file(path, m.fingerprint, x);
+    const size_t adapters = m.opt.load.lora.size();
+    if (x.lora.size() != adapters)
+      return bad_request("slot file " + filename + ": lora holds " + std::to_string(x.lora.size()) +
+                             " scales, this server has " + std::to_string(adapters) + " adapters",
+                         "filename", "");
+    std::lock_guard<std::mutex> lk(m.cache_mu);
+    if (m.busy[w]) return busy();
+    e.restore_seq(slot, x.seq);
+    m.cached[w] = x.tokens;
+    m.cached_lora[w] = x.lora;
+    out = {{"id_slot", w},
+           {"filename", filename},
+           {"n_restored", x.tokens.size()},
+           {"n_read", read},
+           {"timings", {{"restore_ms", ms_since(t0)}}}};
+    return std::nullopt;
+  } catch (const std::exception& ex) {
+    return bad_request(ex.what(), "filename", "");
+  }
+}
+
+nlohmann::json ModelPool::slot_state(size_t w) const {
+  Impl& m = *impl_;
+  std::vector<float> scales;
+  size_t n = 0;
+  {
+    std::lock_guard<std::mutex> lk(m.cache_mu);
+    if (w < m.cached.size()) scales = m.cached_lora[w], n = m.cached[w].size();
+  }
+  if (scales.empty()) {
+    std::lock_guard<std::mutex> lk(m.lora_mu);
+    scales = m.lora_global;
+  }
+  nlohmann::json lora = nlohmann::json::array();
+  for (size_t i = 0; i < scales.size(); ++i) lora.push_back({{"id", i}, {"scale", scales[i]}});
+  return {{"lora", lora}, {"n_cached", n}};
+}
+
+PromptCacheFigures ModelPool::prompt_cache() const {
+  std::lock_guard<std::mutex> lk(impl_->cache_mu);
+  const PromptStore::Stats st = impl_->store->stats();
+  PromptCacheFigures f;
+  f.enabled = impl_->store->enabled();
+  f.capacity_bytes = st.capacity, f.bytes = st.bytes, f.entries = st.entries;
+  f.hits = st.hits, f.hit_tokens = st.hit_tokens, f.stored = st.stored, f.evicted = st.evicted;
   return f;
 }
 

@@ -9,6 +9,9 @@
 // LoRA adapters (--lora) are runtime products of the engines (Engine::add_lora), not merged: each request runs with
 // its own scales (its `lora` field, else the global ones of POST /lora-adapters) on its slot, so requests with
 // different adapters share a batch; a worker's prompt cache is reused only by a request with the same scales.
+// Prompt cache: a request takes the longest cached prefix of its prompt among its slot, the other idle slots and the
+// prompt store of --cache-ram (infer/server/prompt_store.h), into which a slot's sequence moves when the slot is taken
+// for another prompt; --slot-save-path saves and restores a slot's sequence to a file (slot_action).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -48,6 +51,16 @@ class Generator {
   // [{id, scale}], an adapter not listed getting 0 (an id that is not an adapter: 400 naming the entry).
   virtual nlohmann::json lora_adapters() const { return nlohmann::json::array(); }
   virtual std::optional<ApiError> set_lora(const std::vector<LoraScale>& scales);
+  // llama.cpp's POST /slots/{id}?action=save|restore|erase (`filename` for save and restore, a name inside
+  // --slot-save-path): out gets the answer (id_slot, filename, n_saved / n_restored / n_erased, n_written / n_read,
+  // timings {save_ms | restore_ms}); a slot generating now is a 409, a bad name or file a 400 naming it. A generator
+  // without slot files answers 501.
+  virtual std::optional<ApiError> slot_action(size_t slot, SlotAction a, const std::string& filename,
+                                              nlohmann::json& out);
+  // For /slots: slot w's LoRA scales [{id, scale}] (of its current or last request, else the global ones) and the
+  // tokens its cache holds ("n_cached").
+  virtual nlohmann::json slot_state(size_t) const { return nlohmann::json::object(); }
+  virtual PromptCacheFigures prompt_cache() const { return {}; }  // for /metrics
 };
 
 struct ModelOptions {
@@ -60,6 +73,8 @@ struct ModelOptions {
   int32_t draft_max = 0;        // speculative decoding with prompt-lookup drafts (infer::GenerateOptions)
   std::string draft_model;      // with a draft model instead (--model-draft; draft_max 0: infer::kDefaultDraftMax)
   int64_t batch_chunk = 128;    // continuous batching: the most prompt tokens of one slot prefilled per step
+  int64_t cache_ram_mib = 0;    // --cache-ram: the prompt store's bound in MiB (prompt_store.h); 0: off, -1: no bound
+  std::string slot_save_path;   // --slot-save-path: the directory of slot files; empty: slot save / restore refused
   std::function<void(const std::string&)> progress;  // start-up progress lines (load, warm-up); empty: silent
 };
 
@@ -77,6 +92,10 @@ class ModelPool final : public Generator {
   std::optional<ApiError> detokenize(const std::vector<int64_t>& ids, std::string& text) const override;
   nlohmann::json lora_adapters() const override;
   std::optional<ApiError> set_lora(const std::vector<LoraScale>& scales) override;
+  std::optional<ApiError> slot_action(size_t slot, SlotAction a, const std::string& filename,
+                                      nlohmann::json& out) override;
+  nlohmann::json slot_state(size_t slot) const override;
+  PromptCacheFigures prompt_cache() const override;
   double load_ms() const { return load_ms_; }
   double warmup_ms() const { return warmup_ms_; }
 

@@ -222,6 +222,14 @@ void HttpServer::route(const HttpRequest& q, HttpResponse& r) {
     if (auto e = gen_.set_lora(scales)) return send_error(r, *e);
     return r.set_content(dump(nlohmann::json{{"success", true}}), kJson);
   }
+  if (p.rfind("/slots/", 0) == 0) {  // llama.cpp's POST /slots/{id}?action=save|restore|erase
+    if (q.method != "POST") return not_allowed(q, r, "POST");
+    SlotActionRequest a;
+    if (auto e = parse_slot_action(p, q.target, q.body, opt_.limits, a)) return send_error(r, *e);
+    nlohmann::json out;
+    if (auto e = gen_.slot_action(a.slot, a.action, a.filename, out)) return send_error(r, *e);
+    return r.set_content(dump(out), kJson);
+  }
   if (p == "/props" || p == "/slots") {
     if (!get) return not_allowed(q, r, "GET, HEAD");
     return p == "/props" ? props(r) : slots(r);
@@ -281,6 +289,15 @@ void HttpServer::handle_detokenize(const HttpRequest& q, HttpResponse& r) {
   r.set_content(dump(nlohmann::json{{"content", text}}), kJson);
 }
 
+namespace {
+// [{id, scale}] of a GET /lora-adapters list (llama.cpp's params.lora).
+nlohmann::json lora_scales(const nlohmann::json& adapters) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& a : adapters) out.push_back({{"id", a["id"]}, {"scale", a["scale"]}});
+  return out;
+}
+}  // namespace
+
 // llama.cpp's /props: the defaults a request starts from, the slots and the model.
 void HttpServer::props(HttpResponse& r) {
   const nlohmann::json info = gen_.info();
@@ -295,13 +312,18 @@ void HttpServer::props(HttpResponse& r) {
                         {"frequency_penalty", 0.0},
                         {"presence_penalty", 0.0},
                         {"seed", -1},
-                        {"max_tokens_cap", l.max_tokens_cap}};
+                        {"max_tokens_cap", l.max_tokens_cap},
+                        {"lora", lora_scales(gen_.lora_adapters())}};
+  const PromptCacheFigures c = gen_.prompt_cache();
   r.set_content(dump(nlohmann::json{{"default_generation_settings", {{"n_ctx", gen_.context()}, {"params", params}}},
                                     {"total_slots", opt_.parallel},
                                     {"model_path", info.value("id", "")},
                                     {"chat_template", info.value("chat_template", nlohmann::json(nullptr))},
                                     {"modalities", {{"vision", false}, {"audio", false}}},
-                                    {"build_info", "anelab"}}),
+                                    {"build_info", "anelab"},
+                                    // anelab's: the adapters of --lora (GET /lora-adapters) and the prompt store
+                                    {"lora_adapters", gen_.lora_adapters()},
+                                    {"cache_ram_bytes", c.enabled ? c.capacity_bytes : 0}}),
                 kJson);
 }
 
@@ -314,6 +336,9 @@ void HttpServer::slots(HttpResponse& r) {
                      {"is_processing", s.busy},
                      {"n_prompt_tokens", s.prompt_tokens},
                      {"n_predict", s.max_new_tokens}};
+    const nlohmann::json st = gen_.slot_state(s.id);  // its LoRA scales (llama.cpp's params.lora) and cached tokens
+    if (st.contains("lora")) j["params"] = {{"lora", st["lora"]}};
+    if (st.contains("n_cached")) j["n_cached"] = st["n_cached"];
     if (s.id < b.slots.size()) {  // continuous batching: where the slot's sequence is
       const BatchFigures::Slot& x = b.slots[s.id];
       j["state"] = x.state, j["n_past"] = x.pos, j["n_decoded_total"] = x.decoded, j["n_prefilled_total"] = x.prefilled;
@@ -351,6 +376,7 @@ MetricsSnapshot HttpServer::metrics() {
   m.failed = st.failed;
   for (const auto& slot : sched_->slots()) m.slot_busy.push_back(slot.busy ? 1 : 0);
   m.batch = gen_.batch();
+  m.prompt_cache = gen_.prompt_cache();
   m.prompt_tokens = prompt_tokens_.load(), m.completion_tokens = completion_tokens_.load();
   m.cached_tokens = cached_tokens_.load();
   m.drafted = drafted_.load(), m.accepted = accepted_.load();

@@ -5,8 +5,8 @@
 // times its text), so a burst of large bodies is parsed a few at a time, not one per HTTP thread.
 // Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /v1/models/{id} (404
 // model_not_found for another id), GET /health, GET /metrics; llama.cpp's POST /completion (its fields and
-// answer), POST /tokenize, POST /detokenize, GET /props, GET /slots, GET / POST /lora-adapters (the runtime LoRA
-// adapters and their global scales)
+// answer), POST /tokenize, POST /detokenize, GET /props, GET /slots, POST /slots/{id}?action=save|restore|erase (slot
+// files, Generator::slot_action), GET / POST /lora-adapters (the runtime LoRA adapters and their global scales)
 // (Prometheus text: request counters, tokens, and energy per rail when the machine has a power source,
 // framework/core/power.h); another method
 // on those paths -> 405 (+ Allow), any other path -> 404, bodies over max_body -> 413, all as

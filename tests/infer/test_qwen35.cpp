@@ -6,6 +6,7 @@
 // JSON round trip; the GGUF export (llama.cpp's qwen35 layout) run bit-identically at f32 and f16 storage.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <span>
 
 #include "framework/core/error.h"
 #include "infer/engine.h"
@@ -243,6 +245,59 @@ TEST(Qwen35, RecurrentStateRefusesToRewind) {
   }
   e.prefill(prompt, 0);  // from position 0 the state starts again
   EXPECT_EQ(e.state_pos(), 5);
+}
+
+// Engine::save_seq / restore_seq (the server's prompt store, --cache-ram, and slot files): the K/V rows of the
+// attention layers and the recurrent states after a 40-token prefix, restored into another engine that held another
+// sequence, continue bit for bit as the engine that took them (the same bytes through the same kernels), prefill and
+// greedy decode, and within ChunkedPrefillEqualsRecurrentDecode's tolerance of a fresh prefill of the whole prompt. A
+// snapshot off the state's position, or of another shape, is refused.
+TEST(Qwen35, SavedSequenceRestoresIntoAnotherEngine) {
+  std::mt19937 rng(38);
+  Engine a = q35_engine();
+  const auto& c = a.config();
+  const int64_t V = c.vocab_size;
+  std::vector<int32_t> prompt(60), other(25);
+  for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(V));
+  for (int32_t& t : other) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(V));
+  const std::span<const int32_t> prefix(prompt.data(), 40), suffix(prompt.data() + 40, 20);
+  a.prefill(prefix, 0);
+  EXPECT_THROW(a.save_seq(0, 39), Error) << "a recurrent state taken off its position";
+  const Engine::SeqSnapshot snap = a.save_seq(0, 40);
+  EXPECT_EQ(snap.bytes(), a.state_bytes() + 40 * a.kv_bytes_per_position());
+  auto continue_greedy = [&](Engine& e) {  // the suffix's logits, then 8 greedy tokens
+    const float* lg = e.prefill(suffix, 40);
+    std::vector<float> out(lg, lg + V);
+    int64_t pos = 60;
+    for (int i = 0; i < 8; ++i) {
+      const auto next = static_cast<int32_t>(std::max_element(lg, lg + V) - lg);
+      lg = e.decode(next, pos++);
+      out.insert(out.end(), lg, lg + V);
+    }
+    return out;
+  };
+  const std::vector<float> want = continue_greedy(a);
+  Engine b = q35_engine();
+  b.prefill(other, 0);
+  b.restore_seq(0, snap);
+  EXPECT_EQ(b.state_pos(), 40);
+  const std::vector<float> got = continue_greedy(b);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+      << "the restored sequence continues differently from the engine that saved it";
+  Engine fresh = q35_engine();
+  const float* lg = fresh.prefill(prompt, 0);
+  const double terms = static_cast<double>(std::max({c.dim, c.linear_conv_dim(), int64_t{64}}));
+  EXPECT_LT(test::hf_rel_err(lg, std::vector<float>(want.begin(), want.begin() + V)),
+            static_cast<double>(c.n_layers) * terms * std::ldexp(1.0, -24));
+  Engine::SeqSnapshot bad = snap;
+  bad.conv.pop_back();
+  try {
+    b.restore_seq(0, bad);
+    FAIL() << "a snapshot of another state size was restored";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("delta/conv states"), std::string::npos) << err.what();
+  }
 }
 
 // Continuing a conversation (chat, the server's prompt cache): a common prefix is reused only where the state

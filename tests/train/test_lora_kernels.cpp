@@ -1,6 +1,7 @@
-// `train --lora --strategy static` (train/kernel_engine.h, make_kernel_lora_engine) on the emulator backend: the
-// base baked into the kernels once, the adapters A [r, in] / B [out, r] staged into input bands of every
-// weight-bearing kernel (y = W x + s·B(A x) in MIL, Wᵀ + s·AᵀBᵀ in the backward kernels).
+// `train --lora --strategy static | dynamic` (train/kernel_engine.h, make_kernel_lora_engine) on the emulator backend:
+// the base baked into the kernels (static) or staged into their weight bands (dynamic) once, the adapters A [r, in] /
+// B [out, r] staged into input bands of every weight-bearing kernel (y = W x + s·B(A x) in MIL, Wᵀ + s·AᵀBᵀ in the
+// backward kernels).
 //
 // Gradients of A and B against the CPU strategy's LoRA gradients (train/cpu_model.h with a LoraStep: itself checked
 // against PyTorch in test_lora.cpp), same model, same batch, every target module. Tolerance: the NMSE bound 1e-4 of
@@ -12,8 +13,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "framework/core/error.h"
+#include "framework/kernels/train.h"
+#include "framework/runtime/device_profile.h"
 #include "models/formats/anelab_file.h"
 #include "tests/common/test_data.h"
 #include "tests/train/helpers.h"
@@ -33,97 +40,244 @@ train::LoraLayout lorak_layout(const models::ModelConfig& cfg, int64_t rank) {
   return train::LoraLayout(cfg, lc);
 }
 
-void lorak_check_grads(const models::ModelConfig& cfg, int64_t B, int64_t T, const std::string& tag) {
-  const train::ParamLayout layout(cfg);
-  const std::vector<float> w = test::init_with_norm_noise(layout, 7);
-  const train::LoraLayout ll = lorak_layout(cfg, 4);
-  std::vector<float> a = train::lora_init(ll, 3);
+// A model, its base weights, rank-4 adapters on every target (B away from its zero init, so dA and the adapters'
+// forward are not zero) and one batch of B random sequences of T tokens.
+struct LorakCase {
+  train::ParamLayout layout;
+  std::vector<float> w;  // [P] the base
+  train::LoraLayout ll;
+  std::vector<float> a;  // the adapters (LoraLayout's flat buffer)
+  train::Batch b;
+};
+LorakCase lorak_case(const models::ModelConfig& cfg, int64_t B, int64_t T) {
+  LorakCase c{train::ParamLayout(cfg), {}, lorak_layout(cfg, 4), {}, {}};
+  c.w = test::init_with_norm_noise(c.layout, 7);
+  c.a = train::lora_init(c.ll, 3);
   train::Rng rng{17};
-  for (const auto& s : ll.slots())  // B away from its zero init, so dA and the adapters' forward are not zero
-    for (int64_t i = 0; i < s.out * ll.lora().rank; ++i)
-      a[size_t(s.b + i)] = float((double(rng.next() >> 11) * 0x1.0p-53 * 2 - 1) * 0.1);
-  train::Batch b{B, T, std::vector<int32_t>(size_t(B * (T + 1)))};
-  for (auto& t : b.tokens) t = int32_t(rng.next() % uint64_t(cfg.vocab_size));
+  for (const auto& s : c.ll.slots())
+    for (int64_t i = 0; i < s.out * c.ll.lora().rank; ++i)
+      c.a[size_t(s.b + i)] = float((double(rng.next() >> 11) * 0x1.0p-53 * 2 - 1) * 0.1);
+  c.b = train::Batch{B, T, std::vector<int32_t>(size_t(B * (T + 1)))};
+  for (auto& t : c.b.tokens) t = int32_t(rng.next() % uint64_t(cfg.vocab_size));
+  return c;
+}
 
-  constexpr float kScale = 256.0f;  // the default static:256 loss scale, as the trainer calls the engines
-  train::CpuModel cpu(layout);
-  std::vector<float> ref(a.size(), 0.0f);
-  const train::LoraStep st{&ll, a.data(), ref.data(), 0, 0, true};
-  cpu.set_lora(&st);
-  const double ref_loss = cpu.forward_backward(w.data(), b, kScale, nullptr);
+constexpr float kLorakScale = 256.0f;  // the default static:256 loss scale, as the trainer calls the engines
 
+std::unique_ptr<train::StepEngine> lorak_engine(const std::string& strategy, const LorakCase& c) {
   train::KernelEngineOptions o;
-  o.strategy = "static", o.seq_len = T;
-  auto ker = train::make_kernel_lora_engine(o, layout, w.data(), ll);
-  std::vector<float> got(a.size(), 0.0f);
-  const double loss = ker->forward_backward(a.data(), b, kScale, got.data(), nullptr);
+  o.strategy = strategy, o.seq_len = c.b.T;
+  return train::make_kernel_lora_engine(o, c.layout, c.w.data(), c.ll);
+}
+
+// Multiplies every layer tensor of the base by 2 in place (the embedding, final norm and classifier, which the CPU
+// head reads from the base at every call, stay).
+void lorak_scribble_layers(LorakCase& c) {
+  for (const auto& p : c.layout.params())
+    if (p.name.rfind("layers.", 0) == 0)
+      for (int64_t i = 0; i < p.numel; ++i) c.w[size_t(p.offset + i)] *= 2.0f;
+}
+
+void lorak_check_grads(const models::ModelConfig& cfg, int64_t B, int64_t T, const std::string& strategy,
+                       const std::string& tag) {
+  LorakCase c = lorak_case(cfg, B, T);
+  train::CpuModel cpu(c.layout);
+  std::vector<float> ref(c.a.size(), 0.0f);
+  const train::LoraStep st{&c.ll, c.a.data(), ref.data(), 0, 0, true};
+  cpu.set_lora(&st);
+  const double ref_loss = cpu.forward_backward(c.w.data(), c.b, kLorakScale, nullptr);
+
+  auto ker = lorak_engine(strategy, c);
+  std::vector<float> got(c.a.size(), 0.0f);
+  const double loss = ker->forward_backward(c.a.data(), c.b, kLorakScale, got.data(), nullptr);
   EXPECT_NEAR(loss, ref_loss, 1e-3 * ref_loss) << tag;
   double worst = 0;
-  for (const auto& p : ll.params()) {
+  for (const auto& p : c.ll.params()) {
     const double r = test::rel_err(got.data() + p.offset, ref.data() + p.offset, p.numel);
     worst = std::max(worst, r * r);
     EXPECT_LT(r * r, 1e-4) << tag << " " << p.name;
   }
-  std::printf("[lora static %s] %zu adapter tensors, loss %.6f vs cpu %.6f, worst NMSE %.2e\n", tag.c_str(),
-              ll.params().size(), loss, ref_loss, worst);
-  // A second call (new adapters: restaged, nothing recompiled) matches too.
-  for (float& v : a) v *= 0.5f;
+  std::printf("[lora %s %s] %zu adapter tensors, loss %.6f vs cpu %.6f, worst NMSE %.2e\n", strategy.c_str(),
+              tag.c_str(), c.ll.params().size(), loss, ref_loss, worst);
+  // A second call (new adapters: restaged, nothing recompiled) matches too. The base the kernels hold is the one of
+  // the first call: weights_updated() neither recompiles (static) nor restages (dynamic) it, so scribbling over the
+  // caller's layer tensors now changes nothing (the CPU reference keeps the first call's base).
+  for (float& v : c.a) v *= 0.5f;
   std::fill(ref.begin(), ref.end(), 0.0f), std::fill(got.begin(), got.end(), 0.0f);
+  cpu.forward_backward(c.w.data(), c.b, kLorakScale, nullptr);
   const int compiles = ker->compiles_total();
   ker->weights_updated();
   EXPECT_EQ(ker->compiles_needed(), 0) << tag;
-  cpu.forward_backward(w.data(), b, kScale, nullptr);
-  ker->forward_backward(a.data(), b, kScale, got.data(), nullptr);
+  lorak_scribble_layers(c);
+  ker->forward_backward(c.a.data(), c.b, kLorakScale, got.data(), nullptr);
   EXPECT_EQ(ker->compiles_total(), compiles) << tag;
   const double r = test::rel_err(got.data(), ref.data(), int64_t(ref.size()));
   EXPECT_LT(r * r, 1e-4) << tag << " after an update";
 }
 
 // GQA (4 query heads on 2 kv heads), Llama 3 RoPE scaling.
-TEST(LoraKernels, GradientsMatchCpuLoraLlama3Gqa) { lorak_check_grads(test::llama3_test_config(), 2, 64, "llama3"); }
+TEST(LoraKernels, GradientsMatchCpuLoraLlama3Gqa) {
+  lorak_check_grads(test::llama3_test_config(), 2, 64, "static", "llama3");
+}
 // Qwen3: per-head q/k RMSNorm between the q/k adapters and the attention (dq_proj / dk_proj of qkv_bwd).
-TEST(LoraKernels, GradientsMatchCpuLoraQwen3QkNorm) { lorak_check_grads(test::qwen3_test_config(), 2, 64, "qwen3"); }
+TEST(LoraKernels, GradientsMatchCpuLoraQwen3QkNorm) {
+  lorak_check_grads(test::qwen3_test_config(), 2, 64, "static", "qwen3");
+}
+TEST(LoraKernels, DynamicGradientsMatchCpuLoraLlama3Gqa) {
+  lorak_check_grads(test::llama3_test_config(), 2, 64, "dynamic", "llama3");
+}
+TEST(LoraKernels, DynamicGradientsMatchCpuLoraQwen3QkNorm) {
+  lorak_check_grads(test::qwen3_test_config(), 2, 64, "dynamic", "qwen3");
+}
 
-// >= 200 steps of `train --lora --strategy static` on the emulator: ONE compile event, before the first step's
-// event, with every kernel of the run (2 shared + 7 per layer); none after, no restart, and the loss falls. (Full
-// static training of the same run compiles 7·L kernels after every update: 200 compile events.)
-TEST(LoraKernels, StaticCompilesOnceOver200Steps) {
+// Dynamic against static LoRA on the same case, bit for bit. The two kernels differ only in the base's products:
+// static convolves x with the baked fp16 blob (nn.h linear: conv 1x1), dynamic multiplies x by the fp16 band of the
+// input surface (linear_runtime: matmul). Both weights are the fp32 base rounded to fp16 once (round to nearest
+// even), and the emulator runs conv 1x1 and matmul on the one GEMM of framework/emulator/gemm.cpp (fp32 sums over
+// the input channels in the same order, the output rounded to fp16 once), so every product, and then every op
+// after it (the same MIL), gives the same bits. (On the ANE the two ops may sum in other orders: then the bound is
+// the fp16 kernel tolerance above, NMSE 1e-4, which test_kernel_engine.cpp checks against the CPU engine.)
+TEST(LoraKernels, DynamicGradientsMatchStatic) {
+  for (const auto& [cfg, tag] :
+       {std::pair{test::llama3_test_config(), "llama3"}, {test::qwen3_test_config(), "qwen3"}}) {
+    const LorakCase c = lorak_case(cfg, 2, 64);
+    auto st = lorak_engine("static", c), dy = lorak_engine("dynamic", c);
+    std::vector<float> gs(c.a.size(), 0.0f), gd(c.a.size(), 0.0f);
+    const double ls = st->forward_backward(c.a.data(), c.b, kLorakScale, gs.data(), nullptr);
+    const double ld = dy->forward_backward(c.a.data(), c.b, kLorakScale, gd.data(), nullptr);
+    double worst = 0;
+    int64_t differ = 0;
+    for (size_t i = 0; i < gs.size(); ++i) differ += gs[i] != gd[i];
+    for (const auto& p : c.ll.params()) {
+      const double r = test::rel_err(gd.data() + p.offset, gs.data() + p.offset, p.numel);
+      worst = std::max(worst, r * r);
+    }
+    std::printf("[lora dynamic vs static %s] loss %.9f vs %.9f, %lld of %zu values differ, worst NMSE %.2e\n", tag, ld,
+                ls, (long long)differ, gs.size(), worst);
+    EXPECT_EQ(ld, ls) << tag;
+    EXPECT_EQ(differ, 0) << tag;
+  }
+}
+
+// >= 200 steps of `train --lora --strategy S` on the emulator: ONE compile event, before the first step's event, with
+// every kernel of the run (static: 2 shared + 7 per layer; dynamic: the 9 shared kernels); none after, no restart,
+// and the loss falls. (Full static training of the same run compiles 7·L kernels after every update: 200 compile
+// events.)
+void lorak_run_200(const std::string& strategy, int kernels_per_layer, int shared) {
   const models::ModelConfig cfg = test::gqa_test_config();
-  const auto dir = test::temp_dir("lora_static_200").string();
+  const auto dir = test::temp_dir("lora_" + strategy + "_200").string();
   const std::string init = dir + "/init.anelab";
   models::write_random_model(cfg, init, 11);
   train::TrainConfig c;
   c.init = init, c.data = test::write_tokens(dir, 4000, cfg.vocab_size, 5), c.run_dir = dir + "/run", c.run = "l";
-  c.strategy = "static", c.steps = 200, c.batch_size = 1, c.seq_len = 64, c.lr = 1e-2, c.warmup_steps = 5;
+  c.strategy = strategy, c.steps = 200, c.batch_size = 1, c.seq_len = 64, c.lr = 1e-2, c.warmup_steps = 5;
   c.eval_batches = 0, c.batching = "sequential";
   c.lora = true, c.lora_rank = 4, c.lora_alpha = 8;
   train::validate(c);
   train::run_training(c, {false, false});
   const auto compiles = test::read_events(c.run_dir, "compile");
   const auto steps = test::read_events(c.run_dir, "step");
+  const int all = shared + kernels_per_layer * int(cfg.n_layers);
+  ASSERT_EQ(compiles.size(), 1u) << strategy;
+  EXPECT_EQ(compiles[0]["kernels"].get<int>(), all) << strategy;
+  EXPECT_EQ(compiles[0]["step"].get<int64_t>(), 0) << strategy;  // emitted before step 1's event: no step done yet
+  EXPECT_EQ(steps.front()["step"].get<int64_t>(), 1) << strategy;
+  EXPECT_EQ(compiles[0]["compiles_total"].get<int>(), all) << strategy;
+  EXPECT_EQ(steps.back()["step"].get<int64_t>(), 200) << strategy;
+  EXPECT_EQ(steps.size(), 200u) << strategy;
+  EXPECT_TRUE(test::read_events(c.run_dir, "restart").empty()) << strategy;
+  EXPECT_LT(steps.back()["loss"].get<double>(), steps.front()["loss"].get<double>()) << strategy;
+  std::filesystem::remove_all(dir);
+}
+TEST(LoraKernels, StaticCompilesOnceOver200Steps) { lorak_run_200("static", 7, 2); }
+TEST(LoraKernels, DynamicCompilesOnceOver200Steps) { lorak_run_200("dynamic", 0, 9); }
+
+// A model whose static LoRA needs more compiles than the device profile's budget (2 + 7·L > budget, the emulator's
+// default profile): static refuses before its first compile in one line naming what it needs and what dynamic
+// needs; dynamic trains it (9 compiles, once) without a restart.
+TEST(LoraKernels, OverBudgetModelTrainsOnDynamic) {
+  models::ModelConfig cfg = test::gqa_test_config();
+  const train::ParamLayout probe_layout(cfg);
+  const int budget = train::make_kernel_engine(train::KernelEngineOptions{}, probe_layout)->budget();
+  ASSERT_GT(budget, 9);
+  cfg.n_layers = budget / 7 + 1;  // 2 + 7·L > budget
+  const int need = 2 + 7 * int(cfg.n_layers);
+  const auto dir = test::temp_dir("lora_over_budget").string();
+  const std::string init = dir + "/init.anelab";
+  models::write_random_model(cfg, init, 11);
+  train::TrainConfig c;
+  c.init = init, c.data = test::write_tokens(dir, 2000, cfg.vocab_size, 5), c.run = "l";
+  c.steps = 10, c.batch_size = 1, c.seq_len = 64, c.lr = 1e-2, c.eval_batches = 0, c.batching = "sequential";
+  c.lora = true, c.lora_rank = 4, c.lora_alpha = 8;
+  c.strategy = "static", c.run_dir = dir + "/static";
+  train::validate(c);
+  try {
+    train::run_training(c, {false, false});
+    ADD_FAILURE() << "static LoRA with " << need << " compiles over the budget " << budget << " ran";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    std::printf("[lora over budget, L=%lld] %s\n", (long long)cfg.n_layers, m.c_str());
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    EXPECT_NE(m.find(cat("need ", need, " compiles")), std::string::npos) << m;
+    EXPECT_NE(m.find("--strategy dynamic compiles 9 and fits"), std::string::npos) << m;
+  }
+  EXPECT_TRUE(test::read_events(c.run_dir, "compile").empty());  // refused before compiling anything
+  c.strategy = "dynamic", c.run_dir = dir + "/dynamic";
+  train::validate(c);
+  train::run_training(c, {false, false});
+  const auto compiles = test::read_events(c.run_dir, "compile");
   ASSERT_EQ(compiles.size(), 1u);
-  EXPECT_EQ(compiles[0]["kernels"].get<int>(), 2 + 7 * int(cfg.n_layers));
-  EXPECT_EQ(compiles[0]["step"].get<int64_t>(), 0);  // emitted before step 1's event: no step done yet
-  EXPECT_EQ(steps.front()["step"].get<int64_t>(), 1);
-  EXPECT_EQ(compiles[0]["compiles_total"].get<int>(), 2 + 7 * int(cfg.n_layers));
-  EXPECT_EQ(steps.back()["step"].get<int64_t>(), 200);
-  EXPECT_EQ(steps.size(), 200u);
+  EXPECT_EQ(compiles[0]["kernels"].get<int>(), 9);
+  EXPECT_EQ(compiles[0]["budget"].get<int>(), budget);
+  EXPECT_EQ(test::read_events(c.run_dir, "step").size(), 10u);
   EXPECT_TRUE(test::read_events(c.run_dir, "restart").empty());
-  EXPECT_LT(steps.back()["loss"].get<double>(), steps.front()["loss"].get<double>());
   std::filesystem::remove_all(dir);
 }
 
-// --strategy static takes --lora (the dynamic refusal: test_lora.cpp), not adapter dropout.
-TEST(LoraKernels, StaticTakesLoraWithoutDropout) {
-  train::TrainConfig c;
-  c.preset = "stories260k", c.data = "x.bin", c.lora = true, c.strategy = "static";
-  EXPECT_NO_THROW(train::validate(c));
-  c.lora_dropout = 0.1;
-  try {
-    train::validate(c);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--lora-dropout"), std::string::npos) << e.what();
+// The LoRA bands of the Qwen2.5-0.5B layer shape (D 896, H 4864, 14 / 2 heads of 64, r 8, every target) on the
+// dynamic kernels: they leave the surface's channels as they are, and where a band's in / out rows fit them it is r
+// columns wide: the backward kernels (whose surfaces are as high as every in / out they multiply) grow by 2r columns
+// per adapted projection, rounded up to the device's row multiple. (Bands r rows high would widen ffn_bwd by
+// 3·(896 + 4864) columns of 4864 channels: 168 MB per layer.)
+TEST(LoraKernels, LoraBandsAreUprightWhereTheyFit) {
+  kern::TrainShape s;
+  s.dim = 896, s.hidden = 4864, s.n_heads = 14, s.n_kv_heads = 2, s.head_dim = 64, s.seq = 64, s.rope_theta = 1e6;
+  kern::TrainShape l = s;
+  l.lora_rank = 8, l.lora_scale = 2, l.lora_targets = {"wq", "wk", "wv", "wo", "w1", "w3", "w2"};
+  const int64_t m = rt::dense_width_multiple(mil::DType::kFp16);
+  for (const auto& [kind, n] : {std::pair{kern::KernelKind::kFfnBwd, 3},
+                                {kern::KernelKind::kWoBwd, 1},
+                                {kern::KernelKind::kQkvBwd, 3},
+                                {kern::KernelKind::kAttnFwd, 4},
+                                {kern::KernelKind::kFfnFwd, 3}}) {
+    const kern::KernelSpec base = kern::build_kernel(kind, s, kern::Strategy::kDynamic);
+    const kern::KernelSpec lora = kern::build_kernel(kind, l, kern::Strategy::kDynamic);
+    EXPECT_EQ(lora.in.channels(), base.in.channels()) << lora.name;
+    int64_t bands = 0;
+    for (const kern::WeightSlot& ws : lora.weight_slots)
+      if (!kern::lora_slot_weight(ws).empty()) ++bands;
+    EXPECT_EQ(bands, 2 * n) << lora.name;
+    if (kind == kern::KernelKind::kAttnFwd || kind == kern::KernelKind::kFfnFwd) continue;  // some bands r rows high
+    EXPECT_LE(lora.in.spatial(), (base.in.spatial() + 2 * 8 * n + m - 1) / m * m) << lora.name;
+    std::printf("[lora bands %s] surface [%lld, %lld] -> [%lld, %lld]\n", lora.name.c_str(),
+                (long long)base.in.channels(), (long long)base.in.spatial(), (long long)lora.in.channels(),
+                (long long)lora.in.spatial());
+  }
+}
+
+// The kernel strategies take --lora, not adapter dropout.
+TEST(LoraKernels, KernelStrategiesTakeLoraWithoutDropout) {
+  for (const char* strategy : {"static", "dynamic"}) {
+    train::TrainConfig c;
+    c.preset = "stories260k", c.data = "x.bin", c.lora = true, c.strategy = strategy;
+    EXPECT_NO_THROW(train::validate(c)) << strategy;
+    c.lora_dropout = 0.1;
+    try {
+      train::validate(c);
+      ADD_FAILURE() << "no error for " << strategy;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--lora-dropout"), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <new>
@@ -20,6 +21,8 @@
 #include "tests/common/test_data.h"
 #include "tests/train/helpers.h"
 #include "train/cpu_model.h"
+#include "train/data.h"
+#include "train/frozen_base.h"
 #include "train/lora.h"
 #include "train/lora_run.h"
 #include "train/trainer.h"
@@ -125,6 +128,51 @@ TEST(TrainMemory, RunReportsItsMemory) {
     EXPECT_GT(test::read_events(c.run_dir, "run_end").at(0)["peak_rss_mb"].get<double>(), 0.0);
   }
   std::filesystem::remove_all(dir);
+}
+
+// A model of config c in memory whose matrices (every 2-D tensor) are in `dtype`, norms fp32, as a file holds them.
+models::Model mem_typed_model(const models::ModelConfig& c, models::DType dtype) {
+  const train::ParamLayout layout(c);
+  const std::vector<float> w = train::init_random(layout, 9);
+  models::Model m;
+  m.config = c;
+  for (const auto& p : layout.params()) {
+    const models::DType t = p.shape.size() == 2 ? dtype : models::DType::kF32;
+    std::vector<uint8_t> bytes(size_t(models::dtype_nbytes(t, p.numel)));
+    models::f32_to_dtype(w.data() + p.offset, t, bytes.data(), p.numel);
+    m.add_owned(p.name, t, p.shape, std::move(bytes));
+  }
+  return m;
+}
+
+// The frozen base of a --lora run holds the file's tensor bytes (train/frozen_base.h): its matrices are the loaded
+// model's tensors (no copy: what a new FrozenBase allocates is its fp32 norms and its bookkeeping), and held_bytes()
+// (the memory event's base_bytes) is the file's tensor bytes. A fp32 copy of the base (what LoraEngine held before)
+// allocates 4 bytes per weight and fails both.
+TEST(TrainMemory, FrozenBaseHoldsTheFileTensorBytes) {
+  models::ModelConfig cfg = test::llama3_test_config();
+  cfg.dim = 256, cfg.hidden_dim = 512, cfg.head_dim = 64;  // rows of whole Q4_K blocks (256 values)
+  for (const models::DType dt : {models::DType::kBF16, models::DType::kQ8_0, models::DType::kQ4_K}) {
+    const models::Model m = mem_typed_model(cfg, dt);
+    const train::ParamLayout layout(cfg);
+    int64_t file_tensors = 0, norms = 0;
+    for (const auto& p : layout.params()) {
+      file_tensors += m.tensor(p.name).nbytes;
+      if (p.shape.size() == 1) norms += p.numel * 4;
+    }
+    test::g_live_bytes = 0;
+    test::g_counting = true;
+    const train::FrozenBase base(layout, m);
+    test::g_counting = false;
+    const int64_t live = test::g_live_bytes.load();
+    EXPECT_EQ(base.held_bytes(), file_tensors) << models::dtype_name(dt);
+    // bookkeeping: one entry per tensor (a Tensor view: its name and shape), under 1 KiB each
+    EXPECT_GE(live, norms) << models::dtype_name(dt);
+    EXPECT_LT(live, norms + 1024 * int64_t(layout.params().size())) << models::dtype_name(dt);
+    std::printf("[frozen base] %s: held %lld bytes = the tensors' %lld (fp32: %lld); allocated %lld (norms %lld)\n",
+                models::dtype_name(dt), (long long)base.held_bytes(), (long long)file_tensors,
+                (long long)(layout.total() * 4), (long long)live, (long long)norms);
+  }
 }
 
 // The checkpoint of a --lora run merges its weights range by range (train/checkpoint.h WeightSource): any cut, inside
