@@ -223,9 +223,10 @@ class Engine final : public PrefillHost {
   void run_step(int64_t l, size_t step, int64_t pos, int64_t n);  // desc_.layers[l].steps[step]
   void attention(int64_t l, const models::AttnDesc& a, const StepNormSpans& w, int64_t pos, int64_t n);
   void ffn(int64_t l, const models::FfnDesc& f, const LayerWeights& L, int64_t n);
-  // The adapted projections, by site (LoRA on wq wk wv wo, w_in w_up w_out).
-  enum class LoraSite { kQ, kK, kV, kO, kIn, kUp, kOut };
-  static constexpr int64_t kLoraSites = 7;
+  // The adapted projections, by site (LoRA on wq wk wv wo, w_in w_up w_out, a Gated DeltaNet's w_qkv w_z w_b w_a
+  // w_out).
+  enum class LoraSite { kQ, kK, kV, kO, kIn, kUp, kOut, kLinQkv, kLinZ, kLinB, kLinA, kLinOut };
+  static constexpr int64_t kLoraSites = 12;
   // y [n, out] += each row's adapters' products on x [n, in] (rows of stride in / out) at site of layer l.
   void lora_apply(int64_t l, LoraSite site, const float* x, int64_t n, float* y);
   bool lora_on(int64_t slot) const;  // any nonzero scale

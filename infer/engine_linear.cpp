@@ -137,6 +137,10 @@ void Engine::linear_attention(int64_t l, const models::DeltaNetDesc& d, int64_t 
     gemm(pool_, W.b, nullptr, xb_.data(), n, lb_.data());
     gemm(pool_, W.a, nullptr, xb_.data(), n, la_.data());
   }
+  lora_apply(l, LoraSite::kLinQkv, xb_.data(), n, lqkv_.data());
+  lora_apply(l, LoraSite::kLinZ, xb_.data(), n, lz_.data());
+  lora_apply(l, LoraSite::kLinB, xb_.data(), n, lb_.data());
+  lora_apply(l, LoraSite::kLinA, xb_.data(), n, la_.data());
   // The causal conv + SiLU through the conv state; then q | k | v apart.
   float* cs = cstate_.data() + slot * (K - 1) * C;
   conv1d_silu_rows(C, K, cs, W.conv.data(), lqkv_.data(), n, lmix_.data(), &pool_);
@@ -175,6 +179,7 @@ void Engine::linear_attention(int64_t l, const models::DeltaNetDesc& d, int64_t 
   else
     gated_norm(0, Hv);
   gemm(pool_, W.out, nullptr, lz_.data(), n, xb_.data());
+  lora_apply(l, LoraSite::kLinOut, lz_.data(), n, xb_.data());
 }
 
 }  // namespace anelab::infer

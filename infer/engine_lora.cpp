@@ -25,13 +25,18 @@ int64_t Engine::add_lora(models::LoraAdapter a) {
           names[0] = &s.attn.wq, names[1] = &s.attn.wk, names[2] = &s.attn.wv, names[3] = &s.attn.wo;
         } else if (s.kind == models::StepKind::kFfn) {
           names[4] = &s.ffn.w_in, names[5] = &s.ffn.w_up, names[6] = &s.ffn.w_out;
+        } else if (s.kind == models::StepKind::kLinearAttention) {
+          names[7] = &s.deltanet.w_qkv, names[8] = &s.deltanet.w_z, names[9] = &s.deltanet.w_b;
+          names[10] = &s.deltanet.w_a, names[11] = &s.deltanet.w_out;
         }
         for (int64_t k = 0; k < kLoraSites; ++k)
           if (names[k] && !names[k]->empty() && *names[k] == p.tensor) where = l * kLoraSites + k;
       }
     if (where < 0)
-      fail("infer", "adapter ", id, ": tensor ", p.tensor,
-           " is not a projection the engine adapts (q, k, v, o of an attention step; gate, up, down of an FFN step)");
+      fail(
+          "infer", "adapter ", id, ": tensor ", p.tensor,
+          " is not a projection the engine adapts (q, k, v, o of an attention step; gate, up, down of an FFN step; the "
+          "five projections of a Gated DeltaNet step)");
     const models::Tensor& t = model_.tensor(p.tensor);
     if (t.shape != std::vector<int64_t>{p.out, p.in} || static_cast<int64_t>(p.a.size()) != a.rank * p.in ||
         static_cast<int64_t>(p.b.size()) != p.out * a.rank)

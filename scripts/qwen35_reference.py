@@ -44,7 +44,12 @@ scripts/train_reference.py: DIR/config.json as anelab writes a ModelConfig plus 
 DIR/weights/<canonical name>.npy, DIR/batches.npy [n_micro, B, T+1]): the same model in float64 with autograd,
   "grads": DIR/out/loss.npy [1] (mean cross-entropy of the first micro-batch) and DIR/out/grad.<name>.npy;
   "train": DIR/out/losses.npy [steps] and DIR/out/final.<name>.npy after `steps` torch.optim.AdamW steps (float64;
-           train_reference.py's schedule, decay groups, clipping and gradient accumulation).
+           train_reference.py's schedule, decay groups, clipping and gradient accumulation);
+  "lora_grads": LoRA on the frozen model (anelab's --lora, tests/train/test_qwen35_train.cpp): the adapters
+           DIR/lora/layers.N.T.lora_A.npy [r, in] and .lora_B.npy [out, r] (T one of anelab's --lora-targets: q k v o
+           gate up down lin_qkv lin_z lin_b lin_a lin_out) with optim.lora = {"rank", "alpha"}; every adapted weight
+           is W + (alpha / r) B·A (PEFT's LoraLayer without dropout: x W^T + s (x A^T) B^T is x (W + s B A)^T), the
+           base weights constants; DIR/out/loss.npy and DIR/out/grad.<adapter name>.npy of the first micro-batch.
 """
 import argparse
 import json
@@ -270,6 +275,9 @@ CANONICAL_LEAVES = {
     "ssm_conv": "linear_attn.conv1d.weight", "ssm_a_log": "linear_attn.A_log", "ssm_dt_bias": "linear_attn.dt_bias",
     "ssm_norm": "linear_attn.norm.weight", "ssm_out": "linear_attn.out_proj.weight"}
 CANONICAL_TOP = {"tok_embeddings": "model.embed_tokens.weight", "norm": "model.norm.weight", "output": "lm_head.weight"}
+# anelab's --lora-targets names -> the canonical leaf each adapts (train/lora.h).
+LORA_TARGETS = {"q": "wq", "k": "wk", "v": "wv", "o": "wo", "gate": "w1", "up": "w3", "down": "w2",
+                "lin_qkv": "ssm_qkv", "lin_z": "ssm_z", "lin_b": "ssm_b", "lin_a": "ssm_a", "lin_out": "ssm_out"}
 
 
 def hf_name(canonical):
@@ -315,6 +323,25 @@ def train_oracle(d, mode):
     batches = torch.tensor(np.load(os.path.join(d, "batches.npy"))).long()
     out = os.path.join(d, "out")
     os.makedirs(out, exist_ok=True)
+    if mode == "lora_grads":
+        lc = c["optim"]["lora"]
+        scale = lc["alpha"] / lc["rank"]
+        lora_dir = os.path.join(d, "lora")
+        anames = sorted(f[:-len(".npy")] for f in os.listdir(lora_dir))
+        ad = {n: torch.tensor(np.load(os.path.join(lora_dir, n + ".npy")), dtype=D, requires_grad=True)
+              for n in anames}
+        w = {hf_name(n): t.detach() for n, t in params.items()}  # the base: constants
+        for n in anames:
+            if n.endswith(".lora_A"):
+                _, layer, target, _ = n.split(".")
+                key = hf_name("layers.%s.%s" % (layer, LORA_TARGETS[target]))
+                w[key] = w[key] + scale * (ad[n[:-len("A")] + "B"] @ ad[n])
+        loss = batch_loss(cfg, w, batches[0])
+        loss.backward()
+        np.save(os.path.join(out, "loss.npy"), np.array([loss.item()], dtype=np.float64))
+        for n in anames:
+            np.save(os.path.join(out, "grad." + n + ".npy"), ad[n].grad.numpy())
+        return
     if mode == "grads":
         loss = batch_loss(cfg, w, batches[0])
         loss.backward()
@@ -323,7 +350,7 @@ def train_oracle(d, mode):
             np.save(os.path.join(out, "grad." + n + ".npy"), params[n].grad.numpy().astype(np.float32))
         return
     if mode != "train":
-        sys.exit("--train: mode %s is not grads or train" % mode)
+        sys.exit("--train: mode %s is not grads, train or lora_grads" % mode)
     o = c["optim"]
     plist = [params[n] for n in names]
     opt = torch.optim.AdamW([{"params": [p for p in plist if p.ndim >= 2], "weight_decay": o["weight_decay"]},

@@ -89,7 +89,9 @@ const std::vector<OptionDef>& table() {
       {"lora_rank", &C::lora_rank, "LoRA rank r"},
       {"lora_alpha", &C::lora_alpha, "LoRA alpha (the adapters are scaled by alpha / r)"},
       {"lora_dropout", &C::lora_dropout, "dropout on the adapters' input during training"},
-      {"lora_targets", &C::lora_targets, "LoRA target modules: a comma list of q,k,v,o,gate,up,down"},
+      {"lora_targets", &C::lora_targets,
+       "LoRA target modules: a comma list of q,k,v,o,gate,up,down,lin_qkv,lin_z,lin_b,lin_a,lin_out "
+       "(lin_*: Qwen3.5's Gated DeltaNet projections; default all)"},
       {"mask_prompt", &C::mask_prompt,
        "JSONL data (--data FILE.jsonl: text, prompt/completion or chat messages): loss on the completions only "
        "(false: on every token)"},

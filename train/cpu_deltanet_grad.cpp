@@ -69,7 +69,7 @@ int64_t DeltaNetStep::held_bytes() const {
 }
 
 void DeltaNetStep::forward(const models::DeltaNetDesc& d, const DeltaNetWeights& w, const float* in, int64_t B,
-                           int64_t T, int64_t D, float* out) {
+                           int64_t T, int64_t D, float* out, const DeltaNetAdapters* ad) {
   using namespace deltanet_grad_detail;
   const int64_t N = B * T, C = d.conv_dim(), K = d.conv_kernel, Hk = d.n_k_heads, Hv = d.n_v_heads;
   const int64_t Q = Hk * d.k_dim, V = Hv * d.v_dim;
@@ -80,6 +80,7 @@ void DeltaNetStep::forward(const models::DeltaNetDesc& d, const DeltaNetWeights&
   stride_ = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(T)))));
   states_.resize(size_t(B * Hv * ((T + stride_ - 1) / stride_) * d.k_dim * d.v_dim));
   matmul_wt(in, w.qkv, p_.data(), N, D, C);
+  if (ad) ad->forward(DeltaNetProj::kQkv, in, p_.data(), D, C);
   // The causal depthwise conv within each sequence, then SiLU.
   parallel_rows(N, N * C * K, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
@@ -99,6 +100,11 @@ void DeltaNetStep::forward(const models::DeltaNetDesc& d, const DeltaNetWeights&
   matmul_wt(in, w.z, z_.data(), N, D, V);
   matmul_wt(in, w.b, beta_.data(), N, D, Hv);
   matmul_wt(in, w.a, ga_.data(), N, D, Hv);
+  if (ad) {
+    ad->forward(DeltaNetProj::kZ, in, z_.data(), D, V);
+    ad->forward(DeltaNetProj::kB, in, beta_.data(), D, Hv);
+    ad->forward(DeltaNetProj::kA, in, ga_.data(), D, Hv);
+  }
   for (int64_t n = 0; n < N; ++n)
     for (int64_t h = 0; h < Hv; ++h) {
       const size_t i = size_t(n * Hv + h);
@@ -113,6 +119,7 @@ void DeltaNetStep::forward(const models::DeltaNetDesc& d, const DeltaNetWeights&
     for (int64_t i = i0; i < i1; ++i) y_[size_t(i)] = on_[size_t(i)] * z_[size_t(i)] * sigmoid(z_[size_t(i)]);
   });
   matmul_wt(y_.data(), w.out, out, N, V, D);
+  if (ad) ad->forward(DeltaNetProj::kOut, y_.data(), out, V, D);
 }
 
 // S = exp(g) prev + beta k uᵀ with u = v - (exp(g) prev)ᵀ k, for token n and value head h (S and prev apart). The
@@ -164,7 +171,7 @@ void DeltaNetStep::recurrence(const models::DeltaNetDesc& d, int64_t B, int64_t 
 
 void DeltaNetStep::backward(const models::DeltaNetDesc& d, const DeltaNetWeights& w, const DeltaNetGrads* g,
                             const float* in, const float* dout, int64_t B, int64_t T, int64_t D, float* din,
-                            double* tdw) {
+                            double* tdw, const DeltaNetAdapters* ad) {
   using namespace deltanet_grad_detail;
   const int64_t N = B * T, C = d.conv_dim(), K = d.conv_kernel, Hk = d.n_k_heads, Hv = d.n_v_heads;
   const int64_t dk = d.k_dim, dv = d.v_dim, rep = Hv / Hk, Q = Hk * dk, V = Hv * dv, SS = dk * dv;
@@ -178,6 +185,7 @@ void DeltaNetStep::backward(const models::DeltaNetDesc& d, const DeltaNetWeights
   std::vector<float> dy(size_t(N * V)), dz(size_t(N * V)), don(size_t(N * V)), dO(size_t(N * V));
   timed_dw(dout, y_.data(), g ? g->out : nullptr, N, V, D);
   matmul_dx(dout, w.out, dy.data(), N, V, D, false);
+  if (ad) ad->backward(DeltaNetProj::kOut, dout, y_.data(), dy.data(), V, D);
   parallel_rows(N * V, N * V, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const float z = z_[size_t(i)];
@@ -326,10 +334,18 @@ void DeltaNetStep::backward(const models::DeltaNetDesc& d, const DeltaNetWeights
   timed_dw(dz.data(), in, g ? g->z : nullptr, N, D, V);
   timed_dw(dbr.data(), in, g ? g->b : nullptr, N, D, Hv);
   timed_dw(dar.data(), in, g ? g->a : nullptr, N, D, Hv);
-  matmul_dx(dP.data(), w.qkv, din, N, D, C, false);
-  matmul_dx(dz.data(), w.z, din, N, D, V, true);
-  matmul_dx(dbr.data(), w.b, din, N, D, Hv, true);
-  matmul_dx(dar.data(), w.a, din, N, D, Hv, true);
+  if (din) {
+    matmul_dx(dP.data(), w.qkv, din, N, D, C, false);
+    matmul_dx(dz.data(), w.z, din, N, D, V, true);
+    matmul_dx(dbr.data(), w.b, din, N, D, Hv, true);
+    matmul_dx(dar.data(), w.a, din, N, D, Hv, true);
+  }
+  if (ad) {  // (after the base's dx: the adapters' input gradients add to it)
+    ad->backward(DeltaNetProj::kQkv, dP.data(), in, din, D, C);
+    ad->backward(DeltaNetProj::kZ, dz.data(), in, din, D, V);
+    ad->backward(DeltaNetProj::kB, dbr.data(), in, din, D, Hv);
+    ad->backward(DeltaNetProj::kA, dar.data(), in, din, D, Hv);
+  }
 }
 
 }  // namespace anelab::train

@@ -18,8 +18,12 @@
 // the forward keeps ([B, Hv, ceil(T/L), dk, dv]: O(sqrt T) states per head, not T). The q/k gradients of the value
 // heads sharing a key head are added in head order; then the L2 norms', the SiLU's and the conv's backward, and the
 // four input projections'.
+// LoRA (train/lora.h): with DeltaNetAdapters, each of the five products gets the adapter's term added to its output
+// right after the base product (P, z, x·W_bᵀ, x·W_aᵀ before their nonlinearities, out), and in the backward the
+// adapter's input gradient added to the base's (dy of out_proj's input, din) with dA, dB taken from the same dY.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "framework/core/model_desc.h"
@@ -43,16 +47,29 @@ struct DeltaNetGrads {
   float *qkv, *z, *b, *a, *conv, *a_log, *dt_bias, *norm, *out;
 };
 
+// The five projections of the step (HF in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj).
+enum class DeltaNetProj { kQkv, kZ, kB, kA, kOut };
+// Adapters around the projections (CpuModel's LoRA): forward(p, x, y, in, out) adds the adapter's product of
+// x [N, in] to y [N, out] (nothing for a projection without one); backward(p, dy, x, dx, in, out) takes
+// dy [N, out] = d(loss)/d(y) and x, adds the adapter path's input gradient into dx [N, in] (dx nullptr: not
+// wanted) and the adapter's dA, dB into its gradients.
+struct DeltaNetAdapters {
+  std::function<void(DeltaNetProj, const float*, float*, int64_t, int64_t)> forward;
+  std::function<void(DeltaNetProj, const float*, const float*, float*, int64_t, int64_t)> backward;
+};
+
 // One Gated DeltaNet step: forward keeps what its backward reads.
 class DeltaNetStep {
  public:
-  // in [B*T, D] (the step's normed input) -> out [B*T, D].
+  // in [B*T, D] (the step's normed input) -> out [B*T, D]; ad: adapters around the projections (nullptr: none).
   void forward(const models::DeltaNetDesc& d, const DeltaNetWeights& w, const float* in, int64_t B, int64_t T,
-               int64_t D, float* out);
-  // dout [B*T, D] = d(loss)/d(out) of the last forward (same in) -> din [B*T, D] = d(loss)/d(in) (overwritten); the
-  // weight gradients added into g (nullptr: a frozen base, none computed); *tdw += their milliseconds.
+               int64_t D, float* out, const DeltaNetAdapters* ad = nullptr);
+  // dout [B*T, D] = d(loss)/d(out) of the last forward (same in, same ad) -> din [B*T, D] = d(loss)/d(in)
+  // (overwritten; nullptr: not computed); the weight gradients added into g (nullptr: a frozen base, none computed);
+  // *tdw += their milliseconds.
   void backward(const models::DeltaNetDesc& d, const DeltaNetWeights& w, const DeltaNetGrads* g, const float* in,
-                const float* dout, int64_t B, int64_t T, int64_t D, float* din, double* tdw);
+                const float* dout, int64_t B, int64_t T, int64_t D, float* din, double* tdw,
+                const DeltaNetAdapters* ad = nullptr);
   // Bytes its buffers hold (sized by its first forward: 0 before).
   int64_t held_bytes() const;
 

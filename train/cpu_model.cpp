@@ -9,7 +9,8 @@
 //   step's window when it has one) v;  b = a Woᵀ.  Partial RoPE (rope.dims < hd): the first dims of each head rotate.
 //   With an output gate (Qwen3.5) Wq's rows are per head [q | gate] and b = (a ⊙ sigmoid(gate)) Woᵀ.
 // ffn: b = (act(xn W_inᵀ) ⊙ xn W_upᵀ) W_outᵀ with act = silu (SwiGLU) or gelu_tanh (GeGLU)
-// linear attention (Qwen3.5's Gated DeltaNet): train/cpu_deltanet_grad.h, its forward and backward through time.
+// linear attention (Qwen3.5's Gated DeltaNet): train/cpu_deltanet_grad.h, its forward and backward through time (its
+//   five projections adapted through DeltaNetAdapters: lora_forward / lora_backward as project() does).
 // x0 = embedding * embed.scale;  logits = rmsnorm(x_L) * (offset + norm) · Woutᵀ, soft-capped (cap * tanh(z / cap))
 // when the head says so;  loss = mean over tokens of −log softmax(logits)[target].
 // What the description holds and this executor lacks (LayerNorm, biases, a plain GELU MLP, learned positions,
@@ -120,9 +121,41 @@ void CpuModel::set_base(const FrozenBase* b) {
   base_ = b;
 }
 
+namespace {
+LoraTarget deltanet_lora_target(DeltaNetProj p) {
+  switch (p) {
+    case DeltaNetProj::kQkv:
+      return LoraTarget::kLinQkv;
+    case DeltaNetProj::kZ:
+      return LoraTarget::kLinZ;
+    case DeltaNetProj::kB:
+      return LoraTarget::kLinB;
+    case DeltaNetProj::kA:
+      return LoraTarget::kLinA;
+    case DeltaNetProj::kOut:
+      return LoraTarget::kLinOut;
+  }
+  return LoraTarget::kLinQkv;
+}
+}  // namespace
+
+DeltaNetAdapters CpuModel::deltanet_adapters(const StepPlan& sp, StepActs& a, int64_t N, double* tdw) {
+  return {[this, &sp, &a, N](DeltaNetProj p, const float* x, float* y, int64_t in, int64_t out) {
+            lora_forward(sp, a, deltanet_lora_target(p), x, y, N, in, out);
+          },
+          [this, &sp, &a, N, tdw](DeltaNetProj p, const float* dy, const float* x, float* dx, int64_t in, int64_t out) {
+            lora_backward(sp, a, deltanet_lora_target(p), dy, x, dx, N, in, out, tdw);
+          }};
+}
+
 void CpuModel::project(const StepPlan& sp, StepActs& a, LoraTarget t, const float* x, const float* w, int64_t w_off,
                        float* y, int64_t N, int64_t in, int64_t out) {
   base_wt(w, w_off, x, y, N, in, out);
+  lora_forward(sp, a, t, x, y, N, in, out);
+}
+
+void CpuModel::lora_forward(const StepPlan& sp, StepActs& a, LoraTarget t, const float* x, float* y, int64_t N,
+                            int64_t in, int64_t out) {
   const int64_t si = lora_ ? lora_->layout->slot(sp.layer, t) : -1;
   if (si < 0) return;
   const LoraSlot& s = lora_->layout->slots()[size_t(si)];
@@ -163,6 +196,11 @@ void CpuModel::project_backward(const StepPlan& sp, StepActs& a, LoraTarget t, c
     *tdw += now_ms() - t0;
   }
   if (dx) base_dx(w, w_off, dy, dx, N, in, out, add);
+  lora_backward(sp, a, t, dy, x, dx, N, in, out, tdw);
+}
+
+void CpuModel::lora_backward(const StepPlan& sp, StepActs& a, LoraTarget t, const float* dy, const float* x, float* dx,
+                             int64_t N, int64_t in, int64_t out, double* tdw) {
   const int64_t si = lora_ ? lora_->layout->slot(sp.layer, t) : -1;
   if (si < 0 || !lora_->g) return;
   const LoraSlot& s = lora_->layout->slots()[size_t(si)];
@@ -363,10 +401,7 @@ void CpuModel::prepare_lora(int64_t N) {
     StepActs& a = acts_[i];
     for (int ti = 0; ti < kLoraTargets; ++ti) {
       const int64_t si = l.slot(steps_[i].layer, LoraTarget(ti));
-      const models::StepKind k = steps_[i].s->kind;  // (project() runs in attention and ffn steps only)
-      const bool here = (k == models::StepKind::kAttention && ti <= int(LoraTarget::kO)) ||
-                        (k == models::StepKind::kFfn && ti > int(LoraTarget::kO));
-      if (si < 0 || !here) continue;
+      if (si < 0 || !step_has_target(*steps_[i].s, LoraTarget(ti))) continue;
       if (a.lt.empty()) a.lt.resize(kLoraTargets), a.lmask.resize(kLoraTargets), a.lx.resize(kLoraTargets);
       a.lt[size_t(ti)].resize(size_t(N * l.lora().rank));
       if (drop) {
@@ -516,7 +551,8 @@ void CpuModel::step_forward(const float* w, size_t i, int64_t B, int64_t T, floa
       break;
     case models::StepKind::kLinearAttention: {
       std::vector<float> gb;
-      a.dn.forward(s.deltanet, deltanet_weights(sp, w, gb), in, B, T, D, branch);
+      const DeltaNetAdapters ad = deltanet_adapters(sp, a, N, nullptr);
+      a.dn.forward(s.deltanet, deltanet_weights(sp, w, gb), in, B, T, D, branch, lora_ ? &ad : nullptr);
       break;
     }
   }
@@ -804,10 +840,12 @@ void CpuModel::step_backward(const float* w, float* g, size_t i, int64_t B, int6
     case models::StepKind::kFfn:
       ffn_backward(sp, a, w, g, db, in, N, dbranch, tdw);
       break;
-    case models::StepKind::kLinearAttention: {  // never adapted: need_dx is true here
+    case models::StepKind::kLinearAttention: {
       std::vector<float> gb;
       const DeltaNetGrads dg = deltanet_grads(sp, g);
-      a.dn.backward(s.deltanet, deltanet_weights(sp, w, gb), lora_ ? nullptr : &dg, in, db, B, T, D, din.data(), tdw);
+      const DeltaNetAdapters ad = deltanet_adapters(sp, a, N, tdw);
+      a.dn.backward(s.deltanet, deltanet_weights(sp, w, gb), lora_ ? nullptr : &dg, in, db, B, T, D, dbranch, tdw,
+                    lora_ ? &ad : nullptr);
       break;
     }
   }
@@ -819,20 +857,25 @@ void CpuModel::step_backward(const float* w, float* g, size_t i, int64_t B, int6
     add_into(dx, dx, din.data(), N * D);
 }
 
-size_t CpuModel::lowest_adapted_step() const {
-  for (size_t i = 0; i < steps_.size(); ++i) {
-    auto has = [&](LoraTarget t) { return lora_->layout->slot(steps_[i].layer, t) >= 0; };
-    switch (steps_[i].s->kind) {
-      case models::StepKind::kAttention:
-        if (has(LoraTarget::kQ) || has(LoraTarget::kK) || has(LoraTarget::kV) || has(LoraTarget::kO)) return i;
-        break;
-      case models::StepKind::kFfn:
-        if (has(LoraTarget::kGate) || has(LoraTarget::kUp) || has(LoraTarget::kDown)) return i;
-        break;
-      case models::StepKind::kLinearAttention:  // its projections take no adapter (train/lora.cpp)
-        break;
-    }
+// Whether a step of kind s.kind runs the projection a target adapts.
+bool CpuModel::step_has_target(const models::Step& s, LoraTarget t) {
+  switch (s.kind) {
+    case models::StepKind::kAttention:
+      return t == LoraTarget::kQ || t == LoraTarget::kK || t == LoraTarget::kV || t == LoraTarget::kO;
+    case models::StepKind::kFfn:
+      return t == LoraTarget::kGate || t == LoraTarget::kUp || t == LoraTarget::kDown;
+    case models::StepKind::kLinearAttention:
+      return t == LoraTarget::kLinQkv || t == LoraTarget::kLinZ || t == LoraTarget::kLinB || t == LoraTarget::kLinA ||
+             t == LoraTarget::kLinOut;
   }
+  return false;
+}
+
+size_t CpuModel::lowest_adapted_step() const {
+  for (size_t i = 0; i < steps_.size(); ++i)
+    for (int t = 0; t < kLoraTargets; ++t)
+      if (lora_->layout->slot(steps_[i].layer, LoraTarget(t)) >= 0 && step_has_target(*steps_[i].s, LoraTarget(t)))
+        return i;
   return steps_.size();
 }
 

@@ -139,6 +139,15 @@ class CpuModel {
   // the base is frozen; the adapter's dA, dB into lora_->g.
   void project_backward(const StepPlan& sp, StepActs& a, LoraTarget t, const float* dy, const float* x, const float* w,
                         float* g, int64_t w_off, float* dx, int64_t N, int64_t in, int64_t out, bool add, double* tdw);
+  // The adapter's part of both: y += scale * (xd Aᵀ) Bᵀ; and dx += the adapter path's input gradient (dx nullptr:
+  // none), dA, dB into lora_->g. Nothing when (sp.layer, t) has no adapter.
+  void lora_forward(const StepPlan& sp, StepActs& a, LoraTarget t, const float* x, float* y, int64_t N, int64_t in,
+                    int64_t out);
+  void lora_backward(const StepPlan& sp, StepActs& a, LoraTarget t, const float* dy, const float* x, float* dx,
+                     int64_t N, int64_t in, int64_t out, double* tdw);
+  // A linear-attention step's adapters (lora_forward / lora_backward on its projections) for N rows.
+  DeltaNetAdapters deltanet_adapters(const StepPlan& sp, StepActs& a, int64_t N, double* tdw);
+  static bool step_has_target(const models::Step& s, LoraTarget t);  // s runs the projection t adapts
   // The base's weights at layout offset off: w + off, or the frozen base's fp32 copy of them (norms).
   const float* wp(const float* w, int64_t off) const;
   // y [N, out] = x Wᵀ and dx [N, in] (+)= dy W of the base matrix W [out, in] at layout offset off (w + off, or the

@@ -88,7 +88,8 @@ void lora_grad_acc(const LoraSlot& sl, int64_t r, float scale, const float* w, f
   MapR(g + sl.a, r, sl.in).noalias() += scale * (u * x.transpose());
 }
 
-// The kernels' name of the projection a LoRA target adapts.
+// The kernels' name of the projection a LoRA target adapts (nullptr: a Gated DeltaNet projection, a step the kernels
+// do not run: check_kernel_steps refuses such models).
 const char* lora_kernel_weight(LoraTarget t) {
   switch (t) {
     case LoraTarget::kQ:
@@ -105,6 +106,12 @@ const char* lora_kernel_weight(LoraTarget t) {
       return "w3";
     case LoraTarget::kDown:
       return "w2";
+    case LoraTarget::kLinQkv:
+    case LoraTarget::kLinZ:
+    case LoraTarget::kLinB:
+    case LoraTarget::kLinA:
+    case LoraTarget::kLinOut:
+      return nullptr;
   }
   fail("train", "unknown LoRA target");
 }
@@ -269,7 +276,8 @@ kern::TrainShape KernelEngine::train_shape(int64_t T) const {
   if (!lora_) return s;
   s.lora_rank = lora_->lora().rank, s.lora_scale = lora_->lora().scale();
   for (int t = 0; t < kLoraTargets; ++t)
-    if (lora_->lora().targets[size_t(t)]) s.lora_targets.push_back(lora_kernel_weight(LoraTarget(t)));
+    if (lora_->lora().targets[size_t(t)] && lora_kernel_weight(LoraTarget(t)))
+      s.lora_targets.push_back(lora_kernel_weight(LoraTarget(t)));
   return s;
 }
 
@@ -277,7 +285,7 @@ kern::TrainShape KernelEngine::train_shape(int64_t T) const {
 void KernelEngine::stage_adapters(int64_t l, const float* a) {
   runners_[size_t(l)].set_adapters([&](const std::string& w) {
     for (int t = 0; t < kLoraTargets; ++t)
-      if (w == lora_kernel_weight(LoraTarget(t))) {
+      if (const char* kw = lora_kernel_weight(LoraTarget(t)); kw && w == kw) {
         const int64_t i = lora_->slot(l, LoraTarget(t));
         ANELAB_CHECK(i >= 0, "train", "layer ", l, " has no adapter on ", w);
         const LoraSlot& sl = lora_->slots()[size_t(i)];

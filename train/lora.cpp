@@ -27,6 +27,16 @@ const char* lora_target_name(LoraTarget t) {
       return "up";
     case LoraTarget::kDown:
       return "down";
+    case LoraTarget::kLinQkv:
+      return "lin_qkv";
+    case LoraTarget::kLinZ:
+      return "lin_z";
+    case LoraTarget::kLinB:
+      return "lin_b";
+    case LoraTarget::kLinA:
+      return "lin_a";
+    case LoraTarget::kLinOut:
+      return "lin_out";
   }
   return "?";
 }
@@ -42,7 +52,7 @@ std::array<bool, kLoraTargets> parse_lora_targets(const std::string& list) {
     for (int i = 0; i < kLoraTargets; ++i)
       if (name == lora_target_name(LoraTarget(i))) found = i;
     if (found < 0)
-      fail("train", "--lora-targets '", list, "': unknown module '", name, "' (a comma list of q,k,v,o,gate,up,down)");
+      fail("train", "--lora-targets '", list, "': unknown module '", name, "' (a comma list of ", kLoraAllTargets, ")");
     t[size_t(found)] = any = true;
     pos = end + 1;
   }
@@ -90,8 +100,14 @@ LoraLayout::LoraLayout(const models::ModelConfig& c, const LoraConfig& lc) : lc_
           add(LoraTarget::kGate, d.dim, st.ffn.hidden), add(LoraTarget::kUp, d.dim, st.ffn.hidden);
           add(LoraTarget::kDown, st.ffn.hidden, d.dim);
           break;
-        case models::StepKind::kLinearAttention:  // no adapter targets (its projections stay frozen)
+        case models::StepKind::kLinearAttention: {
+          const models::DeltaNetDesc& n = st.deltanet;
+          const int64_t V = n.n_v_heads * n.v_dim;
+          add(LoraTarget::kLinQkv, d.dim, n.conv_dim()), add(LoraTarget::kLinZ, d.dim, V);
+          add(LoraTarget::kLinB, d.dim, n.n_v_heads), add(LoraTarget::kLinA, d.dim, n.n_v_heads);
+          add(LoraTarget::kLinOut, V, d.dim);
           break;
+        }
       }
     }
   }
@@ -123,6 +139,21 @@ std::string lora_base_tensor(int64_t l, LoraTarget t) {
       break;
     case LoraTarget::kDown:
       n = "w2";
+      break;
+    case LoraTarget::kLinQkv:
+      n = "ssm_qkv";
+      break;
+    case LoraTarget::kLinZ:
+      n = "ssm_z";
+      break;
+    case LoraTarget::kLinB:
+      n = "ssm_b";
+      break;
+    case LoraTarget::kLinA:
+      n = "ssm_a";
+      break;
+    case LoraTarget::kLinOut:
+      n = "ssm_out";
       break;
   }
   return "layers." + std::to_string(l) + "." + n;

@@ -18,11 +18,18 @@
 
 namespace anelab::train {
 
-// The projections an adapter can target, in PEFT's module names: q_proj k_proj v_proj o_proj gate_proj up_proj
-// down_proj (models/arch: wq wk wv wo, ffn w_in w_up w_out).
-enum class LoraTarget { kQ, kK, kV, kO, kGate, kUp, kDown };
-constexpr int kLoraTargets = 7;
-const char* lora_target_name(LoraTarget t);  // "q" .. "down" (the --lora-targets spelling)
+// The projections an adapter can target. Each --lora-targets name is one PEFT target_modules name (Hugging Face
+// transformers' module names) and one canonical tensor (models/formats/model.h):
+//   q k v o          self_attn.q_proj k_proj v_proj o_proj             wq wk wv wo
+//   gate up down     mlp.gate_proj up_proj down_proj                    w1 w3 w2
+//   lin_qkv lin_z    linear_attn.in_proj_qkv in_proj_z                  ssm_qkv ssm_z    (Qwen3.5's Gated DeltaNet,
+//   lin_b lin_a      linear_attn.in_proj_b in_proj_a                    ssm_b ssm_a       Qwen3_5GatedDeltaNet in
+//   lin_out          linear_attn.out_proj                               ssm_out           modeling_qwen3_5.py)
+enum class LoraTarget { kQ, kK, kV, kO, kGate, kUp, kDown, kLinQkv, kLinZ, kLinB, kLinA, kLinOut };
+constexpr int kLoraTargets = 12;
+const char* lora_target_name(LoraTarget t);  // "q" .. "lin_out" (the --lora-targets spelling)
+// Every target, the default of --lora-targets (PEFT's "all-linear": a model adapts those it has).
+inline constexpr const char* kLoraAllTargets = "q,k,v,o,gate,up,down,lin_qkv,lin_z,lin_b,lin_a,lin_out";
 
 struct LoraConfig {
   int64_t rank = 8;
@@ -31,7 +38,8 @@ struct LoraConfig {
   std::array<bool, kLoraTargets> targets{};                   // by LoraTarget
   float scale() const { return float(alpha) / float(rank); }  // as models::LoraAdapter::scale (equal merges)
 };
-// "q,k,v,o,gate,up,down" (any non-empty subset, any order) -> targets; throws naming the bad entry.
+// A comma list of target names (any non-empty subset of kLoraAllTargets, any order) -> targets; throws naming the
+// bad entry.
 std::array<bool, kLoraTargets> parse_lora_targets(const std::string& list);
 std::string lora_targets_text(const std::array<bool, kLoraTargets>& t);  // "q,k,v" in LoraTarget order
 

@@ -66,6 +66,11 @@ void set_param_named(ModelConfig* c, std::string_view name, double v);
 inline constexpr ParamSpec kNormOffset{
     "norm_offset", false, 0.0, -16.0, 16.0, false, "every RMSNorm multiplies by (norm_offset + w)"};
 
+// A permutation of a matrix's rows and columns (Arch::gguf_matrix_order).
+struct GgufMatrixOrder {
+  std::vector<int64_t> rows, cols;  // stored index -> anelab index (empty: identity)
+};
+
 struct Arch {
   std::string name;  // ModelConfig::arch; GGUF general.architecture and key prefix ("<name>.block_count")
 
@@ -102,6 +107,11 @@ struct Arch {
   std::optional<GgufTensorBytes> (*gguf_export_tensor)(const ModelConfig& c, const Tensor& t) = nullptr;
   std::optional<GgufTensorBytes> (*gguf_import_tensor)(const ModelConfig& c, const Tensor& stored,
                                                        const std::string& where) = nullptr;
+  // The row / column reordering gguf_export_tensor applies to a canonical matrix [rows, cols], as index maps (stored
+  // index i holds anelab's rows[i] / cols[i]; empty: unchanged), or nullptr for none: a GGUF LoRA adapter's B rows and
+  // A columns follow it (models/io/adapter.h), so that B'·A' is the stored matrix's update.
+  GgufMatrixOrder (*gguf_matrix_order)(const ModelConfig& c, const std::string& canonical, int64_t rows,
+                                       int64_t cols) = nullptr;
 
   // ---- the layers ----
   // What each layer computes, in order, with its weights (framework/core/model_desc.h): the one description every

@@ -434,6 +434,25 @@ std::optional<GgufTensorBytes> export_tensor(const ModelConfig& c, const Tensor&
   return out;
 }
 
+// export_tensor's value-head reorder of a linear-layer matrix as index maps (the rows of ssm_qkv's v part, ssm_z,
+// ssm_b, ssm_a; the columns of ssm_out): stored index tiled = j * Hk + g holds HF's grouped = g * Hv/Hk + j.
+GgufMatrixOrder matrix_order(const ModelConfig& c, const std::string& canonical, int64_t rows, int64_t cols) {
+  const auto v = v_head_layout(c, canonical.substr(canonical.rfind('.') + 1));
+  if (!v) return {};
+  std::vector<int64_t> map(static_cast<size_t>(v->columns ? cols : rows));
+  for (size_t i = 0; i < map.size(); ++i) map[i] = static_cast<int64_t>(i);
+  const int64_t hk = c.linear_k_heads, r = c.linear_v_heads / hk;
+  if (v->first + c.linear_v_heads * v->unit > static_cast<int64_t>(map.size()))
+    fail("model", "qwen35 GGUF: ", canonical, " [", rows, ", ", cols, "] has no value heads to reorder");
+  for (int64_t g = 0; g < hk; ++g)
+    for (int64_t j = 0; j < r; ++j)
+      for (int64_t u = 0; u < v->unit; ++u)
+        map[static_cast<size_t>(v->first + (j * hk + g) * v->unit + u)] = v->first + (g * r + j) * v->unit + u;
+  GgufMatrixOrder o;
+  (v->columns ? o.cols : o.rows) = std::move(map);
+  return o;
+}
+
 std::optional<GgufTensorBytes> import_tensor(const ModelConfig& c, const Tensor& stored, const std::string& w) {
   const std::string leaf = stored.name.substr(stored.name.rfind('.') + 1);
   std::optional<GgufTensorBytes> out;
@@ -491,6 +510,7 @@ const Arch& qwen35_arch() {
                           {"ssm_out", "ssm_out.weight"}};
     r.gguf_export_tensor = export_tensor;
     r.gguf_import_tensor = import_tensor;
+    r.gguf_matrix_order = matrix_order;
     r.describe = describe;
     r.implied_flags = {"qk_norm"};
     r.params = {&kNormOffset};

@@ -27,11 +27,22 @@ struct AdapterModule {
   const char* peft;       // PEFT module path under layers.N
   const char* gguf;       // llama.cpp tensor under blk.N
 };
-constexpr AdapterModule kAdapterModules[] = {
-    {"wq", "self_attn.q_proj", "attn_q"}, {"wk", "self_attn.k_proj", "attn_k"},
-    {"wv", "self_attn.v_proj", "attn_v"}, {"wo", "self_attn.o_proj", "attn_output"},
-    {"w1", "mlp.gate_proj", "ffn_gate"},  {"w3", "mlp.up_proj", "ffn_up"},
-    {"w2", "mlp.down_proj", "ffn_down"}};
+// Qwen3.5's Gated DeltaNet projections: transformers' Qwen3_5GatedDeltaNet (modeling_qwen3_5.py) under
+// linear_attn; llama.cpp's qwen35 tensors (src/llama-arch.cpp LLM_TENSOR_ATTN_QKV / ATTN_GATE / SSM_BETA / SSM_ALPHA /
+// SSM_OUT; its src/models/qwen35.cpp graph runs each through build_lora_mm, so --lora adapts them).
+constexpr AdapterModule kAdapterModules[] = {{"wq", "self_attn.q_proj", "attn_q"},
+                                             {"wk", "self_attn.k_proj", "attn_k"},
+                                             {"wv", "self_attn.v_proj", "attn_v"},
+                                             {"wo", "self_attn.o_proj", "attn_output"},
+                                             {"w1", "mlp.gate_proj", "ffn_gate"},
+                                             {"w3", "mlp.up_proj", "ffn_up"},
+                                             {"w2", "mlp.down_proj", "ffn_down"},
+                                             {"ssm_qkv", "linear_attn.in_proj_qkv", "attn_qkv"},
+                                             {"ssm_z", "linear_attn.in_proj_z", "attn_gate"},
+                                             {"ssm_b", "linear_attn.in_proj_b", "ssm_beta"},
+                                             {"ssm_a", "linear_attn.in_proj_a", "ssm_alpha"},
+                                             {"ssm_out", "linear_attn.out_proj", "ssm_out"}};
+constexpr const char* kAdaptable = "q, k, v, o, gate, up, down and Qwen3.5's linear_attn projections";
 
 // (layer, module) of a canonical tensor name "layers.N.leaf"; throws for a tensor no adapter file can name.
 std::pair<int64_t, const AdapterModule*> adapter_module(const std::string& tensor) {
@@ -40,7 +51,7 @@ std::pair<int64_t, const AdapterModule*> adapter_module(const std::string& tenso
   if (std::regex_match(tensor, m, re))
     for (const AdapterModule& a : kAdapterModules)
       if (m[2] == a.canonical) return {std::stoll(m[1]), &a};
-  fail("adapter", "tensor ", tensor, " cannot be adapted (q, k, v, o, gate, up, down projections only)");
+  fail("adapter", "tensor ", tensor, " cannot be adapted (", kAdaptable, " only)");
 }
 
 bool is_qk(const AdapterModule* m) {
@@ -63,6 +74,30 @@ std::vector<float> reorder_b(const LoraPair& p, const AdapterModule* m, const Mo
 std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
   const auto* b = reinterpret_cast<const uint8_t*>(v.data());
   return std::vector<uint8_t>(b, b + v.size() * 4);
+}
+
+// The pair's A [r, in] and B [out, r] between anelab's order and the GGUF's (Arch::gguf_matrix_order: B's rows and A's
+// columns as the base's rows and columns are stored); to_gguf false: back.
+void gguf_order(const ModelConfig& c, const Arch& arch, int64_t r, LoraPair& p, bool to_gguf) {
+  if (!arch.gguf_matrix_order) return;
+  const GgufMatrixOrder o = arch.gguf_matrix_order(c, p.tensor, p.out, p.in);
+  if (!o.rows.empty()) {
+    std::vector<float> b(p.b.size());
+    for (int64_t i = 0; i < p.out; ++i) {
+      const int64_t s = to_gguf ? o.rows[size_t(i)] : i, d = to_gguf ? i : o.rows[size_t(i)];
+      std::memcpy(b.data() + d * r, p.b.data() + s * r, size_t(r) * 4);
+    }
+    p.b = std::move(b);
+  }
+  if (!o.cols.empty()) {
+    std::vector<float> a(p.a.size());
+    for (int64_t k = 0; k < r; ++k)
+      for (int64_t j = 0; j < p.in; ++j) {
+        const int64_t s = to_gguf ? o.cols[size_t(j)] : j, d = to_gguf ? j : o.cols[size_t(j)];
+        a[size_t(k * p.in + d)] = p.a[size_t(k * p.in + s)];
+      }
+    p.a = std::move(a);
+  }
 }
 
 RopeStyle gguf_rope_of(const ModelConfig& c, const std::string& where) {
@@ -127,8 +162,11 @@ void write_gguf_adapter(const LoraAdapter& a, const ModelConfig& c, const std::s
   for (const LoraPair& p : a.pairs) {
     const auto [layer, m] = adapter_module(p.tensor);
     const std::string base = "blk." + std::to_string(layer) + "." + m->gguf + ".weight";
-    w.add_tensor(base + ".lora_a", kGgmlF32, {p.in, a.rank}, f32_bytes(p.a));
-    w.add_tensor(base + ".lora_b", kGgmlF32, {a.rank, p.out}, f32_bytes(reorder_b(p, m, c, c.rope_style, want)));
+    LoraPair g = p;
+    g.b = reorder_b(p, m, c, c.rope_style, want);
+    gguf_order(c, arch, a.rank, g, true);
+    w.add_tensor(base + ".lora_a", kGgmlF32, {p.in, a.rank}, f32_bytes(g.a));
+    w.add_tensor(base + ".lora_b", kGgmlF32, {a.rank, p.out}, f32_bytes(g.b));
   }
   w.write(path);
 }
@@ -137,6 +175,7 @@ LoraAdapter read_lora_adapter(const std::string& path, const ModelConfig& c) {
   LoraAdapter a;
   std::map<std::string, LoraPair> pairs;  // by canonical tensor
   RopeStyle file_rope = RopeStyle::kRotateHalf;
+  bool gguf = false;  // (B's rows and A's columns in the GGUF's order)
   auto put = [&](const std::string& tensor, bool is_a, const std::vector<int64_t>& shape, std::vector<float> v) {
     const auto [out, in] = base_shape(c, tensor, path);
     LoraPair& p = pairs[tensor];
@@ -166,7 +205,7 @@ LoraAdapter read_lora_adapter(const std::string& path, const ModelConfig& c) {
       if (std::regex_match(name, m, re))
         for (const AdapterModule& am : kAdapterModules)
           if (m[2] == am.peft) mod = &am;
-      if (!mod) fail("adapter", st, ": tensor ", name, " is not a LoRA A/B of q, k, v, o, gate, up or down");
+      if (!mod) fail("adapter", st, ": tensor ", name, " is not a LoRA A/B of ", kAdaptable);
       if (t.dtype != DType::kF32 || t.shape.size() != 2) fail("adapter", st, ": tensor ", name, " is not 2-D F32");
       std::vector<float> v(size_t(t.nbytes / 4));
       std::memcpy(v.data(), t.data, size_t(t.nbytes));
@@ -181,6 +220,7 @@ LoraAdapter read_lora_adapter(const std::string& path, const ModelConfig& c) {
            c.arch);
     a.alpha = float(g.get_num("adapter.lora.alpha", 0.0));
     file_rope = gguf_rope_of(c, path);
+    gguf = true;
     static const std::regex re(R"(blk\.(\d+)\.(\w+)\.weight\.lora_(a|b))");
     for (const GgufTensorInfo& t : g.tensors) {
       std::smatch m;
@@ -189,7 +229,7 @@ LoraAdapter read_lora_adapter(const std::string& path, const ModelConfig& c) {
         for (const AdapterModule& am : kAdapterModules)
           if (m[2] == am.gguf) mod = &am;
       if (!mod || t.ggml_type != kGgmlF32 || t.ne.size() != 2)
-        fail("adapter", path, ": tensor ", t.name, " is not an F32 lora_a/lora_b of q, k, v, o, gate, up or down");
+        fail("adapter", path, ": tensor ", t.name, " is not an F32 lora_a/lora_b of ", kAdaptable);
       std::vector<float> v(size_t(t.nbytes / 4));
       std::memcpy(v.data(), t.data, size_t(t.nbytes));
       put("layers." + m[1].str() + "." + mod->canonical, m[3] == "a", {t.ne[1], t.ne[0]}, std::move(v));
@@ -199,6 +239,7 @@ LoraAdapter read_lora_adapter(const std::string& path, const ModelConfig& c) {
   if (!(a.alpha > 0)) fail("adapter", path, ": lora alpha ", a.alpha, " is not positive");
   for (auto& [name, p] : pairs) {
     if (p.a.empty() || p.b.empty()) fail("adapter", path, ": ", name, " has only one of lora_A / lora_B");
+    if (gguf) gguf_order(c, arch_of(c.arch, path), a.rank, p, false);
     p.b = reorder_b(p, adapter_module(name).second, c, file_rope, c.rope_style);
     a.pairs.push_back(std::move(p));
   }

@@ -9,8 +9,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <memory>
 
 #include "framework/core/error.h"
 #include "infer/engine.h"
@@ -141,6 +143,39 @@ TEST(LoraRuntime, TheMilPrefillServesOnlySlotsWithoutAdapters) {
   emu->prefill(kLoraRtPrompt, 0, &got);
   EXPECT_EQ(emu->last_prefill().path, "cpu");
   EXPECT_TRUE(got == want) << "a slot with an adapter must prefill with it";
+}
+
+// Qwen3.5 (the tiny Hugging Face fixture, f32 engine) with runtime adapters on every projection, the Gated DeltaNet's
+// five among them: scale 0 is the base bit for bit, scale 1 the merged model within fp32 rounding (the bound above:
+// dots of <= 96 terms through 4 layers and the delta rule's per-token state updates, each a few 2^-24 relative), and
+// the DeltaNet adapters alone move the logits by far more than that bound.
+TEST(LoraRuntime, Qwen35DeltaNetAdaptersAtScaleOneAreTheMergedModel) {
+  auto engine = [](const models::LoraAdapter* merge) {
+    infer::LoadOptions o;
+    o.model = test::source_path("tests/fixtures/hf/qwen35_bf16"), o.quiet = true;
+    infer::LoadedModel l = infer::load_model(o, infer::TokenizerUse::kNone);
+    if (merge) models::merge_lora(l.model, *merge, 1.0f);
+    l.engine.quiet = true, l.engine.backend = "cpu", l.engine.dtype = quant::WType::kF32;
+    return std::make_unique<infer::Engine>(std::move(l.model), l.engine);
+  };
+  auto base = engine(nullptr);
+  const models::LoraAdapter a = lora_rt_adapter(base->config(), 4, 4242);
+  const std::vector<float> want_base = lora_rt_logits(*base);
+  const std::vector<float> want_merged = lora_rt_logits(*engine(&a));
+  auto e = engine(nullptr);
+  e->add_lora(a);
+  EXPECT_TRUE(lora_rt_logits(*e) == want_base);
+  e->set_lora_scales(0, std::vector<float>{1.0f});
+  const double rel = lora_rt_rel_l2(lora_rt_logits(*e), want_merged);
+  std::printf("[lora runtime qwen35] scale 1 vs merged: relative L2 %.2e\n", rel);
+  EXPECT_LE(rel, 1e-5);
+  models::LoraAdapter lin = a;
+  std::erase_if(lin.pairs, [](const models::LoraPair& p) { return p.tensor.find(".ssm_") == std::string::npos; });
+  ASSERT_EQ(lin.pairs.size(), 3u * 5u);
+  auto d = engine(nullptr);
+  d->add_lora(lin);
+  d->set_lora_scales(0, std::vector<float>{1.0f});
+  EXPECT_GT(lora_rt_rel_l2(lora_rt_logits(*d), want_base), 1e-3);
 }
 
 TEST(LoraRuntime, AdaptersThatDoNotFitAndScalesThatAreNotFiniteAreRefused) {

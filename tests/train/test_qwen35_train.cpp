@@ -30,6 +30,7 @@
 #include <filesystem>
 
 #include "framework/core/error.h"
+#include "framework/core/file.h"
 #include "framework/core/npy.h"
 #include "models/formats/anelab_file.h"
 #include "models/io/load_any.h"
@@ -37,7 +38,10 @@
 #include "tests/common/test_data.h"
 #include "tests/train/helpers.h"
 #include "train/checkpoint.h"
+#include "train/cpu_model.h"
 #include "train/data.h"
+#include "train/lora.h"
+#include "train/lora_run.h"
 #include "train/trainer.h"
 
 namespace anelab {
@@ -170,6 +174,136 @@ TEST(TrainQwen35, PresetWithShapeResumesBitExact) {
     EXPECT_EQ(std::string(e.what()).rfind("[train] --shape {", 0), 0u) << e.what();
     EXPECT_NE(std::string(e.what()).find(": goes with --preset NAME"), std::string::npos) << e.what();
   }
+  std::filesystem::remove_all(dir);
+}
+
+// LoRA on Qwen3.5 (train/lora.h): adapters on the Gated DeltaNet's five projections (lin_qkv lin_z lin_b lin_a
+// lin_out) next to those of the gated attention and the MLP, the base frozen, against the same float64 oracle
+// (qwen35_reference.py --train DIR lora_grads: autograd through W + (alpha / r) B·A). Bounds as above: the adapter
+// gradients are the same fp32 chains (an adapter's dB is dyᵀ (x Aᵀ) of its projection's dy, dA = Bᵀ dy x), so a
+// relative L2 of 1e-4 per tensor and 1e-5 on the loss; B starts away from zero (U(±0.1)) so that every dA is.
+void qwen35_check_lora_grads(const std::string& targets, const std::string& tag) {
+  const models::ModelConfig cfg = qwen35_small_config();
+  const train::ParamLayout layout(cfg);
+  const std::vector<float> w = qwen35_train_init(layout, 36);
+  train::LoraConfig lc;
+  lc.rank = 4, lc.alpha = 8, lc.targets = train::parse_lora_targets(targets);
+  const train::LoraLayout ll(cfg, lc);
+  std::vector<float> a = train::lora_init(ll, 3);
+  train::Rng rng{17};
+  for (const auto& s : ll.slots())
+    for (int64_t i = 0; i < s.out * lc.rank; ++i)
+      a[size_t(s.b + i)] = float((double(rng.next() >> 11) * 0x1.0p-53 * 2 - 1) * 0.1);
+  train::Batch b{2, 16, std::vector<int32_t>(size_t(2 * 17))};
+  for (auto& t : b.tokens) t = int32_t(rng.next() % uint64_t(cfg.vocab_size));
+  train::CpuModel model(layout);
+  std::vector<float> ga(a.size(), 0.0f);
+  const train::LoraStep st{&ll, a.data(), ga.data(), 0, 0, true};
+  model.set_lora(&st);
+  const double loss = model.forward_backward(w.data(), b, 1.0f, nullptr);  // no base gradient buffer at all
+  const auto dir = test::temp_dir("qwen35_lora_" + tag).string();
+  std::filesystem::create_directories(dir + "/lora");
+  for (const auto& p : ll.params()) write_npy(dir + "/lora/" + p.name + ".npy", p.shape, a.data() + p.offset);
+  const nlohmann::json optim = {{"lora", {{"rank", lc.rank}, {"alpha", lc.alpha}}}};
+  std::string log;
+  ASSERT_TRUE(test::run_torch_reference(dir, layout, w, {b}, optim, "lora_grads", &log, kQwen35Oracle)) << log;
+  const double ref_loss = read_npy(dir + "/out/loss.npy").data.at(0);
+  EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss));
+  double worst = 0;
+  int64_t lin = 0;
+  for (const auto& p : ll.params()) {
+    const NpyArray ref = read_npy(dir + "/out/grad." + p.name + ".npy");
+    ASSERT_EQ(ref.numel(), p.numel) << p.name;
+    const double e = test::rel_err(ga.data() + p.offset, ref.data.data(), p.numel);
+    worst = std::max(worst, e);
+    lin += p.name.find(".lin_") != std::string::npos;
+    EXPECT_LT(e, 1e-4) << p.name;
+  }
+  std::printf(
+      "[qwen35 lora %s] %zu adapter tensors (%lld on DeltaNet projections), loss %.6f vs float64 %.6f, worst "
+      "relative L2 %.2e\n",
+      tag.c_str(), ll.params().size(), static_cast<long long>(lin), loss, ref_loss, worst);
+  std::filesystem::remove_all(dir);
+}
+
+// Every target (the default of --lora-targets): 3 DeltaNet layers x 5 + the attention layer's 4 + 4 MLPs x 3.
+TEST(TrainQwen35, LoraGradientsMatchAutogradFloat64) {
+  EXPECT_EQ(train::TrainConfig{}.lora_targets, train::kLoraAllTargets);
+  qwen35_check_lora_grads(train::kLoraAllTargets, "all");
+}
+
+// The DeltaNet projections alone: the backward stops in layer 0's DeltaNet step (the lowest adapter), computing its
+// adapters' gradients but no input gradient.
+TEST(TrainQwen35, LoraDeltaNetGradientsMatchAutogradFloat64) {
+  qwen35_check_lora_grads("lin_qkv,lin_z,lin_b,lin_a,lin_out", "deltanet");
+}
+
+// `anelab train --lora` (default targets) on the small Qwen3.5: 3 steps train the DeltaNet adapters too; `export
+// --adapter` as PEFT and as GGUF reads back to the run's adapters bit for bit (GGUF: through the tiled value-head
+// order), and either merged into the base at load equals the run's merged checkpoint (what `export --fuse` writes)
+// tensor for tensor.
+TEST(TrainQwen35, LoraRunExportsDeltaNetAdaptersThatMergeToTheFusedModel) {
+  const models::ModelConfig cfg = qwen35_small_config();
+  const auto dir = test::temp_dir("qwen35_lora_run").string();
+  train::TrainConfig c;
+  c.init = dir + "/init.anelab", c.data = test::write_tokens(dir, 6000, cfg.vocab_size, 5);
+  models::write_random_model(cfg, c.init, 11);
+  c.run_dir = dir + "/run", c.run = "lora", c.steps = 3, c.batch_size = 2, c.seq_len = 16, c.lr = 1e-2;
+  c.warmup_steps = 1, c.batching = "sequential", c.eval_batches = 0, c.lora = true, c.lora_rank = 4;
+  train::validate(c);
+  train::run_training(c, {false, false});
+  train::LoraConfig lc;
+  lc.rank = 4, lc.alpha = c.lora_alpha, lc.targets = train::parse_lora_targets(c.lora_targets);
+  const train::LoraLayout ll(cfg, lc);
+  std::vector<float> aw, am, av;
+  train::read_lora_state(c.run_dir + "/last.lora", ll, &aw, &am, &av);
+  const models::LoraAdapter want = train::to_lora_adapter(ll, aw.data(), c.init);
+  int64_t lin = 0;
+  for (const auto& p : want.pairs)
+    if (p.tensor.find(".ssm_") != std::string::npos)
+      lin += std::any_of(p.b.begin(), p.b.end(), [](float v) { return v != 0.0f; });
+  EXPECT_EQ(lin, 3 * 5);  // every DeltaNet adapter's B moved off its zero init
+  train::export_run_adapter(c.run_dir, dir + "/peft");
+  train::export_run_adapter(c.run_dir, dir + "/a.gguf");
+  const models::Model fused = models::load_any_model(c.run_dir);
+  for (const std::string f : {"/peft", "/a.gguf"}) {
+    const models::LoraAdapter r = models::read_lora_adapter(dir + f, cfg);
+    ASSERT_EQ(r.pairs.size(), want.pairs.size()) << f;
+    for (size_t i = 0; i < r.pairs.size(); ++i) {
+      const auto it = std::find_if(want.pairs.begin(), want.pairs.end(),
+                                   [&](const models::LoraPair& p) { return p.tensor == r.pairs[i].tensor; });
+      ASSERT_NE(it, want.pairs.end()) << f << " " << r.pairs[i].tensor;
+      EXPECT_TRUE(it->a == r.pairs[i].a && it->b == r.pairs[i].b) << f << " " << it->tensor;
+    }
+    models::Model base = models::load_any_model(c.init);
+    models::merge_lora(base, r, 1.0f);
+    for (const auto& t : fused.tensors()) EXPECT_TRUE(t.to_f32() == base.tensor(t.name).to_f32()) << f << " " << t.name;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Adapter dropout on the DeltaNet projections too (each adapted projection its own counter-based mask): a run of 6
+// steps and one stopped after 3 and resumed end with the same adapters bit for bit and the same losses.
+TEST(TrainQwen35, LoraWithDropoutResumesBitExact) {
+  const models::ModelConfig cfg = qwen35_small_config();
+  const auto dir = test::temp_dir("qwen35_lora_resume").string();
+  train::TrainConfig c;
+  c.init = dir + "/init.anelab", c.data = test::write_tokens(dir, 6000, cfg.vocab_size, 5);
+  models::write_random_model(cfg, c.init, 11);
+  c.run_dir = dir + "/run", c.run = "lora", c.steps = 6, c.batch_size = 2, c.seq_len = 16, c.lr = 1e-2;
+  c.warmup_steps = 1, c.eval_batches = 0, c.lora = true, c.lora_rank = 4, c.lora_dropout = 0.1;
+  train::validate(c);
+  train::run_training(c, {false, false});
+  train::TrainConfig h = c;
+  h.run_dir = dir + "/run2", h.stop_after = 3;
+  train::run_training(h, {false, false});
+  h.stop_after = 0, h.resume = true;
+  train::run_training(h, {false, false});
+  EXPECT_TRUE(read_file_bytes(c.run_dir + "/last.lora") == read_file_bytes(h.run_dir + "/last.lora"));
+  const auto s1 = test::read_events(c.run_dir, "step"), s2 = test::read_events(h.run_dir, "step");
+  ASSERT_EQ(s1.size(), 6u);
+  ASSERT_EQ(s2.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(s1[i]["loss"].get<double>(), s2[i]["loss"].get<double>()) << i;
   std::filesystem::remove_all(dir);
 }
 
