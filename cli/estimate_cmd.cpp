@@ -134,6 +134,12 @@ void run_train_lora(const EstimateOptions& o, const models::ModelConfig& c, cost
                 e.static_fits() ? "fits the budget" : "over the budget", static_cast<long long>(e.static_need),
                 e.budget, st.ms_per_step_with_compile(), dy.ms_per_step_with_compile(),
                 pick_static ? "static" : "dynamic");
+  const int64_t even = e.static_break_even();
+  std::string why;  // what would change the pick
+  if (e.static_fits() && even > 0)
+    why = cat(" (static costs no more than dynamic from ", even, " steps on: --steps)");
+  else if (!e.static_fits() && even > 0)
+    why = " (static would be faster per step: it needs a larger compile budget)";
   if (o.json) {
     auto side = [&](const cost::StepCost& s, const cost::StepCost& full) {
       json j = estimate_step_json(s);
@@ -155,7 +161,8 @@ void run_train_lora(const EstimateOptions& o, const models::ModelConfig& c, cost
         {"static_compiles_needed", e.static_need},
         {"static_fits", e.static_fits()},
         {"pick", pick_static ? "static" : "dynamic"},
-        {"recommendation", rec},
+        {"recommendation", rec + why},
+        {"static_break_even_steps", even},
         {"static", side(st, e.full_static)},
         {"dynamic", side(dy, e.full_dynamic)}};
     std::printf("%s\n", out.dump(2).c_str());
@@ -184,7 +191,7 @@ void run_train_lora(const EstimateOptions& o, const models::ModelConfig& c, cost
   std::snprintf(what, sizeof what, "staging (adapters %.1f MB of it)", st.adapter_bytes / 1048576.0);
   line(what, st.staging_ms, dy.staging_ms, "ms");
   line("host: classifier (logits, dh)", st.cls_ms, dy.cls_ms, "ms");
-  line("host: adapter gradients exposed", st.dw_exposed_ms, dy.dw_exposed_ms, "ms");
+  line("host: adapter gradients (exposed)", st.dw_exposed_ms, dy.dw_exposed_ms, "ms");
   line("host: Adam of the adapters", st.adam_ms, dy.adam_ms, "ms");
   line("= per step", st.ms_per_step(), dy.ms_per_step(), "ms");
   char l[64], r[64];
@@ -195,12 +202,12 @@ void run_train_lora(const EstimateOptions& o, const models::ModelConfig& c, cost
   line("before step 1 (compiles, base staged)", st.once_ms, dy.once_ms, "ms");
   std::snprintf(what, sizeof what, "per step, once-costs over %lld steps", static_cast<long long>(m.steps));
   line(what, st.ms_per_step_with_compile(), dy.ms_per_step_with_compile(), "ms");
-  std::snprintf(what, sizeof what, "full training (accum %d)", m.accum_steps);
+  std::snprintf(what, sizeof what, "full training, recompiles over accum %d", m.accum_steps);
   line(what, e.full_static.ms_per_step_with_compile(), e.full_dynamic.ms_per_step_with_compile(), "ms");
   std::snprintf(l, sizeof l, "%.2fx", st.ms_per_step_with_compile() / e.full_static.ms_per_step_with_compile());
   std::snprintf(r, sizeof r, "%.2fx", dy.ms_per_step_with_compile() / e.full_dynamic.ms_per_step_with_compile());
   std::printf("  %-40s %-30s %s\n", "LoRA / full training", l, r);
-  std::printf("  %s\n", rec);
+  std::printf("  %s%s\n", rec, why.c_str());
 }
 
 void run_train(const EstimateOptions& o) {

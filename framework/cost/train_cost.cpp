@@ -1,6 +1,7 @@
 #include "framework/cost/train_cost.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "framework/core/error.h"
@@ -116,6 +117,12 @@ kern::Strategy LoraEstimate::pick() const {
   if (!static_fits()) return kern::Strategy::kDynamic;
   return static_step.ms_per_step_with_compile() <= dynamic_step.ms_per_step_with_compile() ? kern::Strategy::kStatic
                                                                                            : kern::Strategy::kDynamic;
+}
+
+int64_t LoraEstimate::static_break_even() const {
+  const double saved = dynamic_step.ms_per_step() - static_step.ms_per_step();
+  if (saved <= 0) return -1;
+  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil((static_step.once_ms - dynamic_step.once_ms) / saved)));
 }
 
 LoraEstimate estimate_lora(const TrainModel& m, const Chip& chip) {

@@ -38,6 +38,9 @@ struct LoraEstimate {
   bool static_fits() const { return static_need <= budget; }
   // Static where it fits the budget and is not slower per step with its compiles amortised; dynamic otherwise.
   kern::Strategy pick() const;
+  // The run length (steps) from which static, compiles included, costs no more than dynamic: static's extra time before
+  // step 1 over what it saves per step; -1 when static is not faster per step (in the steady state).
+  int64_t static_break_even() const;
 };
 // Throws "[cost] ..." when m.shape has no LoRA rank.
 LoraEstimate estimate_lora(const TrainModel& m, const Chip& chip);

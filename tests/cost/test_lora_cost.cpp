@@ -132,6 +132,15 @@ TEST(LoraCost, StaticOverBudgetIsFlagged) {
   EXPECT_EQ(small.budget, 100);
   EXPECT_EQ(small.static_need, 2 + 7 * 12 + 1);
   EXPECT_TRUE(small.static_fits());
+  // Where static fits and is faster per step, its compiles decide by the run's length: the pick turns to static at
+  // the break-even step count and not one step before.
+  const int64_t even = small.static_break_even();
+  ASSERT_GT(even, 1);
+  for (int64_t n : {even - 1, even}) {
+    TrainModel m = lora_cost_model(models::preset("stories110m"), lora_cost_config(8), 256);
+    m.steps = n;
+    EXPECT_EQ(estimate_lora(m, chip("m4")).pick(), n == even ? kLoraCostStatic : kLoraCostDynamic) << n;
+  }
   const models::ModelConfig q = lora_cost_qwen05();
   ASSERT_EQ(q.n_layers, 24);
   for (const char* dev : {"m4", "m1"}) {
