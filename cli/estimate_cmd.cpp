@@ -15,7 +15,9 @@
 #include "models/arch/arch.h"
 #include "models/io/load_any.h"
 #include "models/presets.h"
+#include "train/config.h"
 #include "train/kernel_engine.h"
+#include "train/lora.h"
 #include "train/params.h"
 
 namespace anelab::cli {
@@ -25,6 +27,7 @@ namespace {
 using nlohmann::json;
 
 struct EstimateOptions {
+  std::string shape;  // train: the preset's config fields replaced (train --preset NAME --shape JSON)
   std::string preset, model, program, device = "m4", strategy = "dynamic", calibrate;
   std::string save;         // --calibrate: write the refit chip here (anelab.chip/2)
   std::string device_file;  // a chip file written by --save, instead of a built-in --device
@@ -32,6 +35,11 @@ struct EstimateOptions {
   int64_t seq = 256;      // training tokens per sequence (maderix's SEQ)
   int64_t cls_vocab = 0;  // classifier rows (0: the model's vocabulary, as anelab's trainer computes it)
   int accum = 10;         // steps per update
+  // --lora: both strategies side by side (train --lora's spellings and checks: train/config.h validate_lora)
+  bool lora = false;
+  int64_t lora_rank = train::TrainConfig{}.lora_rank;
+  std::string lora_targets = train::TrainConfig{}.lora_targets;
+  int64_t steps = train::TrainConfig{}.steps;  // --lora: the compiles once amortised over the run's steps
   std::vector<int64_t> buckets;
   bool json = false;
 };
@@ -68,9 +76,143 @@ cost::Chip chip_of(const EstimateOptions& o) {
 
 const models::ModelConfig& preset_or_model(const EstimateOptions& o, models::Model& keep) {
   ANELAB_CHECK(o.preset.empty() != o.model.empty(), "estimate", "give exactly one of --preset NAME or --model FILE");
+  ANELAB_CHECK(o.shape.empty() || !o.preset.empty(), "estimate", "--shape goes with --preset NAME");
+  if (!o.shape.empty()) {
+    keep.config = models::preset_with_shape(o.preset, o.shape, "estimate");
+    return keep.config;
+  }
   if (!o.preset.empty()) return models::preset(o.preset);
   keep = models::load_any_model(o.model);
   return keep.config;
+}
+
+// A training step's kernels and terms as JSON (estimate train's fields).
+json estimate_step_json(const cost::StepCost& s) {
+  std::vector<const cost::KernelRow*> by_cost;
+  for (const auto& k : s.kernels) by_cost.push_back(&k);
+  std::sort(by_cost.begin(), by_cost.end(), [](auto* a, auto* b) { return a->total_ms() > b->total_ms(); });
+  json ks = json::array();
+  for (const auto& k : s.kernels) {
+    json j = program_json(k.cost);
+    j["name"] = k.name, j["calls"] = k.calls, j["total_ms"] = k.total_ms(),
+    j["staging_mb"] = k.staging_bytes / 1048576.0;
+    ks.push_back(j);
+  }
+  return {{"ms_per_step", s.ms_per_step()},
+          {"ms_per_step_with_compile", s.ms_per_step_with_compile()},
+          {"ane_ms", s.ane_ms},
+          {"staging_ms", s.staging_ms},
+          {"host_ms", s.host_ms()},
+          {"classifier_ms", s.cls_ms},
+          {"dw_ms", s.dw_ms},
+          {"dw_exposed_ms", s.dw_exposed_ms},
+          {"adam_ms", s.adam_ms},
+          {"compile_ms_per_step", s.compile_ms},
+          {"largest", by_cost.front()->name},
+          {"kernels", ks}};
+}
+
+// `estimate train --lora`: the LoRA kernels of both strategies side by side, full training of the shape for
+// reference, and which to pick.
+void run_train_lora(const EstimateOptions& o, const models::ModelConfig& c, cost::TrainModel m,
+                    const cost::Chip& chip) {
+  train::TrainConfig tc;  // train --lora's checks, in one place
+  tc.lora = true, tc.lora_rank = o.lora_rank, tc.lora_targets = o.lora_targets;
+  for (const char* st : {"static", "dynamic"}) tc.strategy = st, train::validate_lora(tc);
+  train::LoraConfig lc;
+  lc.rank = tc.lora_rank, lc.alpha = tc.lora_alpha, lc.targets = train::parse_lora_targets(tc.lora_targets);
+  const train::LoraLayout layout(c, lc);  // throws when the model has none of the targets
+  m.shape = train::kernel_lora_shape(m.shape, lc);
+  m.steps = o.steps;
+  const cost::LoraEstimate e = cost::estimate_lora(m, chip);
+  const cost::StepCost& st = e.static_step;
+  const cost::StepCost& dy = e.dynamic_step;
+  const bool pick_static = e.pick() == kern::Strategy::kStatic;
+  const std::string model = o.preset.empty() ? o.model : o.preset;
+  char rec[320];
+  std::snprintf(rec, sizeof rec, "static: %s (%lld of %d compiles), %.1f ms/step; dynamic: %.1f ms/step; pick %s",
+                e.static_fits() ? "fits the budget" : "over the budget", static_cast<long long>(e.static_need),
+                e.budget, st.ms_per_step_with_compile(), dy.ms_per_step_with_compile(),
+                pick_static ? "static" : "dynamic");
+  const int64_t even = e.static_break_even();
+  std::string why;  // what would change the pick
+  if (e.static_fits() && even > 0)
+    why = cat(" (static costs no more than dynamic from ", even, " steps on: --steps)");
+  else if (!e.static_fits() && even > 0)
+    why = " (static would be faster per step: it needs a larger compile budget)";
+  if (o.json) {
+    auto side = [&](const cost::StepCost& s, const cost::StepCost& full) {
+      json j = estimate_step_json(s);
+      j["compiles"] = s.compiles_once, j["once_ms"] = s.once_ms, j["adapter_staging_mb"] = s.adapter_bytes / 1048576.0;
+      j["full_ms_per_step_with_compile"] = full.ms_per_step_with_compile();
+      j["vs_full"] = s.ms_per_step_with_compile() / full.ms_per_step_with_compile();
+      j["removed_dw_ms"] = full.dw_ms, j["removed_adam_ms"] = full.adam_ms;  // full training's host work LoRA skips
+      return j;
+    };
+    json out{
+        {"device", chip.name},
+        {"model", model},
+        {"lora",
+         {{"rank", lc.rank}, {"targets", train::lora_targets_text(lc.targets)}, {"adapter_params", st.adapter_params}}},
+        {"shape", m.shape.str()},
+        {"layers", m.n_layers},
+        {"steps", m.steps},
+        {"accum", m.accum_steps},
+        {"compile_budget", e.budget},
+        {"static_compiles_needed", e.static_need},
+        {"static_fits", e.static_fits()},
+        {"pick", pick_static ? "static" : "dynamic"},
+        {"recommendation", rec + why},
+        {"static_break_even_steps", even},
+        {"static", side(st, e.full_static)},
+        {"dynamic", side(dy, e.full_dynamic)}};
+    std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
+  std::printf("estimate train --lora: %s, rank %lld on %s (%.2f M adapter parameters), %s, %lld layers, on %s\n",
+              model.c_str(), static_cast<long long>(lc.rank), train::lora_targets_text(lc.targets).c_str(),
+              st.adapter_params * 1e-6, m.shape.str().c_str(), static_cast<long long>(m.n_layers),
+              chip.description.c_str());
+  std::printf("  %-40s %-30s %s\n", "", "static", "dynamic");
+  for (size_t i = 0; i < st.kernels.size(); ++i) {
+    const cost::KernelRow &a = st.kernels[i], &b = dy.kernels[i];
+    char l[64], r[64];
+    std::snprintf(l, sizeof l, "%lld x %.3f = %.2f ms", static_cast<long long>(a.calls), a.cost.ms, a.total_ms());
+    std::snprintf(r, sizeof r, "%lld x %.3f = %.2f ms", static_cast<long long>(b.calls), b.cost.ms, b.total_ms());
+    std::printf("  %-40s %-30s %s\n", a.name.c_str(), l, r);
+  }
+  auto line = [](const char* what, double a, double b, const char* unit) {
+    char l[64], r[64];
+    std::snprintf(l, sizeof l, "%.1f %s", a, unit);
+    std::snprintf(r, sizeof r, "%.1f %s", b, unit);
+    std::printf("  %-40s %-30s %s\n", what, l, r);
+  };
+  line("ANE", st.ane_ms, dy.ane_ms, "ms");
+  char what[96];
+  std::snprintf(what, sizeof what, "staging (adapters %.1f MB of it)", st.adapter_bytes / 1048576.0);
+  line(what, st.staging_ms, dy.staging_ms, "ms");
+  line("host: classifier (logits, dh)", st.cls_ms, dy.cls_ms, "ms");
+  line("host: adapter gradients (exposed)", st.dw_exposed_ms, dy.dw_exposed_ms, "ms");
+  line("host: Adam of the adapters", st.adam_ms, dy.adam_ms, "ms");
+  line("= per step", st.ms_per_step(), dy.ms_per_step(), "ms");
+  char l2[64], r2[64];  // full training's host work that LoRA does not do
+  std::snprintf(l2, sizeof l2, "%.1f + %.1f ms", e.full_static.dw_ms, e.full_static.adam_ms);
+  std::snprintf(r2, sizeof r2, "%.1f + %.1f ms", e.full_dynamic.dw_ms, e.full_dynamic.adam_ms);
+  std::printf("  %-40s %-30s %s\n", "not done: full training's dW + dE, Adam", l2, r2);
+  char l[64], r[64];
+  std::snprintf(l, sizeof l, "%lld (2 + 7 x %lld)", static_cast<long long>(st.compiles_once),
+                static_cast<long long>(m.n_layers));
+  std::snprintf(r, sizeof r, "%lld", static_cast<long long>(dy.compiles_once));
+  std::printf("  %-40s %-30s %s\n", "compiles, once", l, r);
+  line("before step 1 (compiles, base staged)", st.once_ms, dy.once_ms, "ms");
+  std::snprintf(what, sizeof what, "per step, once-costs over %lld steps", static_cast<long long>(m.steps));
+  line(what, st.ms_per_step_with_compile(), dy.ms_per_step_with_compile(), "ms");
+  std::snprintf(what, sizeof what, "full training, recompiles over accum %d", m.accum_steps);
+  line(what, e.full_static.ms_per_step_with_compile(), e.full_dynamic.ms_per_step_with_compile(), "ms");
+  std::snprintf(l, sizeof l, "%.2fx", st.ms_per_step_with_compile() / e.full_static.ms_per_step_with_compile());
+  std::snprintf(r, sizeof r, "%.2fx", dy.ms_per_step_with_compile() / e.full_dynamic.ms_per_step_with_compile());
+  std::printf("  %-40s %-30s %s\n", "LoRA / full training", l, r);
+  std::printf("  %s%s\n", rec, why.c_str());
 }
 
 void run_train(const EstimateOptions& o) {
@@ -89,35 +231,18 @@ void run_train(const EstimateOptions& o) {
   m.accum_steps = o.accum;
   const auto strat = o.strategy == "static" ? kern::Strategy::kStatic : kern::Strategy::kDynamic;
   const cost::Chip chip = chip_of(o);
+  if (o.lora) return run_train_lora(o, c, m, chip);
   const cost::StepCost s = cost::estimate_train(m, strat, chip);
   std::vector<const cost::KernelRow*> by_cost;
   for (const auto& k : s.kernels) by_cost.push_back(&k);
   std::sort(by_cost.begin(), by_cost.end(), [](auto* a, auto* b) { return a->total_ms() > b->total_ms(); });
   if (o.json) {
-    json ks = json::array();
-    for (const auto& k : s.kernels) {
-      json j = program_json(k.cost);
-      j["name"] = k.name, j["calls"] = k.calls, j["total_ms"] = k.total_ms(),
-      j["staging_mb"] = k.staging_bytes / 1048576.0;
-      ks.push_back(j);
-    }
     json out{{"device", chip.name},
              {"model", o.preset.empty() ? o.model : o.preset},
              {"strategy", o.strategy},
              {"shape", m.shape.str()},
-             {"layers", m.n_layers},
-             {"ms_per_step", s.ms_per_step()},
-             {"ms_per_step_with_compile", s.ms_per_step_with_compile()},
-             {"ane_ms", s.ane_ms},
-             {"staging_ms", s.staging_ms},
-             {"host_ms", s.host_ms()},
-             {"classifier_ms", s.cls_ms},
-             {"dw_ms", s.dw_ms},
-             {"dw_exposed_ms", s.dw_exposed_ms},
-             {"adam_ms", s.adam_ms},
-             {"compile_ms_per_step", s.compile_ms},
-             {"largest", by_cost.front()->name},
-             {"kernels", ks}};
+             {"layers", m.n_layers}};
+    out.update(estimate_step_json(s));
     std::printf("%s\n", out.dump(2).c_str());
     return;
   }
@@ -461,6 +586,8 @@ void add_estimate_command(CLI::App& app) {
   auto* tr = est->add_subcommand("train", "a training step: per-kernel table and ms/step");
   tr->add_option("--preset", o->preset, "model preset");
   tr->add_option("--model", o->model, "model file (its config)");
+  tr->add_option("--shape", o->shape,
+                 "with --preset: a JSON object of model config fields that replace the preset's (as train --shape)");
   tr->add_option("--strategy", o->strategy, "static | dynamic")->capture_default_str();
   tr->add_option("--seq", o->seq, "tokens per sequence")->capture_default_str()->check(CLI::Range(64, 65536));
   tr->add_option("--accum", o->accum, "steps per weight update (Adam, static recompiles)")
@@ -470,6 +597,15 @@ void add_estimate_command(CLI::App& app) {
                  "classifier rows, for a trainer that compacts the vocabulary to the tokens its data uses (maderix's "
                  "dynamic pipeline: 9200); default the whole vocabulary")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 24));
+  tr->add_flag("--lora", o->lora,
+               "LoRA fine-tuning (train --lora): the static and dynamic strategies side by side, and which to pick "
+               "(--strategy is not read)");
+  tr->add_option("--lora-rank", o->lora_rank, "with --lora: LoRA rank r")->capture_default_str();
+  tr->add_option("--lora-targets", o->lora_targets, "with --lora: a comma list of q,k,v,o,gate,up,down")
+      ->capture_default_str();
+  tr->add_option("--steps", o->steps, "with --lora: the run's steps, over which the compiles once are amortised")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
   auto* inf = est->add_subcommand("infer", "prefill tok/s per bucket and decode tok/s");
   inf->add_option("--preset", o->preset, "model preset");
   inf->add_option("--model", o->model, "model file (its config)");
@@ -483,7 +619,12 @@ void add_estimate_command(CLI::App& app) {
     sub->add_flag("--json", o->json, "JSON output");
   }
   auto given = [o, est](CLI::App* sub) { o->device_given = sub->count("--device") + est->count("--device") > 0; };
-  tr->callback([o, tr, given] { given(tr), run_train(*o); });
+  tr->callback([o, tr, given] {
+    given(tr);
+    ANELAB_CHECK(o->lora || tr->count("--lora-rank") + tr->count("--lora-targets") + tr->count("--steps") == 0,
+                 "estimate", "--lora-rank, --lora-targets and --steps go with --lora");
+    run_train(*o);
+  });
   inf->callback([o, inf, given] { given(inf), run_infer(*o); });
   mil->callback([o, mil, given] { given(mil), run_mil(*o); });
   est->callback([o, est] {

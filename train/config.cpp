@@ -386,7 +386,13 @@ void validate(const TrainConfig& c) {
   need(c.sample_every >= 0, "--sample-every", c.sample_every, "must be >= 0");
   need(c.sample_tokens > 0, "--sample-tokens", c.sample_tokens, "must be > 0");
   need(c.checkpoint_every >= 0, "--checkpoint-every", c.checkpoint_every, "must be >= 0");
-  if (!c.lora) return;
+  if (c.lora) validate_lora(c);
+}
+
+void validate_lora(const TrainConfig& c) {
+  auto need = [](bool ok, const char* flag, auto value, const char* why) {
+    if (!ok) fail("train", flag, " ", value, ": ", why);
+  };
   need(c.lora_rank > 0 && c.lora_rank <= 65536, "--lora-rank", c.lora_rank, "must be in [1, 65536]");
   need(c.lora_alpha > 0 && std::isfinite(c.lora_alpha), "--lora-alpha", c.lora_alpha, "must be a positive number");
   need(c.lora_dropout >= 0 && c.lora_dropout < 1, "--lora-dropout", c.lora_dropout, "must be in [0, 1)");

@@ -272,13 +272,8 @@ kern::LayerWeights KernelEngine::layer_weights(const float* w, int64_t l) const 
 }
 
 kern::TrainShape KernelEngine::train_shape(int64_t T) const {
-  kern::TrainShape s = kernel_train_shape(desc_, T);
-  if (!lora_) return s;
-  s.lora_rank = lora_->lora().rank, s.lora_scale = lora_->lora().scale();
-  for (int t = 0; t < kLoraTargets; ++t)
-    if (lora_->lora().targets[size_t(t)] && lora_kernel_weight(LoraTarget(t)))
-      s.lora_targets.push_back(lora_kernel_weight(LoraTarget(t)));
-  return s;
+  const kern::TrainShape s = kernel_train_shape(desc_, T);
+  return lora_ ? kernel_lora_shape(s, lora_->lora()) : s;
 }
 
 // LoRA: A and B of every adapted projection of layer l into the bands of its kernels (no compile).
@@ -602,6 +597,15 @@ kern::TrainShape kernel_train_shape(const models::ModelDesc& d, int64_t T) {
       fail("train", "layer ", l, " has the shape ", o.str(), ", layer 0 ", s.str(),
            ": the MIL training kernels take one shape (sizes, norms, RoPE) for every layer");
   }
+  return s;
+}
+
+kern::TrainShape kernel_lora_shape(kern::TrainShape s, const LoraConfig& lc) {
+  s.lora_rank = lc.rank, s.lora_scale = lc.scale();
+  s.lora_targets.clear();
+  for (int t = 0; t < kLoraTargets; ++t)
+    if (lc.targets[size_t(t)] && lora_kernel_weight(LoraTarget(t)))  // (the DeltaNet targets have no kernel)
+      s.lora_targets.push_back(lora_kernel_weight(LoraTarget(t)));
   return s;
 }
 

@@ -56,6 +56,11 @@ struct KernelEngineOptions {
 // layer when a layer's shape differs from layer 0's (the kernels are shared by every layer).
 kern::TrainShape kernel_train_shape(const models::ModelDesc& d, int64_t T);
 
+// The LoRA kernels' shape (`train --lora --strategy static | dynamic`, and `estimate train --lora`): s with
+// TrainShape::lora_rank, lora_scale (alpha / r) and lora_targets, the kernels' names of lc's targets (q -> wq,
+// k -> wk, v -> wv, o -> wo, gate -> w1, up -> w3, down -> w2).
+kern::TrainShape kernel_lora_shape(kern::TrainShape s, const LoraConfig& lc);
+
 // Throws "[backend] ane: no Apple Neural Engine on this host ..." etc. when the backend cannot be created.
 std::unique_ptr<StepEngine> make_kernel_engine(const KernelEngineOptions& o, const ParamLayout& layout);
 

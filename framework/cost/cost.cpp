@@ -329,12 +329,20 @@ StepCost train_step_cost(std::vector<KernelRow> kernels, const TrainShapeInfo& s
   sc.cls_ms = 2 * cls_gemm_ms;
   // dW = dY·Xᵀ for every layer matrix and dE on the worker. It runs while the main thread waits on the ANE; with a
   // matrix unit of its own also while the main thread runs its classifier GEMMs. The excess is exposed.
-  sc.dw_ms = 2 * N * s.layer_params * double(s.n_layers) / host * 1e3 + cls_gemm_ms;
+  // LoRA: the base is frozen, so no dW and no dE: the worker computes the adapters' gradients alone.
+  sc.dw_ms =
+      s.lora ? s.lora_grad_flops / host * 1e3 : 2 * N * s.layer_params * double(s.n_layers) / host * 1e3 + cls_gemm_ms;
   const double hidden_under = sc.ane_ms + (chip.host_gemm_units >= 2 ? sc.cls_ms : 0.0);
   sc.dw_exposed_ms = std::max(0.0, sc.dw_ms - hidden_under);
   // Adam: reads params, grads, m, v and writes params, m, v (fp32): 28 bytes per parameter, once per update.
   sc.adam_ms = 28 * s.total_params / (chip.host_gbps * 1e9) * 1e3 / std::max(1, s.accum_steps);
-  if (s.static_weights) sc.compile_ms = double(s.kernels_per_update) * chip.compile_ms / std::max(1, s.accum_steps);
+  if (s.lora) {  // compiled (and the base staged) once: nothing is recompiled or restaged after an update
+    sc.compiles_once = s.compiles_once;
+    sc.once_ms = double(s.compiles_once) * chip.compile_ms + s.staged_once_bytes / (chip.staging_gbps * 1e9) * 1e3;
+    sc.compile_ms = sc.once_ms / double(std::max<int64_t>(1, s.steps));
+  } else if (s.static_weights) {
+    sc.compile_ms = double(s.kernels_per_update) * chip.compile_ms / std::max(1, s.accum_steps);
+  }
   return sc;
 }
 

@@ -16,8 +16,10 @@
 //   train step    ANE (every kernel once per layer) + IOSurface staging (every surface byte once, host
 //                 memcpy) + the host's critical path (the main thread's classifier GEMMs, the worker thread's dW
 //                 GEMMs beyond what hides under the ANE, Adam amortised over the accumulation); the static strategy
-//                 also recompiles. Each of the two threads' GEMMs runs on one matrix unit: with two units the
-//                 worker also runs under the main thread's GEMMs, with one it waits for them
+//                 also recompiles (LoRA: the base frozen, no dW, dE or base Adam: the worker computes the adapters'
+//                 gradients, Adam updates the adapters, the kernels compile once). Each of the two threads' GEMMs runs
+//                 on one matrix unit: with two units the worker also runs under the main thread's GEMMs, with one it
+//                 waits for them
 //   prefill       one whole-layer program per layer at the bucket + the classifier on the host
 //   decode        one layer program per layer and token at the smallest bucket (weights streamed each token)
 #pragma once
@@ -147,17 +149,30 @@ struct TrainShapeInfo {
   int accum_steps = 10;     // steps per weight update (maderix ACCUM: Adam and static recompiles amortised)
   bool static_weights = false;
   int64_t kernels_per_update = 0;  // static: programs recompiled after every update
+  // LoRA (the base frozen): the worker's GEMMs are the adapters' gradients (lora_grad_flops per step) instead of every
+  // dW and dE, Adam updates total_params = the adapters; nothing is recompiled after an update: compiles_once programs
+  // are compiled (and, dynamic, staged_once_bytes of the base's bands staged) once before the first step, amortised
+  // over `steps`.
+  bool lora = false;
+  double lora_grad_flops = 0;
+  int64_t compiles_once = 0;
+  double staged_once_bytes = 0;
+  int64_t steps = 1;
 };
 
 struct StepCost {
   std::vector<KernelRow> kernels;
-  double ane_ms = 0;         // Σ kernel time
-  double staging_ms = 0;     // IOSurface writes + reads on the host
-  double cls_ms = 0;         // the main thread's classifier GEMMs: logits = h·Eᵀ and dh = dlogits·E
-  double dw_ms = 0;          // the worker thread's GEMMs: every layer's dW and the classifier's dE = dlogitsᵀ·h
-  double dw_exposed_ms = 0;  // the part of dw_ms the main thread's ANE waits (and, on two units, GEMMs) do not hide
-  double adam_ms = 0;        // optimizer, per step (amortised)
-  double compile_ms = 0;     // static: recompiles per step (amortised)
+  double ane_ms = 0;          // Σ kernel time
+  double staging_ms = 0;      // IOSurface writes + reads on the host
+  double cls_ms = 0;          // the main thread's classifier GEMMs: logits = h·Eᵀ and dh = dlogits·E
+  double dw_ms = 0;           // the worker's GEMMs: every dW and the classifier's dE (LoRA: the adapters' gradients)
+  double dw_exposed_ms = 0;   // the part of dw_ms the main thread's ANE waits (and, on two units, GEMMs) do not hide
+  double adam_ms = 0;         // optimizer, per step (amortised)
+  double compile_ms = 0;      // static: recompiles per step (amortised); LoRA: once_ms / steps
+  double once_ms = 0;         // LoRA: before the first step, the compiles and the base's one staging (dynamic)
+  int64_t compiles_once = 0;  // LoRA: programs compiled before the first step (static 2 + 7·L, dynamic 9)
+  double adapter_params = 0;  // LoRA: A and B of every layer (estimate_train)
+  double adapter_bytes = 0;   // LoRA: fp16 bytes of the adapters' bands staged per step, every kernel and layer
   double host_ms() const { return cls_ms + dw_exposed_ms + adam_ms; }
   double ms_per_step() const { return ane_ms + staging_ms + host_ms(); }  // steady state (what maderix reports)
   double ms_per_step_with_compile() const { return ms_per_step() + compile_ms; }

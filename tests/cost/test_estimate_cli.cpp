@@ -228,6 +228,34 @@ TEST(EstimateCli, TrainJson) {
   EXPECT_GT(j["ms_per_step_with_compile"].get<double>(), j["ms_per_step"].get<double>());
 }
 
+// --lora: both strategies side by side with the recommendation; the 24-layer Qwen2.5-0.5B shape is over static's
+// compile budget.
+TEST(EstimateCli, TrainLoraJson) {
+  const CliRun r = estimate_cli_run(
+      "train --preset qwen2.5-0.5b --shape '{\"qkv_bias\": false}' --lora --lora-rank 16 --lora-targets q,v "
+      "--steps 500 --device m4 --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["lora"]["rank"].get<int>(), 16);
+  EXPECT_EQ(j["lora"]["targets"].get<std::string>(), "q,v");
+  EXPECT_EQ(j["steps"].get<int>(), 500);
+  EXPECT_EQ(j["static"]["compiles"].get<int>(), 2 + 7 * 24);
+  EXPECT_EQ(j["dynamic"]["compiles"].get<int>(), 9);
+  EXPECT_FALSE(j["static_fits"].get<bool>());
+  EXPECT_EQ(j["pick"].get<std::string>(), "dynamic");
+  EXPECT_EQ(j["recommendation"].get<std::string>().rfind("static: over the budget (171 of 100 compiles)", 0), 0u)
+      << j["recommendation"];
+  for (const char* side : {"static", "dynamic"}) {
+    EXPECT_EQ(j[side]["kernels"].size(), 9u) << side;
+    EXPECT_GT(j[side]["ms_per_step"].get<double>(), 0) << side;
+    EXPECT_NEAR(j[side]["compile_ms_per_step"].get<double>(), j[side]["once_ms"].get<double>() / 500, 1e-9) << side;
+    EXPECT_GT(j[side]["adapter_staging_mb"].get<double>(), 0) << side;
+  }
+  const CliRun t = estimate_cli_run("train --preset stories110m --lora --device m1");
+  ASSERT_EQ(t.rc, 0) << t.out;
+  EXPECT_NE(t.out.find("static: fits the budget (87 of 100 compiles)"), std::string::npos) << t.out;
+}
+
 TEST(EstimateCli, InferMatchesAneForge) {
   // ANEForge (arXiv 2606.17090): Qwen3-0.6B decode ~75 tok/s (fitted: M4's DRAM bandwidth), prefill ~8600 tok/s
   // (held out; the prompt length is not in our notes: the S=128 bucket).
@@ -311,7 +339,9 @@ TEST(EstimateCli, BadInputIsOneLine) {
        {"train --preset stories110m --strategy sideways", "train --preset nope",
         "train --preset stories110m --device m9", "", "mil /nonexistent.mil",
         "infer --preset qwen2.5-0.5b --bucket 100", "--calibrate /nonexistent.json", "--save /tmp/never_written.json",
-        "train --preset stories110m --device-file /nonexistent.json", "train --preset stories110m --cls-vocab 40000"}) {
+        "train --preset stories110m --device-file /nonexistent.json", "train --preset stories110m --cls-vocab 40000",
+        "train --preset stories110m --lora --lora-rank 0", "train --preset stories110m --lora --lora-targets q,x",
+        "train --preset stories110m --lora-rank 4", "train --model /nonexistent.gguf --shape '{}'"}) {
     const CliRun r = estimate_cli_run(args);
     EXPECT_NE(r.rc, 0) << args;
     ASSERT_FALSE(r.out.empty()) << args;
