@@ -601,7 +601,9 @@ void add_estimate_command(CLI::App& app) {
                "LoRA fine-tuning (train --lora): the static and dynamic strategies side by side, and which to pick "
                "(--strategy is not read)");
   tr->add_option("--lora-rank", o->lora_rank, "with --lora: LoRA rank r")->capture_default_str();
-  tr->add_option("--lora-targets", o->lora_targets, "with --lora: a comma list of q,k,v,o,gate,up,down")
+  tr->add_option("--lora-targets", o->lora_targets,
+                 "with --lora: a comma list of q,k,v,o,gate,up,down (the ANE kernels take these; train's DeltaNet "
+                 "targets lin_* have none)")
       ->capture_default_str();
   tr->add_option("--steps", o->steps, "with --lora: the run's steps, over which the compiles once are amortised")
       ->capture_default_str()

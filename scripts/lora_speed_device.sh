@@ -8,7 +8,7 @@
 #   stage here (git-ignored): DIR/anelab (this tree's build; or build it on the device), DIR/lib/ (the non-glibc
 #   shared libraries ldd lists), DIR/rand32k.bin (flat uint16 random tokens < 32000), DIR/rand152k.bin + .json
 #   (anelab-tokens uint32 < 151936)
-#   on device:   OUT=dir scripts/lora_speed_device.sh DIR
+#   on device:   OUT=dir [ROUNDS=n] scripts/lora_speed_device.sh DIR
 set -u
 D=$(realpath "$1")
 export LD_LIBRARY_PATH=$D/lib
@@ -57,7 +57,11 @@ PY
 }
 S110="--init $M/s110.anelab --data $D/rand32k.bin --batch-size 4 --seq-len 256"
 Q05="--init $M/q05.bf16.anelab --data $D/rand152k.bin --batch-size 1 --seq-len 256"
-bench s110_full $S110
-bench s110_lora $S110 --lora
-bench q05_full $Q05
-bench q05_lora $Q05 --lora
+# ROUNDS (default 1) alternations of full and LoRA runs: the machine's speed drifts between processes, so each ratio
+# is best read from the runs next to each other.
+for r in $(seq "${ROUNDS:-1}"); do
+  bench s110_full_r$r $S110
+  bench s110_lora_r$r $S110 --lora
+  bench q05_full_r$r $Q05
+  bench q05_lora_r$r $Q05 --lora
+done

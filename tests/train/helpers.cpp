@@ -17,6 +17,7 @@
 #include "tests/common/test_data.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/trainer.h"
 
 namespace anelab::test {
 namespace fs = std::filesystem;
@@ -252,6 +253,22 @@ std::vector<uint8_t> join_checkpoint(uint32_t version, const std::string& header
   b.resize((b.size() + 63) / 64 * 64, 0);
   b.insert(b.end(), data.begin(), data.end());
   return b;
+}
+
+void expect_lora_resume_bit_exact(const train::TrainConfig& c, int64_t split) {
+  train::TrainConfig straight = c;
+  train::validate(straight);
+  train::run_training(straight, {false, false});
+  train::TrainConfig h = straight;
+  h.run_dir = c.run_dir + "2", h.stop_after = split;
+  train::run_training(h, {false, false});
+  h.stop_after = 0, h.resume = true;
+  train::run_training(h, {false, false});
+  EXPECT_TRUE(read_file_bytes(c.run_dir + "/last.lora") == read_file_bytes(h.run_dir + "/last.lora"));
+  const auto s1 = read_events(c.run_dir, "step"), s2 = read_events(h.run_dir, "step");
+  ASSERT_EQ(s1.size(), size_t(c.steps));
+  ASSERT_EQ(s2.size(), size_t(c.steps));
+  for (size_t i = 0; i < s1.size(); ++i) EXPECT_EQ(s1[i]["loss"].get<double>(), s2[i]["loss"].get<double>()) << i;
 }
 
 }  // namespace anelab::test

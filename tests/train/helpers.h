@@ -72,4 +72,8 @@ CheckpointBytes split_checkpoint(const std::vector<uint8_t>& file);
 std::vector<uint8_t> join_checkpoint(uint32_t version, const std::string& header, const std::vector<uint8_t>& data,
                                      std::optional<uint64_t> header_sum = std::nullopt);
 
+// gtest expectations for a --lora run c (validated here): c straight against c stopped after `split` steps and
+// resumed (in c.run_dir + "2"): the same last.lora bytes and the same loss at every step.
+void expect_lora_resume_bit_exact(const train::TrainConfig& c, int64_t split);
+
 }  // namespace anelab::test

@@ -216,18 +216,7 @@ TEST(QLora, Q4KRunResumesBitExact) {
   c.steps = 4, c.batch_size = 2, c.seq_len = 32, c.accum_steps = 2, c.lr = 2e-3, c.warmup_steps = 2;
   c.grad_clip = 1.0, c.batching = "random", c.eval_batches = 0;
   c.lora = true, c.lora_rank = 4, c.lora_alpha = 8, c.lora_dropout = 0.1;
-  train::validate(c);
-  train::run_training(c, {false, false});
-  train::TrainConfig h = c;
-  h.run_dir = dir + "/run2", h.stop_after = 2;
-  train::run_training(h, {false, false});
-  h.stop_after = 0, h.resume = true;
-  train::run_training(h, {false, false});
-  EXPECT_TRUE(read_file_bytes(c.run_dir + "/last.lora") == read_file_bytes(h.run_dir + "/last.lora"));
-  const auto s1 = test::read_events(c.run_dir, "step"), s2 = test::read_events(h.run_dir, "step");
-  ASSERT_EQ(s1.size(), 4u);
-  ASSERT_EQ(s2.size(), 4u);
-  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(s1[i]["loss"].get<double>(), s2[i]["loss"].get<double>()) << i;
+  test::expect_lora_resume_bit_exact(c, 2);
 
   const models::Model m = models::load_any_model(c.init);
   const train::ParamLayout layout(m.config);
