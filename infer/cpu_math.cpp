@@ -40,42 +40,53 @@ inline W::F32 exp_v(W::F32 x) {
   return W::ldexp(p, n);
 }
 
-// y[r] = dot(W[r, :], x) for rows [r0, r1): 4 rows at a time streamed once, kGemvNV vectors of columns per
-// step per row (4 x kGemvNV FMA chains in flight), software prefetch 2 KiB ahead on each row stream.
-template <typename T>
-void gemv_rows(const T* w, int64_t cols, const float* x, const float* bias, float* y, int64_t r0, int64_t r1) {
+// y[r] = dot(W[r, :], x) for rows [r, r1) in groups of R rows while whole groups fit, each group streamed once,
+// kGemvNV vectors of columns per step per row (R x kGemvNV FMA chains in flight), software prefetch 2 KiB ahead on
+// each row stream; returns the first row not done. Per row the order does not depend on R.
+template <int R, typename T>
+int64_t gemv_row_groups(const T* w, int64_t cols, const float* x, const float* bias, float* y, int64_t r, int64_t r1) {
   constexpr int NV = W::kGemvNV;
   constexpr int64_t kStep = NV * VW, kAhead = 2048 / sizeof(T);
   const int64_t main = cols / kStep * kStep;
-  int64_t r = r0;
-  for (; r + 4 <= r1; r += 4) {
-    const T* wr[4] = {w + r * cols, w + (r + 1) * cols, w + (r + 2) * cols, w + (r + 3) * cols};
-    W::F32 acc[4][NV];
-    for (int i = 0; i < 4; ++i)
+  for (; r + R <= r1; r += R) {
+    const T* wr[R];
+    for (int i = 0; i < R; ++i) wr[i] = w + (r + i) * cols;
+    W::F32 acc[R][NV];
+    for (int i = 0; i < R; ++i)
       for (int v = 0; v < NV; ++v) acc[i][v] = W::zero();
     int64_t k = 0;
     for (; k < main; k += kStep) {
-#pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) W::prefetch(wr[i] + k + kAhead);
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) W::prefetch(wr[i] + k + kAhead);
       W::F32 xv[NV];
 #pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) xv[v] = W::load(x + k + v * VW);
 #pragma GCC unroll 8
       for (int v = 0; v < NV; ++v)
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; ++i) acc[i][v] = W::fmadd(load_w(wr[i] + k + v * VW), xv[v], acc[i][v]);
+#pragma GCC unroll 8
+        for (int i = 0; i < R; ++i) acc[i][v] = W::fmadd(load_w(wr[i] + k + v * VW), xv[v], acc[i][v]);
     }
     for (; k < cols; k += VW) {
       const W::F32 xv = W::load_n(x + k, cols - k);
-#pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) acc[i][0] = W::fmadd(load_w_n(wr[i] + k, cols - k), xv, acc[i][0]);
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) acc[i][0] = W::fmadd(load_w_n(wr[i] + k, cols - k), xv, acc[i][0]);
     }
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < R; ++i) {
       W::F32 s = acc[i][0];
       for (int v = 1; v < NV; ++v) s = W::add(s, acc[i][v]);
       y[r + i] = W::reduce_add(s) + (bias ? bias[r + i] : 0.0f);
     }
   }
+  return r;
+}
+
+// y[r] = dot(W[r, :], x) for rows [r0, r1): gemv_row_groups of 4 rows (of 8 first where kGemvNV is 1: 8 chains in
+// flight), the rest one row at a time.
+template <typename T>
+void gemv_rows(const T* w, int64_t cols, const float* x, const float* bias, float* y, int64_t r0, int64_t r1) {
+  int64_t r = r0;
+  if constexpr (W::kGemvNV == 1) r = gemv_row_groups<8>(w, cols, x, bias, y, r, r1);
+  r = gemv_row_groups<4>(w, cols, x, bias, y, r, r1);
   for (; r < r1; ++r) {
     const T* w0 = w + r * cols;
     W::F32 a0 = W::zero();
@@ -112,18 +123,21 @@ void gemv_range(const GemvOut& o, const float* x, const quant::Q8Acts& acts, int
     gemv_rows(o.w->f32(), o.w->cols, x, o.bias, o.y, r0, r1);
 }
 
-// gemv_rows for n_tok inputs x [n_tok, cols] into y + t ldy. Rows in groups of kRowGroup (gemv_rows' 4-row groups),
+// gemv_rows for n_tok inputs x [n_tok, cols] into y + t ldy. Rows in groups of kRowGroup (multiples of 4 rows),
 // tokens in blocks of kTokBlock, columns in blocks of kColBlock; over a column block the group's rows run in register
 // tiles of kTileR rows x kTileT tokens, each (row, token) with its own kGemvNV accumulator chains (kTileR kTileT
 // kGemvNV accumulators, about 3/4 of the registers): per step each weight vector is loaded and converted once for the
 // kTileT tokens and each input vector loaded once for the kTileR rows (a token tile's inputs over a column block,
-// kTileT x kColBlock floats, 12 KiB on AVX-512, stay in L1 while the group's row tiles run over them). The
-// accumulators wait between column blocks in a small buffer. Rows past the last group of 4 as gemv_rows' tail. Per
+// kTileT x kColBlock floats, 24 KiB on AVX-512 (4 x 6 tiles), stay in L1 while the group's row tiles run over them).
+// The accumulators wait between column blocks in a small buffer. Rows past the last group of 4 as gemv_rows' tail. Per
 // token and row the operations of gemv_rows in its order: the same bits.
 // Measured (scripts/gemv_batch_bench, 896 x 4864 fp16, 1 thread, Zen 4 AVX-512): 8 tokens 2.1x faster than 8 single
 // calls (the previous one-row kernel 1.24x: one input load per FMA). Converting a group's fp16 block once into an fp32
 // L1 buffer for all the tokens measured slower than this conversion per token tile (1.3-1.7x); column blocks of 256
-// slower than 1024 (1.95x).
+// slower than 1024 (1.95x). On AVX-512 kGemvNV 1 (tiles of 4 rows x 6 tokens, 8 tokens in 2 passes over a column
+// block) against 2 (4 x 3, 3 passes), the Qwen2.5-0.5B-shaped fp16 engine step at 8 threads on the device's Xeon
+// (scripts/gemv_batch_bench PROG=split, 2026-11-29): B = 8 30.6 -> 27.4 ms and 33.4 -> 30.3 ms in two sessions; 2 x 12
+// tiles (one pass) 27.5 ms; on the dev box's Zen 4 (1 thread, 896 x 4864 in cache) 4 x 6 is 8 % slower than 4 x 3.
 template <typename T>
 void gemv_rows_tokens(const T* w, int64_t cols, const float* x, int64_t n_tok, const float* bias, float* y, int64_t ldy,
                       int64_t r0, int64_t r1) {

@@ -12,8 +12,10 @@ inline namespace ANELAB_SIMD_ABI {
 constexpr const char* kName = "avx512";
 constexpr int kWidth = 16;
 constexpr int kGemmMR = 12, kGemmNV = 2;  // 12 x 32 micro-tile: 24 accumulators of 32 zmm
-constexpr int kGemvNV = 2;                // GEMV: vectors of columns per row per step (4 rows at a time)
-constexpr int kRegs = 32;                 // vector registers (bounds a kernel's accumulators)
+// GEMV: vectors of columns per row per step. 1: one FMA chain per row (gemv_rows 8 rows at a time), so the multi-token
+// GEMV's tiles hold 6 tokens (infer/cpu_math.cpp says what it measured).
+constexpr int kGemvNV = 1;
+constexpr int kRegs = 32;  // vector registers (bounds a kernel's accumulators)
 
 using F32 = __m512;
 using Mask = __mmask16;
