@@ -22,6 +22,7 @@
 #include "framework/kernels/train.h"
 #include "framework/runtime/device_profile.h"
 #include "models/formats/anelab_file.h"
+#include "models/presets.h"
 #include "tests/common/test_data.h"
 #include "tests/train/helpers.h"
 #include "train/cpu_model.h"
