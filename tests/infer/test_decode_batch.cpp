@@ -46,6 +46,29 @@ struct BatchCase {
   std::optional<models::QuantMix> mix;
   KvType kv;
 };
+// The weight and KV types the batched tests run.
+const BatchCase kBatchCases[] = {BatchCase{"fp32", WType::kF32, {}, KvType::kF32},
+                                 BatchCase{"fp16", WType::kF16, {}, KvType::kF16},
+                                 BatchCase{"q8_0", WType::kF32, models::QuantMix::kQ8_0, KvType::kF32},
+                                 BatchCase{"q4_k_m", WType::kF32, models::QuantMix::kQ4_K_M, KvType::kF16}};
+// base as an engine of case k takes it: a copy of its own, quantized by k's mix, private (its Q8_0 / Q4_K matrices
+// become row tiles).
+models::Model batch_case_model(const models::Model& base, std::optional<models::QuantMix> mix) {
+  models::Model m = mix ? models::quantize_model(base, *mix) : base;
+  m.private_memory = true;
+  return m;
+}
+// Engine options of the batched tests: 2 threads, quiet, `slots` slots.
+EngineOptions batch_case_options(WType dtype, std::optional<models::QuantMix> mix, KvType kv, int64_t slots) {
+  EngineOptions o;
+  o.dtype = dtype;
+  o.keep_quantized = mix.has_value();
+  o.kv_type = kv;
+  o.threads = 2;
+  o.quiet = true;
+  o.slots = slots;
+  return o;
+}
 
 // For B = 1..9 (past quant::kBatchTokens, the tile kernel's tokens per pass): slots prefilled with prompts of
 // different lengths, then three batched steps; each row against the
@@ -53,23 +76,9 @@ struct BatchCase {
 TEST(DecodeBatch, RowsEqualSingleSequenceDecode) {
   for (const char* preset : {"qwen2.5-0.5b", "gpt2-124m", "gemma3-270m"}) {
     const models::Model base = models::random_model(batch_test_config(preset), 7);
-    for (const BatchCase& k :
-         {BatchCase{"fp32", WType::kF32, {}, KvType::kF32}, BatchCase{"fp16", WType::kF16, {}, KvType::kF16},
-          BatchCase{"q8_0", WType::kF32, models::QuantMix::kQ8_0, KvType::kF32},
-          BatchCase{"q4_k_m", WType::kF32, models::QuantMix::kQ4_K_M, KvType::kF16}}) {
-      const auto own_model = [&] {  // a copy of its own per engine, private: its Q8_0 / Q4_K matrices become row tiles
-        models::Model m = k.mix ? models::quantize_model(base, *k.mix) : base;
-        m.private_memory = true;
-        return m;
-      };
-      EngineOptions o;
-      o.dtype = k.dtype;
-      o.keep_quantized = k.mix.has_value();
-      o.kv_type = k.kv;
-      o.threads = 2;
-      o.quiet = true;
-      o.slots = 9;
-      Engine batched(own_model(), o), ref(own_model(), o);
+    for (const BatchCase& k : kBatchCases) {
+      const EngineOptions o = batch_case_options(k.dtype, k.mix, k.kv, 9);
+      Engine batched(batch_case_model(base, k.mix), o), ref(batch_case_model(base, k.mix), o);
       if (k.mix) {
         ASSERT_GT(batched.tiled_bytes(), 0);
       }
@@ -144,18 +153,9 @@ TEST(DecodeBatch, RowIndependentOfTheOtherRows) {
 TEST(DecodeBatch, RunEqualsConsecutiveDecodes) {
   const models::Model base = models::random_model(batch_test_config("qwen2.5-0.5b"), 5);
   for (const bool q8 : {false, true}) {
-    const auto own_model = [&] {
-      models::Model m = q8 ? models::quantize_model(base, models::QuantMix::kQ8_0) : base;
-      m.private_memory = true;
-      return m;
-    };
-    EngineOptions o;
-    o.dtype = WType::kF16;
-    o.keep_quantized = q8;
-    o.threads = 2;
-    o.quiet = true;
-    o.slots = 2;
-    Engine batched(own_model(), o), ref(own_model(), o);
+    const std::optional<models::QuantMix> mix = q8 ? std::optional(models::QuantMix::kQ8_0) : std::nullopt;
+    const EngineOptions o = batch_case_options(WType::kF16, mix, EngineOptions{}.kv_type, 2);
+    Engine batched(batch_case_model(base, mix), o), ref(batch_case_model(base, mix), o);
     const int64_t V = base.config.vocab_size;
     for (int64_t n = 1; n <= 9; ++n) {
       SCOPED_TRACE(std::string(q8 ? "q8_0" : "fp16") + " run of " + std::to_string(n));
@@ -249,24 +249,10 @@ TEST(DecodeBatch, SpeculativeThroughTheBatcherEqualsPlainDecoding) {
 TEST(PrefillBatch, ChunksEqualPrefillAlone) {
   for (const char* preset : {"qwen2.5-0.5b", "gpt2-124m", "gemma3-270m"}) {
     const models::Model base = models::random_model(batch_test_config(preset), 11);
-    for (const BatchCase& k :
-         {BatchCase{"fp32", WType::kF32, {}, KvType::kF32}, BatchCase{"fp16", WType::kF16, {}, KvType::kF16},
-          BatchCase{"q8_0", WType::kF32, models::QuantMix::kQ8_0, KvType::kF32},
-          BatchCase{"q4_k_m", WType::kF32, models::QuantMix::kQ4_K_M, KvType::kF16}}) {
+    for (const BatchCase& k : kBatchCases) {
       SCOPED_TRACE(std::string(preset) + " " + k.name);
-      const auto own_model = [&] {
-        models::Model m = k.mix ? models::quantize_model(base, *k.mix) : base;
-        m.private_memory = true;
-        return m;
-      };
-      EngineOptions o;
-      o.dtype = k.dtype;
-      o.keep_quantized = k.mix.has_value();
-      o.kv_type = k.kv;
-      o.threads = 2;
-      o.quiet = true;
-      o.slots = 5;
-      Engine batched(own_model(), o), ref(own_model(), o);
+      const EngineOptions o = batch_case_options(k.dtype, k.mix, k.kv, 5);
+      Engine batched(batch_case_model(base, k.mix), o), ref(batch_case_model(base, k.mix), o);
       ASSERT_TRUE(batched.prefill_batch_takes());
       const int64_t V = base.config.vocab_size;
       std::vector<std::vector<int32_t>> prompt(5);

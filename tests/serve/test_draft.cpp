@@ -13,6 +13,7 @@
 #include "infer/server/api.h"
 #include "infer/server/engine_adapter.h"
 #include "tests/common/test_data.h"
+#include "tests/serve/stories_pool.h"
 
 namespace anelab::serve {
 namespace {
@@ -32,17 +33,9 @@ std::unique_ptr<ModelPool> draft_test_pool(size_t workers, const std::string& dr
 }
 
 GenOutcome draft_test_run(ModelPool& pool, size_t w, const std::string& prompt, double temperature) {
-  Limits lim;
-  CompletionRequest r;
   const std::string body =
       nlohmann::json{{"prompt", prompt}, {"max_tokens", 48}, {"temperature", temperature}, {"seed", 5}}.dump();
-  auto e = parse_request(Endpoint::kCompletions, body, lim, r);
-  EXPECT_FALSE(e) << (e ? e->message : "");
-  GenParams p;
-  EXPECT_FALSE(pool.prepare(r, p));
-  Job job(p);
-  job.started = std::chrono::steady_clock::now();
-  return pool.run(w, job);
+  return test::run_completion(pool, body, w);
 }
 
 TEST(ServeDraft, TwoWorkersAnswerAsWithoutADraftModel) {

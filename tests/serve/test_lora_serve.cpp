@@ -23,6 +23,7 @@
 #include "tests/common/lora_adapter.h"
 #include "tests/common/test_data.h"
 #include "tests/serve/http_test_helpers.h"
+#include "tests/serve/stories_pool.h"
 
 namespace anelab::serve {
 namespace {
@@ -69,20 +70,8 @@ std::string lora_serve_body(const nlohmann::json& lora) {
   return b.dump();
 }
 
-GenParams lora_serve_prepare(ModelPool& pool, const std::string& body) {
-  CompletionRequest r;
-  auto e = parse_request(Endpoint::kCompletions, body, Limits{}, r);
-  EXPECT_FALSE(e) << (e ? e->message : "");
-  GenParams p;
-  auto pe = pool.prepare(r, p);
-  EXPECT_FALSE(pe) << (pe ? pe->message : "");
-  return p;
-}
-
 GenOutcome lora_serve_run(ModelPool& pool, const std::string& body, size_t worker = 0) {
-  Job job(lora_serve_prepare(pool, body));
-  job.started = std::chrono::steady_clock::now();
-  return pool.run(worker, job);
+  return test::run_completion(pool, body, worker);
 }
 
 TEST(LoraServe, PerRequestAdaptersAnswerAsTheBaseAndAsTheMergedModel) {

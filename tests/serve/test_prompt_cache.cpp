@@ -17,15 +17,7 @@ namespace anelab::serve {
 namespace {
 
 GenOutcome run_request(ModelPool& pool, const std::string& body, size_t worker = 0) {
-  Limits lim;
-  CompletionRequest r;
-  auto e = parse_request(Endpoint::kCompletions, body, lim, r);
-  EXPECT_FALSE(e) << (e ? e->message : "");
-  GenParams p;
-  EXPECT_FALSE(pool.prepare(r, p));
-  Job job(p);
-  job.started = std::chrono::steady_clock::now();
-  return pool.run(worker, job);
+  return test::run_completion(pool, body, worker);
 }
 
 TEST(PromptCache, SharedPrefixIsNotPrefilledAgainAndAnswersTheSame) {

@@ -30,6 +30,7 @@
 #include "tests/common/lora_adapter.h"
 #include "tests/common/test_data.h"
 #include "tests/serve/http_test_helpers.h"
+#include "tests/serve/stories_pool.h"
 
 namespace anelab::serve {
 namespace {
@@ -134,14 +135,7 @@ GenOutcome pstore_run(ModelPool& pool, const std::string& prompt, bool cache = t
                       const nlohmann::json& lora = nullptr) {
   nlohmann::json b{{"prompt", prompt}, {"max_tokens", 16}, {"temperature", 0}, {"cache_prompt", cache}};
   if (!lora.is_null()) b["lora"] = lora;
-  CompletionRequest r;
-  auto e = parse_request(Endpoint::kCompletions, b.dump(), Limits{}, r);
-  EXPECT_FALSE(e) << (e ? e->message : "");
-  GenParams p;
-  EXPECT_FALSE(pool.prepare(r, p));
-  Job job(p);
-  job.started = std::chrono::steady_clock::now();
-  return pool.run(0, job);
+  return test::run_completion(pool, b.dump(), 0);
 }
 
 TEST(PromptStore, PrefixEvictedFromTheSlotIsReusedFromTheStore) {
@@ -232,14 +226,7 @@ TEST(PromptStore, StaysWithinItsBoundOverDistinctPrompts) {
 GenOutcome pstore_run_ids(ModelPool& pool, const std::vector<int32_t>& ids, int64_t max_tokens, size_t w,
                           bool cache = true) {
   const nlohmann::json b{{"prompt", ids}, {"max_tokens", max_tokens}, {"temperature", 0}, {"cache_prompt", cache}};
-  CompletionRequest r;
-  auto e = parse_request(Endpoint::kCompletions, b.dump(), Limits{}, r);
-  EXPECT_FALSE(e) << (e ? e->message : "");
-  GenParams p;
-  EXPECT_FALSE(pool.prepare(r, p));
-  Job job(p);
-  job.started = std::chrono::steady_clock::now();
-  return pool.run(w, job);
+  return test::run_completion(pool, b.dump(), w);
 }
 
 std::vector<int32_t> pstore_ids(ModelPool& pool, const std::string& text, bool bos) {
