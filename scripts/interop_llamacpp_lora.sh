@@ -18,6 +18,8 @@
 #   scripts/interop_llamacpp_lora.sh check WORK     the comparison alone, of llama-*.txt brought back from the machine
 #       that ran compare next to anelab-*.txt.
 #   scripts/interop_llamacpp_lora.sh all WORK       prepare and compare, on one machine.
+# BASE_MODEL / BASE_TOKENIZER replace stories260K / tok512 (e.g. tests/fixtures/hf/qwen35_bf16, Qwen3.5's Gated
+# DeltaNet layers with 2 key and 4 value heads, whose adapters llama.cpp reads in its own value-head order).
 # COMMON, one llama.cpp command line given unchanged to both programs: -p "Once upon a time" -n N -t 2 --temp 0
 # -c 512 -s 1 (N: $N, default 32). The two halves may run on different machines (WORK copied between them): the
 # device machine has llama.cpp, this one the data.
@@ -33,19 +35,19 @@ common=(-p "Once upon a time" -n "$N" -t 2 --temp 0 -c 512 -s 1)
 mkdir -p "$W"
 
 prepare() {
-  local M=$DATA/llama2c/stories260K.bin T=$DATA/llama2c/tok512.bin
+  local M=${BASE_MODEL:-$DATA/llama2c/stories260K.bin} T=${BASE_TOKENIZER:-$DATA/llama2c/tok512.bin}
   [ -x "$ANELAB" ] || { echo "[interop_llamacpp_lora] no anelab binary at $ANELAB (set ANELAB)" >&2; exit 2; }
-  [ -f "$M" ] || { echo "[interop_llamacpp_lora] no $M (set ANELAB_DATA)" >&2; exit 2; }
+  [ -e "$M" ] || { echo "[interop_llamacpp_lora] no $M (set ANELAB_DATA or BASE_MODEL)" >&2; exit 2; }
   head -c 140000 data/tinytales/corpus.txt >"$W/tt_train.txt"
   "$ANELAB" tokenize --tokenizer "$T" "$W/tt_train.txt" "$W/train.bin" >/dev/null
   rm -rf "$W/run"
   "$ANELAB" train --init "$M" --tokenizer "$T" --data "$W/train.bin" --lora --lora-rank 8 --lora-alpha 16 --lr 1e-3 \
     --steps 40 --weight-decay 0 --batch-size 8 --seq-len 128 --warmup-steps 5 --run-dir "$W/run" >"$W/train.log" 2>&1
   grep -E '^step +(1|40)/' "$W/train.log" | sed 's/^/[interop_llamacpp_lora] /'
-  "$ANELAB" export "$M" "$W/base.gguf" --tokenizer "$T" >/dev/null
+  "$ANELAB" export "$M" "$W/base.gguf" --tokenizer "$T" --dtype fp32 >/dev/null  # (a bf16 base would round the merge)
   "$ANELAB" export "$W/run" "$W/adapter.gguf" --adapter >/dev/null
   "$ANELAB" export "$W/run" "$W/adapter" --adapter >/dev/null
-  "$ANELAB" export "$W/run" "$W/fused.gguf" --fuse --tokenizer "$T" >/dev/null
+  "$ANELAB" export "$W/run" "$W/fused.gguf" --fuse --tokenizer "$T" --dtype fp32 >/dev/null
   local g=("$ANELAB" infer generate "${common[@]}" -q --backend cpu)
   "${g[@]}" -m "$W/base.gguf" >"$W/anelab-base.txt"
   "${g[@]}" -m "$W/base.gguf" --lora "$W/adapter.gguf" >"$W/anelab-lora.txt"
