@@ -98,6 +98,7 @@ struct ModelPool::Impl {
   std::unique_ptr<PromptStore> store;  // --cache-ram: sequences evicted from the slots (under cache_mu)
   std::vector<char> busy;              // [workers] under cache_mu: 1 while the worker runs a job
   std::string weights_hash;            // slot_weights_hash of the model as loaded
+  std::string adapters_hash;           // slot_adapters_hash of its runtime adapters
   SlotFingerprint fingerprint;         // of the model, for slot files (--slot-save-path)
   // The draft model (ModelOptions::draft_model): an engine with a slot per worker and its batcher, whose slot w a
   // worker joins only while drafting; per worker the tokens its slot holds (infer::DraftModel::held).
@@ -119,7 +120,10 @@ struct ModelPool::Impl {
     }
     arch = l.model.config.arch;
     source_format = l.model.source_format;
-    if (weights_hash.empty()) weights_hash = slot_weights_hash(l.model);  // before the engine may tile its bytes
+    if (weights_hash.empty()) {
+      weights_hash = slot_weights_hash(l.model);  // before the engine may tile its bytes
+      adapters_hash = slot_adapters_hash(l.adapters);
+    }
     auto e = std::make_unique<infer::Engine>(std::move(l.model), l.engine);
     for (models::LoraAdapter& a : l.adapters) e->add_lora(std::move(a));
     return e;
@@ -250,7 +254,7 @@ ModelPool::ModelPool(const ModelOptions& o, size_t workers) : impl_(std::make_un
   impl_->busy.assign(n, 0);
   const int64_t store_bytes = o.cache_ram_mib < 0 ? std::numeric_limits<int64_t>::max() : o.cache_ram_mib << 20;
   impl_->store = std::make_unique<PromptStore>(store_bytes, impl_->engines.front()->state_bytes() > 0);
-  impl_->fingerprint = slot_fingerprint(*impl_->engines.front(), impl_->weights_hash);
+  impl_->fingerprint = slot_fingerprint(*impl_->engines.front(), impl_->weights_hash, impl_->adapters_hash);
   for (size_t i = 0; i < o.load.lora.size(); ++i)
     impl_->lora_global.push_back(i < o.load.lora_scale.size() ? o.load.lora_scale[i] : 1.0f);
   impl_->chat_stops = tok::chat_stop_ids(impl_->chat, *impl_->tk);

@@ -116,7 +116,8 @@ nlohmann::json fingerprint_json(const SlotFingerprint& f) {
           {"dtype", f.dtype},
           {"delta_floats", f.delta_floats},
           {"conv_floats", f.conv_floats},
-          {"weights", f.weights}};
+          {"weights", f.weights},
+          {"adapters", f.adapters}};
 }
 
 void put_u32(std::vector<uint8_t>& out, uint32_t v) {
@@ -152,7 +153,22 @@ std::string slot_weights_hash(const models::Model& m) {
   return hex64(h);
 }
 
-SlotFingerprint slot_fingerprint(const infer::Engine& e, std::string weights_hash) {
+std::string slot_adapters_hash(const std::vector<models::LoraAdapter>& adapters) {
+  auto mix = [](uint64_t h, const auto& v) { return models::fnv1a64(h, &v, sizeof v); };
+  uint64_t h = mix(models::kFnvOffset, static_cast<uint64_t>(adapters.size()));
+  for (const models::LoraAdapter& a : adapters) {
+    h = mix(mix(mix(h, a.rank), a.alpha), static_cast<uint64_t>(a.pairs.size()));
+    for (const models::LoraPair& p : a.pairs) {
+      h = models::fnv1a64(h, p.tensor.data(), p.tensor.size());
+      h = mix(mix(h, p.in), p.out);
+      h = models::fnv1a64(h, p.a.data(), p.a.size() * sizeof(float));
+      h = models::fnv1a64(h, p.b.data(), p.b.size() * sizeof(float));
+    }
+  }
+  return hex64(h);
+}
+
+SlotFingerprint slot_fingerprint(const infer::Engine& e, std::string weights_hash, std::string adapters_hash) {
   const models::ModelConfig& c = e.config();
   SlotFingerprint f;
   f.arch = c.arch;
@@ -168,6 +184,7 @@ SlotFingerprint slot_fingerprint(const infer::Engine& e, std::string weights_has
         f.conv_floats += (d.conv_kernel - 1) * d.conv_dim();
       }
   f.weights = std::move(weights_hash);
+  f.adapters = std::move(adapters_hash);
   return f;
 }
 

@@ -11,7 +11,7 @@
 //     file, written atomically (framework/core/file.h), little-endian:
 //       magic "ANESLOT\0" (8 bytes), u32 version (kSlotFileVersion), u32 H, H bytes of a JSON header
 //         {"model": {"arch", "vocab_size", "n_layers", "dim", "kv_dim", "kv_layers", "kv_type", "dtype",
-//                    "delta_floats", "conv_floats", "weights"},        (SlotFingerprint; weights: hex of a hash)
+//                    "delta_floats", "conv_floats", "weights", "adapters"}, (SlotFingerprint; hex hashes)
 //          "n_tokens", "lora": [scale of each adapter], "k_bytes", "v_bytes"},
 //       i32 tokens [n_tokens], K rows then V rows ([kv_layers, n_tokens, kv_dim] of kv_type each), f32 delta-rule
 //       states [delta_floats], f32 conv states [conv_floats], u64 FNV-1a 64 of every byte before it.
@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "infer/engine.h"
+#include "models/io/adapter.h"
 
 namespace anelab::serve {
 
@@ -75,15 +76,20 @@ struct SlotFingerprint {
   int64_t vocab_size = 0, n_layers = 0, dim = 0, kv_dim = 0, kv_layers = 0;
   int64_t context = 0;  // not a field of the file: a sequence of up to this many positions fits
   int64_t delta_floats = 0, conv_floats = 0;
-  std::string weights;  // slot_weights_hash of the model as loaded
+  std::string weights;   // slot_weights_hash of the model as loaded
+  std::string adapters;  // slot_adapters_hash of its runtime adapters (--lora), in order
 };
 // Hex FNV-1a 64 over each tensor's name, dtype, shape and its first and last 4 KiB, taken before an engine holds the
-// model (Engine::tiled_rows may rewrite Q8_0 / Q4_K bytes in place, depending on how the file was loaded). The
-// adapters of --lora are not part of it (a slot file records their scales, and is refused for another count).
+// model (Engine::tiled_rows may rewrite Q8_0 / Q4_K bytes in place, depending on how the file was loaded).
 std::string slot_weights_hash(const models::Model& m);
-SlotFingerprint slot_fingerprint(const infer::Engine& e, std::string weights_hash);
+// Hex FNV-1a 64 over the runtime adapters in order: their count, and each one's rank, alpha, and every pair's tensor
+// name, shape and every byte of A and B (adapters are small). K/V computed with one adapter are not another's, even
+// at the same scales.
+std::string slot_adapters_hash(const std::vector<models::LoraAdapter>& adapters);
+SlotFingerprint slot_fingerprint(const infer::Engine& e, std::string weights_hash, std::string adapters_hash);
 
-inline constexpr uint32_t kSlotFileVersion = 1;
+// 2: the fingerprint gained "adapters" (version 1 files named only the adapters' scales).
+inline constexpr uint32_t kSlotFileVersion = 2;
 // Writes `seq` with its tokens and scales to path atomically; returns the bytes written. Throws anelab::Error.
 int64_t write_slot_file(const std::string& path, const SlotFingerprint& fp, const std::vector<int32_t>& tokens,
                         const std::vector<float>& lora, const infer::Engine::SeqSnapshot& seq);

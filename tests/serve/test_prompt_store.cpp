@@ -290,7 +290,7 @@ TEST(PromptStore, Qwen35StatesComeBackFromTheStoreAndSlotFiles) {
 
 // The LoRA adapter file and a model with it merged (another model's weights, same shapes).
 struct PstoreFiles {
-  std::string dir, adapter, merged;
+  std::string dir, adapter, other_adapter, merged;  // other_adapter: another seed, the same shapes
 };
 std::optional<PstoreFiles> pstore_files() {
   const std::string model = anelab::test::data_path("llama2c/stories260K.bin");
@@ -301,6 +301,8 @@ std::optional<PstoreFiles> pstore_files() {
   const models::LoraAdapter a = anelab::test::seeded_lora_adapter(m.config, 4, 8.0f, 17, 0.3f);
   f.adapter = f.dir + "/a.gguf";
   models::write_gguf_adapter(a, m.config, f.adapter);
+  f.other_adapter = f.dir + "/b.gguf";
+  models::write_gguf_adapter(anelab::test::seeded_lora_adapter(m.config, 4, 8.0f, 18, 0.3f), m.config, f.other_adapter);
   models::merge_lora(m, a, 1.0f);
   f.merged = f.dir + "/merged.anelab";
   models::save_model(m, f.merged);
@@ -405,6 +407,14 @@ TEST(SlotFile, SaveRestoreContinuesTheSameAndRefusesBadFiles) {
   o16.load.backend = "cpu", o16.load.kv_type = "f16", o16.warmup_tokens = 0, o16.slot_save_path = dir;
   ModelPool f16(o16, 1);
   refused(f16, SlotAction::kRestore, "a.bin", R"(model.kv_type is "f32", this server's model has "f16")");
+  // Adapters: the same file restores; another adapter of the same shapes (same count, same scales) is refused.
+  auto with_a = pstore_pool(0, dir, {files->adapter}), same_a = pstore_pool(0, dir, {files->adapter}),
+       with_b = pstore_pool(0, dir, {files->other_adapter});
+  pstore_run(*with_a, a);
+  ASSERT_FALSE(with_a->slot_action(0, SlotAction::kSave, "lora.bin", out));
+  EXPECT_FALSE(same_a->slot_action(0, SlotAction::kRestore, "lora.bin", out));
+  refused(*with_b, SlotAction::kRestore, "lora.bin", "model.adapters is");
+  refused(*pool, SlotAction::kRestore, "lora.bin", "model.adapters is");
   // A slot that is generating is a 409 (polled while a 350-token prompt runs on it).
   std::atomic<bool> done{false};
   std::thread gen([&] {
