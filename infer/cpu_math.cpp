@@ -138,16 +138,24 @@ void gemv_range(const GemvOut& o, const float* x, const quant::Q8Acts& acts, int
 // block) against 2 (4 x 3, 3 passes), the Qwen2.5-0.5B-shaped fp16 engine step at 8 threads on the device's Xeon
 // (scripts/gemv_batch_bench PROG=split, 2026-11-29): B = 8 30.6 -> 27.4 ms and 33.4 -> 30.3 ms in two sessions; 2 x 12
 // tiles (one pass) 27.5 ms; on the dev box's Zen 4 (1 thread, 896 x 4864 in cache) 4 x 6 is 8 % slower than 4 x 3.
+// Software prefetch: the first token tile over a column block streams the block 2 on (the next row group's where the
+// rows are one block wide, as in all but the FFN down matrix) into L2, so the weights arrive while the tiles compute
+// (gemv_rows' 2 KiB ahead along each row lands in the group's own next rows when a row is 896 fp16 values). Device
+// Xeon, same session (PROG=split, f16, 8 threads, 2026-11-29 16:48, two rounds each): B = 8 step 34.2, 36.1 ms with
+// gemv_rows' prefetch; 30.3, 31.1 with 2 blocks on into L2; 1 block on into L2 32.6, 30.8, into L1 30.4, 32.8; 4
+// blocks on into L2 30.8, 32.5; the server's 8 clients / 1 at f16 went from 3.49, 3.95 to 4.21, 4.19.
 template <typename T>
-void gemv_rows_tokens(const T* w, int64_t cols, const float* x, int64_t n_tok, const float* bias, float* y, int64_t ldy,
-                      int64_t r0, int64_t r1) {
+void gemv_rows_tokens(const T* w, int64_t rows, int64_t cols, const float* x, int64_t n_tok, const float* bias,
+                      float* y, int64_t ldy, int64_t r0, int64_t r1) {
   constexpr int NV = W::kGemvNV;
   constexpr int kTileR = W::kRegs >= 32 && NV <= 2 ? 4 : 2;  // divides 4: the 4-row groups hold whole tiles
   constexpr int kTileT = std::max(1, W::kRegs * 3 / 4 / (kTileR * NV));
-  constexpr int64_t kStep = NV * VW, kAhead = 2048 / sizeof(T), kRowGroup = 8, kColBlock = 1024, kTokBlock = 4 * kTileT;
+  constexpr int64_t kStep = NV * VW, kRowGroup = 8, kColBlock = 1024, kTokBlock = 4 * kTileT;
   static_assert(kColBlock % kStep == 0 && kRowGroup % kTileR == 0);
+  constexpr int64_t kPfAhead = 2;  // blocks on (see the prefetch below)
   const int64_t main = cols / kStep * kStep, grouped = r0 + (r1 - r0) / 4 * 4;
-  W::F32 saved[kRowGroup][kTokBlock][NV];  // the accumulators between column blocks
+  const int64_t ncb = (main + kColBlock - 1) / kColBlock;  // column blocks per row group
+  W::F32 saved[kRowGroup][kTokBlock][NV];                  // the accumulators between column blocks
   for (int64_t g = r0; g < grouped; g += kRowGroup) {
     const int64_t ng = std::min(kRowGroup, grouped - g);  // a multiple of 4
     for (int64_t tb = 0; tb < n_tok; tb += kTokBlock) {
@@ -157,11 +165,18 @@ void gemv_rows_tokens(const T* w, int64_t cols, const float* x, int64_t n_tok, c
           for (int v = 0; v < NV; ++v) saved[i][t][v] = W::zero();
       for (int64_t kb = 0; kb < main; kb += kColBlock) {
         const int64_t ke = std::min(main, kb + kColBlock);
+        // The block (row group g_next, columns from kb_next) kPfAhead blocks on in this loop's order (past r1 too, up
+        // to the matrix's last rows: the caller's next rows), streamed into L2 by the first token tile's steps.
+        const int64_t c_next = (g - r0) / kRowGroup * ncb + kb / kColBlock + kPfAhead;
+        const int64_t g_next = r0 + c_next / ncb * kRowGroup, kb_next = c_next % ncb * kColBlock;
         for (int64_t t0 = 0; t0 < nb; t0 += kTileT) {
           const int nt = static_cast<int>(std::min<int64_t>(kTileT, nb - t0));
           const float* xt = x + (tb + t0) * cols;
           for (int64_t i0 = 0; i0 < ng; i0 += kTileR) {
             const T* wr = w + (g + i0) * cols;  // row i0 + i at wr + i cols
+            // its row i0 + i at column kb_next + k - kb: pf + i cols + k (a row past it, at most, where the block is
+            // narrower than this one: so the rows below the matrix's last one)
+            const T* pf = t0 == 0 && g_next + i0 + kTileR < rows ? w + (g_next + i0) * cols + kb_next - kb : nullptr;
             W::F32 acc[kTileR][kTileT][NV];
 #pragma GCC unroll 4
             for (int i = 0; i < kTileR; ++i)
@@ -170,8 +185,9 @@ void gemv_rows_tokens(const T* w, int64_t cols, const float* x, int64_t n_tok, c
 #pragma GCC unroll 8
                 for (int v = 0; v < NV; ++v) acc[i][t][v] = saved[i0 + i][t0 + t][v];
             for (int64_t k = kb; k < ke; k += kStep) {
+              if (pf)
 #pragma GCC unroll 4
-              for (int i = 0; i < kTileR; ++i) W::prefetch(wr + i * cols + k + kAhead);
+                for (int i = 0; i < kTileR; ++i) W::prefetch_l2(pf + i * cols + k);
 #pragma GCC unroll 8
               for (int v = 0; v < NV; ++v) {
                 W::F32 wv[kTileR];
@@ -238,9 +254,9 @@ void gemv_range_tokens(const GemvOut& o, const float* x, int64_t cols, const qua
       if (std::max(r0, last) < r1) gemv_range(ot, x + t * cols, acts[t], std::max(r0, last), r1);
     }
   } else if (o.w->type == WType::kF16)
-    gemv_rows_tokens(o.w->f16(), cols, x, n_tok, o.bias, o.y, ldy, r0, r1);
+    gemv_rows_tokens(o.w->f16(), o.w->rows, cols, x, n_tok, o.bias, o.y, ldy, r0, r1);
   else
-    gemv_rows_tokens(o.w->f32(), cols, x, n_tok, o.bias, o.y, ldy, r0, r1);
+    gemv_rows_tokens(o.w->f32(), o.w->rows, cols, x, n_tok, o.bias, o.y, ldy, r0, r1);
 }
 
 // ---- GEMM: Y[t, r] = sum_k X[t, k] W[r, k] (+ bias[r]) ----

@@ -126,4 +126,15 @@ int main(int argc, char** argv) {
         "rest %6.2f\n",
         static_cast<long long>(B), step, 1000.0 * double(B) / step, qkv, wo, gu, down, hd, rest);
   }
+  // Two parts of the rest at B = 8, per step (once per layer each, as decode_batch runs them): the SwiGLU product
+  // over 8 x hidden values on the pool (Engine::elementwise), and an empty dispatch of the pool (the cost each of the
+  // step's pool calls pays besides its work; the attention's rows_batch is one such call per layer).
+  const double silu = median_ms(reps, [&] {
+    for (int64_t l = 0; l < L; ++l)
+      pool.parallel_for(8 * H, 16, [&](int64_t b, int64_t e) { infer::silu_mul(h1.data() + b, h3.data() + b, e - b); });
+  });
+  const double dispatch = median_ms(reps, [&] {
+    for (int64_t l = 0; l < L; ++l) pool.parallel_for(8, 1, [](int64_t, int64_t) {});
+  });
+  std::printf("  rest at B=8: SwiGLU product %6.2f ms, an empty pool dispatch per layer %6.2f ms\n", silu, dispatch);
 }
