@@ -3,7 +3,8 @@
 // against the same products on the fp32 weights, on the Qwen2.5-0.5B shape: the tied head (N 256, in 896,
 // out 151936) and the FFN's gate/up (in 896, out 4864) and down (in 4864, out 896). For dX it times each split of
 // the typed product (rows, columns, and the one kAuto picks). Prints per product the best of REPS calls in ms and
-// the ratio typed / fp32, at the thread count given (the process's pool). A benchmark, not a test: times depend on
+// the ratio typed / fp32, at the thread count given (the process's pool); the calls of one product alternate
+// between the variants. A benchmark, not a test: times depend on
 // the machine; the outputs are only checked against the fp32 product loosely (a wrong split shows).
 //
 //   typed_products_bench THREADS [REPS=3]
@@ -12,8 +13,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "framework/core/thread_pool.h"
@@ -25,13 +28,16 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double best_ms(int reps, const auto& fn) {
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    const auto t0 = Clock::now();
-    fn();
-    best = std::min(best, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-  }
+// The best of `reps` calls of each of fns, called in turn (a, b, c, a, b, c, ...) so that the machine's drift
+// (a shared VM's neighbours, its clock) hits each alike.
+std::vector<double> best_ms(int reps, const std::vector<std::function<void()>>& fns) {
+  std::vector<double> best(fns.size(), 1e30);
+  for (int i = 0; i < reps; ++i)
+    for (size_t f = 0; f < fns.size(); ++f) {
+      const auto t0 = Clock::now();
+      fns[f]();
+      best[f] = std::min(best[f], std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
   return best;
 }
 
@@ -58,18 +64,26 @@ void run_shape(const char* name, int64_t N, int64_t in, int64_t out, int reps) {
   const models::Tensor& W = m.tensor("w");
 
   std::vector<float> y(size_t(N * out)), yref(y.size()), dx(size_t(N * in)), dxref(dx.size());
-  const double fwd32 = best_ms(reps, [&] { train::matmul_wt(x.data(), wf.data(), yref.data(), N, in, out); });
-  const double fwdbf = best_ms(reps, [&] { train::matmul_wt(x.data(), W, y.data(), N, in, out); });
-  std::printf("%-8s N %lld in %lld out %lld  forward  fp32 %8.2f ms  bf16 %8.2f ms  ratio %.3f  (max rel diff %.1e)\n",
-              name, (long long)N, (long long)in, (long long)out, fwd32, fwdbf, fwdbf / fwd32, max_rel(y, yref));
-  const double dx32 = best_ms(reps, [&] { train::matmul_dx(dy.data(), wf.data(), dxref.data(), N, in, out, false); });
-  for (const auto& [split, sname] :
-       {std::pair{train::TypedDxSplit::kAuto, "auto"}, std::pair{train::TypedDxSplit::kRows, "rows"},
-        std::pair{train::TypedDxSplit::kColumns, "columns"}}) {
-    const double t = best_ms(reps, [&] { train::matmul_dx(dy.data(), W, dx.data(), N, in, out, false, split); });
+  const std::vector<double> fwd =
+      best_ms(reps, {[&] { train::matmul_wt(x.data(), wf.data(), yref.data(), N, in, out); },
+                     [&] { train::matmul_wt(x.data(), W, y.data(), N, in, out); }});
+  std::printf(
+      "%-8s N %lld in %lld out %lld  forward    fp32 %8.2f ms  bf16 %8.2f ms  ratio %.3f  (max rel diff %.1e)\n", name,
+      (long long)N, (long long)in, (long long)out, fwd[0], fwd[1], fwd[1] / fwd[0], max_rel(y, yref));
+  const std::pair<train::TypedDxSplit, const char*> splits[] = {{train::TypedDxSplit::kAuto, "auto"},
+                                                                {train::TypedDxSplit::kRows, "rows"},
+                                                                {train::TypedDxSplit::kColumns, "columns"}};
+  std::vector<std::vector<float>> dxs(3, std::vector<float>(dx.size()));
+  std::vector<std::function<void()>> fns = {
+      [&] { train::matmul_dx(dy.data(), wf.data(), dxref.data(), N, in, out, false); }};
+  for (int k = 0; k < 3; ++k)
+    fns.push_back(
+        [&, k] { train::matmul_dx(dy.data(), W, dxs[size_t(k)].data(), N, in, out, false, splits[k].first); });
+  const std::vector<double> t = best_ms(reps, fns);
+  for (int k = 0; k < 3; ++k)
     std::printf("%-8s N %lld in %lld out %lld  dX %-7s fp32 %8.2f ms  bf16 %8.2f ms  ratio %.3f  (max rel diff %.1e)\n",
-                name, (long long)N, (long long)in, (long long)out, sname, dx32, t, t / dx32, max_rel(dx, dxref));
-  }
+                name, (long long)N, (long long)in, (long long)out, splits[k].second, t[0], t[size_t(k) + 1],
+                t[size_t(k) + 1] / t[0], max_rel(dxs[size_t(k)], dxref));
 }
 
 }  // namespace
