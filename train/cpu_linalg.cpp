@@ -81,30 +81,39 @@ void lin_dx_rows(const float* dy, const models::Tensor& W, float* dx, int64_t N,
   }
 }
 // dx[N, in] (+)= dy · W split over rows of W (the sum over `out`): chunk c of the pool takes rows [b_c, e_c) and
-// computes its partial product, chunk 0 into dx itself (respecting `add`), chunk c > 0 into a partial dx_c[N, in] of
-// a scratch the calling thread keeps; then dx += dx_1 + ... + dx_{C-1}, in that order, split over dx's elements. C =
-// the pool's size (the partials cost C - 1 copies of dx), boundaries from the sizes alone: bitwise reproducible for a
-// given thread count.
+// computes its partial product, chunk 0 into dx itself (respecting `add`), chunk c > 0 into a partial dx_c of a
+// scratch the calling thread keeps; then dx += dx_1 + ... + dx_{C-1}, in that order, split over dx's elements. C =
+// the pool's size; the partials are at most kPartialFloats (16 MiB): a longer dx goes through in blocks of tokens
+// (rows of dx and dy), each converting W again (O(in * out) against the block's O(tokens * in * out)). Boundaries
+// come from the sizes alone: bitwise reproducible for a given thread count.
+constexpr int64_t kPartialFloats = int64_t(1) << 22;
 void lin_dx_row_split(const float* dy, const models::Tensor& W, float* dx, int64_t N, int64_t in, int64_t out,
                       bool add) {
   ThreadPool& pool = ThreadPool::global();
-  const int64_t units = (out + 15) / 16, chunks = std::min<int64_t>(units, pool.size()), plane = N * in;
+  const int64_t units = (out + 15) / 16, chunks = std::min<int64_t>(units, pool.size());
   if (chunks <= 1) return lin_dx_rows(dy, W, dx, N, in, out, 0, out, add);
+  const int64_t block = std::max<int64_t>(1, kPartialFloats / ((chunks - 1) * in));  // tokens per pass
   thread_local std::vector<float> partials;
-  if (int64_t(partials.size()) < (chunks - 1) * plane) partials.resize(size_t((chunks - 1) * plane));
+  if (int64_t(partials.size()) < (chunks - 1) * std::min(N, block) * in)
+    partials.resize(size_t((chunks - 1) * std::min(N, block) * in));
   float* p = partials.data();
-  pool.run_chunks(chunks, [&](int64_t c, int) {
-    const SerialScope inside;
-    const int64_t b = std::min(out, units * c / chunks * 16), e = std::min(out, units * (c + 1) / chunks * 16);
-    if (c == 0)
-      lin_dx_rows(dy, W, dx, N, in, out, b, e, add);
-    else
-      lin_dx_rows(dy, W, p + (c - 1) * plane, N, in, out, b, e, false);
-  });
-  split_on_pool(plane, 16, 4 * int64_t(pool.size()), [&](int64_t b, int64_t e) {
-    Eigen::Map<Eigen::ArrayXf> d(dx + b, e - b);
-    for (int64_t c = 1; c < chunks; ++c) d += Eigen::Map<const Eigen::ArrayXf>(p + (c - 1) * plane + b, e - b);
-  });
+  for (int64_t n0 = 0; n0 < N; n0 += block) {
+    const int64_t nb = std::min(block, N - n0), plane = nb * in;
+    const float* dyb = dy + n0 * out;
+    float* dxb = dx + n0 * in;
+    pool.run_chunks(chunks, [&](int64_t c, int) {
+      const SerialScope inside;
+      const int64_t b = std::min(out, units * c / chunks * 16), e = std::min(out, units * (c + 1) / chunks * 16);
+      if (c == 0)
+        lin_dx_rows(dyb, W, dxb, nb, in, out, b, e, add);
+      else
+        lin_dx_rows(dyb, W, p + (c - 1) * plane, nb, in, out, b, e, false);
+    });
+    split_on_pool(plane, 16, 4 * int64_t(pool.size()), [&](int64_t b, int64_t e) {
+      Eigen::Map<Eigen::ArrayXf> d(dxb + b, e - b);
+      for (int64_t c = 1; c < chunks; ++c) d += Eigen::Map<const Eigen::ArrayXf>(p + (c - 1) * plane + b, e - b);
+    });
+  }
 }
 // dx[N, in] (+)= dy · W split over columns of dx = columns of W, on whole blocks of the type (a row of W is whole
 // blocks): each block converts its band of W row by row (one to_f32 call per row), rows of W a tile at a time.

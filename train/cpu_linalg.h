@@ -20,8 +20,8 @@ void matmul_dx(const float* dy, const float* W, float* dx, int64_t N, int64_t in
 // W up to the order of its sums (Eigen blocks a tile's product by its own sizes; dx adds over `out` tile by tile).
 // matmul_wt splits over rows of W (columns of y), each block converting whole rows. matmul_dx splits
 // - kRows: over rows of W (the sum over `out`): each pool thread converts tiles of whole rows (one to_f32 call per
-//   tile) and accumulates a partial dx, the partials then summed into dx (the pool's size - 1 copies of dx as
-//   scratch, kept by the calling thread);
+//   tile) and accumulates a partial dx, the partials then summed into dx (the pool's size - 1 copies of dx, at most
+//   16 MiB, as scratch kept by the calling thread; a longer dx goes in blocks of tokens, W converted for each);
 // - kColumns: over columns of dx = columns of W: each block converts its band of W row by row (one to_f32 call per
 //   row of the band);
 // - kAuto: kRows where out >= in (the head, gate, up, q, o), kColumns where in > out (down, k and v of GQA), the
