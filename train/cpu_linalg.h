@@ -1,7 +1,7 @@
 // The fp32 products and RMSNorm of the CPU training executor (train/cpu_model.h) and of its Gated DeltaNet step
 // (train/cpu_deltanet_grad.h). Row-major operands, one row per token; each product is split over blocks of its
-// output on the thread pool (train/parallel.h), every block one single-threaded Eigen product, so results are
-// bitwise reproducible for a given thread count.
+// output on the thread pool (train/parallel.h; the typed dX's rows split over its sum, below), every block one
+// single-threaded Eigen product, so results are bitwise reproducible for a given thread count.
 #pragma once
 #include <cstdint>
 
@@ -17,7 +17,8 @@ void matmul_dx(const float* dy, const float* W, float* dx, int64_t N, int64_t in
 // fp32 as above; any other type converted to fp32 one tile of W at a time (models::Tensor::to_f32, inference's
 // dequantization; about 1 MiB, into a scratch each thread keeps), then the fp32 product on the tile. The conversion
 // is O(in * out) per product against O(N * in * out) multiply-adds; the result is the fp32 product of the dequantized
-// W up to the order of its sums (Eigen blocks a tile's product by its own sizes; dx adds over `out` tile by tile).
+// W up to the order of its sums (Eigen blocks a tile's product by its own sizes; dx adds over `out` tile by tile, and
+// kRows adds the threads' partial sums).
 // matmul_wt splits over rows of W (columns of y), each block converting whole rows. matmul_dx splits
 // - kRows: over rows of W (the sum over `out`): each pool thread converts tiles of whole rows (one to_f32 call per
 //   tile) and accumulates a partial dx, the partials then summed into dx (the pool's size - 1 copies of dx, at most

@@ -5,8 +5,9 @@
 // test_memory.cpp, which counts operator new).
 //
 // Bounds. One product: the typed path and the fp32 path compute the same fp32 dot products of length K in another
-// order (Eigen blocks each tile's product by the tile's sizes; dx adds tile after tile), so each output differs by at
-// most 2 γ_K Σ_k |a_k b_k| with γ_K = K u / (1 - K u), u = 2^-24 (Higham, Accuracy and Stability of Numerical
+// order (Eigen blocks each tile's product by the tile's sizes; dx adds tile after tile, and its rows split sums the
+// threads' partial sums into dx: still one K-term sum, in another order), so each output differs by at most
+// 2 γ_K Σ_k |a_k b_k| with γ_K = K u / (1 - K u), u = 2^-24 (Higham, Accuracy and Stability of Numerical
 // Algorithms, 2nd ed., §3.1: any order of a K-term sum). The model's gradients: the fp32 path is within 1e-4 relative
 // L2 of PyTorch's fp64 autograd (test_lora.cpp, the bound; its rounding, fp32 vs fp64, dominates a
 // reordering of the same fp32 sums), so the typed path gets the same 1e-4 against PyTorch on the dequantized weights,
