@@ -5,8 +5,9 @@
 // test_memory.cpp, which counts operator new).
 //
 // Bounds. One product: the typed path and the fp32 path compute the same fp32 dot products of length K in another
-// order (Eigen blocks each tile's product by the tile's sizes; dx adds tile after tile), so each output differs by at
-// most 2 γ_K Σ_k |a_k b_k| with γ_K = K u / (1 - K u), u = 2^-24 (Higham, Accuracy and Stability of Numerical
+// order (Eigen blocks each tile's product by the tile's sizes; dx adds tile after tile, and its rows split sums the
+// threads' partial sums into dx: still one K-term sum, in another order), so each output differs by at most
+// 2 γ_K Σ_k |a_k b_k| with γ_K = K u / (1 - K u), u = 2^-24 (Higham, Accuracy and Stability of Numerical
 // Algorithms, 2nd ed., §3.1: any order of a K-term sum). The model's gradients: the fp32 path is within 1e-4 relative
 // L2 of PyTorch's fp64 autograd (test_lora.cpp, the bound; its rounding, fp32 vs fp64, dominates a
 // reordering of the same fp32 sums), so the typed path gets the same 1e-4 against PyTorch on the dequantized weights,
@@ -18,10 +19,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "framework/core/file.h"
 #include "framework/core/npy.h"
+#include "framework/core/thread_pool.h"
 #include "models/io/export.h"
 #include "models/io/load_any.h"
 #include "tests/common/test_data.h"
@@ -123,6 +126,58 @@ TEST(QLora, TypedProductsAreTheFp32ProductsOfTheDequantizedWeights) {
                                      name + (add ? " dx += dy W" : " dx = dy W"));
     }
   }
+}
+
+// dx (+)= dy W [out, in] in `dt` with each split in `splits`, add false and true, against the fp32 product of the
+// dequantized W: within the reordering bound. dx starts at values of 1 to 4 either sign, above the bound 2 γ_K Σ
+// |dy| |W| (about 0.54 for K 6000 of these operands), so a product that drops it (add ignored) fails.
+void qlora_check_dx_splits(int64_t N, int64_t in, int64_t out, models::DType dt,
+                           const std::vector<std::pair<train::TypedDxSplit, std::string>>& splits) {
+  std::vector<float> wd;
+  const models::Tensor W = qlora_matrix(out, in, dt, 5 + uint64_t(dt), &wd);
+  std::vector<float> dy(size_t(N * out)), dyabs(dy.size()), wabs(wd.size());
+  train::Rng rng{23};
+  for (float& v : dy) v = float(double(rng.next() >> 11) * 0x1.0p-53 * 2 - 1);
+  for (size_t i = 0; i < dy.size(); ++i) dyabs[i] = std::abs(dy[i]);
+  for (size_t i = 0; i < wd.size(); ++i) wabs[i] = std::abs(wd[i]);
+  std::vector<float> dx0(size_t(N * in)), prod_abs(dx0.size());
+  for (float& v : dx0) v = float((1 + 3 * double(rng.next() >> 11) * 0x1.0p-53) * (rng.next() & 1 ? 1 : -1));
+  train::matmul_dx(dyabs.data(), wabs.data(), prod_abs.data(), N, in, out, false);
+  for (const bool add : {false, true}) {
+    std::vector<float> dxref(dx0), dxabs(prod_abs);
+    train::matmul_dx(dy.data(), wd.data(), dxref.data(), N, in, out, add);
+    if (add)
+      for (size_t i = 0; i < dxabs.size(); ++i) dxabs[i] += std::abs(dx0[i]);
+    for (const auto& [split, sname] : splits) {
+      std::vector<float> dx(dx0);
+      train::matmul_dx(dy.data(), W, dx.data(), N, in, out, add, split);
+      qlora_expect_within_reordering(dx, dxref, dxabs, out + (add ? 1 : 0),
+                                     std::string(models::dtype_name(dt)) + " N " + std::to_string(N) + " [" +
+                                         std::to_string(out) + ", " + std::to_string(in) + "] " + sname +
+                                         (add ? " dx += dy W" : " dx = dy W"));
+    }
+  }
+}
+
+// Each split of the typed dx (train::TypedDxSplit: rows of W with per-thread partials summed into dx, columns of dx,
+// and kAuto's pick), for a shape with out >= in (the head, gate, up) and one with in > out (down), W bf16 / Q8_0 /
+// Q4_K. On a pool of P > 1 threads the rows split sums P - 1 partials into the part chunk 0 wrote into dx (a
+// reduction that drops or doubles a partial is off by whole dot products, far outside the bound).
+TEST(QLora, TypedDxSplitsAreTheFp32ProductOfTheDequantizedWeights) {
+  std::printf("[qlora dx splits] pool of %d threads\n", ThreadPool::global().size());
+  for (const auto& [in, out] : {std::pair<int64_t, int64_t>{512, 6000}, std::pair<int64_t, int64_t>{2048, 272}})
+    for (const models::DType dt : {models::DType::kBF16, models::DType::kQ8_0, models::DType::kQ4_K})
+      qlora_check_dx_splits(16, in, out, dt,
+                            {{train::TypedDxSplit::kAuto, "auto"},
+                             {train::TypedDxSplit::kRows, "rows"},
+                             {train::TypedDxSplit::kColumns, "columns"}});
+}
+
+// The rows split's partials hold at most 2^22 floats (16 MiB): 2056 tokens of 2048 columns (4.2M values of dx) go
+// through in blocks of tokens (2048 and 8 on a pool of 2 threads, more blocks on a larger pool).
+TEST(QLora, TypedDxRowSplitGoesInBlocksOfTokens) {
+  if (ThreadPool::global().size() == 1) GTEST_SKIP() << "a pool of 1 thread has no partials";
+  qlora_check_dx_splits(2056, 2048, 64, models::DType::kBF16, {{train::TypedDxSplit::kRows, "rows"}});
 }
 
 // What a CpuModel computes for the adapters on a batch: the loss and d(loss)/d(adapters).
