@@ -14,27 +14,36 @@ namespace {
 
 constexpr int64_t kBf16PanelElems = int64_t(1) << 17;  // a packed panel: 256 KiB of bf16 (in a core's L2)
 
-// W [out, in] as fp32 rows, from an fp32 pointer (read in place) or a tensor of any type (converted into `tile`).
+// W [out, in] read where it is held: fp32 (a pointer, or an fp32 tensor) and bf16 tensors in place, any other type
+// converted to fp32 into `tile` (models::Tensor::to_f32) a panel at a time.
 struct Bf16Source {
   const float* f32 = nullptr;
+  const uint16_t* bf16 = nullptr;
   const models::Tensor* t = nullptr;
   int64_t in = 0;
-  // W[r0, r1) x [c0, c0 + width) in fp32: the first element, its row stride in *ld
-  const float* rows(int64_t r0, int64_t r1, int64_t c0, int64_t width, std::vector<float>& tile, int64_t* ld) const {
-    if (f32) return *ld = in, f32 + r0 * in + c0;
-    tile.resize(size_t((r1 - r0) * width));
-    if (c0 == 0 && width == in)
-      t->to_f32(r0 * in, (r1 - r0) * in, tile.data());
-    else
-      for (int64_t r = r0; r < r1; ++r) t->to_f32(r * in + c0, width, tile.data() + (r - r0) * width);
-    return *ld = width, tile.data();
+  // The panel of y = x Wᵀ: rows [r0, r1) of W, every column.
+  void pack_nk(int64_t r0, int64_t r1, std::vector<float>& tile, uint16_t* panel) const {
+    if (f32) return simd::pack_bf16_nk(f32 + r0 * in, in, in, r1 - r0, panel);
+    if (bf16) return simd::pack_bf16_nk(bf16 + r0 * in, in, in, r1 - r0, panel);
+    tile.resize(size_t((r1 - r0) * in));
+    t->to_f32(r0 * in, (r1 - r0) * in, tile.data());
+    simd::pack_bf16_nk(tile.data(), in, in, r1 - r0, panel);
+  }
+  // The panel of dx = dy W: rows [k0, k1) of W, columns [c0, c0 + width).
+  void pack_kn(int64_t k0, int64_t k1, int64_t c0, int64_t width, std::vector<float>& tile, uint16_t* panel) const {
+    if (f32) return simd::pack_bf16_kn(f32 + k0 * in + c0, in, k1 - k0, width, panel);
+    if (bf16) return simd::pack_bf16_kn(bf16 + k0 * in + c0, in, k1 - k0, width, panel);
+    tile.resize(size_t((k1 - k0) * width));
+    for (int64_t r = k0; r < k1; ++r) t->to_f32(r * in + c0, width, tile.data() + (r - k0) * width);
+    simd::pack_bf16_kn(tile.data(), width, k1 - k0, width, panel);
   }
   int64_t align() const { return t ? std::lcm(int64_t(16), models::dtype_block(t->dtype)) : 16; }
 };
 
 Bf16Source bf16_source(const models::Tensor& W, int64_t in) {
-  if (W.dtype == models::DType::kF32) return {W.f32(), nullptr, in};
-  return {nullptr, &W, in};
+  if (W.dtype == models::DType::kF32) return {W.f32(), nullptr, nullptr, in};
+  if (W.dtype == models::DType::kBF16) return {nullptr, reinterpret_cast<const uint16_t*>(W.data), nullptr, in};
+  return {nullptr, nullptr, &W, in};
 }
 
 // a [N, K] rounded to bf16 rows of ld = K rounded up to even (the pad 0).
@@ -63,9 +72,7 @@ void wt_bf16(const float* x, const Bf16Source& W, float* y, int64_t N, int64_t i
     std::vector<uint16_t> panel(size_t(simd::bf16_panel_size(in, std::min(strip, c1 - c0))));
     for (int64_t r0 = c0; r0 < c1; r0 += strip) {
       const int64_t r1 = std::min(c1, r0 + strip);
-      int64_t ld = 0;
-      const float* w = W.rows(r0, r1, 0, in, tile, &ld);
-      simd::pack_bf16_nk(w, ld, in, r1 - r0, panel.data());
+      W.pack_nk(r0, r1, tile, panel.data());
       simd::gemm_bf16(xb.data(), lda, panel.data(), in, y + r0, out, N, r1 - r0, false);
     }
   });
@@ -80,9 +87,7 @@ void dx_bf16(const float* dy, const Bf16Source& W, float* dx, int64_t N, int64_t
     std::vector<uint16_t> panel(size_t(simd::bf16_panel_size(std::min(kc, out), width)));
     for (int64_t k0 = 0; k0 < out; k0 += kc) {  // rows of W, in even chunks: the chain goes on from chunk to chunk
       const int64_t k1 = std::min(out, k0 + kc);
-      int64_t ld = 0;
-      const float* w = W.rows(k0, k1, c0, width, tile, &ld);
-      simd::pack_bf16_kn(w, ld, k1 - k0, width, panel.data());
+      W.pack_kn(k0, k1, c0, width, tile, panel.data());
       simd::gemm_bf16(db.data() + k0, lda, panel.data(), k1 - k0, dx + c0, in, N, width, add || k0 > 0);
     }
   });
@@ -91,13 +96,13 @@ void dx_bf16(const float* dy, const Bf16Source& W, float* dx, int64_t N, int64_t
 }  // namespace
 
 void matmul_wt_bf16(const float* x, const float* W, float* y, int64_t N, int64_t in, int64_t out) {
-  wt_bf16(x, {W, nullptr, in}, y, N, in, out);
+  wt_bf16(x, {W, nullptr, nullptr, in}, y, N, in, out);
 }
 void matmul_wt_bf16(const float* x, const models::Tensor& W, float* y, int64_t N, int64_t in, int64_t out) {
   wt_bf16(x, bf16_source(W, in), y, N, in, out);
 }
 void matmul_dx_bf16(const float* dy, const float* W, float* dx, int64_t N, int64_t in, int64_t out, bool add) {
-  dx_bf16(dy, {W, nullptr, in}, dx, N, in, out, add);
+  dx_bf16(dy, {W, nullptr, nullptr, in}, dx, N, in, out, add);
 }
 void matmul_dx_bf16(const float* dy, const models::Tensor& W, float* dx, int64_t N, int64_t in, int64_t out, bool add) {
   dx_bf16(dy, bf16_source(W, in), dx, N, in, out, add);

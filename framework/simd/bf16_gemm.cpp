@@ -133,17 +133,21 @@ void round_bf16_row(const float* src, uint16_t* dst, int64_t n, bool pad) {
   if (pad) dst[n] = 0;
 }
 
-void pack_bf16_nk(const float* src, int64_t ld, int64_t K, int64_t n, uint16_t* panel) {
+namespace {
+inline uint16_t bf16_bits(float v) { return round_bf16(v); }
+inline uint16_t bf16_bits(uint16_t v) { return v; }
+
+template <class T>
+void pack_nk(const T* src, int64_t ld, int64_t K, int64_t n, uint16_t* panel) {
   const int64_t Kp = (K + 1) / 2, groups = (n + 15) / 16;
   std::vector<uint16_t> row(size_t(2 * Kp));
   for (int64_t g = 0; g < groups; ++g) {
     uint16_t* out = panel + g * Kp * 32;
     for (int l = 0; l < 16; ++l) {
       const int64_t j = 16 * g + l;
+      std::fill(row.begin(), row.end(), uint16_t(0));
       if (j < n)
-        round_bf16_row(src + j * ld, row.data(), K, K % 2 != 0);
-      else
-        std::fill(row.begin(), row.end(), uint16_t(0));
+        for (int64_t k = 0; k < K; ++k) row[size_t(k)] = bf16_bits(src[j * ld + k]);
       for (int64_t p = 0; p < Kp; ++p) {
         out[p * 32 + 2 * l] = row[size_t(2 * p)];
         out[p * 32 + 2 * l + 1] = row[size_t(2 * p + 1)];
@@ -152,22 +156,37 @@ void pack_bf16_nk(const float* src, int64_t ld, int64_t K, int64_t n, uint16_t* 
   }
 }
 
-void pack_bf16_kn(const float* src, int64_t ld, int64_t K, int64_t n, uint16_t* panel) {
+template <class T>
+void pack_kn(const T* src, int64_t ld, int64_t K, int64_t n, uint16_t* panel) {
   const int64_t Kp = (K + 1) / 2, groups = (n + 15) / 16;
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t j0 = 16 * g, w = std::min<int64_t>(16, n - j0);
     for (int64_t p = 0; p < Kp; ++p) {
       uint16_t* out = panel + (g * Kp + p) * 32;
-      const float* r0 = src + 2 * p * ld + j0;
-      const float* r1 = r0 + ld;
+      const T* r0 = src + 2 * p * ld + j0;
+      const T* r1 = r0 + ld;
       const bool has1 = 2 * p + 1 < K;
       for (int64_t l = 0; l < w; ++l) {
-        out[2 * l] = round_bf16(r0[l]);
-        out[2 * l + 1] = has1 ? round_bf16(r1[l]) : uint16_t(0);
+        out[2 * l] = bf16_bits(r0[l]);
+        out[2 * l + 1] = has1 ? bf16_bits(r1[l]) : uint16_t(0);
       }
       for (int64_t l = w; l < 16; ++l) out[2 * l] = out[2 * l + 1] = 0;
     }
   }
+}
+}  // namespace
+
+void pack_bf16_nk(const float* src, int64_t ld, int64_t K, int64_t n, uint16_t* panel) {
+  pack_nk(src, ld, K, n, panel);
+}
+void pack_bf16_nk(const uint16_t* src, int64_t ld, int64_t K, int64_t n, uint16_t* panel) {
+  pack_nk(src, ld, K, n, panel);
+}
+void pack_bf16_kn(const float* src, int64_t ld, int64_t K, int64_t n, uint16_t* panel) {
+  pack_kn(src, ld, K, n, panel);
+}
+void pack_bf16_kn(const uint16_t* src, int64_t ld, int64_t K, int64_t n, uint16_t* panel) {
+  pack_kn(src, ld, K, n, panel);
 }
 
 void gemm_bf16(const uint16_t* a, int64_t lda, const uint16_t* panel, int64_t K, float* c, int64_t ldc, int64_t M,

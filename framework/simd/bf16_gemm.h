@@ -42,6 +42,9 @@ inline int64_t bf16_panel_size(int64_t K, int64_t n) { return (n + 15) / 16 * 16
 void pack_bf16_nk(const float* src, int64_t ld, int64_t K, int64_t n, uint16_t* panel);
 // B[k][j] = src[k * ld + j] (a row-major B [K, n], as W in dx = dy W), k < K, j < n.
 void pack_bf16_kn(const float* src, int64_t ld, int64_t K, int64_t n, uint16_t* panel);
+// The same from bf16 values (bits, as a bf16 tensor holds them), packed as they are.
+void pack_bf16_nk(const uint16_t* src, int64_t ld, int64_t K, int64_t n, uint16_t* panel);
+void pack_bf16_kn(const uint16_t* src, int64_t ld, int64_t K, int64_t n, uint16_t* panel);
 
 // C[m, j] for m < M, j < n (C row m at c + m * ldc): the chain above over k < K, started from 0, or from C's value
 // when accumulate.

@@ -25,6 +25,7 @@
 #include "tests/train/helpers.h"
 #include "train/bf16_linalg.h"
 #include "train/cpu_model.h"
+#include "train/data.h"
 #include "train/frozen_base.h"
 #include "train/lora_run.h"
 #include "train/trainer.h"
