@@ -136,6 +136,31 @@ TEST(LoraBf16, NativeKernelFlushesDenormalsThePortableOneKeeps) {
   EXPECT_EQ(bf16t_run(t, false, sd::Bf16Kernel::kNative)[0], 0.0f);
 }
 
+// v rounded to bf16's 8 significant bits, nearest even, written here without the bit trick of round_bf16: the
+// significand scaled to [128, 256) and rounded by nearbyint (the default rounding mode: to nearest, ties to even).
+double bf16t_round(double v) {
+  if (v == 0 || !std::isfinite(v)) return v;
+  int e = 0;
+  const double m = std::frexp(v, &e);  // |m| in [0.5, 1)
+  return std::ldexp(std::nearbyint(std::ldexp(m, 8)), e - 8);
+}
+
+// round_bf16 against the reference above: random values over many binades, and exact ties (odd and even last bit).
+TEST(LoraBf16, RoundingIsNearestEven) {
+  train::Rng rng{41};
+  int64_t bad = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const float v = bf16t_value(rng, 60, 60);
+    bad += double(sd::bf16_to_f32(sd::round_bf16(v))) != bf16t_round(v);
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(sd::bf16_to_f32(sd::round_bf16(1.0f + 0x1p-8f)), 1.0f);                // tie, even below
+  EXPECT_EQ(sd::bf16_to_f32(sd::round_bf16(1.0f + 3 * 0x1p-8f)), 1.0f + 0x1p-6f);  // tie, even above
+  EXPECT_EQ(sd::bf16_to_f32(sd::round_bf16(-(1.0f + 0x1p-8f + 0x1p-20f))), -(1.0f + 0x1p-7f));
+  EXPECT_TRUE(std::isnan(sd::bf16_to_f32(sd::round_bf16(std::nanf("")))));
+  EXPECT_EQ(sd::bf16_to_f32(sd::round_bf16(3.4e38f)), INFINITY);  // past bf16's largest finite value
+}
+
 // A random matrix [rows, cols] in dtype (a tensor holding its bytes) and its fp32 values.
 models::Tensor bf16t_matrix(int64_t rows, int64_t cols, models::DType dtype, uint64_t seed, std::vector<float>* deq) {
   std::vector<float> f(size_t(rows * cols));
@@ -165,7 +190,7 @@ void bf16t_expect_bound(const std::vector<float>& got, const float* a, const std
       double exact = s0, absum = std::abs(s0), rounded = s0, rabsum = std::abs(s0);
       for (int64_t k = 0; k < K; ++k) {
         const double x = a[n * K + k], w = b(k, j);
-        const double xr = sd::bf16_to_f32(sd::round_bf16(float(x))), wr = sd::bf16_to_f32(sd::round_bf16(float(w)));
+        const double xr = bf16t_round(x), wr = bf16t_round(w);
         exact += x * w, absum += std::abs(x * w), rounded += xr * wr, rabsum += std::abs(xr * wr);
       }
       const double g = got[size_t(n * J + j)];
