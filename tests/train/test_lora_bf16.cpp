@@ -28,6 +28,7 @@
 #include "train/data.h"
 #include "train/frozen_base.h"
 #include "train/lora_run.h"
+#include "train/parallel.h"
 #include "train/trainer.h"
 
 namespace anelab {
@@ -234,6 +235,32 @@ TEST(LoraBf16, ProductsWithinTheBf16Bound) {
       EXPECT_EQ(y2, y);
     }
   }
+}
+
+// The products split over the thread pool (column blocks; for dx each block's own chunks of k) give the bits of one
+// block on one thread (SerialScope): each output is the same chain of sums whatever the split.
+TEST(LoraBf16, ProductsDoNotDependOnTheSplit) {
+  const int64_t N = 9, in = 768, out = 1000;
+  for (const models::DType dt : {models::DType::kF32, models::DType::kQ8_0}) {
+    std::vector<float> wd;
+    const models::Tensor W = bf16t_matrix(out, in, dt, 31 + uint64_t(dt), &wd);
+    std::vector<float> x(size_t(N * in)), dy(size_t(N * out));
+    train::Rng rng{29};
+    for (float& v : x) v = bf16t_value(rng, 4, 1);
+    for (float& v : dy) v = bf16t_value(rng, 4, 1);
+    std::vector<float> y(size_t(N * out)), y1(y.size()), dx(size_t(N * in)), dx1(dx.size());
+    train::matmul_wt_bf16(x.data(), W, y.data(), N, in, out);
+    train::matmul_dx_bf16(dy.data(), W, dx.data(), N, in, out, false);
+    {
+      const train::SerialScope one_block;
+      train::matmul_wt_bf16(x.data(), W, y1.data(), N, in, out);
+      train::matmul_dx_bf16(dy.data(), W, dx1.data(), N, in, out, false);
+    }
+    int64_t differ = 0;
+    EXPECT_TRUE(bf16t_same_bits(y, y1, &differ)) << models::dtype_name(dt) << " y: " << differ << " outputs differ";
+    EXPECT_TRUE(bf16t_same_bits(dx, dx1, &differ)) << models::dtype_name(dt) << " dx: " << differ << " outputs differ";
+  }
+  std::printf("[bf16 product] pool of %d threads == one block\n", ThreadPool::global().size());
 }
 
 // The adapter gradients of a model whose base products are in bf16 against PyTorch doing the same rounding
