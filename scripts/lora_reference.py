@@ -7,6 +7,10 @@ DIR/lora/layers.N.T.lora_A.npy [r, in] and .lora_B.npy [out, r] for T in q k v o
 config["optim"]["lora"] = {"rank", "alpha"}. A targeted projection y = x W^T + (alpha/r) * (x A^T) B^T equals
 x (W + (alpha/r) B A)^T, so the reference differentiates through the effective weight W + (alpha/r) B·A (no
 dropout: the tests run with --lora-dropout 0) and autograd gives dA and dB without any hand-written backward.
+With config["optim"]["lora"]["base_compute"] = "bf16" (`--lora-compute bf16`) the base's products are apart from the
+adapters' and take their operands rounded to bf16 (the activation through fp32, as anelab holds it): y = bf16(x)
+bf16(W)^T + (alpha/r) (x A^T) B^T forward, dx = bf16(dy) bf16(W) backward (the adapters' products stay fp64); the
+embedding rows are read exactly, the classifier (tied: the embedding table) is a base product.
   mode "grads": DIR/out/loss.npy [1] and DIR/out/grad.<adapter name>.npy for the first micro-batch;
   mode "train": DIR/out/losses.npy [steps] after `steps` torch.optim.AdamW steps on the adapters only (weight
                 decay on every adapter, as HF Trainer / PEFT do), warmup + cosine schedule, clip_grad_norm_,
@@ -26,11 +30,51 @@ import train_reference  # noqa: E402  (the base model and the schedule)
 torch.set_num_threads(1)
 
 TARGETS = {"q": "wq", "k": "wk", "v": "wv", "o": "wo", "gate": "w1", "up": "w3", "down": "w2"}
+BASE_PRODUCTS = ("wq", "wk", "wv", "wo", "w1", "w2", "w3")
+
+
+def to_bf16(t):
+    """t rounded to bf16 (nearest even) through fp32, back in t's dtype."""
+    return t.to(torch.float32).to(torch.bfloat16).to(t.dtype)
+
+
+class Bf16Product(torch.autograd.Function):
+    """y = bf16(x) bf16(W)^T; dx = bf16(dy) bf16(W); W frozen (no gradient)."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(w)
+        return to_bf16(x) @ to_bf16(w).T
+
+    @staticmethod
+    def backward(ctx, dy):
+        (w,) = ctx.saved_tensors
+        return to_bf16(dy) @ to_bf16(w), None
+
+
+class Bf16Base:
+    """A base matrix whose products with it (x @ m.T) are Bf16Product plus the adapter's delta in fp64; rows of it
+    (m[tokens], the embedding) are the exact values."""
+
+    def __init__(self, base, delta):
+        self.base, self.delta = base, delta
+
+    @property
+    def T(self):
+        return self
+
+    def __getitem__(self, idx):
+        return self.base[idx]
+
+    def __rmatmul__(self, x):
+        y = Bf16Product.apply(x, self.base)
+        return y if self.delta is None else y + x @ self.delta.T
 
 
 class LoraLlama(train_reference.Llama):
-    def __init__(self, cfg, weights, adapters, scale):
+    def __init__(self, cfg, weights, adapters, scale, bf16=False):
         super().__init__(cfg, weights)
+        self.bf16 = bf16
         for p in self.p.values():
             p.data = p.data.double()
             p.requires_grad_(False)
@@ -49,9 +93,10 @@ class LoraLlama(train_reference.Llama):
     def w(self, name):
         base = self.p[name.replace(".", "__")]
         pre = self.adapted.get(name)
-        if pre is None:
-            return base
-        return base + self.scale * (self.adapter(pre + ".lora_B") @ self.adapter(pre + ".lora_A"))
+        delta = None if pre is None else self.scale * (self.adapter(pre + ".lora_B") @ self.adapter(pre + ".lora_A"))
+        if self.bf16 and (name.split(".")[-1] in BASE_PRODUCTS or name in ("output", "tok_embeddings")):
+            return Bf16Base(base, delta)
+        return base if delta is None else base + delta
 
 
 def main():
@@ -63,7 +108,7 @@ def main():
     anames = sorted(f[: -len(".npy")] for f in os.listdir(lora_dir))
     adapters = {n: np.load(os.path.join(lora_dir, n + ".npy")) for n in anames}
     lc = cfg["optim"]["lora"]
-    model = LoraLlama(cfg, weights, adapters, lc["alpha"] / lc["rank"])
+    model = LoraLlama(cfg, weights, adapters, lc["alpha"] / lc["rank"], lc.get("base_compute", "fp32") == "bf16")
     batches = torch.tensor(np.load(os.path.join(d, "batches.npy"))).long()
     out = os.path.join(d, "out")
     os.makedirs(out, exist_ok=True)

@@ -3,7 +3,8 @@
 # (B 4, T 256; an fp32 model file, as llama2.c's stories110M.bin) and of the Qwen2.5-0.5B shape without q/k/v bias
 # (B 1, T 256; a bf16 model file, as the HF release), in one run; prints the mean of steps 2-5 of each (ms, forward,
 # backward, head, dW, optimizer), the process's peak RSS, and for the LoRA runs issue 37's memory bound: peak RSS <=
-# 1.3 x (the model file + the activations the run reports in its `memory` event) (docs/finetuning.md).
+# 1.3 x (the model file + the activations the run reports in its `memory` event) (docs/finetuning.md). Each LoRA run
+# twice: the base's products in fp32 (`--lora`) and in bf16 (`--lora --lora-compute bf16`, *_lora16_*).
 # The two model files are seeded random weights written here by `anelab convert --random` (no download).
 #   stage here (git-ignored): DIR/anelab (this tree's build; or build it on the device), DIR/lib/ (the non-glibc
 #   shared libraries ldd lists), DIR/rand32k.bin (flat uint16 random tokens < 32000), DIR/rand152k.bin + .json
@@ -62,6 +63,8 @@ Q05="--init $M/q05.bf16.anelab --data $D/rand152k.bin --batch-size 1 --seq-len 2
 for r in $(seq "${ROUNDS:-1}"); do
   bench s110_full_r$r $S110
   bench s110_lora_r$r $S110 --lora
+  bench s110_lora16_r$r $S110 --lora --lora-compute bf16
   bench q05_full_r$r $Q05
   bench q05_lora_r$r $Q05 --lora
+  bench q05_lora16_r$r $Q05 --lora --lora-compute bf16
 done

@@ -89,6 +89,10 @@ const std::vector<OptionDef>& table() {
       {"lora_rank", &C::lora_rank, "LoRA rank r"},
       {"lora_alpha", &C::lora_alpha, "LoRA alpha (the adapters are scaled by alpha / r)"},
       {"lora_dropout", &C::lora_dropout, "dropout on the adapters' input during training"},
+      {"lora_compute", &C::lora_compute,
+       "--lora --strategy cpu: the frozen base's products in fp32 | bf16 (W and activations rounded to bf16, fp32 "
+       "sums, "
+       "as QLoRA's compute dtype)"},
       {"lora_targets", &C::lora_targets,
        "LoRA target modules: a comma list of q,k,v,o,gate,up,down,lin_qkv,lin_z,lin_b,lin_a,lin_out "
        "(lin_*: Qwen3.5's Gated DeltaNet projections; default all)"},
@@ -386,6 +390,9 @@ void validate(const TrainConfig& c) {
   need(c.sample_every >= 0, "--sample-every", c.sample_every, "must be >= 0");
   need(c.sample_tokens > 0, "--sample-tokens", c.sample_tokens, "must be > 0");
   need(c.checkpoint_every >= 0, "--checkpoint-every", c.checkpoint_every, "must be >= 0");
+  need(c.lora_compute == "fp32" || c.lora_compute == "bf16", "--lora-compute", c.lora_compute, "must be fp32 or bf16");
+  need(c.lora_compute == "fp32" || (c.lora && c.strategy == "cpu"), "--lora-compute", c.lora_compute,
+       "needs --lora --strategy cpu (the kernel strategies and full training compute in their own types)");
   if (c.lora) validate_lora(c);
 }
 

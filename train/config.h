@@ -58,6 +58,7 @@ struct TrainConfig {
   int64_t lora_rank = 8;
   double lora_alpha = 16;
   double lora_dropout = 0;
+  std::string lora_compute = "fp32";  // the frozen base's products: fp32 | bf16 (train/bf16_linalg.h)
   std::string lora_targets = "q,k,v,o,gate,up,down,lin_qkv,lin_z,lin_b,lin_a,lin_out";  // train/lora.h kLoraAllTargets
   bool mask_prompt = true;  // JSONL data: loss on completion tokens only
   // evaluation / output

@@ -33,6 +33,7 @@
 #include "framework/core/error.h"
 #include "framework/kernels/cpu_ops.h"
 #include "models/arch/arch.h"
+#include "train/bf16_linalg.h"
 #include "train/cpu_linalg.h"
 #include "train/frozen_base.h"
 #include "train/lora.h"
@@ -101,7 +102,10 @@ const float* CpuModel::wp(const float* w, int64_t off) const { return base_ ? ba
 
 void CpuModel::base_wt(const float* w, int64_t off, const float* x, float* y, int64_t N, int64_t in,
                        int64_t out) const {
-  if (const models::Tensor* t = base_ ? base_->typed(off) : nullptr)
+  const models::Tensor* t = base_ ? base_->typed(off) : nullptr;
+  if (base_bf16_)  // --lora-compute bf16 (train/bf16_linalg.h)
+    t ? matmul_wt_bf16(x, *t, y, N, in, out) : matmul_wt_bf16(x, wp(w, off), y, N, in, out);
+  else if (t)
     matmul_wt(x, *t, y, N, in, out);
   else
     matmul_wt(x, wp(w, off), y, N, in, out);
@@ -109,7 +113,10 @@ void CpuModel::base_wt(const float* w, int64_t off, const float* x, float* y, in
 
 void CpuModel::base_dx(const float* w, int64_t off, const float* dy, float* dx, int64_t N, int64_t in, int64_t out,
                        bool add) const {
-  if (const models::Tensor* t = base_ ? base_->typed(off) : nullptr)
+  const models::Tensor* t = base_ ? base_->typed(off) : nullptr;
+  if (base_bf16_)
+    t ? matmul_dx_bf16(dy, *t, dx, N, in, out, add) : matmul_dx_bf16(dy, wp(w, off), dx, N, in, out, add);
+  else if (t)
     matmul_dx(dy, *t, dx, N, in, out, add);
   else
     matmul_dx(dy, wp(w, off), dx, N, in, out, add);

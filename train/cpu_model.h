@@ -60,6 +60,9 @@ class CpuModel {
   // (matrices converted tile by tile in the products, train/cpu_linalg.h) and the `w` arguments are ignored (pass
   // nullptr); forward_backward needs adapters (set_lora). nullptr: the weights are the fp32 `w`.
   void set_base(const FrozenBase* b);
+  // true: the base's products (every base_wt / base_dx: the projections, the classifier) take W and the activation
+  // operand in bf16 with fp32 sums (train/bf16_linalg.h; `train --lora --lora-compute bf16`). Default false: fp32.
+  void set_base_bf16(bool on) { base_bf16_ = on; }
   // Mean cross-entropy only.
   double loss(const float* w, const Batch& b);
   // Logits of the last position of one sequence of n tokens: out [V].
@@ -186,6 +189,7 @@ class CpuModel {
   std::function<void(int64_t)> grads_final_;
   const LoraStep* lora_ = nullptr;
   const FrozenBase* base_ = nullptr;
+  bool base_bf16_ = false;                            // set_base_bf16
   int64_t emb_off_ = 0, norm_off_ = 0, out_off_ = 0;  // layout offsets of the embedding, final norm, classifier
 };
 

@@ -89,12 +89,14 @@ std::string console_line(const nlohmann::json& ev, int64_t total) {
                num(ev, "ms"), (long long)num(ev, "compiles_total"), (long long)num(ev, "budget"));
   if (e == "memory") {
     const auto mb = [&](const char* k) { return ev.contains(k) && ev[k].is_number() ? num(ev, k) / 1048576.0 : -1.0; };
-    std::string line = fmt("memory: %s%.1f MB trained + %.1f MB grads + %.1f MB AdamW + ",
-                           ev.value("lora", false) ? fmt("%.1f MB frozen base (%s) + ", mb("base_bytes"),
-                                                         ev.value("base_types", std::string("fp32")).c_str())
-                                                         .c_str()
-                                                   : "",
-                           mb("trained_bytes"), mb("grad_bytes"), mb("optimizer_bytes"));
+    std::string line =
+        fmt("memory: %s%.1f MB trained + %.1f MB grads + %.1f MB AdamW + ",
+            ev.value("lora", false) ? fmt("%.1f MB frozen base (%s%s) + ", mb("base_bytes"),
+                                          ev.value("base_types", std::string("fp32")).c_str(),
+                                          ev.value("base_compute", std::string()) == "bf16" ? ", products in bf16" : "")
+                                          .c_str()
+                                    : "",
+            mb("trained_bytes"), mb("grad_bytes"), mb("optimizer_bytes"));
     line += mb("activation_bytes") >= 0 ? fmt("%.1f MB activations", mb("activation_bytes"))
                                         : std::string("activations not counted by this engine");
     line += fmt(" (batch %lld x seq %lld) = %.1f MB", (long long)num(ev, "batch_size"), (long long)num(ev, "seq_len"),

@@ -65,6 +65,8 @@ class LoraEngine final : public StepEngine {
   uint64_t micro_batches() const { return micro_; }
   void set_micro_batches(uint64_t n) { micro_ = n; }
   const FrozenBase& base() const { return base_; }
+  // --lora-compute bf16: the base's products in bf16 with fp32 sums (CpuModel::set_base_bf16); the CPU steps only.
+  void set_base_bf16(bool on) { model_->set_base_bf16(on); }
   // The steps run on `e` from now on (`train --lora --strategy static | dynamic`: make_kernel_lora_engine over base());
   // the compile counts are e's; loss() stays on the CPU. (A dense base: base().dense_data().)
   void set_step_engine(std::unique_ptr<StepEngine> e) { steps_ = std::move(e); }

@@ -246,6 +246,7 @@ void Run::setup() {
     auto e = std::make_unique<LoraEngine>(layout, std::move(*lora_base), *lora, uint64_t(cfg.seed));
     lora_base.reset();
     e->set_micro_batches(uint64_t(step * cfg.accum_steps));  // the dropout stream where the run left it
+    e->set_base_bf16(cfg.lora_compute == "bf16");
     if (cfg.strategy == "static" || cfg.strategy == "dynamic")
       e->set_step_engine(make_kernel_lora_engine(kernel_engine_options(cfg), layout, e->base().dense_data(), *lora));
     lora_engine = e.get();
@@ -399,6 +400,7 @@ void Run::emit_memory() {
                       {"seq_len", cfg.seq_len},
                       {"base_bytes", base},
                       {"base_types", lora_engine ? lora_engine->base().types() : ""},
+                      {"base_compute", lora_engine ? cfg.lora_compute : ""},
                       {"trained_bytes", trained},
                       {"grad_bytes", grads},
                       {"optimizer_bytes", moments},
