@@ -147,6 +147,16 @@ void LayerRunner::set_adapters(const std::function<Adapter(const std::string&)>&
   times_.stage_ms += now_ms() - t0;
 }
 
+void LayerRunner::set_masks(std::initializer_list<KernelKind> kinds,
+                            const std::function<const float*(const std::string&)>& mask) {
+  const double t0 = now_ms();
+  for (KernelKind k : kinds) {
+    Slot& s = slot(k);
+    for (const std::string& w : s.spec->lora_masks) rt::stage_in(s.in[0], s.spec->in, lora_mask_slot(w), mask(w));
+  }
+  times_.stage_ms += now_ms() - t0;
+}
+
 void LayerRunner::run(KernelKind k, std::initializer_list<In> ins, std::initializer_list<Out> outs) {
   Slot& s = slot(k);
   const double t0 = now_ms();

@@ -1,9 +1,10 @@
 // Before/after check of the generated MIL (scripts/mil_identity/run.sh): writes every training kernel (every
-// trainable preset but those with post norms, both RoPE styles, both strategies, S = 64) and every prefill layer kernel
-// (every preset, S = 64 and 128) as MIL text (<name>.mil) with a hash of its weights and of the emulator's output bytes
-// for deterministic inputs and weights (<name>.hash). Built in each tree as the CMake target mil_identity_dump
-// (tests/acceptance/CMakeLists.txt, not part of `all`). A kernel that fails to build, compile or evaluate is one
-// line on stderr naming it, and the exit status is 1.
+// trainable preset but those with post norms, both RoPE styles, both strategies, S = 64), the LoRA training kernels of
+// the small presets (rank 4, every target) and every prefill layer kernel (every preset, S = 64 and 128) as MIL text
+// (<name>.mil) with a hash of its weights and of the emulator's output bytes for deterministic inputs and weights
+// (<name>.hash). Built in each tree as the CMake target mil_identity_dump (tests/acceptance/CMakeLists.txt, not part
+// of `all`). A kernel that fails to build, compile or evaluate is one line on stderr naming it, and the exit status
+// is 1.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -148,6 +149,18 @@ static void dump_all(const std::string& dir) {
           guarded(base + "_kind" + std::to_string(int(k)), [&] {
             auto ks = kern::build_kernel(k, s, strat, &w);
             emit(dir, base + "_" + ks.name, ks.program, ks.weights, small);
+          });
+        }
+      if (!small) continue;
+      kern::TrainShape ls = s;  // LoRA (rank 4 on every target): the adapters' bands of the weight-bearing kernels
+      ls.lora_rank = 4, ls.lora_scale = 2, ls.lora_targets = {"wq", "wk", "wv", "wo", "w1", "w3", "w2"};
+      for (auto strat : {kern::Strategy::kStatic, kern::Strategy::kDynamic})
+        for (auto k : kern::kAllKernelKinds) {
+          if (!kern::kernel_has_weights(k)) continue;
+          const std::string base = "lora_" + name + "_" + kern::rope_style_name(rs) + "_" + kern::strategy_name(strat);
+          guarded(base + "_kind" + std::to_string(int(k)), [&] {
+            auto ks = kern::build_kernel(k, ls, strat, &w);
+            emit(dir, base + "_" + ks.name, ks.program, ks.weights, true);
           });
         }
     }
