@@ -306,15 +306,11 @@ kern::TrainShape KernelEngine::train_shape(int64_t T) const {
 // LoRA: A and B of every adapted projection of layer l into the bands of its kernels (no compile).
 void KernelEngine::stage_adapters(int64_t l, const float* a) {
   runners_[size_t(l)].set_adapters([&](const std::string& w) {
-    for (int t = 0; t < kLoraTargets; ++t)
-      if (const char* kw = lora_kernel_weight(LoraTarget(t)); kw && w == kw) {
-        const int64_t i = lora_->slot(l, LoraTarget(t));
-        ANELAB_CHECK(i >= 0, "train", "layer ", l, " has no adapter on ", w);
-        const LoraSlot& sl = lora_->slots()[size_t(i)];
-        const size_t r = size_t(lora_->lora().rank);
-        return kern::LayerRunner::Adapter{{a + sl.a, r * size_t(sl.in)}, {a + sl.b, size_t(sl.out) * r}};
-      }
-    fail("train", "no LoRA target for the kernels' weight ", w);
+    const int64_t i = lora_->slot(l, lora_kernel_target(w));
+    ANELAB_CHECK(i >= 0, "train", "layer ", l, " has no adapter on ", w);
+    const LoraSlot& sl = lora_->slots()[size_t(i)];
+    const size_t r = size_t(lora_->lora().rank);
+    return kern::LayerRunner::Adapter{{a + sl.a, r * size_t(sl.in)}, {a + sl.b, size_t(sl.out) * r}};
   });
 }
 
@@ -331,8 +327,8 @@ void KernelEngine::draw_masks(int64_t l, uint64_t micro_batch) {
     for (int64_t bi = 0; bi < B_; ++bi) {
       std::vector<float>& m = masks_[size_t(l * B_ + bi)].m[size_t(t)];
       m.resize(size_t(in * T));
-      for (int64_t tt = 0; tt < T; ++tt)
-        for (int64_t c = 0; c < in; ++c)
+      for (int64_t c = 0; c < in; ++c)
+        for (int64_t tt = 0; tt < T; ++tt)
           m[size_t(c * T + tt)] = lora_dropout_kept(stream, uint64_t((bi * T + tt) * in + c), p) ? 1.0f : 0.0f;
     }
   }

@@ -108,7 +108,8 @@ class LayerRunner {
   };
   void set_adapters(const std::function<Adapter(const std::string&)>& adapter);
   // LoRA dropout (shape lora_dropout > 0): stages one sequence's 0 / 1 masks into the mask bands of the kernels
-  // `kinds` (KernelSpec::lora_masks); mask(w) gives projection w's [in, S] row-major. No compile.
+  // `kinds` (KernelSpec::lora_masks, transposed where the band is); mask(w) gives projection w's [in, S] row-major.
+  // No compile.
   void set_masks(std::initializer_list<KernelKind> kinds, const std::function<const float*(const std::string&)>& mask);
 
   void attn_forward(const float* x, AttnTaps& out);                       // x [D, S]

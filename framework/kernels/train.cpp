@@ -295,7 +295,7 @@ class KernelGen : public LayerSource {
   std::map<std::string, LoraBands> lora_bands_;
   std::vector<std::string> order_, vecs_;
   std::vector<WeightSlot> slots_;
-  std::vector<std::string> masks_;  // LoRA dropout: the projections with a mask band (KernelSpec::lora_masks)
+  std::vector<WeightSlot> masks_;  // LoRA dropout: the mask bands (KernelSpec::lora_masks)
   IOLayout in_;
   Value x_;
   std::optional<Value> mask_;
@@ -350,10 +350,12 @@ void KernelGen::begin() {
       slots_.push_back({name + ".lora_a", name + ".lora_a", lb.a_t});
       slots_.push_back({name + ".lora_bt", name + ".lora_bt", lb.b});
     }
-    for (const auto& name : order_)  // dropout: the 0 / 1 mask of each targeted projection's input [in, S]
+    for (const auto& name : order_)  // dropout: the 0 / 1 mask of each targeted projection's input, m01 or m01ᵀ
       if (s_.lora_dropout > 0 && s_.lora_on(name)) {
-        in_.add_spatial(lora_mask_slot(name), weight_dims(name, s_).second, s_.seq);
-        masks_.push_back(name);
+        const int64_t i = weight_dims(name, s_).second, S = s_.seq;
+        const bool t = i > c && S < i;  // [S, in]: `in` over the channels (KernelSpec::lora_masks)
+        in_.add_spatial(lora_mask_slot(name), t ? S : i, t ? i : S);
+        masks_.push_back({lora_mask_slot(name), name, t});
       }
   }
   if (dyn_ || lora_) in_.pad_spatial(rt::dense_width_multiple(in_.dtype()));  // dense device rows (row-stride rule)
@@ -384,7 +386,9 @@ Value KernelGen::apply(const std::string& weight, const Value& x) {
     return b_.add(y, b_.mul(d, s_.lora_scale));
   }
   // dropout: W x + s' B (A (x ⊙ m01)); Wᵀ x + s' m01 ⊙ (Aᵀ (Bᵀ x)), s' = s / (1 - p) (TrainShape::lora_dropout)
-  Value m01 = in(lora_mask_slot(weight));
+  const auto mw = std::find_if(masks_.begin(), masks_.end(), [&](const WeightSlot& ws) { return ws.weight == weight; });
+  Value m01 = in(mw->slot);  // [1, in, 1, S], or [1, S, 1, in] to transpose
+  if (mw->transposed) m01 = b_.transpose(m01, {0, 3, 2, 1});
   Value d = m.tprod ? b_.mul(mul(mul(x, bt, !lb.b), a, lb.a_t), m01) : mul(mul(b_.mul(x, m01), a, !lb.a_t), bt, lb.b);
   return b_.add(y, b_.mul(d, s_.lora_scale / (1.0 - s_.lora_dropout)));
 }

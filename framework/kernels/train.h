@@ -141,9 +141,10 @@ struct KernelSpec {
   rt::Weights weights;                   // BLOBFILE contents (static weights, mask, RoPE tables)
   mil::IOLayout in, out;                 // the one input / output surface
   std::vector<WeightSlot> weight_slots;  // dynamic: weights the host stages into `in`
-  // LoRA dropout (TrainShape::lora_dropout > 0): the projections ("wq" ... "w2") whose input mask band
-  // lora_mask_slot(W) [in, S] (0 / 1 by element of the projection's input) the host stages before each sequence.
-  std::vector<std::string> lora_masks;
+  // LoRA dropout (TrainShape::lora_dropout > 0): the mask band of each targeted projection (slot lora_mask_slot(W),
+  // weight W: 0 / 1 by element of the projection's input), which the host stages before each sequence: m01 [in, S],
+  // or when transposed m01ᵀ [S, in] (where `in` is over the surface's channels and S is not).
+  std::vector<WeightSlot> lora_masks;
 };
 // The mask band of projection `weight` ("wq.lora_m").
 std::string lora_mask_slot(const std::string& weight);
@@ -163,8 +164,10 @@ LayerKernels build_layer_kernels(const TrainShape& shape, Strategy strategy, con
 // A [r, in] and Bᵀ [r, out] (WeightSlot weight names the same as the slots; activations are then spatial bands of
 // width S too; under kDynamic the LoRA bands follow the base weights' bands). Values of such a slot from A [r, in] and
 // B [out, r] row-major; false when ws is not a LoRA band. With dropout (TrainShape::lora_dropout > 0) the mask bands
-// lora_mask_slot(W) [in, S] follow, one per targeted projection of the kernel (KernelSpec::lora_masks; not weight
-// slots: the host stages them per sequence, LayerRunner::set_masks).
+// lora_mask_slot(W) follow, one per targeted projection of the kernel: m01 [in, S] where `in` fits the channels the
+// surface has without them, else m01ᵀ [S, in] (transposed back in MIL: a band [in, S] would raise the channels of the
+// whole surface to `in`, e.g. ffn_fwd's to H for the mask of W2's input). KernelSpec::lora_masks; not weight slots:
+// the host stages them per sequence, LayerRunner::set_masks.
 bool lora_slot_values(const WeightSlot& ws, std::span<const float> a, std::span<const float> b, const TrainShape& s,
                       std::vector<float>& out);
 // "wq" of "wq.lora_a" / "wq.lora_bt"; "" for a slot that is not a LoRA band.

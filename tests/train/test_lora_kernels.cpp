@@ -300,6 +300,43 @@ TEST(LoraKernels, LoraBandsAreUprightWhereTheyFit) {
   }
 }
 
+// The dropout masks' bands of the same shape (p = 0.1, S = 256): one per adapted projection of a kernel, S columns wide
+// where the projection's input fits the surface's channels, else S rows high (m01ᵀ, transposed back in MIL): the
+// channels stay those of the surface without masks (an upright band of W2's input [H, S] would raise ffn_fwd's from
+// 896 to 4864).
+TEST(LoraKernels, DropoutMaskBandsKeepTheChannels) {
+  kern::TrainShape s;
+  s.dim = 896, s.hidden = 4864, s.n_heads = 14, s.n_kv_heads = 2, s.head_dim = 64, s.seq = 256, s.rope_theta = 1e6;
+  s.lora_rank = 8, s.lora_scale = 2, s.lora_targets = {"wq", "wk", "wv", "wo", "w1", "w3", "w2"};
+  kern::TrainShape d = s;
+  d.lora_dropout = 0.1;
+  int64_t mask_values = 0;  // per layer and sequence, each staged into a forward and a backward kernel
+  for (const auto& [kind, n] : {std::pair{kern::KernelKind::kAttnFwd, 4},
+                                {kern::KernelKind::kFfnFwd, 3},
+                                {kern::KernelKind::kFfnBwd, 3},
+                                {kern::KernelKind::kWoBwd, 1},
+                                {kern::KernelKind::kQkvBwd, 3}}) {
+    const kern::KernelSpec base = kern::build_kernel(kind, s, kern::Strategy::kDynamic);
+    const kern::KernelSpec drop = kern::build_kernel(kind, d, kern::Strategy::kDynamic);
+    EXPECT_TRUE(base.lora_masks.empty()) << base.name;
+    ASSERT_EQ(drop.lora_masks.size(), size_t(n)) << drop.name;
+    EXPECT_EQ(drop.in.channels(), base.in.channels()) << drop.name;
+    int64_t values = 0;
+    for (const kern::WeightSlot& ws : drop.lora_masks) {
+      const mil::IOSlot& b = drop.in.slot(ws.slot);
+      EXPECT_EQ(ws.transposed ? b.channels : b.spatial, s.seq) << drop.name << " " << ws.slot;
+      EXPECT_EQ(ws.transposed ? b.spatial : b.channels, ws.weight == "w2" ? s.hidden : s.dim) << drop.name;
+      values += b.channels * b.spatial;
+    }
+    mask_values += values;
+    std::printf("[lora dropout bands %s] %zu masks, %lld values; surface [%lld, %lld] -> [%lld, %lld]\n",
+                drop.name.c_str(), drop.lora_masks.size(), (long long)values, (long long)base.in.channels(),
+                (long long)base.in.spatial(), (long long)drop.in.channels(), (long long)drop.in.spatial());
+  }
+  // q k v o gate up: D inputs, down: H; each mask in one forward and one backward kernel
+  EXPECT_EQ(mask_values, 2 * (6 * s.dim + s.hidden) * s.seq);
+}
+
 // 6 steps == 3 + --resume + 3 on the kernels, bit for bit, with dropout (2 sequences per micro-batch, 2 micro-batches
 // per step: the masks' stream continues at the resumed run's micro-batch).
 TEST(LoraKernels, ResumeIsBitExactWithDropout) {
