@@ -388,7 +388,10 @@ Value KernelGen::apply(const std::string& weight, const Value& x) {
   // dropout: W x + s' B (A (x ⊙ m01)); Wᵀ x + s' m01 ⊙ (Aᵀ (Bᵀ x)), s' = s / (1 - p) (TrainShape::lora_dropout)
   const auto mw = std::find_if(masks_.begin(), masks_.end(), [&](const WeightSlot& ws) { return ws.weight == weight; });
   Value m01 = in(mw->slot);  // [1, in, 1, S], or [1, S, 1, in] to transpose
-  if (mw->transposed) m01 = b_.transpose(m01, {0, 3, 2, 1});
+  if (mw->transposed) {      // reshape + transpose [0, 1, 3, 2] + reshape, as the dynamic matmuls (digest §5.4)
+    const int64_t S = s_.seq, i = m01.dim(3);
+    m01 = b_.reshape(b_.transpose(b_.reshape(m01, {1, 1, S, i}), {0, 1, 3, 2}), {1, i, 1, S});
+  }
   Value d = m.tprod ? b_.mul(mul(mul(x, bt, !lb.b), a, lb.a_t), m01) : mul(mul(b_.mul(x, m01), a, !lb.a_t), bt, lb.b);
   return b_.add(y, b_.mul(d, s_.lora_scale / (1.0 - s_.lora_dropout)));
 }
