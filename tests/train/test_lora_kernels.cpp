@@ -169,6 +169,29 @@ TEST(LoraKernels, DynamicDropoutGradientsMatchCpuLoraQwen3QkNorm) {
 // the input channels in the same order, the output rounded to fp16 once), so every product, and then every op
 // after it (the same MIL), gives the same bits. (On the ANE the two ops may sum in other orders: then the bound is
 // the fp16 kernel tolerance above, NMSE 1e-4, which test_kernel_engine.cpp checks against the CPU engine.)
+// The run's wiring (as train::run_training sets it up): a LoraEngine whose steps run on the kernels draws, call after
+// call, the masks the CPU LoraEngine draws (the run's seed, its micro-batch count: resumed runs start it past 0).
+TEST(LoraKernels, LoraEngineOnKernelsDrawsTheCpuMasks) {
+  const LorakCase c = lorak_case(test::llama3_test_config(), 2, 64, 0.1);
+  constexpr uint64_t seed = 1234;
+  train::LoraEngine cpu(c.layout, c.w, c.ll, seed);
+  auto ker = std::make_unique<train::LoraEngine>(c.layout, c.w, c.ll, seed);
+  train::KernelEngineOptions o;
+  o.strategy = "dynamic", o.seq_len = c.b.T;
+  ker->set_step_engine(train::make_kernel_lora_engine(o, c.layout, ker->base().dense_data(), c.ll, seed,
+                                                      [le = ker.get()] { return le->micro_batches(); }));
+  cpu.set_micro_batches(7), ker->set_micro_batches(7);
+  for (int call = 0; call < 2; ++call) {
+    std::vector<float> ref(c.a.size(), 0.0f), got(c.a.size(), 0.0f);
+    cpu.forward_backward(c.a.data(), c.b, kLorakScale, ref.data(), nullptr);
+    ker->forward_backward(c.a.data(), c.b, kLorakScale, got.data(), nullptr);
+    const double r = test::rel_err(got.data(), ref.data(), int64_t(ref.size()));
+    std::printf("[lora engine on the kernels, micro-batch %d] NMSE %.2e against the CPU LoraEngine\n", 7 + call, r * r);
+    EXPECT_LT(r * r, 1e-4) << call;
+  }
+  EXPECT_EQ(ker->micro_batches(), 9u);
+}
+
 // With dropout (p = 0.1) too: the same mask bands in both.
 TEST(LoraKernels, DynamicGradientsMatchStatic) {
   for (const auto& [cfg, tag, dropout] : {std::tuple{test::llama3_test_config(), "llama3", 0.0},
