@@ -78,8 +78,8 @@ struct TrainShape {
   // read from bands of the kernel's input surface (staged every step, so nothing is recompiled for new adapters);
   // the transposed products of the backward kernels use Wᵀ + lora_scale * Aᵀ Bᵀ.
   // With lora_dropout p > 0 (PEFT's lora_B(lora_A(dropout(x))), inverted dropout) every targeted projection reads a
-  // mask band "W.lora_m" [in, S] of 0 / 1 (m01, exact in fp16; staged per sequence, KernelSpec::lora_masks) and
-  // computes y = W x + s' * B (A (x ⊙ m01)), its transposed products Wᵀ dy + s' * m01 ⊙ (Aᵀ (Bᵀ dy)), with the one
+  // mask band "W.lora_m" of 0 / 1 (m01 [in, S] or m01ᵀ, exact in fp16; staged per sequence, KernelSpec::lora_masks)
+  // and computes y = W x + s' * B (A (x ⊙ m01)), its transposed products Wᵀ dy + s' * m01 ⊙ (Aᵀ (Bᵀ dy)), with the one
   // constant s' = lora_scale / (1 - p) (the inverted dropout's 1/(1-p) folded into the scale: fp16 rounds s' once,
   // relative error <= 2^-11, where a mask band of 0 / 1/(1-p) would round every kept element's 1/(1-p) the same way
   // and the scale again). p = 0: no mask band, the MIL of the adapters alone.
