@@ -405,8 +405,6 @@ void validate_lora(const TrainConfig& c) {
   need(c.lora_dropout >= 0 && c.lora_dropout < 1, "--lora-dropout", c.lora_dropout, "must be in [0, 1)");
   need(c.compile_budget <= 0 || c.strategy != "cpu", "--lora: --compile-budget", c.compile_budget,
        "is not simulated for LoRA on --strategy cpu");
-  need(c.lora_dropout == 0 || c.strategy == "cpu", "--lora-dropout", c.lora_dropout,
-       "must be 0 with --strategy static or dynamic (the kernels take the adapters' input without dropout)");
   parse_lora_targets(c.lora_targets);  // throws naming the bad entry
 }
 

@@ -95,7 +95,7 @@ nlohmann::json to_json(const TrainConfig& c);
 std::string to_toml(const TrainConfig& c);
 // Checks ranges and enumerations; throws "[train] --flag VALUE: why" on the first bad value.
 void validate(const TrainConfig& c);
-// The LoRA fields' checks of validate (--lora-rank, --lora-alpha, --lora-dropout with the strategy, --lora-targets),
+// The LoRA fields' checks of validate (--lora-rank, --lora-alpha, --lora-dropout, --lora-targets),
 // also `estimate train --lora`'s.
 void validate_lora(const TrainConfig& c);
 // Resolves run name / run dir defaults.

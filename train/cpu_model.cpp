@@ -171,12 +171,11 @@ void CpuModel::lora_forward(const StepPlan& sp, StepActs& a, LoraTarget t, const
   const float* xd = x;
   if (lora_->train && lc.dropout > 0) {  // PEFT: lora_B(lora_A(dropout(x))); inverted dropout, 1/(1-p) kept
     std::vector<float>&mask = a.lmask[size_t(ti)], &xm = a.lx[size_t(ti)];  // [N, in] (prepare_lora)
-    const float keep = float(1.0 / (1.0 - lc.dropout));
-    const uint64_t stream = lora_->seed ^ (lora_->micro_batch * 0x9E3779B97F4A7C15ull) ^ (uint64_t(si) << 40);
+    const float keep = lora_dropout_scale(lc.dropout);
+    const uint64_t stream = lora_dropout_stream(lora_->seed, lora_->micro_batch, si);
     parallel_rows(N, N * in, [&](int64_t n0, int64_t n1) {
       for (int64_t i = n0 * in; i < n1 * in; ++i) {
-        const double u = double(lora_uniform_bits(stream, uint64_t(i)) >> 11) * 0x1.0p-53;
-        mask[size_t(i)] = u < lc.dropout ? 0.0f : keep;
+        mask[size_t(i)] = lora_dropout_kept(stream, uint64_t(i), lc.dropout) ? keep : 0.0f;
         xm[size_t(i)] = x[i] * mask[size_t(i)];
       }
     });

@@ -78,7 +78,8 @@ void rms_dw_acc(float* dw, const std::vector<float>& dy, const std::vector<float
 }
 
 // The adapter gradients of one projection and sequence (LoRA): Z = A X [r, S], dB [out, r] += s·dY·Zᵀ,
-// dA [r, in] += s·(Bᵀ dY)·Xᵀ; X [in, S] the projection's input, dY [out, S] the gradient of its output.
+// dA [r, in] += s·(Bᵀ dY)·Xᵀ; X [in, S] the adapter's input (with dropout x ⊙ m, as CpuModel's xd), dY [out, S] the
+// gradient of the projection's output.
 void lora_grad_acc(const LoraSlot& sl, int64_t r, float scale, const float* w, float* g, const std::vector<float>& dY,
                    const std::vector<float>& X, int64_t S) {
   const CMapR A(w + sl.a, r, sl.in), B(w + sl.b, sl.out, r), x(X.data(), sl.in, S), dy(dY.data(), sl.out, S);
@@ -116,6 +117,13 @@ const char* lora_kernel_weight(LoraTarget t) {
   fail("train", "unknown LoRA target");
 }
 
+// The target whose kernels' name is kw ("wq" ... "w2").
+LoraTarget lora_kernel_target(const std::string& kw) {
+  for (int t = 0; t < kLoraTargets; ++t)
+    if (const char* n = lora_kernel_weight(LoraTarget(t)); n && kw == n) return LoraTarget(t);
+  fail("train", "no LoRA target for the kernels' weight ", kw);
+}
+
 void add_inplace(std::vector<float>& y, const std::vector<float>& a) {
   for (size_t i = 0; i < y.size(); ++i) y[i] += a[i];
 }
@@ -146,13 +154,11 @@ class KernelEngine final : public StepEngine {
     for (kern::KernelKind k : kern::kAllKernelKinds) (kern::kernel_per_layer(k, strategy_) ? per_layer_ : shared_) += 1;
   }
   // LoRA (make_kernel_lora_engine): the base baked (static) or staged (dynamic) once, the adapters kernel inputs.
-  KernelEngine(const KernelEngineOptions& o, const ParamLayout& layout, const float* base, const LoraLayout& lora)
+  KernelEngine(const KernelEngineOptions& o, const ParamLayout& layout, const float* base, const LoraLayout& lora,
+               uint64_t seed, std::function<uint64_t()> micro_batch)
       : KernelEngine(o, layout) {
-    if (lora.lora().dropout > 0)
-      fail("train", "--lora-dropout ", lora.lora().dropout, ": must be 0 with --strategy ", o.strategy,
-           " (the kernels take the adapters' input without dropout)");
     check_static_lora_budget();
-    base_ = base, lora_ = &lora;
+    base_ = base, lora_ = &lora, seed_ = seed, micro_batch_ = std::move(micro_batch);
   }
   ~KernelEngine() override {
     try {
@@ -192,6 +198,9 @@ class KernelEngine final : public StepEngine {
     kern::AttnTaps attn;
     kern::FfnTaps ffn;
   };
+  struct SeqMasks {  // LoRA dropout: one sequence of one layer, by LoraTarget: the 0 / 1 mask [in, S] (adapted only)
+    std::array<std::vector<float>, kLoraTargets> m;
+  };
   struct SeqGrads {          // backward buffers of one sequence (double-buffered by layer parity)
     std::vector<float> dy;   // [D, S] dL/d(layer output)
     kern::FfnGrads ffn;      // dx [D] = dL/d xnorm2, dh1 / dh3 [H]
@@ -204,11 +213,25 @@ class KernelEngine final : public StepEngine {
   kern::LayerWeights layer_weights(const float* w, int64_t l) const;
   kern::TrainShape train_shape(int64_t T) const;
   void stage_adapters(int64_t l, const float* a);
+  bool dropout() const { return lora_ && lora_->lora().dropout > 0; }
+  void draw_masks(int64_t l, uint64_t micro_batch);
+  void stage_masks(int64_t l, int64_t bi, std::initializer_list<kern::KernelKind> kinds);
   void check_static_lora_budget() const;
-  // LoRA: adapter gradients of (layer l, target t) from X and dY (on the worker); no-op when t is not adapted.
-  void lora_acc(int64_t l, LoraTarget t, const std::vector<float>& dY, const std::vector<float>& X) const {
+  // LoRA: adapter gradients of (layer l, sequence bi, target t) from X (the projection's input; with dropout X ⊙ m
+  // here) and dY (on the worker); no-op when t is not adapted.
+  void lora_acc(int64_t l, int64_t bi, LoraTarget t, const std::vector<float>& dY, const std::vector<float>& X) {
     const int64_t i = lora_->slot(l, t);
-    if (i >= 0) lora_grad_acc(lora_->slots()[size_t(i)], lora_->lora().rank, lora_->lora().scale(), w_, lg_, dY, X, T_);
+    if (i < 0) return;
+    const LoraSlot& sl = lora_->slots()[size_t(i)];
+    const std::vector<float>* xd = &X;
+    if (dropout()) {  // x ⊙ m, m = 0 or 1/(1-p) in fp32 as CpuModel::lora_forward multiplies it
+      const std::vector<float>& m01 = masks_[size_t(l * B_ + bi)].m[size_t(t)];
+      const float keep = lora_dropout_scale(lora_->lora().dropout);
+      xdrop_.resize(X.size());
+      for (size_t k = 0; k < X.size(); ++k) xdrop_[k] = X[k] * (m01[k] != 0.0f ? keep : 0.0f);
+      xd = &xdrop_;
+    }
+    lora_grad_acc(sl, lora_->lora().rank, lora_->lora().scale(), w_, lg_, dY, *xd, T_);
   }
   bool self_check_pending() const { return !self_checked_ && backend_->name() == "ane"; }
   void self_check(const float* w, const kern::TrainShape& s);
@@ -258,6 +281,10 @@ class KernelEngine final : public StepEngine {
   float* lg_ = nullptr;                                  // LoRA: adapter gradients of the call
   const float* base_ = nullptr;                          // LoRA: [P] the frozen base (the caller's)
   const LoraLayout* lora_ = nullptr;                     // LoRA: the adapters (nullptr: full training)
+  uint64_t seed_ = 0;                                    // LoRA dropout: the run's seed (LoraStep::seed)
+  std::function<uint64_t()> micro_batch_;                // LoRA dropout: the call's micro-batch index (LoraStep's)
+  std::vector<SeqMasks> masks_;                          // LoRA dropout: [L * B] this call's masks (draw_masks)
+  std::vector<float> xdrop_;                             // LoRA dropout: x ⊙ m of lora_acc (the worker's)
   LoraStep head_lora_;                                   // LoRA: makes the CPU head skip the base's gradients
   std::function<void(int64_t)> grads_final_;             // called on the worker after the dW tasks it follows
 };
@@ -279,16 +306,39 @@ kern::TrainShape KernelEngine::train_shape(int64_t T) const {
 // LoRA: A and B of every adapted projection of layer l into the bands of its kernels (no compile).
 void KernelEngine::stage_adapters(int64_t l, const float* a) {
   runners_[size_t(l)].set_adapters([&](const std::string& w) {
-    for (int t = 0; t < kLoraTargets; ++t)
-      if (const char* kw = lora_kernel_weight(LoraTarget(t)); kw && w == kw) {
-        const int64_t i = lora_->slot(l, LoraTarget(t));
-        ANELAB_CHECK(i >= 0, "train", "layer ", l, " has no adapter on ", w);
-        const LoraSlot& sl = lora_->slots()[size_t(i)];
-        const size_t r = size_t(lora_->lora().rank);
-        return kern::LayerRunner::Adapter{{a + sl.a, r * size_t(sl.in)}, {a + sl.b, size_t(sl.out) * r}};
-      }
-    fail("train", "no LoRA target for the kernels' weight ", w);
+    const int64_t i = lora_->slot(l, lora_kernel_target(w));
+    ANELAB_CHECK(i >= 0, "train", "layer ", l, " has no adapter on ", w);
+    const LoraSlot& sl = lora_->slots()[size_t(i)];
+    const size_t r = size_t(lora_->lora().rank);
+    return kern::LayerRunner::Adapter{{a + sl.a, r * size_t(sl.in)}, {a + sl.b, size_t(sl.out) * r}};
   });
+}
+
+// LoRA dropout: the 0 / 1 masks of layer l's adapted projections for every sequence of the call (on the worker, with
+// the adapters' restaging), element (c, t) of sequence bi the element ((bi·T + t)·in + c) of the slot's stream: the
+// masks CpuModel draws for the same seed, micro-batch, layer and projection, transposed to the kernels' [in, S].
+void KernelEngine::draw_masks(int64_t l, uint64_t micro_batch) {
+  const double p = lora_->lora().dropout;
+  for (int t = 0; t < kLoraTargets; ++t) {
+    const int64_t si = lora_->slot(l, LoraTarget(t));
+    if (si < 0 || !lora_kernel_weight(LoraTarget(t))) continue;
+    const int64_t in = lora_->slots()[size_t(si)].in, T = T_;
+    const uint64_t stream = lora_dropout_stream(seed_, micro_batch, si);
+    for (int64_t bi = 0; bi < B_; ++bi) {
+      std::vector<float>& m = masks_[size_t(l * B_ + bi)].m[size_t(t)];
+      m.resize(size_t(in * T));
+      for (int64_t c = 0; c < in; ++c)
+        for (int64_t tt = 0; tt < T; ++tt)
+          m[size_t(c * T + tt)] = lora_dropout_kept(stream, uint64_t((bi * T + tt) * in + c), p) ? 1.0f : 0.0f;
+    }
+  }
+}
+
+// LoRA dropout: sequence bi's masks of layer l into the mask bands of its kernels `kinds`.
+void KernelEngine::stage_masks(int64_t l, int64_t bi, std::initializer_list<kern::KernelKind> kinds) {
+  const SeqMasks& sm = masks_[size_t(l * B_ + bi)];
+  runners_[size_t(l)].set_masks(kinds,
+                                [&](const std::string& w) { return sm.m[size_t(lora_kernel_target(w))].data(); });
 }
 
 // LoRA on the static strategy compiles 2 + 7·L kernels once and can never compile fewer: when that is over the
@@ -352,6 +402,7 @@ void KernelEngine::prepare(const float* w, int64_t B, int64_t T) {
     for (auto& gp : grads_)
       for (auto& s : gp) s.dy.resize(size_t(c_.dim * T));
     rows_.resize(size_t(B * T * c_.dim)), drows_.resize(size_t(B * T * c_.dim));
+    if (dropout()) masks_.assign(size_t(c_.n_layers * B), SeqMasks{});
     B_ = B;
   }
 }
@@ -362,12 +413,15 @@ void KernelEngine::prepare(const float* w, int64_t B, int64_t T) {
 void KernelEngine::submit_restage(const float* base, const float* adapters) {
   restage_ticket_.assign(size_t(c_.n_layers), 0);
   restage_hidden_.assign(size_t(c_.n_layers), 0.0);
+  const bool drop = adapters && dropout();
+  const uint64_t micro = drop && micro_batch_ ? micro_batch_() : 0;  // the call's dropout stream
   for (int64_t l = 0; l < c_.n_layers; ++l)
-    restage_ticket_[size_t(l)] = queue_.submit([this, base, adapters, l] {
+    restage_ticket_[size_t(l)] = queue_.submit([this, base, adapters, l, drop, micro] {
       kern::LayerRunner& r = runners_[size_t(l)];
       const double s0 = r.times().stage_ms;
       if (base) r.set_weights(layer_weights(base, l));
       if (adapters) stage_adapters(l, adapters);
+      if (drop) draw_masks(l, micro);
       restage_hidden_[size_t(l)] = r.times().stage_ms - s0;  // runner-timed; replaced by the wait below
     });
   if (base) stale_ = false;
@@ -391,6 +445,7 @@ void KernelEngine::forward(const Batch& b) {
       if (bi == 0 && size_t(l) < restage_ticket_.size()) wait(restage_ticket_[size_t(l)], &restage_wait_ms_);
       SeqActs& a = acts_[size_t(l * B + bi)];
       kern::LayerRunner& r = runners_[size_t(l)];
+      if (dropout()) stage_masks(l, bi, {kern::KernelKind::kAttnFwd, kern::KernelKind::kFfnFwd});
       r.attn_forward(a.x.data(), a.attn);
       add_into(a.x2, a.x, a.attn.o);
       r.ffn_forward(a.x2.data(), a.ffn);
@@ -427,12 +482,13 @@ void KernelEngine::layer_backward(int64_t l, int64_t B, float* g, double* wait_m
     const SeqActs& a = acts_[size_t(l * B + bi)];
     SeqGrads& s = grads_[p][size_t(bi)];
     SeqGrads& nx = grads_[q][size_t(bi)];  // its dy receives dL/d(layer input)
+    if (dropout()) stage_masks(l, bi, {kern::KernelKind::kFfnBwd, kern::KernelKind::kWoBwd, kern::KernelKind::kQkvBwd});
     r.ffn_backward(s.dy.data(), a.ffn, s.ffn);
     if (lora_)
-      dy_ticket_[p] = queue_.submit([this, &a, &s, l] {
-        lora_acc(l, LoraTarget::kDown, s.dy, a.ffn.gate);
-        lora_acc(l, LoraTarget::kGate, s.ffn.dh1, a.ffn.xnorm);
-        lora_acc(l, LoraTarget::kUp, s.ffn.dh3, a.ffn.xnorm);
+      dy_ticket_[p] = queue_.submit([this, &a, &s, l, bi] {
+        lora_acc(l, bi, LoraTarget::kDown, s.dy, a.ffn.gate);
+        lora_acc(l, bi, LoraTarget::kGate, s.ffn.dh1, a.ffn.xnorm);
+        lora_acc(l, bi, LoraTarget::kUp, s.ffn.dh3, a.ffn.xnorm);
       });
     else
       dy_ticket_[p] = queue_.submit([&a, &s, gl, D, H, S] {
@@ -443,7 +499,7 @@ void KernelEngine::layer_backward(int64_t l, int64_t B, float* g, double* wait_m
     r.rms_backward(kern::KernelKind::kRmsFfnBwd, s.ffn.dx.data(), a.x2.data(), s.dx2);
     add_inplace(s.dx2, s.dy);
     if (lora_)
-      queue_.submit([this, &a, &s, l] { lora_acc(l, LoraTarget::kO, s.dx2, a.attn.attn); });
+      queue_.submit([this, &a, &s, l, bi] { lora_acc(l, bi, LoraTarget::kO, s.dx2, a.attn.attn); });
     else
       queue_.submit([&a, &s, gl, D, QD, S, eps] {
         dw_acc(gl.wo, s.dx2, a.attn.attn, D, QD, S);
@@ -455,10 +511,10 @@ void KernelEngine::layer_backward(int64_t l, int64_t B, float* g, double* wait_m
     r.qkv_backward(a.attn, s.sdpa, s.dxn);
     if (qk && !lora_) submit_qkv_dw(a, s, gl);  // dWq / dWk need qkv_bwd's dq_proj / dk_proj
     if (lora_)
-      queue_.submit([this, &a, &s, l, qk] {
-        lora_acc(l, LoraTarget::kQ, qk ? s.sdpa.dq_proj : s.sdpa.dq, a.attn.xnorm);
-        lora_acc(l, LoraTarget::kK, qk ? s.sdpa.dk_proj : s.sdpa.dk, a.attn.xnorm);
-        lora_acc(l, LoraTarget::kV, s.sdpa.dv, a.attn.xnorm);
+      queue_.submit([this, &a, &s, l, bi, qk] {
+        lora_acc(l, bi, LoraTarget::kQ, qk ? s.sdpa.dq_proj : s.sdpa.dq, a.attn.xnorm);
+        lora_acc(l, bi, LoraTarget::kK, qk ? s.sdpa.dk_proj : s.sdpa.dk, a.attn.xnorm);
+        lora_acc(l, bi, LoraTarget::kV, s.sdpa.dv, a.attn.xnorm);
       });
     if (bi == 0) wait(dy_ticket_[q], wait_ms);  // layer l+1's dW2 task reads grads_[q] dy
     r.rms_backward(kern::KernelKind::kRmsAttBwd, s.dxn.data(), a.x.data(), nx.dy);
@@ -601,7 +657,7 @@ kern::TrainShape kernel_train_shape(const models::ModelDesc& d, int64_t T) {
 }
 
 kern::TrainShape kernel_lora_shape(kern::TrainShape s, const LoraConfig& lc) {
-  s.lora_rank = lc.rank, s.lora_scale = lc.scale();
+  s.lora_rank = lc.rank, s.lora_scale = lc.scale(), s.lora_dropout = lc.dropout;
   s.lora_targets.clear();
   for (int t = 0; t < kLoraTargets; ++t)
     if (lc.targets[size_t(t)] && lora_kernel_weight(LoraTarget(t)))  // (the DeltaNet targets have no kernel)
@@ -614,8 +670,9 @@ std::unique_ptr<StepEngine> make_kernel_engine(const KernelEngineOptions& o, con
 }
 
 std::unique_ptr<StepEngine> make_kernel_lora_engine(const KernelEngineOptions& o, const ParamLayout& layout,
-                                                    const float* base, const LoraLayout& lora) {
-  return std::make_unique<KernelEngine>(o, layout, base, lora);
+                                                    const float* base, const LoraLayout& lora, uint64_t seed,
+                                                    std::function<uint64_t()> micro_batch) {
+  return std::make_unique<KernelEngine>(o, layout, base, lora, seed, std::move(micro_batch));
 }
 
 }  // namespace anelab::train

@@ -28,6 +28,7 @@
 // (a serial thread, train/parallel.h: it never dispatches to the pool the main thread uses) and restaging (plain
 // memory writes into surfaces the main thread is not using yet).
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -72,10 +73,13 @@ std::unique_ptr<StepEngine> make_kernel_engine(const KernelEngineOptions& o, con
 // restaged on the worker before every forward. forward_backward's w / g are the adapters and their gradients
 // (LoraLayout's flat buffer): dA, dB come from the kernels' taps on the worker (dB += s·dY·(A X)ᵀ,
 // dA += s·(Bᵀ dY)·Xᵀ, X the projection's input, dY the gradient of its output); no base gradient is computed (no dW,
-// norm, classifier or embedding gradient). Adapter dropout is not in the kernels. Static throws, before any
-// compile, when 2 + 7·L is over the compile budget left (LoRA has nothing to gain from an exec-restart), naming
-// what dynamic needs.
+// norm, classifier or embedding gradient). Adapter dropout (lora.lora().dropout p > 0): the masks CpuModel draws for
+// LoraStep{seed, micro_batch()} (lora_dropout_stream, asked once per call; no micro_batch: 0) enter the kernels as 0 /
+// 1 mask bands of every sequence (kern::TrainShape::lora_dropout: y = W x + s/(1-p)·B(A(x ⊙ m01)), the transposed
+// products s/(1-p)·m01 ⊙ (AᵀBᵀ dy)), and dA, dB take X ⊙ m on the worker. Static throws, before any compile, when
+// 2 + 7·L is over the compile budget left (LoRA has nothing to gain from an exec-restart), naming what dynamic needs.
 std::unique_ptr<StepEngine> make_kernel_lora_engine(const KernelEngineOptions& o, const ParamLayout& layout,
-                                                    const float* base, const LoraLayout& lora);
+                                                    const float* base, const LoraLayout& lora, uint64_t seed = 0,
+                                                    std::function<uint64_t()> micro_batch = {});
 
 }  // namespace anelab::train

@@ -81,6 +81,18 @@ inline uint64_t lora_uniform_bits(uint64_t stream, uint64_t i) {
   return z ^ (z >> 31);
 }
 
+// The dropout stream of adapter slot `slot` (an index into LoraLayout::slots()) in micro-batch `micro_batch` of a run
+// seeded `seed`: element i of the slot's input [N, in] (row-major, N = B·T tokens of the micro-batch, sequence by
+// sequence) is kept, scaled by 1/(1-p), when lora_dropout_kept(stream, i, p), else zeroed. The one generator of the
+// masks: CpuModel (train/cpu_model.cpp) and the kernel strategies (train/kernel_engine.cpp) both draw from it.
+inline uint64_t lora_dropout_stream(uint64_t seed, uint64_t micro_batch, int64_t slot) {
+  return seed ^ (micro_batch * 0x9E3779B97F4A7C15ull) ^ (uint64_t(slot) << 40);
+}
+inline float lora_dropout_scale(double p) { return float(1.0 / (1.0 - p)); }  // a kept element's factor, fp32
+inline bool lora_dropout_kept(uint64_t stream, uint64_t i, double p) {
+  return double(lora_uniform_bits(stream, i) >> 11) * 0x1.0p-53 >= p;  // u in [0, 1): dropped when u < p
+}
+
 // W[out, in] += s * B · A for every slot (fp32), into full weights of `layout` (the merge of infer --lora and
 // export --fuse).
 void lora_merge(const ParamLayout& layout, const LoraLayout& l, const float* adapters, float s, float* w);

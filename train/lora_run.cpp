@@ -101,7 +101,11 @@ LoraEngine::LoraEngine(const ParamLayout& layout, FrozenBase base, const LoraLay
 }
 
 double LoraEngine::forward_backward(const float* w, const Batch& b, float grad_scale, float* grads, StepTimes* t) {
-  if (steps_) return ++micro_, steps_->forward_backward(w, b, grad_scale, grads, t);
+  if (steps_) {  // the kernel engine draws micro-batch micro_'s dropout masks (make_kernel_lora_engine's micro_batch)
+    const double loss = steps_->forward_backward(w, b, grad_scale, grads, t);
+    ++micro_;
+    return loss;
+  }
   LoraStep st{lora_, w, grads, seed_, micro_++, true};
   model_->set_lora(&st);
   CpuTimes ct;

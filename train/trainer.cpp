@@ -248,7 +248,8 @@ void Run::setup() {
     e->set_micro_batches(uint64_t(step * cfg.accum_steps));  // the dropout stream where the run left it
     e->set_base_bf16(cfg.lora_compute == "bf16");
     if (cfg.strategy == "static" || cfg.strategy == "dynamic")
-      e->set_step_engine(make_kernel_lora_engine(kernel_engine_options(cfg), layout, e->base().dense_data(), *lora));
+      e->set_step_engine(make_kernel_lora_engine(kernel_engine_options(cfg), layout, e->base().dense_data(), *lora,
+                                                 uint64_t(cfg.seed), [le = e.get()] { return le->micro_batches(); }));
     lora_engine = e.get();
     engine = std::move(e);
   } else {

@@ -147,6 +147,28 @@ void LayerRunner::set_adapters(const std::function<Adapter(const std::string&)>&
   times_.stage_ms += now_ms() - t0;
 }
 
+void LayerRunner::set_masks(std::initializer_list<KernelKind> kinds,
+                            const std::function<const float*(const std::string&)>& mask) {
+  const double t0 = now_ms();
+  const int64_t S = cache_->shape().seq;
+  std::vector<float> buf;
+  for (KernelKind k : kinds) {
+    Slot& s = slot(k);
+    for (const WeightSlot& ws : s.spec->lora_masks) {
+      const float* m = mask(ws.weight);  // [in, S]
+      if (ws.transposed) {               // the band holds [S, in]
+        const int64_t in = s.spec->in.slot(ws.slot).spatial;
+        buf.resize(size_t(in * S));
+        for (int64_t c = 0; c < in; ++c)
+          for (int64_t t = 0; t < S; ++t) buf[size_t(t * in + c)] = m[c * S + t];
+        m = buf.data();
+      }
+      rt::stage_in(s.in[0], s.spec->in, ws.slot, m);
+    }
+  }
+  times_.stage_ms += now_ms() - t0;
+}
+
 void LayerRunner::run(KernelKind k, std::initializer_list<In> ins, std::initializer_list<Out> outs) {
   Slot& s = slot(k);
   const double t0 = now_ms();

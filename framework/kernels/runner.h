@@ -107,6 +107,10 @@ class LayerRunner {
     std::span<const float> a, b;
   };
   void set_adapters(const std::function<Adapter(const std::string&)>& adapter);
+  // LoRA dropout (shape lora_dropout > 0): stages one sequence's 0 / 1 masks into the mask bands of the kernels
+  // `kinds` (KernelSpec::lora_masks, transposed where the band is); mask(w) gives projection w's [in, S] row-major.
+  // No compile.
+  void set_masks(std::initializer_list<KernelKind> kinds, const std::function<const float*(const std::string&)>& mask);
 
   void attn_forward(const float* x, AttnTaps& out);                       // x [D, S]
   void ffn_forward(const float* x2, FfnTaps& out);                        // x2 [D, S]

@@ -29,6 +29,8 @@ void TrainShape::validate() const {
   for (const auto& n : {q_norm, k_norm})
     ANELAB_CHECK(!n || n->kind == NormType::kRms, "kernels", "train shape ", str(),
                  ": a q/k norm other than RMSNorm (the backward kernels are RMSNorm's)");
+  ANELAB_CHECK(lora_dropout >= 0 && lora_dropout < 1, "kernels", "train shape ", str(), ": lora_dropout ", lora_dropout,
+               " is not in [0, 1)");
   ANELAB_CHECK(seq >= 32, "kernels", "train shape ", str(), ": seq ", seq,
                " < 32 (fp16 I/O needs S >= 32, digest §4.3); pad the sequence");
   const int64_t m = rt::dense_width_multiple(mil::DType::kFp16);
@@ -51,6 +53,7 @@ std::string TrainShape::str() const {
     o << " lora r=" << lora_rank << " (";
     for (size_t i = 0; i < lora_targets.size(); ++i) o << (i ? "," : "") << lora_targets[i];
     o << ")";
+    if (lora_dropout > 0) o << " dropout " << lora_dropout;
   }
   return o.str();
 }
@@ -172,6 +175,8 @@ void validate_train_weights(const LayerWeights& w, const TrainShape& s) {
   }
 }
 
+std::string lora_mask_slot(const std::string& weight) { return weight + ".lora_m"; }
+
 std::string lora_slot_weight(const WeightSlot& ws) {
   for (const char* suffix : {".lora_a", ".lora_bt"}) {
     const std::string sf(suffix);
@@ -290,6 +295,7 @@ class KernelGen : public LayerSource {
   std::map<std::string, LoraBands> lora_bands_;
   std::vector<std::string> order_, vecs_;
   std::vector<WeightSlot> slots_;
+  std::vector<WeightSlot> masks_;  // LoRA dropout: the mask bands (KernelSpec::lora_masks)
   IOLayout in_;
   Value x_;
   std::optional<Value> mask_;
@@ -344,6 +350,13 @@ void KernelGen::begin() {
       slots_.push_back({name + ".lora_a", name + ".lora_a", lb.a_t});
       slots_.push_back({name + ".lora_bt", name + ".lora_bt", lb.b});
     }
+    for (const auto& name : order_)  // dropout: the 0 / 1 mask of each targeted projection's input, m01 or m01ᵀ
+      if (s_.lora_dropout > 0 && s_.lora_on(name)) {
+        const int64_t i = weight_dims(name, s_).second, S = s_.seq;
+        const bool t = i > c && S < i;  // [S, in]: `in` over the channels (KernelSpec::lora_masks)
+        in_.add_spatial(lora_mask_slot(name), t ? S : i, t ? i : S);
+        masks_.push_back({lora_mask_slot(name), name, t});
+      }
   }
   if (dyn_ || lora_) in_.pad_spatial(rt::dense_width_multiple(in_.dtype()));  // dense device rows (row-stride rule)
   x_ = b_.input("x", in_.type());
@@ -368,9 +381,19 @@ Value KernelGen::apply(const std::string& weight, const Value& x) {
   auto mul = [&](const Value& v, const Value& band, bool holds_m) {
     return holds_m ? linear_runtime(b_, v, band) : linear_runtime_t(b_, v, band);
   };
-  // W x + s B (A x); Wᵀ x + s Aᵀ (Bᵀ x)
-  Value d = m.tprod ? mul(mul(x, bt, !lb.b), a, lb.a_t) : mul(mul(x, a, !lb.a_t), bt, lb.b);
-  return b_.add(y, b_.mul(d, s_.lora_scale));
+  if (s_.lora_dropout <= 0) {  // W x + s B (A x); Wᵀ x + s Aᵀ (Bᵀ x)
+    Value d = m.tprod ? mul(mul(x, bt, !lb.b), a, lb.a_t) : mul(mul(x, a, !lb.a_t), bt, lb.b);
+    return b_.add(y, b_.mul(d, s_.lora_scale));
+  }
+  // dropout: W x + s' B (A (x ⊙ m01)); Wᵀ x + s' m01 ⊙ (Aᵀ (Bᵀ x)), s' = s / (1 - p) (TrainShape::lora_dropout)
+  const auto mw = std::find_if(masks_.begin(), masks_.end(), [&](const WeightSlot& ws) { return ws.weight == weight; });
+  Value m01 = in(mw->slot);  // [1, in, 1, S], or [1, S, 1, in] to transpose
+  if (mw->transposed) {      // reshape + transpose [0, 1, 3, 2] + reshape, as the dynamic matmuls (digest §5.4)
+    const int64_t S = s_.seq, i = m01.dim(3);
+    m01 = b_.reshape(b_.transpose(b_.reshape(m01, {1, 1, S, i}), {0, 1, 3, 2}), {1, i, 1, S});
+  }
+  Value d = m.tprod ? b_.mul(mul(mul(x, bt, !lb.b), a, lb.a_t), m01) : mul(mul(b_.mul(x, m01), a, !lb.a_t), bt, lb.b);
+  return b_.add(y, b_.mul(d, s_.lora_scale / (1.0 - s_.lora_dropout)));
 }
 
 Value KernelGen::vec_value(const std::string& weight) {
@@ -416,6 +439,7 @@ KernelSpec KernelGen::finish(const Taps& outputs) {
   k.weights = blobs_.weights();
   k.in = in_;
   k.weight_slots = slots_;
+  k.lora_masks = masks_;
   return k;
 }
 

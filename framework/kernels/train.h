@@ -77,8 +77,15 @@ struct TrainShape {
   // y = W x + lora_scale * B (A x) with W baked (kStatic) or read from its band (kDynamic) and A [r, in], B [out, r]
   // read from bands of the kernel's input surface (staged every step, so nothing is recompiled for new adapters);
   // the transposed products of the backward kernels use Wᵀ + lora_scale * Aᵀ Bᵀ.
+  // With lora_dropout p > 0 (PEFT's lora_B(lora_A(dropout(x))), inverted dropout) every targeted projection reads a
+  // mask band "W.lora_m" of 0 / 1 (m01 [in, S] or m01ᵀ, exact in fp16; staged per sequence, KernelSpec::lora_masks)
+  // and computes y = W x + s' * B (A (x ⊙ m01)), its transposed products Wᵀ dy + s' * m01 ⊙ (Aᵀ (Bᵀ dy)), with the one
+  // constant s' = lora_scale / (1 - p) (the inverted dropout's 1/(1-p) folded into the scale: fp16 rounds s' once,
+  // relative error <= 2^-11, where a mask band of 0 / 1/(1-p) would round every kept element's 1/(1-p) the same way
+  // and the scale again). p = 0: no mask band, the MIL of the adapters alone.
   int64_t lora_rank = 0;
   double lora_scale = 0;
+  double lora_dropout = 0;
   std::vector<std::string> lora_targets;
   bool lora_on(const std::string& weight) const;
 
@@ -134,7 +141,13 @@ struct KernelSpec {
   rt::Weights weights;                   // BLOBFILE contents (static weights, mask, RoPE tables)
   mil::IOLayout in, out;                 // the one input / output surface
   std::vector<WeightSlot> weight_slots;  // dynamic: weights the host stages into `in`
+  // LoRA dropout (TrainShape::lora_dropout > 0): the mask band of each targeted projection (slot lora_mask_slot(W),
+  // weight W: 0 / 1 by element of the projection's input), which the host stages before each sequence: m01 [in, S],
+  // or when transposed m01ᵀ [S, in] (where `in` is over the surface's channels and S is not).
+  std::vector<WeightSlot> lora_masks;
 };
+// The mask band of projection `weight` ("wq.lora_m").
+std::string lora_mask_slot(const std::string& weight);
 
 // Builds one kernel. `w` is required for weight-bearing kernels under kStatic, ignored otherwise.
 KernelSpec build_kernel(KernelKind kind, const TrainShape& shape, Strategy strategy, const LayerWeights* w = nullptr);
@@ -150,7 +163,11 @@ LayerKernels build_layer_kernels(const TrainShape& shape, Strategy strategy, con
 // where its rows fit the surface's channels: Aᵀ [in, r] and B [out, r] (WeightSlot::transposed), else r rows high:
 // A [r, in] and Bᵀ [r, out] (WeightSlot weight names the same as the slots; activations are then spatial bands of
 // width S too; under kDynamic the LoRA bands follow the base weights' bands). Values of such a slot from A [r, in] and
-// B [out, r] row-major; false when ws is not a LoRA band.
+// B [out, r] row-major; false when ws is not a LoRA band. With dropout (TrainShape::lora_dropout > 0) the mask bands
+// lora_mask_slot(W) follow, one per targeted projection of the kernel: m01 [in, S] where `in` fits the channels the
+// surface has without them, else m01ᵀ [S, in] (transposed back in MIL: a band [in, S] would raise the channels of the
+// whole surface to `in`, e.g. ffn_fwd's to H for the mask of W2's input). KernelSpec::lora_masks; not weight slots:
+// the host stages them per sequence, LayerRunner::set_masks.
 bool lora_slot_values(const WeightSlot& ws, std::span<const float> a, std::span<const float> b, const TrainShape& s,
                       std::vector<float>& out);
 // "wq" of "wq.lora_a" / "wq.lora_bt"; "" for a slot that is not a LoRA band.

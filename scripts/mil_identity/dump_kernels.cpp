@@ -1,9 +1,10 @@
 // Before/after check of the generated MIL (scripts/mil_identity/run.sh): writes every training kernel (every
-// trainable preset but those with post norms, both RoPE styles, both strategies, S = 64) and every prefill layer kernel
-// (every preset, S = 64 and 128) as MIL text (<name>.mil) with a hash of its weights and of the emulator's output bytes
-// for deterministic inputs and weights (<name>.hash). Built in each tree as the CMake target mil_identity_dump
-// (tests/acceptance/CMakeLists.txt, not part of `all`). A kernel that fails to build, compile or evaluate is one
-// line on stderr naming it, and the exit status is 1.
+// trainable preset but those with post norms, both RoPE styles, both strategies, S = 64), the LoRA training kernels of
+// the small presets (rank 4, every target, without and with dropout) and every prefill layer kernel (every preset,
+// S = 64 and 128) as MIL text (<name>.mil) with a hash of its weights and of the emulator's output bytes for
+// deterministic inputs and weights (<name>.hash). Built in each tree as the CMake target mil_identity_dump
+// (tests/acceptance/CMakeLists.txt, not part of `all`). A kernel that fails to build, compile or evaluate is one line
+// on stderr naming it, and the exit status is 1.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -150,6 +151,22 @@ static void dump_all(const std::string& dir) {
             emit(dir, base + "_" + ks.name, ks.program, ks.weights, small);
           });
         }
+      if (!small) continue;
+      kern::TrainShape ls = s;  // LoRA (rank 4 on every target): the adapters' bands of the weight-bearing kernels
+      ls.lora_rank = 4, ls.lora_scale = 2, ls.lora_targets = {"wq", "wk", "wv", "wo", "w1", "w3", "w2"};
+      kern::TrainShape lds = ls;  // and with dropout: the masks' bands
+      lds.lora_dropout = 0.1;
+      for (const kern::TrainShape* sh : {&ls, &lds})
+        for (auto strat : {kern::Strategy::kStatic, kern::Strategy::kDynamic})
+          for (auto k : kern::kAllKernelKinds) {
+            if (!kern::kernel_has_weights(k)) continue;
+            const std::string base = std::string(sh == &ls ? "lora_" : "lora_dropout_") + name + "_" +
+                                     kern::rope_style_name(rs) + "_" + kern::strategy_name(strat);
+            guarded(base + "_kind" + std::to_string(int(k)), [&] {
+              auto ks = kern::build_kernel(k, *sh, strat, &w);
+              emit(dir, base + "_" + ks.name, ks.program, ks.weights, true);
+            });
+          }
     }
   }
 }

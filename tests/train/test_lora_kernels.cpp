@@ -7,7 +7,10 @@
 // against PyTorch in test_lora.cpp), same model, same batch, every target module. Tolerance: the NMSE bound 1e-4 of
 // the full-training kernels (test_kernel_engine.cpp: every kernel output is fp16-rounded, k ~ 10..300 independent
 // roundings on a path give NMSE ~k·u²/3 = 1e-6 .. 2.5e-5; a missing or wrong term gives >= 1e-2). The adapters'
-// products add a few more roundings per path (A x, B(A x), s·...: fp16 in the kernel) — the same order.
+// products add a few more roundings per path (A x, B(A x), s·...: fp16 in the kernel) — the same order. With adapter
+// dropout (p = 0.1) the kernels read the CPU strategy's masks (lora_dropout_stream) as 0 / 1 bands (exact in fp16)
+// and fold 1/(1-p) into the one scale constant s/(1-p), which fp16 rounds once (relative 2^-11 at most on the
+// adapters' term: NMSE <= 2.5e-7 from it); masks other than the CPU's move the gradients by NMSE >= 1e-2 (checked).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +18,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -34,9 +38,9 @@
 namespace anelab {
 namespace {
 
-train::LoraLayout lorak_layout(const models::ModelConfig& cfg, int64_t rank) {
+train::LoraLayout lorak_layout(const models::ModelConfig& cfg, int64_t rank, double dropout = 0) {
   train::LoraConfig lc;
-  lc.rank = rank, lc.alpha = 2.0 * double(rank);
+  lc.rank = rank, lc.alpha = 2.0 * double(rank), lc.dropout = dropout;
   lc.targets = train::parse_lora_targets("q,k,v,o,gate,up,down");
   return train::LoraLayout(cfg, lc);
 }
@@ -50,8 +54,8 @@ struct LorakCase {
   std::vector<float> a;  // the adapters (LoraLayout's flat buffer)
   train::Batch b;
 };
-LorakCase lorak_case(const models::ModelConfig& cfg, int64_t B, int64_t T) {
-  LorakCase c{train::ParamLayout(cfg), {}, lorak_layout(cfg, 4), {}, {}};
+LorakCase lorak_case(const models::ModelConfig& cfg, int64_t B, int64_t T, double dropout = 0) {
+  LorakCase c{train::ParamLayout(cfg), {}, lorak_layout(cfg, 4, dropout), {}, {}};
   c.w = test::init_with_norm_noise(c.layout, 7);
   c.a = train::lora_init(c.ll, 3);
   train::Rng rng{17};
@@ -65,10 +69,13 @@ LorakCase lorak_case(const models::ModelConfig& cfg, int64_t B, int64_t T) {
 
 constexpr float kLorakScale = 256.0f;  // the default static:256 loss scale, as the trainer calls the engines
 
+// The dropout stream of the cases with dropout: LoraStep{kLorakSeed, kLorakMicro} (not 0: both reach the masks).
+constexpr uint64_t kLorakSeed = 42, kLorakMicro = 5;
+
 std::unique_ptr<train::StepEngine> lorak_engine(const std::string& strategy, const LorakCase& c) {
   train::KernelEngineOptions o;
   o.strategy = strategy, o.seq_len = c.b.T;
-  return train::make_kernel_lora_engine(o, c.layout, c.w.data(), c.ll);
+  return train::make_kernel_lora_engine(o, c.layout, c.w.data(), c.ll, kLorakSeed, [] { return kLorakMicro; });
 }
 
 // Multiplies every layer tensor of the base by 2 in place (the embedding, final norm and classifier, which the CPU
@@ -80,11 +87,11 @@ void lorak_scribble_layers(LorakCase& c) {
 }
 
 void lorak_check_grads(const models::ModelConfig& cfg, int64_t B, int64_t T, const std::string& strategy,
-                       const std::string& tag) {
-  LorakCase c = lorak_case(cfg, B, T);
+                       const std::string& tag, double dropout = 0) {
+  LorakCase c = lorak_case(cfg, B, T, dropout);
   train::CpuModel cpu(c.layout);
   std::vector<float> ref(c.a.size(), 0.0f);
-  const train::LoraStep st{&c.ll, c.a.data(), ref.data(), 0, 0, true};
+  const train::LoraStep st{&c.ll, c.a.data(), ref.data(), kLorakSeed, kLorakMicro, true};
   cpu.set_lora(&st);
   const double ref_loss = cpu.forward_backward(c.w.data(), c.b, kLorakScale, nullptr);
 
@@ -100,6 +107,17 @@ void lorak_check_grads(const models::ModelConfig& cfg, int64_t B, int64_t T, con
   }
   std::printf("[lora %s %s] %zu adapter tensors, loss %.6f vs cpu %.6f, worst NMSE %.2e\n", strategy.c_str(),
               tag.c_str(), c.ll.params().size(), loss, ref_loss, worst);
+  if (dropout > 0) {  // the CPU's gradients of other masks (the next micro-batch's) are far from the kernels'
+    std::vector<float> other(c.a.size(), 0.0f);
+    const train::LoraStep st2{&c.ll, c.a.data(), other.data(), kLorakSeed, kLorakMicro + 1, true};
+    cpu.set_lora(&st2);
+    cpu.forward_backward(c.w.data(), c.b, kLorakScale, nullptr);
+    cpu.set_lora(&st);
+    const double r = test::rel_err(got.data(), other.data(), int64_t(other.size()));
+    std::printf("[lora %s %s] against the CPU's gradients of other masks: NMSE %.2e\n", strategy.c_str(), tag.c_str(),
+                r * r);
+    EXPECT_GT(r * r, 1e-2) << tag;
+  }
   // A second call (new adapters: restaged, nothing recompiled) matches too. The base the kernels hold is the one of
   // the first call: weights_updated() neither recompiles (static) nor restages (dynamic) it, so scribbling over the
   // caller's layer tensors now changes nothing (the CPU reference keeps the first call's base).
@@ -130,6 +148,19 @@ TEST(LoraKernels, DynamicGradientsMatchCpuLoraLlama3Gqa) {
 TEST(LoraKernels, DynamicGradientsMatchCpuLoraQwen3QkNorm) {
   lorak_check_grads(test::qwen3_test_config(), 2, 64, "dynamic", "qwen3");
 }
+// Adapter dropout p = 0.1: the kernels take the CPU strategy's masks of the same seed and micro-batch.
+TEST(LoraKernels, DropoutGradientsMatchCpuLoraLlama3Gqa) {
+  lorak_check_grads(test::llama3_test_config(), 2, 64, "static", "llama3 dropout", 0.1);
+}
+TEST(LoraKernels, DropoutGradientsMatchCpuLoraQwen3QkNorm) {
+  lorak_check_grads(test::qwen3_test_config(), 2, 64, "static", "qwen3 dropout", 0.1);
+}
+TEST(LoraKernels, DynamicDropoutGradientsMatchCpuLoraLlama3Gqa) {
+  lorak_check_grads(test::llama3_test_config(), 2, 64, "dynamic", "llama3 dropout", 0.1);
+}
+TEST(LoraKernels, DynamicDropoutGradientsMatchCpuLoraQwen3QkNorm) {
+  lorak_check_grads(test::qwen3_test_config(), 2, 64, "dynamic", "qwen3 dropout", 0.1);
+}
 
 // Dynamic against static LoRA on the same case, bit for bit. The two kernels differ only in the base's products:
 // static convolves x with the baked fp16 blob (nn.h linear: conv 1x1), dynamic multiplies x by the fp16 band of the
@@ -138,10 +169,36 @@ TEST(LoraKernels, DynamicGradientsMatchCpuLoraQwen3QkNorm) {
 // the input channels in the same order, the output rounded to fp16 once), so every product, and then every op
 // after it (the same MIL), gives the same bits. (On the ANE the two ops may sum in other orders: then the bound is
 // the fp16 kernel tolerance above, NMSE 1e-4, which test_kernel_engine.cpp checks against the CPU engine.)
+// The run's wiring (as train::run_training sets it up): a LoraEngine whose steps run on the kernels draws, call after
+// call, the masks the CPU LoraEngine draws (the run's seed, its micro-batch count: resumed runs start it past 0).
+TEST(LoraKernels, LoraEngineOnKernelsDrawsTheCpuMasks) {
+  const LorakCase c = lorak_case(test::llama3_test_config(), 2, 64, 0.1);
+  constexpr uint64_t seed = 1234;
+  train::LoraEngine cpu(c.layout, c.w, c.ll, seed);
+  auto ker = std::make_unique<train::LoraEngine>(c.layout, c.w, c.ll, seed);
+  train::KernelEngineOptions o;
+  o.strategy = "dynamic", o.seq_len = c.b.T;
+  ker->set_step_engine(train::make_kernel_lora_engine(o, c.layout, ker->base().dense_data(), c.ll, seed,
+                                                      [le = ker.get()] { return le->micro_batches(); }));
+  cpu.set_micro_batches(7), ker->set_micro_batches(7);
+  for (int call = 0; call < 2; ++call) {
+    std::vector<float> ref(c.a.size(), 0.0f), got(c.a.size(), 0.0f);
+    cpu.forward_backward(c.a.data(), c.b, kLorakScale, ref.data(), nullptr);
+    ker->forward_backward(c.a.data(), c.b, kLorakScale, got.data(), nullptr);
+    const double r = test::rel_err(got.data(), ref.data(), int64_t(ref.size()));
+    std::printf("[lora engine on the kernels, micro-batch %d] NMSE %.2e against the CPU LoraEngine\n", 7 + call, r * r);
+    EXPECT_LT(r * r, 1e-4) << call;
+  }
+  EXPECT_EQ(ker->micro_batches(), 9u);
+}
+
+// With dropout (p = 0.1) too: the same mask bands in both.
 TEST(LoraKernels, DynamicGradientsMatchStatic) {
-  for (const auto& [cfg, tag] :
-       {std::pair{test::llama3_test_config(), "llama3"}, {test::qwen3_test_config(), "qwen3"}}) {
-    const LorakCase c = lorak_case(cfg, 2, 64);
+  for (const auto& [cfg, tag, dropout] : {std::tuple{test::llama3_test_config(), "llama3", 0.0},
+                                          {test::qwen3_test_config(), "qwen3", 0.0},
+                                          {test::llama3_test_config(), "llama3 dropout", 0.1},
+                                          {test::qwen3_test_config(), "qwen3 dropout", 0.1}}) {
+    const LorakCase c = lorak_case(cfg, 2, 64, dropout);
     auto st = lorak_engine("static", c), dy = lorak_engine("dynamic", c);
     std::vector<float> gs(c.a.size(), 0.0f), gd(c.a.size(), 0.0f);
     const double ls = st->forward_backward(c.a.data(), c.b, kLorakScale, gs.data(), nullptr);
@@ -160,10 +217,10 @@ TEST(LoraKernels, DynamicGradientsMatchStatic) {
   }
 }
 
-// >= 200 steps of `train --lora --strategy S` on the emulator: ONE compile event, before the first step's event, with
-// every kernel of the run (static: 2 shared + 7 per layer; dynamic: the 9 shared kernels); none after, no restart,
-// and the loss falls. (Full static training of the same run compiles 7·L kernels after every update: 200 compile
-// events.)
+// >= 200 steps of `train --lora --lora-dropout 0.1 --strategy S` on the emulator: ONE compile event, before the first
+// step's event, with every kernel of the run (static: 2 shared + 7 per layer; dynamic: the 9 shared kernels); none
+// after (new masks every step are inputs), no restart, and the loss falls. (Full static training of the same run
+// compiles 7·L kernels after every update: 200 compile events.)
 void lorak_run_200(const std::string& strategy, int kernels_per_layer, int shared) {
   const models::ModelConfig cfg = test::gqa_test_config();
   const auto dir = test::temp_dir("lora_" + strategy + "_200").string();
@@ -173,7 +230,7 @@ void lorak_run_200(const std::string& strategy, int kernels_per_layer, int share
   c.init = init, c.data = test::write_tokens(dir, 4000, cfg.vocab_size, 5), c.run_dir = dir + "/run", c.run = "l";
   c.strategy = strategy, c.steps = 200, c.batch_size = 1, c.seq_len = 64, c.lr = 1e-2, c.warmup_steps = 5;
   c.eval_batches = 0, c.batching = "sequential";
-  c.lora = true, c.lora_rank = 4, c.lora_alpha = 8;
+  c.lora = true, c.lora_rank = 4, c.lora_alpha = 8, c.lora_dropout = 0.1;
   train::validate(c);
   train::run_training(c, {false, false});
   const auto compiles = test::read_events(c.run_dir, "compile");
@@ -266,18 +323,76 @@ TEST(LoraKernels, LoraBandsAreUprightWhereTheyFit) {
   }
 }
 
-// The kernel strategies take --lora, not adapter dropout.
-TEST(LoraKernels, KernelStrategiesTakeLoraWithoutDropout) {
+// The dropout masks' bands of the same shape (p = 0.1, S = 256): one per adapted projection of a kernel, S columns wide
+// where the projection's input fits the surface's channels, else S rows high (m01ᵀ, transposed back in MIL): the
+// channels stay those of the surface without masks (an upright band of W2's input [H, S] would raise ffn_fwd's from
+// 896 to 4864).
+TEST(LoraKernels, DropoutMaskBandsKeepTheChannels) {
+  kern::TrainShape s;
+  s.dim = 896, s.hidden = 4864, s.n_heads = 14, s.n_kv_heads = 2, s.head_dim = 64, s.seq = 256, s.rope_theta = 1e6;
+  s.lora_rank = 8, s.lora_scale = 2, s.lora_targets = {"wq", "wk", "wv", "wo", "w1", "w3", "w2"};
+  kern::TrainShape d = s;
+  d.lora_dropout = 0.1;
+  int64_t mask_values = 0;  // per layer and sequence, each staged into a forward and a backward kernel
+  for (const auto& [kind, n] : {std::pair{kern::KernelKind::kAttnFwd, 4},
+                                {kern::KernelKind::kFfnFwd, 3},
+                                {kern::KernelKind::kFfnBwd, 3},
+                                {kern::KernelKind::kWoBwd, 1},
+                                {kern::KernelKind::kQkvBwd, 3}}) {
+    const kern::KernelSpec base = kern::build_kernel(kind, s, kern::Strategy::kDynamic);
+    const kern::KernelSpec drop = kern::build_kernel(kind, d, kern::Strategy::kDynamic);
+    EXPECT_TRUE(base.lora_masks.empty()) << base.name;
+    ASSERT_EQ(drop.lora_masks.size(), size_t(n)) << drop.name;
+    EXPECT_EQ(drop.in.channels(), base.in.channels()) << drop.name;
+    int64_t values = 0;
+    for (const kern::WeightSlot& ws : drop.lora_masks) {
+      const mil::IOSlot& b = drop.in.slot(ws.slot);
+      EXPECT_EQ(ws.transposed ? b.channels : b.spatial, s.seq) << drop.name << " " << ws.slot;
+      EXPECT_EQ(ws.transposed ? b.spatial : b.channels, ws.weight == "w2" ? s.hidden : s.dim) << drop.name;
+      values += b.channels * b.spatial;
+    }
+    mask_values += values;
+    std::printf("[lora dropout bands %s] %zu masks, %lld values; surface [%lld, %lld] -> [%lld, %lld]\n",
+                drop.name.c_str(), drop.lora_masks.size(), (long long)values, (long long)base.in.channels(),
+                (long long)base.in.spatial(), (long long)drop.in.channels(), (long long)drop.in.spatial());
+  }
+  // q k v o gate up: D inputs, down: H; each mask in one forward and one backward kernel
+  EXPECT_EQ(mask_values, 2 * (6 * s.dim + s.hidden) * s.seq);
+}
+
+// 6 steps == 3 + --resume + 3 on the kernels, bit for bit, with dropout (2 sequences per micro-batch, 2 micro-batches
+// per step: the masks' stream continues at the resumed run's micro-batch).
+TEST(LoraKernels, ResumeIsBitExactWithDropout) {
   for (const char* strategy : {"static", "dynamic"}) {
+    const models::ModelConfig cfg = test::gqa_test_config();
+    const auto dir = test::temp_dir(std::string("lora_resume_") + strategy).string();
+    const std::string init = dir + "/init.anelab";
+    models::write_random_model(cfg, init, 11);
+    train::TrainConfig c;
+    c.init = init, c.data = test::write_tokens(dir, 4000, cfg.vocab_size, 5), c.run_dir = dir + "/run", c.run = "l";
+    c.strategy = strategy, c.steps = 6, c.batch_size = 2, c.accum_steps = 2, c.seq_len = 64, c.lr = 1e-2;
+    c.warmup_steps = 1, c.eval_batches = 0, c.batching = "random";
+    c.lora = true, c.lora_rank = 4, c.lora_alpha = 8, c.lora_dropout = 0.1;
+    test::expect_lora_resume_bit_exact(c, 3);
+    std::filesystem::remove_all(dir);
+  }
+}
+
+// The kernel strategies take --lora with adapter dropout; a dropout outside [0, 1) is refused on every strategy.
+TEST(LoraKernels, KernelStrategiesTakeLoraDropout) {
+  for (const char* strategy : {"cpu", "static", "dynamic"}) {
     train::TrainConfig c;
     c.preset = "stories260k", c.data = "x.bin", c.lora = true, c.strategy = strategy;
-    EXPECT_NO_THROW(train::validate(c)) << strategy;
     c.lora_dropout = 0.1;
-    try {
-      train::validate(c);
-      ADD_FAILURE() << "no error for " << strategy;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("--lora-dropout"), std::string::npos) << e.what();
+    EXPECT_NO_THROW(train::validate(c)) << strategy;
+    for (double bad : {1.0, -0.1}) {
+      c.lora_dropout = bad;
+      try {
+        train::validate(c);
+        ADD_FAILURE() << "no error for " << strategy << " --lora-dropout " << bad;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("--lora-dropout"), std::string::npos) << e.what();
+      }
     }
   }
 }
