@@ -110,8 +110,7 @@ struct AmxSrc {
 inline AmxSrc amx_a(const uint16_t* a, int64_t lda, int64_t m0, int64_t M, int64_t p0, int64_t np, uint16_t* buf) {
   if (m0 + 16 <= M && np == 16) return {a + m0 * lda + 2 * p0, lda * 2};
   std::memset(buf, 0, 16 * 64);
-  for (int64_t m = 0; m < 16 && m0 + m < M; ++m)
-    std::memcpy(buf + m * 32, a + (m0 + m) * lda + 2 * p0, size_t(np) * 4);
+  for (int64_t m = 0; m < 16 && m0 + m < M; ++m) std::memcpy(buf + m * 32, a + (m0 + m) * lda + 2 * p0, size_t(np) * 4);
   return {buf, 64};
 }
 
@@ -147,12 +146,12 @@ inline void amx_c_copy_out(const float* buf, float* c, int64_t ldc, int64_t m0, 
 }
 
 // Tile numbers are immediates: one line per tile.
-#define ANELAB_AMX_C_LOAD(T, MB, GB)                                                  \
-  if (accumulate) {                                                                   \
-    const AmxSrc s_ = amx_c_in(c, ldc, MB, M, GB, n, true, cbuf);                     \
-    _tile_loadd(T, s_.p, s_.stride);                                                  \
-  } else {                                                                            \
-    _tile_zero(T);                                                                    \
+#define ANELAB_AMX_C_LOAD(T, MB, GB)                              \
+  if (accumulate) {                                               \
+    const AmxSrc s_ = amx_c_in(c, ldc, MB, M, GB, n, true, cbuf); \
+    _tile_loadd(T, s_.p, s_.stride);                              \
+  } else {                                                        \
+    _tile_zero(T);                                                \
   }
 #define ANELAB_AMX_C_STORE(T, MB, GB)                        \
   {                                                          \
@@ -178,9 +177,15 @@ ANELAB_AMX_TARGET void gemm_bf16_amx(const uint16_t* a, int64_t lda, const uint1
     for (int64_t g0 = 0; g0 < groups; g0 += 2) {
       const bool two_g = g0 + 1 < groups;
       ANELAB_AMX_C_LOAD(0, m0, g0)
-      if (two_g) { ANELAB_AMX_C_LOAD(1, m0, g0 + 1) }
-      if (two_m) { ANELAB_AMX_C_LOAD(2, m0 + 16, g0) }
-      if (two_m && two_g) { ANELAB_AMX_C_LOAD(3, m0 + 16, g0 + 1) }
+      if (two_g) {
+        ANELAB_AMX_C_LOAD(1, m0, g0 + 1)
+      }
+      if (two_m) {
+        ANELAB_AMX_C_LOAD(2, m0 + 16, g0)
+      }
+      if (two_m && two_g) {
+        ANELAB_AMX_C_LOAD(3, m0 + 16, g0 + 1)
+      }
       for (int64_t p0 = 0; p0 < Kp; p0 += 16) {
         const int64_t np = std::min<int64_t>(16, Kp - p0);
         const AmxSrc a0 = amx_a(a, lda, m0, M, p0, np, abuf[0]);
