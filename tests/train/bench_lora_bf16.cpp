@@ -39,7 +39,7 @@ double bench_median_ms(int runs, F f) {
 // against three chains written here over each output's k pairs, from C's start value: odd element first (the portable
 // chain, vdpbf16ps), even element first (TDPBF16PS's order in Intel's SDM), and each pair's two products summed
 // exactly then added with one rounding. Prints, for each, the outputs that differ and max |Δ| / Σ_k |a_k| |b_k|; then
-// whether K split in two accumulated calls at k = 74 (not a multiple of 32) gives the one call's bits.
+// whether K split in two accumulated calls at k = 74 and at k = 64 gives the one call's bits.
 void bench_check(simd::Bf16Kernel kernel, const char* name) {
   const int64_t M = 50, K = 777, n = 200, lda = K + 1, Kp = (K + 1) / 2;
   std::vector<float> a(size_t(M * K)), b(size_t(K * n)), c0(size_t(M * n));
@@ -84,17 +84,19 @@ void bench_check(simd::Bf16Kernel kernel, const char* name) {
         name, (long long)M, (long long)K, (long long)n, acc ? "accumulate" : "from 0", (long long)differ[0], worst[0],
         (long long)differ[1], worst[1], (long long)differ[2], worst[2], (long long)(M * n));
   }
-  // K split: rows [0, 74) of B then [74, K) accumulated, as train/bf16_linalg's dx splits the chain.
-  const int64_t k1 = 74;
-  std::vector<uint16_t> p1(size_t(simd::bf16_panel_size(k1, n))), p2(size_t(simd::bf16_panel_size(K - k1, n)));
-  simd::pack_bf16_kn(b.data(), n, k1, n, p1.data());
-  simd::pack_bf16_kn(b.data() + k1 * n, n, K - k1, n, p2.data());
-  std::vector<float> one(c0.size()), two(c0.size());
-  simd::gemm_bf16(ab.data(), lda, panel.data(), K, one.data(), n, M, n, false, kernel);
-  simd::gemm_bf16(ab.data(), lda, p1.data(), k1, two.data(), n, M, n, false, kernel);
-  simd::gemm_bf16(ab.data() + k1, lda, p2.data(), K - k1, two.data(), n, M, n, true, kernel);
-  std::printf("check %s: K split at %lld gives the one call's bits: %s\n", name, (long long)k1,
-              std::memcmp(one.data(), two.data(), one.size() * 4) == 0 ? "yes" : "NO");
+  // K split: rows [0, k1) of B then [k1, K) accumulated, as train/bf16_linalg's dx splits the chain: at 74 (not a
+  // multiple of 32, the AMX kernel's k step) and at 64.
+  for (const int64_t k1 : {int64_t(74), int64_t(64)}) {
+    std::vector<uint16_t> p1(size_t(simd::bf16_panel_size(k1, n))), p2(size_t(simd::bf16_panel_size(K - k1, n)));
+    simd::pack_bf16_kn(b.data(), n, k1, n, p1.data());
+    simd::pack_bf16_kn(b.data() + k1 * n, n, K - k1, n, p2.data());
+    std::vector<float> one(c0.size()), two(c0.size());
+    simd::gemm_bf16(ab.data(), lda, panel.data(), K, one.data(), n, M, n, false, kernel);
+    simd::gemm_bf16(ab.data(), lda, p1.data(), k1, two.data(), n, M, n, false, kernel);
+    simd::gemm_bf16(ab.data() + k1, lda, p2.data(), K - k1, two.data(), n, M, n, true, kernel);
+    std::printf("check %s: K split at %lld gives the one call's bits: %s\n", name, (long long)k1,
+                std::memcmp(one.data(), two.data(), one.size() * 4) == 0 ? "yes" : "NO");
+  }
 }
 
 const char* bench_kernel_name(simd::Bf16Kernel k) {
