@@ -11,14 +11,18 @@
 // vdpbf16ps treats denormal inputs as zero and flushes denormal results to zero (DAZ/FTZ implied by the instruction,
 // whatever MXCSR says), the portable chain keeps them (IEEE). The results do not depend on how the caller splits
 // the output over threads or on the tile sizes: each element is the same chain.
-// A third kernel, on the AMX tiles (Intel SDM, TDPBF16PS: C[16, 16] fp32 += A[16, 32] bf16 · B[32, 16] bf16, the
-// pairs' products summed in order with DAZ/FTZ and round to nearest even; Sapphire Rapids and later Xeons):
+// A third kernel, on the AMX tiles (Intel SDM, TDPBF16PS: C[16, 16] fp32 += A[16, 32] bf16 · B[32, 16] bf16, DAZ/FTZ,
+// round to nearest even; Sapphire Rapids and later Xeons):
 //   kAmx       tdpbf16ps on 2 x 2 C tiles of 16 x 16 (x86-64 Linux, only in the builds that have kNative; the CPU must
 //              have AMX-TILE and AMX-BF16 and the OS grant the tile state, platform::request_amx_tile_state);
-//              elsewhere kAmx runs kNative. The SDM adds the even element of a pair first, vdpbf16ps the odd one, so
-//              its bits need not be kNative's: each output is within 2 γ_K Σ_k |a_k| |b_k| of the chain above (γ_K =
-//              K u / (1 - K u), u = 2^-24: each is a K-step fp32 sum of the same exact products, within γ_K Σ of
-//              their exact sum); docs/finetuning.md has what the device measured.
+//              elsewhere kAmx runs kNative. Not the chain above: measured on the device's Xeon (2026-11-29), 76-84 %
+//              of random outputs differ from it, and as many from the even-first chain of the SDM's pseudocode and
+//              from each pair summed exactly then added, all within 1.2e-7 Σ_k |a_k| |b_k| (K = 777). Its guarantee:
+//              each output within 2 γ_{K+1} (|c| + Σ_k |a_k| |b_k|) of the chain above (γ_n = n u / (1 - n u),
+//              u = 2^-24; both are fp32 sums of the same exact products). Each instruction's 32 products are summed
+//              in an order of its own, so the result depends on where K starts and ends: the same inputs give the same
+//              bits whatever the split of M and n, and K split into accumulated calls at multiples of 32 gives one
+//              call's bits (at 74 it does not). Denormals flushed as with vdpbf16ps.
 // The default kernel (bf16_default_kernel) is kAmx where bf16_amx(), else kNative; ANELAB_BF16_KERNEL=amx|native|
 // portable picks one for A/B runs (read once per process).
 //
@@ -62,8 +66,8 @@ void pack_bf16_kn(const float* src, int64_t ld, int64_t K, int64_t n, uint16_t* 
 void pack_bf16_nk(const uint16_t* src, int64_t ld, int64_t K, int64_t n, uint16_t* panel);
 void pack_bf16_kn(const uint16_t* src, int64_t ld, int64_t K, int64_t n, uint16_t* panel);
 
-// C[m, j] for m < M, j < n (C row m at c + m * ldc): the chain above over k < K, started from 0, or from C's value
-// when accumulate.
+// C[m, j] for m < M, j < n (C row m at c + m * ldc): the chain above over k < K (kAmx: its sums, above), started
+// from 0, or from C's value when accumulate.
 void gemm_bf16(const uint16_t* a, int64_t lda, const uint16_t* panel, int64_t K, float* c, int64_t ldc, int64_t M,
                int64_t n, bool accumulate, Bf16Kernel kernel = bf16_default_kernel());
 
