@@ -82,10 +82,12 @@ void dx_bf16(const float* dy, const Bf16Source& W, float* dx, int64_t N, int64_t
   const int64_t lda = (out + 1) / 2 * 2;
   const std::vector<uint16_t> db = bf16_rows(dy, N, out, lda);
   bf16_blocks(in, W.align(), N * in * out, [&](int64_t c0, int64_t c1) {  // columns of dx = columns of W
-    const int64_t width = c1 - c0, kc = std::max<int64_t>(16, kBf16PanelElems / ((width + 15) / 16 * 16) / 2 * 2);
+    // chunks of k in multiples of 32: the AMX kernel's k step (a tdpbf16ps sums 32 products in an order of its own, so
+    // a chunk boundary inside a step would change the bits with the block width, i.e. with the thread count)
+    const int64_t width = c1 - c0, kc = std::max<int64_t>(32, kBf16PanelElems / ((width + 15) / 16 * 16) / 32 * 32);
     std::vector<float> tile;
     std::vector<uint16_t> panel(size_t(simd::bf16_panel_size(std::min(kc, out), width)));
-    for (int64_t k0 = 0; k0 < out; k0 += kc) {  // rows of W, in even chunks: the chain goes on from chunk to chunk
+    for (int64_t k0 = 0; k0 < out; k0 += kc) {  // rows of W in chunks: the chain goes on from chunk to chunk
       const int64_t k1 = std::min(out, k0 + kc);
       W.pack_kn(k0, k1, c0, width, tile, panel.data());
       simd::gemm_bf16(db.data() + k0, lda, panel.data(), k1 - k0, dx + c0, in, N, width, add || k0 > 0);

@@ -13,7 +13,7 @@
 //   platform_linux.cpp   Linux: executable (/proc/self/exe, else argv[0]), RSS, CPU ticks, memory via procfs,
 //                        the distribution's name (/etc/os-release),
 //                        transparent huge pages (madvise MADV_HUGEPAGE, sysfs THP mode, smaps_rollup),
-//                        free heap memory given back (glibc malloc_trim)
+//                        free heap memory given back (glibc malloc_trim), the AMX tile permission (arch_prctl)
 //   platform_macos.cpp   macOS: _NSGetExecutablePath, mach_task_basic_info, host_processor_info, OS version
 //                        and chip (sysctl kern.osproductversion, machdep.cpu.brand_string),
 //                        hw.memsize + host_statistics64, proc_pidinfo
@@ -179,6 +179,14 @@ Reading<std::string> release_free_memory();
 // mapping, unmapped on free, and a free top of any arena, per-thread ones included, above `bytes` is
 // returned on free; malloc_trim cannot shrink those tops). The allocator tuned, or why nothing was done.
 Reading<std::string> limit_heap_retention(size_t bytes);
+
+// ---- the CPU's state -----------------------------------------------------------------------------
+
+// Asks the OS for the AMX tile data state of this process (Linux x86-64: arch_prctl(ARCH_REQ_XCOMP_PERM,
+// XFEATURE_XTILEDATA), kernel 5.16+; the kernel's Documentation/arch/x86/xstate.rst), so that AMX instructions do not
+// fault. Once per process is enough (the permission is the process's). What was granted, or why not (any other OS
+// or CPU: unavailable).
+Reading<std::string> request_amx_tile_state();
 
 // ---- the machine ------------------------------------------------------------------------------
 

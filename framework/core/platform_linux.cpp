@@ -3,6 +3,8 @@
 
 #if defined(__linux__)
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
@@ -106,6 +108,18 @@ Reading<std::string> limit_heap_retention(size_t bytes) {
 #endif
 }
 Reading<MachineMemory> machine_memory() { return procfs::machine_memory(procfs::kRoot); }
+
+Reading<std::string> request_amx_tile_state() {
+#if defined(__x86_64__) && defined(SYS_arch_prctl)
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;  // arch/x86/include/uapi/asm/prctl.h
+  if (::syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0)
+    return Reading<std::string>::unavailable(std::string("arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA): ") +
+                                             std::strerror(errno));
+  return Reading<std::string>::ok("arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA) granted");
+#else
+  return Reading<std::string>::unavailable("no AMX on this architecture");
+#endif
+}
 
 }  // namespace anelab::platform
 #endif

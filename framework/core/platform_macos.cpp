@@ -123,6 +123,7 @@ Reading<std::string> release_free_memory() {
 Reading<std::string> limit_heap_retention(size_t) {
   return Reading<std::string>::unavailable("not needed on macOS (its malloc gives free pages back itself)");
 }
+Reading<std::string> request_amx_tile_state() { return Reading<std::string>::unavailable("no AMX on macOS"); }
 
 }  // namespace anelab::platform
 #endif

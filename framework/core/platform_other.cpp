@@ -22,6 +22,7 @@ Reading<std::string> advise_huge_pages(void*, size_t) { return Reading<std::stri
 Reading<double> anon_huge_pages_mb() { return Reading<double>::unavailable(kWhy); }
 Reading<std::string> release_free_memory() { return Reading<std::string>::unavailable(kWhy); }
 Reading<std::string> limit_heap_retention(size_t) { return Reading<std::string>::unavailable(kWhy); }
+Reading<std::string> request_amx_tile_state() { return Reading<std::string>::unavailable(kWhy); }
 
 }  // namespace anelab::platform
 #endif

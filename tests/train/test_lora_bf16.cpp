@@ -1,6 +1,8 @@
 // `train --lora --lora-compute bf16`: the frozen base's products with bf16 operands and fp32 sums.
-// - The GEMM (framework/simd/bf16_gemm.h): the AVX512-BF16 kernel bit-equal to the portable one on random data, both
-//   equal to the pair chain written out here on the unpacked operands; the instruction's flush of denormals.
+// - The GEMM (framework/simd/bf16_gemm.h): the native/portable kernels: the AVX512-BF16 kernel bit-equal to the
+//   portable one on random data, both equal to the pair chain written out here on the unpacked operands; the
+//   instruction's flush of denormals. The AMX kernel (where the CPU has it): within the fp32 sums' bound of the chain
+//   (another pair order), and flushing like vdpbf16ps.
 // - The products (train/bf16_linalg.h) on fp32, bf16 and Q8_0 weights: against the fp64 product of the exact operands
 //   within (2^-7 + 2^-16 + 2 γ_K) Σ|x||w| (each operand rounded to bf16: 2^-8 relative; K fp32 sums: γ_K), and against
 //   the fp64 product of the bf16-rounded operands within γ_K Σ|x||w| (the sums alone).
@@ -9,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -135,6 +138,50 @@ TEST(LoraBf16, NativeKernelFlushesDenormalsThePortableOneKeeps) {
   sd::pack_bf16_kn(bcol, 1, 2, 1, t.panel.data());
   EXPECT_EQ(bf16t_run(t, false, sd::Bf16Kernel::kPortable)[0], 0x1p-140f);
   EXPECT_EQ(bf16t_run(t, false, sd::Bf16Kernel::kNative)[0], 0.0f);
+}
+
+// kAmx flushes like vdpbf16ps: TDPBF16PS with DAZ/FTZ (Intel SDM) where the CPU has AMX, else kNative itself.
+TEST(LoraBf16, AmxKernelFlushesDenormalsLikeNative) {
+  if (!sd::bf16_native()) GTEST_SKIP() << "this build has no AVX512-BF16 kernel (path " << sd::kName << ")";
+  std::printf("[bf16 gemm] AMX %s, default kernel %d\n", sd::bf16_amx() ? "yes" : "no (kAmx runs kNative)",
+              int(sd::bf16_default_kernel()));
+  Bf16tCase t{1, 2, 1, 2, {sd::round_bf16(0x1p-70f), 0}, {sd::round_bf16(0x1p-70f), 0}, {}, {0.0f}};
+  const float bcol[2] = {0x1p-70f, 0.0f};
+  t.panel.assign(size_t(sd::bf16_panel_size(2, 1)), 0);
+  sd::pack_bf16_kn(bcol, 1, 2, 1, t.panel.data());
+  EXPECT_EQ(bf16t_run(t, false, sd::Bf16Kernel::kAmx)[0], 0.0f);
+}
+
+// The AMX kernel (the device's Xeon; skipped elsewhere) against the portable chain: TDPBF16PS sums the same exact
+// products in another pair order, so each output is within 2 γ_{K+1} (|c| + Σ_k |a_k| |b_k|) of the chain (each of
+// the two sums: K + 1 fp32 roundings at most, a pad pair included). Shapes: the tails of kBf16tShapes, and two tile
+// rows and 13 column groups with every tail (M % 16, n % 16, K odd and K % 32 != 0).
+TEST(LoraBf16, AmxKernelWithinTheChainBound) {
+  if (!sd::bf16_amx())
+    GTEST_SKIP() << "no AMX kernel here (needs x86-64 Linux, AMX-TILE + AMX-BF16 and the OS's grant)";
+  int64_t outputs = 0, differ_total = 0;
+  std::vector<std::array<int64_t, 3>> shapes = {{50, 777, 200}, {32, 64, 32}};
+  for (const auto& s : kBf16tShapes) shapes.push_back({s[0], s[1], s[2]});
+  for (const auto& s : shapes)
+    for (const bool acc : {false, true}) {
+      const Bf16tCase t = bf16t_case(s[0], s[1], s[2], uint64_t(s[0] * 5 + s[1] * 11 + s[2]));
+      const std::vector<float> got = bf16t_run(t, acc, sd::Bf16Kernel::kAmx), want = bf16t_chain(t, acc);
+      const double u = 0x1p-24, gamma = double(t.K + 1) * u / (1 - double(t.K + 1) * u);
+      for (int64_t m = 0; m < t.M; ++m)
+        for (int64_t j = 0; j < t.n; ++j) {
+          double sum = acc ? std::fabs(double(t.c0[size_t(m * t.n + j)])) : 0.0;
+          for (int64_t k = 0; k < t.K; ++k)
+            sum += std::fabs(double(sd::bf16_to_f32(t.a[size_t(m * t.lda + k)])) *
+                             double(sd::bf16_to_f32(t.b[size_t(k * t.n + j)])));
+          const size_t i = size_t(m * t.n + j);
+          differ_total += std::memcmp(&got[i], &want[i], 4) != 0;
+          ASSERT_LE(std::fabs(double(got[i]) - double(want[i])), 2 * gamma * sum)
+              << s[0] << "x" << s[1] << "x" << s[2] << " accumulate " << acc << " at " << m << "," << j;
+        }
+      outputs += int64_t(got.size());
+    }
+  std::printf("[bf16 gemm] tdpbf16ps vs the portable chain: %lld of %lld outputs differ (all within the bound)\n",
+              (long long)differ_total, (long long)outputs);
 }
 
 // v rounded to bf16's 8 significant bits, nearest even, written here without the bit trick of round_bf16: the
