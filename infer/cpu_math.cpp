@@ -143,16 +143,22 @@ void gemv_range(const GemvOut& o, const float* x, const quant::Q8Acts& acts, int
 // (gemv_rows' 2 KiB ahead along each row lands in the group's own next rows when a row is 896 fp16 values). Device
 // Xeon, same session (PROG=split, f16, 8 threads, 2026-11-29 16:48, two rounds each): B = 8 step 34.2, 36.1 ms with
 // gemv_rows' prefetch; 30.3, 31.1 with 2 blocks on into L2; 1 block on into L2 32.6, 30.8, into L1 30.4, 32.8; 4
-// blocks on into L2 30.8, 32.5; the server's 8 clients / 1 at f16 went from 3.49, 3.95 to 4.21, 4.19.
+// blocks on into L2 30.8, 32.5; the server's 8 clients / 1 at f16 went from 3.49, 3.95 to 4.21, 4.19. The blocks 2 on
+// are another worker's where the pool's chunk ends within 2 blocks (both row groups of an o chunk, 2 of the 2-4 of a
+// q/k/v one). Bounding the prefetch by the chunk (gemv_batch passing its end) did not pay, device Xeon, one call
+// (2026-11-29 17:35, interleaved with this code, B = 8 means): with gemv_rows' 2 KiB along each row where the chunk
+// ends (3 runs) q/k/v -3 %, o -8 %, but gate/up +9 %, head +10 %, step +13 % (its object code has two branches and a
+// jump more per step in the hot loop); with no prefetch there (2 runs) q/k/v -7 %, o -4 %, the others -4 to -7 %, step
+// -3 %, within the machine's spread (steps of this code 24.4-32.0 ms in the same call).
 template <typename T>
-void gemv_rows_tokens(const T* w, int64_t pf_end, int64_t cols, const float* x, int64_t n_tok, const float* bias,
+void gemv_rows_tokens(const T* w, int64_t rows, int64_t cols, const float* x, int64_t n_tok, const float* bias,
                       float* y, int64_t ldy, int64_t r0, int64_t r1) {
   constexpr int NV = W::kGemvNV;
   constexpr int kTileR = W::kRegs >= 32 && NV <= 2 ? 4 : 2;  // divides 4: the 4-row groups hold whole tiles
   constexpr int kTileT = std::max(1, W::kRegs * 3 / 4 / (kTileR * NV));
   constexpr int64_t kStep = NV * VW, kRowGroup = 8, kColBlock = 1024, kTokBlock = 4 * kTileT;
   static_assert(kColBlock % kStep == 0 && kRowGroup % kTileR == 0);
-  constexpr int64_t kPfAhead = 2, kAhead = 2048 / sizeof(T);  // blocks on; along a row (see the prefetch below)
+  constexpr int64_t kPfAhead = 2;  // blocks on (see the prefetch below)
   const int64_t main = cols / kStep * kStep, grouped = r0 + (r1 - r0) / 4 * 4;
   const int64_t ncb = (main + kColBlock - 1) / kColBlock;  // column blocks per row group
   W::F32 saved[kRowGroup][kTokBlock][NV];                  // the accumulators between column blocks
@@ -166,21 +172,17 @@ void gemv_rows_tokens(const T* w, int64_t pf_end, int64_t cols, const float* x, 
       for (int64_t kb = 0; kb < main; kb += kColBlock) {
         const int64_t ke = std::min(main, kb + kColBlock);
         // The block (row group g_next, columns from kb_next) kPfAhead blocks on in this loop's order (past r1 too, up
-        // to pf_end: the caller's next rows), streamed into L2 by the first token tile's steps. Where a row past it
-        // is read (the block narrower than this one) one more row must be the caller's.
+        // to the matrix's last rows: the caller's next rows), streamed into L2 by the first token tile's steps.
         const int64_t c_next = (g - r0) / kRowGroup * ncb + kb / kColBlock + kPfAhead;
         const int64_t g_next = r0 + c_next / ncb * kRowGroup, kb_next = c_next % ncb * kColBlock;
-        const int64_t pf_rows = kTileR + (std::min(main, kb_next + kColBlock) - kb_next < ke - kb ? 1 : 0);
         for (int64_t t0 = 0; t0 < nb; t0 += kTileT) {
           const int nt = static_cast<int>(std::min<int64_t>(kTileT, nb - t0));
           const float* xt = x + (tb + t0) * cols;
           for (int64_t i0 = 0; i0 < ng; i0 += kTileR) {
             const T* wr = w + (g + i0) * cols;  // row i0 + i at wr + i cols
-            // its row i0 + i at column kb_next + k - kb: pf + i cols + k. Where those rows are not all the caller's
-            // (its range ends within kPfAhead blocks), every token tile prefetches kAhead on along each of its rows
-            // instead.
-            const bool ahead = g_next + i0 + pf_rows <= pf_end;
-            const T* pf = ahead && t0 == 0 ? w + (g_next + i0) * cols + kb_next - kb : nullptr;
+            // its row i0 + i at column kb_next + k - kb: pf + i cols + k (a row past it, at most, where the block is
+            // narrower than this one: so the rows below the matrix's last one)
+            const T* pf = t0 == 0 && g_next + i0 + kTileR < rows ? w + (g_next + i0) * cols + kb_next - kb : nullptr;
             W::F32 acc[kTileR][kTileT][NV];
 #pragma GCC unroll 4
             for (int i = 0; i < kTileR; ++i)
@@ -189,13 +191,9 @@ void gemv_rows_tokens(const T* w, int64_t pf_end, int64_t cols, const float* x, 
 #pragma GCC unroll 8
                 for (int v = 0; v < NV; ++v) acc[i][t][v] = saved[i0 + i][t0 + t][v];
             for (int64_t k = kb; k < ke; k += kStep) {
-              if (pf) {
+              if (pf)
 #pragma GCC unroll 4
                 for (int i = 0; i < kTileR; ++i) W::prefetch_l2(pf + i * cols + k);
-              } else if (!ahead) {
-#pragma GCC unroll 4
-                for (int i = 0; i < kTileR; ++i) W::prefetch(wr + i * cols + k + kAhead);
-              }
 #pragma GCC unroll 8
               for (int v = 0; v < NV; ++v) {
                 W::F32 wv[kTileR];
@@ -242,9 +240,8 @@ void gemv_rows_tokens(const T* w, int64_t pf_end, int64_t cols, const float* x, 
 
 // gemv_range for n_tok inputs (x [n_tok, cols], acts [n_tok] their quantized forms) into o.y + t o.w->rows: whole row
 // tiles through quant::dot_tiles_tokens (each tile block read once for the tokens), the rest per token as gemv_range.
-// Rows [r1, pf_end) are the caller's next ones (gemv_rows_tokens' prefetch may read them ahead).
 void gemv_range_tokens(const GemvOut& o, const float* x, int64_t cols, const quant::Q8Acts* acts, int64_t n_tok,
-                       int64_t r0, int64_t r1, int64_t pf_end) {
+                       int64_t r0, int64_t r1) {
   const int64_t ldy = o.w->rows;
   if (is_quantized(o.w->type)) {
     const quant::BlockType bt = block_type(o.w->type);
@@ -263,9 +260,9 @@ void gemv_range_tokens(const GemvOut& o, const float* x, int64_t cols, const qua
       if (std::max(r0, last) < r1) gemv_range(ot, x + t * cols, acts[t], std::max(r0, last), r1);
     }
   } else if (o.w->type == WType::kF16)
-    gemv_rows_tokens(o.w->f16(), pf_end, cols, x, n_tok, o.bias, o.y, ldy, r0, r1);
+    gemv_rows_tokens(o.w->f16(), o.w->rows, cols, x, n_tok, o.bias, o.y, ldy, r0, r1);
   else
-    gemv_rows_tokens(o.w->f32(), pf_end, cols, x, n_tok, o.bias, o.y, ldy, r0, r1);
+    gemv_rows_tokens(o.w->f32(), o.w->rows, cols, x, n_tok, o.bias, o.y, ldy, r0, r1);
 }
 
 // ---- GEMM: Y[t, r] = sum_k X[t, k] W[r, k] (+ bias[r]) ----
@@ -400,8 +397,7 @@ void gemv_batch(ThreadPool& pool, std::initializer_list<GemvOut> outs, const flo
       int64_t base = 0;
       for (const auto& o : outs) {
         const int64_t lo = std::max(sb, base), hi = std::min(se, base + o.w->rows);
-        if (lo < hi)  // the rows to e (this worker's) may be prefetched
-          gemv_range_tokens(o, x, cols, acts.data(), n_tok, lo - base, hi - base, std::min(e - base, o.w->rows));
+        if (lo < hi) gemv_range_tokens(o, x, cols, acts.data(), n_tok, lo - base, hi - base);
         base += o.w->rows;
       }
     }
