@@ -143,7 +143,13 @@ void gemv_range(const GemvOut& o, const float* x, const quant::Q8Acts& acts, int
 // (gemv_rows' 2 KiB ahead along each row lands in the group's own next rows when a row is 896 fp16 values). Device
 // Xeon, same session (PROG=split, f16, 8 threads, 2026-11-29 16:48, two rounds each): B = 8 step 34.2, 36.1 ms with
 // gemv_rows' prefetch; 30.3, 31.1 with 2 blocks on into L2; 1 block on into L2 32.6, 30.8, into L1 30.4, 32.8; 4
-// blocks on into L2 30.8, 32.5; the server's 8 clients / 1 at f16 went from 3.49, 3.95 to 4.21, 4.19.
+// blocks on into L2 30.8, 32.5; the server's 8 clients / 1 at f16 went from 3.49, 3.95 to 4.21, 4.19. The blocks 2 on
+// are another worker's where the pool's chunk ends within 2 blocks (both row groups of an o chunk, 2 of the 2-4 of a
+// q/k/v one). Bounding the prefetch by the chunk (gemv_batch passing its end) did not pay, device Xeon, one call
+// (2026-11-29 17:35, interleaved with this code, B = 8 means): with gemv_rows' 2 KiB along each row where the chunk
+// ends (3 runs) q/k/v -3 %, o -8 %, but gate/up +9 %, head +10 %, step +13 % (its object code has two branches and a
+// jump more per step in the hot loop); with no prefetch there (2 runs) q/k/v -7 %, o -4 %, the others -4 to -7 %, step
+// -3 %, within the machine's spread (steps of this code 24.4-32.0 ms in the same call).
 template <typename T>
 void gemv_rows_tokens(const T* w, int64_t rows, int64_t cols, const float* x, int64_t n_tok, const float* bias,
                       float* y, int64_t ldy, int64_t r0, int64_t r1) {
