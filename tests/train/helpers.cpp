@@ -17,6 +17,7 @@
 #include "tests/common/test_data.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/lora_run.h"
 #include "train/trainer.h"
 
 namespace anelab::test {
@@ -269,6 +270,29 @@ void expect_lora_resume_bit_exact(const train::TrainConfig& c, int64_t split) {
   ASSERT_EQ(s1.size(), size_t(c.steps));
   ASSERT_EQ(s2.size(), size_t(c.steps));
   for (size_t i = 0; i < s1.size(); ++i) EXPECT_EQ(s1[i]["loss"].get<double>(), s2[i]["loss"].get<double>()) << i;
+}
+
+models::Tensor typed_test_matrix(int64_t rows, int64_t cols, models::DType dtype, uint64_t seed,
+                                 std::vector<float>* deq) {
+  std::vector<float> f(size_t(rows * cols));
+  train::Rng rng{seed};
+  for (float& v : f) v = float((double(rng.next() >> 11) * 0x1.0p-53 * 2 - 1) * 0.5);
+  models::Model m;
+  std::vector<uint8_t> bytes(size_t(models::dtype_nbytes(dtype, rows * cols)));
+  models::f32_to_dtype(f.data(), dtype, bytes.data(), rows * cols);
+  m.add_owned("w", dtype, {rows, cols}, std::move(bytes));
+  *deq = m.tensor("w").to_f32();
+  return m.tensor("w");
+}
+
+LoraGradCase lora_grad_case(const train::LoraLayout& ll, int64_t B, int64_t T, int64_t vocab) {
+  LoraGradCase c{train::lora_init(ll, 3), train::Batch{B, T, std::vector<int32_t>(size_t(B * (T + 1)))}};
+  train::Rng rng{17};
+  for (const auto& s : ll.slots())
+    for (int64_t i = 0; i < s.out * ll.lora().rank; ++i)
+      c.a[size_t(s.b + i)] = float((double(rng.next() >> 11) * 0x1.0p-53 * 2 - 1) * 0.1);
+  for (auto& t : c.b.tokens) t = int32_t(rng.next() % uint64_t(vocab));
+  return c;
 }
 
 }  // namespace anelab::test

@@ -9,6 +9,7 @@
 #include "models/formats/model.h"
 #include "train/config.h"
 #include "train/cpu_model.h"
+#include "train/lora.h"
 #include "train/params.h"
 
 namespace anelab::test {
@@ -75,5 +76,19 @@ std::vector<uint8_t> join_checkpoint(uint32_t version, const std::string& header
 // gtest expectations for a --lora run c (validated here): c straight against c stopped after `split` steps and
 // resumed (in c.run_dir + "2"): the same last.lora bytes and the same loss at every step.
 void expect_lora_resume_bit_exact(const train::TrainConfig& c, int64_t split);
+
+// A random matrix [rows, cols] of U(-0.5, 0.5) (seeded) in `dtype` (a tensor holding its own bytes) and its
+// dequantized fp32 values in *deq.
+models::Tensor typed_test_matrix(int64_t rows, int64_t cols, models::DType dtype, uint64_t seed,
+                                 std::vector<float>* deq);
+
+// A LoRA gradient case: the adapters of ll (train::lora_init seed 3) with every B drawn U(-0.1, 0.1), away from its
+// zero init so that dA (= s Bᵀ ...) is not zero, and a batch [B, T + 1] of tokens < vocab, both from one generator
+// (seed 17, B first).
+struct LoraGradCase {
+  std::vector<float> a;
+  train::Batch b;
+};
+LoraGradCase lora_grad_case(const train::LoraLayout& ll, int64_t B, int64_t T, int64_t vocab);
 
 }  // namespace anelab::test

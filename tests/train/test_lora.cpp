@@ -63,13 +63,7 @@ void check_lora_grads(const models::ModelConfig& cfg, int64_t B, int64_t T, cons
   const train::ParamLayout layout(cfg);
   const std::vector<float> w = test::init_with_norm_noise(layout, 7);
   const train::LoraLayout ll = lora_test_layout(cfg, targets);
-  std::vector<float> a = train::lora_init(ll, 3);
-  train::Rng rng{17};
-  for (const auto& s : ll.slots())  // B away from its zero init, so dA (= s Bᵀ ...) is not zero
-    for (int64_t i = 0; i < s.out * kLoraTestRank; ++i)
-      a[size_t(s.b + i)] = float((double(rng.next() >> 11) * 0x1.0p-53 * 2 - 1) * 0.1);
-  train::Batch b{B, T, std::vector<int32_t>(size_t(B * (T + 1)))};
-  for (auto& t : b.tokens) t = int32_t(rng.next() % uint64_t(cfg.vocab_size));
+  auto [a, b] = test::lora_grad_case(ll, B, T, cfg.vocab_size);
   train::CpuModel model(layout);
   std::vector<float> ga(a.size(), 0.0f);
   const train::LoraStep st{&ll, a.data(), ga.data(), 0, 0, true};

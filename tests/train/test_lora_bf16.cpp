@@ -209,19 +209,6 @@ TEST(LoraBf16, RoundingIsNearestEven) {
   EXPECT_EQ(sd::bf16_to_f32(sd::round_bf16(3.4e38f)), INFINITY);  // past bf16's largest finite value
 }
 
-// A random matrix [rows, cols] in dtype (a tensor holding its bytes) and its fp32 values.
-models::Tensor bf16t_matrix(int64_t rows, int64_t cols, models::DType dtype, uint64_t seed, std::vector<float>* deq) {
-  std::vector<float> f(size_t(rows * cols));
-  train::Rng rng{seed};
-  for (float& v : f) v = float((double(rng.next() >> 11) * 0x1.0p-53 * 2 - 1) * 0.5);
-  models::Model m;
-  std::vector<uint8_t> bytes(size_t(models::dtype_nbytes(dtype, rows * cols)));
-  models::f32_to_dtype(f.data(), dtype, bytes.data(), rows * cols);
-  m.add_owned("w", dtype, {rows, cols}, std::move(bytes));
-  *deq = m.tensor("w").to_f32();
-  return m.tensor("w");
-}
-
 // got [N, J] against the fp64 products Σ_k A[n, k] B[k, j] (A [N, K], B(k, j) given): within
 // (2^-7 + 2^-16 + 2 γ_K) Σ|a||b| of the exact operands and within γ_K Σ|â||b̂| of the bf16-rounded ones; returns the
 // largest error / bound of each.
@@ -257,7 +244,7 @@ TEST(LoraBf16, ProductsWithinTheBf16Bound) {
   const int64_t N = 7, in = 768, out = 1000;
   for (const models::DType dt : {models::DType::kF32, models::DType::kBF16, models::DType::kQ8_0}) {
     std::vector<float> wd;
-    const models::Tensor W = bf16t_matrix(out, in, dt, 5 + uint64_t(dt), &wd);
+    const models::Tensor W = test::typed_test_matrix(out, in, dt, 5 + uint64_t(dt), &wd);
     std::vector<float> x(size_t(N * in)), dy(size_t(N * out));
     train::Rng rng{23};
     for (float& v : x) v = bf16t_value(rng, 4, 1);
@@ -290,7 +277,7 @@ TEST(LoraBf16, ProductsDoNotDependOnTheSplit) {
   const int64_t N = 9, in = 768, out = 1000;
   for (const models::DType dt : {models::DType::kF32, models::DType::kQ8_0}) {
     std::vector<float> wd;
-    const models::Tensor W = bf16t_matrix(out, in, dt, 31 + uint64_t(dt), &wd);
+    const models::Tensor W = test::typed_test_matrix(out, in, dt, 31 + uint64_t(dt), &wd);
     std::vector<float> x(size_t(N * in)), dy(size_t(N * out));
     train::Rng rng{29};
     for (float& v : x) v = bf16t_value(rng, 4, 1);
@@ -326,13 +313,7 @@ TEST(LoraBf16, GradientsMatchTorchRoundingTheBaseToBf16) {
   train::LoraConfig lc;
   lc.rank = 4, lc.alpha = 8, lc.targets = train::parse_lora_targets("q,k,v,o,gate,up,down");
   const train::LoraLayout ll(cfg, lc);
-  std::vector<float> a = train::lora_init(ll, 3);
-  train::Rng rng{17};
-  for (const auto& s : ll.slots())
-    for (int64_t i = 0; i < s.out * lc.rank; ++i)
-      a[size_t(s.b + i)] = float((double(rng.next() >> 11) * 0x1.0p-53 * 2 - 1) * 0.1);
-  train::Batch b{2, 64, std::vector<int32_t>(size_t(2 * 65))};
-  for (auto& t : b.tokens) t = int32_t(rng.next() % uint64_t(cfg.vocab_size));
+  const auto [a, b] = test::lora_grad_case(ll, 2, 64, cfg.vocab_size);
   std::vector<float> g16(a.size(), 0.0f), g32(a.size(), 0.0f);
   double loss16 = 0, loss32 = 0;
   for (const bool bf16 : {true, false}) {

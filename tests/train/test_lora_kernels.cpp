@@ -57,13 +57,8 @@ struct LorakCase {
 LorakCase lorak_case(const models::ModelConfig& cfg, int64_t B, int64_t T, double dropout = 0) {
   LorakCase c{train::ParamLayout(cfg), {}, lorak_layout(cfg, 4, dropout), {}, {}};
   c.w = test::init_with_norm_noise(c.layout, 7);
-  c.a = train::lora_init(c.ll, 3);
-  train::Rng rng{17};
-  for (const auto& s : c.ll.slots())
-    for (int64_t i = 0; i < s.out * c.ll.lora().rank; ++i)
-      c.a[size_t(s.b + i)] = float((double(rng.next() >> 11) * 0x1.0p-53 * 2 - 1) * 0.1);
-  c.b = train::Batch{B, T, std::vector<int32_t>(size_t(B * (T + 1)))};
-  for (auto& t : c.b.tokens) t = int32_t(rng.next() % uint64_t(cfg.vocab_size));
+  test::LoraGradCase g = test::lora_grad_case(c.ll, B, T, cfg.vocab_size);
+  c.a = std::move(g.a), c.b = std::move(g.b);
   return c;
 }
 

@@ -64,19 +64,6 @@ std::string qlora_write_model(const std::string& dir, const models::ModelConfig&
   return path;
 }
 
-// A random matrix [rows, cols] in `dtype` (as a tensor holding its own bytes) and its dequantized fp32 values.
-models::Tensor qlora_matrix(int64_t rows, int64_t cols, models::DType dtype, uint64_t seed, std::vector<float>* deq) {
-  std::vector<float> f(size_t(rows * cols));
-  train::Rng rng{seed};
-  for (float& v : f) v = float((double(rng.next() >> 11) * 0x1.0p-53 * 2 - 1) * 0.5);
-  models::Model m;
-  std::vector<uint8_t> bytes(size_t(models::dtype_nbytes(dtype, rows * cols)));
-  models::f32_to_dtype(f.data(), dtype, bytes.data(), rows * cols);
-  m.add_owned("w", dtype, {rows, cols}, std::move(bytes));
-  *deq = m.tensor("w").to_f32();
-  return m.tensor("w");
-}
-
 // Each output of the typed product against the fp32 product of the dequantized W: within 2 γ_K (|a| |b|).
 void qlora_expect_within_reordering(const std::vector<float>& got, const std::vector<float>& ref,
                                     const std::vector<float>& abs_ref, int64_t K, const std::string& what) {
@@ -98,7 +85,7 @@ TEST(QLora, TypedProductsAreTheFp32ProductsOfTheDequantizedWeights) {
   for (const models::DType dt :
        {models::DType::kBF16, models::DType::kF16, models::DType::kQ8_0, models::DType::kQ4_K}) {
     std::vector<float> wd;
-    const models::Tensor W = qlora_matrix(out, in, dt, 3 + uint64_t(dt), &wd);
+    const models::Tensor W = test::typed_test_matrix(out, in, dt, 3 + uint64_t(dt), &wd);
     std::vector<float> x(size_t(N * in)), dy(size_t(N * out)), wabs(wd.size());
     train::Rng rng{11};
     for (float& v : x) v = float(double(rng.next() >> 11) * 0x1.0p-53 * 2 - 1);
@@ -134,7 +121,7 @@ TEST(QLora, TypedProductsAreTheFp32ProductsOfTheDequantizedWeights) {
 void qlora_check_dx_splits(int64_t N, int64_t in, int64_t out, models::DType dt,
                            const std::vector<std::pair<train::TypedDxSplit, std::string>>& splits) {
   std::vector<float> wd;
-  const models::Tensor W = qlora_matrix(out, in, dt, 5 + uint64_t(dt), &wd);
+  const models::Tensor W = test::typed_test_matrix(out, in, dt, 5 + uint64_t(dt), &wd);
   std::vector<float> dy(size_t(N * out)), dyabs(dy.size()), wabs(wd.size());
   train::Rng rng{23};
   for (float& v : dy) v = float(double(rng.next() >> 11) * 0x1.0p-53 * 2 - 1);
@@ -218,13 +205,7 @@ TEST(QLora, GradientsOfATypedBaseMatchTheFp32PathAndTorch) {
     train::LoraConfig lc;
     lc.rank = 4, lc.alpha = 8, lc.targets = train::parse_lora_targets("q,k,v,o,gate,up,down");
     const train::LoraLayout ll(m.config, lc);
-    std::vector<float> a = train::lora_init(ll, 3);
-    train::Rng rng{17};
-    for (const auto& s : ll.slots())  // B away from zero, so dA is not zero
-      for (int64_t i = 0; i < s.out * lc.rank; ++i)
-        a[size_t(s.b + i)] = float((double(rng.next() >> 11) * 0x1.0p-53 * 2 - 1) * 0.1);
-    train::Batch b{2, 32, std::vector<int32_t>(size_t(2 * 33))};
-    for (auto& t : b.tokens) t = int32_t(rng.next() % uint64_t(m.config.vocab_size));
+    const auto [a, b] = test::lora_grad_case(ll, 2, 32, m.config.vocab_size);
 
     const QloraGrads typed = qlora_grads(layout, &base, nullptr, ll, a, b);
     const QloraGrads fp32 = qlora_grads(layout, nullptr, &wd, ll, a, b);

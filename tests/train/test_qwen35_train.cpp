@@ -189,13 +189,7 @@ void qwen35_check_lora_grads(const std::string& targets, const std::string& tag)
   train::LoraConfig lc;
   lc.rank = 4, lc.alpha = 8, lc.targets = train::parse_lora_targets(targets);
   const train::LoraLayout ll(cfg, lc);
-  std::vector<float> a = train::lora_init(ll, 3);
-  train::Rng rng{17};
-  for (const auto& s : ll.slots())
-    for (int64_t i = 0; i < s.out * lc.rank; ++i)
-      a[size_t(s.b + i)] = float((double(rng.next() >> 11) * 0x1.0p-53 * 2 - 1) * 0.1);
-  train::Batch b{2, 16, std::vector<int32_t>(size_t(2 * 17))};
-  for (auto& t : b.tokens) t = int32_t(rng.next() % uint64_t(cfg.vocab_size));
+  const auto [a, b] = test::lora_grad_case(ll, 2, 16, cfg.vocab_size);
   train::CpuModel model(layout);
   std::vector<float> ga(a.size(), 0.0f);
   const train::LoraStep st{&ll, a.data(), ga.data(), 0, 0, true};
