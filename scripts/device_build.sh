@@ -6,7 +6,8 @@
 #   stage here:  scripts/bench_ab/stage.sh (header-only deps in .devbin/deps, libs in .devbin/lib), then
 #                .devbin/llsrc.tgz  (llama.cpp: CMakeLists.txt cmake common ggml include licenses src tools vendor)
 #   on device:   scripts/device_build.sh LLAMA_TARGET...   (e.g. llama-bench llama-quantize llama-completion)
-#                (LLAMA_SERVER=ON for llama-server: the archive then also needs llama.cpp's scripts/ui-assets.cmake)
+#                (LLAMA_SERVER=ON for llama-server: without llama.cpp's scripts/ui-assets.cmake in the archive, a
+#                stand-in writes an empty UI table)
 # Used by scripts/bench_peers_device.sh and scripts/interop_trained_device.sh; callers set LD_LIBRARY_PATH to
 # .devbin/lib for the anelab binary.
 set -euo pipefail
@@ -23,6 +24,14 @@ t0=$(date +%s)
 (
   if [[ ! -f /tmp/dev-llama/build/build.ninja ]]; then
     mkdir -p /tmp/dev-llama && tar -xzf .devbin/llsrc.tgz -C /tmp/dev-llama
+    # llama-server's UI target runs scripts/ui-assets.cmake, which a trimmed archive may lack: then a stand-in that
+    # calls the UI embed tool without an asset directory (its usage: OUT_CPP OUT_H [ASSET_DIR]), an empty UI table.
+    if [[ ${LLAMA_SERVER:-OFF} == ON && ! -f /tmp/dev-llama/scripts/ui-assets.cmake ]]; then
+      mkdir -p /tmp/dev-llama/scripts
+      printf '%s\n' 'execute_process(COMMAND "${LLAMA_UI_EMBED}" "${UI_BINARY_DIR}/ui.cpp" "${UI_BINARY_DIR}/ui.h" RESULT_VARIABLE rc)' \
+        'if(NOT rc EQUAL 0)' '  message(FATAL_ERROR "ui-assets stand-in: the embed tool failed: ${rc}")' 'endif()' \
+        >/tmp/dev-llama/scripts/ui-assets.cmake
+    fi
     cmake -S /tmp/dev-llama -B /tmp/dev-llama/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
       -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER="${LLAMA_SERVER:-OFF}" -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_MTMD=OFF >/tmp/dev-llama.cfg.log 2>&1 ||
       { tail -20 /tmp/dev-llama.cfg.log; exit 1; }
