@@ -5,8 +5,9 @@
 //   x86_avx2.h    x86-64 with AVX2 + FMA + F16C (8 lanes): a binary for CPUs without AVX-512
 //   arm_neon.h    arm64 (AArch64 NEON, 4 lanes; fp16 <-> fp32 with vcvt_f32_f16 / vcvt_f16_f32, __fp16 scalars)
 //   scalar.h      portable C++ (4 lanes as plain arrays): builds anywhere; forced with ANELAB_SIMD_SCALAR
-// No other file includes an architecture's intrinsics header, except bf16_gemm.cpp (the bf16 GEMM of
-// `train --lora --lora-compute bf16`, framework/simd/bf16_gemm.h: AVX512-BF16 where the build has it, else portable).
+// No other file includes an architecture's intrinsics header, except x86_bf16.h (the x86 kernels of the bf16 GEMM of
+// `train --lora --lora-compute bf16`, framework/simd/bf16_gemm.h: AVX512-BF16 and AMX where the build has them,
+// included by bf16_gemm.cpp, whose own code is portable).
 //
 // Interface (namespace anelab::simd), F32 is a vector of kWidth floats:
 //   kName, kWidth, kGemmMR, kGemmNV       name, lanes, GEMM micro-tile: kGemmMR rows x (kGemmNV vectors)
