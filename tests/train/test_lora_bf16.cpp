@@ -238,17 +238,34 @@ void bf16t_expect_bound(const std::vector<float>& got, const float* a, const std
               what.c_str(), worst_exact, worst_rounded);
 }
 
+// The operands of a product test: W [out, in] in dt (its fp32 values in wd, seeded by w_seed), x [N, in] and dy
+// [N, out] of bf16t_value(4, 1) from rng (seeded by x_seed, x first), rng left for the test's further values.
+struct Bf16tOperands {
+  std::vector<float> wd;
+  models::Tensor W;
+  std::vector<float> x, dy;
+  train::Rng rng;
+};
+Bf16tOperands bf16t_operands(int64_t N, int64_t in, int64_t out, models::DType dt, uint64_t w_seed, uint64_t x_seed) {
+  Bf16tOperands o;
+  o.W = test::typed_test_matrix(out, in, dt, w_seed, &o.wd);
+  o.x.resize(size_t(N * in));
+  o.dy.resize(size_t(N * out));
+  o.rng = train::Rng{x_seed};
+  for (float& v : o.x) v = bf16t_value(o.rng, 4, 1);
+  for (float& v : o.dy) v = bf16t_value(o.rng, 4, 1);
+  return o;
+}
+
 // y = x Wᵀ and dx (+)= dy W with W [1000, 768] fp32 / bf16 / Q8_0: several panels along each side (a panel is 256 KiB
 // of bf16: 170 rows of W for y; for dx the rows of a column block in chunks), an odd row count.
 TEST(LoraBf16, ProductsWithinTheBf16Bound) {
   const int64_t N = 7, in = 768, out = 1000;
   for (const models::DType dt : {models::DType::kF32, models::DType::kBF16, models::DType::kQ8_0}) {
-    std::vector<float> wd;
-    const models::Tensor W = test::typed_test_matrix(out, in, dt, 5 + uint64_t(dt), &wd);
-    std::vector<float> x(size_t(N * in)), dy(size_t(N * out));
-    train::Rng rng{23};
-    for (float& v : x) v = bf16t_value(rng, 4, 1);
-    for (float& v : dy) v = bf16t_value(rng, 4, 1);
+    Bf16tOperands o = bf16t_operands(N, in, out, dt, 5 + uint64_t(dt), 23);
+    const std::vector<float>&wd = o.wd, &x = o.x, &dy = o.dy;
+    const models::Tensor& W = o.W;
+    train::Rng& rng = o.rng;
     const std::string name = models::dtype_name(dt);
     std::vector<float> y(size_t(N * out));
     train::matmul_wt_bf16(x.data(), W, y.data(), N, in, out);
@@ -276,12 +293,9 @@ TEST(LoraBf16, ProductsWithinTheBf16Bound) {
 TEST(LoraBf16, ProductsDoNotDependOnTheSplit) {
   const int64_t N = 9, in = 768, out = 1000;
   for (const models::DType dt : {models::DType::kF32, models::DType::kQ8_0}) {
-    std::vector<float> wd;
-    const models::Tensor W = test::typed_test_matrix(out, in, dt, 31 + uint64_t(dt), &wd);
-    std::vector<float> x(size_t(N * in)), dy(size_t(N * out));
-    train::Rng rng{29};
-    for (float& v : x) v = bf16t_value(rng, 4, 1);
-    for (float& v : dy) v = bf16t_value(rng, 4, 1);
+    const Bf16tOperands o = bf16t_operands(N, in, out, dt, 31 + uint64_t(dt), 29);
+    const std::vector<float>&x = o.x, &dy = o.dy;
+    const models::Tensor& W = o.W;
     std::vector<float> y(size_t(N * out)), y1(y.size()), dx(size_t(N * in)), dx1(dx.size());
     train::matmul_wt_bf16(x.data(), W, y.data(), N, in, out);
     train::matmul_dx_bf16(dy.data(), W, dx.data(), N, in, out, false);
